@@ -1,0 +1,92 @@
+# geotoll: build, run and test. See DESIGN.md, "Running".
+#
+#   make run     PostGIS + Redis (scripts/services.sh), migrate, demo data, serve on :8080
+#   make test    the same services, then go test -race ./... with the
+#                integration tests required (GEOTOLL_REQUIRE_SERVICES=1)
+#   make lint    gofmt + go vet
+#   make fuzz    every Fuzz target for FUZZTIME each
+#   make bench   benchmarks, with the test services
+#
+# DATABASE_URL / REDIS_URL exported in your environment point at existing
+# servers instead of the ones scripts/services.sh starts.
+
+SHELL := bash
+# Every recipe line runs under `set -euo pipefail`.
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+export PATH := $(PATH):/usr/local/go/bin
+
+GO ?= go
+BIN := bin/geotoll
+SERVICES := scripts/services.sh
+LISTEN ?= :8080
+FUZZTIME ?= 20s
+TEST_TIMEOUT ?= 15m
+
+# Shell prelude that exports the services' URLs: GEOTOLL_ADMIN_DATABASE_URL,
+# GEOTOLL_READ_DATABASE_URL, GEOTOLL_TEST_DATABASE_URL,
+# GEOTOLL_TEST_READ_DATABASE_URL, GEOTOLL_REDIS_URL, GEOTOLL_TEST_REDIS_URL.
+SERVICES_ENV = eval "$$($(SERVICES) env)"
+
+# The environment the tests and benchmarks run in: the test database and
+# Redis, and missing services fail instead of skip.
+TEST_ENV = $(SERVICES_ENV); export GEOTOLL_REQUIRE_SERVICES=1
+
+.PHONY: all build services services-down run testdb test lint fuzz bench clean
+
+all: lint test
+
+build:
+	$(GO) build -o $(BIN) ./cmd/geotoll
+
+services:
+	$(SERVICES) up
+
+services-down:
+	$(SERVICES) down
+
+run: services build
+	$(SERVICES_ENV); \
+	$(BIN) migrate; \
+	$(BIN) seed -if-empty; \
+	DATABASE_URL="$$GEOTOLL_READ_DATABASE_URL" REDIS_URL="$$GEOTOLL_REDIS_URL" LISTEN="$(LISTEN)" \
+		exec $(BIN) serve
+
+# Migrate and seed the test database (owner role) before the tests run.
+testdb: services build
+	$(SERVICES_ENV); \
+	export GEOTOLL_ADMIN_DATABASE_URL="$$GEOTOLL_TEST_DATABASE_URL" DATABASE_URL="$$GEOTOLL_TEST_READ_DATABASE_URL"; \
+	$(BIN) migrate; \
+	$(BIN) seed -if-empty
+
+test: testdb
+	$(TEST_ENV); \
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+lint:
+	unformatted="$$(gofmt -l .)"; \
+	if [[ -n "$$unformatted" ]]; then \
+		echo "gofmt: these files need formatting (run gofmt -w):" >&2; \
+		echo "$$unformatted" >&2; \
+		exit 1; \
+	fi; \
+	$(GO) vet ./...
+
+# Lists "package FuzzName" pairs from `go test -list`, then fuzzes each target
+# on its own (go test -fuzz takes one target in one package).
+fuzz:
+	list="$$($(GO) test -list '^Fuzz' ./...)"; \
+	targets="$$(awk '/^Fuzz/ { names[n++] = $$1; next } /^ok[ \t]/ { for (i = 0; i < n; i++) print $$2, names[i]; n = 0 }' <<<"$$list")"; \
+	if [[ -z "$$targets" ]]; then echo "fuzz: no Fuzz targets found"; exit 0; fi; \
+	while read -r pkg name; do \
+		echo "fuzz: $$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) "$$pkg" </dev/null; \
+	done <<<"$$targets"
+
+bench: testdb
+	$(TEST_ENV); \
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/geotoll/geotoll/server"
+	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// Config is geotoll's whole configuration. Precedence, lowest first:
+// DefaultConfig, the YAML file (-config), the environment, flags.
+type Config struct {
+	Listen    string         `yaml:"listen"`
+	LogLevel  string         `yaml:"log_level"`  // debug, info, warn, error
+	LogFormat string         `yaml:"log_format"` // json or text
+	Database  DatabaseConfig `yaml:"database"`
+	Redis     RedisConfig    `yaml:"redis"`
+	HTTP      HTTPConfig     `yaml:"http"`
+	Throttle  ThrottleConfig `yaml:"throttle"`
+	Layers    []LayerConfig  `yaml:"layers"`
+}
+
+// DatabaseConfig names the PostGIS connections.
+type DatabaseConfig struct {
+	// URL is the read connection `serve` uses; it should name the restricted
+	// geotoll_reader role (env DATABASE_URL).
+	URL string `yaml:"url"`
+	// AdminURL is the schema owner `migrate` and `seed` use (env
+	// GEOTOLL_ADMIN_DATABASE_URL); empty means URL.
+	AdminURL string `yaml:"admin_url"`
+	MaxConns int32  `yaml:"max_conns"`
+	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
+	RetryAfter int `yaml:"retry_after"`
+}
+
+// RedisConfig configures the shared budget store.
+type RedisConfig struct {
+	// URL of Redis (env REDIS_URL). Empty: buckets live in this process
+	// (single-instance mode).
+	URL      string        `yaml:"url"`
+	Timeout  time.Duration `yaml:"timeout"`   // bound of one budget call on the hot path
+	FailMode string        `yaml:"fail_mode"` // open | closed | local
+	Replicas int           `yaml:"replicas"`  // geotoll processes sharing the budget (fail_mode local)
+}
+
+// HTTPConfig bounds the HTTP server.
+type HTTPConfig struct {
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	WriteTimeout      time.Duration `yaml:"write_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	ShutdownGrace     time.Duration `yaml:"shutdown_grace"`
+	MaxHeaderBytes    int           `yaml:"max_header_bytes"`
+}
+
+// TierConfig is a bucket shape.
+type TierConfig struct {
+	Rate     float64 `yaml:"rate"`     // tokens per second
+	Capacity float64 `yaml:"capacity"` // bucket size
+}
+
+// WeightsConfig overrides cost weights; unset fields inherit.
+type WeightsConfig struct {
+	Base          *float64 `yaml:"base"`
+	AreaWeight    *float64 `yaml:"area_weight"`
+	RadiusWeight  *float64 `yaml:"radius_weight"`
+	FeatureWeight *float64 `yaml:"feature_weight"`
+	PointWeight   *float64 `yaml:"point_weight"`
+	MaxCost       *float64 `yaml:"max_cost"`
+}
+
+// apply returns base with w's set fields.
+func (w *WeightsConfig) apply(base throttle.Weights) throttle.Weights {
+	if w == nil {
+		return base
+	}
+	set := func(dst *float64, src *float64) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	set(&base.Base, w.Base)
+	set(&base.AreaWeight, w.AreaWeight)
+	set(&base.RadiusWeight, w.RadiusWeight)
+	set(&base.FeatureWeight, w.FeatureWeight)
+	set(&base.PointWeight, w.PointWeight)
+	set(&base.MaxCost, w.MaxCost)
+	return base
+}
+
+// ThrottleConfig prices requests and shapes buckets.
+type ThrottleConfig struct {
+	Prefix    string        `yaml:"prefix"`
+	Anonymous TierConfig    `yaml:"anonymous"` // callers without an API key, per client IP
+	Keyed     TierConfig    `yaml:"keyed"`     // callers with an API key, per key
+	Weights   WeightsConfig `yaml:"weights"`   // defaults for every layer
+}
+
+// LayerConfig is a tile layer plus its cost weights.
+type LayerConfig struct {
+	tiles.Layer `yaml:",inline"`
+	Weights     *WeightsConfig `yaml:"weights"`
+}
+
+func f(v float64) *float64 { return &v }
+
+// DefaultConfig serves the demo tables that `geotoll seed` loads.
+func DefaultConfig() Config {
+	return Config{
+		Listen:    ":8080",
+		LogLevel:  "info",
+		LogFormat: "json",
+		Database:  DatabaseConfig{MaxConns: 16, RetryAfter: 2},
+		Redis:     RedisConfig{Timeout: 50 * time.Millisecond, FailMode: "local", Replicas: 1},
+		HTTP: HTTPConfig{
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ShutdownGrace:     15 * time.Second,
+			MaxHeaderBytes:    32 << 10,
+		},
+		Throttle: ThrottleConfig{
+			Prefix:    "geotoll",
+			Anonymous: TierConfig{Rate: 10, Capacity: 80},
+			Keyed:     TierConfig{Rate: 20, Capacity: 100},
+		},
+		Layers: []LayerConfig{
+			{Layer: tiles.Layer{
+				Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", SRID: 3857,
+				IDColumn: "id", Properties: []string{"name", "kind", "city", "rank"},
+				MaxFeatures: 20000, StatementTimeout: 2 * time.Second,
+			}},
+			{Layer: tiles.Layer{
+				Name: "districts", Table: "geotoll.districts", GeometryColumn: "geom_3857", SRID: 3857,
+				IDColumn: "id", Properties: []string{"name", "city", "population"},
+				MinZoom: 4, MaxFeatures: 5000, StatementTimeout: 2 * time.Second,
+			}, Weights: &WeightsConfig{AreaWeight: f(0.25)}},
+			{Layer: tiles.Layer{
+				Name: "geofences", Table: "geotoll.geofences", GeometryColumn: "geom_3857", SRID: 3857,
+				IDColumn: "id", Properties: []string{"name", "kind"},
+				MaxFeatures: 5000, StatementTimeout: 2 * time.Second,
+			}, Weights: &WeightsConfig{AreaWeight: f(0.1)}},
+		},
+	}
+}
+
+// LoadConfig builds the configuration from the file named by -config (if
+// any), the environment (getenv) and the flags in args.
+func LoadConfig(args []string, getenv func(string) string) (Config, []string, error) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("geotoll", flag.ContinueOnError)
+	path := fs.String("config", getenv("GEOTOLL_CONFIG"), "YAML config file (env GEOTOLL_CONFIG)")
+	listen := fs.String("listen", "", "listen address (env LISTEN)")
+	dbURL := fs.String("database-url", "", "read connection URL (env DATABASE_URL)")
+	adminURL := fs.String("admin-database-url", "", "schema owner URL for migrate/seed (env GEOTOLL_ADMIN_DATABASE_URL)")
+	redisURL := fs.String("redis-url", "", "Redis URL; empty = in-process buckets (env REDIS_URL)")
+	logLevel := fs.String("log-level", "", "debug|info|warn|error (env GEOTOLL_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, nil, err
+	}
+	if *path != "" {
+		raw, err := os.ReadFile(*path)
+		if err != nil {
+			return cfg, nil, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, nil, fmt.Errorf("config %s: %w", *path, err)
+		}
+	}
+	for _, o := range []struct {
+		dst      *string
+		env, flg string
+	}{
+		{&cfg.Listen, getenv("LISTEN"), *listen},
+		{&cfg.Database.URL, getenv("DATABASE_URL"), *dbURL},
+		{&cfg.Database.AdminURL, getenv("GEOTOLL_ADMIN_DATABASE_URL"), *adminURL},
+		{&cfg.Redis.URL, getenv("REDIS_URL"), *redisURL},
+		{&cfg.LogLevel, getenv("GEOTOLL_LOG_LEVEL"), *logLevel},
+	} {
+		if o.env != "" {
+			*o.dst = o.env
+		}
+		if o.flg != "" {
+			*o.dst = o.flg
+		}
+	}
+	if cfg.Database.AdminURL == "" {
+		cfg.Database.AdminURL = cfg.Database.URL
+	}
+	return cfg, fs.Args(), cfg.validate()
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, fmt.Errorf("log_format %q must be json or text", c.LogFormat))
+	}
+	if c.Database.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1", c.Database.MaxConns))
+	}
+	if c.Redis.Replicas < 1 {
+		errs = append(errs, fmt.Errorf("redis.replicas %d must be at least 1", c.Redis.Replicas))
+	}
+	h := c.HTTP
+	for name, d := range map[string]time.Duration{
+		"read_header_timeout": h.ReadHeaderTimeout, "read_timeout": h.ReadTimeout,
+		"write_timeout": h.WriteTimeout, "idle_timeout": h.IdleTimeout, "shutdown_grace": h.ShutdownGrace,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("http.%s must be positive", name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("log_level %q: %w", s, err)
+	}
+	return l, nil
+}
+
+// catalog builds the tile catalog and the per-layer weights.
+func (c Config) catalog() (*tiles.Catalog, map[string]throttle.Weights, error) {
+	base := c.Throttle.Weights.apply(throttle.DefaultWeights())
+	layers := make([]tiles.Layer, 0, len(c.Layers))
+	weights := make(map[string]throttle.Weights, len(c.Layers))
+	for _, lc := range c.Layers {
+		layers = append(layers, lc.Layer)
+		weights[lc.Name] = lc.Weights.apply(base)
+	}
+	cat, err := tiles.NewCatalog(layers)
+	return cat, weights, err
+}
+
+// toll builds the throttle gate (without its stores).
+func (c Config) toll() (*server.Toll, error) {
+	_, weights, err := c.catalog()
+	if err != nil {
+		return nil, err
+	}
+	t := &server.Toll{
+		Prefix:       c.Throttle.Prefix,
+		Anonymous:    server.Tier{Name: "anonymous", Limit: throttle.Limit(c.Throttle.Anonymous)},
+		Keyed:        server.Tier{Name: "keyed", Limit: throttle.Limit(c.Throttle.Keyed)},
+		LayerWeights: weights,
+		Default:      c.Throttle.Weights.apply(throttle.DefaultWeights()),
+		Timeout:      c.Redis.Timeout,
+		FailMode:     server.FailMode(c.Redis.FailMode),
+		Replicas:     c.Redis.Replicas,
+	}
+	return t, nil
+}

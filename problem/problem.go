@@ -1,0 +1,161 @@
+// Package problem carries geotoll's errors from where they happen to the
+// HTTP response, as RFC 9457 "application/problem+json" documents.
+//
+// An error is an *Error with a Code. One table (Status) maps codes to HTTP
+// statuses, so handlers never choose a status by hand. Internal errors reach
+// the client only as "internal error"; their detail is for the log.
+//
+//	if z > maxZoom {
+//		return problem.Range("z", "z must be between 0 and 22")
+//	}
+package problem
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// ContentType is the media type of a problem document (RFC 9457).
+const ContentType = "application/problem+json"
+
+// Code classifies an error; Status maps it to an HTTP status.
+type Code string
+
+// Error codes. Each maps to one HTTP status.
+const (
+	Invalid      Code = "invalid"        // 400: malformed input
+	Unauthorized Code = "unauthorized"   // 401: unknown or revoked API key
+	Forbidden    Code = "forbidden"      // 403
+	NotFound     Code = "not-found"      // 404: unknown layer, unknown route
+	NotAllowed   Code = "not-allowed"    // 405
+	Conflict     Code = "conflict"       // 409
+	TooLarge     Code = "too-large"      // 413: request body over the limit
+	OutOfRange   Code = "out-of-range"   // 422: well formed, but outside its bounds
+	Exhausted    Code = "quota-exceeded" // 429: the caller's budget cannot pay the price
+	Internal     Code = "internal"       // 500: a bug; detail is never shown
+	Unavailable  Code = "unavailable"    // 503: database overloaded, timed out or down
+	Timeout      Code = "timeout"        // 503: the query hit statement_timeout
+)
+
+var statuses = map[Code]int{
+	Invalid:      http.StatusBadRequest,
+	Unauthorized: http.StatusUnauthorized,
+	Forbidden:    http.StatusForbidden,
+	NotFound:     http.StatusNotFound,
+	NotAllowed:   http.StatusMethodNotAllowed,
+	Conflict:     http.StatusConflict,
+	TooLarge:     http.StatusRequestEntityTooLarge,
+	OutOfRange:   http.StatusUnprocessableEntity,
+	Exhausted:    http.StatusTooManyRequests,
+	Internal:     http.StatusInternalServerError,
+	Unavailable:  http.StatusServiceUnavailable,
+	Timeout:      http.StatusServiceUnavailable,
+}
+
+// Status returns the HTTP status for code; unknown codes are 500.
+func Status(code Code) int {
+	if s, ok := statuses[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// Error is an error that knows how to present itself to a client.
+type Error struct {
+	Code   Code
+	Detail string // human readable, safe to show (not for Internal)
+	Param  string // the request parameter at fault, if any
+	// RetryAfter, when positive, is sent as the Retry-After header (seconds).
+	RetryAfter int
+	// Extra members of the problem document (RFC 9457 §3.2 extensions).
+	Extra map[string]any
+	// Err is the cause, logged and never shown.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := string(e.Code)
+	if e.Param != "" {
+		msg += " " + e.Param
+	}
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Malformed is a 400 naming the parameter.
+func Malformed(param, format string, args ...any) *Error {
+	return &Error{Code: Invalid, Param: param, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Range is a 422 naming the parameter.
+func Range(param, format string, args ...any) *Error {
+	return &Error{Code: OutOfRange, Param: param, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Missing is a 404.
+func Missing(param, format string, args ...any) *Error {
+	return &Error{Code: NotFound, Param: param, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Wrap marks err as internal: the client sees only "internal error".
+func Wrap(err error) *Error { return &Error{Code: Internal, Err: err} }
+
+// From returns err as an *Error, treating anything else as Internal.
+func From(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return Wrap(err)
+}
+
+// TypeBase prefixes each problem type URI. Types are stable identifiers
+// documented in the README ("Errors").
+const TypeBase = "https://geotoll.dev/problems/"
+
+// Write sends err as a problem document. Internal errors show no detail.
+func Write(w http.ResponseWriter, r *http.Request, err error) {
+	e := From(err)
+	status := Status(e.Code)
+	doc := map[string]any{
+		"type":   TypeBase + string(e.Code),
+		"title":  http.StatusText(status),
+		"status": status,
+	}
+	if e.Code == Internal {
+		doc["detail"] = "internal error"
+	} else if e.Detail != "" {
+		doc["detail"] = e.Detail
+	}
+	if e.Param != "" {
+		doc["param"] = e.Param
+	}
+	if r != nil {
+		doc["instance"] = r.URL.Path
+	}
+	for k, v := range e.Extra {
+		if _, taken := doc[k]; !taken {
+			doc[k] = v
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", ContentType)
+	h.Set("Cache-Control", "no-store")
+	h.Del("Content-Encoding")
+	h.Del("ETag")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(doc)
+}

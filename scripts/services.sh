@@ -1,0 +1,515 @@
+#!/usr/bin/env bash
+# Development and test services for geotoll: PostgreSQL 15 + PostGIS, and Redis.
+#
+#   scripts/services.sh [up]   start them (idempotent: reuses what already runs)
+#   scripts/services.sh down   stop what this script started
+#   scripts/services.sh status print what runs
+#   scripts/services.sh env    print `export` lines for the Makefile / your shell
+#
+# `up` picks, in order:
+#   * DATABASE_URL set  -> no PostgreSQL is started (that server is used);
+#     REDIS_URL set     -> no Redis is started.
+#   * `docker info` answers and GEOTOLL_NO_DOCKER is unset -> docker compose
+#     with docker-compose.yml.
+#   * otherwise Debian packages (installed when missing) and a PRIVATE
+#     PostgreSQL cluster and Redis under the state dir, on loopback ports. The
+#     system cluster on 5432 is never touched.
+#
+# Settings (environment):
+#   GEOTOLL_STATE_DIR   state dir (default /tmp/geotoll-services); must be
+#                       traversable by the postgres user when run as root
+#   GEOTOLL_PG_PORT     PostgreSQL port (default 55432), 127.0.0.1 only
+#   GEOTOLL_REDIS_PORT  Redis port (default 56379), 127.0.0.1 only
+#   GEOTOLL_NO_DOCKER   set to anything to never use docker
+#   GEOTOLL_WAIT_SECONDS how long to wait for a service to answer (default 30)
+#
+# Everything here is for development and tests only: trust authentication,
+# fsync off, no persistence in Redis.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
+
+STATE=${GEOTOLL_STATE_DIR:-/tmp/geotoll-services}
+PG_PORT=${GEOTOLL_PG_PORT:-55432}
+REDIS_PORT=${GEOTOLL_REDIS_PORT:-56379}
+WAIT_SECONDS=${GEOTOLL_WAIT_SECONDS:-30}
+
+PG_VERSION=15
+PG_BIN=/usr/lib/postgresql/$PG_VERSION/bin
+POSTGIS_CONTROL=/usr/share/postgresql/$PG_VERSION/extension/postgis.control
+PG_DATA=$STATE/pg
+PG_SOCK=$STATE/sock
+PG_LOG=$STATE/pg.log
+REDIS_PIDFILE=$STATE/redis.pid
+REDIS_LOG=$STATE/redis.log
+MODE_FILE=$STATE/mode
+COMPOSE_FILE=$REPO_ROOT/docker-compose.yml
+INIT_SQL=$SCRIPT_DIR/docker-init.sql
+
+log() { printf 'services: %s\n' "$*" >&2; }
+die() {
+	printf 'services: error: %s\n' "$*" >&2
+	exit 1
+}
+
+is_root() { [[ $(id -u) -eq 0 ]]; }
+
+# The OS user that owns and runs the private cluster: PostgreSQL refuses to
+# run as root, so root hands it to `postgres`.
+db_user() {
+	if is_root; then echo postgres; else id -un; fi
+}
+
+# Run a command as the cluster's OS user, from a directory it can enter.
+as_db_user() {
+	if is_root; then
+		(cd / && runuser -u postgres -- "$@")
+	else
+		"$@"
+	fi
+}
+
+# port_in_use PORT: something accepts TCP connections on 127.0.0.1:PORT.
+port_in_use() {
+	# shellcheck disable=SC2016 # $0 is expanded by the inner bash
+	timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$1" 2>/dev/null
+}
+
+check_port() {
+	local name=$1 value=$2
+	if ! [[ $value =~ ^[0-9]+$ ]] || ((value < 1 || value > 65535)); then
+		die "$name=$value is not a TCP port"
+	fi
+}
+
+tail_log() {
+	local file=$1
+	if [[ -r $file ]]; then
+		log "last lines of $file:"
+		tail -n 30 "$file" >&2 || true
+	else
+		log "($file does not exist)"
+	fi
+}
+
+# wait_for DESCRIPTION LOGFILE COMMAND...: retry COMMAND for WAIT_SECONDS.
+wait_for() {
+	local what=$1 logfile=$2
+	shift 2
+	local deadline=$((SECONDS + WAIT_SECONDS))
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)); then
+			tail_log "$logfile"
+			die "$what did not answer within ${WAIT_SECONDS}s"
+		fi
+		sleep 0.5
+	done
+}
+
+# ---------------------------------------------------------------- packages --
+
+need_pg() { [[ -z ${DATABASE_URL:-} ]]; }
+need_redis() { [[ -z ${REDIS_URL:-} ]]; }
+
+apt_install() {
+	local -a sudo=()
+	if ! is_root; then
+		if command -v sudo >/dev/null 2>&1; then
+			if [[ -t 0 ]]; then sudo=(sudo); else sudo=(sudo -n); fi
+		else
+			die "missing Debian packages ($*) and not root, and sudo is not installed: install them as root: apt-get install -y $*"
+		fi
+	fi
+	command -v apt-get >/dev/null 2>&1 ||
+		die "missing packages ($*) and apt-get is not available: install PostgreSQL $PG_VERSION, PostGIS 3 and Redis yourself, or set DATABASE_URL / REDIS_URL"
+	log "installing Debian packages: $*"
+	local try
+	for try in 1 2 3; do
+		if "${sudo[@]}" apt-get update -q >&2 &&
+			"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -q --no-install-recommends "$@" >&2; then
+			return 0
+		fi
+		log "apt-get failed (attempt $try of 3)"
+		sleep $((try * 3))
+	done
+	die "could not install: $*"
+}
+
+ensure_packages() {
+	local -a pkgs=()
+	if need_pg; then
+		[[ -x $PG_BIN/pg_ctl ]] || pkgs+=("postgresql-$PG_VERSION")
+		[[ -f $POSTGIS_CONTROL ]] || pkgs+=("postgresql-$PG_VERSION-postgis-3")
+	fi
+	if need_redis; then
+		command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
+		command -v redis-cli >/dev/null 2>&1 || pkgs+=(redis-tools)
+	fi
+	if ((${#pkgs[@]} > 0)); then
+		apt_install "${pkgs[@]}"
+	fi
+	if need_pg; then
+		[[ -x $PG_BIN/pg_ctl ]] || die "$PG_BIN/pg_ctl is still missing after installing postgresql-$PG_VERSION"
+		[[ -f $POSTGIS_CONTROL ]] || die "$POSTGIS_CONTROL is still missing after installing postgresql-$PG_VERSION-postgis-3"
+		if is_root; then
+			id postgres >/dev/null 2>&1 || die "running as root but there is no 'postgres' user to run PostgreSQL as"
+			command -v runuser >/dev/null 2>&1 || die "runuser (util-linux) is needed to run PostgreSQL as 'postgres'"
+		fi
+	fi
+}
+
+# ---------------------------------------------------------------- state dir --
+
+ensure_state_dir() {
+	mkdir -p "$STATE"
+	if [[ -O $STATE ]]; then chmod 0755 "$STATE"; fi
+	if need_pg && is_root; then
+		# The postgres user must reach the data dir, socket dir and log through
+		# every parent of $STATE (a repo under /root does not qualify).
+		if ! as_db_user test -x "$STATE"; then
+			die "the postgres user cannot enter $STATE (a parent directory is not traversable); set GEOTOLL_STATE_DIR to a path such as /tmp/geotoll-services"
+		fi
+	fi
+}
+
+record_mode() { echo "$1" >"$MODE_FILE"; }
+recorded_mode() {
+	if [[ -f $MODE_FILE ]]; then cat "$MODE_FILE"; else echo none; fi
+}
+
+# ----------------------------------------------------------------- docker ---
+
+docker_usable() {
+	[[ -z ${GEOTOLL_NO_DOCKER:-} ]] || return 1
+	command -v docker >/dev/null 2>&1 || return 1
+	docker info >/dev/null 2>&1 || return 1
+	if ! docker compose version >/dev/null 2>&1; then
+		log "a Docker engine answers but the 'docker compose' plugin is missing; using local packages"
+		return 1
+	fi
+}
+
+compose() {
+	GEOTOLL_PG_PORT=$PG_PORT GEOTOLL_REDIS_PORT=$REDIS_PORT \
+		docker compose -f "$COMPOSE_FILE" --project-directory "$REPO_ROOT" "$@"
+}
+
+docker_up() {
+	local -a svcs=()
+	need_pg && svcs+=(postgis)
+	need_redis && svcs+=(redis)
+	record_mode docker
+	log "starting ${svcs[*]} with docker compose ($COMPOSE_FILE)"
+	compose up -d --wait "${svcs[@]}"
+	log "docker services are up"
+}
+
+# ------------------------------------------------------------- postgresql ---
+
+pg_running() {
+	[[ -f $PG_DATA/PG_VERSION ]] && as_db_user "$PG_BIN/pg_ctl" status -D "$PG_DATA" >/dev/null 2>&1
+}
+
+pg_ready() {
+	"$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -t 2
+}
+
+pg_locale() {
+	if locale -a 2>/dev/null | grep -qiE '^c\.utf-?8$'; then echo C.UTF-8; else echo C; fi
+}
+
+pg_init() {
+	local owner
+	owner=$(db_user)
+	mkdir -p "$PG_SOCK"
+	chown "$owner:" "$PG_SOCK"
+	chmod 0700 "$PG_SOCK"
+	touch "$PG_LOG"
+	chown "$owner:" "$PG_LOG"
+
+	if [[ ! -f $PG_DATA/PG_VERSION ]]; then
+		rm -rf "$PG_DATA"
+		mkdir -p "$PG_DATA"
+		chown "$owner:" "$PG_DATA"
+		chmod 0700 "$PG_DATA"
+		local loc
+		loc=$(pg_locale)
+		log "initdb $PG_DATA (owner $owner, locale $loc)"
+		as_db_user "$PG_BIN/initdb" -D "$PG_DATA" --auth=trust -U postgres \
+			-E UTF8 --locale="$loc" >"$STATE/initdb.log" 2>&1 || {
+			tail_log "$STATE/initdb.log"
+			die "initdb failed"
+		}
+	fi
+	local installed
+	installed=$(cat "$PG_DATA/PG_VERSION")
+	[[ $installed == "$PG_VERSION" ]] ||
+		die "$PG_DATA holds a PostgreSQL $installed cluster, not $PG_VERSION: run '$0 down' and remove $STATE"
+
+	# Rewritten on every start so port / socket changes take effect.
+	as_db_user tee "$PG_DATA/geotoll.conf" >/dev/null <<EOF
+# Written by scripts/services.sh: a throwaway dev/test cluster. fsync and
+# friends are off for speed; never use these settings for data you keep.
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$PG_SOCK'
+shared_preload_libraries = 'pg_stat_statements'
+pg_stat_statements.track = all
+max_connections = 200
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+logging_collector = off
+log_line_prefix = '%m [%p] %q%u@%d '
+EOF
+	if ! grep -q "^include_if_exists = 'geotoll.conf'" "$PG_DATA/postgresql.conf"; then
+		printf "\ninclude_if_exists = 'geotoll.conf'\n" | as_db_user tee -a "$PG_DATA/postgresql.conf" >/dev/null
+	fi
+	# DEV ONLY: trust, no passwords, and only local sockets and loopback.
+	as_db_user tee "$PG_DATA/pg_hba.conf" >/dev/null <<'EOF'
+# Written by scripts/services.sh. DEVELOPMENT/TEST ONLY: trust authentication
+# (no passwords) for the Unix socket and 127.0.0.1. Never expose this cluster.
+# TYPE  DATABASE  USER  ADDRESS       METHOD
+local   all       all                 trust
+host    all       all   127.0.0.1/32  trust
+EOF
+}
+
+pg_bootstrap() {
+	log "creating role geotoll, databases geotoll and geotoll_test, extensions postgis and pg_stat_statements (idempotent)"
+	PGOPTIONS='-c client_min_messages=warning' \
+		"$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+		-v ON_ERROR_STOP=1 -f "$INIT_SQL" >/dev/null ||
+		die "bootstrapping the databases failed (see the psql error above)"
+}
+
+pg_up() {
+	if pg_running; then
+		if pg_ready; then
+			log "PostgreSQL already runs on 127.0.0.1:$PG_PORT (reused; data $PG_DATA)"
+			pg_bootstrap
+			return 0
+		fi
+		die "our PostgreSQL in $PG_DATA runs but does not answer on 127.0.0.1:$PG_PORT (was it started with another GEOTOLL_PG_PORT?); run '$0 down' first"
+	fi
+	if port_in_use "$PG_PORT"; then
+		die "127.0.0.1:$PG_PORT is taken by something that is not this script's PostgreSQL; stop it or set GEOTOLL_PG_PORT"
+	fi
+	pg_init
+	log "starting PostgreSQL $PG_VERSION on 127.0.0.1:$PG_PORT (log $PG_LOG)"
+	if ! as_db_user "$PG_BIN/pg_ctl" start -w -t "$WAIT_SECONDS" -D "$PG_DATA" -l "$PG_LOG" >/dev/null; then
+		tail_log "$PG_LOG"
+		die "PostgreSQL did not start"
+	fi
+	wait_for "PostgreSQL on 127.0.0.1:$PG_PORT" "$PG_LOG" pg_ready
+	pg_bootstrap
+	log "PostgreSQL is up"
+}
+
+pg_down() {
+	if pg_running; then
+		log "stopping PostgreSQL ($PG_DATA)"
+		as_db_user "$PG_BIN/pg_ctl" stop -w -m fast -D "$PG_DATA" >/dev/null
+	else
+		log "PostgreSQL ($PG_DATA) is not running"
+	fi
+}
+
+# ------------------------------------------------------------------ redis ---
+
+# Prints the pid of the Redis this script started, if it still runs.
+redis_pid() {
+	[[ -f $REDIS_PIDFILE ]] || return 1
+	local pid
+	pid=$(tr -dc '0-9' <"$REDIS_PIDFILE")
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
+	# Guard against a recycled pid.
+	[[ $(cat "/proc/$pid/comm" 2>/dev/null) == redis-server* ]] || return 1
+	echo "$pid"
+}
+
+redis_ready() {
+	[[ $(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]
+}
+
+redis_up() {
+	if redis_pid >/dev/null; then
+		if redis_ready; then
+			log "Redis already runs on 127.0.0.1:$REDIS_PORT (reused; pid $(redis_pid))"
+			return 0
+		fi
+		die "our Redis (pid $(redis_pid)) does not answer on 127.0.0.1:$REDIS_PORT (was it started with another GEOTOLL_REDIS_PORT?); run '$0 down' first"
+	fi
+	if port_in_use "$REDIS_PORT"; then
+		die "127.0.0.1:$REDIS_PORT is taken by something that is not this script's Redis; stop it or set GEOTOLL_REDIS_PORT"
+	fi
+	rm -f "$REDIS_PIDFILE"
+	log "starting Redis on 127.0.0.1:$REDIS_PORT (log $REDIS_LOG)"
+	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+		--daemonize yes --pidfile "$REDIS_PIDFILE" --logfile "$REDIS_LOG" --dir "$STATE" ||
+		{
+			tail_log "$REDIS_LOG"
+			die "redis-server did not start"
+		}
+	wait_for "Redis on 127.0.0.1:$REDIS_PORT" "$REDIS_LOG" redis_ready
+	log "Redis is up"
+}
+
+redis_down() {
+	local pid i
+	if ! pid=$(redis_pid); then
+		log "Redis ($REDIS_PIDFILE) is not running"
+		rm -f "$REDIS_PIDFILE"
+		return 0
+	fi
+	log "stopping Redis (pid $pid)"
+	kill "$pid"
+	for ((i = 0; i < 40; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.25
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		log "Redis (pid $pid) ignored SIGTERM; sending SIGKILL"
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$REDIS_PIDFILE"
+}
+
+# --------------------------------------------------------------- commands ---
+
+cmd_up() {
+	check_port GEOTOLL_PG_PORT "$PG_PORT"
+	check_port GEOTOLL_REDIS_PORT "$REDIS_PORT"
+	need_pg || log "DATABASE_URL is set: not starting PostgreSQL"
+	need_redis || log "REDIS_URL is set: not starting Redis"
+	if ! need_pg && ! need_redis; then
+		return 0
+	fi
+	mkdir -p "$STATE"
+	if docker_usable; then
+		docker_up
+		return 0
+	fi
+	if [[ $(recorded_mode) == docker ]]; then
+		log "note: a previous 'up' used docker, which no longer answers; starting local services"
+	fi
+	ensure_packages
+	ensure_state_dir
+	# Check both ports before starting either, so a conflict leaves nothing
+	# half-started.
+	if need_pg && ! pg_running && port_in_use "$PG_PORT"; then
+		die "127.0.0.1:$PG_PORT is taken by something that is not this script's PostgreSQL; stop it or set GEOTOLL_PG_PORT"
+	fi
+	if need_redis && ! redis_pid >/dev/null && port_in_use "$REDIS_PORT"; then
+		die "127.0.0.1:$REDIS_PORT is taken by something that is not this script's Redis; stop it or set GEOTOLL_REDIS_PORT"
+	fi
+	record_mode native
+	need_pg && pg_up
+	need_redis && redis_up
+	return 0
+}
+
+cmd_down() {
+	case $(recorded_mode) in
+	docker)
+		if command -v docker >/dev/null 2>&1; then
+			log "stopping docker compose services"
+			compose down
+		else
+			log "a previous 'up' used docker, but the docker CLI is gone"
+		fi
+		;;
+	*)
+		# Only what lives in $STATE: never the system cluster.
+		if [[ -x $PG_BIN/pg_ctl && -d $PG_DATA ]]; then pg_down; else log "no PostgreSQL cluster in $PG_DATA"; fi
+		redis_down
+		;;
+	esac
+	rm -f "$MODE_FILE"
+}
+
+cmd_status() {
+	local mode rc=0
+	mode=$(recorded_mode)
+	echo "mode:       $mode (state $STATE)"
+	if [[ -n ${DATABASE_URL:-} ]]; then
+		echo "postgresql: external (DATABASE_URL)"
+	elif [[ $mode == docker ]]; then
+		echo "postgresql: docker compose service postgis on 127.0.0.1:$PG_PORT"
+		compose ps postgis || rc=1
+	elif [[ -x $PG_BIN/pg_ctl ]] && pg_running; then
+		if pg_ready; then
+			echo "postgresql: running on 127.0.0.1:$PG_PORT, data $PG_DATA, pid $(head -n1 "$PG_DATA/postmaster.pid")"
+		else
+			echo "postgresql: running (data $PG_DATA) but NOT answering on 127.0.0.1:$PG_PORT"
+			rc=1
+		fi
+	else
+		echo "postgresql: stopped"
+		rc=1
+	fi
+	if [[ -n ${REDIS_URL:-} ]]; then
+		echo "redis:      external (REDIS_URL)"
+	elif [[ $mode == docker ]]; then
+		echo "redis:      docker compose service redis on 127.0.0.1:$REDIS_PORT"
+		compose ps redis || rc=1
+	elif redis_pid >/dev/null; then
+		if command -v redis-cli >/dev/null 2>&1 && redis_ready; then
+			echo "redis:      running on 127.0.0.1:$REDIS_PORT, pid $(redis_pid)"
+		else
+			echo "redis:      running (pid $(redis_pid)) but NOT answering on 127.0.0.1:$REDIS_PORT"
+			rc=1
+		fi
+	else
+		echo "redis:      stopped"
+		rc=1
+	fi
+	return "$rc"
+}
+
+# emit NAME VALUE: one export line, single-quoted so it is safe to eval.
+emit() {
+	local q="'\\''"
+	printf "export %s='%s'\n" "$1" "${2//\'/$q}"
+}
+
+cmd_env() {
+	local pg="127.0.0.1:$PG_PORT" redis="redis://127.0.0.1:$REDIS_PORT/0"
+	local admin read test test_read
+	if [[ -n ${DATABASE_URL:-} ]]; then
+		admin=${GEOTOLL_ADMIN_DATABASE_URL:-$DATABASE_URL}
+		read=$DATABASE_URL
+		test=${GEOTOLL_TEST_DATABASE_URL:-$admin}
+		test_read=${GEOTOLL_TEST_READ_DATABASE_URL:-$DATABASE_URL}
+	else
+		admin=${GEOTOLL_ADMIN_DATABASE_URL:-postgres://geotoll@$pg/geotoll?sslmode=disable}
+		read=${GEOTOLL_READ_DATABASE_URL:-postgres://geotoll_reader@$pg/geotoll?sslmode=disable}
+		test=${GEOTOLL_TEST_DATABASE_URL:-postgres://geotoll@$pg/geotoll_test?sslmode=disable}
+		test_read=${GEOTOLL_TEST_READ_DATABASE_URL:-postgres://geotoll_reader@$pg/geotoll_test?sslmode=disable}
+	fi
+	if [[ -n ${REDIS_URL:-} ]]; then
+		redis=$REDIS_URL
+	fi
+	emit GEOTOLL_ADMIN_DATABASE_URL "$admin"
+	emit GEOTOLL_READ_DATABASE_URL "$read"
+	emit GEOTOLL_TEST_DATABASE_URL "$test"
+	emit GEOTOLL_TEST_READ_DATABASE_URL "$test_read"
+	emit GEOTOLL_REDIS_URL "${GEOTOLL_REDIS_URL:-$redis}"
+	emit GEOTOLL_TEST_REDIS_URL "${GEOTOLL_TEST_REDIS_URL:-$redis}"
+}
+
+main() {
+	local cmd=${1:-up}
+	case $cmd in
+	up) cmd_up ;;
+	down) cmd_down ;;
+	status) cmd_status ;;
+	env) cmd_env ;;
+	-h | --help | help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+	*) die "unknown command '$cmd' (use up, down, status or env)" ;;
+	esac
+}
+
+main "$@"

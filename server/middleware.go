@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"runtime/debug"
+	"time"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// recorder remembers the status and size of a response. Unwrap lets
+// http.ResponseController reach the underlying writer's Flush and deadlines.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (rec *recorder) WriteHeader(code int) {
+	if rec.status == 0 {
+		rec.status = code
+	}
+	rec.ResponseWriter.WriteHeader(code)
+}
+
+func (rec *recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	n, err := rec.ResponseWriter.Write(b)
+	rec.bytes += int64(n)
+	return n, err
+}
+
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+type ctxKey int
+
+const requestIDKey ctxKey = iota
+
+// RequestID returns the request's id (set by the middleware), or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// withRequestID takes a sane X-Request-ID from the client or makes one, and
+// echoes it on the response.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-ID")
+		if !validRequestID.MatchString(id) {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		w.Header().Set("X-Request-ID", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+// withAccessLog logs one line per request, with secrets in the query
+// (?key=) redacted, and recovers panics into a 500 problem.
+func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				log.LogAttrs(r.Context(), slog.LevelError, "panic",
+					slog.Any("panic", v), slog.String("stack", string(debug.Stack())),
+					slog.String("request_id", RequestID(r.Context())))
+				if rec.status == 0 {
+					problem.Write(rec, r, problem.Wrap(nil))
+				}
+			}
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+				slog.String("method", r.Method),
+				slog.String("path", r.URL.Path),
+				slog.String("query", RedactQuery(r.URL.RawQuery)),
+				slog.Int("status", status),
+				slog.Int64("bytes", rec.bytes),
+				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+				slog.String("cost", rec.Header().Get("X-Request-Cost")),
+				slog.String("remote", r.RemoteAddr),
+				slog.String("request_id", RequestID(r.Context())),
+			)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// RedactQuery hides the values of secret query parameters (key, api_key).
+func RedactQuery(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "(unparsable)"
+	}
+	for _, k := range []string{"key", "api_key"} {
+		if _, ok := q[k]; ok {
+			q[k] = []string{"REDACTED"}
+		}
+	}
+	return q.Encode()
+}

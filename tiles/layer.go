@@ -1,0 +1,232 @@
+package tiles
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/problem"
+	queries "github.com/geotoll/geotoll/sql"
+)
+
+// Layer is one vector-tile layer served from one table. Layers come from the
+// server's configuration; nothing in a Layer ever comes from a request.
+type Layer struct {
+	Name           string   `yaml:"name"`            // URL and MVT layer name: [A-Za-z0-9_-]{1,64}
+	Table          string   `yaml:"table"`           // schema.table (or table)
+	GeometryColumn string   `yaml:"geometry_column"` // geometry column used for filtering and drawing
+	SRID           int      `yaml:"srid"`            // SRID of GeometryColumn: 3857 is drawn as is, others are transformed
+	IDColumn       string   `yaml:"id_column"`       // integer feature id
+	Properties     []string `yaml:"properties"`      // allowlisted attribute columns
+	MinZoom        int      `yaml:"minzoom"`
+	MaxZoom        int      `yaml:"maxzoom"`
+	Extent         int      `yaml:"extent"`       // MVT extent, default 4096
+	Buffer         int      `yaml:"buffer"`       // tile units, default 64
+	MaxFeatures    int      `yaml:"max_features"` // LIMIT per tile, default 10000
+	// StatementTimeout bounds each tile query of this layer (SET LOCAL
+	// statement_timeout). It should be tighter than the read role's own.
+	StatementTimeout time.Duration `yaml:"statement_timeout"`
+
+	sql string // rendered once by NewCatalog
+}
+
+// Defaults for unset Layer fields.
+const (
+	DefaultExtent           = 4096
+	DefaultBuffer           = 64
+	DefaultMaxFeatures      = 10000
+	DefaultStatementTimeout = 2 * time.Second
+	maxFeaturesCeiling      = 200000
+)
+
+var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// SQL returns the layer's constant query text.
+func (l *Layer) SQL() string { return l.sql }
+
+// ZoomInRange reports whether z is within the layer's zoom range.
+func (l *Layer) ZoomInRange(z maptile.Zoom) bool {
+	return int(z) >= l.MinZoom && int(z) <= l.MaxZoom
+}
+
+func (l *Layer) withDefaults() {
+	if l.SRID == 0 {
+		l.SRID = 3857
+	}
+	if l.IDColumn == "" {
+		l.IDColumn = "id"
+	}
+	if l.MaxZoom == 0 {
+		l.MaxZoom = int(MaxZoom)
+	}
+	if l.Extent == 0 {
+		l.Extent = DefaultExtent
+	}
+	if l.Buffer == 0 {
+		l.Buffer = DefaultBuffer
+	}
+	if l.MaxFeatures == 0 {
+		l.MaxFeatures = DefaultMaxFeatures
+	}
+	if l.StatementTimeout == 0 {
+		l.StatementTimeout = DefaultStatementTimeout
+	}
+}
+
+func (l *Layer) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !layerName.MatchString(l.Name) {
+		bad("name %q must match %s", l.Name, layerName)
+	}
+	if l.Table == "" || l.GeometryColumn == "" {
+		bad("table and geometry_column are required")
+	}
+	if l.SRID <= 0 {
+		bad("srid %d must be positive", l.SRID)
+	}
+	if l.MinZoom < 0 || l.MaxZoom > int(MaxZoom) || l.MinZoom > l.MaxZoom {
+		bad("zoom range %d..%d must lie within 0..%d", l.MinZoom, l.MaxZoom, MaxZoom)
+	}
+	if l.Extent < 256 || l.Extent > 16384 {
+		bad("extent %d must be within 256..16384", l.Extent)
+	}
+	if l.Buffer < 0 || l.Buffer > l.Extent/2 {
+		bad("buffer %d must be within 0..extent/2", l.Buffer)
+	}
+	if l.MaxFeatures < 1 || l.MaxFeatures > maxFeaturesCeiling {
+		bad("max_features %d must be within 1..%d", l.MaxFeatures, maxFeaturesCeiling)
+	}
+	if l.StatementTimeout < time.Millisecond || l.StatementTimeout > time.Minute {
+		bad("statement_timeout %s must be within 1ms..1m", l.StatementTimeout)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("layer %q: %w", l.Name, err)
+	}
+	return nil
+}
+
+// ident quotes a possibly schema-qualified identifier ("schema.table").
+func ident(name string) string {
+	return pgx.Identifier(strings.Split(name, ".")).Sanitize()
+}
+
+var tileTemplate = template.Must(template.New("tile.sql").Parse(mustQuery("tile.sql")))
+
+func mustQuery(name string) string {
+	text, err := queries.Read(name)
+	if err != nil {
+		panic(err) // compiled in: a missing file is a build defect, caught by every test
+	}
+	return text
+}
+
+// render fills the layer's quoted identifiers into the tile query.
+func (l *Layer) render() error {
+	geom := ident(l.GeometryColumn)
+	data := struct {
+		Table, Geom, ID, GeomExpr, FilterExpr string
+		Props                                 []string
+	}{
+		Table: ident(l.Table),
+		Geom:  geom,
+		ID:    ident(l.IDColumn),
+	}
+	if l.SRID == 3857 {
+		data.GeomExpr = "t." + geom
+		data.FilterExpr = "ST_Expand(env.geom, $7::float8)"
+	} else {
+		srid := strconv.Itoa(l.SRID) // an int from config, not request text
+		data.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
+		data.FilterExpr = "ST_Transform(ST_Expand(env.geom, $7::float8), " + srid + ")"
+	}
+	for _, p := range l.Properties {
+		data.Props = append(data.Props, ident(p))
+	}
+	var buf bytes.Buffer
+	if err := tileTemplate.Execute(&buf, data); err != nil {
+		return fmt.Errorf("layer %q: render tile.sql: %w", l.Name, err)
+	}
+	l.sql = buf.String()
+	return nil
+}
+
+// Catalog is the immutable set of layers a server offers.
+type Catalog struct {
+	byName map[string]*Layer
+	order  []*Layer
+}
+
+// NewCatalog validates layers, fills defaults and renders each layer's query.
+func NewCatalog(layers []Layer) (*Catalog, error) {
+	c := &Catalog{byName: make(map[string]*Layer, len(layers))}
+	var errs []error
+	for i := range layers {
+		l := layers[i] // copy: the catalog owns its layers
+		l.withDefaults()
+		if err := l.validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := c.byName[l.Name]; dup {
+			errs = append(errs, fmt.Errorf("layer %q is defined twice", l.Name))
+			continue
+		}
+		if err := l.render(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.byName[l.Name] = &l
+		c.order = append(c.order, &l)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Layer returns the named layer, or nil.
+func (c *Catalog) Layer(name string) *Layer { return c.byName[name] }
+
+// Layers returns the layers in configuration order.
+func (c *Catalog) Layers() []*Layer { return append([]*Layer(nil), c.order...) }
+
+// MaxComposite is the most layers one composite tile request may name.
+const MaxComposite = 8
+
+// Resolve parses a layer list ("a" or "a,b,c") into layers. An empty or
+// repeated name is a 400; an unknown one a 404; more than MaxComposite a 422.
+func (c *Catalog) Resolve(list string) ([]*Layer, error) {
+	if list == "" {
+		return nil, problem.Malformed("layer", "layer is empty")
+	}
+	names := strings.Split(list, ",")
+	if len(names) > MaxComposite {
+		return nil, problem.Range("layer", "at most %d layers per tile, got %d", MaxComposite, len(names))
+	}
+	out := make([]*Layer, 0, len(names))
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if n == "" {
+			return nil, problem.Malformed("layer", "empty layer name in %q", truncate(list, 64))
+		}
+		if seen[n] {
+			return nil, problem.Malformed("layer", "layer %q is named twice", truncate(n, 64))
+		}
+		seen[n] = true
+		l := c.byName[n]
+		if l == nil {
+			return nil, problem.Missing("layer", "unknown layer %q", truncate(n, 64))
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}

@@ -1,0 +1,111 @@
+package tiles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// Store renders MVT tiles in PostGIS.
+type Store struct {
+	pool *pgxpool.Pool
+	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
+	// database timed out or could not be reached.
+	RetryAfter int
+}
+
+// NewStore returns a Store reading through pool. The pool should connect as
+// the read-only role that the migrations create.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, RetryAfter: 2} }
+
+// Tile renders one tile with one MVT layer per entry of layers, in order,
+// inside one read-only transaction with SET LOCAL statement_timeout (the
+// largest of the layers' timeouts) and jit off. The result may be empty (no
+// features). ctx is the request's: a client that hangs up cancels the query.
+//
+// A statement timeout is a problem.Timeout (503 with Retry-After); an
+// unreachable database is problem.Unavailable.
+func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]byte, error) {
+	if len(layers) == 0 {
+		return nil, problem.Malformed("layer", "no layer")
+	}
+	timeout := time.Duration(0)
+	for _, l := range layers {
+		timeout = max(timeout, l.StatementTimeout)
+	}
+	env := Envelope(t)
+	var tile []byte
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// set_config(…, true) is SET LOCAL with a bound value. It rides in
+		// the same batch as the layer queries: one round trip for all.
+		batch := &pgx.Batch{}
+		batch.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`,
+			strconv.FormatInt(timeout.Milliseconds(), 10))
+		for _, l := range layers {
+			width := env.Max[0] - env.Min[0]
+			bufferM := width * float64(l.Buffer) / float64(l.Extent)
+			batch.Queue(l.sql, env.Min[0], env.Min[1], env.Max[0], env.Max[1],
+				l.Extent, l.Buffer, bufferM, l.MaxFeatures, l.Name)
+		}
+		br := tx.SendBatch(ctx, batch)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		for range layers {
+			var part []byte
+			if err := br.QueryRow().Scan(&part); err != nil {
+				br.Close()
+				return err
+			}
+			// An MVT tile is a protobuf message whose only field is the
+			// repeated layer, so concatenated layers are one valid tile.
+			tile = append(tile, part...)
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, s.classify(ctx, err)
+	}
+	return tile, nil
+}
+
+// Query-cancel SQLSTATE: statement_timeout and cancel requests alike.
+const sqlstateQueryCanceled = "57014"
+
+// classify turns a database error into a problem.
+func (s *Store) classify(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		// The client went away (or the server's write deadline passed): the
+		// query was cancelled on purpose. Nobody reads this response.
+		return &problem.Error{Code: problem.Unavailable, Detail: "request cancelled", Err: ctx.Err()}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled {
+		return &problem.Error{
+			Code:       problem.Timeout,
+			Detail:     "the tile query exceeded its time limit; try again later or at a higher zoom",
+			RetryAfter: s.RetryAfter,
+			Err:        err,
+		}
+	}
+	if pgErr != nil {
+		return problem.Wrap(fmt.Errorf("tile query: %w", err))
+	}
+	// No PgError: the connection could not be had or was lost.
+	return &problem.Error{
+		Code:       problem.Unavailable,
+		Detail:     "the database is unavailable",
+		RetryAfter: s.RetryAfter,
+		Err:        err,
+	}
+}
