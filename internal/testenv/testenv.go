@@ -4,6 +4,7 @@
 // The services are named by environment variables:
 //
 //	GEOTOLL_TEST_DATABASE_URL   a migrated and seeded PostGIS database (owner role)
+//	GEOTOLL_TEST_READ_DATABASE_URL  the same database as the read-only role
 //	GEOTOLL_TEST_REDIS_URL      a Redis server the tests may write to
 //
 // When a variable is unset, the test is skipped — unless
@@ -45,6 +46,17 @@ func DatabaseURL(t testing.TB) string {
 	u := os.Getenv("GEOTOLL_TEST_DATABASE_URL")
 	if u == "" {
 		missing(t, "GEOTOLL_TEST_DATABASE_URL")
+	}
+	return u
+}
+
+// ReadDatabaseURL returns the test database URL of the restricted read role
+// (GEOTOLL_TEST_READ_DATABASE_URL) or skips/fails the test.
+func ReadDatabaseURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("GEOTOLL_TEST_READ_DATABASE_URL")
+	if u == "" {
+		missing(t, "GEOTOLL_TEST_READ_DATABASE_URL")
 	}
 	return u
 }

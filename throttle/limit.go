@@ -1,0 +1,148 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// maxFillSeconds bounds Limit.FillTime. A bucket that takes longer than about
+// 31 years to refill is a configuration mistake, and the bound keeps every
+// millisecond count the bucket produces (TTL, retry, reset) an exact integer in
+// a float64 and in a Redis integer reply.
+const maxFillSeconds = 1e9
+
+// ErrInvalidCost is returned (wrapped) by Store.Spend when the cost is not a
+// finite number greater than zero.
+var ErrInvalidCost = errors.New("throttle: cost must be finite and > 0")
+
+// ErrCostExceedsCapacity is returned (wrapped) by Store.Spend when the cost is
+// larger than the bucket's capacity: such a request could never be admitted,
+// however long the client waited.
+var ErrCostExceedsCapacity = errors.New("throttle: cost exceeds bucket capacity")
+
+// Limit is a token bucket's shape.
+type Limit struct {
+	Rate     float64 // tokens added per second, > 0
+	Capacity float64 // most tokens the bucket holds, > 0
+}
+
+// Validate reports whether the limit can be used: Rate and Capacity must be
+// finite and greater than zero, and the bucket must refill from empty within
+// about 31 years.
+func (l Limit) Validate() error {
+	if !finitePositive(l.Rate) {
+		return fmt.Errorf("throttle: limit rate %v must be finite and > 0", l.Rate)
+	}
+	if !finitePositive(l.Capacity) {
+		return fmt.Errorf("throttle: limit capacity %v must be finite and > 0", l.Capacity)
+	}
+	if fill := l.Capacity / l.Rate; !(fill <= maxFillSeconds) {
+		return fmt.Errorf("throttle: limit refills in %g s, more than the %g s allowed", fill, float64(maxFillSeconds))
+	}
+	return nil
+}
+
+// FillTime is the time the bucket takes to refill from empty: Capacity/Rate.
+// It is also how long Redis keeps an idle bucket.
+func (l Limit) FillTime() time.Duration {
+	return secondsToDuration(l.Capacity / l.Rate)
+}
+
+// secondsToDuration converts seconds to a Duration, saturating instead of
+// overflowing and mapping NaN and negatives to 0.
+func secondsToDuration(s float64) time.Duration {
+	ns := s * float64(time.Second)
+	switch {
+	case !(ns > 0):
+		return 0
+	case ns >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return time.Duration(math.Round(ns))
+}
+
+func finitePositive(v float64) bool {
+	return v > 0 && !math.IsInf(v, 1)
+}
+
+// Result is the outcome of one Spend (or Peek).
+type Result struct {
+	Allowed bool
+	Cost    float64
+	// Remaining is the tokens left after the spend; on a rejection, the
+	// tokens the bucket holds now, unchanged by the request.
+	Remaining float64
+	// RetryAfter is 0 if the spend was allowed; otherwise the time until the
+	// bucket holds Cost tokens: exactly ceil(deficit/rate) in whole
+	// milliseconds, so a client that waits that long is admitted.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the bucket is full again.
+	ResetAfter time.Duration
+	Limit      Limit
+}
+
+// RetryAfterSeconds is the value of the Retry-After header: RetryAfter rounded
+// up to whole seconds, at least 1 when the spend was rejected and 0 when it
+// was allowed.
+func (r Result) RetryAfterSeconds() int {
+	if r.Allowed {
+		return 0
+	}
+	return max(1, ceilSeconds(r.RetryAfter))
+}
+
+// ResetSeconds is ResetAfter rounded up to whole seconds, for the RateLimit
+// and X-RateLimit-Reset headers.
+func (r Result) ResetSeconds() int {
+	return ceilSeconds(r.ResetAfter)
+}
+
+func ceilSeconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// Store withdraws tokens atomically. Implementations: *RedisStore,
+// *MemoryStore. Both run the same algorithm and give the same results for
+// the same sequence of calls at the same times.
+type Store interface {
+	// Spend withdraws cost tokens from the bucket at key iff it holds at
+	// least cost. A rejection deducts nothing. cost must be > 0 and
+	// <= limit.Capacity (else an error wrapping ErrCostExceedsCapacity /
+	// ErrInvalidCost).
+	Spend(ctx context.Context, key string, limit Limit, cost float64) (Result, error)
+	// Peek reports the bucket's state without spending or creating it (used
+	// by GET /budget, never charged). The Result has Cost 0, Allowed true and
+	// RetryAfter 0.
+	Peek(ctx context.Context, key string, limit Limit) (Result, error)
+}
+
+// checkSpend validates the arguments of Store.Spend.
+func checkSpend(limit Limit, cost float64) error {
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	if !finitePositive(cost) {
+		return fmt.Errorf("%w: got %v", ErrInvalidCost, cost)
+	}
+	if cost > limit.Capacity {
+		return fmt.Errorf("%w: cost %g > capacity %g", ErrCostExceedsCapacity, cost, limit.Capacity)
+	}
+	return nil
+}
+
+// BucketKey returns the Redis key for a (tier, identity) bucket, hash-tagged
+// so that Redis Cluster keeps it in one slot: prefix + ":{" + tier + ":" +
+// identity + "}".
+//
+// Tier names must not contain ':' (else two (tier, identity) pairs could share
+// a key), and the prefix must not contain '{' (else its braces would become
+// the hash tag and every bucket would land in one slot).
+func BucketKey(prefix, tier, identity string) string {
+	return prefix + ":{" + tier + ":" + identity + "}"
+}
