@@ -189,7 +189,8 @@ func (t *Toll) logger() *slog.Logger {
 // older X-RateLimit-* trio, and X-Request-Cost.
 func setBudgetHeaders(h http.Header, tier Tier, res throttle.Result) {
 	capacity := int(math.Floor(tier.Limit.Capacity))
-	remaining := int(math.Floor(round3(res.Remaining))) // round first: 41.9999999 of float time is 42
+	// Round to µ-tokens first: float time turns 42 into 41.9999999.
+	remaining := int(math.Floor(math.Round(res.Remaining*1e6) / 1e6))
 	window := int(math.Ceil(tier.Limit.FillTime().Seconds()))
 	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", tier.Name, capacity, window))
 	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", tier.Name, remaining, res.ResetSeconds()))
