@@ -189,8 +189,9 @@ func (t *Toll) logger() *slog.Logger {
 // older X-RateLimit-* trio, and X-Request-Cost.
 func setBudgetHeaders(h http.Header, tier Tier, res throttle.Result) {
 	capacity := int(math.Floor(tier.Limit.Capacity))
-	// Round to µ-tokens first: float time turns 42 into 41.9999999.
-	remaining := int(math.Floor(math.Round(res.Remaining*1e6) / 1e6))
+	// Round to 1e-4 tokens first: float seconds since 1970 carry ~5e-6
+	// tokens of noise (42 arrives as 41.999995).
+	remaining := int(math.Floor(math.Round(res.Remaining*1e4) / 1e4))
 	window := int(math.Ceil(tier.Limit.FillTime().Seconds()))
 	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", tier.Name, capacity, window))
 	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", tier.Name, remaining, res.ResetSeconds()))
