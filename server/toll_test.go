@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -186,8 +187,8 @@ func TestTollFailModes(t *testing.T) {
 			}
 			if tc.mode == FailLocal {
 				rem, _ := strconv.ParseFloat(w.Header().Get("X-RateLimit-Remaining"), 64)
-				if rem != 98 { // 100 − 1.0x, floored
-					t.Errorf("local remaining %v, want 98", rem)
+				if want := math.Floor(100 - toll.TilePrice(z14) + 1e-4); rem != want {
+					t.Errorf("local remaining %v, want %v", rem, want)
 				}
 			}
 		})
