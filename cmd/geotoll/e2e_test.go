@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/encoding/mvt"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+)
+
+// startServer runs a whole geotoll (the same Main the binary runs) against
+// the real test PostGIS and Redis, on a loopback port.
+func startServer(t *testing.T, edit func(*Config)) (base string, cfg Config) {
+	t.Helper()
+	cfg = DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Database.URL = testenv.ReadDatabaseURL(t)
+	cfg.Redis.URL = testenv.RedisURL(t)
+	cfg.Throttle.Prefix = testenv.Prefix(t)
+	if edit != nil {
+		edit(&cfg)
+	}
+	m := &Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := m.Open(ctx); err != nil {
+		cancel()
+		t.Fatalf("open: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return "http://" + m.Addr(), cfg
+}
+
+func get(t *testing.T, url, key string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+func tileURL(base, layer string, tile maptile.Tile) string {
+	return base + "/tiles/" + layer + "/" + strconv.Itoa(int(tile.Z)) + "/" + strconv.Itoa(int(tile.X)) + "/" + strconv.Itoa(int(tile.Y)) + ".mvt"
+}
+
+// The seed's Verification session, for tiles: cheap tiles pass repeatedly,
+// expensive ones drain the bucket, and Retry-After is honest.
+func TestEndToEndCheapAndExpensiveTiles(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	berlin := maptile.At(orb.Point{13.405, 52.52}, 14)
+
+	key := testenv.Prefix(t) // a fresh key per test
+	for i := 0; i < 20; i++ {
+		resp, body := get(t, tileURL(base, "places", berlin), key)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("z14 request %d: %d %s", i+1, resp.StatusCode, body)
+		}
+		if i == 0 {
+			if ct := resp.Header.Get("Content-Type"); ct != "application/vnd.mapbox-vector-tile" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			layers, err := mvt.Unmarshal(body)
+			if err != nil {
+				t.Fatalf("decode MVT: %v", err)
+			}
+			if len(layers) != 1 || layers[0].Name != "places" || len(layers[0].Features) == 0 {
+				t.Fatalf("dense z14 tile: %d layers, want places with features", len(layers))
+			}
+			layers.ProjectToWGS84(berlin)
+			b := berlin.Bound()
+			pad := (b.Max[0] - b.Min[0]) * 64 / 4096 * 1.01 // buffer, in degrees
+			for _, f := range layers[0].Features {
+				p, ok := f.Geometry.(orb.Point)
+				if !ok || p[0] < b.Min[0]-pad || p[0] > b.Max[0]+pad || p[1] < b.Min[1]-pad || p[1] > b.Max[1]+pad {
+					t.Fatalf("feature %v outside tile %v", f.Geometry, b)
+				}
+			}
+		}
+		if resp.Header.Get("X-Request-Cost") == "" || resp.Header.Get("X-RateLimit-Remaining") == "" {
+			t.Fatalf("priced response without budget headers: %v", resp.Header)
+		}
+	}
+
+	heavy := testenv.Prefix(t)
+	z2 := maptile.At(orb.Point{13.405, 52.52}, 2)
+	var refused *http.Response
+	for i := 1; i <= 3 && refused == nil; i++ {
+		resp, body := get(t, tileURL(base, "places", z2), heavy)
+		switch resp.StatusCode {
+		case http.StatusOK:
+		case http.StatusTooManyRequests:
+			if i == 1 {
+				t.Fatal("the first z2 tile of a fresh key was refused")
+			}
+			refused = resp
+		default:
+			t.Fatalf("z2 request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if refused == nil {
+		t.Fatal("three z2 tiles in a row were all admitted")
+	}
+	retry, err := strconv.Atoi(refused.Header.Get("Retry-After"))
+	if err != nil || retry < 1 {
+		t.Fatalf("Retry-After %q", refused.Header.Get("Retry-After"))
+	}
+	time.Sleep(time.Duration(retry) * time.Second)
+	if resp, body := get(t, tileURL(base, "places", z2), heavy); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after Retry-After: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestEndToEndBucketKeysAreHashTagged(t *testing.T) {
+	t.Parallel()
+	base, cfg := startServer(t, nil)
+	resp, _ := get(t, base+"/tiles/places/10/550/335.mvt", "")
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	rdb := testenv.Redis(t)
+	keys, err := rdb.Keys(context.Background(), cfg.Throttle.Prefix+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0] != cfg.Throttle.Prefix+":{anonymous:ip:127.0.0.1}" {
+		t.Fatalf("bucket keys %q", keys)
+	}
+	if ttl := rdb.PTTL(context.Background(), keys[0]).Val(); ttl <= 0 {
+		t.Errorf("bucket has no expiry (PTTL %v)", ttl)
+	}
+}
+
+func TestEndToEndBadInput(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/tiles/places/x/0/0.mvt", 400},
+		{"/tiles/places/23/0/0.mvt", 422},
+		{"/tiles/places/2/4/0.mvt", 422},
+		{"/tiles/nope/2/0/0.mvt", 404},
+		{"/tiles/places/2/0/0.png", 404},
+		{"/tiles/places%3Bdrop/2/0/0.mvt", 404},
+	} {
+		resp, body := get(t, base+tc.path, "")
+		if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %q %s, want %d problem+json", tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), body, tc.status)
+		}
+		if resp.Header.Get("X-Request-Cost") != "" {
+			t.Errorf("%s: refused input was priced", tc.path)
+		}
+	}
+}
