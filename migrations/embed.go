@@ -64,7 +64,10 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 
 func provider(db *sql.DB) (*goose.Provider, error) {
 	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
-		goose.WithTableName("geotoll_schema_migrations"))
+		// Schema-qualified: with an unqualified name, a role named like a
+		// schema ("$user" in search_path) would find a different table once
+		// migration 1 created that schema.
+		goose.WithTableName("public.geotoll_schema_migrations"))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}

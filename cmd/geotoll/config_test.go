@@ -1,0 +1,95 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestLoadConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "geotoll.yaml")
+	if err := os.WriteFile(path, []byte(`
+listen: ":9000"
+database:
+  url: postgres://file/db
+redis:
+  url: redis://file:6379
+  timeout: 80ms
+throttle:
+  keyed: {rate: 5, capacity: 90}
+layers:
+  - name: only
+    table: geotoll.places
+    geometry_column: geom_3857
+    weights: {area_weight: 2}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, rest, err := LoadConfig([]string{"-config", path, "-redis-url", "redis://flag:1", "serve"},
+		env(map[string]string{"DATABASE_URL": "postgres://env/db", "LISTEN": ":7000"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != 1 || rest[0] != "serve" {
+		t.Errorf("rest = %q", rest)
+	}
+	if cfg.Listen != ":7000" || cfg.Database.URL != "postgres://env/db" || cfg.Database.AdminURL != "postgres://env/db" {
+		t.Errorf("env did not override file: %+v", cfg)
+	}
+	if cfg.Redis.URL != "redis://flag:1" || cfg.Redis.Timeout != 80*time.Millisecond {
+		t.Errorf("redis: %+v", cfg.Redis)
+	}
+	if cfg.Throttle.Keyed.Capacity != 90 || cfg.Throttle.Anonymous.Capacity != DefaultConfig().Throttle.Anonymous.Capacity {
+		t.Errorf("throttle: %+v", cfg.Throttle)
+	}
+	cat, weights, err := cfg.catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cat.Layers()) != 1 || weights["only"].AreaWeight != 2 || weights["only"].MaxCost != 60 {
+		t.Errorf("layers/weights: %v %+v", cat.Layers(), weights["only"])
+	}
+}
+
+func TestLoadConfigRejects(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unknown field", "nonsense: 1\n", "nonsense"},
+		{"bad level", "log_level: loud\n", "log_level"},
+		{"bad duration", "http: {read_timeout: 0s}\n", "read_timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := LoadConfig([]string{"-config", path}, env(nil))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want mention of %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaultConfigIsPayable(t *testing.T) {
+	toll, err := DefaultConfig().toll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	toll.FailMode = "closed"
+	if err := toll.Validate(); err != nil {
+		t.Fatalf("default tiers cannot pay the default prices: %v", err)
+	}
+	cfg := DefaultConfig()
+	cfg.Throttle.Anonymous.Capacity = 50 // below max_cost 60
+	toll, _ = cfg.toll()
+	toll.FailMode = "closed"
+	if err := toll.Validate(); err == nil {
+		t.Fatal("a tier below max_cost was accepted")
+	}
+}
