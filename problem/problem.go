@@ -121,7 +121,7 @@ func From(err error) *Error {
 
 // TypeBase prefixes each problem type URI. Types are stable identifiers
 // documented in the README ("Errors").
-const TypeBase = "https://geotoll.dev/problems/"
+const TypeBase = "urn:geotoll:problem:"
 
 // Write sends err as a problem document. Internal errors show no detail.
 func Write(w http.ResponseWriter, r *http.Request, err error) {
