@@ -1,0 +1,127 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+func TestClientIP(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"ipv4", "192.0.2.1:443", "192.0.2.1"},
+		{"ipv6 grouped by /64", "[2001:db8:1:2:aaaa::1]:80", "2001:db8:1:2::/64"},
+		{"same /64, other host", "[2001:db8:1:2:bbbb::9]:80", "2001:db8:1:2::/64"},
+		{"v4-mapped v6", "[::ffff:192.0.2.1]:80", "192.0.2.1"},
+		{"zone dropped", "[fe80::1%eth0]:80", "fe80::/64"},
+		{"no port", "192.0.2.1", "192.0.2.1"},
+		{"garbage", "not-an-address", "unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := clientIP(tc.in); got != tc.want {
+				t.Errorf("clientIP(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIdentifyHashesKeys(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-API-Key", "secret-key")
+	c := identify(r, "keyed", "anonymous")
+	if c.Tier != "keyed" || !strings.HasPrefix(c.Identity, "k:") || strings.Contains(c.Identity, "secret") {
+		t.Fatalf("identify = %+v", c)
+	}
+	r.Header.Set("X-API-Key", "other-key")
+	if c2 := identify(r, "keyed", "anonymous"); c2.Identity == c.Identity {
+		t.Fatal("two keys share an identity")
+	}
+	r.Header.Del("X-API-Key")
+	if c3 := identify(r, "keyed", "anonymous"); c3.Tier != "anonymous" || c3.Identity != "ip:192.0.2.1" {
+		t.Fatalf("anonymous identify = %+v", c3)
+	}
+}
+
+func TestRedactQuery(t *testing.T) {
+	got := RedactQuery("key=s3cret&lng=1&api_key=x")
+	if strings.Contains(got, "s3cret") || strings.Contains(got, "=x") || !strings.Contains(got, "lng=1") {
+		t.Fatalf("RedactQuery = %q", got)
+	}
+}
+
+func TestRoutesAndMiddleware(t *testing.T) {
+	var logs bytes.Buffer
+	h := New(Options{
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Checks: map[string]Check{
+			"good": func(context.Context) error { return nil },
+			"bad":  func(context.Context) error { return errors.New("boom") },
+		},
+	})
+	get := func(path string, hdr ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+
+	if w := get("/healthz"); w.Code != 200 || w.Body.String() != "ok\n" {
+		t.Errorf("healthz %d %q", w.Code, w.Body)
+	}
+	w := get("/readyz")
+	var ready struct {
+		Ready  bool
+		Checks map[string]string
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &ready); err != nil || w.Code != 503 || ready.Ready ||
+		ready.Checks["good"] != "ok" || !strings.Contains(ready.Checks["bad"], "boom") {
+		t.Errorf("readyz %d %s", w.Code, w.Body)
+	}
+	w = get("/nope?key=s3cret", "X-Request-ID", "abc-123")
+	if w.Code != 404 || w.Header().Get("Content-Type") != problem.ContentType {
+		t.Errorf("unknown route: %d %q", w.Code, w.Header().Get("Content-Type"))
+	}
+	if got := w.Header().Get("X-Request-ID"); got != "abc-123" {
+		t.Errorf("request id not echoed: %q", got)
+	}
+	if w := get("/healthz", "X-Request-ID", "bad id with spaces"); w.Header().Get("X-Request-ID") == "bad id with spaces" {
+		t.Error("unsafe request id echoed")
+	}
+	r := httptest.NewRequest(http.MethodPost, "/healthz", nil)
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /healthz: %d", w.Code)
+	}
+	if strings.Contains(logs.String(), "s3cret") {
+		t.Error("access log leaks ?key=")
+	}
+	if !strings.Contains(logs.String(), `"request_id":"abc-123"`) {
+		t.Error("access log lacks the request id")
+	}
+}
+
+func TestPanicBecomes500(t *testing.T) {
+	var logs bytes.Buffer
+	h := withAccessLog(slog.New(slog.NewJSONHandler(&logs, nil)), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic("kaboom")
+	}))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/x", nil))
+	if w.Code != 500 || w.Header().Get("Content-Type") != problem.ContentType || strings.Contains(w.Body.String(), "kaboom") {
+		t.Fatalf("panic answered %d %q %s", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
+	if !strings.Contains(logs.String(), "kaboom") {
+		t.Error("panic not logged")
+	}
+}
