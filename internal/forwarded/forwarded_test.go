@@ -1,0 +1,102 @@
+package forwarded
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func req(remote string, hdr ...string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "http://geotoll.local/x", nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Add(hdr[i], hdr[i+1])
+	}
+	return r
+}
+
+func TestClientAddr(t *testing.T) {
+	trusted, err := ParseTrusted([]string{"10.0.0.0/8", "2001:db8:ffff::/48", "192.0.2.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		r    *http.Request
+		want string
+	}{
+		{"no proxy", req("203.0.113.9:1234"), "203.0.113.9"},
+		{"spoofed XFF from an untrusted peer is ignored", req("203.0.113.9:1234", "X-Forwarded-For", "1.1.1.1"), "203.0.113.9"},
+		{"trusted proxy", req("10.1.2.3:80", "X-Forwarded-For", "198.51.100.7"), "198.51.100.7"},
+		{"chain: right-most untrusted", req("10.1.2.3:80", "X-Forwarded-For", "6.6.6.6, 198.51.100.7, 10.9.9.9"), "198.51.100.7"},
+		{"chain over two header lines", req("10.1.2.3:80", "X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "198.51.100.7"), "198.51.100.7"},
+		{"all hops trusted: left-most", req("10.1.2.3:80", "X-Forwarded-For", "10.0.0.1, 10.0.0.2"), "10.0.0.1"},
+		{"malformed XFF falls back to the peer", req("10.1.2.3:80", "X-Forwarded-For", "198.51.100.7, nonsense"), "10.1.2.3"},
+		{"empty XFF falls back", req("10.1.2.3:80", "X-Forwarded-For", ""), "10.1.2.3"},
+		{"XFF with ports", req("10.1.2.3:80", "X-Forwarded-For", "198.51.100.7:5555"), "198.51.100.7"},
+		{"IPv6 XFF", req("10.1.2.3:80", "X-Forwarded-For", "[2001:db8:1::5]:443"), "2001:db8:1::5"},
+		{"trusted IPv6 proxy", req("[2001:db8:ffff::1]:80", "X-Forwarded-For", "2001:db8:2::9"), "2001:db8:2::9"},
+		{"single trusted address", req("192.0.2.1:80", "X-Forwarded-For", "198.51.100.8"), "198.51.100.8"},
+		{"Forwarded preferred", req("10.1.2.3:80", "Forwarded", `for=198.51.100.7;proto=https, for="[2001:db8:3::1]:80"`, "X-Forwarded-For", "6.6.6.6"), "2001:db8:3::1"},
+		{"Forwarded malformed falls back", req("10.1.2.3:80", "Forwarded", "for"), "10.1.2.3"},
+		{"Forwarded obfuscated node falls back", req("10.1.2.3:80", "Forwarded", "for=_hidden"), "10.1.2.3"},
+		{"v4-mapped peer", req("[::ffff:203.0.113.9]:1"), "203.0.113.9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := trusted.ClientAddr(tc.r).String(); got != tc.want {
+				t.Errorf("ClientAddr = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseTrustedRejects(t *testing.T) {
+	for _, bad := range []string{"10.0.0.0/33", "nope", "1.2.3"} {
+		if _, err := ParseTrusted([]string{bad}); err == nil {
+			t.Errorf("ParseTrusted(%q) accepted", bad)
+		}
+	}
+}
+
+func TestHostProto(t *testing.T) {
+	trusted, _ := ParseTrusted([]string{"10.0.0.0/8"})
+	h, p := trusted.HostProto(req("203.0.113.9:1", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https"))
+	if h != "geotoll.local" || p != "http" {
+		t.Errorf("untrusted peer: %s %s", h, p)
+	}
+	h, p = trusted.HostProto(req("10.0.0.1:1", "X-Forwarded-Host", "tiles.example.com", "X-Forwarded-Proto", "https"))
+	if h != "tiles.example.com" || p != "https" {
+		t.Errorf("trusted peer: %s %s", h, p)
+	}
+	h, p = trusted.HostProto(req("10.0.0.1:1", "Forwarded", `host="maps.example.org";proto=https`))
+	if h != "maps.example.org" || p != "https" {
+		t.Errorf("Forwarded: %s %s", h, p)
+	}
+	h, _ = trusted.HostProto(req("10.0.0.1:1", "X-Forwarded-Host", "bad host/<script>"))
+	if h != "geotoll.local" {
+		t.Errorf("invalid forwarded host accepted: %s", h)
+	}
+}
+
+// FuzzClientAddr: arbitrary forwarding headers never panic, and the answer is
+// always either the peer or an address that appears in the headers.
+func FuzzClientAddr(f *testing.F) {
+	for _, s := range []string{"198.51.100.7", "1.1.1.1, 10.0.0.1", "[2001:db8::1]:80", "", ",,,", "for=1.2.3.4", `for="[::1]"`, "unknown", "1.2.3.4:99999"} {
+		f.Add(s, s)
+	}
+	trusted, _ := ParseTrusted([]string{"10.0.0.0/8", "::1/128"})
+	f.Fuzz(func(t *testing.T, xff, fwd string) {
+		r := req("10.0.0.9:1000", "X-Forwarded-For", xff)
+		got := trusted.ClientAddr(r)
+		if !got.IsValid() {
+			t.Fatalf("invalid client address for XFF %q", xff)
+		}
+		r2 := req("10.0.0.9:1000", "Forwarded", fwd)
+		if !trusted.ClientAddr(r2).IsValid() {
+			t.Fatalf("invalid client address for Forwarded %q", fwd)
+		}
+		if untrusted := trusted.ClientAddr(req("203.0.113.1:1", "X-Forwarded-For", xff)); untrusted.String() != "203.0.113.1" {
+			t.Fatalf("untrusted peer overridden by %q → %s", xff, untrusted)
+		}
+	})
+}
