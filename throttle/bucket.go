@@ -78,6 +78,21 @@ func step(prev bucketState, found bool, now, rate, capacity, cost float64) outco
 	return o
 }
 
+// refundStep is bucket.lua's "refund" mode: give cost back to a bucket,
+// capped at capacity. A missing bucket is full and stays unwritten.
+func refundStep(prev bucketState, found bool, now, rate, capacity, cost float64) outcome {
+	o := step(prev, found, now, rate, capacity, 0) // refill as of now
+	o.Allowed = true
+	if found {
+		o.Tokens = min(capacity, o.Tokens+cost)
+		o.Write = true
+		o.Next = bucketState{Tokens: o.Tokens, TS: now}
+		o.TTLMS = ceilMS(capacity / rate)
+	}
+	o.ResetMS = ceilMS((capacity - o.Tokens) / rate)
+	return o
+}
+
 // ceilMS is math.ceil(s * 1000) as bucket.lua computes it, for seconds s in
 // [0, maxFillSeconds].
 func ceilMS(s float64) int64 {

@@ -3,9 +3,13 @@
 -- KEYS[1]  the bucket: a hash {tokens, ts}, ts in Unix seconds
 -- ARGV[1]  rate      tokens added per second, finite, > 0
 -- ARGV[2]  capacity  most tokens the bucket holds, finite, > 0
--- ARGV[3]  cost      tokens to withdraw: 0 < cost <= capacity ("spend");
---                    ignored by "peek"
--- ARGV[4]  mode      "spend" or "peek"
+-- ARGV[3]  cost      tokens to withdraw: 0 < cost <= capacity ("spend"),
+--                    or to give back ("refund"); ignored by "peek"
+-- ARGV[4]  mode      "spend", "peek" or "refund"
+--
+-- "refund" undoes a spend whose request was refused elsewhere (by the global
+-- bucket or the in-flight cap): it adds cost back, capped at capacity. A
+-- missing bucket is a full one, so a refund to it writes nothing.
 --
 -- Reply: {allowed (1|0), remaining (string, "%.17g"), retry_after_ms, reset_ms}
 --
@@ -42,12 +46,12 @@ if rate <= 0 then return redis.error_reply('ERR geotoll bucket: rate must be > 0
 if capacity <= 0 then return redis.error_reply('ERR geotoll bucket: capacity must be > 0') end
 if mode == 'peek' then
   cost = 0
-elseif mode == 'spend' then
+elseif mode == 'spend' or mode == 'refund' then
   if cost <= 0 or cost > capacity then
     return redis.error_reply('ERR geotoll bucket: cost must be > 0 and <= capacity')
   end
 else
-  return redis.error_reply('ERR geotoll bucket: mode must be "spend" or "peek"')
+  return redis.error_reply('ERR geotoll bucket: mode must be "spend", "peek" or "refund"')
 end
 
 -- The clock is Redis's, read inside the script: every replica of geotoll
@@ -70,6 +74,16 @@ local elapsed = now - ts
 if not (elapsed > 0) then elapsed = 0 end -- a clock that stepped back refills nothing
 tokens = tokens + elapsed * rate
 if tokens > capacity then tokens = capacity end
+
+if mode == 'refund' then
+  if state[1] then
+    tokens = tokens + cost
+    if tokens > capacity then tokens = capacity end
+    redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'ts', string.format('%.17g', now))
+    redis.call('PEXPIRE', key, string.format('%.0f', math.ceil(capacity / rate * 1000)))
+  end
+  return {1, string.format('%.17g', tokens), 0, math.ceil((capacity - tokens) / rate * 1000)}
+end
 
 local allowed = tokens >= cost
 local retry_ms = 0

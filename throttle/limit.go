@@ -120,6 +120,11 @@ type Store interface {
 	// by GET /budget, never charged). The Result has Cost 0, Allowed true and
 	// RetryAfter 0.
 	Peek(ctx context.Context, key string, limit Limit) (Result, error)
+	// Admit grants a whole Ask — several buckets and an in-flight slot —
+	// all or nothing (see Ask).
+	Admit(ctx context.Context, ask Ask) (Answer, error)
+	// Release frees a slot that Admit acquired.
+	Release(ctx context.Context, slot Slot) error
 }
 
 // checkSpend validates the arguments of Store.Spend.

@@ -35,7 +35,8 @@ type MemoryStore struct {
 
 	mu      sync.Mutex
 	buckets map[string]*memBucket
-	byExp   expiryHeap // the same buckets, soonest expiry first
+	byExp   expiryHeap                  // the same buckets, soonest expiry first
+	slots   map[string]map[string]int64 // in-flight ids → expiry (Unix µs), by slot key
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -110,20 +111,26 @@ func (s *MemoryStore) apply(key string, limit Limit, cost float64) Result {
 	}
 	o := step(prev, b != nil, timeSeconds(t), limit.Rate, limit.Capacity, cost)
 	if o.Write {
-		expires := nowUS + o.TTLMS*1000
-		if b == nil {
-			b = &memBucket{key: key, state: o.Next, expires: expires}
-			s.buckets[key] = b
-			heap.Push(&s.byExp, b)
-			for len(s.buckets) > s.maxKeys {
-				s.drop(s.byExp[0])
-			}
-		} else {
-			b.state, b.expires = o.Next, expires
-			heap.Fix(&s.byExp, b.index)
-		}
+		s.writeLocked(key, o, nowUS)
 	}
 	return o.result(limit, cost)
+}
+
+// writeLocked stores an outcome's next state with its TTL.
+func (s *MemoryStore) writeLocked(key string, o outcome, nowUS int64) {
+	expires := nowUS + o.TTLMS*1000
+	b := s.buckets[key]
+	if b == nil {
+		b = &memBucket{key: key, state: o.Next, expires: expires}
+		s.buckets[key] = b
+		heap.Push(&s.byExp, b)
+		for len(s.buckets) > s.maxKeys {
+			s.drop(s.byExp[0])
+		}
+		return
+	}
+	b.state, b.expires = o.Next, expires
+	heap.Fix(&s.byExp, b.index)
 }
 
 // sweep drops the buckets that have expired by nowUS. Each bucket is swept at
