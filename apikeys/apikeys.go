@@ -1,0 +1,231 @@
+// Package apikeys stores API keys in PostgreSQL and keeps them in memory for
+// the request path.
+//
+// A key is shown once, when it is created; the database holds only its
+// SHA-256, a short prefix to recognise it by, a name and a tier. The server
+// looks keys up in a Ring: an in-memory copy of the active keys that a
+// background loop refreshes, so no request waits on the database to learn
+// who it is, and a revocation takes effect within one refresh interval.
+package apikeys
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	queries "github.com/geotoll/geotoll/sql"
+)
+
+// Key is one API key's record (never the key itself).
+type Key struct {
+	ID        int64
+	Name      string
+	Tier      string
+	Admin     bool
+	Prefix    string // first characters of the key
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// Hash is the SHA-256 of a key, the only form in which keys are stored.
+type Hash [sha256.Size]byte
+
+// HashOf returns the hash of key.
+func HashOf(key string) Hash { return sha256.Sum256([]byte(key)) }
+
+// keyPrefix marks geotoll keys, so leaked ones can be found by secret scanners.
+const keyPrefix = "gt_"
+
+// MaxKeyLength bounds what a client may present as a key; longer strings
+// are malformed before they are hashed.
+const MaxKeyLength = 128
+
+// Generate returns a new random key: "gt_" and 32 random bytes, base64url.
+func Generate() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return keyPrefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+var (
+	validName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	validTier = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+)
+
+// Errors of Store.
+var (
+	ErrNotFound  = errors.New("apikeys: no such key")
+	ErrNameTaken = errors.New("apikeys: a key with that name exists")
+	ErrInvalid   = errors.New("apikeys: invalid name or tier")
+)
+
+// Store reads and writes keys. Create and Revoke need the schema owner's
+// pool; Active needs only SELECT (the read role has it).
+type Store struct{ pool *pgxpool.Pool }
+
+// NewStore returns a Store over pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Create makes a key for name in tier and returns the key — the only time it
+// is ever seen — with its record.
+func (s *Store) Create(ctx context.Context, name, tier string, admin bool) (string, Key, error) {
+	if !validName.MatchString(name) || !validTier.MatchString(tier) {
+		return "", Key{}, fmt.Errorf("%w: name must match %s, tier %s", ErrInvalid, validName, validTier)
+	}
+	plain, err := Generate()
+	if err != nil {
+		return "", Key{}, err
+	}
+	h := HashOf(plain)
+	k := Key{Name: name, Tier: tier, Admin: admin, Prefix: plain[:len(keyPrefix)+6]}
+	err = s.pool.QueryRow(ctx, `INSERT INTO geotoll.api_keys (name, tier, key_hash, key_prefix, admin)
+VALUES ($1, $2, $3, $4, $5) RETURNING id, created_at`, name, tier, h[:], k.Prefix, admin).Scan(&k.ID, &k.CreatedAt)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return "", Key{}, ErrNameTaken
+	}
+	if err != nil {
+		return "", Key{}, err
+	}
+	return plain, k, nil
+}
+
+// List returns every key, revoked ones included, oldest first.
+func (s *Store) List(ctx context.Context) ([]Key, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, name, tier, admin, key_prefix, created_at, revoked_at
+FROM geotoll.api_keys ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
+		var k Key
+		err := row.Scan(&k.ID, &k.Name, &k.Tier, &k.Admin, &k.Prefix, &k.CreatedAt, &k.RevokedAt)
+		return k, err
+	})
+}
+
+// Revoke marks the named key revoked. Revoking twice is not an error.
+func (s *Store) Revoke(ctx context.Context, name string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE geotoll.api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1`, name)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+var activeSQL = mustQuery("api_keys_active.sql")
+
+func mustQuery(name string) string {
+	text, err := queries.Read(name)
+	if err != nil {
+		panic(err) // compiled in: a missing file is a build defect caught by every test
+	}
+	return text
+}
+
+// Active returns the keys that are not revoked, by hash.
+func (s *Store) Active(ctx context.Context) (map[Hash]Key, error) {
+	rows, err := s.pool.Query(ctx, activeSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[Hash]Key)
+	for rows.Next() {
+		var (
+			k    Key
+			hash []byte
+		)
+		if err := rows.Scan(&k.ID, &k.Name, &k.Tier, &hash, &k.Admin); err != nil {
+			return nil, err
+		}
+		if len(hash) != len(Hash{}) {
+			return nil, fmt.Errorf("apikeys: key %q has a %d-byte hash", k.Name, len(hash))
+		}
+		out[Hash(hash)] = k
+	}
+	return out, rows.Err()
+}
+
+// Ring is the in-memory set of active keys. Lookups never block on the
+// database; Run refreshes it in the background.
+type Ring struct {
+	load     func(context.Context) (map[Hash]Key, error)
+	interval time.Duration
+	log      *slog.Logger
+	keys     atomic.Pointer[map[Hash]Key]
+	loaded   atomic.Int64 // unix nanos of the last successful load
+}
+
+// NewRing returns a Ring that loads keys with load (usually Store.Active)
+// every interval.
+func NewRing(load func(context.Context) (map[Hash]Key, error), interval time.Duration, log *slog.Logger) *Ring {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Ring{load: load, interval: interval, log: log}
+}
+
+// Refresh loads the keys now.
+func (r *Ring) Refresh(ctx context.Context) error {
+	keys, err := r.load(ctx)
+	if err != nil {
+		return err
+	}
+	r.keys.Store(&keys)
+	r.loaded.Store(time.Now().UnixNano())
+	return nil
+}
+
+// Run refreshes every interval until ctx ends. A failed refresh keeps the
+// previous keys (a database blip must not lock every client out) and is
+// logged.
+func (r *Ring) Run(ctx context.Context) {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("api key refresh failed; keeping the previous keys", "err", err)
+			}
+		}
+	}
+}
+
+// Lookup returns the active key whose plaintext is key.
+func (r *Ring) Lookup(key string) (Key, bool) {
+	m := r.keys.Load()
+	if m == nil || len(key) == 0 || len(key) > MaxKeyLength {
+		return Key{}, false
+	}
+	k, ok := (*m)[HashOf(key)]
+	return k, ok
+}
+
+// Age is how long ago the keys were last loaded (-1 if never).
+func (r *Ring) Age() time.Duration {
+	at := r.loaded.Load()
+	if at == 0 {
+		return -1
+	}
+	return time.Since(time.Unix(0, at))
+}

@@ -1,0 +1,130 @@
+package apikeys_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/internal/testenv"
+)
+
+func TestGenerate(t *testing.T) {
+	a, err := apikeys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := apikeys.Generate()
+	if a == b || !strings.HasPrefix(a, "gt_") || len(a) != 46 {
+		t.Fatalf("keys %q %q", a, b)
+	}
+	if apikeys.HashOf(a) == apikeys.HashOf(b) {
+		t.Fatal("distinct keys share a hash")
+	}
+}
+
+func TestStoreAndRing(t *testing.T) {
+	ctx := context.Background()
+	store := apikeys.NewStore(testenv.Pool(t))
+	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "t")
+	t.Cleanup(func() {
+		_, _ = testenv.Pool(t).Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name LIKE $1", name+"%")
+	})
+
+	plain, k, err := store.Create(ctx, name, "pro", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.ID == 0 || k.Tier != "pro" || !strings.HasPrefix(plain, k.Prefix) {
+		t.Fatalf("created %+v for %q", k, plain)
+	}
+	if _, _, err := store.Create(ctx, name, "pro", false); !errors.Is(err, apikeys.ErrNameTaken) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	if _, _, err := store.Create(ctx, "bad name; drop", "pro", false); !errors.Is(err, apikeys.ErrInvalid) {
+		t.Fatalf("invalid name: %v", err)
+	}
+
+	// Only the hash is stored.
+	var stored int
+	if err := testenv.Pool(t).QueryRow(ctx, "SELECT count(*) FROM geotoll.api_keys WHERE key_prefix = $1 AND position($2 in key_hash::text) = 0", k.Prefix, plain).Scan(&stored); err != nil || stored != 1 {
+		t.Fatalf("stored rows %d, %v", stored, err)
+	}
+
+	// The read role can load the ring.
+	readStore := apikeys.NewStore(testenv.ReadPool(t))
+	ring := apikeys.NewRing(readStore.Active, 50*time.Millisecond, nil)
+	if _, ok := ring.Lookup(plain); ok {
+		t.Fatal("lookup before the first load")
+	}
+	if err := ring.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := ring.Lookup(plain)
+	if !ok || got.Name != name || got.Tier != "pro" {
+		t.Fatalf("lookup: %+v %v", got, ok)
+	}
+	if _, ok := ring.Lookup(plain + "x"); ok {
+		t.Fatal("a wrong key matched")
+	}
+
+	// Revocation takes effect within one refresh interval of Run.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go ring.Run(runCtx)
+	if err := store.Revoke(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	revokedAt := time.Now()
+	for {
+		if _, ok := ring.Lookup(plain); !ok {
+			break
+		}
+		if time.Since(revokedAt) > 5*time.Second {
+			t.Fatal("revoked key still accepted after 5 s with a 50 ms refresh")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := store.Revoke(ctx, "no-such-key-"+name); !errors.Is(err, apikeys.ErrNotFound) {
+		t.Fatalf("revoke unknown: %v", err)
+	}
+	keys, err := store.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range keys {
+		if l.Name == name {
+			found = l.RevokedAt != nil
+		}
+	}
+	if !found {
+		t.Fatal("List does not show the key as revoked")
+	}
+}
+
+// A failed refresh keeps the keys the ring had.
+func TestRingKeepsKeysWhenLoadFails(t *testing.T) {
+	calls := 0
+	ring := apikeys.NewRing(func(context.Context) (map[apikeys.Hash]apikeys.Key, error) {
+		calls++
+		if calls > 1 {
+			return nil, errors.New("database down")
+		}
+		return map[apikeys.Hash]apikeys.Key{apikeys.HashOf("k"): {Name: "k", Tier: "free"}}, nil
+	}, time.Hour, nil)
+	if err := ring.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Refresh(context.Background()); err == nil {
+		t.Fatal("failing load reported success")
+	}
+	if _, ok := ring.Lookup("k"); !ok {
+		t.Fatal("keys lost after a failed refresh")
+	}
+	if ring.Age() < 0 {
+		t.Fatal("Age after a load is negative")
+	}
+}
