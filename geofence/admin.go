@@ -1,0 +1,205 @@
+package geofence
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// MinAdminKeyLen is the shortest admin key accepted in configuration.
+const MinAdminKeyLen = 16
+
+// adminKeys holds the SHA-256 of each admin key. Comparing digests in
+// constant time means neither a key's contents nor its length leak through
+// timing, and no raw key stays in memory beyond start-up.
+type adminKeys [][sha256.Size]byte
+
+func newAdminKeys(keys []string) (adminKeys, error) {
+	out := make(adminKeys, 0, len(keys))
+	for i, k := range keys {
+		if len(k) < MinAdminKeyLen || strings.TrimSpace(k) != k {
+			return nil, fmt.Errorf("geofence: admin key %d must be at least %d bytes without surrounding spaces", i, MinAdminKeyLen)
+		}
+		out = append(out, sha256.Sum256([]byte(k)))
+	}
+	return out, nil
+}
+
+// presentedKey is the API key of a request: the X-API-Key header, else an
+// "Authorization: Bearer" token. The ?key= parameter is not accepted for
+// admin calls: URLs end up in logs and histories.
+func presentedKey(r *http.Request) string {
+	if k := r.Header.Get("X-API-Key"); k != "" {
+		return k
+	}
+	auth := r.Header.Get("Authorization")
+	if scheme, token, ok := strings.Cut(auth, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(token)
+	}
+	return ""
+}
+
+// AllowAdmin implements Authorizer: r must carry one of the admin keys. Every configured
+// key is compared, match or not, so the time taken does not say which one
+// matched.
+func (k adminKeys) AllowAdmin(r *http.Request) bool {
+	key := presentedKey(r)
+	if key == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(key))
+	match := 0
+	for i := range k {
+		match |= subtle.ConstantTimeCompare(sum[:], k[i][:])
+	}
+	return match == 1
+}
+
+// admin wraps a fence admin handler: callers without an admin key get 401.
+// Admin calls are not priced from a bucket; they are bounded by the body
+// size and vertex limits and by the statement timeout instead.
+func (h *Handler) admin(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.admins.AllowAdmin(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="geotoll admin"`)
+			problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: "fence admin needs an admin API key (X-API-Key or Authorization: Bearer)"})
+			return
+		}
+		next(w, r)
+	}
+}
+
+// writable returns the writer, or writes 503 when fence admin has none.
+func (h *Handler) writable(w http.ResponseWriter, r *http.Request) (Writer, bool) {
+	if h.writer == nil {
+		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "fence admin not configured"})
+		return nil, false
+	}
+	return h.writer, true
+}
+
+func fenceID(r *http.Request) (int64, error) { return ParseFenceID(mux.Vars(r)[VarID]) }
+
+// ListFences serves GET /geofences[?after=id&limit=n]: a page of fences in
+// id order. When the page is full, the collection's "next" member is the
+// URL of the following page.
+func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	limit, err := qs.limit(h.limits)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	var after int64
+	if s, err := qs.get("after"); err != nil {
+		problem.Write(w, r, err)
+		return
+	} else if s != "" && s != "0" {
+		if after, err = ParseFenceID(s); err != nil {
+			problem.Write(w, r, problem.Malformed("after", "after must be a fence id"))
+			return
+		}
+	}
+	fs, err := h.reader.Fences(r.Context(), after, limit)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeCollection(w, r, http.StatusOK, fs, func(c *collection) {
+		if len(fs) == limit {
+			c.Next = "/geofences?after=" + strconv.FormatInt(fs[len(fs)-1].ID, 10) + "&limit=" + strconv.Itoa(limit)
+		}
+	})
+}
+
+// GetFence serves GET /geofences/{id}.
+func (h *Handler) GetFence(w http.ResponseWriter, r *http.Request) {
+	id, err := fenceID(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	f, err := h.reader.Fence(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeJSON(w, r, http.StatusOK, ContentType, f)
+}
+
+// CreateFence serves POST /geofences with a GeoJSON Feature (see
+// ParseFence): 201 with the stored fence and its Location.
+func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
+	writer, ok := h.writable(w, r)
+	if !ok {
+		return
+	}
+	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxVertices)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	f, err := writer.CreateFence(r.Context(), in)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/geofences/"+strconv.FormatInt(f.ID, 10))
+	h.writeJSON(w, r, http.StatusCreated, ContentType, f)
+}
+
+// ReplaceFence serves PUT /geofences/{id}: the fence's name, kind and
+// geometry are replaced; 404 when it does not exist.
+func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
+	writer, ok := h.writable(w, r)
+	if !ok {
+		return
+	}
+	id, err := fenceID(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxVertices)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	f, err := writer.ReplaceFence(r.Context(), id, in)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeJSON(w, r, http.StatusOK, ContentType, f)
+}
+
+// DeleteFence serves DELETE /geofences/{id}: 204, or 404 when it does not
+// exist.
+func (h *Handler) DeleteFence(w http.ResponseWriter, r *http.Request) {
+	writer, ok := h.writable(w, r)
+	if !ok {
+		return
+	}
+	id, err := fenceID(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	if err := writer.DeleteFence(r.Context(), id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,213 @@
+package geofence
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gorilla/mux"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+)
+
+// passGate admits everything (pricing is server.Toll's, tested there).
+type passGate struct{}
+
+func (passGate) AdmitGeofence(http.ResponseWriter, *http.Request, Demand) bool { return true }
+
+// liveAPI is the geofence API over the real stores: reads as geotoll_reader,
+// writes as geotoll_fence_writer.
+func liveAPI(t testing.TB, withWriter bool) http.Handler {
+	t.Helper()
+	o := Options{
+		Layers: demoLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
+		Reader: NewStore(testenv.ReadPool(t)), Gate: passGate{}, Logger: slog.New(slog.DiscardHandler),
+	}
+	if withWriter {
+		o.Writer = NewStore(writerPool(t))
+	}
+	h, err := NewHandler(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	h.Register(r)
+	return r
+}
+
+type featureCollection struct {
+	Type     string `json:"type"`
+	Features []struct {
+		Type       string          `json:"type"`
+		ID         int64           `json:"id"`
+		Geometry   json.RawMessage `json:"geometry"`
+		Properties map[string]any  `json:"properties"`
+	} `json:"features"`
+}
+
+func collectionOf(t *testing.T, w *httptest.ResponseRecorder) featureCollection {
+	t.Helper()
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != ContentType {
+		t.Fatalf("Content-Type %q, want %q", ct, ContentType)
+	}
+	var fc featureCollection
+	if err := json.Unmarshal(w.Body.Bytes(), &fc); err != nil || fc.Type != "FeatureCollection" {
+		t.Fatalf("body %.200s: %v", w.Body, err)
+	}
+	for _, f := range fc.Features {
+		if f.Type != "Feature" || f.ID == 0 {
+			t.Fatalf("feature %+v", f)
+		}
+		if _, err := unmarshalGeometry(f.Geometry); err != nil {
+			t.Fatalf("feature %d geometry %s: %v", f.ID, f.Geometry, err)
+		}
+	}
+	return fc
+}
+
+func TestAPIReadEndpoints(t *testing.T) {
+	api := liveAPI(t, false)
+
+	fc := collectionOf(t, serve(api, http.MethodGet, "/geofence/within?layer=places&lng=13.405&lat=52.52&radius=1000&limit=25", ""))
+	if len(fc.Features) != 25 {
+		t.Errorf("within: %d features, want 25 (central Berlin is dense)", len(fc.Features))
+	}
+	prev := 0.0
+	for _, f := range fc.Features {
+		d, _ := f.Properties[DistanceProperty].(float64)
+		if d < prev || d > 1000 || f.Properties["name"] == nil || f.Properties["city"] != "Berlin" {
+			t.Errorf("within feature %d: %v", f.ID, f.Properties)
+		}
+		prev = d
+	}
+
+	fc = collectionOf(t, serve(api, http.MethodGet, "/geofence/bbox?layer=districts&bbox=13.3,52.4,13.5,52.6&limit=1000", ""))
+	if len(fc.Features) == 0 {
+		t.Error("bbox over Berlin found no district")
+	}
+	for i, f := range fc.Features {
+		if i > 0 && f.ID <= fc.Features[i-1].ID {
+			t.Errorf("bbox features not in id order: %d after %d", f.ID, fc.Features[i-1].ID)
+		}
+	}
+
+	fc = collectionOf(t, serve(api, http.MethodGet, "/geofence/bbox?layer=places&bbox=178,-19,-179,-17", ""))
+	if len(fc.Features) == 0 {
+		t.Error("antimeridian bbox around Suva found no place")
+	}
+
+	// A point inside some demo fence: the first vertex's neighbourhood of
+	// fence 1 (Madrid), nudged inside.
+	fc = collectionOf(t, serve(api, http.MethodGet, "/geofence/contains?lng=-3.76&lat=40.5", ""))
+	found := false
+	for _, f := range fc.Features {
+		found = found || f.ID == 1
+		if f.Properties["name"] == nil || f.Properties["kind"] == nil {
+			t.Errorf("contains feature %d: %v", f.ID, f.Properties)
+		}
+	}
+	if !found {
+		t.Errorf("contains (-3.76, 40.5): fence 1 not among %d fences", len(fc.Features))
+	}
+
+	w := serve(api, http.MethodPost, "/geofence/check", `{"points":[{"id":"madrid","lng":-3.76,"lat":40.5},{"id":"sea","lng":-30,"lat":0}]}`)
+	var res struct {
+		Results []CheckResult `json:"results"`
+	}
+	if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &res) != nil || len(res.Results) != 2 {
+		t.Fatalf("check: %d %s", w.Code, w.Body)
+	}
+	if res.Results[0].ID != "madrid" || len(res.Results[0].Fences) == 0 || res.Results[0].Fences[0] != 1 ||
+		res.Results[1].ID != "sea" || len(res.Results[1].Fences) != 0 {
+		t.Errorf("check results %+v", res.Results)
+	}
+	if !strings.Contains(w.Body.String(), `"fences":[]`) {
+		t.Errorf("a point in no fence must have an empty list, not null: %s", w.Body)
+	}
+}
+
+func TestAPIFenceAdmin(t *testing.T) {
+	api := liveAPI(t, true)
+	admin := []string{"X-API-Key", testAdminKey}
+	name := "api test " + randomSuffix()
+	body := func(name, coords string) string {
+		return `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[` + coords + `]},"properties":{"name":"` + name + `","kind":"depot"}}`
+	}
+	// Clockwise square in the South Atlantic.
+	w := serve(api, http.MethodPost, "/geofences", body(name, `[[-25,-45],[-25,-44],[-24,-44],[-24,-45],[-25,-45]]`), admin...)
+	if w.Code != http.StatusCreated || w.Header().Get("Content-Type") != ContentType {
+		t.Fatalf("create: %d %s", w.Code, w.Body)
+	}
+	var created struct {
+		ID         int64
+		Geometry   json.RawMessage
+		Properties map[string]any
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &created); err != nil {
+		t.Fatal(err)
+	}
+	loc := "/geofences/" + strconv.FormatInt(created.ID, 10)
+	t.Cleanup(func() { serve(api, http.MethodDelete, loc, "", admin...) })
+	if w.Header().Get("Location") != loc || created.Properties["name"] != name || created.Properties["kind"] != "depot" {
+		t.Errorf("created %s at %q", w.Body, w.Header().Get("Location"))
+	}
+	if !strings.Contains(string(created.Geometry), `"MultiPolygon"`) ||
+		!strings.Contains(string(created.Geometry), `[[[[-25,-45],[-24,-45],[-24,-44],[-25,-44],[-25,-45]]]]`) {
+		t.Errorf("stored geometry %s, want the square as a counter-clockwise MultiPolygon", created.Geometry)
+	}
+
+	// The new fence answers contains at once, boundary included.
+	fc := collectionOf(t, serve(api, http.MethodGet, "/geofence/contains?lng=-24.5&lat=-45", ""))
+	if len(fc.Features) != 1 || fc.Features[0].ID != created.ID {
+		t.Errorf("contains on the new fence's edge: %+v", fc.Features)
+	}
+
+	// An invalid polygon: 422 with PostGIS's reason.
+	w = serve(api, http.MethodPut, loc, body(name, `[[-25,-45],[-24,-44],[-24,-45],[-25,-44],[-25,-45]]`), admin...)
+	doc := problemDoc(t, w)
+	if w.Code != http.StatusUnprocessableEntity || doc["reason"] != "Self-intersection" || doc["param"] != "geometry" {
+		t.Errorf("invalid polygon: %d %v", w.Code, doc)
+	}
+	w = serve(api, http.MethodPost, "/geofences", body(name, `[[-25,-45],[-24,-44],[-24,-45],[-25,-44],[-25,-45]]`), admin...)
+	if w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), "Self-intersection") {
+		t.Errorf("create invalid polygon: %d %s", w.Code, w.Body)
+	}
+
+	w = serve(api, http.MethodPut, loc, body(name+" v2", `[[-25,-45],[-23,-45],[-23,-43],[-25,-43],[-25,-45]]`), admin...)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), name+" v2") {
+		t.Errorf("replace: %d %s", w.Code, w.Body)
+	}
+	w = serve(api, http.MethodGet, loc, "", admin...)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), name+" v2") {
+		t.Errorf("get: %d %s", w.Code, w.Body)
+	}
+	w = serve(api, http.MethodGet, fmt.Sprintf("/geofences?after=%d&limit=1", created.ID-1), "", admin...)
+	if fc := collectionOf(t, w); len(fc.Features) != 1 || fc.Features[0].ID != created.ID {
+		t.Errorf("list: %s", w.Body)
+	}
+	if w := serve(api, http.MethodDelete, loc, "", admin...); w.Code != http.StatusNoContent {
+		t.Errorf("delete: %d %s", w.Code, w.Body)
+	}
+	if w := serve(api, http.MethodGet, loc, "", admin...); w.Code != http.StatusNotFound {
+		t.Errorf("get after delete: %d", w.Code)
+	}
+	if w := serve(api, http.MethodDelete, loc, "", admin...); w.Code != http.StatusNotFound {
+		t.Errorf("delete again: %d", w.Code)
+	}
+	big := body(name, "["+strings.Repeat("[0,0],", 12000)+"[0,0]]")
+	if w := serve(api, http.MethodPost, "/geofences", big, admin...); w.Code != http.StatusUnprocessableEntity {
+		t.Errorf("fence of 12001 positions: %d, want 422", w.Code)
+	}
+	huge := body(name, "["+strings.Repeat("[0.000000000001,0.000000000001],", 40000)+"[0,0]]")
+	if w := serve(api, http.MethodPost, "/geofences", huge, admin...); w.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("body over 1 MiB: %d, want 413", w.Code)
+	}
+}

@@ -1,0 +1,239 @@
+package geofence
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// MaxPointIDLen bounds the length (bytes) of a batch point's id.
+const MaxPointIDLen = 64
+
+// Point is one position of a batch check. ID is the caller's own label (a
+// vehicle id, say); it is echoed back and never reaches the database.
+type Point struct {
+	ID  string  `json:"id"`
+	Lng float64 `json:"lng"`
+	Lat float64 `json:"lat"`
+}
+
+// rawPoint keeps each member's raw JSON so that it can be checked with the
+// API's own grammar and errors can name the point.
+type rawPoint struct {
+	ID, Lng, Lat json.RawMessage
+}
+
+// ParseBatch reads a batch check body:
+//
+//	{"points":[{"id":"v1","lng":13.4,"lat":52.5}, …]}
+//
+// The body must be exactly one JSON object with only the member "points", a
+// list of 1..maxPoints objects with exactly the members id (a string of
+// 1..MaxPointIDLen bytes), lng and lat (JSON numbers; longitudes in
+// [-180, 180], latitudes in [-90, 90]). Member names are matched exactly
+// (encoding/json would also take "LAT") and none may repeat (encoding/json
+// would keep the last). Ids need not be unique: results come back in
+// request order.
+//
+// The body is read as a token stream, so a batch over maxPoints is refused
+// at its first extra point, without decoding the rest.
+//
+// Errors are problems: 413 when r is an http.MaxBytesReader over its limit;
+// 400 for malformed JSON, unknown, repeated or missing members, or a value
+// of the wrong type (naming it, e.g. "points[3].lat"); 422 for a point count
+// or coordinate out of range.
+func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{', "body", "the body must be a JSON object"); err != nil {
+		return nil, err
+	}
+	var points []Point
+	seen := false
+	for dec.More() {
+		name, err := memberName(dec)
+		if err != nil {
+			return nil, err
+		}
+		if name != "points" {
+			return nil, problem.Malformed("body", "unknown member %q", truncate(name, 32))
+		}
+		if seen {
+			return nil, problem.Malformed("points", "points is given twice")
+		}
+		seen = true
+		if points, err = parsePoints(dec, maxPoints); err != nil {
+			return nil, err
+		}
+	}
+	if err := expectDelim(dec, '}', "body", "malformed JSON"); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, bodyError(err)
+		}
+		return nil, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
+	}
+	if !seen {
+		return nil, problem.Malformed("points", "points is required")
+	}
+	return points, nil
+}
+
+// parsePoints reads the points array.
+func parsePoints(dec *json.Decoder, maxPoints int) ([]Point, error) {
+	if err := expectDelim(dec, '[', "points", "points must be an array of points"); err != nil {
+		return nil, err
+	}
+	var points []Point
+	for dec.More() {
+		if len(points) == maxPoints {
+			return nil, problem.Range("points", "a batch holds 1..%d points, got more", maxPoints)
+		}
+		i := len(points)
+		name := func(member string) string { return "points[" + strconv.Itoa(i) + "]" + member }
+		if err := expectDelim(dec, '{', name(""), name("")+" must be an object"); err != nil {
+			return nil, err
+		}
+		var rp rawPoint
+		for dec.More() {
+			member, err := memberName(dec)
+			if err != nil {
+				return nil, err
+			}
+			var dst *json.RawMessage
+			switch member {
+			case "id":
+				dst = &rp.ID
+			case "lng":
+				dst = &rp.Lng
+			case "lat":
+				dst = &rp.Lat
+			default:
+				return nil, problem.Malformed(name(""), "%s has an unknown member %q", name(""), truncate(member, 32))
+			}
+			if *dst != nil {
+				return nil, problem.Malformed(name("."+member), "%s is given twice", name("."+member))
+			}
+			if err := dec.Decode(dst); err != nil {
+				return nil, bodyError(err)
+			}
+		}
+		if err := expectDelim(dec, '}', name(""), "malformed JSON"); err != nil {
+			return nil, err
+		}
+		p, err := rp.parse(i)
+		if err != nil {
+			return nil, err
+		}
+		points = append(points, p)
+	}
+	if err := expectDelim(dec, ']', "points", "malformed JSON"); err != nil {
+		return nil, err
+	}
+	if len(points) == 0 {
+		return nil, problem.Range("points", "a batch holds 1..%d points, got 0", maxPoints)
+	}
+	return points, nil
+}
+
+// expectDelim reads the next token, which must be the delimiter want.
+func expectDelim(dec *json.Decoder, want json.Delim, param, detail string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return bodyError(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return problem.Malformed(param, "%s", detail)
+	}
+	return nil
+}
+
+// memberName reads an object member's name.
+func memberName(dec *json.Decoder) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", bodyError(err)
+	}
+	name, ok := tok.(string)
+	if !ok {
+		return "", problem.Malformed("body", "malformed JSON object")
+	}
+	return name, nil
+}
+
+func (rp rawPoint) parse(i int) (Point, error) {
+	name := func(member string) string { return "points[" + strconv.Itoa(i) + "]." + member }
+	var p Point
+	switch {
+	case rp.ID == nil:
+		return p, problem.Malformed(name("id"), "%s is required", name("id"))
+	case rp.Lng == nil:
+		return p, problem.Malformed(name("lng"), "%s is required", name("lng"))
+	case rp.Lat == nil:
+		return p, problem.Malformed(name("lat"), "%s is required", name("lat"))
+	}
+	if len(rp.ID) == 0 || rp.ID[0] != '"' || json.Unmarshal(rp.ID, &p.ID) != nil {
+		return p, problem.Malformed(name("id"), "%s must be a string", name("id"))
+	}
+	if p.ID == "" || len(p.ID) > MaxPointIDLen || !utf8.ValidString(p.ID) {
+		return p, problem.Range(name("id"), "%s must be 1..%d bytes of UTF-8", name("id"), MaxPointIDLen)
+	}
+	var err error
+	if p.Lng, err = ParseLng(name("lng"), string(bytes.TrimSpace(rp.Lng))); err != nil {
+		return p, err
+	}
+	if p.Lat, err = ParseLat(name("lat"), string(bytes.TrimSpace(rp.Lat))); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// bodyError turns a decoding error into a problem.
+func bodyError(err error) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return &problem.Error{Code: problem.TooLarge, Param: "body",
+			Detail: fmt.Sprintf("the body is larger than %d bytes", tooBig.Limit), Err: err}
+	}
+	if errors.Is(err, io.EOF) {
+		return problem.Malformed("body", "the body is empty; expected a JSON object")
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return problem.Malformed("body", "the body ends in the middle of its JSON")
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return problem.Malformed("body", "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return problem.Malformed(field, "%s must be a JSON %s, not %s", field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	}
+	// DisallowUnknownFields reports `json: unknown field "x"`; other
+	// decoder errors are as plain. None carries a secret.
+	return problem.Malformed("body", "%s", err.Error())
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "struct", "map":
+		return "object"
+	case "slice", "array":
+		return "array"
+	case "string":
+		return "string"
+	}
+	return "value"
+}

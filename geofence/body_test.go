@@ -1,0 +1,140 @@
+package geofence
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/paulmach/orb"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+func TestParseBatch(t *testing.T) {
+	long := strings.Repeat("x", MaxPointIDLen+1)
+	tests := []struct {
+		name  string
+		body  string
+		want  []Point
+		code  problem.Code
+		param string
+	}{
+		{name: "one point", body: `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`,
+			want: []Point{{"v1", 13.4, 52.5}}},
+		{name: "order kept, ids may repeat", body: `{"points":[{"id":"b","lng":1,"lat":2},{"id":"a","lng":-180,"lat":-90},{"id":"b","lng":180,"lat":90}]}`,
+			want: []Point{{"b", 1, 2}, {"a", -180, -90}, {"b", 180, 90}}},
+		{name: "whitespace and exponent", body: " {\n \"points\" : [ { \"lat\" : 1e-7 , \"lng\" : -0.5 , \"id\" : \"é\" } ] }\n",
+			want: []Point{{"é", -0.5, 1e-7}}},
+		{name: "empty body", body: ``, code: problem.Invalid, param: "body"},
+		{name: "not json", body: `points=1`, code: problem.Invalid, param: "body"},
+		{name: "truncated", body: `{"points":[{"id":"v1"`, code: problem.Invalid, param: "body"},
+		{name: "array", body: `[]`, code: problem.Invalid, param: "body"},
+		{name: "no points", body: `{}`, code: problem.Invalid, param: "points"},
+		{name: "null points", body: `{"points":null}`, code: problem.Invalid, param: "points"},
+		{name: "null body", body: `null`, code: problem.Invalid, param: "body"},
+		{name: "zero points", body: `{"points":[]}`, code: problem.OutOfRange, param: "points"},
+		{name: "too many points", body: `{"points":[` + strings.TrimSuffix(strings.Repeat(`{"id":"v","lng":0,"lat":0},`, 4), ",") + `]}`,
+			code: problem.OutOfRange, param: "points"},
+		{name: "unknown member", body: `{"points":[{"id":"v1","lng":0,"lat":0}],"when":"now"}`, code: problem.Invalid, param: "body"},
+		{name: "unknown point member", body: `{"points":[{"id":"v1","lng":0,"lat":0,"alt":3}]}`, code: problem.Invalid, param: "points[0]"},
+		{name: "member in another case", body: `{"points":[{"id":"v1","lng":0,"LAT":0}]}`, code: problem.Invalid, param: "points[0]"},
+		{name: "points in another case", body: `{"Points":[{"id":"v1","lng":0,"lat":0}]}`, code: problem.Invalid, param: "body"},
+		{name: "repeated member", body: `{"points":[{"id":"v1","lng":"x","lng":0,"lat":0}]}`, code: problem.Invalid, param: "points[0].lng"},
+		{name: "repeated points", body: `{"points":[{"id":"v1","lng":0,"lat":0}],"points":[]}`, code: problem.Invalid, param: "points"},
+		{name: "point not an object", body: `{"points":[[0,0]]}`, code: problem.Invalid, param: "points[0]"},
+		{name: "points not an array", body: `{"points":{"id":"v1"}}`, code: problem.Invalid, param: "points"},
+		{name: "trailing object", body: `{"points":[{"id":"v1","lng":0,"lat":0}]}{}`, code: problem.Invalid, param: "body"},
+		{name: "trailing garbage", body: `{"points":[{"id":"v1","lng":0,"lat":0}]}x`, code: problem.Invalid, param: "body"},
+		{name: "missing id", body: `{"points":[{"lng":0,"lat":0}]}`, code: problem.Invalid, param: "points[0].id"},
+		{name: "missing lat", body: `{"points":[{"id":"v","lng":0,"lat":0},{"id":"v","lng":0}]}`, code: problem.Invalid, param: "points[1].lat"},
+		{name: "numeric id", body: `{"points":[{"id":7,"lng":0,"lat":0}]}`, code: problem.Invalid, param: "points[0].id"},
+		{name: "empty id", body: `{"points":[{"id":"","lng":0,"lat":0}]}`, code: problem.OutOfRange, param: "points[0].id"},
+		{name: "long id", body: `{"points":[{"id":"` + long + `","lng":0,"lat":0}]}`, code: problem.OutOfRange, param: "points[0].id"},
+		{name: "string lng", body: `{"points":[{"id":"v","lng":"13.4","lat":0}]}`, code: problem.Invalid, param: "points[0].lng"},
+		{name: "null lat", body: `{"points":[{"id":"v","lng":1,"lat":null}]}`, code: problem.Invalid, param: "points[0].lat"},
+		{name: "NaN", body: `{"points":[{"id":"v","lng":NaN,"lat":0}]}`, code: problem.Invalid, param: "body"},
+		{name: "hex", body: `{"points":[{"id":"v","lng":0x10,"lat":0}]}`, code: problem.Invalid, param: "body"},
+		{name: "lng out of range", body: `{"points":[{"id":"v","lng":0,"lat":0},{"id":"w","lng":180.5,"lat":0}]}`, code: problem.OutOfRange, param: "points[1].lng"},
+		{name: "lat out of range", body: `{"points":[{"id":"v","lng":0,"lat":-91}]}`, code: problem.OutOfRange, param: "points[0].lat"},
+		{name: "overflow", body: `{"points":[{"id":"v","lng":1e999,"lat":0}]}`, code: problem.OutOfRange, param: "points[0].lng"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseBatch(strings.NewReader(tt.body), 3)
+			if tt.code != "" {
+				wantProblem(t, err, tt.code, tt.param)
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseBatch: %v", err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("ParseBatch = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseBatchBodyTooLarge(t *testing.T) {
+	body := `{"points":[` + strings.TrimSuffix(strings.Repeat(`{"id":"v","lng":0,"lat":0},`, 100), ",") + `]}`
+	w := httptest.NewRecorder()
+	r := http.MaxBytesReader(w, io.NopCloser(strings.NewReader(body)), 256)
+	_, err := ParseBatch(r, 1000)
+	wantProblem(t, err, problem.TooLarge, "body")
+	if problem.Status(problem.From(err).Code) != http.StatusRequestEntityTooLarge {
+		t.Errorf("status = %d, want 413", problem.Status(problem.From(err).Code))
+	}
+}
+
+func TestParseFence(t *testing.T) {
+	square := `[[0,0],[1,0],[1,1],[0,1],[0,0]]`
+	feature := func(geom, props string) string {
+		return `{"type":"Feature","geometry":` + geom + `,"properties":` + props + `}`
+	}
+	tests := []struct {
+		name  string
+		body  string
+		want  FenceInput
+		code  problem.Code
+		param string
+	}{
+		{name: "polygon", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{"name":"Depot","kind":"yard"}`),
+			want: FenceInput{Name: "Depot", Kind: "yard", Geometry: orb.MultiPolygon{{{{0, 0}, {1, 0}, {1, 1}, {0, 1}, {0, 0}}}}}},
+		{name: "multipolygon, default kind, id and bbox ignored",
+			body: `{"type":"Feature","id":7,"bbox":[0,0,1,1],"geometry":{"type":"MultiPolygon","coordinates":[[` + square + `]]},"properties":{"name":"A"}}`,
+			want: FenceInput{Name: "A", Kind: DefaultFenceKind, Geometry: orb.MultiPolygon{{{{0, 0}, {1, 0}, {1, 1}, {0, 1}, {0, 0}}}}}},
+		{name: "not a feature", body: `{"type":"Polygon","coordinates":[` + square + `]}`, code: problem.Invalid, param: "body"},
+		{name: "wrong type", body: `{"type":"FeatureCollection","geometry":null,"properties":{"name":"x"}}`, code: problem.Invalid, param: "type"},
+		{name: "no name", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{}`), code: problem.Invalid, param: "properties.name"},
+		{name: "blank name", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{"name":"  "}`), code: problem.OutOfRange, param: "properties.name"},
+		{name: "unknown property", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{"name":"x","colour":"red"}`), code: problem.Invalid, param: "body"},
+		{name: "no geometry", body: `{"type":"Feature","properties":{"name":"x"}}`, code: problem.Invalid, param: "geometry"},
+		{name: "point", body: feature(`{"type":"Point","coordinates":[0,0]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},
+		{name: "open ring", body: feature(`{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1]]]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},
+		{name: "unclosed ring of four", body: feature(`{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0.5]]]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},
+		{name: "altitude", body: feature(`{"type":"Polygon","coordinates":[[[0,0,5],[1,0,5],[1,1,5],[0,0,5]]]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},
+		{name: "out of range", body: feature(`{"type":"Polygon","coordinates":[[[0,0],[181,0],[1,1],[0,0]]]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},
+		{name: "strings", body: feature(`{"type":"Polygon","coordinates":[[["0","0"],[1,0],[1,1],[0,0]]]}`, `{"name":"x"}`), code: problem.Invalid, param: "geometry"},
+		{name: "too many vertices", body: feature(`{"type":"MultiPolygon","coordinates":[[`+square+`],[`+square+`],[`+square+`]]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},
+		{name: "empty", body: feature(`{"type":"MultiPolygon","coordinates":[]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},
+		{name: "trailing data", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{"name":"x"}`) + `{}`, code: problem.Invalid, param: "body"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseFence(strings.NewReader(tt.body), 12)
+			if tt.code != "" {
+				wantProblem(t, err, tt.code, tt.param)
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseFence: %v", err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("ParseFence = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,86 @@
+// Package geofence serves geotoll's geofence API for fleet trackers: radius
+// and box searches over configured layers, point-in-fence tests, a batch
+// check, and the fence admin. Every query request is priced from its own
+// parameters by a Gate (server.Toll) before anything touches the database.
+//
+// # Endpoints
+//
+//	GET  /geofence/within?layer&lng&lat&radius[&limit]
+//	     features of layer within radius metres of the point, nearest first,
+//	     as a GeoJSON FeatureCollection; each feature's properties carry
+//	     distance_m
+//	GET  /geofence/bbox?layer&bbox=minx,miny,maxx,maxy[&limit]
+//	     features of layer intersecting the lon/lat box, in id order
+//	GET  /geofence/contains?lng&lat
+//	     the fences (geotoll.geofences) that contain the point, in id order
+//	POST /geofence/check   {"points":[{"id":"v1","lng":13.4,"lat":52.5}, …]}
+//	     for every point, in request order, the ids of the fences that
+//	     contain it: {"results":[{"id":"v1","fences":[12, 40]}, …]}
+//	GET|POST /geofences, GET|PUT|DELETE /geofences/{id}
+//	     fence admin, GeoJSON Features in and out; admin API keys only
+//
+// FeatureCollections and fences are application/geo+json; errors are
+// application/problem+json (package problem).
+//
+// # Semantics
+//
+// Distances are geography-correct: within measures metres on the WGS 84
+// spheroid (ST_DWithin and ST_Distance on geography), so a 5 km radius is
+// 5 km on the ground at the equator and at 70°N. The query is written on
+// (geom::geography), the expression the migrations index, so it runs as a
+// GiST index scan. Results are ordered by distance_m, then id.
+//
+// Boxes are planar in lon/lat (edges along meridians and parallels). A box
+// with minx > maxx crosses the antimeridian: it is split at ±180° into
+// [minx, 180] and [-180, maxx], both parts searched in one query, and
+// priced by their total area. It is never rejected for crossing.
+//
+// Containment uses ST_Covers: a point on a fence's boundary (edge or
+// vertex) is inside the fence. contains and check apply the same rule, and
+// fences are polygons in lon/lat with straight edges, as GeoJSON draws them.
+//
+// # Parameters
+//
+// Every parameter is parsed strictly and bounded by [Limits]; a parameter
+// that is malformed is a 400 naming it, one out of range a 422:
+//
+//   - numbers use JSON's grammar, in query strings and bodies alike: digits
+//     with an optional '-', fraction and exponent. NaN, Inf, hex floats
+//     (0x1p3), a leading '+', leading zeros, spaces and empty values are
+//     400s. See [ParseLng].
+//   - lng in [-180, 180], lat in [-90, 90], radius in [0, MaxRadius] metres,
+//     limit in [1, MaxLimit] (default DefaultLimit), bbox area at most
+//     MaxBBoxArea square degrees with miny <= maxy, a batch of 1..MaxBatch
+//     points with ids of 1..[MaxPointIDLen] bytes, bodies of at most
+//     MaxBodyBytes (413 beyond), fences of at most MaxVertices positions.
+//   - a parameter given twice is a 400.
+//
+// # Pricing
+//
+// The Gate receives a [Demand] built from the validated parameters alone;
+// server.Toll prices it with throttle.Weights (radius: base + km × weight +
+// limit × feature weight; bbox: base + area × weight + limit × feature
+// weight; check: base + points × point weight; contains: the price of a
+// one-point check) and answers 429 with Retry-After when the caller's
+// budget cannot pay. Fence admin calls are not priced: they need an admin
+// key (X-API-Key or Authorization: Bearer, compared in constant time), and
+// are bounded by body size, vertex count and statement timeout.
+//
+// # Database
+//
+// [Store] runs each query in its own transaction — READ ONLY for reads —
+// whose first statement is SET LOCAL statement_timeout (per layer, or
+// Limits.StatementTimeout) and jit = off, with the request's context. A
+// statement timeout is a 503 with Retry-After. Layer identifiers come from
+// configuration, quoted with pgx.Identifier and rendered once by
+// [NewCatalog]; every value is a bound parameter. The batch check is one
+// statement (unnest … WITH ORDINALITY joined to the fences), whatever the
+// number of points.
+//
+// Fence writes go through a separate pool that should connect as the
+// geotoll_fence_writer role (migrations/00003), which can write
+// geotoll.geofences and nothing else. A geometry is checked with
+// ST_IsValidDetail first (an invalid polygon is a 422 carrying PostGIS's
+// reason and location) and stored as a MultiPolygon with RFC 7946 ring
+// orientation (ST_ForcePolygonCCW).
+package geofence

@@ -1,0 +1,173 @@
+package geofence
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/paulmach/orb"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// Bounds of a fence's attributes.
+const (
+	MaxFenceNameLen  = 200
+	MaxFenceKindLen  = 64
+	DefaultFenceKind = "zone"
+)
+
+// FenceInput is a validated fence to create or replace: a name, a kind and
+// a Polygon or MultiPolygon in lon/lat (SRID 4326). Ring orientation is
+// whatever the client sent; the database normalises it (RFC 7946: exterior
+// rings counter-clockwise, holes clockwise) and checks validity.
+type FenceInput struct {
+	Name     string
+	Kind     string
+	Geometry orb.MultiPolygon
+}
+
+// fenceDoc is the accepted shape of a fence: a GeoJSON Feature.
+type fenceDoc struct {
+	Type       string          `json:"type"`
+	ID         json.RawMessage `json:"id"`   // ignored (the path names the fence)
+	BBox       json.RawMessage `json:"bbox"` // ignored (recomputed)
+	Geometry   *geometryDoc    `json:"geometry"`
+	Properties *struct {
+		Name *string `json:"name"`
+		Kind *string `json:"kind"`
+	} `json:"properties"`
+}
+
+type geometryDoc struct {
+	Type        string          `json:"type"`
+	Coordinates json.RawMessage `json:"coordinates"`
+	BBox        json.RawMessage `json:"bbox"` // ignored
+}
+
+// ParseFence reads a fence as a GeoJSON Feature:
+//
+//	{"type":"Feature",
+//	 "geometry":{"type":"Polygon","coordinates":[[[lng,lat], …]]},
+//	 "properties":{"name":"Depot","kind":"zone"}}
+//
+// Unknown members are refused, as are properties other than name (required,
+// 1..MaxFenceNameLen bytes) and kind (optional, default "zone"). The
+// geometry must be a Polygon or MultiPolygon of [lng, lat] positions (no
+// altitude) within [-180, 180] × [-90, 90], every ring closed with at least
+// four positions, and at most maxVertices positions in all.
+//
+// Errors: 413 from an http.MaxBytesReader, 400 malformed, 422 well formed
+// but not an acceptable fence. Validity in the OGC sense (no
+// self-intersection…) is checked by PostGIS when the fence is written.
+func ParseFence(r io.Reader, maxVertices int) (FenceInput, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var doc fenceDoc
+	if err := dec.Decode(&doc); err != nil {
+		return FenceInput{}, bodyError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return FenceInput{}, bodyError(err)
+		}
+		return FenceInput{}, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
+	}
+	if doc.Type != "Feature" {
+		return FenceInput{}, problem.Malformed("type", `type must be "Feature"`)
+	}
+	if doc.Properties == nil || doc.Properties.Name == nil {
+		return FenceInput{}, problem.Malformed("properties.name", "properties.name is required")
+	}
+	in := FenceInput{Name: *doc.Properties.Name, Kind: DefaultFenceKind}
+	if k := doc.Properties.Kind; k != nil {
+		in.Kind = *k
+	}
+	if err := checkText("properties.name", in.Name, MaxFenceNameLen); err != nil {
+		return FenceInput{}, err
+	}
+	if err := checkText("properties.kind", in.Kind, MaxFenceKindLen); err != nil {
+		return FenceInput{}, err
+	}
+	if doc.Geometry == nil {
+		return FenceInput{}, problem.Malformed("geometry", "geometry is required")
+	}
+	g, err := parsePolygons(doc.Geometry, maxVertices)
+	if err != nil {
+		return FenceInput{}, err
+	}
+	in.Geometry = g
+	return in, nil
+}
+
+func checkText(param, s string, maxLen int) error {
+	if strings.TrimSpace(s) == "" || len(s) > maxLen || !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		return problem.Range(param, "%s must be 1..%d bytes of UTF-8 text, not blank", param, maxLen)
+	}
+	return nil
+}
+
+// parsePolygons decodes a Polygon or MultiPolygon into a MultiPolygon.
+func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
+	const param = "geometry"
+	if g.Coordinates == nil {
+		return nil, problem.Malformed(param, "geometry.coordinates is required")
+	}
+	var mp [][][][]float64
+	switch g.Type {
+	case "Polygon":
+		var p [][][]float64
+		if err := json.Unmarshal(g.Coordinates, &p); err != nil {
+			return nil, problem.Malformed(param, "geometry.coordinates must be an array of rings of [lng, lat] positions")
+		}
+		mp = [][][][]float64{p}
+	case "MultiPolygon":
+		if err := json.Unmarshal(g.Coordinates, &mp); err != nil {
+			return nil, problem.Malformed(param, "geometry.coordinates must be an array of polygons of rings of [lng, lat] positions")
+		}
+	default:
+		return nil, problem.Range(param, "geometry must be a Polygon or MultiPolygon, not %q", truncate(g.Type, 32))
+	}
+	if len(mp) == 0 {
+		return nil, problem.Range(param, "the geometry has no polygon")
+	}
+	vertices := 0
+	out := make(orb.MultiPolygon, 0, len(mp))
+	for pi, poly := range mp {
+		if len(poly) == 0 {
+			return nil, problem.Range(param, "polygon %d has no ring", pi)
+		}
+		p := make(orb.Polygon, 0, len(poly))
+		for ri, ring := range poly {
+			where := "polygon " + strconv.Itoa(pi) + " ring " + strconv.Itoa(ri)
+			vertices += len(ring)
+			if vertices > maxVertices {
+				return nil, problem.Range(param, "the geometry has more than %d positions", maxVertices)
+			}
+			if len(ring) < 4 {
+				return nil, problem.Range(param, "%s has %d positions; a ring needs at least 4", where, len(ring))
+			}
+			r := make(orb.Ring, len(ring))
+			for i, pos := range ring {
+				if len(pos) != 2 {
+					return nil, problem.Range(param, "%s position %d must be [lng, lat], not %d numbers", where, i, len(pos))
+				}
+				lng, lat := pos[0], pos[1]
+				if math.IsNaN(lng) || lng < -180 || lng > 180 || math.IsNaN(lat) || lat < -90 || lat > 90 {
+					return nil, problem.Range(param, "%s position %d [%g, %g] is outside [-180, 180] × [-90, 90]", where, i, lng, lat)
+				}
+				r[i] = orb.Point{lng, lat}
+			}
+			if r[0] != r[len(r)-1] {
+				return nil, problem.Range(param, "%s is not closed: its last position must repeat its first", where)
+			}
+			p = append(p, r)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

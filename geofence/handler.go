@@ -1,0 +1,432 @@
+package geofence
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gorilla/mux"
+	"github.com/paulmach/orb"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// ContentType is the media type of a GeoJSON response (RFC 7946).
+const ContentType = "application/geo+json"
+
+// Kind names what a priced geofence request does.
+type Kind string
+
+// Kinds of priced requests.
+const (
+	KindWithin   Kind = "within"
+	KindBBox     Kind = "bbox"
+	KindContains Kind = "contains"
+	KindCheck    Kind = "check"
+)
+
+// Demand describes what a geofence request asks of the database, from its
+// parameters alone, so that the Gate can price it before anything runs.
+// Every field has been validated against the Limits.
+type Demand struct {
+	Kind  Kind
+	Layer string // within and bbox: the layer searched
+	// RadiusM is the within radius in metres on the ground.
+	RadiusM float64
+	// Limit is the feature cap the query runs with (within, bbox; contains
+	// runs with Limits.MaxLimit, but returns as many fences as contain one
+	// point).
+	Limit int
+	// Bound is the bbox, unwrapped: a box that crosses the antimeridian has
+	// Max[0] = east + 360, so that its area is the sum of its two parts.
+	Bound orb.Bound
+	// Points is the number of points checked: the batch size, 1 for contains.
+	Points int
+}
+
+// Gate admits or refuses a priced request. When it refuses, it has written
+// the response (429, 401…) itself. It sets budget headers on w either way.
+type Gate interface {
+	AdmitGeofence(w http.ResponseWriter, r *http.Request, d Demand) bool
+}
+
+// Authorizer decides who may use the fence admin.
+type Authorizer interface {
+	AllowAdmin(r *http.Request) bool
+}
+
+// eitherAdmin admits whom either authorizer admits.
+type eitherAdmin [2]Authorizer
+
+func (e eitherAdmin) AllowAdmin(r *http.Request) bool {
+	return e[0].AllowAdmin(r) || e[1].AllowAdmin(r)
+}
+
+// Options configure a Handler.
+type Options struct {
+	Layers []Layer // searchable by within and bbox
+	Limits Limits
+	// AdminKeys may use the fence admin (/geofences) when Admin is nil.
+	// Each must be at least MinAdminKeyLen bytes.
+	AdminKeys []string
+	// Admin, when set, also admits (besides AdminKeys): for identities kept
+	// elsewhere, such as API keys in the database marked admin.
+	Admin  Authorizer
+	Reader Reader // the read-only store
+	// Writer writes fences; nil makes fence writes answer 503 "fence admin
+	// not configured".
+	Writer Writer
+	Gate   Gate
+	Logger *slog.Logger
+}
+
+// Handler serves the geofence API; Register adds its routes to a router.
+type Handler struct {
+	catalog *Catalog
+	limits  Limits
+	admins  Authorizer
+	reader  Reader
+	writer  Writer
+	gate    Gate
+	log     *slog.Logger
+}
+
+// NewHandler validates o and returns the handler.
+func NewHandler(o Options) (*Handler, error) {
+	var errs []error
+	cat, err := NewCatalog(o.Layers)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	keys, err := newAdminKeys(o.AdminKeys)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var admin Authorizer = keys
+	if o.Admin != nil {
+		admin = eitherAdmin{o.Admin, keys}
+	}
+	if o.Reader == nil {
+		errs = append(errs, errors.New("geofence: no reader"))
+	}
+	if o.Gate == nil {
+		errs = append(errs, errors.New("geofence: no gate"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log}, nil
+}
+
+// Catalog returns the searchable layers.
+func (h *Handler) Catalog() *Catalog { return h.catalog }
+
+// VarID is the route variable of a fence id.
+const VarID = "id"
+
+// Register adds the geofence routes to r:
+//
+//	GET    /geofence/within?layer&lng&lat&radius[&limit]
+//	GET    /geofence/bbox?layer&bbox=minx,miny,maxx,maxy[&limit]
+//	GET    /geofence/contains?lng&lat
+//	POST   /geofence/check
+//	GET    /geofences[?after&limit]      (admin)
+//	POST   /geofences                    (admin)
+//	GET    /geofences/{id}               (admin)
+//	PUT    /geofences/{id}               (admin)
+//	DELETE /geofences/{id}               (admin)
+func (h *Handler) Register(r *mux.Router) {
+	r.HandleFunc("/geofence/within", h.Within).Methods(http.MethodGet)
+	r.HandleFunc("/geofence/bbox", h.BBox).Methods(http.MethodGet)
+	r.HandleFunc("/geofence/contains", h.Contains).Methods(http.MethodGet)
+	r.HandleFunc("/geofence/check", h.Check).Methods(http.MethodPost)
+	r.HandleFunc("/geofences", h.admin(h.ListFences)).Methods(http.MethodGet)
+	r.HandleFunc("/geofences", h.admin(h.CreateFence)).Methods(http.MethodPost)
+	byID := "/geofences/{" + VarID + ":[0-9]+}"
+	r.HandleFunc(byID, h.admin(h.GetFence)).Methods(http.MethodGet)
+	r.HandleFunc(byID, h.admin(h.ReplaceFence)).Methods(http.MethodPut)
+	r.HandleFunc(byID, h.admin(h.DeleteFence)).Methods(http.MethodDelete)
+}
+
+// query is a request's query string with each parameter at most once.
+type query url.Values
+
+func parseQuery(r *http.Request) (query, error) {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, problem.Malformed("", "the query string is malformed")
+	}
+	return query(v), nil
+}
+
+// get returns the single value of name ("" when absent); a parameter given
+// twice is a 400, so that no two parts of the stack can read different
+// values.
+func (q query) get(name string) (string, error) {
+	vs := q[name]
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	}
+	return "", problem.Malformed(name, "%s is given %d times", name, len(vs))
+}
+
+// required is get for a mandatory parameter.
+func (q query) required(name string) (string, error) {
+	if _, ok := q[name]; !ok {
+		return "", problem.Malformed(name, "%s is required", name)
+	}
+	return q.get(name)
+}
+
+// point parses the lng and lat parameters.
+func (q query) point() (lng, lat float64, err error) {
+	s, err := q.required("lng")
+	if err != nil {
+		return 0, 0, err
+	}
+	if lng, err = ParseLng("lng", s); err != nil {
+		return 0, 0, err
+	}
+	if s, err = q.required("lat"); err != nil {
+		return 0, 0, err
+	}
+	if lat, err = ParseLat("lat", s); err != nil {
+		return 0, 0, err
+	}
+	return lng, lat, nil
+}
+
+func (q query) layer(c *Catalog) (*Layer, error) {
+	s, err := q.required("layer")
+	if err != nil {
+		return nil, err
+	}
+	return c.Resolve(s)
+}
+
+func (q query) limit(l Limits) (int, error) {
+	s, err := q.get("limit")
+	if err != nil {
+		return 0, err
+	}
+	if _, given := q["limit"]; given && s == "" {
+		return 0, problem.Malformed("limit", "limit is empty")
+	}
+	return ParseLimit(s, l.DefaultLimit, l.MaxLimit)
+}
+
+// Within serves GET /geofence/within?layer&lng&lat&radius[&limit]: the
+// layer's features within radius metres (on the ground) of the point,
+// nearest first, each with its distance_m.
+func (h *Handler) Within(w http.ResponseWriter, r *http.Request) {
+	q, err := h.parseWithin(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	d := Demand{Kind: KindWithin, Layer: q.Layer.Name, RadiusM: q.Radius, Limit: q.Limit}
+	if !h.gate.AdmitGeofence(w, r, d) {
+		return
+	}
+	fs, err := h.reader.Within(r.Context(), q)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeCollection(w, r, http.StatusOK, fs, nil)
+}
+
+func (h *Handler) parseWithin(r *http.Request) (WithinQuery, error) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		return WithinQuery{}, err
+	}
+	var q WithinQuery
+	if q.Layer, err = qs.layer(h.catalog); err != nil {
+		return q, err
+	}
+	if q.Lng, q.Lat, err = qs.point(); err != nil {
+		return q, err
+	}
+	s, err := qs.required("radius")
+	if err != nil {
+		return q, err
+	}
+	if q.Radius, err = ParseRadius(s, h.limits.MaxRadius); err != nil {
+		return q, err
+	}
+	if q.Limit, err = qs.limit(h.limits); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+// BBox serves GET /geofence/bbox?layer&bbox=minx,miny,maxx,maxy[&limit]:
+// the layer's features that intersect the box, in id order. A box with
+// minx > maxx crosses the antimeridian and is searched as its two parts.
+func (h *Handler) BBox(w http.ResponseWriter, r *http.Request) {
+	q, err := h.parseBBox(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	d := Demand{Kind: KindBBox, Layer: q.Layer.Name, Bound: q.Box.Unwrapped(), Limit: q.Limit}
+	if !h.gate.AdmitGeofence(w, r, d) {
+		return
+	}
+	fs, err := h.reader.BBox(r.Context(), q)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeCollection(w, r, http.StatusOK, fs, nil)
+}
+
+func (h *Handler) parseBBox(r *http.Request) (BBoxQuery, error) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		return BBoxQuery{}, err
+	}
+	var q BBoxQuery
+	if q.Layer, err = qs.layer(h.catalog); err != nil {
+		return q, err
+	}
+	s, err := qs.required("bbox")
+	if err != nil {
+		return q, err
+	}
+	if q.Box, err = ParseBBox(s, h.limits.MaxBBoxArea); err != nil {
+		return q, err
+	}
+	if q.Limit, err = qs.limit(h.limits); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+// Contains serves GET /geofence/contains?lng&lat: the fences that contain
+// the point, in id order. A point on a fence's boundary is inside it.
+func (h *Handler) Contains(w http.ResponseWriter, r *http.Request) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	lng, lat, err := qs.point()
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindContains, Points: 1}) {
+		return
+	}
+	fs, err := h.reader.Contains(r.Context(), lng, lat, h.limits.MaxLimit)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeCollection(w, r, http.StatusOK, fs, nil)
+}
+
+// CheckResult is the answer for one point of a batch check.
+type CheckResult struct {
+	ID     string  `json:"id"`
+	Fences []int64 `json:"fences"` // ids of the fences that contain the point, ascending
+}
+
+// Check serves POST /geofence/check with {"points":[{"id","lng","lat"}…]}:
+// for every point, in request order, the fences that contain it — one
+// query for the whole batch. The answer is {"results":[{"id","fences"}…]}.
+func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
+	points, err := ParseBatch(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxBatch)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindCheck, Points: len(points)}) {
+		return
+	}
+	ids, err := h.reader.Check(r.Context(), points)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if len(ids) != len(points) {
+		h.fail(w, r, problem.Wrap(fmt.Errorf("check: %d answers for %d points", len(ids), len(points))))
+		return
+	}
+	out := struct {
+		Results []CheckResult `json:"results"`
+	}{Results: make([]CheckResult, len(points))}
+	for i, p := range points {
+		fences := ids[i]
+		if fences == nil {
+			fences = []int64{}
+		}
+		out.Results[i] = CheckResult{ID: p.ID, Fences: fences}
+	}
+	h.writeJSON(w, r, http.StatusOK, "application/json", out)
+}
+
+// collection is a GeoJSON FeatureCollection, with optional foreign members.
+type collection struct {
+	Type     string    `json:"type"`
+	Features []Feature `json:"features"`
+	Next     string    `json:"next,omitempty"` // fence list: the next page
+}
+
+func (h *Handler) writeCollection(w http.ResponseWriter, r *http.Request, status int, fs []Feature, extra func(*collection)) {
+	if fs == nil {
+		fs = []Feature{}
+	}
+	c := collection{Type: "FeatureCollection", Features: fs}
+	if extra != nil {
+		extra(&c)
+	}
+	h.writeJSON(w, r, status, ContentType, c)
+}
+
+// writeJSON encodes v completely before writing anything, so that an
+// encoding failure is still a clean 500.
+func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, status int, contentType string, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		h.fail(w, r, problem.Wrap(fmt.Errorf("encode response: %w", err)))
+		return
+	}
+	body = append(body, '\n')
+	hdr := w.Header()
+	hdr.Set("Content-Type", contentType)
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	hdr.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	p := problem.From(err)
+	level := slog.LevelWarn
+	switch p.Code {
+	case problem.Internal:
+		level = slog.LevelError
+	case problem.NotFound, problem.OutOfRange:
+		level = slog.LevelInfo
+	}
+	h.log.LogAttrs(r.Context(), level, "geofence request failed",
+		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err))
+	problem.Write(w, r, p)
+}

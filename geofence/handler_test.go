@@ -1,0 +1,397 @@
+package geofence
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gorilla/mux"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// fakeReader answers every query with canned features and records calls.
+type fakeReader struct {
+	mu     sync.Mutex
+	calls  []string
+	within []WithinQuery
+	bbox   []BBoxQuery
+	points [][]Point
+}
+
+func (f *fakeReader) record(call string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+}
+
+var cannedFeature = Feature{ID: 7, Geometry: json.RawMessage(`{"type":"Point","coordinates":[1,2]}`), Properties: json.RawMessage(`{"name":"x"}`)}
+
+func (f *fakeReader) Within(_ context.Context, q WithinQuery) ([]Feature, error) {
+	f.record("within")
+	f.within = append(f.within, q)
+	return []Feature{cannedFeature}, nil
+}
+
+func (f *fakeReader) BBox(_ context.Context, q BBoxQuery) ([]Feature, error) {
+	f.record("bbox")
+	f.bbox = append(f.bbox, q)
+	return nil, nil
+}
+
+func (f *fakeReader) Contains(context.Context, float64, float64, int) ([]Feature, error) {
+	f.record("contains")
+	return []Feature{cannedFeature}, nil
+}
+
+func (f *fakeReader) Check(_ context.Context, pts []Point) ([][]int64, error) {
+	f.record("check")
+	f.points = append(f.points, pts)
+	out := make([][]int64, len(pts))
+	for i := range out {
+		out[i] = []int64{}
+	}
+	out[0] = []int64{3, 9}
+	return out, nil
+}
+
+func (f *fakeReader) Fence(_ context.Context, id int64) (Feature, error) {
+	f.record("fence")
+	if id != 7 {
+		return Feature{}, noFence(id)
+	}
+	return cannedFeature, nil
+}
+
+func (f *fakeReader) Fences(context.Context, int64, int) ([]Feature, error) {
+	f.record("fences")
+	return []Feature{cannedFeature, cannedFeature}, nil
+}
+
+// fakeGate admits while budget lasts (in requests) and records demands.
+type fakeGate struct {
+	budget  int
+	demands []Demand
+}
+
+func (g *fakeGate) AdmitGeofence(w http.ResponseWriter, r *http.Request, d Demand) bool {
+	g.demands = append(g.demands, d)
+	if g.budget <= 0 {
+		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 3})
+		return false
+	}
+	g.budget--
+	return true
+}
+
+const testAdminKey = "admin-key-0123456789"
+
+func testLayers() []Layer {
+	return []Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom", Properties: []string{"name", "kind"}}}
+}
+
+func newTestHandler(t *testing.T, reader Reader, gate Gate, writer Writer) http.Handler {
+	t.Helper()
+	h, err := NewHandler(Options{
+		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
+		Reader: reader, Writer: writer, Gate: gate, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	h.Register(r)
+	return r
+}
+
+func serve(h http.Handler, method, target, body string, hdr ...string) *httptest.ResponseRecorder {
+	var r *http.Request
+	if body != "" {
+		r = httptest.NewRequest(method, target, strings.NewReader(body))
+	} else {
+		r = httptest.NewRequest(method, target, nil)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// problemDoc decodes a problem response.
+func problemDoc(t *testing.T, w *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	if ct := w.Header().Get("Content-Type"); ct != problem.ContentType {
+		t.Fatalf("Content-Type = %q, want %q; body %s", ct, problem.ContentType, w.Body)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func TestHandlerRefusesBadParametersBeforePricing(t *testing.T) {
+	tests := []struct {
+		name   string
+		target string
+		status int
+		param  string
+	}{
+		{"within: no layer", "/geofence/within?lng=1&lat=2&radius=10", 400, "layer"},
+		{"within: unknown layer", "/geofence/within?layer=nope&lng=1&lat=2&radius=10", 404, "layer"},
+		{"within: no lng", "/geofence/within?layer=places&lat=2&radius=10", 400, "lng"},
+		{"within: empty lat", "/geofence/within?layer=places&lng=1&lat=&radius=10", 400, "lat"},
+		{"within: NaN radius", "/geofence/within?layer=places&lng=1&lat=2&radius=NaN", 400, "radius"},
+		{"within: Inf lng", "/geofence/within?layer=places&lng=Inf&lat=2&radius=10", 400, "lng"},
+		{"within: hex lat", "/geofence/within?layer=places&lng=1&lat=0x1p3&radius=10", 400, "lat"},
+		{"within: plus lng", "/geofence/within?layer=places&lng=%2B1&lat=2&radius=10", 400, "lng"},
+		{"within: radius too big", "/geofence/within?layer=places&lng=1&lat=2&radius=50001", 422, "radius"},
+		{"within: negative radius", "/geofence/within?layer=places&lng=1&lat=2&radius=-5", 422, "radius"},
+		{"within: lat out of range", "/geofence/within?layer=places&lng=1&lat=91&radius=10", 422, "lat"},
+		{"within: lng out of range", "/geofence/within?layer=places&lng=-180.5&lat=2&radius=10", 422, "lng"},
+		{"within: limit too big", "/geofence/within?layer=places&lng=1&lat=2&radius=10&limit=1001", 422, "limit"},
+		{"within: empty limit", "/geofence/within?layer=places&lng=1&lat=2&radius=10&limit=", 400, "limit"},
+		{"within: lng twice", "/geofence/within?layer=places&lng=1&lng=3&lat=2&radius=10", 400, "lng"},
+		{"within: bad escape", "/geofence/within?layer=places&lng=%zz", 400, ""},
+		{"bbox: no bbox", "/geofence/bbox?layer=places", 400, "bbox"},
+		{"bbox: three numbers", "/geofence/bbox?layer=places&bbox=1,2,3", 400, "bbox"},
+		{"bbox: too big", "/geofence/bbox?layer=places&bbox=0,0,20,20", 422, "bbox"},
+		{"bbox: upside down", "/geofence/bbox?layer=places&bbox=0,1,1,0", 422, "bbox"},
+		{"bbox: limit zero", "/geofence/bbox?layer=places&bbox=0,0,1,1&limit=0", 422, "limit"},
+		{"contains: no lat", "/geofence/contains?lng=1", 400, "lat"},
+		{"contains: lat range", "/geofence/contains?lng=1&lat=-90.01", 422, "lat"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reader, gate := &fakeReader{}, &fakeGate{budget: 100}
+			w := serve(newTestHandler(t, reader, gate, nil), http.MethodGet, tt.target, "")
+			if w.Code != tt.status {
+				t.Fatalf("status = %d, want %d; body %s", w.Code, tt.status, w.Body)
+			}
+			doc := problemDoc(t, w)
+			if tt.param != "" && doc["param"] != tt.param {
+				t.Errorf("param = %v, want %q", doc["param"], tt.param)
+			}
+			if len(gate.demands) != 0 || len(reader.calls) != 0 {
+				t.Errorf("a refused request was priced (%v) or queried (%v)", gate.demands, reader.calls)
+			}
+		})
+	}
+}
+
+func TestHandlerDemands(t *testing.T) {
+	reader, gate := &fakeReader{}, &fakeGate{budget: 100}
+	h := newTestHandler(t, reader, gate, nil)
+
+	w := serve(h, http.MethodGet, "/geofence/within?layer=places&lng=13.4&lat=52.5&radius=5000", "")
+	if w.Code != 200 || w.Header().Get("Content-Type") != ContentType {
+		t.Fatalf("within: %d %q %s", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
+	var fc struct {
+		Type     string
+		Features []map[string]any
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &fc); err != nil || fc.Type != "FeatureCollection" || len(fc.Features) != 1 ||
+		fc.Features[0]["type"] != "Feature" || fc.Features[0]["id"] != 7.0 {
+		t.Fatalf("within body %s (%v)", w.Body, err)
+	}
+	if got := reader.within[0]; got.Layer.Name != "places" || got.Lng != 13.4 || got.Lat != 52.5 || got.Radius != 5000 || got.Limit != 100 {
+		t.Errorf("within query = %+v", got)
+	}
+
+	serve(h, http.MethodGet, "/geofence/bbox?layer=places&bbox=175,-20,-175,-10&limit=20", "")
+	if got := reader.bbox[0]; !got.Box.CrossesAntimeridian() || got.Limit != 20 {
+		t.Errorf("bbox query = %+v", got)
+	}
+	serve(h, http.MethodGet, "/geofence/contains?lng=1&lat=2", "")
+	w = serve(h, http.MethodPost, "/geofence/check", `{"points":[{"id":"a","lng":1,"lat":2},{"id":"b","lng":3,"lat":4}]}`)
+	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("check: %d %s", w.Code, w.Body)
+	}
+	if got, want := strings.TrimSpace(w.Body.String()), `{"results":[{"id":"a","fences":[3,9]},{"id":"b","fences":[]}]}`; got != want {
+		t.Errorf("check body = %s, want %s", got, want)
+	}
+
+	want := []Demand{
+		{Kind: KindWithin, Layer: "places", RadiusM: 5000, Limit: 100},
+		{Kind: KindBBox, Layer: "places", Limit: 20},
+		{Kind: KindContains, Points: 1},
+		{Kind: KindCheck, Points: 2},
+	}
+	if len(gate.demands) != len(want) {
+		t.Fatalf("demands = %+v", gate.demands)
+	}
+	for i, d := range gate.demands {
+		b := d.Bound
+		d.Bound = want[i].Bound
+		if d != want[i] {
+			t.Errorf("demand %d = %+v, want %+v", i, d, want[i])
+		}
+		if d.Kind == KindBBox {
+			// 175..185 unwrapped: 10° × 10° = 100 square degrees, the sum of both parts.
+			if b.Min[0] != 175 || b.Max[0] != 185 || b.Min[1] != -20 || b.Max[1] != -10 {
+				t.Errorf("bbox bound = %v, want [175,-20]..[185,-10]", b)
+			}
+		}
+	}
+}
+
+func TestHandlerRefusedByGateRunsNoQuery(t *testing.T) {
+	reader, gate := &fakeReader{}, &fakeGate{budget: 0}
+	h := newTestHandler(t, reader, gate, nil)
+	for _, c := range []struct{ method, target, body string }{
+		{http.MethodGet, "/geofence/within?layer=places&lng=13.4&lat=52.5&radius=50000", ""},
+		{http.MethodGet, "/geofence/bbox?layer=places&bbox=0,0,1,1", ""},
+		{http.MethodGet, "/geofence/contains?lng=0&lat=0", ""},
+		{http.MethodPost, "/geofence/check", `{"points":[{"id":"a","lng":1,"lat":2}]}`},
+	} {
+		w := serve(h, c.method, c.target, c.body)
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "3" {
+			t.Errorf("%s: %d %v", c.target, w.Code, w.Header())
+		}
+	}
+	if len(reader.calls) != 0 {
+		t.Errorf("queries ran after a refusal: %v", reader.calls)
+	}
+}
+
+func TestHandlerCheckBody(t *testing.T) {
+	reader, gate := &fakeReader{}, &fakeGate{budget: 100}
+	h, err := NewHandler(Options{Layers: testLayers(), Limits: func() Limits {
+		l := DefaultLimits()
+		l.MaxBodyBytes = 1024
+		l.MaxBatch = 3
+		return l
+	}(), Reader: reader, Gate: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	h.Register(r)
+	big := `{"points":[{"id":"` + strings.Repeat("v", 2000) + `","lng":0,"lat":0}]}`
+	for _, c := range []struct {
+		name, body string
+		status     int
+	}{
+		{"too large", big, 413},
+		{"malformed", `{"points":[`, 400},
+		{"too many", `{"points":[{"id":"a","lng":0,"lat":0},{"id":"a","lng":0,"lat":0},{"id":"a","lng":0,"lat":0},{"id":"a","lng":0,"lat":0}]}`, 422},
+	} {
+		w := serve(r, http.MethodPost, "/geofence/check", c.body)
+		if w.Code != c.status {
+			t.Errorf("%s: status %d, want %d (%s)", c.name, w.Code, c.status, w.Body)
+		}
+		problemDoc(t, w)
+	}
+	if w := serve(r, http.MethodGet, "/geofence/check", ""); w.Code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /geofence/check: %d", w.Code)
+	}
+	if len(gate.demands) != 0 || len(reader.calls) != 0 {
+		t.Errorf("refused bodies were priced or queried: %v %v", gate.demands, reader.calls)
+	}
+}
+
+func TestAdminNeedsAKey(t *testing.T) {
+	reader, gate := &fakeReader{}, &fakeGate{budget: 100}
+	h := newTestHandler(t, reader, gate, nil)
+	for _, hdr := range [][]string{
+		nil,
+		{"X-API-Key", "wrong-key-0123456789"},
+		{"X-API-Key", testAdminKey[:len(testAdminKey)-1]},
+		{"Authorization", "Basic " + testAdminKey},
+		{"X-API-Key", testAdminKey + "x"},
+	} {
+		for _, c := range []struct{ method, target string }{
+			{http.MethodGet, "/geofences"}, {http.MethodGet, "/geofences/7"}, {http.MethodPost, "/geofences"},
+			{http.MethodPut, "/geofences/7"}, {http.MethodDelete, "/geofences/7"},
+		} {
+			w := serve(h, c.method, c.target, "", hdr...)
+			if w.Code != http.StatusUnauthorized || w.Header().Get("WWW-Authenticate") == "" {
+				t.Errorf("%s %s with %v: %d", c.method, c.target, hdr, w.Code)
+			}
+		}
+	}
+	if len(reader.calls) != 0 {
+		t.Errorf("unauthorised admin calls queried: %v", reader.calls)
+	}
+	// The key is accepted from either header; admin calls are never priced.
+	for _, hdr := range [][]string{{"X-API-Key", testAdminKey}, {"Authorization", "Bearer " + testAdminKey}, {"Authorization", "bearer  " + testAdminKey}} {
+		if w := serve(h, http.MethodGet, "/geofences/7", "", hdr...); w.Code != 200 || w.Header().Get("Content-Type") != ContentType {
+			t.Errorf("GET /geofences/7 with %v: %d %s", hdr, w.Code, w.Body)
+		}
+	}
+	if w := serve(h, http.MethodGet, "/geofences/8", "", "X-API-Key", testAdminKey); w.Code != 404 {
+		t.Errorf("GET /geofences/8: %d", w.Code)
+	}
+	w := serve(h, http.MethodGet, "/geofences?limit=2", "", "X-API-Key", testAdminKey)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"next":"/geofences?after=7\u0026limit=2"`) {
+		t.Errorf("GET /geofences?limit=2: %d %s", w.Code, w.Body)
+	}
+	if len(gate.demands) != 0 {
+		t.Errorf("admin calls were priced: %v", gate.demands)
+	}
+}
+
+func TestAdminWritesWithoutWriterAre503(t *testing.T) {
+	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, nil)
+	for _, c := range []struct{ method, target string }{
+		{http.MethodPost, "/geofences"}, {http.MethodPut, "/geofences/7"}, {http.MethodDelete, "/geofences/7"},
+	} {
+		w := serve(h, c.method, c.target, `{}`, "X-API-Key", testAdminKey)
+		if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "fence admin not configured") {
+			t.Errorf("%s %s: %d %s", c.method, c.target, w.Code, w.Body)
+		}
+	}
+}
+
+func TestNewHandlerValidates(t *testing.T) {
+	base := Options{Layers: testLayers(), Limits: DefaultLimits(), Reader: &fakeReader{}, Gate: &fakeGate{}}
+	for name, mutate := range map[string]func(*Options){
+		"short admin key": func(o *Options) { o.AdminKeys = []string{"short"} },
+		"bad layer name":  func(o *Options) { o.Layers = []Layer{{Name: "a b", Table: "t", GeometryColumn: "g"}} },
+		"duplicate layer": func(o *Options) { o.Layers = append(testLayers(), testLayers()...) },
+		"reserved property": func(o *Options) {
+			o.Layers = []Layer{{Name: "a", Table: "t", GeometryColumn: "g", Properties: []string{"distance_m"}}}
+		},
+		"no radius bound":     func(o *Options) { o.Limits.MaxRadius = 0 },
+		"default over max":    func(o *Options) { o.Limits.DefaultLimit = o.Limits.MaxLimit + 1 },
+		"no reader":           func(o *Options) { o.Reader = nil },
+		"no gate":             func(o *Options) { o.Gate = nil },
+		"tiny body limit":     func(o *Options) { o.Limits.MaxBodyBytes = 10 },
+		"bbox area unbounded": func(o *Options) { o.Limits.MaxBBoxArea = 1e9 },
+	} {
+		o := base
+		mutate(&o)
+		if _, err := NewHandler(o); err == nil {
+			t.Errorf("%s: NewHandler accepted it", name)
+		}
+	}
+	if _, err := NewHandler(base); err != nil {
+		t.Errorf("base options: %v", err)
+	}
+}
+
+func TestLayerSQLQuotesIdentifiers(t *testing.T) {
+	c, err := NewCatalog([]Layer{{Name: "odd", Table: `my schema.we"ird`, GeometryColumn: "the geom", IDColumn: "Id", Properties: []string{`na"me`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.Layer("odd")
+	for _, sql := range []string{l.WithinSQL(), l.BBoxSQL()} {
+		for _, want := range []string{`"my schema"."we""ird"`, `t."the geom"`, `t."Id"`, `t."na""me" AS p0`, `n.p0 AS "na""me"`} {
+			if !strings.Contains(sql, want) {
+				t.Errorf("query lacks %s:\n%s", want, sql)
+			}
+		}
+		if strings.Contains(sql, "{{") {
+			t.Errorf("unrendered template:\n%s", sql)
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package geofence
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/geotoll/geotoll/problem"
+	queries "github.com/geotoll/geotoll/sql"
+)
+
+// Layer is one table that within and bbox queries can search. Layers come
+// from the server's configuration; nothing in a Layer ever comes from a
+// request.
+type Layer struct {
+	Name  string `yaml:"name"`  // the ?layer= value: [A-Za-z0-9_-]{1,64}
+	Table string `yaml:"table"` // schema.table (or table)
+	// GeometryColumn must be a geometry with SRID 4326 (lon/lat). within
+	// needs a GiST index on (column::geography), bbox one on the column.
+	GeometryColumn string   `yaml:"geometry_column"`
+	IDColumn       string   `yaml:"id_column"`  // integer feature id
+	Properties     []string `yaml:"properties"` // allowlisted attribute columns
+	// StatementTimeout bounds each query of this layer (SET LOCAL
+	// statement_timeout); it should be tighter than the read role's own.
+	StatementTimeout time.Duration `yaml:"statement_timeout"`
+
+	withinSQL, bboxSQL string // rendered once by NewCatalog
+}
+
+// DefaultStatementTimeout is the statement_timeout of a layer that sets none,
+// and of contains, check and the fence admin.
+const DefaultStatementTimeout = 2 * time.Second
+
+var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// DistanceProperty is the property within adds to each feature.
+const DistanceProperty = "distance_m"
+
+func (l *Layer) withDefaults() {
+	if l.IDColumn == "" {
+		l.IDColumn = "id"
+	}
+	if l.StatementTimeout == 0 {
+		l.StatementTimeout = DefaultStatementTimeout
+	}
+}
+
+func (l *Layer) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !layerName.MatchString(l.Name) {
+		bad("name %q must match %s", l.Name, layerName)
+	}
+	if l.Table == "" || l.GeometryColumn == "" {
+		bad("table and geometry_column are required")
+	}
+	seen := map[string]bool{}
+	for _, p := range l.Properties {
+		switch {
+		case p == "":
+			bad("a property name is empty")
+		case p == DistanceProperty:
+			bad("property %q is reserved for the within distance", p)
+		case seen[p]:
+			bad("property %q is listed twice", p)
+		}
+		seen[p] = true
+	}
+	if l.StatementTimeout < time.Millisecond || l.StatementTimeout > time.Minute {
+		bad("statement_timeout %s must be within 1ms..1m", l.StatementTimeout)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("geofence layer %q: %w", l.Name, err)
+	}
+	return nil
+}
+
+// ident quotes a possibly schema-qualified identifier ("schema.table").
+func ident(name string) string {
+	return pgx.Identifier(strings.Split(name, ".")).Sanitize()
+}
+
+var (
+	withinTemplate = template.Must(template.New("geofence_within.sql").Parse(mustQuery("geofence_within.sql")))
+	bboxTemplate   = template.Must(template.New("geofence_bbox.sql").Parse(mustQuery("geofence_bbox.sql")))
+)
+
+func mustQuery(name string) string {
+	text, err := queries.Read(name)
+	if err != nil {
+		panic(err) // compiled in: a missing file is a build defect, caught by every test
+	}
+	return text
+}
+
+// property is one allowlisted column: its quoted name in the table and the
+// quoted alias it travels under between the inner and outer query.
+type property struct{ Col, Alias string }
+
+// render fills the layer's quoted identifiers into the within and bbox
+// queries.
+func (l *Layer) render() error {
+	data := struct {
+		Table, Geom, ID string
+		Props           []property
+	}{Table: ident(l.Table), Geom: ident(l.GeometryColumn), ID: ident(l.IDColumn)}
+	for i, p := range l.Properties {
+		// The inner query carries each property as p0, p1… so that no
+		// column name can collide with id, geom or distance_m there; the
+		// outer query renames it back for the JSON key.
+		data.Props = append(data.Props, property{Col: pgx.Identifier{p}.Sanitize(), Alias: fmt.Sprintf("p%d", i)})
+	}
+	for _, q := range []struct {
+		t   *template.Template
+		dst *string
+	}{{withinTemplate, &l.withinSQL}, {bboxTemplate, &l.bboxSQL}} {
+		var buf bytes.Buffer
+		if err := q.t.Execute(&buf, data); err != nil {
+			return fmt.Errorf("geofence layer %q: render %s: %w", l.Name, q.t.Name(), err)
+		}
+		*q.dst = buf.String()
+	}
+	return nil
+}
+
+// WithinSQL returns the layer's constant within query text.
+func (l *Layer) WithinSQL() string { return l.withinSQL }
+
+// BBoxSQL returns the layer's constant bbox query text.
+func (l *Layer) BBoxSQL() string { return l.bboxSQL }
+
+// Catalog is the immutable set of layers within and bbox can search.
+type Catalog struct {
+	byName map[string]*Layer
+	order  []*Layer
+}
+
+// NewCatalog validates layers, fills defaults and renders each layer's
+// queries.
+func NewCatalog(layers []Layer) (*Catalog, error) {
+	c := &Catalog{byName: make(map[string]*Layer, len(layers))}
+	var errs []error
+	for i := range layers {
+		l := layers[i] // copy: the catalog owns its layers
+		l.Properties = append([]string(nil), l.Properties...)
+		l.withDefaults()
+		if err := l.validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := c.byName[l.Name]; dup {
+			errs = append(errs, fmt.Errorf("geofence layer %q is defined twice", l.Name))
+			continue
+		}
+		if err := l.render(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.byName[l.Name] = &l
+		c.order = append(c.order, &l)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Layer returns the named layer, or nil.
+func (c *Catalog) Layer(name string) *Layer { return c.byName[name] }
+
+// Layers returns the layers in configuration order.
+func (c *Catalog) Layers() []*Layer { return append([]*Layer(nil), c.order...) }
+
+// Resolve returns the layer named by a ?layer= value: 400 when empty, 404
+// when unknown.
+func (c *Catalog) Resolve(name string) (*Layer, error) {
+	if name == "" {
+		return nil, problem.Malformed("layer", "layer is required")
+	}
+	l := c.byName[name]
+	if l == nil {
+		return nil, problem.Missing("layer", "unknown layer %q", truncate(name, 64))
+	}
+	return l, nil
+}
+
+// Limits bound every request parameter. A parameter beyond its limit is a
+// 422, before anything is priced or queried.
+type Limits struct {
+	MaxRadius    float64 `yaml:"max_radius"`    // metres; default 50000
+	DefaultLimit int     `yaml:"default_limit"` // features when ?limit is absent; default 100
+	MaxLimit     int     `yaml:"max_limit"`     // default 1000
+	MaxBBoxArea  float64 `yaml:"max_bbox_area"` // square degrees; default 100
+	MaxBatch     int     `yaml:"max_batch"`     // points per batch check; default 1000
+	MaxBodyBytes int64   `yaml:"max_body_bytes"`
+	MaxVertices  int     `yaml:"max_vertices"` // positions per fence; default 10000
+	// StatementTimeout bounds contains, check and fence admin queries.
+	StatementTimeout time.Duration `yaml:"statement_timeout"`
+}
+
+// DefaultLimits returns the default bounds. MaxRadius matches the seed's
+// 50 km cap, which the default radius weight prices at MaxCost; a body of
+// 1 MiB holds a full batch with ids of MaxPointIDLen bytes several times
+// over, and a fence of MaxVertices positions.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxRadius:        50000,
+		DefaultLimit:     100,
+		MaxLimit:         1000,
+		MaxBBoxArea:      100,
+		MaxBatch:         1000,
+		MaxBodyBytes:     1 << 20,
+		MaxVertices:      10000,
+		StatementTimeout: DefaultStatementTimeout,
+	}
+}
+
+// Validate reports whether the limits are usable.
+func (l Limits) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !(l.MaxRadius > 0 && l.MaxRadius <= 20_037_509) { // half the equator: every point on Earth
+		bad("max_radius %g must be within (0, 20037509] metres", l.MaxRadius)
+	}
+	if l.MaxLimit < 1 || l.MaxLimit > 100_000 {
+		bad("max_limit %d must be within 1..100000", l.MaxLimit)
+	}
+	if l.DefaultLimit < 1 || l.DefaultLimit > l.MaxLimit {
+		bad("default_limit %d must be within 1..max_limit", l.DefaultLimit)
+	}
+	if !(l.MaxBBoxArea > 0 && l.MaxBBoxArea <= 360*180) {
+		bad("max_bbox_area %g must be within (0, 64800] square degrees", l.MaxBBoxArea)
+	}
+	if l.MaxBatch < 1 || l.MaxBatch > 100_000 {
+		bad("max_batch %d must be within 1..100000", l.MaxBatch)
+	}
+	if l.MaxBodyBytes < 1024 || l.MaxBodyBytes > 64<<20 {
+		bad("max_body_bytes %d must be within 1 KiB..64 MiB", l.MaxBodyBytes)
+	}
+	if l.MaxVertices < 4 || l.MaxVertices > 1_000_000 {
+		bad("max_vertices %d must be within 4..1000000", l.MaxVertices)
+	}
+	if l.StatementTimeout < time.Millisecond || l.StatementTimeout > time.Minute {
+		bad("statement_timeout %s must be within 1ms..1m", l.StatementTimeout)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("geofence limits: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,402 @@
+package geofence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/encoding/wkb"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// Feature is one GeoJSON feature as PostGIS rendered it: the geometry from
+// ST_AsGeoJSON and the properties from jsonb, passed through untouched.
+type Feature struct {
+	ID         int64
+	Geometry   json.RawMessage
+	Properties json.RawMessage
+}
+
+// MarshalJSON writes the feature as a GeoJSON Feature object.
+func (f Feature) MarshalJSON() ([]byte, error) {
+	props := f.Properties
+	if len(props) == 0 {
+		props = json.RawMessage("{}")
+	}
+	geom := f.Geometry
+	if len(geom) == 0 {
+		geom = json.RawMessage("null")
+	}
+	return json.Marshal(struct {
+		Type       string          `json:"type"`
+		ID         int64           `json:"id"`
+		Geometry   json.RawMessage `json:"geometry"`
+		Properties json.RawMessage `json:"properties"`
+	}{"Feature", f.ID, geom, props})
+}
+
+// WithinQuery asks for the features of Layer within Radius metres of
+// (Lng, Lat), nearest first, at most Limit of them.
+type WithinQuery struct {
+	Layer    *Layer
+	Lng, Lat float64
+	Radius   float64
+	Limit    int
+}
+
+// BBoxQuery asks for the features of Layer that intersect Box, in id order,
+// at most Limit of them.
+type BBoxQuery struct {
+	Layer *Layer
+	Box   BBox
+	Limit int
+}
+
+// Reader runs the read queries; *Store is the production one. Handler tests
+// substitute their own.
+type Reader interface {
+	Within(ctx context.Context, q WithinQuery) ([]Feature, error)
+	BBox(ctx context.Context, q BBoxQuery) ([]Feature, error)
+	Contains(ctx context.Context, lng, lat float64, limit int) ([]Feature, error)
+	// Check returns, for each point in order, the ids of the fences that
+	// contain it (never nil; empty when none), from one query.
+	Check(ctx context.Context, points []Point) ([][]int64, error)
+	Fence(ctx context.Context, id int64) (Feature, error)
+	Fences(ctx context.Context, after int64, limit int) ([]Feature, error)
+}
+
+// Writer writes fences; *Store over the writer role is the production one.
+type Writer interface {
+	CreateFence(ctx context.Context, in FenceInput) (Feature, error)
+	ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feature, error)
+	DeleteFence(ctx context.Context, id int64) error
+}
+
+// Store runs geofence queries in PostGIS. Every query runs in its own
+// transaction — READ ONLY for reads — whose first statement sets
+// statement_timeout and jit off locally, with the request's context, so a
+// client that hangs up cancels its query.
+type Store struct {
+	pool *pgxpool.Pool
+	// Timeout is the statement_timeout of contains, check and fence admin
+	// queries (layers carry their own).
+	Timeout time.Duration
+	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
+	// database timed out or could not be reached.
+	RetryAfter int
+}
+
+// NewStore returns a Store over pool. For reads the pool should connect as
+// the read-only role (geotoll_reader); for fence writes as
+// geotoll_fence_writer, which may write geotoll.geofences and nothing else.
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, Timeout: DefaultStatementTimeout, RetryAfter: 2}
+}
+
+// Query texts; the layer queries are rendered per layer by NewCatalog.
+var (
+	containsSQL      = mustQuery("geofence_contains.sql")
+	checkSQL         = mustQuery("geofence_check.sql")
+	fenceGetSQL      = mustQuery("geofence_fence_get.sql")
+	fenceListSQL     = mustQuery("geofence_fence_list.sql")
+	fenceValidateSQL = mustQuery("geofence_fence_validate.sql")
+	fenceInsertSQL   = mustQuery("geofence_fence_insert.sql")
+	fenceUpdateSQL   = mustQuery("geofence_fence_update.sql")
+	fenceDeleteSQL   = mustQuery("geofence_fence_delete.sql")
+)
+
+// setLocalSQL is SET LOCAL statement_timeout and jit = off with a bound
+// value (set_config(…, true) is local to the transaction).
+const setLocalSQL = `SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`
+
+var errNoFence = errors.New("no such fence")
+
+var (
+	_ Reader = (*Store)(nil)
+	_ Writer = (*Store)(nil)
+)
+
+// Within implements Reader.
+func (s *Store) Within(ctx context.Context, q WithinQuery) ([]Feature, error) {
+	return s.features(ctx, q.Layer.StatementTimeout, q.Layer.withinSQL, q.Lng, q.Lat, q.Radius, q.Limit)
+}
+
+// BBox implements Reader. A box that crosses the antimeridian is queried as
+// its two parts in one statement.
+func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, error) {
+	parts := q.Box.Parts()
+	a := parts[0]
+	var west2, east2 *float64
+	if len(parts) == 2 {
+		west2, east2 = &parts[1].Min[0], &parts[1].Max[0]
+	}
+	return s.features(ctx, q.Layer.StatementTimeout, q.Layer.bboxSQL,
+		a.Min[0], a.Min[1], a.Max[0], a.Max[1], west2, east2, q.Limit)
+}
+
+// Contains implements Reader.
+func (s *Store) Contains(ctx context.Context, lng, lat float64, limit int) ([]Feature, error) {
+	return s.features(ctx, s.Timeout, containsSQL, lng, lat, limit)
+}
+
+// Fence implements Reader: problem.NotFound when there is no such fence.
+func (s *Store) Fence(ctx context.Context, id int64) (Feature, error) {
+	fs, err := s.features(ctx, s.Timeout, fenceGetSQL, id)
+	if err != nil {
+		return Feature{}, err
+	}
+	if len(fs) == 0 {
+		return Feature{}, noFence(id)
+	}
+	return fs[0], nil
+}
+
+// Fences implements Reader.
+func (s *Store) Fences(ctx context.Context, after int64, limit int) ([]Feature, error) {
+	return s.features(ctx, s.Timeout, fenceListSQL, after, limit)
+}
+
+// Check implements Reader: one statement for the whole batch.
+func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
+	lngs := make([]float64, len(points))
+	lats := make([]float64, len(points))
+	for i, p := range points {
+		lngs[i], lats[i] = p.Lng, p.Lat
+	}
+	out := make([][]int64, len(points))
+	for i := range out {
+		out[i] = []int64{}
+	}
+	err := s.read(ctx, s.Timeout, checkSQL, []any{lngs, lats}, func(rows pgx.Rows) error {
+		var ord, id int64
+		_, err := pgx.ForEachRow(rows, []any{&ord, &id}, func() error {
+			if ord < 1 || ord > int64(len(out)) {
+				return fmt.Errorf("check: ordinal %d outside 1..%d", ord, len(out))
+			}
+			out[ord-1] = append(out[ord-1], id)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// features runs a query whose rows are (id, geometry, properties).
+func (s *Store) features(ctx context.Context, timeout time.Duration, sql string, args ...any) ([]Feature, error) {
+	var out []Feature
+	err := s.read(ctx, timeout, sql, args, func(rows pgx.Rows) error {
+		var err error
+		out, err = scanFeatures(rows)
+		return err
+	})
+	return out, err
+}
+
+func scanFeatures(rows pgx.Rows) ([]Feature, error) {
+	out := []Feature{}
+	var f Feature
+	var geom string
+	_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties}, func() error {
+		f.Geometry = json.RawMessage(geom)
+		out = append(out, f)
+		f = Feature{}
+		return nil
+	})
+	return out, err
+}
+
+// read runs one query in a READ ONLY transaction after SET LOCAL
+// statement_timeout and jit = off, both sent in one batch (one round trip).
+func (s *Store) read(ctx context.Context, timeout time.Duration, sql string, args []any, scan func(pgx.Rows) error) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		batch.Queue(setLocalSQL, millis(timeout))
+		batch.Queue(sql, args...)
+		br := tx.SendBatch(ctx, batch)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return err
+		}
+		if err := scan(rows); err != nil {
+			br.Close()
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return s.classify(ctx, err)
+	}
+	return nil
+}
+
+// write runs fn in a read-write transaction whose first statement sets
+// statement_timeout and jit off locally.
+func (s *Store) write(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, setLocalSQL, millis(s.Timeout)); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	if err != nil {
+		return s.classify(ctx, err)
+	}
+	return nil
+}
+
+func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// CreateFence implements Writer: 422 with PostGIS's reason when the
+// geometry is invalid.
+func (s *Store) CreateFence(ctx context.Context, in FenceInput) (Feature, error) {
+	var out Feature
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		geom, err := validate(ctx, tx, in.Geometry)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, fenceInsertSQL, in.Name, in.Kind, geom)
+		if err != nil {
+			return err
+		}
+		fs, err := scanFeatures(rows)
+		if err != nil {
+			return err
+		}
+		if len(fs) != 1 {
+			return fmt.Errorf("insert fence: %d rows returned", len(fs))
+		}
+		out = fs[0]
+		return nil
+	})
+	return out, err
+}
+
+// ReplaceFence implements Writer: 404 when there is no such fence, 422 when
+// the geometry is invalid.
+func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feature, error) {
+	var out Feature
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		geom, err := validate(ctx, tx, in.Geometry)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, fenceUpdateSQL, id, in.Name, in.Kind, geom)
+		if err != nil {
+			return err
+		}
+		fs, err := scanFeatures(rows)
+		if err != nil {
+			return err
+		}
+		if len(fs) == 0 {
+			return noFence(id)
+		}
+		out = fs[0]
+		return nil
+	})
+	return out, err
+}
+
+// DeleteFence implements Writer: 404 when there is no such fence.
+func (s *Store) DeleteFence(ctx context.Context, id int64) error {
+	return s.write(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, fenceDeleteSQL, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return noFence(id)
+		}
+		return nil
+	})
+}
+
+func noFence(id int64) error {
+	return &problem.Error{Code: problem.NotFound, Param: "id", Detail: fmt.Sprintf("no fence %d", id), Err: errNoFence}
+}
+
+// validate encodes g as WKB and asks PostGIS whether it is valid; an
+// invalid geometry is a 422 carrying PostGIS's reason and location.
+func validate(ctx context.Context, tx pgx.Tx, g orb.MultiPolygon) ([]byte, error) {
+	geom, err := wkb.Marshal(g)
+	if err != nil {
+		return nil, problem.Range("geometry", "the geometry cannot be encoded: %v", err)
+	}
+	var (
+		valid    bool
+		reason   string
+		lng, lat *float64
+	)
+	if err := tx.QueryRow(ctx, fenceValidateSQL, geom).Scan(&valid, &reason, &lng, &lat); err != nil {
+		return nil, err
+	}
+	if valid {
+		return geom, nil
+	}
+	e := problem.Range("geometry", "invalid polygon: %s", reason)
+	e.Extra = map[string]any{"reason": reason}
+	if lng != nil && lat != nil {
+		e.Detail += fmt.Sprintf(" at [%g, %g]", *lng, *lat)
+		e.Extra["location"] = []float64{*lng, *lat}
+	}
+	return nil, e
+}
+
+// SQLSTATEs the store maps to problems.
+const (
+	sqlstateQueryCanceled  = "57014" // statement_timeout and cancel requests alike
+	sqlstateCheckViolation = "23514"
+)
+
+// classify turns a database error into a problem. Problems raised inside a
+// transaction (404, 422) pass through.
+func (s *Store) classify(ctx context.Context, err error) error {
+	var p *problem.Error
+	if errors.As(err, &p) {
+		return p
+	}
+	if ctx.Err() != nil {
+		// The client went away (or the server's write deadline passed): the
+		// query was cancelled on purpose. Nobody reads this response.
+		return &problem.Error{Code: problem.Unavailable, Detail: "request cancelled", Err: ctx.Err()}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case sqlstateQueryCanceled:
+			return &problem.Error{
+				Code:       problem.Timeout,
+				Detail:     "the query exceeded its time limit; try again later with a smaller radius, box or batch",
+				RetryAfter: s.RetryAfter,
+				Err:        err,
+			}
+		case sqlstateCheckViolation:
+			return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence violates a table constraint: " + pgErr.ConstraintName, Err: err}
+		}
+		return problem.Wrap(fmt.Errorf("geofence query: %w", err))
+	}
+	// No PgError: the connection could not be had or was lost.
+	return &problem.Error{
+		Code:       problem.Unavailable,
+		Detail:     "the database is unavailable",
+		RetryAfter: s.RetryAfter,
+		Err:        err,
+	}
+}

@@ -1,0 +1,29 @@
+-- Features of one layer that intersect a lon/lat box (GET /geofence/bbox).
+--
+-- Template fields (double braces) are identifiers from the layer catalog,
+-- quoted with pgx.Identifier and rendered once at start-up. Everything else
+-- is bound:
+--   $1 west, $2 south, $3 east, $4 north (degrees, EPSG:4326)
+--   $5 west, $6 east of the second part of a box that crosses the
+--      antimeridian, split at it; both NULL otherwise (and the second test
+--      is NULL: it matches nothing)
+--   $7 feature cap (LIMIT)
+--
+-- The box is planar in lon/lat: its edges are meridians and parallels, as a
+-- map draws them. ST_Intersects brings its own && test, which the GiST
+-- index on the geometry column serves (a BitmapOr over the two parts).
+-- Features come in id order, so a capped answer is stable.
+SELECT n.id,
+       ST_AsGeoJSON(n.geom) AS geometry,
+       (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p) AS properties
+FROM (
+    SELECT t.{{.ID}} AS id,
+           t.{{.Geom}} AS geom{{range .Props}},
+           t.{{.Col}} AS {{.Alias}}{{end}}
+    FROM {{.Table}} AS t
+    WHERE ST_Intersects(t.{{.Geom}}, ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 4326))
+       OR ST_Intersects(t.{{.Geom}}, ST_MakeEnvelope($5::float8, $2::float8, $6::float8, $4::float8, 4326))
+    ORDER BY id
+    LIMIT $7::int
+) AS n
+ORDER BY n.id

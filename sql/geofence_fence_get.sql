@@ -1,0 +1,7 @@
+-- One fence as a GeoJSON feature (GET /geofences/{id}).   $1 id
+SELECT f.id,
+       ST_AsGeoJSON(f.geom) AS geometry,
+       jsonb_build_object('name', f.name, 'kind', f.kind,
+                          'created_at', f.created_at, 'updated_at', f.updated_at) AS properties
+FROM geotoll.geofences AS f
+WHERE f.id = $1::bigint

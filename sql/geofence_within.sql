@@ -1,0 +1,30 @@
+-- Features of one layer within a radius of a point, nearest first
+-- (GET /geofence/within).
+--
+-- Template fields (double braces) are identifiers from the layer catalog,
+-- quoted with pgx.Identifier and rendered once at start-up. Everything else
+-- is bound:
+--   $1 longitude, $2 latitude (degrees, EPSG:4326)
+--   $3 radius in metres on the ground   $4 feature cap (LIMIT)
+--
+-- Geography-correct: ST_DWithin and ST_Distance on geography measure metres
+-- on the WGS 84 spheroid, so 5 km is 5 km at the equator and at 70°N. The
+-- filter is written on (geom::geography), the exact expression of the GiST
+-- index the migrations create, so the planner can use it. The inner query
+-- keeps only the nearest $4 rows; the outer one turns just those into
+-- GeoJSON. distance_m is the spheroid distance the rows are ordered by.
+SELECT n.id,
+       ST_AsGeoJSON(n.geom) AS geometry,
+       (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p)
+           || jsonb_build_object('distance_m', n.distance_m) AS properties
+FROM (
+    SELECT t.{{.ID}} AS id,
+           t.{{.Geom}} AS geom,
+           ST_Distance(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography) AS distance_m{{range .Props}},
+           t.{{.Col}} AS {{.Alias}}{{end}}
+    FROM {{.Table}} AS t
+    WHERE ST_DWithin(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography, $3::float8)
+    ORDER BY distance_m, id
+    LIMIT $4::int
+) AS n
+ORDER BY n.distance_m, n.id
