@@ -33,7 +33,7 @@ SERVICES_ENV = eval "$$($(SERVICES) env)"
 # Redis, and missing services fail instead of skip.
 TEST_ENV = $(SERVICES_ENV); export GEOTOLL_REQUIRE_SERVICES=1
 
-.PHONY: all build services services-down run testdb test lint fuzz bench clean
+.PHONY: all build services services-down run testdb browser-deps test lint fuzz bench clean
 
 all: lint test
 
@@ -60,7 +60,12 @@ testdb: services build
 	$(BIN) migrate; \
 	$(BIN) seed -if-empty
 
-test: testdb
+# The preview page's browser test (cmd/geotoll TestBrowserPreview) needs
+# Debian's Chromium and playwright-core; each is installed only when missing.
+browser-deps:
+	bash web/browser/install-deps.sh
+
+test: testdb browser-deps
 	$(TEST_ENV); \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 

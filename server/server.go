@@ -20,6 +20,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/tiles"
 )
@@ -31,9 +32,20 @@ type Check func(ctx context.Context) error
 type Options struct {
 	Logger *slog.Logger
 	Tiles  *tiles.Handler
+	// Geofence serves /geofence/… and the fence admin /geofences[/{id}].
+	Geofence *geofence.Handler
+	// Budget answers GET /budget (the caller's own budget, never charged).
+	Budget http.Handler
+	// Web serves the preview page: GET / and GET /web/… (package web).
+	Web http.Handler
 	// Checks are run by /readyz, each bounded by ReadyTimeout (default 2 s).
 	Checks       map[string]Check
 	ReadyTimeout time.Duration
+	// Metrics, if set, counts every request and serves GET /metrics.
+	Metrics *Metrics
+	// CORS lets other origins call the API; its zero value sends no CORS
+	// headers.
+	CORS CORS
 }
 
 // New returns the API handler.
@@ -51,10 +63,32 @@ func New(o Options) http.Handler {
 	r.HandleFunc("/healthz", healthz).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/readyz", readyz(o.Checks, o.ReadyTimeout)).Methods(http.MethodGet, http.MethodHead)
 	if o.Tiles != nil {
+		// /tiles/{layer}.json has one segment after /tiles/, the tile route
+		// four: neither can shadow the other, whatever the order.
+		r.Handle("/tiles", o.Tiles.Index()).Methods(http.MethodGet, http.MethodHead)
+		r.Handle("/tiles/{"+tiles.VarLayer+"}.json", o.Tiles.TileJSON()).Methods(http.MethodGet, http.MethodHead)
 		path := "/tiles/{" + tiles.VarLayer + "}/{" + tiles.VarZ + "}/{" + tiles.VarX + "}/{" + tiles.VarY + "}"
 		r.Handle(path, o.Tiles).Methods(http.MethodGet, http.MethodHead)
 	}
-	return withRequestID(withAccessLog(o.Logger, r))
+	if o.Metrics != nil {
+		r.Handle("/metrics", o.Metrics.Handler()).Methods(http.MethodGet, http.MethodHead)
+		r.Use(nameRoute)
+	}
+	if o.Budget != nil {
+		r.Handle("/budget", o.Budget).Methods(http.MethodGet, http.MethodHead)
+	}
+	if o.Geofence != nil {
+		o.Geofence.Register(r)
+	}
+	if o.Web != nil {
+		r.Handle("/", o.Web).Methods(http.MethodGet, http.MethodHead)
+		r.Handle("/web/{path:.*}", o.Web).Methods(http.MethodGet, http.MethodHead)
+	}
+	h := withAccessLog(o.Logger, o.CORS.wrap(r))
+	if o.Metrics != nil {
+		h = o.Metrics.wrap(h)
+	}
+	return withRequestID(h)
 }
 
 func healthz(w http.ResponseWriter, _ *http.Request) {

@@ -11,10 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/problem"
 )
 
-func TestClientIP(t *testing.T) {
+func TestBucketIP(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
 		{"ipv4", "192.0.2.1:443", "192.0.2.1"},
 		{"ipv6 grouped by /64", "[2001:db8:1:2:aaaa::1]:80", "2001:db8:1:2::/64"},
@@ -25,28 +26,60 @@ func TestClientIP(t *testing.T) {
 		{"garbage", "not-an-address", "unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := clientIP(tc.in); got != tc.want {
-				t.Errorf("clientIP(%q) = %q, want %q", tc.in, got, tc.want)
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.in
+			if got := bucketIP(forwarded.Peer(r)); got != tc.want {
+				t.Errorf("bucketIP(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
 	}
 }
 
-func TestIdentifyHashesKeys(t *testing.T) {
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	r.Header.Set("X-API-Key", "secret-key")
-	c := identify(r, "keyed", "anonymous")
-	if c.Tier != "keyed" || !strings.HasPrefix(c.Identity, "k:") || strings.Contains(c.Identity, "secret") {
-		t.Fatalf("identify = %+v", c)
+func TestAPIKeySources(t *testing.T) {
+	for _, tc := range []struct {
+		name, header, value, query, want string
+		present                          bool
+	}{
+		{"none", "", "", "", "", false},
+		{"X-API-Key", "X-API-Key", "k1", "", "k1", true},
+		{"bearer", "Authorization", "Bearer k2", "", "k2", true},
+		{"bearer case-insensitive", "Authorization", "bearer k3", "", "k3", true},
+		{"basic is not a key", "Authorization", "Basic abc", "", "", false},
+		{"query", "", "", "key=k4", "k4", true},
+		{"header wins over query", "X-API-Key", "h", "key=q", "h", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/x?"+tc.query, nil)
+			if tc.header != "" {
+				r.Header.Set(tc.header, tc.value)
+			}
+			got, present := APIKey(r)
+			if got != tc.want || present != tc.present {
+				t.Errorf("APIKey = %q, %v; want %q, %v", got, present, tc.want, tc.present)
+			}
+		})
 	}
-	r.Header.Set("X-API-Key", "other-key")
-	if c2 := identify(r, "keyed", "anonymous"); c2.Identity == c.Identity {
-		t.Fatal("two keys share an identity")
+}
+
+// FuzzAPIKey: any headers and query parse without panic; X-API-Key wins;
+// a key is reported present iff one was found.
+func FuzzAPIKey(f *testing.F) {
+	for _, s := range []string{"", "gt_abc", "Bearer x", "bearer  y ", "Basic z", "key=%zz", "key=a&key=b"} {
+		f.Add(s, s, s)
 	}
-	r.Header.Del("X-API-Key")
-	if c3 := identify(r, "keyed", "anonymous"); c3.Tier != "anonymous" || c3.Identity != "ip:192.0.2.1" {
-		t.Fatalf("anonymous identify = %+v", c3)
-	}
+	f.Fuzz(func(t *testing.T, header, auth, rawQuery string) {
+		r := httptest.NewRequest(http.MethodGet, "/x", nil)
+		r.URL.RawQuery = rawQuery
+		r.Header["X-Api-Key"] = []string{header}
+		r.Header["Authorization"] = []string{auth}
+		key, present := APIKey(r)
+		if header != "" && (key != header || !present) {
+			t.Fatalf("X-API-Key %q not preferred (got %q, %v)", header, key, present)
+		}
+		if !present && key != "" {
+			t.Fatalf("key %q reported absent", key)
+		}
+	})
 }
 
 func TestRedactQuery(t *testing.T) {

@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/geotoll/geotoll/problem"
@@ -29,19 +32,66 @@ const (
 type Tier struct {
 	Name  string
 	Limit throttle.Limit
+	// MaxCost, when positive, is the most one request may cost in this
+	// tier; a dearer one is refused with 422 before anything is spent.
+	MaxCost float64
+	// Shadow prices and records but never refuses (see Observer).
+	Shadow bool
+	// MaxInFlight, when positive, caps a caller's concurrent requests
+	// (Stripe's concurrent-requests limiter); one more gets 429.
+	MaxInFlight int
+}
+
+// Outcome of one charge, for metrics.
+type Outcome string
+
+// Outcomes.
+const (
+	Admitted       Outcome = "admitted"
+	Refused        Outcome = "refused"         // 429
+	ShadowRefused  Outcome = "shadow-refused"  // would have been 429; admitted in shadow mode
+	Unauthorized   Outcome = "unauthorized"    // unknown key: 401 (or 429 once its IP's failed-auth bucket is dry)
+	DryRun         Outcome = "dry-run"         // priced, not charged
+	TooExpensive   Outcome = "too-expensive"   // above the tier's max cost: 422
+	LimiterFailure Outcome = "limiter-failure" // the store failed and fail_mode refused
+)
+
+// Observer learns every priced request; server's metrics implement it.
+type Observer interface {
+	Priced(tier string, p Price, o Outcome)
+}
+
+// Price is what one request costs and what it is for.
+type Price struct {
+	Cost  float64
+	Route string // "tile", "within", "bbox", "contains", "check"
+	Layer string // layer name(s), "" when none
+	Zoom  int    // tile zoom, -1 when not a tile
 }
 
 // Toll prices requests and spends the price from the caller's bucket. It is
-// the Gate of the tiles (and later geofence) handlers.
+// the Gate of the tiles and geofence handlers.
 type Toll struct {
 	Store  throttle.Store
 	Prefix string // bucket key prefix, e.g. "geotoll"
-	// Anonymous applies to callers without an API key, keyed by client IP;
-	// Keyed to callers with one.
-	Anonymous, Keyed Tier
-	// LayerWeights prices a tile layer; layers without an entry use Default.
+	// Tiers by name. AnonymousTier must be present; keys name their tier.
+	Tiers map[string]Tier
+	// FailedAuth buckets unknown keys per client IP (cost 1 each).
+	FailedAuth throttle.Limit
+	Keys       KeyLookup // nil: every presented key is unknown
+	Proxies    Proxies   // trusted reverse proxies for X-Forwarded-For
+	// LayerWeights prices a layer; layers without an entry use Default.
 	LayerWeights map[string]throttle.Weights
 	Default      throttle.Weights
+	// Global, when set, is one bucket shared by every caller, sized to what
+	// the database sustains: a request must pass its own bucket and this one
+	// (one Redis round trip); a refusal here is a 503 and refunds the caller.
+	Global *throttle.Limit
+	// InFlightTTL is how long an unreleased in-flight slot lives (a crashed
+	// process's slots expire): the longest a request can run.
+	InFlightTTL time.Duration
+	// ShadowLayers are layers whose requests are priced but never refused.
+	ShadowLayers map[string]bool
 	// Timeout bounds one Store call on the hot path (default 50 ms).
 	Timeout time.Duration
 	// FailMode and Fallback decide what happens when Store fails; Fallback
@@ -49,15 +99,24 @@ type Toll struct {
 	FailMode FailMode
 	Fallback throttle.Store
 	Replicas int
+	Observer Observer
 	Logger   *slog.Logger
 }
 
-// Validate checks that every price can be paid: the largest MaxCost of any
-// weights must be below every tier's capacity, or some request could never
-// be admitted.
+// MaxCost is the largest price any request can have.
+func (t *Toll) MaxCost() float64 {
+	m := t.Default.MaxCost
+	for _, w := range t.LayerWeights {
+		m = max(m, w.MaxCost)
+	}
+	return m
+}
+
+// Validate checks that every price can be paid: each tier's capacity must be
+// above the most a request may cost in it, or that request could never be
+// admitted.
 func (t *Toll) Validate() error {
 	var errs []error
-	maxCost := t.Default.MaxCost
 	if err := t.Default.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("default weights: %w", err))
 	}
@@ -65,17 +124,39 @@ func (t *Toll) Validate() error {
 		if err := w.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("layer %q weights: %w", name, err))
 		}
-		maxCost = max(maxCost, w.MaxCost)
 	}
-	for _, tier := range []Tier{t.Anonymous, t.Keyed} {
+	maxCost := t.MaxCost()
+	if _, ok := t.Tiers[AnonymousTier]; !ok {
+		errs = append(errs, fmt.Errorf("tier %q must be configured", AnonymousTier))
+	}
+	names := make([]string, 0, len(t.Tiers))
+	for name := range t.Tiers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		tier := t.Tiers[name]
+		if name == FailedAuthTier {
+			errs = append(errs, fmt.Errorf("tier name %q is reserved", name))
+		}
 		if err := tier.Limit.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("tier %q: %w", tier.Name, err))
+			errs = append(errs, fmt.Errorf("tier %q: %w", name, err))
 			continue
 		}
-		if tier.Limit.Capacity <= maxCost {
-			errs = append(errs, fmt.Errorf("tier %q: capacity %g must be above the largest max_cost %g, or the most expensive request could never be admitted",
-				tier.Name, tier.Limit.Capacity, maxCost))
+		top := maxCost
+		if tier.MaxCost > 0 {
+			top = math.Min(top, tier.MaxCost)
 		}
+		if tier.Limit.Capacity <= top {
+			errs = append(errs, fmt.Errorf("tier %q: capacity %g must be above %g, the most one request may cost in it, or that request could never be admitted",
+				name, tier.Limit.Capacity, top))
+		}
+	}
+	if t.Global != nil && t.Global.Capacity <= maxCost {
+		errs = append(errs, fmt.Errorf("global budget: capacity %g must be above the largest price %g", t.Global.Capacity, maxCost))
+	}
+	if err := t.FailedAuth.Validate(); err != nil || t.FailedAuth.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("failed-auth limit: capacity must be at least 1 (%v)", err))
 	}
 	switch t.FailMode {
 	case FailOpen, FailClosed, FailLocal:
@@ -99,6 +180,13 @@ func (t *Toll) weights(layer string) throttle.Weights {
 // clamped to the largest of their MaxCost so that a composite tile stays
 // payable by every tier.
 func (t *Toll) TilePrice(d tiles.Demand) float64 {
+	if d.CacheHit { // served from the tile cache: the database does no work
+		var base float64
+		for _, l := range d.Layers {
+			base = max(base, t.weights(l.Name).Base)
+		}
+		return base
+	}
 	var sum, ceiling float64
 	for _, l := range d.Layers {
 		w := t.weights(l.Name)
@@ -110,55 +198,267 @@ func (t *Toll) TilePrice(d tiles.Demand) float64 {
 
 // AdmitTile implements tiles.Gate.
 func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand) bool {
-	return t.charge(w, r, t.TilePrice(d))
-}
-
-func (t *Toll) tier(c Caller) Tier {
-	if c.Tier == t.Keyed.Name {
-		return t.Keyed
+	names := make([]string, len(d.Layers))
+	for i, l := range d.Layers {
+		names[i] = l.Name
 	}
-	return t.Anonymous
+	return t.Charge(w, r, Price{Cost: t.TilePrice(d), Route: "tile", Layer: strings.Join(names, ","), Zoom: int(d.Tile.Z)})
 }
 
-// charge spends cost from the caller's bucket, sets the budget headers, and
-// writes the refusal itself when the budget cannot pay.
+// charge spends cost for a request that is not about one layer.
 func (t *Toll) charge(w http.ResponseWriter, r *http.Request, cost float64) bool {
-	caller := identify(r, t.Keyed.Name, t.Anonymous.Name)
-	tier := t.tier(caller)
+	return t.Charge(w, r, Price{Cost: cost, Route: "other", Zoom: -1})
+}
+
+// shadowed reports whether any of a price's layers is in shadow mode.
+func (t *Toll) shadowed(p Price) bool {
+	for _, l := range strings.Split(p.Layer, ",") {
+		if t.ShadowLayers[l] {
+			return true
+		}
+	}
+	return false
+}
+
+// Charge identifies the caller, spends p.Cost from its bucket and sets the
+// budget headers. When it returns false it has written the response: 401
+// for an unknown key, 422 above the tier's max cost, 429 for an empty
+// budget, 503 when the limiter failed, or the price preview of ?dry_run=1.
+func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
+	caller, ok := t.identify(r)
+	if !ok {
+		t.refuseKey(w, r, caller, p)
+		return false
+	}
+	tier, known := t.Tiers[caller.Tier]
+	if !known {
+		t.logger().LogAttrs(r.Context(), slog.LevelError, "API key names an unconfigured tier",
+			slog.String("key", caller.KeyName), slog.String("tier", caller.Tier))
+		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
+		return false
+	}
 	key := throttle.BucketKey(t.Prefix, tier.Name, caller.Identity)
-	res, err := t.spend(r.Context(), key, tier.Limit, cost)
+	if tier.MaxCost > 0 && p.Cost > tier.MaxCost {
+		t.observe(tier.Name, p, TooExpensive)
+		problem.Write(w, r, &problem.Error{Code: problem.OutOfRange,
+			Detail: fmt.Sprintf("this request costs %s tokens; tier %q allows at most %s per request: zoom in or narrow it",
+				fmtTokens(p.Cost), tier.Name, fmtTokens(tier.MaxCost)),
+			Extra: map[string]any{"cost": round3(p.Cost), "max_cost": tier.MaxCost}})
+		return false
+	}
+	if isDryRun(r) {
+		t.dryRun(w, r, tier, key, p)
+		return false
+	}
+	ask := throttle.Ask{Spends: []throttle.Spend{{Key: key, Limit: tier.Limit, Cost: p.Cost}}}
+	if t.Global != nil {
+		ask.Spends = append(ask.Spends, throttle.Spend{Key: t.globalKey(), Limit: *t.Global, Cost: p.Cost})
+	}
+	if tier.MaxInFlight > 0 {
+		ask.Slot = &throttle.Slot{Key: throttle.SlotKey(key), ID: slotID(r), Max: tier.MaxInFlight, TTL: t.inFlightTTL()}
+	}
+	ans, err := t.admit(r.Context(), ask)
 	if err != nil {
+		t.observe(tier.Name, p, LimiterFailure)
 		t.logger().LogAttrs(r.Context(), slog.LevelWarn, "budget unavailable",
 			slog.String("tier", tier.Name), slog.Any("err", err))
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 		return false
 	}
+	res := ans.Results[0]
 	setBudgetHeaders(w.Header(), tier, res)
-	if res.Allowed {
+	if ans.Admitted {
+		if ask.Slot != nil {
+			holdSlot(r, t, *ask.Slot)
+		}
+		t.observe(tier.Name, p, Admitted)
 		return true
 	}
-	problem.Write(w, r, &problem.Error{
-		Code:       problem.Exhausted,
-		Detail:     fmt.Sprintf("this request costs %s tokens; %s remain. Retry in %d s.", fmtTokens(cost), fmtTokens(res.Remaining), res.RetryAfterSeconds()),
+	if tier.Shadow || t.shadowed(p) {
+		t.observe(tier.Name, p, ShadowRefused)
+		w.Header().Set("X-RateLimit-Shadow", "would-refuse")
+		return true
+	}
+	t.observe(tier.Name, p, Refused)
+	switch {
+	case !res.Allowed:
+		problem.Write(w, r, exhausted(tier.Name, res))
+	case ans.SlotRefused:
+		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 1,
+			Detail: fmt.Sprintf("%d requests of yours are already in flight, the most tier %q allows; retry when one finishes", ans.InFlight, tier.Name),
+			Extra:  map[string]any{"in_flight": ans.InFlight, "max_in_flight": tier.MaxInFlight, "violated-policies": []string{tier.Name + "-concurrency"}}})
+	default: // the global database budget refused; the caller was refunded
+		g := ans.Results[1]
+		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, RetryAfter: g.RetryAfterSeconds(),
+			Detail: "the database is at its budget for everyone; your own budget was not charged",
+			Extra:  map[string]any{"cost": round3(p.Cost), "retry_after": g.RetryAfterSeconds(), "violated-policies": []string{"global"}}})
+	}
+	return false
+}
+
+func (t *Toll) globalKey() string { return throttle.BucketKey(t.Prefix, "global", "database") }
+
+func (t *Toll) inFlightTTL() time.Duration {
+	if t.InFlightTTL > 0 {
+		return t.InFlightTTL
+	}
+	return time.Minute
+}
+
+// admit runs ask on Store, bounded by Timeout, with FailMode when it fails.
+func (t *Toll) admit(ctx context.Context, ask throttle.Ask) (throttle.Answer, error) {
+	sctx, cancel := context.WithTimeout(ctx, t.timeout())
+	ans, err := t.Store.Admit(sctx, ask)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return ans, err
+	}
+	switch t.FailMode {
+	case FailOpen:
+		ans = throttle.Answer{Admitted: true}
+		for _, sp := range ask.Spends {
+			ans.Results = append(ans.Results, throttle.Result{Allowed: true, Cost: sp.Cost, Remaining: sp.Limit.Capacity, Limit: sp.Limit})
+		}
+		return ans, nil
+	case FailLocal:
+		local := ask
+		local.Spends = make([]throttle.Spend, len(ask.Spends))
+		for i, sp := range ask.Spends {
+			sp.Limit = t.localLimit(sp.Limit)
+			local.Spends[i] = sp
+		}
+		return t.Fallback.Admit(ctx, local)
+	}
+	return ans, err
+}
+
+// refuseKey answers an unknown or revoked key: 401, charged 1 token to the
+// caller IP's failed-auth bucket; 429 once that bucket is dry.
+func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, p Price) {
+	tier := Tier{Name: FailedAuthTier, Limit: t.FailedAuth}
+	res, err := t.spend(r.Context(), throttle.BucketKey(t.Prefix, tier.Name, caller.Identity), tier.Limit, 1)
+	t.observe(FailedAuthTier, p, Unauthorized)
+	if err == nil {
+		setBudgetHeaders(w.Header(), tier, res)
+		if !res.Allowed {
+			problem.Write(w, r, exhausted(tier.Name, res))
+			return
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="geotoll"`)
+	problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: "unknown or revoked API key"})
+}
+
+func exhausted(tier string, res throttle.Result) *problem.Error {
+	return &problem.Error{
+		Code: problem.Exhausted,
+		Detail: fmt.Sprintf("this request costs %s tokens; %s remain. Retry in %d s.",
+			fmtTokens(res.Cost), fmtTokens(res.Remaining), res.RetryAfterSeconds()),
 		RetryAfter: res.RetryAfterSeconds(),
 		Extra: map[string]any{
-			"cost":              round3(cost),
+			"cost":              round3(res.Cost),
 			"remaining":         round3(res.Remaining),
 			"retry_after":       res.RetryAfterSeconds(),
-			"violated-policies": []string{tier.Name},
+			"violated-policies": []string{tier},
 		},
-	})
+	}
+}
+
+func isDryRun(r *http.Request) bool {
+	switch r.URL.Query().Get("dry_run") {
+	case "1", "true":
+		return true
+	}
 	return false
+}
+
+// dryRun answers ?dry_run=1: the price and the budget, nothing charged and
+// nothing queried.
+func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, key string, p Price) {
+	res, err := t.peek(r.Context(), key, tier.Limit)
+	if err != nil {
+		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
+		return
+	}
+	t.observe(tier.Name, p, DryRun)
+	res.Cost = p.Cost
+	setBudgetHeaders(w.Header(), tier, res)
+	allowed := res.Remaining >= p.Cost
+	retry := 0
+	if !allowed {
+		retry = int(math.Ceil((p.Cost - res.Remaining) / tier.Limit.Rate))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"dry_run":     true,
+		"tier":        tier.Name,
+		"cost":        round3(p.Cost),
+		"remaining":   round3(res.Remaining),
+		"would_allow": allowed,
+		"retry_after": retry,
+	})
+}
+
+// ServeBudget answers GET /budget: the caller's own budget. It is never
+// charged (an unknown key still costs its IP a failed-auth token).
+func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
+	caller, ok := t.identify(r)
+	if !ok {
+		t.refuseKey(w, r, caller, Price{Route: "budget", Zoom: -1})
+		return
+	}
+	tier, known := t.Tiers[caller.Tier]
+	if !known {
+		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
+		return
+	}
+	res, err := t.peek(r.Context(), throttle.BucketKey(t.Prefix, tier.Name, caller.Identity), tier.Limit)
+	if err != nil {
+		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
+		return
+	}
+	body := map[string]any{
+		"tier":          tier.Name,
+		"capacity":      tier.Limit.Capacity,
+		"rate":          tier.Limit.Rate,
+		"remaining":     round3(res.Remaining),
+		"reset_after":   res.ResetSeconds(),
+		"shadow":        tier.Shadow,
+		"max_cost":      t.MaxCost(),
+		"authenticated": caller.KeyName != "",
+	}
+	if tier.MaxCost > 0 {
+		body["max_cost"] = math.Min(tier.MaxCost, t.MaxCost())
+	}
+	if caller.KeyName != "" {
+		body["key"] = caller.KeyName
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (t *Toll) observe(tier string, p Price, o Outcome) {
+	if t.Observer != nil {
+		t.Observer.Priced(tier, p, o)
+	}
+}
+
+func (t *Toll) timeout() time.Duration {
+	if t.Timeout <= 0 {
+		return 50 * time.Millisecond
+	}
+	return t.Timeout
 }
 
 // spend asks the Store, bounded by Timeout, and applies FailMode when it
 // fails. A request whose own context is done is refused, never failed over.
 func (t *Toll) spend(ctx context.Context, key string, limit throttle.Limit, cost float64) (throttle.Result, error) {
-	timeout := t.Timeout
-	if timeout <= 0 {
-		timeout = 50 * time.Millisecond
-	}
-	sctx, cancel := context.WithTimeout(ctx, timeout)
+	sctx, cancel := context.WithTimeout(ctx, t.timeout())
 	res, err := t.Store.Spend(sctx, key, limit, cost)
 	cancel()
 	if err == nil || ctx.Err() != nil {
@@ -168,13 +468,33 @@ func (t *Toll) spend(ctx context.Context, key string, limit throttle.Limit, cost
 	case FailOpen:
 		return throttle.Result{Allowed: true, Cost: cost, Remaining: limit.Capacity, Limit: limit}, nil
 	case FailLocal:
-		local := limit
-		if t.Replicas > 1 {
-			local.Rate /= float64(t.Replicas)
-		}
-		return t.Fallback.Spend(ctx, key, local, cost)
+		return t.Fallback.Spend(ctx, key, t.localLimit(limit), cost)
 	}
 	return res, err
+}
+
+// peek reads a bucket, with the same fallback as spend.
+func (t *Toll) peek(ctx context.Context, key string, limit throttle.Limit) (throttle.Result, error) {
+	sctx, cancel := context.WithTimeout(ctx, t.timeout())
+	res, err := t.Store.Peek(sctx, key, limit)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return res, err
+	}
+	switch t.FailMode {
+	case FailOpen:
+		return throttle.Result{Allowed: true, Remaining: limit.Capacity, Limit: limit}, nil
+	case FailLocal:
+		return t.Fallback.Peek(ctx, key, t.localLimit(limit))
+	}
+	return res, err
+}
+
+func (t *Toll) localLimit(l throttle.Limit) throttle.Limit {
+	if t.Replicas > 1 {
+		l.Rate /= float64(t.Replicas)
+	}
+	return l
 }
 
 func (t *Toll) logger() *slog.Logger {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -23,14 +24,35 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
+// fakeKeys is a fixed key set: key "k<N>" has id N in tier "free".
+type fakeKeys map[string]apikeys.Key
+
+func (f fakeKeys) Lookup(key string) (apikeys.Key, bool) { k, ok := f[key]; return k, ok }
+
+func testKeys() fakeKeys {
+	keys := fakeKeys{}
+	for i, name := range []string{"k1", "a", "b", "k"} {
+		keys[name] = apikeys.Key{ID: int64(i + 1), Name: name, Tier: "free"}
+	}
+	keys["shadowy"] = apikeys.Key{ID: 99, Name: "shadowy", Tier: "shadow"}
+	keys["lost"] = apikeys.Key{ID: 98, Name: "lost", Tier: "gone"}
+	return keys
+}
+
 func testToll(store throttle.Store) *Toll {
 	return &Toll{
-		Store:     store,
-		Prefix:    "test",
-		Anonymous: Tier{Name: "anonymous", Limit: throttle.Limit{Rate: 10, Capacity: 80}},
-		Keyed:     Tier{Name: "keyed", Limit: throttle.Limit{Rate: 20, Capacity: 100}},
-		Default:   throttle.DefaultWeights(),
-		FailMode:  FailClosed,
+		Store:  store,
+		Prefix: "test",
+		Tiers: map[string]Tier{
+			AnonymousTier: {Name: AnonymousTier, Limit: throttle.Limit{Rate: 10, Capacity: 80}},
+			"free":        {Name: "free", Limit: throttle.Limit{Rate: 20, Capacity: 100}},
+			"shadow":      {Name: "shadow", Limit: throttle.Limit{Rate: 1, Capacity: 70}, Shadow: true},
+			"small":       {Name: "small", Limit: throttle.Limit{Rate: 1, Capacity: 20}, MaxCost: 10},
+		},
+		FailedAuth: throttle.Limit{Rate: 0.1, Capacity: 3},
+		Keys:       testKeys(),
+		Default:    throttle.DefaultWeights(),
+		FailMode:   FailClosed,
 	}
 }
 
@@ -71,8 +93,8 @@ func TestTollAdmitsThenRefusesWithProblem(t *testing.T) {
 		"X-RateLimit-Limit":     "100",
 		"X-RateLimit-Remaining": "40",
 		"X-RateLimit-Reset":     "3", // 60 tokens at 20/s
-		"RateLimit-Policy":      `"keyed";q=100;w=5`,
-		"RateLimit":             `"keyed";r=40;t=3`,
+		"RateLimit-Policy":      `"free";q=100;w=5`,
+		"RateLimit":             `"free";r=40;t=3`,
 	} {
 		if got := w.Header().Get(h); got != want {
 			t.Errorf("%s = %q, want %q", h, got, want)
@@ -104,7 +126,7 @@ func TestTollAdmitsThenRefusesWithProblem(t *testing.T) {
 	if body["type"] != problem.TypeBase+"quota-exceeded" || body["cost"] != 60.0 || body["remaining"] != 42.0 || body["retry_after"] != 1.0 {
 		t.Errorf("429 body %v", body)
 	}
-	if vp, _ := body["violated-policies"].([]any); len(vp) != 1 || vp[0] != "keyed" {
+	if vp, _ := body["violated-policies"].([]any); len(vp) != 1 || vp[0] != "free" {
 		t.Errorf("violated-policies %v", body["violated-policies"])
 	}
 
@@ -161,6 +183,12 @@ func (downStore) Peek(context.Context, string, throttle.Limit) (throttle.Result,
 	return throttle.Result{}, errors.New("redis down")
 }
 
+func (downStore) Admit(context.Context, throttle.Ask) (throttle.Answer, error) {
+	return throttle.Answer{}, errors.New("redis down")
+}
+
+func (downStore) Release(context.Context, throttle.Slot) error { return errors.New("redis down") }
+
 func TestTollFailModes(t *testing.T) {
 	z14 := tileDemand(14, "places")
 	for _, tc := range []struct {
@@ -200,7 +228,9 @@ func TestTollValidate(t *testing.T) {
 	if err := toll.Validate(); err != nil {
 		t.Fatalf("valid toll: %v", err)
 	}
-	toll.Anonymous.Limit.Capacity = 60 // == max cost: the priciest request could never pass
+	anon := toll.Tiers[AnonymousTier]
+	anon.Limit.Capacity = 60 // == max cost: the priciest request could never pass
+	toll.Tiers[AnonymousTier] = anon
 	err := toll.Validate()
 	if err == nil || !strings.Contains(err.Error(), `tier "anonymous"`) {
 		t.Fatalf("capacity == max_cost accepted: %v", err)
@@ -209,5 +239,208 @@ func TestTollValidate(t *testing.T) {
 	toll.FailMode = "sometimes"
 	if toll.Validate() == nil {
 		t.Fatal("unknown fail mode accepted")
+	}
+}
+
+func TestTollUnknownKeys(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now})
+	toll := testToll(store)
+	z14 := tileDemand(14, "places")
+	// Three unknown keys from one IP: 401 each (failed-auth capacity 3)…
+	for i := 0; i < 3; i++ {
+		w, ok := admit(t, toll, "guess-"+strconv.Itoa(i), z14)
+		if ok || w.Code != http.StatusUnauthorized || w.Header().Get("WWW-Authenticate") == "" {
+			t.Fatalf("unknown key %d: ok=%v %d", i, ok, w.Code)
+		}
+		if got := w.Header().Get("RateLimit-Policy"); !strings.HasPrefix(got, `"failed-auth"`) {
+			t.Errorf("401 policy %q", got)
+		}
+	}
+	// …then guessing ends in 429, while a real key from the same IP is fine.
+	if w, _ := admit(t, toll, "guess-4", z14); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("fourth guess: %d", w.Code)
+	}
+	if w, ok := admit(t, toll, "k1", z14); !ok {
+		t.Fatalf("real key refused after guesses: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestTollTierRules(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	z2 := tileDemand(2, "places")
+
+	// Shadow tier: the second z2 (60 > 10 left) is admitted and marked.
+	if _, ok := admit(t, toll, "shadowy", z2); !ok {
+		t.Fatal("shadow first refused")
+	}
+	w, ok := admit(t, toll, "shadowy", z2)
+	if !ok || w.Header().Get("X-RateLimit-Shadow") != "would-refuse" {
+		t.Fatalf("shadow tier refused or unmarked: ok=%v %v", ok, w.Header())
+	}
+
+	// Shadow layer: the same for anonymous callers of a shadowed layer only.
+	toll.ShadowLayers = map[string]bool{"ghost": true}
+	for i := 0; i < 2; i++ {
+		if _, ok := admit(t, toll, "", tileDemand(2, "ghost")); !ok {
+			t.Fatalf("shadow layer refused on request %d", i+1)
+		}
+	}
+	if _, ok := admit(t, toll, "", z2); ok {
+		t.Fatal("non-shadow layer admitted with an empty budget")
+	}
+
+	// A key whose tier is not configured: 403, nothing charged.
+	if w, ok := admit(t, toll, "lost", z2); ok || w.Code != http.StatusForbidden {
+		t.Fatalf("unconfigured tier: %v %d", ok, w.Code)
+	}
+}
+
+func TestTollTierMaxCost(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.Keys = fakeKeys{"s": {ID: 7, Name: "s", Tier: "small"}}
+	w, ok := admit(t, toll, "s", tileDemand(2, "places"))
+	if ok || w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), "max_cost") {
+		t.Fatalf("above tier max cost: %v %d %s", ok, w.Code, w.Body)
+	}
+	if _, ok := admit(t, toll, "s", tileDemand(14, "places")); !ok {
+		t.Fatal("cheap request refused in small tier")
+	}
+}
+
+func TestTollDryRunAndBudget(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/0/0.mvt?dry_run=1", nil)
+	r.Header.Set("X-API-Key", "k1")
+	for i := 0; i < 3; i++ {
+		w := httptest.NewRecorder()
+		if toll.AdmitTile(w, r, tileDemand(2, "places")) {
+			t.Fatal("dry run went on to the query")
+		}
+		var body map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != 200 {
+			t.Fatalf("dry run: %d %s", w.Code, w.Body)
+		}
+		if body["cost"] != 60.0 || body["remaining"] != 100.0 || body["would_allow"] != true {
+			t.Fatalf("dry run %d charged or mispriced: %v", i, body)
+		}
+		if w.Header().Get("X-Request-Cost") != "60" {
+			t.Errorf("dry run cost header %q", w.Header().Get("X-Request-Cost"))
+		}
+	}
+	// Spend for real, then /budget shows it and costs nothing.
+	if _, ok := admit(t, toll, "k1", tileDemand(2, "places")); !ok {
+		t.Fatal("spend refused")
+	}
+	for i := 0; i < 2; i++ {
+		w := httptest.NewRecorder()
+		br := httptest.NewRequest(http.MethodGet, "/budget", nil)
+		br.Header.Set("Authorization", "Bearer k1")
+		toll.ServeBudget(w, br)
+		var b map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil || w.Code != 200 {
+			t.Fatalf("budget: %d %s", w.Code, w.Body)
+		}
+		if b["tier"] != "free" || b["capacity"] != 100.0 || b["rate"] != 20.0 || b["remaining"] != 40.0 || b["key"] != "k1" {
+			t.Fatalf("budget %d: %v", i, b)
+		}
+	}
+}
+
+func TestTollConcurrencyCap(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	free := toll.Tiers["free"]
+	free.MaxInFlight = 2
+	toll.Tiers["free"] = free
+	release := make(chan struct{})
+	entered := make(chan bool, 8)
+	h := withInFlight(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok := toll.AdmitTile(w, r, tileDemand(14, "places"))
+		entered <- ok
+		if ok {
+			<-release
+		}
+	}))
+	serve := func(done chan<- int) {
+		r := httptest.NewRequest(http.MethodGet, "/t", nil)
+		r.Header.Set("X-API-Key", "k1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		done <- w.Code
+	}
+	done := make(chan int, 8)
+	go serve(done)
+	go serve(done)
+	if !<-entered || !<-entered {
+		t.Fatal("the first two concurrent requests were not admitted")
+	}
+	go serve(done)
+	if <-entered {
+		t.Fatal("a third concurrent request was admitted with max_in_flight 2")
+	}
+	if code := <-done; code != http.StatusTooManyRequests {
+		t.Fatalf("third: %d, want 429", code)
+	}
+	close(release)
+	<-done
+	<-done
+	// Both slots were released when the handlers returned.
+	go serve(done)
+	if !<-entered {
+		t.Fatal("a request after the others finished was refused: slots leaked")
+	}
+	<-done
+}
+
+func TestTollGlobalBudget(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	toll.Global = &throttle.Limit{Rate: 1, Capacity: 70}
+	if err := toll.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	z2 := tileDemand(2, "places")
+	if _, ok := admit(t, toll, "a", z2); !ok {
+		t.Fatal("first refused")
+	}
+	// Key b has a full budget, but the database's is down to 10.
+	w, ok := admit(t, toll, "b", z2)
+	if ok || w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"global"`) || w.Header().Get("Retry-After") != "50" {
+		t.Fatalf("global refusal: %v %d %q %s", ok, w.Code, w.Header().Get("Retry-After"), w.Body)
+	}
+	// b was not charged.
+	if got := w.Header().Get("X-RateLimit-Remaining"); got != "100" {
+		t.Fatalf("b's remaining after a global refusal: %q, want 100", got)
+	}
+	toll.Global.Capacity = 60
+	if toll.Validate() == nil {
+		t.Fatal("a global budget no larger than the max price was accepted")
+	}
+}
+
+func TestTollAllowAdmin(t *testing.T) {
+	toll := testToll(nil)
+	toll.Keys = fakeKeys{"boss": {ID: 1, Name: "boss", Tier: "free", Admin: true}, "user": {ID: 2, Name: "user", Tier: "free"}}
+	for _, tc := range []struct {
+		name string
+		set  func(*http.Request)
+		want bool
+	}{
+		{"admin key in header", func(r *http.Request) { r.Header.Set("X-API-Key", "boss") }, true},
+		{"admin key as bearer", func(r *http.Request) { r.Header.Set("Authorization", "Bearer boss") }, true},
+		{"admin key in the query is refused", func(r *http.Request) { r.URL.RawQuery = "key=boss" }, false},
+		{"non-admin key", func(r *http.Request) { r.Header.Set("X-API-Key", "user") }, false},
+		{"unknown key", func(r *http.Request) { r.Header.Set("X-API-Key", "nobody") }, false},
+		{"no key", func(*http.Request) {}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/geofences", nil)
+			tc.set(r)
+			if got := toll.AllowAdmin(r); got != tc.want {
+				t.Errorf("AllowAdmin = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

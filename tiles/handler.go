@@ -5,10 +5,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -20,6 +23,10 @@ const ContentType = "application/vnd.mapbox-vector-tile"
 type Demand struct {
 	Layers []*Layer
 	Tile   maptile.Tile
+	// CacheHit is set when the tile (or its 304) is served from the tile
+	// cache: the database does no work, so the price should be the base
+	// price alone.
+	CacheHit bool
 }
 
 // Gate admits or refuses a priced request. When it refuses, it has written
@@ -33,12 +40,45 @@ type Renderer interface {
 	Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]byte, error)
 }
 
-// Handler serves GET /tiles/{layer}/{z}/{x}/{y}.mvt.
+// Describer describes a layer's data for TileJSON; *Store is the
+// production one.
+type Describer interface {
+	Describe(ctx context.Context, l *Layer) (LayerInfo, error)
+}
+
+// Observer receives the tile path's measurements; server's Prometheus
+// metrics implement it. Its methods must be cheap and safe for concurrent
+// use.
+type Observer interface {
+	// TileCache counts one tile request by how it was served: "hit" (from
+	// the cache), "miss" (rendered for it) or "shared" (it waited for
+	// another request's render of the same tile).
+	TileCache(result string)
+	// TileQuery times one layer's query within a tile render.
+	TileQuery(layer string, z maptile.Zoom, d time.Duration)
+}
+
+// Handler serves GET /tiles/{layer}/{z}/{x}/{y}.mvt, and through TileJSON
+// and Index the layers' metadata.
 type Handler struct {
 	Catalog *Catalog
 	Store   Renderer
 	Gate    Gate
 	Logger  *slog.Logger
+	// Cache holds rendered tiles and coalesces concurrent misses; nil
+	// renders every request, on the request's own context.
+	Cache *Cache
+	// Describer gives TileJSON its bounds and field types; nil gives the
+	// whole world and "String" fields.
+	Describer Describer
+	// Proxies are the trusted reverse proxies whose forwarded host and
+	// scheme TileJSON's tile URLs honour; nil trusts none.
+	Proxies *forwarded.Trusted
+	// Observer, if set, counts cache results.
+	Observer Observer
+
+	infoMu sync.Mutex
+	info   map[*Layer]LayerInfo // Describe results, kept once they succeed
 }
 
 // Route vars the handler reads (see server's router).
@@ -86,27 +126,126 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	if !h.Gate.AdmitTile(w, r, Demand(req)) {
+	if h.Cache == nil {
+		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
+			return
+		}
+		tile, err := h.Store.Tile(r.Context(), req.Layers, req.Tile)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		e, err := h.Cache.newEntry(tile) // nil Cache: hashed, not compressed
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		h.observe("miss")
+		h.write(w, r, req.Layers, e, "MISS")
 		return
 	}
-	tile, err := h.Store.Tile(r.Context(), req.Layers, req.Tile)
+
+	// The cache is asked before the gate, so that a hit is priced as one.
+	key := keyOf(req.Layers, req.Tile)
+	if e, ok := h.Cache.get(key); ok {
+		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile, CacheHit: true}) {
+			return
+		}
+		h.observe("hit")
+		h.write(w, r, req.Layers, e, "HIT")
+		return
+	}
+	if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
+		return
+	}
+	e, shared, err := h.Cache.load(r.Context(), key, func(ctx context.Context) ([]byte, error) {
+		// The render outlives the request that started it while others
+		// wait for it (see flights), so it needs a bound of its own: the
+		// statement timeout, plus time to get a connection.
+		ctx, cancel := context.WithTimeout(ctx, statementTimeout(req.Layers)+renderGrace)
+		defer cancel()
+		return h.Store.Tile(ctx, req.Layers, req.Tile)
+	})
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
+	if shared {
+		h.observe("shared")
+	} else {
+		h.observe("miss")
+	}
+	h.write(w, r, req.Layers, e, "MISS")
+}
+
+// renderGrace is what a shared render may take beyond its statement
+// timeout: waiting for a pooled connection and the round trips around the
+// query.
+const renderGrace = 5 * time.Second
+
+// statementTimeout is the timeout a render of layers runs under (as
+// Store.Tile sets it).
+func statementTimeout(layers []*Layer) time.Duration {
+	var d time.Duration
+	for _, l := range layers {
+		d = max(d, l.StatementTimeout)
+	}
+	return d
+}
+
+// write sends a rendered tile: 304 when If-None-Match names it, 204 when it
+// is empty, else 200 — gzip-coded when the client accepts gzip and the
+// stored tile is compressed. Every answer carries ETag, Cache-Control,
+// Vary: Accept-Encoding and X-Cache.
+func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, e *entry, cache string) {
 	hdr := w.Header()
-	if len(tile) == 0 {
+	gz := e.gzipped && acceptsGzip(r.Header.Values("Accept-Encoding"))
+	hdr.Set("X-Cache", cache)
+	hdr.Set("Cache-Control", cacheControl(layers))
+	hdr.Add("Vary", "Accept-Encoding")
+	hdr.Set("ETag", e.etagFor(gz))
+	if noneMatch(r.Header.Values("If-None-Match"), e.matches) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if e.size == 0 {
 		// An empty tile is 204 No Content (as martin does): MapLibre,
 		// OpenLayers and Leaflet all draw it as an empty tile.
-		hdr.Set("Cache-Control", "public, max-age=60")
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	body := e.data
+	if gz {
+		hdr.Set("Content-Encoding", "gzip")
+	} else if e.gzipped {
+		var err error
+		if body, err = e.identity(); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
 	hdr.Set("Content-Type", ContentType)
-	hdr.Set("Content-Length", strconv.Itoa(len(tile)))
-	hdr.Set("Cache-Control", "public, max-age=60")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(tile)
+	_, _ = w.Write(body)
+}
+
+// cacheControl is the Cache-Control of a tile of layers: public, for the
+// smallest of their MaxAge.
+func cacheControl(layers []*Layer) string {
+	var age time.Duration
+	for i, l := range layers {
+		if i == 0 || l.MaxAge < age {
+			age = l.MaxAge
+		}
+	}
+	return "public, max-age=" + strconv.FormatInt(int64(age/time.Second), 10)
+}
+
+func (h *Handler) observe(result string) {
+	if h.Observer != nil {
+		h.Observer.TileCache(result)
+	}
 }
 
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {

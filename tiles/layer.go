@@ -21,10 +21,12 @@ import (
 // server's configuration; nothing in a Layer ever comes from a request.
 type Layer struct {
 	Name           string   `yaml:"name"`            // URL and MVT layer name: [A-Za-z0-9_-]{1,64}
-	Table          string   `yaml:"table"`           // schema.table (or table)
+	Schema         string   `yaml:"schema"`          // when set, qualifies Table, which is then one identifier, dots and all
+	Table          string   `yaml:"table"`           // schema.table (or table); the bare name when Schema is set
 	GeometryColumn string   `yaml:"geometry_column"` // geometry column used for filtering and drawing
 	SRID           int      `yaml:"srid"`            // SRID of GeometryColumn: 3857 is drawn as is, others are transformed
 	IDColumn       string   `yaml:"id_column"`       // integer feature id
+	WithoutID      bool     `yaml:"without_id"`      // serve no feature ids (a table without an integer key)
 	Properties     []string `yaml:"properties"`      // allowlisted attribute columns
 	MinZoom        int      `yaml:"minzoom"`
 	MaxZoom        int      `yaml:"maxzoom"`
@@ -34,8 +36,12 @@ type Layer struct {
 	// StatementTimeout bounds each tile query of this layer (SET LOCAL
 	// statement_timeout). It should be tighter than the read role's own.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
+	// MaxAge is the Cache-Control max-age of the layer's tiles (default
+	// 1 min); a composite tile gets the smallest of its layers'.
+	MaxAge time.Duration `yaml:"max_age"`
 
-	sql string // rendered once by NewCatalog
+	sql       string // rendered once by NewCatalog
+	extentSQL string // exact extent, the fallback of Store.Describe
 }
 
 // Defaults for unset Layer fields.
@@ -44,6 +50,8 @@ const (
 	DefaultBuffer           = 64
 	DefaultMaxFeatures      = 10000
 	DefaultStatementTimeout = 2 * time.Second
+	DefaultMaxAge           = time.Minute
+	maxMaxAge               = 365 * 24 * time.Hour
 	maxFeaturesCeiling      = 200000
 )
 
@@ -79,6 +87,9 @@ func (l *Layer) withDefaults() {
 	if l.StatementTimeout == 0 {
 		l.StatementTimeout = DefaultStatementTimeout
 	}
+	if l.MaxAge == 0 {
+		l.MaxAge = DefaultMaxAge
+	}
 }
 
 func (l *Layer) validate() error {
@@ -108,18 +119,34 @@ func (l *Layer) validate() error {
 	if l.StatementTimeout < time.Millisecond || l.StatementTimeout > time.Minute {
 		bad("statement_timeout %s must be within 1ms..1m", l.StatementTimeout)
 	}
+	if l.MaxAge < time.Second || l.MaxAge > maxMaxAge {
+		bad("max_age %s must be within 1s..8760h", l.MaxAge)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("layer %q: %w", l.Name, err)
 	}
 	return nil
 }
 
-// ident quotes a possibly schema-qualified identifier ("schema.table").
-func ident(name string) string {
-	return pgx.Identifier(strings.Split(name, ".")).Sanitize()
+// tableIdent is the layer's table as an identifier: Schema and Table when
+// Schema is set, else Table split at its dots.
+func (l *Layer) tableIdent() pgx.Identifier {
+	if l.Schema != "" {
+		return pgx.Identifier{l.Schema, l.Table}
+	}
+	return pgx.Identifier(strings.Split(l.Table, "."))
 }
 
-var tileTemplate = template.Must(template.New("tile.sql").Parse(mustQuery("tile.sql")))
+// column quotes a column name as one identifier: a dot in it is part of the
+// name, not a qualifier (the query qualifies columns with "t." itself).
+func column(name string) string {
+	return pgx.Identifier{name}.Sanitize()
+}
+
+var (
+	tileTemplate   = template.Must(template.New("tile.sql").Parse(mustQuery("tile.sql")))
+	extentTemplate = template.Must(template.New("layer_extent.sql").Parse(mustQuery("layer_extent.sql")))
+)
 
 func mustQuery(name string) string {
 	text, err := queries.Read(name)
@@ -131,14 +158,16 @@ func mustQuery(name string) string {
 
 // render fills the layer's quoted identifiers into the tile query.
 func (l *Layer) render() error {
-	geom := ident(l.GeometryColumn)
+	geom := column(l.GeometryColumn)
 	data := struct {
 		Table, Geom, ID, GeomExpr, FilterExpr string
 		Props                                 []string
 	}{
-		Table: ident(l.Table),
+		Table: l.tableIdent().Sanitize(),
 		Geom:  geom,
-		ID:    ident(l.IDColumn),
+	}
+	if !l.WithoutID {
+		data.ID = column(l.IDColumn)
 	}
 	if l.SRID == 3857 {
 		data.GeomExpr = "t." + geom
@@ -149,13 +178,18 @@ func (l *Layer) render() error {
 		data.FilterExpr = "ST_Transform(ST_Expand(env.geom, $7::float8), " + srid + ")"
 	}
 	for _, p := range l.Properties {
-		data.Props = append(data.Props, ident(p))
+		data.Props = append(data.Props, column(p))
 	}
 	var buf bytes.Buffer
 	if err := tileTemplate.Execute(&buf, data); err != nil {
 		return fmt.Errorf("layer %q: render tile.sql: %w", l.Name, err)
 	}
 	l.sql = buf.String()
+	buf.Reset()
+	if err := extentTemplate.Execute(&buf, data); err != nil {
+		return fmt.Errorf("layer %q: render layer_extent.sql: %w", l.Name, err)
+	}
+	l.extentSQL = buf.String()
 	return nil
 }
 

@@ -21,6 +21,8 @@ type Store struct {
 	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
 	// database timed out or could not be reached.
 	RetryAfter int
+	// Observer, if set, times each layer's query.
+	Observer Observer
 }
 
 // NewStore returns a Store reading through pool. The pool should connect as
@@ -61,11 +63,19 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 			br.Close()
 			return err
 		}
-		for range layers {
+		// PostgreSQL runs the batch's queries one after another, so the
+		// time between two results is (close to) the later query's time.
+		last := time.Now()
+		for _, l := range layers {
 			var part []byte
 			if err := br.QueryRow().Scan(&part); err != nil {
 				br.Close()
 				return err
+			}
+			if s.Observer != nil {
+				now := time.Now()
+				s.Observer.TileQuery(l.Name, t.Z, now.Sub(last))
+				last = now
 			}
 			// An MVT tile is a protobuf message whose only field is the
 			// repeated layer, so concatenated layers are one valid tile.

@@ -11,6 +11,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -27,6 +29,8 @@ type Config struct {
 	HTTP      HTTPConfig     `yaml:"http"`
 	Throttle  ThrottleConfig `yaml:"throttle"`
 	Layers    []LayerConfig  `yaml:"layers"`
+	Tiles     TilesConfig    `yaml:"tiles"`
+	Geofence  GeofenceConfig `yaml:"geofence"`
 }
 
 // DatabaseConfig names the PostGIS connections.
@@ -60,12 +64,28 @@ type HTTPConfig struct {
 	IdleTimeout       time.Duration `yaml:"idle_timeout"`
 	ShutdownGrace     time.Duration `yaml:"shutdown_grace"`
 	MaxHeaderBytes    int           `yaml:"max_header_bytes"`
+	// TrustedProxies are the CIDRs whose X-Forwarded-For / Forwarded
+	// headers are believed; from anyone else they are ignored.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// CORS lets web pages on other origins call the API.
+	CORS CORSConfig `yaml:"cors"`
 }
 
 // TierConfig is a bucket shape.
 type TierConfig struct {
 	Rate     float64 `yaml:"rate"`     // tokens per second
 	Capacity float64 `yaml:"capacity"` // bucket size
+	// MaxCost, when positive, refuses (422) any single request dearer than
+	// this in the tier.
+	MaxCost float64 `yaml:"max_cost"`
+	// Shadow prices and records requests but never refuses them.
+	Shadow bool `yaml:"shadow"`
+	// MaxInFlight, when positive, caps a caller's concurrent requests.
+	MaxInFlight int `yaml:"max_in_flight"`
+}
+
+func (t TierConfig) limit() throttle.Limit {
+	return throttle.Limit{Rate: t.Rate, Capacity: t.Capacity}
 }
 
 // WeightsConfig overrides cost weights; unset fields inherit.
@@ -99,16 +119,44 @@ func (w *WeightsConfig) apply(base throttle.Weights) throttle.Weights {
 
 // ThrottleConfig prices requests and shapes buckets.
 type ThrottleConfig struct {
-	Prefix    string        `yaml:"prefix"`
-	Anonymous TierConfig    `yaml:"anonymous"` // callers without an API key, per client IP
-	Keyed     TierConfig    `yaml:"keyed"`     // callers with an API key, per key
-	Weights   WeightsConfig `yaml:"weights"`   // defaults for every layer
+	Prefix string `yaml:"prefix"`
+	// Tiers by name. "anonymous" (callers without a key, per client IP) is
+	// required; API keys name their tier.
+	Tiers map[string]TierConfig `yaml:"tiers"`
+	// FailedAuth buckets unknown or revoked keys per client IP (1 token each).
+	FailedAuth TierConfig    `yaml:"failed_auth"`
+	Weights    WeightsConfig `yaml:"weights"` // defaults for every layer
+	// Global, when its rate is positive, is one bucket shared by all
+	// callers, sized to what the database sustains (tokens per second and
+	// burst). A request must pass its own bucket and this one.
+	Global TierConfig `yaml:"global"`
+	// KeyRefresh is how often the API keys are reloaded from the database:
+	// the longest a revoked key keeps working.
+	KeyRefresh time.Duration `yaml:"key_refresh"`
 }
 
 // LayerConfig is a tile layer plus its cost weights.
 type LayerConfig struct {
 	tiles.Layer `yaml:",inline"`
 	Weights     *WeightsConfig `yaml:"weights"`
+	// Shadow prices and records this layer's tiles but never refuses them.
+	Shadow bool `yaml:"shadow"`
+}
+
+// GeofenceConfig configures the geofence API: its parameter limits
+// (max_radius, max_limit, max_bbox_area, max_batch, max_body_bytes, …; see
+// geofence.Limits), the layers within and bbox may search, and the fence
+// admin.
+type GeofenceConfig struct {
+	geofence.Limits `yaml:",inline"`
+	// AdminKeys may use the fence admin (/geofences), until identity moves
+	// to the database. Each is at least 16 bytes.
+	AdminKeys []string `yaml:"admin_keys"`
+	// WriterDatabaseURL is the connection fence writes use; it should name
+	// the geotoll_fence_writer role (env GEOTOLL_WRITER_DATABASE_URL).
+	// Empty: fence writes answer 503 "fence admin not configured".
+	WriterDatabaseURL string           `yaml:"writer_database_url"`
+	Layers            []geofence.Layer `yaml:"layers"`
 }
 
 func f(v float64) *float64 { return &v }
@@ -128,11 +176,17 @@ func DefaultConfig() Config {
 			IdleTimeout:       120 * time.Second,
 			ShutdownGrace:     15 * time.Second,
 			MaxHeaderBytes:    32 << 10,
+			CORS:              DefaultCORSConfig(),
 		},
 		Throttle: ThrottleConfig{
-			Prefix:    "geotoll",
-			Anonymous: TierConfig{Rate: 10, Capacity: 80},
-			Keyed:     TierConfig{Rate: 20, Capacity: 100},
+			Prefix: "geotoll",
+			Tiers: map[string]TierConfig{
+				server.AnonymousTier: {Rate: 10, Capacity: 80, MaxInFlight: 8},
+				"free":               {Rate: 20, Capacity: 100, MaxInFlight: 16},
+				"pro":                {Rate: 100, Capacity: 600, MaxInFlight: 64},
+			},
+			FailedAuth: TierConfig{Rate: 0.2, Capacity: 10},
+			KeyRefresh: 10 * time.Second,
 		},
 		Layers: []LayerConfig{
 			{Layer: tiles.Layer{
@@ -150,6 +204,18 @@ func DefaultConfig() Config {
 				IDColumn: "id", Properties: []string{"name", "kind"},
 				MaxFeatures: 5000, StatementTimeout: 2 * time.Second,
 			}, Weights: &WeightsConfig{AreaWeight: f(0.1)}},
+		},
+		Tiles: DefaultTilesConfig(),
+		Geofence: GeofenceConfig{
+			Limits: geofence.DefaultLimits(),
+			Layers: []geofence.Layer{
+				{Name: "places", Table: "geotoll.places", GeometryColumn: "geom", IDColumn: "id",
+					Properties: []string{"name", "kind", "city", "rank"}, StatementTimeout: 2 * time.Second},
+				{Name: "districts", Table: "geotoll.districts", GeometryColumn: "geom", IDColumn: "id",
+					Properties: []string{"name", "city", "population"}, StatementTimeout: 2 * time.Second},
+				{Name: "geofences", Table: "geotoll.geofences", GeometryColumn: "geom", IDColumn: "id",
+					Properties: []string{"name", "kind"}, StatementTimeout: 2 * time.Second},
+			},
 		},
 	}
 }
@@ -188,6 +254,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, []string, er
 		{&cfg.Database.AdminURL, getenv("GEOTOLL_ADMIN_DATABASE_URL"), *adminURL},
 		{&cfg.Redis.URL, getenv("REDIS_URL"), *redisURL},
 		{&cfg.LogLevel, getenv("GEOTOLL_LOG_LEVEL"), *logLevel},
+		{&cfg.Geofence.WriterDatabaseURL, getenv("GEOTOLL_WRITER_DATABASE_URL"), ""},
 	} {
 		if o.env != "" {
 			*o.dst = o.env
@@ -213,6 +280,9 @@ func (c Config) validate() error {
 	if c.Database.MaxConns < 1 {
 		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1", c.Database.MaxConns))
 	}
+	if c.Throttle.KeyRefresh < time.Second {
+		errs = append(errs, fmt.Errorf("throttle.key_refresh %s must be at least 1s", c.Throttle.KeyRefresh))
+	}
 	if c.Redis.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("redis.replicas %d must be at least 1", c.Redis.Replicas))
 	}
@@ -224,6 +294,9 @@ func (c Config) validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("http.%s must be positive", name))
 		}
+	}
+	if err := c.validateTiles(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -249,21 +322,43 @@ func (c Config) catalog() (*tiles.Catalog, map[string]throttle.Weights, error) {
 	return cat, weights, err
 }
 
-// toll builds the throttle gate (without its stores).
+// toll builds the throttle gate (without its stores and keys).
 func (c Config) toll() (*server.Toll, error) {
 	_, weights, err := c.catalog()
 	if err != nil {
 		return nil, err
 	}
+	proxies, err := forwarded.New(c.HTTP.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("http.trusted_proxies: %w", err)
+	}
 	t := &server.Toll{
 		Prefix:       c.Throttle.Prefix,
-		Anonymous:    server.Tier{Name: "anonymous", Limit: throttle.Limit(c.Throttle.Anonymous)},
-		Keyed:        server.Tier{Name: "keyed", Limit: throttle.Limit(c.Throttle.Keyed)},
+		Tiers:        make(map[string]server.Tier, len(c.Throttle.Tiers)),
+		FailedAuth:   c.Throttle.FailedAuth.limit(),
+		Proxies:      proxies,
 		LayerWeights: weights,
 		Default:      c.Throttle.Weights.apply(throttle.DefaultWeights()),
+		ShadowLayers: map[string]bool{},
 		Timeout:      c.Redis.Timeout,
 		FailMode:     server.FailMode(c.Redis.FailMode),
 		Replicas:     c.Redis.Replicas,
+	}
+	for name, tc := range c.Throttle.Tiers {
+		t.Tiers[name] = server.Tier{Name: name, Limit: tc.limit(), MaxCost: tc.MaxCost, Shadow: tc.Shadow, MaxInFlight: tc.MaxInFlight}
+	}
+	if c.Throttle.Global.Rate > 0 {
+		g := c.Throttle.Global.limit()
+		if err := g.Validate(); err != nil {
+			return nil, fmt.Errorf("throttle.global: %w", err)
+		}
+		t.Global = &g
+	}
+	t.InFlightTTL = c.HTTP.WriteTimeout
+	for _, l := range c.Layers {
+		if l.Shadow {
+			t.ShadowLayers[l.Name] = true
+		}
 	}
 	return t, nil
 }

@@ -21,7 +21,8 @@ redis:
   url: redis://file:6379
   timeout: 80ms
 throttle:
-  keyed: {rate: 5, capacity: 90}
+  tiers:
+    pro: {rate: 5, capacity: 90}
 layers:
   - name: only
     table: geotoll.places
@@ -44,7 +45,9 @@ layers:
 	if cfg.Redis.URL != "redis://flag:1" || cfg.Redis.Timeout != 80*time.Millisecond {
 		t.Errorf("redis: %+v", cfg.Redis)
 	}
-	if cfg.Throttle.Keyed.Capacity != 90 || cfg.Throttle.Anonymous.Capacity != DefaultConfig().Throttle.Anonymous.Capacity {
+	// A tiers map in the file merges into the defaults: pro is replaced,
+	// anonymous and free stay.
+	if cfg.Throttle.Tiers["pro"].Capacity != 90 || cfg.Throttle.Tiers["anonymous"] != DefaultConfig().Throttle.Tiers["anonymous"] {
 		t.Errorf("throttle: %+v", cfg.Throttle)
 	}
 	cat, weights, err := cfg.catalog()
@@ -86,7 +89,7 @@ func TestDefaultConfigIsPayable(t *testing.T) {
 		t.Fatalf("default tiers cannot pay the default prices: %v", err)
 	}
 	cfg := DefaultConfig()
-	cfg.Throttle.Anonymous.Capacity = 50 // below max_cost 60
+	cfg.Throttle.Tiers["anonymous"] = TierConfig{Rate: 10, Capacity: 50} // below max_cost 60
 	toll, _ = cfg.toll()
 	toll.FailMode = "closed"
 	if err := toll.Validate(); err == nil {

@@ -4,6 +4,7 @@
 //	geotoll [flags] serve     serve the HTTP API
 //	geotoll [flags] migrate   apply the embedded schema migrations
 //	geotoll [flags] seed      load the deterministic demo data (-if-empty, -seed N)
+//	geotoll [flags] keys      create | list | revoke API keys
 //	geotoll version
 //
 // Configuration: DefaultConfig, then the YAML file of -config, then the
@@ -50,6 +51,7 @@ commands:
   serve     serve the HTTP API
   migrate   apply the embedded schema migrations (as the schema owner)
   seed      load the deterministic demo data (flags: -if-empty, -seed N, -points N)
+  keys      create, list and revoke API keys (geotoll keys -h)
   version   print the version
 `
 
@@ -80,6 +82,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, cfg, log)
 	case "seed":
 		return seed(ctx, cfg, log, rest[1:])
+	case "keys":
+		return keys(ctx, cfg, rest[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "geotoll", version)
 		return nil

@@ -7,13 +7,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/web"
 )
 
 // Main is a running geotoll server: Open wires it, Serve runs it until ctx
@@ -27,6 +32,14 @@ type Main struct {
 	Handler http.Handler
 	Server  *http.Server
 
+	// FenceWriter is the fence admin's write pool (nil when not configured).
+	FenceWriter *pgxpool.Pool
+	// Registry holds this process's metrics (served at /metrics).
+	Registry *prometheus.Registry
+	// TileCache is the tile handler's cache.
+	TileCache *tiles.Cache
+
+	keys     *apikeys.Ring
 	listener net.Listener
 }
 
@@ -38,8 +51,7 @@ func (m *Main) Open(ctx context.Context) error {
 	if cfg.Database.URL == "" {
 		return errors.New("no database: set DATABASE_URL")
 	}
-	catalog, _, err := cfg.catalog()
-	if err != nil {
+	if _, _, err := cfg.catalog(); err != nil {
 		return err
 	}
 	toll, err := cfg.toll()
@@ -57,6 +69,16 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
+
+	// API keys: loaded now (a database that is down only delays keyed
+	// callers, who get 401 until the first load) and refreshed by Serve.
+	m.keys = apikeys.NewRing(apikeys.NewStore(m.Pool).Active, cfg.Throttle.KeyRefresh, m.Logger)
+	kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := m.keys.Refresh(kctx); err != nil {
+		m.Logger.Warn("API keys not loaded yet; keyed callers get 401 until the database answers", "err", err)
+	}
+	kcancel()
+	toll.Keys = m.keys
 
 	local := throttle.NewMemoryStore(throttle.MemoryOptions{})
 	checks := map[string]server.Check{"postgres": m.Pool.Ping}
@@ -79,12 +101,37 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := toll.Validate(); err != nil {
 		return fmt.Errorf("throttle: %w", err)
 	}
-	store := tiles.NewStore(m.Pool)
-	store.RetryAfter = cfg.Database.RetryAfter
+	metrics, err := m.openMetrics()
+	if err != nil {
+		m.Close()
+		return err
+	}
+	toll.Observer = metrics
+	tileHandler, err := m.openTiles(ctx, toll, toll.Proxies, metrics)
+	if err != nil {
+		m.Close()
+		return err
+	}
+	fences, err := m.openGeofence(ctx, toll)
+	if err != nil {
+		m.Close()
+		return err
+	}
+	if m.FenceWriter != nil {
+		if err := m.Registry.Register(server.NewPoolCollector("fence-writer", m.FenceWriter.Stat)); err != nil {
+			m.Close()
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
 	m.Handler = server.New(server.Options{
-		Logger: m.Logger,
-		Tiles:  &tiles.Handler{Catalog: catalog, Store: store, Gate: toll, Logger: m.Logger},
-		Checks: checks,
+		Logger:   m.Logger,
+		Tiles:    tileHandler,
+		Metrics:  metrics,
+		CORS:     cfg.HTTP.CORS.cors(),
+		Geofence: fences,
+		Budget:   http.HandlerFunc(toll.ServeBudget),
+		Web:      web.Handler(),
+		Checks:   checks,
 	})
 	h := cfg.HTTP
 	m.Server = &http.Server{
@@ -103,6 +150,41 @@ func (m *Main) Open(ctx context.Context) error {
 	return nil
 }
 
+// openGeofence builds the geofence handler: reads through the read pool,
+// fence writes through their own pool (the geotoll_fence_writer role) when
+// one is configured.
+func (m *Main) openGeofence(ctx context.Context, toll *server.Toll) (*geofence.Handler, error) {
+	gc := m.Config.Geofence
+	reader := geofence.NewStore(m.Pool)
+	reader.Timeout = gc.StatementTimeout
+	reader.RetryAfter = m.Config.Database.RetryAfter
+	o := geofence.Options{
+		Layers: gc.Layers, Limits: gc.Limits, AdminKeys: gc.AdminKeys,
+		// Fence admins: the configured admin keys, and database API keys
+		// created with `geotoll keys create -admin`.
+		Admin:  toll,
+		Reader: reader, Gate: toll, Logger: m.Logger,
+	}
+	if gc.WriterDatabaseURL != "" {
+		wcfg, err := pgxpool.ParseConfig(gc.WriterDatabaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("geofence writer database url: %w", err)
+		}
+		wcfg.MaxConns = 4 // admin traffic: a few writes at a time
+		wcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll-fence-admin"
+		if m.FenceWriter, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
+			return nil, fmt.Errorf("geofence writer database: %w", err)
+		}
+		writer := geofence.NewStore(m.FenceWriter)
+		writer.Timeout = gc.StatementTimeout
+		writer.RetryAfter = m.Config.Database.RetryAfter
+		o.Writer = writer
+	} else {
+		m.Logger.Info("no geofence writer database: fence writes answer 503")
+	}
+	return geofence.NewHandler(o)
+}
+
 // Addr is the bound listen address (useful with port 0).
 func (m *Main) Addr() string { return m.listener.Addr().String() }
 
@@ -112,6 +194,7 @@ func (m *Main) Serve(ctx context.Context) error {
 	defer m.Close()
 	errc := make(chan error, 1)
 	go func() { errc <- m.Server.Serve(m.listener) }()
+	go m.keys.Run(ctx)
 	m.Logger.Info("serving", "addr", m.Addr(), "version", version)
 	select {
 	case err := <-errc:
@@ -135,6 +218,10 @@ func (m *Main) Serve(ctx context.Context) error {
 func (m *Main) Close() {
 	if m.Pool != nil {
 		m.Pool.Close()
+	}
+	if m.FenceWriter != nil {
+		m.FenceWriter.Close()
+		m.FenceWriter = nil
 	}
 	if m.Redis != nil {
 		_ = m.Redis.Close()

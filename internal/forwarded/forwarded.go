@@ -41,8 +41,20 @@ func ParseTrusted(cidrs []string) (Trusted, error) {
 	return t, nil
 }
 
+// New is ParseTrusted returning a pointer; a nil *Trusted trusts nobody.
+func New(cidrs []string) (*Trusted, error) {
+	t, err := ParseTrusted(cidrs)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // Contains reports whether addr is a trusted proxy.
-func (t Trusted) Contains(addr netip.Addr) bool {
+func (t *Trusted) Contains(addr netip.Addr) bool {
+	if t == nil {
+		return false
+	}
 	addr = addr.Unmap()
 	for _, p := range t.prefixes {
 		if p.Contains(addr) {
@@ -53,10 +65,10 @@ func (t Trusted) Contains(addr netip.Addr) bool {
 }
 
 // Peer returns the socket peer's address (invalid if RemoteAddr is not one).
-func Peer(remoteAddr string) netip.Addr {
-	host, _, err := net.SplitHostPort(remoteAddr)
+func Peer(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		host = remoteAddr
+		host = r.RemoteAddr
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil {
@@ -72,8 +84,8 @@ const maxHops = 32
 // when the peer is trusted — the right-most address in the forwarding chain
 // that is not a trusted proxy. Forwarded (RFC 7239) is preferred over
 // X-Forwarded-For when both are present.
-func (t Trusted) ClientAddr(r *http.Request) netip.Addr {
-	peer := Peer(r.RemoteAddr)
+func (t *Trusted) ClientAddr(r *http.Request) netip.Addr {
+	peer := Peer(r)
 	if !peer.IsValid() || !t.Contains(peer) {
 		return peer
 	}
@@ -177,12 +189,12 @@ func parseNode(s string) (netip.Addr, bool) {
 // HostProto returns the host and scheme the client used: from the request
 // itself, or — when the socket peer is trusted — from Forwarded or
 // X-Forwarded-Host / X-Forwarded-Proto.
-func (t Trusted) HostProto(r *http.Request) (host, proto string) {
+func (t *Trusted) HostProto(r *http.Request) (host, proto string) {
 	host, proto = r.Host, "http"
 	if r.TLS != nil {
 		proto = "https"
 	}
-	if !t.Contains(Peer(r.RemoteAddr)) {
+	if !t.Contains(Peer(r)) {
 		return host, proto
 	}
 	if h := firstValue(r.Header.Get("X-Forwarded-Host")); validHost(h) {

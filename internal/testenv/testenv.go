@@ -75,9 +75,23 @@ func RedisURL(t testing.TB) string {
 // A database that does not answer within 10 s fails the test.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
+	return connect(t, DatabaseURL(t))
+}
+
+// ReadPool connects to the test database as the restricted read role
+// (GEOTOLL_TEST_READ_DATABASE_URL: read-only by default, with its own
+// statement_timeout), the role `serve` uses. The pool is closed when the test
+// ends; a database that does not answer within 10 s fails the test.
+func ReadPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return connect(t, ReadDatabaseURL(t))
+}
+
+func connect(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, DatabaseURL(t))
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatalf("testenv: connect PostgreSQL: %v", err)
 	}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/geotoll/geotoll/server"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// TilesConfig configures tile serving beyond the layers themselves.
+type TilesConfig struct {
+	Cache    TileCacheConfig `yaml:"cache"`
+	Discover DiscoverConfig  `yaml:"discover"`
+}
+
+// TileCacheConfig sizes the in-memory tile cache. Concurrent requests for
+// one uncached tile share one query whatever the size.
+type TileCacheConfig struct {
+	// MaxBytes bounds the memory of cached tiles (stored gzipped); 0
+	// disables caching.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// TTL is how long a rendered tile is served from memory.
+	TTL time.Duration `yaml:"ttl"`
+}
+
+// DiscoverConfig turns on auto-discovery: at start-up every table or view
+// with a geometry column in Schemas that the read role may SELECT becomes a
+// layer (see tiles.Discover), priced with the default weights. The other
+// fields are the discovered layers' settings; unset ones take the layer
+// defaults.
+type DiscoverConfig struct {
+	Schemas          []string      `yaml:"schemas"` // empty: no discovery
+	MinZoom          int           `yaml:"minzoom"`
+	MaxZoom          int           `yaml:"maxzoom"`
+	MaxFeatures      int           `yaml:"max_features"`
+	StatementTimeout time.Duration `yaml:"statement_timeout"`
+	MaxAge           time.Duration `yaml:"max_age"`
+}
+
+// CORSConfig lets web pages on other origins call the API.
+type CORSConfig struct {
+	// Origins are "scheme://host[:port]" or "*"; empty sends no CORS
+	// headers.
+	Origins []string `yaml:"origins"`
+	// Credentials allows cookies and HTTP auth across origins; it cannot be
+	// combined with "*".
+	Credentials bool          `yaml:"credentials"`
+	MaxAge      time.Duration `yaml:"max_age"` // preflight cache, default 10 min
+}
+
+// DefaultTilesConfig caches 128 MiB of tiles for a minute; no discovery.
+func DefaultTilesConfig() TilesConfig {
+	return TilesConfig{Cache: TileCacheConfig{MaxBytes: 128 << 20, TTL: time.Minute}}
+}
+
+// DefaultCORSConfig lets any page fetch tiles, without credentials (API
+// keys travel in X-API-Key or ?key=, not cookies).
+func DefaultCORSConfig() CORSConfig { return CORSConfig{Origins: []string{"*"}} }
+
+func (c CORSConfig) cors() server.CORS {
+	return server.CORS{Origins: c.Origins, Credentials: c.Credentials, MaxAge: c.MaxAge}
+}
+
+func (c Config) validateTiles() error {
+	var errs []error
+	if c.Tiles.Cache.MaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("tiles.cache.max_bytes %d must not be negative", c.Tiles.Cache.MaxBytes))
+	}
+	if c.Tiles.Cache.TTL <= 0 {
+		errs = append(errs, fmt.Errorf("tiles.cache.ttl %s must be positive", c.Tiles.Cache.TTL))
+	}
+	if err := c.HTTP.CORS.cors().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("http.%w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// discoverLayers runs auto-discovery (when configured) through q, leaving
+// out tables the configured layers already serve.
+func (c Config) discoverLayers(ctx context.Context, q tiles.Querier) ([]tiles.Layer, error) {
+	d := c.Tiles.Discover
+	if len(d.Schemas) == 0 {
+		return nil, nil
+	}
+	configured := make([]tiles.Layer, len(c.Layers))
+	for i, lc := range c.Layers {
+		configured[i] = lc.Layer
+	}
+	return tiles.Discover(ctx, q, tiles.Discovery{
+		Schemas: d.Schemas,
+		Template: tiles.Layer{
+			MinZoom: d.MinZoom, MaxZoom: d.MaxZoom, MaxFeatures: d.MaxFeatures,
+			StatementTimeout: d.StatementTimeout, MaxAge: d.MaxAge,
+		},
+	}, configured)
+}
+
+// tileCatalog is the catalog of the configured layers plus discovered ones.
+func (c Config) tileCatalog(discovered []tiles.Layer) (*tiles.Catalog, error) {
+	layers := make([]tiles.Layer, 0, len(c.Layers)+len(discovered))
+	for _, lc := range c.Layers {
+		layers = append(layers, lc.Layer)
+	}
+	return tiles.NewCatalog(append(layers, discovered...))
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+)
+
+// The seed's Verification session, for the geofence API, on the whole
+// server with the real PostGIS and Redis: twenty 10 m radius checks with one
+// key all pass (about 1.2 tokens each of a 100-token bucket); with a fresh
+// key a 50 km check passes once and the second is refused with 429 and an
+// honest Retry-After (it costs MaxCost, 60).
+func TestEndToEndGeofenceVerification(t *testing.T) {
+	t.Parallel()
+	key, heavy := createKey(t, "free"), createKey(t, "free")
+	base, _ := startServer(t, nil)
+
+	cheap := base + "/geofence/within?layer=places&lng=13.4&lat=52.5&radius=10"
+	for i := range 20 {
+		resp, body := get(t, cheap, key)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("radius=10 request %d: %d %s", i+1, resp.StatusCode, body)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/geo+json" {
+			t.Fatalf("Content-Type %q", ct)
+		}
+		if resp.Header.Get("X-Request-Cost") != "1.212" || resp.Header.Get("RateLimit") == "" {
+			t.Fatalf("budget headers %v", resp.Header)
+		}
+	}
+
+	expensive := base + "/geofence/within?layer=places&lng=13.4&lat=52.5&radius=50000"
+	resp, body := get(t, expensive, heavy)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("first radius=50000: %d %s", resp.StatusCode, body)
+	}
+	var fc struct {
+		Type     string
+		Features []struct{ Properties map[string]any }
+	}
+	if err := json.Unmarshal(body, &fc); err != nil || fc.Type != "FeatureCollection" || len(fc.Features) != 100 {
+		t.Fatalf("radius=50000 around Berlin: %v, %d features (want the default limit, 100)", err, len(fc.Features))
+	}
+	resp, body = get(t, expensive, heavy)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("second radius=50000: %d %s", resp.StatusCode, body)
+	}
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("Retry-After %q", resp.Header.Get("Retry-After"))
+	}
+	if resp.Header.Get("X-RateLimit-Remaining") == "" {
+		t.Errorf("429 without budget headers: %v", resp.Header)
+	}
+}
+
+func TestEndToEndGeofenceBadInputIsNotPriced(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/geofence/within?layer=places&lng=NaN&lat=52.5&radius=10", 400},
+		{"/geofence/within?layer=places&lng=13.4&lat=52.5&radius=0x1p3", 400},
+		{"/geofence/within?layer=places&lng=13.4&lat=52.5&radius=50001", 422},
+		{"/geofence/within?layer=nope&lng=13.4&lat=52.5&radius=10", 404},
+		{"/geofence/bbox?layer=places&bbox=0,0,50,50", 422},
+		{"/geofence/contains?lng=13.4&lat=95", 422},
+	} {
+		resp, body := get(t, base+tc.path, "")
+		if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s, want %d", tc.path, resp.StatusCode, body, tc.status)
+		}
+		if resp.Header.Get("X-Request-Cost") != "" {
+			t.Errorf("%s: refused input was priced", tc.path)
+		}
+	}
+	resp, err := http.Post(base+"/geofence/check", "application/json", strings.NewReader(`{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Request-Cost") != "1.05" || !strings.Contains(string(body), `"id":"v1"`) {
+		t.Errorf("check: %d cost %q %s", resp.StatusCode, resp.Header.Get("X-Request-Cost"), body)
+	}
+}
+
+// fenceWriterURL is the test database as geotoll_fence_writer.
+func fenceWriterURL(t *testing.T) string {
+	if u := os.Getenv("GEOTOLL_TEST_WRITER_DATABASE_URL"); u != "" {
+		return u
+	}
+	u, err := url.Parse(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("geotoll_fence_writer")
+	return u.String()
+}
+
+func TestEndToEndFenceAdmin(t *testing.T) {
+	t.Parallel()
+	const admin = "e2e-admin-key-0123456789"
+	base, _ := startServer(t, func(c *Config) {
+		c.Geofence.AdminKeys = []string{admin}
+		c.Geofence.WriterDatabaseURL = fenceWriterURL(t)
+	})
+	do := func(method, path, key, body string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	fence := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[-20,-50],[-20,-49],[-19,-49],[-19,-50],[-20,-50]]]},"properties":{"name":"e2e"}}`
+	if resp, _ := do(http.MethodPost, "/geofences", "", fence); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no key: %d", resp.StatusCode)
+	}
+	if resp, _ := do(http.MethodPost, "/geofences", "not-the-admin-key-000", fence); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("wrong key: %d", resp.StatusCode)
+	}
+	resp, body := do(http.MethodPost, "/geofences", admin, fence)
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get("X-Request-Cost") != "" {
+		t.Fatalf("create: %d %s (cost %q: admin calls are not priced)", resp.StatusCode, body, resp.Header.Get("X-Request-Cost"))
+	}
+	loc := resp.Header.Get("Location")
+	t.Cleanup(func() { do(http.MethodDelete, loc, admin, "") })
+	bowtie := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[-20,-50],[-19,-49],[-19,-50],[-20,-49],[-20,-50]]]},"properties":{"name":"e2e"}}`
+	if resp, body := do(http.MethodPut, loc, admin, bowtie); resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(body), "Self-intersection") {
+		t.Errorf("invalid polygon: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := do(http.MethodDelete, loc, admin, ""); resp.StatusCode != http.StatusNoContent {
+		t.Errorf("delete: %d %s", resp.StatusCode, body)
+	}
+
+	// Without a writer database, reads work and writes answer 503.
+	ro, _ := startServer(t, func(c *Config) { c.Geofence.AdminKeys = []string{admin} })
+	req, _ := http.NewRequest(http.MethodPost, ro+"/geofences", strings.NewReader(fence))
+	req.Header.Set("X-API-Key", admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "fence admin not configured") {
+		t.Errorf("write without writer: %d %s", resp.StatusCode, body)
+	}
+	req, _ = http.NewRequest(http.MethodGet, ro+"/geofences/1", nil)
+	req.Header.Set("X-API-Key", admin)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("read without writer: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/internal/testenv"
+)
+
+func budget(t *testing.T, base, key string) map[string]any {
+	t.Helper()
+	resp, body := get(t, base+"/budget", key)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/budget: %d %s", resp.StatusCode, body)
+	}
+	var b map[string]any
+	if err := json.Unmarshal(body, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestEndToEndIdentity(t *testing.T) {
+	t.Parallel()
+	key := createKey(t, "free")
+	base, _ := startServer(t, func(c *Config) { c.Throttle.KeyRefresh = time.Second })
+	z14 := "/tiles/places/14/8802/5373.mvt"
+
+	// Unknown key: 401 problem, never a bucket for the key.
+	resp, body := get(t, base+z14, "gt_not-a-real-key")
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Content-Type") != "application/problem+json" ||
+		resp.Header.Get("WWW-Authenticate") == "" {
+		t.Fatalf("unknown key: %d %v %s", resp.StatusCode, resp.Header, short(body))
+	}
+
+	// The three places a key may come from.
+	for name, req := range map[string]func(*http.Request){
+		"X-API-Key": func(r *http.Request) { r.Header.Set("X-API-Key", key) },
+		"Bearer":    func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+key) },
+		"?key=":     func(r *http.Request) { q := r.URL.Query(); q.Set("key", key); r.URL.RawQuery = q.Encode() },
+	} {
+		r, _ := http.NewRequest(http.MethodGet, base+z14, nil)
+		req(r)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("RateLimit-Policy"), `"free"`) {
+			t.Errorf("%s: %d policy %q", name, resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+		}
+	}
+
+	// /budget is never charged; dry_run prices without charging.
+	b1 := budget(t, base, key)
+	if b1["tier"] != "free" || b1["capacity"] != 100.0 {
+		t.Fatalf("budget %v", b1)
+	}
+	resp, body = get(t, base+"/tiles/places/2/2/1.mvt?dry_run=1", key)
+	var dry map[string]any
+	if err := json.Unmarshal(body, &dry); resp.StatusCode != 200 || err != nil || dry["cost"] != 60.0 {
+		t.Fatalf("dry run: %d %s", resp.StatusCode, short(body))
+	}
+	b2 := budget(t, base, key)
+	if b2["remaining"].(float64) < b1["remaining"].(float64) {
+		t.Fatalf("/budget or dry_run charged: %v then %v", b1["remaining"], b2["remaining"])
+	}
+
+	// Revocation takes effect within key_refresh (1 s here).
+	if err := apikeys.NewStore(testenv.Pool(t)).Revoke(context.Background(), keyName(t, key)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, _ := get(t, base+z14, key)
+		if resp.StatusCode == http.StatusUnauthorized {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("revoked key still served after 5 s with key_refresh 1 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// keyName finds a key's name through the ring's own lookup table.
+func keyName(t *testing.T, plain string) string {
+	t.Helper()
+	keys, err := apikeys.NewStore(testenv.Pool(t)).Active(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, ok := keys[apikeys.HashOf(plain)]
+	if !ok {
+		t.Fatal("key not found")
+	}
+	return k.Name
+}
+
+func TestEndToEndGlobalBudget(t *testing.T) {
+	t.Parallel()
+	a, b := createKey(t, "free"), createKey(t, "free")
+	base, _ := startServer(t, func(c *Config) {
+		c.Throttle.Global = TierConfig{Rate: 0.01, Capacity: 70}
+	})
+	// Two different z2 tiles (a repeat would be a cheap cache hit).
+	if resp, body := get(t, base+"/tiles/places/2/2/1.mvt", a); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first z2: %d %s", resp.StatusCode, short(body))
+	}
+	resp, body := get(t, base+"/tiles/places/2/1/1.mvt", b)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"global"`) || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("global budget: %d %s", resp.StatusCode, short(body))
+	}
+	if rem := budget(t, base, b)["remaining"].(float64); rem < 99.9 {
+		t.Fatalf("b was charged (%v left) though the global budget refused", rem)
+	}
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// CORS lets web pages on other origins call the API (map frontends on
+// their own domain fetching tiles).
+//
+// Without Origins no CORS header is ever sent. "*" admits every origin,
+// answered with "Access-Control-Allow-Origin: *"; it cannot be combined
+// with Credentials (browsers refuse that pair, and echoing any origin with
+// credentials would hand every site the user's cookies). Listed origins are
+// echoed back with Vary: Origin.
+type CORS struct {
+	Origins     []string      // "https://maps.example.com" (scheme://host[:port]) or "*"
+	Credentials bool          // Access-Control-Allow-Credentials: true
+	MaxAge      time.Duration // how long a browser may reuse a preflight (default 10 min)
+}
+
+// Headers a browser may send and read across origins.
+const (
+	corsMethods = "GET, HEAD, POST, PUT, DELETE"
+	corsAllow   = "Authorization, Content-Type, If-None-Match, X-API-Key, X-Request-ID"
+	corsExpose  = "ETag, Retry-After, RateLimit, RateLimit-Policy, X-Cache, X-RateLimit-Limit, " +
+		"X-RateLimit-Remaining, X-RateLimit-Reset, X-RateLimit-Shadow, X-Request-Cost, X-Request-ID"
+)
+
+// Validate refuses "*" with credentials and anything that is not an origin.
+func (c CORS) Validate() error {
+	var errs []error
+	for _, o := range c.Origins {
+		if o == "*" {
+			if c.Credentials {
+				errs = append(errs, errors.New(`cors: origin "*" cannot be combined with credentials; list the origins`))
+			}
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || strings.HasSuffix(o, "/") {
+			errs = append(errs, fmt.Errorf("cors: origin %q must be scheme://host[:port] (no path) or \"*\"", o))
+		}
+	}
+	if c.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("cors: max_age %s must not be negative", c.MaxAge))
+	}
+	return errors.Join(errs...)
+}
+
+// wrap adds the CORS headers and answers preflight requests (OPTIONS with
+// Access-Control-Request-Method) itself, before routing: 204 for an
+// allowed origin, 403 for another.
+func (c CORS) wrap(next http.Handler) http.Handler {
+	if len(c.Origins) == 0 {
+		return next
+	}
+	any := false
+	allowed := make(map[string]bool, len(c.Origins))
+	for _, o := range c.Origins {
+		if o == "*" {
+			any = true
+		}
+		allowed[strings.ToLower(o)] = true
+	}
+	wildcard := any && !c.Credentials // Validate refuses any with credentials
+	maxAge := c.MaxAge
+	if maxAge == 0 {
+		maxAge = 10 * time.Minute
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		preflight := r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != ""
+		h := w.Header()
+		if !wildcard {
+			h.Add("Vary", "Origin")
+		}
+		if preflight {
+			h.Add("Vary", "Access-Control-Request-Method, Access-Control-Request-Headers")
+		}
+		ok := origin != "" && (any || allowed[strings.ToLower(origin)])
+		if ok {
+			if wildcard {
+				h.Set("Access-Control-Allow-Origin", "*")
+			} else {
+				h.Set("Access-Control-Allow-Origin", origin)
+			}
+			if c.Credentials {
+				h.Set("Access-Control-Allow-Credentials", "true")
+			}
+		}
+		if !preflight {
+			if ok {
+				h.Set("Access-Control-Expose-Headers", corsExpose)
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !ok {
+			problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this origin may not call the API"})
+			return
+		}
+		h.Set("Access-Control-Allow-Methods", corsMethods)
+		h.Set("Access-Control-Allow-Headers", corsAllow)
+		h.Set("Access-Control-Max-Age", strconv.Itoa(int(maxAge/time.Second)))
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

@@ -1,0 +1,223 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb/maptile"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// Metrics are geotoll's Prometheus collectors, registered on a registry
+// the caller owns (never the global default one). It is the Observer of
+// Toll (prices, tokens, refusals) and of the tiles handler and store
+// (cache results, query times), and its middleware counts every HTTP
+// request by route template and status.
+//
+// Label values come from the route table, the configured tiers and the
+// layer catalog — never from raw request text — so their number is bounded.
+type Metrics struct {
+	gatherer  prometheus.Gatherer
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	priced    *prometheus.CounterVec
+	tokens    *prometheus.CounterVec
+	throttled *prometheus.CounterVec
+	query     *prometheus.HistogramVec
+	cache     *prometheus.CounterVec
+}
+
+// NewMetrics creates the collectors and registers them on reg.
+func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
+	m := &Metrics{
+		gatherer: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geotoll_http_requests_total",
+			Help: "HTTP requests by route template, method and status.",
+		}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "geotoll_http_request_duration_seconds",
+			Help:    "HTTP request duration by route template.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms … 16 s
+		}, []string{"route"}),
+		priced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geotoll_priced_requests_total",
+			Help: "Priced requests by tier, route and outcome (admitted, refused, shadow-refused, unauthorized, dry-run, too-expensive, limiter-failure).",
+		}, []string{"tier", "route", "outcome"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geotoll_tokens_charged_total",
+			Help: "Tokens spent from budgets by tier, layer and tile zoom (zoom is empty for geofence routes). A composite tile's price is split evenly over its layers.",
+		}, []string{"tier", "route", "layer", "zoom"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geotoll_throttled_total",
+			Help: "Requests refused with 429 because the budget could not pay, by tier and route.",
+		}, []string{"tier", "route"}),
+		query: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "geotoll_tile_query_duration_seconds",
+			Help:    "Time of one layer's query within a tile render, by layer and zoom.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"layer", "zoom"}),
+		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geotoll_tile_cache_requests_total",
+			Help: "Tile requests by cache result: hit, miss (rendered for it) or shared (waited for another request's render).",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.priced, m.tokens, m.throttled, m.query, m.cache} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{})
+}
+
+// Priced implements Observer: it counts the outcome, the tokens an admitted
+// request spent, and 429s.
+func (m *Metrics) Priced(tier string, p Price, o Outcome) {
+	m.priced.WithLabelValues(tier, p.Route, string(o)).Inc()
+	switch o {
+	case Admitted:
+		zoom := ""
+		if p.Zoom >= 0 {
+			zoom = strconv.Itoa(p.Zoom)
+		}
+		layers := strings.Split(p.Layer, ",")
+		share := p.Cost / float64(len(layers))
+		for _, l := range layers {
+			m.tokens.WithLabelValues(tier, p.Route, l, zoom).Add(share)
+		}
+	case Refused:
+		m.throttled.WithLabelValues(tier, p.Route).Inc()
+	}
+}
+
+// TileCache implements tiles.Observer.
+func (m *Metrics) TileCache(result string) { m.cache.WithLabelValues(result).Inc() }
+
+// TileQuery implements tiles.Observer.
+func (m *Metrics) TileQuery(layer string, z maptile.Zoom, d time.Duration) {
+	m.query.WithLabelValues(layer, strconv.Itoa(int(z))).Observe(d.Seconds())
+}
+
+// WatchTileCache exports the size of a tile cache.
+func WatchTileCache(reg prometheus.Registerer, c *tiles.Cache) error {
+	for _, g := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "geotoll_tile_cache_bytes", Help: "Bytes of tiles held by the tile cache.",
+		}, func() float64 { return float64(c.Bytes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "geotoll_tile_cache_entries", Help: "Tiles held by the tile cache.",
+		}, func() float64 { return float64(c.Len()) }),
+	} {
+		if err := reg.Register(g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// routeKey carries a *string the router fills with the matched route's
+// template, for the outer metrics middleware to read.
+type routeKey struct{}
+
+// wrap counts and times every request, including those no route matched
+// (route "unmatched") and CORS preflights answered before routing.
+func (m *Metrics) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		route := "unmatched"
+		rec := &recorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), routeKey{}, &route)))
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if status == http.StatusNoContent && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			route = "preflight"
+		}
+		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
+		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+// nameRoute is router middleware: it records the matched route's template.
+func nameRoute(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := r.Context().Value(routeKey{}).(*string); ok {
+			if t, err := mux.CurrentRoute(r).GetPathTemplate(); err == nil {
+				*p = t
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// poolCollector exports pgxpool statistics, read at scrape time.
+type poolCollector struct {
+	stat  func() *pgxpool.Stat
+	descs map[string]*prometheus.Desc
+}
+
+// NewPoolCollector exports the statistics of a pgx pool, labelled
+// pool=name; stat is usually (*pgxpool.Pool).Stat.
+func NewPoolCollector(name string, stat func() *pgxpool.Stat) prometheus.Collector {
+	labels := prometheus.Labels{"pool": name}
+	d := func(metric, help string) *prometheus.Desc {
+		return prometheus.NewDesc("geotoll_db_pool_"+metric, help, nil, labels)
+	}
+	return &poolCollector{stat: stat, descs: map[string]*prometheus.Desc{
+		"acquired":       d("acquired_conns", "Connections currently checked out."),
+		"idle":           d("idle_conns", "Idle connections."),
+		"total":          d("total_conns", "Open connections (acquired, idle and being opened)."),
+		"constructing":   d("constructing_conns", "Connections being opened."),
+		"max":            d("max_conns", "Pool size limit."),
+		"acquires":       d("acquires_total", "Successful acquires."),
+		"acquireSeconds": d("acquire_duration_seconds_total", "Total time spent in successful acquires."),
+		"empty":          d("empty_acquires_total", "Acquires that had to wait for a connection."),
+		"canceled":       d("canceled_acquires_total", "Acquires cancelled by their context."),
+		"new":            d("new_conns_total", "Connections opened."),
+		"lifetime":       d("max_lifetime_destroys_total", "Connections closed for reaching their maximum lifetime."),
+		"idleDestroys":   d("max_idle_destroys_total", "Connections closed for idling too long."),
+	}}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stat()
+	send := func(k string, t prometheus.ValueType, v float64) {
+		if m, err := prometheus.NewConstMetric(c.descs[k], t, v); err == nil { // no variable labels: cannot fail
+			ch <- m
+		}
+	}
+	gauge := func(k string, v float64) { send(k, prometheus.GaugeValue, v) }
+	counter := func(k string, v float64) { send(k, prometheus.CounterValue, v) }
+	gauge("acquired", float64(s.AcquiredConns()))
+	gauge("idle", float64(s.IdleConns()))
+	gauge("total", float64(s.TotalConns()))
+	gauge("constructing", float64(s.ConstructingConns()))
+	gauge("max", float64(s.MaxConns()))
+	counter("acquires", float64(s.AcquireCount()))
+	counter("acquireSeconds", s.AcquireDuration().Seconds())
+	counter("empty", float64(s.EmptyAcquireCount()))
+	counter("canceled", float64(s.CanceledAcquireCount()))
+	counter("new", float64(s.NewConnsCount()))
+	counter("lifetime", float64(s.MaxLifetimeDestroyCount()))
+	counter("idleDestroys", float64(s.MaxIdleDestroyCount()))
+}

@@ -1,0 +1,39 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/geotoll/geotoll/geofence"
+)
+
+// GeofencePrice is the price of a geofence demand, a pure function of its
+// validated parameters. within and bbox use the weights of their layer (as
+// tiles do: LayerWeights by layer name, else Default); contains and check,
+// which search the fences, use Default:
+//
+//	within    Weights.Radius(radius_m, limit)
+//	bbox      Weights.BBox(bound, limit); a box across the antimeridian
+//	          arrives unwrapped, so its area is the sum of its two parts
+//	check     Weights.Batch(points)
+//	contains  Weights.Batch(1): it is a check of one point, so a thousand
+//	          contains calls never cost less than one batch of a thousand
+//
+// An unknown kind is priced at MaxCost: erring high is the safe side.
+func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
+	switch d.Kind {
+	case geofence.KindWithin:
+		return t.weights(d.Layer).Radius(d.RadiusM, d.Limit)
+	case geofence.KindBBox:
+		return t.weights(d.Layer).BBox(d.Bound, d.Limit)
+	case geofence.KindCheck:
+		return t.Default.Batch(d.Points)
+	case geofence.KindContains:
+		return t.Default.Batch(1)
+	}
+	return t.Default.MaxCost
+}
+
+// AdmitGeofence implements geofence.Gate.
+func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.Demand) bool {
+	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1})
+}

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/paulmach/orb"
+
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+func TestGeofencePrice(t *testing.T) {
+	toll := testToll(nil)
+	toll.LayerWeights = map[string]throttle.Weights{"districts": func() throttle.Weights {
+		w := throttle.DefaultWeights()
+		w.AreaWeight = 0.25
+		return w
+	}()}
+	box := func(w, s, e, n float64) orb.Bound { return orb.Bound{Min: orb.Point{w, s}, Max: orb.Point{e, n}} }
+	tests := []struct {
+		name string
+		d    geofence.Demand
+		want float64
+	}{
+		// The seed's cheap request: about one token.
+		{"within 10 m", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 10, Limit: 100}, 1 + 0.012 + 0.2},
+		{"within 5 km", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 5000, Limit: 1}, 1 + 6 + 0.002},
+		// The seed's expensive one: MaxCost, so a 100-token bucket pays it once.
+		{"within 50 km", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 50000, Limit: 100}, 60},
+		{"bbox 1°×1°", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(13, 52, 14, 53), Limit: 100}, 1 + 0.5 + 0.2},
+		{"bbox on districts uses its weights", geofence.Demand{Kind: geofence.KindBBox, Layer: "districts", Bound: box(13, 52, 17, 53), Limit: 100}, 1 + 1 + 0.2},
+		// 175..-175 arrives unwrapped as 175..185: 10°, not 350°.
+		{"bbox across the antimeridian", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(175, -20, 185, -10), Limit: 0}, 1 + 50},
+		{"contains", geofence.Demand{Kind: geofence.KindContains, Points: 1}, 1.05},
+		{"check of 20", geofence.Demand{Kind: geofence.KindCheck, Points: 20}, 2},
+		{"check of 1000", geofence.Demand{Kind: geofence.KindCheck, Points: 1000}, 51},
+		{"unknown kind", geofence.Demand{Kind: "teleport"}, 60},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := toll.GeofencePrice(tt.d); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("price = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// Monotonic in radius, and never above MaxCost.
+	prev := 0.0
+	for _, r := range []float64{0, 10, 100, 1000, 20000, 49000, 50000} {
+		p := toll.GeofencePrice(geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: r, Limit: 100})
+		if p < prev || p > toll.Default.MaxCost {
+			t.Errorf("radius %v costs %v after %v", r, p, prev)
+		}
+		prev = p
+	}
+	// A thousand contains calls cost more than one batch of a thousand.
+	one := toll.GeofencePrice(geofence.Demand{Kind: geofence.KindContains, Points: 1})
+	batch := toll.GeofencePrice(geofence.Demand{Kind: geofence.KindCheck, Points: 1000})
+	if 1000*one <= batch {
+		t.Errorf("1000 contains cost %v, a batch of 1000 %v", 1000*one, batch)
+	}
+}
+
+// The seed's Verification, at the gate: with one key, twenty 10 m checks
+// pass; with a fresh key, a 50 km check passes once and the second is
+// refused with Retry-After.
+func TestAdmitGeofenceVerification(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	admit := func(key string, d geofence.Demand) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/geofence/within", nil)
+		r.RemoteAddr = "192.0.2.9:4000"
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		if ok := toll.AdmitGeofence(w, r, d); ok != (w.Code == http.StatusOK && w.Body.Len() == 0) {
+			t.Fatalf("AdmitGeofence = %v but wrote %d %s", ok, w.Code, w.Body)
+		}
+		return w
+	}
+	cheap := geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 10, Limit: 100}
+	for i := range 20 {
+		w := admit("a", cheap)
+		if w.Code != http.StatusOK || w.Header().Get("X-Request-Cost") != "1.212" {
+			t.Fatalf("cheap request %d: %d cost %q", i+1, w.Code, w.Header().Get("X-Request-Cost"))
+		}
+	}
+	heavy := geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 50000, Limit: 100}
+	if w := admit("b", heavy); w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Remaining") != "40" {
+		t.Fatalf("first 50 km: %d remaining %q", w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	}
+	w := admit("b", heavy)
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("second 50 km: %d", w.Code)
+	}
+	// 20 tokens short at 20 tokens/s: exactly one second.
+	if ra, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || ra != 1 {
+		t.Errorf("Retry-After %q, want 1", w.Header().Get("Retry-After"))
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil || doc["cost"] != 60.0 {
+		t.Errorf("429 body %s", w.Body)
+	}
+	c.t = c.t.Add(time.Second)
+	if w := admit("b", heavy); w.Code != http.StatusOK {
+		t.Errorf("after Retry-After: %d", w.Code)
+	}
+}

@@ -1,0 +1,31 @@
+-- Tables (and views) with a geometry column in the given schemas that the
+-- connected role may read: the candidates of tile layer auto-discovery.
+--   $1  schemas to search (text[])
+-- Per geometry column: its schema, table, column and SRID; the table's
+-- single-column integer primary key, if any (the feature id); and its
+-- readable columns of types MVT carries as properties, in column order.
+-- Names are returned as data: the caller quotes them with pgx.Identifier.
+SELECT g.f_table_schema::text,
+       g.f_table_name::text,
+       g.f_geometry_column::text,
+       g.srid,
+       (SELECT a.attname::text
+        FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+        WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnkeyatts = 1
+          AND a.atttypid = ANY ('{int2,int4,int8}'::regtype[])
+          AND has_column_privilege(c.oid, a.attnum, 'SELECT')) AS id_column,
+       ARRAY(SELECT a.attname::text
+             FROM pg_attribute a
+             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+               AND a.atttypid = ANY ('{text,varchar,bpchar,int2,int4,int8,float4,float8,numeric,bool}'::regtype[])
+               AND has_column_privilege(c.oid, a.attnum, 'SELECT')
+             ORDER BY a.attnum) AS columns
+FROM geometry_columns g
+JOIN pg_namespace n ON n.nspname = g.f_table_schema
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = g.f_table_name
+WHERE g.f_table_schema = ANY ($1::text[])
+  AND g.srid > 0
+  AND has_schema_privilege(n.oid, 'USAGE')
+  AND has_table_privilege(c.oid, 'SELECT')
+ORDER BY 1, 2, 3

@@ -1,0 +1,12 @@
+-- The exact extent of a layer's table, in lon/lat: the fallback of
+-- Store.Describe when ST_EstimatedExtent has no statistics (or cannot parse
+-- the table's name). Runs under the layer's statement_timeout.
+--
+-- Template fields are identifiers quoted with pgx.Identifier at start-up;
+-- $1 is the geometry column's SRID.
+SELECT ST_XMin(b), ST_YMin(b), ST_XMax(b), ST_YMax(b)
+FROM (
+    SELECT ST_Transform(ST_SetSRID(ST_Extent(t.{{.Geom}})::geometry, $1::int), 4326) AS b
+    FROM {{.Table}} AS t
+) e
+WHERE b IS NOT NULL

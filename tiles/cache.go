@@ -1,0 +1,250 @@
+package tiles
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+	"github.com/paulmach/orb/maptile"
+)
+
+// CacheOptions size a Cache.
+type CacheOptions struct {
+	// MaxBytes bounds the bytes of tiles held (their stored, usually
+	// gzipped, size plus a small per-entry overhead). 0 holds nothing:
+	// concurrent misses are still coalesced.
+	MaxBytes int64
+	// TTL is how long a tile is served from memory after it was rendered
+	// (default 1 min). Tiles are never refreshed in place: the first
+	// request after expiry renders it again, at full price.
+	TTL time.Duration
+}
+
+// DefaultCacheTTL is the TTL of a Cache whose options leave it unset.
+const DefaultCacheTTL = time.Minute
+
+// entryOverhead approximates the memory of one entry beyond its bytes (key,
+// ETag, otter's node) so that a cache of tiny tiles is bounded too.
+const entryOverhead = 160
+
+// Cache holds rendered tiles in memory, bounded in bytes and by TTL, and
+// coalesces concurrent renders of one tile into one query.
+//
+// Entries are keyed by (layer list, z, x, y) and hold the tile gzipped once
+// (when that makes it smaller) together with its ETag, so that neither a
+// hit nor a 304 compresses or hashes anything. Empty tiles are cached too.
+type Cache struct {
+	store   *otter.Cache[cacheKey, *entry] // nil when MaxBytes is 0
+	flights flights[cacheKey, *entry]
+	gzip    sync.Pool // *gzip.Writer
+}
+
+type cacheKey struct {
+	layers string // "a" or "a,b": the layer list as requested, which is its MVT layer order
+	tile   maptile.Tile
+}
+
+func keyOf(layers []*Layer, t maptile.Tile) cacheKey {
+	if len(layers) == 1 {
+		return cacheKey{layers: layers[0].Name, tile: t}
+	}
+	names := make([]string, len(layers))
+	for i, l := range layers {
+		names[i] = l.Name
+	}
+	return cacheKey{layers: strings.Join(names, ","), tile: t}
+}
+
+// NewCache returns a cache sized by o.
+func NewCache(o CacheOptions) (*Cache, error) {
+	if o.MaxBytes < 0 {
+		return nil, fmt.Errorf("tile cache: max_bytes %d must not be negative", o.MaxBytes)
+	}
+	if o.TTL < 0 {
+		return nil, fmt.Errorf("tile cache: ttl %s must not be negative", o.TTL)
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultCacheTTL
+	}
+	c := &Cache{}
+	if o.MaxBytes > 0 {
+		store, err := otter.New(&otter.Options[cacheKey, *entry]{
+			MaximumWeight: uint64(o.MaxBytes),
+			Weigher: func(k cacheKey, e *entry) uint32 {
+				return uint32(min(int64(len(e.data)+len(k.layers)+len(e.etag)+entryOverhead), 1<<32-1))
+			},
+			ExpiryCalculator: otter.ExpiryWriting[cacheKey, *entry](o.TTL),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("tile cache: %w", err)
+		}
+		c.store = store
+	}
+	return c, nil
+}
+
+// Bytes is the weight of the tiles held now (see CacheOptions.MaxBytes).
+func (c *Cache) Bytes() int64 {
+	if c == nil || c.store == nil {
+		return 0
+	}
+	return int64(c.store.WeightedSize())
+}
+
+// Len is the number of tiles held now.
+func (c *Cache) Len() int {
+	if c == nil || c.store == nil {
+		return 0
+	}
+	return c.store.EstimatedSize()
+}
+
+// InvalidateLayer drops every cached tile that contains the named layer,
+// composites included, and reports how many it dropped. It walks the whole
+// cache: call it after writes to a layer's table, not per request.
+func (c *Cache) InvalidateLayer(name string) int {
+	if c == nil || c.store == nil {
+		return 0
+	}
+	n := 0
+	for k := range c.store.Keys() {
+		for part := range strings.SplitSeq(k.layers, ",") {
+			if part == name {
+				if _, ok := c.store.Invalidate(k); ok {
+					n++
+				}
+				break
+			}
+		}
+	}
+	return n
+}
+
+func (c *Cache) get(k cacheKey) (*entry, bool) {
+	if c.store == nil {
+		return nil, false
+	}
+	return c.store.GetIfPresent(k)
+}
+
+// load renders the tile of k through render, coalescing concurrent calls
+// (see flights), and stores the result. shared reports that another
+// request's render was joined.
+func (c *Cache) load(ctx context.Context, k cacheKey, render func(context.Context) ([]byte, error)) (e *entry, shared bool, err error) {
+	return c.flights.do(ctx, k, func(ctx context.Context) (*entry, error) {
+		if e, ok := c.get(k); ok { // filled while this request was being priced
+			return e, nil
+		}
+		tile, err := render(ctx)
+		if err != nil {
+			return nil, err
+		}
+		e, err := c.newEntry(tile)
+		if err != nil {
+			return nil, err
+		}
+		if c.store != nil {
+			c.store.Set(k, e)
+		}
+		return e, nil
+	})
+}
+
+// entry is one rendered tile, ready to send.
+type entry struct {
+	data    []byte // the tile; gzip-compressed when gzipped
+	gzipped bool
+	size    int    // length of the uncompressed tile; 0 for an empty tile
+	etag    string // strong validator of the uncompressed tile, quoted
+}
+
+// gzipETag is the validator of the gzip-encoded representation: a strong
+// ETag names one sequence of bytes, so the two encodings need two.
+func (e *entry) gzipETag() string { return e.etag[:len(e.etag)-1] + `-gz"` }
+
+// etagFor returns the ETag of the representation sent with or without gzip.
+func (e *entry) etagFor(gz bool) string {
+	if gz && e.gzipped {
+		return e.gzipETag()
+	}
+	return e.etag
+}
+
+// matches reports whether an If-None-Match entity tag names this tile, in
+// either encoding (weak comparison, RFC 9110 §13.1.2).
+func (e *entry) matches(tag string) bool {
+	tag = strings.TrimPrefix(tag, "W/")
+	return tag == e.etag || (e.gzipped && tag == e.gzipETag())
+}
+
+// identity returns the uncompressed tile.
+func (e *entry) identity() ([]byte, error) {
+	if !e.gzipped {
+		return e.data, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(e.data))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, e.size)
+	buf := bytes.NewBuffer(out)
+	if _, err := io.Copy(buf, zr); err != nil {
+		return nil, err
+	}
+	if buf.Len() != e.size {
+		return nil, errors.New("cached tile: decompressed size differs")
+	}
+	return buf.Bytes(), nil
+}
+
+// tileETag is a strong validator derived from the tile's bytes alone, so
+// every geotoll instance gives the same tile the same ETag.
+func tileETag(tile []byte) string {
+	sum := sha256.Sum256(tile)
+	return `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`
+}
+
+// minGzip is the smallest tile worth compressing: below it gzip's own 18
+// bytes of framing eat the gain.
+const minGzip = 256
+
+// newEntry hashes the tile and, when c is not nil, gzips it once (kept only
+// if smaller).
+func (c *Cache) newEntry(tile []byte) (*entry, error) {
+	e := &entry{data: tile, size: len(tile), etag: tileETag(tile)}
+	if len(tile) == 0 {
+		e.data = nil
+	}
+	if c == nil || len(tile) < minGzip {
+		return e, nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(tile) / 3)
+	zw, _ := c.gzip.Get().(*gzip.Writer)
+	if zw == nil {
+		zw, _ = gzip.NewWriterLevel(&buf, gzip.BestSpeed) // a valid level: no error
+	} else {
+		zw.Reset(&buf)
+	}
+	defer c.gzip.Put(zw)
+	if _, err := zw.Write(tile); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if buf.Len() < len(tile) {
+		e.data = bytes.Clone(buf.Bytes()) // exact size: the cache weighs len
+		e.gzipped = true
+	}
+	return e, nil
+}

@@ -1,0 +1,163 @@
+package tiles
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/paulmach/orb/maptile"
+)
+
+// heldRenderer renders tile once release closes, counting renders.
+type heldRenderer struct {
+	release chan struct{}
+	calls   atomic.Int32
+	ctxs    chan context.Context
+}
+
+func (h *heldRenderer) Tile(ctx context.Context, _ []*Layer, _ maptile.Tile) ([]byte, error) {
+	h.calls.Add(1)
+	h.ctxs <- ctx
+	select {
+	case <-h.release:
+		return bytes.Repeat([]byte("feature "), 100), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type admitAll struct{}
+
+func (admitAll) AdmitTile(http.ResponseWriter, *http.Request, Demand) bool { return true }
+
+type resultCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *resultCounter) TileCache(r string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[r]++
+}
+
+func (c *resultCounter) TileQuery(string, maptile.Zoom, time.Duration) {}
+
+func internalHandler(t *testing.T, maxBytes int64, rend Renderer, obs Observer) (*Handler, http.Handler) {
+	t.Helper()
+	cat, err := NewCatalog([]Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := NewCache(CacheOptions{MaxBytes: maxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{Catalog: cat, Store: rend, Gate: admitAll{}, Cache: cache, Observer: obs}
+	r := mux.NewRouter()
+	r.Handle("/tiles/{"+VarLayer+"}/{"+VarZ+"}/{"+VarX+"}/{"+VarY+"}", h)
+	return h, r
+}
+
+const tilePath = "/tiles/places/14/8802/5373.mvt"
+
+var tileKey = cacheKey{layers: "places", tile: maptile.New(8802, 5373, 14)}
+
+// N concurrent misses of one tile run one render, with the cache and
+// without it (max_bytes 0: coalescing alone); every request gets the tile.
+func TestHandlerCoalescesConcurrentMisses(t *testing.T) {
+	t.Parallel()
+	for _, maxBytes := range []int64{1 << 20, 0} {
+		rend := &heldRenderer{release: make(chan struct{}), ctxs: make(chan context.Context, 32)}
+		obs := &resultCounter{n: map[string]int{}}
+		h, srv := internalHandler(t, maxBytes, rend, obs)
+		const n = 12
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				w := httptest.NewRecorder()
+				srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tilePath, nil))
+				if w.Code != http.StatusOK || w.Header().Get("X-Cache") != "MISS" || w.Body.Len() != 800 {
+					t.Errorf("max_bytes %d: %d X-Cache %q, %d bytes", maxBytes, w.Code, w.Header().Get("X-Cache"), w.Body.Len())
+				}
+			})
+		}
+		<-rend.ctxs
+		waitFor(t, "every request to wait on the render", func() bool { return h.Cache.flights.waiting(tileKey) == n })
+		close(rend.release)
+		wg.Wait()
+		if c := rend.calls.Load(); c != 1 {
+			t.Errorf("max_bytes %d: %d concurrent misses rendered %d times, want 1", maxBytes, n, c)
+		}
+		if obs.n["miss"] != 1 || obs.n["shared"] != n-1 {
+			t.Errorf("max_bytes %d: observed %v, want 1 miss and %d shared", maxBytes, obs.n, n-1)
+		}
+	}
+}
+
+// The request that started a render hangs up while another waits for the
+// same tile: the render goes on and the other request gets the tile.
+func TestHandlerSharedRenderSurvivesItsFirstRequester(t *testing.T) {
+	t.Parallel()
+	rend := &heldRenderer{release: make(chan struct{}), ctxs: make(chan context.Context, 4)}
+	h, srv := internalHandler(t, 1<<20, rend, nil)
+	ctx, hangUp := context.WithCancel(context.Background())
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		srv.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, tilePath, nil).WithContext(ctx))
+	}()
+	renderCtx := <-rend.ctxs
+	second := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tilePath, nil))
+		second <- w
+	}()
+	waitFor(t, "the second request to join the render", func() bool { return h.Cache.flights.waiting(tileKey) == 2 })
+	hangUp()
+	<-firstDone
+	if err := renderCtx.Err(); err != nil {
+		t.Fatalf("the shared render was cancelled with its first requester: %v", err)
+	}
+	close(rend.release)
+	if w := <-second; w.Code != http.StatusOK || w.Body.Len() != 800 {
+		t.Fatalf("second request: %d, %d bytes", w.Code, w.Body.Len())
+	}
+	if c := rend.calls.Load(); c != 1 {
+		t.Errorf("rendered %d times, want 1", c)
+	}
+}
+
+// The cache stays within MaxBytes however many tiles pass through it.
+func TestCacheBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	const maxBytes = 64 << 10
+	c, err := NewCache(CacheOptions{MaxBytes: maxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tile := make([]byte, 4000) // incompressible enough: random-ish bytes
+	for i := range tile {
+		tile[i] = byte(i*7919 + i/3)
+	}
+	for i := range 500 {
+		k := cacheKey{layers: "places", tile: maptile.New(uint32(i), 0, 14)}
+		if _, _, err := c.load(context.Background(), k, func(context.Context) ([]byte, error) { return tile, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.store.CleanUp()
+	if b := c.Bytes(); b > maxBytes || b == 0 {
+		t.Errorf("cache holds %d bytes after 500 tiles, bound %d", b, maxBytes)
+	}
+	if n := c.Len(); n == 0 || n >= 500 {
+		t.Errorf("cache holds %d tiles", n)
+	}
+}

@@ -1,0 +1,151 @@
+package tiles
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Discovery finds layers in the database itself, as pg_tileserv and martin
+// do: every table or view with a geometry column, in the given schemas,
+// that the connected role may read. It is opt-in; configured layers are
+// the default.
+type Discovery struct {
+	Schemas []string
+	// Template gives every discovered layer its zoom range, extent,
+	// buffer, feature cap, statement timeout and max age; zero fields take
+	// the package defaults.
+	Template Layer
+}
+
+// Querier is what Discover needs of a pool.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Discover returns a layer for each geometry column that d finds, except
+// those that existing layers already serve (same table and geometry
+// column). Names come from the database and are only ever quoted with
+// pgx.Identifier (a table named `we"ird; drop` is a table like any other);
+// a layer's own name is derived from them: the table name (with the column
+// when a table has several geometry columns), made URL-safe
+// ([A-Za-z0-9_-], at most 64 bytes), prefixed with its schema or numbered
+// when it would collide with another layer.
+//
+// The feature id is the table's single-column integer primary key; without
+// one the layer is served WithoutID. The properties are every readable
+// column of a type MVT carries (text, numbers, booleans).
+func Discover(ctx context.Context, q Querier, d Discovery, existing []Layer) ([]Layer, error) {
+	if len(d.Schemas) == 0 {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, discoverSQL, d.Schemas)
+	if err != nil {
+		return nil, fmt.Errorf("discover layers: %w", err)
+	}
+	type found struct {
+		schema, table, geom string
+		srid                int
+		id                  *string
+		columns             []string
+	}
+	var all []found
+	var f found
+	_, err = pgx.ForEachRow(rows, []any{&f.schema, &f.table, &f.geom, &f.srid, &f.id, &f.columns}, func() error {
+		all = append(all, f)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("discover layers: %w", err)
+	}
+
+	type table struct{ schema, name string }
+	geoms := make(map[table]int) // geometry columns per table
+	for _, f := range all {
+		geoms[table{f.schema, f.table}]++
+	}
+	served := make(map[[3]string]bool)
+	taken := make(map[string]bool)
+	for _, l := range existing {
+		schema, name := l.Schema, l.Table
+		if schema == "" {
+			parts := strings.Split(l.Table, ".")
+			schema, name = "public", parts[len(parts)-1]
+			if len(parts) == 2 {
+				schema = parts[0]
+			}
+		}
+		served[[3]string{schema, name, l.GeometryColumn}] = true
+		taken[l.Name] = true
+	}
+
+	var out []Layer
+	for _, f := range all {
+		if served[[3]string{f.schema, f.table, f.geom}] {
+			continue
+		}
+		base := f.table
+		if geoms[table{f.schema, f.table}] > 1 {
+			base += "_" + f.geom
+		}
+		l := d.Template
+		l.Name = uniqueName(taken, safeName(base), safeName(f.schema+"_"+base))
+		taken[l.Name] = true
+		l.Schema, l.Table, l.GeometryColumn, l.SRID = f.schema, f.table, f.geom, f.srid
+		l.IDColumn, l.WithoutID = "", f.id == nil
+		if f.id != nil {
+			l.IDColumn = *f.id
+		}
+		l.Properties = nil
+		for _, c := range f.columns {
+			// The tile query names its geometry "geom" and its id "id".
+			if c == "geom" || (!l.WithoutID && (c == "id" || c == l.IDColumn)) {
+				continue
+			}
+			l.Properties = append(l.Properties, c)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+var discoverSQL = mustQuery("discover.sql")
+
+// safeName maps a database name to a layer name: bytes outside
+// [A-Za-z0-9_-] become '_', and it is cut to 64 bytes.
+func safeName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	if len(b) == 0 {
+		return "layer"
+	}
+	return string(b)
+}
+
+// uniqueName returns the first candidate not taken, else the last one
+// numbered -2, -3, ….
+func uniqueName(taken map[string]bool, candidates ...string) string {
+	for _, c := range candidates {
+		if !taken[c] {
+			return c
+		}
+	}
+	last := candidates[len(candidates)-1]
+	for n := 2; ; n++ {
+		suffix := "-" + strconv.Itoa(n)
+		c := last[:min(len(last), 64-len(suffix))] + suffix
+		if !taken[c] {
+			return c
+		}
+	}
+}

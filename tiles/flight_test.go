@@ -1,0 +1,204 @@
+package tiles
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// blockingLoad counts its calls, reports each start on started, and
+// returns "tile" when release closes — or its context's error when that
+// ends first.
+type blockingLoad struct {
+	calls   atomic.Int32
+	started chan context.Context
+	release chan struct{}
+}
+
+func newBlockingLoad() *blockingLoad {
+	return &blockingLoad{started: make(chan context.Context, 16), release: make(chan struct{})}
+}
+
+func (b *blockingLoad) load(ctx context.Context) (string, error) {
+	b.calls.Add(1)
+	b.started <- ctx
+	select {
+	case <-b.release:
+		return "tile", nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// waitFor polls cond for up to 5 s; it synchronises with goroutines, it
+// does not time anything.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (g *flights[K, V]) waiting(key K) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f, ok := g.m[key]; ok {
+		return f.waiters
+	}
+	return 0
+}
+
+func TestFlightsCoalesce(t *testing.T) {
+	t.Parallel()
+	var g flights[string, string]
+	b := newBlockingLoad()
+	const n = 10
+	var wg sync.WaitGroup
+	var shared atomic.Int32
+	results := make(chan string, n)
+	for range n {
+		wg.Go(func() {
+			v, s, err := g.do(context.Background(), "k", b.load)
+			if err != nil {
+				t.Errorf("do: %v", err)
+			}
+			if s {
+				shared.Add(1)
+			}
+			results <- v
+		})
+	}
+	<-b.started
+	waitFor(t, "every caller to wait on the one load", func() bool { return g.waiting("k") == n })
+	close(b.release)
+	wg.Wait()
+	close(results)
+	for v := range results {
+		if v != "tile" {
+			t.Errorf("result %q, want tile", v)
+		}
+	}
+	if c := b.calls.Load(); c != 1 {
+		t.Errorf("load ran %d times for %d concurrent callers, want 1", c, n)
+	}
+	if s := shared.Load(); s != n-1 {
+		t.Errorf("%d callers report shared, want %d", s, n-1)
+	}
+	if len(g.m) != 0 {
+		t.Errorf("finished flight still registered: %v", g.m)
+	}
+}
+
+// The first caller hanging up must not cancel the load others wait for.
+func TestFlightsFirstCallerLeavesOthersKeepTheLoad(t *testing.T) {
+	t.Parallel()
+	var g flights[string, string]
+	b := newBlockingLoad()
+	firstCtx, hangUp := context.WithCancel(context.Background())
+	firstErr := make(chan error, 1)
+	go func() {
+		_, _, err := g.do(firstCtx, "k", b.load)
+		firstErr <- err
+	}()
+	loadCtx := <-b.started
+	secondVal := make(chan string, 1)
+	go func() {
+		v, shared, err := g.do(context.Background(), "k", b.load)
+		if err != nil || !shared {
+			t.Errorf("second caller: shared %v, err %v", shared, err)
+		}
+		secondVal <- v
+	}()
+	waitFor(t, "the second caller to join", func() bool { return g.waiting("k") == 2 })
+
+	hangUp()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first caller: %v, want context.Canceled", err)
+	}
+	if err := loadCtx.Err(); err != nil {
+		t.Fatalf("the shared load was cancelled when its first caller left: %v", err)
+	}
+	close(b.release)
+	if v := <-secondVal; v != "tile" {
+		t.Fatalf("second caller got %q", v)
+	}
+	if c := b.calls.Load(); c != 1 {
+		t.Errorf("load ran %d times, want 1", c)
+	}
+}
+
+// A lone caller hanging up cancels its load (and so its query).
+func TestFlightsLastCallerLeavingCancels(t *testing.T) {
+	t.Parallel()
+	var g flights[string, string]
+	b := newBlockingLoad()
+	ctx, hangUp := context.WithCancel(context.Background())
+	type ctxKey struct{}
+	ctx = context.WithValue(ctx, ctxKey{}, "request id")
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := g.do(ctx, "k", b.load)
+		errc <- err
+	}()
+	loadCtx := <-b.started
+	if loadCtx.Value(ctxKey{}) != "request id" {
+		t.Error("the load lost its caller's context values")
+	}
+	hangUp()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("do: %v, want context.Canceled", err)
+	}
+	select {
+	case <-loadCtx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the load was not cancelled after its only caller left")
+	}
+	// A new caller starts a new load rather than joining the cancelled one.
+	b2 := newBlockingLoad()
+	close(b2.release)
+	v, shared, err := g.do(context.Background(), "k", b2.load)
+	if err != nil || shared || v != "tile" {
+		t.Fatalf("after cancellation: %q shared=%v err=%v, want a fresh load", v, shared, err)
+	}
+}
+
+func TestFlightsErrorsAndPanicsReachEveryWaiter(t *testing.T) {
+	t.Parallel()
+	var g flights[int, string]
+	boom := errors.New("boom")
+	if _, _, err := g.do(context.Background(), 1, func(context.Context) (string, error) { return "", boom }); !errors.Is(err, boom) {
+		t.Errorf("error: %v, want boom", err)
+	}
+	_, _, err := g.do(context.Background(), 2, func(context.Context) (string, error) { panic("kaput") })
+	if err == nil || !strings.Contains(err.Error(), "kaput") {
+		t.Errorf("panic: %v, want an error naming it", err)
+	}
+	// Failed loads are forgotten: the next call loads again.
+	v, _, err := g.do(context.Background(), 1, func(context.Context) (string, error) { return "ok", nil })
+	if err != nil || v != "ok" {
+		t.Errorf("after a failure: %q %v", v, err)
+	}
+}
+
+func TestFlightsKeysAreIndependent(t *testing.T) {
+	t.Parallel()
+	var g flights[string, string]
+	a, b := newBlockingLoad(), newBlockingLoad()
+	done := make(chan string, 2)
+	go func() { v, _, _ := g.do(context.Background(), "a", a.load); done <- v }()
+	go func() { v, _, _ := g.do(context.Background(), "b", b.load); done <- v }()
+	<-a.started
+	<-b.started // both loads run at once: one key does not wait for another
+	close(a.release)
+	close(b.release)
+	<-done
+	<-done
+}

@@ -1,0 +1,125 @@
+package tiles
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestAcceptsGzip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		values []string
+		want   bool
+	}{
+		{"absent", nil, false},
+		{"empty", []string{""}, false},
+		{"gzip", []string{"gzip"}, true},
+		{"browser", []string{"gzip, deflate, br, zstd"}, true},
+		{"case and spaces", []string{" GZip ;  Q=0.5 "}, true},
+		{"x-gzip", []string{"x-gzip"}, true},
+		{"q=0 refuses", []string{"gzip;q=0"}, false},
+		{"q=0.000 refuses", []string{"gzip;q=0.000"}, false},
+		{"q=0.001 accepts", []string{"gzip;q=0.001"}, true},
+		{"q=1.000", []string{"gzip;q=1.000"}, true},
+		{"q above 1 is malformed", []string{"gzip;q=1.5"}, false},
+		{"malformed q", []string{"gzip;q=high"}, false},
+		{"other codings only", []string{"br, deflate"}, false},
+		{"identity only", []string{"identity"}, false},
+		{"star", []string{"*"}, true},
+		{"star q=0", []string{"*;q=0"}, false},
+		{"explicit refusal beats star", []string{"*, gzip;q=0"}, false},
+		{"explicit refusal beats star, other order", []string{"gzip;q=0, *"}, false},
+		{"over two header lines", []string{"br", "gzip"}, true},
+		{"gzip as a parameter is not gzip", []string{"br;gzip"}, false},
+		{"gzipped is not gzip", []string{"gzipped"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := acceptsGzip(tc.values); got != tc.want {
+				t.Errorf("acceptsGzip(%q) = %v, want %v", tc.values, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAcceptsGzipBoundsItsWork(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("br, ", 10000) + "gzip"
+	if acceptsGzip([]string{long}) {
+		t.Error("a header of 10001 items was read to the end")
+	}
+}
+
+func TestNoneMatch(t *testing.T) {
+	t.Parallel()
+	e := &entry{etag: `"abc"`, gzipped: true}
+	for _, tc := range []struct {
+		name   string
+		values []string
+		want   bool
+	}{
+		{"absent", nil, false},
+		{"identity tag", []string{`"abc"`}, true},
+		{"gzip tag", []string{`"abc-gz"`}, true},
+		{"weak tag", []string{`W/"abc"`}, true},
+		{"star", []string{`*`}, true},
+		{"list", []string{`"x", "y", "abc"`}, true},
+		{"list over lines", []string{`"x"`, `"abc-gz"`}, true},
+		{"other", []string{`"abd"`}, false},
+		{"unquoted", []string{`abc`}, false},
+		{"prefix is not a match", []string{`"ab"`}, false},
+		{"comma inside a tag", []string{`"a,b", "abc"`}, true},
+		{"unterminated", []string{`"abc`}, false},
+		{"garbage then tag", []string{`nonsense, "abc"`}, true},
+		{"lowercase weak prefix is not weak", []string{`w/"abc"`}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := noneMatch(tc.values, e.matches); got != tc.want {
+				t.Errorf("noneMatch(%q) = %v, want %v", tc.values, got, tc.want)
+			}
+		})
+	}
+	plain := &entry{etag: `"abc"`}
+	if noneMatch([]string{`"abc-gz"`}, plain.matches) {
+		t.Error("an uncompressed entry matched a gzip ETag")
+	}
+}
+
+// FuzzAcceptsGzip: any Accept-Encoding is answered without panicking, and
+// gzip is only chosen when the header names gzip or "*".
+func FuzzAcceptsGzip(f *testing.F) {
+	for _, s := range []string{"gzip", "gzip;q=0", "*;q=0.5, gzip;q=0", "br, deflate", "x-gzip;q=0.001", ";;;,,,", "gzip;q=", "*"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got := acceptsGzip([]string{v})
+		lower := strings.ToLower(v)
+		if got && !strings.Contains(lower, "gzip") && !strings.Contains(v, "*") {
+			t.Fatalf("acceptsGzip(%q) = true, but it names neither gzip nor *", v)
+		}
+		// Appending an explicit refusal always refuses.
+		if acceptsGzip([]string{v, "gzip;q=0"}) && strings.Count(v, ",") < maxHeaderItems-1 {
+			t.Fatalf("acceptsGzip(%q, gzip;q=0) = true", v)
+		}
+	})
+}
+
+// FuzzNoneMatch: any If-None-Match is answered without panicking, and a
+// match is only reported for "*" or a header that holds the tag.
+func FuzzNoneMatch(f *testing.F) {
+	for _, s := range []string{`"abc"`, `W/"abc"`, `*`, `"a", "b"`, `"abc`, `,,"`, `W/`, `"a,b"`} {
+		f.Add(s)
+	}
+	e := &entry{etag: `"abc"`, gzipped: true}
+	f.Fuzz(func(t *testing.T, v string) {
+		got := noneMatch([]string{v}, e.matches)
+		if got && !strings.Contains(v, "*") && !strings.Contains(v, `"abc"`) && !strings.Contains(v, `"abc-gz"`) {
+			t.Fatalf("noneMatch(%q) = true, but the header holds neither * nor the tag", v)
+		}
+		for _, tag := range splitETags(v) {
+			if tag != "*" && !strings.HasSuffix(tag, `"`) {
+				t.Fatalf("splitETags(%q) gave %q, not an entity tag", v, tag)
+			}
+		}
+	})
+}

@@ -1,0 +1,289 @@
+package tiles
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// LayerInfo describes the data behind a layer, for TileJSON.
+type LayerInfo struct {
+	// Bounds are west, south, east, north in degrees.
+	Bounds [4]float64
+	// Fields maps each property to "Number", "String" or "Boolean".
+	Fields map[string]string
+}
+
+// World is the bounds of the whole web-mercator square, in degrees.
+var World = [4]float64{-180, -85.051129, 180, 85.051129}
+
+// Describe reads a layer's bounds and property types. The bounds come from
+// the planner's statistics (ST_EstimatedExtent, no scan) or, when there are
+// none, from ST_Extent under the layer's statement timeout; a table with no
+// rows has the World's bounds. Each query runs in its own READ ONLY
+// transaction, so one failing does not stop the next.
+func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
+	info := LayerInfo{Bounds: World, Fields: make(map[string]string, len(l.Properties))}
+	table := l.tableIdent().Sanitize() // text for to_regclass, bound as a value
+	err := s.readOnly(ctx, l.StatementTimeout, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, fieldsSQL, table, l.Properties)
+		if err != nil {
+			return err
+		}
+		var name, kind string
+		_, err = pgx.ForEachRow(rows, []any{&name, &kind}, func() error {
+			info.Fields[name] = kind
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return LayerInfo{}, s.classify(ctx, err)
+	}
+	for _, p := range l.Properties {
+		if _, ok := info.Fields[p]; !ok {
+			info.Fields[p] = "String"
+		}
+	}
+	var b [4]float64
+	scan := func(q string, args ...any) error {
+		return s.readOnly(ctx, l.StatementTimeout, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, q, args...).Scan(&b[0], &b[1], &b[2], &b[3])
+		})
+	}
+	// ST_EstimatedExtent fails on some valid names (it re-parses them), and
+	// has nothing before the table's first ANALYZE: then scan the table.
+	err = scan(extentEstimateSQL, table, l.GeometryColumn, l.SRID)
+	if err != nil {
+		err = scan(l.extentSQL, l.SRID)
+	}
+	switch {
+	case err == nil:
+		info.Bounds = clampBounds(b)
+	case errors.Is(err, pgx.ErrNoRows): // no rows, no extent
+	default:
+		return LayerInfo{}, s.classify(ctx, err)
+	}
+	return info, nil
+}
+
+var (
+	fieldsSQL         = mustQuery("layer_fields.sql")
+	extentEstimateSQL = mustQuery("layer_extent_estimate.sql")
+)
+
+// readOnly runs fn in a READ ONLY transaction under SET LOCAL
+// statement_timeout.
+func (s *Store) readOnly(ctx context.Context, timeout time.Duration, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`,
+			strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+func clampBounds(b [4]float64) [4]float64 {
+	for i, v := range b {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return World
+		}
+		lim := World[2]
+		if i%2 == 1 {
+			lim = World[3]
+		}
+		b[i] = math.Round(max(-lim, min(lim, v))*1e6) / 1e6
+	}
+	if b[0] > b[2] || b[1] > b[3] {
+		return World
+	}
+	return b
+}
+
+// describe returns the layer's info, asking the Describer the first time
+// and keeping the answer once it succeeds. While the database cannot
+// answer, it gives the World's bounds and String fields (and logs why).
+func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
+	h.infoMu.Lock()
+	info, ok := h.info[l]
+	h.infoMu.Unlock()
+	if ok {
+		return info
+	}
+	fallback := LayerInfo{Bounds: World, Fields: make(map[string]string, len(l.Properties))}
+	for _, p := range l.Properties {
+		fallback.Fields[p] = "String"
+	}
+	if h.Describer == nil {
+		return fallback
+	}
+	info, err := h.Describer.Describe(ctx, l)
+	if err != nil {
+		h.logger().LogAttrs(ctx, slog.LevelWarn, "describe layer failed; TileJSON uses world bounds",
+			slog.String("layer", l.Name), slog.Any("err", err))
+		return fallback
+	}
+	h.infoMu.Lock()
+	if h.info == nil {
+		h.info = make(map[*Layer]LayerInfo)
+	}
+	h.info[l] = info
+	h.infoMu.Unlock()
+	return info
+}
+
+// tileJSON is a TileJSON 3.0.0 document
+// (https://github.com/mapbox/tilejson-spec/tree/master/3.0.0).
+type tileJSON struct {
+	TileJSON     string        `json:"tilejson"`
+	Name         string        `json:"name"`
+	Version      string        `json:"version"`
+	Scheme       string        `json:"scheme"`
+	Tiles        []string      `json:"tiles"`
+	MinZoom      int           `json:"minzoom"`
+	MaxZoom      int           `json:"maxzoom"`
+	Bounds       [4]float64    `json:"bounds"`
+	Center       [3]float64    `json:"center"`
+	VectorLayers []vectorLayer `json:"vector_layers"`
+}
+
+type vectorLayer struct {
+	ID      string            `json:"id"`
+	Fields  map[string]string `json:"fields"`
+	MinZoom int               `json:"minzoom"`
+	MaxZoom int               `json:"maxzoom"`
+}
+
+// TileJSON serves GET /tiles/{layer}.json: the TileJSON 3.0.0 document of
+// one layer or of a composite "a,b". Its tile URL is absolute, built from
+// the host and scheme the client used (forwarded ones only from trusted
+// proxies), and carries the request's ?key= along for map clients that
+// cannot set headers — such a response is private. It is not priced: the
+// database answers it at most once per layer and process.
+func (h *Handler) TileJSON() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		layers, err := h.Catalog.Resolve(mux.Vars(r)[VarLayer])
+		if err != nil {
+			problem.Write(w, r, err)
+			return
+		}
+		base, query := h.urls(r)
+		names := make([]string, len(layers))
+		doc := tileJSON{TileJSON: "3.0.0", Version: "1.0.0", Scheme: "xyz", MinZoom: 0, MaxZoom: int(MaxZoom)}
+		for i, l := range layers {
+			names[i] = l.Name
+			info := h.describe(r.Context(), l)
+			if i == 0 {
+				doc.Bounds = info.Bounds
+			} else {
+				doc.Bounds = union(doc.Bounds, info.Bounds)
+			}
+			// A composite is served where every one of its layers is.
+			doc.MinZoom = max(doc.MinZoom, l.MinZoom)
+			doc.MaxZoom = min(doc.MaxZoom, l.MaxZoom)
+			doc.VectorLayers = append(doc.VectorLayers, vectorLayer{ID: l.Name, Fields: info.Fields, MinZoom: l.MinZoom, MaxZoom: l.MaxZoom})
+		}
+		list := strings.Join(names, ",")
+		doc.Name = list
+		doc.Tiles = []string{base + "/tiles/" + list + "/{z}/{x}/{y}.mvt" + query}
+		doc.Center = center(doc.Bounds, doc.MinZoom, doc.MaxZoom)
+		writeMeta(w, r, query != "", doc)
+	})
+}
+
+// catalogEntry is one layer of the catalog at /tiles.
+type catalogEntry struct {
+	Name       string   `json:"name"`
+	MinZoom    int      `json:"minzoom"`
+	MaxZoom    int      `json:"maxzoom"`
+	Properties []string `json:"properties"`
+	TileJSON   string   `json:"tilejson"`
+	Tiles      string   `json:"tiles"`
+}
+
+// Index serves GET /tiles: every layer with its zoom range, properties and
+// URLs, in configuration order. It never touches the database.
+func (h *Handler) Index() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		base, query := h.urls(r)
+		out := struct {
+			Layers []catalogEntry `json:"layers"`
+		}{Layers: []catalogEntry{}}
+		for _, l := range h.Catalog.Layers() {
+			props := l.Properties
+			if props == nil {
+				props = []string{}
+			}
+			out.Layers = append(out.Layers, catalogEntry{
+				Name: l.Name, MinZoom: l.MinZoom, MaxZoom: l.MaxZoom, Properties: props,
+				TileJSON: base + "/tiles/" + l.Name + ".json" + query,
+				Tiles:    base + "/tiles/" + l.Name + "/{z}/{x}/{y}.mvt" + query,
+			})
+		}
+		writeMeta(w, r, query != "", out)
+	})
+}
+
+// urls returns the scheme://host the client used and the query string to
+// carry into tile URLs ("?key=…" or "").
+func (h *Handler) urls(r *http.Request) (base, query string) {
+	host, proto := h.Proxies.HostProto(r)
+	if host == "" {
+		host = "localhost"
+	}
+	if key := r.URL.Query().Get("key"); key != "" {
+		query = "?key=" + url.QueryEscape(key)
+	}
+	return proto + "://" + host, query
+}
+
+// writeMeta sends a metadata document. It varies with the forwarding
+// headers (they choose the URLs' host), and one that carries a key is
+// nobody else's business.
+func writeMeta(w http.ResponseWriter, r *http.Request, private bool, doc any) {
+	body, err := json.Marshal(doc)
+	if err != nil { // plain structs of strings and numbers: unreachable
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)+1))
+	hdr.Add("Vary", "Forwarded, X-Forwarded-Host, X-Forwarded-Proto")
+	if private {
+		hdr.Set("Cache-Control", "private, no-store")
+	} else {
+		hdr.Set("Cache-Control", "public, max-age=60")
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func union(a, b [4]float64) [4]float64 {
+	return [4]float64{min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])}
+}
+
+// center is the middle of bounds, at the zoom where the bounds about fill
+// one 512-pixel view, clamped to the zoom range.
+func center(b [4]float64, minZoom, maxZoom int) [3]float64 {
+	lon, lat := (b[0]+b[2])/2, (b[1]+b[3])/2
+	z := minZoom
+	if w := b[2] - b[0]; w > 0 {
+		z = int(math.Floor(math.Log2(360 / w)))
+	}
+	z = max(minZoom, min(maxZoom, z))
+	return [3]float64{math.Round(lon*1e6) / 1e6, math.Round(lat*1e6) / 1e6, float64(z)}
+}

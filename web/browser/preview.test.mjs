@@ -1,0 +1,248 @@
+// Real-browser test of geotoll's preview page (web/): Debian's Chromium,
+// headless, driven by playwright-core, against a running geotoll.
+//
+//   GEOTOLL_PREVIEW_URL  base URL of the server (required), e.g. http://127.0.0.1:8080
+//   GEOTOLL_CHROMIUM     the browser (default /usr/bin/chromium)
+//   GEOTOLL_ARTIFACTS    where screenshots go (default <repo>/artifacts)
+//
+// cmd/geotoll's TestBrowserPreview starts a server and runs this file with
+// `node --test`; `make test` runs that. By hand:
+//
+//   make run &   # or any geotoll
+//   GEOTOLL_PREVIEW_URL=http://127.0.0.1:8080 node --test web/browser/preview.test.mjs
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, mkdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const base = (process.env.GEOTOLL_PREVIEW_URL || '').replace(/\/+$/, '');
+const executablePath = process.env.GEOTOLL_CHROMIUM || '/usr/bin/chromium';
+const artifacts = process.env.GEOTOLL_ARTIFACTS || path.resolve(here, '../../artifacts');
+
+if (!base) {
+  throw new Error('GEOTOLL_PREVIEW_URL is not set: the base URL of a running geotoll');
+}
+const origin = new URL(base).origin;
+const host = new URL(base).hostname;
+
+// Chromium flags: no sandbox (root in CI), software WebGL (no GPU here),
+// and nothing that talks to the network on its own. The host resolver
+// rule makes every name but the server's (and loopback) unresolvable, so
+// even a request Chromium makes on its own cannot leave the machine.
+const ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--use-angle=swiftshader',
+  '--enable-unsafe-swiftshader',
+  '--disable-quic',
+  '--no-first-run',
+  '--no-default-browser-check',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-default-apps',
+  '--disable-domain-reliability',
+  '--disable-client-side-phishing-detection',
+  '--disable-breakpad',
+  '--metrics-recording-only',
+  '--no-pings',
+  '--dns-prefetch-disable',
+  '--disable-features=Translate,OptimizationHints,MediaRouter,AutofillServerCommunication,CertificateTransparencyComponentUpdater',
+  '--no-proxy-server',
+  `--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1, EXCLUDE [::1], EXCLUDE ${host}`,
+];
+
+let browser;
+let userDataDir;
+let context;
+let page;
+const problems = []; // console errors, page errors, failed responses, requests off the server
+
+before(async () => {
+  await mkdir(artifacts, { recursive: true });
+  userDataDir = await mkdtemp(path.join(tmpdir(), 'geotoll-chromium-'));
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath,
+    headless: true,
+    args: ARGS,
+    viewport: { width: 1280, height: 800 },
+    timeout: 12_000,
+  });
+  browser = context.browser();
+  page = context.pages()[0] || (await context.newPage());
+  page.setDefaultTimeout(10_000);
+  page.on('console', (msg) => {
+    // Chromium logs every non-2xx response as "Failed to load resource";
+    // those are judged by the response handler below instead.
+    if (msg.type() === 'error' && !msg.text().startsWith('Failed to load resource')) {
+      problems.push(`console: ${msg.text()}`);
+    }
+  });
+  page.on('response', (r) => {
+    const u = new URL(r.url());
+    if (r.status() < 400) return;
+    if (r.status() === 429 && u.pathname.startsWith('/tiles/')) return; // the page shows these
+    if (r.status() === 404 && (u.pathname === '/tiles' || u.pathname === '/budget')) return; // optional routes
+    problems.push(`HTTP ${r.status()} for ${u.pathname}`);
+  });
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('request', (req) => {
+    const u = new URL(req.url());
+    if (!['data:', 'blob:'].includes(u.protocol) && u.origin !== origin) {
+      problems.push(`request off the server: ${req.url()}`);
+    }
+  });
+}, { timeout: 15_000 });
+
+after(async () => {
+  await context?.close().catch(() => {});
+  await browser?.close().catch(() => {});
+  if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+}, { timeout: 5_000 });
+
+// featureCounts counts the rendered features per source layer.
+async function featureCounts() {
+  return page.evaluate(() => {
+    const counts = {};
+    for (const f of window.geotollMap.queryRenderedFeatures()) {
+      const name = f.sourceLayer || f.source;
+      counts[name] = (counts[name] || 0) + 1;
+    }
+    return counts;
+  });
+}
+
+// Time bounds: 15 s (launch) + 30 + 20 + 12 + 5 (close), under 90 s in all.
+test('the preview page draws every layer and shows the budget', { timeout: 30_000 }, async () => {
+  const resp = await page.goto(base + '/', { waitUntil: 'load' });
+  assert.equal(resp.status(), 200);
+  assert.match(resp.headers()['content-type'], /^text\/html/);
+  assert.ok(resp.headers()['etag'], 'the page has an ETag');
+
+  // WebGL must work (SwiftShader), or nothing can render.
+  const webgl = await page.evaluate(() => {
+    const gl = document.createElement('canvas').getContext('webgl2') || document.createElement('canvas').getContext('webgl');
+    return gl ? gl.getParameter(gl.VERSION) : null;
+  });
+  assert.ok(webgl, 'Chromium has WebGL');
+
+  // Loaded, idle, every tile in view done, and something priced.
+  await page.waitForFunction(
+    () => {
+      const m = window.geotollMap;
+      const s = window.geotollState;
+      return m && s && s.ready && s.idleCount > 0 && m.loaded() && m.areTilesLoaded() && s.priced > 0;
+    },
+    null,
+    { timeout: 22_000, polling: 200 },
+  );
+
+  const state = await page.evaluate(() => structuredClone(window.geotollState));
+  const names = state.layers.map((l) => l.name);
+  for (const want of ['places', 'districts', 'geofences']) {
+    assert.ok(names.includes(want), `layer ${want} in ${JSON.stringify(names)} (from ${state.catalog})`);
+  }
+
+  const counts = await featureCounts();
+  console.log('rendered features per layer:', JSON.stringify(counts));
+  assert.ok(counts.places > 0, `places features rendered: ${JSON.stringify(counts)}`);
+  assert.ok(counts.districts > 0, `districts features rendered: ${JSON.stringify(counts)}`);
+
+  // The budget came from the tiles' headers.
+  console.log('budget:', JSON.stringify({
+    tier: state.tier, capacity: state.capacity, remaining: state.remaining, rate: state.rate,
+    lastCost: state.lastCost, requests: state.requests, spent: state.spent, refused: state.refused,
+  }));
+  assert.equal(typeof state.capacity, 'number');
+  assert.ok(state.capacity > 0, 'capacity > 0');
+  assert.equal(typeof state.remaining, 'number');
+  assert.ok(state.remaining >= 0 && state.remaining <= state.capacity, 'remaining within [0, capacity]');
+  assert.equal(typeof state.lastCost, 'number');
+  assert.ok(state.lastCost > 0, 'a tile cost something');
+  assert.equal(typeof state.tier, 'string');
+  assert.ok(state.priced > 0 && state.priced <= state.requests);
+
+  // And the panel shows them.
+  const meter = await page.evaluate(() => ({
+    remaining: document.getElementById('remaining').textContent,
+    capacity: document.getElementById('capacity').textContent,
+    tier: document.getElementById('tier').textContent,
+    width: document.getElementById('meter-bar').style.width,
+  }));
+  assert.match(meter.remaining, /^\d[\d,]*$/);
+  assert.equal(meter.capacity, String(state.capacity));
+  assert.equal(meter.tier, state.tier);
+  assert.match(meter.width, /^\d+(\.\d+)?%$/);
+
+  await page.screenshot({ path: path.join(artifacts, 'preview.png') });
+  assert.deepEqual(problems, []);
+});
+
+test('refused tiles (429) are counted and outlined', { timeout: 20_000 }, async () => {
+  // Western Europe at z5: a places tile costs about 40 tokens, a districts
+  // tile 20, a geofences tile 9 — the anonymous budget (80) pays for a few
+  // and refuses the rest until it refills.
+  const before = await page.evaluate(() => window.geotollState.loaded);
+  await page.evaluate(() => window.geotollMap.jumpTo({ center: [6, 50.5], zoom: 5 }));
+  // Wait for a moment with both: tiles of the new view drawn, and others
+  // refused and outlined (queued behind Retry-After).
+  await page.waitForFunction(
+    (n) => {
+      const s = window.geotollState;
+      return s.refused > 0 && s.refusedTiles.length > 0 && s.loaded > n;
+    },
+    before,
+    { timeout: 15_000, polling: 100 },
+  );
+  // Let the outline layer draw, then check it did.
+  await page.waitForFunction(
+    () => window.geotollMap.queryRenderedFeatures({ layers: ['refused-line'] }).length > 0,
+    null,
+    { timeout: 3_000, polling: 100 },
+  );
+  const s = await page.evaluate(() => ({
+    refused: window.geotollState.refused,
+    outlined: window.geotollState.refusedTiles.length,
+    text: document.getElementById('refused').textContent,
+    note: document.getElementById('last-refused').textContent,
+  }));
+  console.log('refused:', JSON.stringify(s));
+  // The panel redraws on the next frame, so it may trail the state by a
+  // response or two.
+  assert.ok(Number(s.text) > 0 && Number(s.text) <= s.refused, `refused count shown: ${s.text}`);
+  assert.match(s.note, /^Refused /);
+  await page.screenshot({ path: path.join(artifacts, 'preview-429.png') });
+  assert.deepEqual(problems, []);
+});
+
+// The layer list comes from GET /tiles when the server has a catalog there
+// (its shape is tolerated loosely); here a TileJSON-like answer is stubbed.
+test('a catalog at /tiles sets the layers', { timeout: 12_000 }, async () => {
+  const stub = await context.newPage();
+  try {
+    await stub.route(base + '/tiles', (route) => route.fulfill({
+      status: 200,
+      contentType: 'application/json',
+      body: JSON.stringify({ tilejson: '3.0.0', vector_layers: [{ id: 'places', minzoom: 3, maxzoom: 14 }, { id: 'geofences' }] }),
+    }));
+    await stub.goto(base + '/#11/52.52/13.405', { waitUntil: 'load' });
+    await stub.waitForFunction(() => window.geotollState && window.geotollState.ready, null, { timeout: 8_000 });
+    const s = await stub.evaluate(() => ({
+      catalog: window.geotollState.catalog,
+      layers: window.geotollState.layers.map(({ name, minzoom, maxzoom }) => ({ name, minzoom, maxzoom })),
+      toggles: [...document.querySelectorAll('#layers input')].map((i) => i.dataset.layer),
+      source: window.geotollMap.getSource('gt-places').minzoom,
+    }));
+    assert.equal(s.catalog, 'server');
+    assert.deepEqual(s.layers, [{ name: 'places', minzoom: 3, maxzoom: 14 }, { name: 'geofences', minzoom: 0, maxzoom: 22 }]);
+    assert.deepEqual(s.toggles, ['places', 'geofences']);
+    assert.equal(s.source, 3);
+  } finally {
+    await stub.close();
+  }
+  assert.deepEqual(problems, []);
+});

@@ -1,0 +1,129 @@
+// Package web is geotoll's preview page: a full-window MapLibre GL JS map of
+// every tile layer, with a live budget meter fed by the RateLimit headers of
+// the tile responses and refused (429) tiles outlined in red.
+//
+// Everything the page loads is embedded in the binary — the page, its script
+// and style sheet, and MapLibre GL JS itself (vendor/, the minified dist
+// build with its licence) — so the page works with no CDN and no network
+// beyond the geotoll server.
+//
+// Handler serves:
+//
+//	GET /                 index.html
+//	GET /web/{name}       app.js, style.css, vendor/maplibre-gl.js, ...
+//
+// Every asset carries a strong ETag (a hash of its bytes) and
+// `Cache-Control: no-cache`, so a browser revalidates each load and gets a
+// 304 until the binary changes; nothing is cached past an upgrade. Only the
+// embedded files are served: no directory listings, no other paths.
+//
+// The browser test in web/browser (run by cmd/geotoll's TestBrowserPreview)
+// loads the page in Chromium against a real server.
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+//go:embed index.html app.js style.css vendor/maplibre-gl.js vendor/maplibre-gl.css vendor/LICENSE.txt
+var files embed.FS
+
+// Prefix is the URL path under which the assets other than index.html are
+// served.
+const Prefix = "/web/"
+
+// contentType is the type of an embedded file, by extension; explicit so
+// that it does not depend on the machine's mime tables.
+func contentType(name string) string {
+	switch path.Ext(name) {
+	case ".html":
+		return "text/html; charset=utf-8"
+	case ".js":
+		return "text/javascript; charset=utf-8"
+	case ".css":
+		return "text/css; charset=utf-8"
+	default:
+		return "text/plain; charset=utf-8"
+	}
+}
+
+// contentSecurityPolicy keeps the page to its own origin: scripts, styles
+// and connections go only to the geotoll server (MapLibre's worker is a blob:
+// URL it makes itself). It enforces "no CDN" in the browser.
+const contentSecurityPolicy = "default-src 'self'; script-src 'self'; worker-src blob:; child-src blob:; " +
+	"img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; connect-src 'self'; " +
+	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+type asset struct {
+	body        []byte
+	etag        string
+	contentType string
+}
+
+// Handler returns the preview page's handler. It answers "/" with the page
+// and Prefix+name with the embedded asset name; anything else is a
+// problem+json 404.
+func Handler() http.Handler {
+	assets := make(map[string]asset)
+	err := fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, err := files.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(body)
+		assets[name] = asset{
+			body:        body,
+			etag:        `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`,
+			contentType: contentType(name),
+		}
+		return nil
+	})
+	if err != nil {
+		// The files are compiled in; failing to read them is a build bug.
+		panic("web: reading embedded files: " + err.Error())
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			problem.Write(w, r, &problem.Error{Code: problem.NotAllowed, Detail: "method " + r.Method + " is not allowed here"})
+			return
+		}
+		name, ok := "", false
+		switch p := r.URL.Path; {
+		case p == "/":
+			name, ok = "index.html", true
+		case strings.HasPrefix(p, Prefix):
+			name = strings.TrimPrefix(p, Prefix)
+			ok = name != "index.html" && fs.ValidPath(name)
+		}
+		a, found := assets[name]
+		if !ok || !found {
+			problem.Write(w, r, problem.Missing("", "no such file"))
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", a.contentType)
+		h.Set("Cache-Control", "no-cache")
+		h.Set("ETag", a.etag)
+		h.Set("X-Content-Type-Options", "nosniff")
+		if name == "index.html" {
+			h.Set("Content-Security-Policy", contentSecurityPolicy)
+			h.Set("Referrer-Policy", "no-referrer")
+		}
+		// ServeContent answers If-None-Match (304), ranges and HEAD.
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
+	})
+}

@@ -1,0 +1,125 @@
+package web_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/geotoll/geotoll/web"
+)
+
+func serve(t *testing.T, h http.Handler, method, path string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result()
+}
+
+func TestAssets(t *testing.T) {
+	h := web.Handler()
+	for _, tc := range []struct {
+		path, ctype, contains string
+	}{
+		{"/", "text/html; charset=utf-8", `<script src="/web/app.js">`},
+		{"/web/app.js", "text/javascript; charset=utf-8", "addProtocol('geotoll'"},
+		{"/web/style.css", "text/css; charset=utf-8", "#panel"},
+		{"/web/vendor/maplibre-gl.js", "text/javascript; charset=utf-8", "MapLibre GL JS"},
+		{"/web/vendor/maplibre-gl.css", "text/css; charset=utf-8", ".maplibregl-map"},
+		{"/web/vendor/LICENSE.txt", "text/plain; charset=utf-8", "BSD"},
+	} {
+		resp := serve(t, h, http.MethodGet, tc.path, nil)
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: status %d", tc.path, resp.StatusCode)
+			continue
+		}
+		if got := resp.Header.Get("Content-Type"); got != tc.ctype {
+			t.Errorf("%s: Content-Type %q, want %q", tc.path, got, tc.ctype)
+		}
+		if got := resp.Header.Get("Cache-Control"); got != "no-cache" {
+			t.Errorf("%s: Cache-Control %q", tc.path, got)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: no nosniff", tc.path)
+		}
+		if !strings.Contains(string(body), tc.contains) {
+			t.Errorf("%s: body lacks %q", tc.path, tc.contains)
+		}
+		etag := resp.Header.Get("ETag")
+		if !strings.HasPrefix(etag, `"`) || len(etag) < 10 {
+			t.Errorf("%s: ETag %q", tc.path, etag)
+			continue
+		}
+		// A revalidation with the same ETag is a bodiless 304.
+		again := serve(t, h, http.MethodGet, tc.path, map[string]string{"If-None-Match": etag})
+		if again.StatusCode != http.StatusNotModified {
+			t.Errorf("%s: If-None-Match: status %d, want 304", tc.path, again.StatusCode)
+		}
+		if b, _ := io.ReadAll(again.Body); len(b) != 0 {
+			t.Errorf("%s: 304 with a body", tc.path)
+		}
+		head := serve(t, h, http.MethodHead, tc.path, nil)
+		if b, _ := io.ReadAll(head.Body); head.StatusCode != http.StatusOK || len(b) != 0 || head.Header.Get("ETag") != etag {
+			t.Errorf("%s: HEAD: %d, %d bytes, ETag %q", tc.path, head.StatusCode, len(b), head.Header.Get("ETag"))
+		}
+	}
+}
+
+func TestETagsDiffer(t *testing.T) {
+	h := web.Handler()
+	a := serve(t, h, http.MethodGet, "/web/app.js", nil).Header.Get("ETag")
+	b := serve(t, h, http.MethodGet, "/web/style.css", nil).Header.Get("ETag")
+	if a == b {
+		t.Fatalf("two files share ETag %q", a)
+	}
+}
+
+// Only the embedded files are served: no listings, no index.html
+// redirects, no paths outside the folder.
+func TestOnlyEmbeddedFiles(t *testing.T) {
+	h := web.Handler()
+	for _, path := range []string{
+		"/web/", "/web/vendor", "/web/vendor/", "/web/index.html", "/web/nope.js",
+		"/web/../embed.go", "/web/embed.go", "/web/browser/package.json", "/index.html", "/web//app.js",
+	} {
+		resp := serve(t, h, http.MethodGet, path, nil)
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %q, want a problem+json 404", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+	resp := serve(t, h, http.MethodPost, "/", nil)
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /: %d, want 405", resp.StatusCode)
+	}
+}
+
+// The page loads nothing from elsewhere: its CSP keeps it to its own origin,
+// and neither it nor the script names another host.
+func TestNoExternalResources(t *testing.T) {
+	h := web.Handler()
+	resp := serve(t, h, http.MethodGet, "/", nil)
+	csp := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'self'", "script-src 'self'", "connect-src 'self'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	for _, name := range []string{"index.html", "app.js", "style.css"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []string{"http://", "https://", "glyphs:", "sprite:", "'symbol'"} {
+			if strings.Contains(string(b), bad) {
+				t.Errorf("%s mentions %q", name, bad)
+			}
+		}
+	}
+}
