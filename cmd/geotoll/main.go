@@ -5,6 +5,7 @@
 //	geotoll [flags] migrate   apply the embedded schema migrations
 //	geotoll [flags] seed      load the deterministic demo data (-if-empty, -seed N)
 //	geotoll [flags] keys      create | list | revoke API keys
+//	geotoll loadtest          a paced, bounded load against a running geotoll
 //	geotoll version
 //
 // Configuration: DefaultConfig, then the YAML file of -config, then the
@@ -52,6 +53,7 @@ commands:
   migrate   apply the embedded schema migrations (as the schema owner)
   seed      load the deterministic demo data (flags: -if-empty, -seed N, -points N)
   keys      create, list and revoke API keys (geotoll keys -h)
+  loadtest  a bounded load against a running geotoll (geotoll loadtest -h)
   version   print the version
 `
 
@@ -84,6 +86,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return seed(ctx, cfg, log, rest[1:])
 	case "keys":
 		return keys(ctx, cfg, rest[1:], stdout, stderr)
+	case "loadtest":
+		return runLoadtest(ctx, rest[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "geotoll", version)
 		return nil

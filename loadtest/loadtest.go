@@ -1,0 +1,230 @@
+// Package loadtest is the harness behind `geotoll loadtest`: it sends a
+// bounded, paced load of tile or geofence requests (vegeta) at a running
+// geotoll and reports throughput, latency percentiles, status codes, the
+// tokens the server charged (X-Request-Cost) and cache hits (X-Cache).
+//
+// Target lists are deterministic and come from the demo data's cities, so a
+// run against `make run` is comparable with another run against the same
+// data. Targets must be on loopback unless Options.AllowRemote is set: a
+// load test is aimed on purpose, never by accident.
+//
+// For users who prefer k6, the k6/ folder holds equivalent scripts (k6 is
+// AGPL; geotoll ships scripts for it, and does not link it).
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/geotoll/geotoll/internal/demo"
+)
+
+// Profiles name the target lists.
+var Profiles = []string{"z14", "z8-10", "z0-3", "within", "healthz"}
+
+// Options bound one run.
+type Options struct {
+	BaseURL  string        // e.g. http://127.0.0.1:8080
+	Profile  string        // one of Profiles
+	Layer    string        // tile layer, default "places"
+	Rate     int           // requests per second, 1..5000
+	Duration time.Duration // 1s..10m
+	Key      string        // API key sent as X-API-Key ("" = anonymous)
+	// AllowRemote permits a non-loopback BaseURL.
+	AllowRemote bool
+	Timeout     time.Duration // per request, default 10 s
+}
+
+// Limits of a run.
+const (
+	MaxRate     = 5000
+	MaxDuration = 10 * time.Minute
+)
+
+func (o *Options) validate() error {
+	if o.Layer == "" {
+		o.Layer = "places"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	var errs []error
+	if o.Rate < 1 || o.Rate > MaxRate {
+		errs = append(errs, fmt.Errorf("rate %d must be within 1..%d", o.Rate, MaxRate))
+	}
+	if o.Duration < time.Second || o.Duration > MaxDuration {
+		errs = append(errs, fmt.Errorf("duration %s must be within 1s..%s", o.Duration, MaxDuration))
+	}
+	u, err := url.Parse(o.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("url %q must be http(s)://host[:port]", o.BaseURL))
+	} else if !o.AllowRemote && !isLoopback(u.Hostname()) {
+		errs = append(errs, fmt.Errorf("url host %q is not loopback; pass -allow-remote to load test another machine", u.Hostname()))
+	}
+	return errors.Join(errs...)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Paths returns the request paths of a profile, in a fixed order.
+func Paths(profile, layer string) ([]string, error) {
+	tile := func(t maptile.Tile) string {
+		return fmt.Sprintf("/tiles/%s/%d/%d/%d.mvt", layer, t.Z, t.X, t.Y)
+	}
+	var out []string
+	switch profile {
+	case "z14":
+		// 3×3 dense tiles around every city centre.
+		for _, c := range demo.Cities {
+			centre := maptile.At(orb.Point{c.Lon, c.Lat}, 14)
+			for dx := -1; dx <= 1; dx++ {
+				for dy := -1; dy <= 1; dy++ {
+					out = append(out, tile(maptile.New(centre.X+uint32(dx), centre.Y+uint32(dy), 14)))
+				}
+			}
+		}
+	case "z8-10":
+		for _, c := range demo.Cities {
+			for z := maptile.Zoom(8); z <= 10; z++ {
+				out = append(out, tile(maptile.At(orb.Point{c.Lon, c.Lat}, z)))
+			}
+		}
+	case "z0-3":
+		for z := maptile.Zoom(0); z <= 3; z++ {
+			n := uint32(1) << z
+			for x := uint32(0); x < n; x++ {
+				for y := uint32(0); y < n; y++ {
+					out = append(out, tile(maptile.New(x, y, z)))
+				}
+			}
+		}
+	case "within":
+		for _, c := range demo.Cities {
+			for _, r := range []int{10, 500, 5000} {
+				out = append(out, fmt.Sprintf("/geofence/within?layer=%s&lng=%g&lat=%g&radius=%d&limit=50", layer, c.Lon, c.Lat, r))
+			}
+		}
+	case "healthz":
+		out = append(out, "/healthz")
+	default:
+		return nil, fmt.Errorf("unknown profile %q (one of %s)", profile, strings.Join(Profiles, ", "))
+	}
+	return out, nil
+}
+
+// Report is the outcome of one run.
+type Report struct {
+	Profile     string
+	Requests    uint64
+	Duration    time.Duration
+	Rate        float64 // requests sent per second
+	Throughput  float64 // successful (2xx/3xx) responses per second
+	StatusCodes map[string]int
+	P50, P95    time.Duration
+	P99, Max    time.Duration
+	Tokens      float64 // sum of X-Request-Cost
+	CacheHits   int
+	Errors      []string
+}
+
+// Run attacks the server and returns the report. It stops at Duration or
+// when ctx ends, whichever is first.
+func Run(ctx context.Context, o Options) (Report, error) {
+	if err := o.validate(); err != nil {
+		return Report{}, err
+	}
+	paths, err := Paths(o.Profile, o.Layer)
+	if err != nil {
+		return Report{}, err
+	}
+	hdr := http.Header{}
+	if o.Key != "" {
+		hdr.Set("X-API-Key", o.Key)
+	}
+	hdr.Set("Accept-Encoding", "gzip")
+	base := strings.TrimRight(o.BaseURL, "/")
+	targets := make([]vegeta.Target, len(paths))
+	for i, p := range paths {
+		targets[i] = vegeta.Target{Method: http.MethodGet, URL: base + p, Header: hdr}
+	}
+	atk := vegeta.NewAttacker(vegeta.Timeout(o.Timeout), vegeta.MaxWorkers(256), vegeta.KeepAlive(true))
+	rate := vegeta.Rate{Freq: o.Rate, Per: time.Second}
+	var m vegeta.Metrics
+	rep := Report{Profile: o.Profile}
+	results := atk.Attack(vegeta.NewStaticTargeter(targets...), rate, o.Duration, "geotoll-"+o.Profile)
+	done := ctx.Done()
+loop:
+	for {
+		select {
+		case r, ok := <-results:
+			if !ok {
+				break loop
+			}
+			m.Add(r)
+			if c, err := strconv.ParseFloat(r.Headers.Get("X-Request-Cost"), 64); err == nil {
+				rep.Tokens += c
+			}
+			if r.Headers.Get("X-Cache") == "HIT" {
+				rep.CacheHits++
+			}
+		case <-done:
+			atk.Stop()
+			done = nil
+		}
+	}
+	m.Close()
+	rep.Requests = m.Requests
+	rep.Duration = m.Duration
+	rep.Rate = m.Rate
+	rep.Throughput = m.Throughput
+	rep.StatusCodes = m.StatusCodes
+	rep.P50, rep.P95, rep.P99, rep.Max = m.Latencies.P50, m.Latencies.P95, m.Latencies.P99, m.Latencies.Max
+	rep.Errors = m.Errors
+	return rep, nil
+}
+
+// WriteText prints the report for people.
+func (r Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "profile      %s\n", r.Profile)
+	fmt.Fprintf(w, "requests     %d in %s (%.1f/s sent, %.1f/s succeeded)\n", r.Requests, r.Duration.Round(time.Millisecond), r.Rate, r.Throughput)
+	codes := make([]string, 0, len(r.StatusCodes))
+	for c := range r.StatusCodes {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	fmt.Fprint(w, "status      ")
+	for _, c := range codes {
+		fmt.Fprintf(w, " %s×%d", c, r.StatusCodes[c])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "latency      p50 %s  p95 %s  p99 %s  max %s\n", r.P50.Round(time.Microsecond), r.P95.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond))
+	fmt.Fprintf(w, "tokens       %.1f charged (%.3f per request)\n", r.Tokens, r.Tokens/math.Max(1, float64(r.Requests)))
+	fmt.Fprintf(w, "cache hits   %d\n", r.CacheHits)
+	for i, e := range r.Errors {
+		if i == 5 {
+			fmt.Fprintf(w, "errors       … %d more\n", len(r.Errors)-5)
+			break
+		}
+		fmt.Fprintf(w, "error        %s\n", e)
+	}
+}
