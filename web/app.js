@@ -64,6 +64,7 @@
     requests: 0, // tile responses received
     priced: 0, // of which carried budget headers
     loaded: 0, // of which were tiles handed to the map (200 or 204)
+    drawn: {}, // "layer/z" -> tiles MapLibre has parsed and can draw
     spent: 0, // tokens charged (sum of X-Request-Cost of admitted tiles)
     refused: 0, // 429 responses
     errors: 0, // other failures (not aborts)
@@ -703,6 +704,13 @@
 
     map.on('load', function () { state.ready = true; });
     map.on('idle', function () { state.idleCount++; });
+    map.on('sourcedata', function (e) {
+      // A tile parsed and ready to draw (after the worker, unlike loaded).
+      if (e.tile && e.tile.state === 'loaded' && e.sourceId.indexOf('gt-') === 0 && e.tile.tileID) {
+        var k = e.sourceId.slice(3) + '/' + e.tile.tileID.canonical.z;
+        state.drawn[k] = (state.drawn[k] || 0) + 1;
+      }
+    });
     map.on('moveend', showView);
     map.on('click', inspect);
     map.on('error', function (e) {
