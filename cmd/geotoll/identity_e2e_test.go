@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -120,3 +122,54 @@ func TestEndToEndGlobalBudget(t *testing.T) {
 		t.Fatalf("b was charged (%v left) though the global budget refused", rem)
 	}
 }
+
+// A tier that cannot pay the dearest request stops the server at start-up,
+// with a message that names it.
+func TestStartRefusesUnpayableTier(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Database.URL = testenv.ReadDatabaseURL(t)
+	cfg.Throttle.Tiers["tiny"] = TierConfig{Rate: 1, Capacity: 30}
+	m := &Main{Config: cfg, Logger: discardLogger()}
+	err := m.Open(context.Background())
+	if err == nil {
+		m.Close()
+		t.Fatal("a tier with capacity 30 < max_cost 60 started")
+	}
+	if !strings.Contains(err.Error(), `tier "tiny"`) || !strings.Contains(err.Error(), "capacity 30") {
+		t.Fatalf("unclear start-up error: %v", err)
+	}
+}
+
+// Shadow mode on the real server and Redis: a shadowed layer's tiles are
+// priced and marked, never refused.
+func TestEndToEndShadowLayer(t *testing.T) {
+	t.Parallel()
+	key := createKey(t, "free")
+	base, _ := startServer(t, func(c *Config) {
+		for i := range c.Layers {
+			if c.Layers[i].Name == "geofences" {
+				c.Layers[i].Shadow = true
+			}
+		}
+	})
+	marked := 0
+	for i, tile := range []string{"2/0/1", "2/1/1", "2/2/1", "2/3/1"} { // 4 × 60 tokens > 100
+		resp, body := get(t, base+"/tiles/geofences/"+tile+".mvt", key)
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("shadow tile %d: %d %s", i, resp.StatusCode, short(body))
+		}
+		if resp.Header.Get("X-RateLimit-Shadow") == "would-refuse" {
+			marked++
+		}
+	}
+	if marked == 0 {
+		t.Fatal("no shadowed tile was marked as a would-be refusal")
+	}
+	// The same budget on a normal layer is refused.
+	if resp, _ := get(t, base+"/tiles/places/3/4/2.mvt", key); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("non-shadow layer: %d, want 429", resp.StatusCode)
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
