@@ -6,6 +6,7 @@
 //	geotoll [flags] seed      load the deterministic demo data (-if-empty, -seed N)
 //	geotoll [flags] keys      create | list | revoke API keys
 //	geotoll loadtest          a paced, bounded load against a running geotoll
+//	geotoll [flags] calibrate time tile queries per zoom; suggest an area_weight
 //	geotoll version
 //
 // Configuration: DefaultConfig, then the YAML file of -config, then the
@@ -54,6 +55,7 @@ commands:
   seed      load the deterministic demo data (flags: -if-empty, -seed N, -points N)
   keys      create, list and revoke API keys (geotoll keys -h)
   loadtest  a bounded load against a running geotoll (geotoll loadtest -h)
+  calibrate time tile queries per zoom and suggest cost weights (geotoll calibrate -h)
   version   print the version
 `
 
@@ -88,6 +90,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return keys(ctx, cfg, rest[1:], stdout, stderr)
 	case "loadtest":
 		return runLoadtest(ctx, rest[1:], stdout, stderr)
+	case "calibrate":
+		return calibrate(ctx, cfg, rest[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "geotoll", version)
 		return nil
