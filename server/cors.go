@@ -63,15 +63,15 @@ func (c CORS) wrap(next http.Handler) http.Handler {
 	if len(c.Origins) == 0 {
 		return next
 	}
-	any := false
+	anyOrigin := false
 	allowed := make(map[string]bool, len(c.Origins))
 	for _, o := range c.Origins {
 		if o == "*" {
-			any = true
+			anyOrigin = true
 		}
 		allowed[strings.ToLower(o)] = true
 	}
-	wildcard := any && !c.Credentials // Validate refuses any with credentials
+	wildcard := anyOrigin && !c.Credentials // Validate refuses "*" with credentials
 	maxAge := c.MaxAge
 	if maxAge == 0 {
 		maxAge = 10 * time.Minute
@@ -86,7 +86,7 @@ func (c CORS) wrap(next http.Handler) http.Handler {
 		if preflight {
 			h.Add("Vary", "Access-Control-Request-Method, Access-Control-Request-Headers")
 		}
-		ok := origin != "" && (any || allowed[strings.ToLower(origin)])
+		ok := origin != "" && (anyOrigin || allowed[strings.ToLower(origin)])
 		if ok {
 			if wildcard {
 				h.Set("Access-Control-Allow-Origin", "*")

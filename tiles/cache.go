@@ -218,7 +218,9 @@ func tileETag(tile []byte) string {
 const minGzip = 256
 
 // newEntry hashes the tile and, when c is not nil, gzips it once (kept only
-// if smaller).
+// if smaller). gzip.BestSpeed, because requests sharing a render wait for
+// the compression too: measured on the demo's z2 tile (939 KB) it takes
+// 7.5 ms for 31 % of the size, the default level 68 ms for 27 %.
 func (c *Cache) newEntry(tile []byte) (*entry, error) {
 	e := &entry{data: tile, size: len(tile), etag: tileETag(tile)}
 	if len(tile) == 0 {

@@ -60,6 +60,16 @@ type Observer interface {
 
 // Handler serves GET /tiles/{layer}/{z}/{x}/{y}.mvt, and through TileJSON
 // and Index the layers' metadata.
+//
+// A tile request has no parameters beyond its address: the feature cap,
+// buffer and extent are per-layer configuration, never client overrides,
+// so a tile's price and its cache key depend on the address alone.
+//
+// With a Cache, the cache is asked before the Gate, so that a hit (or a 304
+// answered from the cache) is priced as a hit (Demand.CacheHit). A miss is
+// priced in full, then rendered once however many requests want the tile
+// at the same moment; requests that join a render already running were
+// priced as misses too (the price is fixed before anything runs).
 type Handler struct {
 	Catalog *Catalog
 	Store   Renderer

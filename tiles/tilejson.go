@@ -26,16 +26,16 @@ type LayerInfo struct {
 	Fields map[string]string
 }
 
-// World is the bounds of the whole web-mercator square, in degrees.
-var World = [4]float64{-180, -85.051129, 180, 85.051129}
+// WorldBounds are the bounds of the whole web-mercator square, in degrees.
+func WorldBounds() [4]float64 { return [4]float64{-180, -85.051129, 180, 85.051129} }
 
 // Describe reads a layer's bounds and property types. The bounds come from
 // the planner's statistics (ST_EstimatedExtent, no scan) or, when there are
 // none, from ST_Extent under the layer's statement timeout; a table with no
-// rows has the World's bounds. Each query runs in its own READ ONLY
+// rows has WorldBounds. Each query runs in its own READ ONLY
 // transaction, so one failing does not stop the next.
 func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
-	info := LayerInfo{Bounds: World, Fields: make(map[string]string, len(l.Properties))}
+	info := LayerInfo{Bounds: WorldBounds(), Fields: make(map[string]string, len(l.Properties))}
 	table := l.tableIdent().Sanitize() // text for to_regclass, bound as a value
 	err := s.readOnly(ctx, l.StatementTimeout, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, fieldsSQL, table, l.Properties)
@@ -99,23 +99,23 @@ func (s *Store) readOnly(ctx context.Context, timeout time.Duration, fn func(pgx
 func clampBounds(b [4]float64) [4]float64 {
 	for i, v := range b {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return World
+			return WorldBounds()
 		}
-		lim := World[2]
+		lim := WorldBounds()[2]
 		if i%2 == 1 {
-			lim = World[3]
+			lim = WorldBounds()[3]
 		}
 		b[i] = math.Round(max(-lim, min(lim, v))*1e6) / 1e6
 	}
 	if b[0] > b[2] || b[1] > b[3] {
-		return World
+		return WorldBounds()
 	}
 	return b
 }
 
 // describe returns the layer's info, asking the Describer the first time
 // and keeping the answer once it succeeds. While the database cannot
-// answer, it gives the World's bounds and String fields (and logs why).
+// answer, it gives WorldBounds and String fields (and logs why).
 func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
 	h.infoMu.Lock()
 	info, ok := h.info[l]
@@ -123,7 +123,7 @@ func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
 	if ok {
 		return info
 	}
-	fallback := LayerInfo{Bounds: World, Fields: make(map[string]string, len(l.Properties))}
+	fallback := LayerInfo{Bounds: WorldBounds(), Fields: make(map[string]string, len(l.Properties))}
 	for _, p := range l.Properties {
 		fallback.Fields[p] = "String"
 	}

@@ -1,0 +1,515 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/encoding/mvt"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// rawClient does not decompress gzip by itself (Go's default client does,
+// and hides Content-Encoding), so tests see what the server sent.
+var rawClient = &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 30 * time.Second}
+
+// fetch sends one request with the given header pairs and returns the
+// response with its body read.
+func fetch(t *testing.T, method, url string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := rawClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+func cost(t *testing.T, resp *http.Response) float64 {
+	t.Helper()
+	c, err := strconv.ParseFloat(resp.Header.Get("X-Request-Cost"), 64)
+	if err != nil {
+		t.Fatalf("X-Request-Cost %q: %v", resp.Header.Get("X-Request-Cost"), err)
+	}
+	return c
+}
+
+var berlinCentre = orb.Point{13.405, 52.52}
+
+func TestEndToEndTileCatalog(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	resp, body := fetch(t, http.MethodGet, base+"/tiles")
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("%d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	var doc struct {
+		Layers []struct {
+			Name, TileJSON, Tiles string
+			MinZoom               int      `json:"minzoom"`
+			Properties            []string `json:"properties"`
+		} `json:"layers"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range doc.Layers {
+		names = append(names, l.Name)
+	}
+	if !slices.Equal(names, []string{"places", "districts", "geofences"}) {
+		t.Fatalf("layers %v", names)
+	}
+	d := doc.Layers[1]
+	if d.TileJSON != base+"/tiles/districts.json" || d.Tiles != base+"/tiles/districts/{z}/{x}/{y}.mvt" || d.MinZoom != 4 ||
+		!slices.Equal(d.Properties, []string{"name", "city", "population"}) {
+		t.Errorf("districts %+v", d)
+	}
+	if resp.Header.Get("X-Request-Cost") != "" {
+		t.Error("the catalog was priced")
+	}
+}
+
+type tileJSONDoc struct {
+	TileJSON     string    `json:"tilejson"`
+	Tiles        []string  `json:"tiles"`
+	MinZoom      int       `json:"minzoom"`
+	MaxZoom      int       `json:"maxzoom"`
+	Bounds       []float64 `json:"bounds"`
+	Center       []float64 `json:"center"`
+	VectorLayers []struct {
+		ID      string            `json:"id"`
+		Fields  map[string]string `json:"fields"`
+		MinZoom int               `json:"minzoom"`
+		MaxZoom int               `json:"maxzoom"`
+	} `json:"vector_layers"`
+}
+
+func getTileJSON(t *testing.T, url string, hdr ...string) tileJSONDoc {
+	t.Helper()
+	resp, body := fetch(t, http.MethodGet, url, hdr...)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	var doc tileJSONDoc
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func TestEndToEndTileJSON(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, func(c *Config) { c.HTTP.TrustedProxies = []string{"127.0.0.1/32"} })
+	doc := getTileJSON(t, base+"/tiles/places.json")
+	if doc.TileJSON != "3.0.0" || !slices.Equal(doc.Tiles, []string{base + "/tiles/places/{z}/{x}/{y}.mvt"}) ||
+		doc.MinZoom != 0 || doc.MaxZoom != 22 {
+		t.Errorf("places: %+v", doc)
+	}
+	// Bounds from PostGIS: the demo cities span Anchorage to Auckland.
+	if b := doc.Bounds; len(b) != 4 || !(b[0] < -149 && b[2] > 178 && b[1] < -37 && b[3] > 69) {
+		t.Errorf("bounds %v", doc.Bounds)
+	}
+	if c := doc.Center; len(c) != 3 || c[0] < doc.Bounds[0] || c[0] > doc.Bounds[2] || c[2] < 0 || c[2] > 22 {
+		t.Errorf("center %v", doc.Center)
+	}
+	if len(doc.VectorLayers) != 1 || doc.VectorLayers[0].ID != "places" {
+		t.Fatalf("vector_layers %+v", doc.VectorLayers)
+	}
+	want := map[string]string{"name": "String", "kind": "String", "city": "String", "rank": "Number"}
+	if f := doc.VectorLayers[0].Fields; len(f) != len(want) || f["rank"] != "Number" || f["name"] != "String" {
+		t.Errorf("fields %v, want %v", f, want)
+	}
+
+	comp := getTileJSON(t, base+"/tiles/places,districts.json")
+	if comp.MinZoom != 4 || len(comp.VectorLayers) != 2 || comp.VectorLayers[1].Fields["population"] != "Number" ||
+		comp.Tiles[0] != base+"/tiles/places,districts/{z}/{x}/{y}.mvt" {
+		t.Errorf("composite: %+v", comp)
+	}
+
+	// The test client is 127.0.0.1, trusted here: forwarded host and
+	// scheme shape the URL.
+	fwd := getTileJSON(t, base+"/tiles/places.json", "X-Forwarded-Host", "tiles.example.com", "X-Forwarded-Proto", "https")
+	if fwd.Tiles[0] != "https://tiles.example.com/tiles/places/{z}/{x}/{y}.mvt" {
+		t.Errorf("behind a trusted proxy: %q", fwd.Tiles)
+	}
+	if resp, _ := fetch(t, http.MethodGet, base+"/tiles/nope.json"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown layer: %d", resp.StatusCode)
+	}
+}
+
+func TestEndToEndTileJSONIgnoresUntrustedForwarding(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil) // no trusted proxies
+	doc := getTileJSON(t, base+"/tiles/places.json", "X-Forwarded-Host", "evil.example", "Forwarded", "host=evil.example;proto=https")
+	if doc.Tiles[0] != base+"/tiles/places/{z}/{x}/{y}.mvt" {
+		t.Errorf("forwarding headers from an untrusted client changed the URL: %q", doc.Tiles)
+	}
+}
+
+// One request, several MVT layers, priced at the sum of their prices.
+func TestEndToEndCompositeTile(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	tile := maptile.At(berlinCentre, 12)
+	resp, body := fetch(t, http.MethodGet, tileURL(base, "places,districts", tile))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", resp.StatusCode, short(body))
+	}
+	layers, err := mvt.Unmarshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range layers {
+		names = append(names, l.Name)
+		if len(l.Features) == 0 {
+			t.Errorf("layer %s has no features in central Berlin", l.Name)
+		}
+	}
+	if !slices.Equal(names, []string{"places", "districts"}) {
+		t.Errorf("MVT layers %v", names)
+	}
+	sum := cost(t, resp)
+	p, _ := fetch(t, http.MethodGet, tileURL(base, "places", tile))
+	d, _ := fetch(t, http.MethodGet, tileURL(base, "districts", tile))
+	if want := cost(t, p) + cost(t, d); math.Abs(sum-want) > 0.002 || sum <= cost(t, p) {
+		t.Errorf("composite cost %v, want the sum %v", sum, want)
+	}
+	// Swapped order: another tile (layer order is part of it), same price.
+	r2, body2 := fetch(t, http.MethodGet, tileURL(base, "districts,places", tile))
+	l2, err := mvt.Unmarshal(body2)
+	if err != nil || len(l2) != 2 || l2[0].Name != "districts" || r2.Header.Get("X-Cache") != "MISS" {
+		t.Errorf("districts,places: %v, %d layers, X-Cache %q", err, len(l2), r2.Header.Get("X-Cache"))
+	}
+}
+
+func TestEndToEndGzipETagAndCacheHitPricing(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	url := tileURL(base, "places", maptile.At(berlinCentre, 6)) // a z6 tile costs about 10 tokens
+
+	miss, gz := fetch(t, http.MethodGet, url, "Accept-Encoding", "gzip")
+	if miss.StatusCode != http.StatusOK || miss.Header.Get("X-Cache") != "MISS" || miss.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("first: %d X-Cache %q Content-Encoding %q", miss.StatusCode, miss.Header.Get("X-Cache"), miss.Header.Get("Content-Encoding"))
+	}
+	if c := cost(t, miss); c < 5 {
+		t.Fatalf("a z6 miss cost %v; the test needs a dear tile", c)
+	}
+	if !slices.Contains(miss.Header.Values("Vary"), "Accept-Encoding") {
+		t.Errorf("Vary %q", miss.Header.Values("Vary"))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hit, plain := fetch(t, http.MethodGet, url)
+	if hit.StatusCode != http.StatusOK || hit.Header.Get("X-Cache") != "HIT" || hit.Header.Get("Content-Encoding") != "" {
+		t.Fatalf("second: %d X-Cache %q Content-Encoding %q", hit.StatusCode, hit.Header.Get("X-Cache"), hit.Header.Get("Content-Encoding"))
+	}
+	if !bytes.Equal(unzipped, plain) || len(gz) >= len(plain) {
+		t.Errorf("gzip %d bytes → %d, plain %d: want the same tile, smaller", len(gz), len(unzipped), len(plain))
+	}
+	if ls, err := mvt.Unmarshal(plain); err != nil || len(ls) != 1 || len(ls[0].Features) == 0 {
+		t.Errorf("cached tile does not decode: %v", err)
+	}
+	if c := cost(t, hit); c != 1 {
+		t.Errorf("cache hit cost %v, want the base price 1", c)
+	}
+	if hit.Header.Get("ETag") == "" || hit.Header.Get("ETag") == miss.Header.Get("ETag") {
+		t.Errorf("ETags gzip %q, plain %q: want two strong ETags", miss.Header.Get("ETag"), hit.Header.Get("ETag"))
+	}
+
+	// If-None-Match: 304, priced as a cache hit, budget headers and all.
+	nm, body := fetch(t, http.MethodGet, url, "Accept-Encoding", "gzip", "If-None-Match", miss.Header.Get("ETag"))
+	if nm.StatusCode != http.StatusNotModified || len(body) != 0 || nm.Header.Get("ETag") != miss.Header.Get("ETag") {
+		t.Fatalf("If-None-Match: %d, %d bytes, ETag %q", nm.StatusCode, len(body), nm.Header.Get("ETag"))
+	}
+	if c := cost(t, nm); c != 1 || nm.Header.Get("X-RateLimit-Remaining") == "" || nm.Header.Get("X-Cache") != "HIT" {
+		t.Errorf("304: cost %v, headers %v", c, nm.Header)
+	}
+	if stale, _ := fetch(t, http.MethodGet, url, "If-None-Match", `"stale"`); stale.StatusCode != http.StatusOK {
+		t.Errorf("stale ETag: %d", stale.StatusCode)
+	}
+}
+
+func TestEndToEndCORS(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil) // default: any origin, no credentials
+	z14 := tileURL(base, "places", maptile.At(berlinCentre, 14))
+	resp, _ := fetch(t, http.MethodGet, z14, "Origin", "https://maps.example.com")
+	if resp.Header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "X-Request-Cost") {
+		t.Errorf("tile: %v", resp.Header)
+	}
+	pre, _ := fetch(t, http.MethodOptions, z14, "Origin", "https://maps.example.com",
+		"Access-Control-Request-Method", "GET", "Access-Control-Request-Headers", "x-api-key")
+	if pre.StatusCode != http.StatusNoContent || pre.Header.Get("Access-Control-Allow-Origin") != "*" ||
+		!strings.Contains(pre.Header.Get("Access-Control-Allow-Headers"), "X-API-Key") || pre.Header.Get("X-Request-Cost") != "" {
+		t.Errorf("preflight: %d %v", pre.StatusCode, pre.Header)
+	}
+
+	listed, _ := startServer(t, func(c *Config) {
+		c.HTTP.CORS = CORSConfig{Origins: []string{"https://maps.example.com"}, Credentials: true}
+	})
+	ok, _ := fetch(t, http.MethodGet, listed+"/tiles", "Origin", "https://maps.example.com")
+	if ok.Header.Get("Access-Control-Allow-Origin") != "https://maps.example.com" || ok.Header.Get("Access-Control-Allow-Credentials") != "true" {
+		t.Errorf("listed origin: %v", ok.Header)
+	}
+	other, _ := fetch(t, http.MethodGet, listed+"/tiles", "Origin", "https://evil.example")
+	if other.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("unlisted origin allowed: %v", other.Header)
+	}
+
+	// "*" with credentials is refused at start-up.
+	cfg := DefaultConfig()
+	cfg.Database.URL = testenv.ReadDatabaseURL(t)
+	cfg.Listen = "127.0.0.1:0"
+	cfg.HTTP.CORS.Credentials = true
+	m := &Main{Config: cfg, Logger: quietLog()}
+	if err := m.Open(context.Background()); err == nil || !strings.Contains(err.Error(), "credentials") {
+		m.Close()
+		t.Errorf("Open with cors origins [*] and credentials: %v, want a refusal", err)
+	}
+}
+
+// fixtureSchema makes a schema of the test's own, readable by the read
+// role, dropped when the test ends; sql runs with {s} as the quoted schema.
+func fixtureSchema(t *testing.T) (schema string, exec func(sql string)) {
+	t.Helper()
+	owner := testenv.Pool(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema = "e2e_tiles_" + hex.EncodeToString(b[:])
+	q := pgx.Identifier{schema}.Sanitize()
+	exec = func(sql string) {
+		t.Helper()
+		if _, err := owner.Exec(context.Background(), strings.ReplaceAll(sql, "{s}", q)); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("CREATE SCHEMA {s}")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := owner.Exec(ctx, "DROP SCHEMA "+q+" CASCADE"); err != nil {
+			t.Errorf("drop %s: %v", schema, err)
+		}
+	})
+	exec("GRANT USAGE ON SCHEMA {s} TO geotoll_reader")
+	return schema, exec
+}
+
+// Opt-in discovery finds tables by themselves, hostile names included, and
+// serves them like configured layers.
+func TestEndToEndDiscovery(t *testing.T) {
+	t.Parallel()
+	schema, exec := fixtureSchema(t)
+	exec(`CREATE TABLE {s}."we""ird; drop" (id bigint PRIMARY KEY, "la""bel; --" text, score int,
+		geom geometry(Point, 4326))`)
+	exec(`INSERT INTO {s}."we""ird; drop" SELECT g, 'p' || g, g, ST_SetSRID(ST_MakePoint(13.4 + g * 0.001, 52.52), 4326)
+		FROM generate_series(1, 20) g`)
+	exec(`CREATE TABLE {s}."'); DROP TABLE geotoll.places; --" (g geometry(Point, 3857))`)
+	exec(`INSERT INTO {s}."'); DROP TABLE geotoll.places; --" VALUES (ST_Transform(ST_SetSRID(ST_MakePoint(13.405, 52.52), 4326), 3857))`)
+	exec(`CREATE TABLE {s}.secret (id int PRIMARY KEY, g geometry(Point, 3857))`) // not granted: not served
+	exec(`GRANT SELECT ON {s}."we""ird; drop", {s}."'); DROP TABLE geotoll.places; --" TO geotoll_reader`)
+
+	base, _ := startServer(t, func(c *Config) { c.Tiles.Discover = DiscoverConfig{Schemas: []string{schema}, MaxFeatures: 500} })
+
+	resp, body := fetch(t, http.MethodGet, base+"/tiles")
+	var cat struct {
+		Layers []struct {
+			Name       string   `json:"name"`
+			Properties []string `json:"properties"`
+		} `json:"layers"`
+	}
+	if err := json.Unmarshal(body, &cat); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %v %s", resp.StatusCode, err, body)
+	}
+	props := map[string][]string{}
+	for _, l := range cat.Layers {
+		props[l.Name] = l.Properties
+	}
+	weird, drop := "we_ird__drop", "____DROP_TABLE_geotoll_places__--"
+	if _, ok := props[weird]; !ok || props["secret"] != nil || len(cat.Layers) != 5 {
+		t.Fatalf("catalog %+v: want the 3 configured layers, %q and %q", cat.Layers, weird, drop)
+	}
+	if _, ok := props[drop]; !ok {
+		t.Fatalf("catalog %+v lacks %q", cat.Layers, drop)
+	}
+	if !slices.Equal(props[weird], []string{`la"bel; --`, "score"}) {
+		t.Errorf("%s properties %q", weird, props[weird])
+	}
+
+	tile := maptile.At(orb.Point{13.41, 52.52}, 12)
+	resp, body = fetch(t, http.MethodGet, tileURL(base, weird+","+drop, tile))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("discovered tile: %d %s", resp.StatusCode, short(body))
+	}
+	layers, err := mvt.Unmarshal(body)
+	if err != nil || len(layers) != 2 || len(layers[0].Features) != 20 || len(layers[1].Features) != 1 {
+		t.Fatalf("MVT: %v %+v", err, layers)
+	}
+	if f := layers[0].Features[0]; f.ID == nil || f.Properties[`la"bel; --`] == nil || f.Properties["score"] == nil {
+		t.Errorf("feature %+v", f)
+	}
+	if layers[1].Features[0].ID != nil {
+		t.Errorf("a table without a key served feature id %v", layers[1].Features[0].ID)
+	}
+	doc := getTileJSON(t, base+"/tiles/"+weird+".json")
+	if f := doc.VectorLayers[0].Fields; f[`la"bel; --`] != "String" || f["score"] != "Number" {
+		t.Errorf("fields %v", f)
+	}
+	if b := doc.Bounds; len(b) != 4 || b[0] > 13.402 || b[2] < 13.419 || b[1] > 52.5201 || b[3] < 52.5199 {
+		t.Errorf("bounds %v", b)
+	}
+	// The demo table the hostile name threatens is still there.
+	var n int
+	if err := testenv.Pool(t).QueryRow(context.Background(), "SELECT count(*) FROM geotoll.places").Scan(&n); err != nil || n == 0 {
+		t.Fatalf("geotoll.places: %d rows, %v", n, err)
+	}
+}
+
+// statementCalls counts executions of tile queries that mention marker,
+// from pg_stat_statements.
+func statementCalls(t *testing.T, owner *pgxpool.Pool, marker string) int64 {
+	t.Helper()
+	var n int64
+	err := owner.QueryRow(context.Background(), `
+		SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+		WHERE strpos(query, $1) > 0 AND strpos(query, 'ST_AsMVT') > 0`, marker).Scan(&n)
+	if err != nil {
+		t.Fatalf("pg_stat_statements: %v", err)
+	}
+	return n
+}
+
+// N concurrent requests for one uncached tile run one query, counted by
+// PostgreSQL itself. The cache is off, so only coalescing can explain it.
+func TestEndToEndConcurrentMissesRunOneQuery(t *testing.T) {
+	t.Parallel()
+	schema, exec := fixtureSchema(t)
+	exec(`CREATE TABLE {s}.src (id bigint PRIMARY KEY, geom geometry(Point, 3857) NOT NULL)`)
+	exec(`INSERT INTO {s}.src VALUES (1, ST_Transform(ST_SetSRID(ST_MakePoint(13.405, 52.52), 4326), 3857))`)
+	// One row, one sleep: the query takes 3 s whatever plan it gets.
+	exec(`CREATE VIEW {s}.slow AS SELECT s.id, s.geom FROM {s}.src s, (SELECT pg_sleep(3)) z`)
+	exec(`GRANT SELECT ON {s}.slow TO geotoll_reader`)
+	owner := testenv.Pool(t)
+	before := statementCalls(t, owner, schema)
+
+	base, _ := startServer(t, func(c *Config) {
+		c.Tiles.Cache.MaxBytes = 0
+		c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".slow", 10*time.Second)})
+	})
+	url := tileURL(base, "slow", maptile.At(berlinCentre, 14))
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp, body := fetch(t, http.MethodGet, url)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Cache") != "MISS" {
+				t.Errorf("request %d: %d X-Cache %q %s", i, resp.StatusCode, resp.Header.Get("X-Cache"), short(body))
+			}
+		})
+	}
+	wg.Wait()
+	if calls := statementCalls(t, owner, schema) - before; calls != 1 {
+		t.Errorf("%d concurrent misses ran the tile query %d times (pg_stat_statements), want 1", n, calls)
+	}
+}
+
+func TestEndToEndMetrics(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	z14 := tileURL(base, "places", maptile.At(berlinCentre, 14))
+	fetch(t, http.MethodGet, z14)
+	fetch(t, http.MethodGet, z14) // a hit
+	// Two different z2 tiles cost 60 each: the second is refused (429).
+	fetch(t, http.MethodGet, tileURL(base, "places", maptile.New(0, 1, 2)))
+	if resp, _ := fetch(t, http.MethodGet, tileURL(base, "places", maptile.New(1, 1, 2))); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second z2: %d, want 429", resp.StatusCode)
+	}
+	fetch(t, http.MethodGet, base+"/no/such/route")
+
+	resp, body := fetch(t, http.MethodGet, base+"/metrics")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	text := string(body)
+	for _, want := range []string{
+		`geotoll_http_requests_total{method="GET",route="/tiles/{layer}/{z}/{x}/{y}",status="200"} 3`,
+		`geotoll_http_requests_total{method="GET",route="/tiles/{layer}/{z}/{x}/{y}",status="429"} 1`,
+		`geotoll_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
+		`geotoll_http_request_duration_seconds_count{route="/tiles/{layer}/{z}/{x}/{y}"} 4`,
+		`geotoll_tokens_charged_total{layer="places",route="tile",tier="anonymous",zoom="2"} 60`,
+		`geotoll_tokens_charged_total{layer="places",route="tile",tier="anonymous",zoom="14"}`,
+		`geotoll_throttled_total{route="tile",tier="anonymous"} 1`,
+		`geotoll_priced_requests_total{outcome="refused",route="tile",tier="anonymous"} 1`,
+		`geotoll_tile_cache_requests_total{result="hit"} 1`,
+		`geotoll_tile_cache_requests_total{result="miss"} 2`,
+		`geotoll_tile_query_duration_seconds_count{layer="places",zoom="14"} 1`,
+		`geotoll_tile_query_duration_seconds_count{layer="places",zoom="2"} 1`,
+		`geotoll_tile_cache_entries `,
+		`geotoll_tile_cache_bytes `,
+		`geotoll_db_pool_max_conns{pool="read"} 16`,
+		`geotoll_db_pool_acquires_total{pool="read"}`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// z14 cost: the miss at its full price plus the hit at 1.
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.HasPrefix(line, `geotoll_tokens_charged_total{layer="places",route="tile",tier="anonymous",zoom="14"} `) {
+			v, err := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			if err != nil || v < 2 || v > 2.01 {
+				t.Errorf("z14 tokens %q: want a miss (~1.0002) plus a hit (1)", line)
+			}
+		}
+	}
+}
+
+// layerFor is a layer over table (schema.table, geometry column geom in
+// EPSG:3857, no properties) named after the table.
+func layerFor(table string, timeout time.Duration) tiles.Layer {
+	name := table[strings.LastIndexByte(table, '.')+1:]
+	return tiles.Layer{Name: name, Table: table, GeometryColumn: "geom", SRID: 3857, StatementTimeout: timeout}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+func TestMetricsPriced(t *testing.T) {
+	t.Parallel()
+	m, _ := newTestMetrics(t)
+	m.Priced("free", Price{Cost: 6, Route: "tile", Layer: "places", Zoom: 8}, Admitted)
+	m.Priced("free", Price{Cost: 6, Route: "tile", Layer: "places,districts", Zoom: 8}, Admitted)
+	m.Priced("free", Price{Cost: 60, Route: "tile", Layer: "places", Zoom: 2}, Refused)
+	m.Priced("free", Price{Cost: 60, Route: "tile", Layer: "places", Zoom: 2}, ShadowRefused)
+	m.Priced(AnonymousTier, Price{Cost: 2.5, Route: "within", Layer: "places", Zoom: -1}, Admitted)
+
+	for _, tc := range []struct {
+		c    prometheus.Collector
+		want float64
+	}{
+		{m.tokens.WithLabelValues("free", "tile", "places", "8"), 9}, // 6, plus half of the composite's 6
+		{m.tokens.WithLabelValues("free", "tile", "districts", "8"), 3},
+		{m.tokens.WithLabelValues("free", "tile", "places", "2"), 0}, // refused: nothing spent
+		{m.tokens.WithLabelValues(AnonymousTier, "within", "places", ""), 2.5},
+		{m.throttled.WithLabelValues("free", "tile"), 1},
+		{m.priced.WithLabelValues("free", "tile", string(ShadowRefused)), 1},
+		{m.priced.WithLabelValues("free", "tile", string(Admitted)), 2},
+	} {
+		if got := testutil.ToFloat64(tc.c); got != tc.want {
+			t.Errorf("%v = %v, want %v", tc.c, got, tc.want)
+		}
+	}
+}
+
+func TestMetricsTiles(t *testing.T) {
+	t.Parallel()
+	m, reg := newTestMetrics(t)
+	var _ tiles.Observer = m
+	m.TileCache("hit")
+	m.TileCache("hit")
+	m.TileCache("miss")
+	m.TileQuery("places", 14, 3*time.Millisecond)
+	if got := testutil.ToFloat64(m.cache.WithLabelValues("hit")); got != 2 {
+		t.Errorf("hits %v", got)
+	}
+	if n, err := testutil.GatherAndCount(reg, "geotoll_tile_query_duration_seconds"); err != nil || n != 1 {
+		t.Errorf("query histograms: %d %v", n, err)
+	}
+	cache, err := tiles.NewCache(tiles.CacheOptions{MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WatchTileCache(reg, cache); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "geotoll_tile_cache_bytes", "geotoll_tile_cache_entries"); err != nil || n != 2 {
+		t.Errorf("cache gauges: %d %v", n, err)
+	}
+}
+
+// Requests are counted by route template (never the raw path), method and
+// status, including unmatched routes and CORS preflights; /metrics serves
+// the registry.
+func TestMetricsMiddleware(t *testing.T) {
+	t.Parallel()
+	m, _ := newTestMetrics(t)
+	h := New(Options{Logger: quietLogger(), Metrics: m, CORS: CORS{Origins: []string{"*"}}})
+	do := func(method, path string, hdr ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	do(http.MethodGet, "/healthz")
+	do(http.MethodGet, "/healthz")
+	do(http.MethodGet, "/no/such/secret-path")
+	do(http.MethodOptions, "/healthz", "Origin", "https://a.example", "Access-Control-Request-Method", "GET")
+	for _, tc := range []struct {
+		route, method, status string
+		want                  float64
+	}{
+		{"/healthz", "GET", "200", 2},
+		{"unmatched", "GET", "404", 1},
+		{"preflight", "OPTIONS", "204", 1},
+	} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues(tc.route, tc.method, tc.status)); got != tc.want {
+			t.Errorf("requests{%s %s %s} = %v, want %v", tc.route, tc.method, tc.status, got, tc.want)
+		}
+	}
+	w := do(http.MethodGet, "/metrics")
+	body := w.Body.String()
+	if w.Code != 200 || !strings.Contains(body, `geotoll_http_requests_total{method="GET",route="/healthz",status="200"} 2`) {
+		t.Fatalf("/metrics: %d\n%s", w.Code, body)
+	}
+	if strings.Contains(body, "secret-path") {
+		t.Error("a raw request path became a label value")
+	}
+}
+
+func TestPoolCollector(t *testing.T) {
+	t.Parallel()
+	pool := testenv.ReadPool(t)
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(NewPoolCollector("read", pool.Stat)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP geotoll_db_pool_max_conns Pool size limit.
+# TYPE geotoll_db_pool_max_conns gauge
+geotoll_db_pool_max_conns{pool="read"} `+strconv.Itoa(int(pool.Config().MaxConns))+`
+`), "geotoll_db_pool_max_conns"); err != nil {
+		t.Error(err)
+	}
+	n, err := testutil.GatherAndCount(reg)
+	if err != nil || n != 12 {
+		t.Errorf("pool metrics: %d %v, want 12", n, err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}

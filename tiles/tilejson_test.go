@@ -1,0 +1,302 @@
+package tiles_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// fakeDescriber describes every layer with fixed bounds per layer name.
+type fakeDescriber struct {
+	bounds map[string][4]float64
+	err    error
+	calls  atomic.Int32
+}
+
+func (f *fakeDescriber) Describe(_ context.Context, l *tiles.Layer) (tiles.LayerInfo, error) {
+	f.calls.Add(1)
+	if f.err != nil {
+		return tiles.LayerInfo{}, f.err
+	}
+	fields := map[string]string{}
+	for _, p := range l.Properties {
+		fields[p] = "String"
+	}
+	if l.Name == "places" {
+		fields["rank"] = "Number"
+	}
+	return tiles.LayerInfo{Bounds: f.bounds[l.Name], Fields: fields}, nil
+}
+
+type tileJSONDoc struct {
+	TileJSON     string    `json:"tilejson"`
+	Name         string    `json:"name"`
+	Scheme       string    `json:"scheme"`
+	Tiles        []string  `json:"tiles"`
+	MinZoom      *int      `json:"minzoom"`
+	MaxZoom      *int      `json:"maxzoom"`
+	Bounds       []float64 `json:"bounds"`
+	Center       []float64 `json:"center"`
+	VectorLayers []struct {
+		ID      string            `json:"id"`
+		Fields  map[string]string `json:"fields"`
+		MinZoom int               `json:"minzoom"`
+		MaxZoom int               `json:"maxzoom"`
+	} `json:"vector_layers"`
+}
+
+func metaHandler(t *testing.T, d tiles.Describer, proxies []string) http.Handler {
+	t.Helper()
+	var p *forwarded.Trusted
+	if proxies != nil {
+		var err error
+		if p, err = forwarded.New(proxies); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tileRouter(&tiles.Handler{
+		Catalog: newCatalog(t, demoLayers()...), Store: &countingRenderer{}, Gate: &pricingGate{},
+		Logger: discardLogger(), Describer: d, Proxies: p,
+	})
+}
+
+func getJSON(t *testing.T, h http.Handler, r *http.Request, into any) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code == http.StatusOK {
+		if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type %q", ct)
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), into); err != nil {
+			t.Fatalf("%s: %v; body %s", r.URL, err, w.Body)
+		}
+	}
+	return w
+}
+
+func TestTileJSON(t *testing.T) {
+	t.Parallel()
+	d := &fakeDescriber{bounds: map[string][4]float64{
+		"places":    {-10, 40, 20, 60},
+		"districts": {-20, 30, 10, 50},
+	}}
+	h := metaHandler(t, d, nil)
+	var doc tileJSONDoc
+	r := httptest.NewRequest(http.MethodGet, "http://maps.example.org:8080/tiles/places.json", nil)
+	if w := getJSON(t, h, r, &doc); w.Code != http.StatusOK {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if doc.TileJSON != "3.0.0" || doc.Name != "places" || doc.Scheme != "xyz" {
+		t.Errorf("header fields: %+v", doc)
+	}
+	if want := []string{"http://maps.example.org:8080/tiles/places/{z}/{x}/{y}.mvt"}; !slices.Equal(doc.Tiles, want) {
+		t.Errorf("tiles %q, want %q", doc.Tiles, want)
+	}
+	if doc.MinZoom == nil || *doc.MinZoom != 0 || doc.MaxZoom == nil || *doc.MaxZoom != 22 {
+		t.Errorf("zoom range %v..%v", doc.MinZoom, doc.MaxZoom)
+	}
+	if !slices.Equal(doc.Bounds, []float64{-10, 40, 20, 60}) {
+		t.Errorf("bounds %v", doc.Bounds)
+	}
+	// Centre of the bounds, at the zoom where 30° of longitude fill a view.
+	if !slices.Equal(doc.Center, []float64{5, 50, 3}) {
+		t.Errorf("center %v, want [5 50 3]", doc.Center)
+	}
+	if len(doc.VectorLayers) != 1 {
+		t.Fatalf("vector_layers %+v", doc.VectorLayers)
+	}
+	vl := doc.VectorLayers[0]
+	if vl.ID != "places" || vl.MinZoom != 0 || vl.MaxZoom != 22 {
+		t.Errorf("vector layer %+v", vl)
+	}
+	wantFields := map[string]string{"name": "String", "kind": "String", "city": "String", "rank": "Number"}
+	if len(vl.Fields) != len(wantFields) {
+		t.Errorf("fields %v, want %v", vl.Fields, wantFields)
+	}
+	for k, v := range wantFields {
+		if vl.Fields[k] != v {
+			t.Errorf("field %s: %q, want %q", k, vl.Fields[k], v)
+		}
+	}
+
+	// Described once, then remembered.
+	getJSON(t, h, httptest.NewRequest(http.MethodGet, "/tiles/places.json", nil), &doc)
+	if n := d.calls.Load(); n != 1 {
+		t.Errorf("Describe called %d times for two requests, want 1", n)
+	}
+}
+
+func TestTileJSONComposite(t *testing.T) {
+	t.Parallel()
+	d := &fakeDescriber{bounds: map[string][4]float64{
+		"places":    {-10, 40, 20, 60},
+		"districts": {-20, 30, 10, 50},
+	}}
+	var doc tileJSONDoc
+	w := getJSON(t, metaHandler(t, d, nil), httptest.NewRequest(http.MethodGet, "http://h/tiles/places,districts.json", nil), &doc)
+	if w.Code != http.StatusOK {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if doc.Tiles[0] != "http://h/tiles/places,districts/{z}/{x}/{y}.mvt" {
+		t.Errorf("tiles %q", doc.Tiles)
+	}
+	// Served where both are: districts start at z4.
+	if *doc.MinZoom != 4 || *doc.MaxZoom != 22 {
+		t.Errorf("zoom range %d..%d, want 4..22", *doc.MinZoom, *doc.MaxZoom)
+	}
+	if !slices.Equal(doc.Bounds, []float64{-20, 30, 20, 60}) {
+		t.Errorf("bounds %v, want the union", doc.Bounds)
+	}
+	if len(doc.VectorLayers) != 2 || doc.VectorLayers[0].ID != "places" || doc.VectorLayers[1].ID != "districts" ||
+		doc.VectorLayers[1].MinZoom != 4 {
+		t.Errorf("vector_layers %+v", doc.VectorLayers)
+	}
+	if doc.Center[2] < 4 {
+		t.Errorf("center zoom %v below minzoom 4", doc.Center[2])
+	}
+}
+
+func TestTileJSONErrors(t *testing.T) {
+	t.Parallel()
+	h := metaHandler(t, &fakeDescriber{}, nil)
+	for path, want := range map[string]int{
+		"/tiles/nope.json":          http.StatusNotFound,
+		"/tiles/places,places.json": http.StatusBadRequest,
+		"/tiles/,places.json":       http.StatusBadRequest,
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if w.Code != want || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %q, want %d problem", path, w.Code, w.Header().Get("Content-Type"), want)
+		}
+	}
+}
+
+// When the database cannot describe a layer, TileJSON still answers (with
+// the world's bounds), and asks again next time.
+func TestTileJSONDescribeFails(t *testing.T) {
+	t.Parallel()
+	d := &fakeDescriber{err: errors.New("database down")}
+	h := metaHandler(t, d, nil)
+	var doc tileJSONDoc
+	for range 2 {
+		if w := getJSON(t, h, httptest.NewRequest(http.MethodGet, "/tiles/places.json", nil), &doc); w.Code != http.StatusOK {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	if !slices.Equal(doc.Bounds, func() []float64 { w := tiles.WorldBounds(); return w[:] }()) || doc.VectorLayers[0].Fields["rank"] != "String" {
+		t.Errorf("fallback: bounds %v, fields %v", doc.Bounds, doc.VectorLayers[0].Fields)
+	}
+	if n := d.calls.Load(); n != 2 {
+		t.Errorf("Describe called %d times, want 2: a failure is not remembered", n)
+	}
+}
+
+// Forwarded host and scheme shape the tile URL only from a trusted proxy.
+func TestTileJSONForwarded(t *testing.T) {
+	t.Parallel()
+	req := func(remote string, hdr ...string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "http://internal:8080/tiles/places.json", nil)
+		r.RemoteAddr = remote
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		return r
+	}
+	trusted := metaHandler(t, &fakeDescriber{}, []string{"10.0.0.0/8"})
+	untrusting := metaHandler(t, &fakeDescriber{}, nil)
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+		r    *http.Request
+		want string
+	}{
+		{"no proxy", trusted, req("203.0.113.5:1"), "http://internal:8080/"},
+		{"X-Forwarded from a trusted proxy", trusted,
+			req("10.1.2.3:1", "X-Forwarded-Host", "tiles.example.com", "X-Forwarded-Proto", "https"), "https://tiles.example.com/"},
+		{"Forwarded from a trusted proxy", trusted,
+			req("10.1.2.3:1", "Forwarded", `proto=https;host="maps.example.org"`), "https://maps.example.org/"},
+		{"X-Forwarded from an untrusted peer", trusted,
+			req("203.0.113.5:1", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https"), "http://internal:8080/"},
+		{"no trusted proxies configured", untrusting,
+			req("10.1.2.3:1", "X-Forwarded-Host", "evil.example"), "http://internal:8080/"},
+		{"forwarded host that is not a host", trusted,
+			req("10.1.2.3:1", "X-Forwarded-Host", "evil.example/<script>"), "http://internal:8080/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var doc tileJSONDoc
+			w := getJSON(t, tc.h, tc.r, &doc)
+			if w.Code != http.StatusOK || len(doc.Tiles) != 1 || !strings.HasPrefix(doc.Tiles[0], tc.want+"tiles/") {
+				t.Fatalf("%d tiles %q, want prefix %q", w.Code, doc.Tiles, tc.want)
+			}
+			if !strings.Contains(strings.Join(w.Header().Values("Vary"), ","), "X-Forwarded-Host") {
+				t.Errorf("Vary %q: the document depends on forwarding headers", w.Header().Values("Vary"))
+			}
+		})
+	}
+}
+
+// ?key= travels into the tile URLs (map clients that cannot set headers),
+// and such a document is private.
+func TestTileJSONCarriesKey(t *testing.T) {
+	t.Parallel()
+	h := metaHandler(t, &fakeDescriber{}, nil)
+	var doc tileJSONDoc
+	w := getJSON(t, h, httptest.NewRequest(http.MethodGet, "http://h/tiles/places.json?key=a%26b%20c", nil), &doc)
+	if doc.Tiles[0] != "http://h/tiles/places/{z}/{x}/{y}.mvt?key=a%26b+c" {
+		t.Errorf("tiles %q", doc.Tiles)
+	}
+	if cc := w.Header().Get("Cache-Control"); cc != "private, no-store" {
+		t.Errorf("Cache-Control %q for a document holding a key", cc)
+	}
+	w = getJSON(t, h, httptest.NewRequest(http.MethodGet, "http://h/tiles/places.json", nil), &doc)
+	if cc := w.Header().Get("Cache-Control"); !strings.HasPrefix(cc, "public") {
+		t.Errorf("Cache-Control %q without a key", cc)
+	}
+}
+
+func TestIndex(t *testing.T) {
+	t.Parallel()
+	d := &fakeDescriber{}
+	h := metaHandler(t, d, nil)
+	var doc struct {
+		Layers []struct {
+			Name       string   `json:"name"`
+			MinZoom    int      `json:"minzoom"`
+			MaxZoom    int      `json:"maxzoom"`
+			Properties []string `json:"properties"`
+			TileJSON   string   `json:"tilejson"`
+			Tiles      string   `json:"tiles"`
+		} `json:"layers"`
+	}
+	w := getJSON(t, h, httptest.NewRequest(http.MethodGet, "http://maps.example.org/tiles", nil), &doc)
+	if w.Code != http.StatusOK {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	var names []string
+	for _, l := range doc.Layers {
+		names = append(names, l.Name)
+	}
+	if !slices.Equal(names, []string{"places", "districts", "geofences"}) {
+		t.Fatalf("layers %v, want configuration order", names)
+	}
+	d0 := doc.Layers[1]
+	if d0.MinZoom != 4 || d0.MaxZoom != 22 || !slices.Equal(d0.Properties, []string{"name", "city", "population"}) ||
+		d0.TileJSON != "http://maps.example.org/tiles/districts.json" ||
+		d0.Tiles != "http://maps.example.org/tiles/districts/{z}/{x}/{y}.mvt" {
+		t.Errorf("districts entry %+v", d0)
+	}
+	if d.calls.Load() != 0 {
+		t.Error("the catalog asked the database")
+	}
+}
