@@ -173,3 +173,16 @@ func TestEndToEndShadowLayer(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Without Redis, geotoll runs with in-process buckets (single-instance mode).
+func TestEndToEndSingleInstanceMode(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, func(c *Config) { c.Redis.URL = "" })
+	resp, body := get(t, base+"/tiles/places/14/8802/5373.mvt", "")
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Request-Cost") == "" {
+		t.Fatalf("single-instance tile: %d %s", resp.StatusCode, short(body))
+	}
+	if resp, body := get(t, base+"/readyz", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz without Redis: %d %s", resp.StatusCode, body)
+	}
+}

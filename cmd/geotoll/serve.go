@@ -54,6 +54,9 @@ func (m *Main) Open(ctx context.Context) error {
 	if _, _, err := cfg.catalog(); err != nil {
 		return err
 	}
+	if err := cfg.validateTiles(); err != nil { // e.g. CORS "*" with credentials
+		return err
+	}
 	toll, err := cfg.toll()
 	if err != nil {
 		return err
@@ -85,6 +88,7 @@ func (m *Main) Open(ctx context.Context) error {
 	if cfg.Redis.URL == "" {
 		m.Logger.Warn("no Redis configured: budgets live in this process (single-instance mode)")
 		toll.Store = local
+		toll.Fallback = local // an in-process store does not fail; this keeps fail_mode valid
 	} else {
 		opt, err := redis.ParseURL(cfg.Redis.URL)
 		if err != nil {
