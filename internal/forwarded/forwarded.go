@@ -188,7 +188,10 @@ func parseNode(s string) (netip.Addr, bool) {
 
 // HostProto returns the host and scheme the client used: from the request
 // itself, or — when the socket peer is trusted — from Forwarded or
-// X-Forwarded-Host / X-Forwarded-Proto.
+// X-Forwarded-Host / X-Forwarded-Proto. Of a list, the right-most value is
+// taken: the one our trusted peer wrote. A proxy that appends puts its own
+// value last, after anything the client sent, so the left-most would be the
+// client's choice.
 func (t *Trusted) HostProto(r *http.Request) (host, proto string) {
 	host, proto = r.Host, "http"
 	if r.TLS != nil {
@@ -197,15 +200,14 @@ func (t *Trusted) HostProto(r *http.Request) (host, proto string) {
 	if !t.Contains(Peer(r)) {
 		return host, proto
 	}
-	if h := firstValue(r.Header.Get("X-Forwarded-Host")); validHost(h) {
+	if h := lastValue(r.Header.Values("X-Forwarded-Host")); validHost(h) {
 		host = h
 	}
-	if p := strings.ToLower(firstValue(r.Header.Get("X-Forwarded-Proto"))); p == "http" || p == "https" {
+	if p := strings.ToLower(lastValue(r.Header.Values("X-Forwarded-Proto"))); p == "http" || p == "https" {
 		proto = p
 	}
-	if fw := r.Header.Get("Forwarded"); fw != "" {
-		first, _, _ := strings.Cut(fw, ",")
-		for _, pair := range strings.Split(first, ";") {
+	if fw := lastValue(r.Header.Values("Forwarded")); fw != "" {
+		for _, pair := range strings.Split(fw, ";") {
 			k, v, _ := strings.Cut(strings.TrimSpace(pair), "=")
 			v = unquote(v)
 			switch strings.ToLower(k) {
@@ -223,9 +225,17 @@ func (t *Trusted) HostProto(r *http.Request) (host, proto string) {
 	return host, proto
 }
 
-func firstValue(v string) string {
-	first, _, _ := strings.Cut(v, ",")
-	return strings.TrimSpace(first)
+// lastValue is the right-most comma-separated element over all the lines of
+// a header.
+func lastValue(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	last := lines[len(lines)-1]
+	if i := strings.LastIndexByte(last, ','); i >= 0 {
+		last = last[i+1:]
+	}
+	return strings.TrimSpace(last)
 }
 
 // validHost accepts host[:port] made of the characters a host may have.

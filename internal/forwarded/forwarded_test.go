@@ -72,6 +72,15 @@ func TestHostProto(t *testing.T) {
 	if h != "maps.example.org" || p != "https" {
 		t.Errorf("Forwarded: %s %s", h, p)
 	}
+	// A client-sent value before the proxy's own is ignored: right-most wins.
+	h, p = trusted.HostProto(req("10.0.0.1:1", "X-Forwarded-Host", "evil.example, tiles.example.com", "X-Forwarded-Proto", "http, https"))
+	if h != "tiles.example.com" || p != "https" {
+		t.Errorf("appended list: %s %s", h, p)
+	}
+	h, _ = trusted.HostProto(req("10.0.0.1:1", "Forwarded", `host=evil.example, host=maps.example.org`))
+	if h != "maps.example.org" {
+		t.Errorf("Forwarded list: %s", h)
+	}
 	h, _ = trusted.HostProto(req("10.0.0.1:1", "X-Forwarded-Host", "bad host/<script>"))
 	if h != "geotoll.local" {
 		t.Errorf("invalid forwarded host accepted: %s", h)
