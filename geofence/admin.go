@@ -155,6 +155,7 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.wrote()
 	w.Header().Set("Location", "/geofences/"+strconv.FormatInt(f.ID, 10))
 	h.writeJSON(w, r, http.StatusCreated, ContentType, f)
 }
@@ -181,6 +182,7 @@ func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.wrote()
 	h.writeJSON(w, r, http.StatusOK, ContentType, f)
 }
 
@@ -200,6 +202,7 @@ func (h *Handler) DeleteFence(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	h.wrote()
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -82,6 +82,9 @@ type Options struct {
 	Writer Writer
 	Gate   Gate
 	Logger *slog.Logger
+	// OnWrite, if set, runs after every fence write that succeeded (the
+	// server drops cached tiles drawn from the fence table).
+	OnWrite func()
 }
 
 // Handler serves the geofence API; Register adds its routes to a router.
@@ -93,6 +96,7 @@ type Handler struct {
 	writer  Writer
 	gate    Gate
 	log     *slog.Logger
+	onWrite func()
 }
 
 // NewHandler validates o and returns the handler.
@@ -126,7 +130,7 @@ func NewHandler(o Options) (*Handler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log}, nil
+	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log, onWrite: o.OnWrite}, nil
 }
 
 // Catalog returns the searchable layers.
@@ -429,4 +433,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	h.log.LogAttrs(r.Context(), level, "geofence request failed",
 		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err))
 	problem.Write(w, r, p)
+}
+
+// wrote tells OnWrite that the fence table changed.
+func (h *Handler) wrote() {
+	if h.onWrite != nil {
+		h.onWrite()
+	}
 }

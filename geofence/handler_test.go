@@ -395,3 +395,54 @@ func TestLayerSQLQuotesIdentifiers(t *testing.T) {
 		}
 	}
 }
+
+// okWriter accepts every write and fails deletes of id 404.
+type okWriter struct{}
+
+func (okWriter) CreateFence(_ context.Context, in FenceInput) (Feature, error) {
+	return Feature{ID: 1}, nil
+}
+
+func (okWriter) ReplaceFence(_ context.Context, id int64, in FenceInput) (Feature, error) {
+	return Feature{ID: id}, nil
+}
+
+func (okWriter) DeleteFence(_ context.Context, id int64) error {
+	if id == 404 {
+		return problem.Missing("id", "no fence %d", id)
+	}
+	return nil
+}
+
+// Every successful fence write tells OnWrite (which drops cached fence
+// tiles); a failed one does not.
+func TestFenceWritesNotify(t *testing.T) {
+	writes := 0
+	h, err := NewHandler(Options{
+		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
+		Reader: &fakeReader{}, Writer: okWriter{}, Gate: &fakeGate{budget: 100}, Logger: slog.New(slog.DiscardHandler),
+		OnWrite: func() { writes++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	h.Register(r)
+	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	for _, c := range []struct {
+		method, target, body string
+		status               int
+	}{
+		{http.MethodPost, "/geofences", fence, http.StatusCreated},
+		{http.MethodPut, "/geofences/3", fence, http.StatusOK},
+		{http.MethodDelete, "/geofences/3", "", http.StatusNoContent},
+		{http.MethodDelete, "/geofences/404", "", http.StatusNotFound},
+	} {
+		if w := serve(r, c.method, c.target, c.body, "X-API-Key", testAdminKey); w.Code != c.status {
+			t.Fatalf("%s %s: %d %s", c.method, c.target, w.Code, w.Body)
+		}
+	}
+	if writes != 3 {
+		t.Fatalf("OnWrite ran %d times, want 3 (not for the failed delete)", writes)
+	}
+}

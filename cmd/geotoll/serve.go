@@ -166,7 +166,19 @@ func (m *Main) openGeofence(ctx context.Context, toll *server.Toll) (*geofence.H
 		Layers: gc.Layers, Limits: gc.Limits, AdminKeys: gc.AdminKeys,
 		// Fence admins: the configured admin keys, and database API keys
 		// created with `geotoll keys create -admin`.
-		Admin:  toll,
+		Admin: toll,
+		// A fence write makes cached tiles of layers drawn from the fence
+		// table stale: drop them.
+		OnWrite: func() {
+			if m.TileCache == nil {
+				return
+			}
+			for _, l := range m.Config.Layers {
+				if l.Table == "geotoll.geofences" {
+					m.TileCache.InvalidateLayer(l.Name)
+				}
+			}
+		},
 		Reader: reader, Gate: toll, Logger: m.Logger,
 	}
 	if gc.WriterDatabaseURL != "" {
