@@ -16,17 +16,24 @@
 //     then each layer's zoom range. A malformed part is a 400, an unknown
 //     layer or format a 404, a value out of range a 422; each names the
 //     parameter at fault (see package problem).
-//  2. The [Gate] prices the [Demand] (layers and tile) before any query
-//     runs, and may refuse it, writing the 429 itself.
-//  3. The [Renderer] draws the tile. [Store.Tile] runs one query per layer
+//  2. The [Cache] is looked up first, so that the [Gate] knows whether the
+//     database will do any work: a hit (or a 304 for a cached ETag) is a
+//     [Demand] with CacheHit set, which server prices at the base price.
+//  3. The [Gate] prices the [Demand] (layers, tile, cache hit) before any
+//     query runs, and may refuse it, writing the 429 itself.
+//  4. On a miss, concurrent requests for the same tile share one render
+//     (a counted flight: the shared query is cancelled only when the last
+//     waiter hangs up), and the [Renderer] draws the tile. [Store.Tile] runs one query per layer
 //     in a single READ ONLY transaction, in one round trip, under SET LOCAL
 //     statement_timeout (the largest of the layers' StatementTimeout) and
 //     with JIT off. The request's context goes all the way down: a client
 //     that hangs up cancels its query in PostgreSQL. A query that hits its
 //     timeout is a 503 with Retry-After.
-//  4. The layers' MVT messages are concatenated into one tile (an MVT tile
-//     is a protobuf message whose only field is the repeated layer) and
-//     sent as 200 with Content-Type [ContentType].
+//  5. The layers' MVT messages are concatenated into one tile (an MVT tile
+//     is a protobuf message whose only field is the repeated layer), cached
+//     with its gzip form and ETag, and sent as 200 with Content-Type
+//     [ContentType] — gzipped when the client accepts it, 304 when its
+//     If-None-Match matches.
 //
 // A tile with no features is an empty byte string, and the handler answers
 // it with 204 No Content instead of a 200 with an empty body: there is
