@@ -4,9 +4,17 @@
 // Forwarding headers (X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto,
 // and RFC 7239 Forwarded) are believed only when the socket peer is inside
 // a configured trusted CIDR: from anyone else they are client-controlled and
-// ignored. Behind a chain of proxies the client is the right-most address
-// that is not itself a trusted proxy. A malformed header falls back to the
-// socket peer — never to a guess.
+// ignored.
+//
+// The client address is read from ONE header, the one your proxies write
+// (X-Forwarded-For by default; Forwarded with WithHeader). Never both: most
+// proxies append to X-Forwarded-For and pass a client's own Forwarded header
+// through untouched, so preferring whichever is present would let a client
+// behind the proxy choose its identity. The chain is walked from the right
+// (the entries the trusted proxies wrote) to the first address that is not
+// a trusted proxy: that is the client. Entries left of it are the client's
+// own text and are never parsed; an unparsable entry right of it — a broken
+// proxy chain — falls back to the socket peer, never to a guess.
 package forwarded
 
 import (
@@ -17,8 +25,36 @@ import (
 	"strings"
 )
 
-// Trusted is a set of proxy networks. The zero value trusts nobody.
-type Trusted struct{ prefixes []netip.Prefix }
+// Trusted is a set of proxy networks and the header they write the client
+// address into. The zero value trusts nobody.
+type Trusted struct {
+	prefixes []netip.Prefix
+	header   string // "" means X-Forwarded-For
+}
+
+// Header names for WithHeader.
+const (
+	XForwardedFor = "X-Forwarded-For"
+	Forwarded     = "Forwarded"
+)
+
+// WithHeader returns a copy of t that reads client addresses from header:
+// XForwardedFor (the default) or Forwarded (RFC 7239 for=).
+func (t *Trusted) WithHeader(header string) (*Trusted, error) {
+	var c Trusted
+	if t != nil {
+		c = *t
+	}
+	switch {
+	case header == "" || strings.EqualFold(header, XForwardedFor):
+		c.header = XForwardedFor
+	case strings.EqualFold(header, Forwarded):
+		c.header = Forwarded
+	default:
+		return nil, fmt.Errorf("forwarded header %q must be %s or %s", header, XForwardedFor, Forwarded)
+	}
+	return &c, nil
+}
 
 // ParseTrusted parses CIDRs ("10.0.0.0/8") or single addresses.
 func ParseTrusted(cidrs []string) (Trusted, error) {
@@ -81,85 +117,61 @@ func Peer(r *http.Request) netip.Addr {
 const maxHops = 32
 
 // ClientAddr returns the address of the client of r: the socket peer, or —
-// when the peer is trusted — the right-most address in the forwarding chain
-// that is not a trusted proxy. Forwarded (RFC 7239) is preferred over
-// X-Forwarded-For when both are present.
+// when the peer is trusted — the right-most address of the configured
+// forwarding header that is not a trusted proxy.
 func (t *Trusted) ClientAddr(r *http.Request) netip.Addr {
 	peer := Peer(r)
 	if !peer.IsValid() || !t.Contains(peer) {
 		return peer
 	}
-	var chain []netip.Addr
-	var ok bool
-	if fw := r.Header.Values("Forwarded"); len(fw) > 0 {
-		chain, ok = forwardedFor(fw)
-	} else if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-		chain, ok = xForwardedFor(xff)
-	} else {
+	parse := parseNode
+	header := XForwardedFor
+	if t.header == Forwarded {
+		header, parse = Forwarded, forwardedNode
+	}
+	elems := lastElements(r.Header.Values(header), maxHops)
+	if len(elems) == 0 {
 		return peer
 	}
-	if !ok {
-		return peer
-	}
-	for i := len(chain) - 1; i >= 0; i-- {
-		if !t.Contains(chain[i]) {
-			return chain[i]
+	var leftmost netip.Addr
+	for i := len(elems) - 1; i >= 0; i-- {
+		a, ok := parse(strings.TrimSpace(elems[i]))
+		if !ok {
+			return peer // a hop our proxies wrote is broken: trust nothing in it
 		}
+		if !t.Contains(a) {
+			return a
+		}
+		leftmost = a
 	}
-	if len(chain) > 0 {
-		return chain[0] // every hop is trusted: the left-most is the origin
-	}
-	return peer
+	return leftmost // every hop is a trusted proxy: the left-most is the origin
 }
 
-// xForwardedFor parses "a, b, c" (possibly over several header lines).
-func xForwardedFor(values []string) ([]netip.Addr, bool) {
-	var out []netip.Addr
-	for _, v := range values {
-		for _, part := range strings.Split(v, ",") {
-			if len(out) >= maxHops {
-				return nil, false
-			}
-			a, ok := parseNode(strings.TrimSpace(part))
-			if !ok {
-				return nil, false
-			}
-			out = append(out, a)
+// lastElements returns at most n comma-separated elements from the end of
+// the header's lines, right-most last.
+func lastElements(lines []string, n int) []string {
+	var out []string
+	for i := len(lines) - 1; i >= 0 && len(out) < n; i-- {
+		parts := strings.Split(lines[i], ",")
+		for j := len(parts) - 1; j >= 0 && len(out) < n; j-- {
+			out = append(out, parts[j])
 		}
 	}
-	return out, len(out) > 0
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
 }
 
-// forwardedFor parses the for= parameters of RFC 7239 Forwarded elements.
-func forwardedFor(values []string) ([]netip.Addr, bool) {
-	var out []netip.Addr
-	for _, v := range values {
-		for _, elem := range strings.Split(v, ",") {
-			if len(out) >= maxHops {
-				return nil, false
-			}
-			found := false
-			for _, pair := range strings.Split(elem, ";") {
-				k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
-				if !ok {
-					return nil, false
-				}
-				if !strings.EqualFold(k, "for") {
-					continue
-				}
-				a, ok := parseNode(unquote(val))
-				if !ok {
-					return nil, false
-				}
-				out = append(out, a)
-				found = true
-			}
-			if !found {
-				return nil, false
-			}
+// forwardedNode reads the for= parameter of one RFC 7239 element.
+func forwardedNode(elem string) (netip.Addr, bool) {
+	for _, pair := range strings.Split(elem, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "for") {
+			return parseNode(unquote(strings.TrimSpace(v)))
 		}
 	}
-	return out, len(out) > 0
+	return netip.Addr{}, false
 }
 
 func unquote(s string) string {

@@ -3,6 +3,7 @@ package forwarded
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -16,7 +17,7 @@ func req(remote string, hdr ...string) *http.Request {
 }
 
 func TestClientAddr(t *testing.T) {
-	trusted, err := ParseTrusted([]string{"10.0.0.0/8", "2001:db8:ffff::/48", "192.0.2.1"})
+	trusted, err := New([]string{"10.0.0.0/8", "2001:db8:ffff::/48", "192.0.2.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,9 +38,9 @@ func TestClientAddr(t *testing.T) {
 		{"IPv6 XFF", req("10.1.2.3:80", "X-Forwarded-For", "[2001:db8:1::5]:443"), "2001:db8:1::5"},
 		{"trusted IPv6 proxy", req("[2001:db8:ffff::1]:80", "X-Forwarded-For", "2001:db8:2::9"), "2001:db8:2::9"},
 		{"single trusted address", req("192.0.2.1:80", "X-Forwarded-For", "198.51.100.8"), "198.51.100.8"},
-		{"Forwarded preferred", req("10.1.2.3:80", "Forwarded", `for=198.51.100.7;proto=https, for="[2001:db8:3::1]:80"`, "X-Forwarded-For", "6.6.6.6"), "2001:db8:3::1"},
-		{"Forwarded malformed falls back", req("10.1.2.3:80", "Forwarded", "for"), "10.1.2.3"},
-		{"Forwarded obfuscated node falls back", req("10.1.2.3:80", "Forwarded", "for=_hidden"), "10.1.2.3"},
+		{"a client's own Forwarded header is ignored", req("10.1.2.3:80", "Forwarded", "for=198.51.100.77", "X-Forwarded-For", "6.6.6.6"), "6.6.6.6"},
+		{"garbage left of the client is never parsed", req("10.1.2.3:80", "X-Forwarded-For", "garbage, 203.0.113.9"), "203.0.113.9"},
+		{"a long client-written prefix does not matter", req("10.1.2.3:80", "X-Forwarded-For", strings.Repeat("1.1.1.1, ", 100)+"203.0.113.9"), "203.0.113.9"},
 		{"v4-mapped peer", req("[::ffff:203.0.113.9]:1"), "203.0.113.9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,6 +48,34 @@ func TestClientAddr(t *testing.T) {
 				t.Errorf("ClientAddr = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestClientAddrFromForwarded(t *testing.T) {
+	base, _ := New([]string{"10.0.0.0/8"})
+	trusted, err := base.WithHeader("forwarded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		r    *http.Request
+		want string
+	}{
+		{"for= of the right-most untrusted element", req("10.1.2.3:80", "Forwarded", `for=198.51.100.7;proto=https, for="[2001:db8:3::1]:80"`), "2001:db8:3::1"},
+		{"X-Forwarded-For is ignored in this mode", req("10.1.2.3:80", "X-Forwarded-For", "6.6.6.6", "Forwarded", "for=198.51.100.7"), "198.51.100.7"},
+		{"trusted hops skipped", req("10.1.2.3:80", "Forwarded", "for=198.51.100.7, for=10.0.0.5;by=10.0.0.6"), "198.51.100.7"},
+		{"malformed element falls back", req("10.1.2.3:80", "Forwarded", "for"), "10.1.2.3"},
+		{"obfuscated node falls back", req("10.1.2.3:80", "Forwarded", "for=_hidden"), "10.1.2.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := trusted.ClientAddr(tc.r).String(); got != tc.want {
+				t.Errorf("ClientAddr = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	if _, err := base.WithHeader("X-Real-IP"); err == nil {
+		t.Fatal("an unsupported header was accepted")
 	}
 }
 
@@ -93,7 +122,8 @@ func FuzzClientAddr(f *testing.F) {
 	for _, s := range []string{"198.51.100.7", "1.1.1.1, 10.0.0.1", "[2001:db8::1]:80", "", ",,,", "for=1.2.3.4", `for="[::1]"`, "unknown", "1.2.3.4:99999"} {
 		f.Add(s, s)
 	}
-	trusted, _ := ParseTrusted([]string{"10.0.0.0/8", "::1/128"})
+	trusted, _ := New([]string{"10.0.0.0/8", "::1/128"})
+	viaForwarded, _ := trusted.WithHeader(Forwarded)
 	f.Fuzz(func(t *testing.T, xff, fwd string) {
 		r := req("10.0.0.9:1000", "X-Forwarded-For", xff)
 		got := trusted.ClientAddr(r)
@@ -101,7 +131,7 @@ func FuzzClientAddr(f *testing.F) {
 			t.Fatalf("invalid client address for XFF %q", xff)
 		}
 		r2 := req("10.0.0.9:1000", "Forwarded", fwd)
-		if !trusted.ClientAddr(r2).IsValid() {
+		if !trusted.ClientAddr(r2).IsValid() || !viaForwarded.ClientAddr(r2).IsValid() {
 			t.Fatalf("invalid client address for Forwarded %q", fwd)
 		}
 		if untrusted := trusted.ClientAddr(req("203.0.113.1:1", "X-Forwarded-For", xff)); untrusted.String() != "203.0.113.1" {
