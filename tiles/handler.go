@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/paulmach/orb/maptile"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/problem"
@@ -87,8 +88,10 @@ type Handler struct {
 	// Observer, if set, counts cache results.
 	Observer Observer
 
-	infoMu sync.Mutex
-	info   map[*Layer]LayerInfo // Describe results, kept once they succeed
+	infoMu     sync.Mutex
+	info       map[*Layer]LayerInfo // Describe results, kept once they succeed
+	infoFailed map[*Layer]time.Time // when Describe last failed, to back off
+	describing singleflight.Group   // one Describe per layer at a time
 }
 
 // Route vars the handler reads (see server's router).
@@ -261,7 +264,13 @@ func (h *Handler) observe(result string) {
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p := problem.From(err)
 	level := slog.LevelWarn
-	if p.Code == problem.Internal {
+	switch {
+	case r.Context().Err() != nil:
+		// The client hung up (or the write deadline passed): not a server
+		// fault, and nobody reads this response.
+		p = &problem.Error{Code: problem.Unavailable, Detail: "request cancelled", Err: err}
+		level = slog.LevelInfo
+	case p.Code == problem.Internal:
 		level = slog.LevelError
 	}
 	h.logger().LogAttrs(r.Context(), level, "tile failed",

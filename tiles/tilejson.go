@@ -113,12 +113,19 @@ func clampBounds(b [4]float64) [4]float64 {
 	return b
 }
 
+// describeBackoff is how long a failed Describe is not retried: TileJSON is
+// unpriced, so a failing (slow) Describe must not be something a client can
+// make the database do on every request.
+const describeBackoff = 30 * time.Second
+
 // describe returns the layer's info, asking the Describer the first time
-// and keeping the answer once it succeeds. While the database cannot
-// answer, it gives WorldBounds and String fields (and logs why).
+// and keeping the answer once it succeeds. Concurrent first requests share
+// one Describe; after a failure, the fallback (WorldBounds and String
+// fields) is served for describeBackoff before the database is asked again.
 func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
 	h.infoMu.Lock()
 	info, ok := h.info[l]
+	failedAt := h.infoFailed[l]
 	h.infoMu.Unlock()
 	if ok {
 		return info
@@ -127,22 +134,38 @@ func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
 	for _, p := range l.Properties {
 		fallback.Fields[p] = "String"
 	}
-	if h.Describer == nil {
+	if h.Describer == nil || (!failedAt.IsZero() && time.Since(failedAt) < describeBackoff) {
 		return fallback
 	}
-	info, err := h.Describer.Describe(ctx, l)
+	v, err, _ := h.describing.Do(l.Name, func() (any, error) {
+		// Not the request's context: the answer is shared, and one caller
+		// hanging up must not fail it for the others. Describe bounds its
+		// own queries with statement timeouts.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.StatementTimeout+renderGrace)
+		defer cancel()
+		info, err := h.Describer.Describe(dctx, l)
+		h.infoMu.Lock()
+		defer h.infoMu.Unlock()
+		if err != nil {
+			if h.infoFailed == nil {
+				h.infoFailed = make(map[*Layer]time.Time)
+			}
+			h.infoFailed[l] = time.Now()
+			return nil, err
+		}
+		if h.info == nil {
+			h.info = make(map[*Layer]LayerInfo)
+		}
+		h.info[l] = info
+		delete(h.infoFailed, l)
+		return info, nil
+	})
 	if err != nil {
 		h.logger().LogAttrs(ctx, slog.LevelWarn, "describe layer failed; TileJSON uses world bounds",
-			slog.String("layer", l.Name), slog.Any("err", err))
+			slog.String("layer", l.Name), slog.Any("err", err), slog.Duration("retry_in", describeBackoff))
 		return fallback
 	}
-	h.infoMu.Lock()
-	if h.info == nil {
-		h.info = make(map[*Layer]LayerInfo)
-	}
-	h.info[l] = info
-	h.infoMu.Unlock()
-	return info
+	return v.(LayerInfo)
 }
 
 // tileJSON is a TileJSON 3.0.0 document

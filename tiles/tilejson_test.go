@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/tiles"
@@ -183,7 +185,8 @@ func TestTileJSONErrors(t *testing.T) {
 }
 
 // When the database cannot describe a layer, TileJSON still answers (with
-// the world's bounds), and asks again next time.
+// the world's bounds), and does not ask again for a while: TileJSON is
+// unpriced, so a failing Describe must not run on every request.
 func TestTileJSONDescribeFails(t *testing.T) {
 	t.Parallel()
 	d := &fakeDescriber{err: errors.New("database down")}
@@ -197,8 +200,8 @@ func TestTileJSONDescribeFails(t *testing.T) {
 	if !slices.Equal(doc.Bounds, func() []float64 { w := tiles.WorldBounds(); return w[:] }()) || doc.VectorLayers[0].Fields["rank"] != "String" {
 		t.Errorf("fallback: bounds %v, fields %v", doc.Bounds, doc.VectorLayers[0].Fields)
 	}
-	if n := d.calls.Load(); n != 2 {
-		t.Errorf("Describe called %d times, want 2: a failure is not remembered", n)
+	if n := d.calls.Load(); n != 1 {
+		t.Errorf("Describe called %d times, want 1: a failure is remembered (backoff)", n)
 	}
 }
 
@@ -299,4 +302,41 @@ func TestIndex(t *testing.T) {
 	if d.calls.Load() != 0 {
 		t.Error("the catalog asked the database")
 	}
+}
+
+// Concurrent first requests for a layer's TileJSON share one Describe.
+func TestTileJSONDescribeCoalesced(t *testing.T) {
+	t.Parallel()
+	d := &slowDescriber{release: make(chan struct{})}
+	h := metaHandler(t, d, nil)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/tiles/places.json", nil))
+			if w.Code != http.StatusOK {
+				t.Errorf("%d %s", w.Code, w.Body)
+			}
+		})
+	}
+	for d.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the others arrive and join
+	close(d.release)
+	wg.Wait()
+	if n := d.calls.Load(); n != 1 {
+		t.Fatalf("Describe ran %d times for 8 concurrent requests, want 1", n)
+	}
+}
+
+type slowDescriber struct {
+	release chan struct{}
+	calls   atomic.Int32
+}
+
+func (s *slowDescriber) Describe(ctx context.Context, l *tiles.Layer) (tiles.LayerInfo, error) {
+	s.calls.Add(1)
+	<-s.release
+	return tiles.LayerInfo{Bounds: tiles.WorldBounds(), Fields: map[string]string{}}, nil
 }
