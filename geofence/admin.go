@@ -68,6 +68,10 @@ func (k adminKeys) AllowAdmin(r *http.Request) bool {
 func (h *Handler) admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.admins.AllowAdmin(r) {
+			if h.refuse != nil {
+				h.refuse(w, r)
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="geotoll admin"`)
 			problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: "fence admin needs an admin API key (X-API-Key or Authorization: Bearer)"})
 			return

@@ -59,6 +59,14 @@ type Authorizer interface {
 	AllowAdmin(r *http.Request) bool
 }
 
+// AdminRefuser, when the Options.Admin authorizer also implements it,
+// answers a refused admin call itself: server.Toll charges the caller's
+// failed-auth bucket, so guessing admin keys ends in 429 like guessing any
+// key.
+type AdminRefuser interface {
+	RefuseAdmin(w http.ResponseWriter, r *http.Request)
+}
+
 // eitherAdmin admits whom either authorizer admits.
 type eitherAdmin [2]Authorizer
 
@@ -97,6 +105,7 @@ type Handler struct {
 	gate    Gate
 	log     *slog.Logger
 	onWrite func()
+	refuse  func(http.ResponseWriter, *http.Request) // nil: a plain 401
 }
 
 // NewHandler validates o and returns the handler.
@@ -130,7 +139,7 @@ func NewHandler(o Options) (*Handler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log, onWrite: o.OnWrite}, nil
+	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log, onWrite: o.OnWrite, refuse: refuserOf(o.Admin)}, nil
 }
 
 // Catalog returns the searchable layers.
@@ -440,4 +449,11 @@ func (h *Handler) wrote() {
 	if h.onWrite != nil {
 		h.onWrite()
 	}
+}
+
+func refuserOf(a Authorizer) func(http.ResponseWriter, *http.Request) {
+	if rf, ok := a.(AdminRefuser); ok {
+		return rf.RefuseAdmin
+	}
+	return nil
 }

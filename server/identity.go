@@ -107,3 +107,10 @@ func (t *Toll) AllowAdmin(r *http.Request) bool {
 	k, ok := t.Keys.Lookup(key)
 	return ok && k.Admin
 }
+
+// RefuseAdmin implements geofence.AdminRefuser: a refused admin call costs
+// the caller's IP one failed-auth token (401, then 429 once they run out).
+func (t *Toll) RefuseAdmin(w http.ResponseWriter, r *http.Request) {
+	caller := Caller{Tier: FailedAuthTier, Identity: "ip:" + bucketIP(t.Proxies.ClientAddr(r))}
+	t.refuseKey(w, r, caller, Price{Route: "admin", Zoom: -1})
+}

@@ -444,3 +444,19 @@ func TestTollAllowAdmin(t *testing.T) {
 		})
 	}
 }
+
+func TestTollRefuseAdminCharges(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	codes := []int{}
+	for i := 0; i < 4; i++ { // failed-auth capacity 3
+		r := httptest.NewRequest(http.MethodPost, "/geofences", nil)
+		r.RemoteAddr = "192.0.2.9:1"
+		r.Header.Set("X-API-Key", "guess")
+		w := httptest.NewRecorder()
+		toll.RefuseAdmin(w, r)
+		codes = append(codes, w.Code)
+	}
+	if codes[0] != 401 || codes[2] != 401 || codes[3] != 429 {
+		t.Fatalf("admin guesses answered %v, want 401 ×3 then 429", codes)
+	}
+}
