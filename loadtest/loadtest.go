@@ -142,7 +142,7 @@ type Report struct {
 	StatusCodes map[string]int
 	P50, P95    time.Duration
 	P99, Max    time.Duration
-	Tokens      float64 // sum of X-Request-Cost
+	Tokens      float64 // sum of X-Request-Cost over admitted (< 400) responses
 	CacheHits   int
 	Errors      []string
 }
@@ -181,7 +181,9 @@ loop:
 				break loop
 			}
 			m.Add(r)
-			if c, err := strconv.ParseFloat(r.Headers.Get("X-Request-Cost"), 64); err == nil {
+			// A refusal carries the price it would have cost, but
+			// nothing was charged: count admitted responses only.
+			if c, err := strconv.ParseFloat(r.Headers.Get("X-Request-Cost"), 64); err == nil && r.Code > 0 && r.Code < 400 {
 				rep.Tokens += c
 			}
 			if r.Headers.Get("X-Cache") == "HIT" {

@@ -83,7 +83,7 @@ func TestRunCountsCostsAndCodes(t *testing.T) {
 	if rep.StatusCodes["200"]+rep.StatusCodes["429"] != got || rep.StatusCodes["429"] != got/4 {
 		t.Fatalf("status codes %v for %d requests", rep.StatusCodes, got)
 	}
-	if rep.Tokens != 1.5*float64(got) || rep.CacheHits != got/4 {
+	if rep.Tokens != 1.5*float64(rep.StatusCodes["200"]) || rep.CacheHits != got/4 {
 		t.Fatalf("tokens %v, cache hits %d for %d requests", rep.Tokens, rep.CacheHits, got)
 	}
 	var sb strings.Builder
