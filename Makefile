@@ -5,6 +5,7 @@
 #                integration tests required (GEOTOLL_REQUIRE_SERVICES=1)
 #   make lint    gofmt + go vet
 #   make fuzz    every Fuzz target for FUZZTIME each
+#   make chaos   the fault-injection suite (chaos/), with its table of results
 #   make bench   benchmarks, with the test services
 #
 # DATABASE_URL / REDIS_URL exported in your environment point at existing
@@ -23,6 +24,7 @@ SERVICES := scripts/services.sh
 LISTEN ?= :8080
 FUZZTIME ?= 20s
 TEST_TIMEOUT ?= 15m
+CHAOS_TIMEOUT ?= 10m
 
 # Shell prelude that exports the services' URLs: GEOTOLL_ADMIN_DATABASE_URL,
 # GEOTOLL_READ_DATABASE_URL, GEOTOLL_TEST_DATABASE_URL,
@@ -33,7 +35,7 @@ SERVICES_ENV = eval "$$($(SERVICES) env)"
 # Redis, and missing services fail instead of skip.
 TEST_ENV = $(SERVICES_ENV); export GEOTOLL_REQUIRE_SERVICES=1
 
-.PHONY: all build services services-down run testdb browser-deps test lint fuzz bench clean
+.PHONY: all build services services-down cluster run testdb browser-deps test lint fuzz chaos bench clean
 
 all: lint test
 
@@ -44,7 +46,13 @@ services:
 	$(SERVICES) up
 
 services-down:
+	$(SERVICES) cluster-down
 	$(SERVICES) down
+
+# A 3-master Redis Cluster on 127.0.0.1:57001-57003: the throttle's Redis
+# tests run against it as well as against the single Redis.
+cluster:
+	$(SERVICES) cluster-up
 
 run: services build
 	$(SERVICES_ENV); \
@@ -54,7 +62,7 @@ run: services build
 		exec $(BIN) serve
 
 # Migrate and seed the test database (owner role) before the tests run.
-testdb: services build
+testdb: services cluster build
 	$(SERVICES_ENV); \
 	export GEOTOLL_ADMIN_DATABASE_URL="$$GEOTOLL_TEST_DATABASE_URL" DATABASE_URL="$$GEOTOLL_TEST_READ_DATABASE_URL"; \
 	$(BIN) migrate; \
@@ -88,6 +96,15 @@ fuzz:
 		echo "fuzz: $$pkg $$name for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) "$$pkg" </dev/null; \
 	done <<<"$$targets"
+
+# The fault-injection suite: it starts its own PostgreSQL, Redis, Redis
+# Cluster and geotoll processes on free loopback ports (never the services
+# above, which only install the packages it needs), breaks them, prints a
+# table of expected and observed, and fails on any failed row. It runs in
+# `make test` too, as part of go test ./...
+chaos: services build
+	GEOTOLL_REQUIRE_SERVICES=1 GEOTOLL_CHAOS_BIN="$(CURDIR)/$(BIN)" \
+		$(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./chaos | grep -v '^=== RUN'
 
 bench: testdb
 	$(TEST_ENV); \

@@ -92,6 +92,10 @@ type Store struct {
 	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
 	// database timed out or could not be reached.
 	RetryAfter int
+	// AcquireTimeout, when positive, bounds the wait for a pooled
+	// connection: a database that does not answer, or a pool whose every
+	// connection is busy, gives a 503 after this instead of a hang.
+	AcquireTimeout time.Duration
 }
 
 // NewStore returns a Store over pool. For reads the pool should connect as
@@ -219,7 +223,15 @@ func scanFeatures(rows pgx.Rows) ([]Feature, error) {
 // read runs one query in a READ ONLY transaction after SET LOCAL
 // statement_timeout and jit = off, both sent in one batch (one round trip).
 func (s *Store) read(ctx context.Context, timeout time.Duration, sql string, args []any, scan func(pgx.Rows) error) error {
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return s.classify(ctx, err)
+	}
+	defer conn.Release()
+	request := ctx
+	ctx, cancel := answerDeadline(ctx, timeout)
+	defer cancel()
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		batch.Queue(setLocalSQL, millis(timeout))
 		batch.Queue(sql, args...)
@@ -240,7 +252,7 @@ func (s *Store) read(ctx context.Context, timeout time.Duration, sql string, arg
 		return br.Close()
 	})
 	if err != nil {
-		return s.classify(ctx, err)
+		return s.classify(request, err)
 	}
 	return nil
 }
@@ -248,16 +260,53 @@ func (s *Store) read(ctx context.Context, timeout time.Duration, sql string, arg
 // write runs fn in a read-write transaction whose first statement sets
 // statement_timeout and jit off locally.
 func (s *Store) write(ctx context.Context, fn func(pgx.Tx) error) error {
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	conn, err := s.acquire(ctx)
+	if err != nil {
+		return s.classify(ctx, err)
+	}
+	defer conn.Release()
+	request := ctx
+	// Several statements run under the timeout: allow for each.
+	ctx, cancel := answerDeadline(ctx, 3*s.Timeout)
+	defer cancel()
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, setLocalSQL, millis(s.Timeout)); err != nil {
 			return err
 		}
 		return fn(tx)
 	})
 	if err != nil {
-		return s.classify(ctx, err)
+		return s.classify(request, err)
 	}
 	return nil
+}
+
+// answerGrace is how long past its statement timeout a query may go
+// unanswered before the client gives up on the database.
+const answerGrace = time.Second
+
+// acquire waits at most AcquireTimeout (when positive) for a pooled
+// connection.
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	if s.AcquireTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.AcquireTimeout)
+		defer cancel()
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("no database connection within %s: %w", s.AcquireTimeout, err)
+	}
+	return conn, nil
+}
+
+// answerDeadline bounds a transaction whose statements run under
+// statementTimeout by that timeout plus answerGrace.
+func answerDeadline(ctx context.Context, statementTimeout time.Duration) (context.Context, context.CancelFunc) {
+	if statementTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, statementTimeout+answerGrace)
 }
 
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -5,6 +5,9 @@
 #   scripts/services.sh down   stop what this script started
 #   scripts/services.sh status print what runs
 #   scripts/services.sh env    print `export` lines for the Makefile / your shell
+#   scripts/services.sh cluster-up    start a 3-master Redis Cluster on loopback
+#                              (ports 57001-57003, no persistence; idempotent)
+#   scripts/services.sh cluster-down  stop it and remove its state
 #
 # `up` picks, in order:
 #   * DATABASE_URL set  -> no PostgreSQL is started (that server is used);
@@ -20,6 +23,9 @@
 #                       traversable by the postgres user when run as root
 #   GEOTOLL_PG_PORT     PostgreSQL port (default 55432), 127.0.0.1 only
 #   GEOTOLL_REDIS_PORT  Redis port (default 56379), 127.0.0.1 only
+#   GEOTOLL_REDIS_CLUSTER_PORT  first port of the Redis Cluster (default
+#                       57001; the masters use it and the next two, their
+#                       cluster bus the ports 10000 below)
 #   GEOTOLL_NO_DOCKER   set to anything to never use docker
 #   GEOTOLL_WAIT_SECONDS how long to wait for a service to answer (default 30)
 #
@@ -33,6 +39,8 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 STATE=${GEOTOLL_STATE_DIR:-/tmp/geotoll-services}
 PG_PORT=${GEOTOLL_PG_PORT:-55432}
 REDIS_PORT=${GEOTOLL_REDIS_PORT:-56379}
+CLUSTER_PORT=${GEOTOLL_REDIS_CLUSTER_PORT:-57001}
+CLUSTER_DIR=$STATE/cluster
 WAIT_SECONDS=${GEOTOLL_WAIT_SECONDS:-30}
 
 PG_VERSION=15
@@ -377,6 +385,115 @@ redis_down() {
 	rm -f "$REDIS_PIDFILE"
 }
 
+# ---------------------------------------------------------- redis cluster ---
+
+# The masters' ports: CLUSTER_PORT and the next two.
+cluster_ports() { echo "$CLUSTER_PORT" $((CLUSTER_PORT + 1)) $((CLUSTER_PORT + 2)); }
+
+# cluster_node_pid PORT: the pid of the cluster node this script started on
+# PORT, if it still runs.
+cluster_node_pid() {
+	local file=$CLUSTER_DIR/$1/redis.pid pid
+	[[ -f $file ]] || return 1
+	pid=$(tr -dc '0-9' <"$file")
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
+	[[ $(cat "/proc/$pid/comm" 2>/dev/null) == redis-server* ]] || return 1
+	echo "$pid"
+}
+
+cluster_node_ready() {
+	[[ $(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null) == PONG ]]
+}
+
+# cluster_ok: every master answers and reports cluster_state:ok.
+cluster_ok() {
+	local port
+	command -v redis-cli >/dev/null 2>&1 || return 1
+	for port in $(cluster_ports); do
+		redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+	done
+}
+
+cluster_addrs() {
+	local port out=()
+	for port in $(cluster_ports); do out+=("127.0.0.1:$port"); done
+	(
+		IFS=,
+		echo "${out[*]}"
+	)
+}
+
+cluster_up() {
+	check_port GEOTOLL_REDIS_CLUSTER_PORT "$CLUSTER_PORT"
+	check_port GEOTOLL_REDIS_CLUSTER_PORT "$((CLUSTER_PORT + 2))"
+	if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+		apt_install redis-server redis-tools
+	fi
+	mkdir -p "$CLUSTER_DIR"
+	local port dir
+	for port in $(cluster_ports); do
+		dir=$CLUSTER_DIR/$port
+		if cluster_node_pid "$port" >/dev/null; then
+			continue
+		fi
+		if port_in_use "$port"; then
+			die "127.0.0.1:$port is taken by something that is not this script's Redis Cluster; stop it or set GEOTOLL_REDIS_CLUSTER_PORT"
+		fi
+		mkdir -p "$dir"
+		log "starting Redis Cluster node on 127.0.0.1:$port (state $dir)"
+		# The cluster bus listens on another port: port+10000 by default, which
+		# does not exist above 55535, so ours sit 10000 below instead.
+		local bus=$((port + 10000))
+		((bus <= 65535)) || bus=$((port - 10000))
+		redis-server --bind 127.0.0.1 --port "$port" --cluster-port "$bus" --cluster-enabled yes \
+			--cluster-config-file "$dir/nodes.conf" --cluster-node-timeout 2000 \
+			--save '' --appendonly no --daemonize yes \
+			--pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir" ||
+			{
+				tail_log "$dir/redis.log"
+				die "redis-server did not start on port $port"
+			}
+		wait_for "Redis Cluster node on 127.0.0.1:$port" "$dir/redis.log" cluster_node_ready "$port"
+	done
+	if cluster_ok; then
+		log "Redis Cluster is up on $(cluster_addrs)"
+		return 0
+	fi
+	# Fresh nodes know only themselves: join them, with all 16384 slots
+	# spread over the three masters.
+	local known
+	known=$(redis-cli -h 127.0.0.1 -p "$CLUSTER_PORT" cluster info | tr -d '\r' | sed -n 's/^cluster_known_nodes://p')
+	if [[ $known == 1 ]]; then
+		log "creating the Redis Cluster (3 masters, no replicas)"
+		local -a nodes=()
+		for port in $(cluster_ports); do nodes+=("127.0.0.1:$port"); done
+		redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$CLUSTER_DIR/create.log" 2>&1 || {
+			tail_log "$CLUSTER_DIR/create.log"
+			die "redis-cli --cluster create failed"
+		}
+	fi
+	wait_for "Redis Cluster on $(cluster_addrs) (cluster_state:ok)" "$CLUSTER_DIR/create.log" cluster_ok
+	log "Redis Cluster is up on $(cluster_addrs)"
+}
+
+cluster_down() {
+	local port pid i
+	for port in $(cluster_ports); do
+		if pid=$(cluster_node_pid "$port"); then
+			log "stopping Redis Cluster node 127.0.0.1:$port (pid $pid)"
+			kill "$pid"
+			for ((i = 0; i < 40; i++)); do
+				kill -0 "$pid" 2>/dev/null || break
+				sleep 0.25
+			done
+			if kill -0 "$pid" 2>/dev/null; then
+				kill -9 "$pid" 2>/dev/null || true
+			fi
+		fi
+	done
+	rm -rf "$CLUSTER_DIR"
+}
+
 # --------------------------------------------------------------- commands ---
 
 cmd_up() {
@@ -466,6 +583,12 @@ cmd_status() {
 		echo "redis:      stopped"
 		rc=1
 	fi
+	# The cluster is optional (cluster-up): it never makes status fail.
+	if cluster_ok; then
+		echo "cluster:    running on $(cluster_addrs)"
+	else
+		echo "cluster:    not running (scripts/services.sh cluster-up)"
+	fi
 	return "$rc"
 }
 
@@ -498,6 +621,12 @@ cmd_env() {
 	emit GEOTOLL_TEST_READ_DATABASE_URL "$test_read"
 	emit GEOTOLL_REDIS_URL "${GEOTOLL_REDIS_URL:-$redis}"
 	emit GEOTOLL_TEST_REDIS_URL "${GEOTOLL_TEST_REDIS_URL:-$redis}"
+	# Only when a cluster answers (cluster-up), or one was named.
+	if [[ -n ${GEOTOLL_TEST_REDIS_CLUSTER_ADDRS:-} ]]; then
+		emit GEOTOLL_TEST_REDIS_CLUSTER_ADDRS "$GEOTOLL_TEST_REDIS_CLUSTER_ADDRS"
+	elif cluster_ok; then
+		emit GEOTOLL_TEST_REDIS_CLUSTER_ADDRS "$(cluster_addrs)"
+	fi
 }
 
 main() {
@@ -507,8 +636,10 @@ main() {
 	down) cmd_down ;;
 	status) cmd_status ;;
 	env) cmd_env ;;
-	-h | --help | help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
-	*) die "unknown command '$cmd' (use up, down, status or env)" ;;
+	cluster-up) cluster_up ;;
+	cluster-down) cluster_down ;;
+	-h | --help | help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+	*) die "unknown command '$cmd' (use up, down, status, env, cluster-up or cluster-down)" ;;
 	esac
 }
 

@@ -12,6 +12,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -98,6 +99,9 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz runs every check concurrently and answers 200 only if all pass.
+// A check that returns a *DegradedError passes with its detail: the
+// dependency is down, but the process serves without it (e.g. Redis with
+// fail_mode local).
 func readyz(checks map[string]Check, timeout time.Duration) http.Handler {
 	if timeout <= 0 {
 		timeout = 2 * time.Second
@@ -121,6 +125,11 @@ func readyz(checks map[string]Check, timeout time.Duration) http.Handler {
 				err := checks[name](ctx)
 				mu.Lock()
 				defer mu.Unlock()
+				var degraded *DegradedError
+				if errors.As(err, &degraded) {
+					detail[name] = degraded.Error()
+					return
+				}
 				if err != nil {
 					status = http.StatusServiceUnavailable
 					detail[name] = "down: " + err.Error()

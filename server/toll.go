@@ -99,8 +99,15 @@ type Toll struct {
 	FailMode FailMode
 	Fallback throttle.Store
 	Replicas int
-	Observer Observer
-	Logger   *slog.Logger
+	// ProbeInterval (default 500 ms): after a Store failure, budget calls
+	// follow FailMode without asking Store for this long; then one request
+	// probes it. A dead Redis so costs one Timeout per interval, and a
+	// recovered one is back in use within one interval (see LimiterHealth).
+	ProbeInterval time.Duration
+	Observer      Observer
+	Logger        *slog.Logger
+
+	lim breaker
 }
 
 // MaxCost is the largest price any request can have.
@@ -257,19 +264,26 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 	if tier.MaxInFlight > 0 {
 		ask.Slot = &throttle.Slot{Key: throttle.SlotKey(key), ID: slotID(r), Max: tier.MaxInFlight, TTL: t.inFlightTTL()}
 	}
-	ans, err := t.admit(r.Context(), ask)
+	ans, granted, err := t.admit(r.Context(), ask)
 	if err != nil {
 		t.observe(tier.Name, p, LimiterFailure)
-		t.logger().LogAttrs(r.Context(), slog.LevelWarn, "budget unavailable",
-			slog.String("tier", tier.Name), slog.Any("err", err))
+		// A failing store is logged once, when it starts failing (see
+		// breaker); a client that hung up is routine.
+		if level := slog.LevelWarn; !errors.Is(err, errStoreFailing) {
+			if r.Context().Err() != nil {
+				level = slog.LevelDebug
+			}
+			t.logger().LogAttrs(r.Context(), level, "budget unavailable",
+				slog.String("tier", tier.Name), slog.Any("err", err))
+		}
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 		return false
 	}
 	res := ans.Results[0]
 	setBudgetHeaders(w.Header(), tier, res)
 	if ans.Admitted {
-		if ask.Slot != nil {
-			holdSlot(r, t, *ask.Slot)
+		if ask.Slot != nil && granted != nil {
+			holdSlot(r, t, granted, *ask.Slot)
 		}
 		t.observe(tier.Name, p, Admitted)
 		return true
@@ -305,13 +319,16 @@ func (t *Toll) inFlightTTL() time.Duration {
 	return time.Minute
 }
 
-// admit runs ask on Store, bounded by Timeout, with FailMode when it fails.
-func (t *Toll) admit(ctx context.Context, ask throttle.Ask) (throttle.Answer, error) {
-	sctx, cancel := context.WithTimeout(ctx, t.timeout())
-	ans, err := t.Store.Admit(sctx, ask)
-	cancel()
-	if err == nil || ctx.Err() != nil {
-		return ans, err
+// admit runs ask on Store, bounded by Timeout, with FailMode when it fails
+// (or the breaker keeps Store out of the way). granted is the store that
+// holds the ask's slot, nil when none does (fail_mode open).
+func (t *Toll) admit(ctx context.Context, ask throttle.Ask) (ans throttle.Answer, granted throttle.Store, err error) {
+	fallback, err := t.onStore(ctx, func(sctx context.Context) (err error) {
+		ans, err = t.Store.Admit(sctx, ask)
+		return err
+	})
+	if !fallback {
+		return ans, t.Store, err
 	}
 	switch t.FailMode {
 	case FailOpen:
@@ -319,7 +336,7 @@ func (t *Toll) admit(ctx context.Context, ask throttle.Ask) (throttle.Answer, er
 		for _, sp := range ask.Spends {
 			ans.Results = append(ans.Results, throttle.Result{Allowed: true, Cost: sp.Cost, Remaining: sp.Limit.Capacity, Limit: sp.Limit})
 		}
-		return ans, nil
+		return ans, nil, nil
 	case FailLocal:
 		local := ask
 		local.Spends = make([]throttle.Spend, len(ask.Spends))
@@ -327,9 +344,10 @@ func (t *Toll) admit(ctx context.Context, ask throttle.Ask) (throttle.Answer, er
 			sp.Limit = t.localLimit(sp.Limit)
 			local.Spends[i] = sp
 		}
-		return t.Fallback.Admit(ctx, local)
+		ans, err = t.Fallback.Admit(ctx, local)
+		return ans, t.Fallback, err
 	}
-	return ans, err
+	return throttle.Answer{}, nil, t.errStoreDown()
 }
 
 // refuseKey answers an unknown or revoked key: 401, charged 1 token to the
@@ -457,11 +475,12 @@ func (t *Toll) timeout() time.Duration {
 
 // spend asks the Store, bounded by Timeout, and applies FailMode when it
 // fails. A request whose own context is done is refused, never failed over.
-func (t *Toll) spend(ctx context.Context, key string, limit throttle.Limit, cost float64) (throttle.Result, error) {
-	sctx, cancel := context.WithTimeout(ctx, t.timeout())
-	res, err := t.Store.Spend(sctx, key, limit, cost)
-	cancel()
-	if err == nil || ctx.Err() != nil {
+func (t *Toll) spend(ctx context.Context, key string, limit throttle.Limit, cost float64) (res throttle.Result, err error) {
+	fallback, err := t.onStore(ctx, func(sctx context.Context) (err error) {
+		res, err = t.Store.Spend(sctx, key, limit, cost)
+		return err
+	})
+	if !fallback {
 		return res, err
 	}
 	switch t.FailMode {
@@ -470,15 +489,16 @@ func (t *Toll) spend(ctx context.Context, key string, limit throttle.Limit, cost
 	case FailLocal:
 		return t.Fallback.Spend(ctx, key, t.localLimit(limit), cost)
 	}
-	return res, err
+	return throttle.Result{}, t.errStoreDown()
 }
 
 // peek reads a bucket, with the same fallback as spend.
-func (t *Toll) peek(ctx context.Context, key string, limit throttle.Limit) (throttle.Result, error) {
-	sctx, cancel := context.WithTimeout(ctx, t.timeout())
-	res, err := t.Store.Peek(sctx, key, limit)
-	cancel()
-	if err == nil || ctx.Err() != nil {
+func (t *Toll) peek(ctx context.Context, key string, limit throttle.Limit) (res throttle.Result, err error) {
+	fallback, err := t.onStore(ctx, func(sctx context.Context) (err error) {
+		res, err = t.Store.Peek(sctx, key, limit)
+		return err
+	})
+	if !fallback {
 		return res, err
 	}
 	switch t.FailMode {
@@ -487,7 +507,7 @@ func (t *Toll) peek(ctx context.Context, key string, limit throttle.Limit) (thro
 	case FailLocal:
 		return t.Fallback.Peek(ctx, key, t.localLimit(limit))
 	}
-	return res, err
+	return throttle.Result{}, t.errStoreDown()
 }
 
 func (t *Toll) localLimit(l throttle.Limit) throttle.Limit {

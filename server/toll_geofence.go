@@ -37,4 +37,5 @@ func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
 func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.Demand) bool {
 	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1})
 }
+
 var _ geofence.AdminRefuser = (*Toll)(nil)

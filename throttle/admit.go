@@ -134,7 +134,11 @@ func (s *RedisStore) Admit(ctx context.Context, ask Ask) (Answer, error) {
 	if ans.Admitted {
 		return ans, nil
 	}
-	// Undo what was granted, in one more round trip.
+	// Undo what was granted, in one more round trip. It runs on a context of
+	// its own: a refund lost because the request's short budget ran out
+	// would charge a refused request.
+	ctx, cancel := undoContext(ctx)
+	defer cancel()
 	undo := p.Pipeline()
 	var refunds []int
 	for i, sp := range ask.Spends {
@@ -175,7 +179,7 @@ func (s *RedisStore) pipeline(ctx context.Context, p pipeliner, ask Ask) ([]*red
 	}
 	parts := make([]part, 0, len(ask.Spends)+1)
 	for _, sp := range ask.Spends {
-		parts = append(parts, part{s.script, sp.Key, []any{formatFloat(sp.Limit.Rate), formatFloat(sp.Limit.Capacity), formatFloat(sp.Cost), "spend"}})
+		parts = append(parts, part{s.script, sp.Key, s.spendArgs(ctx, sp.Limit, sp.Cost, "spend")})
 	}
 	if sl := ask.Slot; sl != nil {
 		parts = append(parts, part{inflightScript, sl.Key, []any{"acquire", sl.ID,
@@ -201,6 +205,8 @@ func (s *RedisStore) pipeline(ctx context.Context, p pipeliner, ask Ask) ([]*red
 	}
 	// Some part failed (Redis down, OOM…): undo the parts that went through,
 	// as far as Redis lets us, and report the failure.
+	uctx, cancel := undoContext(ctx)
+	defer cancel()
 	undo := p.Pipeline()
 	for i, sp := range ask.Spends {
 		if o, err := parseReply(cmds[i].Val(), sp.Limit.Capacity); cmds[i].Err() == nil && err == nil && o.Allowed {
@@ -210,8 +216,18 @@ func (s *RedisStore) pipeline(ctx context.Context, p pipeliner, ask Ask) ([]*red
 	if sl := ask.Slot; sl != nil && cmds[len(cmds)-1].Err() == nil {
 		inflightScript.EvalSha(ctx, undo, []string{sl.Key}, "release", sl.ID)
 	}
-	_, _ = undo.Exec(ctx)
+	_, _ = undo.Exec(uctx)
 	return nil, fmt.Errorf("throttle: admit: %w", failed)
+}
+
+// undoTimeout bounds the round trip that refunds the granted parts of a
+// refused or failed Ask.
+const undoTimeout = time.Second
+
+// undoContext is the context of a refund: not cancelled with the request
+// (whose short budget may be spent), bounded by undoTimeout.
+func undoContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 }
 
 func parseSlotReply(v any) (bool, int, error) {

@@ -7,18 +7,20 @@ import (
 	"time"
 )
 
-// admitters runs a test against the in-process store and the real Redis.
+// admitters runs a test against the in-process store, the real Redis and
+// the real Redis Cluster.
 func admitters(t *testing.T, run func(t *testing.T, a Store, key func(string) string)) {
 	t.Run("memory", func(t *testing.T) {
 		s := NewMemoryStore(MemoryOptions{})
 		run(t, s, func(id string) string { return BucketKey("mem", "test", id) })
 	})
 	t.Run("redis", func(t *testing.T) {
-		f := newRedisFixture(t)
-		run(t, f.store, func(id string) string {
-			k := f.key(id)
-			f.t.Cleanup(func() { f.rdb.Del(context.Background(), SlotKey(k)) })
-			return k
+		forEachRedis(t, func(t *testing.T, f *redisFixture) {
+			run(t, f.store, func(id string) string {
+				k := f.key(id)
+				f.t.Cleanup(func() { f.rdb.Del(context.Background(), SlotKey(k)) })
+				return k
+			})
 		})
 	})
 }
@@ -175,49 +177,51 @@ func TestAdmitConcurrentCapAndAccounting(t *testing.T) {
 }
 
 func TestRefundToMissingBucketCreatesNothing(t *testing.T) {
-	f := newRedisFixture(t)
-	k := f.key("never-spent")
-	if _, err := f.store.Refund(context.Background(), k, slow, 5); err != nil {
-		t.Fatal(err)
-	}
-	if f.exists(k) {
-		t.Fatal("a refund created a bucket")
-	}
-	m := NewMemoryStore(MemoryOptions{})
-	if _, err := m.Refund(context.Background(), "k", slow, 5); err != nil || m.size() != 0 {
-		t.Fatalf("memory refund created a bucket: %v %d", err, m.size())
-	}
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		k := f.key("never-spent")
+		if _, err := f.store.Refund(context.Background(), k, slow, 5); err != nil {
+			t.Fatal(err)
+		}
+		if f.exists(k) {
+			t.Fatal("a refund created a bucket")
+		}
+		m := NewMemoryStore(MemoryOptions{})
+		if _, err := m.Refund(context.Background(), "k", slow, 5); err != nil || m.size() != 0 {
+			t.Fatalf("memory refund created a bucket: %v %d", err, m.size())
+		}
+	})
 }
 
 func TestAdmitNoScriptRecovery(t *testing.T) {
-	f := newRedisFixture(t)
-	ctx := context.Background()
-	if err := f.rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	k, g := f.key("a"), f.key("g")
-	f.t.Cleanup(func() { f.rdb.Del(ctx, SlotKey(k)) })
-	a, err := f.store.Admit(ctx, Ask{Spends: []Spend{{k, slow, 1}, {g, slow, 1}}, Slot: &Slot{Key: SlotKey(k), ID: "x", Max: 1, TTL: time.Second}})
-	if err != nil || !a.Admitted {
-		t.Fatalf("admit after SCRIPT FLUSH: %+v %v", a, err)
-	}
-	// Only one of the two scripts missing: the part that ran is not run again.
-	if err := f.rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.store.script.Load(ctx, f.rdb).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.store.Release(ctx, Slot{Key: SlotKey(k), ID: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	f.rdb.ScriptFlush(ctx)
-	f.store.script.Load(ctx, f.rdb)
-	a, err = f.store.Admit(ctx, Ask{Spends: []Spend{{k, slow, 1}, {g, slow, 1}}, Slot: &Slot{Key: SlotKey(k), ID: "y", Max: 1, TTL: time.Second}})
-	if err != nil || !a.Admitted {
-		t.Fatalf("admit with inflight.lua missing: %+v %v", a, err)
-	}
-	if r, _ := f.store.Peek(ctx, k, slow); !approxEq(r.Remaining, 98) {
-		t.Fatalf("bucket holds %v after two admits, want 98 (no double charge)", r.Remaining)
-	}
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		ctx := context.Background()
+		if err := f.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		k, g := f.key("a"), f.key("g")
+		f.t.Cleanup(func() { f.rdb.Del(ctx, SlotKey(k)) })
+		a, err := f.store.Admit(ctx, Ask{Spends: []Spend{{k, slow, 1}, {g, slow, 1}}, Slot: &Slot{Key: SlotKey(k), ID: "x", Max: 1, TTL: time.Second}})
+		if err != nil || !a.Admitted {
+			t.Fatalf("admit after SCRIPT FLUSH: %+v %v", a, err)
+		}
+		// Only one of the two scripts missing: the part that ran is not run again.
+		if err := f.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.store.script.Load(ctx, f.rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.store.Release(ctx, Slot{Key: SlotKey(k), ID: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		f.rdb.ScriptFlush(ctx)
+		f.store.script.Load(ctx, f.rdb)
+		a, err = f.store.Admit(ctx, Ask{Spends: []Spend{{k, slow, 1}, {g, slow, 1}}, Slot: &Slot{Key: SlotKey(k), ID: "y", Max: 1, TTL: time.Second}})
+		if err != nil || !a.Admitted {
+			t.Fatalf("admit with inflight.lua missing: %+v %v", a, err)
+		}
+		if r, _ := f.store.Peek(ctx, k, slow); !approxEq(r.Remaining, 98) {
+			t.Fatalf("bucket holds %v after two admits, want 98 (no double charge)", r.Remaining)
+		}
+	})
 }

@@ -6,6 +6,11 @@
 -- ARGV[3]  cost      tokens to withdraw: 0 < cost <= capacity ("spend"),
 --                    or to give back ("refund"); ignored by "peek"
 -- ARGV[4]  mode      "spend", "peek" or "refund"
+-- ARGV[5]  not_after optional, "spend" only: Unix time in seconds after which
+--                    the spend must do nothing. The caller has given up by
+--                    then and may have charged a fallback bucket instead; a
+--                    spend that waited in a paused Redis's socket buffer must
+--                    not charge a second time when Redis resumes.
 --
 -- "refund" undoes a spend whose request was refused elsewhere (by the global
 -- bucket or the in-flight cap): it adds cost back, capped at capacity. A
@@ -58,6 +63,16 @@ end
 -- refills the bucket from the same clock, however far apart their own drift.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+
+if mode == 'spend' and ARGV[5] ~= nil and ARGV[5] ~= '' then
+  local not_after
+  not_after, err = number(5, 'not_after')
+  if not not_after then return redis.error_reply(err) end
+  if now > not_after then
+    -- Nothing is read or written: the caller stopped waiting for this answer.
+    return redis.error_reply('GEOTOLL_LATE geotoll bucket: the spend reached Redis after its deadline; nothing was charged')
+  end
+end
 
 local key = KEYS[1]
 local state = redis.call('HMGET', key, 'tokens', 'ts')

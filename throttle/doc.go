@@ -64,6 +64,11 @@
 //     round-trip.
 //   - The reply is checked element by element: a malformed reply is an
 //     error, never a panic.
+//   - A spend under a context deadline carries that deadline plus
+//     [RedisStore.ClockSkew]; the script drops a spend that arrives later
+//     (error GEOTOLL_LATE). Its caller has given up by then and may have
+//     charged a fallback bucket: a spend left in a paused Redis's socket
+//     buffer must not charge a second time when Redis resumes.
 //
 // [MemoryStore] runs the same algorithm in process, for a single instance
 // without Redis or as a fallback when Redis fails. The arithmetic (refill,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,7 +20,20 @@ var bucketLua string
 type RedisStore struct {
 	rdb    redis.Scripter
 	script *redis.Script
+
+	// ClockSkew is how far Redis's clock may run ahead of this process's;
+	// 0 means DefaultClockSkew. A spend whose context has a deadline carries
+	// that deadline plus ClockSkew, and bucket.lua does nothing for a spend
+	// that reaches Redis later than that: its caller has stopped waiting and
+	// may have charged a fallback bucket instead (e.g. the spend sat in a
+	// paused Redis's socket buffer), so applying it would charge twice. A
+	// clock skew above this bound makes spends fail (and so fall back), which
+	// is visible; it never loses or doubles a charge.
+	ClockSkew time.Duration
 }
+
+// DefaultClockSkew is RedisStore.ClockSkew when left 0.
+const DefaultClockSkew = time.Second
 
 var _ Store = (*RedisStore)(nil)
 
@@ -45,9 +59,22 @@ func (s *RedisStore) Peek(ctx context.Context, key string, limit Limit) (Result,
 	return s.run(ctx, key, limit, 0, "peek")
 }
 
+// spendArgs are bucket.lua's arguments for one call; a spend under a context
+// deadline carries its not_after (see ClockSkew).
+func (s *RedisStore) spendArgs(ctx context.Context, limit Limit, cost float64, mode string) []any {
+	args := []any{formatFloat(limit.Rate), formatFloat(limit.Capacity), formatFloat(cost), mode}
+	if d, ok := ctx.Deadline(); ok && mode == "spend" {
+		skew := s.ClockSkew
+		if skew <= 0 {
+			skew = DefaultClockSkew
+		}
+		args = append(args, formatFloat(float64(d.Add(skew).UnixMicro())/1e6))
+	}
+	return args
+}
+
 func (s *RedisStore) run(ctx context.Context, key string, limit Limit, cost float64, mode string) (Result, error) {
-	v, err := s.script.Run(ctx, s.rdb, []string{key},
-		formatFloat(limit.Rate), formatFloat(limit.Capacity), formatFloat(cost), mode).Result()
+	v, err := s.script.Run(ctx, s.rdb, []string{key}, s.spendArgs(ctx, limit, cost, mode)...).Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("throttle: %s %q: %w", mode, key, err)
 	}

@@ -21,6 +21,10 @@ type Store struct {
 	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
 	// database timed out or could not be reached.
 	RetryAfter int
+	// AcquireTimeout, when positive, bounds the wait for a pooled
+	// connection: a database that does not answer, or a pool whose every
+	// connection is busy, gives a 503 after this instead of a hang.
+	AcquireTimeout time.Duration
 	// Observer, if set, times each layer's query.
 	Observer Observer
 }
@@ -46,7 +50,17 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 	}
 	env := Envelope(t)
 	var tile []byte
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	conn, err := acquire(ctx, s.pool, s.AcquireTimeout)
+	if err != nil {
+		return nil, s.classify(ctx, err)
+	}
+	defer conn.Release()
+	request := ctx
+	// PostgreSQL enforces the statement timeout itself; one that does not
+	// answer at all (paused, partitioned) is given up on shortly after.
+	ctx, cancel := answerDeadline(ctx, timeout)
+	defer cancel()
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// set_config(…, true) is SET LOCAL with a bound value. It rides in
 		// the same batch as the layer queries: one round trip for all.
 		batch := &pgx.Batch{}
@@ -84,9 +98,36 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 		return br.Close()
 	})
 	if err != nil {
-		return nil, s.classify(ctx, err)
+		return nil, s.classify(request, err)
 	}
 	return tile, nil
+}
+
+// answerGrace is how long past its statement timeout a query may go
+// unanswered before the client gives up on the database.
+const answerGrace = time.Second
+
+// acquire waits at most timeout (when positive) for a pooled connection.
+func acquire(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) (*pgxpool.Conn, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("no database connection within %s: %w", timeout, err)
+	}
+	return conn, nil
+}
+
+// answerDeadline bounds a transaction whose statements run under
+// statementTimeout by that timeout plus answerGrace.
+func answerDeadline(ctx context.Context, statementTimeout time.Duration) (context.Context, context.CancelFunc) {
+	if statementTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, statementTimeout+answerGrace)
 }
 
 // Query-cancel SQLSTATE: statement_timeout and cancel requests alike.

@@ -44,16 +44,39 @@ type DatabaseConfig struct {
 	MaxConns int32  `yaml:"max_conns"`
 	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
 	RetryAfter int `yaml:"retry_after"`
+	// AcquireTimeout bounds the wait for a pooled connection: a database
+	// that does not answer (stopped, paused) or a pool whose every
+	// connection is busy gives 503 + Retry-After after this, never a hang.
+	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
+	// ConnectTimeout bounds opening one connection (when the URL has no
+	// connect_timeout).
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 }
 
 // RedisConfig configures the shared budget store.
 type RedisConfig struct {
-	// URL of Redis (env REDIS_URL). Empty: buckets live in this process
-	// (single-instance mode).
-	URL      string        `yaml:"url"`
-	Timeout  time.Duration `yaml:"timeout"`   // bound of one budget call on the hot path
-	FailMode string        `yaml:"fail_mode"` // open | closed | local
-	Replicas int           `yaml:"replicas"`  // geotoll processes sharing the budget (fail_mode local)
+	// URL of Redis (env REDIS_URL). Empty, and no Addrs: buckets live in
+	// this process (single-instance mode).
+	URL string `yaml:"url"`
+	// Addrs are the seed nodes of a Redis Cluster (with Cluster) or the
+	// Sentinels (with MasterName), instead of URL.
+	Addrs      []string `yaml:"addrs"`
+	Cluster    bool     `yaml:"cluster"`
+	MasterName string   `yaml:"master_name"`
+	Username   string   `yaml:"username"` // with Addrs (a URL carries its own)
+	Password   string   `yaml:"password"`
+
+	Timeout     time.Duration `yaml:"timeout"`      // bound of one budget call on the hot path
+	DialTimeout time.Duration `yaml:"dial_timeout"` // bound of one connection attempt
+	FailMode    string        `yaml:"fail_mode"`    // open | closed | local
+	Replicas    int           `yaml:"replicas"`     // geotoll processes sharing the budget (fail_mode local)
+	// ProbeInterval: after a failure, budgets follow fail_mode for this
+	// long before one request tries Redis again.
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+	// MaxClockSkew is how far Redis's clock may run ahead of geotoll's; a
+	// spend reaching Redis later than its deadline plus this is not charged
+	// (its request already fell back).
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 }
 
 // HTTPConfig bounds the HTTP server.
@@ -67,6 +90,10 @@ type HTTPConfig struct {
 	// TrustedProxies are the CIDRs whose X-Forwarded-For / Forwarded
 	// headers are believed; from anyone else they are ignored.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ForwardedHeader is the one header the trusted proxies write the client
+	// address into: X-Forwarded-For (default) or Forwarded. The other is
+	// ignored, so a client cannot pick its identity with it.
+	ForwardedHeader string `yaml:"forwarded_header"`
 	// CORS lets web pages on other origins call the API.
 	CORS CORSConfig `yaml:"cors"`
 }
@@ -167,8 +194,9 @@ func DefaultConfig() Config {
 		Listen:    ":8080",
 		LogLevel:  "info",
 		LogFormat: "json",
-		Database:  DatabaseConfig{MaxConns: 16, RetryAfter: 2},
-		Redis:     RedisConfig{Timeout: 50 * time.Millisecond, FailMode: "local", Replicas: 1},
+		Database:  DatabaseConfig{MaxConns: 16, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second},
+		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,
+			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second},
 		HTTP: HTTPConfig{
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
@@ -298,6 +326,7 @@ func (c Config) validate() error {
 	if err := c.validateTiles(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateResilience()...)
 	return errors.Join(errs...)
 }
 
@@ -332,6 +361,9 @@ func (c Config) toll() (*server.Toll, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http.trusted_proxies: %w", err)
 	}
+	if proxies, err = proxies.WithHeader(c.HTTP.ForwardedHeader); err != nil {
+		return nil, fmt.Errorf("http.forwarded_header: %w", err)
+	}
 	t := &server.Toll{
 		Prefix:       c.Throttle.Prefix,
 		Tiers:        make(map[string]server.Tier, len(c.Throttle.Tiers)),
@@ -355,6 +387,7 @@ func (c Config) toll() (*server.Toll, error) {
 		t.Global = &g
 	}
 	t.InFlightTTL = c.HTTP.WriteTimeout
+	t.ProbeInterval = c.Redis.ProbeInterval
 	for _, l := range c.Layers {
 		if l.Shadow {
 			t.ShadowLayers[l.Name] = true

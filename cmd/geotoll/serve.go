@@ -28,7 +28,7 @@ type Main struct {
 	Logger *slog.Logger
 
 	Pool    *pgxpool.Pool
-	Redis   *redis.Client // nil in single-instance mode
+	Redis   redis.UniversalClient // nil in single-instance mode
 	Handler http.Handler
 	Server  *http.Server
 
@@ -69,6 +69,7 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	pcfg.MaxConns = cfg.Database.MaxConns
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
+	cfg.Database.tunePool(pcfg)
 	if m.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
@@ -85,22 +86,13 @@ func (m *Main) Open(ctx context.Context) error {
 
 	local := throttle.NewMemoryStore(throttle.MemoryOptions{})
 	checks := map[string]server.Check{"postgres": m.Pool.Ping}
-	if cfg.Redis.URL == "" {
+	if !cfg.Redis.enabled() {
 		m.Logger.Warn("no Redis configured: budgets live in this process (single-instance mode)")
 		toll.Store = local
 		toll.Fallback = local // an in-process store does not fail; this keeps fail_mode valid
-	} else {
-		opt, err := redis.ParseURL(cfg.Redis.URL)
-		if err != nil {
-			return fmt.Errorf("redis url: %w", err)
-		}
-		// Without ContextTimeoutEnabled go-redis ignores context deadlines
-		// on the socket, and the hot-path timeout would not bound anything.
-		opt.ContextTimeoutEnabled = true
-		m.Redis = redis.NewClient(opt)
-		toll.Store = throttle.NewRedisStore(m.Redis)
-		toll.Fallback = local
-		checks["redis"] = func(ctx context.Context) error { return m.Redis.Ping(ctx).Err() }
+	} else if checks["redis"], err = m.openRedis(toll, local); err != nil {
+		m.Close()
+		return err
 	}
 	if err := toll.Validate(); err != nil {
 		return fmt.Errorf("throttle: %w", err)
@@ -111,6 +103,10 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	toll.Observer = metrics
+	if err := server.WatchLimiter(m.Registry, toll); err != nil {
+		m.Close()
+		return fmt.Errorf("metrics: %w", err)
+	}
 	tileHandler, err := m.openTiles(ctx, toll, toll.Proxies, metrics)
 	if err != nil {
 		m.Close()
@@ -162,6 +158,7 @@ func (m *Main) openGeofence(ctx context.Context, toll *server.Toll) (*geofence.H
 	reader := geofence.NewStore(m.Pool)
 	reader.Timeout = gc.StatementTimeout
 	reader.RetryAfter = m.Config.Database.RetryAfter
+	reader.AcquireTimeout = m.Config.Database.AcquireTimeout
 	o := geofence.Options{
 		Layers: gc.Layers, Limits: gc.Limits, AdminKeys: gc.AdminKeys,
 		// Fence admins: the configured admin keys, and database API keys
@@ -188,12 +185,14 @@ func (m *Main) openGeofence(ctx context.Context, toll *server.Toll) (*geofence.H
 		}
 		wcfg.MaxConns = 4 // admin traffic: a few writes at a time
 		wcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll-fence-admin"
+		m.Config.Database.tunePool(wcfg)
 		if m.FenceWriter, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 			return nil, fmt.Errorf("geofence writer database: %w", err)
 		}
 		writer := geofence.NewStore(m.FenceWriter)
 		writer.Timeout = gc.StatementTimeout
 		writer.RetryAfter = m.Config.Database.RetryAfter
+		writer.AcquireTimeout = m.Config.Database.AcquireTimeout
 		o.Writer = writer
 	} else {
 		m.Logger.Info("no geofence writer database: fence writes answer 503")

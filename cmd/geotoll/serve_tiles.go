@@ -67,6 +67,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	m.TileCache = cache
 	store := tiles.NewStore(m.Pool)
 	store.RetryAfter = cfg.Database.RetryAfter
+	store.AcquireTimeout = cfg.Database.AcquireTimeout
 	store.Observer = metrics
 	return &tiles.Handler{
 		Catalog: catalog, Store: store, Gate: gate, Logger: m.Logger,

@@ -6,6 +6,9 @@
 //	GEOTOLL_TEST_DATABASE_URL   a migrated and seeded PostGIS database (owner role)
 //	GEOTOLL_TEST_READ_DATABASE_URL  the same database as the read-only role
 //	GEOTOLL_TEST_REDIS_URL      a Redis server the tests may write to
+//	GEOTOLL_TEST_REDIS_CLUSTER_ADDRS  comma-separated seed addresses of a
+//	                            Redis Cluster the tests may write to
+//	                            (scripts/services.sh cluster-up)
 //
 // When a variable is unset, the test is skipped — unless
 // GEOTOLL_REQUIRE_SERVICES=1 or CI=true, in which case it fails. `make test`
@@ -19,6 +22,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,6 +120,41 @@ func Redis(t testing.TB) *redis.Client {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
 		t.Fatalf("testenv: ping Redis: %v", err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// RedisClusterAddrs returns the seed addresses of the test Redis Cluster
+// (GEOTOLL_TEST_REDIS_CLUSTER_ADDRS) or skips/fails the test.
+func RedisClusterAddrs(t testing.TB) []string {
+	t.Helper()
+	var addrs []string
+	for _, a := range strings.Split(os.Getenv("GEOTOLL_TEST_REDIS_CLUSTER_ADDRS"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		missing(t, "GEOTOLL_TEST_REDIS_CLUSTER_ADDRS")
+	}
+	return addrs
+}
+
+// RedisCluster connects to the test Redis Cluster; the client is closed when
+// the test ends. A cluster whose every master does not answer within 10 s
+// fails the test.
+func RedisCluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: RedisClusterAddrs(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		return c.Ping(ctx).Err()
+	})
+	if err != nil {
+		rdb.Close()
+		t.Fatalf("testenv: ping Redis Cluster: %v", err)
 	}
 	t.Cleanup(func() { rdb.Close() })
 	return rdb

@@ -1,0 +1,516 @@
+package chaos
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/geotoll/geotoll/throttle"
+)
+
+// redisConfig is baseConfig on one Redis with a fail mode.
+func redisConfig(s *sc, r *redisServer, mode string) config {
+	return baseConfig(s.env.pg).set("redis.url", r.url()).set("redis.fail_mode", mode).set("redis.replicas", 2)
+}
+
+// spend sends n sequential tile requests and returns how many were
+// admitted (2xx) and the slowest; any other answer is reported.
+func spend(s *sc, c *http.Client, g *geotoll, n int) (ok int, slowest time.Duration, bad []string) {
+	for i := 0; i < n; i++ {
+		r := get(c, g.tile("places"))
+		slowest = max(slowest, r.took)
+		if r.success() {
+			ok++
+		} else {
+			bad = append(bad, r.String())
+		}
+	}
+	return ok, slowest, bad
+}
+
+// untilRedisCharges sends a request every 100 ms (at most 40) until one is
+// charged in Redis — the bucket drops below before — and returns how long
+// that took and the replies (all but the last were decided without Redis).
+func untilRedisCharges(c *http.Client, g *geotoll, rdb redis.Cmdable, before float64) (time.Duration, []reply) {
+	start := time.Now()
+	var replies []reply
+	for i := 0; i < 40; i++ {
+		time.Sleep(100 * time.Millisecond)
+		replies = append(replies, get(c, g.tile("places")))
+		if tok, err := tokens(rdb, clientKey, 1000); err == nil && tok < before-0.5 {
+			return time.Since(start), replies
+		}
+	}
+	return -1, replies
+}
+
+func readyDetail(g *geotoll) (int, string) {
+	status, checks := g.readyz()
+	return status, checks["redis"]
+}
+
+// Redis killed with fail_mode local: requests go on against in-process
+// buckets at rate/replicas, degraded mode shows in /readyz, metrics and one
+// log line, and a restarted Redis (empty, no scripts cached) is used again
+// within about a second.
+func redisKilledLocal(s *sc) {
+	start := time.Now()
+	r := startRedis(s.t)
+	g := startGeotoll(s.t, s.env.bin, redisConfig(s, r, "local"))
+	rdb := r.client()
+	defer rdb.Close()
+	c := newClient(4)
+
+	n, _, bad := spend(s, c, g, 20)
+	tok, err := tokens(rdb, clientKey, 1000)
+	s.check("healthy: Redis bucket = capacity − admitted", n == 20 && err == nil && exact(tok, 1000-20, start),
+		"%d/20 admitted %v, Redis holds %.4f", n, bad, tok)
+
+	r.kill()
+	var local []reply
+	slowest := time.Duration(0)
+	for i := 0; i < 30; i++ {
+		rep := get(c, g.tile("places"))
+		local = append(local, rep)
+		slowest = max(slowest, rep.took)
+	}
+	served, lastRemaining := 0, -1
+	for _, rep := range local {
+		if rep.success() {
+			served++
+			lastRemaining = rep.remaining()
+		}
+	}
+	s.check("killed: every request served (2xx), each in < 1 s", served == 30 && slowest < time.Second,
+		"%d/30 2xx, slowest %v", served, slowest.Round(time.Millisecond))
+	s.check("local bucket (rate/replicas) charged once per request", lastRemaining == 1000-30,
+		"X-RateLimit-Remaining %d after 30 local admits (want 970)", lastRemaining)
+	status, detail := readyDetail(g)
+	s.check(`/readyz 200, redis "degraded: using local buckets"`, status == 200 && strings.HasPrefix(detail, "degraded: using local buckets"),
+		"%d %q", status, clip(detail, 70))
+	s.check("metric geotoll_limiter_degraded = 1", g.metric("geotoll_limiter_degraded") == 1,
+		"degraded %g, fallbacks %g", g.metric("geotoll_limiter_degraded"), g.metric("geotoll_limiter_fallbacks_total"))
+	s.check("one log line for the transition, not one per request", g.logCount("budget store failing: using local buckets") == 1,
+		"%d line(s) for 30 requests", g.logCount("budget store failing"))
+
+	r.start() // same port, empty, no scripts: NOSCRIPT on the first EVALSHA
+	back, replies := untilRedisCharges(c, g, rdb, 1000)
+	s.check("restarted: back on Redis within 1.5 s (NOSCRIPT → EVAL)", back >= 0 && back <= 1500*time.Millisecond && allSuccess(replies),
+		"first Redis charge %v after the restart; %d request(s) meanwhile, all 2xx: %v", back.Round(time.Millisecond), len(replies), allSuccess(replies))
+	n, _, bad = spend(s, c, g, 20)
+	tok, err = tokens(rdb, clientKey, 1000)
+	s.check("recovered: Redis bucket = capacity − admitted since", n == 20 && err == nil && exact(tok, 1000-21, start),
+		"%d/20 admitted %v, Redis holds %.4f (want 979)", n, bad, tok)
+	status, detail = readyDetail(g)
+	s.check(`recovered: /readyz "ok", degraded 0, logged once`,
+		status == 200 && detail == "ok" && g.metric("geotoll_limiter_degraded") == 0 && g.logCount("budget store recovered") == 1,
+		"%d %q, degraded %g, %d recovery line(s)", status, detail, g.metric("geotoll_limiter_degraded"), g.logCount("budget store recovered"))
+}
+
+// Redis killed with fail_mode closed (503) or open (admit, uncharged).
+func redisKilledStrict(s *sc, mode string) {
+	start := time.Now()
+	r := startRedis(s.t)
+	g := startGeotoll(s.t, s.env.bin, redisConfig(s, r, mode))
+	rdb := r.client()
+	defer rdb.Close()
+	c := newClient(4)
+	n, _, _ := spend(s, c, g, 10)
+
+	r.kill()
+	var replies []reply
+	slowest := time.Duration(0)
+	for i := 0; i < 20; i++ {
+		rep := get(c, g.tile("places"))
+		replies = append(replies, rep)
+		slowest = max(slowest, rep.took)
+	}
+	good := 0
+	for _, rep := range replies {
+		switch mode {
+		case "closed":
+			if rep.status == 503 && rep.header.Get("Retry-After") != "" && rep.header.Get("Content-Type") == "application/problem+json" {
+				good++
+			}
+		case "open":
+			if rep.success() && rep.remaining() == 1000 {
+				good++
+			}
+		}
+	}
+	status, detail := readyDetail(g)
+	if mode == "closed" {
+		s.check("killed: 503 + Retry-After problem, each in < 1 s", good == 20 && slowest < time.Second,
+			"%d/20 such answers (e.g. %s), slowest %v", good, clip(replies[0].String(), 60), slowest.Round(time.Millisecond))
+		s.check("/readyz 503, redis down", status == 503 && strings.HasPrefix(detail, "down: refusing with 503"), "%d %q", status, clip(detail, 70))
+	} else {
+		s.check("killed: admitted (2xx), uncharged (remaining = capacity)", good == 20 && slowest < time.Second,
+			"%d/20 such answers, slowest %v", good, slowest.Round(time.Millisecond))
+		s.check(`/readyz 200, redis "degraded: admitting without charging"`, status == 200 && strings.HasPrefix(detail, "degraded: admitting without charging"),
+			"%d %q", status, clip(detail, 70))
+	}
+	r.start()
+	back, replies := untilRedisCharges(c, g, rdb, 1000)
+	m, _, _ := spend(s, c, g, 10)
+	tok, err := tokens(rdb, clientKey, 1000)
+	s.check("restarted: back on Redis within 1.5 s; bucket = capacity − admitted since", back >= 0 && back <= 1500*time.Millisecond &&
+		err == nil && n == 10 && m == 10 && exact(tok, 1000-11, start),
+		"first Redis charge %v after the restart (%d requests meanwhile), then Redis holds %.4f (want 989)", back.Round(time.Millisecond), len(replies), tok)
+}
+
+func allSuccess(rs []reply) bool {
+	for _, r := range rs {
+		if !r.success() {
+			return false
+		}
+	}
+	return true
+}
+
+var errorstatLate = regexp.MustCompile(`errorstat_GEOTOLL_LATE:count=(\d+)`)
+
+// lateSpends is how many spends Redis dropped for arriving after their
+// deadline (bucket.lua's GEOTOLL_LATE error).
+func lateSpends(rdb *redis.Client) int {
+	info, _ := rdb.Info(context.Background(), "errorstats").Result()
+	if m := errorstatLate.FindStringSubmatch(info); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	return 0
+}
+
+// Redis paused: each budget call waits at most the 50 ms timeout, and only
+// one call per probe interval does; the spends left in the paused Redis's
+// socket buffers are dropped when it resumes (their callers were charged
+// locally), so nothing is charged twice.
+func redisPaused(s *sc) {
+	start := time.Now()
+	r := startRedis(s.t)
+	g := startGeotoll(s.t, s.env.bin, redisConfig(s, r, "local"))
+	rdb := r.client()
+	defer rdb.Close()
+	c := newClient(4)
+	n, _, _ := spend(s, c, g, 10)
+
+	r.pause()
+	pausedAt := time.Now()
+	var replies []reply
+	slowest := time.Duration(0)
+	for i := 0; i < 40; i++ {
+		rep := get(c, g.tile("places"))
+		replies = append(replies, rep)
+		slowest = max(slowest, rep.took)
+		time.Sleep(50 * time.Millisecond)
+	}
+	elapsed := time.Since(pausedAt)
+	storeErrors := g.metric("geotoll_limiter_store_errors_total")
+	bound := elapsed.Seconds()/0.5 + 2
+	s.check("paused: all served, each < 1 s; ≤ 1 Redis timeout per 500 ms probe interval",
+		allSuccess(replies) && slowest < time.Second && storeErrors <= bound,
+		"%d requests over %v: all 2xx %v, slowest %v, %g store timeouts (bound %.0f)",
+		len(replies), elapsed.Round(100*time.Millisecond), allSuccess(replies), slowest.Round(time.Millisecond), storeErrors, bound)
+	status, detail := readyDetail(g)
+	s.check(`/readyz 200 "degraded: using local buckets" while paused`, status == 200 && strings.HasPrefix(detail, "degraded: using local buckets"),
+		"%d %q", status, clip(detail, 70))
+
+	// Quiet for longer than timeout + max_clock_skew: every spend still in
+	// Redis's buffers is past its deadline when Redis resumes.
+	time.Sleep(1500 * time.Millisecond)
+	r.resume()
+	back, _ := untilRedisCharges(c, g, rdb, 1000-10)
+	m, _, _ := spend(s, c, g, 10)
+	tok, err := tokens(rdb, clientKey, 1000)
+	late := lateSpends(rdb)
+	s.check("resumed: back on Redis; stranded spends dropped, bucket = capacity − Redis-admitted",
+		back >= 0 && err == nil && n == 10 && m == 10 && exact(tok, 1000-21, start),
+		"back after %v; %d stranded spend(s) dropped as late; Redis holds %.4f (want 979)", back.Round(time.Millisecond), late, tok)
+	s.check("one degraded and one recovered log line", g.logCount("budget store failing") == 1 && g.logCount("budget store recovered") == 1,
+		"%d and %d", g.logCount("budget store failing"), g.logCount("budget store recovered"))
+}
+
+// SCRIPT FLUSH between requests: NOSCRIPT is handled (EVAL), no request
+// fails over and nothing is charged twice.
+func redisScriptFlush(s *sc) {
+	start := time.Now()
+	r := startRedis(s.t)
+	g := startGeotoll(s.t, s.env.bin, redisConfig(s, r, "closed"))
+	rdb := r.client()
+	defer rdb.Close()
+	c := newClient(8)
+	var mu sync.Mutex
+	admitted := 0
+	for round := 0; round < 3; round++ {
+		if round > 0 {
+			if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+				s.t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for i := 0; i < 20; i++ {
+			wg.Go(func() {
+				if get(c, g.tile("places")).success() {
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	tok, err := tokens(rdb, clientKey, 1000)
+	errs := g.metric("geotoll_limiter_store_errors_total")
+	s.check("2 × SCRIPT FLUSH under 60 concurrent requests: all 2xx, no store error", admitted == 60 && errs == 0,
+		"%d/60 2xx, %g store errors", admitted, errs)
+	s.check("bucket = capacity − admitted (no double charge)", err == nil && exact(tok, 1000-60, start),
+		"Redis holds %.4f (want 940)", tok)
+}
+
+// Redis out of memory (maxmemory reached, noeviction): writes fail with
+// OOM, so budgets fall back to local buckets and Redis is left as it was.
+func redisOOM(s *sc) {
+	start := time.Now()
+	r := startRedis(s.t)
+	g := startGeotoll(s.t, s.env.bin, redisConfig(s, r, "local"))
+	rdb := r.client()
+	defer rdb.Close()
+	c := newClient(4)
+	n, _, _ := spend(s, c, g, 10)
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	m, slowest, bad := spend(s, c, g, 10)
+	tok, _ := tokens(rdb, clientKey, 1000)
+	status, detail := readyDetail(g)
+	s.check("OOM: served from local buckets; Redis bucket untouched", m == 10 && exact(tok, 1000-10, start) && n == 10,
+		"%d/10 2xx %v (slowest %v), Redis holds %.4f (want 990)", m, bad, slowest.Round(time.Millisecond), tok)
+	s.check(`/readyz 200 "degraded: using local buckets (… OOM …)"`, status == 200 &&
+		strings.HasPrefix(detail, "degraded: using local buckets") && strings.Contains(detail, "OOM"), "%d %q", status, clip(detail[strings.Index(detail+"OOM", "OOM"):], 60))
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	back, _ := untilRedisCharges(c, g, rdb, 1000-10)
+	k, _, _ := spend(s, c, g, 10)
+	tok, err := tokens(rdb, clientKey, 1000)
+	s.check("memory freed: back on Redis within 1.5 s; bucket exact", back >= 0 && back <= 1500*time.Millisecond &&
+		err == nil && k == 10 && exact(tok, 1000-21, start),
+		"back after %v; Redis holds %.4f (want 979)", back.Round(time.Millisecond), tok)
+}
+
+// A client that hangs up while Redis hangs is denied: its request is not
+// failed over to a local bucket (nor counted as a Redis failure), and the
+// spend it left in Redis's buffer is not charged when Redis resumes.
+func redisHungCancelled(s *sc) {
+	start := time.Now()
+	r := startRedis(s.t)
+	// A long Redis timeout so the client can hang up while the toll waits.
+	cfg := redisConfig(s, r, "local").set("redis.timeout", "2s").set("redis.max_clock_skew", "200ms")
+	g := startGeotoll(s.t, s.env.bin, cfg)
+	rdb := r.client()
+	defer rdb.Close()
+	c := newClient(4)
+	n, _, _ := spend(s, c, g, 5)
+
+	r.pause()
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		do(ctx, c, http.MethodGet, g.tile("places"), nil, nil)
+		cancel()
+	}
+	// The server sees each hang-up at once; give the log a moment.
+	ok := waitFor(2*time.Second, func() bool {
+		return g.metric("geotoll_priced_requests_total", `outcome="limiter-failure"`) == 3
+	})
+	failures := g.metric("geotoll_priced_requests_total", `outcome="limiter-failure"`)
+	fallbacks := g.metric("geotoll_limiter_fallbacks_total")
+	storeErrs := g.metric("geotoll_limiter_store_errors_total")
+	s.check("3 clients hang up during a Redis hang: denied, not failed over", ok && fallbacks == 0 && storeErrs == 0,
+		"limiter-failure %g, fallback decisions %g, store errors %g", failures, fallbacks, storeErrs)
+	time.Sleep(2500 * time.Millisecond) // past timeout + max_clock_skew of the last one
+	r.resume()
+	m, _, _ := spend(s, c, g, 5)
+	tok, err := tokens(rdb, clientKey, 1000)
+	s.check("their stranded spends are not charged when Redis resumes", err == nil && n == 5 && m == 5 && exact(tok, 1000-10, start),
+		"%d dropped as late; Redis holds %.4f (want 990)", lateSpends(rdb), tok)
+}
+
+// Redis Cluster: the client bucket and the global budget (different hash
+// tags, so different slots) are spent in one pipelined round trip that
+// go-redis splits per master; refusals refund across masters; nothing hits
+// CROSSSLOT. fail_mode closed, so any cluster error would show as a 503.
+func redisCluster(s *sc) {
+	start := time.Now()
+	cl := startCluster(s.t)
+	cfg := baseConfig(s.env.pg).
+		set("redis.addrs", cl.addrs).set("redis.cluster", true).set("redis.fail_mode", "closed").
+		set("throttle.tiers.anonymous.max_in_flight", 64).
+		set("throttle.global", map[string]any{"rate": rate, "capacity": 50}).
+		set("throttle.weights.max_cost", 10) // below the global capacity
+	g := startGeotoll(s.t, s.env.bin, cfg)
+	rdb := cl.client()
+	defer rdb.Close()
+	ctx := context.Background()
+	globalKey := throttle.BucketKey("chaos", "global", "database")
+	masterOf := func(key string) string {
+		c, err := rdb.MasterForKey(ctx, key)
+		if err != nil {
+			return "?"
+		}
+		return c.Options().Addr
+	}
+
+	c := newClient(10)
+	var mu sync.Mutex
+	counts := map[string]int{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 10)
+	for i := 0; i < 100; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rep := get(c, g.tile("places"))
+			k := "other: " + clip(rep.String(), 80)
+			switch {
+			case rep.success():
+				k = "2xx"
+			case rep.status == 503 && strings.Contains(string(rep.body), `"global"`):
+				k = "503 global"
+			}
+			mu.Lock()
+			counts[k]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	s.check("100 requests, global budget 50: 50 × 2xx, 50 × 503 global, nothing else", counts["2xx"] == 50 && counts["503 global"] == 50 && len(counts) == 2,
+		"%v", counts)
+	ct, err1 := tokens(rdb, clientKey, 1000)
+	gt, err2 := tokens(rdb, globalKey, 50)
+	s.check("client bucket = capacity − admitted (refunds across masters); global = 0",
+		err1 == nil && err2 == nil && exact(ct, 1000-50, start) && exact(gt, 0, start),
+		"client %.4f on %s, global %.4f on %s", ct, masterOf(clientKey), gt, masterOf(globalKey))
+	held, err := rdb.ZCard(ctx, throttle.SlotKey(clientKey)).Result()
+	status, checks := g.readyz()
+	s.check("every in-flight slot released; /readyz ok (all masters)", err == nil && held == 0 && status == 200 && checks["redis"] == "ok",
+		"%d slot(s) held, readyz %d %q", held, status, checks["redis"])
+}
+
+// Redis Sentinel: geotoll finds the master through a Sentinel. When the
+// master dies, budgets fall back to local buckets until the Sentinel has
+// promoted the replica; then the buckets replicated to it are charged
+// again: the budget survives the failover.
+func redisSentinel(s *sc) {
+	start := time.Now()
+	master := startRedis(s.t)
+	replica := startRedis(s.t, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+	sentinel := startSentinel(s.t, master)
+	ctx := context.Background()
+	sen := redis.NewSentinelClient(&redis.Options{Addr: sentinel.addr(), DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+	defer sen.Close()
+	mc, rc := master.client(), replica.client()
+	defer mc.Close()
+	defer rc.Close()
+	synced := waitFor(20*time.Second, func() bool {
+		reps, err := sen.Replicas(ctx, "geotoll").Result()
+		info, _ := rc.Info(ctx, "replication").Result()
+		return err == nil && len(reps) == 1 && strings.Contains(info, "master_link_status:up")
+	})
+	if !synced {
+		s.t.Fatal("the replica never synced, or the Sentinel never saw it")
+	}
+	cfg := baseConfig(s.env.pg).set("redis.addrs", []string{sentinel.addr()}).set("redis.master_name", "geotoll").
+		set("redis.fail_mode", "local").set("redis.replicas", 2)
+	g := startGeotoll(s.t, s.env.bin, cfg)
+	c := newClient(4)
+	n, _, _ := spend(s, c, g, 10)
+	mc.Wait(ctx, 1, 2*time.Second) // replicated before the master dies
+	onMaster, err1 := tokens(mc, clientKey, 1000)
+	onReplica, err2 := tokens(rc, clientKey, 1000)
+	s.check("via Sentinel: master bucket = capacity − admitted, replicated", n == 10 && err1 == nil && err2 == nil &&
+		exact(onMaster, 990, start) && onReplica == onMaster,
+		"master %.4f, replica %.4f (want 990)", onMaster, onReplica)
+
+	master.kill()
+	killed := time.Now()
+	var promoted, charged time.Duration = -1, -1
+	var replies []reply
+	for i := 0; i < 150 && charged < 0; i++ { // at most 15 s
+		time.Sleep(100 * time.Millisecond)
+		replies = append(replies, get(c, g.tile("places")))
+		if addr, err := sen.GetMasterAddrByName(ctx, "geotoll").Result(); promoted < 0 && err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(replica.port) {
+			promoted = time.Since(killed)
+		}
+		if tok, err := tokens(rc, clientKey, 1000); err == nil && tok < onReplica-0.5 {
+			charged = time.Since(killed)
+		}
+	}
+	s.check("master killed: served meanwhile; the promoted replica is charged again",
+		allSuccess(replies) && promoted >= 0 && charged >= 0,
+		"replica promoted %v after the kill, charged %v after; %d requests meanwhile, all 2xx: %v",
+		promoted.Round(100*time.Millisecond), charged.Round(100*time.Millisecond), len(replies), allSuccess(replies))
+	m, _, _ := spend(s, c, g, 10)
+	tok, err := tokens(rc, clientKey, 1000)
+	s.check("the budget survived the failover: new master = 990 − admitted since", err == nil && m == 10 && exact(tok, 990-11, start),
+		"new master holds %.4f (want 979)", tok)
+}
+
+// Two geotoll processes share one Redis: 500 concurrent spends split
+// across both never admit more than capacity + refill × elapsed.
+func twoReplicas(s *sc) {
+	start := time.Now()
+	r := startRedis(s.t)
+	cfg := func() config {
+		return redisConfig(s, r, "closed").set("throttle.tiers.anonymous.capacity", 100)
+	}
+	gs := []*geotoll{startGeotoll(s.t, s.env.bin, cfg()), startGeotoll(s.t, s.env.bin, cfg())}
+	rdb := r.client()
+	defer rdb.Close()
+	c := newClient(50)
+	var mu sync.Mutex
+	admitted, refused := [2]int{}, 0
+	var others []string
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 50)
+	spendStart := time.Now()
+	for i := 0; i < 500; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rep := get(c, gs[i%2].base+"/tiles/places/14/8802/5373.mvt")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case rep.success():
+				admitted[i%2]++
+			case rep.status == 429:
+				refused++
+			default:
+				others = append(others, clip(rep.String(), 60))
+			}
+		})
+	}
+	wg.Wait()
+	total := admitted[0] + admitted[1]
+	bound := 100 + rate*time.Since(spendStart).Seconds()
+	s.check("500 concurrent spends over 2 processes: admitted ≤ capacity + refill × elapsed",
+		float64(total) <= bound && total == 100 && refused == 400 && len(others) == 0,
+		"admitted %d (%d + %d; bound %.3f), 429 × %d, other %v", total, admitted[0], admitted[1], bound, refused, others)
+	tok, err := tokens(rdb, clientKey, 100)
+	s.check("Redis bucket = capacity − admitted", err == nil && exact(tok, 100-float64(total), start),
+		"Redis holds %.4f (want %d)", tok, 100-total)
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}

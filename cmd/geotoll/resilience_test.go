@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+func loadResilienceYAML(t *testing.T, body string) (Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "geotoll.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := LoadConfig([]string{"-config", path}, env(nil))
+	return cfg, err
+}
+
+func TestRedisDeployments(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		client     any // the go-redis client type, nil when the config is refused
+	}{
+		{"one server", `redis: {url: "redis://127.0.0.1:6379/2"}`, &redis.Client{}},
+		{"cluster", `redis: {addrs: ["127.0.0.1:7001", "127.0.0.1:7002"], cluster: true}`, &redis.ClusterClient{}},
+		{"cluster from one seed", `redis: {addrs: ["127.0.0.1:7001"], cluster: true}`, &redis.ClusterClient{}},
+		{"sentinel", `redis: {addrs: ["127.0.0.1:26379"], master_name: mymaster}`, &redis.Client{}},
+		{"url and addrs", `redis: {url: "redis://x:1", addrs: ["y:2"], cluster: true}`, nil},
+		{"addrs without a kind", `redis: {addrs: ["y:2"]}`, nil},
+		{"cluster and sentinel", `redis: {addrs: ["y:2"], cluster: true, master_name: m}`, nil},
+		{"cluster without addrs", `redis: {cluster: true}`, nil},
+		{"zero probe interval", `redis: {url: "redis://x:1", probe_interval: 0s}`, nil},
+		{"slow probe interval", `redis: {url: "redis://x:1", probe_interval: 1m}`, nil},
+		{"zero acquire timeout", `database: {acquire_timeout: 0s}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := loadResilienceYAML(t, tc.yaml)
+			if tc.client == nil {
+				if err == nil {
+					t.Fatal("accepted")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb, err := cfg.Redis.client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			if got, want := typeName(rdb), typeName(tc.client); got != want {
+				t.Fatalf("client %s, want %s", got, want)
+			}
+		})
+	}
+	// Defaults: a short hot-path timeout, and a short probe interval so a
+	// recovered Redis is used again within about a second.
+	d := DefaultConfig()
+	if d.Redis.Timeout != 50*time.Millisecond || d.Redis.ProbeInterval > time.Second || d.Database.AcquireTimeout != time.Second {
+		t.Fatalf("defaults: %+v %+v", d.Redis, d.Database)
+	}
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case *redis.Client:
+		return "Client"
+	case *redis.ClusterClient:
+		return "ClusterClient"
+	}
+	return "other"
+}
+
+// serve on the test Redis Cluster: the client bucket and the global budget
+// (two hash tags, so two slots) are spent in one pipelined Ask.
+func TestEndToEndRedisCluster(t *testing.T) {
+	t.Parallel()
+	addrs := testenv.RedisClusterAddrs(t)
+	rdb := testenv.RedisCluster(t)
+	base, cfg := startServer(t, func(c *Config) {
+		c.Redis.URL = ""
+		c.Redis.Addrs, c.Redis.Cluster = addrs, true
+		c.Redis.FailMode = "closed" // a cluster error would be a 503, not a silent fallback
+		c.Redis.Timeout = 2 * time.Second
+		c.Throttle.Global = TierConfig{Rate: 0.001, Capacity: 200}
+		c.Throttle.Tiers["anonymous"] = TierConfig{Rate: 0.001, Capacity: 80, MaxInFlight: 8} // barely refills
+	})
+	ctx := context.Background()
+	client := throttle.BucketKey(cfg.Throttle.Prefix, "anonymous", "ip:127.0.0.1")
+	global := throttle.BucketKey(cfg.Throttle.Prefix, "global", "database")
+	t.Cleanup(func() { rdb.Del(context.Background(), client, global, throttle.SlotKey(client)) })
+	spent := 0.0
+	for i := 0; i < 3; i++ {
+		resp, body := get(t, base+"/tiles/places/10/550/335.mvt", "")
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, short(body))
+		}
+		var cost float64
+		if err := json.Unmarshal([]byte(resp.Header.Get("X-Request-Cost")), &cost); err != nil {
+			t.Fatal(err)
+		}
+		spent += cost
+	}
+	for key, capacity := range map[string]float64{client: 80, global: 200} {
+		v, err := rdb.HGet(ctx, key, "tokens").Float64()
+		// X-Request-Cost is rounded to 1e-3 tokens.
+		if err != nil || v < capacity-spent-0.002 || v > capacity-spent+0.01 {
+			t.Errorf("%s holds %v (%v), want %v", key, v, err, capacity-spent)
+		}
+	}
+	resp, body := get(t, base+"/readyz", "")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"redis":"ok"`) {
+		t.Fatalf("readyz: %d %s", resp.StatusCode, body)
+	}
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/geotoll/geotoll/server"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+// enabled reports whether a shared Redis is configured (else budgets live in
+// this process).
+func (c RedisConfig) enabled() bool { return c.URL != "" || len(c.Addrs) > 0 }
+
+// validateResilience checks the settings that bound failures: Redis and
+// PostgreSQL timeouts and the shape of the Redis deployment.
+func (c Config) validateResilience() []error {
+	var errs []error
+	r := c.Redis
+	for name, d := range map[string]time.Duration{
+		"redis.timeout": r.Timeout, "redis.dial_timeout": r.DialTimeout,
+		"redis.probe_interval": r.ProbeInterval, "redis.max_clock_skew": r.MaxClockSkew,
+		"database.acquire_timeout": c.Database.AcquireTimeout, "database.connect_timeout": c.Database.ConnectTimeout,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if r.ProbeInterval > 10*time.Second {
+		errs = append(errs, fmt.Errorf("redis.probe_interval %s: at most 10s, or a recovered Redis waits that long to be used", r.ProbeInterval))
+	}
+	switch {
+	case r.URL != "" && len(r.Addrs) > 0:
+		errs = append(errs, errors.New("redis: set url (one server) or addrs (cluster or sentinel), not both"))
+	case r.Cluster && r.MasterName != "":
+		errs = append(errs, errors.New("redis: cluster and master_name (sentinel) exclude each other"))
+	case (r.Cluster || r.MasterName != "") && len(r.Addrs) == 0:
+		errs = append(errs, errors.New("redis: cluster and master_name need addrs"))
+	case len(r.Addrs) > 0 && !r.Cluster && r.MasterName == "":
+		errs = append(errs, errors.New("redis: addrs name a cluster (cluster: true) or sentinels (master_name); for one server use url"))
+	}
+	return errs
+}
+
+// client opens the configured Redis as a UniversalClient: one server
+// (url), a Redis Cluster (addrs + cluster) or a Sentinel-managed master
+// (addrs + master_name). Budget keys are hash-tagged, so bucket.lua never
+// sees CROSSSLOT, and an Ask that spans slots is a pipeline go-redis splits
+// per node.
+//
+// Every call is bounded by its context (ContextTimeoutEnabled: without it
+// go-redis ignores context deadlines on the socket and the hot-path timeout
+// would bound nothing); dials and the pool wait are short, so a dead Redis
+// costs little, and go-redis's own retries run within the same deadline.
+func (c RedisConfig) client() (redis.UniversalClient, error) {
+	poolTimeout := max(c.Timeout, 100*time.Millisecond)
+	if c.URL != "" {
+		opt, err := redis.ParseURL(c.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis url: %w", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		// What the URL's query does not set.
+		if opt.DialTimeout == 0 {
+			opt.DialTimeout = c.DialTimeout
+		}
+		if opt.PoolTimeout == 0 {
+			opt.PoolTimeout = poolTimeout
+		}
+		if opt.ReadTimeout == 0 {
+			opt.ReadTimeout, opt.WriteTimeout = time.Second, time.Second // calls without a deadline
+		}
+		return redis.NewClient(opt), nil
+	}
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: c.Addrs, IsClusterMode: c.Cluster, MasterName: c.MasterName,
+		Username: c.Username, Password: c.Password,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           c.DialTimeout,
+		PoolTimeout:           poolTimeout,
+		ReadTimeout:           time.Second, // calls without a deadline
+		WriteTimeout:          time.Second,
+	}), nil
+}
+
+// openRedis makes Redis the toll's budget store, with the in-process store
+// as its fallback, and returns the readiness check of it.
+func (m *Main) openRedis(toll *server.Toll, local throttle.Store) (server.Check, error) {
+	rdb, err := m.Config.Redis.client()
+	if err != nil {
+		return nil, err
+	}
+	m.Redis = rdb
+	store := throttle.NewRedisStore(rdb)
+	store.ClockSkew = m.Config.Redis.MaxClockSkew
+	toll.Store, toll.Fallback = store, local
+	return toll.ReadyCheck(func(ctx context.Context) error { return pingRedis(ctx, rdb) }), nil
+}
+
+// pingRedis pings one server, or every master of a cluster.
+func pingRedis(ctx context.Context, rdb redis.UniversalClient) error {
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
+	}
+	return rdb.Ping(ctx).Err()
+}
+
+// tunePool bounds how long opening one PostgreSQL connection may take
+// (unless the URL says otherwise): a database that accepts TCP but never
+// answers (paused) must not hold pool slots for long.
+func (c DatabaseConfig) tunePool(pcfg *pgxpool.Config) {
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = c.ConnectTimeout
+	}
+}
