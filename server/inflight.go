@@ -34,13 +34,15 @@ type slotKey struct{}
 func withInFlight(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := &slotHolder{}
+		defer func() { // deferred: a handler that panics still frees its slot
+			h.mu.Lock()
+			slots, toll := h.slots, h.toll
+			h.mu.Unlock()
+			for _, s := range slots {
+				toll.release(r, s.store, s.slot)
+			}
+		}()
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), slotKey{}, h)))
-		h.mu.Lock()
-		slots, toll := h.slots, h.toll
-		h.mu.Unlock()
-		for _, s := range slots {
-			toll.release(r, s.store, s.slot)
-		}
 	})
 }
 

@@ -85,7 +85,9 @@ func New(o Options) http.Handler {
 		r.Handle("/", o.Web).Methods(http.MethodGet, http.MethodHead)
 		r.Handle("/web/{path:.*}", o.Web).Methods(http.MethodGet, http.MethodHead)
 	}
-	h := withAccessLog(o.Logger, o.CORS.wrap(r))
+	// withInFlight is innermost: slots a request acquired are released
+	// when its handler returns (or panics), before the access log line.
+	h := withAccessLog(o.Logger, o.CORS.wrap(withInFlight(r)))
 	if o.Metrics != nil {
 		h = o.Metrics.wrap(h)
 	}
