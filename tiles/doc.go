@@ -25,7 +25,7 @@
 //     (a counted flight: the shared query is cancelled only when the last
 //     waiter hangs up), and the [Renderer] draws the tile. [Store.Tile] runs one query per layer
 //     in a single READ ONLY transaction, in one round trip, under SET LOCAL
-//     statement_timeout (the largest of the layers' StatementTimeout) and
+//     statement_timeout (each layer's own StatementTimeout) and
 //     with JIT off. The request's context goes all the way down: a client
 //     that hangs up cancels its query in PostgreSQL. A query that hits its
 //     timeout is a 503 with Retry-After.

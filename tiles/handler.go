@@ -196,12 +196,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // query.
 const renderGrace = 5 * time.Second
 
-// statementTimeout is the timeout a render of layers runs under (as
-// Store.Tile sets it).
+// statementTimeout bounds a render of layers: Store.Tile runs them one
+// after another, each under its own statement timeout.
 func statementTimeout(layers []*Layer) time.Duration {
 	var d time.Duration
 	for _, l := range layers {
-		d = max(d, l.StatementTimeout)
+		d += l.StatementTimeout
 	}
 	return d
 }

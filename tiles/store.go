@@ -34,8 +34,9 @@ type Store struct {
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, RetryAfter: 2} }
 
 // Tile renders one tile with one MVT layer per entry of layers, in order,
-// inside one read-only transaction with SET LOCAL statement_timeout (the
-// largest of the layers' timeouts) and jit off. The result may be empty (no
+// inside one read-only transaction with jit off, each layer's query under
+// its own SET LOCAL statement_timeout (so a composite cannot lend a tight
+// layer the slack of a loose one). The result may be empty (no
 // features). ctx is the request's: a client that hangs up cancels the query.
 //
 // A statement timeout is a problem.Timeout (503 with Retry-After); an
@@ -44,9 +45,9 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 	if len(layers) == 0 {
 		return nil, problem.Malformed("layer", "no layer")
 	}
-	timeout := time.Duration(0)
+	timeout := time.Duration(0) // the whole transaction's: the layers run one after another
 	for _, l := range layers {
-		timeout = max(timeout, l.StatementTimeout)
+		timeout += l.StatementTimeout
 	}
 	env := Envelope(t)
 	var tile []byte
@@ -64,9 +65,10 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 		// set_config(…, true) is SET LOCAL with a bound value. It rides in
 		// the same batch as the layer queries: one round trip for all.
 		batch := &pgx.Batch{}
-		batch.Queue(`SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`,
-			strconv.FormatInt(timeout.Milliseconds(), 10))
+		batch.Queue(`SELECT set_config('jit', 'off', true)`)
 		for _, l := range layers {
+			batch.Queue(`SELECT set_config('statement_timeout', $1, true)`,
+				strconv.FormatInt(l.StatementTimeout.Milliseconds(), 10))
 			width := env.Max[0] - env.Min[0]
 			bufferM := width * float64(l.Buffer) / float64(l.Extent)
 			batch.Queue(l.sql, env.Min[0], env.Min[1], env.Max[0], env.Max[1],
@@ -81,6 +83,10 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 		// time between two results is (close to) the later query's time.
 		last := time.Now()
 		for _, l := range layers {
+			if _, err := br.Exec(); err != nil { // this layer's statement_timeout
+				br.Close()
+				return err
+			}
 			var part []byte
 			if err := br.QueryRow().Scan(&part); err != nil {
 				br.Close()

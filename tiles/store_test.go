@@ -441,11 +441,18 @@ func TestStoreStatementTimeout(t *testing.T) {
 	}
 	f.waitBackends(t, "none", func(n int) bool { return n == 0 })
 
-	// A composite tile gets the largest of its layers' timeouts: with the
-	// patient layer alongside, the slow one finishes.
-	_, decoded := render(t, store, resolve(t, cat, "slow,patient"), world)
-	if got := mvtNames(decoded); !slices.Equal(got, []string{"slow", "patient"}) || len(decoded[0].Features) != 4 {
-		t.Errorf("composite slow,patient: layers %v, want both with 4 features", got)
+	// In a composite tile each layer keeps its own timeout: a patient layer
+	// alongside does not lend the slow one its slack, in either order.
+	for _, list := range []string{"slow,patient", "patient,slow"} {
+		_, err := store.Tile(context.Background(), resolve(t, cat, list), world)
+		if p := problem.From(err); p.Code != problem.Timeout {
+			t.Errorf("composite %s: %v, want the slow layer's own timeout (503)", list, err)
+		}
+	}
+	f.waitBackends(t, "none", func(n int) bool { return n == 0 })
+	_, decoded := render(t, store, resolve(t, cat, "patient"), world)
+	if got := mvtNames(decoded); !slices.Equal(got, []string{"patient"}) || len(decoded[0].Features) != 4 {
+		t.Errorf("patient alone: layers %v, want 4 features", got)
 	}
 }
 
