@@ -67,6 +67,9 @@ type Price struct {
 	Route string // "tile", "within", "bbox", "contains", "check"
 	Layer string // layer name(s), "" when none
 	Zoom  int    // tile zoom, -1 when not a tile
+	// CacheHit: served without database work, so the global database
+	// budget is not spent.
+	CacheHit bool
 }
 
 // Toll prices requests and spends the price from the caller's bucket. It is
@@ -183,9 +186,10 @@ func (t *Toll) weights(layer string) throttle.Weights {
 	return t.Default
 }
 
-// TilePrice is the price of a tile demand: the sum of its layers' prices,
-// clamped to the largest of their MaxCost so that a composite tile stays
-// payable by every tier.
+// TilePrice is the price of a tile demand: the sum of its layers' prices —
+// a composite runs one query per layer — or, for a cache hit, the base
+// price. A composite dearer than the caller's bucket can hold is refused
+// with 422 by Charge (ask for fewer layers).
 func (t *Toll) TilePrice(d tiles.Demand) float64 {
 	if d.CacheHit { // served from the tile cache: the database does no work
 		var base float64
@@ -194,13 +198,11 @@ func (t *Toll) TilePrice(d tiles.Demand) float64 {
 		}
 		return base
 	}
-	var sum, ceiling float64
+	var sum float64
 	for _, l := range d.Layers {
-		w := t.weights(l.Name)
-		sum += w.Tile(d.Tile)
-		ceiling = max(ceiling, w.MaxCost)
+		sum += t.weights(l.Name).Tile(d.Tile)
 	}
-	return math.Min(sum, ceiling)
+	return sum
 }
 
 // AdmitTile implements tiles.Gate.
@@ -209,7 +211,7 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 	for i, l := range d.Layers {
 		names[i] = l.Name
 	}
-	return t.Charge(w, r, Price{Cost: t.TilePrice(d), Route: "tile", Layer: strings.Join(names, ","), Zoom: int(d.Tile.Z)})
+	return t.Charge(w, r, Price{Cost: t.TilePrice(d), Route: "tile", Layer: strings.Join(names, ","), Zoom: int(d.Tile.Z), CacheHit: d.CacheHit})
 }
 
 // charge spends cost for a request that is not about one layer.
@@ -217,14 +219,19 @@ func (t *Toll) charge(w http.ResponseWriter, r *http.Request, cost float64) bool
 	return t.Charge(w, r, Price{Cost: cost, Route: "other", Zoom: -1})
 }
 
-// shadowed reports whether any of a price's layers is in shadow mode.
+// shadowed reports whether every one of a price's layers is in shadow
+// mode: adding a shadowed layer to a composite must not lift the limit on
+// the others.
 func (t *Toll) shadowed(p Price) bool {
+	if p.Layer == "" {
+		return false
+	}
 	for _, l := range strings.Split(p.Layer, ",") {
-		if t.ShadowLayers[l] {
-			return true
+		if !t.ShadowLayers[l] {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // Charge identifies the caller, spends p.Cost from its bucket and sets the
@@ -245,12 +252,18 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 		return false
 	}
 	key := throttle.BucketKey(t.Prefix, tier.Name, caller.Identity)
-	if tier.MaxCost > 0 && p.Cost > tier.MaxCost {
+	if most := t.mostPerRequest(tier); p.Cost > most {
+		// Never payable in this tier (a composite of many layers, or above
+		// the tier's max_cost): 422, nothing spent, with the budget headers.
 		t.observe(tier.Name, p, TooExpensive)
+		if res, err := t.peek(r.Context(), key, tier.Limit); err == nil {
+			res.Cost = p.Cost
+			setBudgetHeaders(w.Header(), tier, res)
+		}
 		problem.Write(w, r, &problem.Error{Code: problem.OutOfRange,
-			Detail: fmt.Sprintf("this request costs %s tokens; tier %q allows at most %s per request: zoom in or narrow it",
-				fmtTokens(p.Cost), tier.Name, fmtTokens(tier.MaxCost)),
-			Extra: map[string]any{"cost": round3(p.Cost), "max_cost": tier.MaxCost}})
+			Detail: fmt.Sprintf("this request costs %s tokens; tier %q allows at most %s per request: zoom in, narrow it or ask for fewer layers",
+				fmtTokens(p.Cost), tier.Name, fmtTokens(most)),
+			Extra: map[string]any{"cost": round3(p.Cost), "max_cost": round3(most)}})
 		return false
 	}
 	if isDryRun(r) {
@@ -258,7 +271,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 		return false
 	}
 	ask := throttle.Ask{Spends: []throttle.Spend{{Key: key, Limit: tier.Limit, Cost: p.Cost}}}
-	if t.Global != nil {
+	if t.Global != nil && !p.CacheHit { // a cache hit costs the database nothing
 		ask.Spends = append(ask.Spends, throttle.Spend{Key: t.globalKey(), Limit: *t.Global, Cost: p.Cost})
 	}
 	if tier.MaxInFlight > 0 {
@@ -288,7 +301,10 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 		t.observe(tier.Name, p, Admitted)
 		return true
 	}
-	if tier.Shadow || t.shadowed(p) {
+	// Shadow mode waives only the caller's own bucket: a refusal by the
+	// in-flight cap or the global database budget still stands.
+	globalOK := len(ans.Results) < 2 || ans.Results[1].Allowed
+	if (tier.Shadow || t.shadowed(p)) && !res.Allowed && !ans.SlotRefused && globalOK {
 		t.observe(tier.Name, p, ShadowRefused)
 		w.Header().Set("X-RateLimit-Shadow", "would-refuse")
 		return true
@@ -308,6 +324,19 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 			Extra:  map[string]any{"cost": round3(p.Cost), "retry_after": g.RetryAfterSeconds(), "violated-policies": []string{"global"}}})
 	}
 	return false
+}
+
+// mostPerRequest is the most one request may cost in tier: below its
+// capacity (and the global budget's), and its max_cost when set.
+func (t *Toll) mostPerRequest(tier Tier) float64 {
+	most := tier.Limit.Capacity
+	if tier.MaxCost > 0 {
+		most = math.Min(most, tier.MaxCost)
+	}
+	if t.Global != nil {
+		most = math.Min(most, t.Global.Capacity)
+	}
+	return most
 }
 
 func (t *Toll) globalKey() string { return throttle.BucketKey(t.Prefix, "global", "database") }

@@ -159,16 +159,62 @@ func TestTollKeysAndIPsHaveSeparateBuckets(t *testing.T) {
 	}
 }
 
-func TestTilePriceCompositeIsSumClamped(t *testing.T) {
-	toll := testToll(nil)
+// A composite costs the sum of its layers (one query each); one dearer than
+// the caller's bucket holds is a 422 that spends nothing.
+func TestTilePriceCompositeIsTheSum(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
 	toll.LayerWeights = map[string]throttle.Weights{"cheap": {Base: 1, AreaWeight: 0, MaxCost: 10}}
-	z14 := tileDemand(14, "places", "cheap")
 	one := toll.TilePrice(tileDemand(14, "places"))
-	if got := toll.TilePrice(z14); got != one+1 {
+	if got := toll.TilePrice(tileDemand(14, "places", "cheap")); got != one+1 {
 		t.Errorf("composite z14 = %v, want %v + 1", got, one)
 	}
-	if got := toll.TilePrice(tileDemand(0, "places", "places2", "cheap")); got != 60 {
-		t.Errorf("composite z0 = %v, want clamp 60", got)
+	z0 := tileDemand(0, "places", "places2", "cheap")
+	if got := toll.TilePrice(z0); got != 121 {
+		t.Errorf("composite z0 = %v, want 60 + 60 + 1", got)
+	}
+	w, ok := admit(t, toll, "k1", z0)
+	if ok || w.Code != http.StatusUnprocessableEntity || w.Header().Get("X-RateLimit-Remaining") != "100" {
+		t.Fatalf("composite above capacity: ok=%v %d remaining %q %s", ok, w.Code, w.Header().Get("X-RateLimit-Remaining"), w.Body)
+	}
+	if _, ok := admit(t, toll, "k1", tileDemand(0, "places")); !ok {
+		t.Fatal("the 422 spent tokens: a single z0 tile was refused afterwards")
+	}
+}
+
+// A shadowed layer lifts the limit only when every layer of the request is
+// shadowed: adding it to a composite must not.
+func TestShadowLayerInCompositeStillLimited(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	toll.LayerWeights = map[string]throttle.Weights{"ghost": {Base: 1, AreaWeight: 0, MaxCost: 10}}
+	toll.ShadowLayers = map[string]bool{"ghost": true}
+	mixed := tileDemand(2, "places", "ghost") // 61 tokens
+	if _, ok := admit(t, toll, "k1", mixed); !ok {
+		t.Fatal("first mixed composite refused")
+	}
+	if w, ok := admit(t, toll, "k1", mixed); ok || w.Code != http.StatusTooManyRequests {
+		t.Fatalf("second mixed composite: ok=%v %d — the shadow layer lifted the limit on places", ok, w.Code)
+	}
+}
+
+// A cache hit spends the caller's base price but never the global database
+// budget: the database does no work for it.
+func TestCacheHitSkipsGlobalBudget(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	toll.Global = &throttle.Limit{Rate: 0.001, Capacity: 61}
+	if _, ok := admit(t, toll, "a", tileDemand(2, "places")); !ok { // global: 1 left
+		t.Fatal("miss refused")
+	}
+	if w, ok := admit(t, toll, "b", tileDemand(2, "places")); ok || w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("second miss with the global budget spent: ok=%v %d", ok, w.Code)
+	}
+	hit := tileDemand(2, "places")
+	hit.CacheHit = true
+	for i := 0; i < 5; i++ {
+		if w, ok := admit(t, toll, "b", hit); !ok {
+			t.Fatalf("cache hit %d refused with the global budget spent: %d %s", i, w.Code, w.Body)
+		}
 	}
 }
 

@@ -101,8 +101,10 @@ func TestEndToEndRedisCluster(t *testing.T) {
 	global := throttle.BucketKey(cfg.Throttle.Prefix, "global", "database")
 	t.Cleanup(func() { rdb.Del(context.Background(), client, global, throttle.SlotKey(client)) })
 	spent := 0.0
-	for i := 0; i < 3; i++ {
-		resp, body := get(t, base+"/tiles/places/10/550/335.mvt", "")
+	// Three different tiles: all misses, so each spends the global budget too
+	// (a cache hit would not).
+	for i, tile := range []string{"10/550/335", "10/551/335", "10/550/336"} {
+		resp, body := get(t, base+"/tiles/places/"+tile+".mvt", "")
 		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, short(body))
 		}
