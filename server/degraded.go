@@ -170,7 +170,13 @@ func (t *Toll) ReadyCheck(ping Check) Check {
 	return func(ctx context.Context) error {
 		perr := ping(ctx)
 		h := t.LimiterHealth()
-		if perr == nil && !h.Degraded {
+		if perr == nil {
+			if h.Degraded {
+				// The store answers again. Say so now: with fail_mode
+				// closed a load balancer has drained this instance, so no
+				// request would ever arrive to probe it.
+				t.lim.succeeded(ctx, t.logger(), time.Now())
+			}
 			return nil
 		}
 		cause := h.Err

@@ -242,3 +242,27 @@ geotoll_limiter_store_errors_total 1
 		t.Fatal(err)
 	}
 }
+
+// With fail_mode closed a degraded instance is drained by its load balancer,
+// so no request comes to probe the store: a successful readiness ping must
+// bring it back by itself.
+func TestReadyzRecoversWithoutTraffic(t *testing.T) {
+	store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{}), down: true}
+	toll := testToll(store)
+	toll.FailMode = FailClosed
+	toll.ProbeInterval = time.Hour // no request would probe within the test
+	if _, ok := admit(t, toll, "k1", tileDemand(14, "places")); ok {
+		t.Fatal("admitted while the store is down (closed)")
+	}
+	check := toll.ReadyCheck(func(context.Context) error { return store.hit() })
+	if err := check(context.Background()); err == nil {
+		t.Fatal("ready while the store is down with fail_mode closed")
+	}
+	store.set(false)
+	if err := check(context.Background()); err != nil {
+		t.Fatalf("still not ready after the store answers: %v", err)
+	}
+	if _, ok := admit(t, toll, "k1", tileDemand(14, "places")); !ok {
+		t.Fatal("requests still refused after readiness saw the store recover")
+	}
+}
