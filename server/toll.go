@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,6 +123,8 @@ func (t *Toll) MaxCost() float64 {
 	return m
 }
 
+var validTierName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
 // Validate checks that every price can be paid: each tier's capacity must be
 // above the most a request may cost in it, or that request could never be
 // admitted.
@@ -148,6 +151,11 @@ func (t *Toll) Validate() error {
 		tier := t.Tiers[name]
 		if name == FailedAuthTier {
 			errs = append(errs, fmt.Errorf("tier name %q is reserved", name))
+		}
+		if !validTierName.MatchString(name) {
+			// Tier names appear in keys, headers (as structured-field
+			// strings) and metrics labels.
+			errs = append(errs, fmt.Errorf("tier name %q must match %s", name, validTierName))
 		}
 		if err := tier.Limit.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("tier %q: %w", name, err))

@@ -286,6 +286,11 @@ func TestTollValidate(t *testing.T) {
 	if toll.Validate() == nil {
 		t.Fatal("unknown fail mode accepted")
 	}
+	toll = testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.Tiers[`bad"tier`] = Tier{Name: `bad"tier`, Limit: throttle.Limit{Rate: 1, Capacity: 100}}
+	if err := toll.Validate(); err == nil || !strings.Contains(err.Error(), "must match") {
+		t.Fatalf("a tier name unfit for headers was accepted: %v", err)
+	}
 }
 
 func TestTollUnknownKeys(t *testing.T) {

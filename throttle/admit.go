@@ -191,11 +191,24 @@ func (s *RedisStore) pipeline(ctx context.Context, p pipeliner, ask Ask) ([]*red
 		cmds[i] = pt.script.EvalSha(ctx, pipe, []string{pt.key}, pt.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command, below
-	var failed error
-	for i, pt := range parts {
+	// Parts whose script was missing ran nothing: send all of them again,
+	// with the script text (EVAL, which also caches it), in one more round
+	// trip — not one per part, which a 50 ms budget could not afford.
+	var missing []int
+	for i := range parts {
 		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmds[i] = pt.script.Run(ctx, p, []string{pt.key}, pt.args...)
+			missing = append(missing, i)
 		}
+	}
+	if len(missing) > 0 {
+		again := p.Pipeline()
+		for _, i := range missing {
+			cmds[i] = parts[i].script.Eval(ctx, again, []string{parts[i].key}, parts[i].args...)
+		}
+		_, _ = again.Exec(ctx)
+	}
+	var failed error
+	for i := range parts {
 		if err := cmds[i].Err(); err != nil && failed == nil {
 			failed = err
 		}
@@ -289,6 +302,9 @@ func (s *MemoryStore) Admit(ctx context.Context, ask Ask) (Answer, error) {
 		} else if ans.Admitted {
 			held[sl.ID] = nowUS + sl.TTL.Microseconds()
 			ans.InFlight++
+		}
+		if len(held) == 0 { // a refused ask leaves no empty set behind
+			delete(s.slots, sl.Key)
 		}
 	}
 	for i, sp := range ask.Spends {

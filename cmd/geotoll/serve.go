@@ -171,7 +171,7 @@ func (m *Main) openGeofence(ctx context.Context, toll *server.Toll) (*geofence.H
 				return
 			}
 			for _, l := range m.Config.Layers {
-				if l.Table == "geotoll.geofences" {
+				if l.Table == "geotoll.geofences" || (l.Schema == "geotoll" && l.Table == "geofences") {
 					m.TileCache.InvalidateLayer(l.Name)
 				}
 			}
