@@ -170,13 +170,17 @@ func (t *Toll) ReadyCheck(ping Check) Check {
 	return func(ctx context.Context) error {
 		perr := ping(ctx)
 		h := t.LimiterHealth()
-		if perr == nil {
-			if h.Degraded {
-				// The store answers again. Say so now: with fail_mode
-				// closed a load balancer has drained this instance, so no
-				// request would ever arrive to probe it.
-				t.lim.succeeded(ctx, t.logger(), time.Now())
-			}
+		if perr == nil && h.Degraded && t.FailMode == FailClosed {
+			// The store answers pings again. With fail_mode closed this
+			// instance is unready, so its load balancer sends it no request
+			// that could probe the store: end degraded mode here. (With
+			// local or open, requests keep coming and probe the store for
+			// real — a PING passes where a spend can still fail, e.g. when
+			// Redis is out of memory.)
+			t.lim.succeeded(ctx, t.logger(), time.Now())
+			return nil
+		}
+		if perr == nil && !h.Degraded {
 			return nil
 		}
 		cause := h.Err
