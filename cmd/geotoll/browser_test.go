@@ -64,7 +64,7 @@ func TestBrowserPreview(t *testing.T) {
 	base, _ := startServer(t, nil)
 
 	// The script bounds itself (under 90 s); this is the backstop.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", filepath.Join(dir, "preview.test.mjs"))
 	cmd.Dir = root
