@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/internal/catalog"
 	"github.com/geotoll/geotoll/problem"
 	queries "github.com/geotoll/geotoll/sql"
 )
@@ -144,31 +145,25 @@ type Catalog struct {
 // NewCatalog validates layers, fills defaults and renders each layer's
 // queries.
 func NewCatalog(layers []Layer) (*Catalog, error) {
-	c := &Catalog{byName: make(map[string]*Layer, len(layers))}
-	var errs []error
-	for i := range layers {
-		l := layers[i] // copy: the catalog owns its layers
-		l.Properties = append([]string(nil), l.Properties...)
-		l.withDefaults()
-		if err := l.validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if _, dup := c.byName[l.Name]; dup {
-			errs = append(errs, fmt.Errorf("geofence layer %q is defined twice", l.Name))
-			continue
-		}
-		if err := l.render(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.byName[l.Name] = &l
-		c.order = append(c.order, &l)
-	}
-	if err := errors.Join(errs...); err != nil {
+	byName, order, err := catalog.Build(layers, "geofence layer")
+	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return &Catalog{byName: byName, order: order}, nil
+}
+
+// Key and Prepare make a Layer a catalog.Layer.
+func (l *Layer) Key() string { return l.Name }
+
+// Prepare copies the property list (the catalog owns it), fills defaults,
+// validates and renders the layer's queries.
+func (l *Layer) Prepare() error {
+	l.Properties = append([]string(nil), l.Properties...)
+	l.withDefaults()
+	if err := l.validate(); err != nil {
+		return err
+	}
+	return l.render()
 }
 
 // Layer returns the named layer, or nil.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/catalog"
 	"github.com/geotoll/geotoll/problem"
 	queries "github.com/geotoll/geotoll/sql"
 )
@@ -201,30 +202,23 @@ type Catalog struct {
 
 // NewCatalog validates layers, fills defaults and renders each layer's query.
 func NewCatalog(layers []Layer) (*Catalog, error) {
-	c := &Catalog{byName: make(map[string]*Layer, len(layers))}
-	var errs []error
-	for i := range layers {
-		l := layers[i] // copy: the catalog owns its layers
-		l.withDefaults()
-		if err := l.validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if _, dup := c.byName[l.Name]; dup {
-			errs = append(errs, fmt.Errorf("layer %q is defined twice", l.Name))
-			continue
-		}
-		if err := l.render(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.byName[l.Name] = &l
-		c.order = append(c.order, &l)
-	}
-	if err := errors.Join(errs...); err != nil {
+	byName, order, err := catalog.Build(layers, "layer")
+	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return &Catalog{byName: byName, order: order}, nil
+}
+
+// Key and Prepare make a Layer a catalog.Layer.
+func (l *Layer) Key() string { return l.Name }
+
+// Prepare fills defaults, validates and renders the layer's query.
+func (l *Layer) Prepare() error {
+	l.withDefaults()
+	if err := l.validate(); err != nil {
+		return err
+	}
+	return l.render()
 }
 
 // Layer returns the named layer, or nil.

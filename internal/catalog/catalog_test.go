@@ -1,0 +1,40 @@
+package catalog
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+type layer struct {
+	Name     string
+	prepared bool
+}
+
+func (l *layer) Key() string { return l.Name }
+
+func (l *layer) Prepare() error {
+	if l.Name == "" {
+		return errors.New("layer needs a name")
+	}
+	l.prepared = true
+	return nil
+}
+
+func TestBuild(t *testing.T) {
+	in := []layer{{Name: "a"}, {Name: "b"}}
+	byName, order, err := Build(in, "layer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 2 || order[0].Name != "a" || byName["b"] != order[1] || !order[0].prepared {
+		t.Fatalf("built %v %v", byName, order)
+	}
+	if in[0].prepared {
+		t.Fatal("Build prepared the caller's layer instead of its own copy")
+	}
+	_, _, err = Build([]layer{{Name: "a"}, {Name: ""}, {Name: "a"}}, "geofence layer")
+	if err == nil || !strings.Contains(err.Error(), "needs a name") || !strings.Contains(err.Error(), `geofence layer "a" is defined twice`) {
+		t.Fatalf("errors not all reported: %v", err)
+	}
+}
