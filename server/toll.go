@@ -300,6 +300,10 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 		return false
 	}
+	if ans.RefundErr != nil {
+		t.logger().LogAttrs(r.Context(), slog.LevelWarn, "refund after a refusal failed; the caller stays charged",
+			slog.String("tier", tier.Name), slog.Any("err", ans.RefundErr))
+	}
 	res := ans.Results[0]
 	setBudgetHeaders(w.Header(), tier, res)
 	if ans.Admitted {

@@ -47,6 +47,9 @@ type Answer struct {
 	// client's requests in flight as the store saw them.
 	SlotRefused bool
 	InFlight    int
+	// RefundErr, on a refusal, reports that undoing its granted parts
+	// failed: some bucket stays charged for a request that did not run.
+	RefundErr error
 }
 
 // Refused returns the index of the first refused spend, or -1.
@@ -155,7 +158,11 @@ func (s *RedisStore) Admit(ctx context.Context, ask Ask) (Answer, error) {
 	if len(refunds) > 0 || acquired {
 		res, err := undo.Exec(ctx)
 		if err != nil {
-			return ans, fmt.Errorf("throttle: refund after refusal: %w", err)
+			// The refusal stands either way; an error here would send the
+			// caller down the fail_mode path and admit (and charge) a
+			// request that was refused. Report the lost refund instead.
+			ans.RefundErr = fmt.Errorf("throttle: refund after refusal: %w", err)
+			return ans, nil
 		}
 		for j, i := range refunds {
 			sp := ask.Spends[i]
