@@ -189,8 +189,11 @@ func (s *RedisStore) pipeline(ctx context.Context, p pipeliner, ask Ask) ([]*red
 		parts = append(parts, part{s.script, sp.Key, s.spendArgs(ctx, sp.Limit, sp.Cost, "spend")})
 	}
 	if sl := ask.Slot; sl != nil {
-		parts = append(parts, part{inflightScript, sl.Key, []any{"acquire", sl.ID,
-			strconv.Itoa(sl.Max), strconv.FormatInt(max(1, sl.TTL.Milliseconds()), 10)}})
+		args := []any{"acquire", sl.ID, strconv.Itoa(sl.Max), strconv.FormatInt(max(1, sl.TTL.Milliseconds()), 10)}
+		if d, ok := ctx.Deadline(); ok { // the same late guard as the spends
+			args = append(args, strconv.FormatInt(d.Add(s.clockSkew()).UnixMilli(), 10))
+		}
+		parts = append(parts, part{inflightScript, sl.Key, args})
 	}
 	pipe := p.Pipeline()
 	cmds := make([]*redis.Cmd, len(parts))

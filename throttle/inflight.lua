@@ -8,6 +8,10 @@
 -- ARGV[3]  max   most requests in flight (acquire)
 -- ARGV[4]  ttl   ms after which an unreleased slot is presumed dead
 --                (the process that held it crashed): the request timeout
+-- ARGV[5]  not_after  optional (acquire): Unix time in ms after which the
+--                caller has stopped waiting; a later acquire takes nothing
+--                (like bucket.lua's), so no slot lingers for a request that
+--                never ran
 --
 -- Reply (acquire): {acquired (1|0), requests in flight now}
 -- Reply (release): {1, requests in flight now}
@@ -29,6 +33,10 @@ if max == nil or max < 1 or ttl == nil or ttl < 1 or ttl ~= ttl or ttl == math.h
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local not_after = tonumber(ARGV[5])
+if not_after ~= nil and now > not_after then
+  return redis.error_reply('GEOTOLL_LATE geotoll inflight: the acquire reached Redis after its deadline; no slot was taken')
+end
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local n = redis.call('ZCARD', key)
 if n >= max then

@@ -64,13 +64,16 @@ func (s *RedisStore) Peek(ctx context.Context, key string, limit Limit) (Result,
 func (s *RedisStore) spendArgs(ctx context.Context, limit Limit, cost float64, mode string) []any {
 	args := []any{formatFloat(limit.Rate), formatFloat(limit.Capacity), formatFloat(cost), mode}
 	if d, ok := ctx.Deadline(); ok && mode == "spend" {
-		skew := s.ClockSkew
-		if skew <= 0 {
-			skew = DefaultClockSkew
-		}
-		args = append(args, formatFloat(float64(d.Add(skew).UnixMicro())/1e6))
+		args = append(args, formatFloat(float64(d.Add(s.clockSkew()).UnixMicro())/1e6))
 	}
 	return args
+}
+
+func (s *RedisStore) clockSkew() time.Duration {
+	if s.ClockSkew <= 0 {
+		return DefaultClockSkew
+	}
+	return s.ClockSkew
 }
 
 func (s *RedisStore) run(ctx context.Context, key string, limit Limit, cost float64, mode string) (Result, error) {

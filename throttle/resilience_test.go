@@ -105,3 +105,30 @@ func TestAdmitAcrossClusterMasters(t *testing.T) {
 		t.Fatalf("global bucket holds %v, want 1", st.Tokens)
 	}
 }
+
+// An in-flight acquire that reaches Redis after its not_after takes no slot,
+// like a late spend: no slot lingers for a request that never ran.
+func TestLateAcquireTakesNoSlot(t *testing.T) {
+	forEachRedis(t, testLateAcquire)
+}
+
+func testLateAcquire(t *testing.T, f *redisFixture) {
+	ctx := context.Background()
+	key := SlotKey(f.key("late-slot"))
+	f.t.Cleanup(func() { f.rdb.Del(context.Background(), key) })
+	past := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)
+	err := inflightScript.Run(ctx, f.rdb, []string{key}, "acquire", "r1", "2", "60000", past).Err()
+	if err == nil || !strings.Contains(err.Error(), "GEOTOLL_LATE") {
+		t.Fatalf("late acquire: %v, want GEOTOLL_LATE", err)
+	}
+	if n := f.rdb.ZCard(ctx, key).Val(); n != 0 {
+		t.Fatalf("a late acquire left %d slots", n)
+	}
+	future := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	if err := inflightScript.Run(ctx, f.rdb, []string{key}, "acquire", "r2", "2", "60000", future).Err(); err != nil {
+		t.Fatalf("acquire in time: %v", err)
+	}
+	if n := f.rdb.ZCard(ctx, key).Val(); n != 1 {
+		t.Fatalf("in-time acquire holds %d slots, want 1", n)
+	}
+}
