@@ -43,6 +43,14 @@ func withInFlight(next http.Handler) http.Handler {
 			}
 		}()
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), slotKey{}, h)))
+		h.mu.Lock()
+		held := len(h.slots) > 0
+		h.mu.Unlock()
+		if held {
+			// Send the response before the release's round trip to Redis,
+			// so the client does not wait for it.
+			_ = http.NewResponseController(w).Flush()
+		}
 	})
 }
 
