@@ -138,18 +138,17 @@ func (l *Layer) BBoxSQL() string { return l.bboxSQL }
 
 // Catalog is the immutable set of layers within and bbox can search.
 type Catalog struct {
-	byName map[string]*Layer
-	order  []*Layer
+	catalog.Set[Layer] // Layer(name) and Layers()
 }
 
 // NewCatalog validates layers, fills defaults and renders each layer's
 // queries.
 func NewCatalog(layers []Layer) (*Catalog, error) {
-	byName, order, err := catalog.Build(layers, "geofence layer")
+	set, err := catalog.Build(layers, "geofence layer")
 	if err != nil {
 		return nil, err
 	}
-	return &Catalog{byName: byName, order: order}, nil
+	return &Catalog{set}, nil
 }
 
 // Key and Prepare make a Layer a catalog.Layer.
@@ -166,19 +165,13 @@ func (l *Layer) Prepare() error {
 	return l.render()
 }
 
-// Layer returns the named layer, or nil.
-func (c *Catalog) Layer(name string) *Layer { return c.byName[name] }
-
-// Layers returns the layers in configuration order.
-func (c *Catalog) Layers() []*Layer { return append([]*Layer(nil), c.order...) }
-
 // Resolve returns the layer named by a ?layer= value: 400 when empty, 404
 // when unknown.
 func (c *Catalog) Resolve(name string) (*Layer, error) {
 	if name == "" {
 		return nil, problem.Malformed("layer", "layer is required")
 	}
-	l := c.byName[name]
+	l := c.Layer(name)
 	if l == nil {
 		return nil, problem.Missing("layer", "unknown layer %q", truncate(name, 64))
 	}

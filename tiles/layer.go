@@ -196,17 +196,16 @@ func (l *Layer) render() error {
 
 // Catalog is the immutable set of layers a server offers.
 type Catalog struct {
-	byName map[string]*Layer
-	order  []*Layer
+	catalog.Set[Layer] // Layer(name) and Layers()
 }
 
 // NewCatalog validates layers, fills defaults and renders each layer's query.
 func NewCatalog(layers []Layer) (*Catalog, error) {
-	byName, order, err := catalog.Build(layers, "layer")
+	set, err := catalog.Build(layers, "layer")
 	if err != nil {
 		return nil, err
 	}
-	return &Catalog{byName: byName, order: order}, nil
+	return &Catalog{set}, nil
 }
 
 // Key and Prepare make a Layer a catalog.Layer.
@@ -220,12 +219,6 @@ func (l *Layer) Prepare() error {
 	}
 	return l.render()
 }
-
-// Layer returns the named layer, or nil.
-func (c *Catalog) Layer(name string) *Layer { return c.byName[name] }
-
-// Layers returns the layers in configuration order.
-func (c *Catalog) Layers() []*Layer { return append([]*Layer(nil), c.order...) }
 
 // MaxComposite is the most layers one composite tile request may name.
 const MaxComposite = 8
@@ -250,7 +243,7 @@ func (c *Catalog) Resolve(list string) ([]*Layer, error) {
 			return nil, problem.Malformed("layer", "layer %q is named twice", truncate(n, 64))
 		}
 		seen[n] = true
-		l := c.byName[n]
+		l := c.Layer(n)
 		if l == nil {
 			return nil, problem.Missing("layer", "unknown layer %q", truncate(n, 64))
 		}

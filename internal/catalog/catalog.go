@@ -16,15 +16,27 @@ type Layer interface {
 	Prepare() error
 }
 
-// Build copies each of layers (the catalog owns its copies), prepares it,
-// and indexes it by Key. kind names the layers in errors ("layer",
-// "geofence layer"). Every problem is reported, not just the first.
+// Set is an immutable set of prepared layers, by name and in order.
+// Packages embed it in their own Catalog type.
+type Set[L any] struct {
+	byName map[string]*L
+	order  []*L
+}
+
+// Layer returns the named layer, or nil.
+func (s Set[L]) Layer(name string) *L { return s.byName[name] }
+
+// Layers returns the layers in configuration order.
+func (s Set[L]) Layers() []*L { return append([]*L(nil), s.order...) }
+
+// Build copies each of layers (the set owns its copies), prepares it, and
+// indexes it by Key. kind names the layers in errors ("layer", "geofence
+// layer"). Every problem is reported, not just the first.
 func Build[L any, P interface {
 	*L
 	Layer
-}](layers []L, kind string) (map[string]*L, []*L, error) {
-	byName := make(map[string]*L, len(layers))
-	order := make([]*L, 0, len(layers))
+}](layers []L, kind string) (Set[L], error) {
+	s := Set[L]{byName: make(map[string]*L, len(layers)), order: make([]*L, 0, len(layers))}
 	var errs []error
 	for i := range layers {
 		l := layers[i]
@@ -33,15 +45,15 @@ func Build[L any, P interface {
 			errs = append(errs, err)
 			continue
 		}
-		if _, dup := byName[p.Key()]; dup {
+		if _, dup := s.byName[p.Key()]; dup {
 			errs = append(errs, fmt.Errorf("%s %q is defined twice", kind, p.Key()))
 			continue
 		}
-		byName[p.Key()] = &l
-		order = append(order, &l)
+		s.byName[p.Key()] = &l
+		s.order = append(s.order, &l)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+		return Set[L]{}, err
 	}
-	return byName, order, nil
+	return s, nil
 }

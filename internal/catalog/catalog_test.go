@@ -23,17 +23,18 @@ func (l *layer) Prepare() error {
 
 func TestBuild(t *testing.T) {
 	in := []layer{{Name: "a"}, {Name: "b"}}
-	byName, order, err := Build(in, "layer")
+	set, err := Build(in, "layer")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(order) != 2 || order[0].Name != "a" || byName["b"] != order[1] || !order[0].prepared {
-		t.Fatalf("built %v %v", byName, order)
+	order := set.Layers()
+	if len(order) != 2 || order[0].Name != "a" || set.Layer("b") != order[1] || !order[0].prepared || set.Layer("c") != nil {
+		t.Fatalf("built %v", order)
 	}
 	if in[0].prepared {
 		t.Fatal("Build prepared the caller's layer instead of its own copy")
 	}
-	_, _, err = Build([]layer{{Name: "a"}, {Name: ""}, {Name: "a"}}, "geofence layer")
+	_, err = Build([]layer{{Name: "a"}, {Name: ""}, {Name: "a"}}, "geofence layer")
 	if err == nil || !strings.Contains(err.Error(), "needs a name") || !strings.Contains(err.Error(), `geofence layer "a" is defined twice`) {
 		t.Fatalf("errors not all reported: %v", err)
 	}
