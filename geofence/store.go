@@ -14,6 +14,7 @@ import (
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/encoding/wkb"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -223,13 +224,13 @@ func scanFeatures(rows pgx.Rows) ([]Feature, error) {
 // read runs one query in a READ ONLY transaction after SET LOCAL
 // statement_timeout and jit = off, both sent in one batch (one round trip).
 func (s *Store) read(ctx context.Context, timeout time.Duration, sql string, args []any, scan func(pgx.Rows) error) error {
-	conn, err := s.acquire(ctx)
+	conn, err := pgcall.Acquire(ctx, s.pool, s.AcquireTimeout)
 	if err != nil {
 		return s.classify(ctx, err)
 	}
 	defer conn.Release()
 	request := ctx
-	ctx, cancel := answerDeadline(ctx, timeout)
+	ctx, cancel := pgcall.AnswerDeadline(ctx, timeout)
 	defer cancel()
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
@@ -260,14 +261,14 @@ func (s *Store) read(ctx context.Context, timeout time.Duration, sql string, arg
 // write runs fn in a read-write transaction whose first statement sets
 // statement_timeout and jit off locally.
 func (s *Store) write(ctx context.Context, fn func(pgx.Tx) error) error {
-	conn, err := s.acquire(ctx)
+	conn, err := pgcall.Acquire(ctx, s.pool, s.AcquireTimeout)
 	if err != nil {
 		return s.classify(ctx, err)
 	}
 	defer conn.Release()
 	request := ctx
 	// Several statements run under the timeout: allow for each.
-	ctx, cancel := answerDeadline(ctx, 3*s.Timeout)
+	ctx, cancel := pgcall.AnswerDeadline(ctx, 3*s.Timeout)
 	defer cancel()
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, setLocalSQL, millis(s.Timeout)); err != nil {
@@ -279,34 +280,6 @@ func (s *Store) write(ctx context.Context, fn func(pgx.Tx) error) error {
 		return s.classify(request, err)
 	}
 	return nil
-}
-
-// answerGrace is how long past its statement timeout a query may go
-// unanswered before the client gives up on the database.
-const answerGrace = time.Second
-
-// acquire waits at most AcquireTimeout (when positive) for a pooled
-// connection.
-func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, error) {
-	if s.AcquireTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.AcquireTimeout)
-		defer cancel()
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("no database connection within %s: %w", s.AcquireTimeout, err)
-	}
-	return conn, nil
-}
-
-// answerDeadline bounds a transaction whose statements run under
-// statementTimeout by that timeout plus answerGrace.
-func answerDeadline(ctx context.Context, statementTimeout time.Duration) (context.Context, context.CancelFunc) {
-	if statementTimeout <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, statementTimeout+answerGrace)
 }
 
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

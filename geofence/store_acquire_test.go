@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
 )
@@ -14,25 +12,12 @@ import (
 // AcquireTimeout, not a wait for as long as the request lives.
 func TestStoreAcquireTimeout(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testenv.ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	held, err := pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, release := testenv.BusyPool(t)
 	store := NewStore(pool)
 	store.AcquireTimeout, store.RetryAfter = 200*time.Millisecond, 3
 
 	start := time.Now()
-	_, err = store.Contains(t.Context(), 13.405, 52.52, 10)
+	_, err := store.Contains(t.Context(), 13.405, 52.52, 10)
 	p := problem.From(err)
 	if err == nil || p.Code != problem.Unavailable || p.RetryAfter != 3 {
 		t.Fatalf("Contains with the pool exhausted: %v, want %q with Retry-After 3", err, problem.Unavailable)
@@ -40,7 +25,7 @@ func TestStoreAcquireTimeout(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 5*time.Second {
 		t.Fatalf("gave up after %v, want about the 200 ms acquire timeout", elapsed)
 	}
-	held.Release()
+	release()
 	if _, err := store.Contains(t.Context(), 13.405, 52.52, 10); err != nil {
 		t.Fatalf("Contains once the connection is free: %v", err)
 	}

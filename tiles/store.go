@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -51,7 +52,7 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 	}
 	env := Envelope(t)
 	var tile []byte
-	conn, err := acquire(ctx, s.pool, s.AcquireTimeout)
+	conn, err := pgcall.Acquire(ctx, s.pool, s.AcquireTimeout)
 	if err != nil {
 		return nil, s.classify(ctx, err)
 	}
@@ -59,7 +60,7 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 	request := ctx
 	// PostgreSQL enforces the statement timeout itself; one that does not
 	// answer at all (paused, partitioned) is given up on shortly after.
-	ctx, cancel := answerDeadline(ctx, timeout)
+	ctx, cancel := pgcall.AnswerDeadline(ctx, timeout)
 	defer cancel()
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// set_config(…, true) is SET LOCAL with a bound value. It rides in
@@ -107,33 +108,6 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 		return nil, s.classify(request, err)
 	}
 	return tile, nil
-}
-
-// answerGrace is how long past its statement timeout a query may go
-// unanswered before the client gives up on the database.
-const answerGrace = time.Second
-
-// acquire waits at most timeout (when positive) for a pooled connection.
-func acquire(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) (*pgxpool.Conn, error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("no database connection within %s: %w", timeout, err)
-	}
-	return conn, nil
-}
-
-// answerDeadline bounds a transaction whose statements run under
-// statementTimeout by that timeout plus answerGrace.
-func answerDeadline(ctx context.Context, statementTimeout time.Duration) (context.Context, context.CancelFunc) {
-	if statementTimeout <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, statementTimeout+answerGrace)
 }
 
 // Query-cancel SQLSTATE: statement_timeout and cancel requests alike.

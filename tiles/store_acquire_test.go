@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -16,27 +15,14 @@ import (
 // AcquireTimeout, not a wait for as long as the request lives.
 func TestStoreAcquireTimeout(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testenv.ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	held, err := pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, release := testenv.BusyPool(t)
 	store := tiles.NewStore(pool)
 	store.AcquireTimeout, store.RetryAfter = 200*time.Millisecond, 3
 	layers := resolve(t, demoCatalog(t), "places")
 	tile := maptile.At(berlin, 14)
 
 	start := time.Now()
-	_, err = store.Tile(t.Context(), layers, tile)
+	_, err := store.Tile(t.Context(), layers, tile)
 	p := problem.From(err)
 	if err == nil || p.Code != problem.Unavailable || p.RetryAfter != 3 {
 		t.Fatalf("Tile with the pool exhausted: %v, want %q with Retry-After 3", err, problem.Unavailable)
@@ -44,7 +30,7 @@ func TestStoreAcquireTimeout(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 5*time.Second {
 		t.Fatalf("gave up after %v, want about the 200 ms acquire timeout", elapsed)
 	}
-	held.Release()
+	release()
 	if _, err := store.Tile(t.Context(), layers, tile); err != nil {
 		t.Fatalf("Tile once the connection is free: %v", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +167,31 @@ func Prefix(t testing.TB) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "geotoll-test-" + hex.EncodeToString(b[:])
+}
+
+// BusyPool returns a one-connection pool on the read role's database whose
+// only connection is held, and the function that releases it: every Acquire
+// waits until then. The pool is closed when the test ends.
+func BusyPool(t testing.TB) (*pgxpool.Pool, func()) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	held, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("testenv: acquire the pool's only connection: %v", err)
+	}
+	var once sync.Once
+	release := func() { once.Do(held.Release) }
+	t.Cleanup(release)
+	return pool, release
 }
