@@ -120,30 +120,10 @@ wait_for() {
 need_pg() { [[ -z ${DATABASE_URL:-} ]]; }
 need_redis() { [[ -z ${REDIS_URL:-} ]]; }
 
-apt_install() {
-	local -a sudo=()
-	if ! is_root; then
-		if command -v sudo >/dev/null 2>&1; then
-			if [[ -t 0 ]]; then sudo=(sudo); else sudo=(sudo -n); fi
-		else
-			die "missing Debian packages ($*) and not root, and sudo is not installed: install them as root: apt-get install -y $*"
-		fi
-	fi
-	command -v apt-get >/dev/null 2>&1 ||
-		die "missing packages ($*) and apt-get is not available: install PostgreSQL $PG_VERSION, PostGIS 3 and Redis yourself, or set DATABASE_URL / REDIS_URL"
-	log "installing Debian packages: $*"
-	local try
-	for try in 1 2 3; do
-		if "${sudo[@]}" apt-get update -q >&2 &&
-			"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-				apt-get install -y -q --no-install-recommends "$@" >&2; then
-			return 0
-		fi
-		log "apt-get failed (attempt $try of 3)"
-		sleep $((try * 3))
-	done
-	die "could not install: $*"
-}
+# apt_install comes from scripts/apt.sh, shared with the browser test's installer.
+APT_HINT="or set DATABASE_URL / REDIS_URL to servers you have"
+# shellcheck source=scripts/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 
 ensure_packages() {
 	local -a pkgs=()

@@ -16,27 +16,9 @@ die() {
 	exit 1
 }
 
-apt_install() {
-	local -a sudo=()
-	if [[ $(id -u) -ne 0 ]]; then
-		command -v sudo >/dev/null 2>&1 ||
-			die "missing Debian packages ($*) and not root, and sudo is not installed: apt-get install -y $*"
-		if [[ -t 0 ]]; then sudo=(sudo); else sudo=(sudo -n); fi
-	fi
-	command -v apt-get >/dev/null 2>&1 || die "apt-get is not available: install Chromium yourself (GEOTOLL_CHROMIUM names it)"
-	log "installing Debian packages: $*"
-	local try
-	for try in 1 2 3; do
-		if "${sudo[@]}" apt-get update -q >&2 &&
-			"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-				apt-get install -y -q --no-install-recommends "$@" >&2; then
-			return 0
-		fi
-		log "apt-get failed (attempt $try of 3)"
-		sleep $((try * 3))
-	done
-	die "could not install: $*"
-}
+APT_HINT="GEOTOLL_CHROMIUM names an installed Chromium"
+# shellcheck source=scripts/apt.sh
+. "$DIR/../../scripts/apt.sh"
 
 if [[ ! -x $CHROMIUM ]]; then
 	# fonts-liberation: Chromium's default sans-serif for the side panel.
