@@ -62,35 +62,41 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 	// answer at all (paused, partitioned) is given up on shortly after.
 	ctx, cancel := pgcall.AnswerDeadline(ctx, timeout)
 	defer cancel()
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// set_config(…, true) is SET LOCAL with a bound value. It rides in
-		// the same batch as the layer queries: one round trip for all.
-		batch := &pgx.Batch{}
-		batch.Queue(`SELECT set_config('jit', 'off', true)`)
-		for _, l := range layers {
-			batch.Queue(`SELECT set_config('statement_timeout', $1, true)`,
-				strconv.FormatInt(l.StatementTimeout.Milliseconds(), 10))
-			width := env.Max[0] - env.Min[0]
-			bufferM := width * float64(l.Buffer) / float64(l.Extent)
-			batch.Queue(l.sql, env.Min[0], env.Min[1], env.Max[0], env.Max[1],
-				l.Extent, l.Buffer, bufferM, l.MaxFeatures, l.Name)
-		}
-		br := tx.SendBatch(ctx, batch)
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
+	// The whole transaction is ONE batch, so one round trip: BEGIN READ
+	// ONLY, jit off, then per layer SET LOCAL statement_timeout (as
+	// set_config(…, true), with a bound value) and its query, then COMMIT.
+	// If a statement fails, PostgreSQL skips the rest of the batch and the
+	// connection is left in a failed transaction, which the pool discards
+	// on Release rather than reuse.
+	batch := &pgx.Batch{}
+	batch.Queue(`BEGIN READ ONLY`)
+	batch.Queue(`SELECT set_config('jit', 'off', true)`)
+	for _, l := range layers {
+		batch.Queue(`SELECT set_config('statement_timeout', $1, true)`,
+			strconv.FormatInt(l.StatementTimeout.Milliseconds(), 10))
+		width := env.Max[0] - env.Min[0]
+		bufferM := width * float64(l.Buffer) / float64(l.Extent)
+		batch.Queue(l.sql, env.Min[0], env.Min[1], env.Max[0], env.Max[1],
+			l.Extent, l.Buffer, bufferM, l.MaxFeatures, l.Name)
+	}
+	batch.Queue(`COMMIT`)
+	err = func() error {
+		br := conn.SendBatch(ctx, batch)
+		defer br.Close()
+		for range 2 { // BEGIN, jit
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		// PostgreSQL runs the batch's queries one after another, so the
 		// time between two results is (close to) the later query's time.
 		last := time.Now()
 		for _, l := range layers {
 			if _, err := br.Exec(); err != nil { // this layer's statement_timeout
-				br.Close()
 				return err
 			}
 			var part []byte
 			if err := br.QueryRow().Scan(&part); err != nil {
-				br.Close()
 				return err
 			}
 			if s.Observer != nil {
@@ -102,8 +108,11 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 			// repeated layer, so concatenated layers are one valid tile.
 			tile = append(tile, part...)
 		}
+		if _, err := br.Exec(); err != nil { // COMMIT
+			return err
+		}
 		return br.Close()
-	})
+	}()
 	if err != nil {
 		return nil, s.classify(request, err)
 	}

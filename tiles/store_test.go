@@ -423,11 +423,23 @@ func TestStoreStatementTimeout(t *testing.T) {
 		tiles.Layer{Name: "slow", Table: f.table("slow"), GeometryColumn: "geom", StatementTimeout: 100 * time.Millisecond},
 		tiles.Layer{Name: "patient", Table: f.table("slow"), GeometryColumn: "geom", StatementTimeout: 10 * time.Second},
 	)
-	store := tiles.NewStore(testenv.ReadPool(t))
+	// One connection: the renders after a timeout must get a usable one,
+	// not the connection the failed transaction left behind.
+	cfg, err := pgxpool.ParseConfig(testenv.ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store := tiles.NewStore(pool)
 	store.RetryAfter = 7
 	world := maptile.New(0, 0, 0)
 
-	_, err := store.Tile(t.Context(), resolve(t, cat, "slow"), world)
+	_, err = store.Tile(t.Context(), resolve(t, cat, "slow"), world)
 	p := problem.From(err)
 	if err == nil || p.Code != problem.Timeout {
 		t.Fatalf("Tile over a slow view: %v, want a %q problem", err, problem.Timeout)
