@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/geotoll/geotoll/internal/testenv"
 	"io"
 	"math"
 	"net/http"
@@ -48,8 +49,8 @@ var scenarios = []scenario{
 // TestChaos runs every scenario against processes it starts itself and
 // prints the table of what was expected and what was observed.
 func TestChaos(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos suite: skipped with -short")
+	if testing.Short() && !testenv.Required() {
+		t.Skip("chaos suite: skipped with -short (never in CI)")
 	}
 	need(t, "redis-server", "redis-cli")
 	start := time.Now()

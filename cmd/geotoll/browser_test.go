@@ -30,8 +30,8 @@ import (
 // browser-deps`, which `make test` runs first); without them it fails when
 // services are required (make test, CI) and skips otherwise.
 func TestBrowserPreview(t *testing.T) {
-	if testing.Short() {
-		t.Skip("browser test skipped in -short mode")
+	if testing.Short() && !testenv.Required() {
+		t.Skip("browser test skipped in -short mode (never in CI)")
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
