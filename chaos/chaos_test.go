@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/geotoll/geotoll/internal/testenv"
 	"io"
 	"math"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/throttle"
 )
 
