@@ -1,4 +1,4 @@
-# geotoll: build, run and test. See DESIGN.md, "Running".
+# geotoll: build, run and test. See README.md, "Quick start".
 #
 #   make run     PostGIS + Redis (scripts/services.sh), migrate, demo data, serve on :8080
 #   make test    the same services, then go test -race ./... with the

@@ -192,7 +192,7 @@ type Limits struct {
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
 }
 
-// DefaultLimits returns the default bounds. MaxRadius matches the seed's
+// DefaultLimits returns the default bounds. MaxRadius is the
 // 50 km cap, which the default radius weight prices at MaxCost; a body of
 // 1 MiB holds a full batch with ids of MaxPointIDLen bytes several times
 // over, and a fence of MaxVertices positions.

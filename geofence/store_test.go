@@ -389,7 +389,7 @@ func TestBBoxAcrossTheAntimeridian(t *testing.T) {
 		t.Errorf("bbox 0.4,0.4,0.6,0.6: ids %v, want [4]", got)
 	}
 
-	// On the seed data around Suva (178.44°E): the split box finds exactly
+	// On the demo data around Suva (178.44°E): the split box finds exactly
 	// the union of its two halves, in id order.
 	places := cat.Layer("places")
 	cross := BBox{175, -20, -175, -15}

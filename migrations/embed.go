@@ -3,8 +3,7 @@
 //
 // Each file is one goose migration ("-- +goose Up" / "-- +goose Down").
 // Migrations create the PostGIS extension, the demo tables, and the
-// restricted read role described in DESIGN.md ("PostgreSQL-side
-// enforcement").
+// restricted read role (README, "PostgreSQL-side enforcement").
 package migrations
 
 import (

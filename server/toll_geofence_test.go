@@ -28,10 +28,10 @@ func TestGeofencePrice(t *testing.T) {
 		d    geofence.Demand
 		want float64
 	}{
-		// The seed's cheap request: about one token.
+		// The classic cheap request: about one token.
 		{"within 10 m", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 10, Limit: 100}, 1 + 0.012 + 0.2},
 		{"within 5 km", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 5000, Limit: 1}, 1 + 6 + 0.002},
-		// The seed's expensive one: MaxCost, so a 100-token bucket pays it once.
+		// The classic expensive one: MaxCost, so a 100-token bucket pays it once.
 		{"within 50 km", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 50000, Limit: 100}, 60},
 		{"bbox 1°×1°", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(13, 52, 14, 53), Limit: 100}, 1 + 0.5 + 0.2},
 		{"bbox on districts uses its weights", geofence.Demand{Kind: geofence.KindBBox, Layer: "districts", Bound: box(13, 52, 17, 53), Limit: 100}, 1 + 1 + 0.2},
@@ -66,7 +66,7 @@ func TestGeofencePrice(t *testing.T) {
 	}
 }
 
-// The seed's Verification, at the gate: with one key, twenty 10 m checks
+// The verification session, at the gate: with one key, twenty 10 m checks
 // pass; with a fresh key, a 50 km check passes once and the second is
 // refused with Retry-After.
 func TestAdmitGeofenceVerification(t *testing.T) {

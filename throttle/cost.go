@@ -39,8 +39,8 @@ type Weights struct {
 //   - RadiusWeight 1.2 per km: (MaxCost-Base)/50 km = 1.18, rounded up, so
 //     the largest radius the API accepts (50 km) costs MaxCost, while 10 m
 //     costs 1.012. With a 100-token bucket a 50 km query can then run once,
-//     and a second one right after is refused (100-60 < 60), as the seed's
-//     verification expects. The seed's own 0.05 per km priced 50 km at 3.5
+//     and a second one right after is refused (100-60 < 60), as the classic
+//     verification session expects. A weight of 0.05 per km would price 50 km at 3.5
 //     tokens: the throttle did nothing for exactly the queries it was for.
 //   - FeatureWeight 0.002: a limit of 1000 features adds 2 tokens.
 //   - PointWeight 0.05: a batch check of 20 points costs as much as one

@@ -322,7 +322,7 @@ func TestMemoryRealClock(t *testing.T) {
 	}
 }
 
-// TestSeedVerification replays the seed's curl checks: twenty 10 m radius
+// TestSeedVerification replays the classic curl checks: twenty 10 m radius
 // queries fit a 100-token bucket refilling at 20/s, and a second 50 km query
 // right after the first is refused.
 func TestSeedVerification(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 
 // calibrate times real tile queries per zoom against the database and
 // suggests an area_weight that makes a tile's price proportional to its
-// database time — the seed note's first gotcha: "a query that runs 10×
-// longer should cost roughly 10× the tokens".
+// database time: a query that runs 10×
+// longer should cost roughly 10× the tokens.
 func calibrate(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)

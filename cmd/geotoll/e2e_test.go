@@ -99,7 +99,7 @@ func tileURL(base, layer string, tile maptile.Tile) string {
 	return base + "/tiles/" + layer + "/" + strconv.Itoa(int(tile.Z)) + "/" + strconv.Itoa(int(tile.X)) + "/" + strconv.Itoa(int(tile.Y)) + ".mvt"
 }
 
-// The seed's Verification session, for tiles: cheap tiles pass repeatedly,
+// The verification session, for tiles: cheap tiles pass repeatedly,
 // expensive ones drain the bucket, and Retry-After is honest.
 func TestEndToEndCheapAndExpensiveTiles(t *testing.T) {
 	t.Parallel()

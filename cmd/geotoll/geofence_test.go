@@ -13,7 +13,7 @@ import (
 	"github.com/geotoll/geotoll/internal/testenv"
 )
 
-// The seed's Verification session, for the geofence API, on the whole
+// The verification session, for the geofence API, on the whole
 // server with the real PostGIS and Redis: twenty 10 m radius checks with one
 // key all pass (about 1.2 tokens each of a 100-token bucket); with a fresh
 // key a 50 km check passes once and the second is refused with 429 and an
