@@ -22,8 +22,10 @@ import (
 // (cache results, query times), and its middleware counts every HTTP
 // request by route template and status.
 //
-// Label values come from the route table, the configured tiers and the
-// layer catalog — never from raw request text — so their number is bounded.
+// Label values come from the route table, the configured tiers, the layer
+// catalog, fixed outcome and cache-result names, the statuses the handlers
+// write and a fixed set of method names (anything else is "other") — never
+// from raw request text — so their number is bounded.
 type Metrics struct {
 	gatherer  prometheus.Gatherer
 	requests  *prometheus.CounterVec
@@ -147,9 +149,21 @@ func (m *Metrics) wrap(next http.Handler) http.Handler {
 		if status == http.StatusNoContent && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			route = "preflight"
 		}
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
+		m.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Inc()
 		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
+}
+
+// methodLabel is the method label of a request: one of the standard
+// methods, else "other". The method is request text (any token up to the
+// header limit), so it is never a label value as sent.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
 }
 
 // nameRoute is router middleware: it records the matched route's template.

@@ -142,3 +142,61 @@ geotoll_db_pool_max_conns{pool="read"} `+strconv.Itoa(int(pool.Config().MaxConns
 		t.Errorf("lint: %v %v", problems, err)
 	}
 }
+
+// Made-up HTTP methods are free for anyone to send (each is a 405 or 404,
+// never priced), so none may become a label value: 500 of them, 2 KB each,
+// on matched and unmatched routes, add no series beyond the first one's and
+// leave /metrics small.
+func TestMetricsMethodLabelBounded(t *testing.T) {
+	t.Parallel()
+	m, reg := newTestMetrics(t)
+	h := New(Options{Logger: quietLogger(), Metrics: m, CORS: CORS{Origins: []string{"*"}}})
+	send := func(method string) {
+		for _, path := range []string{"/healthz", "/metrics", "/no/such/route"} {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		}
+	}
+	series := func() int {
+		n, err := testutil.GatherAndCount(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	made := func(i int) string { return "X" + strconv.Itoa(i) + strings.Repeat("M", 2048) }
+	send(made(0))
+	before := series()
+	for i := 1; i <= 500; i++ {
+		send(made(i))
+	}
+	if after := series(); after != before {
+		t.Errorf("500 made-up methods added %d series", after-before)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if len(l.GetValue()) > 64 {
+					t.Errorf("%s{%s} carries a %d-byte label value: request text became a label", f.GetName(), l.GetName(), len(l.GetValue()))
+				}
+			}
+		}
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if w.Body.Len() > 64<<10 {
+		t.Errorf("/metrics is %d bytes after 500 made-up methods", w.Body.Len())
+	}
+	for _, tc := range []struct {
+		status string
+		want   float64
+	}{{"405", 2 * 501}, {"404", 501}} { // /healthz and /metrics; the unknown route
+		if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "other", tc.status)); got != tc.want {
+			t.Errorf("requests{unmatched other %s} = %v, want %v", tc.status, got, tc.want)
+		}
+	}
+}
