@@ -8,6 +8,7 @@ import (
 
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/problem"
 )
 
 // KeyLookup finds an active API key; *apikeys.Ring is the production one.
@@ -95,8 +96,15 @@ type Proxies = *forwarded.Trusted
 // header (never ?key=, which ends up in logs), an active API key marked
 // admin.
 func (t *Toll) AllowAdmin(r *http.Request) bool {
+	k, ok := t.headerKey(r)
+	return ok && k.Admin
+}
+
+// headerKey looks up the key a request presents in a header (X-API-Key or
+// Authorization: Bearer).
+func (t *Toll) headerKey(r *http.Request) (apikeys.Key, bool) {
 	if t.Keys == nil {
-		return false
+		return apikeys.Key{}, false
 	}
 	key := r.Header.Get("X-API-Key")
 	if key == "" {
@@ -104,13 +112,19 @@ func (t *Toll) AllowAdmin(r *http.Request) bool {
 			key = strings.TrimSpace(token)
 		}
 	}
-	k, ok := t.Keys.Lookup(key)
-	return ok && k.Admin
+	return t.Keys.Lookup(key)
 }
 
-// RefuseAdmin implements geofence.AdminRefuser: a refused admin call costs
-// the caller's IP one failed-auth token (401, then 429 once they run out).
+// RefuseAdmin implements geofence.AdminRefuser. A valid key without admin
+// rights gets 403 and is charged nothing: it proved who it is, and charging
+// its IP's failed-auth bucket would lock out everyone behind the same NAT.
+// Anything else (no key, an unknown or revoked one) costs the caller's IP
+// one failed-auth token (401, then 429 once they run out).
 func (t *Toll) RefuseAdmin(w http.ResponseWriter, r *http.Request) {
+	if _, ok := t.headerKey(r); ok {
+		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this API key may not administer fences"})
+		return
+	}
 	caller := Caller{Tier: FailedAuthTier, Identity: "ip:" + bucketIP(t.Proxies.ClientAddr(r))}
 	t.refuseKey(w, r, caller, Price{Route: "admin", Zoom: -1})
 }
