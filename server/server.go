@@ -87,7 +87,7 @@ func New(o Options) http.Handler {
 	}
 	// withInFlight is innermost: slots a request acquired are released
 	// when its handler returns (or panics), before the access log line.
-	h := withAccessLog(o.Logger, o.CORS.wrap(withInFlight(r)))
+	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(withInFlight(r))))
 	if o.Metrics != nil {
 		h = o.Metrics.wrap(h)
 	}

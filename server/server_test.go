@@ -10,9 +10,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 func TestBucketIP(t *testing.T) {
@@ -156,5 +159,49 @@ func TestPanicBecomes500(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "kaboom") {
 		t.Error("panic not logged")
+	}
+}
+
+// A tile fetched with a key carries that caller's budget headers and was
+// charged to it: a shared cache must not store it and hand it to others
+// uncharged. Anonymous tiles stay public, and say that a keyed request is
+// a different request.
+func TestKeyedResponsesArePrivate(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", MaxAge: 90 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &blockingRenderer{release: make(chan struct{})}
+	close(r.release)
+	h := New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: toll}, Logger: discard()})
+	for _, tc := range []struct {
+		name string
+		set  func(*http.Request)
+		want string
+	}{
+		{"X-API-Key", func(r *http.Request) { r.Header.Set("X-API-Key", "k1") }, "private, max-age=90"},
+		{"Bearer", func(r *http.Request) { r.Header.Set("Authorization", "Bearer k1") }, "private, max-age=90"},
+		{"?key=", func(r *http.Request) { r.URL.RawQuery = "key=k1" }, "private, max-age=90"},
+		{"anonymous", func(*http.Request) {}, "public, max-age=90"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, "/tiles/places/14/8802/5373.mvt", nil)
+			tc.set(req)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != http.StatusOK || w.Header().Get("X-Request-Cost") == "" {
+				t.Fatalf("%d %s", w.Code, w.Body)
+			}
+			if got := w.Header().Get("Cache-Control"); got != tc.want {
+				t.Errorf("Cache-Control %q, want %q", got, tc.want)
+			}
+			if tc.name == "anonymous" {
+				vary := strings.Join(w.Header().Values("Vary"), ",")
+				if !strings.Contains(vary, "X-API-Key") || !strings.Contains(vary, "Authorization") {
+					t.Errorf("an anonymous public tile has Vary %q: a shared cache could answer a keyed request with it", vary)
+				}
+			}
+		})
 	}
 }
