@@ -287,23 +287,10 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 	}
 	ans, granted, err := t.admit(r.Context(), ask)
 	if err != nil {
-		t.observe(tier.Name, p, LimiterFailure)
-		// A failing store is logged once, when it starts failing (see
-		// breaker); a client that hung up is routine.
-		if level := slog.LevelWarn; !errors.Is(err, errStoreFailing) {
-			if r.Context().Err() != nil {
-				level = slog.LevelDebug
-			}
-			t.logger().LogAttrs(r.Context(), level, "budget unavailable",
-				slog.String("tier", tier.Name), slog.Any("err", err))
-		}
-		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
+		t.limiterFailed(w, r, tier, p, err)
 		return false
 	}
-	if ans.RefundErr != nil {
-		t.logger().LogAttrs(r.Context(), slog.LevelWarn, "refund after a refusal failed; the caller stays charged",
-			slog.String("tier", tier.Name), slog.Any("err", ans.RefundErr))
-	}
+	t.logLostRefund(r, tier, ans)
 	res := ans.Results[0]
 	setBudgetHeaders(w.Header(), tier, res)
 	if ans.Admitted {
@@ -313,28 +300,11 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 		t.observe(tier.Name, p, Admitted)
 		return true
 	}
-	// Shadow mode waives only the caller's own bucket: a refusal by the
-	// in-flight cap or the global database budget still stands.
-	globalOK := len(ans.Results) < 2 || ans.Results[1].Allowed
-	if (tier.Shadow || t.shadowed(p)) && !res.Allowed && !ans.SlotRefused && globalOK {
-		t.observe(tier.Name, p, ShadowRefused)
-		w.Header().Set("X-RateLimit-Shadow", "would-refuse")
-		return true
+	if (tier.Shadow || t.shadowed(p)) && !res.Allowed {
+		return t.chargeShadow(w, r, tier, p, ask, ans)
 	}
 	t.observe(tier.Name, p, Refused)
-	switch {
-	case !res.Allowed:
-		problem.Write(w, r, exhausted(tier.Name, res))
-	case ans.SlotRefused:
-		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 1,
-			Detail: fmt.Sprintf("%d requests of yours are already in flight, the most tier %q allows; retry when one finishes", ans.InFlight, tier.Name),
-			Extra:  map[string]any{"in_flight": ans.InFlight, "max_in_flight": tier.MaxInFlight, "violated-policies": []string{tier.Name + "-concurrency"}}})
-	default: // the global database budget refused; the caller was refunded
-		g := ans.Results[1]
-		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, RetryAfter: g.RetryAfterSeconds(),
-			Detail: "the database is at its budget for everyone; your own budget was not charged",
-			Extra:  map[string]any{"cost": round3(p.Cost), "retry_after": g.RetryAfterSeconds(), "violated-policies": []string{"global"}}})
-	}
+	t.writeRefusal(w, r, tier, p, ans, false)
 	return false
 }
 

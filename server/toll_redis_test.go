@@ -4,9 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -16,24 +20,53 @@ import (
 // redisToll is testToll on the real Redis with a unique prefix.
 func redisToll(t *testing.T) (*Toll, func() []string) {
 	t.Helper()
-	rdb := testenv.Redis(t)
+	return redisTollOn(t, testenv.Redis(t))
+}
+
+// eachRedis runs fn against the single test Redis and the test Redis
+// Cluster.
+func eachRedis(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Run("single", func(t *testing.T) { fn(t, testenv.Redis(t)) })
+	t.Run("cluster", func(t *testing.T) { fn(t, testenv.RedisCluster(t)) })
+}
+
+// redisTollOn is testToll on rdb with a unique prefix; keys lists the
+// test's keys in Redis (on every master of a cluster).
+func redisTollOn(t *testing.T, rdb redis.UniversalClient) (*Toll, func() []string) {
+	t.Helper()
 	toll := testToll(throttle.NewRedisStore(rdb))
 	toll.Prefix = testenv.Prefix(t)
 	toll.Timeout = 2 * time.Second // the race detector is slow; this is not the fault test
 	keys := func() []string {
-		var out []string
-		iter := rdb.Scan(context.Background(), 0, toll.Prefix+":*", 1000).Iterator()
-		for iter.Next(context.Background()) {
-			out = append(out, iter.Val())
+		var (
+			mu  sync.Mutex
+			out []string
+		)
+		scan := func(ctx context.Context, c *redis.Client) error {
+			iter := c.Scan(ctx, 0, toll.Prefix+":*", 1000).Iterator()
+			for iter.Next(ctx) {
+				mu.Lock()
+				out = append(out, iter.Val())
+				mu.Unlock()
+			}
+			return iter.Err()
 		}
-		if err := iter.Err(); err != nil {
+		var err error
+		switch c := rdb.(type) {
+		case *redis.ClusterClient:
+			err = c.ForEachMaster(context.Background(), scan)
+		case *redis.Client:
+			err = scan(context.Background(), c)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
+		sort.Strings(out)
 		return out
 	}
 	t.Cleanup(func() {
-		if k := keys(); len(k) > 0 {
-			rdb.Del(context.Background(), k...)
+		for _, k := range keys() {
+			rdb.Del(context.Background(), k)
 		}
 	})
 	return toll, keys

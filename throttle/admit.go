@@ -28,7 +28,8 @@ type Slot struct {
 
 // Ask is everything one request needs before it may run: each Spend, all
 // or nothing (the client's bucket and the global database budget), and
-// optionally an in-flight slot.
+// optionally an in-flight slot. Spends may be empty when there is a slot
+// (a request that pays nothing but still counts against its cap).
 type Ask struct {
 	Spends []Spend
 	Slot   *Slot
@@ -67,8 +68,8 @@ func (a Answer) Refused() int {
 func SlotKey(bucketKey string) string { return bucketKey + ":inflight" }
 
 func (a Ask) validate() error {
-	if len(a.Spends) == 0 {
-		return errors.New("throttle: an ask needs at least one spend")
+	if len(a.Spends) == 0 && a.Slot == nil {
+		return errors.New("throttle: an ask needs a spend or a slot")
 	}
 	for _, s := range a.Spends {
 		if err := checkSpend(s.Limit, s.Cost); err != nil {

@@ -225,3 +225,28 @@ func TestAdmitNoScriptRecovery(t *testing.T) {
 		}
 	})
 }
+
+// An ask of a slot alone (no spend) holds and releases a slot like any
+// other ask, and is refused at the cap.
+func TestAdmitSlotOnly(t *testing.T) {
+	admitters(t, func(t *testing.T, s Store, key func(string) string) {
+		ctx := context.Background()
+		slot := func(id string) *Slot { return &Slot{Key: SlotKey(key("slot-only")), ID: id, Max: 1, TTL: time.Minute} }
+		a, err := s.Admit(ctx, Ask{Slot: slot("a")})
+		if err != nil || !a.Admitted || a.InFlight != 1 || len(a.Results) != 0 {
+			t.Fatalf("first: %+v %v", a, err)
+		}
+		if b, err := s.Admit(ctx, Ask{Slot: slot("b")}); err != nil || b.Admitted || !b.SlotRefused {
+			t.Fatalf("second at the cap: %+v %v", b, err)
+		}
+		if err := s.Release(ctx, *slot("a")); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := s.Admit(ctx, Ask{Slot: slot("b")}); err != nil || !b.Admitted {
+			t.Fatalf("after the release: %+v %v", b, err)
+		}
+		if _, err := s.Admit(ctx, Ask{}); err == nil {
+			t.Fatal("an empty ask was accepted")
+		}
+	})
+}
