@@ -27,10 +27,9 @@ type heldSlot struct {
 type slotKey struct{}
 
 // withInFlight releases, when the handler returns, any in-flight slot the
-// request acquired, in the store that granted it. Release runs on its own
-// short context: the request's may already be cancelled (a client that hung
-// up still frees its slot). A slot in a store that is failing is not
-// released (the response would wait for it); it expires after its TTL.
+// request acquired, in the store that granted it, after the response has
+// been flushed. Release runs on its own short context: the request's may
+// already be cancelled (a client that hung up still frees its slot).
 func withInFlight(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := &slotHolder{}
@@ -72,13 +71,20 @@ func holdSlot(r *http.Request, t *Toll, store throttle.Store, s throttle.Slot) {
 // X-Request-ID could repeat and so share one slot among many requests.
 func slotID(*http.Request) string { return newID() }
 
-// release frees a slot in the store that granted it, unless that is the
-// shared store and it is failing.
+// release frees a slot in the store that granted it. It is tried even
+// while the breaker keeps that store out of the budget path: the breaker is
+// process-wide, and one other caller's timeout must not leave every
+// finishing request's slot behind (its client would then be refused with
+// nothing in flight until the slots expire). While degraded the release is
+// bounded by Timeout, so a store that is really down delays only this
+// request's goroutine — its response is already sent — and a slot it could
+// not free expires after its TTL.
 func (t *Toll) release(r *http.Request, store throttle.Store, s throttle.Slot) {
+	bound := time.Second
 	if store == t.Store && t.LimiterHealth().Degraded {
-		return
+		bound = t.timeout()
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), bound)
 	defer cancel()
 	_ = store.Release(ctx, s)
 }

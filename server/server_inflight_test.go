@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/paulmach/orb/maptile"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
 )
@@ -171,4 +173,109 @@ func TestShadowKeepsInFlightCapAndGlobalBudget(t *testing.T) {
 			t.Fatalf("global budget %.3f after two shadow-admitted requests ran, want %v", g.Remaining, want)
 		}
 	})
+}
+
+// pausable connects to the test Redis (or Cluster) with context deadlines
+// bound to the socket, as geotoll's own client is, and returns a function
+// that pauses every master for d (CLIENT PAUSE ALL).
+func pausable(t *testing.T, cluster bool) (redis.UniversalClient, func(d time.Duration)) {
+	t.Helper()
+	var rdb redis.UniversalClient
+	if cluster {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t), ContextTimeoutEnabled: true})
+	} else {
+		opt, err := redis.ParseURL(testenv.RedisURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt.ContextTimeoutEnabled = true
+		rdb = redis.NewClient(opt)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	pause := func(d time.Duration) {
+		t.Helper()
+		ms := strconv.FormatInt(d.Milliseconds(), 10)
+		do := func(ctx context.Context, c *redis.Client) error { return c.Do(ctx, "CLIENT", "PAUSE", ms, "ALL").Err() }
+		var err error
+		if c, ok := rdb.(*redis.ClusterClient); ok {
+			err = c.ForEachMaster(t.Context(), do)
+		} else {
+			err = do(t.Context(), rdb.(*redis.Client))
+		}
+		if err != nil {
+			t.Fatalf("CLIENT PAUSE: %v", err)
+		}
+	}
+	return rdb, pause
+}
+
+// One caller's Redis timeout opens the process-wide breaker; requests of
+// other callers that finish meanwhile still free their slots in Redis, so
+// a client at its cap is not refused with nothing in flight.
+func TestSlotsReleasedWhileDegraded(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
+			rdb, pause := pausable(t, cluster)
+			toll, _ := redisTollOn(t, rdb)
+			toll.Timeout = 300 * time.Millisecond
+			toll.ProbeInterval = 500 * time.Millisecond
+			free := toll.Tiers["free"]
+			free.MaxInFlight = 1
+			toll.Tiers["free"] = free
+			cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &blockingRenderer{release: make(chan struct{})}
+			h := New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: toll}, Logger: discard()})
+			get := func(key string) int {
+				req := httptest.NewRequest(http.MethodGet, "/tiles/places/14/8802/5373.mvt", nil)
+				req.Header.Set("X-API-Key", key)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				return w.Code
+			}
+			slots := throttle.SlotKey(throttle.BucketKey(toll.Prefix, "free", "k:1"))
+			held := func() int64 {
+				n, err := rdb.ZCard(t.Context(), slots).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+
+			first := make(chan int, 1)
+			go func() { first <- get("k1") }() // holds k1's only slot in Redis
+			deadline := time.Now().Add(10 * time.Second)
+			for held() != 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("k1's request never held its slot")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			pausedAt := time.Now()
+			pause(time.Second)
+			if c := get("a"); c != http.StatusServiceUnavailable { // times out: the breaker opens (fail_mode closed)
+				t.Fatalf("another caller's request during the pause got %d, want 503", c)
+			}
+			if !toll.LimiterHealth().Degraded {
+				t.Fatal("the timeout did not open the breaker")
+			}
+			time.Sleep(time.Until(pausedAt.Add(1100 * time.Millisecond))) // Redis answers again…
+			if !toll.LimiterHealth().Degraded {
+				t.Fatal("the breaker closed without a request probing Redis")
+			}
+			close(r.release) // …and k1's request finishes while the breaker is still open
+			if c := <-first; c != http.StatusOK {
+				t.Fatalf("k1's first request got %d", c)
+			}
+			if n := held(); n != 0 {
+				t.Fatalf("k1's finished request still holds %d slot(s) in Redis while the breaker is open", n)
+			}
+			time.Sleep(toll.ProbeInterval) // the next request probes Redis again
+			if c := get("k1"); c != http.StatusOK {
+				t.Fatalf("k1's next request got %d with nothing in flight", c)
+			}
+		})
+	}
 }
