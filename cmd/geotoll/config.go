@@ -12,7 +12,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/geotoll/geotoll/geofence"
-	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -96,70 +95,6 @@ type HTTPConfig struct {
 	ForwardedHeader string `yaml:"forwarded_header"`
 	// CORS lets web pages on other origins call the API.
 	CORS CORSConfig `yaml:"cors"`
-}
-
-// TierConfig is a bucket shape.
-type TierConfig struct {
-	Rate     float64 `yaml:"rate"`     // tokens per second
-	Capacity float64 `yaml:"capacity"` // bucket size
-	// MaxCost, when positive, refuses (422) any single request dearer than
-	// this in the tier.
-	MaxCost float64 `yaml:"max_cost"`
-	// Shadow prices and records requests but never refuses them.
-	Shadow bool `yaml:"shadow"`
-	// MaxInFlight, when positive, caps a caller's concurrent requests.
-	MaxInFlight int `yaml:"max_in_flight"`
-}
-
-func (t TierConfig) limit() throttle.Limit {
-	return throttle.Limit{Rate: t.Rate, Capacity: t.Capacity}
-}
-
-// WeightsConfig overrides cost weights; unset fields inherit.
-type WeightsConfig struct {
-	Base          *float64 `yaml:"base"`
-	AreaWeight    *float64 `yaml:"area_weight"`
-	RadiusWeight  *float64 `yaml:"radius_weight"`
-	FeatureWeight *float64 `yaml:"feature_weight"`
-	PointWeight   *float64 `yaml:"point_weight"`
-	MaxCost       *float64 `yaml:"max_cost"`
-}
-
-// apply returns base with w's set fields.
-func (w *WeightsConfig) apply(base throttle.Weights) throttle.Weights {
-	if w == nil {
-		return base
-	}
-	set := func(dst *float64, src *float64) {
-		if src != nil {
-			*dst = *src
-		}
-	}
-	set(&base.Base, w.Base)
-	set(&base.AreaWeight, w.AreaWeight)
-	set(&base.RadiusWeight, w.RadiusWeight)
-	set(&base.FeatureWeight, w.FeatureWeight)
-	set(&base.PointWeight, w.PointWeight)
-	set(&base.MaxCost, w.MaxCost)
-	return base
-}
-
-// ThrottleConfig prices requests and shapes buckets.
-type ThrottleConfig struct {
-	Prefix string `yaml:"prefix"`
-	// Tiers by name. "anonymous" (callers without a key, per client IP) is
-	// required; API keys name their tier.
-	Tiers map[string]TierConfig `yaml:"tiers"`
-	// FailedAuth buckets unknown or revoked keys per client IP (1 token each).
-	FailedAuth TierConfig    `yaml:"failed_auth"`
-	Weights    WeightsConfig `yaml:"weights"` // defaults for every layer
-	// Global, when its rate is positive, is one bucket shared by all
-	// callers, sized to what the database sustains (tokens per second and
-	// burst). A request must pass its own bucket and this one.
-	Global TierConfig `yaml:"global"`
-	// KeyRefresh is how often the API keys are reloaded from the database:
-	// the longest a revoked key keeps working.
-	KeyRefresh time.Duration `yaml:"key_refresh"`
 }
 
 // LayerConfig is a tile layer plus its cost weights.
@@ -349,49 +284,4 @@ func (c Config) catalog() (*tiles.Catalog, map[string]throttle.Weights, error) {
 	}
 	cat, err := tiles.NewCatalog(layers)
 	return cat, weights, err
-}
-
-// toll builds the throttle gate (without its stores and keys).
-func (c Config) toll() (*server.Toll, error) {
-	_, weights, err := c.catalog()
-	if err != nil {
-		return nil, err
-	}
-	proxies, err := forwarded.New(c.HTTP.TrustedProxies)
-	if err != nil {
-		return nil, fmt.Errorf("http.trusted_proxies: %w", err)
-	}
-	if proxies, err = proxies.WithHeader(c.HTTP.ForwardedHeader); err != nil {
-		return nil, fmt.Errorf("http.forwarded_header: %w", err)
-	}
-	t := &server.Toll{
-		Prefix:       c.Throttle.Prefix,
-		Tiers:        make(map[string]server.Tier, len(c.Throttle.Tiers)),
-		FailedAuth:   c.Throttle.FailedAuth.limit(),
-		Proxies:      proxies,
-		LayerWeights: weights,
-		Default:      c.Throttle.Weights.apply(throttle.DefaultWeights()),
-		ShadowLayers: map[string]bool{},
-		Timeout:      c.Redis.Timeout,
-		FailMode:     server.FailMode(c.Redis.FailMode),
-		Replicas:     c.Redis.Replicas,
-	}
-	for name, tc := range c.Throttle.Tiers {
-		t.Tiers[name] = server.Tier{Name: name, Limit: tc.limit(), MaxCost: tc.MaxCost, Shadow: tc.Shadow, MaxInFlight: tc.MaxInFlight}
-	}
-	if c.Throttle.Global.Rate > 0 {
-		g := c.Throttle.Global.limit()
-		if err := g.Validate(); err != nil {
-			return nil, fmt.Errorf("throttle.global: %w", err)
-		}
-		t.Global = &g
-	}
-	t.InFlightTTL = c.HTTP.WriteTimeout
-	t.ProbeInterval = c.Redis.ProbeInterval
-	for _, l := range c.Layers {
-		if l.Shadow {
-			t.ShadowLayers[l.Name] = true
-		}
-	}
-	return t, nil
 }
