@@ -25,6 +25,10 @@ func TestBucketIP(t *testing.T) {
 		{"same /64, other host", "[2001:db8:1:2:bbbb::9]:80", "2001:db8:1:2::/64"},
 		{"v4-mapped v6", "[::ffff:192.0.2.1]:80", "192.0.2.1"},
 		{"zone dropped", "[fe80::1%eth0]:80", "fe80::/64"},
+		{"6to4 is its IPv4 client", "[2002:c000:0207:1:2::3]:80", "192.0.2.7"},
+		{"6to4, other host of the same IPv4", "[2002:c000:0207:ffff::9]:80", "192.0.2.7"},
+		{"Teredo is its IPv4 client", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]:80", "192.0.2.45"}, // RFC 4380's example
+		{"2001:db8::/32 is not Teredo", "[2001:db8:0:1::5]:80", "2001:db8:0:1::/64"},
 		{"no port", "192.0.2.1", "192.0.2.1"},
 		{"garbage", "not-an-address", "unknown"},
 	} {

@@ -87,6 +87,9 @@ type Toll struct {
 	// LayerWeights prices a layer; layers without an entry use Default.
 	LayerWeights map[string]throttle.Weights
 	Default      throttle.Weights
+	// IPv6Aggregate, when on, is the bucket an anonymous IPv6 caller's
+	// whole network pays besides its own /64.
+	IPv6Aggregate IPv6Aggregate
 	// Global, when set, is one bucket shared by every caller, sized to what
 	// the database sustains: a request must pass its own bucket and this one
 	// (one Redis round trip); a refusal here is a 503 and refunds the caller.
@@ -169,6 +172,9 @@ func (t *Toll) Validate() error {
 			errs = append(errs, fmt.Errorf("tier %q: capacity %g must be above %g, the most one request may cost in it, or that request could never be admitted",
 				name, tier.Limit.Capacity, top))
 		}
+	}
+	if err := t.IPv6Aggregate.validate(maxCost); err != nil {
+		errs = append(errs, err)
 	}
 	if t.Global != nil && t.Global.Capacity <= maxCost {
 		errs = append(errs, fmt.Errorf("global budget: capacity %g must be above the largest price %g", t.Global.Capacity, maxCost))
@@ -259,7 +265,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
 		return false
 	}
-	key := throttle.BucketKey(t.Prefix, tier.Name, caller.Identity)
+	key := caller.bucketKey(t.Prefix)
 	if most := t.mostPerRequest(tier); p.Cost > most {
 		// Never payable in this tier (a composite of many layers, or above
 		// the tier's max_cost): 422, nothing spent, with the budget headers.
@@ -278,7 +284,13 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 		t.dryRun(w, r, tier, key, p)
 		return false
 	}
+	// The caller's own buckets first (its own, and its IPv6 network's),
+	// then the global one.
 	ask := throttle.Ask{Spends: []throttle.Spend{{Key: key, Limit: tier.Limit, Cost: p.Cost}}}
+	if caller.Network != "" {
+		ask.Spends = append(ask.Spends, throttle.Spend{Key: throttle.BucketKey(t.Prefix, tier.Name, caller.Network), Limit: t.IPv6Aggregate.Limit, Cost: p.Cost})
+	}
+	own := len(ask.Spends)
 	if t.Global != nil && !p.CacheHit { // a cache hit costs the database nothing
 		ask.Spends = append(ask.Spends, throttle.Spend{Key: t.globalKey(), Limit: *t.Global, Cost: p.Cost})
 	}
@@ -300,11 +312,11 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) bool {
 		t.observe(tier.Name, p, Admitted)
 		return true
 	}
-	if (tier.Shadow || t.shadowed(p)) && !res.Allowed {
-		return t.chargeShadow(w, r, tier, p, ask, ans)
+	if (tier.Shadow || t.shadowed(p)) && !allowed(ans.Results[:own]) {
+		return t.chargeShadow(w, r, tier, p, ask, own, ans)
 	}
 	t.observe(tier.Name, p, Refused)
-	t.writeRefusal(w, r, tier, p, ans, false)
+	t.writeRefusal(w, r, tier, p, ans, own, false)
 	return false
 }
 
@@ -317,6 +329,9 @@ func (t *Toll) mostPerRequest(tier Tier) float64 {
 	}
 	if t.Global != nil {
 		most = math.Min(most, t.Global.Capacity)
+	}
+	if t.IPv6Aggregate.Bits > 0 && tier.Name == AnonymousTier {
+		most = math.Min(most, t.IPv6Aggregate.Limit.Capacity)
 	}
 	return most
 }
@@ -365,7 +380,7 @@ func (t *Toll) admit(ctx context.Context, ask throttle.Ask) (ans throttle.Answer
 // caller IP's failed-auth bucket; 429 once that bucket is dry.
 func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, p Price) {
 	tier := Tier{Name: FailedAuthTier, Limit: t.FailedAuth}
-	res, err := t.spend(r.Context(), throttle.BucketKey(t.Prefix, tier.Name, caller.Identity), tier.Limit, 1)
+	res, err := t.spend(r.Context(), caller.bucketKey(t.Prefix), tier.Limit, 1)
 	t.observe(FailedAuthTier, p, Unauthorized)
 	if err == nil {
 		setBudgetHeaders(w.Header(), tier, res)
@@ -440,7 +455,7 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
 		return
 	}
-	res, err := t.peek(r.Context(), throttle.BucketKey(t.Prefix, tier.Name, caller.Identity), tier.Limit)
+	res, err := t.peek(r.Context(), caller.bucketKey(t.Prefix), tier.Limit)
 	if err != nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 		return

@@ -15,13 +15,14 @@ import (
 // and the global database budget still hold, and an admitted request
 // still pays the global budget and holds its slot until it finishes.
 //
-// The store undid the whole ask when the own bucket refused, so unless the
-// cap or the global budget refused as well, the rest of the ask (everything
-// but spend 0) is asked again. Only requests that shadow mode admits pay
-// this second round trip.
-func (t *Toll) chargeShadow(w http.ResponseWriter, r *http.Request, tier Tier, p Price, ask throttle.Ask, ans throttle.Answer) bool {
-	if !ans.SlotRefused && othersAllowed(ans) {
-		rest := throttle.Ask{Spends: ask.Spends[1:], Slot: ask.Slot}
+// The caller's own buckets are the first own spends of the ask (its
+// bucket, and its IPv6 network's). The store undid the whole ask when one
+// of them refused, so unless the cap or the global budget refused as well,
+// the rest of the ask is asked again. Only requests that shadow mode admits
+// pay this second round trip.
+func (t *Toll) chargeShadow(w http.ResponseWriter, r *http.Request, tier Tier, p Price, ask throttle.Ask, own int, ans throttle.Answer) bool {
+	if !ans.SlotRefused && allowed(ans.Results[own:]) {
+		rest := throttle.Ask{Spends: ask.Spends[own:], Slot: ask.Slot}
 		again := throttle.Answer{Admitted: true}
 		var granted throttle.Store
 		if len(rest.Spends) > 0 || rest.Slot != nil {
@@ -41,17 +42,16 @@ func (t *Toll) chargeShadow(w http.ResponseWriter, r *http.Request, tier Tier, p
 			return true
 		}
 		ans.SlotRefused, ans.InFlight = again.SlotRefused, again.InFlight
-		copy(ans.Results[1:], again.Results)
+		copy(ans.Results[own:], again.Results)
 	}
 	t.observe(tier.Name, p, Refused)
-	t.writeRefusal(w, r, tier, p, ans, true)
+	t.writeRefusal(w, r, tier, p, ans, own, true)
 	return false
 }
 
-// othersAllowed reports whether every spend but the caller's own (spend 0)
-// was allowed.
-func othersAllowed(ans throttle.Answer) bool {
-	for _, res := range ans.Results[1:] {
+// allowed reports whether every one of results was allowed.
+func allowed(results []throttle.Result) bool {
+	for _, res := range results {
 		if !res.Allowed {
 			return false
 		}
@@ -59,14 +59,18 @@ func othersAllowed(ans throttle.Answer) bool {
 	return true
 }
 
-// writeRefusal answers a refused ask: 429 for the caller's own bucket
-// (unless shadow mode waived it) or its in-flight cap, 503 for the global
-// database budget (which did not charge the caller).
-func (t *Toll) writeRefusal(w http.ResponseWriter, r *http.Request, tier Tier, p Price, ans throttle.Answer, ownWaived bool) {
+// writeRefusal answers a refused ask: 429 for the caller's own bucket or
+// its IPv6 network's (unless shadow mode waived them) or its in-flight cap,
+// 503 for the global database budget (which did not charge the caller).
+// own is the number of the caller's own spends (see chargeShadow).
+func (t *Toll) writeRefusal(w http.ResponseWriter, r *http.Request, tier Tier, p Price, ans throttle.Answer, own int, ownWaived bool) {
 	res := ans.Results[0]
+	network := own > 1 && !ans.Results[1].Allowed
 	switch {
 	case !res.Allowed && !ownWaived:
 		problem.Write(w, r, exhausted(tier.Name, res))
+	case network && !ownWaived:
+		problem.Write(w, r, exhausted(t.IPv6Aggregate.policy(tier.Name), ans.Results[1]))
 	case ans.SlotRefused:
 		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 1,
 			Detail: fmt.Sprintf("%d requests of yours are already in flight, the most tier %q allows; retry when one finishes", ans.InFlight, tier.Name),

@@ -4,8 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,4 +136,57 @@ func TestClientAddressBuckets(t *testing.T) {
 			t.Errorf("unexpected bucket %q", k)
 		}
 	}
+}
+
+// Every /64 of an IPv6 network also pays the network's aggregate bucket
+// (/48 here): a site cannot multiply the anonymous budget by hopping /64s.
+// The /64's bucket and the /48's share one Redis Cluster slot, so one
+// script may touch both.
+func TestIPv6AggregateBucket(t *testing.T) {
+	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		toll, keys := redisTollOn(t, rdb)
+		toll.IPv6Aggregate = IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 0.001, Capacity: 100}}
+		if err := toll.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		z2 := tileDemand(2, "places") // 60 tokens; the anonymous bucket holds 80, the /48 100
+		from := func(remote string) *httptest.ResponseRecorder {
+			r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/0/0.mvt", nil)
+			r.RemoteAddr = remote
+			w := httptest.NewRecorder()
+			toll.AdmitTile(w, r, z2)
+			return w
+		}
+		if w := from("[2001:db8:1:1::1]:443"); w.Code != http.StatusOK {
+			t.Fatalf("first /64: %d %s", w.Code, w.Body)
+		}
+		w := from("[2001:db8:1:2::1]:443") // a fresh /64, but the /48 holds 40
+		if w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), `"anonymous-ipv6-/48"`) || w.Header().Get("Retry-After") == "" {
+			t.Fatalf("second /64 of the same /48: %d %s", w.Code, w.Body)
+		}
+		if w := from("[2001:db8:2:1::1]:443"); w.Code != http.StatusOK { // another /48
+			t.Fatalf("another /48: %d %s", w.Code, w.Body)
+		}
+		if w := from("[2002:c000:0207::1]:443"); w.Code != http.StatusOK { // 6to4: the IPv4 client 192.0.2.7
+			t.Fatalf("6to4: %d %s", w.Code, w.Body)
+		}
+		net48 := throttle.BucketKey(toll.Prefix, AnonymousTier, "ip:2001:db8:1::/48")
+		own64 := net48 + ":ip:2001:db8:1:1::/64"
+		want := []string{
+			own64, net48,
+			net48 + ":ip:2001:db8:1:2::/64", // charged, then refunded in full by the refusal
+			throttle.BucketKey(toll.Prefix, AnonymousTier, "ip:2001:db8:2::/48"),
+			throttle.BucketKey(toll.Prefix, AnonymousTier, "ip:2001:db8:2::/48") + ":ip:2001:db8:2:1::/64",
+			throttle.BucketKey(toll.Prefix, AnonymousTier, "ip:192.0.2.7"),
+		}
+		sort.Strings(want)
+		if got := keys(); !slices.Equal(got, want) {
+			t.Fatalf("bucket keys\n got %q\nwant %q", got, want)
+		}
+		// One script touching the /64 and its /48: no CROSSSLOT on a cluster.
+		n, err := rdb.Eval(t.Context(), "return redis.call('EXISTS', KEYS[1], KEYS[2])", []string{own64, net48}).Int()
+		if err != nil || n != 2 {
+			t.Fatalf("one script over the /64 and the /48: %d %v", n, err)
+		}
+	})
 }

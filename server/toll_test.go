@@ -511,3 +511,26 @@ func TestTollRefuseAdminCharges(t *testing.T) {
 		t.Fatalf("admin guesses answered %v, want 401 ×3 then 429", codes)
 	}
 }
+
+// Shadow mode waives the caller's own buckets — its /64 and its IPv6
+// network's — and nothing else.
+func TestShadowWaivesIPv6Aggregate(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	anon := toll.Tiers[AnonymousTier]
+	anon.Shadow = true
+	toll.Tiers[AnonymousTier] = anon
+	toll.IPv6Aggregate = IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 0.001, Capacity: 100}}
+	z2 := tileDemand(2, "places")
+	for i, remote := range []string{"[2001:db8:1:1::1]:443", "[2001:db8:1:2::1]:443"} {
+		r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/0/0.mvt", nil)
+		r.RemoteAddr = remote
+		w := httptest.NewRecorder()
+		if !toll.AdmitTile(w, r, z2) {
+			t.Fatalf("request %d refused in shadow mode: %d %s", i, w.Code, w.Body)
+		}
+		if shadowed := w.Header().Get("X-RateLimit-Shadow") == "would-refuse"; shadowed != (i == 1) {
+			t.Errorf("request %d: X-RateLimit-Shadow %q", i, w.Header().Get("X-RateLimit-Shadow"))
+		}
+	}
+}

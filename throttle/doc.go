@@ -34,7 +34,10 @@
 // # Bucket semantics
 //
 // A [Store] holds one bucket per key ([BucketKey]: one per tier and caller
-// identity, hash-tagged so Redis Cluster keeps each bucket in one slot). A
+// identity, hash-tagged so Redis Cluster keeps each bucket in one slot;
+// keys that must share a slot share a hash tag — an IPv6 caller's /64
+// bucket is its /48 aggregate's key followed by ":" and its identity, and
+// [SlotKey] is the bucket key followed by ":inflight"). A
 // bucket with [Limit] {Rate, Capacity} holds at most Capacity tokens and
 // refills at Rate tokens per second. [Store.Spend] refills the bucket for the
 // time elapsed, min(capacity, tokens + elapsed × rate), then admits the

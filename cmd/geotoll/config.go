@@ -149,7 +149,9 @@ func DefaultConfig() Config {
 				"pro":                {Rate: 100, Capacity: 600, MaxInFlight: 64},
 			},
 			FailedAuth: TierConfig{Rate: 0.2, Capacity: 10},
-			KeyRefresh: 10 * time.Second,
+			// Four anonymous budgets per /48: a site's /64s share it.
+			IPv6Aggregate: AggregateConfig{Prefix: 48, Rate: 40, Capacity: 320},
+			KeyRefresh:    10 * time.Second,
 		},
 		Layers: []LayerConfig{
 			{Layer: tiles.Layer{

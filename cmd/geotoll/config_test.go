@@ -96,3 +96,28 @@ func TestDefaultConfigIsPayable(t *testing.T) {
 		t.Fatal("a tier below max_cost was accepted")
 	}
 }
+
+// The IPv6 aggregate is on by default (/48, four anonymous budgets), can be
+// turned off with rate 0, and must be able to pay the dearest request.
+func TestIPv6AggregateConfig(t *testing.T) {
+	toll, err := DefaultConfig().toll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := toll.IPv6Aggregate; a.Bits != 48 || a.Limit.Rate != 40 || a.Limit.Capacity != 320 {
+		t.Fatalf("default aggregate %+v", a)
+	}
+	cfg := DefaultConfig()
+	cfg.Throttle.IPv6Aggregate.Rate = 0
+	if toll, _ = cfg.toll(); toll.IPv6Aggregate.Bits != 0 {
+		t.Fatalf("rate 0 left the aggregate on: %+v", toll.IPv6Aggregate)
+	}
+	for _, bad := range []AggregateConfig{{Prefix: 64, Rate: 1, Capacity: 320}, {Prefix: 48, Rate: 1, Capacity: 50}} {
+		cfg.Throttle.IPv6Aggregate = bad
+		toll, _ = cfg.toll()
+		toll.FailMode = "closed"
+		if err := toll.Validate(); err == nil || !strings.Contains(err.Error(), "ipv6 aggregate") {
+			t.Errorf("aggregate %+v: %v", bad, err)
+		}
+	}
+}

@@ -26,6 +26,13 @@ func (t TierConfig) limit() throttle.Limit {
 	return throttle.Limit{Rate: t.Rate, Capacity: t.Capacity}
 }
 
+// AggregateConfig is the IPv6 network bucket: its prefix length and shape.
+type AggregateConfig struct {
+	Prefix   int     `yaml:"prefix"`
+	Rate     float64 `yaml:"rate"`
+	Capacity float64 `yaml:"capacity"`
+}
+
 // WeightsConfig overrides cost weights; unset fields inherit.
 type WeightsConfig struct {
 	Base          *float64 `yaml:"base"`
@@ -68,6 +75,9 @@ type ThrottleConfig struct {
 	// callers, sized to what the database sustains (tokens per second and
 	// burst). A request must pass its own bucket and this one.
 	Global TierConfig `yaml:"global"`
+	// IPv6Aggregate is the bucket every anonymous IPv6 caller's network
+	// (its /prefix) pays besides the caller's own /64; rate 0 turns it off.
+	IPv6Aggregate AggregateConfig `yaml:"ipv6_aggregate"`
 	// KeyRefresh is how often the API keys are reloaded from the database:
 	// the longest a revoked key keeps working.
 	KeyRefresh time.Duration `yaml:"key_refresh"`
@@ -107,6 +117,9 @@ func (c Config) toll() (*server.Toll, error) {
 			return nil, fmt.Errorf("throttle.global: %w", err)
 		}
 		t.Global = &g
+	}
+	if a := c.Throttle.IPv6Aggregate; a.Rate > 0 {
+		t.IPv6Aggregate = server.IPv6Aggregate{Bits: a.Prefix, Limit: throttle.Limit{Rate: a.Rate, Capacity: a.Capacity}}
 	}
 	t.InFlightTTL = c.HTTP.WriteTimeout
 	t.ProbeInterval = c.Redis.ProbeInterval
