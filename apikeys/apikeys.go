@@ -15,9 +15,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -161,71 +159,4 @@ func (s *Store) Active(ctx context.Context) (map[Hash]Key, error) {
 		out[Hash(hash)] = k
 	}
 	return out, rows.Err()
-}
-
-// Ring is the in-memory set of active keys. Lookups never block on the
-// database; Run refreshes it in the background.
-type Ring struct {
-	load     func(context.Context) (map[Hash]Key, error)
-	interval time.Duration
-	log      *slog.Logger
-	keys     atomic.Pointer[map[Hash]Key]
-	loaded   atomic.Int64 // unix nanos of the last successful load
-}
-
-// NewRing returns a Ring that loads keys with load (usually Store.Active)
-// every interval.
-func NewRing(load func(context.Context) (map[Hash]Key, error), interval time.Duration, log *slog.Logger) *Ring {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Ring{load: load, interval: interval, log: log}
-}
-
-// Refresh loads the keys now.
-func (r *Ring) Refresh(ctx context.Context) error {
-	keys, err := r.load(ctx)
-	if err != nil {
-		return err
-	}
-	r.keys.Store(&keys)
-	r.loaded.Store(time.Now().UnixNano())
-	return nil
-}
-
-// Run refreshes every interval until ctx ends. A failed refresh keeps the
-// previous keys (a database blip must not lock every client out) and is
-// logged.
-func (r *Ring) Run(ctx context.Context) {
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("api key refresh failed; keeping the previous keys", "err", err)
-			}
-		}
-	}
-}
-
-// Lookup returns the active key whose plaintext is key.
-func (r *Ring) Lookup(key string) (Key, bool) {
-	m := r.keys.Load()
-	if m == nil || len(key) == 0 || len(key) > MaxKeyLength {
-		return Key{}, false
-	}
-	k, ok := (*m)[HashOf(key)]
-	return k, ok
-}
-
-// Age is how long ago the keys were last loaded (-1 if never).
-func (r *Ring) Age() time.Duration {
-	at := r.loaded.Load()
-	if at == 0 {
-		return -1
-	}
-	return time.Since(time.Unix(0, at))
 }

@@ -3,7 +3,9 @@ package apikeys_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,5 +128,55 @@ func TestRingKeepsKeysWhenLoadFails(t *testing.T) {
 	}
 	if ring.Age() < 0 {
 		t.Fatal("Age after a load is negative")
+	}
+}
+
+// A refresh that hangs is bounded: the ring keeps trying. Once the keys are
+// older than the ring's bound (six intervals by default), admin keys lose
+// their rights — a revoked admin key must not keep working forever — while
+// ordinary keys keep working (a database outage must not lock every client
+// out).
+func TestRingHungRefreshSuspendsAdminRights(t *testing.T) {
+	var calls atomic.Int32
+	ring := apikeys.NewRing(func(ctx context.Context) (map[apikeys.Hash]apikeys.Key, error) {
+		if calls.Add(1) == 1 {
+			return map[apikeys.Hash]apikeys.Key{
+				apikeys.HashOf("boss"): {ID: 1, Name: "boss", Tier: "free", Admin: true},
+				apikeys.HashOf("user"): {ID: 2, Name: "user", Tier: "free"},
+			}, nil
+		}
+		<-ctx.Done() // a database that never answers
+		return nil, ctx.Err()
+	}, 20*time.Millisecond, slog.New(slog.DiscardHandler))
+	if err := ring.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := ring.Lookup("boss"); !ok || !k.Admin {
+		t.Fatalf("fresh admin key: %+v %v", k, ok)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go ring.Run(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for calls.Load() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d loads in 10 s with a 20 ms interval: a hung refresh blocks the ring", calls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		if k, ok := ring.Lookup("boss"); ok && !k.Admin {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin key still has admin rights with keys %s old", ring.Age())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ring.Age() <= 6*20*time.Millisecond {
+		t.Fatalf("admin rights suspended at age %s, before the bound", ring.Age())
+	}
+	if k, ok := ring.Lookup("user"); !ok || k.Name != "user" {
+		t.Fatal("an ordinary key stopped working while the keys are stale")
 	}
 }

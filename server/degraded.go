@@ -162,6 +162,12 @@ type DegradedError struct{ Detail string }
 
 func (e *DegradedError) Error() string { return "degraded: " + e.Detail }
 
+// ReadyNote is a readiness result that passes with a detail: /readyz
+// reports it as "ok: …".
+type ReadyNote struct{ Detail string }
+
+func (n *ReadyNote) Error() string { return "ok: " + n.Detail }
+
 // ReadyCheck is the readiness check of the budget store: ping is a round
 // trip to it. With fail_mode local or open a failing store leaves the
 // process ready (200, "degraded: using local buckets …"); with closed it is

@@ -224,7 +224,11 @@ func (t *Toll) headerKey(r *http.Request) (apikeys.Key, bool) {
 // one failed-auth token (401, then 429 once they run out).
 func (t *Toll) RefuseAdmin(w http.ResponseWriter, r *http.Request) {
 	if _, ok := t.headerKey(r); ok {
-		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this API key may not administer fences"})
+		detail := "this API key may not administer fences"
+		if ring, ok := t.Keys.(KeyRing); ok && ring.Stale() {
+			detail += " (admin rights are suspended while the server cannot reload its API keys)"
+		}
+		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: detail})
 		return
 	}
 	t.refuseKey(w, r, t.failedAuthCaller(r), Price{Route: "admin", Zoom: -1})

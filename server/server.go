@@ -127,9 +127,16 @@ func readyz(checks map[string]Check, timeout time.Duration) http.Handler {
 				err := checks[name](ctx)
 				mu.Lock()
 				defer mu.Unlock()
-				var degraded *DegradedError
-				if errors.As(err, &degraded) {
+				var (
+					degraded *DegradedError
+					note     *ReadyNote
+				)
+				switch {
+				case errors.As(err, &degraded):
 					detail[name] = degraded.Error()
+					return
+				case errors.As(err, &note):
+					detail[name] = note.Error()
 					return
 				}
 				if err != nil {

@@ -152,6 +152,7 @@ func DefaultConfig() Config {
 			// Four anonymous budgets per /48: a site's /64s share it.
 			IPv6Aggregate: AggregateConfig{Prefix: 48, Rate: 40, Capacity: 320},
 			KeyRefresh:    10 * time.Second,
+			KeyMaxAge:     time.Minute,
 		},
 		Layers: []LayerConfig{
 			{Layer: tiles.Layer{
@@ -247,6 +248,9 @@ func (c Config) validate() error {
 	}
 	if c.Throttle.KeyRefresh < time.Second {
 		errs = append(errs, fmt.Errorf("throttle.key_refresh %s must be at least 1s", c.Throttle.KeyRefresh))
+	}
+	if c.Throttle.KeyMaxAge < 2*c.Throttle.KeyRefresh {
+		errs = append(errs, fmt.Errorf("throttle.key_max_age %s must be at least twice throttle.key_refresh (%s)", c.Throttle.KeyMaxAge, c.Throttle.KeyRefresh))
 	}
 	if c.Redis.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("redis.replicas %d must be at least 1", c.Redis.Replicas))

@@ -81,6 +81,9 @@ type ThrottleConfig struct {
 	// KeyRefresh is how often the API keys are reloaded from the database:
 	// the longest a revoked key keeps working.
 	KeyRefresh time.Duration `yaml:"key_refresh"`
+	// KeyMaxAge is how old the loaded keys may get (the reloads failing all
+	// that time) before admin keys are refused.
+	KeyMaxAge time.Duration `yaml:"key_max_age"`
 }
 
 // toll builds the throttle gate (without its stores and keys).

@@ -77,6 +77,7 @@ func (m *Main) Open(ctx context.Context) error {
 	// API keys: loaded now (a database that is down only delays keyed
 	// callers, who get 401 until the first load) and refreshed by Serve.
 	m.keys = apikeys.NewRing(apikeys.NewStore(m.Pool).Active, cfg.Throttle.KeyRefresh, m.Logger)
+	m.keys.MaxAge = cfg.Throttle.KeyMaxAge
 	kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := m.keys.Refresh(kctx); err != nil {
 		m.Logger.Warn("API keys not loaded yet; keyed callers get 401 until the database answers", "err", err)
@@ -85,7 +86,7 @@ func (m *Main) Open(ctx context.Context) error {
 	toll.Keys = m.keys
 
 	local := throttle.NewMemoryStore(throttle.MemoryOptions{})
-	checks := map[string]server.Check{"postgres": m.Pool.Ping}
+	checks := map[string]server.Check{"postgres": m.Pool.Ping, "api_keys": server.KeysCheck(m.keys)}
 	if !cfg.Redis.enabled() {
 		m.Logger.Warn("no Redis configured: budgets live in this process (single-instance mode)")
 		toll.Store = local
@@ -103,7 +104,7 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	toll.Observer = metrics
-	if err := server.WatchLimiter(m.Registry, toll); err != nil {
+	if err := errors.Join(server.WatchLimiter(m.Registry, toll), server.WatchKeys(m.Registry, m.keys)); err != nil {
 		m.Close()
 		return fmt.Errorf("metrics: %w", err)
 	}

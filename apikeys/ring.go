@@ -1,0 +1,151 @@
+package apikeys
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Ring is the in-memory set of active keys. Lookups never touch the
+// database; Run reloads the keys in the background.
+//
+// Configure the exported fields before Run; NewRing sets the usual ones.
+type Ring struct {
+	// Load reads the active keys (usually Store.Active).
+	Load func(context.Context) (map[Hash]Key, error)
+	// Interval is how often Run reloads the keys.
+	Interval time.Duration
+	// Timeout bounds one load; 0 means Interval, at most DefaultLoadTimeout.
+	// A load that hangs (a database that accepts connections but never
+	// answers) must not stop the reloads behind it.
+	Timeout time.Duration
+	// MaxAge is how old the keys may get (0 means 6 × Interval). Beyond it
+	// they are stale — the reloads have failed for that long, so revocations
+	// may have been missed — and Lookup grants no admin rights: an admin
+	// key revoked during a database outage must not keep its power.
+	// Ordinary keys keep working, or an outage would lock out every client.
+	MaxAge time.Duration
+	Logger *slog.Logger
+
+	keys   atomic.Pointer[map[Hash]Key]
+	loaded atomic.Int64 // unix nanos of the last successful load
+	stale  atomic.Bool  // as last reported by Run, to log transitions once
+}
+
+// DefaultLoadTimeout is the longest one load takes when Ring.Timeout is 0.
+const DefaultLoadTimeout = 5 * time.Second
+
+// NewRing returns a Ring that loads keys with load every interval.
+func NewRing(load func(context.Context) (map[Hash]Key, error), interval time.Duration, log *slog.Logger) *Ring {
+	return &Ring{Load: load, Interval: interval, Logger: log}
+}
+
+// Refresh loads the keys now, bounded by the ring's Timeout.
+func (r *Ring) Refresh(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout())
+	defer cancel()
+	keys, err := r.Load(ctx)
+	if err != nil {
+		return err
+	}
+	r.keys.Store(&keys)
+	r.loaded.Store(time.Now().UnixNano())
+	return nil
+}
+
+// Run reloads the keys every Interval until ctx ends. A failed load keeps
+// the previous keys (a database blip must not lock every client out) and is
+// logged; so is the moment the keys turn stale, and when they are fresh
+// again.
+func (r *Ring) Run(ctx context.Context) {
+	t := time.NewTicker(r.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.reload(ctx)
+		}
+	}
+}
+
+// reload refreshes the keys and logs what changed.
+func (r *Ring) reload(ctx context.Context) {
+	err := r.Refresh(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		r.logger().Warn("API key refresh failed; keeping the previous keys", "err", err, "age", r.Age().Round(time.Millisecond))
+	}
+	stale := r.Stale()
+	if r.stale.Swap(stale) == stale {
+		return
+	}
+	if stale {
+		r.logger().Error("API keys are stale: admin keys are refused until they reload", "age", r.Age().Round(time.Millisecond), "max_age", r.maxAge())
+	} else {
+		r.logger().Warn("API keys reloaded: admin keys work again")
+	}
+}
+
+// Lookup returns the active key whose plaintext is key. While the keys are
+// stale (see MaxAge) a key's Admin is false.
+func (r *Ring) Lookup(key string) (Key, bool) {
+	m := r.keys.Load()
+	if m == nil || len(key) == 0 || len(key) > MaxKeyLength {
+		return Key{}, false
+	}
+	k, ok := (*m)[HashOf(key)]
+	if ok && k.Admin && r.Stale() {
+		k.Admin = false
+	}
+	return k, ok
+}
+
+// Len is the number of active keys loaded (0 before the first load).
+func (r *Ring) Len() int {
+	if m := r.keys.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
+}
+
+// Age is how long ago the keys were last loaded (-1 if never).
+func (r *Ring) Age() time.Duration {
+	at := r.loaded.Load()
+	if at == 0 {
+		return -1
+	}
+	return time.Since(time.Unix(0, at))
+}
+
+// Stale reports whether the loaded keys are older than MaxAge.
+func (r *Ring) Stale() bool { return r.Age() > r.maxAge() }
+
+// StaleAfter is how old the keys may get before they are stale: MaxAge, or
+// its default.
+func (r *Ring) StaleAfter() time.Duration { return r.maxAge() }
+
+func (r *Ring) maxAge() time.Duration {
+	if r.MaxAge > 0 {
+		return r.MaxAge
+	}
+	return 6 * r.Interval
+}
+
+func (r *Ring) timeout() time.Duration {
+	if r.Timeout > 0 {
+		return r.Timeout
+	}
+	return min(max(r.Interval, time.Millisecond), DefaultLoadTimeout)
+}
+
+func (r *Ring) logger() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
+}
