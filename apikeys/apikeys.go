@@ -3,9 +3,13 @@
 //
 // A key is shown once, when it is created; the database holds only its
 // SHA-256, a short prefix to recognise it by, a name and a tier. The server
-// looks keys up in a Ring: an in-memory copy of the active keys that a
-// background loop refreshes, so no request waits on the database to learn
-// who it is, and a revocation takes effect within one refresh interval.
+// looks keys up in a Ring: an in-memory copy of the active keys, so no
+// request waits on the database to learn who it is. The ring reloads when
+// the database announces a change (LISTEN/NOTIFY on Channel, from a trigger
+// on the keys table), so a new key works and a revoked one is refused on
+// every server within moments; a periodic reload is the fallback when that
+// connection is lost. Keys that could not be reloaded for too long are
+// stale, and then grant no admin rights (see Ring.MaxAge).
 package apikeys
 
 import (

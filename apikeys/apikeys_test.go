@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/testenv"
 )
@@ -179,4 +181,87 @@ func TestRingHungRefreshSuspendsAdminRights(t *testing.T) {
 	if k, ok := ring.Lookup("user"); !ok || k.Name != "user" {
 		t.Fatal("an ordinary key stopped working while the keys are stale")
 	}
+}
+
+// listeningRing is a ring over the read role that listens for key changes
+// on a connection named app, with a periodic reload an hour away: whatever
+// it sees within the test came through LISTEN/NOTIFY.
+func listeningRing(t *testing.T, app string) *apikeys.Ring {
+	t.Helper()
+	pool := testenv.ReadPool(t)
+	ring := apikeys.NewRing(apikeys.NewStore(pool).Active, time.Hour, slog.New(slog.DiscardHandler))
+	ring.Connect = func(ctx context.Context) (*pgx.Conn, error) {
+		cfg := pool.Config().ConnConfig.Copy()
+		cfg.RuntimeParams["application_name"] = app
+		return pgx.ConnectConfig(ctx, cfg)
+	}
+	if err := ring.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ring.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for !ring.Listening() {
+		if time.Now().After(deadline) {
+			t.Fatal("the ring never listened")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return ring
+}
+
+// eventually waits up to d for ok.
+func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two rings — two replicas — learn of a new key and of its revocation
+// within a second, through LISTEN/NOTIFY; a ring whose listening
+// connection is cut reconnects and catches up.
+func TestRingsFollowKeyChanges(t *testing.T) {
+	owner := apikeys.NewStore(testenv.Pool(t))
+	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "n")
+	t.Cleanup(func() {
+		_, _ = testenv.Pool(t).Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name LIKE $1", name+"%")
+	})
+	app := "geotoll-test-" + name
+	a, b := listeningRing(t, app+"-a"), listeningRing(t, app+"-b")
+	both := func(key string, want bool) func() bool {
+		return func() bool {
+			_, okA := a.Lookup(key)
+			_, okB := b.Lookup(key)
+			return okA == want && okB == want
+		}
+	}
+	plain, _, err := owner.Create(t.Context(), name, "free", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "a new key works on both rings", both(plain, true))
+	if err := owner.Revoke(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "a revoked key is refused on both rings", both(plain, false))
+
+	// Cut ring a's listening connection (the read role may end its own
+	// backends): it reconnects, and what changed meanwhile reaches it.
+	var cut int
+	if err := testenv.ReadPool(t).QueryRow(t.Context(),
+		"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app+"-a").Scan(&cut); err != nil || cut != 1 {
+		t.Fatalf("terminate the listener: %d %v", cut, err)
+	}
+	again, _, err := owner.Create(t.Context(), name+"-2", "free", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a key created while ring a reconnects reaches it", both(again, true))
 }

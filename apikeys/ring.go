@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Ring is the in-memory set of active keys. Lookups never touch the
@@ -26,11 +28,16 @@ type Ring struct {
 	// key revoked during a database outage must not keep its power.
 	// Ordinary keys keep working, or an outage would lock out every client.
 	MaxAge time.Duration
-	Logger *slog.Logger
+	// Connect, when set, opens a dedicated connection (Store.Connect) on
+	// which Run LISTENs for key changes (Channel) and reloads at once when
+	// one is announced; the periodic reload stays as the fallback.
+	Connect func(context.Context) (*pgx.Conn, error)
+	Logger  *slog.Logger
 
-	keys   atomic.Pointer[map[Hash]Key]
-	loaded atomic.Int64 // unix nanos of the last successful load
-	stale  atomic.Bool  // as last reported by Run, to log transitions once
+	keys      atomic.Pointer[map[Hash]Key]
+	loaded    atomic.Int64 // unix nanos of the last successful load
+	stale     atomic.Bool  // as last reported by Run, to log transitions once
+	listening atomic.Bool  // a LISTEN is in place
 }
 
 // DefaultLoadTimeout is the longest one load takes when Ring.Timeout is 0.
@@ -54,22 +61,38 @@ func (r *Ring) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Run reloads the keys every Interval until ctx ends. A failed load keeps
-// the previous keys (a database blip must not lock every client out) and is
+// Run reloads the keys every Interval until ctx ends and, with Connect,
+// whenever the database announces a change. A failed load keeps the
+// previous keys (a database blip must not lock every client out) and is
 // logged; so is the moment the keys turn stale, and when they are fresh
-// again.
+// again. Loads never overlap: changes announced during one are covered by
+// one more.
 func (r *Ring) Run(ctx context.Context) {
 	t := time.NewTicker(r.Interval)
 	defer t.Stop()
+	changed := make(chan struct{}, 1)
+	if r.Connect != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			r.listen(ctx, changed)
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.reload(ctx)
+		case <-changed:
 		}
+		r.reload(ctx)
 	}
 }
+
+// Listening reports whether the ring is notified of key changes (a LISTEN
+// is in place); when not, changes are seen at the next periodic reload.
+func (r *Ring) Listening() bool { return r.listening.Load() }
 
 // reload refreshes the keys and logs what changed.
 func (r *Ring) reload(ctx context.Context) {

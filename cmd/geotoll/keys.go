@@ -79,7 +79,7 @@ func keys(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writ
 		if err := store.Revoke(ctx, *name); err != nil {
 			return fmt.Errorf("keys revoke: %w", err)
 		}
-		fmt.Fprintf(stderr, "revoked %q; servers stop accepting it within %s\n", *name, cfg.Throttle.KeyRefresh)
+		fmt.Fprintf(stderr, "revoked %q; running servers refuse it at once (notified by the database; at the latest within %s)\n", *name, cfg.Throttle.KeyRefresh)
 		return nil
 	}
 	fmt.Fprint(stderr, keysUsage)

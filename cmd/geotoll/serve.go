@@ -75,9 +75,11 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 
 	// API keys: loaded now (a database that is down only delays keyed
-	// callers, who get 401 until the first load) and refreshed by Serve.
-	m.keys = apikeys.NewRing(apikeys.NewStore(m.Pool).Active, cfg.Throttle.KeyRefresh, m.Logger)
-	m.keys.MaxAge = cfg.Throttle.KeyMaxAge
+	// callers, who get 401 until the first load) and reloaded by Serve
+	// whenever the database announces a change, and every key_refresh.
+	keyStore := apikeys.NewStore(m.Pool)
+	m.keys = apikeys.NewRing(keyStore.Active, cfg.Throttle.KeyRefresh, m.Logger)
+	m.keys.MaxAge, m.keys.Connect = cfg.Throttle.KeyMaxAge, keyStore.Connect
 	kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := m.keys.Refresh(kctx); err != nil {
 		m.Logger.Warn("API keys not loaded yet; keyed callers get 401 until the database answers", "err", err)
