@@ -246,16 +246,25 @@ func (g *geotoll) tile(layer string) string {
 	return fmt.Sprintf("%s/tiles/%s/14/%d/%d.mvt", g.base, layer, 8700+i%200, 5300+i/200)
 }
 
-// readyz returns /readyz's status and its redis and postgres details.
-func (g *geotoll) readyz() (int, map[string]string) {
-	// The checks give up after 2 s; a database that does not answer takes
-	// that long to be reported down.
-	r := get(&http.Client{Timeout: 5 * time.Second}, g.base+"/readyz")
-	var body struct {
-		Checks map[string]string `json:"checks"`
-	}
-	_ = json.Unmarshal(r.body, &body)
-	return r.status, body.Checks
+// readyz returns /readyz's status and its details once want holds them,
+// or the last ones seen after 5 s. /readyz serves the latest background
+// checks (every http.ready_interval, 1 s, each bounded by ready_timeout,
+// 2 s): a fault shows there within about 3 s.
+func (g *geotoll) readyz(want func(status int, checks map[string]string) bool) (int, map[string]string, bool) {
+	var (
+		status int
+		checks map[string]string
+	)
+	ok := waitFor(5*time.Second, func() bool {
+		r := get(quick, g.base+"/readyz")
+		var body struct {
+			Checks map[string]string `json:"checks"`
+		}
+		_ = json.Unmarshal(r.body, &body)
+		status, checks = r.status, body.Checks
+		return want(status, checks)
+	})
+	return status, checks, ok
 }
 
 // metric sums the samples of a metric whose labels contain every one of

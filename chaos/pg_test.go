@@ -85,8 +85,10 @@ func postgresDown(s *sc, pause bool) {
 	bound := 5 * time.Second // acquire_timeout 1 s; statement_timeout 2 s + 1 s for a query in flight
 	s.check(what+": every request 503 + Retry-After within 5 s, none hangs", good == 20 && slowest < bound,
 		"%d/20 × 503 unavailable + Retry-After, slowest %v (e.g. %s)", good, slowest.Round(time.Millisecond), clip(replies[0].String(), 70))
-	status, checks := g.readyz()
-	s.check("/readyz 503, postgres down", status == 503 && strings.HasPrefix(checks["postgres"], "down"),
+	status, checks, ok := g.readyz(func(status int, checks map[string]string) bool {
+		return status == 503 && strings.HasPrefix(checks["postgres"], "down")
+	})
+	s.check("/readyz 503, postgres down", ok,
 		"%d %q", status, clip(checks["postgres"], 60))
 	during := settle(c, g)
 
@@ -104,8 +106,8 @@ func postgresDown(s *sc, pause bool) {
 	took := time.Since(back)
 	n, _, bad := spend(s, c, g, 10)
 	charged += n
-	status, checks = g.readyz()
-	s.check("back: requests succeed again, /readyz ok", recovered && n == 10 && status == 200 && checks["postgres"] == "ok",
+	status, checks, ok = g.readyz(func(status int, checks map[string]string) bool { return status == 200 && checks["postgres"] == "ok" })
+	s.check("back: requests succeed again, /readyz ok", recovered && n == 10 && ok,
 		"first 2xx %v after it returned; then %d/10 2xx %v; readyz %d", took.Round(time.Millisecond), n, bad, status)
 	after := 0
 	flat := waitFor(10*time.Second, func() bool { after = settle(c, g); return after <= baseline+10 })

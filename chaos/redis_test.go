@@ -50,9 +50,10 @@ func untilRedisCharges(c *http.Client, g *geotoll, rdb redis.Cmdable, before flo
 	return -1, replies
 }
 
-func readyDetail(g *geotoll) (int, string) {
-	status, checks := g.readyz()
-	return status, checks["redis"]
+// readyDetail is g.readyz for the redis check's detail.
+func readyDetail(g *geotoll, want func(status int, detail string) bool) (int, string, bool) {
+	status, checks, ok := g.readyz(func(status int, checks map[string]string) bool { return want(status, checks["redis"]) })
+	return status, checks["redis"], ok
 }
 
 // Redis killed with fail_mode local: requests go on against in-process
@@ -91,9 +92,10 @@ func redisKilledLocal(s *sc) {
 		"%d/30 2xx, slowest %v", served, slowest.Round(time.Millisecond))
 	s.check("local bucket (rate/replicas) charged once per request", lastRemaining == 1000-30,
 		"X-RateLimit-Remaining %d after 30 local admits (want 970)", lastRemaining)
-	status, detail := readyDetail(g)
-	s.check(`/readyz 200, redis "degraded: using local buckets"`, status == 200 && strings.HasPrefix(detail, "degraded: using local buckets"),
-		"%d %q", status, clip(detail, 70))
+	status, detail, ok := readyDetail(g, func(status int, detail string) bool {
+		return status == 200 && strings.HasPrefix(detail, "degraded: using local buckets")
+	})
+	s.check(`/readyz 200, redis "degraded: using local buckets"`, ok, "%d %q", status, clip(detail, 70))
 	s.check("metric geotoll_limiter_degraded = 1", g.metric("geotoll_limiter_degraded") == 1,
 		"degraded %g, fallbacks %g", g.metric("geotoll_limiter_degraded"), g.metric("geotoll_limiter_fallbacks_total"))
 	s.check("one log line for the transition, not one per request", g.logCount("budget store failing: using local buckets") == 1,
@@ -107,9 +109,9 @@ func redisKilledLocal(s *sc) {
 	tok, err = tokens(rdb, clientKey, 1000)
 	s.check("recovered: Redis bucket = capacity − admitted since", n == 20 && err == nil && exact(tok, 1000-21, start),
 		"%d/20 admitted %v, Redis holds %.4f (want 979)", n, bad, tok)
-	status, detail = readyDetail(g)
+	status, detail, ok = readyDetail(g, func(status int, detail string) bool { return status == 200 && detail == "ok" })
 	s.check(`recovered: /readyz "ok", degraded 0, logged once`,
-		status == 200 && detail == "ok" && g.metric("geotoll_limiter_degraded") == 0 && g.logCount("budget store recovered") == 1,
+		ok && g.metric("geotoll_limiter_degraded") == 0 && g.logCount("budget store recovered") == 1,
 		"%d %q, degraded %g, %d recovery line(s)", status, detail, g.metric("geotoll_limiter_degraded"), g.logCount("budget store recovered"))
 }
 
@@ -144,16 +146,20 @@ func redisKilledStrict(s *sc, mode string) {
 			}
 		}
 	}
-	status, detail := readyDetail(g)
 	if mode == "closed" {
 		s.check("killed: 503 + Retry-After problem, each in < 1 s", good == 20 && slowest < time.Second,
 			"%d/20 such answers (e.g. %s), slowest %v", good, clip(replies[0].String(), 60), slowest.Round(time.Millisecond))
-		s.check("/readyz 503, redis down", status == 503 && strings.HasPrefix(detail, "down: refusing with 503"), "%d %q", status, clip(detail, 70))
+		status, detail, ok := readyDetail(g, func(status int, detail string) bool {
+			return status == 503 && strings.HasPrefix(detail, "down: refusing with 503")
+		})
+		s.check("/readyz 503, redis down", ok, "%d %q", status, clip(detail, 70))
 	} else {
 		s.check("killed: admitted (2xx), uncharged (remaining = capacity)", good == 20 && slowest < time.Second,
 			"%d/20 such answers, slowest %v", good, slowest.Round(time.Millisecond))
-		s.check(`/readyz 200, redis "degraded: admitting without charging"`, status == 200 && strings.HasPrefix(detail, "degraded: admitting without charging"),
-			"%d %q", status, clip(detail, 70))
+		status, detail, ok := readyDetail(g, func(status int, detail string) bool {
+			return status == 200 && strings.HasPrefix(detail, "degraded: admitting without charging")
+		})
+		s.check(`/readyz 200, redis "degraded: admitting without charging"`, ok, "%d %q", status, clip(detail, 70))
 	}
 	r.start()
 	back, replies := untilRedisCharges(c, g, rdb, 1000)
@@ -216,9 +222,10 @@ func redisPaused(s *sc) {
 		allSuccess(replies) && slowest < time.Second && storeErrors <= bound,
 		"%d requests over %v: all 2xx %v, slowest %v, %g store timeouts (bound %.0f)",
 		len(replies), elapsed.Round(100*time.Millisecond), allSuccess(replies), slowest.Round(time.Millisecond), storeErrors, bound)
-	status, detail := readyDetail(g)
-	s.check(`/readyz 200 "degraded: using local buckets" while paused`, status == 200 && strings.HasPrefix(detail, "degraded: using local buckets"),
-		"%d %q", status, clip(detail, 70))
+	status, detail, ok := readyDetail(g, func(status int, detail string) bool {
+		return status == 200 && strings.HasPrefix(detail, "degraded: using local buckets")
+	})
+	s.check(`/readyz 200 "degraded: using local buckets" while paused`, ok, "%d %q", status, clip(detail, 70))
 
 	// Quiet for longer than timeout + max_clock_skew: every spend still in
 	// Redis's buffers is past its deadline when Redis resumes.
@@ -288,11 +295,12 @@ func redisOOM(s *sc) {
 	}
 	m, slowest, bad := spend(s, c, g, 10)
 	tok, _ := tokens(rdb, clientKey, 1000)
-	status, detail := readyDetail(g)
+	status, detail, ok := readyDetail(g, func(status int, detail string) bool {
+		return status == 200 && strings.HasPrefix(detail, "degraded: using local buckets") && strings.Contains(detail, "OOM")
+	})
 	s.check("OOM: served from local buckets; Redis bucket untouched", m == 10 && exact(tok, 1000-10, start) && n == 10,
 		"%d/10 2xx %v (slowest %v), Redis holds %.4f (want 990)", m, bad, slowest.Round(time.Millisecond), tok)
-	s.check(`/readyz 200 "degraded: using local buckets (… OOM …)"`, status == 200 &&
-		strings.HasPrefix(detail, "degraded: using local buckets") && strings.Contains(detail, "OOM"), "%d %q", status, clip(detail[strings.Index(detail+"OOM", "OOM"):], 60))
+	s.check(`/readyz 200 "degraded: using local buckets (… OOM …)"`, ok, "%d %q", status, clip(detail[strings.Index(detail+"OOM", "OOM"):], 60))
 	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -397,8 +405,8 @@ func redisCluster(s *sc) {
 		err1 == nil && err2 == nil && exact(ct, 1000-50, start) && exact(gt, 0, start),
 		"client %.4f on %s, global %.4f on %s", ct, masterOf(clientKey), gt, masterOf(globalKey))
 	held, err := rdb.ZCard(ctx, throttle.SlotKey(clientKey)).Result()
-	status, checks := g.readyz()
-	s.check("every in-flight slot released; /readyz ok (all masters)", err == nil && held == 0 && status == 200 && checks["redis"] == "ok",
+	status, checks, ok := g.readyz(func(status int, checks map[string]string) bool { return status == 200 && checks["redis"] == "ok" })
+	s.check("every in-flight slot released; /readyz ok (all masters)", err == nil && held == 0 && ok,
 		"%d slot(s) held, readyz %d %q", held, status, checks["redis"])
 }
 

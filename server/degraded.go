@@ -171,7 +171,8 @@ func (n *ReadyNote) Error() string { return "ok: " + n.Detail }
 // ReadyCheck is the readiness check of the budget store: ping is a round
 // trip to it. With fail_mode local or open a failing store leaves the
 // process ready (200, "degraded: using local buckets …"); with closed it is
-// not ready.
+// not ready. It runs in the background (Readiness), never on behalf of a
+// /readyz caller.
 func (t *Toll) ReadyCheck(ping Check) Check {
 	return func(ctx context.Context) error {
 		perr := ping(ctx)
@@ -179,7 +180,8 @@ func (t *Toll) ReadyCheck(ping Check) Check {
 		if perr == nil && h.Degraded && t.FailMode == FailClosed {
 			// The store answers pings again. With fail_mode closed this
 			// instance is unready, so its load balancer sends it no request
-			// that could probe the store: end degraded mode here. (With
+			// that could probe the store: end degraded mode here — in the
+			// background checker, at most once per ready interval. (With
 			// local or open, requests keep coming and probe the store for
 			// real — a PING passes where a spend can still fail, e.g. when
 			// Redis is out of memory.)

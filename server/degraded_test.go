@@ -190,10 +190,10 @@ func TestReadyzDegraded(t *testing.T) {
 	} {
 		toll := testToll(store)
 		toll.FailMode, toll.Fallback = tc.mode, throttle.NewMemoryStore(throttle.MemoryOptions{})
-		h := New(Options{Checks: map[string]Check{
+		h := New(Options{Ready: checkedNow(t, map[string]Check{
 			"redis":    toll.ReadyCheck(ping),
 			"postgres": func(context.Context) error { return nil },
-		}})
+		})})
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 		var body struct {

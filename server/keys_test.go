@@ -53,7 +53,7 @@ func TestKeyRingReadinessAndMetrics(t *testing.T) {
 		{"never loaded", never, "degraded: API keys not loaded yet: keyed callers get 401"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := New(Options{Logger: discard(), Checks: map[string]Check{"api_keys": KeysCheck(tc.ring)}})
+			h := New(Options{Logger: discard(), Ready: checkedNow(t, map[string]Check{"api_keys": KeysCheck(tc.ring)})})
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"api_keys":"`+tc.want) {

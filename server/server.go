@@ -10,14 +10,8 @@
 package server
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
-	"sort"
-	"sync"
-	"time"
 
 	"github.com/gorilla/mux"
 
@@ -25,9 +19,6 @@ import (
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/tiles"
 )
-
-// Check reports whether one dependency is ready.
-type Check func(ctx context.Context) error
 
 // Options are the parts New composes.
 type Options struct {
@@ -39,9 +30,9 @@ type Options struct {
 	Budget http.Handler
 	// Web serves the preview page: GET / and GET /web/… (package web).
 	Web http.Handler
-	// Checks are run by /readyz, each bounded by ReadyTimeout (default 2 s).
-	Checks       map[string]Check
-	ReadyTimeout time.Duration
+	// Ready answers /readyz from checks run in the background; nil answers
+	// 200 without checking anything.
+	Ready *Readiness
 	// Metrics, if set, counts every request and serves GET /metrics.
 	Metrics *Metrics
 	// CORS lets other origins call the API; its zero value sends no CORS
@@ -62,7 +53,11 @@ func New(o Options) http.Handler {
 		problem.Write(w, r, &problem.Error{Code: problem.NotAllowed, Detail: "method " + r.Method + " is not allowed here"})
 	})
 	r.HandleFunc("/healthz", healthz).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/readyz", readyz(o.Checks, o.ReadyTimeout)).Methods(http.MethodGet, http.MethodHead)
+	ready := o.Ready
+	if ready == nil {
+		ready = NewReadiness(nil, 0, 0)
+	}
+	r.Handle("/readyz", ready).Methods(http.MethodGet, http.MethodHead)
 	if o.Tiles != nil {
 		// /tiles/{layer}.json has one segment after /tiles/, the tile route
 		// four: neither can shadow the other, whatever the order.
@@ -98,59 +93,4 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte("ok\n"))
-}
-
-// readyz runs every check concurrently and answers 200 only if all pass.
-// A check that returns a *DegradedError passes with its detail: the
-// dependency is down, but the process serves without it (e.g. Redis with
-// fail_mode local).
-func readyz(checks map[string]Check, timeout time.Duration) http.Handler {
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		var (
-			mu     sync.Mutex
-			wg     sync.WaitGroup
-			status = http.StatusOK
-			detail = make(map[string]string, len(checks))
-		)
-		names := make([]string, 0, len(checks))
-		for name := range checks {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			wg.Go(func() {
-				err := checks[name](ctx)
-				mu.Lock()
-				defer mu.Unlock()
-				var (
-					degraded *DegradedError
-					note     *ReadyNote
-				)
-				switch {
-				case errors.As(err, &degraded):
-					detail[name] = degraded.Error()
-					return
-				case errors.As(err, &note):
-					detail[name] = note.Error()
-					return
-				}
-				if err != nil {
-					status = http.StatusServiceUnavailable
-					detail[name] = "down: " + err.Error()
-					return
-				}
-				detail[name] = "ok"
-			})
-		}
-		wg.Wait()
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(map[string]any{"ready": status == http.StatusOK, "checks": detail})
-	})
 }

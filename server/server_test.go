@@ -100,10 +100,10 @@ func TestRoutesAndMiddleware(t *testing.T) {
 	var logs bytes.Buffer
 	h := New(Options{
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-		Checks: map[string]Check{
+		Ready: checkedNow(t, map[string]Check{
 			"good": func(context.Context) error { return nil },
 			"bad":  func(context.Context) error { return errors.New("boom") },
-		},
+		}),
 	})
 	get := func(path string, hdr ...string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodGet, path, nil)

@@ -95,6 +95,11 @@ type HTTPConfig struct {
 	ForwardedHeader string `yaml:"forwarded_header"`
 	// CORS lets web pages on other origins call the API.
 	CORS CORSConfig `yaml:"cors"`
+	// ReadyInterval is how often the readiness checks run (in the
+	// background: /readyz serves their latest results), each bounded by
+	// ReadyTimeout.
+	ReadyInterval time.Duration `yaml:"ready_interval"`
+	ReadyTimeout  time.Duration `yaml:"ready_timeout"`
 }
 
 // LayerConfig is a tile layer plus its cost weights.
@@ -140,6 +145,8 @@ func DefaultConfig() Config {
 			ShutdownGrace:     15 * time.Second,
 			MaxHeaderBytes:    32 << 10,
 			CORS:              DefaultCORSConfig(),
+			ReadyInterval:     server.DefaultReadyInterval,
+			ReadyTimeout:      server.DefaultReadyTimeout,
 		},
 		Throttle: ThrottleConfig{
 			Prefix: "geotoll",
@@ -259,6 +266,7 @@ func (c Config) validate() error {
 	for name, d := range map[string]time.Duration{
 		"read_header_timeout": h.ReadHeaderTimeout, "read_timeout": h.ReadTimeout,
 		"write_timeout": h.WriteTimeout, "idle_timeout": h.IdleTimeout, "shutdown_grace": h.ShutdownGrace,
+		"ready_interval": h.ReadyInterval, "ready_timeout": h.ReadyTimeout,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("http.%s must be positive", name))

@@ -24,7 +24,14 @@ import (
 // the real test PostGIS and Redis, on a loopback port.
 func startServer(t *testing.T, edit func(*Config)) (base string, cfg Config) {
 	t.Helper()
-	cfg = DefaultConfig()
+	m := startMain(t, edit)
+	return "http://" + m.Addr(), m.Config
+}
+
+// startMain is startServer returning the running Main.
+func startMain(t *testing.T, edit func(*Config)) *Main {
+	t.Helper()
+	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
 	cfg.Redis.URL = testenv.RedisURL(t)
@@ -50,7 +57,7 @@ func startServer(t *testing.T, edit func(*Config)) (base string, cfg Config) {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return "http://" + m.Addr(), cfg
+	return m
 }
 
 // createKey makes a real API key in the test database (removed when the

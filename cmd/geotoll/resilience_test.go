@@ -126,3 +126,38 @@ func TestEndToEndRedisCluster(t *testing.T) {
 		t.Fatalf("readyz: %d %s", resp.StatusCode, body)
 	}
 }
+
+// /readyz is unauthenticated: calling it must not make the server check out
+// a database connection (or ping Redis) per call, and a pool whose every
+// connection is busy is a busy database, not a dead one.
+func TestEndToEndReadyzIsNotAProbe(t *testing.T) {
+	t.Parallel()
+	m := startMain(t, func(c *Config) { c.Database.MaxConns = 2 })
+	base := "http://" + m.Addr()
+	before := m.Pool.Stat().AcquireCount()
+	for i := range 50 {
+		if resp, body := get(t, base+"/readyz", ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("/readyz %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	// Key reloads (other tests create keys) may acquire a few.
+	if n := m.Pool.Stat().AcquireCount() - before; n >= 25 {
+		t.Fatalf("50 /readyz calls checked out %d pooled connections", n)
+	}
+	ctx := context.Background()
+	for range m.Config.Database.MaxConns { // every connection busy
+		conn, err := m.Pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+	}
+	for i := range 3 {
+		start := time.Now()
+		resp, body := get(t, base+"/readyz", "")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"postgres":"ok"`) {
+			t.Fatalf("/readyz %d with the pool busy (%v): %d %s", i, time.Since(start).Round(time.Millisecond), resp.StatusCode, body)
+		}
+		time.Sleep(time.Second) // a fresh background round each time (http.ready_interval)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +41,8 @@ type Main struct {
 	TileCache *tiles.Cache
 
 	keys     *apikeys.Ring
+	ready    *server.Readiness
+	dbCheck  *server.ConnCheck
 	listener net.Listener
 }
 
@@ -88,7 +91,10 @@ func (m *Main) Open(ctx context.Context) error {
 	toll.Keys = m.keys
 
 	local := throttle.NewMemoryStore(throttle.MemoryOptions{})
-	checks := map[string]server.Check{"postgres": m.Pool.Ping, "api_keys": server.KeysCheck(m.keys)}
+	// Readiness: checked in the background, PostgreSQL on a connection of
+	// its own (a busy pool is not a dead database).
+	m.dbCheck = &server.ConnCheck{Connect: keyStore.Connect}
+	checks := map[string]server.Check{"postgres": m.dbCheck.Check, "api_keys": server.KeysCheck(m.keys)}
 	if !cfg.Redis.enabled() {
 		m.Logger.Warn("no Redis configured: budgets live in this process (single-instance mode)")
 		toll.Store = local
@@ -126,6 +132,8 @@ func (m *Main) Open(ctx context.Context) error {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
+	m.ready = server.NewReadiness(checks, cfg.HTTP.ReadyInterval, cfg.HTTP.ReadyTimeout)
+	m.ready.Check(ctx) // the first /readyz answers from real results
 	m.Handler = server.New(server.Options{
 		Logger:   m.Logger,
 		Tiles:    tileHandler,
@@ -134,7 +142,7 @@ func (m *Main) Open(ctx context.Context) error {
 		Geofence: fences,
 		Budget:   http.HandlerFunc(toll.ServeBudget),
 		Web:      web.Handler(),
-		Checks:   checks,
+		Ready:    m.ready,
 	})
 	h := cfg.HTTP
 	m.Server = &http.Server{
@@ -212,7 +220,14 @@ func (m *Main) Serve(ctx context.Context) error {
 	defer m.Close()
 	errc := make(chan error, 1)
 	go func() { errc <- m.Server.Serve(m.listener) }()
-	go m.keys.Run(ctx)
+	// The key ring and the readiness checker hold connections of their own:
+	// they end before Close.
+	bg, stopBG := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	loops.Go(func() { m.keys.Run(bg) })
+	loops.Go(func() { m.ready.Run(bg) })
+	defer loops.Wait()
+	defer stopBG()
 	m.Logger.Info("serving", "addr", m.Addr(), "version", version)
 	select {
 	case err := <-errc:
@@ -234,6 +249,9 @@ func (m *Main) Serve(ctx context.Context) error {
 
 // Close releases the connections. It is safe to call more than once.
 func (m *Main) Close() {
+	if m.dbCheck != nil {
+		m.dbCheck.Close(context.Background())
+	}
 	if m.Pool != nil {
 		m.Pool.Close()
 	}
