@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gorilla/mux"
+	"github.com/paulmach/orb"
 
 	"github.com/geotoll/geotoll/internal/testenv"
 )
@@ -209,5 +211,80 @@ func TestAPIFenceAdmin(t *testing.T) {
 	huge := body(name, "["+strings.Repeat("[0.000000000001,0.000000000001],", 40000)+"[0,0]]")
 	if w := serve(api, http.MethodPost, "/geofences", huge, admin...); w.Code != http.StatusRequestEntityTooLarge {
 		t.Errorf("body over 1 MiB: %d, want 413", w.Code)
+	}
+}
+
+// recordingGate admits everything and records the demands it priced.
+type recordingGate struct{ demands []Demand }
+
+func (g *recordingGate) AdmitGeofence(_ http.ResponseWriter, _ *http.Request, d Demand) bool {
+	g.demands = append(g.demands, d)
+	return true
+}
+
+// circle is a ring of n positions around (x, y), radius 0.5°.
+func circle(x, y float64, n int) orb.Ring {
+	r := make(orb.Ring, 0, n)
+	for i := range n - 1 {
+		a := 2 * math.Pi * float64(i) / float64(n-1)
+		r = append(r, orb.Point{x + 0.5*math.Cos(a), y + 0.5*math.Sin(a)})
+	}
+	return append(r, r[0])
+}
+
+// /geofence/contains is bounded in bytes, not only in rows: twelve fences
+// of 4,000 positions contain the point, but one answer carries at most
+// max_response_vertices positions (20,000 by default) and says it was cut;
+// ?limit caps the fences (and says so too) and is what the request is
+// priced by.
+func TestContainsResponseIsBounded(t *testing.T) {
+	writer := NewStore(writerPool(t))
+	const lng, lat = -20.0, -50.0 // South Atlantic: no demo fence
+	for i := range 12 {
+		fence(t, writer, fmt.Sprintf("bounded contains %d %s", i, randomSuffix()), circle(lng, lat, 4000))
+	}
+	gate := &recordingGate{}
+	h, err := NewHandler(Options{Layers: demoLayers(), Limits: DefaultLimits(), Reader: NewStore(testenv.ReadPool(t)), Gate: gate, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mux.NewRouter()
+	h.Register(r)
+	get := func(query string) (featureCollection, map[string]any) {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/geofence/contains?"+query, nil))
+		fc := collectionOf(t, w)
+		var members map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &members); err != nil {
+			t.Fatal(err)
+		}
+		return fc, members
+	}
+	positions := func(fc featureCollection) int {
+		n := 0
+		for _, f := range fc.Features {
+			g, err := unmarshalGeometry(f.Geometry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mp := g.(orb.MultiPolygon)
+			for _, p := range mp {
+				for _, ring := range p {
+					n += len(ring)
+				}
+			}
+		}
+		return n
+	}
+	fc, members := get(fmt.Sprintf("lng=%g&lat=%g", lng, lat))
+	if n := positions(fc); n > 20000 || len(fc.Features) != 5 || members["truncated"] != true {
+		t.Fatalf("12 fences of 4,000 positions: %d fences, %d positions, truncated %v; want 5 (20,000 positions), truncated", len(fc.Features), n, members["truncated"])
+	}
+	if d := gate.demands[len(gate.demands)-1]; d.Kind != KindContains || d.Limit != DefaultLimits().DefaultLimit {
+		t.Fatalf("contains priced as %+v, want its default limit", d)
+	}
+	fc, members = get(fmt.Sprintf("lng=%g&lat=%g&limit=2", lng, lat))
+	if len(fc.Features) != 2 || members["truncated"] != true || gate.demands[len(gate.demands)-1].Limit != 2 {
+		t.Fatalf("limit=2: %d fences, truncated %v, demand %+v", len(fc.Features), members["truncated"], gate.demands[len(gate.demands)-1])
 	}
 }

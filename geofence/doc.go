@@ -11,7 +11,7 @@
 //	     distance_m
 //	GET  /geofence/bbox?layer&bbox=minx,miny,maxx,maxy[&limit]
 //	     features of layer intersecting the lon/lat box, in id order
-//	GET  /geofence/contains?lng&lat
+//	GET  /geofence/contains?lng&lat[&limit]
 //	     the fences (geotoll.geofences) that contain the point, in id order
 //	POST /geofence/check   {"points":[{"id":"v1","lng":13.4,"lat":52.5}, …]}
 //	     for every point, in request order, the ids of the fences that
@@ -53,6 +53,10 @@
 //     MaxBBoxArea square degrees with miny <= maxy, a batch of 1..MaxBatch
 //     points with ids of 1..[MaxPointIDLen] bytes, bodies of at most
 //     MaxBodyBytes (413 beyond), fences of at most MaxVertices positions.
+//   - a contains answer holds at most limit fences and MaxResponseVertices
+//     positions in all: fences past either cap are left out (geometries
+//     past them are never rendered) and the collection says
+//     "truncated": true.
 //   - a parameter given twice is a 400.
 //
 // # Pricing
@@ -61,7 +65,7 @@
 // server.Toll prices it with throttle.Weights (radius: base + km × weight +
 // limit × feature weight; bbox: base + area × weight + limit × feature
 // weight; check: base + points × point weight; contains: the price of a
-// one-point check) and answers 429 with Retry-After when the caller's
+// one-point check plus limit × feature weight) and answers 429 with Retry-After when the caller's
 // budget cannot pay. Fence admin calls are not priced: they need an admin
 // key (X-API-Key or Authorization: Bearer, compared in constant time), and
 // are bounded by body size, vertex count and statement timeout.

@@ -37,9 +37,8 @@ type Demand struct {
 	Layer string // within and bbox: the layer searched
 	// RadiusM is the within radius in metres on the ground.
 	RadiusM float64
-	// Limit is the feature cap the query runs with (within, bbox; contains
-	// runs with Limits.MaxLimit, but returns as many fences as contain one
-	// point).
+	// Limit is the feature cap the query runs with (within, bbox,
+	// contains).
 	Limit int
 	// Bound is the bbox, unwrapped: a box that crosses the antimeridian has
 	// Max[0] = east + 360, so that its area is the sum of its two parts.
@@ -331,28 +330,41 @@ func (h *Handler) parseBBox(r *http.Request) (BBoxQuery, error) {
 	return q, nil
 }
 
-// Contains serves GET /geofence/contains?lng&lat: the fences that contain
-// the point, in id order. A point on a fence's boundary is inside it.
+// Contains serves GET /geofence/contains?lng&lat[&limit]: the fences that
+// contain the point, in id order. A point on a fence's boundary is inside
+// it. The answer holds at most limit fences (priced by it) and
+// MaxResponseVertices positions; when a cap left fences out it says
+// "truncated": true.
 func (h *Handler) Contains(w http.ResponseWriter, r *http.Request) {
-	qs, err := parseQuery(r)
+	q, err := h.parseContains(r)
 	if err != nil {
 		problem.Write(w, r, err)
 		return
 	}
-	lng, lat, err := qs.point()
-	if err != nil {
-		problem.Write(w, r, err)
+	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindContains, Points: 1, Limit: q.Limit}) {
 		return
 	}
-	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindContains, Points: 1}) {
-		return
-	}
-	fs, err := h.reader.Contains(r.Context(), lng, lat, h.limits.MaxLimit)
+	fs, truncated, err := h.reader.Contains(r.Context(), q)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeCollection(w, r, http.StatusOK, fs, nil)
+	h.writeCollection(w, r, http.StatusOK, fs, func(c *collection) { c.Truncated = truncated })
+}
+
+func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		return ContainsQuery{}, err
+	}
+	q := ContainsQuery{MaxVertices: h.limits.MaxResponseVertices}
+	if q.Lng, q.Lat, err = qs.point(); err != nil {
+		return q, err
+	}
+	if q.Limit, err = qs.limit(h.limits); err != nil {
+		return q, err
+	}
+	return q, nil
 }
 
 // CheckResult is the answer for one point of a batch check.
@@ -400,6 +412,8 @@ type collection struct {
 	Type     string    `json:"type"`
 	Features []Feature `json:"features"`
 	Next     string    `json:"next,omitempty"` // fence list: the next page
+	// Truncated: contains left fences out (see Handler.Contains).
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 func (h *Handler) writeCollection(w http.ResponseWriter, r *http.Request, status int, fs []Feature, extra func(*collection)) {

@@ -44,9 +44,9 @@ func (f *fakeReader) BBox(_ context.Context, q BBoxQuery) ([]Feature, error) {
 	return nil, nil
 }
 
-func (f *fakeReader) Contains(context.Context, float64, float64, int) ([]Feature, error) {
+func (f *fakeReader) Contains(context.Context, ContainsQuery) ([]Feature, bool, error) {
 	f.record("contains")
-	return []Feature{cannedFeature}, nil
+	return []Feature{cannedFeature}, false, nil
 }
 
 func (f *fakeReader) Check(_ context.Context, pts []Point) ([][]int64, error) {
@@ -222,7 +222,7 @@ func TestHandlerDemands(t *testing.T) {
 	want := []Demand{
 		{Kind: KindWithin, Layer: "places", RadiusM: 5000, Limit: 100},
 		{Kind: KindBBox, Layer: "places", Limit: 20},
-		{Kind: KindContains, Points: 1},
+		{Kind: KindContains, Points: 1, Limit: 100},
 		{Kind: KindCheck, Points: 2},
 	}
 	if len(gate.demands) != len(want) {

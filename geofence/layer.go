@@ -188,6 +188,10 @@ type Limits struct {
 	MaxBatch     int     `yaml:"max_batch"`     // points per batch check; default 1000
 	MaxBodyBytes int64   `yaml:"max_body_bytes"`
 	MaxVertices  int     `yaml:"max_vertices"` // positions per fence; default 10000
+	// MaxResponseVertices caps the positions of one contains answer (its
+	// bytes); default 20000. Fences past it are left out and the answer
+	// says "truncated": true.
+	MaxResponseVertices int `yaml:"max_response_vertices"`
 	// StatementTimeout bounds contains, check and fence admin queries.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
 }
@@ -198,14 +202,15 @@ type Limits struct {
 // over, and a fence of MaxVertices positions.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxRadius:        50000,
-		DefaultLimit:     100,
-		MaxLimit:         1000,
-		MaxBBoxArea:      100,
-		MaxBatch:         1000,
-		MaxBodyBytes:     1 << 20,
-		MaxVertices:      10000,
-		StatementTimeout: DefaultStatementTimeout,
+		MaxRadius:           50000,
+		DefaultLimit:        100,
+		MaxLimit:            1000,
+		MaxBBoxArea:         100,
+		MaxBatch:            1000,
+		MaxBodyBytes:        1 << 20,
+		MaxVertices:         10000,
+		MaxResponseVertices: 20000,
+		StatementTimeout:    DefaultStatementTimeout,
 	}
 }
 
@@ -233,6 +238,9 @@ func (l Limits) Validate() error {
 	}
 	if l.MaxVertices < 4 || l.MaxVertices > 1_000_000 {
 		bad("max_vertices %d must be within 4..1000000", l.MaxVertices)
+	}
+	if l.MaxResponseVertices < l.MaxVertices || l.MaxResponseVertices > 10_000_000 {
+		bad("max_response_vertices %d must be within max_vertices..10000000 (one fence must fit)", l.MaxResponseVertices)
 	}
 	if l.StatementTimeout < time.Millisecond || l.StatementTimeout > time.Minute {
 		bad("statement_timeout %s must be within 1ms..1m", l.StatementTimeout)

@@ -53,6 +53,14 @@ type WithinQuery struct {
 	Limit    int
 }
 
+// ContainsQuery asks for the fences that contain (Lng, Lat), in id order:
+// at most Limit of them, with at most MaxVertices positions in all.
+type ContainsQuery struct {
+	Lng, Lat    float64
+	Limit       int
+	MaxVertices int
+}
+
 // BBoxQuery asks for the features of Layer that intersect Box, in id order,
 // at most Limit of them.
 type BBoxQuery struct {
@@ -66,7 +74,9 @@ type BBoxQuery struct {
 type Reader interface {
 	Within(ctx context.Context, q WithinQuery) ([]Feature, error)
 	BBox(ctx context.Context, q BBoxQuery) ([]Feature, error)
-	Contains(ctx context.Context, lng, lat float64, limit int) ([]Feature, error)
+	// Contains reports truncated when fences that contain the point were
+	// left out by q's caps.
+	Contains(ctx context.Context, q ContainsQuery) (fs []Feature, truncated bool, err error)
 	// Check returns, for each point in order, the ids of the fences that
 	// contain it (never nil; empty when none), from one query.
 	Check(ctx context.Context, points []Point) ([][]int64, error)
@@ -147,9 +157,32 @@ func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, error) {
 		a.Min[0], a.Min[1], a.Max[0], a.Max[1], west2, east2, q.Limit)
 }
 
-// Contains implements Reader.
-func (s *Store) Contains(ctx context.Context, lng, lat float64, limit int) ([]Feature, error) {
-	return s.features(ctx, s.Timeout, containsSQL, lng, lat, limit)
+// Contains implements Reader. Rows past the caps come without a geometry
+// (see geofence_contains.sql) and end the answer.
+func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool, error) {
+	out := []Feature{}
+	truncated := false
+	err := s.read(ctx, s.Timeout, containsSQL, []any{q.Lng, q.Lat, q.Limit, q.MaxVertices}, func(rows pgx.Rows) error {
+		var (
+			f    Feature
+			geom *string
+		)
+		_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties}, func() error {
+			if geom == nil || truncated {
+				truncated = true
+				return nil
+			}
+			f.Geometry = json.RawMessage(*geom)
+			out = append(out, f)
+			f = Feature{}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return out, truncated, nil
 }
 
 // Fence implements Reader: problem.NotFound when there is no such fence.

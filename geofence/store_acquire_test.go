@@ -17,7 +17,7 @@ func TestStoreAcquireTimeout(t *testing.T) {
 	store.AcquireTimeout, store.RetryAfter = 200*time.Millisecond, 3
 
 	start := time.Now()
-	_, err := store.Contains(t.Context(), 13.405, 52.52, 10)
+	_, _, err := store.Contains(t.Context(), ContainsQuery{Lng: 13.405, Lat: 52.52, Limit: 10, MaxVertices: 1000})
 	p := problem.From(err)
 	if err == nil || p.Code != problem.Unavailable || p.RetryAfter != 3 {
 		t.Fatalf("Contains with the pool exhausted: %v, want %q with Retry-After 3", err, problem.Unavailable)
@@ -26,7 +26,7 @@ func TestStoreAcquireTimeout(t *testing.T) {
 		t.Fatalf("gave up after %v, want about the 200 ms acquire timeout", elapsed)
 	}
 	release()
-	if _, err := store.Contains(t.Context(), 13.405, 52.52, 10); err != nil {
+	if _, _, err := store.Contains(t.Context(), ContainsQuery{Lng: 13.405, Lat: 52.52, Limit: 10, MaxVertices: 1000}); err != nil {
 		t.Fatalf("Contains once the connection is free: %v", err)
 	}
 }

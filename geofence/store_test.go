@@ -344,7 +344,7 @@ func TestQueriesUseTheIndexes(t *testing.T) {
 		{"bbox across the antimeridian", places.BBoxSQL(), []any{175.0, -20.0, 180.0, -15.0, -180.0, -175.0, 100}, "places_geom_gist", "places"},
 		{"bbox on districts", cat.Layer("districts").BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100}, "districts_geom_gist", "districts"},
 		{"check", checkSQL, []any{[]float64{13.4, 2.35}, []float64{52.5, 48.85}}, "geofences_geom_gist", "geofences"},
-		{"contains", containsSQL, []any{13.4, 52.5, 1000}, "geofences_geom_gist", "geofences"},
+		{"contains", containsSQL, []any{13.4, 52.5, 1000, 20000}, "geofences_geom_gist", "geofences"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -455,7 +455,7 @@ func TestContainsAndCheckCountTheBoundaryAsInside(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range cases {
-		fs, err := reader.Contains(ctx, c.pt[0], c.pt[1], 1000)
+		fs, _, err := reader.Contains(ctx, ContainsQuery{Lng: c.pt[0], Lat: c.pt[1], Limit: 1000, MaxVertices: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -575,7 +575,7 @@ func TestCheckAThousandPointsInOneQuery(t *testing.T) {
 	// The one query agrees with a thousand single contains calls.
 	inside := 0
 	for i, p := range pts {
-		fs, err := store.Contains(ctx, p.Lng, p.Lat, 1000)
+		fs, _, err := store.Contains(ctx, ContainsQuery{Lng: p.Lng, Lat: p.Lat, Limit: 1000, MaxVertices: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -637,7 +637,7 @@ func TestFenceAdminRoundTrip(t *testing.T) {
 		pt     orb.Point
 		inside bool
 	}{{orb.Point{-34, -44}, false}, {orb.Point{-34.5, -44}, true}, {orb.Point{-34.75, -44}, true}} {
-		fs, err := reader.Contains(ctx, c.pt[0], c.pt[1], 10)
+		fs, _, err := reader.Contains(ctx, ContainsQuery{Lng: c.pt[0], Lat: c.pt[1], Limit: 10, MaxVertices: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}

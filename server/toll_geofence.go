@@ -15,8 +15,9 @@ import (
 //	bbox      Weights.BBox(bound, limit); a box across the antimeridian
 //	          arrives unwrapped, so its area is the sum of its two parts
 //	check     Weights.Batch(points)
-//	contains  Weights.Batch(1): it is a check of one point, so a thousand
-//	          contains calls never cost less than one batch of a thousand
+//	contains  Weights.Contains(limit): a check of one point (so a thousand
+//	          contains calls never cost less than one batch of a thousand)
+//	          plus the fences its answer may carry
 //
 // An unknown kind is priced at MaxCost: erring high is the safe side.
 func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
@@ -28,7 +29,7 @@ func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
 	case geofence.KindCheck:
 		return t.Default.Batch(d.Points)
 	case geofence.KindContains:
-		return t.Default.Batch(1)
+		return t.Default.Contains(d.Limit)
 	}
 	return t.Default.MaxCost
 }

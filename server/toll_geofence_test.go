@@ -38,6 +38,8 @@ func TestGeofencePrice(t *testing.T) {
 		// 175..-175 arrives unwrapped as 175..185: 10°, not 350°.
 		{"bbox across the antimeridian", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(175, -20, 185, -10), Limit: 0}, 1 + 50},
 		{"contains", geofence.Demand{Kind: geofence.KindContains, Points: 1}, 1.05},
+		{"contains, default limit", geofence.Demand{Kind: geofence.KindContains, Points: 1, Limit: 100}, 1.25},
+		{"contains, limit 1000", geofence.Demand{Kind: geofence.KindContains, Points: 1, Limit: 1000}, 3.05},
 		{"check of 20", geofence.Demand{Kind: geofence.KindCheck, Points: 20}, 2},
 		{"check of 1000", geofence.Demand{Kind: geofence.KindCheck, Points: 1000}, 51},
 		{"unknown kind", geofence.Demand{Kind: "teleport"}, 60},

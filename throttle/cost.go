@@ -116,6 +116,13 @@ func (w Weights) Batch(points int) float64 {
 	return w.clamp(w.Base + term(float64(points), w.PointWeight))
 }
 
+// Contains prices the fences containing one point, up to limit of them:
+// a one-point check plus limit × FeatureWeight (like Radius and BBox, the
+// features the answer may carry), clamped.
+func (w Weights) Contains(limit int) float64 {
+	return w.clamp(w.Base + w.PointWeight + term(float64(limit), w.FeatureWeight))
+}
+
 // clamp bounds a price to [Base, MaxCost]; NaN becomes MaxCost.
 func (w Weights) clamp(v float64) float64 {
 	if !(v <= w.MaxCost) {

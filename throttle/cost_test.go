@@ -163,6 +163,22 @@ func TestBatchCost(t *testing.T) {
 	}
 }
 
+// Contains is a one-point check plus the fences it may return.
+func TestContainsCost(t *testing.T) {
+	w := DefaultWeights()
+	for _, tt := range []struct {
+		limit int
+		want  float64
+	}{{0, 1.05}, {100, 1.25}, {1000, 3.05}, {math.MaxInt, 60}, {-5, 1.05}} {
+		if got := w.Contains(tt.limit); !approx(got, tt.want) {
+			t.Errorf("Contains(%d) = %v, want %v", tt.limit, got, tt.want)
+		}
+	}
+	if w.Contains(1) != w.Batch(1)+w.FeatureWeight {
+		t.Error("Contains(1) is not a one-point check plus one feature")
+	}
+}
+
 func TestZeroWeightIgnoresGarbage(t *testing.T) {
 	w := Weights{Base: 2, MaxCost: 10}
 	world := orb.Bound{Min: orb.Point{nan, ninf}, Max: orb.Point{inf, nan}}
@@ -298,6 +314,7 @@ func FuzzWeights(f *testing.F) {
 		check("BBox", w.BBox(bound, limit))
 		check("Radius", w.Radius(radiusM, limit))
 		check("Batch", w.Batch(points))
+		check("Contains", w.Contains(limit))
 
 		if tile.Valid() && tile.Z > 0 && w.Tile(tile.Parent()) < w.Tile(tile) {
 			t.Fatalf("parent of %v is cheaper", tile)
@@ -310,6 +327,9 @@ func FuzzWeights(f *testing.F) {
 		}
 		if points < math.MaxInt && w.Batch(points) > w.Batch(points+1) {
 			t.Fatalf("Batch not monotonic above %d", points)
+		}
+		if limit < math.MaxInt && w.Contains(limit) > w.Contains(limit+1) {
+			t.Fatalf("Contains not monotonic above %d", limit)
 		}
 		if a := area(bound); !math.IsNaN(a) {
 			bigger := orb.Bound{Max: orb.Point{a*2 + 1, 1}}

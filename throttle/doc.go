@@ -19,6 +19,7 @@
 //	bbox    Base + area × AreaWeight + limit × FeatureWeight
 //	radius  Base + radius_km × RadiusWeight + limit × FeatureWeight
 //	batch   Base + points × PointWeight
+//	contains  Base + PointWeight + limit × FeatureWeight
 //	cache hit: Base
 //
 // Every price is clamped to [Base, MaxCost] and is monotonic non-decreasing
