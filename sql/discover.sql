@@ -1,9 +1,14 @@
 -- Tables (and views) with a geometry column in the given schemas that the
 -- connected role may read: the candidates of tile layer auto-discovery.
 --   $1  schemas to search (text[])
+--   $2  the widest text column to offer as a property (characters)
 -- Per geometry column: its schema, table, column and SRID; the table's
 -- single-column integer primary key, if any (the feature id); and its
--- readable columns of types MVT carries as properties, in column order.
+-- readable columns of types MVT carries as properties, in column order:
+-- numbers, booleans, and text columns of a declared length up to $2
+-- (varchar(n), char(n); the type modifier is n + 4). Unbounded text
+-- (text, varchar without a length) is left out: one value may be
+-- megabytes, and every feature of a tile would carry it.
 -- Names are returned as data: the caller quotes them with pgx.Identifier.
 SELECT g.f_table_schema::text,
        g.f_table_name::text,
@@ -18,7 +23,8 @@ SELECT g.f_table_schema::text,
        ARRAY(SELECT a.attname::text
              FROM pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-               AND a.atttypid = ANY ('{text,varchar,bpchar,int2,int4,int8,float4,float8,numeric,bool}'::regtype[])
+               AND (a.atttypid = ANY ('{int2,int4,int8,float4,float8,numeric,bool}'::regtype[])
+                    OR (a.atttypid = ANY ('{varchar,bpchar}'::regtype[]) AND a.atttypmod BETWEEN 5 AND $2::int + 4))
                AND has_column_privilege(c.oid, a.attnum, 'SELECT')
              ORDER BY a.attnum) AS columns
 FROM geometry_columns g

@@ -15,11 +15,21 @@ import (
 // the default.
 type Discovery struct {
 	Schemas []string
+	// MaxProperties caps a discovered layer's properties (0:
+	// DefaultMaxProperties), and MaxTextLength the declared length of a
+	// text column offered as one (0: DefaultMaxTextLength).
+	MaxProperties, MaxTextLength int
 	// Template gives every discovered layer its zoom range, extent,
 	// buffer, feature cap, statement timeout and max age; zero fields take
 	// the package defaults.
 	Template Layer
 }
+
+// Defaults of Discovery's bounds on properties.
+const (
+	DefaultMaxProperties = 16
+	DefaultMaxTextLength = 256
+)
 
 // Querier is what Discover needs of a pool.
 type Querier interface {
@@ -36,13 +46,25 @@ type Querier interface {
 // when it would collide with another layer.
 //
 // The feature id is the table's single-column integer primary key; without
-// one the layer is served WithoutID. The properties are every readable
-// column of a type MVT carries (text, numbers, booleans).
+// one the layer is served WithoutID. The properties are the readable
+// columns of a type MVT carries whose values are bounded in size — numbers,
+// booleans, and text declared with a length up to MaxTextLength — at most
+// MaxProperties of them, in column order. Free text (text, varchar without
+// a length) is never discovered: a tile carries every row's value, and one
+// value may be megabytes; name such a column in a configured layer to
+// serve it.
 func Discover(ctx context.Context, q Querier, d Discovery, existing []Layer) ([]Layer, error) {
 	if len(d.Schemas) == 0 {
 		return nil, nil
 	}
-	rows, err := q.Query(ctx, discoverSQL, d.Schemas)
+	maxProps, maxText := d.MaxProperties, d.MaxTextLength
+	if maxProps <= 0 {
+		maxProps = DefaultMaxProperties
+	}
+	if maxText <= 0 {
+		maxText = DefaultMaxTextLength
+	}
+	rows, err := q.Query(ctx, discoverSQL, d.Schemas, maxText)
 	if err != nil {
 		return nil, fmt.Errorf("discover layers: %w", err)
 	}
@@ -104,6 +126,9 @@ func Discover(ctx context.Context, q Querier, d Discovery, existing []Layer) ([]
 			// The tile query names its geometry "geom" and its id "id".
 			if c == "geom" || (!l.WithoutID && (c == "id" || c == l.IDColumn)) {
 				continue
+			}
+			if len(l.Properties) == maxProps {
+				break
 			}
 			l.Properties = append(l.Properties, c)
 		}

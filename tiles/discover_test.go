@@ -1,6 +1,7 @@
 package tiles_test
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"testing"
@@ -26,9 +27,9 @@ func discoverFixture(t *testing.T) *fixture {
 		return "ST_Transform(ST_SetSRID(ST_MakePoint(g * 0.01, g * 0.01), 4326), 3857)"
 	}
 	f.exec(t, `CREATE TABLE {s}."we""ird; drop" (
-		id int PRIMARY KEY, "na""me; --" text, n float8, ok bool, at timestamptz, geom geometry(Point, 3857))`)
+		id int PRIMARY KEY, "na""me; --" varchar(64), n float8, ok bool, at timestamptz, geom geometry(Point, 3857))`)
 	f.exec(t, `INSERT INTO {s}."we""ird; drop" SELECT g, 'n' || g, g / 2.0, g % 2 = 0, now(), `+pt(3857)+` FROM generate_series(1, 5) g`)
-	f.exec(t, `CREATE TABLE {s}."dotted.name" (label text, g geometry(Point, 4326))`) // no key: served without ids
+	f.exec(t, `CREATE TABLE {s}."dotted.name" (label varchar(32), g geometry(Point, 4326))`) // no key: served without ids
 	f.exec(t, `INSERT INTO {s}."dotted.name" SELECT 'l' || g, `+pt(4326)+` FROM generate_series(1, 5) g`)
 	f.exec(t, `CREATE TABLE {s}.two (id bigint PRIMARY KEY, label text, a geometry(Point, 3857), b geometry(Point, 4326))`)
 	f.exec(t, `INSERT INTO {s}.two SELECT g, 't' || g, `+pt(3857)+`, `+pt(4326)+` FROM generate_series(1, 5) g`)
@@ -188,5 +189,34 @@ func TestDescribeDemoLayers(t *testing.T) {
 	b := info.Bounds
 	if !(b[0] < -149 && b[2] > 178 && b[1] < -37 && b[3] > 69) || b[0] < -180 || b[2] > 180 || b[1] < -85.06 || b[3] > 85.06 {
 		t.Errorf("places bounds %v", b)
+	}
+}
+
+// A discovered layer's properties are bounded in number and in width: a
+// free-text column (text, or varchar without a length) can hold megabytes
+// per row, and every row of a tile would carry it. Such columns are left
+// out (name them in a configured layer to serve them), as are text columns
+// declared wider than 256 characters; at most 16 properties are kept, in
+// column order.
+func TestDiscoverBoundsProperties(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	cols := `id int PRIMARY KEY, essay text, label varchar(40), code char(3), memo varchar, wide varchar(5000), flag bool`
+	var want []string
+	want = append(want, "label", "code", "flag")
+	for i := range 20 {
+		cols += fmt.Sprintf(", n%d int", i)
+		if len(want) < 16 {
+			want = append(want, fmt.Sprintf("n%d", i))
+		}
+	}
+	f.exec(t, `CREATE TABLE {s}.wide (`+cols+`, geom geometry(Point, 3857))`)
+	f.exec(t, `GRANT SELECT ON {s}.wide TO geotoll_reader`)
+	found, err := tiles.Discover(t.Context(), testenv.ReadPool(t), tiles.Discovery{Schemas: []string{f.schema}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || !slices.Equal(found[0].Properties, want) {
+		t.Fatalf("discovered %+v, want properties %q", found, want)
 	}
 }

@@ -38,6 +38,12 @@ type DiscoverConfig struct {
 	MaxFeatures      int           `yaml:"max_features"`
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
 	MaxAge           time.Duration `yaml:"max_age"`
+	// MaxProperties caps each discovered layer's properties, and
+	// MaxTextLength the declared length of a text column offered as one
+	// (unbounded text is never discovered); 0 takes the tiles defaults
+	// (16, 256).
+	MaxProperties int `yaml:"max_properties"`
+	MaxTextLength int `yaml:"max_text_length"`
 }
 
 // CORSConfig lets web pages on other origins call the API.
@@ -69,6 +75,9 @@ func (c Config) validateTiles() error {
 	if c.Tiles.Cache.MaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("tiles.cache.max_bytes %d must not be negative", c.Tiles.Cache.MaxBytes))
 	}
+	if d := c.Tiles.Discover; d.MaxProperties < 0 || d.MaxTextLength < 0 {
+		errs = append(errs, fmt.Errorf("tiles.discover: max_properties %d and max_text_length %d must not be negative", d.MaxProperties, d.MaxTextLength))
+	}
 	if c.Tiles.Cache.TTL <= 0 {
 		errs = append(errs, fmt.Errorf("tiles.cache.ttl %s must be positive", c.Tiles.Cache.TTL))
 	}
@@ -90,7 +99,7 @@ func (c Config) discoverLayers(ctx context.Context, q tiles.Querier) ([]tiles.La
 		configured[i] = lc.Layer
 	}
 	return tiles.Discover(ctx, q, tiles.Discovery{
-		Schemas: d.Schemas,
+		Schemas: d.Schemas, MaxProperties: d.MaxProperties, MaxTextLength: d.MaxTextLength,
 		Template: tiles.Layer{
 			MinZoom: d.MinZoom, MaxZoom: d.MaxZoom, MaxFeatures: d.MaxFeatures,
 			StatementTimeout: d.StatementTimeout, MaxAge: d.MaxAge,

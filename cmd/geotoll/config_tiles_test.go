@@ -31,7 +31,7 @@ func TestTilesConfig(t *testing.T) {
 	cfg, err := loadYAML(t, `
 tiles:
   cache: {max_bytes: 1048576, ttl: 5m}
-  discover: {schemas: [public, gis], minzoom: 3, max_features: 500, statement_timeout: 1s, max_age: 10m}
+  discover: {schemas: [public, gis], minzoom: 3, max_features: 500, statement_timeout: 1s, max_age: 10m, max_properties: 4, max_text_length: 80}
 http:
   trusted_proxies: [10.0.0.0/8]
   cors: {origins: ["https://maps.example.com"], credentials: true, max_age: 1h}
@@ -46,7 +46,7 @@ layers:
 	}
 	d := cfg.Tiles.Discover
 	if !slices.Equal(d.Schemas, []string{"public", "gis"}) || d.MinZoom != 3 || d.MaxFeatures != 500 ||
-		d.StatementTimeout != time.Second || d.MaxAge != 10*time.Minute {
+		d.StatementTimeout != time.Second || d.MaxAge != 10*time.Minute || d.MaxProperties != 4 || d.MaxTextLength != 80 {
 		t.Errorf("discover %+v", d)
 	}
 	if c := cfg.HTTP.CORS; !slices.Equal(c.Origins, []string{"https://maps.example.com"}) || !c.Credentials || c.MaxAge != time.Hour {
@@ -65,6 +65,7 @@ func TestTilesConfigRejects(t *testing.T) {
 		{"negative cache", "tiles: {cache: {max_bytes: -1}}\n", "max_bytes"},
 		{"zero ttl", "tiles: {cache: {ttl: 0s}}\n", "ttl"},
 		{"unknown tiles key", "tiles: {cash: {}}\n", "cash"},
+		{"negative discovered properties", "tiles: {discover: {max_properties: -1}}\n", "max_properties"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadYAML(t, tc.yaml)

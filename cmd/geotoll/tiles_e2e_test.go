@@ -339,7 +339,7 @@ func fixtureSchema(t *testing.T) (schema string, exec func(sql string)) {
 func TestEndToEndDiscovery(t *testing.T) {
 	t.Parallel()
 	schema, exec := fixtureSchema(t)
-	exec(`CREATE TABLE {s}."we""ird; drop" (id bigint PRIMARY KEY, "la""bel; --" text, score int,
+	exec(`CREATE TABLE {s}."we""ird; drop" (id bigint PRIMARY KEY, "la""bel; --" varchar(64), score int,
 		geom geometry(Point, 4326))`)
 	exec(`INSERT INTO {s}."we""ird; drop" SELECT g, 'p' || g, g, ST_SetSRID(ST_MakePoint(13.4 + g * 0.001, 52.52), 4326)
 		FROM generate_series(1, 20) g`)
