@@ -1,7 +1,10 @@
--- The role geotoll serves reads with. The database enforces the last line of
--- defence itself: whoever uses this role — geotoll or anyone who bypasses it —
--- is read-only and hits these ceilings. geotoll's per-request SET LOCAL
--- statement_timeout is tighter still.
+-- The role geotoll serves reads with. Its privileges hold for whoever uses
+-- it — geotoll or anyone who bypasses it: SELECT on the served tables only,
+-- at most 100 connections. The timeouts and read-only flag below are the
+-- role's session defaults: a session may SET them away (PostgreSQL cannot
+-- forbid that for user-settable parameters), so they bound careless
+-- clients, not hostile ones. geotoll sets its own, tighter SET LOCAL
+-- statement_timeout in a READ ONLY transaction for every query it runs.
 --
 -- Roles are cluster-wide; the role is created once and granted per database.
 -- It has no password here: set one with ALTER ROLE geotoll_reader PASSWORD …

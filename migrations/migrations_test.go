@@ -82,3 +82,61 @@ func TestReadRoleIsRestricted(t *testing.T) {
 		t.Errorf("reader reads the migrations table: %v", err)
 	}
 }
+
+// The read role's timeouts and read-only default are defaults, nothing
+// more: PostgreSQL lets every session SET its user-settable parameters, and
+// lets a role change its own defaults (ALTER ROLE … SET). Whoever holds the
+// role can lift them. What does hold for any session of the role: it may
+// only SELECT the served tables, and it cannot raise its connection limit.
+// (geotoll itself sets statement_timeout and READ ONLY on every transaction
+// it runs; the tiles and geofence store tests check that.)
+func TestReadRoleDefaultsAreOnlyDefaults(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testenv.ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, set := range []string{
+		"SET statement_timeout = 0",
+		"SET lock_timeout = 0",
+		"SET idle_in_transaction_session_timeout = 0",
+		"SET default_transaction_read_only = off",
+	} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			t.Errorf("%s: %v — if PostgreSQL now refuses it, the README can promise more", set, err)
+		}
+	}
+	var timeout string
+	if err := conn.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "0" {
+		t.Fatalf("statement_timeout after SET: %q %v", timeout, err)
+	}
+	// It may even change its own defaults (rolled back here: other tests
+	// share the role).
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "ALTER ROLE geotoll_reader SET statement_timeout = 0"); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Errorf("ALTER ROLE geotoll_reader SET by the role itself: %v", err)
+	}
+
+	// What holds: privileges, whatever the session set.
+	sqlstate := func(err error) string {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return pgErr.Code
+		}
+		return ""
+	}
+	if _, err := conn.Exec(ctx, "DELETE FROM geotoll.places WHERE id = -1"); sqlstate(err) != "42501" {
+		t.Errorf("DELETE after lifting read-only: %v, want 42501 insufficient_privilege", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER ROLE geotoll_reader CONNECTION LIMIT 1000"); sqlstate(err) != "42501" {
+		t.Errorf("the role raised its own connection limit: %v", err)
+	}
+}
+
+var errRollback = errors.New("roll back")
