@@ -119,7 +119,8 @@ func postgresDown(s *sc, pause bool) {
 }
 
 // Every pooled connection busy with a slow query: the next requests get 503
-// after database.acquire_timeout, never a hang; the pool recovers.
+// after database.acquire_timeout, never a hang, while /readyz stays 200 (a
+// busy database is not a dead one); the pool recovers.
 func poolExhausted(s *sc) {
 	start := time.Now()
 	r := startRedis(s.t)
@@ -138,7 +139,11 @@ func poolExhausted(s *sc) {
 			mu.Unlock()
 		})
 	}
+	busy := waitSleeping(s)
+	readyStatus, readyChecks, _ := g.readyz(func(int, map[string]string) bool { return true }) // one sample
 	wg.Wait()
+	s.check("/readyz 200 while every pooled connection is busy (its check has a connection of its own)",
+		busy && readyStatus == 200 && readyChecks["postgres"] == "ok", "slow query running %v; /readyz %d %q", busy, readyStatus, readyChecks["postgres"])
 	served, refused, slowestRefusal, slowest := 0, 0, time.Duration(0), time.Duration(0)
 	var other []string
 	for _, rep := range replies {
