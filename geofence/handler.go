@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/gorilla/mux"
@@ -171,76 +170,6 @@ func (h *Handler) Register(r *mux.Router) {
 	r.HandleFunc(byID, h.admin(h.DeleteFence)).Methods(http.MethodDelete)
 }
 
-// query is a request's query string with each parameter at most once.
-type query url.Values
-
-func parseQuery(r *http.Request) (query, error) {
-	v, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, problem.Malformed("", "the query string is malformed")
-	}
-	return query(v), nil
-}
-
-// get returns the single value of name ("" when absent); a parameter given
-// twice is a 400, so that no two parts of the stack can read different
-// values.
-func (q query) get(name string) (string, error) {
-	vs := q[name]
-	switch len(vs) {
-	case 0:
-		return "", nil
-	case 1:
-		return vs[0], nil
-	}
-	return "", problem.Malformed(name, "%s is given %d times", name, len(vs))
-}
-
-// required is get for a mandatory parameter.
-func (q query) required(name string) (string, error) {
-	if _, ok := q[name]; !ok {
-		return "", problem.Malformed(name, "%s is required", name)
-	}
-	return q.get(name)
-}
-
-// point parses the lng and lat parameters.
-func (q query) point() (lng, lat float64, err error) {
-	s, err := q.required("lng")
-	if err != nil {
-		return 0, 0, err
-	}
-	if lng, err = ParseLng("lng", s); err != nil {
-		return 0, 0, err
-	}
-	if s, err = q.required("lat"); err != nil {
-		return 0, 0, err
-	}
-	if lat, err = ParseLat("lat", s); err != nil {
-		return 0, 0, err
-	}
-	return lng, lat, nil
-}
-
-func (q query) layer(c *Catalog) (*Layer, error) {
-	s, err := q.required("layer")
-	if err != nil {
-		return nil, err
-	}
-	return c.Resolve(s)
-}
-
-func (q query) limit(l Limits) (int, error) {
-	s, err := q.get("limit")
-	if err != nil {
-		return 0, err
-	}
-	if _, given := q["limit"]; given && s == "" {
-		return 0, problem.Malformed("limit", "limit is empty")
-	}
-	return ParseLimit(s, l.DefaultLimit, l.MaxLimit)
-}
-
 // Within serves GET /geofence/within?layer&lng&lat&radius[&limit]: the
 // layer's features within radius metres (on the ground) of the point,
 // nearest first, each with its distance_m.
@@ -260,31 +189,6 @@ func (h *Handler) Within(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.writeCollection(w, r, http.StatusOK, fs, nil)
-}
-
-func (h *Handler) parseWithin(r *http.Request) (WithinQuery, error) {
-	qs, err := parseQuery(r)
-	if err != nil {
-		return WithinQuery{}, err
-	}
-	var q WithinQuery
-	if q.Layer, err = qs.layer(h.catalog); err != nil {
-		return q, err
-	}
-	if q.Lng, q.Lat, err = qs.point(); err != nil {
-		return q, err
-	}
-	s, err := qs.required("radius")
-	if err != nil {
-		return q, err
-	}
-	if q.Radius, err = ParseRadius(s, h.limits.MaxRadius); err != nil {
-		return q, err
-	}
-	if q.Limit, err = qs.limit(h.limits); err != nil {
-		return q, err
-	}
-	return q, nil
 }
 
 // BBox serves GET /geofence/bbox?layer&bbox=minx,miny,maxx,maxy[&limit]:
@@ -308,28 +212,6 @@ func (h *Handler) BBox(w http.ResponseWriter, r *http.Request) {
 	h.writeCollection(w, r, http.StatusOK, fs, nil)
 }
 
-func (h *Handler) parseBBox(r *http.Request) (BBoxQuery, error) {
-	qs, err := parseQuery(r)
-	if err != nil {
-		return BBoxQuery{}, err
-	}
-	var q BBoxQuery
-	if q.Layer, err = qs.layer(h.catalog); err != nil {
-		return q, err
-	}
-	s, err := qs.required("bbox")
-	if err != nil {
-		return q, err
-	}
-	if q.Box, err = ParseBBox(s, h.limits.MaxBBoxArea); err != nil {
-		return q, err
-	}
-	if q.Limit, err = qs.limit(h.limits); err != nil {
-		return q, err
-	}
-	return q, nil
-}
-
 // Contains serves GET /geofence/contains?lng&lat[&limit]: the fences that
 // contain the point, in id order. A point on a fence's boundary is inside
 // it. The answer holds at most limit fences (priced by it) and
@@ -350,21 +232,6 @@ func (h *Handler) Contains(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.writeCollection(w, r, http.StatusOK, fs, func(c *collection) { c.Truncated = truncated })
-}
-
-func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
-	qs, err := parseQuery(r)
-	if err != nil {
-		return ContainsQuery{}, err
-	}
-	q := ContainsQuery{MaxVertices: h.limits.MaxResponseVertices}
-	if q.Lng, q.Lat, err = qs.point(); err != nil {
-		return q, err
-	}
-	if q.Limit, err = qs.limit(h.limits); err != nil {
-		return q, err
-	}
-	return q, nil
 }
 
 // CheckResult is the answer for one point of a batch check.

@@ -121,20 +121,26 @@ func Discover(ctx context.Context, q Querier, d Discovery, existing []Layer) ([]
 		if f.id != nil {
 			l.IDColumn = *f.id
 		}
-		l.Properties = nil
-		for _, c := range f.columns {
-			// The tile query names its geometry "geom" and its id "id".
-			if c == "geom" || (!l.WithoutID && (c == "id" || c == l.IDColumn)) {
-				continue
-			}
-			if len(l.Properties) == maxProps {
-				break
-			}
-			l.Properties = append(l.Properties, c)
-		}
+		l.Properties = properties(f.columns, l, maxProps)
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// properties picks a discovered layer's properties from its columns: at
+// most max, never the columns the tile query names "geom" and "id".
+func properties(columns []string, l Layer, max int) []string {
+	var out []string
+	for _, c := range columns {
+		if c == "geom" || (!l.WithoutID && (c == "id" || c == l.IDColumn)) {
+			continue
+		}
+		if len(out) == max {
+			break
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 var discoverSQL = mustQuery("discover.sql")

@@ -66,35 +66,13 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	toll.Logger = m.Logger
 
-	pcfg, err := pgxpool.ParseConfig(cfg.Database.URL)
-	if err != nil {
-		return fmt.Errorf("database url: %w", err)
+	if err := m.openPool(ctx); err != nil {
+		return err
 	}
-	pcfg.MaxConns = cfg.Database.MaxConns
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
-	cfg.Database.tunePool(pcfg)
-	if m.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-
-	// API keys: loaded now (a database that is down only delays keyed
-	// callers, who get 401 until the first load) and reloaded by Serve
-	// whenever the database announces a change, and every key_refresh.
-	keyStore := apikeys.NewStore(m.Pool)
-	m.keys = apikeys.NewRing(keyStore.Active, cfg.Throttle.KeyRefresh, m.Logger)
-	m.keys.MaxAge, m.keys.Connect = cfg.Throttle.KeyMaxAge, keyStore.Connect
-	kctx, kcancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := m.keys.Refresh(kctx); err != nil {
-		m.Logger.Warn("API keys not loaded yet; keyed callers get 401 until the database answers", "err", err)
-	}
-	kcancel()
+	checks := m.openKeys(ctx)
 	toll.Keys = m.keys
 
 	local := throttle.NewMemoryStore(throttle.MemoryOptions{})
-	// Readiness: checked in the background, PostgreSQL on a connection of
-	// its own (a busy pool is not a dead database).
-	m.dbCheck = &server.ConnCheck{Connect: keyStore.Connect}
-	checks := map[string]server.Check{"postgres": m.dbCheck.Check, "api_keys": server.KeysCheck(m.keys)}
 	if !cfg.Redis.enabled() {
 		m.Logger.Warn("no Redis configured: budgets live in this process (single-instance mode)")
 		toll.Store = local
@@ -104,46 +82,13 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	if err := toll.Validate(); err != nil {
+		m.Close()
 		return fmt.Errorf("throttle: %w", err)
 	}
-	metrics, err := m.openMetrics()
-	if err != nil {
+	if err := m.openHandler(ctx, toll, checks); err != nil {
 		m.Close()
 		return err
 	}
-	toll.Observer = metrics
-	if err := errors.Join(server.WatchLimiter(m.Registry, toll), server.WatchKeys(m.Registry, m.keys)); err != nil {
-		m.Close()
-		return fmt.Errorf("metrics: %w", err)
-	}
-	tileHandler, err := m.openTiles(ctx, toll, toll.Proxies, metrics)
-	if err != nil {
-		m.Close()
-		return err
-	}
-	fences, err := m.openGeofence(ctx, toll)
-	if err != nil {
-		m.Close()
-		return err
-	}
-	if m.FenceWriter != nil {
-		if err := m.Registry.Register(server.NewPoolCollector("fence-writer", m.FenceWriter.Stat)); err != nil {
-			m.Close()
-			return fmt.Errorf("metrics: %w", err)
-		}
-	}
-	m.ready = server.NewReadiness(checks, cfg.HTTP.ReadyInterval, cfg.HTTP.ReadyTimeout)
-	m.ready.Check(ctx) // the first /readyz answers from real results
-	m.Handler = server.New(server.Options{
-		Logger:   m.Logger,
-		Tiles:    tileHandler,
-		Metrics:  metrics,
-		CORS:     cfg.HTTP.CORS.cors(),
-		Geofence: fences,
-		Budget:   http.HandlerFunc(toll.ServeBudget),
-		Web:      web.Handler(),
-		Ready:    m.ready,
-	})
 	h := cfg.HTTP
 	m.Server = &http.Server{
 		Handler:           m.Handler,
@@ -159,6 +104,82 @@ func (m *Main) Open(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// openHandler builds the metrics, the tile and geofence handlers and the
+// readiness of checks, and composes them into m.Handler.
+func (m *Main) openHandler(ctx context.Context, toll *server.Toll, checks map[string]server.Check) error {
+	metrics, err := m.openMetrics()
+	if err != nil {
+		return err
+	}
+	toll.Observer = metrics
+	if err := errors.Join(server.WatchLimiter(m.Registry, toll), server.WatchKeys(m.Registry, m.keys)); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	tileHandler, err := m.openTiles(ctx, toll, toll.Proxies, metrics)
+	if err != nil {
+		return err
+	}
+	fences, err := m.openGeofence(ctx, toll)
+	if err != nil {
+		return err
+	}
+	if m.FenceWriter != nil {
+		if err := m.Registry.Register(server.NewPoolCollector("fence-writer", m.FenceWriter.Stat)); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	m.ready = server.NewReadiness(checks, m.Config.HTTP.ReadyInterval, m.Config.HTTP.ReadyTimeout)
+	m.ready.Check(ctx) // the first /readyz answers from real results
+	m.Handler = server.New(server.Options{
+		Logger:   m.Logger,
+		Tiles:    tileHandler,
+		Metrics:  metrics,
+		CORS:     m.Config.HTTP.CORS.cors(),
+		Geofence: fences,
+		Budget:   http.HandlerFunc(toll.ServeBudget),
+		Web:      web.Handler(),
+		Ready:    m.ready,
+	})
+	return nil
+}
+
+// openPool opens the read pool. Connections are made lazily: a database
+// that is down at start-up makes /readyz fail, not the process.
+func (m *Main) openPool(ctx context.Context) error {
+	db := m.Config.Database
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		return fmt.Errorf("database url: %w", err)
+	}
+	pcfg.MaxConns = db.MaxConns
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
+	db.tunePool(pcfg)
+	if m.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	return nil
+}
+
+// openKeys makes the API key ring and loads it now (a database that is
+// down only delays keyed callers, who get 401 until the first load); Serve
+// reloads it whenever the database announces a change, and every
+// key_refresh. It returns the readiness checks of PostgreSQL — pinged on a
+// connection of its own, since a busy pool is not a dead database — and of
+// the keys.
+func (m *Main) openKeys(ctx context.Context) map[string]server.Check {
+	t := m.Config.Throttle
+	keyStore := apikeys.NewStore(m.Pool)
+	m.keys = apikeys.NewRing(keyStore.Active, t.KeyRefresh, m.Logger)
+	m.keys.MaxAge, m.keys.Connect = t.KeyMaxAge, keyStore.Connect
+	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := m.keys.Refresh(kctx); err != nil {
+		m.Logger.Warn("API keys not loaded yet; keyed callers get 401 until the database answers", "err", err)
+	}
+	m.dbCheck = &server.ConnCheck{Connect: keyStore.Connect}
+	return map[string]server.Check{"postgres": m.dbCheck.Check, "api_keys": server.KeysCheck(m.keys)}
 }
 
 // openGeofence builds the geofence handler: reads through the read pool,

@@ -1,0 +1,140 @@
+package geofence
+
+import (
+	"net/http"
+	"net/url"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// query is a request's query string with each parameter at most once.
+type query url.Values
+
+func parseQuery(r *http.Request) (query, error) {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, problem.Malformed("", "the query string is malformed")
+	}
+	return query(v), nil
+}
+
+// get returns the single value of name ("" when absent); a parameter given
+// twice is a 400, so that no two parts of the stack can read different
+// values.
+func (q query) get(name string) (string, error) {
+	vs := q[name]
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	}
+	return "", problem.Malformed(name, "%s is given %d times", name, len(vs))
+}
+
+// required is get for a mandatory parameter.
+func (q query) required(name string) (string, error) {
+	if _, ok := q[name]; !ok {
+		return "", problem.Malformed(name, "%s is required", name)
+	}
+	return q.get(name)
+}
+
+// point parses the lng and lat parameters.
+func (q query) point() (lng, lat float64, err error) {
+	s, err := q.required("lng")
+	if err != nil {
+		return 0, 0, err
+	}
+	if lng, err = ParseLng("lng", s); err != nil {
+		return 0, 0, err
+	}
+	if s, err = q.required("lat"); err != nil {
+		return 0, 0, err
+	}
+	if lat, err = ParseLat("lat", s); err != nil {
+		return 0, 0, err
+	}
+	return lng, lat, nil
+}
+
+func (q query) layer(c *Catalog) (*Layer, error) {
+	s, err := q.required("layer")
+	if err != nil {
+		return nil, err
+	}
+	return c.Resolve(s)
+}
+
+func (q query) limit(l Limits) (int, error) {
+	s, err := q.get("limit")
+	if err != nil {
+		return 0, err
+	}
+	if _, given := q["limit"]; given && s == "" {
+		return 0, problem.Malformed("limit", "limit is empty")
+	}
+	return ParseLimit(s, l.DefaultLimit, l.MaxLimit)
+}
+
+func (h *Handler) parseWithin(r *http.Request) (WithinQuery, error) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		return WithinQuery{}, err
+	}
+	var q WithinQuery
+	if q.Layer, err = qs.layer(h.catalog); err != nil {
+		return q, err
+	}
+	if q.Lng, q.Lat, err = qs.point(); err != nil {
+		return q, err
+	}
+	s, err := qs.required("radius")
+	if err != nil {
+		return q, err
+	}
+	if q.Radius, err = ParseRadius(s, h.limits.MaxRadius); err != nil {
+		return q, err
+	}
+	if q.Limit, err = qs.limit(h.limits); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+func (h *Handler) parseBBox(r *http.Request) (BBoxQuery, error) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		return BBoxQuery{}, err
+	}
+	var q BBoxQuery
+	if q.Layer, err = qs.layer(h.catalog); err != nil {
+		return q, err
+	}
+	s, err := qs.required("bbox")
+	if err != nil {
+		return q, err
+	}
+	if q.Box, err = ParseBBox(s, h.limits.MaxBBoxArea); err != nil {
+		return q, err
+	}
+	if q.Limit, err = qs.limit(h.limits); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		return ContainsQuery{}, err
+	}
+	q := ContainsQuery{MaxVertices: h.limits.MaxResponseVertices}
+	if q.Lng, q.Lat, err = qs.point(); err != nil {
+		return q, err
+	}
+	if q.Limit, err = qs.limit(h.limits); err != nil {
+		return q, err
+	}
+	return q, nil
+}

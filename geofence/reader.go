@@ -1,0 +1,50 @@
+package geofence
+
+import "context"
+
+// WithinQuery asks for the features of Layer within Radius metres of
+// (Lng, Lat), nearest first, at most Limit of them.
+type WithinQuery struct {
+	Layer    *Layer
+	Lng, Lat float64
+	Radius   float64
+	Limit    int
+}
+
+// ContainsQuery asks for the fences that contain (Lng, Lat), in id order:
+// at most Limit of them, with at most MaxVertices positions in all.
+type ContainsQuery struct {
+	Lng, Lat    float64
+	Limit       int
+	MaxVertices int
+}
+
+// BBoxQuery asks for the features of Layer that intersect Box, in id order,
+// at most Limit of them.
+type BBoxQuery struct {
+	Layer *Layer
+	Box   BBox
+	Limit int
+}
+
+// Reader runs the read queries; *Store is the production one. Handler tests
+// substitute their own.
+type Reader interface {
+	Within(ctx context.Context, q WithinQuery) ([]Feature, error)
+	BBox(ctx context.Context, q BBoxQuery) ([]Feature, error)
+	// Contains reports truncated when fences that contain the point were
+	// left out by q's caps.
+	Contains(ctx context.Context, q ContainsQuery) (fs []Feature, truncated bool, err error)
+	// Check returns, for each point in order, the ids of the fences that
+	// contain it (never nil; empty when none), from one query.
+	Check(ctx context.Context, points []Point) ([][]int64, error)
+	Fence(ctx context.Context, id int64) (Feature, error)
+	Fences(ctx context.Context, after int64, limit int) ([]Feature, error)
+}
+
+// Writer writes fences; *Store over the writer role is the production one.
+type Writer interface {
+	CreateFence(ctx context.Context, in FenceInput) (Feature, error)
+	ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feature, error)
+	DeleteFence(ctx context.Context, id int64) error
+}
