@@ -32,11 +32,7 @@ func TestUpIsIdempotent(t *testing.T) {
 // and able to read only the served tables.
 func TestReadRoleIsRestricted(t *testing.T) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testenv.ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := readerConn(t)
 
 	for setting, want := range map[string]string{
 		"statement_timeout":                   "5s",
@@ -57,15 +53,8 @@ func TestReadRoleIsRestricted(t *testing.T) {
 		t.Fatalf("reader cannot read places: %d %v", n, err)
 	}
 
-	sqlstate := func(err error) string {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			return pgErr.Code
-		}
-		return ""
-	}
 	// Default transactions are read-only…
-	_, err = conn.Exec(ctx, "DELETE FROM geotoll.places WHERE id = -1")
+	_, err := conn.Exec(ctx, "DELETE FROM geotoll.places WHERE id = -1")
 	if got := sqlstate(err); got != "25006" {
 		t.Errorf("DELETE in a default transaction: %v (SQLSTATE %s), want 25006 read_only_sql_transaction", err, got)
 	}
@@ -92,11 +81,7 @@ func TestReadRoleIsRestricted(t *testing.T) {
 // it runs; the tiles and geofence store tests check that.)
 func TestReadRoleDefaultsAreOnlyDefaults(t *testing.T) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testenv.ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := readerConn(t)
 	for _, set := range []string{
 		"SET statement_timeout = 0",
 		"SET lock_timeout = 0",
@@ -113,7 +98,7 @@ func TestReadRoleDefaultsAreOnlyDefaults(t *testing.T) {
 	}
 	// It may even change its own defaults (rolled back here: other tests
 	// share the role).
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "ALTER ROLE geotoll_reader SET statement_timeout = 0"); err != nil {
 			return err
 		}
@@ -124,13 +109,6 @@ func TestReadRoleDefaultsAreOnlyDefaults(t *testing.T) {
 	}
 
 	// What holds: privileges, whatever the session set.
-	sqlstate := func(err error) string {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			return pgErr.Code
-		}
-		return ""
-	}
 	if _, err := conn.Exec(ctx, "DELETE FROM geotoll.places WHERE id = -1"); sqlstate(err) != "42501" {
 		t.Errorf("DELETE after lifting read-only: %v, want 42501 insufficient_privilege", err)
 	}
@@ -140,3 +118,24 @@ func TestReadRoleDefaultsAreOnlyDefaults(t *testing.T) {
 }
 
 var errRollback = errors.New("roll back")
+
+// readerConn connects as the read role, as geotoll serve does; the
+// connection is closed when the test ends.
+func readerConn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), testenv.ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// sqlstate is the SQLSTATE of a PostgreSQL error, "" for any other.
+func sqlstate(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}

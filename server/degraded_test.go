@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -194,17 +193,9 @@ func TestReadyzDegraded(t *testing.T) {
 			"redis":    toll.ReadyCheck(ping),
 			"postgres": func(context.Context) error { return nil },
 		})})
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		var body struct {
-			Ready  bool
-			Checks map[string]string
-		}
-		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
-			t.Fatal(err)
-		}
-		if w.Code != tc.status || !strings.HasPrefix(body.Checks["redis"], tc.detail) || body.Checks["postgres"] != "ok" {
-			t.Errorf("%s: %d %s", tc.mode, w.Code, w.Body)
+		code, checks := readyz(t, h)
+		if code != tc.status || !strings.HasPrefix(checks["redis"], tc.detail) || checks["postgres"] != "ok" {
+			t.Errorf("%s: %d %v", tc.mode, code, checks)
 		}
 	}
 	// A healthy store is plain "ok".

@@ -44,19 +44,26 @@ func (b *blockingRenderer) Tile(ctx context.Context, _ []*tiles.Layer, _ maptile
 	return []byte{0x1a, 0}, nil
 }
 
-// The in-flight cap holds through the whole handler chain that New builds,
-// not only when a test wraps withInFlight by hand.
-func TestNewEnforcesInFlightCap(t *testing.T) {
-	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
-	free := toll.Tiers["free"]
-	free.MaxInFlight = 2
-	toll.Tiers["free"] = free
+// tileServer is New serving the layer "places" through toll, rendered by
+// a blockingRenderer, with tier's max_in_flight set to maxInFlight.
+func tileServer(t *testing.T, toll *Toll, tier string, maxInFlight int) (http.Handler, *blockingRenderer) {
+	t.Helper()
+	tr := toll.Tiers[tier]
+	tr.MaxInFlight = maxInFlight
+	toll.Tiers[tier] = tr
 	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &blockingRenderer{release: make(chan struct{})}
-	h := New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: toll}, Logger: discard()})
+	return New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: toll}, Logger: discard()}), r
+}
+
+// The in-flight cap holds through the whole handler chain that New builds,
+// not only when a test wraps withInFlight by hand.
+func TestNewEnforcesInFlightCap(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	h, r := tileServer(t, toll, "free", 2)
 
 	var wg sync.WaitGroup
 	codes := make(chan int, 10)
@@ -114,16 +121,9 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func TestShadowKeepsInFlightCapAndGlobalBudget(t *testing.T) {
 	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
 		toll, _ := redisTollOn(t, rdb)
-		shadow := toll.Tiers["shadow"] // 70 tokens; a z2 tile costs 60
-		shadow.MaxInFlight = 1
-		toll.Tiers["shadow"] = shadow
 		toll.Global = &throttle.Limit{Rate: 0.001, Capacity: 1000}
-		cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &blockingRenderer{release: make(chan struct{})}
-		h := New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: toll}, Logger: discard()})
+		h, r := tileServer(t, toll, "shadow", 1) // 70 tokens; a z2 tile costs 60
+		shadow := toll.Tiers["shadow"]
 		get := func() *httptest.ResponseRecorder {
 			req := httptest.NewRequest(http.MethodGet, "/tiles/places/2/1/1.mvt", nil)
 			req.Header.Set("X-API-Key", "shadowy")
@@ -219,15 +219,7 @@ func TestSlotsReleasedWhileDegraded(t *testing.T) {
 			toll, _ := redisTollOn(t, rdb)
 			toll.Timeout = 300 * time.Millisecond
 			toll.ProbeInterval = 500 * time.Millisecond
-			free := toll.Tiers["free"]
-			free.MaxInFlight = 1
-			toll.Tiers["free"] = free
-			cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := &blockingRenderer{release: make(chan struct{})}
-			h := New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: toll}, Logger: discard()})
+			h, r := tileServer(t, toll, "free", 1)
 			get := func(key string) int {
 				req := httptest.NewRequest(http.MethodGet, "/tiles/places/14/8802/5373.mvt", nil)
 				req.Header.Set("X-API-Key", key)
