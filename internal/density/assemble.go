@@ -1,0 +1,192 @@
+package density
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// cellRow is one row of the build query: the features whose boxes fit a
+// cell of level f (and no cell of level f+1), grouped by the cell that holds
+// their box centre. Assembly reuses it for the cells of every level.
+type cellRow struct {
+	key            uint64 // Morton code of the cell's first descendant at the finest level; row-major once assembled
+	f              int    // fit level
+	n, v           float64
+	sdx, sdy       float64 // sums of box widths and heights (normalised)
+	x0, y0, x1, y1 float64 // extent of the box centres (normalised)
+}
+
+// merge adds o's features to c.
+func (c *cellRow) merge(o *cellRow) {
+	c.n += o.n
+	c.v += o.v
+	c.sdx += o.sdx
+	c.sdy += o.sdy
+	c.x0, c.y0 = min(c.x0, o.x0), min(c.y0, o.y0)
+	c.x1, c.y1 = max(c.x1, o.x1), max(c.y1, o.y1)
+}
+
+// assemble builds the grids of a model from the build query's rows (keyed by
+// Morton code at maxLevel; sorted here). It picks the finest level ≤
+// maxLevel whose cells, over all levels, number at most maxCells.
+func assemble(rows []cellRow, maxLevel, maxCells int, vertices bool) (all, fit []grid) {
+	slices.SortFunc(rows, func(a, b cellRow) int { return cmp.Compare(a.key, b.key) })
+	allCells := make([]int, maxLevel+1)
+	fitCells := make([]int, maxLevel+1)
+	for l := 0; l <= maxLevel; l++ {
+		shift := 2 * uint(maxLevel-l)
+		first, last := true, uint64(0)
+		for i := range rows {
+			if rows[i].f < l {
+				continue
+			}
+			if p := rows[i].key >> shift; first || p != last {
+				allCells[l]++
+				first, last = false, p
+			}
+		}
+	}
+	for i := range rows {
+		fitCells[rows[i].f]++
+	}
+	level := maxLevel
+	for level > 0 {
+		total := 0
+		for l := 0; l <= level; l++ {
+			total += allCells[l]
+			if l < level {
+				total += fitCells[l]
+			}
+		}
+		if total <= maxCells {
+			break
+		}
+		level--
+	}
+	all = make([]grid, level+1)
+	fit = make([]grid, level)
+	for l := 0; l <= level; l++ {
+		all[l] = buildGrid(rows, l, maxLevel, vertices, func(r *cellRow) bool { return r.f >= l })
+		if l < level && fitCells[l] > 0 {
+			fit[l] = buildGrid(rows, l, maxLevel, vertices, func(r *cellRow) bool { return r.f == l })
+		} else if l < level {
+			fit[l] = emptyGrid(l)
+		}
+	}
+	return all, fit
+}
+
+func emptyGrid(level int) grid {
+	return grid{level: level, size: 1 << level, w: 1 / float64(uint64(1)<<level)}
+}
+
+// buildGrid merges the kept rows (Morton-sorted) into the cells of level l
+// and lays them out row-major with prefix sums and quantised summaries.
+func buildGrid(rows []cellRow, l, maxLevel int, vertices bool, keep func(*cellRow) bool) grid {
+	shift := 2 * uint(maxLevel-l)
+	var cells []cellRow
+	for i := range rows {
+		if !keep(&rows[i]) {
+			continue
+		}
+		p := rows[i].key >> shift
+		if k := len(cells) - 1; k >= 0 && cells[k].key == p {
+			cells[k].merge(&rows[i])
+			continue
+		}
+		c := rows[i]
+		c.key = p
+		cells = append(cells, c)
+	}
+	for k := range cells {
+		i, j := unmorton(cells[k].key)
+		cells[k].key = uint64(j)<<32 | uint64(i)
+	}
+	slices.SortFunc(cells, func(a, b cellRow) int { return cmp.Compare(a.key, b.key) })
+	return layout(cells, l, vertices)
+}
+
+// layout fills a grid of level l from its cells, sorted row-major.
+func layout(cells []cellRow, l int, vertices bool) grid {
+	g := emptyGrid(l)
+	w := g.w
+	g.keys = make([]uint64, len(cells))
+	g.cumN = make([]float64, len(cells)+1)
+	if vertices {
+		g.cumV = make([]float64, len(cells)+1)
+	}
+	g.box = make([]uint32, len(cells))
+	half := make([]uint16, len(cells))
+	var n, sdx, sdy float64
+	anyHalf := false
+	for k := range cells {
+		c := &cells[k]
+		g.keys[k] = c.key
+		g.cumN[k+1] = g.cumN[k] + c.n
+		if vertices {
+			g.cumV[k+1] = g.cumV[k] + c.v
+		}
+		ox, oy := float64(uint32(c.key))*w, float64(c.key>>32)*w
+		g.box[k] = uint32(quantLow(c.x0, ox, w)) | uint32(quantLow(c.y0, oy, w))<<8 |
+			uint32(quantHigh(c.x1, ox, w))<<16 | uint32(quantHigh(c.y1, oy, w))<<24
+		hx, hy := quantHalf(c.sdx/(2*c.n), w), quantHalf(c.sdy/(2*c.n), w)
+		half[k] = uint16(hx) | uint16(hy)<<8
+		anyHalf = anyHalf || half[k] != 0
+		g.hxMax = max(g.hxMax, float64(hx)*w/510)
+		g.hyMax = max(g.hyMax, float64(hy)*w/510)
+		n, sdx, sdy = n+c.n, sdx+c.sdx, sdy+c.sdy
+	}
+	if anyHalf {
+		g.half = half
+	}
+	if n > 0 {
+		g.hxMean, g.hyMean = sdx/(2*n), sdy/(2*n)
+	}
+	return g
+}
+
+// quantLow and quantHigh round a coordinate within the cell at origin o
+// (width w) down and up to 1/255 of the cell.
+func quantLow(v, o, w float64) uint8 {
+	return uint8(min(max(math.Floor((v-o)/w*255), 0), 255))
+}
+
+func quantHigh(v, o, w float64) uint8 {
+	return uint8(min(max(math.Ceil((v-o)/w*255), 0), 255))
+}
+
+// quantHalf rounds a half extent to 1/510 of the cell width w (a feature
+// that fits the cell has a half extent of at most w/2).
+func quantHalf(h, w float64) uint8 {
+	if !(h > 0) {
+		return 0
+	}
+	return uint8(min(math.Round(h/w*510), 255))
+}
+
+// morton interleaves a cell's column (even bits) and row (odd bits).
+func morton(i, j uint32) uint64 { return spread(i) | spread(j)<<1 }
+
+// unmorton splits a Morton code into column and row.
+func unmorton(m uint64) (i, j uint32) { return compact(m), compact(m >> 1) }
+
+func spread(x uint32) uint64 {
+	v := uint64(x)
+	v = (v | v<<16) & 0x0000ffff0000ffff
+	v = (v | v<<8) & 0x00ff00ff00ff00ff
+	v = (v | v<<4) & 0x0f0f0f0f0f0f0f0f
+	v = (v | v<<2) & 0x3333333333333333
+	v = (v | v<<1) & 0x5555555555555555
+	return v
+}
+
+func compact(v uint64) uint32 {
+	v &= 0x5555555555555555
+	v = (v | v>>1) & 0x3333333333333333
+	v = (v | v>>2) & 0x0f0f0f0f0f0f0f0f
+	v = (v | v>>4) & 0x00ff00ff00ff00ff
+	v = (v | v>>8) & 0x0000ffff0000ffff
+	v = (v | v>>16) & 0x00000000ffffffff
+	return uint32(v)
+}

@@ -1,0 +1,198 @@
+package density
+
+import "math"
+
+// grid is one level of a model: the non-empty cells of the 2^level × 2^level
+// grid over the normalised world, in row-major order, with prefix sums of
+// their features and vertices, so that any run of cells of one row sums with
+// two binary searches whatever its length.
+//
+// Each cell also keeps two small summaries that let a query cut through it:
+// the extent of its features' bounding-box centres (a content box, in 1/255
+// of the cell) and the mean half extent of their boxes (in 1/510 of the
+// cell). A partly covered cell counts the share of its content box that the
+// query, widened by the half extent, covers.
+type grid struct {
+	level int
+	size  int     // cells per axis: 2^level
+	w     float64 // cell width and height: 2^-level
+
+	keys []uint64  // row<<32 | column, ascending
+	cumN []float64 // cumN[k]: features of cells [0, k); len(keys)+1
+	cumV []float64 // the same for vertices; nil when every feature is one vertex
+	box  []uint32  // content box: x0 | y0<<8 | x1<<16 | y1<<24, in 1/255 of the cell
+	half []uint16  // mean half extent: hx | hy<<8, in 1/510 of the cell; nil when all are points
+
+	hxMax, hyMax   float64 // the largest half extent of any cell
+	hxMean, hyMean float64 // the feature-weighted mean half extent
+}
+
+// maxVisit bounds the cells of one partly covered row that are weighed one by
+// one; beyond it the row's inner cells share one vertical fraction.
+const maxVisit = 64
+
+// sum accumulates an estimate.
+type sum struct{ n, v float64 }
+
+// bytes is the grid's memory footprint (its slices).
+func (g *grid) bytes() int {
+	return 8*(len(g.keys)+len(g.cumN)+len(g.cumV)) + 4*len(g.box) + 2*len(g.half)
+}
+
+// cells is the number of non-empty cells.
+func (g *grid) cells() int { return len(g.keys) }
+
+// rows returns the rows a query spanning [y0, y1] reads, widened by the
+// largest half extent and clamped to the grid; j0 > j1 when there is none.
+func (g *grid) rows(y0, y1 float64) (j0, j1 int) {
+	j0 = max(int(math.Floor((y0-g.hyMax)/g.w)), 0)
+	j1 = min(int(math.Floor((y1+g.hyMax)/g.w)), g.size-1)
+	return j0, j1
+}
+
+// addRect adds the features whose box centre lies in r widened by their
+// half extent.
+func (g *grid) addRect(r rect, acc *sum) {
+	if len(g.keys) == 0 {
+		return
+	}
+	j0, j1 := g.rows(r.y0, r.y1)
+	at := -1
+	for j := j0; j <= j1; j++ {
+		at = g.addRow(j, r.x0, r.x1, r.y0, r.y1, at, acc)
+	}
+}
+
+// addRow adds row j's share of the query [x0, x1] × [y0, y1]: cells wholly
+// inside count in full through the prefix sums; the few cut by an edge, by
+// their content boxes. at is where an earlier call on a lower row or column
+// ended (-1: none); addRow returns where it ended, for the next call.
+func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
+	w := g.w
+	a := max(int(math.Floor((x0-g.hxMax)/w)), 0)
+	b := min(int(math.Floor((x1+g.hxMax)/w)), g.size-1)
+	if a > b {
+		return at
+	}
+	row := uint64(j) << 32
+	var lo int
+	if at < 0 {
+		lo = g.search(row|uint64(a), 0, len(g.keys))
+	} else {
+		lo = g.seek(row|uint64(a), at)
+	}
+	// At most b-a+1 cells lie in [a, b]: the second search is short.
+	hi := g.search(row|uint64(b+1), lo, min(lo+b-a+1, len(g.keys)))
+	if lo == hi {
+		return hi
+	}
+	rowFull := y0 <= float64(j)*w && y1 >= float64(j+1)*w
+	if !rowFull && hi-lo <= maxVisit {
+		for k := lo; k < hi; k++ {
+			g.addCell(k, x0, x1, y0, y1, acc)
+		}
+		return hi
+	}
+	// Columns [ia, ib] lie wholly inside [x0, x1].
+	ia := int(math.Ceil(x0 / w))
+	ib := int(math.Floor(x1/w)) - 1
+	k0, k1 := lo, hi
+	for ; k0 < k1 && int(uint32(g.keys[k0])) < ia; k0++ {
+		g.addCell(k0, x0, x1, y0, y1, acc)
+	}
+	for ; k1 > k0 && int(uint32(g.keys[k1-1])) > ib; k1-- {
+		g.addCell(k1-1, x0, x1, y0, y1, acc)
+	}
+	if k0 == k1 {
+		return hi
+	}
+	fy := 1.0
+	if !rowFull {
+		fy = overlap(y0-g.hyMean, y1+g.hyMean, float64(j)*w, float64(j+1)*w)
+	}
+	n := g.cumN[k1] - g.cumN[k0]
+	acc.n += fy * n
+	if g.cumV != nil {
+		acc.v += fy * (g.cumV[k1] - g.cumV[k0])
+	} else {
+		acc.v += fy * n
+	}
+	return hi
+}
+
+// addCell adds cell k's expected share of the query: the fraction of its
+// content box that the query, widened by the cell's half extent, covers
+// (features are taken as spread evenly over the content box).
+func (g *grid) addCell(k int, x0, x1, y0, y1 float64, acc *sum) {
+	key := g.keys[k]
+	w := g.w
+	cx, cy := float64(uint32(key))*w, float64(key>>32)*w
+	s := w / 255
+	bx := g.box[k]
+	var hx, hy float64
+	if g.half != nil {
+		h := g.half[k]
+		hx, hy = float64(h&0xff)*w/510, float64(h>>8)*w/510
+	}
+	f := overlap(x0-hx, x1+hx, cx+float64(bx&0xff)*s, cx+float64(bx>>16&0xff)*s)
+	if f == 0 {
+		return
+	}
+	f *= overlap(y0-hy, y1+hy, cy+float64(bx>>8&0xff)*s, cy+float64(bx>>24)*s)
+	if f == 0 {
+		return
+	}
+	n := g.cumN[k+1] - g.cumN[k]
+	acc.n += f * n
+	if g.cumV != nil {
+		acc.v += f * (g.cumV[k+1] - g.cumV[k])
+	} else {
+		acc.v += f * n
+	}
+}
+
+// search returns the first index in [lo, hi) whose key is at least target,
+// or hi.
+func (g *grid) search(target uint64, lo, hi int) int {
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if g.keys[mid] < target {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// seek is search from a known lower bound: the first index at or after from
+// whose key is at least target. It gallops (1, 2, 4… ahead) and then
+// searches the last stride, so nearby targets cost a few steps.
+func (g *grid) seek(target uint64, from int) int {
+	n := len(g.keys)
+	if from >= n || g.keys[from] >= target {
+		return from
+	}
+	lo, step := from, 1
+	for lo+step < n && g.keys[lo+step] < target {
+		lo += step
+		step <<= 1
+	}
+	return g.search(target, lo+1, min(lo+step, n))
+}
+
+// overlap is the fraction of [b0, b1] that [a0, a1] covers; a degenerate
+// [b0, b0] is covered wholly or not at all.
+func overlap(a0, a1, b0, b1 float64) float64 {
+	if b1 <= b0 {
+		if b0 >= a0 && b0 <= a1 {
+			return 1
+		}
+		return 0
+	}
+	lo, hi := max(a0, b0), min(a1, b1)
+	if hi <= lo {
+		return 0
+	}
+	return (hi - lo) / (b1 - b0)
+}
