@@ -19,12 +19,14 @@
 -- 180°W and 1 at 180°E, y is 0 at 85.0511°S and 1 at 85.0511°N.
 -- One row per cell: fit level f; column i and row j at level f; the
 -- weighted feature count and vertex sum; the weighted sums of box widths
--- and heights; the extent of the box centres, doubled (x0 + x1, y0 + y1).
+-- and heights; the extent of the box centres, doubled (x0 + x1, y0 + y1);
+-- the weighted sums of the doubled centres.
 -- The innermost subqueries end in OFFSET 0 so that the planner computes
 -- each box once instead of inlining it into every expression.
 SELECT f, ix >> ($1::int - f), iy >> ($1::int - f),
        sum(w), sum(w * np), sum(w * (x1 - x0)), sum(w * (y1 - y0)),
-       min(x0 + x1), max(x0 + x1), min(y0 + y1), max(y0 + y1)
+       min(x0 + x1), max(x0 + x1), min(y0 + y1), max(y0 + y1),
+       sum(w * (x0 + x1)), sum(w * (y0 + y1))
 FROM (
     SELECT least($1::int, floor(-ln(greatest(x1 - x0, y1 - y0, 1 / $2::float8)) / ln(2::float8)))::int AS f,
            least($2::float8 - 1, floor((x0 + x1) * $2::float8 / 2))::int AS ix,

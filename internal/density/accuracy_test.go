@@ -3,10 +3,12 @@ package density_test
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -15,6 +17,9 @@ import (
 // minRho is the rank correlation every relation's estimates must reach
 // against PostGIS's exact counts.
 const minRho = 0.95
+
+// maxPointError is the mean absolute error, in features, allowed on points.
+const maxPointError = 0.5
 
 // demoRelations are the demo tables `make testdb` seeds, in both columns
 // where a table has both.
@@ -44,19 +49,124 @@ func TestAccuracyDemo(t *testing.T) {
 			t.Logf("model: %+v", m.Summary())
 			rng := rand.New(rand.NewPCG(1, 2))
 			at := anchors(ctx, t, pool, d.rel, 500)
-			checkFidelity(ctx, t, pool, d.rel, m, tileProbes(rng, d.rel, at, 6, 6), "tiles")
-			checkFidelity(ctx, t, pool, d.rel, m, areaProbes(rng, d.rel, at, 60), "areas")
+			checkFidelity(ctx, t, pool, d.rel, m, append(tileProbes(rng, d.rel, at, 6, 6), areaProbes(rng, d.rel, at, 60)...))
 		})
 	}
 }
 
-// checkFidelity measures probes and requires minRho on features and
-// vertices, and estimates of at most 0.5 feature where PostGIS reads nothing.
-func checkFidelity(ctx context.Context, t *testing.T, pool interface{}, rel density.Relation, m *density.Model, probes []probe, what string) {
+// checkFidelity measures probes per kind and all together. Tiles, bboxes
+// and circles must rank like PostGIS: ρ ≥ minRho on features and vertices.
+// A point's exact answer is a small integer (the boxes that contain it), so
+// points must instead be right on average: a mean absolute error of at most
+// maxPointError features.
+func checkFidelity(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rel density.Relation, m *density.Model, probes []probe) {
 	t.Helper()
-	f := measure(ctx, t, testenv.ReadPool(t), rel, m, probes)
-	t.Logf("%s: %s", what, f)
-	if f.rhoN < minRho || f.rhoV < minRho {
-		t.Errorf("%s: ρ(features) %.3f, ρ(vertices) %.3f: want ≥ %.2f", what, f.rhoN, f.rhoV, minRho)
+	byKind := map[string][]probe{"all": probes}
+	for _, p := range probes {
+		byKind[p.kind] = append(byKind[p.kind], p)
 	}
+	for _, kind := range []string{"tile", "bbox", "circle", "point", "all"} {
+		if len(byKind[kind]) == 0 {
+			continue
+		}
+		f := measure(ctx, t, pool, rel, m, byKind[kind])
+		t.Logf("%-6s %s", kind, f)
+		switch {
+		case kind == "point" && f.maeN > maxPointError:
+			t.Errorf("point: mean absolute error %.3f features: want ≤ %.2f", f.maeN, maxPointError)
+		case kind != "point" && (f.rhoN < minRho || f.rhoV < minRho):
+			t.Errorf("%s: ρ(features) %.3f, ρ(vertices) %.3f: want ≥ %.2f", kind, f.rhoN, f.rhoV, minRho)
+		}
+	}
+}
+
+// heavyTable creates a polygon table (EPSG:4326) the read role may read,
+// dropped when the test ends: a few polygons of 10^4–10^5 vertices — some
+// spanning many cells at every level, one beside the antimeridian, some
+// tiny — among a few hundred ordinary ones.
+func heavyTable(t *testing.T) density.Relation {
+	t.Helper()
+	owner := testenv.Pool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := "density_heavy_" + strings.TrimPrefix(testenv.Prefix(t), "geotoll-test-")
+	rel := density.Relation{Table: pgx.Identifier{"geotoll", name}, GeometryColumn: "geom", SRID: 4326, Kind: density.Polygon}
+	table := rel.Table.Sanitize()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := owner.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+			t.Errorf("drop %s: %v", table, err)
+		}
+	})
+	if _, err := owner.Exec(ctx, "CREATE TABLE "+table+" (id serial PRIMARY KEY, geom geometry(Polygon, 4326) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	// Star-shaped rings (radius 1 + 0.2 sin 13a, in degrees of latitude):
+	// always simple, so always valid.
+	var lon, lat, r []float64
+	var n []int32
+	add := func(x, y, radius float64, vertices int) {
+		lon, lat, r, n = append(lon, x), append(lat, y), append(r, radius), append(n, int32(vertices))
+	}
+	add(10, 50, 12, 100_000)
+	add(-100, 40, 15, 80_000)
+	add(135, -25, 10, 60_000)
+	add(175, -40, 3, 50_000)
+	rng := rand.New(rand.NewPCG(7, 8))
+	spot := func() (float64, float64) { return rng.Float64()*340 - 170, rng.Float64()*120 - 60 }
+	for i := 0; i < 6; i++ {
+		x, y := spot()
+		add(x, y, 0.3+rng.Float64()*1.7, 20_000)
+	}
+	for i := 0; i < 20; i++ {
+		x, y := spot()
+		add(x, y, 0.002+rng.Float64()*0.008, 10_000)
+	}
+	for i := 0; i < 400; i++ {
+		x, y := spot()
+		add(x, y, 0.01+rng.Float64()*0.19, 8+rng.IntN(32))
+	}
+	_, err := owner.Exec(ctx, `INSERT INTO `+table+` (geom)
+		SELECT ST_MakePolygon(ST_AddPoint(ST_MakeLine(array_agg(pt ORDER BY k)), (array_agg(pt ORDER BY k))[1]))
+		FROM (
+			SELECT c.id, k, ST_SetSRID(ST_MakePoint(
+				c.lon + c.r * (1 + 0.2 * sin(13 * a)) * cos(a) / cos(radians(c.lat)),
+				c.lat + c.r * (1 + 0.2 * sin(13 * a)) * sin(a)), 4326) AS pt
+			FROM unnest($1::float8[], $2::float8[], $3::float8[], $4::int[]) WITH ORDINALITY AS c(lon, lat, r, n, id),
+				LATERAL generate_series(0, c.n - 1) AS k,
+				LATERAL (SELECT 2 * pi() * k / c.n AS a) AS s
+		) AS p
+		GROUP BY id`, lon, lat, r, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		"CREATE INDEX ON " + table + " USING gist (geom)",
+		"CREATE INDEX ON " + table + " USING gist ((geom::geography))",
+		"ANALYZE " + table,
+		"GRANT SELECT ON " + table + " TO geotoll_reader",
+	} {
+		if _, err := owner.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	return rel
+}
+
+// Big polygons count whole wherever their box reaches, tiny heavy ones
+// count their vertices where they are, and empty places estimate zero.
+func TestAccuracyHeavy(t *testing.T) {
+	rel := heavyTable(t)
+	pool := testenv.ReadPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m, err := density.Build(ctx, pool, rel, density.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("model: %+v", m.Summary())
+	rng := rand.New(rand.NewPCG(5, 6))
+	at := anchors(ctx, t, pool, rel, 500)
+	checkFidelity(ctx, t, pool, rel, m, append(tileProbes(rng, rel, at, 6, 6), areaProbes(rng, rel, at, 60)...))
 }

@@ -15,6 +15,7 @@ type cellRow struct {
 	n, v           float64
 	sdx, sdy       float64 // sums of box widths and heights (normalised)
 	x0, y0, x1, y1 float64 // extent of the box centres (normalised)
+	sx, sy         float64 // weighted sums of the box centres
 }
 
 // merge adds o's features to c.
@@ -23,6 +24,8 @@ func (c *cellRow) merge(o *cellRow) {
 	c.v += o.v
 	c.sdx += o.sdx
 	c.sdy += o.sdy
+	c.sx += o.sx
+	c.sy += o.sy
 	c.x0, c.y0 = min(c.x0, o.x0), min(c.y0, o.y0)
 	c.x1, c.y1 = max(c.x1, o.x1), max(c.y1, o.y1)
 }
@@ -117,6 +120,7 @@ func layout(cells []cellRow, l int, vertices bool) grid {
 		g.cumV = make([]float64, len(cells)+1)
 	}
 	g.box = make([]uint32, len(cells))
+	g.mean = make([]uint16, len(cells))
 	half := make([]uint16, len(cells))
 	var n, sdx, sdy float64
 	anyHalf := false
@@ -130,6 +134,7 @@ func layout(cells []cellRow, l int, vertices bool) grid {
 		ox, oy := float64(uint32(c.key))*w, float64(c.key>>32)*w
 		g.box[k] = uint32(quantLow(c.x0, ox, w)) | uint32(quantLow(c.y0, oy, w))<<8 |
 			uint32(quantHigh(c.x1, ox, w))<<16 | uint32(quantHigh(c.y1, oy, w))<<24
+		g.mean[k] = uint16(quantMean(c.sx/c.n, ox, w, g.box[k])) | uint16(quantMean(c.sy/c.n, oy, w, g.box[k]>>8))<<8
 		hx, hy := quantHalf(c.sdx/(2*c.n), w), quantHalf(c.sdy/(2*c.n), w)
 		half[k] = uint16(hx) | uint16(hy)<<8
 		anyHalf = anyHalf || half[k] != 0
@@ -154,6 +159,14 @@ func quantLow(v, o, w float64) uint8 {
 
 func quantHigh(v, o, w float64) uint8 {
 	return uint8(min(max(math.Ceil((v-o)/w*255), 0), 255))
+}
+
+// quantMean rounds a mean centre to 1/255 of the cell at origin o (width
+// w), inside the quantised content box whose low end is box&0xff and high
+// end box>>16&0xff.
+func quantMean(v, o, w float64, box uint32) uint8 {
+	q := min(max(math.Round((v-o)/w*255), float64(box&0xff)), float64(box>>16&0xff))
+	return uint8(q)
 }
 
 // quantHalf rounds a half extent to 1/510 of the cell width w (a feature

@@ -156,7 +156,7 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 	for rows.Next() {
 		var c cellRow
 		var i, j int64
-		if err := rows.Scan(&c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1); err != nil {
+		if err := rows.Scan(&c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy); err != nil {
 			return nil, err
 		}
 		if c.f < 0 || c.f > maxLevel || i < 0 || j < 0 || i >= 1<<c.f || j >= 1<<c.f || !(c.n > 0) {
@@ -164,7 +164,7 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 		}
 		shift := uint(maxLevel - c.f)
 		c.key = morton(uint32(i)<<shift, uint32(j)<<shift)
-		c.x0, c.x1, c.y0, c.y1 = c.x0/2, c.x1/2, c.y0/2, c.y1/2
+		c.x0, c.x1, c.y0, c.y1, c.sx, c.sy = c.x0/2, c.x1/2, c.y0/2, c.y1/2, c.sx/2, c.sy/2
 		out = append(out, c)
 	}
 	return out, rows.Err()

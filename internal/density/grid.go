@@ -7,11 +7,13 @@ import "math"
 // their features and vertices, so that any run of cells of one row sums with
 // two binary searches whatever its length.
 //
-// Each cell also keeps two small summaries that let a query cut through it:
-// the extent of its features' bounding-box centres (a content box, in 1/255
-// of the cell) and the mean half extent of their boxes (in 1/510 of the
-// cell). A partly covered cell counts the share of its content box that the
-// query, widened by the half extent, covers.
+// Each cell also keeps small summaries that let a query cut through it: the
+// extent of its features' bounding-box centres (a content box) and their
+// mean (both in 1/255 of the cell), and the mean half extent of their boxes
+// (in 1/510 of the cell). A partly covered cell counts the share of its
+// centres that fall in the query widened by the half extent, the centres
+// taken as spread over the content box in two even pieces split at the mean
+// (so a cluster at one end of the box stays at that end).
 type grid struct {
 	level int
 	size  int     // cells per axis: 2^level
@@ -21,6 +23,7 @@ type grid struct {
 	cumN []float64 // cumN[k]: features of cells [0, k); len(keys)+1
 	cumV []float64 // the same for vertices; nil when every feature is one vertex
 	box  []uint32  // content box: x0 | y0<<8 | x1<<16 | y1<<24, in 1/255 of the cell
+	mean []uint16  // mean centre: x | y<<8, in 1/255 of the cell
 	half []uint16  // mean half extent: hx | hy<<8, in 1/510 of the cell; nil when all are points
 
 	hxMax, hyMax   float64 // the largest half extent of any cell
@@ -36,7 +39,7 @@ type sum struct{ n, v float64 }
 
 // bytes is the grid's memory footprint (its slices).
 func (g *grid) bytes() int {
-	return 8*(len(g.keys)+len(g.cumN)+len(g.cumV)) + 4*len(g.box) + 2*len(g.half)
+	return 8*(len(g.keys)+len(g.cumN)+len(g.cumV)) + 4*len(g.box) + 2*(len(g.mean)+len(g.half))
 }
 
 // cells is the number of non-empty cells.
@@ -120,25 +123,24 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 	return hi
 }
 
-// addCell adds cell k's expected share of the query: the fraction of its
-// content box that the query, widened by the cell's half extent, covers
-// (features are taken as spread evenly over the content box).
+// addCell adds cell k's expected share of the query: the share of its
+// centres within the query widened by the cell's half extent, per axis.
 func (g *grid) addCell(k int, x0, x1, y0, y1 float64, acc *sum) {
 	key := g.keys[k]
 	w := g.w
 	cx, cy := float64(uint32(key))*w, float64(key>>32)*w
 	s := w / 255
-	bx := g.box[k]
+	bx, mc := g.box[k], g.mean[k]
 	var hx, hy float64
 	if g.half != nil {
 		h := g.half[k]
 		hx, hy = float64(h&0xff)*w/510, float64(h>>8)*w/510
 	}
-	f := overlap(x0-hx, x1+hx, cx+float64(bx&0xff)*s, cx+float64(bx>>16&0xff)*s)
+	f := share(x0-hx, x1+hx, cx+float64(bx&0xff)*s, cx+float64(mc&0xff)*s, cx+float64(bx>>16&0xff)*s)
 	if f == 0 {
 		return
 	}
-	f *= overlap(y0-hy, y1+hy, cy+float64(bx>>8&0xff)*s, cy+float64(bx>>24)*s)
+	f *= share(y0-hy, y1+hy, cy+float64(bx>>8&0xff)*s, cy+float64(mc>>8)*s, cy+float64(bx>>24)*s)
 	if f == 0 {
 		return
 	}
@@ -149,6 +151,38 @@ func (g *grid) addCell(k int, x0, x1, y0, y1 float64, acc *sum) {
 	} else {
 		acc.v += f * n
 	}
+}
+
+// share is the share of values spread over [lo, hi] with mean m that lie in
+// [a, b]. The spread is two even pieces split at the mean — a share p on
+// [lo, m] and 1-p on [m, hi], p = (hi-m)/(hi-lo) so that the mean is m —
+// which is the even spread over [lo, hi] when m is its middle.
+func share(a, b, lo, m, hi float64) float64 {
+	if b < lo || a > hi {
+		return 0
+	}
+	if a <= lo && b >= hi {
+		return 1
+	}
+	return cdf(b, lo, m, hi) - cdf(a, lo, m, hi)
+}
+
+// cdf is the share of the spread of share at or below x.
+func cdf(x, lo, m, hi float64) float64 {
+	switch {
+	case x < lo:
+		return 0
+	case x >= hi:
+		return 1
+	}
+	p := (hi - m) / (hi - lo)
+	if x <= m {
+		if m <= lo {
+			return p
+		}
+		return p * (x - lo) / (m - lo)
+	}
+	return p + (1-p)*(x-m)/(hi-m)
 }
 
 // search returns the first index in [lo, hi) whose key is at least target,
