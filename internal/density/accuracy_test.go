@@ -2,6 +2,7 @@ package density_test
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -80,17 +81,16 @@ func checkFidelity(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rel de
 	}
 }
 
-// heavyTable creates a polygon table (EPSG:4326) the read role may read,
-// dropped when the test ends: a few polygons of 10^4–10^5 vertices — some
-// spanning many cells at every level, one beside the antimeridian, some
-// tiny — among a few hundred ordinary ones.
-func heavyTable(t *testing.T) density.Relation {
+// scratchTable creates an empty table geotoll.<prefix>_<random> (id serial,
+// geom geometry(<geomType>, 4326)) that the read role may read, dropped when
+// the test ends, and returns it with the owner's pool.
+func scratchTable(t *testing.T, prefix, geomType string, kind density.Kind) (density.Relation, *pgxpool.Pool) {
 	t.Helper()
 	owner := testenv.Pool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	name := "density_heavy_" + strings.TrimPrefix(testenv.Prefix(t), "geotoll-test-")
-	rel := density.Relation{Table: pgx.Identifier{"geotoll", name}, GeometryColumn: "geom", SRID: 4326, Kind: density.Polygon}
+	name := prefix + "_" + strings.TrimPrefix(testenv.Prefix(t), "geotoll-test-")
+	rel := density.Relation{Table: pgx.Identifier{"geotoll", name}, GeometryColumn: "geom", SRID: 4326, Kind: kind}
 	table := rel.Table.Sanitize()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -99,9 +99,27 @@ func heavyTable(t *testing.T) density.Relation {
 			t.Errorf("drop %s: %v", table, err)
 		}
 	})
-	if _, err := owner.Exec(ctx, "CREATE TABLE "+table+" (id serial PRIMARY KEY, geom geometry(Polygon, 4326) NOT NULL)"); err != nil {
-		t.Fatal(err)
+	for _, stmt := range []string{
+		"CREATE TABLE " + table + " (id serial PRIMARY KEY, geom geometry(" + geomType + ", 4326) NOT NULL)",
+		"GRANT SELECT ON " + table + " TO geotoll_reader",
+	} {
+		if _, err := owner.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
 	}
+	return rel, owner
+}
+
+// heavyTable creates a polygon table (EPSG:4326) the read role may read,
+// dropped when the test ends: a few polygons of 10^4–10^5 vertices — some
+// spanning many cells at every level, one beside the antimeridian, some
+// tiny — among a few hundred ordinary ones.
+func heavyTable(t *testing.T) density.Relation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rel, owner := scratchTable(t, "density_heavy", "Polygon", density.Polygon)
+	table := rel.Table.Sanitize()
 	// Star-shaped rings (radius 1 + 0.2 sin 13a, in degrees of latitude):
 	// always simple, so always valid.
 	var lon, lat, r []float64
@@ -145,7 +163,6 @@ func heavyTable(t *testing.T) density.Relation {
 		"CREATE INDEX ON " + table + " USING gist (geom)",
 		"CREATE INDEX ON " + table + " USING gist ((geom::geography))",
 		"ANALYZE " + table,
-		"GRANT SELECT ON " + table + " TO geotoll_reader",
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -167,6 +184,57 @@ func TestAccuracyHeavy(t *testing.T) {
 	}
 	t.Logf("model: %+v", m.Summary())
 	rng := rand.New(rand.NewPCG(5, 6))
+	at := anchors(ctx, t, pool, rel, 500)
+	probes := append(tileProbes(rng, rel, at, 6, 6), areaProbes(rng, rel, at, 60)...)
+	checkFidelity(ctx, t, pool, rel, m, probes)
+
+	// Sampled to 12% of its 430 rows, the table still counts every heavy
+	// polygon whole (they are never sampled out, and live in their own
+	// grids): wherever they dominate (10^4 vertices or more), the vertex
+	// estimate is within 5%, sampled or not.
+	sampled, err := density.Build(ctx, pool, rel, density.Options{SampleRows: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sampled model: %+v", sampled.Summary())
+	heavy, worst := 0, [2]float64{}
+	for _, p := range append(probes, tileProbe(rel, 0, 0, 0, "world")) {
+		x := exact(ctx, t, pool, rel, p)
+		if x.Vertices < 1e4 {
+			continue
+		}
+		heavy++
+		for i, model := range []*density.Model{m, sampled} {
+			e := p.est(model)
+			worst[i] = max(worst[i], relErr(e.Vertices, x.Vertices))
+			if relErr(e.Vertices, x.Vertices) > 0.05 {
+				t.Errorf("%s (model %d): estimate %.0f vertices, exact %.0f", p.label, i, e.Vertices, x.Vertices)
+			}
+		}
+	}
+	t.Logf("%d probes read 10^4 vertices or more; the worst vertex error is %.4f (full), %.4f (sampled)", heavy, worst[0], worst[1])
+	if heavy < 50 {
+		t.Errorf("only %d probes read 10^4 vertices or more", heavy)
+	}
+}
+
+// A build sampled to a tenth of the demo points still ranks tiles and boxes
+// like PostGIS; its totals are within 5%.
+func TestAccuracySampled(t *testing.T) {
+	pool := testenv.ReadPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rel := demoRelations[0].rel
+	m, err := density.Build(ctx, pool, rel, density.Options{SampleRows: 24_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.Summary()
+	t.Logf("model: %+v", s)
+	if math.Abs(s.Sampled-0.1) > 0.01 || relErr(s.Rows, 240_000) > 0.05 {
+		t.Errorf("sampled %.3f of the rows, scaled back to %.0f: want 0.1 and 240000", s.Sampled, s.Rows)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
 	at := anchors(ctx, t, pool, rel, 500)
 	checkFidelity(ctx, t, pool, rel, m, append(tileProbes(rng, rel, at, 6, 6), areaProbes(rng, rel, at, 60)...))
 }

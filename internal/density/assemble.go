@@ -11,6 +11,7 @@ import (
 // their box centre. Assembly reuses it for the cells of every level.
 type cellRow struct {
 	key            uint64 // Morton code of the cell's first descendant at the finest level; row-major once assembled
+	heavy          bool   // the class of geometries stored in at least Options.HeavyBytes
 	f              int    // fit level
 	n, v           float64
 	sdx, sdy       float64 // sums of box widths and heights (normalised)
@@ -30,13 +31,49 @@ func (c *cellRow) merge(o *cellRow) {
 	c.x1, c.y1 = max(c.x1, o.x1), max(c.y1, o.y1)
 }
 
-// assemble builds the grids of a model from the build query's rows (keyed by
-// Morton code at maxLevel; sorted here). It picks the finest level ≤
-// maxLevel whose cells, over all levels, number at most maxCells.
-func assemble(rows []cellRow, maxLevel, maxCells int, vertices bool) (all, fit []grid) {
-	slices.SortFunc(rows, func(a, b cellRow) int { return cmp.Compare(a.key, b.key) })
-	allCells := make([]int, maxLevel+1)
-	fitCells := make([]int, maxLevel+1)
+// assemble builds a model's pyramids from the build query's rows (keyed by
+// Morton code at maxLevel): one of light features and one of heavy ones. It
+// picks the finest level ≤ maxLevel at which the cells of both, over all
+// levels, number at most maxCells.
+func assemble(rows []cellRow, maxLevel, maxCells int, vertices bool) (level int, parts [2]pyramid) {
+	var classes [2][]cellRow
+	for i := range rows {
+		k := 0
+		if rows[i].heavy {
+			k = 1
+		}
+		classes[k] = append(classes[k], rows[i])
+	}
+	var all, fit [2][]int
+	for k := range classes {
+		slices.SortFunc(classes[k], func(a, b cellRow) int { return cmp.Compare(a.key, b.key) })
+		all[k], fit[k] = countCells(classes[k], maxLevel)
+	}
+	level = maxLevel
+	for ; level > 0; level-- {
+		total := 0
+		for k := range classes {
+			for l := 0; l <= level; l++ {
+				total += all[k][l]
+				if l < level {
+					total += fit[k][l]
+				}
+			}
+		}
+		if total <= maxCells {
+			break
+		}
+	}
+	for k := range classes {
+		parts[k] = buildPyramid(classes[k], fit[k], level, maxLevel, vertices)
+	}
+	return level, parts
+}
+
+// countCells counts, for each level, the cells of all[level] and of
+// fit[level] that rows (sorted by Morton code) fill.
+func countCells(rows []cellRow, maxLevel int) (all, fit []int) {
+	all, fit = make([]int, maxLevel+1), make([]int, maxLevel+1)
 	for l := 0; l <= maxLevel; l++ {
 		shift := 2 * uint(maxLevel-l)
 		first, last := true, uint64(0)
@@ -45,39 +82,34 @@ func assemble(rows []cellRow, maxLevel, maxCells int, vertices bool) (all, fit [
 				continue
 			}
 			if p := rows[i].key >> shift; first || p != last {
-				allCells[l]++
+				all[l]++
 				first, last = false, p
 			}
 		}
 	}
 	for i := range rows {
-		fitCells[rows[i].f]++
-	}
-	level := maxLevel
-	for level > 0 {
-		total := 0
-		for l := 0; l <= level; l++ {
-			total += allCells[l]
-			if l < level {
-				total += fitCells[l]
-			}
-		}
-		if total <= maxCells {
-			break
-		}
-		level--
-	}
-	all = make([]grid, level+1)
-	fit = make([]grid, level)
-	for l := 0; l <= level; l++ {
-		all[l] = buildGrid(rows, l, maxLevel, vertices, func(r *cellRow) bool { return r.f >= l })
-		if l < level && fitCells[l] > 0 {
-			fit[l] = buildGrid(rows, l, maxLevel, vertices, func(r *cellRow) bool { return r.f == l })
-		} else if l < level {
-			fit[l] = emptyGrid(l)
-		}
+		fit[rows[i].f]++
 	}
 	return all, fit
+}
+
+// buildPyramid lays out the grids of levels 0..level from rows sorted by
+// Morton code at maxLevel; fitCells counts each level's fit rows.
+func buildPyramid(rows []cellRow, fitCells []int, level, maxLevel int, vertices bool) pyramid {
+	p := pyramid{all: make([]grid, level+1), fit: make([]grid, level)}
+	for l := 0; l <= level; l++ {
+		p.all[l] = buildGrid(rows, l, maxLevel, vertices, func(r *cellRow) bool { return r.f >= l })
+		if l == level {
+			break
+		}
+		if fitCells[l] == 0 {
+			p.fit[l] = emptyGrid(l)
+			continue
+		}
+		p.fit[l] = buildGrid(rows, l, maxLevel, vertices, func(r *cellRow) bool { return r.f == l })
+		p.fitMask |= 1 << l
+	}
+	return p
 }
 
 func emptyGrid(level int) grid {

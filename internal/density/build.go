@@ -105,22 +105,15 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 	if err != nil {
 		return nil, fmt.Errorf("density %s: cells: %w", rel, err)
 	}
-	all, fit := assemble(rows, opts.MaxLevel, opts.MaxCells, rel.Kind != Point)
-	m := &Model{rel: rel, level: len(all) - 1, all: all, fit: fit}
+	m := &Model{rel: rel}
+	m.level, m.parts = assemble(rows, opts.MaxLevel, opts.MaxCells, rel.Kind != Point)
 	m.summary = Summary{Relation: rel.String(), Sampled: fraction, Level: m.level}
 	for i := range rows {
 		m.summary.Rows += rows[i].n
 	}
-	for l := range fit {
-		if fit[l].cells() > 0 {
-			m.fitMask |= 1 << l
-		}
-		m.summary.Cells += fit[l].cells()
-		m.summary.Bytes += fit[l].bytes()
-	}
-	for l := range all {
-		m.summary.Cells += all[l].cells()
-		m.summary.Bytes += all[l].bytes()
+	for i := range m.parts {
+		m.summary.Cells += m.parts[i].cells()
+		m.summary.Bytes += m.parts[i].bytes()
 	}
 	m.summary.BuiltAt = opts.Now()
 	m.summary.Took = m.summary.BuiltAt.Sub(start)
@@ -156,7 +149,7 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 	for rows.Next() {
 		var c cellRow
 		var i, j int64
-		if err := rows.Scan(&c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy); err != nil {
+		if err := rows.Scan(&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy); err != nil {
 			return nil, err
 		}
 		if c.f < 0 || c.f > maxLevel || i < 0 || j < 0 || i >= 1<<c.f || j >= 1<<c.f || !(c.n > 0) {

@@ -2,7 +2,6 @@ package density
 
 import (
 	"math"
-	"math/bits"
 	"time"
 
 	"github.com/paulmach/orb"
@@ -33,9 +32,7 @@ type Summary struct {
 type Model struct {
 	rel     Relation
 	level   int
-	all     []grid // all[ℓ]: features that fit a level-ℓ cell, by box centre; ℓ = 0..level
-	fit     []grid // fit[ℓ]: features that fit a level-ℓ cell but no level-ℓ+1 cell; ℓ < level
-	fitMask uint64 // bit ℓ is set when fit[ℓ] has cells
+	parts   [2]pyramid // light and heavy features
 	summary Summary
 }
 
@@ -57,18 +54,18 @@ func (m *Model) levelFor(h float64) int {
 	return min(max(exp-1, 0), m.level)
 }
 
-// addRect estimates a normalised rectangle: the features that fit the
-// query's level by their centres, and each coarser level of larger features
-// by theirs.
+// addRect estimates a normalised rectangle at the level that suits its
+// height, in each pyramid.
 func (m *Model) addRect(r rect, acc *sum) {
 	r, ok := r.clamp01()
 	if !ok {
 		return
 	}
 	q := m.levelFor(r.y1 - r.y0)
-	m.all[q].addRect(r, acc)
-	for mask := m.fitMask & (1<<q - 1); mask != 0; mask &= mask - 1 {
-		m.fit[bits.TrailingZeros64(mask)].addRect(r, acc)
+	for i := range m.parts {
+		if !m.parts[i].empty() {
+			m.parts[i].addRect(r, q, acc)
+		}
 	}
 }
 
@@ -122,9 +119,10 @@ func (m *Model) Circle(center orb.Point, radius float64) Estimate {
 	}
 	var acc sum
 	q := m.levelFor(c.y1 - c.y0)
-	c.add(&m.all[q], &acc)
-	for mask := m.fitMask & (1<<q - 1); mask != 0; mask &= mask - 1 {
-		c.add(&m.fit[bits.TrailingZeros64(mask)], &acc)
+	for i := range m.parts {
+		if !m.parts[i].empty() {
+			m.parts[i].addCircle(&c, q, &acc)
+		}
 	}
 	return m.result(acc)
 }
