@@ -10,7 +10,7 @@
 -- column is EPSG:4326 (else it is EPSG:3857 metres); Vertices, set when
 -- vertices are summed with ST_NPoints (else each feature is one vertex).
 -- Everything else is bound:
---   $1  finest level L (int, 1..24)      $2  2^L (float8)
+--   $1  finest level L (int, 1..16)      $2  2^L (float8)
 --   $3  sampling fraction in (0, 1]: a row is read with this probability
 --       and weighs 1/$3 (1: every row, weight 1)
 --   $4  a geometry stored in at least this many bytes (pg_column_size, no

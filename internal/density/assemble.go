@@ -136,7 +136,7 @@ func buildGrid(rows []cellRow, l, maxLevel int, vertices bool, keep func(*cellRo
 	}
 	for k := range cells {
 		i, j := unmorton(cells[k].key)
-		cells[k].key = uint64(j)<<32 | uint64(i)
+		cells[k].key = uint64(j)<<16 | uint64(i)
 	}
 	slices.SortFunc(cells, func(a, b cellRow) int { return cmp.Compare(a.key, b.key) })
 	return layout(cells, l, vertices)
@@ -146,32 +146,33 @@ func buildGrid(rows []cellRow, l, maxLevel int, vertices bool, keep func(*cellRo
 func layout(cells []cellRow, l int, vertices bool) grid {
 	g := emptyGrid(l)
 	w := g.w
-	g.keys = make([]uint64, len(cells))
+	g.keys = make([]uint32, len(cells))
 	g.cumN = make([]float64, len(cells)+1)
 	if vertices {
 		g.cumV = make([]float64, len(cells)+1)
 	}
-	g.box = make([]uint32, len(cells))
-	g.mean = make([]uint16, len(cells))
-	half := make([]uint16, len(cells))
+	g.box = make([]uint64, len(cells))
+	g.mean = make([]uint32, len(cells))
+	half := make([]uint32, len(cells))
 	var n, sdx, sdy float64
 	anyHalf := false
 	for k := range cells {
 		c := &cells[k]
-		g.keys[k] = c.key
+		g.keys[k] = uint32(c.key)
 		g.cumN[k+1] = g.cumN[k] + c.n
 		if vertices {
 			g.cumV[k+1] = g.cumV[k] + c.v
 		}
-		ox, oy := float64(uint32(c.key))*w, float64(c.key>>32)*w
-		g.box[k] = uint32(quantLow(c.x0, ox, w)) | uint32(quantLow(c.y0, oy, w))<<8 |
-			uint32(quantHigh(c.x1, ox, w))<<16 | uint32(quantHigh(c.y1, oy, w))<<24
-		g.mean[k] = uint16(quantMean(c.sx/c.n, ox, w, g.box[k])) | uint16(quantMean(c.sy/c.n, oy, w, g.box[k]>>8))<<8
+		ox, oy := float64(c.key&0xffff)*w, float64(c.key>>16)*w
+		x0, x1 := quantRange(c.x0, c.x1, ox, w)
+		y0, y1 := quantRange(c.y0, c.y1, oy, w)
+		g.box[k] = uint64(x0) | uint64(y0)<<16 | uint64(x1)<<32 | uint64(y1)<<48
+		g.mean[k] = uint32(quantMean(c.sx/c.n, ox, w, x0, x1)) | uint32(quantMean(c.sy/c.n, oy, w, y0, y1))<<16
 		hx, hy := quantHalf(c.sdx/(2*c.n), w), quantHalf(c.sdy/(2*c.n), w)
-		half[k] = uint16(hx) | uint16(hy)<<8
+		half[k] = uint32(hx) | uint32(hy)<<16
 		anyHalf = anyHalf || half[k] != 0
-		g.hxMax = max(g.hxMax, float64(hx)*w/510)
-		g.hyMax = max(g.hyMax, float64(hy)*w/510)
+		g.hxMax = max(g.hxMax, float64(hx)*w/(2*steps))
+		g.hyMax = max(g.hyMax, float64(hy)*w/(2*steps))
 		n, sdx, sdy = n+c.n, sdx+c.sdx, sdy+c.sdy
 	}
 	if anyHalf {
@@ -183,31 +184,29 @@ func layout(cells []cellRow, l int, vertices bool) grid {
 	return g
 }
 
-// quantLow and quantHigh round a coordinate within the cell at origin o
-// (width w) down and up to 1/255 of the cell.
-func quantLow(v, o, w float64) uint8 {
-	return uint8(min(max(math.Floor((v-o)/w*255), 0), 255))
+// quantRange rounds [lo, hi], within the cell at origin o (width w),
+// outwards to steps of 1/65535 of the cell, at least one step wide: a
+// content box never collapses onto a cell's edge, where a neighbouring
+// query's edge would then seem to cut it.
+func quantRange(lo, hi, o, w float64) (qlo, qhi uint16) {
+	l := min(max(math.Floor((lo-o)/w*steps), 0), steps-1)
+	h := min(max(math.Ceil((hi-o)/w*steps), l+1), steps)
+	return uint16(l), uint16(h)
 }
 
-func quantHigh(v, o, w float64) uint8 {
-	return uint8(min(max(math.Ceil((v-o)/w*255), 0), 255))
+// quantMean rounds a mean centre to a step of the cell at origin o (width
+// w), inside the quantised content box [lo, hi].
+func quantMean(v, o, w float64, lo, hi uint16) uint16 {
+	return uint16(min(max(math.Round((v-o)/w*steps), float64(lo)), float64(hi)))
 }
 
-// quantMean rounds a mean centre to 1/255 of the cell at origin o (width
-// w), inside the quantised content box whose low end is box&0xff and high
-// end box>>16&0xff.
-func quantMean(v, o, w float64, box uint32) uint8 {
-	q := min(max(math.Round((v-o)/w*255), float64(box&0xff)), float64(box>>16&0xff))
-	return uint8(q)
-}
-
-// quantHalf rounds a half extent to 1/510 of the cell width w (a feature
-// that fits the cell has a half extent of at most w/2).
-func quantHalf(h, w float64) uint8 {
+// quantHalf rounds a half extent to half a step of the cell width w (a
+// feature that fits the cell has a half extent of at most w/2).
+func quantHalf(h, w float64) uint16 {
 	if !(h > 0) {
 		return 0
 	}
-	return uint8(min(math.Round(h/w*510), 255))
+	return uint16(min(math.Round(h/w*2*steps), steps))
 }
 
 // morton interleaves a cell's column (even bits) and row (odd bits).

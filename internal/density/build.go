@@ -105,6 +105,14 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 	if err != nil {
 		return nil, fmt.Errorf("density %s: cells: %w", rel, err)
 	}
+	m := newModel(rel, rows, fraction, opts)
+	m.summary.BuiltAt = opts.Now()
+	m.summary.Took = m.summary.BuiltAt.Sub(start)
+	return m, nil
+}
+
+// newModel assembles a model from the build query's rows.
+func newModel(rel Relation, rows []cellRow, fraction float64, opts Options) *Model {
 	m := &Model{rel: rel}
 	m.level, m.parts = assemble(rows, opts.MaxLevel, opts.MaxCells, rel.Kind != Point)
 	m.summary = Summary{Relation: rel.String(), Sampled: fraction, Level: m.level}
@@ -115,9 +123,7 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 		m.summary.Cells += m.parts[i].cells()
 		m.summary.Bytes += m.parts[i].bytes()
 	}
-	m.summary.BuiltAt = opts.Now()
-	m.summary.Took = m.summary.BuiltAt.Sub(start)
-	return m, nil
+	return m
 }
 
 // plannedRows is the planner's estimate of the relation's rows.

@@ -8,12 +8,13 @@ import "math"
 // where cos d = sin φ0 sin φ + cos φ0 cos φ cos Δλ (d: the angular radius).
 type circle struct {
 	cx               float64 // normalised x of the centre
-	y0, y1           float64 // normalised y range (clamped to the world)
+	latMin, latMax   float64 // latitude range, radians (a pole included when the circle covers it)
+	y0, y1           float64 // the same, normalised (clamped to the square world)
 	sinLat0, cosLat0 float64
 	cosD             float64
-	polar            bool // the centre is a pole: chords are all or nothing
-	northPole        bool
 	d                float64 // angular radius, radians
+	polar            bool    // the centre is a pole: every parallel is all in or all out
+	north            bool    // the centre is in the northern hemisphere
 }
 
 // newCircle describes the circle of radius metres around lon/lat (degrees);
@@ -23,27 +24,24 @@ func newCircle(lon, lat, radius float64) (c circle, ok bool) {
 		return circle{}, false
 	}
 	d := radius / groundR
-	c = circle{cx: normLon(lon), d: d, cosD: math.Cos(d)}
 	phi := lat * degree
+	c = circle{cx: normLon(lon), d: d, cosD: math.Cos(d), north: lat > 0}
 	c.sinLat0, c.cosLat0 = math.Sin(phi), math.Cos(phi)
 	c.polar = c.cosLat0 < 1e-12
-	c.northPole = lat > 0
-	c.y0 = normLat(math.Max(lat-d/degree, -90))
-	c.y1 = normLat(math.Min(lat+d/degree, 90))
+	c.latMin, c.latMax = max(phi-d, -math.Pi/2), min(phi+d, math.Pi/2)
+	c.y0, c.y1 = normLat(c.latMin/degree), normLat(c.latMax/degree)
 	return c, true
 }
 
-// halfWidth is the chord's half width (normalised x) at normalised y; 0.5 or
-// more means every longitude.
-func (c *circle) halfWidth(y float64) float64 {
+// halfWidth is the chord's half width (normalised x) at latitude phi
+// (radians); 0.5 or more means every longitude.
+func (c *circle) halfWidth(phi float64) float64 {
 	if c.d >= math.Pi {
 		return 0.5
 	}
-	phi := latOf(y) * degree
 	if c.polar {
-		// Every point of the parallel is as far from the pole.
-		dist := math.Pi/2 - phi
-		if !c.northPole {
+		dist := math.Pi/2 - phi // from the north pole
+		if !c.north {
 			dist = math.Pi/2 + phi
 		}
 		if dist <= c.d {
@@ -62,24 +60,29 @@ func (c *circle) halfWidth(y float64) float64 {
 }
 
 // add adds the features of g whose box centre lies in the circle widened by
-// their half extent: one chord per row of g, taken at the middle of the
-// row's part of the circle and split at the antimeridian.
+// their half extent: one chord per row of g, taken at the middle latitude of
+// the row's part of the circle (the edge rows reach the poles: the model
+// holds features beyond ±85.0511° there), split at the antimeridian.
 func (c *circle) add(g *grid, acc *sum) {
 	if len(g.keys) == 0 {
 		return
 	}
 	j0, j1 := g.rows(c.y0, c.y1)
 	at := -1
+	bandLo := rowLat(g, j0)
 	for j := j0; j <= j1; j++ {
-		ya, yb := max(float64(j)*g.w, c.y0), min(float64(j+1)*g.w, c.y1)
-		if ya > yb { // a row beyond the circle, within reach of the half extents
-			if yb < c.y0 {
-				ya, yb = c.y0, c.y0
+		bandHi := rowLat(g, j+1)
+		lo, hi := max(bandLo, c.latMin), min(bandHi, c.latMax)
+		if lo > hi { // a row beyond the circle, within reach of the half extents
+			if bandHi < c.latMin {
+				lo, hi = c.latMin, c.latMin
 			} else {
-				ya, yb = c.y1, c.y1
+				lo, hi = c.latMax, c.latMax
 			}
 		}
-		hw := c.halfWidth((ya + yb) / 2)
+		bandLo = bandHi
+		hw := c.halfWidth((lo + hi) / 2)
+		ya, yb := normLat(lo/degree), normLat(hi/degree)
 		// Parts in ascending columns, so that each call seeks on from the last.
 		switch x0, x1 := c.cx-hw, c.cx+hw; {
 		case hw >= 0.5:
@@ -94,4 +97,17 @@ func (c *circle) add(g *grid, acc *sum) {
 			at = g.addRow(j, x0, x1, ya, yb, at, acc)
 		}
 	}
+}
+
+// rowLat is the latitude (radians) of the bottom edge of row j of g; the
+// bottom row starts at the south pole and the row past the top at the north
+// pole.
+func rowLat(g *grid, j int) float64 {
+	switch {
+	case j <= 0:
+		return -math.Pi / 2
+	case j >= g.size:
+		return math.Pi / 2
+	}
+	return latOf(float64(j)*g.w) * degree
 }

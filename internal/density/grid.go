@@ -9,8 +9,8 @@ import "math"
 //
 // Each cell also keeps small summaries that let a query cut through it: the
 // extent of its features' bounding-box centres (a content box) and their
-// mean (both in 1/255 of the cell), and the mean half extent of their boxes
-// (in 1/510 of the cell). A partly covered cell counts the share of its
+// mean, and the mean half extent of their boxes — all in 1/65535 of the
+// cell. A partly covered cell counts the share of its
 // centres that fall in the query widened by the half extent, the centres
 // taken as spread over the content box in two even pieces split at the mean
 // (so a cluster at one end of the box stays at that end).
@@ -19,12 +19,12 @@ type grid struct {
 	size  int     // cells per axis: 2^level
 	w     float64 // cell width and height: 2^-level
 
-	keys []uint64  // row<<32 | column, ascending
+	keys []uint32  // row<<16 | column, ascending
 	cumN []float64 // cumN[k]: features of cells [0, k); len(keys)+1
 	cumV []float64 // the same for vertices; nil when every feature is one vertex
-	box  []uint32  // content box: x0 | y0<<8 | x1<<16 | y1<<24, in 1/255 of the cell
-	mean []uint16  // mean centre: x | y<<8, in 1/255 of the cell
-	half []uint16  // mean half extent: hx | hy<<8, in 1/510 of the cell; nil when all are points
+	box  []uint64  // content box: x0 | y0<<16 | x1<<32 | y1<<48, in steps of 1/65535 of the cell
+	mean []uint32  // mean centre: x | y<<16, in steps
+	half []uint32  // mean half extent: hx | hy<<16, in steps; nil when all are points
 
 	hxMax, hyMax   float64 // the largest half extent of any cell
 	hxMean, hyMean float64 // the feature-weighted mean half extent
@@ -39,7 +39,7 @@ type sum struct{ n, v float64 }
 
 // bytes is the grid's memory footprint (its slices).
 func (g *grid) bytes() int {
-	return 8*(len(g.keys)+len(g.cumN)+len(g.cumV)) + 4*len(g.box) + 2*(len(g.mean)+len(g.half))
+	return 4*(len(g.keys)+len(g.mean)+len(g.half)) + 8*(len(g.cumN)+len(g.cumV)+len(g.box))
 }
 
 // cells is the number of non-empty cells.
@@ -77,15 +77,15 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 	if a > b {
 		return at
 	}
-	row := uint64(j) << 32
+	row := uint64(j) << 16
 	var lo int
 	if at < 0 {
-		lo = g.search(row|uint64(a), 0, len(g.keys))
+		lo = g.search(row+uint64(a), 0, len(g.keys))
 	} else {
-		lo = g.seek(row|uint64(a), at)
+		lo = g.seek(row+uint64(a), at)
 	}
 	// At most b-a+1 cells lie in [a, b]: the second search is short.
-	hi := g.search(row|uint64(b+1), lo, min(lo+b-a+1, len(g.keys)))
+	hi := g.search(row+uint64(b+1), lo, min(lo+b-a+1, len(g.keys)))
 	if lo == hi {
 		return hi
 	}
@@ -100,10 +100,10 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 	ia := int(math.Ceil(x0 / w))
 	ib := int(math.Floor(x1/w)) - 1
 	k0, k1 := lo, hi
-	for ; k0 < k1 && int(uint32(g.keys[k0])) < ia; k0++ {
+	for ; k0 < k1 && int(g.keys[k0]&0xffff) < ia; k0++ {
 		g.addCell(k0, x0, x1, y0, y1, acc)
 	}
-	for ; k1 > k0 && int(uint32(g.keys[k1-1])) > ib; k1-- {
+	for ; k1 > k0 && int(g.keys[k1-1]&0xffff) > ib; k1-- {
 		g.addCell(k1-1, x0, x1, y0, y1, acc)
 	}
 	if k0 == k1 {
@@ -128,19 +128,19 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 func (g *grid) addCell(k int, x0, x1, y0, y1 float64, acc *sum) {
 	key := g.keys[k]
 	w := g.w
-	cx, cy := float64(uint32(key))*w, float64(key>>32)*w
-	s := w / 255
+	cx, cy := float64(key&0xffff)*w, float64(key>>16)*w
+	s := w / steps
 	bx, mc := g.box[k], g.mean[k]
 	var hx, hy float64
 	if g.half != nil {
 		h := g.half[k]
-		hx, hy = float64(h&0xff)*w/510, float64(h>>8)*w/510
+		hx, hy = float64(h&0xffff)*s/2, float64(h>>16)*s/2
 	}
-	f := share(x0-hx, x1+hx, cx+float64(bx&0xff)*s, cx+float64(mc&0xff)*s, cx+float64(bx>>16&0xff)*s)
+	f := share(x0-hx, x1+hx, cx, s, bx, mc)
 	if f == 0 {
 		return
 	}
-	f *= share(y0-hy, y1+hy, cy+float64(bx>>8&0xff)*s, cy+float64(mc>>8)*s, cy+float64(bx>>24)*s)
+	f *= share(y0-hy, y1+hy, cy, s, bx>>16, mc>>16)
 	if f == 0 {
 		return
 	}
@@ -153,33 +153,42 @@ func (g *grid) addCell(k int, x0, x1, y0, y1 float64, acc *sum) {
 	}
 }
 
-// share is the share of values spread over [lo, hi] with mean m that lie in
-// [a, b]. The spread is two even pieces split at the mean — a share p on
-// [lo, m] and 1-p on [m, hi], p = (hi-m)/(hi-lo) so that the mean is m —
-// which is the even spread over [lo, hi] when m is its middle.
-func share(a, b, lo, m, hi float64) float64 {
-	if b < lo || a > hi {
+// steps is the resolution of a cell's summaries: positions in 1/steps of
+// the cell's width, half extents in 1/(2·steps).
+const steps = 65535
+
+// share is the share of a cell's centres, along one axis, that lie in
+// [a, b]: the cell starts at o, s is one step (1/65535 of its width),
+// box&0xffff and box>>32&0xffff are the ends of its content box and
+// mean&0xffff the mean, in steps. The centres are taken as spread over the
+// content box in two even pieces split at the mean — a share p on [lo, m]
+// and 1-p on [m, hi], p = (hi-m)/(hi-lo) so that the mean is m — which is
+// the even spread over [lo, hi] when m is its middle. The mean is kept half
+// a step inside the box (a content box is at least one step wide), so no
+// share sits on an edge.
+func share(a, b, o, s float64, box uint64, mean uint32) float64 {
+	lo, hi := o+float64(box&0xffff)*s, o+float64(box>>32&0xffff)*s
+	if b <= lo || a >= hi {
 		return 0
 	}
 	if a <= lo && b >= hi {
 		return 1
 	}
+	m := min(max(o+float64(mean&0xffff)*s, lo+s/2), hi-s/2)
 	return cdf(b, lo, m, hi) - cdf(a, lo, m, hi)
 }
 
-// cdf is the share of the spread of share at or below x.
+// cdf is the share of the two-piece spread of share (lo < m < hi) at or
+// below x.
 func cdf(x, lo, m, hi float64) float64 {
 	switch {
-	case x < lo:
+	case x <= lo:
 		return 0
 	case x >= hi:
 		return 1
 	}
 	p := (hi - m) / (hi - lo)
 	if x <= m {
-		if m <= lo {
-			return p
-		}
 		return p * (x - lo) / (m - lo)
 	}
 	return p + (1-p)*(x-m)/(hi-m)
@@ -190,7 +199,7 @@ func cdf(x, lo, m, hi float64) float64 {
 func (g *grid) search(target uint64, lo, hi int) int {
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if g.keys[mid] < target {
+		if uint64(g.keys[mid]) < target {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -204,11 +213,11 @@ func (g *grid) search(target uint64, lo, hi int) int {
 // searches the last stride, so nearby targets cost a few steps.
 func (g *grid) seek(target uint64, from int) int {
 	n := len(g.keys)
-	if from >= n || g.keys[from] >= target {
+	if from >= n || uint64(g.keys[from]) >= target {
 		return from
 	}
 	lo, step := from, 1
-	for lo+step < n && g.keys[lo+step] < target {
+	for lo+step < n && uint64(g.keys[lo+step]) < target {
 		lo += step
 		step <<= 1
 	}

@@ -10,7 +10,7 @@ import (
 // defaults.
 type Options struct {
 	// MaxLevel is the finest grid level: cells of 2^-MaxLevel of the world's
-	// width (level 16: 611 m at the equator, 376 m at 52°N). 1..24.
+	// width (level 16: 611 m at the equator, 376 m at 52°N). 1..16.
 	MaxLevel int
 	// MaxCells caps the cells of a model, over all levels. A build that would
 	// hold more drops its finest levels until it fits (coarser cells, same
@@ -40,7 +40,7 @@ const (
 	DefaultStatementTimeout = time.Minute
 	DefaultInterval         = 10 * time.Minute
 	DefaultRetryInterval    = 30 * time.Second
-	maxMaxLevel             = 24
+	maxMaxLevel             = 16 // a cell key is row<<16 | column
 	minMaxCells             = 1024
 )
 

@@ -1,0 +1,222 @@
+package density
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/paulmach/orb"
+)
+
+// feature is a test feature: its bounding box in normalised coordinates.
+type feature struct {
+	box      rect
+	vertices float64
+	heavy    bool
+}
+
+// lonLat is a feature with a lon/lat box (degrees).
+func lonLat(west, south, east, north, vertices float64) feature {
+	return feature{box: lonLatRect(west, south, east, north), vertices: vertices}
+}
+
+// modelOf groups features into rows as the build query does
+// (sql/density_cells.sql) and assembles the model from them.
+func modelOf(t testing.TB, kind Kind, srid int, features []feature, opts Options) *Model {
+	t.Helper()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := opts.MaxLevel
+	scale := math.Ldexp(1, L)
+	type groupKey struct {
+		heavy bool
+		f     int
+		i, j  int64
+	}
+	groups := map[groupKey]*cellRow{}
+	for _, ft := range features {
+		b, ok := ft.box.clamp01()
+		if !ok {
+			t.Fatalf("feature %+v is outside the world", ft)
+		}
+		f := min(L, int(math.Floor(-math.Log2(max(b.x1-b.x0, b.y1-b.y0, 1/scale)))))
+		cx, cy := (b.x0+b.x1)/2, (b.y0+b.y1)/2
+		ix, iy := int64(min(scale-1, math.Floor(cx*scale))), int64(min(scale-1, math.Floor(cy*scale)))
+		k := groupKey{ft.heavy, f, ix >> (L - f), iy >> (L - f)}
+		c := groups[k]
+		if c == nil {
+			c = &cellRow{heavy: ft.heavy, f: f, x0: cx, y0: cy, x1: cx, y1: cy,
+				key: morton(uint32(k.i)<<(L-f), uint32(k.j)<<(L-f))}
+			groups[k] = c
+		}
+		c.n++
+		c.v += ft.vertices
+		c.sdx += b.x1 - b.x0
+		c.sdy += b.y1 - b.y0
+		c.x0, c.y0, c.x1, c.y1 = min(c.x0, cx), min(c.y0, cy), max(c.x1, cx), max(c.y1, cy)
+		c.sx += cx
+		c.sy += cy
+	}
+	rows := make([]cellRow, 0, len(groups))
+	for _, c := range groups {
+		rows = append(rows, *c)
+	}
+	rel := Relation{Table: pgx.Identifier{"test", "features"}, GeometryColumn: "geom", SRID: srid, Kind: kind}
+	return newModel(rel, rows, 1, opts)
+}
+
+// bruteForce counts the features whose box meets r (normalised).
+func bruteForce(features []feature, r rect) (n, v float64) {
+	for _, ft := range features {
+		b := ft.box
+		if b.x0 <= r.x1 && b.x1 >= r.x0 && b.y0 <= r.y1 && b.y1 >= r.y0 {
+			n++
+			v += ft.vertices
+		}
+	}
+	return n, v
+}
+
+// clustered draws n points around a few centres (σ from 0.00001 to 0.01 of
+// the world) and a sparse background.
+func clustered(rng *rand.Rand, n int) []feature {
+	var centres [][2]float64
+	for i := 0; i < 12; i++ {
+		centres = append(centres, [2]float64{0.1 + 0.8*rng.Float64(), 0.1 + 0.8*rng.Float64()})
+	}
+	out := make([]feature, 0, n)
+	for i := 0; i < n; i++ {
+		x, y := rng.Float64(), rng.Float64()
+		if i%10 != 0 {
+			c := centres[rng.IntN(len(centres))]
+			s := math.Pow(10, -5+3*rng.Float64())
+			x, y = c[0]+rng.NormFloat64()*s, c[1]+rng.NormFloat64()*s
+		}
+		x, y = min(max(x, 0), 1), min(max(y, 0), 1)
+		out = append(out, feature{box: rect{x, y, x, y}, vertices: 1})
+	}
+	return out
+}
+
+// A rectangle made of whole cells (a tile without buffer) counts points
+// exactly, at every zoom down to the model's finest level.
+func TestAlignedTilesCountPointsExactly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	pts := clustered(rng, 20000)
+	m := modelOf(t, Point, SRIDWebMercator, pts, Options{MaxLevel: 14})
+	for z := 0; z <= 14; z++ {
+		n := 1 << z
+		for k := 0; k < 40; k++ {
+			p := pts[rng.IntN(len(pts))].box
+			x, y := min(int(p.x0*float64(n)), n-1), min(int(p.y0*float64(n)), n-1)
+			if k%2 == 1 {
+				x, y = rng.IntN(n), rng.IntN(n)
+			}
+			r := rect{float64(x) / float64(n), float64(y) / float64(n), float64(x+1) / float64(n), float64(y+1) / float64(n)}
+			var acc sum
+			m.addRect(r, &acc)
+			want, _ := bruteForce(pts, r)
+			if math.Abs(acc.n-want) > 1e-6*max(want, 1) {
+				t.Fatalf("z%d tile %d/%d: estimate %.6f, exact %.0f", z, x, y, acc.n, want)
+			}
+			if acc.v != acc.n {
+				t.Fatalf("a point relation's vertices %.3f differ from its features %.3f", acc.v, acc.n)
+			}
+		}
+	}
+}
+
+// The world counts every feature and vertex, light and heavy, whatever the
+// level the cell cap leaves; the cap holds.
+func TestWorldCountsEverythingAtEveryCap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	fs := clustered(rng, 5000)
+	for i := 0; i < 500; i++ { // polygons of every size, a few heavy
+		x, y, s := rng.Float64(), rng.Float64(), math.Pow(10, -6+5.5*rng.Float64())
+		fs = append(fs, feature{box: rect{x, y, min(x+s, 1), min(y+s*(0.2+rng.Float64()), 1)}, vertices: 5 + float64(rng.IntN(50)), heavy: i%50 == 0})
+	}
+	var total float64
+	for _, f := range fs {
+		total += f.vertices
+	}
+	world := orb.Bound{Min: orb.Point{-halfWorld, -halfWorld}, Max: orb.Point{halfWorld, halfWorld}}
+	prevLevel := 99
+	for _, cap := range []int{1 << 20, 20000, 5000, 1024} {
+		m := modelOf(t, Polygon, SRIDWebMercator, fs, Options{MaxCells: cap})
+		s := m.Summary()
+		if s.Cells > cap || s.Level > prevLevel {
+			t.Errorf("cap %d: %d cells at level %d", cap, s.Cells, s.Level)
+		}
+		prevLevel = s.Level
+		got := m.Rect(world)
+		if math.Abs(got.Features-float64(len(fs))) > 1e-6 || math.Abs(got.Vertices-total) > 1e-6 {
+			t.Errorf("cap %d (level %d): world estimates %+v, want %d features, %.0f vertices", cap, s.Level, got, len(fs), total)
+		}
+		t.Logf("cap %d: level %d, %d cells, %d bytes", cap, s.Level, s.Cells, s.Bytes)
+	}
+}
+
+// Estimates track brute-force counts of random boxes over random data, and
+// never leave [0, total].
+func TestRandomRectsTrackBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	fs := clustered(rng, 20000)
+	for i := 0; i < 3000; i++ {
+		x, y, s := rng.Float64(), rng.Float64(), math.Pow(10, -6+4*rng.Float64())
+		fs = append(fs, feature{box: rect{x, y, min(x+s, 1), min(y+s, 1)}, vertices: 10})
+	}
+	m := modelOf(t, Polygon, SRIDWebMercator, fs, Options{})
+	var est, want []float64
+	for k := 0; k < 2000; k++ {
+		x, y := rng.Float64(), rng.Float64()
+		if k%2 == 0 {
+			b := fs[rng.IntN(len(fs))].box
+			x, y = b.x0, b.y0
+		}
+		w, h := math.Pow(10, -6+5*rng.Float64()), math.Pow(10, -6+5*rng.Float64())
+		r := rect{x - w, y - h, x + w, y + h}
+		var acc sum
+		m.addRect(r, &acc)
+		n, _ := bruteForce(fs, r)
+		if !(acc.n >= 0 && acc.n <= float64(len(fs))+1e-6) {
+			t.Fatalf("%+v: estimate %g out of [0, %d]", r, acc.n, len(fs))
+		}
+		est, want = append(est, acc.n), append(want, n)
+	}
+	if rho := rankCorrelation(est, want); rho < 0.95 {
+		t.Errorf("ρ(estimate, brute force) = %.3f over %d boxes", rho, len(est))
+	}
+}
+
+// rankCorrelation is Spearman's ρ without tie correction (enough for a
+// bound), by Pearson correlation of the values' ranks.
+func rankCorrelation(x, y []float64) float64 {
+	rank := func(v []float64) []float64 {
+		r := make([]float64, len(v))
+		for i := range v {
+			for j := range v {
+				if v[j] < v[i] {
+					r[i]++
+				} else if v[j] == v[i] && j != i {
+					r[i] += 0.5
+				}
+			}
+		}
+		return r
+	}
+	rx, ry := rank(x), rank(y)
+	var mx, my, sxy, sxx, syy float64
+	for i := range rx {
+		mx, my = mx+rx[i], my+ry[i]
+	}
+	mx, my = mx/float64(len(rx)), my/float64(len(ry))
+	for i := range rx {
+		sxy += (rx[i] - mx) * (ry[i] - my)
+		sxx += (rx[i] - mx) * (rx[i] - mx)
+		syy += (ry[i] - my) * (ry[i] - my)
+	}
+	return sxy / math.Sqrt(sxx*syy)
+}
