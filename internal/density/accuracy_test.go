@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestAccuracyDemo(t *testing.T) {
 			t.Logf("model: %+v", m.Summary())
 			rng := rand.New(rand.NewPCG(1, 2))
 			at := anchors(ctx, t, pool, d.rel, 500)
-			checkFidelity(ctx, t, pool, d.rel, m, append(tileProbes(rng, d.rel, at, 6, 6), areaProbes(rng, d.rel, at, 60)...))
+			checkFidelity(ctx, t, pool, d.rel, m, slices.Concat(tileProbes(rng, d.rel, at, 6, 6), edgeTileProbes(rng, d.rel, at), areaProbes(rng, d.rel, at, 60)))
 		})
 	}
 }
@@ -185,7 +186,7 @@ func TestAccuracyHeavy(t *testing.T) {
 	t.Logf("model: %+v", m.Summary())
 	rng := rand.New(rand.NewPCG(5, 6))
 	at := anchors(ctx, t, pool, rel, 500)
-	probes := append(tileProbes(rng, rel, at, 6, 6), areaProbes(rng, rel, at, 60)...)
+	probes := slices.Concat(tileProbes(rng, rel, at, 6, 6), edgeTileProbes(rng, rel, at), areaProbes(rng, rel, at, 60))
 	checkFidelity(ctx, t, pool, rel, m, probes)
 
 	// Sampled to 12% of its 430 rows, the table still counts every heavy
@@ -236,5 +237,5 @@ func TestAccuracySampled(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(9, 10))
 	at := anchors(ctx, t, pool, rel, 500)
-	checkFidelity(ctx, t, pool, rel, m, append(tileProbes(rng, rel, at, 6, 6), areaProbes(rng, rel, at, 60)...))
+	checkFidelity(ctx, t, pool, rel, m, slices.Concat(tileProbes(rng, rel, at, 6, 6), edgeTileProbes(rng, rel, at), areaProbes(rng, rel, at, 60)))
 }

@@ -15,17 +15,19 @@ type circle struct {
 	d                float64 // angular radius, radians
 	polar            bool    // the centre is a pole: every parallel is all in or all out
 	north            bool    // the centre is in the northern hemisphere
+	edgeStep         float64 // see edgeRange
 }
 
-// newCircle describes the circle of radius metres around lon/lat (degrees);
-// ok is false for a negative or non-finite radius or centre.
-func newCircle(lon, lat, radius float64) (c circle, ok bool) {
+// newCircle describes the circle of radius metres around lon/lat (degrees),
+// in a model whose finest step is edgeStep; ok is false for a negative or
+// non-finite radius or centre.
+func newCircle(lon, lat, radius, edgeStep float64) (c circle, ok bool) {
 	if !(radius >= 0) || math.IsInf(radius, 0) || !(lat >= -90 && lat <= 90) || !(lon >= -180 && lon <= 180) {
 		return circle{}, false
 	}
 	d := radius / groundR
 	phi := lat * degree
-	c = circle{cx: normLon(lon), d: d, cosD: math.Cos(d), north: lat > 0}
+	c = circle{cx: normLon(lon), d: d, cosD: math.Cos(d), north: lat > 0, edgeStep: edgeStep}
 	c.sinLat0, c.cosLat0 = math.Sin(phi), math.Cos(phi)
 	c.polar = c.cosLat0 < 1e-12
 	c.latMin, c.latMax = max(phi-d, -math.Pi/2), min(phi+d, math.Pi/2)
@@ -61,8 +63,10 @@ func (c *circle) halfWidth(phi float64) float64 {
 
 // add adds the features of g whose box centre lies in the circle widened by
 // their half extent: one chord per row of g, taken at the middle latitude of
-// the row's part of the circle (the edge rows reach the poles: the model
-// holds features beyond ±85.0511° there), split at the antimeridian.
+// the row's part of the circle, split at the antimeridian. The edge rows
+// reach the poles (the model clamps features beyond ±85.0511° onto them,
+// keeping their longitude): there the chord is the widest over the row's
+// part of the circle.
 func (c *circle) add(g *grid, acc *sum) {
 	if len(g.keys) == 0 {
 		return
@@ -81,8 +85,13 @@ func (c *circle) add(g *grid, acc *sum) {
 			}
 		}
 		bandLo = bandHi
-		hw := c.halfWidth((lo + hi) / 2)
-		ya, yb := normLat(lo/degree), normLat(hi/degree)
+		var hw float64
+		if j == 0 || j == g.size-1 {
+			hw = c.widest(lo, hi)
+		} else {
+			hw = c.halfWidth((lo + hi) / 2)
+		}
+		ya, yb := edgeRange(normLat(lo/degree), normLat(hi/degree), c.edgeStep)
 		// Parts in ascending columns, so that each call seeks on from the last.
 		switch x0, x1 := c.cx-hw, c.cx+hw; {
 		case hw >= 0.5:
@@ -97,6 +106,17 @@ func (c *circle) add(g *grid, acc *sum) {
 			at = g.addRow(j, x0, x1, ya, yb, at, acc)
 		}
 	}
+}
+
+// widest is the largest half width over latitudes [lo, hi] (radians): the
+// half width grows from the circle's top and bottom to its widest parallel,
+// asin(sin φ0 / cos d) — or, when the circle covers a pole, up to the pole.
+func (c *circle) widest(lo, hi float64) float64 {
+	hw := max(c.halfWidth(lo), c.halfWidth(hi))
+	if s := c.sinLat0 / c.cosD; c.cosD > 0 && s > -1 && s < 1 {
+		hw = max(hw, c.halfWidth(min(max(math.Asin(s), lo), hi)))
+	}
+	return hw
 }
 
 // rowLat is the latitude (radians) of the bottom edge of row j of g; the

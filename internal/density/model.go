@@ -62,12 +62,17 @@ func (m *Model) addRect(r rect, acc *sum) {
 		return
 	}
 	q := m.levelFor(r.y1 - r.y0)
+	r.x0, r.x1 = edgeRange(r.x0, r.x1, m.edgeStep())
+	r.y0, r.y1 = edgeRange(r.y0, r.y1, m.edgeStep())
 	for i := range m.parts {
 		if !m.parts[i].empty() {
 			m.parts[i].addRect(r, q, acc)
 		}
 	}
 }
+
+// edgeStep is one step of a finest cell's summaries (see edgeRange).
+func (m *Model) edgeStep() float64 { return math.Ldexp(1.0/steps, -m.level) }
 
 // result turns an accumulated sum into an Estimate.
 func (m *Model) result(acc sum) Estimate {
@@ -82,16 +87,22 @@ func (m *Model) result(acc sum) Estimate {
 // longitude of its latitude band, and so does its estimate. A rectangle
 // outside the world, empty or not finite estimates zero.
 func (m *Model) Rect(b orb.Bound) Estimate {
-	// EPSG:3857 y maps linearly to normalised y whatever the relation's
-	// SRID: normLat(projLat(y)) is (y + halfWorld) / worldWidth.
+	var acc sum
+	m.addRect(rect3857(b, m.rel.SRID), &acc)
+	return m.result(acc)
+}
+
+// rect3857 is the normalised rectangle a relation in srid reads for an
+// EPSG:3857 rectangle. EPSG:3857 y maps linearly to normalised y whatever
+// the SRID (normLat(projLat(y)) is (y + halfWorld) / worldWidth); for a
+// relation in EPSG:4326 x wraps as PROJ wraps longitudes.
+func rect3857(b orb.Bound, srid int) rect {
 	r := rect{normX3857(b.Min[0]), normX3857(b.Min[1]), normX3857(b.Max[0]), normX3857(b.Max[1])}
-	if m.rel.SRID != SRIDWebMercator && r.x0 <= r.x1 {
+	if srid != SRIDWebMercator && r.x0 <= r.x1 {
 		west, east := wrapX(r.x0), wrapX(r.x1)
 		r.x0, r.x1 = min(west, east), max(west, east)
 	}
-	var acc sum
-	m.addRect(r, &acc)
-	return m.result(acc)
+	return r
 }
 
 // BBox estimates a lon/lat box (degrees): west > east crosses the
@@ -113,7 +124,7 @@ func (m *Model) BBox(b orb.Bound) Estimate {
 // ST_DWithin on geography. Circles over a pole or the antimeridian are
 // handled; a negative or non-finite radius or centre estimates zero.
 func (m *Model) Circle(center orb.Point, radius float64) Estimate {
-	c, ok := newCircle(center[0], center[1], radius)
+	c, ok := newCircle(center[0], center[1], radius, m.edgeStep())
 	if !ok {
 		return Estimate{}
 	}

@@ -172,6 +172,19 @@ func tileProbes(rng *rand.Rand, rel density.Relation, at []orb.Point, near, far 
 	return out
 }
 
+// edgeTileProbes: per zoom 1..16, the tiles at the world's west and east
+// edges in the row of an anchor. Their buffers overhang the antimeridian,
+// which an EPSG:4326 relation reads wrapped round.
+func edgeTileProbes(rng *rand.Rand, rel density.Relation, at []orb.Point) []probe {
+	var out []probe
+	for z := 1; z <= 16; z++ {
+		a := at[rng.IntN(len(at))]
+		_, y := tileAt(z, a[0], a[1])
+		out = append(out, tileProbe(rel, z, 0, y, "west edge"), tileProbe(rel, z, 1<<z-1, y, "east edge"))
+	}
+	return out
+}
+
 // logUniform draws from [lo, hi] evenly in log scale.
 func logUniform(rng *rand.Rand, lo, hi float64) float64 {
 	return lo * math.Pow(hi/lo, rng.Float64())

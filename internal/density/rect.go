@@ -28,8 +28,13 @@ func normLon(lon float64) float64 { return (lon + 180) / 360 }
 // normLat maps a latitude (degrees) to normalised y; latitudes beyond the
 // square world's edge (±85.0511°) clamp to it.
 func normLat(lat float64) float64 {
-	lat = math.Max(-maxLat, math.Min(maxLat, lat))
-	return 0.5 + math.Asinh(math.Tan(lat*degree))/twoPi
+	switch {
+	case lat >= maxLat:
+		return 1
+	case lat <= -maxLat:
+		return 0
+	}
+	return min(max(0.5+math.Asinh(math.Tan(lat*degree))/twoPi, 0), 1)
 }
 
 // latOf is the latitude (degrees) of normalised y, the inverse of normLat.
@@ -53,6 +58,27 @@ func (r rect) clamp01() (rect, bool) {
 		return rect{}, false
 	}
 	return rect{math.Max(r.x0, 0), math.Max(r.y0, 0), math.Min(r.x1, 1), math.Min(r.y1, 1)}, true
+}
+
+// edgeRange widens a normalised range, already clamped to [0, 1], so that it
+// reads the features the model clamps onto the world's edges (those beyond
+// ±85.0511°, or exactly at ±180°): an end at an edge opens past it (to -1 or
+// 2: finite, so cell arithmetic stays exact), and a range wholly on an edge
+// reads the last step (1/65535 of a finest cell) before it.
+func edgeRange(lo, hi, step float64) (float64, float64) {
+	if lo >= 1 {
+		lo = 1 - step
+	}
+	if hi <= 0 {
+		hi = step
+	}
+	if lo <= 0 {
+		lo = -1
+	}
+	if hi >= 1 {
+		hi = 2
+	}
+	return lo, hi
 }
 
 // lonLatRect is the normalised rectangle of a lon/lat box that does not cross
