@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,13 +86,18 @@ func checkFidelity(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rel de
 // scratchTable creates an empty table geotoll.<prefix>_<random> (id serial,
 // geom geometry(<geomType>, 4326)) that the read role may read, dropped when
 // the test ends, and returns it with the owner's pool.
-func scratchTable(t *testing.T, prefix, geomType string, kind density.Kind) (density.Relation, *pgxpool.Pool) {
+func scratchTable(t testing.TB, prefix, geomType string, kind density.Kind) (density.Relation, *pgxpool.Pool) {
+	return scratchTableSRID(t, prefix, geomType, 4326, kind)
+}
+
+// scratchTableSRID is scratchTable with geometries in srid.
+func scratchTableSRID(t testing.TB, prefix, geomType string, srid int, kind density.Kind) (density.Relation, *pgxpool.Pool) {
 	t.Helper()
 	owner := testenv.Pool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := prefix + "_" + strings.TrimPrefix(testenv.Prefix(t), "geotoll-test-")
-	rel := density.Relation{Table: pgx.Identifier{"geotoll", name}, GeometryColumn: "geom", SRID: 4326, Kind: kind}
+	rel := density.Relation{Table: pgx.Identifier{"geotoll", name}, GeometryColumn: "geom", SRID: srid, Kind: kind}
 	table := rel.Table.Sanitize()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -101,7 +107,7 @@ func scratchTable(t *testing.T, prefix, geomType string, kind density.Kind) (den
 		}
 	})
 	for _, stmt := range []string{
-		"CREATE TABLE " + table + " (id serial PRIMARY KEY, geom geometry(" + geomType + ", 4326) NOT NULL)",
+		"CREATE TABLE " + table + " (id serial PRIMARY KEY, geom geometry(" + geomType + ", " + strconv.Itoa(srid) + ") NOT NULL)",
 		"GRANT SELECT ON " + table + " TO geotoll_reader",
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {

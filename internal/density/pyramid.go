@@ -26,9 +26,9 @@ func (p *pyramid) addRect(r rect, q int, acc *sum) {
 
 // addCircle adds the estimate of circle c, read at level q.
 func (p *pyramid) addCircle(c *circle, q int, acc *sum) {
-	c.add(&p.all[q], acc)
+	c.add(&p.all[q], false, acc)
 	for mask := p.fitMask & (1<<q - 1); mask != 0; mask &= mask - 1 {
-		c.add(&p.fit[bits.TrailingZeros64(mask)], acc)
+		c.add(&p.fit[bits.TrailingZeros64(mask)], true, acc)
 	}
 }
 
