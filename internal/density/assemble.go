@@ -1,7 +1,6 @@
 package density
 
 import (
-	"cmp"
 	"math"
 	"slices"
 )
@@ -32,21 +31,14 @@ func (c *cellRow) merge(o *cellRow) {
 }
 
 // assemble builds a model's pyramids from the build query's rows (keyed by
-// Morton code at maxLevel): one of light features and one of heavy ones. It
-// picks the finest level ≤ maxLevel at which the cells of both, over all
-// levels, number at most maxCells.
+// Morton code at maxLevel; reordered here): one of light features and one of
+// heavy ones. It picks the finest level ≤ maxLevel at which the cells of
+// both, over all levels, number at most maxCells.
 func assemble(rows []cellRow, maxLevel, maxCells int, vertices bool) (level int, parts [2]pyramid) {
-	var classes [2][]cellRow
-	for i := range rows {
-		k := 0
-		if rows[i].heavy {
-			k = 1
-		}
-		classes[k] = append(classes[k], rows[i])
-	}
+	split := sortRows(rows)
+	classes := [2][]cellRow{rows[:split], rows[split:]}
 	var all, fit [2][]int
 	for k := range classes {
-		slices.SortFunc(classes[k], func(a, b cellRow) int { return cmp.Compare(a.key, b.key) })
 		all[k], fit[k] = countCells(classes[k], maxLevel)
 	}
 	level = maxLevel
@@ -65,13 +57,50 @@ func assemble(rows []cellRow, maxLevel, maxCells int, vertices bool) (level int,
 		}
 	}
 	for k := range classes {
-		parts[k] = buildPyramid(classes[k], fit[k], level, maxLevel, vertices)
+		parts[k] = buildPyramid(classes[k], all[k], fit[k], level, maxLevel, vertices)
 	}
 	return level, parts
 }
 
+// sortRows puts the light rows before the heavy ones, each by Morton code,
+// and returns where the heavy ones start. It sorts an index — heavy<<63 |
+// Morton code<<31 | row (a code at level ≤ 16 has 32 bits; a build has
+// under 2^31 rows) — and then moves each row once, following the
+// permutation's cycles in place: every later pass over the rows is
+// sequential.
+func sortRows(rows []cellRow) (split int) {
+	const index = 1<<31 - 1
+	order := make([]uint64, len(rows))
+	for i := range rows {
+		order[i] = rows[i].key<<31 | uint64(i)
+		if rows[i].heavy {
+			order[i] |= 1 << 63
+		} else {
+			split++
+		}
+	}
+	slices.Sort(order)
+	for i := range order {
+		if int(order[i]&index) == i {
+			continue // in place, or placed by an earlier cycle
+		}
+		held := rows[i]
+		for j := i; ; {
+			from := int(order[j] & index)
+			order[j] = order[j]&^index | uint64(j)
+			if from == i {
+				rows[j] = held
+				break
+			}
+			rows[j] = rows[from]
+			j = from
+		}
+	}
+	return split
+}
+
 // countCells counts, for each level, the cells of all[level] and of
-// fit[level] that rows (sorted by Morton code) fill.
+// fit[level] that rows (by Morton code) fill.
 func countCells(rows []cellRow, maxLevel int) (all, fit []int) {
 	all, fit = make([]int, maxLevel+1), make([]int, maxLevel+1)
 	for l := 0; l <= maxLevel; l++ {
@@ -93,12 +122,12 @@ func countCells(rows []cellRow, maxLevel int) (all, fit []int) {
 	return all, fit
 }
 
-// buildPyramid lays out the grids of levels 0..level from rows sorted by
-// Morton code at maxLevel; fitCells counts each level's fit rows.
-func buildPyramid(rows []cellRow, fitCells []int, level, maxLevel int, vertices bool) pyramid {
+// buildPyramid lays out the grids of levels 0..level from rows (by Morton
+// code); allCells and fitCells count each level's cells.
+func buildPyramid(rows []cellRow, allCells, fitCells []int, level, maxLevel int, vertices bool) pyramid {
 	p := pyramid{all: make([]grid, level+1), fit: make([]grid, level)}
 	for l := 0; l <= level; l++ {
-		p.all[l] = buildGrid(rows, l, maxLevel, vertices, func(r *cellRow) bool { return r.f >= l })
+		p.all[l] = buildGrid(rows, allCells[l], l, maxLevel, vertices, func(r *cellRow) bool { return r.f >= l })
 		if l == level {
 			break
 		}
@@ -106,7 +135,7 @@ func buildPyramid(rows []cellRow, fitCells []int, level, maxLevel int, vertices 
 			p.fit[l] = emptyGrid(l)
 			continue
 		}
-		p.fit[l] = buildGrid(rows, l, maxLevel, vertices, func(r *cellRow) bool { return r.f == l })
+		p.fit[l] = buildGrid(rows, fitCells[l], l, maxLevel, vertices, func(r *cellRow) bool { return r.f == l })
 		p.fitMask |= 1 << l
 	}
 	return p
@@ -116,34 +145,39 @@ func emptyGrid(level int) grid {
 	return grid{level: level, size: 1 << level, w: 1 / float64(uint64(1)<<level)}
 }
 
-// buildGrid merges the kept rows (Morton-sorted) into the cells of level l
-// and lays them out row-major with prefix sums and quantised summaries.
-func buildGrid(rows []cellRow, l, maxLevel int, vertices bool, keep func(*cellRow) bool) grid {
+// buildGrid merges the kept rows (by Morton code) into the n cells of level
+// l, and lays them out row-major.
+func buildGrid(rows []cellRow, n, l, maxLevel int, vertices bool, keep func(*cellRow) bool) grid {
 	shift := 2 * uint(maxLevel-l)
-	var cells []cellRow
+	cells := make([]cellRow, 0, n)
 	for i := range rows {
-		if !keep(&rows[i]) {
+		r := &rows[i]
+		if !keep(r) {
 			continue
 		}
-		p := rows[i].key >> shift
+		p := r.key >> shift
 		if k := len(cells) - 1; k >= 0 && cells[k].key == p {
-			cells[k].merge(&rows[i])
+			cells[k].merge(r)
 			continue
 		}
-		c := rows[i]
+		c := *r
 		c.key = p
 		cells = append(cells, c)
 	}
+	// Row-major order by an index: row<<16 | column, then the cell.
+	byRow := make([]uint64, len(cells))
 	for k := range cells {
 		i, j := unmorton(cells[k].key)
 		cells[k].key = uint64(j)<<16 | uint64(i)
+		byRow[k] = cells[k].key<<32 | uint64(k)
 	}
-	slices.SortFunc(cells, func(a, b cellRow) int { return cmp.Compare(a.key, b.key) })
-	return layout(cells, l, vertices)
+	slices.Sort(byRow)
+	return layout(cells, byRow, l, vertices)
 }
 
-// layout fills a grid of level l from its cells, sorted row-major.
-func layout(cells []cellRow, l int, vertices bool) grid {
+// layout fills a grid of level l from its cells, taken in the row-major
+// order of byRow (row<<16 | column)<<32 | cell.
+func layout(cells []cellRow, byRow []uint64, l int, vertices bool) grid {
 	g := emptyGrid(l)
 	w := g.w
 	g.keys = make([]uint32, len(cells))
@@ -156,8 +190,8 @@ func layout(cells []cellRow, l int, vertices bool) grid {
 	half := make([]uint32, len(cells))
 	var n, sdx, sdy float64
 	anyHalf := false
-	for k := range cells {
-		c := &cells[k]
+	for k, o := range byRow {
+		c := &cells[o&(1<<32-1)]
 		g.keys[k] = uint32(c.key)
 		g.cumN[k+1] = g.cumN[k] + c.n
 		if vertices {

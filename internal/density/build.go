@@ -152,10 +152,11 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 	}
 	defer rows.Close()
 	var out []cellRow
+	var c cellRow
+	var i, j int64
+	dest := []any{&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy}
 	for rows.Next() {
-		var c cellRow
-		var i, j int64
-		if err := rows.Scan(&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy); err != nil {
+		if err := rows.Scan(dest...); err != nil { // one set of targets for every row: no allocation per row
 			return nil, err
 		}
 		if c.f < 0 || c.f > maxLevel || i < 0 || j < 0 || i >= 1<<c.f || j >= 1<<c.f || !(c.n > 0) {

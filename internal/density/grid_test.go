@@ -122,3 +122,29 @@ func TestQuantRange(t *testing.T) {
 		})
 	}
 }
+
+// sortRows orders rows light before heavy, each by Morton code, keeping
+// every row.
+func TestSortRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, n := range []int{0, 1, 2, 7, 1000} {
+		rows := make([]cellRow, n)
+		for i := range rows {
+			rows[i] = cellRow{key: uint64(rng.Uint32()), heavy: rng.IntN(5) == 0, n: float64(i)}
+		}
+		split := sortRows(rows)
+		seen := make([]bool, n)
+		for i := range rows {
+			if seen[int(rows[i].n)] {
+				t.Fatalf("n=%d: row %v twice", n, rows[i].n)
+			}
+			seen[int(rows[i].n)] = true
+			if (i < split) == rows[i].heavy {
+				t.Fatalf("n=%d: row %d (heavy %v) on the wrong side of %d", n, i, rows[i].heavy, split)
+			}
+			if i > 0 && i != split && rows[i-1].key > rows[i].key {
+				t.Fatalf("n=%d: rows %d and %d out of order", n, i-1, i)
+			}
+		}
+	}
+}

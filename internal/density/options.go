@@ -34,7 +34,7 @@ type Options struct {
 // Defaults for unset Options fields.
 const (
 	DefaultMaxLevel         = 16
-	DefaultMaxCells         = 1 << 20
+	DefaultMaxCells         = 1 << 19
 	DefaultSampleRows       = 1_000_000
 	DefaultHeavyBytes       = 8192
 	DefaultStatementTimeout = time.Minute
