@@ -196,14 +196,18 @@ func TestAccuracyHeavy(t *testing.T) {
 	checkFidelity(ctx, t, pool, rel, m, probes)
 
 	// Sampled to 12% of its 430 rows, the table still counts every heavy
-	// polygon whole (they are never sampled out, and live in their own
-	// grids): wherever they dominate (10^4 vertices or more), the vertex
-	// estimate is within 5%, sampled or not.
-	sampled, err := density.Build(ctx, pool, rel, density.Options{SampleRows: 50})
+	// polygon whole: they are never sampled out, and live in their own
+	// grids. Wherever heavy polygons are read (10^4 vertices or more), the
+	// vertex estimate is within 2% of PostGIS's count in the full model;
+	// in the sampled one, within 2% plus what the light polygons there could
+	// add or take away (each kept one weighs 1/0.12).
+	opts := density.Options{SampleRows: 50}
+	sampled, err := density.Build(ctx, pool, rel, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("sampled model: %+v", sampled.Summary())
+	s := sampled.Summary()
+	t.Logf("sampled model: %+v", s)
 	heavy, worst := 0, [2]float64{}
 	for _, p := range append(probes, tileProbe(rel, 0, 0, 0, "world")) {
 		x := exact(ctx, t, pool, rel, p)
@@ -211,11 +215,16 @@ func TestAccuracyHeavy(t *testing.T) {
 			continue
 		}
 		heavy++
+		light := exactWhere(ctx, t, pool, rel, p, "pg_column_size(t.%s) < "+strconv.Itoa(density.DefaultHeavyBytes))
 		for i, model := range []*density.Model{m, sampled} {
 			e := p.est(model)
 			worst[i] = max(worst[i], relErr(e.Vertices, x.Vertices))
-			if relErr(e.Vertices, x.Vertices) > 0.05 {
-				t.Errorf("%s (model %d): estimate %.0f vertices, exact %.0f", p.label, i, e.Vertices, x.Vertices)
+			bound := 0.02 * x.Vertices
+			if i == 1 {
+				bound += light.Vertices / s.Sampled
+			}
+			if math.Abs(e.Vertices-x.Vertices) > bound {
+				t.Errorf("%s (model %d): estimate %.0f vertices, exact %.0f (%.0f of them light)", p.label, i, e.Vertices, x.Vertices, light.Vertices)
 			}
 		}
 	}

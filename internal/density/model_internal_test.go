@@ -21,51 +21,20 @@ func lonLat(west, south, east, north, vertices float64) feature {
 	return feature{box: lonLatRect(west, south, east, north), vertices: vertices}
 }
 
-// modelOf groups features into rows as the build query does
-// (sql/density_cells.sql) and assembles the model from them.
+// modelOf builds the model of features (normalised boxes) through
+// groupRows, as NewModel does.
 func modelOf(t testing.TB, kind Kind, srid int, features []feature, opts Options) *Model {
 	t.Helper()
 	opts, err := opts.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	L := opts.MaxLevel
-	scale := math.Ldexp(1, L)
-	type groupKey struct {
-		heavy bool
-		f     int
-		i, j  int64
-	}
-	groups := map[groupKey]*cellRow{}
-	for _, ft := range features {
-		b, ok := ft.box.clamp01()
-		if !ok {
-			t.Fatalf("feature %+v is outside the world", ft)
-		}
-		f := min(L, int(math.Floor(-math.Log2(max(b.x1-b.x0, b.y1-b.y0, 1/scale)))))
-		cx, cy := (b.x0+b.x1)/2, (b.y0+b.y1)/2
-		ix, iy := int64(min(scale-1, math.Floor(cx*scale))), int64(min(scale-1, math.Floor(cy*scale)))
-		k := groupKey{ft.heavy, f, ix >> (L - f), iy >> (L - f)}
-		c := groups[k]
-		if c == nil {
-			c = &cellRow{heavy: ft.heavy, f: f, x0: cx, y0: cy, x1: cx, y1: cy,
-				key: morton(uint32(k.i)<<(L-f), uint32(k.j)<<(L-f))}
-			groups[k] = c
-		}
-		c.n++
-		c.v += ft.vertices
-		c.sdx += b.x1 - b.x0
-		c.sdy += b.y1 - b.y0
-		c.x0, c.y0, c.x1, c.y1 = min(c.x0, cx), min(c.y0, cy), max(c.x1, cx), max(c.y1, cy)
-		c.sx += cx
-		c.sy += cy
-	}
-	rows := make([]cellRow, 0, len(groups))
-	for _, c := range groups {
-		rows = append(rows, *c)
+	in := make([]cellInput, len(features))
+	for i, f := range features {
+		in[i] = cellInput{box: f.box, vertices: f.vertices, heavy: f.heavy}
 	}
 	rel := Relation{Table: pgx.Identifier{"test", "features"}, GeometryColumn: "geom", SRID: srid, Kind: kind}
-	return newModel(rel, rows, 1, opts)
+	return newModel(rel, groupRows(in, opts.MaxLevel), 1, opts)
 }
 
 // bruteForce counts the features whose box meets r (normalised).

@@ -117,9 +117,16 @@ func pointProbe(lon, lat float64, label string) probe {
 // exact counts a probe in PostGIS.
 func exact(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rel density.Relation, p probe) density.Estimate {
 	t.Helper()
+	return exactWhere(ctx, t, pool, rel, p, "true")
+}
+
+// exactWhere counts a probe's features that also meet extra (a condition
+// on t.geom, written %s).
+func exactWhere(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rel density.Relation, p probe, extra string) density.Estimate {
+	t.Helper()
 	geom := pgx.Identifier{rel.GeometryColumn}.Sanitize()
 	where := strings.ReplaceAll(p.where, "%[1]s", geom)
-	where = strings.ReplaceAll(where, "%s", geom)
+	where = strings.ReplaceAll(where, "%s", geom) + " AND " + strings.ReplaceAll(extra, "%s", geom)
 	sql := "SELECT count(*)::float8, coalesce(sum(ST_NPoints(t." + geom + ")), 0)::float8 FROM " +
 		rel.Table.Sanitize() + " AS t WHERE " + where
 	var e density.Estimate
