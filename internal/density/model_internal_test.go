@@ -128,6 +128,71 @@ func TestWorldCountsEverythingAtEveryCap(t *testing.T) {
 	}
 }
 
+// A model of nothing estimates zero everywhere.
+func TestEmptyModel(t *testing.T) {
+	rel := Relation{Table: pgx.Identifier{"t"}, GeometryColumn: "g", SRID: SRIDLonLat, Kind: Polygon}
+	m, err := NewModel(rel, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	world := orb.Bound{Min: orb.Point{-180, -90}, Max: orb.Point{180, 90}}
+	for _, e := range []Estimate{m.BBox(world), m.Rect(orb.Bound{Min: orb.Point{-halfWorld, -halfWorld}, Max: orb.Point{halfWorld, halfWorld}}),
+		m.Circle(orb.Point{0, 0}, 1e7), m.Point(orb.Point{0, 0})} {
+		if e != (Estimate{}) {
+			t.Errorf("empty model estimates %+v", e)
+		}
+	}
+	if s := m.Summary(); s.Rows != 0 || s.Cells != 0 || s.Bytes > 1024 {
+		t.Errorf("empty model: %+v", s)
+	}
+}
+
+// NewModel reads bounds in the relation's SRID: the same places, in EPSG:3857
+// metres or in degrees, give the same estimates; invalid input is refused.
+func TestNewModel(t *testing.T) {
+	lonLat := Relation{Table: pgx.Identifier{"t"}, GeometryColumn: "g", SRID: SRIDLonLat, Kind: Line}
+	merc := lonLat
+	merc.SRID = SRIDWebMercator
+	toMerc := func(lon, lat float64) orb.Point {
+		return orb.Point{lon / 180 * halfWorld, (normLat(lat) - 0.5) * worldWidth}
+	}
+	var a, b []Feature
+	for i := 0; i < 100; i++ {
+		lon, lat := -120+float64(i)*2.3, -50+float64(i)
+		a = append(a, Feature{Bound: orb.Bound{Min: orb.Point{lon, lat}, Max: orb.Point{lon + 0.5, lat + 0.2}}, Vertices: 3 + i})
+		b = append(b, Feature{Bound: orb.Bound{Min: toMerc(lon, lat), Max: toMerc(lon+0.5, lat+0.2)}, Vertices: 3 + i})
+	}
+	a = append(a, Feature{Bound: orb.Bound{Min: orb.Point{0, 0}, Max: orb.Point{90, 60}}, Vertices: 100_000}) // heavy
+	b = append(b, Feature{Bound: orb.Bound{Min: toMerc(0, 0), Max: toMerc(90, 60)}, Vertices: 100_000})
+	ma, err := NewModel(lonLat, a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, err := NewModel(merc, b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, box := range []orb.Bound{
+		{Min: orb.Point{-180, -90}, Max: orb.Point{180, 90}},
+		{Min: orb.Point{-30, -10}, Max: orb.Point{40, 20}},
+		{Min: orb.Point{10, 10}, Max: orb.Point{11, 11}},
+	} {
+		ea, eb := ma.BBox(box), mb.BBox(box)
+		if math.Abs(ea.Features-eb.Features) > 1e-6 || math.Abs(ea.Vertices-eb.Vertices) > 1e-3 {
+			t.Errorf("%v: lon/lat model %+v, EPSG:3857 model %+v", box, ea, eb)
+		}
+	}
+	if got := ma.BBox(orb.Bound{Min: orb.Point{-180, -90}, Max: orb.Point{180, 90}}); got.Vertices != 100_000+100*3+99*100/2 {
+		t.Errorf("world: %+v", got)
+	}
+	if _, err := NewModel(Relation{SRID: 2154, Kind: Point}, nil, Options{}); err == nil {
+		t.Error("a relation without a table, in EPSG:2154, was accepted")
+	}
+	if _, err := NewModel(lonLat, nil, Options{MaxLevel: 17}); err == nil {
+		t.Error("MaxLevel 17 was accepted")
+	}
+}
+
 // Estimates track brute-force counts of random boxes over random data, and
 // never leave [0, total].
 func TestRandomRectsTrackBruteForce(t *testing.T) {

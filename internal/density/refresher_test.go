@@ -40,7 +40,6 @@ func TestRefreshPicksUpNewRows(t *testing.T) {
 	rel, owner := scratchTable(t, "density_fresh", "Point", density.Point)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	insertPoints(ctx, t, owner, rel, 13.3, 52.4, 1000) // Berlin
 	r, err := density.NewRefresher(testenv.ReadPool(t), rel, density.Options{Interval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +47,15 @@ func TestRefreshPicksUpNewRows(t *testing.T) {
 	if r.Model() != nil || r.Status().Ready {
 		t.Fatal("a refresher that has not built reports a model")
 	}
+	// An empty table builds a model that estimates zero everywhere.
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	world := orb.Bound{Min: orb.Point{-180, -90}, Max: orb.Point{180, 90}}
+	if s, e := r.Status(), r.Model().BBox(world); !s.Ready || s.Rows != 0 || e.Features != 0 {
+		t.Fatalf("empty table: status %+v, world estimate %+v", s, e)
+	}
+	insertPoints(ctx, t, owner, rel, 13.3, 52.4, 1000) // Berlin
 	if err := r.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
