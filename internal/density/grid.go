@@ -1,6 +1,9 @@
 package density
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // grid is one level of a model: the non-empty cells of the 2^level × 2^level
 // grid over the normalised world, in row-major order, with prefix sums of
@@ -238,4 +241,106 @@ func overlap(a0, a1, b0, b1 float64) float64 {
 		return 0
 	}
 	return (hi - lo) / (b1 - b0)
+}
+
+func emptyGrid(level int) grid {
+	return grid{level: level, size: 1 << level, w: 1 / float64(uint64(1)<<level)}
+}
+
+// buildGrid merges the kept rows (by Morton code) into the n cells of level
+// l, and lays them out row-major.
+func buildGrid(rows []cellRow, n, l, maxLevel int, vertices bool, keep func(*cellRow) bool) grid {
+	shift := 2 * uint(maxLevel-l)
+	cells := make([]cellRow, 0, n)
+	for i := range rows {
+		r := &rows[i]
+		if !keep(r) {
+			continue
+		}
+		p := r.key >> shift
+		if k := len(cells) - 1; k >= 0 && cells[k].key == p {
+			cells[k].merge(r)
+			continue
+		}
+		c := *r
+		c.key = p
+		cells = append(cells, c)
+	}
+	// Row-major order by an index: row<<16 | column, then the cell.
+	byRow := make([]uint64, len(cells))
+	for k := range cells {
+		i, j := unmorton(cells[k].key)
+		cells[k].key = uint64(j)<<16 | uint64(i)
+		byRow[k] = cells[k].key<<32 | uint64(k)
+	}
+	slices.Sort(byRow)
+	return layout(cells, byRow, l, vertices)
+}
+
+// layout fills a grid of level l from its cells, taken in the row-major
+// order of byRow (row<<16 | column)<<32 | cell.
+func layout(cells []cellRow, byRow []uint64, l int, vertices bool) grid {
+	g := emptyGrid(l)
+	w := g.w
+	g.keys = make([]uint32, len(cells))
+	g.cumN = make([]float64, len(cells)+1)
+	if vertices {
+		g.cumV = make([]float64, len(cells)+1)
+	}
+	g.box = make([]uint64, len(cells))
+	g.mean = make([]uint32, len(cells))
+	half := make([]uint32, len(cells))
+	var n, sdx, sdy float64
+	anyHalf := false
+	for k, o := range byRow {
+		c := &cells[o&(1<<32-1)]
+		g.keys[k] = uint32(c.key)
+		g.cumN[k+1] = g.cumN[k] + c.n
+		if vertices {
+			g.cumV[k+1] = g.cumV[k] + c.v
+		}
+		ox, oy := float64(c.key&0xffff)*w, float64(c.key>>16)*w
+		x0, x1 := quantRange(c.x0, c.x1, ox, w)
+		y0, y1 := quantRange(c.y0, c.y1, oy, w)
+		g.box[k] = uint64(x0) | uint64(y0)<<16 | uint64(x1)<<32 | uint64(y1)<<48
+		g.mean[k] = uint32(quantMean(c.sx/c.n, ox, w, x0, x1)) | uint32(quantMean(c.sy/c.n, oy, w, y0, y1))<<16
+		hx, hy := quantHalf(c.sdx/(2*c.n), w), quantHalf(c.sdy/(2*c.n), w)
+		half[k] = uint32(hx) | uint32(hy)<<16
+		anyHalf = anyHalf || half[k] != 0
+		g.hxMax = max(g.hxMax, float64(hx)*w/(2*steps))
+		g.hyMax = max(g.hyMax, float64(hy)*w/(2*steps))
+		n, sdx, sdy = n+c.n, sdx+c.sdx, sdy+c.sdy
+	}
+	if anyHalf {
+		g.half = half
+	}
+	if n > 0 {
+		g.hxMean, g.hyMean = sdx/(2*n), sdy/(2*n)
+	}
+	return g
+}
+
+// quantRange rounds [lo, hi], within the cell at origin o (width w),
+// outwards to steps of 1/65535 of the cell, at least one step wide: a
+// content box never collapses onto a cell's edge, where a neighbouring
+// query's edge would then seem to cut it.
+func quantRange(lo, hi, o, w float64) (qlo, qhi uint16) {
+	l := min(max(math.Floor((lo-o)/w*steps), 0), steps-1)
+	h := min(max(math.Ceil((hi-o)/w*steps), l+1), steps)
+	return uint16(l), uint16(h)
+}
+
+// quantMean rounds a mean centre to a step of the cell at origin o (width
+// w), inside the quantised content box [lo, hi].
+func quantMean(v, o, w float64, lo, hi uint16) uint16 {
+	return uint16(min(max(math.Round((v-o)/w*steps), float64(lo)), float64(hi)))
+}
+
+// quantHalf rounds a half extent to half a step of the cell width w (a
+// feature that fits the cell has a half extent of at most w/2).
+func quantHalf(h, w float64) uint16 {
+	if !(h > 0) {
+		return 0
+	}
+	return uint16(min(math.Round(h/w*2*steps), steps))
 }

@@ -50,3 +50,54 @@ func (p *pyramid) bytes() (n int) {
 	}
 	return n
 }
+
+// assemble builds a model's pyramids from the build query's rows (keyed by
+// Morton code at maxLevel; reordered here): one of light features and one of
+// heavy ones. It picks the finest level ≤ maxLevel at which the cells of
+// both, over all levels, number at most maxCells.
+func assemble(rows []cellRow, maxLevel, maxCells int, vertices bool) (level int, parts [2]pyramid) {
+	split := sortRows(rows)
+	classes := [2][]cellRow{rows[:split], rows[split:]}
+	var all, fit [2][]int
+	for k := range classes {
+		all[k], fit[k] = countCells(classes[k], maxLevel)
+	}
+	level = maxLevel
+	for ; level > 0; level-- {
+		total := 0
+		for k := range classes {
+			for l := 0; l <= level; l++ {
+				total += all[k][l]
+				if l < level {
+					total += fit[k][l]
+				}
+			}
+		}
+		if total <= maxCells {
+			break
+		}
+	}
+	for k := range classes {
+		parts[k] = buildPyramid(classes[k], all[k], fit[k], level, maxLevel, vertices)
+	}
+	return level, parts
+}
+
+// buildPyramid lays out the grids of levels 0..level from rows (by Morton
+// code); allCells and fitCells count each level's cells.
+func buildPyramid(rows []cellRow, allCells, fitCells []int, level, maxLevel int, vertices bool) pyramid {
+	p := pyramid{all: make([]grid, level+1), fit: make([]grid, level)}
+	for l := 0; l <= level; l++ {
+		p.all[l] = buildGrid(rows, allCells[l], l, maxLevel, vertices, func(r *cellRow) bool { return r.f >= l })
+		if l == level {
+			break
+		}
+		if fitCells[l] == 0 {
+			p.fit[l] = emptyGrid(l)
+			continue
+		}
+		p.fit[l] = buildGrid(rows, fitCells[l], l, maxLevel, vertices, func(r *cellRow) bool { return r.f == l })
+		p.fitMask |= 1 << l
+	}
+	return p
+}
