@@ -24,10 +24,8 @@ func benchQueries(rng *rand.Rand, kind string, at []orb.Point) []func(*density.M
 			a = orb.Point{rng.Float64()*360 - 180, rng.Float64()*160 - 80}
 		}
 		switch kind {
-		case "tile": // zooms 0–16, default buffer
-			z := rng.IntN(17)
-			x, y := tileAt(z, a[0], a[1])
-			b := tileBound(z, x, y, 64.0/4096)
+		case "tile":
+			b := benchTile(rng, a)
 			out[i] = func(m *density.Model) density.Estimate { return m.Rect(b) }
 		case "bbox": // viewports of 0.01°–20°
 			w := logUniform(rng, 0.01, 20)
@@ -41,6 +39,14 @@ func benchQueries(rng *rand.Rand, kind string, at []orb.Point) []func(*density.M
 		}
 	}
 	return out
+}
+
+// benchTile is the envelope, with the default buffer, of the tile holding a
+// at a zoom drawn from 0–16.
+func benchTile(rng *rand.Rand, a orb.Point) orb.Bound {
+	z := rng.IntN(17)
+	x, y := tileAt(z, a[0], a[1])
+	return tileBound(z, x, y, 64.0/4096)
 }
 
 // BenchmarkEstimate estimates tiles, bboxes, circles and points on the
@@ -79,6 +85,43 @@ func BenchmarkEstimate(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkExactCount is the baseline of BenchmarkEstimate/tile: asking
+// PostGIS instead — count(*) and sum(ST_NPoints) of what the tile's &&
+// reads — for the same mix of tiles, on the read role's pool.
+func BenchmarkExactCount(b *testing.B) {
+	pool := testenv.ReadPool(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, d := range demoRelations {
+		if d.name != "places_3857" && d.name != "districts_3857" {
+			continue
+		}
+		at := anchors(ctx, b, pool, d.rel, 500)
+		b.Run("tile/"+d.name, func(b *testing.B) {
+			// The same tiles as BenchmarkEstimate/tile draws.
+			rng := rand.New(rand.NewPCG(3, 4))
+			bounds := make([]orb.Bound, 1024)
+			for i := range bounds {
+				a := at[rng.IntN(len(at))]
+				if i%2 == 1 {
+					a = orb.Point{rng.Float64()*360 - 180, rng.Float64()*160 - 80}
+				}
+				bounds[i] = benchTile(rng, a)
+			}
+			sql := "SELECT count(*)::float8, coalesce(sum(ST_NPoints(t." + d.rel.GeometryColumn + ")), 0)::float8 FROM " +
+				d.rel.Table.Sanitize() + " AS t WHERE t." + d.rel.GeometryColumn + " && ST_MakeEnvelope($1, $2, $3, $4, 3857)"
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				bd := bounds[i&1023]
+				var n, v float64
+				if err := pool.QueryRow(ctx, sql, bd.Min[0], bd.Min[1], bd.Max[0], bd.Max[1]).Scan(&n, &v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
