@@ -87,7 +87,8 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 	if err != nil {
 		return nil, fmt.Errorf("density %s: begin: %w", rel, err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only: nothing to keep
+	// Read only: nothing to keep. A rollback that fails closes the connection.
+	defer func() { _ = tx.Rollback(ctx) }()
 	timeout := strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
 	if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true),
 		set_config('jit', 'off', true), set_config('work_mem', $2, true)`, timeout, buildWorkMem); err != nil {

@@ -13,10 +13,10 @@ import (
 // Each cell also keeps small summaries that let a query cut through it: the
 // extent of its features' bounding-box centres (a content box) and their
 // mean, and the mean half extent of their boxes — all in 1/65535 of the
-// cell. A partly covered cell counts the share of its
-// centres that fall in the query widened by the half extent, the centres
-// taken as spread over the content box in two even pieces split at the mean
-// (so a cluster at one end of the box stays at that end).
+// cell. A partly covered cell counts the share of its centres that fall in
+// the query widened by the half extent, the centres taken as spread over the
+// content box in two even pieces split at the mean (so a cluster at one end
+// of the box stays at that end).
 type grid struct {
 	level int
 	size  int     // cells per axis: 2^level
@@ -243,6 +243,7 @@ func overlap(a0, a1, b0, b1 float64) float64 {
 	return (hi - lo) / (b1 - b0)
 }
 
+// emptyGrid is a grid of level with no cells.
 func emptyGrid(level int) grid {
 	return grid{level: level, size: 1 << level, w: 1 / float64(uint64(1)<<level)}
 }

@@ -94,8 +94,9 @@ func (m *Model) Rect(b orb.Bound) Estimate {
 
 // rect3857 is the normalised rectangle a relation in srid reads for an
 // EPSG:3857 rectangle. EPSG:3857 y maps linearly to normalised y whatever
-// the SRID (normLat(projLat(y)) is (y + halfWorld) / worldWidth); for a
-// relation in EPSG:4326 x wraps as PROJ wraps longitudes.
+// the SRID (the latitude of y is atan(sinh(y/R)), whose normLat is
+// (y + halfWorld) / worldWidth); for a relation in EPSG:4326 x wraps as
+// PROJ wraps longitudes.
 func rect3857(b orb.Bound, srid int) rect {
 	r := rect{normX3857(b.Min[0]), normX3857(b.Min[1]), normX3857(b.Max[0]), normX3857(b.Max[1])}
 	if srid != SRIDWebMercator && r.x0 <= r.x1 {
@@ -120,9 +121,9 @@ func (m *Model) BBox(b orb.Bound) Estimate {
 }
 
 // Circle estimates the features whose bounding box comes within radius
-// metres (on the ground) of a lon/lat centre: the candidates of a
-// ST_DWithin on geography. Circles over a pole or the antimeridian are
-// handled; a negative or non-finite radius or centre estimates zero.
+// metres (on the ground) of a lon/lat centre: for points, what ST_DWithin on
+// geography finds. Circles over a pole or the antimeridian are handled; a
+// negative or non-finite radius or centre estimates zero.
 func (m *Model) Circle(center orb.Point, radius float64) Estimate {
 	c, ok := newCircle(center[0], center[1], radius, m.edgeStep())
 	if !ok {
