@@ -1,0 +1,172 @@
+package density
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"text/template"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
+	queries "github.com/geotoll/geotoll/sql"
+)
+
+// DB is what a build needs of PostgreSQL: a read-only transaction.
+// *pgxpool.Pool and *pgx.Conn satisfy it. Give it the read-only role.
+type DB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// buildWorkMem lets the build's grouping stay in memory (a hash of up to a
+// million cells); the server's default would spill it to disk.
+const buildWorkMem = "64MB"
+
+// Build reads a model of rel from db: in one READ ONLY transaction under
+// opts.StatementTimeout (jit off), the planner's row estimate (EXPLAIN, which
+// runs nothing) and then ONE aggregate query that groups the features into
+// cells (sql/density_cells.sql), sampled when the estimate exceeds
+// opts.SampleRows. The caller bounds the wait with ctx; Build adds
+// statement timeout + pgcall.AnswerGrace.
+func Build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, error) {
+	if err := rel.Validate(); err != nil {
+		return nil, err
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	q, err := render(rel)
+	if err != nil {
+		return nil, err
+	}
+	return q.build(ctx, db, rel, opts)
+}
+
+// queryText is a relation's rendered build queries.
+type queryText struct{ rows, cells string }
+
+// render fills rel's quoted identifiers into the build queries.
+func render(rel Relation) (queryText, error) {
+	data := struct {
+		Table, Geom      string
+		LonLat, Vertices bool
+	}{
+		Table:    rel.Table.Sanitize(),
+		Geom:     pgx.Identifier{rel.GeometryColumn}.Sanitize(),
+		LonLat:   rel.SRID == SRIDLonLat,
+		Vertices: rel.Kind != Point,
+	}
+	var out [2]string
+	for i, name := range []string{"density_rows.sql", "density_cells.sql"} {
+		text, err := queries.Read(name)
+		if err != nil {
+			return queryText{}, fmt.Errorf("density: %w", err)
+		}
+		t, err := template.New(name).Parse(text)
+		if err != nil {
+			return queryText{}, fmt.Errorf("density: parse %s: %w", name, err)
+		}
+		var buf bytes.Buffer
+		if err := t.Execute(&buf, data); err != nil {
+			return queryText{}, fmt.Errorf("density: render %s: %w", name, err)
+		}
+		out[i] = buf.String()
+	}
+	return queryText{rows: out[0], cells: out[1]}, nil
+}
+
+// build runs the queries and assembles the model.
+func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, error) {
+	start := opts.Now()
+	ctx, cancel := pgcall.AnswerDeadline(ctx, opts.StatementTimeout)
+	defer cancel()
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("density %s: begin: %w", rel, err)
+	}
+	// Read only: nothing to keep. A rollback that fails closes the connection.
+	defer func() { _ = tx.Rollback(ctx) }()
+	timeout := strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
+	if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true),
+		set_config('jit', 'off', true), set_config('work_mem', $2, true)`, timeout, buildWorkMem); err != nil {
+		return nil, fmt.Errorf("density %s: settings: %w", rel, err)
+	}
+	planned, err := plannedRows(ctx, tx, q.rows)
+	if err != nil {
+		return nil, fmt.Errorf("density %s: row estimate: %w", rel, err)
+	}
+	fraction := 1.0
+	if planned > float64(opts.SampleRows) {
+		fraction = float64(opts.SampleRows) / planned
+	}
+	rows, err := q.cellRows(ctx, tx, opts.MaxLevel, fraction, opts.HeavyBytes)
+	if err != nil {
+		return nil, fmt.Errorf("density %s: cells: %w", rel, err)
+	}
+	m := newModel(rel, rows, fraction, opts)
+	m.summary.BuiltAt = opts.Now()
+	m.summary.Took = m.summary.BuiltAt.Sub(start)
+	return m, nil
+}
+
+// newModel assembles a model from the build query's rows.
+func newModel(rel Relation, rows []cellRow, fraction float64, opts Options) *Model {
+	m := &Model{rel: rel}
+	m.level, m.parts = assemble(rows, opts.MaxLevel, opts.MaxCells, rel.Kind != Point)
+	m.summary = Summary{Relation: rel.String(), Sampled: fraction, Level: m.level}
+	for i := range rows {
+		m.summary.Rows += rows[i].n
+	}
+	for i := range m.parts {
+		m.summary.Cells += m.parts[i].cells()
+		m.summary.Bytes += m.parts[i].bytes()
+	}
+	return m
+}
+
+// plannedRows is the planner's estimate of the relation's rows.
+func plannedRows(ctx context.Context, tx pgx.Tx, query string) (float64, error) {
+	var plan []byte
+	if err := tx.QueryRow(ctx, query).Scan(&plan); err != nil {
+		return 0, err
+	}
+	var out []struct {
+		Plan struct {
+			Rows float64 `json:"Plan Rows"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal(plan, &out); err != nil || len(out) != 1 {
+		return 0, fmt.Errorf("unexpected EXPLAIN output %.200q", plan)
+	}
+	return out[0].Plan.Rows, nil
+}
+
+// cellRows runs the aggregate query and keys each cell by its Morton code at
+// maxLevel.
+func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fraction float64, heavy int) ([]cellRow, error) {
+	rows, err := tx.Query(ctx, q.cells, maxLevel, float64(uint64(1)<<maxLevel), fraction, heavy)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []cellRow
+	var c cellRow
+	var i, j int64
+	dest := []any{&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil { // one set of targets for every row: no allocation per row
+			return nil, err
+		}
+		if c.f < 0 || c.f > maxLevel || i < 0 || j < 0 || i >= 1<<c.f || j >= 1<<c.f || !(c.n > 0) {
+			return nil, fmt.Errorf("cell (%d, %d, %d) with %g features is out of range", c.f, i, j, c.n)
+		}
+		shift := uint(maxLevel - c.f)
+		c.key = morton(uint32(i)<<shift, uint32(j)<<shift)
+		c.x0, c.x1, c.y0, c.y1, c.sx, c.sy = c.x0/2, c.x1/2, c.y0/2, c.y1/2, c.sx/2, c.sy/2
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}

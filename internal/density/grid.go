@@ -1,0 +1,347 @@
+package density
+
+import (
+	"math"
+	"slices"
+)
+
+// grid is one level of a model: the non-empty cells of the 2^level × 2^level
+// grid over the normalised world, in row-major order, with prefix sums of
+// their features and vertices, so that any run of cells of one row sums with
+// two binary searches whatever its length.
+//
+// Each cell also keeps small summaries that let a query cut through it: the
+// extent of its features' bounding-box centres (a content box) and their
+// mean, and the mean half extent of their boxes — all in 1/65535 of the
+// cell. A partly covered cell counts the share of its centres that fall in
+// the query widened by the half extent, the centres taken as spread over the
+// content box in two even pieces split at the mean (so a cluster at one end
+// of the box stays at that end).
+type grid struct {
+	level int
+	size  int     // cells per axis: 2^level
+	w     float64 // cell width and height: 2^-level
+
+	keys []uint32  // row<<16 | column, ascending
+	cumN []float64 // cumN[k]: features of cells [0, k); len(keys)+1
+	cumV []float64 // the same for vertices; nil when every feature is one vertex
+	box  []uint64  // content box: x0 | y0<<16 | x1<<32 | y1<<48, in steps of 1/65535 of the cell
+	mean []uint32  // mean centre: x | y<<16, in steps
+	half []uint32  // mean half extent: hx | hy<<16, in steps; nil when all are points
+
+	hxMax, hyMax   float64 // the largest half extent of any cell
+	hxMean, hyMean float64 // the feature-weighted mean half extent
+}
+
+// maxVisit bounds the cells of one partly covered row that are weighed one by
+// one; beyond it the row's inner cells share one vertical fraction.
+const maxVisit = 64
+
+// sum accumulates an estimate.
+type sum struct{ n, v float64 }
+
+// bytes is the grid's memory footprint (its slices).
+func (g *grid) bytes() int {
+	return 4*(len(g.keys)+len(g.mean)+len(g.half)) + 8*(len(g.cumN)+len(g.cumV)+len(g.box))
+}
+
+// cells is the number of non-empty cells.
+func (g *grid) cells() int { return len(g.keys) }
+
+// rows returns the rows a query spanning [y0, y1] reads, widened by the
+// largest half extent and clamped to the grid; j0 > j1 when there is none.
+func (g *grid) rows(y0, y1 float64) (j0, j1 int) {
+	j0 = max(int(math.Floor((y0-g.hyMax)/g.w)), 0)
+	j1 = min(int(math.Floor((y1+g.hyMax)/g.w)), g.size-1)
+	return j0, j1
+}
+
+// addRect adds the features whose box centre lies in r widened by their
+// half extent.
+func (g *grid) addRect(r rect, acc *sum) {
+	if len(g.keys) == 0 {
+		return
+	}
+	j0, j1 := g.rows(r.y0, r.y1)
+	at := -1
+	for j := j0; j <= j1; j++ {
+		at = g.addRow(j, r.x0, r.x1, r.y0, r.y1, at, acc)
+	}
+}
+
+// addRow adds row j's share of the query [x0, x1] × [y0, y1]: cells wholly
+// inside count in full through the prefix sums; the few cut by an edge, by
+// their content boxes. at is where an earlier call on a lower row or column
+// ended (-1: none); addRow returns where it ended, for the next call.
+func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
+	w := g.w
+	a := max(int(math.Floor((x0-g.hxMax)/w)), 0)
+	b := min(int(math.Floor((x1+g.hxMax)/w)), g.size-1)
+	if a > b {
+		return at
+	}
+	row := uint64(j) << 16
+	var lo int
+	if at < 0 {
+		lo = g.search(row+uint64(a), 0, len(g.keys))
+	} else {
+		lo = g.seek(row+uint64(a), at)
+	}
+	// At most b-a+1 cells lie in [a, b]: the second search is short.
+	hi := g.search(row+uint64(b+1), lo, min(lo+b-a+1, len(g.keys)))
+	if lo == hi {
+		return hi
+	}
+	rowFull := y0 <= float64(j)*w && y1 >= float64(j+1)*w
+	if !rowFull && hi-lo <= maxVisit {
+		for k := lo; k < hi; k++ {
+			g.addCell(k, x0, x1, y0, y1, acc)
+		}
+		return hi
+	}
+	// Columns [ia, ib] lie wholly inside [x0, x1].
+	ia := int(math.Ceil(x0 / w))
+	ib := int(math.Floor(x1/w)) - 1
+	k0, k1 := lo, hi
+	for ; k0 < k1 && int(g.keys[k0]&0xffff) < ia; k0++ {
+		g.addCell(k0, x0, x1, y0, y1, acc)
+	}
+	for ; k1 > k0 && int(g.keys[k1-1]&0xffff) > ib; k1-- {
+		g.addCell(k1-1, x0, x1, y0, y1, acc)
+	}
+	if k0 == k1 {
+		return hi
+	}
+	fy := 1.0
+	if !rowFull {
+		fy = overlap(y0-g.hyMean, y1+g.hyMean, float64(j)*w, float64(j+1)*w)
+	}
+	n := g.cumN[k1] - g.cumN[k0]
+	acc.n += fy * n
+	if g.cumV != nil {
+		acc.v += fy * (g.cumV[k1] - g.cumV[k0])
+	} else {
+		acc.v += fy * n
+	}
+	return hi
+}
+
+// addCell adds cell k's expected share of the query: the share of its
+// centres within the query widened by the cell's half extent, per axis.
+func (g *grid) addCell(k int, x0, x1, y0, y1 float64, acc *sum) {
+	key := g.keys[k]
+	w := g.w
+	cx, cy := float64(key&0xffff)*w, float64(key>>16)*w
+	s := w / steps
+	bx, mc := g.box[k], g.mean[k]
+	var hx, hy float64
+	if g.half != nil {
+		h := g.half[k]
+		hx, hy = float64(h&0xffff)*s/2, float64(h>>16)*s/2
+	}
+	f := share(x0-hx, x1+hx, cx, s, bx, mc)
+	if f == 0 {
+		return
+	}
+	f *= share(y0-hy, y1+hy, cy, s, bx>>16, mc>>16)
+	if f == 0 {
+		return
+	}
+	n := g.cumN[k+1] - g.cumN[k]
+	acc.n += f * n
+	if g.cumV != nil {
+		acc.v += f * (g.cumV[k+1] - g.cumV[k])
+	} else {
+		acc.v += f * n
+	}
+}
+
+// steps is the resolution of a cell's summaries: positions in 1/steps of
+// the cell's width, half extents in 1/(2·steps).
+const steps = 65535
+
+// share is the share of a cell's centres, along one axis, that lie in
+// [a, b]: the cell starts at o, s is one step (1/65535 of its width),
+// box&0xffff and box>>32&0xffff are the ends of its content box and
+// mean&0xffff the mean, in steps. The centres are taken as spread over the
+// content box in two even pieces split at the mean — a share p on [lo, m]
+// and 1-p on [m, hi], p = (hi-m)/(hi-lo) so that the mean is m — which is
+// the even spread over [lo, hi] when m is its middle. The mean is kept half
+// a step inside the box (a content box is at least one step wide), so no
+// share sits on an edge.
+func share(a, b, o, s float64, box uint64, mean uint32) float64 {
+	lo, hi := o+float64(box&0xffff)*s, o+float64(box>>32&0xffff)*s
+	if b <= lo || a >= hi {
+		return 0
+	}
+	if a <= lo && b >= hi {
+		return 1
+	}
+	m := min(max(o+float64(mean&0xffff)*s, lo+s/2), hi-s/2)
+	return cdf(b, lo, m, hi) - cdf(a, lo, m, hi)
+}
+
+// cdf is the share of the two-piece spread of share (lo < m < hi) at or
+// below x.
+func cdf(x, lo, m, hi float64) float64 {
+	switch {
+	case x <= lo:
+		return 0
+	case x >= hi:
+		return 1
+	}
+	p := (hi - m) / (hi - lo)
+	if x <= m {
+		return p * (x - lo) / (m - lo)
+	}
+	return p + (1-p)*(x-m)/(hi-m)
+}
+
+// search returns the first index in [lo, hi) whose key is at least target,
+// or hi.
+func (g *grid) search(target uint64, lo, hi int) int {
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if uint64(g.keys[mid]) < target {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// seek is search from a known lower bound: the first index at or after from
+// whose key is at least target. It gallops (1, 2, 4… ahead) and then
+// searches the last stride, so nearby targets cost a few steps.
+func (g *grid) seek(target uint64, from int) int {
+	n := len(g.keys)
+	if from >= n || uint64(g.keys[from]) >= target {
+		return from
+	}
+	lo, step := from, 1
+	for lo+step < n && uint64(g.keys[lo+step]) < target {
+		lo += step
+		step <<= 1
+	}
+	return g.search(target, lo+1, min(lo+step, n))
+}
+
+// overlap is the fraction of [b0, b1] that [a0, a1] covers; a degenerate
+// [b0, b0] is covered wholly or not at all.
+func overlap(a0, a1, b0, b1 float64) float64 {
+	if b1 <= b0 {
+		if b0 >= a0 && b0 <= a1 {
+			return 1
+		}
+		return 0
+	}
+	lo, hi := max(a0, b0), min(a1, b1)
+	if hi <= lo {
+		return 0
+	}
+	return (hi - lo) / (b1 - b0)
+}
+
+// emptyGrid is a grid of level with no cells.
+func emptyGrid(level int) grid {
+	return grid{level: level, size: 1 << level, w: 1 / float64(uint64(1)<<level)}
+}
+
+// buildGrid merges the kept rows (by Morton code) into the n cells of level
+// l, and lays them out row-major.
+func buildGrid(rows []cellRow, n, l, maxLevel int, vertices bool, keep func(*cellRow) bool) grid {
+	shift := 2 * uint(maxLevel-l)
+	cells := make([]cellRow, 0, n)
+	for i := range rows {
+		r := &rows[i]
+		if !keep(r) {
+			continue
+		}
+		p := r.key >> shift
+		if k := len(cells) - 1; k >= 0 && cells[k].key == p {
+			cells[k].merge(r)
+			continue
+		}
+		c := *r
+		c.key = p
+		cells = append(cells, c)
+	}
+	// Row-major order by an index: row<<16 | column, then the cell.
+	byRow := make([]uint64, len(cells))
+	for k := range cells {
+		i, j := unmorton(cells[k].key)
+		cells[k].key = uint64(j)<<16 | uint64(i)
+		byRow[k] = cells[k].key<<32 | uint64(k)
+	}
+	slices.Sort(byRow)
+	return layout(cells, byRow, l, vertices)
+}
+
+// layout fills a grid of level l from its cells, taken in the row-major
+// order of byRow (row<<16 | column)<<32 | cell.
+func layout(cells []cellRow, byRow []uint64, l int, vertices bool) grid {
+	g := emptyGrid(l)
+	w := g.w
+	g.keys = make([]uint32, len(cells))
+	g.cumN = make([]float64, len(cells)+1)
+	if vertices {
+		g.cumV = make([]float64, len(cells)+1)
+	}
+	g.box = make([]uint64, len(cells))
+	g.mean = make([]uint32, len(cells))
+	half := make([]uint32, len(cells))
+	var n, sdx, sdy float64
+	anyHalf := false
+	for k, o := range byRow {
+		c := &cells[o&(1<<32-1)]
+		g.keys[k] = uint32(c.key)
+		g.cumN[k+1] = g.cumN[k] + c.n
+		if vertices {
+			g.cumV[k+1] = g.cumV[k] + c.v
+		}
+		ox, oy := float64(c.key&0xffff)*w, float64(c.key>>16)*w
+		x0, x1 := quantRange(c.x0, c.x1, ox, w)
+		y0, y1 := quantRange(c.y0, c.y1, oy, w)
+		g.box[k] = uint64(x0) | uint64(y0)<<16 | uint64(x1)<<32 | uint64(y1)<<48
+		g.mean[k] = uint32(quantMean(c.sx/c.n, ox, w, x0, x1)) | uint32(quantMean(c.sy/c.n, oy, w, y0, y1))<<16
+		hx, hy := quantHalf(c.sdx/(2*c.n), w), quantHalf(c.sdy/(2*c.n), w)
+		half[k] = uint32(hx) | uint32(hy)<<16
+		anyHalf = anyHalf || half[k] != 0
+		g.hxMax = max(g.hxMax, float64(hx)*w/(2*steps))
+		g.hyMax = max(g.hyMax, float64(hy)*w/(2*steps))
+		n, sdx, sdy = n+c.n, sdx+c.sdx, sdy+c.sdy
+	}
+	if anyHalf {
+		g.half = half
+	}
+	if n > 0 {
+		g.hxMean, g.hyMean = sdx/(2*n), sdy/(2*n)
+	}
+	return g
+}
+
+// quantRange rounds [lo, hi], within the cell at origin o (width w),
+// outwards to steps of 1/65535 of the cell, at least one step wide: a
+// content box never collapses onto a cell's edge, where a neighbouring
+// query's edge would then seem to cut it.
+func quantRange(lo, hi, o, w float64) (qlo, qhi uint16) {
+	l := min(max(math.Floor((lo-o)/w*steps), 0), steps-1)
+	h := min(max(math.Ceil((hi-o)/w*steps), l+1), steps)
+	return uint16(l), uint16(h)
+}
+
+// quantMean rounds a mean centre to a step of the cell at origin o (width
+// w), inside the quantised content box [lo, hi].
+func quantMean(v, o, w float64, lo, hi uint16) uint16 {
+	return uint16(min(max(math.Round((v-o)/w*steps), float64(lo)), float64(hi)))
+}
+
+// quantHalf rounds a half extent to half a step of the cell width w (a
+// feature that fits the cell has a half extent of at most w/2).
+func quantHalf(h, w float64) uint16 {
+	if !(h > 0) {
+		return 0
+	}
+	return uint16(min(math.Round(h/w*2*steps), steps))
+}

@@ -1,0 +1,108 @@
+package density
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Refresher keeps a model of one relation current: it builds one, then
+// rebuilds it in the background, swapping each new model in atomically.
+// A failed build keeps the last good model. Until the first build succeeds,
+// Model returns nil: callers price without it (by area).
+type Refresher struct {
+	db      DB
+	rel     Relation
+	opts    Options
+	queries queryText
+
+	model    atomic.Pointer[Model]
+	building sync.Mutex // one build at a time
+
+	mu          sync.Mutex // guards the fields below
+	lastAttempt time.Time
+	lastError   string
+	failures    int
+}
+
+// Status is a Refresher's state, for readiness detail and metrics.
+type Status struct {
+	Summary                   // of the model in use; only Relation is set before the first build
+	Ready       bool          // a model is in use
+	Age         time.Duration // since the model in use was built
+	LastAttempt time.Time     // when the latest build ended
+	LastError   string        // the latest build's error; empty when it succeeded
+	Failures    int           // builds that failed since the last success
+}
+
+// NewRefresher validates rel and opts and renders the build queries; it
+// reads nothing until Refresh or Run.
+func NewRefresher(db DB, rel Relation, opts Options) (*Refresher, error) {
+	if err := rel.Validate(); err != nil {
+		return nil, err
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	q, err := render(rel)
+	if err != nil {
+		return nil, err
+	}
+	return &Refresher{db: db, rel: rel, opts: opts, queries: q}, nil
+}
+
+// Model is the model in use, or nil before the first successful build.
+func (r *Refresher) Model() *Model { return r.model.Load() }
+
+// Refresh builds a model now and swaps it in; on failure it keeps the
+// model in use and returns the error.
+func (r *Refresher) Refresh(ctx context.Context) error {
+	r.building.Lock()
+	defer r.building.Unlock()
+	m, err := r.queries.build(ctx, r.db, r.rel, r.opts)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastAttempt = r.opts.Now()
+	if err != nil {
+		r.failures++
+		r.lastError = err.Error()
+		return err
+	}
+	r.model.Store(m)
+	r.failures, r.lastError = 0, ""
+	return nil
+}
+
+// Run refreshes now, then Interval after each success and RetryInterval
+// after each failure, until ctx is done.
+func (r *Refresher) Run(ctx context.Context) {
+	for {
+		wait := r.opts.Interval
+		if err := r.Refresh(ctx); err != nil {
+			wait = r.opts.RetryInterval
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Status reports the refresher's state.
+func (r *Refresher) Status() Status {
+	r.mu.Lock()
+	s := Status{LastAttempt: r.lastAttempt, LastError: r.lastError, Failures: r.failures}
+	r.mu.Unlock()
+	if m := r.Model(); m != nil {
+		s.Summary, s.Ready = m.summary, true
+		s.Age = r.opts.Now().Sub(m.summary.BuiltAt)
+	} else {
+		s.Relation = r.rel.String()
+	}
+	return s
+}

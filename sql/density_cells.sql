@@ -1,0 +1,66 @@
+-- The cells of a density model (package density): the features of one
+-- relation grouped by weight class (heavy: stored in at least $4 bytes) and
+-- by the grid cell that holds the centre of their bounding box, at their fit
+-- level — the finest level whose cells are at least as wide and as tall as
+-- the box (a box that fits a cell of level f meets at most 2×2 cells of that
+-- level).
+--
+-- Template fields (double braces) are fixed at start-up: the relation and
+-- its geometry column, quoted with pgx.Identifier; LonLat, set when the
+-- column is EPSG:4326 (else it is EPSG:3857 metres); Vertices, set when
+-- vertices are summed with ST_NPoints (else each feature is one vertex).
+-- Everything else is bound:
+--   $1  finest level L (int, 1..16)      $2  2^L (float8)
+--   $3  sampling fraction in (0, 1]: a row is read with this probability
+--       and weighs 1/$3 (1: every row, weight 1)
+--   $4  a geometry stored in at least this many bytes (pg_column_size, no
+--       detoasting) is heavy: always read, with weight 1
+--
+-- Coordinates are normalised Web Mercator, clamped into [0, 1]: x is 0 at
+-- 180°W and 1 at 180°E, y is 0 at 85.0511°S and 1 at 85.0511°N.
+-- One row per class and cell: heavy; fit level f; column i and row j at
+-- level f; the
+-- weighted feature count and vertex sum; the weighted sums of box widths
+-- and heights; the extent of the box centres, doubled (x0 + x1, y0 + y1);
+-- the weighted sums of the doubled centres.
+-- The innermost subqueries end in OFFSET 0 so that the planner computes
+-- each box once instead of inlining it into every expression.
+SELECT heavy, f, ix >> ($1::int - f), iy >> ($1::int - f),
+       sum(w), sum(w * np), sum(w * (x1 - x0)), sum(w * (y1 - y0)),
+       min(x0 + x1), max(x0 + x1), min(y0 + y1), max(y0 + y1),
+       sum(w * (x0 + x1)), sum(w * (y0 + y1))
+FROM (
+    SELECT least($1::int, floor(-ln(greatest(x1 - x0, y1 - y0, 1 / $2::float8)) / ln(2::float8)))::int AS f,
+           least($2::float8 - 1, floor((x0 + x1) * $2::float8 / 2))::int AS ix,
+           least($2::float8 - 1, floor((y0 + y1) * $2::float8 / 2))::int AS iy,
+           x0, x1, y0, y1, w, np, heavy
+    FROM (
+{{- if .LonLat}}
+        SELECT greatest(0::float8, least(1::float8, (ST_XMin(b) + 180) / 360)) AS x0,
+               greatest(0::float8, least(1::float8, (ST_XMax(b) + 180) / 360)) AS x1,
+               0.5 + asinh(tan(radians(greatest(-85.05112877980659::float8, least(85.05112877980659::float8, ST_YMin(b)))))) / (2 * pi()) AS y0,
+               0.5 + asinh(tan(radians(greatest(-85.05112877980659::float8, least(85.05112877980659::float8, ST_YMax(b)))))) / (2 * pi()) AS y1,
+               w, np, heavy
+{{- else}}
+        SELECT greatest(0::float8, least(1::float8, (ST_XMin(b) + 20037508.342789244) / 40075016.68557849)) AS x0,
+               greatest(0::float8, least(1::float8, (ST_XMax(b) + 20037508.342789244) / 40075016.68557849)) AS x1,
+               greatest(0::float8, least(1::float8, (ST_YMin(b) + 20037508.342789244) / 40075016.68557849)) AS y0,
+               greatest(0::float8, least(1::float8, (ST_YMax(b) + 20037508.342789244) / 40075016.68557849)) AS y1,
+               w, np, heavy
+{{- end}}
+        FROM (
+            SELECT b, heavy, CASE WHEN heavy OR $3::float8 >= 1 THEN 1 ELSE 1 / $3::float8 END AS w, np
+            FROM (
+                SELECT t.{{.Geom}}::box3d AS b,
+                       pg_column_size(t.{{.Geom}}) >= $4::int AS heavy,
+                       {{if .Vertices}}ST_NPoints(t.{{.Geom}}){{else}}1{{end}}::float8 AS np
+                FROM {{.Table}} AS t
+                WHERE $3::float8 >= 1 OR pg_column_size(t.{{.Geom}}) >= $4::int OR random() < $3::float8
+                OFFSET 0
+            ) AS h
+        ) AS r
+        WHERE b IS NOT NULL
+        OFFSET 0
+    ) AS n
+) AS c
+GROUP BY 1, 2, 3, 4
