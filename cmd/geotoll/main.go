@@ -7,6 +7,7 @@
 //	geotoll [flags] keys      create | list | revoke API keys
 //	geotoll loadtest          a paced, bounded load against a running geotoll
 //	geotoll [flags] calibrate time tile queries per zoom; suggest an area_weight
+//	geotoll [flags] opendata  load real open data (npm packages) into schema opendata
 //	geotoll version
 //
 // Configuration: DefaultConfig, then the YAML file of -config, then the
@@ -56,6 +57,7 @@ commands:
   keys      create, list and revoke API keys (geotoll keys -h)
   loadtest  a bounded load against a running geotoll (geotoll loadtest -h)
   calibrate time tile queries per zoom and suggest cost weights (geotoll calibrate -h)
+  opendata  load real open data into schema opendata (geotoll opendata -h)
   version   print the version
 `
 
@@ -92,6 +94,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runLoadtest(ctx, rest[1:], stdout, stderr)
 	case "calibrate":
 		return calibrate(ctx, cfg, rest[1:], stdout, stderr)
+	case "opendata":
+		return openData(ctx, cfg, rest[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "geotoll", version)
 		return nil
