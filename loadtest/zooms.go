@@ -1,0 +1,115 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// ZoomOptions configure RunZooms.
+type ZoomOptions struct {
+	Client  *Client
+	Timer   TileTimer
+	Layer   *tiles.Layer
+	PerZoom int    // tiles per zoom, where the layer has data; default 8
+	Seed    uint64 // default 1
+	// MinZoom..MaxZoom, default 0..16, within the layer's own range.
+	MinZoom, MaxZoom int
+}
+
+// ZoomRow is one zoom of the per-zoom table: medians over its tiles.
+type ZoomRow struct {
+	Zoom     int
+	Tiles    int
+	Bytes    float64 // uncompressed MVT as the server sent it
+	MaxBytes int
+	Features float64
+	DBms     float64
+	MaxDBms  float64
+	Censored int // tiles whose query timed out (their DBms is a lower bound)
+}
+
+// AnchoredTiles returns up to n distinct tiles of zoom z under the
+// anchors (lon/lat), in the anchors' order.
+func AnchoredTiles(anchors []orb.Point, z maptile.Zoom, n int) []maptile.Tile {
+	seen := map[maptile.Tile]bool{}
+	var out []maptile.Tile
+	for _, p := range anchors {
+		if len(out) == n {
+			break
+		}
+		t := maptile.At(orb.Point{p[0], clampLat(p[1])}, z)
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// RunZooms measures, per zoom, the tiles under PerZoom random positions of
+// the layer's data: the server's bytes and features, and the database
+// time of the layer's query.
+func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
+	if o.PerZoom <= 0 {
+		o.PerZoom = 8
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.MaxZoom == 0 {
+		o.MaxZoom = 16
+	}
+	if err := o.Client.check(); err != nil {
+		return nil, err
+	}
+	anchors, err := Anchors(ctx, o.Timer.Pool, o.Layer, 4*o.PerZoom, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	var rows []ZoomRow
+	for z := max(o.MinZoom, o.Layer.MinZoom); z <= min(o.MaxZoom, o.Layer.MaxZoom); z++ {
+		row := ZoomRow{Zoom: z}
+		var bytes, feats, ms []float64
+		for _, t := range AnchoredTiles(anchors, maptile.Zoom(z), o.PerZoom) {
+			r, err := o.Client.Tile(ctx, o.Layer.Name, t)
+			if err != nil {
+				return rows, err
+			}
+			tm, err := o.Timer.Time(ctx, o.Layer, t)
+			if err != nil {
+				return rows, err
+			}
+			bytes, feats, ms = append(bytes, float64(r.Bytes)), append(feats, float64(r.Features)), append(ms, tm.MS)
+			row.MaxBytes = max(row.MaxBytes, r.Bytes)
+			if tm.Censored {
+				row.Censored++
+			}
+		}
+		row.Tiles = len(ms)
+		row.Bytes, row.Features, row.DBms = median(bytes), median(feats), median(ms)
+		if len(ms) > 0 {
+			row.MaxDBms = slices.Max(ms)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// WriteZooms prints the per-zoom table.
+func WriteZooms(w io.Writer, layer string, rows []ZoomRow) {
+	fmt.Fprintf(w, "layer %s: medians over the tiles under random positions of its data (DB ms: median of 3 runs each)\n\n", layer)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "zoom\ttiles\tbytes\tmax bytes\tfeatures\tDB ms\tmax DB ms\ttimed out\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%d\t%.0f\t%.2f\t%.2f\t%d\t\n", r.Zoom, r.Tiles, r.Bytes, r.MaxBytes, r.Features, r.DBms, r.MaxDBms, r.Censored)
+	}
+	tw.Flush()
+}
