@@ -32,8 +32,8 @@ type FidelitySample struct {
 	Z        int          `json:"z"`
 	X        uint32       `json:"x"`
 	Y        uint32       `json:"y"`
-	Price    float64      `json:"price"`    // ?dry_run=1
-	Cost     float64      `json:"cost"`     // X-Request-Cost of the real request
+	Price    float64      `json:"price"`              // ?dry_run=1
+	Cost     float64      `json:"cost"`               // X-Request-Cost of the real request
 	Estimate *float64     `json:"estimate,omitempty"` // X-Request-Cost-Estimate, when sent
 	Status   int          `json:"status"`
 	Bytes    int          `json:"bytes"`
