@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/encoding/mvt"
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/tiles"
@@ -89,6 +90,12 @@ type TileTimer struct {
 	Pool    *pgxpool.Pool // the read role, as the server connects
 	Runs    int           // default 3
 	Timeout time.Duration // statement_timeout of each run, default 10 s
+	// Quiesce, when positive, waits up to this long before timing a tile
+	// until the read role runs no other statement in the database: a
+	// server's query that outlived its request (PostGIS work on huge
+	// polygons does not stop at a timeout) must not share the CPU with
+	// the timed one.
+	Quiesce time.Duration
 }
 
 // Timing is one tile's database time.
@@ -98,6 +105,7 @@ type Timing struct {
 	// other runs were skipped).
 	Censored bool
 	Bytes    int // the MVT layer's size
+	Features int // and its features
 }
 
 // Time runs the layer's query for tile t.
@@ -109,36 +117,74 @@ func (tt TileTimer) Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) (T
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	env := tiles.Envelope(t)
-	bufferM := (env.Max[0] - env.Min[0]) * float64(l.Buffer) / float64(l.Extent)
+	if err := tt.quiesce(ctx); err != nil {
+		return Timing{}, err
+	}
 	var ms []float64
-	var out Timing
+	var tile []byte
 	for range runs {
-		var b []byte
-		var took time.Duration
-		err := pgx.BeginTxFunc(ctx, tt.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT set_config('jit', 'off', true), set_config('statement_timeout', $1, true)`,
-				strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
-				return err
-			}
-			start := time.Now()
-			err := tx.QueryRow(ctx, l.SQL(), env.Min[0], env.Min[1], env.Max[0], env.Max[1],
-				l.Extent, l.Buffer, bufferM, l.MaxFeatures, l.Name).Scan(&b)
-			took = time.Since(start)
-			return err
-		})
+		b, took, err := tt.run(ctx, l, t, timeout)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "57014" { // statement_timeout
 			return Timing{MS: float64(took.Microseconds()) / 1000, Censored: true}, nil
 		}
 		if err != nil {
-			return Timing{}, fmt.Errorf("time %s %d/%d/%d: %w", l.Name, t.Z, t.X, t.Y, err)
+			return Timing{}, fmt.Errorf("time %s %s: %w", l.Name, tileName(t), err)
 		}
 		ms = append(ms, float64(took.Microseconds())/1000)
-		out.Bytes = len(b)
+		tile = b
 	}
-	out.MS = median(ms)
+	out := Timing{MS: median(ms), Bytes: len(tile)}
+	layers, err := mvt.Unmarshal(tile)
+	if err != nil {
+		return out, fmt.Errorf("time %s %s: not a tile: %w", l.Name, tileName(t), err)
+	}
+	for _, ml := range layers {
+		out.Features += len(ml.Features)
+	}
 	return out, nil
+}
+
+// run times one query in its own read-only transaction, jit off.
+func (tt TileTimer) run(ctx context.Context, l *tiles.Layer, t maptile.Tile, timeout time.Duration) ([]byte, time.Duration, error) {
+	env := tiles.Envelope(t)
+	bufferM := (env.Max[0] - env.Min[0]) * float64(l.Buffer) / float64(l.Extent)
+	var b []byte
+	var took time.Duration
+	err := pgx.BeginTxFunc(ctx, tt.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('jit', 'off', true), set_config('statement_timeout', $1, true)`,
+			strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
+			return err
+		}
+		start := time.Now()
+		err := tx.QueryRow(ctx, l.SQL(), env.Min[0], env.Min[1], env.Max[0], env.Max[1],
+			l.Extent, l.Buffer, bufferM, l.MaxFeatures, l.Name).Scan(&b)
+		took = time.Since(start)
+		return err
+	})
+	return b, took, err
+}
+
+// quiesce waits, up to tt.Quiesce, until no other session of this role
+// runs a statement in this database.
+func (tt TileTimer) quiesce(ctx context.Context) error {
+	if tt.Quiesce <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(tt.Quiesce)
+	for {
+		var busy int
+		err := tt.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE usename = current_user AND datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()`).Scan(&busy)
+		if err != nil || busy == 0 || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // median of xs (the mean of the middle two for an even count); 0 when empty.

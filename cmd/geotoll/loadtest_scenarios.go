@@ -35,6 +35,7 @@ type scenario struct {
 	layer   string
 	seed    uint64
 	timeout time.Duration
+	quiesce time.Duration
 	minZ    int
 	maxZ    int
 }
@@ -46,6 +47,7 @@ func (s *scenario) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.layer, "layer", "points", "tile layer (as configured in -config)")
 	fs.Uint64Var(&s.seed, "seed", 1, "sampling seed: same seed and data, same tiles")
 	fs.DurationVar(&s.timeout, "db-timeout", 10*time.Second, "statement_timeout of each timed query")
+	fs.DurationVar(&s.quiesce, "quiesce", 5*time.Minute, "before timing a tile, wait up to this long for the read role's other statements to end")
 	fs.IntVar(&s.minZ, "minzoom", 0, "lowest zoom")
 	fs.IntVar(&s.maxZ, "maxzoom", 16, "highest zoom")
 }
@@ -72,7 +74,7 @@ func runScenario(ctx context.Context, cfg Config, name string, args []string, st
 		return err
 	}
 	defer pool.Close()
-	timer := loadtest.TileTimer{Pool: pool, Runs: 3, Timeout: s.timeout}
+	timer := loadtest.TileTimer{Pool: pool, Runs: 3, Timeout: s.timeout, Quiesce: s.quiesce}
 	progress := io.Discard
 	if *verbose {
 		progress = stderr
