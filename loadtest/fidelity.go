@@ -55,14 +55,19 @@ func (o *FidelityOptions) defaults() {
 	if o.Tiles <= 0 {
 		o.Tiles = 200
 	}
-	if o.Seed == 0 {
-		o.Seed = 1
+	o.Seed, o.MinZoom, o.MaxZoom = sampling(o.Layer, o.Seed, o.MinZoom, o.MaxZoom)
+}
+
+// sampling returns the seed (default 1) and the zoom range (default
+// 0..16) within the layer's own.
+func sampling(l *tiles.Layer, seed uint64, minZ, maxZ int) (uint64, int, int) {
+	if seed == 0 {
+		seed = 1
 	}
-	if o.MaxZoom == 0 {
-		o.MaxZoom = 16
+	if maxZ == 0 {
+		maxZ = 16
 	}
-	o.MinZoom = max(o.MinZoom, o.Layer.MinZoom)
-	o.MaxZoom = min(o.MaxZoom, o.Layer.MaxZoom)
+	return seed, max(minZ, l.MinZoom), min(maxZ, l.MaxZoom)
 }
 
 // RunFidelity samples tiles of one layer (half where the layer has data,

@@ -62,12 +62,7 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 	if o.PerZoom <= 0 {
 		o.PerZoom = 8
 	}
-	if o.Seed == 0 {
-		o.Seed = 1
-	}
-	if o.MaxZoom == 0 {
-		o.MaxZoom = 16
-	}
+	o.Seed, o.MinZoom, o.MaxZoom = sampling(o.Layer, o.Seed, o.MinZoom, o.MaxZoom)
 	if err := o.Client.check(); err != nil {
 		return nil, err
 	}
@@ -76,7 +71,7 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 		return nil, err
 	}
 	var rows []ZoomRow
-	for z := max(o.MinZoom, o.Layer.MinZoom); z <= min(o.MaxZoom, o.Layer.MaxZoom); z++ {
+	for z := o.MinZoom; z <= o.MaxZoom; z++ {
 		row := ZoomRow{Zoom: z, Status: map[int]int{}}
 		var bytes, feats, ms []float64
 		for _, t := range AnchoredTiles(anchors, maptile.Zoom(z), o.PerZoom) {

@@ -95,24 +95,12 @@ func (p *Points) around(c City, id int64) Point {
 	}
 	const kmPerDegree = 111.32
 	cosLat := math.Max(math.Cos(c.Lat*math.Pi/180), 0.05)
-	lat := clamp(c.Lat+p.rng.NormFloat64()*sigma/kmPerDegree, -85, 85)
-	lon := wrapLon(c.Lon + p.rng.NormFloat64()*sigma/kmPerDegree/cosLat)
+	lat := math.Max(-85, math.Min(85, c.Lat+p.rng.NormFloat64()*sigma/kmPerDegree))
+	lon := math.Remainder(c.Lon+p.rng.NormFloat64()*sigma/kmPerDegree/cosLat, 360) // within ±180
 	k := kinds[p.rng.IntN(len(kinds))]
 	return Point{
 		ID: id, Name: fmt.Sprintf("%s %s %d", c.Name, k, p.inCity), Kind: k,
 		City: c.Name, Country: c.Country, Rank: 1 + p.rng.IntN(100), Population: c.Population,
 		Lon: lon, Lat: lat,
 	}
-}
-
-func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
-
-func wrapLon(lon float64) float64 {
-	for lon > 180 {
-		lon -= 360
-	}
-	for lon < -180 {
-		lon += 360
-	}
-	return lon
 }
