@@ -2,10 +2,13 @@ package loadtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -47,8 +50,8 @@ type FidelityReport struct {
 	Layer   string           `json:"layer"`
 	Seed    uint64           `json:"seed"`
 	Samples []FidelitySample `json:"samples"`
-	Timeout time.Duration    `json:"-"`
-	Took    time.Duration    `json:"-"`
+	Timeout time.Duration    `json:"timeout"`
+	Took    time.Duration    `json:"took"`
 }
 
 func (o *FidelityOptions) defaults() {
@@ -208,4 +211,29 @@ func (r FidelityReport) writeOffenders(w io.Writer, n int) {
 			map[bool]string{true: "+", false: ""}[s.Censored], rt[i], s.Status, s.Bytes, s.Features)
 	}
 	tw.Flush()
+}
+
+// ReadFidelity merges fidelity reports written as JSON (-json) into one,
+// so that several layers, or runs, are ranked together.
+func ReadFidelity(paths ...string) (FidelityReport, error) {
+	var out FidelityReport
+	var names []string
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return out, err
+		}
+		var r FidelityReport
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return out, fmt.Errorf("%s: %w", p, err)
+		}
+		for _, s := range r.Samples {
+			s.Tile = maptile.New(s.X, s.Y, maptile.Zoom(s.Z))
+			out.Samples = append(out.Samples, s)
+		}
+		names = append(names, r.Layer)
+		out.Seed = r.Seed
+	}
+	out.Layer = strings.Join(names, "+")
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -66,8 +67,17 @@ func runScenario(ctx context.Context, cfg Config, name string, args []string, st
 	d := fs.Duration("duration", 10*time.Second, "ceiling: each run's length")
 	clients := fs.Int("clients", 16, "ceiling: connections (pgbench -c and geotoll's)")
 	threads := fs.Int("threads", 2, "ceiling: pgbench -j")
+	merge := fs.String("report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if name == "fidelity" && *merge != "" {
+		rep, err := loadtest.ReadFidelity(strings.Split(*merge, ",")...)
+		if err != nil {
+			return fmt.Errorf("loadtest fidelity: %w", err)
+		}
+		rep.WriteText(stdout)
+		return nil
 	}
 	layer, pool, err := scenarioSetup(ctx, cfg, s.layer)
 	if err != nil {
