@@ -22,6 +22,7 @@ type ZoomOptions struct {
 	Seed    uint64 // default 1
 	// MinZoom..MaxZoom, default 0..16, within the layer's own range.
 	MinZoom, MaxZoom int
+	Progress         io.Writer // when set, one line per tile
 }
 
 // ZoomRow is one zoom of the per-zoom table: medians over its tiles.
@@ -84,6 +85,9 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 				return rows, err
 			}
 			row.Status[r.Status]++
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "%-14s status %d %8d B %6d features %9.2f ms%s\n", tileName(t), r.Status, r.Bytes, r.Features, tm.MS, censoredMark(tm.Censored))
+			}
 			if r.Status != 200 && r.Status != 204 && !tm.Censored {
 				// The server gave up (a 503 at its own timeout): the
 				// tile is the one the database drew.

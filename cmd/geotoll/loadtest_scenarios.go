@@ -62,7 +62,7 @@ func runScenario(ctx context.Context, cfg Config, name string, args []string, st
 	s.flags(fs)
 	n := fs.Int("tiles", 200, "fidelity: tiles sampled")
 	jsonOut := fs.String("json", "", "fidelity: also write every sample to this JSON file")
-	verbose := fs.Bool("v", false, "print each tile (fidelity) or pgbench's output (ceiling)")
+	verbose := fs.Bool("v", false, "print each tile (fidelity, zooms) or pgbench's output (ceiling)")
 	perZoom := fs.Int("per-zoom", 8, "zooms: tiles per zoom")
 	d := fs.Duration("duration", 10*time.Second, "ceiling: each run's length")
 	clients := fs.Int("clients", 16, "ceiling: connections (pgbench -c and geotoll's)")
@@ -100,7 +100,7 @@ func runScenario(ctx context.Context, cfg Config, name string, args []string, st
 		return writeJSON(*jsonOut, rep)
 	case "zooms":
 		rows, err := loadtest.RunZooms(ctx, loadtest.ZoomOptions{Client: &s.client, Timer: timer, Layer: layer,
-			PerZoom: *perZoom, Seed: s.seed, MinZoom: s.minZ, MaxZoom: s.maxZ})
+			PerZoom: *perZoom, Seed: s.seed, MinZoom: s.minZ, MaxZoom: s.maxZ, Progress: progress})
 		if err != nil {
 			return fmt.Errorf("loadtest zooms: %w", err)
 		}
