@@ -47,8 +47,9 @@ func Anchors(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, n int, see
 	var out []orb.Point
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// One process draws the random numbers in scan order: the same
-		// seed on the same table gives the same rows.
-		if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0`); err != nil {
+		// seed on the same table gives the same rows. A whole-table scan
+		// may outlast the read role's own statement_timeout.
+		if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL statement_timeout = '5min'`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `SELECT setseed($1)`, float64(seed%1000)/1000); err != nil {
@@ -58,10 +59,7 @@ func Anchors(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, n int, see
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (orb.Point, error) {
-			var p orb.Point
-			return p, r.Scan(&p[0], &p[1])
-		})
+		out, err = pgx.CollectRows(rows, scanPoint)
 		return err
 	})
 	if err != nil {
@@ -73,14 +71,27 @@ func Anchors(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, n int, see
 // Centroids returns the centre of every row's bounding box in EPSG:3857,
 // the input of DenseTiles.
 func Centroids(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer) ([]orb.Point, error) {
-	rows, err := pool.Query(ctx, `SELECT ST_X(c), ST_Y(c) FROM (SELECT ST_Centroid(ST_Envelope(`+geomSQL(l, 3857)+`)) AS c FROM `+tableSQL(l)+` AS t) AS s WHERE c IS NOT NULL`)
+	var out []orb.Point
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = '5min'`); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT ST_X(c), ST_Y(c) FROM (SELECT ST_Centroid(ST_Envelope(`+geomSQL(l, 3857)+`)) AS c FROM `+tableSQL(l)+` AS t) AS s WHERE c IS NOT NULL`)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, scanPoint)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("centroids of %s: %w", l.Name, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (orb.Point, error) {
-		var p orb.Point
-		return p, r.Scan(&p[0], &p[1])
-	})
+	return out, nil
+}
+
+func scanPoint(r pgx.CollectableRow) (orb.Point, error) {
+	var p orb.Point
+	return p, r.Scan(&p[0], &p[1])
 }
 
 // TileTimer times a layer's own tile query (tiles.Layer.SQL, the query
