@@ -177,16 +177,19 @@ func (tt TileTimer) run(ctx context.Context, l *tiles.Layer, t maptile.Tile, tim
 }
 
 // quiesce waits, up to tt.Quiesce, until no other session of this role
-// runs a statement in this database.
+// runs a statement in this database that started within tt.Quiesce.
 func (tt TileTimer) quiesce(ctx context.Context) error {
 	if tt.Quiesce <= 0 {
 		return nil
 	}
 	deadline := time.Now().Add(tt.Quiesce)
 	for {
+		// A statement older than the wait itself is a straggler that
+		// waiting again would not outlast: it is let be.
 		var busy int
 		err := tt.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE usename = current_user AND datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()`).Scan(&busy)
+WHERE usename = current_user AND datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()
+  AND query_start > now() - make_interval(secs => $1)`, tt.Quiesce.Seconds()).Scan(&busy)
 		if err != nil || busy == 0 || time.Now().After(deadline) {
 			return err
 		}
