@@ -1,8 +1,10 @@
 package loadtest
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/paulmach/orb"
@@ -117,6 +119,25 @@ func TestCeilingLists(t *testing.T) {
 	for i, tl := range lists[1].Tiles {
 		if want := maptile.Zoom(8 + i/44); tl.Z != want {
 			t.Fatalf("z8-10 tile %d is z%d, want z%d", i, tl.Z, want)
+		}
+	}
+}
+
+func TestWriteZooms(t *testing.T) {
+	var b strings.Builder
+	WriteZooms(&b, "l", []ZoomRow{
+		{Zoom: 1, Tiles: 1, Bytes: math.NaN(), Features: math.NaN(), DBms: 60000, MaxDBms: 60000, Censored: 1, Status: map[int]int{503: 1}},
+		{Zoom: 2, Tiles: 2, Bytes: 1234.4, MaxBytes: 2000, Features: 7, DBms: 1.5, MaxDBms: 2, Status: map[int]int{200: 1, 204: 1}},
+	})
+	want := [][]string{
+		{"1", "1", "—", "0", "—", "60000.00", "60000.00", "1", "503×1"},
+		{"2", "2", "1234", "2000", "7", "1.50", "2.00", "0", "200×1", "204×1"},
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	rows := lines[len(lines)-2:]
+	for i, w := range want {
+		if got := strings.Fields(rows[i]); !slices.Equal(got, w) {
+			t.Errorf("row %d: %q, want %q", i, got, w)
 		}
 	}
 }

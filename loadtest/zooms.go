@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"text/tabwriter"
 
@@ -29,7 +30,7 @@ type ZoomOptions struct {
 type ZoomRow struct {
 	Zoom     int
 	Tiles    int
-	Bytes    float64 // uncompressed MVT as the server sent it
+	Bytes    float64 // uncompressed MVT as the server sent it; NaN when no tile was drawn
 	MaxBytes int
 	Features float64
 	DBms     float64
@@ -88,19 +89,26 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 			if o.Progress != nil {
 				fmt.Fprintf(o.Progress, "%-14s status %d %8d B %6d features %9.2f ms%s\n", tileName(t), r.Status, r.Bytes, r.Features, tm.MS, censoredMark(tm.Censored))
 			}
-			if r.Status != 200 && r.Status != 204 && !tm.Censored {
+			drawn := r.Status == 200 || r.Status == 204
+			if !drawn && !tm.Censored {
 				// The server gave up (a 503 at its own timeout): the
 				// tile is the one the database drew.
-				r.Bytes, r.Features = tm.Bytes, tm.Features
+				r.Bytes, r.Features, drawn = tm.Bytes, tm.Features, true
 			}
-			bytes, feats, ms = append(bytes, float64(r.Bytes)), append(feats, float64(r.Features)), append(ms, tm.MS)
-			row.MaxBytes = max(row.MaxBytes, r.Bytes)
+			if drawn { // else nobody drew the tile: no size to count
+				bytes, feats = append(bytes, float64(r.Bytes)), append(feats, float64(r.Features))
+				row.MaxBytes = max(row.MaxBytes, r.Bytes)
+			}
+			ms = append(ms, tm.MS)
 			if tm.Censored {
 				row.Censored++
 			}
 		}
 		row.Tiles = len(ms)
-		row.Bytes, row.Features, row.DBms = median(bytes), median(feats), median(ms)
+		row.Bytes, row.Features, row.DBms = math.NaN(), math.NaN(), median(ms)
+		if len(bytes) > 0 {
+			row.Bytes, row.Features = median(bytes), median(feats)
+		}
 		if len(ms) > 0 {
 			row.MaxDBms = slices.Max(ms)
 		}
@@ -116,7 +124,15 @@ func WriteZooms(w io.Writer, layer string, rows []ZoomRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "zoom\ttiles\tbytes\tmax bytes\tfeatures\tDB ms\tmax DB ms\ttimed out\tserver\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t\n", r.Zoom, r.Tiles, r.Bytes, r.MaxBytes, r.Features, r.DBms, r.MaxDBms, r.Censored, StatusText(r.Status))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%.2f\t%.2f\t%d\t%s\t\n", r.Zoom, r.Tiles, whole(r.Bytes), r.MaxBytes, whole(r.Features), r.DBms, r.MaxDBms, r.Censored, StatusText(r.Status))
 	}
 	tw.Flush()
+}
+
+// whole prints v without decimals, or "—" for NaN (nothing measured).
+func whole(v float64) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", v)
 }
