@@ -161,8 +161,11 @@ func (r FidelityReport) WriteText(w io.Writer) {
 			censored++
 		}
 	}
-	fmt.Fprintf(w, "layer %s: %d tiles (seed %d), DB time = median of 3 runs, jit off; %d timed out at %s (ranked as the slowest); took %s\n\n",
-		r.Layer, len(r.Samples), r.Seed, censored, r.Timeout, r.Took.Round(time.Second))
+	fmt.Fprintf(w, "layer %s: %d tiles (seed %d), DB time = median of 3 runs, jit off; %d timed out (ranked as the slowest)", r.Layer, len(r.Samples), r.Seed, censored)
+	if r.Took > 0 { // a report read back from several files has no one timeout or duration
+		fmt.Fprintf(w, " at %s; took %s", r.Timeout, r.Took.Round(time.Second))
+	}
+	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "zooms\ttiles\tρ(dry-run price, DB ms)\tρ(X-Request-Cost, DB ms)\tρ(features, DB ms)\t")
 	price := func(s FidelitySample) float64 { return s.Price }
