@@ -94,6 +94,12 @@ func scanPoint(r pgx.CollectableRow) (orb.Point, error) {
 	return p, r.Scan(&p[0], &p[1])
 }
 
+// Timer measures one tile's database time; String says how, for reports.
+type Timer interface {
+	Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) (Timing, error)
+	String() string
+}
+
 // TileTimer times a layer's own tile query (tiles.Layer.SQL, the query
 // this source tree's server runs, bound exactly as tiles.Store binds it)
 // in PostgreSQL: a read-only transaction with jit off, the median of Runs.
@@ -119,6 +125,11 @@ type Timing struct {
 	Features int // and its features
 }
 
+// String describes the timing.
+func (tt TileTimer) String() string {
+	return fmt.Sprintf("the layer's SQL as the read role, median of %d, jit off, timeout %s", max(tt.Runs, 1), tt.Timeout)
+}
+
 // Time runs the layer's query for tile t.
 func (tt TileTimer) Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) (Timing, error) {
 	runs, timeout := tt.Runs, tt.Timeout
@@ -128,7 +139,7 @@ func (tt TileTimer) Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) (T
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	if err := tt.quiesce(ctx); err != nil {
+	if err := quiesce(ctx, tt.Pool, "", tt.Quiesce); err != nil {
 		return Timing{}, err
 	}
 	var ms []float64
@@ -176,20 +187,21 @@ func (tt TileTimer) run(ctx context.Context, l *tiles.Layer, t maptile.Tile, tim
 	return b, took, err
 }
 
-// quiesce waits, up to tt.Quiesce, until no other session of this role
-// runs a statement in this database that started within tt.Quiesce.
-func (tt TileTimer) quiesce(ctx context.Context) error {
-	if tt.Quiesce <= 0 {
+// quiesce waits, up to limit, until no session of role (empty: the
+// pool's own) runs a statement in this database that started within limit,
+// other than the asking one.
+func quiesce(ctx context.Context, pool *pgxpool.Pool, role string, limit time.Duration) error {
+	if limit <= 0 {
 		return nil
 	}
-	deadline := time.Now().Add(tt.Quiesce)
+	deadline := time.Now().Add(limit)
 	for {
 		// A statement older than the wait itself is a straggler that
 		// waiting again would not outlast: it is let be.
 		var busy int
-		err := tt.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE usename = current_user AND datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()
-  AND query_start > now() - make_interval(secs => $1)`, tt.Quiesce.Seconds()).Scan(&busy)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE usename = coalesce(nullif($2, ''), current_user) AND datname = current_database() AND state = 'active'
+  AND pid <> pg_backend_pid() AND query_start > now() - make_interval(secs => $1)`, limit.Seconds(), role).Scan(&busy)
 		if err != nil || busy == 0 || time.Now().After(deadline) {
 			return err
 		}

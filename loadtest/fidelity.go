@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/tiles"
@@ -20,7 +21,8 @@ import (
 // FidelityOptions configure RunFidelity.
 type FidelityOptions struct {
 	Client *Client
-	Timer  TileTimer
+	Pool   *pgxpool.Pool // the read role: where the layer's data lies
+	Timer  Timer
 	Layer  *tiles.Layer // the layer as the server is configured
 	Tiles  int          // tiles sampled, default 200
 	Seed   uint64       // default 1
@@ -50,7 +52,7 @@ type FidelityReport struct {
 	Layer   string           `json:"layer"`
 	Seed    uint64           `json:"seed"`
 	Samples []FidelitySample `json:"samples"`
-	Timeout time.Duration    `json:"timeout"`
+	Timer   string           `json:"timer"`
 	Took    time.Duration    `json:"took"`
 }
 
@@ -84,11 +86,11 @@ func RunFidelity(ctx context.Context, o FidelityOptions) (FidelityReport, error)
 		return FidelityReport{}, err
 	}
 	start := time.Now()
-	anchors, err := Anchors(ctx, o.Timer.Pool, o.Layer, o.Tiles/2, o.Seed)
+	anchors, err := Anchors(ctx, o.Pool, o.Layer, o.Tiles/2, o.Seed)
 	if err != nil {
 		return FidelityReport{}, err
 	}
-	rep := FidelityReport{Layer: o.Layer.Name, Seed: o.Seed, Timeout: o.Timer.Timeout}
+	rep := FidelityReport{Layer: o.Layer.Name, Seed: o.Seed, Timer: o.Timer.String()}
 	for i, t := range SampleTiles(o.Seed, o.Tiles, o.MinZoom, o.MaxZoom, anchors) {
 		s, err := measure(ctx, o, t)
 		if err != nil {
@@ -135,6 +137,15 @@ func censoredMark(c bool) string {
 	return ""
 }
 
+// dbRankValue is the sample's database time for ranking: a timed-out
+// tile's time is only a lower bound, so it ranks above every finished one.
+func dbRankValue(s FidelitySample) float64 {
+	if s.Censored {
+		return math.Inf(1)
+	}
+	return s.DBms
+}
+
 // ZoomBands are the bands of the fidelity report.
 var ZoomBands = [][2]int{{0, 5}, {6, 10}, {11, 16}}
 
@@ -145,7 +156,7 @@ func (r FidelityReport) Rho(col func(FidelitySample) float64, lo, hi int) (float
 	for _, s := range r.Samples {
 		if s.Z >= lo && s.Z <= hi {
 			xs = append(xs, col(s))
-			ys = append(ys, s.DBms)
+			ys = append(ys, dbRankValue(s))
 		}
 	}
 	return Spearman(xs, ys), len(xs)
@@ -161,9 +172,9 @@ func (r FidelityReport) WriteText(w io.Writer) {
 			censored++
 		}
 	}
-	fmt.Fprintf(w, "layer %s: %d tiles (seed %d), DB time = median of 3 runs, jit off; %d timed out (ranked as the slowest)", r.Layer, len(r.Samples), r.Seed, censored)
-	if r.Took > 0 { // a report read back from several files has no one timeout or duration
-		fmt.Fprintf(w, " at %s; took %s", r.Timeout, r.Took.Round(time.Second))
+	fmt.Fprintf(w, "layer %s: %d tiles (seed %d); %d timed out (ranked as the slowest)", r.Layer, len(r.Samples), r.Seed, censored)
+	if r.Took > 0 { // a report read back from several files has no one timer or duration
+		fmt.Fprintf(w, "; took %s\nDB time: %s", r.Took.Round(time.Second), r.Timer)
 	}
 	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -196,7 +207,7 @@ func (r FidelityReport) WriteText(w io.Writer) {
 func (r FidelityReport) writeOffenders(w io.Writer, n int) {
 	prices, times := make([]float64, len(r.Samples)), make([]float64, len(r.Samples))
 	for i, s := range r.Samples {
-		prices[i], times[i] = s.Price, s.DBms
+		prices[i], times[i] = s.Price, dbRankValue(s)
 	}
 	rp, rt := Ranks(prices), Ranks(times)
 	idx := make([]int, len(r.Samples))

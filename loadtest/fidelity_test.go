@@ -18,7 +18,7 @@ func sample(z int, x uint32, price, ms float64, features int) FidelitySample {
 }
 
 func TestFidelityReport(t *testing.T) {
-	a := FidelityReport{Layer: "a", Seed: 1, Timeout: time.Second, Samples: []FidelitySample{
+	a := FidelityReport{Layer: "a", Seed: 1, Timer: "test", Took: time.Second, Samples: []FidelitySample{
 		sample(2, 0, 60, 100, 900), sample(3, 1, 60, 0.2, 2), sample(8, 2, 1.2, 20, 500), sample(12, 3, 1, 0.1, 1),
 	}}
 	b := FidelityReport{Layer: "b", Seed: 1, Samples: []FidelitySample{sample(14, 4, 1, 0.3, 3), sample(6, 5, 16, 2, 40)}}
@@ -66,5 +66,19 @@ func TestFidelityReport(t *testing.T) {
 	}
 	if _, err := ReadFidelity(filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("a missing file merged")
+	}
+}
+
+func TestFidelityRanksTimedOutTilesAsTheSlowest(t *testing.T) {
+	r := FidelityReport{Samples: []FidelitySample{
+		sample(3, 0, 60, 5, 10), sample(9, 1, 1, 100, 10), sample(9, 2, 2, 1, 10),
+	}}
+	price := func(s FidelitySample) float64 { return s.Price }
+	if rho, _ := r.Rho(price, 0, 22); math.Abs(rho+0.5) > 1e-12 {
+		t.Fatalf("all finished: ρ = %v, want -0.5", rho)
+	}
+	r.Samples[0].Censored = true // 5 ms is only a lower bound: it outranks 100 ms
+	if rho, _ := r.Rho(price, 0, 22); math.Abs(rho-0.5) > 1e-12 {
+		t.Fatalf("with the timed-out tile: ρ = %v, want 0.5", rho)
 	}
 }

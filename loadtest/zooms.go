@@ -8,6 +8,7 @@ import (
 	"slices"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
 
@@ -17,7 +18,8 @@ import (
 // ZoomOptions configure RunZooms.
 type ZoomOptions struct {
 	Client  *Client
-	Timer   TileTimer
+	Pool    *pgxpool.Pool // the read role: where the layer's data lies
+	Timer   Timer
 	Layer   *tiles.Layer
 	PerZoom int    // tiles per zoom, where the layer has data; default 8
 	Seed    uint64 // default 1
@@ -68,7 +70,7 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 	if err := o.Client.check(); err != nil {
 		return nil, err
 	}
-	anchors, err := Anchors(ctx, o.Timer.Pool, o.Layer, 4*o.PerZoom, o.Seed)
+	anchors, err := Anchors(ctx, o.Pool, o.Layer, 4*o.PerZoom, o.Seed)
 	if err != nil {
 		return nil, err
 	}

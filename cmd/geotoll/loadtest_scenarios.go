@@ -37,6 +37,7 @@ type scenario struct {
 	seed    uint64
 	timeout time.Duration
 	quiesce time.Duration
+	dbTime  string
 	minZ    int
 	maxZ    int
 }
@@ -48,6 +49,9 @@ func (s *scenario) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.layer, "layer", "points", "tile layer (as configured in -config)")
 	fs.Uint64Var(&s.seed, "seed", 1, "sampling seed: same seed and data, same tiles")
 	fs.DurationVar(&s.timeout, "db-timeout", 10*time.Second, "statement_timeout of each timed query")
+	fs.StringVar(&s.dbTime, "db-time", "sql", "sql: time the layer's query of this source tree as the read role; "+
+		"server: add up the server's own statements in pg_stat_statements around real requests (any build's SQL; "+
+		"reads them as GEOTOLL_ADMIN_DATABASE_URL)")
 	fs.DurationVar(&s.quiesce, "quiesce", 5*time.Minute, "before timing a tile, wait up to this long for the read role's other statements to end")
 	fs.IntVar(&s.minZ, "minzoom", 0, "lowest zoom")
 	fs.IntVar(&s.maxZ, "maxzoom", 16, "highest zoom")
@@ -84,14 +88,18 @@ func runScenario(ctx context.Context, cfg Config, name string, args []string, st
 		return err
 	}
 	defer pool.Close()
-	timer := loadtest.TileTimer{Pool: pool, Runs: 3, Timeout: s.timeout, Quiesce: s.quiesce}
+	timer, closeTimer, err := s.timer(ctx, cfg, pool)
+	if err != nil {
+		return err
+	}
+	defer closeTimer()
 	progress := io.Discard
 	if *verbose {
 		progress = stderr
 	}
 	switch name {
 	case "fidelity":
-		rep, err := loadtest.RunFidelity(ctx, loadtest.FidelityOptions{Client: &s.client, Timer: timer, Layer: layer,
+		rep, err := loadtest.RunFidelity(ctx, loadtest.FidelityOptions{Client: &s.client, Pool: pool, Timer: timer, Layer: layer,
 			Tiles: *n, Seed: s.seed, MinZoom: s.minZ, MaxZoom: s.maxZ, Progress: progress})
 		if err != nil {
 			return fmt.Errorf("loadtest fidelity: %w", err)
@@ -99,7 +107,7 @@ func runScenario(ctx context.Context, cfg Config, name string, args []string, st
 		rep.WriteText(stdout)
 		return writeJSON(*jsonOut, rep)
 	case "zooms":
-		rows, err := loadtest.RunZooms(ctx, loadtest.ZoomOptions{Client: &s.client, Timer: timer, Layer: layer,
+		rows, err := loadtest.RunZooms(ctx, loadtest.ZoomOptions{Client: &s.client, Pool: pool, Timer: timer, Layer: layer,
 			PerZoom: *perZoom, Seed: s.seed, MinZoom: s.minZ, MaxZoom: s.maxZ, Progress: progress})
 		if err != nil {
 			return fmt.Errorf("loadtest zooms: %w", err)
@@ -119,6 +127,21 @@ func runScenario(ctx context.Context, cfg Config, name string, args []string, st
 	}
 	loadtest.WriteCeiling(stdout, layer.Name, *clients, *d, rs)
 	return nil
+}
+
+// timer is the database-time measure -db-time names, and what closes it.
+func (s *scenario) timer(ctx context.Context, cfg Config, pool *pgxpool.Pool) (loadtest.Timer, func(), error) {
+	switch s.dbTime {
+	case "sql":
+		return loadtest.TileTimer{Pool: pool, Runs: 3, Timeout: s.timeout, Quiesce: s.quiesce}, func() {}, nil
+	case "server":
+		stats, err := pgxpool.New(ctx, cfg.Database.AdminURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		return loadtest.ServerTimer{Client: &s.client, Stats: stats, Runs: 3, Quiesce: s.quiesce}, stats.Close, nil
+	}
+	return nil, nil, fmt.Errorf("loadtest: -db-time %q must be sql or server", s.dbTime)
 }
 
 // scenarioSetup finds the layer in the configuration and connects as the

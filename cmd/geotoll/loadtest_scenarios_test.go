@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/geotoll/geotoll/internal/testenv"
 )
 
 // TestLoadtestScenariosEndToEnd runs the three measuring instruments
@@ -22,6 +24,7 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 	base, cfg := startServer(t, func(c *Config) {
 		c.Tiles.Cache.MaxBytes = 0
 		c.Throttle.Tiers["bench"] = TierConfig{Rate: 1e9, Capacity: 1e9}
+		c.Database.AdminURL = testenv.DatabaseURL(t) // reads pg_stat_statements (-db-time server)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -60,6 +63,30 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 		if s.Price < 1 || s.Cost < 1 || (s.Status != 200 && s.Status != 204) || s.DBms <= 0 || s.Z > 14 {
 			t.Errorf("sample %d: %+v", i, s)
 		}
+	}
+
+	// The server's own statements, counted by pg_stat_statements.
+	file = filepath.Join(t.TempDir(), "server.json")
+	out = run("fidelity", "-tiles", "6", "-minzoom", "9", "-maxzoom", "12", "-db-time", "server", "-json", file)
+	if !strings.Contains(out, "DB time: the server's own statements (pg_stat_statements of geotoll_reader), median of 3 requests") {
+		t.Errorf("report:\n%s", out)
+	}
+	if raw, err = os.ReadFile(file); err != nil {
+		t.Fatal(err)
+	}
+	rep.Samples = nil
+	if err := json.Unmarshal(raw, &rep); err != nil || len(rep.Samples) != 6 {
+		t.Fatalf("%d samples, %v", len(rep.Samples), err)
+	}
+	spent := 0.0
+	for i, s := range rep.Samples {
+		if s.DBms < 0 || (s.Status != 200 && s.Status != 204) {
+			t.Errorf("sample %d: %+v", i, s)
+		}
+		spent += s.DBms
+	}
+	if spent <= 0 {
+		t.Errorf("the server's statements took %v ms over 6 tiles", spent)
 	}
 
 	out = run("zooms", "-minzoom", "10", "-maxzoom", "12", "-per-zoom", "2")
