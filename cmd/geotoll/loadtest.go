@@ -13,7 +13,15 @@ import (
 
 // runLoadtest runs `geotoll loadtest`: a bounded, paced load against a
 // running geotoll (loopback only unless -allow-remote).
-func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// `geotoll loadtest fidelity|zooms|ceiling …` are the measuring instruments
+// of loadtest_scenarios.go.
+func runLoadtest(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "fidelity", "zooms", "ceiling":
+			return runScenario(ctx, cfg, args[0], args[1:], stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := loadtest.Options{}

@@ -7,6 +7,7 @@
 //	geotoll [flags] keys      create | list | revoke API keys
 //	geotoll loadtest          a paced, bounded load against a running geotoll
 //	geotoll [flags] calibrate time tile queries per zoom; suggest an area_weight
+//	geotoll [flags] opendata  load real open data (npm packages) into schema opendata
 //	geotoll version
 //
 // Configuration: DefaultConfig, then the YAML file of -config, then the
@@ -54,8 +55,10 @@ commands:
   migrate   apply the embedded schema migrations (as the schema owner)
   seed      load the deterministic demo data (flags: -if-empty, -seed N, -points N)
   keys      create, list and revoke API keys (geotoll keys -h)
-  loadtest  a bounded load against a running geotoll (geotoll loadtest -h)
+  loadtest  a bounded load against a running geotoll (geotoll loadtest -h), or
+            a measuring instrument: loadtest fidelity|zooms|ceiling -h
   calibrate time tile queries per zoom and suggest cost weights (geotoll calibrate -h)
+  opendata  load real open data into schema opendata (geotoll opendata -h)
   version   print the version
 `
 
@@ -89,9 +92,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "keys":
 		return keys(ctx, cfg, rest[1:], stdout, stderr)
 	case "loadtest":
-		return runLoadtest(ctx, rest[1:], stdout, stderr)
+		return runLoadtest(ctx, cfg, rest[1:], stdout, stderr)
 	case "calibrate":
 		return calibrate(ctx, cfg, rest[1:], stdout, stderr)
+	case "opendata":
+		return openData(ctx, cfg, rest[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "geotoll", version)
 		return nil

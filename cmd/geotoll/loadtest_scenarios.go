@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/geotoll/geotoll/loadtest"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+const scenarioUsage = `usage: geotoll -config FILE loadtest SCENARIO [flags]
+
+Measuring instruments against a running geotoll (any build), with the layers
+of FILE as that server is configured, and the database as the read role
+(DATABASE_URL). The server should run with tiles.cache.max_bytes 0 and the
+key's tier must never refuse (loadtest/opendata.yaml does both).
+
+scenarios:
+  fidelity  sampled tiles: dry-run price, X-Request-Cost and database time; Spearman ρ
+  zooms     per zoom: bytes, features and database time
+  ceiling   dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll, identity and gzip
+`
+
+// scenario holds the flags every scenario shares.
+type scenario struct {
+	client  loadtest.Client
+	layer   string
+	seed    uint64
+	timeout time.Duration
+	quiesce time.Duration
+	dbTime  string
+	minZ    int
+	maxZ    int
+}
+
+func (s *scenario) flags(fs *flag.FlagSet) {
+	fs.StringVar(&s.client.BaseURL, "url", "http://127.0.0.1:8080", "geotoll base URL")
+	fs.StringVar(&s.client.Key, "key", "", "API key (X-API-Key) of a tier that never refuses")
+	fs.BoolVar(&s.client.AllowRemote, "allow-remote", false, "permit a non-loopback -url")
+	fs.StringVar(&s.layer, "layer", "points", "tile layer (as configured in -config)")
+	fs.Uint64Var(&s.seed, "seed", 1, "sampling seed: same seed and data, same tiles")
+	fs.DurationVar(&s.timeout, "db-timeout", 10*time.Second, "statement_timeout of each timed query")
+	fs.StringVar(&s.dbTime, "db-time", "sql", "sql: time the layer's query of this source tree as the read role; "+
+		"server: add up the server's own statements in pg_stat_statements around real requests (any build's SQL; "+
+		"reads them as GEOTOLL_ADMIN_DATABASE_URL)")
+	fs.DurationVar(&s.quiesce, "quiesce", 5*time.Minute, "before timing a tile, wait up to this long for the read role's other statements to end")
+	fs.IntVar(&s.minZ, "minzoom", 0, "lowest zoom")
+	fs.IntVar(&s.maxZ, "maxzoom", 16, "highest zoom")
+}
+
+// runScenario runs `geotoll loadtest fidelity|zooms|ceiling`.
+func runScenario(ctx context.Context, cfg Config, name string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadtest "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, scenarioUsage); fs.PrintDefaults() }
+	var s scenario
+	s.flags(fs)
+	n := fs.Int("tiles", 200, "fidelity: tiles sampled")
+	jsonOut := fs.String("json", "", "fidelity: also write every sample to this JSON file")
+	verbose := fs.Bool("v", false, "print each tile (fidelity, zooms) or pgbench's output (ceiling)")
+	perZoom := fs.Int("per-zoom", 8, "zooms: tiles per zoom")
+	d := fs.Duration("duration", 10*time.Second, "ceiling: each run's length")
+	clients := fs.Int("clients", 16, "ceiling: connections (pgbench -c and geotoll's)")
+	threads := fs.Int("threads", 2, "ceiling: pgbench -j")
+	merge := fs.String("report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if name == "fidelity" && *merge != "" {
+		rep, err := loadtest.ReadFidelity(strings.Split(*merge, ",")...)
+		if err != nil {
+			return fmt.Errorf("loadtest fidelity: %w", err)
+		}
+		rep.WriteText(stdout)
+		return nil
+	}
+	layer, pool, err := scenarioSetup(ctx, cfg, s.layer)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	timer, closeTimer, err := s.timer(ctx, cfg, pool)
+	if err != nil {
+		return err
+	}
+	defer closeTimer()
+	progress := io.Discard
+	if *verbose {
+		progress = stderr
+	}
+	switch name {
+	case "fidelity":
+		rep, err := loadtest.RunFidelity(ctx, loadtest.FidelityOptions{Client: &s.client, Pool: pool, Timer: timer, Layer: layer,
+			Tiles: *n, Seed: s.seed, MinZoom: s.minZ, MaxZoom: s.maxZ, Progress: progress})
+		if err != nil {
+			return fmt.Errorf("loadtest fidelity: %w", err)
+		}
+		rep.WriteText(stdout)
+		return writeJSON(*jsonOut, rep)
+	case "zooms":
+		rows, err := loadtest.RunZooms(ctx, loadtest.ZoomOptions{Client: &s.client, Pool: pool, Timer: timer, Layer: layer,
+			PerZoom: *perZoom, Seed: s.seed, MinZoom: s.minZ, MaxZoom: s.maxZ, Progress: progress})
+		if err != nil {
+			return fmt.Errorf("loadtest zooms: %w", err)
+		}
+		loadtest.WriteZooms(stdout, layer.Name, rows)
+		return nil
+	}
+	points, err := loadtest.Centroids(ctx, pool, layer)
+	if err != nil {
+		return err
+	}
+	o := loadtest.CeilingOptions{Client: &s.client, Layer: layer, Lists: loadtest.CeilingLists(points), Progress: progress,
+		Pgbench: loadtest.Pgbench{DatabaseURL: cfg.Database.URL, Clients: *clients, Threads: *threads, Duration: *d}}
+	rs, err := loadtest.RunCeiling(ctx, o)
+	if err != nil {
+		return fmt.Errorf("loadtest ceiling: %w", err)
+	}
+	loadtest.WriteCeiling(stdout, layer.Name, *clients, *d, rs)
+	return nil
+}
+
+// timer is the database-time measure -db-time names, and what closes it.
+func (s *scenario) timer(ctx context.Context, cfg Config, pool *pgxpool.Pool) (loadtest.Timer, func(), error) {
+	switch s.dbTime {
+	case "sql":
+		return loadtest.TileTimer{Pool: pool, Runs: 3, Timeout: s.timeout, Quiesce: s.quiesce}, func() {}, nil
+	case "server":
+		stats, err := pgxpool.New(ctx, cfg.Database.AdminURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		return loadtest.ServerTimer{Client: &s.client, Stats: stats, Runs: 3, Quiesce: s.quiesce}, stats.Close, nil
+	}
+	return nil, nil, fmt.Errorf("loadtest: -db-time %q must be sql or server", s.dbTime)
+}
+
+// scenarioSetup finds the layer in the configuration and connects as the
+// read role.
+func scenarioSetup(ctx context.Context, cfg Config, name string) (*tiles.Layer, *pgxpool.Pool, error) {
+	cat, _, err := cfg.catalog()
+	if err != nil {
+		return nil, nil, err
+	}
+	layer := cat.Layer(name)
+	if layer == nil {
+		return nil, nil, fmt.Errorf("loadtest: layer %q is not in the configuration (-config)", name)
+	}
+	if cfg.Database.URL == "" {
+		return nil, nil, errors.New("loadtest: set DATABASE_URL (the read role) to time the queries")
+	}
+	pool, err := pgxpool.New(ctx, cfg.Database.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	return layer, pool, nil
+}
+
+func writeJSON(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+)
+
+// TestLoadtestScenariosEndToEnd runs the three measuring instruments
+// against a whole server (cache off, a tier that never refuses) on the demo
+// data, as `geotoll loadtest fidelity|zooms|ceiling` would.
+func TestLoadtestScenariosEndToEnd(t *testing.T) {
+	key := createKey(t, "bench")
+	base, cfg := startServer(t, func(c *Config) {
+		c.Tiles.Cache.MaxBytes = 0
+		c.Throttle.Tiers["bench"] = TierConfig{Rate: 1e9, Capacity: 1e9}
+		c.Database.AdminURL = testenv.DatabaseURL(t) // reads pg_stat_statements (-db-time server)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		args = append(args, "-url", base, "-key", key, "-layer", "places")
+		if err := runLoadtest(ctx, cfg, args, &out, &errOut); err != nil {
+			t.Fatalf("loadtest %v: %v\n%s", args, err, errOut.String())
+		}
+		return out.String()
+	}
+
+	file := filepath.Join(t.TempDir(), "fidelity.json")
+	out := run("fidelity", "-tiles", "16", "-maxzoom", "14", "-json", file)
+	if !regexp.MustCompile(`(?m)^\s+all\s+1[4-6]\s+(-?[01]\.\d{3}|NaN)\s`).MatchString(out) {
+		t.Errorf("no ρ over all tiles in:\n%s", out)
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Samples []struct {
+			Z      int     `json:"z"`
+			Price  float64 `json:"price"`
+			Cost   float64 `json:"cost"`
+			Status int     `json:"status"`
+			DBms   float64 `json:"db_ms"`
+		} `json:"samples"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil || len(rep.Samples) < 14 {
+		t.Fatalf("%d samples, %v", len(rep.Samples), err)
+	}
+	for i, s := range rep.Samples {
+		if s.Price < 1 || s.Cost < 1 || (s.Status != 200 && s.Status != 204) || s.DBms <= 0 || s.Z > 14 {
+			t.Errorf("sample %d: %+v", i, s)
+		}
+	}
+
+	// The server's own statements, counted by pg_stat_statements.
+	file = filepath.Join(t.TempDir(), "server.json")
+	out = run("fidelity", "-tiles", "6", "-minzoom", "9", "-maxzoom", "12", "-db-time", "server", "-json", file)
+	if !strings.Contains(out, "DB time: the server's own statements (pg_stat_statements of geotoll_reader), median of 3 requests") {
+		t.Errorf("report:\n%s", out)
+	}
+	if raw, err = os.ReadFile(file); err != nil {
+		t.Fatal(err)
+	}
+	rep.Samples = nil
+	if err := json.Unmarshal(raw, &rep); err != nil || len(rep.Samples) != 6 {
+		t.Fatalf("%d samples, %v", len(rep.Samples), err)
+	}
+	spent := 0.0
+	for i, s := range rep.Samples {
+		if s.DBms < 0 || (s.Status != 200 && s.Status != 204) {
+			t.Errorf("sample %d: %+v", i, s)
+		}
+		spent += s.DBms
+	}
+	if spent <= 0 {
+		t.Errorf("the server's statements took %v ms over 6 tiles", spent)
+	}
+
+	out = run("zooms", "-minzoom", "10", "-maxzoom", "12", "-per-zoom", "2")
+	for _, z := range []string{"10", "11", "12"} {
+		if !regexp.MustCompile(`(?m)^\s+` + z + `\s+2\s+\d+`).MatchString(out) {
+			t.Errorf("no row for z%s with 2 tiles in:\n%s", z, out)
+		}
+	}
+
+	out = run("ceiling", "-duration", "1s", "-clients", "2", "-threads", "1")
+	rows := regexp.MustCompile(`(?m)^\s+(z14|z8-10)\s+(\d+)\s+(\d+)\s+(identity|gzip)\s+(\d+)\s+([\d.]+)\s`).FindAllStringSubmatch(out, -1)
+	if len(rows) != 4 {
+		t.Fatalf("want 4 rows (2 lists × identity, gzip) in:\n%s", out)
+	}
+	for _, r := range rows {
+		ceiling, _ := strconv.Atoi(r[3])
+		rate, _ := strconv.Atoi(r[5])
+		if ceiling <= 0 || rate <= 0 {
+			t.Errorf("row %q: pgbench %d/s, geotoll %d/s", strings.TrimSpace(r[0]), ceiling, rate)
+		}
+	}
+}
+
+func TestLoadtestScenarioRejectsUnknownLayer(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Database.URL = "postgres://127.0.0.1:1/none"
+	err := runLoadtest(context.Background(), cfg, []string{"fidelity", "-layer", "nope"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `layer "nope"`) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,99 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// TileList is a named, fixed list of tiles.
+type TileList struct {
+	Name  string
+	Tiles []maptile.Tile
+}
+
+// CeilingLists are the lists of the ceiling benchmark, from the layer's
+// points (EPSG:3857, see Centroids): "z14", the 396 densest z14 tiles, and
+// "z8-10", the 44 densest tiles of each of z8, z9 and z10 — the sizes of
+// the demo's lists.
+func CeilingLists(points []orb.Point) []TileList {
+	var mid []maptile.Tile
+	for z := maptile.Zoom(8); z <= 10; z++ {
+		mid = append(mid, DenseTiles(points, z, 44)...)
+	}
+	return []TileList{{"z14", DenseTiles(points, 14, 396)}, {"z8-10", mid}}
+}
+
+// CeilingOptions configure RunCeiling.
+type CeilingOptions struct {
+	Client   *Client
+	Pgbench  Pgbench // its Clients and Duration are the loops' too
+	Layer    *tiles.Layer
+	Lists    []TileList
+	Progress io.Writer // when set, pgbench's own output
+}
+
+// CeilingResult is one list's database ceiling and geotoll's rates.
+type CeilingResult struct {
+	List       string
+	Tiles      int
+	PgbenchTPS float64
+	Loops      []LoopResult // identity, then gzip
+}
+
+// RunCeiling runs, per list, the layer's tile query through pgbench (the
+// database's own ceiling) and then the same tiles through geotoll with the
+// same number of connections for the same time, as an identity client and
+// as a gzip client. The server must run with its tile cache off.
+func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) {
+	o.Pgbench.Clients = cmpOr(o.Pgbench.Clients, 16)
+	if o.Pgbench.Duration <= 0 {
+		o.Pgbench.Duration = 10 * time.Second
+	}
+	var out []CeilingResult
+	for _, list := range o.Lists {
+		script, err := PgbenchScript(o.Layer, list.Tiles)
+		if err != nil {
+			return out, err
+		}
+		tps, log, err := o.Pgbench.Run(ctx, script, o.Layer.Name)
+		if err != nil {
+			return out, err
+		}
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "== pgbench, list %s\n%s\n", list.Name, log)
+		}
+		res := CeilingResult{List: list.Name, Tiles: len(list.Tiles), PgbenchTPS: tps}
+		for _, gzip := range []bool{false, true} {
+			r, err := o.Client.Loop(ctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, o.Pgbench.Duration, gzip)
+			if err != nil {
+				return out, err
+			}
+			res.Loops = append(res.Loops, r)
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// WriteCeiling prints tiles/s against the ceiling.
+func WriteCeiling(w io.Writer, layer string, clients int, d time.Duration, rs []CeilingResult) {
+	fmt.Fprintf(w, "layer %s: %d connections for %s each; pgbench -M prepared, the same SQL and tiles (the ceiling)\n\n", layer, clients, d)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "list\ttiles\tpgbench tx/s\tclient\tgeotoll tiles/s\t× ceiling\tp50\tp99\tKB/tile\tstatus\t")
+	for _, r := range rs {
+		for _, l := range r.Loops {
+			kb := float64(l.BodyBytes) / 1024 / float64(max(1, l.Requests))
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.0f\t%.2f\t%s\t%s\t%.1f\t%s\t\n", r.List, r.Tiles, r.PgbenchTPS, l.Encoding, l.TilesPerSec,
+				l.TilesPerSec/r.PgbenchTPS, l.P50.Round(10*time.Microsecond), l.P99.Round(10*time.Microsecond), kb, StatusText(l.Status))
+		}
+	}
+	tw.Flush()
+}

@@ -1,0 +1,124 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paulmach/orb/encoding/mvt"
+	"github.com/paulmach/orb/maptile"
+)
+
+// Client asks one running geotoll — any build of it — for tiles, with an
+// API key, over loopback unless AllowRemote.
+type Client struct {
+	BaseURL     string // e.g. http://127.0.0.1:8080
+	Key         string // sent as X-API-Key ("" = anonymous)
+	AllowRemote bool
+	HTTP        *http.Client // nil: one with a 60 s timeout that never asks for gzip by itself
+}
+
+func (c *Client) check() error {
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("url %q must be http(s)://host[:port]", c.BaseURL)
+	}
+	if !c.AllowRemote && !isLoopback(u.Hostname()) {
+		return fmt.Errorf("url host %q is not loopback; pass -allow-remote to measure another machine", u.Hostname())
+	}
+	if c.HTTP == nil {
+		c.HTTP = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+			DisableCompression: true, MaxIdleConnsPerHost: 64,
+		}}
+	}
+	return nil
+}
+
+// TilePath is the URL path of a layer's tile.
+func TilePath(layer string, t maptile.Tile) string {
+	return fmt.Sprintf("/tiles/%s/%d/%d/%d.mvt", layer, t.Z, t.X, t.Y)
+}
+
+func (c *Client) get(ctx context.Context, path string, gzip bool) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.BaseURL, "/")+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.Key != "" {
+		req.Header.Set("X-API-Key", c.Key)
+	}
+	if gzip {
+		req.Header.Set("Accept-Encoding", "gzip")
+	}
+	return c.HTTP.Do(req)
+}
+
+// DryRun returns the price the server quotes for the tile (?dry_run=1):
+// nothing charged, nothing queried.
+func (c *Client) DryRun(ctx context.Context, layer string, t maptile.Tile) (float64, error) {
+	resp, err := c.get(ctx, TilePath(layer, t)+"?dry_run=1", false)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Cost *float64 `json:"cost"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&body); err != nil || resp.StatusCode != http.StatusOK || body.Cost == nil {
+		return 0, fmt.Errorf("dry run %s: status %d, %v", TilePath(layer, t), resp.StatusCode, err)
+	}
+	return *body.Cost, nil
+}
+
+// TileResponse is what a real tile request got.
+type TileResponse struct {
+	Status   int
+	Cost     float64 // X-Request-Cost; NaN when absent
+	Estimate float64 // X-Request-Cost-Estimate; NaN when absent
+	Bytes    int     // body as sent (identity: the MVT itself)
+	Features int     // features over all MVT layers (identity 200s only)
+	Took     time.Duration
+}
+
+// Tile requests the tile (uncompressed) and decodes it.
+func (c *Client) Tile(ctx context.Context, layer string, t maptile.Tile) (TileResponse, error) {
+	start := time.Now()
+	resp, err := c.get(ctx, TilePath(layer, t), false)
+	if err != nil {
+		return TileResponse{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return TileResponse{}, err
+	}
+	r := TileResponse{
+		Status: resp.StatusCode, Bytes: len(body), Took: time.Since(start),
+		Cost: headerFloat(resp.Header, "X-Request-Cost"), Estimate: headerFloat(resp.Header, "X-Request-Cost-Estimate"),
+	}
+	if resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Encoding") == "" {
+		layers, err := mvt.Unmarshal(body)
+		if err != nil {
+			return r, fmt.Errorf("%s: not a tile: %w", TilePath(layer, t), err)
+		}
+		for _, l := range layers {
+			r.Features += len(l.Features)
+		}
+	}
+	return r, nil
+}
+
+func headerFloat(h http.Header, name string) float64 {
+	v, err := strconv.ParseFloat(h.Get(name), 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
+}

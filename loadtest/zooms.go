@@ -1,0 +1,140 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// ZoomOptions configure RunZooms.
+type ZoomOptions struct {
+	Client  *Client
+	Pool    *pgxpool.Pool // the read role: where the layer's data lies
+	Timer   Timer
+	Layer   *tiles.Layer
+	PerZoom int    // tiles per zoom, where the layer has data; default 8
+	Seed    uint64 // default 1
+	// MinZoom..MaxZoom, default 0..16, within the layer's own range.
+	MinZoom, MaxZoom int
+	Progress         io.Writer // when set, one line per tile
+}
+
+// ZoomRow is one zoom of the per-zoom table: medians over its tiles.
+type ZoomRow struct {
+	Zoom     int
+	Tiles    int
+	Bytes    float64 // uncompressed MVT as the server sent it; NaN when no tile was drawn
+	MaxBytes int
+	Features float64
+	DBms     float64
+	MaxDBms  float64
+	Censored int         // tiles whose query timed out (their DBms is a lower bound)
+	Status   map[int]int // the server's answers
+}
+
+// AnchoredTiles returns up to n distinct tiles of zoom z under the
+// anchors (lon/lat), in the anchors' order.
+func AnchoredTiles(anchors []orb.Point, z maptile.Zoom, n int) []maptile.Tile {
+	seen := map[maptile.Tile]bool{}
+	var out []maptile.Tile
+	for _, p := range anchors {
+		if len(out) == n {
+			break
+		}
+		t := maptile.At(orb.Point{p[0], clampLat(p[1])}, z)
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// RunZooms measures, per zoom, the tiles under PerZoom random positions of
+// the layer's data: the server's bytes and features, and the database
+// time of the layer's query.
+func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
+	if o.PerZoom <= 0 {
+		o.PerZoom = 8
+	}
+	o.Seed, o.MinZoom, o.MaxZoom = sampling(o.Layer, o.Seed, o.MinZoom, o.MaxZoom)
+	if err := o.Client.check(); err != nil {
+		return nil, err
+	}
+	anchors, err := Anchors(ctx, o.Pool, o.Layer, 4*o.PerZoom, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	var rows []ZoomRow
+	for z := o.MinZoom; z <= o.MaxZoom; z++ {
+		row := ZoomRow{Zoom: z, Status: map[int]int{}}
+		var bytes, feats, ms []float64
+		for _, t := range AnchoredTiles(anchors, maptile.Zoom(z), o.PerZoom) {
+			r, err := o.Client.Tile(ctx, o.Layer.Name, t)
+			if err != nil {
+				return rows, err
+			}
+			tm, err := o.Timer.Time(ctx, o.Layer, t)
+			if err != nil {
+				return rows, err
+			}
+			row.Status[r.Status]++
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "%-14s status %d %8d B %6d features %9.2f ms%s\n", tileName(t), r.Status, r.Bytes, r.Features, tm.MS, censoredMark(tm.Censored))
+			}
+			drawn := r.Status == 200 || r.Status == 204
+			if !drawn && !tm.Censored {
+				// The server gave up (a 503 at its own timeout): the
+				// tile is the one the database drew.
+				r.Bytes, r.Features, drawn = tm.Bytes, tm.Features, true
+			}
+			if drawn { // else nobody drew the tile: no size to count
+				bytes, feats = append(bytes, float64(r.Bytes)), append(feats, float64(r.Features))
+				row.MaxBytes = max(row.MaxBytes, r.Bytes)
+			}
+			ms = append(ms, tm.MS)
+			if tm.Censored {
+				row.Censored++
+			}
+		}
+		row.Tiles = len(ms)
+		row.Bytes, row.Features, row.DBms = math.NaN(), math.NaN(), median(ms)
+		if len(bytes) > 0 {
+			row.Bytes, row.Features = median(bytes), median(feats)
+		}
+		if len(ms) > 0 {
+			row.MaxDBms = slices.Max(ms)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// WriteZooms prints the per-zoom table.
+func WriteZooms(w io.Writer, layer string, rows []ZoomRow) {
+	fmt.Fprintf(w, "layer %s: medians over the tiles under random positions of its data (DB ms: median of 3 runs each;\n"+
+		"bytes and features as the server sent them, or as the database drew them when the server answered 503)\n\n", layer)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "zoom\ttiles\tbytes\tmax bytes\tfeatures\tDB ms\tmax DB ms\ttimed out\tserver\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%.2f\t%.2f\t%d\t%s\t\n", r.Zoom, r.Tiles, whole(r.Bytes), r.MaxBytes, whole(r.Features), r.DBms, r.MaxDBms, r.Censored, StatusText(r.Status))
+	}
+	tw.Flush()
+}
+
+// whole prints v without decimals, or "—" for NaN (nothing measured).
+func whole(v float64) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
