@@ -16,6 +16,7 @@ import (
 
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
+	queries "github.com/geotoll/geotoll/sql"
 )
 
 // Store runs geofence queries in PostGIS. Every query runs in its own
@@ -45,14 +46,14 @@ func NewStore(pool *pgxpool.Pool) *Store {
 
 // Query texts; the layer queries are rendered per layer by NewCatalog.
 var (
-	containsSQL      = mustQuery("geofence_contains.sql")
-	checkSQL         = mustQuery("geofence_check.sql")
-	fenceGetSQL      = mustQuery("geofence_fence_get.sql")
-	fenceListSQL     = mustQuery("geofence_fence_list.sql")
-	fenceValidateSQL = mustQuery("geofence_fence_validate.sql")
-	fenceInsertSQL   = mustQuery("geofence_fence_insert.sql")
-	fenceUpdateSQL   = mustQuery("geofence_fence_update.sql")
-	fenceDeleteSQL   = mustQuery("geofence_fence_delete.sql")
+	containsSQL      = queries.MustRead("geofence_contains.sql")
+	checkSQL         = queries.MustRead("geofence_check.sql")
+	fenceGetSQL      = queries.MustRead("geofence_fence_get.sql")
+	fenceListSQL     = queries.MustRead("geofence_fence_list.sql")
+	fenceValidateSQL = queries.MustRead("geofence_fence_validate.sql")
+	fenceInsertSQL   = queries.MustRead("geofence_fence_insert.sql")
+	fenceUpdateSQL   = queries.MustRead("geofence_fence_update.sql")
+	fenceDeleteSQL   = queries.MustRead("geofence_fence_delete.sql")
 )
 
 // setLocalSQL is SET LOCAL statement_timeout and jit = off with a bound

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/geotoll/geotoll/problem"
+	queries "github.com/geotoll/geotoll/sql"
 )
 
 // LayerInfo describes the data behind a layer, for TileJSON.
@@ -80,8 +81,8 @@ func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
 }
 
 var (
-	fieldsSQL         = mustQuery("layer_fields.sql")
-	extentEstimateSQL = mustQuery("layer_extent_estimate.sql")
+	fieldsSQL         = queries.MustRead("layer_fields.sql")
+	extentEstimateSQL = queries.MustRead("layer_extent_estimate.sql")
 )
 
 // readOnly runs fn in a READ ONLY transaction under SET LOCAL
