@@ -2,6 +2,7 @@ package tiles
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -171,12 +173,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
 		return
 	}
+	deadline, hasDeadline := r.Context().Deadline()
 	e, shared, err := h.Cache.load(r.Context(), key, func(ctx context.Context) ([]byte, error) {
 		// The render outlives the request that started it while others
 		// wait for it (see flights), so it needs a bound of its own: the
-		// statement timeout, plus time to get a connection.
+		// statement timeout, plus time to get a connection — and the
+		// starting request's deadline, so that the render answers (with a
+		// 503 of its own) before the requests waiting for it must.
 		ctx, cancel := context.WithTimeout(ctx, statementTimeout(req.Layers)+renderGrace)
 		defer cancel()
+		if hasDeadline {
+			var cancelDeadline context.CancelFunc
+			ctx, cancelDeadline = context.WithDeadline(ctx, deadline)
+			defer cancelDeadline()
+		}
 		return h.Store.Tile(ctx, req.Layers, req.Tile)
 	})
 	if err != nil {
@@ -261,21 +271,31 @@ func (h *Handler) observe(result string) {
 	}
 }
 
+// fail answers a failed tile request. A database statement still running
+// behind err is waited for after the answer is sent (pgcall.Respond), so
+// the request — and its in-flight slot — lasts as long as the database
+// works for it.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p := problem.From(err)
 	level := slog.LevelWarn
-	switch {
-	case r.Context().Err() != nil:
-		// The client hung up (or the write deadline passed): not a server
-		// fault, and nobody reads this response.
+	switch ctxErr := r.Context().Err(); {
+	case errors.Is(ctxErr, context.Canceled):
+		// The client hung up: not a server fault, and nobody reads this
+		// response.
 		p = &problem.Error{Code: problem.Unavailable, Detail: "request cancelled", Err: err}
 		level = slog.LevelInfo
+	case errors.Is(ctxErr, context.DeadlineExceeded) && p.Code == problem.Internal:
+		// The request's deadline passed while it waited for a render.
+		p = &problem.Error{Code: problem.Timeout, Detail: "the tile was not ready within the request's time limit; try again later",
+			RetryAfter: 1, Err: err}
 	case p.Code == problem.Internal:
 		level = slog.LevelError
 	}
+	var stopping *pgcall.Stopping
 	h.logger().LogAttrs(r.Context(), level, "tile failed",
-		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err))
-	problem.Write(w, r, p)
+		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err),
+		slog.Bool("db_still_running", errors.As(err, &stopping)))
+	pgcall.Respond(w, err, func() { problem.Write(w, r, p) })
 }
 
 func (h *Handler) logger() *slog.Logger {
