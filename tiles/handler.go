@@ -141,6 +141,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
+	key := keyOf(req.Layers, req.Tile)
 	if h.Cache == nil {
 		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
 			return
@@ -150,24 +151,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, err)
 			return
 		}
-		e, err := h.Cache.newEntry(tile) // nil Cache: hashed, not compressed
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
 		h.observe("miss")
-		h.write(w, r, req.Layers, e, "MISS")
+		h.write(w, r, req.Layers, key, newEntry(tile), "MISS")
 		return
 	}
 
 	// The cache is asked before the gate, so that a hit is priced as one.
-	key := keyOf(req.Layers, req.Tile)
 	if e, ok := h.Cache.get(key); ok {
 		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile, CacheHit: true}) {
 			return
 		}
 		h.observe("hit")
-		h.write(w, r, req.Layers, e, "HIT")
+		h.write(w, r, req.Layers, key, e, "HIT")
 		return
 	}
 	if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
@@ -198,7 +193,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		h.observe("miss")
 	}
-	h.write(w, r, req.Layers, e, "MISS")
+	h.write(w, r, req.Layers, key, e, "MISS")
 }
 
 // renderGrace is what a shared render may take beyond its statement
@@ -217,12 +212,18 @@ func statementTimeout(layers []*Layer) time.Duration {
 }
 
 // write sends a rendered tile: 304 when If-None-Match names it, 204 when it
-// is empty, else 200 — gzip-coded when the client accepts gzip and the
-// stored tile is compressed. Every answer carries ETag, Cache-Control,
-// Vary: Accept-Encoding and X-Cache.
-func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, e *entry, cache string) {
+// is empty, else 200 — gzip-coded when the client accepts gzip, the
+// handler has a Cache, and gzip makes the tile smaller (compressed once per
+// cached tile; a client that does not accept gzip never pays for it). Every
+// answer carries ETag, Cache-Control, Vary: Accept-Encoding and X-Cache.
+func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
-	gz := e.gzipped && acceptsGzip(r.Header.Values("Accept-Encoding"))
+	body, gz := e.data, false
+	if h.Cache != nil && acceptsGzip(r.Header.Values("Accept-Encoding")) {
+		if z, ok := h.Cache.gzipped(key, e); ok {
+			body, gz = z, true
+		}
+	}
 	hdr.Set("X-Cache", cache)
 	hdr.Set("Cache-Control", cacheControl(layers))
 	hdr.Add("Vary", "Accept-Encoding")
@@ -231,21 +232,14 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	if e.size == 0 {
+	if len(e.data) == 0 {
 		// An empty tile is 204 No Content (as martin does): MapLibre,
 		// OpenLayers and Leaflet all draw it as an empty tile.
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	body := e.data
 	if gz {
 		hdr.Set("Content-Encoding", "gzip")
-	} else if e.gzipped {
-		var err error
-		if body, err = e.identity(); err != nil {
-			h.fail(w, r, err)
-			return
-		}
 	}
 	hdr.Set("Content-Type", ContentType)
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
