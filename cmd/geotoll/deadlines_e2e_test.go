@@ -80,7 +80,9 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 		c.Throttle.Tiers[server.AnonymousTier] = TierConfig{Rate: 1000, Capacity: 1000}
 		c.Layers = append(c.Layers,
 			LayerConfig{Layer: layerFor(schema+".sleepy", 300*time.Millisecond)},
-			LayerConfig{Layer: layerFor(schema+".stuck", 300*time.Millisecond)})
+			// 1 s: a shorter timeout may expire, on a loaded machine, before
+			// the backend has reached the cut, and stop it there.
+			LayerConfig{Layer: layerFor(schema+".stuck", time.Second)})
 	})
 	owner := testenv.Pool(t)
 	defer drained(t, owner, schema)

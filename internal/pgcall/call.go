@@ -24,8 +24,11 @@ type call struct {
 	conn   *pgxpool.Conn
 	cancel *canceller // nil on a pool that Configure did not set up
 	cut    time.Time
-	done   chan struct{} // closed once the connection is back in the pool
-	state  atomic.Int32
+	// answerBy is the caller's deadline (zero: none): a cut call waits for
+	// its backend at most StopWait, and never past it.
+	answerBy time.Time
+	done     chan struct{} // closed once the connection is back in the pool
+	state    atomic.Int32
 
 	// Written by run before done is closed.
 	timing Timing
@@ -44,7 +47,8 @@ const (
 var errNoAnswer = errors.New("the database did not answer its cancel request")
 
 // call acquires a connection and runs w on it, cut budget + AnswerGrace
-// from now or StopWait before ctx's deadline, whichever is first.
+// from now or shortly before ctx's deadline — StopWait before it, or a
+// quarter of the time left if that is less — whichever is first.
 func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, error) {
 	conn, err := db.acquire(ctx)
 	if err != nil {
@@ -55,8 +59,11 @@ func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, e
 	}
 	c := &call{db: db, ctx: ctx, conn: conn, cancel: cancellerOf(conn.Conn()),
 		cut: time.Now().Add(budget + AnswerGrace), done: make(chan struct{})}
-	if dl, ok := ctx.Deadline(); ok && dl.Add(-StopWait).Before(c.cut) {
-		c.cut = dl.Add(-StopWait)
+	if dl, ok := ctx.Deadline(); ok {
+		c.answerBy = dl
+		if cut := dl.Add(-min(StopWait, time.Until(dl)/4)); cut.Before(c.cut) {
+			c.cut = cut
+		}
 	}
 	wctx, cancel := context.WithDeadline(ctx, c.cut)
 	go c.run(wctx, cancel, w)
@@ -88,7 +95,11 @@ func (c *call) await(ctx context.Context) (Timing, error) {
 		return c.result()
 	case <-ctx.Done():
 	}
-	t := time.NewTimer(StopWait)
+	wait := StopWait
+	if !c.answerBy.IsZero() {
+		wait = max(min(wait, time.Until(c.answerBy)), 0)
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-c.done:

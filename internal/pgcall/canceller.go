@@ -16,8 +16,10 @@ import (
 // PostgreSQL cancel request while they keep waiting for the backend's
 // answer, instead of pgx's default of closing the socket — which frees the
 // pool slot at once while the backend runs on. A connection gives up on
-// its backend (closes the socket) only after wait: a database that is
-// partitioned away must not hold a slot for ever.
+// its backend (closes the socket) after wait at most, and at once when the
+// server does not acknowledge the cancel request within StopWait: a
+// database that does not answer at all (paused, partitioned) stops nothing
+// by being waited for, and a ping or a pool's Acquire must not hang on it.
 func Configure(cfg *pgxpool.Config, wait time.Duration) {
 	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		h := &canceller{conn: pc, wait: wait}
@@ -27,6 +29,17 @@ func Configure(cfg *pgxpool.Config, wait time.Duration) {
 }
 
 const cancellerKey = "geotoll/pgcall.canceller"
+
+// CloseOnCancel gives cc pgx's default reaction to a cancelled context —
+// close the socket at once — for a connection of its own that waits on the
+// server with no statement running (a LISTEN, a readiness ping), where a
+// cancel request would stop nothing and the wait would last until the
+// server next speaks.
+func CloseOnCancel(cc *pgx.ConnConfig) {
+	cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
+}
 
 // Delays of a cancellation.
 const (
@@ -87,9 +100,14 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 		err := h.conn.CancelRequest(actx)
 		// The server closes the request's connection once it has signalled
 		// the backend; a request still unanswered at the end of actx
-		// reached no live server.
-		h.acked.Store(err == nil && actx.Err() == nil)
+		// reached no live server: give up on the connection now.
+		acked := err == nil && actx.Err() == nil
 		cancel()
+		h.acked.Store(acked)
+		if !acked {
+			_ = h.conn.Conn().SetDeadline(time.Now())
+			return
+		}
 		time.Sleep(raceDelay)
 	}()
 }

@@ -199,9 +199,11 @@ func One(dest ...any) func(pgx.Rows) error {
 const cutMargin = 50 * time.Millisecond
 
 // clip shortens a statement timeout so that PostgreSQL cuts the statement
-// before the client would.
+// before the client would: cutMargin before, or a quarter of the time left
+// if that is less.
 func clip(d time.Duration, cut time.Time) time.Duration {
-	return max(min(d, time.Until(cut)-cutMargin), time.Millisecond)
+	left := time.Until(cut)
+	return max(min(d, left-min(cutMargin, left/4)), time.Millisecond)
 }
 
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -18,10 +18,11 @@
 //
 // A call is cut (cancelled by the client) [AnswerGrace] after its
 // statements' timeouts have all run out, or [StopWait] before the deadline
-// of its context, whichever comes first; each statement's timeout is
-// shortened so that PostgreSQL cuts it first. A call therefore answers by
-// its context's deadline, and the server's request deadline, shorter than
-// the HTTP write timeout, is always met with a status and a body.
+// of its context (a quarter of the time left, if that is less), whichever
+// comes first; each statement's timeout is shortened so that PostgreSQL
+// cuts it first. A call therefore answers by its context's deadline, and
+// the server's request deadline, shorter than the HTTP write timeout, is
+// always met with a status and a body.
 //
 // # No orphaned work
 //
@@ -30,7 +31,9 @@
 // function working on one huge geometry does not look at interrupts for
 // minutes. [Configure] replaces it: a cancelled call sends PostgreSQL a
 // cancel request and keeps its connection until the backend answers (at
-// most the configured wait). A call whose backend has not stopped
+// most the configured wait; not at all if the server does not acknowledge
+// the cancel request: a database that answers nothing stops nothing by
+// being waited for). A call whose backend has not stopped
 // [StopWait] after the cut still answers — with an error that wraps
 // [Stopping] — and its connection returns to the pool only once the
 // backend has stopped. [Respond] lets an HTTP handler send that answer and
