@@ -65,12 +65,15 @@ func drained(t *testing.T, owner *pgxpool.Pool, schema string) {
 }
 
 // A tile whose query is cut — by its statement_timeout (a sleep), or by the
-// request's deadline because the backend does not stop (the stuck cut) —
-// answers 503 with Retry-After and a problem body before the write
-// timeout: never an empty reply. Metrics call both statement timeouts, and
+// client because the backend does not stop (the stuck cut) — answers 503
+// with Retry-After and a problem body before the write timeout: never an
+// empty reply. Metrics call both statement timeouts, and
 // count the statement that outlives its answer until it stops.
+//
+// Not parallel, like the next test: the stuck statements keep a core busy
+// for seconds, which would push other tests' queries past their timeouts;
+// each waits for its statements to stop before it returns.
 func TestEndToEndCutQueryAnswers503(t *testing.T) {
-	t.Parallel()
 	schema, exec := fixtureSchema(t)
 	stuckView(exec)
 	exec(`CREATE VIEW {s}.sleepy AS SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(1, 1), 3857) AS geom FROM (SELECT pg_sleep(5)) z`)
@@ -118,7 +121,6 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 // more than two of its statements ever run, because a request that gave up
 // keeps its slot until its statement has stopped.
 func TestEndToEndGivenUpRequestsKeepTheirSlots(t *testing.T) {
-	t.Parallel()
 	schema, exec := fixtureSchema(t)
 	stuckView(exec)
 	key := createKey(t, "tight")
