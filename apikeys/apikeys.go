@@ -78,18 +78,18 @@ var (
 // Store reads and writes keys. Create and Revoke need the schema owner's
 // pool; Active needs only SELECT (the read role has it). Reads are guarded
 // calls (package pgcall): a bounded wait for a connection, a READ ONLY
-// transaction under ReadTimeout.
+// transaction under a 5 s statement timeout.
 type Store struct {
 	pool *pgxpool.Pool
 	db   pgcall.DB
 }
 
-// ReadTimeout is the statement_timeout of a key read.
-const ReadTimeout = 5 * time.Second
+// readTimeout is the statement_timeout of a key read.
+const readTimeout = 5 * time.Second
 
 // NewStore returns a Store over pool.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, db: pgcall.DB{Pool: pool, AcquireTimeout: ReadTimeout}}
+	return &Store{pool: pool, db: pgcall.DB{Pool: pool, AcquireTimeout: readTimeout}}
 }
 
 // Create makes a key for name in tier and returns the key — the only time it
@@ -119,7 +119,7 @@ VALUES ($1, $2, $3, $4, $5) RETURNING id, created_at`, name, tier, h[:], k.Prefi
 // List returns every key, revoked ones included, oldest first.
 func (s *Store) List(ctx context.Context) ([]Key, error) {
 	var out []Key
-	_, err := s.db.Read(ctx, pgcall.Statement{SQL: listSQL, Timeout: ReadTimeout, Scan: func(rows pgx.Rows) error {
+	_, err := s.db.Read(ctx, pgcall.Statement{SQL: listSQL, Timeout: readTimeout, Scan: func(rows pgx.Rows) error {
 		var err error
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
 			var k Key
@@ -154,7 +154,7 @@ var (
 // Active returns the keys that are not revoked, by hash.
 func (s *Store) Active(ctx context.Context) (map[Hash]Key, error) {
 	out := make(map[Hash]Key)
-	_, err := s.db.Read(ctx, pgcall.Statement{SQL: activeSQL, Timeout: ReadTimeout, Scan: func(rows pgx.Rows) error {
+	_, err := s.db.Read(ctx, pgcall.Statement{SQL: activeSQL, Timeout: readTimeout, Scan: func(rows pgx.Rows) error {
 		var (
 			k    Key
 			hash []byte

@@ -23,13 +23,23 @@ import (
 // read-write one, each with statement_timeout and jit off set locally, with
 // the request's context, so a client that hangs up cancels its query.
 type Store struct {
-	// DB is the pool and how it is called: its AcquireTimeout bounds the
-	// wait for a connection, its RetryAfter is sent with a 503 from the
-	// database.
-	pgcall.DB
+	pool *pgxpool.Pool
 	// Timeout is the statement_timeout of contains, check and fence admin
 	// queries (layers carry their own).
 	Timeout time.Duration
+	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
+	// database timed out or could not be reached.
+	RetryAfter int
+	// AcquireTimeout, when positive, bounds the wait for a pooled
+	// connection: a database that does not answer, or a pool whose every
+	// connection is busy, gives a 503 after this instead of a hang.
+	AcquireTimeout time.Duration
+	// Calls, if set, counts database calls by outcome and the statements
+	// still running after their answer (see package pgcall's Observer).
+	Calls interface {
+		Call(outcome string)
+		Outliving(delta int)
+	}
 }
 
 // queryTimeoutDetail is the problem detail of a geofence query cut by its
@@ -40,10 +50,13 @@ const queryTimeoutDetail = "the query exceeded its time limit; try again later w
 // the read-only role (geotoll_reader); for fence writes as
 // geotoll_fence_writer, which may write geotoll.geofences and nothing else.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{
-		DB:      pgcall.DB{Pool: pool, RetryAfter: 2, TimeoutDetail: queryTimeoutDetail},
-		Timeout: DefaultStatementTimeout,
-	}
+	return &Store{pool: pool, Timeout: DefaultStatementTimeout, RetryAfter: 2}
+}
+
+// db is the guarded way to the pool, with the Store's settings.
+func (s *Store) db() *pgcall.DB {
+	return &pgcall.DB{Pool: s.pool, AcquireTimeout: s.AcquireTimeout, RetryAfter: s.RetryAfter,
+		TimeoutDetail: queryTimeoutDetail, Calls: s.Calls}
 }
 
 // Query texts; the layer queries are rendered per layer by NewCatalog.
@@ -88,7 +101,7 @@ func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, error) {
 func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool, error) {
 	out := []Feature{}
 	truncated := false
-	_, err := s.Read(ctx, pgcall.Statement{SQL: containsSQL, Args: []any{q.Lng, q.Lat, q.Limit, q.MaxVertices}, Timeout: s.Timeout,
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: containsSQL, Args: []any{q.Lng, q.Lat, q.Limit, q.MaxVertices}, Timeout: s.Timeout,
 		Scan: func(rows pgx.Rows) error {
 			var (
 				f    Feature
@@ -140,7 +153,7 @@ func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
 	for i := range out {
 		out[i] = []int64{}
 	}
-	_, err := s.Read(ctx, pgcall.Statement{SQL: checkSQL, Args: []any{lngs, lats}, Timeout: s.Timeout,
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: checkSQL, Args: []any{lngs, lats}, Timeout: s.Timeout,
 		Scan: func(rows pgx.Rows) error {
 			var ord, id int64
 			_, err := pgx.ForEachRow(rows, []any{&ord, &id}, func() error {
@@ -161,7 +174,7 @@ func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
 // features runs a query whose rows are (id, geometry, properties).
 func (s *Store) features(ctx context.Context, timeout time.Duration, sql string, args ...any) ([]Feature, error) {
 	var out []Feature
-	_, err := s.Read(ctx, pgcall.Statement{SQL: sql, Args: args, Timeout: timeout,
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: sql, Args: args, Timeout: timeout,
 		Scan: func(rows pgx.Rows) error {
 			var err error
 			out, err = scanFeatures(rows)
@@ -189,7 +202,7 @@ func scanFeatures(rows pgx.Rows) ([]Feature, error) {
 // write runs fn in a guarded read-write transaction of at most three
 // statements (validate, then insert, update or delete) under Timeout each.
 func (s *Store) write(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
-	err := s.Write(ctx, s.Timeout, 3, fn)
+	err := s.db().Write(ctx, s.Timeout, 3, fn)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateCheckViolation {
 		return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence violates a table constraint: " + pgErr.ConstraintName, Err: err}

@@ -125,7 +125,7 @@ func (m *Metrics) TileQuery(layer string, z maptile.Zoom, d time.Duration) {
 }
 
 // Call implements pgcall.Observer.
-func (m *Metrics) Call(o pgcall.Outcome) { m.dbCalls.WithLabelValues(string(o)).Inc() }
+func (m *Metrics) Call(outcome string) { m.dbCalls.WithLabelValues(outcome).Inc() }
 
 // Outliving implements pgcall.Observer.
 func (m *Metrics) Outliving(delta int) { m.outliving.Add(float64(delta)) }

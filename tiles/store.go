@@ -2,6 +2,7 @@ package tiles
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
@@ -12,12 +13,22 @@ import (
 
 // Store renders MVT tiles in PostGIS.
 type Store struct {
-	// DB is the pool and how it is called (see package pgcall): its
-	// AcquireTimeout bounds the wait for a connection, its RetryAfter is
-	// sent with a 503 from the database.
-	pgcall.DB
+	pool *pgxpool.Pool
+	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
+	// database timed out or could not be reached.
+	RetryAfter int
+	// AcquireTimeout, when positive, bounds the wait for a pooled
+	// connection: a database that does not answer, or a pool whose every
+	// connection is busy, gives a 503 after this instead of a hang.
+	AcquireTimeout time.Duration
 	// Observer, if set, times each layer's query.
 	Observer Observer
+	// Calls, if set, counts database calls by outcome and the statements
+	// still running after their answer (see package pgcall's Observer).
+	Calls interface {
+		Call(outcome string)
+		Outliving(delta int)
+	}
 }
 
 // tileTimeoutDetail is the problem detail of a tile cut by its timeout.
@@ -25,8 +36,12 @@ const tileTimeoutDetail = "the tile query exceeded its time limit; try again lat
 
 // NewStore returns a Store reading through pool. The pool should connect as
 // the read-only role that the migrations create.
-func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{DB: pgcall.DB{Pool: pool, RetryAfter: 2, TimeoutDetail: tileTimeoutDetail}}
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, RetryAfter: 2} }
+
+// db is the guarded way to the pool, with the Store's settings.
+func (s *Store) db() *pgcall.DB {
+	return &pgcall.DB{Pool: s.pool, AcquireTimeout: s.AcquireTimeout, RetryAfter: s.RetryAfter,
+		TimeoutDetail: tileTimeoutDetail, Calls: s.Calls}
 }
 
 // Tile renders one tile with one MVT layer per entry of layers, in order,
@@ -58,7 +73,7 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 			Scan:    pgcall.One(&parts[i]),
 		}
 	}
-	timing, err := s.Read(ctx, stmts...)
+	timing, err := s.db().Read(ctx, stmts...)
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,8 @@ func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
 	info := LayerInfo{Bounds: WorldBounds(), Fields: make(map[string]string, len(l.Properties))}
 	table := l.tableIdent().Sanitize() // text for to_regclass, bound as a value
 	fields := make(map[string]string, len(l.Properties))
-	_, err := s.Read(ctx, pgcall.Statement{
+	db := s.db()
+	_, err := db.Read(ctx, pgcall.Statement{
 		SQL: fieldsSQL, Args: []any{table, l.Properties}, Timeout: l.StatementTimeout,
 		Scan: func(rows pgx.Rows) error {
 			var name, kind string
@@ -62,7 +63,7 @@ func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
 	}
 	var b [4]float64
 	scan := func(q string, args ...any) error {
-		_, err := s.Read(ctx, pgcall.Statement{SQL: q, Args: args, Timeout: l.StatementTimeout,
+		_, err := db.Read(ctx, pgcall.Statement{SQL: q, Args: args, Timeout: l.StatementTimeout,
 			Scan: pgcall.One(&b[0], &b[1], &b[2], &b[3])})
 		return err
 	}

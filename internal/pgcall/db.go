@@ -51,23 +51,21 @@ type Timing struct {
 	Statements []time.Duration
 }
 
-// Outcome classifies a call for metrics.
-type Outcome string
-
-// Outcomes of a call.
+// Outcomes of a call, as Observer.Call receives them.
 const (
-	OK               Outcome = "ok"
-	StatementTimeout Outcome = "statement-timeout" // cut by statement_timeout, or not stopping when cancelled
-	Cancelled        Outcome = "cancelled"         // the caller went away
-	Unavailable      Outcome = "unavailable"       // no connection, connection lost, or no answer at all
-	Failed           Outcome = "error"             // any other database error
+	OK               = "ok"
+	StatementTimeout = "statement-timeout" // cut by statement_timeout, or not stopping when cancelled
+	Cancelled        = "cancelled"         // the caller went away
+	Unavailable      = "unavailable"       // no connection, connection lost, or no answer at all
+	Failed           = "error"             // any other database error
 )
 
 // Observer receives a DB's measurements. Its methods must be cheap and safe
-// for concurrent use.
+// for concurrent use. Its signature names no type of this package, so that
+// the stores can take one in an exported field.
 type Observer interface {
-	// Call counts one call by outcome.
-	Call(Outcome)
+	// Call counts one call by outcome (OK, StatementTimeout, …).
+	Call(outcome string)
 	// Outliving moves, by delta, the number of statements still running
 	// after their call answered.
 	Outliving(delta int)
@@ -221,7 +219,7 @@ func (db *DB) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	return conn, nil
 }
 
-func (db *DB) observe(o Outcome) {
+func (db *DB) observe(o string) {
 	if db.Calls != nil {
 		db.Calls.Call(o)
 	}

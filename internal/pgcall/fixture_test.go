@@ -111,15 +111,15 @@ func poolAt(t *testing.T, url string, max int32, cancelWait time.Duration) *pgxp
 // observer records a DB's outcomes.
 type observer struct {
 	mu        sync.Mutex
-	calls     map[pgcall.Outcome]int
+	calls     map[string]int
 	outliving int
 }
 
-func (o *observer) Call(c pgcall.Outcome) {
+func (o *observer) Call(c string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.calls == nil {
-		o.calls = map[pgcall.Outcome]int{}
+		o.calls = map[string]int{}
 	}
 	o.calls[c]++
 }
@@ -130,7 +130,7 @@ func (o *observer) Outliving(d int) {
 	o.outliving += d
 }
 
-func (o *observer) get(c pgcall.Outcome) (calls, outliving int) {
+func (o *observer) get(c string) (calls, outliving int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.calls[c], o.outliving
