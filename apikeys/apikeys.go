@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	queries "github.com/geotoll/geotoll/sql"
 )
 
@@ -75,11 +76,21 @@ var (
 )
 
 // Store reads and writes keys. Create and Revoke need the schema owner's
-// pool; Active needs only SELECT (the read role has it).
-type Store struct{ pool *pgxpool.Pool }
+// pool; Active needs only SELECT (the read role has it). Reads are guarded
+// calls (package pgcall): a bounded wait for a connection, a READ ONLY
+// transaction under a 5 s statement timeout.
+type Store struct {
+	pool *pgxpool.Pool
+	db   pgcall.DB
+}
+
+// readTimeout is the statement_timeout of a key read.
+const readTimeout = 5 * time.Second
 
 // NewStore returns a Store over pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, db: pgcall.DB{Pool: pool, AcquireTimeout: readTimeout}}
+}
 
 // Create makes a key for name in tier and returns the key — the only time it
 // is ever seen — with its record.
@@ -107,16 +118,20 @@ VALUES ($1, $2, $3, $4, $5) RETURNING id, created_at`, name, tier, h[:], k.Prefi
 
 // List returns every key, revoked ones included, oldest first.
 func (s *Store) List(ctx context.Context) ([]Key, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, tier, admin, key_prefix, created_at, revoked_at
-FROM geotoll.api_keys ORDER BY id`)
+	var out []Key
+	_, err := s.db.Read(ctx, pgcall.Statement{SQL: listSQL, Timeout: readTimeout, Scan: func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
+			var k Key
+			err := row.Scan(&k.ID, &k.Name, &k.Tier, &k.Admin, &k.Prefix, &k.CreatedAt, &k.RevokedAt)
+			return k, err
+		})
+		return err
+	}})
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
-		var k Key
-		err := row.Scan(&k.ID, &k.Name, &k.Tier, &k.Admin, &k.Prefix, &k.CreatedAt, &k.RevokedAt)
-		return k, err
-	})
+	return out, nil
 }
 
 // Revoke marks the named key revoked. Revoking twice is not an error.
@@ -131,36 +146,30 @@ func (s *Store) Revoke(ctx context.Context, name string) error {
 	return nil
 }
 
-var activeSQL = mustQuery("api_keys_active.sql")
-
-func mustQuery(name string) string {
-	text, err := queries.Read(name)
-	if err != nil {
-		panic(err) // compiled in: a missing file is a build defect caught by every test
-	}
-	return text
-}
+var (
+	activeSQL = queries.MustRead("api_keys_active.sql")
+	listSQL   = queries.MustRead("api_keys_list.sql")
+)
 
 // Active returns the keys that are not revoked, by hash.
 func (s *Store) Active(ctx context.Context) (map[Hash]Key, error) {
-	rows, err := s.pool.Query(ctx, activeSQL)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := make(map[Hash]Key)
-	for rows.Next() {
+	_, err := s.db.Read(ctx, pgcall.Statement{SQL: activeSQL, Timeout: readTimeout, Scan: func(rows pgx.Rows) error {
 		var (
 			k    Key
 			hash []byte
 		)
-		if err := rows.Scan(&k.ID, &k.Name, &k.Tier, &hash, &k.Admin); err != nil {
-			return nil, err
-		}
-		if len(hash) != len(Hash{}) {
-			return nil, fmt.Errorf("apikeys: key %q has a %d-byte hash", k.Name, len(hash))
-		}
-		out[Hash(hash)] = k
+		_, err := pgx.ForEachRow(rows, []any{&k.ID, &k.Name, &k.Tier, &hash, &k.Admin}, func() error {
+			if len(hash) != len(Hash{}) {
+				return fmt.Errorf("apikeys: key %q has a %d-byte hash", k.Name, len(hash))
+			}
+			out[Hash(hash)] = k
+			return nil
+		})
+		return err
+	}})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/internal/testenv"
 )
 
@@ -193,6 +194,7 @@ func listeningRing(t *testing.T, app string) *apikeys.Ring {
 	ring.Connect = func(ctx context.Context) (*pgx.Conn, error) {
 		cfg := pool.Config().ConnConfig.Copy()
 		cfg.RuntimeParams["application_name"] = app
+		pgcall.CloseOnCancel(cfg) // as Store.Connect does
 		return pgx.ConnectConfig(ctx, cfg)
 	}
 	if err := ring.Refresh(t.Context()); err != nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
 )
 
 // Channel is the PostgreSQL notification channel on which every change to
@@ -17,7 +19,11 @@ const Channel = "geotoll_api_keys"
 // pool's settings, for Ring.Connect: a LISTEN holds its connection for as
 // long as it listens.
 func (s *Store) Connect(ctx context.Context) (*pgx.Conn, error) {
-	return pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cc := s.pool.Config().ConnConfig.Copy()
+	// A LISTEN waits on the server with no statement running: a cancelled
+	// wait must close the socket, not send a cancel request and wait on.
+	pgcall.CloseOnCancel(cc)
+	return pgx.ConnectConfig(ctx, cc)
 }
 
 // Backoff bounds of the listener's reconnects.

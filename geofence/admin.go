@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -32,25 +33,11 @@ func newAdminKeys(keys []string) (adminKeys, error) {
 	return out, nil
 }
 
-// presentedKey is the API key of a request: the X-API-Key header, else an
-// "Authorization: Bearer" token. The ?key= parameter is not accepted for
-// admin calls: URLs end up in logs and histories.
-func presentedKey(r *http.Request) string {
-	if k := r.Header.Get("X-API-Key"); k != "" {
-		return k
-	}
-	auth := r.Header.Get("Authorization")
-	if scheme, token, ok := strings.Cut(auth, " "); ok && strings.EqualFold(scheme, "Bearer") {
-		return strings.TrimSpace(token)
-	}
-	return ""
-}
-
 // AllowAdmin implements Authorizer: r must carry one of the admin keys. Every configured
 // key is compared, match or not, so the time taken does not say which one
 // matched.
 func (k adminKeys) AllowAdmin(r *http.Request) bool {
-	key := presentedKey(r)
+	key, _ := apikeys.Presented(r, false) // never ?key=: URLs end up in logs
 	if key == "" {
 		return false
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/paulmach/orb"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -320,9 +321,14 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case problem.NotFound, problem.OutOfRange:
 		level = slog.LevelInfo
 	}
+	var stopping *pgcall.Stopping
 	h.log.LogAttrs(r.Context(), level, "geofence request failed",
-		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err))
-	problem.Write(w, r, p)
+		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err),
+		slog.Bool("db_still_running", errors.As(err, &stopping)))
+	// A statement still running behind err is waited for after the
+	// answer is sent, so the request — and its in-flight slot — lasts as
+	// long as the database works for it.
+	pgcall.Respond(w, err, func() { problem.Write(w, r, p) })
 }
 
 // wrote tells OnWrite that the fence table changed.

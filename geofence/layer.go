@@ -88,17 +88,9 @@ func ident(name string) string {
 }
 
 var (
-	withinTemplate = template.Must(template.New("geofence_within.sql").Parse(mustQuery("geofence_within.sql")))
-	bboxTemplate   = template.Must(template.New("geofence_bbox.sql").Parse(mustQuery("geofence_bbox.sql")))
+	withinTemplate = template.Must(template.New("geofence_within.sql").Parse(queries.MustRead("geofence_within.sql")))
+	bboxTemplate   = template.Must(template.New("geofence_bbox.sql").Parse(queries.MustRead("geofence_bbox.sql")))
 )
-
-func mustQuery(name string) string {
-	text, err := queries.Read(name)
-	if err != nil {
-		panic(err) // compiled in: a missing file is a build defect, caught by every test
-	}
-	return text
-}
 
 // property is one allowlisted column: its quoted name in the table and the
 // quoted alias it travels under between the inner and outer query.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,12 +15,13 @@ import (
 
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
+	queries "github.com/geotoll/geotoll/sql"
 )
 
-// Store runs geofence queries in PostGIS. Every query runs in its own
-// transaction — READ ONLY for reads — whose first statement sets
-// statement_timeout and jit off locally, with the request's context, so a
-// client that hangs up cancels its query.
+// Store runs geofence queries in PostGIS, each a guarded call of its own
+// (package pgcall): reads in a READ ONLY transaction, fence writes in a
+// read-write one, each with statement_timeout and jit off set locally, with
+// the request's context, so a client that hangs up cancels its query.
 type Store struct {
 	pool *pgxpool.Pool
 	// Timeout is the statement_timeout of contains, check and fence admin
@@ -34,7 +34,17 @@ type Store struct {
 	// connection: a database that does not answer, or a pool whose every
 	// connection is busy, gives a 503 after this instead of a hang.
 	AcquireTimeout time.Duration
+	// Calls, if set, counts database calls by outcome and the statements
+	// still running after their answer (see package pgcall's Observer).
+	Calls interface {
+		Call(outcome string)
+		Outliving(delta int)
+	}
 }
+
+// queryTimeoutDetail is the problem detail of a geofence query cut by its
+// timeout.
+const queryTimeoutDetail = "the query exceeded its time limit; try again later with a smaller radius, box or batch"
 
 // NewStore returns a Store over pool. For reads the pool should connect as
 // the read-only role (geotoll_reader); for fence writes as
@@ -43,21 +53,23 @@ func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, Timeout: DefaultStatementTimeout, RetryAfter: 2}
 }
 
+// db is the guarded way to the pool, with the Store's settings.
+func (s *Store) db() *pgcall.DB {
+	return &pgcall.DB{Pool: s.pool, AcquireTimeout: s.AcquireTimeout, RetryAfter: s.RetryAfter,
+		TimeoutDetail: queryTimeoutDetail, Calls: s.Calls}
+}
+
 // Query texts; the layer queries are rendered per layer by NewCatalog.
 var (
-	containsSQL      = mustQuery("geofence_contains.sql")
-	checkSQL         = mustQuery("geofence_check.sql")
-	fenceGetSQL      = mustQuery("geofence_fence_get.sql")
-	fenceListSQL     = mustQuery("geofence_fence_list.sql")
-	fenceValidateSQL = mustQuery("geofence_fence_validate.sql")
-	fenceInsertSQL   = mustQuery("geofence_fence_insert.sql")
-	fenceUpdateSQL   = mustQuery("geofence_fence_update.sql")
-	fenceDeleteSQL   = mustQuery("geofence_fence_delete.sql")
+	containsSQL      = queries.MustRead("geofence_contains.sql")
+	checkSQL         = queries.MustRead("geofence_check.sql")
+	fenceGetSQL      = queries.MustRead("geofence_fence_get.sql")
+	fenceListSQL     = queries.MustRead("geofence_fence_list.sql")
+	fenceValidateSQL = queries.MustRead("geofence_fence_validate.sql")
+	fenceInsertSQL   = queries.MustRead("geofence_fence_insert.sql")
+	fenceUpdateSQL   = queries.MustRead("geofence_fence_update.sql")
+	fenceDeleteSQL   = queries.MustRead("geofence_fence_delete.sql")
 )
-
-// setLocalSQL is SET LOCAL statement_timeout and jit = off with a bound
-// value (set_config(…, true) is local to the transaction).
-const setLocalSQL = `SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`
 
 var errNoFence = errors.New("no such fence")
 
@@ -89,23 +101,24 @@ func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, error) {
 func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool, error) {
 	out := []Feature{}
 	truncated := false
-	err := s.read(ctx, s.Timeout, containsSQL, []any{q.Lng, q.Lat, q.Limit, q.MaxVertices}, func(rows pgx.Rows) error {
-		var (
-			f    Feature
-			geom *string
-		)
-		_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties}, func() error {
-			if geom == nil || truncated {
-				truncated = true
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: containsSQL, Args: []any{q.Lng, q.Lat, q.Limit, q.MaxVertices}, Timeout: s.Timeout,
+		Scan: func(rows pgx.Rows) error {
+			var (
+				f    Feature
+				geom *string
+			)
+			_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties}, func() error {
+				if geom == nil || truncated {
+					truncated = true
+					return nil
+				}
+				f.Geometry = json.RawMessage(*geom)
+				out = append(out, f)
+				f = Feature{}
 				return nil
-			}
-			f.Geometry = json.RawMessage(*geom)
-			out = append(out, f)
-			f = Feature{}
-			return nil
-		})
-		return err
-	})
+			})
+			return err
+		}})
 	if err != nil {
 		return nil, false, err
 	}
@@ -140,17 +153,18 @@ func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
 	for i := range out {
 		out[i] = []int64{}
 	}
-	err := s.read(ctx, s.Timeout, checkSQL, []any{lngs, lats}, func(rows pgx.Rows) error {
-		var ord, id int64
-		_, err := pgx.ForEachRow(rows, []any{&ord, &id}, func() error {
-			if ord < 1 || ord > int64(len(out)) {
-				return fmt.Errorf("check: ordinal %d outside 1..%d", ord, len(out))
-			}
-			out[ord-1] = append(out[ord-1], id)
-			return nil
-		})
-		return err
-	})
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: checkSQL, Args: []any{lngs, lats}, Timeout: s.Timeout,
+		Scan: func(rows pgx.Rows) error {
+			var ord, id int64
+			_, err := pgx.ForEachRow(rows, []any{&ord, &id}, func() error {
+				if ord < 1 || ord > int64(len(out)) {
+					return fmt.Errorf("check: ordinal %d outside 1..%d", ord, len(out))
+				}
+				out[ord-1] = append(out[ord-1], id)
+				return nil
+			})
+			return err
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -160,12 +174,16 @@ func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
 // features runs a query whose rows are (id, geometry, properties).
 func (s *Store) features(ctx context.Context, timeout time.Duration, sql string, args ...any) ([]Feature, error) {
 	var out []Feature
-	err := s.read(ctx, timeout, sql, args, func(rows pgx.Rows) error {
-		var err error
-		out, err = scanFeatures(rows)
-		return err
-	})
-	return out, err
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: sql, Args: args, Timeout: timeout,
+		Scan: func(rows pgx.Rows) error {
+			var err error
+			out, err = scanFeatures(rows)
+			return err
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func scanFeatures(rows pgx.Rows) ([]Feature, error) {
@@ -181,74 +199,22 @@ func scanFeatures(rows pgx.Rows) ([]Feature, error) {
 	return out, err
 }
 
-// read runs one query in a READ ONLY transaction after SET LOCAL
-// statement_timeout and jit = off, both sent in one batch (one round trip).
-func (s *Store) read(ctx context.Context, timeout time.Duration, sql string, args []any, scan func(pgx.Rows) error) error {
-	conn, err := pgcall.Acquire(ctx, s.pool, s.AcquireTimeout)
-	if err != nil {
-		return s.classify(ctx, err)
+// write runs fn in a guarded read-write transaction of at most three
+// statements (validate, then insert, update or delete) under Timeout each.
+func (s *Store) write(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
+	err := s.db().Write(ctx, s.Timeout, 3, fn)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateCheckViolation {
+		return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence violates a table constraint: " + pgErr.ConstraintName, Err: err}
 	}
-	defer conn.Release()
-	request := ctx
-	ctx, cancel := pgcall.AnswerDeadline(ctx, timeout)
-	defer cancel()
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		batch := &pgx.Batch{}
-		batch.Queue(setLocalSQL, millis(timeout))
-		batch.Queue(sql, args...)
-		br := tx.SendBatch(ctx, batch)
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			br.Close()
-			return err
-		}
-		if err := scan(rows); err != nil {
-			br.Close()
-			return err
-		}
-		return br.Close()
-	})
-	if err != nil {
-		return s.classify(request, err)
-	}
-	return nil
+	return err
 }
-
-// write runs fn in a read-write transaction whose first statement sets
-// statement_timeout and jit off locally.
-func (s *Store) write(ctx context.Context, fn func(pgx.Tx) error) error {
-	conn, err := pgcall.Acquire(ctx, s.pool, s.AcquireTimeout)
-	if err != nil {
-		return s.classify(ctx, err)
-	}
-	defer conn.Release()
-	request := ctx
-	// Several statements run under the timeout: allow for each.
-	ctx, cancel := pgcall.AnswerDeadline(ctx, 3*s.Timeout)
-	defer cancel()
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, setLocalSQL, millis(s.Timeout)); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
-	if err != nil {
-		return s.classify(request, err)
-	}
-	return nil
-}
-
-func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 // CreateFence implements Writer: 422 with PostGIS's reason when the
 // geometry is invalid.
 func (s *Store) CreateFence(ctx context.Context, in FenceInput) (Feature, error) {
 	var out Feature
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		geom, err := validate(ctx, tx, in.Geometry)
 		if err != nil {
 			return err
@@ -274,7 +240,7 @@ func (s *Store) CreateFence(ctx context.Context, in FenceInput) (Feature, error)
 // the geometry is invalid.
 func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feature, error) {
 	var out Feature
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		geom, err := validate(ctx, tx, in.Geometry)
 		if err != nil {
 			return err
@@ -298,7 +264,7 @@ func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feat
 
 // DeleteFence implements Writer: 404 when there is no such fence.
 func (s *Store) DeleteFence(ctx context.Context, id int64) error {
-	return s.write(ctx, func(tx pgx.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, fenceDeleteSQL, id)
 		if err != nil {
 			return err
@@ -341,44 +307,6 @@ func validate(ctx context.Context, tx pgx.Tx, g orb.MultiPolygon) ([]byte, error
 	return nil, e
 }
 
-// SQLSTATEs the store maps to problems.
-const (
-	sqlstateQueryCanceled  = "57014" // statement_timeout and cancel requests alike
-	sqlstateCheckViolation = "23514"
-)
-
-// classify turns a database error into a problem. Problems raised inside a
-// transaction (404, 422) pass through.
-func (s *Store) classify(ctx context.Context, err error) error {
-	var p *problem.Error
-	if errors.As(err, &p) {
-		return p
-	}
-	if ctx.Err() != nil {
-		// The client went away (or the server's write deadline passed): the
-		// query was cancelled on purpose. Nobody reads this response.
-		return &problem.Error{Code: problem.Unavailable, Detail: "request cancelled", Err: ctx.Err()}
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case sqlstateQueryCanceled:
-			return &problem.Error{
-				Code:       problem.Timeout,
-				Detail:     "the query exceeded its time limit; try again later with a smaller radius, box or batch",
-				RetryAfter: s.RetryAfter,
-				Err:        err,
-			}
-		case sqlstateCheckViolation:
-			return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence violates a table constraint: " + pgErr.ConstraintName, Err: err}
-		}
-		return problem.Wrap(fmt.Errorf("geofence query: %w", err))
-	}
-	// No PgError: the connection could not be had or was lost.
-	return &problem.Error{
-		Code:       problem.Unavailable,
-		Detail:     "the database is unavailable",
-		RetryAfter: s.RetryAfter,
-		Err:        err,
-	}
-}
+// sqlstateCheckViolation is the SQLSTATE of a fence that breaks a table
+// constraint: a 422, not a server error.
+const sqlstateCheckViolation = "23514"

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 )
@@ -143,13 +144,24 @@ func Write(w http.ResponseWriter, r *http.Request, err error) {
 	if r != nil {
 		doc["instance"] = r.URL.Path
 	}
-	for k, v := range e.Extra {
-		if _, taken := doc[k]; !taken {
-			doc[k] = v
+	full := doc
+	if len(e.Extra) > 0 {
+		full = make(map[string]any, len(doc)+len(e.Extra))
+		for k, v := range e.Extra {
+			full[k] = v
 		}
+		maps.Copy(full, doc) // the standard members win
 	}
+	body, err := json.Marshal(full)
+	if err != nil { // an Extra member that cannot be encoded: leave them out
+		body, _ = json.Marshal(doc) // strings and ints only: cannot fail
+	}
+	body = append(body, '\n')
 	h := w.Header()
 	h.Set("Content-Type", ContentType)
+	// A length, so that a client has the whole problem as soon as it is
+	// flushed, even if the handler goes on (see pgcall.Respond).
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Encoding")
 	h.Del("ETag")
@@ -157,5 +169,5 @@ func Write(w http.ResponseWriter, r *http.Request, err error) {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(doc)
+	_, _ = w.Write(body)
 }

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"strings"
 
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/forwarded"
@@ -85,29 +84,9 @@ func (c Caller) bucketKey(prefix string) string {
 	return throttle.BucketKey(prefix, c.Tier, c.Network) + ":" + c.Identity
 }
 
-// APIKey returns the key a request presents: the X-API-Key header, else an
-// "Authorization: Bearer" token, else the ?key= query parameter (for map
-// clients that cannot set headers; it is redacted in logs). present is false
-// when there is none; a key longer than apikeys.MaxKeyLength or with
-// characters outside visible ASCII is returned as presented but will never
-// match.
-func APIKey(r *http.Request) (key string, present bool) {
-	if k := r.Header.Get("X-API-Key"); k != "" {
-		return k, true
-	}
-	if auth := r.Header.Get("Authorization"); auth != "" {
-		scheme, token, ok := strings.Cut(auth, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") {
-			return strings.TrimSpace(token), true
-		}
-	}
-	if r.URL != nil {
-		if k := r.URL.Query().Get("key"); k != "" {
-			return k, true
-		}
-	}
-	return "", false
-}
+// APIKey returns the key a request presents, ?key= included (see
+// apikeys.Presented).
+func APIKey(r *http.Request) (key string, present bool) { return apikeys.Presented(r, true) }
 
 // identify names the caller. ok is false when the request presents a key
 // that is unknown or revoked; the caller is then its client address in the
@@ -208,12 +187,7 @@ func (t *Toll) headerKey(r *http.Request) (apikeys.Key, bool) {
 	if t.Keys == nil {
 		return apikeys.Key{}, false
 	}
-	key := r.Header.Get("X-API-Key")
-	if key == "" {
-		if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-			key = strings.TrimSpace(token)
-		}
-	}
+	key, _ := apikeys.Presented(r, false)
 	return t.Keys.Lookup(key)
 }
 

@@ -30,6 +30,19 @@ type slotKey struct{}
 // request acquired, in the store that granted it, after the response has
 // been flushed. Release runs on its own short context: the request's may
 // already be cancelled (a client that hung up still frees its slot).
+//
+// The guarantee: a slot is held for as long as the database works for its
+// request, not merely until the request is answered. The tile and geofence
+// handlers return only once every statement they started (or, for a shared
+// tile render, the last one waiting for it) has stopped in PostgreSQL: a
+// statement cut by its deadline, or whose client went away, is cancelled
+// with a cancel request on a connection that stays out of the pool until
+// the backend answers (package pgcall), and the handler sends its answer
+// first and then waits for that (pgcall.Respond). So the statements running
+// in pg_stat_activity on a caller's behalf never outnumber the slots its
+// tier allows (max_in_flight), nor all of them the pool — whatever clients
+// do. The wait is bounded by database.cancel_wait, and the slot's TTL
+// (InFlightTTL) is set to outlast it.
 func withInFlight(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := &slotHolder{}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -35,6 +36,8 @@ type Metrics struct {
 	throttled *prometheus.CounterVec
 	query     *prometheus.HistogramVec
 	cache     *prometheus.CounterVec
+	dbCalls   *prometheus.CounterVec
+	outliving prometheus.Gauge
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -71,8 +74,16 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "geotoll_tile_cache_requests_total",
 			Help: "Tile requests by cache result: hit, miss (rendered for it) or shared (waited for another request's render).",
 		}, []string{"result"}),
+		dbCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geotoll_db_calls_total",
+			Help: "Database calls (one transaction each) by outcome: ok, statement-timeout (cut by its timeout or not stopping when cancelled), cancelled (the client went away), unavailable (no connection or no answer), error.",
+		}, []string{"outcome"}),
+		outliving: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "geotoll_db_statements_outliving_answer",
+			Help: "Statements still running after their request was answered (cancelled, not yet stopped); their connections and in-flight slots are held until they stop.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.priced, m.tokens, m.throttled, m.query, m.cache} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.priced, m.tokens, m.throttled, m.query, m.cache, m.dbCalls, m.outliving} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -112,6 +123,12 @@ func (m *Metrics) TileCache(result string) { m.cache.WithLabelValues(result).Inc
 func (m *Metrics) TileQuery(layer string, z maptile.Zoom, d time.Duration) {
 	m.query.WithLabelValues(layer, strconv.Itoa(int(z))).Observe(d.Seconds())
 }
+
+// Call implements pgcall.Observer.
+func (m *Metrics) Call(outcome string) { m.dbCalls.WithLabelValues(outcome).Inc() }
+
+// Outliving implements pgcall.Observer.
+func (m *Metrics) Outliving(delta int) { m.outliving.Add(float64(delta)) }
 
 // WatchTileCache exports the size of a tile cache.
 func WatchTileCache(reg prometheus.Registerer, c *tiles.Cache) error {
@@ -235,3 +252,6 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("lifetime", float64(s.MaxLifetimeDestroyCount()))
 	counter("idleDestroys", float64(s.MaxIdleDestroyCount()))
 }
+
+// compile-time check: the metrics count database calls.
+var _ pgcall.Observer = (*Metrics)(nil)

@@ -22,3 +22,14 @@ func Read(name string) (string, error) {
 	b, err := FS.ReadFile(name)
 	return string(b), err
 }
+
+// MustRead returns the text of one embedded query file, for package-level
+// variables: like regexp.MustCompile it panics on a name that is not
+// there, a build defect that fails every test of the package at once.
+func MustRead(name string) string {
+	text, err := Read(name)
+	if err != nil {
+		panic(err)
+	}
+	return text
+}

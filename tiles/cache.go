@@ -6,11 +6,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/maypok86/otter/v2"
@@ -19,9 +18,10 @@ import (
 
 // CacheOptions size a Cache.
 type CacheOptions struct {
-	// MaxBytes bounds the bytes of tiles held (their stored, usually
-	// gzipped, size plus a small per-entry overhead). 0 holds nothing:
-	// concurrent misses are still coalesced.
+	// MaxBytes bounds the bytes of tiles held: each tile, its gzip form
+	// once a client that accepts gzip has asked for it, and a small
+	// per-entry overhead. 0 holds nothing: concurrent misses are still
+	// coalesced.
 	MaxBytes int64
 	// TTL is how long a tile is served from memory after it was rendered
 	// (default 1 min). Tiles are never refreshed in place: the first
@@ -39,9 +39,11 @@ const entryOverhead = 160
 // Cache holds rendered tiles in memory, bounded in bytes and by TTL, and
 // coalesces concurrent renders of one tile into one query.
 //
-// Entries are keyed by (layer list, z, x, y) and hold the tile gzipped once
-// (when that makes it smaller) together with its ETag, so that neither a
-// hit nor a 304 compresses or hashes anything. Empty tiles are cached too.
+// Entries are keyed by (layer list, z, x, y) and hold the tile as rendered
+// with its ETag, so that neither a hit nor a 304 hashes anything, and a
+// client that does not accept gzip never pays for compression. The gzip
+// form is made on the first request that accepts it, once per entry, and
+// kept (when it is smaller) beside the tile. Empty tiles are cached too.
 type Cache struct {
 	store   *otter.Cache[cacheKey, *entry] // nil when MaxBytes is 0
 	flights flights[cacheKey, *entry]
@@ -80,9 +82,11 @@ func NewCache(o CacheOptions) (*Cache, error) {
 		store, err := otter.New(&otter.Options[cacheKey, *entry]{
 			MaximumWeight: uint64(o.MaxBytes),
 			Weigher: func(k cacheKey, e *entry) uint32 {
-				return uint32(min(int64(len(e.data)+len(k.layers)+len(e.etag)+entryOverhead), 1<<32-1))
+				return uint32(min(int64(e.weight()+len(k.layers)+entryOverhead), 1<<32-1))
 			},
-			ExpiryCalculator: otter.ExpiryWriting[cacheKey, *entry](o.TTL),
+			// Adding an entry's gzip form re-weighs it without making it
+			// younger.
+			ExpiryCalculator: otter.ExpiryCreating[cacheKey, *entry](o.TTL),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("tile cache: %w", err)
@@ -148,10 +152,7 @@ func (c *Cache) load(ctx context.Context, k cacheKey, render func(context.Contex
 		if err != nil {
 			return nil, err
 		}
-		e, err := c.newEntry(tile)
-		if err != nil {
-			return nil, err
-		}
+		e := newEntry(tile)
 		if c.store != nil {
 			c.store.Set(k, e)
 		}
@@ -161,10 +162,20 @@ func (c *Cache) load(ctx context.Context, k cacheKey, render func(context.Contex
 
 // entry is one rendered tile, ready to send.
 type entry struct {
-	data    []byte // the tile; gzip-compressed when gzipped
-	gzipped bool
-	size    int    // length of the uncompressed tile; 0 for an empty tile
-	etag    string // strong validator of the uncompressed tile, quoted
+	data []byte // the tile; nil for an empty tile
+	etag string // strong validator of the tile, quoted
+
+	gzipOnce sync.Once
+	gz       atomic.Pointer[[]byte] // the gzip form, once made, if smaller
+}
+
+// weight is the memory the entry's bytes take.
+func (e *entry) weight() int {
+	n := len(e.data) + len(e.etag)
+	if gz := e.gz.Load(); gz != nil {
+		n += len(*gz)
+	}
+	return n
 }
 
 // gzipETag is the validator of the gzip-encoded representation: a strong
@@ -173,7 +184,7 @@ func (e *entry) gzipETag() string { return e.etag[:len(e.etag)-1] + `-gz"` }
 
 // etagFor returns the ETag of the representation sent with or without gzip.
 func (e *entry) etagFor(gz bool) string {
-	if gz && e.gzipped {
+	if gz {
 		return e.gzipETag()
 	}
 	return e.etag
@@ -183,27 +194,7 @@ func (e *entry) etagFor(gz bool) string {
 // either encoding (weak comparison, RFC 9110 §13.1.2).
 func (e *entry) matches(tag string) bool {
 	tag = strings.TrimPrefix(tag, "W/")
-	return tag == e.etag || (e.gzipped && tag == e.gzipETag())
-}
-
-// identity returns the uncompressed tile.
-func (e *entry) identity() ([]byte, error) {
-	if !e.gzipped {
-		return e.data, nil
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(e.data))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, e.size)
-	buf := bytes.NewBuffer(out)
-	if _, err := io.Copy(buf, zr); err != nil {
-		return nil, err
-	}
-	if buf.Len() != e.size {
-		return nil, errors.New("cached tile: decompressed size differs")
-	}
-	return buf.Bytes(), nil
+	return tag == e.etag || (len(e.data) >= minGzip && tag == e.gzipETag())
 }
 
 // tileETag is a strong validator derived from the tile's bytes alone, so
@@ -217,36 +208,52 @@ func tileETag(tile []byte) string {
 // bytes of framing eat the gain.
 const minGzip = 256
 
-// newEntry hashes the tile and, when c is not nil, gzips it once (kept only
-// if smaller). gzip.BestSpeed, because requests sharing a render wait for
-// the compression too: measured on the demo's z2 tile (939 KB) it takes
-// 7.5 ms for 31 % of the size, the default level 68 ms for 27 %.
-func (c *Cache) newEntry(tile []byte) (*entry, error) {
-	e := &entry{data: tile, size: len(tile), etag: tileETag(tile)}
+// newEntry hashes the tile. It does not compress it: see Cache.gzipped.
+func newEntry(tile []byte) *entry {
+	e := &entry{data: tile, etag: tileETag(tile)}
 	if len(tile) == 0 {
 		e.data = nil
 	}
-	if c == nil || len(tile) < minGzip {
-		return e, nil
+	return e
+}
+
+// gzipped returns the gzip form of the tile of k, making it on the first
+// call for the entry and keeping it; ok is false when the tile is too small
+// for gzip to pay, or gzip would not make it smaller. gzip.BestSpeed: the
+// first gzip client of a tile waits for the compression (measured on the
+// demo's z2 tile, 939 KB: 7.5 ms for 31 % of the size, the default level
+// 68 ms for 27 %).
+func (c *Cache) gzipped(k cacheKey, e *entry) (gz []byte, ok bool) {
+	if len(e.data) < minGzip {
+		return nil, false
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(tile) / 3)
-	zw, _ := c.gzip.Get().(*gzip.Writer)
-	if zw == nil {
-		zw, _ = gzip.NewWriterLevel(&buf, gzip.BestSpeed) // a valid level: no error
-	} else {
-		zw.Reset(&buf)
+	e.gzipOnce.Do(func() {
+		var buf bytes.Buffer
+		buf.Grow(len(e.data) / 3)
+		zw, _ := c.gzip.Get().(*gzip.Writer)
+		if zw == nil {
+			zw, _ = gzip.NewWriterLevel(&buf, gzip.BestSpeed) // a valid level: no error
+		} else {
+			zw.Reset(&buf)
+		}
+		defer c.gzip.Put(zw)
+		// Writes to a bytes.Buffer do not fail.
+		if _, err := zw.Write(e.data); err != nil || zw.Close() != nil || buf.Len() >= len(e.data) {
+			return
+		}
+		z := bytes.Clone(buf.Bytes()) // exact size: the cache weighs len
+		e.gz.Store(&z)
+		if c.store != nil { // re-weigh the entry, if it is still the cached one
+			c.store.ComputeIfPresent(k, func(old *entry) (*entry, otter.ComputeOp) {
+				if old != e {
+					return old, otter.CancelOp
+				}
+				return e, otter.WriteOp
+			})
+		}
+	})
+	if z := e.gz.Load(); z != nil {
+		return *z, true
 	}
-	defer c.gzip.Put(zw)
-	if _, err := zw.Write(tile); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	if buf.Len() < len(tile) {
-		e.data = bytes.Clone(buf.Bytes()) // exact size: the cache weighs len
-		e.gzipped = true
-	}
-	return e, nil
+	return nil, false
 }

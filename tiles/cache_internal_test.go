@@ -161,3 +161,61 @@ func TestCacheBoundedInBytes(t *testing.T) {
 		t.Errorf("cache holds %d tiles", n)
 	}
 }
+
+// Compression only where it pays: clients that do not accept gzip never
+// make the cache compress (nor hold a gzip form); the first gzip client
+// compresses the tile once, every later one is served the same bytes; the
+// entry is re-weighed for its gzip form without living any longer.
+func TestCacheGzipsOncePerTileAndOnlyForGzipClients(t *testing.T) {
+	t.Parallel()
+	tile := bytes.Repeat([]byte("\x1a\x10places feature "), 200)
+	h, srv := internalHandler(t, 1<<20, fixedTile(tile), nil)
+	get := func(enc string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, tilePath, nil)
+		if enc != "" {
+			r.Header.Set("Accept-Encoding", enc)
+		}
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		return w
+	}
+	for range 3 {
+		if w := get(""); w.Code != http.StatusOK || w.Header().Get("Content-Encoding") != "" || !bytes.Equal(w.Body.Bytes(), tile) {
+			t.Fatalf("identity client: %d %q", w.Code, w.Header().Get("Content-Encoding"))
+		}
+	}
+	e, ok := h.Cache.get(tileKey)
+	if !ok {
+		t.Fatal("the tile is not cached")
+	}
+	if e.gz.Load() != nil {
+		t.Fatal("identity clients alone made the cache compress the tile")
+	}
+	h.Cache.store.CleanUp() // apply the pending writes to the weight
+	before := h.Cache.Bytes()
+	entry, _ := h.Cache.store.GetEntry(tileKey)
+	expires := entry.ExpiresAtNano
+
+	first := get("gzip")
+	made := e.gz.Load()
+	if first.Header().Get("Content-Encoding") != "gzip" || made == nil || !bytes.Equal(first.Body.Bytes(), *made) {
+		t.Fatalf("first gzip client: Content-Encoding %q, gzip form kept: %v", first.Header().Get("Content-Encoding"), made != nil)
+	}
+	for range 3 {
+		if w := get("gzip"); !bytes.Equal(w.Body.Bytes(), *made) || e.gz.Load() != made {
+			t.Fatal("a later gzip client was not served the gzip form made for the first")
+		}
+	}
+	h.Cache.store.CleanUp()
+	if grown := h.Cache.Bytes() - before; grown != int64(len(*made)) {
+		t.Errorf("the cache grew by %d bytes for a %d-byte gzip form", grown, len(*made))
+	}
+	if entry, _ := h.Cache.store.GetEntry(tileKey); entry.ExpiresAtNano != expires {
+		t.Error("keeping the gzip form made the cached tile live longer")
+	}
+}
+
+// fixedTile renders every tile as the same bytes.
+type fixedTile []byte
+
+func (f fixedTile) Tile(context.Context, []*Layer, maptile.Tile) ([]byte, error) { return f, nil }

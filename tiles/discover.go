@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	queries "github.com/geotoll/geotoll/sql"
 )
 
 // Discovery finds layers in the database itself, as pg_tileserv and martin
@@ -143,7 +145,7 @@ func properties(columns []string, l Layer, max int) []string {
 	return out
 }
 
-var discoverSQL = mustQuery("discover.sql")
+var discoverSQL = queries.MustRead("discover.sql")
 
 // safeName maps a database name to a layer name: bytes outside
 // [A-Za-z0-9_-] become '_', and it is cut to 64 bytes.

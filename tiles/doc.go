@@ -31,9 +31,10 @@
 //     timeout is a 503 with Retry-After.
 //  5. The layers' MVT messages are concatenated into one tile (an MVT tile
 //     is a protobuf message whose only field is the repeated layer), cached
-//     with its gzip form and ETag, and sent as 200 with Content-Type
-//     [ContentType] — gzipped when the client accepts it, 304 when its
-//     If-None-Match matches.
+//     with its ETag, and sent as 200 with Content-Type [ContentType] —
+//     gzipped when the client accepts it (compressed on the first such
+//     request and kept beside the tile: a client that does not accept gzip
+//     never pays for it), 304 when its If-None-Match matches.
 //
 // A tile with no features is an empty byte string, and the handler answers
 // it with 204 No Content instead of a 200 with an empty body: there is

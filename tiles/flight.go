@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
 )
 
 // flights coalesces concurrent loads of one key: the first caller starts
@@ -21,6 +23,8 @@ import (
 // cancels its query in PostgreSQL; a client that hangs up while others wait
 // for the same tile does not take their tile away. The load's own bound is
 // the caller's business (the handler adds the layers' statement timeout).
+// Whoever leaves last waits, after answering, for the cancelled load to
+// end (see wait).
 type flights[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*flight[V]
@@ -77,6 +81,13 @@ func (g *flights[K, V]) run(ctx context.Context, key K, f *flight[V], load func(
 	f.val, f.err = load(ctx)
 }
 
+// wait returns the load's result, or ctx's error when ctx ends first. The
+// last caller to give up cancels the load, and owes the database its time:
+// its error then wraps a pgcall.Stopping that ends only once the load has
+// returned and every statement behind its result has stopped, so that the
+// request — and the in-flight slot it holds — is not over while its shared
+// query still runs (see pgcall.Respond). A caller that leaves others
+// waiting leaves the work to them.
 func (g *flights[K, V]) wait(ctx context.Context, key K, f *flight[V]) (V, error) {
 	select {
 	case <-f.done:
@@ -85,7 +96,8 @@ func (g *flights[K, V]) wait(ctx context.Context, key K, f *flight[V]) (V, error
 	}
 	g.mu.Lock()
 	f.waiters--
-	if f.waiters == 0 {
+	last := f.waiters == 0
+	if last {
 		f.cancel()
 		// A caller arriving now must start afresh, not join a load that is
 		// being cancelled.
@@ -95,5 +107,14 @@ func (g *flights[K, V]) wait(ctx context.Context, key K, f *flight[V]) (V, error
 	}
 	g.mu.Unlock()
 	var zero V
-	return zero, ctx.Err()
+	if !last {
+		return zero, ctx.Err()
+	}
+	stopped := make(chan struct{})
+	go func() {
+		<-f.done
+		pgcall.WaitStopped(f.err)
+		close(stopped)
+	}()
+	return zero, pgcall.Outlast(ctx.Err(), stopped)
 }

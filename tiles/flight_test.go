@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
 )
 
 // blockingLoad counts its calls, reports each start on started, and
@@ -201,4 +203,57 @@ func TestFlightsKeysAreIndependent(t *testing.T) {
 	close(b.release)
 	<-done
 	<-done
+}
+
+// The last caller to leave owes the database the load's time: its error
+// says a statement is still running, and waiting on it (as the handler does
+// after answering, so that the request's in-flight slot stays held) ends
+// only once the load has returned and the statement behind its result has
+// stopped. A caller that leaves while others wait leaves the work to them.
+func TestFlightsLastCallerWaitsForTheLoadToStop(t *testing.T) {
+	t.Parallel()
+	var g flights[string, string]
+	started := make(chan struct{})
+	returned := make(chan struct{}) // the load returns (cancelled, its statement still running)
+	stopped := make(chan struct{})  // the statement stops
+	load := func(ctx context.Context) (string, error) {
+		close(started)
+		<-ctx.Done()
+		<-returned
+		return "", pgcall.Outlast(ctx.Err(), stopped)
+	}
+	first, leaveFirst := context.WithCancel(context.Background())
+	second, leaveSecond := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	go func() { _, _, err := g.do(first, "k", load); errs <- err }()
+	<-started
+	go func() { _, _, err := g.do(second, "k", load); errs <- err }()
+	waitFor(t, "two callers waiting", func() bool { return g.waiting("k") == 2 })
+
+	leaveFirst()
+	err := <-errs
+	var s *pgcall.Stopping
+	if !errors.Is(err, context.Canceled) || errors.As(err, &s) {
+		t.Fatalf("a caller leaving while another waits: %v, want context.Canceled with nothing to wait for", err)
+	}
+	leaveSecond()
+	err = <-errs
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &s) {
+		t.Fatalf("the last caller leaving: %v, want context.Canceled with the load to wait for", err)
+	}
+	waited := make(chan struct{})
+	go func() { pgcall.WaitStopped(err); close(waited) }()
+	for _, step := range []chan struct{}{returned, stopped} {
+		select {
+		case <-waited:
+			t.Fatal("the wait ended before the load returned and its statement stopped")
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(step)
+	}
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait did not end once the statement stopped")
+	}
 }

@@ -2,6 +2,7 @@ package tiles
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -139,6 +141,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
+	key := keyOf(req.Layers, req.Tile)
 	if h.Cache == nil {
 		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
 			return
@@ -148,35 +151,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, err)
 			return
 		}
-		e, err := h.Cache.newEntry(tile) // nil Cache: hashed, not compressed
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
 		h.observe("miss")
-		h.write(w, r, req.Layers, e, "MISS")
+		h.write(w, r, req.Layers, key, newEntry(tile), "MISS")
 		return
 	}
 
 	// The cache is asked before the gate, so that a hit is priced as one.
-	key := keyOf(req.Layers, req.Tile)
 	if e, ok := h.Cache.get(key); ok {
 		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile, CacheHit: true}) {
 			return
 		}
 		h.observe("hit")
-		h.write(w, r, req.Layers, e, "HIT")
+		h.write(w, r, req.Layers, key, e, "HIT")
 		return
 	}
 	if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
 		return
 	}
+	deadline, hasDeadline := r.Context().Deadline()
 	e, shared, err := h.Cache.load(r.Context(), key, func(ctx context.Context) ([]byte, error) {
 		// The render outlives the request that started it while others
 		// wait for it (see flights), so it needs a bound of its own: the
-		// statement timeout, plus time to get a connection.
+		// statement timeout, plus time to get a connection — and the
+		// starting request's deadline, so that the render answers (with a
+		// 503 of its own) before the requests waiting for it must.
 		ctx, cancel := context.WithTimeout(ctx, statementTimeout(req.Layers)+renderGrace)
 		defer cancel()
+		if hasDeadline {
+			var cancelDeadline context.CancelFunc
+			ctx, cancelDeadline = context.WithDeadline(ctx, deadline)
+			defer cancelDeadline()
+		}
 		return h.Store.Tile(ctx, req.Layers, req.Tile)
 	})
 	if err != nil {
@@ -188,7 +193,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		h.observe("miss")
 	}
-	h.write(w, r, req.Layers, e, "MISS")
+	h.write(w, r, req.Layers, key, e, "MISS")
 }
 
 // renderGrace is what a shared render may take beyond its statement
@@ -207,12 +212,18 @@ func statementTimeout(layers []*Layer) time.Duration {
 }
 
 // write sends a rendered tile: 304 when If-None-Match names it, 204 when it
-// is empty, else 200 — gzip-coded when the client accepts gzip and the
-// stored tile is compressed. Every answer carries ETag, Cache-Control,
-// Vary: Accept-Encoding and X-Cache.
-func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, e *entry, cache string) {
+// is empty, else 200 — gzip-coded when the client accepts gzip, the
+// handler has a Cache, and gzip makes the tile smaller (compressed once per
+// cached tile; a client that does not accept gzip never pays for it). Every
+// answer carries ETag, Cache-Control, Vary: Accept-Encoding and X-Cache.
+func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
-	gz := e.gzipped && acceptsGzip(r.Header.Values("Accept-Encoding"))
+	body, gz := e.data, false
+	if h.Cache != nil && acceptsGzip(r.Header.Values("Accept-Encoding")) {
+		if z, ok := h.Cache.gzipped(key, e); ok {
+			body, gz = z, true
+		}
+	}
 	hdr.Set("X-Cache", cache)
 	hdr.Set("Cache-Control", cacheControl(layers))
 	hdr.Add("Vary", "Accept-Encoding")
@@ -221,21 +232,14 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	if e.size == 0 {
+	if len(e.data) == 0 {
 		// An empty tile is 204 No Content (as martin does): MapLibre,
 		// OpenLayers and Leaflet all draw it as an empty tile.
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	body := e.data
 	if gz {
 		hdr.Set("Content-Encoding", "gzip")
-	} else if e.gzipped {
-		var err error
-		if body, err = e.identity(); err != nil {
-			h.fail(w, r, err)
-			return
-		}
 	}
 	hdr.Set("Content-Type", ContentType)
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
@@ -261,21 +265,31 @@ func (h *Handler) observe(result string) {
 	}
 }
 
+// fail answers a failed tile request. A database statement still running
+// behind err is waited for after the answer is sent (pgcall.Respond), so
+// the request — and its in-flight slot — lasts as long as the database
+// works for it.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p := problem.From(err)
 	level := slog.LevelWarn
-	switch {
-	case r.Context().Err() != nil:
-		// The client hung up (or the write deadline passed): not a server
-		// fault, and nobody reads this response.
+	switch ctxErr := r.Context().Err(); {
+	case errors.Is(ctxErr, context.Canceled):
+		// The client hung up: not a server fault, and nobody reads this
+		// response.
 		p = &problem.Error{Code: problem.Unavailable, Detail: "request cancelled", Err: err}
 		level = slog.LevelInfo
+	case errors.Is(ctxErr, context.DeadlineExceeded) && p.Code == problem.Internal:
+		// The request's deadline passed while it waited for a render.
+		p = &problem.Error{Code: problem.Timeout, Detail: "the tile was not ready within the request's time limit; try again later",
+			RetryAfter: 1, Err: err}
 	case p.Code == problem.Internal:
 		level = slog.LevelError
 	}
+	var stopping *pgcall.Stopping
 	h.logger().LogAttrs(r.Context(), level, "tile failed",
-		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err))
-	problem.Write(w, r, p)
+		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err),
+		slog.Bool("db_still_running", errors.As(err, &stopping)))
+	pgcall.Respond(w, err, func() { problem.Write(w, r, p) })
 }
 
 func (h *Handler) logger() *slog.Logger {

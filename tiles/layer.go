@@ -145,17 +145,9 @@ func column(name string) string {
 }
 
 var (
-	tileTemplate   = template.Must(template.New("tile.sql").Parse(mustQuery("tile.sql")))
-	extentTemplate = template.Must(template.New("layer_extent.sql").Parse(mustQuery("layer_extent.sql")))
+	tileTemplate   = template.Must(template.New("tile.sql").Parse(queries.MustRead("tile.sql")))
+	extentTemplate = template.Must(template.New("layer_extent.sql").Parse(queries.MustRead("layer_extent.sql")))
 )
-
-func mustQuery(name string) string {
-	text, err := queries.Read(name)
-	if err != nil {
-		panic(err) // compiled in: a missing file is a build defect, caught by every test
-	}
-	return text
-}
 
 // render fills the layer's quoted identifiers into the tile query.
 func (l *Layer) render() error {

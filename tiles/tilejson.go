@@ -15,7 +15,9 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
+	queries "github.com/geotoll/geotoll/sql"
 )
 
 // LayerInfo describes the data behind a layer, for TileJSON.
@@ -32,36 +34,38 @@ func WorldBounds() [4]float64 { return [4]float64{-180, -85.051129, 180, 85.0511
 // Describe reads a layer's bounds and property types. The bounds come from
 // the planner's statistics (ST_EstimatedExtent, no scan) or, when there are
 // none, from ST_Extent under the layer's statement timeout; a table with no
-// rows has WorldBounds. Each query runs in its own READ ONLY
-// transaction, so one failing does not stop the next.
+// rows has WorldBounds. Each query is a guarded read of its own
+// (pgcall.DB.Read), so one failing does not stop the next.
 func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
 	info := LayerInfo{Bounds: WorldBounds(), Fields: make(map[string]string, len(l.Properties))}
 	table := l.tableIdent().Sanitize() // text for to_regclass, bound as a value
-	err := s.readOnly(ctx, l.StatementTimeout, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, fieldsSQL, table, l.Properties)
-		if err != nil {
+	fields := make(map[string]string, len(l.Properties))
+	db := s.db()
+	_, err := db.Read(ctx, pgcall.Statement{
+		SQL: fieldsSQL, Args: []any{table, l.Properties}, Timeout: l.StatementTimeout,
+		Scan: func(rows pgx.Rows) error {
+			var name, kind string
+			_, err := pgx.ForEachRow(rows, []any{&name, &kind}, func() error {
+				fields[name] = kind
+				return nil
+			})
 			return err
-		}
-		var name, kind string
-		_, err = pgx.ForEachRow(rows, []any{&name, &kind}, func() error {
-			info.Fields[name] = kind
-			return nil
-		})
-		return err
+		},
 	})
 	if err != nil {
-		return LayerInfo{}, s.classify(ctx, err)
+		return LayerInfo{}, err
 	}
 	for _, p := range l.Properties {
-		if _, ok := info.Fields[p]; !ok {
-			info.Fields[p] = "String"
+		info.Fields[p] = "String"
+		if kind, ok := fields[p]; ok {
+			info.Fields[p] = kind
 		}
 	}
 	var b [4]float64
 	scan := func(q string, args ...any) error {
-		return s.readOnly(ctx, l.StatementTimeout, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, q, args...).Scan(&b[0], &b[1], &b[2], &b[3])
-		})
+		_, err := db.Read(ctx, pgcall.Statement{SQL: q, Args: args, Timeout: l.StatementTimeout,
+			Scan: pgcall.One(&b[0], &b[1], &b[2], &b[3])})
+		return err
 	}
 	// ST_EstimatedExtent fails on some valid names (it re-parses them), and
 	// has nothing before the table's first ANALYZE: then scan the table.
@@ -74,27 +78,15 @@ func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
 		info.Bounds = clampBounds(b)
 	case errors.Is(err, pgx.ErrNoRows): // no rows, no extent
 	default:
-		return LayerInfo{}, s.classify(ctx, err)
+		return LayerInfo{}, err
 	}
 	return info, nil
 }
 
 var (
-	fieldsSQL         = mustQuery("layer_fields.sql")
-	extentEstimateSQL = mustQuery("layer_extent_estimate.sql")
+	fieldsSQL         = queries.MustRead("layer_fields.sql")
+	extentEstimateSQL = queries.MustRead("layer_extent_estimate.sql")
 )
-
-// readOnly runs fn in a READ ONLY transaction under SET LOCAL
-// statement_timeout.
-func (s *Store) readOnly(ctx context.Context, timeout time.Duration, fn func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`,
-			strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
-}
 
 func clampBounds(b [4]float64) [4]float64 {
 	for i, v := range b {

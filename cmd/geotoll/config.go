@@ -32,26 +32,6 @@ type Config struct {
 	Geofence  GeofenceConfig `yaml:"geofence"`
 }
 
-// DatabaseConfig names the PostGIS connections.
-type DatabaseConfig struct {
-	// URL is the read connection `serve` uses; it should name the restricted
-	// geotoll_reader role (env DATABASE_URL).
-	URL string `yaml:"url"`
-	// AdminURL is the schema owner `migrate` and `seed` use (env
-	// GEOTOLL_ADMIN_DATABASE_URL); empty means URL.
-	AdminURL string `yaml:"admin_url"`
-	MaxConns int32  `yaml:"max_conns"`
-	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
-	RetryAfter int `yaml:"retry_after"`
-	// AcquireTimeout bounds the wait for a pooled connection: a database
-	// that does not answer (stopped, paused) or a pool whose every
-	// connection is busy gives 503 + Retry-After after this, never a hang.
-	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
-	// ConnectTimeout bounds opening one connection (when the URL has no
-	// connect_timeout).
-	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-}
-
 // RedisConfig configures the shared budget store.
 type RedisConfig struct {
 	// URL of Redis (env REDIS_URL). Empty, and no Addrs: buckets live in
@@ -83,9 +63,15 @@ type HTTPConfig struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	ReadTimeout       time.Duration `yaml:"read_timeout"`
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
-	IdleTimeout       time.Duration `yaml:"idle_timeout"`
-	ShutdownGrace     time.Duration `yaml:"shutdown_grace"`
-	MaxHeaderBytes    int           `yaml:"max_header_bytes"`
+	// RequestTimeout is every request's own deadline: by then it has its
+	// answer — a 503 with Retry-After if the database has not finished —
+	// though it may go on waiting for the database to stop afterwards (see
+	// database.cancel_wait). Every statement_timeout must be shorter, and
+	// it must be shorter than WriteTimeout.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	IdleTimeout    time.Duration `yaml:"idle_timeout"`
+	ShutdownGrace  time.Duration `yaml:"shutdown_grace"`
+	MaxHeaderBytes int           `yaml:"max_header_bytes"`
 	// TrustedProxies are the CIDRs whose X-Forwarded-For / Forwarded
 	// headers are believed; from anyone else they are ignored.
 	TrustedProxies []string `yaml:"trusted_proxies"`
@@ -134,13 +120,15 @@ func DefaultConfig() Config {
 		Listen:    ":8080",
 		LogLevel:  "info",
 		LogFormat: "json",
-		Database:  DatabaseConfig{MaxConns: 16, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second},
+		Database: DatabaseConfig{MaxConns: 16, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
+			CancelWait: time.Minute},
 		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,
 			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second},
 		HTTP: HTTPConfig{
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
+			RequestTimeout:    20 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			ShutdownGrace:     15 * time.Second,
 			MaxHeaderBytes:    32 << 10,
@@ -276,6 +264,7 @@ func (c Config) validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateResilience()...)
+	errs = append(errs, c.validateDeadlines()...)
 	return errors.Join(errs...)
 }
 

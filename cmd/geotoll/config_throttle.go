@@ -124,7 +124,9 @@ func (c Config) toll() (*server.Toll, error) {
 	if a := c.Throttle.IPv6Aggregate; a.Rate > 0 {
 		t.IPv6Aggregate = server.IPv6Aggregate{Bits: a.Prefix, Limit: throttle.Limit{Rate: a.Rate, Capacity: a.Capacity}}
 	}
-	t.InFlightTTL = c.HTTP.WriteTimeout
+	// A request holds its slot until its handler returns: at most its
+	// deadline, then the wait for its statement to stop.
+	t.InFlightTTL = max(c.HTTP.WriteTimeout, c.HTTP.RequestTimeout+c.Database.CancelWait+time.Second)
 	t.ProbeInterval = c.Redis.ProbeInterval
 	for _, l := range c.Layers {
 		if l.Shadow {

@@ -19,7 +19,8 @@ type TilesConfig struct {
 // TileCacheConfig sizes the in-memory tile cache. Concurrent requests for
 // one uncached tile share one query whatever the size.
 type TileCacheConfig struct {
-	// MaxBytes bounds the memory of cached tiles (stored gzipped); 0
+	// MaxBytes bounds the memory of cached tiles (each as rendered, plus
+	// its gzip form once a gzip client asked for it); 0
 	// disables caching.
 	MaxBytes int64 `yaml:"max_bytes"`
 	// TTL is how long a rendered tile is served from memory.

@@ -60,6 +60,9 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := cfg.validateTiles(); err != nil { // e.g. CORS "*" with credentials
 		return err
 	}
+	if err := errors.Join(cfg.validateDeadlines()...); err != nil { // deadlines that do not nest
+		return err
+	}
 	toll, err := cfg.toll()
 	if err != nil {
 		return err
@@ -121,7 +124,7 @@ func (m *Main) openHandler(ctx context.Context, toll *server.Toll, checks map[st
 	if err != nil {
 		return err
 	}
-	fences, err := m.openGeofence(ctx, toll)
+	fences, err := m.openGeofence(ctx, toll, metrics)
 	if err != nil {
 		return err
 	}
@@ -132,7 +135,7 @@ func (m *Main) openHandler(ctx context.Context, toll *server.Toll, checks map[st
 	}
 	m.ready = server.NewReadiness(checks, m.Config.HTTP.ReadyInterval, m.Config.HTTP.ReadyTimeout)
 	m.ready.Check(ctx) // the first /readyz answers from real results
-	m.Handler = server.New(server.Options{
+	handler := server.New(server.Options{
 		Logger:   m.Logger,
 		Tiles:    tileHandler,
 		Metrics:  metrics,
@@ -142,6 +145,7 @@ func (m *Main) openHandler(ctx context.Context, toll *server.Toll, checks map[st
 		Web:      web.Handler(),
 		Ready:    m.ready,
 	})
+	m.Handler = withRequestDeadline(handler, m.Config.HTTP.RequestTimeout)
 	return nil
 }
 
@@ -185,12 +189,17 @@ func (m *Main) openKeys(ctx context.Context) map[string]server.Check {
 // openGeofence builds the geofence handler: reads through the read pool,
 // fence writes through their own pool (the geotoll_fence_writer role) when
 // one is configured.
-func (m *Main) openGeofence(ctx context.Context, toll *server.Toll) (*geofence.Handler, error) {
+func (m *Main) openGeofence(ctx context.Context, toll *server.Toll, metrics *server.Metrics) (*geofence.Handler, error) {
 	gc := m.Config.Geofence
-	reader := geofence.NewStore(m.Pool)
-	reader.Timeout = gc.StatementTimeout
-	reader.RetryAfter = m.Config.Database.RetryAfter
-	reader.AcquireTimeout = m.Config.Database.AcquireTimeout
+	store := func(pool *pgxpool.Pool) *geofence.Store {
+		s := geofence.NewStore(pool)
+		s.Timeout = gc.StatementTimeout
+		s.RetryAfter = m.Config.Database.RetryAfter
+		s.AcquireTimeout = m.Config.Database.AcquireTimeout
+		s.Calls = metrics
+		return s
+	}
+	reader := store(m.Pool)
 	o := geofence.Options{
 		Layers: gc.Layers, Limits: gc.Limits, AdminKeys: gc.AdminKeys,
 		// Fence admins: the configured admin keys, and database API keys
@@ -221,11 +230,7 @@ func (m *Main) openGeofence(ctx context.Context, toll *server.Toll) (*geofence.H
 		if m.FenceWriter, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 			return nil, fmt.Errorf("geofence writer database: %w", err)
 		}
-		writer := geofence.NewStore(m.FenceWriter)
-		writer.Timeout = gc.StatementTimeout
-		writer.RetryAfter = m.Config.Database.RetryAfter
-		writer.AcquireTimeout = m.Config.Database.AcquireTimeout
-		o.Writer = writer
+		o.Writer = store(m.FenceWriter)
 	} else {
 		m.Logger.Info("no geofence writer database: fence writes answer 503")
 	}

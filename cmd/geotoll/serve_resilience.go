@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/geotoll/geotoll/server"
@@ -108,13 +107,4 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient) error {
 		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
 	}
 	return rdb.Ping(ctx).Err()
-}
-
-// tunePool bounds how long opening one PostgreSQL connection may take
-// (unless the URL says otherwise): a database that accepts TCP but never
-// answers (paused) must not hold pool slots for long.
-func (c DatabaseConfig) tunePool(pcfg *pgxpool.Config) {
-	if pcfg.ConnConfig.ConnectTimeout == 0 {
-		pcfg.ConnConfig.ConnectTimeout = c.ConnectTimeout
-	}
 }

@@ -69,6 +69,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	store.RetryAfter = cfg.Database.RetryAfter
 	store.AcquireTimeout = cfg.Database.AcquireTimeout
 	store.Observer = metrics
+	store.Calls = metrics
 	return &tiles.Handler{
 		Catalog: catalog, Store: store, Gate: gate, Logger: m.Logger,
 		Cache: cache, Describer: store, Proxies: proxies, Observer: metrics,

@@ -29,6 +29,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
 )
 
 // Required reports whether missing services must fail tests instead of
@@ -92,11 +94,28 @@ func ReadPool(t testing.TB) *pgxpool.Pool {
 	return connect(t, ReadDatabaseURL(t))
 }
 
+// CancelWait is how long the test pools wait for a cancelled statement
+// to stop before closing its connection (see pgcall.Configure).
+const CancelWait = time.Minute
+
+// PoolConfig parses url into a pool configuration set up as `serve` sets
+// up its own: a cancelled statement is stopped with a cancel request and
+// its connection kept until it has (pgcall.Configure).
+func PoolConfig(t testing.TB, url string) *pgxpool.Config {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("testenv: parse database URL: %v", err)
+	}
+	pgcall.Configure(cfg, CancelWait)
+	return cfg
+}
+
 func connect(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.NewWithConfig(ctx, PoolConfig(t, url))
 	if err != nil {
 		t.Fatalf("testenv: connect PostgreSQL: %v", err)
 	}
@@ -174,10 +193,7 @@ func Prefix(t testing.TB) string {
 // waits until then. The pool is closed when the test ends.
 func BusyPool(t testing.TB) (*pgxpool.Pool, func()) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := PoolConfig(t, ReadDatabaseURL(t))
 	cfg.MaxConns = 1
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
+)
+
+// DatabaseConfig names the PostGIS connections.
+type DatabaseConfig struct {
+	// URL is the read connection `serve` uses; it should name the restricted
+	// geotoll_reader role (env DATABASE_URL).
+	URL string `yaml:"url"`
+	// AdminURL is the schema owner `migrate` and `seed` use (env
+	// GEOTOLL_ADMIN_DATABASE_URL); empty means URL.
+	AdminURL string `yaml:"admin_url"`
+	MaxConns int32  `yaml:"max_conns"`
+	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
+	RetryAfter int `yaml:"retry_after"`
+	// AcquireTimeout bounds the wait for a pooled connection: a database
+	// that does not answer (stopped, paused) or a pool whose every
+	// connection is busy gives 503 + Retry-After after this, never a hang.
+	AcquireTimeout time.Duration `yaml:"acquire_timeout"`
+	// ConnectTimeout bounds opening one connection (when the URL has no
+	// connect_timeout).
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// CancelWait bounds how long a cancelled statement is waited for: a
+	// request whose query is cut (or whose client went away) sends
+	// PostgreSQL a cancel request and keeps its connection — and its
+	// in-flight slot — until the backend stops, or this long. Only after it
+	// is the connection closed on a backend that may still run.
+	CancelWait time.Duration `yaml:"cancel_wait"`
+}
+
+// tunePool bounds how long opening one PostgreSQL connection may take
+// (unless the URL says otherwise): a database that accepts TCP but never
+// answers (paused) must not hold pool slots for long. And it makes a
+// cancelled statement stop with a cancel request while its connection
+// waits for it, for at most CancelWait (pgcall.Configure).
+func (c DatabaseConfig) tunePool(pcfg *pgxpool.Config) {
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = c.ConnectTimeout
+	}
+	pgcall.Configure(pcfg, c.CancelWait)
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/server"
+)
+
+// stuckView creates {s}.stuck, a layer of one point whose every read first
+// cuts a star-shaped polygon of 150,000 vertices into pieces of 256: the
+// first cut runs for seconds (about 4 s on 2 idle cores, PostGIS 3.3)
+// without looking at interrupts, so neither statement_timeout nor a cancel
+// request stops it before it is done. The point depends on the cut, so
+// every tile's query runs it.
+func stuckView(exec func(string)) {
+	exec(`CREATE TABLE {s}.huge AS
+		SELECT ST_SetSRID(ST_MakePolygon(ST_AddPoint(l, ST_StartPoint(l))), 3857) AS g FROM (
+			SELECT ST_MakeLine(ST_MakePoint(r * cos(a), r * sin(a)) ORDER BY i) AS l FROM (
+				SELECT i, 2 * pi() * i / 150000 AS a,
+				       1000000 + 200000 * sin(i * 0.37) + 100000 * ((i::bigint * 7919) % 13) / 13.0 AS r
+				FROM generate_series(0, 149999) i) p) q`)
+	exec(`CREATE VIEW {s}.stuck AS
+		SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(1 + z.n * 0, 1), 3857) AS geom
+		FROM {s}.huge h, LATERAL (SELECT count(*) AS n FROM ST_Subdivide(h.g, 256)) z`)
+	exec(`GRANT SELECT ON {s}.huge, {s}.stuck TO geotoll_reader`)
+}
+
+// runningIn counts, through the owner pool, the backends running a
+// statement that mentions schema.
+func runningIn(t *testing.T, owner *pgxpool.Pool, schema string) int {
+	t.Helper()
+	var n int
+	err := owner.QueryRow(context.Background(), `
+		SELECT count(*) FROM pg_stat_activity
+		WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, schema).Scan(&n)
+	if err != nil {
+		t.Fatalf("pg_stat_activity: %v", err)
+	}
+	return n
+}
+
+// drained waits (at most 3 minutes: the stuck statements run for seconds
+// each, longer on a busy machine) until no statement of schema runs.
+func drained(t *testing.T, owner *pgxpool.Pool, schema string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for runningIn(t, owner, schema) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("statements of %s still running after 3 minutes", schema)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A tile whose query is cut — by its statement_timeout (a sleep), or by the
+// client because the backend does not stop (the stuck cut) — answers 503
+// with Retry-After and a problem body before the write timeout: never an
+// empty reply. Metrics call both statement timeouts, and
+// count the statement that outlives its answer until it stops.
+//
+// Not parallel, like the next test: the stuck statements keep a core busy
+// for seconds, which would push other tests' queries past their timeouts;
+// each waits for its statements to stop before it returns.
+func TestEndToEndCutQueryAnswers503(t *testing.T) {
+	schema, exec := fixtureSchema(t)
+	stuckView(exec)
+	exec(`CREATE VIEW {s}.sleepy AS SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(1, 1), 3857) AS geom FROM (SELECT pg_sleep(5)) z`)
+	exec(`GRANT SELECT ON {s}.sleepy TO geotoll_reader`)
+	base, _ := startServer(t, func(c *Config) {
+		c.HTTP.RequestTimeout, c.HTTP.WriteTimeout = 3*time.Second, 4*time.Second
+		c.Throttle.Tiers[server.AnonymousTier] = TierConfig{Rate: 1000, Capacity: 1000}
+		c.Layers = append(c.Layers,
+			LayerConfig{Layer: layerFor(schema+".sleepy", 300*time.Millisecond)},
+			// 1 s: a shorter timeout may expire, on a loaded machine, before
+			// the backend has reached the cut, and stop it there.
+			LayerConfig{Layer: layerFor(schema+".stuck", time.Second)})
+	})
+	owner := testenv.Pool(t)
+	defer drained(t, owner, schema)
+	for _, layer := range []string{"sleepy", "stuck"} {
+		start := time.Now()
+		resp, body := fetch(t, http.MethodGet, tileURL(base, layer, maptile.New(0, 0, 0)))
+		took := time.Since(start)
+		var doc struct{ Type, Detail string }
+		err := json.Unmarshal(body, &doc)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != problem.ContentType ||
+			resp.Header.Get("Retry-After") == "" || err != nil || doc.Type != problem.TypeBase+string(problem.Timeout) {
+			t.Errorf("%s: %d %q Retry-After %q %s; want 503, a timeout problem, Retry-After", layer,
+				resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Retry-After"), short(body))
+		}
+		if took >= 4*time.Second {
+			t.Errorf("%s: answered after %v, not before the 4 s write timeout", layer, took)
+		}
+		t.Logf("%s: %d after %v", layer, resp.StatusCode, took.Round(time.Millisecond))
+	}
+	if n := runningIn(t, owner, schema); n != 1 {
+		t.Errorf("%d statements running after the stuck tile's answer, want the stuck one", n)
+	}
+	_, metrics := fetch(t, http.MethodGet, base+"/metrics")
+	for _, want := range []string{`geotoll_db_calls_total{outcome="statement-timeout"} 2`, "geotoll_db_statements_outliving_answer 1"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// A key whose tier allows two requests in flight, and whose clients give up
+// after 0.3 s and try again at once: however many requests it sends, no
+// more than two of its statements ever run, because a request that gave up
+// keeps its slot until its statement has stopped.
+func TestEndToEndGivenUpRequestsKeepTheirSlots(t *testing.T) {
+	schema, exec := fixtureSchema(t)
+	stuckView(exec)
+	key := createKey(t, "tight")
+	base, _ := startServer(t, func(c *Config) {
+		c.Throttle.Tiers["tight"] = TierConfig{Rate: 1000, Capacity: 10000, MaxInFlight: 2}
+		c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".stuck", 500*time.Millisecond)})
+	})
+	owner := testenv.Pool(t)
+	defer drained(t, owner, schema)
+
+	var peak, seen atomic.Int64
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			n := int64(runningIn(t, owner, schema))
+			seen.Add(n)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+		}
+	})
+
+	client := &http.Client{Timeout: 300 * time.Millisecond}
+	var sent, refused, gaveUp atomic.Int64
+	var clients sync.WaitGroup
+	end := time.Now().Add(6 * time.Second)
+	for c := range 4 {
+		clients.Go(func() {
+			for i := 0; time.Now().Before(end); i++ {
+				// A different tile each time: nothing is cached or shared.
+				req, _ := http.NewRequest(http.MethodGet, tileURL(base, "stuck", maptile.New(uint32(c*4000+i)%(1<<14), 0, 14)), nil)
+				req.Header.Set("X-API-Key", key)
+				sent.Add(1)
+				resp, err := client.Do(req)
+				if err != nil {
+					gaveUp.Add(1)
+					continue // gave up after 0.3 s
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					t.Errorf("%s: %d, want 429 or no answer within 0.3 s", req.URL.Path, resp.StatusCode)
+					return
+				}
+				refused.Add(1)
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	clients.Wait()
+	drained(t, owner, schema)
+	close(stop)
+	watch.Wait()
+	t.Logf("%d requests sent: %d refused (429), %d given up after 0.3 s; at most %d statements running at once",
+		sent.Load(), refused.Load(), gaveUp.Load(), peak.Load())
+	if peak.Load() > 2 {
+		t.Errorf("%d statements of a key with max_in_flight 2 ran at once", peak.Load())
+	}
+	if seen.Load() == 0 || refused.Load() == 0 || gaveUp.Load() == 0 {
+		t.Errorf("statements seen %d, requests refused %d, given up %d: the test proved nothing", seen.Load(), refused.Load(), gaveUp.Load())
+	}
+}

@@ -1,0 +1,142 @@
+package pgcall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// work is what a call does with its connection: ctx is cut at cut.
+type work func(ctx context.Context, conn *pgx.Conn, cut time.Time, t *Timing) error
+
+// call is one guarded use of a pooled connection. Its work runs on a
+// goroutine of its own that holds the connection until the backend has
+// answered, so that the caller can answer by its deadline whatever the
+// backend does.
+type call struct {
+	db     *DB
+	ctx    context.Context // the caller's
+	conn   *pgxpool.Conn
+	cancel *canceller // nil on a pool that Configure did not set up
+	cut    time.Time
+	// answerBy is the caller's deadline (zero: none): a cut call waits for
+	// its backend at most StopWait, and never past it.
+	answerBy time.Time
+	done     chan struct{} // closed once the connection is back in the pool
+	state    atomic.Int32
+
+	// Written by run before done is closed.
+	timing Timing
+	err    error
+	lost   bool
+}
+
+// States of a call: its work runs; it finished; its caller answered
+// without it (it outlives its answer).
+const (
+	running int32 = iota
+	finished
+	outliving
+)
+
+var errNoAnswer = errors.New("the database did not answer its cancel request")
+
+// call acquires a connection and runs w on it, cut budget + AnswerGrace
+// from now or shortly before ctx's deadline — StopWait before it, or a
+// quarter of the time left if that is less — whichever is first.
+func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, error) {
+	conn, err := db.acquire(ctx)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return Timing{}, db.cancelled(err)
+		}
+		return Timing{}, db.unavailable(err)
+	}
+	c := &call{db: db, ctx: ctx, conn: conn, cancel: cancellerOf(conn.Conn()),
+		cut: time.Now().Add(budget + AnswerGrace), done: make(chan struct{})}
+	if dl, ok := ctx.Deadline(); ok {
+		c.answerBy = dl
+		if cut := dl.Add(-min(StopWait, time.Until(dl)/4)); cut.Before(c.cut) {
+			c.cut = cut
+		}
+	}
+	wctx, cancel := context.WithDeadline(ctx, c.cut)
+	go c.run(wctx, cancel, w)
+	return c.await(wctx)
+}
+
+func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
+	defer close(c.done)
+	start := time.Now()
+	err := w(ctx, c.conn.Conn(), c.cut, &c.timing)
+	c.timing.DB = time.Since(start)
+	cancel()
+	c.err, c.lost = err, c.conn.Conn().IsClosed()
+	c.conn.Release()
+	if m := meterOf(c.ctx); m != nil {
+		m.add(c.timing.DB)
+	}
+	if !c.state.CompareAndSwap(running, finished) && c.db.Calls != nil {
+		c.db.Calls.Outliving(-1)
+	}
+}
+
+// await returns the call's result once its work is done, or — when the
+// call was cut (or its caller went away) and the backend has not stopped
+// StopWait later — a Stopping error while the work goes on.
+func (c *call) await(ctx context.Context) (Timing, error) {
+	select {
+	case <-c.done:
+		return c.result()
+	case <-ctx.Done():
+	}
+	wait := StopWait
+	if !c.answerBy.IsZero() {
+		wait = max(min(wait, time.Until(c.answerBy)), 0)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.result()
+	case <-t.C:
+	}
+	if c.db.Calls != nil {
+		c.db.Calls.Outliving(1)
+	}
+	if !c.state.CompareAndSwap(running, outliving) { // it finished just now
+		if c.db.Calls != nil {
+			c.db.Calls.Outliving(-1)
+		}
+		<-c.done
+		return c.result()
+	}
+	return Timing{}, &Stopping{Err: c.stoppingErr(), done: c.done}
+}
+
+func (c *call) result() (Timing, error) {
+	if c.err != nil {
+		return c.timing, c.db.classify(c.ctx, c.err, c.lost)
+	}
+	c.db.observe(OK)
+	return c.timing, nil
+}
+
+// stoppingErr names why a call answered before its backend stopped. A
+// cancel request the server acknowledged means a live database whose
+// backend ignores interrupts: a statement timeout. No acknowledgement means
+// a database that does not answer at all.
+func (c *call) stoppingErr() error {
+	switch {
+	case errors.Is(c.ctx.Err(), context.Canceled):
+		return c.db.cancelled(context.Canceled)
+	case c.cancel != nil && c.cancel.acknowledged():
+		return c.db.timeout(fmt.Errorf("statement timeout: the backend had not stopped %s after it was cancelled", StopWait))
+	}
+	return c.db.unavailable(errNoAnswer)
+}

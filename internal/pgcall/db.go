@@ -1,0 +1,276 @@
+package pgcall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// AnswerGrace is how long past its statements' timeouts a call may go
+// unanswered before the client cuts it. PostgreSQL enforces
+// statement_timeout itself, so a call still unanswered by then is a
+// statement that does not look at interrupts, or a database that does not
+// answer at all (paused, partitioned).
+const AnswerGrace = 500 * time.Millisecond
+
+// StopWait is how long a cut call waits for its backend to stop before it
+// answers without it. A cancel request reaches a live backend within a few
+// milliseconds; one that has not stopped by then ignores interrupts.
+const StopWait = 250 * time.Millisecond
+
+// Statement is one statement of a guarded read.
+type Statement struct {
+	SQL  string
+	Args []any
+	// Timeout is the statement's statement_timeout. It is shortened to
+	// what is left before the call is cut, and is at least 1 ms.
+	Timeout time.Duration
+	// Scan reads the statement's rows; nil discards them. It runs on
+	// another goroutine and may still be running after Read has returned
+	// an error: it must write only what the caller reads after a Read that
+	// succeeded.
+	Scan func(pgx.Rows) error
+}
+
+// Timing is the database time of a call, measured by the client.
+type Timing struct {
+	// DB runs from sending the call to receiving its last answer (for a
+	// cancelled call: until the backend answered the cancellation).
+	DB time.Duration
+	// Statements are a Read's times per statement, in order: each from the
+	// previous statement's last result (the first from sending the batch)
+	// to its own.
+	Statements []time.Duration
+}
+
+// Outcomes of a call, as Observer.Call receives them.
+const (
+	OK               = "ok"
+	StatementTimeout = "statement-timeout" // cut by statement_timeout, or not stopping when cancelled
+	Cancelled        = "cancelled"         // the caller went away
+	Unavailable      = "unavailable"       // no connection, connection lost, or no answer at all
+	Failed           = "error"             // any other database error
+)
+
+// Observer receives a DB's measurements. Its methods must be cheap and safe
+// for concurrent use. Its signature names no type of this package, so that
+// the stores can take one in an exported field.
+type Observer interface {
+	// Call counts one call by outcome (OK, StatementTimeout, …).
+	Call(outcome string)
+	// Outliving moves, by delta, the number of statements still running
+	// after their call answered.
+	Outliving(delta int)
+}
+
+// DB is a pool with the rules for calling it on a request's behalf. Its
+// zero value is not usable: Pool is required.
+type DB struct {
+	Pool *pgxpool.Pool
+	// AcquireTimeout, when positive, bounds the wait for a pooled
+	// connection: a database that does not answer, or a pool whose every
+	// connection is busy, gives a 503 after this instead of a hang.
+	AcquireTimeout time.Duration
+	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
+	RetryAfter int
+	// TimeoutDetail is the problem detail of a statement timeout.
+	TimeoutDetail string
+	// Calls, if set, counts calls by outcome.
+	Calls Observer
+}
+
+const (
+	settingsSQL  = `SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`
+	timeoutSQL   = `SELECT set_config('statement_timeout', $1, true)`
+	jitOffSQL    = `SELECT set_config('jit', 'off', true)`
+	canceledCode = "57014" // SQLSTATE of statement_timeout and cancel requests alike
+)
+
+// Read runs stmts in one READ ONLY transaction with jit off, each under
+// its own SET LOCAL statement_timeout, sent as one batch: one round trip.
+// If a statement fails, PostgreSQL skips the rest of the batch and the
+// connection, left in a failed transaction, is discarded rather than
+// reused.
+func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
+	if len(stmts) == 0 {
+		return Timing{}, problem.Wrap(errors.New("pgcall: a read without statements"))
+	}
+	var budget time.Duration
+	for _, s := range stmts {
+		budget += s.Timeout
+	}
+	return db.call(ctx, budget, func(ctx context.Context, conn *pgx.Conn, cut time.Time, t *Timing) error {
+		batch := &pgx.Batch{}
+		batch.Queue(`BEGIN READ ONLY`)
+		batch.Queue(jitOffSQL)
+		for _, s := range stmts {
+			batch.Queue(timeoutSQL, millis(clip(s.Timeout, cut)))
+			batch.Queue(s.SQL, s.Args...)
+		}
+		batch.Queue(`COMMIT`)
+		return readBatch(ctx, conn, batch, stmts, t)
+	})
+}
+
+func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []Statement, t *Timing) error {
+	t.Statements = make([]time.Duration, len(stmts))
+	last := time.Now()
+	br := conn.SendBatch(ctx, batch)
+	defer br.Close()
+	for range 2 { // BEGIN, jit
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	for i, s := range stmts {
+		if _, err := br.Exec(); err != nil { // its statement_timeout
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		if s.Scan != nil {
+			err = s.Scan(rows)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		if err != nil {
+			return err
+		}
+		// PostgreSQL runs the batch's statements one after another, so the
+		// time between two results is (close to) the later one's.
+		now := time.Now()
+		t.Statements[i], last = now.Sub(last), now
+	}
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return err
+	}
+	return br.Close()
+}
+
+// Write runs fn in a read-write transaction whose first statement sets
+// statement_timeout (timeout) and jit off locally. fn runs at most n
+// statements: the call is cut n × timeout + AnswerGrace after it starts.
+// fn runs on another goroutine, like Statement.Scan. An error fn returns
+// that is a *problem.Error (a 404, a 422) passes through unchanged.
+func (db *DB) Write(ctx context.Context, timeout time.Duration, n int, fn func(context.Context, pgx.Tx) error) error {
+	_, err := db.call(ctx, time.Duration(n)*timeout, func(ctx context.Context, conn *pgx.Conn, cut time.Time, _ *Timing) error {
+		return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, settingsSQL, millis(clip(timeout, cut))); err != nil {
+				return err
+			}
+			return fn(ctx, tx)
+		})
+	})
+	return err
+}
+
+// One returns a Scan that reads the first row into dest; no row at all is
+// pgx.ErrNoRows, which Read returns unchanged.
+func One(dest ...any) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		defer rows.Close()
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return pgx.ErrNoRows
+		}
+		return rows.Scan(dest...)
+	}
+}
+
+// cutMargin is how much earlier than the client PostgreSQL cuts a
+// statement whose timeout was shortened to fit the call's deadline: time
+// for the answer to travel.
+const cutMargin = 50 * time.Millisecond
+
+// clip shortens a statement timeout so that PostgreSQL cuts the statement
+// before the client would: cutMargin before, or a quarter of the time left
+// if that is less.
+func clip(d time.Duration, cut time.Time) time.Duration {
+	left := time.Until(cut)
+	return max(min(d, left-min(cutMargin, left/4)), time.Millisecond)
+}
+
+func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+func (db *DB) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	if db.AcquireTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, db.AcquireTimeout)
+		defer cancel()
+	}
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("no database connection within %s: %w", db.AcquireTimeout, err)
+	}
+	return conn, nil
+}
+
+func (db *DB) observe(o string) {
+	if db.Calls != nil {
+		db.Calls.Call(o)
+	}
+}
+
+// classify turns the error of a finished call into a problem. lost reports
+// that the connection was closed (unreachable, or given up on).
+func (db *DB) classify(ctx context.Context, err error, lost bool) error {
+	var (
+		p     *problem.Error
+		pgErr *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &p), errors.Is(err, pgx.ErrNoRows):
+		// The caller's own answer (a 404, a 422, no row): the database did
+		// its part.
+		db.observe(OK)
+		return err
+	case errors.Is(ctx.Err(), context.Canceled):
+		return db.cancelled(err)
+	case errors.As(err, &pgErr) && pgErr.Code == canceledCode:
+		return db.timeout(err)
+	case pgErr != nil:
+		db.observe(Failed)
+		return problem.Wrap(fmt.Errorf("database: %w", err))
+	case lost:
+		return db.unavailable(err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return db.timeout(err)
+	}
+	db.observe(Failed)
+	return problem.Wrap(fmt.Errorf("database: %w", err))
+}
+
+// cancelled is the problem of a call whose caller went away: nobody reads
+// it, so it is neither a timeout nor an outage.
+func (db *DB) cancelled(err error) *problem.Error {
+	db.observe(Cancelled)
+	return &problem.Error{Code: problem.Unavailable, Detail: "request cancelled", Err: err}
+}
+
+func (db *DB) timeout(err error) *problem.Error {
+	db.observe(StatementTimeout)
+	detail := db.TimeoutDetail
+	if detail == "" {
+		detail = "the query exceeded its time limit; try again later"
+	}
+	return &problem.Error{Code: problem.Timeout, Detail: detail, RetryAfter: db.RetryAfter, Err: err}
+}
+
+func (db *DB) unavailable(err error) *problem.Error {
+	db.observe(Unavailable)
+	return &problem.Error{Code: problem.Unavailable, Detail: "the database is unavailable", RetryAfter: db.RetryAfter, Err: err}
+}

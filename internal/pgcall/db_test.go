@@ -1,0 +1,157 @@
+package pgcall_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/problem"
+)
+
+// Every statement of a Read runs read-only, with jit off and under its own
+// statement_timeout, in one transaction; none of it leaks into the pool.
+// The owner pool is used: its defaults are read-write with jit on.
+func TestReadSettings(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	db := &pgcall.DB{Pool: pool}
+	const q = `SELECT current_setting('transaction_read_only'), current_setting('jit'),
+		current_setting('statement_timeout'), txid_current_if_assigned() IS NULL, pg_backend_pid()`
+	type row struct {
+		ro, jit, timeout string
+		noXID            bool
+		pid              int
+	}
+	var a, b row
+	timing, err := db.Read(t.Context(),
+		pgcall.Statement{SQL: q, Timeout: 1500 * time.Millisecond, Scan: pgcall.One(&a.ro, &a.jit, &a.timeout, &a.noXID, &a.pid)},
+		pgcall.Statement{SQL: q, Timeout: 250 * time.Millisecond, Scan: pgcall.One(&b.ro, &b.jit, &b.timeout, &b.noXID, &b.pid)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != (row{"on", "off", "1500ms", true, a.pid}) || b != (row{"on", "off", "250ms", true, a.pid}) {
+		t.Errorf("settings %+v then %+v; want read-only, jit off, each statement's own timeout, one connection", a, b)
+	}
+	if len(timing.Statements) != 2 || timing.DB <= 0 || timing.Statements[0]+timing.Statements[1] > timing.DB {
+		t.Errorf("timing %+v: want two statement times that fit in DB", timing)
+	}
+	var jit, timeout string
+	if err := pool.QueryRow(t.Context(), `SELECT current_setting('jit'), current_setting('statement_timeout')`).Scan(&jit, &timeout); err != nil {
+		t.Fatal(err)
+	}
+	if jit == "off" || timeout == "250ms" {
+		t.Errorf("after the read, jit = %q and statement_timeout = %q: settings leaked into the pool", jit, timeout)
+	}
+}
+
+func TestReadStatementTimeout(t *testing.T) {
+	t.Parallel()
+	obs := &observer{}
+	db := &pgcall.DB{Pool: readPool(t, 1), RetryAfter: 7, TimeoutDetail: "too slow", Calls: obs}
+	_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_sleep(3)`, Timeout: 100 * time.Millisecond})
+	p := problem.From(err)
+	var pgErr *pgconn.PgError
+	if p.Code != problem.Timeout || p.RetryAfter != 7 || p.Detail != "too slow" || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("Read past its timeout: %v; want a timeout problem (Retry-After 7, \"too slow\") caused by SQLSTATE 57014", err)
+	}
+	if n, _ := obs.get(pgcall.StatementTimeout); n != 1 {
+		t.Errorf("%d statement timeouts observed, want 1", n)
+	}
+	// The one connection is usable again.
+	var one int
+	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second, Scan: pgcall.One(&one)}); err != nil || one != 1 {
+		t.Errorf("Read after a timeout: %d, %v", one, err)
+	}
+}
+
+// A call answers by its context's deadline, however long its statements'
+// own timeouts: they are shortened to fit.
+func TestReadAnswersByItsDeadline(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: readPool(t, 1)}
+	ctx, cancel := context.WithTimeout(t.Context(), 800*time.Millisecond)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	_, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 10 * time.Second})
+	if late := time.Since(deadline); late > 0 {
+		t.Errorf("answered %v after the deadline", late)
+	}
+	var pgErr *pgconn.PgError
+	if p := problem.From(err); p.Code != problem.Timeout || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Errorf("Read cut by its deadline: %v; want a timeout that PostgreSQL itself raised", err)
+	}
+}
+
+// A caller that goes away cancels its statement in PostgreSQL; the answer
+// nobody reads says so, and is no outage.
+func TestReadCancelledCaller(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	obs := &observer{}
+	pool := readPool(t, 1)
+	db := &pgcall.DB{Pool: pool, Calls: obs}
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	_, err := db.Read(ctx, pgcall.Statement{SQL: f.sql(`SELECT pg_sleep(10) /* {s} */`), Timeout: 20 * time.Second})
+	if p := problem.From(err); p.Code != problem.Unavailable || p.Detail != "request cancelled" {
+		t.Fatalf("Read whose caller left: %v, want \"request cancelled\"", err)
+	}
+	pgcall.WaitStopped(err)
+	eventually(t, 5*time.Second, "the sleep cancelled in PostgreSQL", func() bool { return f.running(t) == 0 })
+	eventually(t, 5*time.Second, "the connection back in the pool", func() bool { return pool.Stat().AcquiredConns() == 0 })
+	if n, _ := obs.get(pgcall.Cancelled); n != 1 {
+		t.Errorf("%d cancelled calls observed, want 1", n)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: readPool(t, 2)}
+	var n int
+	_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1 WHERE false`, Timeout: time.Second, Scan: pgcall.One(&n)})
+	if !errors.Is(err, pgx.ErrNoRows) {
+		t.Errorf("One over no rows: %v, want pgx.ErrNoRows", err)
+	}
+	_, err = db.Read(t.Context(), pgcall.Statement{SQL: `SELECT nonsense FROM nowhere`, Timeout: time.Second})
+	if p := problem.From(err); p.Code != problem.Internal {
+		t.Errorf("a broken statement: %v, want internal", err)
+	}
+	_, err = db.Read(t.Context(), pgcall.Statement{SQL: `DELETE FROM geotoll.api_keys`, Timeout: time.Second})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "25006" { // read_only_sql_transaction
+		t.Errorf("a write in a guarded read: %v, want SQLSTATE 25006", err)
+	}
+	if _, err := db.Read(t.Context()); problem.From(err).Code != problem.Internal {
+		t.Errorf("a read of no statements: %v, want internal", err)
+	}
+}
+
+func TestWrite(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: testenv.Pool(t)}
+	var timeout, jit, ro string
+	err := db.Write(t.Context(), 700*time.Millisecond, 1, func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT current_setting('statement_timeout'), current_setting('jit'), current_setting('transaction_read_only')`).Scan(&timeout, &jit, &ro)
+	})
+	if err != nil || timeout != "700ms" || jit != "off" || ro != "off" {
+		t.Errorf("Write settings %q %q read-only %q (%v), want 700ms, off, off", timeout, jit, ro, err)
+	}
+	notFound := problem.Missing("id", "no fence 7")
+	if err := db.Write(t.Context(), time.Second, 1, func(context.Context, pgx.Tx) error { return notFound }); !errors.Is(err, notFound) {
+		t.Errorf("a problem from the transaction: %v, want it unchanged", err)
+	}
+	err = db.Write(t.Context(), 100*time.Millisecond, 1, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT pg_sleep(3)`)
+		return err
+	})
+	if p := problem.From(err); p.Code != problem.Timeout {
+		t.Errorf("Write past its timeout: %v, want a timeout", err)
+	}
+}

@@ -1,0 +1,52 @@
+// Package pgcall is how geotoll calls PostgreSQL on a request's behalf:
+// one guarded read, one guarded write, and connections that never let go
+// of a statement that is still running.
+//
+// # The guarded read
+//
+// [DB.Read] is the only place a read-only transaction is opened. It waits
+// at most AcquireTimeout for a pooled connection, then sends, in one batch
+// (one round trip): BEGIN READ ONLY, jit off, and for each [Statement] a
+// SET LOCAL statement_timeout (set_config with a bound value) followed by
+// the statement, then COMMIT. The tile renderer, TileJSON's layer
+// description, every geofence read and the API key loads all go through
+// it. [DB.Write] is its read-write twin for the fence admin. Every error is
+// a problem (package problem): a statement cut by its timeout is a
+// problem.Timeout, a database that cannot be reached problem.Unavailable.
+//
+// # Deadlines that nest
+//
+// A call is cut (cancelled by the client) [AnswerGrace] after its
+// statements' timeouts have all run out, or [StopWait] before the deadline
+// of its context (a quarter of the time left, if that is less), whichever
+// comes first; each statement's timeout is shortened so that PostgreSQL
+// cuts it first. A call therefore answers by its context's deadline, and
+// the server's request deadline, shorter than the HTTP write timeout, is
+// always met with a status and a body.
+//
+// # No orphaned work
+//
+// pgx's default reaction to a cancelled context is to close the socket: the
+// pool slot is free at once while the backend runs on — and a PostGIS
+// function working on one huge geometry does not look at interrupts for
+// minutes. [Configure] replaces it: a cancelled call sends PostgreSQL a
+// cancel request and keeps its connection until the backend answers (at
+// most the configured wait; not at all if the server does not acknowledge
+// the cancel request: a database that answers nothing stops nothing by
+// being waited for). A call whose backend has not stopped
+// [StopWait] after the cut still answers — with an error that wraps
+// [Stopping] — and its connection returns to the pool only once the
+// backend has stopped. [Respond] lets an HTTP handler send that answer and
+// then wait for the backend, so that whatever the request holds until its
+// handler returns (its in-flight slot) is held as long as the database
+// works for it. Running statements therefore never outnumber the pool.
+//
+// # Database time
+//
+// [Timing] is measured by the client: from sending the batch to receiving
+// each statement's last result, so it is the backend's running time plus
+// one network round trip. For a cancelled call it runs until the backend
+// answered, which is the time the backend really worked. A [Meter] in the
+// context adds up the database time of every call made under it, including
+// the part of a call that outlives its answer.
+package pgcall
