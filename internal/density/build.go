@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"strconv"
 	"text/template"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/geotoll/geotoll/internal/pgcall"
 	queries "github.com/geotoll/geotoll/sql"
 )
 
@@ -81,7 +81,9 @@ func render(rel Relation) (queryText, error) {
 // build runs the queries and assembles the model.
 func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, error) {
 	start := opts.Now()
-	ctx, cancel := pgcall.AnswerDeadline(ctx, opts.StatementTimeout)
+	// PostgreSQL enforces the statement timeout itself; a database that
+	// does not answer at all is given up on shortly after.
+	ctx, cancel := context.WithTimeout(ctx, opts.StatementTimeout+time.Second)
 	defer cancel()
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
