@@ -1,13 +1,14 @@
 // Package throttle protects the database by charging every request what it
-// will cost, from a per-client token bucket.
+// costs, from a per-client token bucket.
 //
 // A flat requests-per-second limit assumes every request costs the same;
 // spatial requests differ by orders of magnitude (a z14 tile or a 10 m radius
 // check touches a handful of index entries, a z2 tile or a 50 km radius scans
 // a huge candidate set). So geotoll counts tokens, not requests: each request
-// is priced from its own parameters, the price is withdrawn from the caller's
-// bucket in one atomic step, and a caller whose bucket cannot pay gets 429
-// with an exact Retry-After.
+// is priced before it runs, the price is withdrawn from the caller's bucket
+// in one atomic step, a caller whose bucket cannot pay is refused with an
+// exact Retry-After, and once the request has run its price is settled to
+// what it really cost.
 //
 // # Cost model
 //
@@ -27,58 +28,64 @@
 // of its children. Garbage in never gives a cheap price out: NaN sizes are
 // priced as the worst case and negative sizes as zero, so no input produces
 // NaN or a price outside [Base, MaxCost]. MaxCost must stay below every
-// tier's capacity, or some requests could never be admitted; the server
-// rejects out-of-range parameters with 422 before pricing, so a single
-// request can neither drain a whole budget unexpectedly nor wait forever.
-// [DefaultWeights] documents how the default weights were chosen.
+// tier's capacity, or some requests could never be admitted.
 //
-// # Bucket semantics
+// # Admissions, slots and settlement
 //
-// A [Store] holds one bucket per key ([BucketKey]: one per tier and caller
-// identity, hash-tagged so Redis Cluster keeps each bucket in one slot;
-// keys that must share a slot share a hash tag — an IPv6 caller's /64
-// bucket is its /48 aggregate's key followed by ":" and its identity, and
-// [SlotKey] is the bucket key followed by ":inflight"). A
-// bucket with [Limit] {Rate, Capacity} holds at most Capacity tokens and
-// refills at Rate tokens per second. [Store.Spend] refills the bucket for the
-// time elapsed, min(capacity, tokens + elapsed × rate), then admits the
-// request iff the bucket holds at least its cost, and only then deducts it.
-// Tokens never go negative and never exceed capacity.
+// A [Store] decides a [Request] — a price, a bucket ([BucketKey]: one per
+// tier and caller identity, hash-tagged so Redis Cluster keeps a caller in
+// one slot; an IPv6 caller's /64 bucket key is its /48 aggregate's key
+// followed by ":" and its identity, so both share a slot), an in-flight
+// cap, optionally an aggregate bucket — in one
+// atomic step: the price is spent iff the bucket (and the aggregate) holds
+// it and fewer than MaxInFlight of the caller's requests are open; then the
+// request is open. A refusal spends nothing and writes nothing. An admitted
+// request's [Ticket] is finished exactly once when the request is done:
+// [Ticket.Settle] with what it really cost refunds the difference (never
+// more than it paid) or debits it — down to Request.Debt below zero, so a
+// request that looked cheap and was not delays the caller's next one by
+// what it really cost. Tokens stay in [-Debt, Capacity].
 //
-// [RedisStore] does this in bucket.lua (embedded in the binary), in one
-// round trip: EVALSHA, falling back to EVAL when Redis answers NOSCRIPT
-// (after a restart, a failover or SCRIPT FLUSH). Design choices:
+// A bucket of [Limit] {Rate, Capacity} refills at Rate tokens per second up
+// to Capacity: min(capacity, tokens + elapsed × rate). A missing bucket is a
+// full one.
 //
-//   - The clock is Redis's own TIME, read inside the script. Time passed in
-//     by the caller would make every geotoll replica's clock skew smear the
-//     refill rate (a replica running ahead hands out tokens early).
-//   - A rejection writes nothing. The refill is linear and, because
-//     tokens < cost <= capacity, was not capped, so recomputing it later from
-//     the old state gives the same tokens: writing would change nothing but
-//     cost a write, replicate it, and create keys for callers that were only
-//     ever refused. A Peek writes nothing either, so GET /budget never
-//     creates a bucket.
-//   - An admitted spend stores {tokens, ts} and sets PEXPIRE to the time the
-//     bucket takes to refill from empty ([Limit.FillTime]); an idle bucket
-//     then vanishes, which is exactly right because a missing bucket is a
-//     full one.
-//   - The remaining tokens travel back as a string ("%.17g"), and are stored
-//     that way: Lua numbers become integers in replies (9.75 would arrive as
-//     9) and redis.call formats numbers with only 14 digits, so neither would
-//     round-trip.
-//   - The reply is checked element by element: a malformed reply is an
-//     error, never a panic.
-//   - A spend under a context deadline carries that deadline plus
-//     [RedisStore.ClockSkew]; the script drops a spend that arrives later
-//     (error GEOTOLL_LATE). Its caller has given up by then and may have
-//     charged a fallback bucket: a spend left in a paused Redis's socket
-//     buffer must not charge a second time when Redis resumes.
+// # Redis
 //
-// [MemoryStore] runs the same algorithm in process, for a single instance
-// without Redis or as a fallback when Redis fails. The arithmetic (refill,
-// admit, retry and reset times) is one Go function that MemoryStore uses and
-// the tests hold bucket.lua to, operation for operation, so the two cannot
-// drift: for the same calls at the same times they give the same Results.
+// [RedisStore] keeps a caller in one string key (tokens, the time of
+// Redis's TIME, expiries, the number open) and a hash of its open
+// requests, changed only by admit.lua (embedded in the binary, sent with
+// EVALSHA, EVAL on NOSCRIPT). Design choices:
+//
+//   - One call carries a batch of operations on one caller: the requests
+//     that arrive while the caller's previous call is on its way go
+//     together in the next, with the settlements and releases of earlier
+//     requests. A request costs at most one call on its client's path, a
+//     burst of N far fewer than N, and finishing costs the client nothing.
+//   - The clock is Redis's own TIME, read inside the script: replica clock
+//     skew cannot smear the refill.
+//   - Amounts are whole micro-tokens and times whole microseconds, so the
+//     script never formats a float and the stored state round-trips
+//     exactly; expiries are pushed out only when they must be (KEEPTTL
+//     otherwise). Measured with callgrind against a minimal bucket script.
+//   - Nothing is applied twice. A finish or void of an id that is not open
+//     does nothing, so finishes are resent after a failed call. A batch whose
+//     answer never came may or may not have been applied; its callers were
+//     told it failed and decided by the fail mode, and its admits are voided
+//     (refunded if they were applied) once its deadline has passed in Redis
+//     — a batch that reaches Redis after its deadline admits nothing.
+//   - The arithmetic is one Go function, applyBatch, that [MemoryStore] runs
+//     and the tests hold admit.lua to, operation for operation and bit for
+//     bit.
+//
+// # Failing over
+//
+// [Failover] wraps the Redis store with a circuit breaker and the fail
+// mode (open, closed, local: an in-process bucket at rate / replicas that
+// starts from what Redis last reported of the caller). It refuses for
+// free: a caller Redis refused is refused in process until its bucket
+// could pay again, with no call. [Global] is a budget shared by every
+// caller, spent by each replica through leases of a chunk of tokens.
 //
 // # Results
 //

@@ -16,34 +16,41 @@ func Example() {
 
 	ctx := context.Background()
 	weights := throttle.DefaultWeights()
-	limit := throttle.Limit{Rate: 20, Capacity: 100} // 100 tokens, refilled at 20/s
-	key := throttle.BucketKey("geotoll", "free", "203.0.113.7")
+	bucket := throttle.Bucket{
+		Key:   throttle.BucketKey("geotoll", "free", "203.0.113.7"),
+		Limit: throttle.Limit{Rate: 20, Capacity: 100}, // 100 tokens, refilled at 20/s
+	}
 
 	// A 50 km radius search costs MaxCost: it fits a full bucket once.
 	cost := weights.Radius(50_000, 0)
-	for range 2 {
-		r, err := store.Spend(ctx, key, limit, cost)
+	var first throttle.Admission
+	for i := range 2 {
+		a, err := store.Admit(ctx, throttle.Request{Bucket: bucket, Cost: cost, Debt: 60})
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("cost %g: allowed=%v remaining=%g retry-after=%ds reset=%ds\n",
-			r.Cost, r.Allowed, r.Remaining, r.RetryAfterSeconds(), r.ResetSeconds())
+		if i == 0 {
+			first = a
+		}
+		fmt.Printf("cost %g: allowed=%v remaining=%g retry-after=%ds\n",
+			a.Result.Cost, a.Allowed, a.Result.Remaining, a.Result.RetryAfterSeconds())
 	}
 
-	// A z14 tile costs about one token and still fits.
-	r, _ := store.Spend(ctx, key, limit, weights.Tile(maptile.New(8800, 5373, 14)))
-	fmt.Printf("cost %.4f: allowed=%v remaining=%.4f\n", r.Cost, r.Allowed, r.Remaining)
+	// The first search really cost 15 tokens: settling it refunds the rest.
+	first.Ticket.Settle(15)
+	r, _ := store.Peek(ctx, bucket)
+	fmt.Printf("after settling at 15: %g remain\n", r.Remaining)
 
 	// A second later the bucket has refilled 20 tokens.
 	now = now.Add(time.Second)
-	r, _ = store.Peek(ctx, key, limit)
-	fmt.Printf("budget: %.4f of %g\n", r.Remaining, r.Limit.Capacity)
+	r, _ = store.Peek(ctx, bucket)
+	fmt.Printf("a second later: %g of %g\n", r.Remaining, r.Limit.Capacity)
 	// Output:
-	// cost 60: allowed=true remaining=40 retry-after=0s reset=3s
-	// cost 60: allowed=false remaining=40 retry-after=1s reset=3s
-	// cost 1.0001: allowed=true remaining=38.9999
-	// budget: 58.9999 of 100
+	// cost 60: allowed=true remaining=40 retry-after=0s
+	// cost 60: allowed=false remaining=40 retry-after=1s
+	// after settling at 15: 85 remain
+	// a second later: 100 of 100
 }
 
 func ExampleWeights() {

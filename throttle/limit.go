@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -105,26 +104,6 @@ func ceilSeconds(d time.Duration) int {
 		return 0
 	}
 	return int((d + time.Second - 1) / time.Second)
-}
-
-// Store withdraws tokens atomically. Implementations: *RedisStore,
-// *MemoryStore. Both run the same algorithm and give the same results for
-// the same sequence of calls at the same times.
-type Store interface {
-	// Spend withdraws cost tokens from the bucket at key iff it holds at
-	// least cost. A rejection deducts nothing. cost must be > 0 and
-	// <= limit.Capacity (else an error wrapping ErrCostExceedsCapacity /
-	// ErrInvalidCost).
-	Spend(ctx context.Context, key string, limit Limit, cost float64) (Result, error)
-	// Peek reports the bucket's state without spending or creating it (used
-	// by GET /budget, never charged). The Result has Cost 0, Allowed true and
-	// RetryAfter 0.
-	Peek(ctx context.Context, key string, limit Limit) (Result, error)
-	// Admit grants a whole Ask — several buckets and an in-flight slot —
-	// all or nothing (see Ask).
-	Admit(ctx context.Context, ask Ask) (Answer, error)
-	// Release frees a slot that Admit acquired.
-	Release(ctx context.Context, slot Slot) error
 }
 
 // checkSpend validates the arguments of Store.Spend.

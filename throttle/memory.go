@@ -14,47 +14,40 @@ const defaultMaxKeys = 1 << 20
 type MemoryOptions struct {
 	// Now is the clock; nil means time.Now. Tests inject a fake one.
 	Now func() time.Time
-	// MaxKeys bounds the buckets held; 0 means 1<<20. When a spend would
-	// exceed it, the oldest bucket is dropped: the one that expires soonest,
-	// i.e. that would have vanished first anyway (with one Limit for all
-	// keys, simply the least recently charged). Dropping a bucket refills it,
-	// so the bound trades a little leniency for bounded memory.
+	// MaxKeys bounds the buckets held; 0 means 1<<20. When an admission
+	// would exceed it, the bucket that expires soonest is dropped (it would
+	// have vanished first anyway). Dropping a bucket refills it, so the
+	// bound trades a little leniency for bounded memory.
 	MaxKeys int
 }
 
-// MemoryStore runs the bucket algorithm of bucket.lua in process, for a
+// MemoryStore runs admit.lua's arithmetic (applyBatch) in process, for a
 // single instance without Redis or as the local fallback when Redis fails.
-// For the same sequence of calls at the same times it returns what
-// RedisStore returns. It is safe for concurrent use.
+// For the same operations at the same times it decides what RedisStore
+// decides. It is safe for concurrent use; a finish applies at once.
 //
-// Like Redis, it forgets a bucket once it could have refilled from empty
-// (Limit.FillTime after its last spend): a missing bucket is a full one.
+// Like Redis, it forgets a bucket once it is full again and holds nothing
+// open: a missing bucket is a full one.
 type MemoryStore struct {
 	now     func() time.Time
 	maxKeys int
 
-	mu      sync.Mutex
-	buckets map[string]*memBucket
-	byExp   expiryHeap                  // the same buckets, soonest expiry first
-	slots   map[string]map[string]int64 // in-flight ids → expiry (Unix µs), by slot key
+	mu    sync.Mutex
+	keys  map[string]*memKey
+	byExp expiryHeap // the same keys, soonest expiry first
 }
 
 var _ Store = (*MemoryStore)(nil)
 
-type memBucket struct {
-	key     string
-	state   bucketState
-	expires int64 // Unix microseconds
-	index   int   // position in MemoryStore.byExp
+type memKey struct {
+	key   string
+	state keyState
+	index int // position in MemoryStore.byExp
 }
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore(opts MemoryOptions) *MemoryStore {
-	s := &MemoryStore{
-		now:     opts.Now,
-		maxKeys: opts.MaxKeys,
-		buckets: make(map[string]*memBucket),
-	}
+	s := &MemoryStore{now: opts.Now, maxKeys: opts.MaxKeys, keys: make(map[string]*memKey)}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -64,108 +57,162 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	return s
 }
 
-// Spend implements Store.
-func (s *MemoryStore) Spend(ctx context.Context, key string, limit Limit, cost float64) (Result, error) {
-	if err := checkSpend(limit, cost); err != nil {
-		return Result{}, err
+// clock reads the store's clock as admit.lua reads TIME: whole seconds
+// and microseconds.
+func (s *MemoryStore) clock() clock {
+	t := s.now()
+	return clock{sec: t.Unix(), usec: int64(t.Nanosecond() / 1000)}
+}
+
+// Admit implements Store.
+func (s *MemoryStore) Admit(ctx context.Context, req Request) (Admission, error) {
+	if err := req.validate(); err != nil {
+		return Admission{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return Admission{}, err
 	}
-	return s.apply(key, limit, cost), nil
+	sh := shapeOf(req)
+	kind := opAdmit
+	if req.Shadow {
+		kind = opShadow
+	}
+	o := op{kind: kind, id: newID(), amount: toMicro(req.Cost)}
+	r := s.apply(req.Key, req.Aggregate, sh, o)
+	a := admission(req, sh, o.amount, r)
+	if a.Allowed {
+		paid := o.amount
+		if a.Shadow {
+			paid = 0
+		}
+		a.Ticket = &Ticket{owner: s, key: req.Key, agg: req.Aggregate, limit: req.Limit, debt: req.Debt, id: o.id,
+			paid: paid, cost: req.Cost, shadow: a.Shadow, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond}
+	}
+	return a, nil
+}
+
+// finish implements finisher.
+func (s *MemoryStore) finish(t *Ticket, delta float64) {
+	s.apply(t.key, t.agg, t.shape(), op{kind: opFinish, id: t.id, amount: delta})
 }
 
 // Peek implements Store.
-func (s *MemoryStore) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
-	if err := limit.Validate(); err != nil {
+func (s *MemoryStore) Peek(ctx context.Context, b Bucket) (Result, error) {
+	if err := b.Limit.Validate(); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	return s.apply(key, limit, 0), nil
+	sh := peekShape(b)
+	r := s.apply(b.Key, nil, sh, op{kind: opPeek})
+	return Result{Allowed: true, Remaining: fromMicro(r.tokens), Limit: b.Limit,
+		ResetAfter: time.Duration(resetMS(r.tokens, sh.rate, sh.capacity)) * time.Millisecond}, nil
 }
 
-// size reports how many buckets the store holds, expired ones included until
-// they are swept.
-func (s *MemoryStore) size() int {
+// seed sets a missing bucket to tokens as of now (the last that Redis
+// reported of it), so that a fallback bucket does not start full.
+func (s *MemoryStore) seed(key string, b Bucket, tokens float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.buckets)
-}
-
-func (s *MemoryStore) apply(key string, limit Limit, cost float64) Result {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-
-	// Read the clock under the lock, like TIME inside the script, so that
-	// the operations on one bucket see time move forward.
-	t := s.now()
-	nowUS := t.UnixMicro()
-	s.sweep(nowUS)
-
-	b := s.buckets[key]
-	var prev bucketState
-	if b != nil {
-		prev = b.state
-	}
-	o := step(prev, b != nil, timeSeconds(t), limit.Rate, limit.Capacity, cost)
-	if o.Write {
-		s.writeLocked(key, o, nowUS)
-	}
-	return o.result(limit, cost)
-}
-
-// writeLocked stores an outcome's next state with its TTL.
-func (s *MemoryStore) writeLocked(key string, o outcome, nowUS int64) {
-	expires := nowUS + o.TTLMS*1000
-	b := s.buckets[key]
-	if b == nil {
-		b = &memBucket{key: key, state: o.Next, expires: expires}
-		s.buckets[key] = b
-		heap.Push(&s.byExp, b)
-		for len(s.buckets) > s.maxKeys {
-			s.drop(s.byExp[0])
-		}
+	c := s.clock()
+	s.sweep(c.ms())
+	if _, ok := s.keys[key]; ok {
 		return
 	}
-	b.state, b.expires = o.Next, expires
-	heap.Fix(&s.byExp, b.index)
+	st := keyState{found: true, b: bucketVal{tokens: min(toMicro(tokens), toMicro(b.Limit.Capacity)), sec: c.sec, usec: c.usec}}
+	st.b.expiresMS = later(c.ms(), c.ms()+resetMS(st.b.tokens, toMicro(b.Limit.Rate), toMicro(b.Limit.Capacity)))
+	s.put(key, st)
 }
 
-// sweep drops the buckets that have expired by nowUS. Each bucket is swept at
-// most once, so the cost is amortised over the spends that created them.
-func (s *MemoryStore) sweep(nowUS int64) {
-	for len(s.byExp) > 0 && s.byExp[0].expires <= nowUS {
+// apply runs one op on key under the lock, with the key's expiry as Redis
+// would keep it.
+func (s *MemoryStore) apply(key string, agg *Bucket, sh shape, o op) opResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Read the clock under the lock, like TIME inside the script, so the
+	// operations on one bucket see time move forward.
+	c := s.clock()
+	s.sweep(c.ms())
+	st := s.state(key)
+	var ast *keyState
+	if agg != nil {
+		a := s.state(agg.Key)
+		ast = &a
+	}
+	r := applyBatch(&st, ast, sh, c, []op{o})[0]
+	if st.found {
+		s.put(key, st)
+	}
+	if ast != nil && ast.found {
+		s.put(agg.Key, *ast)
+	}
+	return r
+}
+
+func (s *MemoryStore) state(key string) keyState {
+	if k := s.keys[key]; k != nil {
+		return k.state // its open map is shared: apply puts it back
+	}
+	return keyState{}
+}
+
+// put stores a key's state and its expiry.
+func (s *MemoryStore) put(key string, st keyState) {
+	if k := s.keys[key]; k != nil {
+		k.state = st
+		heap.Fix(&s.byExp, k.index)
+		return
+	}
+	k := &memKey{key: key, state: st}
+	s.keys[key] = k
+	heap.Push(&s.byExp, k)
+	for len(s.keys) > s.maxKeys {
 		s.drop(s.byExp[0])
 	}
 }
 
-func (s *MemoryStore) drop(b *memBucket) {
-	heap.Remove(&s.byExp, b.index)
-	delete(s.buckets, b.key)
+// size reports how many keys the store holds, expired ones included until
+// they are swept.
+func (s *MemoryStore) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
 }
 
-// expiryHeap is a container/heap of buckets ordered by expiry.
-type expiryHeap []*memBucket
+// sweep drops the keys that have expired by nowMS. Each key is swept at
+// most once, so the cost is amortised over the admissions that made them.
+func (s *MemoryStore) sweep(nowMS int64) {
+	for len(s.byExp) > 0 && s.byExp[0].state.b.expiresMS <= nowMS {
+		s.drop(s.byExp[0])
+	}
+}
+
+func (s *MemoryStore) drop(k *memKey) {
+	heap.Remove(&s.byExp, k.index)
+	delete(s.keys, k.key)
+}
+
+// expiryHeap is a container/heap of keys ordered by expiry.
+type expiryHeap []*memKey
 
 func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
+func (h expiryHeap) Less(i, j int) bool { return h[i].state.b.expiresMS < h[j].state.b.expiresMS }
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i
 	h[j].index = j
 }
 func (h *expiryHeap) Push(x any) {
-	b := x.(*memBucket)
-	b.index = len(*h)
-	*h = append(*h, b)
+	k := x.(*memKey)
+	k.index = len(*h)
+	*h = append(*h, k)
 }
 func (h *expiryHeap) Pop() any {
 	old := *h
-	b := old[len(old)-1]
+	k := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	b.index = -1
-	return b
+	k.index = -1
+	return k
 }

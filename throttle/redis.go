@@ -2,133 +2,499 @@ package throttle
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
+	"errors"
 	"fmt"
-	"math"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed bucket.lua
-var bucketLua string
+//go:embed admit.lua
+var admitLua string
 
-// RedisStore keeps buckets in Redis and spends from them with bucket.lua in
-// one round trip (EVALSHA, falling back to EVAL when the server has not
-// cached the script, e.g. after a restart or SCRIPT FLUSH).
+// RedisStore keeps every caller's budget in Redis — a bucket key and a hash
+// of its open requests, in one hash slot — and changes it only with
+// admit.lua, one batch of operations per call.
+//
+// Calls are grouped per caller: while one batch of a caller is on its way,
+// the requests that arrive for the same caller wait for it and then go
+// together in the next one, with the finishes (settlements, releases) of
+// earlier requests. A lone request costs one call; a burst of N costs far
+// fewer than N. Finishing never makes a client wait: a finish rides on the
+// caller's next batch, or is sent FinishDelay after the request ended.
+//
+// Nothing is applied twice. Every admitted request is open under an id
+// until it is finished; a finish or void of an id that is not open does
+// nothing, so finishes are simply sent again after a failed call. A batch
+// whose answer never came (a timeout, a lost connection) may or may not
+// have been applied: its callers were told it failed, and were decided by
+// the fail mode elsewhere, so its admits are voided — refunded if they were
+// applied — once the batch's deadline has passed in Redis (a batch reaching
+// Redis later admits nothing).
 type RedisStore struct {
 	rdb    redis.Scripter
 	script *redis.Script
+	opts   RedisOptions
 
-	// ClockSkew is how far Redis's clock may run ahead of this process's;
-	// 0 means DefaultClockSkew. A spend whose context has a deadline carries
-	// that deadline plus ClockSkew, and bucket.lua does nothing for a spend
-	// that reaches Redis later than that: its caller has stopped waiting and
-	// may have charged a fallback bucket instead (e.g. the spend sat in a
-	// paused Redis's socket buffer), so applying it would charge twice. A
-	// clock skew above this bound makes spends fail (and so fall back), which
-	// is visible; it never loses or doubles a charge.
-	ClockSkew time.Duration
+	mu    sync.Mutex
+	lanes map[string]*lane
+
+	stats redisStats
 }
 
-// DefaultClockSkew is RedisStore.ClockSkew when left 0.
-const DefaultClockSkew = time.Second
+// RedisOptions tune a RedisStore. The zero value is ready to use.
+type RedisOptions struct {
+	// Timeout bounds one call to Redis (default 50 ms). A request's wait
+	// for the call before it counts too: callers bound Admit with a
+	// context.
+	Timeout time.Duration
+	// ClockSkew is how far Redis's clock may run behind this process's
+	// (default 1 s): a batch carries its deadline (now + Timeout +
+	// ClockSkew) and admits nothing when it reaches Redis later, and the
+	// voids of an unanswered batch wait that long.
+	ClockSkew time.Duration
+	// FinishDelay is how long a finish waits for a request of the same
+	// caller to ride on before it is sent on its own (default 5 ms).
+	FinishDelay time.Duration
+	// RetryInterval is how often finishes that could not be sent are tried
+	// again (default 500 ms).
+	RetryInterval time.Duration
+	// MaxBatch bounds the operations of one call (default 128).
+	MaxBatch int
+	// MaxPending bounds the operations waiting for one caller (default
+	// 4096). Beyond it an admit fails at once and a finish is dropped
+	// (counted; its slot expires with its TTL).
+	MaxPending int
+}
+
+// Defaults of RedisOptions.
+const (
+	DefaultTimeout       = 50 * time.Millisecond
+	DefaultClockSkew     = time.Second
+	DefaultFinishDelay   = 5 * time.Millisecond
+	DefaultRetryInterval = 500 * time.Millisecond
+)
+
+func (o RedisOptions) withDefaults() RedisOptions {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.ClockSkew <= 0 {
+		o.ClockSkew = DefaultClockSkew
+	}
+	if o.FinishDelay <= 0 {
+		o.FinishDelay = DefaultFinishDelay
+	}
+	if o.RetryInterval <= 0 {
+		o.RetryInterval = DefaultRetryInterval
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 4096
+	}
+	return o
+}
 
 var _ Store = (*RedisStore)(nil)
 
 // NewRedisStore returns a Store over rdb: a *redis.Client, *redis.ClusterClient
 // or *redis.Ring all fit. Keys from BucketKey are hash-tagged for Cluster.
-func NewRedisStore(rdb redis.Scripter) *RedisStore {
-	return &RedisStore{rdb: rdb, script: redis.NewScript(bucketLua)}
+func NewRedisStore(rdb redis.Scripter, opts RedisOptions) *RedisStore {
+	return &RedisStore{rdb: rdb, script: redis.NewScript(admitLua), opts: opts.withDefaults(), lanes: make(map[string]*lane)}
 }
 
-// Spend implements Store.
-func (s *RedisStore) Spend(ctx context.Context, key string, limit Limit, cost float64) (Result, error) {
-	if err := checkSpend(limit, cost); err != nil {
+// OpenKey is the hash of a caller's open requests: bucketKey + ":open", in
+// the same hash slot.
+func OpenKey(bucketKey string) string { return bucketKey + ":open" }
+
+// RedisStats counts what a RedisStore sent.
+type RedisStats struct {
+	Calls    uint64 // script calls
+	Ops      uint64 // operations in them
+	Admits   uint64 // admits among them
+	Voids    uint64 // admits voided after an unanswered batch
+	Failures uint64 // calls that failed or were not answered in time
+	Dropped  uint64 // finishes dropped: too many pending for one caller
+}
+
+type redisStats struct {
+	calls, ops, admits, voids, failures, dropped atomic.Uint64
+}
+
+// Stats reports what the store sent so far.
+func (s *RedisStore) Stats() RedisStats {
+	return RedisStats{Calls: s.stats.calls.Load(), Ops: s.stats.ops.Load(), Admits: s.stats.admits.Load(),
+		Voids: s.stats.voids.Load(), Failures: s.stats.failures.Load(), Dropped: s.stats.dropped.Load()}
+}
+
+// pending is one operation waiting for, or riding on, a batch.
+type pending struct {
+	op        op
+	done      chan opResult // admits only: where the reply goes
+	failed    chan error
+	sent      bool // taken into a batch (under lane.mu)
+	abandoned bool // its caller stopped waiting after it was sent (under lane.mu)
+	notBefore time.Time
+}
+
+// lane is one caller's queue: at most one batch of it is on its way.
+type lane struct {
+	key, open string
+	agg       *Bucket
+	sh        shape
+	busy      bool
+	queue     []*pending
+	timer     *time.Timer
+}
+
+// Admit implements Store.
+func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) {
+	if err := req.validate(); err != nil {
+		return Admission{}, err
+	}
+	sh := shapeOf(req)
+	kind := opAdmit
+	if req.Shadow {
+		kind = opShadow
+	}
+	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, done: make(chan opResult, 1), failed: make(chan error, 1)}
+	if err := s.enqueue(req.Key, req.Aggregate, sh, p, true); err != nil {
+		return Admission{}, err
+	}
+	select {
+	case r := <-p.done:
+		a := admission(req, sh, p.op.amount, r)
+		if a.Allowed {
+			paid := p.op.amount
+			if a.Shadow {
+				paid = 0
+			}
+			a.Ticket = &Ticket{owner: s, key: req.Key, agg: req.Aggregate, limit: req.Limit, debt: req.Debt, id: p.op.id,
+				paid: paid, cost: req.Cost, shadow: a.Shadow, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond}
+		}
+		return a, nil
+	case err := <-p.failed:
+		return Admission{}, err
+	case <-ctx.Done():
+		s.abandon(req.Key, p)
+		return Admission{}, ctx.Err()
+	}
+}
+
+// abandon gives up on an admit. One still queued is simply dropped. One on
+// its way is marked: if its reply says it was admitted, it is voided (its
+// caller was told it failed). A reply that arrived just now is voided here.
+func (s *RedisStore) abandon(key string, p *pending) {
+	s.mu.Lock()
+	l := s.lanes[key]
+	if !p.sent && l != nil {
+		for i, q := range l.queue {
+			if q == p {
+				l.queue = append(l.queue[:i], l.queue[i+1:]...)
+				s.mu.Unlock()
+				return
+			}
+		}
+	}
+	p.abandoned = true
+	var void bool
+	select {
+	case r := <-p.done:
+		void = admitted(r.status)
+	default:
+	}
+	s.mu.Unlock()
+	if void && l != nil {
+		s.stats.voids.Add(1)
+		_ = s.enqueue(key, l.agg, l.sh, &pending{op: op{kind: opVoid, id: p.op.id}}, false)
+	}
+}
+
+// admitted reports whether an admit's status opened the request.
+func admitted(status int) bool {
+	return status == stAdmitted || status == stShadow || status == stAlreadyOpen
+}
+
+// finish implements finisher: the finish joins the caller's queue.
+func (s *RedisStore) finish(t *Ticket, delta float64) {
+	p := &pending{op: op{kind: opFinish, id: t.id, amount: delta}}
+	_ = s.enqueue(t.key, t.agg, t.shape(), p, false)
+}
+
+// enqueue adds p to key's lane and starts a batch when none is on its way:
+// at once for an admit, after FinishDelay for a finish.
+func (s *RedisStore) enqueue(key string, agg *Bucket, sh shape, p *pending, now bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lanes[key]
+	if l == nil {
+		l = &lane{key: key, open: OpenKey(key)}
+		s.lanes[key] = l
+	}
+	if len(l.queue) >= s.opts.MaxPending {
+		if p.done != nil {
+			return fmt.Errorf("%w for %q", errBusy, key)
+		}
+		s.stats.dropped.Add(1)
+		return nil
+	}
+	l.agg, l.sh = agg, sh
+	l.queue = append(l.queue, p)
+	s.kickLocked(l, now)
+	return nil
+}
+
+// kickLocked starts l's next batch, now or after FinishDelay, unless one is
+// on its way (whose end starts the next).
+func (s *RedisStore) kickLocked(l *lane, now bool) {
+	if l.busy {
+		return
+	}
+	if now {
+		if l.timer != nil {
+			l.timer.Stop()
+			l.timer = nil
+		}
+		l.busy = true
+		go s.drain(l)
+		return
+	}
+	if l.timer == nil {
+		l.timer = time.AfterFunc(s.opts.FinishDelay, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			l.timer = nil
+			s.kickLocked(l, true)
+		})
+	}
+}
+
+// drain sends l's batches until nothing is ready, then lets the lane go
+// (or waits for the operations that are not ready yet).
+func (s *RedisStore) drain(l *lane) {
+	for {
+		s.mu.Lock()
+		batch, wait := s.takeLocked(l)
+		if len(batch) == 0 {
+			l.busy = false
+			switch {
+			case len(l.queue) == 0:
+				if s.lanes[l.key] == l {
+					delete(s.lanes, l.key)
+				}
+			case l.timer == nil:
+				l.timer = time.AfterFunc(wait, func() {
+					s.mu.Lock()
+					defer s.mu.Unlock()
+					l.timer = nil
+					s.kickLocked(l, true)
+				})
+			}
+			s.mu.Unlock()
+			return
+		}
+		agg, sh := l.agg, l.sh
+		s.mu.Unlock()
+		s.send(l, agg, sh, batch)
+	}
+}
+
+// takeLocked removes the operations that are ready from l's queue, at
+// most MaxBatch of them; wait is how long until the first one that is not.
+func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) {
+	now := time.Now()
+	wait = s.opts.RetryInterval
+	keep := l.queue[:0]
+	for _, p := range l.queue {
+		if len(batch) < s.opts.MaxBatch && !now.Before(p.notBefore) {
+			p.sent = true
+			batch = append(batch, p)
+			continue
+		}
+		if d := p.notBefore.Sub(now); d > 0 && d < wait {
+			wait = d
+		}
+		keep = append(keep, p)
+	}
+	clear(l.queue[len(keep):])
+	l.queue = keep
+	return batch, wait
+}
+
+// send makes one call for batch and hands out the replies. When the call
+// fails, the waiting admits get the error, the finishes go back in the
+// queue (they are idempotent) and the admits that may have been applied
+// are voided once the batch's deadline has passed in Redis.
+func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
+	deadline := time.Now().Add(s.opts.Timeout)
+	sh.notAfterMS = deadline.Add(s.opts.ClockSkew).UnixMilli()
+	keys := []string{l.key, l.open}
+	if agg != nil {
+		keys = append(keys, agg.Key)
+	}
+	args := make([]any, 0, 8+3*len(batch))
+	args = append(args, formatMicro(sh.rate), formatMicro(sh.capacity), formatMicro(sh.floor), "", "",
+		strconv.Itoa(sh.max), strconv.FormatInt(sh.ttlMS, 10), strconv.FormatInt(sh.notAfterMS, 10))
+	if agg != nil {
+		args[3], args[4] = formatMicro(sh.aggRate), formatMicro(sh.aggCap)
+	}
+	admits := 0
+	for _, p := range batch {
+		args = append(args, string(p.op.kind), p.op.id, formatMicro(p.op.amount))
+		if p.op.kind == opAdmit || p.op.kind == opShadow {
+			admits++
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	v, err := s.script.Run(ctx, s.rdb, keys, args...).Result()
+	cancel()
+	s.stats.calls.Add(1)
+	s.stats.ops.Add(uint64(len(batch)))
+	s.stats.admits.Add(uint64(admits))
+	var results []opResult
+	if err == nil {
+		results, err = parseBatchReply(v, len(batch))
+	}
+	if err != nil {
+		s.stats.failures.Add(1)
+		s.failed(l, batch, fmt.Errorf("throttle: budget call for %q: %w", l.key, err), deadline.Add(s.opts.ClockSkew+10*time.Millisecond))
+		return
+	}
+	var voids []*pending
+	s.mu.Lock()
+	for i, p := range batch {
+		if p.done == nil {
+			continue
+		}
+		r := results[i]
+		if p.abandoned && admitted(r.status) {
+			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}})
+			continue
+		}
+		p.done <- r
+	}
+	s.mu.Unlock()
+	for _, v := range voids {
+		s.stats.voids.Add(1)
+		_ = s.enqueue(l.key, agg, sh, v, false)
+	}
+}
+
+// failed handles a batch whose call failed or went unanswered.
+func (s *RedisStore) failed(l *lane, batch []*pending, err error, voidAfter time.Time) {
+	var again []*pending
+	for _, p := range batch {
+		switch p.op.kind {
+		case opAdmit, opShadow:
+			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id}, notBefore: voidAfter})
+			s.stats.voids.Add(1)
+			p.failed <- err
+		default:
+			p.sent = false
+			p.notBefore = time.Now().Add(s.opts.RetryInterval)
+			again = append(again, p)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range again {
+		if len(l.queue) >= s.opts.MaxPending {
+			s.stats.dropped.Add(1)
+			continue
+		}
+		l.queue = append(l.queue, p)
+	}
+}
+
+// Peek implements Store: one call that changes nothing.
+func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
+	if err := b.Limit.Validate(); err != nil {
 		return Result{}, err
 	}
-	return s.run(ctx, key, limit, cost, "spend")
-}
-
-// Peek implements Store.
-func (s *RedisStore) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
-	if err := limit.Validate(); err != nil {
-		return Result{}, err
-	}
-	return s.run(ctx, key, limit, 0, "peek")
-}
-
-// spendArgs are bucket.lua's arguments for one call; a spend under a context
-// deadline carries its not_after (see ClockSkew).
-func (s *RedisStore) spendArgs(ctx context.Context, limit Limit, cost float64, mode string) []any {
-	args := []any{formatFloat(limit.Rate), formatFloat(limit.Capacity), formatFloat(cost), mode}
-	if d, ok := ctx.Deadline(); ok && mode == "spend" {
-		args = append(args, formatFloat(float64(d.Add(s.clockSkew()).UnixMicro())/1e6))
-	}
-	return args
-}
-
-func (s *RedisStore) clockSkew() time.Duration {
-	if s.ClockSkew <= 0 {
-		return DefaultClockSkew
-	}
-	return s.ClockSkew
-}
-
-func (s *RedisStore) run(ctx context.Context, key string, limit Limit, cost float64, mode string) (Result, error) {
-	v, err := s.script.Run(ctx, s.rdb, []string{key}, s.spendArgs(ctx, limit, cost, mode)...).Result()
+	sh := peekShape(b)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	v, err := s.script.Run(ctx, s.rdb, []string{b.Key, OpenKey(b.Key)}, formatMicro(sh.rate), formatMicro(sh.capacity), formatMicro(sh.floor), "", "",
+		"1", "1", "", string(opPeek), "", "").Result()
 	if err != nil {
-		return Result{}, fmt.Errorf("throttle: %s %q: %w", mode, key, err)
+		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
 	}
-	o, err := parseReply(v, limit.Capacity)
+	rs, err := parseBatchReply(v, 1)
 	if err != nil {
-		return Result{}, fmt.Errorf("throttle: %s %q: %w", mode, key, err)
+		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
 	}
-	return o.result(limit, cost), nil
+	return Result{Allowed: true, Remaining: fromMicro(rs[0].tokens), Limit: b.Limit,
+		ResetAfter: time.Duration(resetMS(rs[0].tokens, sh.rate, sh.capacity)) * time.Millisecond}, nil
 }
 
-// formatFloat formats an argument for bucket.lua so that Lua's tonumber reads
-// back the same float64.
-func formatFloat(v float64) string {
-	return strconv.FormatFloat(v, 'g', -1, 64)
+// Flush sends every pending finish and void, waiting at most until ctx
+// ends (at shutdown). The voids of an unanswered batch wait for its
+// deadline first, and so does Flush.
+func (s *RedisStore) Flush(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		left := 0
+		for _, l := range s.lanes {
+			left += len(l.queue)
+			if l.busy {
+				left++
+			} else if len(l.queue) > 0 {
+				s.kickLocked(l, true)
+			}
+		}
+		s.mu.Unlock()
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("throttle: %d budget operations not sent: %w", left, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
-// parseReply checks and decodes bucket.lua's reply
-// {allowed, remaining, retry_after_ms, reset_ms}. Anything else is an error,
-// never a panic.
-func parseReply(v any, capacity float64) (outcome, error) {
-	var o outcome
+// parseBatchReply checks and decodes admit.lua's reply: 2 integers per
+// operation. Anything else is an error, never a panic.
+func parseBatchReply(v any, n int) ([]opResult, error) {
 	r, ok := v.([]any)
-	if !ok {
-		return o, fmt.Errorf("bucket reply is %T, want a 4-element array", v)
+	if !ok || len(r) != 2*n {
+		return nil, fmt.Errorf("admit reply is %T of %d values, want %d", v, lenOf(v), 2*n)
 	}
-	if len(r) != 4 {
-		return o, fmt.Errorf("bucket reply has %d elements, want 4", len(r))
+	out := make([]opResult, n)
+	for i := range out {
+		st, ok1 := r[2*i].(int64)
+		tok, ok2 := r[2*i+1].(int64)
+		if !ok1 || !ok2 || st < 0 || st > stNotAnOp {
+			return nil, fmt.Errorf("admit reply %d is %v %v", i, r[2*i], r[2*i+1])
+		}
+		out[i] = opResult{status: int(st), tokens: float64(tok)}
 	}
-	allowed, ok := r[0].(int64)
-	if !ok || (allowed != 0 && allowed != 1) {
-		return o, fmt.Errorf("bucket reply: allowed is %T %v, want integer 0 or 1", r[0], r[0])
-	}
-	rem, ok := r[1].(string)
-	if !ok {
-		return o, fmt.Errorf("bucket reply: remaining is %T, want string", r[1])
-	}
-	tokens, err := strconv.ParseFloat(rem, 64)
-	if err != nil || math.IsNaN(tokens) || tokens < 0 || tokens > capacity {
-		return o, fmt.Errorf("bucket reply: remaining %q is not a number in [0, %g]", rem, capacity)
-	}
-	retry, ok := r[2].(int64)
-	if !ok || retry < 0 || (allowed == 1) != (retry == 0) {
-		return o, fmt.Errorf("bucket reply: retry_after_ms is %T %v, inconsistent with allowed=%d", r[2], r[2], allowed)
-	}
-	reset, ok := r[3].(int64)
-	if !ok || reset < 0 {
-		return o, fmt.Errorf("bucket reply: reset_ms is %T %v, want integer >= 0", r[3], r[3])
-	}
-	o.Allowed = allowed == 1
-	o.Tokens = tokens
-	o.RetryMS = retry
-	o.ResetMS = reset
-	return o, nil
+	return out, nil
 }
+
+func lenOf(v any) int {
+	if r, ok := v.([]any); ok {
+		return len(r)
+	}
+	return -1
+}
+
+// newID returns 16 random hex digits: an open request's id. It is never
+// client text.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// errBusy reports an admit that could not be queued.
+var errBusy = errors.New("throttle: too many budget operations pending")

@@ -1,0 +1,268 @@
+-- admit.lua: one atomic batch of operations on one caller's budget.
+--
+-- geotoll sends one batch per caller at a time and lets the requests that
+-- arrive meanwhile ride on the next one, so a burst of requests shares one
+-- call; the finishes (settlement and release) of earlier requests ride
+-- along too. The script is written for Redis's CPU (measured in
+-- instructions with callgrind): amounts are integers in micro-tokens, so
+-- nothing is formatted as a float; the clock is kept as TIME's own
+-- strings; keys' expiries are only pushed out when they must be; the open
+-- requests live in a hash, so no list is parsed or rebuilt per call.
+--
+-- Amounts (tokens, costs, deltas, rates per second) are integers in
+-- micro-tokens (1 token = 1,000,000), exact in a double up to 2^53.
+--
+-- KEYS[1]  the bucket: "<utokens> <sec> <usec> <expires_ms> <open_expires_ms>
+--          <n>": tokens as of TIME (sec, usec), the key's own expiry, that
+--          of KEYS[2], and how many requests are open
+-- KEYS[2]  the open requests: a hash id -> "<paid> <expires_ms>" (the same
+--          hash tag as KEYS[1])
+-- KEYS[3]  optional: an aggregate bucket in the same hash slot (e.g. an IPv6
+--          /48 above each /64), same format; every amount spent, settled or
+--          refunded applies to it too
+-- ARGV[1]  rate      micro-tokens added per second (> 0)
+-- ARGV[2]  capacity  most micro-tokens the bucket holds (> 0)
+-- ARGV[3]  floor     debt bound: a settlement may take it down to -floor
+-- ARGV[4]  rate, ARGV[5] capacity of KEYS[3] ("" without it)
+-- ARGV[6]  max       most requests open at once (the in-flight cap)
+-- ARGV[7]  ttl_ms    how long an admitted request stays open unless
+--                    finished (its process may have died)
+-- ARGV[8]  not_after Unix ms after which the caller stopped waiting for this
+--                    batch ("" = none): a later batch admits nothing
+-- ARGV[9…] operations, 3 fields each — kind, id, amount:
+--   "A" id cost  admit: spend cost iff the bucket (and the aggregate) hold
+--                it and fewer than max requests are open; then id is open
+--   "S" id cost  shadow admit: as A, but an empty bucket does not refuse
+--                (then nothing is spent); the in-flight cap still does
+--   "F" id delta finish: close id and settle its price: delta > 0 debits
+--                (down to -floor), delta < 0 refunds (geotoll never sends
+--                a refund above what the request paid: it knows the price)
+--   "V" id ""    void: close id and refund all it paid (its caller never
+--                learnt it was admitted, and was decided elsewhere)
+--   "P" "" ""    peek: report the bucket
+--   F and V of an id that is not open do nothing, so a repeated or late one
+--   never settles twice. Ids are geotoll's own (hex), never client text.
+--
+-- Reply: 2 integers per operation, in order:
+--   status   A/S: 1 admitted, 0 refused by the bucket, 2 refused by the
+--               aggregate, 3 refused by the in-flight cap, 4 already open
+--               (admitted by an earlier copy of this batch), 5 late (not
+--               applied), 6 shadow (the bucket refused; admitted anyway)
+--            F, V: 1 applied, 0 not open;  P: 1;  7: not an operation
+--            (geotoll validates every operation before sending it; an
+--            invalid admit answers 5 and changes nothing)
+--   utokens  the bucket's micro-tokens after it — the aggregate's when it
+--            refused (status 2). Retry and reset times follow from it, the
+--            rate and the cost, with the same arithmetic in Go.
+--
+-- A batch that changes nothing (refusals, peeks, unknown ids) writes
+-- nothing, so a caller that is only ever refused never creates a key. The
+-- arithmetic is mirrored operation for operation by applyBatch in batch.go;
+-- change both together (the integration tests compare them).
+
+local rate, capacity, floor = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local max, ttl, notAfter = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+if rate == nil or capacity == nil or floor == nil or not (rate > 0 and capacity > 0 and floor >= 0)
+    or rate == math.huge or capacity == math.huge or floor == math.huge
+    or max == nil or not (max >= 1) or ttl == nil or not (ttl >= 1) or ttl == math.huge then
+  return redis.error_reply('ERR geotoll admit: rate, capacity, max and ttl must be finite and > 0, floor >= 0')
+end
+local okey, agg = KEYS[2], KEYS[3]
+if okey == nil then
+  return redis.error_reply('ERR geotoll admit: KEYS[2], the open requests, is required')
+end
+local arate, acap
+if agg then
+  arate, acap = tonumber(ARGV[4]), tonumber(ARGV[5])
+  if arate == nil or acap == nil or not (arate > 0 and acap > 0) or arate == math.huge or acap == math.huge then
+    return redis.error_reply('ERR geotoll admit: the aggregate rate and capacity must be finite and > 0')
+  end
+end
+local nargs = #ARGV
+if nargs < 11 or (nargs - 8) % 3 ~= 0 then
+  return redis.error_reply('ERR geotoll admit: operations come in groups of 3')
+end
+
+-- The clock is Redis's: every geotoll replica refills from the same one.
+local t = redis.call('TIME')
+local sec, usec = t[1], t[2]
+local nsec, nusec = tonumber(sec), tonumber(usec)
+local nowms = nsec * 1000 + math.floor(nusec / 1000)
+local late = notAfter ~= nil and nowms > notAfter
+
+-- A bucket as of now: refilled, clamped to [-floor, capacity]. A missing,
+-- corrupt or foreign value (an older version's hash: WRONGTYPE) is a full
+-- bucket with nothing open.
+local raw = redis.pcall('GET', KEYS[1])
+local tokens, expires, oexpires, n, exists = capacity, 0, 0, 0, false
+if type(raw) == 'string' then
+  local a, b, c, d, e, f = string.match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local tok, ts, tu = tonumber(a), tonumber(b), tonumber(c)
+  if tok and ts and tu and tok == tok then
+    tokens, expires, oexpires, n, exists = tok, tonumber(d), tonumber(e), tonumber(f), true
+    if tokens < -floor then tokens = -floor end
+    if tokens > capacity then tokens = capacity end
+    local el = (nsec - ts) * 1000000 + (nusec - tu)
+    if el > 0 then -- a clock that stepped back refills nothing
+      tokens = tokens + math.floor(el * rate / 1000000)
+      if tokens > capacity then tokens = capacity end
+    end
+  end
+end
+if oexpires <= nowms then n = 0 end -- the open hash has expired with all it held
+local atokens, aexpires, aexists = 0, 0, false
+if agg then
+  atokens = acap
+  local araw = redis.pcall('GET', agg)
+  if type(araw) == 'string' then
+    local a, b, c, d = string.match(araw, '^(%S+) (%d+) (%d+) (%d+)')
+    local tok, ts, tu = tonumber(a), tonumber(b), tonumber(c)
+    if tok and ts and tu and tok == tok then
+      atokens, aexpires, aexists = tok, tonumber(d), true
+      if atokens < -floor then atokens = -floor end
+      if atokens > acap then atokens = acap end
+      local el = (nsec - ts) * 1000000 + (nusec - tu)
+      if el > 0 then
+        atokens = atokens + math.floor(el * arate / 1000000)
+        if atokens > acap then atokens = acap end
+      end
+    end
+  end
+end
+
+local expstr = nil -- " <expires_ms>" of a request opened now
+local dirty, opened = false, false
+local out, o = {}, 0
+for i = 9, nargs, 3 do
+  local kind, id = ARGV[i], ARGV[i + 1]
+  local status, value = 1, nil
+  if kind == 'A' or kind == 'S' then
+    local cost = tonumber(ARGV[i + 2])
+    -- An invalid admit is answered as late and changes nothing: an error
+    -- reply here would leave the batch's earlier writes half done.
+    local invalid = cost == nil or not (cost > 0 and cost <= capacity) or id == ''
+    if invalid then cost = 0 end
+    local own = tokens >= cost
+    local whole = (not agg) or atokens >= cost
+    local shadow = kind == 'S'
+    if late or invalid then
+      status = 5
+    elseif not own and not shadow then
+      status = 0
+    elseif not whole and not shadow then
+      status, value = 2, atokens
+    else
+      if n >= max then
+        -- Sweep the requests of processes that died before refusing on them.
+        local h, m = redis.call('HGETALL', okey), 0
+        for j = 1, #h, 2 do
+          local x = tonumber(string.match(h[j + 1], ' (%d+)$'))
+          if x and x > nowms then
+            m = m + 1
+          else
+            redis.call('HDEL', okey, h[j])
+          end
+        end
+        if m ~= n then n, dirty = m, true end
+      end
+      if n >= max then
+        status = 3
+      else
+        local spent = ARGV[i + 2]
+        if not (own and whole) then
+          status, spent = 6, '0' -- nothing spent, so nothing to give back
+        end
+        if expstr == nil then expstr = string.format(' %d', nowms + ttl) end
+        if redis.call('HSETNX', okey, id, spent .. expstr) == 0 then
+          status = 4 -- an earlier copy of this batch admitted it already
+        else
+          if status == 1 then
+            tokens = tokens - cost
+            if agg then atokens = atokens - cost end
+          end
+          n = n + 1
+          dirty, opened = true, true
+        end
+      end
+    end
+  elseif kind == 'F' or kind == 'V' then
+    local delta = 0
+    if kind == 'F' then
+      delta = tonumber(ARGV[i + 2])
+      if delta == nil or delta ~= delta or delta == math.huge or delta == -math.huge then delta = 0 end
+    end
+    local give = 0
+    if kind == 'V' then
+      local rec = redis.call('HGET', okey, id)
+      if rec then give = tonumber(string.match(rec, '^(%S+)')) or 0 end
+    elseif delta < 0 then
+      give = -delta
+    end
+    if redis.call('HDEL', okey, id) == 0 then
+      status = 0
+    else
+      n = n - 1
+      if delta > 0 then
+        tokens = tokens - delta
+        if tokens < -floor then tokens = -floor end
+        if agg then
+          atokens = atokens - delta
+          if atokens < -floor then atokens = -floor end
+        end
+      end
+      if give > 0 then
+        tokens = tokens + give
+        if tokens > capacity then tokens = capacity end
+        if agg then
+          atokens = atokens + give
+          if atokens > acap then atokens = acap end
+        end
+      end
+      dirty = true
+    end
+  elseif kind ~= 'P' then
+    status = 7 -- not an operation: nothing done
+  end
+  out[o + 1] = status
+  out[o + 2] = value or tokens
+  o = o + 2
+end
+
+if not dirty then
+  return out
+end
+if n < 0 then n = 0 end
+
+-- A key must live until its bucket is full again, and the open hash until
+-- its last request has expired; then they vanish, which is exactly a full,
+-- idle bucket. Expiries are only pushed out — with slack — when they must
+-- be, so most writes keep them.
+local function later(need)
+  local slack = math.ceil((need - nowms) / 8)
+  if slack < 1000 then slack = 1000 end
+  return need + slack
+end
+if n > 0 and opened and oexpires <= nowms + ttl then
+  oexpires = later(nowms + ttl)
+  redis.call('PEXPIREAT', okey, string.format('%d', oexpires))
+end
+local need = nowms + math.ceil((capacity - tokens) / rate * 1000)
+local head = string.format('%d ', tokens) .. sec .. ' ' .. usec
+if exists and need <= expires and (n == 0 or oexpires <= expires) then
+  redis.call('SET', KEYS[1], head .. string.format(' %d %d %d', expires, oexpires, n), 'KEEPTTL')
+else
+  need = later(need)
+  if n > 0 and oexpires > need then need = oexpires end
+  redis.call('SET', KEYS[1], head .. string.format(' %d %d %d', need, oexpires, n), 'PXAT', string.format('%d', need))
+end
+if agg then
+  local aneed = nowms + math.ceil((acap - atokens) / arate * 1000)
+  local ahead = string.format('%d ', atokens) .. sec .. ' ' .. usec
+  if aexists and aneed <= aexpires then
+    redis.call('SET', agg, ahead .. string.format(' %d 0 0', aexpires), 'KEEPTTL')
+  else
+    aneed = later(aneed)
+    redis.call('SET', agg, ahead .. string.format(' %d 0 0', aneed), 'PXAT', string.format('%d', aneed))
+  end
+end
+return out

@@ -1,0 +1,195 @@
+package throttle
+
+import (
+	"testing"
+)
+
+// testShape is a bucket of 10 tokens refilled at 2/s, a debt floor of 5
+// tokens, at most 2 requests open for 30 s.
+var testShape = shape{rate: 2 * micro, capacity: 10 * micro, floor: 5 * micro, max: 2, ttlMS: 30000}
+
+var t0 = clock{sec: 1_700_000_000, usec: 500_000}
+
+func (c clock) plus(ms int64) clock {
+	us := c.usec + ms*1000
+	return clock{sec: c.sec + us/1_000_000, usec: us % 1_000_000}
+}
+
+func TestApplyBatch(t *testing.T) {
+	admit := func(id string, cost float64) op { return op{kind: opAdmit, id: id, amount: cost * micro} }
+	shadow := func(id string, cost float64) op { return op{kind: opShadow, id: id, amount: cost * micro} }
+	finish := func(id string, delta float64) op { return op{kind: opFinish, id: id, amount: delta * micro} }
+	void := func(id string) op { return op{kind: opVoid, id: id} }
+	peek := op{kind: opPeek}
+	type step struct {
+		at   int64 // ms after t0
+		ops  []op
+		want []opResult
+	}
+	r := func(status int, tokens float64) opResult { return opResult{status: status, tokens: tokens * micro} }
+	tests := []struct {
+		name  string
+		sh    shape
+		steps []step
+	}{
+		{"a missing bucket is full", testShape, []step{
+			{0, []op{peek, admit("a", 4)}, []opResult{r(stAdmitted, 10), r(stAdmitted, 6)}},
+		}},
+		{"a refusal spends nothing and opens nothing", testShape, []step{
+			{0, []op{admit("a", 8), admit("b", 3), peek}, []opResult{r(stAdmitted, 2), r(stRefused, 2), r(stAdmitted, 2)}},
+			{0, []op{finish("b", 0)}, []opResult{r(stRefused, 2)}},
+		}},
+		{"refill with time, up to capacity", testShape, []step{
+			{0, []op{admit("a", 10)}, []opResult{r(stAdmitted, 0)}},
+			{1500, []op{peek}, []opResult{r(stAdmitted, 3)}},
+			{60000, []op{peek}, []opResult{r(stAdmitted, 10)}},
+		}},
+		{"the in-flight cap refuses, a finish frees a slot", testShape, []step{
+			{0, []op{admit("a", 1), admit("b", 1), admit("c", 1)}, []opResult{r(stAdmitted, 9), r(stAdmitted, 8), r(stInFlight, 8)}},
+			{0, []op{finish("a", 0), admit("c", 1)}, []opResult{r(stAdmitted, 8), r(stAdmitted, 7)}},
+		}},
+		{"dead requests expire and free their slots", testShape, []step{
+			{0, []op{admit("a", 1), admit("b", 1)}, []opResult{r(stAdmitted, 9), r(stAdmitted, 8)}},
+			{30001, []op{admit("c", 1)}, []opResult{r(stAdmitted, 9)}},
+			{30001, []op{finish("a", 0)}, []opResult{r(stRefused, 9)}},
+		}},
+		{"settlement refunds what was not used", testShape, []step{
+			{0, []op{admit("a", 6), finish("a", -4)}, []opResult{r(stAdmitted, 4), r(stAdmitted, 8)}},
+			{0, []op{finish("a", -4)}, []opResult{r(stRefused, 8)}}, // once only
+		}},
+		{"settlement debits down to the floor", testShape, []step{
+			{0, []op{admit("a", 9), finish("a", 100)}, []opResult{r(stAdmitted, 1), r(stAdmitted, -5)}},
+			{1000, []op{admit("b", 1)}, []opResult{r(stRefused, -3)}},
+			{4000, []op{admit("b", 1)}, []opResult{r(stAdmitted, 2)}},
+		}},
+		{"a void refunds exactly what was paid, once", testShape, []step{
+			{0, []op{admit("a", 7), void("a"), void("a")}, []opResult{r(stAdmitted, 3), r(stAdmitted, 10), r(stRefused, 10)}},
+		}},
+		{"a repeated admit is admitted once", testShape, []step{
+			{0, []op{admit("a", 3), admit("a", 3)}, []opResult{r(stAdmitted, 7), r(stAlreadyOpen, 7)}},
+		}},
+		{"shadow admits an empty bucket, spends nothing, keeps the cap", testShape, []step{
+			{0, []op{admit("a", 9), shadow("b", 5), shadow("c", 1)}, []opResult{r(stAdmitted, 1), r(stShadow, 1), r(stInFlight, 1)}},
+			{0, []op{void("b")}, []opResult{r(stAdmitted, 1)}}, // gives back the nothing it paid
+		}},
+		{"a late batch admits nothing but still finishes", shape{rate: 2 * micro, capacity: 10 * micro, max: 2, ttlMS: 30000, notAfterMS: t0.ms() - 1}, []step{
+			{0, []op{admit("a", 1)}, []opResult{r(stLate, 10)}},
+		}},
+		{"an invalid admit changes nothing", testShape, []step{
+			{0, []op{admit("a", 11), admit("", 1), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
+		}},
+		{"the aggregate refuses and reports its own tokens", shape{rate: 2 * micro, capacity: 10 * micro, aggRate: 1 * micro, aggCap: 5 * micro, max: 4, ttlMS: 1000}, []step{
+			{0, []op{admit("a", 4), admit("b", 4)}, []opResult{r(stAdmitted, 6), r(stAggregate, 1)}},
+			{0, []op{finish("a", -4)}, []opResult{r(stAdmitted, 10)}},
+			{0, []op{admit("b", 4)}, []opResult{r(stAdmitted, 6)}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var st, agg keyState
+			var aggp *keyState
+			if tt.sh.aggCap > 0 {
+				aggp = &agg
+			}
+			for i, s := range tt.steps {
+				got := applyBatch(&st, aggp, tt.sh, t0.plus(s.at), s.ops)
+				for j := range got {
+					if got[j] != s.want[j] {
+						t.Fatalf("step %d op %d (%c %s): got %+v, want %+v", i, j, s.ops[j].kind, s.ops[j].id, got[j], s.want[j])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestApplyBatchExpiries(t *testing.T) {
+	var st keyState
+	sh := testShape
+	applyBatch(&st, nil, sh, t0, []op{{kind: opAdmit, id: "a", amount: 4 * micro}})
+	// 4 tokens to refill at 2/s is 2 s; the request stays open 30 s; the
+	// expiries get slack (an eighth, at least a second).
+	if want := t0.ms() + 30000 + 30000/8; st.b.openExpires != want {
+		t.Errorf("open hash expires at +%d ms, want +%d", st.b.openExpires-t0.ms(), want-t0.ms())
+	}
+	// The bucket lives as long as the open hash (its 2 s refill is shorter).
+	if st.b.expiresMS != st.b.openExpires {
+		t.Errorf("bucket expires at +%d ms, open hash at +%d", st.b.expiresMS-t0.ms(), st.b.openExpires-t0.ms())
+	}
+	before := st.b.expiresMS
+	applyBatch(&st, nil, sh, t0.plus(10), []op{{kind: opFinish, id: "a"}})
+	if st.b.expiresMS != before {
+		t.Errorf("a finish that needs no longer life moved the expiry")
+	}
+	// A refusal writes nothing at all.
+	var empty keyState
+	applyBatch(&empty, nil, sh, t0, []op{{kind: opAdmit, id: "a", amount: 11 * micro}, {kind: opPeek}})
+	if empty.found {
+		t.Errorf("a refusal and a peek created the bucket: %+v", empty)
+	}
+}
+
+// FuzzApplyBatch holds the arithmetic to its invariants for any sequence
+// of operations: tokens stay in [-floor, capacity]; a refusal changes
+// nothing; a finish or void applies at most once; no refund exceeds what
+// was paid; the in-flight cap holds.
+func FuzzApplyBatch(f *testing.F) {
+	f.Add([]byte{0, 5, 1, 2, 3, 9, 40, 2, 200, 1}, uint16(300), uint8(2))
+	f.Add([]byte{1, 1, 1, 1, 3, 3, 3, 3, 0, 0}, uint16(1), uint8(1))
+	f.Fuzz(func(t *testing.T, prog []byte, gapMS uint16, maxOpen uint8) {
+		sh := testShape
+		sh.max = int(maxOpen%4) + 1
+		var st keyState
+		now := t0
+		paid := map[string]float64{}
+		for i := 0; i+1 < len(prog) && i < 64; i += 2 {
+			kind := []opKind{opAdmit, opShadow, opFinish, opVoid, opPeek}[int(prog[i])%5]
+			id := string(rune('a' + prog[i+1]%4))
+			amount := float64(prog[i+1]) * micro / 16
+			if kind == opFinish {
+				amount -= 8 * micro
+				if amount < -paid[id] {
+					amount = -paid[id] // geotoll never refunds more than was paid
+				}
+			}
+			before, wasOpen := refill(st.b, st.found, now, sh.rate, sh.capacity, sh.floor), st.open[id]
+			_, open := st.open[id]
+			n := 0
+			if st.found && st.b.openExpires > now.ms() {
+				n = st.b.n
+			}
+			res := applyBatch(&st, nil, sh, now, []op{{kind: kind, id: id, amount: amount}})[0]
+			if res.tokens < -sh.floor || res.tokens > sh.capacity {
+				t.Fatalf("op %d: tokens %v outside [-floor, capacity]", i, res.tokens)
+			}
+			switch {
+			case (kind == opAdmit || kind == opShadow) && res.status == stAdmitted:
+				if res.tokens != before-amount {
+					t.Fatalf("op %d: admit of %v from %v left %v", i, amount, before, res.tokens)
+				}
+				paid[id] = amount
+			case kind == opShadow && res.status == stShadow:
+				paid[id] = 0
+				fallthrough
+			case res.status == stRefused, res.status == stInFlight, res.status == stAlreadyOpen, kind == opPeek:
+				if res.tokens != before {
+					t.Fatalf("op %d (%c, status %d): tokens %v -> %v", i, kind, res.status, before, res.tokens)
+				}
+			case kind == opVoid && res.status == stAdmitted:
+				if !open || res.tokens != min(before+wasOpen.paid, sh.capacity) {
+					t.Fatalf("op %d: void of %s (paid %v) took %v to %v", i, id, wasOpen.paid, before, res.tokens)
+				}
+			}
+			if (kind == opFinish || kind == opVoid) && res.status == stAdmitted && !open {
+				t.Fatalf("op %d: %c of %s, which was not open, applied", i, kind, id)
+			}
+			if st.found && st.b.n > sh.max {
+				t.Fatalf("op %d: %d open, cap %d", i, st.b.n, sh.max)
+			}
+			if st.found && st.b.n != len(st.open) && n >= 0 {
+				t.Fatalf("op %d: count %d, %d open", i, st.b.n, len(st.open))
+			}
+			now = now.plus(int64(gapMS % 2000))
+		}
+	})
+}

@@ -1,0 +1,392 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FailMode says what a Failover does while its primary store fails.
+type FailMode string
+
+// Fail modes.
+const (
+	FailOpen   FailMode = "open"   // admit without charging
+	FailClosed FailMode = "closed" // refuse: ErrStoreDown (a 503)
+	FailLocal  FailMode = "local"  // decide on an in-process bucket at rate / replicas
+)
+
+// Valid reports whether m is a fail mode.
+func (m FailMode) Valid() bool { return m == FailOpen || m == FailClosed || m == FailLocal }
+
+// doing says what a fail mode does with budgets while the store fails.
+func (m FailMode) doing() string {
+	switch m {
+	case FailLocal:
+		return "using local buckets"
+	case FailOpen:
+		return "admitting without charging"
+	}
+	return "refusing with 503"
+}
+
+// ErrStoreDown is what a Failover in FailClosed answers while its primary
+// store fails.
+var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode closed)")
+
+// Failover is the Store the server uses: the shared primary store (Redis),
+// and while it fails, the fail mode — the one place where that decision is
+// made. After a failed call (an error or a timeout) every decision follows
+// the fail mode without asking the primary for ProbeInterval; then one
+// request probes it. A dead Redis so costs one Timeout per interval, not
+// one per request, and a recovered one is used again within one interval.
+//
+// It also refuses for free: a caller whose bucket the primary found unable
+// to pay is refused in process, without a call, until that bucket could
+// hold the price again (the refusal's remaining tokens plus the refill
+// since); the first request after that asks the primary again. Each
+// replica learns this on its own, and a refund another replica makes can
+// only make such a refusal conservative, never too lenient.
+//
+// In FailLocal a caller's fallback bucket starts from what the primary
+// last reported of it (not full), and refills at rate / Replicas, so that
+// the replicas together do not admit more than the shared bucket would.
+type Failover struct {
+	Primary Store
+	Local   *MemoryStore // FailLocal's buckets; may be nil for the other modes
+	Mode    FailMode
+	// Replicas is how many processes share the primary's budgets.
+	Replicas int
+	// Timeout bounds one call to the primary, waiting included (default
+	// 2 × DefaultTimeout: a request may wait for the batch before its own).
+	Timeout time.Duration
+	// ProbeInterval (default DefaultProbeInterval) is how long decisions
+	// follow the fail mode after a failure before one request probes.
+	ProbeInterval time.Duration
+	// Remember bounds the callers whose last known budget is kept (for
+	// free refusals and fallback seeding); 0 means 65536.
+	Remember int
+	Logger   *slog.Logger
+
+	lim   breaker
+	known known
+	free  atomic.Uint64
+}
+
+// DefaultProbeInterval is Failover.ProbeInterval when left 0.
+const DefaultProbeInterval = 500 * time.Millisecond
+
+var _ Store = (*Failover)(nil)
+
+// Validate checks the configuration.
+func (f *Failover) Validate() error {
+	if f.Primary == nil {
+		return errors.New("throttle: a failover needs a primary store")
+	}
+	if !f.Mode.Valid() {
+		return fmt.Errorf("throttle: fail_mode %q must be open, closed or local", f.Mode)
+	}
+	if f.Mode == FailLocal && f.Local == nil {
+		return errors.New("throttle: fail_mode local needs a local store")
+	}
+	return nil
+}
+
+// Admit implements Store.
+func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
+	if err := req.validate(); err != nil {
+		return Admission{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Admission{}, err
+	}
+	if a, ok := f.known.refuse(req, time.Now()); ok {
+		f.free.Add(1)
+		return a, nil
+	}
+	var a Admission
+	fallback, err := f.onPrimary(ctx, func(ctx context.Context) (err error) {
+		a, err = f.Primary.Admit(ctx, req)
+		return err
+	})
+	if !fallback {
+		if err == nil {
+			f.known.note(req, a, time.Now(), f.remember())
+		}
+		return a, err
+	}
+	switch f.Mode {
+	case FailOpen:
+		return Admission{Allowed: true, Result: Result{Allowed: true, Cost: req.Cost, Remaining: req.Limit.Capacity, Limit: req.Limit}}, nil
+	case FailLocal:
+		local := req
+		local.Limit = f.localLimit(req.Limit)
+		if tokens, ok := f.known.tokens(req.Key, time.Now()); ok {
+			f.Local.seed(req.Key, local.Bucket, tokens)
+		}
+		return f.Local.Admit(ctx, local)
+	}
+	return Admission{}, f.errDown()
+}
+
+// Peek implements Store, with the same fallback as Admit.
+func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
+	var res Result
+	fallback, err := f.onPrimary(ctx, func(ctx context.Context) (err error) {
+		res, err = f.Primary.Peek(ctx, b)
+		return err
+	})
+	if !fallback {
+		return res, err
+	}
+	switch f.Mode {
+	case FailOpen:
+		return Result{Allowed: true, Remaining: b.Limit.Capacity, Limit: b.Limit}, nil
+	case FailLocal:
+		return f.Local.Peek(ctx, Bucket{Key: b.Key, Limit: f.localLimit(b.Limit)})
+	}
+	return Result{}, f.errDown()
+}
+
+// FreeRefusals counts the requests refused without asking the primary.
+func (f *Failover) FreeRefusals() uint64 { return f.free.Load() }
+
+func (f *Failover) localLimit(l Limit) Limit {
+	if f.Replicas > 1 {
+		l.Rate /= float64(f.Replicas)
+	}
+	return l
+}
+
+func (f *Failover) remember() int {
+	if f.Remember > 0 {
+		return f.Remember
+	}
+	return 1 << 16
+}
+
+func (f *Failover) timeout() time.Duration {
+	if f.Timeout > 0 {
+		return f.Timeout
+	}
+	return 2 * DefaultTimeout
+}
+
+func (f *Failover) probeInterval() time.Duration {
+	if f.ProbeInterval > 0 {
+		return f.ProbeInterval
+	}
+	return DefaultProbeInterval
+}
+
+func (f *Failover) logger() *slog.Logger {
+	if f.Logger != nil {
+		return f.Logger
+	}
+	return slog.Default()
+}
+
+// onPrimary runs call on the primary, bounded by Timeout, unless the
+// breaker keeps it out of the way. fallback reports that the caller must
+// decide by the fail mode instead. A request whose own context is done
+// gets its error: it is refused, never failed over, and says nothing about
+// the store.
+func (f *Failover) onPrimary(ctx context.Context, call func(context.Context) error) (fallback bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	interval := f.probeInterval()
+	if !f.lim.allow(time.Now(), interval) {
+		f.lim.fallbacks.Add(1)
+		return true, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, f.timeout())
+	err = call(sctx)
+	cancel()
+	switch {
+	case err == nil:
+		f.lim.succeeded(ctx, f.logger(), time.Now())
+		return false, nil
+	case ctx.Err() != nil:
+		return false, err
+	case errors.Is(err, ErrInvalidCost), errors.Is(err, ErrCostExceedsCapacity):
+		return false, err // a bug in the caller, not a failing store
+	}
+	f.lim.failed(ctx, f.logger(), time.Now(), interval, err, f.Mode)
+	f.lim.fallbacks.Add(1)
+	return true, nil
+}
+
+func (f *Failover) errDown() error {
+	return fmt.Errorf("%w: %s", ErrStoreDown, f.lim.health().Err)
+}
+
+// Health is the state of the primary store as the Failover sees it.
+type Health struct {
+	// Degraded is true from the first failed call until a later call
+	// succeeds. Meanwhile decisions follow the fail mode, and one request
+	// per ProbeInterval tries the primary again.
+	Degraded bool
+	Since    time.Time // when it became degraded
+	Err      string    // the last error
+	// StoreErrors counts failed calls; Fallbacks counts decisions made
+	// without the primary (by the fail mode).
+	StoreErrors, Fallbacks uint64
+	Mode                   FailMode
+}
+
+// Health reports the state of the primary store.
+func (f *Failover) Health() Health {
+	h := f.lim.health()
+	h.Mode = f.Mode
+	return h
+}
+
+// Doing says what the fail mode does while degraded, for /readyz.
+func (f *Failover) Doing() string { return f.Mode.doing() }
+
+// Recovered ends degraded mode after a successful out-of-band check of the
+// primary (a readiness probe of a fail_mode closed instance that gets no
+// traffic to probe with). It must come from the process itself, never a
+// caller's request.
+func (f *Failover) Recovered(ctx context.Context) { f.lim.succeeded(ctx, f.logger(), time.Now()) }
+
+// breaker is the Failover's view of its primary: after a failure, calls go
+// straight to the fail mode for a probe interval, then one call probes.
+type breaker struct {
+	mu       sync.Mutex
+	degraded bool
+	since    time.Time
+	retryAt  time.Time
+	lastErr  string
+
+	storeErrors, fallbacks atomic.Uint64
+}
+
+// allow reports whether this call may use the store: always when healthy;
+// when degraded, only the first call after the probe interval (the probe).
+func (b *breaker) allow(now time.Time, interval time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.degraded {
+		return true
+	}
+	if now.Before(b.retryAt) {
+		return false
+	}
+	b.retryAt = now.Add(interval) // other calls keep falling back meanwhile
+	return true
+}
+
+// succeeded records a call that worked, logging a recovery once.
+func (b *breaker) succeeded(ctx context.Context, log *slog.Logger, now time.Time) {
+	b.mu.Lock()
+	was, since := b.degraded, b.since
+	b.degraded = false
+	b.mu.Unlock()
+	if was {
+		log.LogAttrs(ctx, slog.LevelWarn, "budget store recovered: budgets are shared again",
+			slog.Duration("degraded_for", now.Sub(since).Round(time.Millisecond)))
+	}
+}
+
+// failed records a call that failed, logging the transition to degraded
+// once (not once per request).
+func (b *breaker) failed(ctx context.Context, log *slog.Logger, now time.Time, interval time.Duration, err error, mode FailMode) {
+	b.storeErrors.Add(1)
+	b.mu.Lock()
+	was := b.degraded
+	b.degraded, b.retryAt, b.lastErr = true, now.Add(interval), err.Error()
+	if !was {
+		b.since = now
+	}
+	b.mu.Unlock()
+	if !was {
+		log.LogAttrs(ctx, slog.LevelError, "budget store failing: "+mode.doing(),
+			slog.String("fail_mode", string(mode)), slog.Duration("probe_interval", interval), slog.Any("err", err))
+	}
+}
+
+func (b *breaker) health() Health {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return Health{Degraded: b.degraded, Since: b.since, Err: b.lastErr,
+		StoreErrors: b.storeErrors.Load(), Fallbacks: b.fallbacks.Load()}
+}
+
+// known remembers, per caller, the last budget the primary reported: its
+// remaining tokens at a time, and whether it refused. Bounded: beyond its
+// size the oldest half is forgotten.
+type known struct {
+	mu sync.Mutex
+	m  map[string]knownBudget
+}
+
+type knownBudget struct {
+	at        time.Time
+	remaining float64
+	limit     Limit
+	refused   bool
+}
+
+// estimate is the bucket's tokens at now, by its refill alone.
+func (k knownBudget) estimate(now time.Time) float64 {
+	return min(k.limit.Capacity, k.remaining+now.Sub(k.at).Seconds()*k.limit.Rate)
+}
+
+func (k *known) note(req Request, a Admission, now time.Time, size int) {
+	if a.Refusal == RefusedInFlight || a.Refusal == RefusedAggregate {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = make(map[string]knownBudget)
+	}
+	if len(k.m) >= size {
+		n := 0
+		for key := range k.m { // map order is random: forget about half
+			if n++; n%2 == 0 {
+				delete(k.m, key)
+			}
+		}
+	}
+	k.m[req.Key] = knownBudget{at: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}
+}
+
+// refuse answers a request of a caller the primary refused, when its
+// bucket still cannot pay: a refusal without a call.
+func (k *known) refuse(req Request, now time.Time) (Admission, bool) {
+	if req.Shadow {
+		return Admission{}, false
+	}
+	k.mu.Lock()
+	kb, ok := k.m[req.Key]
+	k.mu.Unlock()
+	if !ok || !kb.refused || kb.limit != req.Limit {
+		return Admission{}, false
+	}
+	est := kb.estimate(now)
+	if est >= req.Cost {
+		return Admission{}, false
+	}
+	retry := time.Duration(math.Ceil((req.Cost-est)/req.Limit.Rate*1000)) * time.Millisecond
+	return Admission{Refusal: RefusedBucket, Result: Result{Cost: req.Cost, Remaining: est, Limit: req.Limit,
+		RetryAfter: retry, ResetAfter: secondsToDuration((req.Limit.Capacity - est) / req.Limit.Rate)}}, true
+}
+
+// tokens is the caller's estimated tokens now, if known.
+func (k *known) tokens(key string, now time.Time) (float64, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	kb, ok := k.m[key]
+	if !ok {
+		return 0, false
+	}
+	return kb.estimate(now), true
+}

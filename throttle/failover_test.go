@@ -1,0 +1,176 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+)
+
+// flakyStore is a primary that fails while down and counts its calls.
+type flakyStore struct {
+	Store
+	mu    sync.Mutex
+	down  bool
+	calls int
+}
+
+func (s *flakyStore) hit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.down {
+		return errors.New("redis down")
+	}
+	return nil
+}
+
+func (s *flakyStore) set(down bool) { s.mu.Lock(); s.down = down; s.mu.Unlock() }
+func (s *flakyStore) n() int        { s.mu.Lock(); defer s.mu.Unlock(); return s.calls }
+
+func (s *flakyStore) Admit(ctx context.Context, req Request) (Admission, error) {
+	if err := s.hit(); err != nil {
+		return Admission{}, err
+	}
+	return s.Store.Admit(ctx, req)
+}
+
+func (s *flakyStore) Peek(ctx context.Context, b Bucket) (Result, error) {
+	if err := s.hit(); err != nil {
+		return Result{}, err
+	}
+	return s.Store.Peek(ctx, b)
+}
+
+func newFailover(mode FailMode, replicas int) (*Failover, *flakyStore) {
+	primary := &flakyStore{Store: NewMemoryStore(MemoryOptions{})}
+	return &Failover{Primary: primary, Local: NewMemoryStore(MemoryOptions{}), Mode: mode, Replicas: replicas,
+		ProbeInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, primary
+}
+
+func TestFailoverModes(t *testing.T) {
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	for _, mode := range []FailMode{FailLocal, FailOpen, FailClosed} {
+		t.Run(string(mode), func(t *testing.T) {
+			f, primary := newFailover(mode, 1)
+			if err := f.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			primary.set(true)
+			a, err := f.Admit(context.Background(), Request{Bucket: b, Cost: 4})
+			switch mode {
+			case FailLocal:
+				if err != nil || !a.Allowed || a.Result.Remaining != 6 || a.Ticket == nil {
+					t.Fatalf("local: %+v %v", a, err)
+				}
+			case FailOpen:
+				if err != nil || !a.Allowed || a.Result.Remaining != 10 || a.Ticket != nil {
+					t.Fatalf("open: %+v %v", a, err)
+				}
+			case FailClosed:
+				if !errors.Is(err, ErrStoreDown) {
+					t.Fatalf("closed: %+v %v, want ErrStoreDown", a, err)
+				}
+			}
+			h := f.Health()
+			if !h.Degraded || h.StoreErrors != 1 || h.Fallbacks != 1 || h.Err != "redis down" {
+				t.Fatalf("health %+v", h)
+			}
+		})
+	}
+}
+
+// TestFailoverLocalRateIsDividedByReplicas: with 4 replicas, a fallback
+// bucket refills at a quarter of the rate, so the replicas together admit
+// what the shared bucket would.
+func TestFailoverLocalRateIsDividedByReplicas(t *testing.T) {
+	clock := newFakeClock()
+	f, primary := newFailover(FailLocal, 4)
+	f.Local = NewMemoryStore(MemoryOptions{Now: clock.Now})
+	primary.set(true)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 8, Capacity: 10}}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release()
+	clock.Advance(time.Second) // 2 tokens back at 8/4 per second, not 8
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 2.5}); a.Allowed || a.Result.Remaining != 2 || a.Result.RetryAfter != 250*time.Millisecond {
+		t.Fatalf("after 1 s at rate 8 over 4 replicas: %+v; want 2 tokens, 250 ms to go", a.Result)
+	}
+}
+
+// TestFailoverLocalStartsFromTheLastKnownBudget: a caller the primary knew
+// to be nearly empty does not get a fresh, full local bucket when the
+// primary fails.
+func TestFailoverLocalStartsFromTheLastKnownBudget(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 9}).Ticket.Release()
+	primary.set(true)
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 2}); a.Allowed {
+		t.Fatalf("the fallback bucket started full: %+v", a.Result)
+	}
+	other := Bucket{Key: "other", Limit: b.Limit}
+	if a := mustAdmit(t, f, Request{Bucket: other, Cost: 9}); !a.Allowed {
+		t.Fatalf("an unknown caller's fallback bucket is not full: %+v", a.Result)
+	}
+}
+
+func TestFailoverProbesOncePerInterval(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	f.ProbeInterval = 50 * time.Millisecond
+	primary.set(true)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 1000}}
+	for range 20 {
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
+	}
+	if primary.n() != 1 {
+		t.Fatalf("%d calls to a failing primary within one probe interval, want 1", primary.n())
+	}
+	primary.set(false)
+	time.Sleep(60 * time.Millisecond)
+	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
+	if primary.n() != 2 || f.Health().Degraded {
+		t.Fatalf("after the interval: %d calls, degraded %v; want the probe to recover", primary.n(), f.Health().Degraded)
+	}
+}
+
+// TestFailoverRefusesForFree: a caller the primary refused is refused in
+// process, without a call, until its bucket could pay again; the first
+// request after that asks the primary and is admitted.
+func TestFailoverRefusesForFree(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 20, Capacity: 10}}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release()
+	a := mustAdmit(t, f, Request{Bucket: b, Cost: 5})
+	if a.Allowed || primary.n() != 2 {
+		t.Fatalf("the refusal itself: %+v after %d calls", a, primary.n())
+	}
+	retry := a.Result.RetryAfter
+	for range 50 {
+		if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); a.Allowed || a.Result.RetryAfter <= 0 || a.Result.RetryAfter > retry {
+			t.Fatalf("a free refusal: %+v", a.Result)
+		}
+	}
+	if primary.n() != 2 || f.FreeRefusals() != 50 {
+		t.Fatalf("%d calls for 50 refused requests (%d free), want none", primary.n()-2, f.FreeRefusals())
+	}
+	// A cheaper request fits sooner, and goes to the primary.
+	time.Sleep(retry)
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); !a.Allowed || primary.n() != 3 {
+		t.Fatalf("after Retry-After: %+v, %d calls", a, primary.n())
+	}
+}
+
+func TestFailoverCancelledRequestIsNotFailedOver(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	primary.set(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := f.Admit(ctx, Request{Bucket: Bucket{Key: "k", Limit: slow}, Cost: 1}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Admit with a done context: %v", err)
+	}
+	if h := f.Health(); h.Degraded || h.Fallbacks != 0 || primary.n() != 0 {
+		t.Fatalf("a cancelled request counted against the store: %+v, %d calls", h, primary.n())
+	}
+}

@@ -1,0 +1,61 @@
+package throttle
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestGlobalLeases(t *testing.T) {
+	primary := &flakyStore{Store: NewMemoryStore(MemoryOptions{})}
+	g := &Global{Store: primary, Bucket: Bucket{Key: "global", Limit: Limit{Rate: 1e-3, Capacity: 100}}, Chunk: 10, Hold: 100 * time.Millisecond}
+	ctx := context.Background()
+	for i := range 25 {
+		if _, ok, err := g.Take(ctx, 1); !ok || err != nil {
+			t.Fatalf("take %d: %v %v", i, ok, err)
+		}
+	}
+	if primary.n() != 3 {
+		t.Fatalf("25 unit takes in chunks of 10 made %d calls, want 3", primary.n())
+	}
+	g.Give(1) // a request its own bucket refused: back to the lease, no call
+	if primary.n() != 3 {
+		t.Fatalf("a give made a call")
+	}
+	// Two full leases of 10 were used, the third holds 5 used of 10; after
+	// Hold it goes back: 100 - 10 - 10 - 4 = 76 (one unit was given back).
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r := mustPeek(t, primary.Store, g.Bucket)
+		if r.Remaining > 75.99 && r.Remaining < 76.01 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shared bucket holds %v after the lease went back, want 76", r.Remaining)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestGlobalRefuses(t *testing.T) {
+	g := &Global{Store: NewMemoryStore(MemoryOptions{}), Bucket: Bucket{Key: "global", Limit: Limit{Rate: 1e-3, Capacity: 10}}, Chunk: 4}
+	ctx := context.Background()
+	took := 0.0
+	for {
+		res, ok, err := g.Take(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			if res.RetryAfter <= 0 || took != 9 {
+				t.Fatalf("refused after %v tokens with %+v; want 9 taken (3 of the last chunk too small), a retry", took, res)
+			}
+			break
+		}
+		took += 3
+		if took > 10 {
+			t.Fatalf("took %v tokens from a budget of 10", took)
+		}
+	}
+	g.Close()
+}
