@@ -1,3 +1,4 @@
+#!lua
 -- admit.lua: one atomic batch of operations on one caller's budget.
 --
 -- geotoll sends one batch per caller at a time and lets the requests that
@@ -13,17 +14,21 @@
 -- micro-tokens (1 token = 1,000,000), exact in a double up to 2^53.
 --
 -- KEYS[1]  the bucket: "<utokens> <sec> <usec> <expires_ms> <open_expires_ms>
---          <n>": tokens as of TIME (sec, usec), the key's own expiry, that
---          of KEYS[2], and how many requests are open
--- KEYS[2]  the open requests: a hash id -> "<paid> <expires_ms>" (the same
---          hash tag as KEYS[1])
--- KEYS[3]  optional: an aggregate bucket in the same hash slot (e.g. an IPv6
---          /48 above each /64), same format; every amount spent, settled or
---          refunded applies to it too
+--          <n> <voids_until_ms>": tokens as of TIME (sec, usec), the key's
+--          own expiry, that of KEYS[2], how many requests are open, and
+--          until when KEYS[3] may hold tombstones
+-- KEYS[2]  the open requests: a hash id -> "<paid> <expires_ms>"
+-- KEYS[3]  tombstones: a hash of voided ids that were not open, so that
+--          their admit, should it still come, admits nothing; it expires
+--          with its last tombstone (within a second or so)
+-- KEYS[4]  optional: an aggregate bucket (e.g. an IPv6 /48 above each
+--          /64), same format; every amount spent, settled or refunded
+--          applies to it too
+-- All keys share one hash tag, so Redis Cluster keeps them in one slot.
 -- ARGV[1]  rate      micro-tokens added per second (> 0)
 -- ARGV[2]  capacity  most micro-tokens the bucket holds (> 0)
 -- ARGV[3]  floor     debt bound: a settlement may take it down to -floor
--- ARGV[4]  rate, ARGV[5] capacity of KEYS[3] ("" without it)
+-- ARGV[4]  rate, ARGV[5] capacity of KEYS[4] ("" without it)
 -- ARGV[6]  max       most requests open at once (the in-flight cap)
 -- ARGV[7]  ttl_ms    how long an admitted request stays open unless
 --                    finished (its process may have died)
@@ -37,8 +42,11 @@
 --   "F" id delta finish: close id and settle its price: delta > 0 debits
 --                (down to -floor), delta < 0 refunds (geotoll never sends
 --                a refund above what the request paid: it knows the price)
---   "V" id ""    void: close id and refund all it paid (its caller never
---                learnt it was admitted, and was decided elsewhere)
+--   "V" id keep  void: close id and refund all it paid (its caller never
+--                learnt it was admitted, and was decided elsewhere); if id
+--                is not open, leave a tombstone until the Unix ms "keep"
+--                (the voided batch's not_after), so that the admit, should
+--                it still come, admits nothing
 --   "P" "" ""    peek: report the bucket
 --   F and V of an id that is not open do nothing, so a repeated or late one
 --   never settles twice. Ids are geotoll's own (hex), never client text.
@@ -47,13 +55,19 @@
 --   status   A/S: 1 admitted, 0 refused by the bucket, 2 refused by the
 --               aggregate, 3 refused by the in-flight cap, 4 already open
 --               (admitted by an earlier copy of this batch), 5 late (not
---               applied), 6 shadow (the bucket refused; admitted anyway)
+--               applied: after not_after, voided already, or invalid),
+--               6 shadow (the bucket refused; admitted anyway)
 --            F, V: 1 applied, 0 not open;  P: 1;  7: not an operation
 --            (geotoll validates every operation before sending it; an
 --            invalid admit answers 5 and changes nothing)
 --   utokens  the bucket's micro-tokens after it — the aggregate's when it
 --            refused (status 2). Retry and reset times follow from it, the
 --            rate and the cost, with the same arithmetic in Go.
+--
+-- The "#!lua" line (Redis 7+) makes Redis check its memory before the
+-- script runs: at maxmemory (noeviction) a batch is refused whole, even one
+-- whose first write would free memory — budgets then follow the fail mode
+-- instead of writing past the limit.
 --
 -- A batch that changes nothing (refusals, peeks, unknown ids) writes
 -- nothing, so a caller that is only ever refused never creates a key. The
@@ -67,9 +81,9 @@ if rate == nil or capacity == nil or floor == nil or not (rate > 0 and capacity 
     or max == nil or not (max >= 1) or ttl == nil or not (ttl >= 1) or ttl == math.huge then
   return redis.error_reply('ERR geotoll admit: rate, capacity, max and ttl must be finite and > 0, floor >= 0')
 end
-local okey, agg = KEYS[2], KEYS[3]
-if okey == nil then
-  return redis.error_reply('ERR geotoll admit: KEYS[2], the open requests, is required')
+local okey, vkey, agg = KEYS[2], KEYS[3], KEYS[4]
+if okey == nil or vkey == nil then
+  return redis.error_reply('ERR geotoll admit: KEYS[2] and KEYS[3], the open requests and tombstones, are required')
 end
 local arate, acap
 if agg then
@@ -94,12 +108,12 @@ local late = notAfter ~= nil and nowms > notAfter
 -- corrupt or foreign value (an older version's hash: WRONGTYPE) is a full
 -- bucket with nothing open.
 local raw = redis.pcall('GET', KEYS[1])
-local tokens, expires, oexpires, n, exists = capacity, 0, 0, 0, false
+local tokens, expires, oexpires, n, voids, exists = capacity, 0, 0, 0, 0, false
 if type(raw) == 'string' then
-  local a, b, c, d, e, f = string.match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local a, b, c, d, e, f, g = string.match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
   local tok, ts, tu = tonumber(a), tonumber(b), tonumber(c)
   if tok and ts and tu and tok == tok then
-    tokens, expires, oexpires, n, exists = tok, tonumber(d), tonumber(e), tonumber(f), true
+    tokens, expires, oexpires, n, voids, exists = tok, tonumber(d), tonumber(e), tonumber(f), tonumber(g), true
     if tokens < -floor then tokens = -floor end
     if tokens > capacity then tokens = capacity end
     local el = (nsec - ts) * 1000000 + (nusec - tu)
@@ -173,8 +187,10 @@ for i = 9, nargs, 3 do
           status, spent = 6, '0' -- nothing spent, so nothing to give back
         end
         if expstr == nil then expstr = string.format(' %d', nowms + ttl) end
-        if redis.call('HSETNX', okey, id, spent .. expstr) == 0 then
-          status = 4 -- an earlier copy of this batch admitted it already
+        if nowms < voids and redis.call('HEXISTS', vkey, id) == 1 then
+          status = 5 -- voided before it came
+        elseif redis.call('HSETNX', okey, id, spent .. expstr) == 0 then
+          status = 4 -- admitted by an earlier copy of this batch
         else
           if status == 1 then
             tokens = tokens - cost
@@ -186,19 +202,32 @@ for i = 9, nargs, 3 do
       end
     end
   elseif kind == 'F' or kind == 'V' then
-    local delta = 0
+    local delta, give, tomb, skip = 0, 0, nil, false
     if kind == 'F' then
       delta = tonumber(ARGV[i + 2])
       if delta == nil or delta ~= delta or delta == math.huge or delta == -math.huge then delta = 0 end
-    end
-    local give = 0
-    if kind == 'V' then
+      if delta < 0 then give = -delta end
+    else
       local rec = redis.call('HGET', okey, id)
-      if rec then give = tonumber(string.match(rec, '^(%S+)')) or 0 end
-    elseif delta < 0 then
-      give = -delta
+      if rec then
+        give = tonumber(string.match(rec, '^(%S+)')) or 0
+      else
+        -- Never admitted, or not yet: a tombstone until the voided batch's
+        -- deadline turns away the admit if it arrives after all.
+        local keep = tonumber(ARGV[i + 2])
+        if keep ~= nil and keep > nowms then tomb = keep else skip = true end
+      end
     end
-    if redis.call('HDEL', okey, id) == 0 then
+    if skip then
+      status = 0
+    elseif tomb then
+      redis.call('HSET', vkey, id, '1')
+      if tomb > voids then
+        voids = tomb
+        redis.call('PEXPIREAT', vkey, string.format('%d', tomb))
+      end
+      status, dirty = 0, true
+    elseif redis.call('HDEL', okey, id) == 0 then
       status = 0
     else
       n = n - 1
@@ -234,8 +263,8 @@ end
 if n < 0 then n = 0 end
 
 -- A key must live until its bucket is full again, and the open hash until
--- its last request has expired; then they vanish, which is exactly a full,
--- idle bucket. Expiries are only pushed out — with slack — when they must
+-- its last request has expired — the bucket at least as long as the
+-- hashes; then they vanish, which is exactly a full, idle bucket. Expiries are only pushed out — with slack — when they must
 -- be, so most writes keep them.
 local function later(need)
   local slack = math.ceil((need - nowms) / 8)
@@ -246,23 +275,25 @@ if n > 0 and opened and oexpires <= nowms + ttl then
   oexpires = later(nowms + ttl)
   redis.call('PEXPIREAT', okey, string.format('%d', oexpires))
 end
+if voids <= nowms then voids = 0 end
 local need = nowms + math.ceil((capacity - tokens) / rate * 1000)
 local head = string.format('%d ', tokens) .. sec .. ' ' .. usec
-if exists and need <= expires and (n == 0 or oexpires <= expires) then
-  redis.call('SET', KEYS[1], head .. string.format(' %d %d %d', expires, oexpires, n), 'KEEPTTL')
+if exists and need <= expires and oexpires <= expires and voids <= expires then
+  redis.call('SET', KEYS[1], head .. string.format(' %d %d %d %d', expires, oexpires, n, voids), 'KEEPTTL')
 else
   need = later(need)
-  if n > 0 and oexpires > need then need = oexpires end
-  redis.call('SET', KEYS[1], head .. string.format(' %d %d %d', need, oexpires, n), 'PXAT', string.format('%d', need))
+  if oexpires > need then need = oexpires end
+  if voids > need then need = voids end
+  redis.call('SET', KEYS[1], head .. string.format(' %d %d %d %d', need, oexpires, n, voids), 'PXAT', string.format('%d', need))
 end
 if agg then
   local aneed = nowms + math.ceil((acap - atokens) / arate * 1000)
   local ahead = string.format('%d ', atokens) .. sec .. ' ' .. usec
   if aexists and aneed <= aexpires then
-    redis.call('SET', agg, ahead .. string.format(' %d 0 0', aexpires), 'KEEPTTL')
+    redis.call('SET', agg, ahead .. string.format(' %d 0 0 0', aexpires), 'KEEPTTL')
   else
     aneed = later(aneed)
-    redis.call('SET', agg, ahead .. string.format(' %d 0 0', aneed), 'PXAT', string.format('%d', aneed))
+    redis.call('SET', agg, ahead .. string.format(' %d 0 0 0', aneed), 'PXAT', string.format('%d', aneed))
   end
 end
 return out

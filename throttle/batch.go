@@ -27,7 +27,7 @@ const (
 	opAdmit  opKind = 'A' // spend and open
 	opShadow opKind = 'S' // open; spend only if the bucket holds it
 	opFinish opKind = 'F' // close and settle
-	opVoid   opKind = 'V' // close and refund all it paid
+	opVoid   opKind = 'V' // close and refund all it paid; amount: the voided batch's deadline (Unix ms)
 	opPeek   opKind = 'P'
 )
 
@@ -75,6 +75,7 @@ type bucketVal struct {
 	expiresMS   int64 // the key's own expiry
 	openExpires int64 // the open hash's expiry
 	n           int   // requests open
+	voidsUntil  int64 // the tombstones' expiry (0: none)
 }
 
 // openReq is one open request (admit.lua's KEYS[2] field).
@@ -90,6 +91,7 @@ type keyState struct {
 	b     bucketVal
 	found bool
 	open  map[string]openReq
+	voids map[string]bool // tombstones (admit.lua's KEYS[3]), until b.voidsUntil
 }
 
 // clock is the time of one batch, as admit.lua reads it from TIME.
@@ -150,6 +152,10 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 		n = 0
 		st.open = nil
 	}
+	if !st.found || st.b.voidsUntil <= nowMS {
+		st.voids = nil
+	}
+	voidsUntil := st.b.voidsUntil
 	var atokens float64
 	if agg != nil {
 		atokens = refill(agg.b, agg.found, now, sh.aggRate, sh.aggCap, sh.floor)
@@ -189,6 +195,10 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 				if !own || !whole {
 					status, paid = stShadow, 0
 				}
+				if nowMS < voidsUntil && st.voids[o.id] {
+					status = stLate // voided before it came
+					break
+				}
 				if _, dup := st.open[o.id]; dup {
 					status = stAlreadyOpen
 					break
@@ -208,6 +218,20 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 			}
 		case opFinish, opVoid:
 			rec, ok := st.open[o.id]
+			if o.kind == opVoid && !ok {
+				// Never admitted, or not yet: a tombstone until the voided
+				// batch's deadline turns the admit away.
+				status = stRefused
+				if keep := int64(o.amount); keep > nowMS {
+					if st.voids == nil {
+						st.voids = make(map[string]bool)
+					}
+					st.voids[o.id] = true
+					voidsUntil = max(voidsUntil, keep)
+					dirty = true
+				}
+				break
+			}
 			if !ok {
 				status = stRefused
 				break
@@ -247,15 +271,17 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 	}
 	n = max(n, 0)
 	st.b.n = n
+	if voidsUntil <= nowMS {
+		voidsUntil = 0
+	}
+	st.b.voidsUntil = voidsUntil
 	if n > 0 && opened && st.b.openExpires <= nowMS+sh.ttlMS {
 		st.b.openExpires = later(nowMS, nowMS+sh.ttlMS)
 	}
 	need := nowMS + resetMS(tokens, sh.rate, sh.capacity)
-	if !st.found || need > st.b.expiresMS || (n > 0 && st.b.openExpires > st.b.expiresMS) {
+	if !st.found || need > st.b.expiresMS || st.b.openExpires > st.b.expiresMS || voidsUntil > st.b.expiresMS {
 		need = later(nowMS, need)
-		if n > 0 && st.b.openExpires > need {
-			need = st.b.openExpires
-		}
+		need = max(need, st.b.openExpires, voidsUntil)
 		st.b.expiresMS = need
 	}
 	st.b.tokens, st.b.sec, st.b.usec, st.found = tokens, now.sec, now.usec, true

@@ -23,91 +23,95 @@ type Global struct {
 	// Chunk is how many tokens one lease takes (default Capacity / 20,
 	// and always at least the request that needs it).
 	Chunk float64
-	// Hold is how long an unused lease is kept before its tokens go back
-	// (default 1 s).
+	// Hold is how long leased tokens are kept before what is left of them
+	// goes back (default 1 s).
 	Hold time.Duration
 
 	mu      sync.Mutex
-	lease   *Ticket
-	taken   float64 // tokens of the lease
-	used    float64 // tokens spent from it (settlements included)
-	leased  time.Time
+	leases  []*Ticket // taken since the last return
+	have    float64   // tokens in hand: leased, not yet spent (negative after an overuse)
 	returns *time.Timer
 }
 
-// Take spends cost from the global budget. When the replica's lease cannot
-// pay, it is settled and a new one taken: one call. A refusal returns the
-// shared bucket's Result (for Retry-After) with ok false.
+// Take spends cost from the global budget: from the tokens this replica
+// holds, or — when they cannot pay — from a new lease, in one call. A
+// refusal returns the shared bucket's Result (for Retry-After) with ok
+// false.
 func (g *Global) Take(ctx context.Context, cost float64) (res Result, ok bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.lease != nil && g.taken-g.used >= cost && time.Since(g.leased) < g.hold() {
-		g.used += cost
-		return Result{Allowed: true, Cost: cost, Remaining: g.taken - g.used, Limit: g.Bucket.Limit}, true, nil
-	}
-	g.returnLocked()
-	chunk := max(cost, g.chunk())
-	a, err := g.Store.Admit(ctx, Request{Bucket: g.Bucket, Cost: min(chunk, g.Bucket.Limit.Capacity),
-		MaxInFlight: 1 << 20, TTL: 2*g.hold() + time.Minute, Debt: g.Bucket.Limit.Capacity})
-	if err != nil {
-		return Result{}, false, err
-	}
-	if !a.Allowed {
-		if chunk > cost { // the bucket may still hold this one request
-			a, err = g.Store.Admit(ctx, Request{Bucket: g.Bucket, Cost: cost, MaxInFlight: 1 << 20,
-				TTL: 2*g.hold() + time.Minute, Debt: g.Bucket.Limit.Capacity})
-			if err != nil {
-				return Result{}, false, err
-			}
+	if g.have < cost {
+		need := cost - g.have
+		a, err := g.lease(ctx, max(need, g.chunk()))
+		if err == nil && !a.Allowed && g.chunk() > need { // the bucket may still hold this one request
+			a, err = g.lease(ctx, need)
+		}
+		if err != nil {
+			return Result{}, false, err
 		}
 		if !a.Allowed {
 			return a.Result, false, nil
 		}
-	}
-	g.lease, g.taken, g.used, g.leased = a.Ticket, a.Ticket.Paid(), cost, time.Now()
-	if a.Ticket == nil { // fail_mode open: nothing is charged, nothing to return
-		g.taken = cost
-	}
-	lease := g.lease
-	g.returns = time.AfterFunc(g.hold(), func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if g.lease == lease {
-			g.returnLocked()
+		if a.Ticket == nil { // fail_mode open: nothing charged, nothing to return
+			g.have += need
+		} else {
+			g.leases = append(g.leases, a.Ticket)
+			g.have += a.Ticket.Paid()
 		}
-	})
-	return Result{Allowed: true, Cost: cost, Remaining: g.taken - g.used, Limit: g.Bucket.Limit}, true, nil
+		if g.returns == nil {
+			g.returns = time.AfterFunc(g.hold(), func() {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				g.returns = nil
+				g.returnLocked()
+			})
+		}
+	}
+	g.have -= cost
+	return Result{Allowed: true, Cost: cost, Remaining: g.have, Limit: g.Bucket.Limit}, true, nil
 }
 
-// Give returns cost taken for a request that did not run (its own bucket
-// refused it), or adjusts the lease by a settlement: give a negative
-// amount for a request that cost more than it took.
-func (g *Global) Give(cost float64) {
+func (g *Global) lease(ctx context.Context, n float64) (Admission, error) {
+	return g.Store.Admit(ctx, Request{Bucket: g.Bucket, Cost: min(n, g.Bucket.Limit.Capacity), MaxInFlight: 1 << 20,
+		TTL: 2*g.hold() + time.Minute, Debt: g.Bucket.Limit.Capacity})
+}
+
+// Give returns tokens: those taken for a request that did not run (its
+// own bucket refused it), or the difference a settlement makes — negative
+// for a request that cost more than it took.
+func (g *Global) Give(tokens float64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.lease != nil {
-		g.used -= cost
-	}
+	g.have += tokens
 }
 
-// Close returns the current lease (at shutdown).
+// Close returns what is left of the leases (at shutdown).
 func (g *Global) Close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.returnLocked()
-}
-
-// returnLocked settles the current lease at what was used of it: the rest
-// goes back to the shared bucket, an overuse (settlements) is debited.
-func (g *Global) returnLocked() {
 	if g.returns != nil {
 		g.returns.Stop()
 		g.returns = nil
 	}
-	if g.lease != nil {
-		g.lease.Settle(max(g.used, 0))
+	g.returnLocked()
+}
+
+// returnLocked settles the leases taken since the last return: the tokens
+// still in hand go back to the shared bucket (from the newest lease back),
+// an overuse is debited to the newest.
+func (g *Global) returnLocked() {
+	for i := len(g.leases) - 1; i >= 0; i-- {
+		t := g.leases[i]
+		back := min(max(g.have, 0), t.Paid())
+		if i == len(g.leases)-1 && g.have < 0 {
+			back = g.have // a debit
+		}
+		t.Settle(t.Paid() - back)
+		g.have -= back
 	}
-	g.lease, g.taken, g.used = nil, 0, 0
+	// What is still in hand now was paid in an earlier period (a refund
+	// that came after its lease went back): the next request may spend it.
+	g.leases = nil
 }
 
 func (g *Global) chunk() float64 {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,12 +32,13 @@ var admitLua string
 //
 // Nothing is applied twice. Every admitted request is open under an id
 // until it is finished; a finish or void of an id that is not open does
-// nothing, so finishes are simply sent again after a failed call. A batch
-// whose answer never came (a timeout, a lost connection) may or may not
-// have been applied: its callers were told it failed, and were decided by
-// the fail mode elsewhere, so its admits are voided — refunded if they were
-// applied — once the batch's deadline has passed in Redis (a batch reaching
-// Redis later admits nothing).
+// nothing, so finishes and voids are simply sent again after a failed call.
+// A batch whose answer never came (a timeout, a lost connection) may or may
+// not have been applied: its callers were told it failed, and were decided
+// by the fail mode elsewhere, so its admits are voided at once — refunded if
+// they were applied, or, if they were not, turned away by a tombstone
+// should the batch still reach Redis before its deadline (after it, a batch
+// admits nothing anyway).
 type RedisStore struct {
 	rdb    redis.Scripter
 	script *redis.Script
@@ -115,6 +117,10 @@ func NewRedisStore(rdb redis.Scripter, opts RedisOptions) *RedisStore {
 // the same hash slot.
 func OpenKey(bucketKey string) string { return bucketKey + ":open" }
 
+// VoidKey is the hash of a caller's tombstones (voided admits that may
+// still come): bucketKey + ":void", in the same hash slot.
+func VoidKey(bucketKey string) string { return bucketKey + ":void" }
+
 // RedisStats counts what a RedisStore sent.
 type RedisStats struct {
 	Calls    uint64 // script calls
@@ -138,6 +144,8 @@ func (s *RedisStore) Stats() RedisStats {
 // pending is one operation waiting for, or riding on, a batch.
 type pending struct {
 	op        op
+	agg       *Bucket // the request's aggregate and shape, for a void
+	sh        shape
 	done      chan opResult // admits only: where the reply goes
 	failed    chan error
 	sent      bool // taken into a batch (under lane.mu)
@@ -165,7 +173,8 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 	if req.Shadow {
 		kind = opShadow
 	}
-	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, done: make(chan opResult, 1), failed: make(chan error, 1)}
+	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, agg: req.Aggregate, sh: sh,
+		done: make(chan opResult, 1), failed: make(chan error, 1)}
 	if err := s.enqueue(req.Key, req.Aggregate, sh, p, true); err != nil {
 		return Admission{}, err
 	}
@@ -212,9 +221,9 @@ func (s *RedisStore) abandon(key string, p *pending) {
 	default:
 	}
 	s.mu.Unlock()
-	if void && l != nil {
+	if void {
 		s.stats.voids.Add(1)
-		_ = s.enqueue(key, l.agg, l.sh, &pending{op: op{kind: opVoid, id: p.op.id}}, false)
+		_ = s.enqueue(key, p.agg, p.sh, &pending{op: op{kind: opVoid, id: p.op.id}}, false)
 	}
 }
 
@@ -309,12 +318,22 @@ func (s *RedisStore) drain(l *lane) {
 
 // takeLocked removes the operations that are ready from l's queue, at
 // most MaxBatch of them; wait is how long until the first one that is not.
+// A finish or void waiting to be sent again after a failed call rides
+// along with any batch that goes anyway.
 func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) {
 	now := time.Now()
 	wait = s.opts.RetryInterval
+	ready := func(p *pending) bool { return !now.Before(p.notBefore) }
+	anyReady := false
+	for _, p := range l.queue {
+		if ready(p) {
+			anyReady = true
+			break
+		}
+	}
 	keep := l.queue[:0]
 	for _, p := range l.queue {
-		if len(batch) < s.opts.MaxBatch && !now.Before(p.notBefore) {
+		if len(batch) < s.opts.MaxBatch && (ready(p) || (anyReady && p.done == nil)) {
 			p.sent = true
 			batch = append(batch, p)
 			continue
@@ -336,7 +355,7 @@ func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) 
 func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	deadline := time.Now().Add(s.opts.Timeout)
 	sh.notAfterMS = deadline.Add(s.opts.ClockSkew).UnixMilli()
-	keys := []string{l.key, l.open}
+	keys := []string{l.key, l.open, VoidKey(l.key)}
 	if agg != nil {
 		keys = append(keys, agg.Key)
 	}
@@ -365,7 +384,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	}
 	if err != nil {
 		s.stats.failures.Add(1)
-		s.failed(l, batch, fmt.Errorf("throttle: budget call for %q: %w", l.key, err), deadline.Add(s.opts.ClockSkew+10*time.Millisecond))
+		s.failed(l, batch, fmt.Errorf("throttle: budget call for %q: %w", l.key, err), sh.notAfterMS)
 		return
 	}
 	var voids []*pending
@@ -388,18 +407,24 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	}
 }
 
-// failed handles a batch whose call failed or went unanswered.
-func (s *RedisStore) failed(l *lane, batch []*pending, err error, voidAfter time.Time) {
+// failed handles a batch whose call failed or went unanswered: its admits
+// get the error (their callers are decided by the fail mode), and each of
+// them is voided — refunded if Redis applied it, turned away by a
+// tombstone until notAfterMS if it still comes. The voids and the batch's
+// finishes are sent again with the next call (they apply once), or after
+// RetryInterval.
+func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int64) {
 	var again []*pending
+	retry := time.Now().Add(s.opts.RetryInterval)
 	for _, p := range batch {
 		switch p.op.kind {
 		case opAdmit, opShadow:
-			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id}, notBefore: voidAfter})
+			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, notBefore: retry})
 			s.stats.voids.Add(1)
 			p.failed <- err
 		default:
 			p.sent = false
-			p.notBefore = time.Now().Add(s.opts.RetryInterval)
+			p.notBefore = retry
 			again = append(again, p)
 		}
 	}
@@ -422,7 +447,7 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 	sh := peekShape(b)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	v, err := s.script.Run(ctx, s.rdb, []string{b.Key, OpenKey(b.Key)}, formatMicro(sh.rate), formatMicro(sh.capacity), formatMicro(sh.floor), "", "",
+	v, err := s.script.Run(ctx, s.rdb, []string{b.Key, OpenKey(b.Key), VoidKey(b.Key)}, formatMicro(sh.rate), formatMicro(sh.capacity), formatMicro(sh.floor), "", "",
 		"1", "1", "", string(opPeek), "", "").Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
@@ -498,3 +523,27 @@ func newID() string {
 
 // errBusy reports an admit that could not be queued.
 var errBusy = errors.New("throttle: too many budget operations pending")
+
+// Stored reads a bucket as Redis holds it, without admit.lua and without
+// refilling it to now: its tokens as last written and the requests it
+// holds open. found is false for a missing bucket (a full one). It is for
+// operators and tests looking at Redis, never for decisions.
+func Stored(ctx context.Context, rdb redis.Cmdable, key string) (tokens float64, open int, found bool, err error) {
+	raw, err := rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, err
+	}
+	fields := strings.Fields(raw)
+	if len(fields) != 7 {
+		return 0, 0, false, fmt.Errorf("throttle: bucket %q holds %q", key, raw)
+	}
+	u, err1 := strconv.ParseFloat(fields[0], 64)
+	n, err2 := strconv.Atoi(fields[5])
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, false, fmt.Errorf("throttle: bucket %q holds %q: %w", key, raw, err)
+	}
+	return fromMicro(u), n, true, nil
+}
