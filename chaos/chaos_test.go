@@ -33,6 +33,7 @@ var scenarios = []scenario{
 	{"redis killed, fail_mode closed", func(s *sc) { redisKilledStrict(s, "closed") }},
 	{"redis killed, fail_mode open", func(s *sc) { redisKilledStrict(s, "open") }},
 	{"redis paused (SIGSTOP)", redisPaused},
+	{"redis slow replies (default timeout)", redisSlowReplies},
 	{"redis SCRIPT FLUSH", redisScriptFlush},
 	{"redis out of memory", redisOOM},
 	{"cancelled request, redis hung", redisHungCancelled},
@@ -305,14 +306,11 @@ var clientKey = throttle.BucketKey("chaos", "anonymous", "ip:127.0.0.1")
 
 // tokens reads a bucket as Redis holds it; a missing bucket is full.
 func tokens(rdb redis.Cmdable, key string, capacity float64) (float64, error) {
-	v, err := rdb.HGet(context.Background(), key, "tokens").Result()
-	if err == redis.Nil {
-		return capacity, nil
+	v, _, found, err := throttle.Stored(context.Background(), rdb, key)
+	if err != nil || !found {
+		return capacity, err
 	}
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseFloat(v, 64)
+	return v, nil
 }
 
 // exact reports whether a bucket holding got is what want tokens become

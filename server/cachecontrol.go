@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 	"strings"
+
+	"github.com/geotoll/geotoll/toll"
 )
 
 // withKeyedPrivate keeps shared caches (CDNs, proxies) from serving one
@@ -14,7 +16,7 @@ import (
 // answers a keyed request — which must be charged — with it.
 func withKeyedPrivate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, keyed := APIKey(r)
+		_, keyed := toll.APIKey(r)
 		next.ServeHTTP(&cacheScope{ResponseWriter: w, keyed: keyed}, r)
 	})
 }

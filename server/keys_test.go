@@ -69,23 +69,23 @@ func TestKeyRingReadinessAndMetrics(t *testing.T) {
 		})
 	}
 
-	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
-	toll.Keys = stale
+	gate := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	gate.Keys = stale
 	r := httptest.NewRequest(http.MethodPost, "/geofences", nil)
 	r.Header.Set("X-API-Key", "boss")
-	if toll.AllowAdmin(r) {
+	if gate.AllowAdmin(r) {
 		t.Fatal("an admin key kept its rights with stale keys")
 	}
 	w := httptest.NewRecorder()
-	toll.RefuseAdmin(w, r)
+	gate.RefuseAdmin(w, r)
 	if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "suspended") {
 		t.Fatalf("stale admin key: %d %s", w.Code, w.Body)
 	}
 	if !strings.Contains(KeysCheck(stale)(t.Context()).Error(), "admin keys refused") {
 		t.Fatalf("stale admin key: %d %s", w.Code, w.Body)
 	}
-	toll.Keys = fresh
-	if !toll.AllowAdmin(r) {
+	gate.Keys = fresh
+	if !gate.AllowAdmin(r) {
 		t.Fatal("a fresh admin key was refused")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // Metrics are geotoll's Prometheus collectors, registered on a registry
@@ -55,7 +56,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}, []string{"route"}),
 		priced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_priced_requests_total",
-			Help: "Priced requests by tier, route and outcome (admitted, refused, shadow-refused, unauthorized, dry-run, too-expensive, limiter-failure).",
+			Help: "Priced requests by tier, route and outcome (admitted, refused, shadow-refused, unauthorized, dry-run, too-expensive, limiter-failure, global-refused).",
 		}, []string{"tier", "route", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_tokens_charged_total",
@@ -98,10 +99,10 @@ func (m *Metrics) Handler() http.Handler {
 
 // Priced implements Observer: it counts the outcome, the tokens an admitted
 // request spent, and 429s.
-func (m *Metrics) Priced(tier string, p Price, o Outcome) {
+func (m *Metrics) Priced(tier string, p toll.Price, o toll.Outcome) {
 	m.priced.WithLabelValues(tier, p.Route, string(o)).Inc()
 	switch o {
-	case Admitted:
+	case toll.Admitted:
 		zoom := ""
 		if p.Zoom >= 0 {
 			zoom = strconv.Itoa(p.Zoom)
@@ -111,7 +112,7 @@ func (m *Metrics) Priced(tier string, p Price, o Outcome) {
 		for _, l := range layers {
 			m.tokens.WithLabelValues(tier, p.Route, l, zoom).Add(share)
 		}
-	case Refused:
+	case toll.Refused:
 		m.throttled.WithLabelValues(tier, p.Route).Inc()
 	}
 }

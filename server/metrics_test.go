@@ -13,6 +13,7 @@ import (
 
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/toll"
 )
 
 func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
@@ -28,11 +29,11 @@ func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 func TestMetricsPriced(t *testing.T) {
 	t.Parallel()
 	m, _ := newTestMetrics(t)
-	m.Priced("free", Price{Cost: 6, Route: "tile", Layer: "places", Zoom: 8}, Admitted)
-	m.Priced("free", Price{Cost: 6, Route: "tile", Layer: "places,districts", Zoom: 8}, Admitted)
-	m.Priced("free", Price{Cost: 60, Route: "tile", Layer: "places", Zoom: 2}, Refused)
-	m.Priced("free", Price{Cost: 60, Route: "tile", Layer: "places", Zoom: 2}, ShadowRefused)
-	m.Priced(AnonymousTier, Price{Cost: 2.5, Route: "within", Layer: "places", Zoom: -1}, Admitted)
+	m.Priced("free", toll.Price{Cost: 6, Route: "tile", Layer: "places", Zoom: 8}, toll.Admitted)
+	m.Priced("free", toll.Price{Cost: 6, Route: "tile", Layer: "places,districts", Zoom: 8}, toll.Admitted)
+	m.Priced("free", toll.Price{Cost: 60, Route: "tile", Layer: "places", Zoom: 2}, toll.Refused)
+	m.Priced("free", toll.Price{Cost: 60, Route: "tile", Layer: "places", Zoom: 2}, toll.ShadowRefused)
+	m.Priced(toll.AnonymousTier, toll.Price{Cost: 2.5, Route: "within", Layer: "places", Zoom: -1}, toll.Admitted)
 
 	for _, tc := range []struct {
 		c    prometheus.Collector
@@ -41,10 +42,10 @@ func TestMetricsPriced(t *testing.T) {
 		{m.tokens.WithLabelValues("free", "tile", "places", "8"), 9}, // 6, plus half of the composite's 6
 		{m.tokens.WithLabelValues("free", "tile", "districts", "8"), 3},
 		{m.tokens.WithLabelValues("free", "tile", "places", "2"), 0}, // refused: nothing spent
-		{m.tokens.WithLabelValues(AnonymousTier, "within", "places", ""), 2.5},
+		{m.tokens.WithLabelValues(toll.AnonymousTier, "within", "places", ""), 2.5},
 		{m.throttled.WithLabelValues("free", "tile"), 1},
-		{m.priced.WithLabelValues("free", "tile", string(ShadowRefused)), 1},
-		{m.priced.WithLabelValues("free", "tile", string(Admitted)), 2},
+		{m.priced.WithLabelValues("free", "tile", string(toll.ShadowRefused)), 1},
+		{m.priced.WithLabelValues("free", "tile", string(toll.Admitted)), 2},
 	} {
 		if got := testutil.ToFloat64(tc.c); got != tc.want {
 			t.Errorf("%v = %v, want %v", tc.c, got, tc.want)

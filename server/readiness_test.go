@@ -101,21 +101,20 @@ func TestReadyzCallsDoNotClearBreaker(t *testing.T) {
 	t.Cleanup(func() { dead.Close() })
 	live := testenv.Redis(t)
 
-	toll := testToll(throttle.NewRedisStore(dead))
-	toll.FailMode, toll.ProbeInterval, toll.Timeout = FailClosed, time.Hour, time.Second
-	rd := checkedNow(t, map[string]Check{"redis": toll.ReadyCheck(func(ctx context.Context) error { return live.Ping(ctx).Err() })})
+	f := failover(throttle.NewRedisStore(dead, throttle.RedisOptions{Timeout: time.Second}), throttle.FailClosed)
+	rd := checkedNow(t, map[string]Check{"redis": LimiterCheck(f, func(ctx context.Context) error { return live.Ping(ctx).Err() })})
 	h := New(Options{Logger: discard(), Ready: rd})
-	if _, ok := admit(t, toll, "k1", tileDemand(14, "places")); ok || !toll.LimiterHealth().Degraded {
+	if a, err := f.Admit(t.Context(), oneToken); (err == nil && a.Allowed) || !f.Health().Degraded {
 		t.Fatal("a request on a Redis that is gone did not open the breaker")
 	}
 	for range 20 {
 		readyz(t, h)
 	}
-	if !toll.LimiterHealth().Degraded {
+	if !f.Health().Degraded {
 		t.Fatal("/readyz calls cleared the breaker of fail_mode closed")
 	}
 	rd.Check(t.Context()) // the background round: its ping passes
-	if toll.LimiterHealth().Degraded {
+	if f.Health().Degraded {
 		t.Fatal("the background readiness ping did not end degraded mode")
 	}
 }

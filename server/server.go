@@ -1,12 +1,12 @@
 // Package server is geotoll's whole HTTP API as one http.Handler: the
 // gorilla/mux routes, the middleware chain (request id, access log with
 // panic recovery), health and readiness, problem+json errors for unknown
-// routes and methods, and Toll — the gate that prices each request and
-// spends the price from the caller's token bucket before the handler
-// touches the database.
+// routes and methods, metrics and CORS. The budget policy — who pays, how
+// much, refusals — is package toll's; server installs its Finish
+// middleware.
 //
-// server composes the tiles and throttle packages, which never import each
-// other.
+// server composes the tiles, geofence and toll packages; tiles and geofence
+// never import each other or toll.
 package server
 
 import (
@@ -18,6 +18,7 @@ import (
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // Options are the parts New composes.
@@ -80,9 +81,9 @@ func New(o Options) http.Handler {
 		r.Handle("/", o.Web).Methods(http.MethodGet, http.MethodHead)
 		r.Handle("/web/{path:.*}", o.Web).Methods(http.MethodGet, http.MethodHead)
 	}
-	// withInFlight is innermost: slots a request acquired are released
-	// when its handler returns (or panics), before the access log line.
-	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(withInFlight(r))))
+	// toll.Finish is innermost: the requests the toll admitted are ended
+	// (settled, their slots freed) when their handler returns or panics.
+	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(toll.Finish(r))))
 	if o.Metrics != nil {
 		h = o.Metrics.wrap(h)
 	}

@@ -3,21 +3,19 @@ package server
 import (
 	"context"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/paulmach/orb/maptile"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // blockingRenderer holds every render until released, counting how many
@@ -44,26 +42,46 @@ func (b *blockingRenderer) Tile(ctx context.Context, _ []*tiles.Layer, _ maptile
 	return []byte{0x1a, 0}, nil
 }
 
-// tileServer is New serving the layer "places" through toll, rendered by
+// testToll is a toll with one keyed tier, "free" (100 tokens, 20/s), for key
+// "k1".
+func testToll(store throttle.Store) *toll.Toll {
+	return &toll.Toll{
+		Store:  store,
+		Prefix: "test",
+		Tiers: map[string]toll.Tier{
+			toll.AnonymousTier: {Name: toll.AnonymousTier, Limit: throttle.Limit{Rate: 10, Capacity: 80}},
+			"free":             {Name: "free", Limit: throttle.Limit{Rate: 20, Capacity: 100}},
+		},
+		FailedAuth: throttle.Limit{Rate: 0.1, Capacity: 3},
+		Keys:       fakeKeys{"k1": {ID: 1, Name: "k1", Tier: "free"}},
+		Default:    throttle.DefaultWeights(),
+	}
+}
+
+// fakeKeys is a fixed key set.
+type fakeKeys map[string]apikeys.Key
+
+func (f fakeKeys) Lookup(key string) (apikeys.Key, bool) { k, ok := f[key]; return k, ok }
+
+// tileServer is New serving the layer "places" through gate, rendered by
 // a blockingRenderer, with tier's max_in_flight set to maxInFlight.
-func tileServer(t *testing.T, toll *Toll, tier string, maxInFlight int) (http.Handler, *blockingRenderer) {
+func tileServer(t *testing.T, gate *toll.Toll, tier string, maxInFlight int) (http.Handler, *blockingRenderer) {
 	t.Helper()
-	tr := toll.Tiers[tier]
+	tr := gate.Tiers[tier]
 	tr.MaxInFlight = maxInFlight
-	toll.Tiers[tier] = tr
+	gate.Tiers[tier] = tr
 	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &blockingRenderer{release: make(chan struct{})}
-	return New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: toll}, Logger: discard()}), r
+	return New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: gate}, Logger: discard()}), r
 }
 
-// The in-flight cap holds through the whole handler chain that New builds,
-// not only when a test wraps withInFlight by hand.
+// The in-flight cap holds through the whole handler chain that New builds:
+// New installs toll.Finish, which frees the slots.
 func TestNewEnforcesInFlightCap(t *testing.T) {
-	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
-	h, r := tileServer(t, toll, "free", 2)
+	h, r := tileServer(t, testToll(throttle.NewMemoryStore(throttle.MemoryOptions{})), "free", 2)
 
 	var wg sync.WaitGroup
 	codes := make(chan int, 10)
@@ -114,160 +132,3 @@ func TestNewEnforcesInFlightCap(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// Shadow mode waives only the caller's own bucket. Four shadow requests
-// with max_in_flight 1 whose own bucket cannot pay: one runs, three get
-// 429; and shadow-admitted requests spend the global database budget.
-func TestShadowKeepsInFlightCapAndGlobalBudget(t *testing.T) {
-	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
-		toll, _ := redisTollOn(t, rdb)
-		toll.Global = &throttle.Limit{Rate: 0.001, Capacity: 1000}
-		h, r := tileServer(t, toll, "shadow", 1) // 70 tokens; a z2 tile costs 60
-		shadow := toll.Tiers["shadow"]
-		get := func() *httptest.ResponseRecorder {
-			req := httptest.NewRequest(http.MethodGet, "/tiles/places/2/1/1.mvt", nil)
-			req.Header.Set("X-API-Key", "shadowy")
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, req)
-			return w
-		}
-		// Empty the caller's own bucket: every request below is a would-be
-		// refusal that shadow mode admits.
-		own := throttle.BucketKey(toll.Prefix, "shadow", "k:99")
-		if res, err := toll.Store.Spend(t.Context(), own, shadow.Limit, 65); err != nil || !res.Allowed {
-			t.Fatalf("drain the own bucket: %+v %v", res, err)
-		}
-		codes := make(chan int, 4)
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() { codes <- get().Code })
-		}
-		deadline := time.After(10 * time.Second)
-		for refused := 0; refused < 3; refused++ {
-			select {
-			case c := <-codes:
-				if c != http.StatusTooManyRequests {
-					t.Fatalf("a shadow request beyond max_in_flight 1 got %d, want 429", c)
-				}
-			case <-deadline:
-				t.Fatalf("only %d of 3 shadow requests beyond max_in_flight 1 were refused; %d renders running", refused, r.running.Load())
-			}
-		}
-		close(r.release)
-		wg.Wait()
-		if c := <-codes; c != http.StatusOK {
-			t.Fatalf("the admitted request got %d", c)
-		}
-		if p := r.peak.Load(); p != 1 {
-			t.Fatalf("%d renders ran at once with max_in_flight 1", p)
-		}
-		w := get()
-		if w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Shadow") != "would-refuse" {
-			t.Fatalf("shadow request: %d %q %s", w.Code, w.Header().Get("X-RateLimit-Shadow"), w.Body)
-		}
-		g, err := toll.Store.Peek(t.Context(), toll.globalKey(), *toll.Global)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := 1000.0 - 2*60; math.Abs(g.Remaining-want) > 1 {
-			t.Fatalf("global budget %.3f after two shadow-admitted requests ran, want %v", g.Remaining, want)
-		}
-	})
-}
-
-// pausable connects to the test Redis (or Cluster) with context deadlines
-// bound to the socket, as geotoll's own client is, and returns a function
-// that pauses every master for d (CLIENT PAUSE ALL).
-func pausable(t *testing.T, cluster bool) (redis.UniversalClient, func(d time.Duration)) {
-	t.Helper()
-	var rdb redis.UniversalClient
-	if cluster {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t), ContextTimeoutEnabled: true})
-	} else {
-		opt, err := redis.ParseURL(testenv.RedisURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		opt.ContextTimeoutEnabled = true
-		rdb = redis.NewClient(opt)
-	}
-	t.Cleanup(func() { rdb.Close() })
-	pause := func(d time.Duration) {
-		t.Helper()
-		ms := strconv.FormatInt(d.Milliseconds(), 10)
-		do := func(ctx context.Context, c *redis.Client) error { return c.Do(ctx, "CLIENT", "PAUSE", ms, "ALL").Err() }
-		var err error
-		if c, ok := rdb.(*redis.ClusterClient); ok {
-			err = c.ForEachMaster(t.Context(), do)
-		} else {
-			err = do(t.Context(), rdb.(*redis.Client))
-		}
-		if err != nil {
-			t.Fatalf("CLIENT PAUSE: %v", err)
-		}
-	}
-	return rdb, pause
-}
-
-// One caller's Redis timeout opens the process-wide breaker; requests of
-// other callers that finish meanwhile still free their slots in Redis, so
-// a client at its cap is not refused with nothing in flight.
-func TestSlotsReleasedWhileDegraded(t *testing.T) {
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
-			rdb, pause := pausable(t, cluster)
-			toll, _ := redisTollOn(t, rdb)
-			toll.Timeout = 300 * time.Millisecond
-			toll.ProbeInterval = 500 * time.Millisecond
-			h, r := tileServer(t, toll, "free", 1)
-			get := func(key string) int {
-				req := httptest.NewRequest(http.MethodGet, "/tiles/places/14/8802/5373.mvt", nil)
-				req.Header.Set("X-API-Key", key)
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, req)
-				return w.Code
-			}
-			slots := throttle.SlotKey(throttle.BucketKey(toll.Prefix, "free", "k:1"))
-			held := func() int64 {
-				n, err := rdb.ZCard(t.Context(), slots).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
-
-			first := make(chan int, 1)
-			go func() { first <- get("k1") }() // holds k1's only slot in Redis
-			deadline := time.Now().Add(10 * time.Second)
-			for held() != 1 {
-				if time.Now().After(deadline) {
-					t.Fatal("k1's request never held its slot")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			pausedAt := time.Now()
-			pause(time.Second)
-			if c := get("a"); c != http.StatusServiceUnavailable { // times out: the breaker opens (fail_mode closed)
-				t.Fatalf("another caller's request during the pause got %d, want 503", c)
-			}
-			if !toll.LimiterHealth().Degraded {
-				t.Fatal("the timeout did not open the breaker")
-			}
-			time.Sleep(time.Until(pausedAt.Add(1100 * time.Millisecond))) // Redis answers again…
-			if !toll.LimiterHealth().Degraded {
-				t.Fatal("the breaker closed without a request probing Redis")
-			}
-			close(r.release) // …and k1's request finishes while the breaker is still open
-			if c := <-first; c != http.StatusOK {
-				t.Fatalf("k1's first request got %d", c)
-			}
-			if n := held(); n != 0 {
-				t.Fatalf("k1's finished request still holds %d slot(s) in Redis while the breaker is open", n)
-			}
-			time.Sleep(toll.ProbeInterval) // the next request probes Redis again
-			if c := get("k1"); c != http.StatusOK {
-				t.Fatalf("k1's next request got %d with nothing in flight", c)
-			}
-		})
-	}
-}

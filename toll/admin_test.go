@@ -1,9 +1,11 @@
-package server
+package toll
 
 import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/gorilla/mux"
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -26,7 +28,9 @@ func TestAdminRouteForbidsNonAdminKeyFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Options{Logger: discard(), Geofence: fences})
+	router := mux.NewRouter()
+	fences.Register(router)
+	h := Finish(router)
 	get := func(key string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodGet, "/geofences?limit=1", nil)
 		r.RemoteAddr = "192.0.2.44:1000"

@@ -1,4 +1,4 @@
-package server
+package toll
 
 import (
 	"encoding/json"

@@ -1,9 +1,11 @@
-package server
+package toll
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -52,7 +54,6 @@ func testToll(store throttle.Store) *Toll {
 		FailedAuth: throttle.Limit{Rate: 0.1, Capacity: 3},
 		Keys:       testKeys(),
 		Default:    throttle.DefaultWeights(),
-		FailMode:   FailClosed,
 	}
 }
 
@@ -202,7 +203,7 @@ func TestShadowLayerInCompositeStillLimited(t *testing.T) {
 func TestCacheHitSkipsGlobalBudget(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
-	toll.Global = &throttle.Limit{Rate: 0.001, Capacity: 61}
+	toll.Global = &throttle.Global{Store: toll.Store, Bucket: throttle.Bucket{Key: "global", Limit: throttle.Limit{Rate: 0.001, Capacity: 61}}}
 	if _, ok := admit(t, toll, "a", tileDemand(2, "places")); !ok { // global: 1 left
 		t.Fatal("miss refused")
 	}
@@ -221,37 +222,29 @@ func TestCacheHitSkipsGlobalBudget(t *testing.T) {
 // downStore fails like an unreachable Redis.
 type downStore struct{}
 
-func (downStore) Spend(context.Context, string, throttle.Limit, float64) (throttle.Result, error) {
+func (downStore) Admit(context.Context, throttle.Request) (throttle.Admission, error) {
+	return throttle.Admission{}, errors.New("redis down")
+}
+
+func (downStore) Peek(context.Context, throttle.Bucket) (throttle.Result, error) {
 	return throttle.Result{}, errors.New("redis down")
 }
-
-func (downStore) Peek(context.Context, string, throttle.Limit) (throttle.Result, error) {
-	return throttle.Result{}, errors.New("redis down")
-}
-
-func (downStore) Admit(context.Context, throttle.Ask) (throttle.Answer, error) {
-	return throttle.Answer{}, errors.New("redis down")
-}
-
-func (downStore) Release(context.Context, throttle.Slot) error { return errors.New("redis down") }
 
 func TestTollFailModes(t *testing.T) {
 	z14 := tileDemand(14, "places")
 	for _, tc := range []struct {
 		name   string
-		mode   FailMode
+		mode   throttle.FailMode
 		wantOK bool
 		status int
 	}{
-		{"closed refuses with 503", FailClosed, false, http.StatusServiceUnavailable},
-		{"open admits", FailOpen, true, 0},
-		{"local charges the fallback", FailLocal, true, 0},
+		{"closed refuses with 503", throttle.FailClosed, false, http.StatusServiceUnavailable},
+		{"open admits", throttle.FailOpen, true, 0},
+		{"local charges the fallback", throttle.FailLocal, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			toll := testToll(downStore{})
-			toll.FailMode = tc.mode
-			toll.Fallback = throttle.NewMemoryStore(throttle.MemoryOptions{})
-			toll.Replicas = 2
+			toll := testToll(&throttle.Failover{Primary: downStore{}, Local: throttle.NewMemoryStore(throttle.MemoryOptions{}),
+				Mode: tc.mode, Replicas: 2, Logger: discard()})
 			w, ok := admit(t, toll, "k", z14)
 			if ok != tc.wantOK {
 				t.Fatalf("admitted = %v, want %v (%d %s)", ok, tc.wantOK, w.Code, w.Body)
@@ -259,7 +252,7 @@ func TestTollFailModes(t *testing.T) {
 			if tc.status != 0 && w.Code != tc.status {
 				t.Errorf("status %d, want %d", w.Code, tc.status)
 			}
-			if tc.mode == FailLocal {
+			if tc.mode == throttle.FailLocal {
 				rem, _ := strconv.ParseFloat(w.Header().Get("X-RateLimit-Remaining"), 64)
 				if want := math.Floor(100 - toll.TilePrice(z14) + 1e-4); rem != want {
 					t.Errorf("local remaining %v, want %v", rem, want)
@@ -280,11 +273,6 @@ func TestTollValidate(t *testing.T) {
 	err := toll.Validate()
 	if err == nil || !strings.Contains(err.Error(), `tier "anonymous"`) {
 		t.Fatalf("capacity == max_cost accepted: %v", err)
-	}
-	toll = testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
-	toll.FailMode = "sometimes"
-	if toll.Validate() == nil {
-		t.Fatal("unknown fail mode accepted")
 	}
 	toll = testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
 	toll.Tiers[`bad"tier`] = Tier{Name: `bad"tier`, Limit: throttle.Limit{Rate: 1, Capacity: 100}}
@@ -407,7 +395,7 @@ func TestTollConcurrencyCap(t *testing.T) {
 	toll.Tiers["free"] = free
 	release := make(chan struct{})
 	entered := make(chan bool, 8)
-	h := withInFlight(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ok := toll.AdmitTile(w, r, tileDemand(14, "places"))
 		entered <- ok
 		if ok {
@@ -448,7 +436,7 @@ func TestTollConcurrencyCap(t *testing.T) {
 func TestTollGlobalBudget(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
-	toll.Global = &throttle.Limit{Rate: 1, Capacity: 70}
+	toll.Global = &throttle.Global{Store: toll.Store, Bucket: throttle.Bucket{Key: "global", Limit: throttle.Limit{Rate: 1, Capacity: 70}}}
 	if err := toll.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +453,7 @@ func TestTollGlobalBudget(t *testing.T) {
 	if got := w.Header().Get("X-RateLimit-Remaining"); got != "100" {
 		t.Fatalf("b's remaining after a global refusal: %q, want 100", got)
 	}
-	toll.Global.Capacity = 60
+	toll.Global.Bucket.Limit.Capacity = 60
 	if toll.Validate() == nil {
 		t.Fatal("a global budget no larger than the max price was accepted")
 	}
@@ -534,3 +522,5 @@ func TestShadowWaivesIPv6Aggregate(t *testing.T) {
 		}
 	}
 }
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -15,6 +15,7 @@ import (
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // Config is geotoll's whole configuration. Precedence, lowest first:
@@ -139,9 +140,9 @@ func DefaultConfig() Config {
 		Throttle: ThrottleConfig{
 			Prefix: "geotoll",
 			Tiers: map[string]TierConfig{
-				server.AnonymousTier: {Rate: 10, Capacity: 80, MaxInFlight: 8},
-				"free":               {Rate: 20, Capacity: 100, MaxInFlight: 16},
-				"pro":                {Rate: 100, Capacity: 600, MaxInFlight: 64},
+				toll.AnonymousTier: {Rate: 10, Capacity: 80, MaxInFlight: 8},
+				"free":             {Rate: 20, Capacity: 100, MaxInFlight: 16},
+				"pro":              {Rate: 100, Capacity: 600, MaxInFlight: 64},
 			},
 			FailedAuth: TierConfig{Rate: 0.2, Capacity: 10},
 			// Four anonymous budgets per /48: a site's /64s share it.

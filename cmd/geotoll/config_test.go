@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/geotoll/geotoll/throttle"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,14 +85,14 @@ func TestDefaultConfigIsPayable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toll.FailMode = "closed"
+	toll.Store = throttle.NewMemoryStore(throttle.MemoryOptions{})
 	if err := toll.Validate(); err != nil {
 		t.Fatalf("default tiers cannot pay the default prices: %v", err)
 	}
 	cfg := DefaultConfig()
 	cfg.Throttle.Tiers["anonymous"] = TierConfig{Rate: 10, Capacity: 50} // below max_cost 60
 	toll, _ = cfg.toll()
-	toll.FailMode = "closed"
+	toll.Store = throttle.NewMemoryStore(throttle.MemoryOptions{})
 	if err := toll.Validate(); err == nil {
 		t.Fatal("a tier below max_cost was accepted")
 	}
@@ -115,7 +116,7 @@ func TestIPv6AggregateConfig(t *testing.T) {
 	for _, bad := range []AggregateConfig{{Prefix: 64, Rate: 1, Capacity: 320}, {Prefix: 48, Rate: 1, Capacity: 50}} {
 		cfg.Throttle.IPv6Aggregate = bad
 		toll, _ = cfg.toll()
-		toll.FailMode = "closed"
+		toll.Store = throttle.NewMemoryStore(throttle.MemoryOptions{})
 		if err := toll.Validate(); err == nil || !strings.Contains(err.Error(), "ipv6 aggregate") {
 			t.Errorf("aggregate %+v: %v", bad, err)
 		}

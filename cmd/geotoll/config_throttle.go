@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
-	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // TierConfig is a bucket shape.
@@ -87,7 +87,7 @@ type ThrottleConfig struct {
 }
 
 // toll builds the throttle gate (without its stores and keys).
-func (c Config) toll() (*server.Toll, error) {
+func (c Config) toll() (*toll.Toll, error) {
 	_, weights, err := c.catalog()
 	if err != nil {
 		return nil, err
@@ -99,35 +99,32 @@ func (c Config) toll() (*server.Toll, error) {
 	if proxies, err = proxies.WithHeader(c.HTTP.ForwardedHeader); err != nil {
 		return nil, fmt.Errorf("http.forwarded_header: %w", err)
 	}
-	t := &server.Toll{
+	t := &toll.Toll{
 		Prefix:       c.Throttle.Prefix,
-		Tiers:        make(map[string]server.Tier, len(c.Throttle.Tiers)),
+		Tiers:        make(map[string]toll.Tier, len(c.Throttle.Tiers)),
 		FailedAuth:   c.Throttle.FailedAuth.limit(),
 		Proxies:      proxies,
 		LayerWeights: weights,
 		Default:      c.Throttle.Weights.apply(throttle.DefaultWeights()),
 		ShadowLayers: map[string]bool{},
-		Timeout:      c.Redis.Timeout,
-		FailMode:     server.FailMode(c.Redis.FailMode),
-		Replicas:     c.Redis.Replicas,
 	}
 	for name, tc := range c.Throttle.Tiers {
-		t.Tiers[name] = server.Tier{Name: name, Limit: tc.limit(), MaxCost: tc.MaxCost, Shadow: tc.Shadow, MaxInFlight: tc.MaxInFlight}
+		t.Tiers[name] = toll.Tier{Name: name, Limit: tc.limit(), MaxCost: tc.MaxCost, Shadow: tc.Shadow, MaxInFlight: tc.MaxInFlight}
 	}
 	if c.Throttle.Global.Rate > 0 {
 		g := c.Throttle.Global.limit()
 		if err := g.Validate(); err != nil {
 			return nil, fmt.Errorf("throttle.global: %w", err)
 		}
-		t.Global = &g
+		// Its store is the toll's, set when the stores are opened.
+		t.Global = &throttle.Global{Bucket: throttle.Bucket{Key: throttle.BucketKey(c.Throttle.Prefix, "global", "database"), Limit: g}}
 	}
 	if a := c.Throttle.IPv6Aggregate; a.Rate > 0 {
-		t.IPv6Aggregate = server.IPv6Aggregate{Bits: a.Prefix, Limit: throttle.Limit{Rate: a.Rate, Capacity: a.Capacity}}
+		t.IPv6Aggregate = toll.IPv6Aggregate{Bits: a.Prefix, Limit: throttle.Limit{Rate: a.Rate, Capacity: a.Capacity}}
 	}
 	// A request holds its slot until its handler returns: at most its
 	// deadline, then the wait for its statement to stop.
 	t.InFlightTTL = max(c.HTTP.WriteTimeout, c.HTTP.RequestTimeout+c.Database.CancelWait+time.Second)
-	t.ProbeInterval = c.Redis.ProbeInterval
 	for _, l := range c.Layers {
 		if l.Shadow {
 			t.ShadowLayers[l.Name] = true

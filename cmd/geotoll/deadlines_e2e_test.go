@@ -15,7 +15,7 @@ import (
 
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
-	"github.com/geotoll/geotoll/server"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // stuckView creates {s}.stuck, a layer of one point whose every read first
@@ -80,7 +80,7 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 	exec(`GRANT SELECT ON {s}.sleepy TO geotoll_reader`)
 	base, _ := startServer(t, func(c *Config) {
 		c.HTTP.RequestTimeout, c.HTTP.WriteTimeout = 3*time.Second, 4*time.Second
-		c.Throttle.Tiers[server.AnonymousTier] = TierConfig{Rate: 1000, Capacity: 1000}
+		c.Throttle.Tiers[toll.AnonymousTier] = TierConfig{Rate: 1000, Capacity: 1000}
 		c.Layers = append(c.Layers,
 			LayerConfig{Layer: layerFor(schema+".sleepy", 300*time.Millisecond)},
 			// 1 s: a shorter timeout may expire, on a loaded machine, before

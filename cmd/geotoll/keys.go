@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/geotoll/geotoll/apikeys"
-	"github.com/geotoll/geotoll/server"
+	"github.com/geotoll/geotoll/toll"
 )
 
 const keysUsage = `usage:
@@ -46,7 +46,7 @@ func keys(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writ
 		if *name == "" || *tier == "" {
 			return errors.New("keys create: -name and -tier are required")
 		}
-		if _, ok := cfg.Throttle.Tiers[*tier]; !ok || *tier == server.AnonymousTier {
+		if _, ok := cfg.Throttle.Tiers[*tier]; !ok || *tier == toll.AnonymousTier {
 			return fmt.Errorf("keys create: tier %q is not one of the configured key tiers: %s", *tier, strings.Join(keyTiers(cfg), ", "))
 		}
 		plain, k, err := store.Create(ctx, *name, *tier, *admin)
@@ -89,7 +89,7 @@ func keys(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writ
 func keyTiers(cfg Config) []string {
 	var out []string
 	for name := range cfg.Throttle.Tiers {
-		if name != server.AnonymousTier {
+		if name != toll.AnonymousTier {
 			out = append(out, name)
 		}
 	}

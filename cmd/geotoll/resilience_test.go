@@ -83,7 +83,8 @@ func typeName(v any) string {
 }
 
 // serve on the test Redis Cluster: the client bucket and the global budget
-// (two hash tags, so two slots) are spent in one pipelined Ask.
+// (two hash tags, so two slots) are both charged; the global budget through
+// this replica's lease.
 func TestEndToEndRedisCluster(t *testing.T) {
 	t.Parallel()
 	addrs := testenv.RedisClusterAddrs(t)
@@ -99,7 +100,9 @@ func TestEndToEndRedisCluster(t *testing.T) {
 	ctx := context.Background()
 	client := throttle.BucketKey(cfg.Throttle.Prefix, "anonymous", "ip:127.0.0.1")
 	global := throttle.BucketKey(cfg.Throttle.Prefix, "global", "database")
-	t.Cleanup(func() { rdb.Del(context.Background(), client, global, throttle.SlotKey(client)) })
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), client, global, throttle.OpenKey(client), throttle.OpenKey(global))
+	})
 	spent := 0.0
 	// Three different tiles: all misses, so each spends the global budget too
 	// (a cache hit would not).
@@ -114,12 +117,14 @@ func TestEndToEndRedisCluster(t *testing.T) {
 		}
 		spent += cost
 	}
-	for key, capacity := range map[string]float64{client: 80, global: 200} {
-		v, err := rdb.HGet(ctx, key, "tokens").Float64()
-		// X-Request-Cost is rounded to 1e-3 tokens.
-		if err != nil || v < capacity-spent-0.002 || v > capacity-spent+0.01 {
-			t.Errorf("%s holds %v (%v), want %v", key, v, err, capacity-spent)
-		}
+	// X-Request-Cost is rounded to 1e-3 tokens.
+	if v, _, found, err := throttle.Stored(ctx, rdb, client); err != nil || !found || v < 80-spent-0.002 || v > 80-spent+0.01 {
+		t.Errorf("client bucket holds %v (%v), want %v", v, err, 80-spent)
+	}
+	// The global budget is leased by the replica a chunk (a twentieth of
+	// its capacity) at a time: it holds its capacity less what was leased.
+	if v, _, found, err := throttle.Stored(ctx, rdb, global); err != nil || !found || v > 200-spent+0.01 || v < 200-spent-10 {
+		t.Errorf("global budget holds %v (%v), want within a lease of %v", v, err, 200-spent)
 	}
 	resp, body := get(t, base+"/readyz", "")
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"redis":"ok"`) {

@@ -19,6 +19,7 @@ import (
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/toll"
 	"github.com/geotoll/geotoll/web"
 )
 
@@ -41,6 +42,9 @@ type Main struct {
 	TileCache *tiles.Cache
 
 	keys     *apikeys.Ring
+	gate     *toll.Toll
+	budgets  *throttle.RedisStore // nil in single-instance mode
+	failover *throttle.Failover   // nil in single-instance mode
 	ready    *server.Readiness
 	dbCheck  *server.ConnCheck
 	listener net.Listener
@@ -63,32 +67,35 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := errors.Join(cfg.validateDeadlines()...); err != nil { // deadlines that do not nest
 		return err
 	}
-	toll, err := cfg.toll()
+	gate, err := cfg.toll()
 	if err != nil {
 		return err
 	}
-	toll.Logger = m.Logger
+	m.gate = gate
+	gate.Logger = m.Logger
 
 	if err := m.openPool(ctx); err != nil {
 		return err
 	}
 	checks := m.openKeys(ctx)
-	toll.Keys = m.keys
+	gate.Keys = m.keys
 
 	local := throttle.NewMemoryStore(throttle.MemoryOptions{})
 	if !cfg.Redis.enabled() {
 		m.Logger.Warn("no Redis configured: budgets live in this process (single-instance mode)")
-		toll.Store = local
-		toll.Fallback = local // an in-process store does not fail; this keeps fail_mode valid
-	} else if checks["redis"], err = m.openRedis(toll, local); err != nil {
+		gate.Store = local
+	} else if checks["redis"], err = m.openRedis(gate, local); err != nil {
 		m.Close()
 		return err
 	}
-	if err := toll.Validate(); err != nil {
+	if gate.Global != nil {
+		gate.Global.Store = gate.Store
+	}
+	if err := gate.Validate(); err != nil {
 		m.Close()
 		return fmt.Errorf("throttle: %w", err)
 	}
-	if err := m.openHandler(ctx, toll, checks); err != nil {
+	if err := m.openHandler(ctx, gate, checks); err != nil {
 		m.Close()
 		return err
 	}
@@ -111,20 +118,24 @@ func (m *Main) Open(ctx context.Context) error {
 
 // openHandler builds the metrics, the tile and geofence handlers and the
 // readiness of checks, and composes them into m.Handler.
-func (m *Main) openHandler(ctx context.Context, toll *server.Toll, checks map[string]server.Check) error {
+func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[string]server.Check) error {
 	metrics, err := m.openMetrics()
 	if err != nil {
 		return err
 	}
-	toll.Observer = metrics
-	if err := errors.Join(server.WatchLimiter(m.Registry, toll), server.WatchKeys(m.Registry, m.keys)); err != nil {
+	gate.Observer = metrics
+	watch := []error{server.WatchKeys(m.Registry, m.keys)}
+	if m.failover != nil {
+		watch = append(watch, server.WatchLimiter(m.Registry, m.failover))
+	}
+	if err := errors.Join(watch...); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	tileHandler, err := m.openTiles(ctx, toll, toll.Proxies, metrics)
+	tileHandler, err := m.openTiles(ctx, gate, gate.Proxies, metrics)
 	if err != nil {
 		return err
 	}
-	fences, err := m.openGeofence(ctx, toll, metrics)
+	fences, err := m.openGeofence(ctx, gate, metrics)
 	if err != nil {
 		return err
 	}
@@ -141,7 +152,7 @@ func (m *Main) openHandler(ctx context.Context, toll *server.Toll, checks map[st
 		Metrics:  metrics,
 		CORS:     m.Config.HTTP.CORS.cors(),
 		Geofence: fences,
-		Budget:   http.HandlerFunc(toll.ServeBudget),
+		Budget:   http.HandlerFunc(gate.ServeBudget),
 		Web:      web.Handler(),
 		Ready:    m.ready,
 	})
@@ -189,7 +200,7 @@ func (m *Main) openKeys(ctx context.Context) map[string]server.Check {
 // openGeofence builds the geofence handler: reads through the read pool,
 // fence writes through their own pool (the geotoll_fence_writer role) when
 // one is configured.
-func (m *Main) openGeofence(ctx context.Context, toll *server.Toll, metrics *server.Metrics) (*geofence.Handler, error) {
+func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *server.Metrics) (*geofence.Handler, error) {
 	gc := m.Config.Geofence
 	store := func(pool *pgxpool.Pool) *geofence.Store {
 		s := geofence.NewStore(pool)
@@ -204,7 +215,7 @@ func (m *Main) openGeofence(ctx context.Context, toll *server.Toll, metrics *ser
 		Layers: gc.Layers, Limits: gc.Limits, AdminKeys: gc.AdminKeys,
 		// Fence admins: the configured admin keys, and database API keys
 		// created with `geotoll keys create -admin`.
-		Admin: toll,
+		Admin: gate,
 		// A fence write makes cached tiles of layers drawn from the fence
 		// table stale: drop them.
 		OnWrite: func() {
@@ -217,7 +228,7 @@ func (m *Main) openGeofence(ctx context.Context, toll *server.Toll, metrics *ser
 				}
 			}
 		},
-		Reader: reader, Gate: toll, Logger: m.Logger,
+		Reader: reader, Gate: gate, Logger: m.Logger,
 	}
 	if gc.WriterDatabaseURL != "" {
 		wcfg, err := pgxpool.ParseConfig(gc.WriterDatabaseURL)
@@ -267,10 +278,24 @@ func (m *Main) Serve(ctx context.Context) error {
 		m.Logger.Warn("shutdown grace expired; closing", "err", err)
 		_ = m.Server.Close()
 	}
+	m.flushBudgets(sctx)
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// flushBudgets returns this replica's global lease and sends the
+// settlements and releases still on their way to Redis, within ctx.
+func (m *Main) flushBudgets(ctx context.Context) {
+	if m.gate != nil && m.gate.Global != nil {
+		m.gate.Global.Close()
+	}
+	if m.budgets != nil {
+		if err := m.budgets.Flush(ctx); err != nil {
+			m.Logger.Warn("budget settlements not sent before shutdown", "err", err)
+		}
+	}
 }
 
 // Close releases the connections. It is safe to call more than once.

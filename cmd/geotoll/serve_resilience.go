@@ -10,6 +10,7 @@ import (
 
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // enabled reports whether a shared Redis is configured (else budgets live in
@@ -29,6 +30,9 @@ func (c Config) validateResilience() []error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if !throttle.FailMode(r.FailMode).Valid() {
+		errs = append(errs, fmt.Errorf("redis.fail_mode %q must be open, closed or local", r.FailMode))
 	}
 	if r.ProbeInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("redis.probe_interval %s: at most 10s, or a recovered Redis waits that long to be used", r.ProbeInterval))
@@ -87,18 +91,24 @@ func (c RedisConfig) client() (redis.UniversalClient, error) {
 	}), nil
 }
 
-// openRedis makes Redis the toll's budget store, with the in-process store
-// as its fallback, and returns the readiness check of it.
-func (m *Main) openRedis(toll *server.Toll, local throttle.Store) (server.Check, error) {
-	rdb, err := m.Config.Redis.client()
+// openRedis makes Redis the toll's budget store — through a Failover, with
+// the in-process store as its local fallback — and returns the readiness
+// check of it.
+func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Check, error) {
+	c := m.Config.Redis
+	rdb, err := c.client()
 	if err != nil {
 		return nil, err
 	}
 	m.Redis = rdb
-	store := throttle.NewRedisStore(rdb)
-	store.ClockSkew = m.Config.Redis.MaxClockSkew
-	toll.Store, toll.Fallback = store, local
-	return toll.ReadyCheck(func(ctx context.Context) error { return pingRedis(ctx, rdb) }), nil
+	m.budgets = throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew})
+	m.failover = &throttle.Failover{Primary: m.budgets, Local: local, Mode: throttle.FailMode(c.FailMode), Replicas: c.Replicas,
+		Timeout: 2 * c.Timeout, ProbeInterval: c.ProbeInterval, Logger: m.Logger}
+	if err := m.failover.Validate(); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	t.Store = m.failover
+	return server.LimiterCheck(m.failover, func(ctx context.Context) error { return pingRedis(ctx, rdb) }), nil
 }
 
 // pingRedis pings one server, or every master of a cluster.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/geotoll/geotoll/internal/demo"
 	"github.com/geotoll/geotoll/internal/testenv"
-	"github.com/geotoll/geotoll/server"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // benchTileLists are the demo data's tile lists: dense city cores at z14
@@ -59,7 +59,7 @@ func benchServer(b *testing.B, cache bool) string {
 	cfg.Database.URL = testenv.ReadDatabaseURL(b)
 	cfg.Redis.URL = testenv.RedisURL(b)
 	cfg.Throttle.Prefix = testenv.Prefix(b)
-	cfg.Throttle.Tiers[server.AnonymousTier] = TierConfig{Rate: 1e9, Capacity: 1e9}
+	cfg.Throttle.Tiers[toll.AnonymousTier] = TierConfig{Rate: 1e9, Capacity: 1e9}
 	cfg.LogLevel = "error"
 	if !cache {
 		cfg.Tiles.Cache.MaxBytes = 0

@@ -1,0 +1,52 @@
+package toll
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/problem"
+)
+
+// staleRing is a key ring that knows when its keys are too old to trust
+// with admin rights; *apikeys.Ring is one.
+type staleRing interface {
+	Stale() bool
+	StaleAfter() time.Duration
+}
+
+var _ staleRing = (*apikeys.Ring)(nil)
+
+// AllowAdmin implements geofence.Authorizer: the request carries, in a
+// header (never ?key=, which ends up in logs), an active API key marked
+// admin.
+func (t *Toll) AllowAdmin(r *http.Request) bool {
+	k, ok := t.adminKey(r)
+	return ok && k.Admin
+}
+
+// adminKey looks up the key a request presents in a header.
+func (t *Toll) adminKey(r *http.Request) (apikeys.Key, bool) {
+	if t.Keys == nil {
+		return apikeys.Key{}, false
+	}
+	key, _ := apikeys.Presented(r, false)
+	return t.Keys.Lookup(key)
+}
+
+// RefuseAdmin implements geofence.AdminRefuser. A valid key without admin
+// rights gets 403 and is charged nothing: it proved who it is, and charging
+// its IP's failed-auth bucket would lock out everyone behind the same NAT.
+// Anything else (no key, an unknown or revoked one) costs the caller's IP
+// one failed-auth token (401, then 429 once they run out).
+func (t *Toll) RefuseAdmin(w http.ResponseWriter, r *http.Request) {
+	if _, ok := t.adminKey(r); ok {
+		detail := "this API key may not administer fences"
+		if ring, ok := t.Keys.(staleRing); ok && ring.Stale() {
+			detail += " (admin rights are suspended while the server cannot reload its API keys)"
+		}
+		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: detail})
+		return
+	}
+	t.refuseKey(w, r, t.failedAuthCaller(r), Price{Route: "admin", Zoom: -1})
+}

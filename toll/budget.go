@@ -1,0 +1,88 @@
+package toll
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+
+	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+func isDryRun(r *http.Request) bool {
+	switch r.URL.Query().Get("dry_run") {
+	case "1", "true":
+		return true
+	}
+	return false
+}
+
+// dryRun answers ?dry_run=1: the price and the budget, nothing charged and
+// nothing queried.
+func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, own throttle.Bucket, p Price) {
+	res, err := t.Store.Peek(r.Context(), own)
+	if err != nil {
+		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
+		return
+	}
+	t.observe(tier.Name, p, DryRun)
+	res.Cost = p.Cost
+	setBudgetHeaders(w.Header(), tier, res)
+	allowed := res.Remaining >= p.Cost
+	retry := 0
+	if !allowed {
+		retry = int(math.Ceil((p.Cost - res.Remaining) / tier.Limit.Rate))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"dry_run":     true,
+		"tier":        tier.Name,
+		"cost":        round3(p.Cost),
+		"remaining":   round3(res.Remaining),
+		"would_allow": allowed,
+		"retry_after": retry,
+	})
+}
+
+// ServeBudget answers GET /budget: the caller's own budget. It is never
+// charged (an unknown key still costs its IP a failed-auth token).
+func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
+	caller, ok := t.identify(r)
+	if !ok {
+		t.refuseKey(w, r, caller, Price{Route: "budget", Zoom: -1})
+		return
+	}
+	tier, known := t.Tiers[caller.Tier]
+	if !known {
+		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
+		return
+	}
+	res, err := t.Store.Peek(r.Context(), throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit})
+	if err != nil {
+		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
+		return
+	}
+	body := map[string]any{
+		"tier":          tier.Name,
+		"capacity":      tier.Limit.Capacity,
+		"rate":          tier.Limit.Rate,
+		"remaining":     round3(res.Remaining),
+		"reset_after":   res.ResetSeconds(),
+		"shadow":        tier.Shadow,
+		"max_cost":      t.MaxCost(),
+		"authenticated": caller.KeyName != "",
+	}
+	if tier.MaxCost > 0 {
+		body["max_cost"] = math.Min(tier.MaxCost, t.MaxCost())
+	}
+	if caller.KeyName != "" {
+		body["key"] = caller.KeyName
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,137 @@
+package toll
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+// refused answers a request its own bucket, its IPv6 network's bucket or
+// its in-flight cap refused: 429, with the budget headers.
+func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, p Price, a throttle.Admission) {
+	t.observe(tier.Name, p, Refused)
+	switch a.Refusal {
+	case throttle.RefusedAggregate:
+		// The budget shown is the one that refused: the network's.
+		network := Tier{Name: t.IPv6Aggregate.policy(tier.Name), Limit: t.IPv6Aggregate.Limit}
+		setBudgetHeaders(w.Header(), network, a.Result)
+		problem.Write(w, r, exhausted(network.Name, a.Result))
+	case throttle.RefusedInFlight:
+		setBudgetHeaders(w.Header(), tier, a.Result)
+		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 1,
+			Detail: fmt.Sprintf("%d requests of yours are already in flight, the most tier %q allows; retry when one finishes", maxInFlight(tier), tier.Name),
+			Extra:  map[string]any{"in_flight": maxInFlight(tier), "max_in_flight": maxInFlight(tier), "violated-policies": []string{tier.Name + "-concurrency"}}})
+	default:
+		setBudgetHeaders(w.Header(), tier, a.Result)
+		problem.Write(w, r, exhausted(tier.Name, a.Result))
+	}
+}
+
+func maxInFlight(tier Tier) int {
+	if tier.MaxInFlight > 0 {
+		return tier.MaxInFlight
+	}
+	return throttle.DefaultMaxInFlight
+}
+
+// globalRefused answers a request the global database budget refused:
+// 503, the caller's own budget untouched.
+func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, own throttle.Bucket, p Price, g throttle.Result) {
+	t.observe(tier.Name, p, GlobalRefused)
+	if res, err := t.Store.Peek(r.Context(), own); err == nil {
+		res.Cost = p.Cost
+		setBudgetHeaders(w.Header(), tier, res)
+	}
+	problem.Write(w, r, &problem.Error{Code: problem.Unavailable, RetryAfter: g.RetryAfterSeconds(),
+		Detail: "the database is at its budget for everyone; your own budget was not charged",
+		Extra:  map[string]any{"cost": round3(p.Cost), "retry_after": g.RetryAfterSeconds(), "violated-policies": []string{"global"}}})
+}
+
+// tooExpensive answers a price no bucket of the tier could ever pay (a
+// composite of many layers, or above the tier's max_cost): 422, nothing
+// spent, with the budget headers.
+func (t *Toll) tooExpensive(w http.ResponseWriter, r *http.Request, tier Tier, own throttle.Bucket, p Price, most float64) {
+	t.observe(tier.Name, p, TooExpensive)
+	if res, err := t.Store.Peek(r.Context(), own); err == nil {
+		res.Cost = p.Cost
+		setBudgetHeaders(w.Header(), tier, res)
+	}
+	problem.Write(w, r, &problem.Error{Code: problem.OutOfRange,
+		Detail: fmt.Sprintf("this request costs %s tokens; tier %q allows at most %s per request: zoom in, narrow it or ask for fewer layers",
+			fmtTokens(p.Cost), tier.Name, fmtTokens(most)),
+		Extra: map[string]any{"cost": round3(p.Cost), "max_cost": round3(most)}})
+}
+
+// limiterFailed answers a request whose budget could not be decided: 503.
+// A failing store is logged once, when it starts failing (by the
+// Failover); a client that hung up is routine.
+func (t *Toll) limiterFailed(w http.ResponseWriter, r *http.Request, tier Tier, p Price, err error) {
+	t.observe(tier.Name, p, LimiterFailure)
+	if level := slog.LevelWarn; !errors.Is(err, throttle.ErrStoreDown) {
+		if r.Context().Err() != nil {
+			level = slog.LevelDebug
+		}
+		t.logger().LogAttrs(r.Context(), level, "budget unavailable",
+			slog.String("tier", tier.Name), slog.Any("err", err))
+	}
+	problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
+}
+
+// refuseKey answers an unknown or revoked key: 401, charged 1 token to the
+// caller address's failed-auth bucket; 429 once that bucket is dry.
+func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, p Price) {
+	tier := Tier{Name: FailedAuthTier, Limit: t.FailedAuth}
+	res, err := throttle.Charge(r.Context(), t.Store, throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}, 1)
+	t.observe(FailedAuthTier, p, Unauthorized)
+	if err == nil {
+		setBudgetHeaders(w.Header(), tier, res)
+		if !res.Allowed {
+			problem.Write(w, r, exhausted(tier.Name, res))
+			return
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="geotoll"`)
+	problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: "unknown or revoked API key"})
+}
+
+func exhausted(policy string, res throttle.Result) *problem.Error {
+	return &problem.Error{
+		Code: problem.Exhausted,
+		Detail: fmt.Sprintf("this request costs %s tokens; %s remain. Retry in %d s.",
+			fmtTokens(res.Cost), fmtTokens(res.Remaining), res.RetryAfterSeconds()),
+		RetryAfter: res.RetryAfterSeconds(),
+		Extra: map[string]any{
+			"cost":              round3(res.Cost),
+			"remaining":         round3(res.Remaining),
+			"retry_after":       res.RetryAfterSeconds(),
+			"violated-policies": []string{policy},
+		},
+	}
+}
+
+// setBudgetHeaders writes the budget of one priced response:
+// draft-ietf-httpapi-ratelimit-headers (RateLimit-Policy, RateLimit), the
+// older X-RateLimit-* trio, and X-Request-Cost. A bucket in debt (after a
+// settlement) shows 0 remaining.
+func setBudgetHeaders(h http.Header, tier Tier, res throttle.Result) {
+	capacity := int(math.Floor(tier.Limit.Capacity))
+	// Round to 1e-4 tokens first: 42 may arrive as 41.999995.
+	remaining := max(0, int(math.Floor(math.Round(res.Remaining*1e4)/1e4)))
+	window := int(math.Ceil(tier.Limit.FillTime().Seconds()))
+	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", tier.Name, capacity, window))
+	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", tier.Name, remaining, res.ResetSeconds()))
+	h.Set("X-RateLimit-Limit", strconv.Itoa(capacity))
+	h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
+	h.Set("X-RateLimit-Reset", strconv.Itoa(res.ResetSeconds()))
+	h.Set("X-Request-Cost", fmtTokens(res.Cost))
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+func fmtTokens(v float64) string { return strconv.FormatFloat(round3(v), 'f', -1, 64) }

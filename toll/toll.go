@@ -1,0 +1,301 @@
+package toll
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+// Tier is a named bucket shape.
+type Tier struct {
+	Name  string
+	Limit throttle.Limit
+	// MaxCost, when positive, is the most one request may cost in this
+	// tier; a dearer one is refused with 422 before anything is spent.
+	MaxCost float64
+	// Shadow prices and records but never refuses for an empty bucket; the
+	// in-flight cap and the global budget still refuse.
+	Shadow bool
+	// MaxInFlight caps a caller's concurrent requests (Stripe's
+	// concurrent-requests limiter); one more gets 429. 0 means
+	// throttle.DefaultMaxInFlight.
+	MaxInFlight int
+}
+
+// Toll prices requests and charges the price to the caller's bucket.
+type Toll struct {
+	// Store decides admissions: a *throttle.Failover over Redis, or a
+	// *throttle.MemoryStore for a single instance.
+	Store  throttle.Store
+	Prefix string // bucket key prefix, e.g. "geotoll"
+	// Tiers by name. AnonymousTier must be present; keys name their tier.
+	Tiers map[string]Tier
+	// FailedAuth buckets unknown keys per client address (cost 1 each).
+	FailedAuth throttle.Limit
+	Keys       KeyLookup          // nil: every presented key is unknown
+	Proxies    *forwarded.Trusted // trusted reverse proxies
+	// LayerWeights prices a layer; layers without an entry use Default.
+	LayerWeights map[string]throttle.Weights
+	Default      throttle.Weights
+	// IPv6Aggregate, when on, is the bucket an anonymous IPv6 caller's
+	// whole network pays besides its own /64.
+	IPv6Aggregate IPv6Aggregate
+	// Global, when set, is one budget shared by every caller, sized to
+	// what the database sustains; a refusal there is a 503 and charges the
+	// caller nothing.
+	Global *throttle.Global
+	// InFlightTTL is how long an unfinished request holds its slot (a
+	// crashed process's slots expire): the longest a request can run.
+	InFlightTTL time.Duration
+	// ShadowLayers are layers whose requests are priced but never refused
+	// for an empty bucket.
+	ShadowLayers map[string]bool
+	Observer     Observer
+	Logger       *slog.Logger
+}
+
+// Outcome of one charge, for metrics.
+type Outcome string
+
+// Outcomes.
+const (
+	Admitted       Outcome = "admitted"
+	Refused        Outcome = "refused"         // 429
+	ShadowRefused  Outcome = "shadow-refused"  // would have been 429; admitted in shadow mode
+	Unauthorized   Outcome = "unauthorized"    // unknown key: 401 (or 429 once its IP's failed-auth bucket is dry)
+	DryRun         Outcome = "dry-run"         // priced, not charged
+	TooExpensive   Outcome = "too-expensive"   // above the tier's max cost: 422
+	LimiterFailure Outcome = "limiter-failure" // the store failed and the fail mode refused
+	GlobalRefused  Outcome = "global-refused"  // the global database budget refused: 503
+)
+
+// Observer learns every priced request; server's metrics implement it.
+type Observer interface {
+	Priced(tier string, p Price, o Outcome)
+}
+
+// Price is what one request costs and what it is for.
+type Price struct {
+	Cost  float64
+	Route string // "tile", "within", "bbox", "contains", "check"
+	Layer string // layer name(s), "" when none
+	Zoom  int    // tile zoom, -1 when not a tile
+	// CacheHit: served without database work, so the global database
+	// budget is not spent.
+	CacheHit bool
+}
+
+// MaxCost is the largest price any request can have.
+func (t *Toll) MaxCost() float64 {
+	m := t.Default.MaxCost
+	for _, w := range t.LayerWeights {
+		m = max(m, w.MaxCost)
+	}
+	return m
+}
+
+var validTierName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+// Validate checks that every price can be paid: each tier's capacity must be
+// above the most a request may cost in it, or that request could never be
+// admitted.
+func (t *Toll) Validate() error {
+	var errs []error
+	if t.Store == nil {
+		errs = append(errs, errors.New("no budget store"))
+	}
+	if err := t.Default.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("default weights: %w", err))
+	}
+	for name, w := range t.LayerWeights {
+		if err := w.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("layer %q weights: %w", name, err))
+		}
+	}
+	maxCost := t.MaxCost()
+	if _, ok := t.Tiers[AnonymousTier]; !ok {
+		errs = append(errs, fmt.Errorf("tier %q must be configured", AnonymousTier))
+	}
+	names := make([]string, 0, len(t.Tiers))
+	for name := range t.Tiers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		errs = append(errs, t.validateTier(name, t.Tiers[name], maxCost)...)
+	}
+	if g := t.Global; g != nil && g.Bucket.Limit.Capacity <= maxCost {
+		errs = append(errs, fmt.Errorf("global budget: capacity %g must be above the largest price %g", g.Bucket.Limit.Capacity, maxCost))
+	}
+	if err := t.IPv6Aggregate.validate(maxCost); err != nil {
+		errs = append(errs, err)
+	}
+	if err := t.FailedAuth.Validate(); err != nil || t.FailedAuth.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("failed-auth limit: capacity must be at least 1 (%v)", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (t *Toll) validateTier(name string, tier Tier, maxCost float64) []error {
+	var errs []error
+	if name == FailedAuthTier {
+		errs = append(errs, fmt.Errorf("tier name %q is reserved", name))
+	}
+	if !validTierName.MatchString(name) {
+		// Tier names appear in keys, headers (as structured-field strings)
+		// and metrics labels.
+		errs = append(errs, fmt.Errorf("tier name %q must match %s", name, validTierName))
+	}
+	if err := tier.Limit.Validate(); err != nil {
+		return append(errs, fmt.Errorf("tier %q: %w", name, err))
+	}
+	top := maxCost
+	if tier.MaxCost > 0 {
+		top = math.Min(top, tier.MaxCost)
+	}
+	if tier.Limit.Capacity <= top {
+		errs = append(errs, fmt.Errorf("tier %q: capacity %g must be above %g, the most one request may cost in it, or that request could never be admitted",
+			name, tier.Limit.Capacity, top))
+	}
+	return errs
+}
+
+func (t *Toll) weights(layer string) throttle.Weights {
+	if w, ok := t.LayerWeights[layer]; ok {
+		return w
+	}
+	return t.Default
+}
+
+// shadowed reports whether every one of a price's layers is in shadow
+// mode: adding a shadowed layer to a composite must not lift the limit on
+// the others.
+func (t *Toll) shadowed(p Price) bool {
+	if p.Layer == "" {
+		return false
+	}
+	for l := range strings.SplitSeq(p.Layer, ",") {
+		if !t.ShadowLayers[l] {
+			return false
+		}
+	}
+	return true
+}
+
+// Charge identifies the caller, charges p.Cost to its bucket and sets the
+// budget headers. When it returns nil it has written the response: 401
+// for an unknown key, 422 above the tier's max cost, 429 for an empty
+// budget or a full in-flight cap, 503 when the global budget refused or
+// the limiter failed, or the price preview of ?dry_run=1. An admitted
+// request's Pass is also in its context, for Finish to settle.
+func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
+	caller, ok := t.identify(r)
+	if !ok {
+		t.refuseKey(w, r, caller, p)
+		return nil
+	}
+	tier, known := t.Tiers[caller.Tier]
+	if !known {
+		t.logger().LogAttrs(r.Context(), slog.LevelError, "API key names an unconfigured tier",
+			slog.String("key", caller.KeyName), slog.String("tier", caller.Tier))
+		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
+		return nil
+	}
+	own := throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}
+	if most := t.mostPerRequest(tier); p.Cost > most {
+		t.tooExpensive(w, r, tier, own, p, most)
+		return nil
+	}
+	if isDryRun(r) {
+		t.dryRun(w, r, tier, own, p)
+		return nil
+	}
+	var global float64
+	if t.Global != nil && !p.CacheHit { // a cache hit costs the database nothing
+		res, ok, err := t.Global.Take(r.Context(), p.Cost)
+		if err != nil {
+			t.limiterFailed(w, r, tier, p, err)
+			return nil
+		}
+		if !ok {
+			t.globalRefused(w, r, tier, own, p, res)
+			return nil
+		}
+		global = p.Cost
+	}
+	req := throttle.Request{Bucket: own, Cost: p.Cost, Debt: t.mostPerRequest(tier), MaxInFlight: tier.MaxInFlight,
+		TTL: t.inFlightTTL(), Shadow: tier.Shadow || t.shadowed(p)}
+	if caller.Network != "" {
+		req.Aggregate = &throttle.Bucket{Key: throttle.BucketKey(t.Prefix, tier.Name, caller.Network), Limit: t.IPv6Aggregate.Limit}
+	}
+	a, err := t.Store.Admit(r.Context(), req)
+	if err != nil || !a.Allowed {
+		if global > 0 {
+			t.Global.Give(global) // it did not run: the lease keeps it
+		}
+		if err != nil {
+			t.limiterFailed(w, r, tier, p, err)
+		} else {
+			t.refused(w, r, tier, p, a)
+		}
+		return nil
+	}
+	setBudgetHeaders(w.Header(), tier, a.Result)
+	outcome := Admitted
+	if a.Shadow {
+		outcome = ShadowRefused
+		w.Header().Set("X-RateLimit-Shadow", "would-refuse")
+	}
+	t.observe(tier.Name, p, outcome)
+	pass := &Pass{toll: t, ticket: a.Ticket, price: p.Cost, global: global}
+	hold(r, pass)
+	return pass
+}
+
+// mostPerRequest is the most one request may cost in tier: below its
+// capacity (and the global budget's, and the IPv6 aggregate's), and its
+// max_cost when set. It is also how far below zero a settlement may take
+// the caller's bucket.
+func (t *Toll) mostPerRequest(tier Tier) float64 {
+	most := tier.Limit.Capacity
+	if tier.MaxCost > 0 {
+		most = math.Min(most, tier.MaxCost)
+	}
+	if t.Global != nil {
+		most = math.Min(most, t.Global.Bucket.Limit.Capacity)
+	}
+	if t.IPv6Aggregate.Bits > 0 && tier.Name == AnonymousTier {
+		most = math.Min(most, t.IPv6Aggregate.Limit.Capacity)
+	}
+	return most
+}
+
+func (t *Toll) inFlightTTL() time.Duration {
+	if t.InFlightTTL > 0 {
+		return t.InFlightTTL
+	}
+	return time.Minute
+}
+
+func (t *Toll) observe(tier string, p Price, o Outcome) {
+	if t.Observer != nil {
+		t.Observer.Priced(tier, p, o)
+	}
+}
+
+func (t *Toll) logger() *slog.Logger {
+	if t.Logger != nil {
+		return t.Logger
+	}
+	return slog.Default()
+}
