@@ -123,7 +123,7 @@ if type(raw) == 'string' then
     end
   end
 end
-if oexpires <= nowms then n = 0 end -- the open hash has expired with all it held
+if oexpires < nowms then n = 0 end -- the open hash has expired with all it held (Redis: now > expiry)
 local atokens, aexpires, aexists = 0, 0, false
 if agg then
   atokens = acap
@@ -187,7 +187,7 @@ for i = 9, nargs, 3 do
           status, spent = 6, '0' -- nothing spent, so nothing to give back
         end
         if expstr == nil then expstr = string.format(' %d', nowms + ttl) end
-        if nowms < voids and redis.call('HEXISTS', vkey, id) == 1 then
+        if nowms <= voids and redis.call('HEXISTS', vkey, id) == 1 then
           status = 5 -- voided before it came
         elseif redis.call('HSETNX', okey, id, spent .. expstr) == 0 then
           status = 4 -- admitted by an earlier copy of this batch
@@ -275,7 +275,7 @@ if n > 0 and opened and oexpires <= nowms + ttl then
   oexpires = later(nowms + ttl)
   redis.call('PEXPIREAT', okey, string.format('%d', oexpires))
 end
-if voids <= nowms then voids = 0 end
+if voids < nowms then voids = 0 end
 local need = nowms + math.ceil((capacity - tokens) / rate * 1000)
 local head = string.format('%d ', tokens) .. sec .. ' ' .. usec
 if exists and need <= expires and oexpires <= expires and voids <= expires then

@@ -148,11 +148,12 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 	late := sh.notAfterMS != 0 && nowMS > sh.notAfterMS
 	tokens := refill(st.b, st.found, now, sh.rate, sh.capacity, sh.floor)
 	n := st.b.n
-	if !st.found || st.b.openExpires <= nowMS {
+	// A hash has expired once its time is past (Redis: now > expiry).
+	if !st.found || st.b.openExpires < nowMS {
 		n = 0
 		st.open = nil
 	}
-	if !st.found || st.b.voidsUntil <= nowMS {
+	if !st.found || st.b.voidsUntil < nowMS {
 		st.voids = nil
 	}
 	voidsUntil := st.b.voidsUntil
@@ -195,7 +196,7 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 				if !own || !whole {
 					status, paid = stShadow, 0
 				}
-				if nowMS < voidsUntil && st.voids[o.id] {
+				if nowMS <= voidsUntil && st.voids[o.id] {
 					status = stLate // voided before it came
 					break
 				}
@@ -271,8 +272,8 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 	}
 	n = max(n, 0)
 	st.b.n = n
-	if voidsUntil <= nowMS {
-		voidsUntil = 0
+	if voidsUntil < nowMS {
+		voidsUntil, st.voids = 0, nil
 	}
 	st.b.voidsUntil = voidsUntil
 	if n > 0 && opened && st.b.openExpires <= nowMS+sh.ttlMS {
