@@ -141,28 +141,6 @@ func (s *RedisStore) Stats() RedisStats {
 		Voids: s.stats.voids.Load(), Failures: s.stats.failures.Load(), Dropped: s.stats.dropped.Load()}
 }
 
-// pending is one operation waiting for, or riding on, a batch.
-type pending struct {
-	op        op
-	agg       *Bucket // the request's aggregate and shape, for a void
-	sh        shape
-	done      chan opResult // admits only: where the reply goes
-	failed    chan error
-	sent      bool // taken into a batch (under lane.mu)
-	abandoned bool // its caller stopped waiting after it was sent (under lane.mu)
-	notBefore time.Time
-}
-
-// lane is one caller's queue: at most one batch of it is on its way.
-type lane struct {
-	key, open string
-	agg       *Bucket
-	sh        shape
-	busy      bool
-	queue     []*pending
-	timer     *time.Timer
-}
-
 // Admit implements Store.
 func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) {
 	if err := req.validate(); err != nil {
@@ -175,8 +153,14 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 	}
 	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, agg: req.Aggregate, sh: sh,
 		done: make(chan opResult, 1), failed: make(chan error, 1)}
-	if err := s.enqueue(req.Key, req.Aggregate, sh, p, true); err != nil {
+	l, mine, err := s.enqueue(req.Key, req.Aggregate, sh, p, true)
+	if err != nil {
 		return Admission{}, err
+	}
+	cancelled := ctx.Done()
+	if mine {
+		s.drainOwn(l, p)
+		cancelled = nil // answered: there is nothing left to abandon
 	}
 	select {
 	case r := <-p.done:
@@ -192,7 +176,7 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 		return a, nil
 	case err := <-p.failed:
 		return Admission{}, err
-	case <-ctx.Done():
+	case <-cancelled:
 		s.abandon(req.Key, p)
 		return Admission{}, ctx.Err()
 	}
@@ -223,7 +207,7 @@ func (s *RedisStore) abandon(key string, p *pending) {
 	s.mu.Unlock()
 	if void {
 		s.stats.voids.Add(1)
-		_ = s.enqueue(key, p.agg, p.sh, &pending{op: op{kind: opVoid, id: p.op.id}}, false)
+		_, _, _ = s.enqueue(key, p.agg, p.sh, &pending{op: op{kind: opVoid, id: p.op.id}}, false)
 	}
 }
 
@@ -235,208 +219,7 @@ func admitted(status int) bool {
 // finish implements finisher: the finish joins the caller's queue.
 func (s *RedisStore) finish(t *Ticket, delta float64) {
 	p := &pending{op: op{kind: opFinish, id: t.id, amount: delta}}
-	_ = s.enqueue(t.key, t.agg, t.shape(), p, false)
-}
-
-// enqueue adds p to key's lane and starts a batch when none is on its way:
-// at once for an admit, after FinishDelay for a finish.
-func (s *RedisStore) enqueue(key string, agg *Bucket, sh shape, p *pending, now bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.lanes[key]
-	if l == nil {
-		l = &lane{key: key, open: OpenKey(key)}
-		s.lanes[key] = l
-	}
-	if len(l.queue) >= s.opts.MaxPending {
-		if p.done != nil {
-			return fmt.Errorf("%w for %q", errBusy, key)
-		}
-		s.stats.dropped.Add(1)
-		return nil
-	}
-	l.agg, l.sh = agg, sh
-	l.queue = append(l.queue, p)
-	s.kickLocked(l, now)
-	return nil
-}
-
-// kickLocked starts l's next batch, now or after FinishDelay, unless one is
-// on its way (whose end starts the next).
-func (s *RedisStore) kickLocked(l *lane, now bool) {
-	if l.busy {
-		return
-	}
-	if now {
-		if l.timer != nil {
-			l.timer.Stop()
-			l.timer = nil
-		}
-		l.busy = true
-		go s.drain(l)
-		return
-	}
-	if l.timer == nil {
-		l.timer = time.AfterFunc(s.opts.FinishDelay, func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			l.timer = nil
-			s.kickLocked(l, true)
-		})
-	}
-}
-
-// drain sends l's batches until nothing is ready, then lets the lane go
-// (or waits for the operations that are not ready yet).
-func (s *RedisStore) drain(l *lane) {
-	for {
-		s.mu.Lock()
-		batch, wait := s.takeLocked(l)
-		if len(batch) == 0 {
-			l.busy = false
-			switch {
-			case len(l.queue) == 0:
-				if s.lanes[l.key] == l {
-					delete(s.lanes, l.key)
-				}
-			case l.timer == nil:
-				l.timer = time.AfterFunc(wait, func() {
-					s.mu.Lock()
-					defer s.mu.Unlock()
-					l.timer = nil
-					s.kickLocked(l, true)
-				})
-			}
-			s.mu.Unlock()
-			return
-		}
-		agg, sh := l.agg, l.sh
-		s.mu.Unlock()
-		s.send(l, agg, sh, batch)
-	}
-}
-
-// takeLocked removes the operations that are ready from l's queue, at
-// most MaxBatch of them; wait is how long until the first one that is not.
-// A finish or void waiting to be sent again after a failed call rides
-// along with any batch that goes anyway.
-func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) {
-	now := time.Now()
-	wait = s.opts.RetryInterval
-	ready := func(p *pending) bool { return !now.Before(p.notBefore) }
-	anyReady := false
-	for _, p := range l.queue {
-		if ready(p) {
-			anyReady = true
-			break
-		}
-	}
-	keep := l.queue[:0]
-	for _, p := range l.queue {
-		if len(batch) < s.opts.MaxBatch && (ready(p) || (anyReady && p.done == nil)) {
-			p.sent = true
-			batch = append(batch, p)
-			continue
-		}
-		if d := p.notBefore.Sub(now); d > 0 && d < wait {
-			wait = d
-		}
-		keep = append(keep, p)
-	}
-	clear(l.queue[len(keep):])
-	l.queue = keep
-	return batch, wait
-}
-
-// send makes one call for batch and hands out the replies. When the call
-// fails, the waiting admits get the error, the finishes go back in the
-// queue (they are idempotent) and the admits that may have been applied
-// are voided once the batch's deadline has passed in Redis.
-func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
-	deadline := time.Now().Add(s.opts.Timeout)
-	sh.notAfterMS = deadline.Add(s.opts.ClockSkew).UnixMilli()
-	keys := []string{l.key, l.open, VoidKey(l.key)}
-	if agg != nil {
-		keys = append(keys, agg.Key)
-	}
-	args := make([]any, 0, 8+3*len(batch))
-	args = append(args, formatMicro(sh.rate), formatMicro(sh.capacity), formatMicro(sh.floor), "", "",
-		strconv.Itoa(sh.max), strconv.FormatInt(sh.ttlMS, 10), strconv.FormatInt(sh.notAfterMS, 10))
-	if agg != nil {
-		args[3], args[4] = formatMicro(sh.aggRate), formatMicro(sh.aggCap)
-	}
-	admits := 0
-	for _, p := range batch {
-		args = append(args, string(p.op.kind), p.op.id, formatMicro(p.op.amount))
-		if p.op.kind == opAdmit || p.op.kind == opShadow {
-			admits++
-		}
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	v, err := s.script.Run(ctx, s.rdb, keys, args...).Result()
-	cancel()
-	s.stats.calls.Add(1)
-	s.stats.ops.Add(uint64(len(batch)))
-	s.stats.admits.Add(uint64(admits))
-	var results []opResult
-	if err == nil {
-		results, err = parseBatchReply(v, len(batch))
-	}
-	if err != nil {
-		s.stats.failures.Add(1)
-		s.failed(l, batch, fmt.Errorf("throttle: budget call for %q: %w", l.key, err), sh.notAfterMS)
-		return
-	}
-	var voids []*pending
-	s.mu.Lock()
-	for i, p := range batch {
-		if p.done == nil {
-			continue
-		}
-		r := results[i]
-		if p.abandoned && admitted(r.status) {
-			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}})
-			continue
-		}
-		p.done <- r
-	}
-	s.mu.Unlock()
-	for _, v := range voids {
-		s.stats.voids.Add(1)
-		_ = s.enqueue(l.key, agg, sh, v, false)
-	}
-}
-
-// failed handles a batch whose call failed or went unanswered: its admits
-// get the error (their callers are decided by the fail mode), and each of
-// them is voided — refunded if Redis applied it, turned away by a
-// tombstone until notAfterMS if it still comes. The voids and the batch's
-// finishes are sent again with the next call (they apply once), or after
-// RetryInterval.
-func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int64) {
-	var again []*pending
-	retry := time.Now().Add(s.opts.RetryInterval)
-	for _, p := range batch {
-		switch p.op.kind {
-		case opAdmit, opShadow:
-			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, notBefore: retry})
-			s.stats.voids.Add(1)
-			p.failed <- err
-		default:
-			p.sent = false
-			p.notBefore = retry
-			again = append(again, p)
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range again {
-		if len(l.queue) >= s.opts.MaxPending {
-			s.stats.dropped.Add(1)
-			continue
-		}
-		l.queue = append(l.queue, p)
-	}
+	_, _, _ = s.enqueue(t.key, t.agg, t.shape(), p, false)
 }
 
 // Peek implements Store: one call that changes nothing.
@@ -472,7 +255,7 @@ func (s *RedisStore) Flush(ctx context.Context) error {
 			if l.busy {
 				left++
 			} else if len(l.queue) > 0 {
-				s.kickLocked(l, true)
+				s.kickLocked(l, true, false)
 			}
 		}
 		s.mu.Unlock()

@@ -1,0 +1,281 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// pending is one operation waiting for, or riding on, a batch.
+type pending struct {
+	op        op
+	agg       *Bucket // the request's aggregate and shape, for a void
+	sh        shape
+	done      chan opResult // admits only: where the reply goes
+	failed    chan error
+	sent      bool // taken into a batch (under RedisStore.mu)
+	abandoned bool // its caller stopped waiting after it was sent (under RedisStore.mu)
+	notBefore time.Time
+}
+
+// lane is one caller's queue: at most one batch of it is on its way.
+type lane struct {
+	key, open string
+	agg       *Bucket
+	sh        shape
+	busy      bool
+	queue     []*pending
+	timer     *time.Timer
+}
+
+// enqueue adds p to key's lane and starts a batch when none is on its way:
+// at once for an admit, after FinishDelay for a finish. mine reports that
+// the admit's own goroutine is to send the batch (see drainOwn).
+func (s *RedisStore) enqueue(key string, agg *Bucket, sh shape, p *pending, now bool) (l *lane, mine bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l = s.lanes[key]
+	if l == nil {
+		l = &lane{key: key, open: OpenKey(key)}
+		s.lanes[key] = l
+	}
+	if len(l.queue) >= s.opts.MaxPending {
+		if p.done != nil {
+			return nil, false, fmt.Errorf("%w for %q", errBusy, key)
+		}
+		s.stats.dropped.Add(1)
+		return l, false, nil
+	}
+	l.agg, l.sh = agg, sh
+	l.queue = append(l.queue, p)
+	return l, s.kickLocked(l, now, now), nil
+}
+
+// kickLocked starts l's next batch, now or after FinishDelay, unless one is
+// on its way (whose end starts the next). A batch to start now goes on a
+// goroutine of its own, or, with own, is left to the caller: kickLocked
+// then reports true, and the caller must send it (step or drain).
+func (s *RedisStore) kickLocked(l *lane, now, own bool) bool {
+	if l.busy {
+		return false
+	}
+	if !now {
+		s.timerLocked(l, s.opts.FinishDelay)
+		return false
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	l.busy = true
+	if !own {
+		go s.drain(l)
+	}
+	return own
+}
+
+// timerLocked kicks l after d, unless a timer is set already. The timer's
+// own goroutine sends the batch.
+func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
+	if l.timer != nil {
+		return
+	}
+	l.timer = time.AfterFunc(d, func() {
+		s.mu.Lock()
+		l.timer = nil
+		mine := s.kickLocked(l, true, true)
+		s.mu.Unlock()
+		if mine {
+			s.drain(l)
+		}
+	})
+}
+
+// drain sends l's batches until nothing is ready, then lets the lane go.
+func (s *RedisStore) drain(l *lane) {
+	for s.step(l) {
+	}
+}
+
+// drainOwn sends l's batches on the goroutine of the admit p, which
+// started them, until p is answered — one batch, p's own, unless more
+// than MaxBatch operations were ready before it — and leaves the rest to a
+// goroutine. A request to an idle lane so costs one call and no goroutine
+// (nor the stack a new one would grow for the Redis client).
+func (s *RedisStore) drainOwn(l *lane, p *pending) {
+	for len(p.done) == 0 && len(p.failed) == 0 {
+		if !s.step(l) {
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ready, wait := s.scanLocked(l, time.Now()); !ready {
+		s.idleLocked(l, wait)
+		return
+	}
+	go s.drain(l)
+}
+
+// step sends l's next batch and reports true; when nothing is ready, it
+// lets the lane go instead and reports false.
+func (s *RedisStore) step(l *lane) bool {
+	s.mu.Lock()
+	batch, wait := s.takeLocked(l)
+	if len(batch) == 0 {
+		s.idleLocked(l, wait)
+		s.mu.Unlock()
+		return false
+	}
+	agg, sh := l.agg, l.sh
+	s.mu.Unlock()
+	s.send(l, agg, sh, batch)
+	return true
+}
+
+// idleLocked lets l go when nothing is sent for it: it is forgotten when
+// its queue is empty, else kicked again once the first operation is ready
+// (after wait).
+func (s *RedisStore) idleLocked(l *lane, wait time.Duration) {
+	l.busy = false
+	if len(l.queue) > 0 {
+		s.timerLocked(l, wait)
+		return
+	}
+	if s.lanes[l.key] == l {
+		delete(s.lanes, l.key)
+	}
+}
+
+// scanLocked reports whether any of l's operations is ready to send at
+// now, and how long until the first one that is not (at most
+// RetryInterval).
+func (s *RedisStore) scanLocked(l *lane, now time.Time) (anyReady bool, wait time.Duration) {
+	wait = s.opts.RetryInterval
+	for _, p := range l.queue {
+		d := p.notBefore.Sub(now)
+		if d <= 0 {
+			anyReady = true
+		} else if d < wait {
+			wait = d
+		}
+	}
+	return anyReady, wait
+}
+
+// takeLocked removes the operations that are ready from l's queue, at
+// most MaxBatch of them; wait is how long until the first one that is not.
+// A finish or void waiting to be sent again after a failed call rides
+// along with any batch that goes anyway.
+func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) {
+	now := time.Now()
+	anyReady, _ := s.scanLocked(l, now)
+	wait = s.opts.RetryInterval
+	keep := l.queue[:0]
+	for _, p := range l.queue {
+		if len(batch) < s.opts.MaxBatch && (!now.Before(p.notBefore) || (anyReady && p.done == nil)) {
+			p.sent = true
+			batch = append(batch, p)
+			continue
+		}
+		if d := p.notBefore.Sub(now); d > 0 && d < wait {
+			wait = d
+		}
+		keep = append(keep, p)
+	}
+	clear(l.queue[len(keep):])
+	l.queue = keep
+	return batch, wait
+}
+
+// send makes one call for batch and hands out the replies. When the call
+// fails, the waiting admits get the error, the finishes go back in the
+// queue (they are idempotent) and the admits that may have been applied
+// are voided once the batch's deadline has passed in Redis.
+func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
+	deadline := time.Now().Add(s.opts.Timeout)
+	sh.notAfterMS = deadline.Add(s.opts.ClockSkew).UnixMilli()
+	keys := []string{l.key, l.open, VoidKey(l.key)}
+	if agg != nil {
+		keys = append(keys, agg.Key)
+	}
+	args := make([]any, 0, 8+3*len(batch))
+	args = append(args, formatMicro(sh.rate), formatMicro(sh.capacity), formatMicro(sh.floor), "", "",
+		strconv.Itoa(sh.max), strconv.FormatInt(sh.ttlMS, 10), strconv.FormatInt(sh.notAfterMS, 10))
+	if agg != nil {
+		args[3], args[4] = formatMicro(sh.aggRate), formatMicro(sh.aggCap)
+	}
+	admits := 0
+	for _, p := range batch {
+		args = append(args, string(p.op.kind), p.op.id, formatMicro(p.op.amount))
+		if p.op.kind == opAdmit || p.op.kind == opShadow {
+			admits++
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	v, err := s.script.Run(ctx, s.rdb, keys, args...).Result()
+	cancel()
+	s.stats.calls.Add(1)
+	s.stats.ops.Add(uint64(len(batch)))
+	s.stats.admits.Add(uint64(admits))
+	var results []opResult
+	if err == nil {
+		results, err = parseBatchReply(v, len(batch))
+	}
+	if err != nil {
+		s.stats.failures.Add(1)
+		s.failed(l, batch, fmt.Errorf("throttle: budget call for %q: %w", l.key, err), sh.notAfterMS)
+		return
+	}
+	var voids []*pending
+	s.mu.Lock()
+	for i, p := range batch {
+		if p.done == nil {
+			continue
+		}
+		r := results[i]
+		if p.abandoned && admitted(r.status) {
+			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}})
+			continue
+		}
+		p.done <- r
+	}
+	s.mu.Unlock()
+	for _, v := range voids {
+		s.stats.voids.Add(1)
+		_, _, _ = s.enqueue(l.key, agg, sh, v, false)
+	}
+}
+
+// failed handles a batch whose call failed or went unanswered: its admits
+// get the error (their callers are decided by the fail mode), and each of
+// them is voided — refunded if Redis applied it, turned away by a
+// tombstone until notAfterMS if it still comes. The voids and the batch's
+// finishes are sent again with the next call (they apply once), or after
+// RetryInterval.
+func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int64) {
+	var again []*pending
+	retry := time.Now().Add(s.opts.RetryInterval)
+	for _, p := range batch {
+		switch p.op.kind {
+		case opAdmit, opShadow:
+			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, notBefore: retry})
+			s.stats.voids.Add(1)
+			p.failed <- err
+		default:
+			p.sent = false
+			p.notBefore = retry
+			again = append(again, p)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range again {
+		if len(l.queue) >= s.opts.MaxPending {
+			s.stats.dropped.Add(1)
+			continue
+		}
+		l.queue = append(l.queue, p)
+	}
+}
