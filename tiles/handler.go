@@ -175,13 +175,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// statement timeout, plus time to get a connection — and the
 		// starting request's deadline, so that the render answers (with a
 		// 503 of its own) before the requests waiting for it must.
-		ctx, cancel := context.WithTimeout(ctx, statementTimeout(req.Layers)+renderGrace)
-		defer cancel()
-		if hasDeadline {
-			var cancelDeadline context.CancelFunc
-			ctx, cancelDeadline = context.WithDeadline(ctx, deadline)
-			defer cancelDeadline()
+		bound := time.Now().Add(statementTimeout(req.Layers) + renderGrace)
+		if hasDeadline && deadline.Before(bound) {
+			bound = deadline
 		}
+		ctx, cancel := context.WithDeadline(ctx, bound)
+		defer cancel()
 		return h.Store.Tile(ctx, req.Layers, req.Tile)
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package tiles
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -77,14 +78,15 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 	if err != nil {
 		return nil, err
 	}
-	var tile []byte
-	for i, l := range layers {
-		if s.Observer != nil {
+	if s.Observer != nil {
+		for i, l := range layers {
 			s.Observer.TileQuery(l.Name, t.Z, timing.Statements[i])
 		}
-		// An MVT tile is a protobuf message whose only field is the
-		// repeated layer, so concatenated layers are one valid tile.
-		tile = append(tile, parts[i]...)
 	}
-	return tile, nil
+	if len(parts) == 1 {
+		return parts[0], nil // the bytes pgx read for this call alone
+	}
+	// An MVT tile is a protobuf message whose only field is the repeated
+	// layer, so concatenated layers are one valid tile.
+	return bytes.Join(parts, nil), nil
 }
