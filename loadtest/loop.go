@@ -3,11 +3,11 @@ package loadtest
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/paulmach/orb/maptile"
@@ -33,42 +33,71 @@ type LoopResult struct {
 // tile would otherwise render fewer tiles than it answers, and beat the
 // database's ceiling by doing less. gzip sends Accept-Encoding: gzip and
 // reads the compressed body as is; otherwise the client asks for no
-// encoding at all.
+// encoding at all. Each worker is one keep-alive HTTP/1.1 connection of
+// its own (see conn), not net/http's client.
 func (c *Client) Loop(ctx context.Context, layer string, ts []maptile.Tile, workers int, d time.Duration, gzip bool) (LoopResult, error) {
-	if err := c.check(); err != nil {
-		return LoopResult{}, err
-	}
-	if len(ts) == 0 || workers < 1 || d <= 0 {
-		return LoopResult{}, fmt.Errorf("loop: %d tiles, %d workers, %s", len(ts), workers, d)
+	if d <= 0 {
+		return LoopResult{}, fmt.Errorf("loop: duration %s", d)
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	return c.loop(ctx, layer, ts, workers, gzip, func() bool { return true })
+}
+
+// LoopCount is Loop for n requests in all, however long they take.
+func (c *Client) LoopCount(ctx context.Context, layer string, ts []maptile.Tile, workers, n int, gzip bool) (LoopResult, error) {
+	var sent atomic.Int64
+	return c.loop(ctx, layer, ts, workers, gzip, func() bool { return sent.Add(1) <= int64(n) })
+}
+
+// loop runs the workers while ctx lasts and more says a request is left.
+func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, workers int, gzip bool, more func() bool) (LoopResult, error) {
+	if err := c.check(); err != nil {
+		return LoopResult{}, err
+	}
+	if len(ts) == 0 || workers < 1 {
+		return LoopResult{}, fmt.Errorf("loop: %d tiles, %d workers", len(ts), workers)
+	}
+	header := []string{}
+	if c.Key != "" {
+		header = append(header, "X-API-Key: "+c.Key)
+	}
+	if gzip {
+		header = append(header, "Accept-Encoding: gzip")
+	}
 	type workerResult struct {
 		status map[int]int
 		lat    []time.Duration
 		bytes  int64
 	}
 	results := make([]workerResult, workers)
+	conns := make([]*conn, workers)
+	for w := range conns {
+		cn, err := newConn(c.BaseURL, header...)
+		if err != nil {
+			return LoopResult{}, err
+		}
+		defer cn.Close()
+		conns[w] = cn
+	}
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			r := workerResult{status: map[int]int{}}
 			mine := stripe(ts, w, workers)
-			for i := 0; ctx.Err() == nil; i++ {
+			for i := 0; !ended(ctx) && more(); i++ {
 				t0 := time.Now()
-				code, n := c.fetch(ctx, TilePath(layer, mine[i%len(mine)]), gzip)
-				if ctx.Err() != nil && code == 0 {
+				resp, err := conns[w].get(ctx, TilePath(layer, mine[i%len(mine)]))
+				if err != nil && ended(ctx) {
 					break // cut by the end of the run, not an error
 				}
-				r.status[code]++
+				r.status[resp.status]++ // 0: a transport error
 				r.lat = append(r.lat, time.Since(t0))
-				r.bytes += n
+				r.bytes += resp.bytes
 			}
 			results[w] = r
-		}()
+		})
 	}
 	wg.Wait()
 	out := LoopResult{Encoding: map[bool]string{true: "gzip", false: "identity"}[gzip], Status: map[int]int{}, Duration: time.Since(start)}
@@ -92,6 +121,14 @@ func (c *Client) Loop(ctx context.Context, layer string, ts []maptile.Tile, work
 	return out, nil
 }
 
+// ended reports whether ctx is over, by its deadline too: the
+// connection's deadline (ctx's) may cut a request before ctx's own timer
+// has fired.
+func ended(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || (ok && !time.Now().Before(dl))
+}
+
 // stripe is worker w's share of ts: every workers-th tile from w. The
 // stripes of workers 0..workers-1 are disjoint and cover ts; with fewer
 // tiles than workers, worker w shares tile w mod len(ts) with others.
@@ -104,20 +141,6 @@ func stripe(ts []maptile.Tile, w, workers int) []maptile.Tile {
 		out = append(out, ts[i])
 	}
 	return out
-}
-
-// fetch requests path and reads the body; code 0 is a transport error.
-func (c *Client) fetch(ctx context.Context, path string, gzip bool) (int, int64) {
-	resp, err := c.get(ctx, path, gzip)
-	if err != nil {
-		return 0, 0
-	}
-	defer resp.Body.Close()
-	n, err := io.Copy(io.Discard, resp.Body)
-	if err != nil {
-		return 0, n
-	}
-	return resp.StatusCode, n
 }
 
 // StatusText prints status counts as "200×12 204×3".

@@ -53,7 +53,7 @@ func TestLoopNeverAsksForOneTileTwiceAtOnce(t *testing.T) {
 		t.Errorf("%d requests found their tile already in flight", overlaps)
 	}
 	if len(seen) != len(ts) || r.OK != r.Requests || r.OK < len(ts) {
-		t.Errorf("%d of %d tiles asked for; %d OK of %d requests", len(seen), len(ts), r.OK, r.Requests)
+		t.Errorf("%d of %d tiles asked for; %d OK of %d requests: %v", len(seen), len(ts), r.OK, r.Requests, r.Status)
 	}
 }
 

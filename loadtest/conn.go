@@ -1,0 +1,216 @@
+package loadtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// conn is one keep-alive HTTP/1.1 connection that sends GET requests and
+// reads whole responses, without net/http's per-request machinery: the
+// load generators of Loop and RunProtect are as lean as pgbench is on the
+// database side, so that on a machine the server shares, the client takes
+// as little CPU from it as it can. It speaks just enough HTTP/1.1 for
+// geotoll's answers — Content-Length or chunked bodies, "Connection:
+// close" — and is not safe for concurrent use.
+type conn struct {
+	addr   string // host:port
+	host   string // the Host header
+	tls    *tls.Config
+	header string // extra request header lines, each ending in \r\n
+	c      net.Conn
+	br     *bufio.Reader
+	req    []byte
+}
+
+// response is what a request got: its status, the body bytes read (as
+// sent: gzip stays compressed) and the headers asked for.
+type response struct {
+	status  int
+	bytes   int64
+	headers map[string]string
+}
+
+// newConn prepares a connection to base (http or https); header lines
+// ("Name: value") are sent with every request. It dials on first use.
+func newConn(base string, header ...string) (*conn, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("url %q must be http(s)://host[:port]", base)
+	}
+	c := &conn{host: u.Host, addr: u.Host}
+	if u.Port() == "" {
+		c.addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	if u.Scheme == "https" {
+		c.tls = &tls.Config{ServerName: u.Hostname()}
+	}
+	for _, h := range header {
+		c.header += h + "\r\n"
+	}
+	return c, nil
+}
+
+// get sends GET path and reads the response. want names the response
+// headers to return (canonical names, e.g. "X-Request-Cost"). A failed
+// request closes the connection; the next one dials again.
+func (c *conn) get(ctx context.Context, path string, want ...string) (response, error) {
+	if c.c == nil {
+		if err := c.dial(ctx); err != nil {
+			return response{}, err
+		}
+	}
+	nc := c.c
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	c.req = append(c.req[:0], "GET "...)
+	c.req = append(c.req, path...)
+	c.req = append(c.req, " HTTP/1.1\r\nHost: "...)
+	c.req = append(c.req, c.host...)
+	c.req = append(c.req, "\r\n"...)
+	c.req = append(c.req, c.header...)
+	c.req = append(c.req, "\r\n"...)
+	if _, err := nc.Write(c.req); err != nil {
+		c.Close()
+		return response{}, err
+	}
+	r, keep, err := c.read(want)
+	if err != nil || !keep {
+		c.Close()
+	}
+	return r, err
+}
+
+func (c *conn) dial(ctx context.Context) error {
+	d := net.Dialer{Timeout: 10 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return err
+	}
+	if c.tls != nil {
+		tc := tls.Client(nc, c.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return err
+		}
+		nc = tc
+	}
+	c.c, c.br = nc, bufio.NewReaderSize(nc, 64<<10)
+	return nil
+}
+
+// Close closes the connection.
+func (c *conn) Close() {
+	if c.c != nil {
+		_ = c.c.Close()
+		c.c = nil
+	}
+}
+
+var errMalformed = errors.New("malformed HTTP response")
+
+// read reads one response; keep reports whether the connection may be
+// used again.
+func (c *conn) read(want []string) (r response, keep bool, err error) {
+	line, err := c.br.ReadSlice('\n')
+	if err != nil {
+		return r, false, err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		return r, false, fmt.Errorf("%w: status line %q", errMalformed, line)
+	}
+	if r.status, err = strconv.Atoi(string(line[9:12])); err != nil {
+		return r, false, fmt.Errorf("%w: status line %q", errMalformed, line)
+	}
+	length, chunked, keep := int64(-1), false, true
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return r, false, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return r, false, fmt.Errorf("%w: header %q", errMalformed, line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.ParseInt(string(value), 10, 64); err != nil || length < 0 {
+				return r, false, fmt.Errorf("%w: Content-Length %q", errMalformed, value)
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			keep = !bytes.EqualFold(value, []byte("close"))
+		}
+		for _, w := range want {
+			if bytes.EqualFold(name, []byte(w)) {
+				if r.headers == nil {
+					r.headers = make(map[string]string, len(want))
+				}
+				r.headers[w] = string(value)
+			}
+		}
+	}
+	switch {
+	case r.status == 204 || r.status == 304 || (r.status >= 100 && r.status < 200):
+	case chunked:
+		r.bytes, err = c.readChunked()
+	case length >= 0:
+		r.bytes, err = io.CopyN(io.Discard, c.br, length)
+	default: // the body ends with the connection
+		r.bytes, err = io.Copy(io.Discard, c.br)
+		keep = false
+	}
+	return r, keep, err
+}
+
+// readChunked discards a chunked body and returns its length.
+func (c *conn) readChunked() (int64, error) {
+	var total int64
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return total, err
+		}
+		size, _, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(";"))
+		n, err := strconv.ParseInt(string(size), 16, 64)
+		if err != nil || n < 0 {
+			return total, fmt.Errorf("%w: chunk size %q", errMalformed, line)
+		}
+		if n == 0 {
+			for { // trailers, up to the blank line
+				line, err := c.br.ReadSlice('\n')
+				if err != nil {
+					return total, err
+				}
+				if len(bytes.TrimRight(line, "\r\n")) == 0 {
+					return total, nil
+				}
+			}
+		}
+		m, err := io.CopyN(io.Discard, c.br, n)
+		total += m
+		if err != nil {
+			return total, err
+		}
+		if _, err := c.br.Discard(2); err != nil { // the chunk's CRLF
+			return total, err
+		}
+	}
+}
