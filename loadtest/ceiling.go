@@ -72,13 +72,17 @@ type Pgbench struct {
 	Clients     int           // -c, default 16
 	Threads     int           // -j, default 2
 	Duration    time.Duration // -T, default 10 s
-	Dir         string        // where the script is written; default a temp dir
+	// Transactions, when positive, is each client's count (-t) instead of
+	// a Duration.
+	Transactions int
+	Dir          string // where the script is written; default a temp dir
 }
 
 var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
 
 // Run writes script and runs `pgbench -n -M prepared -c C -j J -T T -f
-// script -D layer=LAYER`, returning its transactions per second.
+// script -D layer=LAYER` (-t N instead of -T with Transactions), returning
+// its transactions per second.
 func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string, error) {
 	if p.Path == "" {
 		p.Path = "pgbench"
@@ -100,8 +104,12 @@ func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string
 	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
 		return 0, "", err
 	}
-	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(p.Clients), "-j", strconv.Itoa(p.Threads),
-		"-T", strconv.Itoa(int(p.Duration.Seconds())), "-f", file, "-D", "layer=" + layer, p.DatabaseURL}
+	run := []string{"-T", strconv.Itoa(int(p.Duration.Seconds()))}
+	if p.Transactions > 0 {
+		run = []string{"-t", strconv.Itoa(p.Transactions)}
+	}
+	args := append([]string{"-n", "-M", "prepared", "-c", strconv.Itoa(p.Clients), "-j", strconv.Itoa(p.Threads)}, run...)
+	args = append(args, "-f", file, "-D", "layer="+layer, p.DatabaseURL)
 	out, err := exec.CommandContext(ctx, p.Path, args...).CombinedOutput()
 	if err != nil {
 		return 0, string(out), fmt.Errorf("pgbench: %w: %s", err, lastLines(string(out), 5))

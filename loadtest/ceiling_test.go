@@ -150,4 +150,8 @@ func TestPgbenchAgainstPostGIS(t *testing.T) {
 	if tps <= 0 || !strings.Contains(out, "number of failed transactions: 0 ") || !strings.Contains(out, "query mode: prepared") {
 		t.Fatalf("tps %v from:\n%s", tps, out)
 	}
+	p.Transactions = 5 // per client, instead of a duration
+	if tps, out, err = p.Run(ctx, script, l.Name); err != nil || tps <= 0 || !strings.Contains(out, "number of transactions actually processed: 10/10\n") {
+		t.Fatalf("2 clients × 5 transactions: tps %v, %v from:\n%s", tps, err, out)
+	}
 }

@@ -29,7 +29,7 @@ func startServer(t *testing.T, edit func(*Config)) (base string, cfg Config) {
 }
 
 // startMain is startServer returning the running Main.
-func startMain(t *testing.T, edit func(*Config)) *Main {
+func startMain(t testing.TB, edit func(*Config)) *Main {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
@@ -62,7 +62,7 @@ func startMain(t *testing.T, edit func(*Config)) *Main {
 
 // createKey makes a real API key in the test database (removed when the
 // test ends). Create keys before startServer: the server loads them at start.
-func createKey(t *testing.T, tier string) string {
+func createKey(t testing.TB, tier string) string {
 	t.Helper()
 	pool := testenv.Pool(t)
 	name := "e2e-" + strings.TrimPrefix(testenv.Prefix(t), "geotoll-test-")

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/loadtest"
+)
+
+// BenchmarkCeiling keeps BENCHMARKS.md's "cold tiles against the
+// database's ceiling" honest: the whole server — HTTP, the toll with the
+// in-flight cap of a default tier and the Redis admission, the tile
+// handler, pgcall, PostGIS — with its tile cache off, against pgbench
+// running the layer's own query for the same tiles, in the same run. For
+// each list (the densest z14 tiles of the demo's places, and the densest
+// of z8, z9 and z10) three sub-benchmarks run one after another, an op
+// being one tile through 16 connections: "pgbench" (the database alone),
+// then geotoll to a client that asks for no encoding ("identity") and to
+// one that accepts gzip ("gzip"). The geotoll ones report x-ceiling, their
+// tiles per second over pgbench's in the run just before, and cpu-µs/tile,
+// the CPU this process spent per tile (the server, and the load
+// generator's small share; not PostgreSQL's nor Redis's).
+//
+//	go test -run '^$' -bench Ceiling -benchtime 4000x -count 6 ./cmd/geotoll
+func BenchmarkCeiling(b *testing.B) {
+	const clients = 16
+	pro := DefaultConfig().Throttle.Tiers["pro"]
+	key := createKey(b, "ceiling")
+	m := startMain(b, func(c *Config) {
+		c.Tiles.Cache.MaxBytes = 0
+		c.Redis.Timeout = DefaultConfig().Redis.Timeout // the hot path as shipped
+		// The default pro tier's shape, with a budget no run exhausts.
+		c.Throttle.Tiers["ceiling"] = TierConfig{Rate: 1e9, Capacity: 1e9, MaxInFlight: pro.MaxInFlight}
+	})
+	cat, _, err := m.Config.catalog()
+	if err != nil {
+		b.Fatal(err)
+	}
+	layer := cat.Layer("places")
+	ctx := context.Background()
+	points, err := loadtest.Centroids(ctx, testenv.Pool(b), layer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := &loadtest.Client{BaseURL: "http://" + m.Addr(), Key: key}
+	for _, list := range loadtest.CeilingLists(points) {
+		script, err := loadtest.PgbenchScript(layer, list.Tiles)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ceiling float64
+		b.Run(list.Name+"/pgbench", func(b *testing.B) {
+			c := min(clients, b.N)
+			p := loadtest.Pgbench{DatabaseURL: testenv.ReadDatabaseURL(b), Clients: c, Threads: 2,
+				Transactions: (b.N + c - 1) / c, Dir: b.TempDir()}
+			tps, out, err := p.Run(ctx, script, layer.Name)
+			if err != nil {
+				b.Fatalf("%v\n%s", err, out)
+			}
+			ceiling = tps
+			b.ReportMetric(tps, "tiles/s")
+		})
+		for _, gzip := range []bool{false, true} {
+			name := map[bool]string{false: "identity", true: "gzip"}[gzip]
+			b.Run(list.Name+"/"+name, func(b *testing.B) {
+				before := cpuTime()
+				r, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, b.N, gzip)
+				cpu := cpuTime() - before
+				if err != nil || r.OK != r.Requests {
+					b.Fatalf("%d of %d tiles answered 200/204 (%s), %v", r.OK, r.Requests, loadtest.StatusText(r.Status), err)
+				}
+				b.ReportMetric(r.TilesPerSec, "tiles/s")
+				b.ReportMetric(float64(cpu.Microseconds())/float64(r.Requests), "cpu-µs/tile")
+				if ceiling > 0 { // its pgbench ran (not filtered out by -bench)
+					b.ReportMetric(r.TilesPerSec/ceiling, "x-ceiling")
+				}
+			})
+		}
+	}
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
