@@ -215,6 +215,26 @@ func TestCacheGzipsOncePerTileAndOnlyForGzipClients(t *testing.T) {
 	}
 }
 
+// A cache that keeps nothing compresses nothing: a gzip client gets the
+// tile as rendered (with Vary, so a shared cache keeps the two apart), and
+// the renderer's bytes themselves.
+func TestCacheThatKeepsNothingSendsTilesAsRendered(t *testing.T) {
+	t.Parallel()
+	tile := bytes.Repeat([]byte("\x1a\x10places feature "), 200)
+	_, srv := internalHandler(t, 0, fixedTile(tile), nil)
+	for range 2 {
+		r := httptest.NewRequest(http.MethodGet, tilePath, nil)
+		r.Header.Set("Accept-Encoding", "gzip, deflate, br")
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		if w.Code != http.StatusOK || w.Header().Get("Content-Encoding") != "" || !bytes.Equal(w.Body.Bytes(), tile) ||
+			w.Header().Get("Vary") != "Accept-Encoding" || w.Header().Get("X-Cache") != "MISS" {
+			t.Fatalf("gzip client, nothing cached: %d, headers %v, %d bytes; want the %d-byte tile as rendered",
+				w.Code, w.Header(), w.Body.Len(), len(tile))
+		}
+	}
+}
+
 // fixedTile renders every tile as the same bytes.
 type fixedTile []byte
 

@@ -212,8 +212,9 @@ func statementTimeout(layers []*Layer) time.Duration {
 
 // write sends a rendered tile: 304 when If-None-Match names it, 204 when it
 // is empty, else 200 — gzip-coded when the client accepts gzip, the
-// handler has a Cache, and gzip makes the tile smaller (compressed once per
-// cached tile; a client that does not accept gzip never pays for it). Every
+// handler's Cache keeps tiles, and gzip makes the tile smaller (compressed
+// once per cached tile; a client that does not accept gzip never pays for
+// it, nor does anyone for a tile that is not kept). Every
 // answer carries ETag, Cache-Control, Vary: Accept-Encoding and X-Cache.
 func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
