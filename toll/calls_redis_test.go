@@ -1,0 +1,227 @@
+package toll
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+// callCounter is a go-redis hook that counts what a client sends to
+// Redis: every command, and among the calls of admit.lua those that carry
+// an admission (the calls a client waits for; a call of finishes alone is
+// sent after the answer).
+type callCounter struct {
+	commands, scripts, admitting atomic.Int64
+	mu                           sync.Mutex
+	others                       []string // the commands that were not scripts
+}
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *callCounter) count(cmd redis.Cmder) {
+	c.commands.Add(1)
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		c.mu.Lock()
+		c.others = append(c.others, fmt.Sprint(cmd.Args()...))
+		c.mu.Unlock()
+		return
+	}
+	c.scripts.Add(1)
+	// EVALSHA sha numkeys KEYS… ARGV: 8 arguments of the batch's shape,
+	// then kind, id and amount per operation (see admit.lua).
+	args := cmd.Args()
+	if len(args) < 3 {
+		return
+	}
+	nkeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+	for i := 3 + nkeys + 8; i < len(args); i += 3 {
+		if k := fmt.Sprint(args[i]); k == "A" || k == "S" {
+			c.admitting.Add(1)
+			return
+		}
+	}
+}
+
+func (c *callCounter) reset() { c.commands.Store(0); c.scripts.Store(0); c.admitting.Store(0) }
+
+// countedToll is redisTollOn behind a Failover (as the server runs it) on
+// rdb, whose commands the returned counter counts. flush sends every
+// settlement still on its way.
+func countedToll(t *testing.T, rdb redis.UniversalClient) (toll *Toll, c *callCounter, flush func()) {
+	t.Helper()
+	c = &callCounter{}
+	rdb.AddHook(c)
+	toll, _ = redisTollOn(t, rdb)
+	store := toll.Store.(*throttle.RedisStore)
+	toll.Store = &throttle.Failover{Primary: store, Mode: throttle.FailClosed, Logger: discard()}
+	return toll, c, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := store.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// serveTile is a tile route through toll and Finish that answers 200 to
+// what toll admits; the request ends (and is settled) when it returns.
+func serveTile(toll *Toll) http.Handler {
+	return Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if toll.AdmitTile(w, r, tileDemand(14, "places")) {
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+}
+
+func tileRequest(key, addr string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/tiles/places/14/0/0.mvt", nil)
+	r.RemoteAddr = net.JoinHostPort(addr, "5555")
+	if key != "" {
+		r.Header.Set("X-API-Key", key)
+	}
+	return r
+}
+
+// A request admitted with the default tiers' shape — an in-flight cap
+// (the pro tier's 64, the anonymous tier's 8), and for an anonymous IPv6
+// caller its /48's aggregate bucket — costs at most one admit.lua call on the client's
+// path, counted on the wire over 1,024 admitted requests: 16 clients at
+// once (a map asks for its tiles in parallel), and one client that never
+// overlaps its requests. The settlement rides on a later call. The budgets
+// are large enough that nothing is refused; what is counted is the path
+// of an admitted request. Each client's first request loads the script on
+// its Redis node (EVALSHA, then EVAL once), as a running server has.
+func TestOneScriptCallPerAdmittedRequest(t *testing.T) {
+	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		toll, calls, flush := countedToll(t, rdb)
+		big := throttle.Limit{Rate: 1e6, Capacity: 1e9}
+		toll.Tiers["bulk"] = Tier{Name: "bulk", Limit: big, MaxInFlight: 64}
+		toll.Tiers[AnonymousTier] = Tier{Name: AnonymousTier, Limit: big, MaxInFlight: 8}
+		toll.IPv6Aggregate = IPv6Aggregate{Bits: 48, Limit: big}
+		keys := toll.Keys.(fakeKeys)
+		keys["bulk"] = apikeys.Key{ID: 60, Name: "bulk", Tier: "bulk"}
+		h := serveTile(toll)
+		for _, c := range []struct {
+			name, key, addr string
+			clients, each   int
+		}{
+			{"16 clients of a key", "bulk", "192.0.2.8", 16, 64},
+			{"1 client of a key", "bulk", "192.0.2.9", 1, 1024},
+			{"8 anonymous IPv6 clients", "", "2001:db8:1:2::7", 8, 128},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				serve := func() int {
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, tileRequest(c.key, c.addr))
+					return w.Code
+				}
+				if code := serve(); code != http.StatusOK { // the script loaded
+					t.Fatalf("first request: %d", code)
+				}
+				flush()
+				calls.reset()
+				var ok atomic.Int64
+				var wg sync.WaitGroup
+				for range c.clients {
+					wg.Go(func() {
+						for range c.each {
+							if code := serve(); code != http.StatusOK {
+								t.Errorf("status %d", code)
+								return
+							}
+							ok.Add(1)
+						}
+					})
+				}
+				wg.Wait()
+				onPath, scripts := calls.admitting.Load(), calls.scripts.Load()
+				flush()
+				n := ok.Load()
+				if n != int64(c.clients*c.each) {
+					t.Fatalf("%d of %d admitted", n, c.clients*c.each)
+				}
+				if onPath > n || calls.commands.Load() != calls.scripts.Load() {
+					t.Fatalf("%d requests: %d calls carrying admits (want ≤ 1 per request), %d commands in all, others %q",
+						n, onPath, calls.commands.Load(), calls.others)
+				}
+				t.Logf("%d admitted requests: %d calls on their path (%.3f per request), %d script calls before the last flush, %d after",
+					n, onPath, float64(onPath)/float64(n), scripts, calls.scripts.Load())
+			})
+		}
+	})
+}
+
+// A key refused with Retry-After t is refused in process, without a
+// Redis command, until t (the 429 carries the same budget headers); the
+// first request after t goes to Redis once and is admitted. The bucket is
+// sized on the tile's price p: 1.5 p, refilling p in 1.6 s, so the second
+// request is refused for 0.8 s (Retry-After: 1).
+func TestRefusedKeyCostsNoRedisCallUntilRetryAfter(t *testing.T) {
+	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		toll, calls, _ := countedToll(t, rdb)
+		p := toll.TilePrice(tileDemand(14, "places"))
+		toll.Tiers["free"] = Tier{Name: "free", Limit: throttle.Limit{Rate: p / 1.6, Capacity: 1.5 * p}}
+		h := serveTile(toll)
+		serve := func() *httptest.ResponseRecorder {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, tileRequest("k1", "192.0.2.10"))
+			return w
+		}
+		if w := serve(); w.Code != http.StatusOK {
+			t.Fatalf("first request: %d %s", w.Code, w.Body)
+		}
+		refusal := serve()
+		refusedAt := time.Now()
+		if refusal.Code != http.StatusTooManyRequests || refusal.Header().Get("Retry-After") != "1" {
+			t.Fatalf("second request: %d, Retry-After %q; want 429, 1", refusal.Code, refusal.Header().Get("Retry-After"))
+		}
+		calls.reset()
+		n := 0
+		for time.Since(refusedAt) < 400*time.Millisecond { // well before the bucket holds p again
+			w := serve()
+			if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" || w.Header().Get("RateLimit") == "" {
+				t.Fatalf("request %d before Retry-After: %d %v", n, w.Code, w.Header())
+			}
+			n++
+		}
+		if c := calls.commands.Load(); c != 0 || n == 0 {
+			t.Fatalf("%d refused requests before Retry-After sent %d Redis commands, want 0", n, c)
+		}
+		time.Sleep(time.Until(refusedAt.Add(time.Second)))
+		if w := serve(); w.Code != http.StatusOK {
+			t.Fatalf("the first request after Retry-After: %d %s", w.Code, w.Body)
+		}
+		if c := calls.admitting.Load(); c != 1 {
+			t.Fatalf("the first request after Retry-After made %d calls, want 1", c)
+		}
+		t.Logf("%d requests refused in process in 400 ms, none sent to Redis", n)
+	})
+}
