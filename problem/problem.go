@@ -152,9 +152,12 @@ func Write(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		maps.Copy(full, doc) // the standard members win
 	}
-	body, err := json.Marshal(full)
-	if err != nil { // an Extra member that cannot be encoded: leave them out
-		body, _ = json.Marshal(doc) // strings and ints only: cannot fail
+	body, ok := appendDocument(make([]byte, 0, 512), full)
+	if !ok {
+		var err error
+		if body, err = json.Marshal(full); err != nil { // an Extra member that cannot be encoded: leave them out
+			body, _ = json.Marshal(doc) // strings and ints only: cannot fail
+		}
 	}
 	body = append(body, '\n')
 	h := w.Header()
