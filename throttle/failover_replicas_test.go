@@ -1,0 +1,93 @@
+package throttle
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Free refusals across replicas (two Failovers over one Redis): each
+// replica learns a refusal from its own call, and a refund another replica
+// makes afterwards only makes a replica's in-process refusal conservative
+// — it refuses until its own Retry-After, never admits more than Redis
+// would. After Retry-After each replica asks Redis again, once.
+func TestFreeRefusalAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		b := Bucket{Key: f.key("replicas"), Limit: Limit{Rate: 10, Capacity: 10}}
+		sa, sb := f.store, NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})
+		a := &Failover{Primary: sa, Mode: FailClosed}
+		r := &Failover{Primary: sb, Mode: FailClosed}
+		held := mustAdmit(t, a, Request{Bucket: b, Cost: 10})
+		if !held.Allowed {
+			t.Fatalf("a full bucket refused: %+v", held.Result)
+		}
+		refusedAt := time.Now()
+		// Each replica is refused by Redis once: B has not heard of A's
+		// refusal. Each then refuses until its own Retry-After, counted
+		// from when it heard.
+		var retryAt time.Time
+		for _, rep := range []struct {
+			f *Failover
+			s *RedisStore
+		}{{a, sa}, {r, sb}} {
+			calls := rep.s.Stats().Calls
+			if got := mustAdmit(t, rep.f, Request{Bucket: b, Cost: 5}); got.Allowed || rep.s.Stats().Calls != calls+1 {
+				t.Fatalf("an empty bucket: %+v after %d calls", got.Result, rep.s.Stats().Calls-calls)
+			} else if at := time.Now().Add(got.Result.RetryAfter); at.After(retryAt) {
+				retryAt = at
+			}
+		}
+		// A's request ends having cost nothing: Redis's bucket is full again.
+		held.Ticket.Settle(0)
+		flushWithin(t, sa)
+		if res := mustPeek(t, sb, b); res.Remaining < 9.9 {
+			t.Fatalf("after the refund Redis holds %v tokens, want 10", res.Remaining)
+		}
+		// Yet until their Retry-After (0.5 s after the bucket was emptied)
+		// both refuse in process.
+		ca, cb := sa.Stats().Calls, sb.Stats().Calls
+		n := 0
+		for time.Since(refusedAt) < 250*time.Millisecond {
+			for _, rep := range []*Failover{a, r} {
+				if got := mustAdmit(t, rep, Request{Bucket: b, Cost: 5}); got.Allowed || got.Result.RetryAfter <= 0 {
+					t.Fatalf("before Retry-After: %+v", got.Result)
+				}
+				n++
+			}
+		}
+		if sa.Stats().Calls != ca || sb.Stats().Calls != cb || n == 0 {
+			t.Fatalf("%d refusals before Retry-After made %d and %d calls, want none", n, sa.Stats().Calls-ca, sb.Stats().Calls-cb)
+		}
+		time.Sleep(time.Until(retryAt.Add(20 * time.Millisecond)))
+		for _, rep := range []struct {
+			f *Failover
+			s *RedisStore
+		}{{a, sa}, {r, sb}} {
+			calls := rep.s.Stats().Calls
+			got := mustAdmit(t, rep.f, Request{Bucket: b, Cost: 5})
+			if !got.Allowed || rep.s.Stats().Calls != calls+1 {
+				t.Fatalf("after Retry-After: %+v after %d calls", got.Result, rep.s.Stats().Calls-calls)
+			}
+			got.Ticket.Release()
+		}
+	})
+}
+
+// A Failover remembers at most Remember callers: a flood of new
+// identities cannot grow its memory without bound.
+func TestFailoverRemembersBoundedCallers(t *testing.T) {
+	f, _ := newFailover(FailClosed, 1)
+	f.Remember = 64
+	for i := range 1000 {
+		b := Bucket{Key: "k" + strconv.Itoa(i), Limit: Limit{Rate: 1, Capacity: 1}}
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}) // refused: remembered
+	}
+	f.known.mu.Lock()
+	n := len(f.known.m)
+	f.known.mu.Unlock()
+	if n > 64 || n == 0 {
+		t.Fatalf("%d callers remembered, want 1..64", n)
+	}
+}
