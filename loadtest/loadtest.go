@@ -17,6 +17,9 @@
 // [RunCeiling] runs the densest tiles ([CeilingLists]) through pgbench with
 // the layer's own query ([PgbenchScript]) and through the server
 // ([Client.Loop]), for tiles per second as a share of the database's.
+// [RunProtect] measures an honest caller's latency alone and beside an
+// abuser's flood, throttled and in shadow mode ([WriteProtectTable],
+// [WriteProtectSVG]).
 //
 // For users who prefer k6, the k6/ folder holds equivalent scripts (k6 is
 // AGPL; geotoll ships scripts for it, and does not link it).
