@@ -16,6 +16,7 @@ import (
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/toll"
@@ -41,13 +42,18 @@ func stuckView(exec func(string)) {
 }
 
 // runningIn counts, through the owner pool, the backends running a
-// statement that mentions schema.
+// statement that reads a relation of schema: that holds a lock on one (a
+// statement's text, which pg_stat_activity cuts after 1 kB, may name the
+// schema too late to be seen).
 func runningIn(t *testing.T, owner *pgxpool.Pool, schema string) int {
 	t.Helper()
 	var n int
 	err := owner.QueryRow(context.Background(), `
-		SELECT count(*) FROM pg_stat_activity
-		WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, schema).Scan(&n)
+		SELECT count(*) FROM pg_stat_activity a
+		WHERE a.state = 'active' AND a.pid <> pg_backend_pid() AND EXISTS (
+			SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE l.pid = a.pid AND n.nspname = $1)`, schema).Scan(&n)
 	if err != nil {
 		t.Fatalf("pg_stat_activity: %v", err)
 	}
@@ -229,30 +235,43 @@ func TestEndToEndGivenUpRequestsKeepTheirSlots(t *testing.T) {
 // keeps its key's in-flight slot until the PostgreSQL backend has stopped:
 // meanwhile every request of the key, even for a cheap tile, is refused
 // 429 (in flight); once the backend has stopped, the key is admitted
-// again. On Redis and on Redis Cluster.
+// again. A tile on Redis, a geofence query on Redis Cluster.
 func TestEndToEndSlotHeldUntilTheBackendStops(t *testing.T) {
-	for _, mode := range []string{"redis", "cluster"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cluster bool
+		stuck   string // the path of the request that gives up
+	}{
+		{"tile on redis", false, "/tiles/stuck/0/0/0.mvt"},
+		{"geofence on cluster", true, "/geofence/within?layer=stuck_fence&lng=13.4&lat=52.5&radius=10"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			schema, exec := fixtureSchema(t)
 			stuckView(exec)
+			exec(`CREATE VIEW {s}.stuck_fence AS
+				SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(13.4 + z.n * 0, 52.5), 4326) AS geom
+				FROM {s}.huge h, LATERAL (SELECT count(*) AS n FROM ST_Subdivide(h.g, 256)) z`)
+			exec(`GRANT SELECT ON {s}.stuck_fence TO geotoll_reader`)
 			key := createKey(t, "single")
 			base, _ := startServer(t, func(c *Config) {
-				if mode == "cluster" {
+				if tc.cluster {
 					c.Redis.URL, c.Redis.Addrs, c.Redis.Cluster = "", testenv.RedisClusterAddrs(t), true
 				}
 				c.Throttle.Tiers["single"] = TierConfig{Rate: 1000, Capacity: 10000, MaxInFlight: 1}
 				c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".stuck", time.Second)})
+				c.Geofence.Layers = append(c.Geofence.Layers, geofence.Layer{Name: "stuck_fence",
+					Table: schema + ".stuck_fence", GeometryColumn: "geom", StatementTimeout: time.Second})
 			})
 			owner := testenv.Pool(t)
 			defer drained(t, owner, schema)
 
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, tileURL(base, "stuck", maptile.New(0, 0, 0)), nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+tc.stuck, nil)
 			req.Header.Set("X-API-Key", key)
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
-				t.Fatalf("the stuck tile answered %d within 0.3 s", resp.StatusCode)
+				t.Fatalf("the stuck request answered %d within 0.3 s", resp.StatusCode)
 			}
 
 			cheap := tileURL(base, "places", maptile.At(orb.Point{13.405, 52.52}, 14))
