@@ -2,8 +2,10 @@ package tiles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"github.com/geotoll/geotoll/internal/pgcall"
@@ -25,18 +27,31 @@ import (
 // the caller's business (the handler adds the layers' statement timeout).
 // Whoever leaves last waits, after answering, for the cancelled load to
 // end (see wait).
+//
+// The load's database time (a pgcall.Meter of its own) is added, once its
+// statements have stopped, to the meter of the caller that pays for it
+// (see bill): the one that started it if it waited for the result, else
+// the caller waiting longest, else the last to give up — the request that
+// held an in-flight slot until the work was over.
 type flights[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*flight[V]
 }
 
 type flight[V any] struct {
-	done    chan struct{}
-	val     V
-	err     error
-	waiters int // callers still waiting; guarded by flights.mu
-	cancel  context.CancelFunc
+	done   chan struct{} // closed under flights.mu
+	val    V
+	err    error
+	cancel context.CancelFunc
+	meter  *pgcall.Meter // the load's database time
+	// Guarded by flights.mu: the callers still waiting, in the order they
+	// came, and the last one that gave up.
+	callers []*caller
+	left    *caller
 }
+
+// caller is one call of do: its context carries its request's meter.
+type caller struct{ ctx context.Context }
 
 // do returns the result of load for key, running load at most once for
 // concurrent callers. shared reports whether this caller joined a load
@@ -44,22 +59,24 @@ type flight[V any] struct {
 // load goes on while other callers wait for it.
 func (g *flights[K, V]) do(ctx context.Context, key K, load func(context.Context) (V, error)) (v V, shared bool, err error) {
 	g.mu.Lock()
+	c := &caller{ctx: ctx}
 	if f, ok := g.m[key]; ok {
-		f.waiters++
+		f.callers = append(f.callers, c)
 		g.mu.Unlock()
-		v, err = g.wait(ctx, key, f)
+		v, err = g.wait(c, key, f)
 		return v, true, err
 	}
 	if g.m == nil {
 		g.m = make(map[K]*flight[V])
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f := &flight[V]{done: make(chan struct{}), waiters: 1, cancel: cancel}
+	lctx, meter := pgcall.WithMeter(lctx)
+	f := &flight[V]{done: make(chan struct{}), cancel: cancel, meter: meter, callers: []*caller{c}}
 	g.m[key] = f
 	g.mu.Unlock()
 
 	go g.run(lctx, key, f, load)
-	v, err = g.wait(ctx, key, f)
+	v, err = g.wait(c, key, f)
 	return v, false, err
 }
 
@@ -72,13 +89,40 @@ func (g *flights[K, V]) run(ctx context.Context, key K, f *flight[V], load func(
 			f.err = fmt.Errorf("tile load panicked: %v\n%s", p, debug.Stack())
 		}
 		g.mu.Lock()
+		defer g.mu.Unlock()
 		if g.m[key] == f {
 			delete(g.m, key)
 		}
-		g.mu.Unlock()
+		f.err = f.bill(f.err)
 		close(f.done)
 	}()
 	f.val, f.err = load(ctx)
+}
+
+// bill adds the load's database time to the meter of the caller that pays
+// for it: the first still waiting (the one that started the load, unless it
+// left), or else the last that gave up, whose wait lasts until the load's
+// statements have stopped. A load whose statements still run (err wraps a
+// pgcall.Stopping) is billed once they have stopped: the error returned
+// then ends (WaitStopped) only after that. Called under flights.mu, as the
+// load ends.
+func (f *flight[V]) bill(err error) error {
+	payer := f.left
+	if len(f.callers) > 0 {
+		payer = f.callers[0]
+	}
+	var s *pgcall.Stopping
+	if !errors.As(err, &s) {
+		pgcall.AddTo(payer.ctx, f.meter.DB())
+		return err
+	}
+	paid := make(chan struct{})
+	go func() {
+		pgcall.WaitStopped(err)
+		pgcall.AddTo(payer.ctx, f.meter.DB())
+		close(paid)
+	}()
+	return pgcall.Outlast(err, paid)
 }
 
 // wait returns the load's result, or ctx's error when ctx ends first. The
@@ -88,16 +132,24 @@ func (g *flights[K, V]) run(ctx context.Context, key K, f *flight[V], load func(
 // request — and the in-flight slot it holds — is not over while its shared
 // query still runs (see pgcall.Respond). A caller that leaves others
 // waiting leaves the work to them.
-func (g *flights[K, V]) wait(ctx context.Context, key K, f *flight[V]) (V, error) {
+func (g *flights[K, V]) wait(c *caller, key K, f *flight[V]) (V, error) {
+	ctx := c.ctx
 	select {
 	case <-f.done:
 		return f.val, f.err
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
-	f.waiters--
-	last := f.waiters == 0
+	select {
+	case <-f.done: // ended meanwhile, perhaps billing this caller
+		g.mu.Unlock()
+		return f.val, f.err
+	default:
+	}
+	f.callers = slices.DeleteFunc(f.callers, func(w *caller) bool { return w == c })
+	last := len(f.callers) == 0
 	if last {
+		f.left = c
 		f.cancel()
 		// A caller arriving now must start afresh, not join a load that is
 		// being cancelled.

@@ -3,6 +3,7 @@ package tiles
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,7 +54,7 @@ func (g *flights[K, V]) waiting(key K) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f, ok := g.m[key]; ok {
-		return f.waiters
+		return len(f.callers)
 	}
 	return 0
 }
@@ -255,5 +256,107 @@ func TestFlightsLastCallerWaitsForTheLoadToStop(t *testing.T) {
 	case <-waited:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait did not end once the statement stopped")
+	}
+}
+
+// A load's database time goes to the meter of the caller that pays for
+// it: its starter while it waits; once the starter has left (its request
+// settled without the load's time), the caller that waited longest.
+func TestFlightsBillTheCallerThatStayed(t *testing.T) {
+	t.Parallel()
+	for _, starterLeaves := range []bool{false, true} {
+		t.Run(fmt.Sprintf("starter leaves %v", starterLeaves), func(t *testing.T) {
+			t.Parallel()
+			var g flights[string, string]
+			started, release := make(chan struct{}), make(chan struct{})
+			load := func(ctx context.Context) (string, error) {
+				close(started)
+				<-release
+				pgcall.AddTo(ctx, 80*time.Millisecond) // as a call records its time
+				return "tile", nil
+			}
+			first, leaveFirst := context.WithCancel(context.Background())
+			defer leaveFirst()
+			first, firstMeter := pgcall.WithMeter(first)
+			second, secondMeter := pgcall.WithMeter(context.Background())
+			errs := make(chan error, 2)
+			go func() { _, _, err := g.do(first, "k", load); errs <- err }()
+			<-started
+			go func() { _, _, err := g.do(second, "k", load); errs <- err }()
+			waitFor(t, "two callers waiting", func() bool { return g.waiting("k") == 2 })
+			if starterLeaves {
+				leaveFirst()
+				if err := <-errs; !errors.Is(err, context.Canceled) {
+					t.Fatalf("the starter leaving: %v", err)
+				}
+			}
+			close(release)
+			for range 2 - btoi(starterLeaves) {
+				if err := <-errs; err != nil {
+					t.Fatalf("a caller that waited: %v", err)
+				}
+			}
+			want := [2]time.Duration{80 * time.Millisecond, 0}
+			if starterLeaves {
+				want = [2]time.Duration{0, 80 * time.Millisecond}
+			}
+			if got := [2]time.Duration{firstMeter.DB(), secondMeter.DB()}; got != want {
+				t.Errorf("metered (starter, joiner) %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// A load everybody gave up on, whose statement still runs, is billed to
+// the last caller to leave — once the statement has stopped, and before
+// that caller's wait (which holds its request's in-flight slot) ends.
+func TestFlightsBillTheLastToLeaveOnceStopped(t *testing.T) {
+	t.Parallel()
+	var g flights[string, string]
+	loadCtx := make(chan context.Context, 1)
+	stopped := make(chan struct{})
+	load := func(ctx context.Context) (string, error) {
+		loadCtx <- ctx
+		<-ctx.Done()
+		return "", pgcall.Outlast(ctx.Err(), stopped)
+	}
+	first, leaveFirst := context.WithCancel(context.Background())
+	first, firstMeter := pgcall.WithMeter(first)
+	second, leaveSecond := context.WithCancel(context.Background())
+	second, secondMeter := pgcall.WithMeter(second)
+	errs := make(chan error, 2)
+	go func() { _, _, err := g.do(first, "k", load); errs <- err }()
+	lctx := <-loadCtx
+	go func() { _, _, err := g.do(second, "k", load); errs <- err }()
+	waitFor(t, "two callers waiting", func() bool { return g.waiting("k") == 2 })
+	leaveFirst()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the starter leaving: %v", err)
+	}
+	leaveSecond()
+	err := <-errs
+	waited := make(chan struct{})
+	go func() { pgcall.WaitStopped(err); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("the last caller's wait ended while the statement still ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	pgcall.AddTo(lctx, 80*time.Millisecond) // the statement's call records its time, then stops
+	close(stopped)
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait did not end once the statement stopped")
+	}
+	if f, s := firstMeter.DB(), secondMeter.DB(); f != 0 || s != 80*time.Millisecond {
+		t.Errorf("metered starter %v, last to leave %v; want 0 and 80ms", f, s)
 	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,8 +13,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/toll"
@@ -38,13 +42,18 @@ func stuckView(exec func(string)) {
 }
 
 // runningIn counts, through the owner pool, the backends running a
-// statement that mentions schema.
+// statement that reads a relation of schema: that holds a lock on one (a
+// statement's text, which pg_stat_activity cuts after 1 kB, may name the
+// schema too late to be seen).
 func runningIn(t *testing.T, owner *pgxpool.Pool, schema string) int {
 	t.Helper()
 	var n int
 	err := owner.QueryRow(context.Background(), `
-		SELECT count(*) FROM pg_stat_activity
-		WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, schema).Scan(&n)
+		SELECT count(*) FROM pg_stat_activity a
+		WHERE a.state = 'active' AND a.pid <> pg_backend_pid() AND EXISTS (
+			SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE l.pid = a.pid AND n.nspname = $1)`, schema).Scan(&n)
 	if err != nil {
 		t.Fatalf("pg_stat_activity: %v", err)
 	}
@@ -78,7 +87,8 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 	stuckView(exec)
 	exec(`CREATE VIEW {s}.sleepy AS SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(1, 1), 3857) AS geom FROM (SELECT pg_sleep(5)) z`)
 	exec(`GRANT SELECT ON {s}.sleepy TO geotoll_reader`)
-	base, _ := startServer(t, func(c *Config) {
+	logs := &logBuffer{}
+	m := startLogging(t, func(c *Config) {
 		c.HTTP.RequestTimeout, c.HTTP.WriteTimeout = 3*time.Second, 4*time.Second
 		c.Throttle.Tiers[toll.AnonymousTier] = TierConfig{Rate: 1000, Capacity: 1000}
 		c.Layers = append(c.Layers,
@@ -86,7 +96,8 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 			// 1 s: a shorter timeout may expire, on a loaded machine, before
 			// the backend has reached the cut, and stop it there.
 			LayerConfig{Layer: layerFor(schema+".stuck", time.Second)})
-	})
+	}, slog.New(slog.NewTextHandler(logs, nil)))
+	base := "http://" + m.Addr()
 	owner := testenv.Pool(t)
 	defer drained(t, owner, schema)
 	for _, layer := range []string{"sleepy", "stuck"} {
@@ -114,6 +125,38 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	// The log says so too: PostgreSQL's own cut (SQLSTATE 57014) and the
+	// statement that did not stop, each a timeout, neither an unavailable
+	// database.
+	var failed []string
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, `msg="tile failed"`) {
+			failed = append(failed, line)
+		}
+	}
+	if len(failed) != 2 || !containsAll(failed[0], []string{"code=timeout", "SQLSTATE 57014", "db_still_running=false"}) ||
+		!containsAll(failed[1], []string{"code=timeout", "statement timeout", "db_still_running=true"}) ||
+		strings.Contains(logs.String(), "unavailable") {
+		t.Errorf("log of the two cut tiles:\n%s\nwant a timeout with SQLSTATE 57014, then a statement timeout still running; never unavailable", logs)
+	}
+}
+
+// logBuffer is a server log that a test reads while the server writes it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // A key whose tier allows two requests in flight, and whose clients give up
@@ -185,5 +228,85 @@ func TestEndToEndGivenUpRequestsKeepTheirSlots(t *testing.T) {
 	}
 	if seen.Load() == 0 || refused.Load() == 0 || gaveUp.Load() == 0 {
 		t.Errorf("statements seen %d, requests refused %d, given up %d: the test proved nothing", seen.Load(), refused.Load(), gaveUp.Load())
+	}
+}
+
+// A request whose client gives up while its statement ignores cancellation
+// keeps its key's in-flight slot until the PostgreSQL backend has stopped:
+// meanwhile every request of the key, even for a cheap tile, is refused
+// 429 (in flight); once the backend has stopped, the key is admitted
+// again. A tile on Redis, a geofence query on Redis Cluster.
+func TestEndToEndSlotHeldUntilTheBackendStops(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cluster bool
+		stuck   string // the path of the request that gives up
+	}{
+		{"tile on redis", false, "/tiles/stuck/0/0/0.mvt"},
+		{"geofence on cluster", true, "/geofence/within?layer=stuck_fence&lng=13.4&lat=52.5&radius=10"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			schema, exec := fixtureSchema(t)
+			stuckView(exec)
+			exec(`CREATE VIEW {s}.stuck_fence AS
+				SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(13.4 + z.n * 0, 52.5), 4326) AS geom
+				FROM {s}.huge h, LATERAL (SELECT count(*) AS n FROM ST_Subdivide(h.g, 256)) z`)
+			exec(`GRANT SELECT ON {s}.stuck_fence TO geotoll_reader`)
+			key := createKey(t, "single")
+			base, _ := startServer(t, func(c *Config) {
+				if tc.cluster {
+					c.Redis.URL, c.Redis.Addrs, c.Redis.Cluster = "", testenv.RedisClusterAddrs(t), true
+				}
+				c.Throttle.Tiers["single"] = TierConfig{Rate: 1000, Capacity: 10000, MaxInFlight: 1}
+				c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".stuck", time.Second)})
+				c.Geofence.Layers = append(c.Geofence.Layers, geofence.Layer{Name: "stuck_fence",
+					Table: schema + ".stuck_fence", GeometryColumn: "geom", StatementTimeout: time.Second})
+			})
+			owner := testenv.Pool(t)
+			defer drained(t, owner, schema)
+
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+tc.stuck, nil)
+			req.Header.Set("X-API-Key", key)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				t.Fatalf("the stuck request answered %d within 0.3 s", resp.StatusCode)
+			}
+
+			cheap := tileURL(base, "places", maptile.At(orb.Point{13.405, 52.52}, 14))
+			var refused int
+			var stoppedAt time.Time
+			limit := time.Now().Add(3 * time.Minute)
+			for {
+				resp, body := fetch(t, http.MethodGet, cheap, "X-API-Key", key)
+				running := runningIn(t, owner, schema) // after the answer
+				if resp.StatusCode != http.StatusTooManyRequests {
+					if running > 0 {
+						t.Fatalf("a request of the key got %d while its given-up request's statement still runs", resp.StatusCode)
+					}
+					break
+				}
+				if !strings.Contains(string(body), "already in flight") {
+					t.Fatalf("429 for another reason than the in-flight cap: %s", short(body))
+				}
+				refused++
+				if running == 0 && stoppedAt.IsZero() {
+					stoppedAt = time.Now()
+				}
+				if time.Now().After(limit) {
+					t.Fatalf("the key was not admitted within 3 minutes (%d refusals)", refused)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if refused == 0 {
+				t.Fatal("the first request after the give-up was admitted: the stuck statement had stopped before it (the test proved nothing)")
+			}
+			if stoppedAt.IsZero() {
+				stoppedAt = time.Now()
+			}
+			t.Logf("%d requests refused while the backend ran; admitted %v after it was seen stopped", refused,
+				time.Since(stoppedAt).Round(time.Millisecond))
+		})
 	}
 }

@@ -31,6 +31,12 @@ func startServer(t *testing.T, edit func(*Config)) (base string, cfg Config) {
 // startMain is startServer returning the running Main.
 func startMain(t testing.TB, edit func(*Config)) *Main {
 	t.Helper()
+	return startLogging(t, edit, quietLog())
+}
+
+// startLogging is startMain writing the server's log to logger.
+func startLogging(t testing.TB, edit func(*Config), logger *slog.Logger) *Main {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
@@ -43,7 +49,7 @@ func startMain(t testing.TB, edit func(*Config)) *Main {
 	if edit != nil {
 		edit(&cfg)
 	}
-	m := &Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &Main{Config: cfg, Logger: logger}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := m.Open(ctx); err != nil {
 		cancel()

@@ -214,10 +214,17 @@ func (db *DB) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	}
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {
+		if s := db.Pool.Stat(); s.AcquiredConns() >= s.MaxConns() {
+			// A live database whose every connection works (or waits for
+			// a statement that ignores cancellation): no outage.
+			return nil, fmt.Errorf("no database connection within %s: %w (all %d in use): %w", db.AcquireTimeout, errBusy, s.MaxConns(), err)
+		}
 		return nil, fmt.Errorf("no database connection within %s: %w", db.AcquireTimeout, err)
 	}
 	return conn, nil
 }
+
+var errBusy = errors.New("every connection of the pool is busy")
 
 func (db *DB) observe(o string) {
 	if db.Calls != nil {
@@ -272,5 +279,9 @@ func (db *DB) timeout(err error) *problem.Error {
 
 func (db *DB) unavailable(err error) *problem.Error {
 	db.observe(Unavailable)
-	return &problem.Error{Code: problem.Unavailable, Detail: "the database is unavailable", RetryAfter: db.RetryAfter, Err: err}
+	detail := "the database is unavailable"
+	if errors.Is(err, errBusy) {
+		detail = "every database connection is busy; try again later"
+	}
+	return &problem.Error{Code: problem.Unavailable, Detail: detail, RetryAfter: db.RetryAfter, Err: err}
 }

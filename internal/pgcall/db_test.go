@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -153,5 +154,43 @@ func TestWrite(t *testing.T) {
 	})
 	if p := problem.From(err); p.Code != problem.Timeout {
 		t.Errorf("Write past its timeout: %v, want a timeout", err)
+	}
+}
+
+// A pool whose every connection is in use answers, after AcquireTimeout,
+// a 503 that says the database is busy — it is alive and working, perhaps
+// for statements that ignore cancellation; one that cannot connect says
+// the database is unavailable.
+func TestReadWithoutConnection(t *testing.T) {
+	t.Parallel()
+	busy, _ := testenv.BusyPool(t) // its only connection is held
+	cfg, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	for _, tc := range []struct {
+		name   string
+		pool   *pgxpool.Pool
+		detail string
+	}{
+		{"busy", busy, "every database connection is busy; try again later"},
+		{"down", down, "the database is unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := &observer{}
+			db := &pgcall.DB{Pool: tc.pool, AcquireTimeout: 200 * time.Millisecond, RetryAfter: 2, Calls: obs}
+			_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second})
+			if p := problem.From(err); p.Code != problem.Unavailable || p.RetryAfter != 2 || p.Detail != tc.detail {
+				t.Errorf("Read: %q %q Retry-After %d (%v); want %q, %q, 2", p.Code, p.Detail, p.RetryAfter, err, problem.Unavailable, tc.detail)
+			}
+			if n, _ := obs.get(pgcall.Unavailable); n != 1 {
+				t.Errorf("%d calls observed unavailable, want 1", n)
+			}
+		})
 	}
 }
