@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,52 +18,121 @@ import (
 	"github.com/geotoll/geotoll/tiles"
 )
 
-// pgbenchParams name the tile query's bound parameters $1..$9 in order
-// (see sql/tile.sql): pgbench -M prepared binds them again as $n.
-var pgbenchParams = []string{"xmin", "ymin", "xmax", "ymax", "extent", "buffer", "bufm", "maxf", "layer"}
-
-var placeholder = regexp.MustCompile(`\$([1-9])\b`)
+var placeholder = regexp.MustCompile(`\$([0-9]+)\b`)
 
 // PgbenchScript renders a pgbench custom script that runs the layer's own
-// tile query (tiles.Layer.SQL) for a uniformly random tile of ts, in the
-// transaction tiles.Store sends as one batch — BEGIN READ ONLY, jit off,
-// the layer's statement_timeout, the query, COMMIT — here one pipeline.
-// The layer name is pgbench's variable :layer (pgbench -D layer=NAME).
+// tile query (tiles.Layer.Query, bound exactly as tiles.Store binds it) for
+// a uniformly random tile of ts, in the transaction tiles.Store sends as
+// one batch — BEGIN READ ONLY, jit off, the layer's statement_timeout, the
+// query, COMMIT — here one pipeline. The query's parameters are pgbench
+// variables :p1, :p2…, set per tile (a CASE over the tiles when they
+// differ); the layer name is :layer (pgbench -D layer=NAME). Tiles whose
+// zooms run different query texts (another overview, clustering or not)
+// are grouped, and the script branches (\if) to its tile's group.
 func PgbenchScript(l *tiles.Layer, ts []maptile.Tile) (string, error) {
 	if len(ts) == 0 {
 		return "", errors.New("pgbench script: no tiles")
 	}
+	// Tiles grouped by query text, in order of first appearance; :k
+	// numbers the tiles group after group.
+	var texts []string
+	var groups [][]int
+	var args [][]any
+	for _, t := range ts {
+		sql, a := l.Query(t)
+		g := slices.Index(texts, sql)
+		if g < 0 {
+			texts, groups = append(texts, sql), append(groups, nil)
+			g = len(texts) - 1
+		}
+		groups[g] = append(groups[g], len(args))
+		args = append(args, a)
+	}
+	order := slices.Concat(groups...)
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- %d tiles of layer %s; run with -M prepared -D layer=%s\n", len(ts), l.Name, l.Name)
 	fmt.Fprintf(&b, "\\set k random(0, %d)\n", len(ts)-1)
-	envs := make([][4]float64, len(ts))
-	for i, t := range ts {
-		e := tiles.Envelope(t)
-		envs[i] = [4]float64{e.Min[0], e.Min[1], e.Max[0], e.Max[1]}
+	if err := writeParams(&b, l, args, order); err != nil {
+		return "", err
 	}
-	for j, name := range pgbenchParams[:4] {
-		fmt.Fprintf(&b, "\\set %s CASE", name)
-		for i := range ts {
-			fmt.Fprintf(&b, " WHEN :k = %d THEN %s", i, strconv.FormatFloat(envs[i][j], 'f', -1, 64))
+	end := 0
+	for g, text := range texts {
+		end += len(groups[g])
+		switch {
+		case len(texts) == 1:
+		case g == 0:
+			fmt.Fprintf(&b, "\\if :k < %d\n", end)
+		case g < len(texts)-1:
+			fmt.Fprintf(&b, "\\elif :k < %d\n", end)
+		default:
+			b.WriteString("\\else\n")
 		}
-		b.WriteString(" END\n")
-	}
-	fmt.Fprintf(&b, "\\set extent %d\n\\set buffer %d\n\\set maxf %d\n", l.Extent, l.Buffer, l.MaxFeatures)
-	fmt.Fprintf(&b, "\\set bufm (:xmax - :xmin) * %d.0 / %d.0\n", l.Buffer, l.Extent)
-	var query []string
-	for _, line := range strings.Split(l.SQL(), "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "--") { // comments hold "$n" and colons
-			query = append(query, line)
+		var query []string
+		for _, line := range strings.Split(text, "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(line), "--") { // comments hold "$n" and colons
+				query = append(query, line)
+			}
 		}
+		q := placeholder.ReplaceAllStringFunc(strings.Join(query, "\n"), func(m string) string {
+			n, _ := strconv.Atoi(m[1:])
+			if n < 1 || n > len(args[0]) {
+				return m // not a parameter the query binds (tested: none)
+			}
+			if _, isName := args[0][n-1].(string); isName {
+				return ":layer"
+			}
+			return ":p" + m[1:]
+		})
+		fmt.Fprintf(&b, "\\startpipeline\nBEGIN READ ONLY;\n%s;\n", tiles.ReadSettingsSQL)
+		fmt.Fprintf(&b, "SELECT set_config('statement_timeout', '%d', true);\n", l.StatementTimeout.Milliseconds())
+		fmt.Fprintf(&b, "%s;\nCOMMIT;\n\\endpipeline\n", strings.TrimRight(q, "\n; "))
 	}
-	q := placeholder.ReplaceAllStringFunc(strings.Join(query, "\n"), func(m string) string {
-		n, _ := strconv.Atoi(m[1:])
-		return ":" + pgbenchParams[n-1]
-	})
-	fmt.Fprintf(&b, "\\startpipeline\nBEGIN READ ONLY;\nSELECT set_config('jit', 'off', true);\n")
-	fmt.Fprintf(&b, "SELECT set_config('statement_timeout', '%d', true);\n", l.StatementTimeout.Milliseconds())
-	fmt.Fprintf(&b, "%s;\nCOMMIT;\n\\endpipeline\n", strings.TrimRight(q, "\n; "))
+	if len(texts) > 1 {
+		b.WriteString("\\endif\n")
+	}
 	return b.String(), nil
+}
+
+// writeParams sets :pN for every numeric parameter of the tiles' queries,
+// :k numbering the tiles in order: one value when every tile binds the
+// same, else a CASE over the tiles. The only text parameter is the layer
+// name, pgbench's :layer.
+func writeParams(b *strings.Builder, l *tiles.Layer, args [][]any, order []int) error {
+	for j := range args[0] {
+		vals := make([]string, len(order))
+		for k, i := range order {
+			if j >= len(args[i]) {
+				return fmt.Errorf("pgbench script: tiles bind %d and %d parameters", len(args[0]), len(args[i]))
+			}
+			switch v := args[i][j].(type) {
+			case string:
+				if v != l.Name {
+					return fmt.Errorf("pgbench script: text parameter $%d is %q, not the layer name", j+1, v)
+				}
+				vals[k] = ""
+			case float64:
+				vals[k] = strconv.FormatFloat(v, 'f', -1, 64)
+			case int:
+				vals[k] = strconv.Itoa(v)
+			case int64:
+				vals[k] = strconv.FormatInt(v, 10)
+			default:
+				return fmt.Errorf("pgbench script: parameter $%d is a %T", j+1, v)
+			}
+		}
+		switch {
+		case vals[0] == "": // the layer name
+		case !slices.ContainsFunc(vals, func(v string) bool { return v != vals[0] }):
+			fmt.Fprintf(b, "\\set p%d %s\n", j+1, vals[0])
+		default:
+			fmt.Fprintf(b, "\\set p%d CASE", j+1)
+			for k, v := range vals {
+				fmt.Fprintf(b, " WHEN :k = %d THEN %s", k, v)
+			}
+			b.WriteString(" END\n")
+		}
+	}
+	return nil
 }
 
 // Pgbench runs a script: the database's own ceiling for it.

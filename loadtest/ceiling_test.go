@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"regexp"
 	"strconv"
@@ -22,6 +23,7 @@ func placesLayer(t *testing.T) *tiles.Layer {
 	cat, err := tiles.NewCatalog([]tiles.Layer{{
 		Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", SRID: 3857,
 		Properties: []string{"name", "kind", "city", "rank"}, MaxFeatures: 20000, StatementTimeout: 1500 * time.Millisecond,
+		GeometryKind: tiles.KindPoint, OrderBy: []string{"rank"},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -33,59 +35,74 @@ var berlin = orb.Point{13.405, 52.52}
 
 func TestPgbenchScript(t *testing.T) {
 	l := placesLayer(t)
+	// z14 runs the points query as stored; z9 and z0 cluster: two texts.
 	ts := []maptile.Tile{maptile.At(berlin, 14), maptile.At(berlin, 9), maptile.New(0, 0, 0)}
 	s, err := PgbenchScript(l, ts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each envelope corner is a CASE over the tiles, with the very values
-	// tiles.Store binds.
-	for j, name := range pgbenchParams[:4] {
-		m := regexp.MustCompile(`(?m)^\\set ` + name + ` CASE(.*) END$`).FindStringSubmatch(s)
+	// Every parameter is :pN with the very values tiles.Store binds: one
+	// value when the tiles agree, else a CASE over them; the name is :layer.
+	var args [][]any
+	for _, tile := range ts {
+		_, a := l.Query(tile)
+		args = append(args, a)
+	}
+	for j := range args[0] {
+		if _, isName := args[0][j].(string); isName {
+			continue
+		}
+		name := "p" + strconv.Itoa(j+1)
+		m := regexp.MustCompile(`(?m)^\\set ` + name + ` (.*)$`).FindStringSubmatch(s)
 		if m == nil {
-			t.Fatalf("no \\set %s CASE … END in\n%s", name, s)
+			t.Fatalf("no \\set %s in\n%s", name, s)
 		}
 		branches := regexp.MustCompile(`WHEN :k = (\d+) THEN (\S+)`).FindAllStringSubmatch(m[1], -1)
-		if len(branches) != len(ts) {
-			t.Fatalf("%s: %d branches, want %d", name, len(branches), len(ts))
-		}
-		for i, b := range branches {
-			e := tiles.Envelope(ts[i])
-			want := []float64{e.Min[0], e.Min[1], e.Max[0], e.Max[1]}[j]
-			if k, _ := strconv.Atoi(b[1]); k != i {
-				t.Fatalf("%s: branch %d is for k=%d", name, i, k)
+		for k, tile := range ts {
+			got := m[1]
+			if branches != nil {
+				if len(branches) != len(ts) || branches[k][1] != strconv.Itoa(k) {
+					t.Fatalf("%s: branches %v", name, branches)
+				}
+				got = branches[k][2]
 			}
-			if got, err := strconv.ParseFloat(b[2], 64); err != nil || got != want {
-				t.Fatalf("%s of tile %d: %s, want %v", name, i, b[2], want)
+			if want := fmt.Sprint(args[k][j]); !sameNumber(got, want) {
+				t.Errorf("%s of tile %v: %s, want %s", name, tile, got, want)
 			}
 		}
 	}
-	for _, want := range []string{"\\set k random(0, 2)\n", "\\set extent 4096\n", "\\set buffer 64\n", "\\set maxf 20000\n",
-		"\\startpipeline\nBEGIN READ ONLY;\nSELECT set_config('jit', 'off', true);\nSELECT set_config('statement_timeout', '1500', true);\n",
+	for _, want := range []string{"\\set k random(0, 2)\n", "\\if :k < 1\n", "\\else\n", "\\endif\n",
+		"\\startpipeline\nBEGIN READ ONLY;\n" + tiles.ReadSettingsSQL + ";\nSELECT set_config('statement_timeout', '1500', true);\n",
 		";\nCOMMIT;\n\\endpipeline\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("script lacks %q", want)
 		}
 	}
-	// The query is the layer's own, comments aside, with :name for $n.
-	start := strings.Index(s, "WITH env")
-	end := strings.Index(s, ";\nCOMMIT;")
-	got := s[start:end]
-	for i := len(pgbenchParams); i >= 1; i-- {
-		got = strings.ReplaceAll(got, ":"+pgbenchParams[i-1]+"::", "$"+strconv.Itoa(i)+"::")
-	}
-	var want []string
-	for _, line := range strings.Split(l.SQL(), "\n") {
-		if !strings.HasPrefix(line, "--") {
-			want = append(want, line)
+	// Each branch's query is the layer's own for its zoom, comments aside,
+	// with :pN for $N and :layer for the name.
+	for i, z := range []maptile.Zoom{14, 9} {
+		want := l.SQL(z)
+		want = regexp.MustCompile(`(?m)^\s*--.*\n`).ReplaceAllString(want, "")
+		want = regexp.MustCompile(`\$(\d+)\b`).ReplaceAllStringFunc(want, func(m string) string {
+			if m == "$9" {
+				return ":layer"
+			}
+			return ":p" + m[1:]
+		})
+		if !strings.Contains(s, strings.TrimRight(want, "\n; ")+";\nCOMMIT;") {
+			t.Errorf("branch %d lacks the layer's z%d query", i, z)
 		}
-	}
-	if strings.TrimSpace(got) != strings.TrimSpace(strings.Join(want, "\n")) {
-		t.Errorf("script query:\n%s\nlayer query:\n%s", got, strings.Join(want, "\n"))
 	}
 	if _, err := PgbenchScript(l, nil); err == nil {
 		t.Error("a script without tiles was rendered")
 	}
+}
+
+// sameNumber compares a pgbench literal with a Go value's text.
+func sameNumber(a, b string) bool {
+	x, errA := strconv.ParseFloat(a, 64)
+	y, errB := strconv.ParseFloat(b, 64)
+	return errA == nil && errB == nil && x == y
 }
 
 func TestTileTimerAndAnchorsAgainstPostGIS(t *testing.T) {

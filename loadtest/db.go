@@ -100,7 +100,7 @@ type Timer interface {
 	String() string
 }
 
-// TileTimer times a layer's own tile query (tiles.Layer.SQL, the query
+// TileTimer times a layer's own tile query (tiles.Layer.Query, the query
 // this source tree's server runs, bound exactly as tiles.Store binds it)
 // in PostgreSQL: a read-only transaction with jit off, the median of Runs.
 type TileTimer struct {
@@ -167,20 +167,23 @@ func (tt TileTimer) Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) (T
 	return out, nil
 }
 
-// run times one query in its own read-only transaction, jit off.
+// run times one query in its own read-only transaction, under the
+// settings the server's tile reads use.
 func (tt TileTimer) run(ctx context.Context, l *tiles.Layer, t maptile.Tile, timeout time.Duration) ([]byte, time.Duration, error) {
-	env := tiles.Envelope(t)
-	bufferM := (env.Max[0] - env.Min[0]) * float64(l.Buffer) / float64(l.Extent)
+	sql, args := l.Query(t)
 	var b []byte
+	var level int
 	var took time.Duration
 	err := pgx.BeginTxFunc(ctx, tt.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('jit', 'off', true), set_config('statement_timeout', $1, true)`,
+		if _, err := tx.Exec(ctx, tiles.ReadSettingsSQL); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`,
 			strconv.FormatInt(timeout.Milliseconds(), 10)); err != nil {
 			return err
 		}
 		start := time.Now()
-		err := tx.QueryRow(ctx, l.SQL(), env.Min[0], env.Min[1], env.Max[0], env.Max[1],
-			l.Extent, l.Buffer, bufferM, l.MaxFeatures, l.Name).Scan(&b)
+		err := tx.QueryRow(ctx, sql, args...).Scan(&b, &level)
 		took = time.Since(start)
 		return err
 	})

@@ -144,7 +144,7 @@ func (c *Cache) get(k cacheKey) (*entry, bool) {
 // load renders the tile of k through render, coalescing concurrent calls
 // (see flights), and stores the result. shared reports that another
 // request's render was joined.
-func (c *Cache) load(ctx context.Context, k cacheKey, render func(context.Context) ([]byte, error)) (e *entry, shared bool, err error) {
+func (c *Cache) load(ctx context.Context, k cacheKey, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
 	return c.flights.do(ctx, k, func(ctx context.Context) (*entry, error) {
 		if e, ok := c.get(k); ok { // filled while this request was being priced
 			return e, nil
@@ -165,6 +165,8 @@ func (c *Cache) load(ctx context.Context, k cacheKey, render func(context.Contex
 type entry struct {
 	data []byte // the tile; nil for an empty tile
 	etag string // strong validator of the tile, quoted
+	// reduced is the X-Tile-Reduced header, "" when no layer was reduced.
+	reduced string
 
 	gzipOnce sync.Once
 	gz       atomic.Pointer[[]byte] // the gzip form, once made, if smaller
@@ -215,8 +217,9 @@ func tileETag(tile []byte) string {
 const minGzip = 256
 
 // newEntry hashes the tile. It does not compress it: see Cache.gzipped.
-func newEntry(tile []byte) *entry {
-	e := &entry{data: tile, etag: tileETag(tile)}
+func newEntry(r Rendered) *entry {
+	tile := r.MVT
+	e := &entry{data: tile, etag: tileETag(tile), reduced: reducedHeader(r.Reduced)}
 	if len(tile) == 0 {
 		e.data = nil
 	}

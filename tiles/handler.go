@@ -38,9 +38,26 @@ type Gate interface {
 	AdmitTile(w http.ResponseWriter, r *http.Request, d Demand) bool
 }
 
-// Renderer renders tiles; *Store is the production one.
+// Renderer renders tiles; *Store is the production one. A Renderer that
+// also has Render(ctx, layers, t) (Rendered, error), as *Store does, is
+// asked through it, so that responses can say which layers were reduced
+// to fit their byte budget.
 type Renderer interface {
 	Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]byte, error)
+}
+
+// budgetRenderer is a Renderer that reports reductions (see Renderer).
+type budgetRenderer interface {
+	Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Rendered, error)
+}
+
+// render renders through h.Store, with its reductions when it reports them.
+func (h *Handler) render(ctx context.Context, layers []*Layer, t maptile.Tile) (Rendered, error) {
+	if br, ok := h.Store.(budgetRenderer); ok {
+		return br.Render(ctx, layers, t)
+	}
+	b, err := h.Store.Tile(ctx, layers, t)
+	return Rendered{MVT: b}, err
 }
 
 // Describer describes a layer's data for TileJSON; *Store is the
@@ -112,7 +129,9 @@ type Request struct {
 
 // ParseRequest validates a tile address: layer list, z, x and "{y}.{ext}".
 // Errors are problems: 400 malformed, 404 unknown layer or format, 422 out
-// of range (including a zoom outside a layer's minzoom..maxzoom).
+// of range. A layer whose minzoom..maxzoom excludes z is left out of a
+// composite (as martin does), so a map asking one URL for several layers
+// gets those in range; only when none is the request is a 422.
 func (c *Catalog) ParseRequest(layer, z, x, yext string) (Request, error) {
 	ys, err := SplitFormat(yext)
 	if err != nil {
@@ -126,12 +145,20 @@ func (c *Catalog) ParseRequest(layer, z, x, yext string) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
+	in := layers[:0:0]
 	for _, l := range layers {
-		if !l.ZoomInRange(t.Z) {
-			return Request{}, problem.Range("z", "layer %q is served at zoom %d..%d, not %d", l.Name, l.MinZoom, l.MaxZoom, t.Z)
+		if l.ZoomInRange(t.Z) {
+			in = append(in, l)
 		}
 	}
-	return Request{Layers: layers, Tile: t}, nil
+	if len(in) == 0 {
+		l := layers[0]
+		if len(layers) == 1 {
+			return Request{}, problem.Range("z", "layer %q is served at zoom %d..%d, not %d", l.Name, l.MinZoom, l.MaxZoom, t.Z)
+		}
+		return Request{}, problem.Range("z", "no layer of %q is served at zoom %d (%q: %d..%d)", truncate(layer, 64), t.Z, l.Name, l.MinZoom, l.MaxZoom)
+	}
+	return Request{Layers: in, Tile: t}, nil
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -146,7 +173,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
 			return
 		}
-		tile, err := h.Store.Tile(r.Context(), req.Layers, req.Tile)
+		tile, err := h.render(r.Context(), req.Layers, req.Tile)
 		if err != nil {
 			h.fail(w, r, err)
 			return
@@ -169,7 +196,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	deadline, hasDeadline := r.Context().Deadline()
-	e, shared, err := h.Cache.load(r.Context(), key, func(ctx context.Context) ([]byte, error) {
+	e, shared, err := h.Cache.load(r.Context(), key, func(ctx context.Context) (Rendered, error) {
 		// The render outlives the request that started it while others
 		// wait for it (see flights), so it needs a bound of its own: the
 		// statement timeout, plus time to get a connection — and the
@@ -181,7 +208,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx, cancel := context.WithDeadline(ctx, bound)
 		defer cancel()
-		return h.Store.Tile(ctx, req.Layers, req.Tile)
+		return h.render(ctx, req.Layers, req.Tile)
 	})
 	if err != nil {
 		h.fail(w, r, err)
@@ -214,8 +241,9 @@ func statementTimeout(layers []*Layer) time.Duration {
 // is empty, else 200 — gzip-coded when the client accepts gzip, the
 // handler's Cache keeps tiles, and gzip makes the tile smaller (compressed
 // once per cached tile; a client that does not accept gzip never pays for
-// it, nor does anyone for a tile that is not kept). Every
-// answer carries ETag, Cache-Control, Vary: Accept-Encoding and X-Cache.
+// it, nor does anyone for a tile that is not kept). Every answer carries
+// ETag, Cache-Control, Vary: Accept-Encoding and X-Cache, and
+// X-Tile-Reduced when a layer was reduced to fit its byte budget.
 func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
 	body, gz := e.data, false
@@ -228,6 +256,9 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 	hdr.Set("Cache-Control", cacheControl(layers))
 	hdr.Add("Vary", "Accept-Encoding")
 	hdr.Set("ETag", e.etagFor(gz))
+	if e.reduced != "" {
+		hdr.Set(HeaderReduced, e.reduced)
+	}
 	if noneMatch(r.Header.Values("If-None-Match"), e.matches) {
 		w.WriteHeader(http.StatusNotModified)
 		return

@@ -25,6 +25,7 @@ func TestParseRequest(t *testing.T) {
 	t.Parallel()
 	c := newCatalog(t, append(demoLayers(),
 		tiles.Layer{Name: "lowzoom", Table: "t", GeometryColumn: "g", MaxZoom: 10},
+		tiles.Layer{Name: "highzoom", Table: "t", GeometryColumn: "g", MinZoom: 12},
 	)...)
 	for _, tc := range []struct {
 		name           string
@@ -46,7 +47,13 @@ func TestParseRequest(t *testing.T) {
 			wantLayers: []string{"lowzoom"}, wantTile: maptile.New(0, 0, 10)},
 
 		{name: "below minzoom", layer: "districts", z: "3", x: "4", y: "2.mvt", status: 422, param: "z"},
-		{name: "composite below one minzoom", layer: "places,districts", z: "0", x: "0", y: "0.mvt", status: 422, param: "z"},
+		// A composite serves the layers in range, in their order; 422 only
+		// when none is.
+		{name: "composite below one minzoom", layer: "places,districts", z: "0", x: "0", y: "0.mvt",
+			wantLayers: []string{"places"}, wantTile: maptile.New(0, 0, 0)},
+		{name: "composite above one maxzoom", layer: "lowzoom,districts,places", z: "11", x: "0", y: "0.mvt",
+			wantLayers: []string{"districts", "places"}, wantTile: maptile.New(0, 0, 11)},
+		{name: "composite with no layer in range", layer: "districts,highzoom", z: "3", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "above maxzoom", layer: "lowzoom", z: "11", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "above MaxZoom", layer: "places", z: "23", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "x out of range", layer: "places", z: "1", x: "2", y: "0.mvt", status: 422, param: "x"},

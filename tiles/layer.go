@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -26,14 +25,37 @@ type Layer struct {
 	Table          string   `yaml:"table"`           // schema.table (or table); the bare name when Schema is set
 	GeometryColumn string   `yaml:"geometry_column"` // geometry column used for filtering and drawing
 	SRID           int      `yaml:"srid"`            // SRID of GeometryColumn: 3857 is drawn as is, others are transformed
-	IDColumn       string   `yaml:"id_column"`       // integer feature id
+	IDColumn       string   `yaml:"id_column"`       // integer feature id, unique per row
 	WithoutID      bool     `yaml:"without_id"`      // serve no feature ids (a table without an integer key)
 	Properties     []string `yaml:"properties"`      // allowlisted attribute columns
-	MinZoom        int      `yaml:"minzoom"`
-	MaxZoom        int      `yaml:"maxzoom"`
-	Extent         int      `yaml:"extent"`       // MVT extent, default 4096
-	Buffer         int      `yaml:"buffer"`       // tile units, default 64
-	MaxFeatures    int      `yaml:"max_features"` // LIMIT per tile, default 10000
+	// GeometryKind is point, line, polygon or mixed; empty reads it from
+	// the database at start-up (see Kind).
+	GeometryKind Kind `yaml:"geometry_kind"`
+	// MinZoom and MaxZoom are the zooms served (default 0..22); a request
+	// outside them is a 422 (a composite drops the layer instead).
+	MinZoom int `yaml:"minzoom"`
+	MaxZoom int `yaml:"maxzoom"`
+	// DataMaxZoom is the deepest zoom that adds detail (default 16,
+	// within MinZoom..MaxZoom): TileJSON's maxzoom, so that clients overzoom its
+	// tiles instead of buying deeper ones.
+	DataMaxZoom int `yaml:"data_maxzoom"`
+	Extent      int `yaml:"extent"`       // MVT extent, default 4096
+	Buffer      int `yaml:"buffer"`       // tile units, default 64
+	MaxFeatures int `yaml:"max_features"` // features per tile, default 10000
+	// OrderBy is the layer's priority: "column", "column desc"… (default
+	// the id column, which is always the last key). The feature cap keeps
+	// the first features in this order, a point cluster is drawn as its
+	// first point, and the byte budget drops features from the end, so a
+	// tile renders to the same bytes every time.
+	OrderBy []string `yaml:"order_by"`
+	// MaxTileBytes is the byte budget of one tile of this layer, in
+	// uncompressed MVT bytes (default 500000); see Budget.
+	MaxTileBytes int `yaml:"max_tile_bytes"`
+	// Generalize thins the layer's tiles at low and middle zooms.
+	Generalize Generalize `yaml:"generalize"`
+	// Overviews are the low zooms read from tables `geotoll prepare`
+	// builds (see package serving).
+	Overviews Overviews `yaml:"overviews"`
 	// StatementTimeout bounds each tile query of this layer (SET LOCAL
 	// statement_timeout). It should be tighter than the read role's own.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
@@ -41,8 +63,20 @@ type Layer struct {
 	// 1 min); a composite tile gets the smallest of its layers'.
 	MaxAge time.Duration `yaml:"max_age"`
 
-	sql       string // rendered once by NewCatalog
-	extentSQL string // exact extent, the fallback of Store.Describe
+	state     *layerState // what each zoom reads: set by Prepare, swapped by Catalog.Refresh
+	extentSQL string      // exact extent, the fallback of Store.Describe
+	order     []OrderKey  // OrderBy parsed, the id appended
+}
+
+// Overviews is the zoom band whose tiles read precomputed overview tables
+// instead of the layer's table, once `geotoll prepare` has built them:
+// per zoom, a point layer's clusters or a line or polygon layer's
+// simplified features. Zero MinZoom and MaxZoom mean the default band
+// z0–z7, clipped to the layer's zooms and to Generalize.MaxZoom.
+type Overviews struct {
+	Off     bool `yaml:"off"`
+	MinZoom int  `yaml:"minzoom"`
+	MaxZoom int  `yaml:"maxzoom"`
 }
 
 // Defaults for unset Layer fields.
@@ -52,18 +86,31 @@ const (
 	DefaultMaxFeatures      = 10000
 	DefaultStatementTimeout = 2 * time.Second
 	DefaultMaxAge           = time.Minute
+	DefaultDataMaxZoom      = 16
+	DefaultOverviewMaxZoom  = 7
 	maxMaxAge               = 365 * 24 * time.Hour
 	maxFeaturesCeiling      = 200000
+	minTileBytes            = 1024
+	maxTileBytesCeiling     = 64 << 20
 )
 
 var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// SQL returns the layer's constant query text.
-func (l *Layer) SQL() string { return l.sql }
-
 // ZoomInRange reports whether z is within the layer's zoom range.
 func (l *Layer) ZoomInRange(z maptile.Zoom) bool {
 	return int(z) >= l.MinZoom && int(z) <= l.MaxZoom
+}
+
+// OverviewZooms returns the zooms the layer's overviews serve, lo..hi
+// inclusive; ok is false when it has none (overviews off, or a band
+// outside the layer's generalised zooms).
+func (l *Layer) OverviewZooms() (lo, hi int, ok bool) {
+	if l.Overviews.Off || l.Generalize.Off {
+		return 0, 0, false
+	}
+	lo = max(l.Overviews.MinZoom, l.MinZoom)
+	hi = min(l.Overviews.MaxZoom, l.Generalize.MaxZoom, l.MaxZoom)
+	return lo, hi, lo <= hi
 }
 
 func (l *Layer) withDefaults() {
@@ -76,6 +123,9 @@ func (l *Layer) withDefaults() {
 	if l.MaxZoom == 0 {
 		l.MaxZoom = int(MaxZoom)
 	}
+	if l.DataMaxZoom == 0 {
+		l.DataMaxZoom = max(l.MinZoom, min(DefaultDataMaxZoom, l.MaxZoom))
+	}
 	if l.Extent == 0 {
 		l.Extent = DefaultExtent
 	}
@@ -85,11 +135,18 @@ func (l *Layer) withDefaults() {
 	if l.MaxFeatures == 0 {
 		l.MaxFeatures = DefaultMaxFeatures
 	}
+	if l.MaxTileBytes == 0 {
+		l.MaxTileBytes = DefaultMaxTileBytes
+	}
 	if l.StatementTimeout == 0 {
 		l.StatementTimeout = DefaultStatementTimeout
 	}
 	if l.MaxAge == 0 {
 		l.MaxAge = DefaultMaxAge
+	}
+	l.Generalize.withDefaults(l.DataMaxZoom)
+	if l.Overviews.MinZoom == 0 && l.Overviews.MaxZoom == 0 {
+		l.Overviews.MaxZoom = DefaultOverviewMaxZoom
 	}
 }
 
@@ -105,8 +162,14 @@ func (l *Layer) validate() error {
 	if l.SRID <= 0 {
 		bad("srid %d must be positive", l.SRID)
 	}
+	if l.GeometryKind != "" && !l.GeometryKind.Valid() {
+		bad("geometry_kind %q must be point, line, polygon or mixed (or empty: read from the database)", l.GeometryKind)
+	}
 	if l.MinZoom < 0 || l.MaxZoom > int(MaxZoom) || l.MinZoom > l.MaxZoom {
 		bad("zoom range %d..%d must lie within 0..%d", l.MinZoom, l.MaxZoom, MaxZoom)
+	}
+	if l.DataMaxZoom < l.MinZoom || l.DataMaxZoom > l.MaxZoom {
+		bad("data_maxzoom %d must lie within the zoom range %d..%d", l.DataMaxZoom, l.MinZoom, l.MaxZoom)
 	}
 	if l.Extent < 256 || l.Extent > 16384 {
 		bad("extent %d must be within 256..16384", l.Extent)
@@ -117,11 +180,29 @@ func (l *Layer) validate() error {
 	if l.MaxFeatures < 1 || l.MaxFeatures > maxFeaturesCeiling {
 		bad("max_features %d must be within 1..%d", l.MaxFeatures, maxFeaturesCeiling)
 	}
+	if l.MaxTileBytes < minTileBytes || l.MaxTileBytes > maxTileBytesCeiling {
+		bad("max_tile_bytes %d must be within %d..%d", l.MaxTileBytes, minTileBytes, maxTileBytesCeiling)
+	}
 	if l.StatementTimeout < time.Millisecond || l.StatementTimeout > time.Minute {
 		bad("statement_timeout %s must be within 1ms..1m", l.StatementTimeout)
 	}
 	if l.MaxAge < time.Second || l.MaxAge > maxMaxAge {
 		bad("max_age %s must be within 1s..8760h", l.MaxAge)
+	}
+	if err := l.Generalize.validate(l.DataMaxZoom); err != nil {
+		errs = append(errs, err)
+	}
+	if o := l.Overviews; o.MinZoom < 0 || o.MaxZoom > int(MaxZoom) || o.MinZoom > o.MaxZoom {
+		bad("overviews zoom band %d..%d must lie within 0..%d", o.MinZoom, o.MaxZoom, MaxZoom)
+	}
+	for _, p := range l.Properties {
+		if p == "point_count" || p == "geom" {
+			bad("property %q: the tile query uses that name itself", p)
+		}
+	}
+	var err error
+	if l.order, err = l.orderKeys(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("layer %q: %w", l.Name, err)
@@ -138,47 +219,37 @@ func (l *Layer) tableIdent() pgx.Identifier {
 	return pgx.Identifier(strings.Split(l.Table, "."))
 }
 
+// TableIdent is the layer's table as an identifier (see Schema and Table).
+func (l *Layer) TableIdent() pgx.Identifier { return l.tableIdent() }
+
 // column quotes a column name as one identifier: a dot in it is part of the
 // name, not a qualifier (the query qualifies columns with "t." itself).
 func column(name string) string {
 	return pgx.Identifier{name}.Sanitize()
 }
 
-var (
-	tileTemplate   = template.Must(template.New("tile.sql").Parse(queries.MustRead("tile.sql")))
-	extentTemplate = template.Must(template.New("layer_extent.sql").Parse(queries.MustRead("layer_extent.sql")))
-)
+var extentTemplate = template.Must(template.New("layer_extent.sql").Parse(queries.MustRead("layer_extent.sql")))
 
-// render fills the layer's quoted identifiers into the tile query.
-func (l *Layer) render() error {
-	geom := column(l.GeometryColumn)
-	data := struct {
-		Table, Geom, ID, GeomExpr, FilterExpr string
-		Props                                 []string
-	}{
-		Table: l.tableIdent().Sanitize(),
-		Geom:  geom,
+// mustQueryText is queries.MustRead without the lines that are only
+// comments: the parameter contract stays in the file, and the text
+// PostgreSQL parses (and shows in pg_stat_activity, cut at
+// track_activity_query_size) is the query itself.
+func mustQueryText(name string) string {
+	lines := strings.Split(queries.MustRead(name), "\n")
+	out := lines[:0]
+	for _, line := range lines {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			out = append(out, line)
+		}
 	}
-	if !l.WithoutID {
-		data.ID = column(l.IDColumn)
-	}
-	if l.SRID == 3857 {
-		data.GeomExpr = "t." + geom
-		data.FilterExpr = "ST_Expand(env.geom, $7::float8)"
-	} else {
-		srid := strconv.Itoa(l.SRID) // an int from config, not request text
-		data.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
-		data.FilterExpr = "ST_Transform(ST_Expand(env.geom, $7::float8), " + srid + ")"
-	}
-	for _, p := range l.Properties {
-		data.Props = append(data.Props, column(p))
-	}
+	return strings.Join(out, "\n")
+}
+
+// renderExtent renders the layer's exact-extent query (Store.Describe's
+// fallback).
+func (l *Layer) renderExtent() error {
+	data := struct{ Table, Geom string }{Table: l.tableIdent().Sanitize(), Geom: column(l.GeometryColumn)}
 	var buf bytes.Buffer
-	if err := tileTemplate.Execute(&buf, data); err != nil {
-		return fmt.Errorf("layer %q: render tile.sql: %w", l.Name, err)
-	}
-	l.sql = buf.String()
-	buf.Reset()
 	if err := extentTemplate.Execute(&buf, data); err != nil {
 		return fmt.Errorf("layer %q: render layer_extent.sql: %w", l.Name, err)
 	}
@@ -203,13 +274,28 @@ func NewCatalog(layers []Layer) (*Catalog, error) {
 // Key and Prepare make a Layer a catalog.Layer.
 func (l *Layer) Key() string { return l.Name }
 
-// Prepare fills defaults, validates and renders the layer's query.
+// Prepare fills defaults, validates and renders the layer's queries: the
+// plan of every zoom from its own table, with GeometryKind (KindMixed when
+// unset) until Catalog.Refresh learns more.
 func (l *Layer) Prepare() error {
 	l.withDefaults()
 	if err := l.validate(); err != nil {
 		return err
 	}
-	return l.render()
+	if err := l.renderExtent(); err != nil {
+		return err
+	}
+	kind := l.GeometryKind
+	if kind == "" {
+		kind = KindMixed
+	}
+	p, _, err := l.newPlan(kind, nil)
+	if err != nil {
+		return err
+	}
+	l.state = &layerState{}
+	l.state.plan.Store(p)
+	return nil
 }
 
 // MaxComposite is the most layers one composite tile request may name.

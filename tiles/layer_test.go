@@ -20,16 +20,18 @@ func demoLayers() []tiles.Layer {
 		{
 			Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", SRID: 3857,
 			IDColumn: "id", Properties: []string{"name", "kind", "city", "rank"},
+			GeometryKind: tiles.KindPoint, OrderBy: []string{"rank"},
 			MaxFeatures: 20000, StatementTimeout: 2 * time.Second,
 		},
 		{
 			Name: "districts", Table: "geotoll.districts", GeometryColumn: "geom_3857", SRID: 3857,
 			IDColumn: "id", Properties: []string{"name", "city", "population"},
+			GeometryKind: tiles.KindPolygon, OrderBy: []string{"population desc"},
 			MinZoom: 4, MaxFeatures: 5000, StatementTimeout: 2 * time.Second,
 		},
 		{
 			Name: "geofences", Table: "geotoll.geofences", GeometryColumn: "geom_3857", SRID: 3857,
-			IDColumn: "id", Properties: []string{"name", "kind"},
+			IDColumn: "id", Properties: []string{"name", "kind"}, GeometryKind: tiles.KindPolygon,
 			MaxFeatures: 5000, StatementTimeout: 2 * time.Second,
 		},
 	}
@@ -59,7 +61,7 @@ func TestNewCatalogDefaults(t *testing.T) {
 	if got, want := withoutSQL(*l), withoutSQL(want); got != want {
 		t.Errorf("defaults:\n got %s\nwant %s", got, want)
 	}
-	if l.SQL() == "" {
+	if l.SQL(0) == "" || l.SQL(tiles.MaxZoom) == "" {
 		t.Error("SQL() is empty after NewCatalog")
 	}
 	if c.Layer("b") != nil {
@@ -268,7 +270,7 @@ func TestHostileIdentifiersStayQuoted(t *testing.T) {
 			hostile.Name = "hostile"
 			tc.mod(&hostile)
 			c := newCatalog(t, benign, hostile)
-			want, got := c.Layer("benign").SQL(), c.Layer("hostile").SQL()
+			want, got := c.Layer("benign").SQL(14), c.Layer("hostile").SQL(14)
 			if skeleton(got) != skeleton(want) {
 				t.Fatalf("hostile identifier changed the query outside its quotes:\n--- benign\n%s\n--- hostile\n%s", want, got)
 			}
@@ -285,34 +287,60 @@ func TestHostileIdentifiersStayQuoted(t *testing.T) {
 func TestRenderedSQL(t *testing.T) {
 	t.Parallel()
 	c := newCatalog(t,
-		tiles.Layer{Name: "merc", Table: "geotoll.places", GeometryColumn: "geom_3857", Properties: []string{"name"}},
-		tiles.Layer{Name: "wgs", Table: "geotoll.places", GeometryColumn: "geom", SRID: 4326},
+		tiles.Layer{Name: "merc", Table: "geotoll.places", GeometryColumn: "geom_3857", Properties: []string{"name"},
+			GeometryKind: tiles.KindPoint, OrderBy: []string{"rank desc"}},
+		tiles.Layer{Name: "wgs", Table: "geotoll.places", GeometryColumn: "geom", SRID: 4326, GeometryKind: tiles.KindPoint},
+		tiles.Layer{Name: "poly", Table: "geotoll.districts", GeometryColumn: "geom_3857", GeometryKind: tiles.KindPolygon},
+		tiles.Layer{Name: "poly4326", Table: "geotoll.districts", GeometryColumn: "geom", SRID: 4326, GeometryKind: tiles.KindPolygon},
+		tiles.Layer{Name: "unknown", Table: "geotoll.districts", GeometryColumn: "geom_3857"},
 	)
-	merc, wgs := c.Layer("merc").SQL(), c.Layer("wgs").SQL()
-	for _, want := range []string{`FROM "geotoll"."places" AS t`, `t."geom_3857" &&`, `t."id" AS id`, `t."name"`} {
-		if !strings.Contains(merc, want) {
-			t.Errorf("3857 layer SQL lacks %q:\n%s", want, merc)
+	clustered, raw := c.Layer("merc").SQL(5), c.Layer("merc").SQL(15)
+	for _, want := range []string{`FROM "geotoll"."places" AS t`, `t."geom_3857" &&`, `f."id" AS id`, `t."name"`,
+		`t."rank" DESC NULLS LAST, t."id" ASC NULLS LAST`} {
+		if !strings.Contains(clustered, want) {
+			t.Errorf("3857 point layer SQL lacks %q:\n%s", want, clustered)
 		}
 	}
-	if strings.Contains(merc, "ST_Transform") {
-		t.Errorf("3857 layer SQL transforms its geometry:\n%s", merc)
+	if !strings.Contains(clustered, "count(*) OVER") || strings.Contains(raw, "count(*) OVER") {
+		t.Errorf("z5 should cluster and z15 not:\n--- z5\n%s\n--- z15\n%s", clustered, raw)
 	}
-	for _, want := range []string{`ST_Transform(t."geom", 3857)`, `ST_Transform(ST_Expand(env.geom, $7::float8), 4326)`} {
-		if !strings.Contains(wgs, want) {
-			t.Errorf("4326 layer SQL lacks %q:\n%s", want, wgs)
-		}
+	if strings.Contains(clustered, "ST_Transform") || strings.Contains(c.Layer("poly").SQL(5), "ST_Transform") {
+		t.Errorf("3857 layer SQL transforms its geometry:\n%s", clustered)
 	}
-	for _, q := range []string{merc, wgs} {
-		if strings.Contains(q, "{{") || strings.Contains(q, "<no value>") {
-			t.Errorf("template not fully rendered:\n%s", q)
-		}
-		for i := 1; i <= 9; i++ {
-			if !strings.Contains(q, fmt.Sprintf("$%d", i)) {
-				t.Errorf("query does not bind $%d:\n%s", i, q)
+	for _, want := range []string{`ST_Transform(t."geom", 3857)`, `ST_Transform(ST_Expand(env.geom, env.buffer_m), 4326)`} {
+		for _, q := range []string{c.Layer("wgs").SQL(5), c.Layer("poly4326").SQL(5)} {
+			if !strings.Contains(q, want) {
+				t.Errorf("4326 layer SQL lacks %q:\n%s", want, q)
 			}
 		}
-		if strings.Contains(q, "$10") {
-			t.Errorf("query binds more than 9 parameters:\n%s", q)
+	}
+	if q := c.Layer("poly").SQL(5); !strings.Contains(q, "ST_SimplifyPreserveTopology") || !strings.Contains(q, `Box2D(t."geom_3857")`) {
+		t.Errorf("polygon SQL neither simplifies nor filters by size:\n%s", q)
+	}
+	if q := c.Layer("poly4326").SQL(5); strings.Contains(q, "Box2D") {
+		t.Errorf("a 4326 layer filters boxes in metres:\n%s", q)
+	}
+	if c.Layer("unknown").Kind() != tiles.KindMixed || c.Layer("unknown").SQL(3) != c.Layer("poly").SQL(3) {
+		t.Errorf("a layer of unknown kind is not served by the line and polygon query")
+	}
+	for name, tc := range map[string]struct {
+		q      string
+		params int
+	}{
+		"points clustered": {clustered, 18}, "points raw": {raw, 18}, "points 4326": {c.Layer("wgs").SQL(3), 18},
+		"polygons": {c.Layer("poly").SQL(3), 17}, "polygons 4326": {c.Layer("poly4326").SQL(3), 17},
+	} {
+		q := tc.q
+		if strings.Contains(q, "{{") || strings.Contains(q, "<no value>") {
+			t.Errorf("%s: template not fully rendered:\n%s", name, q)
+		}
+		for i := 1; i <= tc.params; i++ {
+			if !strings.Contains(q, fmt.Sprintf("$%d::", i)) {
+				t.Errorf("%s: query does not bind $%d:\n%s", name, i, q)
+			}
+		}
+		if strings.Contains(q, fmt.Sprintf("$%d", tc.params+1)) {
+			t.Errorf("%s: query binds more than %d parameters:\n%s", name, tc.params, q)
 		}
 	}
 }
@@ -325,7 +353,7 @@ func TestSQLHoldsNoRequestText(t *testing.T) {
 	const name = "zq_marker_layer"
 	c := newCatalog(t, tiles.Layer{Name: name, Table: "geotoll.places", GeometryColumn: "geom_3857"})
 	l := c.Layer(name)
-	before := l.SQL()
+	before := l.SQL(3)
 	if strings.Contains(before, name) {
 		t.Fatalf("the layer name is written into the query text:\n%s", before)
 	}
@@ -339,8 +367,8 @@ func TestSQLHoldsNoRequestText(t *testing.T) {
 	for _, r := range requests {
 		req, _ := c.ParseRequest(r[0], r[1], r[2], r[3])
 		for _, got := range append(req.Layers, l) {
-			if got.SQL() != before {
-				t.Fatalf("request %q changed the query:\n%s", r, got.SQL())
+			if got.SQL(3) != before {
+				t.Fatalf("request %q changed the query:\n%s", r, got.SQL(3))
 			}
 		}
 		for _, part := range r {

@@ -45,48 +45,53 @@ func (s *Store) db() *pgcall.DB {
 		TimeoutDetail: tileTimeoutDetail, Calls: s.Calls}
 }
 
-// Tile renders one tile with one MVT layer per entry of layers, in order,
+// Tile renders one tile (see Render) and returns its bytes.
+func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]byte, error) {
+	r, err := s.Render(ctx, layers, t)
+	return r.MVT, err
+}
+
+// Render renders one tile with one MVT layer per entry of layers, in order,
 // in one guarded read (pgcall.DB.Read: one read-only transaction with jit
 // off, sent as one batch), each layer's query under its own statement
 // timeout (so a composite cannot lend a tight layer the slack of a loose
-// one). The result may be empty (no features). ctx is the request's: a
-// client that hangs up cancels the query.
+// one). Each layer's query holds the layer to its byte budget itself (see
+// Budget); the result says which were reduced. The tile may be empty (no
+// features). ctx is the request's: a client that hangs up cancels the
+// query.
 //
 // A statement timeout is a problem.Timeout (503 with Retry-After); an
 // unreachable database is problem.Unavailable. Either may wrap a
 // pgcall.Stopping when the query had not stopped by the time it was
 // answered.
-func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]byte, error) {
+func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Rendered, error) {
 	if len(layers) == 0 {
-		return nil, problem.Malformed("layer", "no layer")
+		return Rendered{}, problem.Malformed("layer", "no layer")
 	}
-	env := Envelope(t)
-	width := env.Max[0] - env.Min[0]
 	parts := make([][]byte, len(layers))
+	levels := make([]int, len(layers))
 	stmts := make([]pgcall.Statement, len(layers))
 	for i, l := range layers {
-		bufferM := width * float64(l.Buffer) / float64(l.Extent)
-		stmts[i] = pgcall.Statement{
-			SQL: l.sql,
-			Args: []any{env.Min[0], env.Min[1], env.Max[0], env.Max[1],
-				l.Extent, l.Buffer, bufferM, l.MaxFeatures, l.Name},
-			Timeout: l.StatementTimeout,
-			Scan:    pgcall.One(&parts[i]),
-		}
+		sql, args := l.Query(t)
+		stmts[i] = pgcall.Statement{SQL: sql, Args: args, Timeout: l.StatementTimeout, Scan: pgcall.One(&parts[i], &levels[i])}
 	}
 	timing, err := s.db().Read(ctx, stmts...)
 	if err != nil {
-		return nil, err
+		return Rendered{}, err
 	}
-	if s.Observer != nil {
-		for i, l := range layers {
+	tile := Rendered{MVT: parts[0]} // one layer: the bytes pgx read for this call alone
+	if len(parts) > 1 {
+		// An MVT tile is a protobuf message whose only field is the
+		// repeated layer, so concatenated layers are one valid tile.
+		tile.MVT = bytes.Join(parts, nil)
+	}
+	for i, l := range layers {
+		if s.Observer != nil {
 			s.Observer.TileQuery(l.Name, t.Z, timing.Statements[i])
 		}
+		if levels[i] > 0 {
+			tile.Reduced = append(tile.Reduced, Reduction{Layer: l.Name, Level: levels[i]})
+		}
 	}
-	if len(parts) == 1 {
-		return parts[0], nil // the bytes pgx read for this call alone
-	}
-	// An MVT tile is a protobuf message whose only field is the repeated
-	// layer, so concatenated layers are one valid tile.
-	return bytes.Join(parts, nil), nil
+	return tile, nil
 }

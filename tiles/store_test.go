@@ -165,13 +165,15 @@ func TestStoreTilePoints(t *testing.T) {
 		if inner.Contains(p) {
 			inside++
 		}
-		for _, k := range []string{"name", "kind", "city", "rank"} {
+		// The allowlisted four, and point_count (1 beyond the clustered
+		// zooms).
+		for _, k := range []string{"name", "kind", "city", "rank", "point_count"} {
 			if _, ok := f.Properties[k]; !ok {
 				t.Errorf("feature %v lacks property %q: %v", f.ID, k, f.Properties)
 			}
 		}
-		if len(f.Properties) != 4 {
-			t.Errorf("feature %v has properties %v, want only the allowlisted four", f.ID, f.Properties)
+		if len(f.Properties) != 5 || f.Properties["point_count"] != 1.0 {
+			t.Errorf("feature %v has properties %v, want only the allowlisted four and point_count 1", f.ID, f.Properties)
 		}
 		if f.ID == nil || ids[f.ID] {
 			t.Errorf("feature id %v missing or repeated", f.ID)

@@ -154,16 +154,18 @@ func DefaultConfig() Config {
 			{Layer: tiles.Layer{
 				Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", SRID: 3857,
 				IDColumn: "id", Properties: []string{"name", "kind", "city", "rank"},
+				GeometryKind: tiles.KindPoint, OrderBy: []string{"rank"},
 				MaxFeatures: 20000, StatementTimeout: 2 * time.Second,
 			}},
 			{Layer: tiles.Layer{
 				Name: "districts", Table: "geotoll.districts", GeometryColumn: "geom_3857", SRID: 3857,
 				IDColumn: "id", Properties: []string{"name", "city", "population"},
+				GeometryKind: tiles.KindPolygon, OrderBy: []string{"population desc"},
 				MinZoom: 4, MaxFeatures: 5000, StatementTimeout: 2 * time.Second,
 			}, Weights: &WeightsConfig{AreaWeight: f(0.25)}},
 			{Layer: tiles.Layer{
 				Name: "geofences", Table: "geotoll.geofences", GeometryColumn: "geom_3857", SRID: 3857,
-				IDColumn: "id", Properties: []string{"name", "kind"},
+				IDColumn: "id", Properties: []string{"name", "kind"}, GeometryKind: tiles.KindPolygon,
 				MaxFeatures: 5000, StatementTimeout: 2 * time.Second,
 			}, Weights: &WeightsConfig{AreaWeight: f(0.1)}},
 		},

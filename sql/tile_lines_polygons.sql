@@ -1,0 +1,101 @@
+-- One MVT layer of a line, polygon (or mixed) layer for one tile: features
+-- below the smallest size thinned to one per cell, the rest clipped to the
+-- tile and simplified to its pixels, reduced level by level until the tile
+-- fits its byte budget.
+--
+-- Template fields (double braces) come from the layer catalog, quoted with
+-- pgx.Identifier and rendered once per layer and relation at start-up:
+--   .Table .Geom   the relation read and its geometry column: the layer's
+--                  own table, or one of its overviews (simplified and
+--                  thinned already)
+--   .Transform     the relation is not in EPSG:3857: transform it
+--   .FilterExpr    the buffered envelope in the relation's SRID
+--   .BoxExpr       the geometry's bounding box (over alias t) when the
+--                  relation is in EPSG:3857, else empty: then nothing is
+--                  thinned by its stored size ($12)
+--   .ID            the id column (empty: features carry no id)
+--   .Props         the property columns, in order
+--   .Cols          every column carried: id, properties, order_by columns
+--   .Order         the layer's order_by over alias t, a total order when
+--                  the layer has ids (the id is its last key)
+-- Everything else is bound (every parameter is named once in env):
+--   $1..$4  tile envelope in EPSG:3857 (xmin, ymin, xmax, ymax)
+--   $5  extent (tile units)    $6  buffer (tile units)    $7  buffer in metres
+--   $8  feature cap            $9  MVT layer name
+--   $10 simplification tolerance (tile units)
+--   $11 smallest feature (tile units), for the reduction levels
+--   $12 smallest feature (metres): a feature whose box is narrower and
+--       lower than this is small; of the small features of one cell only
+--       the first in order_by is drawn (0: none is small)
+--   $13 1 when level 0 is generalised, else 0
+--   $14 byte budget (uncompressed MVT)        $15 last reduction level
+--   $16 π·R and $17 the cell side in metres: a small feature's cell is
+--       floor((centre of its box + $16) / $17) on each axis
+-- Level 0 simplifies by $10 × $13. Level L > 0 scales the tolerance and
+-- the smallest size by 2^(L − 1 + $13), drops the features below that
+-- size (a point, of no extent, stays) and keeps the first cap / 2^L
+-- features in order_by.
+-- Result: one row (mvt bytea, level int): the first level whose tile fits
+-- the budget, or the last level. Features are written in order_by order,
+-- so the same rows give the same bytes.
+WITH RECURSIVE env AS NOT MATERIALIZED (
+    SELECT ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 3857) AS geom,
+           $5::int AS extent, $6::int AS buffer, $7::float8 AS buffer_m, $8::int AS cap,
+           $9::text AS name, $10::float8 AS tolerance, $11::float8 AS min_size,
+           $12::float8 AS min_size_m, $13::int AS generalised, $14::int AS budget,
+           $15::int AS last_level, $16::float8 AS origin, $17::float8 AS cell
+),
+near AS (
+    SELECT t.*
+    FROM (
+        SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
+        FROM {{.Table}} AS t, env{{if .BoxExpr}}, LATERAL (SELECT {{.BoxExpr}} AS b) AS box{{end}}
+        WHERE t.{{.Geom}} && {{.FilterExpr}}{{if .BoxExpr}}
+          AND (ST_XMax(box.b) - ST_XMin(box.b) >= env.min_size_m
+               OR ST_YMax(box.b) - ST_YMin(box.b) >= env.min_size_m
+               OR (ST_XMax(box.b) = ST_XMin(box.b) AND ST_YMax(box.b) = ST_YMin(box.b)))
+        UNION ALL
+        -- The small features: one per cell, the first in order_by.
+        (SELECT DISTINCT ON (c.cx, c.cy) t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
+        FROM {{.Table}} AS t, env, LATERAL (SELECT {{.BoxExpr}} AS b) AS box,
+             LATERAL (SELECT floor(((ST_XMin(box.b) + ST_XMax(box.b)) / 2 + env.origin) / env.cell)::bigint AS cx,
+                             floor(((ST_YMin(box.b) + ST_YMax(box.b)) / 2 + env.origin) / env.cell)::bigint AS cy) AS c
+        WHERE t.{{.Geom}} && {{.FilterExpr}}
+          AND ST_XMax(box.b) - ST_XMin(box.b) < env.min_size_m
+          AND ST_YMax(box.b) - ST_YMin(box.b) < env.min_size_m
+          AND (ST_XMax(box.b) > ST_XMin(box.b) OR ST_YMax(box.b) > ST_YMin(box.b))
+        ORDER BY c.cx, c.cy, {{.Order}}){{end}}
+    ) AS t
+    ORDER BY {{.Order}}
+    LIMIT $8::int
+),
+feats AS MATERIALIZED (
+    SELECT ST_AsMVTGeom({{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}}, env.geom, env.extent, env.buffer, true) AS geom,
+           row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
+    FROM near AS t, env
+),
+fit (level, mvt) AS (
+    SELECT 0, NULL::bytea
+    UNION ALL
+    SELECT fit.level + 1, (
+        SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY s.prio)
+        FROM (SELECT g.geom, f.prio{{range .Cols}}, f.{{.}}{{end}}
+              FROM feats AS f,
+                   LATERAL (SELECT CASE WHEN k.f > 0 THEN ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f)
+                                        ELSE f.geom END AS geom) AS g
+              WHERE f.geom IS NOT NULL AND f.prio <= greatest(1, env.cap >> fit.level)) AS s,
+             LATERAL (SELECT ST_XMin(s.geom) AS x0, ST_XMax(s.geom) AS x1, ST_YMin(s.geom) AS y0, ST_YMax(s.geom) AS y1) AS b,
+             LATERAL (SELECT s.geom{{if .ID}}, s.{{.ID}} AS id{{end}}{{range .Props}}, s.{{.}}{{end}}) AS q
+        WHERE NOT ST_IsEmpty(s.geom)
+          AND (fit.level = 0 OR b.x1 - b.x0 >= env.min_size * k.f OR b.y1 - b.y0 >= env.min_size * k.f
+               OR (b.x1 = b.x0 AND b.y1 = b.y0)))
+    FROM fit, env,
+         LATERAL (SELECT CASE WHEN fit.level = 0 THEN env.generalised::float8
+                              ELSE 2 ^ (fit.level - 1 + env.generalised) END AS f) AS k
+    WHERE fit.level = 0 OR (length(fit.mvt) > env.budget AND fit.level <= env.last_level)
+)
+SELECT fit.mvt, fit.level - 1
+FROM fit
+WHERE fit.level > 0
+ORDER BY fit.level DESC
+LIMIT 1

@@ -1,0 +1,77 @@
+package tiles
+
+import (
+	"fmt"
+	"strings"
+)
+
+// OrderKey is one key of a layer's order_by: a column, ascending unless
+// Desc. Nulls sort last either way.
+type OrderKey struct {
+	Column string
+	Desc   bool
+}
+
+// ParseOrderKey parses one order_by entry: "column", "column asc" or
+// "column desc" (the keyword in any case, after the last space). The
+// column is a name, quoted as one identifier when the query is rendered;
+// it is never SQL text.
+func ParseOrderKey(s string) (OrderKey, error) {
+	s = strings.TrimSpace(s)
+	k := OrderKey{Column: s}
+	if i := strings.LastIndexByte(s, ' '); i >= 0 {
+		switch strings.ToLower(s[i+1:]) {
+		case "desc":
+			k = OrderKey{Column: strings.TrimSpace(s[:i]), Desc: true}
+		case "asc":
+			k = OrderKey{Column: strings.TrimSpace(s[:i])}
+		}
+	}
+	if k.Column == "" {
+		return OrderKey{}, fmt.Errorf("order_by entry %q names no column", s)
+	}
+	if strings.ContainsRune(k.Column, 0) {
+		return OrderKey{}, fmt.Errorf("order_by entry %q: a column name cannot hold NUL", s)
+	}
+	return k, nil
+}
+
+// orderKeys parses the layer's order_by, defaulting to its id column, and
+// appends the id column as the last key when it is missing, so that the
+// order is total (ids are unique) and a capped tile keeps the same
+// features on every render.
+func (l *Layer) orderKeys() ([]OrderKey, error) {
+	var keys []OrderKey
+	hasID := false
+	for _, s := range l.OrderBy {
+		k, err := ParseOrderKey(s)
+		if err != nil {
+			return nil, err
+		}
+		hasID = hasID || (!l.WithoutID && k.Column == l.IDColumn)
+		keys = append(keys, k)
+	}
+	if !l.WithoutID && !hasID {
+		keys = append(keys, OrderKey{Column: l.IDColumn})
+	}
+	return keys, nil
+}
+
+// OrderBySQL is the layer's order (OrderBy, the id last) as an ORDER BY
+// list over the relation alias, columns quoted with pgx.Identifier, nulls
+// last; "" when the layer has neither ids nor order_by.
+func (l *Layer) OrderBySQL(alias string) string { return orderSQL(alias, l.order) }
+
+// orderSQL renders keys as an ORDER BY list over the relation alias
+// (columns quoted with pgx.Identifier), nulls last.
+func orderSQL(alias string, keys []OrderKey) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		dir := " ASC"
+		if k.Desc {
+			dir = " DESC"
+		}
+		parts[i] = alias + "." + column(k.Column) + dir + " NULLS LAST"
+	}
+	return strings.Join(parts, ", ")
+}

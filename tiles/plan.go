@@ -1,0 +1,221 @@
+package tiles
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/paulmach/orb/maptile"
+)
+
+// layerState is the part of a Layer that changes while it is served: its
+// plan, swapped whole by Catalog.Refresh.
+type layerState struct {
+	plan     atomic.Pointer[plan]
+	kindRead atomic.Bool // the geometry kind was read from the database
+}
+
+// plan is what a tile of a layer runs at each zoom: its query text and the
+// Source behind it. A plan is immutable once built.
+type plan struct {
+	kind    Kind
+	zooms   [MaxZoom + 1]zoomQuery
+	storage []Storage // the serving storage the plan reads
+}
+
+// zoomQuery is the query of one zoom.
+type zoomQuery struct {
+	sql    string
+	source Source
+}
+
+func (l *Layer) plan() *plan { return l.state.plan.Load() }
+
+func (p *plan) zoom(z maptile.Zoom) *zoomQuery { return &p.zooms[min(z, MaxZoom)] }
+
+// Storage returns the serving storage the layer reads now (see
+// Catalog.Refresh), in registry order.
+func (l *Layer) Storage() []Storage { return slices.Clone(l.plan().storage) }
+
+// relation is a relation a layer's query reads.
+type relation struct {
+	ident   pgx.Identifier
+	geom    string
+	srid    int
+	storage *Storage // nil for the layer's own table
+}
+
+// newPlan renders the layer's queries for kind: from its own table at every
+// zoom, except where one of storage serves the zoom (the storage with the
+// narrowest zoom range wins). Storage the layer cannot use is left out and
+// reported in skipped.
+func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error, err error) {
+	p = &plan{kind: kind}
+	own := relation{ident: l.tableIdent(), geom: l.GeometryColumn, srid: l.SRID}
+	rendered := map[bool]string{} // the own table's query, clustered or not
+	for z := range p.zooms {
+		g := l.Generalize.At(maptile.Zoom(z), l.Extent)
+		clustered := kind == KindPoint && g.On
+		sql, ok := rendered[clustered]
+		if !ok {
+			if sql, err = l.renderQuery(kind, own, clustered); err != nil {
+				return nil, nil, err
+			}
+			rendered[clustered] = sql
+		}
+		p.zooms[z] = zoomQuery{sql: sql, source: Source{
+			Relation: own.ident, GeometryColumn: own.geom, SRID: own.srid, Kind: kind,
+			Generalization: g, Clustered: clustered,
+		}}
+	}
+	var width [MaxZoom + 1]int // zoom range width of the storage serving each zoom; 0: none
+	for i := range storage {
+		s := &storage[i]
+		if err := l.usable(kind, s); err != nil {
+			skipped = append(skipped, err)
+			continue
+		}
+		rel := relation{ident: s.Ident(), geom: s.GeometryColumn, srid: s.SRID, storage: s}
+		sql, err := l.renderQuery(kind, rel, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.storage = append(p.storage, *s)
+		w := s.ZoomMax - s.ZoomMin + 1
+		for z := s.ZoomMin; z <= s.ZoomMax; z++ {
+			if width[z] != 0 && width[z] <= w {
+				continue
+			}
+			width[z] = w
+			p.zooms[z] = zoomQuery{sql: sql, source: Source{
+				Relation: rel.ident, GeometryColumn: rel.geom, SRID: rel.srid, Kind: kind,
+				Builder: s.Builder, Rows: s.Rows, BuiltAt: s.BuiltAt,
+				Generalization: s.Params.generalization(maptile.Zoom(z)),
+				Clustered:      kind == KindPoint,
+			}}
+		}
+	}
+	return p, skipped, nil
+}
+
+// usable reports why the layer cannot read s, or nil: a builder the
+// server does not know, zooms outside 0..MaxZoom, another geometry kind,
+// or columns the layer needs that s lacks (the configuration changed
+// since `geotoll prepare` ran).
+func (l *Layer) usable(kind Kind, s *Storage) error {
+	switch {
+	case s.Builder != BuilderOverview:
+		return fmt.Errorf("layer %q: storage %s: builder %q is not read by this server", l.Name, s.Relation, s.Builder)
+	case s.ZoomMin < 0 || s.ZoomMax > int(MaxZoom) || s.ZoomMin > s.ZoomMax:
+		return fmt.Errorf("layer %q: storage %s: zooms %d..%d", l.Name, s.Relation, s.ZoomMin, s.ZoomMax)
+	case s.Kind != kind:
+		return fmt.Errorf("layer %q: storage %s holds %s geometries, the layer is %s; run geotoll prepare", l.Name, s.Relation, s.Kind, kind)
+	case kind == KindPoint && s.Params.CellsPerTile < 1:
+		return fmt.Errorf("layer %q: storage %s records no cluster cells", l.Name, s.Relation)
+	}
+	for _, c := range l.Columns() {
+		if !slices.Contains(s.Columns, c) {
+			return fmt.Errorf("layer %q: storage %s lacks column %q (built for another configuration); run geotoll prepare", l.Name, s.Relation, c)
+		}
+	}
+	return nil
+}
+
+// Columns returns the source columns a tile of the layer reads besides
+// its geometry: the id (unless WithoutID), the properties and the order_by
+// columns, each once, in that order. Serving storage carries them by the
+// same names.
+func (l *Layer) Columns() []string {
+	var cols []string
+	add := func(c string) {
+		if !slices.Contains(cols, c) {
+			cols = append(cols, c)
+		}
+	}
+	if !l.WithoutID {
+		add(l.IDColumn)
+	}
+	for _, p := range l.Properties {
+		add(p)
+	}
+	for _, k := range l.order {
+		add(k.Column)
+	}
+	return cols
+}
+
+// Query returns the query a tile t of the layer runs and its bound
+// arguments, as Store.Render binds them (Source says what it reads). The
+// query returns one row: the layer's MVT (bytea; empty or NULL without
+// features) and the byte budget's reduction level (int, 0 when the tile
+// fit).
+func (l *Layer) Query(t maptile.Tile) (string, []any) {
+	q := l.plan().zoom(t.Z)
+	env := Envelope(t)
+	args := []any{env.Min[0], env.Min[1], env.Max[0], env.Max[1], l.Extent, l.Buffer,
+		TileWidth(t.Z) * float64(l.Buffer) / float64(l.Extent), l.MaxFeatures, l.Name}
+	if q.source.Kind == KindPoint {
+		return q.sql, l.pointArgs(args, q.source, t)
+	}
+	return q.sql, l.lineArgs(args, q.source)
+}
+
+// sridText is an SRID written into a query: an int from configuration or
+// the registry, never request text.
+func sridText(srid int) string { return strconv.Itoa(srid) }
+
+// queryData fills the tile query templates (see their headers).
+type queryData struct {
+	Table, Geom, GeomExpr, FilterExpr, BoxExpr string
+	ID, Order                                  string
+	Props, Cols                                []string
+	Overview, Cluster, Transform               bool
+}
+
+// renderQuery renders the tile query of kind over rel: sql/tile_points.sql
+// for points (clustering the layer's own rows when clustered), else
+// sql/tile_lines_polygons.sql. Every identifier is quoted with
+// pgx.Identifier; the SRID is an int.
+func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, error) {
+	geom := column(rel.geom)
+	d := queryData{
+		Table: rel.ident.Sanitize(), Geom: geom,
+		Overview: rel.storage != nil && kind == KindPoint, Cluster: clustered,
+		Order: orderSQL("t", l.order),
+	}
+	if !l.WithoutID {
+		d.ID = column(l.IDColumn)
+	}
+	for _, p := range l.Properties {
+		d.Props = append(d.Props, column(p))
+	}
+	for _, c := range l.Columns() {
+		d.Cols = append(d.Cols, column(c))
+	}
+	if rel.srid == 3857 {
+		d.GeomExpr = "t." + geom
+		d.FilterExpr = "ST_Expand(env.geom, env.buffer_m)"
+		d.BoxExpr = "Box2D(t." + geom + ")"
+	} else {
+		d.Transform = true
+		d.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
+		d.FilterExpr = "ST_Transform(ST_Expand(env.geom, env.buffer_m), " + sridText(rel.srid) + ")"
+	}
+	tmpl := linesTemplate
+	if kind == KindPoint {
+		tmpl = pointsTemplate
+		if d.Order == "" {
+			d.Order = "t.g" // no id, no order_by: the geometry is the only key
+		}
+	} else if d.Order == "" {
+		d.Order = "t." + geom
+	}
+	var buf bytes.Buffer
+	if err := tmpl.Execute(&buf, d); err != nil {
+		return "", fmt.Errorf("layer %q: render %s: %w", l.Name, tmpl.Name(), err)
+	}
+	return buf.String(), nil
+}

@@ -1,0 +1,177 @@
+package tiles
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/paulmach/orb/maptile"
+
+	queries "github.com/geotoll/geotoll/sql"
+)
+
+// ServingSchema is the schema that holds serving storage and its registry
+// (created by the migrations, owned by the schema owner, readable by
+// geotoll_reader).
+const ServingSchema = "geotoll_serving"
+
+// BuilderOverview is the builder of per-zoom overview tables.
+const BuilderOverview = "overview"
+
+// Storage is one relation `geotoll prepare` built for a layer, as recorded
+// in the serving registry (geotoll_serving.storage; see package serving,
+// which writes it).
+type Storage struct {
+	Layer    string // the layer's name
+	Builder  string // what built it: BuilderOverview
+	Relation string // its table in ServingSchema
+	// ZoomMin..ZoomMax are the tile zooms it serves; both -1 for storage
+	// that serves no tile zoom.
+	ZoomMin, ZoomMax int
+	GeometryColumn   string
+	SRID             int
+	Kind             Kind
+	// Columns are the layer's source columns it carries, by their names.
+	Columns []string
+	Params  StorageParams
+	// SourceRows is the row count of the layer's table it was built from.
+	SourceRows int64
+	Rows       int64
+	BuiltAt    time.Time
+	// CheckedAt is when `geotoll prepare` last found it current (built or
+	// unchanged since): the storage is at most this old.
+	CheckedAt time.Time
+}
+
+// Ident is the storage's relation, schema-qualified.
+func (s *Storage) Ident() pgx.Identifier { return pgx.Identifier{ServingSchema, s.Relation} }
+
+// StorageParams is what a builder recorded about how it built a relation
+// (the registry's params column, JSON). Fields a builder does not use are
+// zero.
+type StorageParams struct {
+	// Version is the builder's version: a relation built by another is
+	// rebuilt.
+	Version int `json:"version"`
+	// Zoom is the zoom an overview was built for.
+	Zoom int `json:"zoom"`
+	// CellsPerTile and CellMetres are a point overview's cluster grid.
+	CellsPerTile int     `json:"cells_per_tile,omitempty"`
+	CellMetres   float64 `json:"cell_m,omitempty"`
+	// ToleranceMetres and MinSizeMetres are a line or polygon overview's
+	// simplification.
+	ToleranceMetres float64 `json:"tolerance_m,omitempty"`
+	MinSizeMetres   float64 `json:"min_size_m,omitempty"`
+	// OrderBy is the order that chose each cluster's representative.
+	OrderBy []string `json:"order_by,omitempty"`
+}
+
+// generalization is the Generalization of a tile at zoom z read from the
+// storage: what the builder did, at the zoom it did it for.
+func (p StorageParams) generalization(z maptile.Zoom) Generalization {
+	return Generalization{
+		Zoom: z, On: true,
+		CellsPerTile: p.CellsPerTile, CellMetres: p.CellMetres,
+		ToleranceMetres: p.ToleranceMetres, MinSizeMetres: p.MinSizeMetres,
+	}
+}
+
+var storageSQL = queries.MustRead("serving_storage.sql")
+
+// LoadStorage reads the serving registry through q (the read role may):
+// every relation built, in registry order (layer, zoom, builder).
+func LoadStorage(ctx context.Context, q Querier) ([]Storage, error) {
+	rows, err := q.Query(ctx, storageSQL)
+	if err != nil {
+		return nil, fmt.Errorf("serving registry: %w", err)
+	}
+	var out []Storage
+	var s Storage
+	var params []byte
+	var kind string
+	_, err = pgx.ForEachRow(rows, []any{&s.Layer, &s.Builder, &s.Relation, &s.ZoomMin, &s.ZoomMax,
+		&s.GeometryColumn, &s.SRID, &kind, &s.Columns, &params, &s.SourceRows, &s.Rows, &s.BuiltAt, &s.CheckedAt}, func() error {
+		s.Kind = Kind(kind)
+		s.Params = StorageParams{}
+		if err := json.Unmarshal(params, &s.Params); err != nil {
+			return fmt.Errorf("storage %s: params: %w", s.Relation, err)
+		}
+		out = append(out, s)
+		s.Columns = nil
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving registry: %w", err)
+	}
+	return out, nil
+}
+
+// Refreshed is what one Catalog.Refresh found.
+type Refreshed struct {
+	// Changed names the layers whose kind or storage changed: their cached
+	// tiles are stale.
+	Changed []string
+	// Warnings are storage the layers cannot read (left out: those zooms
+	// read the layer's table) and kinds that could not be read.
+	Warnings []error
+}
+
+// Refresh reads through q (the read role) what the database knows about
+// the catalog's layers — the geometry kind of each layer whose
+// configuration names none (until it has been read once), and the serving
+// registry — and swaps in each layer's new plan. Requests in flight keep
+// the plan they started with. Reading the registry failing is an error
+// (the layers keep their plans, with any kinds read); storage a layer
+// cannot use is a warning.
+func (c *Catalog) Refresh(ctx context.Context, q Querier) (Refreshed, error) {
+	var out Refreshed
+	storage, loadErr := LoadStorage(ctx, q)
+	byLayer := make(map[string][]Storage)
+	for _, s := range storage {
+		byLayer[s.Layer] = append(byLayer[s.Layer], s)
+	}
+	for _, l := range c.Layers() {
+		old := l.plan()
+		kind := old.kind
+		if l.GeometryKind != "" {
+			kind = l.GeometryKind
+		} else if !l.state.kindRead.Load() {
+			k, err := l.ReadKind(ctx, q)
+			if err != nil {
+				out.Warnings = append(out.Warnings, err)
+			} else {
+				kind = k
+				l.state.kindRead.Store(true)
+			}
+		}
+		layerStorage := old.storage
+		if loadErr == nil {
+			layerStorage = byLayer[l.Name]
+		}
+		p, skipped, err := l.newPlan(kind, layerStorage)
+		if err != nil {
+			return out, err
+		}
+		out.Warnings = append(out.Warnings, skipped...)
+		if p.kind != old.kind || !sameStorage(p.storage, old.storage) {
+			out.Changed = append(out.Changed, l.Name)
+		}
+		l.state.plan.Store(p)
+	}
+	return out, loadErr
+}
+
+// sameStorage reports whether two plans read the same builds.
+func sameStorage(a, b []Storage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Relation != b[i].Relation || !a[i].BuiltAt.Equal(b[i].BuiltAt) {
+			return false
+		}
+	}
+	return true
+}
