@@ -4,6 +4,7 @@
 //	geotoll [flags] serve     serve the HTTP API
 //	geotoll [flags] migrate   apply the embedded schema migrations
 //	geotoll [flags] seed      load the deterministic demo data (-if-empty, -seed N)
+//	geotoll [flags] prepare   build every layer's serving storage (overviews)
 //	geotoll [flags] keys      create | list | revoke API keys
 //	geotoll loadtest          a paced, bounded load against a running geotoll
 //	geotoll [flags] calibrate time tile queries per zoom; suggest an area_weight
@@ -54,6 +55,7 @@ commands:
   serve     serve the HTTP API
   migrate   apply the embedded schema migrations (as the schema owner)
   seed      load the deterministic demo data (flags: -if-empty, -seed N, -points N)
+  prepare   build every layer's serving storage, as the schema owner (flags: -force, -layer a,b, -every 10m)
   keys      create, list and revoke API keys (geotoll keys -h)
   loadtest  a bounded load against a running geotoll (geotoll loadtest -h), or
             a measuring instrument: loadtest fidelity|zooms|ceiling -h
@@ -89,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, cfg, log)
 	case "seed":
 		return seed(ctx, cfg, log, rest[1:])
+	case "prepare":
+		return prepareCmd(ctx, cfg, log, rest[1:], stdout)
 	case "keys":
 		return keys(ctx, cfg, rest[1:], stdout, stderr)
 	case "loadtest":

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// prepareCmd runs `geotoll prepare`: it builds every layer's serving storage
+// (see package serving) as the schema owner, once, or again every -every
+// until ctx ends. It fails when a layer failed (in a single run).
+func prepareCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
+	force := fs.Bool("force", false, "rebuild storage that is current")
+	only := fs.String("layer", "", "comma-separated layers to prepare (default: every layer)")
+	every := fs.Duration("every", 0, "keep running: prepare again after this long (e.g. 10m); 0 runs once")
+	role := fs.String("reader-role", serving.DefaultReaderRole, "the role that serves tiles: storage is granted to it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *every != 0 && *every < time.Second {
+		return fmt.Errorf("prepare: -every %s must be at least 1s", *every)
+	}
+	pool, err := adminPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	dctx, cancel := context.WithTimeout(ctx, discoverTimeout)
+	discovered, err := cfg.discoverLayers(dctx, pool)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("tiles.discover: %w", err)
+	}
+	catalog, err := cfg.tileCatalog(discovered)
+	if err != nil {
+		return err
+	}
+	layers, err := selectLayers(catalog, *only)
+	if err != nil {
+		return err
+	}
+	opts := serving.Options{ReaderRole: *role, Force: *force, Logger: log}
+	for {
+		results := serving.Prepare(ctx, pool, layers, opts)
+		writeResults(stdout, results)
+		failed := slices.ContainsFunc(results, func(r serving.Result) bool { return r.Status == serving.Failed })
+		if *every == 0 {
+			if failed {
+				return errors.New("prepare: some layers failed (see above)")
+			}
+			return nil
+		}
+		opts.Force = false // -force applies to the first run only
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*every):
+		}
+	}
+}
+
+// selectLayers returns the catalog's layers named in list ("" for all).
+func selectLayers(c *tiles.Catalog, list string) ([]*tiles.Layer, error) {
+	if list == "" {
+		return c.Layers(), nil
+	}
+	var out []*tiles.Layer
+	for _, name := range strings.Split(list, ",") {
+		l := c.Layer(name)
+		if l == nil {
+			return nil, fmt.Errorf("prepare: no layer %q", name)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// writeResults prints one line per layer and builder.
+func writeResults(w io.Writer, results []serving.Result) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "layer\tbuilder\tstatus\trelations\trows\tsource rows\ttook\terror")
+	for _, r := range results {
+		msg := ""
+		if r.Err != nil {
+			msg = r.Err.Error()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Layer, r.Builder, r.Status, r.Relations, r.Rows,
+			r.SourceRows, r.Took.Round(time.Millisecond), msg)
+	}
+	_ = tw.Flush()
+}

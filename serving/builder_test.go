@@ -1,0 +1,138 @@
+package serving
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/tiles"
+)
+
+func TestRelationName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 64)
+	longer := strings.Repeat("a", 63) + "b"
+	for _, tc := range []struct {
+		layer, want string
+	}{
+		{"places", "places_ov_z3"},
+		{"Places-2", "Places-2_ov_z3"},
+		{strings.Repeat("x", 40), strings.Repeat("x", 40) + "_ov_z3"},
+	} {
+		if got := RelationName(tc.layer, "ov_z3"); got != tc.want {
+			t.Errorf("RelationName(%q) = %q, want %q", tc.layer, got, tc.want)
+		}
+	}
+	a, b := RelationName(long, "ov_z22"), RelationName(longer, "ov_z22")
+	if a == b {
+		t.Errorf("two long layers share the relation %q", a)
+	}
+	for _, n := range []string{a, b} {
+		// The longest name derived from it: the index of its _next table.
+		if l := len(n + "_next_gist"); l > 63 {
+			t.Errorf("%q gives names of %d bytes, over PostgreSQL's 63", n, l)
+		}
+	}
+}
+
+func layerOf(t *testing.T, l tiles.Layer) *tiles.Layer {
+	t.Helper()
+	c, err := tiles.NewCatalog([]tiles.Layer{l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Layer(l.Name)
+}
+
+func TestOverviewTargets(t *testing.T) {
+	t.Parallel()
+	points := tiles.Layer{Name: "p", Table: "s.t", GeometryColumn: "g", GeometryKind: tiles.KindPoint, Properties: []string{"name"}, OrderBy: []string{"rank desc"}}
+	for _, tc := range []struct {
+		name   string
+		layer  tiles.Layer
+		kind   tiles.Kind
+		zooms  []int // targets, in build order
+		polyOK bool
+	}{
+		{name: "default band", layer: points, kind: tiles.KindPoint, zooms: []int{7, 6, 5, 4, 3, 2, 1, 0}},
+		{name: "clipped by minzoom", layer: with(points, func(l *tiles.Layer) { l.MinZoom = 4 }), kind: tiles.KindPoint, zooms: []int{7, 6, 5, 4}},
+		{name: "clipped by generalize maxzoom", layer: with(points, func(l *tiles.Layer) { l.Generalize.MaxZoom = 5 }), kind: tiles.KindPoint, zooms: []int{5, 4, 3, 2, 1, 0}},
+		{name: "own band", layer: with(points, func(l *tiles.Layer) { l.Overviews.MinZoom, l.Overviews.MaxZoom = 3, 9 }), kind: tiles.KindPoint, zooms: []int{9, 8, 7, 6, 5, 4, 3}},
+		{name: "overviews off", layer: with(points, func(l *tiles.Layer) { l.Overviews.Off = true }), kind: tiles.KindPoint},
+		{name: "generalisation off", layer: with(points, func(l *tiles.Layer) { l.Generalize.Off = true }), kind: tiles.KindPoint},
+		{name: "polygons", layer: with(points, func(l *tiles.Layer) { l.GeometryKind = tiles.KindPolygon }), kind: tiles.KindPolygon, zooms: []int{7, 6, 5, 4, 3, 2, 1, 0}, polyOK: true},
+		{name: "unknown kind", layer: points, kind: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := layerOf(t, tc.layer)
+			got := Overview{}.Targets(l, tc.kind)
+			if len(got) != len(tc.zooms) {
+				t.Fatalf("%d targets, want zooms %v: %+v", len(got), tc.zooms, got)
+			}
+			for i, tg := range got {
+				z := tc.zooms[i]
+				if tg.ZoomMin != z || tg.ZoomMax != z || tg.Relation != RelationName("p", "ov_z"+strconv.Itoa(z)) ||
+					tg.Kind != tc.kind || tg.SRID != 3857 || tg.GeometryColumn != "geom" || tg.Params.Zoom != z {
+					t.Errorf("target %d: %+v, want zoom %d", i, tg, z)
+				}
+				g := l.Generalize.At(maptile.Zoom(z), l.Extent)
+				if tg.Params.CellMetres != g.CellMetres || tg.Params.CellsPerTile != g.CellsPerTile {
+					t.Errorf("target z%d: cells %+v, want %v per tile of %v m", z, tg.Params, g.CellsPerTile, g.CellMetres)
+				}
+				if hasLengths := tg.Params.ToleranceMetres > 0 && tg.Params.MinSizeMetres > 0; hasLengths != tc.polyOK {
+					t.Errorf("target z%d: tolerance and min size %+v", z, tg.Params)
+				}
+				if want := []string{"id", "name", "rank"}; strings.Join(tg.Columns, ",") != strings.Join(want, ",") {
+					t.Errorf("columns %v, want %v", tg.Columns, want)
+				}
+			}
+		})
+	}
+}
+
+func with(l tiles.Layer, mod func(*tiles.Layer)) tiles.Layer {
+	mod(&l)
+	return l
+}
+
+func TestCurrent(t *testing.T) {
+	t.Parallel()
+	l := layerOf(t, tiles.Layer{Name: "p", Table: "s.t", GeometryColumn: "g", GeometryKind: tiles.KindPoint})
+	targets := Overview{}.Targets(l, tiles.KindPoint)
+	rowsOf := func(sig string, mod func(*row)) []row {
+		var out []row
+		for _, tg := range targets {
+			r := row{builder: "overview", relation: tg.Relation, zoomMin: tg.ZoomMin, zoomMax: tg.ZoomMax,
+				kind: tg.Kind, columns: tg.Columns, params: tg.Params, signature: sig}
+			if mod != nil {
+				mod(&r)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		rows []row
+		sig  string
+		want bool
+	}{
+		{name: "same", rows: rowsOf("10:99", nil), sig: "10:99", want: true},
+		{name: "source changed", rows: rowsOf("10:99", nil), sig: "11:99"},
+		{name: "no signature (a view)", rows: rowsOf("", nil), sig: ""},
+		{name: "never built", sig: "10:99"},
+		{name: "a relation missing", rows: rowsOf("10:99", nil)[1:], sig: "10:99"},
+		{name: "another kind", rows: rowsOf("10:99", func(r *row) { r.kind = tiles.KindPolygon }), sig: "10:99"},
+		{name: "other columns", rows: rowsOf("10:99", func(r *row) { r.columns = []string{"id", "name"} }), sig: "10:99"},
+		{name: "other cells", rows: rowsOf("10:99", func(r *row) { r.params.CellsPerTile *= 2 }), sig: "10:99"},
+		{name: "older builder", rows: rowsOf("10:99", func(r *row) { r.params.Version-- }), sig: "10:99"},
+		{name: "other zooms", rows: rowsOf("10:99", func(r *row) { r.zoomMax++ }), sig: "10:99"},
+	} {
+		if got := current(tc.rows, targets, tc.sig); got != tc.want {
+			t.Errorf("%s: current = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

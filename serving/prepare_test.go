@@ -1,0 +1,256 @@
+package serving_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// unique returns a name no other test uses: layer names and fixture
+// schemas.
+func unique(prefix string) string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// forget drops, when the test ends, the storage prepare built for the
+// named layers and their registry rows.
+func forget(t *testing.T, owner *pgxpool.Pool, layers ...string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, name := range layers {
+			rows, err := owner.Query(ctx, `DELETE FROM geotoll_serving.storage WHERE layer = $1 RETURNING relation`, name)
+			if err != nil {
+				t.Errorf("forget %s: %v", name, err)
+				continue
+			}
+			rels, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Errorf("forget %s: %v", name, err)
+			}
+			for _, r := range rels {
+				if _, err := owner.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{tiles.ServingSchema, r}.Sanitize()); err != nil {
+					t.Errorf("drop %s: %v", r, err)
+				}
+			}
+		}
+	})
+}
+
+// catalog builds a catalog of layers.
+func catalog(t *testing.T, layers ...tiles.Layer) *tiles.Catalog {
+	t.Helper()
+	c, err := tiles.NewCatalog(layers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// placesLayer serves the demo places under a name of its own, so that its
+// storage is this test's alone.
+func placesLayer(name string) tiles.Layer {
+	return tiles.Layer{
+		Name: name, Table: "geotoll.places", GeometryColumn: "geom_3857", SRID: 3857,
+		IDColumn: "id", Properties: []string{"name", "kind", "city", "rank"},
+		GeometryKind: tiles.KindPoint, OrderBy: []string{"rank"}, MaxFeatures: 20000,
+	}
+}
+
+// fixture is a schema of this test's own with a copy of part of the demo
+// data that the test may change; dropped when the test ends.
+type fixture struct {
+	owner  *pgxpool.Pool
+	schema string
+}
+
+func newFixture(t *testing.T, owner *pgxpool.Pool, grant bool) *fixture {
+	t.Helper()
+	f := &fixture{owner: owner, schema: unique("serving_test_")}
+	f.exec(t, `CREATE SCHEMA {s}`)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := owner.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{f.schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop fixture: %v", err)
+		}
+	})
+	f.exec(t, `CREATE TABLE {s}.pts AS SELECT id, name, rank, geom_3857 AS geom FROM geotoll.places WHERE id % 10 = 0`)
+	f.exec(t, `CREATE TABLE {s}.polys AS SELECT id, name, population, geom_3857 AS geom FROM geotoll.districts`)
+	f.exec(t, `CREATE INDEX ON {s}.pts USING gist (geom)`)
+	f.exec(t, `CREATE INDEX ON {s}.polys USING gist (geom)`)
+	f.exec(t, `ANALYZE {s}.pts`)
+	f.exec(t, `ANALYZE {s}.polys`)
+	if grant {
+		f.exec(t, `GRANT USAGE ON SCHEMA {s} TO geotoll_reader`)
+		f.exec(t, `GRANT SELECT ON {s}.pts, {s}.polys TO geotoll_reader`)
+	}
+	return f
+}
+
+func (f *fixture) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	sql = strings.ReplaceAll(sql, "{s}", pgx.Identifier{f.schema}.Sanitize())
+	if _, err := f.owner.Exec(t.Context(), sql, args...); err != nil {
+		t.Fatalf("fixture %q: %v", sql, err)
+	}
+}
+
+// one runs Prepare and returns its only result per builder.
+func one(t *testing.T, pool *pgxpool.Pool, l *tiles.Layer, o serving.Options) serving.Result {
+	t.Helper()
+	res := serving.Prepare(t.Context(), pool, []*tiles.Layer{l}, o)
+	if len(res) != 1 {
+		t.Fatalf("Prepare: %d results, want 1 (one builder): %+v", len(res), res)
+	}
+	return res[0]
+}
+
+// registry reads a layer's registry rows: relation → (built_at, checked_at,
+// table oid).
+func registry(t *testing.T, pool *pgxpool.Pool, layer string) map[string][3]string {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `
+		SELECT relation, built_at::text, checked_at::text, to_regclass(format('%I.%I', 'geotoll_serving', relation))::oid::text
+		FROM geotoll_serving.storage WHERE layer = $1`, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][3]string{}
+	var rel string
+	var v [3]string
+	if _, err := pgx.ForEachRow(rows, []any{&rel, &v[0], &v[1], &v[2]}, func() error { out[rel] = v; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestPrepareIsIdempotentAndSeesChanges: a second run with nothing changed
+// builds nothing (same tables, same built_at, a newer checked_at); an
+// insert, an update and a delete in the source each make the next run
+// rebuild; so does a change of the layer's settings.
+func TestPrepareIsIdempotentAndSeesChanges(t *testing.T) {
+	t.Parallel()
+	owner := testenv.Pool(t)
+	f := newFixture(t, owner, true)
+	name := unique("pts_")
+	forget(t, owner, name)
+	base := tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", GeometryKind: tiles.KindPoint,
+		Properties: []string{"name", "rank"}, OrderBy: []string{"rank"}}
+	l := catalog(t, base).Layer(name)
+
+	r := one(t, owner, l, serving.Options{})
+	if r.Status != serving.Built || r.Relations != 8 || r.Rows == 0 || r.SourceRows != 24000 || r.Err != nil {
+		t.Fatalf("first run: %+v", r)
+	}
+	before := registry(t, owner, name)
+	if len(before) != 8 {
+		t.Fatalf("registry holds %d relations, want 8: %v", len(before), before)
+	}
+
+	r = one(t, owner, l, serving.Options{})
+	after := registry(t, owner, name)
+	if r.Status != serving.Unchanged || r.Err != nil {
+		t.Fatalf("second run: %+v, want unchanged", r)
+	}
+	for rel, b := range before {
+		a := after[rel]
+		if a[0] != b[0] || a[2] != b[2] || a[1] <= b[1] {
+			t.Errorf("%s: built_at %s → %s, checked_at %s → %s, oid %s → %s: want the same table, checked again",
+				rel, b[0], a[0], b[1], a[1], b[2], a[2])
+		}
+	}
+
+	for _, change := range []string{
+		`INSERT INTO {s}.pts SELECT 99999999, 'new', 1, ST_SetSRID(ST_MakePoint(0, 0), 3857)`,
+		`UPDATE {s}.pts SET rank = rank + 1 WHERE id = 10`,
+		`DELETE FROM {s}.pts WHERE id = 20`,
+	} {
+		f.exec(t, change)
+		if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
+			t.Errorf("after %q: %+v, want built", change, r)
+		}
+		if r := one(t, owner, l, serving.Options{}); r.Status != serving.Unchanged {
+			t.Errorf("after %q, a second run: %+v, want unchanged", change, r)
+		}
+	}
+
+	// Other settings, other overviews: a finer cluster grid rebuilds.
+	finer := base
+	finer.Generalize.ClusterPixels = 2
+	if r := one(t, owner, catalog(t, finer).Layer(name), serving.Options{}); r.Status != serving.Built {
+		t.Errorf("after a settings change: %+v, want built", r)
+	}
+	// Overviews turned off: the storage goes.
+	off := base
+	off.Overviews.Off = true
+	if r := one(t, owner, catalog(t, off).Layer(name), serving.Options{}); r.Status != serving.Removed || r.Err != nil {
+		t.Errorf("overviews off: %+v, want removed", r)
+	}
+	if n := len(registry(t, owner, name)); n != 0 {
+		t.Errorf("%d registry rows left after removal", n)
+	}
+}
+
+// TestPrepareRefusesWhatTheReaderCannotRead: an overview is readable by
+// geotoll_reader, so prepare never copies a table the reader may not read.
+func TestPrepareRefusesWhatTheReaderCannotRead(t *testing.T) {
+	t.Parallel()
+	owner := testenv.Pool(t)
+	f := newFixture(t, owner, false)
+	name := unique("hidden_")
+	forget(t, owner, name)
+	l := catalog(t, tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", GeometryKind: tiles.KindPoint}).Layer(name)
+	r := one(t, owner, l, serving.Options{})
+	if r.Status != serving.Failed || r.Err == nil || !strings.Contains(r.Err.Error(), "geotoll_reader") {
+		t.Fatalf("%+v, want a failure naming the read role", r)
+	}
+	if n := len(registry(t, owner, name)); n != 0 {
+		t.Errorf("%d relations recorded for a refused layer", n)
+	}
+}
+
+// TestPolygonOverviews: every row valid, in EPSG:3857, and the coarser the
+// zoom the fewer (or as many) rows; the table's rows all reach z7.
+func TestPolygonOverviews(t *testing.T) {
+	t.Parallel()
+	owner := testenv.Pool(t)
+	f := newFixture(t, owner, true)
+	name := unique("polys_")
+	forget(t, owner, name)
+	l := catalog(t, tiles.Layer{Name: name, Table: f.schema + ".polys", GeometryColumn: "geom",
+		Properties: []string{"name"}, OrderBy: []string{"population desc"}}).Layer(name) // kind read from the database
+	r := one(t, owner, l, serving.Options{})
+	if r.Status != serving.Built || r.Relations != 8 {
+		t.Fatalf("%+v", r)
+	}
+	prev := int64(-1)
+	for z := 0; z <= 7; z++ {
+		rel := pgx.Identifier{tiles.ServingSchema, serving.RelationName(name, "ov_z"+string(rune('0'+z)))}.Sanitize()
+		var n, invalid, other int64
+		err := owner.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE NOT ST_IsValid(geom)),
+			count(*) FILTER (WHERE ST_SRID(geom) <> 3857 OR GeometryType(geom) NOT IN ('POLYGON', 'MULTIPOLYGON')) FROM `+rel).Scan(&n, &invalid, &other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 || invalid != 0 || other != 0 || n < prev {
+			t.Errorf("z%d: %d rows (%d invalid, %d not polygons in 3857), z%d had %d", z, n, invalid, other, z-1, prev)
+		}
+		prev = n
+	}
+	if prev != 1584 {
+		t.Errorf("z7 holds %d districts, want all 1584", prev)
+	}
+}

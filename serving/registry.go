@@ -1,0 +1,179 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	queries "github.com/geotoll/geotoll/sql"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// row is one registry row as the runner compares it with a Target.
+type row struct {
+	builder, relation string
+	zoomMin, zoomMax  int
+	kind              tiles.Kind
+	columns           []string
+	params            tiles.StorageParams
+	signature         string
+}
+
+var (
+	registryLayerSQL  = mustQuery("serving_registry_layer.sql")
+	registryInsertSQL = mustQuery("serving_registry_insert.sql")
+	registryTouchSQL  = mustQuery("serving_registry_touch.sql")
+	registryDeleteSQL = mustQuery("serving_registry_delete.sql")
+	indexesSQL        = mustQuery("serving_indexes.sql")
+	existingSQL       = mustQuery("serving_existing.sql")
+	lockSQL           = mustQuery("serving_lock.sql")
+	sourceSQL         = mustQuery("serving_source.sql")
+	signatureTemplate = parse("serving_signature.sql")
+)
+
+func mustQuery(name string) string {
+	text, err := queries.Read(name)
+	if err != nil {
+		panic(err) // compiled in: a missing file is a build defect, caught by every test
+	}
+	return text
+}
+
+// Querier is what the registry reads need of a pool or transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// layerRows reads the registry rows of one layer.
+func layerRows(ctx context.Context, q Querier, layer string) ([]row, error) {
+	rows, err := q.Query(ctx, registryLayerSQL, layer)
+	if err != nil {
+		return nil, fmt.Errorf("serving registry: %w", err)
+	}
+	var out []row
+	var r row
+	var kind string
+	var params []byte
+	_, err = pgx.ForEachRow(rows, []any{&r.builder, &r.relation, &r.zoomMin, &r.zoomMax, &kind, &r.columns, &params, &r.signature}, func() error {
+		r.kind = tiles.Kind(kind)
+		r.params = tiles.StorageParams{}
+		if err := json.Unmarshal(params, &r.params); err != nil {
+			return fmt.Errorf("%s params: %w", r.relation, err)
+		}
+		out = append(out, r)
+		r.columns = nil
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving registry: %w", err)
+	}
+	return out, nil
+}
+
+// current reports whether the registry rows of a builder are exactly what
+// targets would build from a source with the given signature: then there
+// is nothing to do. A source without a signature (a view) is never
+// current.
+func current(rows []row, targets []Target, signature string) bool {
+	if signature == "" || len(rows) != len(targets) {
+		return false
+	}
+	for _, t := range targets {
+		i := slices.IndexFunc(rows, func(r row) bool { return r.relation == t.Relation })
+		if i < 0 {
+			return false
+		}
+		r := rows[i]
+		if r.signature != signature || r.zoomMin != t.ZoomMin || r.zoomMax != t.ZoomMax || r.kind != t.Kind ||
+			!slices.Equal(r.columns, t.Columns) || !sameParams(r.params, t.Params) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameParams compares params as the registry stores them (JSON), so a
+// float that round-trips compares equal.
+func sameParams(a, b tiles.StorageParams) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
+}
+
+// source is what the runner knows of a layer's table.
+type source struct {
+	relkind   string // pg_class.relkind
+	readable  bool   // the read role may read every column copied
+	signature string // "count:max-xmin"; "" for a relation without xmin
+	rows      int64
+}
+
+// inspect reads what source reports: kind of relation and whether role
+// may read cols. A table that does not exist is an error.
+func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols []string) (source, error) {
+	var s source
+	rows, err := q.Query(ctx, sourceSQL, l.TableIdent().Sanitize(), role, cols)
+	if err != nil {
+		return s, fmt.Errorf("inspect %s: %w", l.TableIdent().Sanitize(), err)
+	}
+	found := false
+	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &s.readable}, func() error { found = true; return nil })
+	if err != nil {
+		return s, fmt.Errorf("inspect %s: %w", l.TableIdent().Sanitize(), err)
+	}
+	if !found {
+		return s, fmt.Errorf("table %s does not exist", l.TableIdent().Sanitize())
+	}
+	return s, nil
+}
+
+// sign fills s.signature and s.rows (see serving_signature.sql): the count
+// and newest xmin of tables, partitioned tables and materialized views;
+// the count alone, and no signature, for views and foreign tables.
+func sign(ctx context.Context, q Querier, l *tiles.Layer, s *source) error {
+	table := l.TableIdent().Sanitize()
+	xmin := s.relkind == "r" || s.relkind == "p" || s.relkind == "m"
+	sql, err := render(signatureTemplate, struct {
+		Table string
+		XMin  bool
+	}{table, xmin})
+	if err != nil {
+		return err
+	}
+	rows, err := q.Query(ctx, sql)
+	if err != nil {
+		return fmt.Errorf("signature of %s: %w", table, err)
+	}
+	var newest int64
+	if _, err := pgx.ForEachRow(rows, []any{&s.rows, &newest}, func() error { return nil }); err != nil {
+		return fmt.Errorf("signature of %s: %w", table, err)
+	}
+	s.signature = ""
+	if xmin {
+		s.signature = strconv.FormatInt(s.rows, 10) + ":" + strconv.FormatInt(newest, 10)
+	}
+	return nil
+}
+
+// record inserts the registry row of a target just swapped in.
+func record(ctx context.Context, tx pgx.Tx, l *tiles.Layer, builder string, t Target, src source, rows, ms int64) error {
+	params, err := json.Marshal(t.Params)
+	if err != nil {
+		return err
+	}
+	var zmin, zmax *int
+	if t.ZoomMin >= 0 {
+		zmin, zmax = &t.ZoomMin, &t.ZoomMax
+	}
+	_, err = tx.Exec(ctx, registryInsertSQL, l.Name, builder, t.Relation, zmin, zmax, t.GeometryColumn, t.SRID,
+		string(t.Kind), t.Columns, string(params), l.TableIdent().Sanitize(), l.GeometryColumn,
+		src.rows, src.signature, rows, ms)
+	if err != nil {
+		return fmt.Errorf("record %s: %w", t.Relation, err)
+	}
+	return nil
+}

@@ -1,0 +1,14 @@
+-- Create one overview table, empty, with the layer's columns typed as in
+-- its table (LIMIT 0 copies the types); filled next by
+-- serving_overview_points.sql or serving_overview_lines.sql.
+--
+-- Template fields (double braces), quoted with pgx.Identifier:
+--   .Next     the new table     .Source  the layer's table
+--   .Cols     the layer's columns carried (id, properties, order_by)
+--   .Points   add the cluster columns cx, cy (cell indices) and point_count
+-- No parameters (a utility statement takes none).
+CREATE TABLE {{.Next}} AS
+SELECT {{if .Points}}0::bigint AS cx, 0::bigint AS cy, 0::bigint AS point_count, {{end -}}
+       NULL::geometry(Geometry, 3857) AS geom{{range .Cols}}, t.{{.}}{{end}}
+FROM {{.Source}} AS t
+LIMIT 0
