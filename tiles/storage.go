@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -174,4 +175,50 @@ func sameStorage(a, b []Storage) bool {
 		}
 	}
 	return true
+}
+
+// StorageSummary is a layer's storage from one builder, summed over its
+// relations: what TileJSON, the catalog and the metrics report.
+type StorageSummary struct {
+	Builder   string `json:"builder"`
+	MinZoom   int    `json:"minzoom"` // the tile zooms served, -1 for none
+	MaxZoom   int    `json:"maxzoom"`
+	Relations int    `json:"relations"`
+	Rows      int64  `json:"rows"`
+	// BuiltAt is the oldest build, CheckedAt the oldest time `geotoll
+	// prepare` found a relation current.
+	BuiltAt   time.Time `json:"built_at"`
+	CheckedAt time.Time `json:"checked_at"`
+}
+
+// Age is how long before now the storage was last found current: how far
+// behind its table it may be.
+func (s StorageSummary) Age(now time.Time) time.Duration { return max(0, now.Sub(s.CheckedAt)) }
+
+// StorageSummary sums the storage the layer reads now per builder, in the
+// order builders first appear.
+func (l *Layer) StorageSummary() []StorageSummary {
+	var out []StorageSummary
+	for _, s := range l.plan().storage {
+		i := slices.IndexFunc(out, func(x StorageSummary) bool { return x.Builder == s.Builder })
+		if i < 0 {
+			out = append(out, StorageSummary{Builder: s.Builder, MinZoom: s.ZoomMin, MaxZoom: s.ZoomMax,
+				BuiltAt: s.BuiltAt, CheckedAt: s.CheckedAt})
+			i = len(out) - 1
+		}
+		x := &out[i]
+		if s.ZoomMin >= 0 && (x.MinZoom < 0 || s.ZoomMin < x.MinZoom) {
+			x.MinZoom = s.ZoomMin
+		}
+		x.MaxZoom = max(x.MaxZoom, s.ZoomMax)
+		x.Relations++
+		x.Rows += s.Rows
+		if s.BuiltAt.Before(x.BuiltAt) {
+			x.BuiltAt = s.BuiltAt
+		}
+		if s.CheckedAt.Before(x.CheckedAt) {
+			x.CheckedAt = s.CheckedAt
+		}
+	}
+	return out
 }

@@ -180,10 +180,37 @@ type vectorLayer struct {
 	Fields  map[string]string `json:"fields"`
 	MinZoom int               `json:"minzoom"`
 	MaxZoom int               `json:"maxzoom"`
+	layerMeta
+}
+
+// layerMeta is what TileJSON's vector layers and the catalog add about a
+// layer beyond TileJSON: its geometry kind, the deepest zoom the server
+// answers (clients overzoom from maxzoom, the data's deepest zoom), and
+// the serving storage it reads, with the age of each.
+type layerMeta struct {
+	GeometryKind  Kind          `json:"geometry_kind"`
+	ServedMaxZoom int           `json:"served_maxzoom"`
+	Storage       []storageMeta `json:"storage"`
+}
+
+type storageMeta struct {
+	StorageSummary
+	AgeSeconds int64 `json:"age_seconds"`
+}
+
+func metaOf(l *Layer, now time.Time) layerMeta {
+	m := layerMeta{GeometryKind: l.Kind(), ServedMaxZoom: l.MaxZoom, Storage: []storageMeta{}}
+	for _, s := range l.StorageSummary() {
+		m.Storage = append(m.Storage, storageMeta{StorageSummary: s, AgeSeconds: int64(s.Age(now) / time.Second)})
+	}
+	return m
 }
 
 // TileJSON serves GET /tiles/{layer}.json: the TileJSON 3.0.0 document of
-// one layer or of a composite "a,b". Its tile URL is absolute, built from
+// one layer or of a composite "a,b". Its maxzoom is the deepest
+// DataMaxZoom of the layers, so that clients overzoom instead of asking
+// deeper tiles that add nothing; each vector layer also carries its
+// geometry kind, served_maxzoom and serving storage (with age_seconds). Its tile URL is absolute, built from
 // the host and scheme the client used (forwarded ones only from trusted
 // proxies), and carries the request's ?key= along for map clients that
 // cannot set headers — such a response is private. It is not priced: the
@@ -197,7 +224,8 @@ func (h *Handler) TileJSON() http.Handler {
 		}
 		base, query := h.urls(r)
 		names := make([]string, len(layers))
-		doc := tileJSON{TileJSON: "3.0.0", Version: "1.0.0", Scheme: "xyz", MinZoom: 0, MaxZoom: int(MaxZoom)}
+		doc := tileJSON{TileJSON: "3.0.0", Version: "1.0.0", Scheme: "xyz", MinZoom: int(MaxZoom), MaxZoom: 0}
+		now := time.Now()
 		for i, l := range layers {
 			names[i] = l.Name
 			info := h.describe(r.Context(), l)
@@ -206,10 +234,13 @@ func (h *Handler) TileJSON() http.Handler {
 			} else {
 				doc.Bounds = union(doc.Bounds, info.Bounds)
 			}
-			// A composite is served where every one of its layers is.
-			doc.MinZoom = max(doc.MinZoom, l.MinZoom)
-			doc.MaxZoom = min(doc.MaxZoom, l.MaxZoom)
-			doc.VectorLayers = append(doc.VectorLayers, vectorLayer{ID: l.Name, Fields: info.Fields, MinZoom: l.MinZoom, MaxZoom: l.MaxZoom})
+			// A composite is served wherever one of its layers is (it
+			// answers with the layers in range), and its data ends at the
+			// deepest of theirs: clients overzoom from there.
+			doc.MinZoom = min(doc.MinZoom, l.MinZoom)
+			doc.MaxZoom = max(doc.MaxZoom, l.DataMaxZoom)
+			doc.VectorLayers = append(doc.VectorLayers, vectorLayer{ID: l.Name, Fields: info.Fields,
+				MinZoom: l.MinZoom, MaxZoom: l.DataMaxZoom, layerMeta: metaOf(l, now)})
 		}
 		list := strings.Join(names, ",")
 		doc.Name = list
@@ -223,29 +254,34 @@ func (h *Handler) TileJSON() http.Handler {
 type catalogEntry struct {
 	Name       string   `json:"name"`
 	MinZoom    int      `json:"minzoom"`
-	MaxZoom    int      `json:"maxzoom"`
+	MaxZoom    int      `json:"maxzoom"` // the data's deepest zoom (DataMaxZoom)
 	Properties []string `json:"properties"`
 	TileJSON   string   `json:"tilejson"`
 	Tiles      string   `json:"tiles"`
+	layerMeta
 }
 
-// Index serves GET /tiles: every layer with its zoom range, properties and
-// URLs, in configuration order. It never touches the database.
+// Index serves GET /tiles: every layer with its zoom range (maxzoom is the
+// data's deepest zoom, served_maxzoom the deepest answered), properties,
+// URLs, geometry kind and serving storage, in configuration order. It
+// never touches the database.
 func (h *Handler) Index() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		base, query := h.urls(r)
 		out := struct {
 			Layers []catalogEntry `json:"layers"`
 		}{Layers: []catalogEntry{}}
+		now := time.Now()
 		for _, l := range h.Catalog.Layers() {
 			props := l.Properties
 			if props == nil {
 				props = []string{}
 			}
 			out.Layers = append(out.Layers, catalogEntry{
-				Name: l.Name, MinZoom: l.MinZoom, MaxZoom: l.MaxZoom, Properties: props,
-				TileJSON: base + "/tiles/" + l.Name + ".json" + query,
-				Tiles:    base + "/tiles/" + l.Name + "/{z}/{x}/{y}.mvt" + query,
+				Name: l.Name, MinZoom: l.MinZoom, MaxZoom: l.DataMaxZoom, Properties: props,
+				TileJSON:  base + "/tiles/" + l.Name + ".json" + query,
+				Tiles:     base + "/tiles/" + l.Name + "/{z}/{x}/{y}.mvt" + query,
+				layerMeta: metaOf(l, now),
 			})
 		}
 		writeMeta(w, r, query != "", out)

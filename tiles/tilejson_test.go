@@ -49,10 +49,13 @@ type tileJSONDoc struct {
 	Bounds       []float64 `json:"bounds"`
 	Center       []float64 `json:"center"`
 	VectorLayers []struct {
-		ID      string            `json:"id"`
-		Fields  map[string]string `json:"fields"`
-		MinZoom int               `json:"minzoom"`
-		MaxZoom int               `json:"maxzoom"`
+		ID            string            `json:"id"`
+		Fields        map[string]string `json:"fields"`
+		MinZoom       int               `json:"minzoom"`
+		MaxZoom       int               `json:"maxzoom"`
+		GeometryKind  string            `json:"geometry_kind"`
+		ServedMaxZoom int               `json:"served_maxzoom"`
+		Storage       []any             `json:"storage"`
 	} `json:"vector_layers"`
 }
 
@@ -104,8 +107,10 @@ func TestTileJSON(t *testing.T) {
 	if want := []string{"http://maps.example.org:8080/tiles/places/{z}/{x}/{y}.mvt"}; !slices.Equal(doc.Tiles, want) {
 		t.Errorf("tiles %q, want %q", doc.Tiles, want)
 	}
-	if doc.MinZoom == nil || *doc.MinZoom != 0 || doc.MaxZoom == nil || *doc.MaxZoom != 22 {
-		t.Errorf("zoom range %v..%v", doc.MinZoom, doc.MaxZoom)
+	// maxzoom is the data's deepest zoom (16 by default), not the deepest
+	// served (22): clients overzoom from there.
+	if doc.MinZoom == nil || *doc.MinZoom != 0 || doc.MaxZoom == nil || *doc.MaxZoom != tiles.DefaultDataMaxZoom {
+		t.Errorf("zoom range %v..%v, want 0..%d", doc.MinZoom, doc.MaxZoom, tiles.DefaultDataMaxZoom)
 	}
 	if !slices.Equal(doc.Bounds, []float64{-10, 40, 20, 60}) {
 		t.Errorf("bounds %v", doc.Bounds)
@@ -118,7 +123,8 @@ func TestTileJSON(t *testing.T) {
 		t.Fatalf("vector_layers %+v", doc.VectorLayers)
 	}
 	vl := doc.VectorLayers[0]
-	if vl.ID != "places" || vl.MinZoom != 0 || vl.MaxZoom != 22 {
+	if vl.ID != "places" || vl.MinZoom != 0 || vl.MaxZoom != 16 || vl.ServedMaxZoom != 22 ||
+		vl.GeometryKind != "point" || vl.Storage == nil || len(vl.Storage) != 0 {
 		t.Errorf("vector layer %+v", vl)
 	}
 	wantFields := map[string]string{"name": "String", "kind": "String", "city": "String", "rank": "Number"}
@@ -152,9 +158,10 @@ func TestTileJSONComposite(t *testing.T) {
 	if doc.Tiles[0] != "http://h/tiles/places,districts/{z}/{x}/{y}.mvt" {
 		t.Errorf("tiles %q", doc.Tiles)
 	}
-	// Served where both are: districts start at z4.
-	if *doc.MinZoom != 4 || *doc.MaxZoom != 22 {
-		t.Errorf("zoom range %d..%d, want 4..22", *doc.MinZoom, *doc.MaxZoom)
+	// Served wherever one of them is (places from z0; districts join at
+	// z4), with data down to z16.
+	if *doc.MinZoom != 0 || *doc.MaxZoom != 16 {
+		t.Errorf("zoom range %d..%d, want 0..16", *doc.MinZoom, *doc.MaxZoom)
 	}
 	if !slices.Equal(doc.Bounds, []float64{-20, 30, 20, 60}) {
 		t.Errorf("bounds %v, want the union", doc.Bounds)
@@ -163,8 +170,8 @@ func TestTileJSONComposite(t *testing.T) {
 		doc.VectorLayers[1].MinZoom != 4 {
 		t.Errorf("vector_layers %+v", doc.VectorLayers)
 	}
-	if doc.Center[2] < 4 {
-		t.Errorf("center zoom %v below minzoom 4", doc.Center[2])
+	if doc.Center[2] < 0 || doc.Center[2] > 16 {
+		t.Errorf("center zoom %v outside 0..16", doc.Center[2])
 	}
 }
 
@@ -294,7 +301,7 @@ func TestIndex(t *testing.T) {
 		t.Fatalf("layers %v, want configuration order", names)
 	}
 	d0 := doc.Layers[1]
-	if d0.MinZoom != 4 || d0.MaxZoom != 22 || !slices.Equal(d0.Properties, []string{"name", "city", "population"}) ||
+	if d0.MinZoom != 4 || d0.MaxZoom != 16 || !slices.Equal(d0.Properties, []string{"name", "city", "population"}) ||
 		d0.TileJSON != "http://maps.example.org/tiles/districts.json" ||
 		d0.Tiles != "http://maps.example.org/tiles/districts/{z}/{x}/{y}.mvt" {
 		t.Errorf("districts entry %+v", d0)

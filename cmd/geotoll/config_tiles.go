@@ -14,6 +14,10 @@ import (
 type TilesConfig struct {
 	Cache    TileCacheConfig `yaml:"cache"`
 	Discover DiscoverConfig  `yaml:"discover"`
+	// StorageRefresh is how often `serve` re-reads the serving registry
+	// (and the geometry kinds not yet known), so that storage `geotoll
+	// prepare` builds or rebuilds is read within this long.
+	StorageRefresh time.Duration `yaml:"storage_refresh"`
 }
 
 // TileCacheConfig sizes the in-memory tile cache. Concurrent requests for
@@ -58,9 +62,10 @@ type CORSConfig struct {
 	MaxAge      time.Duration `yaml:"max_age"` // preflight cache, default 10 min
 }
 
-// DefaultTilesConfig caches 128 MiB of tiles for a minute; no discovery.
+// DefaultTilesConfig caches 128 MiB of tiles for a minute; no discovery;
+// the serving registry re-read every 30 s.
 func DefaultTilesConfig() TilesConfig {
-	return TilesConfig{Cache: TileCacheConfig{MaxBytes: 128 << 20, TTL: time.Minute}}
+	return TilesConfig{Cache: TileCacheConfig{MaxBytes: 128 << 20, TTL: time.Minute}, StorageRefresh: 30 * time.Second}
 }
 
 // DefaultCORSConfig lets any page fetch tiles, without credentials (API
@@ -81,6 +86,9 @@ func (c Config) validateTiles() error {
 	}
 	if c.Tiles.Cache.TTL <= 0 {
 		errs = append(errs, fmt.Errorf("tiles.cache.ttl %s must be positive", c.Tiles.Cache.TTL))
+	}
+	if c.Tiles.StorageRefresh < time.Second {
+		errs = append(errs, fmt.Errorf("tiles.storage_refresh %s must be at least 1s", c.Tiles.StorageRefresh))
 	}
 	if err := c.HTTP.CORS.cors().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("http.%w", err))

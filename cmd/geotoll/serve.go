@@ -40,6 +40,9 @@ type Main struct {
 	Registry *prometheus.Registry
 	// TileCache is the tile handler's cache.
 	TileCache *tiles.Cache
+	// TileCatalog is the tile layers, their plans refreshed from the
+	// serving registry while Serve runs.
+	TileCatalog *tiles.Catalog
 
 	keys     *apikeys.Ring
 	gate     *toll.Toll
@@ -257,12 +260,13 @@ func (m *Main) Serve(ctx context.Context) error {
 	defer m.Close()
 	errc := make(chan error, 1)
 	go func() { errc <- m.Server.Serve(m.listener) }()
-	// The key ring and the readiness checker hold connections of their own:
-	// they end before Close.
+	// The key ring, the readiness checker and the tile storage refresh
+	// hold connections of their own: they end before Close.
 	bg, stopBG := context.WithCancel(ctx)
 	var loops sync.WaitGroup
 	loops.Go(func() { m.keys.Run(bg) })
 	loops.Go(func() { m.ready.Run(bg) })
+	loops.Go(func() { m.refreshTiles(bg) })
 	defer loops.Wait()
 	defer stopBG()
 	m.Logger.Info("serving", "addr", m.Addr(), "version", version)

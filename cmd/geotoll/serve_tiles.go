@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,6 +58,24 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	if err != nil {
 		return nil, err
 	}
+	// The serving registry and the geometry kinds not configured: a
+	// database that does not answer now leaves the layers reading their
+	// tables (as KindMixed when the kind is unknown) until a refresh works.
+	rctx, cancel := context.WithTimeout(ctx, discoverTimeout)
+	m.refreshStorage(rctx, catalog, nil)
+	cancel()
+	for _, l := range catalog.Layers() {
+		if lo, hi, ok := l.OverviewZooms(); ok && !slices.ContainsFunc(l.StorageSummary(), func(s tiles.StorageSummary) bool {
+			return s.Builder == tiles.BuilderOverview
+		}) {
+			m.Logger.Warn("tile layer has no overviews: its low zooms read the whole table; run `geotoll prepare`",
+				"layer", l.Name, "overview_zooms", fmt.Sprintf("%d-%d", lo, hi))
+		}
+	}
+	if err := server.WatchTileStorage(m.Registry, catalog, time.Now); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	m.TileCatalog = catalog
 	cache, err := tiles.NewCache(tiles.CacheOptions{MaxBytes: cfg.Tiles.Cache.MaxBytes, TTL: cfg.Tiles.Cache.TTL})
 	if err != nil {
 		return nil, err
@@ -74,4 +93,39 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 		Catalog: catalog, Store: store, Gate: gate, Logger: m.Logger,
 		Cache: cache, Describer: store, Proxies: proxies, Observer: metrics,
 	}, nil
+}
+
+// refreshStorage re-reads the serving registry and the unknown geometry
+// kinds into catalog (see tiles.Catalog.Refresh), drops the cached tiles
+// of layers whose storage changed, and logs what it found.
+func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache *tiles.Cache) {
+	res, err := catalog.Refresh(ctx, m.Pool)
+	if err != nil {
+		m.Logger.Warn("serving registry not read; tiles read the layers' tables until it is", "err", err)
+	}
+	for _, w := range res.Warnings {
+		m.Logger.Warn("tile layer storage", "err", w)
+	}
+	for _, name := range res.Changed {
+		dropped := cache.InvalidateLayer(name)
+		l := catalog.Layer(name)
+		m.Logger.Info("tile layer storage changed", "layer", name, "kind", l.Kind(), "storage", len(l.Storage()), "cached_tiles_dropped", dropped)
+	}
+}
+
+// refreshTiles calls refreshStorage every tiles.storage_refresh until ctx
+// ends.
+func (m *Main) refreshTiles(ctx context.Context) {
+	t := time.NewTicker(m.Config.Tiles.StorageRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, discoverTimeout)
+			m.refreshStorage(rctx, m.TileCatalog, m.TileCache)
+			cancel()
+		}
+	}
 }
