@@ -70,9 +70,13 @@ near AS (
     LIMIT $8::int
 ),
 feats AS MATERIALIZED (
-    SELECT ST_AsMVTGeom({{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}}, env.geom, env.extent, env.buffer, true) AS geom,
+    -- A feature too small to leave anything on the tile's grid is drawn
+    -- as the centre of its box: a tile with data is never empty.
+    SELECT coalesce(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true),
+                    ST_AsMVTGeom(ST_Centroid(ST_Envelope(m.g)), env.geom, env.extent, env.buffer, true)) AS geom,
            row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
-    FROM near AS t, env
+    FROM near AS t, env,
+         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m
 ),
 fit (level, mvt) AS (
     SELECT 0, NULL::bytea
