@@ -24,31 +24,6 @@ func unique(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// forget drops, when the test ends, the storage prepare built for the
-// named layers and their registry rows.
-func forget(t *testing.T, owner *pgxpool.Pool, layers ...string) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, name := range layers {
-			rows, err := owner.Query(ctx, `DELETE FROM geotoll_serving.storage WHERE layer = $1 RETURNING relation`, name)
-			if err != nil {
-				t.Errorf("forget %s: %v", name, err)
-				continue
-			}
-			rels, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Errorf("forget %s: %v", name, err)
-			}
-			for _, r := range rels {
-				if _, err := owner.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{tiles.ServingSchema, r}.Sanitize()); err != nil {
-					t.Errorf("drop %s: %v", r, err)
-				}
-			}
-		}
-	})
-}
-
 // catalog builds a catalog of layers.
 func catalog(t *testing.T, layers ...tiles.Layer) *tiles.Catalog {
 	t.Helper()
@@ -146,7 +121,7 @@ func TestPrepareIsIdempotentAndSeesChanges(t *testing.T) {
 	owner := testenv.Pool(t)
 	f := newFixture(t, owner, true)
 	name := unique("pts_")
-	forget(t, owner, name)
+	testenv.ForgetStorage(t, owner, name)
 	base := tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", GeometryKind: tiles.KindPoint,
 		Properties: []string{"name", "rank"}, OrderBy: []string{"rank"}}
 	l := catalog(t, base).Layer(name)
@@ -211,7 +186,7 @@ func TestPrepareRefusesWhatTheReaderCannotRead(t *testing.T) {
 	owner := testenv.Pool(t)
 	f := newFixture(t, owner, false)
 	name := unique("hidden_")
-	forget(t, owner, name)
+	testenv.ForgetStorage(t, owner, name)
 	l := catalog(t, tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", GeometryKind: tiles.KindPoint}).Layer(name)
 	r := one(t, owner, l, serving.Options{})
 	if r.Status != serving.Failed || r.Err == nil || !strings.Contains(r.Err.Error(), "geotoll_reader") {
@@ -229,7 +204,7 @@ func TestPolygonOverviews(t *testing.T) {
 	owner := testenv.Pool(t)
 	f := newFixture(t, owner, true)
 	name := unique("polys_")
-	forget(t, owner, name)
+	testenv.ForgetStorage(t, owner, name)
 	l := catalog(t, tiles.Layer{Name: name, Table: f.schema + ".polys", GeometryColumn: "geom",
 		Properties: []string{"name"}, OrderBy: []string{"population desc"}}).Layer(name) // kind read from the database
 	r := one(t, owner, l, serving.Options{})

@@ -552,7 +552,12 @@
         filter: ['==', '$type', 'Point'],
         paint: {
           'circle-color': l.color,
-          'circle-radius': ['interpolate', ['linear'], ['zoom'], 2, 1.2, 10, 2.6, 16, 6],
+          // A cluster (point_count > 1: the server merges the points of
+          // one cell at low zooms) grows with the log of its count.
+          'circle-radius': ['interpolate', ['linear'], ['zoom'],
+            2, ['+', 1.2, ['*', 0.9, ['ln', ['coalesce', ['get', 'point_count'], 1]]]],
+            10, ['+', 2.6, ['*', 0.9, ['ln', ['coalesce', ['get', 'point_count'], 1]]]],
+            16, 6],
           'circle-opacity': 0.85,
           'circle-stroke-color': '#ffffff',
           'circle-stroke-width': ['interpolate', ['linear'], ['zoom'], 8, 0, 12, 0.8],

@@ -24,7 +24,10 @@ import (
 // Debian's /usr/bin/chromium), which waits for the tiles, asserts through
 // map.queryRenderedFeatures that features were drawn and that the budget
 // meter read the RateLimit headers, provokes 429s and checks that they are
-// outlined, and saves screenshots to artifacts/.
+// outlined, draws the demo at z2 and z5 from its overviews (clusters with
+// point_count > 1 rendered, through a key with room for low-zoom tiles),
+// and saves screenshots to artifacts/ (preview-z2.png, preview-z5.png
+// among them).
 //
 // It needs Chromium, node and web/browser/node_modules (`make
 // browser-deps`, which `make test` runs first); without them it fails when
@@ -61,6 +64,8 @@ func TestBrowserPreview(t *testing.T) {
 		t.Skip(msg)
 	}
 
+	prepareDemo(t)
+	key := createKey(t, "pro") // room for the low-zoom views; the rest of the page runs anonymously
 	base, _ := startServer(t, nil)
 
 	// The script bounds itself (under 90 s); this is the backstop.
@@ -72,6 +77,7 @@ func TestBrowserPreview(t *testing.T) {
 		"GEOTOLL_PREVIEW_URL="+base,
 		"GEOTOLL_CHROMIUM="+chromium,
 		"GEOTOLL_ARTIFACTS="+filepath.Join(root, "artifacts"),
+		"GEOTOLL_PREVIEW_KEY="+key,
 		"NO_PROXY=127.0.0.1,localhost,::1",
 		"no_proxy=127.0.0.1,localhost,::1",
 	)

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -210,4 +211,30 @@ func BusyPool(t testing.TB) (*pgxpool.Pool, func()) {
 	release := func() { once.Do(held.Release) }
 	t.Cleanup(release)
 	return pool, release
+}
+
+// ForgetStorage drops, when the test ends, the serving storage `geotoll
+// prepare` built for the named layers (tables in geotoll_serving) and
+// their registry rows, through owner (the schema owner).
+func ForgetStorage(t testing.TB, owner *pgxpool.Pool, layers ...string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, name := range layers {
+			rows, err := owner.Query(ctx, `DELETE FROM geotoll_serving.storage WHERE layer = $1 RETURNING relation`, name)
+			if err != nil {
+				t.Errorf("testenv: forget the storage of %s: %v", name, err)
+				continue
+			}
+			rels, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Errorf("testenv: forget the storage of %s: %v", name, err)
+			}
+			for _, r := range rels {
+				if _, err := owner.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{"geotoll_serving", r}.Sanitize()); err != nil {
+					t.Errorf("testenv: drop %s: %v", r, err)
+				}
+			}
+		}
+	})
 }

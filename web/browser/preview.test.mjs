@@ -4,6 +4,9 @@
 //   GEOTOLL_PREVIEW_URL  base URL of the server (required), e.g. http://127.0.0.1:8080
 //   GEOTOLL_CHROMIUM     the browser (default /usr/bin/chromium)
 //   GEOTOLL_ARTIFACTS    where screenshots go (default <repo>/artifacts)
+//   GEOTOLL_PREVIEW_KEY  an API key with room for low-zoom tiles (optional:
+//                        without it the z2/z5 test runs anonymously, and
+//                        waits out the 429s)
 //
 // cmd/geotoll's TestBrowserPreview starts a server and runs this file with
 // `node --test`; `make test` runs that. By hand:
@@ -22,6 +25,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const base = (process.env.GEOTOLL_PREVIEW_URL || '').replace(/\/+$/, '');
 const executablePath = process.env.GEOTOLL_CHROMIUM || '/usr/bin/chromium';
 const artifacts = process.env.GEOTOLL_ARTIFACTS || path.resolve(here, '../../artifacts');
+const previewKey = process.env.GEOTOLL_PREVIEW_KEY || '';
 
 if (!base) {
   throw new Error('GEOTOLL_PREVIEW_URL is not set: the base URL of a running geotoll');
@@ -272,6 +276,48 @@ test('a catalog at /tiles sets the layers', { timeout: 40_000 }, async () => {
     assert.equal(s.source, 3);
   } finally {
     await stub.close();
+  }
+  assert.deepEqual(problems, []);
+});
+
+// The demo at z2 and z5, the zooms its overviews serve: every tile loads,
+// points are drawn as clusters carrying point_count (the server merges the
+// points of one pixel cell), and the screenshots go to artifacts/.
+test('low zooms draw the demo from its overviews', { timeout: 120_000 }, async () => {
+  const low = await context.newPage();
+  try {
+    const query = previewKey ? '?key=' + encodeURIComponent(previewKey) : '';
+    for (const view of [{ zoom: 2, lat: 30, lon: 20, want: ['places', 'geofences'] },
+                        { zoom: 5, lat: 50.5, lon: 6, want: ['places', 'districts', 'geofences'] }]) {
+      await low.goto(`${base}/${query}#${view.zoom}/${view.lat}/${view.lon}`, { waitUntil: 'load' });
+      await low.waitForFunction(
+        () => {
+          const m = window.geotollMap;
+          const s = window.geotollState;
+          return m && s && s.ready && s.idleCount > 0 && m.loaded() && m.areTilesLoaded() && s.waiting === 0;
+        },
+        null,
+        { timeout: 50_000, polling: 200 },
+      );
+      const drawn = await low.evaluate(() => {
+        const counts = {};
+        let clusters = 0;
+        for (const f of window.geotollMap.queryRenderedFeatures()) {
+          counts[f.sourceLayer] = (counts[f.sourceLayer] || 0) + 1;
+          if ((f.properties.point_count || 0) > 1) clusters++;
+        }
+        return { counts, clusters, zoom: window.geotollMap.getZoom() };
+      });
+      console.log(`z${view.zoom}: rendered features per layer ${JSON.stringify(drawn.counts)}, ${drawn.clusters} clusters`);
+      assert.equal(Math.round(drawn.zoom), view.zoom);
+      for (const name of view.want) {
+        assert.ok(drawn.counts[name] > 0, `z${view.zoom}: ${name} drawn: ${JSON.stringify(drawn.counts)}`);
+      }
+      assert.ok(drawn.clusters > 0, `z${view.zoom}: clusters with point_count > 1 drawn`);
+      await low.screenshot({ path: path.join(artifacts, `preview-z${view.zoom}.png`) });
+    }
+  } finally {
+    await low.close();
   }
   assert.deepEqual(problems, []);
 });

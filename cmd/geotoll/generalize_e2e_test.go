@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/encoding/mvt"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// decode unmarshals a tile body, failing the test on bad bytes.
+func decode(t *testing.T, body []byte) mvt.Layers {
+	t.Helper()
+	if len(body) == 0 {
+		return nil
+	}
+	ls, err := mvt.Unmarshal(body)
+	if err != nil {
+		t.Fatalf("%d bytes do not decode as MVT: %v", len(body), err)
+	}
+	return ls
+}
+
+// pointCounts sums the point_count of a decoded layer's features.
+func pointCounts(l *mvt.Layer) (sum float64) {
+	for _, f := range l.Features {
+		n, _ := f.Properties["point_count"].(float64)
+		sum += n
+	}
+	return sum
+}
+
+// A composite of a layer in its zoom range and one outside it answers with
+// the first; only a composite with no layer in range is a 422.
+func TestEndToEndCompositeServesTheLayersInRange(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, func(c *Config) {
+		c.Tiles.Cache.MaxBytes = 0 // every request a miss, priced in full
+		roomy(c)
+	})
+	z2 := maptile.At(orb.Point{10, 50}, 2) // districts start at z4
+	for _, list := range []string{"places,districts", "districts,places"} {
+		resp, body := fetch(t, http.MethodGet, tileURL(base, list, z2))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s at z2: %d %s", list, resp.StatusCode, short(body))
+		}
+		ls := decode(t, body)
+		if len(ls) != 1 || ls[0].Name != "places" || len(ls[0].Features) == 0 {
+			t.Errorf("%s at z2: layers %v, want places alone", list, mvtLayerNames(ls))
+		}
+		alone, _ := fetch(t, http.MethodGet, tileURL(base, "places", z2))
+		if cost(t, resp) != cost(t, alone) {
+			t.Errorf("%s at z2 cost %v, places alone %v: the layer out of range is not read", list, cost(t, resp), cost(t, alone))
+		}
+	}
+	resp, body := fetch(t, http.MethodGet, tileURL(base, "districts", z2))
+	if resp.StatusCode != http.StatusUnprocessableEntity || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("districts alone at z2: %d %s, want a 422 problem", resp.StatusCode, short(body))
+	}
+}
+
+// roomy lets anonymous callers spend freely: for tests of what is served,
+// not of what it costs.
+func roomy(c *Config) {
+	c.Throttle.Tiers["anonymous"] = TierConfig{Rate: 1e6, Capacity: 1e7, MaxInFlight: 64}
+}
+
+func mvtLayerNames(ls mvt.Layers) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.Name)
+	}
+	return out
+}
+
+// A capped tile renders to the same bytes every time: twice on one
+// server with the cache off, and once on another server (a replica), with
+// the same ETag; the features kept are the first in the layer's order
+// (point_count descending, then order_by).
+func TestEndToEndCappedTileIsStable(t *testing.T) {
+	t.Parallel()
+	capped := func(c *Config) {
+		c.Tiles.Cache.MaxBytes = 0
+		c.Layers[0].MaxFeatures = 50
+	}
+	a, _ := startServer(t, capped)
+	b, _ := startServer(t, capped)
+	tile := maptile.At(berlinCentre, 10) // clustered by the query: hundreds of clusters
+	r1, body1 := fetch(t, http.MethodGet, tileURL(a, "places", tile))
+	r2, body2 := fetch(t, http.MethodGet, tileURL(a, "places", tile))
+	r3, body3 := fetch(t, http.MethodGet, tileURL(b, "places", tile))
+	for i, r := range []*http.Response{r1, r2, r3} {
+		if r.StatusCode != http.StatusOK || r.Header.Get("X-Cache") != "MISS" {
+			t.Fatalf("render %d: %d X-Cache %q", i+1, r.StatusCode, r.Header.Get("X-Cache"))
+		}
+	}
+	if !bytes.Equal(body1, body2) || !bytes.Equal(body1, body3) {
+		t.Errorf("three renders of %v: %d, %d and %d bytes, not the same", tile, len(body1), len(body2), len(body3))
+	}
+	if e := r1.Header.Get("ETag"); e == "" || r2.Header.Get("ETag") != e || r3.Header.Get("ETag") != e {
+		t.Errorf("ETags %q, %q, %q: want one", e, r2.Header.Get("ETag"), r3.Header.Get("ETag"))
+	}
+	ls := decode(t, body1)
+	if len(ls) != 1 || len(ls[0].Features) != 50 {
+		t.Fatalf("%d layers, want places with the 50 features of the cap", len(ls))
+	}
+	counts := make([]float64, len(ls[0].Features))
+	for i, f := range ls[0].Features {
+		counts[i] = f.Properties["point_count"].(float64)
+	}
+	if !slices.IsSortedFunc(counts, func(x, y float64) int { return int(y - x) }) || counts[0] < 2 {
+		t.Errorf("point_counts %v: want the largest clusters, largest first", counts)
+	}
+}
+
+// A tile over its byte budget is reduced to fit, says so in
+// X-Tile-Reduced, and keeps its points counted: merging cells sums them.
+func TestEndToEndByteBudget(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, func(c *Config) {
+		small := c.Layers[0]
+		small.Name, small.MaxTileBytes = "places_small", 4096
+		c.Layers = append(c.Layers, small)
+	})
+	tile := maptile.At(berlinCentre, 9)
+	full, fullBody := fetch(t, http.MethodGet, tileURL(base, "places", tile))
+	resp, body := fetch(t, http.MethodGet, tileURL(base, "places_small", tile))
+	if full.StatusCode != http.StatusOK || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d, %d", full.StatusCode, resp.StatusCode)
+	}
+	if len(fullBody) <= 4096 || full.Header.Get(tiles.HeaderReduced) != "" {
+		t.Fatalf("the unreduced tile is %d bytes (X-Tile-Reduced %q): the test needs one over 4096",
+			len(fullBody), full.Header.Get(tiles.HeaderReduced))
+	}
+	hdr := resp.Header.Get(tiles.HeaderReduced)
+	level, err := strconv.Atoi(strings.TrimPrefix(hdr, "places_small;level="))
+	if err != nil || level < 1 {
+		t.Fatalf("X-Tile-Reduced %q, want places_small;level=N", hdr)
+	}
+	if len(body) > 4096 {
+		t.Errorf("reduced tile is %d bytes, budget 4096", len(body))
+	}
+	a, b := decode(t, fullBody), decode(t, body)
+	if pointCounts(a[0]) != pointCounts(b[0]) || len(b[0].Features) >= len(a[0].Features) {
+		t.Errorf("reduced: %d features counting %v points; unreduced: %d counting %v", len(b[0].Features),
+			pointCounts(b[0]), len(a[0].Features), pointCounts(a[0]))
+	}
+}
+
+// geotoll prepare is safe while tiles are served: rebuilding the overviews
+// of a layer three times, while four clients fetch its overview tiles
+// without a cache, fails no request, and serve reads the new storage
+// within its refresh interval.
+func TestEndToEndPrepareWhileServing(t *testing.T) {
+	t.Parallel()
+	owner := testenv.Pool(t)
+	name := "swap_" + strings.TrimPrefix(testenv.Prefix(t), "geotoll-test-")
+	testenv.ForgetStorage(t, owner, name)
+	layer := DefaultConfig().Layers[0]
+	layer.Name = name
+	cat, err := tiles.NewCatalog([]tiles.Layer{layer.Layer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cat.Layer(name)
+	prepare := func(force bool) serving.Result {
+		t.Helper()
+		res := serving.Prepare(t.Context(), owner, []*tiles.Layer{l}, serving.Options{Force: force})
+		if len(res) != 1 || res[0].Status != serving.Built {
+			t.Fatalf("prepare: %+v", res)
+		}
+		return res[0]
+	}
+	prepare(false)
+	base, _ := startServer(t, func(c *Config) {
+		c.Tiles.Cache.MaxBytes = 0
+		c.Tiles.StorageRefresh = time.Second
+		c.Layers = append(c.Layers, layer)
+		roomy(c)
+	})
+	builtAt := func() string {
+		_, body := fetch(t, http.MethodGet, base+"/tiles/"+name+".json")
+		i := bytes.Index(body, []byte(`"built_at":"`))
+		if i < 0 {
+			t.Fatalf("no built_at in %s", short(body))
+		}
+		return string(body[i : i+40])
+	}
+	first := builtAt()
+
+	var addrs []string
+	for z := range 8 {
+		addrs = append(addrs, tileURL(base, name, maptile.At(berlinCentre, maptile.Zoom(z)))) // each holds points
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for c := range 4 {
+		wg.Go(func() {
+			for i := c; ctx.Err() == nil; i++ {
+				status := -1 // no response at all
+				if resp, err := rawClient.Get(addrs[i%len(addrs)]); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					status = resp.StatusCode
+				}
+				mu.Lock()
+				statuses[status]++
+				mu.Unlock()
+			}
+		})
+	}
+	for range 3 {
+		prepare(true)
+	}
+	stop()
+	wg.Wait()
+	if len(statuses) != 1 || statuses[http.StatusOK] < 20 {
+		t.Errorf("responses while prepare swapped the overviews three times: %v, want only 200s (at least 20)", statuses)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for builtAt() == first {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve still reads the overviews built at %s 10 s after they were replaced", first)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("tile responses during three rebuilds: %v", statuses)
+}
+
+// demoPrepared builds the demo layers' serving storage once per test
+// binary (`make testdb` has built it already; then it is current and this
+// is quick). Tests that start with it read the overviews.
+var demoPrepared = sync.OnceValue(func() []serving.Result {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, os.Getenv("GEOTOLL_TEST_DATABASE_URL"))
+	if err != nil {
+		return []serving.Result{{Status: serving.Failed, Err: err}}
+	}
+	defer pool.Close()
+	cat, _, err := DefaultConfig().catalog()
+	if err != nil {
+		return []serving.Result{{Status: serving.Failed, Err: err}}
+	}
+	return serving.Prepare(ctx, pool, cat.Layers(), serving.Options{})
+})
+
+func prepareDemo(t *testing.T) {
+	t.Helper()
+	testenv.DatabaseURL(t) // skips or fails without the database
+	for _, r := range demoPrepared() {
+		if r.Status == serving.Failed {
+			t.Fatalf("prepare the demo layers: %s: %v", r.Layer, r.Err)
+		}
+	}
+}
+
+// TestDemoTilesWithinBudget renders every z0–z3 tile of every demo layer,
+// and every z4–z6 tile that holds data, from the layers' overviews: each
+// is at most 500 KB of MVT, and a tile that holds data (the centre of a
+// row's bounding box in it) is never empty.
+func TestDemoTilesWithinBudget(t *testing.T) {
+	t.Parallel()
+	prepareDemo(t)
+	owner, reader := testenv.Pool(t), testenv.ReadPool(t)
+	cat, _, err := DefaultConfig().catalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	store := tiles.NewStore(reader)
+	for _, l := range cat.Layers() {
+		largest, rendered := 0, 0
+		for z := l.MinZoom; z <= 6; z++ {
+			if src := l.Source(maptile.Zoom(z)); src.Builder != tiles.BuilderOverview {
+				t.Fatalf("%s z%d reads %s, not an overview", l.Name, z, src.Relation.Sanitize())
+			}
+			withData := tilesWithData(t, owner, l, maptile.Zoom(z))
+			check := withData
+			if z <= 3 { // every tile
+				check = nil
+				for x := range uint32(1) << z {
+					for y := range uint32(1) << z {
+						check = append(check, maptile.New(x, y, maptile.Zoom(z)))
+					}
+				}
+			}
+			for _, tile := range check {
+				r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
+				if err != nil {
+					t.Fatalf("%s %v: %v", l.Name, tile, err)
+				}
+				rendered++
+				largest = max(largest, len(r.MVT))
+				if len(r.MVT) > tiles.DefaultMaxTileBytes {
+					t.Errorf("%s %v: %d bytes, over the 500 KB budget", l.Name, tile, len(r.MVT))
+				}
+				if len(r.MVT) == 0 && slices.Contains(withData, tile) {
+					t.Errorf("%s %v holds data but its tile is empty", l.Name, tile)
+				}
+			}
+		}
+		t.Logf("%s: %d tiles z%d–z6, the largest %d bytes", l.Name, rendered, l.MinZoom, largest)
+	}
+}
+
+// tilesWithData lists the tiles of zoom z that hold the centre of the
+// bounding box (Box2D, as the tile query reads it) of a row of l's table.
+func tilesWithData(t *testing.T, owner *pgxpool.Pool, l *tiles.Layer, z maptile.Zoom) []maptile.Tile {
+	t.Helper()
+	rows, err := owner.Query(t.Context(), `
+		SELECT DISTINCT floor(((ST_XMin(b) + ST_XMax(b)) / 2 + $1::float8) / $2::float8)::bigint,
+		                floor(($1::float8 - (ST_YMin(b) + ST_YMax(b)) / 2) / $2::float8)::bigint
+		FROM (SELECT Box2D(t.`+pgx.Identifier{l.GeometryColumn}.Sanitize()+`) AS b FROM `+l.TableIdent().Sanitize()+` AS t) AS q`,
+		tiles.TileWidth(0)/2, tiles.TileWidth(z))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []maptile.Tile
+	var x, y int64
+	_, err = pgx.ForEachRow(rows, []any{&x, &y}, func() error {
+		if n := int64(1) << z; x >= 0 && y >= 0 && x < n && y < n {
+			out = append(out, maptile.New(uint32(x), uint32(y), z))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

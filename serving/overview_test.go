@@ -1,0 +1,101 @@
+package serving_test
+
+import (
+	"testing"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/encoding/mvt"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// TestPointCountsSumToRows: at the overview zooms (read from the
+// overviews) and beyond them (clustered by the query), the point_count of
+// a tile's features sum to the rows of the layer's table whose cluster
+// cell lies in the tile or its buffer: the cells the query keeps
+// (Generalization.CellRange). A cell's index is floor((x + π·R) / cell)
+// on each axis; with the default buffer (64 of 4096 units, 8 pixels) and
+// cell (4 pixels) the buffer is two whole cells, so those rows are exactly
+// the rows with x in [xmin − buffer, xmax + buffer) and likewise y, of the
+// tile's envelope (x and y in EPSG:3857).
+func TestPointCountsSumToRows(t *testing.T) {
+	t.Parallel()
+	owner, reader := testenv.Pool(t), testenv.ReadPool(t)
+	name := unique("counts_")
+	testenv.ForgetStorage(t, owner, name)
+	cat := catalog(t, placesLayer(name))
+	l := cat.Layer(name)
+	if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	store := tiles.NewStore(reader)
+
+	var checked []maptile.Tile
+	for x := uint32(0); x < 4; x++ { // every z2 tile
+		for y := uint32(0); y < 4; y++ {
+			checked = append(checked, maptile.New(x, y, 2))
+		}
+	}
+	checked = append(checked, maptile.New(0, 0, 0), maptile.At(orb.Point{13.4, 52.5}, 5), // overviews
+		maptile.At(orb.Point{13.4, 52.5}, 8), maptile.At(orb.Point{-0.12, 51.5}, 11)) // clustered by the query
+	nonEmpty := 0
+	for _, tile := range checked {
+		src := l.Source(tile.Z)
+		if wantOverview := tile.Z <= 7; (src.Builder == tiles.BuilderOverview) != wantOverview || !src.Clustered {
+			t.Fatalf("%v reads %+v", tile, src)
+		}
+		r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
+		if err != nil {
+			t.Fatalf("%v: %v", tile, err)
+		}
+		if len(r.Reduced) != 0 {
+			t.Fatalf("%v was reduced (%v): the sums would still hold, but the test means level 0", tile, r.Reduced)
+		}
+		var sum, features int64
+		if len(r.MVT) > 0 {
+			layers, err := mvt.Unmarshal(r.MVT)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range layers[0].Features {
+				n, ok := f.Properties["point_count"].(float64)
+				if !ok || n < 1 {
+					t.Fatalf("%v: feature %v has point_count %v", tile, f.ID, f.Properties["point_count"])
+				}
+				sum += int64(n)
+				features++
+			}
+		}
+		if features >= int64(l.MaxFeatures) {
+			t.Fatalf("%v holds %d features, the cap: a capped tile drops counts", tile, features)
+		}
+		g := src.Generalization
+		x0, x1, y0, y1 := g.CellRange(tile, l.Extent, l.Buffer)
+		var want int64
+		err = owner.QueryRow(t.Context(), `
+			SELECT count(*) FROM geotoll.places AS p,
+			     LATERAL (SELECT floor((ST_X(p.geom_3857) + $1::float8) / $2::float8)::bigint AS cx,
+			                     floor((ST_Y(p.geom_3857) + $1::float8) / $2::float8)::bigint AS cy) AS c
+			WHERE c.cx BETWEEN $3 AND $4 AND c.cy BETWEEN $5 AND $6`,
+			tiles.TileWidth(0)/2, g.CellMetres, x0, x1, y0, y1).Scan(&want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum != want {
+			t.Errorf("%v (%s): point_count sums to %d over %d features, %d rows lie in its cells", tile, src.Relation.Sanitize(), sum, features, want)
+		}
+		if want > 0 {
+			nonEmpty++
+		}
+		t.Logf("%v from %s: %d features, %d points, %d bytes", tile, src.Relation.Sanitize(), features, sum, len(r.MVT))
+	}
+	if nonEmpty < 6 {
+		t.Errorf("only %d of the tiles checked hold points: the test checks little", nonEmpty)
+	}
+}
