@@ -70,13 +70,16 @@ type StorageParams struct {
 }
 
 // generalization is the Generalization of a tile at zoom z read from the
-// storage: what the builder did, at the zoom it did it for.
+// storage: what the builder did (its cells per tile, its lengths).
 func (p StorageParams) generalization(z maptile.Zoom) Generalization {
-	return Generalization{
-		Zoom: z, On: true,
-		CellsPerTile: p.CellsPerTile, CellMetres: p.CellMetres,
+	g := Generalization{
+		Zoom: z, On: true, CellsPerTile: p.CellsPerTile,
 		ToleranceMetres: p.ToleranceMetres, MinSizeMetres: p.MinSizeMetres,
 	}
+	if p.CellsPerTile > 0 {
+		g.CellMetres = TileWidth(z) / float64(p.CellsPerTile)
+	}
+	return g
 }
 
 var storageSQL = queries.MustRead("serving_storage.sql")

@@ -1,0 +1,128 @@
+package tiles
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paulmach/orb/maptile"
+)
+
+var param = regexp.MustCompile(`\$(\d+)`)
+
+// maxParam is the highest $n a query binds.
+func maxParam(sql string) int {
+	n := 0
+	for _, m := range param.FindAllStringSubmatch(sql, -1) {
+		v, _ := strconv.Atoi(m[1])
+		n = max(n, v)
+	}
+	return n
+}
+
+func prepared(t *testing.T, l Layer) *Layer {
+	t.Helper()
+	if err := l.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	return &l
+}
+
+// overviewRows is a registry as `geotoll prepare` writes it for l's band.
+func overviewRows(l *Layer, kind Kind, lo, hi int) []Storage {
+	var out []Storage
+	for z := lo; z <= hi; z++ {
+		g := l.Generalize.At(maptile.Zoom(z), l.Extent)
+		out = append(out, Storage{
+			Layer: l.Name, Builder: BuilderOverview, Relation: l.Name + "_ov_z" + strconv.Itoa(z), ZoomMin: z, ZoomMax: z,
+			GeometryColumn: "geom", SRID: 3857, Kind: kind, Columns: l.Columns(), Rows: int64(100 * z),
+			Params:  StorageParams{Version: 1, Zoom: z, CellsPerTile: g.CellsPerTile, CellMetres: g.CellMetres},
+			BuiltAt: time.Unix(int64(z), 0),
+		})
+	}
+	return out
+}
+
+// Every query a layer may run binds exactly the arguments its zoom's args
+// provide, for every kind, SRID and zoom, from the table or an overview.
+func TestQueryArgsMatchTheirSQL(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []Kind{KindPoint, KindLine, KindPolygon, KindMixed} {
+		for _, srid := range []int{3857, 4326} {
+			l := prepared(t, Layer{Name: "l", Table: "s.t", GeometryColumn: "g", SRID: srid, GeometryKind: kind,
+				Properties: []string{"name"}, OrderBy: []string{"rank desc"}})
+			p, skipped, err := l.newPlan(kind, overviewRows(l, kind, 0, 7))
+			if err != nil || len(skipped) != 0 {
+				t.Fatalf("%s: %v %v", kind, err, skipped)
+			}
+			l.state.plan.Store(p)
+			for z := maptile.Zoom(0); z <= MaxZoom; z++ {
+				sql, args := l.query(maptile.New(0, 0, z))
+				if got := maxParam(sql); got != len(args) {
+					t.Errorf("%s %d z%d: the query binds $%d, args has %d", kind, srid, z, got, len(args))
+				}
+				if src := l.Source(z); (src.Builder == BuilderOverview) != (z <= 7) {
+					t.Errorf("%s z%d reads %+v", kind, z, src)
+				}
+				if kind == KindPoint {
+					// The buffer is read in whole cells: at least the
+					// configured buffer, less than it plus a cell.
+					g := l.Source(z).Generalization
+					bufM := TileWidth(z) * float64(l.Buffer) / float64(l.Extent)
+					if got := args[6].(float64); got < bufM || got >= bufM+g.CellMetres {
+						t.Errorf("z%d: buffer %v m, want whole cells from %v m", z, got, bufM)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestPlanChoosesStorage(t *testing.T) {
+	t.Parallel()
+	l := prepared(t, Layer{Name: "p", Table: "s.t", GeometryColumn: "g", GeometryKind: KindPoint, Properties: []string{"name"}})
+	rows := overviewRows(l, KindPoint, 0, 7)
+	wide := rows[3]
+	wide.Relation, wide.ZoomMin, wide.ZoomMax = "wide", 0, 10 // wider: loses where a per-zoom overview serves
+	foreign := rows[0]
+	foreign.Relation, foreign.Builder = "foreign", "subdivide"
+	points := rows[1]
+	points.Relation, points.Kind = "lines", KindLine
+	stale := rows[2]
+	stale.Relation, stale.Columns = "stale", []string{"id"}
+	p, skipped, err := l.newPlan(KindPoint, append(rows, wide, foreign, points, stale))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(skipped) != 3 {
+		t.Errorf("skipped %v, want the unknown builder, the other kind and the missing column", skipped)
+	}
+	for _, want := range []string{`builder "subdivide"`, "holds line geometries", `lacks column "name"`} {
+		found := false
+		for _, err := range skipped {
+			found = found || strings.Contains(err.Error(), want)
+		}
+		if !found {
+			t.Errorf("no warning says %q: %v", want, skipped)
+		}
+	}
+	l.state.plan.Store(p)
+	for z, want := range map[maptile.Zoom]string{0: "p_ov_z0", 7: "p_ov_z7", 8: "wide", 10: "wide", 11: "t", 22: "t"} {
+		src := l.Source(z)
+		if got := src.Relation[len(src.Relation)-1]; got != want {
+			t.Errorf("z%d reads %s, want %s", z, got, want)
+		}
+	}
+	if src := l.Source(3); src.Rows != 300 || !src.BuiltAt.Equal(time.Unix(3, 0)) || !src.Clustered || src.GeometryColumn != "geom" ||
+		src.SRID != 3857 || src.Generalization.CellsPerTile != 128 {
+		t.Errorf("z3 source %+v", src)
+	}
+	if src := l.Source(14); src.Builder != "" || src.Clustered || src.Generalization.On || src.SRID != 3857 || src.GeometryColumn != "g" {
+		t.Errorf("z14 source %+v", src)
+	}
+	if sums := l.StorageSummary(); len(sums) != 1 || sums[0].Relations != 9 || sums[0].MinZoom != 0 || sums[0].MaxZoom != 10 {
+		t.Errorf("summary %+v", sums)
+	}
+}
