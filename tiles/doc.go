@@ -2,9 +2,9 @@
 //
 // A [Catalog] is the fixed set of [Layer]s a server offers, each one table
 // of the configuration. [NewCatalog] validates the layers, fills in defaults
-// and renders each layer's query (sql/tile.sql) once: the table and column
-// names are quoted with pgx.Identifier, everything else is a bound
-// parameter. No text from a request ever becomes part of a query.
+// and renders each layer's queries once: the table and column names are
+// quoted with pgx.Identifier, everything else is a bound parameter. No text
+// from a request ever becomes part of a query.
 //
 // # The request path
 //
@@ -15,7 +15,9 @@
 //     extension, [ParseTile] z, x and y, [Catalog.Resolve] the layer list,
 //     then each layer's zoom range. A malformed part is a 400, an unknown
 //     layer or format a 404, a value out of range a 422; each names the
-//     parameter at fault (see package problem).
+//     parameter at fault (see package problem). A composite drops the
+//     layers whose minzoom..maxzoom excludes z and is a 422 only when none
+//     is left.
 //  2. The [Cache] is looked up first, so that the [Gate] knows whether the
 //     database will do any work: a hit (or a 304 for a cached ETag) is a
 //     [Demand] with CacheHit set, which server prices at the base price.
@@ -23,7 +25,7 @@
 //     query runs, and may refuse it, writing the 429 itself.
 //  4. On a miss, concurrent requests for the same tile share one render
 //     (a counted flight: the shared query is cancelled only when the last
-//     waiter hangs up), and the [Renderer] draws the tile. [Store.Tile] runs one query per layer
+//     waiter hangs up), and the [Renderer] draws the tile. [Store.Render] runs one query per layer
 //     in a single READ ONLY transaction, in one round trip, under SET LOCAL
 //     statement_timeout (each layer's own StatementTimeout) and
 //     with JIT off. The request's context goes all the way down: a client
@@ -34,13 +36,79 @@
 //     with its ETag, and sent as 200 with Content-Type [ContentType] —
 //     gzipped when the client accepts it (compressed on the first such
 //     request and kept beside the tile: a client that does not accept gzip
-//     never pays for it), 304 when its If-None-Match matches.
+//     never pays for it), 304 when its If-None-Match matches, with
+//     [HeaderReduced] when a layer was reduced to fit its byte budget.
 //
 // A tile with no features is an empty byte string, and the handler answers
 // it with 204 No Content instead of a 200 with an empty body: there is
 // nothing to decode, the status says so plainly, and MapLibre, OpenLayers
 // and Leaflet all draw a 204 as an empty tile. Like a 200, and unlike a
 // problem response (Cache-Control: no-store), it may be cached.
+//
+// # Generalisation
+//
+// A layer's [Kind] (point, line, polygon or mixed; configured, or read from
+// geometry_columns by [Catalog.Refresh]) chooses its query:
+// sql/tile_points.sql or sql/tile_lines_polygons.sql, each with its
+// parameter contract at the top. Up to [Generalize].MaxZoom (default 12)
+// tiles are generalised, with lengths in pixels of a [TilePixels]-wide
+// tile ([Generalize.At] computes them per zoom):
+//
+//   - Points are clustered: one feature per cell of a grid aligned to the
+//     tile's pixels (cluster_px, default 4 px, so 128×128 cells per tile),
+//     drawn as the cell's first point in the layer's order_by with all of
+//     that point's properties, plus point_count, the number of points in
+//     the cell (MapLibre's name for it). Every feature of a point layer
+//     carries point_count, 1 beyond the clustered zooms. The cells a
+//     tile keeps are its own and its buffer's, rounded up to whole cells
+//     ([Generalization.CellRange]), so the point_counts of a tile sum to
+//     the rows whose cell lies there, exactly.
+//   - Lines and polygons are simplified to the tile's pixels (tolerance_px,
+//     default 1 px, after clipping, with ST_SimplifyPreserveTopology on the
+//     tile's grid); features smaller than min_size_px (default 1 px) are
+//     thinned to one per cluster cell, the first in order_by, and one too
+//     small for the tile's grid is drawn as the centre of its box: a tile
+//     with data is never empty.
+//
+// Beyond Generalize.MaxZoom features are served as stored, so the tiles of
+// DataMaxZoom (TileJSON's maxzoom, default 16), which clients overzoom,
+// carry every detail.
+//
+// # Order, cap and byte budget
+//
+// A layer's OrderBy (default its id; the id is always the last key, so the
+// order is total) is its priority: the feature cap (max_features) keeps the
+// first features in that order (clusters: the largest point_count first),
+// and features are written in that order, so a tile renders to the same
+// bytes — and the same ETag — on every render and every replica.
+//
+// Each layer of a tile is held to its byte budget (max_tile_bytes, default
+// 500,000 bytes of uncompressed MVT) inside its query: a tile over budget
+// is rendered again from the same rows at [Budget] levels 1, 2, … — points
+// merged into cells twice as wide per level (counts summed), lines and
+// polygons simplified twice as coarsely with the smallest size doubled and
+// the cap halved — until it fits or the last level is reached. A feature
+// is never cut. The response names the reduced layers and their levels in
+// [HeaderReduced].
+//
+// # Serving storage and Source
+//
+// Low zooms of a layer read precomputed overview tables instead of the
+// layer's table, once `geotoll prepare` has built them (package serving:
+// per zoom of the layer's overview band, default z0–z7, the zoom's
+// clusters or simplified features, so a z2 tile reads a few thousand rows
+// instead of the whole table). [Catalog.Refresh] reads the serving
+// registry ([LoadStorage], geotoll_serving.storage) with the read role at
+// start-up and on every refresh, and swaps each layer's plan: which
+// relation and query each zoom runs. Storage the layer cannot use (another
+// kind, missing columns, an unknown builder) is left out with a warning;
+// those zooms read the table.
+//
+// [Layer.Source] says what a tile of a layer at zoom z actually reads: the
+// relation (the table, or an overview), its geometry column, SRID and kind,
+// the builder and its row count, and the [Generalization] applied (cluster
+// cells, tolerances). A per-relation cost model prices tiles from exactly
+// those relations.
 //
 // # Tile envelopes
 //

@@ -3,6 +3,8 @@ package tiles_test
 import (
 	"fmt"
 
+	"github.com/paulmach/orb/maptile"
+
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/tiles"
 )
@@ -46,4 +48,26 @@ func ExampleEnvelope() {
 	// x 0.000 .. 20037508.343
 	// y 0.000 .. 20037508.343
 	// 2445.985 m wide
+}
+
+// What a tile of a layer reads at each zoom. Without serving storage (no
+// Catalog.Refresh, or before `geotoll prepare` ran) every zoom reads the
+// layer's table; the points are clustered up to Generalize.MaxZoom.
+func ExampleLayer_Source() {
+	cat, err := tiles.NewCatalog([]tiles.Layer{{
+		Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", GeometryKind: tiles.KindPoint,
+	}})
+	if err != nil {
+		panic(err)
+	}
+	l := cat.Layer("places")
+	for _, z := range []maptile.Zoom{2, 12, 13} {
+		s := l.Source(z)
+		fmt.Printf("z%d: %s.%s (%s, SRID %d), clustered %v, cells of %.1f m\n", z,
+			s.Relation.Sanitize(), s.GeometryColumn, s.Kind, s.SRID, s.Clustered, s.Generalization.CellMetres)
+	}
+	// Output:
+	// z2: "geotoll"."places".geom_3857 (point, SRID 3857), clustered true, cells of 78271.5 m
+	// z12: "geotoll"."places".geom_3857 (point, SRID 3857), clustered true, cells of 76.4 m
+	// z13: "geotoll"."places".geom_3857 (point, SRID 3857), clustered false, cells of 38.2 m
 }

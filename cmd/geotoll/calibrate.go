@@ -54,6 +54,10 @@ func calibrate(ctx context.Context, cfg Config, args []string, stdout, stderr io
 		return err
 	}
 	defer pool.Close()
+	// Time what serve runs: the overviews `geotoll prepare` built, if any.
+	if _, err := catalog.Refresh(ctx, pool); err != nil {
+		fmt.Fprintf(stderr, "calibrate: serving registry not read, timing the layer's table at every zoom: %v\n", err)
+	}
 	store := tiles.NewStore(pool)
 	w := weights[layer.Name]
 

@@ -1,0 +1,92 @@
+// Package serving builds the serving storage of tile layers: relations
+// derived from a layer's table that its tiles read instead of it. `geotoll
+// prepare` runs [Prepare] with every [Builder] of [Builders]; today one,
+// [Overview] (per-zoom overview tables of the layer's low zooms). Package
+// tiles reads what was built (tiles.LoadStorage, tiles.Catalog.Refresh).
+//
+// # Schema and registry (the contract)
+//
+// Migration 00005_serving.sql creates schema geotoll_serving, owned by the
+// schema owner (the admin database URL, which `prepare` connects as),
+// with USAGE for geotoll_reader and SELECT on its tables by default
+// privileges; `prepare` also grants each table it builds explicitly. Its
+// registry, geotoll_serving.storage, has one row per built relation:
+//
+//	layer, builder, relation        primary key; relation is a table in
+//	                                geotoll_serving (unique), stable across
+//	                                rebuilds (RelationName)
+//	zoom_min, zoom_max              the tile zooms it serves, or both NULL
+//	                                for storage that serves no tile zoom
+//	geometry_column, srid,          its geometry ("geom", 3857 for
+//	geometry_kind                   overviews); kind point, line, polygon, mixed
+//	columns                         the layer's source columns it carries,
+//	                                by their names (id, properties, order_by)
+//	params                          what was built (tiles.StorageParams as
+//	                                JSON: version, zoom, cells, lengths…)
+//	source_table,                   the layer's table (quoted) and geometry
+//	source_geometry_column          column
+//	source_rows, source_signature   the source when built: row count and
+//	                                change detector ("count:newest xmin",
+//	                                "" for a view: rebuilt every run)
+//	rows, build_ms, built_at        the build
+//	checked_at                      when prepare last found it current
+//
+// serve chooses, for each zoom of a layer, the registry row whose
+// zoom_min..zoom_max covers it with the narrowest range (a per-zoom
+// overview beats storage serving every zoom); zooms no row covers read the
+// layer's table. A row is used only if its builder is one serve reads, its
+// kind is the layer's and its columns include every column the layer
+// reads now.
+//
+// # A build
+//
+// For each layer and builder, [Prepare] asks the builder for its targets
+// ([Builder.Targets]: the relations it keeps for the layer, and their
+// params). When the registry already holds exactly those targets, built
+// from a source with the same signature, the run renews checked_at and
+// builds nothing: a run with nothing changed reads each table once
+// (count(*), max(xmin)) and is quick. Otherwise, in one REPEATABLE READ
+// transaction holding the layer's advisory lock (a second run skips the
+// layer), it:
+//
+//  1. computes the signature again, in the snapshot the build reads;
+//  2. builds each target into "<relation>_next" ([Builder.Build]: create,
+//     fill, index as "<relation>_next_<suffix>"), then grants it to the
+//     read role and analyzes it;
+//  3. swaps: in a savepoint, deletes the builder's registry rows of the
+//     layer, locks every old relation at once under a statement_timeout
+//     of Options.LockTimeout (500 ms: below the read role's 1 s
+//     lock_timeout, so a tile query queued behind the swap waits, never
+//     fails), drops them, renames each "_next" table and its indexes to
+//     the stable names and inserts the new registry rows; a swap that
+//     cannot get its locks is rolled back to the savepoint and retried;
+//  4. commits: readers see the old storage or the new, never a mix. A
+//     failed build leaves the old storage served.
+//
+// Tile queries name overviews by their stable names, so the text serve
+// prepared stays valid: PostgreSQL re-plans it against the new table.
+// Before building, [Prepare] checks that the read role may read every
+// column it would copy (an overview readable by geotoll_reader must not
+// show it what the table hides) and refuses the layer otherwise.
+//
+// # Keeping it current
+//
+// Storage is rebuilt by running `geotoll prepare` again: from cron or a
+// systemd timer, or as a long-running process with `-every 10m`. Each run
+// rebuilds only what changed. serve re-reads the registry every
+// tiles.storage_refresh (30 s), drops the cached tiles of layers whose
+// storage changed, and exports how stale each layer's storage may be:
+// geotoll_tile_storage_age_seconds (seconds since checked_at), also in
+// TileJSON and the /tiles catalog (storage[].age_seconds). serve itself
+// never writes: it connects as the read-only role.
+//
+// # Adding a builder
+//
+// A builder (e.g. subdivided pieces of heavy polygons) implements
+// [Builder] and is added to [Builders]: its targets name their relations
+// (RelationName(layer, suffix)), zoom ranges (or -1 for none), columns and
+// params; its Build fills job.Next[relation] and names its indexes
+// "<relation>_next_<suffix>". The runner does the rest (change detection,
+// grants, swap, registry). To be read by tiles, package tiles must know
+// its builder name (tiles.Layer.usable).
+package serving

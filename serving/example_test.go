@@ -1,0 +1,29 @@
+package serving_test
+
+import (
+	"fmt"
+
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// The overviews `geotoll prepare` keeps for a point layer: one table per
+// zoom of its band, deepest first (each zoom is built from the one below).
+func ExampleOverview_Targets() {
+	cat, err := tiles.NewCatalog([]tiles.Layer{{
+		Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857",
+		GeometryKind: tiles.KindPoint, Properties: []string{"name"}, OrderBy: []string{"rank"},
+		Overviews: tiles.Overviews{MinZoom: 2, MaxZoom: 4},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	for _, t := range (serving.Overview{}).Targets(cat.Layer("places"), tiles.KindPoint) {
+		fmt.Printf("%s serves z%d-%d: %d cells per tile of %.0f m, columns %v\n",
+			t.Relation, t.ZoomMin, t.ZoomMax, t.Params.CellsPerTile, t.Params.CellMetres, t.Columns)
+	}
+	// Output:
+	// places_ov_z4 serves z4-4: 128 cells per tile of 19568 m, columns [id name rank]
+	// places_ov_z3 serves z3-3: 128 cells per tile of 39136 m, columns [id name rank]
+	// places_ov_z2 serves z2-2: 128 cells per tile of 78272 m, columns [id name rank]
+}
