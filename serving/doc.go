@@ -6,7 +6,7 @@
 //
 // # Schema and registry (the contract)
 //
-// Migration 00005_serving.sql creates schema geotoll_serving, owned by the
+// Migration 00006_serving.sql creates schema geotoll_serving, owned by the
 // schema owner (the admin database URL, which `prepare` connects as),
 // with USAGE for geotoll_reader and SELECT on its tables by default
 // privileges; `prepare` also grants each table it builds explicitly. Its

@@ -1,5 +1,5 @@
 -- Record one relation a build has just swapped in (see migration
--- 00005_serving.sql for the columns).
+-- 00006_serving.sql for the columns).
 --   $1 layer  $2 builder  $3 relation  $4 zoom_min  $5 zoom_max (NULL: no
 --   tile zoom)  $6 geometry column  $7 srid  $8 geometry kind  $9 columns
 --   $10 params (JSON)  $11 source table  $12 source geometry column
