@@ -59,7 +59,7 @@ func TestQueryArgsMatchTheirSQL(t *testing.T) {
 			}
 			l.state.plan.Store(p)
 			for z := maptile.Zoom(0); z <= MaxZoom; z++ {
-				sql, args := l.query(maptile.New(0, 0, z))
+				sql, args := l.Query(maptile.New(0, 0, z))
 				if got := maxParam(sql); got != len(args) {
 					t.Errorf("%s %d z%d: the query binds $%d, args has %d", kind, srid, z, got, len(args))
 				}

@@ -36,5 +36,8 @@ func reducedHeader(rs []Reduction) string {
 // ReadSettingsSQL is the statement that sets, at the start of the read
 // transaction, the settings a tile query runs under (besides its
 // statement_timeout); tools that time the tile queries outside the server
-// send it too.
-const ReadSettingsSQL = `SELECT set_config('jit', 'off', true)`
+// send it too. JIT off, and generic plans: a tile query's plan does not
+// depend on the tile (an index scan of the envelope either way), and
+// planning the generalising queries anew each time costs more than
+// running a small tile.
+const ReadSettingsSQL = `SELECT set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`

@@ -42,7 +42,7 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, RetryAfter:
 // db is the guarded way to the pool, with the Store's settings.
 func (s *Store) db() *pgcall.DB {
 	return &pgcall.DB{Pool: s.pool, AcquireTimeout: s.AcquireTimeout, RetryAfter: s.RetryAfter,
-		TimeoutDetail: tileTimeoutDetail, Calls: s.Calls}
+		TimeoutDetail: tileTimeoutDetail, Calls: s.Calls, ReadSettings: ReadSettingsSQL}
 }
 
 // Tile renders one tile (see Render) and returns its bytes.
@@ -53,7 +53,8 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 
 // Render renders one tile with one MVT layer per entry of layers, in order,
 // in one guarded read (pgcall.DB.Read: one read-only transaction with jit
-// off, sent as one batch), each layer's query under its own statement
+// off and generic plans, ReadSettingsSQL, sent as one batch), each layer's
+// query under its own statement
 // timeout (so a composite cannot lend a tight layer the slack of a loose
 // one). Each layer's query holds the layer to its byte budget itself (see
 // Budget); the result says which were reduced. The tile may be empty (no

@@ -85,6 +85,10 @@ type DB struct {
 	TimeoutDetail string
 	// Calls, if set, counts calls by outcome.
 	Calls Observer
+	// ReadSettings, when set, is the statement Read sends after BEGIN to
+	// set the transaction's settings (SET LOCAL, as set_config(…, true));
+	// it must turn jit off itself. Default: jit off.
+	ReadSettings string
 }
 
 const (
@@ -108,9 +112,13 @@ func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 		budget += s.Timeout
 	}
 	return db.call(ctx, budget, func(ctx context.Context, conn *pgx.Conn, cut time.Time, t *Timing) error {
+		settings := jitOffSQL
+		if db.ReadSettings != "" {
+			settings = db.ReadSettings
+		}
 		batch := &pgx.Batch{}
 		batch.Queue(`BEGIN READ ONLY`)
-		batch.Queue(jitOffSQL)
+		batch.Queue(settings)
 		for _, s := range stmts {
 			batch.Queue(timeoutSQL, millis(clip(s.Timeout, cut)))
 			batch.Queue(s.SQL, s.Args...)
