@@ -22,7 +22,7 @@
 --   $1..$4  tile envelope in EPSG:3857 (xmin, ymin, xmax, ymax)
 --   $5  extent (tile units)    $6  buffer (tile units)    $7  buffer in metres
 --   $8  feature cap            $9  MVT layer name
---   $10 simplification tolerance (tile units)
+--   $10 simplification tolerance (tile units), for the reduction levels
 --   $11 smallest feature (tile units), for the reduction levels
 --   $12 smallest feature (metres): a feature whose box is narrower and
 --       lower than this is small; of the small features of one cell only
@@ -31,9 +31,14 @@
 --   $14 byte budget (uncompressed MVT)        $15 last reduction level
 --   $16 π·R and $17 the cell side in metres: a small feature's cell is
 --       floor((centre of its box + $16) / $17) on each axis
--- Level 0 simplifies by $10 × $13. Level L > 0 scales the tolerance and
--- the smallest size by 2^(L − 1 + $13), drops the features below that
--- size (a point, of no extent, stays) and keeps the first cap / 2^L
+--   $18 simplification tolerance of level 0 (metres; 0: none, e.g. over
+--       an overview, simplified when it was built)
+-- Level 0 simplifies each feature with ST_Simplify (Douglas-Peucker,
+-- collapsed rings kept) before ST_AsMVTGeom clips it, whose polygon
+-- clipping (wagyu) returns valid polygons. Level L > 0 simplifies the
+-- clipped features again with ST_SimplifyPreserveTopology at the tolerance
+-- and smallest size scaled by 2^(L − 1 + $13), drops the features below
+-- that size (a point, of no extent, stays) and keeps the first cap / 2^L
 -- features in order_by.
 -- Result: one row (mvt bytea, level int): the first level whose tile fits
 -- the budget, or the last level. Features are written in order_by order,
@@ -43,7 +48,8 @@ WITH RECURSIVE env AS NOT MATERIALIZED (
            $5::int AS extent, $6::int AS buffer, $7::float8 AS buffer_m, $8::int AS cap,
            $9::text AS name, $10::float8 AS tolerance, $11::float8 AS min_size,
            $12::float8 AS min_size_m, $13::int AS generalised, $14::int AS budget,
-           $15::int AS last_level, $16::float8 AS origin, $17::float8 AS cell
+           $15::int AS last_level, $16::float8 AS origin, $17::float8 AS cell,
+           $18::float8 AS tolerance_m
 ),
 near AS (
     SELECT t.*
@@ -72,7 +78,8 @@ near AS (
 feats AS MATERIALIZED (
     -- A feature too small to leave anything on the tile's grid is drawn
     -- as the centre of its box: a tile with data is never empty.
-    SELECT coalesce(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true),
+    SELECT coalesce(ST_AsMVTGeom(CASE WHEN env.tolerance_m > 0 THEN ST_Simplify(m.g, env.tolerance_m, true) ELSE m.g END,
+                                 env.geom, env.extent, env.buffer, true),
                     ST_AsMVTGeom(ST_Centroid(ST_Envelope(m.g)), env.geom, env.extent, env.buffer, true)) AS geom,
            row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
     FROM near AS t, env,
@@ -85,7 +92,7 @@ fit (level, mvt) AS (
         SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY s.prio)
         FROM (SELECT g.geom, f.prio{{range .Cols}}, f.{{.}}{{end}}
               FROM feats AS f,
-                   LATERAL (SELECT CASE WHEN k.f > 0 THEN ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f)
+                   LATERAL (SELECT CASE WHEN fit.level > 0 THEN ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f)
                                         ELSE f.geom END AS geom) AS g
               WHERE f.geom IS NOT NULL AND f.prio <= greatest(1, env.cap >> fit.level)) AS s,
              LATERAL (SELECT ST_XMin(s.geom) AS x0, ST_XMax(s.geom) AS x1, ST_YMin(s.geom) AS y0, ST_YMax(s.geom) AS y1) AS b,
@@ -94,8 +101,7 @@ fit (level, mvt) AS (
           AND (fit.level = 0 OR b.x1 - b.x0 >= env.min_size * k.f OR b.y1 - b.y0 >= env.min_size * k.f
                OR (b.x1 = b.x0 AND b.y1 = b.y0)))
     FROM fit, env,
-         LATERAL (SELECT CASE WHEN fit.level = 0 THEN env.generalised::float8
-                              ELSE 2 ^ (fit.level - 1 + env.generalised) END AS f) AS k
+         LATERAL (SELECT 2 ^ (fit.level - 1 + env.generalised) AS f) AS k
     WHERE fit.level = 0 OR (length(fit.mvt) > env.budget AND fit.level <= env.last_level)
 )
 SELECT fit.mvt, fit.level - 1

@@ -64,11 +64,11 @@
 //     ([Generalization.CellRange]), so the point_counts of a tile sum to
 //     the rows whose cell lies there, exactly.
 //   - Lines and polygons are simplified to the tile's pixels (tolerance_px,
-//     default 1 px, after clipping, with ST_SimplifyPreserveTopology on the
-//     tile's grid); features smaller than min_size_px (default 1 px) are
-//     thinned to one per cluster cell, the first in order_by, and one too
-//     small for the tile's grid is drawn as the centre of its box: a tile
-//     with data is never empty.
+//     default 1 px) with ST_Simplify before ST_AsMVTGeom clips them, whose
+//     polygon clipping (wagyu) returns valid polygons; features smaller
+//     than min_size_px (default 1 px) are thinned to one per cluster cell,
+//     the first in order_by, and one too small for the tile's grid is
+//     drawn as the centre of its box: a tile with data is never empty.
 //
 // Beyond Generalize.MaxZoom features are served as stored, so the tiles of
 // DataMaxZoom (TileJSON's maxzoom, default 16), which clients overzoom,
@@ -86,8 +86,9 @@
 // 500,000 bytes of uncompressed MVT) inside its query: a tile over budget
 // is rendered again from the same rows at [Budget] levels 1, 2, … — points
 // merged into cells twice as wide per level (counts summed), lines and
-// polygons simplified twice as coarsely with the smallest size doubled and
-// the cap halved — until it fits or the last level is reached. A feature
+// polygons simplified twice as coarsely (ST_SimplifyPreserveTopology, on
+// the clipped features) with the smallest size doubled and the cap halved
+// — until it fits or the last level is reached. A feature
 // is never cut. The response names the reduced layers and their levels in
 // [HeaderReduced].
 //
