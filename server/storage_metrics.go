@@ -48,7 +48,7 @@ func (c *storageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, l := range c.catalog.Layers() {
 		missing := 0.0
-		if _, _, ok := l.OverviewZooms(); ok {
+		if _, _, ok := l.OverviewZooms(l.Kind()); ok {
 			missing = 1
 		}
 		for _, s := range l.StorageSummary() {

@@ -46,7 +46,7 @@ func (Overview) Name() string { return tiles.BuilderOverview }
 
 // Targets returns one overview per zoom of l's band, deepest first.
 func (Overview) Targets(l *tiles.Layer, kind tiles.Kind) []Target {
-	lo, hi, ok := l.OverviewZooms()
+	lo, hi, ok := l.OverviewZooms(kind)
 	if !ok || !kind.Valid() {
 		return nil
 	}

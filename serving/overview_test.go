@@ -42,12 +42,12 @@ func TestPointCountsSumToRows(t *testing.T) {
 			checked = append(checked, maptile.New(x, y, 2))
 		}
 	}
-	checked = append(checked, maptile.New(0, 0, 0), maptile.At(orb.Point{13.4, 52.5}, 5), // overviews
-		maptile.At(orb.Point{13.4, 52.5}, 8), maptile.At(orb.Point{-0.12, 51.5}, 11)) // clustered by the query
+	checked = append(checked, maptile.New(0, 0, 0), maptile.At(orb.Point{13.4, 52.5}, 5), maptile.At(orb.Point{13.4, 52.5}, 8), // overviews
+		maptile.At(orb.Point{-0.12, 51.5}, 11), maptile.At(orb.Point{2.35, 48.86}, 12)) // clustered by the query
 	nonEmpty := 0
 	for _, tile := range checked {
 		src := l.Source(tile.Z)
-		if wantOverview := tile.Z <= 7; (src.Builder == tiles.BuilderOverview) != wantOverview || !src.Clustered {
+		if wantOverview := tile.Z <= tiles.DefaultPointOverviewMaxZoom; (src.Builder == tiles.BuilderOverview) != wantOverview || !src.Clustered {
 			t.Fatalf("%v reads %+v", tile, src)
 		}
 		r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)

@@ -71,8 +71,10 @@ type Layer struct {
 // Overviews is the zoom band whose tiles read precomputed overview tables
 // instead of the layer's table, once `geotoll prepare` has built them:
 // per zoom, a point layer's clusters or a line or polygon layer's
-// simplified features. Zero MinZoom and MaxZoom mean the default band
-// z0–z7, clipped to the layer's zooms and to Generalize.MaxZoom.
+// simplified features. MaxZoom 0 means the default: z10 for points (their
+// overviews shrink with the zoom: clusters), z7 for lines and polygons
+// (each zoom's overview is a simplified copy); the band is clipped to the
+// layer's zooms and to Generalize.MaxZoom.
 type Overviews struct {
 	Off     bool `yaml:"off"`
 	MinZoom int  `yaml:"minzoom"`
@@ -87,7 +89,10 @@ const (
 	DefaultStatementTimeout = 2 * time.Second
 	DefaultMaxAge           = time.Minute
 	DefaultDataMaxZoom      = 16
-	DefaultOverviewMaxZoom  = 7
+	// DefaultOverviewMaxZoom and DefaultPointOverviewMaxZoom end the
+	// default overview band of line and polygon layers and of point layers.
+	DefaultOverviewMaxZoom      = 7
+	DefaultPointOverviewMaxZoom = 10
 	maxMaxAge               = 365 * 24 * time.Hour
 	maxFeaturesCeiling      = 200000
 	minTileBytes            = 1024
@@ -101,15 +106,22 @@ func (l *Layer) ZoomInRange(z maptile.Zoom) bool {
 	return int(z) >= l.MinZoom && int(z) <= l.MaxZoom
 }
 
-// OverviewZooms returns the zooms the layer's overviews serve, lo..hi
-// inclusive; ok is false when it has none (overviews off, or a band
-// outside the layer's generalised zooms).
-func (l *Layer) OverviewZooms() (lo, hi int, ok bool) {
+// OverviewZooms returns the zooms the overviews of the layer, of geometry
+// kind, serve: lo..hi inclusive; ok is false when it has none (overviews
+// off, or a band outside the layer's generalised zooms).
+func (l *Layer) OverviewZooms(kind Kind) (lo, hi int, ok bool) {
 	if l.Overviews.Off || l.Generalize.Off {
 		return 0, 0, false
 	}
+	hi = l.Overviews.MaxZoom
+	if hi == 0 {
+		hi = DefaultOverviewMaxZoom
+		if kind == KindPoint {
+			hi = DefaultPointOverviewMaxZoom
+		}
+	}
 	lo = max(l.Overviews.MinZoom, l.MinZoom)
-	hi = min(l.Overviews.MaxZoom, l.Generalize.MaxZoom, l.MaxZoom)
+	hi = min(hi, l.Generalize.MaxZoom, l.MaxZoom)
 	return lo, hi, lo <= hi
 }
 
@@ -145,9 +157,6 @@ func (l *Layer) withDefaults() {
 		l.MaxAge = DefaultMaxAge
 	}
 	l.Generalize.withDefaults(l.DataMaxZoom)
-	if l.Overviews.MinZoom == 0 && l.Overviews.MaxZoom == 0 {
-		l.Overviews.MaxZoom = DefaultOverviewMaxZoom
-	}
 }
 
 func (l *Layer) validate() error {
@@ -192,7 +201,7 @@ func (l *Layer) validate() error {
 	if err := l.Generalize.validate(l.DataMaxZoom); err != nil {
 		errs = append(errs, err)
 	}
-	if o := l.Overviews; o.MinZoom < 0 || o.MaxZoom > int(MaxZoom) || o.MinZoom > o.MaxZoom {
+	if o := l.Overviews; o.MinZoom < 0 || o.MaxZoom < 0 || o.MaxZoom > int(MaxZoom) || (o.MaxZoom != 0 && o.MinZoom > o.MaxZoom) {
 		bad("overviews zoom band %d..%d must lie within 0..%d", o.MinZoom, o.MaxZoom, MaxZoom)
 	}
 	for _, p := range l.Properties {

@@ -109,7 +109,7 @@ func TestPlanChoosesStorage(t *testing.T) {
 		}
 	}
 	l.state.plan.Store(p)
-	for z, want := range map[maptile.Zoom]string{0: "p_ov_z0", 7: "p_ov_z7", 8: "wide", 10: "wide", 11: "t", 22: "t"} {
+	for z, want := range map[maptile.Zoom]string{0: "p_ov_z0", 7: "p_ov_z7", 8: "wide", 10: "wide", 11: "t", 22: "t"} { // rows cover z0–z7 only
 		src := l.Source(z)
 		if got := src.Relation[len(src.Relation)-1]; got != want {
 			t.Errorf("z%d reads %s, want %s", z, got, want)

@@ -65,7 +65,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	m.refreshStorage(rctx, catalog, nil)
 	cancel()
 	for _, l := range catalog.Layers() {
-		if lo, hi, ok := l.OverviewZooms(); ok && !slices.ContainsFunc(l.StorageSummary(), func(s tiles.StorageSummary) bool {
+		if lo, hi, ok := l.OverviewZooms(l.Kind()); ok && !slices.ContainsFunc(l.StorageSummary(), func(s tiles.StorageSummary) bool {
 			return s.Builder == tiles.BuilderOverview
 		}) {
 			m.Logger.Warn("tile layer has no overviews: its low zooms read the whole table; run `geotoll prepare`",
