@@ -93,10 +93,10 @@ const (
 	// default overview band of line and polygon layers and of point layers.
 	DefaultOverviewMaxZoom      = 7
 	DefaultPointOverviewMaxZoom = 10
-	maxMaxAge               = 365 * 24 * time.Hour
-	maxFeaturesCeiling      = 200000
-	minTileBytes            = 1024
-	maxTileBytesCeiling     = 64 << 20
+	maxMaxAge                   = 365 * 24 * time.Hour
+	maxFeaturesCeiling          = 200000
+	minTileBytes                = 1024
+	maxTileBytesCeiling         = 64 << 20
 )
 
 var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
