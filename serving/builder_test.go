@@ -56,14 +56,14 @@ func TestOverviewTargets(t *testing.T) {
 		zooms  []int // targets, in build order
 		polyOK bool
 	}{
-		{name: "default band of points", layer: points, kind: tiles.KindPoint, zooms: []int{10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}},
-		{name: "clipped by minzoom", layer: with(points, func(l *tiles.Layer) { l.MinZoom = 4 }), kind: tiles.KindPoint, zooms: []int{10, 9, 8, 7, 6, 5, 4}},
+		{name: "default band of points", layer: points, kind: tiles.KindPoint, zooms: []int{12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}},
+		{name: "clipped by minzoom", layer: with(points, func(l *tiles.Layer) { l.MinZoom = 4 }), kind: tiles.KindPoint, zooms: []int{12, 11, 10, 9, 8, 7, 6, 5, 4}},
 		{name: "clipped by generalize maxzoom", layer: with(points, func(l *tiles.Layer) { l.Generalize.MaxZoom = 5 }), kind: tiles.KindPoint, zooms: []int{5, 4, 3, 2, 1, 0}},
 		{name: "own band", layer: with(points, func(l *tiles.Layer) { l.Overviews.MinZoom, l.Overviews.MaxZoom = 3, 9 }), kind: tiles.KindPoint, zooms: []int{9, 8, 7, 6, 5, 4, 3}},
 		{name: "overviews off", layer: with(points, func(l *tiles.Layer) { l.Overviews.Off = true }), kind: tiles.KindPoint},
 		{name: "generalisation off", layer: with(points, func(l *tiles.Layer) { l.Generalize.Off = true }), kind: tiles.KindPoint},
 		{name: "default band of polygons", layer: with(points, func(l *tiles.Layer) { l.GeometryKind = tiles.KindPolygon }), kind: tiles.KindPolygon, zooms: []int{7, 6, 5, 4, 3, 2, 1, 0}, polyOK: true},
-		{name: "band from minzoom", layer: with(points, func(l *tiles.Layer) { l.Overviews.MinZoom = 9 }), kind: tiles.KindPoint, zooms: []int{10, 9}},
+		{name: "band from minzoom", layer: with(points, func(l *tiles.Layer) { l.Overviews.MinZoom = 11 }), kind: tiles.KindPoint, zooms: []int{12, 11}},
 		{name: "unknown kind", layer: points, kind: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,8 +1,10 @@
 package serving_test
 
 import (
+	"bytes"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/encoding/mvt"
 	"github.com/paulmach/orb/maptile"
@@ -12,8 +14,8 @@ import (
 	"github.com/geotoll/geotoll/tiles"
 )
 
-// TestPointCountsSumToRows: at the overview zooms (read from the
-// overviews) and beyond them (clustered by the query), the point_count of
+// TestPointCountsSumToRows: read from the overviews, and clustered by the
+// query (the same layer before `geotoll prepare`), the point_count of
 // a tile's features sum to the rows of the layer's table whose cluster
 // cell lies in the tile or its buffer: the cells the query keeps
 // (Generalization.CellRange). A cell's index is floor((x + π·R) / cell)
@@ -28,6 +30,9 @@ func TestPointCountsSumToRows(t *testing.T) {
 	testenv.ForgetStorage(t, owner, name)
 	cat := catalog(t, placesLayer(name))
 	l := cat.Layer(name)
+	// Without its storage the layer clusters in the query; then it reads
+	// its overviews (every clustered zoom). Both must count the same.
+	bare := catalog(t, placesLayer(name)).Layer(name)
 	if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
 		t.Fatalf("prepare: %+v", r)
 	}
@@ -42,60 +47,76 @@ func TestPointCountsSumToRows(t *testing.T) {
 			checked = append(checked, maptile.New(x, y, 2))
 		}
 	}
-	checked = append(checked, maptile.New(0, 0, 0), maptile.At(orb.Point{13.4, 52.5}, 5), maptile.At(orb.Point{13.4, 52.5}, 8), // overviews
-		maptile.At(orb.Point{-0.12, 51.5}, 11), maptile.At(orb.Point{2.35, 48.86}, 12)) // clustered by the query
+	checked = append(checked, maptile.New(0, 0, 0), maptile.At(orb.Point{13.4, 52.5}, 5), maptile.At(orb.Point{13.4, 52.5}, 8),
+		maptile.At(orb.Point{-0.12, 51.5}, 11), maptile.At(orb.Point{2.35, 48.86}, 12))
 	nonEmpty := 0
 	for _, tile := range checked {
-		src := l.Source(tile.Z)
-		if wantOverview := tile.Z <= tiles.DefaultPointOverviewMaxZoom; (src.Builder == tiles.BuilderOverview) != wantOverview || !src.Clustered {
-			t.Fatalf("%v reads %+v", tile, src)
-		}
-		r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
-		if err != nil {
-			t.Fatalf("%v: %v", tile, err)
-		}
-		if len(r.Reduced) != 0 {
-			t.Fatalf("%v was reduced (%v): the sums would still hold, but the test means level 0", tile, r.Reduced)
-		}
-		var sum, features int64
-		if len(r.MVT) > 0 {
-			layers, err := mvt.Unmarshal(r.MVT)
-			if err != nil {
-				t.Fatal(err)
+		var tiles2 [2][]byte
+		for i, layer := range []*tiles.Layer{bare, l} {
+			mvtBytes, sum, features, want := countTile(t, store, owner, layer, tile, i == 1)
+			tiles2[i] = mvtBytes
+			if sum != want {
+				t.Errorf("%v (%s): point_count sums to %d over %d features, %d rows lie in its cells",
+					tile, layer.Source(tile.Z).Relation.Sanitize(), sum, features, want)
 			}
-			for _, f := range layers[0].Features {
-				n, ok := f.Properties["point_count"].(float64)
-				if !ok || n < 1 {
-					t.Fatalf("%v: feature %v has point_count %v", tile, f.ID, f.Properties["point_count"])
-				}
-				sum += int64(n)
-				features++
+			if want > 0 && i == 1 {
+				nonEmpty++
 			}
+			t.Logf("%v from %s: %d features, %d points, %d bytes", tile, layer.Source(tile.Z).Relation.Sanitize(), features, sum, len(mvtBytes))
 		}
-		if features >= int64(l.MaxFeatures) {
-			t.Fatalf("%v holds %d features, the cap: a capped tile drops counts", tile, features)
+		// Same cells, same representatives, same order: the same tile.
+		if !bytes.Equal(tiles2[0], tiles2[1]) {
+			t.Errorf("%v: clustered by the query %d bytes, from the overview %d: not the same tile", tile, len(tiles2[0]), len(tiles2[1]))
 		}
-		g := src.Generalization
-		x0, x1, y0, y1 := g.CellRange(tile, l.Extent, l.Buffer)
-		var want int64
-		err = owner.QueryRow(t.Context(), `
-			SELECT count(*) FROM geotoll.places AS p,
-			     LATERAL (SELECT floor((ST_X(p.geom_3857) + $1::float8) / $2::float8)::bigint AS cx,
-			                     floor((ST_Y(p.geom_3857) + $1::float8) / $2::float8)::bigint AS cy) AS c
-			WHERE c.cx BETWEEN $3 AND $4 AND c.cy BETWEEN $5 AND $6`,
-			tiles.TileWidth(0)/2, g.CellMetres, x0, x1, y0, y1).Scan(&want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sum != want {
-			t.Errorf("%v (%s): point_count sums to %d over %d features, %d rows lie in its cells", tile, src.Relation.Sanitize(), sum, features, want)
-		}
-		if want > 0 {
-			nonEmpty++
-		}
-		t.Logf("%v from %s: %d features, %d points, %d bytes", tile, src.Relation.Sanitize(), features, sum, len(r.MVT))
 	}
 	if nonEmpty < 6 {
 		t.Errorf("only %d of the tiles checked hold points: the test checks little", nonEmpty)
 	}
+}
+
+// countTile renders tile of layer (from an overview when overview is set,
+// else clustering its table) and returns its bytes, the sum of its
+// point_counts, its features, and the rows of the table in the cells the
+// tile keeps.
+func countTile(t *testing.T, store *tiles.Store, owner *pgxpool.Pool, layer *tiles.Layer, tile maptile.Tile, overview bool) (mvtBytes []byte, sum, features, want int64) {
+	t.Helper()
+	src := layer.Source(tile.Z)
+	if (src.Builder == tiles.BuilderOverview) != overview || !src.Clustered {
+		t.Fatalf("%v reads %+v", tile, src)
+	}
+	r, err := store.Render(t.Context(), []*tiles.Layer{layer}, tile)
+	if err != nil {
+		t.Fatalf("%v: %v", tile, err)
+	}
+	if len(r.Reduced) != 0 {
+		t.Fatalf("%v was reduced (%v): the sums would still hold, but the test means level 0", tile, r.Reduced)
+	}
+	if len(r.MVT) > 0 {
+		layers, err := mvt.Unmarshal(r.MVT)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range layers[0].Features {
+			n, ok := f.Properties["point_count"].(float64)
+			if !ok || n < 1 {
+				t.Fatalf("%v: feature %v has point_count %v", tile, f.ID, f.Properties["point_count"])
+			}
+			sum += int64(n)
+			features++
+		}
+	}
+	if features >= int64(layer.MaxFeatures) {
+		t.Fatalf("%v holds %d features, the cap: a capped tile drops counts", tile, features)
+	}
+	x0, x1, y0, y1 := src.Generalization.CellRange(tile, layer.Extent, layer.Buffer)
+	err = owner.QueryRow(t.Context(), `
+		SELECT count(*) FROM geotoll.places AS p,
+		     LATERAL (SELECT floor((ST_X(p.geom_3857) + $1::float8) / $2::float8)::bigint AS cx,
+		                     floor((ST_Y(p.geom_3857) + $1::float8) / $2::float8)::bigint AS cy) AS c
+		WHERE c.cx BETWEEN $3 AND $4 AND c.cy BETWEEN $5 AND $6`,
+		tiles.TileWidth(0)/2, src.Generalization.CellMetres, x0, x1, y0, y1).Scan(&want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.MVT, sum, features, want
 }

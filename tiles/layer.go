@@ -71,10 +71,11 @@ type Layer struct {
 // Overviews is the zoom band whose tiles read precomputed overview tables
 // instead of the layer's table, once `geotoll prepare` has built them:
 // per zoom, a point layer's clusters or a line or polygon layer's
-// simplified features. MaxZoom 0 means the default: z10 for points (their
-// overviews shrink with the zoom: clusters), z7 for lines and polygons
-// (each zoom's overview is a simplified copy); the band is clipped to the
-// layer's zooms and to Generalize.MaxZoom.
+// simplified features. MaxZoom 0 means the default: for points every
+// clustered zoom (Generalize.MaxZoom, z12), so that no tile clusters on the
+// fly (their overviews are clusters, smaller than the table at each zoom);
+// z7 for lines and polygons (each zoom's overview is a simplified copy).
+// The band is clipped to the layer's zooms and to Generalize.MaxZoom.
 type Overviews struct {
 	Off     bool `yaml:"off"`
 	MinZoom int  `yaml:"minzoom"`
@@ -92,7 +93,7 @@ const (
 	// DefaultOverviewMaxZoom and DefaultPointOverviewMaxZoom end the
 	// default overview band of line and polygon layers and of point layers.
 	DefaultOverviewMaxZoom      = 7
-	DefaultPointOverviewMaxZoom = 10
+	DefaultPointOverviewMaxZoom = DefaultGeneralizeMaxZoom
 	maxMaxAge                   = 365 * 24 * time.Hour
 	maxFeaturesCeiling          = 200000
 	minTileBytes                = 1024
