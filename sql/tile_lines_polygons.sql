@@ -23,33 +23,30 @@
 --   $5  extent (tile units)    $6  buffer (tile units)    $7  buffer in metres
 --   $8  feature cap            $9  MVT layer name
 --   $10 simplification tolerance (tile units), for the reduction levels
---   $11 smallest feature (tile units), for the reduction levels
---   $12 smallest feature (metres): a feature whose box is narrower and
+--   $11 smallest feature (metres): a feature whose box is narrower and
 --       lower than this is small; of the small features of one cell only
 --       the first in order_by is drawn (0: none is small)
---   $13 1 when level 0 is generalised, else 0
---   $14 byte budget (uncompressed MVT)        $15 last reduction level
---   $16 π·R and $17 the cell side in metres: a small feature's cell is
---       floor((centre of its box + $16) / $17) on each axis
---   $18 simplification tolerance of level 0 (metres; 0: none, e.g. over
+--   $12 1 when level 0 is generalised, else 0
+--   $13 byte budget (uncompressed MVT)        $14 last reduction level
+--   $15 π·R and $16 the cell side in metres: a small feature's cell is
+--       floor((centre of its box + $15) / $16) on each axis
+--   $17 simplification tolerance of level 0 (metres; 0: none, e.g. over
 --       an overview, simplified when it was built)
 -- Level 0 simplifies each feature with ST_Simplify (Douglas-Peucker,
 -- collapsed rings kept) before ST_AsMVTGeom clips it, whose polygon
 -- clipping (wagyu) returns valid polygons. Level L > 0 simplifies the
 -- clipped features again with ST_SimplifyPreserveTopology at the tolerance
--- and smallest size scaled by 2^(L − 1 + $13), drops the features below
--- that size (a point, of no extent, stays) and keeps the first cap / 2^L
--- features in order_by.
+-- scaled by 2^(L − 1 + $12) and keeps the first cap / 2^L features in
+-- order_by (at least one).
 -- Result: one row (mvt bytea, level int): the first level whose tile fits
 -- the budget, or the last level. Features are written in order_by order,
 -- so the same rows give the same bytes.
 WITH RECURSIVE env AS NOT MATERIALIZED (
     SELECT ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 3857) AS geom,
            $5::int AS extent, $6::int AS buffer, $7::float8 AS buffer_m, $8::int AS cap,
-           $9::text AS name, $10::float8 AS tolerance, $11::float8 AS min_size,
-           $12::float8 AS min_size_m, $13::int AS generalised, $14::int AS budget,
-           $15::int AS last_level, $16::float8 AS origin, $17::float8 AS cell,
-           $18::float8 AS tolerance_m
+           $9::text AS name, $10::float8 AS tolerance, $11::float8 AS min_size_m,
+           $12::int AS generalised, $13::int AS budget, $14::int AS last_level,
+           $15::float8 AS origin, $16::float8 AS cell, $17::float8 AS tolerance_m
 ),
 near AS (
     SELECT t.*
@@ -95,11 +92,8 @@ fit (level, mvt) AS (
                    LATERAL (SELECT CASE WHEN fit.level > 0 THEN ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f)
                                         ELSE f.geom END AS geom) AS g
               WHERE f.geom IS NOT NULL AND f.prio <= greatest(1, env.cap >> fit.level)) AS s,
-             LATERAL (SELECT ST_XMin(s.geom) AS x0, ST_XMax(s.geom) AS x1, ST_YMin(s.geom) AS y0, ST_YMax(s.geom) AS y1) AS b,
              LATERAL (SELECT s.geom{{if .ID}}, s.{{.ID}} AS id{{end}}{{range .Props}}, s.{{.}}{{end}}) AS q
-        WHERE NOT ST_IsEmpty(s.geom)
-          AND (fit.level = 0 OR b.x1 - b.x0 >= env.min_size * k.f OR b.y1 - b.y0 >= env.min_size * k.f
-               OR (b.x1 = b.x0 AND b.y1 = b.y0)))
+        WHERE NOT ST_IsEmpty(s.geom))
     FROM fit, env,
          LATERAL (SELECT 2 ^ (fit.level - 1 + env.generalised) AS f) AS k
     WHERE fit.level = 0 OR (length(fit.mvt) > env.budget AND fit.level <= env.last_level)

@@ -12,7 +12,8 @@
 --   .Props         the property columns, in order
 --   .Cols          every column carried: id, properties, order_by columns
 --   .Order         the layer's order_by over alias t, a total order when
---                  the layer has ids (the id is its last key)
+--                  the layer has ids (the id is its last key); without
+--                  either, the cell (t.cx, t.cy)
 --   .Overview      the relation holds clusters already: columns cx, cy
 --                  (cell indices) and point_count
 --   .Cluster       cluster the layer's own rows (without .Overview)
@@ -68,28 +69,28 @@ cells AS (
 ),
 feats AS MATERIALIZED (
     SELECT ST_AsMVTGeom(t.g, env.geom, env.extent, env.buffer, true) AS geom,
-           t.cx, t.cy, t.point_count, t.prio{{range .Cols}}, t.{{.}}{{end}}
-    FROM (SELECT t.*, row_number() OVER (ORDER BY {{.Order}}) AS prio FROM cells AS t) AS t, env
-    ORDER BY t.point_count DESC, t.prio
+           t.cx, t.cy, t.point_count{{range .Cols}}, t.{{.}}{{end}}
+    FROM cells AS t, env
+    ORDER BY t.point_count DESC, {{.Order}}
     LIMIT $8::int
 ),
 fit (level, mvt) AS (
     SELECT 0, (
-        SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY f.point_count DESC, f.prio)
-        FROM feats AS f,
-             LATERAL (SELECT f.geom{{if .ID}}, f.{{.ID}} AS id{{end}}{{range .Props}}, f.{{.}}{{end}}, f.point_count) AS q
-        WHERE f.geom IS NOT NULL)
+        SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY t.point_count DESC, {{.Order}})
+        FROM feats AS t,
+             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, t.{{.}}{{end}}, t.point_count) AS q
+        WHERE t.geom IS NOT NULL)
     UNION ALL
     SELECT fit.level + 1, (
         -- Level + 1: cells 2^shift wide, their first feature in order_by
         -- drawn with the sum of their counts.
-        SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY m.point_count DESC, m.prio)
-        FROM (SELECT DISTINCT ON (f.cx >> s.shift, f.cy >> s.shift) f.geom, f.prio{{range .Cols}}, f.{{.}}{{end}},
-                     sum(f.point_count) OVER (PARTITION BY f.cx >> s.shift, f.cy >> s.shift)::bigint AS point_count
-              FROM feats AS f, (SELECT fit.level + env.clustered AS shift FROM env) AS s
-              WHERE f.geom IS NOT NULL
-              ORDER BY f.cx >> s.shift, f.cy >> s.shift, f.prio) AS m,
-             LATERAL (SELECT m.geom{{if .ID}}, m.{{.ID}} AS id{{end}}{{range .Props}}, m.{{.}}{{end}}, m.point_count) AS q)
+        SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY t.point_count DESC, {{.Order}})
+        FROM (SELECT DISTINCT ON (t.cx >> s.shift, t.cy >> s.shift) t.geom, t.cx, t.cy{{range .Cols}}, t.{{.}}{{end}},
+                     sum(t.point_count) OVER (PARTITION BY t.cx >> s.shift, t.cy >> s.shift)::bigint AS point_count
+              FROM feats AS t, (SELECT fit.level + env.clustered AS shift FROM env) AS s
+              WHERE t.geom IS NOT NULL
+              ORDER BY t.cx >> s.shift, t.cy >> s.shift, {{.Order}}) AS t,
+             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, t.{{.}}{{end}}, t.point_count) AS q)
     FROM fit, env
     WHERE length(fit.mvt) > env.budget AND fit.level < env.last_level
 )

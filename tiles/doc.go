@@ -87,8 +87,8 @@
 // is rendered again from the same rows at [Budget] levels 1, 2, … — points
 // merged into cells twice as wide per level (counts summed), lines and
 // polygons simplified twice as coarsely (ST_SimplifyPreserveTopology, on
-// the clipped features) with the smallest size doubled and the cap halved
-// — until it fits or the last level is reached. A feature
+// the clipped features) with the cap halved — until it fits or the last
+// level is reached. A feature
 // is never cut. The response names the reduced layers and their levels in
 // [HeaderReduced].
 //

@@ -151,9 +151,9 @@ func (g Generalization) CellRange(t maptile.Tile, extent, buffer int) (x0, x1, y
 //     (counts summed, the first in order_by kept as the representative);
 //     beyond the layer's generalised zooms, level 1 clusters at the
 //     zoom's own cell;
-//   - lines and polygons: the simplification tolerance and the smallest
-//     feature kept double per level, and the feature cap halves (the
-//     first features in order_by kept).
+//   - lines and polygons: the simplification tolerance doubles per level
+//     and the feature cap halves (the first features in order_by kept, at
+//     least one: a reduced tile is never empty).
 type Budget struct {
 	Bytes     int // the budget, uncompressed MVT bytes
 	LastLevel int

@@ -7,11 +7,11 @@ import (
 // The query of line, polygon and mixed layers: sql/tile_lines_polygons.sql.
 var linesTemplate = template.Must(template.New("tile_lines_polygons.sql").Parse(mustQueryText("tile_lines_polygons.sql")))
 
-// lineArgs appends the line and polygon query's parameters $10..$18 to the
+// lineArgs appends the line and polygon query's parameters $10..$17 to the
 // common ones ($1..$9). Level 0 simplifies the layer's own table by the
 // zoom's tolerance in metres, and an overview (simplified when it was
-// built) not again; the reduction levels scale the layer's tolerance and
-// smallest size in tile units, even where the zoom is not generalised.
+// built) not again; the reduction levels scale the layer's tolerance in
+// tile units, even where the zoom is not generalised.
 func (l *Layer) lineArgs(args []any, src Source) []any {
 	own := l.Generalize.At(src.Generalization.Zoom, l.Extent)
 	generalised, minMetres, tolMetres := 0, 0.0, 0.0
@@ -22,6 +22,6 @@ func (l *Layer) lineArgs(args []any, src Source) []any {
 		}
 	}
 	budget := BudgetFor(src.Kind, src.Generalization, l.MaxTileBytes)
-	return append(args, own.ToleranceUnits, own.MinSizeUnits, minMetres, generalised, budget.Bytes, budget.LastLevel,
+	return append(args, own.ToleranceUnits, minMetres, generalised, budget.Bytes, budget.LastLevel,
 		worldHalf, own.CellMetres, tolMetres)
 }

@@ -208,7 +208,7 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	if kind == KindPoint {
 		tmpl = pointsTemplate
 		if d.Order == "" {
-			d.Order = "t.g" // no id, no order_by: the geometry is the only key
+			d.Order = "t.cx, t.cy" // no id, no order_by: the cell is the only key
 		}
 	} else if d.Order == "" {
 		d.Order = "t." + geom

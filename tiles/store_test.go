@@ -1,6 +1,7 @@
 package tiles_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -643,5 +644,47 @@ func TestClientDisconnectCancelsQuery(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Store.Tile did not return within 5 s of the client leaving")
+	}
+}
+
+// Layers without ids and without order_by order their features by what is
+// left (points by their cell, others by their geometry): every path of
+// their queries runs, budget levels included, and renders the same bytes
+// twice.
+func TestStoreTileWithoutIDs(t *testing.T) {
+	t.Parallel()
+	store := tiles.NewStore(testenv.ReadPool(t))
+	points := demoLayers()[0]
+	points.Name, points.WithoutID, points.OrderBy = "places_noid", true, nil
+	tight := points
+	tight.Name, tight.MaxTileBytes = "places_noid_tight", 2048
+	polys := demoLayers()[1]
+	polys.Name, polys.WithoutID, polys.OrderBy, polys.MaxTileBytes = "districts_noid", true, nil, 1024
+	cat := demoCatalog(t, points, tight, polys)
+	for _, tc := range []struct {
+		list    string
+		tile    maptile.Tile
+		reduced bool
+	}{
+		{"places_noid", maptile.At(berlin, 5), false},  // clustered
+		{"places_noid", maptile.At(berlin, 14), false}, // as stored
+		{"places_noid_tight", maptile.At(berlin, 9), true},
+		{"districts_noid", maptile.At(berlin, 10), true},
+	} {
+		r1, err := store.Render(t.Context(), resolve(t, cat, tc.list), tc.tile)
+		if err != nil {
+			t.Fatalf("%s %v: %v", tc.list, tc.tile, err)
+		}
+		r2, err := store.Render(t.Context(), resolve(t, cat, tc.list), tc.tile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r1.MVT) == 0 || !bytes.Equal(r1.MVT, r2.MVT) || (len(r1.Reduced) > 0) != tc.reduced {
+			t.Errorf("%s %v: %d and %d bytes, reduced %v", tc.list, tc.tile, len(r1.MVT), len(r2.MVT), r1.Reduced)
+		}
+		ls, err := mvt.Unmarshal(r1.MVT)
+		if err != nil || len(ls) != 1 || len(ls[0].Features) == 0 || ls[0].Features[0].ID != nil {
+			t.Errorf("%s %v: %v, want features without ids", tc.list, tc.tile, err)
+		}
 	}
 }
