@@ -103,11 +103,11 @@ func TestCurrent(t *testing.T) {
 	t.Parallel()
 	l := layerOf(t, tiles.Layer{Name: "p", Table: "s.t", GeometryColumn: "g", GeometryKind: tiles.KindPoint})
 	targets := Overview{}.Targets(l, tiles.KindPoint)
-	rowsOf := func(sig string, mod func(*row)) []row {
-		var out []row
+	rowsOf := func(sig string, mod func(*tiles.Storage)) []tiles.Storage {
+		var out []tiles.Storage
 		for _, tg := range targets {
-			r := row{builder: "overview", relation: tg.Relation, zoomMin: tg.ZoomMin, zoomMax: tg.ZoomMax,
-				kind: tg.Kind, columns: tg.Columns, params: tg.Params, signature: sig}
+			r := tiles.Storage{Builder: "overview", Relation: tg.Relation, ZoomMin: tg.ZoomMin, ZoomMax: tg.ZoomMax,
+				Kind: tg.Kind, Columns: tg.Columns, Params: tg.Params, SourceSignature: sig}
 			if mod != nil {
 				mod(&r)
 			}
@@ -117,7 +117,7 @@ func TestCurrent(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		rows []row
+		rows []tiles.Storage
 		sig  string
 		want bool
 	}{
@@ -126,11 +126,11 @@ func TestCurrent(t *testing.T) {
 		{name: "no signature (a view)", rows: rowsOf("", nil), sig: ""},
 		{name: "never built", sig: "10:99"},
 		{name: "a relation missing", rows: rowsOf("10:99", nil)[1:], sig: "10:99"},
-		{name: "another kind", rows: rowsOf("10:99", func(r *row) { r.kind = tiles.KindPolygon }), sig: "10:99"},
-		{name: "other columns", rows: rowsOf("10:99", func(r *row) { r.columns = []string{"id", "name"} }), sig: "10:99"},
-		{name: "other cells", rows: rowsOf("10:99", func(r *row) { r.params.CellsPerTile *= 2 }), sig: "10:99"},
-		{name: "older builder", rows: rowsOf("10:99", func(r *row) { r.params.Version-- }), sig: "10:99"},
-		{name: "other zooms", rows: rowsOf("10:99", func(r *row) { r.zoomMax++ }), sig: "10:99"},
+		{name: "another kind", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Kind = tiles.KindPolygon }), sig: "10:99"},
+		{name: "other columns", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Columns = []string{"id", "name"} }), sig: "10:99"},
+		{name: "other cells", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Params.CellsPerTile *= 2 }), sig: "10:99"},
+		{name: "older builder", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Params.Version-- }), sig: "10:99"},
+		{name: "other zooms", rows: rowsOf("10:99", func(r *tiles.Storage) { r.ZoomMax++ }), sig: "10:99"},
 	} {
 		if got := current(tc.rows, targets, tc.sig); got != tc.want {
 			t.Errorf("%s: current = %v, want %v", tc.name, got, tc.want)

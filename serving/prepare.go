@@ -114,7 +114,7 @@ func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Opt
 			return fail(err)
 		}
 	}
-	existing, err := layerRows(ctx, pool, l.Name)
+	existing, err := tiles.LoadStorage(ctx, pool)
 	if err != nil {
 		return fail(err)
 	}
@@ -122,9 +122,9 @@ func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Opt
 	for _, b := range o.Builders {
 		start := time.Now()
 		r := Result{Layer: l.Name, Builder: b.Name()}
-		var rows []row
+		var rows []tiles.Storage
 		for _, e := range existing {
-			if e.builder == b.Name() {
+			if e.Layer == l.Name && e.Builder == b.Name() {
 				rows = append(rows, e)
 			}
 		}
@@ -159,7 +159,7 @@ func level(r Result) slog.Level {
 // build checks whether the targets are current and, unless they are (or
 // Force), builds and swaps them in, in one REPEATABLE READ transaction:
 // the change detector recorded is the one of the snapshot the build read.
-func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, rows []row, o Options) Result {
+func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, rows []tiles.Storage, o Options) Result {
 	r := Result{Layer: l.Name, Builder: b.Name()}
 	cols := append(l.Columns(), l.GeometryColumn)
 	src, err := inspect(ctx, pool, l, o.ReaderRole, cols)

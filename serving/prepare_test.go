@@ -75,6 +75,18 @@ func newFixture(t *testing.T, owner *pgxpool.Pool, grant bool) *fixture {
 	return f
 }
 
+// setup gives a test the owner's pool, a fixture (readable by the read role
+// when grant) and a layer name of its own whose storage is dropped at the
+// end.
+func setup(t *testing.T, grant bool, prefix string) (*pgxpool.Pool, *fixture, string) {
+	t.Helper()
+	owner := testenv.Pool(t)
+	f := newFixture(t, owner, grant)
+	name := unique(prefix)
+	testenv.ForgetStorage(t, owner, name)
+	return owner, f, name
+}
+
 func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	sql = strings.ReplaceAll(sql, "{s}", pgx.Identifier{f.schema}.Sanitize())
@@ -118,10 +130,7 @@ func registry(t *testing.T, pool *pgxpool.Pool, layer string) map[string][3]stri
 // rebuild; so does a change of the layer's settings.
 func TestPrepareIsIdempotentAndSeesChanges(t *testing.T) {
 	t.Parallel()
-	owner := testenv.Pool(t)
-	f := newFixture(t, owner, true)
-	name := unique("pts_")
-	testenv.ForgetStorage(t, owner, name)
+	owner, f, name := setup(t, true, "pts_")
 	base := tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", GeometryKind: tiles.KindPoint,
 		Properties: []string{"name", "rank"}, OrderBy: []string{"rank"}}
 	l := catalog(t, base).Layer(name)
@@ -183,10 +192,7 @@ func TestPrepareIsIdempotentAndSeesChanges(t *testing.T) {
 // geotoll_reader, so prepare never copies a table the reader may not read.
 func TestPrepareRefusesWhatTheReaderCannotRead(t *testing.T) {
 	t.Parallel()
-	owner := testenv.Pool(t)
-	f := newFixture(t, owner, false)
-	name := unique("hidden_")
-	testenv.ForgetStorage(t, owner, name)
+	owner, f, name := setup(t, false, "hidden_")
 	l := catalog(t, tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", GeometryKind: tiles.KindPoint}).Layer(name)
 	r := one(t, owner, l, serving.Options{})
 	if r.Status != serving.Failed || r.Err == nil || !strings.Contains(r.Err.Error(), "geotoll_reader") {
@@ -201,10 +207,7 @@ func TestPrepareRefusesWhatTheReaderCannotRead(t *testing.T) {
 // zoom the fewer (or as many) rows; the table's rows all reach z7.
 func TestPolygonOverviews(t *testing.T) {
 	t.Parallel()
-	owner := testenv.Pool(t)
-	f := newFixture(t, owner, true)
-	name := unique("polys_")
-	testenv.ForgetStorage(t, owner, name)
+	owner, f, name := setup(t, true, "polys_")
 	l := catalog(t, tiles.Layer{Name: name, Table: f.schema + ".polys", GeometryColumn: "geom",
 		Properties: []string{"name"}, OrderBy: []string{"population desc"}}).Layer(name) // kind read from the database
 	r := one(t, owner, l, serving.Options{})

@@ -13,18 +13,7 @@ import (
 	"github.com/geotoll/geotoll/tiles"
 )
 
-// row is one registry row as the runner compares it with a Target.
-type row struct {
-	builder, relation string
-	zoomMin, zoomMax  int
-	kind              tiles.Kind
-	columns           []string
-	params            tiles.StorageParams
-	signature         string
-}
-
 var (
-	registryLayerSQL  = mustQuery("serving_registry_layer.sql")
 	registryInsertSQL = mustQuery("serving_registry_insert.sql")
 	registryTouchSQL  = mustQuery("serving_registry_touch.sql")
 	registryDeleteSQL = mustQuery("serving_registry_delete.sql")
@@ -48,48 +37,22 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// layerRows reads the registry rows of one layer.
-func layerRows(ctx context.Context, q Querier, layer string) ([]row, error) {
-	rows, err := q.Query(ctx, registryLayerSQL, layer)
-	if err != nil {
-		return nil, fmt.Errorf("serving registry: %w", err)
-	}
-	var out []row
-	var r row
-	var kind string
-	var params []byte
-	_, err = pgx.ForEachRow(rows, []any{&r.builder, &r.relation, &r.zoomMin, &r.zoomMax, &kind, &r.columns, &params, &r.signature}, func() error {
-		r.kind = tiles.Kind(kind)
-		r.params = tiles.StorageParams{}
-		if err := json.Unmarshal(params, &r.params); err != nil {
-			return fmt.Errorf("%s params: %w", r.relation, err)
-		}
-		out = append(out, r)
-		r.columns = nil
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("serving registry: %w", err)
-	}
-	return out, nil
-}
-
 // current reports whether the registry rows of a builder are exactly what
 // targets would build from a source with the given signature: then there
 // is nothing to do. A source without a signature (a view) is never
 // current.
-func current(rows []row, targets []Target, signature string) bool {
+func current(rows []tiles.Storage, targets []Target, signature string) bool {
 	if signature == "" || len(rows) != len(targets) {
 		return false
 	}
 	for _, t := range targets {
-		i := slices.IndexFunc(rows, func(r row) bool { return r.relation == t.Relation })
+		i := slices.IndexFunc(rows, func(r tiles.Storage) bool { return r.Relation == t.Relation })
 		if i < 0 {
 			return false
 		}
 		r := rows[i]
-		if r.signature != signature || r.zoomMin != t.ZoomMin || r.zoomMax != t.ZoomMax || r.kind != t.Kind ||
-			!slices.Equal(r.columns, t.Columns) || !sameParams(r.params, t.Params) {
+		if r.SourceSignature != signature || r.ZoomMin != t.ZoomMin || r.ZoomMax != t.ZoomMax || r.Kind != t.Kind ||
+			!slices.Equal(r.Columns, t.Columns) || !sameParams(r.Params, t.Params) {
 			return false
 		}
 	}

@@ -1,9 +1,10 @@
 -- Every relation of the serving registry, as `serve` reads it at start-up
--- and on each refresh (tiles.LoadStorage). No parameters.
+-- and on each refresh, and `geotoll prepare` before it builds
+-- (tiles.LoadStorage). No parameters.
 -- Zooms are -1 for storage that serves no tile zoom.
 SELECT s.layer, s.builder, s.relation,
        coalesce(s.zoom_min, -1)::int, coalesce(s.zoom_max, -1)::int,
        s.geometry_column, s.srid, s.geometry_kind, s.columns, s.params,
-       s.source_rows, s.rows, s.built_at, s.checked_at
+       s.source_rows, s.source_signature, s.rows, s.built_at, s.checked_at
 FROM geotoll_serving.storage AS s
 ORDER BY s.layer, s.zoom_min NULLS LAST, s.builder, s.relation

@@ -37,10 +37,12 @@ type Storage struct {
 	// Columns are the layer's source columns it carries, by their names.
 	Columns []string
 	Params  StorageParams
-	// SourceRows is the row count of the layer's table it was built from.
-	SourceRows int64
-	Rows       int64
-	BuiltAt    time.Time
+	// SourceRows is the row count of the layer's table it was built from,
+	// SourceSignature its change detector then ("" for none: a view).
+	SourceRows      int64
+	SourceSignature string
+	Rows            int64
+	BuiltAt         time.Time
 	// CheckedAt is when `geotoll prepare` last found it current (built or
 	// unchanged since): the storage is at most this old.
 	CheckedAt time.Time
@@ -96,7 +98,8 @@ func LoadStorage(ctx context.Context, q Querier) ([]Storage, error) {
 	var params []byte
 	var kind string
 	_, err = pgx.ForEachRow(rows, []any{&s.Layer, &s.Builder, &s.Relation, &s.ZoomMin, &s.ZoomMax,
-		&s.GeometryColumn, &s.SRID, &kind, &s.Columns, &params, &s.SourceRows, &s.Rows, &s.BuiltAt, &s.CheckedAt}, func() error {
+		&s.GeometryColumn, &s.SRID, &kind, &s.Columns, &params, &s.SourceRows, &s.SourceSignature, &s.Rows,
+		&s.BuiltAt, &s.CheckedAt}, func() error {
 		s.Kind = Kind(kind)
 		s.Params = StorageParams{}
 		if err := json.Unmarshal(params, &s.Params); err != nil {

@@ -82,11 +82,11 @@ func roomy(c *Config) {
 }
 
 func mvtLayerNames(ls mvt.Layers) []string {
-	var out []string
-	for _, l := range ls {
-		out = append(out, l.Name)
+	names := make([]string, len(ls))
+	for i := range ls {
+		names[i] = ls[i].Name
 	}
-	return out
+	return names
 }
 
 // A capped tile renders to the same bytes every time: twice on one
