@@ -156,6 +156,11 @@ func TestEndToEndByteBudget(t *testing.T) {
 	if len(body) > 4096 {
 		t.Errorf("reduced tile is %d bytes, budget 4096", len(body))
 	}
+	if hit, _ := fetch(t, http.MethodGet, tileURL(base, "places_small", tile)); hit.Header.Get("X-Cache") != "HIT" ||
+		hit.Header.Get(tiles.HeaderReduced) != hdr || hit.Header.Get("ETag") != resp.Header.Get("ETag") {
+		t.Errorf("cache hit: X-Cache %q, X-Tile-Reduced %q, ETag %q; want the miss's", hit.Header.Get("X-Cache"),
+			hit.Header.Get(tiles.HeaderReduced), hit.Header.Get("ETag"))
+	}
 	a, b := decode(t, fullBody), decode(t, body)
 	if pointCounts(a[0]) != pointCounts(b[0]) || len(b[0].Features) >= len(a[0].Features) {
 		t.Errorf("reduced: %d features counting %v points; unreduced: %d counting %v", len(b[0].Features),
@@ -174,6 +179,7 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 	testenv.ForgetStorage(t, owner, name)
 	layer := DefaultConfig().Layers[0]
 	layer.Name = name
+	layer.Overviews.MaxZoom = 6 // quicker rebuilds; the swap is the same
 	cat, err := tiles.NewCatalog([]tiles.Layer{layer.Layer})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +211,7 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 	first := builtAt()
 
 	var addrs []string
-	for z := range 8 {
+	for z := range 7 { // the overviews' zooms
 		addrs = append(addrs, tileURL(base, name, maptile.At(berlinCentre, maptile.Zoom(z)))) // each holds points
 	}
 	ctx, stop := context.WithCancel(t.Context())
@@ -243,6 +249,21 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("tile responses during three rebuilds: %v", statuses)
+
+	// The storage's age is exported: checked by the last prepare, seconds ago.
+	_, metrics := fetch(t, http.MethodGet, base+"/metrics")
+	age := `geotoll_tile_storage_age_seconds{builder="overview",layer="` + name + `"} `
+	missing := `geotoll_tile_overviews_missing{layer="` + name + `"} 0`
+	var sawAge bool
+	for line := range strings.Lines(string(metrics)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), age); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			sawAge = err == nil && f >= 0 && f < 60
+		}
+	}
+	if !sawAge || !strings.Contains(string(metrics), missing) {
+		t.Errorf("metrics lack a fresh %q or %q", age, missing)
+	}
 }
 
 // demoPrepared builds the demo layers' serving storage once per test
