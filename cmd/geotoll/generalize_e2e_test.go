@@ -370,3 +370,29 @@ func tilesWithData(t *testing.T, owner *pgxpool.Pool, l *tiles.Layer, z maptile.
 	}
 	return out
 }
+
+// `geotoll prepare` as the binary runs it: a second run finds the demo
+// layer current (districts: no test writes that table); a layer it does
+// not know and a silly interval are errors.
+func TestPrepareCommand(t *testing.T) {
+	t.Parallel()
+	prepareDemo(t)
+	env := map[string]string{"GEOTOLL_ADMIN_DATABASE_URL": testenv.DatabaseURL(t), "GEOTOLL_LOG_LEVEL": "error"}
+	getenv := func(k string) string { return env[k] }
+	var out, errs bytes.Buffer
+	if err := run(t.Context(), []string{"prepare", "-layer", "districts"}, getenv, &out, &errs); err != nil {
+		t.Fatalf("prepare: %v\n%s%s", err, out.String(), errs.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "layer") {
+		t.Fatalf("report:\n%s", out.String())
+	}
+	if f := strings.Fields(lines[1]); len(f) < 4 || f[0] != "districts" || f[1] != "overview" || f[2] != "unchanged" || f[3] != "4" {
+		t.Errorf("report line %q, want districts overview unchanged 4 (relations)", lines[1])
+	}
+	for _, args := range [][]string{{"prepare", "-layer", "nope"}, {"prepare", "-every", "10ms"}} {
+		if err := run(t.Context(), args, getenv, &out, &errs); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/geotoll/geotoll/serving"
 	"github.com/geotoll/geotoll/tiles"
 )
@@ -36,11 +38,9 @@ func prepareCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string
 		return err
 	}
 	defer pool.Close()
-	dctx, cancel := context.WithTimeout(ctx, discoverTimeout)
-	discovered, err := cfg.discoverLayers(dctx, pool)
-	cancel()
+	discovered, err := prepareDiscover(ctx, cfg, pool)
 	if err != nil {
-		return fmt.Errorf("tiles.discover: %w", err)
+		return err
 	}
 	catalog, err := cfg.tileCatalog(discovered)
 	if err != nil {
@@ -68,6 +68,32 @@ func prepareCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string
 		case <-time.After(*every):
 		}
 	}
+}
+
+// prepareDiscover finds the layers tiles.discover serves, as serve finds
+// them: through the read role (database.url) when it is set, so that
+// prepare builds for the tables serve will serve, not for every table the
+// schema owner can read.
+func prepareDiscover(ctx context.Context, cfg Config, admin *pgxpool.Pool) ([]tiles.Layer, error) {
+	if len(cfg.Tiles.Discover.Schemas) == 0 {
+		return nil, nil
+	}
+	q := admin
+	if cfg.Database.URL != "" && cfg.Database.URL != cfg.Database.AdminURL {
+		reader, err := pgxpool.New(ctx, cfg.Database.URL)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		defer reader.Close()
+		q = reader
+	}
+	dctx, cancel := context.WithTimeout(ctx, discoverTimeout)
+	defer cancel()
+	discovered, err := cfg.discoverLayers(dctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("tiles.discover: %w", err)
+	}
+	return discovered, nil
 }
 
 // selectLayers returns the catalog's layers named in list ("" for all).
