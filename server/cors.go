@@ -31,7 +31,7 @@ const (
 	corsMethods = "GET, HEAD, POST, PUT, DELETE"
 	corsAllow   = "Authorization, Content-Type, If-None-Match, X-API-Key, X-Request-ID"
 	corsExpose  = "ETag, Retry-After, RateLimit, RateLimit-Policy, X-Cache, X-RateLimit-Limit, " +
-		"X-RateLimit-Remaining, X-RateLimit-Reset, X-RateLimit-Shadow, X-Request-Cost, X-Request-ID"
+		"X-RateLimit-Remaining, X-RateLimit-Reset, X-RateLimit-Shadow, X-Request-Cost, X-Request-ID, X-Tile-Reduced"
 )
 
 // Validate refuses "*" with credentials and anything that is not an origin.

@@ -63,7 +63,7 @@ func TestCORSWildcard(t *testing.T) {
 		t.Errorf("simple request: %d %v", w.Code, w.Header())
 	}
 	expose := w.Header().Get("Access-Control-Expose-Headers")
-	for _, hdr := range []string{"ETag", "X-Cache", "RateLimit", "X-Request-Cost", "Retry-After"} {
+	for _, hdr := range []string{"ETag", "X-Cache", "RateLimit", "X-Request-Cost", "Retry-After", "X-Tile-Reduced"} {
 		if !strings.Contains(expose, hdr) {
 			t.Errorf("Expose-Headers %q lacks %s", expose, hdr)
 		}
