@@ -77,11 +77,7 @@ var (
 )
 
 func parse(name string) *template.Template {
-	text, err := queries.Read(name)
-	if err != nil {
-		panic(err) // compiled in: a missing file is a build defect, caught by every test
-	}
-	return template.Must(template.New(name).Parse(text))
+	return template.Must(template.New(name).Parse(queries.MustRead(name)))
 }
 
 // overviewData fills the overview templates (see their headers).

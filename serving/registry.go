@@ -14,23 +14,15 @@ import (
 )
 
 var (
-	registryInsertSQL = mustQuery("serving_registry_insert.sql")
-	registryTouchSQL  = mustQuery("serving_registry_touch.sql")
-	registryDeleteSQL = mustQuery("serving_registry_delete.sql")
-	indexesSQL        = mustQuery("serving_indexes.sql")
-	existingSQL       = mustQuery("serving_existing.sql")
-	lockSQL           = mustQuery("serving_lock.sql")
-	sourceSQL         = mustQuery("serving_source.sql")
+	registryInsertSQL = queries.MustRead("serving_registry_insert.sql")
+	registryTouchSQL  = queries.MustRead("serving_registry_touch.sql")
+	registryDeleteSQL = queries.MustRead("serving_registry_delete.sql")
+	indexesSQL        = queries.MustRead("serving_indexes.sql")
+	existingSQL       = queries.MustRead("serving_existing.sql")
+	lockSQL           = queries.MustRead("serving_lock.sql")
+	sourceSQL         = queries.MustRead("serving_source.sql")
 	signatureTemplate = parse("serving_signature.sql")
 )
-
-func mustQuery(name string) string {
-	text, err := queries.Read(name)
-	if err != nil {
-		panic(err) // compiled in: a missing file is a build defect, caught by every test
-	}
-	return text
-}
 
 // Querier is what the registry reads need of a pool or transaction.
 type Querier interface {
