@@ -29,8 +29,8 @@ import (
 //     smallest size (min_size_px) and, of the smaller ones, the first in
 //     order_by of each cluster cell (so a tile with data is never empty),
 //     simplified to the zoom's tolerance (tolerance_px) with ST_Simplify
-//     and repaired with ST_MakeValid only where that left it invalid;
-//     each zoom above is simplified from the one below.
+//     (not repaired: tiles are drawn through ST_AsMVTGeom, which returns
+//     valid polygons); each zoom above is simplified from the one below.
 //
 // Every overview is in EPSG:3857 (geometry column "geom", a GiST index)
 // and carries the layer's columns (id, properties, order_by) by their
@@ -85,7 +85,6 @@ type overviewData struct {
 	Next, Source, From, Geom, GeomExpr, Order string
 	Cols                                      []string
 	Points, FromSource                        bool
-	Extract                                   int
 }
 
 // Build creates and fills the overview of target t: from the layer's
@@ -109,12 +108,6 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		if l.SRID != 3857 {
 			d.GeomExpr = "ST_Transform(t." + d.Geom + ", 3857)"
 		}
-	}
-	switch t.Kind {
-	case tiles.KindLine:
-		d.Extract = 2
-	case tiles.KindPolygon:
-		d.Extract = 3
 	}
 	if err := exec(ctx, job.Tx, createTemplate, d); err != nil {
 		return 0, err

@@ -32,8 +32,9 @@
 --       floor((centre of its box + $15) / $16) on each axis
 --   $17 simplification tolerance of level 0 (metres; 0: none, e.g. over
 --       an overview, simplified when it was built)
--- Level 0 simplifies each feature with ST_Simplify (Douglas-Peucker,
--- collapsed rings kept) before ST_AsMVTGeom clips it, whose polygon
+-- Level 0 simplifies each feature with ST_Simplify (Douglas-Peucker;
+-- parts that collapse go, unless the whole feature would) before
+-- ST_AsMVTGeom clips it, whose polygon
 -- clipping (wagyu) returns valid polygons. Level L > 0 simplifies the
 -- clipped features again with ST_SimplifyPreserveTopology at the tolerance
 -- scaled by 2^(L − 1 + $12) and keeps the first cap / 2^L features in
@@ -75,12 +76,15 @@ near AS (
 feats AS MATERIALIZED (
     -- A feature too small to leave anything on the tile's grid is drawn
     -- as the centre of its box: a tile with data is never empty.
-    SELECT coalesce(ST_AsMVTGeom(CASE WHEN env.tolerance_m > 0 THEN ST_Simplify(m.g, env.tolerance_m, true) ELSE m.g END,
+    SELECT coalesce(ST_AsMVTGeom(CASE WHEN env.tolerance_m = 0 THEN m.g
+                                      WHEN simple.g IS NULL OR ST_IsEmpty(simple.g) THEN ST_Simplify(m.g, env.tolerance_m, true)
+                                      ELSE simple.g END,
                                  env.geom, env.extent, env.buffer, true),
                     ST_AsMVTGeom(ST_Centroid(ST_Envelope(m.g)), env.geom, env.extent, env.buffer, true)) AS geom,
            row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
     FROM near AS t, env,
-         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m
+         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m,
+         LATERAL (SELECT CASE WHEN env.tolerance_m > 0 THEN ST_Simplify(m.g, env.tolerance_m, false) END AS g) AS simple
 ),
 fit (level, mvt) AS (
     SELECT 0, NULL::bytea
