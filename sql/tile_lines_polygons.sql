@@ -30,12 +30,12 @@
 --   $13 byte budget (uncompressed MVT)        $14 last reduction level
 --   $15 π·R and $16 the cell side in metres: a small feature's cell is
 --       floor((centre of its box + $15) / $16) on each axis
---   $17 simplification tolerance of level 0 (metres; 0: none, e.g. over
---       an overview, simplified when it was built)
--- Level 0 simplifies each feature with ST_Simplify (Douglas-Peucker;
--- parts that collapse go, unless the whole feature would) before
--- ST_AsMVTGeom clips it, whose polygon
--- clipping (wagyu) returns valid polygons. Level L > 0 simplifies the
+-- Level 0 draws the features as ST_AsMVTGeom clips and snaps them to the
+-- tile's grid (its polygon clipping, wagyu, returns valid polygons): the
+-- zooms of the layer's overviews read features simplified to the pixel
+-- already, and simplifying a whole stored feature here would cost more
+-- than clipping it (a country border: hundreds of thousands of vertices
+-- for one tile). Level L > 0 simplifies the
 -- clipped features again with ST_SimplifyPreserveTopology at the tolerance
 -- scaled by 2^(L − 1 + $12) and keeps the first cap / 2^L features in
 -- order_by (at least one).
@@ -47,7 +47,7 @@ WITH RECURSIVE env AS NOT MATERIALIZED (
            $5::int AS extent, $6::int AS buffer, $7::float8 AS buffer_m, $8::int AS cap,
            $9::text AS name, $10::float8 AS tolerance, $11::float8 AS min_size_m,
            $12::int AS generalised, $13::int AS budget, $14::int AS last_level,
-           $15::float8 AS origin, $16::float8 AS cell, $17::float8 AS tolerance_m
+           $15::float8 AS origin, $16::float8 AS cell
 ),
 near AS (
     SELECT t.*
@@ -55,7 +55,8 @@ near AS (
         SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
         FROM {{.Table}} AS t, env{{if .BoxExpr}}, LATERAL (SELECT {{.BoxExpr}} AS b) AS box{{end}}
         WHERE t.{{.Geom}} && {{.FilterExpr}}{{if .BoxExpr}}
-          AND (ST_XMax(box.b) - ST_XMin(box.b) >= env.min_size_m
+          AND (env.min_size_m = 0
+               OR ST_XMax(box.b) - ST_XMin(box.b) >= env.min_size_m
                OR ST_YMax(box.b) - ST_YMin(box.b) >= env.min_size_m
                OR (ST_XMax(box.b) = ST_XMin(box.b) AND ST_YMax(box.b) = ST_YMin(box.b)))
         UNION ALL
@@ -64,7 +65,8 @@ near AS (
         FROM {{.Table}} AS t, env, LATERAL (SELECT {{.BoxExpr}} AS b) AS box,
              LATERAL (SELECT floor(((ST_XMin(box.b) + ST_XMax(box.b)) / 2 + env.origin) / env.cell)::bigint AS cx,
                              floor(((ST_YMin(box.b) + ST_YMax(box.b)) / 2 + env.origin) / env.cell)::bigint AS cy) AS c
-        WHERE t.{{.Geom}} && {{.FilterExpr}}
+        WHERE env.min_size_m > 0 -- a one-time filter: no second scan when nothing is small
+          AND t.{{.Geom}} && {{.FilterExpr}}
           AND ST_XMax(box.b) - ST_XMin(box.b) < env.min_size_m
           AND ST_YMax(box.b) - ST_YMin(box.b) < env.min_size_m
           AND (ST_XMax(box.b) > ST_XMin(box.b) OR ST_YMax(box.b) > ST_YMin(box.b))
@@ -76,15 +78,11 @@ near AS (
 feats AS MATERIALIZED (
     -- A feature too small to leave anything on the tile's grid is drawn
     -- as the centre of its box: a tile with data is never empty.
-    SELECT coalesce(ST_AsMVTGeom(CASE WHEN env.tolerance_m = 0 THEN m.g
-                                      WHEN simple.g IS NULL OR ST_IsEmpty(simple.g) THEN ST_Simplify(m.g, env.tolerance_m, true)
-                                      ELSE simple.g END,
-                                 env.geom, env.extent, env.buffer, true),
+    SELECT coalesce(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true),
                     ST_AsMVTGeom(ST_Centroid(ST_Envelope(m.g)), env.geom, env.extent, env.buffer, true)) AS geom,
            row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
     FROM near AS t, env,
-         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m,
-         LATERAL (SELECT CASE WHEN env.tolerance_m > 0 THEN ST_Simplify(m.g, env.tolerance_m, false) END AS g) AS simple
+         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m
 ),
 fit (level, mvt) AS (
     SELECT 0, NULL::bytea

@@ -63,12 +63,13 @@
 //     tile keeps are its own and its buffer's, rounded up to whole cells
 //     ([Generalization.CellRange]), so the point_counts of a tile sum to
 //     the rows whose cell lies there, exactly.
-//   - Lines and polygons are simplified to the tile's pixels (tolerance_px,
-//     default 1 px) with ST_Simplify before ST_AsMVTGeom clips them, whose
-//     polygon clipping (wagyu) returns valid polygons; features smaller
-//     than min_size_px (default 1 px) are thinned to one per cluster cell,
-//     the first in order_by, and one too small for the tile's grid is
-//     drawn as the centre of its box: a tile with data is never empty.
+//   - Lines and polygons are simplified to the pixel (tolerance_px,
+//     default 1 px) in their overviews, and clipped and snapped to the
+//     tile's grid by ST_AsMVTGeom, whose polygon clipping (wagyu) returns
+//     valid polygons; features smaller than min_size_px (default 1 px) are
+//     thinned to one per cluster cell, the first in order_by, and one too
+//     small for the tile's grid is drawn as the centre of its box: a tile
+//     with data is never empty.
 //
 // Beyond Generalize.MaxZoom features are served as stored, so the tiles of
 // DataMaxZoom (TileJSON's maxzoom, default 16), which clients overzoom,
