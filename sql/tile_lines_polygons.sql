@@ -1,18 +1,14 @@
--- One MVT layer of a line, polygon (or mixed) layer for one tile: features
--- below the smallest size thinned to one per cell, the rest clipped to the
--- tile and simplified to its pixels, reduced level by level until the tile
--- fits its byte budget.
+-- One MVT layer of a line, polygon (or mixed) layer for one tile: the
+-- first features in order_by, clipped and snapped to the tile's grid,
+-- reduced level by level until the tile fits its byte budget.
 --
 -- Template fields (double braces) come from the layer catalog, quoted with
 -- pgx.Identifier and rendered once per layer and relation at start-up:
 --   .Table .Geom   the relation read and its geometry column: the layer's
---                  own table, or one of its overviews (simplified and
---                  thinned already)
+--                  own table, or one of its overviews (simplified to the
+--                  pixel and thinned of sub-pixel features when built)
 --   .Transform     the relation is not in EPSG:3857: transform it
 --   .FilterExpr    the buffered envelope in the relation's SRID
---   .BoxExpr       the geometry's bounding box (over alias t) when the
---                  relation is in EPSG:3857, else empty: then nothing is
---                  thinned by its stored size ($12)
 --   .ID            the id column (empty: features carry no id)
 --   .Props         the property columns, in order
 --   .Cols          every column carried: id, properties, order_by columns
@@ -23,55 +19,31 @@
 --   $5  extent (tile units)    $6  buffer (tile units)    $7  buffer in metres
 --   $8  feature cap            $9  MVT layer name
 --   $10 simplification tolerance (tile units), for the reduction levels
---   $11 smallest feature (metres): a feature whose box is narrower and
---       lower than this is small; of the small features of one cell only
---       the first in order_by is drawn (0: none is small)
---   $12 1 when level 0 is generalised, else 0
---   $13 byte budget (uncompressed MVT)        $14 last reduction level
---   $15 π·R and $16 the cell side in metres: a small feature's cell is
---       floor((centre of its box + $15) / $16) on each axis
+--   $11 1 when the zoom is generalised, else 0
+--   $12 byte budget (uncompressed MVT)        $13 last reduction level
 -- Level 0 draws the features as ST_AsMVTGeom clips and snaps them to the
--- tile's grid (its polygon clipping, wagyu, returns valid polygons): the
--- zooms of the layer's overviews read features simplified to the pixel
--- already, and simplifying a whole stored feature here would cost more
--- than clipping it (a country border: hundreds of thousands of vertices
--- for one tile). Level L > 0 simplifies the
--- clipped features again with ST_SimplifyPreserveTopology at the tolerance
--- scaled by 2^(L − 1 + $12) and keeps the first cap / 2^L features in
--- order_by (at least one).
+-- tile's grid (its polygon clipping, wagyu, returns valid polygons); a
+-- feature too small to leave anything on the grid is drawn as the centre
+-- of its box, so a tile with data is never empty. Simplifying or sizing a
+-- whole stored feature here would cost more than clipping it (a country
+-- border: hundreds of thousands of vertices, read again for each): the
+-- overviews hold features simplified and thinned for their zoom. Level
+-- L > 0 simplifies the clipped features with ST_SimplifyPreserveTopology
+-- at the tolerance scaled by 2^(L − 1 + $11) and keeps the first cap / 2^L
+-- features in order_by (at least one).
 -- Result: one row (mvt bytea, level int): the first level whose tile fits
 -- the budget, or the last level. Features are written in order_by order,
 -- so the same rows give the same bytes.
 WITH RECURSIVE env AS NOT MATERIALIZED (
     SELECT ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 3857) AS geom,
            $5::int AS extent, $6::int AS buffer, $7::float8 AS buffer_m, $8::int AS cap,
-           $9::text AS name, $10::float8 AS tolerance, $11::float8 AS min_size_m,
-           $12::int AS generalised, $13::int AS budget, $14::int AS last_level,
-           $15::float8 AS origin, $16::float8 AS cell
+           $9::text AS name, $10::float8 AS tolerance, $11::int AS generalised,
+           $12::int AS budget, $13::int AS last_level
 ),
 near AS (
-    SELECT t.*
-    FROM (
-        SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
-        FROM {{.Table}} AS t, env{{if .BoxExpr}}, LATERAL (SELECT {{.BoxExpr}} AS b) AS box{{end}}
-        WHERE t.{{.Geom}} && {{.FilterExpr}}{{if .BoxExpr}}
-          AND (env.min_size_m = 0
-               OR ST_XMax(box.b) - ST_XMin(box.b) >= env.min_size_m
-               OR ST_YMax(box.b) - ST_YMin(box.b) >= env.min_size_m
-               OR (ST_XMax(box.b) = ST_XMin(box.b) AND ST_YMax(box.b) = ST_YMin(box.b)))
-        UNION ALL
-        -- The small features: one per cell, the first in order_by.
-        (SELECT DISTINCT ON (c.cx, c.cy) t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
-        FROM {{.Table}} AS t, env, LATERAL (SELECT {{.BoxExpr}} AS b) AS box,
-             LATERAL (SELECT floor(((ST_XMin(box.b) + ST_XMax(box.b)) / 2 + env.origin) / env.cell)::bigint AS cx,
-                             floor(((ST_YMin(box.b) + ST_YMax(box.b)) / 2 + env.origin) / env.cell)::bigint AS cy) AS c
-        WHERE env.min_size_m > 0 -- a one-time filter: no second scan when nothing is small
-          AND t.{{.Geom}} && {{.FilterExpr}}
-          AND ST_XMax(box.b) - ST_XMin(box.b) < env.min_size_m
-          AND ST_YMax(box.b) - ST_YMin(box.b) < env.min_size_m
-          AND (ST_XMax(box.b) > ST_XMin(box.b) OR ST_YMax(box.b) > ST_YMin(box.b))
-        ORDER BY c.cx, c.cy, {{.Order}}){{end}}
-    ) AS t
+    SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
+    FROM {{.Table}} AS t, env
+    WHERE t.{{.Geom}} && {{.FilterExpr}}
     ORDER BY {{.Order}}
     LIMIT $8::int
 ),

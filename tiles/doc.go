@@ -64,12 +64,14 @@
 //     ([Generalization.CellRange]), so the point_counts of a tile sum to
 //     the rows whose cell lies there, exactly.
 //   - Lines and polygons are simplified to the pixel (tolerance_px,
-//     default 1 px) in their overviews, and clipped and snapped to the
-//     tile's grid by ST_AsMVTGeom, whose polygon clipping (wagyu) returns
-//     valid polygons; features smaller than min_size_px (default 1 px) are
-//     thinned to one per cluster cell, the first in order_by, and one too
-//     small for the tile's grid is drawn as the centre of its box: a tile
-//     with data is never empty.
+//     default 1 px) in their overviews, where features smaller than
+//     min_size_px (default 1 px) are also thinned to one per cluster cell,
+//     the first in order_by. Every tile clips and snaps them to its grid
+//     with ST_AsMVTGeom, whose polygon clipping (wagyu) returns valid
+//     polygons, and draws one too small for the grid as the centre of its
+//     box: a tile with data is never empty. Zooms beyond the overviews
+//     are not simplified further (doing it per tile would read each whole
+//     feature again).
 //
 // Beyond Generalize.MaxZoom features are served as stored, so the tiles of
 // DataMaxZoom (TileJSON's maxzoom, default 16), which clients overzoom,

@@ -27,10 +27,12 @@ type Generalize struct {
 	// of a 512-pixel tile: a power of two from 1 to 64 (default 4).
 	ClusterPixels int `yaml:"cluster_px"`
 	// TolerancePixels is the simplification tolerance of line and polygon
-	// layers, in pixels (default 1; at most 8).
+	// overviews, in pixels (default 1; at most 8); the byte budget's
+	// levels start from it.
 	TolerancePixels float64 `yaml:"tolerance_px"`
-	// MinSizePixels drops line and polygon features whose bounding box is
-	// smaller than this many pixels on both sides (default 1; at most 8).
+	// MinSizePixels thins the line and polygon features of overviews whose
+	// bounding box is smaller than this many pixels on both sides to one
+	// per cluster cell (default 1; at most 8).
 	MinSizePixels float64 `yaml:"min_size_px"`
 }
 

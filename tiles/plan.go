@@ -169,7 +169,7 @@ func sridText(srid int) string { return strconv.Itoa(srid) }
 
 // queryData fills the tile query templates (see their headers).
 type queryData struct {
-	Table, Geom, GeomExpr, FilterExpr, BoxExpr string
+	Table, Geom, GeomExpr, FilterExpr string
 	ID, Order                                  string
 	Props, Cols                                []string
 	Overview, Cluster, Transform               bool
@@ -198,7 +198,6 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	if rel.srid == 3857 {
 		d.GeomExpr = "t." + geom
 		d.FilterExpr = "ST_Expand(env.geom, env.buffer_m)"
-		d.BoxExpr = "Box2D(t." + geom + ")"
 	} else {
 		d.Transform = true
 		d.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
