@@ -5,8 +5,8 @@
 -- Template fields (double braces) come from the layer catalog, quoted with
 -- pgx.Identifier and rendered once per layer and relation at start-up:
 --   .Table .Geom   the relation read and its geometry column: the layer's
---                  own table, or one of its overviews (simplified to the
---                  pixel and thinned of sub-pixel features when built)
+--                  own table, or one of its overviews (.Overview: simplified
+--                  to the pixel and thinned of sub-pixel features when built)
 --   .Transform     the relation is not in EPSG:3857: transform it
 --   .FilterExpr    the buffered envelope in the relation's SRID
 --   .ID            the id column (empty: features carry no id)
@@ -22,9 +22,9 @@
 --   $11 1 when the zoom is generalised, else 0
 --   $12 byte budget (uncompressed MVT)        $13 last reduction level
 -- Level 0 draws the features as ST_AsMVTGeom clips and snaps them to the
--- tile's grid (its polygon clipping, wagyu, returns valid polygons); a
--- feature too small to leave anything on the grid is drawn as the centre
--- of its box, so a tile with data is never empty. Simplifying or sizing a
+-- tile's grid (its polygon clipping, wagyu, returns valid polygons); over
+-- an overview, a feature smaller than one unit of the grid is drawn as the
+-- centre of its box, so a tile with data is never empty. Simplifying or sizing a
 -- whole stored feature here would cost more than clipping it (a country
 -- border: hundreds of thousands of vertices, read again for each): the
 -- overviews hold features simplified and thinned for their zoom. Level
@@ -48,13 +48,19 @@ near AS (
     LIMIT $8::int
 ),
 feats AS MATERIALIZED (
-    -- A feature too small to leave anything on the tile's grid is drawn
-    -- as the centre of its box: a tile with data is never empty.
-    SELECT coalesce(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true),
-                    ST_AsMVTGeom(ST_Centroid(ST_Envelope(m.g)), env.geom, env.extent, env.buffer, true)) AS geom,
+    SELECT {{if .Overview -}}
+           -- A feature of the overview too small to leave anything on the
+           -- tile's grid is drawn as the centre of its box: a tile with
+           -- data is never empty.
+           coalesce(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true),
+                    CASE WHEN ST_XMax(b.e) - ST_XMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
+                          AND ST_YMax(b.e) - ST_YMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
+                         THEN ST_AsMVTGeom(ST_Centroid(b.e), env.geom, env.extent, env.buffer, true) END)
+           {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS geom,
            row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
     FROM near AS t, env,
-         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m
+         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m{{if .Overview}},
+         LATERAL (SELECT ST_Envelope(m.g) AS e) AS b{{end}}
 ),
 fit (level, mvt) AS (
     SELECT 0, NULL::bytea

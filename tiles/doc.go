@@ -68,8 +68,9 @@
 //     min_size_px (default 1 px) are also thinned to one per cluster cell,
 //     the first in order_by. Every tile clips and snaps them to its grid
 //     with ST_AsMVTGeom, whose polygon clipping (wagyu) returns valid
-//     polygons, and draws one too small for the grid as the centre of its
-//     box: a tile with data is never empty. Zooms beyond the overviews
+//     polygons; over an overview it draws a feature smaller than a unit of
+//     the grid as the centre of its box, so a tile with data is never
+//     empty. Zooms beyond the overviews
 //     are not simplified further (doing it per tile would read each whole
 //     feature again).
 //

@@ -183,7 +183,7 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	geom := column(rel.geom)
 	d := queryData{
 		Table: rel.ident.Sanitize(), Geom: geom,
-		Overview: rel.storage != nil && kind == KindPoint, Cluster: clustered,
+		Overview: rel.storage != nil, Cluster: clustered,
 		Order: orderSQL("t", l.order),
 	}
 	if !l.WithoutID {
