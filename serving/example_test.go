@@ -23,7 +23,7 @@ func ExampleOverview_Targets() {
 			t.Relation, t.ZoomMin, t.ZoomMax, t.Params.CellsPerTile, t.Params.CellMetres, t.Columns)
 	}
 	// Output:
-	// places_ov_z4 serves z4-4: 128 cells per tile of 19568 m, columns [id name rank]
-	// places_ov_z3 serves z3-3: 128 cells per tile of 39136 m, columns [id name rank]
-	// places_ov_z2 serves z2-2: 128 cells per tile of 78272 m, columns [id name rank]
+	// places_ov_z4 serves z4-4: 64 cells per tile of 39136 m, columns [id name rank]
+	// places_ov_z3 serves z3-3: 64 cells per tile of 78272 m, columns [id name rank]
+	// places_ov_z2 serves z2-2: 64 cells per tile of 156543 m, columns [id name rank]
 }

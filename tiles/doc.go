@@ -55,7 +55,7 @@
 // tile ([Generalize.At] computes them per zoom):
 //
 //   - Points are clustered: one feature per cell of a grid aligned to the
-//     tile's pixels (cluster_px, default 4 px, so 128×128 cells per tile),
+//     tile's pixels (cluster_px, default 8 px, so 64×64 cells per tile),
 //     drawn as the cell's first point in the layer's order_by with all of
 //     that point's properties, plus point_count, the number of points in
 //     the cell (MapLibre's name for it). Every feature of a point layer

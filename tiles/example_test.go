@@ -67,7 +67,7 @@ func ExampleLayer_Source() {
 			s.Relation.Sanitize(), s.GeometryColumn, s.Kind, s.SRID, s.Clustered, s.Generalization.CellMetres)
 	}
 	// Output:
-	// z2: "geotoll"."places".geom_3857 (point, SRID 3857), clustered true, cells of 78271.5 m
-	// z12: "geotoll"."places".geom_3857 (point, SRID 3857), clustered true, cells of 76.4 m
-	// z13: "geotoll"."places".geom_3857 (point, SRID 3857), clustered false, cells of 38.2 m
+	// z2: "geotoll"."places".geom_3857 (point, SRID 3857), clustered true, cells of 156543.0 m
+	// z12: "geotoll"."places".geom_3857 (point, SRID 3857), clustered true, cells of 152.9 m
+	// z13: "geotoll"."places".geom_3857 (point, SRID 3857), clustered false, cells of 76.4 m
 }

@@ -170,9 +170,9 @@ func sridText(srid int) string { return strconv.Itoa(srid) }
 // queryData fills the tile query templates (see their headers).
 type queryData struct {
 	Table, Geom, GeomExpr, FilterExpr string
-	ID, Order                                  string
-	Props, Cols                                []string
-	Overview, Cluster, Transform               bool
+	ID, Order                         string
+	Props, Cols                       []string
+	Overview, Cluster, Transform      bool
 }
 
 // renderQuery renders the tile query of kind over rel: sql/tile_points.sql

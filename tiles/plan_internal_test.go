@@ -116,7 +116,7 @@ func TestPlanChoosesStorage(t *testing.T) {
 		}
 	}
 	if src := l.Source(3); src.Rows != 300 || !src.BuiltAt.Equal(time.Unix(3, 0)) || !src.Clustered || src.GeometryColumn != "geom" ||
-		src.SRID != 3857 || src.Generalization.CellsPerTile != 128 {
+		src.SRID != 3857 || src.Generalization.CellsPerTile != 64 {
 		t.Errorf("z3 source %+v", src)
 	}
 	if src := l.Source(14); src.Builder != "" || src.Clustered || src.Generalization.On || src.SRID != 3857 || src.GeometryColumn != "g" {
