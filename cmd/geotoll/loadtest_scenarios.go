@@ -145,7 +145,9 @@ func (s *scenario) timer(ctx context.Context, cfg Config, pool *pgxpool.Pool) (l
 }
 
 // scenarioSetup finds the layer in the configuration and connects as the
-// read role.
+// read role; the layer reads the serving storage `serve` reads (its
+// overviews), so that its queries — the ones timed, and pgbench's — are
+// those the server runs.
 func scenarioSetup(ctx context.Context, cfg Config, name string) (*tiles.Layer, *pgxpool.Pool, error) {
 	cat, _, err := cfg.catalog()
 	if err != nil {
@@ -161,6 +163,10 @@ func scenarioSetup(ctx context.Context, cfg Config, name string) (*tiles.Layer, 
 	pool, err := pgxpool.New(ctx, cfg.Database.URL)
 	if err != nil {
 		return nil, nil, err
+	}
+	if _, err := cat.Refresh(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("loadtest: read the serving storage: %w", err)
 	}
 	return layer, pool, nil
 }

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paulmach/orb/maptile"
+
 	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 // TestLoadtestScenariosEndToEnd runs the three measuring instruments
@@ -116,5 +119,26 @@ func TestLoadtestScenarioRejectsUnknownLayer(t *testing.T) {
 	err := runLoadtest(context.Background(), cfg, []string{"fidelity", "-layer", "nope"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `layer "nope"`) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// The instruments time the query the server runs: a prepared point
+// layer's low zooms read its overviews, in the instrument as in `serve`.
+func TestScenarioLayerReadsTheServingStorage(t *testing.T) {
+	prepareDemo(t)
+	cfg := DefaultConfig()
+	cfg.Database.URL = testenv.ReadDatabaseURL(t)
+	layer, pool, err := scenarioSetup(t.Context(), cfg, "places")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, z := range []maptile.Zoom{0, 2, 12} {
+		if src := layer.Source(z); src.Builder != tiles.BuilderOverview || !src.Clustered {
+			t.Errorf("z%d reads %s (builder %q), not its overview", z, src.Relation.Sanitize(), src.Builder)
+		}
+	}
+	if src := layer.Source(13); src.Builder != "" || src.Clustered {
+		t.Errorf("z13 reads %s (builder %q, clustered %v), not the table", src.Relation.Sanitize(), src.Builder, src.Clustered)
 	}
 }
