@@ -46,10 +46,13 @@ func Anchors(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, n int, see
   WHERE NOT ST_IsEmpty(g)) AS v`
 	var out []orb.Point
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// One process draws the random numbers in scan order: the same
-		// seed on the same table gives the same rows. A whole-table scan
-		// may outlast the read role's own statement_timeout.
-		if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL statement_timeout = '5min'`); err != nil {
+		// One process draws the random numbers in scan order, a scan that
+		// starts at the table's first page (a synchronised scan of a big
+		// table starts where another one is): the same seed on the same
+		// table gives the same rows. A whole-table scan may outlast the
+		// read role's own statement_timeout.
+		if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL synchronize_seqscans = off;
+			SET LOCAL statement_timeout = '5min'`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `SELECT setseed($1)`, float64(seed%1000)/1000); err != nil {
