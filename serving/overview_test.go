@@ -20,7 +20,7 @@ import (
 // cell lies in the tile or its buffer: the cells the query keeps
 // (Generalization.CellRange). A cell's index is floor((x + π·R) / cell)
 // on each axis; with the default buffer (64 of 4096 units, 8 pixels) and
-// cell (4 pixels) the buffer is two whole cells, so those rows are exactly
+// cell (8 pixels) the buffer is one whole cell, so those rows are exactly
 // the rows with x in [xmin − buffer, xmax + buffer) and likewise y, of the
 // tile's envelope (x and y in EPSG:3857).
 func TestPointCountsSumToRows(t *testing.T) {
