@@ -22,7 +22,8 @@ import (
 // on each axis; with the default buffer (64 of 4096 units, 8 pixels) and
 // cell (8 pixels) the buffer is one whole cell, so those rows are exactly
 // the rows with x in [xmin − buffer, xmax + buffer) and likewise y, of the
-// tile's envelope (x and y in EPSG:3857).
+// tile's envelope (x and y in EPSG:3857). The clusters drawn in the tile
+// itself (not its buffer) count exactly the rows of its envelope.
 func TestPointCountsSumToRows(t *testing.T) {
 	t.Parallel()
 	owner, reader := testenv.Pool(t), testenv.ReadPool(t)
@@ -91,6 +92,7 @@ func countTile(t *testing.T, store *tiles.Store, owner *pgxpool.Pool, layer *til
 	if len(r.Reduced) != 0 {
 		t.Fatalf("%v was reduced (%v): the sums would still hold, but the test means level 0", tile, r.Reduced)
 	}
+	var ids, counts []int64 // each cluster's representative and its count
 	if len(r.MVT) > 0 {
 		layers, err := mvt.Unmarshal(r.MVT)
 		if err != nil {
@@ -98,13 +100,16 @@ func countTile(t *testing.T, store *tiles.Store, owner *pgxpool.Pool, layer *til
 		}
 		for _, f := range layers[0].Features {
 			n, ok := f.Properties["point_count"].(float64)
-			if !ok || n < 1 {
+			id, isID := f.ID.(float64)
+			if !ok || n < 1 || !isID {
 				t.Fatalf("%v: feature %v has point_count %v", tile, f.ID, f.Properties["point_count"])
 			}
 			sum += int64(n)
 			features++
+			ids, counts = append(ids, int64(id)), append(counts, int64(n))
 		}
 	}
+	envelopeCounts(t, owner, src, layer.Extent, tile, ids, counts)
 	if features >= int64(layer.MaxFeatures) {
 		t.Fatalf("%v holds %d features, the cap: a capped tile drops counts", tile, features)
 	}
@@ -119,4 +124,33 @@ func countTile(t *testing.T, store *tiles.Store, owner *pgxpool.Pool, layer *til
 		t.Fatal(err)
 	}
 	return r.MVT, sum, features, want
+}
+
+// envelopeCounts checks that the clusters of tile whose representative
+// (a point of the cluster's cell) lies in the tile itself, not its buffer,
+// count exactly the rows of the table in the tile's envelope, [xmin, xmax)
+// × [ymin, ymax) in EPSG:3857: cells are aligned to the tile, so the
+// tile's own cells partition its envelope.
+func envelopeCounts(t *testing.T, owner *pgxpool.Pool, src tiles.Source, extent int, tile maptile.Tile, ids, counts []int64) {
+	t.Helper()
+	x0, x1, y0, y1 := src.Generalization.CellRange(tile, extent, 0)
+	env := tiles.Envelope(tile)
+	var inTile, inEnvelope int64
+	err := owner.QueryRow(t.Context(), `
+		SELECT (SELECT coalesce(sum(f.n), 0)::bigint
+		          FROM unnest($1::bigint[], $2::bigint[]) AS f(id, n) JOIN geotoll.places AS p ON p.id = f.id,
+		               LATERAL (SELECT floor((ST_X(p.geom_3857) + $3::float8) / $4::float8)::bigint AS cx,
+		                               floor((ST_Y(p.geom_3857) + $3::float8) / $4::float8)::bigint AS cy) AS c
+		         WHERE c.cx BETWEEN $5 AND $6 AND c.cy BETWEEN $7 AND $8),
+		       (SELECT count(*) FROM geotoll.places AS p
+		         WHERE ST_X(p.geom_3857) >= $9 AND ST_X(p.geom_3857) < $10
+		           AND ST_Y(p.geom_3857) >= $11 AND ST_Y(p.geom_3857) < $12)`,
+		ids, counts, tiles.TileWidth(0)/2, src.Generalization.CellMetres, x0, x1, y0, y1,
+		env.Min[0], env.Max[0], env.Min[1], env.Max[1]).Scan(&inTile, &inEnvelope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inTile != inEnvelope {
+		t.Errorf("%v: the clusters in the tile count %d points, its envelope holds %d rows", tile, inTile, inEnvelope)
+	}
 }
