@@ -242,6 +242,7 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 			return nil, fmt.Errorf("geofence writer database: %w", err)
 		}
 		o.Writer = store(m.FenceWriter)
+		m.Logger.Info("fence writes enabled: admin keys (keys create -admin) may write fences", "role", wcfg.ConnConfig.User)
 	} else {
 		m.Logger.Info("no geofence writer database: fence writes answer 503")
 	}
