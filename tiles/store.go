@@ -53,7 +53,9 @@ func (s *Store) db() *pgcall.DB {
 // client that hangs up cancels the query.
 //
 // A statement timeout is a problem.Timeout (503 with Retry-After); an
-// unreachable database is problem.Unavailable. Either may wrap a
+// unreachable database is problem.Unavailable, and so is a layer whose
+// table no longer fits its configuration (the problem names the layer and
+// the reason; see Catalog.Checks). Either may wrap a
 // pgcall.Stopping when the query had not stopped by the time it was
 // answered.
 func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]byte, error) {
@@ -76,7 +78,7 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 	}
 	timing, err := s.db().Read(ctx, stmts...)
 	if err != nil {
-		return nil, err
+		return nil, pgcall.Misfit(err, subject(layers))
 	}
 	if s.Observer != nil {
 		for i, l := range layers {

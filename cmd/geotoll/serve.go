@@ -139,6 +139,9 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	if err != nil {
 		return err
 	}
+	if checks["layers"], err = m.checkLayers(ctx, tileHandler.Catalog, fences.Catalog()); err != nil {
+		return err
+	}
 	if m.FenceWriter != nil {
 		if err := m.Registry.Register(server.NewPoolCollector("fence-writer", m.FenceWriter.Stat)); err != nil {
 			return fmt.Errorf("metrics: %w", err)
