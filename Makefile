@@ -60,7 +60,7 @@ cluster:
 # geotoll_fence_writer role the migrations create), which the services'
 # environment names; admin keys are API keys created with -admin.
 run: services build
-	$(SERVICES_ENV); \
+	@$(SERVICES_ENV); \
 	$(BIN) migrate; \
 	$(BIN) seed -if-empty; \
 	if [[ -n "$${GEOTOLL_WRITER_DATABASE_URL:-}" ]]; then \

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+)
+
+// runAsMain makes the test binary act as the geotoll binary (main) when
+// the README sessions run `bin/geotoll`: the sessions then test this source
+// tree, not whatever bin/geotoll was built last.
+const runAsMain = "GEOTOLL_TEST_RUN_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsMain) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// readmeStep is one command of a README console session and the output the
+// README shows for it.
+type readmeStep struct {
+	line    int // of the command in README.md
+	command string
+	want    []string
+}
+
+// readmeSessions returns the ```console blocks of the README, each as its
+// steps. A step is a line starting with "$ " (and the lines it continues
+// onto with a trailing backslash), followed by its output.
+func readmeSessions(t *testing.T, path string) [][]readmeStep {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		sessions [][]readmeStep
+		steps    []readmeStep
+		in, cont bool
+	)
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case !in:
+			in = line == "```console"
+		case line == "```":
+			sessions, steps, in = append(sessions, steps), nil, false
+		case cont:
+			steps[len(steps)-1].command += "\n" + line
+			cont = strings.HasSuffix(line, `\`)
+		case strings.HasPrefix(line, "$ "):
+			steps = append(steps, readmeStep{line: n, command: strings.TrimPrefix(line, "$ ")})
+			cont = strings.HasSuffix(line, `\`)
+		case len(steps) == 0:
+			t.Fatalf("README.md:%d: a console session starts with output, not a command", n)
+		default:
+			steps[len(steps)-1].want = append(steps[len(steps)-1].want, line)
+		}
+	}
+	if in {
+		t.Fatal("README.md: a console block is not closed")
+	}
+	return sessions
+}
+
+// stepMark separates the output of one step from the next.
+const stepMark = "\x1egeotoll-step\x1e"
+
+// runSession runs one session's commands in one bash, in dir with env, the
+// way a shell would run them pasted (a failing command does not stop the
+// rest), and returns each step's output, stdout and stderr as the terminal
+// would interleave them.
+func runSession(t *testing.T, dir string, env []string, base string, steps []readmeStep) [][]string {
+	t.Helper()
+	var script strings.Builder
+	for _, s := range steps {
+		fmt.Fprintf(&script, "printf '\\n%s\\n'\n%s\n", stepMark, strings.ReplaceAll(s.command, "http://localhost:8080", base))
+	}
+	path := filepath.Join(t.TempDir(), "session.sh")
+	if err := os.WriteFile(path, []byte(script.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", path)
+	cmd.Dir, cmd.Env = dir, env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out // one pipe: the order a terminal shows
+	// The exit status is the last command's, which the comparison judges.
+	if err := cmd.Run(); ctx.Err() != nil {
+		t.Fatalf("README.md:%d: the session did not end within 2 minutes (%v):\n%s", steps[0].line, err, out.String())
+	}
+	text := strings.ReplaceAll(out.String(), "\r\n", "\n")
+	text = strings.ReplaceAll(text, strings.TrimPrefix(base, "http://"), "localhost:8080")
+	parts := strings.Split(text, "\n"+stepMark+"\n")
+	if len(parts) != len(steps)+1 {
+		t.Fatalf("README.md:%d: %d step outputs for %d steps:\n%s", steps[0].line, len(parts)-1, len(steps), text)
+	}
+	outs := make([][]string, len(steps))
+	for i, p := range parts[1:] {
+		var lines []string
+		for l := range strings.SplitSeq(p, "\n") {
+			if !strings.HasPrefix(l, "Date: ") { // the README leaves Date lines out
+				lines = append(lines, l)
+			}
+		}
+		outs[i] = trimLines(lines)
+	}
+	return outs
+}
+
+// trimLines drops trailing white space of each line and blank lines at the
+// end.
+func trimLines(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = strings.TrimRight(l, " \t")
+	}
+	for len(out) > 0 && out[len(out)-1] == "" {
+		out = out[:len(out)-1]
+	}
+	return out
+}
+
+// lineMatches reports whether got is the README's line want, in which "…"
+// stands for any text of one or more characters (what differs from run to
+// run: ids, request ids, tokens refilled meanwhile).
+func lineMatches(want, got string) bool {
+	if !strings.Contains(want, "…") {
+		return want == got
+	}
+	parts := strings.Split(want, "…")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return regexp.MustCompile("^" + strings.Join(parts, ".+") + "$").MatchString(got)
+}
+
+// readmeWorkdir is a directory laid out as a checkout after `make run`:
+// bin/geotoll (this test binary acting as geotoll) and scripts/.
+func readmeWorkdir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts, err := filepath.Abs(filepath.Join("..", "..", "scripts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := "#!/bin/sh\n" + runAsMain + "=1 exec " + strconv.Quote(exe) + ` "$@"` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "bin", "geotoll"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(scripts, filepath.Join(dir, "scripts")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Every console session of the README runs as pasted — twice in a row, as
+// a newcomer would — against a server configured as `make run` serves the
+// demo, and prints what the README shows: every status, every header but
+// Date, every body, with "…" where a value differs from run to run.
+func TestReadmeSessions(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if testenv.Required() {
+				t.Fatalf("%s is not installed; the README sessions need it", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	sessions := readmeSessions(t, filepath.Join("..", "..", "README.md"))
+	if len(sessions) < 3 {
+		t.Fatalf("README.md has %d console sessions, want the tile, geofence and fence admin ones", len(sessions))
+	}
+	owner := testenv.Pool(t)
+	var before int64
+	if err := owner.QueryRow(t.Context(), "SELECT coalesce(max(id), 0) FROM geotoll.api_keys").Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // the keys the sessions made (and revoked)
+		_, _ = owner.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE id > $1 AND revoked_at IS NOT NULL", before)
+	})
+	m := startMain(t, func(c *Config) { c.Geofence.WriterDatabaseURL = fenceWriterURL(t) })
+	base := "http://" + m.Addr()
+	dir := readmeWorkdir(t)
+	env := append(os.Environ(), "GEOTOLL_ADMIN_DATABASE_URL="+testenv.DatabaseURL(t))
+
+	for run := 1; run <= 2; run++ {
+		for _, steps := range sessions {
+			outs := runSession(t, dir, env, base, steps)
+			for i, s := range steps {
+				if diff := diffLines(trimLines(s.want), outs[i]); diff != "" {
+					t.Errorf("run %d, README.md:%d: $ %s\n%s", run, s.line, s.command, diff)
+				}
+			}
+		}
+	}
+}
+
+// diffLines describes how got differs from the README's want ("" when it
+// matches).
+func diffLines(want, got []string) string {
+	var b strings.Builder
+	for i := range max(len(want), len(got)) {
+		var w, g string
+		if i < len(want) {
+			w = want[i]
+		}
+		if i < len(got) {
+			g = got[i]
+		}
+		if i >= len(want) || i >= len(got) || !lineMatches(w, g) {
+			fmt.Fprintf(&b, "  line %d:\n    README: %q\n    got:    %q\n", i+1, w, g)
+		}
+	}
+	return b.String()
+}
+
+func TestLineMatches(t *testing.T) {
+	for _, tc := range []struct {
+		want, got string
+		ok        bool
+	}{
+		{"X-Request-Id: …", "X-Request-Id: 8aa0d6b98cc5e263", true},
+		{"X-Request-Id: …", "X-Request-Id: ", false},
+		{`Ratelimit: "free";r=…;t=3`, `Ratelimit: "free";r=41;t=3`, true},
+		{`Ratelimit: "free";r=…;t=3`, `Ratelimit: "free";r=41;t=4`, false},
+		{"a.b", "axb", false},
+		{"200", "200", true},
+		{"200", "429", false},
+		{`{"id":…,"name":"yard"}`, `{"id":301,"name":"yard"}`, true},
+	} {
+		if got := lineMatches(tc.want, tc.got); got != tc.ok {
+			t.Errorf("lineMatches(%q, %q) = %v", tc.want, tc.got, got)
+		}
+	}
+}
