@@ -181,6 +181,11 @@ func readmeWorkdir(t *testing.T) string {
 // a newcomer would — against a server configured as `make run` serves the
 // demo, and prints what the README shows: every status, every header but
 // Date, every body, with "…" where a value differs from run to run.
+//
+// With GEOTOLL_README_URL set (e.g. http://localhost:8080) the sessions
+// run against that server instead — a `make run` in another shell, with
+// the services' environment in this one — and make their keys in the
+// database GEOTOLL_ADMIN_DATABASE_URL names.
 func TestReadmeSessions(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl"} {
@@ -195,18 +200,12 @@ func TestReadmeSessions(t *testing.T) {
 	if len(sessions) < 3 {
 		t.Fatalf("README.md has %d console sessions, want the tile, geofence and fence admin ones", len(sessions))
 	}
-	owner := testenv.Pool(t)
-	var before int64
-	if err := owner.QueryRow(t.Context(), "SELECT coalesce(max(id), 0) FROM geotoll.api_keys").Scan(&before); err != nil {
-		t.Fatal(err)
+	base, env := os.Getenv("GEOTOLL_README_URL"), os.Environ()
+	if base == "" {
+		base = readmeServer(t)
+		env = append(env, "GEOTOLL_ADMIN_DATABASE_URL="+testenv.DatabaseURL(t))
 	}
-	t.Cleanup(func() { // the keys the sessions made (and revoked)
-		_, _ = owner.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE id > $1 AND revoked_at IS NOT NULL", before)
-	})
-	m := startMain(t, func(c *Config) { c.Geofence.WriterDatabaseURL = fenceWriterURL(t) })
-	base := "http://" + m.Addr()
 	dir := readmeWorkdir(t)
-	env := append(os.Environ(), "GEOTOLL_ADMIN_DATABASE_URL="+testenv.DatabaseURL(t))
 
 	for run := 1; run <= 2; run++ {
 		for _, steps := range sessions {
@@ -218,6 +217,23 @@ func TestReadmeSessions(t *testing.T) {
 			}
 		}
 	}
+}
+
+// readmeServer starts a server set up as `make run` sets it up (fence
+// writes included) on the test database, and returns its URL. The keys
+// the sessions make there (and revoke) are deleted when the test ends.
+func readmeServer(t *testing.T) string {
+	t.Helper()
+	owner := testenv.Pool(t)
+	var before int64
+	if err := owner.QueryRow(t.Context(), "SELECT coalesce(max(id), 0) FROM geotoll.api_keys").Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = owner.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE id > $1 AND revoked_at IS NOT NULL", before)
+	})
+	m := startMain(t, func(c *Config) { c.Geofence.WriterDatabaseURL = fenceWriterURL(t) })
+	return "http://" + m.Addr()
 }
 
 // diffLines describes how got differs from the README's want ("" when it
