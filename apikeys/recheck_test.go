@@ -39,6 +39,17 @@ func runRing(t *testing.T, ring *apikeys.Ring) {
 	}
 }
 
+// keyName is a key name unique to the test; its keys are deleted when the
+// test ends.
+func keyName(t *testing.T) string {
+	t.Helper()
+	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "k")
+	t.Cleanup(func() {
+		_, _ = testenv.Pool(t).Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
+	})
+	return name
+}
+
 // A key created after the ring's last reload, with no announcement of it
 // acted on (no LISTEN, a periodic reload an hour away), is found by
 // Recheck on its first use.
@@ -46,10 +57,7 @@ func TestRecheckFindsANewKey(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	owner := apikeys.NewStore(testenv.Pool(t))
-	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "re")
-	t.Cleanup(func() {
-		_, _ = testenv.Pool(t).Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
-	})
+	name := keyName(t)
 	ring := apikeys.NewRing(apikeys.NewStore(testenv.ReadPool(t)).Active, time.Hour, nil)
 	runRing(t, ring)
 
@@ -216,10 +224,7 @@ func TestNameReusableOnceRevoked(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	store := apikeys.NewStore(testenv.Pool(t))
-	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "nr")
-	t.Cleanup(func() {
-		_, _ = testenv.Pool(t).Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
-	})
+	name := keyName(t)
 	_, first, err := store.Create(ctx, name, "free", false)
 	if err != nil {
 		t.Fatal(err)

@@ -62,14 +62,21 @@ func (c checkout) run(args ...string) string {
 	return string(out)
 }
 
-func freePort(t *testing.T) int {
+// twoCheckouts returns two checkouts sharing one state dir and Redis port;
+// a Redis still running when the test ends is stopped.
+func twoCheckouts(t *testing.T) (a, b checkout, port int) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	needRedisServer(t)
+	state := t.TempDir()
+	port = testenv.FreePort(t)
+	a, b = newCheckout(t, state, port), newCheckout(t, state, port)
+	t.Cleanup(func() {
+		if answers(port) {
+			// b's copy: a's may be gone (TestDownStopsWhatARemovedCheckoutStarted).
+			b.run("down", "--force")
+		}
+	})
+	return a, b, port
 }
 
 func needRedisServer(t *testing.T) {
@@ -94,14 +101,7 @@ func answers(port int) bool {
 // another checkout sharing the state dir started (and reused), unless
 // told --force.
 func TestDownStopsOnlyWhatThisCheckoutStarted(t *testing.T) {
-	needRedisServer(t)
-	state, port := t.TempDir(), freePort(t)
-	a, b := newCheckout(t, state, port), newCheckout(t, state, port)
-	t.Cleanup(func() {
-		if answers(port) {
-			a.run("down", "--force")
-		}
-	})
+	a, b, port := twoCheckouts(t)
 
 	a.run("up")
 	if !answers(port) {
@@ -130,14 +130,7 @@ func TestDownStopsOnlyWhatThisCheckoutStarted(t *testing.T) {
 
 // A service whose starting checkout was removed is stopped by any other.
 func TestDownStopsWhatARemovedCheckoutStarted(t *testing.T) {
-	needRedisServer(t)
-	state, port := t.TempDir(), freePort(t)
-	a, b := newCheckout(t, state, port), newCheckout(t, state, port)
-	t.Cleanup(func() {
-		if answers(port) {
-			b.run("down", "--force")
-		}
-	})
+	a, b, port := twoCheckouts(t)
 	a.run("up")
 	if err := os.RemoveAll(a.dir); err != nil {
 		t.Fatal(err)

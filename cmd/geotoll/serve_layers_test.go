@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -19,23 +18,14 @@ import (
 // when the test ends.
 func layerSchema(t *testing.T) string {
 	t.Helper()
-	owner := testenv.Pool(t)
-	schema := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "sl_")
-	t.Cleanup(func() {
-		_, _ = owner.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-	})
-	for _, stmt := range []string{
-		"CREATE SCHEMA " + schema,
-		"GRANT USAGE ON SCHEMA " + schema + " TO geotoll_reader",
-		"CREATE TABLE " + schema + ".pts AS SELECT id, name, geom, geom_3857 FROM geotoll.places WHERE id <= 2000",
-		"CREATE TABLE " + schema + ".secret AS TABLE " + schema + ".pts",
-		"GRANT SELECT ON " + schema + ".pts TO geotoll_reader",
-	} {
-		if _, err := owner.Exec(context.Background(), stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
+	return testenv.Schema(t, "sl_", func(s string) []string {
+		return []string{
+			"GRANT USAGE ON SCHEMA " + s + " TO geotoll_reader",
+			"CREATE TABLE " + s + ".pts AS SELECT id, name, geom, geom_3857 FROM geotoll.places WHERE id <= 2000",
+			"CREATE TABLE " + s + ".secret AS TABLE " + s + ".pts",
+			"GRANT SELECT ON " + s + ".pts TO geotoll_reader",
 		}
-	}
-	return schema
+	})
 }
 
 // openMain opens a Main as startMain does and returns the error of Open.

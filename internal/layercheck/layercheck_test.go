@@ -13,39 +13,32 @@ import (
 
 // fixture creates, as the schema owner, a schema of tables that fit or
 // break layers in every way the check knows, readable by the read role
-// as each case needs; it is dropped when the test ends. It returns the
-// schema's name.
-func fixture(t *testing.T) string {
+// as each case needs, and beside it a schema the read role may not use;
+// both are dropped when the test ends. It returns their names.
+func fixture(t *testing.T) (s, closed string) {
 	t.Helper()
-	owner := testenv.Pool(t)
-	schema := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "lc_")
-	closed := schema + "_closed"
-	ctx := context.Background()
-	t.Cleanup(func() {
-		_, _ = owner.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+", "+closed+" CASCADE")
-	})
-	for _, stmt := range []string{
-		"CREATE SCHEMA " + schema,
-		"CREATE SCHEMA " + closed,
-		"CREATE TABLE " + schema + ".good (id bigint PRIMARY KEY, name text, geom geometry(Point, 3857))",
-		"CREATE TABLE " + schema + ".wgs (id int, geom geometry(Point, 4326))",
-		"CREATE TABLE " + schema + ".loose (id int, geom geometry)",
-		"INSERT INTO " + schema + ".loose VALUES (1, ST_SetSRID(ST_MakePoint(13.4, 52.5), 4326))",
-		"CREATE TABLE " + schema + ".textgeom (id int, geom text)",
-		"CREATE TABLE " + schema + ".textid (id text, geom geometry(Point, 3857))",
-		"CREATE TABLE " + schema + ".hidden (id int, geom geometry(Point, 3857))",
-		"CREATE TABLE " + schema + ".partial (id int, secret text, geom geometry(Point, 3857))",
-		"CREATE TABLE " + closed + ".t (id int, geom geometry(Point, 3857))",
-		"GRANT USAGE ON SCHEMA " + schema + " TO geotoll_reader",
-		"GRANT SELECT ON " + schema + ".good, " + schema + ".wgs, " + schema + ".loose, " + schema + ".textgeom, " + schema + ".textid TO geotoll_reader",
-		"GRANT SELECT (id, geom) ON " + schema + ".partial TO geotoll_reader",
-		"GRANT SELECT ON " + closed + ".t TO geotoll_reader",
-	} {
-		if _, err := owner.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
+	closed = testenv.Schema(t, "lc_closed_", func(closed string) []string {
+		return []string{
+			"CREATE TABLE " + closed + ".t (id int, geom geometry(Point, 3857))",
+			"GRANT SELECT ON " + closed + ".t TO geotoll_reader",
 		}
-	}
-	return schema
+	})
+	s = testenv.Schema(t, "lc_", func(s string) []string {
+		return []string{
+			"CREATE TABLE " + s + ".good (id bigint PRIMARY KEY, name text, geom geometry(Point, 3857))",
+			"CREATE TABLE " + s + ".wgs (id int, geom geometry(Point, 4326))",
+			"CREATE TABLE " + s + ".loose (id int, geom geometry)",
+			"INSERT INTO " + s + ".loose VALUES (1, ST_SetSRID(ST_MakePoint(13.4, 52.5), 4326))",
+			"CREATE TABLE " + s + ".textgeom (id int, geom text)",
+			"CREATE TABLE " + s + ".textid (id text, geom geometry(Point, 3857))",
+			"CREATE TABLE " + s + ".hidden (id int, geom geometry(Point, 3857))",
+			"CREATE TABLE " + s + ".partial (id int, secret text, geom geometry(Point, 3857))",
+			"GRANT USAGE ON SCHEMA " + s + " TO geotoll_reader",
+			"GRANT SELECT ON " + s + ".good, " + s + ".wgs, " + s + ".loose, " + s + ".textgeom, " + s + ".textid TO geotoll_reader",
+			"GRANT SELECT (id, geom) ON " + s + ".partial TO geotoll_reader",
+		}
+	})
+	return s, closed
 }
 
 // The check, as the read role, of layers that fit their tables and of
@@ -53,7 +46,7 @@ func fixture(t *testing.T) string {
 // what is wrong, and a fitting one is not named at all.
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	s := fixture(t)
+	s, closed := fixture(t)
 	reader := testenv.ReadPool(t)
 	spec := func(table, geom string, srid int, id string, props ...string) layercheck.Spec {
 		return layercheck.Spec{Layer: "layer " + table, Table: pgx.Identifier{s, table}, Geometry: geom, SRID: srid, ID: id, Properties: props}
@@ -81,8 +74,8 @@ func TestCheck(t *testing.T) {
 			`role "geotoll_reader" may not SELECT from "` + s + `"."hidden" (GRANT SELECT ON "` + s + `"."hidden" TO "geotoll_reader")`},
 		{"columns granted, not the one named", spec("partial", "geom", 3857, "id", "secret"), `properties: column "secret": role "geotoll_reader" may not SELECT it`},
 		{"columns granted, the ones named", spec("partial", "geom", 3857, "id"), ""},
-		{"no USAGE on the schema", layercheck.Spec{Layer: "layer t", Table: pgx.Identifier{s + "_closed", "t"}, Geometry: "geom", SRID: 3857},
-			`role "geotoll_reader" may not use schema "` + s + `_closed" (GRANT USAGE ON SCHEMA`},
+		{"no USAGE on the schema", layercheck.Spec{Layer: "layer t", Table: pgx.Identifier{closed, "t"}, Geometry: "geom", SRID: 3857},
+			`role "geotoll_reader" may not use schema "` + closed + `" (GRANT USAGE ON SCHEMA`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -107,7 +100,7 @@ func TestCheck(t *testing.T) {
 // fitting ones are not.
 func TestCheckReportsEveryBrokenLayer(t *testing.T) {
 	t.Parallel()
-	s := fixture(t)
+	s, _ := fixture(t)
 	c := layercheck.New(
 		layercheck.Spec{Layer: "a", Table: pgx.Identifier{s, "good"}, Geometry: "geom", SRID: 3857, ID: "id"},
 		layercheck.Spec{Layer: "b", Table: pgx.Identifier{s, "nope"}, Geometry: "geom"},
