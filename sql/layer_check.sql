@@ -9,9 +9,12 @@
 -- found (a table, view, materialized view, partitioned or foreign table),
 -- its schema, and whether the role may use that schema and SELECT from the
 -- table; whether the column exists, its type as written in SQL, whether it
--- is a PostGIS geometry and then its declared SRID (0 when it declares
--- none), whether it is a smallint, integer or bigint, and whether the role
--- may SELECT it. Names are bound as values: nothing here is spliced in.
+-- is a PostGIS geometry and then its SRID as the catalog declares it (the
+-- column's type modifier, else a CHECK (st_srid(column) = N) constraint;
+-- 0 when it declares none), whether it is a smallint, integer or bigint,
+-- and whether the role may SELECT it. Names are bound as values: nothing
+-- here is spliced in. Only the catalog is read, never a row of the table:
+-- a layer that is a slow view costs this query nothing.
 WITH rel AS (
     SELECT c.oid, n.nspname::text AS schema, has_schema_privilege(n.oid, 'USAGE') AS usable
     FROM pg_class c
@@ -31,7 +34,15 @@ SELECT current_user::text,
        a.attnum IS NOT NULL,
        coalesce(format_type(a.atttypid, a.atttypmod), ''),
        coalesce(ty.typname = 'geometry', false),
-       CASE WHEN ty.typname = 'geometry' THEN postgis_typmod_srid(a.atttypmod) ELSE 0 END,
+       CASE WHEN coalesce(ty.typname, '') <> 'geometry' THEN 0
+            WHEN postgis_typmod_srid(a.atttypmod) > 0 THEN postgis_typmod_srid(a.atttypmod)
+            ELSE coalesce((
+                SELECT substring(split_part(pg_get_constraintdef(co.oid), 'st_srid(' || quote_ident(a.attname) || ') = ', 2) FROM '^\d+')::int
+                FROM pg_constraint co
+                WHERE co.conrelid = rel.oid AND co.contype = 'c' AND co.conkey = ARRAY[a.attnum]
+                  AND strpos(pg_get_constraintdef(co.oid), 'st_srid(' || quote_ident(a.attname) || ') = ') > 0
+                LIMIT 1), 0)
+       END,
        coalesce(a.atttypid = ANY ('{int2,int4,int8}'::regtype[]), false),
        coalesce(has_column_privilege(rel.oid, a.attnum, 'SELECT'), false)
 FROM unnest($3::text[]) WITH ORDINALITY AS col(name, ord)

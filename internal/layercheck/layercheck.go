@@ -7,7 +7,11 @@
 // The server runs the check at start-up — a layer that does not match
 // refuses the start, with a message naming the layer and what is wrong —
 // and then in the background, so that a table dropped later shows in
-// /readyz. Nothing here ever comes from a request: names come from the
+// /readyz. The check reads the catalog only (pg_class, pg_attribute,
+// pg_constraint and the privilege functions), never a row of a layer: a
+// layer that is a slow view, or a table locked by a long migration, costs
+// it nothing. One check runs at a time per Checker, in a read-only
+// transaction under a statement timeout. Nothing here ever comes from a request: names come from the
 // configuration (or from the database itself, for discovered layers) and
 // are bound as values, or quoted with pgx.Identifier.
 package layercheck
@@ -18,6 +22,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -41,9 +46,10 @@ type Spec struct {
 	Properties []string
 }
 
-// Querier is what a check needs of a connection or pool.
+// Querier is what a check needs of a connection or pool: a transaction
+// (*pgx.Conn and *pgxpool.Pool both fit).
 type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 // Mismatch is one layer that does not match its table.
@@ -67,19 +73,35 @@ func (ms Mismatches) Error() string {
 	return strings.Join(parts, "\n")
 }
 
-// Checker checks a fixed set of layers. The SRID of a geometry column that
-// declares none is read from one of its rows, once; the other facts are
-// read from the catalog at every check.
+// DefaultTimeout is the statement timeout of a check when Checker.Timeout
+// is zero.
+const DefaultTimeout = 2 * time.Second
+
+// Checker checks a fixed set of layers, from the catalog only: the SRID of
+// a geometry column is the one its type or a CHECK constraint declares, and
+// a column that declares none is not checked for it (its rows are never
+// read).
 type Checker struct {
+	// Timeout is the statement timeout of the check's queries (0:
+	// DefaultTimeout).
+	Timeout time.Duration
+
 	specs []Spec
 
-	mu      sync.Mutex
-	sampled map[int]int // spec index → SRID read from a row
+	mu       sync.Mutex
+	inflight *flight
+}
+
+// flight is a check under way, which callers that come while it runs
+// wait for instead of starting their own.
+type flight struct {
+	done chan struct{}
+	err  error
 }
 
 // New returns a Checker of specs.
 func New(specs ...Spec) *Checker {
-	return &Checker{specs: specs, sampled: make(map[int]int)}
+	return &Checker{specs: specs}
 }
 
 // Len is the number of layers checked.
@@ -89,11 +111,49 @@ var checkSQL = queries.MustRead("layer_check.sql")
 
 // Check checks every layer through q. It returns nil when all match,
 // Mismatches naming each layer that does not (and why), or the error that
-// kept it from asking.
+// kept it from asking. A Check called while another runs starts no query
+// of its own: it waits for that one's verdict (or for ctx to end).
 func (c *Checker) Check(ctx context.Context, q Querier) error {
+	c.mu.Lock()
+	if f := c.inflight; f != nil {
+		c.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	c.inflight = f
+	c.mu.Unlock()
+	f.err = c.checkAll(ctx, q)
+	c.mu.Lock()
+	c.inflight = nil
+	c.mu.Unlock()
+	close(f.done)
+	return f.err
+}
+
+// checkAll checks every layer in one read-only transaction whose
+// statements may run for the timeout at most.
+func (c *Checker) checkAll(ctx context.Context, q Querier) error {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	tx, err := q.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	ms := fmt.Sprint(timeout.Milliseconds())
+	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)", ms); err != nil {
+		return err
+	}
 	var bad Mismatches
-	for i, s := range c.specs {
-		reasons, err := c.check(ctx, q, i, s)
+	for _, s := range c.specs {
+		reasons, err := check(ctx, tx, s)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Layer, err)
 		}
@@ -120,15 +180,15 @@ type column struct {
 	integer, read           bool
 }
 
-// check returns what is wrong with spec i.
-func (c *Checker) check(ctx context.Context, q Querier, i int, s Spec) ([]string, error) {
+// check returns what is wrong with s.
+func check(ctx context.Context, tx pgx.Tx, s Spec) ([]string, error) {
 	cols := []string{s.Geometry}
 	if s.ID != "" {
 		cols = append(cols, s.ID)
 	}
 	cols = append(cols, s.Properties...)
 	schema, name := split(s.Table)
-	rows, err := q.Query(ctx, checkSQL, schema, name, cols)
+	rows, err := tx.Query(ctx, checkSQL, schema, name, cols)
 	if err != nil {
 		return nil, err
 	}
@@ -173,14 +233,8 @@ func (c *Checker) check(ctx context.Context, q Querier, i int, s Spec) ([]string
 			reasons = append(reasons, fmt.Sprintf("%s: role %s may not SELECT it", what, role))
 		case j == 0 && !k.geometry:
 			reasons = append(reasons, fmt.Sprintf("%s is of type %s, not geometry", what, k.typ))
-		case j == 0 && s.SRID > 0:
-			srid, ok, err := c.srid(ctx, q, i, s, k.srid)
-			if err != nil {
-				return nil, err
-			}
-			if ok && srid != s.SRID {
-				reasons = append(reasons, fmt.Sprintf("%s has SRID %d, not %d", what, srid, s.SRID))
-			}
+		case j == 0 && s.SRID > 0 && k.srid > 0 && k.srid != s.SRID:
+			reasons = append(reasons, fmt.Sprintf("%s has SRID %d, not %d", what, k.srid, s.SRID))
 		case j == 1 && s.ID != "" && !k.integer:
 			reasons = append(reasons, fmt.Sprintf("%s is of type %s; a feature id must be a smallint, integer or bigint", what, k.typ))
 		}
@@ -197,34 +251,6 @@ func anyRead(cols []column) bool {
 		}
 	}
 	return false
-}
-
-// srid is the SRID of a layer's geometry column: the declared one, or,
-// for a column that declares none, the SRID of one of its rows (read
-// once; ok is false while the table has no row to read it from).
-func (c *Checker) srid(ctx context.Context, q Querier, i int, s Spec, declared int) (int, bool, error) {
-	if declared > 0 {
-		return declared, true, nil
-	}
-	c.mu.Lock()
-	srid, ok := c.sampled[i]
-	c.mu.Unlock()
-	if ok {
-		return srid, true, nil
-	}
-	geom := pgx.Identifier{s.Geometry}.Sanitize()
-	rows, err := q.Query(ctx, "SELECT ST_SRID(t."+geom+") FROM "+s.Table.Sanitize()+" AS t WHERE t."+geom+" IS NOT NULL LIMIT 1")
-	if err != nil {
-		return 0, false, err
-	}
-	srids, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil || len(srids) == 0 {
-		return 0, false, err
-	}
-	c.mu.Lock()
-	c.sampled[i] = srids[0]
-	c.mu.Unlock()
-	return srids[0], true, nil
 }
 
 // split returns an identifier's schema ("" when unqualified) and name.
