@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -154,6 +155,57 @@ func TestDroppedLayerTable(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("/readyz does not report the dropped table after 10 s: %s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A layer that is a view over a minute's sleep neither delays the start
+// nor is ever read by the checks: start-up and every background recheck
+// read the catalog only, so /readyz says the layers match, round after
+// round, and no statement reading the view runs.
+func TestRecheckNeverReadsASlowLayer(t *testing.T) {
+	t.Parallel()
+	s := testenv.Schema(t, "slow_", func(s string) []string {
+		return []string{
+			"GRANT USAGE ON SCHEMA " + s + " TO geotoll_reader",
+			"CREATE VIEW " + s + ".sleepy AS SELECT 1::bigint AS id, 'x'::text AS name, " +
+				"ST_SetSRID(ST_MakePoint(0, 0), 3857) AS geom FROM pg_sleep(60)",
+			"GRANT SELECT ON " + s + ".sleepy TO geotoll_reader",
+		}
+	})
+	owner := testenv.Pool(t)
+	t.Cleanup(func() { // runs before the schema is dropped
+		_, _ = owner.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE pid <> pg_backend_pid() AND strpos(query, $1) > 0`, s)
+	})
+	m := startMain(t, func(c *Config) {
+		c.HTTP.ReadyInterval = 200 * time.Millisecond
+		c.Layers = append(c.Layers, LayerConfig{Layer: tiles.Layer{Name: "sleepy", Table: s + ".sleepy",
+			GeometryColumn: "geom", SRID: 3857, Properties: []string{"name"}}})
+	})
+	rounds := make(map[string]bool)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(rounds) < 5 {
+		resp, body := get(t, "http://"+m.Addr()+"/readyz", "")
+		var ready struct {
+			CheckedAt string `json:"checked_at"`
+			Checks    map[string]string
+		}
+		if err := json.Unmarshal(body, &ready); err != nil {
+			t.Fatalf("/readyz %s: %v", body, err)
+		}
+		if layers, ok := ready.Checks["layers"]; ok && !strings.HasSuffix(layers, "layers match the database") {
+			t.Fatalf("/readyz: %d %s", resp.StatusCode, body)
+		}
+		if n := runningIn(t, owner, s); n > 0 {
+			t.Fatalf("%d statements of the slow view's schema run after %d rounds of checks", n, len(rounds))
+		}
+		if ready.CheckedAt != "" {
+			rounds[ready.CheckedAt] = true
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rounds of readiness checks in 20 s: %s", len(rounds), body)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
