@@ -59,11 +59,19 @@ services-down:
 cluster:
 	$(SERVICES) cluster-up
 
+# Fence writes go through GEOTOLL_WRITER_DATABASE_URL (the
+# geotoll_fence_writer role the migrations create), which the services'
+# environment names; admin keys are API keys created with -admin.
 run: services build
-	$(SERVICES_ENV); \
+	@$(SERVICES_ENV); \
 	$(BIN) migrate; \
 	$(BIN) seed -if-empty; \
 	$(BIN) prepare; \
+	if [[ -n "$${GEOTOLL_WRITER_DATABASE_URL:-}" ]]; then \
+		echo "make run: fence writes as geotoll_fence_writer (GEOTOLL_WRITER_DATABASE_URL); admin key, in another shell: eval \"\$$(scripts/services.sh env)\"; bin/geotoll keys create -name ops -tier pro -admin" >&2; \
+	else \
+		echo "make run: fence writes answer 503: set GEOTOLL_WRITER_DATABASE_URL to a connection as geotoll_fence_writer" >&2; \
+	fi; \
 	DATABASE_URL="$$GEOTOLL_READ_DATABASE_URL" REDIS_URL="$$GEOTOLL_REDIS_URL" LISTEN="$(LISTEN)" \
 		exec $(BIN) serve
 

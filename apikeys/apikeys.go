@@ -71,7 +71,7 @@ var (
 // Errors of Store.
 var (
 	ErrNotFound  = errors.New("apikeys: no such key")
-	ErrNameTaken = errors.New("apikeys: a key with that name exists")
+	ErrNameTaken = errors.New("apikeys: an active key has that name")
 	ErrInvalid   = errors.New("apikeys: invalid name or tier")
 )
 
@@ -93,7 +93,8 @@ func NewStore(pool *pgxpool.Pool) *Store {
 }
 
 // Create makes a key for name in tier and returns the key — the only time it
-// is ever seen — with its record.
+// is ever seen — with its record. A name is taken (ErrNameTaken) while a key
+// of that name is active; once it is revoked the name is free again.
 func (s *Store) Create(ctx context.Context, name, tier string, admin bool) (string, Key, error) {
 	if !validName.MatchString(name) || !validTier.MatchString(tier) {
 		return "", Key{}, fmt.Errorf("%w: name must match %s, tier %s", ErrInvalid, validName, validTier)
@@ -134,7 +135,8 @@ func (s *Store) List(ctx context.Context) ([]Key, error) {
 	return out, nil
 }
 
-// Revoke marks the named key revoked. Revoking twice is not an error.
+// Revoke marks the named key revoked (the one active key of that name, and
+// the revoked ones stay as they were). Revoking twice is not an error.
 func (s *Store) Revoke(ctx context.Context, name string) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE geotoll.api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1`, name)
 	if err != nil {

@@ -38,6 +38,7 @@ type Ring struct {
 	loaded    atomic.Int64 // unix nanos of the last successful load
 	stale     atomic.Bool  // as last reported by Run, to log transitions once
 	listening atomic.Bool  // a LISTEN is in place
+	rechecks  rechecks     // see Recheck
 }
 
 // DefaultLoadTimeout is the longest one load takes when Ring.Timeout is 0.
@@ -61,15 +62,17 @@ func (r *Ring) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Run reloads the keys every Interval until ctx ends and, with Connect,
-// whenever the database announces a change. A failed load keeps the
-// previous keys (a database blip must not lock every client out) and is
-// logged; so is the moment the keys turn stale, and when they are fresh
-// again. Loads never overlap: changes announced during one are covered by
-// one more.
+// Run reloads the keys every Interval until ctx ends, with Connect
+// whenever the database announces a change, and when Recheck asks (at most
+// once per RecheckSpacing). A failed load keeps the previous keys (a
+// database blip must not lock every client out) and is logged; so is the
+// moment the keys turn stale, and when they are fresh again. Loads never
+// overlap: changes announced during one are covered by one more.
 func (r *Ring) Run(ctx context.Context) {
 	t := time.NewTicker(r.Interval)
 	defer t.Stop()
+	poked := r.startRechecks()
+	defer r.stopRechecks()
 	changed := make(chan struct{}, 1)
 	if r.Connect != nil {
 		done := make(chan struct{})
@@ -85,8 +88,12 @@ func (r *Ring) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-changed:
+		case <-poked:
+			r.spaced(ctx)
 		}
+		end := r.beginReload()
 		r.reload(ctx)
+		end()
 	}
 }
 

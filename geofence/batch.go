@@ -50,7 +50,7 @@ type rawPoint struct {
 // of the wrong type (naming it, e.g. "points[3].lat"); 422 for a point count
 // or coordinate out of range.
 func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
-	dec := json.NewDecoder(r)
+	dec := newBodyDecoder(r)
 	if err := expectDelim(dec, '{', "body", "the body must be a JSON object"); err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return nil, bodyError(err)
+			return nil, dec.fail(err)
 		}
 		return nil, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
 	}
@@ -88,7 +88,7 @@ func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
 }
 
 // parsePoints reads the points array.
-func parsePoints(dec *json.Decoder, maxPoints int) ([]Point, error) {
+func parsePoints(dec bodyDecoder, maxPoints int) ([]Point, error) {
 	if err := expectDelim(dec, '[', "points", "points must be an array of points"); err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func parsePoints(dec *json.Decoder, maxPoints int) ([]Point, error) {
 				return nil, problem.Malformed(name("."+member), "%s is given twice", name("."+member))
 			}
 			if err := dec.Decode(dst); err != nil {
-				return nil, bodyError(err)
+				return nil, dec.fail(err)
 			}
 		}
 		if err := expectDelim(dec, '}', name(""), "malformed JSON"); err != nil {
@@ -145,10 +145,10 @@ func parsePoints(dec *json.Decoder, maxPoints int) ([]Point, error) {
 }
 
 // expectDelim reads the next token, which must be the delimiter want.
-func expectDelim(dec *json.Decoder, want json.Delim, param, detail string) error {
+func expectDelim(dec bodyDecoder, want json.Delim, param, detail string) error {
 	tok, err := dec.Token()
 	if err != nil {
-		return bodyError(err)
+		return dec.fail(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != want {
 		return problem.Malformed(param, "%s", detail)
@@ -157,10 +157,10 @@ func expectDelim(dec *json.Decoder, want json.Delim, param, detail string) error
 }
 
 // memberName reads an object member's name.
-func memberName(dec *json.Decoder) (string, error) {
+func memberName(dec bodyDecoder) (string, error) {
 	tok, err := dec.Token()
 	if err != nil {
-		return "", bodyError(err)
+		return "", dec.fail(err)
 	}
 	name, ok := tok.(string)
 	if !ok {
@@ -196,18 +196,48 @@ func (rp rawPoint) parse(i int) (Point, error) {
 	return p, nil
 }
 
-// bodyError turns a decoding error into a problem.
+// bodyDecoder decodes a request body and counts the bytes it has read, so
+// that a body cut short is reported where it ends.
+type bodyDecoder struct {
+	*json.Decoder
+	read *countingReader
+}
+
+func newBodyDecoder(r io.Reader) bodyDecoder {
+	cr := &countingReader{r: r}
+	return bodyDecoder{Decoder: json.NewDecoder(cr), read: cr}
+}
+
+// fail turns a decoding error into a problem: a body with nothing but
+// white space is empty; one that ends before its JSON does is malformed at
+// the byte where it ends.
+func (d bodyDecoder) fail(err error) error {
+	if errors.Is(err, io.EOF) && d.InputOffset() == 0 {
+		return problem.Malformed("body", "the body is empty; expected a JSON object")
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return problem.Malformed("body", "malformed JSON at byte %d: the body ends before its JSON does", d.read.n)
+	}
+	return bodyError(err)
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// bodyError turns a decoding error other than an early end into a problem.
 func bodyError(err error) error {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		return &problem.Error{Code: problem.TooLarge, Param: "body",
 			Detail: fmt.Sprintf("the body is larger than %d bytes", tooBig.Limit), Err: err}
-	}
-	if errors.Is(err, io.EOF) {
-		return problem.Malformed("body", "the body is empty; expected a JSON object")
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return problem.Malformed("body", "the body ends in the middle of its JSON")
 	}
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError

@@ -78,6 +78,38 @@ func TestParseBatch(t *testing.T) {
 	}
 }
 
+// A body that ends before its JSON does is malformed JSON at the byte where
+// it ends; only a body with nothing in it (or only white space) is empty.
+func TestBodyCutShort(t *testing.T) {
+	const point = `{"id":"v1","lng":13.4,"lat":52.5}`
+	for _, tc := range []struct {
+		name, body, detail string
+		parse              func(io.Reader) error
+	}{
+		{"batch, after a member name", `{"points":`, "malformed JSON at byte 10: the body ends before its JSON does", parseBatch},
+		{"batch, in an array", `{"points":[` + point, "malformed JSON at byte 44: the body ends before its JSON does", parseBatch},
+		{"batch, in a value", `{"points":[{"id":"v1","lng":13`, "malformed JSON at byte 30: the body ends before its JSON does", parseBatch},
+		{"batch, one brace", `{`, "malformed JSON at byte 1: the body ends before its JSON does", parseBatch},
+		{"batch, empty", ``, "the body is empty; expected a JSON object", parseBatch},
+		{"batch, white space", " \n\t", "the body is empty; expected a JSON object", parseBatch},
+		{"fence, after a member name", `{"type":`, "malformed JSON at byte 8: the body ends before its JSON does", parseFence},
+		{"fence, in the geometry", `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],`,
+			"malformed JSON at byte 69: the body ends before its JSON does", parseFence},
+		{"fence, empty", ``, "the body is empty; expected a JSON object", parseFence},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.parse(strings.NewReader(tc.body))
+			wantProblem(t, err, problem.Invalid, "body")
+			if got := problem.From(err).Detail; got != tc.detail {
+				t.Errorf("detail %q, want %q", got, tc.detail)
+			}
+		})
+	}
+}
+
+func parseBatch(r io.Reader) error { _, err := ParseBatch(r, 10); return err }
+func parseFence(r io.Reader) error { _, err := ParseFence(r, 100); return err }
+
 func TestParseBatchBodyTooLarge(t *testing.T) {
 	body := `{"points":[` + strings.TrimSuffix(strings.Repeat(`{"id":"v","lng":0,"lat":0},`, 100), ",") + `]}`
 	w := httptest.NewRecorder()

@@ -65,15 +65,15 @@ type geometryDoc struct {
 // but not an acceptable fence. Validity in the OGC sense (no
 // self-intersection…) is checked by PostGIS when the fence is written.
 func ParseFence(r io.Reader, maxVertices int) (FenceInput, error) {
-	dec := json.NewDecoder(r)
+	dec := newBodyDecoder(r)
 	dec.DisallowUnknownFields()
 	var doc fenceDoc
 	if err := dec.Decode(&doc); err != nil {
-		return FenceInput{}, bodyError(err)
+		return FenceInput{}, dec.fail(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return FenceInput{}, bodyError(err)
+			return FenceInput{}, dec.fail(err)
 		}
 		return FenceInput{}, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
 	}

@@ -80,7 +80,8 @@ var (
 
 // Within implements Reader.
 func (s *Store) Within(ctx context.Context, q WithinQuery) ([]Feature, error) {
-	return s.features(ctx, q.Layer.StatementTimeout, q.Layer.withinSQL, q.Lng, q.Lat, q.Radius, q.Limit)
+	fs, err := s.features(ctx, q.Layer.StatementTimeout, q.Layer.withinSQL, q.Lng, q.Lat, q.Radius, q.Limit)
+	return fs, pgcall.Misfit(err, q.Layer.subject())
 }
 
 // BBox implements Reader. A box that crosses the antimeridian is queried as
@@ -92,8 +93,9 @@ func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, error) {
 	if len(parts) == 2 {
 		west2, east2 = &parts[1].Min[0], &parts[1].Max[0]
 	}
-	return s.features(ctx, q.Layer.StatementTimeout, q.Layer.bboxSQL,
+	fs, err := s.features(ctx, q.Layer.StatementTimeout, q.Layer.bboxSQL,
 		a.Min[0], a.Min[1], a.Max[0], a.Max[1], west2, east2, q.Limit)
+	return fs, pgcall.Misfit(err, q.Layer.subject())
 }
 
 // Contains implements Reader. Rows past the caps come without a geometry
@@ -120,7 +122,7 @@ func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool,
 			return err
 		}})
 	if err != nil {
-		return nil, false, err
+		return nil, false, pgcall.Misfit(err, fenceSubject)
 	}
 	return out, truncated, nil
 }
@@ -166,7 +168,7 @@ func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
 			return err
 		}})
 	if err != nil {
-		return nil, err
+		return nil, pgcall.Misfit(err, fenceSubject)
 	}
 	return out, nil
 }

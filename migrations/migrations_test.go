@@ -1,9 +1,12 @@
 package migrations_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -138,4 +141,32 @@ func sqlstate(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// Migration 7 makes a key's name unique among the keys not revoked: two
+// revoked keys and an active one may share a name, two active ones may not.
+// (The key store's tests show what that means for keys create and revoke.)
+func TestKeyNameUniqueAmongActiveKeys(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Pool(t)
+	if v, err := migrations.Version(ctx, pool); err != nil || v < 7 {
+		t.Fatalf("version %d, %v: want migration 7 applied", v, err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	insert := "INSERT INTO geotoll.api_keys (name, tier, key_hash, key_prefix, revoked_at) VALUES ($1, 'free', $2, 'gt_', $3)"
+	name := fmt.Sprintf("m7-%d", time.Now().UnixNano()) // the transaction is rolled back
+	hash := func(i byte) []byte { return bytes.Repeat([]byte{i}, 32) }
+	for i, revoked := range []any{"2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z", nil} {
+		if _, err := tx.Exec(ctx, insert, name, hash(byte(i)), revoked); err != nil {
+			t.Fatalf("key %d of the name (revoked %v): %v", i, revoked, err)
+		}
+	}
+	_, err = tx.Exec(ctx, insert, name, hash(9), nil)
+	if got := sqlstate(err); got != "23505" {
+		t.Fatalf("a second active key of the name: %v, want 23505 unique_violation", err)
+	}
 }

@@ -2,12 +2,19 @@
 # Development and test services for geotoll: PostgreSQL 15 + PostGIS, and Redis.
 #
 #   scripts/services.sh [up]   start them (idempotent: reuses what already runs)
-#   scripts/services.sh down   stop what this script started
+#   scripts/services.sh down   stop what this checkout started (--force: whoever did)
 #   scripts/services.sh status print what runs
 #   scripts/services.sh env    print `export` lines for the Makefile / your shell
 #   scripts/services.sh cluster-up    start a 3-master Redis Cluster on loopback
 #                              (ports 57001-57003, no persistence; idempotent)
-#   scripts/services.sh cluster-down  stop it and remove its state
+#   scripts/services.sh cluster-down  stop it, if this checkout started it
+#                              (--force: whoever did), and remove its state
+#
+# Several checkouts may share one state dir: `up` reuses what another one
+# started, and `down` leaves it running. Each service started here records
+# the checkout that started it (an owner file in the state dir); `down`
+# stops it only from that checkout — or when that checkout no longer
+# exists, or with --force.
 #
 # `up` picks, in order:
 #   * DATABASE_URL set  -> no PostgreSQL is started (that server is used);
@@ -34,7 +41,7 @@
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd -P)
 
 STATE=${GEOTOLL_STATE_DIR:-/tmp/geotoll-services}
 PG_PORT=${GEOTOLL_PG_PORT:-55432}
@@ -52,6 +59,10 @@ PG_LOG=$STATE/pg.log
 REDIS_PIDFILE=$STATE/redis.pid
 REDIS_LOG=$STATE/redis.log
 MODE_FILE=$STATE/mode
+PG_OWNER=$STATE/pg.owner
+REDIS_OWNER=$STATE/redis.owner
+CLUSTER_OWNER=$STATE/cluster.owner
+FORCE=
 COMPOSE_FILE=$REPO_ROOT/docker-compose.yml
 INIT_SQL=$SCRIPT_DIR/docker-init.sql
 
@@ -163,6 +174,28 @@ ensure_state_dir() {
 }
 
 record_mode() { echo "$1" >"$MODE_FILE"; }
+
+# claim OWNERFILE: this checkout started the service.
+claim() { echo "$REPO_ROOT" >"$1"; }
+
+# ours OWNERFILE WHAT: whether `down` may stop WHAT, which runs: this
+# checkout started it, or the one that did no longer exists, or --force.
+ours() {
+	local file=$1 what=$2 owner
+	[[ -z $FORCE ]] || return 0
+	if [[ ! -f $file ]]; then
+		log "$what: no record of who started it; left running ('$0 down --force' stops it)"
+		return 1
+	fi
+	owner=$(cat "$file")
+	[[ $owner != "$REPO_ROOT" ]] || return 0
+	if [[ ! -d $owner ]]; then
+		log "$what was started by $owner, which no longer exists: stopping it"
+		return 0
+	fi
+	log "$what was started by the checkout $owner: left running (stop it from there, or with '$0 down --force')"
+	return 1
+}
 recorded_mode() {
 	if [[ -f $MODE_FILE ]]; then cat "$MODE_FILE"; else echo none; fi
 }
@@ -291,18 +324,24 @@ pg_up() {
 		tail_log "$PG_LOG"
 		die "PostgreSQL did not start"
 	fi
+	claim "$PG_OWNER"
 	wait_for "PostgreSQL on 127.0.0.1:$PG_PORT" "$PG_LOG" pg_ready
 	pg_bootstrap
 	log "PostgreSQL is up"
 }
 
+# pg_down stops PostgreSQL if it runs and is ours to stop; it fails when it
+# leaves it running.
 pg_down() {
-	if pg_running; then
-		log "stopping PostgreSQL ($PG_DATA)"
-		as_db_user "$PG_BIN/pg_ctl" stop -w -m fast -D "$PG_DATA" >/dev/null
-	else
+	if ! pg_running; then
 		log "PostgreSQL ($PG_DATA) is not running"
+		rm -f "$PG_OWNER"
+		return 0
 	fi
+	ours "$PG_OWNER" "PostgreSQL on 127.0.0.1:$PG_PORT" || return 1
+	log "stopping PostgreSQL ($PG_DATA)"
+	as_db_user "$PG_BIN/pg_ctl" stop -w -m fast -D "$PG_DATA" >/dev/null
+	rm -f "$PG_OWNER"
 }
 
 # ------------------------------------------------------------------ redis ---
@@ -341,17 +380,21 @@ redis_up() {
 			tail_log "$REDIS_LOG"
 			die "redis-server did not start"
 		}
+	claim "$REDIS_OWNER"
 	wait_for "Redis on 127.0.0.1:$REDIS_PORT" "$REDIS_LOG" redis_ready
 	log "Redis is up"
 }
 
+# redis_down stops Redis if it runs and is ours to stop; it fails when it
+# leaves it running.
 redis_down() {
 	local pid i
 	if ! pid=$(redis_pid); then
 		log "Redis ($REDIS_PIDFILE) is not running"
-		rm -f "$REDIS_PIDFILE"
+		rm -f "$REDIS_PIDFILE" "$REDIS_OWNER"
 		return 0
 	fi
+	ours "$REDIS_OWNER" "Redis on 127.0.0.1:$REDIS_PORT (pid $pid)" || return 1
 	log "stopping Redis (pid $pid)"
 	kill "$pid"
 	for ((i = 0; i < 40; i++)); do
@@ -362,7 +405,7 @@ redis_down() {
 		log "Redis (pid $pid) ignored SIGTERM; sending SIGKILL"
 		kill -9 "$pid" 2>/dev/null || true
 	fi
-	rm -f "$REDIS_PIDFILE"
+	rm -f "$REDIS_PIDFILE" "$REDIS_OWNER"
 }
 
 # ---------------------------------------------------------- redis cluster ---
@@ -420,6 +463,7 @@ cluster_up() {
 			die "127.0.0.1:$port is taken by something that is not this script's Redis Cluster; stop it or set GEOTOLL_REDIS_CLUSTER_PORT"
 		fi
 		mkdir -p "$dir"
+		claim "$CLUSTER_OWNER"
 		log "starting Redis Cluster node on 127.0.0.1:$port (state $dir)"
 		# The cluster bus listens on another port: port+10000 by default, which
 		# does not exist above 55535, so ours sit 10000 below instead.
@@ -457,7 +501,13 @@ cluster_up() {
 }
 
 cluster_down() {
-	local port pid i
+	local port pid i running=
+	for port in $(cluster_ports); do
+		cluster_node_pid "$port" >/dev/null && running=1
+	done
+	if [[ -n $running ]] && ! ours "$CLUSTER_OWNER" "the Redis Cluster on $(cluster_addrs)"; then
+		return 0
+	fi
 	for port in $(cluster_ports); do
 		if pid=$(cluster_node_pid "$port"); then
 			log "stopping Redis Cluster node 127.0.0.1:$port (pid $pid)"
@@ -471,7 +521,7 @@ cluster_down() {
 			fi
 		fi
 	done
-	rm -rf "$CLUSTER_DIR"
+	rm -rf "$CLUSTER_DIR" "$CLUSTER_OWNER"
 }
 
 # --------------------------------------------------------------- commands ---
@@ -520,8 +570,15 @@ cmd_down() {
 		;;
 	*)
 		# Only what lives in $STATE: never the system cluster.
-		if [[ -x $PG_BIN/pg_ctl && -d $PG_DATA ]]; then pg_down; else log "no PostgreSQL cluster in $PG_DATA"; fi
-		redis_down
+		local left=
+		if [[ -x $PG_BIN/pg_ctl && -d $PG_DATA ]]; then
+			pg_down || left=1
+		else
+			log "no PostgreSQL cluster in $PG_DATA"
+		fi
+		redis_down || left=1
+		# The mode stays recorded while a service is left running.
+		[[ -n $left ]] && return 0
 		;;
 	esac
 	rm -f "$MODE_FILE"
@@ -580,15 +637,17 @@ emit() {
 
 cmd_env() {
 	local pg="127.0.0.1:$PG_PORT" redis="redis://127.0.0.1:$REDIS_PORT/0"
-	local admin read test test_read
+	local admin read writer test test_read
 	if [[ -n ${DATABASE_URL:-} ]]; then
 		admin=${GEOTOLL_ADMIN_DATABASE_URL:-$DATABASE_URL}
 		read=$DATABASE_URL
+		writer=${GEOTOLL_WRITER_DATABASE_URL:-}
 		test=${GEOTOLL_TEST_DATABASE_URL:-$admin}
 		test_read=${GEOTOLL_TEST_READ_DATABASE_URL:-$DATABASE_URL}
 	else
 		admin=${GEOTOLL_ADMIN_DATABASE_URL:-postgres://geotoll@$pg/geotoll?sslmode=disable}
 		read=${GEOTOLL_READ_DATABASE_URL:-postgres://geotoll_reader@$pg/geotoll?sslmode=disable}
+		writer=${GEOTOLL_WRITER_DATABASE_URL:-postgres://geotoll_fence_writer@$pg/geotoll?sslmode=disable}
 		test=${GEOTOLL_TEST_DATABASE_URL:-postgres://geotoll@$pg/geotoll_test?sslmode=disable}
 		test_read=${GEOTOLL_TEST_READ_DATABASE_URL:-postgres://geotoll_reader@$pg/geotoll_test?sslmode=disable}
 	fi
@@ -597,6 +656,9 @@ cmd_env() {
 	fi
 	emit GEOTOLL_ADMIN_DATABASE_URL "$admin"
 	emit GEOTOLL_READ_DATABASE_URL "$read"
+	# Fence writes (geofence admin) as the role the migrations create for
+	# them; with your own DATABASE_URL, only when you name one.
+	[[ -z $writer ]] || emit GEOTOLL_WRITER_DATABASE_URL "$writer"
 	emit GEOTOLL_TEST_DATABASE_URL "$test"
 	emit GEOTOLL_TEST_READ_DATABASE_URL "$test_read"
 	emit GEOTOLL_REDIS_URL "${GEOTOLL_REDIS_URL:-$redis}"
@@ -611,6 +673,11 @@ cmd_env() {
 
 main() {
 	local cmd=${1:-up}
+	if [[ ${2:-} == --force ]]; then
+		FORCE=1
+	elif [[ -n ${2:-} ]]; then
+		die "unknown option '$2' (only 'down --force' and 'cluster-down --force')"
+	fi
 	case $cmd in
 	up) cmd_up ;;
 	down) cmd_down ;;
@@ -618,7 +685,7 @@ main() {
 	env) cmd_env ;;
 	cluster-up) cluster_up ;;
 	cluster-down) cluster_down ;;
-	-h | --help | help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+	-h | --help | help) sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
 	*) die "unknown command '$cmd' (use up, down, status, env, cluster-up or cluster-down)" ;;
 	esac
 }

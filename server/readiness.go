@@ -159,6 +159,15 @@ type ConnCheck struct {
 
 // Check implements Check.
 func (c *ConnCheck) Check(ctx context.Context) error {
+	return c.Do(ctx, func(conn *pgx.Conn) error { return conn.Ping(ctx) })
+}
+
+// Do runs fn on the check's connection, opening it if need be, under the
+// lock Check takes: another background check that queries the database
+// (the layer checks) uses the connection the ping uses, never one of the
+// serving pool's. When fn fails the connection is closed, and the next
+// call opens a new one.
+func (c *ConnCheck) Do(ctx context.Context, fn func(*pgx.Conn) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil {
@@ -168,7 +177,7 @@ func (c *ConnCheck) Check(ctx context.Context) error {
 		}
 		c.conn = conn
 	}
-	if err := c.conn.Ping(ctx); err != nil {
+	if err := fn(c.conn); err != nil {
 		c.closeLocked(ctx)
 		return err
 	}

@@ -143,10 +143,11 @@ func (c *Cache) get(k cacheKey) (*entry, bool) {
 
 // load renders the tile of k through render, coalescing concurrent calls
 // (see flights), and stores the result. shared reports that another
-// request's render was joined.
-func (c *Cache) load(ctx context.Context, k cacheKey, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
+// request's render was joined. Unless fresh, a tile cached meanwhile is
+// taken instead of rendered.
+func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
 	return c.flights.do(ctx, k, func(ctx context.Context) (*entry, error) {
-		if e, ok := c.get(k); ok { // filled while this request was being priced
+		if e, ok := c.get(k); ok && !fresh { // filled while this request was being priced
 			return e, nil
 		}
 		tile, err := render(ctx)

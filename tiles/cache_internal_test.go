@@ -149,7 +149,7 @@ func TestCacheBoundedInBytes(t *testing.T) {
 	}
 	for i := range 500 {
 		k := cacheKey{layers: "places", tile: maptile.New(uint32(i), 0, 14)}
-		if _, _, err := c.load(context.Background(), k, func(context.Context) (Rendered, error) { return Rendered{MVT: tile}, nil }); err != nil {
+		if _, _, err := c.load(context.Background(), k, false, func(context.Context) (Rendered, error) { return Rendered{MVT: tile}, nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

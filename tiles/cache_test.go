@@ -211,6 +211,28 @@ func TestCacheMissThenHit(t *testing.T) {
 	}
 }
 
+// A request with Cache-Control: no-cache is rendered afresh and priced as a
+// miss, and its render replaces the cached tile.
+func TestCacheNoCacheRendersAfresh(t *testing.T) {
+	t.Parallel()
+	c := newCachedHandler(t, &countingRenderer{}, tiles.CacheOptions{})
+	c.get(z14)
+	fresh := c.get(z14, "Cache-Control", "no-cache")
+	after := c.get(z14)
+	if fresh.Code != http.StatusOK || fresh.Header().Get("X-Cache") != "MISS" {
+		t.Errorf("no-cache: %d, X-Cache %q, want 200 MISS", fresh.Code, fresh.Header().Get("X-Cache"))
+	}
+	if after.Header().Get("X-Cache") != "HIT" {
+		t.Errorf("after the fresh render: X-Cache %q, want HIT", after.Header().Get("X-Cache"))
+	}
+	if n := c.rend.calls.Load(); n != 2 {
+		t.Errorf("rendered %d times, want 2", n)
+	}
+	if got := c.gate.hits(); !slices.Equal(got, []bool{false, false, true}) {
+		t.Errorf("gate priced CacheHit %v, want [false false true]: a fresh render is paid in full", got)
+	}
+}
+
 // The key is the layer list and the tile: another tile, another layer or
 // another order of a composite is another entry.
 func TestCacheKey(t *testing.T) {

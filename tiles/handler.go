@@ -183,8 +183,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// The cache is asked before the gate, so that a hit is priced as one.
-	if e, ok := h.Cache.get(key); ok {
+	// The cache is asked before the gate, so that a hit is priced as one —
+	// unless the request asks for a fresh render (Cache-Control: no-cache),
+	// which it pays in full.
+	fresh := noCache(r.Header)
+	if e, ok := h.Cache.get(key); ok && !fresh {
 		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile, CacheHit: true}) {
 			return
 		}
@@ -196,7 +199,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	deadline, hasDeadline := r.Context().Deadline()
-	e, shared, err := h.Cache.load(r.Context(), key, func(ctx context.Context) (Rendered, error) {
+	e, shared, err := h.Cache.load(r.Context(), key, fresh, func(ctx context.Context) (Rendered, error) {
 		// The render outlives the request that started it while others
 		// wait for it (see flights), so it needs a bound of its own: the
 		// statement timeout, plus time to get a connection — and the

@@ -1,6 +1,7 @@
 package tiles
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -82,6 +83,30 @@ func TestNoneMatch(t *testing.T) {
 	small := &entry{etag: `"abc"`, data: []byte("x")}
 	if noneMatch([]string{`"abc-gz"`}, small.matches) {
 		t.Error("a tile too small ever to be sent gzipped matched a gzip ETag")
+	}
+}
+
+func TestNoCache(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		want   bool
+	}{
+		{"none", http.Header{}, false},
+		{"no-cache", http.Header{"Cache-Control": {"no-cache"}}, true},
+		{"among others, any case", http.Header{"Cache-Control": {"max-age=0, No-Cache"}}, true},
+		{"second header line", http.Header{"Cache-Control": {"max-age=0", "no-cache"}}, true},
+		{"max-age=0 alone", http.Header{"Cache-Control": {"max-age=0"}}, false},
+		{"no-store is not no-cache", http.Header{"Cache-Control": {"no-store"}}, false},
+		{"a field name list is not the directive", http.Header{"Cache-Control": {`no-cache="x"`}}, false},
+		{"pragma without cache-control", http.Header{"Pragma": {"no-cache"}}, true},
+		{"cache-control wins over pragma", http.Header{"Cache-Control": {"max-age=10"}, "Pragma": {"no-cache"}}, false},
+		{"bounded work", http.Header{"Cache-Control": {strings.Repeat("x,", maxHeaderItems) + "no-cache"}}, false},
+	} {
+		if got := noCache(tc.header); got != tc.want {
+			t.Errorf("%s: noCache = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -62,7 +62,9 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 // query.
 //
 // A statement timeout is a problem.Timeout (503 with Retry-After); an
-// unreachable database is problem.Unavailable. Either may wrap a
+// unreachable database is problem.Unavailable, and so is a layer whose
+// table no longer fits its configuration (the problem names the layer and
+// the reason; see Catalog.Checks). Either may wrap a
 // pgcall.Stopping when the query had not stopped by the time it was
 // answered.
 func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Rendered, error) {
@@ -78,7 +80,7 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 	}
 	timing, err := s.db().Read(ctx, stmts...)
 	if err != nil {
-		return Rendered{}, err
+		return Rendered{}, pgcall.Misfit(err, subject(layers))
 	}
 	tile := Rendered{MVT: parts[0]} // one layer: the bytes pgx read for this call alone
 	if len(parts) > 1 {

@@ -544,7 +544,9 @@ func TestStoreReadOnly(t *testing.T) {
 }
 
 // TestStoreHostileTableIsOneIdentifier: PostgreSQL reads a hostile table
-// name from the configuration as one (missing) relation, not as SQL.
+// name from the configuration as one (missing) relation, not as SQL; the
+// tile answers 503 naming the layer (the server's start-up check refuses
+// such a layer before it is ever served).
 func TestStoreHostileTableIsOneIdentifier(t *testing.T) {
 	t.Parallel()
 	cat := newCatalog(t, tiles.Layer{
@@ -555,8 +557,8 @@ func TestStoreHostileTableIsOneIdentifier(t *testing.T) {
 	if !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
 		t.Fatalf("Tile: %v, want SQLSTATE 42P01 (undefined_table)", err)
 	}
-	if p := problem.From(err); p.Code != problem.Internal {
-		t.Errorf("code %q, want %q (a configuration error is the server's fault)", p.Code, problem.Internal)
+	if p := problem.From(err); p.Code != problem.Unavailable || !strings.HasPrefix(p.Detail, `layer "hostile" does not match the database: relation`) {
+		t.Errorf("code %q, detail %q; want %q naming the layer", p.Code, p.Detail, problem.Unavailable)
 	}
 }
 

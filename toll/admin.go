@@ -21,11 +21,13 @@ var _ staleRing = (*apikeys.Ring)(nil)
 // header (never ?key=, which ends up in logs), an active API key marked
 // admin.
 func (t *Toll) AllowAdmin(r *http.Request) bool {
-	k, ok := t.adminKey(r)
+	key, _ := apikeys.Presented(r, false)
+	k, ok := t.lookup(r.Context(), key)
 	return ok && k.Admin
 }
 
-// adminKey looks up the key a request presents in a header.
+// adminKey looks up the key a request presents in a header, without a
+// recheck: RefuseAdmin follows an AllowAdmin, which made one.
 func (t *Toll) adminKey(r *http.Request) (apikeys.Key, bool) {
 	if t.Keys == nil {
 		return apikeys.Key{}, false

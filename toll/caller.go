@@ -1,6 +1,7 @@
 package toll
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -41,6 +42,30 @@ func (a IPv6Aggregate) policy(tier string) string { return fmt.Sprintf("%s-ipv6-
 // KeyLookup finds an active API key; *apikeys.Ring is the production one.
 type KeyLookup interface {
 	Lookup(key string) (apikeys.Key, bool)
+}
+
+// rechecker is a KeyLookup that can look a key it did not find up once
+// more after a fresh reload (apikeys.Ring.Recheck), so that a key created
+// a moment ago works on its first request.
+type rechecker interface {
+	Recheck(ctx context.Context, key string) (apikeys.Key, bool)
+}
+
+var _ rechecker = (*apikeys.Ring)(nil)
+
+// lookup finds key in t.Keys, rechecking a key it does not find when the
+// lookup can.
+func (t *Toll) lookup(ctx context.Context, key string) (apikeys.Key, bool) {
+	if t.Keys == nil {
+		return apikeys.Key{}, false
+	}
+	if k, ok := t.Keys.Lookup(key); ok {
+		return k, true
+	}
+	if rc, ok := t.Keys.(rechecker); ok {
+		return rc.Recheck(ctx, key)
+	}
+	return apikeys.Key{}, false
 }
 
 // AnonymousTier is the tier of callers without an API key, bucketed per
@@ -95,10 +120,8 @@ func (t *Toll) identify(r *http.Request) (c Caller, ok bool) {
 		addr := t.Proxies.ClientAddr(r)
 		return Caller{Tier: AnonymousTier, Identity: "ip:" + bucketIP(addr), Network: t.network(addr)}, true
 	}
-	if t.Keys != nil {
-		if k, found := t.Keys.Lookup(key); found {
-			return Caller{Tier: k.Tier, Identity: "k:" + strconv.FormatInt(k.ID, 10), KeyName: k.Name, Admin: k.Admin}, true
-		}
+	if k, found := t.lookup(r.Context(), key); found {
+		return Caller{Tier: k.Tier, Identity: "k:" + strconv.FormatInt(k.ID, 10), KeyName: k.Name, Admin: k.Admin}, true
 	}
 	return t.failedAuthCaller(r), false
 }

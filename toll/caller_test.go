@@ -1,12 +1,51 @@
 package toll
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/forwarded"
 )
+
+// lateKeys knows its keys only when asked to recheck, as a ring does for a
+// key created after its last reload.
+type lateKeys map[string]apikeys.Key
+
+func (lateKeys) Lookup(string) (apikeys.Key, bool) { return apikeys.Key{}, false }
+
+func (l lateKeys) Recheck(_ context.Context, key string) (apikeys.Key, bool) {
+	k, ok := l[key]
+	return k, ok
+}
+
+// A key the ring has not loaded yet is rechecked before the request is
+// refused: it pays as itself, and an admin key administers.
+func TestUnknownKeyIsRechecked(t *testing.T) {
+	toll := testToll(nil)
+	toll.Keys = lateKeys{"new": {ID: 5, Name: "new", Tier: "free", Admin: true}}
+	for _, tc := range []struct {
+		key      string
+		ok       bool
+		identity string
+	}{
+		{"new", true, "k:5"},
+		{"never", false, "ip:192.0.2.7"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/tiles/places/0/0/0.mvt", nil)
+		r.RemoteAddr = "192.0.2.7:5555"
+		r.Header.Set("X-API-Key", tc.key)
+		c, ok := toll.identify(r)
+		if ok != tc.ok || c.Identity != tc.identity {
+			t.Errorf("key %q: caller %+v, ok %v; want ok %v, identity %s", tc.key, c, ok, tc.ok, tc.identity)
+		}
+		if got := toll.AllowAdmin(r); got != tc.ok {
+			t.Errorf("key %q: AllowAdmin %v", tc.key, got)
+		}
+	}
+}
 
 func TestBucketIP(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{

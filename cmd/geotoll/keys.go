@@ -16,7 +16,8 @@ import (
 )
 
 const keysUsage = `usage:
-  geotoll keys create -name NAME -tier TIER [-admin]   print a new key (shown once)
+  geotoll keys create -name NAME -tier TIER [-admin]   print a new key (shown once); a name is
+                                                       free again once its key is revoked
   geotoll keys list                                    every key, revoked ones too
   geotoll keys revoke -name NAME                       stop a key (within throttle.key_refresh)
 `
@@ -29,7 +30,7 @@ func keys(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writ
 	}
 	fs := flag.NewFlagSet("keys "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	name := fs.String("name", "", "key name ([A-Za-z0-9_.-], unique)")
+	name := fs.String("name", "", "key name ([A-Za-z0-9_.-], unique among active keys)")
 	tier := fs.String("tier", "", "tier, one of throttle.tiers")
 	admin := fs.Bool("admin", false, "may administer geofences")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -50,6 +51,9 @@ func keys(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writ
 			return fmt.Errorf("keys create: tier %q is not one of the configured key tiers: %s", *tier, strings.Join(keyTiers(cfg), ", "))
 		}
 		plain, k, err := store.Create(ctx, *name, *tier, *admin)
+		if errors.Is(err, apikeys.ErrNameTaken) {
+			return fmt.Errorf("keys create: a key named %q is active; to rotate it, revoke it first (geotoll keys revoke -name %s: the name is free again once revoked), or pick another name", *name, *name)
+		}
 		if err != nil {
 			return fmt.Errorf("keys create: %w", err)
 		}

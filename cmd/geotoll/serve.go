@@ -142,6 +142,9 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	if err != nil {
 		return err
 	}
+	if checks["layers"], err = m.checkLayers(ctx, tileHandler.Catalog, fences.Catalog()); err != nil {
+		return err
+	}
 	if m.FenceWriter != nil {
 		if err := m.Registry.Register(server.NewPoolCollector("fence-writer", m.FenceWriter.Stat)); err != nil {
 			return fmt.Errorf("metrics: %w", err)
@@ -245,6 +248,7 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 			return nil, fmt.Errorf("geofence writer database: %w", err)
 		}
 		o.Writer = store(m.FenceWriter)
+		m.Logger.Info("fence writes enabled: admin keys (keys create -admin) may write fences", "role", wcfg.ConnConfig.User)
 	} else {
 		m.Logger.Info("no geofence writer database: fence writes answer 503")
 	}

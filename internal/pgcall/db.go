@@ -257,6 +257,10 @@ func (db *DB) classify(ctx context.Context, err error, lost bool) error {
 		return db.cancelled(err)
 	case errors.As(err, &pgErr) && pgErr.Code == canceledCode:
 		return db.timeout(err)
+	case pgErr != nil && mismatchCodes[pgErr.Code]:
+		db.observe(Failed)
+		return &problem.Error{Code: problem.Unavailable, Detail: "the database does not match the configuration: " + pgErr.Message,
+			RetryAfter: db.RetryAfter, Err: err}
 	case pgErr != nil:
 		db.observe(Failed)
 		return problem.Wrap(fmt.Errorf("database: %w", err))

@@ -120,7 +120,7 @@ func TestReadErrors(t *testing.T) {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		t.Errorf("One over no rows: %v, want pgx.ErrNoRows", err)
 	}
-	_, err = db.Read(t.Context(), pgcall.Statement{SQL: `SELECT nonsense FROM nowhere`, Timeout: time.Second})
+	_, err = db.Read(t.Context(), pgcall.Statement{SQL: `SELEC 1`, Timeout: time.Second})
 	if p := problem.From(err); p.Code != problem.Internal {
 		t.Errorf("a broken statement: %v, want internal", err)
 	}
@@ -131,6 +131,35 @@ func TestReadErrors(t *testing.T) {
 	}
 	if _, err := db.Read(t.Context()); problem.From(err).Code != problem.Internal {
 		t.Errorf("a read of no statements: %v, want internal", err)
+	}
+}
+
+// A statement that does not fit the database — a table, column or right
+// it names is missing — is a 503 with the database's reason, never a 500;
+// Misfit names what the statement was for.
+func TestReadMismatch(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: readPool(t, 2), RetryAfter: 3}
+	for _, tc := range []struct{ sql, reason string }{
+		{`SELECT 1 FROM geotoll.nowhere`, `relation "geotoll.nowhere" does not exist`},
+		{`SELECT nonsense FROM geotoll.places`, `column "nonsense" does not exist`},
+		{`SELECT 1 FROM nowhere_schema.t`, `relation "nowhere_schema.t" does not exist`},
+		{`SELECT count(*) FROM pg_catalog.pg_authid`, `permission denied for table pg_authid`},
+		{`SELECT ST_Transform(id, 3857) FROM geotoll.places`, `function st_transform(bigint, integer) does not exist`},
+	} {
+		_, err := db.Read(t.Context(), pgcall.Statement{SQL: tc.sql, Timeout: time.Second})
+		p := problem.From(err)
+		if p.Code != problem.Unavailable || p.RetryAfter != 3 || p.Detail != "the database does not match the configuration: "+tc.reason {
+			t.Errorf("%s: %v (code %s, Retry-After %d), want a 503 saying %q", tc.sql, err, p.Code, p.RetryAfter, tc.reason)
+		}
+		p = problem.From(pgcall.Misfit(err, `layer "x"`))
+		if p.Code != problem.Unavailable || p.RetryAfter != 3 || p.Detail != `layer "x" does not match the database: `+tc.reason {
+			t.Errorf("%s: Misfit gave %v", tc.sql, p)
+		}
+	}
+	other := problem.Malformed("z", "bad")
+	if got := pgcall.Misfit(other, "layer"); got != error(other) {
+		t.Errorf("Misfit changed an error that is not a mismatch: %v", got)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -237,4 +238,34 @@ func ForgetStorage(t testing.TB, owner *pgxpool.Pool, layers ...string) {
 			}
 		}
 	})
+}
+
+// FreePort returns a loopback port nobody listens on right now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Schema creates a schema of the test database, named after prefix and
+// unique to the test, runs the statements stmts returns for its name as
+// the owner, and drops it (CASCADE) when the test ends. It returns the
+// schema's name.
+func Schema(t testing.TB, prefix string, stmts func(schema string) []string) string {
+	t.Helper()
+	owner := Pool(t)
+	schema := prefix + strings.TrimPrefix(Prefix(t), "geotoll-test-")
+	t.Cleanup(func() {
+		_, _ = owner.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	})
+	for _, stmt := range append([]string{"CREATE SCHEMA " + schema}, stmts(schema)...) {
+		if _, err := owner.Exec(context.Background(), stmt); err != nil {
+			t.Fatalf("testenv: %s: %v", stmt, err)
+		}
+	}
+	return schema
 }

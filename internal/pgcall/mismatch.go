@@ -1,0 +1,39 @@
+package pgcall
+
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// mismatchCodes are the SQLSTATEs of a statement that does not fit the
+// database it runs on: a table, schema, column or function it names is
+// missing, a type does not fit, or the role may not read what it names.
+// The statements are the configuration's, not the request's, so no retry
+// by the client cures them: they are answered 503 with the reason (the
+// layer checks in /readyz say what to fix), never 500.
+var mismatchCodes = map[string]bool{
+	"42P01": true, // undefined_table
+	"3F000": true, // invalid_schema_name
+	"42703": true, // undefined_column
+	"42883": true, // undefined_function: e.g. a geometry function on a column of another type
+	"42804": true, // datatype_mismatch
+	"42501": true, // insufficient_privilege
+}
+
+// Misfit names subject (`layer "places"`) in the answer to a call that
+// failed because its statement does not fit the database; any other err
+// is returned as it is.
+func Misfit(err error, subject string) error {
+	var (
+		p     *problem.Error
+		pgErr *pgconn.PgError
+	)
+	if !errors.As(err, &pgErr) || !mismatchCodes[pgErr.Code] || !errors.As(err, &p) || p.Code != problem.Unavailable {
+		return err
+	}
+	return &problem.Error{Code: problem.Unavailable, Detail: subject + " does not match the database: " + pgErr.Message,
+		RetryAfter: p.RetryAfter, Err: err}
+}

@@ -1,0 +1,40 @@
+package tiles
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/geotoll/geotoll/internal/layercheck"
+)
+
+// Checks are what the catalog's layers need of their tables, for the
+// server's start-up and readiness checks (package layercheck): the table,
+// its geometry column in the layer's SRID, the id column (an integer)
+// unless the layer is served without ids, and the properties.
+func (c *Catalog) Checks() []layercheck.Spec {
+	layers := c.Layers()
+	out := make([]layercheck.Spec, 0, len(layers))
+	for _, l := range layers {
+		s := layercheck.Spec{
+			Layer: "tile layer " + strconv.Quote(l.Name), Table: l.tableIdent(),
+			Geometry: l.GeometryColumn, SRID: l.SRID, Properties: l.Properties,
+		}
+		if !l.WithoutID {
+			s.ID = l.IDColumn
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// subject names the layers of a tile in an answer about them.
+func subject(layers []*Layer) string {
+	if len(layers) == 1 {
+		return "layer " + strconv.Quote(layers[0].Name)
+	}
+	names := make([]string, len(layers))
+	for i, l := range layers {
+		names[i] = l.Name
+	}
+	return "a layer of " + strconv.Quote(strings.Join(names, ","))
+}
