@@ -34,6 +34,7 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	priced    *prometheus.CounterVec
 	tokens    *prometheus.CounterVec
+	settled   *prometheus.CounterVec
 	throttled *prometheus.CounterVec
 	query     *prometheus.HistogramVec
 	cache     *prometheus.CounterVec
@@ -62,6 +63,10 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "geotoll_tokens_charged_total",
 			Help: "Tokens spent from budgets by tier, layer and tile zoom (zoom is empty for geofence routes). A composite tile's price is split evenly over its layers.",
 		}, []string{"tier", "route", "layer", "zoom"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geotoll_tokens_settled_total",
+			Help: "Tokens admitted requests really cost once they ran (their database time), by tier, layer and tile zoom; beside geotoll_tokens_charged_total, what the estimates charged at the door.",
+		}, []string{"tier", "route", "layer", "zoom"}),
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_throttled_total",
 			Help: "Requests refused with 429 because the budget could not pay, by tier and route.",
@@ -84,7 +89,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Help: "Statements still running after their request was answered (cancelled, not yet stopped); their connections and in-flight slots are held until they stop.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.priced, m.tokens, m.throttled, m.query, m.cache, m.dbCalls, m.outliving} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.priced, m.tokens, m.settled, m.throttled, m.query, m.cache, m.dbCalls, m.outliving} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -103,17 +108,26 @@ func (m *Metrics) Priced(tier string, p toll.Price, o toll.Outcome) {
 	m.priced.WithLabelValues(tier, p.Route, string(o)).Inc()
 	switch o {
 	case toll.Admitted:
-		zoom := ""
-		if p.Zoom >= 0 {
-			zoom = strconv.Itoa(p.Zoom)
-		}
-		layers := strings.Split(p.Layer, ",")
-		share := p.Cost / float64(len(layers))
-		for _, l := range layers {
-			m.tokens.WithLabelValues(tier, p.Route, l, zoom).Add(share)
-		}
+		m.spread(m.tokens, tier, p, p.Cost)
 	case toll.Refused:
 		m.throttled.WithLabelValues(tier, p.Route).Inc()
+	}
+}
+
+// Settled implements toll.Observer: the tokens an admitted request really
+// cost.
+func (m *Metrics) Settled(tier string, p toll.Price, cost float64) { m.spread(m.settled, tier, p, cost) }
+
+// spread adds tokens to c, split evenly over a composite's layers.
+func (m *Metrics) spread(c *prometheus.CounterVec, tier string, p toll.Price, tokens float64) {
+	zoom := ""
+	if p.Zoom >= 0 {
+		zoom = strconv.Itoa(p.Zoom)
+	}
+	layers := strings.Split(p.Layer, ",")
+	share := tokens / float64(len(layers))
+	for _, l := range layers {
+		c.WithLabelValues(tier, p.Route, l, zoom).Add(share)
 	}
 }
 

@@ -4,18 +4,25 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"time"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/throttle"
 )
 
 // Pass is an admitted request, from Charge until it ends. Finish, the
-// middleware, ends it when the handler returns; a handler that knows what
-// the request really cost settles it first.
+// middleware, settles it when the handler returns: at the database time
+// the request really took (see Toll.Settled), or — a cache hit, a shadow
+// admission — at the price it paid.
 type Pass struct {
 	toll   *Toll
 	ticket *throttle.Ticket
-	price  float64 // paid at the door
-	global float64 // taken from the global budget
+	tier   Tier
+	res    throttle.Result // the bucket after the admission
+	price  Price           // paid at the door
+	most   float64         // the most the tier lets one request cost
+	global float64         // taken from the global budget
+	fixed  bool            // settles at its price: nothing to measure
 	once   sync.Once
 }
 
@@ -24,12 +31,13 @@ func (p *Pass) Price() float64 {
 	if p == nil {
 		return 0
 	}
-	return p.price
+	return p.price.Cost
 }
 
 // Settle ends the request at what it really cost, in tokens: the caller's
-// bucket (and the global budget) get the difference back, or pay it. Only
-// the first Settle (or the release by Finish) counts.
+// bucket (and the global budget) get the difference back, or pay it — the
+// bucket down to one maximum price below zero. Only the first Settle (or
+// Finish's) counts.
 func (p *Pass) Settle(cost float64) {
 	if p == nil {
 		return
@@ -39,24 +47,37 @@ func (p *Pass) Settle(cost float64) {
 		if p.global > 0 && p.toll.Global != nil {
 			p.toll.Global.Give(p.global - max(cost, 0))
 		}
+		p.toll.settled(p, cost)
 	})
 }
 
-// release ends the request at the price it paid.
-func (p *Pass) release() { p.Settle(p.price) }
+// cost is what the request costs after db of database time.
+func (p *Pass) cost(db time.Duration) float64 {
+	if p.fixed {
+		return p.price.Cost
+	}
+	return p.toll.Settled(db, p.price.Base, p.most)
+}
 
-// passes carries the passes a request was given from Charge to Finish.
+// passes carries, from Charge to Finish, the passes a request was given,
+// the meter of its database time and the budget of its calls.
 type passes struct {
-	mu   sync.Mutex
-	list []*Pass
+	mu     sync.Mutex
+	list   []*Pass
+	meter  *pgcall.Meter
+	budget *pgcall.Budget
 }
 
 type passesKey struct{}
 
 // Finish is the middleware that ends every request Charge admitted when its
-// handler returns (or panics): a request not settled by its handler is
-// released at the price it paid. Ending a request never waits for Redis:
-// its settlement rides on a later call.
+// handler returns (or panics). It meters the request's database time
+// (pgcall.Meter) and caps it at what the request paid for (pgcall.Budget,
+// set by Charge); when the response's header goes out, X-Request-Cost
+// becomes the settled cost so far (X-Request-Cost-Estimate keeps the price
+// paid at the door) and the budget headers follow; when the handler
+// returns, the request is settled at its final database time. Ending a
+// request never waits for Redis: its settlement rides on a later call.
 //
 // The guarantee: a slot is held for as long as the database works for its
 // request, not merely until the request is answered. The tile and geofence
@@ -69,34 +90,94 @@ type passesKey struct{}
 // in pg_stat_activity on a caller's behalf never outnumber the slots its
 // tier allows (max_in_flight), nor all of them the pool — whatever clients
 // do. The wait is bounded by database.cancel_wait, and the slot's TTL
-// (Toll.InFlightTTL) is set to outlast it.
+// (Toll.InFlightTTL) is set to outlast it. The time the backend ran until
+// it stopped is the time the request is charged.
 func Finish(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		held := &passes{}
+		ctx, meter := pgcall.WithMeter(r.Context())
+		ctx, budget := pgcall.WithBudget(ctx)
+		held.meter, held.budget = meter, budget
 		defer func() {
 			held.mu.Lock()
 			list := held.list
 			held.mu.Unlock()
 			for _, p := range list {
-				p.release()
+				p.Settle(p.cost(meter.DB()))
 			}
 		}()
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), passesKey{}, held)))
+		next.ServeHTTP(&settling{ResponseWriter: w, held: held}, r.WithContext(context.WithValue(ctx, passesKey{}, held)))
 	})
 }
 
-// hold gives a pass to the request's Finish. Without the middleware (a
-// handler used on its own) nothing would end it: it is released at once.
+// hold gives a pass to the request's Finish and caps the request's
+// database time at what it paid for. Without the middleware (a handler
+// used on its own) nothing would end it: it is released at its price.
 func hold(r *http.Request, p *Pass) {
 	held, _ := r.Context().Value(passesKey{}).(*passes)
 	if held == nil {
-		p.release()
+		p.Settle(p.price.Cost)
 		return
 	}
 	held.mu.Lock()
 	held.list = append(held.list, p)
 	held.mu.Unlock()
+	if !p.fixed {
+		held.budget.Set(p.toll.StatementBudget(p.price.Cost))
+	}
 }
+
+// headers rewrites the budget headers of the held passes at the settled
+// cost so far, just before they are sent.
+func (held *passes) headers(h http.Header) {
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	for _, p := range held.list {
+		if p.fixed {
+			continue
+		}
+		cost := p.cost(held.meter.DB())
+		res := p.res
+		res.Cost = cost
+		res.Remaining -= cost - p.price.Cost
+		res.ResetAfter = p.tier.Limit.FillTime() - time.Duration(res.Remaining/p.tier.Limit.Rate*float64(time.Second))
+		setBudgetHeaders(h, p.tier, res)
+		h.Set("X-Request-Cost-Estimate", fmtTokens(p.price.Cost))
+	}
+}
+
+// settling is the response writer of a request under Finish: it rewrites
+// the budget headers once, when the header goes out.
+type settling struct {
+	http.ResponseWriter
+	held *passes
+	sent bool
+}
+
+func (s *settling) WriteHeader(code int) {
+	if !s.sent {
+		s.sent = true
+		s.held.headers(s.Header())
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *settling) Write(b []byte) (int, error) {
+	if !s.sent {
+		s.WriteHeader(http.StatusOK)
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// FlushError sends the (rewritten) header first when nothing was written.
+func (s *settling) FlushError() error {
+	if !s.sent {
+		s.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+func (s *settling) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // PassOf returns the pass Charge gave the request, or nil.
 func PassOf(r *http.Request) *Pass {

@@ -33,7 +33,12 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 	for i, l := range d.Layers {
 		names[i] = l.Name
 	}
-	return t.Charge(w, r, Price{Cost: t.TilePrice(d), Route: "tile", Layer: strings.Join(names, ","), Zoom: int(d.Tile.Z), CacheHit: d.CacheHit}) != nil
+	var base float64
+	for _, l := range d.Layers {
+		base = max(base, t.weights(l.Name).Base)
+	}
+	return t.Charge(w, r, Price{Cost: t.TilePrice(d), Route: "tile", Layer: strings.Join(names, ","), Zoom: int(d.Tile.Z),
+		CacheHit: d.CacheHit, Base: base}) != nil
 }
 
 // GeofencePrice is the price of a geofence demand, a pure function of its
@@ -66,7 +71,11 @@ func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
 
 // AdmitGeofence implements geofence.Gate.
 func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.Demand) bool {
-	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1}) != nil
+	w8 := t.Default
+	if d.Kind == geofence.KindWithin || d.Kind == geofence.KindBBox {
+		w8 = t.weights(d.Layer)
+	}
+	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1, Base: w8.Base}) != nil
 }
 
 var (

@@ -60,9 +60,27 @@ type Toll struct {
 	// ShadowLayers are layers whose requests are priced but never refused
 	// for an empty bucket.
 	ShadowLayers map[string]bool
-	Observer     Observer
-	Logger       *slog.Logger
+	// MsPerToken is the unit of every price: one token is this much
+	// database time (default 1 ms). A request is settled at the database
+	// time it took, in tokens, at least its base price and at most the
+	// most its tier lets one request cost.
+	MsPerToken float64
+	// TimeoutFactor and TimeoutFloor (defaults 4 and 250 ms): a request's
+	// statements run under at most max(TimeoutFloor, TimeoutFactor × the
+	// database time it paid for) — within its layer's statement_timeout —
+	// so one whose price was far too low is cut near what it paid for.
+	TimeoutFactor float64
+	TimeoutFloor  time.Duration
+	Observer      Observer
+	Logger        *slog.Logger
 }
+
+// Defaults of Toll's settlement.
+const (
+	DefaultMsPerToken    = 1.0
+	DefaultTimeoutFactor = 4.0
+	DefaultTimeoutFloor  = 250 * time.Millisecond
+)
 
 // Outcome of one charge, for metrics.
 type Outcome string
@@ -79,9 +97,12 @@ const (
 	GlobalRefused  Outcome = "global-refused"  // the global database budget refused: 503
 )
 
-// Observer learns every priced request; server's metrics implement it.
+// Observer learns every priced request and every settlement; server's
+// metrics implement it.
 type Observer interface {
 	Priced(tier string, p Price, o Outcome)
+	// Settled reports an admitted request's cost once it has run.
+	Settled(tier string, p Price, cost float64)
 }
 
 // Price is what one request costs and what it is for.
@@ -91,8 +112,11 @@ type Price struct {
 	Layer string // layer name(s), "" when none
 	Zoom  int    // tile zoom, -1 when not a tile
 	// CacheHit: served without database work, so the global database
-	// budget is not spent.
+	// budget is not spent and nothing is settled.
 	CacheHit bool
+	// Base is the least the request may settle at (its base price); 0
+	// means the default weights' Base.
+	Base float64
 }
 
 // MaxCost is the largest price any request can have.
@@ -257,9 +281,49 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		w.Header().Set("X-RateLimit-Shadow", "would-refuse")
 	}
 	t.observe(tier.Name, p, outcome)
-	pass := &Pass{toll: t, ticket: a.Ticket, price: p.Cost, global: global}
+	if p.Base <= 0 {
+		p.Base = t.Default.Base
+	}
+	// A request never settles above the dearest price, nor above what its
+	// tier lets one request cost.
+	pass := &Pass{toll: t, ticket: a.Ticket, tier: tier, res: a.Result, price: p, most: min(t.mostPerRequest(tier), t.MaxCost()),
+		global: global, fixed: p.CacheHit || a.Shadow || a.Ticket == nil}
 	hold(r, pass)
 	return pass
+}
+
+// Settled is what a request that took db of database time costs, in
+// tokens: db / MsPerToken, at least base and at most most.
+func (t *Toll) Settled(db time.Duration, base, most float64) float64 {
+	return min(max(float64(db)/float64(time.Millisecond)/t.msPerToken(), base), most)
+}
+
+// StatementBudget is the database time a request of price may take: the
+// time it paid for, times TimeoutFactor, at least TimeoutFloor.
+func (t *Toll) StatementBudget(price float64) time.Duration {
+	factor, floor := t.TimeoutFactor, t.TimeoutFloor
+	if factor <= 0 {
+		factor = DefaultTimeoutFactor
+	}
+	if floor <= 0 {
+		floor = DefaultTimeoutFloor
+	}
+	paid := time.Duration(price * t.msPerToken() * factor * float64(time.Millisecond))
+	return max(floor, paid)
+}
+
+func (t *Toll) msPerToken() float64 {
+	if t.MsPerToken > 0 {
+		return t.MsPerToken
+	}
+	return DefaultMsPerToken
+}
+
+// settled reports a request's settled cost to the Observer.
+func (t *Toll) settled(p *Pass, cost float64) {
+	if t.Observer != nil && !p.fixed {
+		t.Observer.Settled(p.tier.Name, p.price, cost)
+	}
 }
 
 // mostPerRequest is the most one request may cost in tier: below its

@@ -84,6 +84,14 @@ type ThrottleConfig struct {
 	// KeyMaxAge is how old the loaded keys may get (the reloads failing all
 	// that time) before admin keys are refused.
 	KeyMaxAge time.Duration `yaml:"key_max_age"`
+	// MsPerToken is the unit of every price: one token is this much
+	// database time, in milliseconds. Requests settle at the time they took.
+	MsPerToken float64 `yaml:"ms_per_token"`
+	// TimeoutFactor and TimeoutFloor bound a request's statements at
+	// max(floor, factor × the database time it paid for), within its
+	// layer's statement_timeout.
+	TimeoutFactor float64       `yaml:"timeout_factor"`
+	TimeoutFloor  time.Duration `yaml:"timeout_floor"`
 }
 
 // toll builds the throttle gate (without its stores and keys).
@@ -107,6 +115,7 @@ func (c Config) toll() (*toll.Toll, error) {
 		LayerWeights: weights,
 		Default:      c.Throttle.Weights.apply(throttle.DefaultWeights()),
 		ShadowLayers: map[string]bool{},
+		MsPerToken:   c.Throttle.MsPerToken, TimeoutFactor: c.Throttle.TimeoutFactor, TimeoutFloor: c.Throttle.TimeoutFloor,
 	}
 	for name, tc := range c.Throttle.Tiers {
 		t.Tiers[name] = toll.Tier{Name: name, Limit: tc.limit(), MaxCost: tc.MaxCost, Shadow: tc.Shadow, MaxInFlight: tc.MaxInFlight}

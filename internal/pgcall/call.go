@@ -50,6 +50,7 @@ var errNoAnswer = errors.New("the database did not answer its cancel request")
 // from now or shortly before ctx's deadline — StopWait before it, or a
 // quarter of the time left if that is less — whichever is first.
 func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, error) {
+	budget = capped(ctx, budget)
 	conn, err := db.acquire(ctx)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {

@@ -111,6 +111,7 @@ func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 	for _, s := range stmts {
 		budget += s.Timeout
 	}
+	paid := capped(ctx, budget) // each statement runs under at most what was paid for
 	return db.call(ctx, budget, func(ctx context.Context, conn *pgx.Conn, cut time.Time, t *Timing) error {
 		settings := jitOffSQL
 		if db.ReadSettings != "" {
@@ -120,7 +121,7 @@ func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 		batch.Queue(`BEGIN READ ONLY`)
 		batch.Queue(settings)
 		for _, s := range stmts {
-			batch.Queue(timeoutSQL, millis(clip(s.Timeout, cut)))
+			batch.Queue(timeoutSQL, millis(clip(min(s.Timeout, paid), cut)))
 			batch.Queue(s.SQL, s.Args...)
 		}
 		batch.Queue(`COMMIT`)

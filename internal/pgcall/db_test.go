@@ -223,3 +223,32 @@ func TestReadWithoutConnection(t *testing.T) {
 		})
 	}
 }
+
+// A request's Budget caps its statements: one that paid for 300 ms is cut
+// by PostgreSQL near 300 ms, not at its layer's 10 s; its settings show the
+// shortened timeout.
+func TestReadUnderBudget(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: readPool(t, 1)}
+	ctx, budget := pgcall.WithBudget(t.Context())
+	var timeout string
+	if _, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT current_setting('statement_timeout')`, Timeout: 10 * time.Second, Scan: pgcall.One(&timeout)}); err != nil || timeout != "10s" {
+		t.Fatalf("unset budget: %q %v, want the statement's own 10s", timeout, err)
+	}
+	budget.Set(300 * time.Millisecond)
+	if _, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT current_setting('statement_timeout')`, Timeout: 10 * time.Second, Scan: pgcall.One(&timeout)}); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := time.ParseDuration(timeout); err != nil || ms > 300*time.Millisecond || ms < 200*time.Millisecond {
+		t.Fatalf("statement_timeout under a 300 ms budget: %q", timeout)
+	}
+	start := time.Now()
+	_, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 10 * time.Second})
+	var pgErr *pgconn.PgError
+	if p := problem.From(err); p.Code != problem.Timeout || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("a read past its budget: %v; want PostgreSQL's own statement timeout", err)
+	}
+	if took := time.Since(start); took > 5*300*time.Millisecond {
+		t.Fatalf("cut after %v with a 300 ms budget", took)
+	}
+}

@@ -1,0 +1,38 @@
+package pgcall
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Budget caps the database time of the calls made under a context: the
+// time a request paid for. A call's statements run under at most what is
+// left of it (their statement_timeout shortened to fit), so a request
+// whose price was far too low is cut at the bound it paid for, not at its
+// layer's timeout. Set it once the price is known, before the first call.
+type Budget struct{ ns atomic.Int64 }
+
+type budgetKey struct{}
+
+// WithBudget returns ctx carrying a new, unset Budget, and the Budget.
+func WithBudget(ctx context.Context) (context.Context, *Budget) {
+	b := &Budget{}
+	return context.WithValue(ctx, budgetKey{}, b), b
+}
+
+// Set caps the calls at d (0 lifts the cap).
+func (b *Budget) Set(d time.Duration) { b.ns.Store(int64(max(d, 0))) }
+
+// Limit is the cap, 0 when none is set.
+func (b *Budget) Limit() time.Duration { return time.Duration(b.ns.Load()) }
+
+// capped is a call's budget under ctx's Budget, if any.
+func capped(ctx context.Context, budget time.Duration) time.Duration {
+	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {
+		if l := b.Limit(); l > 0 && l < budget {
+			return l
+		}
+	}
+	return budget
+}

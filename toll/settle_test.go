@@ -1,0 +1,189 @@
+package toll
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+func TestSettledAndStatementBudget(t *testing.T) {
+	toll := &Toll{}
+	for _, tc := range []struct {
+		db         time.Duration
+		base, most float64
+		want       float64
+	}{
+		{0, 1, 60, 1},                            // no database work: the base price
+		{250 * time.Microsecond, 1, 60, 1},       // less than the base
+		{7500 * time.Microsecond, 1, 60, 7.5},    // 1 token a millisecond
+		{time.Minute, 1, 60, 60},                 // never more than the most one request may cost
+		{3 * time.Millisecond, 0.5, 100, 3},      //
+		{1500 * time.Microsecond, 0.25, 2, 1.5},  //
+		{-time.Second, 1, 60, 1},                 // a clock gone backwards
+		{12 * time.Millisecond, 1, 10.5, 10.5},   //
+		{12 * time.Millisecond, 15, 60, 15},      // a dear base
+		{90 * time.Millisecond, 1, 1000, 90},     //
+		{500 * time.Millisecond, 1, 1000, 500},   //
+		{2 * time.Second, 0.001, 1e6, 2000},      //
+		{time.Nanosecond, 0.000001, 1, 0.000001}, //
+	} {
+		if got := toll.Settled(tc.db, tc.base, tc.most); got != tc.want {
+			t.Errorf("Settled(%v, %v, %v) = %v, want %v", tc.db, tc.base, tc.most, got, tc.want)
+		}
+	}
+	toll.MsPerToken = 2 // a token is 2 ms
+	if got := toll.Settled(10*time.Millisecond, 1, 60); got != 5 {
+		t.Errorf("at 2 ms a token, 10 ms settles at %v, want 5", got)
+	}
+	for _, tc := range []struct {
+		price float64
+		want  time.Duration
+	}{
+		{1, DefaultTimeoutFloor},        // 2 ms paid (at 2 ms a token) × 4 is under the floor
+		{50, 400 * time.Millisecond},    // 100 ms paid × 4
+		{500, 4000 * time.Millisecond},  //
+		{0, DefaultTimeoutFloor},        //
+		{31.25, 250 * time.Millisecond}, // exactly the floor
+	} {
+		if got := toll.StatementBudget(tc.price); got != tc.want {
+			t.Errorf("StatementBudget(%v) = %v, want %v", tc.price, got, tc.want)
+		}
+	}
+}
+
+// settleServer serves one priced request through Finish: it charges price
+// and then runs sql on the read role with a 10 s statement timeout, as a
+// tile or geofence handler would.
+func settleServer(t *testing.T, toll *Toll, price Price, sql string) http.Handler {
+	t.Helper()
+	free := toll.Tiers["free"]
+	free.Limit.Rate = 0.001 // nothing refills while the test runs: exact counts
+	toll.Tiers["free"] = free
+	db := &pgcall.DB{Pool: testenv.ReadPool(t), RetryAfter: 2}
+	return Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if toll.Charge(w, r, price) == nil {
+			return
+		}
+		if _, err := db.Read(r.Context(), pgcall.Statement{SQL: sql, Timeout: 10 * time.Second}); err != nil {
+			problem.Write(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+}
+
+func settleRequest(h http.Handler) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, "/x", nil)
+	r.Header.Set("X-API-Key", "k1")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func header(t *testing.T, w *httptest.ResponseRecorder, name string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(w.Header().Get(name), 64)
+	if err != nil {
+		t.Fatalf("%s = %q: %v", name, w.Header().Get(name), err)
+	}
+	return v
+}
+
+// A request is settled at the database time it took: a cheap-looking one
+// that ran 30 ms pays 30 tokens (1 ms a token), a dear-looking one that ran
+// nothing gets all but its base back. X-Request-Cost says what it cost,
+// X-Request-Cost-Estimate what it paid at the door, and the bucket follows.
+func TestSettlesAtDatabaseTime(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		estimate float64
+		sql      string
+		lo, hi   float64 // the settled cost, in tokens
+	}{
+		{"looked cheap, was not", 1, "SELECT pg_sleep(0.03)", 30, 60},
+		{"looked dear, was not", 40, "SELECT 1", 1, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+			toll := testToll(store)
+			h := settleServer(t, toll, Price{Cost: tc.estimate, Route: "x", Zoom: -1, Base: 1}, tc.sql)
+			w := settleRequest(h)
+			if w.Code != http.StatusNoContent {
+				t.Fatalf("%d %s", w.Code, w.Body)
+			}
+			cost, estimate := header(t, w, "X-Request-Cost"), header(t, w, "X-Request-Cost-Estimate")
+			if estimate != tc.estimate || cost < tc.lo || cost > tc.hi {
+				t.Fatalf("X-Request-Cost %v (want %v..%v), X-Request-Cost-Estimate %v (want %v)", cost, tc.lo, tc.hi, estimate, tc.estimate)
+			}
+			left := mustPeek(t, store, "free", "k:1")
+			if want := 100 - cost; left < want-0.01 || left > want+0.01 {
+				t.Fatalf("the bucket holds %v after the request, want 100 - %v", left, cost)
+			}
+			if remaining := header(t, w, "X-RateLimit-Remaining"); remaining != float64(int(100-cost)) {
+				t.Errorf("X-RateLimit-Remaining %v, want %v", remaining, int(100-cost))
+			}
+		})
+	}
+}
+
+// A request whose price was far too low is cut at the database time it
+// paid for (here the floor, 250 ms), not at its 10 s statement timeout:
+// 503 with Retry-After, charged what ran — capped at the most one request
+// may cost in its tier (60).
+func TestCutAtWhatWasPaid(t *testing.T) {
+	t.Parallel()
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	toll.Default.MaxCost = 60
+	h := settleServer(t, toll, Price{Cost: 1, Route: "x", Zoom: -1, Base: 1}, "SELECT pg_sleep(3)")
+	start := time.Now()
+	w := settleRequest(h)
+	took := time.Since(start)
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("%d %s: want a 503 with Retry-After", w.Code, w.Body)
+	}
+	if took > 5*DefaultTimeoutFloor+pgcall.AnswerGrace {
+		t.Fatalf("answered after %v: the statement was not cut near the 250 ms it paid for", took)
+	}
+	// It ran at least 250 ms, which at 1 ms a token is more than the 60
+	// one request may cost: it is charged 60.
+	if left := mustPeek(t, store, "free", "k:1"); left < 40-0.01 || left > 40+0.01 {
+		t.Fatalf("the bucket holds %v: want 100 - 60", left)
+	}
+}
+
+// A cache hit is priced at its base and settles nothing.
+func TestCacheHitSettlesNothing(t *testing.T) {
+	t.Parallel()
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	h := settleServer(t, toll, Price{Cost: 1, Route: "x", Zoom: -1, Base: 1, CacheHit: true}, "SELECT pg_sleep(0.05)")
+	w := settleRequest(h)
+	if got := w.Header().Get("X-Request-Cost"); got != "1" || w.Header().Get("X-Request-Cost-Estimate") != "" {
+		t.Fatalf("a cache hit: X-Request-Cost %q, estimate %q", got, w.Header().Get("X-Request-Cost-Estimate"))
+	}
+	if left := mustPeek(t, store, "free", "k:1"); left < 99 || left > 99.01 {
+		t.Fatalf("the bucket holds %v, want 99", left)
+	}
+}
+
+// mustPeek is the tokens of a caller's bucket in toll's tiers.
+func mustPeek(t *testing.T, s throttle.Store, tier, identity string) float64 {
+	t.Helper()
+	limit := testToll(nil).Tiers[tier].Limit
+	limit.Rate = 0.001
+	res, err := s.Peek(t.Context(), throttle.Bucket{Key: throttle.BucketKey("test", tier, identity), Limit: limit})
+	if err != nil {
+		t.Fatal(fmt.Errorf("peek: %w", err))
+	}
+	return res.Remaining
+}
