@@ -123,7 +123,18 @@ if type(raw) == 'string' then
     end
   end
 end
-if oexpires < nowms then n = 0 end -- the open hash has expired with all it held (Redis: now > expiry)
+-- A hash past its time has expired with all it held (Redis: now > expiry).
+-- Redis judges a key's expiry by the moment the script started, which a
+-- loaded server may put a few milliseconds before TIME: such a hash is
+-- deleted here, so that no later call of this script still finds it.
+if oexpires < nowms then
+  n = 0
+  if oexpires > 0 then redis.call('DEL', okey) end
+end
+if voids < nowms then
+  if voids > 0 then redis.call('DEL', vkey) end
+  voids = 0
+end
 local atokens, aexpires, aexists = 0, 0, false
 if agg then
   atokens = acap

@@ -161,13 +161,19 @@ func TestScriptMatchesTwin(t *testing.T) {
 			got := f.run(key, sh, ops)
 			after := f.redisClock()
 			stored := f.state(key)
+			// Redis drops the tombstones' hash at voidsUntil, the twin at
+			// its next batch: once that moment has passed when the state is
+			// read, their counts may differ.
+			read := f.redisClock()
+			voidsLive := stored.b.voidsUntil > read.sec*1000+read.usec/1000
 			if stored.found && (stored.b.sec != twin.b.sec || stored.b.usec != twin.b.usec || !twin.found) {
 				// The script wrote: run the twin at the clock it stored.
 				c := clock{sec: stored.b.sec, usec: stored.b.usec}
 				want := applyBatch(&twin, nil, sh, c, ops)
 				compareResults(t, batch, ops, got, want)
-				if twin.b != stored.b || len(twin.open) != len(stored.open) || len(twin.voids) != len(stored.voids) {
-					t.Fatalf("batch %d: Redis stores %+v (%d open), the twin %+v (%d open)", batch, stored.b, len(stored.open), twin.b, len(twin.open))
+				if twin.b != stored.b || len(twin.open) != len(stored.open) || (voidsLive && len(twin.voids) != len(stored.voids)) {
+					t.Fatalf("batch %d: Redis stores %+v (%d open, %d tombstones), the twin %+v (%d open, %d tombstones)",
+						batch, stored.b, len(stored.open), len(stored.voids), twin.b, len(twin.open), len(twin.voids))
 				}
 				for id, r := range twin.open {
 					if stored.open[id] != r {
