@@ -45,6 +45,9 @@ type Demand struct {
 	Bound orb.Bound
 	// Points is the number of points checked: the batch size, 1 for contains.
 	Points int
+	// At are the request's positions: within's centre, contains' point,
+	// every point of a check.
+	At []orb.Point
 }
 
 // Gate admits or refuses a priced request. When it refuses, it has written
@@ -180,7 +183,7 @@ func (h *Handler) Within(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	d := Demand{Kind: KindWithin, Layer: q.Layer.Name, RadiusM: q.Radius, Limit: q.Limit}
+	d := Demand{Kind: KindWithin, Layer: q.Layer.Name, RadiusM: q.Radius, Limit: q.Limit, At: []orb.Point{{q.Lng, q.Lat}}}
 	if !h.gate.AdmitGeofence(w, r, d) {
 		return
 	}
@@ -224,7 +227,7 @@ func (h *Handler) Contains(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindContains, Points: 1, Limit: q.Limit}) {
+	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindContains, Points: 1, Limit: q.Limit, At: []orb.Point{{q.Lng, q.Lat}}}) {
 		return
 	}
 	fs, truncated, err := h.reader.Contains(r.Context(), q)
@@ -250,7 +253,11 @@ func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindCheck, Points: len(points)}) {
+	at := make([]orb.Point, len(points))
+	for i, p := range points {
+		at[i] = orb.Point{p.Lng, p.Lat}
+	}
+	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindCheck, Points: len(points), At: at}) {
 		return
 	}
 	ids, err := h.reader.Check(r.Context(), points)

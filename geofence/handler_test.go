@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/gorilla/mux"
+	"github.com/paulmach/orb"
 
 	"github.com/geotoll/geotoll/problem"
 )
@@ -220,10 +222,10 @@ func TestHandlerDemands(t *testing.T) {
 	}
 
 	want := []Demand{
-		{Kind: KindWithin, Layer: "places", RadiusM: 5000, Limit: 100},
+		{Kind: KindWithin, Layer: "places", RadiusM: 5000, Limit: 100, At: []orb.Point{{13.4, 52.5}}},
 		{Kind: KindBBox, Layer: "places", Limit: 20},
-		{Kind: KindContains, Points: 1, Limit: 100},
-		{Kind: KindCheck, Points: 2},
+		{Kind: KindContains, Points: 1, Limit: 100, At: []orb.Point{{1, 2}}},
+		{Kind: KindCheck, Points: 2, At: []orb.Point{{1, 2}, {3, 4}}},
 	}
 	if len(gate.demands) != len(want) {
 		t.Fatalf("demands = %+v", gate.demands)
@@ -231,7 +233,7 @@ func TestHandlerDemands(t *testing.T) {
 	for i, d := range gate.demands {
 		b := d.Bound
 		d.Bound = want[i].Bound
-		if d != want[i] {
+		if !reflect.DeepEqual(d, want[i]) {
 			t.Errorf("demand %d = %+v, want %+v", i, d, want[i])
 		}
 		if d.Kind == KindBBox {

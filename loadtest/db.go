@@ -40,9 +40,20 @@ func tableSQL(l *tiles.Layer) string {
 // deterministically from seed on the same data: a random vertex of each of
 // n random rows (for points, the point itself).
 func Anchors(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, n int, seed uint64) ([]orb.Point, error) {
+	out, err := AnchorsOf(ctx, pool, tableSQL(l), geomSQL(l, l.SRID), n, seed)
+	if err != nil {
+		return nil, fmt.Errorf("anchors of %s: %w", l.Name, err)
+	}
+	return out, nil
+}
+
+// AnchorsOf is Anchors of any relation: table is its quoted name, geom an
+// expression of its geometry over alias t, in an SRID PostGIS can
+// transform to lon/lat. Both come from configuration, never a request.
+func AnchorsOf(ctx context.Context, pool *pgxpool.Pool, table, geom string, n int, seed uint64) ([]orb.Point, error) {
 	q := `SELECT ST_X(p), ST_Y(p) FROM (
   SELECT ST_Transform(ST_GeometryN(ST_Points(g), 1 + floor(random() * ST_NPoints(g))::int), 4326) AS p
-  FROM (SELECT ` + geomSQL(l, l.SRID) + ` AS g FROM ` + tableSQL(l) + ` AS t ORDER BY random() LIMIT $1 OFFSET 0) AS s
+  FROM (SELECT ` + geom + ` AS g FROM ` + table + ` AS t ORDER BY random() LIMIT $1 OFFSET 0) AS s
   WHERE NOT ST_IsEmpty(g)) AS v`
 	var out []orb.Point
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -65,10 +76,7 @@ func Anchors(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, n int, see
 		out, err = pgx.CollectRows(rows, scanPoint)
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("anchors of %s: %w", l.Name, err)
-	}
-	return out, nil
+	return out, err
 }
 
 // Centroids returns the centre of every row's bounding box in EPSG:3857,

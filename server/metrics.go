@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/tiles"
 	"github.com/geotoll/geotoll/toll"
@@ -116,7 +117,9 @@ func (m *Metrics) Priced(tier string, p toll.Price, o toll.Outcome) {
 
 // Settled implements toll.Observer: the tokens an admitted request really
 // cost.
-func (m *Metrics) Settled(tier string, p toll.Price, cost float64) { m.spread(m.settled, tier, p, cost) }
+func (m *Metrics) Settled(tier string, p toll.Price, cost float64) {
+	m.spread(m.settled, tier, p, cost)
+}
 
 // spread adds tokens to c, split evenly over a composite's layers.
 func (m *Metrics) spread(c *prometheus.CounterVec, tier string, p toll.Price, tokens float64) {
@@ -270,3 +273,39 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 
 // compile-time check: the metrics count database calls.
 var _ pgcall.Observer = (*Metrics)(nil)
+
+// WatchPricing exports the price models' state, read at scrape time:
+// geotoll_price_model_ready (1 once a relation's model is built; until
+// then its requests are priced by size), geotoll_price_model_age_seconds
+// and geotoll_price_model_rows, by relation (from the configuration: a
+// bounded set).
+func WatchPricing(reg prometheus.Registerer, status func() []density.Status) error {
+	return reg.Register(&pricingCollector{status: status,
+		ready: prometheus.NewDesc("geotoll_price_model_ready", "1 once the density model of a relation prices its requests; 0 while they are priced by their size.", []string{"relation"}, nil),
+		age:   prometheus.NewDesc("geotoll_price_model_age_seconds", "Seconds since the relation's density model was built (-1 before).", []string{"relation"}, nil),
+		rows:  prometheus.NewDesc("geotoll_price_model_rows", "Rows the relation's density model holds (scaled back when sampled).", []string{"relation"}, nil),
+	})
+}
+
+type pricingCollector struct {
+	status           func() []density.Status
+	ready, age, rows *prometheus.Desc
+}
+
+func (c *pricingCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.ready
+	ch <- c.age
+	ch <- c.rows
+}
+
+func (c *pricingCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.status() {
+		ready, age := 0.0, -1.0
+		if st.Ready {
+			ready, age = 1, st.Age.Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready, st.Relation)
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, st.Relation)
+		ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, st.Rows, st.Relation)
+	}
+}

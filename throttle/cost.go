@@ -18,12 +18,19 @@ import (
 // their weight is non-zero); negative sizes count as zero. Prices are defined
 // for Weights that pass Validate.
 type Weights struct {
-	Base          float64 // every request costs at least this (also the price of a cache hit)
+	Base    float64 // every request costs at least this (also the price of a cache hit)
+	MaxCost float64 // a price never exceeds this
+
+	// Work is the database time a request takes from what it reads (see
+	// Read): the price of a request whose work is estimated.
+	Work WorkModel
+
+	// The price from the request's size alone, while no estimate of its
+	// work is at hand (a layer whose density model is not built yet).
 	AreaWeight    float64 // tokens per square degree of lon/lat area (tiles, bbox)
 	RadiusWeight  float64 // tokens per km of search radius
 	FeatureWeight float64 // tokens per requested feature (limit)
 	PointWeight   float64 // tokens per point of a batch check
-	MaxCost       float64 // a price never exceeds this
 }
 
 // DefaultWeights returns the starting weights; calibrate them against
@@ -55,6 +62,7 @@ func DefaultWeights() Weights {
 		FeatureWeight: 0.002,
 		PointWeight:   0.05,
 		MaxCost:       60,
+		Work:          WorkModel{QueryMS: 0.3, FeatureMS: 0.005, VertexMS: 0.0005},
 	}
 }
 
@@ -69,6 +77,9 @@ func (w Weights) Validate() error {
 		name string
 		v    float64
 	}{
+		{"query ms", w.Work.QueryMS},
+		{"feature ms", w.Work.FeatureMS},
+		{"vertex ms", w.Work.VertexMS},
 		{"area weight", w.AreaWeight},
 		{"radius weight", w.RadiusWeight},
 		{"feature weight", w.FeatureWeight},
@@ -114,6 +125,30 @@ func (w Weights) Radius(radiusM float64, limit int) float64 {
 // Batch prices a batch check of points: Base + points × PointWeight, clamped.
 func (w Weights) Batch(points int) float64 {
 	return w.clamp(w.Base + term(float64(points), w.PointWeight))
+}
+
+// Read prices what a request reads: the database time Work predicts for
+// its features and vertices, in tokens of msPerToken milliseconds, clamped
+// to [Base, MaxCost]. features and vertices are estimates
+// (internal/density): expected values, not counts.
+func (w Weights) Read(features, vertices, msPerToken float64) float64 {
+	return w.clamp(w.Work.MS(features, vertices) / msPerToken)
+}
+
+// WorkModel is the database time of a query, in milliseconds, from what it
+// reads: QueryMS for the query itself, FeatureMS per feature it reads and
+// VertexMS per vertex of those features. `geotoll calibrate` fits it to a
+// database's own timings.
+type WorkModel struct {
+	QueryMS   float64 `yaml:"query_ms"`
+	FeatureMS float64 `yaml:"feature_ms"`
+	VertexMS  float64 `yaml:"vertex_ms"`
+}
+
+// MS is the time the model predicts for features and vertices: a negative
+// size counts as zero, a NaN one as infinitely large (erring high).
+func (m WorkModel) MS(features, vertices float64) float64 {
+	return m.QueryMS + term(features, m.FeatureMS) + term(vertices, m.VertexMS)
 }
 
 // Contains prices the fences containing one point, up to limit of them:

@@ -1,17 +1,23 @@
 package toll
 
 import (
+	"cmp"
 	"net/http"
 	"strings"
 
 	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
+	"github.com/paulmach/orb/maptile"
 )
 
 // TilePrice is the price of a tile demand: the sum of its layers' prices —
 // a composite runs one query per layer — or, for a cache hit, the base
-// price. A composite dearer than the caller's bucket can hold is refused
-// with 422 by Charge (ask for fewer layers).
+// price. A layer's price is the database time its query will take
+// (Weights.Read of the Estimator's estimate: the features and vertices in the tile's envelope and
+// buffer, on the relation its zoom reads), or, while there is no estimate,
+// the tile's area (Weights.Tile). A composite dearer than the caller's
+// bucket can hold is refused with 422 by Charge (ask for fewer layers).
 func (t *Toll) TilePrice(d tiles.Demand) float64 {
 	if d.CacheHit { // served from the tile cache: the database does no work
 		var base float64
@@ -22,9 +28,19 @@ func (t *Toll) TilePrice(d tiles.Demand) float64 {
 	}
 	var sum float64
 	for _, l := range d.Layers {
-		sum += t.weights(l.Name).Tile(d.Tile)
+		sum += t.layerPrice(l, d.Tile)
 	}
 	return sum
+}
+
+func (t *Toll) layerPrice(l *tiles.Layer, tile maptile.Tile) float64 {
+	w := t.weights(l.Name)
+	if t.Estimator != nil {
+		if est, ok := t.Estimator.Tile(l, tile); ok {
+			return w.Read(est.Features, est.Vertices, t.msPerToken())
+		}
+	}
+	return w.Tile(tile)
 }
 
 // AdmitTile implements tiles.Gate.
@@ -42,9 +58,13 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 }
 
 // GeofencePrice is the price of a geofence demand, a pure function of its
-// validated parameters. within and bbox use the weights of their layer (as
-// tiles do: LayerWeights by layer name, else Default); contains and check,
-// which search the fences, use Default:
+// validated parameters. With an estimate of what it reads (Estimator), it
+// is the database time the work model predicts, in tokens: within and
+// bbox with their layer's GeofenceWork (the features in the circle or
+// box), contains and check with FenceWork (the fences whose box holds the
+// point; a batch check sums its points). Without one, its size prices it,
+// with the weights of its layer for within and bbox (LayerWeights by layer
+// name, else Default) and Default for contains and check:
 //
 //	within    Weights.Radius(radius_m, limit)
 //	bbox      Weights.BBox(bound, limit); a box across the antimeridian
@@ -56,26 +76,51 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 //
 // An unknown kind is priced at MaxCost: erring high is the safe side.
 func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
+	w := t.geofenceWeights(d)
+	if t.Estimator != nil {
+		if est, ok := t.Estimator.Geofence(d); ok {
+			switch d.Kind {
+			case geofence.KindWithin, geofence.KindBBox:
+				w.Work = t.geofenceWork(d.Layer)
+			default:
+				w.Work = cmp.Or(t.FenceWork, DefaultFenceWork)
+			}
+			return w.Read(est.Features, est.Vertices, t.msPerToken())
+		}
+	}
 	switch d.Kind {
 	case geofence.KindWithin:
-		return t.weights(d.Layer).Radius(d.RadiusM, d.Limit)
+		return w.Radius(d.RadiusM, d.Limit)
 	case geofence.KindBBox:
-		return t.weights(d.Layer).BBox(d.Bound, d.Limit)
+		return w.BBox(d.Bound, d.Limit)
 	case geofence.KindCheck:
-		return t.Default.Batch(d.Points)
+		return w.Batch(d.Points)
 	case geofence.KindContains:
-		return t.Default.Contains(d.Limit)
+		return w.Contains(d.Limit)
 	}
-	return t.Default.MaxCost
+	return w.MaxCost
+}
+
+// geofenceWeights are the weights of a demand: its layer's for within and
+// bbox, else Default.
+func (t *Toll) geofenceWeights(d geofence.Demand) throttle.Weights {
+	if d.Kind == geofence.KindWithin || d.Kind == geofence.KindBBox {
+		return t.weights(d.Layer)
+	}
+	return t.Default
+}
+
+// geofenceWork is the work model of within and bbox on a layer.
+func (t *Toll) geofenceWork(layer string) throttle.WorkModel {
+	if m, ok := t.GeofenceWork[layer]; ok {
+		return m
+	}
+	return DefaultGeofenceWork
 }
 
 // AdmitGeofence implements geofence.Gate.
 func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.Demand) bool {
-	w8 := t.Default
-	if d.Kind == geofence.KindWithin || d.Kind == geofence.KindBBox {
-		w8 = t.weights(d.Layer)
-	}
-	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1, Base: w8.Base}) != nil
+	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1, Base: t.geofenceWeights(d).Base}) != nil
 }
 
 var (

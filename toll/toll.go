@@ -11,9 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/tiles"
+	"github.com/paulmach/orb/maptile"
 )
 
 // Tier is a named bucket shape.
@@ -47,6 +51,17 @@ type Toll struct {
 	// LayerWeights prices a layer; layers without an entry use Default.
 	LayerWeights map[string]throttle.Weights
 	Default      throttle.Weights
+	// Estimator estimates what a request reads (features, vertices), from
+	// density models kept in memory; a request without an estimate (no
+	// Estimator, or its model not built yet) is priced by its size.
+	Estimator Estimator
+	// GeofenceWork is the work model of within and bbox queries by
+	// geofence layer, and FenceWork that of contains and check; a layer
+	// without an entry, and a zero FenceWork, take the defaults
+	// (DefaultGeofenceWork, DefaultFenceWork). A tile layer's is its
+	// weights' Work.
+	GeofenceWork map[string]throttle.WorkModel
+	FenceWork    throttle.WorkModel
 	// IPv6Aggregate, when on, is the bucket an anonymous IPv6 caller's
 	// whole network pays besides its own /64.
 	IPv6Aggregate IPv6Aggregate
@@ -75,12 +90,28 @@ type Toll struct {
 	Logger        *slog.Logger
 }
 
+// DefaultGeofenceWork and DefaultFenceWork are the work models of geofence
+// queries that no calibration replaced (see throttle.DefaultWeights for
+// how the defaults were fitted).
+var (
+	DefaultGeofenceWork = throttle.WorkModel{QueryMS: 0.5, FeatureMS: 0.01, VertexMS: 0.001}
+	DefaultFenceWork    = throttle.WorkModel{QueryMS: 0.5, FeatureMS: 0.05, VertexMS: 0.001}
+)
+
 // Defaults of Toll's settlement.
 const (
 	DefaultMsPerToken    = 1.0
 	DefaultTimeoutFactor = 4.0
 	DefaultTimeoutFloor  = 250 * time.Millisecond
 )
+
+// Estimator estimates, in memory and without a call, what a request will
+// read; ok is false while it cannot tell. *pricing.Estimator is the
+// production one.
+type Estimator interface {
+	Tile(l *tiles.Layer, t maptile.Tile) (density.Estimate, bool)
+	Geofence(d geofence.Demand) (density.Estimate, bool)
+}
 
 // Outcome of one charge, for metrics.
 type Outcome string

@@ -6,50 +6,107 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
+	"os"
+	"path/filepath"
 	"slices"
-	"text/tabwriter"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
-	"github.com/paulmach/orb/maptile"
 
-	"github.com/geotoll/geotoll/internal/demo"
-	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/calibrate"
+	"github.com/geotoll/geotoll/internal/density"
+	"github.com/geotoll/geotoll/internal/pricing"
+	"github.com/geotoll/geotoll/loadtest"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
 )
 
-// calibrate times real tile queries per zoom against the database and
-// suggests an area_weight that makes a tile's price proportional to its
-// database time: a query that runs 10×
-// longer should cost roughly 10× the tokens.
-func calibrate(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
+// calibrateFlags are the options of `geotoll calibrate`.
+type calibrateFlags struct {
+	layers          string
+	geofence        bool
+	perZoom         int
+	queries         int
+	runs            int
+	minZoom         int
+	maxZoom         int
+	seed            uint64
+	out             string
+	verbose         bool
+	anchorsPerLayer int
+}
+
+func parseCalibrateFlags(args []string, stderr io.Writer) (calibrateFlags, error) {
+	var f calibrateFlags
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	layerName := fs.String("layer", "places", "tile layer to calibrate")
-	samples := fs.Int("samples", 8, "tiles per zoom (around the first N demo cities)")
-	minZ := fs.Int("minzoom", 4, "lowest zoom timed")
-	maxZ := fs.Int("maxzoom", 16, "highest zoom timed")
+	fs.StringVar(&f.layers, "layers", "", "tile layers to calibrate, comma-separated (default: every layer)")
+	fs.BoolVar(&f.geofence, "geofence", true, "calibrate the geofence layers and the fences too")
+	fs.IntVar(&f.perZoom, "per-zoom", 8, "tiles per zoom and layer (half where the layer has data)")
+	fs.IntVar(&f.queries, "queries", 24, "geofence requests per kind and layer")
+	fs.IntVar(&f.runs, "runs", 3, "timed runs of each request after the first")
+	fs.IntVar(&f.minZoom, "minzoom", 0, "lowest zoom timed")
+	fs.IntVar(&f.maxZoom, "maxzoom", 16, "highest zoom timed")
+	fs.Uint64Var(&f.seed, "seed", 1, "sample seed")
+	fs.StringVar(&f.out, "out", "", "weights file to write (default: throttle.weights_file of the config; '-' for standard output)")
+	fs.BoolVar(&f.verbose, "v", false, "one line per timed request")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return f, err
 	}
-	if *samples < 1 || *samples > len(demo.Cities) || *minZ < 0 || *maxZ > int(tiles.MaxZoom) || *minZ > *maxZ {
-		return fmt.Errorf("calibrate: -samples 1..%d, 0 <= -minzoom <= -maxzoom <= %d", len(demo.Cities), tiles.MaxZoom)
+	if f.perZoom < 1 || f.queries < 1 || f.runs < 1 || f.minZoom < 0 || f.maxZoom > int(tiles.MaxZoom) || f.minZoom > f.maxZoom {
+		return f, fmt.Errorf("calibrate: -per-zoom, -queries and -runs at least 1, 0 <= -minzoom <= -maxzoom <= %d", tiles.MaxZoom)
 	}
-	catalog, weights, err := cfg.catalog()
+	f.anchorsPerLayer = 500
+	return f, nil
+}
+
+// runCalibrate fits the work models that price requests to this database:
+// see internal/calibrate. It writes them to the weights file that serve,
+// with the same config, reads.
+func runCalibrate(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
+	f, err := parseCalibrateFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	layer := catalog.Layer(*layerName)
-	if layer == nil {
-		return fmt.Errorf("calibrate: unknown layer %q", *layerName)
+	out := f.out
+	if out == "" {
+		out = cfg.Throttle.WeightsFile
+	}
+	if out == "" {
+		out = "-"
+	}
+	// The fit replaces the work models: it neither needs nor trusts the
+	// file it is about to write.
+	cfg.Throttle.WeightsFile = ""
+	catalog, _, err := cfg.catalog()
+	if err != nil {
+		return err
+	}
+	tileLayers := catalog.Layers()
+	if f.layers != "" {
+		tileLayers = nil
+		for _, name := range strings.Split(f.layers, ",") {
+			l := catalog.Layer(strings.TrimSpace(name))
+			if l == nil {
+				return fmt.Errorf("calibrate: unknown layer %q", name)
+			}
+			tileLayers = append(tileLayers, l)
+		}
 	}
 	if cfg.Database.URL == "" {
 		return errors.New("calibrate: set DATABASE_URL (the read role)")
 	}
-	pool, err := pgxpool.New(ctx, cfg.Database.URL)
+	pcfg, err := pgxpool.ParseConfig(cfg.Database.URL)
+	if err != nil {
+		return fmt.Errorf("calibrate: database url: %w", err)
+	}
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll-calibrate"
+	cfg.Database.tunePool(pcfg)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
 	}
@@ -58,107 +115,117 @@ func calibrate(ctx context.Context, cfg Config, args []string, stdout, stderr io
 	if _, err := catalog.Refresh(ctx, pool); err != nil {
 		fmt.Fprintf(stderr, "calibrate: serving registry not read, timing the layer's table at every zoom: %v\n", err)
 	}
-	store := tiles.NewStore(pool)
-	w := weights[layer.Name]
 
-	var rows []calibrationRow
-	for z := max(*minZ, layer.MinZoom); z <= min(*maxZ, layer.MaxZoom); z++ {
-		row := calibrationRow{Zoom: z}
-		var times []float64
-		for _, c := range demo.Cities[:*samples] {
-			t := maptile.At(orb.Point{c.Lon, c.Lat}, maptile.Zoom(z))
-			_, _ = store.Tile(ctx, []*tiles.Layer{layer}, t) // warm the page cache and the plan
-			start := time.Now()
-			b, err := store.Tile(ctx, []*tiles.Layer{layer}, t)
-			if problem.From(err).Code == problem.Timeout {
-				row.Timeouts++ // counted at the timeout: a lower bound of its real time
-			} else if err != nil {
-				return fmt.Errorf("calibrate: z%d: %w", z, err)
-			}
-			times = append(times, float64(time.Since(start).Microseconds())/1000)
-			row.Bytes += len(b)
-			row.Area += areaOf(t)
-			row.Price += w.Tile(t)
-		}
-		n := float64(len(times))
-		row.Area /= n
-		row.Price /= n
-		row.Bytes /= len(times)
-		slices.Sort(times)
-		row.MedianMS = times[len(times)/2]
-		rows = append(rows, row)
+	o, err := calibrateOptions(ctx, cfg, f, pool, tileLayers, stderr)
+	if err != nil {
+		return err
 	}
-	writeCalibration(stdout, layer.Name, w, rows)
+	rep, err := calibrate.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	rep.WriteText(stderr)
+	header := []string{
+		fmt.Sprintf("Work models fitted by `geotoll calibrate` on %s, %s:", hostname(), time.Now().UTC().Format(time.RFC3339)),
+		"milliseconds of database time per query, per feature read and per vertex read.",
+		"Held-out Spearman ρ (price, settled cost) against measured time:",
+	}
+	for _, g := range rep.Groups {
+		if g.Err == nil {
+			header = append(header, fmt.Sprintf("  %-24s %.3f, %.3f over %d requests", g.Name, g.RhoEst, g.RhoSett, g.HeldOut))
+		}
+	}
+	if out == "-" {
+		return rep.File().Write(stdout, header)
+	}
+	var buf strings.Builder
+	if err := rep.File().Write(&buf, header); err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	if err := os.WriteFile(tmp, []byte(buf.String()), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s: serve reads it with throttle.weights_file: %s\n", out, filepath.Clean(out))
 	return nil
 }
 
-type calibrationRow struct {
-	Zoom     int
-	Area     float64 // mean square degrees
-	MedianMS float64
-	Bytes    int
-	Price    float64
-	Timeouts int // queries that hit the layer's statement_timeout
-}
-
-func areaOf(t maptile.Tile) float64 {
-	b := t.Bound()
-	return (b.Max[0] - b.Min[0]) * (b.Max[1] - b.Min[1])
-}
-
-// suggestAreaWeight fits ms = a + b × area over the rows whose price is not
-// clamped at max_cost, and returns the area weight that prices a tile in
-// proportion to its time: base tokens buy a ms, so area_weight = base × b / a.
-// ok is false when there are fewer than two usable rows or the fit is not
-// increasing.
-func suggestAreaWeight(rows []calibrationRow, w throttle.Weights) (weight float64, ok bool) {
-	var xs, ys []float64
-	for _, r := range rows {
-		if r.Price < w.MaxCost {
-			xs = append(xs, r.Area)
-			ys = append(ys, r.MedianMS)
+// calibrateOptions builds the models (now: calibrate needs them built) and
+// draws the anchors of every layer.
+func calibrateOptions(ctx context.Context, cfg Config, f calibrateFlags, pool *pgxpool.Pool, tileLayers []*tiles.Layer, stderr io.Writer) (calibrate.Options, error) {
+	var fenceLayers []geofence.Layer
+	if f.geofence {
+		fenceLayers = cfg.Geofence.Layers
+	}
+	models := pricing.NewModels(pool, density.Options{})
+	est, err := pricing.ForLayers(ctx, pool, models, tileLayers, fenceLayers)
+	if err != nil {
+		return calibrate.Options{}, err
+	}
+	fmt.Fprintln(stderr, "calibrate: building the density models…")
+	if err := models.Build(ctx); err != nil {
+		return calibrate.Options{}, err
+	}
+	toll, err := cfg.toll()
+	if err != nil {
+		return calibrate.Options{}, err
+	}
+	gcat, err := geofence.NewCatalog(fenceLayers)
+	if err != nil {
+		return calibrate.Options{}, err
+	}
+	gstore := geofence.NewStore(pool)
+	gstore.Timeout = cfg.Geofence.StatementTimeout
+	o := calibrate.Options{
+		Tiles: tiles.NewStore(pool), Estimator: est, TileLayers: tileLayers,
+		Anchors: map[string][]orb.Point{}, Limits: cfg.Geofence.Limits,
+		PerZoom: f.perZoom, Queries: f.queries, Runs: f.runs, Seed: f.seed, MinZoom: f.minZoom, MaxZoom: f.maxZoom,
+		MsPerToken: cfg.Throttle.MsPerToken,
+		Weights: func(group string) throttle.Weights {
+			if name, ok := strings.CutPrefix(group, "tiles/"); ok {
+				if w, ok := toll.LayerWeights[name]; ok {
+					return w
+				}
+			}
+			return toll.Default
+		},
+	}
+	if f.verbose {
+		o.Progress = stderr
+	}
+	for _, l := range tileLayers {
+		if o.Anchors[l.Name], err = loadtest.Anchors(ctx, pool, l, f.anchorsPerLayer, f.seed); err != nil {
+			return o, err
 		}
 	}
-	a, b, ok := fitLine(xs, ys)
-	if !ok || a <= 0 || b <= 0 {
-		return 0, false
+	if !f.geofence {
+		return o, nil
 	}
-	return w.Base * b / a, true
+	o.Geofence = gstore
+	for _, lc := range fenceLayers {
+		l, err := gcat.Resolve(lc.Name)
+		if err != nil {
+			return o, err
+		}
+		o.GeofenceLayers = append(o.GeofenceLayers, l)
+		table := pgx.Identifier(strings.Split(l.Table, ".")).Sanitize()
+		if o.Anchors["geofence/"+l.Name], err = loadtest.AnchorsOf(ctx, pool, table, "t."+pgx.Identifier{l.GeometryColumn}.Sanitize(), f.anchorsPerLayer, f.seed); err != nil {
+			return o, err
+		}
+	}
+	fences := pricing.Fences
+	o.FenceAnchors, err = loadtest.AnchorsOf(ctx, pool, fences.Table.Sanitize(), "ST_PointOnSurface(t."+pgx.Identifier{fences.GeometryColumn}.Sanitize()+")", f.anchorsPerLayer, f.seed)
+	slices.SortFunc(o.GeofenceLayers, func(a, b *geofence.Layer) int { return strings.Compare(a.Name, b.Name) })
+	return o, err
 }
 
-// fitLine is ordinary least squares of y = a + b·x.
-func fitLine(xs, ys []float64) (a, b float64, ok bool) {
-	n := float64(len(xs))
-	if len(xs) < 2 || len(xs) != len(ys) {
-		return 0, 0, false
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "an unnamed host"
 	}
-	var sx, sy, sxx, sxy float64
-	for i := range xs {
-		sx += xs[i]
-		sy += ys[i]
-		sxx += xs[i] * xs[i]
-		sxy += xs[i] * ys[i]
-	}
-	den := n*sxx - sx*sx
-	if den == 0 || math.IsNaN(den) {
-		return 0, 0, false
-	}
-	b = (n*sxy - sx*sy) / den
-	a = (sy - b*sx) / n
-	return a, b, true
-}
-
-func writeCalibration(out io.Writer, layer string, w throttle.Weights, rows []calibrationRow) {
-	fmt.Fprintf(out, "layer %s: base %g, area_weight %g, max_cost %g\n\n", layer, w.Base, w.AreaWeight, w.MaxCost)
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "zoom\tarea deg²\tmedian ms\tbytes\tprice\tms per token\ttimeouts\t")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%.4g\t%.2f\t%d\t%.2f\t%.3f\t%d\t\n", r.Zoom, r.Area, r.MedianMS, r.Bytes, r.Price, r.MedianMS/r.Price, r.Timeouts)
-	}
-	tw.Flush()
-	if s, ok := suggestAreaWeight(rows, w); ok {
-		fmt.Fprintf(out, "\nsuggested area_weight: %.4g (tiles priced in proportion to their database time; now %g)\n", s, w.AreaWeight)
-	} else {
-		fmt.Fprintln(out, "\nno suggestion: too few unclamped zooms, or time does not grow with area here")
-	}
+	return h
 }

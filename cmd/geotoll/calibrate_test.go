@@ -2,7 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,49 +11,93 @@ import (
 	"github.com/geotoll/geotoll/throttle"
 )
 
-func TestFitLine(t *testing.T) {
-	a, b, ok := fitLine([]float64{0, 1, 2, 3}, []float64{2, 5, 8, 11})
-	if !ok || a != 2 || b != 3 {
-		t.Fatalf("fit = %v + %v·x (%v), want 2 + 3·x", a, b, ok)
-	}
-	if _, _, ok := fitLine([]float64{1}, []float64{1}); ok {
-		t.Fatal("one point fitted")
-	}
-	if _, _, ok := fitLine([]float64{1, 1}, []float64{1, 2}); ok {
-		t.Fatal("vertical line fitted")
-	}
-}
-
-func TestSuggestAreaWeight(t *testing.T) {
-	w := throttle.Weights{Base: 1, AreaWeight: 0.5, MaxCost: 60}
-	rows := []calibrationRow{
-		{Zoom: 14, Area: 0.0004, MedianMS: 2.0004, Price: 1.0002},
-		{Zoom: 10, Area: 0.1, MedianMS: 2.1, Price: 1.05},
-		{Zoom: 8, Area: 1.6, MedianMS: 3.6, Price: 1.8},
-		{Zoom: 4, Area: 400, MedianMS: 100, Price: 60}, // clamped: ignored
-	}
-	got, ok := suggestAreaWeight(rows, w)
-	// ms = 2 + 1·area, so a tile of area A costs (2 + A)/2 base units: weight 0.5.
-	if !ok || got < 0.499 || got > 0.501 {
-		t.Fatalf("suggestion %v (%v), want 0.5", got, ok)
-	}
-}
-
-func TestCalibrateAgainstPostGIS(t *testing.T) {
+// calibrate fits the demo's layers, writes the weights file named in the
+// config, and a server built from that config prices with what it wrote.
+func TestCalibrateWritesWhatServeReads(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
-	var out bytes.Buffer
-	err := calibrate(context.Background(), cfg, []string{"-samples", "2", "-minzoom", "10", "-maxzoom", "13"}, &out, &out)
+	cfg.Throttle.WeightsFile = filepath.Join(t.TempDir(), "weights.yaml")
+	var stdout, stderr bytes.Buffer
+	err := runCalibrate(t.Context(), cfg, []string{"-layers", "places", "-per-zoom", "4", "-minzoom", "8", "-maxzoom", "14",
+		"-queries", "10", "-runs", "1"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	raw, err := os.ReadFile(cfg.Throttle.WeightsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := out.String()
-	for _, want := range []string{"layer places", "median ms", "\n10 ", "\n13 "} {
-		if !strings.Contains(strings.ReplaceAll(text, "  ", " "), strings.TrimSpace(want)) {
-			t.Fatalf("calibrate output lacks %q:\n%s", want, text)
+	for _, want := range []string{"tiles:", "  places:", "geofence:", "fences:", "query_ms:", "Held-out Spearman"} {
+		if !strings.Contains(string(raw), want) {
+			t.Fatalf("the weights file lacks %q:\n%s", want, raw)
 		}
 	}
-	if err := calibrate(context.Background(), cfg, []string{"-layer", "nope"}, &out, &out); err == nil {
-		t.Fatal("unknown layer accepted")
+	for _, want := range []string{"tiles/places", "geofence/places", "geofence/districts", "fences", "ρ price"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Fatalf("the report lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	file, err := cfg.weightsFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := cfg.toll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := gate.LayerWeights["places"].Work, file.Tiles["places"]; got != want {
+		t.Fatalf("serve prices places with %+v, calibrate wrote %+v", got, want)
+	}
+	if got, want := gate.LayerWeights["districts"].Work, throttle.DefaultWeights().Work; got != want {
+		t.Fatalf("districts, not calibrated, priced with %+v, want the default %+v", got, want)
+	}
+	if got, want := gate.GeofenceWork["districts"], file.Geofence["districts"]; got != want || got.QueryMS+got.FeatureMS+got.VertexMS == 0 {
+		t.Fatalf("serve prices districts queries with %+v, calibrate wrote %+v", got, want)
+	}
+	if gate.FenceWork != *file.Fences {
+		t.Fatalf("serve prices fences with %+v, calibrate wrote %+v", gate.FenceWork, *file.Fences)
+	}
+}
+
+func TestCalibrateRefusesBadArguments(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Database.URL = "postgres://127.0.0.1:1/none"
+	for _, args := range [][]string{
+		{"-layers", "nope"},
+		{"-minzoom", "9", "-maxzoom", "8"},
+		{"-per-zoom", "0"},
+		{"-maxzoom", "40"},
+	} {
+		var out bytes.Buffer
+		if err := runCalibrate(t.Context(), cfg, args, &out, &out); err == nil {
+			t.Errorf("calibrate %v: accepted", args)
+		}
+	}
+}
+
+// A weights file must name only layers the config serves, and be a file
+// calibrate could have written.
+func TestWeightsFileIsChecked(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"unknown layer":  "tiles:\n  nope: {query_ms: 1}\n",
+		"unknown fence":  "geofence:\n  nope: {query_ms: 1}\n",
+		"negative":       "tiles:\n  places: {query_ms: -1}\n",
+		"unknown key":    "tiles:\n  places: {query: 1}\n",
+		"missing file":   "",
+		"not a mapping?": "tiles: [1, 2]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Throttle.WeightsFile = filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".yaml")
+			if text != "" {
+				if err := os.WriteFile(cfg.Throttle.WeightsFile, []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := cfg.toll(); err == nil {
+				t.Fatal("accepted")
+			}
+		})
 	}
 }

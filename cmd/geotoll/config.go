@@ -4,14 +4,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/calibrate"
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -286,15 +289,52 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// catalog builds the tile catalog and the per-layer weights.
+// catalog builds the tile catalog and the per-layer weights: the
+// defaults, then throttle.weights, then the layer's work model from the
+// weights file, then the layer's own weights.
 func (c Config) catalog() (*tiles.Catalog, map[string]throttle.Weights, error) {
+	file, err := c.weightsFile()
+	if err != nil {
+		return nil, nil, err
+	}
 	base := c.Throttle.Weights.apply(throttle.DefaultWeights())
 	layers := make([]tiles.Layer, 0, len(c.Layers))
 	weights := make(map[string]throttle.Weights, len(c.Layers))
 	for _, lc := range c.Layers {
 		layers = append(layers, lc.Layer)
-		weights[lc.Name] = lc.Weights.apply(base)
+		w := base
+		if m, ok := file.Tiles[lc.Name]; ok {
+			w.Work = m
+		}
+		weights[lc.Name] = lc.Weights.apply(w)
 	}
 	cat, err := tiles.NewCatalog(layers)
 	return cat, weights, err
+}
+
+// weightsFile reads throttle.weights_file, if set: every layer it names
+// must be one the config serves.
+func (c Config) weightsFile() (calibrate.File, error) {
+	if c.Throttle.WeightsFile == "" {
+		return calibrate.File{}, nil
+	}
+	f, err := calibrate.ReadFile(c.Throttle.WeightsFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return f, fmt.Errorf("throttle.weights_file: %w (write it with `geotoll calibrate`)", err)
+	}
+	if err != nil {
+		return f, fmt.Errorf("throttle.weights_file: %w", err)
+	}
+	var errs []error
+	for name := range f.Tiles {
+		if !slices.ContainsFunc(c.Layers, func(l LayerConfig) bool { return l.Name == name }) {
+			errs = append(errs, fmt.Errorf("throttle.weights_file %s: tile layer %q is not in the config", c.Throttle.WeightsFile, name))
+		}
+	}
+	for name := range f.Geofence {
+		if !slices.ContainsFunc(c.Geofence.Layers, func(l geofence.Layer) bool { return l.Name == name }) {
+			errs = append(errs, fmt.Errorf("throttle.weights_file %s: geofence layer %q is not in the config", c.Throttle.WeightsFile, name))
+		}
+	}
+	return f, errors.Join(errs...)
 }

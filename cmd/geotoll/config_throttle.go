@@ -41,6 +41,11 @@ type WeightsConfig struct {
 	FeatureWeight *float64 `yaml:"feature_weight"`
 	PointWeight   *float64 `yaml:"point_weight"`
 	MaxCost       *float64 `yaml:"max_cost"`
+	// The work model: database time in ms per query, per feature read and
+	// per vertex read (fitted by `geotoll calibrate`).
+	QueryMS   *float64 `yaml:"query_ms"`
+	FeatureMS *float64 `yaml:"feature_ms"`
+	VertexMS  *float64 `yaml:"vertex_ms"`
 }
 
 // apply returns base with w's set fields.
@@ -59,6 +64,9 @@ func (w *WeightsConfig) apply(base throttle.Weights) throttle.Weights {
 	set(&base.FeatureWeight, w.FeatureWeight)
 	set(&base.PointWeight, w.PointWeight)
 	set(&base.MaxCost, w.MaxCost)
+	set(&base.Work.QueryMS, w.QueryMS)
+	set(&base.Work.FeatureMS, w.FeatureMS)
+	set(&base.Work.VertexMS, w.VertexMS)
 	return base
 }
 
@@ -92,11 +100,19 @@ type ThrottleConfig struct {
 	// layer's statement_timeout.
 	TimeoutFactor float64       `yaml:"timeout_factor"`
 	TimeoutFloor  time.Duration `yaml:"timeout_floor"`
+	// WeightsFile names the work models `geotoll calibrate` wrote for this
+	// database: they replace the defaults of the layers they name (a
+	// layer's own weights in this config still win). Empty: the defaults.
+	WeightsFile string `yaml:"weights_file"`
 }
 
 // toll builds the throttle gate (without its stores and keys).
 func (c Config) toll() (*toll.Toll, error) {
 	_, weights, err := c.catalog()
+	if err != nil {
+		return nil, err
+	}
+	file, err := c.weightsFile()
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +131,11 @@ func (c Config) toll() (*toll.Toll, error) {
 		LayerWeights: weights,
 		Default:      c.Throttle.Weights.apply(throttle.DefaultWeights()),
 		ShadowLayers: map[string]bool{},
+		GeofenceWork: file.Geofence,
 		MsPerToken:   c.Throttle.MsPerToken, TimeoutFactor: c.Throttle.TimeoutFactor, TimeoutFloor: c.Throttle.TimeoutFloor,
+	}
+	if file.Fences != nil {
+		t.FenceWork = *file.Fences
 	}
 	for name, tc := range c.Throttle.Tiers {
 		t.Tiers[name] = toll.Tier{Name: name, Limit: tc.limit(), MaxCost: tc.MaxCost, Shadow: tc.Shadow, MaxInFlight: tc.MaxInFlight}

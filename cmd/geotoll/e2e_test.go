@@ -63,7 +63,35 @@ func startLogging(t testing.TB, edit func(*Config), logger *slog.Logger) *Main {
 			t.Errorf("serve: %v", err)
 		}
 	})
+	waitPriced(t, m)
 	return m
+}
+
+// waitPriced waits until the price models of the demo's relations (schema
+// geotoll) are built: the tests see the prices of a server that has been up
+// a while — by the work a request reads, not by its size. Relations of a
+// test's own fixtures are not waited for.
+func waitPriced(t *testing.T, m *Main) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ready, demo := 0, 0
+		for _, st := range m.pricing.models.Status() {
+			if strings.HasPrefix(st.Relation, `"geotoll".`) {
+				demo++
+				if st.Ready {
+					ready++
+				}
+			}
+		}
+		if demo > 0 && ready == demo {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("price models not built in 2 minutes: %+v", m.pricing.models.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // createKey makes a real API key in the test database (removed when the

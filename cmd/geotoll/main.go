@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "loadtest":
 		return runLoadtest(ctx, cfg, rest[1:], stdout, stderr)
 	case "calibrate":
-		return calibrate(ctx, cfg, rest[1:], stdout, stderr)
+		return runCalibrate(ctx, cfg, rest[1:], stdout, stderr)
 	case "opendata":
 		return openData(ctx, cfg, rest[1:], stdout, stderr)
 	case "version":

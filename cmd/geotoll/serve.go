@@ -47,6 +47,7 @@ type Main struct {
 	keys     *apikeys.Ring
 	gate     *toll.Toll
 	budgets  *throttle.RedisStore // nil in single-instance mode
+	pricing  *pricingSetup
 	failover *throttle.Failover   // nil in single-instance mode
 	ready    *server.Readiness
 	dbCheck  *server.ConnCheck
@@ -136,6 +137,9 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	}
 	tileHandler, err := m.openTiles(ctx, gate, gate.Proxies, metrics)
 	if err != nil {
+		return err
+	}
+	if checks["pricing"], err = m.openPricing(gate, tileHandler.Catalog); err != nil {
 		return err
 	}
 	fences, err := m.openGeofence(ctx, gate, metrics)
@@ -271,6 +275,7 @@ func (m *Main) Serve(ctx context.Context) error {
 	loops.Go(func() { m.keys.Run(bg) })
 	loops.Go(func() { m.ready.Run(bg) })
 	loops.Go(func() { m.refreshTiles(bg) })
+	loops.Go(func() { m.runPricing(bg) })
 	defer loops.Wait()
 	defer stopBG()
 	m.Logger.Info("serving", "addr", m.Addr(), "version", version)

@@ -445,6 +445,9 @@ func TestEndToEndConcurrentMissesRunOneQuery(t *testing.T) {
 	base, _ := startServer(t, func(c *Config) {
 		c.Tiles.Cache.MaxBytes = 0
 		c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".slow", 10*time.Second)})
+		// The view's one row looks cheap, and a request's statements run
+		// for at most 4 × what it paid (or timeout_floor): let them sleep.
+		c.Throttle.TimeoutFloor = 10 * time.Second
 	})
 	url := tileURL(base, "slow", maptile.At(berlinCentre, 14))
 	const n = 8

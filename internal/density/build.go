@@ -45,6 +45,9 @@ func Build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, erro
 	return q.build(ctx, db, rel, opts)
 }
 
+// ApplicationName is the application_name a model's build runs under.
+const ApplicationName = "geotoll-density"
+
 // queryText is a relation's rendered build queries.
 type queryText struct{ rows, cells string }
 
@@ -92,8 +95,10 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 	// Read only: nothing to keep. A rollback that fails closes the connection.
 	defer func() { _ = tx.Rollback(ctx) }()
 	timeout := strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
+	// pg_stat_activity names the build apart from the requests it prices.
 	if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true),
-		set_config('jit', 'off', true), set_config('work_mem', $2, true)`, timeout, buildWorkMem); err != nil {
+		set_config('jit', 'off', true), set_config('work_mem', $2, true),
+		set_config('application_name', $3, true)`, timeout, buildWorkMem, ApplicationName); err != nil {
 		return nil, fmt.Errorf("density %s: settings: %w", rel, err)
 	}
 	planned, err := plannedRows(ctx, tx, q.rows)

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/density"
+	"github.com/geotoll/geotoll/internal/pricing"
+	"github.com/geotoll/geotoll/server"
+	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/toll"
+)
+
+// pricingSetup is what runPricing needs: the layers whose relations it
+// models, and where the estimator goes once it is built.
+type pricingSetup struct {
+	models *pricing.Models
+	lazy   *pricing.Lazy
+	tiles  []*tiles.Layer
+}
+
+// openPricing makes the toll price requests by the work they read: the
+// density models of every relation a layer reads, built and kept current
+// in the background by runPricing. Until a model is built, its requests
+// are priced by their size, and /readyz and the metrics say so.
+func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, error) {
+	m.pricing = &pricingSetup{
+		models: pricing.NewModels(m.Pool, density.Options{}),
+		lazy:   &pricing.Lazy{},
+		tiles:  cat.Layers(),
+	}
+	gate.Estimator = m.pricing.lazy
+	if err := server.WatchPricing(m.Registry, m.pricing.models.Status); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return func(context.Context) error { return pricingReady(m.pricing.models.Status()) }, nil
+}
+
+// pricingReady is the readiness of the models: not-yet-built models leave
+// the process ready, but say that their requests are priced by size.
+func pricingReady(all []density.Status) error {
+	if len(all) == 0 {
+		return &server.DegradedError{Detail: "the price models are not set up yet: requests are priced by their size"}
+	}
+	var building []string
+	for _, st := range all {
+		if !st.Ready {
+			building = append(building, st.Relation)
+		}
+	}
+	if len(building) > 0 {
+		return &server.DegradedError{Detail: fmt.Sprintf("%d of %d price models not built yet (%s): their requests are priced by their size",
+			len(building), len(all), strings.Join(building, ", "))}
+	}
+	return &server.ReadyNote{Detail: fmt.Sprintf("%d price models", len(all))}
+}
+
+// runPricing learns the relations' geometry kinds (retrying while the
+// database does not answer), installs the estimator and keeps the models
+// current until ctx ends.
+func (m *Main) runPricing(ctx context.Context) {
+	p := m.pricing
+	var est *pricing.Estimator
+	for {
+		var err error
+		if est, err = m.newEstimator(ctx); err == nil {
+			break
+		}
+		m.Logger.Warn("price models not set up yet: requests are priced by their size", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+	p.lazy.Set(est)
+	p.models.Run(ctx)
+}
+
+// newEstimator tracks every relation the layers read.
+func (m *Main) newEstimator(ctx context.Context) (*pricing.Estimator, error) {
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return pricing.ForLayers(kctx, m.Pool, m.pricing.models, m.pricing.tiles, m.Config.Geofence.Layers)
+}

@@ -1,0 +1,109 @@
+package calibrate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/geotoll/geotoll/throttle"
+)
+
+// File is the weights file: the work models `geotoll calibrate` fitted, in
+// milliseconds of database time, which `serve` with the same config reads
+// (throttle.weights_file). A model here replaces the default of its layer;
+// a layer's own weights in the config still win.
+type File struct {
+	Tiles    map[string]throttle.WorkModel `yaml:"tiles,omitempty"`    // by tile layer
+	Geofence map[string]throttle.WorkModel `yaml:"geofence,omitempty"` // within and bbox, by geofence layer
+	Fences   *throttle.WorkModel           `yaml:"fences,omitempty"`   // contains and check
+}
+
+// File returns the fitted groups as a weights file.
+func (rep Report) File() File {
+	var f File
+	for name, m := range rep.Work() {
+		switch {
+		case name == "fences":
+			f.Fences = &m
+		case strings.HasPrefix(name, "tiles/"):
+			if f.Tiles == nil {
+				f.Tiles = map[string]throttle.WorkModel{}
+			}
+			f.Tiles[strings.TrimPrefix(name, "tiles/")] = m
+		case strings.HasPrefix(name, "geofence/"):
+			if f.Geofence == nil {
+				f.Geofence = map[string]throttle.WorkModel{}
+			}
+			f.Geofence[strings.TrimPrefix(name, "geofence/")] = m
+		}
+	}
+	return f
+}
+
+// Write writes f as YAML after a comment of header lines.
+func (f File) Write(w io.Writer, header []string) error {
+	var buf bytes.Buffer
+	for _, h := range header {
+		fmt.Fprintf(&buf, "# %s\n", h)
+	}
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(f); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// ReadFile reads a weights file: unknown keys and negative or non-finite
+// models are errors.
+func ReadFile(path string) (File, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return File{}, err
+	}
+	var f File
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return File{}, fmt.Errorf("weights file %s: %w", path, err)
+	}
+	var errs []error
+	check := func(what string, m throttle.WorkModel) {
+		w := throttle.Weights{Base: 1, MaxCost: 1, Work: m}
+		if err := w.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	for _, name := range sortedKeys(f.Tiles) {
+		check("tiles."+name, f.Tiles[name])
+	}
+	for _, name := range sortedKeys(f.Geofence) {
+		check("geofence."+name, f.Geofence[name])
+	}
+	if f.Fences != nil {
+		check("fences", *f.Fences)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return File{}, fmt.Errorf("weights file %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func sortedKeys(m map[string]throttle.WorkModel) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,215 @@
+package pricing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/density"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// Estimator answers the toll's question — what does this request read? —
+// from the models. Bind it to the layers once at start-up; an estimate is
+// a few map and array lookups and the model's own arithmetic: no call, no
+// allocation.
+type Estimator struct {
+	tiles  map[*tiles.Layer]*[tiles.MaxZoom + 1]tileModel
+	layers map[string]*density.Refresher // geofence layers by name
+	fences *density.Refresher            // contains and check
+}
+
+// TileSource is the relation a tile of a layer reads at a zoom.
+type TileSource func(l *tiles.Layer, z maptile.Zoom) (density.Relation, bool)
+
+// NewEstimator tracks, in models, every relation the layers read: each
+// tile layer at each of its zooms (source), each geofence layer, and the
+// fences. A relation a model cannot describe (an SRID other than 3857 or
+// 4326) is left out: its requests are priced by size.
+func NewEstimator(models *Models, tileLayers []*tiles.Layer, source TileSource, fenceLayers map[string]density.Relation, fences *density.Relation) (*Estimator, error) {
+	e := &Estimator{tiles: make(map[*tiles.Layer]*[tiles.MaxZoom + 1]tileModel), layers: make(map[string]*density.Refresher)}
+	track := func(rel density.Relation) (*density.Refresher, error) {
+		if rel.Validate() != nil {
+			return nil, nil // not modelled: priced by size
+		}
+		return models.Track(rel)
+	}
+	for _, l := range tileLayers {
+		var byZoom [tiles.MaxZoom + 1]tileModel
+		for z := l.MinZoom; z <= l.MaxZoom; z++ {
+			rel, ok := source(l, maptile.Zoom(z))
+			if !ok {
+				continue
+			}
+			r, err := track(rel)
+			if err != nil {
+				return nil, fmt.Errorf("tile layer %q: %w", l.Name, err)
+			}
+			byZoom[z] = tileModel{r: r, capped: rel.Kind != density.Point}
+		}
+		e.tiles[l] = &byZoom
+	}
+	for name, rel := range fenceLayers {
+		r, err := track(rel)
+		if err != nil {
+			return nil, fmt.Errorf("geofence layer %q: %w", name, err)
+		}
+		e.layers[name] = r
+	}
+	if fences != nil {
+		r, err := track(*fences)
+		if err != nil {
+			return nil, fmt.Errorf("fences: %w", err)
+		}
+		e.fences = r
+	}
+	return e, nil
+}
+
+// ForLayers tracks, in models, every relation the layers read — each tile
+// layer's table at every zoom, each geofence layer's table, and the fences
+// (geotoll.geofences) — after one query for their geometry kinds, and
+// returns the estimator over them.
+func ForLayers(ctx context.Context, db density.DB, models *Models, tileLayers []*tiles.Layer, fenceLayers []geofence.Layer) (*Estimator, error) {
+	var tables []pgx.Identifier
+	var columns []string
+	for _, l := range tileLayers {
+		tables, columns = append(tables, tileTable(l)), append(columns, l.GeometryColumn)
+	}
+	for _, l := range fenceLayers {
+		tables, columns = append(tables, pgx.Identifier(strings.Split(l.Table, "."))), append(columns, l.GeometryColumn)
+	}
+	kinds, err := Kinds(ctx, db, tables, columns)
+	if err != nil {
+		return nil, err
+	}
+	tileRel := make(map[*tiles.Layer]density.Relation, len(tileLayers))
+	for i, l := range tileLayers {
+		tileRel[l] = density.Relation{Table: tables[i], GeometryColumn: l.GeometryColumn, SRID: l.SRID, Kind: kinds[i]}
+	}
+	source := func(l *tiles.Layer, _ maptile.Zoom) (density.Relation, bool) {
+		rel, ok := tileRel[l]
+		return rel, ok
+	}
+	fenceRel := make(map[string]density.Relation, len(fenceLayers))
+	for i, l := range fenceLayers {
+		j := len(tileLayers) + i
+		fenceRel[l.Name] = density.Relation{Table: tables[j], GeometryColumn: l.GeometryColumn, SRID: density.SRIDLonLat, Kind: kinds[j]}
+	}
+	return NewEstimator(models, tileLayers, source, fenceRel, &Fences)
+}
+
+// tileTable is a tile layer's table as an identifier.
+func tileTable(l *tiles.Layer) pgx.Identifier {
+	if l.Schema != "" {
+		return pgx.Identifier{l.Schema, l.Table}
+	}
+	return pgx.Identifier(strings.Split(l.Table, "."))
+}
+
+// Fences is the relation contains and check read.
+var Fences = density.Relation{Table: pgx.Identifier{"geotoll", "geofences"}, GeometryColumn: "geom", SRID: density.SRIDLonLat, Kind: density.Polygon}
+
+// tileModel is the model a tile of a layer reads at one zoom; capped when
+// the query simplifies and encodes at most the layer's feature cap of the
+// features it reads (lines and polygons).
+type tileModel struct {
+	r      *density.Refresher
+	capped bool
+}
+
+// model is r's model, nil when r is nil or not built yet.
+func model(r *density.Refresher) *density.Model {
+	if r == nil {
+		return nil
+	}
+	return r.Model()
+}
+
+// Tile estimates what a tile of l reads: the features in its envelope
+// widened by the layer's buffer, on the relation its zoom reads, and their
+// vertices — for lines and polygons, those of at most the layer's feature
+// cap of them (the query reads every candidate's box, but simplifies and
+// encodes no more than the cap: the estimate scales the vertices down by
+// cap / features). ok is false while no model answers.
+func (e *Estimator) Tile(l *tiles.Layer, t maptile.Tile) (density.Estimate, bool) {
+	byZoom := e.tiles[l]
+	if byZoom == nil || int(t.Z) >= len(byZoom) {
+		return density.Estimate{}, false
+	}
+	tm := byZoom[t.Z]
+	m := model(tm.r)
+	if m == nil {
+		return density.Estimate{}, false
+	}
+	env := tiles.Envelope(t)
+	pad := (env.Max[0] - env.Min[0]) * float64(l.Buffer) / float64(l.Extent)
+	env.Min[0], env.Min[1] = env.Min[0]-pad, env.Min[1]-pad
+	env.Max[0], env.Max[1] = env.Max[0]+pad, env.Max[1]+pad
+	est := m.Rect(env)
+	if capped := float64(l.MaxFeatures); tm.capped && capped > 0 && est.Features > capped {
+		est.Vertices *= capped / est.Features
+	}
+	return est, true
+}
+
+// Geofence estimates what a geofence query reads: the radius circle or the
+// box on its layer, the point (or every point of a batch) on the fences.
+func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
+	switch d.Kind {
+	case geofence.KindWithin:
+		if m := model(e.layers[d.Layer]); m != nil && len(d.At) == 1 {
+			return m.Circle(d.At[0], d.RadiusM), true
+		}
+	case geofence.KindBBox:
+		if m := model(e.layers[d.Layer]); m != nil {
+			b := d.Bound
+			if b.Max[0] > 180 { // unwrapped across the antimeridian: the model wants minx > maxx
+				b.Max[0] -= 360
+			}
+			return m.BBox(b), true
+		}
+	case geofence.KindContains, geofence.KindCheck:
+		if m := model(e.fences); m != nil && len(d.At) > 0 {
+			var sum density.Estimate
+			for _, p := range d.At {
+				est := m.Point(p)
+				sum.Features += est.Features
+				sum.Vertices += est.Vertices
+			}
+			return sum, true
+		}
+	}
+	return density.Estimate{}, false
+}
+
+// Lazy is an Estimator that arrives later: until Set, it has no estimate
+// (the toll prices by size). The server sets it once the database has
+// told the relations' geometry kinds.
+type Lazy struct{ e atomic.Pointer[Estimator] }
+
+// Set installs e.
+func (l *Lazy) Set(e *Estimator) { l.e.Store(e) }
+
+// Tile implements toll.Estimator.
+func (l *Lazy) Tile(layer *tiles.Layer, t maptile.Tile) (density.Estimate, bool) {
+	if e := l.e.Load(); e != nil {
+		return e.Tile(layer, t)
+	}
+	return density.Estimate{}, false
+}
+
+// Geofence implements toll.Estimator.
+func (l *Lazy) Geofence(d geofence.Demand) (density.Estimate, bool) {
+	if e := l.e.Load(); e != nil {
+		return e.Geofence(d)
+	}
+	return density.Estimate{}, false
+}

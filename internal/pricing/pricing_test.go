@@ -1,0 +1,253 @@
+package pricing_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/density"
+	"github.com/geotoll/geotoll/internal/pricing"
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/tiles"
+	"github.com/geotoll/geotoll/toll"
+)
+
+// counter is a pgx tracer that counts the queries a pool sends.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// tracedReadPool is the read role's pool with a query counter.
+func tracedReadPool(t testing.TB) (*pgxpool.Pool, *counter) {
+	t.Helper()
+	cfg := testenv.PoolConfig(t, testenv.ReadDatabaseURL(t))
+	c := &counter{}
+	cfg.ConnConfig.Tracer = c
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, c
+}
+
+var places = density.Relation{Table: pgx.Identifier{"geotoll", "places"}, GeometryColumn: "geom_3857", SRID: 3857, Kind: density.Point}
+
+// demoEstimator models the demo places layer (tiles) and fences, built now.
+func demoEstimator(t testing.TB, pool *pgxpool.Pool) (*pricing.Estimator, *tiles.Layer) {
+	t.Helper()
+	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := cat.Layer("places")
+	models := pricing.NewModels(pool, density.Options{})
+	fences := density.Relation{Table: pgx.Identifier{"geotoll", "geofences"}, GeometryColumn: "geom", SRID: 4326, Kind: density.Polygon}
+	e, err := pricing.NewEstimator(models, []*tiles.Layer{layer},
+		func(*tiles.Layer, maptile.Zoom) (density.Relation, bool) { return places, true },
+		map[string]density.Relation{"places": {Table: pgx.Identifier{"geotoll", "places"}, GeometryColumn: "geom", SRID: 4326, Kind: density.Point}},
+		&fences)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	go models.Run(ctx)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ready := 0
+		for _, st := range models.Status() {
+			if st.Ready {
+				ready++
+			}
+		}
+		if ready == 3 {
+			return e, layer
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("models not built in 2 minutes: %+v", models.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Pricing makes no database call: after the models are built, pricing
+// hundreds of tiles and geofence queries sends the pool nothing.
+func TestPricingMakesNoDatabaseCall(t *testing.T) {
+	pool, queries := tracedReadPool(t)
+	e, layer := demoEstimator(t, pool)
+	gate := &toll.Toll{Default: throttle.DefaultWeights(), Estimator: e}
+	gate.Default.Work = throttle.WorkModel{QueryMS: 1, FeatureMS: 0.01}
+	before := queries.n.Load()
+	for z := range maptile.Zoom(17) {
+		for _, p := range []orb.Point{{13.4, 52.5}, {-30, -40}, {151.2, -33.9}} {
+			tile := maptile.At(p, z)
+			if _, ok := e.Tile(layer, tile); !ok {
+				t.Fatalf("no estimate for %v with the model built", tile)
+			}
+			gate.TilePrice(tiles.Demand{Layers: []*tiles.Layer{layer}, Tile: tile})
+		}
+	}
+	for _, d := range []geofence.Demand{
+		{Kind: geofence.KindWithin, Layer: "places", RadiusM: 5000, At: []orb.Point{{13.4, 52.5}}},
+		{Kind: geofence.KindBBox, Layer: "places", Bound: orb.Bound{Min: orb.Point{13, 52}, Max: orb.Point{14, 53}}},
+		{Kind: geofence.KindContains, At: []orb.Point{{13.4, 52.5}}},
+		{Kind: geofence.KindCheck, At: []orb.Point{{13.4, 52.5}, {2.35, 48.85}}},
+	} {
+		if _, ok := e.Geofence(d); !ok {
+			t.Fatalf("no estimate for %+v with the models built", d)
+		}
+		gate.GeofencePrice(d)
+	}
+	if n := queries.n.Load() - before; n != 0 {
+		t.Fatalf("pricing sent %d queries to the database", n)
+	}
+}
+
+// Prices follow what a tile reads: an empty-ocean z2 tile costs about the
+// query alone, and the densest z10 tile around a demo city far more than
+// the median one.
+func TestPricesFollowDensity(t *testing.T) {
+	pool, _ := tracedReadPool(t)
+	e, layer := demoEstimator(t, pool)
+	gate := &toll.Toll{Default: throttle.DefaultWeights(), Estimator: e}
+	price := func(tile maptile.Tile) float64 {
+		return gate.TilePrice(tiles.Demand{Layers: []*tiles.Layer{layer}, Tile: tile})
+	}
+	ocean := maptile.At(orb.Point{-140, -40}, 2) // the South Pacific: no demo point
+	if p := price(ocean); p > 2 {
+		t.Errorf("an empty-ocean z2 tile costs %v tokens, want ≤ 2", p)
+	}
+	var z10 []float64
+	for x := uint32(540); x < 580; x++ {
+		for y := uint32(320); y < 350; y++ {
+			z10 = append(z10, price(maptile.New(x, y, 10)))
+		}
+	}
+	dense := price(maptile.At(orb.Point{13.4, 52.5}, 10)) // Berlin's centre
+	median := quantile(z10, 0.5)
+	if dense < 10*median {
+		t.Errorf("the densest z10 tile costs %v, the median of %d z10 tiles %v: want at least 10×", dense, len(z10), median)
+	}
+}
+
+func quantile(xs []float64, q float64) float64 {
+	s := append([]float64(nil), xs...)
+	for i := range s { // insertion sort: a test's few hundred values
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[int(q*float64(len(s)-1))]
+}
+
+// BenchmarkTilePrice is the toll's whole price of a tile from the model:
+// the relation of its zoom, the envelope and buffer, the model, the weights.
+func BenchmarkTilePrice(b *testing.B) {
+	pool, _ := tracedReadPool(b)
+	e, layer := demoEstimator(b, pool)
+	gate := &toll.Toll{Default: throttle.DefaultWeights(), Estimator: e}
+	ts := []maptile.Tile{maptile.At(orb.Point{13.4, 52.5}, 14), maptile.At(orb.Point{13.4, 52.5}, 10),
+		maptile.At(orb.Point{-30, -40}, 2), maptile.At(orb.Point{2.35, 48.85}, 6)}
+	d := tiles.Demand{Layers: []*tiles.Layer{layer}}
+	b.ReportAllocs()
+	var sink float64
+	for i := 0; b.Loop(); i++ {
+		d.Tile = ts[i%len(ts)]
+		sink += gate.TilePrice(d)
+	}
+	if sink == 0 {
+		b.Fatal("no price")
+	}
+}
+
+// A model is a picture of the data when it was built: rows inserted into an
+// empty area are priced as nothing until the next refresh — and meanwhile
+// settlement charges what their query really took — then priced as what
+// they are.
+func TestRefreshPicksUpNewRowsAndSettlementChargesMeanwhile(t *testing.T) {
+	owner := testenv.Pool(t)
+	ctx := t.Context()
+	schema := pgx.Identifier{"pricing_test_" + strconv.FormatInt(time.Now().UnixNano(), 36)}.Sanitize()
+	for _, q := range []string{
+		`CREATE SCHEMA ` + schema,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO geotoll_reader`,
+		`CREATE TABLE ` + schema + `.spots (id bigint PRIMARY KEY, geom geometry(Point, 3857) NOT NULL)`,
+		`CREATE INDEX ON ` + schema + `.spots USING gist (geom)`,
+		`GRANT SELECT ON ` + schema + `.spots TO geotoll_reader`,
+		// A few points far from the empty area, so the model has data.
+		`INSERT INTO ` + schema + `.spots SELECT g, ST_Transform(ST_SetSRID(ST_MakePoint(10 + g * 0.001, 50), 4326), 3857) FROM generate_series(1, 100) g`,
+	} {
+		if _, err := owner.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _, _ = owner.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) })
+	pool, _ := tracedReadPool(t)
+	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "spots", Schema: schema[1 : len(schema)-1], Table: "spots", GeometryColumn: "geom", MaxFeatures: 200000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := cat.Layer("spots")
+	rel := density.Relation{Table: pgx.Identifier{schema[1 : len(schema)-1], "spots"}, GeometryColumn: "geom", SRID: 3857, Kind: density.Point}
+	models := pricing.NewModels(pool, density.Options{Interval: time.Hour})
+	e, err := pricing.NewEstimator(models, []*tiles.Layer{layer}, func(*tiles.Layer, maptile.Zoom) (density.Relation, bool) { return rel, true }, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := models.Track(rel)
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	empty := maptile.At(orb.Point{-60, -20}, 8) // no spot there yet
+	if est, _ := e.Tile(layer, empty); est.Features > 0.5 {
+		t.Fatalf("the empty tile estimates %v features", est.Features)
+	}
+	if _, err := owner.Exec(ctx, `INSERT INTO `+schema+`.spots
+		SELECT 1000 + g, ST_Transform(ST_SetSRID(ST_MakePoint(-60 + (g % 300) * 0.002, -20 + (g / 300) * 0.002), 4326), 3857)
+		FROM generate_series(1, 60000) g`); err != nil {
+		t.Fatal(err)
+	}
+	// The model still says empty: the door charges the query alone…
+	gate := &toll.Toll{Store: throttle.NewMemoryStore(throttle.MemoryOptions{}), Prefix: "t",
+		Tiers:   map[string]toll.Tier{toll.AnonymousTier: {Name: toll.AnonymousTier, Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}},
+		Default: throttle.Weights{Base: 0.25, MaxCost: 500, Work: throttle.WorkModel{QueryMS: 0.5, FeatureMS: 0.01}}, Estimator: e, FailedAuth: throttle.Limit{Rate: 1, Capacity: 10}}
+	h := toll.Finish(&tiles.Handler{Catalog: cat, Store: tiles.NewStore(pool), Gate: gate})
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/tiles/spots/8/"+strconv.Itoa(int(empty.X))+"/"+strconv.Itoa(int(empty.Y))+".mvt", nil)
+	req = mux.SetURLVars(req, map[string]string{tiles.VarLayer: "spots", tiles.VarZ: "8",
+		tiles.VarX: strconv.Itoa(int(empty.X)), tiles.VarY: strconv.Itoa(int(empty.Y)) + ".mvt"})
+	h.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		t.Fatalf("the tile: %d %s", w.Code, w.Body)
+	}
+	estimate, _ := strconv.ParseFloat(w.Header().Get("X-Request-Cost-Estimate"), 64)
+	settled, _ := strconv.ParseFloat(w.Header().Get("X-Request-Cost"), 64)
+	if estimate > 1 || settled <= estimate {
+		t.Fatalf("before the refresh: estimate %v, settled %v — want the query's price at the door, and more once it ran", estimate, settled)
+	}
+	// …and the next refresh sees the rows.
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if est, _ := e.Tile(layer, empty); est.Features < 50000 {
+		t.Fatalf("after the refresh the tile estimates %v features, want about 60000", est.Features)
+	}
+}
