@@ -151,6 +151,17 @@ func TestStoreSettle(t *testing.T) {
 		a.Ticket.Settle(2)
 		a.Ticket.Settle(0) // a second settle does nothing
 		settled(t, sc.store, b, 8)
+		// A refund never exceeds what was paid: a negative cost settles at
+		// 0 (paid 3 → 3 back, not 103); an unknown (NaN) one at the price.
+		a = mustAdmit(t, sc.store, Request{Bucket: b, Cost: 3, Debt: 5})
+		a.Ticket.Settle(-100)
+		settled(t, sc.store, b, 8)
+		a = mustAdmit(t, sc.store, Request{Bucket: b, Cost: 3, Debt: 5})
+		a.Ticket.Settle(math.NaN())
+		settled(t, sc.store, b, 5)
+		a = mustAdmit(t, sc.store, Request{Bucket: b, Cost: 3, Debt: 5})
+		a.Ticket.Settle(0)
+		settled(t, sc.store, b, 5)
 		// Debit: paid 1, cost 20 → down to the floor of -5, not -11.
 		a = mustAdmit(t, sc.store, Request{Bucket: b, Cost: 1, Debt: 5})
 		a.Ticket.Settle(20)
