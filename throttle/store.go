@@ -122,10 +122,10 @@ func (t *Ticket) Paid() float64 {
 }
 
 // Settle finishes the request with what it really cost, in tokens: more
-// refunded (never more than it paid: a negative cost counts as 0; a NaN one
-// as the price paid). A shadow admission spent
-// refunded (never more than it paid: cost >= 0). A shadow admission spent
-// nothing and settles nothing. Settle after the first call does nothing.
+// than it paid is debited (down to the request's Debt below zero), less is
+// refunded (never more than it paid: a negative cost counts as 0, a NaN one
+// as the price paid). A shadow admission spent nothing and settles nothing.
+// Settle after the first call does nothing.
 func (t *Ticket) Settle(cost float64) {
 	if t == nil || t.owner == nil || !t.finished.CompareAndSwap(false, true) {
 		return
