@@ -15,6 +15,10 @@
 --       and weighs 1/$3 (1: every row, weight 1)
 --   $4  a geometry stored in at least this many bytes (pg_column_size, no
 --       detoasting) is heavy: always read, with weight 1
+--   $5  giant level G: a heavy feature whose fit level is at most G is a
+--       giant, grouped alone by the cell of the finest level that holds
+--       its box centre (in practice one row per feature), so the model can
+--       keep it whole
 --
 -- Coordinates are normalised Web Mercator, clamped into [0, 1]: x is 0 at
 -- 180°W and 1 at 180°E, y is 0 at 85.0511°S and 1 at 85.0511°N.
@@ -22,13 +26,15 @@
 -- level f; the
 -- weighted feature count and vertex sum; the weighted sums of box widths
 -- and heights; the extent of the box centres, doubled (x0 + x1, y0 + y1);
--- the weighted sums of the doubled centres.
+-- the weighted sums of the doubled centres; the giant's cell at the finest
+-- level (ix·2^20 + iy), or -1 for the features grouped by cell.
 -- The innermost subqueries end in OFFSET 0 so that the planner computes
 -- each box once instead of inlining it into every expression.
 SELECT heavy, f, ix >> ($1::int - f), iy >> ($1::int - f),
        sum(w), sum(w * np), sum(w * (x1 - x0)), sum(w * (y1 - y0)),
        min(x0 + x1), max(x0 + x1), min(y0 + y1), max(y0 + y1),
-       sum(w * (x0 + x1)), sum(w * (y0 + y1))
+       sum(w * (x0 + x1)), sum(w * (y0 + y1)),
+       CASE WHEN heavy AND f <= $5::int THEN ix::bigint * 1048576 + iy ELSE -1 END AS giant
 FROM (
     SELECT least($1::int, floor(-ln(greatest(x1 - x0, y1 - y0, 1 / $2::float8)) / ln(2::float8)))::int AS f,
            least($2::float8 - 1, floor((x0 + x1) * $2::float8 / 2))::int AS ix,
@@ -63,4 +69,4 @@ FROM (
         OFFSET 0
     ) AS n
 ) AS c
-GROUP BY 1, 2, 3, 4
+GROUP BY 1, 2, 3, 4, giant

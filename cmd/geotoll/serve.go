@@ -48,7 +48,7 @@ type Main struct {
 	gate     *toll.Toll
 	budgets  *throttle.RedisStore // nil in single-instance mode
 	pricing  *pricingSetup
-	failover *throttle.Failover   // nil in single-instance mode
+	failover *throttle.Failover // nil in single-instance mode
 	ready    *server.Readiness
 	dbCheck  *server.ConnCheck
 	listener net.Listener

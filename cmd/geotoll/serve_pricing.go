@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/geotoll/geotoll/internal/density"
@@ -19,6 +20,21 @@ type pricingSetup struct {
 	models *pricing.Models
 	lazy   *pricing.Lazy
 	tiles  []*tiles.Layer
+	// changed says the tile catalog's storage changed: the relations a
+	// layer reads at some zoom are no longer those the estimator tracks.
+	changed chan struct{}
+}
+
+// storageChanged tells runPricing to track the relations the tile layers
+// read now; it never blocks.
+func (p *pricingSetup) storageChanged() {
+	if p == nil {
+		return
+	}
+	select {
+	case p.changed <- struct{}{}:
+	default: // one pending rebuild reads the newest storage anyway
+	}
 }
 
 // openPricing makes the toll price requests by the work they read: the
@@ -27,9 +43,10 @@ type pricingSetup struct {
 // are priced by their size, and /readyz and the metrics say so.
 func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, error) {
 	m.pricing = &pricingSetup{
-		models: pricing.NewModels(m.Pool, density.Options{}),
-		lazy:   &pricing.Lazy{},
-		tiles:  cat.Layers(),
+		models:  pricing.NewModels(m.Pool, density.Options{}),
+		lazy:    &pricing.Lazy{},
+		tiles:   cat.Layers(),
+		changed: make(chan struct{}, 1),
 	}
 	gate.Estimator = m.pricing.lazy
 	if err := server.WatchPricing(m.Registry, m.pricing.models.Status); err != nil {
@@ -59,24 +76,44 @@ func pricingReady(all []density.Status) error {
 
 // runPricing learns the relations' geometry kinds (retrying while the
 // database does not answer), installs the estimator and keeps the models
-// current until ctx ends.
+// current until ctx ends; when the tile storage changes, it installs an
+// estimator over the relations read now and drops the models of the rest.
 func (m *Main) runPricing(ctx context.Context) {
 	p := m.pricing
-	var est *pricing.Estimator
+	if !m.setEstimator(ctx) {
+		return
+	}
+	var loops sync.WaitGroup
+	defer loops.Wait()
+	loops.Go(func() { p.models.Run(ctx) })
 	for {
-		var err error
-		if est, err = m.newEstimator(ctx); err == nil {
-			break
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.changed:
+			m.setEstimator(ctx)
+		}
+	}
+}
+
+// setEstimator builds and installs the estimator, retrying every 5 s while
+// the database does not answer; false once ctx ends first.
+func (m *Main) setEstimator(ctx context.Context) bool {
+	p := m.pricing
+	for {
+		est, err := m.newEstimator(ctx)
+		if err == nil {
+			p.lazy.Set(est)
+			p.models.Keep(est.Reads())
+			return true
 		}
 		m.Logger.Warn("price models not set up yet: requests are priced by their size", "err", err)
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(5 * time.Second):
 		}
 	}
-	p.lazy.Set(est)
-	p.models.Run(ctx)
 }
 
 // newEstimator tracks every relation the layers read.

@@ -106,6 +106,9 @@ func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache
 	for _, w := range res.Warnings {
 		m.Logger.Warn("tile layer storage", "err", w)
 	}
+	if len(res.Changed) > 0 {
+		m.pricing.storageChanged()
+	}
 	for _, name := range res.Changed {
 		dropped := cache.InvalidateLayer(name)
 		l := catalog.Layer(name)

@@ -122,11 +122,17 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 // newModel assembles a model from the build query's rows.
 func newModel(rel Relation, rows []cellRow, fraction float64, opts Options) *Model {
 	m := &Model{rel: rel}
+	m.giants, rows = takeGiants(rows)
 	m.level, m.parts = assemble(rows, opts.MaxLevel, opts.MaxCells, rel.Kind != Point)
 	m.summary = Summary{Relation: rel.String(), Sampled: fraction, Level: m.level}
 	for i := range rows {
 		m.summary.Rows += rows[i].n
 	}
+	for i := range m.giants {
+		m.summary.Rows += m.giants[i].n
+	}
+	m.summary.Cells += len(m.giants)
+	m.summary.Bytes += 48 * len(m.giants)
 	for i := range m.parts {
 		m.summary.Cells += m.parts[i].cells()
 		m.summary.Bytes += m.parts[i].bytes()
@@ -154,15 +160,15 @@ func plannedRows(ctx context.Context, tx pgx.Tx, query string) (float64, error) 
 // cellRows runs the aggregate query and keys each cell by its Morton code at
 // maxLevel.
 func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fraction float64, heavy int) ([]cellRow, error) {
-	rows, err := tx.Query(ctx, q.cells, maxLevel, float64(uint64(1)<<maxLevel), fraction, heavy)
+	rows, err := tx.Query(ctx, q.cells, maxLevel, float64(uint64(1)<<maxLevel), fraction, heavy, giantLevel)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []cellRow
 	var c cellRow
-	var i, j int64
-	dest := []any{&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy}
+	var i, j, giant int64
+	dest := []any{&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy, &giant}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil { // one set of targets for every row: no allocation per row
 			return nil, err
@@ -173,6 +179,7 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 		shift := uint(maxLevel - c.f)
 		c.key = morton(uint32(i)<<shift, uint32(j)<<shift)
 		c.x0, c.x1, c.y0, c.y1, c.sx, c.sy = c.x0/2, c.x1/2, c.y0/2, c.y1/2, c.sx/2, c.sy/2
+		c.giant = giant >= 0
 		out = append(out, c)
 	}
 	return out, rows.Err()

@@ -8,6 +8,7 @@ import "slices"
 type cellRow struct {
 	key            uint64 // Morton code of the cell's first descendant at the finest level; row-major once assembled
 	heavy          bool   // the class of geometries stored in at least Options.HeavyBytes
+	giant          bool   // a giant's own row (see giantLevel), not yet merged into its cell
 	f              int    // fit level
 	n, v           float64
 	sdx, sdy       float64 // sums of box widths and heights (normalised)

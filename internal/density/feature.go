@@ -69,6 +69,7 @@ func groupRows(features []cellInput, maxLevel int) []cellRow {
 		heavy bool
 		f     int
 		i, j  int64
+		giant int64 // the finest cell of a giant's centre, else -1
 	}
 	at := map[groupKey]int{}
 	var rows []cellRow
@@ -81,13 +82,16 @@ func groupRows(features []cellInput, maxLevel int) []cellRow {
 		f := min(maxLevel, int(math.Floor(-math.Log2(max(b.x1-b.x0, b.y1-b.y0, 1/scale)))))
 		cx, cy := (b.x0+b.x1)/2, (b.y0+b.y1)/2
 		ix, iy := int64(min(scale-1, math.Floor(cx*scale))), int64(min(scale-1, math.Floor(cy*scale)))
-		k := groupKey{ft.heavy, f, ix >> (maxLevel - f), iy >> (maxLevel - f)}
+		k := groupKey{ft.heavy, f, ix >> (maxLevel - f), iy >> (maxLevel - f), -1}
+		if ft.heavy && f <= giantLevel {
+			k.giant = ix<<20 | iy
+		}
 		n, ok := at[k]
 		if !ok {
 			n = len(rows)
 			at[k] = n
 			shift := uint(maxLevel - f)
-			rows = append(rows, cellRow{heavy: ft.heavy, f: f, x0: cx, y0: cy, x1: cx, y1: cy,
+			rows = append(rows, cellRow{heavy: ft.heavy, giant: k.giant >= 0, f: f, x0: cx, y0: cy, x1: cx, y1: cy,
 				key: morton(uint32(k.i)<<shift, uint32(k.j)<<shift)})
 		}
 		c := &rows[n]

@@ -33,6 +33,7 @@ type Model struct {
 	rel     Relation
 	level   int
 	parts   [2]pyramid // light and heavy features
+	giants  []giant    // heavy features with huge boxes, kept whole (see giantLevel)
 	summary Summary
 }
 
@@ -61,6 +62,7 @@ func (m *Model) addRect(r rect, acc *sum) {
 	if !ok {
 		return
 	}
+	addGiants(m.giants, r, acc)
 	q := m.levelFor(r.y1 - r.y0)
 	r.x0, r.x1 = edgeRange(r.x0, r.x1, m.edgeStep())
 	r.y0, r.y1 = edgeRange(r.y0, r.y1, m.edgeStep())
@@ -130,6 +132,9 @@ func (m *Model) Circle(center orb.Point, radius float64) Estimate {
 		return Estimate{}
 	}
 	var acc sum
+	if len(m.giants) > 0 {
+		c.addGiants(m.giants, &acc)
+	}
 	q := m.levelFor(c.y1 - c.y0)
 	for i := range m.parts {
 		if !m.parts[i].empty() {

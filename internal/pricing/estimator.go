@@ -21,6 +21,7 @@ import (
 // a few map and array lookups and the model's own arithmetic: no call, no
 // allocation.
 type Estimator struct {
+	reads  map[string]bool // every relation tracked, by density.Relation.String()
 	tiles  map[*tiles.Layer]*[tiles.MaxZoom + 1]tileModel
 	layers map[string]*density.Refresher // geofence layers by name
 	fences *density.Refresher            // contains and check
@@ -34,11 +35,12 @@ type TileSource func(l *tiles.Layer, z maptile.Zoom) (density.Relation, bool)
 // fences. A relation a model cannot describe (an SRID other than 3857 or
 // 4326) is left out: its requests are priced by size.
 func NewEstimator(models *Models, tileLayers []*tiles.Layer, source TileSource, fenceLayers map[string]density.Relation, fences *density.Relation) (*Estimator, error) {
-	e := &Estimator{tiles: make(map[*tiles.Layer]*[tiles.MaxZoom + 1]tileModel), layers: make(map[string]*density.Refresher)}
+	e := &Estimator{reads: map[string]bool{}, tiles: make(map[*tiles.Layer]*[tiles.MaxZoom + 1]tileModel), layers: make(map[string]*density.Refresher)}
 	track := func(rel density.Relation) (*density.Refresher, error) {
 		if rel.Validate() != nil {
 			return nil, nil // not modelled: priced by size
 		}
+		e.reads[rel.String()] = true
 		return models.Track(rel)
 	}
 	for _, l := range tileLayers {
@@ -74,45 +76,50 @@ func NewEstimator(models *Models, tileLayers []*tiles.Layer, source TileSource, 
 }
 
 // ForLayers tracks, in models, every relation the layers read — each tile
-// layer's table at every zoom, each geofence layer's table, and the fences
-// (geotoll.geofences) — after one query for their geometry kinds, and
-// returns the estimator over them.
+// layer at every zoom the relation tiles.Layer.Source names (its table, or
+// the overview `geotoll prepare` built for that zoom), each geofence
+// layer's table, and the fences (geotoll.geofences) — after one query for
+// the geofence layers' geometry kinds, and returns the estimator over
+// them. Call it again when the tile catalog's storage changes.
 func ForLayers(ctx context.Context, db density.DB, models *Models, tileLayers []*tiles.Layer, fenceLayers []geofence.Layer) (*Estimator, error) {
-	var tables []pgx.Identifier
-	var columns []string
-	for _, l := range tileLayers {
-		tables, columns = append(tables, tileTable(l)), append(columns, l.GeometryColumn)
-	}
-	for _, l := range fenceLayers {
-		tables, columns = append(tables, pgx.Identifier(strings.Split(l.Table, "."))), append(columns, l.GeometryColumn)
+	tables := make([]pgx.Identifier, len(fenceLayers))
+	columns := make([]string, len(fenceLayers))
+	for i, l := range fenceLayers {
+		tables[i], columns[i] = pgx.Identifier(strings.Split(l.Table, ".")), l.GeometryColumn
 	}
 	kinds, err := Kinds(ctx, db, tables, columns)
 	if err != nil {
 		return nil, err
 	}
-	tileRel := make(map[*tiles.Layer]density.Relation, len(tileLayers))
-	for i, l := range tileLayers {
-		tileRel[l] = density.Relation{Table: tables[i], GeometryColumn: l.GeometryColumn, SRID: l.SRID, Kind: kinds[i]}
-	}
-	source := func(l *tiles.Layer, _ maptile.Zoom) (density.Relation, bool) {
-		rel, ok := tileRel[l]
-		return rel, ok
-	}
 	fenceRel := make(map[string]density.Relation, len(fenceLayers))
 	for i, l := range fenceLayers {
-		j := len(tileLayers) + i
-		fenceRel[l.Name] = density.Relation{Table: tables[j], GeometryColumn: l.GeometryColumn, SRID: density.SRIDLonLat, Kind: kinds[j]}
+		fenceRel[l.Name] = density.Relation{Table: tables[i], GeometryColumn: l.GeometryColumn, SRID: density.SRIDLonLat, Kind: kinds[i]}
 	}
-	return NewEstimator(models, tileLayers, source, fenceRel, &Fences)
+	return NewEstimator(models, tileLayers, TileRelation, fenceRel, &Fences)
 }
 
-// tileTable is a tile layer's table as an identifier.
-func tileTable(l *tiles.Layer) pgx.Identifier {
-	if l.Schema != "" {
-		return pgx.Identifier{l.Schema, l.Table}
+// TileRelation is the relation a tile of l reads at zoom z, as
+// tiles.Layer.Source says. A layer whose kind is not known yet (mixed) is
+// modelled as polygons, the dearest to read.
+func TileRelation(l *tiles.Layer, z maptile.Zoom) (density.Relation, bool) {
+	src := l.Source(z)
+	if len(src.Relation) == 0 {
+		return density.Relation{}, false
 	}
-	return pgx.Identifier(strings.Split(l.Table, "."))
+	kind := density.Polygon
+	switch src.Kind {
+	case tiles.KindPoint:
+		kind = density.Point
+	case tiles.KindLine:
+		kind = density.Line
+	}
+	return density.Relation{Table: src.Relation, GeometryColumn: src.GeometryColumn, SRID: src.SRID, Kind: kind}, true
 }
+
+// Reads is every relation the estimator reads models of, by
+// density.Relation.String(): what Models.Keep keeps once this estimator
+// replaces an older one.
+func (e *Estimator) Reads() map[string]bool { return e.reads }
 
 // Fences is the relation contains and check read.
 var Fences = density.Relation{Table: pgx.Identifier{"geotoll", "geofences"}, GeometryColumn: "geom", SRID: density.SRIDLonLat, Kind: density.Polygon}

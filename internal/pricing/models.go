@@ -59,24 +59,47 @@ func (m *Models) Track(rel density.Relation) (*density.Refresher, error) {
 }
 
 // Run builds every tracked model, then keeps each current, until ctx is
-// done. Relations tracked later are run as they come (see Track).
+// done. Relations tracked later are run as they come (see Track); a
+// relation Keep let go stops being refreshed.
 func (m *Models) Run(ctx context.Context) {
-	running := map[*density.Refresher]bool{}
+	running := map[*density.Refresher]context.CancelFunc{}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
 		m.mu.Lock()
+		tracked := make(map[*density.Refresher]bool, len(m.all))
 		for _, r := range m.all {
-			if !running[r] {
-				running[r] = true
-				wg.Go(func() { r.Run(ctx) })
+			tracked[r] = true
+			if running[r] == nil {
+				rctx, cancel := context.WithCancel(ctx)
+				running[r] = cancel
+				wg.Go(func() { r.Run(rctx) })
 			}
 		}
 		m.mu.Unlock()
+		for r, cancel := range running {
+			if !tracked[r] {
+				cancel()
+				delete(running, r)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Keep stops tracking every relation but those of keep (as
+// density.Relation.String() names them): the relations a tile layer no
+// longer reads once `geotoll prepare` swapped its storage.
+func (m *Models) Keep(keep map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key := range m.all {
+		if !keep[key] {
+			delete(m.all, key)
 		}
 	}
 }

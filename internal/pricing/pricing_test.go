@@ -222,13 +222,15 @@ func TestRefreshPicksUpNewRowsAndSettlementChargesMeanwhile(t *testing.T) {
 	}
 	if _, err := owner.Exec(ctx, `INSERT INTO `+schema+`.spots
 		SELECT 1000 + g, ST_Transform(ST_SetSRID(ST_MakePoint(-60 + (g % 300) * 0.002, -20 + (g / 300) * 0.002), 4326), 3857)
-		FROM generate_series(1, 60000) g`); err != nil {
+		FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
 	// The model still says empty: the door charges the query alone…
 	gate := &toll.Toll{Store: throttle.NewMemoryStore(throttle.MemoryOptions{}), Prefix: "t",
 		Tiers:   map[string]toll.Tier{toll.AnonymousTier: {Name: toll.AnonymousTier, Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}},
-		Default: throttle.Weights{Base: 0.25, MaxCost: 500, Work: throttle.WorkModel{QueryMS: 0.5, FeatureMS: 0.01}}, Estimator: e, FailedAuth: throttle.Limit{Rate: 1, Capacity: 10}}
+		Default: throttle.Weights{Base: 0.25, MaxCost: 500, Work: throttle.WorkModel{QueryMS: 0.5, FeatureMS: 0.01}}, Estimator: e, FailedAuth: throttle.Limit{Rate: 1, Capacity: 10},
+		TimeoutFloor: time.Minute} // about settlement, not the statement budget: a loaded machine may take 250 ms
+
 	h := toll.Finish(&tiles.Handler{Catalog: cat, Store: tiles.NewStore(pool), Gate: gate})
 	w := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, "/tiles/spots/8/"+strconv.Itoa(int(empty.X))+"/"+strconv.Itoa(int(empty.Y))+".mvt", nil)
@@ -247,7 +249,7 @@ func TestRefreshPicksUpNewRowsAndSettlementChargesMeanwhile(t *testing.T) {
 	if err := r.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if est, _ := e.Tile(layer, empty); est.Features < 50000 {
-		t.Fatalf("after the refresh the tile estimates %v features, want about 60000", est.Features)
+	if est, _ := e.Tile(layer, empty); est.Features < 15000 {
+		t.Fatalf("after the refresh the tile estimates %v features, want about 20000", est.Features)
 	}
 }
