@@ -33,36 +33,42 @@ type Weights struct {
 	PointWeight   float64 // tokens per point of a batch check
 }
 
-// DefaultWeights returns the starting weights; calibrate them against
-// EXPLAIN ANALYZE timings of your own data.
+// DefaultWeights returns the starting weights. A token is about 10 ms of
+// database time (toll.DefaultMsPerToken) on the machine the work model was
+// fitted on: 2 cores, PostgreSQL 15 and PostGIS 3 with jit off, the data in
+// memory; `geotoll calibrate` fits Work to your own database.
 //
-//   - Base 1: a z14 tile (about 0.0005 square degrees), a 10 m radius check
-//     or a cache hit costs about one token.
+//   - Work {0.2 ms a query, 0.005 ms a feature, 0.00006 ms a vertex}:
+//     `geotoll calibrate` on 1M points around world cities (5 µs a cluster
+//     or point read, 4 µs a point clustered by the query itself) and on
+//     250 country polygons (1.7M vertices: 0.06 µs a vertex read and
+//     clipped; a feature's own 0.04 ms is within the vertices' noise). A
+//     point's one vertex adds 1 % to its feature, so one model prices both.
+//   - Base 0.05 (0.5 ms): the least a request costs — a tile of an empty
+//     place, a cache hit. Below it, timings are noise.
+//   - MaxCost 60 (600 ms): one request never takes more than 60 tokens,
+//     which must be below every tier's capacity so that every request can
+//     be admitted.
+//
+// While a layer's density model is not built yet (the first seconds after
+// start-up), a request is priced by its size instead, erring high:
+//
 //   - AreaWeight 0.5 per square degree: at the equator a z14 tile (0.0005
 //     square degrees) adds 0.0002 tokens, a z8 tile (2) about 1, a z6 tile
-//     (32) about 16, and z5 and lower (126+) hit MaxCost; tiles shrink in
-//     lon/lat towards the poles, but every tile of z3 and lower hits
-//     MaxCost.
-//   - RadiusWeight 1.2 per km: (MaxCost-Base)/50 km = 1.18, rounded up, so
-//     the largest radius the API accepts (50 km) costs MaxCost, while 10 m
-//     costs 1.012. With a 100-token bucket a 50 km query can then run once,
-//     and a second one right after is refused (100-60 < 60), as the classic
-//     verification session expects. A weight of 0.05 per km would price 50 km at 3.5
-//     tokens: the throttle did nothing for exactly the queries it was for.
+//     (32) about 16, and z5 and lower (126+) hit MaxCost.
+//   - RadiusWeight 1.2 per km: the largest radius the API accepts (50 km)
+//     costs MaxCost.
 //   - FeatureWeight 0.002: a limit of 1000 features adds 2 tokens.
-//   - PointWeight 0.05: a batch check of 20 points costs as much as one
-//     10 m check more; 1180 points reach MaxCost.
-//   - MaxCost 60: one request never takes more than 60 tokens, which must be
-//     below every tier's capacity so that every request can be admitted.
+//   - PointWeight 0.05: a batch check of 20 points costs one token more.
 func DefaultWeights() Weights {
 	return Weights{
-		Base:          1,
+		Base:          0.05,
 		AreaWeight:    0.5,
 		RadiusWeight:  1.2,
 		FeatureWeight: 0.002,
 		PointWeight:   0.05,
 		MaxCost:       60,
-		Work:          WorkModel{QueryMS: 0.3, FeatureMS: 0.005, VertexMS: 0.0005},
+		Work:          WorkModel{QueryMS: 0.2, FeatureMS: 0.005, VertexMS: 0.00006},
 	}
 }
 

@@ -35,6 +35,7 @@ func TestSettledAndStatementBudget(t *testing.T) {
 		{2 * time.Second, 0.001, 1e6, 2000},      //
 		{time.Nanosecond, 0.000001, 1, 0.000001}, //
 	} {
+		toll.MsPerToken = 1
 		if got := toll.Settled(tc.db, tc.base, tc.most); got != tc.want {
 			t.Errorf("Settled(%v, %v, %v) = %v, want %v", tc.db, tc.base, tc.most, got, tc.want)
 		}
