@@ -44,8 +44,8 @@ type Weights struct {
 //     250 country polygons (1.7M vertices: 0.06 µs a vertex read and
 //     clipped; a feature's own 0.04 ms is within the vertices' noise). A
 //     point's one vertex adds 1 % to its feature, so one model prices both.
-//   - Base 0.05 (0.5 ms): the least a request costs — a tile of an empty
-//     place, a cache hit. Below it, timings are noise.
+//   - Base 0.01 (0.1 ms): the least a request costs — a cache hit; a tile
+//     of an empty place costs its query, 0.02.
 //   - MaxCost 60 (600 ms): one request never takes more than 60 tokens,
 //     which must be below every tier's capacity so that every request can
 //     be admitted.
@@ -62,7 +62,7 @@ type Weights struct {
 //   - PointWeight 0.05: a batch check of 20 points costs one token more.
 func DefaultWeights() Weights {
 	return Weights{
-		Base:          0.05,
+		Base:          0.01,
 		AreaWeight:    0.5,
 		RadiusWeight:  1.2,
 		FeatureWeight: 0.002,

@@ -35,7 +35,7 @@ func TestWeightsValidate(t *testing.T) {
 		{"radius weight Inf", with(func(w *Weights) { w.RadiusWeight = inf }), false},
 		{"feature weight negative", with(func(w *Weights) { w.FeatureWeight = -1 }), false},
 		{"point weight NaN", with(func(w *Weights) { w.PointWeight = nan }), false},
-		{"max below base", with(func(w *Weights) { w.MaxCost = 0.04 }), false},
+		{"max below base", with(func(w *Weights) { w.MaxCost = 0.005 }), false},
 		{"max NaN", with(func(w *Weights) { w.MaxCost = nan }), false},
 		{"max Inf", with(func(w *Weights) { w.MaxCost = inf }), false},
 	}
@@ -60,9 +60,9 @@ func TestTileCost(t *testing.T) {
 		{"z2 equator is MaxCost", maptile.New(1, 2, 2), 60, 60},
 		{"z3 polar is MaxCost", maptile.New(7, 7, 3), 60, 60},
 		{"z6 equator", maptile.New(10, 32, 6), 15, 17},
-		{"z14 equator about Base", maptile.New(8800, 8192, 14), 0.05, 0.051},
-		{"z14 polar about Base", maptile.New(8800, 0, 14), 0.05, 0.051},
-		{"z22 is Base", maptile.New(1<<21, 1<<21, 22), 0.05, 0.050001},
+		{"z14 equator about Base", maptile.New(8800, 8192, 14), 0.01, 0.011},
+		{"z14 polar about Base", maptile.New(8800, 0, 14), 0.01, 0.011},
+		{"z22 is Base", maptile.New(1<<21, 1<<21, 22), 0.01, 0.010001},
 		{"x out of range", maptile.New(4, 0, 2), 60, 60},
 		{"y out of range", maptile.New(0, 1<<14, 14), 60, 60},
 		{"z32 does not exist", maptile.New(0, 0, 32), 60, 60},
@@ -89,11 +89,11 @@ func TestBBoxCost(t *testing.T) {
 		limit int
 		want  float64
 	}{
-		{"point", b(13.4, 52.5, 13.4, 52.5), 0, 0.05},
-		{"one square degree", b(13, 52, 14, 53), 0, 0.55},
-		{"inverted counts its size", b(14, 53, 13, 52), 0, 0.55},
-		{"limit", b(13, 52, 14, 53), 1000, 2.55},
-		{"negative limit counts as zero", b(13, 52, 14, 53), -1000, 0.55},
+		{"point", b(13.4, 52.5, 13.4, 52.5), 0, 0.01},
+		{"one square degree", b(13, 52, 14, 53), 0, 0.51},
+		{"inverted counts its size", b(14, 53, 13, 52), 0, 0.51},
+		{"limit", b(13, 52, 14, 53), 1000, 2.51},
+		{"negative limit counts as zero", b(13, 52, 14, 53), -1000, 0.51},
 		{"huge limit clamps", b(13, 52, 14, 53), math.MaxInt, 60},
 		{"world clamps", b(-180, -90, 180, 90), 0, 60},
 		{"NaN coordinate is worst case", b(nan, 0, 1, 1), 0, 60},
@@ -119,17 +119,17 @@ func TestRadiusCost(t *testing.T) {
 		limit   int
 		want    float64
 	}{
-		{"zero", 0, 0, 0.05},
-		{"10 m", 10, 0, 0.062},
-		{"1 km", 1000, 0, 1.25},
-		{"1 km with limit", 1000, 500, 2.25},
+		{"zero", 0, 0, 0.01},
+		{"10 m", 10, 0, 0.022},
+		{"1 km", 1000, 0, 1.21},
+		{"1 km with limit", 1000, 500, 2.21},
 		{"50 km clamps to MaxCost", 50000, 0, 60},
 		{"500 km clamps to MaxCost", 500000, 0, 60},
-		{"negative counts as zero", -5000, 0, 0.05},
-		{"-Inf counts as zero", ninf, 0, 0.05},
+		{"negative counts as zero", -5000, 0, 0.01},
+		{"-Inf counts as zero", ninf, 0, 0.01},
 		{"Inf clamps", inf, 0, 60},
 		{"NaN is worst case", nan, 0, 60},
-		{"negative limit counts as zero", 10, math.MinInt, 0.062},
+		{"negative limit counts as zero", 10, math.MinInt, 0.022},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,12 +147,12 @@ func TestBatchCost(t *testing.T) {
 		points int
 		want   float64
 	}{
-		{"none", 0, 0.05},
-		{"one", 1, 0.1},
-		{"twenty", 20, 1.05},
+		{"none", 0, 0.01},
+		{"one", 1, 0.06},
+		{"twenty", 20, 1.01},
 		{"clamps", 5000, 60},
 		{"max int clamps", math.MaxInt, 60},
-		{"negative counts as zero", -3, 0.05},
+		{"negative counts as zero", -3, 0.01},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestContainsCost(t *testing.T) {
 	for _, tt := range []struct {
 		limit int
 		want  float64
-	}{{0, 0.1}, {100, 0.3}, {1000, 2.1}, {math.MaxInt, 60}, {-5, 0.1}} {
+	}{{0, 0.06}, {100, 0.26}, {1000, 2.06}, {math.MaxInt, 60}, {-5, 0.06}} {
 		if got := w.Contains(tt.limit); !approx(got, tt.want) {
 			t.Errorf("Contains(%d) = %v, want %v", tt.limit, got, tt.want)
 		}

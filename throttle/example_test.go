@@ -62,8 +62,8 @@ func ExampleWeights() {
 	fmt.Printf("20 points: %.3f\n", w.Batch(20))
 	// Output:
 	// z2 tile:   60.000
-	// z14 tile:  0.050
-	// 10 m:      0.062
+	// z14 tile:  0.010
+	// 10 m:      0.022
 	// 50 km:     60.000
-	// 20 points: 1.050
+	// 20 points: 1.010
 }

@@ -1,6 +1,7 @@
 package toll
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"sync"
@@ -53,7 +54,7 @@ func (p *Pass) Settle(cost float64) {
 
 // cost is what the request costs after db of database time.
 func (p *Pass) cost(db time.Duration) float64 {
-	if p.fixed {
+	if p.fixed || db < cmp.Or(p.toll.SettleFloor, DefaultSettleFloor) {
 		return p.price.Cost
 	}
 	return p.toll.Settled(db, p.price.Base, p.most)

@@ -108,16 +108,21 @@ func TestSettlesAtDatabaseTime(t *testing.T) {
 		name     string
 		estimate float64
 		sql      string
-		lo, hi   float64 // the settled cost, in tokens
+		lo, hi   float64 // the settled cost, in tokens of 10 ms
+		floor    time.Duration
 	}{
-		{"looked cheap, was not", 1, "SELECT pg_sleep(0.03)", 30, 60},
+		{"looked cheap, was not", 0.5, "SELECT pg_sleep(0.03)", 3, 60, 0},
 		// Refunded: it settles below its estimate (a loaded machine may
-		// stretch the few milliseconds SELECT 1 takes).
-		{"looked dear, was not", 60, "SELECT 1", 1, 59},
+		// stretch the few milliseconds it takes).
+		{"looked dear, was not", 60, "SELECT pg_sleep(0.002)", 1, 59, 0},
+		// Measured under the settle floor, where the measurement is mostly
+		// round trip: the estimate stands.
+		{"under the floor", 7, "SELECT pg_sleep(0.002)", 7, 7, time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := throttle.NewMemoryStore(throttle.MemoryOptions{})
 			toll := testToll(store)
+			toll.SettleFloor = tc.floor
 			h := settleServer(t, toll, Price{Cost: tc.estimate, Route: "x", Zoom: -1, Base: 1}, tc.sql)
 			w := settleRequest(h)
 			if w.Code != http.StatusNoContent {
@@ -139,7 +144,7 @@ func TestSettlesAtDatabaseTime(t *testing.T) {
 }
 
 // A request whose price was far too low is cut at the database time it
-// paid for (here the floor, 250 ms), not at its 10 s statement timeout:
+// paid for (here the floor, 250 ms), not at its 3 s statement:
 // 503 with Retry-After, charged what ran — capped at the most one request
 // may cost in its tier (60).
 func TestCutAtWhatWasPaid(t *testing.T) {
@@ -147,6 +152,7 @@ func TestCutAtWhatWasPaid(t *testing.T) {
 	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
 	toll := testToll(store)
 	toll.Default.MaxCost = 60
+	toll.MsPerToken = 1 // 250 ms is then more than the most one request may cost
 	h := settleServer(t, toll, Price{Cost: 1, Route: "x", Zoom: -1, Base: 1}, "SELECT pg_sleep(3)")
 	start := time.Now()
 	w := settleRequest(h)

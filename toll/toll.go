@@ -76,10 +76,15 @@ type Toll struct {
 	// for an empty bucket.
 	ShadowLayers map[string]bool
 	// MsPerToken is the unit of every price: one token is this much
-	// database time (default 1 ms). A request is settled at the database
+	// database time (default 10 ms). A request is settled at the database
 	// time it took, in tokens, at least its base price and at most the
 	// most its tier lets one request cost.
 	MsPerToken float64
+	// SettleFloor (default 1 ms): a request whose database time, as the
+	// server measures it (round trips included), stays below it keeps its
+	// estimate — below a millisecond the measurement is mostly round trip
+	// and scheduling, and the density model ranks such requests better.
+	SettleFloor time.Duration
 	// TimeoutFactor and TimeoutFloor (defaults 4 and 250 ms): a request's
 	// statements run under at most max(TimeoutFloor, TimeoutFactor × the
 	// database time it paid for) — within its layer's statement_timeout —
@@ -105,6 +110,7 @@ const (
 	DefaultMsPerToken    = 10.0
 	DefaultTimeoutFactor = 4.0
 	DefaultTimeoutFloor  = 250 * time.Millisecond
+	DefaultSettleFloor   = time.Millisecond
 )
 
 // Estimator estimates, in memory and without a call, what a request will

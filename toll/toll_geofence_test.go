@@ -29,19 +29,19 @@ func TestGeofencePrice(t *testing.T) {
 		want float64
 	}{
 		// The classic cheap request: a fraction of a token (priced by size: no model here).
-		{"within 10 m", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 10, Limit: 100}, 0.05 + 0.012 + 0.2},
-		{"within 5 km", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 5000, Limit: 1}, 0.05 + 6 + 0.002},
+		{"within 10 m", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 10, Limit: 100}, 0.01 + 0.012 + 0.2},
+		{"within 5 km", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 5000, Limit: 1}, 0.01 + 6 + 0.002},
 		// The classic expensive one: MaxCost, so a 100-token bucket pays it once.
 		{"within 50 km", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 50000, Limit: 100}, 60},
-		{"bbox 1°×1°", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(13, 52, 14, 53), Limit: 100}, 0.05 + 0.5 + 0.2},
-		{"bbox on districts uses its weights", geofence.Demand{Kind: geofence.KindBBox, Layer: "districts", Bound: box(13, 52, 17, 53), Limit: 100}, 0.05 + 1 + 0.2},
+		{"bbox 1°×1°", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(13, 52, 14, 53), Limit: 100}, 0.01 + 0.5 + 0.2},
+		{"bbox on districts uses its weights", geofence.Demand{Kind: geofence.KindBBox, Layer: "districts", Bound: box(13, 52, 17, 53), Limit: 100}, 0.01 + 1 + 0.2},
 		// 175..-175 arrives unwrapped as 175..185: 10°, not 350°.
-		{"bbox across the antimeridian", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(175, -20, 185, -10), Limit: 0}, 0.05 + 50},
-		{"contains", geofence.Demand{Kind: geofence.KindContains, Points: 1}, 0.1},
-		{"contains, default limit", geofence.Demand{Kind: geofence.KindContains, Points: 1, Limit: 100}, 0.3},
-		{"contains, limit 1000", geofence.Demand{Kind: geofence.KindContains, Points: 1, Limit: 1000}, 2.1},
-		{"check of 20", geofence.Demand{Kind: geofence.KindCheck, Points: 20}, 1.05},
-		{"check of 1000", geofence.Demand{Kind: geofence.KindCheck, Points: 1000}, 50.05},
+		{"bbox across the antimeridian", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(175, -20, 185, -10), Limit: 0}, 0.01 + 50},
+		{"contains", geofence.Demand{Kind: geofence.KindContains, Points: 1}, 0.06},
+		{"contains, default limit", geofence.Demand{Kind: geofence.KindContains, Points: 1, Limit: 100}, 0.26},
+		{"contains, limit 1000", geofence.Demand{Kind: geofence.KindContains, Points: 1, Limit: 1000}, 2.06},
+		{"check of 20", geofence.Demand{Kind: geofence.KindCheck, Points: 20}, 1.01},
+		{"check of 1000", geofence.Demand{Kind: geofence.KindCheck, Points: 1000}, 50.01},
 		{"unknown kind", geofence.Demand{Kind: "teleport"}, 60},
 	}
 	for _, tt := range tests {
@@ -87,7 +87,7 @@ func TestAdmitGeofenceVerification(t *testing.T) {
 	cheap := geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 10, Limit: 100}
 	for i := range 20 {
 		w := admit("a", cheap)
-		if w.Code != http.StatusOK || w.Header().Get("X-Request-Cost") != "0.262" {
+		if w.Code != http.StatusOK || w.Header().Get("X-Request-Cost") != "0.222" {
 			t.Fatalf("cheap request %d: %d cost %q", i+1, w.Code, w.Header().Get("X-Request-Cost"))
 		}
 	}

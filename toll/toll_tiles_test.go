@@ -24,8 +24,8 @@ func TestTilePriceCacheHit(t *testing.T) {
 		want float64
 	}{
 		{"z2 miss", tileDemand(2, "places"), 60},
-		{"z2 hit", hit(tileDemand(2, "places")), 0.05},
-		{"z14 hit", hit(tileDemand(14, "places")), 0.05},
+		{"z2 hit", hit(tileDemand(2, "places")), 0.01},
+		{"z14 hit", hit(tileDemand(14, "places")), 0.01},
 		{"heavy hit", hit(tileDemand(2, "heavy")), 3},
 		{"composite hit", hit(tileDemand(2, "places", "heavy")), 3},
 	} {
@@ -37,7 +37,7 @@ func TestTilePriceCacheHit(t *testing.T) {
 	}
 
 	w, ok := admit(t, toll, "", hit(tileDemand(0, "places")))
-	if !ok || w.Header().Get("X-Request-Cost") != "0.05" {
-		t.Fatalf("admitted %v, X-Request-Cost %q; want the base price 0.05", ok, w.Header().Get("X-Request-Cost"))
+	if !ok || w.Header().Get("X-Request-Cost") != "0.01" {
+		t.Fatalf("admitted %v, X-Request-Cost %q; want the base price 0.01", ok, w.Header().Get("X-Request-Cost"))
 	}
 }

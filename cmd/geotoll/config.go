@@ -155,6 +155,7 @@ func DefaultConfig() Config {
 			MsPerToken:    toll.DefaultMsPerToken,
 			TimeoutFactor: toll.DefaultTimeoutFactor,
 			TimeoutFloor:  toll.DefaultTimeoutFloor,
+			SettleFloor:   toll.DefaultSettleFloor,
 		},
 		Layers: []LayerConfig{
 			{Layer: tiles.Layer{
@@ -256,9 +257,9 @@ func (c Config) validate() error {
 	if c.Throttle.KeyMaxAge < 2*c.Throttle.KeyRefresh {
 		errs = append(errs, fmt.Errorf("throttle.key_max_age %s must be at least twice throttle.key_refresh (%s)", c.Throttle.KeyMaxAge, c.Throttle.KeyRefresh))
 	}
-	if !(c.Throttle.MsPerToken > 0) || !(c.Throttle.TimeoutFactor >= 1) || c.Throttle.TimeoutFloor < 10*time.Millisecond {
-		errs = append(errs, fmt.Errorf("throttle.ms_per_token (%g) must be positive, timeout_factor (%g) at least 1, timeout_floor (%s) at least 10ms",
-			c.Throttle.MsPerToken, c.Throttle.TimeoutFactor, c.Throttle.TimeoutFloor))
+	if !(c.Throttle.MsPerToken > 0) || !(c.Throttle.TimeoutFactor >= 1) || c.Throttle.TimeoutFloor < 10*time.Millisecond || c.Throttle.SettleFloor < 0 {
+		errs = append(errs, fmt.Errorf("throttle.ms_per_token (%g) must be positive, timeout_factor (%g) at least 1, timeout_floor (%s) at least 10ms, settle_floor (%s) not negative",
+			c.Throttle.MsPerToken, c.Throttle.TimeoutFactor, c.Throttle.TimeoutFloor, c.Throttle.SettleFloor))
 	}
 	if c.Redis.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("redis.replicas %d must be at least 1", c.Redis.Replicas))

@@ -100,6 +100,9 @@ type ThrottleConfig struct {
 	// layer's statement_timeout.
 	TimeoutFactor float64       `yaml:"timeout_factor"`
 	TimeoutFloor  time.Duration `yaml:"timeout_floor"`
+	// SettleFloor: a request measured below this much database time keeps
+	// its estimate (the measurement is mostly round trip there).
+	SettleFloor time.Duration `yaml:"settle_floor"`
 	// WeightsFile names the work models `geotoll calibrate` wrote for this
 	// database: they replace the defaults of the layers they name (a
 	// layer's own weights in this config still win). Empty: the defaults.
@@ -133,6 +136,7 @@ func (c Config) toll() (*toll.Toll, error) {
 		ShadowLayers: map[string]bool{},
 		GeofenceWork: file.Geofence,
 		MsPerToken:   c.Throttle.MsPerToken, TimeoutFactor: c.Throttle.TimeoutFactor, TimeoutFloor: c.Throttle.TimeoutFloor,
+		SettleFloor: c.Throttle.SettleFloor,
 	}
 	if file.Fences != nil {
 		t.FenceWork = *file.Fences

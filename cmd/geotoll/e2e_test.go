@@ -68,16 +68,16 @@ func startLogging(t testing.TB, edit func(*Config), logger *slog.Logger) *Main {
 }
 
 // waitPriced waits until the price models of the demo's relations (schema
-// geotoll) are built: the tests see the prices of a server that has been up
+// geotoll, and the overviews in geotoll_serving) are built: the tests see the prices of a server that has been up
 // a while — by the work a request reads, not by its size. Relations of a
 // test's own fixtures are not waited for.
-func waitPriced(t *testing.T, m *Main) {
+func waitPriced(t testing.TB, m *Main) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ready, demo := 0, 0
 		for _, st := range m.pricing.models.Status() {
-			if strings.HasPrefix(st.Relation, `"geotoll".`) {
+			if strings.HasPrefix(st.Relation, `"geotoll".`) || strings.HasPrefix(st.Relation, `"geotoll_serving".`) {
 				demo++
 				if st.Ready {
 					ready++

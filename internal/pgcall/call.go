@@ -80,7 +80,7 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 	c.err, c.lost = err, c.conn.Conn().IsClosed()
 	c.conn.Release()
 	if m := meterOf(c.ctx); m != nil {
-		m.add(c.timing.DB)
+		m.add(c.timing.metered())
 	}
 	if !c.state.CompareAndSwap(running, finished) && c.db.Calls != nil {
 		c.db.Calls.Outliving(-1)

@@ -45,6 +45,11 @@ type Timing struct {
 	// DB runs from sending the call to receiving its last answer (for a
 	// cancelled call: until the backend answered the cancellation).
 	DB time.Duration
+	// Server is a Read's time as PostgreSQL saw it, from BEGIN to the end
+	// of its last statement (clock_timestamp() − now(), read in the same
+	// batch): the database's own time, without the round trip and the
+	// scheduling of either side. Zero when the read did not get that far.
+	Server time.Duration
 	// Statements are a Read's times per statement, in order: each from the
 	// previous statement's last result (the first from sending the batch)
 	// to its own.
@@ -95,6 +100,7 @@ const (
 	settingsSQL  = `SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`
 	timeoutSQL   = `SELECT set_config('statement_timeout', $1, true)`
 	jitOffSQL    = `SELECT set_config('jit', 'off', true)`
+	serverSQL    = `SELECT (extract(epoch FROM clock_timestamp() - now()) * 1e6)::bigint`
 	canceledCode = "57014" // SQLSTATE of statement_timeout and cancel requests alike
 )
 
@@ -124,6 +130,7 @@ func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 			batch.Queue(timeoutSQL, millis(clip(min(s.Timeout, paid), cut)))
 			batch.Queue(s.SQL, s.Args...)
 		}
+		batch.Queue(serverSQL)
 		batch.Queue(`COMMIT`)
 		return readBatch(ctx, conn, batch, stmts, t)
 	})
@@ -162,6 +169,11 @@ func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []St
 		now := time.Now()
 		t.Statements[i], last = now.Sub(last), now
 	}
+	var us int64
+	if err := br.QueryRow().Scan(&us); err != nil { // serverSQL
+		return err
+	}
+	t.Server = time.Duration(max(us, 1)) * time.Microsecond
 	if _, err := br.Exec(); err != nil { // COMMIT
 		return err
 	}

@@ -252,3 +252,23 @@ func TestReadUnderBudget(t *testing.T) {
 		t.Fatalf("cut after %v with a 300 ms budget", took)
 	}
 }
+
+// A read's meter counts the database's own time, as PostgreSQL clocks it
+// from BEGIN to the end of the last statement: at least what the statement
+// slept, at most the time from sending the batch to its last answer (the
+// round trip and both sides' scheduling stay out).
+func TestReadMetersTheDatabasesOwnTime(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: testenv.Pool(t)}
+	ctx, meter := pgcall.WithMeter(t.Context())
+	timing, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT pg_sleep(0.03)`, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timing.Server < 30*time.Millisecond || timing.Server > timing.DB {
+		t.Errorf("timing %+v: want the server's time between the 30 ms slept and the call's %v", timing, timing.DB)
+	}
+	if meter.DB() != timing.Server {
+		t.Errorf("metered %v, want the server's %v", meter.DB(), timing.Server)
+	}
+}

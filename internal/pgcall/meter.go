@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// Meter adds up the database time (Timing.DB) of every call made under a
-// context, including the part of a call that outlives its answer: once the
-// request's handler has returned (after Respond waited), the sum is final.
+// Meter adds up the database time (Timing.Server, or Timing.DB for a call
+// that did not read it) of every call made under a context, including the
+// part of a call that outlives its answer: once the request's handler has
+// returned (after Respond waited), the sum is final.
 // Work done for a request under a context of its own (a render shared by
 // several requests) is added with AddTo.
 type Meter struct{ ns atomic.Int64 }
@@ -32,6 +33,16 @@ func AddTo(ctx context.Context, d time.Duration) {
 	if m := meterOf(ctx); m != nil {
 		m.add(d)
 	}
+}
+
+// metered is the time a call adds to its meter: the database's own time
+// when the call read it (Timing.Server), else — a call cut short, a write
+// — the time from sending it to its last answer.
+func (t Timing) metered() time.Duration {
+	if t.Server > 0 {
+		return t.Server
+	}
+	return t.DB
 }
 
 func meterOf(ctx context.Context) *Meter {
