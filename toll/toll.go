@@ -80,10 +80,13 @@ type Toll struct {
 	// time it took, in tokens, at least its base price and at most the
 	// most its tier lets one request cost.
 	MsPerToken float64
-	// SettleFloor (default 1 ms): a request whose database time, as the
-	// server measures it (round trips included), stays below it keeps its
-	// estimate — below a millisecond the measurement is mostly round trip
-	// and scheduling, and the density model ranks such requests better.
+	// SettleFloor (default 5 ms): a request whose database time stays
+	// below it keeps its estimate. Below a few milliseconds the time
+	// PostgreSQL clocks is mostly planning — a statement's first plans on
+	// a connection, 1-5 ms for a tile query — not what the request reads,
+	// and the density model ranks such requests better (BENCHMARKS.md,
+	// "Cost fidelity"). What this leaves unsettled is under 0.5 token a
+	// request.
 	SettleFloor time.Duration
 	// TimeoutFactor and TimeoutFloor (defaults 4 and 250 ms): a request's
 	// statements run under at most max(TimeoutFloor, TimeoutFactor × the
@@ -110,7 +113,7 @@ const (
 	DefaultMsPerToken    = 10.0
 	DefaultTimeoutFactor = 4.0
 	DefaultTimeoutFloor  = 250 * time.Millisecond
-	DefaultSettleFloor   = time.Millisecond
+	DefaultSettleFloor   = 5 * time.Millisecond
 )
 
 // Estimator estimates, in memory and without a call, what a request will

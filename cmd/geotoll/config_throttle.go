@@ -101,7 +101,7 @@ type ThrottleConfig struct {
 	TimeoutFactor float64       `yaml:"timeout_factor"`
 	TimeoutFloor  time.Duration `yaml:"timeout_floor"`
 	// SettleFloor: a request measured below this much database time keeps
-	// its estimate (the measurement is mostly round trip there).
+	// its estimate (the measurement is mostly planning there).
 	SettleFloor time.Duration `yaml:"settle_floor"`
 	// WeightsFile names the work models `geotoll calibrate` wrote for this
 	// database: they replace the defaults of the layers they name (a
