@@ -111,10 +111,10 @@ func TestSettlesAtDatabaseTime(t *testing.T) {
 		lo, hi   float64 // the settled cost, in tokens of 10 ms
 		floor    time.Duration
 	}{
-		{"looked cheap, was not", 0.5, "SELECT pg_sleep(0.03)", 3, 60, 0},
+		{"looked cheap, was not", 0.5, "SELECT pg_sleep(0.03)", 3, 60, time.Millisecond},
 		// Refunded: it settles below its estimate (a loaded machine may
 		// stretch the few milliseconds it takes).
-		{"looked dear, was not", 60, "SELECT pg_sleep(0.002)", 1, 59, 0},
+		{"looked dear, was not", 60, "SELECT pg_sleep(0.002)", 1, 59, time.Millisecond},
 		// Measured under the settle floor, where the measurement is mostly
 		// round trip: the estimate stands.
 		{"under the floor", 7, "SELECT pg_sleep(0.002)", 7, 7, time.Minute},

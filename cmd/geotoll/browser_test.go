@@ -66,7 +66,10 @@ func TestBrowserPreview(t *testing.T) {
 
 	prepareDemo(t)
 	key := createKey(t, "pro") // room for the low-zoom views; the rest of the page runs anonymously
-	base, _ := startServer(t, nil)
+	// Priced by size: the page's refusals (a z5 places tile costs about 40
+	// tokens) are what the test draws. By the work it reads, an honest
+	// map's tiles cost a token or less, and nothing is refused.
+	base, _ := startServer(t, sizePrices)
 
 	// The script bounds itself (under 90 s); this is the backstop.
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)

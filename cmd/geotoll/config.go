@@ -156,6 +156,7 @@ func DefaultConfig() Config {
 			TimeoutFactor: toll.DefaultTimeoutFactor,
 			TimeoutFloor:  toll.DefaultTimeoutFloor,
 			SettleFloor:   toll.DefaultSettleFloor,
+			Pricing:       PricingDensity,
 		},
 		Layers: []LayerConfig{
 			{Layer: tiles.Layer{
@@ -256,6 +257,9 @@ func (c Config) validate() error {
 	}
 	if c.Throttle.KeyMaxAge < 2*c.Throttle.KeyRefresh {
 		errs = append(errs, fmt.Errorf("throttle.key_max_age %s must be at least twice throttle.key_refresh (%s)", c.Throttle.KeyMaxAge, c.Throttle.KeyRefresh))
+	}
+	if c.Throttle.Pricing != PricingDensity && c.Throttle.Pricing != PricingSize {
+		errs = append(errs, fmt.Errorf("throttle.pricing %q must be %q or %q", c.Throttle.Pricing, PricingDensity, PricingSize))
 	}
 	if !(c.Throttle.MsPerToken > 0) || !(c.Throttle.TimeoutFactor >= 1) || c.Throttle.TimeoutFloor < 10*time.Millisecond || c.Throttle.SettleFloor < 0 {
 		errs = append(errs, fmt.Errorf("throttle.ms_per_token (%g) must be positive, timeout_factor (%g) at least 1, timeout_floor (%s) at least 10ms, settle_floor (%s) not negative",

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"github.com/geotoll/geotoll/throttle"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/geotoll/geotoll/throttle"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

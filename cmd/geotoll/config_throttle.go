@@ -100,6 +100,10 @@ type ThrottleConfig struct {
 	// layer's statement_timeout.
 	TimeoutFactor float64       `yaml:"timeout_factor"`
 	TimeoutFloor  time.Duration `yaml:"timeout_floor"`
+	// Pricing is "density" (the default: requests are priced by the work
+	// the density models estimate they read) or "size" (by their area,
+	// radius and points alone: predictable prices that follow no data).
+	Pricing string `yaml:"pricing"`
 	// SettleFloor: a request measured below this much database time keeps
 	// its estimate (the measurement is mostly planning there).
 	SettleFloor time.Duration `yaml:"settle_floor"`

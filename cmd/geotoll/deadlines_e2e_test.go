@@ -128,7 +128,7 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 		}
 		t.Logf("%s: %d after %v", layer, resp.StatusCode, took.Round(time.Millisecond))
 	}
-	if n := runningIn(t, owner, schema); n != 1 {
+	if n := requestsRunningIn(t, owner, schema); n != 1 {
 		t.Errorf("%d statements running after the stuck tile's answer, want the stuck one", n)
 	}
 	_, metrics := fetch(t, http.MethodGet, base+"/metrics")
@@ -292,7 +292,7 @@ func TestEndToEndSlotHeldUntilTheBackendStops(t *testing.T) {
 			limit := time.Now().Add(3 * time.Minute)
 			for {
 				resp, body := fetch(t, http.MethodGet, cheap, "X-API-Key", key)
-				running := runningIn(t, owner, schema) // after the answer
+				running := requestsRunningIn(t, owner, schema) // after the answer
 				if resp.StatusCode != http.StatusTooManyRequests {
 					if running > 0 {
 						t.Fatalf("a request of the key got %d while its given-up request's statement still runs", resp.StatusCode)

@@ -21,7 +21,7 @@ import (
 func TestEndToEndGeofenceVerification(t *testing.T) {
 	t.Parallel()
 	key, heavy := createKey(t, "free"), createKey(t, "free")
-	base, _ := startServer(t, nil)
+	base, _ := startServer(t, sizePrices)
 
 	cheap := base + "/geofence/within?layer=places&lng=13.4&lat=52.5&radius=10"
 	for i := range 20 {
@@ -63,7 +63,7 @@ func TestEndToEndGeofenceVerification(t *testing.T) {
 
 func TestEndToEndGeofenceBadInputIsNotPriced(t *testing.T) {
 	t.Parallel()
-	base, _ := startServer(t, nil)
+	base, _ := startServer(t, sizePrices)
 	for _, tc := range []struct {
 		path   string
 		status int

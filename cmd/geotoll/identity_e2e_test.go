@@ -30,7 +30,10 @@ func budget(t *testing.T, base, key string) map[string]any {
 func TestEndToEndIdentity(t *testing.T) {
 	t.Parallel()
 	key := createKey(t, "free")
-	base, _ := startServer(t, func(c *Config) { c.Throttle.KeyRefresh = time.Second })
+	base, _ := startServer(t, func(c *Config) {
+		sizePrices(c)
+		c.Throttle.KeyRefresh = time.Second
+	})
 	z14 := "/tiles/places/14/8802/5373.mvt"
 
 	// Unknown key: 401 problem, never a bucket for the key.
@@ -109,6 +112,7 @@ func TestEndToEndGlobalBudget(t *testing.T) {
 	t.Parallel()
 	a, b := createKey(t, "free"), createKey(t, "free")
 	base, _ := startServer(t, func(c *Config) {
+		sizePrices(c)
 		c.Throttle.Global = TierConfig{Rate: 0.01, Capacity: 70}
 	})
 	// Two different z2 tiles (a repeat would be a cheap cache hit).
@@ -148,6 +152,7 @@ func TestEndToEndShadowLayer(t *testing.T) {
 	t.Parallel()
 	key := createKey(t, "free")
 	base, _ := startServer(t, func(c *Config) {
+		sizePrices(c)
 		for i := range c.Layers {
 			if c.Layers[i].Name == "geofences" {
 				c.Layers[i].Shadow = true

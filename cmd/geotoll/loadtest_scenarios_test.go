@@ -63,7 +63,7 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 		t.Fatalf("%d samples, %v", len(rep.Samples), err)
 	}
 	for i, s := range rep.Samples {
-		if s.Price < 1 || s.Cost < 1 || (s.Status != 200 && s.Status != 204) || s.DBms <= 0 || s.Z > 14 {
+		if s.Price < 0.01 || s.Cost < 0.01 || (s.Status != 200 && s.Status != 204) || s.DBms <= 0 || s.Z > 14 {
 			t.Errorf("sample %d: %+v", i, s)
 		}
 	}

@@ -198,7 +198,7 @@ func TestRecheckNeverReadsASlowLayer(t *testing.T) {
 		if layers, ok := ready.Checks["layers"]; ok && !strings.HasSuffix(layers, "layers match the database") {
 			t.Fatalf("/readyz: %d %s", resp.StatusCode, body)
 		}
-		if n := runningIn(t, owner, s); n > 0 {
+		if n := requestsRunningIn(t, owner, s); n > 0 {
 			t.Fatalf("%d statements of the slow view's schema run after %d rounds of checks", n, len(rounds))
 		}
 		if ready.CheckedAt != "" {

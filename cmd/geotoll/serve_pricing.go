@@ -14,6 +14,12 @@ import (
 	"github.com/geotoll/geotoll/toll"
 )
 
+// Values of throttle.pricing.
+const (
+	PricingDensity = "density"
+	PricingSize    = "size"
+)
+
 // pricingSetup is what runPricing needs: the layers whose relations it
 // models, and where the estimator goes once it is built.
 type pricingSetup struct {
@@ -42,6 +48,11 @@ func (p *pricingSetup) storageChanged() {
 // in the background by runPricing. Until a model is built, its requests
 // are priced by their size, and /readyz and the metrics say so.
 func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, error) {
+	if m.Config.Throttle.Pricing == PricingSize {
+		return func(context.Context) error {
+			return &server.ReadyNote{Detail: "requests are priced by their size (throttle.pricing: size)"}
+		}, nil
+	}
 	m.pricing = &pricingSetup{
 		models:  pricing.NewModels(m.Pool, density.Options{}),
 		lazy:    &pricing.Lazy{},
@@ -80,6 +91,9 @@ func pricingReady(all []density.Status) error {
 // estimator over the relations read now and drops the models of the rest.
 func (m *Main) runPricing(ctx context.Context) {
 	p := m.pricing
+	if p == nil {
+		return // priced by size
+	}
 	if !m.setEstimator(ctx) {
 		return
 	}
