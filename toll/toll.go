@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
@@ -62,6 +65,9 @@ type Toll struct {
 	ShadowLayers map[string]bool
 	Observer     Observer
 	Logger       *slog.Logger
+	// Tracer, when set, makes every charge a span ("toll.charge"), the
+	// parent of the budget store's call.
+	Tracer trace.Tracer
 }
 
 // Outcome of one charge, for metrics.
@@ -199,6 +205,13 @@ func (t *Toll) shadowed(p Price) bool {
 // the limiter failed, or the price preview of ?dry_run=1. An admitted
 // request's Pass is also in its context, for Finish to settle.
 func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
+	ctx := r.Context()
+	if t.Tracer != nil {
+		var span trace.Span
+		ctx, span = t.Tracer.Start(ctx, "toll.charge", trace.WithAttributes(
+			attribute.String("geotoll.route", p.Route), attribute.Float64("geotoll.cost", p.Cost)))
+		defer span.End()
+	}
 	caller, ok := t.identify(r)
 	if !ok {
 		t.refuseKey(w, r, caller, p)
@@ -222,7 +235,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 	}
 	var global float64
 	if t.Global != nil && !p.CacheHit { // a cache hit costs the database nothing
-		res, ok, err := t.Global.Take(r.Context(), p.Cost)
+		res, ok, err := t.Global.Take(ctx, p.Cost)
 		if err != nil {
 			t.limiterFailed(w, r, tier, p, err)
 			return nil
@@ -238,7 +251,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 	if caller.Network != "" {
 		req.Aggregate = &throttle.Bucket{Key: throttle.BucketKey(t.Prefix, tier.Name, caller.Network), Limit: t.IPv6Aggregate.Limit}
 	}
-	a, err := t.Store.Admit(r.Context(), req)
+	a, err := t.Store.Admit(ctx, req)
 	if err != nil || !a.Allowed {
 		if global > 0 {
 			t.Global.Give(global) // it did not run: the lease keeps it

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
+	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/geotoll/geotoll/internal/demo"
 	"github.com/geotoll/geotoll/problem"
@@ -25,16 +26,35 @@ import (
 // suggests an area_weight that makes a tile's price proportional to its
 // database time: a query that runs 10×
 // longer should cost roughly 10× the tokens.
-func calibrate(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	layerName := fs.String("layer", "places", "tile layer to calibrate")
-	samples := fs.Int("samples", 8, "tiles per zoom (around the first N demo cities)")
-	minZ := fs.Int("minzoom", 4, "lowest zoom timed")
-	maxZ := fs.Int("maxzoom", 16, "highest zoom timed")
-	if err := fs.Parse(args); err != nil {
-		return err
+func (c *cli) calibrateCommand() *ffcli.Command {
+	var (
+		layerName            string
+		samples, minZ, maxZ int
+	)
+	flags := func(fs *flag.FlagSet) {
+		fs.StringVar(&layerName, "layer", "places", "tile layer to calibrate")
+		fs.IntVar(&samples, "samples", 8, "tiles per zoom (around the first N demo cities)")
+		fs.IntVar(&minZ, "minzoom", 4, "lowest zoom timed")
+		fs.IntVar(&maxZ, "maxzoom", 16, "highest zoom timed")
 	}
+	return c.command("calibrate", "time tile queries per zoom and suggest cost weights", "", flags, func(ctx context.Context, _ []string) error {
+		cfg, err := c.config()
+		if err != nil {
+			return err
+		}
+		return calibrate(ctx, cfg, calibration{layerName, samples, minZ, maxZ}, c.stdout, c.stderr)
+	})
+}
+
+// calibration is what `geotoll calibrate` times: a layer, the cities
+// sampled per zoom, the zooms.
+type calibration struct {
+	layer               string
+	samples, minZ, maxZ int
+}
+
+func calibrate(ctx context.Context, cfg Config, o calibration, stdout, stderr io.Writer) error {
+	layerName, samples, minZ, maxZ := &o.layer, &o.samples, &o.minZ, &o.maxZ
 	if *samples < 1 || *samples > len(demo.Cities) || *minZ < 0 || *maxZ > int(tiles.MaxZoom) || *minZ > *maxZ {
 		return fmt.Errorf("calibrate: -samples 1..%d, 0 <= -minzoom <= -maxzoom <= %d", len(demo.Cities), tiles.MaxZoom)
 	}

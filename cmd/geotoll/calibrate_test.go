@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -42,7 +43,7 @@ func TestCalibrateAgainstPostGIS(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
 	var out bytes.Buffer
-	err := calibrate(context.Background(), cfg, []string{"-samples", "2", "-minzoom", "10", "-maxzoom", "13"}, &out, &out)
+	err := calibrate(context.Background(), cfg, calibration{layer: "places", samples: 2, minZ: 10, maxZ: 13}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestCalibrateAgainstPostGIS(t *testing.T) {
 			t.Fatalf("calibrate output lacks %q:\n%s", want, text)
 		}
 	}
-	if err := calibrate(context.Background(), cfg, []string{"-layer", "nope"}, &out, &out); err == nil {
+	if err := calibrate(context.Background(), cfg, calibration{layer: "nope", samples: 8, minZ: 4, maxZ: 16}, &out, io.Discard); err == nil {
 		t.Fatal("unknown layer accepted")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/geofence"
@@ -43,14 +44,18 @@ type Main struct {
 	// TileCatalog is the tile layers, their plans refreshed from the
 	// serving registry while Serve runs.
 	TileCatalog *tiles.Catalog
+	// Tracing, when set, traces requests, Redis calls and statements;
+	// Open sets it when the configuration turns tracing on.
+	Tracing trace.TracerProvider
 
-	keys     *apikeys.Ring
-	gate     *toll.Toll
-	budgets  *throttle.RedisStore // nil in single-instance mode
-	failover *throttle.Failover   // nil in single-instance mode
-	ready    *server.Readiness
-	dbCheck  *server.ConnCheck
-	listener net.Listener
+	stopTracing func(context.Context) error
+	keys        *apikeys.Ring
+	gate        *toll.Toll
+	budgets     *throttle.RedisStore // nil in single-instance mode
+	failover    *throttle.Failover   // nil in single-instance mode
+	ready       *server.Readiness
+	dbCheck     *server.ConnCheck
+	listener    net.Listener
 }
 
 // Open connects to PostgreSQL and Redis (lazily: a database that is down at
@@ -59,7 +64,7 @@ type Main struct {
 func (m *Main) Open(ctx context.Context) error {
 	cfg := m.Config
 	if cfg.Database.URL == "" {
-		return errors.New("no database: set DATABASE_URL")
+		return errors.New("no database: set database.url (GEOTOLL_DATABASE_URL or DATABASE_URL)")
 	}
 	if _, _, err := cfg.catalog(); err != nil {
 		return err
@@ -76,6 +81,12 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	m.gate = gate
 	gate.Logger = m.Logger
+	if err := m.openTracing(ctx); err != nil {
+		return err
+	}
+	if m.Tracing != nil {
+		gate.Tracer = m.Tracing.Tracer("github.com/geotoll/geotoll/toll")
+	}
 
 	if err := m.openPool(ctx); err != nil {
 		return err
@@ -177,6 +188,7 @@ func (m *Main) openPool(ctx context.Context) error {
 	pcfg.MaxConns = db.MaxConns
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
 	db.tunePool(pcfg)
+	tracePool(m.Tracing, pcfg)
 	if m.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
@@ -244,6 +256,7 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 		wcfg.MaxConns = 4 // admin traffic: a few writes at a time
 		wcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll-fence-admin"
 		m.Config.Database.tunePool(wcfg)
+		tracePool(m.Tracing, wcfg)
 		if m.FenceWriter, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 			return nil, fmt.Errorf("geofence writer database: %w", err)
 		}
@@ -325,4 +338,5 @@ func (m *Main) Close() {
 	if m.listener != nil {
 		_ = m.listener.Close()
 	}
+	m.closeTracing()
 }
