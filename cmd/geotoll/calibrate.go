@@ -28,7 +28,7 @@ import (
 // longer should cost roughly 10× the tokens.
 func (c *cli) calibrateCommand() *ffcli.Command {
 	var (
-		layerName            string
+		layerName           string
 		samples, minZ, maxZ int
 	)
 	flags := func(fs *flag.FlagSet) {

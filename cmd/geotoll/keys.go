@@ -31,7 +31,9 @@ func (c *cli) keysCommand() *ffcli.Command {
 		fs.StringVar(&tier, "tier", "", "tier, one of throttle.tiers")
 		fs.BoolVar(&admin, "admin", false, "may administer geofences")
 	}, func(ctx context.Context, _ []string) error {
-		return c.withKeys(ctx, func(cfg Config, store *apikeys.Store) error { return createAPIKey(ctx, cfg, store, name, tier, admin, c) })
+		return c.withKeys(ctx, func(cfg Config, store *apikeys.Store) error {
+			return createAPIKey(ctx, cfg, store, name, tier, admin, c)
+		})
 	})
 	list := c.command("list", "every key, revoked ones too", "", nil, func(ctx context.Context, _ []string) error {
 		return c.withKeys(ctx, func(_ Config, store *apikeys.Store) error { return listKeys(ctx, store, c.stdout) })

@@ -100,9 +100,9 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 // seedCommand is `geotoll seed`.
 func (c *cli) seedCommand() *ffcli.Command {
 	var (
-		ifEmpty               bool
-		seedN                 uint64
-		points, fences        int
+		ifEmpty        bool
+		seedN          uint64
+		points, fences int
 	)
 	flags := func(fs *flag.FlagSet) {
 		fs.BoolVar(&ifEmpty, "if-empty", false, "do nothing when the demo tables already hold data")
