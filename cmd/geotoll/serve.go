@@ -49,6 +49,12 @@ type Main struct {
 	Tracing trace.TracerProvider
 
 	stopTracing func(context.Context) error
+	// OpsServer serves the operators' listener (metrics_listen); nil
+	// without one.
+	OpsServer *http.Server
+
+	options     server.Options
+	opsListener net.Listener
 	keys        *apikeys.Ring
 	gate        *toll.Toll
 	budgets     *throttle.RedisStore // nil in single-instance mode
@@ -113,21 +119,30 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close()
 		return err
 	}
-	h := cfg.HTTP
-	m.Server = &http.Server{
-		Handler:           m.Handler,
-		ReadHeaderTimeout: h.ReadHeaderTimeout,
-		ReadTimeout:       h.ReadTimeout,
-		WriteTimeout:      h.WriteTimeout,
-		IdleTimeout:       h.IdleTimeout,
-		MaxHeaderBytes:    h.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
-	}
+	m.Server = m.httpServer(m.Handler)
 	if m.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
 		m.Close()
 		return err
 	}
+	if err := m.openOps(); err != nil {
+		m.Close()
+		return err
+	}
 	return nil
+}
+
+// httpServer is an http.Server of h with the configured bounds.
+func (m *Main) httpServer(h http.Handler) *http.Server {
+	c := m.Config.HTTP
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    c.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
+	}
 }
 
 // openHandler builds the metrics, the tile and geofence handlers and the
@@ -163,17 +178,20 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	}
 	m.ready = server.NewReadiness(checks, m.Config.HTTP.ReadyInterval, m.Config.HTTP.ReadyTimeout)
 	m.ready.Check(ctx) // the first /readyz answers from real results
-	handler := server.New(server.Options{
-		Logger:   m.Logger,
-		Tiles:    tileHandler,
-		Metrics:  metrics,
-		CORS:     m.Config.HTTP.CORS.cors(),
-		Geofence: fences,
-		Budget:   http.HandlerFunc(gate.ServeBudget),
-		Web:      web.Handler(),
-		Ready:    m.ready,
-	})
-	m.Handler = withRequestDeadline(handler, m.Config.HTTP.RequestTimeout)
+	m.options = server.Options{
+		Logger:      m.Logger,
+		Tiles:       tileHandler,
+		Metrics:     metrics,
+		CORS:        m.Config.HTTP.CORS.cors(),
+		Geofence:    fences,
+		Budget:      http.HandlerFunc(gate.ServeBudget),
+		Web:         web.HandlerAt(m.Config.BasePath),
+		OpenAPI:     server.OpenAPI(m.Config.BasePath),
+		Ready:       m.ready,
+		BasePath:    m.Config.BasePath,
+		OpsListener: m.Config.MetricsListen != "",
+	}
+	m.Handler = m.traced(withRequestDeadline(server.New(m.options), m.Config.HTTP.RequestTimeout))
 	return nil
 }
 
@@ -246,7 +264,7 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 				}
 			}
 		},
-		Reader: reader, Gate: gate, Logger: m.Logger,
+		Reader: reader, Gate: gate, Logger: m.Logger, BasePath: m.Config.BasePath,
 	}
 	if gc.WriterDatabaseURL != "" {
 		wcfg, err := pgxpool.ParseConfig(gc.WriterDatabaseURL)
@@ -275,8 +293,14 @@ func (m *Main) Addr() string { return m.listener.Addr().String() }
 // requests get up to ShutdownGrace to finish, new connections are refused.
 func (m *Main) Serve(ctx context.Context) error {
 	defer m.Close()
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- m.Server.Serve(m.listener) }()
+	servers := 1
+	if m.OpsServer != nil {
+		servers++
+		go func() { errc <- m.OpsServer.Serve(m.opsListener) }()
+		m.Logger.Info("serving metrics and readiness", "addr", m.opsListener.Addr().String())
+	}
 	// The key ring, the readiness checker and the tile storage refresh
 	// hold connections of their own: they end before Close.
 	bg, stopBG := context.WithCancel(ctx)
@@ -299,11 +323,17 @@ func (m *Main) Serve(ctx context.Context) error {
 		m.Logger.Warn("shutdown grace expired; closing", "err", err)
 		_ = m.Server.Close()
 	}
-	m.flushBudgets(sctx)
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	if m.OpsServer != nil {
+		_ = m.OpsServer.Shutdown(sctx)
 	}
-	return nil
+	m.flushBudgets(sctx)
+	var errs []error
+	for range servers {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // flushBudgets returns this replica's global lease and sends the
@@ -337,6 +367,9 @@ func (m *Main) Close() {
 	}
 	if m.listener != nil {
 		_ = m.listener.Close()
+	}
+	if m.opsListener != nil {
+		_ = m.opsListener.Close()
 	}
 	m.closeTracing()
 }
