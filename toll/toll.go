@@ -225,12 +225,13 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		return nil
 	}
 	own := throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}
+	pol := t.policies(tier, caller.Network != "")
 	if most := t.mostPerRequest(tier); p.Cost > most {
-		t.tooExpensive(w, r, tier, own, p, most)
+		t.tooExpensive(w, r, tier, pol, own, p, most)
 		return nil
 	}
 	if isDryRun(r) {
-		t.dryRun(w, r, tier, own, p)
+		t.dryRun(w, r, tier, pol, own, p)
 		return nil
 	}
 	var global float64
@@ -241,7 +242,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 			return nil
 		}
 		if !ok {
-			t.globalRefused(w, r, tier, own, p, res)
+			t.globalRefused(w, r, tier, pol, own, p, res)
 			return nil
 		}
 		global = p.Cost
@@ -259,11 +260,11 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		if err != nil {
 			t.limiterFailed(w, r, tier, p, err)
 		} else {
-			t.refused(w, r, tier, p, a)
+			t.refused(w, r, tier, pol, p, a)
 		}
 		return nil
 	}
-	setBudgetHeaders(w.Header(), tier, a.Result)
+	setBudgetHeaders(w.Header(), pol, tier, a.Result)
 	outcome := Admitted
 	if a.Shadow {
 		outcome = ShadowRefused
