@@ -13,20 +13,25 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// OpenAPIDocument is the embedded description, with no servers.
-func OpenAPIDocument() []byte { return append([]byte(nil), openAPI...) }
+// OpenAPIDocument is the description as served below base: its server is
+// the base path.
+func OpenAPIDocument(base string) []byte {
+	var doc map[string]any
+	if err := json.Unmarshal(openAPI, &doc); err != nil { // embedded and tested: unreachable
+		return append([]byte(nil), openAPI...)
+	}
+	doc["servers"] = []map[string]string{{"url": trimBase(base) + "/"}}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return append([]byte(nil), openAPI...)
+	}
+	return b
+}
 
 // OpenAPI serves GET /openapi.json: the description, its server the base
 // path.
 func OpenAPI(base string) http.Handler {
-	var doc map[string]any
-	body := openAPI
-	if err := json.Unmarshal(openAPI, &doc); err == nil {
-		doc["servers"] = []map[string]string{{"url": trimBase(base) + "/"}}
-		if b, err := json.Marshal(doc); err == nil {
-			body = b
-		}
-	}
+	body := OpenAPIDocument(base)
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		h := w.Header()
 		h.Set("Content-Type", "application/json")
