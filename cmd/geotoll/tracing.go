@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -45,7 +47,7 @@ func (c TracingConfig) validate() error {
 func (c TracingConfig) provider(ctx context.Context) (*sdktrace.TracerProvider, error) {
 	var opts []otlptracehttp.Option
 	if c.Endpoint != "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(c.Endpoint))
+		opts = append(opts, otlptracehttp.WithEndpointURL(tracesURL(c.Endpoint)))
 	}
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
@@ -54,6 +56,18 @@ func (c TracingConfig) provider(ctx context.Context) (*sdktrace.TracerProvider, 
 	res := resource.NewSchemaless(attribute.String("service.name", c.ServiceName), attribute.String("service.version", version))
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio)))), nil
+}
+
+// tracesURL is where spans go for a collector's endpoint: as for
+// OTEL_EXPORTER_OTLP_ENDPOINT, a base URL without a path gets the signal's
+// path, /v1/traces (the exporter itself would post to the URL as given).
+func tracesURL(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || strings.Trim(u.Path, "/") != "" {
+		return endpoint // a full URL, or nonsense the exporter reports
+	}
+	u.Path = "/v1/traces"
+	return u.String()
 }
 
 // openTracing sets m.Tracing from the configuration, unless it is set

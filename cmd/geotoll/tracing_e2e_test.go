@@ -1,7 +1,9 @@
 package main
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +69,46 @@ func TestEndToEndOneTrace(t *testing.T) {
 	}
 	if redisCall.Parent().SpanID() != charge.SpanContext().SpanID() {
 		t.Errorf("the Redis call %q is not the charge's child", redisCall.Name())
+	}
+}
+
+// Tracing is off without an endpoint, and with tracing.endpoint set the
+// server's spans reach an OTLP/HTTP collector (here a test server that
+// records what is posted to it).
+func TestEndToEndTracingExport(t *testing.T) {
+	clearConfigEnv(t)
+	if m := startMain(t, nil); m.Tracing != nil {
+		t.Error("tracing is on without an endpoint")
+	}
+
+	posts := make(chan string, 16)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method == http.MethodPost && len(body) > 0 {
+			select {
+			case posts <- r.URL.Path + " " + r.Header.Get("Content-Type"):
+			default:
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	t.Cleanup(collector.Close)
+	m := startMain(t, func(c *Config) {
+		c.Tracing.Endpoint = collector.URL
+		c.Tracing.SampleRatio = 1
+	})
+	if m.Tracing == nil {
+		t.Fatal("tracing.endpoint set, tracing off")
+	}
+	if resp, body := get(t, "http://"+m.Addr()+"/budget", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/budget: %d %s", resp.StatusCode, short(body))
+	}
+	select {
+	case got := <-posts: // the batcher sends within its 5 s timeout
+		if got != "/v1/traces application/x-protobuf" {
+			t.Errorf("the exporter posted %q", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no spans reached the collector in 20 s")
 	}
 }
