@@ -31,7 +31,7 @@ func docKey(key string) string {
 
 // configDocs documents every key, in the order of the reference.
 func configDocs() []configDoc {
-	return []configDoc{
+	docs := []configDoc{
 		{Key: "listen", Meaning: "the public listen address (alias LISTEN)"},
 		{Key: "metrics_listen", Default: "none", Meaning: "a second listener for /metrics, /healthz and the detailed /readyz, on a network only operators reach: the production setting. Set, the public listener serves no /metrics and a /readyz without detail"},
 		{Key: "base_path", Default: "none", Meaning: `the path prefix a reverse proxy serves geotoll under ("/maps"): the routes answer under it and every URL the server writes (TileJSON, catalog, fence pages, the preview page) starts with it`},
@@ -73,6 +73,14 @@ func configDocs() []configDoc {
 		{Key: "tracing.endpoint", Default: "none: off", Meaning: "OpenTelemetry OTLP/HTTP collector URL (http://127.0.0.1:4318); tracing is also on when OTEL_EXPORTER_OTLP_ENDPOINT is set"},
 		{Key: "tracing.service_name", Meaning: "the service.name of the spans"},
 		{Key: "tracing.sample_ratio", Meaning: "share of new traces sampled (0..1); a caller's sampled traceparent is always followed"},
+	}
+	return append(docs, budgetDocs()...)
+}
+
+// budgetDocs documents the keys of the budget and of what it pays for
+// (throttle, layers, tiles, geofence), after configDocs' server keys.
+func budgetDocs() []configDoc {
+	return []configDoc{
 		{Key: "throttle.prefix", Meaning: "bucket key prefix in Redis"},
 		{Key: "throttle.tiers.<tier>.rate", Default: "anonymous 10, free 20, pro 100", Meaning: "tokens per second refilled (tiers by name; anonymous is for callers without a key; a file's tier changes only the fields it sets)"},
 		{Key: "throttle.tiers.<tier>.capacity", Default: "80, 100, 600", Meaning: "bucket size: must be above the most one request may cost in the tier"},
