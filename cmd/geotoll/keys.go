@@ -25,7 +25,9 @@ func (c *cli) keysCommand() *ffcli.Command {
 		admin      bool
 		keys       *ffcli.Command
 	)
-	nameFlag := func(fs *flag.FlagSet) { fs.StringVar(&name, "name", "", "key name ([A-Za-z0-9_.-], unique among active keys)") }
+	nameFlag := func(fs *flag.FlagSet) {
+		fs.StringVar(&name, "name", "", "key name ([A-Za-z0-9_.-], unique among active keys)")
+	}
 	create := c.command("create", "print a new key (shown once): -name NAME -tier TIER [-admin]; a name is free again once its key is revoked", "", func(fs *flag.FlagSet) {
 		nameFlag(fs)
 		fs.StringVar(&tier, "tier", "", "tier, one of throttle.tiers")
