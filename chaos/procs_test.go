@@ -483,7 +483,7 @@ func baseConfig(pg *postgres) config {
 			"statement_timeout": timeout.String()}
 	}
 	return config{
-		"log_level": "info", "log_format": "json",
+		"log_level": "info", "log_format": "json", "demo_layers": false,
 		"database": map[string]any{"url": pg.readURL, "max_conns": 8, "acquire_timeout": "1s", "retry_after": 2},
 		"http":     map[string]any{"shutdown_grace": "5s", "read_header_timeout": "2s"},
 		"throttle": map[string]any{

@@ -49,10 +49,10 @@ func (k adminKeys) AllowAdmin(r *http.Request) bool {
 	return match == 1
 }
 
-// admin wraps a fence admin handler: callers without an admin key get 401.
+// Admin wraps a fence admin handler: callers without an admin key get 401.
 // Admin calls are not priced from a bucket; they are bounded by the body
 // size and vertex limits and by the statement timeout instead.
-func (h *Handler) admin(next http.HandlerFunc) http.HandlerFunc {
+func (h *Handler) Admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.admins.AllowAdmin(r) {
 			if h.refuse != nil {
@@ -78,7 +78,7 @@ func (h *Handler) writable(w http.ResponseWriter, r *http.Request) (Writer, bool
 
 func fenceID(r *http.Request) (int64, error) { return ParseFenceID(mux.Vars(r)[VarID]) }
 
-// ListFences serves GET /geofences[?after=id&limit=n]: a page of fences in
+// ListFences serves GET /geofence/fences[?after=id&limit=n]: a page of fences in
 // id order. When the page is full, the collection's "next" member is the
 // URL of the following page.
 func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
@@ -109,12 +109,12 @@ func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 	}
 	h.writeCollection(w, r, http.StatusOK, fs, func(c *collection) {
 		if len(fs) == limit {
-			c.Next = "/geofences?after=" + strconv.FormatInt(fs[len(fs)-1].ID, 10) + "&limit=" + strconv.Itoa(limit)
+			c.Next = h.base + FencesPath + "?after=" + strconv.FormatInt(fs[len(fs)-1].ID, 10) + "&limit=" + strconv.Itoa(limit)
 		}
 	})
 }
 
-// GetFence serves GET /geofences/{id}.
+// GetFence serves GET /geofence/fences/{id}.
 func (h *Handler) GetFence(w http.ResponseWriter, r *http.Request) {
 	id, err := fenceID(r)
 	if err != nil {
@@ -129,7 +129,7 @@ func (h *Handler) GetFence(w http.ResponseWriter, r *http.Request) {
 	h.writeJSON(w, r, http.StatusOK, ContentType, f)
 }
 
-// CreateFence serves POST /geofences with a GeoJSON Feature (see
+// CreateFence serves POST /geofence/fences with a GeoJSON Feature (see
 // ParseFence): 201 with the stored fence and its Location.
 func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)
@@ -147,11 +147,11 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.wrote()
-	w.Header().Set("Location", "/geofences/"+strconv.FormatInt(f.ID, 10))
+	w.Header().Set("Location", h.base+FencesPath+"/"+strconv.FormatInt(f.ID, 10))
 	h.writeJSON(w, r, http.StatusCreated, ContentType, f)
 }
 
-// ReplaceFence serves PUT /geofences/{id}: the fence's name, kind and
+// ReplaceFence serves PUT /geofence/fences/{id}: the fence's name, kind and
 // geometry are replaced; 404 when it does not exist.
 func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)
@@ -177,7 +177,7 @@ func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 	h.writeJSON(w, r, http.StatusOK, ContentType, f)
 }
 
-// DeleteFence serves DELETE /geofences/{id}: 204, or 404 when it does not
+// DeleteFence serves DELETE /geofence/fences/{id}: 204, or 404 when it does not
 // exist.
 func (h *Handler) DeleteFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)

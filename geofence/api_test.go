@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorilla/mux"
 	"github.com/paulmach/orb"
 
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -37,9 +36,7 @@ func liveAPI(t testing.TB, withWriter bool) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mux.NewRouter()
-	h.Register(r)
-	return r
+	return testRouter(h)
 }
 
 type featureCollection struct {
@@ -156,7 +153,7 @@ func TestAPIFenceAdmin(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &created); err != nil {
 		t.Fatal(err)
 	}
-	loc := "/geofences/" + strconv.FormatInt(created.ID, 10)
+	loc := FencesPath + "/" + strconv.FormatInt(created.ID, 10) // the fence admin's own path, even when asked at /geofences
 	t.Cleanup(func() { serve(api, http.MethodDelete, loc, "", admin...) })
 	if w.Header().Get("Location") != loc || created.Properties["name"] != name || created.Properties["kind"] != "depot" {
 		t.Errorf("created %s at %q", w.Body, w.Header().Get("Location"))
@@ -248,8 +245,7 @@ func TestContainsResponseIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mux.NewRouter()
-	h.Register(r)
+	r := testRouter(h)
 	get := func(query string) (featureCollection, map[string]any) {
 		w := httptest.NewRecorder()
 		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/geofence/contains?"+query, nil))

@@ -16,8 +16,12 @@
 //	POST /geofence/check   {"points":[{"id":"v1","lng":13.4,"lat":52.5}, …]}
 //	     for every point, in request order, the ids of the fences that
 //	     contain it: {"results":[{"id":"v1","fences":[12, 40]}, …]}
-//	GET|POST /geofences, GET|PUT|DELETE /geofences/{id}
+//	GET|POST /geofence/fences, GET|PUT|DELETE /geofence/fences/{id}
 //	     fence admin, GeoJSON Features in and out; admin API keys only
+//	     (the older paths /geofences[/{id}] are aliases)
+//
+// Package server routes these paths (below its base path) to the
+// Handler's methods, the fence admin's wrapped in Handler.Admin.
 //
 // FeatureCollections and fences are application/geo+json; errors are
 // application/problem+json (package problem).

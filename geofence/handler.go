@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
-	"github.com/gorilla/mux"
 	"github.com/paulmach/orb"
 
 	"github.com/geotoll/geotoll/internal/pgcall"
@@ -80,7 +80,7 @@ func (e eitherAdmin) AllowAdmin(r *http.Request) bool {
 type Options struct {
 	Layers []Layer // searchable by within and bbox
 	Limits Limits
-	// AdminKeys may use the fence admin (/geofences) when Admin is nil.
+	// AdminKeys may use the fence admin (/geofence/fences) when Admin is nil.
 	// Each must be at least MinAdminKeyLen bytes.
 	AdminKeys []string
 	// Admin, when set, also admits (besides AdminKeys): for identities kept
@@ -95,9 +95,13 @@ type Options struct {
 	// OnWrite, if set, runs after every fence write that succeeded (the
 	// server drops cached tiles drawn from the fence table).
 	OnWrite func()
+	// BasePath prefixes the URLs the handler writes (a fence's Location,
+	// the next page of the list): the path a proxy serves geotoll under.
+	BasePath string
 }
 
-// Handler serves the geofence API; Register adds its routes to a router.
+// Handler serves the geofence API; package server routes requests to its
+// methods (the fence admin's through Admin).
 type Handler struct {
 	catalog *Catalog
 	limits  Limits
@@ -108,6 +112,7 @@ type Handler struct {
 	log     *slog.Logger
 	onWrite func()
 	refuse  func(http.ResponseWriter, *http.Request) // nil: a plain 401
+	base    string                                   // Options.BasePath
 }
 
 // NewHandler validates o and returns the handler.
@@ -141,7 +146,7 @@ func NewHandler(o Options) (*Handler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log, onWrite: o.OnWrite, refuse: refuserOf(o.Admin)}, nil
+	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log, onWrite: o.OnWrite, refuse: refuserOf(o.Admin), base: strings.TrimRight(o.BasePath, "/")}, nil
 }
 
 // Catalog returns the searchable layers.
@@ -150,29 +155,9 @@ func (h *Handler) Catalog() *Catalog { return h.catalog }
 // VarID is the route variable of a fence id.
 const VarID = "id"
 
-// Register adds the geofence routes to r:
-//
-//	GET    /geofence/within?layer&lng&lat&radius[&limit]
-//	GET    /geofence/bbox?layer&bbox=minx,miny,maxx,maxy[&limit]
-//	GET    /geofence/contains?lng&lat
-//	POST   /geofence/check
-//	GET    /geofences[?after&limit]      (admin)
-//	POST   /geofences                    (admin)
-//	GET    /geofences/{id}               (admin)
-//	PUT    /geofences/{id}               (admin)
-//	DELETE /geofences/{id}               (admin)
-func (h *Handler) Register(r *mux.Router) {
-	r.HandleFunc("/geofence/within", h.Within).Methods(http.MethodGet)
-	r.HandleFunc("/geofence/bbox", h.BBox).Methods(http.MethodGet)
-	r.HandleFunc("/geofence/contains", h.Contains).Methods(http.MethodGet)
-	r.HandleFunc("/geofence/check", h.Check).Methods(http.MethodPost)
-	r.HandleFunc("/geofences", h.admin(h.ListFences)).Methods(http.MethodGet)
-	r.HandleFunc("/geofences", h.admin(h.CreateFence)).Methods(http.MethodPost)
-	byID := "/geofences/{" + VarID + ":[0-9]+}"
-	r.HandleFunc(byID, h.admin(h.GetFence)).Methods(http.MethodGet)
-	r.HandleFunc(byID, h.admin(h.ReplaceFence)).Methods(http.MethodPut)
-	r.HandleFunc(byID, h.admin(h.DeleteFence)).Methods(http.MethodDelete)
-}
+// FencesPath is the fence admin's path (below the base path): the list,
+// and FencesPath/{id} each fence.
+const FencesPath = "/geofence/fences"
 
 // Within serves GET /geofence/within?layer&lng&lat&radius[&limit]: the
 // layer's features within radius metres (on the ground) of the point,

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gorilla/mux"
 	"github.com/paulmach/orb"
 
 	"github.com/geotoll/geotoll/problem"
@@ -106,9 +105,7 @@ func newTestHandler(t *testing.T, reader Reader, gate Gate, writer Writer) http.
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mux.NewRouter()
-	h.Register(r)
-	return r
+	return testRouter(h)
 }
 
 func serve(h http.Handler, method, target, body string, hdr ...string) *httptest.ResponseRecorder {
@@ -275,8 +272,7 @@ func TestHandlerCheckBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mux.NewRouter()
-	h.Register(r)
+	r := testRouter(h)
 	big := `{"points":[{"id":"` + strings.Repeat("v", 2000) + `","lng":0,"lat":0}]}`
 	for _, c := range []struct {
 		name, body string
@@ -333,7 +329,7 @@ func TestAdminNeedsAKey(t *testing.T) {
 		t.Errorf("GET /geofences/8: %d", w.Code)
 	}
 	w := serve(h, http.MethodGet, "/geofences?limit=2", "", "X-API-Key", testAdminKey)
-	if w.Code != 200 || !strings.Contains(w.Body.String(), `"next":"/geofences?after=7\u0026limit=2"`) {
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"next":"/geofence/fences?after=7\u0026limit=2"`) {
 		t.Errorf("GET /geofences?limit=2: %d %s", w.Code, w.Body)
 	}
 	if len(gate.demands) != 0 {
@@ -428,8 +424,7 @@ func TestFenceWritesNotify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mux.NewRouter()
-	h.Register(r)
+	r := testRouter(h)
 	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
 	for _, c := range []struct {
 		method, target, body string

@@ -36,24 +36,28 @@ const (
 	TooLarge     Code = "too-large"      // 413: request body over the limit
 	OutOfRange   Code = "out-of-range"   // 422: well formed, but outside its bounds
 	Exhausted    Code = "quota-exceeded" // 429: the caller's budget cannot pay the price
-	Internal     Code = "internal"       // 500: a bug; detail is never shown
-	Unavailable  Code = "unavailable"    // 503: database overloaded, timed out or down
-	Timeout      Code = "timeout"        // 503: the query hit statement_timeout
+	// ReducedCapacity is a 503: the budget shared by every caller (the
+	// database's) is spent; the caller's own was not charged.
+	ReducedCapacity Code = "temporary-reduced-capacity"
+	Internal        Code = "internal"    // 500: a bug; detail is never shown
+	Unavailable     Code = "unavailable" // 503: database overloaded, timed out or down
+	Timeout         Code = "timeout"     // 503: the query hit statement_timeout
 )
 
 var statuses = map[Code]int{
-	Invalid:      http.StatusBadRequest,
-	Unauthorized: http.StatusUnauthorized,
-	Forbidden:    http.StatusForbidden,
-	NotFound:     http.StatusNotFound,
-	NotAllowed:   http.StatusMethodNotAllowed,
-	Conflict:     http.StatusConflict,
-	TooLarge:     http.StatusRequestEntityTooLarge,
-	OutOfRange:   http.StatusUnprocessableEntity,
-	Exhausted:    http.StatusTooManyRequests,
-	Internal:     http.StatusInternalServerError,
-	Unavailable:  http.StatusServiceUnavailable,
-	Timeout:      http.StatusServiceUnavailable,
+	Invalid:         http.StatusBadRequest,
+	Unauthorized:    http.StatusUnauthorized,
+	Forbidden:       http.StatusForbidden,
+	NotFound:        http.StatusNotFound,
+	NotAllowed:      http.StatusMethodNotAllowed,
+	Conflict:        http.StatusConflict,
+	TooLarge:        http.StatusRequestEntityTooLarge,
+	OutOfRange:      http.StatusUnprocessableEntity,
+	Exhausted:       http.StatusTooManyRequests,
+	ReducedCapacity: http.StatusServiceUnavailable,
+	Internal:        http.StatusInternalServerError,
+	Unavailable:     http.StatusServiceUnavailable,
+	Timeout:         http.StatusServiceUnavailable,
 }
 
 // Status returns the HTTP status for code; unknown codes are 500.
@@ -124,12 +128,27 @@ func From(err error) *Error {
 // documented in the README ("Errors").
 const TypeBase = "urn:geotoll:problem:"
 
+// IANATypeBase prefixes the problem types registered in IANA's HTTP
+// Problem Types registry (draft-ietf-httpapi-ratelimit-headers):
+// quota-exceeded and temporary-reduced-capacity.
+const IANATypeBase = "https://iana.org/assignments/http-problem-types#"
+
+// Type is the problem type URI of code: the registered one for
+// Exhausted and ReducedCapacity, TypeBase+code for the others.
+func Type(code Code) string {
+	switch code {
+	case Exhausted, ReducedCapacity:
+		return IANATypeBase + string(code)
+	}
+	return TypeBase + string(code)
+}
+
 // Write sends err as a problem document. Internal errors show no detail.
 func Write(w http.ResponseWriter, r *http.Request, err error) {
 	e := From(err)
 	status := Status(e.Code)
 	doc := map[string]any{
-		"type":   TypeBase + string(e.Code),
+		"type":   Type(e.Code),
 		"title":  http.StatusText(status),
 		"status": status,
 	}

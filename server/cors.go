@@ -20,6 +20,12 @@ import (
 // with Credentials (browsers refuse that pair, and echoing any origin with
 // credentials would hand every site the user's cookies). Listed origins are
 // echoed back with Vary: Origin.
+//
+// rs/cors would send Vary: Origin with every wildcard answer too — a
+// shared cache then keeps a copy of each public tile per origin — and
+// answers a refused preflight 204 with no headers rather than a 403
+// problem; TestCORSWildcard and TestCORSListedOriginsWithCredentials fail
+// with it, which is why this is ours.
 type CORS struct {
 	Origins     []string      // "https://maps.example.com" (scheme://host[:port]) or "*"
 	Credentials bool          // Access-Control-Allow-Credentials: true

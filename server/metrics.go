@@ -7,11 +7,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/internal/pgcall"
@@ -49,7 +50,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		gatherer: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_http_requests_total",
-			Help: "HTTP requests by route template, method and status.",
+			Help: "HTTP requests by route (its path below the base path, as in /openapi.json), method and status.",
 		}, []string{"route", "method", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "geotoll_http_request_duration_seconds",
@@ -58,7 +59,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}, []string{"route"}),
 		priced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_priced_requests_total",
-			Help: "Priced requests by tier, route and outcome (admitted, refused, shadow-refused, unauthorized, dry-run, too-expensive, limiter-failure, global-refused).",
+			Help: "Priced requests by tier, route (as in geotoll_http_requests_total) and outcome (admitted, refused, shadow-refused, unauthorized, dry-run, too-expensive, limiter-failure, global-refused).",
 		}, []string{"tier", "route", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_tokens_charged_total",
@@ -106,12 +107,13 @@ func (m *Metrics) Handler() http.Handler {
 // Priced implements Observer: it counts the outcome, the tokens an admitted
 // request spent, and 429s.
 func (m *Metrics) Priced(tier string, p toll.Price, o toll.Outcome) {
-	m.priced.WithLabelValues(tier, p.Route, string(o)).Inc()
+	route := pricedRoute(p.Route)
+	m.priced.WithLabelValues(tier, route, string(o)).Inc()
 	switch o {
 	case toll.Admitted:
 		m.spread(m.tokens, tier, p, p.Cost)
 	case toll.Refused:
-		m.throttled.WithLabelValues(tier, p.Route).Inc()
+		m.throttled.WithLabelValues(tier, route).Inc()
 	}
 }
 
@@ -130,7 +132,7 @@ func (m *Metrics) spread(c *prometheus.CounterVec, tier string, p toll.Price, to
 	layers := strings.Split(p.Layer, ",")
 	share := tokens / float64(len(layers))
 	for _, l := range layers {
-		c.WithLabelValues(tier, p.Route, l, zoom).Add(share)
+		c.WithLabelValues(tier, pricedRoute(p.Route), l, zoom).Add(share)
 	}
 }
 
@@ -201,16 +203,43 @@ func methodLabel(method string) string {
 	return "other"
 }
 
-// nameRoute is router middleware: it records the matched route's template.
+// nameRoute is router middleware: it records the matched route's name
+// (its path below the base path) for the metrics, and names the request's
+// span, if it is traced, after it.
 func nameRoute(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p, ok := r.Context().Value(routeKey{}).(*string); ok {
-			if t, err := mux.CurrentRoute(r).GetPathTemplate(); err == nil {
-				*p = t
-			}
+		name := routeName(r)
+		if p, ok := r.Context().Value(routeKey{}).(*string); ok && name != "" {
+			*p = name
+		}
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() && name != "" {
+			span.SetName(r.Method + " " + name)
+			span.SetAttributes(attribute.String("http.route", name))
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// pricedRoute is the route of a priced request's kind (Price.Route), so
+// that every metric's route label names the same routes.
+func pricedRoute(kind string) string {
+	switch kind {
+	case "tile":
+		return PathTile
+	case "within":
+		return PathWithin
+	case "bbox":
+		return PathBBox
+	case "contains":
+		return PathContains
+	case "check":
+		return PathCheck
+	case "budget":
+		return PathBudget
+	case "admin":
+		return PathFences
+	}
+	return kind
 }
 
 // poolCollector exports pgxpool statistics, read at scrape time.

@@ -39,13 +39,13 @@ func TestMetricsPriced(t *testing.T) {
 		c    prometheus.Collector
 		want float64
 	}{
-		{m.tokens.WithLabelValues("free", "tile", "places", "8"), 9}, // 6, plus half of the composite's 6
-		{m.tokens.WithLabelValues("free", "tile", "districts", "8"), 3},
-		{m.tokens.WithLabelValues("free", "tile", "places", "2"), 0}, // refused: nothing spent
-		{m.tokens.WithLabelValues(toll.AnonymousTier, "within", "places", ""), 2.5},
-		{m.throttled.WithLabelValues("free", "tile"), 1},
-		{m.priced.WithLabelValues("free", "tile", string(toll.ShadowRefused)), 1},
-		{m.priced.WithLabelValues("free", "tile", string(toll.Admitted)), 2},
+		{m.tokens.WithLabelValues("free", PathTile, "places", "8"), 9}, // 6, plus half of the composite's 6
+		{m.tokens.WithLabelValues("free", PathTile, "districts", "8"), 3},
+		{m.tokens.WithLabelValues("free", PathTile, "places", "2"), 0}, // refused: nothing spent
+		{m.tokens.WithLabelValues(toll.AnonymousTier, PathWithin, "places", ""), 2.5},
+		{m.throttled.WithLabelValues("free", PathTile), 1},
+		{m.priced.WithLabelValues("free", PathTile, string(toll.ShadowRefused)), 1},
+		{m.priced.WithLabelValues("free", PathTile, string(toll.Admitted)), 2},
 	} {
 		if got := testutil.ToFloat64(tc.c); got != tc.want {
 			t.Errorf("%v = %v, want %v", tc.c, got, tc.want)

@@ -116,6 +116,29 @@ func (rd *Readiness) Run(ctx context.Context) {
 // latest are older than two intervals and a timeout (the checker has
 // stopped).
 func (rd *Readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	status, body := rd.report()
+	writeReady(w, status, body)
+}
+
+// Summary answers /readyz with only whether the process is ready: for a
+// listener anyone reaches, where the checks' detail (driver errors, key
+// counts) is nobody's business.
+func (rd *Readiness) Summary() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		status, _ := rd.report()
+		writeReady(w, status, map[string]any{"ready": status == http.StatusOK})
+	})
+}
+
+func writeReady(w http.ResponseWriter, status int, body map[string]any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// report is the status and body of /readyz with detail.
+func (rd *Readiness) report() (int, map[string]any) {
 	rd.mu.Lock()
 	last := rd.last
 	rd.mu.Unlock()
@@ -138,10 +161,7 @@ func (rd *Readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	if !last.ready {
 		status = http.StatusServiceUnavailable
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
+	return status, body
 }
 
 // ConnCheck checks PostgreSQL on a connection of its own, not one of the

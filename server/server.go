@@ -12,6 +12,7 @@ package server
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/gorilla/mux"
 
@@ -25,12 +26,15 @@ import (
 type Options struct {
 	Logger *slog.Logger
 	Tiles  *tiles.Handler
-	// Geofence serves /geofence/… and the fence admin /geofences[/{id}].
+	// Geofence serves /geofence/… (the fence admin /geofence/fences, and
+	// its older paths /geofences).
 	Geofence *geofence.Handler
 	// Budget answers GET /budget (the caller's own budget, never charged).
 	Budget http.Handler
 	// Web serves the preview page: GET / and GET /web/… (package web).
 	Web http.Handler
+	// OpenAPI answers GET /openapi.json, the API's description.
+	OpenAPI http.Handler
 	// Ready answers /readyz from checks run in the background; nil answers
 	// 200 without checking anything.
 	Ready *Readiness
@@ -39,48 +43,25 @@ type Options struct {
 	// CORS lets other origins call the API; its zero value sends no CORS
 	// headers.
 	CORS CORS
+	// BasePath prefixes every route ("/maps", behind a proxy serving
+	// geotoll under that path). The handlers that write URLs are given it
+	// in their own options.
+	BasePath string
+	// OpsListener: the operators' listener (Ops) serves /metrics and the
+	// readiness detail; this handler serves no /metrics, and its /readyz
+	// says only whether the process is ready.
+	OpsListener bool
 }
 
-// New returns the API handler.
+// New returns the API handler: the routes of Options.routes, in one
+// table.
 func New(o Options) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	r := mux.NewRouter()
-	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, problem.Missing("", "no such route"))
-	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, &problem.Error{Code: problem.NotAllowed, Detail: "method " + r.Method + " is not allowed here"})
-	})
-	r.HandleFunc("/healthz", healthz).Methods(http.MethodGet, http.MethodHead)
-	ready := o.Ready
-	if ready == nil {
-		ready = NewReadiness(nil, 0, 0)
-	}
-	r.Handle("/readyz", ready).Methods(http.MethodGet, http.MethodHead)
-	if o.Tiles != nil {
-		// /tiles/{layer}.json has one segment after /tiles/, the tile route
-		// four: neither can shadow the other, whatever the order.
-		r.Handle("/tiles", o.Tiles.Index()).Methods(http.MethodGet, http.MethodHead)
-		r.Handle("/tiles/{"+tiles.VarLayer+"}.json", o.Tiles.TileJSON()).Methods(http.MethodGet, http.MethodHead)
-		path := "/tiles/{" + tiles.VarLayer + "}/{" + tiles.VarZ + "}/{" + tiles.VarX + "}/{" + tiles.VarY + "}"
-		r.Handle(path, o.Tiles).Methods(http.MethodGet, http.MethodHead)
-	}
-	if o.Metrics != nil {
-		r.Handle("/metrics", o.Metrics.Handler()).Methods(http.MethodGet, http.MethodHead)
-		r.Use(nameRoute)
-	}
-	if o.Budget != nil {
-		r.Handle("/budget", o.Budget).Methods(http.MethodGet, http.MethodHead)
-	}
-	if o.Geofence != nil {
-		o.Geofence.Register(r)
-	}
-	if o.Web != nil {
-		r.Handle("/", o.Web).Methods(http.MethodGet, http.MethodHead)
-		r.Handle("/web/{path:.*}", o.Web).Methods(http.MethodGet, http.MethodHead)
-	}
+	base := trimBase(o.BasePath)
+	r := newRouter(base, o.routes())
+	r.Use(nameRoute)
 	// toll.Finish is innermost: the requests the toll admitted are ended
 	// (settled, their slots freed) when their handler returns or panics.
 	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(toll.Finish(r))))
@@ -90,8 +71,47 @@ func New(o Options) http.Handler {
 	return withRequestID(h)
 }
 
+// Ops returns the handler of the operators' listener (metrics_listen):
+// GET /metrics, /healthz and /readyz with each check's detail.
+func Ops(o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	r := newRouter("", o.opsRoutes())
+	r.Use(nameRoute)
+	return withRequestID(withAccessLog(o.Logger, r))
+}
+
+// ready is the readiness with detail.
+func (o Options) ready() *Readiness {
+	if o.Ready == nil {
+		return NewReadiness(nil, 0, 0)
+	}
+	return o.Ready
+}
+
+// readyHandler is the public /readyz: with detail, unless an operators'
+// listener serves that.
+func (o Options) readyHandler() http.Handler {
+	if o.OpsListener {
+		return o.ready().Summary()
+	}
+	return o.ready()
+}
+
 func healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte("ok\n"))
+}
+
+func notFound(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, r, problem.Missing("", "no such route"))
+}
+
+// notAllowed answers a method no route of router takes at r's path: 405
+// with Allow naming those it takes.
+func notAllowed(router *mux.Router, w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", strings.Join(allowedMethods(router, r), ", "))
+	problem.Write(w, r, &problem.Error{Code: problem.NotAllowed, Detail: "method " + r.Method + " is not allowed here"})
 }

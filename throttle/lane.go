@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // pending is one operation waiting for, or riding on, a batch.
@@ -17,6 +19,9 @@ type pending struct {
 	sent      bool // taken into a batch (under RedisStore.mu)
 	abandoned bool // its caller stopped waiting after it was sent (under RedisStore.mu)
 	notBefore time.Time
+	// span is the admit's caller's span, if any: the batch's call is traced
+	// below the first one of the batch that has one.
+	span trace.SpanContext
 }
 
 // lane is one caller's queue: at most one batch of it is on its way.
@@ -213,7 +218,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 			admits++
 		}
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(batchContext(batch), deadline)
 	v, err := s.script.Run(ctx, s.rdb, keys, args...).Result()
 	cancel()
 	s.stats.calls.Add(1)
@@ -278,4 +283,16 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 		}
 		l.queue = append(l.queue, p)
 	}
+}
+
+// batchContext is the context of a batch's call: detached from every
+// caller, but carrying the span of the first admit that has one, so that
+// a traced request's Redis call is in its trace.
+func batchContext(batch []*pending) context.Context {
+	for _, p := range batch {
+		if p.span.IsValid() {
+			return trace.ContextWithSpanContext(context.Background(), p.span)
+		}
+	}
+	return context.Background()
 }

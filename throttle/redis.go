@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 //go:embed admit.lua
@@ -152,7 +153,7 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 		kind = opShadow
 	}
 	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, agg: req.Aggregate, sh: sh,
-		done: make(chan opResult, 1), failed: make(chan error, 1)}
+		done: make(chan opResult, 1), failed: make(chan error, 1), span: trace.SpanContextFromContext(ctx)}
 	l, mine, err := s.enqueue(req.Key, req.Aggregate, sh, p, true)
 	if err != nil {
 		return Admission{}, err

@@ -104,6 +104,9 @@ type Handler struct {
 	// Proxies are the trusted reverse proxies whose forwarded host and
 	// scheme TileJSON's tile URLs honour; nil trusts none.
 	Proxies *forwarded.Trusted
+	// BasePath prefixes the paths of the URLs the catalog and TileJSON
+	// write ("/maps" behind a proxy serving geotoll there).
+	BasePath string
 	// Observer, if set, counts cache results.
 	Observer Observer
 

@@ -298,7 +298,7 @@ func (h *Handler) urls(r *http.Request) (base, query string) {
 	if key := r.URL.Query().Get("key"); key != "" {
 		query = "?key=" + url.QueryEscape(key)
 	}
-	return proto + "://" + host, query
+	return proto + "://" + host + strings.TrimRight(h.BasePath, "/"), query
 }
 
 // writeMeta sends a metadata document. It varies with the forwarding

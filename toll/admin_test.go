@@ -29,7 +29,7 @@ func TestAdminRouteForbidsNonAdminKeyFree(t *testing.T) {
 		t.Fatal(err)
 	}
 	router := mux.NewRouter()
-	fences.Register(router)
+	router.HandleFunc("/geofences", fences.Admin(fences.ListFences))
 	h := Finish(router)
 	get := func(key string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodGet, "/geofences?limit=1", nil)

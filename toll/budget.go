@@ -19,7 +19,7 @@ func isDryRun(r *http.Request) bool {
 
 // dryRun answers ?dry_run=1: the price and the budget, nothing charged and
 // nothing queried.
-func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, own throttle.Bucket, p Price) {
+func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price) {
 	res, err := t.Store.Peek(r.Context(), own)
 	if err != nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
@@ -27,7 +27,7 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, own thr
 	}
 	t.observe(tier.Name, p, DryRun)
 	res.Cost = p.Cost
-	setBudgetHeaders(w.Header(), tier, res)
+	setBudgetHeaders(w.Header(), pol, tier, res)
 	allowed := res.Remaining >= p.Cost
 	retry := 0
 	if !allowed {

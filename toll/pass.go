@@ -142,7 +142,7 @@ func (held *passes) headers(h http.Header) {
 		res.Cost = cost
 		res.Remaining -= cost - p.price.Cost
 		res.ResetAfter = p.tier.Limit.FillTime() - time.Duration(res.Remaining/p.tier.Limit.Rate*float64(time.Second))
-		setBudgetHeaders(h, p.tier, res)
+		setBudgetHeaders(h, h.Get("RateLimit-Policy"), p.tier, res) // the policy as Charge wrote it
 		h.Set("X-Request-Cost-Estimate", fmtTokens(p.price.Cost))
 	}
 }

@@ -14,21 +14,21 @@ import (
 
 // refused answers a request its own bucket, its IPv6 network's bucket or
 // its in-flight cap refused: 429, with the budget headers.
-func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, p Price, a throttle.Admission) {
+func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol string, p Price, a throttle.Admission) {
 	t.observe(tier.Name, p, Refused)
 	switch a.Refusal {
 	case throttle.RefusedAggregate:
 		// The budget shown is the one that refused: the network's.
 		network := Tier{Name: t.IPv6Aggregate.policy(tier.Name), Limit: t.IPv6Aggregate.Limit}
-		setBudgetHeaders(w.Header(), network, a.Result)
+		setBudgetHeaders(w.Header(), pol, network, a.Result)
 		problem.Write(w, r, exhausted(network.Name, a.Result))
 	case throttle.RefusedInFlight:
-		setBudgetHeaders(w.Header(), tier, a.Result)
+		setBudgetHeaders(w.Header(), pol, tier, a.Result)
 		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 1,
 			Detail: fmt.Sprintf("%d requests of yours are already in flight, the most tier %q allows; retry when one finishes", maxInFlight(tier), tier.Name),
 			Extra:  map[string]any{"in_flight": maxInFlight(tier), "max_in_flight": maxInFlight(tier), "violated-policies": []string{tier.Name + "-concurrency"}}})
 	default:
-		setBudgetHeaders(w.Header(), tier, a.Result)
+		setBudgetHeaders(w.Header(), pol, tier, a.Result)
 		problem.Write(w, r, exhausted(tier.Name, a.Result))
 	}
 }
@@ -42,13 +42,13 @@ func maxInFlight(tier Tier) int {
 
 // globalRefused answers a request the global database budget refused:
 // 503, the caller's own budget untouched.
-func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, own throttle.Bucket, p Price, g throttle.Result) {
+func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price, g throttle.Result) {
 	t.observe(tier.Name, p, GlobalRefused)
 	if res, err := t.Store.Peek(r.Context(), own); err == nil {
 		res.Cost = p.Cost
-		setBudgetHeaders(w.Header(), tier, res)
+		setBudgetHeaders(w.Header(), pol, tier, res)
 	}
-	problem.Write(w, r, &problem.Error{Code: problem.Unavailable, RetryAfter: g.RetryAfterSeconds(),
+	problem.Write(w, r, &problem.Error{Code: problem.ReducedCapacity, RetryAfter: g.RetryAfterSeconds(),
 		Detail: "the database is at its budget for everyone; your own budget was not charged",
 		Extra:  map[string]any{"cost": round3(p.Cost), "retry_after": g.RetryAfterSeconds(), "violated-policies": []string{"global"}}})
 }
@@ -56,11 +56,11 @@ func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, 
 // tooExpensive answers a price no bucket of the tier could ever pay (a
 // composite of many layers, or above the tier's max_cost): 422, nothing
 // spent, with the budget headers.
-func (t *Toll) tooExpensive(w http.ResponseWriter, r *http.Request, tier Tier, own throttle.Bucket, p Price, most float64) {
+func (t *Toll) tooExpensive(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price, most float64) {
 	t.observe(tier.Name, p, TooExpensive)
 	if res, err := t.Store.Peek(r.Context(), own); err == nil {
 		res.Cost = p.Cost
-		setBudgetHeaders(w.Header(), tier, res)
+		setBudgetHeaders(w.Header(), pol, tier, res)
 	}
 	problem.Write(w, r, &problem.Error{Code: problem.OutOfRange,
 		Detail: fmt.Sprintf("this request costs %s tokens; tier %q allows at most %s per request: zoom in, narrow it or ask for fewer layers",
@@ -90,7 +90,7 @@ func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, 
 	res, err := throttle.Charge(r.Context(), t.Store, throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}, 1)
 	t.observe(FailedAuthTier, p, Unauthorized)
 	if err == nil {
-		setBudgetHeaders(w.Header(), tier, res)
+		setBudgetHeaders(w.Header(), tokenPolicy(tier.Name, tier.Limit), tier, res)
 		if !res.Allowed {
 			problem.Write(w, r, exhausted(tier.Name, res))
 			return
@@ -115,16 +115,39 @@ func exhausted(policy string, res throttle.Result) *problem.Error {
 	}
 }
 
+// policies is the RateLimit-Policy of a caller in tier: every policy that
+// can refuse its requests — its bucket (in tokens), its in-flight cap
+// "<tier>-concurrency" (in concurrent requests), for an anonymous IPv6
+// caller its network's bucket "<tier>-ipv6-/48", and the database's
+// shared budget "global".
+func (t *Toll) policies(tier Tier, ipv6 bool) string {
+	pol := tokenPolicy(tier.Name, tier.Limit) +
+		`, "` + tier.Name + `-concurrency";q=` + strconv.Itoa(maxInFlight(tier)) + `;qu="concurrent-requests"`
+	if ipv6 {
+		pol += ", " + tokenPolicy(t.IPv6Aggregate.policy(tier.Name), t.IPv6Aggregate.Limit)
+	}
+	if t.Global != nil {
+		pol += ", " + tokenPolicy("global", t.Global.Bucket.Limit)
+	}
+	return pol
+}
+
+// tokenPolicy is a bucket's quota policy: q tokens ("qu"), refilled from
+// empty in w seconds.
+func tokenPolicy(name string, l throttle.Limit) string {
+	return strconv.Quote(name) + ";q=" + strconv.Itoa(int(math.Floor(l.Capacity))) + `;qu="tokens";w=` +
+		strconv.Itoa(int(math.Ceil(l.FillTime().Seconds())))
+}
+
 // setBudgetHeaders writes the budget of one priced response:
-// draft-ietf-httpapi-ratelimit-headers (RateLimit-Policy, RateLimit), the
-// older X-RateLimit-* trio, and X-Request-Cost. A bucket in debt (after a
-// settlement) shows 0 remaining.
-func setBudgetHeaders(h http.Header, tier Tier, res throttle.Result) {
+// draft-ietf-httpapi-ratelimit-headers (RateLimit-Policy pol, and
+// RateLimit for tier's bucket), the older X-RateLimit-* trio, and
+// X-Request-Cost. A bucket in debt (after a settlement) shows 0 remaining.
+func setBudgetHeaders(h http.Header, pol string, tier Tier, res throttle.Result) {
 	capacity := int(math.Floor(tier.Limit.Capacity))
 	// Round to 1e-4 tokens first: 42 may arrive as 41.999995.
 	remaining := max(0, int(math.Floor(math.Round(res.Remaining*1e4)/1e4)))
-	window := int(math.Ceil(tier.Limit.FillTime().Seconds()))
-	h.Set("RateLimit-Policy", fmt.Sprintf("%q;q=%d;w=%d", tier.Name, capacity, window))
+	h.Set("RateLimit-Policy", pol)
 	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", tier.Name, remaining, res.ResetSeconds()))
 	h.Set("X-RateLimit-Limit", strconv.Itoa(capacity))
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))

@@ -13,6 +13,9 @@ import (
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/density"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
@@ -96,6 +99,9 @@ type Toll struct {
 	TimeoutFloor  time.Duration
 	Observer      Observer
 	Logger        *slog.Logger
+	// Tracer, when set, makes every charge a span ("toll.charge"), the
+	// parent of the budget store's call.
+	Tracer trace.Tracer
 }
 
 // DefaultGeofenceWork and DefaultFenceWork are the work models of geofence
@@ -265,6 +271,13 @@ func (t *Toll) shadowed(p Price) bool {
 // the limiter failed, or the price preview of ?dry_run=1. An admitted
 // request's Pass is also in its context, for Finish to settle.
 func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
+	ctx := r.Context()
+	if t.Tracer != nil {
+		var span trace.Span
+		ctx, span = t.Tracer.Start(ctx, "toll.charge", trace.WithAttributes(
+			attribute.String("geotoll.route", p.Route), attribute.Float64("geotoll.cost", p.Cost)))
+		defer span.End()
+	}
 	caller, ok := t.identify(r)
 	if !ok {
 		t.refuseKey(w, r, caller, p)
@@ -278,23 +291,24 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		return nil
 	}
 	own := throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}
+	pol := t.policies(tier, caller.Network != "")
 	if most := t.mostPerRequest(tier); p.Cost > most {
-		t.tooExpensive(w, r, tier, own, p, most)
+		t.tooExpensive(w, r, tier, pol, own, p, most)
 		return nil
 	}
 	if isDryRun(r) {
-		t.dryRun(w, r, tier, own, p)
+		t.dryRun(w, r, tier, pol, own, p)
 		return nil
 	}
 	var global float64
 	if t.Global != nil && !p.CacheHit { // a cache hit costs the database nothing
-		res, ok, err := t.Global.Take(r.Context(), p.Cost)
+		res, ok, err := t.Global.Take(ctx, p.Cost)
 		if err != nil {
 			t.limiterFailed(w, r, tier, p, err)
 			return nil
 		}
 		if !ok {
-			t.globalRefused(w, r, tier, own, p, res)
+			t.globalRefused(w, r, tier, pol, own, p, res)
 			return nil
 		}
 		global = p.Cost
@@ -304,7 +318,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 	if caller.Network != "" {
 		req.Aggregate = &throttle.Bucket{Key: throttle.BucketKey(t.Prefix, tier.Name, caller.Network), Limit: t.IPv6Aggregate.Limit}
 	}
-	a, err := t.Store.Admit(r.Context(), req)
+	a, err := t.Store.Admit(ctx, req)
 	if err != nil || !a.Allowed {
 		if global > 0 {
 			t.Global.Give(global) // it did not run: the lease keeps it
@@ -312,11 +326,11 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		if err != nil {
 			t.limiterFailed(w, r, tier, p, err)
 		} else {
-			t.refused(w, r, tier, p, a)
+			t.refused(w, r, tier, pol, p, a)
 		}
 		return nil
 	}
-	setBudgetHeaders(w.Header(), tier, a.Result)
+	setBudgetHeaders(w.Header(), pol, tier, a.Result)
 	outcome := Admitted
 	if a.Shadow {
 		outcome = ShadowRefused

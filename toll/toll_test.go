@@ -94,7 +94,7 @@ func TestTollAdmitsThenRefusesWithProblem(t *testing.T) {
 		"X-RateLimit-Limit":     "100",
 		"X-RateLimit-Remaining": "40",
 		"X-RateLimit-Reset":     "3", // 60 tokens at 20/s
-		"RateLimit-Policy":      `"free";q=100;w=5`,
+		"RateLimit-Policy":      `"free";q=100;qu="tokens";w=5, "free-concurrency";q=256;qu="concurrent-requests"`,
 		"RateLimit":             `"free";r=40;t=3`,
 	} {
 		if got := w.Header().Get(h); got != want {
@@ -124,7 +124,7 @@ func TestTollAdmitsThenRefusesWithProblem(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
 		t.Fatal(err)
 	}
-	if body["type"] != problem.TypeBase+"quota-exceeded" || body["cost"] != 60.0 || body["remaining"] != 42.0 || body["retry_after"] != 1.0 {
+	if body["type"] != "https://iana.org/assignments/http-problem-types#quota-exceeded" || body["cost"] != 60.0 || body["remaining"] != 42.0 || body["retry_after"] != 1.0 {
 		t.Errorf("429 body %v", body)
 	}
 	if vp, _ := body["violated-policies"].([]any); len(vp) != 1 || vp[0] != "free" {
@@ -152,7 +152,7 @@ func TestTollKeysAndIPsHaveSeparateBuckets(t *testing.T) {
 	if !ok {
 		t.Fatal("anonymous refused")
 	}
-	if got := w.Header().Get("RateLimit-Policy"); got != `"anonymous";q=80;w=8` {
+	if got := w.Header().Get("RateLimit-Policy"); got != `"anonymous";q=80;qu="tokens";w=8, "anonymous-concurrency";q=256;qu="concurrent-requests"` {
 		t.Errorf("anonymous policy %q", got)
 	}
 	if _, ok := admit(t, toll, "", z2); ok {

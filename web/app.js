@@ -28,6 +28,8 @@
   ];
   var PALETTE = ['#e8590c', '#1c7ed6', '#2f9e44', '#ae3ec9', '#f08c00', '#0c8599', '#c2255c', '#5c940d'];
   var LAYER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+  // The path the server is served under (base_path), from the page.
+  var BASE = (document.querySelector('meta[name="geotoll-base"]') || { content: '' }).content;
   var INITIAL = { center: [13.405, 52.52], zoom: 11 }; // Berlin
   var MAX_SOURCE_ZOOM = 16; // deeper zooms overzoom z16 tiles instead of buying new ones
   // A refused tile is retried after its Retry-After for as long as MapLibre
@@ -180,7 +182,7 @@
     try {
       var headers = { Accept: 'application/json' };
       if (apiKey) headers['X-API-Key'] = apiKey;
-      var resp = await fetch('/budget', { headers: headers, signal: ctl.signal, cache: 'no-store', credentials: 'omit' });
+      var resp = await fetch(BASE + '/budget', { headers: headers, signal: ctl.signal, cache: 'no-store', credentials: 'omit' });
       if (!resp.ok || !/json/.test(resp.headers.get('Content-Type') || '')) return;
       var b = await resp.json();
       if (state.priced > 0 || !b || typeof b !== 'object') return; // a tile was faster
@@ -404,7 +406,7 @@
     if (!m) throw tileError(0, 'not a geotoll tile URL: ' + params.url);
     var tile = { layer: m[1], z: +m[2], x: +m[3], y: +m[4] };
     tile.key = tile.layer + '/' + tile.z + '/' + tile.x + '/' + tile.y;
-    var url = new URL('/' + path, window.location.origin).href;
+    var url = new URL(BASE + '/' + path, window.location.origin).href;
     var headers = { Accept: 'application/vnd.mapbox-vector-tile' };
     if (apiKey) headers['X-API-Key'] = apiKey;
     var signal = abortController.signal;
@@ -517,7 +519,7 @@
     var ctl = new AbortController();
     var timer = window.setTimeout(function () { ctl.abort(); }, CATALOG_TIMEOUT_MS);
     try {
-      var resp = await fetch('/tiles', { headers: { Accept: 'application/json' }, signal: ctl.signal, cache: 'no-store' });
+      var resp = await fetch(BASE + '/tiles', { headers: { Accept: 'application/json' }, signal: ctl.signal, cache: 'no-store' });
       if (resp.ok && /json/.test(resp.headers.get('Content-Type') || '')) {
         var layers = layersFrom(await resp.json());
         if (layers.length) return { source: 'server', layers: layers };

@@ -26,6 +26,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
+	"html"
 	"io/fs"
 	"net/http"
 	"path"
@@ -64,6 +65,13 @@ const contentSecurityPolicy = "default-src 'self'; script-src 'self'; worker-src
 	"img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; connect-src 'self'; " +
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
+// atBase makes the page load everything from below base.
+func atBase(page []byte, base string) []byte {
+	page = bytes.ReplaceAll(page, []byte(`="`+Prefix), []byte(`="`+base+Prefix))
+	meta := `<meta name="geotoll-base" content="` + html.EscapeString(base) + `">`
+	return bytes.Replace(page, []byte(`<meta charset="utf-8">`), []byte(`<meta charset="utf-8">`+"\n"+meta), 1)
+}
+
 type asset struct {
 	body        []byte
 	etag        string
@@ -73,7 +81,13 @@ type asset struct {
 // Handler returns the preview page's handler. It answers "/" with the page
 // and Prefix+name with the embedded asset name; anything else is a
 // problem+json 404.
-func Handler() http.Handler {
+func Handler() http.Handler { return HandlerAt("") }
+
+// HandlerAt is Handler below a base path ("/maps"): it answers base+"/" and
+// base+Prefix+name, and the page loads its assets, tiles and budget from
+// below base (a meta element named geotoll-base tells the script).
+func HandlerAt(base string) http.Handler {
+	base = strings.TrimRight(base, "/")
 	assets := make(map[string]asset)
 	err := fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -82,6 +96,9 @@ func Handler() http.Handler {
 		body, err := files.ReadFile(name)
 		if err != nil {
 			return err
+		}
+		if name == "index.html" {
+			body = atBase(body, base)
 		}
 		sum := sha256.Sum256(body)
 		assets[name] = asset{
@@ -103,10 +120,10 @@ func Handler() http.Handler {
 		}
 		name, ok := "", false
 		switch p := r.URL.Path; {
-		case p == "/":
+		case p == base+"/":
 			name, ok = "index.html", true
-		case strings.HasPrefix(p, Prefix):
-			name = strings.TrimPrefix(p, Prefix)
+		case strings.HasPrefix(p, base+Prefix):
+			name = strings.TrimPrefix(p, base+Prefix)
 			ok = name != "index.html" && fs.ValidPath(name)
 		}
 		a, found := assets[name]

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
+	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/calibrate"
@@ -40,10 +41,25 @@ type calibrateFlags struct {
 	anchorsPerLayer int
 }
 
-func parseCalibrateFlags(args []string, stderr io.Writer) (calibrateFlags, error) {
+// calibrateCommand is `geotoll calibrate`: it fits the work models that
+// price requests to this database (see runCalibrate).
+func (c *cli) calibrateCommand() *ffcli.Command {
 	var f calibrateFlags
-	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	flags := func(fs *flag.FlagSet) { f.register(fs) }
+	return c.command("calibrate", "time a sample of requests per layer and fit the work models that price them", "", flags,
+		func(ctx context.Context, _ []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			if err := f.validate(); err != nil {
+				return usageError{err.Error()}
+			}
+			return runCalibrate(ctx, cfg, f, c.stdout, c.stderr)
+		})
+}
+
+func (f *calibrateFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.layers, "layers", "", "tile layers to calibrate, comma-separated (default: every layer)")
 	fs.BoolVar(&f.geofence, "geofence", true, "calibrate the geofence layers and the fences too")
 	fs.IntVar(&f.perZoom, "per-zoom", 8, "tiles per zoom and layer (half where the layer has data)")
@@ -54,24 +70,20 @@ func parseCalibrateFlags(args []string, stderr io.Writer) (calibrateFlags, error
 	fs.Uint64Var(&f.seed, "seed", 1, "sample seed")
 	fs.StringVar(&f.out, "out", "", "weights file to write (default: throttle.weights_file of the config; '-' for standard output)")
 	fs.BoolVar(&f.verbose, "v", false, "one line per timed request")
-	if err := fs.Parse(args); err != nil {
-		return f, err
-	}
+}
+
+func (f *calibrateFlags) validate() error {
 	if f.perZoom < 1 || f.queries < 1 || f.runs < 1 || f.minZoom < 0 || f.maxZoom > int(tiles.MaxZoom) || f.minZoom > f.maxZoom {
-		return f, fmt.Errorf("calibrate: -per-zoom, -queries and -runs at least 1, 0 <= -minzoom <= -maxzoom <= %d", tiles.MaxZoom)
+		return fmt.Errorf("calibrate: -per-zoom, -queries and -runs at least 1, 0 <= -minzoom <= -maxzoom <= %d", tiles.MaxZoom)
 	}
 	f.anchorsPerLayer = 500
-	return f, nil
+	return nil
 }
 
 // runCalibrate fits the work models that price requests to this database:
 // see internal/calibrate. It writes them to the weights file that serve,
 // with the same config, reads.
-func runCalibrate(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
-	f, err := parseCalibrateFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, stderr io.Writer) error {
 	out := f.out
 	if out == "" {
 		out = cfg.Throttle.WeightsFile

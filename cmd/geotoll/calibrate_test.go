@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +21,7 @@ func TestCalibrateWritesWhatServeReads(t *testing.T) {
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
 	cfg.Throttle.WeightsFile = filepath.Join(t.TempDir(), "weights.yaml")
 	var stdout, stderr bytes.Buffer
-	err := runCalibrate(t.Context(), cfg, []string{"-layers", "places", "-per-zoom", "4", "-minzoom", "8", "-maxzoom", "14",
+	err := runCalibrateArgs(t.Context(), cfg, []string{"-layers", "places", "-per-zoom", "4", "-minzoom", "8", "-maxzoom", "14",
 		"-queries", "10", "-runs", "1"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
@@ -69,7 +72,7 @@ func TestCalibrateRefusesBadArguments(t *testing.T) {
 		{"-maxzoom", "40"},
 	} {
 		var out bytes.Buffer
-		if err := runCalibrate(t.Context(), cfg, args, &out, &out); err == nil {
+		if err := runCalibrateArgs(t.Context(), cfg, args, &out, &out); err == nil {
 			t.Errorf("calibrate %v: accepted", args)
 		}
 	}
@@ -100,4 +103,19 @@ func TestWeightsFileIsChecked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runCalibrateArgs runs `geotoll calibrate` with its own flags args.
+func runCalibrateArgs(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
+	var f calibrateFlags
+	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := f.validate(); err != nil {
+		return err
+	}
+	return runCalibrate(ctx, cfg, f, stdout, stderr)
 }

@@ -1,14 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
+	"strconv"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -22,32 +24,46 @@ import (
 )
 
 // Config is geotoll's whole configuration. Precedence, lowest first:
-// DefaultConfig, the YAML file (-config), the environment, flags.
+// DefaultConfig, the YAML file (-config), the environment, flags (see
+// setting for the names).
 type Config struct {
-	Listen    string         `yaml:"listen"`
+	Listen string `yaml:"listen"`
+	// MetricsListen, when set, is a second listener serving /metrics,
+	// /healthz and the detailed /readyz only (the production setting); the
+	// public listener then serves no /metrics and a /readyz without
+	// detail.
+	MetricsListen string `yaml:"metrics_listen"`
+	// BasePath is the path prefix a reverse proxy serves geotoll under
+	// ("/maps"): every URL the server writes starts with it.
+	BasePath  string         `yaml:"base_path"`
 	LogLevel  string         `yaml:"log_level"`  // debug, info, warn, error
 	LogFormat string         `yaml:"log_format"` // json or text
 	Database  DatabaseConfig `yaml:"database"`
 	Redis     RedisConfig    `yaml:"redis"`
 	HTTP      HTTPConfig     `yaml:"http"`
+	Tracing   TracingConfig  `yaml:"tracing"`
 	Throttle  ThrottleConfig `yaml:"throttle"`
-	Layers    []LayerConfig  `yaml:"layers"`
-	Tiles     TilesConfig    `yaml:"tiles"`
-	Geofence  GeofenceConfig `yaml:"geofence"`
+	// DemoLayers keeps the demo tables' layers (places, districts,
+	// geofences) that the configured ones merge into; false starts from
+	// none.
+	DemoLayers bool           `yaml:"demo_layers"`
+	Layers     LayerList      `yaml:"layers"`
+	Tiles      TilesConfig    `yaml:"tiles"`
+	Geofence   GeofenceConfig `yaml:"geofence"`
 }
 
 // RedisConfig configures the shared budget store.
 type RedisConfig struct {
 	// URL of Redis (env REDIS_URL). Empty, and no Addrs: buckets live in
 	// this process (single-instance mode).
-	URL string `yaml:"url"`
+	URL string `yaml:"url" secret:"true"`
 	// Addrs are the seed nodes of a Redis Cluster (with Cluster) or the
 	// Sentinels (with MasterName), instead of URL.
 	Addrs      []string `yaml:"addrs"`
 	Cluster    bool     `yaml:"cluster"`
 	MasterName string   `yaml:"master_name"`
 	Username   string   `yaml:"username"` // with Addrs (a URL carries its own)
-	Password   string   `yaml:"password"`
+	Password   string   `yaml:"password" secret:"true"`
 
 	Timeout     time.Duration `yaml:"timeout"`      // bound of one budget call on the hot path
 	DialTimeout time.Duration `yaml:"dial_timeout"` // bound of one connection attempt
@@ -95,7 +111,7 @@ type HTTPConfig struct {
 // LayerConfig is a tile layer plus its cost weights.
 type LayerConfig struct {
 	tiles.Layer `yaml:",inline"`
-	Weights     *WeightsConfig `yaml:"weights"`
+	Weights     *WeightsConfig `yaml:"weights,omitempty"`
 	// Shadow prices and records this layer's tiles but never refuses them.
 	Shadow bool `yaml:"shadow"`
 }
@@ -108,12 +124,12 @@ type GeofenceConfig struct {
 	geofence.Limits `yaml:",inline"`
 	// AdminKeys may use the fence admin (/geofences), until identity moves
 	// to the database. Each is at least 16 bytes.
-	AdminKeys []string `yaml:"admin_keys"`
+	AdminKeys []string `yaml:"admin_keys" secret:"true"`
 	// WriterDatabaseURL is the connection fence writes use; it should name
 	// the geotoll_fence_writer role (env GEOTOLL_WRITER_DATABASE_URL).
 	// Empty: fence writes answer 503 "fence admin not configured".
-	WriterDatabaseURL string           `yaml:"writer_database_url"`
-	Layers            []geofence.Layer `yaml:"layers"`
+	WriterDatabaseURL string         `yaml:"writer_database_url" secret:"true"`
+	Layers            FenceLayerList `yaml:"layers"`
 }
 
 func f(v float64) *float64 { return &v }
@@ -121,9 +137,11 @@ func f(v float64) *float64 { return &v }
 // DefaultConfig serves the demo tables that `geotoll seed` loads.
 func DefaultConfig() Config {
 	return Config{
-		Listen:    ":8080",
-		LogLevel:  "info",
-		LogFormat: "json",
+		Listen:     ":8080",
+		LogLevel:   "info",
+		LogFormat:  "json",
+		DemoLayers: true,
+		Tracing:    TracingConfig{ServiceName: "geotoll", SampleRatio: 1},
 		Database: DatabaseConfig{MaxConns: 16, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
 			CancelWait: time.Minute},
 		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,
@@ -142,12 +160,13 @@ func DefaultConfig() Config {
 		},
 		Throttle: ThrottleConfig{
 			Prefix: "geotoll",
-			Tiers: map[string]TierConfig{
+			Tiers: TierMap{
 				toll.AnonymousTier: {Rate: 10, Capacity: 80, MaxInFlight: 8},
 				"free":             {Rate: 20, Capacity: 100, MaxInFlight: 16},
 				"pro":              {Rate: 100, Capacity: 600, MaxInFlight: 64},
 			},
-			FailedAuth: TierConfig{Rate: 0.2, Capacity: 10},
+			FailedAuth: BucketConfig{Rate: 0.2, Capacity: 10},
+			Weights:    defaultWeights(),
 			// Four anonymous budgets per /48: a site's /64s share it.
 			IPv6Aggregate: AggregateConfig{Prefix: 48, Rate: 40, Capacity: 320},
 			KeyRefresh:    10 * time.Second,
@@ -158,7 +177,7 @@ func DefaultConfig() Config {
 			SettleFloor:   toll.DefaultSettleFloor,
 			Pricing:       PricingDensity,
 		},
-		Layers: []LayerConfig{
+		Layers: LayerList{
 			{Layer: tiles.Layer{
 				Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", SRID: 3857,
 				IDColumn: "id", Properties: []string{"name", "kind", "city", "rank"},
@@ -180,7 +199,7 @@ func DefaultConfig() Config {
 		Tiles: DefaultTilesConfig(),
 		Geofence: GeofenceConfig{
 			Limits: geofence.DefaultLimits(),
-			Layers: []geofence.Layer{
+			Layers: FenceLayerList{
 				{Name: "places", Table: "geotoll.places", GeometryColumn: "geom", IDColumn: "id",
 					Properties: []string{"name", "kind", "city", "rank"}, StatementTimeout: 2 * time.Second},
 				{Name: "districts", Table: "geotoll.districts", GeometryColumn: "geom", IDColumn: "id",
@@ -192,53 +211,76 @@ func DefaultConfig() Config {
 	}
 }
 
-// LoadConfig builds the configuration from the file named by -config (if
-// any), the environment (getenv) and the flags in args.
-func LoadConfig(args []string, getenv func(string) string) (Config, []string, error) {
-	cfg := DefaultConfig()
+// LoadConfig builds the configuration from args (flags, then the
+// subcommand and its arguments, returned) and the file they name, without
+// the environment (the commands read it too: cli.config).
+func LoadConfig(args []string) (Config, []string, error) { return loadConfig(args, false) }
+
+// loadConfig is LoadConfig, reading the environment when env is true.
+func loadConfig(args []string, env bool) (Config, []string, error) {
+	o := newOverrides()
 	fs := flag.NewFlagSet("geotoll", flag.ContinueOnError)
-	path := fs.String("config", getenv("GEOTOLL_CONFIG"), "YAML config file (env GEOTOLL_CONFIG)")
-	listen := fs.String("listen", "", "listen address (env LISTEN)")
-	dbURL := fs.String("database-url", "", "read connection URL (env DATABASE_URL)")
-	adminURL := fs.String("admin-database-url", "", "schema owner URL for migrate/seed (env GEOTOLL_ADMIN_DATABASE_URL)")
-	redisURL := fs.String("redis-url", "", "Redis URL; empty = in-process buckets (env REDIS_URL)")
-	logLevel := fs.String("log-level", "", "debug|info|warn|error (env GEOTOLL_LOG_LEVEL)")
+	fs.SetOutput(io.Discard)
+	o.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return cfg, nil, err
+		return Config{}, nil, err
 	}
-	if *path != "" {
-		raw, err := os.ReadFile(*path)
-		if err != nil {
-			return cfg, nil, fmt.Errorf("config: %w", err)
+	if env {
+		if err := o.readEnv(); err != nil {
+			return Config{}, nil, err
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+	}
+	cfg, err := o.load()
+	return cfg, fs.Args(), err
+}
+
+// load builds the configuration: DefaultConfig, then the YAML file
+// (-config; unknown keys are errors; see config_merge.go for how it merges
+// into the defaults), then the flags and environment variables of o.
+func (o *overrides) load() (Config, error) {
+	cfg := DefaultConfig()
+	var (
+		raw []byte
+		doc yaml.Node
+	)
+	if o.config != "" {
+		var err error
+		if raw, err = os.ReadFile(o.config); err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", o.config, err)
+		}
+	}
+	// demo_layers decides what the file's layers merge into: read it
+	// (from the overrides, else the file) before anything else.
+	if raw, ok := o.values["demo_layers"]; ok {
+		cfg.DemoLayers, _ = strconv.ParseBool(raw) // checked when it was set
+	} else if len(doc.Content) > 0 {
+		var head struct {
+			DemoLayers *bool `yaml:"demo_layers"`
+		}
+		if err := doc.Decode(&head); err == nil && head.DemoLayers != nil {
+			cfg.DemoLayers = *head.DemoLayers
+		}
+	}
+	if !cfg.DemoLayers {
+		cfg.Layers, cfg.Geofence.Layers = nil, nil
+	}
+	if len(doc.Content) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil {
-			return cfg, nil, fmt.Errorf("config %s: %w", *path, err)
+			return cfg, fmt.Errorf("config %s: %w", o.config, err)
 		}
 	}
-	for _, o := range []struct {
-		dst      *string
-		env, flg string
-	}{
-		{&cfg.Listen, getenv("LISTEN"), *listen},
-		{&cfg.Database.URL, getenv("DATABASE_URL"), *dbURL},
-		{&cfg.Database.AdminURL, getenv("GEOTOLL_ADMIN_DATABASE_URL"), *adminURL},
-		{&cfg.Redis.URL, getenv("REDIS_URL"), *redisURL},
-		{&cfg.LogLevel, getenv("GEOTOLL_LOG_LEVEL"), *logLevel},
-		{&cfg.Geofence.WriterDatabaseURL, getenv("GEOTOLL_WRITER_DATABASE_URL"), ""},
-	} {
-		if o.env != "" {
-			*o.dst = o.env
-		}
-		if o.flg != "" {
-			*o.dst = o.flg
-		}
+	if err := o.apply(&cfg); err != nil {
+		return cfg, err
 	}
 	if cfg.Database.AdminURL == "" {
 		cfg.Database.AdminURL = cfg.Database.URL
 	}
-	return cfg, fs.Args(), cfg.validate()
+	return cfg, cfg.validate()
 }
 
 func (c Config) validate() error {

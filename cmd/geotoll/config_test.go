@@ -10,8 +10,6 @@ import (
 	"github.com/geotoll/geotoll/throttle"
 )
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
 func TestLoadConfigPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "geotoll.yaml")
@@ -33,8 +31,10 @@ layers:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, rest, err := LoadConfig([]string{"-config", path, "-redis-url", "redis://flag:1", "serve"},
-		env(map[string]string{"DATABASE_URL": "postgres://env/db", "LISTEN": ":7000"}))
+	clearConfigEnv(t)
+	t.Setenv("DATABASE_URL", "postgres://env/db")
+	t.Setenv("LISTEN", ":7000")
+	cfg, rest, err := loadConfig([]string{"-config", path, "-redis-url", "redis://flag:1", "serve"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,8 @@ layers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cat.Layers()) != 1 || weights["only"].AreaWeight != 2 || weights["only"].MaxCost != 60 {
+	// A layer with a new name joins the demo layers.
+	if len(cat.Layers()) != 4 || weights["only"].AreaWeight != 2 || weights["only"].MaxCost != 60 {
 		t.Errorf("layers/weights: %v %+v", cat.Layers(), weights["only"])
 	}
 }
@@ -73,7 +74,7 @@ func TestLoadConfigRejects(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, _, err := LoadConfig([]string{"-config", path}, env(nil))
+			_, _, err := LoadConfig([]string{"-config", path})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want mention of %q", err, tc.want)
 			}

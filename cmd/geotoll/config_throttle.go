@@ -26,6 +26,16 @@ func (t TierConfig) limit() throttle.Limit {
 	return throttle.Limit{Rate: t.Rate, Capacity: t.Capacity}
 }
 
+// BucketConfig is a bucket shape without a tier's other settings.
+type BucketConfig struct {
+	Rate     float64 `yaml:"rate"`     // tokens per second
+	Capacity float64 `yaml:"capacity"` // bucket size
+}
+
+func (b BucketConfig) limit() throttle.Limit {
+	return throttle.Limit{Rate: b.Rate, Capacity: b.Capacity}
+}
+
 // AggregateConfig is the IPv6 network bucket: its prefix length and shape.
 type AggregateConfig struct {
 	Prefix   int     `yaml:"prefix"`
@@ -35,17 +45,25 @@ type AggregateConfig struct {
 
 // WeightsConfig overrides cost weights; unset fields inherit.
 type WeightsConfig struct {
-	Base          *float64 `yaml:"base"`
-	AreaWeight    *float64 `yaml:"area_weight"`
-	RadiusWeight  *float64 `yaml:"radius_weight"`
-	FeatureWeight *float64 `yaml:"feature_weight"`
-	PointWeight   *float64 `yaml:"point_weight"`
-	MaxCost       *float64 `yaml:"max_cost"`
+	Base          *float64 `yaml:"base,omitempty"`
+	AreaWeight    *float64 `yaml:"area_weight,omitempty"`
+	RadiusWeight  *float64 `yaml:"radius_weight,omitempty"`
+	FeatureWeight *float64 `yaml:"feature_weight,omitempty"`
+	PointWeight   *float64 `yaml:"point_weight,omitempty"`
+	MaxCost       *float64 `yaml:"max_cost,omitempty"`
 	// The work model: database time in ms per query, per feature read and
 	// per vertex read (fitted by `geotoll calibrate`).
-	QueryMS   *float64 `yaml:"query_ms"`
-	FeatureMS *float64 `yaml:"feature_ms"`
-	VertexMS  *float64 `yaml:"vertex_ms"`
+	QueryMS   *float64 `yaml:"query_ms,omitempty"`
+	FeatureMS *float64 `yaml:"feature_ms,omitempty"`
+	VertexMS  *float64 `yaml:"vertex_ms,omitempty"`
+}
+
+// defaultWeights is throttle.DefaultWeights as configuration.
+func defaultWeights() WeightsConfig {
+	w := throttle.DefaultWeights()
+	return WeightsConfig{Base: &w.Base, AreaWeight: &w.AreaWeight, RadiusWeight: &w.RadiusWeight,
+		FeatureWeight: &w.FeatureWeight, PointWeight: &w.PointWeight, MaxCost: &w.MaxCost,
+		QueryMS: &w.Work.QueryMS, FeatureMS: &w.Work.FeatureMS, VertexMS: &w.Work.VertexMS}
 }
 
 // apply returns base with w's set fields.
@@ -75,14 +93,14 @@ type ThrottleConfig struct {
 	Prefix string `yaml:"prefix"`
 	// Tiers by name. "anonymous" (callers without a key, per client IP) is
 	// required; API keys name their tier.
-	Tiers map[string]TierConfig `yaml:"tiers"`
+	Tiers TierMap `yaml:"tiers"`
 	// FailedAuth buckets unknown or revoked keys per client IP (1 token each).
-	FailedAuth TierConfig    `yaml:"failed_auth"`
+	FailedAuth BucketConfig  `yaml:"failed_auth"`
 	Weights    WeightsConfig `yaml:"weights"` // defaults for every layer
 	// Global, when its rate is positive, is one bucket shared by all
 	// callers, sized to what the database sustains (tokens per second and
 	// burst). A request must pass its own bucket and this one.
-	Global TierConfig `yaml:"global"`
+	Global BucketConfig `yaml:"global"`
 	// IPv6Aggregate is the bucket every anonymous IPv6 caller's network
 	// (its /prefix) pays besides the caller's own /64; rate 0 turns it off.
 	IPv6Aggregate AggregateConfig `yaml:"ipv6_aggregate"`

@@ -17,7 +17,7 @@ func loadYAML(t *testing.T, yaml string) (Config, error) {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := LoadConfig([]string{"-config", path}, env(nil))
+	cfg, _, err := LoadConfig([]string{"-config", path})
 	return cfg, err
 }
 
@@ -52,7 +52,7 @@ layers:
 	if c := cfg.HTTP.CORS; !slices.Equal(c.Origins, []string{"https://maps.example.com"}) || !c.Credentials || c.MaxAge != time.Hour {
 		t.Errorf("cors %+v", c)
 	}
-	if l := cfg.Layers[0].Layer; l.MaxAge != 2*time.Hour || !l.WithoutID {
+	if l := cfg.Layers[3].Layer; l.MaxAge != 2*time.Hour || !l.WithoutID {
 		t.Errorf("layer %+v", l)
 	}
 }

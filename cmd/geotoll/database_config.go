@@ -14,10 +14,10 @@ import (
 type DatabaseConfig struct {
 	// URL is the read connection `serve` uses; it should name the restricted
 	// geotoll_reader role (env DATABASE_URL).
-	URL string `yaml:"url"`
+	URL string `yaml:"url" secret:"true"`
 	// AdminURL is the schema owner `migrate` and `seed` use (env
 	// GEOTOLL_ADMIN_DATABASE_URL); empty means URL.
-	AdminURL string `yaml:"admin_url"`
+	AdminURL string `yaml:"admin_url" secret:"true"`
 	MaxConns int32  `yaml:"max_conns"`
 	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
 	RetryAfter int `yaml:"retry_after"`

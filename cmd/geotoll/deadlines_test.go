@@ -82,6 +82,7 @@ func TestStatementTimeoutBeyondWriteTimeoutRefusesToStart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "geotoll.yaml")
 	if err := os.WriteFile(path, []byte(`
+demo_layers: false
 http:
   write_timeout: 30s
 layers:
@@ -93,7 +94,7 @@ layers:
 		t.Fatal(err)
 	}
 	want := []string{`layers[0].statement_timeout (layer "borders") 30s`, "http.write_timeout 30s"}
-	_, _, err := LoadConfig([]string{"-config", path}, env(nil))
+	_, _, err := LoadConfig([]string{"-config", path})
 	if err == nil || !containsAll(err.Error(), want) {
 		t.Fatalf("LoadConfig: %v; want a refusal naming %q", err, want)
 	}

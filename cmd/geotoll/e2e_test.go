@@ -19,6 +19,7 @@ import (
 
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/throttle"
 )
 
 // startServer runs a whole geotoll (the same Main the binary runs) against
@@ -38,6 +39,12 @@ func startMain(t testing.TB, edit func(*Config)) *Main {
 // startLogging is startMain writing the server's log to logger.
 func startLogging(t testing.TB, edit func(*Config), logger *slog.Logger) *Main {
 	t.Helper()
+	return startMainWith(t, edit, func(m *Main) { m.Logger = logger })
+}
+
+// startMainWith is startMain with prepare run on the Main before it opens.
+func startMainWith(t testing.TB, edit func(*Config), prepare func(*Main)) *Main {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
@@ -50,11 +57,23 @@ func startLogging(t testing.TB, edit func(*Config), logger *slog.Logger) *Main {
 	if edit != nil {
 		edit(&cfg)
 	}
-	m := &Main{Config: cfg, Logger: logger}
+	m := &Main{Config: cfg, Logger: quietLog()}
+	if prepare != nil {
+		prepare(m)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := m.Open(ctx); err != nil {
 		cancel()
 		t.Fatalf("open: %v", err)
+	}
+	// Every response a test gets is checked against the published OpenAPI
+	// document; a benchmark measures the server alone.
+	if _, bench := t.(*testing.B); !bench {
+		c := newContract(t, cfg.BasePath)
+		m.Server.Handler = c.wrap(m.Server.Handler)
+		if m.OpsServer != nil {
+			m.OpsServer.Handler = c.wrap(m.OpsServer.Handler)
+		}
 	}
 	done := make(chan error, 1)
 	go func() { done <- m.Serve(ctx) }()
@@ -237,11 +256,10 @@ func TestEndToEndBucketKeysAreHashTagged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The bucket, and the hash of its open requests until their settlement
-	// rides on a later call: one hash tag.
+	// The caller's hash of open requests may still be there: its release
+	// is batched and may not have run yet. It carries the same hash tag.
 	bucket := cfg.Throttle.Prefix + ":{anonymous:ip:127.0.0.1}"
-	slices.Sort(keys)
-	if !slices.Equal(keys, []string{bucket}) && !slices.Equal(keys, []string{bucket, bucket + ":open"}) {
+	if !slices.Contains(keys, bucket) || slices.ContainsFunc(keys, func(k string) bool { return k != bucket && k != throttle.OpenKey(bucket) }) {
 		t.Fatalf("bucket keys %q", keys)
 	}
 	if ttl := rdb.PTTL(context.Background(), bucket).Val(); ttl <= 0 {

@@ -377,21 +377,20 @@ func tilesWithData(t *testing.T, owner *pgxpool.Pool, l *tiles.Layer, z maptile.
 func TestPrepareCommand(t *testing.T) {
 	t.Parallel()
 	prepareDemo(t)
-	env := map[string]string{"GEOTOLL_ADMIN_DATABASE_URL": testenv.DatabaseURL(t), "GEOTOLL_LOG_LEVEL": "error"}
-	getenv := func(k string) string { return env[k] }
-	var out, errs bytes.Buffer
-	if err := run(t.Context(), []string{"prepare", "-layer", "districts"}, getenv, &out, &errs); err != nil {
-		t.Fatalf("prepare: %v\n%s%s", err, out.String(), errs.String())
+	flags := []string{"-database-admin-url", testenv.DatabaseURL(t), "-log-level", "error"}
+	out, err := runCommand(t.Context(), append(flags, "prepare", "-layer", "districts")...)
+	if err != nil {
+		t.Fatalf("prepare: %v\n%s", err, out)
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "layer") {
-		t.Fatalf("report:\n%s", out.String())
+		t.Fatalf("report:\n%s", out)
 	}
 	if f := strings.Fields(lines[1]); len(f) < 4 || f[0] != "districts" || f[1] != "overview" || f[2] != "unchanged" || f[3] != "4" {
 		t.Errorf("report line %q, want districts overview unchanged 4 (relations)", lines[1])
 	}
 	for _, args := range [][]string{{"prepare", "-layer", "nope"}, {"prepare", "-every", "10ms"}} {
-		if err := run(t.Context(), args, getenv, &out, &errs); err == nil {
+		if _, err := runCommand(t.Context(), append(flags, args...)...); err == nil {
 			t.Errorf("%v: no error", args)
 		}
 	}

@@ -113,7 +113,7 @@ func TestEndToEndGlobalBudget(t *testing.T) {
 	a, b := createKey(t, "free"), createKey(t, "free")
 	base, _ := startServer(t, func(c *Config) {
 		sizePrices(c)
-		c.Throttle.Global = TierConfig{Rate: 0.01, Capacity: 70}
+		c.Throttle.Global = BucketConfig{Rate: 0.01, Capacity: 70}
 	})
 	// Two different z2 tiles (a repeat would be a cheap cache hit).
 	if resp, body := get(t, base+"/tiles/places/2/2/1.mvt", a); resp.StatusCode != http.StatusOK {
@@ -200,7 +200,7 @@ func TestEndToEndKeyChangesReachEveryReplica(t *testing.T) {
 	t.Parallel()
 	slow := func(c *Config) {
 		c.Throttle.KeyRefresh, c.Throttle.KeyMaxAge = time.Hour, 2*time.Hour
-		c.Throttle.FailedAuth = TierConfig{Rate: 100, Capacity: 1000} // polling with a key not yet known
+		c.Throttle.FailedAuth = BucketConfig{Rate: 100, Capacity: 1000} // polling with a key not yet known
 	}
 	a, _ := startServer(t, slow)
 	b, _ := startServer(t, slow)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -18,16 +17,8 @@ func TestKeysCreateNameInUse(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = testenv.Pool(t).Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
 	})
-	getenv := func(k string) string {
-		if k == "GEOTOLL_ADMIN_DATABASE_URL" {
-			return admin
-		}
-		return ""
-	}
 	keys := func(args ...string) (string, error) {
-		var out, errs bytes.Buffer
-		err := run(t.Context(), append([]string{"-log-level", "warn", "keys"}, args...), getenv, &out, &errs)
-		return out.String(), err
+		return runCommand(t.Context(), append([]string{"-log-level", "warn", "-database-admin-url", admin, "keys"}, args...)...)
 	}
 	first, err := keys("create", "-name", name, "-tier", "free")
 	if err != nil || !strings.HasPrefix(first, "gt_") {

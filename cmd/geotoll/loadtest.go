@@ -4,41 +4,45 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"strings"
 	"time"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/geotoll/geotoll/loadtest"
 )
 
-// runLoadtest runs `geotoll loadtest`: a bounded, paced load against a
-// running geotoll (loopback only unless -allow-remote).
-// `geotoll loadtest fidelity|zooms|ceiling …` are the measuring instruments
-// of loadtest_scenarios.go.
-func runLoadtest(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "fidelity", "zooms", "ceiling":
-			return runScenario(ctx, cfg, args[0], args[1:], stdout, stderr)
-		}
-	}
-	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// loadtestCommand is `geotoll loadtest`: a bounded, paced load against a
+// running geotoll (loopback only unless -allow-remote). `geotoll loadtest
+// fidelity|zooms|ceiling …` are the measuring instruments of
+// loadtest_scenarios.go.
+func (c *cli) loadtestCommand() *ffcli.Command {
 	o := loadtest.Options{}
-	fs.StringVar(&o.BaseURL, "url", "http://127.0.0.1:8080", "geotoll base URL")
-	fs.StringVar(&o.Profile, "profile", "z14", "target list: "+strings.Join(loadtest.Profiles, ", "))
-	fs.StringVar(&o.Layer, "layer", "places", "tile or geofence layer")
-	fs.IntVar(&o.Rate, "rate", 100, fmt.Sprintf("requests per second (at most %d)", loadtest.MaxRate))
-	fs.DurationVar(&o.Duration, "duration", 10*time.Second, fmt.Sprintf("how long (at most %s)", loadtest.MaxDuration))
-	fs.StringVar(&o.Key, "key", "", "API key (X-API-Key); empty = anonymous")
-	fs.BoolVar(&o.AllowRemote, "allow-remote", false, "permit a non-loopback -url")
-	if err := fs.Parse(args); err != nil {
-		return err
+	flags := func(fs *flag.FlagSet) {
+		fs.StringVar(&o.BaseURL, "url", "http://127.0.0.1:8080", "geotoll base URL")
+		fs.StringVar(&o.Profile, "profile", "z14", "target list: "+strings.Join(loadtest.Profiles, ", "))
+		fs.StringVar(&o.Layer, "layer", "places", "tile or geofence layer")
+		fs.IntVar(&o.Rate, "rate", 100, fmt.Sprintf("requests per second (at most %d)", loadtest.MaxRate))
+		fs.DurationVar(&o.Duration, "duration", 10*time.Second, fmt.Sprintf("how long (at most %s)", loadtest.MaxDuration))
+		fs.StringVar(&o.Key, "key", "", "API key (X-API-Key); empty = anonymous")
+		fs.BoolVar(&o.AllowRemote, "allow-remote", false, "permit a non-loopback -url")
 	}
-	rep, err := loadtest.Run(ctx, o)
-	if err != nil {
-		return fmt.Errorf("loadtest: %w", err)
-	}
-	rep.WriteText(stdout)
-	return nil
+	return c.command("loadtest", "a bounded load against a running geotoll, or a measuring instrument", "", flags,
+		func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Sprintf("loadtest: unknown scenario %q (fidelity, zooms, ceiling)", args[0])}
+			}
+			if _, err := c.config(); err != nil { // a broken configuration is reported by every command
+				return err
+			}
+			rep, err := loadtest.Run(ctx, o)
+			if err != nil {
+				return fmt.Errorf("loadtest: %w", err)
+			}
+			rep.WriteText(c.stdout)
+			return nil
+		},
+		c.scenarioCommand("fidelity", "sampled tiles: dry-run price, X-Request-Cost and database time; Spearman ρ"),
+		c.scenarioCommand("zooms", "per zoom: bytes, features and database time"),
+		c.scenarioCommand("ceiling", "dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll"))
 }

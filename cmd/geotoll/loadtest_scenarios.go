@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/geotoll/geotoll/loadtest"
 	"github.com/geotoll/geotoll/tiles"
 )
 
-const scenarioUsage = `usage: geotoll -config FILE loadtest SCENARIO [flags]
-
-Measuring instruments against a running geotoll (any build), with the layers
+const scenarioUsage = `Measuring instruments against a running geotoll (any build), with the layers
 of FILE as that server is configured, and the database as the read role
 (DATABASE_URL). The server should run with tiles.cache.max_bytes 0 and the
 key's tier must never refuse (loadtest/opendata.yaml does both).
@@ -27,8 +26,7 @@ key's tier must never refuse (loadtest/opendata.yaml does both).
 scenarios:
   fidelity  sampled tiles: dry-run price, X-Request-Cost and database time; Spearman ρ
   zooms     per zoom: bytes, features and database time
-  ceiling   dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll, identity and gzip
-`
+  ceiling   dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll, identity and gzip`
 
 // scenario holds the flags every scenario shares.
 type scenario struct {
@@ -57,24 +55,46 @@ func (s *scenario) flags(fs *flag.FlagSet) {
 	fs.IntVar(&s.maxZ, "maxzoom", 16, "highest zoom")
 }
 
+// scenarioFlags are the flags of `geotoll loadtest SCENARIO`: the shared
+// ones and each scenario's (every scenario accepts them all).
+type scenarioFlags struct {
+	scenario
+	n, perZoom, clients, threads int
+	jsonOut, merge               string
+	verbose                      bool
+	d                            time.Duration
+}
+
+func (f *scenarioFlags) flags(fs *flag.FlagSet) {
+	f.scenario.flags(fs)
+	fs.IntVar(&f.n, "tiles", 200, "fidelity: tiles sampled")
+	fs.StringVar(&f.jsonOut, "json", "", "fidelity: also write every sample to this JSON file")
+	fs.BoolVar(&f.verbose, "v", false, "print each tile (fidelity, zooms) or pgbench's output (ceiling)")
+	fs.IntVar(&f.perZoom, "per-zoom", 8, "zooms: tiles per zoom")
+	fs.DurationVar(&f.d, "duration", 10*time.Second, "ceiling: each run's length")
+	fs.IntVar(&f.clients, "clients", 16, "ceiling: connections (pgbench -c and geotoll's)")
+	fs.IntVar(&f.threads, "threads", 2, "ceiling: pgbench -j")
+	fs.StringVar(&f.merge, "report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
+}
+
+// scenarioCommand is `geotoll loadtest fidelity|zooms|ceiling`.
+func (c *cli) scenarioCommand(name, short string) *ffcli.Command {
+	f := &scenarioFlags{}
+	cmd := c.command(name, short, scenarioUsage, f.flags, func(ctx context.Context, _ []string) error {
+		cfg, err := c.config()
+		if err != nil {
+			return err
+		}
+		return runScenario(ctx, cfg, name, f, c.stdout, c.stderr)
+	})
+	cmd.ShortUsage = "geotoll -config FILE loadtest " + name + " [flags]"
+	return cmd
+}
+
 // runScenario runs `geotoll loadtest fidelity|zooms|ceiling`.
-func runScenario(ctx context.Context, cfg Config, name string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("loadtest "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, scenarioUsage); fs.PrintDefaults() }
-	var s scenario
-	s.flags(fs)
-	n := fs.Int("tiles", 200, "fidelity: tiles sampled")
-	jsonOut := fs.String("json", "", "fidelity: also write every sample to this JSON file")
-	verbose := fs.Bool("v", false, "print each tile (fidelity, zooms) or pgbench's output (ceiling)")
-	perZoom := fs.Int("per-zoom", 8, "zooms: tiles per zoom")
-	d := fs.Duration("duration", 10*time.Second, "ceiling: each run's length")
-	clients := fs.Int("clients", 16, "ceiling: connections (pgbench -c and geotoll's)")
-	threads := fs.Int("threads", 2, "ceiling: pgbench -j")
-	merge := fs.String("report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags, stdout, stderr io.Writer) error {
+	s := &f.scenario
+	n, jsonOut, verbose, perZoom, d, clients, threads, merge := &f.n, &f.jsonOut, &f.verbose, &f.perZoom, &f.d, &f.clients, &f.threads, &f.merge
 	if name == "fidelity" && *merge != "" {
 		rep, err := loadtest.ReadFidelity(strings.Split(*merge, ",")...)
 		if err != nil {

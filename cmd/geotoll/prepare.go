@@ -13,25 +13,45 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/geotoll/geotoll/serving"
 	"github.com/geotoll/geotoll/tiles"
 )
 
-// prepareCmd runs `geotoll prepare`: it builds every layer's serving storage
+// prepareFlags are the flags of `geotoll prepare`.
+type prepareFlags struct {
+	force bool
+	only  string
+	every time.Duration
+	role  string
+}
+
+// prepareCommand is `geotoll prepare`.
+func (c *cli) prepareCommand() *ffcli.Command {
+	var p prepareFlags
+	flags := func(fs *flag.FlagSet) {
+		fs.BoolVar(&p.force, "force", false, "rebuild storage that is current")
+		fs.StringVar(&p.only, "layer", "", "comma-separated layers to prepare (default: every layer)")
+		fs.DurationVar(&p.every, "every", 0, "keep running: prepare again after this long (e.g. 10m); 0 runs once")
+		fs.StringVar(&p.role, "reader-role", serving.DefaultReaderRole, "the role that serves tiles: storage is granted to it")
+	}
+	return c.command("prepare", "build every layer's serving storage (overviews), as the schema owner", "", flags,
+		func(ctx context.Context, _ []string) error {
+			cfg, log, err := c.configAndLog()
+			if err != nil {
+				return err
+			}
+			return prepare(ctx, cfg, log, p, c.stdout)
+		})
+}
+
+// prepare runs `geotoll prepare`: it builds every layer's serving storage
 // (see package serving) as the schema owner, once, or again every -every
 // until ctx ends. It fails when a layer failed (in a single run).
-func prepareCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
-	force := fs.Bool("force", false, "rebuild storage that is current")
-	only := fs.String("layer", "", "comma-separated layers to prepare (default: every layer)")
-	every := fs.Duration("every", 0, "keep running: prepare again after this long (e.g. 10m); 0 runs once")
-	role := fs.String("reader-role", serving.DefaultReaderRole, "the role that serves tiles: storage is granted to it")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *every != 0 && *every < time.Second {
-		return fmt.Errorf("prepare: -every %s must be at least 1s", *every)
+func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, stdout io.Writer) error {
+	if p.every != 0 && p.every < time.Second {
+		return fmt.Errorf("prepare: -every %s must be at least 1s", p.every)
 	}
 	pool, err := adminPool(ctx, cfg)
 	if err != nil {
@@ -46,16 +66,16 @@ func prepareCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string
 	if err != nil {
 		return err
 	}
-	layers, err := selectLayers(catalog, *only)
+	layers, err := selectLayers(catalog, p.only)
 	if err != nil {
 		return err
 	}
-	opts := serving.Options{ReaderRole: *role, Force: *force, Logger: log}
+	opts := serving.Options{ReaderRole: p.role, Force: p.force, Logger: log}
 	for {
 		results := serving.Prepare(ctx, pool, layers, opts)
 		writeResults(stdout, results)
 		failed := slices.ContainsFunc(results, func(r serving.Result) bool { return r.Status == serving.Failed })
-		if *every == 0 {
+		if p.every == 0 {
 			if failed {
 				return errors.New("prepare: some layers failed (see above)")
 			}
@@ -65,7 +85,7 @@ func prepareCmd(ctx context.Context, cfg Config, log *slog.Logger, args []string
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(*every):
+		case <-time.After(p.every):
 		}
 	}
 }

@@ -22,7 +22,7 @@ func loadResilienceYAML(t *testing.T, body string) (Config, error) {
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := LoadConfig([]string{"-config", path}, env(nil))
+	cfg, _, err := LoadConfig([]string{"-config", path})
 	return cfg, err
 }
 
@@ -94,7 +94,7 @@ func TestEndToEndRedisCluster(t *testing.T) {
 		c.Redis.Addrs, c.Redis.Cluster = addrs, true
 		c.Redis.FailMode = "closed" // a cluster error would be a 503, not a silent fallback
 		c.Redis.Timeout = 2 * time.Second
-		c.Throttle.Global = TierConfig{Rate: 0.001, Capacity: 200}
+		c.Throttle.Global = BucketConfig{Rate: 0.001, Capacity: 200}
 		c.Throttle.Tiers["anonymous"] = TierConfig{Rate: 0.001, Capacity: 80, MaxInFlight: 8} // barely refills
 	})
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/geofence"
@@ -43,15 +44,25 @@ type Main struct {
 	// TileCatalog is the tile layers, their plans refreshed from the
 	// serving registry while Serve runs.
 	TileCatalog *tiles.Catalog
+	// Tracing, when set, traces requests, Redis calls and statements;
+	// Open sets it when the configuration turns tracing on.
+	Tracing trace.TracerProvider
 
-	keys     *apikeys.Ring
-	gate     *toll.Toll
-	budgets  *throttle.RedisStore // nil in single-instance mode
-	pricing  *pricingSetup
-	failover *throttle.Failover // nil in single-instance mode
-	ready    *server.Readiness
-	dbCheck  *server.ConnCheck
-	listener net.Listener
+	stopTracing func(context.Context) error
+	// OpsServer serves the operators' listener (metrics_listen); nil
+	// without one.
+	OpsServer *http.Server
+
+	options     server.Options
+	opsListener net.Listener
+	keys        *apikeys.Ring
+	gate        *toll.Toll
+	budgets     *throttle.RedisStore // nil in single-instance mode
+	pricing     *pricingSetup
+	failover    *throttle.Failover // nil in single-instance mode
+	ready       *server.Readiness
+	dbCheck     *server.ConnCheck
+	listener    net.Listener
 }
 
 // Open connects to PostgreSQL and Redis (lazily: a database that is down at
@@ -60,7 +71,7 @@ type Main struct {
 func (m *Main) Open(ctx context.Context) error {
 	cfg := m.Config
 	if cfg.Database.URL == "" {
-		return errors.New("no database: set DATABASE_URL")
+		return errors.New("no database: set database.url (GEOTOLL_DATABASE_URL or DATABASE_URL)")
 	}
 	if _, _, err := cfg.catalog(); err != nil {
 		return err
@@ -77,6 +88,12 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	m.gate = gate
 	gate.Logger = m.Logger
+	if err := m.openTracing(ctx); err != nil {
+		return err
+	}
+	if m.Tracing != nil {
+		gate.Tracer = m.Tracing.Tracer("github.com/geotoll/geotoll/toll")
+	}
 
 	if err := m.openPool(ctx); err != nil {
 		return err
@@ -103,21 +120,30 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close()
 		return err
 	}
-	h := cfg.HTTP
-	m.Server = &http.Server{
-		Handler:           m.Handler,
-		ReadHeaderTimeout: h.ReadHeaderTimeout,
-		ReadTimeout:       h.ReadTimeout,
-		WriteTimeout:      h.WriteTimeout,
-		IdleTimeout:       h.IdleTimeout,
-		MaxHeaderBytes:    h.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
-	}
+	m.Server = m.httpServer(m.Handler)
 	if m.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
 		m.Close()
 		return err
 	}
+	if err := m.openOps(); err != nil {
+		m.Close()
+		return err
+	}
 	return nil
+}
+
+// httpServer is an http.Server of h with the configured bounds.
+func (m *Main) httpServer(h http.Handler) *http.Server {
+	c := m.Config.HTTP
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    c.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
+	}
 }
 
 // openHandler builds the metrics, the tile and geofence handlers and the
@@ -156,17 +182,20 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	}
 	m.ready = server.NewReadiness(checks, m.Config.HTTP.ReadyInterval, m.Config.HTTP.ReadyTimeout)
 	m.ready.Check(ctx) // the first /readyz answers from real results
-	handler := server.New(server.Options{
-		Logger:   m.Logger,
-		Tiles:    tileHandler,
-		Metrics:  metrics,
-		CORS:     m.Config.HTTP.CORS.cors(),
-		Geofence: fences,
-		Budget:   http.HandlerFunc(gate.ServeBudget),
-		Web:      web.Handler(),
-		Ready:    m.ready,
-	})
-	m.Handler = withRequestDeadline(handler, m.Config.HTTP.RequestTimeout)
+	m.options = server.Options{
+		Logger:      m.Logger,
+		Tiles:       tileHandler,
+		Metrics:     metrics,
+		CORS:        m.Config.HTTP.CORS.cors(),
+		Geofence:    fences,
+		Budget:      http.HandlerFunc(gate.ServeBudget),
+		Web:         web.HandlerAt(m.Config.BasePath),
+		OpenAPI:     server.OpenAPI(m.Config.BasePath),
+		Ready:       m.ready,
+		BasePath:    m.Config.BasePath,
+		OpsListener: m.Config.MetricsListen != "",
+	}
+	m.Handler = m.traced(withRequestDeadline(server.New(m.options), m.Config.HTTP.RequestTimeout))
 	return nil
 }
 
@@ -181,6 +210,7 @@ func (m *Main) openPool(ctx context.Context) error {
 	pcfg.MaxConns = db.MaxConns
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
 	db.tunePool(pcfg)
+	tracePool(m.Tracing, pcfg)
 	if m.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
@@ -238,7 +268,7 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 				}
 			}
 		},
-		Reader: reader, Gate: gate, Logger: m.Logger,
+		Reader: reader, Gate: gate, Logger: m.Logger, BasePath: m.Config.BasePath,
 	}
 	if gc.WriterDatabaseURL != "" {
 		wcfg, err := pgxpool.ParseConfig(gc.WriterDatabaseURL)
@@ -248,6 +278,7 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 		wcfg.MaxConns = 4 // admin traffic: a few writes at a time
 		wcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll-fence-admin"
 		m.Config.Database.tunePool(wcfg)
+		tracePool(m.Tracing, wcfg)
 		if m.FenceWriter, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 			return nil, fmt.Errorf("geofence writer database: %w", err)
 		}
@@ -266,8 +297,14 @@ func (m *Main) Addr() string { return m.listener.Addr().String() }
 // requests get up to ShutdownGrace to finish, new connections are refused.
 func (m *Main) Serve(ctx context.Context) error {
 	defer m.Close()
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- m.Server.Serve(m.listener) }()
+	servers := 1
+	if m.OpsServer != nil {
+		servers++
+		go func() { errc <- m.OpsServer.Serve(m.opsListener) }()
+		m.Logger.Info("serving metrics and readiness", "addr", m.opsListener.Addr().String())
+	}
 	// The key ring, the readiness checker and the tile storage refresh
 	// hold connections of their own: they end before Close.
 	bg, stopBG := context.WithCancel(ctx)
@@ -291,11 +328,17 @@ func (m *Main) Serve(ctx context.Context) error {
 		m.Logger.Warn("shutdown grace expired; closing", "err", err)
 		_ = m.Server.Close()
 	}
-	m.flushBudgets(sctx)
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	if m.OpsServer != nil {
+		_ = m.OpsServer.Shutdown(sctx)
 	}
-	return nil
+	m.flushBudgets(sctx)
+	var errs []error
+	for range servers {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // flushBudgets returns this replica's global lease and sends the
@@ -330,4 +373,8 @@ func (m *Main) Close() {
 	if m.listener != nil {
 		_ = m.listener.Close()
 	}
+	if m.opsListener != nil {
+		_ = m.opsListener.Close()
+	}
+	m.closeTracing()
 }

@@ -101,6 +101,9 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 		return nil, err
 	}
 	m.Redis = rdb
+	if err := traceRedis(m.Tracing, rdb); err != nil {
+		return nil, fmt.Errorf("redis tracing: %w", err)
+	}
 	m.budgets = throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew})
 	m.failover = &throttle.Failover{Primary: m.budgets, Local: local, Mode: throttle.FailMode(c.FailMode), Replicas: c.Replicas,
 		Timeout: 2 * c.Timeout, ProbeInterval: c.ProbeInterval, Logger: m.Logger}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -23,6 +24,10 @@ func (m *Main) openMetrics() (*server.Metrics, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		server.NewPoolCollector("read", m.Pool.Stat),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "geotoll_build_info", Help: "1, labelled with the running build's version and Go version.",
+			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+		}, func() float64 { return 1 }),
 	} {
 		if err := m.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
@@ -91,7 +96,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	store.Calls = metrics
 	return &tiles.Handler{
 		Catalog: catalog, Store: store, Gate: gate, Logger: m.Logger,
-		Cache: cache, Describer: store, Proxies: proxies, Observer: metrics,
+		Cache: cache, Describer: store, Proxies: proxies, Observer: metrics, BasePath: cfg.BasePath,
 	}, nil
 }
 

@@ -497,10 +497,10 @@ func TestEndToEndMetrics(t *testing.T) {
 		`geotoll_http_requests_total{method="GET",route="/tiles/{layer}/{z}/{x}/{y}",status="429"} 1`,
 		`geotoll_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
 		`geotoll_http_request_duration_seconds_count{route="/tiles/{layer}/{z}/{x}/{y}"} 4`,
-		`geotoll_tokens_charged_total{layer="places",route="tile",tier="anonymous",zoom="2"} 60`,
-		`geotoll_tokens_charged_total{layer="places",route="tile",tier="anonymous",zoom="14"}`,
-		`geotoll_throttled_total{route="tile",tier="anonymous"} 1`,
-		`geotoll_priced_requests_total{outcome="refused",route="tile",tier="anonymous"} 1`,
+		`geotoll_tokens_charged_total{layer="places",route="/tiles/{layer}/{z}/{x}/{y}",tier="anonymous",zoom="2"} 60`,
+		`geotoll_tokens_charged_total{layer="places",route="/tiles/{layer}/{z}/{x}/{y}",tier="anonymous",zoom="14"}`,
+		`geotoll_throttled_total{route="/tiles/{layer}/{z}/{x}/{y}",tier="anonymous"} 1`,
+		`geotoll_priced_requests_total{outcome="refused",route="/tiles/{layer}/{z}/{x}/{y}",tier="anonymous"} 1`,
 		`geotoll_tile_cache_requests_total{result="hit"} 1`,
 		`geotoll_tile_cache_requests_total{result="miss"} 2`,
 		`geotoll_tile_query_duration_seconds_count{layer="places",zoom="14"} 1`,
@@ -518,7 +518,7 @@ func TestEndToEndMetrics(t *testing.T) {
 	}
 	// z14 cost: the miss at its full price plus the hit at 1.
 	for line := range strings.SplitSeq(text, "\n") {
-		if strings.HasPrefix(line, `geotoll_tokens_charged_total{layer="places",route="tile",tier="anonymous",zoom="14"} `) {
+		if strings.HasPrefix(line, `geotoll_tokens_charged_total{layer="places",route="/tiles/{layer}/{z}/{x}/{y}",tier="anonymous",zoom="14"} `) {
 			v, err := strconv.ParseFloat(strings.Fields(line)[1], 64)
 			if err != nil || v < 2 || v > 2.01 {
 				t.Errorf("z14 tokens %q: want a miss (~1.0002) plus a hit (1)", line)

@@ -15,6 +15,12 @@
 // a trusted proxy: that is the client. Entries left of it are the client's
 // own text and are never parsed; an unparsable entry right of it — a broken
 // proxy chain — falls back to the socket peer, never to a guess.
+//
+// realclientip-go's RightmostTrustedRangeStrategy walks the chain the same
+// way, but gives no address when every hop is a trusted proxy, where this
+// package answers the left-most one: an internal client calling through
+// the proxies keeps a bucket of its own instead of sharing the last
+// proxy's (TestClientAddr "all hops trusted: left-most" fails with it).
 package forwarded
 
 import (

@@ -1,20 +1,54 @@
-// k6 load test for a fleet tracker: positions checked against geofences.
-//   k6 run -e BASE_URL=http://127.0.0.1:8080 -e API_KEY=gt_... loadtest/k6/geofence.js
+// k6 load test of a fleet tracker: positions checked against geofences,
+// and radius searches. Against `make run`, in a second shell:
+//
+//   k6 run -e API_KEY="$KEY" loadtest/k6/geofence.js
+//
 // Each iteration sends one batch check of BATCH vehicle positions near the
-// demo cities, as a tracker would every few seconds.
+// demo cities, as a tracker would every few seconds, and one small radius
+// search. Requests are tagged by route; a 429 is an expected answer with
+// its own rate metric (geotoll_refused); the thresholds fail the run when
+// answers are wrong or slow.
 import http from 'k6/http';
 import { check } from 'k6';
+import { Rate } from 'k6/metrics';
 
 const BASE = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const KEY = __ENV.API_KEY || '';
 const BATCH = parseInt(__ENV.BATCH || '100', 10);
 const CITIES = [[13.405, 52.52], [-0.1276, 51.5072], [2.3522, 48.8566], [139.6503, 35.6762], [-74.006, 40.7128]];
+const CHECK = '/geofence/check';
+const WITHIN = '/geofence/within';
+
+const refused = new Rate('geotoll_refused');
+
+http.setResponseCallback(http.expectedStatuses(200, 429));
 
 export const options = {
-  scenarios: { fleet: { executor: 'constant-arrival-rate', rate: parseInt(__ENV.RATE || '20', 10),
-    timeUnit: '1s', duration: __ENV.DURATION || '30s', preAllocatedVUs: 10, maxVUs: 100 } },
-  thresholds: { checks: ['rate>0.99'] },
+  scenarios: {
+    fleet: {
+      executor: 'constant-arrival-rate', rate: parseInt(__ENV.RATE || '20', 10), timeUnit: '1s',
+      duration: __ENV.DURATION || '30s', preAllocatedVUs: 10, maxVUs: 100,
+    },
+  },
+  thresholds: {
+    checks: ['rate>0.99'],
+    http_req_failed: ['rate<0.01'],
+    'http_req_duration{route:/geofence/check}': ['p(95)<500'],
+    'http_req_duration{route:/geofence/within}': ['p(95)<250'],
+    geotoll_refused: ['rate<0.9'],
+  },
 };
+
+function headers() {
+  return Object.assign({ 'Content-Type': 'application/json' }, KEY ? { 'X-API-Key': KEY } : {});
+}
+
+function answered(res, route) {
+  refused.add(res.status === 429, { route });
+  check(res, {
+    'answered or honestly refused': (r) => r.status === 200 || (r.status === 429 && r.headers['Retry-After'] !== undefined),
+  }, { route });
+}
 
 export default function () {
   const points = [];
@@ -22,8 +56,8 @@ export default function () {
     const [lon, lat] = CITIES[i % CITIES.length];
     points.push({ id: `v${i}`, lng: lon + (Math.random() - 0.5) * 0.1, lat: lat + (Math.random() - 0.5) * 0.1 });
   }
-  const res = http.post(`${BASE}/geofence/check`, JSON.stringify({ points }), {
-    headers: Object.assign({ 'Content-Type': 'application/json' }, KEY ? { 'X-API-Key': KEY } : {}),
-  });
-  check(res, { 'answered or honestly refused': (r) => r.status === 200 || (r.status === 429 && r.headers['Retry-After']) });
+  answered(http.post(`${BASE}${CHECK}`, JSON.stringify({ points }), { headers: headers(), tags: { name: CHECK, route: CHECK } }), CHECK);
+  const [lon, lat] = CITIES[Math.floor(Math.random() * CITIES.length)];
+  const q = `layer=places&lng=${lon}&lat=${lat}&radius=500&limit=20`;
+  answered(http.get(`${BASE}${WITHIN}?${q}`, { headers: headers(), tags: { name: WITHIN, route: WITHIN } }), WITHIN);
 }

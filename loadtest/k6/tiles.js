@@ -1,25 +1,48 @@
-// k6 load test for geotoll tiles. Usage:
-//   k6 run -e BASE_URL=http://127.0.0.1:8080 -e API_KEY=gt_... -e ZOOM=14 loadtest/k6/tiles.js
-// Requests random tiles around the demo cities at ZOOM and checks that every
-// answer is a tile (200/204) or an honest refusal (429 with Retry-After).
+// k6 load test of geotoll's tiles. Against `make run`, in a second shell:
+//
+//   k6 run loadtest/k6/tiles.js                                   anonymous, zooms 8–14
+//   k6 run -e API_KEY="$KEY" -e ZOOMS=14 -e RATE=100 loadtest/k6/tiles.js
+//
+// Each request is a random tile around the demo cities at one of ZOOMS.
+// Requests are tagged by route (the route's path, as geotoll's metrics name
+// it) and zoom, so a run has one time series per route and zoom, not one per
+// URL. A 429 is an expected answer — the budget doing its job — with its
+// own rate metric, geotoll_refused; failures are anything else. The
+// thresholds fail the run when answers are wrong or slow.
 import http from 'k6/http';
 import { check } from 'k6';
-import { Counter, Trend } from 'k6/metrics';
+import { Rate, Trend } from 'k6/metrics';
 
 const BASE = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const KEY = __ENV.API_KEY || '';
-const ZOOM = parseInt(__ENV.ZOOM || '14', 10);
+const ZOOMS = (__ENV.ZOOMS || '8,10,12,14').split(',').map((z) => parseInt(z, 10));
 const LAYER = __ENV.LAYER || 'places';
+const ROUTE = '/tiles/{layer}/{z}/{x}/{y}';
 const CITIES = [[13.405, 52.52], [-0.1276, 51.5072], [2.3522, 48.8566], [139.6503, 35.6762],
   [-74.006, 40.7128], [77.209, 28.6139], [-46.6333, -23.5505], [151.2093, -33.8688]];
 
-const refused = new Counter('geotoll_refused');
+// Share of requests refused by the budget (429), and the price of those
+// that were charged.
+const refused = new Rate('geotoll_refused');
 const cost = new Trend('geotoll_request_cost');
 
+// 429 is an expected status: it does not count in http_req_failed.
+http.setResponseCallback(http.expectedStatuses(200, 204, 304, 429));
+
 export const options = {
-  scenarios: { tiles: { executor: 'constant-arrival-rate', rate: parseInt(__ENV.RATE || '50', 10),
-    timeUnit: '1s', duration: __ENV.DURATION || '30s', preAllocatedVUs: 20, maxVUs: 200 } },
-  thresholds: { checks: ['rate>0.99'], http_req_duration: ['p(95)<1000'] },
+  scenarios: {
+    tiles: {
+      executor: 'constant-arrival-rate', rate: parseInt(__ENV.RATE || '50', 10), timeUnit: '1s',
+      duration: __ENV.DURATION || '30s', preAllocatedVUs: 20, maxVUs: 200,
+    },
+  },
+  thresholds: {
+    checks: ['rate>0.99'], // every answer a tile or an honest refusal
+    http_req_failed: ['rate<0.01'], // 5xx, timeouts, anything unexpected
+    'http_req_duration{route:/tiles/{layer}/{z}/{x}/{y}}': ['p(95)<1000'],
+    'http_req_duration{zoom:14}': ['p(95)<250'],
+    geotoll_refused: ['rate<0.9'], // refusals are expected, a run of nothing but refusals is not
+  },
 };
 
 function tileOf(lon, lat, z) {
@@ -32,12 +55,18 @@ function tileOf(lon, lat, z) {
 
 export default function () {
   const [lon, lat] = CITIES[Math.floor(Math.random() * CITIES.length)];
-  const [x, y] = tileOf(lon + (Math.random() - 0.5) * 0.05, lat + (Math.random() - 0.5) * 0.05, ZOOM);
-  const res = http.get(`${BASE}/tiles/${LAYER}/${ZOOM}/${x}/${y}.mvt`, { headers: KEY ? { 'X-API-Key': KEY } : {} });
-  if (res.headers['X-Request-Cost']) cost.add(parseFloat(res.headers['X-Request-Cost']));
-  if (res.status === 429) refused.add(1);
-  check(res, {
-    'tile or honest refusal': (r) => r.status === 200 || r.status === 204 || (r.status === 429 && r.headers['Retry-After']),
-    'budget headers': (r) => r.status >= 500 || r.headers['Ratelimit'] !== undefined,
+  const z = ZOOMS[Math.floor(Math.random() * ZOOMS.length)];
+  const [x, y] = tileOf(lon + (Math.random() - 0.5) * 0.05, lat + (Math.random() - 0.5) * 0.05, z);
+  const res = http.get(`${BASE}/tiles/${LAYER}/${z}/${x}/${y}.mvt`, {
+    headers: KEY ? { 'X-API-Key': KEY } : {},
+    tags: { name: ROUTE, route: ROUTE, zoom: String(z) },
   });
+  refused.add(res.status === 429, { route: ROUTE, zoom: String(z) });
+  if (res.status !== 429 && res.headers['X-Request-Cost']) {
+    cost.add(parseFloat(res.headers['X-Request-Cost']), { zoom: String(z) });
+  }
+  check(res, {
+    'tile or honest refusal': (r) => r.status === 200 || r.status === 204 || (r.status === 429 && r.headers['Retry-After'] !== undefined),
+    'budget headers': (r) => r.headers['Ratelimit-Policy'] !== undefined && r.headers['Ratelimit'] !== undefined,
+  }, { route: ROUTE, zoom: String(z) });
 }

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+)
+
+// root is the command tree.
+func (c *cli) root() *ffcli.Command {
+	var showVersion bool
+	var root *ffcli.Command
+	subs := []*ffcli.Command{
+		c.command("serve", "serve the HTTP API", "", nil, c.serve),
+		c.command("migrate", "apply the embedded schema migrations (as the schema owner)", "", nil, c.migrate),
+		c.seedCommand(),
+		c.prepareCommand(),
+		c.keysCommand(),
+		c.loadtestCommand(),
+		c.calibrateCommand(),
+		c.openDataCommand(),
+		c.configCommand(),
+		c.command("version", "print the version", "", nil, func(context.Context, []string) error {
+			fmt.Fprintln(c.stdout, "geotoll", version)
+			return nil
+		}),
+	}
+	help := c.command("help", "print the usage of a command: geotoll help keys create", "", nil,
+		func(_ context.Context, args []string) error { return c.help(root, args) })
+	root = c.command("geotoll", "Serves vector tiles and geofence queries from PostGIS, charging every request what it costs.", "",
+		func(fs *flag.FlagSet) { fs.BoolVar(&showVersion, "version", false, "print the version and exit") },
+		func(_ context.Context, args []string) error {
+			switch {
+			case showVersion:
+				fmt.Fprintln(c.stdout, "geotoll", version)
+				return nil
+			case len(args) == 0:
+				fmt.Fprintln(c.stderr, c.usage(root))
+				return usageError{"no command"}
+			}
+			fmt.Fprintln(c.stderr, c.usage(root))
+			return usageError{fmt.Sprintf("unknown command %q", args[0])}
+		}, append(subs, help)...)
+	return root
+}
+
+// help prints the usage of the command args name (of root itself for
+// none) on stdout.
+func (c *cli) help(root *ffcli.Command, args []string) error {
+	cmd := root
+	for _, name := range args {
+		var next *ffcli.Command
+		for _, s := range cmd.Subcommands {
+			if s.Name == name {
+				next = s
+			}
+		}
+		if next == nil {
+			return usageError{fmt.Sprintf("no command %q", strings.Join(args, " "))}
+		}
+		cmd = next
+	}
+	fmt.Fprintln(c.stdout, c.usage(cmd))
+	return nil
+}
+
+// groupExec is the Exec of a command that only holds others: without one
+// of them it prints its usage and fails.
+func (c *cli) groupExec(cmd **ffcli.Command) func(context.Context, []string) error {
+	return func(_ context.Context, args []string) error {
+		fmt.Fprintln(c.stderr, c.usage(*cmd))
+		if len(args) == 0 {
+			return usageError{(*cmd).Name + ": no command"}
+		}
+		return usageError{fmt.Sprintf("%s: unknown command %q", (*cmd).Name, args[0])}
+	}
+}
+
+// serve is `geotoll serve`.
+func (c *cli) serve(ctx context.Context, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("serve takes no arguments (got %q)", args)}
+	}
+	cfg, log, err := c.configAndLog()
+	if err != nil {
+		return err
+	}
+	m := &Main{Config: cfg, Logger: log}
+	if err := m.Open(ctx); err != nil {
+		return err
+	}
+	return m.Serve(ctx)
+}
+
+// migrate is `geotoll migrate`.
+func (c *cli) migrate(ctx context.Context, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("migrate takes no arguments (got %q)", args)}
+	}
+	cfg, log, err := c.configAndLog()
+	if err != nil {
+		return err
+	}
+	return migrate(ctx, cfg, log)
+}

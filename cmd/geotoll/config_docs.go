@@ -1,0 +1,196 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+)
+
+// configDoc documents one configuration key: the README's reference
+// table (geotoll config doc) and the example file are made from these, and
+// a test fails when a key has none.
+type configDoc struct {
+	Key     string
+	Default string // as shown; empty: the value in DefaultConfig
+	Meaning string
+}
+
+// tierPattern stands for a tier's name in documented keys.
+const tierPattern = "<tier>"
+
+// docKey is the documented key of a setting: a tier's name is
+// tierPattern.
+func docKey(key string) string {
+	parts := strings.Split(key, ".")
+	if len(parts) == 4 && parts[0] == "throttle" && parts[1] == "tiers" {
+		parts[2] = tierPattern
+	}
+	return strings.Join(parts, ".")
+}
+
+// configDocs documents every key, in the order of the reference.
+func configDocs() []configDoc {
+	docs := []configDoc{
+		{Key: "listen", Meaning: "the public listen address (alias LISTEN)"},
+		{Key: "metrics_listen", Default: "none", Meaning: "a second listener for /metrics, /healthz and the detailed /readyz, on a network only operators reach: the production setting. Set, the public listener serves no /metrics and a /readyz without detail"},
+		{Key: "base_path", Default: "none", Meaning: `the path prefix a reverse proxy serves geotoll under ("/maps"): the routes answer under it and every URL the server writes (TileJSON, catalog, fence pages, the preview page) starts with it`},
+		{Key: "log_level", Meaning: "debug, info, warn or error"},
+		{Key: "log_format", Meaning: "json or text"},
+		{Key: "database.url", Default: "none", Meaning: "the read connection of serve, as the geotoll_reader role (alias DATABASE_URL; secret: GEOTOLL_DATABASE_URL_FILE)"},
+		{Key: "database.admin_url", Default: "database.url", Meaning: "the schema owner for migrate, seed, keys and opendata (alias GEOTOLL_ADMIN_DATABASE_URL, flag alias -admin-database-url; secret)"},
+		{Key: "database.max_conns", Meaning: "read pool size"},
+		{Key: "database.retry_after", Meaning: "Retry-After seconds of a database 503"},
+		{Key: "database.acquire_timeout", Meaning: "the longest a request waits for a pooled connection"},
+		{Key: "database.connect_timeout", Meaning: "the longest opening one connection takes (when the URL has no connect_timeout)"},
+		{Key: "database.cancel_wait", Meaning: "the longest a cancelled statement is waited for (its connection and its request's in-flight slot held) before its connection is closed anyway"},
+		{Key: "redis.url", Default: "none: buckets in process", Meaning: "Redis for budgets shared by every replica (alias REDIS_URL; secret)"},
+		{Key: "redis.addrs", Default: "none", Meaning: "Redis Cluster seed nodes (with redis.cluster) or Sentinels (with redis.master_name), instead of redis.url"},
+		{Key: "redis.cluster", Meaning: "redis.addrs name a Redis Cluster"},
+		{Key: "redis.master_name", Default: "none", Meaning: "redis.addrs are Sentinels managing this master"},
+		{Key: "redis.username", Default: "none", Meaning: "with redis.addrs (a URL carries its own)"},
+		{Key: "redis.password", Default: "none", Meaning: "with redis.addrs (secret: GEOTOLL_REDIS_PASSWORD_FILE)"},
+		{Key: "redis.timeout", Meaning: "bound of one budget call on a request's path"},
+		{Key: "redis.dial_timeout", Meaning: "one connection attempt"},
+		{Key: "redis.fail_mode", Meaning: "when Redis fails: local (in-process buckets at rate / replicas), open or closed (503)"},
+		{Key: "redis.replicas", Meaning: "geotoll processes sharing the budget (scales the local fallback's rate)"},
+		{Key: "redis.probe_interval", Meaning: "how long budgets follow fail_mode after a failure before one request retries Redis (at most 10s)"},
+		{Key: "redis.max_clock_skew", Meaning: "how far Redis's clock may run ahead of geotoll's; a batch arriving later than its deadline plus this is dropped"},
+		{Key: "http.read_header_timeout", Meaning: "http.Server ReadHeaderTimeout"},
+		{Key: "http.read_timeout", Meaning: "http.Server ReadTimeout"},
+		{Key: "http.write_timeout", Meaning: "http.Server WriteTimeout"},
+		{Key: "http.request_timeout", Meaning: "every request's own deadline: by then it is answered (503 if the database has not finished). Every statement_timeout must be shorter, and it must be shorter than http.write_timeout"},
+		{Key: "http.idle_timeout", Meaning: "http.Server IdleTimeout"},
+		{Key: "http.shutdown_grace", Meaning: "on SIGTERM, in-flight requests get this long"},
+		{Key: "http.max_header_bytes", Meaning: "http.Server MaxHeaderBytes"},
+		{Key: "http.trusted_proxies", Default: "none", Meaning: "CIDRs whose forwarding header is believed (comma-separated in the environment)"},
+		{Key: "http.forwarded_header", Default: "X-Forwarded-For", Meaning: "the one header the trusted proxies write the client address into: X-Forwarded-For or Forwarded"},
+		{Key: "http.cors.origins", Meaning: `origins allowed to call the API ("scheme://host[:port]" or "*"); none sends no CORS headers`},
+		{Key: "http.cors.credentials", Meaning: `allow cookies and HTTP auth across origins; "*" with credentials refuses to start`},
+		{Key: "http.cors.max_age", Default: "10m", Meaning: "how long a browser may reuse a preflight"},
+		{Key: "http.ready_interval", Meaning: "the readiness checks run in the background this often; /readyz serves their latest results (503 when older than two intervals and a timeout)"},
+		{Key: "http.ready_timeout", Meaning: "bound of one round of readiness checks"},
+		{Key: "tracing.endpoint", Default: "none: off", Meaning: "OpenTelemetry OTLP/HTTP collector URL (http://127.0.0.1:4318); tracing is also on when OTEL_EXPORTER_OTLP_ENDPOINT is set"},
+		{Key: "tracing.service_name", Meaning: "the service.name of the spans"},
+		{Key: "tracing.sample_ratio", Meaning: "share of new traces sampled (0..1); a caller's sampled traceparent is always followed"},
+	}
+	return append(docs, budgetDocs()...)
+}
+
+// budgetDocs documents the keys of the budget and of what it pays for
+// (throttle, layers, tiles, geofence), after configDocs' server keys.
+func budgetDocs() []configDoc {
+	return []configDoc{
+		{Key: "throttle.prefix", Meaning: "bucket key prefix in Redis"},
+		{Key: "throttle.tiers.<tier>.rate", Default: "anonymous 10, free 20, pro 100", Meaning: "tokens per second refilled (tiers by name; anonymous is for callers without a key; a file's tier changes only the fields it sets)"},
+		{Key: "throttle.tiers.<tier>.capacity", Default: "80, 100, 600", Meaning: "bucket size: must be above the most one request may cost in the tier"},
+		{Key: "throttle.tiers.<tier>.max_cost", Default: "none", Meaning: "a single request dearer than this is a 422"},
+		{Key: "throttle.tiers.<tier>.shadow", Default: "false", Meaning: "price and record, never refuse for an empty bucket (X-RateLimit-Shadow: would-refuse)"},
+		{Key: "throttle.tiers.<tier>.max_in_flight", Default: "8, 16, 64", Meaning: "concurrent requests per caller; one more is a 429 (policy <tier>-concurrency)"},
+		{Key: "throttle.failed_auth.rate", Meaning: "refill of the failed-auth bucket: unknown keys, per client address"},
+		{Key: "throttle.failed_auth.capacity", Meaning: "size of the failed-auth bucket (1 token per unknown key)"},
+		{Key: "throttle.pricing", Default: "density", Meaning: "density: a request costs the database work its density models estimate it reads; size: by its area, radius and points alone (also while a model is being built)"},
+		{Key: "throttle.ms_per_token", Default: "10", Meaning: "the unit of every price: one token is this many milliseconds of database time"},
+		{Key: "throttle.settle_floor", Default: "5ms", Meaning: "a request whose database time stays under this keeps its estimate; above, it is charged the time it took (refund or debit)"},
+		{Key: "throttle.timeout_factor", Default: "4", Meaning: "a request's statements run under at most max(timeout_floor, timeout_factor × the database time it paid for), within its layer's statement_timeout"},
+		{Key: "throttle.timeout_floor", Default: "250ms", Meaning: "see timeout_factor"},
+		{Key: "throttle.weights_file", Default: "none", Meaning: "the work models `geotoll calibrate` fitted (YAML): they replace the defaults of the layers they name; a layer's own weights still win"},
+		{Key: "throttle.weights.base", Meaning: "the price of the cheapest request (a cache hit)"},
+		{Key: "throttle.weights.query_ms", Meaning: "work model: database ms of a tile query itself"},
+		{Key: "throttle.weights.feature_ms", Meaning: "work model: database ms per feature a tile reads"},
+		{Key: "throttle.weights.vertex_ms", Meaning: "work model: database ms per vertex a tile reads (lines, polygons)"},
+		{Key: "throttle.weights.area_weight", Meaning: "size pricing: tokens per square degree of a tile's or bbox's area"},
+		{Key: "throttle.weights.radius_weight", Meaning: "size pricing: tokens per km of a within radius"},
+		{Key: "throttle.weights.feature_weight", Meaning: "size pricing: tokens per feature a within, bbox or contains answer may hold (its limit)"},
+		{Key: "throttle.weights.point_weight", Meaning: "size pricing: tokens per point of a batch check"},
+		{Key: "throttle.weights.max_cost", Meaning: "the most any request costs, at the door or settled; below every tier's capacity"},
+		{Key: "throttle.global.rate", Default: "0: off", Meaning: "the database's shared budget, tokens per second; a refusal is a 503 (policy global) that charges the caller nothing"},
+		{Key: "throttle.global.capacity", Default: "0", Meaning: "the shared budget's burst"},
+		{Key: "throttle.ipv6_aggregate.prefix", Meaning: "the network (16..63) whose anonymous IPv6 callers share an aggregate bucket besides their /64 (policy anonymous-ipv6-/48)"},
+		{Key: "throttle.ipv6_aggregate.rate", Meaning: "the aggregate's refill; 0 turns it off"},
+		{Key: "throttle.ipv6_aggregate.capacity", Meaning: "the aggregate's size, above every price"},
+		{Key: "throttle.key_refresh", Meaning: "how often API keys are reloaded besides the database's notifications"},
+		{Key: "throttle.key_max_age", Meaning: "keys older than this (reloads failing all that time) are stale: admin keys are refused until a reload succeeds; at least twice key_refresh"},
+		{Key: "demo_layers", Meaning: "keep the demo layers (places, districts, geofences, tile and geofence) that configured layers merge into by name; false starts from none"},
+		{Key: "layers", Default: "places, districts, geofences", Meaning: "tile layers (YAML only), merged by name into the demo layers: name, table (schema to qualify a table whose name has dots), geometry_column, srid, id_column (without_id), properties, minzoom, maxzoom, extent, buffer, max_features, geometry_kind (point, line, polygon or mixed; read from geometry_columns when unset), data_maxzoom (16: the deepest zoom with new detail, TileJSON maxzoom), order_by (the priority of features: the cap keeps the first), max_tile_bytes (500000: the layer's byte budget), generalize ({maxzoom: 12, cluster_px: 8, tolerance_px: 1, min_size_px: 1}; off: true serves features as stored), overviews ({off, minzoom, maxzoom}: zooms read from the overviews geotoll prepare builds), statement_timeout, max_age (Cache-Control), weights, shadow"},
+		{Key: "tiles.cache.max_bytes", Default: "128 MiB", Meaning: "memory of the tile cache (each tile as rendered, plus its gzip form once a gzip client asked); 0 keeps only request coalescing and sends every tile as rendered (compressing a tile for one answer costs more CPU than the bytes it saves: put a compressing proxy in front if the network needs it)"},
+		{Key: "tiles.cache.ttl", Meaning: "how long a rendered tile is served from memory"},
+		{Key: "tiles.storage_refresh", Meaning: "how often serve re-reads the serving registry that geotoll prepare writes (and geometry kinds not yet known)"},
+		{Key: "tiles.discover.schemas", Default: "none: off", Meaning: "serve every table with a geometry column in these schemas that the read role can SELECT, priced with the default weights"},
+		{Key: "tiles.discover.minzoom", Meaning: "discovered layers' minzoom"},
+		{Key: "tiles.discover.maxzoom", Default: "22", Meaning: "discovered layers' maxzoom (0: the layer default)"},
+		{Key: "tiles.discover.max_features", Default: "10000", Meaning: "discovered layers' feature cap per tile (0: the layer default)"},
+		{Key: "tiles.discover.statement_timeout", Default: "the layer default", Meaning: "discovered layers' statement timeout"},
+		{Key: "tiles.discover.max_age", Default: "the layer default", Meaning: "discovered layers' Cache-Control max-age"},
+		{Key: "tiles.discover.max_properties", Default: "16", Meaning: "properties per discovered layer: numbers, booleans and text columns declared with a length, in column order"},
+		{Key: "tiles.discover.max_text_length", Default: "256", Meaning: "the longest declared text length offered as a property (free text is never discovered)"},
+		{Key: "geofence.max_radius", Meaning: "metres: the largest within radius (beyond: 422)"},
+		{Key: "geofence.default_limit", Meaning: "features of an answer when ?limit is absent"},
+		{Key: "geofence.max_limit", Meaning: "the largest ?limit"},
+		{Key: "geofence.max_bbox_area", Meaning: "square degrees: the largest bbox"},
+		{Key: "geofence.max_batch", Meaning: "points per batch check"},
+		{Key: "geofence.max_body_bytes", Meaning: "request body limit (beyond: 413)"},
+		{Key: "geofence.max_vertices", Meaning: "positions per fence written"},
+		{Key: "geofence.max_response_vertices", Meaning: "the most positions one contains answer carries (at least max_vertices)"},
+		{Key: "geofence.statement_timeout", Meaning: "geofence queries' statement timeout"},
+		{Key: "geofence.layers", Default: "places, districts, geofences", Meaning: "searchable layers (YAML only), merged by name into the demo layers: name, table, geometry_column (SRID 4326), id_column, properties, statement_timeout"},
+		{Key: "geofence.admin_keys", Default: "none", Meaning: "static fence admin keys (at least 16 bytes each) besides database keys created with -admin (secret: GEOTOLL_GEOFENCE_ADMIN_KEYS_FILE, comma-separated)"},
+		{Key: "geofence.writer_database_url", Default: "none: writes 503", Meaning: "fence writes, as the geotoll_fence_writer role (alias GEOTOLL_WRITER_DATABASE_URL; secret)"},
+	}
+}
+
+// writeDoc writes the configuration reference as a Markdown table: key,
+// environment variable, default, meaning.
+func writeDoc(w io.Writer) error {
+	envs := map[string]string{}
+	for _, s := range settingsOf(DefaultConfig()) {
+		envs[docKey(s.Key)] = s.Env
+	}
+	var b strings.Builder
+	b.WriteString("| key (YAML) | environment | default | meaning |\n| --- | --- | --- | --- |\n")
+	cfg := DefaultConfig()
+	for _, d := range configDocs() {
+		env := envs[d.Key]
+		if strings.Contains(d.Key, tierPattern) {
+			env = envName(strings.Replace(d.Key, tierPattern, "TIER", 1))
+			env = strings.Replace(env, "_TIER_", "_<TIER>_", 1)
+		}
+		if env == "" {
+			env = "YAML only"
+		} else {
+			env = "`" + env + "`"
+		}
+		def := d.Default
+		if def == "" {
+			def = defaultText(cfg, d.Key)
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", d.Key, env, def, strings.ReplaceAll(d.Meaning, "|", `\|`))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// defaultText shows the default of key in cfg.
+func defaultText(cfg Config, key string) string {
+	v := reflect.ValueOf(cfg)
+	for part := range strings.SplitSeq(key, ".") {
+		f, ok := fieldByYAML(v, part)
+		if !ok {
+			return "?"
+		}
+		v = f
+	}
+	switch {
+	case v.Kind() == reflect.Pointer && !v.IsNil():
+		v = v.Elem()
+	case v.Kind() == reflect.Slice && v.Len() == 0, v.Kind() == reflect.String && v.Len() == 0:
+		return "none"
+	}
+	if v.Type() == durationType {
+		return "`" + fmt.Sprint(v.Interface()) + "`"
+	}
+	if v.Kind() == reflect.Slice {
+		return "`" + strings.Join(v.Interface().([]string), ",") + "`"
+	}
+	return "`" + fmt.Sprint(v.Interface()) + "`"
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/geotoll/geotoll/geofence"
+)
+
+// How a configuration file merges into the defaults: a scalar replaces
+// the default; a tier replaces only the fields it sets (tiers:
+// {free: {shadow: true}} shadows free, its rate and capacity kept); a
+// layer (layers, geofence.layers) whose name is a default layer's replaces
+// only the fields it sets, and a layer with a new name is added.
+// demo_layers: false drops the default layers first. Lists of strings
+// (properties, trusted_proxies, origins…) are replaced whole.
+
+// TierMap is throttle.tiers: tiers by name, merged field by field.
+type TierMap map[string]TierConfig
+
+// UnmarshalYAML merges a mapping of tiers into m.
+func (m *TierMap) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: throttle.tiers must be a mapping of tier names", node.Line)
+	}
+	if *m == nil {
+		*m = TierMap{}
+	}
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		name := node.Content[i].Value
+		tier := (*m)[name]
+		if err := strictDecode(node.Content[i+1], &tier); err != nil {
+			return fmt.Errorf("throttle.tiers.%s (line %d): %w", name, node.Content[i].Line, err)
+		}
+		(*m)[name] = tier
+	}
+	return nil
+}
+
+// LayerList is the tile layers, merged by name.
+type LayerList []LayerConfig
+
+// UnmarshalYAML merges a sequence of layers into l by name.
+func (l *LayerList) UnmarshalYAML(node *yaml.Node) error {
+	merged, err := mergeByName(*l, node, "layers", func(c *LayerConfig) string { return c.Name })
+	*l = merged
+	return err
+}
+
+// FenceLayerList is the geofence layers, merged by name.
+type FenceLayerList []geofence.Layer
+
+// UnmarshalYAML merges a sequence of layers into l by name.
+func (l *FenceLayerList) UnmarshalYAML(node *yaml.Node) error {
+	merged, err := mergeByName(*l, node, "geofence.layers", func(c *geofence.Layer) string { return c.Name })
+	*l = merged
+	return err
+}
+
+// mergeByName decodes node, a sequence of named records, onto list: a
+// record whose name is in list is decoded onto that entry, the fields it
+// does not set kept; any other is appended.
+func mergeByName[T any](list []T, node *yaml.Node, key string, name func(*T) string) ([]T, error) {
+	if node.Kind != yaml.SequenceNode {
+		return list, fmt.Errorf("line %d: %s must be a list", node.Line, key)
+	}
+	out := append([]T(nil), list...)
+	for i, item := range node.Content {
+		var probe struct {
+			Name string `yaml:"name"`
+		}
+		_ = item.Decode(&probe) // a bad record is reported by the strict decode below
+		var rec T
+		at := -1
+		for j := range out {
+			if probe.Name != "" && name(&out[j]) == probe.Name {
+				rec, at = out[j], j
+				break
+			}
+		}
+		if err := strictDecode(item, &rec); err != nil {
+			return out, fmt.Errorf("%s[%d] (line %d): %w", key, i, item.Line, err)
+		}
+		if at >= 0 {
+			out[at] = rec
+		} else {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// strictDecode decodes node onto out, refusing unknown keys (Node.Decode
+// alone would ignore them).
+func strictDecode(node *yaml.Node, out any) error {
+	raw, err := yaml.Marshal(node)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(out); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			msgs := make([]string, len(te.Errors))
+			for i, m := range te.Errors {
+				// Line numbers of the re-encoded record mean nothing to
+				// the reader of the file: the caller names the record.
+				if strings.HasPrefix(m, "line ") {
+					_, m, _ = strings.Cut(m, ": ")
+				}
+				msgs[i] = m
+			}
+			return errors.New(strings.Join(msgs, "; "))
+		}
+		return err
+	}
+	return nil
+}

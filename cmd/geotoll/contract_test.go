@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/pb33f/libopenapi-validator/errors"
+
+	"github.com/geotoll/geotoll/server"
+)
+
+// contract checks every response a test server sends against the OpenAPI
+// document the server publishes (/openapi.json): its status, headers and
+// body (problem documents included). A response that does not match fails
+// the test that caused it. HEAD and CORS preflights are not described by
+// the document and are not checked; nor is the router's own 404 or 405
+// for a request no route takes (see byRouter), though it must still be a
+// problem document.
+type contract struct {
+	fail func(format string, args ...any) // the test's Errorf
+	mu   sync.Mutex                       // the validator is not known to be safe for concurrent use
+	v    validator.Validator
+}
+
+func newContract(t testing.TB, base string) *contract {
+	t.Helper()
+	doc, err := libopenapi.NewDocument(server.OpenAPIDocument(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatalf("openapi.json: %v", errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		t.Fatalf("openapi.json is not valid OpenAPI 3.1: %s", describe(verrs))
+	}
+	return &contract{fail: t.Errorf, v: v}
+}
+
+// recording passes a response on and keeps a copy of it.
+type recording struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recording) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recording) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	r.body.Write(b)
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recording) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// wrap checks the responses of next.
+func (c *contract) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead || r.Method == http.MethodOptions {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := &recording{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		c.check(r, rec)
+	})
+}
+
+func (c *contract) check(r *http.Request, rec *recording) {
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if byRouter(status, rec) {
+		return
+	}
+	req := r.Clone(context.WithoutCancel(r.Context()))
+	req.Body = http.NoBody
+	resp := &http.Response{StatusCode: status, Header: rec.Header().Clone(), Body: io.NopCloser(bytes.NewReader(rec.body.Bytes())), Request: req}
+	c.mu.Lock()
+	ok, errs := c.v.ValidateHttpResponse(req, resp)
+	c.mu.Unlock()
+	if ok {
+		return
+	}
+	body := rec.body.String()
+	if len(body) > 300 {
+		body = body[:300] + "…"
+	}
+	c.fail("%s %s → %d does not match openapi.json: %s\nheaders %v\nbody %s", r.Method, r.URL, status, describe(errs), resp.Header, body)
+}
+
+// byRouter reports whether rec is the router's own answer to a request no
+// route takes — a 404 for an unknown path (outside the base path, or a
+// route this listener does not serve, such as /metrics beside
+// metrics_listen) or a 405 with Allow — which belongs to no operation of
+// the document. Such an answer must still be a problem document of its
+// status.
+func byRouter(status int, rec *recording) bool {
+	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+		return false
+	}
+	var p struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}
+	if rec.Header().Get("Content-Type") != "application/problem+json" || json.Unmarshal(rec.body.Bytes(), &p) != nil ||
+		p.Status != status || p.Type == "" || p.Title == "" {
+		return false
+	}
+	if status == http.StatusNotFound {
+		return p.Detail == "no such route"
+	}
+	return rec.Header().Get("Allow") != ""
+}
+
+func describe(errs []*errors.ValidationError) string {
+	var b strings.Builder
+	for _, e := range errs {
+		b.WriteString("\n  " + e.Message + ": " + e.Reason)
+		for _, f := range e.SchemaValidationErrors {
+			b.WriteString("\n    " + f.Reason)
+		}
+	}
+	return b.String()
+}
+
+// TestOpenAPIDocumentValid: the published document is valid OpenAPI 3.1
+// and names every route of the server.
+func TestOpenAPIDocumentValid(t *testing.T) {
+	newContract(t, "")
+	doc := string(server.OpenAPIDocument(""))
+	for _, path := range []string{server.PathHealth, server.PathReady, server.PathMetrics, server.PathOpenAPI, server.PathBudget,
+		server.PathCatalog, "/tiles/{layer}.json", "/tiles/{layer}/{z}/{x}/{y}", server.PathWithin, server.PathBBox,
+		server.PathContains, server.PathCheck, server.PathFences, "/geofence/fences/{id}", "/geofences", "/geofences/{id}", "/", "/web/{path}"} {
+		if !strings.Contains(doc, `"`+path+`":`) {
+			t.Errorf("openapi.json lacks %s", path)
+		}
+	}
+}
+
+// TestContractCatchesMismatches: the contract fails a test on a response
+// the document does not describe (a wrong body, an undocumented status, a
+// missing header, a non-problem error) and passes the ones it does.
+func TestContractCatchesMismatches(t *testing.T) {
+	budget := `{"tier":"free","capacity":1000,"rate":10,"remaining":990,"reset_after":1,"shadow":false,"max_cost":500,"authenticated":true}`
+	problem := func(status int, detail string) string {
+		return fmt.Sprintf(`{"type":"urn:geotoll:problem:x","title":"x","status":%d,"detail":%q}`, status, detail)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		status             int
+		contentType, body  string
+		header             map[string]string
+		ok                 bool
+	}{
+		{"budget as documented", "GET", "/budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc"}, true},
+		{"budget lacking a field", "GET", "/budget", 200, "application/json", `{"tier":"free"}`, map[string]string{"X-Request-ID": "abc"}, false},
+		{"budget with a field of the wrong type", "GET", "/budget", 200, "application/json", strings.Replace(budget, `"rate":10`, `"rate":"10"`, 1), map[string]string{"X-Request-ID": "abc"}, false},
+		{"undocumented status", "GET", "/budget", 418, "application/problem+json", problem(418, "teapot"), map[string]string{"X-Request-ID": "abc"}, false},
+		{"429 without its budget headers", "GET", "/budget", 429, "application/problem+json", problem(429, "spent"), map[string]string{"X-Request-ID": "abc", "Retry-After": "1"}, false},
+		{"an error that is not a problem", "GET", "/budget", 503, "text/plain", "down", map[string]string{"X-Request-ID": "abc"}, false},
+		{"the router's 404", "GET", "/no/such/route", 404, "application/problem+json", problem(404, "no such route"), nil, true},
+		{"the router's 404 not a problem", "GET", "/no/such/route", 404, "text/plain", "404 page not found", nil, false},
+		{"the router's 405 with Allow", "POST", "/tiles", 405, "application/problem+json", problem(405, "method POST is not allowed here"), map[string]string{"Allow": "GET, HEAD"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newContract(t, "")
+			var failures []string
+			c.fail = func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+			h := c.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", tc.contentType)
+				for k, v := range tc.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tc.method, tc.path, nil))
+			if tc.ok && len(failures) > 0 {
+				t.Errorf("a documented response failed the contract: %v", failures)
+			}
+			if !tc.ok && len(failures) == 0 {
+				t.Error("an undocumented response passed the contract")
+			}
+		})
+	}
+}

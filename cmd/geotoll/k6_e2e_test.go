@@ -1,0 +1,227 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/server"
+)
+
+// k6Run is what testdata/k6/run.mjs prints: the script's options and every
+// request, check and metric sample of its iterations.
+type k6Run struct {
+	Options struct {
+		Thresholds map[string][]string `json:"thresholds"`
+	} `json:"options"`
+	Expected []int `json:"expected"`
+	Requests []struct {
+		Method string            `json:"method"`
+		URL    string            `json:"url"`
+		Status int               `json:"status"`
+		Tags   map[string]string `json:"tags"`
+		Failed bool              `json:"failed"`
+	} `json:"requests"`
+	Checks []struct {
+		Name   string `json:"name"`
+		OK     bool   `json:"ok"`
+		Status int    `json:"status"`
+	} `json:"checks"`
+	Samples []struct {
+		Metric string  `json:"metric"`
+		Value  float64 `json:"value"`
+	} `json:"samples"`
+}
+
+// runK6 runs a k6 script of loadtest/k6 for iterations under node, with a
+// stand-in for k6's API (testdata/k6) that makes real requests.
+func runK6(t *testing.T, script string, iterations int, env map[string]string) k6Run {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if testenv.Required() {
+			t.Fatal("node is needed to run the k6 scripts")
+		}
+		t.Skip("node not installed")
+	}
+	stub, err := filepath.Abs("testdata/k6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pkg := filepath.Join(dir, "node_modules", "k6")
+	files := map[string]string{
+		"package.json": `{"name":"k6","type":"module","exports":{".":"./index.js","./http":"./http.js","./metrics":"./metrics.js"}}`,
+		"index.js":     fmt.Sprintf("export { check } from %q;\n", filepath.Join(stub, "k6.mjs")),
+		"http.js":      fmt.Sprintf("import { http } from %q;\nexport default http;\n", filepath.Join(stub, "k6.mjs")),
+		"metrics.js":   fmt.Sprintf("export { Rate, Trend, Counter } from %q;\n", filepath.Join(stub, "k6.mjs")),
+	}
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(pkg, name), []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := os.ReadFile(filepath.Join("..", "..", "loadtest", "k6", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := filepath.Join(dir, strings.TrimSuffix(script, ".js")+".mjs") // an ES module, as k6 reads it
+	if err := os.WriteFile(mod, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	envJSON, _ := json.Marshal(env)
+	cmd := exec.Command(node, filepath.Join(stub, "run.mjs"), mod, fmt.Sprint(iterations))
+	cmd.Env = append(os.Environ(), "K6_ENV="+string(envJSON))
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("%s: %v\n%s", script, err, short(stderr))
+	}
+	var run k6Run
+	if err := json.Unmarshal(out, &run); err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, short(out))
+	}
+	return run
+}
+
+var tilePath = regexp.MustCompile(`/tiles/[^/]+/(\d+)/\d+/\d+\.mvt$`)
+
+// The k6 scripts, run against a real server whose anonymous budget barely
+// refills: every request is tagged with the route geotoll's metrics name
+// (tiles with their zoom too), a 429 is an expected status counted in
+// geotoll_refused and not in http_req_failed, every check passes on the
+// server's real answers, and every threshold names a series the requests
+// make.
+func TestK6Scripts(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, func(c *Config) {
+		c.Throttle.Tiers["anonymous"] = TierConfig{Rate: 0.001, Capacity: 80, MaxInFlight: 8}
+	})
+	routes := map[string]bool{}
+	for _, tc := range []struct {
+		script     string
+		iterations int
+		route      func(path string) string
+	}{
+		{"tiles.js", 16, func(p string) string {
+			if tilePath.MatchString(p) {
+				return server.PathTile
+			}
+			return ""
+		}},
+		{"geofence.js", 4, func(p string) string {
+			return map[string]string{"/geofence/check": server.PathCheck, "/geofence/within": server.PathWithin}[p]
+		}},
+	} {
+		run := runK6(t, tc.script, tc.iterations, map[string]string{"BASE_URL": base, "BATCH": "1000", "ZOOMS": "2,14"})
+		statuses := map[int]int{}
+		for _, r := range run.Requests {
+			statuses[r.Status]++
+			path := strings.TrimPrefix(strings.SplitN(r.URL, "?", 2)[0], base)
+			if want := tc.route(path); want == "" || r.Tags["route"] != want || r.Tags["name"] != want {
+				t.Errorf("%s: %s %s tagged %v, want route and name %q", tc.script, r.Method, path, r.Tags, want)
+			}
+			if m := tilePath.FindStringSubmatch(path); m != nil && r.Tags["zoom"] != m[1] {
+				t.Errorf("%s: %s tagged zoom %q", tc.script, path, r.Tags["zoom"])
+			}
+			if r.Failed {
+				t.Errorf("%s: %s %s → %d counted as failed", tc.script, r.Method, path, r.Status)
+			}
+			routes[r.Tags["route"]] = true
+		}
+		if len(run.Requests) < tc.iterations || statuses[http.StatusTooManyRequests] == 0 || statuses[http.StatusOK] == 0 {
+			t.Errorf("%s: statuses %v of %d requests, want answers and refusals", tc.script, statuses, len(run.Requests))
+		}
+		if !slices.Contains(run.Expected, http.StatusTooManyRequests) || slices.Contains(run.Expected, http.StatusInternalServerError) {
+			t.Errorf("%s: expected statuses %v, want 429 and not 500", tc.script, run.Expected)
+		}
+		checkRefusedRate(t, tc.script, run)
+		for _, c := range run.Checks {
+			if !c.OK {
+				t.Errorf("%s: check %q failed on a %d", tc.script, c.Name, c.Status)
+			}
+		}
+		checkThresholds(t, tc.script, run)
+	}
+
+	// The scripts' route tags are the route labels of the server's metrics.
+	resp, body := fetch(t, http.MethodGet, base+"/metrics")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	for route := range routes {
+		if !strings.Contains(string(body), `route="`+route+`"`) {
+			t.Errorf("/metrics has no series with route=%q", route)
+		}
+	}
+}
+
+// checkRefusedRate: geotoll_refused has one sample per request, 1 for a
+// 429 and 0 otherwise.
+func checkRefusedRate(t *testing.T, script string, run k6Run) {
+	t.Helper()
+	var refused []float64
+	for _, s := range run.Samples {
+		if s.Metric == "geotoll_refused" {
+			refused = append(refused, s.Value)
+		}
+	}
+	if len(refused) != len(run.Requests) {
+		t.Fatalf("%s: %d geotoll_refused samples for %d requests", script, len(refused), len(run.Requests))
+	}
+	for i, r := range run.Requests {
+		if want := r.Status == http.StatusTooManyRequests; (refused[i] == 1) != want {
+			t.Errorf("%s: request %d (%d) counted refused=%v", script, i, r.Status, refused[i])
+		}
+	}
+}
+
+// checkThresholds: the run fails on failed checks, failed requests and
+// slow routes, and every threshold on a tag names a series the requests
+// make.
+func checkThresholds(t *testing.T, script string, run k6Run) {
+	t.Helper()
+	th := run.Options.Thresholds
+	for _, need := range []string{"checks", "http_req_failed", "geotoll_refused"} {
+		if len(th[need]) == 0 {
+			t.Errorf("%s: no threshold on %s", script, need)
+		}
+	}
+	tagged := regexp.MustCompile(`^(\w+)\{(\w+):(.+)\}$`)
+	durations := map[string]bool{}
+	for name := range th {
+		m := tagged.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		seen := false
+		for _, r := range run.Requests {
+			seen = seen || r.Tags[m[2]] == m[3]
+		}
+		if !seen {
+			t.Errorf("%s: threshold %s names a series no request makes", script, name)
+		}
+		if m[1] == "http_req_duration" && m[2] == "route" {
+			durations[m[3]] = true
+		}
+	}
+	for _, r := range run.Requests {
+		if !durations[r.Tags["route"]] {
+			t.Errorf("%s: no latency threshold for route %s", script, r.Tags["route"])
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// With metrics_listen set, /metrics is on the operators' listener only,
+// and the public /readyz says ready or not, without the checks' detail.
+func TestEndToEndMetricsListener(t *testing.T) {
+	t.Parallel()
+	m := startMain(t, func(c *Config) { c.MetricsListen = "127.0.0.1:0" })
+	public, ops := "http://"+m.Addr(), "http://"+m.OpsAddr()
+
+	resp, body := get(t, public+"/metrics", "")
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("public /metrics: %d %s", resp.StatusCode, short(body))
+	}
+	resp, body = get(t, ops+"/metrics", "")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "geotoll_build_info{goversion=") ||
+		!strings.Contains(string(body), `geotoll_http_requests_total{method="GET",route="unmatched",status="404"} 1`) {
+		t.Fatalf("operators' /metrics: %d, no build info or no count of the public 404:\n%s", resp.StatusCode, short(body))
+	}
+	var terse, detail map[string]any
+	resp, body = get(t, public+"/readyz", "")
+	if err := json.Unmarshal(body, &terse); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("public /readyz: %d %s", resp.StatusCode, body)
+	}
+	if _, ok := terse["checks"]; ok || terse["ready"] != true || len(terse) != 1 {
+		t.Errorf("public /readyz shows more than ready: %s", body)
+	}
+	resp, body = get(t, ops+"/readyz", "")
+	if err := json.Unmarshal(body, &detail); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("operators' /readyz: %d %s", resp.StatusCode, body)
+	}
+	if checks, _ := detail["checks"].(map[string]any); checks["postgres"] != "ok" || checks["redis"] != "ok" {
+		t.Errorf("operators' /readyz without detail: %s", body)
+	}
+	if resp, _ := get(t, ops+"/tiles", ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the operators' listener serves the API: /tiles %d", resp.StatusCode)
+	}
+}
+
+// Without metrics_listen the one listener serves /metrics and the detail.
+func TestEndToEndOneListener(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	if resp, body := get(t, base+"/metrics", ""); resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "geotoll_build_info") {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	if _, body := get(t, base+"/readyz", ""); !strings.Contains(string(body), `"checks"`) {
+		t.Fatalf("/readyz without detail: %s", body)
+	}
+}
+
+// base_path: routes answer below it, and every URL the server writes —
+// TileJSON, the catalog, the preview page, a fence's Location — starts
+// with it. A 405 says which methods are allowed.
+func TestEndToEndBasePath(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, func(c *Config) { c.BasePath = "/maps/" })
+	host := strings.TrimPrefix(base, "http://")
+	if resp, _ := get(t, base+"/tiles", ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/tiles outside the base path: %d", resp.StatusCode)
+	}
+	resp, body := get(t, base+"/maps/tiles", "")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"tilejson":"http://`+host+`/maps/tiles/places.json"`) ||
+		!strings.Contains(string(body), `"tiles":"http://`+host+`/maps/tiles/places/{z}/{x}/{y}.mvt"`) {
+		t.Fatalf("catalog: %d %s", resp.StatusCode, short(body))
+	}
+	resp, body = get(t, base+"/maps/tiles/places.json", "")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"http://`+host+`/maps/tiles/places/{z}/{x}/{y}.mvt"`) {
+		t.Fatalf("TileJSON: %d %s", resp.StatusCode, short(body))
+	}
+	resp, body = get(t, base+"/maps/", "")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `src="/maps/web/app.js"`) ||
+		!strings.Contains(string(body), `<meta name="geotoll-base" content="/maps">`) {
+		t.Fatalf("preview page: %d %s", resp.StatusCode, short(body))
+	}
+	if resp, _ := get(t, base+"/maps/web/app.js", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/maps/web/app.js: %d", resp.StatusCode)
+	}
+	if resp, body := get(t, base+"/maps/openapi.json", ""); resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"servers":[{"url":"/maps/"}]`) {
+		t.Fatalf("openapi.json: %d %s", resp.StatusCode, short(body))
+	}
+	for _, c := range []struct{ method, path, allow string }{
+		{http.MethodPost, "/maps/tiles", "GET, HEAD"},
+		{http.MethodDelete, "/maps/tiles/places/1/0/0.mvt", "GET, HEAD"},
+		{http.MethodGet, "/maps/geofence/check", "POST"},
+		{http.MethodPatch, "/maps/geofence/fences/7", "GET, PUT, DELETE"},
+		{http.MethodPatch, "/maps/geofences", "GET, POST"},
+	} {
+		req, _ := http.NewRequest(c.method, base+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d Allow %q, want 405 %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.allow)
+		}
+	}
+}

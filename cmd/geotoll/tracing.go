@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TracingConfig turns on OpenTelemetry tracing, exported over OTLP/HTTP:
+// a span per request (named by its route), the price's charge, each Redis
+// call and each PostgreSQL statement, in one trace. It is off unless
+// Endpoint or OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set;
+// the exporter reads the other OTEL_EXPORTER_OTLP_* variables (headers,
+// timeout) itself.
+type TracingConfig struct {
+	Endpoint    string  `yaml:"endpoint"`     // OTLP/HTTP collector URL, e.g. http://127.0.0.1:4318
+	ServiceName string  `yaml:"service_name"` // the service.name resource attribute
+	SampleRatio float64 `yaml:"sample_ratio"` // share of new traces sampled, 0..1; a caller's sampled traceparent is followed
+}
+
+// enabled reports whether tracing is on.
+func (c TracingConfig) enabled() bool {
+	return c.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+func (c TracingConfig) validate() error {
+	if c.SampleRatio < 0 || c.SampleRatio > 1 {
+		return fmt.Errorf("tracing.sample_ratio %g must be within 0..1", c.SampleRatio)
+	}
+	return nil
+}
+
+// provider makes the tracer provider that exports to the collector.
+func (c TracingConfig) provider(ctx context.Context) (*sdktrace.TracerProvider, error) {
+	var opts []otlptracehttp.Option
+	if c.Endpoint != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(tracesURL(c.Endpoint)))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	res := resource.NewSchemaless(attribute.String("service.name", c.ServiceName), attribute.String("service.version", version))
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio)))), nil
+}
+
+// tracesURL is where spans go for a collector's endpoint: as for
+// OTEL_EXPORTER_OTLP_ENDPOINT, a base URL without a path gets the signal's
+// path, /v1/traces (the exporter itself would post to the URL as given).
+func tracesURL(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || strings.Trim(u.Path, "/") != "" {
+		return endpoint // a full URL, or nonsense the exporter reports
+	}
+	u.Path = "/v1/traces"
+	return u.String()
+}
+
+// openTracing sets m.Tracing from the configuration, unless it is set
+// already (tests give their own provider).
+func (m *Main) openTracing(ctx context.Context) error {
+	if m.Tracing != nil || !m.Config.Tracing.enabled() {
+		return nil
+	}
+	tp, err := m.Config.Tracing.provider(ctx)
+	if err != nil {
+		return err
+	}
+	m.Tracing, m.stopTracing = tp, tp.Shutdown
+	m.Logger.Info("tracing on", "endpoint", m.Config.Tracing.Endpoint, "sample_ratio", m.Config.Tracing.SampleRatio)
+	return nil
+}
+
+// closeTracing sends the spans still buffered, for at most a few seconds.
+func (m *Main) closeTracing() {
+	if m.stopTracing == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.stopTracing(ctx); err != nil {
+		m.Logger.Warn("tracing: spans not sent before shutdown", "err", err)
+	}
+	m.stopTracing = nil
+}
+
+// tracePool makes a pool's statements spans.
+func tracePool(tp trace.TracerProvider, pcfg *pgxpool.Config) {
+	if tp != nil {
+		pcfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
+	}
+}
+
+// traceRedis makes Redis calls spans.
+func traceRedis(tp trace.TracerProvider, rdb redis.UniversalClient) error {
+	if tp == nil {
+		return nil
+	}
+	return redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(tp))
+}

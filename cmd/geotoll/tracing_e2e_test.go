@@ -1,0 +1,114 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// One tile request is one trace: the HTTP span (named after the route),
+// the charge of its price as its child, the Redis call that admits it as
+// the charge's child, and the tile's PostgreSQL statements — all in one
+// trace, recorded by an in-memory exporter against the real services.
+func TestEndToEndOneTrace(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	key := createKey(t, "free")
+	m := startMainWith(t, func(c *Config) { c.Tiles.Cache.MaxBytes = 0 }, func(m *Main) { m.Tracing = tp })
+	base := "http://" + m.Addr()
+	resp, body := get(t, tileURL(base, "places", maptile.At(orb.Point{13.405, 52.52}, 14)), key)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("tile: %d %s", resp.StatusCode, short(body))
+	}
+
+	var root sdktrace.ReadOnlySpan
+	deadline := time.Now().Add(10 * time.Second)
+	for root == nil && time.Now().Before(deadline) {
+		for _, s := range rec.Ended() {
+			if s.Name() == "GET /tiles/{layer}/{z}/{x}/{y}" {
+				root = s
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if root == nil {
+		t.Fatalf("no span named after the tile route among %d", len(rec.Ended()))
+	}
+	var charge, redisCall, statement sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.SpanContext().TraceID() != root.SpanContext().TraceID() {
+			continue
+		}
+		scope := s.InstrumentationScope().Name
+		switch {
+		case s.Name() == "toll.charge" && s.Parent().SpanID() == root.SpanContext().SpanID():
+			charge = s
+		case strings.Contains(scope, "redisotel"):
+			redisCall = s
+		case strings.Contains(scope, "otelpgx") && strings.Contains(strings.ToLower(s.Name()), "batch"):
+			statement = s
+		}
+	}
+	if charge == nil || redisCall == nil || statement == nil {
+		var names []string
+		for _, s := range rec.Ended() {
+			if s.SpanContext().TraceID() == root.SpanContext().TraceID() {
+				names = append(names, s.Name()+" ("+s.InstrumentationScope().Name+")")
+			}
+		}
+		t.Fatalf("the tile's trace lacks the charge, the Redis call or the statement: %v", names)
+	}
+	if redisCall.Parent().SpanID() != charge.SpanContext().SpanID() {
+		t.Errorf("the Redis call %q is not the charge's child", redisCall.Name())
+	}
+}
+
+// Tracing is off without an endpoint, and with tracing.endpoint set the
+// server's spans reach an OTLP/HTTP collector (here a test server that
+// records what is posted to it).
+func TestEndToEndTracingExport(t *testing.T) {
+	clearConfigEnv(t)
+	if m := startMain(t, nil); m.Tracing != nil {
+		t.Error("tracing is on without an endpoint")
+	}
+
+	posts := make(chan string, 16)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method == http.MethodPost && len(body) > 0 {
+			select {
+			case posts <- r.URL.Path + " " + r.Header.Get("Content-Type"):
+			default:
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	t.Cleanup(collector.Close)
+	m := startMain(t, func(c *Config) {
+		c.Tracing.Endpoint = collector.URL
+		c.Tracing.SampleRatio = 1
+	})
+	if m.Tracing == nil {
+		t.Fatal("tracing.endpoint set, tracing off")
+	}
+	if resp, body := get(t, "http://"+m.Addr()+"/budget", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/budget: %d %s", resp.StatusCode, short(body))
+	}
+	select {
+	case got := <-posts: // the batcher sends within its 5 s timeout
+		if got != "/v1/traces application/x-protobuf" {
+			t.Errorf("the exporter posted %q", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no spans reached the collector in 20 s")
+	}
+}

@@ -1,0 +1,42 @@
+package server
+
+import (
+	_ "embed"
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// openAPI is the description of the whole HTTP API (OpenAPI 3.1). The
+// end-to-end tests check every response they get against it.
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPIDocument is the description as served below base: its server is
+// the base path.
+func OpenAPIDocument(base string) []byte {
+	var doc map[string]any
+	if err := json.Unmarshal(openAPI, &doc); err != nil { // embedded and tested: unreachable
+		return append([]byte(nil), openAPI...)
+	}
+	doc["servers"] = []map[string]string{{"url": trimBase(base) + "/"}}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return append([]byte(nil), openAPI...)
+	}
+	return b
+}
+
+// OpenAPI serves GET /openapi.json: the description, its server the base
+// path.
+func OpenAPI(base string) http.Handler {
+	body := OpenAPIDocument(base)
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+	})
+}

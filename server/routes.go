@@ -1,0 +1,163 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// route is one row of the API: the methods and the path (below the base
+// path) a handler answers. An alias is an older path of a route: it serves
+// the same handler and its metrics carry the route's own path.
+type route struct {
+	methods []string
+	path    string
+	handler http.Handler
+	aliasOf string
+}
+
+// The methods of routes: reads answer HEAD too, except the priced and
+// admin reads of the geofence API.
+func methods() (get, query, post, put, del []string) {
+	return []string{http.MethodGet, http.MethodHead}, []string{http.MethodGet}, []string{http.MethodPost},
+		[]string{http.MethodPut}, []string{http.MethodDelete}
+}
+
+// Paths of the API, below the base path, as its metrics name them.
+const (
+	PathHealth   = "/healthz"
+	PathReady    = "/readyz"
+	PathMetrics  = "/metrics"
+	PathOpenAPI  = "/openapi.json"
+	PathBudget   = "/budget"
+	PathCatalog  = "/tiles"
+	PathTileJSON = "/tiles/{" + tiles.VarLayer + "}.json"
+	PathTile     = "/tiles/{" + tiles.VarLayer + "}/{" + tiles.VarZ + "}/{" + tiles.VarX + "}/{" + tiles.VarY + "}"
+	PathWithin   = "/geofence/within"
+	PathBBox     = "/geofence/bbox"
+	PathContains = "/geofence/contains"
+	PathCheck    = "/geofence/check"
+	PathFences   = "/geofence/fences"
+	PathFence    = "/geofence/fences/{" + geofence.VarID + ":[0-9]+}"
+)
+
+// routes is every route of the public listener, in one table; a part
+// Options leaves nil has no routes. /tiles/{layer}.json has one segment
+// after /tiles/ and the tile route four: neither can shadow the other.
+func (o Options) routes() []route {
+	get, query, post, put, del := methods()
+	rs := []route{
+		{get, PathHealth, http.HandlerFunc(healthz), ""},
+		{get, PathReady, o.readyHandler(), ""},
+	}
+	if o.OpenAPI != nil {
+		rs = append(rs, route{get, PathOpenAPI, o.OpenAPI, ""})
+	}
+	if o.Metrics != nil && !o.OpsListener {
+		rs = append(rs, route{get, PathMetrics, o.Metrics.Handler(), ""})
+	}
+	if o.Budget != nil {
+		rs = append(rs, route{get, PathBudget, o.Budget, ""})
+	}
+	if t := o.Tiles; t != nil {
+		rs = append(rs,
+			route{get, PathCatalog, t.Index(), ""},
+			route{get, PathTileJSON, t.TileJSON(), ""},
+			route{get, PathTile, t, ""},
+		)
+	}
+	if g := o.Geofence; g != nil {
+		list, create := g.Admin(g.ListFences), g.Admin(g.CreateFence)
+		one, replace, remove := g.Admin(g.GetFence), g.Admin(g.ReplaceFence), g.Admin(g.DeleteFence)
+		rs = append(rs,
+			route{query, PathWithin, http.HandlerFunc(g.Within), ""},
+			route{query, PathBBox, http.HandlerFunc(g.BBox), ""},
+			route{query, PathContains, http.HandlerFunc(g.Contains), ""},
+			route{post, PathCheck, http.HandlerFunc(g.Check), ""},
+			route{query, PathFences, list, ""},
+			route{post, PathFences, create, ""},
+			route{query, PathFence, one, ""},
+			route{put, PathFence, replace, ""},
+			route{del, PathFence, remove, ""},
+			// The fence admin's older paths.
+			route{query, "/geofences", list, PathFences},
+			route{post, "/geofences", create, PathFences},
+			route{query, "/geofences/{" + geofence.VarID + ":[0-9]+}", one, PathFence},
+			route{put, "/geofences/{" + geofence.VarID + ":[0-9]+}", replace, PathFence},
+			route{del, "/geofences/{" + geofence.VarID + ":[0-9]+}", remove, PathFence},
+		)
+	}
+	if o.Web != nil {
+		rs = append(rs, route{get, "/", o.Web, ""}, route{get, "/web/{path:.*}", o.Web, ""})
+	}
+	return rs
+}
+
+// opsRoutes are the routes of the operators' listener (metrics_listen).
+func (o Options) opsRoutes() []route {
+	get, _, _, _, _ := methods()
+	rs := []route{
+		{get, PathHealth, http.HandlerFunc(healthz), ""},
+		{get, PathReady, o.ready(), ""},
+	}
+	if o.Metrics != nil {
+		rs = append(rs, route{get, PathMetrics, o.Metrics.Handler(), ""})
+	}
+	return rs
+}
+
+// newRouter registers rs below base, with problem+json answers for
+// unknown paths and methods (405 with Allow).
+func newRouter(base string, rs []route) *mux.Router {
+	r := mux.NewRouter()
+	r.NotFoundHandler = http.HandlerFunc(notFound)
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		notAllowed(r, w, req)
+	})
+	for _, rt := range rs {
+		name := rt.path
+		if rt.aliasOf != "" {
+			name = rt.aliasOf
+		}
+		r.Handle(base+rt.path, rt.handler).Methods(rt.methods...).Name(name)
+	}
+	return r
+}
+
+// routeName is the name of the route r matched: its path below the base
+// path (an alias's is its route's), or "" when none matched.
+func routeName(r *http.Request) string {
+	if cur := mux.CurrentRoute(r); cur != nil {
+		return cur.GetName()
+	}
+	return ""
+}
+
+// allowedMethods lists the methods some route of router answers at req's
+// path.
+func allowedMethods(router *mux.Router, req *http.Request) []string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := req.Clone(req.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if router.Match(probe, &match) && match.MatchErr == nil {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
+}
+
+// trimBase is the base path as it prefixes routes: "" or "/maps" (no
+// trailing slash).
+func trimBase(base string) string {
+	base = strings.TrimRight(base, "/")
+	if base != "" && !strings.HasPrefix(base, "/") {
+		base = "/" + base
+	}
+	return base
+}
