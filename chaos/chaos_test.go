@@ -30,6 +30,7 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{"redis killed, fail_mode local", redisKilledLocal},
+	{"redis killed, fail_mode local, 4 replicas", redisKilledLocalRate},
 	{"redis killed, fail_mode closed", func(s *sc) { redisKilledStrict(s, "closed") }},
 	{"redis killed, fail_mode open", func(s *sc) { redisKilledStrict(s, "open") }},
 	{"redis paused (SIGSTOP)", redisPaused},
