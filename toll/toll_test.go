@@ -17,6 +17,7 @@ import (
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -412,25 +413,25 @@ func TestTollConcurrencyCap(t *testing.T) {
 	done := make(chan int, 8)
 	go serve(done)
 	go serve(done)
-	if !<-entered || !<-entered {
+	if !testenv.Receive(t, entered, "the first request") || !testenv.Receive(t, entered, "the second request") {
 		t.Fatal("the first two concurrent requests were not admitted")
 	}
 	go serve(done)
-	if <-entered {
+	if testenv.Receive(t, entered, "the third request") {
 		t.Fatal("a third concurrent request was admitted with max_in_flight 2")
 	}
-	if code := <-done; code != http.StatusTooManyRequests {
+	if code := testenv.Receive(t, done, "the third request's answer"); code != http.StatusTooManyRequests {
 		t.Fatalf("third: %d, want 429", code)
 	}
 	close(release)
-	<-done
-	<-done
+	testenv.Receive(t, done, "the first request to finish")
+	testenv.Receive(t, done, "the second request to finish")
 	// Both slots were released when the handlers returned.
 	go serve(done)
-	if !<-entered {
+	if !testenv.Receive(t, entered, "a request after the others") {
 		t.Fatal("a request after the others finished was refused: slots leaked")
 	}
-	<-done
+	testenv.Receive(t, done, "the last request to finish")
 }
 
 func TestTollGlobalBudget(t *testing.T) {
