@@ -121,11 +121,15 @@ func TestFailoverProbesOncePerInterval(t *testing.T) {
 	f.ProbeInterval = 50 * time.Millisecond
 	primary.set(true)
 	b := Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 1000}}
+	start := time.Now()
 	for range 20 {
 		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
 	}
-	if primary.n() != 1 {
-		t.Fatalf("%d calls to a failing primary within one probe interval, want 1", primary.n())
+	// One call, then one probe per interval: none while the 20 admits take
+	// less than an interval, as they do unless the machine crawls — and
+	// then the bound grows with them, never switches off.
+	if n, most := primary.n(), 1+int(time.Since(start)/f.ProbeInterval); n < 1 || n > most {
+		t.Fatalf("%d calls to a failing primary in %v, want 1 and at most one probe per %v", n, time.Since(start), f.ProbeInterval)
 	}
 	primary.set(false)
 	time.Sleep(60 * time.Millisecond)
