@@ -192,9 +192,6 @@ type reply struct {
 	err    error
 }
 
-// admitted: the toll let it through and charged it (it may still have
-// failed later, e.g. at the database).
-func (r reply) priced() bool  { return r.header.Get("X-Request-Cost") != "" }
 func (r reply) success() bool { return r.status == 200 || r.status == 204 }
 
 func (r reply) String() string {
