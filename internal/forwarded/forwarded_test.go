@@ -1,6 +1,7 @@
 package forwarded
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -50,6 +51,33 @@ func TestClientAddr(t *testing.T) {
 				t.Errorf("ClientAddr = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// The limits of what ClientAddr reads: at most 32 hops from the right (a
+// client further left is never looked for: the left-most hop examined is
+// taken), and nodes of at most 64 bytes.
+func TestClientAddrLimits(t *testing.T) {
+	trusted, _ := New([]string{"10.0.0.0/8"})
+	hops := func(n int) string {
+		h := make([]string, n)
+		for i := range h {
+			h[i] = fmt.Sprintf("10.0.0.%d", i+1)
+		}
+		return strings.Join(h, ", ")
+	}
+	zone := func(n int) string { return "fe80::1%" + strings.Repeat("z", n-len("fe80::1%")) }
+	for _, tc := range []struct {
+		name, xff, want string
+	}{
+		{"client behind 31 proxies", "198.51.100.7, " + hops(31), "198.51.100.7"},
+		{"client behind 32 proxies is not looked for", "198.51.100.7, " + hops(32), "10.0.0.1"},
+		{"node of 64 bytes", zone(64), "fe80::1"},
+		{"node of 65 bytes falls back to the peer", zone(65), "10.1.2.3"},
+	} {
+		if got := trusted.ClientAddr(req("10.1.2.3:80", "X-Forwarded-For", tc.xff)).String(); got != tc.want {
+			t.Errorf("%s: ClientAddr = %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -115,6 +143,23 @@ func TestHostProto(t *testing.T) {
 	h, _ = trusted.HostProto(req("10.0.0.1:1", "X-Forwarded-Host", "bad host/<script>"))
 	if h != "geotoll.local" {
 		t.Errorf("invalid forwarded host accepted: %s", h)
+	}
+	// Only http and https are schemes; a list may start empty; a host name
+	// has at most 255 bytes.
+	for _, tc := range []struct {
+		name        string
+		hdr         []string
+		host, proto string
+	}{
+		{"X-Forwarded-Proto ftp", []string{"X-Forwarded-Proto", "ftp"}, "geotoll.local", "http"},
+		{"Forwarded proto=ftp", []string{"Forwarded", "proto=ftp"}, "geotoll.local", "http"},
+		{"list starting empty", []string{"X-Forwarded-Proto", ",https"}, "geotoll.local", "https"},
+		{"host of 255 bytes", []string{"X-Forwarded-Host", strings.Repeat("a", 255)}, strings.Repeat("a", 255), "http"},
+		{"host of 256 bytes", []string{"X-Forwarded-Host", strings.Repeat("a", 256)}, "geotoll.local", "http"},
+	} {
+		if h, p := trusted.HostProto(req("10.0.0.1:1", tc.hdr...)); h != tc.host || p != tc.proto {
+			t.Errorf("%s: %.20s %s, want %.20s %s", tc.name, h, p, tc.host, tc.proto)
+		}
 	}
 }
 
