@@ -15,7 +15,11 @@
 # Settings (environment):
 #   MUTATE_WORKERS              mutants tested at once (default 2)
 #   MUTATE_TIMEOUT_COEFFICIENT  a mutant's test run may take this many times
-#                               the package's plain coverage run (default 6)
+#                               the package's coverage run (default 20: that
+#                               run finds its packages compiled, a mutant
+#                               recompiles its own, which on a busy 2-core
+#                               machine takes 10× longer; only a mutant that
+#                               hangs ever waits this long)
 #   MUTATE_MIN_EFFICACY         fail when a package kills fewer than this
 #                               percent of its covered mutants (default 85)
 # The test services must be up and exported (make mutate does both).
@@ -48,7 +52,7 @@ for entry in "$@"; do
 	name=${dir//\//-}
 	echo "mutate: $dir${keep:+ (only ${keep:1:-1})}"
 	(cd "$root/$dir" && "$gremlins" unleash --workers "${MUTATE_WORKERS:-2}" \
-		--timeout-coefficient "${MUTATE_TIMEOUT_COEFFICIENT:-6}" \
+		--timeout-coefficient "${MUTATE_TIMEOUT_COEFFICIENT:-20}" \
 		--output "$out/$name.json" "${excludes[@]}") >"$out/$name.log" 2>&1 || {
 		tail -20 "$out/$name.log" >&2
 		exit 1
