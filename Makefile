@@ -151,18 +151,20 @@ bench-protect: testdb
 # module cache), over the code where a silent mistake costs money or
 # security: the throttle (bucket arithmetic, stores, cost model), the toll
 # policy, client-address parsing and tile addressing. Each entry is a
-# package directory, or dir:file,file to mutate only those files (the
-# package's whole test suite still runs on every mutant). The test services
-# are up, so the integration tests kill mutants too. Writes
-# $(MUTATE_OUT)/scores.md and fails below MUTATE_MIN_EFFICACY; see
-# scripts/mutate.sh for the other settings.
-MUTATE_PKGS ?= throttle toll internal/forwarded tiles:address.go
+# package directory, then optionally :file,file (mutate only those) and
+# @pattern (run only the tests -run selects, else the package's whole
+# suite); tile addressing runs its own unit, fuzz-seed and PostGIS tests,
+# not the rest of package tiles. The test services are up, so integration
+# tests kill mutants too. Writes $(MUTATE_OUT)/scores.md and fails below
+# MUTATE_MIN_EFFICACY; see scripts/mutate.sh for the other settings.
+MUTATE_PKGS ?= throttle toll internal/forwarded \
+	tiles:address.go@Test(ParseTile|AddressDetails|SplitFormat|Envelope|ParseRequest)|Fuzz(ParseTile|ParseRequest)|Example(ParseTile|Envelope)
 MUTATE_OUT ?= artifacts/mutation
 
 mutate: testdb
 	$(GO) -C tools build -o $(CURDIR)/bin/gremlins github.com/go-gremlins/gremlins/cmd/gremlins
 	$(TEST_ENV); \
-	scripts/mutate.sh bin/gremlins $(MUTATE_OUT) $(MUTATE_PKGS)
+	scripts/mutate.sh bin/gremlins $(MUTATE_OUT) "$(MUTATE_PKGS)"
 
 clean:
 	rm -rf bin

@@ -2,13 +2,14 @@
 # Mutation testing of the packages where a silent mistake costs money or
 # security (see TESTING.md, "Mutation").
 #
-#   scripts/mutate.sh GREMLINS OUTDIR ENTRY...
+#   scripts/mutate.sh GREMLINS OUTDIR "ENTRY ..."
 #
 # GREMLINS is the go-gremlins/gremlins binary (make mutate builds it at the
-# version tools/go.mod pins). Each ENTRY is a package directory ("throttle"),
-# or a directory and the only files of it to mutate
-# ("server:toll.go,identity.go"); the package's whole test suite runs
-# against every mutant either way. For each entry, gremlins' log and JSON
+# version tools/go.mod pins). ENTRY is a package directory ("throttle"),
+# optionally followed by the only files of it to mutate
+# (":toll.go,identity.go") and by a -run pattern of the tests to run on
+# each mutant ("@TestParseTile|FuzzParseTile"; without it the package's
+# whole test suite runs). Entries are separated by spaces, in one argument. For each entry, gremlins' log and JSON
 # results land in OUTDIR/<dir with / as ->.{log,json}; then the score table
 # is printed and written to OUTDIR/scores.md.
 #
@@ -27,7 +28,7 @@ set -euo pipefail
 
 gremlins=$(realpath "$1")
 out=$(realpath -m "$2")
-shift 2
+read -ra entries <<<"$3"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.log
@@ -37,7 +38,12 @@ rm -f "$out"/*.json "$out"/*.log
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1"
 start=$SECONDS
 reports=()
-for entry in "$@"; do
+for entry in "${entries[@]}"; do
+	run=""
+	if [[ $entry == *@* ]]; then
+		run=${entry#*@}
+		entry=${entry%%@*}
+	fi
 	dir=${entry%%:*}
 	keep=""
 	[[ $entry == *:* ]] && keep=",${entry#*:},"
@@ -50,8 +56,8 @@ for entry in "$@"; do
 		done
 	fi
 	name=${dir//\//-}
-	echo "mutate: $dir${keep:+ (only ${keep:1:-1})}"
-	(cd "$root/$dir" && "$gremlins" unleash --workers "${MUTATE_WORKERS:-2}" \
+	echo "mutate: $dir${keep:+ (only ${keep:1:-1})}${run:+, tests $run}"
+	(cd "$root/$dir" && GOFLAGS="$GOFLAGS${run:+ -run=$run}" "$gremlins" unleash --workers "${MUTATE_WORKERS:-2}" \
 		--timeout-coefficient "${MUTATE_TIMEOUT_COEFFICIENT:-20}" \
 		--output "$out/$name.json" "${excludes[@]}") >"$out/$name.log" 2>&1 || {
 		tail -20 "$out/$name.log" >&2
