@@ -83,10 +83,12 @@ func benchServer(b *testing.B, edit func(*Config)) string {
 // ("warm"). Each request is a real one under the default tiers: HTTP, the
 // client address from X-Forwarded-For, the price, one Redis round trip that
 // spends from the client's bucket and takes an in-flight slot, the cache or
-// PostGIS, gzip, and the slot's release (a second round trip, after the
-// response). The client asks for gzip, as browsers do, and does not
-// decompress. Requests run on 4×GOMAXPROCS goroutines, cycling through the
-// list; any answer but 200 or 204 (a 429, say) fails the benchmark.
+// PostGIS, gzip, and the request's settlement, which frees the slot (a
+// client of its own makes no next request, so its settlement goes to Redis
+// in a batch of its own, FinishDelay after the response). The client asks
+// for gzip, as browsers do, and does not decompress. Requests run on
+// 4×GOMAXPROCS goroutines, cycling through the list; any answer but 200 or
+// 204 (a 429, say) fails the benchmark.
 //
 //	go test -run '^$' -bench BenchmarkTileServing -benchtime 3s ./cmd/geotoll
 func BenchmarkTileServing(b *testing.B) {
