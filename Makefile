@@ -149,22 +149,31 @@ bench-protect: testdb
 # Mutation testing with go-gremlins/gremlins, at the version tools/go.mod
 # pins (downloaded once through the Go module proxy, then built from the
 # module cache), over the code where a silent mistake costs money or
-# security: the throttle (bucket arithmetic, stores, cost model), the toll
-# policy, client-address parsing and tile addressing. Each entry is a
-# package directory, then optionally :file,file (mutate only those) and
-# @pattern (run only the tests -run selects, else the package's whole
-# suite); tile addressing runs its own unit, fuzz-seed and PostGIS tests,
-# not the rest of package tiles. The test services are up, so integration
-# tests kill mutants too. Writes $(MUTATE_OUT)/scores.md and fails below
-# MUTATE_MIN_EFFICACY; see scripts/mutate.sh for the other settings.
-MUTATE_PKGS ?= throttle toll internal/forwarded \
-	tiles:address.go@Test(ParseTile|AddressDetails|SplitFormat|Envelope|ParseRequest)|Fuzz(ParseTile|ParseRequest)|Example(ParseTile|Envelope)
+# security: the throttle (admission arithmetic, stores, failover, cost
+# model), the toll policy, client-address parsing and tile addressing.
+# Each entry is a package directory, then optionally :file,file (mutate
+# only those) and @pattern (run only the tests -run selects, else the
+# package's whole suite); tile addressing runs its own unit, fuzz-seed and
+# PostGIS tests, not the rest of package tiles. The test services are up,
+# so integration tests kill mutants too. Writes $(MUTATE_OUT)/scores.md and
+# fails below MUTATE_MIN_EFFICACY; see scripts/mutate.sh for the other
+# settings.
+MUTATE_PKGS ?= internal/forwarded \
+	tiles:address.go@Test(ParseTile|AddressDetails|SplitFormat|Envelope|ParseRequest)|Fuzz(ParseTile|ParseRequest)|Example(ParseTile|Envelope) \
+	toll:toll.go,caller.go \
+	throttle:batch.go,cost.go,limit.go,failover.go
 MUTATE_OUT ?= artifacts/mutation
+# Left out of the mutation runs: TestScriptMatchesTwin fails at random on
+# a loaded machine (half its runs at load 16: tombstones that expired
+# between the script and the test's reading of them, and an in-flight
+# refusal the twin did not make), so it would kill mutants at random.
+# applyBatch's own tests and the stores' tests judge batch.go.
+MUTATE_SKIP ?= ^TestScriptMatchesTwin$$
 
 mutate: testdb
 	$(GO) -C tools build -o $(CURDIR)/bin/gremlins github.com/go-gremlins/gremlins/cmd/gremlins
 	$(TEST_ENV); \
-	scripts/mutate.sh bin/gremlins $(MUTATE_OUT) "$(MUTATE_PKGS)"
+	MUTATE_SKIP='$(MUTATE_SKIP)' scripts/mutate.sh bin/gremlins $(MUTATE_OUT) "$(MUTATE_PKGS)"
 
 clean:
 	rm -rf bin

@@ -7,11 +7,12 @@
 # GREMLINS is the go-gremlins/gremlins binary (make mutate builds it at the
 # version tools/go.mod pins). ENTRY is a package directory ("throttle"),
 # optionally followed by the only files of it to mutate
-# (":toll.go,identity.go") and by a -run pattern of the tests to run on
+# (":toll.go,caller.go") and by a -run pattern of the tests to run on
 # each mutant ("@TestParseTile|FuzzParseTile"; without it the package's
-# whole test suite runs). Entries are separated by spaces, in one argument. For each entry, gremlins' log and JSON
-# results land in OUTDIR/<dir with / as ->.{log,json}; then the score table
-# is printed and written to OUTDIR/scores.md.
+# whole test suite runs). Entries are separated by spaces, in one
+# argument. For each entry, gremlins' log and JSON results land in
+# OUTDIR/<dir with / as ->.{log,json}; then the score table is printed and
+# written to OUTDIR/scores.md.
 #
 # Settings (environment):
 #   MUTATE_WORKERS              mutants tested at once (default 2)
@@ -23,6 +24,8 @@
 #                               hangs ever waits this long)
 #   MUTATE_MIN_EFFICACY         fail when a package kills fewer than this
 #                               percent of its covered mutants (default 85)
+#   MUTATE_SKIP                 a -skip pattern of tests left out of every
+#                               run (default: none; make mutate sets it)
 # The test services must be up and exported (make mutate does both).
 set -euo pipefail
 
@@ -35,7 +38,7 @@ rm -f "$out"/*.json "$out"/*.log
 
 # -count=1: no cached test result, in the coverage run (whose time sets the
 # mutants' timeout) or a mutant's.
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1"
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1${MUTATE_SKIP:+ -skip=$MUTATE_SKIP}"
 start=$SECONDS
 reports=()
 for entry in "${entries[@]}"; do
