@@ -282,6 +282,36 @@ func TestTollValidate(t *testing.T) {
 	}
 }
 
+// TestTollValidateIPv6Aggregate: the aggregate's prefix is /16../63 (both
+// ends included), it must be able to pay the dearest request, and a
+// refused aggregate makes the whole policy invalid.
+func TestTollValidateIPv6Aggregate(t *testing.T) {
+	maxCost := testToll(nil).MaxCost()
+	ok := throttle.Limit{Rate: 1, Capacity: maxCost + 1}
+	for _, tc := range []struct {
+		agg   IPv6Aggregate
+		valid bool
+	}{
+		{IPv6Aggregate{}, true}, // off
+		{IPv6Aggregate{Bits: 16, Limit: ok}, true},
+		{IPv6Aggregate{Bits: 63, Limit: ok}, true},
+		{IPv6Aggregate{Bits: 15, Limit: ok}, false},
+		{IPv6Aggregate{Bits: 64, Limit: ok}, false},
+		{IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 1, Capacity: maxCost}}, false},
+		{IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 0, Capacity: maxCost + 1}}, false},
+	} {
+		toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+		toll.IPv6Aggregate = tc.agg
+		err := toll.Validate()
+		if tc.valid && err != nil {
+			t.Errorf("/%d, %+v: %v", tc.agg.Bits, tc.agg.Limit, err)
+		}
+		if !tc.valid && (err == nil || !strings.Contains(err.Error(), "ipv6 aggregate")) {
+			t.Errorf("/%d, %+v accepted: %v", tc.agg.Bits, tc.agg.Limit, err)
+		}
+	}
+}
+
 func TestTollUnknownKeys(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	store := throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now})
