@@ -312,6 +312,25 @@ func TestTollValidateIPv6Aggregate(t *testing.T) {
 	}
 }
 
+// TestTollValidateFailedAuth: the failed-auth bucket must admit at least
+// one guess, so a capacity of 1 is valid and anything less is not.
+func TestTollValidateFailedAuth(t *testing.T) {
+	for _, tc := range []struct {
+		capacity float64
+		valid    bool
+	}{{1, true}, {3, true}, {0.99, false}} {
+		toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+		toll.FailedAuth = throttle.Limit{Rate: 0.1, Capacity: tc.capacity}
+		err := toll.Validate()
+		if tc.valid && err != nil {
+			t.Errorf("failed-auth capacity %g: %v", tc.capacity, err)
+		}
+		if !tc.valid && (err == nil || !strings.Contains(err.Error(), "failed-auth")) {
+			t.Errorf("failed-auth capacity %g accepted: %v", tc.capacity, err)
+		}
+	}
+}
+
 func TestTollUnknownKeys(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	store := throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now})
