@@ -398,6 +398,26 @@ func TestTollTierMaxCost(t *testing.T) {
 	}
 }
 
+// TestTollTierMaxCostIsInclusive: a request that costs exactly the tier's
+// max_cost is admitted; a hair more is a 422.
+func TestTollTierMaxCostIsInclusive(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.Keys = fakeKeys{"s": {ID: 7, Name: "s", Tier: "small"}}
+	most := toll.Tiers["small"].MaxCost
+	for _, tc := range []struct {
+		cost float64
+		code int
+	}{{most, http.StatusOK}, {most + 0.001, http.StatusUnprocessableEntity}} {
+		r := httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt", nil)
+		r.Header.Set("X-API-Key", "s")
+		w := httptest.NewRecorder()
+		pass := toll.Charge(w, r, Price{Cost: tc.cost, Route: "tile", Zoom: 0})
+		if (pass != nil) != (tc.code == http.StatusOK) || w.Code != tc.code {
+			t.Errorf("cost %g against max_cost %g: admitted %v, %d; want %d", tc.cost, most, pass != nil, w.Code, tc.code)
+		}
+	}
+}
+
 func TestTollDryRunAndBudget(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
