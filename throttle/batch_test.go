@@ -76,7 +76,8 @@ func TestApplyBatch(t *testing.T) {
 			{0, []op{admit("a", 1)}, []opResult{r(stLate, 10)}},
 		}},
 		{"an invalid admit changes nothing", testShape, []step{
-			{0, []op{admit("a", 11), admit("", 1), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
+			{0, []op{admit("a", 11), admit("", 1), admit("b", 0), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
+			{0, []op{finish("b", 0)}, []opResult{r(stRefused, 10)}}, // a free admit opened nothing
 		}},
 		{"the aggregate refuses and reports its own tokens", shape{rate: 2 * micro, capacity: 10 * micro, aggRate: 1 * micro, aggCap: 5 * micro, max: 4, ttlMS: 1000}, []step{
 			{0, []op{admit("a", 4), admit("b", 4)}, []opResult{r(stAdmitted, 6), r(stAggregate, 1)}},
