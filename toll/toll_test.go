@@ -418,6 +418,26 @@ func TestTollTierMaxCostIsInclusive(t *testing.T) {
 	}
 }
 
+// TestTollMostPerRequest: the IPv6 aggregate caps what one request may cost
+// in the anonymous tier only (the tier it aggregates), and an in-flight TTL
+// left at 0 is a minute while a configured one is kept.
+func TestTollMostPerRequest(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.IPv6Aggregate = IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 1, Capacity: 70}}
+	for tier, want := range map[string]float64{AnonymousTier: 70, "free": 100, "small": 10} {
+		if got := toll.mostPerRequest(toll.Tiers[tier]); got != want {
+			t.Errorf("tier %s: at most %g per request, want %g", tier, got, want)
+		}
+	}
+	if got := toll.inFlightTTL(); got != time.Minute {
+		t.Errorf("in-flight TTL left at 0: %v, want 1m", got)
+	}
+	toll.InFlightTTL = 5 * time.Second
+	if got := toll.inFlightTTL(); got != 5*time.Second {
+		t.Errorf("in-flight TTL 5s: %v", got)
+	}
+}
+
 func TestTollDryRunAndBudget(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
