@@ -20,6 +20,8 @@ func TestApplyBatch(t *testing.T) {
 	shadow := func(id string, cost float64) op { return op{kind: opShadow, id: id, amount: cost * micro} }
 	finish := func(id string, delta float64) op { return op{kind: opFinish, id: id, amount: delta * micro} }
 	void := func(id string) op { return op{kind: opVoid, id: id} }
+	// voidUntil voids id with a tombstone kept until t0 + ms.
+	voidUntil := func(id string, ms int64) op { return op{kind: opVoid, id: id, amount: float64(t0.ms() + ms)} }
 	peek := op{kind: opPeek}
 	type step struct {
 		at   int64 // ms after t0
@@ -74,6 +76,20 @@ func TestApplyBatch(t *testing.T) {
 		}},
 		{"a late batch admits nothing but still finishes", shape{rate: 2 * micro, capacity: 10 * micro, max: 2, ttlMS: 30000, notAfterMS: t0.ms() - 1}, []step{
 			{0, []op{admit("a", 1)}, []opResult{r(stLate, 10)}},
+		}},
+		{"a batch at its very deadline is on time", shape{rate: 2 * micro, capacity: 10 * micro, max: 2, ttlMS: 30000, notAfterMS: t0.ms()}, []step{
+			{0, []op{admit("a", 1)}, []opResult{r(stAdmitted, 9)}},
+		}},
+		{"the open requests live until their hash's expiry, inclusive", testShape, []step{
+			{0, []op{admit("a", 4)}, []opResult{r(stAdmitted, 6)}},
+			// The hash expires at +30 s and an eighth (TestApplyBatchExpiries).
+			{33750, []op{finish("a", -4)}, []opResult{r(stAdmitted, 10)}},
+		}},
+		{"a tombstone turns its admit away until its deadline, inclusive", testShape, []step{
+			{0, []op{voidUntil("b", 100)}, []opResult{r(stRefused, 10)}},
+			{50, []op{admit("b", 1)}, []opResult{r(stLate, 10)}},
+			{100, []op{admit("b", 1)}, []opResult{r(stLate, 10)}},
+			{101, []op{admit("b", 1)}, []opResult{r(stAdmitted, 9)}},
 		}},
 		{"an invalid admit changes nothing", testShape, []step{
 			{0, []op{admit("a", 11), admit("", 1), admit("b", 0), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
