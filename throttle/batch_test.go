@@ -97,6 +97,7 @@ func TestApplyBatch(t *testing.T) {
 		}},
 		{"the aggregate refuses and reports its own tokens", shape{rate: 2 * micro, capacity: 10 * micro, aggRate: 1 * micro, aggCap: 5 * micro, max: 4, ttlMS: 1000}, []step{
 			{0, []op{admit("a", 4), admit("b", 4)}, []opResult{r(stAdmitted, 6), r(stAggregate, 1)}},
+			{0, []op{admit("c", 1), void("c")}, []opResult{r(stAdmitted, 5), r(stAdmitted, 6)}}, // the aggregate's last token pays
 			{0, []op{finish("a", -4)}, []opResult{r(stAdmitted, 10)}},
 			{0, []op{admit("b", 4)}, []opResult{r(stAdmitted, 6)}},
 		}},
