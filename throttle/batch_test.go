@@ -91,6 +91,9 @@ func TestApplyBatch(t *testing.T) {
 			{100, []op{admit("b", 1)}, []opResult{r(stLate, 10)}},
 			{101, []op{admit("b", 1)}, []opResult{r(stAdmitted, 9)}},
 		}},
+		{"a tombstone whose deadline is now keeps nothing", testShape, []step{
+			{0, []op{voidUntil("b", 0), admit("b", 1)}, []opResult{r(stRefused, 10), r(stAdmitted, 9)}},
+		}},
 		{"an invalid admit changes nothing", testShape, []step{
 			{0, []op{admit("a", 11), admit("", 1), admit("b", 0), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
 			{0, []op{finish("b", 0)}, []opResult{r(stRefused, 10)}}, // a free admit opened nothing
