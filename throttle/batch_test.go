@@ -103,6 +103,8 @@ func TestApplyBatch(t *testing.T) {
 			{0, []op{admit("c", 1), void("c")}, []opResult{r(stAdmitted, 5), r(stAdmitted, 6)}}, // the aggregate's last token pays
 			{0, []op{finish("a", -4)}, []opResult{r(stAdmitted, 10)}},
 			{0, []op{admit("b", 4)}, []opResult{r(stAdmitted, 6)}},
+			// A settlement above the price debits the aggregate too.
+			{0, []op{finish("b", 1), admit("e", 1)}, []opResult{r(stAdmitted, 5), r(stAggregate, 0)}},
 		}},
 	}
 	for _, tt := range tests {
