@@ -88,8 +88,9 @@ func TestApplyBatch(t *testing.T) {
 		{"a tombstone turns its admit away until its deadline, inclusive", testShape, []step{
 			{0, []op{voidUntil("b", 100)}, []opResult{r(stRefused, 10)}},
 			{50, []op{admit("b", 1)}, []opResult{r(stLate, 10)}},
-			{100, []op{admit("b", 1)}, []opResult{r(stLate, 10)}},
-			{101, []op{admit("b", 1)}, []opResult{r(stAdmitted, 9)}},
+			{100, []op{admit("c", 1)}, []opResult{r(stAdmitted, 9)}}, // a write at the deadline keeps it
+			{100, []op{admit("b", 1)}, []opResult{r(stLate, 9)}},
+			{101, []op{admit("b", 1)}, []opResult{{status: stAdmitted, tokens: 8_002_000}}}, // 1 ms at 2/s refilled 0.002
 		}},
 		{"a tombstone whose deadline is now keeps nothing", testShape, []step{
 			{0, []op{voidUntil("b", 0), admit("b", 1)}, []opResult{r(stRefused, 10), r(stAdmitted, 9)}},
@@ -149,6 +150,36 @@ func TestApplyBatchExpiries(t *testing.T) {
 	applyBatch(&empty, nil, sh, t0, []op{{kind: opAdmit, id: "a", amount: 11 * micro}, {kind: opPeek}})
 	if empty.found {
 		t.Errorf("a refusal and a peek created the bucket: %+v", empty)
+	}
+}
+
+// TestApplyBatchOpenHashExpiry: the open hash's expiry moves out when a new
+// request could outlive it — also when it would expire at the very moment
+// the new one does, without slack — and stays when nothing remains open.
+func TestApplyBatchOpenHashExpiry(t *testing.T) {
+	sh := testShape // requests open for 30 s; expiries get an eighth, at least 1 s, of slack
+	admitAt := func(st *keyState, ms int64, id string) int64 {
+		applyBatch(st, nil, sh, t0.plus(ms), []op{{kind: opAdmit, id: id, amount: micro}})
+		return st.b.openExpires - t0.ms()
+	}
+	var st keyState
+	if got := admitAt(&st, 0, "a"); got != 33750 {
+		t.Fatalf("first request: open hash expires at +%d ms, want +33750", got)
+	}
+	// At +3750 ms a new request's 30 s end exactly when the hash expires.
+	if got := admitAt(&st, 3750, "b"); got != 37500 {
+		t.Errorf("a request that would end at the hash's expiry: +%d ms, want +37500", got)
+	}
+	st = keyState{}
+	admitAt(&st, 0, "a")
+	applyBatch(&st, nil, sh, t0.plus(5000), []op{{kind: opFinish, id: "a"}})
+	if got := admitAt(&st, 10000, "c"); got != 43750 {
+		t.Errorf("a request at +10 s: open hash expires at +%d ms, want +43750", got)
+	}
+	var closed keyState
+	applyBatch(&closed, nil, sh, t0, []op{{kind: opAdmit, id: "a", amount: micro}, {kind: opFinish, id: "a"}})
+	if closed.b.openExpires != 0 {
+		t.Errorf("nothing left open, yet the open hash expires at +%d ms", closed.b.openExpires-t0.ms())
 	}
 }
 
