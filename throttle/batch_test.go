@@ -67,6 +67,10 @@ func TestApplyBatch(t *testing.T) {
 		{"a void refunds exactly what was paid, once", testShape, []step{
 			{0, []op{admit("a", 7), void("a"), void("a")}, []opResult{r(stAdmitted, 3), r(stAdmitted, 10), r(stRefused, 10)}},
 		}},
+		{"a request is dead at its very expiry", testShape, []step{
+			{0, []op{admit("a", 1), admit("b", 1)}, []opResult{r(stAdmitted, 9), r(stAdmitted, 8)}},
+			{30000, []op{admit("c", 1)}, []opResult{r(stAdmitted, 9)}},
+		}},
 		{"a repeated admit is admitted once", testShape, []step{
 			{0, []op{admit("a", 3), admit("a", 3)}, []opResult{r(stAdmitted, 7), r(stAlreadyOpen, 7)}},
 		}},
@@ -160,6 +164,9 @@ func TestApplyBatchOpenHashExpiry(t *testing.T) {
 	sh := testShape // requests open for 30 s; expiries get an eighth, at least 1 s, of slack
 	admitAt := func(st *keyState, ms int64, id string) int64 {
 		applyBatch(st, nil, sh, t0.plus(ms), []op{{kind: opAdmit, id: id, amount: micro}})
+		if st.b.expiresMS < st.b.openExpires {
+			t.Errorf("at +%d ms: the bucket expires at +%d ms, before its open hash (+%d)", ms, st.b.expiresMS-t0.ms(), st.b.openExpires-t0.ms())
+		}
 		return st.b.openExpires - t0.ms()
 	}
 	var st keyState
@@ -180,6 +187,22 @@ func TestApplyBatchOpenHashExpiry(t *testing.T) {
 	applyBatch(&closed, nil, sh, t0, []op{{kind: opAdmit, id: "a", amount: micro}, {kind: opFinish, id: "a"}})
 	if closed.b.openExpires != 0 {
 		t.Errorf("nothing left open, yet the open hash expires at +%d ms", closed.b.openExpires-t0.ms())
+	}
+	// The bucket (which the memory store forgets at its expiry) lives until
+	// it has refilled: 1 token short is 500 ms, plus a second of slack…
+	if got := closed.b.expiresMS - t0.ms(); got != 1500 {
+		t.Errorf("1 token short: the bucket expires at +%d ms, want +1500", got)
+	}
+	// …and a deeper drain later lives longer: 9.8 tokens short at +100 ms
+	// is 4.9 s, plus a second.
+	applyBatch(&closed, nil, sh, t0.plus(100), []op{{kind: opAdmit, id: "b", amount: 9 * micro}, {kind: opFinish, id: "b"}})
+	if got := closed.b.expiresMS - t0.ms(); got != 6000 {
+		t.Errorf("9.8 tokens short at +100 ms: the bucket expires at +%d ms, want +6000", got)
+	}
+	// A tombstone kept past the bucket's expiry keeps the bucket too.
+	applyBatch(&closed, nil, sh, t0.plus(200), []op{{kind: opVoid, id: "x", amount: float64(t0.ms() + 60000)}})
+	if got := closed.b.expiresMS - t0.ms(); got != 60000 {
+		t.Errorf("a tombstone until +60 s: the bucket expires at +%d ms, want +60000", got)
 	}
 }
 
