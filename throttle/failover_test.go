@@ -83,6 +83,18 @@ func TestFailoverModes(t *testing.T) {
 	}
 }
 
+// TestFailoverValidate: fail_mode local needs a local store; open and
+// closed do not.
+func TestFailoverValidate(t *testing.T) {
+	for _, mode := range []FailMode{FailLocal, FailOpen, FailClosed} {
+		f, _ := newFailover(mode, 1)
+		f.Local = nil
+		if err := f.Validate(); (err != nil) != (mode == FailLocal) {
+			t.Errorf("fail_mode %s without a local store: %v", mode, err)
+		}
+	}
+}
+
 // TestFailoverLocalRateIsDividedByReplicas: with 4 replicas, a fallback
 // bucket refills at a quarter of the rate, so the replicas together admit
 // what the shared bucket would.
