@@ -95,6 +95,19 @@ func TestFailoverValidate(t *testing.T) {
 	}
 }
 
+// TestFailoverDefaults: a setting left at 0 takes its default, a set one
+// is kept.
+func TestFailoverDefaults(t *testing.T) {
+	var f Failover
+	if f.remember() != 1<<16 || f.timeout() != 2*DefaultTimeout || f.probeInterval() != DefaultProbeInterval {
+		t.Errorf("defaults: remember %d, timeout %v, probe every %v", f.remember(), f.timeout(), f.probeInterval())
+	}
+	f = Failover{Remember: 5, Timeout: time.Second, ProbeInterval: time.Minute}
+	if f.remember() != 5 || f.timeout() != time.Second || f.probeInterval() != time.Minute {
+		t.Errorf("set: remember %d, timeout %v, probe every %v", f.remember(), f.timeout(), f.probeInterval())
+	}
+}
+
 // TestFailoverLocalRateIsDividedByReplicas: with 4 replicas, a fallback
 // bucket refills at a quarter of the rate, so the replicas together admit
 // what the shared bucket would.
