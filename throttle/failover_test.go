@@ -141,6 +141,29 @@ func TestFailoverLocalStartsFromTheLastKnownBudget(t *testing.T) {
 	}
 }
 
+// TestFailoverRemembersAtMostRemember: the budgets the fallback starts from
+// are kept for at most Remember callers; when full, about half are
+// forgotten before the next is noted. With 2 and three nearly empty
+// callers, exactly two are still known to be nearly empty.
+func TestFailoverRemembersAtMostRemember(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	f.Remember = 2
+	limit := Limit{Rate: 1e-3, Capacity: 10}
+	for _, key := range []string{"a", "b", "c"} {
+		mustAdmit(t, f, Request{Bucket: Bucket{Key: key, Limit: limit}, Cost: 9}).Ticket.Release()
+	}
+	primary.set(true)
+	known := 0
+	for _, key := range []string{"a", "b", "c"} {
+		if a := mustAdmit(t, f, Request{Bucket: Bucket{Key: key, Limit: limit}, Cost: 2}); !a.Allowed {
+			known++
+		}
+	}
+	if known != 2 {
+		t.Fatalf("%d of 3 callers known to the fallback with Remember 2, want 2", known)
+	}
+}
+
 func TestFailoverProbesOncePerInterval(t *testing.T) {
 	f, primary := newFailover(FailLocal, 1)
 	f.ProbeInterval = 50 * time.Millisecond
