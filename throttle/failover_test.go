@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -200,8 +201,17 @@ func TestFailoverRefusesForFree(t *testing.T) {
 	}
 	retry := a.Result.RetryAfter
 	for range 50 {
-		if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); a.Allowed || a.Result.RetryAfter <= 0 || a.Result.RetryAfter > retry {
+		a := mustAdmit(t, f, Request{Bucket: b, Cost: 5})
+		if a.Allowed || a.Result.RetryAfter <= 0 || a.Result.RetryAfter > retry {
 			t.Fatalf("a free refusal: %+v", a.Result)
+		}
+		// Its headers follow from the tokens it reports, at 20 tokens/s:
+		// Retry-After when 5 are there, the reset when all 10 are.
+		r := a.Result
+		wantRetry := time.Duration(math.Ceil((5-r.Remaining)/20*1000)) * time.Millisecond
+		wantReset := time.Duration((10 - r.Remaining) / 20 * float64(time.Second))
+		if r.Remaining < 0 || r.Remaining >= 5 || r.RetryAfter != wantRetry || (r.ResetAfter-wantReset).Abs() > time.Millisecond {
+			t.Fatalf("a free refusal with %g tokens: retry %v, reset %v; want %v, %v", r.Remaining, r.RetryAfter, r.ResetAfter, wantRetry, wantReset)
 		}
 	}
 	if primary.n() != 2 || f.FreeRefusals() != 50 {
