@@ -111,6 +111,10 @@ func TestApplyBatch(t *testing.T) {
 			// A settlement above the price debits the aggregate too.
 			{0, []op{finish("b", 1), admit("e", 1)}, []opResult{r(stAdmitted, 5), r(stAggregate, 0)}},
 		}},
+		{"a settlement takes the aggregate down to the floor, not below", shape{rate: 2 * micro, capacity: 10 * micro, floor: 5 * micro, aggRate: 1 * micro, aggCap: 5 * micro, max: 4, ttlMS: 1000}, []step{
+			{0, []op{admit("a", 4), finish("a", 100)}, []opResult{r(stAdmitted, 6), r(stAdmitted, -5)}},
+			{3000, []op{admit("b", 1)}, []opResult{r(stAggregate, -2)}}, // own -5+6, aggregate -5+3
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
