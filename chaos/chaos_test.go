@@ -30,6 +30,7 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{"redis killed, fail_mode local", redisKilledLocal},
+	{"redis killed, fail_mode local, 4 replicas", redisKilledLocalRate},
 	{"redis killed, fail_mode closed", func(s *sc) { redisKilledStrict(s, "closed") }},
 	{"redis killed, fail_mode open", func(s *sc) { redisKilledStrict(s, "open") }},
 	{"redis paused (SIGSTOP)", redisPaused},
@@ -191,9 +192,6 @@ type reply struct {
 	err    error
 }
 
-// admitted: the toll let it through and charged it (it may still have
-// failed later, e.g. at the database).
-func (r reply) priced() bool  { return r.header.Get("X-Request-Cost") != "" }
 func (r reply) success() bool { return r.status == 200 || r.status == 204 }
 
 func (r reply) String() string {

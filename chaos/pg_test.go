@@ -33,16 +33,13 @@ func postgresDown(s *sc, pause bool) {
 	rdb := r.client()
 	defer rdb.Close()
 	c := newClient(8)
-	charged := 0
-	count := func(rs ...reply) {
-		for _, x := range rs {
-			if x.priced() && x.status != 429 {
-				charged++
-			}
-		}
-	}
+	// Every tile here costs 1 token and the bucket holds 1000: each request
+	// sent is admitted and charged once, whatever the database then does.
+	// The expected charge is what the test sent, not what the server says.
+	sent := 0
 	for i := 0; i < 5; i++ {
-		count(get(c, g.tile("places")))
+		get(c, g.tile("places"))
+		sent++
 	}
 	baseline := settle(c, g)
 
@@ -74,7 +71,7 @@ func postgresDown(s *sc, pause bool) {
 		}
 	}
 	wg.Wait()
-	count(replies...)
+	sent += len(replies)
 	good, slowest := 0, time.Duration(0)
 	for _, rep := range replies {
 		slowest = max(slowest, rep.took)
@@ -99,13 +96,12 @@ func postgresDown(s *sc, pause bool) {
 	}
 	back := time.Now()
 	recovered := waitFor(15*time.Second, func() bool {
-		rep := get(c, g.tile("places"))
-		count(rep)
-		return rep.success()
+		sent++
+		return get(c, g.tile("places")).success()
 	})
 	took := time.Since(back)
 	n, _, bad := spend(s, c, g, 10)
-	charged += n
+	sent += 10
 	status, checks, ok = g.readyz(func(status int, checks map[string]string) bool { return status == 200 && checks["postgres"] == "ok" })
 	s.check("back: requests succeed again, /readyz ok", recovered && n == 10 && ok,
 		"first 2xx %v after it returned; then %d/10 2xx %v; readyz %d", took.Round(time.Millisecond), n, bad, status)
@@ -114,8 +110,8 @@ func postgresDown(s *sc, pause bool) {
 	s.check("goroutines flat: back to baseline after the fault", flat && during <= baseline+40,
 		"baseline %d, mid-fault %d, after the fault's requests %d, recovered %d", baseline, peak, during, after)
 	tok, err := tokens(rdb, clientKey, 1000)
-	s.check("bucket = capacity − admitted (a 503 from the database was admitted: charged once)",
-		err == nil && exact(tok, 1000-float64(charged), start), "Redis holds %.4f, %d requests admitted", tok, charged)
+	s.check("bucket = capacity − requests sent (a 503 from the database was admitted: charged once)",
+		err == nil && exact(tok, 1000-float64(sent), start), "Redis holds %.4f, %d requests sent", tok, sent)
 }
 
 // Every pooled connection busy with a slow query: the next requests get 503
@@ -302,8 +298,16 @@ func httpHardening(s *sc) {
 		"%d/20 closed by the server, the last after %v", cut, longest.Round(100*time.Millisecond))
 	s.check("normal traffic served meanwhile", served == 20, "%d/20 2xx", served)
 
-	big := do(context.Background(), c, http.MethodGet, g.base+"/healthz", nil, map[string]string{"X-Big": strings.Repeat("a", 64<<10)})
-	s.check("64 KiB of headers (max 8 KiB) → 431", big.status == http.StatusRequestHeaderFieldsTooLarge, "%s", clip(big.String(), 60))
+	// Go's server allows max_header_bytes + 4 KiB: 16 KiB is over the
+	// configured 8 KiB (+ 4) and under the 32 KiB default, so only a limit
+	// that was applied refuses it; 6 KiB passes under either.
+	headers := func(n int) reply {
+		return do(context.Background(), c, http.MethodGet, g.base+"/healthz", nil, map[string]string{"X-Big": strings.Repeat("a", n)})
+	}
+	big, fits := headers(16<<10), headers(6<<10)
+	s.check("16 KiB of headers (max 8 KiB; the default 32 KiB would pass) → 431; 6 KiB → 200",
+		big.status == http.StatusRequestHeaderFieldsTooLarge && fits.status == http.StatusOK,
+		"16 KiB: %s; 6 KiB: %s", clip(big.String(), 40), clip(fits.String(), 30))
 
 	body := bytes.NewReader(append(append([]byte(`{"points":`), bytes.Repeat([]byte(" "), 2<<20)...), []byte(`[]}`)...))
 	huge := do(context.Background(), c, http.MethodPost, g.base+"/geofence/check", body, map[string]string{"Content-Type": "application/json"})

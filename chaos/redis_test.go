@@ -116,6 +116,52 @@ func redisKilledLocal(s *sc) {
 		"%d %q, degraded %g, %d recovery line(s)", status, detail, g.metric("geotoll_limiter_degraded"), g.logCount("budget store recovered"))
 }
 
+// Redis killed with fail_mode local on 4 replicas: each process's local
+// buckets refill at rate/4, so that the 4 together admit what the shared
+// bucket would have. The tier refills fast here (20 tokens/s, 5/s locally)
+// so that the two rates differ by whole requests within a second.
+func redisKilledLocalRate(s *sc) {
+	r := startRedis(s.t)
+	cfg := redisConfig(s, r, "local").set("redis.replicas", 4).
+		set("throttle.tiers.anonymous.rate", 20).set("throttle.tiers.anonymous.capacity", 20).
+		set("throttle.weights.max_cost", 10) // below the capacity
+	g := startGeotoll(s.t, s.env.bin, cfg)
+	c := newClient(4)
+	r.kill()
+
+	drainStart := time.Now()
+	n, first := untilRefused(c, g, 100)
+	drained := time.Now()
+	s.check("killed: the local bucket holds the tier's capacity (20)",
+		n >= 20 && float64(n) <= 20+5*drained.Sub(drainStart).Seconds()+1 && first.status == 429,
+		"%d admitted, then %s", n, clip(first.String(), 50))
+	s.check("X-RateLimit-Reset of the drained local bucket: 20 tokens at 20/4 per s = 4 s", first.header.Get("X-RateLimit-Reset") == "4",
+		"X-RateLimit-Reset %q (1 would be the undivided rate)", first.header.Get("X-RateLimit-Reset"))
+
+	time.Sleep(time.Second)
+	m, last := untilRefused(c, g, 100)
+	refused := time.Now()
+	// The bucket held less than 1 token when the drain was refused and
+	// again when this burst was: it admitted what it earned in between, at
+	// 5 tokens/s, ± 1.
+	lo := 5*(refused.Sub(drained)-last.took).Seconds() - 1
+	hi := 5*(refused.Sub(drained)+first.took).Seconds() + 1
+	s.check("1 s later: admitted what 5 tokens/s earned (20/s would refill all 20)", float64(m) >= lo && float64(m) <= hi && last.status == 429,
+		"%d admitted over %v (bounds %.1f–%.1f), then %s", m, refused.Sub(drained).Round(10*time.Millisecond), lo, hi, clip(last.String(), 40))
+}
+
+// untilRefused sends tile requests one at a time until one is not 2xx (at
+// most limit) and returns how many were admitted and the refusal.
+func untilRefused(c *http.Client, g *geotoll, limit int) (int, reply) {
+	var rep reply
+	for i := 0; i < limit; i++ {
+		if rep = get(c, g.tile("places")); !rep.success() {
+			return i, rep
+		}
+	}
+	return limit, rep
+}
+
 // Redis killed with fail_mode closed (503) or open (admit, uncharged).
 func redisKilledStrict(s *sc, mode string) {
 	start := time.Now()

@@ -728,11 +728,82 @@ func TestStatementTimeoutIs503(t *testing.T) {
 	}
 }
 
+// TestCancelledRequestCancelsTheQuery: a request whose context ends while
+// its query runs stops the query in PostgreSQL, not merely abandons it. The
+// layer is a view that sleeps 0.5 s per row for 20 s, cut at 10 s by the
+// layer's statement_timeout: only a cancel ends it within 5 s.
 func TestCancelledRequestCancelsTheQuery(t *testing.T) {
-	cat := demoCatalog(t)
-	store := NewStore(testenv.ReadPool(t))
+	t.Parallel()
+	owner, setup := testenv.Pool(t), ctxT(t)
+	schema := "geofence_test_" + randomSuffix() // also the store's application_name
+	q := pgx.Identifier{schema}.Sanitize()
+	for _, stmt := range []string{
+		`CREATE SCHEMA ` + q,
+		`CREATE TABLE ` + q + `.src (id bigint PRIMARY KEY, geom geometry(Point, 4326) NOT NULL)`,
+		`INSERT INTO ` + q + `.src SELECT g, ST_SetSRID(ST_MakePoint(g * 0.001, 0), 4326) FROM generate_series(1, 40) g`,
+		// The lateral subquery refers to s, so it runs (and sleeps) once per row.
+		`CREATE VIEW ` + q + `.slow AS SELECT s.id, s.geom FROM ` + q + `.src s, LATERAL (SELECT pg_sleep(0.5) WHERE s.id IS NOT NULL) z`,
+		`GRANT USAGE ON SCHEMA ` + q + ` TO geotoll_reader`,
+		`GRANT SELECT ON ` + q + `.slow TO geotoll_reader`,
+	} {
+		if _, err := owner.Exec(setup, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := owner.Exec(ctx, `DROP SCHEMA `+q+` CASCADE`); err != nil {
+			t.Errorf("drop %s: %v", schema, err)
+		}
+	})
+	running := func() int {
+		var n int
+		err := owner.QueryRow(setup, `SELECT count(*) FROM pg_stat_activity
+			WHERE state = 'active' AND application_name = $1`, schema).Scan(&n)
+		if err != nil {
+			t.Fatalf("pg_stat_activity: %v", err)
+		}
+		return n
+	}
+	waitRunning := func(what string, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); running() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 5 s, %d backends run the slow query; want %d (%s)", running(), want, what)
+			}
+		}
+	}
+
+	cat := demoCatalog(t, Layer{Name: "slow", Table: schema + ".slow", GeometryColumn: "geom", StatementTimeout: 10 * time.Second})
+	// The store's own pool names its sessions, so pg_stat_activity tells its
+	// query from any other test's.
+	cfg, err := pgxpool.ParseConfig(testenv.ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = schema
+	pool, err := pgxpool.NewWithConfig(setup, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store := NewStore(pool)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("slow"), Lng: 0, Lat: 0, Radius: 50000, Limit: 10})
+		errc <- err
+	}()
+	waitRunning("the query started", 1)
+	time.Sleep(200 * time.Millisecond) // well into the query
 	cancel()
-	_, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("places"), Lng: 13.4, Lat: 52.5, Radius: 10, Limit: 10})
-	wantProblem(t, err, problem.Unavailable, "")
+	select {
+	case err := <-errc:
+		wantProblem(t, err, problem.Unavailable, "")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Within did not return within 5 s of its context being cancelled")
+	}
+	waitRunning("the query cancelled in PostgreSQL", 0)
 }

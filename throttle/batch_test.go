@@ -20,6 +20,8 @@ func TestApplyBatch(t *testing.T) {
 	shadow := func(id string, cost float64) op { return op{kind: opShadow, id: id, amount: cost * micro} }
 	finish := func(id string, delta float64) op { return op{kind: opFinish, id: id, amount: delta * micro} }
 	void := func(id string) op { return op{kind: opVoid, id: id} }
+	// voidUntil voids id with a tombstone kept until t0 + ms.
+	voidUntil := func(id string, ms int64) op { return op{kind: opVoid, id: id, amount: float64(t0.ms() + ms)} }
 	peek := op{kind: opPeek}
 	type step struct {
 		at   int64 // ms after t0
@@ -65,6 +67,10 @@ func TestApplyBatch(t *testing.T) {
 		{"a void refunds exactly what was paid, once", testShape, []step{
 			{0, []op{admit("a", 7), void("a"), void("a")}, []opResult{r(stAdmitted, 3), r(stAdmitted, 10), r(stRefused, 10)}},
 		}},
+		{"a request is dead at its very expiry", testShape, []step{
+			{0, []op{admit("a", 1), admit("b", 1)}, []opResult{r(stAdmitted, 9), r(stAdmitted, 8)}},
+			{30000, []op{admit("c", 1)}, []opResult{r(stAdmitted, 9)}},
+		}},
 		{"a repeated admit is admitted once", testShape, []step{
 			{0, []op{admit("a", 3), admit("a", 3)}, []opResult{r(stAdmitted, 7), r(stAlreadyOpen, 7)}},
 		}},
@@ -75,13 +81,39 @@ func TestApplyBatch(t *testing.T) {
 		{"a late batch admits nothing but still finishes", shape{rate: 2 * micro, capacity: 10 * micro, max: 2, ttlMS: 30000, notAfterMS: t0.ms() - 1}, []step{
 			{0, []op{admit("a", 1)}, []opResult{r(stLate, 10)}},
 		}},
+		{"a batch at its very deadline is on time", shape{rate: 2 * micro, capacity: 10 * micro, max: 2, ttlMS: 30000, notAfterMS: t0.ms()}, []step{
+			{0, []op{admit("a", 1)}, []opResult{r(stAdmitted, 9)}},
+		}},
+		{"the open requests live until their hash's expiry, inclusive", testShape, []step{
+			{0, []op{admit("a", 4)}, []opResult{r(stAdmitted, 6)}},
+			// The hash expires at +30 s and an eighth (TestApplyBatchExpiries).
+			{33750, []op{finish("a", -4)}, []opResult{r(stAdmitted, 10)}},
+		}},
+		{"a tombstone turns its admit away until its deadline, inclusive", testShape, []step{
+			{0, []op{voidUntil("b", 100)}, []opResult{r(stRefused, 10)}},
+			{50, []op{admit("b", 1)}, []opResult{r(stLate, 10)}},
+			{100, []op{admit("c", 1)}, []opResult{r(stAdmitted, 9)}}, // a write at the deadline keeps it
+			{100, []op{admit("b", 1)}, []opResult{r(stLate, 9)}},
+			{101, []op{admit("b", 1)}, []opResult{{status: stAdmitted, tokens: 8_002_000}}}, // 1 ms at 2/s refilled 0.002
+		}},
+		{"a tombstone whose deadline is now keeps nothing", testShape, []step{
+			{0, []op{voidUntil("b", 0), admit("b", 1)}, []opResult{r(stRefused, 10), r(stAdmitted, 9)}},
+		}},
 		{"an invalid admit changes nothing", testShape, []step{
-			{0, []op{admit("a", 11), admit("", 1), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
+			{0, []op{admit("a", 11), admit("", 1), admit("b", 0), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
+			{0, []op{finish("b", 0)}, []opResult{r(stRefused, 10)}}, // a free admit opened nothing
 		}},
 		{"the aggregate refuses and reports its own tokens", shape{rate: 2 * micro, capacity: 10 * micro, aggRate: 1 * micro, aggCap: 5 * micro, max: 4, ttlMS: 1000}, []step{
 			{0, []op{admit("a", 4), admit("b", 4)}, []opResult{r(stAdmitted, 6), r(stAggregate, 1)}},
+			{0, []op{admit("c", 1), void("c")}, []opResult{r(stAdmitted, 5), r(stAdmitted, 6)}}, // the aggregate's last token pays
 			{0, []op{finish("a", -4)}, []opResult{r(stAdmitted, 10)}},
 			{0, []op{admit("b", 4)}, []opResult{r(stAdmitted, 6)}},
+			// A settlement above the price debits the aggregate too.
+			{0, []op{finish("b", 1), admit("e", 1)}, []opResult{r(stAdmitted, 5), r(stAggregate, 0)}},
+		}},
+		{"a settlement takes the aggregate down to the floor, not below", shape{rate: 2 * micro, capacity: 10 * micro, floor: 5 * micro, aggRate: 1 * micro, aggCap: 5 * micro, max: 4, ttlMS: 1000}, []step{
+			{0, []op{admit("a", 4), finish("a", 100)}, []opResult{r(stAdmitted, 6), r(stAdmitted, -5)}},
+			{3000, []op{admit("b", 1)}, []opResult{r(stAggregate, -2)}}, // own -5+6, aggregate -5+3
 		}},
 	}
 	for _, tt := range tests {
@@ -126,6 +158,55 @@ func TestApplyBatchExpiries(t *testing.T) {
 	applyBatch(&empty, nil, sh, t0, []op{{kind: opAdmit, id: "a", amount: 11 * micro}, {kind: opPeek}})
 	if empty.found {
 		t.Errorf("a refusal and a peek created the bucket: %+v", empty)
+	}
+}
+
+// TestApplyBatchOpenHashExpiry: the open hash's expiry moves out when a new
+// request could outlive it — also when it would expire at the very moment
+// the new one does, without slack — and stays when nothing remains open.
+func TestApplyBatchOpenHashExpiry(t *testing.T) {
+	sh := testShape // requests open for 30 s; expiries get an eighth, at least 1 s, of slack
+	admitAt := func(st *keyState, ms int64, id string) int64 {
+		applyBatch(st, nil, sh, t0.plus(ms), []op{{kind: opAdmit, id: id, amount: micro}})
+		if st.b.expiresMS < st.b.openExpires {
+			t.Errorf("at +%d ms: the bucket expires at +%d ms, before its open hash (+%d)", ms, st.b.expiresMS-t0.ms(), st.b.openExpires-t0.ms())
+		}
+		return st.b.openExpires - t0.ms()
+	}
+	var st keyState
+	if got := admitAt(&st, 0, "a"); got != 33750 {
+		t.Fatalf("first request: open hash expires at +%d ms, want +33750", got)
+	}
+	// At +3750 ms a new request's 30 s end exactly when the hash expires.
+	if got := admitAt(&st, 3750, "b"); got != 37500 {
+		t.Errorf("a request that would end at the hash's expiry: +%d ms, want +37500", got)
+	}
+	st = keyState{}
+	admitAt(&st, 0, "a")
+	applyBatch(&st, nil, sh, t0.plus(5000), []op{{kind: opFinish, id: "a"}})
+	if got := admitAt(&st, 10000, "c"); got != 43750 {
+		t.Errorf("a request at +10 s: open hash expires at +%d ms, want +43750", got)
+	}
+	var closed keyState
+	applyBatch(&closed, nil, sh, t0, []op{{kind: opAdmit, id: "a", amount: micro}, {kind: opFinish, id: "a"}})
+	if closed.b.openExpires != 0 {
+		t.Errorf("nothing left open, yet the open hash expires at +%d ms", closed.b.openExpires-t0.ms())
+	}
+	// The bucket (which the memory store forgets at its expiry) lives until
+	// it has refilled: 1 token short is 500 ms, plus a second of slack…
+	if got := closed.b.expiresMS - t0.ms(); got != 1500 {
+		t.Errorf("1 token short: the bucket expires at +%d ms, want +1500", got)
+	}
+	// …and a deeper drain later lives longer: 9.8 tokens short at +100 ms
+	// is 4.9 s, plus a second.
+	applyBatch(&closed, nil, sh, t0.plus(100), []op{{kind: opAdmit, id: "b", amount: 9 * micro}, {kind: opFinish, id: "b"}})
+	if got := closed.b.expiresMS - t0.ms(); got != 6000 {
+		t.Errorf("9.8 tokens short at +100 ms: the bucket expires at +%d ms, want +6000", got)
+	}
+	// A tombstone kept past the bucket's expiry keeps the bucket too.
+	applyBatch(&closed, nil, sh, t0.plus(200), []op{{kind: opVoid, id: "x", amount: float64(t0.ms() + 60000)}})
+	if got := closed.b.expiresMS - t0.ms(); got != 60000 {
+		t.Errorf("a tombstone until +60 s: the bucket expires at +%d ms, want +60000", got)
 	}
 }
 

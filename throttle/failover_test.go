@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -83,6 +84,31 @@ func TestFailoverModes(t *testing.T) {
 	}
 }
 
+// TestFailoverValidate: fail_mode local needs a local store; open and
+// closed do not.
+func TestFailoverValidate(t *testing.T) {
+	for _, mode := range []FailMode{FailLocal, FailOpen, FailClosed} {
+		f, _ := newFailover(mode, 1)
+		f.Local = nil
+		if err := f.Validate(); (err != nil) != (mode == FailLocal) {
+			t.Errorf("fail_mode %s without a local store: %v", mode, err)
+		}
+	}
+}
+
+// TestFailoverDefaults: a setting left at 0 takes its default, a set one
+// is kept.
+func TestFailoverDefaults(t *testing.T) {
+	var f Failover
+	if f.remember() != 1<<16 || f.timeout() != 2*DefaultTimeout || f.probeInterval() != DefaultProbeInterval {
+		t.Errorf("defaults: remember %d, timeout %v, probe every %v", f.remember(), f.timeout(), f.probeInterval())
+	}
+	f = Failover{Remember: 5, Timeout: time.Second, ProbeInterval: time.Minute}
+	if f.remember() != 5 || f.timeout() != time.Second || f.probeInterval() != time.Minute {
+		t.Errorf("set: remember %d, timeout %v, probe every %v", f.remember(), f.timeout(), f.probeInterval())
+	}
+}
+
 // TestFailoverLocalRateIsDividedByReplicas: with 4 replicas, a fallback
 // bucket refills at a quarter of the rate, so the replicas together admit
 // what the shared bucket would.
@@ -116,16 +142,43 @@ func TestFailoverLocalStartsFromTheLastKnownBudget(t *testing.T) {
 	}
 }
 
+// TestFailoverRemembersAtMostRemember: the budgets the fallback starts from
+// are kept for at most Remember callers; when full, about half are
+// forgotten before the next is noted. With 2 and three nearly empty
+// callers, exactly two are still known to be nearly empty.
+func TestFailoverRemembersAtMostRemember(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	f.Remember = 2
+	limit := Limit{Rate: 1e-3, Capacity: 10}
+	for _, key := range []string{"a", "b", "c"} {
+		mustAdmit(t, f, Request{Bucket: Bucket{Key: key, Limit: limit}, Cost: 9}).Ticket.Release()
+	}
+	primary.set(true)
+	known := 0
+	for _, key := range []string{"a", "b", "c"} {
+		if a := mustAdmit(t, f, Request{Bucket: Bucket{Key: key, Limit: limit}, Cost: 2}); !a.Allowed {
+			known++
+		}
+	}
+	if known != 2 {
+		t.Fatalf("%d of 3 callers known to the fallback with Remember 2, want 2", known)
+	}
+}
+
 func TestFailoverProbesOncePerInterval(t *testing.T) {
 	f, primary := newFailover(FailLocal, 1)
 	f.ProbeInterval = 50 * time.Millisecond
 	primary.set(true)
 	b := Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 1000}}
+	start := time.Now()
 	for range 20 {
 		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
 	}
-	if primary.n() != 1 {
-		t.Fatalf("%d calls to a failing primary within one probe interval, want 1", primary.n())
+	// One call, then one probe per interval: none while the 20 admits take
+	// less than an interval, as they do unless the machine crawls — and
+	// then the bound grows with them, never switches off.
+	if n, most := primary.n(), 1+int(time.Since(start)/f.ProbeInterval); n < 1 || n > most {
+		t.Fatalf("%d calls to a failing primary in %v, want 1 and at most one probe per %v", n, time.Since(start), f.ProbeInterval)
 	}
 	primary.set(false)
 	time.Sleep(60 * time.Millisecond)
@@ -148,8 +201,17 @@ func TestFailoverRefusesForFree(t *testing.T) {
 	}
 	retry := a.Result.RetryAfter
 	for range 50 {
-		if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); a.Allowed || a.Result.RetryAfter <= 0 || a.Result.RetryAfter > retry {
+		a := mustAdmit(t, f, Request{Bucket: b, Cost: 5})
+		if a.Allowed || a.Result.RetryAfter <= 0 || a.Result.RetryAfter > retry {
 			t.Fatalf("a free refusal: %+v", a.Result)
+		}
+		// Its headers follow from the tokens it reports, at 20 tokens/s:
+		// Retry-After when 5 are there, the reset when all 10 are.
+		r := a.Result
+		wantRetry := time.Duration(math.Ceil((5-r.Remaining)/20*1000)) * time.Millisecond
+		wantReset := time.Duration((10 - r.Remaining) / 20 * float64(time.Second))
+		if r.Remaining < 0 || r.Remaining >= 5 || r.RetryAfter != wantRetry || (r.ResetAfter-wantReset).Abs() > time.Millisecond {
+			t.Fatalf("a free refusal with %g tokens: retry %v, reset %v; want %v, %v", r.Remaining, r.RetryAfter, r.ResetAfter, wantRetry, wantReset)
 		}
 	}
 	if primary.n() != 2 || f.FreeRefusals() != 50 {

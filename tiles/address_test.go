@@ -113,6 +113,33 @@ func TestParseTile(t *testing.T) {
 	}
 }
 
+// TestAddressDetails: a refused address says what would have been valid —
+// the range of x or y at that zoom, the format asked for (up to 16 bytes of
+// it, then an ellipsis).
+func TestAddressDetails(t *testing.T) {
+	t.Parallel()
+	split := func(seg string) func() error {
+		return func() error { _, err := tiles.SplitFormat(seg); return err }
+	}
+	parse := func(z, x, y string) func() error {
+		return func() error { _, err := tiles.ParseTile(z, x, y); return err }
+	}
+	for _, tc := range []struct {
+		call   func() error
+		detail string
+	}{
+		{parse("1", "2", "0"), "x 2 is outside 0..1 at zoom 1"},
+		{parse("14", "0", "16384"), "y 16384 is outside 0..16383 at zoom 14"},
+		{split("12.png"), `format "png" is not served; use .mvt or .pbf`},
+		{split("12.abcdefghijklmnop"), `format "abcdefghijklmnop" is not served; use .mvt or .pbf`}, // 16 bytes
+		{split("12.abcdefghijklmnopq"), `format "abcdefghijklmnop…" is not served; use .mvt or .pbf`},
+	} {
+		if got := problem.From(tc.call()).Detail; got != tc.detail {
+			t.Errorf("detail %q, want %q", got, tc.detail)
+		}
+	}
+}
+
 // TestSplitFormatDetailIsBounded: a problem's detail quotes request text,
 // but never more than a few bytes of it.
 func TestSplitFormatDetailIsBounded(t *testing.T) {

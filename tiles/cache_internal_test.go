@@ -12,6 +12,8 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
 )
 
 // heldRenderer renders tile once release closes, counting renders.
@@ -88,7 +90,7 @@ func TestHandlerCoalescesConcurrentMisses(t *testing.T) {
 				}
 			})
 		}
-		<-rend.ctxs
+		testenv.Receive(t, rend.ctxs, "the render to start")
 		waitFor(t, "every request to wait on the render", func() bool { return h.Cache.flights.waiting(tileKey) == n })
 		close(rend.release)
 		wg.Wait()
@@ -113,7 +115,7 @@ func TestHandlerSharedRenderSurvivesItsFirstRequester(t *testing.T) {
 		defer close(firstDone)
 		srv.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, tilePath, nil).WithContext(ctx))
 	}()
-	renderCtx := <-rend.ctxs
+	renderCtx := testenv.Receive(t, rend.ctxs, "the render to start")
 	second := make(chan *httptest.ResponseRecorder, 1)
 	go func() {
 		w := httptest.NewRecorder()
@@ -122,12 +124,12 @@ func TestHandlerSharedRenderSurvivesItsFirstRequester(t *testing.T) {
 	}()
 	waitFor(t, "the second request to join the render", func() bool { return h.Cache.flights.waiting(tileKey) == 2 })
 	hangUp()
-	<-firstDone
+	testenv.Receive(t, firstDone, "the first request to return after it hung up")
 	if err := renderCtx.Err(); err != nil {
 		t.Fatalf("the shared render was cancelled with its first requester: %v", err)
 	}
 	close(rend.release)
-	if w := <-second; w.Code != http.StatusOK || w.Body.Len() != 800 {
+	if w := testenv.Receive(t, second, "the second request's answer"); w.Code != http.StatusOK || w.Body.Len() != 800 {
 		t.Fatalf("second request: %d, %d bytes", w.Code, w.Body.Len())
 	}
 	if c := rend.calls.Load(); c != 1 {

@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -435,9 +436,9 @@ func TestCacheLoneRequesterCancels(t *testing.T) {
 		defer close(done)
 		c.h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, z14, nil).WithContext(ctx))
 	}()
-	renderCtx := <-rend.ctxs
+	renderCtx := testenv.Receive(t, rend.ctxs, "the render to start")
 	hangUp()
-	<-done
+	testenv.Receive(t, done, "the request to return after its client hung up")
 	select {
 	case <-renderCtx.Done():
 	case <-time.After(5 * time.Second):
@@ -452,7 +453,7 @@ func TestCacheSharedRenderHasADeadline(t *testing.T) {
 	rend := &countingRenderer{ctxs: make(chan context.Context, 1)}
 	c := newCachedHandler(t, rend, tiles.CacheOptions{})
 	c.get(z14)
-	ctx := <-rend.ctxs
+	ctx := testenv.Receive(t, rend.ctxs, "the render to start")
 	dl, ok := ctx.Deadline()
 	if !ok {
 		t.Fatal("the render's context has no deadline")

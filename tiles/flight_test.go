@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/geotoll/geotoll/internal/pgcall"
+	"github.com/geotoll/geotoll/internal/testenv"
 )
 
 // blockingLoad counts its calls, reports each start on started, and
@@ -79,7 +80,7 @@ func TestFlightsCoalesce(t *testing.T) {
 			results <- v
 		})
 	}
-	<-b.started
+	testenv.Receive(t, b.started, "the load to start")
 	waitFor(t, "every caller to wait on the one load", func() bool { return g.waiting("k") == n })
 	close(b.release)
 	wg.Wait()
@@ -111,7 +112,7 @@ func TestFlightsFirstCallerLeavesOthersKeepTheLoad(t *testing.T) {
 		_, _, err := g.do(firstCtx, "k", b.load)
 		firstErr <- err
 	}()
-	loadCtx := <-b.started
+	loadCtx := testenv.Receive(t, b.started, "the load to start")
 	secondVal := make(chan string, 1)
 	go func() {
 		v, shared, err := g.do(context.Background(), "k", b.load)
@@ -123,14 +124,14 @@ func TestFlightsFirstCallerLeavesOthersKeepTheLoad(t *testing.T) {
 	waitFor(t, "the second caller to join", func() bool { return g.waiting("k") == 2 })
 
 	hangUp()
-	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+	if err := testenv.Receive(t, firstErr, "the first caller to return"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("first caller: %v, want context.Canceled", err)
 	}
 	if err := loadCtx.Err(); err != nil {
 		t.Fatalf("the shared load was cancelled when its first caller left: %v", err)
 	}
 	close(b.release)
-	if v := <-secondVal; v != "tile" {
+	if v := testenv.Receive(t, secondVal, "the second caller's tile"); v != "tile" {
 		t.Fatalf("second caller got %q", v)
 	}
 	if c := b.calls.Load(); c != 1 {
@@ -151,12 +152,12 @@ func TestFlightsLastCallerLeavingCancels(t *testing.T) {
 		_, _, err := g.do(ctx, "k", b.load)
 		errc <- err
 	}()
-	loadCtx := <-b.started
+	loadCtx := testenv.Receive(t, b.started, "the load to start")
 	if loadCtx.Value(ctxKey{}) != "request id" {
 		t.Error("the load lost its caller's context values")
 	}
 	hangUp()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	if err := testenv.Receive(t, errc, "do to return after the hang-up"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("do: %v, want context.Canceled", err)
 	}
 	select {
@@ -191,19 +192,40 @@ func TestFlightsErrorsAndPanicsReachEveryWaiter(t *testing.T) {
 	}
 }
 
+// Loads of different keys run side by side: one key neither waits for nor
+// joins another's load.
 func TestFlightsKeysAreIndependent(t *testing.T) {
 	t.Parallel()
 	var g flights[string, string]
-	a, b := newBlockingLoad(), newBlockingLoad()
-	done := make(chan string, 2)
-	go func() { v, _, _ := g.do(context.Background(), "a", a.load); done <- v }()
-	go func() { v, _, _ := g.do(context.Background(), "b", b.load); done <- v }()
-	<-a.started
-	<-b.started // both loads run at once: one key does not wait for another
-	close(a.release)
-	close(b.release)
-	<-done
-	<-done
+	loads := map[string]*blockingLoad{"a": newBlockingLoad(), "b": newBlockingLoad()}
+	type result struct {
+		key, v string
+		shared bool
+		err    error
+	}
+	done := make(chan result, len(loads))
+	for key, l := range loads {
+		go func() {
+			v, shared, err := g.do(context.Background(), key, l.load)
+			done <- result{key, v, shared, err}
+		}()
+	}
+	for key, l := range loads { // both run before either is released
+		testenv.Receive(t, l.started, "the load of key "+key+" to start while the other runs")
+	}
+	for _, l := range loads {
+		close(l.release)
+	}
+	for range loads {
+		if r := testenv.Receive(t, done, "a result"); r.err != nil || r.shared || r.v != "tile" {
+			t.Errorf("key %s: %q shared=%v err=%v, want its own load's tile", r.key, r.v, r.shared, r.err)
+		}
+	}
+	for key, l := range loads {
+		if c := l.calls.Load(); c != 1 {
+			t.Errorf("load of key %s ran %d times, want 1", key, c)
+		}
+	}
 }
 
 // The last caller to leave owes the database the load's time: its error
@@ -227,18 +249,18 @@ func TestFlightsLastCallerWaitsForTheLoadToStop(t *testing.T) {
 	second, leaveSecond := context.WithCancel(context.Background())
 	errs := make(chan error, 2)
 	go func() { _, _, err := g.do(first, "k", load); errs <- err }()
-	<-started
+	testenv.Receive(t, started, "the load to start")
 	go func() { _, _, err := g.do(second, "k", load); errs <- err }()
 	waitFor(t, "two callers waiting", func() bool { return g.waiting("k") == 2 })
 
 	leaveFirst()
-	err := <-errs
+	err := testenv.Receive(t, errs, "the first caller to leave")
 	var s *pgcall.Stopping
 	if !errors.Is(err, context.Canceled) || errors.As(err, &s) {
 		t.Fatalf("a caller leaving while another waits: %v, want context.Canceled with nothing to wait for", err)
 	}
 	leaveSecond()
-	err = <-errs
+	err = testenv.Receive(t, errs, "the last caller to leave")
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &s) {
 		t.Fatalf("the last caller leaving: %v, want context.Canceled with the load to wait for", err)
 	}

@@ -634,7 +634,7 @@ func TestClientDisconnectCancelsQuery(t *testing.T) {
 	f.waitBackends(t, "the tile query running", func(n int) bool { return n == 1 })
 	time.Sleep(200 * time.Millisecond) // well into the query
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := testenv.Receive(t, done, "the client to return after cancelling"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("client: %v, want context.Canceled", err)
 	}
 	f.waitBackends(t, "the query cancelled", func(n int) bool { return n == 0 })

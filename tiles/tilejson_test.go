@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -326,8 +327,10 @@ func TestTileJSONDescribeCoalesced(t *testing.T) {
 			}
 		})
 	}
-	for d.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(testenv.Patience); d.calls.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no request reached Describe within %v", testenv.Patience)
+		}
 	}
 	time.Sleep(20 * time.Millisecond) // let the others arrive and join
 	close(d.release)

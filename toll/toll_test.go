@@ -17,6 +17,7 @@ import (
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -281,6 +282,55 @@ func TestTollValidate(t *testing.T) {
 	}
 }
 
+// TestTollValidateIPv6Aggregate: the aggregate's prefix is /16../63 (both
+// ends included), it must be able to pay the dearest request, and a
+// refused aggregate makes the whole policy invalid.
+func TestTollValidateIPv6Aggregate(t *testing.T) {
+	maxCost := testToll(nil).MaxCost()
+	ok := throttle.Limit{Rate: 1, Capacity: maxCost + 1}
+	for _, tc := range []struct {
+		agg   IPv6Aggregate
+		valid bool
+	}{
+		{IPv6Aggregate{}, true}, // off
+		{IPv6Aggregate{Bits: 16, Limit: ok}, true},
+		{IPv6Aggregate{Bits: 63, Limit: ok}, true},
+		{IPv6Aggregate{Bits: 15, Limit: ok}, false},
+		{IPv6Aggregate{Bits: 64, Limit: ok}, false},
+		{IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 1, Capacity: maxCost}}, false},
+		{IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 0, Capacity: maxCost + 1}}, false},
+	} {
+		toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+		toll.IPv6Aggregate = tc.agg
+		err := toll.Validate()
+		if tc.valid && err != nil {
+			t.Errorf("/%d, %+v: %v", tc.agg.Bits, tc.agg.Limit, err)
+		}
+		if !tc.valid && (err == nil || !strings.Contains(err.Error(), "ipv6 aggregate")) {
+			t.Errorf("/%d, %+v accepted: %v", tc.agg.Bits, tc.agg.Limit, err)
+		}
+	}
+}
+
+// TestTollValidateFailedAuth: the failed-auth bucket must admit at least
+// one guess, so a capacity of 1 is valid and anything less is not.
+func TestTollValidateFailedAuth(t *testing.T) {
+	for _, tc := range []struct {
+		capacity float64
+		valid    bool
+	}{{1, true}, {3, true}, {0.99, false}} {
+		toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+		toll.FailedAuth = throttle.Limit{Rate: 0.1, Capacity: tc.capacity}
+		err := toll.Validate()
+		if tc.valid && err != nil {
+			t.Errorf("failed-auth capacity %g: %v", tc.capacity, err)
+		}
+		if !tc.valid && (err == nil || !strings.Contains(err.Error(), "failed-auth")) {
+			t.Errorf("failed-auth capacity %g accepted: %v", tc.capacity, err)
+		}
+	}
+}
+
 func TestTollUnknownKeys(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	store := throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now})
@@ -348,6 +398,46 @@ func TestTollTierMaxCost(t *testing.T) {
 	}
 }
 
+// TestTollTierMaxCostIsInclusive: a request that costs exactly the tier's
+// max_cost is admitted; a hair more is a 422.
+func TestTollTierMaxCostIsInclusive(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.Keys = fakeKeys{"s": {ID: 7, Name: "s", Tier: "small"}}
+	most := toll.Tiers["small"].MaxCost
+	for _, tc := range []struct {
+		cost float64
+		code int
+	}{{most, http.StatusOK}, {most + 0.001, http.StatusUnprocessableEntity}} {
+		r := httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt", nil)
+		r.Header.Set("X-API-Key", "s")
+		w := httptest.NewRecorder()
+		pass := toll.Charge(w, r, Price{Cost: tc.cost, Route: "tile", Zoom: 0})
+		if (pass != nil) != (tc.code == http.StatusOK) || w.Code != tc.code {
+			t.Errorf("cost %g against max_cost %g: admitted %v, %d; want %d", tc.cost, most, pass != nil, w.Code, tc.code)
+		}
+	}
+}
+
+// TestTollMostPerRequest: the IPv6 aggregate caps what one request may cost
+// in the anonymous tier only (the tier it aggregates), and an in-flight TTL
+// left at 0 is a minute while a configured one is kept.
+func TestTollMostPerRequest(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.IPv6Aggregate = IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 1, Capacity: 70}}
+	for tier, want := range map[string]float64{AnonymousTier: 70, "free": 100, "small": 10} {
+		if got := toll.mostPerRequest(toll.Tiers[tier]); got != want {
+			t.Errorf("tier %s: at most %g per request, want %g", tier, got, want)
+		}
+	}
+	if got := toll.inFlightTTL(); got != time.Minute {
+		t.Errorf("in-flight TTL left at 0: %v, want 1m", got)
+	}
+	toll.InFlightTTL = 5 * time.Second
+	if got := toll.inFlightTTL(); got != 5*time.Second {
+		t.Errorf("in-flight TTL 5s: %v", got)
+	}
+}
+
 func TestTollDryRunAndBudget(t *testing.T) {
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
 	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
@@ -412,25 +502,25 @@ func TestTollConcurrencyCap(t *testing.T) {
 	done := make(chan int, 8)
 	go serve(done)
 	go serve(done)
-	if !<-entered || !<-entered {
+	if !testenv.Receive(t, entered, "the first request") || !testenv.Receive(t, entered, "the second request") {
 		t.Fatal("the first two concurrent requests were not admitted")
 	}
 	go serve(done)
-	if <-entered {
+	if testenv.Receive(t, entered, "the third request") {
 		t.Fatal("a third concurrent request was admitted with max_in_flight 2")
 	}
-	if code := <-done; code != http.StatusTooManyRequests {
+	if code := testenv.Receive(t, done, "the third request's answer"); code != http.StatusTooManyRequests {
 		t.Fatalf("third: %d, want 429", code)
 	}
 	close(release)
-	<-done
-	<-done
+	testenv.Receive(t, done, "the first request to finish")
+	testenv.Receive(t, done, "the second request to finish")
 	// Both slots were released when the handlers returned.
 	go serve(done)
-	if !<-entered {
+	if !testenv.Receive(t, entered, "a request after the others") {
 		t.Fatal("a request after the others finished was refused: slots leaked")
 	}
-	<-done
+	testenv.Receive(t, done, "the last request to finish")
 }
 
 func TestTollGlobalBudget(t *testing.T) {

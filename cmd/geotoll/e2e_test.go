@@ -24,7 +24,7 @@ import (
 
 // startServer runs a whole geotoll (the same Main the binary runs) against
 // the real test PostGIS and Redis, on a loopback port.
-func startServer(t *testing.T, edit func(*Config)) (base string, cfg Config) {
+func startServer(t testing.TB, edit func(*Config)) (base string, cfg Config) {
 	t.Helper()
 	m := startMain(t, edit)
 	return "http://" + m.Addr(), m.Config

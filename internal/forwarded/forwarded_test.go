@@ -1,10 +1,13 @@
 package forwarded
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 func req(remote string, hdr ...string) *http.Request {
@@ -48,6 +51,33 @@ func TestClientAddr(t *testing.T) {
 				t.Errorf("ClientAddr = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// The limits of what ClientAddr reads: at most 32 hops from the right (a
+// client further left is never looked for: the left-most hop examined is
+// taken), and nodes of at most 64 bytes.
+func TestClientAddrLimits(t *testing.T) {
+	trusted, _ := New([]string{"10.0.0.0/8"})
+	hops := func(n int) string {
+		h := make([]string, n)
+		for i := range h {
+			h[i] = fmt.Sprintf("10.0.0.%d", i+1)
+		}
+		return strings.Join(h, ", ")
+	}
+	zone := func(n int) string { return "fe80::1%" + strings.Repeat("z", n-len("fe80::1%")) }
+	for _, tc := range []struct {
+		name, xff, want string
+	}{
+		{"client behind 31 proxies", "198.51.100.7, " + hops(31), "198.51.100.7"},
+		{"client behind 32 proxies is not looked for", "198.51.100.7, " + hops(32), "10.0.0.1"},
+		{"node of 64 bytes", zone(64), "fe80::1"},
+		{"node of 65 bytes falls back to the peer", zone(65), "10.1.2.3"},
+	} {
+		if got := trusted.ClientAddr(req("10.1.2.3:80", "X-Forwarded-For", tc.xff)).String(); got != tc.want {
+			t.Errorf("%s: ClientAddr = %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -114,28 +144,81 @@ func TestHostProto(t *testing.T) {
 	if h != "geotoll.local" {
 		t.Errorf("invalid forwarded host accepted: %s", h)
 	}
+	// Only http and https are schemes; a list may start empty; a host name
+	// has at most 255 bytes.
+	for _, tc := range []struct {
+		name        string
+		hdr         []string
+		host, proto string
+	}{
+		{"X-Forwarded-Proto ftp", []string{"X-Forwarded-Proto", "ftp"}, "geotoll.local", "http"},
+		{"Forwarded proto=ftp", []string{"Forwarded", "proto=ftp"}, "geotoll.local", "http"},
+		{"list starting empty", []string{"X-Forwarded-Proto", ",https"}, "geotoll.local", "https"},
+		{"host of 255 bytes", []string{"X-Forwarded-Host", strings.Repeat("a", 255)}, strings.Repeat("a", 255), "http"},
+		{"host of 256 bytes", []string{"X-Forwarded-Host", strings.Repeat("a", 256)}, "geotoll.local", "http"},
+	} {
+		if h, p := trusted.HostProto(req("10.0.0.1:1", tc.hdr...)); h != tc.host || p != tc.proto {
+			t.Errorf("%s: %.20s %s, want %.20s %s", tc.name, h, p, tc.host, tc.proto)
+		}
+	}
 }
 
-// FuzzClientAddr: arbitrary forwarding headers never panic, and the answer is
-// always either the peer or an address that appears in the headers.
+// FuzzClientAddr: arbitrary forwarding headers never panic, and the answer
+// is always the socket peer or an address written in the header it reads —
+// never one made up — and always the peer when the peer is not trusted.
 func FuzzClientAddr(f *testing.F) {
-	for _, s := range []string{"198.51.100.7", "1.1.1.1, 10.0.0.1", "[2001:db8::1]:80", "", ",,,", "for=1.2.3.4", `for="[::1]"`, "unknown", "1.2.3.4:99999"} {
+	for _, s := range []string{"198.51.100.7", "1.1.1.1, 10.0.0.1", "[2001:db8::1]:80", "", ",,,", "for=1.2.3.4", `for="[::1]"`, "unknown",
+		"1.2.3.4:99999", "10.0.0.1, 10.0.0.2", "for=198.51.100.7;proto=https, for=10.0.0.5", "::ffff:198.51.100.9", "fe80::1%eth0"} {
 		f.Add(s, s)
 	}
 	trusted, _ := New([]string{"10.0.0.0/8", "::1/128"})
 	viaForwarded, _ := trusted.WithHeader(Forwarded)
+	peer := netip.MustParseAddr("10.0.0.9")
 	f.Fuzz(func(t *testing.T, xff, fwd string) {
-		r := req("10.0.0.9:1000", "X-Forwarded-For", xff)
-		got := trusted.ClientAddr(r)
-		if !got.IsValid() {
-			t.Fatalf("invalid client address for XFF %q", xff)
+		for _, c := range []struct {
+			t            *Trusted
+			header, text string
+		}{
+			{trusted, XForwardedFor, xff},
+			{viaForwarded, Forwarded, fwd},
+		} {
+			got := c.t.ClientAddr(req("10.0.0.9:1000", c.header, c.text))
+			if !got.IsValid() {
+				t.Fatalf("invalid client address for %s %q", c.header, c.text)
+			}
+			if got != peer && !addressesIn(c.text)[got] {
+				t.Fatalf("%s %q: client %s is neither the peer nor an address in the header", c.header, c.text, got)
+			}
 		}
-		r2 := req("10.0.0.9:1000", "Forwarded", fwd)
-		if !trusted.ClientAddr(r2).IsValid() || !viaForwarded.ClientAddr(r2).IsValid() {
-			t.Fatalf("invalid client address for Forwarded %q", fwd)
+		// The header ClientAddr does not read never counts.
+		if got := trusted.ClientAddr(req("10.0.0.9:1000", Forwarded, fwd)); got != peer {
+			t.Fatalf("Forwarded %q read in X-Forwarded-For mode: %s", fwd, got)
 		}
 		if untrusted := trusted.ClientAddr(req("203.0.113.1:1", "X-Forwarded-For", xff)); untrusted.String() != "203.0.113.1" {
 			t.Fatalf("untrusted peer overridden by %q → %s", xff, untrusted)
 		}
 	})
+}
+
+// addressesIn is every IP address written anywhere in a header value, found
+// without ClientAddr's parser: the text is cut at every character that
+// cannot be part of an address (separators, quotes, brackets, spaces), and
+// each piece that parses as an address, with or without a port or a zone,
+// counts — unmapped from IPv4-in-IPv6, zone dropped, as ClientAddr reports
+// them. It finds more than ClientAddr may answer, never less.
+func addressesIn(text string) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, piece := range strings.FieldsFunc(text, func(r rune) bool {
+		return strings.ContainsRune(`,;="[]`, r) || unicode.IsSpace(r)
+	}) {
+		for _, s := range []string{piece, strings.SplitN(piece, "%", 2)[0]} {
+			if a, err := netip.ParseAddr(s); err == nil {
+				out[a.Unmap().WithZone("")] = true
+			}
+			if ap, err := netip.ParseAddrPort(s); err == nil {
+				out[ap.Addr().Unmap().WithZone("")] = true
+			}
+		}
+	}
+	return out
 }
