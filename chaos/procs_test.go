@@ -471,7 +471,11 @@ func (c config) set(path string, v any) config {
 
 // baseConfig serves the places layer and the slow layer from pg, with a
 // tier whose every tile costs exactly 1 token and which barely refills
-// (so token counts are exact), and the default settings otherwise: the
+// (so token counts are exact: prices by size, with no area term and no
+// settlement — throttle.pricing size, a settle floor no request reaches —
+// and a statement budget floor above the slow layer's statements, which
+// the cost-bound budget would cut at 250 ms, as cheap as they are priced),
+// and the default settings otherwise: the
 // default Redis timeout (50 ms) and the anonymous tier's default in-flight
 // cap (8). A call that times out on a loaded machine is decided by the fail
 // mode and never charged twice (its admits are voided in Redis), so the
@@ -490,6 +494,7 @@ func baseConfig(pg *postgres) config {
 			"prefix":  "chaos",
 			"tiers":   map[string]any{"anonymous": map[string]any{"rate": rate, "capacity": 1000, "max_in_flight": 8}},
 			"weights": map[string]any{"base": 1, "area_weight": 0, "max_cost": 60},
+			"pricing": "size", "settle_floor": "1h", "timeout_floor": "10s",
 		},
 		"layers": []any{layer("places", "geotoll.places", 2*time.Second), layer("slow", "chaos.slow_places", 10*time.Second)},
 	}
