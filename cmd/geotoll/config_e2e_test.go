@@ -20,7 +20,10 @@ func TestEndToEndOneTierField(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := createKey(t, "free")
-	base, _ := startServer(t, func(c *Config) { c.Throttle.Tiers = file.Throttle.Tiers })
+	base, _ := startServer(t, func(c *Config) {
+		sizePrices(c) // a z2 tile costs max_cost: two of them do not fit the tier
+		c.Throttle.Tiers = file.Throttle.Tiers
+	})
 	for _, caller := range []struct {
 		key    string
 		second int

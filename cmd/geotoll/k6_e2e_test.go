@@ -109,6 +109,7 @@ var tilePath = regexp.MustCompile(`/tiles/[^/]+/(\d+)/\d+/\d+\.mvt$`)
 func TestK6Scripts(t *testing.T) {
 	t.Parallel()
 	base, _ := startServer(t, func(c *Config) {
+		sizePrices(c) // refusals to see: by size, low-zoom tiles cost max_cost
 		c.Throttle.Tiers["anonymous"] = TierConfig{Rate: 0.001, Capacity: 80, MaxInFlight: 8}
 	})
 	routes := map[string]bool{}
