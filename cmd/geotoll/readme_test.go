@@ -155,19 +155,19 @@ func lineMatches(want, got string) bool {
 }
 
 // priced are the parts of a session's output that follow from a request's
-// price — the price itself, the tokens left, when they refill and when to
-// retry, the length of a body that holds them — each with what replaces it
-// before two lines are compared. Prices follow the database's cost, which
-// changes with the data and the machine; statuses, the policies and every
-// other header must not.
+// price — the price itself (estimated and settled), the tokens left, when
+// they refill and when to retry, the length of a body that holds them —
+// each with what replaces it before two lines are compared. Prices follow
+// the database's cost, which changes with the data and the machine;
+// statuses, the policies and every other header must not.
 var priced = []struct {
 	re   *regexp.Regexp
 	with string
 }{
-	{regexp.MustCompile(`(?i)^(X-Request-Cost|Ratelimit|X-Ratelimit-Remaining|X-Ratelimit-Reset|Retry-After|Content-Length): .*$`), "$1: #"},
+	{regexp.MustCompile(`(?i)^(X-Request-Cost|X-Request-Cost-Estimate|Ratelimit|X-Ratelimit-Remaining|X-Ratelimit-Reset|Retry-After|Content-Length): .*$`), "$1: #"},
 	{regexp.MustCompile(`"(cost|remaining|retry_after|reset_after)":([0-9.]+|…)`), `"$1":#`},
 	{regexp.MustCompile(`costs ([0-9.]+|…) tokens; ([0-9.]+|…) remain\. Retry in ([0-9.]+|…) s`), "costs # tokens; # remain. Retry in # s"},
-	{regexp.MustCompile(`\b(cost|retry-after)=([0-9.]+|…)`), "$1=#"},
+	{regexp.MustCompile(`\b(cost|estimate|retry-after)=([0-9.]+|…)`), "$1=#"},
 }
 
 // unpriced is line with its priced parts replaced.
@@ -300,6 +300,8 @@ func TestLineMatches(t *testing.T) {
 		{"X-Ratelimit-Remaining: …", "X-Ratelimit-Remaining: 0", true},
 		{"Retry-After: 1", "Retry-After: 3", true},
 		{"200 cost=60", "200 cost=7", true},
+		{"X-Request-Cost-Estimate: 0.94", "X-Request-Cost-Estimate: 1.2", true},
+		{"200 estimate=2.133 cost=1.702", "200 estimate=2.2 cost=3.5", true},
 		{`{"cost":60,"detail":"this request costs 60 tokens; … remain. Retry in 1 s.","remaining":…,"status":429}`,
 			`{"cost":7.5,"detail":"this request costs 7.5 tokens; 3.25 remain. Retry in 2 s.","remaining":3.25,"status":429}`, true},
 		// …the statuses, the other headers and the rest of a body are.
@@ -308,6 +310,9 @@ func TestLineMatches(t *testing.T) {
 		{`Ratelimit-Policy: "free";q=100;w=5`, `Ratelimit-Policy: "free";q=50;w=5`, false},
 		{"X-Ratelimit-Limit: 100", "X-Ratelimit-Limit: 50", false},
 		{"X-Request-Cost: 60", "X-Request-Id: 60", false},
+		{"X-Request-Cost: 0.94", "X-Request-Cost-Estimate: 0.94", false},
+		{"200 estimate=2.133 cost=1.702", "429 estimate=2.133 cost=1.702", false},
+		{"200 HIT cost=0.01", "200 MISS cost=0.01", false},
 		{`{"cost":60,"dry_run":true,"would_allow":true}`, `{"cost":7,"dry_run":true,"would_allow":false}`, false},
 	} {
 		if got := lineMatches(tc.want, tc.got); got != tc.ok {
