@@ -162,7 +162,7 @@ func DefaultConfig() Config {
 			Prefix: "geotoll",
 			Tiers: TierMap{
 				toll.AnonymousTier: {Rate: 10, Capacity: 80, MaxInFlight: 8},
-				"free":             {Rate: 20, Capacity: 300, MaxInFlight: 16},
+				"free":             {Rate: 20, Capacity: 100, MaxInFlight: 16},
 				"pro":              {Rate: 100, Capacity: 600, MaxInFlight: 64},
 			},
 			FailedAuth: BucketConfig{Rate: 0.2, Capacity: 10},

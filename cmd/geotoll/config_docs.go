@@ -83,7 +83,7 @@ func budgetDocs() []configDoc {
 	return []configDoc{
 		{Key: "throttle.prefix", Meaning: "bucket key prefix in Redis"},
 		{Key: "throttle.tiers.<tier>.rate", Default: "anonymous 10, free 20, pro 100", Meaning: "tokens per second refilled (tiers by name; anonymous is for callers without a key; a file's tier changes only the fields it sets)"},
-		{Key: "throttle.tiers.<tier>.capacity", Default: "80, 300, 600", Meaning: "bucket size: must be above the most one request may cost in the tier"},
+		{Key: "throttle.tiers.<tier>.capacity", Default: "80, 100, 600", Meaning: "bucket size: must be above the most one request may cost in the tier"},
 		{Key: "throttle.tiers.<tier>.max_cost", Default: "none", Meaning: "a single request dearer than this is a 422"},
 		{Key: "throttle.tiers.<tier>.shadow", Default: "false", Meaning: "price and record, never refuse for an empty bucket (X-RateLimit-Shadow: would-refuse)"},
 		{Key: "throttle.tiers.<tier>.max_in_flight", Default: "8, 16, 64", Meaning: "concurrent requests per caller; one more is a 429 (policy <tier>-concurrency)"},

@@ -127,11 +127,6 @@ func sizePrices(c *Config) {
 	c.Throttle.SettleFloor = time.Hour
 	one := 1.0
 	c.Throttle.Weights.Base = &one
-	// The free tier these tests count against: 100 tokens at 20 a second,
-	// so a second z2 tile in a row (60) is refused.
-	free := c.Throttle.Tiers["free"]
-	free.Capacity = 100
-	c.Throttle.Tiers["free"] = free
 }
 
 // createKey makes a real API key in the test database (removed when the
