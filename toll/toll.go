@@ -106,7 +106,7 @@ type Toll struct {
 
 // DefaultGeofenceWork and DefaultFenceWork are the work models of geofence
 // queries that no calibration replaced, fitted as throttle.DefaultWeights'
-// Work was: within and bbox on 1M points (2 µs a point) and on country
+// Work was: within and bbox on 1M points (3 µs a point) and on country
 // polygons (0.1 µs a vertex); contains and check on 300 fences of about 25
 // vertices (0.3 µs a vertex of a candidate fence).
 var (

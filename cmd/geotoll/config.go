@@ -303,8 +303,8 @@ func (c Config) validate() error {
 	if c.Throttle.Pricing != PricingDensity && c.Throttle.Pricing != PricingSize {
 		errs = append(errs, fmt.Errorf("throttle.pricing %q must be %q or %q", c.Throttle.Pricing, PricingDensity, PricingSize))
 	}
-	if !(c.Throttle.MsPerToken > 0) || !(c.Throttle.TimeoutFactor >= 1) || c.Throttle.TimeoutFloor < 10*time.Millisecond || c.Throttle.SettleFloor < 0 {
-		errs = append(errs, fmt.Errorf("throttle.ms_per_token (%g) must be positive, timeout_factor (%g) at least 1, timeout_floor (%s) at least 10ms, settle_floor (%s) not negative",
+	if !(c.Throttle.MsPerToken > 0) || !(c.Throttle.TimeoutFactor >= 1) || c.Throttle.TimeoutFloor < 10*time.Millisecond || c.Throttle.SettleFloor <= 0 {
+		errs = append(errs, fmt.Errorf("throttle.ms_per_token (%g) must be positive, timeout_factor (%g) at least 1, timeout_floor (%s) at least 10ms, settle_floor (%s) positive (1ns settles every request)",
 			c.Throttle.MsPerToken, c.Throttle.TimeoutFactor, c.Throttle.TimeoutFloor, c.Throttle.SettleFloor))
 	}
 	if c.Redis.Replicas < 1 {

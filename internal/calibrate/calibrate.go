@@ -68,7 +68,10 @@ type Options struct {
 	// clamp it, as serve does. MsPerToken is the unit (default 1).
 	Weights    func(group string) throttle.Weights
 	MsPerToken float64
-	Progress   io.Writer // when set, one line per request
+	// SettleFloor: a request whose first run took less keeps its estimate
+	// when settled, as serve settles it (throttle.settle_floor).
+	SettleFloor time.Duration
+	Progress    io.Writer // when set, one line per request
 }
 
 // Sample is one timed request.
@@ -321,8 +324,13 @@ func (rep *Report) rank(o Options, group string, m throttle.WorkModel) (est, set
 		if s.Group != group || !s.HeldOut {
 			continue
 		}
-		price = append(price, w.Read(s.Estimate.Features, s.Estimate.Vertices, o.MsPerToken))
-		settled = append(settled, min(max(s.FirstMS/o.MsPerToken, w.Base), w.MaxCost))
+		p := w.Read(s.Estimate.Features, s.Estimate.Vertices, o.MsPerToken)
+		price = append(price, p)
+		if s.FirstMS < float64(o.SettleFloor)/float64(time.Millisecond) {
+			settled = append(settled, p) // under the floor the estimate stands
+		} else {
+			settled = append(settled, min(max(s.FirstMS/o.MsPerToken, w.Base), w.MaxCost))
+		}
 		measured = append(measured, s.MS)
 	}
 	return loadtest.Spearman(price, measured), loadtest.Spearman(settled, measured), len(measured)

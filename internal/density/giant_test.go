@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/paulmach/orb"
 )
 
 // A query much smaller than the huge heavy features whose box it meets
@@ -62,5 +64,21 @@ func TestGiantsBeyondTheCapStayInTheGrids(t *testing.T) {
 	m.addRect(rect{0, 0, 1, 1}, &acc)
 	if math.Abs(acc.n-float64(len(fs))) > 1e-6 || math.Abs(acc.v-total) > 1e-6 {
 		t.Fatalf("world estimates %.3f features, %.3f vertices; want %d, %.0f", acc.n, acc.v, len(fs), total)
+	}
+}
+
+// A box across the antimeridian is read as two boxes joined by OR: a giant
+// that meets both halves, as a country spanning the whole world does, is
+// read once.
+func TestGiantAcrossTheAntimeridianCountsOnce(t *testing.T) {
+	fs := []feature{{box: rect{0, 0.7, 1, 0.9}, vertices: 100000, heavy: true}} // every longitude
+	m := modelOf(t, Polygon, SRIDWebMercator, fs, Options{})
+	if len(m.giants) != 1 {
+		t.Fatalf("%d giants", len(m.giants))
+	}
+	one := m.BBox(orb.Bound{Min: orb.Point{170, 60}, Max: orb.Point{175, 65}})
+	across := m.BBox(orb.Bound{Min: orb.Point{170, 60}, Max: orb.Point{-170, 65}})
+	if one.Features != 1 || across != one {
+		t.Fatalf("one side %+v, across the antimeridian %+v: want the giant once", one, across)
 	}
 }

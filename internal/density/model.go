@@ -63,6 +63,12 @@ func (m *Model) addRect(r rect, acc *sum) {
 		return
 	}
 	addGiants(m.giants, r, acc)
+	m.addGrids(r, acc)
+}
+
+// addGrids adds the estimate of the grids (every feature but the giants)
+// for r, already clamped.
+func (m *Model) addGrids(r rect, acc *sum) {
 	q := m.levelFor(r.y1 - r.y0)
 	r.x0, r.x1 = edgeRange(r.x0, r.x1, m.edgeStep())
 	r.y0, r.y1 = edgeRange(r.y0, r.y1, m.edgeStep())
@@ -114,8 +120,23 @@ func rect3857(b orb.Bound, srid int) rect {
 func (m *Model) BBox(b orb.Bound) Estimate {
 	var acc sum
 	if b.Min[0] > b.Max[0] {
-		m.addRect(lonLatRect(b.Min[0], b.Min[1], 180, b.Max[1]), &acc)
-		m.addRect(lonLatRect(-180, b.Min[1], b.Max[0], b.Max[1]), &acc)
+		// Two boxes the query reads as one (OR): a giant that meets both,
+		// such as a country across the antimeridian, is read once.
+		east, okE := lonLatRect(b.Min[0], b.Min[1], 180, b.Max[1]).clamp01()
+		west, okW := lonLatRect(-180, b.Min[1], b.Max[0], b.Max[1]).clamp01()
+		for i := range m.giants {
+			g := &m.giants[i]
+			if (okE && meets(g.r, east)) || (okW && meets(g.r, west)) {
+				acc.n += g.n
+				acc.v += g.v
+			}
+		}
+		if okE {
+			m.addGrids(east, &acc)
+		}
+		if okW {
+			m.addGrids(west, &acc)
+		}
 	} else {
 		m.addRect(lonLatRect(b.Min[0], b.Min[1], b.Max[0], b.Max[1]), &acc)
 	}

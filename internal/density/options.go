@@ -14,7 +14,7 @@ type Options struct {
 	MaxLevel int
 	// MaxCells caps the cells of a model, over all levels. A build that would
 	// hold more drops its finest levels until it fits (coarser cells, same
-	// totals). At most 30 bytes a cell (20 for a point relation).
+	// totals). At most 36 bytes a cell (24 for a point relation).
 	MaxCells int
 	// SampleRows: a relation the planner estimates above this many rows is
 	// read as a Bernoulli sample of about this many rows, scaled back.
