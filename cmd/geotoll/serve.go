@@ -165,7 +165,7 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	if err != nil {
 		return err
 	}
-	if checks["pricing"], err = m.openPricing(ctx, gate, tileHandler.Catalog); err != nil {
+	if checks["pricing"], err = m.openPricing(gate, tileHandler.Catalog); err != nil {
 		return err
 	}
 	fences, err := m.openGeofence(ctx, gate, metrics)
@@ -361,9 +361,6 @@ func (m *Main) Close() {
 	}
 	if m.Pool != nil {
 		m.Pool.Close()
-	}
-	if m.pricing != nil {
-		m.pricing.pool.Close()
 	}
 	if m.FenceWriter != nil {
 		m.FenceWriter.Close()

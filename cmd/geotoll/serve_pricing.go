@@ -12,11 +12,7 @@ import (
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/tiles"
 	"github.com/geotoll/geotoll/toll"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// modelBuilds is how many price models are built at once.
-const modelBuilds = 2
 
 // Values of throttle.pricing.
 const (
@@ -27,7 +23,6 @@ const (
 // pricingSetup is what runPricing needs: the layers whose relations it
 // models, and where the estimator goes once it is built.
 type pricingSetup struct {
-	pool   *pgxpool.Pool // the builds' own: modelBuilds connections
 	models *pricing.Models
 	lazy   *pricing.Lazy
 	tiles  []*tiles.Layer
@@ -52,30 +47,14 @@ func (p *pricingSetup) storageChanged() {
 // density models of every relation a layer reads, built and kept current
 // in the background by runPricing. Until a model is built, its requests
 // are priced by their size, and /readyz and the metrics say so.
-func (m *Main) openPricing(ctx context.Context, gate *toll.Toll, cat *tiles.Catalog) (server.Check, error) {
+func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, error) {
 	if m.Config.Throttle.Pricing == PricingSize {
 		return func(context.Context) error {
 			return &server.ReadyNote{Detail: "requests are priced by their size (throttle.pricing: size)"}
 		}, nil
 	}
-	// The builds read whole relations: on a pool of their own, at most
-	// modelBuilds at once, they never take the connections requests use
-	// (every relation's build at once held all 16 of them for 20 s on the
-	// open data's 32 relations, and its memory peaked at 743 MB).
-	pcfg, err := pgxpool.ParseConfig(m.Config.Database.URL)
-	if err != nil {
-		return nil, fmt.Errorf("database url: %w", err)
-	}
-	pcfg.MaxConns = modelBuilds
-	pcfg.ConnConfig.RuntimeParams["application_name"] = density.ApplicationName
-	m.Config.Database.tunePool(pcfg)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
-	}
 	m.pricing = &pricingSetup{
-		pool:    pool,
-		models:  pricing.NewModels(pool, density.Options{}),
+		models:  pricing.NewModels(m.Pool, density.Options{}),
 		lazy:    &pricing.Lazy{},
 		tiles:   cat.Layers(),
 		changed: make(chan struct{}, 1),

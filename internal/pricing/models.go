@@ -38,6 +38,7 @@ type Models struct {
 
 // NewModels returns an empty set of models read through db (the read role).
 func NewModels(db density.DB, opts density.Options) *Models {
+	db = limitedDB{db: db, sem: make(chan struct{}, Builds)} // at most Builds at once
 	return &Models{db: db, opts: opts, all: make(map[string]*density.Refresher)}
 }
 
