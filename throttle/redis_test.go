@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -183,7 +184,10 @@ func TestScriptMatchesTwin(t *testing.T) {
 			} else {
 				// Nothing written: the twin at either bound agrees on every
 				// status, and the tokens lie between.
-				lo, hi := twin, twin
+				// Each runs on its own copy: applyBatch writes the maps
+				// of the state it is given, and the twin must stay as the
+				// script left it, which changed nothing.
+				lo, hi := twin.clone(), twin.clone()
 				a := applyBatch(&lo, nil, sh, before, ops)
 				b := applyBatch(&hi, nil, sh, after, ops)
 				// A request or tombstone may expire between the two clocks,
@@ -220,6 +224,12 @@ func TestScriptMatchesTwin(t *testing.T) {
 			time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
 		}
 	})
+}
+
+// clone returns a copy of s that shares none of its maps.
+func (s keyState) clone() keyState {
+	s.open, s.voids = maps.Clone(s.open), maps.Clone(s.voids)
+	return s
 }
 
 func compareResults(t *testing.T, batch int, ops []op, got, want []opResult) {
