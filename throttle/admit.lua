@@ -19,8 +19,11 @@
 --          until when KEYS[3] may hold tombstones
 -- KEYS[2]  the open requests: a hash id -> "<paid> <expires_ms>"
 -- KEYS[3]  tombstones: a hash of voided ids that were not open, so that
---          their admit, should it still come, admits nothing; it expires
---          with its last tombstone (within a second or so)
+--          their admit, should it still come, admits nothing; they hold
+--          until voids_until, and the hash expires a second after that
+--          (PEXPIREAT at a moment the clock has reached deletes a key at
+--          once, and a loaded server reaches voids_until = TIME + 1 ms
+--          while the script still runs)
 -- KEYS[4]  optional: an aggregate bucket (e.g. an IPv6 /48 above each
 --          /64), same format; every amount spent, settled or refunded
 --          applies to it too
@@ -103,6 +106,7 @@ local sec, usec = t[1], t[2]
 local nsec, nusec = tonumber(sec), tonumber(usec)
 local nowms = nsec * 1000 + math.floor(nusec / 1000)
 local late = notAfter ~= nil and nowms > notAfter
+local grace = 1000 -- how long the tombstones' hash outlives voids_until
 
 -- A bucket as of now: refilled, clamped to [-floor, capacity]. A missing,
 -- corrupt or foreign value (an older version's hash: WRONGTYPE) is a full
@@ -235,7 +239,7 @@ for i = 9, nargs, 3 do
       redis.call('HSET', vkey, id, '1')
       if tomb > voids then
         voids = tomb
-        redis.call('PEXPIREAT', vkey, string.format('%d', tomb))
+        redis.call('PEXPIREAT', vkey, string.format('%d', tomb + grace))
       end
       status, dirty = 0, true
     elseif redis.call('HDEL', okey, id) == 0 then
@@ -275,8 +279,9 @@ if n < 0 then n = 0 end
 
 -- A key must live until its bucket is full again, and the open hash until
 -- its last request has expired — the bucket at least as long as the
--- hashes; then they vanish, which is exactly a full, idle bucket. Expiries are only pushed out — with slack — when they must
--- be, so most writes keep them.
+-- hashes; then they vanish, which is exactly a full, idle bucket. Expiries
+-- are only pushed out — with slack — when they must be, so most writes
+-- keep them.
 local function later(need)
   local slack = math.ceil((need - nowms) / 8)
   if slack < 1000 then slack = 1000 end
@@ -287,14 +292,16 @@ if n > 0 and opened and oexpires <= nowms + ttl then
   redis.call('PEXPIREAT', okey, string.format('%d', oexpires))
 end
 if voids < nowms then voids = 0 end
+local vexpires = 0
+if voids > 0 then vexpires = voids + grace end
 local need = nowms + math.ceil((capacity - tokens) / rate * 1000)
 local head = string.format('%d ', tokens) .. sec .. ' ' .. usec
-if exists and need <= expires and oexpires <= expires and voids <= expires then
+if exists and need <= expires and oexpires <= expires and vexpires <= expires then
   redis.call('SET', KEYS[1], head .. string.format(' %d %d %d %d', expires, oexpires, n, voids), 'KEEPTTL')
 else
   need = later(need)
   if oexpires > need then need = oexpires end
-  if voids > need then need = voids end
+  if vexpires > need then need = vexpires end
   redis.call('SET', KEYS[1], head .. string.format(' %d %d %d %d', need, oexpires, n, voids), 'PXAT', string.format('%d', need))
 end
 if agg then

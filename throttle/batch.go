@@ -10,6 +10,12 @@ import (
 // floats (see admit.lua).
 const micro = 1e6
 
+// voidsGraceMS is how long a caller's tombstones' hash outlives
+// voidsUntil in Redis (see admit.lua): a key given an expiry the clock has
+// already reached is deleted at once, so the hash must not expire at a
+// deadline a slow script may reach before it sets it.
+const voidsGraceMS = 1000
+
 // maxMicro bounds every amount in micro-tokens: whole numbers stay exact in
 // a float64 (and in a Lua number) up to 2^53.
 const maxMicro = 1 << 53
@@ -279,10 +285,11 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 	if n > 0 && opened && st.b.openExpires <= nowMS+sh.ttlMS {
 		st.b.openExpires = later(nowMS, nowMS+sh.ttlMS)
 	}
+	voidsExpire := voidsExpiry(voidsUntil) // the bucket outlives the hash
 	need := nowMS + resetMS(tokens, sh.rate, sh.capacity)
-	if !st.found || need > st.b.expiresMS || st.b.openExpires > st.b.expiresMS || voidsUntil > st.b.expiresMS {
+	if !st.found || need > st.b.expiresMS || st.b.openExpires > st.b.expiresMS || voidsExpire > st.b.expiresMS {
 		need = later(nowMS, need)
-		need = max(need, st.b.openExpires, voidsUntil)
+		need = max(need, st.b.openExpires, voidsExpire)
 		st.b.expiresMS = need
 	}
 	st.b.tokens, st.b.sec, st.b.usec, st.found = tokens, now.sec, now.usec, true
@@ -305,6 +312,15 @@ func sweep(st *keyState, nowMS int64) int {
 		}
 	}
 	return len(st.open)
+}
+
+// voidsExpiry is when the tombstones' hash expires in Redis, given the
+// moment its tombstones hold until (0: none).
+func voidsExpiry(voidsUntil int64) int64 {
+	if voidsUntil == 0 {
+		return 0
+	}
+	return voidsUntil + voidsGraceMS
 }
 
 // later is an expiry pushed out past need with slack (an eighth of the

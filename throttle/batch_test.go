@@ -203,10 +203,11 @@ func TestApplyBatchOpenHashExpiry(t *testing.T) {
 	if got := closed.b.expiresMS - t0.ms(); got != 6000 {
 		t.Errorf("9.8 tokens short at +100 ms: the bucket expires at +%d ms, want +6000", got)
 	}
-	// A tombstone kept past the bucket's expiry keeps the bucket too.
+	// A tombstone kept past the bucket's expiry keeps the bucket too, as
+	// long as its hash lives: a second past the tombstone.
 	applyBatch(&closed, nil, sh, t0.plus(200), []op{{kind: opVoid, id: "x", amount: float64(t0.ms() + 60000)}})
-	if got := closed.b.expiresMS - t0.ms(); got != 60000 {
-		t.Errorf("a tombstone until +60 s: the bucket expires at +%d ms, want +60000", got)
+	if got := closed.b.expiresMS - t0.ms(); got != 61000 || closed.b.voidsUntil != t0.ms()+60000 {
+		t.Errorf("a tombstone until +60 s: the bucket expires at +%d ms, want +61000 (tombstones until +%d)", got, closed.b.voidsUntil-t0.ms())
 	}
 }
 
