@@ -3,7 +3,8 @@
 #   make run     PostGIS + Redis (scripts/services.sh), migrate, demo data, prepare, serve on :8080
 #   make test    the same services, then go test -race ./... with the
 #                integration tests required (GEOTOLL_REQUIRE_SERVICES=1)
-#   make lint    gofmt + go vet
+#   make lint    gofmt, go vet and golangci-lint (.golangci.yml; the pinned
+#                version is installed into bin/ on first use)
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make chaos   the fault-injection suite (chaos/), with its table of results
 #   make bench   benchmarks, with the test services
@@ -107,14 +108,26 @@ test: testdb browser-deps
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/chaos$$'); \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./chaos
 
-lint:
+# golangci-lint is pinned here and built from the Go module proxy into bin/
+# on first use, so a fresh machine (CI) needs nothing else installed.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+$(GOLANGCI_LINT):
+	mkdir -p bin/tools/$(GOLANGCI_LINT_VERSION)
+	GOBIN="$(CURDIR)/bin/tools/$(GOLANGCI_LINT_VERSION)" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv bin/tools/$(GOLANGCI_LINT_VERSION)/golangci-lint $@
+	rmdir bin/tools/$(GOLANGCI_LINT_VERSION)
+
+lint: $(GOLANGCI_LINT)
 	unformatted="$$(gofmt -l .)"; \
 	if [[ -n "$$unformatted" ]]; then \
 		echo "gofmt: these files need formatting (run gofmt -w):" >&2; \
 		echo "$$unformatted" >&2; \
 		exit 1; \
 	fi; \
-	$(GO) vet ./...
+	$(GO) vet ./...; \
+	$(GOLANGCI_LINT) run ./...
 
 # Lists "package FuzzName" pairs from `go test -list`, then fuzzes each target
 # on its own (go test -fuzz takes one target in one package).

@@ -102,7 +102,7 @@ func postgresDown(s *sc, pause bool) {
 	took := time.Since(back)
 	n, _, bad := spend(s, c, g, 10)
 	sent += 10
-	status, checks, ok = g.readyz(func(status int, checks map[string]string) bool { return status == 200 && checks["postgres"] == "ok" })
+	status, _, ok = g.readyz(func(status int, checks map[string]string) bool { return status == 200 && checks["postgres"] == "ok" })
 	s.check("back: requests succeed again, /readyz ok", recovered && n == 10 && ok,
 		"first 2xx %v after it returned; then %d/10 2xx %v; readyz %d", took.Round(time.Millisecond), n, bad, status)
 	after := 0

@@ -430,7 +430,7 @@ func buildGeotoll(t *testing.T) string {
 	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go") //nolint:staticcheck // SA1019: only when go is not on PATH; the test binary was built by this GOROOT
 	}
 	bin := filepath.Join(t.TempDir(), "geotoll")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -171,7 +171,7 @@ func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string
 		dir = d
 	}
 	file := filepath.Join(dir, "tiles-"+layer+".pgbench")
-	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(script), 0o644); err != nil { //nolint:gosec // G306: a temporary pgbench script, not a secret
 		return 0, "", err
 	}
 	run := []string{"-T", strconv.Itoa(int(p.Duration.Seconds()))}
@@ -180,7 +180,7 @@ func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string
 	}
 	args := append([]string{"-n", "-M", "prepared", "-c", strconv.Itoa(p.Clients), "-j", strconv.Itoa(p.Threads)}, run...)
 	args = append(args, "-f", file, "-D", "layer="+layer, p.DatabaseURL)
-	out, err := exec.CommandContext(ctx, p.Path, args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, p.Path, args...).CombinedOutput() //nolint:gosec // G204: p.Path is pgbench found by exec.LookPath; args are built here
 	if err != nil {
 		return 0, string(out), fmt.Errorf("pgbench: %w: %s", err, lastLines(string(out), 5))
 	}

@@ -242,7 +242,7 @@ func ReadFidelity(paths ...string) (FidelityReport, error) {
 			return out, fmt.Errorf("%s: %w", p, err)
 		}
 		for _, s := range r.Samples {
-			s.Tile = maptile.New(s.X, s.Y, maptile.Zoom(s.Z))
+			s.Tile = maptile.New(s.X, s.Y, maptile.Zoom(s.Z)) //nolint:gosec // G115: z read back from a report this package wrote, 0..tiles.MaxZoom
 			out.Samples = append(out.Samples, s)
 		}
 		names = append(names, r.Layer)

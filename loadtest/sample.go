@@ -29,14 +29,14 @@ func SampleTiles(seed uint64, n, minZ, maxZ int, anchors []orb.Point) []maptile.
 	out := make([]maptile.Tile, 0, n)
 	for i := 0; i < n; i++ {
 		for try := 0; try < 64; try++ {
-			z := maptile.Zoom(minZ + rng.IntN(maxZ-minZ+1))
+			z := maptile.Zoom(minZ + rng.IntN(maxZ-minZ+1)) //nolint:gosec // G115: z is within the caller's minZ..maxZ zooms
 			var t maptile.Tile
 			if i%2 == 0 && len(anchors) > 0 {
 				p := anchors[rng.IntN(len(anchors))]
 				t = maptile.At(orb.Point{p[0], clampLat(p[1])}, z)
 			} else {
 				side := 1 << z
-				t = maptile.New(uint32(rng.IntN(side)), uint32(rng.IntN(side)), z)
+				t = maptile.New(uint32(rng.IntN(side)), uint32(rng.IntN(side)), z) //nolint:gosec // G115: a tile index below 2^z
 			}
 			if !seen[t] {
 				seen[t] = true

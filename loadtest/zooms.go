@@ -78,7 +78,7 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 	for z := o.MinZoom; z <= o.MaxZoom; z++ {
 		row := ZoomRow{Zoom: z, Status: map[int]int{}}
 		var bytes, feats, ms []float64
-		for _, t := range AnchoredTiles(anchors, maptile.Zoom(z), o.PerZoom) {
+		for _, t := range AnchoredTiles(anchors, maptile.Zoom(z), o.PerZoom) { //nolint:gosec // G115: zooms are 0..tiles.MaxZoom, validated with the configuration
 			r, err := o.Client.Tile(ctx, o.Layer.Name, t)
 			if err != nil {
 				return rows, err

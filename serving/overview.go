@@ -54,7 +54,7 @@ func (Overview) Targets(l *tiles.Layer, kind tiles.Kind) []Target {
 	copy(order, l.OrderBy)
 	var out []Target
 	for z := hi; z >= lo; z-- {
-		g := l.Generalize.At(maptile.Zoom(z), l.Extent)
+		g := l.Generalize.At(maptile.Zoom(z), l.Extent) //nolint:gosec // G115: zooms are 0..tiles.MaxZoom, validated with the configuration
 		p := tiles.StorageParams{Version: overviewVersion, Zoom: z, OrderBy: order}
 		p.CellsPerTile, p.CellMetres = g.CellsPerTile, g.CellMetres
 		if kind != tiles.KindPoint {

@@ -295,7 +295,7 @@ func FuzzWeights(f *testing.F) {
 		13.0, 52.0, 14.0, 53.0, 10.0, 100, 20, uint32(8800), uint32(5373), uint32(14))
 	f.Add(1.0, 0.0, 0.0, 0.0, 0.0, 1.0, nan, inf, ninf, 0.0, nan, -1, -1, uint32(0), uint32(0), uint32(0))
 	f.Add(0.5, 1e300, 1e300, 1e300, 1e300, 1e308, -180.0, -90.0, 180.0, 90.0, inf, math.MaxInt, math.MaxInt, uint32(1), uint32(1), uint32(1))
-	f.Add(2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 1e-300, -1e-300, 5e-324, -0.0, -5e4, math.MinInt, math.MinInt, uint32(math.MaxUint32), uint32(7), uint32(31))
+	f.Add(2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 1e-300, -1e-300, 5e-324, math.Copysign(0, -1), -5e4, math.MinInt, math.MinInt, uint32(math.MaxUint32), uint32(7), uint32(31))
 	f.Fuzz(func(t *testing.T, base, areaW, radiusW, featureW, pointW, maxCost,
 		minx, miny, maxx, maxy, radiusM float64, limit, points int, x, y, z uint32) {
 		w := Weights{Base: base, AreaWeight: areaW, RadiusWeight: radiusW, FeatureWeight: featureW, PointWeight: pointW, MaxCost: maxCost}

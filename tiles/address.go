@@ -45,8 +45,8 @@ func ParseTile(zs, xs, ys string) (maptile.Tile, error) {
 	if y >= n {
 		return maptile.Tile{}, problem.Range("y", "y %d is outside 0..%d at zoom %d", y, n-1, z)
 	}
-	t := maptile.New(uint32(x), uint32(y), maptile.Zoom(z))
-	if !t.Valid() { // unreachable after the checks above; orb has the last word
+	t := maptile.New(uint32(x), uint32(y), maptile.Zoom(z)) //nolint:gosec // G115: x and y are below 2^z and z <= MaxZoom, checked above
+	if !t.Valid() {                                         // unreachable after the checks above; orb has the last word
 		return maptile.Tile{}, problem.Range("x", "tile %d/%d/%d is not valid", z, x, y)
 	}
 	return t, nil

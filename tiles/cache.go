@@ -83,7 +83,7 @@ func NewCache(o CacheOptions) (*Cache, error) {
 		store, err := otter.New(&otter.Options[cacheKey, *entry]{
 			MaximumWeight: uint64(o.MaxBytes),
 			Weigher: func(k cacheKey, e *entry) uint32 {
-				return uint32(min(int64(e.weight()+len(k.layers)+entryOverhead), 1<<32-1))
+				return uint32(min(int64(e.weight()+len(k.layers)+entryOverhead), 1<<32-1)) //nolint:gosec // G115: clamped to 1<<32-1 by min
 			},
 			// Adding an entry's gzip form re-weighs it without making it
 			// younger.
@@ -102,7 +102,7 @@ func (c *Cache) Bytes() int64 {
 	if c == nil || c.store == nil {
 		return 0
 	}
-	return int64(c.store.WeightedSize())
+	return int64(c.store.WeightedSize()) //nolint:gosec // G115: the weight is bounded by CacheOptions.MaxBytes, an int64
 }
 
 // Len is the number of tiles held now.
@@ -209,7 +209,7 @@ func (e *entry) matches(tag string) bool {
 func tileETag(tile []byte) string {
 	var b [12]byte
 	binary.BigEndian.PutUint64(b[:8], xxhash.Sum64(tile))
-	binary.BigEndian.PutUint32(b[8:], uint32(len(tile)))
+	binary.BigEndian.PutUint32(b[8:], uint32(len(tile))) //nolint:gosec // G115: the ETag keeps the low 32 bits of the length; tiles are far smaller
 	return `"` + base64.RawURLEncoding.EncodeToString(b[:]) + `"`
 }
 

@@ -69,7 +69,7 @@ func (g *flights[K, V]) do(ctx context.Context, key K, load func(context.Context
 	if g.m == nil {
 		g.m = make(map[K]*flight[V])
 	}
-	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) //nolint:gosec // G118: the flight keeps cancel and calls it when its last caller leaves or its load ends
 	lctx, meter := pgcall.WithMeter(lctx)
 	f := &flight[V]{done: make(chan struct{}), cancel: cancel, meter: meter, callers: []*caller{c}}
 	g.m[key] = f

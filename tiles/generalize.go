@@ -139,7 +139,7 @@ func (g Generalization) CellRange(t maptile.Tile, extent, buffer int) (x0, x1, y
 	n := int64(g.CellsPerTile)
 	// Buffer cells: buffer units over units per cell, rounded up.
 	b := (int64(buffer)*n + int64(extent) - 1) / int64(extent)
-	row := int64(uint64(1)<<t.Z) - 1 - int64(t.Y) // tile rows counted from the south
+	row := int64(uint64(1)<<t.Z) - 1 - int64(t.Y) //nolint:gosec // G115: t.Z <= MaxZoom, so 2^t.Z fits int64; tile rows counted from the south
 	x0, x1 = int64(t.X)*n-b, (int64(t.X)+1)*n-1+b
 	y0, y1 = row*n-b, (row+1)*n-1+b
 	return x0, x1, y0, y1

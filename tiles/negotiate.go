@@ -94,10 +94,10 @@ func noneMatch(values []string, matches func(tag string) bool) bool {
 func splitETags(v string) []string {
 	var out []string
 	for i := 0; i < len(v); {
-		switch c := v[i]; {
-		case c == ' ' || c == '\t' || c == ',':
+		switch v[i] {
+		case ' ', '\t', ',':
 			i++
-		case c == '*':
+		case '*':
 			out = append(out, "*")
 			i++
 		default:

@@ -93,7 +93,7 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 			p.zooms[z] = zoomQuery{sql: sql, source: Source{
 				Relation: rel.ident, GeometryColumn: rel.geom, SRID: rel.srid, Kind: kind,
 				Builder: s.Builder, Rows: s.Rows, BuiltAt: s.BuiltAt,
-				Generalization: s.Params.generalization(maptile.Zoom(z)),
+				Generalization: s.Params.generalization(maptile.Zoom(z)), //nolint:gosec // G115: zooms are 0..tiles.MaxZoom, validated with the configuration
 				Clustered:      kind == KindPoint,
 			}}
 		}

@@ -155,7 +155,7 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 		return err
 	}
 	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, []byte(buf.String()), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(buf.String()), 0o644); err != nil { //nolint:gosec // G306: the weights file is read by the server, which may run as another user
 		return err
 	}
 	if err := os.Rename(tmp, out); err != nil {

@@ -323,6 +323,9 @@ func (c Config) validate() error {
 	if err := c.validateTiles(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Tracing.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.validateResilience()...)
 	errs = append(errs, c.validateDeadlines()...)
 	return errors.Join(errs...)

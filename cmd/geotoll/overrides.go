@@ -130,7 +130,7 @@ func (o *overrides) readEnv() error {
 		if path == "" {
 			continue
 		}
-		raw, err := os.ReadFile(path)
+		raw, err := os.ReadFile(path) //nolint:gosec // G703: the path is the operator's own _FILE variable, read once at start-up
 		if err != nil {
 			return fmt.Errorf("%s_FILE: %w", s.Env, err)
 		}

@@ -36,6 +36,7 @@ func (c TracingConfig) enabled() bool {
 	return c.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
+// validate refuses a sample ratio outside 0..1.
 func (c TracingConfig) validate() error {
 	if c.SampleRatio < 0 || c.SampleRatio > 1 {
 		return fmt.Errorf("tracing.sample_ratio %g must be within 0..1", c.SampleRatio)

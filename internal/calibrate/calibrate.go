@@ -306,7 +306,7 @@ func (rep *Report) fit(o Options) {
 
 // held reports whether the k-th sample of a group is held out.
 func held(seed uint64, k int, share float64) bool {
-	h := (seed ^ uint64(k+1)) * 0x9e3779b97f4a7c15
+	h := (seed ^ uint64(k+1)) * 0x9e3779b97f4a7c15 //nolint:gosec // G115: k is a non-negative sample index; wrapping is the hash's intent
 	h ^= h >> 29
 	return float64(h%10000)/10000 < share
 }

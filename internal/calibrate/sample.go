@@ -11,16 +11,13 @@ import (
 	"github.com/geotoll/geotoll/loadtest"
 )
 
-// maxLat is the latitude where the square Web Mercator world ends.
-const maxLat = 85.05112877980659
-
 // TileSample draws, for every zoom of minZ..maxZ, perZoom distinct tiles:
 // half under anchors (where the layer has data), half anywhere in the
 // zoom. Zooms with fewer tiles than perZoom give all they have.
 func TileSample(seed uint64, perZoom, minZ, maxZ int, anchors []orb.Point) []maptile.Tile {
 	var out []maptile.Tile
 	for z := minZ; z <= maxZ; z++ {
-		out = append(out, loadtest.SampleTiles(seed+uint64(z), perZoom, z, z, anchors)...)
+		out = append(out, loadtest.SampleTiles(seed+uint64(z), perZoom, z, z, anchors)...) //nolint:gosec // G115: z is a zoom, 0..tiles.MaxZoom
 	}
 	return out
 }

@@ -92,7 +92,7 @@ func groupRows(features []cellInput, maxLevel int) []cellRow {
 			at[k] = n
 			shift := uint(maxLevel - f)
 			rows = append(rows, cellRow{heavy: ft.heavy, giant: k.giant >= 0, f: f, x0: cx, y0: cy, x1: cx, y1: cy,
-				key: morton(uint32(k.i)<<shift, uint32(k.j)<<shift)})
+				key: morton(uint32(k.i)<<shift, uint32(k.j)<<shift)}) //nolint:gosec // G115: cell indices are 0..2^maxLevel-1 (maxLevel <= 16)
 		}
 		c := &rows[n]
 		c.merge(&cellRow{n: 1, v: ft.vertices, sdx: b.x1 - b.x0, sdy: b.y1 - b.y0, x0: cx, y0: cy, x1: cx, y1: cy, sx: cx, sy: cy})

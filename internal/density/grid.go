@@ -80,7 +80,7 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 	if a > b {
 		return at
 	}
-	row := uint64(j) << 16
+	row := uint64(j) << 16 //nolint:gosec // G115: j is a grid row, 0..size-1
 	var lo int
 	if at < 0 {
 		lo = g.search(row+uint64(a), 0, len(g.keys))
@@ -88,7 +88,7 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 		lo = g.seek(row+uint64(a), at)
 	}
 	// At most b-a+1 cells lie in [a, b]: the second search is short.
-	hi := g.search(row+uint64(b+1), lo, min(lo+b-a+1, len(g.keys)))
+	hi := g.search(row+uint64(b+1), lo, min(lo+b-a+1, len(g.keys))) //nolint:gosec // G115: b is a grid column, 0..size-1
 	if lo == hi {
 		return hi
 	}
@@ -295,7 +295,7 @@ func layout(cells []cellRow, byRow []uint64, l int, vertices bool) grid {
 	anyHalf := false
 	for k, o := range byRow {
 		c := &cells[o&(1<<32-1)]
-		g.keys[k] = uint32(c.key)
+		g.keys[k] = uint32(c.key) //nolint:gosec // G115: keys are row<<16|column of a grid whose size fits 16 bits each
 		g.cumN[k+1] = g.cumN[k] + c.n
 		if vertices {
 			g.cumV[k+1] = g.cumV[k] + c.v

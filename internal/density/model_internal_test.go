@@ -16,11 +16,6 @@ type feature struct {
 	heavy    bool
 }
 
-// lonLat is a feature with a lon/lat box (degrees).
-func lonLat(west, south, east, north, vertices float64) feature {
-	return feature{box: lonLatRect(west, south, east, north), vertices: vertices}
-}
-
 // modelOf builds the model of features (normalised boxes) through
 // groupRows, as NewModel does.
 func modelOf(t testing.TB, kind Kind, srid int, features []feature, opts Options) *Model {
@@ -31,7 +26,7 @@ func modelOf(t testing.TB, kind Kind, srid int, features []feature, opts Options
 	}
 	in := make([]cellInput, len(features))
 	for i, f := range features {
-		in[i] = cellInput{box: f.box, vertices: f.vertices, heavy: f.heavy}
+		in[i] = cellInput(f)
 	}
 	rel := Relation{Table: pgx.Identifier{"test", "features"}, GeometryColumn: "geom", SRID: srid, Kind: kind}
 	return newModel(rel, groupRows(in, opts.MaxLevel), 1, opts)

@@ -104,11 +104,11 @@ func decodeCity(b []byte) (c City, dlon, dlat int64, err error) {
 			}
 		case wireBytes:
 			l, n := binary.Uvarint(b)
-			if n <= 0 || l > uint64(len(b)-n) {
+			if n <= 0 || l > uint64(len(b)-n) { //nolint:gosec // G115: n > 0 and n <= len(b) here
 				return c, 0, 0, errTruncated
 			}
-			s := string(b[n : n+int(l)])
-			b = b[n+int(l):]
+			s := string(b[n : n+int(l)]) //nolint:gosec // G115: l <= len(b)-n, checked above
+			b = b[n+int(l):]             //nolint:gosec // G115: l <= len(b)-n, checked above
 			switch field {
 			case 2:
 				c.Name = s

@@ -246,7 +246,7 @@ func (r *pointRows) Next() bool { return r.gen.Next() }
 func (r *pointRows) Err() error { return nil }
 func (r *pointRows) Values() ([]any, error) {
 	p := r.gen.Point()
-	return []any{p.ID, p.Name, p.Kind, p.City, p.Country, int32(p.Rank), int32(p.Population), pointEWKB(r.ewkb[:0], p.Lon, p.Lat)}, nil
+	return []any{p.ID, p.Name, p.Kind, p.City, p.Country, int32(p.Rank), int32(p.Population), pointEWKB(r.ewkb[:0], p.Lon, p.Lat)}, nil //nolint:gosec // G115: ranks and populations of the generated points fit int32 (the column's type)
 }
 
 // pointEWKB appends a little-endian EWKB Point with SRID 4326 to b.
@@ -276,7 +276,7 @@ func (l *Loader) LoadCountries(ctx context.Context, r io.Reader, source string, 
 			if limit > 0 && len(rows) == limit {
 				return errEnough
 			}
-			rows = append(rows, []any{int32(len(rows) + 1), c.A3, string(c.Geometry)})
+			rows = append(rows, []any{int32(len(rows) + 1), c.A3, string(c.Geometry)}) //nolint:gosec // G115: a few hundred countries
 			return nil
 		})
 		if err != nil && !errors.Is(err, errEnough) {

@@ -41,7 +41,7 @@ func cached(t *testing.T, src Source) io.ReadCloser {
 // committed GeoJSON whose second feature is an invalid bow tie).
 func fixtures(t *testing.T) (cities []City, countries io.Reader, want int64, invalid int64) {
 	t.Helper()
-	cities, countries, want, invalid = testCities, nil, 3, 1
+	cities, want, invalid = testCities, 3, 1
 	if rc := cached(t, Cities); rc != nil {
 		var err error
 		if cities, err = ReadCities(rc); err != nil {

@@ -99,7 +99,7 @@ func (s Source) Fetch(ctx context.Context, dir string) (string, error) {
 	if _, err := os.Stat(path); err == nil {
 		return path, s.Verify(path)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // G301: a shared download cache, like ~/.cache's other entries
 		return "", err
 	}
 	npm, err := exec.LookPath("npm")

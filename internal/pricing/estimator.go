@@ -46,7 +46,7 @@ func NewEstimator(models *Models, tileLayers []*tiles.Layer, source TileSource, 
 	for _, l := range tileLayers {
 		var byZoom [tiles.MaxZoom + 1]tileModel
 		for z := l.MinZoom; z <= l.MaxZoom; z++ {
-			rel, ok := source(l, maptile.Zoom(z))
+			rel, ok := source(l, maptile.Zoom(z)) //nolint:gosec // G115: zooms are 0..tiles.MaxZoom, validated with the configuration
 			if !ok {
 				continue
 			}
