@@ -11,6 +11,20 @@ import (
 	"github.com/paulmach/orb/maptile"
 )
 
+// Price is what one request costs and what it is for.
+type Price struct {
+	Cost  float64
+	Route string // "tile", "within", "bbox", "contains", "check"
+	Layer string // layer name(s), "" when none
+	Zoom  int    // tile zoom, -1 when not a tile
+	// CacheHit: served without database work, so the global database
+	// budget is not spent and nothing is settled.
+	CacheHit bool
+	// Base is the least the request may settle at (its base price); 0
+	// means the default weights' Base.
+	Base float64
+}
+
 // TilePrice is the price of a tile demand: the sum of its layers' prices —
 // a composite runs one query per layer — or, for a cache hit, the base
 // price. A layer's price is the database time its query will take

@@ -23,22 +23,6 @@ import (
 	"github.com/paulmach/orb/maptile"
 )
 
-// Tier is a named bucket shape.
-type Tier struct {
-	Name  string
-	Limit throttle.Limit
-	// MaxCost, when positive, is the most one request may cost in this
-	// tier; a dearer one is refused with 422 before anything is spent.
-	MaxCost float64
-	// Shadow prices and records but never refuses for an empty bucket; the
-	// in-flight cap and the global budget still refuse.
-	Shadow bool
-	// MaxInFlight caps a caller's concurrent requests (Stripe's
-	// concurrent-requests limiter); one more gets 429. 0 means
-	// throttle.DefaultMaxInFlight.
-	MaxInFlight int
-}
-
 // Toll prices requests and charges the price to the caller's bucket.
 type Toll struct {
 	// Store decides admissions: a *throttle.Failover over Redis, or a
@@ -151,20 +135,6 @@ type Observer interface {
 	Priced(tier string, p Price, o Outcome)
 	// Settled reports an admitted request's cost once it has run.
 	Settled(tier string, p Price, cost float64)
-}
-
-// Price is what one request costs and what it is for.
-type Price struct {
-	Cost  float64
-	Route string // "tile", "within", "bbox", "contains", "check"
-	Layer string // layer name(s), "" when none
-	Zoom  int    // tile zoom, -1 when not a tile
-	// CacheHit: served without database work, so the global database
-	// budget is not spent and nothing is settled.
-	CacheHit bool
-	// Base is the least the request may settle at (its base price); 0
-	// means the default weights' Base.
-	Base float64
 }
 
 // MaxCost is the largest price any request can have.

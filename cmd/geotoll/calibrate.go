@@ -137,6 +137,12 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 		return err
 	}
 	rep.WriteText(stderr)
+	return writeWeights(rep, out, stdout, stderr)
+}
+
+// writeWeights writes the fitted work models to out ("-": stdout),
+// headed by where and when they were fitted and how well they rank.
+func writeWeights(rep calibrate.Report, out string, stdout, stderr io.Writer) error {
 	header := []string{
 		fmt.Sprintf("Work models fitted by `geotoll calibrate` on %s, %s:", hostname(), time.Now().UTC().Format(time.RFC3339)),
 		"milliseconds of database time per query, per feature read and per vertex read.",
