@@ -167,7 +167,7 @@ func (tt TileTimer) Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) (T
 		ms = append(ms, float64(took.Microseconds())/1000)
 		tile = b
 	}
-	out := Timing{MS: median(ms), Bytes: len(tile)}
+	out := Timing{MS: Median(ms), Bytes: len(tile)}
 	layers, err := mvt.Unmarshal(tile)
 	if err != nil {
 		return out, fmt.Errorf("time %s %s: not a tile: %w", l.Name, tileName(t), err)
@@ -227,8 +227,8 @@ WHERE usename = coalesce(nullif($2, ''), current_user) AND datname = current_dat
 	}
 }
 
-// median of xs (the mean of the middle two for an even count); 0 when empty.
-func median(xs []float64) float64 {
+// Median of xs (the mean of the middle two for an even count); 0 when empty.
+func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}

@@ -72,7 +72,7 @@ func (st ServerTimer) Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) 
 		ms = append(ms, after-before)
 		out.Bytes, out.Features = r.Bytes, r.Features
 	}
-	out.MS = median(ms)
+	out.MS = Median(ms)
 	return out, nil
 }
 

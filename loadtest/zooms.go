@@ -107,9 +107,9 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 			}
 		}
 		row.Tiles = len(ms)
-		row.Bytes, row.Features, row.DBms = math.NaN(), math.NaN(), median(ms)
+		row.Bytes, row.Features, row.DBms = math.NaN(), math.NaN(), Median(ms)
 		if len(bytes) > 0 {
-			row.Bytes, row.Features = median(bytes), median(feats)
+			row.Bytes, row.Features = Median(bytes), Median(feats)
 		}
 		if len(ms) > 0 {
 			row.MaxDBms = slices.Max(ms)

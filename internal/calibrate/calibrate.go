@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/paulmach/orb"
@@ -257,20 +256,8 @@ func timeIt(ctx context.Context, o Options, run func(context.Context) error) (Sa
 			later = append(later, ms)
 		}
 	}
-	s.MS = median(later)
+	s.MS = loadtest.Median(later)
 	return s, nil
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // fit splits each group into its fitted and held-out parts (every sample
