@@ -1,7 +1,6 @@
 package toll
 
 import (
-	"cmp"
 	"context"
 	"net/http"
 	"sync"
@@ -54,10 +53,10 @@ func (p *Pass) Settle(cost float64) {
 
 // cost is what the request costs after db of database time.
 func (p *Pass) cost(db time.Duration) float64 {
-	if p.fixed || db < cmp.Or(p.toll.SettleFloor, DefaultSettleFloor) {
+	if p.fixed {
 		return p.price.Cost
 	}
-	return p.toll.Settled(db, p.price.Base, p.most)
+	return p.toll.Charged(p.price.Cost, db, p.price.Base, p.most)
 }
 
 // passes carries, from Charge to Finish, the passes a request was given,

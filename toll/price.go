@@ -34,17 +34,23 @@ type Price struct {
 // bucket can hold is refused with 422 by Charge (ask for fewer layers).
 func (t *Toll) TilePrice(d tiles.Demand) float64 {
 	if d.CacheHit { // served from the tile cache: the database does no work
-		var base float64
-		for _, l := range d.Layers {
-			base = max(base, t.weights(l.Name).Base)
-		}
-		return base
+		return t.tileBase(d)
 	}
 	var sum float64
 	for _, l := range d.Layers {
 		sum += t.layerPrice(l, d.Tile)
 	}
 	return sum
+}
+
+// tileBase is the least a tile demand costs: the largest base of its
+// layers.
+func (t *Toll) tileBase(d tiles.Demand) float64 {
+	var base float64
+	for _, l := range d.Layers {
+		base = max(base, t.weights(l.Name).Base)
+	}
+	return base
 }
 
 func (t *Toll) layerPrice(l *tiles.Layer, tile maptile.Tile) float64 {
@@ -63,12 +69,8 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 	for i, l := range d.Layers {
 		names[i] = l.Name
 	}
-	var base float64
-	for _, l := range d.Layers {
-		base = max(base, t.weights(l.Name).Base)
-	}
 	return t.Charge(w, r, Price{Cost: t.TilePrice(d), Route: "tile", Layer: strings.Join(names, ","), Zoom: int(d.Tile.Z),
-		CacheHit: d.CacheHit, Base: base}) != nil
+		CacheHit: d.CacheHit, Base: t.tileBase(d)}) != nil
 }
 
 // GeofencePrice is the price of a geofence demand, a pure function of its

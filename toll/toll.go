@@ -1,6 +1,7 @@
 package toll
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -322,6 +323,16 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 // tokens: db / MsPerToken, at least base and at most most.
 func (t *Toll) Settled(db time.Duration, base, most float64) float64 {
 	return min(max(float64(db)/float64(time.Millisecond)/t.msPerToken(), base), most)
+}
+
+// Charged is what a request priced estimate, which took db of database
+// time, is charged: its estimate under SettleFloor (there the time is
+// mostly planning, not what it read), else Settled.
+func (t *Toll) Charged(estimate float64, db time.Duration, base, most float64) float64 {
+	if db < cmp.Or(t.SettleFloor, DefaultSettleFloor) {
+		return estimate
+	}
+	return t.Settled(db, base, most)
 }
 
 // StatementBudget is the database time a request of price may take: the

@@ -201,7 +201,7 @@ func calibrateOptions(ctx context.Context, cfg Config, f calibrateFlags, pool *p
 		Tiles: tiles.NewStore(pool), Estimator: est, TileLayers: tileLayers,
 		Anchors: map[string][]orb.Point{}, Limits: cfg.Geofence.Limits,
 		PerZoom: f.perZoom, Queries: f.queries, Runs: f.runs, Seed: f.seed, MinZoom: f.minZoom, MaxZoom: f.maxZoom,
-		MsPerToken: cfg.Throttle.MsPerToken, SettleFloor: cfg.Throttle.SettleFloor,
+		MsPerToken: cfg.Throttle.MsPerToken, Charged: toll.Charged,
 		Weights: func(group string) throttle.Weights {
 			if name, ok := strings.CutPrefix(group, "tiles/"); ok {
 				if w, ok := toll.LayerWeights[name]; ok {

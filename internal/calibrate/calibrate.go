@@ -17,6 +17,7 @@ package calibrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -67,10 +68,10 @@ type Options struct {
 	// clamp it, as serve does. MsPerToken is the unit (default 1).
 	Weights    func(group string) throttle.Weights
 	MsPerToken float64
-	// SettleFloor: a request whose first run took less keeps its estimate
-	// when settled, as serve settles it (throttle.settle_floor).
-	SettleFloor time.Duration
-	Progress    io.Writer // when set, one line per request
+	// Charged is what serve charges a request of price estimate that took
+	// db (toll.Toll.Charged): the settled cost ρ is taken of. Required.
+	Charged  func(estimate float64, db time.Duration, base, most float64) float64
+	Progress io.Writer // when set, one line per request
 }
 
 // Sample is one timed request.
@@ -133,6 +134,9 @@ func (o *Options) defaults() {
 // Run times the sample and fits every group.
 func Run(ctx context.Context, o Options) (Report, error) {
 	o.defaults()
+	if o.Charged == nil {
+		return Report{}, errors.New("calibrate: Options.Charged is required (toll.Toll.Charged)")
+	}
 	start := time.Now()
 	var rep Report
 	for _, l := range o.TileLayers {
@@ -313,11 +317,7 @@ func (rep *Report) rank(o Options, group string, m throttle.WorkModel) (est, set
 		}
 		p := w.Read(s.Estimate.Features, s.Estimate.Vertices, o.MsPerToken)
 		price = append(price, p)
-		if s.FirstMS < float64(o.SettleFloor)/float64(time.Millisecond) {
-			settled = append(settled, p) // under the floor the estimate stands
-		} else {
-			settled = append(settled, min(max(s.FirstMS/o.MsPerToken, w.Base), w.MaxCost))
-		}
+		settled = append(settled, o.Charged(p, time.Duration(s.FirstMS*float64(time.Millisecond)), w.Base, w.MaxCost))
 		measured = append(measured, s.MS)
 	}
 	return loadtest.Spearman(price, measured), loadtest.Spearman(settled, measured), len(measured)
