@@ -77,12 +77,14 @@ func takeGiants(rows []cellRow) ([]giant, []cellRow) {
 	return giants, kept
 }
 
-// addGiants adds the giants whose box meets r (normalised, x0 ≤ x1 and
-// y0 ≤ y1), each whole.
-func addGiants(giants []giant, r rect, acc *sum) {
+// addGiants adds the giants whose box meets a or b (normalised, x0 ≤ x1
+// and y0 ≤ y1: the two parts of an area across the antimeridian, or one
+// area twice), each whole and once — as the database reads a feature once
+// however many parts of its filter it meets.
+func addGiants(giants []giant, a, b rect, acc *sum) {
 	for i := range giants {
 		g := &giants[i]
-		if meets(g.r, r) {
+		if meets(g.r, a) || meets(g.r, b) {
 			acc.n += g.n
 			acc.v += g.v
 		}
@@ -103,13 +105,7 @@ func (c *circle) addGiants(giants []giant, acc *sum) {
 	case main.x1 > 1:
 		wrapped.x0, wrapped.x1 = 0, main.x1-1
 	}
-	for i := range giants {
-		g := &giants[i]
-		if meets(g.r, main) || meets(g.r, wrapped) {
-			acc.n += g.n
-			acc.v += g.v
-		}
-	}
+	addGiants(giants, main, wrapped, acc)
 }
 
 func meets(a, b rect) bool { return a.x0 <= b.x1 && b.x0 <= a.x1 && a.y0 <= b.y1 && b.y0 <= a.y1 }

@@ -62,7 +62,7 @@ func (m *Model) addRect(r rect, acc *sum) {
 	if !ok {
 		return
 	}
-	addGiants(m.giants, r, acc)
+	addGiants(m.giants, r, r, acc)
 	m.addGrids(r, acc)
 }
 
@@ -124,12 +124,13 @@ func (m *Model) BBox(b orb.Bound) Estimate {
 		// such as a country across the antimeridian, is read once.
 		east, okE := lonLatRect(b.Min[0], b.Min[1], 180, b.Max[1]).clamp01()
 		west, okW := lonLatRect(-180, b.Min[1], b.Max[0], b.Max[1]).clamp01()
-		for i := range m.giants {
-			g := &m.giants[i]
-			if (okE && meets(g.r, east)) || (okW && meets(g.r, west)) {
-				acc.n += g.n
-				acc.v += g.v
-			}
+		switch {
+		case okE && okW:
+			addGiants(m.giants, east, west, &acc)
+		case okE:
+			addGiants(m.giants, east, east, &acc)
+		case okW:
+			addGiants(m.giants, west, west, &acc)
 		}
 		if okE {
 			m.addGrids(east, &acc)
