@@ -4,7 +4,7 @@
 # layers, six at a time as a browser fetches them, then an optional pause.
 # Prints per zoom the time to fill, the statuses and the tokens charged
 # (X-Request-Cost). Usage: zoomout.py BASE_URL API_KEY [PAUSE_SECONDS]
-import math, subprocess, time, sys, concurrent.futures, urllib.request
+import math, time, sys, concurrent.futures, urllib.request
 base, key = sys.argv[1], sys.argv[2]
 lon, lat = 13.40, 52.52
 def tile(z, lo, la):

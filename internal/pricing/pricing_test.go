@@ -229,7 +229,9 @@ func TestRefreshPicksUpNewRowsAndSettlementChargesMeanwhile(t *testing.T) {
 	gate := &toll.Toll{Store: throttle.NewMemoryStore(throttle.MemoryOptions{}), Prefix: "t",
 		Tiers:   map[string]toll.Tier{toll.AnonymousTier: {Name: toll.AnonymousTier, Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}},
 		Default: throttle.Weights{Base: 0.25, MaxCost: 500, Work: throttle.WorkModel{QueryMS: 0.5, FeatureMS: 0.01}}, Estimator: e, FailedAuth: throttle.Limit{Rate: 1, Capacity: 10},
-		TimeoutFloor: time.Minute} // about settlement, not the statement budget: a loaded machine may take 250 ms
+		// About settlement, not the statement budget (a loaded machine may
+		// take 250 ms), nor the settle floor (a fast one may take under 5 ms).
+		TimeoutFloor: time.Minute, SettleFloor: time.Microsecond}
 
 	h := toll.Finish(&tiles.Handler{Catalog: cat, Store: tiles.NewStore(pool), Gate: gate})
 	w := httptest.NewRecorder()
