@@ -55,9 +55,10 @@
 //     read role and analyzes it;
 //  3. swaps: in a savepoint, deletes the builder's registry rows of the
 //     layer, locks every old relation at once under a statement_timeout
-//     of Options.LockTimeout (500 ms: below the read role's 1 s
-//     lock_timeout, so a tile query queued behind the swap waits, never
-//     fails), drops them, renames each "_next" table and its indexes to
+//     of Options.LockTimeout (50 ms: far below the 250 ms statement
+//     timeout of the cheapest tile and the read role's 1 s lock_timeout,
+//     so a tile query queued behind the swap waits, never fails), drops
+//     them, renames each "_next" table and its indexes to
 //     the stable names and inserts the new registry rows; a swap that
 //     cannot get its locks is rolled back to the savepoint and retried;
 //  4. commits: readers see the old storage or the new, never a mix. A

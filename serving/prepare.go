@@ -29,10 +29,13 @@ type Options struct {
 	// clustering sorts the whole table once.
 	WorkMem string
 	// LockTimeout bounds each attempt to take the locks of a swap
-	// (default 500ms): while the swap waits for tile queries reading the
+	// (default 50ms): while the swap waits for tile queries reading the
 	// old relations to end, new ones queue behind it, so it must stay
-	// below the read role's lock_timeout (1s). SwapAttempts (default 40)
-	// attempts are made, with a growing pause between them.
+	// well below the shortest statement timeout a tile query runs under
+	// (the toll's timeout floor, 250 ms by default; the read role's
+	// lock_timeout is 1s). SwapAttempts (default 200) attempts are made,
+	// with a growing pause between them (at most 1 s): a swap waits for
+	// a gap between slow readers rather than stall the fast ones.
 	LockTimeout  time.Duration
 	SwapAttempts int
 	Logger       *slog.Logger
@@ -52,10 +55,10 @@ func (o Options) withDefaults() Options {
 		o.WorkMem = "256MB"
 	}
 	if o.LockTimeout <= 0 {
-		o.LockTimeout = 500 * time.Millisecond
+		o.LockTimeout = 50 * time.Millisecond
 	}
 	if o.SwapAttempts <= 0 {
-		o.SwapAttempts = 40
+		o.SwapAttempts = 200
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -195,12 +196,13 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 		return res[0]
 	}
 	prepare(false)
-	base, _ := startServer(t, func(c *Config) {
+	m := startLogging(t, func(c *Config) {
 		c.Tiles.Cache.MaxBytes = 0
 		c.Tiles.StorageRefresh = time.Second
 		c.Layers = append(c.Layers, layer)
 		roomy(c)
-	})
+	}, slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	base := "http://" + m.Addr()
 	builtAt := func() string {
 		_, body := fetch(t, http.MethodGet, base+"/tiles/"+name+".json")
 		i := bytes.Index(body, []byte(`"built_at":"`))
@@ -224,9 +226,12 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 			for i := c; ctx.Err() == nil; i++ {
 				status := -1 // no response at all
 				if resp, err := rawClient.Get(addrs[i%len(addrs)]); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
+					body, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
 					status = resp.StatusCode
+					if status != http.StatusOK {
+						t.Logf("%d: %s", status, body)
+					}
 				}
 				mu.Lock()
 				statuses[status]++
@@ -234,6 +239,18 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 			}
 		})
 	}
+	// A slow reader of the z0 overview, as a heavy tile would be: the
+	// swap waits for it while the cheap tiles above queue behind the swap.
+	slow := pgx.Identifier{tiles.ServingSchema, serving.RelationName(name, "ov_z0")}.Sanitize()
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			_ = pgx.BeginFunc(ctx, owner, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "SELECT pg_sleep(0.45) FROM "+slow+" LIMIT 1")
+				return err
+			})
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 	for range 3 {
 		prepare(true)
 	}
@@ -395,4 +412,12 @@ func TestPrepareCommand(t *testing.T) {
 			t.Errorf("%v: no error", args)
 		}
 	}
+}
+
+// tWriter writes a server's log lines to the test's log.
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
