@@ -48,6 +48,35 @@ func BenchmarkAdmitMemory(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyBatch times the budget arithmetic alone (admit.lua's Go
+// twin) on the batches a busy map client sends: 16 admissions that share
+// one call with an aggregate bucket, then their 16 settlements.
+func BenchmarkApplyBatch(b *testing.B) {
+	sh := shapeOf(Request{Bucket: Bucket{Key: "k", Limit: benchLimit}, Cost: 1, MaxInFlight: 64,
+		Aggregate: &Bucket{Key: "agg", Limit: benchLimit}})
+	admits, finishes := make([]op, 16), make([]op, 16)
+	for i := range admits {
+		id := strconv.Itoa(i)
+		admits[i] = op{kind: opAdmit, id: id, amount: micro}
+		finishes[i] = op{kind: opFinish, id: id, amount: -micro / 2}
+	}
+	var st, agg keyState
+	now := clock{sec: 1_700_000_000}
+	b.ReportAllocs()
+	for b.Loop() {
+		now.usec += 1000
+		if now.usec >= 1_000_000 {
+			now.sec, now.usec = now.sec+1, 0
+		}
+		if r := applyBatch(&st, &agg, sh, now, admits); r[15].status != stAdmitted {
+			b.Fatal(r[15])
+		}
+		if r := applyBatch(&st, &agg, sh, now, finishes); r[15].status != stAdmitted {
+			b.Fatal(r[15])
+		}
+	}
+}
+
 // seedBaseline is a token bucket script equivalent to the classic
 // cost-throttling one (HMGET, HMSET, PEXPIRE; the caller's clock): the
 // yardstick of what one call of a minimal bucket costs Redis.
