@@ -149,156 +149,20 @@ func resetMS(tokens, rate, capacity float64) int64 {
 // aggregate bucket, when sh has one) and returns one result per op.
 // Products are wrapped in float64() so the compiler cannot fuse them into
 // FMAs, which would round differently from Lua.
+//
+// Its steps are the script's three parts (batch_run.go): startBatch loads
+// the state as of now, batchRun.apply runs each operation, and
+// batchRun.commit writes the state back — only when an operation changed
+// something, as the script writes nothing for a batch of refusals and
+// peeks.
 func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []opResult {
-	nowMS := now.ms()
-	late := sh.notAfterMS != 0 && nowMS > sh.notAfterMS
-	tokens := refill(st.b, st.found, now, sh.rate, sh.capacity, sh.floor)
-	n := st.b.n
-	// A hash has expired once its time is past (Redis: now > expiry).
-	if !st.found || st.b.openExpires < nowMS {
-		n = 0
-		st.open = nil
-	}
-	if !st.found || st.b.voidsUntil < nowMS {
-		st.voids = nil
-	}
-	voidsUntil := st.b.voidsUntil
-	var atokens float64
-	if agg != nil {
-		atokens = refill(agg.b, agg.found, now, sh.aggRate, sh.aggCap, sh.floor)
-	}
-	dirty, opened := false, false
+	r := startBatch(st, agg, sh, now)
 	out := make([]opResult, len(ops))
 	for i, o := range ops {
-		status, value := stAdmitted, math.NaN()
-		switch o.kind {
-		case opAdmit, opShadow:
-			cost := o.amount
-			invalid := !(cost > 0 && cost <= sh.capacity) || o.id == ""
-			if invalid {
-				cost = 0
-			}
-			own := tokens >= cost
-			whole := agg == nil || atokens >= cost
-			shadow := o.kind == opShadow
-			switch {
-			case late || invalid:
-				status = stLate
-			case !own && !shadow:
-				status = stRefused
-			case !whole && !shadow:
-				status, value = stAggregate, atokens
-			default:
-				if n >= sh.max {
-					if m := sweep(st, nowMS); m != n {
-						n, dirty = m, true
-					}
-				}
-				if n >= sh.max {
-					status = stInFlight
-					break
-				}
-				paid := cost
-				if !own || !whole {
-					status, paid = stShadow, 0
-				}
-				if nowMS <= voidsUntil && st.voids[o.id] {
-					status = stLate // voided before it came
-					break
-				}
-				if _, dup := st.open[o.id]; dup {
-					status = stAlreadyOpen
-					break
-				}
-				if st.open == nil {
-					st.open = make(map[string]openReq)
-				}
-				st.open[o.id] = openReq{paid: paid, expiresMS: nowMS + sh.ttlMS}
-				if status == stAdmitted {
-					tokens -= cost
-					if agg != nil {
-						atokens -= cost
-					}
-				}
-				n++
-				dirty, opened = true, true
-			}
-		case opFinish, opVoid:
-			rec, ok := st.open[o.id]
-			if o.kind == opVoid && !ok {
-				// Never admitted, or not yet: a tombstone until the voided
-				// batch's deadline turns the admit away.
-				status = stRefused
-				if keep := int64(o.amount); keep > nowMS {
-					if st.voids == nil {
-						st.voids = make(map[string]bool)
-					}
-					st.voids[o.id] = true
-					voidsUntil = max(voidsUntil, keep)
-					dirty = true
-				}
-				break
-			}
-			if !ok {
-				status = stRefused
-				break
-			}
-			delete(st.open, o.id)
-			n--
-			give, delta := 0.0, 0.0
-			if o.kind == opVoid {
-				give = rec.paid
-			} else if delta = o.amount; delta < 0 {
-				give = -delta
-			}
-			if delta > 0 {
-				tokens = max(tokens-delta, -sh.floor)
-				if agg != nil {
-					atokens = max(atokens-delta, -sh.floor)
-				}
-			}
-			if give > 0 {
-				tokens = min(tokens+give, sh.capacity)
-				if agg != nil {
-					atokens = min(atokens+give, sh.aggCap)
-				}
-			}
-			dirty = true
-		case opPeek:
-		default:
-			status = stNotAnOp
-		}
-		if value != value {
-			value = tokens
-		}
-		out[i] = opResult{status: status, tokens: value}
+		out[i] = r.apply(o)
 	}
-	if !dirty {
-		return out
-	}
-	n = max(n, 0)
-	st.b.n = n
-	if voidsUntil < nowMS {
-		voidsUntil, st.voids = 0, nil
-	}
-	st.b.voidsUntil = voidsUntil
-	if n > 0 && opened && st.b.openExpires <= nowMS+sh.ttlMS {
-		st.b.openExpires = later(nowMS, nowMS+sh.ttlMS)
-	}
-	voidsExpire := voidsExpiry(voidsUntil) // the bucket outlives the hash
-	need := nowMS + resetMS(tokens, sh.rate, sh.capacity)
-	if !st.found || need > st.b.expiresMS || st.b.openExpires > st.b.expiresMS || voidsExpire > st.b.expiresMS {
-		need = later(nowMS, need)
-		need = max(need, st.b.openExpires, voidsExpire)
-		st.b.expiresMS = need
-	}
-	st.b.tokens, st.b.sec, st.b.usec, st.found = tokens, now.sec, now.usec, true
-	if agg != nil {
-		aneed := nowMS + resetMS(atokens, sh.aggRate, sh.aggCap)
-		if !agg.found || aneed > agg.b.expiresMS {
-			agg.b.expiresMS = later(nowMS, aneed)
-		}
-		agg.b.tokens, agg.b.sec, agg.b.usec, agg.found = atokens, now.sec, now.usec, true
+	if r.dirty {
+		r.commit()
 	}
 	return out
 }

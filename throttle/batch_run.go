@@ -1,0 +1,223 @@
+package throttle
+
+// batchRun is one batch on its way through applyBatch: the locals admit.lua
+// keeps between loading a caller's state, running the operations and
+// writing it back. The maps of st (open requests, tombstones) change in
+// place, as the script's HSETNX/HDEL/HSET do; the bucket's own value is
+// written only by commit, as the script SETs its key once at the end.
+type batchRun struct {
+	st, agg *keyState // agg: nil without an aggregate bucket
+	sh      shape
+	now     clock
+	nowMS   int64
+	late    bool // the batch came after its deadline: it admits nothing
+
+	tokens, atokens float64 // micro-tokens of the bucket and the aggregate, as of now
+	n               int     // requests open
+	voidsUntil      int64   // until when the tombstones hold (0: none)
+
+	dirty  bool // something to write back
+	opened bool // a request was opened: the open hash may need a later expiry
+}
+
+// startBatch is admit.lua's load step: both buckets refilled as of now, and
+// the open requests and tombstones dropped when their hash has expired
+// (Redis: a key is gone once now is past its expiry).
+func startBatch(st, agg *keyState, sh shape, now clock) batchRun {
+	r := batchRun{st: st, agg: agg, sh: sh, now: now, nowMS: now.ms()}
+	r.late = sh.notAfterMS != 0 && r.nowMS > sh.notAfterMS
+	r.tokens = refill(st.b, st.found, now, sh.rate, sh.capacity, sh.floor)
+	r.n = st.b.n
+	if !st.found || st.b.openExpires < r.nowMS {
+		r.n = 0
+		st.open = nil
+	}
+	if !st.found || st.b.voidsUntil < r.nowMS {
+		st.voids = nil
+	}
+	r.voidsUntil = st.b.voidsUntil
+	if agg != nil {
+		r.atokens = refill(agg.b, agg.found, now, sh.aggRate, sh.aggCap, sh.floor)
+	}
+	return r
+}
+
+// apply runs one operation and answers its status with the bucket's
+// micro-tokens after it — the aggregate's when the aggregate refused, so
+// that the caller's Retry-After follows from the bucket that said no.
+func (r *batchRun) apply(o op) opResult {
+	status := stAdmitted
+	switch o.kind {
+	case opAdmit, opShadow:
+		status = r.admit(o)
+	case opFinish, opVoid:
+		status = r.finish(o)
+	case opPeek:
+	default:
+		status = stNotAnOp
+	}
+	if status == stAggregate {
+		return opResult{status: status, tokens: r.atokens}
+	}
+	return opResult{status: status, tokens: r.tokens}
+}
+
+// admit is an A or S operation. An invalid admit answers late and changes
+// nothing (the script cannot fail half way through a batch). A bucket or an
+// aggregate that cannot pay refuses an A; an S (a shadow-mode request) is
+// opened anyway, spending nothing: it still holds a slot under the
+// in-flight cap.
+func (r *batchRun) admit(o op) int {
+	cost := o.amount
+	invalid := !(cost > 0 && cost <= r.sh.capacity) || o.id == ""
+	if invalid {
+		cost = 0
+	}
+	own := r.tokens >= cost
+	whole := r.agg == nil || r.atokens >= cost
+	shadow := o.kind == opShadow
+	switch {
+	case r.late || invalid:
+		return stLate
+	case !own && !shadow:
+		return stRefused
+	case !whole && !shadow:
+		return stAggregate
+	}
+	if !r.slotFree() {
+		return stInFlight
+	}
+	if !own || !whole {
+		return r.open(o.id, stShadow, 0)
+	}
+	return r.open(o.id, stAdmitted, cost)
+}
+
+// slotFree reports whether the in-flight cap leaves room for one more
+// request. At the cap it first sweeps out the requests whose process died
+// without finishing them, so that a crashed replica cannot hold a caller's
+// slots for longer than their TTL.
+func (r *batchRun) slotFree() bool {
+	if r.n >= r.sh.max {
+		if m := sweep(r.st, r.nowMS); m != r.n {
+			r.n, r.dirty = m, true
+		}
+	}
+	return r.n < r.sh.max
+}
+
+// open records id as open, having paid cost, and spends it from both
+// buckets. A tombstone turns it away (its batch was voided before it came),
+// and so does an id already open: a batch resent after a lost answer must
+// not admit, nor spend, twice.
+func (r *batchRun) open(id string, status int, cost float64) int {
+	if r.nowMS <= r.voidsUntil && r.st.voids[id] {
+		return stLate
+	}
+	if _, dup := r.st.open[id]; dup {
+		return stAlreadyOpen
+	}
+	if r.st.open == nil {
+		r.st.open = make(map[string]openReq)
+	}
+	r.st.open[id] = openReq{paid: cost, expiresMS: r.nowMS + r.sh.ttlMS}
+	if status == stAdmitted {
+		r.tokens -= cost
+		if r.agg != nil {
+			r.atokens -= cost
+		}
+	}
+	r.n++
+	r.dirty, r.opened = true, true
+	return status
+}
+
+// finish is an F or V operation: close an open request and settle it — a
+// finish by its delta, a void by refunding all it paid. Either of an id that
+// is not open settles nothing, so a repeated or late one never settles
+// twice; a void of such an id leaves a tombstone instead.
+func (r *batchRun) finish(o op) int {
+	rec, ok := r.st.open[o.id]
+	if !ok {
+		if o.kind == opVoid {
+			r.tombstone(o.id, int64(o.amount))
+		}
+		return stRefused
+	}
+	delete(r.st.open, o.id)
+	r.n--
+	give, delta := 0.0, 0.0
+	if o.kind == opVoid {
+		give = rec.paid
+	} else if delta = o.amount; delta < 0 {
+		give = -delta
+	}
+	r.settle(delta, give)
+	r.dirty = true
+	return stAdmitted
+}
+
+// tombstone marks a voided id that was never admitted, or not yet, until
+// keep (the voided batch's deadline, Unix ms): should its admit still come,
+// it admits nothing. A deadline already past needs no tombstone, since that
+// batch is late and admits nothing anyway.
+func (r *batchRun) tombstone(id string, keep int64) {
+	if keep <= r.nowMS {
+		return
+	}
+	if r.st.voids == nil {
+		r.st.voids = make(map[string]bool)
+	}
+	r.st.voids[id] = true
+	r.voidsUntil = max(r.voidsUntil, keep)
+	r.dirty = true
+}
+
+// settle debits delta (down to the debt floor) and refunds give (up to
+// capacity), on the bucket and the aggregate alike, in the script's order.
+func (r *batchRun) settle(delta, give float64) {
+	if delta > 0 {
+		r.tokens = max(r.tokens-delta, -r.sh.floor)
+		if r.agg != nil {
+			r.atokens = max(r.atokens-delta, -r.sh.floor)
+		}
+	}
+	if give > 0 {
+		r.tokens = min(r.tokens+give, r.sh.capacity)
+		if r.agg != nil {
+			r.atokens = min(r.atokens+give, r.sh.aggCap)
+		}
+	}
+}
+
+// commit is admit.lua's write step. Every key must live until its bucket is
+// full again and the open hash until its last request has expired — the
+// bucket at least as long as the hashes, so that a vanished bucket is
+// exactly a full, idle one. Expiries are pushed out (with slack, see later)
+// only when they must be, as the script keeps them (KEEPTTL) otherwise.
+func (r *batchRun) commit() {
+	st, nowMS := r.st, r.nowMS
+	st.b.n = max(r.n, 0)
+	if r.voidsUntil < nowMS {
+		r.voidsUntil, st.voids = 0, nil
+	}
+	st.b.voidsUntil = r.voidsUntil
+	if st.b.n > 0 && r.opened && st.b.openExpires <= nowMS+r.sh.ttlMS {
+		st.b.openExpires = later(nowMS, nowMS+r.sh.ttlMS)
+	}
+	voidsExpire := voidsExpiry(r.voidsUntil) // the bucket outlives the hash
+	need := nowMS + resetMS(r.tokens, r.sh.rate, r.sh.capacity)
+	if !st.found || need > st.b.expiresMS || st.b.openExpires > st.b.expiresMS || voidsExpire > st.b.expiresMS {
+		need = later(nowMS, need)
+		need = max(need, st.b.openExpires, voidsExpire)
+		st.b.expiresMS = need
+	}
+	st.b.tokens, st.b.sec, st.b.usec, st.found = r.tokens, r.now.sec, r.now.usec, true
+	if agg := r.agg; agg != nil {
+		aneed := nowMS + resetMS(r.atokens, r.sh.aggRate, r.sh.aggCap)
+		if !agg.found || aneed > agg.b.expiresMS {
+			agg.b.expiresMS = later(nowMS, aneed)
+		}
+		agg.b.tokens, agg.b.sec, agg.b.usec, agg.found = r.atokens, r.now.sec, r.now.usec, true
+	}
+}
