@@ -74,9 +74,9 @@
 //     told it failed and decided by the fail mode, and its admits are voided
 //     (refunded if they were applied) once its deadline has passed in Redis
 //     — a batch that reaches Redis after its deadline admits nothing.
-//   - The arithmetic is one Go function, applyBatch, that [MemoryStore] runs
-//     and the tests hold admit.lua to, operation for operation and bit for
-//     bit.
+//   - The arithmetic is one Go function, applyBatch (its steps in
+//     batch_run.go, named after the script's), that [MemoryStore] runs and
+//     the tests hold admit.lua to, operation for operation and bit for bit.
 //
 // # Failing over
 //
