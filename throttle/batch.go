@@ -150,16 +150,27 @@ func resetMS(tokens, rate, capacity float64) int64 {
 // Products are wrapped in float64() so the compiler cannot fuse them into
 // FMAs, which would round differently from Lua.
 //
-// Its steps are the script's three parts (batch_run.go): startBatch loads
-// the state as of now, batchRun.apply runs each operation, and
-// batchRun.commit writes the state back — only when an operation changed
-// something, as the script writes nothing for a batch of refusals and
-// peeks.
+// Its steps are the script's three parts (batch_run.go): batchRun.load
+// reads the state as of now, batchRun.admit and batchRun.finish run the
+// operations, and batchRun.commit writes the state back — only when an
+// operation changed something, as the script writes nothing for a batch of
+// refusals and peeks.
 func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []opResult {
-	r := startBatch(st, agg, sh, now)
+	r := batchRun{st: st, agg: agg, sh: sh, now: now}
+	r.load()
 	out := make([]opResult, len(ops))
 	for i, o := range ops {
-		out[i] = r.apply(o)
+		status := stAdmitted
+		switch o.kind {
+		case opAdmit, opShadow:
+			status = r.admit(o)
+		case opFinish, opVoid:
+			status = r.finish(o)
+		case opPeek: // reports the bucket
+		default:
+			status = stNotAnOp
+		}
+		out[i] = r.result(status)
 	}
 	if r.dirty {
 		r.commit()

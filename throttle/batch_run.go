@@ -20,13 +20,15 @@ type batchRun struct {
 	opened bool // a request was opened: the open hash may need a later expiry
 }
 
-// startBatch is admit.lua's load step: both buckets refilled as of now, and
-// the open requests and tombstones dropped when their hash has expired
-// (Redis: a key is gone once now is past its expiry).
-func startBatch(st, agg *keyState, sh shape, now clock) batchRun {
-	r := batchRun{st: st, agg: agg, sh: sh, now: now, nowMS: now.ms()}
+// load is admit.lua's load step, on a run that knows its state, shape and
+// clock: both buckets refilled as of now, and the open requests and
+// tombstones dropped when their hash has expired (Redis: a key is gone once
+// now is past its expiry).
+func (r *batchRun) load() {
+	st, sh := r.st, &r.sh
+	r.nowMS = r.now.ms()
 	r.late = sh.notAfterMS != 0 && r.nowMS > sh.notAfterMS
-	r.tokens = refill(st.b, st.found, now, sh.rate, sh.capacity, sh.floor)
+	r.tokens = refill(st.b, st.found, r.now, sh.rate, sh.capacity, sh.floor)
 	r.n = st.b.n
 	if !st.found || st.b.openExpires < r.nowMS {
 		r.n = 0
@@ -36,26 +38,15 @@ func startBatch(st, agg *keyState, sh shape, now clock) batchRun {
 		st.voids = nil
 	}
 	r.voidsUntil = st.b.voidsUntil
-	if agg != nil {
-		r.atokens = refill(agg.b, agg.found, now, sh.aggRate, sh.aggCap, sh.floor)
+	if r.agg != nil {
+		r.atokens = refill(r.agg.b, r.agg.found, r.now, sh.aggRate, sh.aggCap, sh.floor)
 	}
-	return r
 }
 
-// apply runs one operation and answers its status with the bucket's
-// micro-tokens after it — the aggregate's when the aggregate refused, so
-// that the caller's Retry-After follows from the bucket that said no.
-func (r *batchRun) apply(o op) opResult {
-	status := stAdmitted
-	switch o.kind {
-	case opAdmit, opShadow:
-		status = r.admit(o)
-	case opFinish, opVoid:
-		status = r.finish(o)
-	case opPeek:
-	default:
-		status = stNotAnOp
-	}
+// result answers an operation's status with the bucket's micro-tokens
+// after it — the aggregate's when the aggregate refused, so that the
+// caller's Retry-After follows from the bucket that said no.
+func (r *batchRun) result(status int) opResult {
 	if status == stAggregate {
 		return opResult{status: status, tokens: r.atokens}
 	}
