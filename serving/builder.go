@@ -29,7 +29,7 @@ type Builder interface {
 }
 
 // Builders returns the builders `geotoll prepare` runs, in order.
-func Builders() []Builder { return []Builder{Overview{}} }
+func Builders() []Builder { return []Builder{Overview{}, Subdivide{}} }
 
 // Target is one relation a builder keeps for a layer: what the registry
 // records about it, before it is built.
@@ -56,6 +56,9 @@ type Job struct {
 	// into, for the targets of this job: built already if they come
 	// before the one being built.
 	Next map[string]pgx.Identifier
+	// Repaired counts the source rows the job's builds repaired (made
+	// valid): reported in Result.Repaired.
+	Repaired int64
 }
 
 // RelationName is the stable name of a layer's relation with the given

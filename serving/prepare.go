@@ -85,6 +85,7 @@ type Result struct {
 	Relations      int   // relations built (or current)
 	Rows           int64 // their rows
 	SourceRows     int64 // rows of the layer's table
+	Repaired       int64 // source rows the build repaired (Job.Repaired); 0 unless built
 	Took           time.Duration
 	Err            error
 }
@@ -146,7 +147,7 @@ func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Opt
 		r.Took = time.Since(start)
 		o.Logger.LogAttrs(ctx, level(r), "prepare", slog.String("layer", r.Layer), slog.String("builder", r.Builder),
 			slog.String("status", string(r.Status)), slog.Int("relations", r.Relations), slog.Int64("rows", r.Rows),
-			slog.Int64("source_rows", r.SourceRows), slog.Duration("took", r.Took), slog.Any("err", r.Err))
+			slog.Int64("source_rows", r.SourceRows), slog.Int64("repaired", r.Repaired), slog.Duration("took", r.Took), slog.Any("err", r.Err))
 		out = append(out, r)
 	}
 	return out
@@ -220,7 +221,7 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 		if err != nil {
 			return err
 		}
-		r.Status, r.Relations, r.SourceRows = Built, len(targets), src.rows
+		r.Status, r.Relations, r.SourceRows, r.Repaired = Built, len(targets), src.rows, job.Repaired
 		return nil
 	})
 	r.Err = err

@@ -98,9 +98,13 @@ func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 	}
 }
 
-// one runs Prepare and returns its only result per builder.
+// one runs Prepare with one builder (Overview unless o names another) and
+// returns its result.
 func one(t *testing.T, pool *pgxpool.Pool, l *tiles.Layer, o serving.Options) serving.Result {
 	t.Helper()
+	if o.Builders == nil {
+		o.Builders = []serving.Builder{serving.Overview{}}
+	}
 	res := serving.Prepare(t.Context(), pool, []*tiles.Layer{l}, o)
 	if len(res) != 1 {
 		t.Fatalf("Prepare: %d results, want 1 (one builder): %+v", len(res), res)

@@ -5,8 +5,11 @@
 -- Template fields (double braces) come from the layer catalog, quoted with
 -- pgx.Identifier and rendered once per layer and relation at start-up:
 --   .Table .Geom   the relation read and its geometry column: the layer's
---                  own table, or one of its overviews (.Overview: simplified
+--                  own table, one of its overviews (.Overview: simplified
 --                  to the pixel and thinned of sub-pixel features when built)
+--                  or its pieces (.Pieces: rows cut into pieces of few
+--                  vertices; .Merge, over alias c.g, joins the clipped
+--                  pieces of one id back into one feature)
 --   .Transform     the relation is not in EPSG:3857: transform it
 --   .FilterExpr    the buffered envelope in the relation's SRID
 --   .ID            the id column (empty: features carry no id)
@@ -41,9 +44,22 @@ WITH RECURSIVE env AS NOT MATERIALIZED (
            $12::int AS budget, $13::int AS last_level
 ),
 near AS (
+    {{- if .Pieces}}
+    -- Pieces: each piece near the tile clipped and snapped on its own,
+    -- then the pieces of one id joined back into one feature (.Merge);
+    -- the cap counts features, not pieces.
+    SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
+    FROM (SELECT {{.Merge}} AS {{.Geom}}{{range .Cols}}, (array_agg(c.{{.}}))[1] AS {{.}}{{end}}
+          FROM (SELECT ST_AsMVTGeom({{.GeomExpr}}, env.geom, env.extent, env.buffer, true) AS g{{range .Cols}}, t.{{.}}{{end}}
+                FROM {{.Table}} AS t, env
+                WHERE t.{{.Geom}} && {{.FilterExpr}}) AS c
+          WHERE c.g IS NOT NULL
+          GROUP BY c.{{.ID}}) AS t
+    {{- else}}
     SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
     FROM {{.Table}} AS t, env
     WHERE t.{{.Geom}} && {{.FilterExpr}}
+    {{- end}}
     ORDER BY {{.Order}}
     LIMIT $8::int
 ),
@@ -56,10 +72,11 @@ feats AS MATERIALIZED (
                     CASE WHEN ST_XMax(b.e) - ST_XMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
                           AND ST_YMax(b.e) - ST_YMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
                          THEN ST_AsMVTGeom(ST_Centroid(b.e), env.geom, env.extent, env.buffer, true) END)
+           {{- else if .Pieces}}t.{{.Geom}}
            {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS geom,
            row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
-    FROM near AS t, env,
-         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m{{if .Overview}},
+    FROM near AS t, env{{if not .Pieces}},
+         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m{{end}}{{if .Overview}},
          LATERAL (SELECT ST_Envelope(m.g) AS e) AS b{{end}}
 ),
 fit (level, mvt) AS (

@@ -56,6 +56,9 @@ type Layer struct {
 	// Overviews are the low zooms read from tables `geotoll prepare`
 	// builds (see package serving).
 	Overviews Overviews `yaml:"overviews"`
+	// Subdivide is the pieces `geotoll prepare` cuts a line or polygon
+	// layer's rows into, read above the overview band.
+	Subdivide Subdivide `yaml:"subdivide"`
 	// StatementTimeout bounds each tile query of this layer (SET LOCAL
 	// statement_timeout). It should be tighter than the read role's own.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
@@ -158,6 +161,7 @@ func (l *Layer) withDefaults() {
 		l.MaxAge = DefaultMaxAge
 	}
 	l.Generalize.withDefaults(l.DataMaxZoom)
+	l.Subdivide.withDefaults()
 }
 
 func (l *Layer) validate() error {
@@ -200,6 +204,9 @@ func (l *Layer) validate() error {
 		bad("max_age %s must be within 1s..8760h", l.MaxAge)
 	}
 	if err := l.Generalize.validate(l.DataMaxZoom); err != nil {
+		errs = append(errs, err)
+	}
+	if err := l.Subdivide.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o := l.Overviews; o.MinZoom < 0 || o.MaxZoom < 0 || o.MaxZoom > int(MaxZoom) || (o.MaxZoom != 0 && o.MinZoom > o.MaxZoom) {

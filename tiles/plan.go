@@ -90,11 +90,14 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 				continue
 			}
 			width[z] = w
+			g := s.Params.generalization(maptile.Zoom(z)) //nolint:gosec // G115: zooms are 0..tiles.MaxZoom, validated with the configuration
+			if s.Builder == BuilderSubdivide {
+				g = l.Generalize.At(maptile.Zoom(z), l.Extent) //nolint:gosec // G115: as above
+			}
 			p.zooms[z] = zoomQuery{sql: sql, source: Source{
 				Relation: rel.ident, GeometryColumn: rel.geom, SRID: rel.srid, Kind: kind,
 				Builder: s.Builder, Rows: s.Rows, BuiltAt: s.BuiltAt,
-				Generalization: s.Params.generalization(maptile.Zoom(z)), //nolint:gosec // G115: zooms are 0..tiles.MaxZoom, validated with the configuration
-				Clustered:      kind == KindPoint,
+				Generalization: g, Clustered: kind == KindPoint,
 			}}
 		}
 	}
@@ -107,8 +110,10 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 // since `geotoll prepare` ran).
 func (l *Layer) usable(kind Kind, s *Storage) error {
 	switch {
-	case s.Builder != BuilderOverview:
+	case s.Builder != BuilderOverview && s.Builder != BuilderSubdivide:
 		return fmt.Errorf("layer %q: storage %s: builder %q is not read by this server", l.Name, s.Relation, s.Builder)
+	case s.Builder == BuilderSubdivide && (l.WithoutID || kind == KindPoint || kind == KindMixed):
+		return fmt.Errorf("layer %q: storage %s: pieces serve only line and polygon layers with ids", l.Name, s.Relation)
 	case s.ZoomMin < 0 || s.ZoomMax > int(MaxZoom) || s.ZoomMin > s.ZoomMax:
 		return fmt.Errorf("layer %q: storage %s: zooms %d..%d", l.Name, s.Relation, s.ZoomMin, s.ZoomMax)
 	case s.Kind != kind:
@@ -173,6 +178,11 @@ type queryData struct {
 	ID, Order                         string
 	Props, Cols                       []string
 	Overview, Cluster, Transform      bool
+	// Pieces: the relation holds pieces of the layer's rows (a
+	// BuilderSubdivide storage), joined back per id; Merge is the
+	// aggregate that joins them.
+	Pieces bool
+	Merge  string
 }
 
 // renderQuery renders the tile query of kind over rel: sql/tile_points.sql
@@ -183,8 +193,9 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	geom := column(rel.geom)
 	d := queryData{
 		Table: rel.ident.Sanitize(), Geom: geom,
-		Overview: rel.storage != nil, Cluster: clustered,
-		Order: orderSQL("t", l.order),
+		Overview: rel.storage != nil && rel.storage.Builder == BuilderOverview, Cluster: clustered,
+		Pieces: rel.storage != nil && rel.storage.Builder == BuilderSubdivide,
+		Order:  orderSQL("t", l.order),
 	}
 	if !l.WithoutID {
 		d.ID = column(l.IDColumn)
@@ -202,6 +213,9 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 		d.Transform = true
 		d.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
 		d.FilterExpr = "ST_Transform(ST_Expand(env.geom, env.buffer_m), " + sridText(rel.srid) + ")"
+	}
+	if d.Pieces {
+		d.Merge = mergeSQL(kind)
 	}
 	tmpl := linesTemplate
 	if kind == KindPoint {

@@ -26,7 +26,7 @@ const BuilderOverview = "overview"
 // which writes it).
 type Storage struct {
 	Layer    string // the layer's name
-	Builder  string // what built it: BuilderOverview
+	Builder  string // what built it: BuilderOverview or BuilderSubdivide
 	Relation string // its table in ServingSchema
 	// ZoomMin..ZoomMax are the tile zooms it serves; both -1 for storage
 	// that serves no tile zoom.
@@ -67,6 +67,8 @@ type StorageParams struct {
 	// simplification.
 	ToleranceMetres float64 `json:"tolerance_m,omitempty"`
 	MinSizeMetres   float64 `json:"min_size_m,omitempty"`
+	// MaxVertices is the most vertices of a piece (BuilderSubdivide).
+	MaxVertices int `json:"max_vertices,omitempty"`
 	// OrderBy is the order that chose each cluster's representative.
 	OrderBy []string `json:"order_by,omitempty"`
 }

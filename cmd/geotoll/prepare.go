@@ -135,14 +135,14 @@ func selectLayers(c *tiles.Catalog, list string) ([]*tiles.Layer, error) {
 // writeResults prints one line per layer and builder.
 func writeResults(w io.Writer, results []serving.Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "layer\tbuilder\tstatus\trelations\trows\tsource rows\ttook\terror")
+	fmt.Fprintln(tw, "layer\tbuilder\tstatus\trelations\trows\tsource rows\trepaired\ttook\terror")
 	for _, r := range results {
 		msg := ""
 		if r.Err != nil {
 			msg = r.Err.Error()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Layer, r.Builder, r.Status, r.Relations, r.Rows,
-			r.SourceRows, r.Took.Round(time.Millisecond), msg)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Layer, r.Builder, r.Status, r.Relations, r.Rows,
+			r.SourceRows, r.Repaired, r.Took.Round(time.Millisecond), msg)
 	}
 	_ = tw.Flush()
 }

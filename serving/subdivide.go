@@ -1,0 +1,106 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// Subdivide builds a line or polygon layer's pieces: one table,
+// RelationName(layer, "sub"), holding every row of the layer's table cut
+// with ST_Subdivide into pieces of at most the layer's
+// subdivide.max_vertices vertices, each with the row's columns (id,
+// properties, order_by) and its geometry column by the same names, in the
+// same SRID, with a GiST index on the geometry and a btree on the id.
+// Pieces that are not valid are repaired with ST_MakeValid after the cut
+// (cutting first is what makes a repair of a country border take seconds,
+// not minutes); the rows repaired are counted in the build's
+// Result.Repaired. Tiles of the zooms above the overview band read the
+// pieces near the tile and join them back per id (tiles.BuilderSubdivide).
+//
+// Its registry row serves those zooms (tiles.Layer.SubdivideZooms); its
+// source_table is the layer's table: the pieces of a table are the rows
+// with builder 'subdivide' and source_table::regclass the table's.
+type Subdivide struct{}
+
+// subdivideVersion is recorded in the pieces' params: a change to what
+// the builder writes bumps it, and every layer's pieces are rebuilt.
+const subdivideVersion = 1
+
+// chunkPieces is how many pieces' worth of vertices a chunk holds at
+// most: rows are cut into chunks by quarters of their box, chunks are
+// repaired where invalid, then cut into pieces (see
+// sql/serving_subdivide_fill.sql).
+const chunkPieces = 16
+
+// Name is tiles.BuilderSubdivide.
+func (Subdivide) Name() string { return tiles.BuilderSubdivide }
+
+// Targets returns the layer's pieces, or none when it has none (see
+// tiles.Layer.SubdivideZooms).
+func (Subdivide) Targets(l *tiles.Layer, kind tiles.Kind) []Target {
+	lo, hi, ok := l.SubdivideZooms(kind)
+	if !ok {
+		return nil
+	}
+	return []Target{{
+		Relation: RelationName(l.Name, "sub"),
+		ZoomMin:  lo, ZoomMax: hi,
+		GeometryColumn: l.GeometryColumn, SRID: l.SRID, Kind: kind,
+		Columns: l.Columns(),
+		Params:  tiles.StorageParams{Version: subdivideVersion, MaxVertices: l.Subdivide.MaxVertices},
+	}}
+}
+
+var (
+	subdivideCreateTemplate = parse("serving_subdivide_create.sql")
+	subdivideFillTemplate   = parse("serving_subdivide_fill.sql")
+)
+
+// subdivideData fills the pieces templates (see their headers).
+type subdivideData struct {
+	Next, Source, Geom, SRID, ID string
+	Cols                         []string
+}
+
+// Build creates, fills and indexes the layer's pieces, and adds the rows
+// it repaired to job.Repaired.
+func (Subdivide) Build(ctx context.Context, job *Job, t Target) (int64, error) {
+	l := job.Layer
+	next := job.Next[t.Relation]
+	d := subdivideData{
+		Next: next.Sanitize(), Source: l.TableIdent().Sanitize(),
+		Geom: pgx.Identifier{t.GeometryColumn}.Sanitize(), SRID: strconv.Itoa(t.SRID),
+		ID: pgx.Identifier{l.IDColumn}.Sanitize(),
+	}
+	for _, c := range t.Columns {
+		d.Cols = append(d.Cols, pgx.Identifier{c}.Sanitize())
+	}
+	if err := exec(ctx, job.Tx, subdivideCreateTemplate, d); err != nil {
+		return 0, err
+	}
+	fill, err := render(subdivideFillTemplate, d)
+	if err != nil {
+		return 0, err
+	}
+	dim := 3
+	if t.Kind == tiles.KindLine {
+		dim = 2
+	}
+	var pieces, repaired int64
+	if err := job.Tx.QueryRow(ctx, fill, t.Params.MaxVertices, dim, t.Params.MaxVertices*chunkPieces).Scan(&pieces, &repaired); err != nil {
+		return 0, fmt.Errorf("fill %s: %w", t.Relation, err)
+	}
+	job.Repaired += repaired
+	for _, ix := range []struct{ suffix, using string }{{"gist", "gist (" + d.Geom + ")"}, {"id", "btree (" + d.ID + ")"}} {
+		name := pgx.Identifier{t.Relation + "_next_" + ix.suffix}.Sanitize()
+		if _, err := job.Tx.Exec(ctx, "CREATE INDEX "+name+" ON "+d.Next+" USING "+ix.using); err != nil {
+			return 0, fmt.Errorf("index %s: %w", t.Relation, err)
+		}
+	}
+	return pieces, nil
+}
