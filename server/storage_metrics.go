@@ -14,12 +14,15 @@ type storageCollector struct {
 	catalog             *tiles.Catalog
 	now                 func() time.Time
 	age, rows, overview *prometheus.Desc
+	heavy               *prometheus.Desc
 }
 
 // WatchTileStorage exports, per layer and builder, the age of its serving
 // storage (seconds since `geotoll prepare` last found it current) and its
 // rows, and per layer whether an overview band is configured but no
-// overview is read (then its low zooms read the table itself).
+// overview is read (then its low zooms read the table itself) and
+// whether it is heavy (tiles.Layer.Heavy: its largest rows are read whole
+// above the overview band).
 func WatchTileStorage(reg prometheus.Registerer, c *tiles.Catalog, now func() time.Time) error {
 	return reg.Register(&storageCollector{
 		catalog: c, now: now,
@@ -30,6 +33,9 @@ func WatchTileStorage(reg prometheus.Registerer, c *tiles.Catalog, now func() ti
 			"Rows of a layer's serving storage, by layer and builder.", []string{"layer", "builder"}, nil),
 		overview: prometheus.NewDesc("geotoll_tile_overviews_missing",
 			"1 when a layer has an overview band but reads no overview (run geotoll prepare), else 0.", []string{"layer"}, nil),
+		heavy: prometheus.NewDesc("geotoll_tile_layer_heavy",
+			"1 when a line or polygon layer's largest rows exceed its subdivide max_vertices and it reads no pieces (run geotoll prepare), else 0.",
+			[]string{"layer"}, nil),
 	})
 }
 
@@ -37,6 +43,7 @@ func (c *storageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.age
 	ch <- c.rows
 	ch <- c.overview
+	ch <- c.heavy
 }
 
 func (c *storageCollector) Collect(ch chan<- prometheus.Metric) {
@@ -59,5 +66,10 @@ func (c *storageCollector) Collect(ch chan<- prometheus.Metric) {
 			send(c.rows, float64(s.Rows), l.Name, s.Builder)
 		}
 		send(c.overview, missing, l.Name)
+		heavy := 0.0
+		if l.Heavy() != nil {
+			heavy = 1
+		}
+		send(c.heavy, heavy, l.Name)
 	}
 }

@@ -16,6 +16,8 @@ import (
 type layerState struct {
 	plan     atomic.Pointer[plan]
 	kindRead atomic.Bool // the geometry kind was read from the database
+	// maxVertices is the vertices of the largest rows (Layer.CheckHeavy).
+	maxVertices atomic.Int64
 }
 
 // plan is what a tile of a layer runs at each zoom: its query text and the

@@ -191,6 +191,9 @@ type layerMeta struct {
 	GeometryKind  Kind          `json:"geometry_kind"`
 	ServedMaxZoom int           `json:"served_maxzoom"`
 	Storage       []storageMeta `json:"storage"`
+	// Heavy: the layer's largest rows exceed its pieces' vertices and it
+	// reads no pieces (see Layer.Heavy).
+	Heavy *Heavy `json:"heavy,omitempty"`
 }
 
 type storageMeta struct {
@@ -199,7 +202,7 @@ type storageMeta struct {
 }
 
 func metaOf(l *Layer, now time.Time) layerMeta {
-	m := layerMeta{GeometryKind: l.Kind(), ServedMaxZoom: l.MaxZoom, Storage: []storageMeta{}}
+	m := layerMeta{GeometryKind: l.Kind(), ServedMaxZoom: l.MaxZoom, Storage: []storageMeta{}, Heavy: l.Heavy()}
 	for _, s := range l.StorageSummary() {
 		m.Storage = append(m.Storage, storageMeta{StorageSummary: s, AgeSeconds: int64(s.Age(now) / time.Second)})
 	}

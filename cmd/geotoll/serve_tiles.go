@@ -77,6 +77,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 				"layer", l.Name, "overview_zooms", fmt.Sprintf("%d-%d", lo, hi))
 		}
 	}
+	m.checkHeavy(ctx, catalog)
 	if err := server.WatchTileStorage(m.Registry, catalog, time.Now); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -98,6 +99,26 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 		Catalog: catalog, Store: store, Gate: gate, Logger: m.Logger,
 		Cache: cache, Describer: store, Proxies: proxies, Observer: metrics, BasePath: cfg.BasePath,
 	}, nil
+}
+
+// checkHeavy reads the largest rows of every line and polygon layer
+// (tiles.Layer.CheckHeavy) and warns of the heavy ones: their tiles above
+// the overview band read those rows whole until `geotoll prepare` builds
+// their pieces.
+func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
+	for _, l := range catalog.Layers() {
+		hctx, cancel := context.WithTimeout(ctx, discoverTimeout)
+		err := l.CheckHeavy(hctx, m.Pool)
+		cancel()
+		if err != nil {
+			m.Logger.Warn("tile layer: largest rows not read", "layer", l.Name, "err", err)
+			continue
+		}
+		if h := l.Heavy(); h != nil {
+			m.Logger.Warn("tile layer is heavy: its largest rows are read and clipped whole above the overview band; run `geotoll prepare` to build its pieces",
+				"layer", l.Name, "max_vertices", h.MaxVertices, "subdivide_max_vertices", h.Limit)
+		}
+	}
 }
 
 // refreshStorage re-reads the serving registry and the unknown geometry
