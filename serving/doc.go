@@ -1,8 +1,10 @@
 // Package serving builds the serving storage of tile layers: relations
 // derived from a layer's table that its tiles read instead of it. `geotoll
-// prepare` runs [Prepare] with every [Builder] of [Builders]; today one,
-// [Overview] (per-zoom overview tables of the layer's low zooms). Package
-// tiles reads what was built (tiles.LoadStorage, tiles.Catalog.Refresh).
+// prepare` runs [Prepare] with every [Builder] of [Builders]: [Overview]
+// (per-zoom overview tables of the layer's low zooms) and [Subdivide] (a
+// line or polygon layer's rows cut into pieces of few vertices, for the
+// zooms above). Package tiles reads what was built (tiles.LoadStorage,
+// tiles.Catalog.Refresh).
 //
 // # Schema and registry (the contract)
 //
@@ -79,11 +81,17 @@
 // storage changed, and exports how stale each layer's storage may be:
 // geotoll_tile_storage_age_seconds (seconds since checked_at), also in
 // TileJSON and the /tiles catalog (storage[].age_seconds). serve itself
-// never writes: it connects as the read-only role.
+// never writes: it connects as the read-only role. Pieces are kept
+// current the same way: any committed write to the layer's table changes
+// its signature, and the next run rebuilds them.
+//
+// Other code finds the pieces of a table by the registry:
+// builder = 'subdivide' AND source_table::regclass = <the table>::regclass
+// (relation is the pieces' table; columns include the id column).
 //
 // # Adding a builder
 //
-// A builder (e.g. subdivided pieces of heavy polygons) implements
+// A builder implements
 // [Builder] and is added to [Builders]: its targets name their relations
 // (RelationName(layer, suffix)), zoom ranges (or -1 for none), columns and
 // params; its Build fills job.Next[relation] and names its indexes

@@ -109,6 +109,15 @@
 // kind, missing columns, an unknown builder) is left out with a warning;
 // those zooms read the table.
 //
+// Above the overview band, a line or polygon layer reads its pieces
+// (BuilderSubdivide: its rows cut into pieces of at most
+// Subdivide.MaxVertices vertices): the pieces near the tile, each clipped
+// and snapped by ST_AsMVTGeom, joined back per id into one feature
+// (polygons by ST_Union on the tile's grid, lines by ST_LineMerge), so a
+// tile reads a few hundred vertices per feature instead of whole rows.
+// [Layer.Heavy] reports a layer whose largest rows exceed that size while
+// it reads no pieces.
+//
 // [Layer.Source] says what a tile of a layer at zoom z actually reads: the
 // relation (the table, or an overview), its geometry column, SRID and kind,
 // the builder and its row count, and the [Generalization] applied (cluster

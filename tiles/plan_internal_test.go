@@ -87,19 +87,21 @@ func TestPlanChoosesStorage(t *testing.T) {
 	wide := rows[3]
 	wide.Relation, wide.ZoomMin, wide.ZoomMax = "wide", 0, 10 // wider: loses where a per-zoom overview serves
 	foreign := rows[0]
-	foreign.Relation, foreign.Builder = "foreign", "subdivide"
+	foreign.Relation, foreign.Builder = "foreign", "tin"
+	pieces := rows[4]
+	pieces.Relation, pieces.Builder = "pieces", BuilderSubdivide
 	points := rows[1]
 	points.Relation, points.Kind = "lines", KindLine
 	stale := rows[2]
 	stale.Relation, stale.Columns = "stale", []string{"id"}
-	p, skipped, err := l.newPlan(KindPoint, append(rows, wide, foreign, points, stale))
+	p, skipped, err := l.newPlan(KindPoint, append(rows, wide, foreign, pieces, points, stale))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(skipped) != 3 {
-		t.Errorf("skipped %v, want the unknown builder, the other kind and the missing column", skipped)
+	if len(skipped) != 4 {
+		t.Errorf("skipped %v, want the unknown builder, pieces of points, the other kind and the missing column", skipped)
 	}
-	for _, want := range []string{`builder "subdivide"`, "holds line geometries", `lacks column "name"`} {
+	for _, want := range []string{`builder "tin"`, "pieces serve only line and polygon layers", "holds line geometries", `lacks column "name"`} {
 		found := false
 		for _, err := range skipped {
 			found = found || strings.Contains(err.Error(), want)
