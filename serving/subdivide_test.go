@@ -121,7 +121,8 @@ func TestSubdividePieces(t *testing.T) {
 }
 
 // TestTilesFromPieces: a tile read from the pieces holds at most one
-// feature per id, and its features cover the area the same tile read
+// feature per id, with as many polygons as the table's (no seam where the
+// pieces meet), and its features cover the area the same tile read
 // from the table covers, within 1 % (both decoded from the MVT PostGIS
 // wrote), at zooms where the disc is cut into many pieces.
 func TestTilesFromPieces(t *testing.T) {
@@ -144,8 +145,11 @@ func TestTilesFromPieces(t *testing.T) {
 		if l.Source(tile.Z).Builder != tiles.BuilderSubdivide {
 			t.Fatalf("%v: reads %+v", tile, l.Source(tile.Z))
 		}
-		gotIDs, got := tileArea(t, store, l, tile)
-		_, want := tileArea(t, store, raw, tile)
+		gotIDs, got, gotPolys := tileArea(t, store, l, tile)
+		_, want, wantPolys := tileArea(t, store, raw, tile)
+		if gotPolys != wantPolys {
+			t.Errorf("%v: %d polygons from the pieces, %d from the table: seams left inside an outline", tile, gotPolys, wantPolys)
+		}
 		for id, n := range gotIDs {
 			if n > 1 {
 				t.Errorf("%v: id %v drawn as %d features", tile, id, n)
@@ -158,18 +162,18 @@ func TestTilesFromPieces(t *testing.T) {
 	}
 }
 
-// tileArea renders tile of l and returns its features per id and the
-// area they cover, in tile units.
-func tileArea(t *testing.T, store *tiles.Store, l *tiles.Layer, tile maptile.Tile) (map[any]int, float64) {
+// tileArea renders tile of l and returns its features per id, the area
+// they cover, in tile units, and their polygons.
+func tileArea(t *testing.T, store *tiles.Store, l *tiles.Layer, tile maptile.Tile) (map[any]int, float64, int) {
 	t.Helper()
 	r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
 	if err != nil {
 		t.Fatalf("%v: %v", tile, err)
 	}
 	ids := map[any]int{}
-	area := 0.0
+	area, polygons := 0.0, 0
 	if len(r.MVT) == 0 {
-		return ids, 0
+		return ids, 0, 0
 	}
 	layers, err := mvt.Unmarshal(r.MVT)
 	if err != nil {
@@ -178,6 +182,12 @@ func tileArea(t *testing.T, store *tiles.Store, l *tiles.Layer, tile maptile.Til
 	for _, f := range layers[0].Features {
 		ids[f.ID]++
 		area += planar.Area(f.Geometry)
+		switch g := f.Geometry.(type) {
+		case orb.Polygon:
+			polygons++
+		case orb.MultiPolygon:
+			polygons += len(g)
+		}
 	}
-	return ids, area
+	return ids, area, polygons
 }

@@ -8,8 +8,9 @@
 --                  own table, one of its overviews (.Overview: simplified
 --                  to the pixel and thinned of sub-pixel features when built)
 --                  or its pieces (.Pieces: rows cut into pieces of few
---                  vertices; .Merge, over alias c.g, joins the clipped
---                  pieces of one id back into one feature)
+--                  vertices; .Merge joins the clipped
+--                  pieces of one id, collected in m.g, back into one
+--                  feature)
 --   .Transform     the relation is not in EPSG:3857: transform it
 --   .FilterExpr    the buffered envelope in the relation's SRID
 --   .ID            the id column (empty: features carry no id)
@@ -49,12 +50,14 @@ near AS (
     -- then the pieces of one id joined back into one feature (.Merge);
     -- the cap counts features, not pieces.
     SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
-    FROM (SELECT {{.Merge}} AS {{.Geom}}{{range .Cols}}, (array_agg(c.{{.}}))[1] AS {{.}}{{end}}
-          FROM (SELECT ST_AsMVTGeom({{.GeomExpr}}, env.geom, env.extent, env.buffer, true) AS g{{range .Cols}}, t.{{.}}{{end}}
-                FROM {{.Table}} AS t, env
-                WHERE t.{{.Geom}} && {{.FilterExpr}}) AS c
-          WHERE c.g IS NOT NULL
-          GROUP BY c.{{.ID}}) AS t
+    FROM (SELECT {{.Merge}} AS {{.Geom}}{{range .Cols}}, m.{{.}}{{end}}
+          FROM (SELECT ST_Collect(c.g) AS g{{range .Cols}}, (array_agg(c.{{.}}))[1] AS {{.}}{{end}}
+                FROM (SELECT ST_AsMVTGeom({{.GeomExpr}}, env.geom, env.extent, env.buffer, true) AS g{{range .Cols}}, t.{{.}}{{end}}
+                      FROM {{.Table}} AS t, env
+                      WHERE t.{{.Geom}} && {{.FilterExpr}}) AS c
+                WHERE c.g IS NOT NULL
+                GROUP BY c.{{.ID}}) AS m, env) AS t
+    WHERE t.{{.Geom}} IS NOT NULL
     {{- else}}
     SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
     FROM {{.Table}} AS t, env

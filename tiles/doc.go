@@ -113,7 +113,8 @@
 // (BuilderSubdivide: its rows cut into pieces of at most
 // Subdivide.MaxVertices vertices): the pieces near the tile, each clipped
 // and snapped by ST_AsMVTGeom, joined back per id into one feature
-// (polygons by ST_Union on the tile's grid, lines by ST_LineMerge), so a
+// (polygons drawn once more as one collection by ST_AsMVTGeom, whose
+// clipping fills them as one area; lines by ST_LineMerge), so a
 // tile reads a few hundred vertices per feature instead of whole rows.
 // [Layer.Heavy] reports a layer whose largest rows exceed that size while
 // it reads no pieces.

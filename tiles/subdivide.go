@@ -66,13 +66,17 @@ type Heavy struct {
 	Fix string `json:"fix"`
 }
 
-// mergeSQL is the aggregate that joins the clipped pieces c.g of one id
-// back into one feature: polygons are unioned on the tile's grid (the
-// pieces share their cut edges exactly, so no seam is left inside an
-// outline), lines are collected and merged at their shared ends.
+// mergeSQL joins the clipped pieces of one id, collected in m.g (tile
+// units, y down), back into one feature. Polygons: ST_AsMVTGeom again
+// over the collection, with y turned back up and the tile's own box as
+// bounds (an identity on the grid): its polygon clipping (wagyu) fills
+// the collection's rings as one area, so the cut edges the pieces share
+// vanish and no seam is left inside an outline (on a z8 tile over the
+// 10 m Norway coast: 24 ms, against 82 ms for ST_Union and 278 ms for the
+// table; see BENCHMARKS.md). Lines are merged at their shared ends.
 func mergeSQL(kind Kind) string {
 	if kind == KindLine {
-		return "ST_LineMerge(ST_CollectionExtract(ST_Collect(c.g), 2))"
+		return "ST_LineMerge(ST_CollectionExtract(m.g, 2))"
 	}
-	return "ST_Union(c.g, 1.0)"
+	return "ST_AsMVTGeom(ST_Scale(m.g, 1, -1), ST_MakeBox2D(ST_Point(0, -env.extent), ST_Point(env.extent, 0)), env.extent, env.buffer, true)"
 }
