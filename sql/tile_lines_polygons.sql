@@ -8,9 +8,7 @@
 --                  own table, one of its overviews (.Overview: simplified
 --                  to the pixel and thinned of sub-pixel features when built)
 --                  or its pieces (.Pieces: rows cut into pieces of few
---                  vertices; .Merge joins the clipped
---                  pieces of one id, collected in m.g, back into one
---                  feature)
+--                  vertices, joined back per id; .LineMerge: lines)
 --   .Transform     the relation is not in EPSG:3857: transform it
 --   .FilterExpr    the buffered envelope in the relation's SRID
 --   .ID            the id column (empty: features carry no id)
@@ -46,16 +44,22 @@ WITH RECURSIVE env AS NOT MATERIALIZED (
 ),
 near AS (
     {{- if .Pieces}}
-    -- Pieces: each piece near the tile clipped and snapped on its own,
-    -- then the pieces of one id joined back into one feature (.Merge);
-    -- the cap counts features, not pieces.
+    -- Pieces: the pieces near the tile, snapped to the tile's grid (in the
+    -- relation's units, so ST_AsMVTGeom's own snap changes nothing), are
+    -- collected per id and drawn once by ST_AsMVTGeom, whose polygon
+    -- clipping (wagyu) fills the collection's rings as one area: the cut
+    -- edges the pieces share vanish, no seam is left inside an outline.
+    -- .LineMerge joins a line's pieces at their shared ends. The cap
+    -- counts features, not pieces.
     SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
-    FROM (SELECT {{.Merge}} AS {{.Geom}}{{range .Cols}}, m.{{.}}{{end}}
+    FROM (SELECT {{if .LineMerge}}ST_LineMerge(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true))
+                 {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS {{.Geom}}{{range .Cols}}, m.{{.}}{{end}}
           FROM (SELECT ST_Collect(c.g) AS g{{range .Cols}}, (array_agg(c.{{.}}))[1] AS {{.}}{{end}}
-                FROM (SELECT ST_AsMVTGeom({{.GeomExpr}}, env.geom, env.extent, env.buffer, true) AS g{{range .Cols}}, t.{{.}}{{end}}
-                      FROM {{.Table}} AS t, env
+                FROM (SELECT ST_RemoveRepeatedPoints(ST_SnapToGrid({{.GeomExpr}}, ST_XMin(env.geom), ST_YMin(env.geom), g.cell, g.cell)) AS g{{range .Cols}}, t.{{.}}{{end}}
+                      FROM {{.Table}} AS t, env,
+                           LATERAL (SELECT (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent AS cell) AS g
                       WHERE t.{{.Geom}} && {{.FilterExpr}}) AS c
-                WHERE c.g IS NOT NULL
+                WHERE NOT ST_IsEmpty(c.g)
                 GROUP BY c.{{.ID}}) AS m, env) AS t
     WHERE t.{{.Geom}} IS NOT NULL
     {{- else}}

@@ -111,11 +111,12 @@
 //
 // Above the overview band, a line or polygon layer reads its pieces
 // (BuilderSubdivide: its rows cut into pieces of at most
-// Subdivide.MaxVertices vertices): the pieces near the tile, each clipped
-// and snapped by ST_AsMVTGeom, joined back per id into one feature
-// (polygons drawn once more as one collection by ST_AsMVTGeom, whose
-// clipping fills them as one area; lines by ST_LineMerge), so a
-// tile reads a few hundred vertices per feature instead of whole rows.
+// Subdivide.MaxVertices vertices): the pieces near the tile, snapped to
+// the tile's grid, collected per id and drawn as one feature by
+// ST_AsMVTGeom, whose polygon clipping (wagyu) fills the collection as one
+// area, so no seam is left where pieces meet (lines are merged at their
+// shared ends by ST_LineMerge). A tile reads the pieces near it instead
+// of whole rows.
 // [Layer.Heavy] reports a layer whose largest rows exceed that size while
 // it reads no pieces.
 //

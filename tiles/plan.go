@@ -181,10 +181,9 @@ type queryData struct {
 	Props, Cols                       []string
 	Overview, Cluster, Transform      bool
 	// Pieces: the relation holds pieces of the layer's rows (a
-	// BuilderSubdivide storage), joined back per id; Merge is the
-	// aggregate that joins them.
-	Pieces bool
-	Merge  string
+	// BuilderSubdivide storage), joined back per id; LineMerge: they are
+	// lines, merged at their shared ends.
+	Pieces, LineMerge bool
 }
 
 // renderQuery renders the tile query of kind over rel: sql/tile_points.sql
@@ -216,9 +215,7 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 		d.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
 		d.FilterExpr = "ST_Transform(ST_Expand(env.geom, env.buffer_m), " + sridText(rel.srid) + ")"
 	}
-	if d.Pieces {
-		d.Merge = mergeSQL(kind)
-	}
+	d.LineMerge = d.Pieces && kind == KindLine
 	tmpl := linesTemplate
 	if kind == KindPoint {
 		tmpl = pointsTemplate

@@ -12,7 +12,8 @@ const BuilderSubdivide = "subdivide"
 // DefaultSubdivideMaxVertices), repaired where invalid, with the row's id
 // and properties. The zooms above the overview band read the pieces near
 // the tile instead of whole rows, and join them back into one feature per
-// id. A layer without ids (without_id) has none.
+// id (sql/tile_lines_polygons.sql). A layer without ids (without_id) has
+// none.
 type Subdivide struct {
 	Off         bool `yaml:"off"`
 	MaxVertices int  `yaml:"max_vertices"`
@@ -64,19 +65,4 @@ type Heavy struct {
 	Limit int `json:"limit"`
 	// Fix is the command that builds the pieces.
 	Fix string `json:"fix"`
-}
-
-// mergeSQL joins the clipped pieces of one id, collected in m.g (tile
-// units, y down), back into one feature. Polygons: ST_AsMVTGeom again
-// over the collection, with y turned back up and the tile's own box as
-// bounds (an identity on the grid): its polygon clipping (wagyu) fills
-// the collection's rings as one area, so the cut edges the pieces share
-// vanish and no seam is left inside an outline (on a z8 tile over the
-// 10 m Norway coast: 24 ms, against 82 ms for ST_Union and 278 ms for the
-// table; see BENCHMARKS.md). Lines are merged at their shared ends.
-func mergeSQL(kind Kind) string {
-	if kind == KindLine {
-		return "ST_LineMerge(ST_CollectionExtract(m.g, 2))"
-	}
-	return "ST_AsMVTGeom(ST_Scale(m.g, 1, -1), ST_MakeBox2D(ST_Point(0, -env.extent), ST_Point(env.extent, 0)), env.extent, env.buffer, true)"
 }
