@@ -191,3 +191,64 @@ func tileArea(t *testing.T, store *tiles.Store, l *tiles.Layer, tile maptile.Til
 	}
 	return ids, area, polygons
 }
+
+// TestLineTilesFromPieces: a line layer's tiles from the pieces hold one
+// feature per id, merged where the pieces meet, as long as the table's
+// (within 1 %).
+func TestLineTilesFromPieces(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "sublines_")
+	f.exec(t, `CREATE TABLE {s}.rings AS SELECT id, name, ST_ExteriorRing(ST_Buffer(ST_Point(0, 0, 3857), 100000 * id, 'quad_segs=1024')) AS geom
+		FROM (VALUES (1, 'small'), (2, 'large')) AS v(id, name)`)
+	f.exec(t, `GRANT SELECT ON {s}.rings TO geotoll_reader`)
+	layer := shapesLayer(name, f.schema)
+	layer.Table, layer.GeometryKind = "rings", tiles.KindLine
+	cat := catalog(t, layer)
+	raw := catalog(t, layer).Layer(name)
+	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built || r.Rows < 2*4097/64 {
+		t.Fatalf("prepare: %+v", r)
+	}
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	store := tiles.NewStore(reader)
+	for _, tile := range []maptile.Tile{maptile.New(127, 127, 8), maptile.New(128, 127, 8), maptile.New(1029, 1023, 11)} {
+		got, gotLen := tileLength(t, store, cat.Layer(name), tile)
+		want, wantLen := tileLength(t, store, raw, tile)
+		for id, parts := range got {
+			if parts > want[id] {
+				t.Errorf("%v: id %v drawn in %d lines from the pieces, %d from the table", tile, id, parts, want[id])
+			}
+		}
+		if wantLen == 0 || math.Abs(gotLen-wantLen) > 0.01*wantLen {
+			t.Errorf("%v: lines from the pieces %.0f units long, from the table %.0f", tile, gotLen, wantLen)
+		}
+	}
+}
+
+// tileLength renders tile of l and returns the lines of each id (one
+// feature each, else the test fails) and their length in tile units.
+func tileLength(t *testing.T, store *tiles.Store, l *tiles.Layer, tile maptile.Tile) (map[any]int, float64) {
+	t.Helper()
+	r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
+	if err != nil || len(r.MVT) == 0 {
+		t.Fatalf("%v: %d bytes, %v", tile, len(r.MVT), err)
+	}
+	layers, err := mvt.Unmarshal(r.MVT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, length := map[any]int{}, 0.0
+	for _, f := range layers[0].Features {
+		if _, seen := lines[f.ID]; seen {
+			t.Errorf("%v: id %v in two features", tile, f.ID)
+		}
+		lines[f.ID] = 1
+		if ml, ok := f.Geometry.(orb.MultiLineString); ok {
+			lines[f.ID] = len(ml)
+		}
+		length += planar.Length(f.Geometry)
+	}
+	return lines, length
+}
