@@ -189,7 +189,7 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 	l := cat.Layer(name)
 	prepare := func(force bool) serving.Result {
 		t.Helper()
-		res := serving.Prepare(t.Context(), owner, []*tiles.Layer{l}, serving.Options{Force: force})
+		res := serving.Prepare(t.Context(), owner, []*tiles.Layer{l}, serving.Options{Force: force, Builders: []serving.Builder{serving.Overview{}}})
 		if len(res) != 1 || res[0].Status != serving.Built {
 			t.Fatalf("prepare: %+v", res)
 		}
@@ -390,7 +390,8 @@ func tilesWithData(t *testing.T, owner *pgxpool.Pool, l *tiles.Layer, z maptile.
 }
 
 // `geotoll prepare` as the binary runs it: a second run finds the demo
-// layer current (districts: no test writes that table); a layer it does
+// layer's overviews and pieces current (districts: no test writes that
+// table); a layer it does
 // not know and a silly interval are errors.
 func TestPrepareCommand(t *testing.T) {
 	t.Parallel()
@@ -401,11 +402,14 @@ func TestPrepareCommand(t *testing.T) {
 		t.Fatalf("prepare: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "layer") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "layer") {
 		t.Fatalf("report:\n%s", out)
 	}
 	if f := strings.Fields(lines[1]); len(f) < 4 || f[0] != "districts" || f[1] != "overview" || f[2] != "unchanged" || f[3] != "4" {
 		t.Errorf("report line %q, want districts overview unchanged 4 (relations)", lines[1])
+	}
+	if f := strings.Fields(lines[2]); len(f) < 7 || f[0] != "districts" || f[1] != "subdivide" || f[2] != "unchanged" || f[3] != "1" {
+		t.Errorf("report line %q, want districts subdivide unchanged 1 (relation)", lines[2])
 	}
 	for _, args := range [][]string{{"prepare", "-layer", "nope"}, {"prepare", "-every", "10ms"}} {
 		if _, err := runCommand(t.Context(), append(flags, args...)...); err == nil {
