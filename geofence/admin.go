@@ -50,8 +50,9 @@ func (k adminKeys) AllowAdmin(r *http.Request) bool {
 }
 
 // Admin wraps a fence admin handler: callers without an admin key get 401.
-// Admin calls are not priced from a bucket; they are bounded by the body
-// size and vertex limits and by the statement timeout instead.
+// Admin calls are not priced from a bucket; they are bounded by the fence
+// size (MaxFenceBytes) and vertex limits and by the statement timeout
+// instead.
 func (h *Handler) Admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.admins.AllowAdmin(r) {
@@ -136,7 +137,7 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxVertices)
+	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxFenceBytes), h.limits.MaxVertices)
 	if err != nil {
 		problem.Write(w, r, err)
 		return
@@ -163,7 +164,7 @@ func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxVertices)
+	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxFenceBytes), h.limits.MaxVertices)
 	if err != nil {
 		problem.Write(w, r, err)
 		return

@@ -201,13 +201,14 @@ func TestAPIFenceAdmin(t *testing.T) {
 	if w := serve(api, http.MethodDelete, loc, "", admin...); w.Code != http.StatusNotFound {
 		t.Errorf("delete again: %d", w.Code)
 	}
-	big := body(name, "["+strings.Repeat("[0,0],", 12000)+"[0,0]]")
-	if w := serve(api, http.MethodPost, "/geofences", big, admin...); w.Code != http.StatusUnprocessableEntity {
-		t.Errorf("fence of 12001 positions: %d, want 422", w.Code)
+	maxV := DefaultLimits().MaxVertices
+	big := body(name, "["+strings.Repeat("[0,0],", maxV)+"[0,0]]")
+	if w := serve(api, http.MethodPost, "/geofences", big, admin...); w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), "more than") {
+		t.Errorf("fence of %d positions: %d %.200s, want 422", maxV+1, w.Code, w.Body)
 	}
-	huge := body(name, "["+strings.Repeat("[0.000000000001,0.000000000001],", 40000)+"[0,0]]")
+	huge := body(name, "["+strings.Repeat("[0.000000000001,0.000000000001],", int(DefaultLimits().MaxFenceBytes/32))+"[0,0]]")
 	if w := serve(api, http.MethodPost, "/geofences", huge, admin...); w.Code != http.StatusRequestEntityTooLarge {
-		t.Errorf("body over 1 MiB: %d, want 413", w.Code)
+		t.Errorf("body over max_fence_bytes: %d, want 413", w.Code)
 	}
 }
 

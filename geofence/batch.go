@@ -30,17 +30,39 @@ type rawPoint struct {
 	ID, Lng, Lat json.RawMessage
 }
 
-// ParseBatch reads a batch check body:
+// CheckBody is a batch check body: its points and, when HasLayer, the
+// layer whose features to test them against (else the fences).
+type CheckBody struct {
+	Layer    string
+	HasLayer bool
+	Points   []Point
+}
+
+// ParseBatch is ParseCheck for a body's points alone; it refuses a body
+// that names a layer.
+func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
+	b, err := ParseCheck(r, maxPoints)
+	if err != nil {
+		return nil, err
+	}
+	if b.HasLayer {
+		return nil, problem.Malformed("layer", "this body may not name a layer")
+	}
+	return b.Points, nil
+}
+
+// ParseCheck reads a batch check body:
 //
-//	{"points":[{"id":"v1","lng":13.4,"lat":52.5}, …]}
+//	{"points":[{"id":"v1","lng":13.4,"lat":52.5}, …], "layer":"countries"}
 //
-// The body must be exactly one JSON object with only the member "points", a
-// list of 1..maxPoints objects with exactly the members id (a string of
-// 1..MaxPointIDLen bytes), lng and lat (JSON numbers; longitudes in
-// [-180, 180], latitudes in [-90, 90]). Member names are matched exactly
-// (encoding/json would also take "LAT") and none may repeat (encoding/json
-// would keep the last). Ids need not be unique: results come back in
-// request order.
+// The body must be exactly one JSON object with the member "points" and
+// optionally "layer" (a string: the geofence layer to test against), and
+// no other. points is a list of 1..maxPoints objects with exactly the
+// members id (a string of 1..MaxPointIDLen bytes), lng and lat (JSON
+// numbers; longitudes in [-180, 180], latitudes in [-90, 90]). Member
+// names are matched exactly (encoding/json would also take "LAT") and none
+// may repeat (encoding/json would keep the last). Ids need not be unique:
+// results come back in request order.
 //
 // The body is read as a token stream, so a batch over maxPoints is refused
 // at its first extra point, without decoding the rest.
@@ -49,42 +71,60 @@ type rawPoint struct {
 // 400 for malformed JSON, unknown, repeated or missing members, or a value
 // of the wrong type (naming it, e.g. "points[3].lat"); 422 for a point count
 // or coordinate out of range.
-func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
+func ParseCheck(r io.Reader, maxPoints int) (CheckBody, error) {
 	dec := newBodyDecoder(r)
+	var b CheckBody
 	if err := expectDelim(dec, '{', "body", "the body must be a JSON object"); err != nil {
-		return nil, err
+		return b, err
 	}
-	var points []Point
 	seen := false
 	for dec.More() {
 		name, err := memberName(dec)
 		if err != nil {
-			return nil, err
+			return b, err
 		}
-		if name != "points" {
-			return nil, problem.Malformed("body", "unknown member %q", truncate(name, 32))
-		}
-		if seen {
-			return nil, problem.Malformed("points", "points is given twice")
-		}
-		seen = true
-		if points, err = parsePoints(dec, maxPoints); err != nil {
-			return nil, err
+		switch {
+		case name == "layer" && b.HasLayer, name == "points" && seen:
+			return b, problem.Malformed(name, "%s is given twice", name)
+		case name == "layer":
+			b.HasLayer = true
+			if err := decodeString(dec, &b.Layer, "layer"); err != nil {
+				return b, err
+			}
+		case name == "points":
+			seen = true
+			if b.Points, err = parsePoints(dec, maxPoints); err != nil {
+				return b, err
+			}
+		default:
+			return b, problem.Malformed("body", "unknown member %q", truncate(name, 32))
 		}
 	}
 	if err := expectDelim(dec, '}', "body", "malformed JSON"); err != nil {
-		return nil, err
+		return b, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return nil, dec.fail(err)
+			return b, dec.fail(err)
 		}
-		return nil, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
+		return b, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
 	}
 	if !seen {
-		return nil, problem.Malformed("points", "points is required")
+		return b, problem.Malformed("points", "points is required")
 	}
-	return points, nil
+	return b, nil
+}
+
+// decodeString reads a JSON string member into dst.
+func decodeString(dec bodyDecoder, dst *string, param string) error {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return dec.fail(err)
+	}
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, dst) != nil {
+		return problem.Malformed(param, "%s must be a string", param)
+	}
+	return nil
 }
 
 // parsePoints reads the points array.

@@ -212,7 +212,8 @@ func (h *Handler) Contains(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindContains, Points: 1, Limit: q.Limit, At: []orb.Point{{q.Lng, q.Lat}}}) {
+	d := Demand{Kind: KindContains, Layer: q.Layer.name(), Points: 1, Limit: q.Limit, At: []orb.Point{{q.Lng, q.Lat}}}
+	if !h.gate.AdmitGeofence(w, r, d) {
 		return
 	}
 	fs, truncated, err := h.reader.Contains(r.Context(), q)
@@ -233,19 +234,20 @@ type CheckResult struct {
 // for every point, in request order, the fences that contain it — one
 // query for the whole batch. The answer is {"results":[{"id","fences"}…]}.
 func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
-	points, err := ParseBatch(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxBatch)
+	q, err := h.parseCheck(w, r)
 	if err != nil {
 		problem.Write(w, r, err)
 		return
 	}
+	points := q.Points
 	at := make([]orb.Point, len(points))
 	for i, p := range points {
 		at[i] = orb.Point{p.Lng, p.Lat}
 	}
-	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindCheck, Points: len(points), At: at}) {
+	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindCheck, Layer: q.Layer.name(), Points: len(points), At: at}) {
 		return
 	}
-	ids, err := h.reader.Check(r.Context(), points)
+	ids, err := h.reader.Check(r.Context(), q)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -50,8 +50,9 @@ func (f *fakeReader) Contains(context.Context, ContainsQuery) ([]Feature, bool, 
 	return []Feature{cannedFeature}, false, nil
 }
 
-func (f *fakeReader) Check(_ context.Context, pts []Point) ([][]int64, error) {
+func (f *fakeReader) Check(_ context.Context, q CheckQuery) ([][]int64, error) {
 	f.record("check")
+	pts := q.Points
 	f.points = append(f.points, pts)
 	out := make([][]int64, len(pts))
 	for i := range out {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -128,9 +129,12 @@ func (l *Layer) WithinSQL() string { return l.withinSQL }
 // BBoxSQL returns the layer's constant bbox query text.
 func (l *Layer) BBoxSQL() string { return l.bboxSQL }
 
-// Catalog is the immutable set of layers within and bbox can search.
+// Catalog is the immutable set of layers within, bbox, contains and check
+// can search, and what contains and check read on each (LoadContainment).
 type Catalog struct {
 	catalog.Set[Layer] // Layer(name) and Layers()
+
+	contain atomic.Pointer[map[string]containState] // by layer name
 }
 
 // NewCatalog validates layers, fills defaults and renders each layer's
@@ -140,7 +144,7 @@ func NewCatalog(layers []Layer) (*Catalog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Catalog{set}, nil
+	return &Catalog{Set: set}, nil
 }
 
 // Key and Prepare make a Layer a catalog.Layer.
@@ -178,11 +182,19 @@ type Limits struct {
 	MaxLimit     int     `yaml:"max_limit"`     // default 1000
 	MaxBBoxArea  float64 `yaml:"max_bbox_area"` // square degrees; default 100
 	MaxBatch     int     `yaml:"max_batch"`     // points per batch check; default 1000
-	MaxBodyBytes int64   `yaml:"max_body_bytes"`
-	MaxVertices  int     `yaml:"max_vertices"` // positions per fence; default 10000
+	// MaxBodyBytes bounds a query body (the batch check); default 1 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxFenceBytes bounds a fence written through the admin routes: a
+	// detailed coastline is several MB of GeoJSON; default 16 MiB.
+	MaxFenceBytes int64 `yaml:"max_fence_bytes"`
+	// MaxVertices bounds the positions of a fence written; default
+	// 1,000,000 (fences are stored cut into pieces, so their size does
+	// not slow contains and check).
+	MaxVertices int `yaml:"max_vertices"`
 	// MaxResponseVertices caps the positions of one contains answer (its
 	// bytes); default 20000. Fences past it are left out and the answer
-	// says "truncated": true.
+	// says "truncated": true: a fence larger than the cap is answered by
+	// check (its id) and drawn by GET /geofence/fences/{id}.
 	MaxResponseVertices int `yaml:"max_response_vertices"`
 	// StatementTimeout bounds contains, check and fence admin queries.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
@@ -191,7 +203,8 @@ type Limits struct {
 // DefaultLimits returns the default bounds. MaxRadius is the
 // 50 km cap, which the default radius weight prices at MaxCost; a body of
 // 1 MiB holds a full batch with ids of MaxPointIDLen bytes several times
-// over, and a fence of MaxVertices positions.
+// over; a fence body of 16 MiB holds a fence of several hundred thousand
+// positions.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxRadius:           50000,
@@ -200,7 +213,8 @@ func DefaultLimits() Limits {
 		MaxBBoxArea:         100,
 		MaxBatch:            1000,
 		MaxBodyBytes:        1 << 20,
-		MaxVertices:         10000,
+		MaxFenceBytes:       16 << 20,
+		MaxVertices:         1_000_000,
 		MaxResponseVertices: 20000,
 		StatementTimeout:    DefaultStatementTimeout,
 	}
@@ -228,11 +242,14 @@ func (l Limits) Validate() error {
 	if l.MaxBodyBytes < 1024 || l.MaxBodyBytes > 64<<20 {
 		bad("max_body_bytes %d must be within 1 KiB..64 MiB", l.MaxBodyBytes)
 	}
-	if l.MaxVertices < 4 || l.MaxVertices > 1_000_000 {
-		bad("max_vertices %d must be within 4..1000000", l.MaxVertices)
+	if l.MaxFenceBytes < 1024 || l.MaxFenceBytes > 256<<20 {
+		bad("max_fence_bytes %d must be within 1 KiB..256 MiB", l.MaxFenceBytes)
 	}
-	if l.MaxResponseVertices < l.MaxVertices || l.MaxResponseVertices > 10_000_000 {
-		bad("max_response_vertices %d must be within max_vertices..10000000 (one fence must fit)", l.MaxResponseVertices)
+	if l.MaxVertices < 4 || l.MaxVertices > 10_000_000 {
+		bad("max_vertices %d must be within 4..10000000", l.MaxVertices)
+	}
+	if l.MaxResponseVertices < 4 || l.MaxResponseVertices > 10_000_000 {
+		bad("max_response_vertices %d must be within 4..10000000", l.MaxResponseVertices)
 	}
 	if l.StatementTimeout < time.Millisecond || l.StatementTimeout > time.Minute {
 		bad("statement_timeout %s must be within 1ms..1m", l.StatementTimeout)

@@ -66,6 +66,19 @@ func (q query) layer(c *Catalog) (*Layer, error) {
 	return c.Resolve(s)
 }
 
+// containment resolves the optional layer of contains and check: nil
+// (the fences) when the parameter is absent.
+func (q query) containment(c *Catalog) (*Containment, error) {
+	if _, given := q["layer"]; !given {
+		return nil, nil
+	}
+	s, err := q.get("layer")
+	if err != nil {
+		return nil, err
+	}
+	return c.Containment(s)
+}
+
 func (q query) limit(l Limits) (int, error) {
 	s, err := q.get("limit")
 	if err != nil {
@@ -130,6 +143,9 @@ func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
 		return ContainsQuery{}, err
 	}
 	q := ContainsQuery{MaxVertices: h.limits.MaxResponseVertices}
+	if q.Layer, err = qs.containment(h.catalog); err != nil {
+		return q, err
+	}
 	if q.Lng, q.Lat, err = qs.point(); err != nil {
 		return q, err
 	}
@@ -137,4 +153,28 @@ func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
 		return q, err
 	}
 	return q, nil
+}
+
+// parseCheck reads a check's layer (the query parameter or the body's
+// "layer", not both) and its body.
+func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request) (CheckQuery, error) {
+	qs, err := parseQuery(r)
+	if err != nil {
+		return CheckQuery{}, err
+	}
+	_, inQuery := qs["layer"]
+	b, err := ParseCheck(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxBatch)
+	if err != nil {
+		return CheckQuery{}, err
+	}
+	q := CheckQuery{Points: b.Points}
+	switch {
+	case inQuery && b.HasLayer:
+		return q, problem.Malformed("layer", "layer is given in the query and in the body")
+	case b.HasLayer:
+		q.Layer, err = h.catalog.Containment(b.Layer)
+	default:
+		q.Layer, err = qs.containment(h.catalog)
+	}
+	return q, err
 }

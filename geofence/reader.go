@@ -12,11 +12,21 @@ type WithinQuery struct {
 }
 
 // ContainsQuery asks for the fences that contain (Lng, Lat), in id order:
-// at most Limit of them, with at most MaxVertices positions in all.
+// at most Limit of them, with at most MaxVertices positions in all. With a
+// Layer, it asks for that layer's features instead: at most Limit of them,
+// their ids and properties without geometry.
 type ContainsQuery struct {
+	Layer       *Containment // nil: the fences
 	Lng, Lat    float64
 	Limit       int
 	MaxVertices int
+}
+
+// CheckQuery asks, for each point in order, which fences (or, with a
+// Layer, which of its features) contain it.
+type CheckQuery struct {
+	Layer  *Containment // nil: the fences
+	Points []Point
 }
 
 // BBoxQuery asks for the features of Layer that intersect Box, in id order,
@@ -35,9 +45,10 @@ type Reader interface {
 	// Contains reports truncated when fences that contain the point were
 	// left out by q's caps.
 	Contains(ctx context.Context, q ContainsQuery) (fs []Feature, truncated bool, err error)
-	// Check returns, for each point in order, the ids of the fences that
-	// contain it (never nil; empty when none), from one query.
-	Check(ctx context.Context, points []Point) ([][]int64, error)
+	// Check returns, for each point in order, the ids of the fences (or
+	// the layer's features) that contain it (never nil; empty when none),
+	// from one query.
+	Check(ctx context.Context, q CheckQuery) ([][]int64, error)
 	Fence(ctx context.Context, id int64) (Feature, error)
 	Fences(ctx context.Context, after int64, limit int) ([]Feature, error)
 }

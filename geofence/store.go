@@ -98,9 +98,13 @@ func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, error) {
 	return fs, pgcall.Misfit(err, q.Layer.subject())
 }
 
-// Contains implements Reader. Rows past the caps come without a geometry
-// (see geofence_contains.sql) and end the answer.
+// Contains implements Reader. Fence rows past the caps come without a
+// geometry (see geofence_contains.sql) and end the answer; a layer's
+// answer is truncated when its query found more than q.Limit features.
 func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool, error) {
+	if q.Layer != nil {
+		return s.layerContains(ctx, q)
+	}
 	out := []Feature{}
 	truncated := false
 	_, err := s.db().Read(ctx, pgcall.Statement{SQL: containsSQL, Args: []any{q.Lng, q.Lat, q.Limit, q.MaxVertices}, Timeout: s.Timeout,
@@ -127,6 +131,28 @@ func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool,
 	return out, truncated, nil
 }
 
+// layerContains is Contains on a layer: ids and properties.
+func (s *Store) layerContains(ctx context.Context, q ContainsQuery) ([]Feature, bool, error) {
+	out := []Feature{}
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: q.Layer.containsSQL, Args: []any{q.Lng, q.Lat, q.Limit}, Timeout: q.Layer.Layer.StatementTimeout,
+		Scan: func(rows pgx.Rows) error {
+			var f Feature
+			_, err := pgx.ForEachRow(rows, []any{&f.ID, &f.Properties}, func() error {
+				out = append(out, f)
+				f = Feature{}
+				return nil
+			})
+			return err
+		}})
+	if err != nil {
+		return nil, false, pgcall.Misfit(err, q.Layer.Layer.subject())
+	}
+	if len(out) > q.Limit {
+		return out[:q.Limit], true, nil
+	}
+	return out, false, nil
+}
+
 // Fence implements Reader: problem.NotFound when there is no such fence.
 func (s *Store) Fence(ctx context.Context, id int64) (Feature, error) {
 	fs, err := s.features(ctx, s.Timeout, fenceGetSQL, id)
@@ -145,7 +171,12 @@ func (s *Store) Fences(ctx context.Context, after int64, limit int) ([]Feature, 
 }
 
 // Check implements Reader: one statement for the whole batch.
-func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
+func (s *Store) Check(ctx context.Context, q CheckQuery) ([][]int64, error) {
+	points := q.Points
+	sql, timeout, subject := checkSQL, s.Timeout, fenceSubject
+	if q.Layer != nil {
+		sql, timeout, subject = q.Layer.checkSQL, q.Layer.Layer.StatementTimeout, q.Layer.Layer.subject()
+	}
 	lngs := make([]float64, len(points))
 	lats := make([]float64, len(points))
 	for i, p := range points {
@@ -155,7 +186,7 @@ func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
 	for i := range out {
 		out[i] = []int64{}
 	}
-	_, err := s.db().Read(ctx, pgcall.Statement{SQL: checkSQL, Args: []any{lngs, lats}, Timeout: s.Timeout,
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: sql, Args: []any{lngs, lats}, Timeout: timeout,
 		Scan: func(rows pgx.Rows) error {
 			var ord, id int64
 			_, err := pgx.ForEachRow(rows, []any{&ord, &id}, func() error {
@@ -168,7 +199,7 @@ func (s *Store) Check(ctx context.Context, points []Point) ([][]int64, error) {
 			return err
 		}})
 	if err != nil {
-		return nil, pgcall.Misfit(err, fenceSubject)
+		return nil, pgcall.Misfit(err, subject)
 	}
 	return out, nil
 }

@@ -343,8 +343,8 @@ func TestQueriesUseTheIndexes(t *testing.T) {
 		{"bbox", places.BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100}, "places_geom_gist", "places"},
 		{"bbox across the antimeridian", places.BBoxSQL(), []any{175.0, -20.0, 180.0, -15.0, -180.0, -175.0, 100}, "places_geom_gist", "places"},
 		{"bbox on districts", cat.Layer("districts").BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100}, "districts_geom_gist", "districts"},
-		{"check", checkSQL, []any{[]float64{13.4, 2.35}, []float64{52.5, 48.85}}, "geofences_geom_gist", "geofences"},
-		{"contains", containsSQL, []any{13.4, 52.5, 1000, 20000}, "geofences_geom_gist", "geofences"},
+		{"check", checkSQL, []any{[]float64{13.4, 2.35}, []float64{52.5, 48.85}}, "geofence_pieces_geom_gist", "geofence_pieces"},
+		{"contains", containsSQL, []any{13.4, 52.5, 1000, 20000}, "geofence_pieces_geom_gist", "geofence_pieces"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -450,7 +450,7 @@ func TestContainsAndCheckCountTheBoundaryAsInside(t *testing.T) {
 	for _, c := range cases {
 		pts = append(pts, Point{ID: c.name, Lng: c.pt[0], Lat: c.pt[1]})
 	}
-	batch, err := reader.Check(ctx, pts)
+	batch, err := reader.Check(ctx, CheckQuery{Points: pts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +554,7 @@ func TestCheckAThousandPointsInOneQuery(t *testing.T) {
 	pts := thousandPoints(t)
 
 	tr.reset()
-	got, err := store.Check(ctx, pts)
+	got, err := store.Check(ctx, CheckQuery{Points: pts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,15 +10,22 @@
 -- of work and bytes whatever the fences hold.
 --
 -- Boundary semantics: ST_Covers, so a point on a fence's boundary is
--- inside it. The batch check (geofence_check.sql) uses the same test.
+-- inside it. The batch check (geofence_check.sql) uses the same test, on
+-- the same pieces: the fences' pieces (geotoll.geofence_pieces, at most
+-- 256 vertices each) find the fences, DISTINCT answers a fence whose seam
+-- the point is on once, and only the fences found are read whole.
 -- Fences are planar in lon/lat (edges are straight lines between their
 -- positions on a plate carrée map), as GeoJSON (RFC 7946 §3.1.1) draws them.
-WITH hits AS (
+WITH found AS (
+    SELECT DISTINCT s.fence_id AS id
+    FROM geotoll.geofence_pieces AS s
+    WHERE ST_Covers(s.geom, ST_SetSRID(ST_MakePoint($1::float8, $2::float8), 4326))
+), hits AS (
     SELECT f.id, f.geom, f.name, f.kind,
            row_number() OVER w AS n,
            sum(ST_NPoints(f.geom)) OVER w AS positions
     FROM geotoll.geofences AS f
-    WHERE ST_Covers(f.geom, ST_SetSRID(ST_MakePoint($1::float8, $2::float8), 4326))
+    JOIN found USING (id)
     WINDOW w AS (ORDER BY f.id)
     ORDER BY f.id
     LIMIT $3::int + 1

@@ -77,10 +77,11 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 // validated parameters. With an estimate of what it reads (Estimator), it
 // is the database time the work model predicts, in tokens: within and
 // bbox with their layer's GeofenceWork (the features in the circle or
-// box), contains and check with FenceWork (the fences whose box holds the
-// point; a batch check sums its points). Without one, its size prices it,
-// with the weights of its layer for within and bbox (LayerWeights by layer
-// name, else Default) and Default for contains and check:
+// box), contains and check with FenceWork (the fences, or with a layer its
+// features, whose box holds the point; a batch check sums its points).
+// Without one, its size prices it, with the weights of its layer
+// (LayerWeights by layer name, else Default; Default for contains and
+// check on the fences):
 //
 //	within    Weights.Radius(radius_m, limit)
 //	bbox      Weights.BBox(bound, limit); a box across the antimeridian
@@ -117,10 +118,10 @@ func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
 	return w.MaxCost
 }
 
-// geofenceWeights are the weights of a demand: its layer's for within and
-// bbox, else Default.
+// geofenceWeights are the weights of a demand: its layer's for within,
+// bbox, and contains and check on a layer, else Default.
 func (t *Toll) geofenceWeights(d geofence.Demand) throttle.Weights {
-	if d.Kind == geofence.KindWithin || d.Kind == geofence.KindBBox {
+	if d.Layer != "" || d.Kind == geofence.KindWithin || d.Kind == geofence.KindBBox {
 		return t.weights(d.Layer)
 	}
 	return t.Default

@@ -59,6 +59,7 @@ type Main struct {
 	gate        *toll.Toll
 	budgets     *throttle.RedisStore // nil in single-instance mode
 	pricing     *pricingSetup
+	fenceLayers *geofence.Catalog // contains and check re-read its storage with the tiles
 	failover    *throttle.Failover // nil in single-instance mode
 	ready       *server.Readiness
 	dbCheck     *server.ConnCheck
@@ -287,7 +288,15 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 	} else {
 		m.Logger.Info("no geofence writer database: fence writes answer 503")
 	}
-	return geofence.NewHandler(o)
+	h, err := geofence.NewHandler(o)
+	if err != nil {
+		return nil, err
+	}
+	m.fenceLayers = h.Catalog()
+	rctx, cancel := context.WithTimeout(ctx, discoverTimeout)
+	m.refreshContainment(rctx)
+	cancel()
+	return h, nil
 }
 
 // Addr is the bound listen address (useful with port 0).

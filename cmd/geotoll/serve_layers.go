@@ -53,3 +53,21 @@ func (m *Main) checkLayers(ctx context.Context, tc *tiles.Catalog, gc *geofence.
 		return &server.ReadyNote{Detail: fmt.Sprintf("%d layers match the database", checker.Len())}
 	}, nil
 }
+
+// refreshContainment re-reads what contains and check read on each
+// geofence layer: its geometry type and its pieces in the serving registry
+// (geofence.Catalog.LoadContainment). A database that does not answer
+// leaves the last storage read (at start-up: contains and check on a layer
+// answer 503 until a refresh works).
+func (m *Main) refreshContainment(ctx context.Context) {
+	if m.fenceLayers == nil {
+		return
+	}
+	warnings, err := m.fenceLayers.LoadContainment(ctx, m.Pool)
+	if err != nil {
+		m.Logger.Warn("geofence layers' storage not read; contains and check on a layer keep what was read before", "err", err)
+	}
+	for _, w := range warnings {
+		m.Logger.Warn("geofence layer storage", "err", w)
+	}
+}

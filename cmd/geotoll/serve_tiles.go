@@ -142,8 +142,8 @@ func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache
 	}
 }
 
-// refreshTiles calls refreshStorage every tiles.storage_refresh until ctx
-// ends.
+// refreshTiles calls refreshStorage and refreshContainment every
+// tiles.storage_refresh until ctx ends.
 func (m *Main) refreshTiles(ctx context.Context) {
 	t := time.NewTicker(m.Config.Tiles.StorageRefresh)
 	defer t.Stop()
@@ -154,6 +154,7 @@ func (m *Main) refreshTiles(ctx context.Context) {
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 			m.refreshStorage(rctx, m.TileCatalog, m.TileCache)
+			m.refreshContainment(rctx)
 			cancel()
 		}
 	}

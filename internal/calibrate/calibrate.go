@@ -210,7 +210,7 @@ func (rep *Report) demand(ctx context.Context, o Options, group string, l *geofe
 			for i, p := range d.At {
 				pts[i] = geofence.Point{Lng: p[0], Lat: p[1]}
 			}
-			_, err = o.Geofence.Check(ctx, pts)
+			_, err = o.Geofence.Check(ctx, geofence.CheckQuery{Points: pts})
 		}
 		return err
 	}

@@ -168,7 +168,8 @@ func (e *Estimator) Tile(l *tiles.Layer, t maptile.Tile) (density.Estimate, bool
 }
 
 // Geofence estimates what a geofence query reads: the radius circle or the
-// box on its layer, the point (or every point of a batch) on the fences.
+// box on its layer, the point (or every point of a batch) on the fences or,
+// for contains and check on a layer, on that layer's model.
 func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
 	switch d.Kind {
 	case geofence.KindWithin:
@@ -184,7 +185,11 @@ func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
 			return m.BBox(b), true
 		}
 	case geofence.KindContains, geofence.KindCheck:
-		if m := model(e.fences); m != nil && len(d.At) > 0 {
+		r := e.fences
+		if d.Layer != "" {
+			r = e.layers[d.Layer]
+		}
+		if m := model(r); m != nil && len(d.At) > 0 {
 			var sum density.Estimate
 			for _, p := range d.At {
 				est := m.Point(p)

@@ -10,8 +10,9 @@
 // layer's own table, or a precomputed overview at low zooms (see
 // tiles.Layer.Source) — over the tile's envelope widened by the layer's
 // buffer, as the query's filter reads it. within estimates the radius
-// circle on its layer, bbox the box, contains one point on the fences, and
-// a batch check the sum over its points.
+// circle on its layer, bbox the box, contains one point on the fences (or
+// on its layer's model, with ?layer=), and a batch check the sum over its
+// points.
 package pricing
 
 import (

@@ -1,0 +1,205 @@
+package geofence
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"text/template"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/geotoll/geotoll/problem"
+	queries "github.com/geotoll/geotoll/sql"
+)
+
+// Containment is what contains and check read on one polygon layer: the
+// layer's pieces (the subdivided storage `geotoll prepare` builds, at most
+// a few hundred vertices each, with the source's id and properties) or,
+// while it has none, its table; and the two queries rendered over that
+// relation. Nothing in it comes from a request.
+type Containment struct {
+	Layer *Layer
+	// Relation is the relation read, quoted; Pieces says it holds the
+	// layer's pieces rather than its table.
+	Relation string
+	Pieces   bool
+
+	containsSQL, checkSQL string
+}
+
+// containState is one layer's containment, or why it has none.
+type containState struct {
+	c      *Containment
+	reason string // non-empty: contains and check refuse the layer (422)
+}
+
+// Querier runs a query: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+var (
+	sourcesSQL            = queries.MustRead("geofence_sources.sql")
+	layerContainsTemplate = template.Must(template.New("geofence_layer_contains.sql").Parse(queries.MustRead("geofence_layer_contains.sql")))
+	layerCheckTemplate    = template.Must(template.New("geofence_layer_check.sql").Parse(queries.MustRead("geofence_layer_check.sql")))
+)
+
+// piecesSchema is the schema of the serving storage `geotoll prepare`
+// builds; registry rows name their relation unqualified.
+const piecesSchema = "geotoll_serving"
+
+// pieces is a layer's subdivided storage as the serving registry lists it.
+type pieces struct {
+	Relation, Geom string
+	SRID           int
+	Columns        []string
+}
+
+// layerSource reads the geometry type of l's table and its pieces, if the
+// serving registry lists any (builder "subdivide", same source table; see
+// geofence_sources.sql). typ is "" when PostGIS's catalog does not know
+// the column; p is nil without pieces.
+func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *pieces, err error) {
+	rows, err := q.Query(ctx, sourcesSQL, ident(l.Table), l.GeometryColumn)
+	if err != nil {
+		return "", nil, err
+	}
+	var (
+		t         *string
+		rel, geom *string
+		srid      *int
+		cols      []string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&t, &rel, &geom, &srid, &cols}, func() error { return nil }); err != nil {
+		return "", nil, err
+	}
+	if t != nil {
+		typ = *t
+	}
+	if rel != nil && geom != nil && srid != nil {
+		p = &pieces{Relation: *rel, Geom: *geom, SRID: *srid, Columns: cols}
+	}
+	return typ, p, nil
+}
+
+// LoadContainment reads, for every layer, its geometry type and its pieces,
+// and installs what contains and check read from then on (see
+// Containment): the pieces when the registry lists pieces in EPSG:4326
+// carrying the layer's id and properties, else the layer's table. A layer
+// of points or lines gets none: contains and check refuse it. Call it at
+// start-up and whenever the serving registry may have changed; a failed
+// load keeps what was installed. warnings name pieces that could not be
+// used.
+func (c *Catalog) LoadContainment(ctx context.Context, q Querier) (warnings []string, err error) {
+	next := make(map[string]containState, len(c.Layers()))
+	for _, l := range c.Layers() {
+		typ, p, err := layerSource(ctx, q, l)
+		if err != nil {
+			return nil, fmt.Errorf("geofence %s: storage: %w", l.subject(), err)
+		}
+		if !polygonal(typ) {
+			next[l.Name] = containState{reason: fmt.Sprintf("layer %q holds %s geometries; contains and check need a polygon layer", l.Name, strings.ToLower(typ))}
+			continue
+		}
+		rel, geom := ident(l.Table), l.GeometryColumn
+		if p != nil {
+			if why := p.unusable(l); why != "" {
+				warnings = append(warnings, fmt.Sprintf("geofence %s: pieces %s.%s not used: %s", l.subject(), piecesSchema, p.Relation, why))
+				p = nil
+			} else {
+				rel, geom = pgx.Identifier{piecesSchema, p.Relation}.Sanitize(), p.Geom
+			}
+		}
+		ct := &Containment{Layer: l, Relation: rel, Pieces: p != nil}
+		if err := ct.render(geom); err != nil {
+			return nil, err
+		}
+		next[l.Name] = containState{c: ct}
+	}
+	c.contain.Store(&next)
+	return warnings, nil
+}
+
+// polygonal reports whether a geometry type from PostGIS's catalog may
+// hold polygons ("" and GEOMETRY: unknown, read as they come).
+func polygonal(typ string) bool {
+	switch typ {
+	case "POINT", "MULTIPOINT", "LINESTRING", "MULTILINESTRING":
+		return false
+	}
+	return true
+}
+
+// unusable says why p cannot stand in for l's table ("" when it can).
+func (p *pieces) unusable(l *Layer) string {
+	if p.SRID != 4326 {
+		return fmt.Sprintf("SRID %d, not 4326", p.SRID)
+	}
+	for _, col := range append([]string{l.IDColumn}, l.Properties...) {
+		if !slices.Contains(p.Columns, col) {
+			return fmt.Sprintf("they do not carry column %q", col)
+		}
+	}
+	return ""
+}
+
+// render fills the relation's quoted identifiers into the contains and
+// check queries.
+func (ct *Containment) render(geom string) error {
+	l := ct.Layer
+	data := struct {
+		Table, Geom, ID string
+		Props           []property
+	}{Table: ct.Relation, Geom: pgx.Identifier{geom}.Sanitize(), ID: ident(l.IDColumn)}
+	for i, p := range l.Properties {
+		data.Props = append(data.Props, property{Col: pgx.Identifier{p}.Sanitize(), Alias: fmt.Sprintf("p%d", i)})
+	}
+	for _, q := range []struct {
+		t   *template.Template
+		dst *string
+	}{{layerContainsTemplate, &ct.containsSQL}, {layerCheckTemplate, &ct.checkSQL}} {
+		var buf bytes.Buffer
+		if err := q.t.Execute(&buf, data); err != nil {
+			return fmt.Errorf("geofence %s: render %s: %w", l.subject(), q.t.Name(), err)
+		}
+		*q.dst = buf.String()
+	}
+	return nil
+}
+
+// name is the layer's name, "" for the fences (a nil Containment).
+func (ct *Containment) name() string {
+	if ct == nil {
+		return ""
+	}
+	return ct.Layer.Name
+}
+
+// ContainsSQL returns the layer's contains query text.
+func (ct *Containment) ContainsSQL() string { return ct.containsSQL }
+
+// CheckSQL returns the layer's check query text.
+func (ct *Containment) CheckSQL() string { return ct.checkSQL }
+
+// Containment returns what contains and check read on the layer named by a
+// ?layer= value (or a check body's "layer"): 400 when empty, 404 when
+// unknown, 422 when it holds no polygons, 503 while its storage has not
+// been read (LoadContainment has not succeeded yet).
+func (c *Catalog) Containment(name string) (*Containment, error) {
+	l, err := c.Resolve(name)
+	if err != nil {
+		return nil, err
+	}
+	all := c.contain.Load()
+	if all == nil {
+		return nil, &problem.Error{Code: problem.Unavailable, Param: "layer", RetryAfter: 5,
+			Detail: fmt.Sprintf("the storage of layer %q has not been read from the database yet; try again shortly", l.Name)}
+	}
+	st := (*all)[l.Name]
+	if st.c == nil {
+		return nil, problem.Range("layer", "%s", st.reason)
+	}
+	return st.c, nil
+}

@@ -1,0 +1,25 @@
+-- What contains and check read for a geofence layer: its geometry type
+-- (PostGIS's catalog) and its pieces, the subdivided storage `geotoll
+-- prepare` registers with builder 'subdivide' for the layer's table.
+--   $1 the layer's table, quoted (schema.table)   $2 its geometry column
+--
+-- One row: the type (upper case, NULL when the column is unknown) and the
+-- pieces' relation in geotoll_serving, their geometry column, SRID and the
+-- source columns they carry (all NULL when the table has no pieces).
+-- to_regclass, not a cast: a registry row whose table was dropped since
+-- matches nothing instead of failing the lookup.
+SELECT (SELECT upper(g.type)
+        FROM geometry_columns AS g
+        JOIN pg_class AS c ON c.relname = g.f_table_name
+        JOIN pg_namespace AS ns ON ns.oid = c.relnamespace AND ns.nspname = g.f_table_schema
+        WHERE c.oid = to_regclass($1::text) AND g.f_geometry_column = $2::text) AS type,
+       s.relation, s.geometry_column, s.srid, s.columns
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT st.relation, st.geometry_column, st.srid, st.columns
+    FROM geotoll_serving.storage AS st
+    WHERE st.builder = 'subdivide'
+      AND to_regclass(st.source_table) = to_regclass($1::text)
+    ORDER BY st.checked_at DESC
+    LIMIT 1
+) AS s ON true
