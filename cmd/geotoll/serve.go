@@ -59,7 +59,7 @@ type Main struct {
 	gate        *toll.Toll
 	budgets     *throttle.RedisStore // nil in single-instance mode
 	pricing     *pricingSetup
-	fenceLayers *geofence.Catalog // contains and check re-read its storage with the tiles
+	fenceLayers *geofence.Catalog  // contains and check re-read its storage with the tiles
 	failover    *throttle.Failover // nil in single-instance mode
 	ready       *server.Readiness
 	dbCheck     *server.ConnCheck
