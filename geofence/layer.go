@@ -36,7 +36,7 @@ type Layer struct {
 }
 
 // DefaultStatementTimeout is the statement_timeout of a layer that sets none,
-// and of contains, check and the fence admin.
+// and of contains, check and the fence admin's reads.
 const DefaultStatementTimeout = 2 * time.Second
 
 var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -196,8 +196,12 @@ type Limits struct {
 	// says "truncated": true: a fence larger than the cap is answered by
 	// check (its id) and drawn by GET /geofence/fences/{id}.
 	MaxResponseVertices int `yaml:"max_response_vertices"`
-	// StatementTimeout bounds contains, check and fence admin queries.
+	// StatementTimeout bounds contains, check and fence admin reads.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
+	// FenceWriteTimeout bounds each statement of a fence write: cutting a
+	// fence of several hundred thousand positions into pieces takes
+	// seconds; default 15 s.
+	FenceWriteTimeout time.Duration `yaml:"fence_write_timeout"`
 }
 
 // DefaultLimits returns the default bounds. MaxRadius is the
@@ -217,8 +221,12 @@ func DefaultLimits() Limits {
 		MaxVertices:         1_000_000,
 		MaxResponseVertices: 20000,
 		StatementTimeout:    DefaultStatementTimeout,
+		FenceWriteTimeout:   DefaultFenceWriteTimeout,
 	}
 }
+
+// DefaultFenceWriteTimeout is the statement_timeout of a fence write.
+const DefaultFenceWriteTimeout = 15 * time.Second
 
 // Validate reports whether the limits are usable.
 func (l Limits) Validate() error {
@@ -253,6 +261,9 @@ func (l Limits) Validate() error {
 	}
 	if l.StatementTimeout < time.Millisecond || l.StatementTimeout > time.Minute {
 		bad("statement_timeout %s must be within 1ms..1m", l.StatementTimeout)
+	}
+	if l.FenceWriteTimeout < time.Millisecond || l.FenceWriteTimeout > 5*time.Minute {
+		bad("fence_write_timeout %s must be within 1ms..5m", l.FenceWriteTimeout)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("geofence limits: %w", err)

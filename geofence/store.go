@@ -25,8 +25,12 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	// Timeout is the statement_timeout of contains, check and fence admin
-	// queries (layers carry their own).
+	// reads (layers carry their own).
 	Timeout time.Duration
+	// WriteTimeout is the statement_timeout of each statement of a fence
+	// write (validate; insert, update or delete with the trigger that cuts
+	// the fence into pieces).
+	WriteTimeout time.Duration
 	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
 	// database timed out or could not be reached.
 	RetryAfter int
@@ -50,7 +54,7 @@ const queryTimeoutDetail = "the query exceeded its time limit; try again later w
 // the read-only role (geotoll_reader); for fence writes as
 // geotoll_fence_writer, which may write geotoll.geofences and nothing else.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, Timeout: DefaultStatementTimeout, RetryAfter: 2}
+	return &Store{pool: pool, Timeout: DefaultStatementTimeout, WriteTimeout: DefaultFenceWriteTimeout, RetryAfter: 2}
 }
 
 // db is the guarded way to the pool, with the Store's settings.
@@ -233,9 +237,10 @@ func scanFeatures(rows pgx.Rows) ([]Feature, error) {
 }
 
 // write runs fn in a guarded read-write transaction of at most three
-// statements (validate, then insert, update or delete) under Timeout each.
+// statements (validate, then insert, update or delete) under WriteTimeout
+// each.
 func (s *Store) write(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
-	err := s.db().Write(ctx, s.Timeout, 3, fn)
+	err := s.db().Write(ctx, s.WriteTimeout, 3, fn)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateCheckViolation {
 		return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence violates a table constraint: " + pgErr.ConstraintName, Err: err}

@@ -134,6 +134,7 @@ func budgetDocs() []configDoc {
 		{Key: "geofence.max_vertices", Meaning: "positions per fence written (fences are stored cut into pieces of 256 vertices)"},
 		{Key: "geofence.max_response_vertices", Meaning: "the most positions one contains answer on the fences carries (fences past it are left out: truncated)"},
 		{Key: "geofence.statement_timeout", Meaning: "geofence queries' statement timeout"},
+		{Key: "geofence.fence_write_timeout", Meaning: "the statement timeout of each statement of a fence write (cutting a fence of several hundred thousand positions into pieces takes seconds); less than http.request_timeout"},
 		{Key: "geofence.layers", Default: "places, districts, geofences", Meaning: "searchable layers (YAML only), merged by name into the demo layers: name, table, geometry_column (SRID 4326), id_column, properties, statement_timeout; polygon layers also answer contains and check with ?layer= (from their pieces when geotoll prepare built them)"},
 		{Key: "geofence.admin_keys", Default: "none", Meaning: "static fence admin keys (at least 16 bytes each) besides database keys created with -admin (secret: GEOTOLL_GEOFENCE_ADMIN_KEYS_FILE, comma-separated)"},
 		{Key: "geofence.writer_database_url", Default: "none: writes 503", Meaning: "fence writes, as the geotoll_fence_writer role (alias GEOTOLL_WRITER_DATABASE_URL; secret)"},

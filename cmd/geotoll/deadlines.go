@@ -11,7 +11,8 @@ import (
 )
 
 // validateDeadlines checks that the deadlines nest: every statement_timeout
-// (tile layers, discovered layers, geofence and its layers) is shorter
+// (tile layers, discovered layers, geofence and its layers, fence
+// writes when enabled) is shorter
 // than http.request_timeout, which is shorter than http.write_timeout. A
 // statement cut by its timeout is then answered (503 + Retry-After, with a
 // problem body) before the request's deadline, and the request's deadline
@@ -53,6 +54,9 @@ func (c Config) validateDeadlines() []error {
 		check("tiles.discover.statement_timeout", orDefault(c.Tiles.Discover.StatementTimeout, tiles.DefaultStatementTimeout))
 	}
 	check("geofence.statement_timeout", orDefault(c.Geofence.StatementTimeout, geofence.DefaultStatementTimeout))
+	if c.Geofence.WriterDatabaseURL != "" { // fence writes are enabled
+		check("geofence.fence_write_timeout", orDefault(c.Geofence.FenceWriteTimeout, geofence.DefaultFenceWriteTimeout))
+	}
 	for i, l := range c.Geofence.Layers {
 		check(fmt.Sprintf("geofence.layers[%d].statement_timeout (layer %q)", i, l.Name), orDefault(l.StatementTimeout, geofence.DefaultStatementTimeout))
 	}

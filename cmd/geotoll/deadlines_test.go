@@ -32,6 +32,13 @@ func TestValidateDeadlines(t *testing.T) {
 		{"geofence layer timeout at the request deadline", func(c *Config) {
 			c.Geofence.Layers[2].StatementTimeout = 25 * time.Second
 		}, []string{`geofence.layers[2].statement_timeout (layer "geofences") 25s`, "http.request_timeout 20s"}},
+		{"fence write timeout at the request deadline", func(c *Config) {
+			c.Geofence.WriterDatabaseURL = "postgres://geotoll_fence_writer@localhost/geotoll"
+			c.Geofence.FenceWriteTimeout = 20 * time.Second
+		}, []string{"geofence.fence_write_timeout 20s", "http.request_timeout 20s"}},
+		{"fence write timeout without fence writes", func(c *Config) {
+			c.HTTP.RequestTimeout, c.HTTP.WriteTimeout = 3*time.Second, 4*time.Second
+		}, nil},
 		{"discovered layers", func(c *Config) {
 			c.Tiles.Discover = DiscoverConfig{Schemas: []string{"public"}, StatementTimeout: 40 * time.Second}
 		}, []string{"tiles.discover.statement_timeout 40s", "http.write_timeout 30s"}},

@@ -246,6 +246,7 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 	store := func(pool *pgxpool.Pool) *geofence.Store {
 		s := geofence.NewStore(pool)
 		s.Timeout = gc.StatementTimeout
+		s.WriteTimeout = gc.FenceWriteTimeout
 		s.RetryAfter = m.Config.Database.RetryAfter
 		s.AcquireTimeout = m.Config.Database.AcquireTimeout
 		s.Calls = metrics
