@@ -11,11 +11,14 @@
 //	     distance_m
 //	GET  /geofence/bbox?layer&bbox=minx,miny,maxx,maxy[&limit]
 //	     features of layer intersecting the lon/lat box, in id order
-//	GET  /geofence/contains?lng&lat[&limit]
-//	     the fences (geotoll.geofences) that contain the point, in id order
-//	POST /geofence/check   {"points":[{"id":"v1","lng":13.4,"lat":52.5}, …]}
-//	     for every point, in request order, the ids of the fences that
-//	     contain it: {"results":[{"id":"v1","fences":[12, 40]}, …]}
+//	GET  /geofence/contains?lng&lat[&limit][&layer]
+//	     the fences (geotoll.geofences) that contain the point, in id order;
+//	     with layer, the features of that polygon layer (ids and
+//	     properties, geometry null)
+//	POST /geofence/check[?layer]   {"points":[{"id":"v1","lng":13.4,"lat":52.5}, …]}
+//	     for every point, in request order, the ids of the fences (or of
+//	     the layer's features; the layer may also be the body's "layer")
+//	     that contain it: {"results":[{"id":"v1","fences":[12, 40]}, …]}
 //	GET|POST /geofence/fences, GET|PUT|DELETE /geofence/fences/{id}
 //	     fence admin, GeoJSON Features in and out; admin API keys only
 //	     (the older paths /geofences[/{id}] are aliases)
@@ -43,6 +46,22 @@
 // vertex) is inside the fence. contains and check apply the same rule, and
 // fences are polygons in lon/lat with straight edges, as GeoJSON draws them.
 //
+// # Pieces
+//
+// contains and check never test a point against a whole polygon. Fences
+// are stored cut by ST_Subdivide into pieces of at most 256 vertices
+// (geotoll.geofence_pieces, migration 00008, kept current by a trigger on
+// every fence write); a polygon layer is read from the pieces `geotoll
+// prepare` registered for its table in geotoll_serving.storage (builder
+// "subdivide": the source's id and properties, pieces in EPSG:4326), or
+// from its table while it has none ([Catalog.LoadContainment], which serve
+// calls at start-up and every tiles.storage_refresh). A point's GiST probe
+// finds a piece or two of bounded size however large the polygon, and a
+// point on a seam between two pieces of one polygon is answered once
+// (DISTINCT over the source ids). A layer named by layer= must hold
+// polygons: unknown is a 404, points or lines a 422, a 503 while its
+// storage has not been read.
+//
 // # Parameters
 //
 // Every parameter is parsed strictly and bounded by [Limits]; a parameter
@@ -55,8 +74,9 @@
 //   - lng in [-180, 180], lat in [-90, 90], radius in [0, MaxRadius] metres,
 //     limit in [1, MaxLimit] (default DefaultLimit), bbox area at most
 //     MaxBBoxArea square degrees with miny <= maxy, a batch of 1..MaxBatch
-//     points with ids of 1..[MaxPointIDLen] bytes, bodies of at most
-//     MaxBodyBytes (413 beyond), fences of at most MaxVertices positions.
+//     points with ids of 1..[MaxPointIDLen] bytes, check bodies of at most
+//     MaxBodyBytes and fence bodies of at most MaxFenceBytes (413 beyond),
+//     fences of at most MaxVertices positions.
 //   - a contains answer holds at most limit fences and MaxResponseVertices
 //     positions in all: fences past either cap are left out (geometries
 //     past them are never rendered) and the collection says
@@ -69,10 +89,12 @@
 // server.Toll prices it with throttle.Weights (radius: base + km × weight +
 // limit × feature weight; bbox: base + area × weight + limit × feature
 // weight; check: base + points × point weight; contains: the price of a
-// one-point check plus limit × feature weight) and answers 429 with Retry-After when the caller's
+// one-point check plus limit × feature weight; contains and check on a
+// layer with that layer's weights and density model) and answers 429 with Retry-After when the caller's
 // budget cannot pay. Fence admin calls are not priced: they need an admin
 // key (X-API-Key or Authorization: Bearer, compared in constant time), and
-// are bounded by body size, vertex count and statement timeout.
+// are bounded by fence size (MaxFenceBytes), vertex count and
+// Limits.FenceWriteTimeout.
 //
 // # Database
 //
@@ -90,5 +112,7 @@
 // geotoll.geofences and nothing else. A geometry is checked with
 // ST_IsValidDetail first (an invalid polygon is a 422 carrying PostGIS's
 // reason and location) and stored as a MultiPolygon with RFC 7946 ring
-// orientation (ST_ForcePolygonCCW).
+// orientation (ST_ForcePolygonCCW). The insert or update fires the trigger
+// that cuts the fence into its pieces (SECURITY DEFINER: the writer role
+// has no right on the pieces table itself).
 package geofence
