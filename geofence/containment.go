@@ -1,7 +1,6 @@
 package geofence
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -148,25 +147,8 @@ func (p *pieces) unusable(l *Layer) string {
 // render fills the relation's quoted identifiers into the contains and
 // check queries.
 func (ct *Containment) render(geom string) error {
-	l := ct.Layer
-	data := struct {
-		Table, Geom, ID string
-		Props           []property
-	}{Table: ct.Relation, Geom: pgx.Identifier{geom}.Sanitize(), ID: ident(l.IDColumn)}
-	for i, p := range l.Properties {
-		data.Props = append(data.Props, property{Col: pgx.Identifier{p}.Sanitize(), Alias: fmt.Sprintf("p%d", i)})
-	}
-	for _, q := range []struct {
-		t   *template.Template
-		dst *string
-	}{{layerContainsTemplate, &ct.containsSQL}, {layerCheckTemplate, &ct.checkSQL}} {
-		var buf bytes.Buffer
-		if err := q.t.Execute(&buf, data); err != nil {
-			return fmt.Errorf("geofence %s: render %s: %w", l.subject(), q.t.Name(), err)
-		}
-		*q.dst = buf.String()
-	}
-	return nil
+	return renderAll(ct.Layer.subject(), newQueryData(ct.Layer, ct.Relation, pgx.Identifier{geom}.Sanitize()),
+		rendering{layerContainsTemplate, &ct.containsSQL}, rendering{layerCheckTemplate, &ct.checkSQL})
 }
 
 // name is the layer's name, "" for the fences (a nil Containment).

@@ -97,30 +97,48 @@ var (
 // quoted alias it travels under between the inner and outer query.
 type property struct{ Col, Alias string }
 
-// render fills the layer's quoted identifiers into the within and bbox
-// queries.
-func (l *Layer) render() error {
-	data := struct {
-		Table, Geom, ID string
-		Props           []property
-	}{Table: ident(l.Table), Geom: ident(l.GeometryColumn), ID: ident(l.IDColumn)}
+// queryData is what the query templates fill in: quoted identifiers only.
+type queryData struct {
+	Table, Geom, ID string
+	Props           []property
+}
+
+// newQueryData quotes l's id and properties for a query over table (quoted)
+// and its geometry column geom (quoted).
+func newQueryData(l *Layer, table, geom string) queryData {
+	data := queryData{Table: table, Geom: geom, ID: ident(l.IDColumn)}
 	for i, p := range l.Properties {
 		// The inner query carries each property as p0, p1… so that no
 		// column name can collide with id, geom or distance_m there; the
 		// outer query renames it back for the JSON key.
 		data.Props = append(data.Props, property{Col: pgx.Identifier{p}.Sanitize(), Alias: fmt.Sprintf("p%d", i)})
 	}
-	for _, q := range []struct {
-		t   *template.Template
-		dst *string
-	}{{withinTemplate, &l.withinSQL}, {bboxTemplate, &l.bboxSQL}} {
+	return data
+}
+
+// rendering is one query text to render: its template and destination.
+type rendering struct {
+	t   *template.Template
+	dst *string
+}
+
+// renderAll executes each template with data into its destination.
+func renderAll(subject string, data queryData, rs ...rendering) error {
+	for _, q := range rs {
 		var buf bytes.Buffer
 		if err := q.t.Execute(&buf, data); err != nil {
-			return fmt.Errorf("geofence layer %q: render %s: %w", l.Name, q.t.Name(), err)
+			return fmt.Errorf("geofence %s: render %s: %w", subject, q.t.Name(), err)
 		}
 		*q.dst = buf.String()
 	}
 	return nil
+}
+
+// render fills the layer's quoted identifiers into the within and bbox
+// queries.
+func (l *Layer) render() error {
+	return renderAll(l.subject(), newQueryData(l, ident(l.Table), ident(l.GeometryColumn)),
+		rendering{withinTemplate, &l.withinSQL}, rendering{bboxTemplate, &l.bboxSQL})
 }
 
 // WithinSQL returns the layer's constant within query text.
