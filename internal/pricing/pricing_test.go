@@ -255,3 +255,23 @@ func TestRefreshPicksUpNewRowsAndSettlementChargesMeanwhile(t *testing.T) {
 		t.Fatalf("after the refresh the tile estimates %v features, want about 20000", est.Features)
 	}
 }
+
+// contains and check on a layer are estimated on that layer's model, not
+// the fences'; an unknown layer has no estimate (priced by size).
+func TestLayerContainsIsEstimatedOnTheLayer(t *testing.T) {
+	pool, _ := tracedReadPool(t)
+	e, _ := demoEstimator(t, pool)
+	at := []orb.Point{{13.4, 52.5}}
+	onLayer, ok1 := e.Geofence(geofence.Demand{Kind: geofence.KindContains, Layer: "places", At: at})
+	checked, ok2 := e.Geofence(geofence.Demand{Kind: geofence.KindCheck, Layer: "places", At: at})
+	onFences, ok3 := e.Geofence(geofence.Demand{Kind: geofence.KindContains, At: at})
+	if !ok1 || !ok2 || !ok3 {
+		t.Fatalf("no estimate: %v %v %v", ok1, ok2, ok3)
+	}
+	if onLayer != checked || onLayer == onFences {
+		t.Errorf("contains on places %+v, check on places %+v, contains on the fences %+v: want the first two alike, not the third", onLayer, checked, onFences)
+	}
+	if _, ok := e.Geofence(geofence.Demand{Kind: geofence.KindCheck, Layer: "nope", At: at}); ok {
+		t.Error("an unknown layer has an estimate")
+	}
+}
