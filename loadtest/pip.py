@@ -4,7 +4,7 @@
 # seeded random points (lon/lat uniform over -180..180 x -56..72), in the
 # same batches, alternately to layer A and layer B. Prints each layer's
 # points/s (database and server included, client time excluded) and the
-# points whose answers differ. Usage:
+# points whose answers differ. LAYER_B "-" times layer A alone. Usage:
 #   pip.py BASE_URL API_KEY LAYER_A LAYER_B [POINTS [BATCH [SEED]]]
 import http.client, json, random, sys, time, urllib.parse
 base, key, layer_a, layer_b = sys.argv[1:5]
@@ -25,18 +25,21 @@ def check(layer, chunk):
     if r.status != 200:
         sys.exit(f"{layer}: {r.status} {data[:300]!r}")
     return dt, [res["fences"] for res in json.loads(data)["results"]]
-spent = {layer_a: 0.0, layer_b: 0.0}
-answers = {layer_a: [], layer_b: []}
+layers = (layer_a,) if layer_b == "-" else (layer_a, layer_b)
+spent = {l: 0.0 for l in layers}
+answers = {l: [] for l in layers}
 for i in range(0, n, batch):
     chunk = pts[i:i + batch]
-    for layer in (layer_a, layer_b):
+    for layer in layers:
         dt, got = check(layer, chunk)
         spent[layer] += dt
         answers[layer] += got
 inside = sum(1 for a in answers[layer_a] if a)
-differ = [(pts[i]["lng"], pts[i]["lat"], a, b) for i, (a, b) in enumerate(zip(answers[layer_a], answers[layer_b])) if a != b]
-for layer in (layer_a, layer_b):
+for layer in layers:
     print(f"{layer:20s} {n} points in batches of {batch}: {spent[layer]:8.2f} s  {n / spent[layer]:10.1f} points/s")
+if len(layers) == 1:
+    sys.exit(print(f"{inside} points inside a polygon of {layer_a}"))
+differ = [(pts[i]["lng"], pts[i]["lat"], a, b) for i, (a, b) in enumerate(zip(answers[layer_a], answers[layer_b])) if a != b]
 print(f"ratio {spent[layer_a] / spent[layer_b]:.1f}x; {inside} points inside a polygon of {layer_a}; {len(differ)} answers differ")
 for d in differ[:20]:
     print("  differs at [%.6f, %.6f]: %s %s, %s %s" % (d[0], d[1], layer_a, d[2], layer_b, d[3]))
