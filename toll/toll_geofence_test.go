@@ -20,6 +20,7 @@ func TestGeofencePrice(t *testing.T) {
 	toll.LayerWeights = map[string]throttle.Weights{"districts": func() throttle.Weights {
 		w := throttle.DefaultWeights()
 		w.AreaWeight = 0.25
+		w.PointWeight = 0.1
 		return w
 	}()}
 	box := func(w, s, e, n float64) orb.Bound { return orb.Bound{Min: orb.Point{w, s}, Max: orb.Point{e, n}} }
@@ -42,6 +43,10 @@ func TestGeofencePrice(t *testing.T) {
 		{"contains, limit 1000", geofence.Demand{Kind: geofence.KindContains, Points: 1, Limit: 1000}, 2.06},
 		{"check of 20", geofence.Demand{Kind: geofence.KindCheck, Points: 20}, 1.01},
 		{"check of 1000", geofence.Demand{Kind: geofence.KindCheck, Points: 1000}, 50.01},
+		// contains and check on a layer take that layer's weights.
+		{"check of 20 on districts", geofence.Demand{Kind: geofence.KindCheck, Layer: "districts", Points: 20}, 0.01 + 2},
+		{"contains on districts", geofence.Demand{Kind: geofence.KindContains, Layer: "districts", Points: 1, Limit: 100}, 0.01 + 0.1 + 0.2},
+		{"check of 20 on places (default weights)", geofence.Demand{Kind: geofence.KindCheck, Layer: "places", Points: 20}, 1.01},
 		{"unknown kind", geofence.Demand{Kind: "teleport"}, 60},
 	}
 	for _, tt := range tests {
