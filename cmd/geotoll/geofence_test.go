@@ -170,3 +170,19 @@ func TestEndToEndFenceAdmin(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// serve reads each geofence layer's storage at start-up: contains and
+// check on a polygon layer answer at once (the demo districts, read from
+// their table), a layer of points is a 422, priced nothing.
+func TestEndToEndGeofenceLayerContainment(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, sizePrices)
+	resp, body := get(t, base+"/geofence/contains?layer=districts&lng=13.4&lat=52.52", "")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"geometry":null`) || !strings.Contains(string(body), `"population"`) {
+		t.Fatalf("contains on districts: %d %s", resp.StatusCode, body)
+	}
+	resp, body = get(t, base+"/geofence/contains?layer=places&lng=13.4&lat=52.52", "")
+	if resp.StatusCode != http.StatusUnprocessableEntity || resp.Header.Get("X-Request-Cost") != "" {
+		t.Errorf("contains on places: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+}
