@@ -133,8 +133,8 @@ func polygonal(typ string) bool {
 
 // unusable says why p cannot stand in for l's table ("" when it can).
 func (p *pieces) unusable(l *Layer) string {
-	if p.SRID != 4326 {
-		return fmt.Sprintf("SRID %d, not 4326", p.SRID)
+	if p.SRID != 4326 || p.Geom != l.GeometryColumn {
+		return fmt.Sprintf("they are cut from column %q in SRID %d, not from %q in 4326 (a tile layer on the table's %q builds them)", p.Geom, p.SRID, l.GeometryColumn, l.GeometryColumn)
 	}
 	for _, col := range append([]string{l.IDColumn}, l.Properties...) {
 		if !slices.Contains(p.Columns, col) {

@@ -297,7 +297,8 @@ func TestLayerParameterErrors(t *testing.T) {
 	}
 }
 
-// Pieces that do not carry the layer's columns are not used: the table is.
+// Pieces that do not carry the layer's columns, or are not of its
+// geometry column in EPSG:4326, are not used: the table is.
 func TestLayerPiecesMissingAColumnAreNotUsed(t *testing.T) {
 	zones, _ := zonePieces(t)
 	cat := demoCatalog(t, zones)
@@ -307,6 +308,18 @@ func TestLayerPiecesMissingAColumnAreNotUsed(t *testing.T) {
 	}
 	warnings, err := cat.LoadContainment(ctxT(t), testenv.ReadPool(t))
 	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], `"name"`) {
+		t.Fatalf("warnings %v, %v", warnings, err)
+	}
+	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {
+		t.Errorf("zones read %+v, %v; want the table", ct, err)
+	}
+	// Pieces of a tile layer's other geometry (another SRID) neither.
+	if _, err := testenv.Pool(t).Exec(context.Background(), `UPDATE geotoll_serving.storage SET columns = ARRAY['id', 'name'], srid = 3857 WHERE source_table = $1`,
+		pgx.Identifier(strings.Split(zones.Table, ".")).Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	warnings, err = cat.LoadContainment(ctxT(t), testenv.ReadPool(t))
+	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "SRID 3857") {
 		t.Fatalf("warnings %v, %v", warnings, err)
 	}
 	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {

@@ -7,7 +7,10 @@
 -- pieces' relation in geotoll_serving, their geometry column, SRID and the
 -- source columns they carry (all NULL when the table has no pieces).
 -- to_regclass, not a cast: a registry row whose table was dropped since
--- matches nothing instead of failing the lookup.
+-- matches nothing instead of failing the lookup. Pieces are cut from a
+-- tile layer's geometry column: of several tile layers on the table, the
+-- pieces of the geofence layer's own column in EPSG:4326 are preferred
+-- (pieces of another column or SRID are not used: see LoadContainment).
 SELECT (SELECT upper(g.type)
         FROM geometry_columns AS g
         JOIN pg_class AS c ON c.relname = g.f_table_name
@@ -20,6 +23,6 @@ LEFT JOIN LATERAL (
     FROM geotoll_serving.storage AS st
     WHERE st.builder = 'subdivide'
       AND to_regclass(st.source_table) = to_regclass($1::text)
-    ORDER BY st.checked_at DESC
+    ORDER BY (st.geometry_column = $2::text AND st.srid = 4326) DESC, st.checked_at DESC
     LIMIT 1
 ) AS s ON true
