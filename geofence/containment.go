@@ -112,7 +112,7 @@ func (c *Catalog) LoadContainment(ctx context.Context, q Querier) (warnings []st
 			}
 		}
 		ct := &Containment{Layer: l, Relation: rel, Pieces: p != nil}
-		if err := ct.render(geom); err != nil {
+		if err := ct.render(geom, p != nil && p.SRID == 3857); err != nil {
 			return nil, err
 		}
 		next[l.Name] = containState{c: ct}
@@ -133,8 +133,8 @@ func polygonal(typ string) bool {
 
 // unusable says why p cannot stand in for l's table ("" when it can).
 func (p *pieces) unusable(l *Layer) string {
-	if p.SRID != 4326 || p.Geom != l.GeometryColumn {
-		return fmt.Sprintf("they are cut from column %q in SRID %d, not from %q in 4326 (a tile layer on the table's %q builds them)", p.Geom, p.SRID, l.GeometryColumn, l.GeometryColumn)
+	if !(p.SRID == 4326 && p.Geom == l.GeometryColumn) && p.SRID != 3857 {
+		return fmt.Sprintf("they are cut from column %q in SRID %d, not from %q in 4326 nor in 3857", p.Geom, p.SRID, l.GeometryColumn)
 	}
 	for _, col := range append([]string{l.IDColumn}, l.Properties...) {
 		if !slices.Contains(p.Columns, col) {
@@ -145,9 +145,16 @@ func (p *pieces) unusable(l *Layer) string {
 }
 
 // render fills the relation's quoted identifiers into the contains and
-// check queries.
-func (ct *Containment) render(geom string) error {
-	return renderAll(ct.Layer.subject(), newQueryData(ct.Layer, ct.Relation, pgx.Identifier{geom}.Sanitize()),
+// check queries; mercator when the relation is in EPSG:3857 (pieces cut
+// from a tile layer's geometry): the point is transformed to it. An edge
+// is then straight in Mercator, not in lon/lat: a point within the sag
+// between the two lines (micrometres for the edges of detailed borders,
+// metres for an edge of a degree) may be answered otherwise than by the
+// table.
+func (ct *Containment) render(geom string, mercator bool) error {
+	data := newQueryData(ct.Layer, ct.Relation, pgx.Identifier{geom}.Sanitize())
+	data.Mercator = mercator
+	return renderAll(ct.Layer.subject(), data,
 		rendering{layerContainsTemplate, &ct.containsSQL}, rendering{layerCheckTemplate, &ct.checkSQL})
 }
 

@@ -42,21 +42,33 @@ GRANT SELECT ON ALL TABLES IN SCHEMA %[1]s TO geotoll_reader`
 // layers of zones and roads.
 func zonePieces(t *testing.T) (zones, roads Layer) {
 	t.Helper()
+	return zonePiecesIn(t, 4326)
+}
+
+// zonePiecesIn is zonePieces with the pieces in srid: 3857 cuts them from
+// the zones transformed, into a column geom_3857, as prepare does for a
+// tile layer on such a column.
+func zonePiecesIn(t *testing.T, srid int) (zones, roads Layer) {
+	t.Helper()
 	schema := testenv.Schema(t, "gfzones", func(s string) []string { return strings.Split(fmt.Sprintf(zonesSQL, s), ";\n") })
 	owner := testenv.Pool(t)
 	name := "zones_" + schema
 	testenv.ForgetStorage(t, owner, name)
 	rel := name + "_pieces"
 	src := pgx.Identifier{schema, "zones"}.Sanitize()
+	geom := "geom"
+	if srid != 4326 {
+		geom = fmt.Sprintf("geom_%d", srid)
+	}
 	for _, stmt := range []string{
-		`CREATE TABLE geotoll_serving.` + rel + ` AS SELECT z.id, z.name, d.geom::geometry(Polygon, 4326) AS geom
-		 FROM ` + src + ` AS z, ST_Subdivide(z.geom, 32) AS s(geom), ST_Dump(s.geom) AS d WHERE GeometryType(d.geom) = 'POLYGON'`,
-		`CREATE INDEX ON geotoll_serving.` + rel + ` USING gist (geom)`,
+		fmt.Sprintf(`CREATE TABLE geotoll_serving.%s AS SELECT z.id, z.name, d.geom::geometry(Polygon, %d) AS %s
+		 FROM %s AS z, ST_Subdivide(ST_Transform(z.geom, %d), 32) AS s(geom), ST_Dump(s.geom) AS d WHERE GeometryType(d.geom) = 'POLYGON'`, rel, srid, geom, src, srid),
+		`CREATE INDEX ON geotoll_serving.` + rel + ` USING gist (` + geom + `)`,
 		`CREATE INDEX ON geotoll_serving.` + rel + ` (id)`,
 		`GRANT SELECT ON geotoll_serving.` + rel + ` TO geotoll_reader`,
 		`INSERT INTO geotoll_serving.storage (layer, builder, relation, geometry_column, srid, geometry_kind, columns, params,
 		   source_table, source_geometry_column, source_rows, source_signature, rows, build_ms, built_at, checked_at)
-		 VALUES ('` + name + `', 'subdivide', '` + rel + `', 'geom', 4326, 'polygon', ARRAY['id', 'name'], '{}',
+		 VALUES ('` + name + `', 'subdivide', '` + rel + `', '` + geom + `', ` + fmt.Sprint(srid) + `, 'polygon', ARRAY['id', 'name'], '{}',
 		   '` + src + `', 'geom', 5, '', (SELECT count(*) FROM geotoll_serving.` + rel + `), 0, now(), now())`,
 	} {
 		if _, err := owner.Exec(ctxT(t), stmt); err != nil {
@@ -155,6 +167,37 @@ func loadedCatalog(t *testing.T, layers ...Layer) *Catalog {
 	return cat
 }
 
+// The same on pieces in EPSG:3857 (a tile layer's geometry, as prepare
+// cuts it): the point is transformed; random points, the zones' vertices
+// and the points in their holes get the table's answers.
+func TestLayerCheckOnMercatorPiecesMatchesTheRawTable(t *testing.T) {
+	zones, _ := zonePiecesIn(t, 3857)
+	cat := loadedCatalog(t, zones)
+	ct, err := cat.Containment("zones")
+	if err != nil || !ct.Pieces || !strings.Contains(ct.CheckSQL(), "ST_Transform") {
+		t.Fatalf("zones read %+v, %v; want its pieces in 3857", ct, err)
+	}
+	table := pgx.Identifier(strings.Split(zones.Table, ".")).Sanitize()
+	rng := rand.New(rand.NewPCG(18, 5))
+	var pts []Point
+	for range 3000 {
+		pts = append(pts, Point{Lng: 97 + 11*rng.Float64(), Lat: -10.5 + 11*rng.Float64()})
+	}
+	rows, err := testenv.Pool(t).Query(ctxT(t), `SELECT ST_X(p), ST_Y(p) FROM (SELECT (ST_DumpPoints(z.geom)).geom AS p FROM `+table+` AS z) AS s`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Point
+	if _, err := pgx.ForEachRow(rows, []any{&p.Lng, &p.Lat}, func() error { pts = append(pts, p); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := NewStore(testenv.ReadPool(t)).Check(ctxT(t), CheckQuery{Layer: ct, Points: pts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameAnswers(t, pts, got, rawCheck(t, table, pts))
+}
+
 // check and contains on a layer read its pieces and answer exactly what
 // ST_Covers answers on the raw table, seams and holes included, each
 // source id once.
@@ -202,12 +245,13 @@ func TestLayerCheckMatchesTheRawTable(t *testing.T) {
 	}
 }
 
-// A layer without pieces is read from its table, with the same answers.
-func TestLayerCheckWithoutPiecesReadsTheTable(t *testing.T) {
+// The demo districts answer as their table does, whether read from the
+// table or from pieces prepare built for their tile layer.
+func TestLayerCheckOnDistrictsMatchesTheTable(t *testing.T) {
 	cat := loadedCatalog(t)
 	ct, err := cat.Containment("districts")
-	if err != nil || ct.Pieces || ct.Relation != `"geotoll"."districts"` {
-		t.Fatalf("districts read %+v, %v; want the table", ct, err)
+	if err != nil {
+		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(18, 3))
 	pts := make([]Point, 500)
@@ -297,8 +341,8 @@ func TestLayerParameterErrors(t *testing.T) {
 	}
 }
 
-// Pieces that do not carry the layer's columns, or are not of its
-// geometry column in EPSG:4326, are not used: the table is.
+// Pieces that do not carry the layer's columns, or are in another SRID
+// than 4326 or 3857, are not used: the table is.
 func TestLayerPiecesMissingAColumnAreNotUsed(t *testing.T) {
 	zones, _ := zonePieces(t)
 	cat := demoCatalog(t, zones)
@@ -313,13 +357,13 @@ func TestLayerPiecesMissingAColumnAreNotUsed(t *testing.T) {
 	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {
 		t.Errorf("zones read %+v, %v; want the table", ct, err)
 	}
-	// Pieces of a tile layer's other geometry (another SRID) neither.
-	if _, err := testenv.Pool(t).Exec(context.Background(), `UPDATE geotoll_serving.storage SET columns = ARRAY['id', 'name'], srid = 3857 WHERE source_table = $1`,
+	// Pieces in another SRID than 4326 or 3857 neither.
+	if _, err := testenv.Pool(t).Exec(context.Background(), `UPDATE geotoll_serving.storage SET columns = ARRAY['id', 'name'], srid = 2154 WHERE source_table = $1`,
 		pgx.Identifier(strings.Split(zones.Table, ".")).Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	warnings, err = cat.LoadContainment(ctxT(t), testenv.ReadPool(t))
-	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "SRID 3857") {
+	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "SRID 2154") {
 		t.Fatalf("warnings %v, %v", warnings, err)
 	}
 	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {

@@ -53,9 +53,9 @@
 // (geotoll.geofence_pieces, migration 00008, kept current by a trigger on
 // every fence write); a polygon layer is read from the pieces `geotoll
 // prepare` registered for its table in geotoll_serving.storage (builder
-// "subdivide": the source's id and properties, cut from the layer's own
-// geometry column in EPSG:4326, i.e. built for a tile layer on the same
-// table and column), or from its table while it has none ([Catalog.LoadContainment], which serve
+// "subdivide": the source's id and properties, in EPSG:4326 from the
+// layer's own column, or in EPSG:3857 from a tile layer's, read with the
+// point transformed), or from its table while it has none ([Catalog.LoadContainment], which serve
 // calls at start-up and every tiles.storage_refresh). A point's GiST probe
 // finds a piece or two of bounded size however large the polygon, and a
 // point on a seam between two pieces of one polygon is answered once

@@ -101,6 +101,7 @@ type property struct{ Col, Alias string }
 type queryData struct {
 	Table, Geom, ID string
 	Props           []property
+	Mercator        bool // contains and check: the relation is in EPSG:3857
 }
 
 // newQueryData quotes l's id and properties for a query over table (quoted)

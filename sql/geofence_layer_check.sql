@@ -3,7 +3,9 @@
 --
 -- Template fields (double braces) are identifiers from the layer catalog
 -- and the serving registry, quoted with pgx.Identifier when the layer's
--- storage is read (never request text). Everything else is bound:
+-- storage is read (never request text); .Mercator: the pieces are in
+-- EPSG:3857 (a tile layer's geometry), the point is transformed to them.
+-- Everything else is bound:
 --   $1 longitudes, $2 latitudes (float8[], same length, degrees)
 --
 -- Rows are (ordinal of the point, 1-based; id of a feature containing
@@ -15,5 +17,5 @@
 SELECT DISTINCT p.ord, t.{{.ID}}::bigint AS id
 FROM unnest($1::float8[], $2::float8[]) WITH ORDINALITY AS p(lng, lat, ord)
 JOIN {{.Table}} AS t
-  ON ST_Covers(t.{{.Geom}}, ST_SetSRID(ST_MakePoint(p.lng, p.lat), 4326))
+  ON ST_Covers(t.{{.Geom}}, {{if .Mercator}}ST_Transform({{end}}ST_SetSRID(ST_MakePoint(p.lng, p.lat), 4326){{if .Mercator}}, 3857){{end}})
 ORDER BY p.ord, id

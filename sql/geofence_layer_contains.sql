@@ -5,7 +5,9 @@
 --
 -- Template fields (double braces) are identifiers from the layer catalog
 -- and the serving registry, quoted with pgx.Identifier when the layer's
--- storage is read (never request text). Everything else is bound:
+-- storage is read (never request text); .Mercator: the pieces are in
+-- EPSG:3857 (a tile layer's geometry), the point is transformed to them.
+-- Everything else is bound:
 --   $1 longitude, $2 latitude (degrees, EPSG:4326)   $3 cap (LIMIT)
 --
 -- At most $3 + 1 rows: the caller reports an answer with more than $3 as
@@ -18,7 +20,7 @@ FROM (
     SELECT DISTINCT ON (t.{{.ID}}) t.{{.ID}}::bigint AS id{{range .Props}},
            t.{{.Col}} AS {{.Alias}}{{end}}
     FROM {{.Table}} AS t
-    WHERE ST_Covers(t.{{.Geom}}, ST_SetSRID(ST_MakePoint($1::float8, $2::float8), 4326))
+    WHERE ST_Covers(t.{{.Geom}}, {{if .Mercator}}ST_Transform({{end}}ST_SetSRID(ST_MakePoint($1::float8, $2::float8), 4326){{if .Mercator}}, 3857){{end}})
     ORDER BY t.{{.ID}}
 ) AS n
 ORDER BY n.id

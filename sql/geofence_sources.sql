@@ -9,8 +9,9 @@
 -- to_regclass, not a cast: a registry row whose table was dropped since
 -- matches nothing instead of failing the lookup. Pieces are cut from a
 -- tile layer's geometry column: of several tile layers on the table, the
--- pieces of the geofence layer's own column in EPSG:4326 are preferred
--- (pieces of another column or SRID are not used: see LoadContainment).
+-- pieces of the geofence layer's own column in EPSG:4326 are preferred,
+-- then pieces in EPSG:3857 (read with the point transformed; other SRIDs
+-- are not used: see LoadContainment).
 SELECT (SELECT upper(g.type)
         FROM geometry_columns AS g
         JOIN pg_class AS c ON c.relname = g.f_table_name
@@ -23,6 +24,6 @@ LEFT JOIN LATERAL (
     FROM geotoll_serving.storage AS st
     WHERE st.builder = 'subdivide'
       AND to_regclass(st.source_table) = to_regclass($1::text)
-    ORDER BY (st.geometry_column = $2::text AND st.srid = 4326) DESC, st.checked_at DESC
+    ORDER BY (st.geometry_column = $2::text AND st.srid = 4326) DESC, (st.srid = 3857) DESC, st.checked_at DESC
     LIMIT 1
 ) AS s ON true
