@@ -37,8 +37,12 @@ mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.log
 
 # -count=1: no cached test result, in the coverage run (whose time sets the
-# mutants' timeout) or a mutant's.
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1${MUTATE_SKIP:+ -skip=$MUTATE_SKIP}"
+# mutants' timeout) or a mutant's. Each mutant compiles and links its own
+# test binary, which is most of its time: -vet=off leaves out go vet
+# (a check of the code, not a test: it is make lint's) and -ldflags=-w the
+# binary's debug information. -exec: scripts/mutate-exec.sh runs the tests
+# MUTATE_FIRST names first (below).
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-count=1 -vet=off -ldflags=-w -exec=$root/scripts/mutate-exec.sh${MUTATE_SKIP:+ -skip=$MUTATE_SKIP}"
 start=$SECONDS
 reports=()
 for entry in "${entries[@]}"; do
@@ -58,9 +62,22 @@ for entry in "${entries[@]}"; do
 			excludes+=(--exclude-files "^${base//./\\.}\$")
 		done
 	fi
+	# An entry that names its files and no -run pattern runs the tests of
+	# those files' own _test.go files first (scripts/mutate-exec.sh): most
+	# mutants fail one of them and never wait for the integration tests.
+	first=""
+	if [[ -n $keep && -z $run ]]; then
+		first=$(for f in ${keep//,/ }; do
+			t="$root/$dir/${f%.go}_test.go"
+			if [[ -f $t ]]; then
+				sed -nE 's/^func ((Test|Fuzz|Example)[[:alnum:]_]*)\(.*/\1/p' "$t"
+			fi
+		done | paste -sd'|')
+		first=${first:+^($first)\$}
+	fi
 	name=${dir//\//-}
 	echo "mutate: $dir${keep:+ (only ${keep:1:-1})}${run:+, tests $run}"
-	(cd "$root/$dir" && GOFLAGS="$GOFLAGS${run:+ -run=$run}" "$gremlins" unleash --workers "${MUTATE_WORKERS:-2}" \
+	(cd "$root/$dir" && GOFLAGS="$GOFLAGS${run:+ -run=$run}" MUTATE_FIRST=$first "$gremlins" unleash --workers "${MUTATE_WORKERS:-2}" \
 		--timeout-coefficient "${MUTATE_TIMEOUT_COEFFICIENT:-20}" \
 		--output "$out/$name.json" "${excludes[@]}") >"$out/$name.log" 2>&1 || {
 		tail -20 "$out/$name.log" >&2
