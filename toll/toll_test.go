@@ -614,3 +614,25 @@ func TestShadowWaivesIPv6Aggregate(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// At exactly the settle floor a request is settled at its database time;
+// only below it does its estimate stand.
+func TestChargedFromTheSettleFloorOn(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	for _, tc := range []struct {
+		floor, db time.Duration
+		want      float64
+	}{
+		{0, DefaultSettleFloor - time.Nanosecond, 7}, // the estimate
+		{0, DefaultSettleFloor, 1},                   // 5 ms at 10 ms a token: the base, 1
+		{0, 300 * time.Millisecond, 30},              // 300 ms at 10 ms a token
+		{0, time.Hour, 60},                           // at most most
+		{250 * time.Millisecond, 249 * time.Millisecond, 7},
+		{250 * time.Millisecond, 250 * time.Millisecond, 25},
+	} {
+		toll.SettleFloor = tc.floor
+		if got := toll.Charged(7, tc.db, 1, 60); got != tc.want {
+			t.Errorf("settle floor %v: Charged(7, %v, 1, 60) = %v, want %v", tc.floor, tc.db, got, tc.want)
+		}
+	}
+}
