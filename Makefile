@@ -166,8 +166,9 @@ bench-protect: testdb
 # model), the toll policy, client-address parsing and tile addressing.
 # Each entry is a package directory, then optionally :file,file (mutate
 # only those) and @pattern (run only the tests -run selects, else the
-# package's whole suite); tile addressing runs its own unit, fuzz-seed and
-# PostGIS tests, not the rest of package tiles. The test services are up,
+# package's whole suite, the tests in those files' own _test.go files
+# first); tile addressing runs its own unit, fuzz-seed and PostGIS tests,
+# not the rest of package tiles. The test services are up,
 # so integration tests kill mutants too. Writes $(MUTATE_OUT)/scores.md and
 # fails below MUTATE_MIN_EFFICACY; see scripts/mutate.sh for the other
 # settings.

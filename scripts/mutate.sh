@@ -9,7 +9,8 @@
 # optionally followed by the only files of it to mutate
 # (":toll.go,caller.go") and by a -run pattern of the tests to run on
 # each mutant ("@TestParseTile|FuzzParseTile"; without it the package's
-# whole test suite runs). Entries are separated by spaces, in one
+# whole test suite runs, the tests in the named files' own _test.go files
+# first). Entries are separated by spaces, in one
 # argument. For each entry, gremlins' log and JSON results land in
 # OUTDIR/<dir with / as ->.{log,json}; then the score table is printed and
 # written to OUTDIR/scores.md.

@@ -110,20 +110,25 @@ func TestSettlesAtDatabaseTime(t *testing.T) {
 		sql      string
 		lo, hi   float64 // the settled cost, in tokens of 10 ms
 		floor    time.Duration
+		base     float64
 	}{
-		{"looked cheap, was not", 0.5, "SELECT pg_sleep(0.03)", 3, 60, time.Millisecond},
+		{"looked cheap, was not", 0.5, "SELECT pg_sleep(0.03)", 3, 60, time.Millisecond, 1},
 		// Refunded: it settles below its estimate (a loaded machine may
 		// stretch the few milliseconds it takes).
-		{"looked dear, was not", 60, "SELECT pg_sleep(0.002)", 1, 59, time.Millisecond},
+		{"looked dear, was not", 60, "SELECT pg_sleep(0.002)", 1, 59, time.Millisecond, 1},
+		// A price without a base of its own settles at no less than the
+		// default weights' base (1 here), not at the 0.2 tokens it ran.
+		{"no base of its own", 60, "SELECT pg_sleep(0.002)", 1, 59, time.Millisecond, 0},
 		// Measured under the settle floor, where the measurement is mostly
 		// round trip: the estimate stands.
-		{"under the floor", 7, "SELECT pg_sleep(0.002)", 7, 7, time.Minute},
+		{"under the floor", 7, "SELECT pg_sleep(0.002)", 7, 7, time.Minute, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := throttle.NewMemoryStore(throttle.MemoryOptions{})
 			toll := testToll(store)
 			toll.SettleFloor = tc.floor
-			h := settleServer(t, toll, Price{Cost: tc.estimate, Route: "x", Zoom: -1, Base: 1}, tc.sql)
+			toll.Default.Base = 1
+			h := settleServer(t, toll, Price{Cost: tc.estimate, Route: "x", Zoom: -1, Base: tc.base}, tc.sql)
 			w := settleRequest(h)
 			if w.Code != http.StatusNoContent {
 				t.Fatalf("%d %s", w.Code, w.Body)
