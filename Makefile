@@ -175,7 +175,7 @@ bench-protect: testdb
 MUTATE_PKGS ?= internal/forwarded \
 	tiles:address.go@Test(ParseTile|AddressDetails|SplitFormat|Envelope|ParseRequest)|Fuzz(ParseTile|ParseRequest)|Example(ParseTile|Envelope) \
 	toll:toll.go,caller.go \
-	throttle:batch.go,cost.go,limit.go,failover.go
+	throttle:batch.go,batch_run.go,cost.go,limit.go,failover.go
 MUTATE_OUT ?= artifacts/mutation
 # Left out of the mutation runs: TestScriptMatchesTwin fails at random on
 # a loaded machine (half its runs at load 16: tombstones that expired
