@@ -174,7 +174,7 @@ bench-protect: testdb
 # settings.
 MUTATE_PKGS ?= internal/forwarded \
 	tiles:address.go@Test(ParseTile|AddressDetails|SplitFormat|Envelope|ParseRequest)|Fuzz(ParseTile|ParseRequest)|Example(ParseTile|Envelope) \
-	toll:toll.go,caller.go \
+	toll:toll.go,tier.go,price.go,caller.go \
 	throttle:batch.go,batch_run.go,cost.go,limit.go,failover.go
 MUTATE_OUT ?= artifacts/mutation
 # Left out of the mutation runs: TestScriptMatchesTwin fails at random on
