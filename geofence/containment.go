@@ -41,6 +41,7 @@ type Querier interface {
 
 var (
 	sourcesSQL            = queries.MustRead("geofence_sources.sql")
+	signatureTemplate     = template.Must(template.New("serving_signature.sql").Parse(queries.MustRead("serving_signature.sql")))
 	layerContainsTemplate = template.Must(template.New("geofence_layer_contains.sql").Parse(queries.MustRead("geofence_layer_contains.sql")))
 	layerCheckTemplate    = template.Must(template.New("geofence_layer_check.sql").Parse(queries.MustRead("geofence_layer_check.sql")))
 )
@@ -54,6 +55,11 @@ type pieces struct {
 	Relation, Geom string
 	SRID           int
 	Columns        []string
+	// Signature is the source's change detector when they were built
+	// ("count:newest xmin", as package serving records it; "" for a view);
+	// Stale says the table has changed since (see fresh).
+	Signature string
+	Stale     bool
 }
 
 // layerSource reads the geometry type of l's table and its pieces, if the
@@ -66,12 +72,12 @@ func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *piece
 		return "", nil, err
 	}
 	var (
-		t         *string
-		rel, geom *string
-		srid      *int
-		cols      []string
+		t              *string
+		rel, geom, sig *string
+		srid           *int
+		cols           []string
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&t, &rel, &geom, &srid, &cols}, func() error { return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&t, &rel, &geom, &srid, &cols, &sig}, func() error { return nil }); err != nil {
 		return "", nil, err
 	}
 	if t != nil {
@@ -79,8 +85,38 @@ func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *piece
 	}
 	if rel != nil && geom != nil && srid != nil {
 		p = &pieces{Relation: *rel, Geom: *geom, SRID: *srid, Columns: cols}
+		if sig != nil && *sig != "" {
+			p.Signature = *sig
+			if p.Stale, err = changedSince(ctx, q, l, p.Signature); err != nil {
+				return "", nil, err
+			}
+		}
 	}
 	return typ, p, nil
+}
+
+// changedSince reports whether l's table differs from the one whose change
+// detector was signature (serving_signature.sql, the detector `geotoll
+// prepare` records): pieces cut before a write to the table would answer
+// for what it held then, so the table is read instead until prepare cuts
+// them again.
+func changedSince(ctx context.Context, q Querier, l *Layer, signature string) (bool, error) {
+	var text strings.Builder
+	if err := signatureTemplate.Execute(&text, struct {
+		Table string
+		XMin  bool
+	}{ident(l.Table), true}); err != nil {
+		return false, err
+	}
+	rows, err := q.Query(ctx, text.String())
+	if err != nil {
+		return false, err
+	}
+	var count, newest int64
+	if _, err := pgx.ForEachRow(rows, []any{&count, &newest}, func() error { return nil }); err != nil {
+		return false, err
+	}
+	return fmt.Sprintf("%d:%d", count, newest) != signature, nil
 }
 
 // LoadContainment reads, for every layer, its geometry type and its pieces,
@@ -133,6 +169,9 @@ func polygonal(typ string) bool {
 
 // unusable says why p cannot stand in for l's table ("" when it can).
 func (p *pieces) unusable(l *Layer) string {
+	if p.Stale {
+		return "the table has changed since they were cut (geotoll prepare cuts them again)"
+	}
 	if !(p.SRID == 4326 && p.Geom == l.GeometryColumn) && p.SRID != 3857 {
 		return fmt.Sprintf("they are cut from column %q in SRID %d, not from %q in 4326 nor in 3857", p.Geom, p.SRID, l.GeometryColumn)
 	}

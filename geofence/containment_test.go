@@ -69,7 +69,8 @@ func zonePiecesIn(t *testing.T, srid int) (zones, roads Layer) {
 		`INSERT INTO geotoll_serving.storage (layer, builder, relation, geometry_column, srid, geometry_kind, columns, params,
 		   source_table, source_geometry_column, source_rows, source_signature, rows, build_ms, built_at, checked_at)
 		 VALUES ('` + name + `', 'subdivide', '` + rel + `', '` + geom + `', ` + fmt.Sprint(srid) + `, 'polygon', ARRAY['id', 'name'], '{}',
-		   '` + src + `', 'geom', 5, '', (SELECT count(*) FROM geotoll_serving.` + rel + `), 0, now(), now())`,
+		   '` + src + `', 'geom', 5, (SELECT count(*)::text || ':' || coalesce(max(z.xmin::text::bigint), 0)::text FROM ` + src + ` AS z),
+		   (SELECT count(*) FROM geotoll_serving.` + rel + `), 0, now(), now())`,
 	} {
 		if _, err := owner.Exec(ctxT(t), stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -368,5 +369,43 @@ func TestLayerPiecesMissingAColumnAreNotUsed(t *testing.T) {
 	}
 	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {
 		t.Errorf("zones read %+v, %v; want the table", ct, err)
+	}
+}
+
+// Pieces cut before a write to their table answer for what it held then:
+// once the table's change detector differs from the one recorded when they
+// were cut, the layer reads its table (and says why) until they are cut
+// again; a zone added since is then found.
+func TestChangedTableIsReadInsteadOfItsPieces(t *testing.T) {
+	zones, roads := zonePieces(t)
+	cat, err := NewCatalog([]Layer{zones, roads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := testenv.ReadPool(t)
+	if _, err := cat.LoadContainment(ctxT(t), read); err != nil {
+		t.Fatal(err)
+	}
+	if ct, err := cat.Containment("zones"); err != nil || !ct.Pieces {
+		t.Fatalf("before any write: %+v, %v; want the pieces", ct, err)
+	}
+	if _, err := testenv.Pool(t).Exec(ctxT(t), `INSERT INTO `+ident(zones.Table)+` (id, name, geom)
+		VALUES (9001, 'new', ST_GeomFromText('MULTIPOLYGON(((150 10, 151 10, 151 11, 150 11, 150 10)))', 4326))`); err != nil {
+		t.Fatal(err)
+	}
+	warnings, err := cat.LoadContainment(ctxT(t), read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, err := cat.Containment("zones")
+	if err != nil || ct.Pieces || len(warnings) != 1 || !strings.Contains(warnings[0], "changed since") {
+		t.Fatalf("after a write: %+v, %v, warnings %q; want the table, with a warning", ct, err, warnings)
+	}
+	got, err := NewStore(read).Check(ctxT(t), CheckQuery{Layer: ct, Points: []Point{{ID: "p", Lng: 150.5, Lat: 10.5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0]) != 1 || got[0][0] != 9001 {
+		t.Errorf("a point in the zone added after the pieces were cut: %+v, want zone 9001", got)
 	}
 }

@@ -55,8 +55,9 @@
 // prepare` registered for its table in geotoll_serving.storage (builder
 // "subdivide": the source's id and properties, in EPSG:4326 from the
 // layer's own column, or in EPSG:3857 from a tile layer's, read with the
-// point transformed), or from its table while it has none ([Catalog.LoadContainment], which serve
-// calls at start-up and every tiles.storage_refresh). A point's GiST probe
+// point transformed), or from its table while it has none or while the
+// table has changed since they were cut ([Catalog.LoadContainment], which
+// serve calls at start-up and every tiles.storage_refresh). A point's GiST probe
 // finds a piece or two of bounded size however large the polygon, and a
 // point on a seam between two pieces of one polygon is answered once
 // (DISTINCT over the source ids). A layer named by layer= must hold

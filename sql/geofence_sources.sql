@@ -4,8 +4,10 @@
 --   $1 the layer's table, quoted (schema.table)   $2 its geometry column
 --
 -- One row: the type (upper case, NULL when the column is unknown) and the
--- pieces' relation in geotoll_serving, their geometry column, SRID and the
--- source columns they carry (all NULL when the table has no pieces).
+-- pieces' relation in geotoll_serving, their geometry column, SRID, the
+-- source columns they carry and the source's change detector when they
+-- were built (all NULL when the table has no pieces; the detector is ''
+-- for a source without one, a view).
 -- to_regclass, not a cast: a registry row whose table was dropped since
 -- matches nothing instead of failing the lookup. Pieces are cut from a
 -- tile layer's geometry column: of several tile layers on the table, the
@@ -17,10 +19,10 @@ SELECT (SELECT upper(g.type)
         JOIN pg_class AS c ON c.relname = g.f_table_name
         JOIN pg_namespace AS ns ON ns.oid = c.relnamespace AND ns.nspname = g.f_table_schema
         WHERE c.oid = to_regclass($1::text) AND g.f_geometry_column = $2::text) AS type,
-       s.relation, s.geometry_column, s.srid, s.columns
+       s.relation, s.geometry_column, s.srid, s.columns, s.source_signature
 FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (
-    SELECT st.relation, st.geometry_column, st.srid, st.columns
+    SELECT st.relation, st.geometry_column, st.srid, st.columns, st.source_signature
     FROM geotoll_serving.storage AS st
     WHERE st.builder = 'subdivide'
       AND to_regclass(st.source_table) = to_regclass($1::text)
