@@ -52,3 +52,38 @@ func TestSubdivideLinesKeepLength(t *testing.T) {
 		}
 	}
 }
+
+// TestSubdivideRepairedCount: the rows counted as repaired are the rows
+// that were not valid, each once: valid polygons with a vertex on the
+// midline the chunks are cut along count none; a MultiPolygon whose
+// parts overlap and a bow tie count one each, a NULL id counts too.
+func TestSubdivideRepairedCount(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "subrep_")
+	f.exec(t, `CREATE TABLE {s}.shapes (id int, name text, geom geometry(Geometry, 3857))`)
+	// Squares of 100 m with a notch from the bottom whose apex touches
+	// the horizontal midline of their box, at (25, 50), densified to
+	// ~2,400 vertices (over 64 × 16, a chunk's most): their bottom-left
+	// quarter chunk's ring passes the apex twice (a ring that touches
+	// itself, not valid) though the square is valid.
+	f.exec(t, `INSERT INTO {s}.shapes
+		SELECT k, 'notch', ST_Segmentize(ST_Translate(ST_GeomFromText(
+			'POLYGON((0 0, 10 0, 25 50, 40 0, 100 0, 100 100, 0 100, 0 0))', 3857), 1000 * k, 0), 0.2)
+		FROM generate_series(1, 3) AS k`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes TO geotoll_reader`)
+	o := serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}
+	layer := shapesLayer(name, f.schema)
+	var invalid int
+	if err := owner.QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{f.schema, "shapes"}.Sanitize()+` WHERE NOT ST_IsValid(geom)`).Scan(&invalid); err != nil || invalid != 0 {
+		t.Fatalf("fixture: %d invalid squares, %v", invalid, err)
+	}
+	if r := one(t, owner, catalog(t, layer).Layer(name), o); r.Status != serving.Built || r.Repaired != 0 {
+		t.Errorf("valid notched squares: %+v, want built, 0 repaired", r)
+	}
+	f.exec(t, `INSERT INTO {s}.shapes VALUES
+		(10, 'overlap', ST_Collect(ST_MakeEnvelope(0, 0, 100, 100, 3857), ST_MakeEnvelope(50, 50, 150, 150, 3857))),
+		(NULL, 'bowtie', ST_GeomFromText('POLYGON((300000 0, 400000 100000, 400000 0, 300000 100000, 300000 0))', 3857))`)
+	if r := one(t, owner, catalog(t, layer).Layer(name), o); r.Status != serving.Built || r.Repaired != 2 {
+		t.Errorf("with an overlapping MultiPolygon and a bow tie of no id: %+v, want built, 2 repaired", r)
+	}
+}

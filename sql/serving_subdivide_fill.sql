@@ -23,10 +23,10 @@
 -- chunk that is not valid (a source's fault or a clip's artefact) is
 -- repaired with ST_MakeValid (its parts of the layer's dimension kept),
 -- and every chunk is then cut with ST_Subdivide. A chunk that repairs to
--- nothing (a spike, a ring of no area) is left out; its row is counted
--- as repaired.
+-- nothing (a spike, a ring of no area) is left out.
 -- Result: one row (pieces bigint, repaired bigint): the pieces written and
--- the source rows with at least one chunk repaired.
+-- the source rows that were not valid (ST_IsValid of the row's geometry,
+-- each row once, whatever its id), which were repaired.
 WITH RECURSIVE cut (g, n, depth{{range .Cols}}, {{.}}{{end}}) AS (
     SELECT d.geom, ST_NPoints(d.geom), 0{{range .Cols}}, t.{{.}}{{end}}
     FROM {{.Source}} AS t,
@@ -58,4 +58,5 @@ written AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM written)::bigint,
-       (SELECT count(DISTINCT k.{{.ID}}) FROM chunks AS k WHERE NOT k.ok)::bigint
+       (SELECT count(*) FROM {{.Source}} AS t
+        WHERE t.{{.Geom}} IS NOT NULL AND NOT ST_IsValid(t.{{.Geom}}))::bigint
