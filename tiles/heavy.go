@@ -21,9 +21,10 @@ const HeavyFixSubdivideOff = "turn on layers[].subdivide (drop subdivide.off), t
 
 // CheckHeavy reads through q (the read role) how many vertices the
 // largest rows of a line or polygon layer have (sql/layer_heavy.sql), for
-// Heavy; other kinds are not read. serve calls it at start-up.
+// Heavy; other kinds, and a layer that reads pieces, are not read. serve
+// calls it at start-up.
 func (l *Layer) CheckHeavy(ctx context.Context, q Querier) error {
-	if k := l.Kind(); k != KindLine && k != KindPolygon {
+	if p := l.plan(); (p.kind != KindLine && p.kind != KindPolygon) || p.readsPieces() {
 		return nil
 	}
 	var buf bytes.Buffer
@@ -51,8 +52,7 @@ func (l *Layer) CheckHeavy(ctx context.Context, q Querier) error {
 func (l *Layer) Heavy() *Heavy {
 	p := l.plan()
 	n := l.state.maxVertices.Load()
-	if (p.kind != KindLine && p.kind != KindPolygon) || n <= int64(l.Subdivide.MaxVertices) ||
-		slices.ContainsFunc(p.storage, func(s Storage) bool { return s.Builder == BuilderSubdivide }) {
+	if (p.kind != KindLine && p.kind != KindPolygon) || n <= int64(l.Subdivide.MaxVertices) || p.readsPieces() {
 		return nil
 	}
 	return &Heavy{MaxVertices: n, Limit: l.Subdivide.MaxVertices, Fix: l.heavyFix()}
@@ -70,4 +70,9 @@ func (l *Layer) heavyFix() string {
 		return HeavyFixSubdivideOff
 	}
 	return HeavyFix
+}
+
+// readsPieces reports whether the plan reads a layer's pieces.
+func (p *plan) readsPieces() bool {
+	return slices.ContainsFunc(p.storage, func(s Storage) bool { return s.Builder == BuilderSubdivide })
 }
