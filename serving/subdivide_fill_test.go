@@ -1,11 +1,17 @@
 package serving_test
 
 import (
+	"maps"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/serving"
 	"github.com/geotoll/geotoll/tiles"
 )
@@ -86,4 +92,81 @@ func TestSubdivideRepairedCount(t *testing.T) {
 	if r := one(t, owner, catalog(t, layer).Layer(name), o); r.Status != serving.Built || r.Repaired != 2 {
 		t.Errorf("with an overlapping MultiPolygon and a bow tie of no id: %+v, want built, 2 repaired", r)
 	}
+}
+
+// TestTilesFromPiecesCapped: with a feature cap below the ids near the
+// tile, a tile read from the pieces holds the same ids as the tile read
+// from the table (the first in order_by, name desc: the twin, id 4),
+// one feature each.
+func TestTilesFromPiecesCapped(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "subcap_")
+	shapes(t, f)
+	layer := shapesLayer(name, f.schema)
+	layer.MaxFeatures, layer.OrderBy = 1, []string{"name desc"}
+	cat := catalog(t, layer)
+	raw := catalog(t, layer).Layer(name)
+	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	store := tiles.NewStore(reader)
+	tile := maptile.At(orb.Point{0.5, 0.2}, 8) // the disc (id 1) and its twin (id 4)
+	got, _, _ := tileArea(t, store, cat.Layer(name), tile)
+	want, _, _ := tileArea(t, store, raw, tile)
+	if len(want) != 1 || !maps.Equal(got, want) {
+		t.Errorf("%v: features per id %v from the pieces, %v from the table; want one feature", tile, got, want)
+	}
+}
+
+// TestTilesFromPiecesDrawCapped: a tile read from the pieces collects
+// (ST_Collect, then draws) the pieces of the capped ids only: with a cap
+// of 1 and two ids near the tile, the plan (EXPLAIN ANALYZE VERBOSE of
+// the tile's query) collects one id, not both.
+func TestTilesFromPiecesDrawCapped(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "subdraw_")
+	shapes(t, f)
+	layer := shapesLayer(name, f.schema)
+	layer.MaxFeatures = 1
+	cat := catalog(t, layer)
+	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	sql, args := cat.Layer(name).Query(maptile.At(orb.Point{0.5, 0.2}, 8))
+	var doc []struct{ Plan planNode }
+	if err := reader.QueryRow(t.Context(), "EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) "+sql, args...).Scan(&doc); err != nil || len(doc) != 1 {
+		t.Fatalf("explain: %v", err)
+	}
+	if n := doc[0].Plan.collected(); n != 1 {
+		t.Errorf("the tile's query collected %.0f ids' pieces, want 1 (the cap)", n)
+	}
+}
+
+// planNode is a node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	Output      []string
+	ActualRows  float64 `json:"Actual Rows"`
+	ActualLoops float64 `json:"Actual Loops"`
+	Plans       []planNode
+}
+
+// collected returns the rows the nodes under n that output ST_Collect
+// produced.
+func (n planNode) collected() float64 {
+	total := 0.0
+	if slices.ContainsFunc(n.Output, func(o string) bool { return strings.HasPrefix(o, "st_collect(") }) {
+		total += n.ActualRows * n.ActualLoops
+	}
+	for _, c := range n.Plans {
+		total += c.collected()
+	}
+	return total
 }
