@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
 
@@ -106,13 +107,7 @@ func TestTilesFromPiecesCapped(t *testing.T) {
 	layer.MaxFeatures, layer.OrderBy = 1, []string{"name desc"}
 	cat := catalog(t, layer)
 	raw := catalog(t, layer).Layer(name)
-	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
-		t.Fatalf("prepare: %+v", r)
-	}
-	reader := testenv.ReadPool(t)
-	if _, err := cat.Refresh(t.Context(), reader); err != nil {
-		t.Fatal(err)
-	}
+	reader := servePieces(t, owner, cat, name)
 	store := tiles.NewStore(reader)
 	tile := maptile.At(orb.Point{0.5, 0.2}, 8) // the disc (id 1) and its twin (id 4)
 	got, _, _ := tileArea(t, store, cat.Layer(name), tile)
@@ -133,13 +128,7 @@ func TestTilesFromPiecesDrawCapped(t *testing.T) {
 	layer := shapesLayer(name, f.schema)
 	layer.MaxFeatures = 1
 	cat := catalog(t, layer)
-	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
-		t.Fatalf("prepare: %+v", r)
-	}
-	reader := testenv.ReadPool(t)
-	if _, err := cat.Refresh(t.Context(), reader); err != nil {
-		t.Fatal(err)
-	}
+	reader := servePieces(t, owner, cat, name)
 	sql, args := cat.Layer(name).Query(maptile.At(orb.Point{0.5, 0.2}, 8))
 	var doc []struct{ Plan planNode }
 	if err := reader.QueryRow(t.Context(), "EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) "+sql, args...).Scan(&doc); err != nil || len(doc) != 1 {
@@ -148,6 +137,20 @@ func TestTilesFromPiecesDrawCapped(t *testing.T) {
 	if n := doc[0].Plan.collected(); n != 1 {
 		t.Errorf("the tile's query collected %.0f ids' pieces, want 1 (the cap)", n)
 	}
+}
+
+// servePieces builds the pieces of cat's layer name and refreshes cat so
+// that it reads them; it returns the read pool.
+func servePieces(t *testing.T, owner *pgxpool.Pool, cat *tiles.Catalog, name string) *pgxpool.Pool {
+	t.Helper()
+	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	return reader
 }
 
 // planNode is a node of EXPLAIN (FORMAT JSON).
