@@ -35,9 +35,9 @@ type Subdivide struct{}
 const subdivideVersion = 2
 
 // chunkPieces is how many pieces' worth of vertices a chunk holds at
-// most: rows are cut into chunks by quarters of their box, chunks are
-// repaired where invalid, then cut into pieces (see
-// sql/serving_subdivide_fill.sql).
+// most: polygon rows are cut into chunks by quarters of their box, chunks
+// are repaired where invalid, then cut into pieces (lines are not cut
+// into chunks; see sql/serving_subdivide_fill.sql).
 const chunkPieces = 16
 
 // Name is tiles.BuilderSubdivide.
