@@ -1,6 +1,7 @@
 package serving_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,8 @@ import (
 // vertices) exceeds its subdivide max_vertices (64) is heavy until it
 // reads pieces: in Layer.Heavy, the /tiles catalog (naming geotoll
 // prepare) and geotoll_tile_layer_heavy; once prepare built its pieces
-// and the catalog read them, it is not.
+// and the catalog read them, it is not, and CheckHeavy no longer scans
+// its table.
 func TestHeavyLayerReported(t *testing.T) {
 	t.Parallel()
 	owner, f, name := setup(t, true, "heavy_")
@@ -81,6 +83,13 @@ func TestHeavyLayerReported(t *testing.T) {
 	}
 	if l.Heavy() != nil || catalogHeavy() != nil || metric() != "0" {
 		t.Errorf("after prepare: Heavy() %+v, /tiles %+v, metric %s; want none", l.Heavy(), catalogHeavy(), metric())
+	}
+	// Reading pieces, the layer's rows are not scanned again: a check
+	// whose context is done still succeeds (a scan would fail).
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := l.CheckHeavy(done, reader); err != nil {
+		t.Errorf("CheckHeavy of a layer reading pieces scanned its table: %v", err)
 	}
 }
 

@@ -16,9 +16,12 @@ import (
 // subdivide.max_vertices vertices, each with the row's columns (id,
 // properties, order_by) and its geometry column by the same names, in the
 // same SRID, with a GiST index on the geometry and a btree on the id.
-// Pieces that are not valid are repaired with ST_MakeValid after the cut
-// (cutting first is what makes a repair of a country border take seconds,
-// not minutes); the rows repaired are counted in the build's
+// Lines are cut with ST_Subdivide as they are. Polygons are first cut
+// into chunks by quarters of their box, the chunks that are not valid are
+// repaired with ST_MakeValid, then each chunk is cut with ST_Subdivide
+// (cutting before the repair is what makes a repair of a country border
+// take seconds, not minutes). The source rows that were not valid
+// (ST_IsValid), and so were repaired, are counted in the build's
 // Result.Repaired. Tiles of the zooms above the overview band read the
 // pieces near the tile and join them back per id (tiles.BuilderSubdivide).
 //
@@ -29,12 +32,12 @@ type Subdivide struct{}
 
 // subdivideVersion is recorded in the pieces' params: a change to what
 // the builder writes bumps it, and every layer's pieces are rebuilt.
-const subdivideVersion = 1
+const subdivideVersion = 2
 
 // chunkPieces is how many pieces' worth of vertices a chunk holds at
-// most: rows are cut into chunks by quarters of their box, chunks are
-// repaired where invalid, then cut into pieces (see
-// sql/serving_subdivide_fill.sql).
+// most: polygon rows are cut into chunks by quarters of their box, chunks
+// are repaired where invalid, then cut into pieces (lines are not cut
+// into chunks; see sql/serving_subdivide_fill.sql).
 const chunkPieces = 16
 
 // Name is tiles.BuilderSubdivide.
@@ -92,7 +95,7 @@ func (Subdivide) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		dim = 2
 	}
 	var pieces, repaired int64
-	if err := job.Tx.QueryRow(ctx, fill, t.Params.MaxVertices, dim, t.Params.MaxVertices*chunkPieces).Scan(&pieces, &repaired); err != nil {
+	if err := job.Tx.QueryRow(ctx, fill, t.Params.MaxVertices, dim, t.Params.MaxVertices*chunkPieces, dim == 3).Scan(&pieces, &repaired); err != nil {
 		return 0, fmt.Errorf("fill %s: %w", t.Relation, err)
 	}
 	job.Repaired += repaired

@@ -11,18 +11,22 @@
 --   $2  the dimension kept of a repaired piece: 3 polygons, 2 lines
 --       (ST_CollectionExtract's type)
 --   $3  the most vertices of a chunk (below)
--- Cut first, then repair: ST_MakeValid of a whole invalid country border
--- (10^5–10^6 vertices) runs for many minutes and cannot be interrupted,
--- and ST_Subdivide refuses an invalid polygon (its clipping is a GEOS
--- overlay). So each row's parts (ST_Dump) are cut into quarters of their
--- box with ST_ClipByBox2D (rectangle clipping, which takes invalid input
--- as it is) until a chunk has at most $3 vertices; a chunk that is not
--- valid is repaired with ST_MakeValid (its parts of the layer's
--- dimension kept), and every chunk is then cut with ST_Subdivide. A chunk
--- that repairs to nothing (a spike, a ring of no area) is left out; its
--- row is counted as repaired.
+--   $4  true for polygons, cut into chunks first; false for lines
+-- Lines go to ST_Subdivide whole: it needs no valid line, and rectangle
+-- clipping (below) drops the segments lying on a clip box's edge.
+-- Polygons are cut first, then repaired: ST_MakeValid of a whole invalid
+-- country border (10^5–10^6 vertices) runs for many minutes and cannot
+-- be interrupted, and ST_Subdivide refuses an invalid polygon (its
+-- clipping is a GEOS overlay). So each row's parts (ST_Dump) are cut into
+-- quarters of their box with ST_ClipByBox2D (rectangle clipping, which
+-- takes invalid input as it is) until a chunk has at most $3 vertices; a
+-- chunk that is not valid (a source's fault or a clip's artefact) is
+-- repaired with ST_MakeValid (its parts of the layer's dimension kept),
+-- and every chunk is then cut with ST_Subdivide. A chunk that repairs to
+-- nothing (a spike, a ring of no area) is left out.
 -- Result: one row (pieces bigint, repaired bigint): the pieces written and
--- the source rows with at least one chunk repaired.
+-- the source rows that were not valid (ST_IsValid of the row's geometry,
+-- each row once, whatever its id), which were repaired.
 WITH RECURSIVE cut (g, n, depth{{range .Cols}}, {{.}}{{end}}) AS (
     SELECT d.geom, ST_NPoints(d.geom), 0{{range .Cols}}, t.{{.}}{{end}}
     FROM {{.Source}} AS t,
@@ -37,12 +41,12 @@ WITH RECURSIVE cut (g, n, depth{{range .Cols}}, {{.}}{{end}}) AS (
                          (ST_MakeBox2D(ST_Point(b.x0, (b.y0 + b.y1) / 2), ST_Point((b.x0 + b.x1) / 2, b.y1))),
                          (ST_MakeBox2D(ST_Point((b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2), ST_Point(b.x1, b.y1)))) AS q(box),
          LATERAL (SELECT ST_ClipByBox2D(cut.g, q.box) AS g) AS c
-    WHERE cut.n > $3::int AND cut.depth < 24 AND NOT ST_IsEmpty(c.g)
+    WHERE $4::bool AND cut.n > $3::int AND cut.depth < 24 AND NOT ST_IsEmpty(c.g)
 ),
 chunks AS MATERIALIZED (
     SELECT cut.g, ST_IsValid(cut.g) AS ok{{range .Cols}}, cut.{{.}}{{end}}
     FROM cut
-    WHERE cut.n <= $3::int OR cut.depth = 24
+    WHERE NOT $4::bool OR cut.n <= $3::int OR cut.depth = 24
 ),
 written AS (
     INSERT INTO {{.Next}} ({{.Geom}}{{range .Cols}}, {{.}}{{end}})
@@ -54,4 +58,5 @@ written AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM written)::bigint,
-       (SELECT count(DISTINCT k.{{.ID}}) FROM chunks AS k WHERE NOT k.ok)::bigint
+       (SELECT count(*) FROM {{.Source}} AS t
+        WHERE t.{{.Geom}} IS NOT NULL AND NOT ST_IsValid(t.{{.Geom}}))::bigint

@@ -44,23 +44,32 @@ WITH RECURSIVE env AS NOT MATERIALIZED (
 ),
 near AS (
     {{- if .Pieces}}
-    -- Pieces: the pieces near the tile, snapped to the tile's grid (in the
-    -- relation's units, so ST_AsMVTGeom's own snap changes nothing), are
-    -- collected per id and drawn once by ST_AsMVTGeom, whose polygon
-    -- clipping (wagyu) fills the collection's rings as one area: the cut
-    -- edges the pieces share vanish, no seam is left inside an outline.
-    -- .LineMerge joins a line's pieces at their shared ends. The cap
-    -- counts features, not pieces.
+    -- Pieces: the first ids near the tile in order_by, up to the feature
+    -- cap, are picked from their pieces' columns (one row per id); only
+    -- their pieces near the tile are then drawn: snapped to the tile's
+    -- grid (in the relation's units, so ST_AsMVTGeom's own snap changes
+    -- nothing), collected per id and drawn once by ST_AsMVTGeom, whose
+    -- polygon clipping (wagyu) fills the collection's rings as one area:
+    -- the cut edges the pieces share vanish, no seam is left inside an
+    -- outline. .LineMerge joins a line's pieces at their shared ends.
     SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
     FROM (SELECT {{if .LineMerge}}ST_LineMerge(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true))
-                 {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS {{.Geom}}{{range .Cols}}, m.{{.}}{{end}}
-          FROM (SELECT ST_Collect(c.g) AS g{{range .Cols}}, (array_agg(c.{{.}}))[1] AS {{.}}{{end}}
-                FROM (SELECT ST_RemoveRepeatedPoints(ST_SnapToGrid({{.GeomExpr}}, ST_XMin(env.geom), ST_YMin(env.geom), g.cell, g.cell)) AS g{{range .Cols}}, t.{{.}}{{end}}
-                      FROM {{.Table}} AS t, env,
-                           LATERAL (SELECT (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent AS cell) AS g
-                      WHERE t.{{.Geom}} && {{.FilterExpr}}) AS c
-                WHERE NOT ST_IsEmpty(c.g)
-                GROUP BY c.{{.ID}}) AS m, env) AS t
+                 {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS {{.Geom}}{{range .Cols}}, k.{{.}}{{end}}
+          FROM (SELECT {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c}}{{end}}
+                FROM (SELECT DISTINCT ON (t.{{.ID}}) {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c}}{{end}}
+                      FROM {{.Table}} AS t, env
+                      WHERE t.{{.Geom}} && {{.FilterExpr}}) AS t
+                ORDER BY {{.Order}}
+                LIMIT $8::int) AS k,
+               env,
+               LATERAL (SELECT ST_Collect(c.g) AS g
+                        FROM (SELECT ST_RemoveRepeatedPoints(ST_SnapToGrid({{.GeomExpr}}, ST_XMin(env.geom), ST_YMin(env.geom),
+                                     (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
+                                     (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g
+                              FROM {{.Table}} AS t
+                              WHERE (t.{{.ID}} = k.{{.ID}} OR (t.{{.ID}} IS NULL AND k.{{.ID}} IS NULL))
+                                AND t.{{.Geom}} && {{.FilterExpr}}) AS c
+                        WHERE NOT ST_IsEmpty(c.g)) AS m) AS t
     WHERE t.{{.Geom}} IS NOT NULL
     {{- else}}
     SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}

@@ -56,13 +56,14 @@ func (l *Layer) SubdivideZooms(kind Kind) (lo, hi int, ok bool) {
 
 // Heavy is a line or polygon layer whose largest rows exceed its
 // Subdivide.MaxVertices while it reads no pieces: its tiles above the
-// overview band read and clip those rows whole. `geotoll prepare` builds
-// the pieces that fix it.
+// overview band read and clip those rows whole. Fix says what gives it
+// pieces (`geotoll prepare` builds them).
 type Heavy struct {
 	// MaxVertices is the largest row's vertex count seen.
 	MaxVertices int64 `json:"max_vertices"`
 	// Limit is the layer's Subdivide.MaxVertices.
 	Limit int `json:"limit"`
-	// Fix is the command that builds the pieces.
-	Fix string `json:"fix"`
+	// Fix is what gives the layer pieces: HeavyFix, HeavyFixSubdivideOff,
+	// or empty when nothing can (a layer without ids).
+	Fix string `json:"fix,omitempty"`
 }

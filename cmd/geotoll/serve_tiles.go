@@ -103,8 +103,8 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 
 // checkHeavy reads the largest rows of every line and polygon layer
 // (tiles.Layer.CheckHeavy) and warns of the heavy ones: their tiles above
-// the overview band read those rows whole until `geotoll prepare` builds
-// their pieces.
+// the overview band read those rows whole until they read pieces (the
+// warning says what would give them pieces, tiles.Heavy.Fix).
 func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 	for _, l := range catalog.Layers() {
 		hctx, cancel := context.WithTimeout(ctx, discoverTimeout)
@@ -115,8 +115,8 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 			continue
 		}
 		if h := l.Heavy(); h != nil {
-			m.Logger.Warn("tile layer is heavy: its largest rows are read and clipped whole above the overview band; run `geotoll prepare` to build its pieces",
-				"layer", l.Name, "max_vertices", h.MaxVertices, "subdivide_max_vertices", h.Limit)
+			m.Logger.Warn("tile layer is heavy: its largest rows are read and clipped whole above the overview band",
+				"layer", l.Name, "max_vertices", h.MaxVertices, "subdivide_max_vertices", h.Limit, "fix", h.Fix)
 		}
 	}
 }

@@ -1,0 +1,175 @@
+package serving_test
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// TestSubdivideLinesKeepLength: a straight horizontal line of 5,001
+// vertices (every segment on its box's edge) and a line whose flat
+// segment lies on its box's bottom edge are cut into pieces as long, in
+// all, as the rows (PostGIS measures both), none dropped.
+func TestSubdivideLinesKeepLength(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "sublen_")
+	f.exec(t, `CREATE TABLE {s}.flat (id int PRIMARY KEY, name text, geom geometry(Geometry, 3857))`)
+	f.exec(t, `INSERT INTO {s}.flat
+		SELECT 1, 'straight', ST_MakeLine(array_agg(ST_Point(i * 10, 500, 3857) ORDER BY i)) FROM generate_series(0, 5000) AS i
+		UNION ALL
+		SELECT 2, 'ledge', ST_MakeLine(array_agg(ST_Point(i * 10, CASE WHEN i BETWEEN 1000 AND 3000 THEN 0 ELSE abs(i - 2000) END, 3857) ORDER BY i))
+		FROM generate_series(0, 5000) AS i`)
+	f.exec(t, `GRANT SELECT ON {s}.flat TO geotoll_reader`)
+	layer := shapesLayer(name, f.schema)
+	layer.Table, layer.GeometryKind = "flat", tiles.KindLine
+	r := one(t, owner, catalog(t, layer).Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}})
+	if r.Status != serving.Built || r.Repaired != 0 {
+		t.Fatalf("prepare: %+v, want built, 0 repaired", r)
+	}
+	pieces := pgx.Identifier{tiles.ServingSchema, serving.RelationName(name, "sub")}.Sanitize()
+	rows, err := owner.Query(t.Context(), `
+		SELECT t.id, count(p.id), coalesce(sum(ST_Length(p.geom)), 0), ST_Length(t.geom)
+		FROM `+pgx.Identifier{f.schema, "flat"}.Sanitize()+` AS t LEFT JOIN `+pieces+` AS p ON p.id = t.id
+		GROUP BY t.id, t.geom ORDER BY t.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		ID, N          int
+		Pieces, Source float64
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[got])
+	if err != nil || len(all) != 2 {
+		t.Fatalf("%v, %v", all, err)
+	}
+	for _, g := range all {
+		if g.N == 0 || math.Abs(g.Pieces-g.Source) > 1e-9*g.Source {
+			t.Errorf("id %d: %d pieces %.3f m long, the row %.3f m", g.ID, g.N, g.Pieces, g.Source)
+		}
+	}
+}
+
+// TestSubdivideRepairedCount: the rows counted as repaired are the rows
+// that were not valid, each once: valid polygons with a vertex on the
+// midline the chunks are cut along count none; a MultiPolygon whose
+// parts overlap and a bow tie count one each, a NULL id counts too.
+func TestSubdivideRepairedCount(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "subrep_")
+	f.exec(t, `CREATE TABLE {s}.shapes (id int, name text, geom geometry(Geometry, 3857))`)
+	// Squares of 100 m with a notch from the bottom whose apex touches
+	// the horizontal midline of their box, at (25, 50), densified to
+	// ~2,400 vertices (over 64 × 16, a chunk's most): their bottom-left
+	// quarter chunk's ring passes the apex twice (a ring that touches
+	// itself, not valid) though the square is valid.
+	f.exec(t, `INSERT INTO {s}.shapes
+		SELECT k, 'notch', ST_Segmentize(ST_Translate(ST_GeomFromText(
+			'POLYGON((0 0, 10 0, 25 50, 40 0, 100 0, 100 100, 0 100, 0 0))', 3857), 1000 * k, 0), 0.2)
+		FROM generate_series(1, 3) AS k`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes TO geotoll_reader`)
+	o := serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}
+	layer := shapesLayer(name, f.schema)
+	var invalid int
+	if err := owner.QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{f.schema, "shapes"}.Sanitize()+` WHERE NOT ST_IsValid(geom)`).Scan(&invalid); err != nil || invalid != 0 {
+		t.Fatalf("fixture: %d invalid squares, %v", invalid, err)
+	}
+	if r := one(t, owner, catalog(t, layer).Layer(name), o); r.Status != serving.Built || r.Repaired != 0 {
+		t.Errorf("valid notched squares: %+v, want built, 0 repaired", r)
+	}
+	f.exec(t, `INSERT INTO {s}.shapes VALUES
+		(10, 'overlap', ST_Collect(ST_MakeEnvelope(0, 0, 100, 100, 3857), ST_MakeEnvelope(50, 50, 150, 150, 3857))),
+		(NULL, 'bowtie', ST_GeomFromText('POLYGON((300000 0, 400000 100000, 400000 0, 300000 100000, 300000 0))', 3857))`)
+	if r := one(t, owner, catalog(t, layer).Layer(name), o); r.Status != serving.Built || r.Repaired != 2 {
+		t.Errorf("with an overlapping MultiPolygon and a bow tie of no id: %+v, want built, 2 repaired", r)
+	}
+}
+
+// TestTilesFromPiecesCapped: with a feature cap below the ids near the
+// tile, a tile read from the pieces holds the same ids as the tile read
+// from the table (the first in order_by, name desc: the twin, id 4),
+// one feature each.
+func TestTilesFromPiecesCapped(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "subcap_")
+	shapes(t, f)
+	layer := shapesLayer(name, f.schema)
+	layer.MaxFeatures, layer.OrderBy = 1, []string{"name desc"}
+	cat := catalog(t, layer)
+	raw := catalog(t, layer).Layer(name)
+	reader := servePieces(t, owner, cat, name)
+	store := tiles.NewStore(reader)
+	tile := maptile.At(orb.Point{0.5, 0.2}, 8) // the disc (id 1) and its twin (id 4)
+	got, _, _ := tileArea(t, store, cat.Layer(name), tile)
+	want, _, _ := tileArea(t, store, raw, tile)
+	if len(want) != 1 || !maps.Equal(got, want) {
+		t.Errorf("%v: features per id %v from the pieces, %v from the table; want one feature", tile, got, want)
+	}
+}
+
+// TestTilesFromPiecesDrawCapped: a tile read from the pieces collects
+// (ST_Collect, then draws) the pieces of the capped ids only: with a cap
+// of 1 and two ids near the tile, the plan (EXPLAIN ANALYZE VERBOSE of
+// the tile's query) collects one id, not both.
+func TestTilesFromPiecesDrawCapped(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "subdraw_")
+	shapes(t, f)
+	layer := shapesLayer(name, f.schema)
+	layer.MaxFeatures = 1
+	cat := catalog(t, layer)
+	reader := servePieces(t, owner, cat, name)
+	sql, args := cat.Layer(name).Query(maptile.At(orb.Point{0.5, 0.2}, 8))
+	var doc []struct{ Plan planNode }
+	if err := reader.QueryRow(t.Context(), "EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) "+sql, args...).Scan(&doc); err != nil || len(doc) != 1 {
+		t.Fatalf("explain: %v", err)
+	}
+	if n := doc[0].Plan.collected(); n != 1 {
+		t.Errorf("the tile's query collected %.0f ids' pieces, want 1 (the cap)", n)
+	}
+}
+
+// servePieces builds the pieces of cat's layer name and refreshes cat so
+// that it reads them; it returns the read pool.
+func servePieces(t *testing.T, owner *pgxpool.Pool, cat *tiles.Catalog, name string) *pgxpool.Pool {
+	t.Helper()
+	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	return reader
+}
+
+// planNode is a node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	Output      []string
+	ActualRows  float64 `json:"Actual Rows"`
+	ActualLoops float64 `json:"Actual Loops"`
+	Plans       []planNode
+}
+
+// collected returns the rows the nodes under n that output ST_Collect
+// produced.
+func (n planNode) collected() float64 {
+	total := 0.0
+	if slices.ContainsFunc(n.Output, func(o string) bool { return strings.HasPrefix(o, "st_collect(") }) {
+		total += n.ActualRows * n.ActualLoops
+	}
+	for _, c := range n.Plans {
+		total += c.collected()
+	}
+	return total
+}
