@@ -15,7 +15,11 @@
 -- CASCADE). The trigger function is SECURITY DEFINER, owned by the schema
 -- owner: geotoll_fence_writer has no right on the pieces table itself, so
 -- its pieces change only through its fence writes. geotoll_reader may read
--- them. Existing fences get their pieces here.
+-- them. Existing fences get their pieces here. The function names every
+-- table with its schema and resolves functions in pg_catalog, then public
+-- (PostGIS), temporary schemas last: it trusts that nobody but the schema
+-- owner creates objects in public — PostgreSQL 15's default; on an older
+-- cluster run REVOKE CREATE ON SCHEMA public FROM PUBLIC first.
 -- +goose Up
 CREATE TABLE geotoll.geofence_pieces (
     fence_id bigint NOT NULL REFERENCES geotoll.geofences (id) ON DELETE CASCADE,
@@ -26,7 +30,7 @@ CREATE INDEX geofence_pieces_fence_id ON geotoll.geofence_pieces (fence_id);
 
 -- +goose StatementBegin
 CREATE FUNCTION geotoll.geofence_cut() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         DELETE FROM geotoll.geofence_pieces WHERE fence_id = OLD.id;

@@ -102,6 +102,7 @@ const (
 	jitOffSQL    = `SELECT set_config('jit', 'off', true)`
 	serverSQL    = `SELECT (extract(epoch FROM clock_timestamp() - now()) * 1e6)::bigint`
 	canceledCode = "57014" // SQLSTATE of statement_timeout and cancel requests alike
+	lockCode     = "55P03" // lock_not_available: lock_timeout ran out
 )
 
 // Read runs stmts in one READ ONLY transaction with jit off, each under
@@ -270,6 +271,12 @@ func (db *DB) classify(ctx context.Context, err error, lost bool) error {
 		return db.cancelled(err)
 	case errors.As(err, &pgErr) && pgErr.Code == canceledCode:
 		return db.timeout(err)
+	case pgErr != nil && pgErr.Code == lockCode:
+		// Another transaction holds what this one writes (lock_timeout):
+		// the same request succeeds once that one ends.
+		db.observe(Failed)
+		return &problem.Error{Code: problem.Unavailable, Detail: "another write holds the same data; try again",
+			RetryAfter: db.RetryAfter, Err: err}
 	case pgErr != nil && mismatchCodes[pgErr.Code]:
 		db.observe(Failed)
 		return &problem.Error{Code: problem.Unavailable, Detail: "the database does not match the configuration: " + pgErr.Message,

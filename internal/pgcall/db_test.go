@@ -3,6 +3,7 @@ package pgcall_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,6 +184,36 @@ func TestWrite(t *testing.T) {
 	})
 	if p := problem.From(err); p.Code != problem.Timeout {
 		t.Errorf("Write past its timeout: %v, want a timeout", err)
+	}
+}
+
+// A write that waits for a row another transaction holds past its
+// lock_timeout is a 503 with Retry-After (the same request succeeds once
+// the other ends), never a 500.
+func TestWriteLockedRow(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	schema := testenv.Schema(t, "pgcall_lock", func(s string) []string {
+		return []string{"CREATE TABLE " + s + ".locked (id int PRIMARY KEY)", "INSERT INTO " + s + ".locked VALUES (1)"}
+	})
+	holder, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(t.Context(), "UPDATE "+schema+".locked SET id = 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	db := &pgcall.DB{Pool: pool, RetryAfter: 1}
+	err = db.Write(t.Context(), 5*time.Second, 1, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '100ms'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "UPDATE "+schema+".locked SET id = 1 WHERE id = 1")
+		return err
+	})
+	if p := problem.From(err); p.Code != problem.Unavailable || p.RetryAfter <= 0 || !strings.Contains(p.Detail, "another write") {
+		t.Errorf("a write past its lock_timeout: %v (%+v), want a 503 with Retry-After", err, p)
 	}
 }
 
