@@ -79,6 +79,20 @@ func (h *Handler) writable(w http.ResponseWriter, r *http.Request) (Writer, bool
 
 func fenceID(r *http.Request) (int64, error) { return ParseFenceID(mux.Vars(r)[VarID]) }
 
+// turn waits for one of the MaxFenceWrites turns to parse and write a
+// fence, while the request lasts; done gives it back. When the request
+// ends first it writes 503 and ok is false.
+func (h *Handler) turn(w http.ResponseWriter, r *http.Request) (done func(), ok bool) {
+	select {
+	case h.writing <- struct{}{}:
+		return func() { <-h.writing }, true
+	case <-r.Context().Done():
+		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, RetryAfter: 1,
+			Detail: fmt.Sprintf("%d other fence writes were under way until the request ended; try again", MaxFenceWrites)})
+		return nil, false
+	}
+}
+
 // ListFences serves GET /geofence/fences[?after=id&limit=n]: a page of fences in
 // id order. When the page is full, the collection's "next" member is the
 // URL of the following page.
@@ -137,6 +151,11 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	done, ok := h.turn(w, r)
+	if !ok {
+		return
+	}
+	defer done()
 	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxFenceBytes), h.limits.MaxVertices)
 	if err != nil {
 		problem.Write(w, r, err)
@@ -164,6 +183,11 @@ func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
+	done, ok := h.turn(w, r)
+	if !ok {
+		return
+	}
+	defer done()
 	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxFenceBytes), h.limits.MaxVertices)
 	if err != nil {
 		problem.Write(w, r, err)

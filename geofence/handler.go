@@ -113,7 +113,16 @@ type Handler struct {
 	onWrite func()
 	refuse  func(http.ResponseWriter, *http.Request) // nil: a plain 401
 	base    string                                   // Options.BasePath
+	// writing holds a token per fence write being parsed or written: a
+	// fence body of MaxFenceBytes decodes into some 30 times its size, so
+	// at most MaxFenceWrites are held in memory at once.
+	writing chan struct{}
 }
+
+// MaxFenceWrites is how many fence creations and replacements one server
+// parses and writes at once; others wait for a turn, while their request
+// lasts.
+const MaxFenceWrites = 2
 
 // NewHandler validates o and returns the handler.
 func NewHandler(o Options) (*Handler, error) {
@@ -146,7 +155,8 @@ func NewHandler(o Options) (*Handler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log, onWrite: o.OnWrite, refuse: refuserOf(o.Admin), base: strings.TrimRight(o.BasePath, "/")}, nil
+	return &Handler{catalog: cat, limits: o.Limits, admins: admin, reader: o.Reader, writer: o.Writer, gate: o.Gate, log: log, onWrite: o.OnWrite, refuse: refuserOf(o.Admin), base: strings.TrimRight(o.BasePath, "/"),
+		writing: make(chan struct{}, MaxFenceWrites)}, nil
 }
 
 // Catalog returns the searchable layers.

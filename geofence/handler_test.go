@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/paulmach/orb"
 
@@ -442,5 +443,75 @@ func TestFenceWritesNotify(t *testing.T) {
 	}
 	if writes != 3 {
 		t.Fatalf("OnWrite ran %d times, want 3 (not for the failed delete)", writes)
+	}
+}
+
+// heldWriter holds every creation until release is closed (or its
+// request ends), counting the most it held at once.
+type heldWriter struct {
+	okWriter
+	started chan struct{}
+	release chan struct{}
+	mu      *sync.Mutex
+	now     *int
+	most    *int
+}
+
+func (w heldWriter) CreateFence(ctx context.Context, in FenceInput) (Feature, error) {
+	w.mu.Lock()
+	*w.now++
+	*w.most = max(*w.most, *w.now)
+	w.mu.Unlock()
+	defer func() { w.mu.Lock(); *w.now--; w.mu.Unlock() }()
+	select {
+	case w.started <- struct{}{}:
+	default:
+	}
+	select {
+	case <-w.release:
+		return Feature{ID: 1}, nil
+	case <-ctx.Done():
+		return Feature{}, ctx.Err()
+	}
+}
+
+// At most MaxFenceWrites fence writes are parsed and written at once (a
+// big fence body decodes into many times its size): one more waits for a
+// turn, and answers 503 with Retry-After when its request ends first; a
+// turn given back serves the next.
+func TestFenceWritesTakeTurns(t *testing.T) {
+	w := heldWriter{started: make(chan struct{}, MaxFenceWrites), release: make(chan struct{}), mu: &sync.Mutex{}, now: new(int), most: new(int)}
+	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, w)
+	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	post := func(ctx context.Context) *httptest.ResponseRecorder {
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/geofences", strings.NewReader(fence))
+		r.Header.Set("X-API-Key", testAdminKey)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	var held sync.WaitGroup
+	for range MaxFenceWrites {
+		held.Go(func() {
+			if rec := post(t.Context()); rec.Code != http.StatusCreated {
+				t.Errorf("a held write: %d %s", rec.Code, rec.Body)
+			}
+		})
+		<-w.started
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if rec := post(ctx); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" ||
+		rec.Header().Get("Content-Type") != "application/problem+json" {
+		t.Errorf("a write while %d are under way, until its request ends: %d %q %s", MaxFenceWrites, rec.Code,
+			rec.Header().Get("Content-Type"), rec.Body)
+	}
+	close(w.release)
+	held.Wait()
+	if *w.most != MaxFenceWrites {
+		t.Errorf("the writer held %d writes at once, want %d", *w.most, MaxFenceWrites)
+	}
+	if rec := post(t.Context()); rec.Code != http.StatusCreated {
+		t.Errorf("a write after the others ended: %d %s", rec.Code, rec.Body)
 	}
 }
