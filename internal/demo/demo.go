@@ -223,7 +223,7 @@ func Empty(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 // analyzes them. pool must connect as the schema owner.
 func Load(ctx context.Context, pool *pgxpool.Pool, d Data) error {
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `TRUNCATE geotoll.places, geotoll.districts, geotoll.geofences RESTART IDENTITY`); err != nil {
+		if _, err := tx.Exec(ctx, `TRUNCATE geotoll.places, geotoll.districts, geotoll.geofences, geotoll.geofence_pieces RESTART IDENTITY`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE seed_places (id bigint, name text, kind text, city text, rank int, lon float8, lat float8) ON COMMIT DROP;
