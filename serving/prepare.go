@@ -194,7 +194,12 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 			r.Status = Skipped
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true)`, o.WorkMem); err != nil {
+		// synchronous_commit off: the commit releases the swap's locks
+		// without waiting for its WAL to reach the disk, so tiles queued
+		// behind the swap do not wait for an fsync on a busy machine; a
+		// crash can lose the last build (never half of it), and the next
+		// run builds it again.
+		if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true), set_config('synchronous_commit', 'off', true)`, o.WorkMem); err != nil {
 			return err
 		}
 		if err := sign(ctx, tx, l, &src); err != nil {

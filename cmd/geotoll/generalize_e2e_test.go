@@ -239,18 +239,6 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 			}
 		})
 	}
-	// A slow reader of the z0 overview, as a heavy tile would be: the
-	// swap waits for it while the cheap tiles above queue behind the swap.
-	slow := pgx.Identifier{tiles.ServingSchema, serving.RelationName(name, "ov_z0")}.Sanitize()
-	wg.Go(func() {
-		for ctx.Err() == nil {
-			_ = pgx.BeginFunc(ctx, owner, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, "SELECT pg_sleep(0.45) FROM "+slow+" LIMIT 1")
-				return err
-			})
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
 	for range 3 {
 		prepare(true)
 	}
