@@ -55,11 +55,9 @@ type pieces struct {
 	Relation, Geom string
 	SRID           int
 	Columns        []string
-	// Signature is the source's change detector when they were built
-	// ("count:newest xmin", as package serving records it; "" for a view);
-	// Stale says the table has changed since (see fresh).
-	Signature string
-	Stale     bool
+	// Stale says the table has changed since they were cut (see
+	// changedSince).
+	Stale bool
 }
 
 // layerSource reads the geometry type of l's table and its pieces, if the
@@ -85,9 +83,10 @@ func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *piece
 	}
 	if rel != nil && geom != nil && srid != nil {
 		p = &pieces{Relation: *rel, Geom: *geom, SRID: *srid, Columns: cols}
+		// The change detector recorded when they were cut: "count:newest
+		// xmin", or "" for a source without one (a view), never stale.
 		if sig != nil && *sig != "" {
-			p.Signature = *sig
-			if p.Stale, err = changedSince(ctx, q, l, p.Signature); err != nil {
+			if p.Stale, err = changedSince(ctx, q, l, *sig); err != nil {
 				return "", nil, err
 			}
 		}
