@@ -56,6 +56,16 @@ func NewRefresher(db DB, rel Relation, opts Options) (*Refresher, error) {
 // Model is the model in use, or nil before the first successful build.
 func (r *Refresher) Model() *Model { return r.model.Load() }
 
+// Inherit makes the model of from r's own until r builds one: a relation
+// that replaced another (storage rebuilt under a new name) is estimated by
+// its predecessor's model meanwhile, not by area. It does nothing when r
+// has a model or from has none.
+func (r *Refresher) Inherit(from *Refresher) {
+	if m := from.Model(); m != nil {
+		r.model.CompareAndSwap(nil, m)
+	}
+}
+
 // Refresh builds a model now and swaps it in; on failure it keeps the
 // model in use and returns the error.
 func (r *Refresher) Refresh(ctx context.Context) error {

@@ -207,8 +207,32 @@ func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
 // told the relations' geometry kinds.
 type Lazy struct{ e atomic.Pointer[Estimator] }
 
-// Set installs e.
-func (l *Lazy) Set(e *Estimator) { l.e.Store(e) }
+// Set installs e. A relation e reads for a layer's zoom in place of the
+// one the estimator it replaces read there (storage rebuilt under a new
+// name) is estimated by that one's model until its own is built (see
+// density.Refresher.Inherit).
+func (l *Lazy) Set(e *Estimator) {
+	if prev := l.e.Load(); prev != nil {
+		e.inherit(prev)
+	}
+	l.e.Store(e)
+}
+
+// inherit lends each of e's tile relations without a model the model of
+// the relation prev read for the same layer and zoom.
+func (e *Estimator) inherit(prev *Estimator) {
+	for l, byZoom := range e.tiles {
+		old := prev.tiles[l]
+		if old == nil {
+			continue
+		}
+		for z := range byZoom {
+			if n, o := byZoom[z].r, old[z].r; n != nil && o != nil && n != o {
+				n.Inherit(o)
+			}
+		}
+	}
+}
 
 // Tile implements toll.Estimator.
 func (l *Lazy) Tile(layer *tiles.Layer, t maptile.Tile) (density.Estimate, bool) {

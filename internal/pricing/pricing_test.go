@@ -275,3 +275,34 @@ func TestLayerContainsIsEstimatedOnTheLayer(t *testing.T) {
 		t.Error("an unknown layer has an estimate")
 	}
 }
+
+// TestRebuiltRelationInheritsItsModel: when a layer's zoom reads a new
+// relation (storage rebuilt under a new name), its tiles are estimated by
+// the old relation's model until the new one's is built, never by size.
+func TestRebuiltRelationInheritsItsModel(t *testing.T) {
+	t.Parallel()
+	pool, _ := tracedReadPool(t)
+	first, layer := demoEstimator(t, pool) // built: its models are ready
+	var lazy pricing.Lazy
+	lazy.Set(first)
+	tile := maptile.At(orb.Point{13.4, 52.52}, 12)
+	want, ok := lazy.Tile(layer, tile)
+	if !ok || want.Features == 0 {
+		t.Fatalf("the built model estimates %+v, %v", want, ok)
+	}
+
+	rebuilt := density.Relation{Table: pgx.Identifier{"geotoll", "places_rebuilt"}, GeometryColumn: "geom_3857", SRID: 3857, Kind: density.Point}
+	second, err := pricing.NewEstimator(pricing.NewModels(pool, density.Options{}), []*tiles.Layer{layer},
+		func(*tiles.Layer, maptile.Zoom) (density.Relation, bool) { return rebuilt, true }, nil, nil) // never built: not run
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := second.Tile(layer, tile); ok {
+		t.Fatal("an estimator over an unbuilt relation estimates on its own")
+	}
+	lazy.Set(second)
+	got, ok := lazy.Tile(layer, tile)
+	if !ok || got != want {
+		t.Errorf("after the switch: %+v, %v; want the predecessor's estimate %+v", got, ok, want)
+	}
+}
