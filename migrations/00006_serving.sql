@@ -6,7 +6,7 @@
 -- The registry, geotoll_serving.storage, has one row per built relation.
 -- `serve` reads it at start-up and on every refresh to learn which
 -- relation each zoom of a layer reads; `prepare` replaces a layer's rows
--- in the same transaction that swaps its new tables in. Columns:
+-- in the transaction that builds its new tables. Columns:
 --   layer            the layer's name (configuration)
 --   builder          what built the relation ("overview")
 --   relation         its table in this schema (unqualified)

@@ -3,6 +3,8 @@ package serving
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -23,8 +25,8 @@ type Builder interface {
 	Targets(l *tiles.Layer, kind tiles.Kind) []Target
 	// Build fills table job.Next[t.Relation] for target t, inside job.Tx
 	// (the table does not exist yet; Build creates it, with whatever
-	// indexes it needs, and returns its row count). The runner grants it
-	// to the read role, analyzes it and swaps it in.
+	// indexes it needs, named by job.Index, and returns its row count).
+	// The runner grants it to the read role, analyzes it and records it.
 	Build(ctx context.Context, job *Job, t Target) (rows int64, err error)
 }
 
@@ -34,8 +36,10 @@ func Builders() []Builder { return []Builder{Overview{}, Subdivide{}} }
 // Target is one relation a builder keeps for a layer: what the registry
 // records about it, before it is built.
 type Target struct {
-	// Relation is its table in tiles.ServingSchema: stable across builds
-	// (see RelationName), so the swap keeps every reader's query text.
+	// Relation is its stable name (see RelationName): the key that
+	// tells one build's relation from another's in the registry. Each
+	// build creates a new table, named Relation and the build's
+	// generation (see Job.Next).
 	Relation string
 	// ZoomMin..ZoomMax are the tile zooms it serves (-1, -1: none).
 	ZoomMin, ZoomMax int
@@ -53,8 +57,8 @@ type Job struct {
 	Layer *tiles.Layer
 	Kind  tiles.Kind
 	// Next maps each target's relation to the table it is being built
-	// into, for the targets of this job: built already if they come
-	// before the one being built.
+	// into ("<relation>_v<generation>"), for the targets of this job:
+	// built already if they come before the one being built.
 	Next map[string]pgx.Identifier
 	// Repaired counts the source rows the job's builds repaired (made
 	// valid): reported in Result.Repaired.
@@ -62,16 +66,36 @@ type Job struct {
 }
 
 // RelationName is the stable name of a layer's relation with the given
-// suffix ("ov_z3"): "<layer>_<suffix>", the layer's name cut to 40 bytes
+// suffix ("ov_z3"): "<layer>_<suffix>", the layer's name cut to 36 bytes
 // and followed by a hash of it when longer, so that every name (and the
-// "_next" and index names derived from it) fits PostgreSQL's 63 bytes and
+// generation and index names added to it) fits PostgreSQL's 63 bytes and
 // two layers never share one.
 func RelationName(layer, suffix string) string {
 	base := layer
-	if len(base) > 40 {
-		base = fmt.Sprintf("%s_%08x", base[:31], fnv32(layer))
+	if len(base) > 36 {
+		base = fmt.Sprintf("%s_%08x", base[:27], fnv32(layer))
 	}
 	return base + "_" + suffix
+}
+
+// Index is the name of index suffix ("gist") of the table job builds for
+// t: "<table>_<suffix>".
+func (job *Job) Index(t Target, suffix string) pgx.Identifier {
+	return pgx.Identifier{job.Next[t.Relation][1] + "_" + suffix}
+}
+
+// generation names the tables of one build: "_v" and the build
+// transaction's id in base 36, never reused in a database.
+func generation(txid int64) string { return "_v" + strconv.FormatInt(txid, 36) }
+
+// stableName is the stable name of a relation a build created (its
+// generation cut); a name without one (built before generations) is
+// returned as it is.
+func stableName(relation string) string {
+	if i := strings.LastIndex(relation, "_v"); i > 0 {
+		return relation[:i]
+	}
+	return relation
 }
 
 // fnv32 is FNV-1a: a short, stable hash of a layer name.

@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +20,7 @@ func TestRelationName(t *testing.T) {
 	}{
 		{"places", "places_ov_z3"},
 		{"Places-2", "Places-2_ov_z3"},
-		{strings.Repeat("x", 40), strings.Repeat("x", 40) + "_ov_z3"},
+		{strings.Repeat("x", 36), strings.Repeat("x", 36) + "_ov_z3"},
 	} {
 		if got := RelationName(tc.layer, "ov_z3"); got != tc.want {
 			t.Errorf("RelationName(%q) = %q, want %q", tc.layer, got, tc.want)
@@ -30,10 +31,25 @@ func TestRelationName(t *testing.T) {
 		t.Errorf("two long layers share the relation %q", a)
 	}
 	for _, n := range []string{a, b} {
-		// The longest name derived from it: the index of its _next table.
-		if l := len(n + "_next_gist"); l > 63 {
+		// The longest name derived from it: the index of a table of the
+		// last generation a transaction id can name.
+		if l := len(n + generation(math.MaxInt64) + "_gist"); l > 63 {
 			t.Errorf("%q gives names of %d bytes, over PostgreSQL's 63", n, l)
 		}
+	}
+}
+
+func TestStableName(t *testing.T) {
+	t.Parallel()
+	for _, stable := range []string{"places_ov_z3", "a_sub", RelationName(strings.Repeat("v", 64), "ov_z22"), "x_v_sub"} {
+		for _, txid := range []int64{1, 745, math.MaxInt64} {
+			if got := stableName(stable + generation(txid)); got != stable {
+				t.Errorf("stableName(%q) = %q, want %q", stable+generation(txid), got, stable)
+			}
+		}
+	}
+	if generation(745) == generation(746) {
+		t.Error("two transactions share a generation")
 	}
 }
 

@@ -15,8 +15,10 @@
 // registry, geotoll_serving.storage, has one row per built relation:
 //
 //	layer, builder, relation        primary key; relation is a table in
-//	                                geotoll_serving (unique), stable across
-//	                                rebuilds (RelationName)
+//	                                geotoll_serving (unique): its stable
+//	                                name (RelationName) and the generation
+//	                                of the build that made it ("_v" and the
+//	                                transaction id), new at every rebuild
 //	zoom_min, zoom_max              the tile zooms it serves, or both NULL
 //	                                for storage that serves no tile zoom
 //	geometry_column, srid,          its geometry ("geom", 3857 for
@@ -52,22 +54,27 @@
 // layer), it:
 //
 //  1. computes the signature again, in the snapshot the build reads;
-//  2. builds each target into "<relation>_next" ([Builder.Build]: create,
-//     fill, index as "<relation>_next_<suffix>"), then grants it to the
-//     read role and analyzes it;
-//  3. swaps: in a savepoint, deletes the builder's registry rows of the
-//     layer, locks every old relation at once under a statement_timeout
-//     of Options.LockTimeout (50 ms: far below the 250 ms statement
-//     timeout of the cheapest tile and the read role's 1 s lock_timeout,
-//     so a tile query queued behind the swap waits, never fails), drops
-//     them, renames each "_next" table and its indexes to
-//     the stable names and inserts the new registry rows; a swap that
-//     cannot get its locks is rolled back to the savepoint and retried;
-//  4. commits: readers see the old storage or the new, never a mix. A
-//     failed build leaves the old storage served.
+//  2. builds each target into a new table, "<relation>_v<generation>"
+//     ([Builder.Build]: create, fill, index as "<table>_<suffix>"), then
+//     grants it to the read role and analyzes it;
+//  3. switches: deletes the builder's registry rows of the layer, lists
+//     the relations they named in geotoll_serving.retired, and inserts
+//     the rows of the new tables. Nothing served is locked: tile queries
+//     read the old tables, undisturbed, while the build runs and after;
+//  4. commits: readers of the registry see the old storage or the new,
+//     never a mix. A failed build leaves the old storage served, and its
+//     tables vanish with its transaction.
 //
-// Tile queries name overviews by their stable names, so the text serve
-// prepared stays valid: PostgreSQL re-plans it against the new table.
+// A server reads the new tables once it re-reads the registry (every
+// tiles.storage_refresh), re-planning its tile queries for their names.
+// Each run ends by dropping the tables retired longer ago than
+// Options.Retain (10 minutes; `prepare -retain`, at least twice
+// tiles.storage_refresh), each under a lock_timeout of
+// Options.LockTimeout (50 ms): one a lagging server still reads is left
+// for a later run, and no query queues long behind the drop. A server
+// that reads a table already dropped (its refresh failed for longer than
+// Options.Retain) answers 503 until it re-reads the registry.
+//
 // Before building, [Prepare] checks that the read role may read every
 // column it would copy (an overview readable by geotoll_reader must not
 // show it what the table hides) and refuses the layer otherwise.
@@ -95,7 +102,7 @@
 // [Builder] and is added to [Builders]: its targets name their relations
 // (RelationName(layer, suffix)), zoom ranges (or -1 for none), columns and
 // params; its Build fills job.Next[relation] and names its indexes
-// "<relation>_next_<suffix>". The runner does the rest (change detection,
-// grants, swap, registry). To be read by tiles, package tiles must know
+// job.Index(target, suffix). The runner does the rest (change detection,
+// generations, grants, registry, retiring). To be read by tiles, package tiles must know
 // its builder name (tiles.Layer.usable).
 package serving

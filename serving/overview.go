@@ -128,8 +128,7 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fill %s: %w", t.Relation, err)
 	}
-	index := pgx.Identifier{tiles.ServingSchema, t.Relation + "_next_gist"}
-	if _, err := job.Tx.Exec(ctx, "CREATE INDEX "+pgx.Identifier{index[1]}.Sanitize()+" ON "+d.Next+" USING gist (geom)"); err != nil {
+	if _, err := job.Tx.Exec(ctx, "CREATE INDEX "+job.Index(t, "gist").Sanitize()+" ON "+d.Next+" USING gist (geom)"); err != nil {
 		return 0, fmt.Errorf("index %s: %w", t.Relation, err)
 	}
 	return tag.RowsAffected(), nil

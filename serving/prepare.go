@@ -28,17 +28,17 @@ type Options struct {
 	// WorkMem is the build transaction's work_mem (default "256MB"):
 	// clustering sorts the whole table once.
 	WorkMem string
-	// LockTimeout bounds each attempt to take the locks of a swap
-	// (default 50ms): while the swap waits for tile queries reading the
-	// old relations to end, new ones queue behind it, so it must stay
-	// well below the shortest statement timeout a tile query runs under
-	// (the toll's timeout floor, 250 ms by default; the read role's
-	// lock_timeout is 1s). SwapAttempts (default 200) attempts are made,
-	// with a growing pause between them (at most 1 s): a swap waits for
-	// a gap between slow readers rather than stall the fast ones.
-	LockTimeout  time.Duration
-	SwapAttempts int
-	Logger       *slog.Logger
+	// Retain is how long a relation stays after its replacement was
+	// recorded (default 10 minutes): serve re-reads the registry every
+	// tiles.storage_refresh (30 s), and reads the old relation until then.
+	// Each run drops the relations retired longer ago.
+	Retain time.Duration
+	// LockTimeout bounds the wait to drop a retired relation (default
+	// 50ms): one still read (by a server that has not re-read the
+	// registry) is left for a later run, and no query queues behind the
+	// drop for longer.
+	LockTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // DefaultReaderRole is the read role the migrations create.
@@ -57,8 +57,8 @@ func (o Options) withDefaults() Options {
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = 50 * time.Millisecond
 	}
-	if o.SwapAttempts <= 0 {
-		o.SwapAttempts = 200
+	if o.Retain <= 0 {
+		o.Retain = 10 * time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -73,7 +73,7 @@ type Status string
 const (
 	Built     Status = "built"     // built and swapped in
 	Unchanged Status = "unchanged" // current: its checked_at renewed
-	Removed   Status = "removed"   // no longer configured: dropped
+	Removed   Status = "removed"   // no longer configured: retired (or, builder "retired": dropped)
 	Skipped   Status = "skipped"   // nothing to build, or another run holds the layer
 	Failed    Status = "failed"    // see Err; what was served before is served still
 )
@@ -96,13 +96,26 @@ type Result struct {
 // compares what the builder would build (its Targets) and the source
 // table's change detector with the registry: when they match it renews
 // checked_at and builds nothing; otherwise it builds every target into a
-// new table and swaps them in (see swap). Layers are independent: one
-// failing is reported in its Result and the others go on.
+// new table and records them in place of the old ones, which it retires.
+// Layers are independent: one failing is reported in its Result and the
+// others go on. Last, it drops the relations retired longer ago than
+// o.Retain (of every layer), reported as one more Result (layer "",
+// builder "retired") when it dropped any or failed.
 func Prepare(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o Options) []Result {
 	o = o.withDefaults()
 	var out []Result
 	for _, l := range layers {
 		out = append(out, prepareLayer(ctx, pool, l, o)...)
+	}
+	start := time.Now()
+	n, err := dropRetired(ctx, pool, o)
+	if n > 0 || err != nil {
+		r := Result{Builder: "retired", Status: Removed, Relations: n, Err: err, Took: time.Since(start)}
+		if err != nil {
+			r.Status = Failed
+		}
+		o.Logger.LogAttrs(ctx, level(r), "prepare: dropped retired relations", slog.Int("relations", n), slog.Any("err", err))
+		out = append(out, r)
 	}
 	return out
 }
@@ -137,7 +150,7 @@ func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Opt
 		case len(targets) == 0 && len(rows) == 0:
 			r.Status = Skipped
 		case len(targets) == 0:
-			r.Status, r.Err = Removed, remove(ctx, pool, l, b.Name(), o)
+			r.Status, r.Err = Removed, remove(ctx, pool, l, b.Name())
 		default:
 			r = build(ctx, pool, l, kind, b, targets, rows, o)
 		}
@@ -194,37 +207,37 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 			r.Status = Skipped
 			return err
 		}
-		// synchronous_commit off: the commit releases the swap's locks
-		// without waiting for its WAL to reach the disk, so tiles queued
-		// behind the swap do not wait for an fsync on a busy machine; a
-		// crash can lose the last build (never half of it), and the next
-		// run builds it again.
-		if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true), set_config('synchronous_commit', 'off', true)`, o.WorkMem); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true)`, o.WorkMem); err != nil {
 			return err
 		}
 		if err := sign(ctx, tx, l, &src); err != nil {
 			return err
 		}
+		var txid int64
+		if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&txid); err != nil {
+			return err
+		}
+		gen := generation(txid)
 		job := &Job{Tx: tx, Layer: l, Kind: kind, Next: make(map[string]pgx.Identifier, len(targets))}
 		built, took := make([]int64, len(targets)), make([]int64, len(targets))
 		for i, t := range targets {
 			start := time.Now()
-			if built[i], err = buildOne(ctx, job, b, t, o.ReaderRole); err != nil {
+			if built[i], err = buildOne(ctx, job, b, t, gen, o.ReaderRole); err != nil {
 				return fmt.Errorf("build %s: %w", t.Relation, err)
 			}
 			took[i] = time.Since(start).Milliseconds()
 			r.Rows += built[i]
 		}
-		err = swap(ctx, tx, l.Name, b.Name(), targets, o, func(sp pgx.Tx) error {
-			for i, t := range targets {
-				if err := record(ctx, sp, l, b.Name(), t, src, built[i], took[i]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		// The switch: the registry names the new tables instead of the
+		// old ones, which are retired (see dropRetired). No served
+		// relation is locked, so no tile query waits for a build.
+		if _, err := tx.Exec(ctx, retireSQL, l.Name, b.Name()); err != nil {
 			return err
+		}
+		for i, t := range targets {
+			if err := record(ctx, tx, l, b.Name(), t, job.Next[t.Relation][1], src, built[i], took[i]); err != nil {
+				return err
+			}
 		}
 		r.Status, r.Relations, r.SourceRows, r.Repaired = Built, len(targets), src.rows, job.Repaired
 		return nil
@@ -233,13 +246,10 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 	return r
 }
 
-// buildOne builds target t into "<relation>_next" (dropping one a failed
-// run left behind), grants it to the read role and analyzes it.
-func buildOne(ctx context.Context, job *Job, b Builder, t Target, role string) (int64, error) {
-	next := pgx.Identifier{tiles.ServingSchema, t.Relation + "_next"}
-	if _, err := job.Tx.Exec(ctx, "DROP TABLE IF EXISTS "+next.Sanitize()); err != nil {
-		return 0, err
-	}
+// buildOne builds target t into a table of its own generation, grants
+// it to the read role and analyzes it.
+func buildOne(ctx context.Context, job *Job, b Builder, t Target, gen, role string) (int64, error) {
+	next := pgx.Identifier{tiles.ServingSchema, t.Relation + gen}
 	job.Next[t.Relation] = next
 	rows, err := b.Build(ctx, job, t)
 	if err != nil {
@@ -262,114 +272,56 @@ func lockLayer(ctx context.Context, tx pgx.Tx, layer string) (held bool, err err
 	return held, err
 }
 
-// swap replaces a builder's storage of one layer with the tables just
-// built ("<relation>_next"), in a savepoint of the build's transaction:
-// it locks every relation it drops or replaces at once (under a
-// statement_timeout of LockTimeout, so that tile queries queued behind
-// the swap wait at most that long), forgets and drops the old relations,
-// renames each new table (and its indexes) to its stable name, and calls
-// record to write the new registry rows. A swap that cannot get its
-// locks in time is rolled back to the savepoint and tried again, up to
-// SwapAttempts times. Readers see the old relations or the new ones,
-// never a mix: the whole change commits with the build.
-func swap(ctx context.Context, tx pgx.Tx, layer, builder string, targets []Target, o Options, record func(pgx.Tx) error) error {
-	for attempt := 1; ; attempt++ {
-		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return swapOnce(ctx, sp, layer, builder, targets, o, record) })
-		if err == nil || !lockBusy(err) || attempt >= o.SwapAttempts {
-			return err
-		}
-		o.Logger.Info("prepare: swap waits for tile queries", "layer", layer, "builder", builder, "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(min(attempt, 10)) * 100 * time.Millisecond):
-		}
-	}
-}
-
-func swapOnce(ctx context.Context, sp pgx.Tx, layer, builder string, targets []Target, o Options, record func(pgx.Tx) error) error {
-	var prev string
-	if err := sp.QueryRow(ctx, `SELECT current_setting('statement_timeout')`).Scan(&prev); err != nil {
-		return err
-	}
-	old, err := texts(ctx, sp, registryDeleteSQL, layer, builder)
-	if err != nil {
-		return err
-	}
-	names := old
-	for _, t := range targets {
-		names = append(names, t.Relation)
-	}
-	existing, err := texts(ctx, sp, existingSQL, names)
-	if err != nil {
-		return err
-	}
-	if len(existing) > 0 {
-		idents := make([]string, len(existing))
-		for i, n := range existing {
-			idents[i] = pgx.Identifier{tiles.ServingSchema, n}.Sanitize()
-		}
-		if _, err := sp.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, fmt.Sprint(o.LockTimeout.Milliseconds())); err != nil {
-			return err
-		}
-		if _, err := sp.Exec(ctx, "LOCK TABLE "+strings.Join(idents, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-			return err
-		}
-		if _, err := sp.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, prev); err != nil {
-			return err
-		}
-		if _, err := sp.Exec(ctx, "DROP TABLE "+strings.Join(idents, ", ")); err != nil {
-			return err
-		}
-	}
-	for _, t := range targets {
-		if err := rename(ctx, sp, t.Relation); err != nil {
-			return err
-		}
-	}
-	return record(sp)
-}
-
-// rename gives the table "<relation>_next" and its indexes
-// ("<relation>_next_<suffix>", as builders name them) their stable names.
-func rename(ctx context.Context, sp pgx.Tx, relation string) error {
-	next := relation + "_next"
-	indexes, err := texts(ctx, sp, indexesSQL, next)
-	if err != nil {
-		return err
-	}
-	if _, err := sp.Exec(ctx, "ALTER TABLE "+pgx.Identifier{tiles.ServingSchema, next}.Sanitize()+
-		" RENAME TO "+pgx.Identifier{relation}.Sanitize()); err != nil {
-		return err
-	}
-	for _, ix := range indexes {
-		stable, ok := strings.CutPrefix(ix, next+"_")
-		if !ok {
-			continue
-		}
-		if _, err := sp.Exec(ctx, "ALTER INDEX "+pgx.Identifier{tiles.ServingSchema, ix}.Sanitize()+
-			" RENAME TO "+pgx.Identifier{relation + "_" + stable}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// remove drops a builder's storage of a layer that no longer needs it.
-func remove(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string, o Options) error {
+// remove stops serving a builder's storage of a layer that no longer
+// needs it: its relations are retired, and dropped by a later run.
+func remove(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		held, err := lockLayer(ctx, tx, l.Name)
 		if err != nil || !held {
 			return err
 		}
-		return swap(ctx, tx, l.Name, builder, nil, o, func(pgx.Tx) error { return nil })
+		_, err = tx.Exec(ctx, retireSQL, l.Name, builder)
+		return err
 	})
 }
 
-// lockBusy reports a swap that gave up waiting for its locks.
+// dropRetired drops the relations retired longer ago than o.Retain, each
+// in its own transaction that waits at most o.LockTimeout for its lock: a
+// relation some query still reads is left for a later run. It returns
+// how many it dropped.
+func dropRetired(ctx context.Context, pool *pgxpool.Pool, o Options) (int, error) {
+	due, err := texts(ctx, pool, retiredDueSQL, o.Retain.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("retired relations: %w", err)
+	}
+	dropped := 0
+	for _, rel := range due {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprint(o.LockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `DELETE FROM geotoll_serving.retired WHERE relation = $1`, rel)
+			return err
+		})
+		switch {
+		case lockBusy(err):
+			o.Logger.Info("prepare: a retired relation is still read; a later run drops it", "relation", rel)
+		case err != nil:
+			return dropped, fmt.Errorf("drop %s: %w", rel, err)
+		default:
+			dropped++
+		}
+	}
+	return dropped, nil
+}
+
+// lockBusy reports a statement that gave up waiting for its locks.
 func lockBusy(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014")
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // texts returns the one text column of a query's rows.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,11 +106,25 @@ func one(t *testing.T, pool *pgxpool.Pool, l *tiles.Layer, o serving.Options) se
 	if o.Builders == nil {
 		o.Builders = []serving.Builder{serving.Overview{}}
 	}
-	res := serving.Prepare(t.Context(), pool, []*tiles.Layer{l}, o)
+	res := slices.DeleteFunc(serving.Prepare(t.Context(), pool, []*tiles.Layer{l}, o),
+		func(r serving.Result) bool { return r.Builder == "retired" }) // other tests' old storage dropped
 	if len(res) != 1 {
 		t.Fatalf("Prepare: %d results, want 1 (one builder): %+v", len(res), res)
 	}
 	return res[0]
+}
+
+// served returns the table (in tiles.ServingSchema) the registry names
+// for a layer's relation of stable name rel (serving.RelationName).
+func served(t *testing.T, pool *pgxpool.Pool, layer, rel string) string {
+	t.Helper()
+	var table string
+	err := pool.QueryRow(t.Context(), `SELECT relation FROM geotoll_serving.storage
+		WHERE layer = $1 AND left(relation, length($2) + 2) = $2 || '_v'`, layer, rel).Scan(&table)
+	if err != nil {
+		t.Fatalf("the table of %s: %v", rel, err)
+	}
+	return table
 }
 
 // registry reads a layer's registry rows: relation → (built_at, checked_at,
@@ -225,7 +240,7 @@ func TestPolygonOverviews(t *testing.T) {
 	}
 	prev := int64(-1)
 	for z := 0; z <= 7; z++ {
-		rel := pgx.Identifier{tiles.ServingSchema, serving.RelationName(name, "ov_z"+string(rune('0'+z)))}.Sanitize()
+		rel := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "ov_z"+string(rune('0'+z))))}.Sanitize()
 		var n, invalid, other int64
 		err := owner.QueryRow(t.Context(), `
 			SELECT count(*), count(*) FILTER (WHERE NOT ST_IsValid(m.g)),
@@ -245,5 +260,88 @@ func TestPolygonOverviews(t *testing.T) {
 	}
 	if prev != 1584 {
 		t.Errorf("z7 holds %d districts, want all 1584", prev)
+	}
+}
+
+// TestRebuildWaitsForNoReader: a rebuild takes no lock a tile query holds
+// or waits for. While a reader holds the served overview open (its
+// ACCESS SHARE lock, as a running tile query does), a forced rebuild
+// completes and names new tables; the old one stays readable and is
+// listed as retired. A run past the retention leaves it while it is
+// still read, and drops it (and forgets it) once the reader is gone.
+func TestRebuildWaitsForNoReader(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "gen_")
+	l := catalog(t, tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", GeometryKind: tiles.KindPoint,
+		Properties: []string{"name", "rank"}, OrderBy: []string{"rank"}, Overviews: tiles.Overviews{MaxZoom: 2}}).Layer(name)
+	if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
+		t.Fatalf("first build: %+v", r)
+	}
+	old := served(t, owner, name, serving.RelationName(name, "ov_z1"))
+	oldIdent := pgx.Identifier{tiles.ServingSchema, old}.Sanitize()
+
+	reader, err := testenv.ReadPool(t).Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reader.Rollback(context.Background()) }()
+	var before int64
+	if err := reader.QueryRow(t.Context(), `SELECT count(*) FROM `+oldIdent).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a rebuild waiting for the reader would never end
+	defer cancel()
+	res := serving.Prepare(ctx, owner, []*tiles.Layer{l}, serving.Options{Force: true, Builders: []serving.Builder{serving.Overview{}}})
+	if len(res) == 0 || res[0].Status != serving.Built {
+		t.Fatalf("rebuild beside a reader: %+v", res)
+	}
+	now := served(t, owner, name, serving.RelationName(name, "ov_z1"))
+	if now == old {
+		t.Fatalf("the rebuild kept table %s", old)
+	}
+	var after int64
+	if err := reader.QueryRow(t.Context(), `SELECT count(*) FROM `+oldIdent).Scan(&after); err != nil || after != before {
+		t.Fatalf("the reader's table after the rebuild: %d rows, %v; want %d", after, err, before)
+	}
+	retired := func() bool {
+		t.Helper()
+		var n int
+		if err := owner.QueryRow(t.Context(), `SELECT count(*) FROM geotoll_serving.retired WHERE relation = $1 AND layer = $2`, old, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	exists := func(rel string) bool {
+		t.Helper()
+		var ok bool
+		if err := owner.QueryRow(t.Context(), `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !retired() {
+		t.Fatalf("%s is not listed as retired", old)
+	}
+
+	// Past the retention, but still read: left for a later run.
+	brief := serving.Options{Retain: time.Millisecond, Builders: []serving.Builder{serving.Overview{}}}
+	if r := serving.Prepare(ctx, owner, []*tiles.Layer{l}, brief); slices.ContainsFunc(r, func(r serving.Result) bool { return r.Status == serving.Failed }) {
+		t.Fatalf("a run beside the reader failed: %+v", r)
+	}
+	if !exists(old) || !retired() {
+		t.Fatalf("%s was dropped while a reader held it", old)
+	}
+	if err := reader.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r := serving.Prepare(ctx, owner, []*tiles.Layer{l}, brief); slices.ContainsFunc(r, func(r serving.Result) bool { return r.Status == serving.Failed }) {
+		t.Fatalf("a run after the reader left failed: %+v", r)
+	}
+	if exists(old) || retired() {
+		t.Errorf("%s is still there (or listed) after the reader left and the retention passed", old)
+	}
+	if !exists(now) {
+		t.Errorf("the served table %s was dropped", now)
 	}
 }

@@ -16,9 +16,8 @@ import (
 var (
 	registryInsertSQL = queries.MustRead("serving_registry_insert.sql")
 	registryTouchSQL  = queries.MustRead("serving_registry_touch.sql")
-	registryDeleteSQL = queries.MustRead("serving_registry_delete.sql")
-	indexesSQL        = queries.MustRead("serving_indexes.sql")
-	existingSQL       = queries.MustRead("serving_existing.sql")
+	retireSQL         = queries.MustRead("serving_retire.sql")
+	retiredDueSQL     = queries.MustRead("serving_retired_due.sql")
 	lockSQL           = queries.MustRead("serving_lock.sql")
 	sourceSQL         = queries.MustRead("serving_source.sql")
 	signatureTemplate = parse("serving_signature.sql")
@@ -38,7 +37,7 @@ func current(rows []tiles.Storage, targets []Target, signature string) bool {
 		return false
 	}
 	for _, t := range targets {
-		i := slices.IndexFunc(rows, func(r tiles.Storage) bool { return r.Relation == t.Relation })
+		i := slices.IndexFunc(rows, func(r tiles.Storage) bool { return stableName(r.Relation) == t.Relation })
 		if i < 0 {
 			return false
 		}
@@ -114,8 +113,8 @@ func sign(ctx context.Context, q Querier, l *tiles.Layer, s *source) error {
 	return nil
 }
 
-// record inserts the registry row of a target just swapped in.
-func record(ctx context.Context, tx pgx.Tx, l *tiles.Layer, builder string, t Target, src source, rows, ms int64) error {
+// record inserts the registry row of target t, built as relation.
+func record(ctx context.Context, tx pgx.Tx, l *tiles.Layer, builder string, t Target, relation string, src source, rows, ms int64) error {
 	params, err := json.Marshal(t.Params)
 	if err != nil {
 		return err
@@ -124,11 +123,11 @@ func record(ctx context.Context, tx pgx.Tx, l *tiles.Layer, builder string, t Ta
 	if t.ZoomMin >= 0 {
 		zmin, zmax = &t.ZoomMin, &t.ZoomMax
 	}
-	_, err = tx.Exec(ctx, registryInsertSQL, l.Name, builder, t.Relation, zmin, zmax, t.GeometryColumn, t.SRID,
+	_, err = tx.Exec(ctx, registryInsertSQL, l.Name, builder, relation, zmin, zmax, t.GeometryColumn, t.SRID,
 		string(t.Kind), t.Columns, string(params), l.TableIdent().Sanitize(), l.GeometryColumn,
 		src.rows, src.signature, rows, ms)
 	if err != nil {
-		return fmt.Errorf("record %s: %w", t.Relation, err)
+		return fmt.Errorf("record %s: %w", relation, err)
 	}
 	return nil
 }

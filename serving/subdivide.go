@@ -100,8 +100,7 @@ func (Subdivide) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 	}
 	job.Repaired += repaired
 	for _, ix := range []struct{ suffix, using string }{{"gist", "gist (" + d.Geom + ")"}, {"id", "btree (" + d.ID + ")"}} {
-		name := pgx.Identifier{t.Relation + "_next_" + ix.suffix}.Sanitize()
-		if _, err := job.Tx.Exec(ctx, "CREATE INDEX "+name+" ON "+d.Next+" USING "+ix.using); err != nil {
+		if _, err := job.Tx.Exec(ctx, "CREATE INDEX "+job.Index(t, ix.suffix).Sanitize()+" ON "+d.Next+" USING "+ix.using); err != nil {
 			return 0, fmt.Errorf("index %s: %w", t.Relation, err)
 		}
 	}

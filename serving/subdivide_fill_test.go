@@ -37,7 +37,7 @@ func TestSubdivideLinesKeepLength(t *testing.T) {
 	if r.Status != serving.Built || r.Repaired != 0 {
 		t.Fatalf("prepare: %+v, want built, 0 repaired", r)
 	}
-	pieces := pgx.Identifier{tiles.ServingSchema, serving.RelationName(name, "sub")}.Sanitize()
+	pieces := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "sub"))}.Sanitize()
 	rows, err := owner.Query(t.Context(), `
 		SELECT t.id, count(p.id), coalesce(sum(ST_Length(p.geom)), 0), ST_Length(t.geom)
 		FROM `+pgx.Identifier{f.schema, "flat"}.Sanitize()+` AS t LEFT JOIN `+pieces+` AS p ON p.id = t.id

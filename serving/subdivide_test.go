@@ -62,7 +62,8 @@ func TestSubdividePieces(t *testing.T) {
 	if r.Status != serving.Built || r.Repaired != 1 || r.Rows < 4097/64 {
 		t.Fatalf("prepare: %+v, want built, 1 repaired, at least %d pieces", r, 4097/64)
 	}
-	pieces := pgx.Identifier{tiles.ServingSchema, serving.RelationName(name, "sub")}.Sanitize()
+	table := served(t, owner, name, serving.RelationName(name, "sub"))
+	pieces := pgx.Identifier{tiles.ServingSchema, table}.Sanitize()
 	var ids, most int
 	var cols []string
 	var areaPieces, areaRows float64
@@ -84,7 +85,7 @@ func TestSubdividePieces(t *testing.T) {
 	}
 	var indexes []string
 	if err := owner.QueryRow(t.Context(), `SELECT array_agg(indexdef ORDER BY indexdef) FROM pg_indexes
-		WHERE schemaname = $1 AND tablename = $2`, tiles.ServingSchema, serving.RelationName(name, "sub")).Scan(&indexes); err != nil {
+		WHERE schemaname = $1 AND tablename = $2`, tiles.ServingSchema, table).Scan(&indexes); err != nil {
 		t.Fatal(err)
 	}
 	if len(indexes) != 2 || !slices.ContainsFunc(indexes, func(s string) bool { return strings.Contains(s, "USING gist (geom)") }) ||
@@ -95,7 +96,7 @@ func TestSubdividePieces(t *testing.T) {
 	if err := owner.QueryRow(t.Context(), `SELECT count(*) FROM geotoll_serving.storage
 		WHERE source_table::regclass = $1::regclass AND builder = 'subdivide' AND relation = $2
 		  AND 'id' = ANY(columns) AND zoom_min = 8 AND zoom_max = 22`,
-		pgx.Identifier{f.schema, "shapes"}.Sanitize(), serving.RelationName(name, "sub")).Scan(&found); err != nil {
+		pgx.Identifier{f.schema, "shapes"}.Sanitize(), table).Scan(&found); err != nil {
 		t.Fatal(err)
 	}
 	if found != 1 {
@@ -112,7 +113,11 @@ func TestSubdividePieces(t *testing.T) {
 	if err != nil || len(res.Warnings) > 0 || !slices.Contains(res.Changed, name) {
 		t.Fatalf("refresh: %+v, %v", res, err)
 	}
-	if src := l.Source(12); src.Builder != tiles.BuilderSubdivide || src.Relation.Sanitize() != pieces {
+	rebuilt := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "sub"))}.Sanitize()
+	if rebuilt == pieces {
+		t.Errorf("the rebuild kept table %s: each build makes its own", pieces)
+	}
+	if src := l.Source(12); src.Builder != tiles.BuilderSubdivide || src.Relation.Sanitize() != rebuilt {
 		t.Errorf("z12 reads %+v, want the pieces", src)
 	}
 	if src := l.Source(7); src.Builder == tiles.BuilderSubdivide {

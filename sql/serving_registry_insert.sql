@@ -1,4 +1,4 @@
--- Record one relation a build has just swapped in (see migration
+-- Record one relation a build has just made (see migration
 -- 00006_serving.sql for the columns).
 --   $1 layer  $2 builder  $3 relation  $4 zoom_min  $5 zoom_max (NULL: no
 --   tile zoom)  $6 geometry column  $7 srid  $8 geometry kind  $9 columns

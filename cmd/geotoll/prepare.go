@@ -21,10 +21,11 @@ import (
 
 // prepareFlags are the flags of `geotoll prepare`.
 type prepareFlags struct {
-	force bool
-	only  string
-	every time.Duration
-	role  string
+	force  bool
+	only   string
+	every  time.Duration
+	role   string
+	retain time.Duration
 }
 
 // prepareCommand is `geotoll prepare`.
@@ -35,6 +36,7 @@ func (c *cli) prepareCommand() *ffcli.Command {
 		fs.StringVar(&p.only, "layer", "", "comma-separated layers to prepare (default: every layer)")
 		fs.DurationVar(&p.every, "every", 0, "keep running: prepare again after this long (e.g. 10m); 0 runs once")
 		fs.StringVar(&p.role, "reader-role", serving.DefaultReaderRole, "the role that serves tiles: storage is granted to it")
+		fs.DurationVar(&p.retain, "retain", 10*time.Minute, "keep replaced storage this long before dropping it (servers read it until they re-read the registry)")
 	}
 	return c.command("prepare", "build every layer's serving storage (overviews), as the schema owner", "", flags,
 		func(ctx context.Context, _ []string) error {
@@ -70,7 +72,11 @@ func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, 
 	if err != nil {
 		return err
 	}
-	opts := serving.Options{ReaderRole: p.role, Force: p.force, Logger: log}
+	if p.retain < 2*cfg.Tiles.StorageRefresh {
+		return fmt.Errorf("prepare: -retain %s must be at least twice tiles.storage_refresh (%s): servers read replaced storage until they re-read the registry",
+			p.retain, cfg.Tiles.StorageRefresh)
+	}
+	opts := serving.Options{ReaderRole: p.role, Force: p.force, Retain: p.retain, Logger: log}
 	for {
 		results := serving.Prepare(ctx, pool, layers, opts)
 		writeResults(stdout, results)
@@ -141,7 +147,11 @@ func writeResults(w io.Writer, results []serving.Result) {
 		if r.Err != nil {
 			msg = r.Err.Error()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Layer, r.Builder, r.Status, r.Relations, r.Rows,
+		layer := r.Layer
+		if layer == "" {
+			layer = "-" // the drop of retired storage, of every layer
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", layer, r.Builder, r.Status, r.Relations, r.Rows,
 			r.SourceRows, r.Repaired, r.Took.Round(time.Millisecond), msg)
 	}
 	_ = tw.Flush()

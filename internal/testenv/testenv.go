@@ -215,14 +215,16 @@ func BusyPool(t testing.TB) (*pgxpool.Pool, func()) {
 }
 
 // ForgetStorage drops, when the test ends, the serving storage `geotoll
-// prepare` built for the named layers (tables in geotoll_serving) and
-// their registry rows, through owner (the schema owner).
+// prepare` built for the named layers (tables in geotoll_serving), served
+// or retired, and their registry rows, through owner (the schema owner).
 func ForgetStorage(t testing.TB, owner *pgxpool.Pool, layers ...string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		for _, name := range layers {
-			rows, err := owner.Query(ctx, `DELETE FROM geotoll_serving.storage WHERE layer = $1 RETURNING relation`, name)
+			rows, err := owner.Query(ctx, `WITH s AS (DELETE FROM geotoll_serving.storage WHERE layer = $1 RETURNING relation),
+				r AS (DELETE FROM geotoll_serving.retired WHERE layer = $1 RETURNING relation)
+				SELECT relation FROM s UNION SELECT relation FROM r`, name)
 			if err != nil {
 				t.Errorf("testenv: forget the storage of %s: %v", name, err)
 				continue

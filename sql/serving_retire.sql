@@ -1,0 +1,13 @@
+-- Stop serving a builder's storage of one layer, in the transaction that
+-- records its replacement (or none): its registry rows go, and the
+-- relations they named are listed as retired, to be dropped by a later
+-- run once no server can still be reading them.
+--   $1  layer    $2  builder
+WITH gone AS (
+    DELETE FROM geotoll_serving.storage
+    WHERE layer = $1::text AND builder = $2::text
+    RETURNING layer, relation
+)
+INSERT INTO geotoll_serving.retired (relation, layer)
+SELECT relation, layer FROM gone
+ON CONFLICT (relation) DO NOTHING
