@@ -41,7 +41,7 @@ type Querier interface {
 
 var (
 	sourcesSQL            = queries.MustRead("geofence_sources.sql")
-	signatureTemplate     = template.Must(template.New("serving_signature.sql").Parse(queries.MustRead("serving_signature.sql")))
+	signatureTemplate     = template.Must(template.New("table_signature.sql").Parse(queries.MustRead("table_signature.sql")))
 	layerContainsTemplate = template.Must(template.New("geofence_layer_contains.sql").Parse(queries.MustRead("geofence_layer_contains.sql")))
 	layerCheckTemplate    = template.Must(template.New("geofence_layer_check.sql").Parse(queries.MustRead("geofence_layer_check.sql")))
 )
@@ -95,7 +95,7 @@ func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *piece
 }
 
 // changedSince reports whether l's table differs from the one whose change
-// detector was signature (serving_signature.sql, the detector `geotoll
+// detector was signature (table_signature.sql, the detector `geotoll
 // prepare` records): pieces cut before a write to the table would answer
 // for what it held then, so the table is read instead until prepare cuts
 // them again.

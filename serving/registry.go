@@ -20,7 +20,7 @@ var (
 	retiredDueSQL     = queries.MustRead("serving_retired_due.sql")
 	lockSQL           = queries.MustRead("serving_lock.sql")
 	sourceSQL         = queries.MustRead("serving_source.sql")
-	signatureTemplate = parse("serving_signature.sql")
+	signatureTemplate = parse("table_signature.sql")
 )
 
 // Querier is what the registry reads need of a pool or transaction.
@@ -85,7 +85,7 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 	return s, nil
 }
 
-// sign fills s.signature and s.rows (see serving_signature.sql): the count
+// sign fills s.signature and s.rows (see table_signature.sql): the count
 // and newest xmin of tables, partitioned tables and materialized views;
 // the count alone, and no signature, for views and foreign tables.
 func sign(ctx context.Context, q Querier, l *tiles.Layer, s *source) error {

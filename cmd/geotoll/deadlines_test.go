@@ -109,7 +109,7 @@ layers:
 	cfg := DefaultConfig()
 	cfg.Database.URL = "postgres://nobody@127.0.0.1:1/none"
 	cfg.Layers[0].StatementTimeout = 45 * time.Second
-	m := &Main{Config: cfg, Logger: quietLog()}
+	m := &Main{Config: cfg, Logger: quietLog(), ModelShelf: testShelf}
 	err = m.Open(context.Background())
 	defer m.Close()
 	if err == nil || !containsAll(err.Error(), []string{`layers[0].statement_timeout (layer "places") 45s`, "http.write_timeout 30s"}) {

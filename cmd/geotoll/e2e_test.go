@@ -18,9 +18,15 @@ import (
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/throttle"
 )
+
+// testShelf is the price models every test server shares: a server
+// reads the models of the demo's relations other servers built, unless
+// their tables changed since (see density.Shelf).
+var testShelf = density.NewShelf()
 
 // startServer runs a whole geotoll (the same Main the binary runs) against
 // the real test PostGIS and Redis, on a loopback port.
@@ -57,7 +63,7 @@ func startMainWith(t testing.TB, edit func(*Config), prepare func(*Main)) *Main 
 	if edit != nil {
 		edit(&cfg)
 	}
-	m := &Main{Config: cfg, Logger: quietLog()}
+	m := &Main{Config: cfg, Logger: quietLog(), ModelShelf: testShelf}
 	if prepare != nil {
 		prepare(m)
 	}

@@ -135,7 +135,7 @@ func TestStartRefusesUnpayableTier(t *testing.T) {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
 	cfg.Throttle.Tiers["tiny"] = TierConfig{Rate: 1, Capacity: 30}
-	m := &Main{Config: cfg, Logger: discardLogger()}
+	m := &Main{Config: cfg, Logger: discardLogger(), ModelShelf: testShelf}
 	err := m.Open(context.Background())
 	if err == nil {
 		m.Close()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -47,6 +48,11 @@ type Main struct {
 	// Tracing, when set, traces requests, Redis calls and statements;
 	// Open sets it when the configuration turns tracing on.
 	Tracing trace.TracerProvider
+	// ModelShelf keeps the price models built in this process (see
+	// density.Shelf): a refresh of an unchanged relation takes its model
+	// from it. Open makes one when nil; servers started side by side in
+	// one process may share one.
+	ModelShelf *density.Shelf
 
 	stopTracing func(context.Context) error
 	// OpsServer serves the operators' listener (metrics_listen); nil

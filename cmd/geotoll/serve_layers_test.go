@@ -37,7 +37,7 @@ func openMain(t *testing.T, edit func(*Config)) error {
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
 	cfg.Throttle.Prefix = testenv.Prefix(t)
 	edit(&cfg)
-	m := &Main{Config: cfg, Logger: quietLog()}
+	m := &Main{Config: cfg, Logger: quietLog(), ModelShelf: testShelf}
 	err := m.Open(t.Context())
 	m.Close()
 	return err

@@ -53,8 +53,11 @@ func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, e
 			return &server.ReadyNote{Detail: "requests are priced by their size (throttle.pricing: size)"}
 		}, nil
 	}
+	if m.ModelShelf == nil {
+		m.ModelShelf = density.NewShelf()
+	}
 	m.pricing = &pricingSetup{
-		models:  pricing.NewModels(m.Pool, density.Options{}),
+		models:  pricing.NewModels(m.Pool, density.Options{Shelf: m.ModelShelf}),
 		lazy:    &pricing.Lazy{},
 		tiles:   cat.Layers(),
 		changed: make(chan struct{}, 1),

@@ -309,7 +309,7 @@ func TestEndToEndCORS(t *testing.T) {
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HTTP.CORS.Credentials = true
-	m := &Main{Config: cfg, Logger: quietLog()}
+	m := &Main{Config: cfg, Logger: quietLog(), ModelShelf: testShelf}
 	if err := m.Open(context.Background()); err == nil || !strings.Contains(err.Error(), "credentials") {
 		m.Close()
 		t.Errorf("Open with cors origins [*] and credentials: %v, want a refusal", err)

@@ -49,21 +49,22 @@ func Build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, erro
 const ApplicationName = "geotoll-density"
 
 // queryText is a relation's rendered build queries.
-type queryText struct{ rows, cells string }
+type queryText struct{ rows, cells, signature string }
 
 // render fills rel's quoted identifiers into the build queries.
 func render(rel Relation) (queryText, error) {
 	data := struct {
-		Table, Geom      string
-		LonLat, Vertices bool
+		Table, Geom            string
+		LonLat, Vertices, XMin bool
 	}{
 		Table:    rel.Table.Sanitize(),
 		Geom:     pgx.Identifier{rel.GeometryColumn}.Sanitize(),
 		LonLat:   rel.SRID == SRIDLonLat,
 		Vertices: rel.Kind != Point,
+		XMin:     true, // read only of relations that have it (see signature)
 	}
-	var out [2]string
-	for i, name := range []string{"density_rows.sql", "density_cells.sql"} {
+	var out [3]string
+	for i, name := range []string{"density_rows.sql", "density_cells.sql", "table_signature.sql"} {
 		text, err := queries.Read(name)
 		if err != nil {
 			return queryText{}, fmt.Errorf("density: %w", err)
@@ -78,7 +79,7 @@ func render(rel Relation) (queryText, error) {
 		}
 		out[i] = buf.String()
 	}
-	return queryText{rows: out[0], cells: out[1]}, nil
+	return queryText{rows: out[0], cells: out[1], signature: out[2]}, nil
 }
 
 // build runs the queries and assembles the model.
@@ -101,6 +102,46 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 		set_config('application_name', $3, true)`, timeout, buildWorkMem, ApplicationName); err != nil {
 		return nil, fmt.Errorf("density %s: settings: %w", rel, err)
 	}
+	var sig string
+	if opts.Shelf != nil {
+		if sig, err = q.sign(ctx, tx, rel); err != nil {
+			return nil, fmt.Errorf("density %s: change detector: %w", rel, err)
+		}
+		if m := opts.Shelf.get(shelfKey(rel, opts), sig); m != nil && sig != "" {
+			return m, nil
+		}
+	}
+	m, err := q.read(ctx, tx, rel, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.summary.BuiltAt = opts.Now()
+	m.summary.Took = m.summary.BuiltAt.Sub(start)
+	if sig != "" {
+		opts.Shelf.put(shelfKey(rel, opts), sig, m)
+	}
+	return m, nil
+}
+
+// sign reads rel's change detector (table_signature.sql) in tx: "" for a
+// relation without row versions (a view), whose model is never shelved.
+func (q queryText) sign(ctx context.Context, tx pgx.Tx, rel Relation) (string, error) {
+	var kind string
+	if err := tx.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = $1::regclass`, rel.Table.Sanitize()).Scan(&kind); err != nil {
+		return "", err
+	}
+	if kind != "r" && kind != "p" && kind != "m" {
+		return "", nil
+	}
+	var count, newest int64
+	if err := tx.QueryRow(ctx, q.signature).Scan(&count, &newest); err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(count, 10) + ":" + strconv.FormatInt(newest, 10), nil
+}
+
+// read estimates rel's rows and reads its cells, sampled when it is large.
+func (q queryText) read(ctx context.Context, tx pgx.Tx, rel Relation, opts Options) (*Model, error) {
 	planned, err := plannedRows(ctx, tx, q.rows)
 	if err != nil {
 		return nil, fmt.Errorf("density %s: row estimate: %w", rel, err)
@@ -113,10 +154,7 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 	if err != nil {
 		return nil, fmt.Errorf("density %s: cells: %w", rel, err)
 	}
-	m := newModel(rel, rows, fraction, opts)
-	m.summary.BuiltAt = opts.Now()
-	m.summary.Took = m.summary.BuiltAt.Sub(start)
-	return m, nil
+	return newModel(rel, rows, fraction, opts), nil
 }
 
 // newModel assembles a model from the build query's rows.

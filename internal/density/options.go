@@ -29,6 +29,9 @@ type Options struct {
 	Interval, RetryInterval time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Shelf, when set, lends a build the model of an unchanged relation
+	// (see Shelf); nil: every build reads the relation's cells.
+	Shelf *Shelf
 }
 
 // Defaults for unset Options fields.

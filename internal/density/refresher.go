@@ -22,6 +22,7 @@ type Refresher struct {
 
 	mu          sync.Mutex // guards the fields below
 	lastAttempt time.Time
+	checked     time.Time // when the model in use was last built or found current
 	lastError   string
 	failures    int
 }
@@ -30,7 +31,7 @@ type Refresher struct {
 type Status struct {
 	Summary                   // of the model in use; only Relation is set before the first build
 	Ready       bool          // a model is in use
-	Age         time.Duration // since the model in use was built
+	Age         time.Duration // since the model in use was built or last found current (Options.Shelf)
 	LastAttempt time.Time     // when the latest build ended
 	LastError   string        // the latest build's error; empty when it succeeded
 	Failures    int           // builds that failed since the last success
@@ -81,7 +82,7 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 		return err
 	}
 	r.model.Store(m)
-	r.failures, r.lastError = 0, ""
+	r.failures, r.lastError, r.checked = 0, "", r.lastAttempt
 	return nil
 }
 
@@ -107,10 +108,14 @@ func (r *Refresher) Run(ctx context.Context) {
 func (r *Refresher) Status() Status {
 	r.mu.Lock()
 	s := Status{LastAttempt: r.lastAttempt, LastError: r.lastError, Failures: r.failures}
+	checked := r.checked
 	r.mu.Unlock()
 	if m := r.Model(); m != nil {
 		s.Summary, s.Ready = m.summary, true
-		s.Age = r.opts.Now().Sub(m.summary.BuiltAt)
+		if checked.IsZero() { // inherited (see Inherit)
+			checked = m.summary.BuiltAt
+		}
+		s.Age = r.opts.Now().Sub(checked)
 	} else {
 		s.Relation = r.rel.String()
 	}
