@@ -9,7 +9,8 @@
 -- than its -retain (10 minutes by default), and forgets them here.
 --   relation    its table in geotoll_serving (unqualified)
 --   layer       the layer it served
---   retired_at  when the registry stopped naming it
+--   retired_at  when the registry stopped naming it (the switch, at the end
+--               of the build that replaced it)
 -- +goose Up
 CREATE TABLE geotoll_serving.retired (
     relation   text        PRIMARY KEY,
@@ -18,4 +19,14 @@ CREATE TABLE geotoll_serving.retired (
 );
 
 -- +goose Down
+-- +goose StatementBegin
+DO $$
+DECLARE r text;
+BEGIN
+    FOR r IN SELECT relation FROM geotoll_serving.retired LOOP
+        EXECUTE format('DROP TABLE IF EXISTS geotoll_serving.%I', r);
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
 DROP TABLE geotoll_serving.retired;

@@ -310,7 +310,7 @@ var _ pgcall.Observer = (*Metrics)(nil)
 // bounded set).
 func WatchPricing(reg prometheus.Registerer, status func() []density.Status) error {
 	return reg.Register(&pricingCollector{status: status,
-		ready: prometheus.NewDesc("geotoll_price_model_ready", "1 once the density model of a relation prices its requests; 0 while they are priced by their size.", []string{"relation"}, nil),
+		ready: prometheus.NewDesc("geotoll_price_model_ready", "1 once a density model prices the relation's requests (its own, or while it is built the model of the relation it replaced); 0 while they are priced by their size.", []string{"relation"}, nil),
 		age:   prometheus.NewDesc("geotoll_price_model_age_seconds", "Seconds since the relation's density model was built or last found current, its relation unchanged (-1 before).", []string{"relation"}, nil),
 		rows:  prometheus.NewDesc("geotoll_price_model_rows", "Rows the relation's density model holds (scaled back when sampled).", []string{"relation"}, nil),
 	})

@@ -85,17 +85,25 @@ func (job *Job) Index(t Target, suffix string) pgx.Identifier {
 }
 
 // generation names the tables of one build: "_v" and the build
-// transaction's id in base 36, never reused in a database.
+// transaction's id in base 36 (a database restored into a new cluster may
+// meet an id again: that build fails on the existing name and the next
+// one, of a later id, succeeds).
 func generation(txid int64) string { return "_v" + strconv.FormatInt(txid, 36) }
 
-// stableName is the stable name of a relation a build created (its
-// generation cut); a name without one (built before generations) is
-// returned as it is.
-func stableName(relation string) string {
-	if i := strings.LastIndex(relation, "_v"); i > 0 {
-		return relation[:i]
+// StableName is the stable name (RelationName) of a relation a build
+// created: its generation, a last "_v" followed by base-36 digits, cut. A
+// name without one is returned as it is.
+func StableName(relation string) string {
+	i := strings.LastIndex(relation, "_v")
+	if i <= 0 || i+2 == len(relation) {
+		return relation
 	}
-	return relation
+	for _, c := range relation[i+2:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'z') {
+			return relation
+		}
+	}
+	return relation[:i]
 }
 
 // fnv32 is FNV-1a: a short, stable hash of a layer name.

@@ -43,9 +43,14 @@ func TestStableName(t *testing.T) {
 	t.Parallel()
 	for _, stable := range []string{"places_ov_z3", "a_sub", RelationName(strings.Repeat("v", 64), "ov_z22"), "x_v_sub"} {
 		for _, txid := range []int64{1, 745, math.MaxInt64} {
-			if got := stableName(stable + generation(txid)); got != stable {
-				t.Errorf("stableName(%q) = %q, want %q", stable+generation(txid), got, stable)
+			if got := StableName(stable + generation(txid)); got != stable {
+				t.Errorf("StableName(%q) = %q, want %q", stable+generation(txid), got, stable)
 			}
+		}
+	}
+	for _, legacy := range []string{"places_ov_z3", "roads_v2_ov_z3", "x_v_sub", "a_vB_sub"} { // built before generations
+		if got := StableName(legacy); got != legacy {
+			t.Errorf("StableName(%q) = %q, want it unchanged", legacy, got)
 		}
 	}
 	if generation(745) == generation(746) {

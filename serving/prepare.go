@@ -71,7 +71,7 @@ type Status string
 
 // Statuses of a Result.
 const (
-	Built     Status = "built"     // built and swapped in
+	Built     Status = "built"     // built and recorded in place of the old storage
 	Unchanged Status = "unchanged" // current: its checked_at renewed
 	Removed   Status = "removed"   // no longer configured: retired (or, builder "retired": dropped)
 	Skipped   Status = "skipped"   // nothing to build, or another run holds the layer
@@ -174,7 +174,8 @@ func level(r Result) slog.Level {
 }
 
 // build checks whether the targets are current and, unless they are (or
-// Force), builds and swaps them in, in one REPEATABLE READ transaction:
+// Force), builds them and records them in place of the old storage, in
+// one REPEATABLE READ transaction:
 // the change detector recorded is the one of the snapshot the build read.
 func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, rows []tiles.Storage, o Options) Result {
 	r := Result{Layer: l.Name, Builder: b.Name()}
@@ -287,17 +288,20 @@ func remove(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder str
 
 // dropRetired drops the relations retired longer ago than o.Retain, each
 // in its own transaction that waits at most o.LockTimeout for its lock: a
-// relation some query still reads is left for a later run. It returns
-// how many it dropped.
+// relation some query still reads is left for a later run. A relation
+// that cannot be dropped does not stop the others: the errors are joined.
+// It returns how many it dropped.
 func dropRetired(ctx context.Context, pool *pgxpool.Pool, o Options) (int, error) {
 	due, err := texts(ctx, pool, retiredDueSQL, o.Retain.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("retired relations: %w", err)
 	}
+	wait := fmt.Sprint(max(o.LockTimeout.Milliseconds(), 1)) // 0 would wait for ever
 	dropped := 0
+	var errs []error
 	for _, rel := range due {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprint(o.LockTimeout.Milliseconds())); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, wait); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()); err != nil {
@@ -310,12 +314,12 @@ func dropRetired(ctx context.Context, pool *pgxpool.Pool, o Options) (int, error
 		case lockBusy(err):
 			o.Logger.Info("prepare: a retired relation is still read; a later run drops it", "relation", rel)
 		case err != nil:
-			return dropped, fmt.Errorf("drop %s: %w", rel, err)
+			errs = append(errs, fmt.Errorf("drop %s: %w", rel, err))
 		default:
 			dropped++
 		}
 	}
-	return dropped, nil
+	return dropped, errors.Join(errs...)
 }
 
 // lockBusy reports a statement that gave up waiting for its locks.

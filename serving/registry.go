@@ -37,7 +37,7 @@ func current(rows []tiles.Storage, targets []Target, signature string) bool {
 		return false
 	}
 	for _, t := range targets {
-		i := slices.IndexFunc(rows, func(r tiles.Storage) bool { return stableName(r.Relation) == t.Relation })
+		i := slices.IndexFunc(rows, func(r tiles.Storage) bool { return StableName(r.Relation) == t.Relation })
 		if i < 0 {
 			return false
 		}

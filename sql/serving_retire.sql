@@ -8,6 +8,6 @@ WITH gone AS (
     WHERE layer = $1::text AND builder = $2::text
     RETURNING layer, relation
 )
-INSERT INTO geotoll_serving.retired (relation, layer)
-SELECT relation, layer FROM gone
+INSERT INTO geotoll_serving.retired (relation, layer, retired_at)
+SELECT relation, layer, clock_timestamp() FROM gone -- the switch, not the build's start: now() would shorten the grace by the build's time
 ON CONFLICT (relation) DO NOTHING

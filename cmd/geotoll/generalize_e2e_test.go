@@ -181,7 +181,7 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 	testenv.ForgetStorage(t, owner, name)
 	layer := DefaultConfig().Layers[0]
 	layer.Name = name
-	layer.Overviews.MaxZoom = 6 // quicker rebuilds; the swap is the same
+	layer.Overviews.MaxZoom = 6 // quicker rebuilds; the switch is the same
 	cat, err := tiles.NewCatalog([]tiles.Layer{layer.Layer})
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +246,7 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 	stop()
 	wg.Wait()
 	if len(statuses) != 1 || statuses[http.StatusOK] < 20 {
-		t.Errorf("responses while prepare swapped the overviews three times: %v, want only 200s (at least 20)", statuses)
+		t.Errorf("responses while prepare rebuilt the overviews three times: %v, want only 200s (at least 20)", statuses)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for builtAt() == first {
@@ -295,7 +295,7 @@ func prepareDemo(t *testing.T) {
 	t.Helper()
 	testenv.DatabaseURL(t) // skips or fails without the database
 	for _, r := range demoPrepared() {
-		if r.Status == serving.Failed {
+		if r.Status == serving.Failed && r.Builder != "retired" { // other tests' old storage is theirs
 			t.Fatalf("prepare the demo layers: %s: %v", r.Layer, r.Err)
 		}
 	}

@@ -55,6 +55,10 @@ func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, 
 	if p.every != 0 && p.every < time.Second {
 		return fmt.Errorf("prepare: -every %s must be at least 1s", p.every)
 	}
+	if p.retain < 2*cfg.Tiles.StorageRefresh {
+		return fmt.Errorf("prepare: -retain %s must be at least twice tiles.storage_refresh (%s): servers read replaced storage until they re-read the registry",
+			p.retain, cfg.Tiles.StorageRefresh)
+	}
 	pool, err := adminPool(ctx, cfg)
 	if err != nil {
 		return err
@@ -72,10 +76,6 @@ func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, 
 	if err != nil {
 		return err
 	}
-	if p.retain < 2*cfg.Tiles.StorageRefresh {
-		return fmt.Errorf("prepare: -retain %s must be at least twice tiles.storage_refresh (%s): servers read replaced storage until they re-read the registry",
-			p.retain, cfg.Tiles.StorageRefresh)
-	}
 	opts := serving.Options{ReaderRole: p.role, Force: p.force, Retain: p.retain, Logger: log}
 	for {
 		results := serving.Prepare(ctx, pool, layers, opts)
@@ -83,7 +83,7 @@ func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, 
 		failed := slices.ContainsFunc(results, func(r serving.Result) bool { return r.Status == serving.Failed })
 		if p.every == 0 {
 			if failed {
-				return errors.New("prepare: some layers failed (see above)")
+				return errors.New("prepare: some layers (or the drop of retired storage) failed (see above)")
 			}
 			return nil
 		}

@@ -78,9 +78,11 @@ func pricingReady(all []density.Status) error {
 	var building []string
 	for _, st := range all {
 		switch {
-		case st.Ready:
+		case st.Ready && !st.Inherited:
 		case st.LastError != "":
 			building = append(building, fmt.Sprintf("%s (%d failed builds: %s)", st.Relation, st.Failures, st.LastError))
+		case st.Inherited:
+			building = append(building, st.Relation+" (priced by the model of the relation it replaced)")
 		default:
 			building = append(building, st.Relation)
 		}

@@ -127,7 +127,7 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache *tiles.Cache) {
 	res, err := catalog.Refresh(ctx, m.Pool)
 	if err != nil {
-		m.Logger.Warn("serving registry not read; tiles read the layers' tables until it is", "err", err)
+		m.Logger.Warn("serving registry not read; tiles read what they read before (at start-up, the layers' tables) until it is", "err", err)
 	}
 	for _, w := range res.Warnings {
 		m.Logger.Warn("tile layer storage", "err", w)

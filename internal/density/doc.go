@@ -143,7 +143,8 @@
 // (every [Options.RetryInterval] after a failure) and swaps each new one in
 // with an atomic pointer: readers never wait and never see a torn model. A
 // failed build keeps the last good model. Until the first build succeeds,
-// [Refresher.Model] returns nil — price without a model then (by area) — and
+// [Refresher.Model] returns nil — price without a model then (by area) — or
+// the model [Refresher.Inherit] lent it, and
 // [Refresher.Status] says why; it carries what readiness detail and metrics
 // need (ready, age, rows, cells, bytes, the last error).
 //

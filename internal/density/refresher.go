@@ -10,7 +10,8 @@ import (
 // Refresher keeps a model of one relation current: it builds one, then
 // rebuilds it in the background, swapping each new model in atomically.
 // A failed build keeps the last good model. Until the first build succeeds,
-// Model returns nil: callers price without it (by area).
+// Model returns nil (callers price without it, by area) or, after Inherit,
+// a predecessor's model.
 type Refresher struct {
 	db      DB
 	rel     Relation
@@ -23,14 +24,16 @@ type Refresher struct {
 	mu          sync.Mutex // guards the fields below
 	lastAttempt time.Time
 	checked     time.Time // when the model in use was last built or found current
+	inherited   bool      // the model in use came from Inherit
 	lastError   string
 	failures    int
 }
 
 // Status is a Refresher's state, for readiness detail and metrics.
 type Status struct {
-	Summary                   // of the model in use; only Relation is set before the first build
+	Summary                   // of the model in use, but Relation is always the refresher's own
 	Ready       bool          // a model is in use
+	Inherited   bool          // the model in use is a predecessor's (see Inherit): its own is not built yet
 	Age         time.Duration // since the model in use was built or last found current (Options.Shelf)
 	LastAttempt time.Time     // when the latest build ended
 	LastError   string        // the latest build's error; empty when it succeeded
@@ -62,8 +65,14 @@ func (r *Refresher) Model() *Model { return r.model.Load() }
 // its predecessor's model meanwhile, not by area. It does nothing when r
 // has a model or from has none.
 func (r *Refresher) Inherit(from *Refresher) {
-	if m := from.Model(); m != nil {
-		r.model.CompareAndSwap(nil, m)
+	m := from.Model()
+	if m == nil {
+		return
+	}
+	r.mu.Lock() // a build stores its model under mu: never flagged inherited after it
+	defer r.mu.Unlock()
+	if r.model.CompareAndSwap(nil, m) {
+		r.inherited = true
 	}
 }
 
@@ -82,7 +91,7 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 		return err
 	}
 	r.model.Store(m)
-	r.failures, r.lastError, r.checked = 0, "", r.lastAttempt
+	r.failures, r.lastError, r.checked, r.inherited = 0, "", r.lastAttempt, false
 	return nil
 }
 
@@ -109,6 +118,7 @@ func (r *Refresher) Status() Status {
 	r.mu.Lock()
 	s := Status{LastAttempt: r.lastAttempt, LastError: r.lastError, Failures: r.failures}
 	checked := r.checked
+	s.Inherited = r.inherited
 	r.mu.Unlock()
 	if m := r.Model(); m != nil {
 		s.Summary, s.Ready = m.summary, true
@@ -116,8 +126,7 @@ func (r *Refresher) Status() Status {
 			checked = m.summary.BuiltAt
 		}
 		s.Age = r.opts.Now().Sub(checked)
-	} else {
-		s.Relation = r.rel.String()
 	}
+	s.Relation = r.rel.String()
 	return s
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/density"
+	"github.com/geotoll/geotoll/serving"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -54,7 +55,7 @@ func NewEstimator(models *Models, tileLayers []*tiles.Layer, source TileSource, 
 			if err != nil {
 				return nil, fmt.Errorf("tile layer %q: %w", l.Name, err)
 			}
-			byZoom[z] = tileModel{r: r, capped: rel.Kind != density.Point}
+			byZoom[z] = tileModel{r: r, rel: rel, capped: rel.Kind != density.Point}
 		}
 		e.tiles[l] = &byZoom
 	}
@@ -129,6 +130,7 @@ var Fences = density.Relation{Table: pgx.Identifier{"geotoll", "geofences"}, Geo
 // features it reads (lines and polygons).
 type tileModel struct {
 	r      *density.Refresher
+	rel    density.Relation // what r models
 	capped bool
 }
 
@@ -219,7 +221,9 @@ func (l *Lazy) Set(e *Estimator) {
 }
 
 // inherit lends each of e's tile relations without a model the model of
-// the relation prev read for the same layer and zoom.
+// the relation prev read for the same layer and zoom, when that one is an
+// earlier build of the same storage (see rebuilt): never the model of a
+// table to its overview, of an overview to the table, or across kinds.
 func (e *Estimator) inherit(prev *Estimator) {
 	for l, byZoom := range e.tiles {
 		old := prev.tiles[l]
@@ -227,11 +231,20 @@ func (e *Estimator) inherit(prev *Estimator) {
 			continue
 		}
 		for z := range byZoom {
-			if n, o := byZoom[z].r, old[z].r; n != nil && o != nil && n != o {
-				n.Inherit(o)
+			if n, o := byZoom[z], old[z]; n.r != nil && o.r != nil && n.r != o.r && rebuilt(o.rel, n.rel) {
+				n.r.Inherit(o.r)
 			}
 		}
 	}
+}
+
+// rebuilt reports whether relation b is a rebuild of relation a by
+// `geotoll prepare`: the same schema, geometry column and kind, and the
+// same stable name (serving.StableName) under another generation.
+func rebuilt(a, b density.Relation) bool {
+	return len(a.Table) == 2 && len(b.Table) == 2 && a.Table[0] == b.Table[0] && a.Table[1] != b.Table[1] &&
+		serving.StableName(a.Table[1]) == serving.StableName(b.Table[1]) &&
+		a.GeometryColumn == b.GeometryColumn && a.Kind == b.Kind && a.SRID == b.SRID
 }
 
 // Tile implements toll.Estimator.

@@ -276,33 +276,52 @@ func TestLayerContainsIsEstimatedOnTheLayer(t *testing.T) {
 	}
 }
 
-// TestRebuiltRelationInheritsItsModel: when a layer's zoom reads a new
-// relation (storage rebuilt under a new name), its tiles are estimated by
-// the old relation's model until the new one's is built, never by size.
+// TestRebuiltRelationInheritsItsModel: when a layer's zoom reads a rebuild
+// of the relation it read (the same stable name under a new generation),
+// its tiles are estimated by the old relation's model until the new one's
+// is built, never by size; another relation (an overview in place of the
+// table, another kind) inherits nothing.
 func TestRebuiltRelationInheritsItsModel(t *testing.T) {
 	t.Parallel()
 	pool, _ := tracedReadPool(t)
-	first, layer := demoEstimator(t, pool) // built: its models are ready
-	var lazy pricing.Lazy
-	lazy.Set(first)
 	tile := maptile.At(orb.Point{13.4, 52.52}, 12)
-	want, ok := lazy.Tile(layer, tile)
-	if !ok || want.Features == 0 {
-		t.Fatalf("the built model estimates %+v, %v", want, ok)
-	}
-
-	rebuilt := density.Relation{Table: pgx.Identifier{"geotoll", "places_rebuilt"}, GeometryColumn: "geom_3857", SRID: 3857, Kind: density.Point}
-	second, err := pricing.NewEstimator(pricing.NewModels(pool, density.Options{}), []*tiles.Layer{layer},
-		func(*tiles.Layer, maptile.Zoom) (density.Relation, bool) { return rebuilt, true }, nil, nil) // never built: not run
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := second.Tile(layer, tile); ok {
-		t.Fatal("an estimator over an unbuilt relation estimates on its own")
-	}
-	lazy.Set(second)
-	got, ok := lazy.Tile(layer, tile)
-	if !ok || got != want {
-		t.Errorf("after the switch: %+v, %v; want the predecessor's estimate %+v", got, ok, want)
+	for _, tc := range []struct {
+		name     string
+		next     density.Relation
+		inherits bool
+	}{
+		{"a rebuild", density.Relation{Table: pgx.Identifier{"geotoll", "places_v1z"}, GeometryColumn: "geom_3857", SRID: 3857, Kind: density.Point}, true},
+		{"another relation", density.Relation{Table: pgx.Identifier{"geotoll", "places_ov_z12_v1z"}, GeometryColumn: "geom_3857", SRID: 3857, Kind: density.Point}, false},
+		{"another kind", density.Relation{Table: pgx.Identifier{"geotoll", "places_v1z"}, GeometryColumn: "geom_3857", SRID: 3857, Kind: density.Polygon}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first, layer := demoEstimator(t, pool) // built: its models are ready
+			var lazy pricing.Lazy
+			lazy.Set(first)
+			want, ok := lazy.Tile(layer, tile)
+			if !ok || want.Features == 0 {
+				t.Fatalf("the built model estimates %+v, %v", want, ok)
+			}
+			models := pricing.NewModels(pool, density.Options{})
+			second, err := pricing.NewEstimator(models, []*tiles.Layer{layer},
+				func(*tiles.Layer, maptile.Zoom) (density.Relation, bool) { return tc.next, true }, nil, nil) // never built: not run
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := second.Tile(layer, tile); ok {
+				t.Fatal("an estimator over an unbuilt relation estimates on its own")
+			}
+			lazy.Set(second)
+			got, ok := lazy.Tile(layer, tile)
+			switch {
+			case tc.inherits && (!ok || got != want):
+				t.Errorf("after the switch: %+v, %v; want the predecessor's estimate %+v", got, ok, want)
+			case !tc.inherits && ok:
+				t.Errorf("after the switch: %+v from a model it should not inherit", got)
+			}
+			if st := models.Status(); len(st) != 1 || st[0].Relation != tc.next.String() || st[0].Inherited != tc.inherits {
+				t.Errorf("status %+v: want relation %s, inherited %v", st, tc.next, tc.inherits)
+			}
+		})
 	}
 }
