@@ -58,7 +58,8 @@ type target struct {
 }
 
 type options struct {
-	points, seed       int
+	points             int
+	seed               uint64
 	batches, conns     []int
 	rawBatches         []int
 	rawConns           []int
@@ -82,7 +83,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("pipbench", flag.ContinueOnError)
 	fs.IntVar(&o.points, "points", 1000, "points in the set")
-	fs.IntVar(&o.seed, "seed", 7, "seed of the points")
+	fs.Uint64Var(&o.seed, "seed", 7, "seed of the points")
 	batches := fs.String("batches", "1,10,100", "points per request (geotoll) or per pipeline (tile38)")
 	conns := fs.String("conns", "1,4", "connections")
 	rawBatches := fs.String("raw-batches", "1,10", "points per statement on the raw table")
@@ -179,8 +180,8 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-func randomPoints(n, seed int) []point {
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+func randomPoints(n int, seed uint64) []point {
+	rng := rand.New(rand.NewPCG(seed, 0))
 	pts := make([]point, n)
 	for i := range pts {
 		pts[i] = point{Lng: -180 + 360*rng.Float64(), Lat: -56 + 128*rng.Float64()}
@@ -324,5 +325,5 @@ func writeTruth(path string, t [][]int64) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	return os.WriteFile(path, b, 0o600)
 }
