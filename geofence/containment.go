@@ -24,6 +24,9 @@ type Containment struct {
 	// layer's pieces rather than its table.
 	Relation string
 	Pieces   bool
+	// PieceVertices is the most vertices of a piece (the pieces' recorded
+	// max_vertices), 0 when the table is read.
+	PieceVertices int
 
 	containsSQL, checkSQL string
 }
@@ -46,6 +49,10 @@ var (
 	layerCheckTemplate    = template.Must(template.New("geofence_layer_check.sql").Parse(queries.MustRead("geofence_layer_check.sql")))
 )
 
+// FencePieceVertices is the most vertices of a piece of a fence
+// (geotoll.geofence_pieces, cut by migration 00008's trigger).
+const FencePieceVertices = 256
+
 // piecesSchema is the schema of the serving storage `geotoll prepare`
 // builds; registry rows name their relation unqualified.
 const piecesSchema = "geotoll_serving"
@@ -55,6 +62,7 @@ type pieces struct {
 	Relation, Geom string
 	SRID           int
 	Columns        []string
+	MaxVertices    int // params' max_vertices, 0 when not recorded
 	// Stale says the table has changed since they were cut (see
 	// changedSince).
 	Stale bool
@@ -72,10 +80,10 @@ func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *piece
 	var (
 		t              *string
 		rel, geom, sig *string
-		srid           *int
+		srid, most     *int
 		cols           []string
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&t, &rel, &geom, &srid, &cols, &sig}, func() error { return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&t, &rel, &geom, &srid, &cols, &sig, &most}, func() error { return nil }); err != nil {
 		return "", nil, err
 	}
 	if t != nil {
@@ -83,6 +91,9 @@ func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *piece
 	}
 	if rel != nil && geom != nil && srid != nil {
 		p = &pieces{Relation: *rel, Geom: *geom, SRID: *srid, Columns: cols}
+		if most != nil {
+			p.MaxVertices = *most
+		}
 		// The change detector recorded when they were cut: "count:newest
 		// xmin", or "" for a source without one (a view), never stale.
 		if sig != nil && *sig != "" {
@@ -147,6 +158,9 @@ func (c *Catalog) LoadContainment(ctx context.Context, q Querier) (warnings []st
 			}
 		}
 		ct := &Containment{Layer: l, Relation: rel, Pieces: p != nil}
+		if p != nil {
+			ct.PieceVertices = p.MaxVertices
+		}
 		if err := ct.render(geom, p != nil && p.SRID == 3857); err != nil {
 			return nil, err
 		}

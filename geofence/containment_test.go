@@ -68,7 +68,7 @@ func zonePiecesIn(t *testing.T, srid int) (zones, roads Layer) {
 		`GRANT SELECT ON geotoll_serving.` + rel + ` TO geotoll_reader`,
 		`INSERT INTO geotoll_serving.storage (layer, builder, relation, geometry_column, srid, geometry_kind, columns, params,
 		   source_table, source_geometry_column, source_rows, source_signature, rows, build_ms, built_at, checked_at)
-		 VALUES ('` + name + `', 'subdivide', '` + rel + `', '` + geom + `', ` + fmt.Sprint(srid) + `, 'polygon', ARRAY['id', 'name'], '{}',
+		 VALUES ('` + name + `', 'subdivide', '` + rel + `', '` + geom + `', ` + fmt.Sprint(srid) + `, 'polygon', ARRAY['id', 'name'], '{"max_vertices": 32}',
 		   '` + src + `', 'geom', 5, (SELECT count(*)::text || ':' || coalesce(max(z.xmin::text::bigint), 0)::text FROM ` + src + ` AS z),
 		   (SELECT count(*) FROM geotoll_serving.` + rel + `), 0, now(), now())`,
 	} {
@@ -208,6 +208,9 @@ func TestLayerCheckMatchesTheRawTable(t *testing.T) {
 	ct, err := cat.Containment("zones")
 	if err != nil || !ct.Pieces || !strings.Contains(ct.Relation, "geotoll_serving") {
 		t.Fatalf("zones read %+v, %v; want its pieces", ct, err)
+	}
+	if ct.PieceVertices != 32 {
+		t.Errorf("zones' pieces of at most %d vertices, want the 32 their registry row records", ct.PieceVertices)
 	}
 	pts := probePoints(t, pgx.Identifier(strings.Split(zones.Table, ".")).Sanitize(), "zones_"+strings.Split(zones.Table, ".")[0]+"_pieces", 3000)
 	if len(pts) < 3000+1500 {
@@ -398,7 +401,7 @@ func TestChangedTableIsReadInsteadOfItsPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	ct, err := cat.Containment("zones")
-	if err != nil || ct.Pieces || len(warnings) != 1 || !strings.Contains(warnings[0], "changed since") {
+	if err != nil || ct.Pieces || ct.PieceVertices != 0 || len(warnings) != 1 || !strings.Contains(warnings[0], "changed since") {
 		t.Fatalf("after a write: %+v, %v, warnings %q; want the table, with a warning", ct, err, warnings)
 	}
 	got, err := NewStore(read).Check(ctxT(t), CheckQuery{Layer: ct, Points: []Point{{ID: "p", Lng: 150.5, Lat: 10.5}}})

@@ -48,6 +48,11 @@ type Demand struct {
 	// At are the request's positions: within's centre, contains' point,
 	// every point of a check.
 	At []orb.Point
+	// PieceVertices bounds what contains and check test per polygon they
+	// find: the most vertices of a piece when they read pieces, 0 when they
+	// read whole polygons (a layer without pieces) or render them (contains
+	// on the fences answers their geometry).
+	PieceVertices int
 }
 
 // Gate admits or refuses a priced request. When it refuses, it has written
@@ -223,6 +228,9 @@ func (h *Handler) Contains(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := Demand{Kind: KindContains, Layer: q.Layer.name(), Points: 1, Limit: q.Limit, At: []orb.Point{{q.Lng, q.Lat}}}
+	if q.Layer != nil {
+		d.PieceVertices = q.Layer.PieceVertices
+	}
 	if !h.gate.AdmitGeofence(w, r, d) {
 		return
 	}
@@ -254,7 +262,11 @@ func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 	for i, p := range points {
 		at[i] = orb.Point{p.Lng, p.Lat}
 	}
-	if !h.gate.AdmitGeofence(w, r, Demand{Kind: KindCheck, Layer: q.Layer.name(), Points: len(points), At: at}) {
+	d := Demand{Kind: KindCheck, Layer: q.Layer.name(), Points: len(points), At: at, PieceVertices: FencePieceVertices}
+	if q.Layer != nil {
+		d.PieceVertices = q.Layer.PieceVertices
+	}
+	if !h.gate.AdmitGeofence(w, r, d) {
 		return
 	}
 	ids, err := h.reader.Check(r.Context(), q)

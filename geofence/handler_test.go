@@ -224,7 +224,7 @@ func TestHandlerDemands(t *testing.T) {
 		{Kind: KindWithin, Layer: "places", RadiusM: 5000, Limit: 100, At: []orb.Point{{13.4, 52.5}}},
 		{Kind: KindBBox, Layer: "places", Limit: 20},
 		{Kind: KindContains, Points: 1, Limit: 100, At: []orb.Point{{1, 2}}},
-		{Kind: KindCheck, Points: 2, At: []orb.Point{{1, 2}, {3, 4}}},
+		{Kind: KindCheck, Points: 2, At: []orb.Point{{1, 2}, {3, 4}}, PieceVertices: FencePieceVertices},
 	}
 	if len(gate.demands) != len(want) {
 		t.Fatalf("demands = %+v", gate.demands)

@@ -7,7 +7,8 @@
 -- pieces' relation in geotoll_serving, their geometry column, SRID, the
 -- source columns they carry and the source's change detector when they
 -- were built (all NULL when the table has no pieces; the detector is ''
--- for a source without one, a view).
+-- for a source without one, a view), and the most vertices of a piece
+-- (params' max_vertices; NULL when not recorded).
 -- to_regclass, not a cast: a registry row whose table was dropped since
 -- matches nothing instead of failing the lookup. Pieces are cut from a
 -- tile layer's geometry column: of several tile layers on the table, the
@@ -19,10 +20,12 @@ SELECT (SELECT upper(g.type)
         JOIN pg_class AS c ON c.relname = g.f_table_name
         JOIN pg_namespace AS ns ON ns.oid = c.relnamespace AND ns.nspname = g.f_table_schema
         WHERE c.oid = to_regclass($1::text) AND g.f_geometry_column = $2::text) AS type,
-       s.relation, s.geometry_column, s.srid, s.columns, s.source_signature
+       s.relation, s.geometry_column, s.srid, s.columns, s.source_signature,
+       s.max_vertices
 FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (
-    SELECT st.relation, st.geometry_column, st.srid, st.columns, st.source_signature
+    SELECT st.relation, st.geometry_column, st.srid, st.columns, st.source_signature,
+           (st.params->>'max_vertices')::int AS max_vertices
     FROM geotoll_serving.storage AS st
     WHERE st.builder = 'subdivide'
       AND to_regclass(st.source_table) = to_regclass($1::text)

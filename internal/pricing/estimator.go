@@ -171,7 +171,9 @@ func (e *Estimator) Tile(l *tiles.Layer, t maptile.Tile) (density.Estimate, bool
 
 // Geofence estimates what a geofence query reads: the radius circle or the
 // box on its layer, the point (or every point of a batch) on the fences or,
-// for contains and check on a layer, on that layer's model.
+// for contains and check on a layer, on that layer's model. A query that
+// tests pieces (Demand.PieceVertices) reads at most that many vertices
+// per feature found, however large the polygons the model holds.
 func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
 	switch d.Kind {
 	case geofence.KindWithin:
@@ -195,6 +197,9 @@ func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
 			var sum density.Estimate
 			for _, p := range d.At {
 				est := m.Point(p)
+				if d.PieceVertices > 0 { // a piece or two per feature, not the whole polygon
+					est.Vertices = min(est.Vertices, est.Features*float64(d.PieceVertices))
+				}
 				sum.Features += est.Features
 				sum.Vertices += est.Vertices
 			}
