@@ -169,7 +169,7 @@ func TestTilesFromPieces(t *testing.T) {
 
 // tileArea renders tile of l and returns its features per id, the area
 // they cover, in tile units, and their polygons.
-func tileArea(t *testing.T, store *tiles.Store, l *tiles.Layer, tile maptile.Tile) (map[any]int, float64, int) {
+func tileArea(t testing.TB, store *tiles.Store, l *tiles.Layer, tile maptile.Tile) (map[any]int, float64, int) {
 	t.Helper()
 	r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
 	if err != nil {
