@@ -139,6 +139,30 @@ func TestTilesFromPiecesDrawCapped(t *testing.T) {
 	}
 }
 
+// TestTilesFromPiecesDrawOnce: a tile read from the pieces draws each
+// id's collected pieces once: in the plan of the tile's query (EXPLAIN
+// VERBOSE), one expression calls ST_AsMVTGeom on ST_Collect — none in a
+// filter that tests it apart from the output (drawing a z8 tile's pieces
+// is most of its time).
+func TestTilesFromPiecesDrawOnce(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "subonce_")
+	shapes(t, f)
+	cat := catalog(t, shapesLayer(name, f.schema))
+	reader := servePieces(t, owner, cat, name)
+	sql, args := cat.Layer(name).Query(maptile.At(orb.Point{0.5, 0.2}, 8))
+	var doc []struct{ Plan planNode }
+	if err := reader.QueryRow(t.Context(), "EXPLAIN (VERBOSE, FORMAT JSON) "+sql, args...).Scan(&doc); err != nil || len(doc) != 1 {
+		t.Fatalf("explain: %v", err)
+	}
+	draws := doc[0].Plan.count(func(e string) bool {
+		return strings.Contains(e, "st_asmvtgeom(st_collect(") || strings.Contains(e, "st_asmvtgeom((st_collect(")
+	})
+	if draws != 1 {
+		t.Errorf("the tile's query draws the collected pieces in %d expressions, want 1", draws)
+	}
+}
+
 // servePieces builds the pieces of cat's layer name and refreshes cat so
 // that it reads them; it returns the read pool.
 func servePieces(t *testing.T, owner *pgxpool.Pool, cat *tiles.Catalog, name string) *pgxpool.Pool {
@@ -156,20 +180,39 @@ func servePieces(t *testing.T, owner *pgxpool.Pool, cat *tiles.Catalog, name str
 // planNode is a node of EXPLAIN (FORMAT JSON).
 type planNode struct {
 	Output      []string
+	Filter      string
 	ActualRows  float64 `json:"Actual Rows"`
 	ActualLoops float64 `json:"Actual Loops"`
 	Plans       []planNode
 }
 
 // collected returns the rows the nodes under n that output ST_Collect
-// produced.
+// (or its drawing) produced.
 func (n planNode) collected() float64 {
 	total := 0.0
-	if slices.ContainsFunc(n.Output, func(o string) bool { return strings.HasPrefix(o, "st_collect(") }) {
+	aggregate := func(o string) bool {
+		return strings.HasPrefix(o, "st_collect(") || strings.HasPrefix(o, "st_asmvtgeom(st_collect(")
+	}
+	if slices.ContainsFunc(n.Output, aggregate) {
 		total += n.ActualRows * n.ActualLoops
 	}
 	for _, c := range n.Plans {
 		total += c.collected()
+	}
+	return total
+}
+
+// count returns how many of the output expressions and filters of n and
+// the nodes under it match.
+func (n planNode) count(match func(string) bool) int {
+	total := 0
+	for _, o := range append([]string{n.Filter}, n.Output...) {
+		if match(o) {
+			total++
+		}
+	}
+	for _, c := range n.Plans {
+		total += c.count(match)
 	}
 	return total
 }

@@ -52,9 +52,12 @@ near AS (
     -- polygon clipping (wagyu) fills the collection's rings as one area:
     -- the cut edges the pieces share vanish, no seam is left inside an
     -- outline. .LineMerge joins a line's pieces at their shared ends.
+    -- Each id is drawn once, inside its LATERAL: OFFSET 0 keeps the
+    -- planner from pulling the snap into the scan's filter and pushing
+    -- the outer "IS NOT NULL" into the aggregate's, which evaluated the
+    -- snap and ST_AsMVTGeom (most of a z8 tile's time) twice.
     SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
-    FROM (SELECT {{if .LineMerge}}ST_LineMerge(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true))
-                 {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS {{.Geom}}{{range .Cols}}, k.{{.}}{{end}}
+    FROM (SELECT m.g AS {{.Geom}}{{range .Cols}}, k.{{.}}{{end}}
           FROM (SELECT {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c}}{{end}}
                 FROM (SELECT DISTINCT ON (t.{{.ID}}) {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c}}{{end}}
                       FROM {{.Table}} AS t, env
@@ -62,14 +65,17 @@ near AS (
                 ORDER BY {{.Order}}
                 LIMIT $8::int) AS k,
                env,
-               LATERAL (SELECT ST_Collect(c.g) AS g
+               LATERAL (SELECT {{if .LineMerge}}ST_LineMerge(ST_AsMVTGeom(ST_Collect(c.g), env.geom, env.extent, env.buffer, true))
+                               {{- else}}ST_AsMVTGeom(ST_Collect(c.g), env.geom, env.extent, env.buffer, true){{end}} AS g
                         FROM (SELECT ST_RemoveRepeatedPoints(ST_SnapToGrid({{.GeomExpr}}, ST_XMin(env.geom), ST_YMin(env.geom),
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g
                               FROM {{.Table}} AS t
                               WHERE (t.{{.ID}} = k.{{.ID}} OR (t.{{.ID}} IS NULL AND k.{{.ID}} IS NULL))
-                                AND t.{{.Geom}} && {{.FilterExpr}}) AS c
-                        WHERE NOT ST_IsEmpty(c.g)) AS m) AS t
+                                AND t.{{.Geom}} && {{.FilterExpr}}
+                              OFFSET 0) AS c
+                        WHERE NOT ST_IsEmpty(c.g)
+                        OFFSET 0) AS m) AS t
     WHERE t.{{.Geom}} IS NOT NULL
     {{- else}}
     SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
