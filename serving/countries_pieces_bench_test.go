@@ -36,12 +36,12 @@ var coastPoints = []orb.Point{
 // layer's pieces) against the same layer read from its table, tile by
 // tile in turn, each the median of three runs of the layer's own query as
 // the read role given by GEOTOLL_BENCH_READ_DATABASE_URL (skipped
-// without), jit off (loadtest.TileTimer). Per zoom it reports the table's
-// time over the served one — the median and the least over the tiles,
-// and the ratio of the sums —
-// and it fails when a served tile holds two features of one id or
-// covers an area more than 1 % away from the table's tile. Run with
-// -benchtime=1x; -v logs every tile.
+// without), jit off (loadtest.TileTimer). Per zoom it reports the median
+// ms of each side and the table's time over the served one: the median
+// and the least over the tiles, and the ratio of the sums. It fails when
+// a served tile holds two features of one id or covers an area more than
+// 1 % away from the table's tile. Run with -benchtime=1x; -v logs every
+// tile.
 func BenchmarkCountriesPieces(b *testing.B) {
 	url := os.Getenv("GEOTOLL_BENCH_READ_DATABASE_URL")
 	if url == "" {
@@ -116,6 +116,7 @@ func countriesLayer(b *testing.B) *tiles.Catalog {
 	return c
 }
 
+// sum is the sum of xs.
 func sum(xs []float64) float64 {
 	var s float64
 	for _, x := range xs {
