@@ -27,30 +27,7 @@ var coasts = []orb.Point{{5.3, 60.4}, {-73.5, -45.5}, {-127.5, 52.0}, {23.5, 38.
 // minutes and cannot be cancelled. Run with -benchtime=1x; ms/tile is the
 // metric.
 func BenchmarkCountriesPerZoom(b *testing.B) {
-	url := os.Getenv("GEOTOLL_BENCH_READ_DATABASE_URL")
-	if url == "" {
-		b.Skip("GEOTOLL_BENCH_READ_DATABASE_URL is not set")
-	}
-	pool, err := pgxpool.New(b.Context(), url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	layer := func() *tiles.Catalog {
-		c, err := tiles.NewCatalog([]tiles.Layer{{
-			Name: "countries", Table: "opendata.countries", GeometryColumn: "geom_3857", SRID: 3857,
-			Properties: []string{"a3", "vertices", "valid"}, MaxFeatures: 5000, GeometryKind: tiles.KindPolygon,
-			StatementTimeout: time.Minute,
-		}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c
-	}
-	served, table := layer(), layer()
-	if _, err := served.Refresh(b.Context(), pool); err != nil {
-		b.Fatal(err)
-	}
+	pool, served, table := countriesBench(b)
 	store := tiles.NewStore(pool)
 	for z := maptile.Zoom(0); z <= 14; z++ {
 		for _, c := range []struct {
@@ -76,4 +53,36 @@ func BenchmarkCountriesPerZoom(b *testing.B) {
 			})
 		}
 	}
+}
+
+// countriesBench connects as the read role GEOTOLL_BENCH_READ_DATABASE_URL
+// names (skipping b without it) and returns the pool, closed when b ends,
+// and layer countries of loadtest/opendata.yaml twice: served, reading
+// the storage `geotoll prepare` registered, and table, reading its table.
+func countriesBench(b *testing.B) (pool *pgxpool.Pool, served, table *tiles.Catalog) {
+	url := os.Getenv("GEOTOLL_BENCH_READ_DATABASE_URL")
+	if url == "" {
+		b.Skip("GEOTOLL_BENCH_READ_DATABASE_URL is not set")
+	}
+	pool, err := pgxpool.New(b.Context(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	layer := func() *tiles.Catalog {
+		c, err := tiles.NewCatalog([]tiles.Layer{{
+			Name: "countries", Table: "opendata.countries", GeometryColumn: "geom_3857", SRID: 3857,
+			Properties: []string{"a3", "vertices", "valid"}, MaxFeatures: 5000, GeometryKind: tiles.KindPolygon,
+			StatementTimeout: time.Minute,
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	served, table = layer(), layer()
+	if _, err := served.Refresh(b.Context(), pool); err != nil {
+		b.Fatal(err)
+	}
+	return pool, served, table
 }

@@ -3,12 +3,10 @@ package serving_test
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
 
@@ -43,19 +41,7 @@ var coastPoints = []orb.Point{
 // 1 % away from the table's tile. Run with -benchtime=1x; -v logs every
 // tile.
 func BenchmarkCountriesPieces(b *testing.B) {
-	url := os.Getenv("GEOTOLL_BENCH_READ_DATABASE_URL")
-	if url == "" {
-		b.Skip("GEOTOLL_BENCH_READ_DATABASE_URL is not set")
-	}
-	pool, err := pgxpool.New(b.Context(), url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	served, table := countriesLayer(b), countriesLayer(b)
-	if _, err := served.Refresh(b.Context(), pool); err != nil {
-		b.Fatal(err)
-	}
+	pool, served, table := countriesBench(b)
 	timer := loadtest.TileTimer{Pool: pool, Runs: 3, Timeout: time.Minute}
 	store := tiles.NewStore(pool)
 	for z := maptile.Zoom(8); z <= 12; z++ {
@@ -100,20 +86,6 @@ func BenchmarkCountriesPieces(b *testing.B) {
 			b.ReportMetric(sum(tableMS)/sum(servedMS), "total-ratio")
 		})
 	}
-}
-
-// countriesLayer is layer countries of loadtest/opendata.yaml, without
-// its storage until refreshed.
-func countriesLayer(b *testing.B) *tiles.Catalog {
-	c, err := tiles.NewCatalog([]tiles.Layer{{
-		Name: "countries", Table: "opendata.countries", GeometryColumn: "geom_3857", SRID: 3857,
-		Properties: []string{"a3", "vertices", "valid"}, MaxFeatures: 5000, GeometryKind: tiles.KindPolygon,
-		StatementTimeout: time.Minute,
-	}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
 }
 
 // sum is the sum of xs.
