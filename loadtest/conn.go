@@ -25,7 +25,8 @@ type conn struct {
 	addr   string // host:port
 	host   string // the Host header
 	tls    *tls.Config
-	header string // extra request header lines, each ending in \r\n
+	header string   // extra request header lines, each ending in \r\n
+	local  net.Addr // the source address to dial from; nil: the system's choice
 	c      net.Conn
 	br     *bufio.Reader
 	req    []byte
@@ -93,7 +94,7 @@ func (c *conn) get(ctx context.Context, path string, want ...string) (response, 
 }
 
 func (c *conn) dial(ctx context.Context) error {
-	d := net.Dialer{Timeout: 10 * time.Second}
+	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: c.local}
 	nc, err := d.DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return err

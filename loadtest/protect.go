@@ -89,7 +89,7 @@ func (o *ProtectOptions) phase(ctx context.Context, name, abuser string) (Protec
 		wg.Go(func() { p.Abuser, floodErr = o.flood(ctx, abuser) })
 	}
 	start := time.Now()
-	samples, status := o.honest(ctx)
+	samples, status := honest(ctx, o.Client, o.Honest, o.Rate)
 	p.Duration = time.Since(start)
 	wg.Wait()
 	p.Status = status
@@ -113,11 +113,11 @@ func (o *ProtectOptions) phase(ctx context.Context, name, abuser string) (Protec
 
 type honestSample struct{ at, lat time.Duration }
 
-// honest sends the honest paths in turn at Rate per second until ctx
-// ends (an open loop: a slow answer does not delay the next request), and
+// honest sends paths in turn at rate per second through c until ctx ends
+// (an open loop: a slow answer does not delay the next request), and
 // waits for the answers. A request still unanswered 10 s after its phase
 // is cut and counted as a transport error.
-func (o *ProtectOptions) honest(ctx context.Context) ([]honestSample, map[int]int) {
+func honest(ctx context.Context, c *Client, paths []string, rate int) ([]honestSample, map[int]int) {
 	var (
 		mu      sync.Mutex
 		samples []honestSample
@@ -128,7 +128,7 @@ func (o *ProtectOptions) honest(ctx context.Context) ([]honestSample, map[int]in
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(10*time.Second, cancel) })
 	defer stop()
-	every := time.Second / time.Duration(o.Rate)
+	every := time.Second / time.Duration(rate)
 	start := time.Now()
 	for i := 0; ; i++ {
 		// On schedule, not by a ticker (which drops ticks when this
@@ -142,11 +142,11 @@ func (o *ProtectOptions) honest(ctx context.Context) ([]honestSample, map[int]in
 			return samples, status
 		case <-wait.C:
 		}
-		path := o.Honest[i%len(o.Honest)]
+		path := paths[i%len(paths)]
 		wg.Go(func() {
 			t0 := time.Now()
 			code := 0
-			if resp, err := o.Client.get(answers, path, false); err == nil {
+			if resp, err := c.get(answers, path, false); err == nil {
 				code = resp.StatusCode
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()

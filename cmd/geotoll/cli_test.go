@@ -49,7 +49,7 @@ func TestCLI(t *testing.T) {
 	}
 	var rows []row
 	for _, cmd := range [][]string{{"serve"}, {"migrate"}, {"seed"}, {"keys", "list"}, {"keys", "create"}, {"keys", "revoke"},
-		{"loadtest"}, {"loadtest", "fidelity"}, {"loadtest", "zooms"}, {"loadtest", "ceiling"}, {"calibrate"}, {"opendata"}, {"config", "check"}} {
+		{"loadtest"}, {"loadtest", "fidelity"}, {"loadtest", "zooms"}, {"loadtest", "ceiling"}, {"loadtest", "crawl"}, {"calibrate"}, {"opendata"}, {"config", "check"}} {
 		rows = append(rows,
 			row{append([]string{"-log-level", "loud"}, cmd...), exitError, `log_level "loud"`},
 			row{append(append([]string{}, cmd...), "-log-level", "loud"), exitError, `log_level "loud"`},

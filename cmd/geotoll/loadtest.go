@@ -15,7 +15,8 @@ import (
 // loadtestCommand is `geotoll loadtest`: a bounded, paced load against a
 // running geotoll (loopback only unless -allow-remote). `geotoll loadtest
 // fidelity|zooms|ceiling …` are the measuring instruments of
-// loadtest_scenarios.go.
+// loadtest_scenarios.go, `geotoll loadtest crawl` the anonymous crawl of
+// loadtest_crawl.go.
 func (c *cli) loadtestCommand() *ffcli.Command {
 	o := loadtest.Options{}
 	flags := func(fs *flag.FlagSet) {
@@ -30,7 +31,7 @@ func (c *cli) loadtestCommand() *ffcli.Command {
 	return c.command("loadtest", "a bounded load against a running geotoll, or a measuring instrument", "", flags,
 		func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
-				return usageError{fmt.Sprintf("loadtest: unknown scenario %q (fidelity, zooms, ceiling)", args[0])}
+				return usageError{fmt.Sprintf("loadtest: unknown scenario %q (fidelity, zooms, ceiling, crawl)", args[0])}
 			}
 			if _, err := c.config(); err != nil { // a broken configuration is reported by every command
 				return err
@@ -44,5 +45,6 @@ func (c *cli) loadtestCommand() *ffcli.Command {
 		},
 		c.scenarioCommand("fidelity", "sampled tiles: dry-run price, X-Request-Cost and database time; Spearman ρ"),
 		c.scenarioCommand("zooms", "per zoom: bytes, features and database time"),
-		c.scenarioCommand("ceiling", "dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll"))
+		c.scenarioCommand("ceiling", "dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll"),
+		c.crawlCommand())
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/loadtest"
+)
+
+var (
+	crawlPhase  = flag.Duration("crawl.phase", 30*time.Second, "BenchmarkCrawl: each phase's length")
+	crawlPolite = flag.Bool("crawl.polite", false, "BenchmarkCrawl: add the phase of crawlers that honour Retry-After")
+)
+
+// staticKeys is a KeyLookup of one key, for a server whose database the
+// benchmark may only read.
+type staticKeys struct {
+	key  string
+	tier string
+}
+
+func (s staticKeys) Lookup(key string) (apikeys.Key, bool) {
+	if key != s.key {
+		return apikeys.Key{}, false
+	}
+	return apikeys.Key{ID: 1, Name: "crawl-honest", Tier: s.tier}, true
+}
+
+// BenchmarkCrawl is the anonymous crawl on the open data (`geotoll
+// opendata`, then `geotoll prepare` with loadtest/opendata.yaml) that
+// GEOTOLL_BENCH_READ_DATABASE_URL reaches as the read role: a whole server
+// as loadtest/opendata.yaml configures it (cache off) with everything else
+// as shipped — the anonymous tier, prices, pool — and an honest key
+// (of tier bench, which never refuses) asking 50 dense z14 tiles of points
+// a second, alone, then beside 16 anonymous crawlers walking z0–3 of the
+// 10 m countries, each from its own loopback address, asking a refused
+// tile again at once. The database is only read: the honest key is known
+// to the server without a row in geotoll.api_keys. It reports the honest
+// p99 beside the crawl as a multiple of its p99 alone, the honest
+// requests that failed, and the most statements the server ran at once,
+// sampled every 100 ms (its pool's sessions, by application_name). The URL
+// must have a query string (e.g. ?sslmode=disable).
+//
+//	GEOTOLL_BENCH_READ_DATABASE_URL=postgres://geotoll_reader@…/geotoll \
+//	  go test -run '^$' -bench '^BenchmarkCrawl$' -benchtime 1x ./cmd/geotoll -args -crawl.phase 30s
+func BenchmarkCrawl(b *testing.B) {
+	url := os.Getenv("GEOTOLL_BENCH_READ_DATABASE_URL")
+	if url == "" {
+		b.Skip("GEOTOLL_BENCH_READ_DATABASE_URL is not set")
+	}
+	const key, crawlApp = "crawl-honest-0123456789abcdef", "geotoll-bench-crawl"
+	od, _, err := LoadConfig([]string{"-config", "../../loadtest/opendata.yaml"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := startMain(b, func(c *Config) {
+		od.Listen, od.Redis.URL, od.Throttle.Prefix = c.Listen, c.Redis.URL, c.Throttle.Prefix
+		od.Database.URL = url + "&application_name=" + crawlApp
+		*c = od
+	})
+	m.gate.Keys = staticKeys{key: key, tier: "bench"}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	o := loadtest.CrawlOptions{
+		Client: &loadtest.Client{BaseURL: "http://" + m.Addr(), Key: key},
+		Rate:   50, Crawlers: 16, From: loadtest.DefaultCrawlerFrom, Polite: *crawlPolite, Phase: *crawlPhase,
+		Activity: &loadtest.ActivitySampler{Pool: pool, Application: crawlApp},
+	}
+	o.Honest, _ = loadtest.Paths("z14", "points")
+	o.Crawl, _ = loadtest.Paths("z0-3", "countries")
+	for b.Loop() {
+		phases, err := loadtest.RunCrawl(context.Background(), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		alone, crawl := phases[0], phases[1]
+		b.ReportMetric(float64(crawl.Honest.P99)/float64(alone.Honest.P99), "p99-x-alone")
+		b.ReportMetric(float64(crawl.Failed()), "honest-failed")
+		b.ReportMetric(float64(crawl.Activity.MaxRunning), "max-statements")
+		var table strings.Builder
+		loadtest.WriteCrawlTable(&table, phases)
+		b.Logf("load average %s\n%s", loadAverage(), table.String())
+	}
+}

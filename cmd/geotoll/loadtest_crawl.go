@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/geotoll/geotoll/loadtest"
+)
+
+const crawlUsage = `An anonymous crawl beside an honest caller, against a running geotoll on an
+IPv4 loopback address: the honest caller (-key) asks -profile tiles of -layer
+at -rate, alone for -duration, then for -duration beside -crawlers anonymous
+crawlers that walk -crawl-profile tiles of -crawl-layer, one request at a
+time each, each from its own loopback address (-from, -from+1, …; Linux
+routes all of 127.0.0.0/8 to lo), and ask a refused tile again at once; with
+-polite, a third phase in which they wait out Retry-After. The server tells
+anonymous callers apart by address, so each crawler has its own bucket.
+
+With DATABASE_URL set, pg_stat_activity is sampled every 100 ms: the most
+statements the role (-activity-role, default the URL's own) ran at once and
+the oldest one; -activity-app counts only the sessions of the application_name
+the server's DATABASE_URL gives (e.g. ?application_name=geotoll), so that
+other clients of the role are left out.`
+
+// crawlFlags are the flags of `geotoll loadtest crawl`.
+type crawlFlags struct {
+	client                    loadtest.Client
+	layer, profile            string
+	crawlLayer, crawlProfile  string
+	rate, crawlers            int
+	from                      string
+	polite, verbose           bool
+	duration                  time.Duration
+	activityRole, activityApp string
+}
+
+func (f *crawlFlags) flags(fs *flag.FlagSet) {
+	fs.StringVar(&f.client.BaseURL, "url", "http://127.0.0.1:8080", "geotoll base URL (IPv4 loopback)")
+	fs.StringVar(&f.client.Key, "key", "", "the honest caller's API key (X-API-Key)")
+	fs.StringVar(&f.layer, "layer", "points", "the honest caller's tile layer")
+	fs.StringVar(&f.profile, "profile", "z14", "the honest caller's targets: "+strings.Join(loadtest.Profiles, ", "))
+	fs.IntVar(&f.rate, "rate", 50, "the honest caller's requests per second")
+	fs.StringVar(&f.crawlLayer, "crawl-layer", "countries", "the crawlers' tile layer")
+	fs.StringVar(&f.crawlProfile, "crawl-profile", "z0-3", "the crawlers' targets: "+strings.Join(loadtest.Profiles, ", "))
+	fs.IntVar(&f.crawlers, "crawlers", 16, fmt.Sprintf("anonymous crawlers, each from its own address (at most %d)", loadtest.MaxCrawlers))
+	fs.StringVar(&f.from, "from", loadtest.DefaultCrawlerFrom.String(), "the first crawler's address (127.0.0.0/8)")
+	fs.BoolVar(&f.polite, "polite", false, "add a phase with crawlers that honour Retry-After")
+	fs.DurationVar(&f.duration, "duration", 30*time.Second, fmt.Sprintf("each phase's length (at most %s)", loadtest.MaxDuration))
+	fs.StringVar(&f.activityRole, "activity-role", "", "the role whose statements are sampled (default: DATABASE_URL's)")
+	fs.StringVar(&f.activityApp, "activity-app", "", "sample only the sessions of this application_name (the server's, set in its DATABASE_URL)")
+	fs.BoolVar(&f.verbose, "v", false, "print each crawler's requests, admissions, refusals and tokens")
+}
+
+// crawlCommand is `geotoll loadtest crawl`.
+func (c *cli) crawlCommand() *ffcli.Command {
+	f := &crawlFlags{}
+	cmd := c.command("crawl", "an honest key's p50/p99 alone and beside anonymous crawlers from many addresses", crawlUsage, f.flags,
+		func(ctx context.Context, _ []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			return f.run(ctx, cfg, c.stdout)
+		})
+	cmd.ShortUsage = "geotoll -config FILE loadtest crawl [flags]"
+	return cmd
+}
+
+func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	from, err := netip.ParseAddr(f.from)
+	if err != nil {
+		return usageError{fmt.Sprintf("loadtest crawl: -from %q is not an address", f.from)}
+	}
+	if f.duration > loadtest.MaxDuration {
+		return usageError{fmt.Sprintf("loadtest crawl: -duration %s is over %s", f.duration, loadtest.MaxDuration)}
+	}
+	o := loadtest.CrawlOptions{Client: &f.client, Rate: f.rate, Crawlers: f.crawlers, From: from, Polite: f.polite, Phase: f.duration}
+	if o.Honest, err = loadtest.Paths(f.profile, f.layer); err != nil {
+		return usageError{"loadtest crawl: -profile: " + err.Error()}
+	}
+	if o.Crawl, err = loadtest.Paths(f.crawlProfile, f.crawlLayer); err != nil {
+		return usageError{"loadtest crawl: -crawl-profile: " + err.Error()}
+	}
+	if cfg.Database.URL != "" {
+		pool, err := pgxpool.New(ctx, cfg.Database.URL)
+		if err != nil {
+			return fmt.Errorf("loadtest crawl: %w", err)
+		}
+		defer pool.Close()
+		o.Activity = &loadtest.ActivitySampler{Pool: pool, Role: f.activityRole, Application: f.activityApp}
+	}
+	fmt.Fprintf(stdout, "load average before: %s\n", loadAverage())
+	phases, err := loadtest.RunCrawl(ctx, o)
+	if err != nil {
+		return fmt.Errorf("loadtest %w", err)
+	}
+	fmt.Fprintf(stdout, "load average after: %s\n\n", loadAverage())
+	loadtest.WriteCrawlTable(stdout, phases)
+	if f.verbose {
+		for _, p := range phases[1:] {
+			fmt.Fprintf(stdout, "\n%s:\n", p.Name)
+			loadtest.WriteCrawlers(stdout, p.Crawl)
+		}
+	}
+	return nil
+}
+
+// loadAverage is the first three fields of /proc/loadavg, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if fields := strings.Fields(string(b)); err == nil && len(fields) >= 3 {
+		return strings.Join(fields[:3], " ")
+	}
+	return "unknown"
+}

@@ -1,0 +1,251 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// CrawlOptions configure RunCrawl: an honest caller with a key, paced,
+// alone and then beside anonymous crawlers, each from its own loopback
+// address (so that the server, which tells anonymous callers apart by
+// their address, sees as many callers as there are crawlers).
+type CrawlOptions struct {
+	Client   *Client  // the server (an IPv4 loopback URL), and the honest caller's key
+	Honest   []string // the honest caller's paths, sent in turn
+	Rate     int      // honest requests per second, 1..MaxRate
+	Crawl    []string // the paths every crawler walks, in turn, from its own start
+	Crawlers int      // anonymous crawlers, 1..MaxCrawlers, each one request at a time
+	From     netip.Addr
+	// Polite adds a third phase in which the crawlers wait out each
+	// refusal's Retry-After before they ask again.
+	Polite   bool
+	Phase    time.Duration
+	Activity *ActivitySampler // nil: the database is not watched
+}
+
+// MaxCrawlers bounds CrawlOptions.Crawlers.
+const MaxCrawlers = 250
+
+// DefaultCrawlerFrom is the first crawler's address: 127.0.0.1, the
+// address every other loopback client comes from, is left to them.
+var DefaultCrawlerFrom = netip.AddrFrom4([4]byte{127, 0, 0, 2})
+
+// Phases of RunCrawl, in order.
+const (
+	PhaseCrawlAlone  = "honest alone"
+	PhaseCrawl       = "with crawlers retrying at once"
+	PhaseCrawlPolite = "with crawlers honouring Retry-After"
+)
+
+// CrawlPhase is what one phase of RunCrawl measured.
+type CrawlPhase struct {
+	Name     string
+	Honest   Latencies   // the honest caller's answered requests
+	Status   map[int]int // the honest caller's, 0: transport errors
+	Crawl    CrawlResult
+	Activity Activity
+	Duration time.Duration
+}
+
+// CrawlResult is what the crawlers sent and got.
+type CrawlResult struct {
+	Requests int
+	Status   map[int]int // 0: transport errors
+	Cost     float64     // X-Request-Cost of the admitted requests
+	Crawlers []Crawler   // one per address, in address order
+}
+
+// Crawler is what one crawler sent and got.
+type Crawler struct {
+	Addr               netip.Addr
+	Requests, Admitted int
+	Refused            int // 429s and 503s
+	Cost               float64
+}
+
+// CrawlerAddrs returns n consecutive IPv4 loopback addresses from first.
+// Linux routes all of 127.0.0.0/8 to the loopback interface, so a client
+// may dial from any of them. 127.0.0.1 and the broadcast address
+// 127.255.255.255 are refused.
+func CrawlerAddrs(first netip.Addr, n int) ([]netip.Addr, error) {
+	if !first.Is4() || !first.IsLoopback() {
+		return nil, fmt.Errorf("crawl: the first crawler address %s is not IPv4 loopback (127.0.0.0/8)", first)
+	}
+	if n < 1 || n > MaxCrawlers {
+		return nil, fmt.Errorf("crawl: %d crawlers, want 1..%d", n, MaxCrawlers)
+	}
+	out := make([]netip.Addr, 0, n)
+	for a := first; len(out) < n; a = a.Next() {
+		if !a.IsLoopback() || a == netip.AddrFrom4([4]byte{127, 255, 255, 255}) {
+			return nil, fmt.Errorf("crawl: %d addresses from %s leave 127.0.0.0/8", n, first)
+		}
+		if a == netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
+			return nil, fmt.Errorf("crawl: %d addresses from %s include 127.0.0.1, every other local client's", n, first)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func (o *CrawlOptions) validate() error {
+	if err := o.Client.check(); err != nil {
+		return err
+	}
+	u, _ := url.Parse(o.Client.BaseURL) // checked above
+	if ip, err := netip.ParseAddr(u.Hostname()); err != nil || !ip.Is4() || !ip.IsLoopback() {
+		return fmt.Errorf("crawl: url host %q: the crawlers dial from 127.0.0.0/8, so the server must listen on an IPv4 loopback address", u.Hostname())
+	}
+	if len(o.Honest) == 0 || len(o.Crawl) == 0 || o.Rate < 1 || o.Rate > MaxRate || o.Phase < time.Second {
+		return fmt.Errorf("crawl: %d honest paths at %d/s, %d crawl paths, phases of %s", len(o.Honest), o.Rate, len(o.Crawl), o.Phase)
+	}
+	_, err := CrawlerAddrs(o.From, o.Crawlers)
+	return err
+}
+
+// RunCrawl runs the honest caller alone, then beside crawlers that ask
+// again at once after a refusal, then (Polite) beside crawlers that wait
+// out Retry-After, each phase for Phase.
+func RunCrawl(ctx context.Context, o CrawlOptions) ([]CrawlPhase, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	type phase struct {
+		name          string
+		crawl, polite bool
+	}
+	phases := []phase{{PhaseCrawlAlone, false, false}, {PhaseCrawl, true, false}}
+	if o.Polite {
+		phases = append(phases, phase{PhaseCrawlPolite, true, true})
+	}
+	var out []CrawlPhase
+	for _, ph := range phases {
+		p, err := o.phase(ctx, ph.name, ph.crawl, ph.polite)
+		if err != nil {
+			return out, fmt.Errorf("crawl: %s: %w", ph.name, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (o *CrawlOptions) phase(ctx context.Context, name string, crawl, polite bool) (CrawlPhase, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Phase)
+	defer cancel()
+	p := CrawlPhase{Name: name}
+	var wg sync.WaitGroup
+	var crawlErr, activityErr error
+	if crawl {
+		wg.Go(func() { p.Crawl, crawlErr = o.crawl(ctx, polite) })
+	}
+	if o.Activity != nil {
+		wg.Go(func() { p.Activity, activityErr = o.Activity.Sample(ctx) })
+	}
+	start := time.Now()
+	samples, status := honest(ctx, o.Client, o.Honest, o.Rate)
+	p.Duration = time.Since(start)
+	wg.Wait()
+	p.Status = status
+	lat := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		lat[i] = s.lat
+	}
+	p.Honest = summarise(lat)
+	if crawlErr != nil {
+		return p, crawlErr
+	}
+	return p, activityErr
+}
+
+// crawl runs the crawlers until ctx ends.
+func (o *CrawlOptions) crawl(ctx context.Context, polite bool) (CrawlResult, error) {
+	addrs, err := CrawlerAddrs(o.From, o.Crawlers)
+	if err != nil {
+		return CrawlResult{}, err
+	}
+	out := CrawlResult{Status: map[int]int{}, Crawlers: make([]Crawler, len(addrs))}
+	statuses := make([]map[int]int, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		cn, err := newConn(o.Client.BaseURL)
+		if err != nil {
+			return out, err
+		}
+		cn.local = &net.TCPAddr{IP: a.AsSlice()}
+		wg.Go(func() {
+			defer cn.Close()
+			out.Crawlers[i], statuses[i] = crawler(ctx, cn, o.Crawl, i*len(o.Crawl)/len(addrs), polite)
+			out.Crawlers[i].Addr = a
+		})
+	}
+	wg.Wait()
+	for i, c := range out.Crawlers {
+		out.Requests += c.Requests
+		out.Cost += c.Cost
+		for code, n := range statuses[i] {
+			out.Status[code] += n
+		}
+	}
+	return out, nil
+}
+
+// crawler walks paths from start through cn until ctx ends, one request
+// at a time. A refused tile (429, 503) is asked again: at once, or, when
+// polite, after the refusal's Retry-After (1 s when it has none).
+func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bool) (Crawler, map[int]int) {
+	var c Crawler
+	status := map[int]int{}
+	for i := start; !ended(ctx); {
+		resp, err := cn.get(ctx, paths[i%len(paths)], "X-Request-Cost", "Retry-After")
+		if err != nil {
+			if ended(ctx) {
+				break
+			}
+			status[0]++
+			c.Requests++
+			pause(ctx, 10*time.Millisecond) // a refused connection: do not spin
+			continue
+		}
+		c.Requests++
+		status[resp.status]++
+		switch resp.status {
+		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			c.Refused++
+			if polite {
+				pause(ctx, retryAfter(resp.headers["Retry-After"]))
+			}
+			continue
+		case http.StatusOK, http.StatusNoContent:
+			c.Admitted++
+			if cost, err := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64); err == nil {
+				c.Cost += cost
+			}
+		}
+		i++
+	}
+	return c, status
+}
+
+// retryAfter reads a Retry-After of delay seconds; anything else is 1 s.
+func retryAfter(v string) time.Duration {
+	s, err := strconv.Atoi(v)
+	if err != nil || s < 0 {
+		return time.Second
+	}
+	return time.Duration(s) * time.Second
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,68 @@
+package loadtest
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// WriteCrawlTable writes the phases of RunCrawl as a Markdown table: the
+// honest caller's p50 and p99 (and p99 as a multiple of the phase
+// alone's) and failed requests, what the crawlers got by status, from how
+// many addresses, and the most statements the watched role ran at once
+// and the oldest of them.
+func WriteCrawlTable(w io.Writer, phases []CrawlPhase) {
+	fmt.Fprintln(w, "| phase | honest requests | honest p50 | honest p99 | p99 × alone | honest failed | crawler requests | crawler 200/204 | crawler 429 | crawler 503 | crawler other | crawler addresses | statements at once (max) | oldest statement |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	var alone time.Duration
+	for _, p := range phases {
+		if p.Name == PhaseCrawlAlone {
+			alone = p.Honest.P99
+		}
+		ratio := "–"
+		if alone > 0 {
+			ratio = fmt.Sprintf("%.2f", float64(p.Honest.P99)/float64(alone))
+		}
+		c := p.Crawl
+		ok := c.Status[200] + c.Status[204]
+		other := c.Requests - ok - c.Status[429] - c.Status[503]
+		activity, oldest := "–", "–"
+		if p.Activity.Samples > 0 {
+			activity, oldest = fmt.Sprint(p.Activity.MaxRunning), ms(p.Activity.Oldest)
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %d | %d | %d | %d | %d | %d | %s | %s |\n", p.Name, p.Honest.N,
+			ms(p.Honest.P50), ms(p.Honest.P99), ratio, p.Failed(), c.Requests, ok, c.Status[429], c.Status[503],
+			other, c.Addresses(), activity, oldest)
+	}
+}
+
+// Failed counts the honest requests that got neither 200 nor 204
+// (transport errors included).
+func (p CrawlPhase) Failed() int {
+	bad := 0
+	for code, n := range p.Status {
+		if code != 200 && code != 204 {
+			bad += n
+		}
+	}
+	return bad
+}
+
+// Addresses counts the crawlers that sent at least one request.
+func (c CrawlResult) Addresses() int {
+	n := 0
+	for _, cr := range c.Crawlers {
+		if cr.Requests > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// WriteCrawlers writes one line per crawler: its address, what it sent,
+// was admitted, refused and charged.
+func WriteCrawlers(w io.Writer, c CrawlResult) {
+	for _, cr := range c.Crawlers {
+		fmt.Fprintf(w, "  %s: %d requests, %d admitted, %d refused, %.1f tokens\n", cr.Addr, cr.Requests, cr.Admitted, cr.Refused, cr.Cost)
+	}
+}
