@@ -215,7 +215,11 @@ func (m *Main) openPool(ctx context.Context) error {
 		return fmt.Errorf("database url: %w", err)
 	}
 	pcfg.MaxConns = db.MaxConns
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
+	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		// An application_name in the URL is kept: servers sharing a
+		// database are told apart in pg_stat_activity by it.
+		pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
+	}
 	db.tunePool(pcfg)
 	tracePool(m.Tracing, pcfg)
 	if m.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// The read pool's sessions are application_name geotoll, or the one the
+// URL names: servers sharing a database are told apart by it.
+func TestServePoolApplicationName(t *testing.T) {
+	for _, tc := range []struct{ query, want string }{{"", "geotoll"}, {"application_name=geotoll-east", "geotoll-east"}} {
+		m := startMain(t, func(c *Config) {
+			if tc.query != "" {
+				sep := "?"
+				if strings.Contains(c.Database.URL, "?") {
+					sep = "&"
+				}
+				c.Database.URL += sep + tc.query
+			}
+		})
+		var got string
+		if err := m.Pool.QueryRow(context.Background(), "SELECT current_setting('application_name')").Scan(&got); err != nil || got != tc.want {
+			t.Errorf("URL with %q: application_name %q, %v; want %q", tc.query, got, err, tc.want)
+		}
+	}
+}
