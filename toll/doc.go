@@ -23,6 +23,8 @@
 //     aggregate: one throttle.Store admission, which with Redis is at most
 //     one call on the client's path (throttle.RedisStore). A refusal is a
 //     429 with an exact Retry-After; shadow mode waives the bucket only.
+//     With a [Tarpit], the bucket's 429 is held until the bucket could pay
+//     (at most MaxHold), and its Retry-After is what remains.
 //  5. The admitted request carries a Pass in its context until it ends:
 //     [Finish], the middleware, settles it (or releases it at its price)
 //     after the handler returns — never on the client's path.

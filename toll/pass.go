@@ -125,6 +125,9 @@ func hold(r *http.Request, p *Pass) {
 	if !p.fixed {
 		held.budget.Set(p.toll.StatementBudget(p.price.Cost))
 	}
+	if p.tier.Name == AnonymousTier && p.toll.AnonymousShare != nil {
+		held.budget.Join(p.toll.AnonymousShare)
+	}
 }
 
 // headers rewrites the budget headers of the held passes at the settled

@@ -16,6 +16,11 @@ import (
 // its in-flight cap refused: 429, with the budget headers.
 func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol string, p Price, a throttle.Admission) {
 	t.observe(tier.Name, p, Refused)
+	if t.Tarpit != nil && a.Refusal != throttle.RefusedInFlight {
+		held := t.Tarpit.hold(r.Context(), a.Result.RetryAfter)
+		a.Result.RetryAfter = max(0, a.Result.RetryAfter-held)
+		a.Result.ResetAfter = max(0, a.Result.ResetAfter-held)
+	}
 	switch a.Refusal {
 	case throttle.RefusedAggregate:
 		// The budget shown is the one that refused: the network's.

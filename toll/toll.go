@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -80,8 +81,14 @@ type Toll struct {
 	// so one whose price was far too low is cut near what it paid for.
 	TimeoutFactor float64
 	TimeoutFloor  time.Duration
-	Observer      Observer
-	Logger        *slog.Logger
+	// AnonymousShare, when set, is the share of the database pool the
+	// anonymous callers' statements use, all of them together: each has a
+	// bucket of its own, and a crawl from many addresses adds them up.
+	AnonymousShare *pgcall.Share
+	// Tarpit, when set, holds the bucket's refusals before answering them.
+	Tarpit   *Tarpit
+	Observer Observer
+	Logger   *slog.Logger
 	// Tracer, when set, makes every charge a span ("toll.charge"), the
 	// parent of the budget store's call.
 	Tracer trace.Tracer

@@ -142,7 +142,7 @@ func DefaultConfig() Config {
 		LogFormat:  "json",
 		DemoLayers: true,
 		Tracing:    TracingConfig{ServiceName: "geotoll", SampleRatio: 1},
-		Database: DatabaseConfig{MaxConns: 16, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
+		Database: DatabaseConfig{MaxConns: 16, AnonymousMaxConns: 4, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
 			CancelWait: time.Minute},
 		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,
 			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second},
@@ -169,6 +169,7 @@ func DefaultConfig() Config {
 			Weights:    defaultWeights(),
 			// Four anonymous budgets per /48: a site's /64s share it.
 			IPv6Aggregate: AggregateConfig{Prefix: 48, Rate: 40, Capacity: 320},
+			Tarpit:        TarpitConfig{MaxHold: toll.DefaultTarpitMaxHold, MaxHeld: toll.DefaultTarpitMaxHeld},
 			KeyRefresh:    10 * time.Second,
 			KeyMaxAge:     time.Minute,
 			MsPerToken:    toll.DefaultMsPerToken,
@@ -291,8 +292,9 @@ func (c Config) validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("log_format %q must be json or text", c.LogFormat))
 	}
-	if c.Database.MaxConns < 1 {
-		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1", c.Database.MaxConns))
+	if c.Database.MaxConns < 1 || c.Database.AnonymousMaxConns < 0 || c.Database.AnonymousMaxConns > c.Database.MaxConns {
+		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1, anonymous_max_conns %d from 0 (off) to max_conns",
+			c.Database.MaxConns, c.Database.AnonymousMaxConns))
 	}
 	if c.Throttle.KeyRefresh < time.Second {
 		errs = append(errs, fmt.Errorf("throttle.key_refresh %s must be at least 1s", c.Throttle.KeyRefresh))
@@ -306,6 +308,9 @@ func (c Config) validate() error {
 	if !(c.Throttle.MsPerToken > 0) || !(c.Throttle.TimeoutFactor >= 1) || c.Throttle.TimeoutFloor < 10*time.Millisecond || c.Throttle.SettleFloor <= 0 {
 		errs = append(errs, fmt.Errorf("throttle.ms_per_token (%g) must be positive, timeout_factor (%g) at least 1, timeout_floor (%s) at least 10ms, settle_floor (%s) positive (1ns settles every request)",
 			c.Throttle.MsPerToken, c.Throttle.TimeoutFactor, c.Throttle.TimeoutFloor, c.Throttle.SettleFloor))
+	}
+	if err := c.Throttle.Tarpit.validate(c.HTTP.RequestTimeout); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Redis.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("redis.replicas %d must be at least 1", c.Redis.Replicas))

@@ -124,3 +124,26 @@ func TestIPv6AggregateConfig(t *testing.T) {
 		}
 	}
 }
+
+// The tarpit is on by default (1 s, 1,024 held), off with max_hold 0s,
+// and a hold must end well before the request's deadline.
+func TestTarpitConfig(t *testing.T) {
+	toll, err := DefaultConfig().toll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp := toll.Tarpit; tp == nil || tp.MaxHold != time.Second || tp.MaxHeld != 1024 {
+		t.Fatalf("default tarpit %+v", tp)
+	}
+	cfg := DefaultConfig()
+	cfg.Throttle.Tarpit.MaxHold = 0
+	if toll, _ = cfg.toll(); toll.Tarpit != nil || cfg.validate() != nil {
+		t.Fatalf("max_hold 0s left the tarpit on: %+v (%v)", toll.Tarpit, cfg.validate())
+	}
+	for _, bad := range []TarpitConfig{{MaxHold: -time.Second, MaxHeld: 1}, {MaxHold: 11 * time.Second, MaxHeld: 1}, {MaxHold: time.Second}} {
+		cfg.Throttle.Tarpit = bad
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "throttle.tarpit") {
+			t.Errorf("tarpit %+v: %v", bad, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/toll"
 )
@@ -41,6 +42,21 @@ type AggregateConfig struct {
 	Prefix   int     `yaml:"prefix"`
 	Rate     float64 `yaml:"rate"`
 	Capacity float64 `yaml:"capacity"`
+}
+
+// TarpitConfig configures toll.Tarpit.
+type TarpitConfig struct {
+	MaxHold time.Duration `yaml:"max_hold"`
+	MaxHeld int64         `yaml:"max_held"`
+}
+
+// validate: a hold ends well before the request's deadline.
+func (t TarpitConfig) validate(requestTimeout time.Duration) error {
+	if t.MaxHold < 0 || t.MaxHold > requestTimeout/2 || (t.MaxHold > 0 && t.MaxHeld < 1) {
+		return fmt.Errorf("throttle.tarpit: max_hold %s must be 0 (off) or at most half http.request_timeout (%s), and max_held (%d) at least 1",
+			t.MaxHold, requestTimeout, t.MaxHeld)
+	}
+	return nil
 }
 
 // WeightsConfig overrides cost weights; unset fields inherit.
@@ -104,6 +120,11 @@ type ThrottleConfig struct {
 	// IPv6Aggregate is the bucket every anonymous IPv6 caller's network
 	// (its /prefix) pays besides the caller's own /64; rate 0 turns it off.
 	IPv6Aggregate AggregateConfig `yaml:"ipv6_aggregate"`
+	// Tarpit holds a refusal by the caller's bucket up to max_hold (the
+	// time the bucket needs to pay, at most), max_held at once: a client
+	// that asks again at once is refused once per hold and connection, not
+	// as fast as the server can answer. 0s turns it off.
+	Tarpit TarpitConfig `yaml:"tarpit"`
 	// KeyRefresh is how often the API keys are reloaded from the database:
 	// the longest a revoked key keeps working.
 	KeyRefresh time.Duration `yaml:"key_refresh"`
@@ -173,6 +194,12 @@ func (c Config) toll() (*toll.Toll, error) {
 		}
 		// Its store is the toll's, set when the stores are opened.
 		t.Global = &throttle.Global{Bucket: throttle.Bucket{Key: throttle.BucketKey(c.Throttle.Prefix, "global", "database"), Limit: g}}
+	}
+	if n := c.Database.AnonymousMaxConns; n > 0 {
+		t.AnonymousShare = pgcall.NewShare(int(n))
+	}
+	if tp := c.Throttle.Tarpit; tp.MaxHold > 0 {
+		t.Tarpit = &toll.Tarpit{MaxHold: tp.MaxHold, MaxHeld: tp.MaxHeld}
 	}
 	if a := c.Throttle.IPv6Aggregate; a.Rate > 0 {
 		t.IPv6Aggregate = toll.IPv6Aggregate{Bits: a.Prefix, Limit: throttle.Limit{Rate: a.Rate, Capacity: a.Capacity}}

@@ -79,7 +79,14 @@ func BenchmarkCrawl(b *testing.B) {
 	o.Honest, _ = loadtest.Paths("z14", "points")
 	o.Crawl, _ = loadtest.Paths("z0-3", "countries")
 	for b.Loop() {
+		before := m.Pool.Stat()
 		phases, err := loadtest.RunCrawl(context.Background(), o)
+		after := m.Pool.Stat()
+		acquires := after.AcquireCount() - before.AcquireCount()
+		waited := after.EmptyAcquireCount() - before.EmptyAcquireCount()
+		b.Logf("server pool (%d connections): %d acquires, %d waited for a connection, %.1f ms waited in all, %d gave up",
+			after.MaxConns(), acquires, waited, float64(after.AcquireDuration()-before.AcquireDuration())/float64(time.Millisecond),
+			after.CanceledAcquireCount()-before.CanceledAcquireCount())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -19,6 +19,12 @@ type DatabaseConfig struct {
 	// GEOTOLL_ADMIN_DATABASE_URL); empty means URL.
 	AdminURL string `yaml:"admin_url" secret:"true"`
 	MaxConns int32  `yaml:"max_conns"`
+	// AnonymousMaxConns is how many of MaxConns the anonymous callers'
+	// statements use at once, all of them together (0: no share, the
+	// whole pool). Each anonymous address has a bucket of its own; a crawl
+	// from many addresses would add them up and leave the keyed callers
+	// waiting behind it for connections and database CPU.
+	AnonymousMaxConns int32 `yaml:"anonymous_max_conns"`
 	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
 	RetryAfter int `yaml:"retry_after"`
 	// AcquireTimeout bounds the wait for a pooled connection: a database

@@ -11,7 +11,12 @@ import (
 // left of it (their statement_timeout shortened to fit), so a request
 // whose price was far too low is cut at the bound it paid for, not at its
 // layer's timeout. Set it once the price is known, before the first call.
-type Budget struct{ ns atomic.Int64 }
+//
+// It also carries the Share, if any, whose slots the calls take.
+type Budget struct {
+	ns    atomic.Int64
+	share atomic.Pointer[Share]
+}
 
 type budgetKey struct{}
 
@@ -26,6 +31,17 @@ func (b *Budget) Set(d time.Duration) { b.ns.Store(int64(max(d, 0))) }
 
 // Limit is the cap, 0 when none is set.
 func (b *Budget) Limit() time.Duration { return time.Duration(b.ns.Load()) }
+
+// Join makes the calls take a slot of s (nil: none) while they run.
+func (b *Budget) Join(s *Share) { b.share.Store(s) }
+
+// shareOf is the Share the calls under ctx take a slot of, if any.
+func shareOf(ctx context.Context) *Share {
+	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {
+		return b.share.Load()
+	}
+	return nil
+}
 
 // capped is a call's budget under ctx's Budget, if any.
 func capped(ctx context.Context, budget time.Duration) time.Duration {

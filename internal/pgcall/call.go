@@ -22,6 +22,7 @@ type call struct {
 	db     *DB
 	ctx    context.Context // the caller's
 	conn   *pgxpool.Conn
+	share  *Share     // the slot it holds, if any
 	cancel *canceller // nil on a pool that Configure did not set up
 	cut    time.Time
 	// answerBy is the caller's deadline (zero: none): a cut call waits for
@@ -51,14 +52,15 @@ var errNoAnswer = errors.New("the database did not answer its cancel request")
 // quarter of the time left if that is less — whichever is first.
 func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, error) {
 	budget = capped(ctx, budget)
-	conn, err := db.acquire(ctx)
+	share := shareOf(ctx)
+	conn, err := db.acquire(ctx, share)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return Timing{}, db.cancelled(err)
 		}
 		return Timing{}, db.unavailable(err)
 	}
-	c := &call{db: db, ctx: ctx, conn: conn, cancel: cancellerOf(conn.Conn()),
+	c := &call{db: db, ctx: ctx, conn: conn, share: share, cancel: cancellerOf(conn.Conn()),
 		cut: time.Now().Add(budget + AnswerGrace), done: make(chan struct{})}
 	if dl, ok := ctx.Deadline(); ok {
 		c.answerBy = dl
@@ -79,6 +81,9 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 	cancel()
 	c.err, c.lost = err, c.conn.Conn().IsClosed()
 	c.conn.Release()
+	if c.share != nil {
+		c.share.give()
+	}
 	if m := meterOf(c.ctx); m != nil {
 		m.add(c.timing.metered())
 	}

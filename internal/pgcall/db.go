@@ -228,14 +228,22 @@ func clip(d time.Duration, cut time.Time) time.Duration {
 
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-func (db *DB) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+func (db *DB) acquire(ctx context.Context, share *Share) (*pgxpool.Conn, error) {
 	if db.AcquireTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, db.AcquireTimeout)
 		defer cancel()
 	}
+	if share != nil {
+		if err := share.take(ctx); err != nil {
+			return nil, fmt.Errorf("no database connection within %s: %w (all %d in use)", db.AcquireTimeout, err, share.Size())
+		}
+	}
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {
+		if share != nil {
+			share.give()
+		}
 		if s := db.Pool.Stat(); s.AcquiredConns() >= s.MaxConns() {
 			// A live database whose every connection works (or waits for
 			// a statement that ignores cancellation): no outage.
@@ -312,7 +320,7 @@ func (db *DB) timeout(err error) *problem.Error {
 func (db *DB) unavailable(err error) *problem.Error {
 	db.observe(Unavailable)
 	detail := "the database is unavailable"
-	if errors.Is(err, errBusy) {
+	if errors.Is(err, errBusy) || errors.Is(err, errShareBusy) {
 		detail = "every database connection is busy; try again later"
 	}
 	return &problem.Error{Code: problem.Unavailable, Detail: detail, RetryAfter: db.RetryAfter, Err: err}

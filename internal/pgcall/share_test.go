@@ -1,0 +1,52 @@
+package pgcall_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/pgcall"
+	"github.com/geotoll/geotoll/problem"
+)
+
+// A Share of one call: while one call of the share runs, another of it
+// waits for the slot and is a 503 after AcquireTimeout, though the pool
+// has free connections — which a call outside the share gets at once. The
+// slot is given back with the connection.
+func TestReadUnderShare(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: readPool(t, 3), AcquireTimeout: 200 * time.Millisecond, RetryAfter: 2}
+	share := pgcall.NewShare(1)
+	in := func() context.Context {
+		ctx, budget := pgcall.WithBudget(t.Context())
+		budget.Join(share)
+		return ctx
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := db.Read(in(), pgcall.Statement{SQL: `SELECT pg_sleep(2)`, Timeout: 10 * time.Second})
+		first <- err
+	}()
+	eventually(t, 5*time.Second, "the first call holds the share's slot", func() bool { return share.InUse() == 1 })
+	_, err := db.Read(in(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second})
+	if p := problem.From(err); p.Code != problem.Unavailable || p.RetryAfter != 2 || p.Detail != "every database connection is busy; try again later" {
+		t.Errorf("a second call of the share: %q %q Retry-After %d (%v); want busy, 503, Retry-After 2", p.Code, p.Detail, p.RetryAfter, err)
+	}
+	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second}); err != nil {
+		t.Errorf("a call outside the share: %v", err)
+	}
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatalf("the first call: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first call did not end in 10 s")
+	}
+	if n := share.InUse(); n != 0 {
+		t.Fatalf("%d slots held after the call ended", n)
+	}
+	if _, err := db.Read(in(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second}); err != nil {
+		t.Errorf("a call of the share once its slot is free: %v", err)
+	}
+}

@@ -1,0 +1,110 @@
+package toll
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/throttle"
+)
+
+// tarpitToll is a toll whose anonymous bucket pays one z0 tile (60 of its
+// 70 tokens) and then needs 5 s, at 10 tokens a second, for the next;
+// its tarpit holds a refusal at most 2 s, through sleep.
+func tarpitToll(sleep func(context.Context, time.Duration)) *Toll {
+	now := time.Unix(1_800_000_000, 0)
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: func() time.Time { return now }}))
+	toll.Tiers[AnonymousTier] = Tier{Name: AnonymousTier, Limit: throttle.Limit{Rate: 10, Capacity: 70}}
+	toll.Tarpit = &Tarpit{MaxHold: 2 * time.Second, MaxHeld: 1, Sleep: sleep}
+	return toll
+}
+
+// A refusal by the bucket is held for as long as the bucket needs to pay,
+// at most MaxHold, and its Retry-After is what remains of the wait.
+func TestTarpitHoldsBucketRefusals(t *testing.T) {
+	var slept []time.Duration
+	toll := tarpitToll(func(_ context.Context, d time.Duration) { slept = append(slept, d) })
+	if w, ok := admit(t, toll, "", tileDemand(0, "places")); !ok {
+		t.Fatalf("the first tile was refused: %d %s", w.Code, w.Body)
+	}
+	if len(slept) != 0 {
+		t.Fatalf("an admitted request was held %v", slept)
+	}
+	w, ok := admit(t, toll, "", tileDemand(0, "places"))
+	if ok || w.Code != http.StatusTooManyRequests {
+		t.Fatalf("the second tile: %d, want 429", w.Code)
+	}
+	if len(slept) != 1 || slept[0] != 2*time.Second {
+		t.Errorf("held %v, want once for MaxHold (2 s) of the 5 s the bucket needs", slept)
+	}
+	if got := w.Header().Get("Retry-After"); got != "3" {
+		t.Errorf("Retry-After %q after a hold of 2 s, want 3 (of 5)", got)
+	}
+}
+
+// A refusal of the in-flight cap is answered at once.
+func TestTarpitLeavesInFlightRefusals(t *testing.T) {
+	held := false
+	toll := tarpitToll(func(context.Context, time.Duration) { held = true })
+	toll.Tiers[AnonymousTier] = Tier{Name: AnonymousTier, Limit: throttle.Limit{Rate: 10, Capacity: 70}, MaxInFlight: 1}
+	entered, release := make(chan bool), make(chan struct{})
+	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok := toll.AdmitTile(w, r, tileDemand(14, "places"))
+		entered <- ok
+		<-release
+	}))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		r := httptest.NewRequest(http.MethodGet, "/tiles/x/14/0/0.mvt", nil)
+		r.RemoteAddr = "192.0.2.7:5555"
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	})
+	defer wg.Wait()
+	defer close(release)
+	if !testenv.Receive(t, entered, "the first request") {
+		t.Fatal("the first request was refused")
+	}
+	w, ok := admit(t, toll, "", tileDemand(14, "places"))
+	if ok || w.Code != http.StatusTooManyRequests {
+		t.Fatalf("the second request: %d, want 429 by the in-flight cap", w.Code)
+	}
+	if held {
+		t.Error("an in-flight refusal was held")
+	}
+}
+
+// Beyond MaxHeld refusals held at once, a refusal is answered at once
+// with the whole Retry-After; a held one whose client hung up ends.
+func TestTarpitMaxHeld(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	toll := tarpitToll(func(ctx context.Context, d time.Duration) {
+		entered <- struct{}{}
+		<-release
+	})
+	admit(t, toll, "", tileDemand(0, "places"))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		r := httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt", nil)
+		r.RemoteAddr = "192.0.2.7:5555"
+		toll.AdmitTile(httptest.NewRecorder(), r, tileDemand(0, "places"))
+	})
+	testenv.Receive(t, entered, "the first refusal's hold")
+	w, ok := admit(t, toll, "", tileDemand(0, "places"))
+	if ok || w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "5" {
+		t.Errorf("a refusal beyond MaxHeld: %d, Retry-After %q; want 429 at once, Retry-After 5", w.Code, w.Header().Get("Retry-After"))
+	}
+	close(release)
+	wg.Wait()
+
+	// A real hold ends with the client's request.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	tp := &Tarpit{MaxHold: time.Minute, MaxHeld: 1}
+	if held := tp.hold(ctx, time.Minute); held >= time.Minute {
+		t.Errorf("a refusal whose client hung up was held %v", held)
+	}
+}
