@@ -17,6 +17,8 @@ import (
 var (
 	crawlPhase  = flag.Duration("crawl.phase", 30*time.Second, "BenchmarkCrawl: each phase's length")
 	crawlPolite = flag.Bool("crawl.polite", false, "BenchmarkCrawl: add the phase of crawlers that honour Retry-After")
+	crawlTarpit = flag.Duration("crawl.tarpit", -1, "BenchmarkCrawl: throttle.tarpit.max_hold (negative: as shipped; 0s: off)")
+	crawlShare  = flag.Int("crawl.share", -1, "BenchmarkCrawl: database.anonymous_max_conns (negative: as shipped; 0: no share)")
 )
 
 // staticKeys is a KeyLookup of one key, for a server whose database the
@@ -48,8 +50,11 @@ func (s staticKeys) Lookup(key string) (apikeys.Key, bool) {
 // sampled every 100 ms (its pool's sessions, by application_name). The URL
 // must have a query string (e.g. ?sslmode=disable).
 //
-//	GEOTOLL_BENCH_READ_DATABASE_URL=postgres://geotoll_reader@…/geotoll \
-//	  go test -run '^$' -bench '^BenchmarkCrawl$' -benchtime 1x ./cmd/geotoll -args -crawl.phase 30s
+// -crawl.tarpit 0s -crawl.share 0 turn off what protects the honest
+// caller (the tarpit, the anonymous share of the pool), for a baseline.
+//
+//	GEOTOLL_BENCH_READ_DATABASE_URL=postgres://geotoll_reader@…/geotoll?sslmode=disable \
+//	  go test -run '^$' -bench '^BenchmarkCrawl$' -benchtime 1x ./cmd/geotoll -args -crawl.phase 30s -crawl.polite
 func BenchmarkCrawl(b *testing.B) {
 	url := os.Getenv("GEOTOLL_BENCH_READ_DATABASE_URL")
 	if url == "" {
@@ -63,6 +68,12 @@ func BenchmarkCrawl(b *testing.B) {
 	m := startMain(b, func(c *Config) {
 		od.Listen, od.Redis.URL, od.Throttle.Prefix = c.Listen, c.Redis.URL, c.Throttle.Prefix
 		od.Database.URL = url + "&application_name=" + crawlApp
+		if *crawlTarpit >= 0 {
+			od.Throttle.Tarpit.MaxHold = *crawlTarpit
+		}
+		if *crawlShare >= 0 {
+			od.Database.AnonymousMaxConns = int32(*crawlShare)
+		}
 		*c = od
 	})
 	m.gate.Keys = staticKeys{key: key, tier: "bench"}
