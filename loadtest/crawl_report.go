@@ -3,8 +3,13 @@ package loadtest
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
+
+var crawlColumns = []string{"phase", "honest requests", "honest p50", "honest p99", "p99 × alone", "honest failed",
+	"crawler requests", "crawler 200/204", "crawler 429", "crawler 503", "crawler other", "crawler addresses",
+	"statements at once (max)", "oldest statement"}
 
 // WriteCrawlTable writes the phases of RunCrawl as a Markdown table: the
 // honest caller's p50 and p99 (and p99 as a multiple of the phase
@@ -12,17 +17,12 @@ import (
 // many addresses, and the most statements the watched role ran at once
 // and the oldest of them.
 func WriteCrawlTable(w io.Writer, phases []CrawlPhase) {
-	fmt.Fprintln(w, "| phase | honest requests | honest p50 | honest p99 | p99 × alone | honest failed | crawler requests | crawler 200/204 | crawler 429 | crawler 503 | crawler other | crawler addresses | statements at once (max) | oldest statement |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	var alone time.Duration
+	fmt.Fprintf(w, "| %s |\n| --- |%s\n", strings.Join(crawlColumns, " | "), strings.Repeat(" ---: |", len(crawlColumns)-1))
+	var alone time.Duration // RunCrawl's first phase is the honest caller alone
+	if len(phases) > 0 && phases[0].Name == PhaseCrawlAlone {
+		alone = phases[0].Honest.P99
+	}
 	for _, p := range phases {
-		if p.Name == PhaseCrawlAlone {
-			alone = p.Honest.P99
-		}
-		ratio := "–"
-		if alone > 0 {
-			ratio = fmt.Sprintf("%.2f", float64(p.Honest.P99)/float64(alone))
-		}
 		c := p.Crawl
 		ok := c.Status[200] + c.Status[204]
 		other := c.Requests - ok - c.Status[429] - c.Status[503]
@@ -31,22 +31,14 @@ func WriteCrawlTable(w io.Writer, phases []CrawlPhase) {
 			activity, oldest = fmt.Sprint(p.Activity.MaxRunning), ms(p.Activity.Oldest)
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %d | %d | %d | %d | %d | %d | %s | %s |\n", p.Name, p.Honest.N,
-			ms(p.Honest.P50), ms(p.Honest.P99), ratio, p.Failed(), c.Requests, ok, c.Status[429], c.Status[503],
+			ms(p.Honest.P50), ms(p.Honest.P99), times(p.Honest.P99, alone), p.Failed(), c.Requests, ok, c.Status[429], c.Status[503],
 			other, c.Addresses(), activity, oldest)
 	}
 }
 
 // Failed counts the honest requests that got neither 200 nor 204
 // (transport errors included).
-func (p CrawlPhase) Failed() int {
-	bad := 0
-	for code, n := range p.Status {
-		if code != 200 && code != 204 {
-			bad += n
-		}
-	}
-	return bad
-}
+func (p CrawlPhase) Failed() int { return failed(p.Status) }
 
 // Addresses counts the crawlers that sent at least one request.
 func (c CrawlResult) Addresses() int {

@@ -19,22 +19,32 @@ func WriteProtectTable(w io.Writer, phases []ProtectPhase) {
 		if p.Name == PhaseAlone {
 			alone = p.Honest.P99
 		}
-		ratio := "–"
-		if alone > 0 {
-			ratio = fmt.Sprintf("%.2f", float64(p.Honest.P99)/float64(alone))
-		}
-		bad := 0
-		for code, n := range p.Status {
-			if code != 200 && code != 204 {
-				bad += n
-			}
-		}
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %d | %d | %.1f |\n", p.Name, p.Honest.N, ms(p.Honest.P50), ms(p.Honest.P99),
-			ratio, bad, p.Abuser.Requests, p.Abuser.Admitted, p.Abuser.Cost)
+			times(p.Honest.P99, alone), failed(p.Status), p.Abuser.Requests, p.Abuser.Admitted, p.Abuser.Cost)
 	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// times is d as a multiple of base, "–" without a base.
+func times(d, base time.Duration) string {
+	if base <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", float64(d)/float64(base))
+}
+
+// failed counts the requests that got neither 200 nor 204 (transport
+// errors, status 0, included).
+func failed(status map[int]int) int {
+	bad := 0
+	for code, n := range status {
+		if code != 200 && code != 204 {
+			bad += n
+		}
+	}
+	return bad
+}
 
 // Geometry of the plot, in SVG user units.
 const (
