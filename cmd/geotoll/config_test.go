@@ -147,3 +147,26 @@ func TestTarpitConfig(t *testing.T) {
 		}
 	}
 }
+
+// The anonymous callers share 2 of the 16 connections by default; 0 is no
+// share, and a share must fit in the pool.
+func TestAnonymousShareConfig(t *testing.T) {
+	toll, err := DefaultConfig().toll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := toll.AnonymousShare; s == nil || s.Size() != 2 {
+		t.Fatalf("default anonymous share %+v", s)
+	}
+	cfg := DefaultConfig()
+	cfg.Database.AnonymousMaxConns = 0
+	if toll, _ = cfg.toll(); toll.AnonymousShare != nil || cfg.validate() != nil {
+		t.Fatalf("anonymous_max_conns 0 left a share: %+v (%v)", toll.AnonymousShare, cfg.validate())
+	}
+	for _, bad := range []int32{-1, 17} {
+		cfg.Database.AnonymousMaxConns = bad
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "anonymous_max_conns") {
+			t.Errorf("anonymous_max_conns %d: %v", bad, err)
+		}
+	}
+}
