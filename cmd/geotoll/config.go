@@ -292,8 +292,8 @@ func (c Config) validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("log_format %q must be json or text", c.LogFormat))
 	}
-	if c.Database.MaxConns < 1 || c.Database.AnonymousMaxConns < 0 || c.Database.AnonymousMaxConns > c.Database.MaxConns {
-		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1, anonymous_max_conns %d from 0 (off) to max_conns",
+	if c.Database.MaxConns < 1 || c.Database.AnonymousMaxConns < 0 {
+		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1, anonymous_max_conns %d at least 0 (off)",
 			c.Database.MaxConns, c.Database.AnonymousMaxConns))
 	}
 	if c.Throttle.KeyRefresh < time.Second {

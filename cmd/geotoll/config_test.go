@@ -149,7 +149,7 @@ func TestTarpitConfig(t *testing.T) {
 }
 
 // The anonymous callers share 2 of the 16 connections by default; 0 is no
-// share, and a share must fit in the pool.
+// share, and a share larger than the pool is the pool.
 func TestAnonymousShareConfig(t *testing.T) {
 	toll, err := DefaultConfig().toll()
 	if err != nil {
@@ -163,10 +163,13 @@ func TestAnonymousShareConfig(t *testing.T) {
 	if toll, _ = cfg.toll(); toll.AnonymousShare != nil || cfg.validate() != nil {
 		t.Fatalf("anonymous_max_conns 0 left a share: %+v (%v)", toll.AnonymousShare, cfg.validate())
 	}
-	for _, bad := range []int32{-1, 17} {
-		cfg.Database.AnonymousMaxConns = bad
-		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "anonymous_max_conns") {
-			t.Errorf("anonymous_max_conns %d: %v", bad, err)
-		}
+	cfg.Database.AnonymousMaxConns = -1
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "anonymous_max_conns") {
+		t.Errorf("anonymous_max_conns -1: %v", err)
+	}
+	// A pool smaller than the share: the share is the whole pool.
+	cfg.Database.AnonymousMaxConns, cfg.Database.MaxConns = 2, 1
+	if toll, _ = cfg.toll(); cfg.validate() != nil || toll.AnonymousShare == nil || toll.AnonymousShare.Size() != 1 {
+		t.Errorf("max_conns 1: %v, share %+v", cfg.validate(), toll.AnonymousShare)
 	}
 }

@@ -195,7 +195,7 @@ func (c Config) toll() (*toll.Toll, error) {
 		// Its store is the toll's, set when the stores are opened.
 		t.Global = &throttle.Global{Bucket: throttle.Bucket{Key: throttle.BucketKey(c.Throttle.Prefix, "global", "database"), Limit: g}}
 	}
-	if n := c.Database.AnonymousMaxConns; n > 0 {
+	if n := min(c.Database.AnonymousMaxConns, c.Database.MaxConns); n > 0 {
 		t.AnonymousShare = pgcall.NewShare(int(n))
 	}
 	if tp := c.Throttle.Tarpit; tp.MaxHold > 0 {
