@@ -50,7 +50,8 @@ var (
 )
 
 // FencePieceVertices is the most vertices of a piece of a fence
-// (geotoll.geofence_pieces, cut by migration 00008's trigger).
+// (geotoll.geofence_pieces, cut by migration 00008's trigger, whose
+// ST_Subdivide takes the same number: change both together).
 const FencePieceVertices = 256
 
 // piecesSchema is the schema of the serving storage `geotoll prepare`

@@ -175,6 +175,7 @@ func (o *CrawlOptions) crawl(ctx context.Context, polite bool) (CrawlResult, err
 	for i, a := range addrs {
 		cn, err := newConn(o.Client.BaseURL)
 		if err != nil {
+			wg.Wait() // the crawlers started write out until ctx ends
 			return out, err
 		}
 		cn.local = &net.TCPAddr{IP: a.AsSlice()}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
+
 	"github.com/cespare/xxhash/v2"
 	"github.com/maypok86/otter/v2"
 	"github.com/paulmach/orb/maptile"
@@ -47,7 +49,7 @@ const entryOverhead = 160
 // kept (when it is smaller) beside the tile. Empty tiles are cached too.
 type Cache struct {
 	store   *otter.Cache[cacheKey, *entry] // nil when MaxBytes is 0
-	flights flights[cacheKey, *entry]
+	flights flights[flightKey, *entry]
 	gzip    sync.Pool // *gzip.Writer
 }
 
@@ -146,7 +148,7 @@ func (c *Cache) get(k cacheKey) (*entry, bool) {
 // request's render was joined. Unless fresh, a tile cached meanwhile is
 // taken instead of rendered.
 func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
-	return c.flights.do(ctx, k, func(ctx context.Context) (*entry, error) {
+	return c.flights.do(ctx, flightKey{k, pgcall.InShare(ctx)}, func(ctx context.Context) (*entry, error) {
 		if e, ok := c.get(k); ok && !fresh { // filled while this request was being priced
 			return e, nil
 		}
@@ -160,6 +162,15 @@ func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(co
 		}
 		return e, nil
 	})
+}
+
+// flightKey names a render callers may share: the tile, and whether it
+// runs in a share of the pool (pgcall.InShare: the anonymous callers'),
+// so that a caller outside the share never waits on a render queued for
+// a slot of it.
+type flightKey struct {
+	cacheKey
+	inShare bool
 }
 
 // entry is one rendered tile, ready to send.

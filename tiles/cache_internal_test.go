@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/internal/testenv"
 )
 
@@ -91,7 +92,7 @@ func TestHandlerCoalescesConcurrentMisses(t *testing.T) {
 			})
 		}
 		testenv.Receive(t, rend.ctxs, "the render to start")
-		waitFor(t, "every request to wait on the render", func() bool { return h.Cache.flights.waiting(tileKey) == n })
+		waitFor(t, "every request to wait on the render", func() bool { return h.Cache.flights.waiting(flightKey{cacheKey: tileKey}) == n })
 		close(rend.release)
 		wg.Wait()
 		if c := rend.calls.Load(); c != 1 {
@@ -122,7 +123,7 @@ func TestHandlerSharedRenderSurvivesItsFirstRequester(t *testing.T) {
 		srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tilePath, nil))
 		second <- w
 	}()
-	waitFor(t, "the second request to join the render", func() bool { return h.Cache.flights.waiting(tileKey) == 2 })
+	waitFor(t, "the second request to join the render", func() bool { return h.Cache.flights.waiting(flightKey{cacheKey: tileKey}) == 2 })
 	hangUp()
 	testenv.Receive(t, firstDone, "the first request to return after it hung up")
 	if err := renderCtx.Err(); err != nil {
@@ -241,3 +242,40 @@ func TestCacheThatKeepsNothingSendsTilesAsRendered(t *testing.T) {
 type fixedTile []byte
 
 func (f fixedTile) Tile(context.Context, []*Layer, maptile.Tile) ([]byte, error) { return f, nil }
+
+// A caller outside a share of the pool never joins a render started inside
+// it (an anonymous caller's, which may wait for a slot of the anonymous
+// share): a keyed request for a tile an anonymous one is rendering renders
+// it on its own, and a second anonymous request joins the first.
+func TestHandlerRenderInShareNotJoinedFromOutside(t *testing.T) {
+	t.Parallel()
+	rend := &heldRenderer{release: make(chan struct{}), ctxs: make(chan context.Context, 4)}
+	h, srv := internalHandler(t, 1<<20, rend, nil)
+	share := pgcall.NewShare(1)
+	anonymous := func() context.Context {
+		ctx, b := pgcall.WithBudget(context.Background())
+		b.Join(share)
+		return ctx
+	}
+	var wg sync.WaitGroup
+	for _, ctx := range []context.Context{anonymous(), anonymous(), context.Background()} {
+		wg.Go(func() {
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tilePath, nil).WithContext(ctx))
+			if w.Code != http.StatusOK {
+				t.Errorf("%d", w.Code)
+			}
+		})
+	}
+	testenv.Receive(t, rend.ctxs, "a render to start")
+	testenv.Receive(t, rend.ctxs, "a second render to start")
+	waitFor(t, "the anonymous requests to share one render, the keyed one its own", func() bool {
+		return h.Cache.flights.waiting(flightKey{cacheKey: tileKey, inShare: true}) == 2 &&
+			h.Cache.flights.waiting(flightKey{cacheKey: tileKey}) == 1
+	})
+	close(rend.release)
+	wg.Wait()
+	if c := rend.calls.Load(); c != 2 {
+		t.Errorf("%d renders, want 2: one in the share, one outside", c)
+	}
+}

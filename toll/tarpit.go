@@ -8,9 +8,11 @@ import (
 
 // Tarpit holds a refusal by the caller's bucket before it is answered:
 // for as long as the bucket needs to pay (the refusal's Retry-After), at
-// most MaxHold. A client that honours Retry-After loses nothing by it —
-// the Retry-After it is sent is what remains of the wait — but one that
-// asks again at once, as a crawler does, can no longer be refused
+// most MaxHold. A client that honours Retry-After loses little by it —
+// the Retry-After it is sent is what remains of the wait, in whole seconds
+// and at least 1, so a hold that covered the whole wait adds at most a
+// second — but one that asks again at once, as a crawler does, can no
+// longer be refused
 // thousands of times a second per connection: each of its connections is
 // refused at most once per hold. Those refusals would not touch the
 // database, but each still costs the server a request's work on the CPU

@@ -62,6 +62,7 @@ const (
 	StatementTimeout = "statement-timeout" // cut by statement_timeout, or not stopping when cancelled
 	Cancelled        = "cancelled"         // the caller went away
 	Unavailable      = "unavailable"       // no connection, connection lost, or no answer at all
+	Busy             = "busy"              // no connection free in time: the pool (or the caller's share of it) in use, the database up
 	Failed           = "error"             // any other database error
 )
 
@@ -318,10 +319,13 @@ func (db *DB) timeout(err error) *problem.Error {
 }
 
 func (db *DB) unavailable(err error) *problem.Error {
-	db.observe(Unavailable)
-	detail := "the database is unavailable"
-	if errors.Is(err, errBusy) || errors.Is(err, errShareBusy) {
-		detail = "every database connection is busy; try again later"
+	outcome, detail := Unavailable, "the database is unavailable"
+	switch {
+	case errors.Is(err, errShareBusy):
+		outcome, detail = Busy, "the database connections shared by callers without an API key are all busy; try again later, or use an API key"
+	case errors.Is(err, errBusy):
+		outcome, detail = Busy, "every database connection is busy; try again later"
 	}
+	db.observe(outcome)
 	return &problem.Error{Code: problem.Unavailable, Detail: detail, RetryAfter: db.RetryAfter, Err: err}
 }

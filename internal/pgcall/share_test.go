@@ -29,7 +29,7 @@ func TestReadUnderShare(t *testing.T) {
 	}()
 	eventually(t, 5*time.Second, "the first call holds the share's slot", func() bool { return share.InUse() == 1 })
 	_, err := db.Read(in(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second})
-	if p := problem.From(err); p.Code != problem.Unavailable || p.RetryAfter != 2 || p.Detail != "every database connection is busy; try again later" {
+	if p := problem.From(err); p.Code != problem.Unavailable || p.RetryAfter != 2 || p.Detail != "the database connections shared by callers without an API key are all busy; try again later, or use an API key" {
 		t.Errorf("a second call of the share: %q %q Retry-After %d (%v); want busy, 503, Retry-After 2", p.Code, p.Detail, p.RetryAfter, err)
 	}
 	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second}); err != nil {

@@ -197,8 +197,8 @@ func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
 			var sum density.Estimate
 			for _, p := range d.At {
 				est := m.Point(p)
-				if d.PieceVertices > 0 { // a piece or two per feature, not the whole polygon
-					est.Vertices = min(est.Vertices, est.Features*float64(d.PieceVertices))
+				if d.PieceVertices > 0 { // a piece or two (a point on a seam) per feature, not the whole polygon
+					est.Vertices = min(est.Vertices, 2*est.Features*float64(d.PieceVertices))
 				}
 				sum.Features += est.Features
 				sum.Vertices += est.Vertices

@@ -326,9 +326,10 @@ func TestRebuiltRelationInheritsItsModel(t *testing.T) {
 	}
 }
 
-// A check (or a contains on a layer) that tests pieces reads at most a
-// piece's vertices per feature it finds, not the whole polygons the model
-// holds: its estimate is capped there, and only there.
+// A check (or a contains on a layer) that tests pieces reads at most two
+// pieces' vertices per feature it finds (a point on a seam tests both),
+// not the whole polygons the model holds: its estimate is capped there,
+// and only there.
 func TestPiecesCapTheVerticesOfACheck(t *testing.T) {
 	pool, _ := tracedReadPool(t)
 	e, _ := demoEstimator(t, pool)
@@ -343,11 +344,11 @@ func TestPiecesCapTheVerticesOfACheck(t *testing.T) {
 	if !ok1 || !ok2 {
 		t.Fatalf("no estimate: %v %v", ok1, ok2)
 	}
-	if whole.Features <= 0 || whole.Vertices <= 4*whole.Features {
+	if whole.Features <= 0 || whole.Vertices <= 8*whole.Features {
 		t.Fatalf("the largest fence's point estimates %+v: too few vertices for the test to tell", whole)
 	}
-	if pieces.Features != whole.Features || pieces.Vertices != 4*whole.Features {
-		t.Errorf("pieces of 4 vertices: %+v, want %v features of 4 vertices each (whole polygons: %+v)", pieces, whole.Features, whole)
+	if pieces.Features != whole.Features || pieces.Vertices != 8*whole.Features {
+		t.Errorf("pieces of 4 vertices: %+v, want %v features of two such pieces each (whole polygons: %+v)", pieces, whole.Features, whole)
 	}
 	if big, _ := e.Geofence(geofence.Demand{Kind: geofence.KindCheck, At: at, PieceVertices: 1 << 30}); big != whole {
 		t.Errorf("pieces larger than the polygons: %+v, want the whole polygons' %+v", big, whole)
