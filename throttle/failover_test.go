@@ -217,6 +217,15 @@ func TestFailoverRefusesForFree(t *testing.T) {
 	if primary.n() != 2 || f.FreeRefusals() != 50 {
 		t.Fatalf("%d calls for 50 refused requests (%d free), want none", primary.n()-2, f.FreeRefusals())
 	}
+	// Later, with a few tokens back (about 2 after 100 ms; a request of 9
+	// still does not fit): the reset counts from what the bucket holds, not
+	// from empty.
+	time.Sleep(100 * time.Millisecond)
+	a = mustAdmit(t, f, Request{Bucket: b, Cost: 9})
+	wantReset := time.Duration((10 - a.Result.Remaining) / 20 * float64(time.Second))
+	if a.Allowed || a.Result.Remaining < 1 || (a.Result.ResetAfter-wantReset).Abs() > time.Millisecond || primary.n() != 2 {
+		t.Fatalf("a free refusal after 100 ms: %+v after %d calls; want refused for free, reset %v", a, primary.n(), wantReset)
+	}
 	// A cheaper request fits sooner, and goes to the primary.
 	time.Sleep(retry)
 	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); !a.Allowed || primary.n() != 3 {

@@ -117,3 +117,26 @@ func TestAdmitGeofenceVerification(t *testing.T) {
 		t.Errorf("after Retry-After: %d", w.Code)
 	}
 }
+
+// pricedObserver records what the toll observed.
+type pricedObserver struct{ prices []Price }
+
+func (o *pricedObserver) Priced(_ string, p Price, _ Outcome) { o.prices = append(o.prices, p) }
+func (o *pricedObserver) Settled(string, Price, float64)      {}
+
+// A geofence request is observed with its route and layer and without a
+// tile zoom (-1): the metrics label its zoom "", never a zoom it has not.
+func TestAdmitGeofenceObservedWithoutZoom(t *testing.T) {
+	obs := &pricedObserver{}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.Observer = obs
+	r := httptest.NewRequest(http.MethodGet, "/geofence/within", nil)
+	r.RemoteAddr = "192.0.2.10:4000"
+	r.Header.Set("X-API-Key", "a")
+	if !toll.AdmitGeofence(httptest.NewRecorder(), r, geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 10, Limit: 100}) {
+		t.Fatal("not admitted")
+	}
+	if len(obs.prices) != 1 || obs.prices[0].Zoom != -1 || obs.prices[0].Route != "within" || obs.prices[0].Layer != "places" {
+		t.Errorf("observed %+v, want one price of route within, layer places, zoom -1", obs.prices)
+	}
+}
