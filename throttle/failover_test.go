@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -243,5 +244,36 @@ func TestFailoverCancelledRequestIsNotFailedOver(t *testing.T) {
 	}
 	if h := f.Health(); h.Degraded || h.Fallbacks != 0 || primary.n() != 0 {
 		t.Fatalf("a cancelled request counted against the store: %+v, %d calls", h, primary.n())
+	}
+}
+
+// The failover logs to its configured Logger: the limiter going down is
+// written there, not to slog's default.
+func TestFailoverLogsToItsLogger(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	var buf bytes.Buffer
+	f.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	primary.set(true)
+	if _, err := f.Admit(context.Background(), Request{Bucket: Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 10}}, Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() == 0 {
+		t.Error("a failed limiter call logged nothing to the failover's Logger")
+	}
+}
+
+// A request that costs exactly what a refused bucket holds again (its
+// whole capacity, refilled) is not refused for free: it goes to the store
+// and is admitted.
+func TestFailoverAsksWhenTheBucketHoldsTheCost(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 100, Capacity: 10}}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release()
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 10}); a.Allowed || primary.n() != 2 {
+		t.Fatalf("the refusal: %+v after %d calls", a, primary.n())
+	}
+	time.Sleep(150 * time.Millisecond) // 10 tokens at 100/s: full after 100 ms
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 10}); !a.Allowed || primary.n() != 3 {
+		t.Fatalf("with the bucket full again: %+v after %d calls, want admitted by the store", a, primary.n())
 	}
 }
