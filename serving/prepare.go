@@ -41,6 +41,10 @@ type Options struct {
 	Logger      *slog.Logger
 }
 
+// Retired is the Builder of the Result that reports the drop of retired
+// relations (of every layer, not one builder's).
+const Retired = "retired"
+
 // DefaultReaderRole is the read role the migrations create.
 const DefaultReaderRole = "geotoll_reader"
 
@@ -73,7 +77,7 @@ type Status string
 const (
 	Built     Status = "built"     // built and recorded in place of the old storage
 	Unchanged Status = "unchanged" // current: its checked_at renewed
-	Removed   Status = "removed"   // no longer configured: retired (or, builder "retired": dropped)
+	Removed   Status = "removed"   // no longer configured: retired (or, builder Retired: dropped)
 	Skipped   Status = "skipped"   // nothing to build, or another run holds the layer
 	Failed    Status = "failed"    // see Err; what was served before is served still
 )
@@ -100,7 +104,7 @@ type Result struct {
 // Layers are independent: one failing is reported in its Result and the
 // others go on. Last, it drops the relations retired longer ago than
 // o.Retain (of every layer), reported as one more Result (layer "",
-// builder "retired") when it dropped any or failed.
+// builder Retired) when it dropped any or failed.
 func Prepare(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o Options) []Result {
 	o = o.withDefaults()
 	var out []Result
@@ -110,7 +114,7 @@ func Prepare(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o O
 	start := time.Now()
 	n, err := dropRetired(ctx, pool, o)
 	if n > 0 || err != nil {
-		r := Result{Builder: "retired", Status: Removed, Relations: n, Err: err, Took: time.Since(start)}
+		r := Result{Builder: Retired, Status: Removed, Relations: n, Err: err, Took: time.Since(start)}
 		if err != nil {
 			r.Status = Failed
 		}

@@ -107,7 +107,7 @@ func one(t *testing.T, pool *pgxpool.Pool, l *tiles.Layer, o serving.Options) se
 		o.Builders = []serving.Builder{serving.Overview{}}
 	}
 	res := slices.DeleteFunc(serving.Prepare(t.Context(), pool, []*tiles.Layer{l}, o),
-		func(r serving.Result) bool { return r.Builder == "retired" }) // other tests' old storage dropped
+		func(r serving.Result) bool { return r.Builder == serving.Retired }) // other tests' old storage dropped
 	if len(res) != 1 {
 		t.Fatalf("Prepare: %d results, want 1 (one builder): %+v", len(res), res)
 	}
@@ -339,7 +339,7 @@ func TestRebuildBesideAReader(t *testing.T) {
 	run := func(when string) {
 		t.Helper()
 		for _, r := range serving.Prepare(ctx, owner, []*tiles.Layer{l}, serving.Options{Builders: []serving.Builder{serving.Overview{}}}) {
-			if r.Status == serving.Failed && r.Builder != "retired" { // other tests' storage is theirs
+			if r.Status == serving.Failed && r.Builder != serving.Retired { // other tests' storage is theirs
 				t.Fatalf("a run %s failed: %+v", when, r)
 			}
 		}

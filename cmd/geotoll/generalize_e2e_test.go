@@ -190,7 +190,7 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 	prepare := func(force bool) serving.Result {
 		t.Helper()
 		res := slices.DeleteFunc(serving.Prepare(t.Context(), owner, []*tiles.Layer{l}, serving.Options{Force: force, Builders: []serving.Builder{serving.Overview{}}}),
-			func(r serving.Result) bool { return r.Builder == "retired" }) // other tests' old storage dropped
+			func(r serving.Result) bool { return r.Builder == serving.Retired }) // other tests' old storage dropped
 		if len(res) != 1 || res[0].Status != serving.Built {
 			t.Fatalf("prepare: %+v", res)
 		}
@@ -295,7 +295,7 @@ func prepareDemo(t *testing.T) {
 	t.Helper()
 	testenv.DatabaseURL(t) // skips or fails without the database
 	for _, r := range demoPrepared() {
-		if r.Status == serving.Failed && r.Builder != "retired" { // other tests' old storage is theirs
+		if r.Status == serving.Failed && r.Builder != serving.Retired { // other tests' old storage is theirs
 			t.Fatalf("prepare the demo layers: %s: %v", r.Layer, r.Err)
 		}
 	}

@@ -285,6 +285,7 @@ func TestRebuiltRelationInheritsItsModel(t *testing.T) {
 	t.Parallel()
 	pool, _ := tracedReadPool(t)
 	tile := maptile.At(orb.Point{13.4, 52.52}, 12)
+	first, layer := demoEstimator(t, pool) // built: its models are ready (an estimator is never changed by the one that replaces it)
 	for _, tc := range []struct {
 		name     string
 		next     density.Relation
@@ -295,7 +296,6 @@ func TestRebuiltRelationInheritsItsModel(t *testing.T) {
 		{"another kind", density.Relation{Table: pgx.Identifier{"geotoll", "places_v1z"}, GeometryColumn: "geom_3857", SRID: 3857, Kind: density.Polygon}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			first, layer := demoEstimator(t, pool) // built: its models are ready
 			var lazy pricing.Lazy
 			lazy.Set(first)
 			want, ok := lazy.Tile(layer, tile)
