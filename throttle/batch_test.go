@@ -275,3 +275,56 @@ func FuzzApplyBatch(f *testing.F) {
 		}
 	})
 }
+
+// TestApplyBatchKeepsAnExpiryExactlyNeeded: commit pushes a key's expiry
+// out only when the state needs a later one; an expiry that is already
+// exactly the one needed — to the millisecond — stays, since pushing it
+// out would add slack for nothing. Each case closes a request at t0 (a
+// finish that settles nothing, so the bucket holds 6 of 10 tokens: 2 s to
+// refill at 2/s) from a state built so that one of the four needs (the
+// bucket's refill, the open hash, the tombstones' hash, the aggregate's
+// refill) equals the stored expiry and the others are shorter.
+func TestApplyBatchKeepsAnExpiryExactlyNeeded(t *testing.T) {
+	now := t0.ms()
+	sh := testShape
+	sh.aggRate, sh.aggCap = 2*micro, 10*micro
+	stored := func(expires, openExpires, voidsUntil int64) keyState {
+		return keyState{
+			b: bucketVal{
+				tokens: 6 * micro, sec: t0.sec, usec: t0.usec,
+				expiresMS: expires, openExpires: openExpires, n: 1, voidsUntil: voidsUntil,
+			},
+			found: true,
+			open:  map[string]openReq{"a": {paid: micro, expiresMS: openExpires}},
+			voids: map[string]bool{},
+		}
+	}
+	for _, c := range []struct {
+		name          string
+		st            keyState
+		aggExpires    int64
+		want, wantAgg int64 // ms after t0
+	}{
+		{"refill equals the expiry", stored(now+2000, now+1000, 0), now + 2000, 2000, 2000},
+		{"open hash equals the expiry", stored(now+2500, now+2500, 0), now + 2000, 2500, 2000},
+		{"tombstones' hash equals the expiry", stored(now+2500, now+1000, now+2500-voidsGraceMS), now + 2000, 2500, 2000},
+		// The aggregate needs 2 s and has 1,999 ms: pushed out with a
+		// second of slack.
+		{"aggregate needs a millisecond more", stored(now+2000, now+1000, 0), now + 1999, 2000, 3000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := c.st
+			agg := keyState{b: bucketVal{tokens: 6 * micro, sec: t0.sec, usec: t0.usec, expiresMS: c.aggExpires}, found: true}
+			got := applyBatch(&st, &agg, sh, t0, []op{{kind: opFinish, id: "a"}})
+			if got[0].status != stAdmitted || st.b.n != 0 {
+				t.Fatalf("the finish was not applied: %+v, %d open", got[0], st.b.n)
+			}
+			if e := st.b.expiresMS - now; e != c.want {
+				t.Errorf("the bucket expires at +%d ms, want +%d", e, c.want)
+			}
+			if e := agg.b.expiresMS - now; e != c.wantAgg {
+				t.Errorf("the aggregate expires at +%d ms, want +%d", e, c.wantAgg)
+			}
+		})
+	}
+}
