@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/internal/signature"
 	"github.com/geotoll/geotoll/problem"
 	queries "github.com/geotoll/geotoll/sql"
 )
@@ -44,7 +45,6 @@ type Querier interface {
 
 var (
 	sourcesSQL            = queries.MustRead("geofence_sources.sql")
-	signatureTemplate     = template.Must(template.New("table_signature.sql").Parse(queries.MustRead("table_signature.sql")))
 	layerContainsTemplate = template.Must(template.New("geofence_layer_contains.sql").Parse(queries.MustRead("geofence_layer_contains.sql")))
 	layerCheckTemplate    = template.Must(template.New("geofence_layer_check.sql").Parse(queries.MustRead("geofence_layer_check.sql")))
 )
@@ -107,27 +107,16 @@ func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *piece
 }
 
 // changedSince reports whether l's table differs from the one whose change
-// detector was signature (table_signature.sql, the detector `geotoll
+// detector was recorded (package signature, the detector `geotoll
 // prepare` records): pieces cut before a write to the table would answer
 // for what it held then, so the table is read instead until prepare cuts
 // them again.
-func changedSince(ctx context.Context, q Querier, l *Layer, signature string) (bool, error) {
-	var text strings.Builder
-	if err := signatureTemplate.Execute(&text, struct {
-		Table string
-		XMin  bool
-	}{ident(l.Table), true}); err != nil {
-		return false, err
-	}
-	rows, err := q.Query(ctx, text.String())
+func changedSince(ctx context.Context, q Querier, l *Layer, recorded string) (bool, error) {
+	sig, err := signature.Read(ctx, q, ident(l.Table), true)
 	if err != nil {
 		return false, err
 	}
-	var count, newest int64
-	if _, err := pgx.ForEachRow(rows, []any{&count, &newest}, func() error { return nil }); err != nil {
-		return false, err
-	}
-	return fmt.Sprintf("%d:%d", count, newest) != signature, nil
+	return sig.String() != recorded, nil
 }
 
 // LoadContainment reads, for every layer, its geometry type and its pieces,

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/internal/signature"
 	queries "github.com/geotoll/geotoll/sql"
 	"github.com/geotoll/geotoll/tiles"
 )
@@ -20,7 +20,6 @@ var (
 	retiredDueSQL     = queries.MustRead("serving_retired_due.sql")
 	lockSQL           = queries.MustRead("serving_lock.sql")
 	sourceSQL         = queries.MustRead("serving_source.sql")
-	signatureTemplate = parse("table_signature.sql")
 )
 
 // Querier is what the registry reads need of a pool or transaction.
@@ -32,8 +31,8 @@ type Querier interface {
 // targets would build from a source with the given signature: then there
 // is nothing to do. A source without a signature (a view) is never
 // current.
-func current(rows []tiles.Storage, targets []Target, signature string) bool {
-	if signature == "" || len(rows) != len(targets) {
+func current(rows []tiles.Storage, targets []Target, sig string) bool {
+	if sig == "" || len(rows) != len(targets) {
 		return false
 	}
 	for _, t := range targets {
@@ -42,7 +41,7 @@ func current(rows []tiles.Storage, targets []Target, signature string) bool {
 			return false
 		}
 		r := rows[i]
-		if r.SourceSignature != signature || r.ZoomMin != t.ZoomMin || r.ZoomMax != t.ZoomMax || r.Kind != t.Kind ||
+		if r.SourceSignature != sig || r.ZoomMin != t.ZoomMin || r.ZoomMax != t.ZoomMax || r.Kind != t.Kind ||
 			!slices.Equal(r.Columns, t.Columns) || !sameParams(r.Params, t.Params) {
 			return false
 		}
@@ -85,31 +84,15 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 	return s, nil
 }
 
-// sign fills s.signature and s.rows (see table_signature.sql): the count
-// and newest xmin of tables, partitioned tables and materialized views;
-// the count alone, and no signature, for views and foreign tables.
+// sign fills s.signature and s.rows (package signature): the count and
+// newest xmin of tables, partitioned tables and materialized views; the
+// count alone, and no signature, for views and foreign tables.
 func sign(ctx context.Context, q Querier, l *tiles.Layer, s *source) error {
-	table := l.TableIdent().Sanitize()
-	xmin := s.relkind == "r" || s.relkind == "p" || s.relkind == "m"
-	sql, err := render(signatureTemplate, struct {
-		Table string
-		XMin  bool
-	}{table, xmin})
+	sig, err := signature.Read(ctx, q, l.TableIdent().Sanitize(), signature.Versioned(s.relkind))
 	if err != nil {
 		return err
 	}
-	rows, err := q.Query(ctx, sql)
-	if err != nil {
-		return fmt.Errorf("signature of %s: %w", table, err)
-	}
-	var newest int64
-	if _, err := pgx.ForEachRow(rows, []any{&s.rows, &newest}, func() error { return nil }); err != nil {
-		return fmt.Errorf("signature of %s: %w", table, err)
-	}
-	s.signature = ""
-	if xmin {
-		s.signature = strconv.FormatInt(s.rows, 10) + ":" + strconv.FormatInt(newest, 10)
-	}
+	s.rows, s.signature = sig.Rows, sig.String()
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/internal/signature"
 	queries "github.com/geotoll/geotoll/sql"
 )
 
@@ -49,22 +50,21 @@ func Build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, erro
 const ApplicationName = "geotoll-density"
 
 // queryText is a relation's rendered build queries.
-type queryText struct{ rows, cells, signature string }
+type queryText struct{ rows, cells string }
 
 // render fills rel's quoted identifiers into the build queries.
 func render(rel Relation) (queryText, error) {
 	data := struct {
-		Table, Geom            string
-		LonLat, Vertices, XMin bool
+		Table, Geom      string
+		LonLat, Vertices bool
 	}{
 		Table:    rel.Table.Sanitize(),
 		Geom:     pgx.Identifier{rel.GeometryColumn}.Sanitize(),
 		LonLat:   rel.SRID == SRIDLonLat,
 		Vertices: rel.Kind != Point,
-		XMin:     true, // read only of relations that have it (see signature)
 	}
-	var out [3]string
-	for i, name := range []string{"density_rows.sql", "density_cells.sql", "table_signature.sql"} {
+	var out [2]string
+	for i, name := range []string{"density_rows.sql", "density_cells.sql"} {
 		text, err := queries.Read(name)
 		if err != nil {
 			return queryText{}, fmt.Errorf("density: %w", err)
@@ -79,7 +79,7 @@ func render(rel Relation) (queryText, error) {
 		}
 		out[i] = buf.String()
 	}
-	return queryText{rows: out[0], cells: out[1], signature: out[2]}, nil
+	return queryText{rows: out[0], cells: out[1]}, nil
 }
 
 // build runs the queries and assembles the model.
@@ -104,7 +104,7 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 	}
 	var sig string
 	if opts.Shelf != nil {
-		if sig, err = q.sign(ctx, tx, rel); err != nil {
+		if sig, err = sign(ctx, tx, rel); err != nil {
 			return nil, fmt.Errorf("density %s: change detector: %w", rel, err)
 		}
 		if m := opts.Shelf.get(shelfKey(rel, opts), sig); m != nil && sig != "" {
@@ -123,21 +123,11 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 	return m, nil
 }
 
-// sign reads rel's change detector (table_signature.sql) in tx: "" for a
+// sign reads rel's change detector (package signature) in tx: "" for a
 // relation without row versions (a view), whose model is never shelved.
-func (q queryText) sign(ctx context.Context, tx pgx.Tx, rel Relation) (string, error) {
-	var kind string
-	if err := tx.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = $1::regclass`, rel.Table.Sanitize()).Scan(&kind); err != nil {
-		return "", err
-	}
-	if kind != "r" && kind != "p" && kind != "m" {
-		return "", nil
-	}
-	var count, newest int64
-	if err := tx.QueryRow(ctx, q.signature).Scan(&count, &newest); err != nil {
-		return "", err
-	}
-	return strconv.FormatInt(count, 10) + ":" + strconv.FormatInt(newest, 10), nil
+func sign(ctx context.Context, tx pgx.Tx, rel Relation) (string, error) {
+	sig, err := signature.Of(ctx, tx, rel.Table.Sanitize())
+	return sig.String(), err
 }
 
 // read estimates rel's rows and reads its cells, sampled when it is large.

@@ -1,0 +1,91 @@
+// Package signature reads a relation's change detector: its row count and
+// the newest transaction id that wrote one of its rows (see
+// sql/table_signature.sql). `geotoll prepare` records it with the storage
+// it builds and rebuilds that storage when it changes, the geofence layers
+// stop reading pieces cut before a write to their table, and the price
+// models of an unchanged relation are reused. One reading, one format, so
+// that what one package records another can compare.
+package signature
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/jackc/pgx/v5"
+
+	queries "github.com/geotoll/geotoll/sql"
+)
+
+var detector = template.Must(template.New("table_signature.sql").Parse(queries.MustRead("table_signature.sql")))
+
+// Querier is what Read needs of a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Signature is one reading of a relation's change detector.
+type Signature struct {
+	Rows      int64 // rows counted
+	Newest    int64 // the newest xmin of a row (0 unless Versioned)
+	Versioned bool  // the relation has row versions: Newest was read
+}
+
+// String is the recorded form, "rows:newest", or "" for a relation without
+// row versions (a view or a foreign table), whose changes the count alone
+// cannot tell: such a relation has no signature to compare.
+func (s Signature) String() string {
+	if !s.Versioned {
+		return ""
+	}
+	return strconv.FormatInt(s.Rows, 10) + ":" + strconv.FormatInt(s.Newest, 10)
+}
+
+// Versioned reports whether a relation of kind relkind (pg_class.relkind)
+// has row versions: tables, partitioned tables and materialized views.
+func Versioned(relkind string) bool {
+	return relkind == "r" || relkind == "p" || relkind == "m"
+}
+
+// Read reads the detector of table, an identifier quoted with
+// pgx.Identifier (it is placed in the query text as it is); versioned says
+// whether the relation has row versions to read (see Versioned).
+func Read(ctx context.Context, q Querier, table string, versioned bool) (Signature, error) {
+	var text strings.Builder
+	if err := detector.Execute(&text, struct {
+		Table string
+		XMin  bool
+	}{table, versioned}); err != nil {
+		return Signature{}, err
+	}
+	rows, err := q.Query(ctx, text.String())
+	if err != nil {
+		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
+	}
+	s := Signature{Versioned: versioned}
+	if _, err := pgx.ForEachRow(rows, []any{&s.Rows, &s.Newest}, func() error { return nil }); err != nil {
+		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
+	}
+	return s, nil
+}
+
+// Of reads the detector of table (quoted as for Read), finding first
+// whether it has row versions. A relation without them is not counted (a
+// count through a view may be a whole query's work): its Signature is
+// empty, as it has none to compare.
+func Of(ctx context.Context, q Querier, table string) (Signature, error) {
+	rows, err := q.Query(ctx, `SELECT relkind::text FROM pg_class WHERE oid = $1::regclass`, table)
+	if err != nil {
+		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
+	}
+	kind, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	if err != nil {
+		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
+	}
+	if !Versioned(kind) {
+		return Signature{}, nil
+	}
+	return Read(ctx, q, table, true)
+}

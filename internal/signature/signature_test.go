@@ -1,0 +1,74 @@
+package signature_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/geotoll/geotoll/internal/signature"
+	"github.com/geotoll/geotoll/internal/testenv"
+)
+
+// TestSignatureFollowsWrites: every committed INSERT, UPDATE and DELETE
+// changes a table's signature, a read does not, and a view has none.
+func TestSignatureFollowsWrites(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Pool(t)
+	schema := testenv.Schema(t, "sig", func(s string) []string {
+		return []string{
+			"CREATE TABLE " + s + ".t (id int PRIMARY KEY, v int)",
+			"INSERT INTO " + s + ".t VALUES (1, 1), (2, 2)",
+			"CREATE VIEW " + s + ".v AS SELECT * FROM " + s + ".t",
+		}
+	})
+	table := pgx.Identifier{schema, "t"}.Sanitize()
+	read := func() string {
+		t.Helper()
+		sig, err := signature.Of(ctx, pool, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sig.Newest <= 0 || !sig.Versioned {
+			t.Fatalf("signature of a table: %+v", sig)
+		}
+		return sig.String()
+	}
+	seen := map[string]string{}
+	note := func(after string) {
+		t.Helper()
+		s := read()
+		if before, dup := seen[s]; dup {
+			t.Errorf("after %s the signature is %q, as after %s", after, s, before)
+		}
+		seen[s] = after
+	}
+	note("creation")
+	if s := read(); seen[s] != "creation" {
+		t.Errorf("a second reading without a write changed the signature to %q", s)
+	}
+	for _, w := range []string{
+		"INSERT INTO " + table + " VALUES (3, 3)",
+		"UPDATE " + table + " SET v = 5 WHERE id = 1",
+		"DELETE FROM " + table + " WHERE id = 2",
+	} {
+		if _, err := pool.Exec(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		note(w)
+	}
+	if sig, err := signature.Of(ctx, pool, table); err != nil || sig.Rows != 2 {
+		t.Errorf("two rows left: %+v, %v", sig, err)
+	}
+	view, err := signature.Of(ctx, pool, pgx.Identifier{schema, "v"}.Sanitize())
+	if err != nil || view.String() != "" || view.Versioned {
+		t.Errorf("a view's signature: %+v, %v; want none", view, err)
+	}
+	counted, err := signature.Read(ctx, pool, pgx.Identifier{schema, "v"}.Sanitize(), false)
+	if err != nil || counted.Rows != 2 || counted.String() != "" {
+		t.Errorf("a view read for its count: %+v, %v; want 2 rows and no signature", counted, err)
+	}
+	if _, err := signature.Of(ctx, pool, pgx.Identifier{schema, "missing"}.Sanitize()); err == nil {
+		t.Errorf("a missing relation has a signature")
+	}
+}
