@@ -103,20 +103,26 @@ func TestSubdivideRepairedCount(t *testing.T) {
 // polygon makes it land), and a hole straddling the left lobe's edge,
 // all densified to more vertices than a chunk holds (64 × 16), so that
 // the rows are cut into chunks. Each point is answered by the pieces as
-// by the row, and the row answers as drawn.
+// by the row, and the row answers as drawn. The layer's property is
+// called g, as the fill's own geometries are: the pieces carry its value.
 func TestSubdivideInvalidCoversAsTheRow(t *testing.T) {
 	t.Parallel()
 	owner, f, name := setup(t, true, "subinv_")
-	f.exec(t, `CREATE TABLE {s}.shapes (id int PRIMARY KEY, name text, geom geometry(Geometry, 3857))`)
+	f.exec(t, `CREATE TABLE {s}.shapes (id int PRIMARY KEY, g text, geom geometry(Geometry, 3857))`)
 	f.exec(t, `INSERT INTO {s}.shapes VALUES (1, 'lobes', ST_Segmentize(ST_GeomFromText('POLYGON(
 		(0 0, 1000 1000, 1000 0, 0 1000, 0 0),
 		(100 450, 200 450, 200 550, 100 550, 100 450),
 		(450 850, 550 850, 550 950, 450 950, 450 850),
 		(-50 200, 50 200, 50 300, -50 300, -50 200))', 3857), 1))`)
 	f.exec(t, `GRANT SELECT ON {s}.shapes TO geotoll_reader`)
-	cat := catalog(t, shapesLayer(name, f.schema))
-	servePieces(t, owner, cat, name)
+	layer := shapesLayer(name, f.schema)
+	layer.Properties = []string{"g"}
+	servePieces(t, owner, catalog(t, layer), name)
 	pieces := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "sub"))}.Sanitize()
+	var n, named int
+	if err := owner.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE g = 'lobes') FROM `+pieces).Scan(&n, &named); err != nil || n == 0 || named != n {
+		t.Fatalf("pieces: %d, %d of them with g = 'lobes' (%v)", n, named, err)
+	}
 	points := []struct {
 		name   string
 		x, y   float64

@@ -41,13 +41,16 @@
 -- outside the shell subtracts nothing, a hole across it only what lies
 -- inside. Every GEOS call is on one ring or one chunk, so the statement
 -- can be cancelled between them.
--- The CTEs carry a part's number, not the row's columns (which could
--- share their names): the insert reads those back by the row's ctid.
+-- A part is cut as it is (ok) when it is valid or has no area (a line;
+-- ST_DumpRings takes polygons only).
+-- The row's columns are carried in parts under positional names (c0,
+-- c1…: a layer's column may be called part, ok or g), the other CTEs
+-- carry the part's number.
 -- Result: one row (pieces bigint, repaired bigint): the pieces written and
 -- the source rows that were not valid (ST_IsValid of the row's geometry,
 -- each row once, whatever its id), which were repaired.
-WITH RECURSIVE parts AS MATERIALIZED (
-    SELECT row_number() OVER () AS part, t.ctid AS tid, d.geom AS g, NOT $4::bool OR ST_IsValid(d.geom) AS ok
+WITH RECURSIVE parts (part, g, ok{{range $i, $c := .Cols}}, c{{$i}}{{end}}) AS MATERIALIZED (
+    SELECT row_number() OVER (), d.geom, NOT $4::bool OR ST_Dimension(d.geom) < 2 OR ST_IsValid(d.geom){{range .Cols}}, t.{{.}}{{end}}
     FROM {{.Source}} AS t,
          LATERAL ST_Dump(t.{{.Geom}}) AS d
     WHERE t.{{.Geom}} IS NOT NULL
@@ -90,10 +93,9 @@ wet AS (
 ),
 written AS (
     INSERT INTO {{.Next}} ({{.Geom}}{{range .Cols}}, {{.}}{{end}})
-    SELECT s.g{{range .Cols}}, t.{{.}}{{end}}
+    SELECT s.g{{range $i, $c := .Cols}}, p.c{{$i}}{{end}}
     FROM chunks AS k
          JOIN parts AS p ON p.part = k.part
-         JOIN {{.Source}} AS t ON t.ctid = p.tid
          LEFT JOIN wet AS w ON w.chunk = k.chunk,
          LATERAL (SELECT CASE WHEN k.valid THEN k.g ELSE ST_CollectionExtract(ST_MakeValid(k.g), $2::int) END AS g) AS f,
          LATERAL (SELECT CASE WHEN w.g IS NULL THEN f.g ELSE ST_CollectionExtract(ST_Difference(f.g, w.g), 3) END AS g) AS d,
