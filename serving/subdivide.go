@@ -20,7 +20,12 @@ import (
 // into chunks by quarters of their box, the chunks that are not valid are
 // repaired with ST_MakeValid, then each chunk is cut with ST_Subdivide
 // (cutting before the repair is what makes a repair of a country border
-// take seconds, not minutes). The source rows that were not valid
+// take seconds, not minutes). An invalid polygon is not cut as it is
+// (rectangle clipping of an invalid polygon can keep a box of water as
+// land): its exterior ring alone is repaired and cut, and from each
+// chunk its interior rings, each repaired alone, are subtracted, so that
+// the pieces cover what ST_Covers covers on the row (a hole lying outside
+// its shell subtracts nothing). The source rows that were not valid
 // (ST_IsValid), and so were repaired, are counted in the build's
 // Result.Repaired. Tiles of the zooms above the overview band read the
 // pieces near the tile and join them back per id (tiles.BuilderSubdivide).
@@ -32,7 +37,7 @@ type Subdivide struct{}
 
 // subdivideVersion is recorded in the pieces' params: a change to what
 // the builder writes bumps it, and every layer's pieces are rebuilt.
-const subdivideVersion = 2
+const subdivideVersion = 3
 
 // chunkPieces is how many pieces' worth of vertices a chunk holds at
 // most: polygon rows are cut into chunks by quarters of their box, chunks

@@ -95,6 +95,64 @@ func TestSubdivideRepairedCount(t *testing.T) {
 	}
 }
 
+// TestSubdivideInvalidCoversAsTheRow: the pieces of an invalid polygon
+// cover what ST_Covers covers on the row (inside the exterior ring, not
+// inside an interior ring), no more: a shell whose ring crosses itself
+// (a bow tie of two lobes), a hole inside the left lobe, a hole lying
+// outside the shell (in the gap between the lobes: a repair of the whole
+// polygon makes it land), and a hole straddling the left lobe's edge,
+// all densified to more vertices than a chunk holds (64 × 16), so that
+// the rows are cut into chunks. Each point is answered by the pieces as
+// by the row, and the row answers as drawn. The layer's property is
+// called g, as the fill's own geometries are: the pieces carry its value.
+func TestSubdivideInvalidCoversAsTheRow(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "subinv_")
+	f.exec(t, `CREATE TABLE {s}.shapes (id int PRIMARY KEY, g text, geom geometry(Geometry, 3857))`)
+	f.exec(t, `INSERT INTO {s}.shapes VALUES (1, 'lobes', ST_Segmentize(ST_GeomFromText('POLYGON(
+		(0 0, 1000 1000, 1000 0, 0 1000, 0 0),
+		(100 450, 200 450, 200 550, 100 550, 100 450),
+		(450 850, 550 850, 550 950, 450 950, 450 850),
+		(-50 200, 50 200, 50 300, -50 300, -50 200))', 3857), 1))`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes TO geotoll_reader`)
+	layer := shapesLayer(name, f.schema)
+	layer.Properties = []string{"g"}
+	servePieces(t, owner, catalog(t, layer), name)
+	pieces := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "sub"))}.Sanitize()
+	var n, named int
+	if err := owner.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE g = 'lobes') FROM `+pieces).Scan(&n, &named); err != nil || n == 0 || named != n {
+		t.Fatalf("pieces: %d, %d of them with g = 'lobes' (%v)", n, named, err)
+	}
+	points := []struct {
+		name   string
+		x, y   float64
+		inside bool
+	}{
+		{"left lobe", 50, 500, true},
+		{"right lobe", 900, 500, true},
+		{"hole inside the shell", 150, 500, false},
+		{"hole outside the shell", 500, 900, false},
+		{"straddling hole, inside the shell", 20, 250, false},
+		{"straddling hole, outside the shell", -20, 250, false},
+		{"gap below the crossing", 500, 100, false},
+	}
+	for _, p := range points {
+		var row, piece bool
+		err := owner.QueryRow(t.Context(), `
+			SELECT EXISTS (SELECT FROM `+pgx.Identifier{f.schema, "shapes"}.Sanitize()+` WHERE ST_Covers(geom, ST_Point($1, $2, 3857))),
+			       EXISTS (SELECT FROM `+pieces+` WHERE ST_Covers(geom, ST_Point($1, $2, 3857)))`, p.x, p.y).Scan(&row, &piece)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row != p.inside {
+			t.Fatalf("fixture: %s (%g, %g) covered by the row: %v, want %v", p.name, p.x, p.y, row, p.inside)
+		}
+		if piece != row {
+			t.Errorf("%s (%g, %g): covered by the pieces %v, by the row %v", p.name, p.x, p.y, piece, row)
+		}
+	}
+}
+
 // TestTilesFromPiecesCapped: with a feature cap below the ids near the
 // tile, a tile read from the pieces holds the same ids as the tile read
 // from the table (the first in order_by, name desc: the twin, id 4),
