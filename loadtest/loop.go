@@ -86,9 +86,13 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 		wg.Go(func() {
 			r := workerResult{status: map[int]int{}}
 			mine := stripe(ts, w, workers)
+			paths := make([]string, len(mine)) // formatted once, not per request
+			for i, t := range mine {
+				paths[i] = TilePath(layer, t)
+			}
 			for i := 0; !ended(ctx) && more(); i++ {
 				t0 := time.Now()
-				resp, err := conns[w].get(ctx, TilePath(layer, mine[i%len(mine)]))
+				resp, err := conns[w].get(ctx, paths[i%len(paths)])
 				if err != nil && ended(ctx) {
 					break // cut by the end of the run, not an error
 				}

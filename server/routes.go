@@ -50,10 +50,17 @@ const (
 // after /tiles/ and the tile route four: neither can shadow the other.
 func (o Options) routes() []route {
 	get, query, post, put, del := methods()
-	rs := []route{
-		{get, PathHealth, http.HandlerFunc(healthz), ""},
-		{get, PathReady, o.readyHandler(), ""},
+	var rs []route
+	// The tile route first: mux tries routes in order and tiles are the
+	// hot path (no route here matches another's paths, so order changes
+	// nothing else).
+	if t := o.Tiles; t != nil {
+		rs = append(rs, route{get, PathTile, t, ""})
 	}
+	rs = append(rs,
+		route{get, PathHealth, http.HandlerFunc(healthz), ""},
+		route{get, PathReady, o.readyHandler(), ""},
+	)
 	if o.OpenAPI != nil {
 		rs = append(rs, route{get, PathOpenAPI, o.OpenAPI, ""})
 	}
@@ -67,7 +74,6 @@ func (o Options) routes() []route {
 		rs = append(rs,
 			route{get, PathCatalog, t.Index(), ""},
 			route{get, PathTileJSON, t.TileJSON(), ""},
-			route{get, PathTile, t, ""},
 		)
 	}
 	if g := o.Geofence; g != nil {

@@ -169,7 +169,7 @@ func setBudgetHeaders(h http.Header, pol string, tier Tier, res throttle.Result)
 	// Round to 1e-4 tokens first: 42 may arrive as 41.999995.
 	remaining := max(0, int(math.Floor(math.Round(res.Remaining*1e4)/1e4)))
 	h.Set("RateLimit-Policy", pol)
-	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", tier.Name, remaining, res.ResetSeconds()))
+	h.Set("RateLimit", strconv.Quote(tier.Name)+";r="+strconv.Itoa(remaining)+";t="+strconv.Itoa(res.ResetSeconds()))
 	h.Set("X-RateLimit-Limit", strconv.Itoa(capacity))
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
 	h.Set("X-RateLimit-Reset", strconv.Itoa(res.ResetSeconds()))

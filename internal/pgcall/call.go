@@ -15,9 +15,9 @@ import (
 type work func(ctx context.Context, conn *pgx.Conn, cut time.Time, t *Timing) error
 
 // call is one guarded use of a pooled connection. Its work runs on a
-// goroutine of its own that holds the connection until the backend has
-// answered, so that the caller can answer by its deadline whatever the
-// backend does.
+// goroutine other than its caller's — the connection's own (see worker) —
+// that holds the connection until the backend has answered, so that the
+// caller can answer by its deadline whatever the backend does.
 type call struct {
 	db     *DB
 	ctx    context.Context // the caller's
@@ -69,7 +69,7 @@ func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, e
 		}
 	}
 	wctx, cancel := context.WithDeadline(ctx, c.cut)
-	go c.run(wctx, cancel, w)
+	goOn(conn.Conn(), func() { c.run(wctx, cancel, w) })
 	return c.await(wctx)
 }
 

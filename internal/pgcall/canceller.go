@@ -20,12 +20,16 @@ import (
 // server does not acknowledge the cancel request within StopWait: a
 // database that does not answer at all (paused, partitioned) stops nothing
 // by being waited for, and a ping or a pool's Acquire must not hang on it.
+// Each connection also runs its calls on a goroutine of its own, ended by
+// cfg.BeforeClose (chained after the hook cfg has): set that hook before
+// Configure, not after.
 func Configure(cfg *pgxpool.Config, wait time.Duration) {
 	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		h := &canceller{conn: pc, wait: wait}
 		pc.CustomData()[cancellerKey] = h
 		return h
 	}
+	chainBeforeClose(cfg)
 }
 
 const cancellerKey = "geotoll/pgcall.canceller"

@@ -1,8 +1,11 @@
 package pgcall_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -302,5 +305,64 @@ func TestReadMetersTheDatabasesOwnTime(t *testing.T) {
 	}
 	if meter.DB() != timing.Server {
 		t.Errorf("metered %v, want the server's %v", meter.DB(), timing.Server)
+	}
+}
+
+// goroutineID is the current goroutine's number, as its stack trace
+// names it ("goroutine 42 [running]:").
+func goroutineID(t *testing.T) int {
+	t.Helper()
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := bytes.Fields(buf)
+	if len(f) < 2 {
+		t.Fatalf("stack %q", buf)
+	}
+	id, err := strconv.Atoi(string(f[1]))
+	if err != nil {
+		t.Fatalf("stack %q: %v", buf, err)
+	}
+	return id
+}
+
+// The calls on one connection of a Configure'd pool run on one goroutine,
+// the connection's own, not on a new one each (whose stack would grow
+// again, call after call); it ends when the pool closes the connection.
+func TestCallsOfAConnectionShareItsGoroutine(t *testing.T) {
+	t.Parallel()
+	cfg := testenv.PoolConfig(t, testenv.ReadDatabaseURL(t))
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	db := &pgcall.DB{Pool: pool, AcquireTimeout: 5 * time.Second}
+	ids := make([]int, 3)
+	for i := range ids {
+		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second, Scan: func(rows pgx.Rows) error {
+			ids[i] = goroutineID(t)
+			return nil
+		}})
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] || ids[0] == goroutineID(t) {
+		t.Fatalf("the calls ran on goroutines %v (the test's is %d), want one of their own", ids, goroutineID(t))
+	}
+	pool.Close()
+	mark := []byte("goroutine " + strconv.Itoa(ids[0]) + " [")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		all := make([]byte, 1<<20)
+		all = all[:runtime.Stack(all, true)]
+		if !bytes.Contains(all, mark) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutine %d still runs 5 s after its connection was closed", ids[0])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
