@@ -39,8 +39,12 @@
 -- above (it is valid), and from each chunk the union of the repaired
 -- interior rings whose box meets it is subtracted (ST_Difference): a hole
 -- outside the shell subtracts nothing, a hole across it only what lies
--- inside. Every GEOS call is on one ring or one chunk, so the statement
--- can be cancelled between them.
+-- inside. Every GEOS call is on one ring, one chunk or the holes meeting
+-- one chunk, so the statement can be cancelled between them. (A chunk is
+-- cut by its shell's vertices only: a simple shell with many heavy holes,
+-- a sea around its islands, is one chunk and one ST_Difference with all
+-- of them.) The LATERALs that repair and subtract end in OFFSET 0, so
+-- that the planner does not evaluate them again in the filter on them.
 -- A part is cut as it is (ok) when it is valid or has no area (a line;
 -- ST_DumpRings takes polygons only).
 -- The row's columns are carried in parts under positional names (c0,
@@ -60,7 +64,7 @@ rings AS MATERIALIZED (
     FROM parts AS p,
          LATERAL ST_DumpRings(p.g) AS r,
          LATERAL (SELECT CASE WHEN ST_IsValid(r.geom) THEN r.geom
-                              ELSE ST_CollectionExtract(ST_MakeValid(r.geom, 'method=structure'), 3) END AS g) AS f
+                              ELSE ST_CollectionExtract(ST_MakeValid(r.geom, 'method=structure'), 3) END AS g OFFSET 0) AS f
     WHERE NOT p.ok AND NOT ST_IsEmpty(f.g)
 ),
 cut (part, ok, g, n, depth) AS (
@@ -97,8 +101,8 @@ written AS (
     FROM chunks AS k
          JOIN parts AS p ON p.part = k.part
          LEFT JOIN wet AS w ON w.chunk = k.chunk,
-         LATERAL (SELECT CASE WHEN k.valid THEN k.g ELSE ST_CollectionExtract(ST_MakeValid(k.g), $2::int) END AS g) AS f,
-         LATERAL (SELECT CASE WHEN w.g IS NULL THEN f.g ELSE ST_CollectionExtract(ST_Difference(f.g, w.g), 3) END AS g) AS d,
+         LATERAL (SELECT CASE WHEN k.valid THEN k.g ELSE ST_CollectionExtract(ST_MakeValid(k.g), $2::int) END AS g OFFSET 0) AS f,
+         LATERAL (SELECT CASE WHEN w.g IS NULL THEN f.g ELSE ST_CollectionExtract(ST_Difference(f.g, w.g), 3) END AS g OFFSET 0) AS d,
          LATERAL ST_Subdivide(d.g, $1::int) AS s(g)
     WHERE NOT ST_IsEmpty(d.g)
     RETURNING 1
