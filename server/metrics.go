@@ -42,11 +42,6 @@ type Metrics struct {
 	cache     *prometheus.CounterVec
 	dbCalls   *prometheus.CounterVec
 	outliving prometheus.Gauge
-
-	// Their children, by label values (see curried).
-	requestsBy, pricedBy, tokensBy, settledBy, throttledBy, cacheBy, dbCallsBy *curried[[4]string, prometheus.Counter]
-	durationBy                                                                 *curried[string, prometheus.Observer]
-	queryBy                                                                    *curried[layerZoom, prometheus.Observer]
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -101,9 +96,6 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	m.requestsBy, m.pricedBy, m.tokensBy, m.settledBy = counters(m.requests, 3), counters(m.priced, 3), counters(m.tokens, 4), counters(m.settled, 4)
-	m.throttledBy, m.cacheBy, m.dbCallsBy = counters(m.throttled, 2), counters(m.cache, 1), counters(m.dbCalls, 1)
-	m.durationBy, m.queryBy = observers(m.duration), queryObservers(m.query)
 	return m, nil
 }
 
@@ -116,43 +108,44 @@ func (m *Metrics) Handler() http.Handler {
 // request spent, and 429s.
 func (m *Metrics) Priced(tier string, p toll.Price, o toll.Outcome) {
 	route := pricedRoute(p.Route)
-	m.pricedBy.get([4]string{tier, route, string(o)}).Inc()
+	m.priced.WithLabelValues(tier, route, string(o)).Inc()
 	switch o {
 	case toll.Admitted:
-		m.spread(m.tokensBy, tier, p, p.Cost)
+		m.spread(m.tokens, tier, p, p.Cost)
 	case toll.Refused:
-		m.throttledBy.get([4]string{tier, route}).Inc()
+		m.throttled.WithLabelValues(tier, route).Inc()
 	}
 }
 
 // Settled implements toll.Observer: the tokens an admitted request really
 // cost.
 func (m *Metrics) Settled(tier string, p toll.Price, cost float64) {
-	m.spread(m.settledBy, tier, p, cost)
+	m.spread(m.settled, tier, p, cost)
 }
 
 // spread adds tokens to c, split evenly over a composite's layers.
-func (m *Metrics) spread(c *curried[[4]string, prometheus.Counter], tier string, p toll.Price, tokens float64) {
+func (m *Metrics) spread(c *prometheus.CounterVec, tier string, p toll.Price, tokens float64) {
 	zoom := ""
 	if p.Zoom >= 0 {
 		zoom = strconv.Itoa(p.Zoom)
 	}
-	share := tokens / float64(strings.Count(p.Layer, ",")+1)
-	for l := range strings.SplitSeq(p.Layer, ",") {
-		c.get([4]string{tier, pricedRoute(p.Route), l, zoom}).Add(share)
+	layers := strings.Split(p.Layer, ",")
+	share := tokens / float64(len(layers))
+	for _, l := range layers {
+		c.WithLabelValues(tier, pricedRoute(p.Route), l, zoom).Add(share)
 	}
 }
 
 // TileCache implements tiles.Observer.
-func (m *Metrics) TileCache(result string) { m.cacheBy.get([4]string{result}).Inc() }
+func (m *Metrics) TileCache(result string) { m.cache.WithLabelValues(result).Inc() }
 
 // TileQuery implements tiles.Observer.
 func (m *Metrics) TileQuery(layer string, z maptile.Zoom, d time.Duration) {
-	m.queryBy.get(layerZoom{layer, z}).Observe(d.Seconds())
+	m.query.WithLabelValues(layer, strconv.Itoa(int(z))).Observe(d.Seconds())
 }
 
 // Call implements pgcall.Observer.
-func (m *Metrics) Call(outcome string) { m.dbCallsBy.get([4]string{outcome}).Inc() }
+func (m *Metrics) Call(outcome string) { m.dbCalls.WithLabelValues(outcome).Inc() }
 
 // Outliving implements pgcall.Observer.
 func (m *Metrics) Outliving(delta int) { m.outliving.Add(float64(delta)) }
@@ -193,8 +186,8 @@ func (m *Metrics) wrap(next http.Handler) http.Handler {
 		if status == http.StatusNoContent && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			route = "preflight"
 		}
-		m.requestsBy.get([4]string{route, methodLabel(r.Method), strconv.Itoa(status)}).Inc()
-		m.durationBy.get(route).Observe(time.Since(start).Seconds())
+		m.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Inc()
+		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
 }
 
