@@ -12,9 +12,8 @@ import (
 // the Retry-After it is sent is what remains of the wait, in whole seconds
 // and at least 1, so a hold that covered the whole wait adds at most a
 // second — but one that asks again at once, as a crawler does, can no
-// longer be refused
-// thousands of times a second per connection: each of its connections is
-// refused at most once per hold. Those refusals would not touch the
+// longer be refused thousands of times a second per connection: each of
+// its connections is refused at most once per hold. Those refusals would not touch the
 // database, but each still costs the server a request's work on the CPU
 // the database and the other callers share.
 //
