@@ -23,8 +23,7 @@ type Refresher struct {
 
 	mu          sync.Mutex // guards the fields below
 	lastAttempt time.Time
-	checked     time.Time // when the model in use was last built or found current
-	inherited   bool      // the model in use came from Inherit
+	checked     time.Time // when the model in use was last built or found current; zero for an inherited one
 	lastError   string
 	failures    int
 }
@@ -69,11 +68,7 @@ func (r *Refresher) Inherit(from *Refresher) {
 	if m == nil {
 		return
 	}
-	r.mu.Lock() // a build stores its model under mu: never flagged inherited after it
-	defer r.mu.Unlock()
-	if r.model.CompareAndSwap(nil, m) {
-		r.inherited = true
-	}
+	r.model.CompareAndSwap(nil, m)
 }
 
 // Refresh builds a model now and swaps it in; on failure it keeps the
@@ -91,7 +86,7 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 		return err
 	}
 	r.model.Store(m)
-	r.failures, r.lastError, r.checked, r.inherited = 0, "", r.lastAttempt, false
+	r.failures, r.lastError, r.checked = 0, "", r.lastAttempt
 	return nil
 }
 
@@ -117,12 +112,11 @@ func (r *Refresher) Run(ctx context.Context) {
 func (r *Refresher) Status() Status {
 	r.mu.Lock()
 	s := Status{LastAttempt: r.lastAttempt, LastError: r.lastError, Failures: r.failures}
-	checked := r.checked
-	s.Inherited = r.inherited
+	checked, m := r.checked, r.Model() // a build stores both under mu
 	r.mu.Unlock()
-	if m := r.Model(); m != nil {
+	if m != nil {
 		s.Summary, s.Ready = m.summary, true
-		if checked.IsZero() { // inherited (see Inherit)
+		if s.Inherited = checked.IsZero(); s.Inherited { // not built here: see Inherit
 			checked = m.summary.BuiltAt
 		}
 		s.Age = r.opts.Now().Sub(checked)
