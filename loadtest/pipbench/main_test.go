@@ -64,3 +64,20 @@ func TestCompareCountsDisagreementsAndSkipsTheUnanswered(t *testing.T) {
 		t.Errorf("compare with itself = %q", s)
 	}
 }
+
+// TestRawSQLIsTheCheckStatement: the raw side runs geotoll's own check
+// statement on the source table (quoted), points in EPSG:4326 as they are.
+func TestRawSQLIsTheCheckStatement(t *testing.T) {
+	sql, err := rawSQL("opendata.countries")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`JOIN "opendata"."countries" AS t`, `ST_Covers(t.geom, ST_SetSRID(ST_MakePoint(p.lng, p.lat), 4326))`, `t.id::bigint AS id`} {
+		if !strings.Contains(sql, want) {
+			t.Errorf("raw statement lacks %q:\n%s", want, sql)
+		}
+	}
+	if strings.Contains(sql, "ST_Transform") {
+		t.Errorf("raw statement transforms the points:\n%s", sql)
+	}
+}

@@ -14,8 +14,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"text/template"
 
 	"github.com/jackc/pgx/v5"
+
+	queries "github.com/geotoll/geotoll/sql"
 )
 
 // geotollTarget checks through POST /geofence/check?layer=…, one
@@ -90,15 +93,27 @@ func (h *httpChecker) Close() error {
 	return nil
 }
 
-// rawSQL is geotoll's check statement on the source table itself: every
-// point against the whole polygons, same boundary rule (ST_Covers).
-const rawSQL = `SELECT DISTINCT p.ord, t.id::bigint
-FROM unnest($1::float8[], $2::float8[]) WITH ORDINALITY AS p(lng, lat, ord)
-JOIN %s AS t ON ST_Covers(t.geom, ST_SetSRID(ST_MakePoint(p.lng, p.lat), 4326))
-ORDER BY 1, 2`
+// rawSQL is geotoll's check statement (sql/geofence_layer_check.sql) on
+// the source table itself: every point against the whole polygons, same
+// boundary rule (ST_Covers), the table's id and geom in EPSG:4326.
+func rawSQL(table string) (string, error) {
+	t, err := template.New("geofence_layer_check.sql").Parse(queries.MustRead("geofence_layer_check.sql"))
+	if err != nil {
+		return "", err
+	}
+	var text strings.Builder
+	err = t.Execute(&text, struct {
+		Table, ID, Geom string
+		Mercator        bool
+	}{pgx.Identifier(strings.Split(table, ".")).Sanitize(), "id", "geom", false})
+	return text.String(), err
+}
 
 func rawTarget(dsn, table string) target {
-	sql := fmt.Sprintf(rawSQL, pgx.Identifier(strings.Split(table, ".")).Sanitize())
+	sql, err := rawSQL(table)
+	if err != nil {
+		return target{name: "raw", open: func(context.Context) (checker, error) { return nil, err }}
+	}
 	return target{name: "raw", open: func(ctx context.Context) (checker, error) {
 		c, err := connect(ctx, dsn)
 		if err != nil {
