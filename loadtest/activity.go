@@ -30,7 +30,7 @@ type Activity struct {
 
 const activitySQL = `SELECT count(*)::int, coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)::float8
 FROM pg_stat_activity
-WHERE usename = coalesce(nullif($1, ''), current_user) AND state = 'active'
+WHERE usename = coalesce(nullif($1, ''), current_user) AND datname = current_database() AND state = 'active'
   AND ($2 = '' OR application_name = $2)
   AND backend_type = 'client backend' AND pid <> pg_backend_pid()`
 

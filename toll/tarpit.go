@@ -25,8 +25,8 @@ import (
 type Tarpit struct {
 	MaxHold time.Duration // 0: refusals are answered at once
 	MaxHeld int64
-	// Sleep waits d or until ctx ends (nil: a timer). Tests replace it.
-	Sleep func(ctx context.Context, d time.Duration)
+	// sleep waits d or until ctx ends (nil: a timer); tests set it.
+	sleep func(ctx context.Context, d time.Duration)
 
 	held atomic.Int64
 }
@@ -50,8 +50,8 @@ func (tp *Tarpit) hold(ctx context.Context, retry time.Duration) time.Duration {
 	}
 	defer tp.held.Add(-1)
 	start := time.Now()
-	if tp.Sleep != nil {
-		tp.Sleep(ctx, d)
+	if tp.sleep != nil {
+		tp.sleep(ctx, d)
 		return d
 	}
 	t := time.NewTimer(d)

@@ -19,7 +19,7 @@ func tarpitToll(sleep func(context.Context, time.Duration)) *Toll {
 	now := time.Unix(1_800_000_000, 0)
 	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: func() time.Time { return now }}))
 	toll.Tiers[AnonymousTier] = Tier{Name: AnonymousTier, Limit: throttle.Limit{Rate: 10, Capacity: 70}}
-	toll.Tarpit = &Tarpit{MaxHold: 2 * time.Second, MaxHeld: 1, Sleep: sleep}
+	toll.Tarpit = &Tarpit{MaxHold: 2 * time.Second, MaxHeld: 1, sleep: sleep}
 	return toll
 }
 

@@ -107,8 +107,10 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 		if sig, err = sign(ctx, tx, rel); err != nil {
 			return nil, fmt.Errorf("density %s: change detector: %w", rel, err)
 		}
-		if m := opts.Shelf.get(shelfKey(rel, opts), sig); m != nil && sig != "" {
-			return m, nil
+		if sig != "" {
+			if m := opts.Shelf.get(shelfKey(rel, opts), sig); m != nil {
+				return m, nil
+			}
 		}
 	}
 	m, err := q.read(ctx, tx, rel, opts)

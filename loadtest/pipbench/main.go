@@ -215,9 +215,7 @@ func measure(ctx context.Context, t target, pts []point, batch, conns int, minTi
 			}, func(i int, got [][]int64, err error) {
 				if err != nil {
 					failed.Add(1)
-					if failures.Load() == nil {
-						failures.Store(&err)
-					}
+					failures.CompareAndSwap(nil, &err)
 					return
 				}
 				sent.Add(int64(len(got)))
