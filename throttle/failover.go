@@ -336,7 +336,7 @@ type knownBudget struct {
 
 // estimate is the bucket's tokens at now, by its refill alone.
 func (k knownBudget) estimate(now time.Time) float64 {
-	return min(k.limit.Capacity, k.remaining+now.Sub(k.at).Seconds()*k.limit.Rate)
+	return k.limit.refilled(k.remaining, now.Sub(k.at))
 }
 
 func (k *known) note(req Request, a Admission, now time.Time, size int) {

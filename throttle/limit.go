@@ -99,6 +99,26 @@ func (r Result) ResetSeconds() int {
 	return ceilSeconds(r.ResetAfter)
 }
 
+// After is r as it stands d later by the bucket's refill alone: the waits
+// shorter by d, the tokens more by what refilled meanwhile (unknown
+// without a limit).
+func (r Result) After(d time.Duration) Result {
+	if d <= 0 {
+		return r
+	}
+	r.RetryAfter = max(0, r.RetryAfter-d)
+	r.ResetAfter = max(0, r.ResetAfter-d)
+	if r.Limit.Rate > 0 {
+		r.Remaining = r.Limit.refilled(r.Remaining, d)
+	}
+	return r
+}
+
+// refilled is a bucket of l holding tokens, d later: at most its capacity.
+func (l Limit) refilled(tokens float64, d time.Duration) float64 {
+	return min(l.Capacity, tokens+d.Seconds()*l.Rate)
+}
+
 func ceilSeconds(d time.Duration) int {
 	if d <= 0 {
 		return 0

@@ -3,6 +3,7 @@ package throttle
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestLimitValidate(t *testing.T) {
@@ -28,5 +29,32 @@ func TestLimitValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want ok=%v", err, tt.ok)
 			}
 		})
+	}
+}
+
+// TestResultAfter: a result d later (a refusal the toll's tarpit held)
+// describes the bucket as it is then: the waits shorter by d, the tokens
+// more by the refill, never more than the capacity.
+func TestResultAfter(t *testing.T) {
+	t.Parallel()
+	limit := Limit{Rate: 20, Capacity: 60}
+	for _, tc := range []struct {
+		name string
+		in   Result
+		held time.Duration
+		want Result
+	}{
+		{"no hold", Result{Remaining: 2, RetryAfter: 900 * time.Millisecond, ResetAfter: 2900 * time.Millisecond, Limit: limit}, 0,
+			Result{Remaining: 2, RetryAfter: 900 * time.Millisecond, ResetAfter: 2900 * time.Millisecond, Limit: limit}},
+		{"part of the wait", Result{Remaining: 2, RetryAfter: 2 * time.Second, ResetAfter: 2900 * time.Millisecond, Limit: limit}, 500 * time.Millisecond,
+			Result{Remaining: 12, RetryAfter: 1500 * time.Millisecond, ResetAfter: 2400 * time.Millisecond, Limit: limit}},
+		{"past the reset", Result{Remaining: 50, RetryAfter: 100 * time.Millisecond, ResetAfter: 500 * time.Millisecond, Limit: limit}, time.Second,
+			Result{Remaining: 60, Limit: limit}},
+		{"no limit known", Result{Remaining: 3, RetryAfter: time.Second}, 400 * time.Millisecond,
+			Result{Remaining: 3, RetryAfter: 600 * time.Millisecond}},
+	} {
+		if got := tc.in.After(tc.held); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
 	}
 }

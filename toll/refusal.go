@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
@@ -19,7 +18,7 @@ func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol st
 	t.observe(tier.Name, p, Refused)
 	if t.Tarpit != nil && a.Refusal != throttle.RefusedInFlight {
 		held := t.Tarpit.hold(r.Context(), a.Result.RetryAfter)
-		a.Result = afterHold(a.Result, held)
+		a.Result = a.Result.After(held) // every budget header describes the bucket when the answer leaves
 	}
 	switch a.Refusal {
 	case throttle.RefusedAggregate:
@@ -36,22 +35,6 @@ func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol st
 		setBudgetHeaders(w.Header(), pol, tier, a.Result)
 		problem.Write(w, r, exhausted(tier.Name, a.Result))
 	}
-}
-
-// afterHold is a refusal's result once held (see Tarpit): the waits
-// shorter by the hold, the tokens more by what the bucket refilled
-// meanwhile, so that every budget header describes the bucket when the
-// answer leaves.
-func afterHold(res throttle.Result, held time.Duration) throttle.Result {
-	if held <= 0 {
-		return res
-	}
-	res.RetryAfter = max(0, res.RetryAfter-held)
-	res.ResetAfter = max(0, res.ResetAfter-held)
-	if res.Limit.Rate > 0 {
-		res.Remaining = min(res.Limit.Capacity, res.Remaining+held.Seconds()*res.Limit.Rate)
-	}
-	return res
 }
 
 func maxInFlight(tier Tier) int {

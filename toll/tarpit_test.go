@@ -108,30 +108,3 @@ func TestTarpitMaxHeld(t *testing.T) {
 		t.Errorf("a refusal whose client hung up was held %v", held)
 	}
 }
-
-// After a hold the refusal describes the bucket as it is when answered:
-// the waits shorter by the hold, the tokens more by the refill, never
-// more than the capacity.
-func TestAfterHold(t *testing.T) {
-	t.Parallel()
-	limit := throttle.Limit{Rate: 20, Capacity: 60}
-	for _, tc := range []struct {
-		name string
-		in   throttle.Result
-		held time.Duration
-		want throttle.Result
-	}{
-		{"no hold", throttle.Result{Remaining: 2, RetryAfter: 900 * time.Millisecond, ResetAfter: 2900 * time.Millisecond, Limit: limit}, 0,
-			throttle.Result{Remaining: 2, RetryAfter: 900 * time.Millisecond, ResetAfter: 2900 * time.Millisecond, Limit: limit}},
-		{"part of the wait", throttle.Result{Remaining: 2, RetryAfter: 2 * time.Second, ResetAfter: 2900 * time.Millisecond, Limit: limit}, 500 * time.Millisecond,
-			throttle.Result{Remaining: 12, RetryAfter: 1500 * time.Millisecond, ResetAfter: 2400 * time.Millisecond, Limit: limit}},
-		{"past the reset", throttle.Result{Remaining: 50, RetryAfter: 100 * time.Millisecond, ResetAfter: 500 * time.Millisecond, Limit: limit}, time.Second,
-			throttle.Result{Remaining: 60, Limit: limit}},
-		{"no limit known", throttle.Result{Remaining: 3, RetryAfter: time.Second}, 400 * time.Millisecond,
-			throttle.Result{Remaining: 3, RetryAfter: 600 * time.Millisecond}},
-	} {
-		if got := afterHold(tc.in, tc.held); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
-		}
-	}
-}
