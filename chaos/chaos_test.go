@@ -302,14 +302,28 @@ func (g *geotoll) goroutines() int { return int(g.metric("go_goroutines")) }
 // from 127.0.0.1.
 var clientKey = throttle.BucketKey("chaos", "anonymous", "ip:127.0.0.1")
 
-// tokens reads a bucket as Redis holds it; a missing bucket is full.
+// tokens reads a bucket as Redis holds it; a missing bucket is full. It
+// reads once none of the bucket's requests is open, or after quietWait: a
+// server's lease of the bucket (redis.lease_requests) is an open request
+// whose tokens go back within redis.lease_hold, and the finishes of the
+// last requests land within milliseconds.
 func tokens(rdb redis.Cmdable, key string, capacity float64) (float64, error) {
-	v, _, found, err := throttle.Stored(context.Background(), rdb, key)
-	if err != nil || !found {
-		return capacity, err
+	deadline := time.Now().Add(quietWait)
+	for {
+		v, open, found, err := throttle.Stored(context.Background(), rdb, key)
+		if err != nil || !found {
+			return capacity, err
+		}
+		if open == 0 || time.Now().After(deadline) {
+			return v, nil
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return v, nil
 }
+
+// quietWait bounds how long tokens waits for a bucket's open requests:
+// the default lease hold (500 ms) and a margin.
+const quietWait = 1500 * time.Millisecond
 
 // exact reports whether a bucket holding got is what want tokens become
 // after at most since of refill at rate: want ≤ got ≤ want + rate·since.

@@ -373,6 +373,10 @@ func redisHungCancelled(s *sc) {
 	defer rdb.Close()
 	c := newClient(4)
 	n, _, _ := spend(s, c, g, 5)
+	// Once the server's lease is back, each request asks Redis.
+	if _, err := tokens(rdb, clientKey, 1000); err != nil {
+		s.t.Fatal(err)
+	}
 
 	r.pause()
 	for i := 0; i < 3; i++ {

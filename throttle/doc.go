@@ -62,6 +62,12 @@
 //     together in the next, with the settlements and releases of earlier
 //     requests. A request costs at most one call on its client's path, a
 //     burst of N far fewer than N, and finishing costs the client nothing.
+//   - A caller whose requests come one after another, faster than its
+//     bucket refills, is admitted in process on a lease (keylease.go):
+//     tokens for several requests and one in-flight slot, taken with a
+//     request's call as an admitted request of its own, and given back
+//     with a later one. On the replica that holds it a lease changes no
+//     decision; other replicas see it spent until it is back.
 //   - The clock is Redis's own TIME, read inside the script: replica clock
 //     skew cannot smear the refill.
 //   - Amounts are whole micro-tokens and times whole microseconds, so the

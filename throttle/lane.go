@@ -19,6 +19,11 @@ type pending struct {
 	sent      bool // taken into a batch (under RedisStore.mu)
 	abandoned bool // its caller stopped waiting after it was sent (under RedisStore.mu)
 	notBefore time.Time
+	lease     *keyLease // a lease's admit: its reply grants the lease
+	// refusedBeside is the caller's lease that held tokens, or an idle
+	// slot, when Redis refused this admit for want of them (under
+	// RedisStore.mu).
+	refusedBeside *keyLease
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
 	span trace.SpanContext
@@ -34,27 +39,44 @@ type lane struct {
 	timer     *time.Timer
 }
 
-// enqueue adds p to key's lane and starts a batch when none is on its way:
-// at once for an admit, after FinishDelay for a finish. mine reports that
-// the admit's own goroutine is to send the batch (see drainOwn).
-func (s *RedisStore) enqueue(key string, agg *Bucket, sh shape, p *pending, now bool) (l *lane, mine bool, err error) {
+// enqueue adds ps to key's lane, in order, and starts a batch when none is
+// on its way: at once for an admit, after FinishDelay for a finish. mine
+// reports that the admit's own goroutine is to send the batch (see
+// drainOwn).
+func (s *RedisStore) enqueue(key string, agg *Bucket, sh shape, now bool, ps ...*pending) (l *lane, mine bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l = s.lanes[key]
+	return s.enqueueLocked(key, agg, sh, now, ps...)
+}
+
+// enqueueLocked is enqueue under RedisStore.mu.
+func (s *RedisStore) enqueueLocked(key string, agg *Bucket, sh shape, now bool, ps ...*pending) (l *lane, mine bool, err error) {
+	l = s.laneLocked(key)
+	if len(l.queue)+len(ps) > s.opts.MaxPending {
+		if now {
+			for _, p := range ps {
+				if p.lease != nil {
+					s.dropLocked(p.lease)
+				}
+			}
+			return nil, false, fmt.Errorf("%w for %q", errBusy, key)
+		}
+		s.stats.dropped.Add(uint64(len(ps)))
+		return l, false, nil
+	}
+	l.agg, l.sh = agg, sh
+	l.queue = append(l.queue, ps...)
+	return l, s.kickLocked(l, now, now), nil
+}
+
+// laneLocked is key's lane, made when there is none.
+func (s *RedisStore) laneLocked(key string) *lane {
+	l := s.lanes[key]
 	if l == nil {
 		l = &lane{key: key, open: OpenKey(key)}
 		s.lanes[key] = l
 	}
-	if len(l.queue) >= s.opts.MaxPending {
-		if p.done != nil {
-			return nil, false, fmt.Errorf("%w for %q", errBusy, key)
-		}
-		s.stats.dropped.Add(1)
-		return l, false, nil
-	}
-	l.agg, l.sh = agg, sh
-	l.queue = append(l.queue, p)
-	return l, s.kickLocked(l, now, now), nil
+	return l
 }
 
 // kickLocked starts l's next batch, now or after FinishDelay, unless one is
@@ -214,7 +236,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	admits := 0
 	for _, p := range batch {
 		args = append(args, string(p.op.kind), p.op.id, formatMicro(p.op.amount))
-		if p.op.kind == opAdmit || p.op.kind == opShadow {
+		if (p.op.kind == opAdmit || p.op.kind == opShadow) && p.lease == nil {
 			admits++
 		}
 	}
@@ -236,20 +258,26 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	var voids []*pending
 	s.mu.Lock()
 	for i, p := range batch {
+		if p.lease != nil {
+			s.grantLocked(p.lease, results[i])
+			continue
+		}
 		if p.done == nil {
 			continue
 		}
 		r := results[i]
+		p.refusedBeside = s.besideLocked(l.key, r.status)
 		if p.abandoned && admitted(r.status) {
 			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}})
 			continue
 		}
 		p.done <- r
 	}
+	s.sawLocked(l.key, results)
 	s.mu.Unlock()
 	for _, v := range voids {
 		s.stats.voids.Add(1)
-		_, _, _ = s.enqueue(l.key, agg, sh, v, false)
+		_, _, _ = s.enqueue(l.key, agg, sh, false, v)
 	}
 }
 
@@ -268,6 +296,11 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, notBefore: retry})
 			s.stats.voids.Add(1)
 			p.failed <- err
+			if p.lease != nil {
+				s.mu.Lock()
+				s.dropLocked(p.lease)
+				s.mu.Unlock()
+			}
 		default:
 			p.sent = false
 			p.notBefore = retry

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,8 +46,11 @@ type RedisStore struct {
 	script *redis.Script
 	opts   RedisOptions
 
-	mu    sync.Mutex
-	lanes map[string]*lane
+	mu     sync.Mutex
+	lanes  map[string]*lane
+	leases map[string]*keyLease
+	seen   map[string]seenBucket // callers' buckets as replies showed them (with leases)
+	seenAt int                   // len(seen) at which stale entries are swept
 
 	stats redisStats
 }
@@ -74,6 +78,13 @@ type RedisOptions struct {
 	// 4096). Beyond it an admit fails at once and a finish is dropped
 	// (counted; its slot expires with its TTL).
 	MaxPending int
+	// LeaseRequests is how many requests' price a lease takes ahead of a
+	// caller's requests (see keyLease), at most an eighth of the bucket
+	// (default 8; negative: no leases).
+	LeaseRequests int
+	// LeaseHold is how long a lease lives before what is left of it goes
+	// back (default 500 ms, and at most half the request TTL).
+	LeaseHold time.Duration
 }
 
 // Defaults of RedisOptions.
@@ -82,6 +93,8 @@ const (
 	DefaultClockSkew     = time.Second
 	DefaultFinishDelay   = 5 * time.Millisecond
 	DefaultRetryInterval = 500 * time.Millisecond
+	DefaultLeaseRequests = 8
+	DefaultLeaseHold     = 500 * time.Millisecond
 )
 
 func (o RedisOptions) withDefaults() RedisOptions {
@@ -103,6 +116,12 @@ func (o RedisOptions) withDefaults() RedisOptions {
 	if o.MaxPending <= 0 {
 		o.MaxPending = 4096
 	}
+	if o.LeaseRequests == 0 {
+		o.LeaseRequests = DefaultLeaseRequests
+	}
+	if o.LeaseHold <= 0 {
+		o.LeaseHold = DefaultLeaseHold
+	}
 	return o
 }
 
@@ -111,7 +130,8 @@ var _ Store = (*RedisStore)(nil)
 // NewRedisStore returns a Store over rdb: a *redis.Client, *redis.ClusterClient
 // or *redis.Ring all fit. Keys from BucketKey are hash-tagged for Cluster.
 func NewRedisStore(rdb redis.Scripter, opts RedisOptions) *RedisStore {
-	return &RedisStore{rdb: rdb, script: redis.NewScript(admitLua), opts: opts.withDefaults(), lanes: make(map[string]*lane)}
+	return &RedisStore{rdb: rdb, script: redis.NewScript(admitLua), opts: opts.withDefaults(),
+		lanes: make(map[string]*lane), leases: make(map[string]*keyLease), seen: make(map[string]seenBucket)}
 }
 
 // OpenKey is the hash of a caller's open requests: bucketKey + ":open", in
@@ -130,33 +150,81 @@ type RedisStats struct {
 	Voids    uint64 // admits voided after an unanswered batch
 	Failures uint64 // calls that failed or were not answered in time
 	Dropped  uint64 // finishes dropped: too many pending for one caller
+	Leases   uint64 // leases granted
+	Local    uint64 // requests admitted in process, on a lease
 }
 
 type redisStats struct {
-	calls, ops, admits, voids, failures, dropped atomic.Uint64
+	calls, ops, admits, voids, failures, dropped, leases, local atomic.Uint64
 }
 
 // Stats reports what the store sent so far.
 func (s *RedisStore) Stats() RedisStats {
 	return RedisStats{Calls: s.stats.calls.Load(), Ops: s.stats.ops.Load(), Admits: s.stats.admits.Load(),
-		Voids: s.stats.voids.Load(), Failures: s.stats.failures.Load(), Dropped: s.stats.dropped.Load()}
+		Voids: s.stats.voids.Load(), Failures: s.stats.failures.Load(), Dropped: s.stats.dropped.Load(),
+		Leases: s.stats.leases.Load(), Local: s.stats.local.Load()}
 }
 
-// Admit implements Store.
+// Admit implements Store. A request is admitted in process when this
+// store holds an idle lease of its caller that can pay it, else by one
+// script call shared with the caller's other operations.
 func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) {
 	if err := req.validate(); err != nil {
 		return Admission{}, err
 	}
 	sh := shapeOf(req)
+	if a, ok := s.admitLeased(req, sh); ok {
+		return a, nil
+	}
+	a, held, err := s.admitRemote(ctx, req, sh)
+	// A refusal while a lease of the caller held tokens or an idle slot is
+	// asked again with the lease given back, as the bucket would have held
+	// them.
+	for range maxLeaseRetries {
+		if err != nil || held == nil {
+			break
+		}
+		select {
+		case <-s.retire(held):
+		case <-ctx.Done():
+			return a, nil
+		}
+		a, held, err = s.admitRemote(ctx, req, sh)
+	}
+	return a, err
+}
+
+// maxLeaseRetries bounds how often one request is asked again after a
+// refusal that a lease's tokens might have paid.
+const maxLeaseRetries = 3
+
+// admitRemote admits req by a script call on its caller's lane. A refusal
+// comes with the caller's lease that held tokens when Redis refused, if
+// any.
+func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape) (Admission, *keyLease, error) {
 	kind := opAdmit
 	if req.Shadow {
 		kind = opShadow
 	}
 	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, agg: req.Aggregate, sh: sh,
 		done: make(chan opResult, 1), failed: make(chan error, 1), span: trace.SpanContextFromContext(ctx)}
-	l, mine, err := s.enqueue(req.Key, req.Aggregate, sh, p, true)
+	ops := []*pending{p}
+	var held *keyLease
+	if s.opts.LeaseRequests > 0 {
+		var back, ask *pending
+		s.mu.Lock()
+		back, ask, held = s.leaseOpsLocked(req, sh)
+		s.mu.Unlock()
+		if back != nil {
+			ops = append([]*pending{back}, ops...)
+		}
+		if ask != nil {
+			ops = append(ops, ask)
+		}
+	}
+	l, mine, err := s.enqueue(req.Key, req.Aggregate, sh, true, ops...)
 	if err != nil {
-		return Admission{}, err
+		return Admission{}, nil, err
 	}
 	cancelled := ctx.Done()
 	if mine {
@@ -165,6 +233,13 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 	}
 	select {
 	case r := <-p.done:
+		if left := s.heldLeft(held); left > 0 { // Redis does not count what the lease holds
+			capacity := sh.capacity
+			if r.status == stAggregate {
+				capacity = sh.aggCap
+			}
+			r.tokens = math.Min(r.tokens+left, capacity)
+		}
 		a := admission(req, sh, p.op.amount, r)
 		if a.Allowed {
 			paid := p.op.amount
@@ -174,12 +249,12 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 			a.Ticket = &Ticket{owner: s, key: req.Key, agg: req.Aggregate, limit: req.Limit, debt: req.Debt, id: p.op.id,
 				paid: paid, cost: req.Cost, shadow: a.Shadow, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond}
 		}
-		return a, nil
+		return a, p.refusedBeside, nil
 	case err := <-p.failed:
-		return Admission{}, err
+		return Admission{}, nil, err
 	case <-cancelled:
 		s.abandon(req.Key, p)
-		return Admission{}, ctx.Err()
+		return Admission{}, nil, ctx.Err()
 	}
 }
 
@@ -208,7 +283,7 @@ func (s *RedisStore) abandon(key string, p *pending) {
 	s.mu.Unlock()
 	if void {
 		s.stats.voids.Add(1)
-		_, _, _ = s.enqueue(key, p.agg, p.sh, &pending{op: op{kind: opVoid, id: p.op.id}}, false)
+		_, _, _ = s.enqueue(key, p.agg, p.sh, false, &pending{op: op{kind: opVoid, id: p.op.id}})
 	}
 }
 
@@ -217,10 +292,20 @@ func admitted(status int) bool {
 	return status == stAdmitted || status == stShadow || status == stAlreadyOpen
 }
 
-// finish implements finisher: the finish joins the caller's queue.
+// finish implements finisher: the finish joins the caller's queue. A
+// debit gives the caller's lease back first, so that the bucket reaches its
+// debt floor as it would without the lease.
 func (s *RedisStore) finish(t *Ticket, delta float64) {
 	p := &pending{op: op{kind: opFinish, id: t.id, amount: delta}}
-	_, _, _ = s.enqueue(t.key, t.agg, t.shape(), p, false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ls := s.leases[t.key]; delta > 0 && ls != nil && ls.granted {
+		ls.done = true
+		if !ls.busy {
+			s.giveBackLocked(ls)
+		}
+	}
+	_, _, _ = s.enqueueLocked(t.key, t.agg, t.shape(), false, p)
 }
 
 // Peek implements Store: one call that changes nothing.
@@ -240,17 +325,31 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
 	}
-	return Result{Allowed: true, Remaining: fromMicro(rs[0].tokens), Limit: b.Limit,
-		ResetAfter: time.Duration(resetMS(rs[0].tokens, sh.rate, sh.capacity)) * time.Millisecond}, nil
+	tokens := rs[0].tokens
+	s.mu.Lock()
+	if ls := s.leases[b.Key]; ls != nil && ls.granted { // what this replica holds of it counts
+		tokens = math.Min(tokens+ls.left, sh.capacity)
+	}
+	s.mu.Unlock()
+	return Result{Allowed: true, Remaining: fromMicro(tokens), Limit: b.Limit,
+		ResetAfter: time.Duration(resetMS(tokens, sh.rate, sh.capacity)) * time.Millisecond}, nil
 }
 
-// Flush sends every pending finish and void, waiting at most until ctx
-// ends (at shutdown). The voids of an unanswered batch wait for its
-// deadline first, and so does Flush.
+// Flush gives back every lease and sends every pending finish and void,
+// waiting at most until ctx ends (at shutdown). The voids of an unanswered
+// batch wait for its deadline first, and so does Flush; a lease whose slot
+// runs a request goes back when the request finishes.
 func (s *RedisStore) Flush(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		left := 0
+		for _, ls := range s.leases {
+			left++
+			ls.done = true
+			if ls.granted && !ls.busy {
+				s.giveBackLocked(ls)
+			}
+		}
 		for _, l := range s.lanes {
 			left += len(l.queue)
 			if l.busy {

@@ -76,6 +76,13 @@ type RedisConfig struct {
 	// spend reaching Redis later than its deadline plus this is not charged
 	// (its request already fell back).
 	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
+	// LeaseRequests is how many requests' price a replica takes ahead of a
+	// caller's requests, with one in-flight slot, to admit them in process
+	// (at most an eighth of the bucket); 0: every request is a Redis call.
+	LeaseRequests int `yaml:"lease_requests"`
+	// LeaseHold is how long such a lease lives before what is left of it
+	// goes back to the bucket.
+	LeaseHold time.Duration `yaml:"lease_hold"`
 }
 
 // HTTPConfig bounds the HTTP server.
@@ -145,7 +152,8 @@ func DefaultConfig() Config {
 		Database: DatabaseConfig{MaxConns: 16, AnonymousMaxConns: 2, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
 			CancelWait: time.Minute},
 		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,
-			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second},
+			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second,
+			LeaseRequests: throttle.DefaultLeaseRequests, LeaseHold: throttle.DefaultLeaseHold},
 		HTTP: HTTPConfig{
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,

@@ -57,6 +57,8 @@ func configDocs() []configDoc {
 		{Key: "redis.replicas", Meaning: "geotoll processes sharing the budget (scales the local fallback's rate)"},
 		{Key: "redis.probe_interval", Meaning: "how long budgets follow fail_mode after a failure before one request retries Redis (at most 10s)"},
 		{Key: "redis.max_clock_skew", Meaning: "how far Redis's clock may run ahead of geotoll's; a batch arriving later than its deadline plus this is dropped"},
+		{Key: "redis.lease_requests", Meaning: "how many requests' price a replica takes from a caller's bucket ahead of its requests, with one in-flight slot, to admit them without a Redis call (at most an eighth of the bucket; only while the caller spends faster than its bucket refills); 0: one call per request"},
+		{Key: "redis.lease_hold", Meaning: "how long such a lease lives before what is left of it goes back to the bucket (other replicas see it spent until then)"},
 		{Key: "http.read_header_timeout", Meaning: "http.Server ReadHeaderTimeout"},
 		{Key: "http.read_timeout", Meaning: "http.Server ReadTimeout"},
 		{Key: "http.write_timeout", Meaning: "http.Server WriteTimeout"},

@@ -34,6 +34,9 @@ func (c Config) validateResilience() []error {
 	if !throttle.FailMode(r.FailMode).Valid() {
 		errs = append(errs, fmt.Errorf("redis.fail_mode %q must be open, closed or local", r.FailMode))
 	}
+	if r.LeaseRequests < 0 || (r.LeaseRequests > 0 && r.LeaseHold <= 0) {
+		errs = append(errs, fmt.Errorf("redis.lease_requests %d and lease_hold %s: requests at least 0, and a positive hold with leases", r.LeaseRequests, r.LeaseHold))
+	}
 	if r.ProbeInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("redis.probe_interval %s: at most 10s, or a recovered Redis waits that long to be used", r.ProbeInterval))
 	}
@@ -104,7 +107,12 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 	if err := traceRedis(m.Tracing, rdb); err != nil {
 		return nil, fmt.Errorf("redis tracing: %w", err)
 	}
-	m.budgets = throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew})
+	leases := c.LeaseRequests
+	if leases == 0 {
+		leases = -1 // none
+	}
+	m.budgets = throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
+		LeaseRequests: leases, LeaseHold: c.LeaseHold})
 	m.failover = &throttle.Failover{Primary: m.budgets, Local: local, Mode: throttle.FailMode(c.FailMode), Replicas: c.Replicas,
 		Timeout: 2 * c.Timeout, ProbeInterval: c.ProbeInterval, Logger: m.Logger}
 	if err := m.failover.Validate(); err != nil {
