@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -329,3 +330,32 @@ func batchContext(batch []*pending) context.Context {
 	}
 	return context.Background()
 }
+
+// parseBatchReply checks and decodes admit.lua's reply: 2 integers per
+// operation. Anything else is an error, never a panic.
+func parseBatchReply(v any, n int) ([]opResult, error) {
+	r, ok := v.([]any)
+	if !ok || len(r) != 2*n {
+		return nil, fmt.Errorf("admit reply is %T of %d values, want %d", v, lenOf(v), 2*n)
+	}
+	out := make([]opResult, n)
+	for i := range out {
+		st, ok1 := r[2*i].(int64)
+		tok, ok2 := r[2*i+1].(int64)
+		if !ok1 || !ok2 || st < 0 || st > stNotAnOp {
+			return nil, fmt.Errorf("admit reply %d is %v %v", i, r[2*i], r[2*i+1])
+		}
+		out[i] = opResult{status: int(st), tokens: float64(tok)}
+	}
+	return out, nil
+}
+
+func lenOf(v any) int {
+	if r, ok := v.([]any); ok {
+		return len(r)
+	}
+	return -1
+}
+
+// errBusy reports an admit that could not be queued.
+var errBusy = errors.New("throttle: too many budget operations pending")

@@ -5,11 +5,8 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -370,63 +367,10 @@ func (s *RedisStore) Flush(ctx context.Context) error {
 	}
 }
 
-// parseBatchReply checks and decodes admit.lua's reply: 2 integers per
-// operation. Anything else is an error, never a panic.
-func parseBatchReply(v any, n int) ([]opResult, error) {
-	r, ok := v.([]any)
-	if !ok || len(r) != 2*n {
-		return nil, fmt.Errorf("admit reply is %T of %d values, want %d", v, lenOf(v), 2*n)
-	}
-	out := make([]opResult, n)
-	for i := range out {
-		st, ok1 := r[2*i].(int64)
-		tok, ok2 := r[2*i+1].(int64)
-		if !ok1 || !ok2 || st < 0 || st > stNotAnOp {
-			return nil, fmt.Errorf("admit reply %d is %v %v", i, r[2*i], r[2*i+1])
-		}
-		out[i] = opResult{status: int(st), tokens: float64(tok)}
-	}
-	return out, nil
-}
-
-func lenOf(v any) int {
-	if r, ok := v.([]any); ok {
-		return len(r)
-	}
-	return -1
-}
-
 // newID returns 16 random hex digits: an open request's id. It is never
 // client text.
 func newID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// errBusy reports an admit that could not be queued.
-var errBusy = errors.New("throttle: too many budget operations pending")
-
-// Stored reads a bucket as Redis holds it, without admit.lua and without
-// refilling it to now: its tokens as last written and the requests it
-// holds open. found is false for a missing bucket (a full one). It is for
-// operators and tests looking at Redis, never for decisions.
-func Stored(ctx context.Context, rdb redis.Cmdable, key string) (tokens float64, open int, found bool, err error) {
-	raw, err := rdb.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, 0, false, nil
-	}
-	if err != nil {
-		return 0, 0, false, err
-	}
-	fields := strings.Fields(raw)
-	if len(fields) != 7 {
-		return 0, 0, false, fmt.Errorf("throttle: bucket %q holds %q", key, raw)
-	}
-	u, err1 := strconv.ParseFloat(fields[0], 64)
-	n, err2 := strconv.Atoi(fields[5])
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, 0, false, fmt.Errorf("throttle: bucket %q holds %q: %w", key, raw, err)
-	}
-	return fromMicro(u), n, true, nil
 }
