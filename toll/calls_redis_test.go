@@ -128,14 +128,20 @@ func TestOneScriptCallPerAdmittedRequest(t *testing.T) {
 		toll.IPv6Aggregate = IPv6Aggregate{Bits: 48, Limit: big}
 		keys := toll.Keys.(fakeKeys)
 		keys["bulk"] = apikeys.Key{ID: 60, Name: "bulk", Tier: "bulk"}
+		// A key that spends faster than its bucket refills: its requests
+		// are admitted on leases, in process.
+		toll.Tiers["steady"] = Tier{Name: "steady", Limit: throttle.Limit{Rate: 1, Capacity: 1e6}, MaxInFlight: 64}
+		keys["steady"] = apikeys.Key{ID: 61, Name: "steady", Tier: "steady"}
 		h := serveTile(toll)
 		for _, c := range []struct {
 			name, key, addr string
 			clients, each   int
+			most            float64 // calls carrying admits per request
 		}{
-			{"16 clients of a key", "bulk", "192.0.2.8", 16, 64},
-			{"1 client of a key", "bulk", "192.0.2.9", 1, 1024},
-			{"8 anonymous IPv6 clients", "", "2001:db8:1:2::7", 8, 128},
+			{"16 clients of a key", "bulk", "192.0.2.8", 16, 64, 1},
+			{"1 client of a key", "bulk", "192.0.2.9", 1, 1024, 1},
+			{"8 anonymous IPv6 clients", "", "2001:db8:1:2::7", 8, 128, 1},
+			{"1 client of a key spending faster than its refill", "steady", "192.0.2.10", 1, 1024, 0.25},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				serve := func() int {
@@ -168,9 +174,9 @@ func TestOneScriptCallPerAdmittedRequest(t *testing.T) {
 				if n != int64(c.clients*c.each) {
 					t.Fatalf("%d of %d admitted", n, c.clients*c.each)
 				}
-				if onPath > n || calls.commands.Load() != calls.scripts.Load() {
-					t.Fatalf("%d requests: %d calls carrying admits (want ≤ 1 per request), %d commands in all, others %q",
-						n, onPath, calls.commands.Load(), calls.others)
+				if float64(onPath) > c.most*float64(n) || calls.commands.Load() != calls.scripts.Load() {
+					t.Fatalf("%d requests: %d calls carrying admits (want ≤ %v per request), %d commands in all, others %q",
+						n, onPath, c.most, calls.commands.Load(), calls.others)
 				}
 				t.Logf("%d admitted requests: %d calls on their path (%.3f per request), %d script calls before the last flush, %d after",
 					n, onPath, float64(onPath)/float64(n), scripts, calls.scripts.Load())
