@@ -18,8 +18,8 @@ import (
 // goes back to the bucket when the lease ends, with the next call of the
 // caller: when it cannot pay a request, after LeaseHold, when a request of
 // the caller is refused, or at Flush. Should this process die, the slot
-// and the tokens come back with the request TTL, as a crashed request's
-// would.
+// comes back with the request TTL and the unspent tokens are lost, as a
+// crashed request's price is.
 //
 // What it changes, as replicas see it: while a lease lives, other replicas
 // see its tokens spent and its slot taken — at most the smaller of
@@ -40,10 +40,12 @@ type keyLease struct {
 	// left is what it holds, in micro-tokens: taken, not yet spent. It is
 	// negative after requests that cost more than they paid.
 	left float64
-	// bucket is the bucket's micro-tokens in Redis as of at: the budget
-	// headers of requests admitted in process estimate from it.
-	bucket float64
-	at     time.Time
+	// bucket is the bucket's micro-tokens in Redis as of at (when the call
+	// that showed it was sent: an early at errs towards a fuller bucket);
+	// inbound is the refunds on their way to it since. The budget headers
+	// of requests admitted in process, and brimmed, estimate from them.
+	bucket, inbound float64
+	at              time.Time
 
 	granted bool          // Redis admitted it; until then it is only asked for
 	busy    bool          // a request holds its slot
@@ -121,18 +123,24 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 }
 
 // remaining estimates, in micro-tokens, what the caller's bucket would
-// hold now with the lease given back: the bucket as last seen, refilled
-// as the script refills it, plus what the lease holds.
+// hold now with the lease given back.
 func (ls *keyLease) remaining(now time.Time) float64 {
-	return math.Max(refilledMicro(ls.bucket, ls.at, now, ls.sh)+ls.left, -ls.sh.floor)
+	return math.Max(ls.estimate(now)+ls.left, -ls.sh.floor)
 }
 
-// brimmed reports whether the bucket, as last seen and refilled, and the
-// lease together would hold more than the capacity: a bucket without the
-// lease would have stopped refilling there, so the lease may not admit
-// (a request then goes to Redis with the lease given back first).
+// estimate is the bucket as last seen, refilled as the script refills it,
+// with the refunds on their way, at most the capacity: never less than
+// Redis holds unless another replica spent from it.
+func (ls *keyLease) estimate(now time.Time) float64 {
+	return math.Min(refilledMicro(ls.bucket, ls.at, now, ls.sh)+ls.inbound, ls.sh.capacity)
+}
+
+// brimmed reports whether the bucket and the lease together would hold
+// more than the capacity: a bucket without the lease would have stopped
+// refilling there, so the lease may not admit (a request then goes to
+// Redis with the lease given back first).
 func (ls *keyLease) brimmed(now time.Time) bool {
-	return refilledMicro(ls.bucket, ls.at, now, ls.sh)+ls.left > ls.sh.capacity
+	return ls.estimate(now)+ls.left > ls.sh.capacity
 }
 
 // finish implements finisher for a request admitted on the lease: its
@@ -180,16 +188,18 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 	return back, ask, nil
 }
 
-// grantLocked records Redis's answer to a lease's admit.
-func (s *RedisStore) grantLocked(ls *keyLease, r opResult) {
+// grantLocked records Redis's answer to a lease's admit, sent at sent on
+// l. A lease that is done already (Flush, or a debit, came first) is given
+// back ahead of everything queued.
+func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult, sent time.Time) {
 	if !admitted(r.status) || s.leases[ls.key] != ls {
 		s.dropLocked(ls)
 		return
 	}
-	ls.granted, ls.left, ls.bucket, ls.at = true, ls.size, r.tokens, time.Now()
+	ls.granted, ls.left, ls.bucket, ls.at = true, ls.size, r.tokens, sent
 	s.stats.leases.Add(1)
-	if ls.done { // Flush came first
-		s.giveBackLocked(ls)
+	if ls.done {
+		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)
 		return
 	}
 	hold := min(s.opts.LeaseHold, time.Duration(ls.sh.ttlMS)*time.Millisecond/2)
@@ -274,22 +284,28 @@ func (s *RedisStore) heldLeft(held *keyLease) float64 {
 	return held.left
 }
 
-// sawLocked records the caller's bucket after a batch's reply (the last
-// result that reports it), for the decision to take a lease, and for the
-// budget headers of the lease's requests. Stale entries are swept when
+// sawLocked records the caller's bucket after the reply to batch, sent at
+// sent (the last result that reports it), for the decision to take a
+// lease and for the estimates of the lease's requests; the refunds the
+// batch carried are no longer on their way. Stale entries are swept when
 // the map has doubled since the last sweep.
-func (s *RedisStore) sawLocked(key string, results []opResult) {
+func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult, sent time.Time) {
 	if s.opts.LeaseRequests <= 0 {
 		return
+	}
+	for _, p := range batch {
+		if ls := p.refundTo; ls != nil {
+			ls.inbound += p.op.amount
+			p.refundTo = nil
+		}
 	}
 	for i := len(results) - 1; i >= 0; i-- {
 		if results[i].status == stAggregate {
 			continue
 		}
-		now := time.Now()
-		s.seen[key] = seenBucket{tokens: results[i].tokens, at: now}
+		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent}
 		if ls := s.leases[key]; ls != nil && ls.granted {
-			ls.bucket, ls.at = results[i].tokens, now
+			ls.bucket, ls.at = results[i].tokens, sent
 		}
 		break
 	}
@@ -305,17 +321,49 @@ func (s *RedisStore) sawLocked(key string, results []opResult) {
 	s.seenAt = max(1024, 2*len(s.seen))
 }
 
-// besideLocked is the caller's lease when a refusal of status might not
-// have been one without it: it held tokens (a refusal by the bucket) or an
-// idle slot (by the in-flight cap). Else nil.
-func (s *RedisStore) besideLocked(key string, status int) *keyLease {
+// besideLocked is the caller's lease when a reply r to an admit of cost
+// would have been an admission with the lease given back: a refusal or a
+// shadow admission that its tokens pay, or an in-flight refusal while its
+// slot is idle. Else nil.
+func (s *RedisStore) besideLocked(key string, r opResult, cost float64) *keyLease {
 	ls := s.leases[key]
 	if ls == nil || !ls.granted {
 		return nil
 	}
-	switch {
-	case (status == stRefused || status == stAggregate) && ls.left > 0, status == stInFlight && !ls.busy:
-		return ls
+	switch r.status {
+	case stRefused, stShadow:
+		if ls.left > 0 && r.tokens+ls.left >= cost {
+			return ls
+		}
+	case stInFlight:
+		if !ls.busy {
+			return ls
+		}
 	}
 	return nil
+}
+
+// beforeFinishLocked readies the finish p of a Redis-admitted request of
+// the caller of ls, settling delta, and returns the delta to send. A
+// refund is counted as on its way to the bucket. A debit is paid from the
+// lease first, as it would have been from the bucket holding the lease's
+// tokens, down to the same debt floor: an idle lease is given back ahead of
+// it, a busy one pays what it holds, and one not yet granted is given back
+// ahead of it once granted.
+func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
+	switch {
+	case delta < 0:
+		ls.inbound -= delta
+		p.refundTo = ls
+	case delta > 0 && !ls.granted:
+		ls.done = true
+	case delta > 0 && ls.busy:
+		x := min(delta, max(ls.left, 0))
+		ls.left -= x
+		delta -= x
+	case delta > 0:
+		ls.done = true
+		s.giveBackLocked(ls)
+	}
+	return delta
 }

@@ -21,10 +21,13 @@ type pending struct {
 	abandoned bool // its caller stopped waiting after it was sent (under RedisStore.mu)
 	notBefore time.Time
 	lease     *keyLease // a lease's admit: its reply grants the lease
-	// refusedBeside is the caller's lease that held tokens, or an idle
-	// slot, when Redis refused this admit for want of them (under
+	// refusedBeside is the caller's lease that held the tokens, or an idle
+	// slot, that Redis refused (or shadowed) this admit for want of (under
 	// RedisStore.mu).
 	refusedBeside *keyLease
+	// refundTo is the lease that counts this finish's refund as on its way
+	// (keyLease.inbound) until its reply (under RedisStore.mu).
+	refundTo *keyLease
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
 	span trace.SpanContext
@@ -242,6 +245,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 		}
 	}
 	ctx, cancel := context.WithDeadline(batchContext(batch), deadline)
+	sent := time.Now()
 	v, err := s.script.Run(ctx, s.rdb, keys, args...).Result()
 	cancel()
 	s.stats.calls.Add(1)
@@ -260,21 +264,21 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	s.mu.Lock()
 	for i, p := range batch {
 		if p.lease != nil {
-			s.grantLocked(p.lease, results[i])
+			s.grantLocked(l, p.lease, results[i], sent)
 			continue
 		}
 		if p.done == nil {
 			continue
 		}
 		r := results[i]
-		p.refusedBeside = s.besideLocked(l.key, r.status)
+		p.refusedBeside = s.besideLocked(l.key, r, p.op.amount)
 		if p.abandoned && admitted(r.status) {
 			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}})
 			continue
 		}
 		p.done <- r
 	}
-	s.sawLocked(l.key, results)
+	s.sawLocked(l.key, batch, results, sent)
 	s.mu.Unlock()
 	for _, v := range voids {
 		s.stats.voids.Add(1)
@@ -310,13 +314,13 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, p := range again {
-		if len(l.queue) >= s.opts.MaxPending {
-			s.stats.dropped.Add(1)
-			continue
-		}
-		l.queue = append(l.queue, p)
+	// Ahead of what came meanwhile: a lease's give-back must land before
+	// the admits that would count on its tokens.
+	for len(again) > 0 && len(l.queue)+len(again) > s.opts.MaxPending {
+		again = again[:len(again)-1]
+		s.stats.dropped.Add(1)
 	}
+	l.queue = append(again, l.queue...)
 }
 
 // batchContext is the context of a batch's call: detached from every

@@ -174,13 +174,14 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 		return a, nil
 	}
 	a, held, err := s.admitRemote(ctx, req, sh)
-	// A refusal while a lease of the caller held tokens or an idle slot is
-	// asked again with the lease given back, as the bucket would have held
-	// them.
+	// A refusal (or a shadow admission) that the tokens or the idle slot of
+	// the caller's lease would have turned into an admission is asked again
+	// with the lease given back, as the bucket would have held them.
 	for range maxLeaseRetries {
 		if err != nil || held == nil {
 			break
 		}
+		a.Ticket.Release() // a shadow admission's slot
 		select {
 		case <-s.retire(held):
 		case <-ctx.Done():
@@ -221,6 +222,9 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape) (Ad
 	}
 	l, mine, err := s.enqueue(req.Key, req.Aggregate, sh, true, ops...)
 	if err != nil {
+		if ops[0] != p { // the lease was taken back: its give-back goes as a finish
+			_, _, _ = s.enqueue(req.Key, nil, sh, false, ops[0])
+		}
 		return Admission{}, nil, err
 	}
 	cancelled := ctx.Done()
@@ -289,19 +293,16 @@ func admitted(status int) bool {
 	return status == stAdmitted || status == stShadow || status == stAlreadyOpen
 }
 
-// finish implements finisher: the finish joins the caller's queue. A
-// debit gives the caller's lease back first, so that the bucket reaches its
-// debt floor as it would without the lease.
+// finish implements finisher: the finish joins the caller's queue, after
+// what the caller's lease needs of it (beforeFinishLocked).
 func (s *RedisStore) finish(t *Ticket, delta float64) {
-	p := &pending{op: op{kind: opFinish, id: t.id, amount: delta}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ls := s.leases[t.key]; delta > 0 && ls != nil && ls.granted {
-		ls.done = true
-		if !ls.busy {
-			s.giveBackLocked(ls)
-		}
+	p := &pending{}
+	if ls := s.leases[t.key]; ls != nil {
+		delta = s.beforeFinishLocked(ls, p, delta)
 	}
+	p.op = op{kind: opFinish, id: t.id, amount: delta}
 	_, _, _ = s.enqueueLocked(t.key, t.agg, t.shape(), false, p)
 }
 

@@ -1,0 +1,213 @@
+package throttle
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// withBusyLease admits two requests of 1 through Redis (the second takes a
+// lease of 8 from a bucket of 80) and a third on the lease, which it keeps
+// running; mem, when set, gets the same three. Redis then holds 70 and the
+// lease 7.
+func withBusyLease(t *testing.T, s *RedisStore, mem Store, b Bucket) (r, rm Admission) {
+	t.Helper()
+	req := Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}
+	for range 2 {
+		mustAdmit(t, s, req).Ticket.Settle(1)
+		if mem != nil {
+			mustAdmit(t, mem, req).Ticket.Settle(1)
+		}
+	}
+	r = mustAdmit(t, s, req)
+	if st := s.Stats(); st.Local != 1 || st.Leases != 1 {
+		t.Fatalf("the third request is not on a lease: %+v", st)
+	}
+	if mem != nil {
+		rm = mustAdmit(t, mem, req)
+	}
+	return r, rm
+}
+
+// sameBucket fails unless s, its leases back, holds what mem holds.
+func sameBucket(t *testing.T, s *RedisStore, mem Store, b Bucket) {
+	t.Helper()
+	flushWithin(t, s)
+	if got, want := mustPeek(t, s, b).Remaining, mustPeek(t, mem, b).Remaining; got != want {
+		t.Fatalf("bucket with the lease back: %v, in-process store %v", got, want)
+	}
+}
+
+// TestLeaseDebitWhileBusy: a debit of a request admitted through Redis
+// while the lease runs a request is paid from the lease first, down to the
+// same debt floor as the bucket holding the lease's tokens.
+func TestLeaseDebitWhileBusy(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("debit-busy"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, f.store, mem, b)
+		big := Request{Bucket: b, Cost: 70, Debt: 3, MaxInFlight: 8}
+		x, xm := mustAdmit(t, f.store, big), mustAdmit(t, mem, big)
+		if !x.Allowed || !xm.Allowed {
+			t.Fatalf("70 of 77: %+v / %+v", x, xm)
+		}
+		x.Ticket.Settle(80)
+		xm.Ticket.Settle(80)
+		r.Ticket.Settle(1)
+		rm.Ticket.Settle(1)
+		sameBucket(t, f.store, mem, b)
+	})
+}
+
+// TestLeaseRefusalItCannotChangeStands: a refusal that the lease's tokens
+// could not have turned into an admission is answered at once, without
+// waiting for the lease's running request.
+func TestLeaseRefusalItCannotChangeStands(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		b := Bucket{Key: f.key("refusal-stands"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, _ := withBusyLease(t, f.store, nil, b)
+		defer r.Ticket.Settle(1)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a, err := f.store.Admit(ctx, Request{Bucket: b, Cost: 79, Debt: 3, MaxInFlight: 8})
+		if err != nil || a.Allowed || a.Refusal != RefusedBucket || ctx.Err() != nil {
+			t.Fatalf("79 of 77: %+v, %v, context %v", a, err, ctx.Err())
+		}
+	})
+}
+
+// TestLeaseShadowWhileBusy: a shadow request that the bucket and the
+// lease's tokens together pay is admitted for real, as it would be without
+// the lease, once the lease's request is done and the lease back.
+func TestLeaseShadowWhileBusy(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("shadow-busy"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, f.store, mem, b)
+		rm.Ticket.Settle(1)
+		time.AfterFunc(50*time.Millisecond, func() { r.Ticket.Settle(1) })
+		req := Request{Bucket: b, Cost: 75, Debt: 3, MaxInFlight: 8, Shadow: true}
+		got, want := mustAdmit(t, f.store, req), mustAdmit(t, mem, req)
+		if got.Shadow || want.Shadow || got.Ticket.Paid() != 75 || want.Ticket.Paid() != 75 {
+			t.Fatalf("shadow request of 75 with 77 in all: leased store shadow=%v paid %v, in-process shadow=%v paid %v",
+				got.Shadow, got.Ticket.Paid(), want.Shadow, want.Ticket.Paid())
+		}
+		got.Ticket.Settle(75)
+		want.Ticket.Settle(75)
+		sameBucket(t, f.store, mem, b)
+	})
+}
+
+// TestLeaseGiveBackSurvivesAFullQueue: an admit refused for a full queue
+// still gives the lease it took back.
+func TestLeaseGiveBackSurvivesAFullQueue(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, MaxPending: 3, FinishDelay: time.Second})
+		b := Bucket{Key: f.key("pending"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, _ := withBusyLease(t, s, nil, b)
+		y := mustAdmit(t, s, Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}) // the lease is busy: a call
+		y.Ticket.Settle(1)                                                         // one finish queued
+		r.Ticket.Settle(1)
+		if _, err := s.Admit(context.Background(), Request{Bucket: b, Cost: 8, Debt: 3, MaxInFlight: 8}); err == nil {
+			t.Fatal("four operations queued with MaxPending 3")
+		}
+		flushWithin(t, s)
+		if n, got := f.state(b.Key).b.n, mustPeek(t, s, b).Remaining; n != 0 || got != 76 {
+			t.Fatalf("after Flush %d open in Redis (want 0), bucket %v (want 76)", n, got)
+		}
+	})
+}
+
+// TestLeaseHeadersMatchTheBucketWithoutIt: the budget headers of requests
+// admitted on leases, and of the others, read as the in-process store's.
+func TestLeaseHeadersMatchTheBucketWithoutIt(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("headers"), Limit: Limit{Rate: 1e-6, Capacity: 40}}
+		costs := []float64{0.25, 0.5, 1, 2}
+		for i := range 300 {
+			req := Request{Bucket: b, Cost: costs[(i*7)%4], Debt: 3, MaxInFlight: 4}
+			got, want := mustAdmit(t, f.store, req), mustAdmit(t, mem, req)
+			if d := got.Result.Remaining - want.Result.Remaining; got.Allowed != want.Allowed || d > 1e-6 || d < -1e-6 ||
+				got.Result.RetryAfter != want.Result.RetryAfter {
+				t.Fatalf("request %d (cost %v, %d on leases so far): allowed %v, remaining %v, retry %v; in-process %v, %v, %v",
+					i, req.Cost, f.store.Stats().Local, got.Allowed, got.Result.Remaining, got.Result.RetryAfter,
+					want.Allowed, want.Result.Remaining, want.Result.RetryAfter)
+			}
+			if got.Allowed {
+				c := req.Cost * float64(i%5) / 4
+				got.Ticket.Settle(c)
+				want.Ticket.Settle(c)
+			}
+		}
+		if f.store.Stats().Local == 0 {
+			t.Fatal("no request was admitted on a lease")
+		}
+	})
+}
+
+// gatedScripter holds every script call while its gate is set: a slow
+// Redis, to catch an operation queued while a call is on its way.
+type gatedScripter struct {
+	redis.Scripter
+	gate atomic.Pointer[chan struct{}]
+	sent chan struct{}
+}
+
+func (g *gatedScripter) wait() {
+	if c := g.gate.Load(); c != nil {
+		g.sent <- struct{}{}
+		<-*c
+	}
+}
+
+func (g *gatedScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	g.wait()
+	return g.Scripter.EvalSha(ctx, sha1, keys, args...)
+}
+
+func (g *gatedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	g.wait()
+	return g.Scripter.Eval(ctx, script, keys, args...)
+}
+
+// TestLeaseDebitWhileAsked: a debit queued while the call asking for a
+// lease is on its way lands after the lease is given back, down to the
+// same debt floor as without the lease.
+func TestLeaseDebitWhileAsked(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second})
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("debit-asked"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		big := Request{Bucket: b, Cost: 70, Debt: 3, MaxInFlight: 8}
+		x, xm := mustAdmit(t, s, big), mustAdmit(t, mem, big)
+		gate := make(chan struct{})
+		g.gate.Store(&gate)
+		req := Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}
+		done := make(chan Admission, 1)
+		go func() { done <- mustAdmit(t, s, req) }()
+		<-g.sent // the call asking for the lease is on its way
+		g.gate.Store(nil)
+		x.Ticket.Settle(80)
+		close(gate)
+		a := <-done
+		am := mustAdmit(t, mem, req)
+		xm.Ticket.Settle(80)
+		a.Ticket.Settle(1)
+		am.Ticket.Settle(1)
+		if st := s.Stats(); st.Leases != 1 {
+			t.Fatalf("no lease taken: %+v", st)
+		}
+		sameBucket(t, s, mem, b)
+	})
+}
