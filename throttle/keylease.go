@@ -19,7 +19,10 @@ import (
 // caller: when it cannot pay a request, after LeaseHold, when a request of
 // the caller is refused, or at Flush. Should this process die, the slot
 // comes back with the request TTL and the unspent tokens are lost, as a
-// crashed request's price is.
+// crashed request's price is. The call that asks for a lease keeps its
+// operations open for LeaseHold (and the call's timeout) longer than the
+// request TTL, so that the lease's slot outlives every request admitted
+// on it.
 //
 // What it changes, as replicas see it: while a lease lives, other replicas
 // see its tokens spent and its slot taken — at most the smaller of
@@ -27,9 +30,9 @@ import (
 // per replica and caller. No replica ever admits more than the bucket
 // holds. On the replica that holds it, a lease changes no decision: a
 // request its tokens cannot pay goes to Redis with the lease given back
-// first in the same call, and a request Redis refuses while the lease's
-// slot runs a request waits for that request to finish and is asked again
-// with the lease given back.
+// first in the same call, and a request Redis refuses (or shadows) for
+// want of what the lease holds is asked again at once with the lease's
+// tokens handed back (see retire).
 type keyLease struct {
 	s   *RedisStore
 	key string
@@ -42,15 +45,17 @@ type keyLease struct {
 	left float64
 	// bucket is the bucket's micro-tokens in Redis as of at (when the call
 	// that showed it was sent: an early at errs towards a fuller bucket);
-	// inbound is the refunds on their way to it since. The budget headers
-	// of requests admitted in process, and brimmed, estimate from them.
-	bucket, inbound float64
-	at              time.Time
+	// coming is the settlements of the caller's other requests on their
+	// way to it since (refunds positive, debits negative). The budget
+	// headers of requests admitted in process, and the checks that admit
+	// them, estimate the bucket from them.
+	bucket, coming float64
+	at             time.Time
 
-	granted bool          // Redis admitted it; until then it is only asked for
-	busy    bool          // a request holds its slot
-	done    bool          // admits no more: given back as soon as it is idle
-	idle    chan struct{} // made when someone waits for the slot; closed when it frees
+	ask     *pending // its admit, until answered
+	granted bool     // Redis admitted it; until then it is only asked for
+	busy    bool     // a request holds its slot
+	done    bool     // admits no more: given back as soon as it is idle
 	timer   *time.Timer
 }
 
@@ -105,19 +110,19 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	s.mu.Lock()
 	ls := s.leases[req.Key]
 	if ls == nil || !ls.granted || ls.busy || ls.done || ls.left < cost || ls.sh != sh || req.Aggregate != nil ||
-		ls.brimmed(now) {
+		ls.brimmed(now) || ls.estimate(now)+ls.left < cost {
 		s.mu.Unlock()
 		return Admission{}, false
 	}
 	ls.left -= cost
 	ls.busy = true
-	remaining := ls.remaining(now)
+	remaining, id := ls.remaining(now), ls.id
 	s.mu.Unlock()
 	s.stats.local.Add(1)
 	a.Allowed = true
 	a.Result = Result{Allowed: true, Cost: req.Cost, Remaining: fromMicro(remaining), Limit: req.Limit,
 		ResetAfter: time.Duration(resetMS(remaining, sh.rate, sh.capacity)) * time.Millisecond}
-	a.Ticket = &Ticket{owner: ls, key: req.Key, limit: req.Limit, debt: req.Debt, id: ls.id,
+	a.Ticket = &Ticket{owner: ls, key: req.Key, limit: req.Limit, debt: req.Debt, id: id,
 		paid: cost, cost: req.Cost, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond}
 	return a, true
 }
@@ -129,10 +134,11 @@ func (ls *keyLease) remaining(now time.Time) float64 {
 }
 
 // estimate is the bucket as last seen, refilled as the script refills it,
-// with the refunds on their way, at most the capacity: never less than
-// Redis holds unless another replica spent from it.
+// with the settlements on their way, within its debt floor and capacity:
+// what Redis holds, unless another replica spent from it.
 func (ls *keyLease) estimate(now time.Time) float64 {
-	return math.Min(refilledMicro(ls.bucket, ls.at, now, ls.sh)+ls.inbound, ls.sh.capacity)
+	b := math.Min(refilledMicro(ls.bucket, ls.at, now, ls.sh)+ls.coming, ls.sh.capacity)
+	return math.Max(b, -ls.sh.floor)
 }
 
 // brimmed reports whether the bucket and the lease together would hold
@@ -158,10 +164,6 @@ func (ls *keyLease) finish(_ *Ticket, delta float64) {
 	if ls.done && s.leases[ls.key] == ls {
 		s.giveBackLocked(ls)
 	}
-	if ls.idle != nil { // after the give-back is queued: a waiter's call takes it along
-		close(ls.idle)
-		ls.idle = nil
-	}
 }
 
 // leaseOpsLocked is what an admit that goes to Redis takes along: the
@@ -185,6 +187,7 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 	s.leases[req.Key] = ls
 	ask = &pending{op: op{kind: opAdmit, id: ls.id, amount: size}, sh: sh,
 		failed: make(chan error, 1), lease: ls}
+	ls.ask = ask
 	return back, ask, nil
 }
 
@@ -192,18 +195,40 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 // l. A lease that is done already (Flush, or a debit, came first) is given
 // back ahead of everything queued.
 func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult, sent time.Time) {
-	if !admitted(r.status) || s.leases[ls.key] != ls {
+	if !admitted(r.status) {
 		s.dropLocked(ls)
 		return
 	}
-	ls.granted, ls.left, ls.bucket, ls.at = true, ls.size, r.tokens, sent
+	if s.leases[ls.key] != ls { // forgotten meanwhile: back at once, ahead of everything queued
+		ls.left = ls.size
+		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)
+		return
+	}
+	ls.granted, ls.left, ls.bucket, ls.at, ls.ask = true, ls.size, r.tokens, sent, nil
 	s.stats.leases.Add(1)
 	if ls.done {
 		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)
 		return
 	}
-	hold := min(s.opts.LeaseHold, time.Duration(ls.sh.ttlMS)*time.Millisecond/2)
-	ls.timer = time.AfterFunc(hold, func() { s.expire(ls) })
+	ls.timer = time.AfterFunc(s.leaseHold(ls.sh), func() { s.expire(ls) })
+}
+
+// leaseHold is how long a lease of shape sh admits requests.
+func (s *RedisStore) leaseHold(sh shape) time.Duration {
+	return min(s.opts.LeaseHold, time.Duration(sh.ttlMS)*time.Millisecond/2)
+}
+
+// leaseTTLExtra is how much longer than the request TTL the operations of
+// batch stay open when it asks for a lease: a request admitted on the
+// lease up to its hold after the call was sent (and the call's timeout)
+// runs for up to the request TTL, and the lease's slot must outlive it.
+func (s *RedisStore) leaseTTLExtra(sh shape, batch []*pending) int64 {
+	for _, p := range batch {
+		if p.lease != nil {
+			return (s.leaseHold(sh) + s.opts.Timeout).Milliseconds()
+		}
+	}
+	return 0
 }
 
 // dropLocked forgets a lease Redis did not grant.
@@ -226,26 +251,31 @@ func (s *RedisStore) expire(ls *keyLease) {
 	}
 }
 
-// retire ends a lease that held tokens when Redis refused a request of
-// its caller: no request is admitted on it any more, and it is given back
-// once idle. wait is closed when it is back (or on its way back: its
-// give-back rides on the next call of the caller).
-func (s *RedisStore) retire(ls *keyLease) (wait <-chan struct{}) {
+// retire ends a lease that held what Redis refused a request of its
+// caller for: no request is admitted on it any more, and what it holds
+// goes back with the request's next call, asked again at once. An idle
+// lease is given back. A busy one hands its tokens back and keeps only
+// its running request's slot: its id is finished, refunding what it holds
+// and one micro-token more, and a new id is opened for that request,
+// paying that micro-token, in one batch — the bucket then holds what it
+// would without the lease, and the running request's slot still counts.
+func (s *RedisStore) retire(ls *keyLease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.leases[ls.key] == ls && ls.busy {
-		ls.done = true
-		if ls.idle == nil {
-			ls.idle = make(chan struct{})
-		}
-		return ls.idle
+	if s.leases[ls.key] != ls {
+		return // on its way back already
 	}
-	if s.leases[ls.key] == ls {
+	ls.done = true
+	if !ls.busy {
 		s.giveBackLocked(ls)
+		return
 	}
-	c := make(chan struct{})
-	close(c)
-	return c
+	back := s.takeBackLocked(ls)
+	back.op.amount--      // one micro-token more, which the new id pays
+	s.leases[ls.key] = ls // it stays the caller's until its request finishes
+	ls.id, ls.left = newID(), 0
+	slot := &pending{op: op{kind: opAdmit, id: ls.id, amount: 1}, sh: ls.sh, failed: make(chan error, 1)}
+	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, back, slot)
 }
 
 // takeBackLocked forgets an idle lease and returns its give-back: a finish
@@ -294,10 +324,7 @@ func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult,
 		return
 	}
 	for _, p := range batch {
-		if ls := p.refundTo; ls != nil {
-			ls.inbound += p.op.amount
-			p.refundTo = nil
-		}
+		p.arrived()
 	}
 	for i := len(results) - 1; i >= 0; i-- {
 		if results[i].status == stAggregate {
@@ -325,8 +352,11 @@ func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult,
 // would have been an admission with the lease given back: a refusal or a
 // shadow admission that its tokens pay, or an in-flight refusal while its
 // slot is idle. Else nil.
-func (s *RedisStore) besideLocked(key string, r opResult, cost float64) *keyLease {
+func (s *RedisStore) besideLocked(key string, r opResult, cost float64, held *keyLease) *keyLease {
 	ls := s.leases[key]
+	if ls == nil && held != nil && held.granted {
+		ls = held // given back while this admit was on its way: its give-back may come after it
+	}
 	if ls == nil || !ls.granted {
 		return nil
 	}
@@ -352,9 +382,8 @@ func (s *RedisStore) besideLocked(key string, r opResult, cost float64) *keyLeas
 // ahead of it once granted.
 func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
 	switch {
-	case delta < 0:
-		ls.inbound -= delta
-		p.refundTo = ls
+	case delta > 0 && !ls.granted && ls.ask != nil && !ls.ask.sent:
+		s.unaskLocked(ls) // not asked yet: not asked at all
 	case delta > 0 && !ls.granted:
 		ls.done = true
 	case delta > 0 && ls.busy:
@@ -365,5 +394,33 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 		ls.done = true
 		s.giveBackLocked(ls)
 	}
+	if delta != 0 && s.leases[ls.key] == ls {
+		ls.coming -= delta
+		p.comingTo = ls
+	}
 	return delta
+}
+
+// unaskLocked takes a lease's admit, not yet sent, out of its caller's
+// queue, and forgets the lease.
+func (s *RedisStore) unaskLocked(ls *keyLease) {
+	if l := s.lanes[ls.key]; l != nil {
+		for i, q := range l.queue {
+			if q == ls.ask {
+				l.queue = append(l.queue[:i], l.queue[i+1:]...)
+				break
+			}
+		}
+	}
+	ls.ask = nil
+	s.dropLocked(ls)
+}
+
+// arrived counts a finish's settlement as no longer on its way: Redis has
+// it, or it is dropped.
+func (p *pending) arrived() {
+	if ls := p.comingTo; ls != nil {
+		ls.coming += p.op.amount
+		p.comingTo = nil
+	}
 }

@@ -25,9 +25,12 @@ type pending struct {
 	// slot, that Redis refused (or shadowed) this admit for want of (under
 	// RedisStore.mu).
 	refusedBeside *keyLease
-	// refundTo is the lease that counts this finish's refund as on its way
-	// (keyLease.inbound) until its reply (under RedisStore.mu).
-	refundTo *keyLease
+	// comingTo is the lease that counts this finish's settlement as on its
+	// way (keyLease.coming) until its reply (under RedisStore.mu).
+	comingTo *keyLease
+	// held is the caller's lease that an admit found running a request
+	// (and so did not give back), if any.
+	held *keyLease
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
 	span trace.SpanContext
@@ -66,6 +69,9 @@ func (s *RedisStore) enqueueLocked(key string, agg *Bucket, sh shape, now bool, 
 			return nil, false, fmt.Errorf("%w for %q", errBusy, key)
 		}
 		s.stats.dropped.Add(uint64(len(ps)))
+		for _, p := range ps {
+			p.arrived()
+		}
 		return l, false, nil
 	}
 	l.agg, l.sh = agg, sh
@@ -227,6 +233,7 @@ func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) 
 func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	deadline := time.Now().Add(s.opts.Timeout)
 	sh.notAfterMS = deadline.Add(s.opts.ClockSkew).UnixMilli()
+	sh.ttlMS += s.leaseTTLExtra(sh, batch)
 	keys := []string{l.key, l.open, VoidKey(l.key)}
 	if agg != nil {
 		keys = append(keys, agg.Key)
@@ -271,7 +278,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 			continue
 		}
 		r := results[i]
-		p.refusedBeside = s.besideLocked(l.key, r, p.op.amount)
+		p.refusedBeside = s.besideLocked(l.key, r, p.op.amount, p.held)
 		if p.abandoned && admitted(r.status) {
 			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}})
 			continue
@@ -317,6 +324,7 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	// Ahead of what came meanwhile: a lease's give-back must land before
 	// the admits that would count on its tokens.
 	for len(again) > 0 && len(l.queue)+len(again) > s.opts.MaxPending {
+		again[len(again)-1].arrived()
 		again = again[:len(again)-1]
 		s.stats.dropped.Add(1)
 	}

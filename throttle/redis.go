@@ -182,11 +182,7 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 			break
 		}
 		a.Ticket.Release() // a shadow admission's slot
-		select {
-		case <-s.retire(held):
-		case <-ctx.Done():
-			return a, nil
-		}
+		s.retire(held)
 		a, held, err = s.admitRemote(ctx, req, sh)
 	}
 	return a, err
@@ -206,25 +202,8 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape) (Ad
 	}
 	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, agg: req.Aggregate, sh: sh,
 		done: make(chan opResult, 1), failed: make(chan error, 1), span: trace.SpanContextFromContext(ctx)}
-	ops := []*pending{p}
-	var held *keyLease
-	if s.opts.LeaseRequests > 0 {
-		var back, ask *pending
-		s.mu.Lock()
-		back, ask, held = s.leaseOpsLocked(req, sh)
-		s.mu.Unlock()
-		if back != nil {
-			ops = append([]*pending{back}, ops...)
-		}
-		if ask != nil {
-			ops = append(ops, ask)
-		}
-	}
-	l, mine, err := s.enqueue(req.Key, req.Aggregate, sh, true, ops...)
+	l, mine, held, err := s.enqueueAdmit(req, sh, p)
 	if err != nil {
-		if ops[0] != p { // the lease was taken back: its give-back goes as a finish
-			_, _, _ = s.enqueue(req.Key, nil, sh, false, ops[0])
-		}
 		return Admission{}, nil, err
 	}
 	cancelled := ctx.Done()
@@ -257,6 +236,32 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape) (Ad
 		s.abandon(req.Key, p)
 		return Admission{}, nil, ctx.Err()
 	}
+}
+
+// enqueueAdmit queues the admit p on its caller's lane, with what the
+// caller's lease needs (leaseOpsLocked), in one step: nothing of the lease
+// can change between the decision and the queue. held is the caller's
+// lease that stays (its slot runs a request).
+func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending) (l *lane, mine bool, held *keyLease, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ops := []*pending{p}
+	if s.opts.LeaseRequests > 0 {
+		var back, ask *pending
+		back, ask, held = s.leaseOpsLocked(req, sh)
+		p.held = held
+		if back != nil {
+			ops = append([]*pending{back}, ops...)
+		}
+		if ask != nil {
+			ops = append(ops, ask)
+		}
+	}
+	l, mine, err = s.enqueueLocked(req.Key, req.Aggregate, sh, true, ops...)
+	if err != nil && ops[0] != p { // the lease was taken back: its give-back goes as a finish
+		_, _, _ = s.enqueueLocked(req.Key, nil, sh, false, ops[0])
+	}
+	return l, mine, held, err
 }
 
 // abandon gives up on an admit. One still queued is simply dropped. One on
