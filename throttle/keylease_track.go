@@ -1,0 +1,118 @@
+package throttle
+
+import "time"
+
+// What a lease learns from its caller's other operations: the bucket
+// Redis reports, the settlements on their way, and the refusals the lease
+// may have caused.
+
+// sawLocked records the caller's bucket after the reply to batch, sent at
+// sent (the last result that reports it), for the decision to take a
+// lease and for the estimates of the lease's requests; the refunds the
+// batch carried are no longer on their way. Stale entries are swept when
+// the map has doubled since the last sweep.
+func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult, sent time.Time) {
+	if s.opts.LeaseRequests <= 0 {
+		return
+	}
+	for _, p := range batch {
+		p.arrived()
+	}
+	for i := len(results) - 1; i >= 0; i-- {
+		if results[i].status == stAggregate {
+			continue
+		}
+		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent}
+		if ls := s.leases[key]; ls != nil && ls.granted {
+			ls.bucket, ls.at = results[i].tokens, sent
+		}
+		break
+	}
+	if len(s.seen) < s.seenAt {
+		return
+	}
+	stale := time.Now().Add(-s.opts.LeaseHold)
+	for k, v := range s.seen {
+		if v.at.Before(stale) {
+			delete(s.seen, k)
+		}
+	}
+	s.seenAt = max(1024, 2*len(s.seen))
+}
+
+// besideLocked is the caller's lease when a reply r to an admit of cost
+// would have been an admission with the lease given back: a refusal or a
+// shadow admission that its tokens pay, or an in-flight refusal while its
+// slot is idle. Else nil.
+func (s *RedisStore) besideLocked(key string, r opResult, cost float64, held *keyLease) *keyLease {
+	ls := s.leases[key]
+	if ls == nil && held != nil && held.granted {
+		ls = held // given back while this admit was on its way: its give-back may come after it
+	}
+	if ls == nil || !ls.granted {
+		return nil
+	}
+	switch r.status {
+	case stRefused, stShadow:
+		if ls.left > 0 && r.tokens+ls.left >= cost {
+			return ls
+		}
+	case stInFlight:
+		if !ls.busy {
+			return ls
+		}
+	}
+	return nil
+}
+
+// beforeFinishLocked readies the finish p of a Redis-admitted request of
+// the caller of ls, settling delta, and returns the delta to send. A
+// refund is counted as on its way to the bucket. A debit is paid from the
+// lease first, as it would have been from the bucket holding the lease's
+// tokens, down to the same debt floor: an idle lease is given back ahead of
+// it, a busy one pays what it holds, and one not yet granted is given back
+// ahead of it once granted.
+func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
+	switch {
+	case delta > 0 && !ls.granted && ls.ask != nil && !ls.ask.sent:
+		s.unaskLocked(ls) // not asked yet: not asked at all
+	case delta > 0 && !ls.granted:
+		ls.done = true
+	case delta > 0 && ls.busy:
+		x := min(delta, max(ls.left, 0))
+		ls.left -= x
+		delta -= x
+	case delta > 0:
+		ls.done = true
+		s.giveBackLocked(ls)
+	}
+	if delta != 0 && s.leases[ls.key] == ls {
+		ls.coming -= delta
+		p.comingTo = ls
+	}
+	return delta
+}
+
+// unaskLocked takes a lease's admit, not yet sent, out of its caller's
+// queue, and forgets the lease.
+func (s *RedisStore) unaskLocked(ls *keyLease) {
+	if l := s.lanes[ls.key]; l != nil {
+		for i, q := range l.queue {
+			if q == ls.ask {
+				l.queue = append(l.queue[:i], l.queue[i+1:]...)
+				break
+			}
+		}
+	}
+	ls.ask = nil
+	s.dropLocked(ls)
+}
+
+// arrived counts a finish's settlement as no longer on its way: Redis has
+// it, or it is dropped.
+func (p *pending) arrived() {
+	if ls := p.comingTo; ls != nil {
+		ls.coming += p.op.amount
+		p.comingTo = nil
+	}
+}
