@@ -52,10 +52,15 @@ type keyLease struct {
 	bucket, coming float64
 	at             time.Time
 
-	ask     *pending // its admit, until answered
-	granted bool     // Redis admitted it; until then it is only asked for
-	busy    bool     // a request holds its slot
-	done    bool     // admits no more: given back as soon as it is idle
+	ask *pending // its admit, until answered
+	// gen counts the times it handed its tokens back (given back, or
+	// keeping only its running request's slot); handed is what it handed
+	// back the last time.
+	gen     int
+	handed  float64
+	granted bool // Redis admitted it; until then it is only asked for
+	busy    bool // a request holds its slot
+	done    bool // admits no more: given back as soon as it is idle
 	timer   *time.Timer
 }
 
@@ -270,6 +275,9 @@ func (s *RedisStore) retire(ls *keyLease) {
 		s.giveBackLocked(ls)
 		return
 	}
+	if ls.left <= 0 {
+		return // nothing to hand back: its slot runs its request
+	}
 	back := s.takeBackLocked(ls)
 	back.op.amount--      // one micro-token more, which the new id pays
 	s.leases[ls.key] = ls // it stays the caller's until its request finishes
@@ -290,6 +298,7 @@ func (s *RedisStore) takeBackLocked(ls *keyLease) *pending {
 	if ls.left != 0 {
 		delta = -ls.left
 	}
+	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
 	return &pending{op: op{kind: opFinish, id: ls.id, amount: delta}}
 }
 

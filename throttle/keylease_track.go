@@ -40,27 +40,35 @@ func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult,
 	s.seenAt = max(1024, 2*len(s.seen))
 }
 
-// besideLocked is the caller's lease when a reply r to an admit of cost
+// besideLocked is the caller's lease when the reply r to the admit p
 // would have been an admission with the lease given back: a refusal or a
-// shadow admission that its tokens pay, or an in-flight refusal while its
-// slot is idle. Else nil.
-func (s *RedisStore) besideLocked(key string, r opResult, cost float64, held *keyLease) *keyLease {
+// shadow admission that what it holds pays, or an in-flight refusal while
+// its slot is idle — or the lease p was queued beside, when it handed back
+// (tokens or slot) after p was queued, so that the hand-back may have
+// reached Redis after p. Else nil.
+func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease {
+	cost := p.op.amount
 	ls := s.leases[key]
-	if ls == nil && held != nil && held.granted {
-		ls = held // given back while this admit was on its way: its give-back may come after it
+	if ls != nil && !ls.granted {
+		ls = nil
 	}
-	if ls == nil || !ls.granted {
-		return nil
+	then := p.leaseAt
+	if then != nil && then.gen == p.leaseGen {
+		then = nil // it handed nothing back since
 	}
 	switch r.status {
 	case stRefused, stShadow:
-		if ls.left > 0 && r.tokens+ls.left >= cost {
+		if ls != nil && ls.left > 0 && r.tokens+ls.left >= cost {
 			return ls
+		}
+		if then != nil && then.handed > 0 && r.tokens+then.handed >= cost {
+			return then
 		}
 	case stInFlight:
-		if !ls.busy {
+		if ls != nil && !ls.busy {
 			return ls
 		}
+		return then
 	}
 	return nil
 }

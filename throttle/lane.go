@@ -28,9 +28,10 @@ type pending struct {
 	// comingTo is the lease that counts this finish's settlement as on its
 	// way (keyLease.coming) until its reply (under RedisStore.mu).
 	comingTo *keyLease
-	// held is the caller's lease that an admit found running a request
-	// (and so did not give back), if any.
-	held *keyLease
+	// leaseAt is the caller's lease when this admit was queued, and
+	// leaseGen its gen then (under RedisStore.mu).
+	leaseAt  *keyLease
+	leaseGen int
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
 	span trace.SpanContext
@@ -278,7 +279,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 			continue
 		}
 		r := results[i]
-		p.refusedBeside = s.besideLocked(l.key, r, p.op.amount, p.held)
+		p.refusedBeside = s.besideLocked(l.key, r, p)
 		if p.abandoned && admitted(r.status) {
 			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}})
 			continue

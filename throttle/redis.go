@@ -249,7 +249,9 @@ func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending) (l *lane, m
 	if s.opts.LeaseRequests > 0 {
 		var back, ask *pending
 		back, ask, held = s.leaseOpsLocked(req, sh)
-		p.held = held
+		if ls := s.leases[req.Key]; ls != nil {
+			p.leaseAt, p.leaseGen = ls, ls.gen
+		}
 		if back != nil {
 			ops = append([]*pending{back}, ops...)
 		}
