@@ -50,9 +50,14 @@
 --                is not open, leave a tombstone until the Unix ms "keep"
 --                (the voided batch's not_after), so that the admit, should
 --                it still come, admits nothing
+--   "M" id delta move: close id and settle delta as F does, and open
+--                id.."+" in its place, having paid nothing, for ttl_ms —
+--                no token or cap check: the request id held stays open
+--                under the new id (a lease hands its tokens back and keeps
+--                its running request's slot); nothing if id.."+" is open
 --   "P" "" ""    peek: report the bucket
---   F and V of an id that is not open do nothing, so a repeated or late one
---   never settles twice. Ids are geotoll's own (hex), never client text.
+--   F, V and M of an id that is not open do nothing, so a repeated or late
+--   one never settles twice. Ids are geotoll's own (hex), never client text.
 --
 -- Reply: 2 integers per operation, in order:
 --   status   A/S: 1 admitted, 0 refused by the bucket, 2 refused by the
@@ -60,7 +65,7 @@
 --               (admitted by an earlier copy of this batch), 5 late (not
 --               applied: after not_after, voided already, or invalid),
 --               6 shadow (the bucket refused; admitted anyway)
---            F, V: 1 applied, 0 not open;  P: 1;  7: not an operation
+--            F, V, M: 1 applied, 0 not open;  P: 1;  7: not an operation
 --            (geotoll validates every operation before sending it; an
 --            invalid admit answers 5 and changes nothing)
 --   utokens  the bucket's micro-tokens after it — the aggregate's when it
@@ -263,6 +268,31 @@ for i = 9, nargs, 3 do
         end
       end
       dirty = true
+    end
+  elseif kind == 'M' then
+    local delta = tonumber(ARGV[i + 2])
+    if delta == nil or delta ~= delta or delta == math.huge or delta == -math.huge then delta = 0 end
+    if redis.call('HEXISTS', okey, id .. '+') == 1 or redis.call('HDEL', okey, id) == 0 then
+      status = 0
+    else
+      if delta > 0 then
+        tokens = tokens - delta
+        if tokens < -floor then tokens = -floor end
+        if agg then
+          atokens = atokens - delta
+          if atokens < -floor then atokens = -floor end
+        end
+      elseif delta < 0 then
+        tokens = tokens - delta
+        if tokens > capacity then tokens = capacity end
+        if agg then
+          atokens = atokens - delta
+          if atokens > acap then atokens = acap end
+        end
+      end
+      if expstr == nil then expstr = string.format(' %d', nowms + ttl) end
+      redis.call('HSET', okey, id .. '+', '0' .. expstr)
+      dirty, opened = true, true
     end
   elseif kind ~= 'P' then
     status = 7 -- not an operation: nothing done

@@ -34,6 +34,7 @@ const (
 	opShadow opKind = 'S' // open; spend only if the bucket holds it
 	opFinish opKind = 'F' // close and settle
 	opVoid   opKind = 'V' // close and refund all it paid; amount: the voided batch's deadline (Unix ms)
+	opMove   opKind = 'M' // close and settle as F, and open id+"+" in its place, paid nothing
 	opPeek   opKind = 'P'
 )
 
@@ -166,6 +167,8 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 			status = r.admit(o)
 		case opFinish, opVoid:
 			status = r.finish(o)
+		case opMove:
+			status = r.move(o)
 		case opPeek: // reports the bucket
 		default:
 			status = stNotAnOp

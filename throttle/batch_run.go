@@ -148,6 +148,29 @@ func (r *batchRun) finish(o op) int {
 	return stAdmitted
 }
 
+// move is an M operation: close an open request and settle it as a
+// finish does, and open id+"+" in its place, paid nothing, with no token
+// or cap check (the slot it held stays taken). Of an id that is not open,
+// or whose successor is, it does nothing.
+func (r *batchRun) move(o op) int {
+	_, ok := r.st.open[o.id]
+	if _, taken := r.st.open[movedID(o.id)]; !ok || taken {
+		return stRefused
+	}
+	delete(r.st.open, o.id)
+	give := 0.0
+	if o.amount < 0 {
+		give = -o.amount
+	}
+	r.settle(o.amount, give)
+	r.st.open[movedID(o.id)] = openReq{paid: 0, expiresMS: r.nowMS + r.sh.ttlMS}
+	r.dirty, r.opened = true, true
+	return stAdmitted
+}
+
+// movedID is the id an M operation opens in place of id.
+func movedID(id string) string { return id + "+" }
+
 // tombstone marks a voided id that was never admitted, or not yet, until
 // keep (the voided batch's deadline, Unix ms): should its admit still come,
 // it admits nothing. A deadline already past needs no tombstone, since that

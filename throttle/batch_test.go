@@ -225,10 +225,10 @@ func FuzzApplyBatch(f *testing.F) {
 		now := t0
 		paid := map[string]float64{}
 		for i := 0; i+1 < len(prog) && i < 64; i += 2 {
-			kind := []opKind{opAdmit, opShadow, opFinish, opVoid, opPeek}[int(prog[i])%5]
+			kind := []opKind{opAdmit, opShadow, opFinish, opVoid, opPeek, opMove}[int(prog[i])%6]
 			id := string(rune('a' + prog[i+1]%4))
 			amount := float64(prog[i+1]) * micro / 16
-			if kind == opFinish {
+			if kind == opFinish || kind == opMove {
 				amount -= 8 * micro
 				if amount < -paid[id] {
 					amount = -paid[id] // geotoll never refunds more than was paid
@@ -262,7 +262,7 @@ func FuzzApplyBatch(f *testing.F) {
 					t.Fatalf("op %d: void of %s (paid %v) took %v to %v", i, id, wasOpen.paid, before, res.tokens)
 				}
 			}
-			if (kind == opFinish || kind == opVoid) && res.status == stAdmitted && !open {
+			if (kind == opFinish || kind == opVoid || kind == opMove) && res.status == stAdmitted && !open {
 				t.Fatalf("op %d: %c of %s, which was not open, applied", i, kind, id)
 			}
 			if st.found && st.b.n > sh.max {

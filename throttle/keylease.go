@@ -259,11 +259,12 @@ func (s *RedisStore) expire(ls *keyLease) {
 // retire ends a lease that held what Redis refused a request of its
 // caller for: no request is admitted on it any more, and what it holds
 // goes back with the request's next call, asked again at once. An idle
-// lease is given back. A busy one hands its tokens back and keeps only
-// its running request's slot: its id is finished, refunding what it holds
-// and one micro-token more, and a new id is opened for that request,
-// paying that micro-token, in one batch — the bucket then holds what it
-// would without the lease, and the running request's slot still counts.
+// lease is given back. A busy one hands its tokens back and keeps its
+// running request's slot: one move (admit.lua's M) closes its id,
+// refunding what it holds, and opens the id that takes its place — the
+// bucket then holds what it would without the lease, and the running
+// request's slot still counts. A move applies once, so a failed call
+// sends it again, as a finish.
 func (s *RedisStore) retire(ls *keyLease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -278,12 +279,13 @@ func (s *RedisStore) retire(ls *keyLease) {
 	if ls.left <= 0 {
 		return // nothing to hand back: its slot runs its request
 	}
-	back := s.takeBackLocked(ls)
-	back.op.amount--      // one micro-token more, which the new id pays
-	s.leases[ls.key] = ls // it stays the caller's until its request finishes
-	ls.id, ls.left = newID(), 0
-	slot := &pending{op: op{kind: opAdmit, id: ls.id, amount: 1}, sh: ls.sh, failed: make(chan error, 1)}
-	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, back, slot)
+	if ls.timer != nil {
+		ls.timer.Stop()
+	}
+	mv := &pending{op: op{kind: opMove, id: ls.id, amount: -ls.left}}
+	ls.handed, ls.gen = ls.left, ls.gen+1
+	ls.id, ls.left = movedID(ls.id), 0
+	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, mv)
 }
 
 // takeBackLocked forgets an idle lease and returns its give-back: a finish

@@ -142,12 +142,14 @@ func TestScriptMatchesTwin(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, 11))
 		sh := shape{rate: 5 * micro, capacity: 20 * micro, floor: 8 * micro, max: 3, ttlMS: 150}
 		var twin keyState
-		ids := []string{"0a", "1b", "2c", "3d", "4e"}
+		ids := []string{"0a", "1b", "2c", "3d", "4e", "0a+", "1b+"} // x+: what moving x opens
 		for batch := range 60 {
 			var ops []op
 			for range 1 + rng.IntN(4) {
 				id := ids[rng.IntN(len(ids))]
-				switch rng.IntN(5) {
+				switch rng.IntN(6) {
+				case 5:
+					ops = append(ops, op{kind: opMove, id: id, amount: math.Round(float64(rng.IntN(13)-6) * micro / 3)})
 				case 0, 1:
 					ops = append(ops, op{kind: opAdmit, id: id, amount: float64(1+rng.IntN(9)) * micro / 2})
 				case 2:
