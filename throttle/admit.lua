@@ -221,12 +221,13 @@ for i = 9, nargs, 3 do
         end
       end
     end
-  elseif kind == 'F' or kind == 'V' then
+  elseif kind == 'F' or kind == 'V' or kind == 'M' then
     local delta, give, tomb, skip = 0, 0, nil, false
-    if kind == 'F' then
+    if kind ~= 'V' then
       delta = tonumber(ARGV[i + 2])
       if delta == nil or delta ~= delta or delta == math.huge or delta == -math.huge then delta = 0 end
       if delta < 0 then give = -delta end
+      skip = kind == 'M' and redis.call('HEXISTS', okey, id .. '+') == 1
     else
       local rec = redis.call('HGET', okey, id)
       if rec then
@@ -250,7 +251,13 @@ for i = 9, nargs, 3 do
     elseif redis.call('HDEL', okey, id) == 0 then
       status = 0
     else
-      n = n - 1
+      if kind == 'M' then -- its successor takes the slot
+        if expstr == nil then expstr = string.format(' %d', nowms + ttl) end
+        redis.call('HSET', okey, id .. '+', '0' .. expstr)
+        opened = true
+      else
+        n = n - 1
+      end
       if delta > 0 then
         tokens = tokens - delta
         if tokens < -floor then tokens = -floor end
@@ -268,31 +275,6 @@ for i = 9, nargs, 3 do
         end
       end
       dirty = true
-    end
-  elseif kind == 'M' then
-    local delta = tonumber(ARGV[i + 2])
-    if delta == nil or delta ~= delta or delta == math.huge or delta == -math.huge then delta = 0 end
-    if redis.call('HEXISTS', okey, id .. '+') == 1 or redis.call('HDEL', okey, id) == 0 then
-      status = 0
-    else
-      if delta > 0 then
-        tokens = tokens - delta
-        if tokens < -floor then tokens = -floor end
-        if agg then
-          atokens = atokens - delta
-          if atokens < -floor then atokens = -floor end
-        end
-      elseif delta < 0 then
-        tokens = tokens - delta
-        if tokens > capacity then tokens = capacity end
-        if agg then
-          atokens = atokens - delta
-          if atokens > acap then atokens = acap end
-        end
-      end
-      if expstr == nil then expstr = string.format(' %d', nowms + ttl) end
-      redis.call('HSET', okey, id .. '+', '0' .. expstr)
-      dirty, opened = true, true
     end
   elseif kind ~= 'P' then
     status = 7 -- not an operation: nothing done

@@ -41,7 +41,7 @@ const (
 // Statuses of an operation's reply (see admit.lua).
 const (
 	stAdmitted    = 1
-	stRefused     = 0 // by the bucket; also F/V of an id that is not open
+	stRefused     = 0 // by the bucket; also F/V/M of an id that is not open (M: or whose successor is)
 	stAggregate   = 2 // refused by the aggregate bucket
 	stInFlight    = 3 // refused by the in-flight cap
 	stAlreadyOpen = 4
@@ -152,7 +152,7 @@ func resetMS(tokens, rate, capacity float64) int64 {
 // FMAs, which would round differently from Lua.
 //
 // Its steps are the script's three parts (batch_run.go): batchRun.load
-// reads the state as of now, batchRun.admit and batchRun.finish run the
+// reads the state as of now, batchRun.admit, finish and move run the
 // operations, and batchRun.commit writes the state back — only when an
 // operation changed something, as the script writes nothing for a batch of
 // refusals and peeks.

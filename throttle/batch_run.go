@@ -1,5 +1,7 @@
 package throttle
 
+import "math"
+
 // batchRun is one batch on its way through applyBatch: the locals admit.lua
 // keeps between loading a caller's state, running the operations and
 // writing it back. The maps of st (open requests, tombstones) change in
@@ -140,7 +142,7 @@ func (r *batchRun) finish(o op) int {
 	give, delta := 0.0, 0.0
 	if o.kind == opVoid {
 		give = rec.paid
-	} else if delta = o.amount; delta < 0 {
+	} else if delta = finite(o.amount); delta < 0 {
 		give = -delta
 	}
 	r.settle(delta, give)
@@ -158,14 +160,23 @@ func (r *batchRun) move(o op) int {
 		return stRefused
 	}
 	delete(r.st.open, o.id)
-	give := 0.0
-	if o.amount < 0 {
-		give = -o.amount
+	delta, give := finite(o.amount), 0.0
+	if delta < 0 {
+		give = -delta
 	}
-	r.settle(o.amount, give)
+	r.settle(delta, give)
 	r.st.open[movedID(o.id)] = openReq{paid: 0, expiresMS: r.nowMS + r.sh.ttlMS}
 	r.dirty, r.opened = true, true
 	return stAdmitted
+}
+
+// finite is a settlement's delta as the script reads it: NaN and ±Inf
+// settle nothing.
+func finite(delta float64) float64 {
+	if math.IsNaN(delta) || math.IsInf(delta, 0) {
+		return 0
+	}
+	return delta
 }
 
 // movedID is the id an M operation opens in place of id.

@@ -264,7 +264,7 @@ func (s *RedisStore) expire(ls *keyLease) {
 // refunding what it holds, and opens the id that takes its place — the
 // bucket then holds what it would without the lease, and the running
 // request's slot still counts. A move applies once, so a failed call
-// sends it again, as a finish.
+// sends it again, unchanged, as it does a finish.
 func (s *RedisStore) retire(ls *keyLease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

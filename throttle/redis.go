@@ -31,7 +31,8 @@ var admitLua string
 //
 // Nothing is applied twice. Every admitted request is open under an id
 // until it is finished; a finish or void of an id that is not open does
-// nothing, so finishes and voids are simply sent again after a failed call.
+// nothing, so finishes, voids and moves are simply sent again after a
+// failed call.
 // A batch whose answer never came (a timeout, a lost connection) may or may
 // not have been applied: its callers were told it failed, and were decided
 // by the fail mode elsewhere, so its admits are voided at once — refunded if
@@ -146,7 +147,7 @@ type RedisStats struct {
 	Admits   uint64 // admits among them
 	Voids    uint64 // admits voided after an unanswered batch
 	Failures uint64 // calls that failed or were not answered in time
-	Dropped  uint64 // finishes dropped: too many pending for one caller
+	Dropped  uint64 // finishes (and moves) dropped: too many pending for one caller
 	Leases   uint64 // leases granted
 	Local    uint64 // requests admitted in process, on a lease
 }
