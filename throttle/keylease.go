@@ -98,10 +98,11 @@ type seenBucket struct {
 }
 
 // refilledMicro is a bucket of tokens micro-tokens at at, refilled to now
-// as the script refills it, at most the capacity.
+// by the script's own arithmetic (refill), within its debt floor and
+// capacity.
 func refilledMicro(tokens float64, at, now time.Time, sh shape) float64 {
-	el := float64(now.Sub(at).Microseconds())
-	return math.Min(tokens+math.Floor(el*sh.rate/1e6), sh.capacity)
+	v := bucketVal{tokens: tokens, sec: at.Unix(), usec: int64(at.Nanosecond() / 1000)}
+	return refill(v, true, clock{sec: now.Unix(), usec: int64(now.Nanosecond() / 1000)}, sh.rate, sh.capacity, sh.floor)
 }
 
 // admitLeased admits req in process when this store holds a lease for its
