@@ -43,14 +43,12 @@ type keyLease struct {
 	// left is what it holds, in micro-tokens: taken, not yet spent. It is
 	// negative after requests that cost more than they paid.
 	left float64
-	// bucket is the bucket's micro-tokens in Redis as of at (when the call
-	// that showed it was sent: an early at errs towards a fuller bucket);
 	// coming is the settlements of the caller's other requests on their
-	// way to it since (refunds positive, debits negative). The budget
-	// headers of requests admitted in process, and the checks that admit
-	// them, estimate the bucket from them.
-	bucket, coming float64
-	at             time.Time
+	// way to the bucket since Redis last showed it (RedisStore.seen;
+	// refunds positive, debits negative). The budget headers of requests
+	// admitted in process, and the checks that admit them, estimate the
+	// bucket from the two.
+	coming float64
 
 	ask *pending // its admit, until answered
 	// gen counts the times it handed its tokens back (given back, or
@@ -114,15 +112,15 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	cost := toMicro(req.Cost)
 	now := time.Now()
 	s.mu.Lock()
-	ls := s.leases[req.Key]
+	ls, seen := s.leases[req.Key], s.seen[req.Key]
 	if ls == nil || !ls.granted || ls.busy || ls.done || ls.left < cost || ls.sh != sh || req.Aggregate != nil ||
-		ls.brimmed(now) || ls.estimate(now)+ls.left < cost {
+		ls.brimmed(seen, now) || ls.estimate(seen, now)+ls.left < cost {
 		s.mu.Unlock()
 		return Admission{}, false
 	}
 	ls.left -= cost
 	ls.busy = true
-	remaining, id := ls.remaining(now), ls.id
+	remaining, id := ls.remaining(seen, now), ls.id
 	s.mu.Unlock()
 	s.stats.local.Add(1)
 	a.Allowed = true
@@ -135,15 +133,20 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 
 // remaining estimates, in micro-tokens, what the caller's bucket would
 // hold now with the lease given back.
-func (ls *keyLease) remaining(now time.Time) float64 {
-	return math.Max(ls.estimate(now)+ls.left, -ls.sh.floor)
+func (ls *keyLease) remaining(seen seenBucket, now time.Time) float64 {
+	return math.Max(ls.estimate(seen, now)+ls.left, -ls.sh.floor)
 }
 
-// estimate is the bucket as last seen, refilled as the script refills it,
-// with the settlements on their way, within its debt floor and capacity:
-// what Redis holds, unless another replica spent from it.
-func (ls *keyLease) estimate(now time.Time) float64 {
-	b := math.Min(refilledMicro(ls.bucket, ls.at, now, ls.sh)+ls.coming, ls.sh.capacity)
+// estimate is the bucket as last seen (dated when the call that showed it
+// was sent: an early date errs towards a fuller bucket), refilled as the
+// script refills it, with the settlements on their way, within its debt
+// floor and capacity: what Redis holds, unless another replica spent from
+// it. A bucket not seen lately (swept from seen) is taken as empty.
+func (ls *keyLease) estimate(seen seenBucket, now time.Time) float64 {
+	if seen.at.IsZero() {
+		return -ls.sh.floor
+	}
+	b := math.Min(refilledMicro(seen.tokens, seen.at, now, ls.sh)+ls.coming, ls.sh.capacity)
 	return math.Max(b, -ls.sh.floor)
 }
 
@@ -151,8 +154,8 @@ func (ls *keyLease) estimate(now time.Time) float64 {
 // more than the capacity: a bucket without the lease would have stopped
 // refilling there, so the lease may not admit (a request then goes to
 // Redis with the lease given back first).
-func (ls *keyLease) brimmed(now time.Time) bool {
-	return ls.estimate(now)+ls.left > ls.sh.capacity
+func (ls *keyLease) brimmed(seen seenBucket, now time.Time) bool {
+	return ls.estimate(seen, now)+ls.left > ls.sh.capacity
 }
 
 // finish implements finisher for a request admitted on the lease: its
@@ -197,10 +200,10 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 	return back, ask, nil
 }
 
-// grantLocked records Redis's answer to a lease's admit, sent at sent on
-// l. A lease that is done already (Flush, or a debit, came first) is given
-// back ahead of everything queued.
-func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult, sent time.Time) {
+// grantLocked records Redis's answer to a lease's admit, sent on l. A
+// lease that is done already (Flush, or a debit, came first) is given back
+// ahead of everything queued.
+func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult) {
 	if !admitted(r.status) {
 		s.dropLocked(ls)
 		return
@@ -210,7 +213,7 @@ func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult, sent time.Ti
 		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)
 		return
 	}
-	ls.granted, ls.left, ls.bucket, ls.at, ls.ask = true, ls.size, r.tokens, sent, nil
+	ls.granted, ls.left, ls.ask = true, ls.size, nil
 	s.stats.leases.Add(1)
 	if ls.done {
 		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)

@@ -23,9 +23,6 @@ func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult,
 			continue
 		}
 		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent}
-		if ls := s.leases[key]; ls != nil && ls.granted {
-			ls.bucket, ls.at = results[i].tokens, sent
-		}
 		break
 	}
 	if len(s.seen) < s.seenAt {

@@ -272,7 +272,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	s.mu.Lock()
 	for i, p := range batch {
 		if p.lease != nil {
-			s.grantLocked(l, p.lease, results[i], sent)
+			s.grantLocked(l, p.lease, results[i])
 			continue
 		}
 		if p.done == nil {
