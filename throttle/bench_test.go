@@ -114,6 +114,45 @@ func redisUsec(b *testing.B, rdb *redis.Client) (calls, usec float64) {
 	return calls, usec
 }
 
+// redisTimer measures what Redis spends in EVALSHA calls (INFO
+// commandstats), and the baseline script's share of it.
+type redisTimer struct {
+	b       *testing.B
+	rdb     *redis.Client
+	baseKey string
+}
+
+func newRedisTimer(b *testing.B) *redisTimer {
+	m := &redisTimer{b: b, rdb: testenv.Redis(b), baseKey: testenv.Prefix(b) + ":baseline"}
+	b.Cleanup(func() { m.rdb.Del(context.Background(), m.baseKey) })
+	return m
+}
+
+// measure is the Redis time, in µs, of the calls run makes.
+func (m *redisTimer) measure(run func()) float64 {
+	ctx := context.Background()
+	m.rdb.ConfigResetStat(ctx)
+	c0, u0 := redisUsec(m.b, m.rdb)
+	run()
+	c1, u1 := redisUsec(m.b, m.rdb)
+	if c1 <= c0 {
+		m.b.Fatal("no EVALSHA reached Redis")
+	}
+	return u1 - u0
+}
+
+// baseline is the Redis time, in µs, of n calls of the baseline script.
+func (m *redisTimer) baseline(n int) float64 {
+	ctx := context.Background()
+	return m.measure(func() {
+		for i := range n {
+			if err := seedBaseline.Run(ctx, m.rdb, []string{m.baseKey}, time.Now().UnixMilli(), 1e6, 1e9, 1+i%2).Err(); err != nil {
+				m.b.Fatal(err)
+			}
+		}
+	})
+}
+
 // BenchmarkRedisTime measures what Redis itself spends (INFO commandstats)
 // per admitted request — admission with its in-flight slot, and its
 // settlement — against one call of the baseline script, measured in turn
@@ -125,31 +164,10 @@ func redisUsec(b *testing.B, rdb *redis.Client) (calls, usec float64) {
 // full: every request is a call). It resets the Redis server's statistics:
 // run it alone (make bench does).
 func BenchmarkRedisTime(b *testing.B) {
-	rdb := testenv.Redis(b)
+	m := newRedisTimer(b)
 	ctx := context.Background()
 	pre := testenv.Prefix(b)
-	baseKey := pre + ":baseline"
-	b.Cleanup(func() { rdb.Del(context.Background(), baseKey) })
 	const n = 4000
-	measure := func(run func()) float64 {
-		rdb.ConfigResetStat(ctx)
-		c0, u0 := redisUsec(b, rdb)
-		run()
-		c1, u1 := redisUsec(b, rdb)
-		if c1 <= c0 {
-			b.Fatal("no EVALSHA reached Redis")
-		}
-		return u1 - u0
-	}
-	baseline := func() float64 {
-		return measure(func() {
-			for i := range n {
-				if err := seedBaseline.Run(ctx, rdb, []string{baseKey}, time.Now().UnixMilli(), 1e6, 1e9, 1+i%2).Err(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 	for _, c := range []struct {
 		name    string
 		clients int
@@ -160,14 +178,14 @@ func BenchmarkRedisTime(b *testing.B) {
 		{"16 clients", 16, benchLimit},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := NewRedisStore(rdb, RedisOptions{Timeout: time.Second})
+			s := NewRedisStore(m.rdb, RedisOptions{Timeout: time.Second})
 			key := BucketKey(pre, "bench", c.name)
-			b.Cleanup(func() { rdb.Del(context.Background(), key, OpenKey(key)) })
+			b.Cleanup(func() { m.rdb.Del(context.Background(), key, OpenKey(key)) })
 			req := Request{Bucket: Bucket{Key: key, Limit: c.limit}, Cost: 1, MaxInFlight: 64}
 			var usec, base float64
 			for b.Loop() {
-				base += baseline() // alternating, so that both see the same load
-				usec += measure(func() {
+				base += m.baseline(n) // alternating, so that both see the same load
+				usec += m.measure(func() {
 					var wg sync.WaitGroup
 					for range c.clients {
 						wg.Go(func() {
@@ -192,6 +210,73 @@ func BenchmarkRedisTime(b *testing.B) {
 			b.ReportMetric(per/base, "redis-time/baseline")
 			st := s.Stats()
 			b.ReportMetric(float64(st.Calls)/float64(b.N*n), "calls/request")
+		})
+	}
+}
+
+// floorScript makes only the Redis commands a bucket with in-flight slots
+// and Redis's clock needs — read the clock and the bucket, open each
+// admitted request and close each finished one, write the bucket back —
+// and none of the arithmetic: what one call of any such script costs Redis
+// at the least.
+var floorScript = redis.NewScript(`redis.call('TIME')
+redis.pcall('GET', KEYS[1])
+local out = {}
+for i = 9, #ARGV, 3 do
+  if ARGV[i] == 'A' then
+    redis.call('HSETNX', KEYS[2], ARGV[i + 1], '1000000 1')
+  else
+    redis.call('HDEL', KEYS[2], ARGV[i + 1])
+  end
+  out[#out + 1] = 1
+  out[#out + 1] = 0
+end
+redis.call('SET', KEYS[1], '0 0 0 0 0 0 0', 'KEEPTTL')
+return out`)
+
+// BenchmarkRedisFloor puts admit.lua beside floorScript and the baseline
+// script, each measured in turn in every round: calls that each carry n
+// admissions and the n finishes of the call before, per request. n = 1 is
+// a caller that never overlaps its requests and whose bucket stays full
+// (one call per request), n = 8 what 16 parallel requests share. It shows
+// how far a call per request can go: floor-µs/request over baseline-µs/call
+// is the least redis-time/baseline any such script reaches.
+func BenchmarkRedisFloor(b *testing.B) {
+	m := newRedisTimer(b)
+	ctx := context.Background()
+	admit := NewRedisStore(m.rdb, RedisOptions{}).script
+	const calls = 2000
+	for _, n := range []int{1, 8} {
+		b.Run(strconv.Itoa(n)+" per call", func(b *testing.B) {
+			var used [2]float64
+			var base float64
+			for b.Loop() {
+				base += m.baseline(calls)
+				for i, s := range []*redis.Script{admit, floorScript} {
+					key := BucketKey(testenv.Prefix(b), "floor", strconv.Itoa(i))
+					keys := []string{key, OpenKey(key), VoidKey(key)}
+					used[i] += m.measure(func() {
+						for c := range calls {
+							args := []any{"1000000000000", "1000000000000000", "1000000", "", "", "64", "30000", ""}
+							for j := range n {
+								args = append(args, "A", strconv.Itoa(c*n+j), "1000000")
+								if c > 0 {
+									args = append(args, "F", strconv.Itoa((c-1)*n+j), "-500000")
+								}
+							}
+							if err := s.Run(ctx, m.rdb, keys, args...).Err(); err != nil {
+								b.Fatal(err)
+							}
+						}
+					})
+					m.rdb.Del(ctx, keys...)
+				}
+			}
+			requests := float64(b.N * calls * n)
+			base /= float64(b.N * calls)
+			b.ReportMetric(base, "baseline-µs/call")
+			b.ReportMetric(used[0]/requests/base, "admit-time/baseline")
+			b.ReportMetric(used[1]/requests/base, "floor-time/baseline")
 		})
 	}
 }
