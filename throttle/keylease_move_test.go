@@ -184,7 +184,10 @@ func TestLeaseMoveNeedsNoTokens(t *testing.T) {
 		if a := <-done; a.Allowed {
 			t.Fatalf("75 admitted")
 		}
-		t.Logf("after B; Redis %+v", f.state(b.Key))
+		// The move kept the running request's slot under its new id.
+		if st := f.state(b.Key); st.b.n != 1 || len(st.open) != 1 {
+			t.Fatalf("after the move: %d open, %v in the hash; want the running request's slot alone", st.b.n, st.open)
+		}
 		r.Ticket.Settle(0) // its refund of 1
 		flushWithin(t, s1)
 		st := f.state(b.Key)
