@@ -8,6 +8,8 @@
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make chaos   the fault-injection suite (chaos/), with its table of results
 #   make bench   benchmarks, with the test services
+#   make bench-ceiling  cold tiles against the database's ceiling (pgbench),
+#                with the database sharing every CPU, then on a CPU of its own
 #   make bench-protect  the protection benchmark: honest p50/p99 alone and
 #                beside a low-zoom flood, throttle on and off, into
 #                docs/protect.md and docs/protect.svg (PROTECT_PHASE each)
@@ -42,7 +44,7 @@ SERVICES_ENV = eval "$$($(SERVICES) env)"
 # Redis, and missing services fail instead of skip.
 TEST_ENV = $(SERVICES_ENV); export GEOTOLL_REQUIRE_SERVICES=1
 
-.PHONY: all build services services-down cluster run testdb opendata browser-deps test lint fuzz chaos bench bench-protect mutate clean
+.PHONY: all build services services-down cluster run testdb opendata browser-deps test lint fuzz chaos bench bench-ceiling bench-protect mutate clean
 
 all: lint test
 
@@ -152,6 +154,24 @@ chaos: services build
 bench: testdb
 	$(TEST_ENV); \
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# BenchmarkCeiling twice: PostgreSQL sharing every CPU with the server, its
+# load generator and Redis; then on a CPU of its own (scripts/pin.sh), as a
+# database on its own host is, with everything else on the others.
+# 8,000 tiles a run, so that pgbench's connections are warm for most of it.
+CEILING_COUNT ?= 3
+CEILING_TILES ?= 8000
+CEILING_ARGS = -test.run '^$$' -test.bench '^BenchmarkCeiling$$' -test.benchtime $(CEILING_TILES)x -test.count $(CEILING_COUNT) -test.timeout 60m
+bench-ceiling: testdb
+	$(TEST_ENV); \
+	$(GO) test -c -o $(CURDIR)/bin/ceiling.test ./cmd/geotoll; \
+	cd cmd/geotoll; \
+	echo "== the database sharing every CPU"; \
+	$(CURDIR)/bin/ceiling.test $(CEILING_ARGS); \
+	trap '$(CURDIR)/scripts/pin.sh off' EXIT; \
+	$(CURDIR)/scripts/pin.sh on; \
+	echo "== the database on a CPU of its own"; \
+	$(CURDIR)/scripts/pin.sh run $(CURDIR)/bin/ceiling.test $(CEILING_ARGS)
 
 PROTECT_PHASE ?= 10s
 bench-protect: testdb
