@@ -1,0 +1,141 @@
+package throttle
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The lease's arithmetic, decision by decision, at the boundaries its
+// integration tests pass by: each case below changes its answer when one
+// comparison or sign of keylease.go or keylease_track.go is changed
+// (TESTING.md, "Mutation").
+
+// unrefilled dates a bucket an hour ahead: the script refills nothing over
+// a clock that stepped back, so what it holds stays what the case says.
+func unrefilled(tokens float64) seenBucket {
+	return seenBucket{tokens: toMicro(tokens), at: time.Now().Add(time.Hour)}
+}
+
+// TestLeaseSize: the lease a request asks for, from the caller's bucket as
+// last seen — none when the bucket cannot pay the request and the lease,
+// or when the two would pass the capacity within LeaseHold.
+func TestLeaseSize(t *testing.T) {
+	const key = "k"
+	cases := []struct {
+		name     string
+		leaseReq int
+		rate     float64 // tokens a second
+		bucket   float64 // tokens, as last seen
+		req      Request
+		unseen   bool
+		want     float64 // tokens
+	}{
+		{name: "pays the request and the lease", leaseReq: 4, rate: 1, bucket: 50, want: 4},
+		{name: "pays exactly the request and the lease", leaseReq: 4, rate: 1e-6, bucket: 5, want: 4},
+		{name: "short of the lease by half a request", leaseReq: 4, rate: 1e-6, bucket: 4.5},
+		{name: "would refill past the capacity within LeaseHold", leaseReq: 4, rate: 10, bucket: 95},
+		{name: "refills to the capacity exactly within LeaseHold", leaseReq: 4, rate: 10, bucket: 91, want: 4},
+		{name: "an eighth of the capacity at most", leaseReq: 40, rate: 1e-6, bucket: 50, want: 12.5},
+		{name: "a lease of one request", leaseReq: 1, rate: 1e-6, bucket: 50, want: 1},
+		{name: "without leases", leaseReq: -1, rate: 1e-6, bucket: 50},
+		{name: "a bucket not seen", leaseReq: 4, rate: 1e-6, bucket: 50, unseen: true},
+		{name: "a shadow request", leaseReq: 4, rate: 1e-6, bucket: 50, req: Request{Shadow: true}},
+		{name: "an aggregate bucket", leaseReq: 4, rate: 1e-6, bucket: 50, req: Request{Aggregate: &Bucket{Key: "agg"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &RedisStore{opts: RedisOptions{LeaseRequests: c.leaseReq, LeaseHold: time.Second},
+				seen: map[string]seenBucket{}}
+			if !c.unseen {
+				s.seen[key] = unrefilled(c.bucket)
+			}
+			req := c.req
+			req.Bucket = Bucket{Key: key, Limit: Limit{Rate: c.rate, Capacity: 100}}
+			req.Cost = 1
+			if got := s.leaseSizeLocked(req, shapeOf(req)); got != toMicro(c.want) {
+				t.Fatalf("bucket %v, %d requests' lease, rate %v: lease of %v tokens, want %v",
+					c.bucket, c.leaseReq, c.rate, fromMicro(got), c.want)
+			}
+		})
+	}
+}
+
+// TestRefilledMicro: a bucket seen at a time that is not a whole second
+// refills for the time since, to the microsecond.
+func TestRefilledMicro(t *testing.T) {
+	sh := shape{rate: toMicro(2), capacity: toMicro(100)}
+	at := time.Unix(1000, 500_000_000)
+	if got, want := refilledMicro(toMicro(10), at, at.Add(1500*time.Millisecond), sh), toMicro(13); got != want {
+		t.Fatalf("10 tokens refilled at 2 a second for 1.5 s: %v micro-tokens, want %v", got, want)
+	}
+}
+
+// TestLeaseBrimmed: a lease stops admitting once the bucket and the lease
+// together would hold more than the capacity — not when they hold it
+// exactly.
+func TestLeaseBrimmed(t *testing.T) {
+	ls := &keyLease{sh: shape{rate: 1, capacity: toMicro(100)}}
+	for _, c := range []struct {
+		bucket, left float64
+		want         bool
+	}{{50, 10, false}, {90, 10, false}, {95, 10, true}, {100, 0.5, true}} {
+		ls.left = toMicro(c.left)
+		if got := ls.brimmed(unrefilled(c.bucket), time.Now()); got != c.want {
+			t.Errorf("bucket %v, lease %v, capacity 100: brimmed %v, want %v", c.bucket, c.left, got, c.want)
+		}
+	}
+}
+
+// TestLeaseHoldAndTTLExtra: a lease admits for LeaseHold, or half the
+// request TTL when that is shorter; only a call that asks for a lease
+// keeps its operations open for the hold and the call's timeout longer.
+func TestLeaseHoldAndTTLExtra(t *testing.T) {
+	s := &RedisStore{opts: RedisOptions{LeaseHold: 500 * time.Millisecond, Timeout: time.Second}}
+	short, long := shape{ttlMS: 400}, shape{ttlMS: 10_000}
+	if got := s.leaseHold(short); got != 200*time.Millisecond {
+		t.Errorf("hold with a TTL of 400 ms: %v, want 200ms", got)
+	}
+	if got := s.leaseHold(long); got != 500*time.Millisecond {
+		t.Errorf("hold with a TTL of 10 s: %v, want 500ms", got)
+	}
+	plain := &pending{op: op{kind: opAdmit, id: "a"}}
+	ask := &pending{op: op{kind: opAdmit, id: "l"}, lease: &keyLease{}}
+	if got := s.leaseTTLExtra(long, []*pending{plain}); got != 0 {
+		t.Errorf("extra TTL of a call without a lease's admit: %d ms, want 0", got)
+	}
+	if got := s.leaseTTLExtra(long, []*pending{plain, ask}); got != 1500 {
+		t.Errorf("extra TTL of a call with a lease's admit: %d ms, want 1500", got)
+	}
+}
+
+// TestLeaseSeenBucket: the bucket a reply shows is its last result that
+// reports the caller's own bucket (an aggregate's refusal reports the
+// aggregate's), and stale entries are swept exactly when the map has grown
+// to the size set at the last sweep.
+func TestLeaseSeenBucket(t *testing.T) {
+	now := time.Now()
+	stale := now.Add(-time.Hour)
+	s := &RedisStore{opts: RedisOptions{LeaseRequests: 8, LeaseHold: time.Second},
+		seen: map[string]seenBucket{"a": {at: stale}, "b": {at: stale}}, seenAt: 3}
+	s.sawLocked("c", nil, []opResult{{status: stAdmitted, tokens: 5}, {status: stAggregate, tokens: 9}}, now)
+	if got := s.seen["c"]; got.tokens != 5 || !got.at.Equal(now) {
+		t.Fatalf("seen after an admission then an aggregate's refusal: %+v, want 5 micro-tokens at %v", got, now)
+	}
+	if len(s.seen) != 1 || s.seenAt != 1024 {
+		t.Fatalf("at 3 entries of 3: %d entries left, next sweep at %d; want 1 (the two stale swept), 1024", len(s.seen), s.seenAt)
+	}
+	s.seen["d"] = seenBucket{at: stale}
+	s.sawLocked("e", nil, []opResult{{status: stAdmitted, tokens: 1}}, now)
+	if _, ok := s.seen["d"]; !ok || len(s.seen) != 3 {
+		t.Fatalf("at 3 entries of 1024: %d entries left (the stale one kept: %v), want 3, none swept", len(s.seen), ok)
+	}
+	for i := range 600 {
+		s.seen[fmt.Sprint("fresh", i)] = seenBucket{at: now}
+	}
+	s.seenAt = 600
+	s.sawLocked("f", nil, []opResult{{status: stAdmitted, tokens: 1}}, now)
+	if len(s.seen) != 603 || s.seenAt != 1206 {
+		t.Fatalf("after a sweep of 604 entries, 1 stale: %d left, next sweep at %d; want 603, 1206", len(s.seen), s.seenAt)
+	}
+}
