@@ -139,3 +139,57 @@ func TestLeaseSeenBucket(t *testing.T) {
 		t.Fatalf("after a sweep of 604 entries, 1 stale: %d left, next sweep at %d; want 603, 1206", len(s.seen), s.seenAt)
 	}
 }
+
+// TestLeaseSpendsItsLastToken: a lease admits requests until what it holds
+// is spent, down to its last token, when the bucket beside it is empty —
+// the request that takes the lease spends the bucket's last tokens with it.
+func TestLeaseSpendsItsLastToken(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		b := Bucket{Key: f.key("last-token"), Limit: Limit{Rate: 1e-6, Capacity: 40}}
+		// 34 of 40 leave 6: the next request of 1 takes a lease of 5 (an
+		// eighth of the capacity), which leaves the bucket empty.
+		mustAdmit(t, f.store, Request{Bucket: b, Cost: 34, MaxInFlight: 8}).Ticket.Settle(34)
+		req := Request{Bucket: b, Cost: 1, MaxInFlight: 8}
+		mustAdmit(t, f.store, req).Ticket.Settle(1)
+		if st := f.store.Stats(); st.Leases != 1 || st.Local != 0 {
+			t.Fatalf("the request of 1 did not take a lease: %+v", st)
+		}
+		for i := range 5 {
+			a := mustAdmit(t, f.store, req)
+			if st := f.store.Stats(); !a.Allowed || st.Local != uint64(i+1) {
+				t.Fatalf("request %d of 5 on the lease of 5: allowed %v, %d admitted on the lease", i+1, a.Allowed, st.Local)
+			}
+			a.Ticket.Settle(1)
+		}
+		if a := mustAdmit(t, f.store, req); a.Allowed || a.Refusal != RefusedBucket {
+			t.Fatalf("the sixth request of 1, lease and bucket spent: %+v", a)
+		}
+		flushWithin(t, f.store)
+		if got := mustPeek(t, f.store, b).Remaining; got != 0 {
+			t.Fatalf("bucket after 40 tokens spent: %v, want 0", got)
+		}
+	})
+}
+
+// TestLeaseBusyCountsInHeaders: a request that goes to Redis while the
+// caller's lease runs a request reads the bucket with what the lease
+// still holds, as the in-process store reads it.
+func TestLeaseBusyCountsInHeaders(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("busy-headers"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, f.store, mem, b)
+		req := Request{Bucket: b, Cost: 2, Debt: 3, MaxInFlight: 8}
+		x, xm := mustAdmit(t, f.store, req), mustAdmit(t, mem, req)
+		if !x.Allowed || !xm.Allowed || x.Result.Remaining != xm.Result.Remaining || x.Result.Remaining != 75 {
+			t.Fatalf("2 of 77 beside a busy lease: %+v; in-process %+v (75 remaining)", x.Result, xm.Result)
+		}
+		x.Ticket.Settle(2)
+		xm.Ticket.Settle(2)
+		r.Ticket.Settle(1)
+		rm.Ticket.Settle(1)
+		sameBucket(t, f.store, mem, b)
+	})
+}
