@@ -20,6 +20,7 @@ func TestApplyBatch(t *testing.T) {
 	shadow := func(id string, cost float64) op { return op{kind: opShadow, id: id, amount: cost * micro} }
 	finish := func(id string, delta float64) op { return op{kind: opFinish, id: id, amount: delta * micro} }
 	void := func(id string) op { return op{kind: opVoid, id: id} }
+	move := func(id string, delta float64) op { return op{kind: opMove, id: id, amount: delta * micro} }
 	// voidUntil voids id with a tombstone kept until t0 + ms.
 	voidUntil := func(id string, ms int64) op { return op{kind: opVoid, id: id, amount: float64(t0.ms() + ms)} }
 	peek := op{kind: opPeek}
@@ -63,6 +64,25 @@ func TestApplyBatch(t *testing.T) {
 			{0, []op{admit("a", 9), finish("a", 100)}, []opResult{r(stAdmitted, 1), r(stAdmitted, -5)}},
 			{1000, []op{admit("b", 1)}, []opResult{r(stRefused, -3)}},
 			{4000, []op{admit("b", 1)}, []opResult{r(stAdmitted, 2)}},
+		}},
+		{"a move settles its request and keeps its slot under the next id", testShape, []step{
+			{0, []op{admit("a", 6), move("a", -4), admit("b", 1), admit("c", 1)},
+				[]opResult{r(stAdmitted, 4), r(stAdmitted, 8), r(stAdmitted, 7), r(stInFlight, 7)}},
+			{0, []op{finish("a", 0), move("a", 0), finish("a+", -1), admit("c", 1)},
+				[]opResult{r(stRefused, 7), r(stRefused, 7), r(stAdmitted, 8), r(stAdmitted, 7)}},
+		}},
+		{"a move debits down to the floor", testShape, []step{
+			{0, []op{admit("a", 9), move("a", 100)}, []opResult{r(stAdmitted, 1), r(stAdmitted, -5)}},
+		}},
+		{"a moved request lives a TTL from its move", testShape, []step{
+			{0, []op{admit("a", 1)}, []opResult{r(stAdmitted, 9)}},
+			{20000, []op{move("a", 0)}, []opResult{r(stAdmitted, 10)}},
+			// a expired at +30 s; a+ lives to +50 s and holds its slot.
+			{40000, []op{admit("b", 1), admit("c", 1)}, []opResult{r(stAdmitted, 9), r(stInFlight, 9)}},
+		}},
+		{"a move whose next id is open does nothing", testShape, []step{
+			{0, []op{admit("a", 1), admit("a+", 1), move("a", -1), move("x", -1)},
+				[]opResult{r(stAdmitted, 9), r(stAdmitted, 8), r(stRefused, 8), r(stRefused, 8)}},
 		}},
 		{"a void refunds exactly what was paid, once", testShape, []step{
 			{0, []op{admit("a", 7), void("a"), void("a")}, []opResult{r(stAdmitted, 3), r(stAdmitted, 10), r(stRefused, 10)}},
