@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -46,33 +47,36 @@ func TestLeaseDebitQueuedBehindItsAsk(t *testing.T) {
 
 // TestLeaseRefusalWhileItsGiveBackIsOnItsWay: a request Redis refuses
 // while the lease's give-back is queued, not yet applied, is asked again
-// and admitted when the lease's tokens pay it.
+// and admitted when the lease's tokens pay it — also when they pay it
+// exactly (76.5: the bucket's 70 and the 6.5 the lease gives back).
 func TestLeaseRefusalWhileItsGiveBackIsOnItsWay(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second})
-		mem := NewMemoryStore(MemoryOptions{})
-		b := Bucket{Key: f.key("lease-giveback-on-way"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
-		r, rm := withBusyLease(t, s, mem, b) // Redis 70, lease 7, r runs on it
-		req := Request{Bucket: b, Cost: 75, Debt: 3, MaxInFlight: 8}
-		gate := make(chan struct{})
-		g.gate.Store(&gate)
-		done := make(chan Admission, 1)
-		go func() { done <- mustAdmit(t, s, req) }()
-		<-g.sent // the big admit is on its way
-		g.gate.Store(nil)
-		am := mustAdmit(t, mem, req) // in-process: 77 hold 75
-		r.Ticket.Settle(1.5)         // a debit: the lease is done, its give-back queued
-		close(gate)
-		a := <-done
-		rm.Ticket.Settle(1.5)
-		if a.Allowed != am.Allowed {
-			t.Errorf("leased store allowed=%v (%+v), in-process allowed=%v", a.Allowed, a.Result, am.Allowed)
+		for _, cost := range []float64{75, 76.5} {
+			g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
+			s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second})
+			mem := NewMemoryStore(MemoryOptions{})
+			b := Bucket{Key: f.key(fmt.Sprint("lease-giveback-on-way-", cost)), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+			r, rm := withBusyLease(t, s, mem, b) // Redis 70, lease 7, r runs on it
+			req := Request{Bucket: b, Cost: cost, Debt: 3, MaxInFlight: 8}
+			gate := make(chan struct{})
+			g.gate.Store(&gate)
+			done := make(chan Admission, 1)
+			go func() { done <- mustAdmit(t, s, req) }()
+			<-g.sent // the big admit is on its way
+			g.gate.Store(nil)
+			am := mustAdmit(t, mem, req) // in-process: 77 hold it
+			r.Ticket.Settle(1.5)         // a debit: the lease is done, its give-back queued
+			close(gate)
+			a := <-done
+			rm.Ticket.Settle(1.5)
+			if a.Allowed != am.Allowed || !am.Allowed {
+				t.Errorf("cost %v: leased store allowed=%v (%+v), in-process allowed=%v", cost, a.Allowed, a.Result, am.Allowed)
+			}
+			a.Ticket.Settle(cost)
+			am.Ticket.Settle(cost)
+			sameBucket(t, s, mem, b)
 		}
-		a.Ticket.Settle(75)
-		am.Ticket.Settle(75)
-		sameBucket(t, s, mem, b)
 	})
 }
 
