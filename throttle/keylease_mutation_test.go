@@ -193,3 +193,108 @@ func TestLeaseBusyCountsInHeaders(t *testing.T) {
 		sameBucket(t, f.store, mem, b)
 	})
 }
+
+// TestLeaseHandBacksAfterAnAdmitCount: an admit queued beside a busy lease
+// that then hands its tokens back twice — a move (retire), then the
+// give-back of its running request's refund — before the admit's reply
+// comes, is refused beside that lease when the last hand-back pays it:
+// Redis may have applied the hand-backs after the admit. The reply is the
+// one Redis gives the admit ahead of both: the bucket's 70.
+func TestLeaseHandBacksAfterAnAdmitCount(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("hand-backs"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, f.store, mem, b) // Redis 70, lease 7, r runs on it
+		s := f.store
+		s.mu.Lock()
+		ls := s.leases[b.Key]
+		p := &pending{op: op{kind: opAdmit, id: "beside", amount: toMicro(70.5)}, leaseAt: ls, leaseGen: ls.gen}
+		s.mu.Unlock()
+		s.retire(ls)         // hands its 7 back by a move, keeps r's slot
+		r.Ticket.Settle(0.5) // refunds 0.5: the lease is given back with it
+		rm.Ticket.Settle(0.5)
+		s.mu.Lock()
+		got := s.besideLocked(b.Key, opResult{status: stRefused, tokens: toMicro(70)}, p)
+		s.mu.Unlock()
+		if got != ls {
+			t.Fatalf("70.5 refused with 70 left, before the lease's hand-backs of 7 and 0.5: beside %p, want the lease %p", got, ls)
+		}
+		sameBucket(t, s, mem, b)
+	})
+}
+
+// TestLeaseRetiredTwiceHandsBackNothing: a busy lease retired again after
+// its move holds nothing to hand back, so it sends nothing and frees no
+// slot: an in-flight refusal of an admit queued between the two stands
+// (asking again could not change it).
+func TestLeaseRetiredTwiceHandsBackNothing(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("retired-twice"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, f.store, mem, b) // Redis 70, lease 7, r runs on it
+		s := f.store
+		s.mu.Lock()
+		ls := s.leases[b.Key]
+		s.mu.Unlock()
+		s.retire(ls) // hands its 7 back by a move, keeps r's slot
+		s.mu.Lock()
+		p := &pending{op: op{kind: opAdmit, id: "between", amount: toMicro(1)}, leaseAt: ls, leaseGen: ls.gen}
+		s.mu.Unlock()
+		s.retire(ls)
+		s.mu.Lock()
+		got := s.besideLocked(b.Key, opResult{status: stInFlight, tokens: toMicro(77)}, p)
+		s.mu.Unlock()
+		if got != nil {
+			t.Fatalf("an in-flight refusal after a second retire that handed back nothing: beside %p, want none", got)
+		}
+		r.Ticket.Settle(1)
+		rm.Ticket.Settle(1)
+		sameBucket(t, s, mem, b)
+	})
+}
+
+// TestLeaseHoldingNothingIsNotAskedAgain: a shadow admission that the
+// caller's own bucket pays (its aggregate shadowed it) is not asked again
+// beside a lease that holds nothing, nor beside one whose give-back after
+// the admit was queued handed back nothing (a debit left it below zero):
+// handing back nothing could not change the reply.
+func TestLeaseHoldingNothingIsNotAskedAgain(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("holding-nothing"), Limit: Limit{Rate: 1e-6, Capacity: 40}}
+		req := Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}
+		drain := Request{Bucket: b, Cost: 30, Debt: 3, MaxInFlight: 8}
+		mustAdmit(t, f.store, drain).Ticket.Settle(30)
+		mustAdmit(t, mem, drain).Ticket.Settle(30)
+		for range 5 { // the first takes a lease of 5 (Redis 4), the next four spend 4 of it
+			mustAdmit(t, f.store, req).Ticket.Settle(1)
+			mustAdmit(t, mem, req).Ticket.Settle(1)
+		}
+		r, rm := mustAdmit(t, f.store, req), mustAdmit(t, mem, req) // the lease's last token
+		s := f.store
+		if st := s.Stats(); st.Local != 5 || st.Leases != 1 {
+			t.Fatalf("setup: %+v", st)
+		}
+		s.mu.Lock()
+		ls := s.leases[b.Key]
+		p := &pending{op: op{kind: opShadow, id: "shadowed", amount: toMicro(1)}, leaseAt: ls, leaseGen: ls.gen}
+		shadowed := opResult{status: stShadow, tokens: toMicro(4)}
+		got, left := s.besideLocked(b.Key, shadowed, p), ls.left
+		s.mu.Unlock()
+		if got != nil {
+			t.Fatalf("shadowed with 4 left beside a lease holding %v: beside %p, want none", fromMicro(left), got)
+		}
+		r.Ticket.Settle(1.5) // a debit: the lease goes back holding -0.5
+		rm.Ticket.Settle(1.5)
+		s.mu.Lock()
+		got = s.besideLocked(b.Key, shadowed, p)
+		s.mu.Unlock()
+		if got != nil {
+			t.Fatalf("shadowed with 4 left after a give-back of nothing: beside %p, want none", got)
+		}
+		sameBucket(t, s, mem, b)
+	})
+}
