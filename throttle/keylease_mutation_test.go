@@ -61,9 +61,9 @@ func TestLeaseSize(t *testing.T) {
 	}
 }
 
-// TestRefilledMicro: a bucket seen at a time that is not a whole second
+// TestLeaseRefilledMicro: a bucket seen at a time that is not a whole second
 // refills for the time since, to the microsecond.
-func TestRefilledMicro(t *testing.T) {
+func TestLeaseRefilledMicro(t *testing.T) {
 	sh := shape{rate: toMicro(2), capacity: toMicro(100)}
 	at := time.Unix(1000, 500_000_000)
 	if got, want := refilledMicro(toMicro(10), at, at.Add(1500*time.Millisecond), sh), toMicro(13); got != want {
