@@ -183,19 +183,22 @@ bench-protect: testdb
 # pins (downloaded once through the Go module proxy, then built from the
 # module cache), over the code where a silent mistake costs money or
 # security: the throttle (admission arithmetic, stores, failover, cost
-# model), the toll policy, client-address parsing and tile addressing.
+# model, per-caller leases), the toll policy, client-address parsing and
+# tile addressing.
 # Each entry is a package directory, then optionally :file,file (mutate
 # only those) and @pattern (run only the tests -run selects, else the
 # package's whole suite, the tests in those files' own _test.go files
 # first); tile addressing runs its own unit, fuzz-seed and PostGIS tests,
-# not the rest of package tiles. The test services are up,
+# not the rest of package tiles, the leases their own and the Redis
+# store's tests. The test services are up,
 # so integration tests kill mutants too. Writes $(MUTATE_OUT)/scores.md and
 # fails below MUTATE_MIN_EFFICACY; see scripts/mutate.sh for the other
 # settings.
 MUTATE_PKGS ?= internal/forwarded \
 	tiles:address.go@Test(ParseTile|AddressDetails|SplitFormat|Envelope|ParseRequest)|Fuzz(ParseTile|ParseRequest)|Example(ParseTile|Envelope) \
 	toll:toll.go,tier.go,price.go,caller.go \
-	throttle:batch.go,batch_run.go,cost.go,limit.go,failover.go
+	throttle:batch.go,batch_run.go,cost.go,limit.go,failover.go \
+	throttle:keylease.go,keylease_track.go@^Test(Lease|Redis)
 MUTATE_OUT ?= artifacts/mutation
 # Left out of the mutation runs: TestScriptMatchesTwin fails at random on
 # a loaded machine (half its runs at load 16: tombstones that expired

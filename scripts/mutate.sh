@@ -12,7 +12,8 @@
 # whole test suite runs, the tests in the named files' own _test.go files
 # first). Entries are separated by spaces, in one
 # argument. For each entry, gremlins' log and JSON results land in
-# OUTDIR/<dir with / as ->.{log,json}; then the score table is printed and
+# OUTDIR/<dir with / as ->.{log,json} (-2, -3… after the name for a
+# package's second and later entries); then the score table is printed and
 # written to OUTDIR/scores.md.
 #
 # Settings (environment):
@@ -76,7 +77,13 @@ for entry in "${entries[@]}"; do
 		done | paste -sd'|')
 		first=${first:+^($first)\$}
 	fi
+	# A second entry of the same package writes its own files (name-2).
 	name=${dir//\//-}
+	n=1
+	while [[ -e $out/$name.log ]]; do
+		n=$((n + 1))
+		name=${dir//\//-}-$n
+	done
 	echo "mutate: $dir${keep:+ (only ${keep:1:-1})}${run:+, tests $run}"
 	(cd "$root/$dir" && GOFLAGS="$GOFLAGS${run:+ -run=$run}" MUTATE_FIRST=$first "$gremlins" unleash --workers "${MUTATE_WORKERS:-2}" \
 		--timeout-coefficient "${MUTATE_TIMEOUT_COEFFICIENT:-20}" \
