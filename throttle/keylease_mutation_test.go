@@ -194,63 +194,34 @@ func TestLeaseBusyCountsInHeaders(t *testing.T) {
 	})
 }
 
-// TestLeaseHandBacksAfterAnAdmitCount: an admit queued beside a busy lease
-// that then hands its tokens back twice — a move (retire), then the
-// give-back of its running request's refund — before the admit's reply
-// comes, is refused beside that lease when the last hand-back pays it:
-// Redis may have applied the hand-backs after the admit. The reply is the
-// one Redis gives the admit ahead of both: the bucket's 70.
-func TestLeaseHandBacksAfterAnAdmitCount(t *testing.T) {
+// TestLeaseHandBacksAfterAnAdmit: what a busy lease hands back after an
+// admit was queued beside it decides whether a refusal of that admit is
+// asked again. Its move (retire) and then the give-back of its running
+// request's refund both count, so a refusal that the last one pays is
+// refused beside the lease (Redis may have applied them after the admit;
+// the reply is the one Redis gives the admit ahead of both, the bucket's
+// 70). A second retire in between holds nothing to hand back: it sends
+// nothing and frees no slot, so an in-flight refusal of an admit queued
+// between the two retires stands.
+func TestLeaseHandBacksAfterAnAdmit(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		mem := NewMemoryStore(MemoryOptions{})
 		b := Bucket{Key: f.key("hand-backs"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, rm := withBusyLease(t, f.store, mem, b) // Redis 70, lease 7, r runs on it
 		s := f.store
-		s.mu.Lock()
-		ls := s.leases[b.Key]
-		p := &pending{op: op{kind: opAdmit, id: "beside", amount: toMicro(70.5)}, leaseAt: ls, leaseGen: ls.gen}
-		s.mu.Unlock()
-		s.retire(ls)         // hands its 7 back by a move, keeps r's slot
-		r.Ticket.Settle(0.5) // refunds 0.5: the lease is given back with it
-		rm.Ticket.Settle(0.5)
-		s.mu.Lock()
-		got := s.besideLocked(b.Key, opResult{status: stRefused, tokens: toMicro(70)}, p)
-		s.mu.Unlock()
-		if got != ls {
-			t.Fatalf("70.5 refused with 70 left, before the lease's hand-backs of 7 and 0.5: beside %p, want the lease %p", got, ls)
-		}
-		sameBucket(t, s, mem, b)
-	})
-}
-
-// TestLeaseRetiredTwiceHandsBackNothing: a busy lease retired again after
-// its move holds nothing to hand back, so it sends nothing and frees no
-// slot: an in-flight refusal of an admit queued between the two stands
-// (asking again could not change it).
-func TestLeaseRetiredTwiceHandsBackNothing(t *testing.T) {
-	t.Parallel()
-	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		mem := NewMemoryStore(MemoryOptions{})
-		b := Bucket{Key: f.key("retired-twice"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
-		r, rm := withBusyLease(t, f.store, mem, b) // Redis 70, lease 7, r runs on it
-		s := f.store
-		s.mu.Lock()
-		ls := s.leases[b.Key]
-		s.mu.Unlock()
+		ls, before := queuedBeside(s, b.Key, opAdmit, 70.5)
 		s.retire(ls) // hands its 7 back by a move, keeps r's slot
-		s.mu.Lock()
-		p := &pending{op: op{kind: opAdmit, id: "between", amount: toMicro(1)}, leaseAt: ls, leaseGen: ls.gen}
-		s.mu.Unlock()
+		_, between := queuedBeside(s, b.Key, opAdmit, 1)
 		s.retire(ls)
-		s.mu.Lock()
-		got := s.besideLocked(b.Key, opResult{status: stInFlight, tokens: toMicro(77)}, p)
-		s.mu.Unlock()
-		if got != nil {
+		if got := besideNow(s, b.Key, opResult{status: stInFlight, tokens: toMicro(77)}, between); got != nil {
 			t.Fatalf("an in-flight refusal after a second retire that handed back nothing: beside %p, want none", got)
 		}
-		r.Ticket.Settle(1)
-		rm.Ticket.Settle(1)
+		r.Ticket.Settle(0.5) // refunds 0.5: the lease is given back with it
+		rm.Ticket.Settle(0.5)
+		if got := besideNow(s, b.Key, opResult{status: stRefused, tokens: toMicro(70)}, before); got != ls {
+			t.Fatalf("70.5 refused with 70 left, before the lease's hand-backs of 7 and 0.5: beside %p, want the lease %p", got, ls)
+		}
 		sameBucket(t, s, mem, b)
 	})
 }
@@ -278,23 +249,32 @@ func TestLeaseHoldingNothingIsNotAskedAgain(t *testing.T) {
 		if st := s.Stats(); st.Local != 5 || st.Leases != 1 {
 			t.Fatalf("setup: %+v", st)
 		}
-		s.mu.Lock()
-		ls := s.leases[b.Key]
-		p := &pending{op: op{kind: opShadow, id: "shadowed", amount: toMicro(1)}, leaseAt: ls, leaseGen: ls.gen}
+		_, p := queuedBeside(s, b.Key, opShadow, 1)
 		shadowed := opResult{status: stShadow, tokens: toMicro(4)}
-		got, left := s.besideLocked(b.Key, shadowed, p), ls.left
-		s.mu.Unlock()
-		if got != nil {
-			t.Fatalf("shadowed with 4 left beside a lease holding %v: beside %p, want none", fromMicro(left), got)
+		if got := besideNow(s, b.Key, shadowed, p); got != nil {
+			t.Fatalf("shadowed with 4 left beside a lease holding 0: beside %p, want none", got)
 		}
 		r.Ticket.Settle(1.5) // a debit: the lease goes back holding -0.5
 		rm.Ticket.Settle(1.5)
-		s.mu.Lock()
-		got = s.besideLocked(b.Key, shadowed, p)
-		s.mu.Unlock()
-		if got != nil {
+		if got := besideNow(s, b.Key, shadowed, p); got != nil {
 			t.Fatalf("shadowed with 4 left after a give-back of nothing: beside %p, want none", got)
 		}
 		sameBucket(t, s, mem, b)
 	})
+}
+
+// queuedBeside is the caller's lease and an admit of cost (of kind) queued
+// beside it now, as enqueueAdmit queues one.
+func queuedBeside(s *RedisStore, key string, kind opKind, cost float64) (*keyLease, *pending) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls := s.leases[key]
+	return ls, &pending{op: op{kind: kind, id: newID(), amount: toMicro(cost)}, leaseAt: ls, leaseGen: ls.gen}
+}
+
+// besideNow is besideLocked under the store's lock.
+func besideNow(s *RedisStore, key string, r opResult, p *pending) *keyLease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.besideLocked(key, r, p)
 }
