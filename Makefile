@@ -157,7 +157,10 @@ bench: testdb
 
 # BenchmarkCeiling twice: PostgreSQL sharing every CPU with the server, its
 # load generator and Redis; then on a CPU of its own (scripts/pin.sh), as a
-# database on its own host is, with everything else on the others.
+# database on its own host is, with everything else on the others. Needs the
+# services scripts/services.sh starts itself (not DATABASE_URL's): `pin.sh
+# off` first undoes a pinning an interrupted run left, and fails at once
+# without them.
 # 8,000 tiles a run, so that pgbench's connections are warm for most of it.
 CEILING_COUNT ?= 3
 CEILING_TILES ?= 8000
@@ -166,12 +169,13 @@ bench-ceiling: testdb
 	$(TEST_ENV); \
 	$(GO) test -c -o $(CURDIR)/bin/ceiling.test ./cmd/geotoll; \
 	cd cmd/geotoll; \
+	"$(CURDIR)/scripts/pin.sh" off; \
 	echo "== the database sharing every CPU"; \
-	$(CURDIR)/bin/ceiling.test $(CEILING_ARGS); \
-	trap '$(CURDIR)/scripts/pin.sh off' EXIT; \
-	$(CURDIR)/scripts/pin.sh on; \
+	"$(CURDIR)/bin/ceiling.test" $(CEILING_ARGS); \
+	trap '"$(CURDIR)/scripts/pin.sh" off' EXIT; \
+	"$(CURDIR)/scripts/pin.sh" on; \
 	echo "== the database on a CPU of its own"; \
-	$(CURDIR)/scripts/pin.sh run $(CURDIR)/bin/ceiling.test $(CEILING_ARGS)
+	"$(CURDIR)/scripts/pin.sh" run "$(CURDIR)/bin/ceiling.test" $(CEILING_ARGS)
 
 PROTECT_PHASE ?= 10s
 bench-protect: testdb

@@ -1,67 +1,114 @@
 #!/usr/bin/env bash
-# Give the private PostgreSQL of scripts/services.sh CPUs of its own, as a
+# Give the private PostgreSQL of scripts/services.sh a CPU of its own, as a
 # database on its own host has, for benchmarks that compare the server with
 # the database's ceiling.
 #
 #   scripts/pin.sh on          PostgreSQL (the postmaster and every backend;
 #                              backends started later inherit it) on the
-#                              last CPU, Redis on the others
+#                              last CPU this shell may use, Redis on the
+#                              others
 #   scripts/pin.sh off         every one of them on every CPU again
-#   scripts/pin.sh run CMD...  run CMD on the CPUs PostgreSQL does not have
+#   scripts/pin.sh run CMD...  run CMD on the CPUs PostgreSQL does not get
 #                              (with `on`: a load generator, pgbench or the
 #                              server itself, beside the database's CPU)
 #   scripts/pin.sh status      print each one's CPUs
 #
-# Settings: GEOTOLL_STATE_DIR and GEOTOLL_REDIS_PORT as for
-# scripts/services.sh. Needs at least 2 CPUs, taskset (util-linux), and the
-# right to change the affinity of the postgres user's processes (root).
+# GEOTOLL_STATE_DIR is read as scripts/services.sh reads it. Needs at least
+# 2 CPUs, taskset (util-linux), and the right to change the affinity of
+# the services' processes (the user who started them, or root). The
+# services are shared by every checkout that uses the state dir: `on`
+# pins them for all of them until `off`.
 set -euo pipefail
 
 STATE=${GEOTOLL_STATE_DIR:-/tmp/geotoll-services}
-REDIS_PORT=${GEOTOLL_REDIS_PORT:-56379}
 
 die() {
 	echo "pin.sh: $*" >&2
 	exit 1
 }
 
-cpus=$(nproc --all)
-((cpus >= 2)) || die "needs at least 2 CPUs, this machine has $cpus"
-last=$((cpus - 1))
-rest=0-$((last - 1))
-all=0-$last
+# The CPUs this shell may use (its affinity: a cpuset or offline CPUs are
+# left out), one per line.
+allowed_cpus() {
+	local list r
+	list=$(taskset -c -p $$ | sed 's/.*: //')
+	for r in ${list//,/ }; do
+		if [[ $r == *-* ]]; then
+			seq "${r%-*}" "${r#*-}"
+		else
+			echo "$r"
+		fi
+	done
+}
+
+mapfile -t cpus < <(allowed_cpus)
+((${#cpus[@]} >= 2)) || die "needs at least 2 CPUs, this shell may use ${#cpus[@]}"
+last=${cpus[-1]}
+rest=$(
+	IFS=,
+	echo "${cpus[*]:0:${#cpus[@]}-1}"
+)
+all=$(
+	IFS=,
+	echo "${cpus[*]}"
+)
+
+# pidof_service FILE COMM: the pid in FILE, if that process is still COMM.
+pidof_service() {
+	local f=$1 comm=$2 pid
+	[[ -r $f ]] || return 0
+	pid=$(head -n1 "$f")
+	[[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm"* ]] && echo "$pid"
+	return 0
+}
 
 postmaster() {
-	local f=$STATE/pg/postmaster.pid
-	[[ -r $f ]] || die "no PostgreSQL of scripts/services.sh runs ($f is missing)"
-	head -n1 "$f"
+	local pm
+	pm=$(pidof_service "$STATE/pg/postmaster.pid" postgres)
+	[[ -n $pm ]] || die "no PostgreSQL of scripts/services.sh runs under $STATE"
+	echo "$pm"
 }
 
-redis_pid() {
-	[[ -r $STATE/redis.pid ]] && cat "$STATE/redis.pid" || true
-}
-
-# pin CPUS PID...: each process and all its threads.
+# pin CPUS PID...: each process and all its threads. Only a process that
+# has ended (a backend that quit) is passed over.
 pin() {
-	local to=$1
+	local to=$1 p
 	shift
 	for p in "$@"; do
-		taskset -a -p -c "$to" "$p" >/dev/null 2>&1 || true # a backend may have ended
+		if ! taskset -a -p -c "$to" "$p" >/dev/null 2>&1 && [[ -e /proc/$p ]]; then
+			die "cannot move process $p to CPUs $to"
+		fi
 	done
+}
+
+# place CPUS_PG CPUS_REDIS: the postmaster first, so that a backend it
+# starts meanwhile inherits its CPUs, then the backends it has.
+place() {
+	local pm r
+	pm=$(postmaster)
+	pin "$1" "$pm"
+	# shellcheck disable=SC2046 # one pid per word
+	pin "$1" $(pgrep -P "$pm" || true)
+	r=$(pidof_service "$STATE/redis.pid" redis-server)
+	[[ -z $r ]] || pin "$2" "$r"
+}
+
+status() {
+	local pm r
+	pm=$(postmaster)
+	echo "postgresql: CPUs $(taskset -c -p "$pm" | sed 's/.*: //')"
+	r=$(pidof_service "$STATE/redis.pid" redis-server)
+	[[ -z $r ]] || echo "redis:      CPUs $(taskset -c -p "$r" | sed 's/.*: //')"
 }
 
 case ${1:-status} in
 on)
-	pm=$(postmaster)
-	pin "$last" "$pm" $(pgrep -P "$pm" || true)
-	r=$(redis_pid)
-	[[ -z $r ]] || pin "$rest" "$r"
+	place "$last" "$rest"
+	status
 	;;
 off)
-	pm=$(postmaster)
-	pin "$all" "$pm" $(pgrep -P "$pm" || true)
-	r=$(redis_pid)
-	[[ -z $r ]] || pin "$all" "$r"
+	place "$all" "$all"
+	status
 	;;
 run)
 	shift
@@ -69,9 +116,7 @@ run)
 	exec taskset -c "$rest" "$@"
 	;;
 status)
-	echo "postgresql: CPUs $(taskset -c -p "$(postmaster)" | sed 's/.*: //')"
-	r=$(redis_pid)
-	[[ -z $r ]] || echo "redis:      CPUs $(taskset -c -p "$r" | sed 's/.*: //')"
+	status
 	;;
 *)
 	die "usage: scripts/pin.sh on|off|run CMD...|status"

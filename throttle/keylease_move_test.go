@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -185,12 +186,18 @@ func TestLeaseMoveNeedsNoTokens(t *testing.T) {
 			t.Fatalf("75 admitted")
 		}
 		// The move kept the running request's slot under its new id.
-		if st := f.state(b.Key); st.b.n != 1 || len(st.open) != 1 {
+		st := f.state(b.Key)
+		if st.b.n != 1 || len(st.open) != 1 {
 			t.Fatalf("after the move: %d open, %v in the hash; want the running request's slot alone", st.b.n, st.open)
+		}
+		for id := range st.open {
+			if !strings.HasSuffix(id, "+") {
+				t.Fatalf("after the move the slot is held by %q, not by a moved id", id)
+			}
 		}
 		r.Ticket.Settle(0) // its refund of 1
 		flushWithin(t, s1)
-		st := f.state(b.Key)
+		st = f.state(b.Key)
 		got := mustPeek(t, s2, b).Remaining
 		// 80 - 1 - 1 - 1 + 1 - 80 = -2
 		if got != -2 || st.b.n != 0 {
