@@ -169,6 +169,10 @@ bench-ceiling: testdb
 	$(TEST_ENV); \
 	$(GO) test -c -o $(CURDIR)/bin/ceiling.test ./cmd/geotoll; \
 	cd cmd/geotoll; \
+	if [[ -n "$${DATABASE_URL:-}" ]]; then \
+		echo "make bench-ceiling: unset DATABASE_URL; it pins the PostgreSQL that scripts/services.sh runs, which would not be the one measured" >&2; \
+		exit 1; \
+	fi; \
 	"$(CURDIR)/scripts/pin.sh" off; \
 	echo "== the database sharing every CPU"; \
 	"$(CURDIR)/bin/ceiling.test" $(CEILING_ARGS); \

@@ -7,7 +7,8 @@
 #                              backends started later inherit it) on the
 #                              last CPU this shell may use, Redis on the
 #                              others
-#   scripts/pin.sh off         every one of them on every CPU again
+#   scripts/pin.sh off         every one of them on every CPU this shell
+#                              may use again
 #   scripts/pin.sh run CMD...  run CMD on the CPUs PostgreSQL does not get
 #                              (with `on`: a load generator, pgbench or the
 #                              server itself, beside the database's CPU)
@@ -41,6 +42,7 @@ allowed_cpus() {
 	done
 }
 
+command -v taskset >/dev/null 2>&1 || die "taskset (util-linux) is not installed"
 mapfile -t cpus < <(allowed_cpus)
 ((${#cpus[@]} >= 2)) || die "needs at least 2 CPUs, this shell may use ${#cpus[@]}"
 last=${cpus[-1]}
@@ -53,18 +55,22 @@ all=$(
 	echo "${cpus[*]}"
 )
 
-# pidof_service FILE COMM: the pid in FILE, if that process is still COMM.
+# pidof_service FILE COMM DIR: the pid in FILE, if that process is still
+# COMM and runs in DIR (services.sh starts each in its own directory: the
+# data directory, the state dir) — not another process that got the pid.
 pidof_service() {
-	local f=$1 comm=$2 pid
+	local f=$1 comm=$2 dir=$3 pid
 	[[ -r $f ]] || return 0
 	pid=$(head -n1 "$f")
-	[[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm"* ]] && echo "$pid"
+	if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm"* && /proc/$pid/cwd -ef $dir ]]; then
+		echo "$pid"
+	fi
 	return 0
 }
 
 postmaster() {
 	local pm
-	pm=$(pidof_service "$STATE/pg/postmaster.pid" postgres)
+	pm=$(pidof_service "$STATE/pg/postmaster.pid" postgres "$STATE/pg")
 	[[ -n $pm ]] || die "no PostgreSQL of scripts/services.sh runs under $STATE"
 	echo "$pm"
 }
@@ -72,11 +78,11 @@ postmaster() {
 # pin CPUS PID...: each process and all its threads. Only a process that
 # has ended (a backend that quit) is passed over.
 pin() {
-	local to=$1 p
+	local to=$1 p err
 	shift
 	for p in "$@"; do
-		if ! taskset -a -p -c "$to" "$p" >/dev/null 2>&1 && [[ -e /proc/$p ]]; then
-			die "cannot move process $p to CPUs $to"
+		if ! err=$(taskset -a -p -c "$to" "$p" 2>&1) && [[ -e /proc/$p ]]; then
+			die "cannot move process $p to CPUs $to: $err"
 		fi
 	done
 }
@@ -89,7 +95,7 @@ place() {
 	pin "$1" "$pm"
 	# shellcheck disable=SC2046 # one pid per word
 	pin "$1" $(pgrep -P "$pm" || true)
-	r=$(pidof_service "$STATE/redis.pid" redis-server)
+	r=$(pidof_service "$STATE/redis.pid" redis-server "$STATE")
 	[[ -z $r ]] || pin "$2" "$r"
 }
 
@@ -97,7 +103,7 @@ status() {
 	local pm r
 	pm=$(postmaster)
 	echo "postgresql: CPUs $(taskset -c -p "$pm" | sed 's/.*: //')"
-	r=$(pidof_service "$STATE/redis.pid" redis-server)
+	r=$(pidof_service "$STATE/redis.pid" redis-server "$STATE")
 	[[ -z $r ]] || echo "redis:      CPUs $(taskset -c -p "$r" | sed 's/.*: //')"
 }
 

@@ -218,18 +218,18 @@ func BenchmarkRedisTime(b *testing.B) {
 // admit.lua does — read the clock and the bucket, open each admitted
 // request and close each finished one, write the bucket back — and none
 // of the arithmetic: what one call of admit.lua's shape costs Redis at the
-// least. Its reply has admit.lua's shape, every operation applied.
+// least. Its reply has admit.lua's shape: 1 for an operation applied (an
+// admission opened, a finish closing an open request), else 0.
 var floorScript = redis.NewScript(`#!lua
 redis.call('TIME')
 redis.pcall('GET', KEYS[1])
 local out = {}
 for i = 9, #ARGV, 3 do
   if ARGV[i] == 'A' then
-    redis.call('HSETNX', KEYS[2], ARGV[i + 1], '1000000 1')
+    out[#out + 1] = redis.call('HSETNX', KEYS[2], ARGV[i + 1], '1000000 1')
   else
-    redis.call('HDEL', KEYS[2], ARGV[i + 1])
+    out[#out + 1] = redis.call('HDEL', KEYS[2], ARGV[i + 1])
   end
-  out[#out + 1] = 1
   out[#out + 1] = 0
 end
 redis.call('SET', KEYS[1], '0 0 0 0 0 0 0', 'KEEPTTL')

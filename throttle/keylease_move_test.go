@@ -172,7 +172,8 @@ func TestLeaseMoveNeedsNoTokens(t *testing.T) {
 		g.gate.Store(&gate2)
 		close(gate1)
 		<-g.sent // the transfer's call, held
-		t.Logf("held; Redis %+v", f.state(b.Key).b)
+		held := f.state(b.Key)
+		t.Logf("held; Redis %+v", held.b)
 		x := mustAdmit(t, s2, Request{Bucket: b, Cost: 70, Debt: 20, MaxInFlight: 8})
 		if !x.Allowed {
 			t.Fatalf("x refused: %+v", x.Result)
@@ -190,9 +191,9 @@ func TestLeaseMoveNeedsNoTokens(t *testing.T) {
 		if st.b.n != 1 || len(st.open) != 1 {
 			t.Fatalf("after the move: %d open, %v in the hash; want the running request's slot alone", st.b.n, st.open)
 		}
-		for id := range st.open {
-			if !strings.HasSuffix(id, "+") {
-				t.Fatalf("after the move the slot is held by %q, not by a moved id", id)
+		for id, o := range st.open {
+			if _, was := held.open[strings.TrimSuffix(id, "+")]; !was || !strings.HasSuffix(id, "+") || o.paid != 0 {
+				t.Fatalf("after the move the slot is held by %q (%+v); want an id open before it, moved (+), having paid nothing; before: %v", id, o, held.open)
 			}
 		}
 		r.Ticket.Settle(0) // its refund of 1
