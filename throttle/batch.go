@@ -152,7 +152,7 @@ func resetMS(tokens, rate, capacity float64) int64 {
 // FMAs, which would round differently from Lua.
 //
 // Its steps are the script's three parts (batch_run.go): batchRun.load
-// reads the state as of now, batchRun.admit, finish and move run the
+// reads the state as of now, batchRun.admit and finish run the
 // operations, and batchRun.commit writes the state back — only when an
 // operation changed something, as the script writes nothing for a batch of
 // refusals and peeks.
@@ -165,10 +165,8 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 		switch o.kind {
 		case opAdmit, opShadow:
 			status = r.admit(o)
-		case opFinish, opVoid:
+		case opFinish, opVoid, opMove:
 			status = r.finish(o)
-		case opMove:
-			status = r.move(o)
 		case opPeek: // reports the bucket
 		default:
 			status = stNotAnOp

@@ -125,10 +125,13 @@ func (r *batchRun) open(id string, status int, cost float64) int {
 	return status
 }
 
-// finish is an F or V operation: close an open request and settle it — a
-// finish by its delta, a void by refunding all it paid. Either of an id that
-// is not open settles nothing, so a repeated or late one never settles
-// twice; a void of such an id leaves a tombstone instead.
+// finish is an F, V or M operation: close an open request and settle it —
+// a finish or a move by its delta, a void by refunding all it paid. None
+// of an id that is not open settles anything, so a repeated or late one
+// never settles twice; a void of such an id leaves a tombstone instead. A
+// move opens id+"+" in the closed request's place, paid nothing, with no
+// token or cap check (the slot it held stays taken), and does nothing
+// when that id is open already.
 func (r *batchRun) finish(o op) int {
 	rec, ok := r.st.open[o.id]
 	if !ok {
@@ -137,8 +140,16 @@ func (r *batchRun) finish(o op) int {
 		}
 		return stRefused
 	}
+	if _, taken := r.st.open[movedID(o.id)]; o.kind == opMove && taken {
+		return stRefused
+	}
 	delete(r.st.open, o.id)
-	r.n--
+	if o.kind == opMove {
+		r.st.open[movedID(o.id)] = openReq{paid: 0, expiresMS: r.nowMS + r.sh.ttlMS}
+		r.opened = true
+	} else {
+		r.n--
+	}
 	give, delta := 0.0, 0.0
 	if o.kind == opVoid {
 		give = rec.paid
@@ -147,26 +158,6 @@ func (r *batchRun) finish(o op) int {
 	}
 	r.settle(delta, give)
 	r.dirty = true
-	return stAdmitted
-}
-
-// move is an M operation: close an open request and settle it as a
-// finish does, and open id+"+" in its place, paid nothing, with no token
-// or cap check (the slot it held stays taken). Of an id that is not open,
-// or whose successor is, it does nothing.
-func (r *batchRun) move(o op) int {
-	_, ok := r.st.open[o.id]
-	if _, taken := r.st.open[movedID(o.id)]; !ok || taken {
-		return stRefused
-	}
-	delete(r.st.open, o.id)
-	delta, give := finite(o.amount), 0.0
-	if delta < 0 {
-		give = -delta
-	}
-	r.settle(delta, give)
-	r.st.open[movedID(o.id)] = openReq{paid: 0, expiresMS: r.nowMS + r.sh.ttlMS}
-	r.dirty, r.opened = true, true
 	return stAdmitted
 }
 
