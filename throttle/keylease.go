@@ -283,11 +283,7 @@ func (s *RedisStore) retire(ls *keyLease) {
 	if ls.left <= 0 {
 		return // nothing to hand back: its slot runs its request
 	}
-	if ls.timer != nil {
-		ls.timer.Stop()
-	}
-	mv := &pending{op: op{kind: opMove, id: ls.id, amount: -ls.left}}
-	ls.handed, ls.gen = ls.left, ls.gen+1
+	mv := ls.handBack(opMove)
 	ls.id, ls.left = movedID(ls.id), 0
 	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, mv)
 }
@@ -297,6 +293,15 @@ func (s *RedisStore) retire(ls *keyLease) {
 // overspent).
 func (s *RedisStore) takeBackLocked(ls *keyLease) *pending {
 	s.dropLocked(ls)
+	return ls.handBack(opFinish)
+}
+
+// handBack stops the lease's hold and returns the operation of kind (a
+// finish or a move of its id) that settles what it holds with its bucket:
+// a refund of what is left, or a debit of what its requests overspent. It
+// counts as a hand-back (handed, gen) for the refusals queued beside it.
+// Under RedisStore.mu.
+func (ls *keyLease) handBack(kind opKind) *pending {
 	if ls.timer != nil {
 		ls.timer.Stop()
 	}
@@ -305,7 +310,7 @@ func (s *RedisStore) takeBackLocked(ls *keyLease) *pending {
 		delta = -ls.left
 	}
 	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
-	return &pending{op: op{kind: opFinish, id: ls.id, amount: delta}}
+	return &pending{op: op{kind: kind, id: ls.id, amount: delta}}
 }
 
 // giveBackLocked forgets an idle lease and queues its give-back on its
