@@ -246,7 +246,7 @@ return out`)
 // open request), so that neither script is timed refusing.
 func BenchmarkRedisFloor(b *testing.B) {
 	m := newRedisTimer(b)
-	admit := NewRedisStore(m.rdb, RedisOptions{}).script
+	admit := redis.NewScript(admitLua)
 	const calls = 2000
 	for _, n := range []int{1, 8} {
 		b.Run(strconv.Itoa(n)+" per call", func(b *testing.B) {
