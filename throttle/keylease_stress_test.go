@@ -113,6 +113,13 @@ func leaseStress(t *testing.T, debits bool, replicas int) {
 		if o := f.state(b.Key).b.n; o != 0 {
 			t.Errorf("seed %d: %d open after Flush", seed, o)
 		}
+		local := uint64(0)
+		for _, s := range stores {
+			local += s.Stats().Local
+		}
+		if local == 0 {
+			t.Errorf("seed %d: no request was admitted on a lease", seed)
+		}
 		for _, s := range stores {
 			s.mu.Lock()
 			if len(s.leases) != 0 || len(s.lanes) != 0 {
