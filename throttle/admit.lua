@@ -82,44 +82,52 @@
 -- arithmetic is mirrored operation for operation by applyBatch in batch.go;
 -- change both together (the integration tests compare them).
 
-local rate, capacity, floor = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local max, ttl, notAfter = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+-- What the script calls per operation, read once: a local is a register, a
+-- global a table lookup.
+local rcall, rpcall, errorReply = redis.call, redis.pcall, redis.error_reply
+local tonumber, type = tonumber, type
+local match, format = string.match, string.format
+local mfloor, ceil, huge = math.floor, math.ceil, math.huge
+local argv = ARGV
+
+local rate, capacity, floor = tonumber(argv[1]), tonumber(argv[2]), tonumber(argv[3])
+local max, ttl, notAfter = tonumber(argv[6]), tonumber(argv[7]), tonumber(argv[8])
 if rate == nil or capacity == nil or floor == nil or not (rate > 0 and capacity > 0 and floor >= 0)
-    or rate == math.huge or capacity == math.huge or floor == math.huge
-    or max == nil or not (max >= 1) or ttl == nil or not (ttl >= 1) or ttl == math.huge then
-  return redis.error_reply('ERR geotoll admit: rate, capacity, max and ttl must be finite and > 0, floor >= 0')
+    or rate == huge or capacity == huge or floor == huge
+    or max == nil or not (max >= 1) or ttl == nil or not (ttl >= 1) or ttl == huge then
+  return errorReply('ERR geotoll admit: rate, capacity, max and ttl must be finite and > 0, floor >= 0')
 end
 local okey, vkey, agg = KEYS[2], KEYS[3], KEYS[4]
 if okey == nil or vkey == nil then
-  return redis.error_reply('ERR geotoll admit: KEYS[2] and KEYS[3], the open requests and tombstones, are required')
+  return errorReply('ERR geotoll admit: KEYS[2] and KEYS[3], the open requests and tombstones, are required')
 end
 local arate, acap
 if agg then
-  arate, acap = tonumber(ARGV[4]), tonumber(ARGV[5])
-  if arate == nil or acap == nil or not (arate > 0 and acap > 0) or arate == math.huge or acap == math.huge then
-    return redis.error_reply('ERR geotoll admit: the aggregate rate and capacity must be finite and > 0')
+  arate, acap = tonumber(argv[4]), tonumber(argv[5])
+  if arate == nil or acap == nil or not (arate > 0 and acap > 0) or arate == huge or acap == huge then
+    return errorReply('ERR geotoll admit: the aggregate rate and capacity must be finite and > 0')
   end
 end
-local nargs = #ARGV
+local nargs = #argv
 if nargs < 11 or (nargs - 8) % 3 ~= 0 then
-  return redis.error_reply('ERR geotoll admit: operations come in groups of 3')
+  return errorReply('ERR geotoll admit: operations come in groups of 3')
 end
 
 -- The clock is Redis's: every geotoll replica refills from the same one.
-local t = redis.call('TIME')
+local t = rcall('TIME')
 local sec, usec = t[1], t[2]
 local nsec, nusec = tonumber(sec), tonumber(usec)
-local nowms = nsec * 1000 + math.floor(nusec / 1000)
+local nowms = nsec * 1000 + mfloor(nusec / 1000)
 local late = notAfter ~= nil and nowms > notAfter
 local grace = 1000 -- how long the tombstones' hash outlives voids_until
 
 -- A bucket as of now: refilled, clamped to [-floor, capacity]. A missing,
 -- corrupt or foreign value (an older version's hash: WRONGTYPE) is a full
 -- bucket with nothing open.
-local raw = redis.pcall('GET', KEYS[1])
+local raw = rpcall('GET', KEYS[1])
 local tokens, expires, oexpires, n, voids, exists = capacity, 0, 0, 0, 0, false
 if type(raw) == 'string' then
-  local a, b, c, d, e, f, g = string.match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local a, b, c, d, e, f, g = match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
   local tok, ts, tu = tonumber(a), tonumber(b), tonumber(c)
   if tok and ts and tu and tok == tok then
     tokens, expires, oexpires, n, voids, exists = tok, tonumber(d), tonumber(e), tonumber(f), tonumber(g), true
@@ -127,7 +135,7 @@ if type(raw) == 'string' then
     if tokens > capacity then tokens = capacity end
     local el = (nsec - ts) * 1000000 + (nusec - tu)
     if el > 0 then -- a clock that stepped back refills nothing
-      tokens = tokens + math.floor(el * rate / 1000000)
+      tokens = tokens + mfloor(el * rate / 1000000)
       if tokens > capacity then tokens = capacity end
     end
   end
@@ -138,18 +146,18 @@ end
 -- deleted here, so that no later call of this script still finds it.
 if oexpires < nowms then
   n = 0
-  if oexpires > 0 then redis.call('DEL', okey) end
+  if oexpires > 0 then rcall('DEL', okey) end
 end
 if voids < nowms then
-  if voids > 0 then redis.call('DEL', vkey) end
+  if voids > 0 then rcall('DEL', vkey) end
   voids = 0
 end
 local atokens, aexpires, aexists = 0, 0, false
 if agg then
   atokens = acap
-  local araw = redis.pcall('GET', agg)
+  local araw = rpcall('GET', agg)
   if type(araw) == 'string' then
-    local a, b, c, d = string.match(araw, '^(%S+) (%d+) (%d+) (%d+)')
+    local a, b, c, d = match(araw, '^(%S+) (%d+) (%d+) (%d+)')
     local tok, ts, tu = tonumber(a), tonumber(b), tonumber(c)
     if tok and ts and tu and tok == tok then
       atokens, aexpires, aexists = tok, tonumber(d), true
@@ -157,7 +165,7 @@ if agg then
       if atokens > acap then atokens = acap end
       local el = (nsec - ts) * 1000000 + (nusec - tu)
       if el > 0 then
-        atokens = atokens + math.floor(el * arate / 1000000)
+        atokens = atokens + mfloor(el * arate / 1000000)
         if atokens > acap then atokens = acap end
       end
     end
@@ -168,10 +176,10 @@ local expstr = nil -- " <expires_ms>" of a request opened now
 local dirty, opened = false, false
 local out, o = {}, 0
 for i = 9, nargs, 3 do
-  local kind, id = ARGV[i], ARGV[i + 1]
+  local kind, id = argv[i], argv[i + 1]
   local status, value = 1, nil
   if kind == 'A' or kind == 'S' then
-    local cost = tonumber(ARGV[i + 2])
+    local cost = tonumber(argv[i + 2])
     -- An invalid admit is answered as late and changes nothing: an error
     -- reply here would leave the batch's earlier writes half done.
     local invalid = cost == nil or not (cost > 0 and cost <= capacity) or id == ''
@@ -188,13 +196,13 @@ for i = 9, nargs, 3 do
     else
       if n >= max then
         -- Sweep the requests of processes that died before refusing on them.
-        local h, m = redis.call('HGETALL', okey), 0
+        local h, m = rcall('HGETALL', okey), 0
         for j = 1, #h, 2 do
-          local x = tonumber(string.match(h[j + 1], ' (%d+)$'))
+          local x = tonumber(match(h[j + 1], ' (%d+)$'))
           if x and x > nowms then
             m = m + 1
           else
-            redis.call('HDEL', okey, h[j])
+            rcall('HDEL', okey, h[j])
           end
         end
         if m ~= n then n, dirty = m, true end
@@ -202,14 +210,14 @@ for i = 9, nargs, 3 do
       if n >= max then
         status = 3
       else
-        local spent = ARGV[i + 2]
+        local spent = argv[i + 2]
         if not (own and whole) then
           status, spent = 6, '0' -- nothing spent, so nothing to give back
         end
-        if expstr == nil then expstr = string.format(' %d', nowms + ttl) end
-        if nowms <= voids and redis.call('HEXISTS', vkey, id) == 1 then
+        if expstr == nil then expstr = format(' %d', nowms + ttl) end
+        if nowms <= voids and rcall('HEXISTS', vkey, id) == 1 then
           status = 5 -- voided before it came
-        elseif redis.call('HSETNX', okey, id, spent .. expstr) == 0 then
+        elseif rcall('HSETNX', okey, id, spent .. expstr) == 0 then
           status = 4 -- admitted by an earlier copy of this batch
         else
           if status == 1 then
@@ -224,36 +232,36 @@ for i = 9, nargs, 3 do
   elseif kind == 'F' or kind == 'V' or kind == 'M' then
     local delta, give, tomb, skip = 0, 0, nil, false
     if kind ~= 'V' then
-      delta = tonumber(ARGV[i + 2])
-      if delta == nil or delta ~= delta or delta == math.huge or delta == -math.huge then delta = 0 end
+      delta = tonumber(argv[i + 2])
+      if delta == nil or delta ~= delta or delta == huge or delta == -huge then delta = 0 end
       if delta < 0 then give = -delta end
-      skip = kind == 'M' and redis.call('HEXISTS', okey, id .. '+') == 1
+      skip = kind == 'M' and rcall('HEXISTS', okey, id .. '+') == 1
     else
-      local rec = redis.call('HGET', okey, id)
+      local rec = rcall('HGET', okey, id)
       if rec then
-        give = tonumber(string.match(rec, '^(%S+)')) or 0
+        give = tonumber(match(rec, '^(%S+)')) or 0
       else
         -- Never admitted, or not yet: a tombstone until the voided batch's
         -- deadline turns away the admit if it arrives after all.
-        local keep = tonumber(ARGV[i + 2])
+        local keep = tonumber(argv[i + 2])
         if keep ~= nil and keep > nowms then tomb = keep else skip = true end
       end
     end
     if skip then
       status = 0
     elseif tomb then
-      redis.call('HSET', vkey, id, '1')
+      rcall('HSET', vkey, id, '1')
       if tomb > voids then
         voids = tomb
-        redis.call('PEXPIREAT', vkey, string.format('%d', tomb + grace))
+        rcall('PEXPIREAT', vkey, format('%d', tomb + grace))
       end
       status, dirty = 0, true
-    elseif redis.call('HDEL', okey, id) == 0 then
+    elseif rcall('HDEL', okey, id) == 0 then
       status = 0
     else
       if kind == 'M' then -- its successor takes the slot
-        if expstr == nil then expstr = string.format(' %d', nowms + ttl) end
-        redis.call('HSET', okey, id .. '+', '0' .. expstr)
+        if expstr == nil then expstr = format(' %d', nowms + ttl) end
+        rcall('HSET', okey, id .. '+', '0' .. expstr)
         opened = true
       else
         n = n - 1
@@ -295,35 +303,34 @@ if n < 0 then n = 0 end
 -- are only pushed out — with slack — when they must be, so most writes
 -- keep them.
 local function later(need)
-  local slack = math.ceil((need - nowms) / 8)
+  local slack = ceil((need - nowms) / 8)
   if slack < 1000 then slack = 1000 end
   return need + slack
 end
 if n > 0 and opened and oexpires <= nowms + ttl then
   oexpires = later(nowms + ttl)
-  redis.call('PEXPIREAT', okey, string.format('%d', oexpires))
+  rcall('PEXPIREAT', okey, format('%d', oexpires))
 end
 if voids < nowms then voids = 0 end
 local vexpires = 0
 if voids > 0 then vexpires = voids + grace end
-local need = nowms + math.ceil((capacity - tokens) / rate * 1000)
-local head = string.format('%d ', tokens) .. sec .. ' ' .. usec
+local need = nowms + ceil((capacity - tokens) / rate * 1000)
+-- Each value is written by one format: no intermediate strings.
 if exists and need <= expires and oexpires <= expires and vexpires <= expires then
-  redis.call('SET', KEYS[1], head .. string.format(' %d %d %d %d', expires, oexpires, n, voids), 'KEEPTTL')
+  rcall('SET', KEYS[1], format('%d %s %s %d %d %d %d', tokens, sec, usec, expires, oexpires, n, voids), 'KEEPTTL')
 else
   need = later(need)
   if oexpires > need then need = oexpires end
   if vexpires > need then need = vexpires end
-  redis.call('SET', KEYS[1], head .. string.format(' %d %d %d %d', need, oexpires, n, voids), 'PXAT', string.format('%d', need))
+  rcall('SET', KEYS[1], format('%d %s %s %d %d %d %d', tokens, sec, usec, need, oexpires, n, voids), 'PXAT', format('%d', need))
 end
 if agg then
-  local aneed = nowms + math.ceil((acap - atokens) / arate * 1000)
-  local ahead = string.format('%d ', atokens) .. sec .. ' ' .. usec
+  local aneed = nowms + ceil((acap - atokens) / arate * 1000)
   if aexists and aneed <= aexpires then
-    redis.call('SET', agg, ahead .. string.format(' %d 0 0 0', aexpires), 'KEEPTTL')
+    rcall('SET', agg, format('%d %s %s %d 0 0 0', atokens, sec, usec, aexpires), 'KEEPTTL')
   else
     aneed = later(aneed)
-    redis.call('SET', agg, ahead .. string.format(' %d 0 0 0', aneed), 'PXAT', string.format('%d', aneed))
+    rcall('SET', agg, format('%d %s %s %d 0 0 0', atokens, sec, usec, aneed), 'PXAT', format('%d', aneed))
   end
 end
 return out
