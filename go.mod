@@ -7,6 +7,7 @@ require (
 	github.com/exaring/otelpgx v0.13.0
 	github.com/gorilla/mux v1.8.1
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/klauspost/compress v1.20.4
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/paulmach/orb v0.14.0
 	github.com/pb33f/libopenapi v0.42.5
