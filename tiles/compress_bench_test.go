@@ -20,7 +20,7 @@ import (
 
 // compressTiles are the demo tiles BenchmarkTileCompression compresses, all
 // around Berlin: the dense z14 tile of the point layer "places" (not
-// generalised), its generalised z12 (the largest of the demo's tiles), z10
+// generalised), its generalised z12 (the largest of Berlin's z0–z14), z10
 // and z2 tiles, and the generalised z1 tile of the polygon layer
 // "districts".
 var compressTiles = []struct {

@@ -36,8 +36,8 @@ func (w *discardWriter) Write(b []byte) (int, error) { return io.Discard.Write(b
 // BenchmarkHandlerEncoding measures the tile handler's own work per request
 // (parse, cache, encode, write) for clients that send no Accept-Encoding
 // ("identity") and clients that accept gzip, on a real dense z14 tile of
-// the demo data (rendered once from PostGIS) and on the z2 tile (the
-// largest of the demo), served from a warm cache ("hit") and rendered for
+// the demo data (rendered once from PostGIS) and on its generalised z2
+// tile, served from a warm cache ("hit") and rendered for
 // every request ("miss": the cache holds nothing, so each request takes the
 // render path with the database answering at once).
 //
