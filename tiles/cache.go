@@ -2,7 +2,6 @@ package tiles
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -15,6 +14,7 @@ import (
 	"github.com/geotoll/geotoll/internal/pgcall"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/klauspost/compress/gzip"
 	"github.com/maypok86/otter/v2"
 	"github.com/paulmach/orb/maptile"
 )
@@ -194,8 +194,11 @@ func (e *entry) weight() int {
 }
 
 // gzipETag is the validator of the gzip-encoded representation: a strong
-// ETag names one sequence of bytes, so the two encodings need two.
-func (e *entry) gzipETag() string { return e.etag[:len(e.etag)-1] + `-gz"` }
+// ETag names one sequence of bytes, so the two encodings need two. It
+// names the compressor and its level too ("-gz4": gzipLevel), so that a
+// client holding the bytes of another level or compressor (an earlier
+// version's) is sent the new ones, not a 304.
+func (e *entry) gzipETag() string { return e.etag[:len(e.etag)-1] + `-gz4"` }
 
 // etagFor returns the ETag of the representation sent with or without gzip.
 func (e *entry) etagFor(gz bool) string {
@@ -224,6 +227,10 @@ func tileETag(tile []byte) string {
 	return `"` + base64.RawURLEncoding.EncodeToString(b[:]) + `"`
 }
 
+// gzipLevel is the tiles' gzip level (klauspost/compress/gzip): see
+// Cache.gzipped.
+const gzipLevel = 4
+
 // minGzip is the smallest tile worth compressing: below it gzip's own 18
 // bytes of framing eat the gain.
 const minGzip = 256
@@ -244,11 +251,13 @@ func newEntry(r Rendered) *entry {
 // nothing (MaxBytes 0): a tile rendered for one answer would be compressed
 // for that answer alone, which costs the server more than it saves (a
 // dense z14 tile ~4 KB: ~50 µs of a ~700 µs tile; a z8–10 tile ~180 KB:
-// 1.5–2.5 ms of ~11 ms). gzip.BestSpeed: the first gzip client of a tile
-// waits for the compression (BenchmarkTileCompression, CPU time: the
-// demo's generalised z12 tile of Berlin, 98 KB, the largest of Berlin's
-// z0–z14, takes 0.8 ms for 37 % of the size, the default level 3.3 ms for 34 %; its z2 tile, 11 KB,
-// 0.09 ms for 53 %, the default level 0.23 ms for 50 %).
+// 1.5–2.5 ms of ~11 ms). klauspost/compress's gzip at level 4: the first
+// gzip client of a tile waits for the compression, and every gzip client
+// gets its bytes. BenchmarkTileCompression (CPU time, against the
+// standard library's BestSpeed, which the cache used before): 0.935–0.978
+// × the bytes for 0.47–0.73 × the CPU on the demo's tiles; the generalised
+// z12 tile of Berlin, 98 KB, the largest of Berlin's z0–z14, took the
+// standard library 0.8 ms for 37 % of the size.
 func (c *Cache) gzipped(k cacheKey, e *entry) (gz []byte, ok bool) {
 	if c.store == nil || len(e.data) < minGzip {
 		return nil, false
@@ -258,7 +267,7 @@ func (c *Cache) gzipped(k cacheKey, e *entry) (gz []byte, ok bool) {
 		buf.Grow(len(e.data) / 3)
 		zw, _ := c.gzip.Get().(*gzip.Writer)
 		if zw == nil {
-			zw, _ = gzip.NewWriterLevel(&buf, gzip.BestSpeed) // a valid level: no error
+			zw, _ = gzip.NewWriterLevel(&buf, gzipLevel) // a valid level: no error
 		} else {
 			zw.Reset(&buf)
 		}

@@ -103,8 +103,8 @@ func zstdCodec(tb testing.TB, name string, level zstd.EncoderLevel) codec {
 // from PostGIS), each encoding's compression time per tile (ns/op, and
 // cpu-ns/op: the CPU time of the loop's own thread) and the size it makes
 // ("%size": compressed bytes as a percentage of the tile): the standard
-// library's gzip at BestSpeed (what the cache uses) and at its default
-// level; klauspost/compress's gzip at level 1, at level 4 (its lowest
+// library's gzip at BestSpeed (what the cache used before) and at its default
+// level; klauspost/compress's gzip at level 1, at level 4 (what the cache uses: its lowest
 // level smaller than the standard library's level 1 on these tiles) and at
 // its default level; and its zstd at SpeedFastest and SpeedDefault. Every
 // writer is made once and reused, as a server would. Each result is checked

@@ -61,11 +61,12 @@ func TestNoneMatch(t *testing.T) {
 	}{
 		{"absent", nil, false},
 		{"identity tag", []string{`"abc"`}, true},
-		{"gzip tag", []string{`"abc-gz"`}, true},
+		{"gzip tag", []string{`"abc-gz4"`}, true},
+		{"an earlier compressor's gzip tag", []string{`"abc-gz"`}, false},
 		{"weak tag", []string{`W/"abc"`}, true},
 		{"star", []string{`*`}, true},
 		{"list", []string{`"x", "y", "abc"`}, true},
-		{"list over lines", []string{`"x"`, `"abc-gz"`}, true},
+		{"list over lines", []string{`"x"`, `"abc-gz4"`}, true},
 		{"other", []string{`"abd"`}, false},
 		{"unquoted", []string{`abc`}, false},
 		{"prefix is not a match", []string{`"ab"`}, false},
@@ -81,7 +82,7 @@ func TestNoneMatch(t *testing.T) {
 		})
 	}
 	small := &entry{etag: `"abc"`, data: []byte("x")}
-	if noneMatch([]string{`"abc-gz"`}, small.matches) {
+	if noneMatch([]string{`"abc-gz4"`}, small.matches) {
 		t.Error("a tile too small ever to be sent gzipped matched a gzip ETag")
 	}
 }
@@ -138,7 +139,7 @@ func FuzzNoneMatch(f *testing.F) {
 	e := &entry{etag: `"abc"`, data: make([]byte, minGzip)} // big enough to be sent gzipped
 	f.Fuzz(func(t *testing.T, v string) {
 		got := noneMatch([]string{v}, e.matches)
-		if got && !strings.Contains(v, "*") && !strings.Contains(v, `"abc"`) && !strings.Contains(v, `"abc-gz"`) {
+		if got && !strings.Contains(v, "*") && !strings.Contains(v, `"abc"`) && !strings.Contains(v, `"abc-gz4"`) {
 			t.Fatalf("noneMatch(%q) = true, but the header holds neither * nor the tag", v)
 		}
 		for _, tag := range splitETags(v) {
