@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -559,4 +561,60 @@ func flushWithin(t *testing.T, s *RedisStore) {
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// skewedScripter makes Redis's clock look ahead of this process's by
+// ahead: it moves every batch's deadline (admit.lua's ARGV[8]) back by that
+// much, which is what a Redis clock running ahead does to it.
+type skewedScripter struct {
+	redis.UniversalClient
+	ahead time.Duration
+}
+
+func (s *skewedScripter) skew(args []any) []any {
+	out := append([]any(nil), args...)
+	if v, ok := out[7].(string); ok && v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err == nil {
+			out[7] = strconv.FormatInt(ms-s.ahead.Milliseconds(), 10)
+		}
+	}
+	return out
+}
+
+func (s *skewedScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return s.UniversalClient.EvalSha(ctx, sha, keys, s.skew(args)...)
+}
+
+func (s *skewedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return s.UniversalClient.Eval(ctx, script, keys, s.skew(args)...)
+}
+
+// TestRedisLateBatchIsNotARefusal: a batch that reaches Redis after its
+// deadline by Redis's clock — here a Redis clock 5 s ahead of ours, past
+// Timeout + ClockSkew — admits nothing. Its caller gets an error, not a
+// refusal without a reason (a 429 that no bucket made), and a Failover
+// decides by its fail mode instead.
+func TestRedisLateBatchIsNotARefusal(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		skewed := &skewedScripter{UniversalClient: f.rdb, ahead: 5 * time.Second}
+		s := NewRedisStore(skewed, RedisOptions{Timeout: time.Second})
+		b := Bucket{Key: f.key("late-batch"), Limit: slow}
+		a, err := s.Admit(context.Background(), Request{Bucket: b, Cost: 1})
+		if err == nil {
+			t.Fatalf("a late batch was answered allowed=%v refusal=%d %+v; want an error", a.Allowed, a.Refusal, a.Result)
+		}
+		if st := f.state(b.Key); st.found || len(st.open) != 0 {
+			t.Fatalf("a late batch changed the bucket: %+v, %d open", st.b, len(st.open))
+		}
+		fo := &Failover{Primary: s, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Timeout: 5 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		a, err = fo.Admit(context.Background(), Request{Bucket: b, Cost: 1})
+		if err != nil || !a.Allowed || !fo.Health().Degraded {
+			t.Fatalf("behind a failover (local): allowed=%v refusal=%d err=%v degraded=%v; want admitted by the local bucket",
+				a.Allowed, a.Refusal, err, fo.Health().Degraded)
+		}
+		a.Ticket.Release()
+	})
 }
