@@ -79,7 +79,10 @@ func (s *MemoryStore) Admit(ctx context.Context, req Request) (Admission, error)
 	}
 	o := op{kind: kind, id: newID(), amount: toMicro(req.Cost)}
 	r := s.apply(req.Key, req.Aggregate, sh, o)
-	a := admission(req, sh, o.amount, r)
+	a, err := admission(req, sh, o.amount, r)
+	if err != nil {
+		return Admission{}, err
+	}
 	if a.Allowed {
 		paid := o.amount
 		if a.Shadow {

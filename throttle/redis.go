@@ -59,10 +59,12 @@ type RedisOptions struct {
 	// for the call before it counts too: callers bound Admit with a
 	// context.
 	Timeout time.Duration
-	// ClockSkew is how far Redis's clock may run behind this process's
+	// ClockSkew is how far Redis's clock may run ahead of this process's
 	// (default 1 s): a batch carries its deadline (now + Timeout +
-	// ClockSkew) and admits nothing when it reaches Redis later, and the
-	// voids of an unanswered batch wait that long.
+	// ClockSkew) and admits nothing when it reaches Redis later by Redis's
+	// clock — its callers then get an error, decided by the fail mode, so a
+	// Redis clock further ahead than that fails every admit over — and the
+	// tombstones the voids of an unanswered batch leave hold until then.
 	ClockSkew time.Duration
 	// FinishDelay is how long a finish waits for a request of the same
 	// caller to ride on before it is sent on its own (default 5 ms).
@@ -221,7 +223,10 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape) (Ad
 			}
 			r.tokens = math.Min(r.tokens+left, capacity)
 		}
-		a := admission(req, sh, p.op.amount, r)
+		a, err := admission(req, sh, p.op.amount, r)
+		if err != nil {
+			return Admission{}, nil, err
+		}
 		if a.Allowed {
 			paid := p.op.amount
 			if a.Shadow {

@@ -220,8 +220,16 @@ func (req Request) validate() error {
 	return nil
 }
 
-// admission turns a script status into an Admission.
-func admission(req Request, sh shape, cost float64, r opResult) Admission {
+// errLate reports an admit that Redis did not apply: its batch reached
+// Redis after its deadline by Redis's clock (a Redis clock more than
+// Timeout + ClockSkew ahead of this process's makes every batch late), or
+// a void had turned it away first. It is no refusal: no bucket said no, so
+// its caller is decided as one whose call failed (a Failover's fail mode).
+var errLate = errors.New("throttle: the budget call reached Redis after its deadline (is Redis's clock ahead of this process's by more than the timeout and max clock skew?)")
+
+// admission turns a script status into an Admission, or an error for an
+// admit the script did not apply (late).
+func admission(req Request, sh shape, cost float64, r opResult) (Admission, error) {
 	a := Admission{}
 	switch r.status {
 	case stAdmitted, stAlreadyOpen:
@@ -234,6 +242,8 @@ func admission(req Request, sh shape, cost float64, r opResult) Admission {
 		a.Refusal = RefusedAggregate
 	case stInFlight:
 		a.Refusal = RefusedInFlight
+	case stLate:
+		return a, fmt.Errorf("%w (bucket %q)", errLate, req.Key)
 	}
 	rate, capacity, limit := sh.rate, sh.capacity, req.Limit
 	if a.Refusal == RefusedAggregate {
@@ -253,5 +263,5 @@ func admission(req Request, sh shape, cost float64, r opResult) Admission {
 		res.Allowed = false
 	}
 	a.Result = res
-	return a
+	return a, nil
 }
