@@ -618,3 +618,60 @@ func TestRedisLateBatchIsNotARefusal(t *testing.T) {
 		a.Ticket.Release()
 	})
 }
+
+// queued waits until key's lane holds n operations waiting for the call on
+// its way, failing the test after 5 s.
+func queued(t *testing.T, s *RedisStore, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		got := 0
+		if l := s.lanes[key]; l != nil {
+			got = len(l.queue)
+		}
+		s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d operations queued for %s, want %d", got, key, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRedisBatchKeepsEachRequestsInFlightCap: two requests of one caller
+// that wait for the same call, one capped at 2 requests open and one at
+// 10, go to Redis each with its own cap: with 2 open, the first is refused
+// by the cap whatever the second allows.
+func TestRedisBatchKeepsEachRequestsInFlightCap(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1})
+		b := Bucket{Key: f.key("shapes"), Limit: slow}
+		held := mustAdmit(t, s, Request{Bucket: b, Cost: 1, MaxInFlight: 10})
+		gate := make(chan struct{})
+		g.gate.Store(&gate)
+		blocker := make(chan Admission, 1)
+		go func() { blocker <- mustAdmit(t, s, Request{Bucket: b, Cost: 1, MaxInFlight: 10}) }()
+		<-g.sent // the blocker's call is on its way: the next requests wait for it
+		g.gate.Store(nil)
+		tight, loose := make(chan Admission, 1), make(chan Admission, 1)
+		go func() { tight <- mustAdmit(t, s, Request{Bucket: b, Cost: 1, MaxInFlight: 2}) }()
+		queued(t, s, b.Key, 1)
+		go func() { loose <- mustAdmit(t, s, Request{Bucket: b, Cost: 1, MaxInFlight: 10}) }()
+		queued(t, s, b.Key, 2)
+		close(gate)
+		bl, ti, lo := <-blocker, <-tight, <-loose
+		if !bl.Allowed || ti.Allowed || ti.Refusal != RefusedInFlight || !lo.Allowed {
+			t.Errorf("with 2 open: the request capped at 2 allowed=%v refusal=%d, the one capped at 10 allowed=%v (the blocker %v); want refused by the cap, admitted",
+				ti.Allowed, ti.Refusal, lo.Allowed, bl.Allowed)
+		}
+		for _, a := range []Admission{held, bl, ti, lo} {
+			a.Ticket.Release()
+		}
+		flushWithin(t, s)
+	})
+}
