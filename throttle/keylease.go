@@ -310,7 +310,7 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 		delta = -ls.left
 	}
 	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
-	return &pending{op: op{kind: kind, id: ls.id, amount: delta}}
+	return &pending{op: op{kind: kind, id: ls.id, amount: delta}, sh: ls.sh}
 }
 
 // giveBackLocked forgets an idle lease and queues its give-back on its

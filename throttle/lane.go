@@ -12,8 +12,10 @@ import (
 
 // pending is one operation waiting for, or riding on, a batch.
 type pending struct {
-	op        op
-	agg       *Bucket // the request's aggregate and shape, for a void
+	op op
+	// agg and sh are the aggregate and shape it is sent with: a batch
+	// carries the operations of one shape only (see takeLocked).
+	agg       *Bucket
 	sh        shape
 	done      chan opResult // admits only: where the reply goes
 	failed    chan error
@@ -40,15 +42,15 @@ type pending struct {
 // lane is one caller's queue: at most one batch of it is on its way.
 type lane struct {
 	key, open string
-	agg       *Bucket
-	sh        shape
 	busy      bool
 	queue     []*pending
 	timer     *time.Timer
 }
 
 // enqueue adds ps to key's lane, in order, and starts a batch when none is
-// on its way: at once for an admit, after FinishDelay for a finish. mine
+// on its way: at once for an admit, after FinishDelay for a finish. Each
+// operation goes with the aggregate agg and the shape sh, unless it has a
+// shape of its own (a lease's hand-back: its lease's). mine
 // reports that the admit's own goroutine is to send the batch (see
 // drainOwn).
 func (s *RedisStore) enqueue(key string, agg *Bucket, sh shape, now bool, ps ...*pending) (l *lane, mine bool, err error) {
@@ -75,7 +77,11 @@ func (s *RedisStore) enqueueLocked(key string, agg *Bucket, sh shape, now bool, 
 		}
 		return l, false, nil
 	}
-	l.agg, l.sh = agg, sh
+	for _, p := range ps {
+		if p.sh == (shape{}) {
+			p.agg, p.sh = agg, sh
+		}
+	}
 	l.queue = append(l.queue, ps...)
 	return l, s.kickLocked(l, now, now), nil
 }
@@ -166,9 +172,8 @@ func (s *RedisStore) step(l *lane) bool {
 		s.mu.Unlock()
 		return false
 	}
-	agg, sh := l.agg, l.sh
 	s.mu.Unlock()
-	s.send(l, agg, sh, batch)
+	s.send(l, batch)
 	return true
 }
 
@@ -203,16 +208,24 @@ func (s *RedisStore) scanLocked(l *lane, now time.Time) (anyReady bool, wait tim
 }
 
 // takeLocked removes the operations that are ready from l's queue, at
-// most MaxBatch of them; wait is how long until the first one that is not.
-// A finish or void waiting to be sent again after a failed call rides
-// along with any batch that goes anyway.
+// most MaxBatch of them, all of the first one's shape: the script applies
+// one shape (in-flight cap, TTL, debt floor, aggregate) to a whole batch,
+// so the batch ends before the first ready operation of another shape,
+// which goes with the next. wait is how long until the first one that is
+// not ready. A finish or void waiting to be sent again after a failed call
+// rides along with any batch that goes anyway.
 func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) {
 	now := time.Now()
 	anyReady, _ := s.scanLocked(l, now)
 	wait = s.opts.RetryInterval
 	keep := l.queue[:0]
+	full := false
 	for _, p := range l.queue {
-		if len(batch) < s.opts.MaxBatch && (!now.Before(p.notBefore) || (anyReady && p.done == nil)) {
+		take := !full && len(batch) < s.opts.MaxBatch && (!now.Before(p.notBefore) || (anyReady && p.done == nil))
+		if take && len(batch) > 0 && !batch[0].sameShape(p) {
+			take, full = false, true
+		}
+		if take {
 			p.sent = true
 			batch = append(batch, p)
 			continue
@@ -227,11 +240,22 @@ func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) 
 	return batch, wait
 }
 
-// send makes one call for batch and hands out the replies. When the call
+// sameShape reports whether p and q can go in one batch: the same shape
+// and aggregate bucket.
+func (p *pending) sameShape(q *pending) bool {
+	if p.sh != q.sh || (p.agg == nil) != (q.agg == nil) {
+		return false
+	}
+	return p.agg == nil || *p.agg == *q.agg
+}
+
+// send makes one call for batch (operations of one shape) and hands out
+// the replies. When the call
 // fails, the waiting admits get the error, the finishes go back in the
 // queue (they are idempotent) and the admits that may have been applied
 // are voided once the batch's deadline has passed in Redis.
-func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
+func (s *RedisStore) send(l *lane, batch []*pending) {
+	agg, sh := batch[0].agg, batch[0].sh
 	deadline := time.Now().Add(s.opts.Timeout)
 	sh.notAfterMS = deadline.Add(s.opts.ClockSkew).UnixMilli()
 	sh.ttlMS += s.leaseTTLExtra(sh, batch)
@@ -281,7 +305,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 		r := results[i]
 		p.refusedBeside = s.besideLocked(l.key, r, p)
 		if p.abandoned && admitted(r.status) {
-			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}})
+			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}, agg: p.agg, sh: p.sh})
 			continue
 		}
 		p.done <- r
@@ -290,7 +314,7 @@ func (s *RedisStore) send(l *lane, agg *Bucket, sh shape, batch []*pending) {
 	s.mu.Unlock()
 	for _, v := range voids {
 		s.stats.voids.Add(1)
-		_, _, _ = s.enqueue(l.key, agg, sh, false, v)
+		_, _, _ = s.enqueue(l.key, v.agg, v.sh, false, v)
 	}
 }
 
@@ -306,7 +330,7 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	for _, p := range batch {
 		switch p.op.kind {
 		case opAdmit, opShadow:
-			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, notBefore: retry})
+			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, agg: p.agg, sh: p.sh, notBefore: retry})
 			s.stats.voids.Add(1)
 			p.failed <- err
 			if p.lease != nil {
