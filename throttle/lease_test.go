@@ -59,3 +59,31 @@ func TestGlobalRefuses(t *testing.T) {
 	}
 	g.Close()
 }
+
+// TestGlobalFailOpenRefundMintsNothing: a request the global budget
+// admitted through fail_mode open while the store was down was never
+// charged there; when it settles, its caller gives back what the take
+// charged (Result.Cost), and no refund of it reaches the shared bucket
+// with the leases taken before.
+func TestGlobalFailOpenRefundMintsNothing(t *testing.T) {
+	primary := &flakyStore{Store: NewMemoryStore(MemoryOptions{})}
+	fo, _ := newFailover(FailOpen, 1)
+	fo.Primary = primary
+	g := &Global{Store: fo, Bucket: Bucket{Key: "global", Limit: Limit{Rate: 1e-6, Capacity: 100}}, Chunk: 10, Hold: time.Hour}
+	ctx := context.Background()
+	// Charged: a lease of 10, all spent by a request that keeps it.
+	if res, ok, err := g.Take(ctx, 10); !ok || err != nil || res.Cost != 10 {
+		t.Fatalf("take with the store up: %+v %v %v", res, ok, err)
+	}
+	primary.set(true)
+	res, ok, err := g.Take(ctx, 5)
+	if !ok || err != nil {
+		t.Fatalf("take with the store down (fail_mode open): %+v %v %v", res, ok, err)
+	}
+	g.Give(res.Cost - 1) // it ran, and cost 1 of what it took
+	primary.set(false)
+	g.Close()
+	if r := mustPeek(t, primary.Store, g.Bucket); r.Remaining != 90 {
+		t.Fatalf("the shared bucket holds %v after the leases went back, want 90: the request admitted fail-open was refunded into it", r.Remaining)
+	}
+}
