@@ -36,7 +36,10 @@ type Global struct {
 // Take spends cost from the global budget: from the tokens this replica
 // holds, or — when they cannot pay — from a new lease, in one call. A
 // refusal returns the shared bucket's Result (for Retry-After) with ok
-// false.
+// false. An admission's Result.Cost is what it charged the budget: cost,
+// or 0 when the store admitted the lease without charging it (fail_mode
+// open) — then nothing was taken, and nothing may be given back (Give):
+// tokens never charged must not be refunded into the shared bucket.
 func (g *Global) Take(ctx context.Context, cost float64) (res Result, ok bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -52,12 +55,11 @@ func (g *Global) Take(ctx context.Context, cost float64) (res Result, ok bool, e
 		if !a.Allowed {
 			return a.Result, false, nil
 		}
-		if a.Ticket == nil { // fail_mode open: nothing charged, nothing to return
-			g.have += need
-		} else {
-			g.leases = append(g.leases, a.Ticket)
-			g.have += a.Ticket.Paid()
+		if a.Ticket == nil { // fail_mode open: nothing charged, nothing to hold or return
+			return Result{Allowed: true, Remaining: max(g.have, 0), Limit: g.Bucket.Limit}, true, nil
 		}
+		g.leases = append(g.leases, a.Ticket)
+		g.have += a.Ticket.Paid()
 		if g.returns == nil {
 			g.returns = time.AfterFunc(g.hold(), func() {
 				g.mu.Lock()
@@ -78,7 +80,8 @@ func (g *Global) lease(ctx context.Context, n float64) (Admission, error) {
 
 // Give returns tokens: those taken for a request that did not run (its
 // own bucket refused it), or the difference a settlement makes — negative
-// for a request that cost more than it took.
+// for a request that cost more than it took. What a Take charged
+// (Result.Cost) bounds what may come back for it.
 func (g *Global) Give(tokens float64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -261,7 +261,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 			t.globalRefused(w, r, tier, pol, own, p, res)
 			return nil
 		}
-		global = p.Cost
+		global = res.Cost // 0 when admitted without a charge (fail_mode open): nothing to give back
 	}
 	req := throttle.Request{Bucket: own, Cost: p.Cost, Debt: t.mostPerRequest(tier), MaxInFlight: tier.MaxInFlight,
 		TTL: t.inFlightTTL(), Shadow: tier.Shadow || t.shadowed(p)}
