@@ -326,3 +326,37 @@ func TestMemoryConcurrentAdmits(t *testing.T) {
 		t.Fatalf("admitted %d of %d concurrent unit admits, want exactly the capacity 1000", got, goroutines*each)
 	}
 }
+
+// TestAggregateRateBelowAMicroToken: a rate that rounds to 0 micro-tokens
+// per second (below 0.5e-6 tokens) is refused as invalid by every store,
+// before any call — for the aggregate bucket as for the caller's own, and
+// for a peek — instead of reaching admit.lua (which errors, so a Failover
+// would count a configuration error as a failing store) or the memory
+// store's arithmetic (which never refills it, nor says when it is full).
+func TestAggregateRateBelowAMicroToken(t *testing.T) {
+	t.Parallel()
+	everyStore(t, func(t *testing.T, sc storeCase) {
+		own := Bucket{Key: sc.key("agg-rate") + ":a", Limit: slow}
+		tiny := Limit{Rate: 4e-7, Capacity: 1}
+		agg := &Bucket{Key: sc.key("agg-rate"), Limit: tiny}
+		calls := func() uint64 {
+			if rs, ok := sc.store.(*RedisStore); ok {
+				return rs.Stats().Calls
+			}
+			return 0
+		}
+		before := calls()
+		if a, err := sc.store.Admit(context.Background(), Request{Bucket: own, Aggregate: agg, Cost: 1}); err == nil {
+			t.Errorf("an aggregate at %g tokens/s was accepted: %+v", tiny.Rate, a)
+		}
+		if a, err := sc.store.Admit(context.Background(), Request{Bucket: Bucket{Key: own.Key, Limit: tiny}, Cost: 1}); err == nil {
+			t.Errorf("a bucket at %g tokens/s was accepted: %+v", tiny.Rate, a)
+		}
+		if r, err := sc.store.Peek(context.Background(), *agg); err == nil {
+			t.Errorf("a peek at %g tokens/s was accepted: %+v", tiny.Rate, r)
+		}
+		if n := calls() - before; n != 0 {
+			t.Errorf("%d calls made for invalid requests, want none", n)
+		}
+	})
+}
