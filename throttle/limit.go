@@ -29,14 +29,16 @@ type Limit struct {
 }
 
 // Validate reports whether the limit can be used: Rate and Capacity must be
-// finite and greater than zero, and the bucket must refill from empty within
-// about 31 years.
+// finite and greater than zero — at least a micro-token (per second), the
+// unit the stores count in, so that neither rounds to 0, and Capacity at
+// most 9e9 tokens — and the bucket must refill from empty within about 31
+// years.
 func (l Limit) Validate() error {
-	if !finitePositive(l.Rate) {
-		return fmt.Errorf("throttle: limit rate %v must be finite and > 0", l.Rate)
+	if !finitePositive(l.Rate) || toMicro(l.Rate) < 1 {
+		return fmt.Errorf("throttle: limit rate %v must be finite and at least a micro-token (1e-6) per second", l.Rate)
 	}
-	if !finitePositive(l.Capacity) {
-		return fmt.Errorf("throttle: limit capacity %v must be finite and > 0", l.Capacity)
+	if !finitePositive(l.Capacity) || toMicro(l.Capacity) < 1 || toMicro(l.Capacity) > maxMicro {
+		return fmt.Errorf("throttle: limit capacity %v must be finite, at least a micro-token (1e-6) and at most 9e9 tokens", l.Capacity)
 	}
 	if fill := l.Capacity / l.Rate; !(fill <= maxFillSeconds) {
 		return fmt.Errorf("throttle: limit refills in %g s, more than the %g s allowed", fill, float64(maxFillSeconds))

@@ -20,6 +20,10 @@ func TestLimitValidate(t *testing.T) {
 		{"NaN rate", Limit{Rate: math.NaN(), Capacity: 1}, false},
 		{"Inf capacity", Limit{Rate: 1, Capacity: math.Inf(1)}, false},
 		{"refills too slowly", Limit{Rate: 1e-9, Capacity: 100}, false},
+		{"a micro-token per second", Limit{Rate: 1e-6, Capacity: 10}, true},
+		{"rate rounds to no micro-token", Limit{Rate: 4e-7, Capacity: 1e-3}, false},
+		{"capacity rounds to no micro-token", Limit{Rate: 1, Capacity: 4e-7}, false},
+		{"capacity above 9e9", Limit{Rate: 100, Capacity: 1e10}, false},
 		{"refills in exactly the most allowed", Limit{Rate: 1, Capacity: maxFillSeconds}, true},
 		{"a hair slower", Limit{Rate: 1, Capacity: maxFillSeconds * (1 + 1e-15)}, false},
 	}

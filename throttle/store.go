@@ -203,8 +203,8 @@ func (req Request) validate() error {
 	if req.Key == "" {
 		return errors.New("throttle: a request needs a bucket key")
 	}
-	if !(req.Debt >= 0) || toMicro(req.Debt) > maxMicro || toMicro(req.Limit.Capacity) > maxMicro || toMicro(req.Limit.Rate) < 1 {
-		return fmt.Errorf("throttle: debt %v, capacity %v and rate %v must be within 1e-6..9e9 tokens", req.Debt, req.Limit.Capacity, req.Limit.Rate)
+	if !(req.Debt >= 0) || toMicro(req.Debt) > maxMicro {
+		return fmt.Errorf("throttle: debt %v must be within 0..9e9 tokens", req.Debt)
 	}
 	if toMicro(req.Cost) < 1 {
 		return fmt.Errorf("%w: %v is below a micro-token", ErrInvalidCost, req.Cost)
