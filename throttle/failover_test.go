@@ -277,3 +277,40 @@ func TestFailoverAsksWhenTheBucketHoldsTheCost(t *testing.T) {
 		t.Fatalf("with the bucket full again: %+v after %d calls, want admitted by the store", a, primary.n())
 	}
 }
+
+// TestFailoverFreeRefusalSeesItsOwnRefund: after the primary refused a
+// caller, a request of that caller admitted through this Failover settles
+// with a refund that lets the next request pay: that request goes to the
+// primary and is admitted, rather than refused for free until the first
+// refusal's Retry-After.
+func TestFailoverFreeRefusalSeesItsOwnRefund(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	held := mustAdmit(t, f, Request{Bucket: b, Cost: 10})
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); a.Allowed || primary.n() != 2 {
+		t.Fatalf("the refusal: %+v after %d calls", a, primary.n())
+	}
+	held.Ticket.Settle(2) // 8 back
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); !a.Allowed || primary.n() != 3 {
+		t.Fatalf("after a refund of 8: allowed=%v %+v after %d calls; want asked and admitted", a.Allowed, a.Result, primary.n())
+	}
+}
+
+// TestFailoverLocalDividesTheAggregate: with 4 replicas, fail_mode local
+// refills the aggregate bucket (the IPv6 /48) at a quarter of its rate too,
+// as it does the caller's own.
+func TestFailoverLocalDividesTheAggregate(t *testing.T) {
+	clock := newFakeClock()
+	f, primary := newFailover(FailLocal, 4)
+	f.Local = NewMemoryStore(MemoryOptions{Now: clock.Now})
+	primary.set(true)
+	own := Bucket{Key: "k:a", Limit: Limit{Rate: 8, Capacity: 100}}
+	agg := &Bucket{Key: "k", Limit: Limit{Rate: 8, Capacity: 10}}
+	mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 10}).Ticket.Release()
+	clock.Advance(time.Second) // 2 tokens back in the aggregate at 8/4 per second, not 8
+	a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 2.5})
+	if a.Allowed || a.Refusal != RefusedAggregate || a.Result.Remaining != 2 || a.Result.RetryAfter != 250*time.Millisecond {
+		t.Fatalf("after 1 s at aggregate rate 8 over 4 replicas: allowed=%v refusal=%d %+v; want refused by the aggregate, 2 tokens, 250 ms to go",
+			a.Allowed, a.Refusal, a.Result)
+	}
+}
