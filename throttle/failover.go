@@ -49,7 +49,8 @@ var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode 
 // It also refuses for free: a caller whose bucket the primary found unable
 // to pay is refused in process, without a call, until that bucket could
 // hold the price again (the refusal's remaining tokens plus the refill
-// since); the first request after that asks the primary again. Each
+// since, and the settlements of the caller's requests this Failover
+// admitted); the first request after that asks the primary again. Each
 // replica learns this on its own, and a refund another replica makes can
 // only make such a refusal conservative, never too lenient.
 //
@@ -117,6 +118,9 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 	if !fallback {
 		if err == nil {
 			f.known.note(req, a, time.Now(), f.remember())
+			if a.Ticket != nil {
+				a.Ticket.known = &f.known // its settlement counts in what is known
+			}
 		}
 		return a, err
 	}
@@ -357,6 +361,27 @@ func (k *known) note(req Request, a Admission, now time.Time, size int) {
 		}
 	}
 	k.m[req.Key] = knownBudget{at: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}
+}
+
+// settled counts the settlement of t, a request the primary admitted, by
+// delta micro-tokens (a debit when positive, a refund when negative), in
+// what is known of its caller's bucket, within the bucket's debt floor and
+// capacity as the store settles it.
+func (k *known) settled(t *Ticket, delta float64, now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	kb, ok := k.m[t.key]
+	if !ok || kb.limit != t.limit {
+		return
+	}
+	est := kb.estimate(now)
+	if d := fromMicro(delta); d > 0 {
+		est = max(est-d, min(est, -t.debt))
+	} else {
+		est = min(est-d, max(est, t.limit.Capacity))
+	}
+	kb.remaining, kb.at = est, now
+	k.m[t.key] = kb
 }
 
 // refuse answers a request of a caller the primary refused, when its

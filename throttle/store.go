@@ -105,6 +105,10 @@ type Ticket struct {
 	maxOpen  int
 	ttl      time.Duration
 	finished atomic.Bool
+	// known, when a Failover's primary admitted the request, is that
+	// Failover's memory of the caller's bucket: the settlement changes it
+	// too, so that a refund ends a free refusal it makes payable.
+	known *known
 }
 
 // finisher is a store that can finish its tickets.
@@ -136,6 +140,9 @@ func (t *Ticket) Settle(cost float64) {
 		if delta > maxMicro {
 			delta = maxMicro
 		}
+	}
+	if t.known != nil && delta != 0 {
+		t.known.settled(t, delta, time.Now())
 	}
 	t.owner.finish(t, delta)
 }
