@@ -55,8 +55,9 @@ var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode 
 // only make such a refusal conservative, never too lenient.
 //
 // In FailLocal a caller's fallback bucket starts from what the primary
-// last reported of it (not full), and refills at rate / Replicas, so that
-// the replicas together do not admit more than the shared bucket would.
+// last reported of it (not full), and refills at rate / Replicas — and so
+// does its aggregate bucket — so that the replicas together do not admit
+// more than the shared buckets would.
 type Failover struct {
 	Primary Store
 	Local   *MemoryStore // FailLocal's buckets; may be nil for the other modes
@@ -130,6 +131,9 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 	case FailLocal:
 		local := req
 		local.Limit = f.localLimit(req.Limit)
+		if a := req.Aggregate; a != nil {
+			local.Aggregate = &Bucket{Key: a.Key, Limit: f.localLimit(a.Limit)}
+		}
 		if tokens, ok := f.known.tokens(req.Key, time.Now()); ok {
 			f.Local.seed(req.Key, local.Bucket, tokens)
 		}
@@ -160,9 +164,12 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 // FreeRefusals counts the requests refused without asking the primary.
 func (f *Failover) FreeRefusals() uint64 { return f.free.Load() }
 
+// localLimit is l on one of Replicas processes: its rate divided by
+// them, but never below what a limit may be (a micro-token per second, and
+// a refill from empty within maxFillSeconds).
 func (f *Failover) localLimit(l Limit) Limit {
 	if f.Replicas > 1 {
-		l.Rate /= float64(f.Replicas)
+		l.Rate = max(l.Rate/float64(f.Replicas), 1e-6, l.Capacity/maxFillSeconds)
 	}
 	return l
 }
