@@ -3,6 +3,7 @@ package throttle
 import (
 	"math"
 	"strconv"
+	"time"
 )
 
 // micro is the number of micro-tokens in a token. Amounts cross to Redis
@@ -135,13 +136,37 @@ func refill(v bucketVal, found bool, now clock, rate, capacity, floor float64) f
 // retryMS is the wait until a bucket holding tokens can pay cost, as the
 // script would compute it: ceil(deficit / rate) in ms, at least 1.
 func retryMS(cost, tokens, rate float64) int64 {
-	r := int64(math.Ceil(float64((cost-tokens)/rate) * 1000))
+	r := ceilInt64(float64((cost-tokens)/rate) * 1000)
 	return max(r, 1)
 }
 
 // resetMS is the time until a bucket holding tokens is full again.
 func resetMS(tokens, rate, capacity float64) int64 {
-	return max(0, int64(math.Ceil(float64((capacity-tokens)/rate)*1000)))
+	return max(0, ceilInt64(float64((capacity-tokens)/rate)*1000))
+}
+
+// ceilInt64 is ceil(x) as an int64, saturating at the int64 bounds (NaN:
+// 0) where a conversion would give an arbitrary value.
+func ceilInt64(x float64) int64 {
+	switch {
+	case x != x:
+		return 0
+	case x >= math.MaxInt64:
+		return math.MaxInt64
+	case x <= math.MinInt64:
+		return math.MinInt64
+	}
+	return int64(math.Ceil(x))
+}
+
+// millis converts whole milliseconds to a Duration, saturating at the
+// longest Duration (about 292 years) instead of wrapping: a bucket deep in
+// debt at a slow rate may need longer than that.
+func millis(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // applyBatch is THE budget arithmetic: what admit.lua does to one caller's

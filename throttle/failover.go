@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -407,7 +406,7 @@ func (k *known) refuse(req Request, now time.Time) (Admission, bool) {
 	if est >= req.Cost {
 		return Admission{}, false
 	}
-	retry := time.Duration(math.Ceil((req.Cost-est)/req.Limit.Rate*1000)) * time.Millisecond
+	retry := millis(retryMS(req.Cost, est, req.Limit.Rate))
 	return Admission{Refusal: RefusedBucket, Result: Result{Cost: req.Cost, Remaining: est, Limit: req.Limit,
 		RetryAfter: retry, ResetAfter: secondsToDuration((req.Limit.Capacity - est) / req.Limit.Rate)}}, true
 }

@@ -125,7 +125,7 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	s.stats.local.Add(1)
 	a.Allowed = true
 	a.Result = Result{Allowed: true, Cost: req.Cost, Remaining: fromMicro(remaining), Limit: req.Limit,
-		ResetAfter: time.Duration(resetMS(remaining, sh.rate, sh.capacity)) * time.Millisecond}
+		ResetAfter: millis(resetMS(remaining, sh.rate, sh.capacity))}
 	a.Ticket = &Ticket{owner: ls, key: req.Key, limit: req.Limit, debt: req.Debt, id: id,
 		paid: cost, cost: req.Cost, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond}
 	return a, true

@@ -121,11 +121,17 @@ func (l Limit) refilled(tokens float64, d time.Duration) float64 {
 	return min(l.Capacity, tokens+d.Seconds()*l.Rate)
 }
 
+// ceilSeconds is d in whole seconds, rounded up (without overflowing
+// near the longest Duration).
 func ceilSeconds(d time.Duration) int {
 	if d <= 0 {
 		return 0
 	}
-	return int((d + time.Second - 1) / time.Second)
+	s := d / time.Second
+	if d%time.Second != 0 {
+		s++
+	}
+	return int(s)
 }
 
 // checkSpend validates the arguments of Store.Spend.

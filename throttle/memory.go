@@ -110,7 +110,7 @@ func (s *MemoryStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 	sh := peekShape(b)
 	r := s.apply(b.Key, nil, sh, op{kind: opPeek})
 	return Result{Allowed: true, Remaining: fromMicro(r.tokens), Limit: b.Limit,
-		ResetAfter: time.Duration(resetMS(r.tokens, sh.rate, sh.capacity)) * time.Millisecond}, nil
+		ResetAfter: millis(resetMS(r.tokens, sh.rate, sh.capacity))}, nil
 }
 
 // seed sets a missing bucket to tokens as of now (the last that Redis

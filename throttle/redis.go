@@ -343,7 +343,7 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 	}
 	s.mu.Unlock()
 	return Result{Allowed: true, Remaining: fromMicro(tokens), Limit: b.Limit,
-		ResetAfter: time.Duration(resetMS(tokens, sh.rate, sh.capacity)) * time.Millisecond}, nil
+		ResetAfter: millis(resetMS(tokens, sh.rate, sh.capacity))}, nil
 }
 
 // Flush gives back every lease and sends every pending finish and void,

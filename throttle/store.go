@@ -260,11 +260,11 @@ func admission(req Request, sh shape, cost float64, r opResult) (Admission, erro
 		Allowed:    a.Allowed && !a.Shadow,
 		Cost:       req.Cost,
 		Remaining:  fromMicro(r.tokens),
-		ResetAfter: time.Duration(resetMS(r.tokens, rate, capacity)) * time.Millisecond,
+		ResetAfter: millis(resetMS(r.tokens, rate, capacity)),
 		Limit:      limit,
 	}
 	if a.Refusal == RefusedBucket || a.Refusal == RefusedAggregate {
-		res.RetryAfter = time.Duration(retryMS(cost, r.tokens, rate)) * time.Millisecond
+		res.RetryAfter = millis(retryMS(cost, r.tokens, rate))
 	}
 	if a.Refusal == RefusedInFlight {
 		res.Allowed = false
