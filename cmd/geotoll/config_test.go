@@ -82,6 +82,23 @@ func TestLoadConfigRejects(t *testing.T) {
 	}
 }
 
+// TestThrottlePrefixRefusesBraces: a throttle.prefix holding '{' or '}'
+// is a configuration error, named as such: in Redis Cluster its braces
+// would become the keys' hash tag, so that every bucket lands in one slot,
+// or a caller's keys in different ones (CROSSSLOT).
+func TestThrottlePrefixRefusesBraces(t *testing.T) {
+	for _, prefix := range []string{"geo{toll}", "{geotoll", "geotoll}"} {
+		cfg := DefaultConfig()
+		cfg.Throttle.Prefix = prefix
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "throttle.prefix") {
+			t.Errorf("throttle.prefix %q: %v, want an error naming throttle.prefix", prefix, err)
+		}
+	}
+	if err := DefaultConfig().validate(); err != nil {
+		t.Fatalf("the default config: %v", err)
+	}
+}
+
 func TestDefaultConfigIsPayable(t *testing.T) {
 	toll, err := DefaultConfig().toll()
 	if err != nil {
