@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -309,6 +310,9 @@ func (c Config) validate() error {
 	}
 	if c.Throttle.KeyMaxAge < 2*c.Throttle.KeyRefresh {
 		errs = append(errs, fmt.Errorf("throttle.key_max_age %s must be at least twice throttle.key_refresh (%s)", c.Throttle.KeyMaxAge, c.Throttle.KeyRefresh))
+	}
+	if strings.ContainsAny(c.Throttle.Prefix, "{}") {
+		errs = append(errs, fmt.Errorf("throttle.prefix %q must not contain '{' or '}': Redis Cluster would take its braces for the keys' hash tag (every bucket in one slot, or a caller's keys in different ones: CROSSSLOT)", c.Throttle.Prefix))
 	}
 	if c.Throttle.Pricing != PricingDensity && c.Throttle.Pricing != PricingSize {
 		errs = append(errs, fmt.Errorf("throttle.pricing %q must be %q or %q", c.Throttle.Pricing, PricingDensity, PricingSize))

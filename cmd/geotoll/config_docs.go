@@ -84,7 +84,7 @@ func configDocs() []configDoc {
 // (throttle, layers, tiles, geofence), after configDocs' server keys.
 func budgetDocs() []configDoc {
 	return []configDoc{
-		{Key: "throttle.prefix", Meaning: "bucket key prefix in Redis"},
+		{Key: "throttle.prefix", Meaning: "bucket key prefix in Redis (no `{` or `}`: the keys' hash tag is their own)"},
 		{Key: "throttle.tiers.<tier>.rate", Default: "anonymous 10, free 20, pro 100", Meaning: "tokens per second refilled (tiers by name; anonymous is for callers without a key; a file's tier changes only the fields it sets)"},
 		{Key: "throttle.tiers.<tier>.capacity", Default: "80, 100, 600", Meaning: "bucket size: must be above the most one request may cost in the tier"},
 		{Key: "throttle.tiers.<tier>.max_cost", Default: "none", Meaning: "a single request dearer than this is a 422"},
