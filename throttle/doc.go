@@ -39,7 +39,9 @@
 // cap, optionally an aggregate bucket — in one
 // atomic step: the price is spent iff the bucket (and the aggregate) holds
 // it and fewer than MaxInFlight of the caller's requests are open; then the
-// request is open. A refusal spends nothing and writes nothing. An admitted
+// request is open. A refusal spends nothing and writes nothing, except that
+// a refusal by the in-flight cap first sweeps out the slots of requests
+// whose TTL has passed (their process died). An admitted
 // request's [Ticket] is finished exactly once when the request is done:
 // [Ticket.Settle] with what it really cost refunds the difference (never
 // more than it paid) or debits it — down to Request.Debt below zero, so a
@@ -77,9 +79,14 @@
 //   - Nothing is applied twice. A finish or void of an id that is not open
 //     does nothing, so finishes are resent after a failed call. A batch whose
 //     answer never came may or may not have been applied; its callers were
-//     told it failed and decided by the fail mode, and its admits are voided
-//     (refunded if they were applied) once its deadline has passed in Redis
-//     — a batch that reaches Redis after its deadline admits nothing.
+//     told it failed and decided by the fail mode, and its admits are voided,
+//     with the caller's next call or after RetryInterval: refunded if they
+//     were applied, else turned away by a tombstone that holds until the
+//     batch's deadline, should the batch still come. A batch that reaches
+//     Redis after its deadline (by Redis's clock) admits nothing, and its
+//     callers get an error, decided by the fail mode.
+//   - A batch carries one shape (in-flight cap, TTL, debt floor, aggregate
+//     bucket): operations of another shape wait for the next call.
 //   - The arithmetic is one Go function, applyBatch (its steps in
 //     batch_run.go, named after the script's), that [MemoryStore] runs and
 //     the tests hold admit.lua to, operation for operation and bit for bit.

@@ -35,10 +35,11 @@ var admitLua string
 // failed call.
 // A batch whose answer never came (a timeout, a lost connection) may or may
 // not have been applied: its callers were told it failed, and were decided
-// by the fail mode elsewhere, so its admits are voided at once — refunded if
-// they were applied, or, if they were not, turned away by a tombstone
-// should the batch still reach Redis before its deadline (after it, a batch
-// admits nothing anyway).
+// by the fail mode elsewhere, so its admits are voided — the voids go with
+// the caller's next call, or after RetryInterval — refunded if they were
+// applied, or, if they were not, turned away by a tombstone should the
+// batch still reach Redis before its deadline (after it, a batch admits
+// nothing anyway, and its callers get an error).
 type RedisStore struct {
 	rdb    redis.Scripter
 	script *redis.Script
@@ -348,8 +349,9 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 
 // Flush gives back every lease and sends every pending finish and void,
 // waiting at most until ctx ends (at shutdown). The voids of an unanswered
-// batch wait for its deadline first, and so does Flush; a lease whose slot
-// runs a request goes back when the request finishes.
+// batch, and finishes whose call failed, are sent again RetryInterval after
+// the failure, and Flush waits for them; a lease whose slot runs a request
+// goes back when the request finishes.
 func (s *RedisStore) Flush(ctx context.Context) error {
 	for {
 		s.mu.Lock()

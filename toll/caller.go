@@ -97,9 +97,10 @@ type Caller struct {
 //	geotoll:{anonymous:ip:2001:db8:1::/48}                        the /48 aggregate
 //	geotoll:{anonymous:ip:2001:db8:1::/48}:ip:2001:db8:1:2::/64   a /64 in it
 //
-// Both IPv6 keys (and the /64's in-flight set, throttle.SlotKey) carry the
-// /48's hash tag, so Redis Cluster keeps them in one slot and one script
-// may touch them together.
+// Both IPv6 keys (and the /64's open requests and tombstones,
+// throttle.OpenKey and throttle.VoidKey) carry the /48's hash tag, so
+// Redis Cluster keeps them in one slot and one script may touch them
+// together.
 func (c Caller) bucketKey(prefix string) string {
 	if c.Network == "" {
 		return throttle.BucketKey(prefix, c.Tier, c.Identity)

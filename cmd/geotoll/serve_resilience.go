@@ -55,9 +55,9 @@ func (c Config) validateResilience() []error {
 
 // client opens the configured Redis as a UniversalClient: one server
 // (url), a Redis Cluster (addrs + cluster) or a Sentinel-managed master
-// (addrs + master_name). Budget keys are hash-tagged, so bucket.lua never
-// sees CROSSSLOT, and an Ask that spans slots is a pipeline go-redis splits
-// per node.
+// (addrs + master_name). Budget keys are hash-tagged (and throttle.prefix
+// holds no braces): every admit.lua call touches one caller's keys, in one
+// slot, so it never sees CROSSSLOT.
 //
 // Every call is bounded by its context (ContextTimeoutEnabled: without it
 // go-redis ignores context deadlines on the socket and the hot-path timeout
