@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,6 +218,58 @@ func TestCacheHitSkipsGlobalBudget(t *testing.T) {
 		if w, ok := admit(t, toll, "b", hit); !ok {
 			t.Fatalf("cache hit %d refused with the global budget spent: %d %s", i, w.Code, w.Body)
 		}
+	}
+}
+
+// switchStore is a store that fails like an unreachable Redis while down.
+type switchStore struct {
+	throttle.Store
+	down atomic.Bool
+}
+
+func (s *switchStore) Admit(ctx context.Context, req throttle.Request) (throttle.Admission, error) {
+	if s.down.Load() {
+		return throttle.Admission{}, errors.New("redis down")
+	}
+	return s.Store.Admit(ctx, req)
+}
+
+// TestGlobalFailOpenSettlesNothingBack: a request the global budget
+// admitted through fail_mode open was never charged there, so its
+// settlement gives nothing back: the leases taken before go back to the
+// shared bucket with what they really hold, not with tokens that bucket
+// never paid.
+func TestGlobalFailOpenSettlesNothingBack(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	shared := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	primary := &switchStore{Store: shared}
+	toll.Global = &throttle.Global{Store: &throttle.Failover{Primary: primary, Mode: throttle.FailOpen, ProbeInterval: time.Hour, Logger: discard()},
+		Bucket: throttle.Bucket{Key: "global", Limit: throttle.Limit{Rate: 1e-6, Capacity: 1000}}, Chunk: 60, Hold: time.Hour}
+	// charge admits a request of key at 60 tokens, under Finish, and
+	// settles it at cost before Finish would.
+	charge := func(key string, cost float64) {
+		t.Helper()
+		var pass *Pass
+		h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if pass = toll.Charge(w, r, Price{Cost: 60, Route: "tile", Layer: "places", Zoom: 2}); pass != nil {
+				pass.Settle(cost)
+			}
+		}))
+		r := httptest.NewRequest(http.MethodGet, "/tiles/x/2/0/0.mvt", nil)
+		r.Header.Set("X-API-Key", key)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if pass == nil {
+			t.Fatalf("a request of %s was refused", key)
+		}
+	}
+	charge("a", 60) // charged: a lease of 60, all of it spent
+	primary.down.Store(true)
+	charge("b", 10) // admitted fail-open; it cost 10 of the 60 it was priced at
+	primary.down.Store(false)
+	toll.Global.Close()
+	res, err := shared.Peek(context.Background(), toll.Global.Bucket)
+	if err != nil || res.Remaining != 940 {
+		t.Fatalf("the shared bucket holds %v (%v) after the leases went back, want 940: a request admitted fail-open gave back tokens it was never charged", res.Remaining, err)
 	}
 }
 
