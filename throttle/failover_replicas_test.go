@@ -52,7 +52,8 @@ func TestFreeRefusalAcrossReplicas(t *testing.T) {
 		if got := mustAdmit(t, a, Request{Bucket: b, Cost: 5}); !got.Allowed || sa.Stats().Calls != ca+1 {
 			t.Fatalf("after its own refund: %+v after %d calls; want asked and admitted", got.Result, sa.Stats().Calls-ca)
 		} else {
-			got.Ticket.Release()
+			got.Ticket.Settle(0) // all back: the bucket is as full as before it
+			flushWithin(t, sa)
 		}
 		// B does not know of it: until its Retry-After (0.5 s after the
 		// bucket was emptied) it refuses in process.
