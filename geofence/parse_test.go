@@ -497,3 +497,23 @@ func FuzzParseFence(f *testing.F) {
 		}
 	})
 }
+
+// TestParseLimitTooLargeIsOutOfRange: a limit of any number of digits is a
+// well-formed count; beyond MaxLimit it is out of range (422), never
+// malformed (400).
+func TestParseLimitTooLargeIsOutOfRange(t *testing.T) {
+	for _, s := range []string{"1001", "99999999999", "9223372036854775808", strings.Repeat("9", 40)} {
+		_, err := ParseLimit(s, 100, 1000)
+		wantProblem(t, err, problem.OutOfRange, "limit")
+	}
+}
+
+// TestParseFenceIDTooLargeIsNotFound: an id of any number of digits is a
+// well-formed id; one beyond every fence (past int64) names no fence (404),
+// it is not malformed (400).
+func TestParseFenceIDTooLargeIsNotFound(t *testing.T) {
+	for _, s := range []string{"9223372036854775808", "99999999999999999999", strings.Repeat("9", 40)} {
+		_, err := ParseFenceID(s)
+		wantProblem(t, err, problem.NotFound, "id")
+	}
+}
