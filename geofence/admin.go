@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -113,6 +114,10 @@ func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 		return
 	} else if s != "" && s != "0" {
 		if after, err = ParseFenceID(s); err != nil {
+			if problem.From(err).Code == problem.NotFound { // well formed, past every id
+				problem.Write(w, r, problem.Range("after", "after must be within [0, %d]", int64(math.MaxInt64)))
+				return
+			}
 			problem.Write(w, r, problem.Malformed("after", "after must be a fence id"))
 			return
 		}

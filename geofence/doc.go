@@ -83,6 +83,9 @@
 //     positions in all: fences past either cap are left out (geometries
 //     past them are never rendered) and the collection says
 //     "truncated": true.
+//   - limit and fence ids are digits without sign or leading zeros; any
+//     number of digits is well formed: a limit past MaxLimit is a 422, a
+//     fence id past int64 names no fence (404), an after past it is a 422.
 //   - a parameter given twice is a 400.
 //
 // # Pricing

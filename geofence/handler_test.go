@@ -330,6 +330,13 @@ func TestAdminNeedsAKey(t *testing.T) {
 	if w := serve(h, http.MethodGet, "/geofences/8", "", "X-API-Key", testAdminKey); w.Code != 404 {
 		t.Errorf("GET /geofences/8: %d", w.Code)
 	}
+	// Ids past int64 name no fence; an after past int64 is out of range.
+	if w := serve(h, http.MethodGet, "/geofences/99999999999999999999", "", "X-API-Key", testAdminKey); w.Code != 404 {
+		t.Errorf("GET /geofences/99999999999999999999: %d", w.Code)
+	}
+	if w := serve(h, http.MethodGet, "/geofences?after=99999999999999999999", "", "X-API-Key", testAdminKey); w.Code != 422 {
+		t.Errorf("GET /geofences?after=99999999999999999999: %d", w.Code)
+	}
 	w := serve(h, http.MethodGet, "/geofences?limit=2", "", "X-API-Key", testAdminKey)
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"next":"/geofence/fences?after=7\u0026limit=2"`) {
 		t.Errorf("GET /geofences?limit=2: %d %s", w.Code, w.Body)

@@ -128,17 +128,19 @@ func ParseRadius(s string, maxRadius float64) (float64, error) {
 }
 
 // ParseLimit parses a feature limit: an empty s means def; otherwise digits
-// only (no sign, no leading zeros) and a value in [1, maxLimit].
+// only (no sign, no leading zeros) and a value in [1, maxLimit]. Digits of
+// any length are a well-formed count: past maxLimit (or past int) they are
+// out of range, a 422, not malformed.
 func ParseLimit(s string, def, maxLimit int) (int, error) {
 	if s == "" {
 		return def, nil
 	}
-	if len(s) > 10 || !isCount(s) {
+	if !isCount(s) {
 		return 0, problem.Malformed("limit", "limit must be a positive integer, got %q", truncate(s, 32))
 	}
-	v, err := strconv.Atoi(s)
+	v, err := strconv.Atoi(s) // only ErrRange is possible now
 	if err != nil || v < 1 || v > maxLimit {
-		return 0, problem.Range("limit", "limit %s must be within [1, %d]", s, maxLimit)
+		return 0, problem.Range("limit", "limit %s must be within [1, %d]", truncate(s, 32), maxLimit)
 	}
 	return v, nil
 }
@@ -240,10 +242,11 @@ func ParseBBox(s string, maxArea float64) (BBox, error) {
 	return b, nil
 }
 
-// ParseFenceID parses a fence id: a positive decimal integer that fits an
-// int64, without sign or leading zeros.
+// ParseFenceID parses a fence id: a positive decimal integer without sign
+// or leading zeros. Fence ids are bigints: 0, or digits past int64, name
+// no fence (404); they are well formed.
 func ParseFenceID(s string) (int64, error) {
-	if len(s) > 19 || !isCount(s) {
+	if !isCount(s) {
 		return 0, problem.Malformed("id", "fence id must be a positive integer, got %q", truncate(s, 32))
 	}
 	v, err := strconv.ParseInt(s, 10, 64)

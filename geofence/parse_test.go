@@ -153,7 +153,7 @@ func TestParseLimit(t *testing.T) {
 		{name: "zero", in: "0", code: problem.OutOfRange},
 		{name: "beyond max", in: "1001", code: problem.OutOfRange},
 		{name: "huge", in: "9999999999", code: problem.OutOfRange},
-		{name: "too many digits", in: "99999999999", code: problem.Invalid},
+		{name: "too many digits", in: "99999999999", code: problem.OutOfRange},
 		{name: "negative", in: "-1", code: problem.Invalid},
 		{name: "plus", in: "+5", code: problem.Invalid},
 		{name: "leading zero", in: "05", code: problem.Invalid},
@@ -269,7 +269,7 @@ func TestParseFenceID(t *testing.T) {
 		{in: "01", code: problem.Invalid},
 		{in: "", code: problem.Invalid},
 		{in: "-1", code: problem.Invalid},
-		{in: "99999999999999999999", code: problem.Invalid},
+		{in: "99999999999999999999", code: problem.NotFound},
 	} {
 		got, err := ParseFenceID(tt.in)
 		if tt.code == "" {
