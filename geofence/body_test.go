@@ -170,3 +170,38 @@ func TestParseFence(t *testing.T) {
 		})
 	}
 }
+
+// TestParseCheckRefusesIDsThatAreNotUTF8: an id whose bytes are not UTF-8,
+// or whose escapes name half a surrogate pair, is refused naming the point;
+// encoding/json would answer it as U+FFFD. A real U+FFFD, sent as itself or
+// escaped, and a surrogate pair are ids like any other.
+func TestParseCheckRefusesIDsThatAreNotUTF8(t *testing.T) {
+	ok := `{"id":"v","lng":0,"lat":0}`
+	for name, id := range map[string]string{
+		"invalid byte":       "\"v\xff\"",
+		"truncated sequence": "\"v\xe2\x82\"",
+		"overlong encoding":  "\"\xc0\xaf\"",
+		"encoded surrogate":  "\"\xed\xa0\x80\"",
+		"lone high escape":   `"v\ud800"`,
+		"lone low escape":    `"\udc00v"`,
+		"reversed pair":      `"\udc00\ud800"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := `{"points":[` + ok + `,{"id":` + id + `,"lng":0,"lat":0}]}`
+			_, err := ParseCheck(strings.NewReader(body), 10)
+			wantProblem(t, err, problem.Invalid, "points[1].id")
+		})
+	}
+	for id, want := range map[string]string{
+		`"\ufffd"`:         "\uFFFD",
+		"\"\uFFFD\"":       "\uFFFD",
+		`"\ud83d\ude9a"`:   "🚚",
+		`"\\ud800"`:        `\ud800`,
+		"\"truck \u00e9\"": "truck é",
+	} {
+		b, err := ParseCheck(strings.NewReader(`{"points":[{"id":`+id+`,"lng":0,"lat":0}]}`), 10)
+		if err != nil || b.Points[0].ID != want {
+			t.Errorf("id %s: %+v, %v; want %q", id, b.Points, err, want)
+		}
+	}
+}
