@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/geotoll/geotoll/problem"
 )
@@ -58,7 +57,8 @@ func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
 // The body must be exactly one JSON object with the member "points" and
 // optionally "layer" (a string: the geofence layer to test against), and
 // no other. points is a list of 1..maxPoints objects with exactly the
-// members id (a string of 1..MaxPointIDLen bytes), lng and lat (JSON
+// members id (a string of 1..MaxPointIDLen bytes of UTF-8 text: see
+// isText), lng and lat (JSON
 // numbers; longitudes in [-180, 180], latitudes in [-90, 90]). Member
 // names are matched exactly (encoding/json would also take "LAT") and none
 // may repeat (encoding/json would keep the last). Ids need not be unique:
@@ -223,7 +223,10 @@ func (rp rawPoint) parse(i int) (Point, error) {
 	if len(rp.ID) == 0 || rp.ID[0] != '"' || json.Unmarshal(rp.ID, &p.ID) != nil {
 		return p, problem.Malformed(name("id"), "%s must be a string", name("id"))
 	}
-	if p.ID == "" || len(p.ID) > MaxPointIDLen || !utf8.ValidString(p.ID) {
+	if !isText(rp.ID) {
+		return p, problem.Malformed(name("id"), "%s is not UTF-8 text (invalid bytes, or half of a surrogate pair)", name("id"))
+	}
+	if p.ID == "" || len(p.ID) > MaxPointIDLen {
 		return p, problem.Range(name("id"), "%s must be 1..%d bytes of UTF-8", name("id"), MaxPointIDLen)
 	}
 	var err error

@@ -76,7 +76,9 @@
 //   - lng in [-180, 180], lat in [-90, 90], radius in [0, MaxRadius] metres,
 //     limit in [1, MaxLimit] (default DefaultLimit), bbox area at most
 //     MaxBBoxArea square degrees with miny <= maxy, a batch of 1..MaxBatch
-//     points with ids of 1..[MaxPointIDLen] bytes, check bodies of at most
+//     points with ids of 1..[MaxPointIDLen] bytes of UTF-8 text (invalid
+//     bytes or half of a surrogate pair are a 400 naming the point's id,
+//     never read as U+FFFD), check bodies of at most
 //     MaxBodyBytes and fence bodies of at most MaxFenceBytes (413 beyond),
 //     fences of at most MaxVertices positions.
 //   - a contains answer holds at most limit fences and MaxResponseVertices
