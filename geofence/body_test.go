@@ -205,3 +205,51 @@ func TestParseCheckRefusesIDsThatAreNotUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestParseFenceMembersAreExact: a fence's member names are matched
+// exactly (encoding/json would take "TYPE" for "type" and "Name" for
+// "name") and none may repeat (encoding/json would keep the last), at
+// every level: the Feature, its geometry and its properties.
+func TestParseFenceMembersAreExact(t *testing.T) {
+	const (
+		geom  = `{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}`
+		props = `{"name":"depot"}`
+	)
+	for _, tc := range []struct{ name, body, param string }{
+		{"Feature member in another case", `{"TYPE":"Feature","geometry":` + geom + `,"properties":` + props + `}`, "body"},
+		{"geometry in another case", `{"type":"Feature","Geometry":` + geom + `,"properties":` + props + `}`, "body"},
+		{"geometry member in another case", `{"type":"Feature","geometry":{"type":"Polygon","Coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]},"properties":` + props + `}`, "geometry"},
+		{"property in another case", `{"type":"Feature","geometry":` + geom + `,"properties":{"Name":"depot"}}`, "properties"},
+		{"repeated type", `{"type":"Feature","type":"Feature","geometry":` + geom + `,"properties":` + props + `}`, "type"},
+		{"repeated geometry", `{"type":"Feature","geometry":` + geom + `,"geometry":` + geom + `,"properties":` + props + `}`, "geometry"},
+		{"repeated properties", `{"type":"Feature","geometry":` + geom + `,"properties":` + props + `,"properties":` + props + `}`, "properties"},
+		{"repeated coordinates", `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]]],"coordinates":[[[0,0],[2,0],[2,2],[0,0]]]},"properties":` + props + `}`, "geometry.coordinates"},
+		{"repeated geometry type", `{"type":"Feature","geometry":{"type":"Point","type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]]]},"properties":` + props + `}`, "geometry.type"},
+		{"repeated name", `{"type":"Feature","geometry":` + geom + `,"properties":{"name":"a","name":"b"}}`, "properties.name"},
+		{"repeated kind", `{"type":"Feature","geometry":` + geom + `,"properties":{"name":"a","kind":"x","kind":"y"}}`, "properties.kind"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseFence(strings.NewReader(tc.body), 100)
+			wantProblem(t, err, problem.Invalid, tc.param)
+		})
+	}
+	// The exact members are still taken, in any order.
+	in, err := ParseFence(strings.NewReader(`{"properties":{"kind":"yard","name":"depot"},"geometry":`+geom+`,"type":"Feature"}`), 100)
+	if err != nil || in.Name != "depot" || in.Kind != "yard" || len(in.Geometry) != 1 {
+		t.Errorf("members in another order: %+v, %v", in, err)
+	}
+}
+
+// TestParseFenceNameIsText: a name or kind that is not UTF-8 text (invalid
+// bytes, half of a surrogate pair) is refused, not stored as U+FFFD.
+func TestParseFenceNameIsText(t *testing.T) {
+	const geom = `{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}`
+	for _, tc := range []struct{ props, param string }{
+		{"{\"name\":\"dep\xffot\"}", "properties.name"},
+		{`{"name":"depot\ud800"}`, "properties.name"},
+		{"{\"name\":\"depot\",\"kind\":\"y\xe2\x82\"}", "properties.kind"},
+	} {
+		_, err := ParseFence(strings.NewReader(`{"type":"Feature","geometry":`+geom+`,"properties":`+tc.props+`}`), 100)
+		wantProblem(t, err, problem.Invalid, tc.param)
+	}
+}
