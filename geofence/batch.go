@@ -115,7 +115,8 @@ func ParseCheck(r io.Reader, maxPoints int) (CheckBody, error) {
 	return b, nil
 }
 
-// decodeString reads a JSON string member into dst.
+// decodeString reads a JSON string member into dst: a string of UTF-8
+// text (see isText).
 func decodeString(dec bodyDecoder, dst *string, param string) error {
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
@@ -123,6 +124,9 @@ func decodeString(dec bodyDecoder, dst *string, param string) error {
 	}
 	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, dst) != nil {
 		return problem.Malformed(param, "%s must be a string", param)
+	}
+	if !isText(raw) {
+		return problem.Malformed(param, "%s is not UTF-8 text (invalid bytes, or half of a surrogate pair)", param)
 	}
 	return nil
 }

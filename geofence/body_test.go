@@ -142,7 +142,7 @@ func TestParseFence(t *testing.T) {
 		{name: "wrong type", body: `{"type":"FeatureCollection","geometry":null,"properties":{"name":"x"}}`, code: problem.Invalid, param: "type"},
 		{name: "no name", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{}`), code: problem.Invalid, param: "properties.name"},
 		{name: "blank name", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{"name":"  "}`), code: problem.OutOfRange, param: "properties.name"},
-		{name: "unknown property", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{"name":"x","colour":"red"}`), code: problem.Invalid, param: "body"},
+		{name: "unknown property", body: feature(`{"type":"Polygon","coordinates":[`+square+`]}`, `{"name":"x","colour":"red"}`), code: problem.Invalid, param: "properties"},
 		{name: "no geometry", body: `{"type":"Feature","properties":{"name":"x"}}`, code: problem.Invalid, param: "geometry"},
 		{name: "point", body: feature(`{"type":"Point","coordinates":[0,0]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},
 		{name: "open ring", body: feature(`{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1]]]}`, `{"name":"x"}`), code: problem.OutOfRange, param: "geometry"},

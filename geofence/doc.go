@@ -88,7 +88,9 @@
 //   - limit and fence ids are digits without sign or leading zeros; any
 //     number of digits is well formed: a limit past MaxLimit is a 422, a
 //     fence id past int64 names no fence (404), an after past it is a 422.
-//   - a parameter given twice is a 400.
+//   - a parameter given twice is a 400; so is a body member given twice
+//     or in another case than its own ("LAT", "Name"), in check and fence
+//     bodies alike.
 //
 // # Pricing
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -31,23 +32,30 @@ type FenceInput struct {
 	Geometry orb.MultiPolygon
 }
 
-// fenceDoc is the accepted shape of a fence: a GeoJSON Feature.
+// fenceDoc is the accepted shape of a fence: a GeoJSON Feature with the
+// members type, geometry, properties (and id and bbox, ignored: the path
+// names the fence, the box is recomputed).
 type fenceDoc struct {
-	Type       string          `json:"type"`
-	ID         json.RawMessage `json:"id"`   // ignored (the path names the fence)
-	BBox       json.RawMessage `json:"bbox"` // ignored (recomputed)
-	Geometry   *geometryDoc    `json:"geometry"`
-	Properties *struct {
-		Name *string `json:"name"`
-		Kind *string `json:"kind"`
-	} `json:"properties"`
+	Type       string
+	Geometry   *geometryDoc
+	Properties *fenceProperties
 }
 
 type geometryDoc struct {
-	Type        string          `json:"type"`
-	Coordinates json.RawMessage `json:"coordinates"`
-	BBox        json.RawMessage `json:"bbox"` // ignored
+	Type        string
+	Coordinates json.RawMessage // bbox is ignored
 }
+
+type fenceProperties struct {
+	Name, Kind *string
+}
+
+// The members each object of a fence may have, matched exactly.
+var (
+	featureMembers    = []string{"type", "id", "bbox", "geometry", "properties"}
+	geometryMembers   = []string{"type", "coordinates", "bbox"}
+	propertiesMembers = []string{"name", "kind"}
+)
 
 // ParseFence reads a fence as a GeoJSON Feature:
 //
@@ -55,21 +63,23 @@ type geometryDoc struct {
 //	 "geometry":{"type":"Polygon","coordinates":[[[lng,lat], …]]},
 //	 "properties":{"name":"Depot","kind":"zone"}}
 //
-// Unknown members are refused, as are properties other than name (required,
-// 1..MaxFenceNameLen bytes) and kind (optional, default "zone"). The
-// geometry must be a Polygon or MultiPolygon of [lng, lat] positions (no
-// altitude) within [-180, 180] × [-90, 90], every ring closed with at least
-// four positions, and at most maxVertices positions in all.
+// Member names are matched exactly (encoding/json would also take "TYPE"
+// or "Name") and none may repeat (encoding/json would keep the last), in
+// the Feature, its geometry and its properties. Unknown members are
+// refused, as are properties other than name (required, 1..MaxFenceNameLen
+// bytes of UTF-8 text) and kind (optional, default "zone"). The geometry
+// must be a Polygon or MultiPolygon of [lng, lat] positions (no altitude)
+// within [-180, 180] × [-90, 90], every ring closed with at least four
+// positions, and at most maxVertices positions in all.
 //
 // Errors: 413 from an http.MaxBytesReader, 400 malformed, 422 well formed
 // but not an acceptable fence. Validity in the OGC sense (no
 // self-intersection…) is checked by PostGIS when the fence is written.
 func ParseFence(r io.Reader, maxVertices int) (FenceInput, error) {
 	dec := newBodyDecoder(r)
-	dec.DisallowUnknownFields()
-	var doc fenceDoc
-	if err := dec.Decode(&doc); err != nil {
-		return FenceInput{}, dec.fail(err)
+	doc, err := readFeature(dec)
+	if err != nil {
+		return FenceInput{}, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err != nil {
@@ -102,6 +112,103 @@ func ParseFence(r io.Reader, maxVertices int) (FenceInput, error) {
 	}
 	in.Geometry = g
 	return in, nil
+}
+
+// readFeature reads the body's one object, member by member.
+func readFeature(dec bodyDecoder) (fenceDoc, error) {
+	var doc fenceDoc
+	if err := expectDelim(dec, '{', "body", "the body must be a JSON object"); err != nil {
+		return doc, err
+	}
+	err := readMembers(dec, "", featureMembers, func(name, param string) error {
+		switch name {
+		case "type":
+			return decodeString(dec, &doc.Type, param)
+		case "geometry":
+			return readObject(dec, param, func() error {
+				doc.Geometry = &geometryDoc{}
+				return readMembers(dec, param, geometryMembers, func(name, param string) error {
+					switch name {
+					case "type":
+						return decodeString(dec, &doc.Geometry.Type, param)
+					case "coordinates":
+						return decodeRaw(dec, &doc.Geometry.Coordinates)
+					}
+					return decodeRaw(dec, new(json.RawMessage))
+				})
+			})
+		case "properties":
+			return readObject(dec, param, func() error {
+				doc.Properties = &fenceProperties{}
+				return readMembers(dec, param, propertiesMembers, func(name, param string) error {
+					dst := &doc.Properties.Name
+					if name == "kind" {
+						dst = &doc.Properties.Kind
+					}
+					*dst = new(string)
+					return decodeString(dec, *dst, param)
+				})
+			})
+		}
+		return decodeRaw(dec, new(json.RawMessage)) // id, bbox: ignored
+	})
+	return doc, err
+}
+
+// readObject reads a member's value that must be an object or null: read
+// is called after its '{' (and reads up to its '}'); null leaves it absent.
+func readObject(dec bodyDecoder, param string, read func() error) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return dec.fail(err)
+	}
+	switch tok {
+	case nil:
+		return nil
+	case json.Delim('{'):
+		return read()
+	}
+	return problem.Malformed(param, "%s must be a JSON object", param)
+}
+
+// readMembers reads an object's members up to its closing '}', its '{'
+// already read. Each name must be one of names, exactly, and appear once;
+// value reads its value (param is its path, "geometry.type").
+func readMembers(dec bodyDecoder, path string, names []string, value func(name, param string) error) error {
+	where := path
+	if where == "" {
+		where = "body"
+	}
+	var seen []string
+	for dec.More() {
+		name, err := memberName(dec)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(names, name) {
+			return problem.Malformed(where, "%s has an unknown member %q", where, truncate(name, 32))
+		}
+		param := name
+		if path != "" {
+			param = path + "." + name
+		}
+		if slices.Contains(seen, name) {
+			return problem.Malformed(param, "%s is given twice", param)
+		}
+		seen = append(seen, name)
+		if err := value(name, param); err != nil {
+			return err
+		}
+	}
+	return expectDelim(dec, '}', where, "malformed JSON")
+}
+
+// decodeRaw reads the next value as it is.
+func decodeRaw(dec bodyDecoder, dst *json.RawMessage) error {
+	if err := dec.Decode(dst); err != nil {
+		return dec.fail(err)
+	}
+	return nil
 }
 
 func checkText(param, s string, maxLen int) error {
