@@ -1,8 +1,11 @@
 package geofence
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -520,5 +523,57 @@ func TestFenceWritesTakeTurns(t *testing.T) {
 	}
 	if rec := post(t.Context()); rec.Code != http.StatusCreated {
 		t.Errorf("a write after the others ended: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestCheckBodyWithAContentCoding: a JSON body sent with a content coding
+// (gzip, deflate…) is a 415 naming it, with Accept-Encoding saying what
+// would be read, on every route that reads a JSON body: never parsed as
+// if it were plain, never priced, never queried or written.
+func TestCheckBodyWithAContentCoding(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(`{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`))
+	_ = zw.Close()
+	reader, gate := &fakeReader{}, &fakeGate{budget: 100}
+	writes := 0
+	h, err := NewHandler(Options{
+		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
+		Reader: reader, Writer: okWriter{}, Gate: gate, Logger: slog.New(slog.DiscardHandler),
+		OnWrite: func() { writes++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testRouter(h)
+	fence := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]},"properties":{"name":"x"}}`
+	for _, c := range []struct{ method, target, body, coding string }{
+		{http.MethodPost, "/geofence/check", gz.String(), "gzip"},
+		{http.MethodPost, "/geofence/check", `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`, "gzip"},
+		{http.MethodPost, "/geofence/check?layer=places", `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`, "deflate"},
+		{http.MethodPost, "/geofence/check", `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`, "identity, br"},
+		{http.MethodPost, "/geofence/fences", fence, "gzip"},
+		{http.MethodPost, "/geofences", fence, "x-custom"},
+		{http.MethodPut, "/geofence/fences/7", fence, "GZIP"},
+	} {
+		w := serve(r, c.method, c.target, c.body, "Content-Encoding", c.coding, "X-API-Key", testAdminKey)
+		if w.Code != http.StatusUnsupportedMediaType {
+			t.Errorf("%s %s with Content-Encoding %q: %d %s, want 415", c.method, c.target, c.coding, w.Code, w.Body)
+			continue
+		}
+		doc := problemDoc(t, w)
+		if doc["param"] != "Content-Encoding" || !strings.Contains(fmt.Sprint(doc["detail"]), "content coding") {
+			t.Errorf("%s %s: problem %v, want one naming the Content-Encoding", c.method, c.target, doc)
+		}
+		if got := w.Header().Get("Accept-Encoding"); got != "identity" {
+			t.Errorf("%s %s: Accept-Encoding %q, want identity", c.method, c.target, got)
+		}
+	}
+	if len(gate.demands) != 0 || len(reader.calls) != 0 || writes != 0 {
+		t.Errorf("coded bodies were priced, queried or written: %v %v %d", gate.demands, reader.calls, writes)
+	}
+	// identity is no coding: the body is read as it is.
+	if w := serve(r, http.MethodPost, "/geofence/check", `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`, "Content-Encoding", "identity"); w.Code != http.StatusOK {
+		t.Errorf("Content-Encoding identity: %d %s", w.Code, w.Body)
 	}
 }
