@@ -161,7 +161,7 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxFenceBytes), h.limits.MaxVertices)
+	in, err := h.parseFence(w, r)
 	if err != nil {
 		problem.Write(w, r, err)
 		return
@@ -174,6 +174,15 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	h.wrote()
 	w.Header().Set("Location", h.base+FencesPath+"/"+strconv.FormatInt(f.ID, 10))
 	h.writeJSON(w, r, http.StatusCreated, ContentType, f)
+}
+
+// parseFence reads a fence write's body (see ParseFence), which must come
+// without a content coding.
+func (h *Handler) parseFence(w http.ResponseWriter, r *http.Request) (FenceInput, error) {
+	if err := plainBody(w, r); err != nil {
+		return FenceInput{}, err
+	}
+	return ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxFenceBytes), h.limits.MaxVertices)
 }
 
 // ReplaceFence serves PUT /geofence/fences/{id}: the fence's name, kind and
@@ -193,7 +202,7 @@ func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	in, err := ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxFenceBytes), h.limits.MaxVertices)
+	in, err := h.parseFence(w, r)
 	if err != nil {
 		problem.Write(w, r, err)
 		return

@@ -88,6 +88,9 @@
 //   - limit and fence ids are digits without sign or leading zeros; any
 //     number of digits is well formed: a limit past MaxLimit is a 422, a
 //     fence id past int64 names no fence (404), an after past it is a 422.
+//   - check and fence bodies are read as sent: one with a Content-Encoding
+//     other than identity (gzip…) is a 415 with Accept-Encoding: identity,
+//     before it is read or priced.
 //   - a parameter given twice is a 400; so is a body member given twice
 //     or in another case than its own ("LAT", "Name"), in check and fence
 //     bodies alike.

@@ -163,6 +163,9 @@ func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request) (CheckQuery
 		return CheckQuery{}, err
 	}
 	_, inQuery := qs["layer"]
+	if err := plainBody(w, r); err != nil {
+		return CheckQuery{}, err
+	}
 	b, err := ParseCheck(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxBatch)
 	if err != nil {
 		return CheckQuery{}, err

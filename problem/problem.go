@@ -27,15 +27,18 @@ type Code string
 
 // Error codes. Each maps to one HTTP status.
 const (
-	Invalid      Code = "invalid"        // 400: malformed input
-	Unauthorized Code = "unauthorized"   // 401: unknown or revoked API key
-	Forbidden    Code = "forbidden"      // 403
-	NotFound     Code = "not-found"      // 404: unknown layer, unknown route
-	NotAllowed   Code = "not-allowed"    // 405
-	Conflict     Code = "conflict"       // 409
-	TooLarge     Code = "too-large"      // 413: request body over the limit
-	OutOfRange   Code = "out-of-range"   // 422: well formed, but outside its bounds
-	Exhausted    Code = "quota-exceeded" // 429: the caller's budget cannot pay the price
+	Invalid      Code = "invalid"      // 400: malformed input
+	Unauthorized Code = "unauthorized" // 401: unknown or revoked API key
+	Forbidden    Code = "forbidden"    // 403
+	NotFound     Code = "not-found"    // 404: unknown layer, unknown route
+	NotAllowed   Code = "not-allowed"  // 405
+	Conflict     Code = "conflict"     // 409
+	TooLarge     Code = "too-large"    // 413: request body over the limit
+	// UnsupportedMediaType is a 415: a body in a content coding (gzip…)
+	// the route does not read.
+	UnsupportedMediaType Code = "unsupported-media-type"
+	OutOfRange           Code = "out-of-range"   // 422: well formed, but outside its bounds
+	Exhausted            Code = "quota-exceeded" // 429: the caller's budget cannot pay the price
 	// ReducedCapacity is a 503: the budget shared by every caller (the
 	// database's) is spent; the caller's own was not charged.
 	ReducedCapacity Code = "temporary-reduced-capacity"
@@ -45,19 +48,20 @@ const (
 )
 
 var statuses = map[Code]int{
-	Invalid:         http.StatusBadRequest,
-	Unauthorized:    http.StatusUnauthorized,
-	Forbidden:       http.StatusForbidden,
-	NotFound:        http.StatusNotFound,
-	NotAllowed:      http.StatusMethodNotAllowed,
-	Conflict:        http.StatusConflict,
-	TooLarge:        http.StatusRequestEntityTooLarge,
-	OutOfRange:      http.StatusUnprocessableEntity,
-	Exhausted:       http.StatusTooManyRequests,
-	ReducedCapacity: http.StatusServiceUnavailable,
-	Internal:        http.StatusInternalServerError,
-	Unavailable:     http.StatusServiceUnavailable,
-	Timeout:         http.StatusServiceUnavailable,
+	Invalid:              http.StatusBadRequest,
+	Unauthorized:         http.StatusUnauthorized,
+	Forbidden:            http.StatusForbidden,
+	NotFound:             http.StatusNotFound,
+	NotAllowed:           http.StatusMethodNotAllowed,
+	Conflict:             http.StatusConflict,
+	TooLarge:             http.StatusRequestEntityTooLarge,
+	UnsupportedMediaType: http.StatusUnsupportedMediaType,
+	OutOfRange:           http.StatusUnprocessableEntity,
+	Exhausted:            http.StatusTooManyRequests,
+	ReducedCapacity:      http.StatusServiceUnavailable,
+	Internal:             http.StatusInternalServerError,
+	Unavailable:          http.StatusServiceUnavailable,
+	Timeout:              http.StatusServiceUnavailable,
 }
 
 // Status returns the HTTP status for code; unknown codes are 500.

@@ -83,11 +83,23 @@ func TestEndToEndGeofenceBadInputIsNotPriced(t *testing.T) {
 			t.Errorf("%s: refused input was priced", tc.path)
 		}
 	}
-	resp, err := http.Post(base+"/geofence/check", "application/json", strings.NewReader(`{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`))
+	// A body in a content coding is refused before it is read or priced.
+	req, _ := http.NewRequest(http.MethodPost, base+"/geofence/check", strings.NewReader(`{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`))
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType || resp.Header.Get("Accept-Encoding") != "identity" || resp.Header.Get("X-Request-Cost") != "" {
+		t.Errorf("gzip check body: %d %v %s, want an unpriced 415", resp.StatusCode, resp.Header, body)
+	}
+	resp, err = http.Post(base+"/geofence/check", "application/json", strings.NewReader(`{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Request-Cost") != "1.05" || !strings.Contains(string(body), `"id":"v1"`) {
 		t.Errorf("check: %d cost %q %s", resp.StatusCode, resp.Header.Get("X-Request-Cost"), body)
