@@ -285,3 +285,79 @@ func TestContainsResponseIsBounded(t *testing.T) {
 		t.Fatalf("limit=2: %d fences, truncated %v, demand %+v", len(fc.Features), members["truncated"], gate.demands[len(gate.demands)-1])
 	}
 }
+
+// TestFenceWithAntipodalEdgeIsNotAServerError: PostGIS cannot make a
+// geography of an edge between antipodal points (its great circle is not
+// defined: "Antipodal (180 degrees long) edge detected!", XX000), and the
+// fence table's geography index needs one. Such a fence is a 422 naming
+// the edge, not a 500; fences whose edges only come near it — or span
+// 180° of longitude between two positions that are one point, or are not
+// antipodal — are PostGIS's to store, and stored.
+func TestFenceWithAntipodalEdgeIsNotAServerError(t *testing.T) {
+	api := liveAPI(t, true)
+	admin := []string{"X-API-Key", testAdminKey}
+	owner := testenv.Pool(t)
+	body := func(coords string) string {
+		return `{"type":"Feature","geometry":{"type":"MultiPolygon","coordinates":` + coords + `},"properties":{"name":"antipodal test ` + randomSuffix() + `"}}`
+	}
+	// castable reports whether PostGIS can make a geography of the
+	// MultiPolygon, so that each case is what it says it is.
+	castable := func(coords string) bool {
+		t.Helper()
+		_, err := owner.Exec(ctxT(t), `SELECT ST_GeomFromGeoJSON('{"type":"MultiPolygon","coordinates":'||$1::text||'}')::geography`, coords)
+		if err != nil && !strings.Contains(err.Error(), "Antipodal") {
+			t.Fatalf("geography of %s: %v", coords, err)
+		}
+		return err == nil
+	}
+	for name, coords := range map[string]string{
+		"along the equator":  `[[[[-90,0],[90,0],[90,10],[-90,10],[-90,0]]]]`,
+		"from the meridian":  `[[[[0,0],[180,0],[180,10],[0,10],[0,0]]]]`,
+		"pole to pole":       `[[[[0,-90],[1,-90],[1,90],[0,90],[0,-90]]]]`,
+		"tilted":             `[[[[10,20],[-170,-20],[-160,-20],[10,20]]]]`,
+		"in a hole":          `[[[[-100,-10],[100,-10],[100,20],[-100,20],[-100,-10]],[[-90,0],[90,0],[90,10],[-90,10],[-90,0]]]]`,
+		"in a second part":   `[[[[-30,-50],[-29,-50],[-29,-49],[-30,-50]]],[[[-90,-60],[90,60],[91,60],[-90,-60]]]]`,
+		"within PostGIS's ε": `[[[[-90,0],[90,0.000000000001],[90,10],[-90,10],[-90,0]]]]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if castable(coords) {
+				t.Fatalf("PostGIS makes a geography of %s: the case shows nothing", coords)
+			}
+			w := serve(api, http.MethodPost, "/geofences", body(coords), admin...)
+			if w.Code == http.StatusCreated {
+				var f struct{ ID int64 }
+				_ = json.Unmarshal(w.Body.Bytes(), &f)
+				serve(api, http.MethodDelete, FencesPath+"/"+strconv.FormatInt(f.ID, 10), "", admin...)
+			}
+			doc := problemDoc(t, w)
+			if w.Code != http.StatusUnprocessableEntity || doc["param"] != "geometry" || !strings.Contains(fmt.Sprint(doc["detail"]), "antipodal") {
+				t.Errorf("POST: %d %v, want a 422 naming the antipodal edge", w.Code, doc)
+			}
+		})
+	}
+	// Near it, but a geography PostGIS makes: stored. Far south, where no
+	// other test looks for fences, and deleted at once.
+	for name, coords := range map[string]string{
+		"just short of antipodal": `[[[[-89.9,-80],[90,80],[90.5,80],[-89.9,-80]]]]`,
+		"over 180° of longitude":  `[[[[-100,-85],[100,-85],[100,-80],[-100,-80],[-100,-85]]]]`,
+		"-180 to 180, one point":  `[[[[-180,-85],[180,-85],[180,-84],[-180,-84],[-180,-85]]]]`,
+		"outside PostGIS's ε":     `[[[[-90,-80],[90,80.000001],[90.5,80],[-90,-80]]]]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if !castable(coords) {
+				t.Fatalf("PostGIS makes no geography of %s: the case shows nothing", coords)
+			}
+			w := serve(api, http.MethodPost, "/geofences", body(coords), admin...)
+			if w.Code != http.StatusCreated {
+				t.Fatalf("POST: %d %s, want 201", w.Code, w.Body)
+			}
+			var f struct{ ID int64 }
+			if err := json.Unmarshal(w.Body.Bytes(), &f); err != nil {
+				t.Fatal(err)
+			}
+			if w := serve(api, http.MethodDelete, FencesPath+"/"+strconv.FormatInt(f.ID, 10), "", admin...); w.Code != http.StatusNoContent {
+				t.Errorf("DELETE: %d %s", w.Code, w.Body)
+			}
+		})
+	}
+}
