@@ -121,7 +121,9 @@
 //
 // Fence writes go through a separate pool that should connect as the
 // geotoll_fence_writer role (migrations/00003), which can write
-// geotoll.geofences and nothing else. A geometry is checked with
+// geotoll.geofences and nothing else. An edge between antipodal positions
+// is refused first, in Go (a 422: PostGIS cannot make the geography its
+// index needs of it). A geometry is checked with
 // ST_IsValidDetail first (an invalid polygon is a 422 carrying PostGIS's
 // reason and location) and stored as a MultiPolygon with RFC 7946 ring
 // orientation (ST_ForcePolygonCCW). The insert or update fires the trigger

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -245,6 +246,12 @@ func (s *Store) write(ctx context.Context, fn func(context.Context, pgx.Tx) erro
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateCheckViolation {
 		return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence violates a table constraint: " + pgErr.ConstraintName, Err: err}
 	}
+	// checkEdges refuses antipodal edges first, with a margin; should one
+	// still reach PostGIS's geography, it is the fence's fault, not ours.
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateInternal && strings.HasPrefix(pgErr.Message, "Antipodal") {
+		return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence has an edge between antipodal points: " + pgErr.Message,
+			Extra: map[string]any{"reason": "Antipodal edge"}, Err: err}
+	}
 	return err
 }
 
@@ -321,6 +328,9 @@ func noFence(id int64) error {
 // validate encodes g as WKB and asks PostGIS whether it is valid; an
 // invalid geometry is a 422 carrying PostGIS's reason and location.
 func validate(ctx context.Context, tx pgx.Tx, g orb.MultiPolygon) ([]byte, error) {
+	if err := checkEdges(g); err != nil { // ParseFence has; a FenceInput may come from elsewhere
+		return nil, err
+	}
 	geom, err := wkb.Marshal(g)
 	if err != nil {
 		return nil, problem.Range("geometry", "the geometry cannot be encoded: %v", err)
@@ -348,3 +358,6 @@ func validate(ctx context.Context, tx pgx.Tx, g orb.MultiPolygon) ([]byte, error
 // sqlstateCheckViolation is the SQLSTATE of a fence that breaks a table
 // constraint: a 422, not a server error.
 const sqlstateCheckViolation = "23514"
+
+// sqlstateInternal is the SQLSTATE of PostGIS's own errors (lwerror).
+const sqlstateInternal = "XX000"
