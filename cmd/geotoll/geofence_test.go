@@ -2,15 +2,23 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 // The verification session, for the geofence API, on the whole
@@ -197,4 +205,116 @@ func TestEndToEndGeofenceLayerContainment(t *testing.T) {
 	if resp.StatusCode != http.StatusUnprocessableEntity || resp.Header.Get("X-Request-Cost") != "" {
 		t.Errorf("contains on places: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
+}
+
+// TestEndToEndFenceWriteShowsInItsTiles: the geofences tile layer reads
+// what `geotoll prepare` built from the fence table (overviews up to z7,
+// pieces above), yet a fence written through the fence admin shows in its
+// tiles at once — created, renamed, deleted — at an overview zoom and a
+// pieces zoom, alone and in a composite, and the tile cache, which held
+// the tiles from before each write, never answers with them. The fence is
+// in the prepared storage before it is renamed and deleted, so that what
+// the storage holds is the old fence.
+func TestEndToEndFenceWriteShowsInItsTiles(t *testing.T) {
+	t.Parallel()
+	prepareDemo(t)
+	const admin = "e2e-admin-key-tiles-0123456789"
+	key := createKey(t, "pro")
+	m := startMain(t, func(c *Config) {
+		c.Geofence.AdminKeys = []string{admin}
+		c.Geofence.WriterDatabaseURL = fenceWriterURL(t)
+	})
+	base := "http://" + m.Addr()
+	write := func(method, path, body string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("X-API-Key", admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	// The South Pacific, where no other test puts fences.
+	centre := orb.Point{-140.5, -55.5}
+	fence := func(name string) string {
+		return `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[-140.6,-55.6],[-140.4,-55.6],[-140.4,-55.4],[-140.6,-55.4],[-140.6,-55.6]]]},"properties":{"name":"` + name + `"}}`
+	}
+	var paths []string
+	for _, z := range []maptile.Zoom{5, 10} {
+		tile := maptile.At(centre, z)
+		xyz := fmt.Sprintf("%d/%d/%d.mvt", z, tile.X, tile.Y)
+		paths = append(paths, "/tiles/geofences/"+xyz, "/tiles/places,geofences/"+xyz)
+	}
+	// names returns, per tile, the names of the fences with id in it.
+	names := func(id string) map[string][]string {
+		t.Helper()
+		out := map[string][]string{}
+		for _, p := range paths {
+			resp, body := get(t, base+p, key)
+			if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("GET %s: %d %s", p, resp.StatusCode, short(body))
+			}
+			for _, l := range decode(t, body) {
+				for _, f := range l.Features {
+					if l.Name == "geofences" && fmt.Sprint(f.ID) == id {
+						out[p] = append(out[p], fmt.Sprint(f.Properties["name"]))
+					}
+				}
+			}
+		}
+		return out
+	}
+	// want checks every tile twice: the second answer is the cache's,
+	// which the next write must not leave standing.
+	want := func(when, id string, name ...string) {
+		t.Helper()
+		for range 2 {
+			got := names(id)
+			for _, p := range paths {
+				if !slices.Equal(got[p], name) {
+					t.Errorf("%s, %s holds fence %s named %q, want %q", when, p, id, got[p], name)
+				}
+			}
+		}
+	}
+	names("") // the tiles as they were, cached
+	name := "tiles e2e " + strconv.FormatInt(time.Now().UnixNano(), 36)
+	resp, body := write(http.MethodPost, "/geofence/fences", fence(name))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	loc := resp.Header.Get("Location")
+	id := loc[strings.LastIndex(loc, "/")+1:]
+	t.Cleanup(func() { write(http.MethodDelete, loc, "") })
+	want("after create", id, name)
+
+	// `geotoll prepare` puts the fence in the layer's storage, and the
+	// server reads it (as its storage refresh would).
+	owner := testenv.Pool(t)
+	for _, l := range m.TileCatalog.Layers() {
+		if l.Name != "geofences" {
+			continue
+		}
+		for _, r := range serving.Prepare(t.Context(), owner, []*tiles.Layer{l}, serving.Options{}) {
+			if r.Status == serving.Failed && r.Builder != serving.Retired {
+				t.Fatalf("prepare geofences: %s: %v", r.Builder, r.Err)
+			}
+		}
+		m.refreshStorage(t.Context(), m.TileCatalog, m.TileCache)
+		t.Logf("geofences reads %s at z5, %s at z10 (the table when other tests wrote fences since)",
+			l.Source(5).Relation.Sanitize(), l.Source(10).Relation.Sanitize())
+	}
+	want("after prepare", id, name)
+
+	if resp, body := write(http.MethodPut, loc, fence(name+" v2")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("replace: %d %s", resp.StatusCode, body)
+	}
+	want("after replace", id, name+" v2")
+	if resp, body := write(http.MethodDelete, loc, ""); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", resp.StatusCode, body)
+	}
+	want("after delete", id)
 }
