@@ -97,8 +97,9 @@ type Options struct {
 	Writer Writer
 	Gate   Gate
 	Logger *slog.Logger
-	// OnWrite, if set, runs after every fence write that succeeded (the
-	// server drops cached tiles drawn from the fence table).
+	// OnWrite, if set, runs after every fence write that succeeded and
+	// before its answer is sent (the server makes the tile layers drawn
+	// from the fence table read it, and drops their cached tiles).
 	OnWrite func()
 	// BasePath prefixes the URLs the handler writes (a fence's Location,
 	// the next page of the list): the path a proxy serves geotoll under.

@@ -51,6 +51,10 @@ type Cache struct {
 	store   *otter.Cache[cacheKey, *entry] // nil when MaxBytes is 0
 	flights flights[flightKey, *entry]
 	gzip    sync.Pool // *gzip.Writer
+	// epoch counts InvalidateLayer calls: a render that began before one
+	// neither keeps its tile nor is joined by a request that began after
+	// it (see load).
+	epoch atomic.Uint64
 }
 
 type cacheKey struct {
@@ -116,10 +120,17 @@ func (c *Cache) Len() int {
 }
 
 // InvalidateLayer drops every cached tile that contains the named layer,
-// composites included, and reports how many it dropped. It walks the whole
+// composites included, and reports how many it dropped. A render under
+// way, of any layer, keeps nothing it started before the call, and a
+// request after the call never waits for one: so once it returns, no
+// tile drawn before it is answered from the cache. It walks the whole
 // cache: call it after writes to a layer's table, not per request.
 func (c *Cache) InvalidateLayer(name string) int {
-	if c == nil || c.store == nil {
+	if c == nil {
+		return 0
+	}
+	c.epoch.Add(1) // before the walk: see load
+	if c.store == nil {
 		return 0
 	}
 	n := 0
@@ -147,8 +158,14 @@ func (c *Cache) get(k cacheKey) (*entry, bool) {
 // (see flights), and stores the result. shared reports that another
 // request's render was joined. Unless fresh, a tile cached meanwhile is
 // taken instead of rendered.
+//
+// A render that began before an InvalidateLayer call does not keep its
+// tile: it is stored only when no call came since the render began, and
+// dropped again when one came while it was being stored (a call after
+// that finds it in its walk).
 func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
-	return c.flights.do(ctx, flightKey{k, pgcall.InShare(ctx)}, func(ctx context.Context) (*entry, error) {
+	epoch := c.epoch.Load()
+	return c.flights.do(ctx, flightKey{k, pgcall.InShare(ctx), epoch}, func(ctx context.Context) (*entry, error) {
 		if e, ok := c.get(k); ok && !fresh { // filled while this request was being priced
 			return e, nil
 		}
@@ -157,20 +174,25 @@ func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(co
 			return nil, err
 		}
 		e := newEntry(tile)
-		if c.store != nil {
+		if c.store != nil && c.epoch.Load() == epoch {
 			c.store.Set(k, e)
+			if c.epoch.Load() != epoch {
+				c.store.Invalidate(k)
+			}
 		}
 		return e, nil
 	})
 }
 
-// flightKey names a render callers may share: the tile, and whether it
-// runs in a share of the pool (pgcall.InShare: the anonymous callers'),
-// so that a caller outside the share never waits on a render queued for
-// a slot of it.
+// flightKey names a render callers may share: the tile, whether it runs
+// in a share of the pool (pgcall.InShare: the anonymous callers'), so
+// that a caller outside the share never waits on a render queued for a
+// slot of it, and the cache's epoch when it began, so that a caller after
+// an InvalidateLayer never waits on a render from before it.
 type flightKey struct {
 	cacheKey
 	inShare bool
+	epoch   uint64
 }
 
 // entry is one rendered tile, ready to send.

@@ -505,3 +505,59 @@ func TestNewCacheRejects(t *testing.T) {
 		}
 	}
 }
+
+// A render under way when a layer is invalidated (its table was written)
+// keeps nothing: its tile, drawn from before the write, is not cached, and
+// a request that comes after the invalidation renders afresh instead of
+// waiting for it.
+func TestCacheInvalidateLayerDuringARender(t *testing.T) {
+	t.Parallel()
+	setup := func() (*countingRenderer, *tiles.Cache, func() *httptest.ResponseRecorder) {
+		rend := &countingRenderer{hold: make(chan struct{}), ctxs: make(chan context.Context, 2)}
+		t.Cleanup(func() { // free renders still held when the test failed
+			select {
+			case <-rend.hold:
+			default:
+				close(rend.hold)
+			}
+		})
+		cache := newCache(t, tiles.CacheOptions{MaxBytes: 1 << 20})
+		h := tileRouter(&tiles.Handler{
+			Catalog: newCatalog(t, demoLayers()...), Store: rend, Gate: &pricingGate{},
+			Logger: discardLogger(), Cache: cache,
+		})
+		get := func() *httptest.ResponseRecorder {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, z14, nil))
+			return w
+		}
+		return rend, cache, get
+	}
+	t.Run("its tile is not kept", func(t *testing.T) {
+		rend, cache, get := setup()
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- get() }()
+		testenv.Receive(t, rend.ctxs, "the first render to start")
+		cache.InvalidateLayer("places")
+		close(rend.hold)
+		testenv.Receive(t, done, "the first request to answer")
+		if w := get(); w.Header().Get("X-Cache") != "MISS" || rend.calls.Load() != 2 {
+			t.Errorf("after the invalidation: X-Cache %q, %d renders; want a MISS, rendered again", w.Header().Get("X-Cache"), rend.calls.Load())
+		}
+	})
+	t.Run("a later request does not wait for it", func(t *testing.T) {
+		rend, cache, get := setup()
+		done := make(chan *httptest.ResponseRecorder, 2)
+		go func() { done <- get() }()
+		testenv.Receive(t, rend.ctxs, "the first render to start")
+		cache.InvalidateLayer("places")
+		go func() { done <- get() }()
+		testenv.Receive(t, rend.ctxs, "a second render, of the request after the invalidation")
+		close(rend.hold)
+		testenv.Receive(t, done, "the first request to answer")
+		testenv.Receive(t, done, "the second request to answer")
+		if w := get(); w.Header().Get("X-Cache") != "HIT" {
+			t.Errorf("the render after the invalidation was not kept: X-Cache %q", w.Header().Get("X-Cache"))
+		}
+	})
+}

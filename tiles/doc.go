@@ -107,7 +107,12 @@
 // start-up and on every refresh, and swaps each layer's plan: which
 // relation and query each zoom runs. Storage the layer cannot use (another
 // kind, missing columns, an unknown builder) is left out with a warning;
-// those zooms read the table.
+// those zooms read the table. A followed layer ([Catalog.Follow]: the
+// server writes its table, as the fence admin writes the fences) reads
+// only storage built from its table as it is (the change detector
+// `geotoll prepare` recorded is the table's), and [Catalog.Written] makes
+// it read its table at once after a write; [Cache.InvalidateLayer] then
+// drops its cached tiles, and no render begun before keeps its tile.
 //
 // Above the overview band, a line or polygon layer reads its pieces
 // (BuilderSubdivide: its rows cut into pieces of at most

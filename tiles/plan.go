@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -12,10 +13,18 @@ import (
 )
 
 // layerState is the part of a Layer that changes while it is served: its
-// plan, swapped whole by Catalog.Refresh.
+// plan, swapped whole by Catalog.Refresh (and Catalog.Written).
 type layerState struct {
 	plan     atomic.Pointer[plan]
 	kindRead atomic.Bool // the geometry kind was read from the database
+	// follow: Refresh reads storage only while it was built from the
+	// table as it is (see Catalog.Follow).
+	follow atomic.Bool
+	// writes counts Catalog.Written calls; swap orders a followed layer's
+	// plan swaps, so that a Refresh that read the table before a write
+	// never installs storage after Written took it away.
+	writes atomic.Uint64
+	swap   sync.Mutex
 	// maxVertices is the vertices of the largest rows (Layer.CheckHeavy).
 	maxVertices atomic.Int64
 }
@@ -26,6 +35,10 @@ type plan struct {
 	kind    Kind
 	zooms   [MaxZoom + 1]zoomQuery
 	storage []Storage // the serving storage the plan reads
+	// table is a followed layer's table's change detector when Refresh
+	// made the plan ("" otherwise): when it moves, tiles drawn from the
+	// table are stale.
+	table string
 }
 
 // zoomQuery is the query of one zoom.

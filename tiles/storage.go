@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/signature"
 	queries "github.com/geotoll/geotoll/sql"
 )
 
@@ -122,6 +123,11 @@ type Refreshed struct {
 	// Changed names the layers whose kind or storage changed: their cached
 	// tiles are stale.
 	Changed []string
+	// Behind names the followed layers (Catalog.Follow) whose storage, or
+	// some of it, was built from another version of their table: their
+	// tiles read the table at those zooms until `geotoll prepare` builds
+	// it again.
+	Behind []string
 	// Warnings are storage the layers cannot read (left out: those zooms
 	// read the layer's table) and kinds that could not be read.
 	Warnings []error
@@ -159,17 +165,114 @@ func (c *Catalog) Refresh(ctx context.Context, q Querier) (Refreshed, error) {
 		if loadErr == nil {
 			layerStorage = byLayer[l.Name]
 		}
+		writes := l.state.writes.Load()
+		var table string
+		if l.state.follow.Load() {
+			current, sig, err := currentStorage(ctx, q, l, layerStorage)
+			if err != nil {
+				out.Warnings = append(out.Warnings, err)
+				continue // the layer keeps its plan
+			}
+			if len(current) < len(layerStorage) {
+				out.Behind = append(out.Behind, l.Name)
+			}
+			layerStorage, table = current, sig
+		}
 		p, skipped, err := l.newPlan(kind, layerStorage)
 		if err != nil {
 			return out, err
 		}
+		p.table = table
 		out.Warnings = append(out.Warnings, skipped...)
-		if p.kind != old.kind || !sameStorage(p.storage, old.storage) {
+		if l.install(p, writes) || p.kind != old.kind || !sameStorage(p.storage, old.storage) || p.table != old.table {
 			out.Changed = append(out.Changed, l.Name)
 		}
-		l.state.plan.Store(p)
 	}
 	return out, loadErr
+}
+
+// install stores p as the layer's plan, unless the table was written
+// (Catalog.Written) since writes was read: then p's storage may predate
+// the write, and the table is read instead. It reports whether it stored
+// a plan of the table instead of p.
+func (l *Layer) install(p *plan, writes uint64) (instead bool) {
+	l.state.swap.Lock()
+	defer l.state.swap.Unlock()
+	if l.state.writes.Load() != writes && len(p.storage) > 0 {
+		if own, _, err := l.newPlan(p.kind, nil); err == nil {
+			own.table = p.table
+			l.state.plan.Store(own)
+			return true
+		}
+	}
+	l.state.plan.Store(p)
+	return false
+}
+
+// currentStorage reads l's table's change detector (package signature),
+// sig, and returns the storage of storage that was built from the table
+// as it is now: whose recorded detector is sig. Storage of a source
+// without one (a view) is kept.
+func currentStorage(ctx context.Context, q Querier, l *Layer, storage []Storage) (current []Storage, sig string, err error) {
+	s, err := signature.Of(ctx, q, l.tableIdent().Sanitize())
+	if err != nil {
+		return nil, "", fmt.Errorf("layer %q: %w", l.Name, err)
+	}
+	sig = s.String()
+	for _, st := range storage {
+		if st.SourceSignature == "" || st.SourceSignature == sig {
+			current = append(current, st)
+		}
+	}
+	return current, sig, nil
+}
+
+// Follow makes Refresh check the named layer's storage against its table
+// at every refresh: storage built before the table's last write (its row
+// count or newest transaction id differ from those `geotoll prepare`
+// recorded) is not read, the table is, until prepare builds it again; and
+// a table written since the last refresh (by another replica, say) puts
+// the layer in Refreshed.Changed, so that its cached tiles go. Use
+// it for layers whose table the server itself writes (the fence table,
+// through the fence admin), whose tiles must follow the writes; a layer's
+// table is otherwise trusted to change only as often as prepare runs. It
+// reports whether the catalog has the layer.
+func (c *Catalog) Follow(name string) bool {
+	l := c.Layer(name)
+	if l == nil {
+		return false
+	}
+	l.state.follow.Store(true)
+	return true
+}
+
+// Written tells the catalog that the named layer's table was just written
+// (and committed): from now its tiles read the table at every zoom, none
+// of the storage built before the write, and the layer is followed (see
+// Follow), so that a Refresh puts storage back only once `geotoll prepare`
+// has built it from the table as written. Drop the layer's cached tiles
+// after it: a render that starts later reads the table. It reports
+// whether the layer read storage until now (its tiles changed source).
+func (c *Catalog) Written(name string) bool {
+	l := c.Layer(name)
+	if l == nil {
+		return false
+	}
+	l.state.follow.Store(true)
+	l.state.swap.Lock()
+	defer l.state.swap.Unlock()
+	l.state.writes.Add(1)
+	old := l.plan()
+	if len(old.storage) == 0 {
+		return false
+	}
+	own, _, err := l.newPlan(old.kind, nil)
+	if err != nil { // rendered for this kind before; cannot fail
+		return false
+	}
+	own.table = old.table
+	l.state.plan.Store(own)
+	return true
 }
 
 // sameStorage reports whether two plans read the same builds.

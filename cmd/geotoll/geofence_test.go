@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -248,8 +249,9 @@ func TestEndToEndFenceWriteShowsInItsTiles(t *testing.T) {
 		xyz := fmt.Sprintf("%d/%d/%d.mvt", z, tile.X, tile.Y)
 		paths = append(paths, "/tiles/geofences/"+xyz, "/tiles/places,geofences/"+xyz)
 	}
-	// names returns, per tile, the names of the fences with id in it.
-	names := func(id string) map[string][]string {
+	// names returns, per tile of server base, the names of the fences
+	// with id in it.
+	names := func(base, id string) map[string][]string {
 		t.Helper()
 		out := map[string][]string{}
 		for _, p := range paths {
@@ -267,12 +269,12 @@ func TestEndToEndFenceWriteShowsInItsTiles(t *testing.T) {
 		}
 		return out
 	}
-	// want checks every tile twice: the second answer is the cache's,
-	// which the next write must not leave standing.
-	want := func(when, id string, name ...string) {
+	// want checks every tile of server base twice: the second answer is
+	// the cache's, which the next write must not leave standing.
+	want := func(base, when, id string, name ...string) {
 		t.Helper()
 		for range 2 {
-			got := names(id)
+			got := names(base, id)
 			for _, p := range paths {
 				if !slices.Equal(got[p], name) {
 					t.Errorf("%s, %s holds fence %s named %q, want %q", when, p, id, got[p], name)
@@ -280,7 +282,26 @@ func TestEndToEndFenceWriteShowsInItsTiles(t *testing.T) {
 			}
 		}
 	}
-	names("") // the tiles as they were, cached
+	// Another replica, which serves tiles and writes no fence: it sees
+	// another's writes at its next storage refresh.
+	other := startMain(t, nil)
+	// prepare builds the geofences layer's storage, as `geotoll prepare`
+	// does. When the test ends, once the fence is deleted, it runs again:
+	// the storage is then built from the fence table without the fence, as
+	// other tests expect it (the geofence layer's pieces, which contains
+	// and check read).
+	owner := testenv.Pool(t)
+	fences := m.TileCatalog.Layer("geofences")
+	prepared := false
+	prepare := func() {
+		prepared = true
+		for _, r := range serving.Prepare(context.Background(), owner, []*tiles.Layer{fences}, serving.Options{}) {
+			if r.Status == serving.Failed && r.Builder != serving.Retired {
+				t.Errorf("prepare geofences: %s: %v", r.Builder, r.Err)
+			}
+		}
+	}
+	names(base, "") // the tiles as they were, cached
 	name := "tiles e2e " + strconv.FormatInt(time.Now().UnixNano(), 36)
 	resp, body := write(http.MethodPost, "/geofence/fences", fence(name))
 	if resp.StatusCode != http.StatusCreated {
@@ -288,33 +309,37 @@ func TestEndToEndFenceWriteShowsInItsTiles(t *testing.T) {
 	}
 	loc := resp.Header.Get("Location")
 	id := loc[strings.LastIndex(loc, "/")+1:]
-	t.Cleanup(func() { write(http.MethodDelete, loc, "") })
-	want("after create", id, name)
+	t.Cleanup(func() {
+		write(http.MethodDelete, loc, "")
+		if prepared {
+			prepare()
+		}
+	})
+	want(base, "after create", id, name)
 
 	// `geotoll prepare` puts the fence in the layer's storage, and the
 	// server reads it (as its storage refresh would).
-	owner := testenv.Pool(t)
-	for _, l := range m.TileCatalog.Layers() {
-		if l.Name != "geofences" {
-			continue
-		}
-		for _, r := range serving.Prepare(t.Context(), owner, []*tiles.Layer{l}, serving.Options{}) {
-			if r.Status == serving.Failed && r.Builder != serving.Retired {
-				t.Fatalf("prepare geofences: %s: %v", r.Builder, r.Err)
-			}
-		}
+	for _, l := range []*tiles.Layer{fences} {
+		prepare()
 		m.refreshStorage(t.Context(), m.TileCatalog, m.TileCache)
+		other.refreshStorage(t.Context(), other.TileCatalog, other.TileCache)
 		t.Logf("geofences reads %s at z5, %s at z10 (the table when other tests wrote fences since)",
 			l.Source(5).Relation.Sanitize(), l.Source(10).Relation.Sanitize())
 	}
-	want("after prepare", id, name)
+	want(base, "after prepare", id, name)
+	otherBase := "http://" + other.Addr()
+	want(otherBase, "on another replica, after prepare", id, name)
 
 	if resp, body := write(http.MethodPut, loc, fence(name+" v2")); resp.StatusCode != http.StatusOK {
 		t.Fatalf("replace: %d %s", resp.StatusCode, body)
 	}
-	want("after replace", id, name+" v2")
+	want(base, "after replace", id, name+" v2")
+	other.refreshStorage(t.Context(), other.TileCatalog, other.TileCache)
+	want(otherBase, "on another replica, after replace and its storage refresh", id, name+" v2")
 	if resp, body := write(http.MethodDelete, loc, ""); resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", resp.StatusCode, body)
 	}
-	want("after delete", id)
+	want(base, "after delete", id)
+	other.refreshStorage(t.Context(), other.TileCatalog, other.TileCache)
+	want(otherBase, "on another replica, after delete and its storage refresh", id)
 }

@@ -268,19 +268,10 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 		// Fence admins: the configured admin keys, and database API keys
 		// created with `geotoll keys create -admin`.
 		Admin: gate,
-		// A fence write makes cached tiles of layers drawn from the fence
-		// table stale: drop them.
-		OnWrite: func() {
-			if m.TileCache == nil {
-				return
-			}
-			for _, l := range m.Config.Layers {
-				if l.Table == "geotoll.geofences" || (l.Schema == "geotoll" && l.Table == "geofences") {
-					m.TileCache.InvalidateLayer(l.Name)
-				}
-			}
-		},
-		Reader: reader, Gate: gate, Logger: m.Logger, BasePath: m.Config.BasePath,
+		// A fence write makes the tiles of layers drawn from the fence
+		// table stale, cached or built by prepare.
+		OnWrite: m.fencesWritten,
+		Reader:  reader, Gate: gate, Logger: m.Logger, BasePath: m.Config.BasePath,
 	}
 	if gc.WriterDatabaseURL != "" {
 		wcfg, err := pgxpool.ParseConfig(gc.WriterDatabaseURL)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -62,6 +63,11 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	catalog, err := cfg.tileCatalog(discovered)
 	if err != nil {
 		return nil, err
+	}
+	// The fence admin writes the fence table: its tile layers read their
+	// storage only while it was built from the table as it is.
+	for _, name := range fenceTileLayers(catalog) {
+		catalog.Follow(name)
 	}
 	// The serving registry and the geometry kinds not configured: a
 	// database that does not answer now leaves the layers reading their
@@ -135,6 +141,9 @@ func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache
 	if len(res.Changed) > 0 {
 		m.pricing.storageChanged()
 	}
+	for _, name := range res.Behind {
+		m.Logger.Debug("tile layer storage is behind its table: its tiles read the table until geotoll prepare builds it again", "layer", name)
+	}
 	for _, name := range res.Changed {
 		dropped := cache.InvalidateLayer(name)
 		l := catalog.Layer(name)
@@ -157,5 +166,39 @@ func (m *Main) refreshTiles(ctx context.Context) {
 			m.refreshContainment(rctx)
 			cancel()
 		}
+	}
+}
+
+// fenceTable is the table the fence admin writes.
+var fenceTable = pgx.Identifier{"geotoll", "geofences"}
+
+// fenceTileLayers names the tile layers drawn from the fence table.
+func fenceTileLayers(catalog *tiles.Catalog) []string {
+	var out []string
+	for _, l := range catalog.Layers() {
+		if slices.Equal(l.TableIdent(), fenceTable) {
+			out = append(out, l.Name)
+		}
+	}
+	return out
+}
+
+// fencesWritten runs after every fence write the fence admin made: the
+// tile layers drawn from the fence table read the table from now on (not
+// the storage `geotoll prepare` built before the write; see
+// tiles.Catalog.Written), and their cached tiles are dropped.
+func (m *Main) fencesWritten() {
+	if m.TileCatalog == nil {
+		return
+	}
+	changed := false
+	for _, name := range fenceTileLayers(m.TileCatalog) {
+		if m.TileCatalog.Written(name) {
+			changed = true
+		}
+		m.TileCache.InvalidateLayer(name)
+	}
+	if changed {
+		m.pricing.storageChanged() // price what the tiles read now
 	}
 }
