@@ -163,6 +163,51 @@ func TestHostProto(t *testing.T) {
 	}
 }
 
+// HostProto reads the host and scheme from the header family the trusted
+// proxies write, as ClientAddr reads the address: X-Forwarded-Host and
+// X-Forwarded-Proto beside X-Forwarded-For, the host= and proto= of
+// Forwarded beside Forwarded. A proxy that writes one family passes the
+// other through as the client sent it, so reading both would let any
+// client behind it choose the host of the tile URLs TileJSON hands out.
+func TestHostProtoReadsOnlyTheConfiguredHeader(t *testing.T) {
+	viaXFF, err := New([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaForwarded, err := viaXFF.WithHeader(Forwarded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		t           *Trusted
+		peer        string
+		hdr         []string
+		host, proto string
+	}{
+		{"X-Forwarded-For mode: a client's Forwarded is ignored", viaXFF, "10.0.0.1:1",
+			[]string{"X-Forwarded-Host", "tiles.example.com", "X-Forwarded-Proto", "https", "Forwarded", `host=evil.example;proto=http`},
+			"tiles.example.com", "https"},
+		{"X-Forwarded-For mode: Forwarded alone changes nothing", viaXFF, "10.0.0.1:1",
+			[]string{"Forwarded", `host="evil.example";proto=https`}, "geotoll.local", "http"},
+		{"Forwarded mode: host= and proto= are read", viaForwarded, "10.0.0.1:1",
+			[]string{"Forwarded", `for=198.51.100.7;host="maps.example.org";proto=https`}, "maps.example.org", "https"},
+		{"Forwarded mode: a client's X-Forwarded-* are ignored", viaForwarded, "10.0.0.1:1",
+			[]string{"X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https", "Forwarded", "for=198.51.100.7"},
+			"geotoll.local", "http"},
+		{"Forwarded mode: the right-most element wins", viaForwarded, "10.0.0.1:1",
+			[]string{"Forwarded", `host=evil.example;proto=https, for=198.51.100.7;host=maps.example.org`}, "maps.example.org", "http"},
+		{"Forwarded mode: untrusted peer", viaForwarded, "203.0.113.9:1",
+			[]string{"Forwarded", `host=evil.example;proto=https`}, "geotoll.local", "http"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if h, p := tc.t.HostProto(req(tc.peer, tc.hdr...)); h != tc.host || p != tc.proto {
+				t.Errorf("HostProto = %s %s, want %s %s", h, p, tc.host, tc.proto)
+			}
+		})
+	}
+}
+
 // FuzzClientAddr: arbitrary forwarding headers never panic, and the answer
 // is always the socket peer or an address written in the header it reads —
 // never one made up — and always the peer when the peer is not trusted.
