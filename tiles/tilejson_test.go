@@ -62,10 +62,19 @@ type tileJSONDoc struct {
 
 func metaHandler(t *testing.T, d tiles.Describer, proxies []string) http.Handler {
 	t.Helper()
+	return metaHandlerVia(t, d, proxies, forwarded.XForwardedFor)
+}
+
+// metaHandlerVia is metaHandler behind proxies that write header.
+func metaHandlerVia(t *testing.T, d tiles.Describer, proxies []string, header string) http.Handler {
+	t.Helper()
 	var p *forwarded.Trusted
 	if proxies != nil {
 		var err error
 		if p, err = forwarded.New(proxies); err != nil {
+			t.Fatal(err)
+		}
+		if p, err = p.WithHeader(header); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -226,6 +235,7 @@ func TestTileJSONForwarded(t *testing.T) {
 	}
 	trusted := metaHandler(t, &fakeDescriber{}, []string{"10.0.0.0/8"})
 	untrusting := metaHandler(t, &fakeDescriber{}, nil)
+	viaForwarded := metaHandlerVia(t, &fakeDescriber{}, []string{"10.0.0.0/8"}, forwarded.Forwarded)
 	for _, tc := range []struct {
 		name string
 		h    http.Handler
@@ -235,8 +245,10 @@ func TestTileJSONForwarded(t *testing.T) {
 		{"no proxy", trusted, req("203.0.113.5:1"), "http://internal:8080/"},
 		{"X-Forwarded from a trusted proxy", trusted,
 			req("10.1.2.3:1", "X-Forwarded-Host", "tiles.example.com", "X-Forwarded-Proto", "https"), "https://tiles.example.com/"},
-		{"Forwarded from a trusted proxy", trusted,
+		{"Forwarded from a trusted proxy", viaForwarded,
 			req("10.1.2.3:1", "Forwarded", `proto=https;host="maps.example.org"`), "https://maps.example.org/"},
+		{"a client's Forwarded behind proxies that write X-Forwarded-For", trusted,
+			req("10.1.2.3:1", "Forwarded", `proto=https;host="evil.example"`), "http://internal:8080/"},
 		{"X-Forwarded from an untrusted peer", trusted,
 			req("203.0.113.5:1", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https"), "http://internal:8080/"},
 		{"no trusted proxies configured", untrusting,

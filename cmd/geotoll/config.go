@@ -104,8 +104,10 @@ type HTTPConfig struct {
 	// headers are believed; from anyone else they are ignored.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// ForwardedHeader is the one header the trusted proxies write the client
-	// address into: X-Forwarded-For (default) or Forwarded. The other is
-	// ignored, so a client cannot pick its identity with it.
+	// address into: X-Forwarded-For (default; the host and scheme then come
+	// from X-Forwarded-Host and X-Forwarded-Proto) or Forwarded (for=,
+	// host= and proto=). The other family is ignored, so a client cannot
+	// pick its identity, nor the host of TileJSON's tile URLs, with it.
 	ForwardedHeader string `yaml:"forwarded_header"`
 	// CORS lets web pages on other origins call the API.
 	CORS CORSConfig `yaml:"cors"`

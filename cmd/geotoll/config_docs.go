@@ -67,7 +67,7 @@ func configDocs() []configDoc {
 		{Key: "http.shutdown_grace", Meaning: "on SIGTERM, in-flight requests get this long"},
 		{Key: "http.max_header_bytes", Meaning: "http.Server MaxHeaderBytes"},
 		{Key: "http.trusted_proxies", Default: "none", Meaning: "CIDRs whose forwarding header is believed (comma-separated in the environment)"},
-		{Key: "http.forwarded_header", Default: "X-Forwarded-For", Meaning: "the one header the trusted proxies write the client address into: X-Forwarded-For or Forwarded"},
+		{Key: "http.forwarded_header", Default: "X-Forwarded-For", Meaning: "the one header the trusted proxies write the client address into: X-Forwarded-For (host and scheme from X-Forwarded-Host/-Proto) or Forwarded (for=, host=, proto=); the other family is ignored"},
 		{Key: "http.cors.origins", Meaning: `origins allowed to call the API ("scheme://host[:port]" or "*"); none sends no CORS headers`},
 		{Key: "http.cors.credentials", Meaning: `allow cookies and HTTP auth across origins; "*" with credentials refuses to start`},
 		{Key: "http.cors.max_age", Default: "10m", Meaning: "how long a browser may reuse a preflight"},

@@ -164,6 +164,12 @@ func TestEndToEndTileJSON(t *testing.T) {
 	if fwd.Tiles[0] != "https://tiles.example.com/tiles/places/{z}/{x}/{y}.mvt" {
 		t.Errorf("behind a trusted proxy: %q", fwd.Tiles)
 	}
+	// The proxies write X-Forwarded-For (the default): a Forwarded header is
+	// the client's own, passed through.
+	fwd = getTileJSON(t, base+"/tiles/places.json", "Forwarded", "host=evil.example;proto=https")
+	if fwd.Tiles[0] != base+"/tiles/places/{z}/{x}/{y}.mvt" {
+		t.Errorf("a client's Forwarded header chose the URL: %q", fwd.Tiles)
+	}
 	if resp, _ := fetch(t, http.MethodGet, base+"/tiles/nope.json"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown layer: %d", resp.StatusCode)
 	}

@@ -4,7 +4,8 @@
 // Forwarding headers (X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto,
 // and RFC 7239 Forwarded) are believed only when the socket peer is inside
 // a configured trusted CIDR: from anyone else they are client-controlled and
-// ignored.
+// ignored. Of the two families, only the one the proxies write is read —
+// the client address and the host and scheme alike.
 //
 // The client address is read from ONE header, the one your proxies write
 // (X-Forwarded-For by default; Forwarded with WithHeader). Never both: most
@@ -45,7 +46,8 @@ const (
 )
 
 // WithHeader returns a copy of t that reads client addresses from header:
-// XForwardedFor (the default) or Forwarded (RFC 7239 for=).
+// XForwardedFor (the default; hosts and schemes from X-Forwarded-Host and
+// X-Forwarded-Proto) or Forwarded (RFC 7239 for=, host= and proto=).
 func (t *Trusted) WithHeader(header string) (*Trusted, error) {
 	var c Trusted
 	if t != nil {
@@ -205,11 +207,15 @@ func parseNode(s string) (netip.Addr, bool) {
 }
 
 // HostProto returns the host and scheme the client used: from the request
-// itself, or — when the socket peer is trusted — from Forwarded or
-// X-Forwarded-Host / X-Forwarded-Proto. Of a list, the right-most value is
-// taken: the one our trusted peer wrote. A proxy that appends puts its own
-// value last, after anything the client sent, so the left-most would be the
-// client's choice.
+// itself, or — when the socket peer is trusted — from the header family
+// the proxies write (see WithHeader): X-Forwarded-Host / X-Forwarded-Proto
+// beside X-Forwarded-For, the host= and proto= of Forwarded beside
+// Forwarded. Never the other family: a proxy that writes one passes the
+// other through as the client sent it, and the host chosen here is the
+// host of the tile URLs TileJSON hands out. Of a list, the right-most
+// value (element) is taken: the one our trusted peer wrote. A proxy that
+// appends puts its own value last, after anything the client sent, so the
+// left-most would be the client's choice.
 func (t *Trusted) HostProto(r *http.Request) (host, proto string) {
 	host, proto = r.Host, "http"
 	if r.TLS != nil {
@@ -218,25 +224,32 @@ func (t *Trusted) HostProto(r *http.Request) (host, proto string) {
 	if !t.Contains(Peer(r)) {
 		return host, proto
 	}
+	if t.header == Forwarded {
+		return forwardedHostProto(lastValue(r.Header.Values(Forwarded)), host, proto)
+	}
 	if h := lastValue(r.Header.Values("X-Forwarded-Host")); validHost(h) {
 		host = h
 	}
 	if p := strings.ToLower(lastValue(r.Header.Values("X-Forwarded-Proto"))); p == "http" || p == "https" {
 		proto = p
 	}
-	if fw := lastValue(r.Header.Values("Forwarded")); fw != "" {
-		for _, pair := range strings.Split(fw, ";") {
-			k, v, _ := strings.Cut(strings.TrimSpace(pair), "=")
-			v = unquote(v)
-			switch strings.ToLower(k) {
-			case "host":
-				if validHost(v) {
-					host = v
-				}
-			case "proto":
-				if v = strings.ToLower(v); v == "http" || v == "https" {
-					proto = v
-				}
+	return host, proto
+}
+
+// forwardedHostProto reads host= and proto= of one RFC 7239 element; what
+// it lacks, or holds invalid, stays host and proto.
+func forwardedHostProto(elem, host, proto string) (string, string) {
+	for _, pair := range strings.Split(elem, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(pair), "=")
+		v = unquote(strings.TrimSpace(v))
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "host":
+			if validHost(v) {
+				host = v
+			}
+		case "proto":
+			if v = strings.ToLower(v); v == "http" || v == "https" {
+				proto = v
 			}
 		}
 	}
