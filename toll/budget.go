@@ -33,6 +33,7 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol str
 	if !allowed {
 		retry = int(math.Ceil((p.Cost - res.Remaining) / tier.Limit.Rate))
 	}
+	w.Header().Set("Cache-Control", "no-store") // one caller's budget, at one moment
 	writeJSON(w, http.StatusOK, map[string]any{
 		"dry_run":     true,
 		"tier":        tier.Name,
