@@ -1,11 +1,16 @@
 package server
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -120,3 +125,110 @@ func TestCORSOff(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// exposedHeaders is Access-Control-Expose-Headers as a set.
+func exposedHeaders(h http.Header) map[string]bool {
+	out := map[string]bool{}
+	for _, v := range strings.Split(h.Get("Access-Control-Expose-Headers"), ",") {
+		out[http.CanonicalHeaderKey(strings.TrimSpace(v))] = true
+	}
+	return out
+}
+
+// A script on another origin reads only the CORS-safelisted response
+// headers and those exposed: every header the API sets for its clients —
+// the budget, the price paid at the door, where a new fence lives, what
+// to retry after, which methods a route takes — must be exposed.
+func TestCORSExposesWhatClientsRead(t *testing.T) {
+	t.Parallel()
+	w := corsRequest(corsHandler(CORS{Origins: []string{"*"}}), http.MethodGet, "https://maps.example.com")
+	exposed := exposedHeaders(w.Header())
+	for _, hdr := range []string{
+		"Allow", "ETag", "Location", "RateLimit", "RateLimit-Policy", "Retry-After", "WWW-Authenticate",
+		"X-Cache", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "X-RateLimit-Shadow",
+		"X-Request-Cost", "X-Request-Cost-Estimate", "X-Request-ID", "X-Tile-Reduced",
+	} {
+		if !exposed[http.CanonicalHeaderKey(hdr)] {
+			t.Errorf("Access-Control-Expose-Headers lacks %s", hdr)
+		}
+	}
+}
+
+// Every response header the server's packages set by name is exposed, or
+// CORS-safelisted, or of no use to a script (listed here with why): a
+// header added later without being exposed fails this test.
+func TestCORSExposesEveryHeaderTheServerSets(t *testing.T) {
+	t.Parallel()
+	exposed := exposedHeaders(corsRequest(corsHandler(CORS{Origins: []string{"*"}}), http.MethodGet, "https://a.example").Header())
+	notForScripts := map[string]string{
+		"Cache-Control": "safelisted", "Content-Language": "safelisted", "Content-Length": "safelisted",
+		"Content-Type": "safelisted", "Expires": "safelisted", "Last-Modified": "safelisted", "Pragma": "safelisted",
+		"Vary": "for caches", "Connection": "for the connection", "Content-Encoding": "decoded by the browser",
+		"Content-Security-Policy": "for the browser", "Referrer-Policy": "for the browser", "X-Content-Type-Options": "for the browser",
+		"Accept-Encoding": "a request header (tests, load test client)", "X-Api-Key": "a request header",
+	}
+	set := map[string][]string{}
+	for _, dir := range []string{".", "../toll", "../tiles", "../geofence", "../problem", "../web", "../internal/pgcall"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok || len(call.Args) != 2 {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok || (sel.Sel.Name != "Set" && sel.Sel.Name != "Add") {
+					return true
+				}
+				lit, ok := call.Args[0].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				name, err := strconv.Unquote(lit.Value)
+				if err != nil || name == "" || strings.ContainsAny(name, " =:/{}") || name[0] < 'A' || name[0] > 'Z' {
+					return true // not a header name (a query parameter, a span attribute…)
+				}
+				name = http.CanonicalHeaderKey(name)
+				set[name] = append(set[name], file)
+				return true
+			})
+		}
+	}
+	if len(set) < 10 {
+		t.Fatalf("found only %d header names set: the scan is broken", len(set))
+	}
+	for name, files := range set {
+		if strings.HasPrefix(name, "Access-Control-") || exposed[name] || notForScripts[name] != "" {
+			continue
+		}
+		t.Errorf("%s (set in %v) is neither exposed to scripts on other origins nor listed as of no use to them", name, files)
+	}
+}
+
+// MapLibre and browsers send Cache-Control and Pragma on a reload (and a
+// client asking for a fresh render sets Cache-Control: no-cache itself):
+// a preflight that does not allow them fails every such request.
+func TestCORSPreflightAllowsCacheHeaders(t *testing.T) {
+	t.Parallel()
+	pre := corsRequest(corsHandler(CORS{Origins: []string{"*"}}), http.MethodOptions, "https://maps.example.com",
+		"Access-Control-Request-Method", "GET", "Access-Control-Request-Headers", "cache-control, pragma, x-api-key")
+	allowed := map[string]bool{}
+	for _, v := range strings.Split(pre.Header().Get("Access-Control-Allow-Headers"), ",") {
+		allowed[http.CanonicalHeaderKey(strings.TrimSpace(v))] = true
+	}
+	for _, hdr := range []string{"Authorization", "Cache-Control", "Content-Type", "If-None-Match", "Pragma", "X-API-Key", "X-Request-ID"} {
+		if !allowed[http.CanonicalHeaderKey(hdr)] {
+			t.Errorf("preflight: Access-Control-Allow-Headers %q lacks %s", pre.Header().Get("Access-Control-Allow-Headers"), hdr)
+		}
+	}
+}
