@@ -32,12 +32,19 @@ type CORS struct {
 	MaxAge      time.Duration // how long a browser may reuse a preflight (default 10 min)
 }
 
-// Headers a browser may send and read across origins.
+// Headers a browser may send and read across origins. corsAllow has what
+// the API reads (Cache-Control and Pragma: a reload, or a client asking for
+// a fresh render, sends them); corsExpose every header the API sets that is
+// not CORS-safelisted and that a script may want: budget and price, where a
+// new fence lives (Location), what a route takes (Allow) and how to
+// authenticate (WWW-Authenticate). TestCORSExposesEveryHeaderTheServerSets
+// fails when a header set by name is missing here.
 const (
 	corsMethods = "GET, HEAD, POST, PUT, DELETE"
-	corsAllow   = "Authorization, Content-Type, If-None-Match, X-API-Key, X-Request-ID"
-	corsExpose  = "ETag, Retry-After, RateLimit, RateLimit-Policy, X-Cache, X-RateLimit-Limit, " +
-		"X-RateLimit-Remaining, X-RateLimit-Reset, X-RateLimit-Shadow, X-Request-Cost, X-Request-ID, X-Tile-Reduced"
+	corsAllow   = "Authorization, Cache-Control, Content-Type, If-None-Match, Pragma, X-API-Key, X-Request-ID"
+	corsExpose  = "Allow, ETag, Location, Retry-After, RateLimit, RateLimit-Policy, WWW-Authenticate, X-Cache, " +
+		"X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, X-RateLimit-Shadow, X-Request-Cost, " +
+		"X-Request-Cost-Estimate, X-Request-ID, X-Tile-Reduced"
 )
 
 // Validate refuses "*" with credentials and anything that is not an origin.
