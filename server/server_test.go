@@ -137,3 +137,54 @@ func TestKeyedResponsesArePrivate(t *testing.T) {
 		})
 	}
 }
+
+// OPTIONS asks which methods a resource takes (RFC 9110 §9.3.7): every
+// route answers it, CORS or not, with 204 and Allow — OPTIONS included,
+// as in a 405's Allow. An unknown path stays a 404, and without CORS a
+// preflight gets no Access-Control-* header (the browser then refuses the
+// cross-origin request, as it should).
+func TestOptionsAnswersAllow(t *testing.T) {
+	t.Parallel()
+	do := func(h http.Handler, method, path string, hdr ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	plain := New(Options{Logger: quietLogger()})
+	withCORS := New(Options{Logger: quietLogger(), CORS: CORS{Origins: []string{"https://maps.example.com"}}})
+	for _, tc := range []struct {
+		name   string
+		h      http.Handler
+		method string
+		path   string
+		hdr    []string
+		status int
+		allow  string
+		cors   bool
+	}{
+		{"OPTIONS without CORS", plain, http.MethodOptions, "/healthz", nil, http.StatusNoContent, "GET, HEAD, OPTIONS", false},
+		{"a preflight without CORS", plain, http.MethodOptions, "/healthz",
+			[]string{"Origin", "https://maps.example.com", "Access-Control-Request-Method", "GET"}, http.StatusNoContent, "GET, HEAD, OPTIONS", false},
+		{"a plain OPTIONS with CORS", withCORS, http.MethodOptions, "/readyz",
+			[]string{"Origin", "https://maps.example.com"}, http.StatusNoContent, "GET, HEAD, OPTIONS", true},
+		{"OPTIONS of an unknown path", plain, http.MethodOptions, "/nope", nil, http.StatusNotFound, "", false},
+		{"a 405 names OPTIONS too", plain, http.MethodPost, "/healthz", nil, http.StatusMethodNotAllowed, "GET, HEAD, OPTIONS", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := do(tc.h, tc.method, tc.path, tc.hdr...)
+			if w.Code != tc.status || w.Header().Get("Allow") != tc.allow {
+				t.Fatalf("%d Allow %q, want %d %q", w.Code, w.Header().Get("Allow"), tc.status, tc.allow)
+			}
+			if w.Code == http.StatusNoContent && w.Body.Len() != 0 {
+				t.Errorf("204 with a body: %q", w.Body)
+			}
+			if !tc.cors && w.Header().Get("Access-Control-Allow-Origin") != "" {
+				t.Errorf("CORS off, but Access-Control-Allow-Origin %q", w.Header().Get("Access-Control-Allow-Origin"))
+			}
+		})
+	}
+}
