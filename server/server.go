@@ -110,8 +110,16 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 // notAllowed answers a method no route of router takes at r's path: 405
-// with Allow naming those it takes.
+// with Allow naming those it takes — OPTIONS among them, for OPTIONS
+// itself is answered at every route's path: 204 with that Allow (RFC 9110
+// §9.3.7). A CORS preflight never gets here when CORS is on (CORS.wrap
+// answers it); when it is off, the preflight gets the same 204, without an
+// Access-Control-* header, and the browser refuses the cross-origin call.
 func notAllowed(router *mux.Router, w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", strings.Join(allowedMethods(router, r), ", "))
+	w.Header().Set("Allow", strings.Join(append(allowedMethods(router, r), http.MethodOptions), ", "))
+	if r.Method == http.MethodOptions {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	problem.Write(w, r, &problem.Error{Code: problem.NotAllowed, Detail: "method " + r.Method + " is not allowed here"})
 }

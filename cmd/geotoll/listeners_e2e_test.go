@@ -87,11 +87,11 @@ func TestEndToEndBasePath(t *testing.T) {
 		t.Fatalf("openapi.json: %d %s", resp.StatusCode, short(body))
 	}
 	for _, c := range []struct{ method, path, allow string }{
-		{http.MethodPost, "/maps/tiles", "GET, HEAD"},
-		{http.MethodDelete, "/maps/tiles/places/1/0/0.mvt", "GET, HEAD"},
-		{http.MethodGet, "/maps/geofence/check", "POST"},
-		{http.MethodPatch, "/maps/geofence/fences/7", "GET, PUT, DELETE"},
-		{http.MethodPatch, "/maps/geofences", "GET, POST"},
+		{http.MethodPost, "/maps/tiles", "GET, HEAD, OPTIONS"},
+		{http.MethodDelete, "/maps/tiles/places/1/0/0.mvt", "GET, HEAD, OPTIONS"},
+		{http.MethodGet, "/maps/geofence/check", "POST, OPTIONS"},
+		{http.MethodPatch, "/maps/geofence/fences/7", "GET, PUT, DELETE, OPTIONS"},
+		{http.MethodPatch, "/maps/geofences", "GET, POST, OPTIONS"},
 	} {
 		req, _ := http.NewRequest(c.method, base+c.path, nil)
 		resp, err := http.DefaultClient.Do(req)
