@@ -188,3 +188,36 @@ func TestOptionsAnswersAllow(t *testing.T) {
 		})
 	}
 }
+
+// A path that is not in canonical form (a double slash from a base URL
+// with a trailing slash, a dot segment) is redirected to its clean form,
+// with its query — the API key of a map client that cannot set headers,
+// dry_run — unchanged. A GET or HEAD is sent a 301; any other method a 308,
+// so that a client following it repeats the method and its body (after a
+// 301 a client may, and browsers do, send a POST's retry as a GET).
+func TestCleanPathRedirectKeepsQueryAndMethod(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, base, method, target string
+		status                     int
+		location                   string
+	}{
+		{"GET with a key", "", http.MethodGet, "//tiles/places/1/0/0.mvt?key=gt_abc&dry_run=1", http.StatusMovedPermanently, "/tiles/places/1/0/0.mvt?key=gt_abc&dry_run=1"},
+		{"HEAD", "", http.MethodHead, "/tiles/./places/1/0/0.mvt", http.StatusMovedPermanently, "/tiles/places/1/0/0.mvt"},
+		{"below a base path", "/maps", http.MethodGet, "/maps//tiles/places.json?key=k%26y", http.StatusMovedPermanently, "/maps/tiles/places.json?key=k%26y"},
+		{"POST keeps its method", "", http.MethodPost, "//geofence/check?layer=districts", http.StatusPermanentRedirect, "/geofence/check?layer=districts"},
+		{"PUT keeps its method", "", http.MethodPut, "/geofence//fences/7", http.StatusPermanentRedirect, "/geofence/fences/7"},
+		{"DELETE keeps its method", "", http.MethodDelete, "/geofence/fences/../fences/7", http.StatusPermanentRedirect, "/geofence/fences/7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(Options{Logger: quietLogger(), BasePath: tc.base})
+			// As a server reads it: the request target is the path and query.
+			r := httptest.NewRequest(tc.method, tc.target, strings.NewReader(`{"points":[]}`))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tc.status || w.Header().Get("Location") != tc.location {
+				t.Fatalf("%d Location %q, want %d %q", w.Code, w.Header().Get("Location"), tc.status, tc.location)
+			}
+		})
+	}
+}
