@@ -2,6 +2,8 @@ package server
 
 import (
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -119,7 +121,7 @@ func (o Options) opsRoutes() []route {
 // newRouter registers rs below base, with problem+json answers for
 // unknown paths and methods (405 with Allow).
 func newRouter(base string, rs []route) *mux.Router {
-	r := mux.NewRouter()
+	r := mux.NewRouter().SkipClean(true) // cleanPath redirects instead, keeping the method
 	r.NotFoundHandler = http.HandlerFunc(notFound)
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		notAllowed(r, w, req)
@@ -132,6 +134,33 @@ func newRouter(base string, rs []route) *mux.Router {
 		r.Handle(base+rt.path, rt.handler).Methods(rt.methods...).Name(name)
 	}
 	return r
+}
+
+// cleanPath redirects a request whose path is not in canonical form — a
+// double slash (a base URL with a trailing slash), a dot segment — to its
+// clean form, the query kept as sent (a map client's ?key=, dry_run), as
+// gorilla/mux would, but with 308 for a method other than GET and HEAD: a
+// client that follows a 301 may send a POST, PUT or DELETE again as a GET,
+// without its body. A trailing slash stays (and is not a route).
+func cleanPath(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		clean := path.Clean("/" + p)
+		if strings.HasSuffix(p, "/") && clean != "/" {
+			clean += "/"
+		}
+		if clean == p {
+			next.ServeHTTP(w, r)
+			return
+		}
+		u := url.URL{Path: clean, RawQuery: r.URL.RawQuery}
+		w.Header().Set("Location", u.String())
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			w.WriteHeader(http.StatusMovedPermanently)
+		} else {
+			w.WriteHeader(http.StatusPermanentRedirect)
+		}
+	})
 }
 
 // routeName is the name of the route r matched: its path below the base
