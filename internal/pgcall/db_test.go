@@ -366,3 +366,27 @@ func TestCallsOfAConnectionShareItsGoroutine(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A request's Budget caps the database time of the request (README: "A
+// request is cut at max(timeout_floor, timeout_factor × the time it paid
+// for)"; Budget: "a call's statements run under at most what is left of
+// it"), not of each of its statements: a read of two statements — a
+// composite tile of two layers — under a 600 ms budget must be cut before
+// it has run 800 ms. Today each statement gets the whole budget as its
+// statement_timeout, so a composite of n layers may run n times what it
+// paid for.
+func TestReadBudgetCapsTheWholeRead(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: readPool(t, 1)}
+	ctx, budget := pgcall.WithBudget(t.Context())
+	budget.Set(600 * time.Millisecond)
+	ctx, meter := pgcall.WithMeter(ctx)
+	_, err := db.Read(ctx,
+		pgcall.Statement{SQL: `SELECT pg_sleep(0.4)`, Timeout: 10 * time.Second},
+		pgcall.Statement{SQL: `SELECT pg_sleep(0.4)`, Timeout: 10 * time.Second},
+	)
+	if p := problem.From(err); err == nil || p.Code != problem.Timeout {
+		t.Fatalf("two 400 ms statements under a 600 ms budget: err %v after %v of database time; want a timeout before 600 ms",
+			err, meter.DB())
+	}
+}
