@@ -1,0 +1,55 @@
+package serving_test
+
+import (
+	"testing"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// A layer whose configuration now names another table (a filtered view or
+// copy of the old one, with the same columns) must not be served from the
+// storage `geotoll prepare` built from the old table: that storage holds
+// rows the new table does not (rows the operator meant to stop serving).
+// The registry records each relation's source_table, and the geofence
+// layers match pieces by it; tiles match by layer name alone, so until the
+// next prepare the layer's zooms above the overview band (and its
+// overview band) read the old table's rows.
+func TestStorageOfAnotherTableIsNotRead(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "moved_")
+	shapes(t, f)
+	old := catalog(t, shapesLayer(name, f.schema))
+	if r := one(t, owner, old.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	// The same layer, now configured on a copy that keeps only the square.
+	f.exec(t, `CREATE TABLE {s}.shapes_public AS SELECT * FROM {s}.shapes WHERE id = 3`)
+	f.exec(t, `CREATE INDEX ON {s}.shapes_public USING gist (geom)`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes_public TO geotoll_reader`)
+	moved := shapesLayer(name, f.schema)
+	moved.Table = "shapes_public"
+	cat := catalog(t, moved)
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	l := cat.Layer(name)
+	if src := l.Source(12); src.Builder != "" {
+		t.Errorf("layer %s on table %s: z12 reads %s (builder %q), built from its old table %s.shapes",
+			name, l.TableIdent().Sanitize(), src.Relation.Sanitize(), src.Builder, f.schema)
+	}
+	// A z10 tile inside the disc (id 1), which the new table does not hold.
+	tile := maptile.At(orb.Point{0.5, 0.2}, 10)
+	r, err := tiles.NewStore(reader).Render(t.Context(), []*tiles.Layer{l}, tile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.MVT) != 0 {
+		t.Errorf("tile %v of a table without rows there has %d bytes: the old table's disc", tile, len(r.MVT))
+	}
+}
