@@ -42,3 +42,37 @@ func TestInvalidateLayerDuringRenderKeepsNoStaleTile(t *testing.T) {
 			"the render that started before the invalidation stored its (stale) tile after it", got, rend.calls.Load())
 	}
 }
+
+// A request that comes after InvalidateLayer, while a render begun before
+// it still runs, does not wait for that render (whose tile shows the data
+// as it was): it renders the tile afresh.
+func TestRequestAfterInvalidateLayerDoesNotJoinTheEarlierRender(t *testing.T) {
+	t.Parallel()
+	rend := &heldRenderer{release: make(chan struct{}), ctxs: make(chan context.Context, 4)}
+	obs := &resultCounter{n: map[string]int{}}
+	h, srv := internalHandler(t, 1<<20, rend, obs)
+
+	answers := make(chan *httptest.ResponseRecorder, 2)
+	get := func() {
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tilePath, nil))
+		answers <- w
+	}
+	go get()
+	testenv.Receive(t, rend.ctxs, "the first render to start")
+	h.Cache.InvalidateLayer("places")
+	go get()
+	// Joining the first render instead would start none.
+	testenv.Receive(t, rend.ctxs, "a second render, for the request after the invalidation")
+	close(rend.release)
+	for range 2 {
+		if w := testenv.Receive(t, answers, "an answer"); w.Code != http.StatusOK || w.Header().Get("X-Cache") != "MISS" {
+			t.Errorf("%d X-Cache %q, want 200 MISS", w.Code, w.Header().Get("X-Cache"))
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.n["miss"] != 2 || obs.n["shared"] != 0 {
+		t.Errorf("observed %v, want 2 misses and none shared", obs.n)
+	}
+}
