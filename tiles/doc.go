@@ -33,7 +33,9 @@
 //     timeout is a 503 with Retry-After.
 //  5. The layers' MVT messages are concatenated into one tile (an MVT tile
 //     is a protobuf message whose only field is the repeated layer), cached
-//     with its ETag, and sent as 200 with Content-Type [ContentType] —
+//     with its ETag (unless [Cache.InvalidateLayer] dropped one of its
+//     layers while it rendered: it may show the data as it was), and sent
+//     as 200 with Content-Type [ContentType] —
 //     gzipped when the client accepts it (compressed on the first such
 //     request and kept beside the tile: a client that does not accept gzip
 //     never pays for it), 304 when its If-None-Match matches, with
