@@ -1,10 +1,16 @@
 -- Every relation of the serving registry, as `serve` reads it at start-up
 -- and on each refresh, and `geotoll prepare` before it builds
 -- (tiles.LoadStorage). No parameters.
--- Zooms are -1 for storage that serves no tile zoom.
+-- Zooms are -1 for storage that serves no tile zoom. source_oid is the
+-- relation source_table names now, 0 when none does (to_regclass, not a
+-- cast: a table dropped or renamed since matches nothing instead of
+-- failing the read); serve matches it to the layer's table (see
+-- layer_tables.sql).
 SELECT s.layer, s.builder, s.relation,
        coalesce(s.zoom_min, -1)::int, coalesce(s.zoom_max, -1)::int,
        s.geometry_column, s.srid, s.geometry_kind, s.columns, s.params,
+       s.source_table, s.source_geometry_column,
+       coalesce(to_regclass(s.source_table)::oid::bigint, 0),
        s.source_rows, s.source_signature, s.rows, s.built_at, s.checked_at
 FROM geotoll_serving.storage AS s
 ORDER BY s.layer, s.zoom_min NULLS LAST, s.builder, s.relation

@@ -38,6 +38,13 @@ type Storage struct {
 	// Columns are the layer's source columns it carries, by their names.
 	Columns []string
 	Params  StorageParams
+	// SourceTable is the layer's table it was built from, quoted, and
+	// SourceGeometryColumn that table's geometry column: a layer reads
+	// only storage built from its own table and geometry column.
+	SourceTable, SourceGeometryColumn string
+	// sourceOID is the relation SourceTable names now, 0 for none (see
+	// LoadStorage).
+	sourceOID int64
 	// SourceRows is the row count of the layer's table it was built from,
 	// SourceSignature its change detector then ("" for none: a view).
 	SourceRows      int64
@@ -87,7 +94,10 @@ func (p StorageParams) generalization(z maptile.Zoom) Generalization {
 	return g
 }
 
-var storageSQL = queries.MustRead("serving_storage.sql")
+var (
+	storageSQL     = queries.MustRead("serving_storage.sql")
+	layerTablesSQL = queries.MustRead("layer_tables.sql")
+)
 
 // LoadStorage reads the serving registry through q (the read role may):
 // every relation built, in registry order (layer, zoom, builder).
@@ -101,8 +111,8 @@ func LoadStorage(ctx context.Context, q Querier) ([]Storage, error) {
 	var params []byte
 	var kind string
 	_, err = pgx.ForEachRow(rows, []any{&s.Layer, &s.Builder, &s.Relation, &s.ZoomMin, &s.ZoomMax,
-		&s.GeometryColumn, &s.SRID, &kind, &s.Columns, &params, &s.SourceRows, &s.SourceSignature, &s.Rows,
-		&s.BuiltAt, &s.CheckedAt}, func() error {
+		&s.GeometryColumn, &s.SRID, &kind, &s.Columns, &params, &s.SourceTable, &s.SourceGeometryColumn, &s.sourceOID,
+		&s.SourceRows, &s.SourceSignature, &s.Rows, &s.BuiltAt, &s.CheckedAt}, func() error {
 		s.Kind = Kind(kind)
 		s.Params = StorageParams{}
 		if err := json.Unmarshal(params, &s.Params); err != nil {
@@ -139,15 +149,25 @@ type Refreshed struct {
 // registry — and swaps in each layer's new plan. Requests in flight keep
 // the plan they started with. Reading the registry failing is an error
 // (the layers keep their plans, with any kinds read); storage a layer
-// cannot use is a warning.
+// cannot use is a warning. A layer reads only the storage registered under
+// its name that was built from the table it reads now (the relation its
+// table's name and the registry's source_table resolve to) and from its
+// geometry column: storage of the table it read before it was configured
+// onto another is left out, with a warning, until `geotoll prepare`
+// rebuilds it.
 func (c *Catalog) Refresh(ctx context.Context, q Querier) (Refreshed, error) {
 	var out Refreshed
+	layers := c.Layers()
 	storage, loadErr := LoadStorage(ctx, q)
+	var tables []int64
+	if loadErr == nil {
+		tables, loadErr = layerTables(ctx, q, layers)
+	}
 	byLayer := make(map[string][]Storage)
 	for _, s := range storage {
 		byLayer[s.Layer] = append(byLayer[s.Layer], s)
 	}
-	for _, l := range c.Layers() {
+	for i, l := range layers {
 		old := l.plan()
 		kind := old.kind
 		if l.GeometryKind != "" {
@@ -163,7 +183,9 @@ func (c *Catalog) Refresh(ctx context.Context, q Querier) (Refreshed, error) {
 		}
 		layerStorage := old.storage
 		if loadErr == nil {
-			layerStorage = byLayer[l.Name]
+			var other []error
+			layerStorage, other = l.builtFrom(tables[i], byLayer[l.Name])
+			out.Warnings = append(out.Warnings, other...)
 		}
 		writes := l.state.writes.Load()
 		var table string
@@ -273,6 +295,42 @@ func (c *Catalog) Written(name string) bool {
 	own.table = old.table
 	l.state.plan.Store(own)
 	return true
+}
+
+// layerTables returns the relation each layer's table names now, as
+// LoadStorage resolves source_table (0 for none), in the order of layers.
+func layerTables(ctx context.Context, q Querier, layers []*Layer) ([]int64, error) {
+	names := make([]string, len(layers))
+	for i, l := range layers {
+		names[i] = l.tableIdent().Sanitize()
+	}
+	rows, err := q.Query(ctx, layerTablesSQL, names)
+	if err != nil {
+		return nil, fmt.Errorf("layer tables: %w", err)
+	}
+	oids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("layer tables: %w", err)
+	}
+	if len(oids) != len(layers) {
+		return nil, fmt.Errorf("layer tables: %d rows for %d layers", len(oids), len(layers))
+	}
+	return oids, nil
+}
+
+// builtFrom returns the storage of the layer's that was built from its
+// table, the relation table (0: none, in which case no storage is), and
+// from its geometry column; the rest is reported in other.
+func (l *Layer) builtFrom(table int64, storage []Storage) (own []Storage, other []error) {
+	for _, s := range storage {
+		if table == 0 || s.sourceOID != table || s.SourceGeometryColumn != l.GeometryColumn {
+			other = append(other, fmt.Errorf("layer %q: storage %s was built from %s (column %q), not from the layer's %s (column %q); run geotoll prepare",
+				l.Name, s.Relation, s.SourceTable, s.SourceGeometryColumn, l.tableIdent().Sanitize(), l.GeometryColumn))
+			continue
+		}
+		own = append(own, s)
+	}
+	return own, other
 }
 
 // sameStorage reports whether two plans read the same builds.
