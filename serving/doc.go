@@ -38,9 +38,11 @@
 // serve chooses, for each zoom of a layer, the registry row whose
 // zoom_min..zoom_max covers it with the narrowest range (a per-zoom
 // overview beats storage serving every zoom); zooms no row covers read the
-// layer's table. A row is used only if its builder is one serve reads, its
-// kind is the layer's, its columns include every column the layer reads
-// now, and it was built from the layer's table and geometry column as
+// layer's table. A row is used only if its builder is one serve reads,
+// the layer's configuration still asks for it (an overview of a zoom in
+// the layer's overview band, generalize and overviews on; pieces with
+// subdivide on), its kind is the layer's, its columns include every
+// column the layer reads now, and it was built from the layer's table and geometry column as
 // configured now (to_regclass(source_table) is the relation the layer's
 // table names, source_geometry_column its geometry column).
 //

@@ -108,7 +108,9 @@
 // registry ([LoadStorage], geotoll_serving.storage) with the read role at
 // start-up and on every refresh, and swaps each layer's plan: which
 // relation and query each zoom runs. Storage the layer cannot use (built
-// from another table or geometry column than the layer reads now, another
+// from another table or geometry column than the layer reads now, storage
+// its configuration turned off — overviews with generalize or overviews
+// off or outside its overview band, pieces with subdivide off —, another
 // kind, missing columns, an unknown builder) is left out with a warning;
 // those zooms read the table. A followed layer ([Catalog.Follow]: the
 // server writes its table, as the fence admin writes the fences) reads

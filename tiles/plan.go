@@ -120,10 +120,13 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 }
 
 // usable reports why the layer cannot read s, or nil: a builder the
-// server does not know, zooms outside 0..MaxZoom, another geometry kind,
-// or columns the layer needs that s lacks (the configuration changed
-// since `geotoll prepare` ran).
+// server does not know, zooms outside 0..MaxZoom, storage the layer's
+// configuration no longer asks for (overviews when generalize or overviews
+// is off, or of zooms outside its overview band; pieces when subdivide is
+// off), another geometry kind, or columns the layer needs that s lacks
+// (the configuration changed since `geotoll prepare` ran).
 func (l *Layer) usable(kind Kind, s *Storage) error {
+	ovLo, ovHi, overviews := l.OverviewZooms(kind)
 	switch {
 	case s.Builder != BuilderOverview && s.Builder != BuilderSubdivide:
 		return fmt.Errorf("layer %q: storage %s: builder %q is not read by this server", l.Name, s.Relation, s.Builder)
@@ -131,6 +134,12 @@ func (l *Layer) usable(kind Kind, s *Storage) error {
 		return fmt.Errorf("layer %q: storage %s: pieces serve only line and polygon layers with ids", l.Name, s.Relation)
 	case s.ZoomMin < 0 || s.ZoomMax > int(MaxZoom) || s.ZoomMin > s.ZoomMax:
 		return fmt.Errorf("layer %q: storage %s: zooms %d..%d", l.Name, s.Relation, s.ZoomMin, s.ZoomMax)
+	case s.Builder == BuilderOverview && !overviews:
+		return fmt.Errorf("layer %q: storage %s: the layer is configured without overviews (generalize or overviews off); run geotoll prepare to retire it", l.Name, s.Relation)
+	case s.Builder == BuilderOverview && (s.ZoomMin < ovLo || s.ZoomMax > ovHi):
+		return fmt.Errorf("layer %q: storage %s: zooms %d..%d are outside the layer's overview band %d..%d; run geotoll prepare", l.Name, s.Relation, s.ZoomMin, s.ZoomMax, ovLo, ovHi)
+	case s.Builder == BuilderSubdivide && l.Subdivide.Off:
+		return fmt.Errorf("layer %q: storage %s: the layer is configured with subdivide off; run geotoll prepare to retire it", l.Name, s.Relation)
 	case s.Kind != kind:
 		return fmt.Errorf("layer %q: storage %s holds %s geometries, the layer is %s; run geotoll prepare", l.Name, s.Relation, s.Kind, kind)
 	case kind == KindPoint && s.Params.CellsPerTile < 1:
