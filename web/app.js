@@ -398,8 +398,15 @@
 
   // loadTile fetches geotoll://tiles/{layer}/{z}/{x}/{y}.mvt from this
   // server, records the budget headers, and retries a refused tile after
-  // Retry-After until it is admitted or MapLibre aborts it. The HTTP cache is
-  // bypassed so that every response the meter sees is one the server priced.
+  // Retry-After until it is admitted or MapLibre aborts it. Every request
+  // goes to the server, so that every response the meter sees is one the
+  // server priced: cache 'no-cache' revalidates a tile the browser holds
+  // (If-None-Match; the 304's budget headers replace the stored ones) and
+  // asks for others with Cache-Control: max-age=0. Neither is "no-cache"
+  // to the server, so its tile cache answers, at a hit's price. ('no-store'
+  // and 'reload' send Cache-Control: no-cache, which the server reads as
+  // "render afresh, priced in full"; 'default' would answer from the
+  // browser's cache, unpriced, and the meter would count the cost twice.)
   async function loadTile(params, abortController) {
     var path = params.url.replace(/^geotoll:\/\//, '');
     var m = TILE_PATH.exec(path);
@@ -421,7 +428,7 @@
         while (ticket !== null && (waiting[0] !== ticket || Date.now() < notBefore)) {
           await sleep(Math.max(50, notBefore - Date.now()), signal);
         }
-        var resp = await fetch(url, { headers: headers, signal: signal, cache: 'no-store', credentials: 'omit' });
+        var resp = await fetch(url, { headers: headers, signal: signal, cache: 'no-cache', credentials: 'omit' });
         observe(resp, tile);
         if (resp.status === 200) {
           var data = await resp.arrayBuffer();
