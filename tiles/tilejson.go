@@ -110,15 +110,28 @@ func clampBounds(b [4]float64) [4]float64 {
 // make the database do on every request.
 const describeBackoff = 30 * time.Second
 
+// described returns the description of l kept by an earlier Describe, if
+// any (ok), and whether Describe failed for l less than describeBackoff ago.
+func (h *Handler) described(l *Layer) (info LayerInfo, ok, backingOff bool) {
+	h.infoMu.Lock()
+	defer h.infoMu.Unlock()
+	info, ok = h.info[l]
+	failedAt, failed := h.infoFailed[l]
+	return info, ok, failed && time.Since(failedAt) < describeBackoff
+}
+
+// errDescribeBackoff is a shared describe's answer when Describe failed
+// for the layer meanwhile: its callers use the fallback, as they would have
+// had they looked after the failure.
+var errDescribeBackoff = errors.New("describe failed recently")
+
 // describe returns the layer's info, asking the Describer the first time
 // and keeping the answer once it succeeds. Concurrent first requests share
-// one Describe; after a failure, the fallback (WorldBounds and String
+// one Describe, and a request that looked before a Describe ended takes
+// its answer; after a failure, the fallback (WorldBounds and String
 // fields) is served for describeBackoff before the database is asked again.
 func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
-	h.infoMu.Lock()
-	info, ok := h.info[l]
-	failedAt := h.infoFailed[l]
-	h.infoMu.Unlock()
+	info, ok, backingOff := h.described(l)
 	if ok {
 		return info
 	}
@@ -126,10 +139,17 @@ func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
 	for _, p := range l.Properties {
 		fallback.Fields[p] = "String"
 	}
-	if h.Describer == nil || (!failedAt.IsZero() && time.Since(failedAt) < describeBackoff) {
+	if h.Describer == nil || backingOff {
 		return fallback
 	}
 	v, err, _ := h.describing.Do(l.Name, func() (any, error) {
+		// Looked up again: a Describe that ended after this caller looked
+		// (and before it got here) has kept its answer, or its failure.
+		if info, ok, backingOff := h.described(l); ok {
+			return info, nil
+		} else if backingOff {
+			return nil, errDescribeBackoff
+		}
 		// Not the request's context: the answer is shared, and one caller
 		// hanging up must not fail it for the others. Describe bounds its
 		// own queries with statement timeouts.
@@ -152,6 +172,9 @@ func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
 		delete(h.infoFailed, l)
 		return info, nil
 	})
+	if errors.Is(err, errDescribeBackoff) {
+		return fallback
+	}
 	if err != nil {
 		h.logger().LogAttrs(ctx, slog.LevelWarn, "describe layer failed; TileJSON uses world bounds",
 			slog.String("layer", l.Name), slog.Any("err", err), slog.Duration("retry_in", describeBackoff))
