@@ -53,3 +53,35 @@ func TestStorageOfAnotherTableIsNotRead(t *testing.T) {
 		t.Errorf("tile %v of a table without rows there has %d bytes: the old table's disc", tile, len(r.MVT))
 	}
 }
+
+// The runner rebuilds the storage of a layer moved onto another table even
+// when the two tables have the same change detector (row count and newest
+// transaction id: here a copy of the same rows, moved elsewhere, both
+// written by one transaction): the storage of the old table is not what
+// the layer reads now, and tiles do not read it (they would read the
+// layer's table until a prepare that never comes).
+func TestPrepareRebuildsStorageOfAnotherTable(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "moved_")
+	shapes(t, f)
+	f.exec(t, `CREATE TABLE {s}.shapes_moved AS
+		SELECT id, name, ST_Translate(geom, 1000000, 0)::geometry(Geometry, 3857) AS geom FROM {s}.shapes`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes_moved TO geotoll_reader`)
+	f.exec(t, `BEGIN; UPDATE {s}.shapes SET name = name; UPDATE {s}.shapes_moved SET name = name; COMMIT`)
+	o := serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}
+	if r := one(t, owner, catalog(t, shapesLayer(name, f.schema)).Layer(name), o); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	moved := shapesLayer(name, f.schema)
+	moved.Table = "shapes_moved"
+	cat := catalog(t, moved)
+	if r := one(t, owner, cat.Layer(name), o); r.Status != serving.Built {
+		t.Errorf("prepare of the layer moved onto %s.shapes_moved: %s (%v), want built: its pieces are of %s.shapes", f.schema, r.Status, r.Err, f.schema)
+	}
+	if _, err := cat.Refresh(t.Context(), testenv.ReadPool(t)); err != nil {
+		t.Fatal(err)
+	}
+	if src := cat.Layer(name).Source(12); src.Builder != tiles.BuilderSubdivide {
+		t.Errorf("after prepare, z12 of the moved layer reads %s (builder %q), want its pieces", src.Relation.Sanitize(), src.Builder)
+	}
+}
