@@ -128,7 +128,8 @@ func TestCurrent(t *testing.T) {
 		var out []tiles.Storage
 		for _, tg := range targets {
 			r := tiles.Storage{Builder: "overview", Relation: tg.Relation, ZoomMin: tg.ZoomMin, ZoomMax: tg.ZoomMax,
-				Kind: tg.Kind, Columns: tg.Columns, Params: tg.Params, SourceSignature: sig}
+				Kind: tg.Kind, Columns: tg.Columns, Params: tg.Params, SourceSignature: sig,
+				SourceTable: `"s"."t"`, SourceGeometryColumn: "g"}
 			if mod != nil {
 				mod(&r)
 			}
@@ -152,8 +153,10 @@ func TestCurrent(t *testing.T) {
 		{name: "other cells", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Params.CellsPerTile *= 2 }), sig: "10:99"},
 		{name: "older builder", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Params.Version-- }), sig: "10:99"},
 		{name: "other zooms", rows: rowsOf("10:99", func(r *tiles.Storage) { r.ZoomMax++ }), sig: "10:99"},
+		{name: "another table", rows: rowsOf("10:99", func(r *tiles.Storage) { r.SourceTable = `"s"."old"` }), sig: "10:99"},
+		{name: "another geometry column", rows: rowsOf("10:99", func(r *tiles.Storage) { r.SourceGeometryColumn = "g2" }), sig: "10:99"},
 	} {
-		if got := current(tc.rows, targets, tc.sig); got != tc.want {
+		if got := current(tc.rows, l, targets, tc.sig); got != tc.want {
 			t.Errorf("%s: current = %v, want %v", tc.name, got, tc.want)
 		}
 	}

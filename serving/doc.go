@@ -51,7 +51,9 @@
 // For each layer and builder, [Prepare] asks the builder for its targets
 // ([Builder.Targets]: the relations it keeps for the layer, and their
 // params). When the registry already holds exactly those targets, built
-// from a source with the same signature, the run renews checked_at and
+// from the layer's table and geometry column (source_table and
+// source_geometry_column as the configuration writes them now) with the
+// same signature, the run renews checked_at and
 // builds nothing: a run with nothing changed reads each table once
 // (count(*), max(xmin)) and is quick. Otherwise, in one REPEATABLE READ
 // transaction holding the layer's advisory lock (a second run skips the

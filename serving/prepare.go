@@ -200,7 +200,7 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 			return r
 		}
 		r.SourceRows = src.rows
-		if current(rows, targets, src.signature) {
+		if current(rows, l, targets, src.signature) {
 			_, err := pool.Exec(ctx, registryTouchSQL, l.Name, b.Name())
 			r.Status, r.Relations, r.Err = Unchanged, len(targets), err
 			return r

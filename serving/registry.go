@@ -28,12 +28,20 @@ type Querier interface {
 }
 
 // current reports whether the registry rows of a builder are exactly what
-// targets would build from a source with the given signature: then there
-// is nothing to do. A source without a signature (a view) is never
-// current.
-func current(rows []tiles.Storage, targets []Target, sig string) bool {
+// targets would build from the layer's table, whose signature is sig, and
+// its geometry column: then there is nothing to do. A source without a
+// signature (a view) is never current; nor are rows built from another
+// table (the registry's source_table is compared as written, quoted, so a
+// configuration that names the same table otherwise rebuilds once).
+func current(rows []tiles.Storage, l *tiles.Layer, targets []Target, sig string) bool {
 	if sig == "" || len(rows) != len(targets) {
 		return false
+	}
+	table := l.TableIdent().Sanitize()
+	for _, r := range rows {
+		if r.SourceTable != table || r.SourceGeometryColumn != l.GeometryColumn {
+			return false
+		}
 	}
 	for _, t := range targets {
 		i := slices.IndexFunc(rows, func(r tiles.Storage) bool { return StableName(r.Relation) == t.Relation })
