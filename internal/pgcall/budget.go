@@ -7,10 +7,13 @@ import (
 )
 
 // Budget caps the database time of the calls made under a context: the
-// time a request paid for. A call's statements run under at most what is
-// left of it (their statement_timeout shortened to fit), so a request
-// whose price was far too low is cut at the bound it paid for, not at its
-// layer's timeout. Set it once the price is known, before the first call.
+// time a request paid for. Each call runs under at most the Budget as a
+// whole, and a call's statements under at most what is left of it (each
+// one's statement_timeout shortened to what the statements before it left
+// of the call's), so a request whose price was far too low — a single
+// layer's or a composite's, of many statements — is cut at the bound it
+// paid for, not at its layers' timeouts. Set it once the price is known,
+// before the first call.
 //
 // It also carries the Share, if any, whose slots the calls take.
 type Budget struct {

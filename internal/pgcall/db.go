@@ -31,7 +31,8 @@ type Statement struct {
 	SQL  string
 	Args []any
 	// Timeout is the statement's statement_timeout. It is shortened to
-	// what is left before the call is cut, and is at least 1 ms.
+	// what the statements before it left of the read's time (see Read)
+	// and to what is left before the call is cut, and is at least 1 ms.
 	Timeout time.Duration
 	// Scan reads the statement's rows; nil discards them. It runs on
 	// another goroutine and may still be running after Read has returned
@@ -98,16 +99,26 @@ type DB struct {
 }
 
 const (
-	settingsSQL  = `SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`
-	timeoutSQL   = `SELECT set_config('statement_timeout', $1, true)`
+	settingsSQL = `SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`
+	// timeoutSQL sets the next statement's statement_timeout to the least
+	// of its own ($1, ms) and what is left of the read's ($2, ms, counted
+	// from the transaction's start: now(); NULL when the statements' own
+	// timeouts are the read's), at least 1 ms (0 would turn the timeout
+	// off). PostgreSQL evaluates it as the statement is about to run, so
+	// each statement gets what the ones before it left.
+	timeoutSQL = `SELECT set_config('statement_timeout',
+		greatest(1, least($1::bigint, $2::bigint - (extract(epoch FROM clock_timestamp() - now()) * 1000)::bigint))::text, true)`
 	jitOffSQL    = `SELECT set_config('jit', 'off', true)`
 	serverSQL    = `SELECT (extract(epoch FROM clock_timestamp() - now()) * 1e6)::bigint`
 	canceledCode = "57014" // SQLSTATE of statement_timeout and cancel requests alike
 	lockCode     = "55P03" // lock_not_available: lock_timeout ran out
 )
 
-// Read runs stmts in one READ ONLY transaction with jit off, each under
-// its own SET LOCAL statement_timeout, sent as one batch: one round trip.
+// Read runs stmts in one READ ONLY transaction with jit off, sent as one
+// batch: one round trip. The read as a whole may take the sum of its
+// statements' timeouts, or the context's Budget if that is less; each
+// statement runs under a SET LOCAL statement_timeout of its own Timeout or
+// what the statements before it left of the read's, whichever is less.
 // If a statement fails, PostgreSQL skips the rest of the batch and the
 // connection, left in a failed transaction, is discarded rather than
 // reused.
@@ -115,12 +126,16 @@ func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 	if len(stmts) == 0 {
 		return Timing{}, problem.Wrap(errors.New("pgcall: a read without statements"))
 	}
-	var budget time.Duration
+	var sum time.Duration
 	for _, s := range stmts {
-		budget += s.Timeout
+		sum += s.Timeout
 	}
-	paid := capped(ctx, budget) // each statement runs under at most what was paid for
+	budget := capped(ctx, sum) // the whole read runs under at most what was paid for
 	return db.call(ctx, budget, func(ctx context.Context, conn *pgx.Conn, cut time.Time, t *Timing) error {
+		var read any // what the whole read may take, when less than its statements' timeouts
+		if r := clip(budget, cut); r < sum {
+			read = r.Milliseconds()
+		}
 		settings := jitOffSQL
 		if db.ReadSettings != "" {
 			settings = db.ReadSettings
@@ -129,7 +144,7 @@ func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 		batch.Queue(`BEGIN READ ONLY`)
 		batch.Queue(settings)
 		for _, s := range stmts {
-			batch.Queue(timeoutSQL, millis(clip(min(s.Timeout, paid), cut)))
+			batch.Queue(timeoutSQL, clip(s.Timeout, cut).Milliseconds(), read)
 			batch.Queue(s.SQL, s.Args...)
 		}
 		batch.Queue(serverSQL)

@@ -390,3 +390,29 @@ func TestReadBudgetCapsTheWholeRead(t *testing.T) {
 			err, meter.DB())
 	}
 }
+
+// Each statement of a read under a Budget runs under what the statements
+// before it left, within its own timeout: after a 200 ms statement under a
+// 600 ms budget, the next one gets at most 400 ms, and one whose own
+// timeout is 100 ms keeps it.
+func TestReadStatementsShareTheBudget(t *testing.T) {
+	t.Parallel()
+	db := &pgcall.DB{Pool: readPool(t, 1)}
+	ctx, budget := pgcall.WithBudget(t.Context())
+	budget.Set(600 * time.Millisecond)
+	var left, own string
+	show := `SELECT current_setting('statement_timeout')`
+	if _, err := db.Read(ctx,
+		pgcall.Statement{SQL: `SELECT pg_sleep(0.2)`, Timeout: 10 * time.Second},
+		pgcall.Statement{SQL: show, Timeout: 10 * time.Second, Scan: pgcall.One(&left)},
+		pgcall.Statement{SQL: show, Timeout: 100 * time.Millisecond, Scan: pgcall.One(&own)},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := time.ParseDuration(left); err != nil || d > 400*time.Millisecond || d <= 0 {
+		t.Errorf("statement_timeout after 200 ms of a 600 ms budget: %q, want at most 400ms", left)
+	}
+	if own != "100ms" {
+		t.Errorf("statement_timeout of a 100 ms statement with budget left: %q, want its own 100ms", own)
+	}
+}

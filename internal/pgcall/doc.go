@@ -19,11 +19,15 @@
 //
 // # Deadlines that nest
 //
-// A call is cut (cancelled by the client) [AnswerGrace] after its
-// statements' timeouts have all run out, or [StopWait] before the deadline
-// of its context (a quarter of the time left, if that is less), whichever
-// comes first; each statement's timeout is shortened so that PostgreSQL
-// cuts it first. A call therefore answers by its context's deadline, and
+// A read as a whole may take the sum of its statements' timeouts, or the
+// context's [Budget] if that is less: each statement runs under its own
+// timeout or what the statements before it left of the read's, whichever
+// is less (PostgreSQL works it out as the statement starts, from the
+// transaction's start). A call is cut (cancelled by the client)
+// [AnswerGrace] after that time has run out, or [StopWait] before the
+// deadline of its context (a quarter of the time left, if that is less),
+// whichever comes first; each statement's timeout is shortened so that
+// PostgreSQL cuts it first. A call therefore answers by its context's deadline, and
 // the server's request deadline, shorter than the HTTP write timeout, is
 // always met with a status and a body.
 //
