@@ -20,7 +20,7 @@ type Pass struct {
 	tier   Tier
 	res    throttle.Result // the bucket after the admission
 	price  Price           // paid at the door
-	most   float64         // the most the tier lets one request cost
+	most   float64         // the most it settles at (Toll.settleCap)
 	global float64         // taken from the global budget
 	fixed  bool            // settles at its price: nothing to measure
 	once   sync.Once

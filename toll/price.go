@@ -15,7 +15,7 @@ import (
 type Price struct {
 	Cost  float64
 	Route string // "tile", "within", "bbox", "contains", "check"
-	Layer string // layer name(s), "" when none
+	Layer string // layer name(s), comma-separated for a composite (one query each); "" when none
 	Zoom  int    // tile zoom, -1 when not a tile
 	// CacheHit: served without database work, so the global database
 	// budget is not spent and nothing is settled.

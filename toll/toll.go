@@ -65,7 +65,8 @@ type Toll struct {
 	// MsPerToken is the unit of every price: one token is this much
 	// database time (default 10 ms). A request is settled at the database
 	// time it took, in tokens, at least its base price and at most the
-	// most its tier lets one request cost.
+	// dearest price it could have had (MaxCost per query), within what its
+	// tier lets one request cost.
 	MsPerToken float64
 	// SettleFloor (default 5 ms): a request whose database time stays
 	// below it keeps its estimate. Below a few milliseconds the time
@@ -290,12 +291,21 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 	if p.Base <= 0 {
 		p.Base = t.Default.Base
 	}
-	// A request never settles above the dearest price, nor above what its
-	// tier lets one request cost.
-	pass := &Pass{toll: t, ticket: a.Ticket, tier: tier, res: a.Result, price: p, most: min(t.mostPerRequest(tier), t.MaxCost()),
+	pass := &Pass{toll: t, ticket: a.Ticket, tier: tier, res: a.Result, price: p, most: t.settleCap(tier, p),
 		global: global, fixed: p.CacheHit || a.Shadow || a.Ticket == nil}
 	hold(r, pass)
 	return pass
+}
+
+// settleCap is the most a request admitted at p settles at: the dearest
+// price it could have had — MaxCost for each of its queries (a composite
+// tile's layers each run one and are each priced up to it), and never
+// below what it paid — within what its tier lets one request cost, the
+// bound admission holds it to. So a composite admitted above MaxCost is
+// charged the time it ran, as a single layer is.
+func (t *Toll) settleCap(tier Tier, p Price) float64 {
+	queries := float64(strings.Count(p.Layer, ",") + 1)
+	return min(t.mostPerRequest(tier), max(queries*t.MaxCost(), p.Cost))
 }
 
 // Settled is what a request that took db of database time costs, in
