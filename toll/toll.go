@@ -77,8 +77,9 @@ type Toll struct {
 	// request.
 	SettleFloor time.Duration
 	// TimeoutFactor and TimeoutFloor (defaults 4 and 250 ms): a request's
-	// statements run under at most max(TimeoutFloor, TimeoutFactor × the
-	// database time it paid for) — within its layer's statement_timeout —
+	// statements, all together, run under at most max(TimeoutFloor,
+	// TimeoutFactor × the database time it paid for) — each within its
+	// layer's statement_timeout —
 	// so one whose price was far too low is cut near what it paid for.
 	TimeoutFactor float64
 	TimeoutFloor  time.Duration

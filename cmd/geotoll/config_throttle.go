@@ -134,9 +134,9 @@ type ThrottleConfig struct {
 	// MsPerToken is the unit of every price: one token is this much
 	// database time, in milliseconds. Requests settle at the time they took.
 	MsPerToken float64 `yaml:"ms_per_token"`
-	// TimeoutFactor and TimeoutFloor bound a request's statements at
-	// max(floor, factor × the database time it paid for), within its
-	// layer's statement_timeout.
+	// TimeoutFactor and TimeoutFloor bound a request's statements, all
+	// together, at max(floor, factor × the database time it paid for),
+	// each within its layer's statement_timeout.
 	TimeoutFactor float64       `yaml:"timeout_factor"`
 	TimeoutFloor  time.Duration `yaml:"timeout_floor"`
 	// Pricing is "density" (the default: requests are priced by the work
