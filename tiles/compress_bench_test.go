@@ -157,11 +157,11 @@ func BenchmarkTileCompression(b *testing.B) {
 				// busy machine do not inflate as they do wall time.
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
-				start := threadCPU()
+				start := testenv.ThreadCPU()
 				for b.Loop() {
 					dst = c.compress(dst, tile)
 				}
-				if end := threadCPU(); start >= 0 && end >= start {
+				if end := testenv.ThreadCPU(); start >= 0 && end >= start {
 					b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 				}
 				b.ReportMetric(100*float64(len(dst))/float64(len(tile)), "%size")

@@ -73,11 +73,11 @@ func BenchmarkEstimate(b *testing.B) {
 				// busy machine do not inflate as they do wall time.
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
-				start := threadCPU()
+				start := testenv.ThreadCPU()
 				for i := 0; b.Loop(); i++ {
 					sink += queries[i&1023](m).Features
 				}
-				if end := threadCPU(); start >= 0 && end >= start {
+				if end := testenv.ThreadCPU(); start >= 0 && end >= start {
 					b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 				}
 				if math.IsNaN(sink) {

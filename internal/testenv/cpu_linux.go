@@ -1,6 +1,6 @@
 //go:build linux
 
-package tiles_test
+package testenv
 
 import (
 	"syscall"
@@ -10,8 +10,10 @@ import (
 // rusageThread is Linux's RUSAGE_THREAD: the calling thread's usage.
 const rusageThread = 1
 
-// threadCPU is the CPU time the calling OS thread has used, or -1.
-func threadCPU() time.Duration {
+// ThreadCPU is the CPU time the calling OS thread has used, or -1. A
+// benchmark that locks its goroutine to its thread measures its own work
+// with it, apart from whatever else shares the machine.
+func ThreadCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
 		return -1
