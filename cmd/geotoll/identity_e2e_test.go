@@ -124,9 +124,7 @@ func TestEndToEndGlobalBudget(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"global"`) || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("global budget: %d %s", resp.StatusCode, short(body))
 	}
-	// The look at the budget pays the base price, 1 under sizePrices: 99
-	// left, not 40.
-	if rem := budget(t, base, b)["remaining"].(float64); rem < 98.9 {
+	if rem := budget(t, base, b)["remaining"].(float64); rem < 99.9 {
 		t.Fatalf("b was charged (%v left) though the global budget refused", rem)
 	}
 }
