@@ -61,7 +61,7 @@ func (c *Client) get(ctx context.Context, path string, gzip bool) (*http.Respons
 }
 
 // DryRun returns the price the server quotes for the tile (?dry_run=1):
-// nothing queried, and only the base price charged.
+// nothing charged, nothing queried.
 func (c *Client) DryRun(ctx context.Context, layer string, t maptile.Tile) (float64, error) {
 	resp, err := c.get(ctx, TilePath(layer, t)+"?dry_run=1", false)
 	if err != nil {

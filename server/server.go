@@ -29,8 +29,7 @@ type Options struct {
 	// Geofence serves /geofence/… (the fence admin /geofence/fences, and
 	// its older paths /geofences).
 	Geofence *geofence.Handler
-	// Budget answers GET /budget (the caller's own budget, for the base
-	// price).
+	// Budget answers GET /budget (the caller's own budget, never charged).
 	Budget http.Handler
 	// Web serves the preview page: GET / and GET /web/… (package web).
 	Web http.Handler

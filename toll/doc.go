@@ -15,9 +15,7 @@
 //  2. The price (computed by the caller from the request's parameters,
 //     never a database call) is checked against the tier: a price no
 //     bucket of the tier could ever pay is a 422; ?dry_run=1 answers the
-//     price and the budget without paying the price: like /budget, the
-//     look pays the base price, and a bucket that cannot pay even that is
-//     answered in process (the Failover's free refusal), not by Redis.
+//     price and the budget without charging.
 //  3. The global database budget, when configured, is taken in process
 //     from this replica's lease (see throttle.Global); a refusal is a 503
 //     that charges the caller nothing.

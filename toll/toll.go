@@ -249,7 +249,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		return nil
 	}
 	if isDryRun(r) {
-		t.dryRun(w, r, tier, pol, caller, p)
+		t.dryRun(w, r, tier, pol, own, p)
 		return nil
 	}
 	var global float64

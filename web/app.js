@@ -173,8 +173,8 @@
     render();
   }
 
-  // seedBudget fills the meter from GET /budget (the caller's budget, for
-  // the base price, 0.01) before the first tile arrives. Optional: a server without the
+  // seedBudget fills the meter from GET /budget (the caller's budget, never
+  // charged) before the first tile arrives. Optional: a server without the
   // route, or any failure, leaves the meter to the tile responses.
   async function seedBudget() {
     var ctl = new AbortController();

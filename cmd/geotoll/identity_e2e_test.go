@@ -61,7 +61,7 @@ func TestEndToEndIdentity(t *testing.T) {
 		}
 	}
 
-	// /budget and dry_run pay the base price each, never the price quoted.
+	// /budget is never charged; dry_run prices without charging.
 	b1 := budget(t, base, key)
 	if b1["tier"] != "free" || b1["capacity"] != 100.0 {
 		t.Fatalf("budget %v", b1)
@@ -72,8 +72,8 @@ func TestEndToEndIdentity(t *testing.T) {
 		t.Fatalf("dry run: %d %s", resp.StatusCode, short(body))
 	}
 	b2 := budget(t, base, key)
-	if b2["remaining"].(float64) < b1["remaining"].(float64)-0.1 { // two base prices, not the 60 quoted
-		t.Fatalf("/budget or dry_run charged more than the base price: %v then %v", b1["remaining"], b2["remaining"])
+	if b2["remaining"].(float64) < b1["remaining"].(float64) {
+		t.Fatalf("/budget or dry_run charged: %v then %v", b1["remaining"], b2["remaining"])
 	}
 
 	// Revocation takes effect at once (notified), at the latest within
