@@ -2,9 +2,7 @@ package toll
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -237,54 +235,5 @@ func TestRefusedKeyCostsNoRedisCallUntilRetryAfter(t *testing.T) {
 			t.Fatalf("the first request after Retry-After made %d calls, want 1", c)
 		}
 		t.Logf("%d requests refused in process in 400 ms, none sent to Redis", n)
-	})
-}
-
-// /budget and ?dry_run=1 are bounded like every other request: each pays
-// the base price, and once the caller's bucket cannot pay even that, they
-// are answered in process — 200, the bucket as this process knows it, no
-// Redis command — until it could. The bucket holds three peeks and
-// refills one in 1,000 s: no wait in this test comes near it.
-func TestBudgetAndDryRunAreBounded(t *testing.T) {
-	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
-		toll, calls, flush := countedToll(t, rdb)
-		base := toll.Default.Base
-		toll.Tiers["free"] = Tier{Name: "free", Limit: throttle.Limit{Rate: base / 1000, Capacity: 3 * base}}
-		peek := func(i int) map[string]any {
-			r := httptest.NewRequest(http.MethodGet, "/budget", nil)
-			handle := toll.ServeBudget
-			if i%2 == 1 {
-				r = httptest.NewRequest(http.MethodGet, "/tiles/places/14/0/0.mvt?dry_run=1", nil)
-				handle = func(w http.ResponseWriter, r *http.Request) { toll.AdmitTile(w, r, tileDemand(14, "places")) }
-			}
-			r.Header.Set("X-API-Key", "k1")
-			w := httptest.NewRecorder()
-			handle(w, r)
-			var body map[string]any
-			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusOK {
-				t.Fatalf("peek %d: %d %s", i, w.Code, w.Body)
-			}
-			return body
-		}
-		for i := range 3 {
-			body := peek(i)
-			if got, want := body["remaining"].(float64), float64(2-i)*base; math.Abs(got-want) > base/100 {
-				t.Fatalf("peek %d: remaining %v, want %v: a peek is charged the base price", i, got, want)
-			}
-		}
-		flush() // the peeks' releases, sent after their answers
-		calls.reset()
-		for i := 3; i < 23; i++ {
-			body := peek(i)
-			if body["remaining"].(float64) >= base {
-				t.Fatalf("peek %d of an empty bucket: %v", i, body)
-			}
-			if i%2 == 1 && body["would_allow"] != false {
-				t.Fatalf("dry run %d of an empty bucket: %v", i, body)
-			}
-		}
-		if c := calls.commands.Load(); c != 0 {
-			t.Fatalf("20 peeks of a bucket that cannot pay for them sent %d Redis commands, want 0", c)
-		}
 	})
 }
