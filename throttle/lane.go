@@ -208,23 +208,40 @@ func (s *RedisStore) scanLocked(l *lane, now time.Time) (anyReady bool, wait tim
 }
 
 // takeLocked removes the operations that are ready from l's queue, at
-// most MaxBatch of them, all of the first one's shape: the script applies
-// one shape (in-flight cap, TTL, debt floor, aggregate) to a whole batch,
-// so the batch ends before the first ready operation of another shape,
-// which goes with the next. wait is how long until the first one that is
-// not ready. A finish or void waiting to be sent again after a failed call
-// rides along with any batch that goes anyway.
+// most MaxBatch of them, all of the shape of the first ready one: the
+// script applies one shape (in-flight cap, TTL, debt floor, aggregate) to
+// a whole batch, so the batch ends before the next ready operation of
+// another shape, which goes with the next. wait is how long until the
+// first one that is not ready. A finish or void waiting to be sent again
+// after a failed call rides along with a batch of its shape that goes
+// anyway; it never sets the shape, so every batch carries the first ready
+// operation, and an admit is always answered by the call after it is
+// ready.
 func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) {
 	now := time.Now()
-	anyReady, _ := s.scanLocked(l, now)
+	var lead *pending // the first ready operation: its shape is the batch's
+	for _, p := range l.queue {
+		if !now.Before(p.notBefore) {
+			lead = p
+			break
+		}
+	}
 	wait = s.opts.RetryInterval
 	keep := l.queue[:0]
 	full := false
+	led := false // lead is in batch
 	for _, p := range l.queue {
-		take := !full && len(batch) < s.opts.MaxBatch && (!now.Before(p.notBefore) || (anyReady && p.done == nil))
-		if take && len(batch) > 0 && !batch[0].sameShape(p) {
-			take, full = false, true
+		ready := !now.Before(p.notBefore)
+		room := len(batch) < s.opts.MaxBatch
+		if !led && !ready {
+			room = len(batch)+1 < s.opts.MaxBatch // riders leave lead a place
 		}
+		take := lead != nil && !full && room && (ready || p.done == nil)
+		if take && !lead.sameShape(p) {
+			take = false
+			full = ready // a ready one of another shape waits, and all after it
+		}
+		led = led || (take && p == lead)
 		if take {
 			p.sent = true
 			batch = append(batch, p)
