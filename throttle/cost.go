@@ -55,9 +55,7 @@ type Weights struct {
 //
 //   - AreaWeight 0.5 per square degree: at the equator a z14 tile (0.0005
 //     square degrees) adds 0.0002 tokens, a z8 tile (2) about 1, a z6 tile
-//     (32) about 16, and z5 and lower (126+) hit MaxCost. The toll prices
-//     a tile by size at no less than the database time its settlement
-//     does not measure (toll.Toll.TilePrice): from z9 on, that floor.
+//     (32) about 16, and z5 and lower (126+) hit MaxCost.
 //   - RadiusWeight 1.2 per km: the largest radius the API accepts (50 km)
 //     costs MaxCost.
 //   - FeatureWeight 0.002: a limit of 1000 features adds 2 tokens.

@@ -17,7 +17,6 @@
 // load it is meant to prevent):
 //
 //	tile    Base + area of the tile's lon/lat bound (square degrees) × AreaWeight
-//	        (the toll prices a tile no less than its settle floor's worth)
 //	bbox    Base + area × AreaWeight + limit × FeatureWeight
 //	radius  Base + radius_km × RadiusWeight + limit × FeatureWeight
 //	batch   Base + points × PointWeight

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/throttle"
@@ -31,7 +30,7 @@ type Price struct {
 // price. A layer's price is the database time its query will take
 // (Weights.Read of the Estimator's estimate: the features and vertices in the tile's envelope and
 // buffer, on the relation its zoom reads), or, while there is no estimate,
-// its size (sizePrice). A composite dearer than the caller's
+// the tile's area (Weights.Tile). A composite dearer than the caller's
 // bucket can hold is refused with 422 by Charge (ask for fewer layers).
 func (t *Toll) TilePrice(d tiles.Demand) float64 {
 	if d.CacheHit { // served from the tile cache: the database does no work
@@ -61,25 +60,7 @@ func (t *Toll) layerPrice(l *tiles.Layer, tile maptile.Tile) float64 {
 			return w.Read(est.Features, est.Vertices, t.msPerToken())
 		}
 	}
-	return t.sizePrice(w, l, tile)
-}
-
-// sizePrice is the price of a tile of l without an estimate of what it
-// reads (no density model: at start-up, for a relation the models cannot
-// describe, and with throttle.pricing: size). It errs high: its area's
-// price (Weights.Tile), but never less than the database time settlement
-// does not measure — SettleFloor, under which a request keeps its price
-// whatever it ran — nor less than the query alone (the model's empty
-// tile). Whatever such a tile runs, it is then charged at least that: its
-// price below the settle floor, the time it ran above. The floor is at
-// most what the model charges for a full tile (the layer's max_features
-// features), so that a settle floor configured beyond any tile's time does
-// not price every tile at MaxCost.
-func (t *Toll) sizePrice(w throttle.Weights, l *tiles.Layer, tile maptile.Tile) float64 {
-	ms := t.msPerToken()
-	full := float64(cmp.Or(l.MaxFeatures, tiles.DefaultMaxFeatures))
-	unmeasured := float64(cmp.Or(t.SettleFloor, DefaultSettleFloor)) / float64(time.Millisecond) / ms
-	return max(w.Tile(tile), w.Read(0, 0, ms), min(unmeasured, w.Read(full, full, ms)))
+	return w.Tile(tile)
 }
 
 // AdmitTile implements tiles.Gate.

@@ -4,7 +4,7 @@
 // background, and turns a tile, a box, a radius or a point into the
 // features and vertices the query will read. No estimate ever calls the
 // database; a relation whose model is not built yet has no estimate, and
-// the toll prices such a request by its size meanwhile — unless the
+// the toll prices such a request by its size (area) meanwhile — unless the
 // relation is a rebuild of one modelled before (Lazy.Set): then by that
 // one's model.
 //
