@@ -92,7 +92,7 @@ func budgetDocs() []configDoc {
 		{Key: "throttle.tiers.<tier>.max_in_flight", Default: "8, 16, 64", Meaning: "concurrent requests per caller; one more is a 429 (policy <tier>-concurrency)"},
 		{Key: "throttle.failed_auth.rate", Meaning: "refill of the failed-auth bucket: unknown keys, per client address"},
 		{Key: "throttle.failed_auth.capacity", Meaning: "size of the failed-auth bucket (1 token per unknown key)"},
-		{Key: "throttle.pricing", Default: "density", Meaning: "density: a request costs the database work its density models estimate it reads; size: by its area, radius and points alone (also while a model is being built; a tile at least the settle floor's worth of tokens)"},
+		{Key: "throttle.pricing", Default: "density", Meaning: "density: a request costs the database work its density models estimate it reads; size: by its area, radius and points alone (also while a model is being built)"},
 		{Key: "throttle.ms_per_token", Default: "10", Meaning: "the unit of every price: one token is this many milliseconds of database time"},
 		{Key: "throttle.settle_floor", Default: "5ms", Meaning: "a request whose database time stays under this keeps its estimate; above, it is charged the time it took (refund or debit)"},
 		{Key: "throttle.timeout_factor", Default: "4", Meaning: "a request's statements run, together, under at most max(timeout_floor, timeout_factor × the database time it paid for), each within its layer's statement_timeout"},
