@@ -48,16 +48,10 @@ func corsHandler(c CORS) http.Handler {
 }
 
 func corsRequest(h http.Handler, method, origin string, hdr ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(method, "/healthz", nil)
 	if origin != "" {
-		r.Header.Set("Origin", origin)
+		hdr = append([]string{"Origin", origin}, hdr...)
 	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
+	return serve(h, method, "/healthz", hdr...)
 }
 
 func TestCORSWildcard(t *testing.T) {

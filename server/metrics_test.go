@@ -87,13 +87,7 @@ func TestMetricsMiddleware(t *testing.T) {
 	m, _ := newTestMetrics(t)
 	h := New(Options{Logger: quietLogger(), Metrics: m, CORS: CORS{Origins: []string{"*"}}})
 	do := func(method, path string, hdr ...string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(method, path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Set(hdr[i], hdr[i+1])
-		}
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
+		return serve(h, method, path, hdr...)
 	}
 	do(http.MethodGet, "/healthz")
 	do(http.MethodGet, "/healthz")

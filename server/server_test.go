@@ -34,13 +34,7 @@ func TestRoutesAndMiddleware(t *testing.T) {
 		}),
 	})
 	get := func(path string, hdr ...string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodGet, path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Set(hdr[i], hdr[i+1])
-		}
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
+		return serve(h, http.MethodGet, path, hdr...)
 	}
 
 	if w := get("/healthz"); w.Code != 200 || w.Body.String() != "ok\n" {
@@ -145,15 +139,7 @@ func TestKeyedResponsesArePrivate(t *testing.T) {
 // cross-origin request, as it should).
 func TestOptionsAnswersAllow(t *testing.T) {
 	t.Parallel()
-	do := func(h http.Handler, method, path string, hdr ...string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(method, path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Set(hdr[i], hdr[i+1])
-		}
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
-	}
+	do := serve
 	plain := New(Options{Logger: quietLogger()})
 	withCORS := New(Options{Logger: quietLogger(), CORS: CORS{Origins: []string{"https://maps.example.com"}}})
 	for _, tc := range []struct {
@@ -220,4 +206,16 @@ func TestCleanPathRedirectKeepsQueryAndMethod(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serve sends h a request of method for path with the header pairs hdr
+// (name, value, name, value…) and returns what h answered.
+func serve(h http.Handler, method, path string, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
 }
