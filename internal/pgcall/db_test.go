@@ -416,3 +416,40 @@ func TestReadStatementsShareTheBudget(t *testing.T) {
 		t.Errorf("statement_timeout of a 100 ms statement with budget left: %q, want its own 100ms", own)
 	}
 }
+
+// A connection a call cannot give back for reuse — a statement timeout left
+// its transaction failed — is out of the pool when the call returns, not
+// once the pool has closed it: the pool's only slot is free for the next
+// call at once. The pool's BeforeClose hook, held here until the test
+// ends, shows which comes first.
+func TestDiscardedConnectionFreesItsSlotBeforeTheCallReturns(t *testing.T) {
+	t.Parallel()
+	cfg := testenv.PoolConfig(t, testenv.ReadDatabaseURL(t))
+	cfg.MaxConns = 1
+	closing := make(chan struct{})
+	closed := make(chan struct{}, 16)
+	cfg.BeforeClose = func(*pgx.Conn) { closed <- struct{}{}; <-closing }
+	pgcall.Configure(cfg, testenv.CancelWait)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Cleanup(func() { close(closing) }) // before pool.Close, which waits for the hook
+	db := &pgcall.DB{Pool: pool, AcquireTimeout: time.Second, RetryAfter: 2}
+
+	for i := range 3 {
+		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 50 * time.Millisecond})
+		if problem.From(err).Code != problem.Timeout {
+			t.Fatalf("call %d: %v, want a statement timeout", i, err)
+		}
+		if got := pool.Stat().AcquiredConns(); got != 0 {
+			t.Fatalf("call %d: %d connections acquired once the Read returned, want 0", i, got)
+		}
+	}
+	var one int
+	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second, Scan: pgcall.One(&one)}); err != nil || one != 1 {
+		t.Errorf("Read after the timeouts: %d, %v", one, err)
+	}
+	eventually(t, 10*time.Second, "BeforeClose runs once for each discarded connection", func() bool { return len(closed) == 3 })
+}
