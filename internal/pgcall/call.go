@@ -28,7 +28,7 @@ type call struct {
 	// answerBy is the caller's deadline (zero: none): a cut call waits for
 	// its backend at most StopWait, and never past it.
 	answerBy time.Time
-	done     chan struct{} // closed once the connection is back in the pool
+	done     chan struct{} // closed once the connection is back in the pool, or out of it
 	state    atomic.Int32
 
 	// Written by run before done is closed.
@@ -80,7 +80,7 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 	c.timing.DB = time.Since(start)
 	cancel()
 	c.err, c.lost = err, c.conn.Conn().IsClosed()
-	c.conn.Release()
+	release(c.db.Pool, c.conn)
 	if c.share != nil {
 		c.share.give()
 	}
@@ -91,6 +91,35 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 		c.db.Calls.Outliving(-1)
 	}
 }
+
+// release gives conn back to its pool, or — when it cannot be reused: the
+// database closed it, or a failed statement left its transaction open —
+// takes it out of the pool before it returns, so that the pool's slot is
+// free for the next call at once. (pgxpool's own Release of such a
+// connection frees the slot later, on a goroutine of its own, after it has
+// closed the connection.) The connection is then closed in the background
+// as pgxpool closes one, after the pool's BeforeClose hook.
+func release(pool *pgxpool.Pool, conn *pgxpool.Conn) {
+	pc := conn.Conn().PgConn()
+	if !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' {
+		conn.Release()
+		return
+	}
+	beforeClose := pool.Config().BeforeClose
+	raw := conn.Hijack()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		defer cancel()
+		if beforeClose != nil {
+			beforeClose(raw)
+		}
+		_ = raw.Close(ctx)
+	}()
+}
+
+// closeWait bounds the close of a connection taken out of its pool, as
+// pgxpool bounds its own.
+const closeWait = 15 * time.Second
 
 // await returns the call's result once its work is done, or — when the
 // call was cut (or its caller went away) and the backend has not stopped
