@@ -94,27 +94,28 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 
 // release gives conn back to its pool, or — when it cannot be reused: the
 // database closed it, or a failed statement left its transaction open —
-// takes it out of the pool before it returns, so that the pool's slot is
-// free for the next call at once. (pgxpool's own Release of such a
-// connection frees the slot later, on a goroutine of its own, after it has
-// closed the connection.) The connection is then closed in the background
-// as pgxpool closes one, after the pool's BeforeClose hook.
+// closes it, after the pool's BeforeClose hook, and takes it out of the
+// pool, before it returns: the pool's slot is free for the next call at
+// once, and never while the connection is still open, so the pool holds
+// at most MaxConns connections. (pgxpool's own Release of such a
+// connection does the same on a goroutine of its own, so the slot comes
+// free some time after the call has returned.) Closing sends Terminate
+// and closes the socket; it waits for nothing from the server. A pool
+// with MinConns opens the replacement at its next health check.
 func release(pool *pgxpool.Pool, conn *pgxpool.Conn) {
-	pc := conn.Conn().PgConn()
+	raw := conn.Conn()
+	pc := raw.PgConn()
 	if !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' {
 		conn.Release()
 		return
 	}
-	beforeClose := pool.Config().BeforeClose
-	raw := conn.Hijack()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-		defer cancel()
-		if beforeClose != nil {
-			beforeClose(raw)
-		}
-		_ = raw.Close(ctx)
-	}()
+	if beforeClose := pool.Config().BeforeClose; beforeClose != nil {
+		beforeClose(raw)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	_ = raw.Close(ctx)
+	cancel()
+	conn.Hijack()
 }
 
 // closeWait bounds the close of a connection taken out of its pool, as
