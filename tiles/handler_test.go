@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/paulmach/orb/maptile"
@@ -25,7 +26,7 @@ func TestParseRequest(t *testing.T) {
 	t.Parallel()
 	c := newCatalog(t, append(demoLayers(),
 		tiles.Layer{Name: "lowzoom", Table: "t", GeometryColumn: "g", MaxZoom: 10},
-		tiles.Layer{Name: "highzoom", Table: "t", GeometryColumn: "g", MinZoom: 12},
+		tiles.Layer{Name: "highzoom", Table: "t", GeometryColumn: "g", MinZoom: 12, MaxZoom: 14},
 	)...)
 	for _, tc := range []struct {
 		name           string
@@ -54,6 +55,12 @@ func TestParseRequest(t *testing.T) {
 		{name: "composite above one maxzoom", layer: "lowzoom,districts,places", z: "11", x: "0", y: "0.mvt",
 			wantLayers: []string{"districts", "places"}, wantTile: maptile.New(0, 0, 11)},
 		{name: "composite with no layer in range", layer: "districts,highzoom", z: "3", x: "0", y: "0.mvt", status: 422, param: "z"},
+		// A zoom between its layers' ranges is inside the composite's
+		// (0..14, which its TileJSON advertises): an empty tile, no layer
+		// to read. Beyond every layer's range it is still a 422.
+		{name: "composite in the gap between its layers' zooms", layer: "lowzoom,highzoom", z: "11", x: "0", y: "0.mvt",
+			wantLayers: nil, wantTile: maptile.New(0, 0, 11)},
+		{name: "composite above every layer's maxzoom", layer: "lowzoom,highzoom", z: "15", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "above maxzoom", layer: "lowzoom", z: "11", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "above MaxZoom", layer: "places", z: "23", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "x out of range", layer: "places", z: "1", x: "2", y: "0.mvt", status: 422, param: "x"},
@@ -290,6 +297,80 @@ func TestHandler(t *testing.T) {
 				if len(gate.Demands()) != 0 {
 					t.Errorf("a bad request reached the gate: %+v", gate.Demands())
 				}
+			}
+		})
+	}
+}
+
+// gapLayers are two layers whose zoom ranges leave a gap (z6..z9): their
+// composite is advertised (TileJSON) and served at z0..z14.
+func gapLayers() []tiles.Layer {
+	return []tiles.Layer{
+		{Name: "low", Table: "t", GeometryColumn: "g", MaxZoom: 5, MaxAge: 5 * time.Minute},
+		{Name: "high", Table: "t", GeometryColumn: "g", MinZoom: 10, MaxZoom: 14, MaxAge: 2 * time.Minute},
+	}
+}
+
+// A composite asked at a zoom inside its range (which its TileJSON
+// advertises) that none of its layers serves is an empty tile, as any
+// tile without features: 204 with ETag, Cache-Control (the smallest
+// max_age of its layers) and Vary. Nothing reads the database for it, so
+// nothing is priced: the Gate is not asked. Outside the composite's range
+// it stays a 422, with or without a tile cache.
+func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
+	t.Parallel()
+	cat := newCatalog(t, gapLayers()...)
+	for _, withCache := range []bool{false, true} {
+		t.Run("cache="+strconv.FormatBool(withCache), func(t *testing.T) {
+			t.Parallel()
+			rend := &fakeRenderer{tile: []byte{0x1a, 0x02, 0x78, 0x02}}
+			gate := &fakeGate{}
+			th := &tiles.Handler{Catalog: cat, Store: rend, Gate: gate, Logger: discardLogger()}
+			if withCache {
+				th.Cache = newCache(t, tiles.CacheOptions{MaxBytes: 1 << 20})
+			}
+			h := router(th)
+			for _, z := range []int{6, 7, 9} {
+				path := "/tiles/low,high/" + strconv.Itoa(z) + "/0/0.mvt"
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+				if w.Code != http.StatusNoContent || w.Body.Len() != 0 {
+					t.Fatalf("GET %s: %d %s, want 204 without a body", path, w.Code, w.Body)
+				}
+				etag := w.Header().Get("ETag")
+				if etag == "" || w.Header().Get("Cache-Control") != "public, max-age=120" ||
+					!slices.Contains(w.Header().Values("Vary"), "Accept-Encoding") {
+					t.Errorf("GET %s: headers %v, want an ETag, Cache-Control public, max-age=120 and Vary: Accept-Encoding", path, w.Header())
+				}
+				r := httptest.NewRequest(http.MethodGet, path, nil)
+				r.Header.Set("If-None-Match", etag)
+				w = httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusNotModified {
+					t.Errorf("GET %s with If-None-Match %s: %d, want 304", path, etag, w.Code)
+				}
+			}
+			if d := gate.Demands(); len(d) != 0 {
+				t.Errorf("the empty tiles were priced: %+v", d)
+			}
+			if c := rend.Calls(); len(c) != 0 {
+				t.Errorf("the empty tiles were rendered: %+v", c)
+			}
+			for _, path := range []string{"/tiles/low,high/15/0/0.mvt", "/tiles/low,high/22/0/0.mvt"} {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+				if w.Code != http.StatusUnprocessableEntity {
+					t.Fatalf("GET %s: %d, want 422", path, w.Code)
+				}
+				if doc := decodeProblem(t, w); doc.Param != "z" {
+					t.Errorf("GET %s: problem param %q, want z", path, doc.Param)
+				}
+			}
+			// In a layer's range the composite is rendered as before.
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/tiles/low,high/12/0/0.mvt", nil))
+			if w.Code != http.StatusOK || len(rend.Calls()) != 1 || len(gate.Demands()) != 1 {
+				t.Errorf("z12: %d, %d renders, %d prices; want 200, rendered and priced once", w.Code, len(rend.Calls()), len(gate.Demands()))
 			}
 		})
 	}
