@@ -15,9 +15,11 @@
 //     extension, [ParseTile] z, x and y, [Catalog.Resolve] the layer list,
 //     then each layer's zoom range. A malformed part is a 400, an unknown
 //     layer or format a 404, a value out of range a 422; each names the
-//     parameter at fault (see package problem). A composite drops the
-//     layers whose minzoom..maxzoom excludes z and is a 422 only when none
-//     is left.
+//     parameter at fault (see package problem). A composite is served
+//     from the least minzoom of its layers to the greatest maxzoom, and
+//     drops the layers whose own range excludes z; at a zoom between
+//     their ranges none is left, and its tile is empty: a 204 answered
+//     at once, without the Gate (nothing is read, so nothing is priced).
 //  2. The [Cache] is looked up first, so that the [Gate] knows whether the
 //     database will do any work: a hit (or a 304 for a cached ETag) is a
 //     [Demand] with CacheHit set, which server prices at the base price.

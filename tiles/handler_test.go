@@ -417,10 +417,12 @@ func FuzzParseRequest(f *testing.F) {
 		{"places", "14", "16384", "16384.mvt"},
 		{"places", "4294967296", "0", "0.mvt.mvt"},
 		{"a,b,c,d,e,f,g,h,i", "0", "0", "0.mvt"},
+		{"places,districts", "2", "1", "1.mvt"},
+		{"low,high", "7", "0", "0.mvt"},
 	} {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
-	c, err := tiles.NewCatalog(demoLayers())
+	c, err := tiles.NewCatalog(append(demoLayers(), gapLayers()...))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -447,16 +449,25 @@ func FuzzParseRequest(f *testing.F) {
 		if e := tiles.Envelope(req.Tile); !(e.Min[0] < e.Max[0] && e.Min[1] < e.Max[1]) {
 			t.Fatalf("Envelope(%v) = %v is empty", req.Tile, e)
 		}
-		if len(req.Layers) == 0 || len(req.Layers) > tiles.MaxComposite {
-			t.Fatalf("ParseRequest(%q, …) returned %d layers", layer, len(req.Layers))
+		if len(req.Named) == 0 || len(req.Named) > tiles.MaxComposite {
+			t.Fatalf("ParseRequest(%q, …) named %d layers", layer, len(req.Named))
 		}
-		if got := strings.Join(layerNames(req.Layers), ","); got != layer {
+		if got := strings.Join(layerNames(req.Named), ","); got != layer {
 			t.Fatalf("ParseRequest(%q, …) resolved %q", layer, got)
 		}
-		for _, l := range req.Layers {
-			if l != c.Layer(l.Name) || !l.ZoomInRange(req.Tile.Z) {
-				t.Fatalf("layer %q is not the catalog's or not served at z%d", l.Name, req.Tile.Z)
+		// Layers are the named ones served at z, in order; none only for
+		// a composite (between its layers' zooms).
+		var in []*tiles.Layer
+		for _, l := range req.Named {
+			if l != c.Layer(l.Name) {
+				t.Fatalf("layer %q is not the catalog's", l.Name)
 			}
+			if l.ZoomInRange(req.Tile.Z) {
+				in = append(in, l)
+			}
+		}
+		if !slices.Equal(req.Layers, in) || len(in) == 0 && len(req.Named) == 1 {
+			t.Fatalf("ParseRequest(%q, …) at z%d reads %q", layer, req.Tile.Z, layerNames(req.Layers))
 		}
 	})
 }
