@@ -112,7 +112,9 @@
 // relation and query each zoom runs. Storage the layer cannot use (built
 // from another table or geometry column than the layer reads now, storage
 // its configuration turned off — overviews with generalize or overviews
-// off or outside its overview band, pieces with subdivide off —, another
+// off or outside its overview band, pieces with subdivide off —,
+// overviews built under other generalisation settings — cluster_px,
+// tolerance_px, min_size_px or order_by ([Layer.OverviewParams]) —, another
 // kind, missing columns, an unknown builder) is left out with a warning;
 // those zooms read the table. A followed layer ([Catalog.Follow]: the
 // server writes its table, as the fence admin writes the fences) reads

@@ -81,6 +81,16 @@ type StorageParams struct {
 	OrderBy []string `json:"order_by,omitempty"`
 }
 
+// sameBuild reports whether p and q record the same build but for the
+// builder's Version: the zoom, cluster grid, simplification, order and
+// pieces' size. Lengths compare exactly: both sides compute them alike
+// (Layer.OverviewParams), and JSON carries a float64 unchanged.
+func (p StorageParams) sameBuild(q StorageParams) bool {
+	return p.Zoom == q.Zoom && p.CellsPerTile == q.CellsPerTile && p.CellMetres == q.CellMetres &&
+		p.ToleranceMetres == q.ToleranceMetres && p.MinSizeMetres == q.MinSizeMetres &&
+		p.MaxVertices == q.MaxVertices && slices.Equal(p.OrderBy, q.OrderBy)
+}
+
 // generalization is the Generalization of a tile at zoom z read from the
 // storage: what the builder did (its cells per tile, its lengths).
 func (p StorageParams) generalization(z maptile.Zoom) Generalization {
