@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 
@@ -135,5 +136,31 @@ func TestStorageWarningsLoggedOnce(t *testing.T) {
 				t.Errorf("%q warning logged as cleared %d times, want once: %s", msg, cleared[w], w)
 			}
 		}
+	}
+}
+
+// A check that failed part-way (the registry not read) may have missed
+// warnings that still stand: it clears none; the next complete check does.
+func TestWarningLogIncompleteCheckClearsNothing(t *testing.T) {
+	t.Parallel()
+	logs := &capture{}
+	logger := slog.New(logs)
+	var w warningLog
+	w.report(t.Context(), logger, "storage", []string{"a", "b"}, true)
+	w.report(t.Context(), logger, "storage", []string{"c"}, false)
+	if got := logs.take("storage warning cleared"); len(got) != 0 {
+		t.Errorf("an incomplete check cleared %+v", got)
+	}
+	w.report(t.Context(), logger, "storage", []string{"b", "c"}, true)
+	w.report(t.Context(), logger, "storage", []string{"b", "c"}, true)
+	var warned, cleared []string
+	for _, r := range logs.take("storage") {
+		warned = append(warned, r.err)
+	}
+	for _, r := range logs.take("storage warning cleared") {
+		cleared = append(cleared, r.err)
+	}
+	if !slices.Equal(warned, []string{"a", "b", "c"}) || !slices.Equal(cleared, []string{"a"}) {
+		t.Errorf("warned %q, cleared %q; want a, b, c warned once each and a cleared", warned, cleared)
 	}
 }
