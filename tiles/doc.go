@@ -18,8 +18,8 @@
 //     parameter at fault (see package problem). A composite is served
 //     from the least minzoom of its layers to the greatest maxzoom, and
 //     drops the layers whose own range excludes z; at a zoom between
-//     their ranges none is left, and its tile is empty: a 204 answered
-//     at once, without the Gate (nothing is read, so nothing is priced).
+//     their ranges none is left, and its tile is empty: a 204 that reads
+//     nothing, priced as a cache hit of the layers it names.
 //  2. The [Cache] is looked up first, so that the [Gate] knows whether the
 //     database will do any work: a hit (or a 304 for a cached ETag) is a
 //     [Demand] with CacheHit set, which server prices at the base price.

@@ -23,13 +23,14 @@ const ContentType = "application/vnd.mapbox-vector-tile"
 
 // Demand describes what a tile request asks of the database, so that the
 // Gate can price it before anything runs. Layers is never empty: a tile
-// that reads no layer (a composite between its layers' zooms) is answered
-// without the Gate.
+// that reads no layer (a composite between its layers' zooms) is a
+// CacheHit of the layers it names.
 type Demand struct {
 	Layers []*Layer
 	Tile   maptile.Tile
 	// CacheHit is set when the tile (or its 304) is served from the tile
-	// cache: the database does no work, so the price should be the base
+	// cache, or is the empty tile of a composite between its layers'
+	// zooms: the database does no work, so the price should be the base
 	// price alone.
 	CacheHit bool
 }
@@ -188,8 +189,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Layers) == 0 {
 		// A composite between its layers' zooms: an empty tile, known from
-		// the address alone. No query runs, so the Gate is not asked:
-		// nothing is priced or charged, as for a malformed address.
+		// the address alone. No query runs, so it is priced as a cache hit
+		// of the layers it names: the Gate still checks the caller's key
+		// and budget, and answers a dry run.
+		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Named, Tile: req.Tile, CacheHit: true}) {
+			return
+		}
 		h.write(w, r, req.Named, cacheKey{}, emptyTile, "")
 		return
 	}

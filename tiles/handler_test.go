@@ -315,8 +315,9 @@ func gapLayers() []tiles.Layer {
 // advertises) that none of its layers serves is an empty tile, as any
 // tile without features: 204 with ETag, Cache-Control (the smallest
 // max_age of its layers) and Vary. Nothing reads the database for it, so
-// nothing is priced: the Gate is not asked. Outside the composite's range
-// it stays a 422, with or without a tile cache.
+// the Gate prices it as a cache hit of the layers the address names (and
+// may refuse it). Outside the composite's range it stays a 422, with or
+// without a tile cache.
 func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
 	t.Parallel()
 	cat := newCatalog(t, gapLayers()...)
@@ -350,8 +351,14 @@ func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
 					t.Errorf("GET %s with If-None-Match %s: %d, want 304", path, etag, w.Code)
 				}
 			}
-			if d := gate.Demands(); len(d) != 0 {
-				t.Errorf("the empty tiles were priced: %+v", d)
+			demands := gate.Demands()
+			if len(demands) != 6 {
+				t.Errorf("%d demands for 6 empty tiles (3 and their 304s), want 6", len(demands))
+			}
+			for _, d := range demands {
+				if !d.CacheHit || len(d.Layers) != 2 || d.Layers[0].Name != "low" || d.Layers[1].Name != "high" {
+					t.Errorf("an empty tile's demand: cache hit %v, %d layers; want a cache hit of low and high", d.CacheHit, len(d.Layers))
+				}
 			}
 			if c := rend.Calls(); len(c) != 0 {
 				t.Errorf("the empty tiles were rendered: %+v", c)
@@ -369,8 +376,15 @@ func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
 			// In a layer's range the composite is rendered as before.
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/tiles/low,high/12/0/0.mvt", nil))
-			if w.Code != http.StatusOK || len(rend.Calls()) != 1 || len(gate.Demands()) != 1 {
-				t.Errorf("z12: %d, %d renders, %d prices; want 200, rendered and priced once", w.Code, len(rend.Calls()), len(gate.Demands()))
+			if d := gate.Demands(); w.Code != http.StatusOK || len(rend.Calls()) != 1 || len(d) != 7 || d[6].CacheHit || len(d[6].Layers) != 1 {
+				t.Errorf("z12: %d, %d renders, %d prices; want 200, rendered once, priced as a miss of its one layer in range", w.Code, len(rend.Calls()), len(d))
+			}
+			// A refusal of the Gate is the answer, as for any tile.
+			refused := router(&tiles.Handler{Catalog: cat, Store: rend, Gate: &fakeGate{refuse: true}, Logger: discardLogger()})
+			w = httptest.NewRecorder()
+			refused.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/tiles/low,high/7/0/0.mvt", nil))
+			if w.Code != http.StatusTooManyRequests {
+				t.Errorf("an empty tile the Gate refuses: %d, want 429", w.Code)
 			}
 		})
 	}
