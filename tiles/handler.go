@@ -74,8 +74,9 @@ type Describer interface {
 // use.
 type Observer interface {
 	// TileCache counts one tile request by how it was served: "hit" (from
-	// the cache), "miss" (rendered for it) or "shared" (it waited for
-	// another request's render of the same tile).
+	// the cache), "miss" (rendered for it), "shared" (it waited for
+	// another request's render of the same tile) or "empty" (a composite
+	// between its layers' zooms: nothing to read).
 	TileCache(result string)
 	// TileQuery times one layer's query within a tile render.
 	TileQuery(layer string, z maptile.Zoom, d time.Duration)
@@ -195,6 +196,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Named, Tile: req.Tile, CacheHit: true}) {
 			return
 		}
+		h.observe("empty")
 		h.write(w, r, req.Named, cacheKey{}, emptyTile, "")
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -326,7 +327,8 @@ func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
 			t.Parallel()
 			rend := &fakeRenderer{tile: []byte{0x1a, 0x02, 0x78, 0x02}}
 			gate := &fakeGate{}
-			th := &tiles.Handler{Catalog: cat, Store: rend, Gate: gate, Logger: discardLogger()}
+			obs := &cacheResults{}
+			th := &tiles.Handler{Catalog: cat, Store: rend, Gate: gate, Logger: discardLogger(), Observer: obs}
 			if withCache {
 				th.Cache = newCache(t, tiles.CacheOptions{MaxBytes: 1 << 20})
 			}
@@ -337,6 +339,9 @@ func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
 				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
 				if w.Code != http.StatusNoContent || w.Body.Len() != 0 {
 					t.Fatalf("GET %s: %d %s, want 204 without a body", path, w.Code, w.Body)
+				}
+				if x := w.Header().Values("X-Cache"); len(x) != 0 {
+					t.Errorf("GET %s: X-Cache %q, want none: the tile is neither cached nor rendered", path, x)
 				}
 				etag := w.Header().Get("ETag")
 				if etag == "" || w.Header().Get("Cache-Control") != "public, max-age=120" ||
@@ -363,6 +368,9 @@ func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
 			if c := rend.Calls(); len(c) != 0 {
 				t.Errorf("the empty tiles were rendered: %+v", c)
 			}
+			if got := obs.get(); !maps.Equal(got, map[string]int{"empty": 6}) {
+				t.Errorf("cache results %v, want 6 empty", got)
+			}
 			for _, path := range []string{"/tiles/low,high/15/0/0.mvt", "/tiles/low,high/22/0/0.mvt"} {
 				w := httptest.NewRecorder()
 				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
@@ -388,6 +396,29 @@ func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cacheResults is a tiles.Observer that counts the cache results.
+type cacheResults struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (o *cacheResults) TileCache(result string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == nil {
+		o.n = map[string]int{}
+	}
+	o.n[result]++
+}
+
+func (*cacheResults) TileQuery(string, maptile.Zoom, time.Duration) {}
+
+func (o *cacheResults) get() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return maps.Clone(o.n)
 }
 
 // TestHandlerPassesRequestContext: the renderer gets the request's context
@@ -482,6 +513,15 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if !slices.Equal(req.Layers, in) || len(in) == 0 && len(req.Named) == 1 {
 			t.Fatalf("ParseRequest(%q, …) at z%d reads %q", layer, req.Tile.Z, layerNames(req.Layers))
+		}
+		// A zoom is served only between the least minzoom and the
+		// greatest maxzoom of the layers named.
+		lo, hi := int(tiles.MaxZoom), 0
+		for _, l := range req.Named {
+			lo, hi = min(lo, l.MinZoom), max(hi, l.MaxZoom)
+		}
+		if z := int(req.Tile.Z); z < lo || z > hi {
+			t.Fatalf("ParseRequest(%q, …) served z%d, outside its layers' %d..%d", layer, z, lo, hi)
 		}
 	})
 }

@@ -151,6 +151,10 @@ type Refreshed struct {
 	// Warnings are storage the layers cannot read (left out: those zooms
 	// read the layer's table) and kinds that could not be read.
 	Warnings []error
+	// Kept names the layers that kept their plan, unchecked, because
+	// their storage could not be read: warnings of theirs a refresh
+	// before found may still stand.
+	Kept []string
 }
 
 // Refresh reads through q (the read role) what the database knows about
@@ -203,6 +207,7 @@ func (c *Catalog) Refresh(ctx context.Context, q Querier) (Refreshed, error) {
 			current, sig, err := currentStorage(ctx, q, l, layerStorage)
 			if err != nil {
 				out.Warnings = append(out.Warnings, err)
+				out.Kept = append(out.Kept, l.Name)
 				continue // the layer keeps its plan
 			}
 			if len(current) < len(layerStorage) {

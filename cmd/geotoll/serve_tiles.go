@@ -140,7 +140,8 @@ func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache
 	for i, w := range res.Warnings {
 		warnings[i] = w.Error()
 	}
-	m.tileWarnings.report(ctx, m.Logger, "tile layer storage", warnings, err == nil)
+	// A layer that kept its plan was not checked: nothing clears then.
+	m.tileWarnings.report(ctx, m.Logger, "tile layer storage", warnings, err == nil && len(res.Kept) == 0)
 	if len(res.Changed) > 0 {
 		m.pricing.storageChanged()
 	}

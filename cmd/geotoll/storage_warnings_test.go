@@ -68,6 +68,7 @@ func (c *capture) take(msg string) []logged {
 // geofence layer whose pieces lack a property it serves.
 func TestStorageWarningsLoggedOnce(t *testing.T) {
 	t.Parallel()
+	prepareDemo(t) // the demo's storage, which the warnings are about
 	logs := &capture{}
 	m := &Main{Pool: testenv.ReadPool(t), Logger: slog.New(logs)}
 	moved, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.districts", GeometryColumn: "geom_3857",
