@@ -80,7 +80,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}, []string{"layer", "zoom"}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_tile_cache_requests_total",
-			Help: "Tile requests by cache result: hit, miss (rendered for it) or shared (waited for another request's render).",
+			Help: "Tile requests by cache result: hit, miss (rendered for it), shared (waited for another request's render) or empty (a composite between its layers' zooms: nothing to read).",
 		}, []string{"result"}),
 		dbCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_db_calls_total",

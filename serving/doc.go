@@ -42,7 +42,11 @@
 // the layer's configuration still asks for it (an overview of a zoom in
 // the layer's overview band, generalize and overviews on; pieces with
 // subdivide on), its kind is the layer's, its columns include every
-// column the layer reads now, and it was built from the layer's table and geometry column as
+// column the layer reads now, an overview's params record the
+// generalisation the layer's settings ask for now at its zoom
+// (tiles.Layer.OverviewParams: cluster_px, tolerance_px, min_size_px and
+// order_by, whatever the builder's version), and it was built from the
+// layer's table and geometry column as
 // configured now (to_regclass(source_table) is the relation the layer's
 // table names, source_geometry_column its geometry column).
 //

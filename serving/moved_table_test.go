@@ -1,6 +1,7 @@
 package serving_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/paulmach/orb"
@@ -83,5 +84,41 @@ func TestPrepareRebuildsStorageOfAnotherTable(t *testing.T) {
 	}
 	if src := cat.Layer(name).Source(12); src.Builder != tiles.BuilderSubdivide {
 		t.Errorf("after prepare, z12 of the moved layer reads %s (builder %q), want its pieces", src.Relation.Sanitize(), src.Builder)
+	}
+}
+
+// A followed layer whose table cannot be read at a refresh keeps its plan,
+// unchecked, and Refresh names it in Kept (with the warning), so that the
+// server does not take the warnings it did not look for as cleared.
+func TestRefreshNamesTheFollowedLayersItCouldNotCheck(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "kept_")
+	shapes(t, f)
+	cat := catalog(t, shapesLayer(name, f.schema))
+	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	if !cat.Follow(name) {
+		t.Fatalf("Follow(%q): the catalog has no such layer", name)
+	}
+	reader := testenv.ReadPool(t)
+	for _, c := range []struct {
+		grant string
+		kept  bool
+	}{
+		{"", false},
+		{`REVOKE SELECT ON {s}.shapes FROM geotoll_reader`, true},
+		{`GRANT SELECT ON {s}.shapes TO geotoll_reader`, false},
+	} {
+		if c.grant != "" {
+			f.exec(t, c.grant)
+		}
+		res, err := cat.Refresh(t.Context(), reader)
+		if err != nil {
+			t.Fatalf("after %q: %v", c.grant, err)
+		}
+		if kept := slices.Contains(res.Kept, name); kept != c.kept || kept && len(res.Warnings) == 0 {
+			t.Errorf("after %q: kept %q with %d warnings; want %s kept: %v (with a warning)", c.grant, res.Kept, len(res.Warnings), name, c.kept)
+		}
 	}
 }

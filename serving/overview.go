@@ -8,7 +8,6 @@ import (
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/paulmach/orb/maptile"
 
 	queries "github.com/geotoll/geotoll/sql"
 	"github.com/geotoll/geotoll/tiles"
@@ -50,16 +49,12 @@ func (Overview) Targets(l *tiles.Layer, kind tiles.Kind) []Target {
 	if !ok || !kind.Valid() {
 		return nil
 	}
-	order := make([]string, len(l.OrderBy))
-	copy(order, l.OrderBy)
 	var out []Target
 	for z := hi; z >= lo; z-- {
-		g := l.Generalize.At(maptile.Zoom(z), l.Extent) //nolint:gosec // G115: zooms are 0..tiles.MaxZoom, validated with the configuration
-		p := tiles.StorageParams{Version: overviewVersion, Zoom: z, OrderBy: order}
-		p.CellsPerTile, p.CellMetres = g.CellsPerTile, g.CellMetres
-		if kind != tiles.KindPoint {
-			p.ToleranceMetres, p.MinSizeMetres = g.ToleranceMetres, g.MinSizeMetres
-		}
+		// What the layer reads an overview for (the server compares them
+		// too), and the builder's version.
+		p := l.OverviewParams(kind, z)
+		p.Version = overviewVersion
 		out = append(out, Target{
 			Relation: RelationName(l.Name, "ov_z"+strconv.Itoa(z)),
 			ZoomMin:  z, ZoomMax: z,

@@ -15,9 +15,11 @@
 //     extension, [ParseTile] z, x and y, [Catalog.Resolve] the layer list,
 //     then each layer's zoom range. A malformed part is a 400, an unknown
 //     layer or format a 404, a value out of range a 422; each names the
-//     parameter at fault (see package problem). A composite drops the
-//     layers whose minzoom..maxzoom excludes z and is a 422 only when none
-//     is left.
+//     parameter at fault (see package problem). A composite is served
+//     from the least minzoom of its layers to the greatest maxzoom, and
+//     drops the layers whose own range excludes z; at a zoom between
+//     their ranges none is left, and its tile is empty: a 204 that reads
+//     nothing, priced as a cache hit of the layers it names.
 //  2. The [Cache] is looked up first, so that the [Gate] knows whether the
 //     database will do any work: a hit (or a 304 for a cached ETag) is a
 //     [Demand] with CacheHit set, which server prices at the base price.
@@ -110,7 +112,9 @@
 // relation and query each zoom runs. Storage the layer cannot use (built
 // from another table or geometry column than the layer reads now, storage
 // its configuration turned off — overviews with generalize or overviews
-// off or outside its overview band, pieces with subdivide off —, another
+// off or outside its overview band, pieces with subdivide off —,
+// overviews built under other generalisation settings — cluster_px,
+// tolerance_px, min_size_px or order_by ([Layer.OverviewParams]) —, another
 // kind, missing columns, an unknown builder) is left out with a warning;
 // those zooms read the table. A followed layer ([Catalog.Follow]: the
 // server writes its table, as the fence admin writes the fences) reads

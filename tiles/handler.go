@@ -22,12 +22,15 @@ import (
 const ContentType = "application/vnd.mapbox-vector-tile"
 
 // Demand describes what a tile request asks of the database, so that the
-// Gate can price it before anything runs.
+// Gate can price it before anything runs. Layers is never empty: a tile
+// that reads no layer (a composite between its layers' zooms) is a
+// CacheHit of the layers it names.
 type Demand struct {
 	Layers []*Layer
 	Tile   maptile.Tile
 	// CacheHit is set when the tile (or its 304) is served from the tile
-	// cache: the database does no work, so the price should be the base
+	// cache, or is the empty tile of a composite between its layers'
+	// zooms: the database does no work, so the price should be the base
 	// price alone.
 	CacheHit bool
 }
@@ -71,8 +74,9 @@ type Describer interface {
 // use.
 type Observer interface {
 	// TileCache counts one tile request by how it was served: "hit" (from
-	// the cache), "miss" (rendered for it) or "shared" (it waited for
-	// another request's render of the same tile).
+	// the cache), "miss" (rendered for it), "shared" (it waited for
+	// another request's render of the same tile) or "empty" (a composite
+	// between its layers' zooms: nothing to read).
 	TileCache(result string)
 	// TileQuery times one layer's query within a tile render.
 	TileQuery(layer string, z maptile.Zoom, d time.Duration)
@@ -126,15 +130,23 @@ const (
 
 // Request is a parsed, validated tile request.
 type Request struct {
+	// Layers are the layers the tile reads: those Named that are served
+	// at Tile.Z, in the address's order. A composite asked at a zoom
+	// between its layers' ranges has none: its tile is empty.
 	Layers []*Layer
-	Tile   maptile.Tile
+	// Named are the layers the address names, in its order.
+	Named []*Layer
+	Tile  maptile.Tile
 }
 
 // ParseRequest validates a tile address: layer list, z, x and "{y}.{ext}".
 // Errors are problems: 400 malformed, 404 unknown layer or format, 422 out
-// of range. A layer whose minzoom..maxzoom excludes z is left out of a
-// composite (as martin does), so a map asking one URL for several layers
-// gets those in range; only when none is the request is a 422.
+// of range. A composite is served from the least minzoom of its layers to
+// the greatest maxzoom (its TileJSON advertises that range, up to the
+// deepest data_maxzoom); a layer whose own range excludes z is left out
+// (as martin does), so a map asking one URL for several layers gets those
+// in range — and at a zoom between their ranges, none: an empty tile. A
+// zoom outside the composite's range is a 422.
 func (c *Catalog) ParseRequest(layer, z, x, yext string) (Request, error) {
 	ys, err := SplitFormat(yext)
 	if err != nil {
@@ -148,27 +160,44 @@ func (c *Catalog) ParseRequest(layer, z, x, yext string) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
+	lo, hi := int(MaxZoom), 0
 	in := layers[:0:0]
 	for _, l := range layers {
+		lo, hi = min(lo, l.MinZoom), max(hi, l.MaxZoom)
 		if l.ZoomInRange(t.Z) {
 			in = append(in, l)
 		}
 	}
-	if len(in) == 0 {
-		l := layers[0]
+	if int(t.Z) < lo || int(t.Z) > hi {
 		if len(layers) == 1 {
-			return Request{}, problem.Range("z", "layer %q is served at zoom %d..%d, not %d", l.Name, l.MinZoom, l.MaxZoom, t.Z)
+			return Request{}, problem.Range("z", "layer %q is served at zoom %d..%d, not %d", layers[0].Name, lo, hi, t.Z)
 		}
-		return Request{}, problem.Range("z", "no layer of %q is served at zoom %d (%q: %d..%d)", truncate(layer, 64), t.Z, l.Name, l.MinZoom, l.MaxZoom)
+		return Request{}, problem.Range("z", "the layers of %q are served at zoom %d..%d, not %d", truncate(layer, 64), lo, hi, t.Z)
 	}
-	return Request{Layers: in, Tile: t}, nil
+	return Request{Layers: in, Named: layers, Tile: t}, nil
 }
+
+// emptyTile is the tile of a composite at a zoom none of its layers
+// serves: nothing to read, nothing to cache.
+var emptyTile = newEntry(Rendered{})
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	vars := mux.Vars(r)
 	req, err := h.Catalog.ParseRequest(vars[VarLayer], vars[VarZ], vars[VarX], vars[VarY])
 	if err != nil {
 		problem.Write(w, r, err)
+		return
+	}
+	if len(req.Layers) == 0 {
+		// A composite between its layers' zooms: an empty tile, known from
+		// the address alone. No query runs, so it is priced as a cache hit
+		// of the layers it names: the Gate still checks the caller's key
+		// and budget, and answers a dry run.
+		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Named, Tile: req.Tile, CacheHit: true}) {
+			return
+		}
+		h.observe("empty")
+		h.write(w, r, req.Named, cacheKey{}, emptyTile, "")
 		return
 	}
 	key := keyOf(req.Layers, req.Tile)
@@ -248,8 +277,9 @@ func statementTimeout(layers []*Layer) time.Duration {
 // handler's Cache keeps tiles, and gzip makes the tile smaller (compressed
 // once per cached tile; a client that does not accept gzip never pays for
 // it, nor does anyone for a tile that is not kept). Every answer carries
-// ETag, Cache-Control, Vary: Accept-Encoding and X-Cache, and
-// X-Tile-Reduced when a layer was reduced to fit its byte budget.
+// ETag, Cache-Control, Vary: Accept-Encoding and X-Cache (unless cache is
+// "": a tile neither cached nor rendered), and X-Tile-Reduced when a layer
+// was reduced to fit its byte budget.
 func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
 	body, gz := e.data, false
@@ -258,7 +288,9 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 			body, gz = z, true
 		}
 	}
-	hdr.Set("X-Cache", cache)
+	if cache != "" {
+		hdr.Set("X-Cache", cache)
+	}
 	hdr.Set("Cache-Control", cacheControl(layers))
 	hdr.Add("Vary", "Accept-Encoding")
 	hdr.Set("ETag", e.etagFor(gz))

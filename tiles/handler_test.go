@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/paulmach/orb/maptile"
@@ -25,7 +27,7 @@ func TestParseRequest(t *testing.T) {
 	t.Parallel()
 	c := newCatalog(t, append(demoLayers(),
 		tiles.Layer{Name: "lowzoom", Table: "t", GeometryColumn: "g", MaxZoom: 10},
-		tiles.Layer{Name: "highzoom", Table: "t", GeometryColumn: "g", MinZoom: 12},
+		tiles.Layer{Name: "highzoom", Table: "t", GeometryColumn: "g", MinZoom: 12, MaxZoom: 14},
 	)...)
 	for _, tc := range []struct {
 		name           string
@@ -54,6 +56,12 @@ func TestParseRequest(t *testing.T) {
 		{name: "composite above one maxzoom", layer: "lowzoom,districts,places", z: "11", x: "0", y: "0.mvt",
 			wantLayers: []string{"districts", "places"}, wantTile: maptile.New(0, 0, 11)},
 		{name: "composite with no layer in range", layer: "districts,highzoom", z: "3", x: "0", y: "0.mvt", status: 422, param: "z"},
+		// A zoom between its layers' ranges is inside the composite's
+		// (0..14, which its TileJSON advertises): an empty tile, no layer
+		// to read. Beyond every layer's range it is still a 422.
+		{name: "composite in the gap between its layers' zooms", layer: "lowzoom,highzoom", z: "11", x: "0", y: "0.mvt",
+			wantLayers: nil, wantTile: maptile.New(0, 0, 11)},
+		{name: "composite above every layer's maxzoom", layer: "lowzoom,highzoom", z: "15", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "above maxzoom", layer: "lowzoom", z: "11", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "above MaxZoom", layer: "places", z: "23", x: "0", y: "0.mvt", status: 422, param: "z"},
 		{name: "x out of range", layer: "places", z: "1", x: "2", y: "0.mvt", status: 422, param: "x"},
@@ -295,6 +303,124 @@ func TestHandler(t *testing.T) {
 	}
 }
 
+// gapLayers are two layers whose zoom ranges leave a gap (z6..z9): their
+// composite is advertised (TileJSON) and served at z0..z14.
+func gapLayers() []tiles.Layer {
+	return []tiles.Layer{
+		{Name: "low", Table: "t", GeometryColumn: "g", MaxZoom: 5, MaxAge: 5 * time.Minute},
+		{Name: "high", Table: "t", GeometryColumn: "g", MinZoom: 10, MaxZoom: 14, MaxAge: 2 * time.Minute},
+	}
+}
+
+// A composite asked at a zoom inside its range (which its TileJSON
+// advertises) that none of its layers serves is an empty tile, as any
+// tile without features: 204 with ETag, Cache-Control (the smallest
+// max_age of its layers) and Vary. Nothing reads the database for it, so
+// the Gate prices it as a cache hit of the layers the address names (and
+// may refuse it). Outside the composite's range it stays a 422, with or
+// without a tile cache.
+func TestHandlerCompositeGapIsAnEmptyTile(t *testing.T) {
+	t.Parallel()
+	cat := newCatalog(t, gapLayers()...)
+	for _, withCache := range []bool{false, true} {
+		t.Run("cache="+strconv.FormatBool(withCache), func(t *testing.T) {
+			t.Parallel()
+			rend := &fakeRenderer{tile: []byte{0x1a, 0x02, 0x78, 0x02}}
+			gate := &fakeGate{}
+			obs := &cacheResults{}
+			th := &tiles.Handler{Catalog: cat, Store: rend, Gate: gate, Logger: discardLogger(), Observer: obs}
+			if withCache {
+				th.Cache = newCache(t, tiles.CacheOptions{MaxBytes: 1 << 20})
+			}
+			h := router(th)
+			for _, z := range []int{6, 7, 9} {
+				path := "/tiles/low,high/" + strconv.Itoa(z) + "/0/0.mvt"
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+				if w.Code != http.StatusNoContent || w.Body.Len() != 0 {
+					t.Fatalf("GET %s: %d %s, want 204 without a body", path, w.Code, w.Body)
+				}
+				if x := w.Header().Values("X-Cache"); len(x) != 0 {
+					t.Errorf("GET %s: X-Cache %q, want none: the tile is neither cached nor rendered", path, x)
+				}
+				etag := w.Header().Get("ETag")
+				if etag == "" || w.Header().Get("Cache-Control") != "public, max-age=120" ||
+					!slices.Contains(w.Header().Values("Vary"), "Accept-Encoding") {
+					t.Errorf("GET %s: headers %v, want an ETag, Cache-Control public, max-age=120 and Vary: Accept-Encoding", path, w.Header())
+				}
+				r := httptest.NewRequest(http.MethodGet, path, nil)
+				r.Header.Set("If-None-Match", etag)
+				w = httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusNotModified {
+					t.Errorf("GET %s with If-None-Match %s: %d, want 304", path, etag, w.Code)
+				}
+			}
+			demands := gate.Demands()
+			if len(demands) != 6 {
+				t.Errorf("%d demands for 6 empty tiles (3 and their 304s), want 6", len(demands))
+			}
+			for _, d := range demands {
+				if !d.CacheHit || len(d.Layers) != 2 || d.Layers[0].Name != "low" || d.Layers[1].Name != "high" {
+					t.Errorf("an empty tile's demand: cache hit %v, %d layers; want a cache hit of low and high", d.CacheHit, len(d.Layers))
+				}
+			}
+			if c := rend.Calls(); len(c) != 0 {
+				t.Errorf("the empty tiles were rendered: %+v", c)
+			}
+			if got := obs.get(); !maps.Equal(got, map[string]int{"empty": 6}) {
+				t.Errorf("cache results %v, want 6 empty", got)
+			}
+			for _, path := range []string{"/tiles/low,high/15/0/0.mvt", "/tiles/low,high/22/0/0.mvt"} {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+				if w.Code != http.StatusUnprocessableEntity {
+					t.Fatalf("GET %s: %d, want 422", path, w.Code)
+				}
+				if doc := decodeProblem(t, w); doc.Param != "z" {
+					t.Errorf("GET %s: problem param %q, want z", path, doc.Param)
+				}
+			}
+			// In a layer's range the composite is rendered as before.
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/tiles/low,high/12/0/0.mvt", nil))
+			if d := gate.Demands(); w.Code != http.StatusOK || len(rend.Calls()) != 1 || len(d) != 7 || d[6].CacheHit || len(d[6].Layers) != 1 {
+				t.Errorf("z12: %d, %d renders, %d prices; want 200, rendered once, priced as a miss of its one layer in range", w.Code, len(rend.Calls()), len(d))
+			}
+			// A refusal of the Gate is the answer, as for any tile.
+			refused := router(&tiles.Handler{Catalog: cat, Store: rend, Gate: &fakeGate{refuse: true}, Logger: discardLogger()})
+			w = httptest.NewRecorder()
+			refused.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/tiles/low,high/7/0/0.mvt", nil))
+			if w.Code != http.StatusTooManyRequests {
+				t.Errorf("an empty tile the Gate refuses: %d, want 429", w.Code)
+			}
+		})
+	}
+}
+
+// cacheResults is a tiles.Observer that counts the cache results.
+type cacheResults struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (o *cacheResults) TileCache(result string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == nil {
+		o.n = map[string]int{}
+	}
+	o.n[result]++
+}
+
+func (*cacheResults) TileQuery(string, maptile.Zoom, time.Duration) {}
+
+func (o *cacheResults) get() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return maps.Clone(o.n)
+}
+
 // TestHandlerPassesRequestContext: the renderer gets the request's context
 // (so a client that hangs up cancels the query), not a fresh one.
 func TestHandlerPassesRequestContext(t *testing.T) {
@@ -336,10 +462,12 @@ func FuzzParseRequest(f *testing.F) {
 		{"places", "14", "16384", "16384.mvt"},
 		{"places", "4294967296", "0", "0.mvt.mvt"},
 		{"a,b,c,d,e,f,g,h,i", "0", "0", "0.mvt"},
+		{"places,districts", "2", "1", "1.mvt"},
+		{"low,high", "7", "0", "0.mvt"},
 	} {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
-	c, err := tiles.NewCatalog(demoLayers())
+	c, err := tiles.NewCatalog(append(demoLayers(), gapLayers()...))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -366,16 +494,34 @@ func FuzzParseRequest(f *testing.F) {
 		if e := tiles.Envelope(req.Tile); !(e.Min[0] < e.Max[0] && e.Min[1] < e.Max[1]) {
 			t.Fatalf("Envelope(%v) = %v is empty", req.Tile, e)
 		}
-		if len(req.Layers) == 0 || len(req.Layers) > tiles.MaxComposite {
-			t.Fatalf("ParseRequest(%q, …) returned %d layers", layer, len(req.Layers))
+		if len(req.Named) == 0 || len(req.Named) > tiles.MaxComposite {
+			t.Fatalf("ParseRequest(%q, …) named %d layers", layer, len(req.Named))
 		}
-		if got := strings.Join(layerNames(req.Layers), ","); got != layer {
+		if got := strings.Join(layerNames(req.Named), ","); got != layer {
 			t.Fatalf("ParseRequest(%q, …) resolved %q", layer, got)
 		}
-		for _, l := range req.Layers {
-			if l != c.Layer(l.Name) || !l.ZoomInRange(req.Tile.Z) {
-				t.Fatalf("layer %q is not the catalog's or not served at z%d", l.Name, req.Tile.Z)
+		// Layers are the named ones served at z, in order; none only for
+		// a composite (between its layers' zooms).
+		var in []*tiles.Layer
+		for _, l := range req.Named {
+			if l != c.Layer(l.Name) {
+				t.Fatalf("layer %q is not the catalog's", l.Name)
 			}
+			if l.ZoomInRange(req.Tile.Z) {
+				in = append(in, l)
+			}
+		}
+		if !slices.Equal(req.Layers, in) || len(in) == 0 && len(req.Named) == 1 {
+			t.Fatalf("ParseRequest(%q, …) at z%d reads %q", layer, req.Tile.Z, layerNames(req.Layers))
+		}
+		// A zoom is served only between the least minzoom and the
+		// greatest maxzoom of the layers named.
+		lo, hi := int(tiles.MaxZoom), 0
+		for _, l := range req.Named {
+			lo, hi = min(lo, l.MinZoom), max(hi, l.MaxZoom)
+		}
+		if z := int(req.Tile.Z); z < lo || z > hi {
+			t.Fatalf("ParseRequest(%q, …) served z%d, outside its layers' %d..%d", layer, z, lo, hi)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -127,6 +128,22 @@ func (l *Layer) OverviewZooms(kind Kind) (lo, hi int, ok bool) {
 	lo = max(l.Overviews.MinZoom, l.MinZoom)
 	hi = min(hi, l.Generalize.MaxZoom, l.MaxZoom)
 	return lo, hi, lo <= hi
+}
+
+// OverviewParams is how the layer's configuration asks the overview of
+// zoom z (a zoom of OverviewZooms) of geometry kind to be built: the
+// zoom's cluster grid (cluster_px), for lines and polygons its
+// simplification (tolerance_px, min_size_px), and the order_by that chose
+// each cell's feature. The overview builder records them (with its
+// Version) in the registry, and a layer reads only the overviews whose
+// params are these (see Catalog.Refresh).
+func (l *Layer) OverviewParams(kind Kind, z int) StorageParams {
+	g := l.Generalize.At(maptile.Zoom(z), l.Extent) //nolint:gosec // G115: zooms are 0..MaxZoom, validated with the configuration
+	p := StorageParams{Zoom: z, CellsPerTile: g.CellsPerTile, CellMetres: g.CellMetres, OrderBy: slices.Clone(l.OrderBy)}
+	if kind != KindPoint {
+		p.ToleranceMetres, p.MinSizeMetres = g.ToleranceMetres, g.MinSizeMetres
+	}
+	return p
 }
 
 func (l *Layer) withDefaults() {

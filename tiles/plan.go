@@ -123,7 +123,8 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 // server does not know, zooms outside 0..MaxZoom, storage the layer's
 // configuration no longer asks for (overviews when generalize or overviews
 // is off, or of zooms outside its overview band; pieces when subdivide is
-// off), another geometry kind, or columns the layer needs that s lacks
+// off), another geometry kind, overviews built under other generalisation
+// settings (Layer.OverviewParams), or columns the layer needs that s lacks
 // (the configuration changed since `geotoll prepare` ran).
 func (l *Layer) usable(kind Kind, s *Storage) error {
 	ovLo, ovHi, overviews := l.OverviewZooms(kind)
@@ -144,6 +145,10 @@ func (l *Layer) usable(kind Kind, s *Storage) error {
 		return fmt.Errorf("layer %q: storage %s holds %s geometries, the layer is %s; run geotoll prepare", l.Name, s.Relation, s.Kind, kind)
 	case kind == KindPoint && s.Params.CellsPerTile < 1:
 		return fmt.Errorf("layer %q: storage %s records no cluster cells", l.Name, s.Relation)
+	case s.Builder == BuilderOverview && (s.Params.Zoom < 0 || s.Params.Zoom > int(MaxZoom) ||
+		!s.Params.sameBuild(l.OverviewParams(kind, s.Params.Zoom))):
+		return fmt.Errorf("layer %q: storage %s was built under other generalisation settings (cluster_px, tolerance_px, min_size_px or order_by) than the layer's; run geotoll prepare",
+			l.Name, s.Relation)
 	}
 	for _, c := range l.Columns() {
 		if !slices.Contains(s.Columns, c) {

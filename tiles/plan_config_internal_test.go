@@ -81,3 +81,53 @@ func TestPlanIgnoresStorageOutsideTheConfiguredBands(t *testing.T) {
 		}
 	})
 }
+
+// Overviews built under other generalisation settings than the layer's
+// now — another cluster_px (cells per tile), tolerance_px or min_size_px,
+// or another order_by (which chose each cell's feature) — hold other
+// features than its configuration asks for: the layer reads its table at
+// those zooms, not them, until `geotoll prepare` (which compares the same
+// settings) builds them again. Overviews built under the same settings are
+// read.
+func TestPlanIgnoresStorageOfOtherGeneralization(t *testing.T) {
+	t.Parallel()
+	points := Layer{Name: "p", Table: "s.t", GeometryColumn: "g", GeometryKind: KindPoint, Properties: []string{"rank"}, OrderBy: []string{"rank"}}
+	polygons := Layer{Name: "a", Table: "s.t", GeometryColumn: "g", GeometryKind: KindPolygon}
+	for _, tc := range []struct {
+		name        string
+		built, now  Layer
+		wantStorage bool
+	}{
+		{"same settings", points, points, true},
+		{"same polygon settings", polygons, polygons, true},
+		{"cluster_px", points, withLayer(points, func(l *Layer) { l.Generalize.ClusterPixels = 4 }), false},
+		{"order_by", points, withLayer(points, func(l *Layer) { l.OrderBy = []string{"rank desc"} }), false},
+		{"polygon cluster_px", polygons, withLayer(polygons, func(l *Layer) { l.Generalize.ClusterPixels = 16 }), false},
+		{"tolerance_px", polygons, withLayer(polygons, func(l *Layer) { l.Generalize.TolerancePixels = 2 }), false},
+		{"min_size_px", polygons, withLayer(polygons, func(l *Layer) { l.Generalize.MinSizePixels = 4 }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kind := tc.now.GeometryKind
+			built := prepared(t, tc.built) // as prepare ran before
+			l := prepared(t, tc.now)
+			p, skipped, err := l.newPlan(kind, overviewRows(built, kind, 0, 7))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.state.plan.Store(p)
+			src := l.Source(maptile.Zoom(3))
+			if got := src.Builder == BuilderOverview; got != tc.wantStorage {
+				t.Errorf("z3 reads %s (builder %q), skipped %v; want the overview: %v", src.Relation.Sanitize(), src.Builder, skipped, tc.wantStorage)
+			}
+			if !tc.wantStorage && len(skipped) != 8 {
+				t.Errorf("%d overviews skipped (%v), want all 8, each with a warning", len(skipped), skipped)
+			}
+		})
+	}
+}
+
+func withLayer(l Layer, mod func(*Layer)) Layer {
+	mod(&l)
+	return l
+}

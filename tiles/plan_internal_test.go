@@ -30,15 +30,21 @@ func prepared(t *testing.T, l Layer) *Layer {
 	return &l
 }
 
-// overviewRows is a registry as `geotoll prepare` writes it for l's band.
+// overviewRows is a registry as `geotoll prepare` writes it for l's band:
+// each zoom's cluster grid, its simplification (lines and polygons) and
+// the order that chose each cell's feature (see serving's Overview).
 func overviewRows(l *Layer, kind Kind, lo, hi int) []Storage {
 	var out []Storage
 	for z := lo; z <= hi; z++ {
 		g := l.Generalize.At(maptile.Zoom(z), l.Extent)
+		p := StorageParams{Version: 1, Zoom: z, CellsPerTile: g.CellsPerTile, CellMetres: g.CellMetres, OrderBy: l.OrderBy}
+		if kind != KindPoint {
+			p.ToleranceMetres, p.MinSizeMetres = g.ToleranceMetres, g.MinSizeMetres
+		}
 		out = append(out, Storage{
 			Layer: l.Name, Builder: BuilderOverview, Relation: l.Name + "_ov_z" + strconv.Itoa(z), ZoomMin: z, ZoomMax: z,
 			GeometryColumn: "geom", SRID: 3857, Kind: kind, Columns: l.Columns(), Rows: int64(100 * z),
-			Params:  StorageParams{Version: 1, Zoom: z, CellsPerTile: g.CellsPerTile, CellMetres: g.CellMetres},
+			Params:  p,
 			BuiltAt: time.Unix(int64(z), 0),
 		})
 	}

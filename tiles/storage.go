@@ -81,6 +81,16 @@ type StorageParams struct {
 	OrderBy []string `json:"order_by,omitempty"`
 }
 
+// sameBuild reports whether p and q record the same build but for the
+// builder's Version: the zoom, cluster grid, simplification, order and
+// pieces' size. Lengths compare exactly: both sides compute them alike
+// (Layer.OverviewParams), and JSON carries a float64 unchanged.
+func (p StorageParams) sameBuild(q StorageParams) bool {
+	return p.Zoom == q.Zoom && p.CellsPerTile == q.CellsPerTile && p.CellMetres == q.CellMetres &&
+		p.ToleranceMetres == q.ToleranceMetres && p.MinSizeMetres == q.MinSizeMetres &&
+		p.MaxVertices == q.MaxVertices && slices.Equal(p.OrderBy, q.OrderBy)
+}
+
 // generalization is the Generalization of a tile at zoom z read from the
 // storage: what the builder did (its cells per tile, its lengths).
 func (p StorageParams) generalization(z maptile.Zoom) Generalization {
@@ -141,6 +151,10 @@ type Refreshed struct {
 	// Warnings are storage the layers cannot read (left out: those zooms
 	// read the layer's table) and kinds that could not be read.
 	Warnings []error
+	// Kept names the layers that kept their plan, unchecked, because
+	// their storage could not be read: warnings of theirs a refresh
+	// before found may still stand.
+	Kept []string
 }
 
 // Refresh reads through q (the read role) what the database knows about
@@ -193,6 +207,7 @@ func (c *Catalog) Refresh(ctx context.Context, q Querier) (Refreshed, error) {
 			current, sig, err := currentStorage(ctx, q, l, layerStorage)
 			if err != nil {
 				out.Warnings = append(out.Warnings, err)
+				out.Kept = append(out.Kept, l.Name)
 				continue // the layer keeps its plan
 			}
 			if len(current) < len(layerStorage) {

@@ -260,9 +260,10 @@ func (h *Handler) TileJSON() http.Handler {
 			} else {
 				doc.Bounds = union(doc.Bounds, info.Bounds)
 			}
-			// A composite is served wherever one of its layers is (it
-			// answers with the layers in range), and its data ends at the
-			// deepest of theirs: clients overzoom from there.
+			// A composite is served from the least minzoom of its layers
+			// to the greatest maxzoom (with the layers in range; between
+			// their ranges, an empty tile: see ParseRequest), and its data
+			// ends at the deepest of theirs: clients overzoom from there.
 			doc.MinZoom = min(doc.MinZoom, l.MinZoom)
 			doc.MaxZoom = max(doc.MaxZoom, l.DataMaxZoom)
 			doc.VectorLayers = append(doc.VectorLayers, vectorLayer{ID: l.Name, Fields: info.Fields,

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,6 +183,35 @@ func TestTileJSONComposite(t *testing.T) {
 	}
 	if doc.Center[2] < 0 || doc.Center[2] > 16 {
 		t.Errorf("center zoom %v outside 0..16", doc.Center[2])
+	}
+}
+
+// Every zoom a composite's TileJSON advertises is answered with a tile
+// (an empty one where none of its layers is served: the gap between
+// gapLayers' ranges), and the zoom past its maxzoom, which no layer
+// serves, is a 422.
+func TestTileJSONCompositeZoomsAreServed(t *testing.T) {
+	t.Parallel()
+	h := tileRouter(&tiles.Handler{Catalog: newCatalog(t, gapLayers()...), Store: &countingRenderer{}, Gate: &pricingGate{},
+		Logger: discardLogger(), Describer: &fakeDescriber{}})
+	var doc tileJSONDoc
+	if w := getJSON(t, h, httptest.NewRequest(http.MethodGet, "http://h/tiles/low,high.json", nil), &doc); w.Code != http.StatusOK {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if *doc.MinZoom != 0 || *doc.MaxZoom != 14 {
+		t.Fatalf("zoom range %d..%d, want 0..14", *doc.MinZoom, *doc.MaxZoom)
+	}
+	for z := *doc.MinZoom; z <= *doc.MaxZoom+1; z++ {
+		path := "/tiles/low,high/" + strconv.Itoa(z) + "/0/0.mvt"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		want := []int{http.StatusOK, http.StatusNoContent}
+		if z > *doc.MaxZoom {
+			want = []int{http.StatusUnprocessableEntity}
+		}
+		if !slices.Contains(want, w.Code) {
+			t.Errorf("GET %s: %d %s, want one of %v", path, w.Code, w.Body, want)
+		}
 	}
 }
 

@@ -77,6 +77,59 @@ func TestEndToEndCompositeServesTheLayersInRange(t *testing.T) {
 	}
 }
 
+// A composite whose layers' zoom ranges leave a gap (places_low z0..2,
+// districts_mid z4..14) is advertised at z0..14 by its TileJSON, and a map
+// asks for z3: that is an empty tile (204, with ETag and Cache-Control),
+// charged the base price of a cache hit, since nothing is read for it.
+// Beyond every layer's range (z15) it stays a 422.
+func TestEndToEndCompositeGapIsAnEmptyTile(t *testing.T) {
+	t.Parallel()
+	const capacity = 100
+	base, _ := startServer(t, func(c *Config) {
+		sizePrices(c)
+		c.Throttle.Tiers["anonymous"] = TierConfig{Rate: 0.001, Capacity: capacity, MaxInFlight: 8}
+		low, mid := c.Layers[0], c.Layers[1]
+		low.Name, low.MaxZoom = "places_low", 2
+		mid.Name, mid.MaxZoom = "districts_mid", 14
+		c.Layers = append(c.Layers, low, mid)
+	})
+	const list = "places_low,districts_mid"
+	doc := getTileJSON(t, base+"/tiles/"+list+".json")
+	if doc.MinZoom != 0 || doc.MaxZoom != 14 {
+		t.Fatalf("TileJSON of %s: zooms %d..%d, want 0..14", list, doc.MinZoom, doc.MaxZoom)
+	}
+	z3 := maptile.At(berlinCentre, 3)
+	for range 5 {
+		resp, body := fetch(t, http.MethodGet, tileURL(base, list, z3))
+		if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+			t.Fatalf("%s at z3, between its layers' zooms: %d %s, want 204", list, resp.StatusCode, short(body))
+		}
+		if resp.Header.Get("ETag") == "" || !strings.Contains(resp.Header.Get("Cache-Control"), "max-age=") {
+			t.Errorf("%s at z3: ETag %q, Cache-Control %q", list, resp.Header.Get("ETag"), resp.Header.Get("Cache-Control"))
+		}
+		if c, _ := strconv.ParseFloat(resp.Header.Get("X-Request-Cost"), 64); c != emptyTileBase {
+			t.Errorf("%s at z3: X-Request-Cost %q, want the base price of a cache hit, %v", list, resp.Header.Get("X-Request-Cost"), emptyTileBase)
+		}
+	}
+	if left := budget(t, base, "")["remaining"].(float64); left < capacity-5*emptyTileBase-0.001 {
+		t.Errorf("after five empty tiles the bucket holds %v of %d: they were charged more than the base price", left, capacity)
+	}
+	resp, body := fetch(t, http.MethodGet, tileURL(base, list, maptile.At(berlinCentre, 15)))
+	if resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Errorf("%s at z15, beyond every layer: %d %s, want 422", list, resp.StatusCode, short(body))
+	}
+	// The measure can fail: a tile that reads something is charged.
+	if resp, body := fetch(t, http.MethodGet, tileURL(base, list, maptile.At(berlinCentre, 2))); resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s at z2: %d %s", list, resp.StatusCode, short(body))
+	}
+	if left := budget(t, base, "")["remaining"].(float64); left >= capacity-5*emptyTileBase-0.01 {
+		t.Errorf("after a z2 tile the bucket still holds %v of %d", left, capacity)
+	}
+}
+
+// emptyTileBase is the base price (sizePrices'), which a cache hit costs.
+const emptyTileBase = 1.0
+
 // roomy lets anonymous callers spend freely: for tests of what is served,
 // not of what it costs.
 func roomy(c *Config) {

@@ -70,6 +70,10 @@ type Main struct {
 	ready       *server.Readiness
 	dbCheck     *server.ConnCheck
 	listener    net.Listener
+
+	// tileWarnings and fenceWarnings are the storage warnings standing
+	// since a refresh logged them (see warningLog).
+	tileWarnings, fenceWarnings warningLog
 }
 
 // Open connects to PostgreSQL and Redis (lazily: a database that is down at

@@ -67,7 +67,5 @@ func (m *Main) refreshContainment(ctx context.Context) {
 	if err != nil {
 		m.Logger.Warn("geofence layers' storage not read; contains and check on a layer keep what was read before", "err", err)
 	}
-	for _, w := range warnings {
-		m.Logger.Warn("geofence layer storage", "err", w)
-	}
+	m.fenceWarnings.report(ctx, m.Logger, "geofence layer storage", warnings, err == nil)
 }

@@ -129,15 +129,19 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 
 // refreshStorage re-reads the serving registry and the unknown geometry
 // kinds into catalog (see tiles.Catalog.Refresh), drops the cached tiles
-// of layers whose storage changed, and logs what it found.
+// of layers whose storage changed, and logs what it found: each storage
+// warning once, when it appears, and when it clears (m.tileWarnings).
 func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache *tiles.Cache) {
 	res, err := catalog.Refresh(ctx, m.Pool)
 	if err != nil {
 		m.Logger.Warn("serving registry not read; tiles read what they read before (at start-up, the layers' tables) until it is", "err", err)
 	}
-	for _, w := range res.Warnings {
-		m.Logger.Warn("tile layer storage", "err", w)
+	warnings := make([]string, len(res.Warnings))
+	for i, w := range res.Warnings {
+		warnings[i] = w.Error()
 	}
+	// A layer that kept its plan was not checked: nothing clears then.
+	m.tileWarnings.report(ctx, m.Logger, "tile layer storage", warnings, err == nil && len(res.Kept) == 0)
 	if len(res.Changed) > 0 {
 		m.pricing.storageChanged()
 	}
