@@ -135,8 +135,13 @@ func TestOneScriptCallPerAdmittedRequest(t *testing.T) {
 		keys := toll.Keys.(fakeKeys)
 		keys["bulk"] = apikeys.Key{ID: 60, Name: "bulk", Tier: "bulk"}
 		// A key that spends faster than its bucket refills: its requests
-		// are admitted on leases, in process.
-		toll.Tiers["steady"] = Tier{Name: "steady", Limit: throttle.Limit{Rate: 1, Capacity: 1e6}, MaxInFlight: 64}
+		// are admitted on leases, in process. Its bucket refills one
+		// request's price in 100 s, so that it spends faster however slow
+		// the machine is: at 1 token/s a tile of 0.01 token refilled in
+		// 10 ms, and a loaded machine serving slower than that made it a
+		// caller that keeps its bucket at the brim, which takes no lease.
+		p := toll.TilePrice(tileDemand(14, "places"))
+		toll.Tiers["steady"] = Tier{Name: "steady", Limit: throttle.Limit{Rate: p / 100, Capacity: 1000}, MaxInFlight: 64}
 		keys["steady"] = apikeys.Key{ID: 61, Name: "steady", Tier: "steady"}
 		h := serveTile(toll)
 		for _, c := range []struct {
