@@ -87,7 +87,11 @@ func countedToll(t *testing.T, rdb redis.UniversalClient) (toll *Toll, c *callCo
 	rdb.AddHook(c)
 	toll, _ = redisTollOn(t, rdb)
 	store := toll.Store.(*throttle.RedisStore)
-	toll.Store = &throttle.Failover{Primary: store, Mode: throttle.FailClosed, Logger: discard()}
+	// The Failover's own bound (100 ms by default) would undo the store's
+	// generous timeout: on a loaded machine a request that waits for the
+	// batch before its own would fail over, a 503, as if Redis had failed.
+	// It may take the store's two calls.
+	toll.Store = &throttle.Failover{Primary: store, Mode: throttle.FailClosed, Timeout: 2 * redisTimeout, Logger: discard()}
 	return toll, c, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
