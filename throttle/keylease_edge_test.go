@@ -13,7 +13,7 @@ import (
 // withBusyLease admits two requests of 1 through Redis (the second takes a
 // lease of 8 from a bucket of 80) and a third on the lease, which it keeps
 // running; mem, when set, gets the same three. Redis then holds 70 and the
-// lease 7.
+// lease 7. s must hold its leases for the test (testLeaseHold).
 func withBusyLease(t *testing.T, s *RedisStore, mem Store, b Bucket) (r, rm Admission) {
 	t.Helper()
 	req := Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}
@@ -110,7 +110,7 @@ func TestLeaseShadowWhileBusy(t *testing.T) {
 func TestLeaseGiveBackSurvivesAFullQueue(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, MaxPending: 3, FinishDelay: time.Second})
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, MaxPending: 3, FinishDelay: time.Second, LeaseHold: testLeaseHold})
 		b := Bucket{Key: f.key("pending"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, _ := withBusyLease(t, s, nil, b)
 		y := mustAdmit(t, s, Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}) // the lease is busy: a call

@@ -49,11 +49,14 @@ func TestLeaseMoveAtTheBrim(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		b := Bucket{Key: f.key("lease-brim"), Limit: Limit{Rate: 100, Capacity: 800}}
+		// The default hold: the brim a lease is taken below is the refill
+		// over it (50 at 100/s), where the fixture's 30 s would be 3,000.
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})
 		req := func(c float64) Request { return Request{Bucket: b, Cost: c, Debt: 3, MaxInFlight: 8} }
-		mustAdmit(t, f.store, req(100)).Ticket.Settle(100)
-		mustAdmit(t, f.store, req(12.5)).Ticket.Settle(12.5) // takes a lease of 100
-		r := mustAdmit(t, f.store, req(12.5))
-		if st := f.store.Stats(); st.Local != 1 || st.Leases != 1 {
+		mustAdmit(t, s, req(100)).Ticket.Settle(100)
+		mustAdmit(t, s, req(12.5)).Ticket.Settle(12.5) // takes a lease of 100
+		r := mustAdmit(t, s, req(12.5))
+		if st := s.Stats(); st.Local != 1 || st.Leases != 1 {
 			t.Fatalf("not on a lease: %+v", st)
 		}
 		defer r.Ticket.Settle(12.5)
@@ -67,9 +70,9 @@ func TestLeaseMoveAtTheBrim(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		a := mustAdmit(t, f.store, req(800))
+		a := mustAdmit(t, s, req(800))
 		if !a.Allowed {
-			t.Fatalf("the whole capacity refused with Redis and the lease holding it: %+v, stats %+v", a.Result, f.store.Stats())
+			t.Fatalf("the whole capacity refused with Redis and the lease holding it: %+v, stats %+v", a.Result, s.Stats())
 		}
 		a.Ticket.Settle(800)
 	})
@@ -82,7 +85,7 @@ func TestLeaseMoveSurvivesAFailedCall(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		g := &failScripter{Scripter: f.rdb, failAt: 2}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, RetryInterval: 20 * time.Millisecond})
+		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, RetryInterval: 20 * time.Millisecond, LeaseHold: testLeaseHold})
 		mem := NewMemoryStore(MemoryOptions{})
 		b := Bucket{Key: f.key("lease-fail"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, rm := withBusyLease(t, s, mem, b)

@@ -29,9 +29,18 @@ type redisFixture struct {
 	pre   string
 }
 
+// testLeaseHold is the LeaseHold of the tests' stores: as long as a
+// request's default TTL lets a lease live (half of it), far longer than a
+// test. With the default half second, a loaded machine that paused a test
+// that long would find its lease gone and test something else (a request
+// sent to Redis where the test meant one on the lease). The tests of a
+// lease's end, and of the brim at a high rate, make stores of their own.
+const testLeaseHold = DefaultTTL / 2
+
 func newRedisFixture(t *testing.T, rdb redis.UniversalClient) *redisFixture {
 	t.Helper()
-	return &redisFixture{t: t, rdb: rdb, store: NewRedisStore(rdb, RedisOptions{Timeout: time.Second}), pre: testenv.Prefix(t)}
+	store := NewRedisStore(rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+	return &redisFixture{t: t, rdb: rdb, store: store, pre: testenv.Prefix(t)}
 }
 
 // forEachRedis runs an integration test against the single test Redis and
