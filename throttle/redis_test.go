@@ -254,6 +254,52 @@ func compareResults(t *testing.T, batch int, ops []op, got, want []opResult) {
 	}
 }
 
+// TestScriptOpenHashAlwaysExpires: the hash of a caller's open requests
+// expires whatever emptied it and opened it again — a finish or a move of
+// its last request, in the same batch as the next open or in an earlier
+// one — and no later than its bucket. Redis deletes an emptied hash, its
+// expiry with it; one made again without an expiry would outlive its
+// bucket, forever when its requests are never finished (their process
+// died), and a caller whose bucket vanished would still find them open.
+func TestScriptOpenHashAlwaysExpires(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		sh := shape{rate: micro, capacity: 10 * micro, max: 4, ttlMS: 150}
+		for _, c := range []struct {
+			name    string
+			batches [][]op
+		}{
+			{"finish and open in one batch", [][]op{
+				{{kind: opAdmit, id: "a", amount: micro}},
+				{{kind: opFinish, id: "a"}, {kind: opAdmit, id: "b", amount: micro}},
+			}},
+			{"open after a finish", [][]op{
+				{{kind: opAdmit, id: "a", amount: micro}},
+				{{kind: opFinish, id: "a"}},
+				{{kind: opAdmit, id: "b", amount: micro}},
+			}},
+			{"move of the last request", [][]op{
+				{{kind: opAdmit, id: "a", amount: micro}},
+				{{kind: opMove, id: "a"}},
+			}},
+		} {
+			key := f.key(c.name)
+			for i, ops := range c.batches {
+				for j, r := range f.run(key, sh, ops) {
+					if r.status != stAdmitted {
+						t.Fatalf("%s: batch %d op %d: status %d", c.name, i, j, r.status)
+					}
+				}
+			}
+			ctx := context.Background()
+			open, bucket := f.rdb.PTTL(ctx, OpenKey(key)).Val(), f.rdb.PTTL(ctx, key).Val()
+			if open <= 0 || bucket < open {
+				t.Fatalf("%s: the open hash expires in %v (negative: never, or gone), its bucket in %v", c.name, open, bucket)
+			}
+		}
+	})
+}
+
 // TestScriptTombstoneOutlivesASlowBatch: a void whose deadline the clock
 // reaches while the script still runs leaves its tombstone, which turns
 // away the admit of the same id later in the batch. The peeks before the
