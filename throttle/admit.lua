@@ -307,9 +307,15 @@ local function later(need)
   if slack < 1000 then slack = 1000 end
   return need + slack
 end
-if n > 0 and opened and oexpires <= nowms + ttl then
-  oexpires = later(nowms + ttl)
-  rcall('PEXPIREAT', okey, format('%d', oexpires))
+if n > 0 and opened then
+  if oexpires <= nowms + ttl then
+    oexpires = later(nowms + ttl)
+    rcall('PEXPIREAT', okey, format('%d', oexpires))
+  elseif rcall('PTTL', okey) == -1 then
+    -- Emptied (Redis deletes an empty hash, its expiry with it) and made
+    -- again by this batch's opens: it keeps the expiry recorded.
+    rcall('PEXPIREAT', okey, format('%d', oexpires))
+  end
 end
 if voids < nowms then voids = 0 end
 local vexpires = 0
