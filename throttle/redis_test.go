@@ -281,26 +281,36 @@ func TestScriptOpenHashAlwaysExpires(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		sh := shape{rate: micro, capacity: 10 * micro, max: 4, ttlMS: 150}
+		four := []op{{kind: opAdmit, id: "a", amount: micro}, {kind: opAdmit, id: "b", amount: micro},
+			{kind: opAdmit, id: "c", amount: micro}, {kind: opAdmit, id: "d", amount: micro}}
 		for _, c := range []struct {
 			name    string
 			batches [][]op
+			pause   time.Duration // before the last batch
 		}{
-			{"finish and open in one batch", [][]op{
+			{name: "finish and open in one batch", batches: [][]op{
 				{{kind: opAdmit, id: "a", amount: micro}},
 				{{kind: opFinish, id: "a"}, {kind: opAdmit, id: "b", amount: micro}},
 			}},
-			{"open after a finish", [][]op{
+			{name: "open after a finish", batches: [][]op{
 				{{kind: opAdmit, id: "a", amount: micro}},
 				{{kind: opFinish, id: "a"}},
 				{{kind: opAdmit, id: "b", amount: micro}},
 			}},
-			{"move of the last request", [][]op{
+			{name: "move of the last request", batches: [][]op{
 				{{kind: opAdmit, id: "a", amount: micro}},
 				{{kind: opMove, id: "a"}},
 			}},
+			// At the in-flight cap the script sweeps the requests past
+			// their TTL (150 ms): all four, so the hash goes before the
+			// open makes it again.
+			{name: "open after a sweep of every request", batches: [][]op{four, {{kind: opAdmit, id: "e", amount: micro}}}, pause: 300 * time.Millisecond},
 		} {
 			key := f.key(c.name)
 			for i, ops := range c.batches {
+				if i == len(c.batches)-1 {
+					time.Sleep(c.pause)
+				}
 				for j, r := range f.run(key, sh, ops) {
 					if r.status != stAdmitted {
 						t.Fatalf("%s: batch %d op %d: status %d", c.name, i, j, r.status)
