@@ -173,7 +173,10 @@ if agg then
 end
 
 local expstr = nil -- " <expires_ms>" of a request opened now
-local dirty, opened = false, false
+-- opened: a request was opened; fresh: one was opened into an empty hash,
+-- which Redis had deleted with its expiry (it deletes an emptied hash),
+-- so the hash made again has none until this script sets it.
+local dirty, opened, fresh = false, false, false
 local out, o = {}, 0
 for i = 9, nargs, 3 do
   local kind, id = argv[i], argv[i + 1]
@@ -224,6 +227,7 @@ for i = 9, nargs, 3 do
             tokens = tokens - cost
             if agg then atokens = atokens - cost end
           end
+          if n == 0 then fresh = true end
           n = n + 1
           dirty, opened = true, true
         end
@@ -263,6 +267,7 @@ for i = 9, nargs, 3 do
         if expstr == nil then expstr = format(' %d', nowms + ttl) end
         rcall('HSET', okey, id .. '+', '0' .. expstr)
         opened = true
+        if n <= 1 then fresh = true end -- it was the last: the hash went and came back
       else
         n = n - 1
       end
@@ -307,8 +312,8 @@ local function later(need)
   if slack < 1000 then slack = 1000 end
   return need + slack
 end
-if n > 0 and opened and oexpires <= nowms + ttl then
-  oexpires = later(nowms + ttl)
+if n > 0 and opened and (fresh or oexpires <= nowms + ttl) then
+  if oexpires <= nowms + ttl then oexpires = later(nowms + ttl) end
   rcall('PEXPIREAT', okey, format('%d', oexpires))
 end
 if voids < nowms then voids = 0 end

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// TestLeaseStress: 2–4 goroutines on one or two replicas, for a moment,
-// with shadow requests, short contexts, refunds or debits and two lease
+// TestLeaseStress: 2–4 goroutines on one or two replicas, for a moment
+// and until a request was admitted on a lease (a loaded machine may run
+// a few requests only in that moment), with shadow requests, short contexts, refunds or debits and two lease
 // holds: running requests never exceed the in-flight cap, what is spent
 // never exceeds the bucket, and once Flush returns the bucket holds its
 // capacity less every settled cost, with nothing open and no lease or lane
@@ -44,12 +45,20 @@ func leaseStress(t *testing.T, debits bool, replicas int) {
 		seed := uint64(time.Now().UnixNano())
 		n := 2 + int(seed%3)
 		deadline := time.Now().Add(700 * time.Millisecond)
+		onLease := func() bool {
+			for _, s := range stores {
+				if s.Stats().Local > 0 {
+					return true
+				}
+			}
+			return false
+		}
 		for g := range n {
 			s := stores[g%replicas]
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(seed, uint64(g)))
 				costs := []float64{0.25, 0.5, 1, 2}
-				for i := 0; i < 400 && time.Now().Before(deadline); i++ {
+				for i := 0; i < 400 && (time.Now().Before(deadline) || !onLease()); i++ {
 					req := Request{Bucket: b, Cost: costs[rng.IntN(4)], Debt: debt, MaxInFlight: maxIn, Shadow: rng.IntN(10) == 0}
 					to := 2 * time.Second
 					if rng.IntN(20) == 0 {

@@ -29,9 +29,18 @@ type redisFixture struct {
 	pre   string
 }
 
+// testLeaseHold is the LeaseHold of the tests' stores: as long as a
+// request's default TTL lets a lease live (half of it), far longer than a
+// test. With the default half second, a loaded machine that paused a test
+// that long would find its lease gone and test something else (a request
+// sent to Redis where the test meant one on the lease). The tests of a
+// lease's end, and of the brim at a high rate, make stores of their own.
+const testLeaseHold = DefaultTTL / 2
+
 func newRedisFixture(t *testing.T, rdb redis.UniversalClient) *redisFixture {
 	t.Helper()
-	return &redisFixture{t: t, rdb: rdb, store: NewRedisStore(rdb, RedisOptions{Timeout: time.Second}), pre: testenv.Prefix(t)}
+	store := NewRedisStore(rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+	return &redisFixture{t: t, rdb: rdb, store: store, pre: testenv.Prefix(t)}
 }
 
 // forEachRedis runs an integration test against the single test Redis and
@@ -136,7 +145,11 @@ func (f *redisFixture) run(key string, sh shape, ops []op) []opResult {
 // operation: random batches run on Redis, then on the Go twin at the very
 // clock the script stored; replies and stored state must be identical.
 // Batches that write nothing are checked against the twin at the clocks
-// just before and after them.
+// just before and after them. Redis deletes a key once its expiry has
+// passed, and a loaded machine may pause the test that long — between two
+// batches, or between a batch and the reads of what it stored: the twin
+// forgets what Redis has deleted (expiredAt), and what Redis deleted
+// before it was read is not compared.
 func TestScriptMatchesTwin(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
@@ -171,17 +184,19 @@ func TestScriptMatchesTwin(t *testing.T) {
 			// unless that moment has passed when the state is read.
 			read := f.redisClock()
 			voidsLive := stored.b.voidsUntil == 0 || read.ms() <= voidsExpiry(stored.b.voidsUntil)
+			openLive := read.ms() <= stored.b.openExpires
 			if stored.found && (stored.b.sec != twin.b.sec || stored.b.usec != twin.b.usec || !twin.found) {
 				// The script wrote: run the twin at the clock it stored.
 				c := clock{sec: stored.b.sec, usec: stored.b.usec}
+				twin = expiredAt(twin, c)
 				want := applyBatch(&twin, nil, sh, c, ops)
 				compareResults(t, batch, ops, got, want)
-				if twin.b != stored.b || len(twin.open) != len(stored.open) || (voidsLive && !maps.Equal(twin.voids, stored.voids)) {
+				if twin.b != stored.b || (openLive && len(twin.open) != len(stored.open)) || (voidsLive && !maps.Equal(twin.voids, stored.voids)) {
 					t.Fatalf("batch %d: Redis stores %+v (%d open, %d tombstones), the twin %+v (%d open, %d tombstones)",
 						batch, stored.b, len(stored.open), len(stored.voids), twin.b, len(twin.open), len(twin.voids))
 				}
 				for id, r := range twin.open {
-					if stored.open[id] != r {
+					if openLive && stored.open[id] != r {
 						t.Fatalf("batch %d: open %s: Redis %+v, twin %+v", batch, id, stored.open[id], r)
 					}
 				}
@@ -191,7 +206,7 @@ func TestScriptMatchesTwin(t *testing.T) {
 				// Each runs on its own copy: applyBatch writes the maps
 				// of the state it is given, and the twin must stay as the
 				// script left it, which changed nothing.
-				lo, hi := twin.clone(), twin.clone()
+				lo, hi := expiredAt(twin.clone(), before), expiredAt(twin.clone(), after)
 				a := applyBatch(&lo, nil, sh, before, ops)
 				b := applyBatch(&hi, nil, sh, after, ops)
 				// A request or tombstone may expire between the two clocks,
@@ -230,6 +245,16 @@ func TestScriptMatchesTwin(t *testing.T) {
 	})
 }
 
+// expiredAt is s as Redis holds it at c: nothing once the bucket key's
+// expiry has passed (it outlives the hashes, which applyBatch drops by
+// their own expiries).
+func expiredAt(s keyState, c clock) keyState {
+	if s.found && c.ms() > s.b.expiresMS {
+		return keyState{}
+	}
+	return s
+}
+
 // clone returns a copy of s that shares none of its maps.
 func (s keyState) clone() keyState {
 	s.open, s.voids = maps.Clone(s.open), maps.Clone(s.voids)
@@ -243,6 +268,62 @@ func compareResults(t *testing.T, batch int, ops []op, got, want []opResult) {
 			t.Fatalf("batch %d op %d (%c %s %v): Redis %+v, twin %+v", batch, i, ops[i].kind, ops[i].id, ops[i].amount, got[i], want[i])
 		}
 	}
+}
+
+// TestScriptOpenHashAlwaysExpires: the hash of a caller's open requests
+// expires whatever emptied it and opened it again — a finish or a move of
+// its last request, in the same batch as the next open or in an earlier
+// one — and no later than its bucket. Redis deletes an emptied hash, its
+// expiry with it; one made again without an expiry would outlive its
+// bucket, forever when its requests are never finished (their process
+// died), and a caller whose bucket vanished would still find them open.
+func TestScriptOpenHashAlwaysExpires(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		sh := shape{rate: micro, capacity: 10 * micro, max: 4, ttlMS: 150}
+		four := []op{{kind: opAdmit, id: "a", amount: micro}, {kind: opAdmit, id: "b", amount: micro},
+			{kind: opAdmit, id: "c", amount: micro}, {kind: opAdmit, id: "d", amount: micro}}
+		for _, c := range []struct {
+			name    string
+			batches [][]op
+			pause   time.Duration // before the last batch
+		}{
+			{name: "finish and open in one batch", batches: [][]op{
+				{{kind: opAdmit, id: "a", amount: micro}},
+				{{kind: opFinish, id: "a"}, {kind: opAdmit, id: "b", amount: micro}},
+			}},
+			{name: "open after a finish", batches: [][]op{
+				{{kind: opAdmit, id: "a", amount: micro}},
+				{{kind: opFinish, id: "a"}},
+				{{kind: opAdmit, id: "b", amount: micro}},
+			}},
+			{name: "move of the last request", batches: [][]op{
+				{{kind: opAdmit, id: "a", amount: micro}},
+				{{kind: opMove, id: "a"}},
+			}},
+			// At the in-flight cap the script sweeps the requests past
+			// their TTL (150 ms): all four, so the hash goes before the
+			// open makes it again.
+			{name: "open after a sweep of every request", batches: [][]op{four, {{kind: opAdmit, id: "e", amount: micro}}}, pause: 300 * time.Millisecond},
+		} {
+			key := f.key(c.name)
+			for i, ops := range c.batches {
+				if i == len(c.batches)-1 {
+					time.Sleep(c.pause)
+				}
+				for j, r := range f.run(key, sh, ops) {
+					if r.status != stAdmitted {
+						t.Fatalf("%s: batch %d op %d: status %d", c.name, i, j, r.status)
+					}
+				}
+			}
+			ctx := context.Background()
+			open, bucket := f.rdb.PTTL(ctx, OpenKey(key)).Val(), f.rdb.PTTL(ctx, key).Val()
+			if open <= 0 || bucket < open {
+				t.Fatalf("%s: the open hash expires in %v (negative: never, or gone), its bucket in %v", c.name, open, bucket)
+			}
+		}
+	})
 }
 
 // TestScriptTombstoneOutlivesASlowBatch: a void whose deadline the clock
@@ -443,6 +524,17 @@ func (s *flakyScripter) Eval(ctx context.Context, script string, keys []string, 
 	return cmd
 }
 
+// slowHolds reports whether a bucket of the slow limit, made after start,
+// holds u micro-tokens where want tokens are expected: want, and the
+// micro-token a second it may have refilled since. A script credits the
+// whole micro-tokens elapsed since the bucket's last write, so a test
+// that runs within a second finds exactly want, and one that a loaded
+// machine stretched to n seconds up to n more.
+func slowHolds(u, want float64, start time.Time) bool {
+	extra := u - toMicro(want)
+	return extra >= 0 && extra <= math.Floor(time.Since(start).Seconds()*toMicro(slow.Rate))
+}
+
 // TestRedisUnansweredBatchIsVoided: a batch Redis applied but whose answer
 // never came is reported as failed to its callers (who are decided by the
 // fail mode), and its admits are voided once its deadline has passed: the
@@ -453,6 +545,7 @@ func TestRedisUnansweredBatchIsVoided(t *testing.T) {
 		flaky := &flakyScripter{UniversalClient: f.rdb}
 		s := NewRedisStore(flaky, RedisOptions{Timeout: 200 * time.Millisecond})
 		b := Bucket{Key: f.key("unanswered"), Limit: slow}
+		start := time.Now()
 		mustAdmit(t, s, Request{Bucket: b, Cost: 1}).Ticket.Release()
 		flaky.armed.Store(true)
 		if _, err := s.Admit(context.Background(), Request{Bucket: b, Cost: 5}); err == nil {
@@ -467,7 +560,7 @@ func TestRedisUnansweredBatchIsVoided(t *testing.T) {
 		if err := s.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if st := f.state(b.Key); len(st.open) != 0 || st.b.tokens != 9*micro {
+		if st := f.state(b.Key); len(st.open) != 0 || !slowHolds(st.b.tokens, 9, start) {
 			t.Fatalf("after the void: %v tokens, %d open; want 9 and none", st.b.tokens/micro, len(st.open))
 		}
 		if s.Stats().Voids != 1 {
@@ -484,13 +577,14 @@ func TestRedisFinishesSurviveFailures(t *testing.T) {
 		flaky := &flakyScripter{UniversalClient: f.rdb}
 		s := NewRedisStore(flaky, RedisOptions{Timeout: 200 * time.Millisecond, RetryInterval: 20 * time.Millisecond})
 		b := Bucket{Key: f.key("finish"), Limit: slow}
+		start := time.Now()
 		a := mustAdmit(t, s, Request{Bucket: b, Cost: 6})
 		flaky.armed.Store(true)
 		a.Ticket.Settle(1) // 5 back; its first call "fails" after applying
 		time.Sleep(50 * time.Millisecond)
 		flaky.armed.Store(false)
 		flushWithin(t, s)
-		if st := f.state(b.Key); st.b.tokens != 9*micro || len(st.open) != 0 {
+		if st := f.state(b.Key); !slowHolds(st.b.tokens, 9, start) || len(st.open) != 0 {
 			t.Fatalf("%v tokens, %d open; want 9 and none (settled once)", st.b.tokens/micro, len(st.open))
 		}
 	})

@@ -87,7 +87,11 @@ func countedToll(t *testing.T, rdb redis.UniversalClient) (toll *Toll, c *callCo
 	rdb.AddHook(c)
 	toll, _ = redisTollOn(t, rdb)
 	store := toll.Store.(*throttle.RedisStore)
-	toll.Store = &throttle.Failover{Primary: store, Mode: throttle.FailClosed, Logger: discard()}
+	// The Failover's own bound (100 ms by default) would undo the store's
+	// generous timeout: on a loaded machine a request that waits for the
+	// batch before its own would fail over, a 503, as if Redis had failed.
+	// It may take the store's two calls.
+	toll.Store = &throttle.Failover{Primary: store, Mode: throttle.FailClosed, Timeout: 2 * redisTimeout, Logger: discard()}
 	return toll, c, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -135,8 +139,13 @@ func TestOneScriptCallPerAdmittedRequest(t *testing.T) {
 		keys := toll.Keys.(fakeKeys)
 		keys["bulk"] = apikeys.Key{ID: 60, Name: "bulk", Tier: "bulk"}
 		// A key that spends faster than its bucket refills: its requests
-		// are admitted on leases, in process.
-		toll.Tiers["steady"] = Tier{Name: "steady", Limit: throttle.Limit{Rate: 1, Capacity: 1e6}, MaxInFlight: 64}
+		// are admitted on leases, in process. Its bucket refills one
+		// request's price in 100 s, so that it spends faster however slow
+		// the machine is: at 1 token/s a tile of 0.01 token refilled in
+		// 10 ms, and a loaded machine serving slower than that made it a
+		// caller that keeps its bucket at the brim, which takes no lease.
+		p := toll.TilePrice(tileDemand(14, "places"))
+		toll.Tiers["steady"] = Tier{Name: "steady", Limit: throttle.Limit{Rate: p / 100, Capacity: 1000}, MaxInFlight: 64}
 		keys["steady"] = apikeys.Key{ID: 61, Name: "steady", Tier: "steady"}
 		h := serveTile(toll)
 		for _, c := range []struct {

@@ -32,12 +32,15 @@ func eachRedis(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
 	t.Run("cluster", func(t *testing.T) { fn(t, testenv.RedisCluster(t)) })
 }
 
+// redisTimeout bounds the tests' calls to Redis: generous, as the race
+// detector is slow; these are not the fault tests.
+const redisTimeout = 2 * time.Second
+
 // redisTollOn is testToll on rdb with a unique prefix; keys lists the
 // test's keys in Redis (on every master of a cluster).
 func redisTollOn(t *testing.T, rdb redis.UniversalClient) (*Toll, func() []string) {
 	t.Helper()
-	// A generous timeout: the race detector is slow; this is not the fault test.
-	store := throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: 2 * time.Second})
+	store := throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: redisTimeout})
 	toll := testToll(store)
 	toll.Prefix = testenv.Prefix(t)
 	// keys lists the test's keys once every settlement and release on its
