@@ -280,48 +280,70 @@ func compareResults(t *testing.T, batch int, ops []op, got, want []opResult) {
 func TestScriptOpenHashAlwaysExpires(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		sh := shape{rate: micro, capacity: 10 * micro, max: 4, ttlMS: 150}
+		// A TTL of a minute: the expiry recorded stays ahead of every
+		// batch, however slow the machine, so only the fix sets it again.
+		long := shape{rate: micro, capacity: 10 * micro, max: 4, ttlMS: 60000}
+		short := long
+		short.ttlMS = 150
 		four := []op{{kind: opAdmit, id: "a", amount: micro}, {kind: opAdmit, id: "b", amount: micro},
 			{kind: opAdmit, id: "c", amount: micro}, {kind: opAdmit, id: "d", amount: micro}}
 		for _, c := range []struct {
 			name    string
+			sh      shape
 			batches [][]op
 			pause   time.Duration // before the last batch
 		}{
-			{name: "finish and open in one batch", batches: [][]op{
+			{name: "finish and open in one batch", sh: long, batches: [][]op{
 				{{kind: opAdmit, id: "a", amount: micro}},
 				{{kind: opFinish, id: "a"}, {kind: opAdmit, id: "b", amount: micro}},
 			}},
-			{name: "open after a finish", batches: [][]op{
+			{name: "open after a finish", sh: long, batches: [][]op{
 				{{kind: opAdmit, id: "a", amount: micro}},
 				{{kind: opFinish, id: "a"}},
 				{{kind: opAdmit, id: "b", amount: micro}},
 			}},
-			{name: "move of the last request", batches: [][]op{
+			{name: "move of the last request", sh: long, batches: [][]op{
 				{{kind: opAdmit, id: "a", amount: micro}},
 				{{kind: opMove, id: "a"}},
 			}},
 			// At the in-flight cap the script sweeps the requests past
 			// their TTL (150 ms): all four, so the hash goes before the
 			// open makes it again.
-			{name: "open after a sweep of every request", batches: [][]op{four, {{kind: opAdmit, id: "e", amount: micro}}}, pause: 300 * time.Millisecond},
+			{name: "open after a sweep of every request", sh: short, batches: [][]op{four, {{kind: opAdmit, id: "e", amount: micro}}}, pause: 300 * time.Millisecond},
 		} {
 			key := f.key(c.name)
 			for i, ops := range c.batches {
 				if i == len(c.batches)-1 {
 					time.Sleep(c.pause)
 				}
-				for j, r := range f.run(key, sh, ops) {
+				for j, r := range f.run(key, c.sh, ops) {
 					if r.status != stAdmitted {
 						t.Fatalf("%s: batch %d op %d: status %d", c.name, i, j, r.status)
 					}
 				}
 			}
+			// Moments, not times to live: two reads are apart.
 			ctx := context.Background()
-			open, bucket := f.rdb.PTTL(ctx, OpenKey(key)).Val(), f.rdb.PTTL(ctx, key).Val()
+			open, bucket := f.rdb.PExpireTime(ctx, OpenKey(key)).Val(), f.rdb.PExpireTime(ctx, key).Val()
 			if open <= 0 || bucket < open {
-				t.Fatalf("%s: the open hash expires in %v (negative: never, or gone), its bucket in %v", c.name, open, bucket)
+				t.Fatalf("%s: the open hash expires at %v (negative: never, or gone), its bucket at %v (Unix ms)", c.name, open, bucket)
 			}
+		}
+
+		// A bucket without a value has nothing open: the hash that outlived
+		// it (deleted by hand here, as an eviction would) goes with the next
+		// call, rather than live on, without an expiry, under a move.
+		key := f.key("bucket gone")
+		if r := f.run(key, long, []op{{kind: opAdmit, id: "a", amount: micro}}); r[0].status != stAdmitted {
+			t.Fatalf("bucket gone: admit: status %d", r[0].status)
+		}
+		ctx := context.Background()
+		f.rdb.Del(ctx, key)
+		if r := f.run(key, long, []op{{kind: opMove, id: "a"}}); r[0].status != stRefused {
+			t.Errorf("bucket gone: move of a request it no longer holds: status %d, want %d", r[0].status, stRefused)
+		}
+		if n := f.rdb.Exists(ctx, OpenKey(key)).Val(); n != 0 {
+			t.Errorf("bucket gone: the open hash is still there (PTTL %v)", f.rdb.PTTL(ctx, OpenKey(key)).Val())
 		}
 	})
 }
