@@ -143,10 +143,13 @@ end
 -- A hash past its time has expired with all it held (Redis: now > expiry).
 -- Redis judges a key's expiry by the moment the script started, which a
 -- loaded server may put a few milliseconds before TIME: such a hash is
--- deleted here, so that no later call of this script still finds it.
+-- deleted here, so that no later call of this script still finds it. A
+-- bucket without a value has nothing open: a hash that outlived it (the
+-- bucket evicted or deleted by hand) goes too, or an open count of 0
+-- would not match what it holds.
 if oexpires < nowms then
   n = 0
-  if oexpires > 0 then rcall('DEL', okey) end
+  if oexpires > 0 or not exists then rcall('DEL', okey) end
 end
 if voids < nowms then
   if voids > 0 then rcall('DEL', vkey) end
