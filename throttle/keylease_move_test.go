@@ -222,7 +222,7 @@ func TestLeaseSequentialRefusalsCostOneCallEach(t *testing.T) {
 		b := Bucket{Key: f.key("lease-seq"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, _ := withBusyLease(t, f.store, nil, b) // Redis 70, lease 7
 		defer r.Ticket.Settle(1)
-		before := f.store.Stats().Admits
+		before, callsBefore := f.store.Stats().Admits, f.store.Stats().Calls
 		for i := range 100 {
 			sh := i%2 == 0
 			a := mustAdmit(t, f.store, Request{Bucket: b, Cost: 78, Debt: 3, MaxInFlight: 8, Shadow: sh})
@@ -237,6 +237,11 @@ func TestLeaseSequentialRefusalsCostOneCallEach(t *testing.T) {
 		t.Logf("100 refusals/shadows beside a busy lease holding 7: asked %d times, stats %+v", asked, f.store.Stats())
 		if asked != 100 {
 			t.Errorf("100 refusals/shadows asked %d times", asked)
+		}
+		// Besides the 100 calls that ask, at most the 50 shadows' releases
+		// go alone.
+		if calls := f.store.Stats().Calls - callsBefore; calls > 150 {
+			t.Errorf("100 refusals/shadows made %d calls, want at most 150", calls)
 		}
 	})
 }
