@@ -224,3 +224,50 @@ func TestLeaseDebitWhileAsked(t *testing.T) {
 		sameBucket(t, s, mem, b)
 	})
 }
+
+// TestLeaseHoldEndsWhileBusy: a lease whose hold ends (LeaseHold's timer,
+// called here at once) while its slot runs a request is not given back
+// then: it admits nothing more — the caller's next request goes to Redis,
+// where the lease's slot still counts against the in-flight cap — and it
+// goes back when its request finishes, the bucket then holding what the
+// in-process store holds.
+func TestLeaseHoldEndsWhileBusy(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("hold-busy"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, f.store, mem, b)
+		lease := func() *keyLease {
+			f.store.mu.Lock()
+			defer f.store.mu.Unlock()
+			return f.store.leases[b.Key]
+		}
+		ls := lease()
+		if ls == nil {
+			t.Fatal("no lease after withBusyLease")
+		}
+		f.store.expire(ls)
+		if lease() != ls {
+			t.Fatal("the busy lease was given back when its hold ended, with its request running")
+		}
+		local := f.store.Stats().Local
+		req := Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 2}
+		x, xm := mustAdmit(t, f.store, req), mustAdmit(t, mem, req)
+		if !x.Allowed || !xm.Allowed || f.store.Stats().Local != local {
+			t.Fatalf("the next request: admitted %v (in process %v), %d admitted on a lease since; want admitted through Redis",
+				x.Allowed, xm.Allowed, f.store.Stats().Local-local)
+		}
+		y, ym := mustAdmit(t, f.store, req), mustAdmit(t, mem, req)
+		if y.Allowed || ym.Allowed {
+			t.Fatalf("a third request at an in-flight cap of 2: admitted %v (in process %v); want refused: the lease's slot runs a request", y.Allowed, ym.Allowed)
+		}
+		r.Ticket.Settle(1)
+		if lease() != nil {
+			t.Error("the lease is still held after its request finished: its hold had ended")
+		}
+		for _, a := range []Admission{rm, x, xm} {
+			a.Ticket.Settle(1)
+		}
+		sameBucket(t, f.store, mem, b)
+	})
+}
