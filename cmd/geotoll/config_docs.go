@@ -45,7 +45,7 @@ func configDocs() []configDoc {
 		{Key: "database.acquire_timeout", Meaning: "the longest a request waits for a pooled connection"},
 		{Key: "database.connect_timeout", Meaning: "the longest opening one connection takes (when the URL has no connect_timeout)"},
 		{Key: "database.cancel_wait", Meaning: "the longest a cancelled statement is waited for (its connection and its request's in-flight slot held) before its connection is closed anyway"},
-		{Key: "redis.url", Default: "none: buckets in process", Meaning: "Redis for budgets shared by every replica (alias REDIS_URL; secret)"},
+		{Key: "redis.url", Default: "none: buckets in process", Meaning: "Redis for budgets shared by every replica (alias REDIS_URL; secret). Run it with `maxmemory-policy noeviction` (Redis's default): an evicted bucket is a full one, and an evicted hash of open requests frees their in-flight slots early"},
 		{Key: "redis.addrs", Default: "none", Meaning: "Redis Cluster seed nodes (with redis.cluster) or Sentinels (with redis.master_name), instead of redis.url"},
 		{Key: "redis.cluster", Meaning: "redis.addrs name a Redis Cluster"},
 		{Key: "redis.master_name", Default: "none", Meaning: "redis.addrs are Sentinels managing this master"},

@@ -118,12 +118,15 @@ func TestEndToEndCompositeGapIsAnEmptyTile(t *testing.T) {
 	if resp.StatusCode != http.StatusUnprocessableEntity {
 		t.Errorf("%s at z15, beyond every layer: %d %s, want 422", list, resp.StatusCode, short(body))
 	}
-	// The measure can fail: a tile that reads something is charged.
-	if resp, body := fetch(t, http.MethodGet, tileURL(base, list, maptile.At(berlinCentre, 2))); resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s at z2: %d %s", list, resp.StatusCode, short(body))
+	// The measure can fail: a tile that reads something is charged. A z12
+	// tile of districts_mid alone: places_low, renamed, has no overview,
+	// and its z2 tile would read the whole table (a timeout on a loaded
+	// machine).
+	if resp, body := fetch(t, http.MethodGet, tileURL(base, list, maptile.At(berlinCentre, 12))); resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("%s at z12: %d %s", list, resp.StatusCode, short(body))
 	}
 	if left := budget(t, base, "")["remaining"].(float64); left >= capacity-5*emptyTileBase-0.01 {
-		t.Errorf("after a z2 tile the bucket still holds %v of %d", left, capacity)
+		t.Errorf("after a z12 tile the bucket still holds %v of %d", left, capacity)
 	}
 }
 
