@@ -56,18 +56,20 @@ func fetch(t *testing.T, method, url string, hdr ...string) (*http.Response, []b
 }
 
 // fetchServed is fetch of a tile that a loaded machine may answer with a
-// 503 (its query cut at the statement budget the tile paid for): it asks
+// 503 (its query cut at the statement budget the tile paid for) or a 429
+// (slow queries settle dear, and the default budget runs out): it asks
 // again after the Retry-After, as a map client would, at most 3 times in
-// all. For tests of what a tile holds, not of how fast it is served.
+// all. For tests of what a tile holds, not of how fast or how cheaply it
+// is served.
 func fetchServed(t *testing.T, url string) (*http.Response, []byte) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		resp, body := fetch(t, http.MethodGet, url)
-		if resp.StatusCode != http.StatusServiceUnavailable || attempt == 3 {
+		if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusTooManyRequests || attempt == 3 {
 			return resp, body
 		}
 		wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-		t.Logf("%s: 503 %s; asking again in %d s", url, short(body), wait)
+		t.Logf("%s: %d %s; asking again in %d s", url, resp.StatusCode, short(body), wait)
 		time.Sleep(time.Duration(min(max(wait, 1), 5)) * time.Second)
 	}
 }
