@@ -128,6 +128,7 @@ func TestLeaseIsWhatOtherReplicasSee(t *testing.T) {
 			t.Fatalf("the lease's slot counts for the other replica: %+v", b)
 		}
 		a.Ticket.Release()
+		flushWithin(t, other) // its release lands
 		holder.mu.Lock()
 		hold := holder.leases[b.Key].timer
 		holder.mu.Unlock()
