@@ -43,30 +43,37 @@ func (g *failScripter) Eval(ctx context.Context, script string, keys []string, a
 }
 
 // TestLeaseMoveAtTheBrim: a busy lease handing its tokens back to a bucket
-// that refilled to its capacity leaves it exactly full: a request of the
-// whole capacity is admitted, as without the lease.
+// that, with them, holds its capacity leaves it exactly full: a request of
+// the whole capacity is admitted, as without the lease.
+//
+// The bucket gets there by the refunds of the two requests before the
+// lease's, and the refill of a micro-token, while the lease runs a request
+// of a micro-token: no step has to be quick. The refill over the fixture's
+// 30 s hold (30 tokens at 1/s) keeps the lease's bucket below the brim when
+// it is taken; the lease lives far longer than the test.
 func TestLeaseMoveAtTheBrim(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		b := Bucket{Key: f.key("lease-brim"), Limit: Limit{Rate: 100, Capacity: 800}}
-		// The default hold: the brim a lease is taken below is the refill
-		// over it (50 at 100/s), where the fixture's 30 s would be 3,000.
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})
+		s := f.store
+		b := Bucket{Key: f.key("lease-brim"), Limit: Limit{Rate: 1, Capacity: 800}}
 		req := func(c float64) Request { return Request{Bucket: b, Cost: c, Debt: 3, MaxInFlight: 8} }
-		mustAdmit(t, s, req(100)).Ticket.Settle(100)
-		mustAdmit(t, s, req(12.5)).Ticket.Settle(12.5) // takes a lease of 100
-		r := mustAdmit(t, s, req(12.5))
+		first := mustAdmit(t, s, req(100))   // Redis 700
+		second := mustAdmit(t, s, req(12.5)) // and a lease of 100: Redis 587.5
+		r := mustAdmit(t, s, req(1e-6))
 		if st := s.Stats(); st.Local != 1 || st.Leases != 1 {
 			t.Fatalf("not on a lease: %+v", st)
 		}
-		defer r.Ticket.Settle(12.5)
-		// Redis refills (100/s) until it and the lease's 87.5 hold the
-		// capacity: a bucket without the lease is full then.
+		defer r.Ticket.Settle(1e-6)
+		first.Ticket.Settle(0)
+		second.Ticket.Settle(0)
+		// Redis holds 700 and its refill, the lease 100 less a micro-token:
+		// once Redis has refilled that micro-token, a bucket without the
+		// lease is full.
 		sh := shapeOf(req(1))
 		deadline := time.Now().Add(10 * time.Second)
-		for f.run(b.Key, sh, []op{{kind: opPeek}})[0].tokens < toMicro(800-87.5) {
+		for f.run(b.Key, sh, []op{{kind: opPeek}})[0].tokens <= toMicro(700) {
 			if time.Now().After(deadline) {
-				t.Fatal("Redis never refilled")
+				t.Fatal("the refunds never reached Redis")
 			}
 			time.Sleep(time.Millisecond)
 		}

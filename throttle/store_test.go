@@ -58,7 +58,25 @@ func everyStore(t *testing.T, fn func(t *testing.T, sc storeCase)) {
 }
 
 // slow refills a token in about 11 days: nothing the test does earns one.
+// It does refill a micro-token a second, the unit the stores count in: a
+// test that expects an exact count accepts those refilled since it began
+// (slowHolds, slowLeft), so that a loaded machine that stretches it past a
+// second does not fail it.
 var slow = Limit{Rate: 1e-6, Capacity: 10}
+
+// slowLeft reports whether a bucket of the slow rate, made after start,
+// shows got tokens where want are expected: want, and the micro-token a
+// second it may have refilled since.
+func slowLeft(got, want float64, start time.Time) bool {
+	return slowHolds(toMicro(got), want, start)
+}
+
+// slowRetry is the exact Retry-After of a request of cost refused by a
+// bucket of the slow rate that holds remaining tokens: a second for each
+// micro-token missing.
+func slowRetry(cost, remaining float64) time.Duration {
+	return time.Duration(toMicro(cost)-toMicro(remaining)) * time.Second
+}
 
 func mustAdmit(t *testing.T, s Store, req Request) Admission {
 	t.Helper()
@@ -99,19 +117,21 @@ func TestStoreAdmitsUntilEmpty(t *testing.T) {
 	t.Parallel()
 	everyStore(t, func(t *testing.T, sc storeCase) {
 		b := Bucket{Key: sc.key("empty"), Limit: slow}
+		start := time.Now()
 		for i := range 3 {
 			a := mustAdmit(t, sc.store, Request{Bucket: b, Cost: 3})
-			if !a.Allowed || a.Result.Remaining != 10-3*float64(i+1) {
+			if !a.Allowed || !slowLeft(a.Result.Remaining, 10-3*float64(i+1), start) {
 				t.Fatalf("admit %d: %+v", i+1, a)
 			}
 			a.Ticket.Release()
 		}
 		a := mustAdmit(t, sc.store, Request{Bucket: b, Cost: 3})
-		if a.Allowed || a.Refusal != RefusedBucket || a.Result.Remaining != 1 {
+		if a.Allowed || a.Refusal != RefusedBucket || !slowLeft(a.Result.Remaining, 1, start) {
 			t.Fatalf("fourth admit: %+v, want refused by the bucket with 1 left", a)
 		}
-		// Retry-After is exact: 2 missing tokens at 1e-6/s.
-		if want := 2e6 * time.Second; a.Result.RetryAfter != want || a.Ticket != nil {
+		// Retry-After is exact: 2 missing tokens (less the micro-tokens
+		// refilled) at 1e-6/s.
+		if want := slowRetry(3, a.Result.Remaining); a.Result.RetryAfter != want || a.Ticket != nil {
 			t.Fatalf("retry after %v, want %v; ticket %+v", a.Result.RetryAfter, want, a.Ticket)
 		}
 		settled(t, sc.store, b, 1)
@@ -122,9 +142,10 @@ func TestStoreInFlightCap(t *testing.T) {
 	t.Parallel()
 	everyStore(t, func(t *testing.T, sc storeCase) {
 		req := Request{Bucket: Bucket{Key: sc.key("cap"), Limit: slow}, Cost: 1, MaxInFlight: 2}
+		start := time.Now()
 		a1, a2 := mustAdmit(t, sc.store, req), mustAdmit(t, sc.store, req)
 		a3 := mustAdmit(t, sc.store, req)
-		if !a1.Allowed || !a2.Allowed || a3.Allowed || a3.Refusal != RefusedInFlight || a3.Result.Remaining != 8 {
+		if !a1.Allowed || !a2.Allowed || a3.Allowed || a3.Refusal != RefusedInFlight || !slowLeft(a3.Result.Remaining, 8, start) {
 			t.Fatalf("three admits with a cap of 2: %+v / %+v / %+v", a1, a2, a3)
 		}
 		a1.Ticket.Release()
@@ -146,6 +167,7 @@ func TestStoreSettle(t *testing.T) {
 	t.Parallel()
 	everyStore(t, func(t *testing.T, sc storeCase) {
 		b := Bucket{Key: sc.key("settle"), Limit: slow}
+		start := time.Now()
 		// Refund: paid 6, cost 2 → 4 back.
 		a := mustAdmit(t, sc.store, Request{Bucket: b, Cost: 6, Debt: 5})
 		a.Ticket.Settle(2)
@@ -167,7 +189,7 @@ func TestStoreSettle(t *testing.T) {
 		a.Ticket.Settle(20)
 		settled(t, sc.store, b, -5)
 		r := mustAdmit(t, sc.store, Request{Bucket: b, Cost: 1, Debt: 5})
-		if r.Allowed || r.Result.Remaining != -5 || r.Result.RetryAfter != 6e6*time.Second {
+		if r.Allowed || !slowLeft(r.Result.Remaining, -5, start) || r.Result.RetryAfter != slowRetry(1, r.Result.Remaining) {
 			t.Fatalf("admit from a bucket in debt: %+v", r)
 		}
 		// A refused request settles nothing (its ticket is zero).
@@ -197,10 +219,11 @@ func TestStoreAggregate(t *testing.T) {
 	everyStore(t, func(t *testing.T, sc storeCase) {
 		own := Bucket{Key: sc.key("agg") + ":a", Limit: slow}
 		other := Bucket{Key: sc.key("agg") + ":b", Limit: slow}
-		agg := &Bucket{Key: sc.key("agg"), Limit: Limit{Rate: 1e-6, Capacity: 5}}
+		agg := &Bucket{Key: sc.key("agg"), Limit: Limit{Rate: slow.Rate, Capacity: 5}}
+		start := time.Now()
 		a := mustAdmit(t, sc.store, Request{Bucket: own, Aggregate: agg, Cost: 4})
 		b := mustAdmit(t, sc.store, Request{Bucket: other, Aggregate: agg, Cost: 4})
-		if !a.Allowed || b.Allowed || b.Refusal != RefusedAggregate || b.Result.Remaining != 1 || b.Result.Limit != agg.Limit {
+		if !a.Allowed || b.Allowed || b.Refusal != RefusedAggregate || !slowLeft(b.Result.Remaining, 1, start) || b.Result.Limit != agg.Limit {
 			t.Fatalf("aggregate: %+v then %+v", a, b)
 		}
 		a.Ticket.Settle(0) // refunds the aggregate too
