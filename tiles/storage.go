@@ -235,15 +235,25 @@ func (c *Catalog) Refresh(ctx context.Context, q Querier) (Refreshed, error) {
 func (l *Layer) install(p *plan, writes uint64) (instead bool) {
 	l.state.swap.Lock()
 	defer l.state.swap.Unlock()
-	if l.state.writes.Load() != writes && len(p.storage) > 0 {
-		if own, _, err := l.newPlan(p.kind, nil); err == nil {
-			own.table = p.table
-			l.state.plan.Store(own)
-			return true
-		}
+	if l.state.writes.Load() != writes && len(p.storage) > 0 && l.readTableLocked(p) {
+		return true
 	}
 	l.state.plan.Store(p)
 	return false
+}
+
+// readTableLocked stores a plan of like's kind and table that reads the
+// layer's table at every zoom, none of its storage; it reports whether it
+// did (planning the kind has not failed before, so it does not fail now).
+// The caller holds l.state.swap.
+func (l *Layer) readTableLocked(like *plan) bool {
+	own, _, err := l.newPlan(like.kind, nil)
+	if err != nil {
+		return false
+	}
+	own.table = like.table
+	l.state.plan.Store(own)
+	return true
 }
 
 // currentStorage reads l's table's change detector (package signature),
@@ -300,16 +310,7 @@ func (c *Catalog) Written(name string) bool {
 	defer l.state.swap.Unlock()
 	l.state.writes.Add(1)
 	old := l.plan()
-	if len(old.storage) == 0 {
-		return false
-	}
-	own, _, err := l.newPlan(old.kind, nil)
-	if err != nil { // rendered for this kind before; cannot fail
-		return false
-	}
-	own.table = old.table
-	l.state.plan.Store(own)
-	return true
+	return len(old.storage) > 0 && l.readTableLocked(old)
 }
 
 // layerTables returns the relation each layer's table names now, as
