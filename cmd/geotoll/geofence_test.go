@@ -128,6 +128,26 @@ func fenceWriterURL(t *testing.T) string {
 	return u.String()
 }
 
+// send sends one request with body and the given header pairs and returns
+// the response with its body read.
+func send(t *testing.T, method, url, body string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
 func TestEndToEndFenceAdmin(t *testing.T) {
 	t.Parallel()
 	const admin = "e2e-admin-key-0123456789"
@@ -137,17 +157,10 @@ func TestEndToEndFenceAdmin(t *testing.T) {
 	})
 	do := func(method, path, key, body string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
+		if key == "" {
+			return send(t, method, base+path, body)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
+		return send(t, method, base+path, body, "Authorization", "Bearer "+key)
 	}
 	fence := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[-20,-50],[-20,-49],[-19,-49],[-19,-50],[-20,-50]]]},"properties":{"name":"e2e"}}`
 	if resp, _ := do(http.MethodPost, "/geofences", "", fence); resp.StatusCode != http.StatusUnauthorized {
@@ -228,15 +241,7 @@ func TestEndToEndFenceWriteShowsInItsTiles(t *testing.T) {
 	base := "http://" + m.Addr()
 	write := func(method, path, body string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		req.Header.Set("X-API-Key", admin)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
+		return send(t, method, base+path, body, "X-API-Key", admin)
 	}
 	// The South Pacific, where no other test puts fences.
 	centre := orb.Point{-140.5, -55.5}
