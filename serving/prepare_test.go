@@ -179,6 +179,13 @@ func TestPrepareIsIdempotentAndSeesChanges(t *testing.T) {
 		}
 	}
 
+	// The same order spelt otherwise is the same build: nothing to do.
+	respelt := base
+	respelt.OrderBy = []string{"rank ASC", "id"}
+	if r := one(t, owner, catalog(t, respelt).Layer(name), serving.Options{}); r.Status != serving.Unchanged || r.Err != nil {
+		t.Errorf("order_by %q after %q: %+v, want unchanged", respelt.OrderBy, base.OrderBy, r)
+	}
+
 	for _, change := range []string{
 		`INSERT INTO {s}.pts SELECT 99999999, 'new', 1, ST_SetSRID(ST_MakePoint(0, 0), 3857)`,
 		`UPDATE {s}.pts SET rank = rank + 1 WHERE id = 10`,

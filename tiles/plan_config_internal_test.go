@@ -102,6 +102,12 @@ func TestPlanIgnoresStorageOfOtherGeneralization(t *testing.T) {
 		{"same polygon settings", polygons, polygons, true},
 		{"cluster_px", points, withLayer(points, func(l *Layer) { l.Generalize.ClusterPixels = 4 }), false},
 		{"order_by", points, withLayer(points, func(l *Layer) { l.OrderBy = []string{"rank desc"} }), false},
+		// The same order written otherwise: the same features.
+		{"order_by spelt otherwise", points, withLayer(points, func(l *Layer) { l.OrderBy = []string{" rank  ASC "} }), true},
+		{"order_by keyword case", withLayer(points, func(l *Layer) { l.OrderBy = []string{"rank desc"} }),
+			withLayer(points, func(l *Layer) { l.OrderBy = []string{"rank DESC"} }), true},
+		{"order_by with the id it implies", points, withLayer(points, func(l *Layer) { l.OrderBy = []string{"rank", "id"} }), true},
+		{"order_by column case", points, withLayer(points, func(l *Layer) { l.OrderBy = []string{"Rank"} }), false},
 		{"polygon cluster_px", polygons, withLayer(polygons, func(l *Layer) { l.Generalize.ClusterPixels = 16 }), false},
 		{"tolerance_px", polygons, withLayer(polygons, func(l *Layer) { l.Generalize.TolerancePixels = 2 }), false},
 		{"min_size_px", polygons, withLayer(polygons, func(l *Layer) { l.Generalize.MinSizePixels = 4 }), false},
