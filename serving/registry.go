@@ -49,6 +49,7 @@ func current(rows []tiles.Storage, l *tiles.Layer, targets []Target, sig string)
 			return false
 		}
 		r := rows[i]
+		r.Params.OrderBy = l.CanonicalOrderBy(r.Params.OrderBy) // the target's is canonical
 		if r.SourceSignature != sig || r.ZoomMin != t.ZoomMin || r.ZoomMax != t.ZoomMax || r.Kind != t.Kind ||
 			!slices.Equal(r.Columns, t.Columns) || !sameParams(r.Params, t.Params) {
 			return false

@@ -114,7 +114,8 @@
 // its configuration turned off — overviews with generalize or overviews
 // off or outside its overview band, pieces with subdivide off —,
 // overviews built under other generalisation settings — cluster_px,
-// tolerance_px, min_size_px or order_by ([Layer.OverviewParams]) —, another
+// tolerance_px, min_size_px or order_by ([Layer.OverviewParams]; an order
+// spelt otherwise is the same order: [Layer.CanonicalOrderBy]) —, another
 // kind, missing columns, an unknown builder) is left out with a warning;
 // those zooms read the table. A followed layer ([Catalog.Follow]: the
 // server writes its table, as the fence admin writes the fences) reads

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -139,7 +138,7 @@ func (l *Layer) OverviewZooms(kind Kind) (lo, hi int, ok bool) {
 // params are these (see Catalog.Refresh).
 func (l *Layer) OverviewParams(kind Kind, z int) StorageParams {
 	g := l.Generalize.At(maptile.Zoom(z), l.Extent) //nolint:gosec // G115: zooms are 0..MaxZoom, validated with the configuration
-	p := StorageParams{Zoom: z, CellsPerTile: g.CellsPerTile, CellMetres: g.CellMetres, OrderBy: slices.Clone(l.OrderBy)}
+	p := StorageParams{Zoom: z, CellsPerTile: g.CellsPerTile, CellMetres: g.CellMetres, OrderBy: l.CanonicalOrderBy(l.OrderBy)}
 	if kind != KindPoint {
 		p.ToleranceMetres, p.MinSizeMetres = g.ToleranceMetres, g.MinSizeMetres
 	}

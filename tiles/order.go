@@ -1,6 +1,7 @@
 package tiles
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -55,6 +56,38 @@ func (l *Layer) orderKeys() ([]OrderKey, error) {
 		keys = append(keys, OrderKey{Column: l.IDColumn})
 	}
 	return keys, nil
+}
+
+// CanonicalOrderBy is entries, an order_by of the layer, in the one form
+// that names its order: each key "column" or "column desc" (the keyword's
+// case, "asc" and spaces dropped), nothing after the id column (ids are
+// unique, so later keys order nothing), and the id column ascending — the
+// key every order of a layer with ids ends with — left out at the end; nil
+// for the id order alone. Two lists order the layer's features alike when
+// their forms are equal. Entries that do not parse are returned as they
+// are.
+func (l *Layer) CanonicalOrderBy(entries []string) []string {
+	var out []string
+	id := cmp.Or(l.IDColumn, "id") // the default withDefaults gives it
+	for _, s := range entries {
+		k, err := ParseOrderKey(s)
+		if err != nil {
+			return entries
+		}
+		isID := !l.WithoutID && k.Column == id
+		if isID && !k.Desc {
+			break
+		}
+		e := k.Column
+		if k.Desc {
+			e += " desc"
+		}
+		out = append(out, e)
+		if isID {
+			break
+		}
+	}
+	return out
 }
 
 // OrderBySQL is the layer's order (OrderBy, the id last) as an ORDER BY

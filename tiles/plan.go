@@ -146,7 +146,7 @@ func (l *Layer) usable(kind Kind, s *Storage) error {
 	case kind == KindPoint && s.Params.CellsPerTile < 1:
 		return fmt.Errorf("layer %q: storage %s records no cluster cells", l.Name, s.Relation)
 	case s.Builder == BuilderOverview && (s.Params.Zoom < 0 || s.Params.Zoom > int(MaxZoom) ||
-		!s.Params.sameBuild(l.OverviewParams(kind, s.Params.Zoom))):
+		!l.builtAs(s.Params, kind)):
 		return fmt.Errorf("layer %q: storage %s was built under other generalisation settings (cluster_px, tolerance_px, min_size_px or order_by) than the layer's; run geotoll prepare",
 			l.Name, s.Relation)
 	}
@@ -257,4 +257,13 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 		return "", fmt.Errorf("layer %q: render %s: %w", l.Name, tmpl.Name(), err)
 	}
 	return buf.String(), nil
+}
+
+// builtAs reports whether an overview recorded with got was built as the
+// layer's configuration asks for its zoom (OverviewParams): the same build,
+// its order_by compared in canonical form, so that the same order spelt
+// otherwise ("rank ASC", "rank", "rank, id") is the same build.
+func (l *Layer) builtAs(got StorageParams, kind Kind) bool {
+	got.OrderBy = l.CanonicalOrderBy(got.OrderBy)
+	return got.sameBuild(l.OverviewParams(kind, got.Zoom))
 }

@@ -1,6 +1,7 @@
 package tiles
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/paulmach/orb/maptile"
@@ -136,4 +137,31 @@ func TestPlanIgnoresStorageOfOtherGeneralization(t *testing.T) {
 func withLayer(l Layer, mod func(*Layer)) Layer {
 	mod(&l)
 	return l
+}
+
+func TestCanonicalOrderBy(t *testing.T) {
+	t.Parallel()
+	l := Layer{IDColumn: "fid"}
+	for _, tc := range []struct {
+		in, want []string
+	}{
+		{nil, nil},
+		{[]string{"fid"}, nil},
+		{[]string{"fid ASC"}, nil},
+		{[]string{"rank"}, []string{"rank"}},
+		{[]string{" rank  asc "}, []string{"rank"}},
+		{[]string{"rank DESC", "fid"}, []string{"rank desc"}},
+		{[]string{"rank", "fid", "name"}, []string{"rank"}},
+		{[]string{"fid desc", "rank"}, []string{"fid desc"}},
+		{[]string{"Rank", "name desc"}, []string{"Rank", "name desc"}},
+		{[]string{"rank", " "}, []string{"rank", " "}}, // does not parse: as it is
+	} {
+		if got := l.CanonicalOrderBy(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("CanonicalOrderBy(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	noID := Layer{IDColumn: "fid", WithoutID: true}
+	if got := noID.CanonicalOrderBy([]string{"fid", "rank"}); !slices.Equal(got, []string{"fid", "rank"}) {
+		t.Errorf("without ids: %q, want both keys", got)
+	}
 }
