@@ -2,7 +2,9 @@ package toll
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -284,5 +286,94 @@ func refusedUntilRetryAfter(t *testing.T, h http.Handler, calls *callCounter, ke
 		t.Fatalf("the first request after Retry-After made %d calls, want 1", c)
 	}
 	t.Logf("%d requests refused in process before Retry-After, none sent to Redis", n)
+	return true
+}
+
+// TestBudgetReadsCostOneRedisCallPerSecond: /budget and dry runs are free
+// to their caller; what bounds the Redis calls they cost is that a replica
+// answers them from what it learnt of the caller's bucket within the last
+// second. A flood of them costs one call, an admission in between is seen
+// without another, and the next second's first read asks Redis again.
+func TestBudgetReadsCostOneRedisCallPerSecond(t *testing.T) {
+	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		toll, calls, _ := countedToll(t, rdb)
+		p := toll.TilePrice(tileDemand(14, "places"))
+		toll.Tiers["free"] = Tier{Name: "free", Limit: throttle.Limit{Rate: p / 1000, Capacity: 10 * p}}
+		keys := toll.Keys.(fakeKeys)
+		for attempt := range 5 {
+			key := fmt.Sprintf("reader%d", attempt)
+			keys[key] = apikeys.Key{ID: int64(300 + attempt), Name: key, Tier: "free"}
+			if budgetReadsWithinASecond(t, toll, calls, key, p) {
+				return
+			}
+			t.Logf("attempt %d paused past the second it tests", attempt)
+		}
+		t.Fatal("every attempt was paused past the second it tests")
+	})
+}
+
+// budgetReadsWithinASecond runs TestBudgetReadsCostOneRedisCallPerSecond
+// with key; false when it was paused past the second it tests.
+func budgetReadsWithinASecond(t *testing.T, toll *Toll, calls *callCounter, key string, p float64) bool {
+	t.Helper()
+	remaining := func(path string, h http.Handler) float64 {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.RemoteAddr = "192.0.2.11:5555"
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var body struct{ Remaining float64 }
+		if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &body) != nil {
+			t.Fatalf("GET %s: %d %s", path, w.Code, w.Body)
+		}
+		return body.Remaining
+	}
+	budget := http.HandlerFunc(toll.ServeBudget)
+	tile := serveTile(toll)
+	calls.reset()
+	start := time.Now()
+	full := remaining("/budget", budget)
+	for i := range 200 {
+		path := "/budget"
+		if i%2 == 1 {
+			path = "/tiles/places/14/0/0.mvt?dry_run=1"
+		}
+		h := http.Handler(budget)
+		if i%2 == 1 {
+			h = tile
+		}
+		if got := remaining(path, h); math.Abs(got-full) > p/100 {
+			t.Fatalf("read %d (%s): remaining %g, want %g", i, path, got, full)
+		}
+	}
+	if time.Since(start) >= time.Second {
+		return false
+	}
+	if c := calls.commands.Load(); c != 1 {
+		t.Fatalf("201 budget reads and dry runs within a second sent %d Redis commands, want 1", c)
+	}
+	admitted := time.Now()
+	w := httptest.NewRecorder()
+	tile.ServeHTTP(w, tileRequest(key, "192.0.2.11"))
+	if w.Code != http.StatusOK {
+		t.Fatalf("a tile: %d %s", w.Code, w.Body)
+	}
+	before := calls.commands.Load()
+	if got := remaining("/budget", budget); math.Abs(got-(full-p)) > p/100 {
+		t.Fatalf("/budget after a tile of %g: %g, want %g", p, got, full-p)
+	}
+	if time.Since(start) >= time.Second {
+		return false
+	}
+	if c := calls.commands.Load() - before; c != 0 {
+		t.Fatalf("/budget right after an admission sent %d Redis commands, want 0", c)
+	}
+	time.Sleep(time.Until(admitted.Add(time.Second + 100*time.Millisecond)))
+	before = calls.commands.Load()
+	remaining("/budget", budget)
+	if c := calls.commands.Load() - before; c != 1 {
+		t.Fatalf("the first /budget a second later sent %d Redis commands, want 1", c)
+	}
 	return true
 }
