@@ -63,7 +63,8 @@ func LimiterCheck(f *throttle.Failover, ping Check) Check {
 // WatchLimiter exports the budget store's health: geotoll_limiter_degraded
 // (1 while the store fails), geotoll_limiter_store_errors_total,
 // geotoll_limiter_fallbacks_total (decisions made by fail_mode) and
-// geotoll_limiter_free_refusals_total (refusals decided in process).
+// geotoll_limiter_free_refusals_total (refusals decided in process) and
+// geotoll_limiter_free_peeks_total (budget reads answered in process).
 func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 	mode := prometheus.Labels{"fail_mode": string(f.Mode)}
 	for _, c := range []prometheus.Collector{
@@ -88,6 +89,10 @@ func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 			Name: "geotoll_limiter_free_refusals_total",
 			Help: "Requests refused in process, without a store call, because the store had refused their caller and its bucket still could not pay.",
 		}, func() float64 { return float64(f.FreeRefusals()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "geotoll_limiter_free_peeks_total",
+			Help: "Budget reads (/budget, dry runs, the budget headers of refusals the store did not decide) answered in process, from what the store said of the caller's bucket within the last redis.peek_reuse.",
+		}, func() float64 { return float64(f.FreePeeks()) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

@@ -97,8 +97,10 @@
 // mode (open, closed, local: an in-process bucket at rate / replicas that
 // starts from what Redis last reported of the caller). It refuses for
 // free: a caller Redis refused is refused in process until its bucket
-// could pay again, with no call. [Global] is a budget shared by every
-// caller, spent by each replica through leases of a chunk of tokens.
+// could pay again, with no call; and it answers a peek from what it
+// learnt of the bucket within PeekReuse, refilled, with no call either.
+// [Global] is a budget shared by every caller, spent by each replica
+// through leases of a chunk of tokens.
 //
 // # Results
 //

@@ -72,12 +72,25 @@ type Failover struct {
 	// Remember bounds the callers whose last known budget is kept (for
 	// free refusals and fallback seeding); 0 means 65536.
 	Remember int
-	Logger   *slog.Logger
+	// PeekReuse is how long what this Failover last learnt of a caller's
+	// bucket (an admission's, a refusal's or a peek's answer, and the
+	// settlements since) answers a Peek of it without a call, refilled to
+	// the moment asked: 0 means DefaultPeekReuse, a negative value asks
+	// the primary every time. Peeks are free to their caller (budget
+	// reads, dry runs), so this is what bounds the primary's calls they
+	// cost: one per caller and interval on each replica. Other replicas'
+	// spends within the interval are not seen.
+	PeekReuse time.Duration
+	Logger    *slog.Logger
 
-	lim   breaker
-	known known
-	free  atomic.Uint64
+	lim       breaker
+	known     known
+	free      atomic.Uint64
+	freePeeks atomic.Uint64
 }
+
+// DefaultPeekReuse is Failover.PeekReuse when left 0.
+const DefaultPeekReuse = time.Second
 
 // DefaultProbeInterval is Failover.ProbeInterval when left 0.
 const DefaultProbeInterval = 500 * time.Millisecond
@@ -141,14 +154,30 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 	return Admission{}, f.errDown()
 }
 
-// Peek implements Store, with the same fallback as Admit.
+// Peek implements Store, with the same fallback as Admit. What the
+// Failover learnt of the bucket within PeekReuse answers it without a call.
 func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
+	if err := b.Limit.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	if reuse := f.peekReuse(); reuse > 0 {
+		if res, ok := f.known.peek(b, time.Now(), reuse); ok {
+			f.freePeeks.Add(1)
+			return res, nil
+		}
+	}
 	var res Result
 	fallback, err := f.onPrimary(ctx, func(ctx context.Context) (err error) {
 		res, err = f.Primary.Peek(ctx, b)
 		return err
 	})
 	if !fallback {
+		if err == nil {
+			f.known.notePeek(b, res, time.Now(), f.remember())
+		}
 		return res, err
 	}
 	switch f.Mode {
@@ -162,6 +191,16 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 
 // FreeRefusals counts the requests refused without asking the primary.
 func (f *Failover) FreeRefusals() uint64 { return f.free.Load() }
+
+// FreePeeks counts the peeks answered without asking the primary.
+func (f *Failover) FreePeeks() uint64 { return f.freePeeks.Load() }
+
+func (f *Failover) peekReuse() time.Duration {
+	if f.PeekReuse == 0 {
+		return DefaultPeekReuse
+	}
+	return f.PeekReuse
+}
 
 // localLimit is l on one of Replicas processes: its rate divided by
 // them, but never below what a limit may be (a micro-token per second, and
@@ -353,6 +392,22 @@ func (k *known) note(req Request, a Admission, now time.Time, size int) {
 	if a.Refusal == RefusedInFlight || a.Refusal == RefusedAggregate {
 		return
 	}
+	k.set(req.Key, knownBudget{at: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}, size)
+}
+
+// notePeek records a peek's answer: what the bucket holds now. A caller
+// known to be refused stays so until its bucket could pay (refuse checks
+// the tokens).
+func (k *known) notePeek(b Bucket, res Result, now time.Time, size int) {
+	k.mu.Lock()
+	refused := k.m[b.Key].refused
+	k.mu.Unlock()
+	k.set(b.Key, knownBudget{at: now, remaining: res.Remaining, limit: b.Limit, refused: refused}, size)
+}
+
+// set records kb as key's bucket, forgetting about half the callers first
+// when size are known.
+func (k *known) set(key string, kb knownBudget, size int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
@@ -366,7 +421,21 @@ func (k *known) note(req Request, a Admission, now time.Time, size int) {
 			}
 		}
 	}
-	k.m[req.Key] = knownBudget{at: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}
+	k.m[key] = kb
+}
+
+// peek answers a peek of b from what is known of it, if that was learnt
+// within reuse and under b's limit: its tokens refilled to now.
+func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool) {
+	k.mu.Lock()
+	kb, ok := k.m[b.Key]
+	k.mu.Unlock()
+	if age := now.Sub(kb.at); !ok || kb.limit != b.Limit || age < 0 || age > reuse {
+		return Result{}, false
+	}
+	est := kb.estimate(now)
+	return Result{Allowed: true, Remaining: est, Limit: b.Limit,
+		ResetAfter: millis(resetMS(est, b.Limit.Rate, b.Limit.Capacity))}, true
 }
 
 // settled counts the settlement of t, a request the primary admitted, by

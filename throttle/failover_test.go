@@ -314,3 +314,61 @@ func TestFailoverLocalDividesTheAggregate(t *testing.T) {
 			a.Allowed, a.Refusal, a.Result)
 	}
 }
+
+// TestFailoverPeeksReuseWhatItLearnt: within PeekReuse (1 s by default) of
+// what the Failover learnt of a bucket — a peek's answer, an admission's,
+// the settlements since — a peek is answered from it, refilled to the
+// moment asked, without a call; past it, or under another limit, a peek
+// asks the primary again. A peek after an admission or a settlement of
+// this Failover sees them.
+func TestFailoverPeeksReuseWhatItLearnt(t *testing.T) {
+	f, primary := newFailover(FailClosed, 1)
+	if f.peekReuse() != DefaultPeekReuse || DefaultPeekReuse != time.Second {
+		t.Fatalf("reuse %v by default, want %v", f.peekReuse(), time.Second)
+	}
+	// No pause of the test outlives an hour (the default's own test is
+	// toll's TestBudgetReadsCostOneRedisCallPerSecond).
+	f.PeekReuse = time.Hour
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}} // refills a thousandth a second
+	first := mustPeek(t, f, b)
+	for range 100 {
+		if r := mustPeek(t, f, b); math.Abs(r.Remaining-first.Remaining) > 1e-3 || r.Limit != b.Limit || !r.Allowed {
+			t.Fatalf("a peek within the reuse: %+v, want %+v", r, first)
+		}
+	}
+	if primary.n() != 1 {
+		t.Fatalf("101 peeks within the reuse made %d calls, want 1", primary.n())
+	}
+	a := mustAdmit(t, f, Request{Bucket: b, Cost: 4})
+	r := mustPeek(t, f, b)
+	if primary.n() != 2 || math.Abs(r.Remaining-6) > 1e-2 {
+		t.Fatalf("a peek after an admission of 4: %+v after %d calls; want about 6 tokens, no call of its own", r, primary.n())
+	}
+	wantReset := millis(resetMS(r.Remaining, b.Limit.Rate, b.Limit.Capacity))
+	if r.ResetAfter != wantReset {
+		t.Errorf("reset %v, want %v (as the store computes it)", r.ResetAfter, wantReset)
+	}
+	a.Ticket.Settle(1) // 3 back
+	if r := mustPeek(t, f, b); primary.n() != 2 || math.Abs(r.Remaining-9) > 1e-2 {
+		t.Fatalf("a peek after a refund of 3: %+v after %d calls; want about 9 tokens, no call", r, primary.n())
+	}
+	other := Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 10}}
+	mustPeek(t, f, other)
+	if primary.n() != 3 {
+		t.Fatalf("a peek under another limit made %d calls in all, want it asked (3)", primary.n())
+	}
+
+	f.PeekReuse = 20 * time.Millisecond
+	mustPeek(t, f, other)
+	time.Sleep(30 * time.Millisecond)
+	mustPeek(t, f, other)
+	if primary.n() != 4 {
+		t.Fatalf("a peek past the reuse: %d calls in all, want it asked (4)", primary.n())
+	}
+	f.PeekReuse = -1
+	mustPeek(t, f, other)
+	mustPeek(t, f, other)
+	if primary.n() != 6 {
+		t.Fatalf("with reuse off, 2 peeks: %d calls in all, want 6", primary.n())
+	}
+}

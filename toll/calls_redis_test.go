@@ -347,7 +347,7 @@ func budgetReadsWithinASecond(t *testing.T, toll *Toll, calls *callCounter, key 
 			t.Fatalf("read %d (%s): remaining %g, want %g", i, path, got, full)
 		}
 	}
-	if time.Since(start) >= time.Second {
+	if time.Since(start) >= throttle.DefaultPeekReuse {
 		return false
 	}
 	if c := calls.commands.Load(); c != 1 {
@@ -363,13 +363,13 @@ func budgetReadsWithinASecond(t *testing.T, toll *Toll, calls *callCounter, key 
 	if got := remaining("/budget", budget); math.Abs(got-(full-p)) > p/100 {
 		t.Fatalf("/budget after a tile of %g: %g, want %g", p, got, full-p)
 	}
-	if time.Since(start) >= time.Second {
+	if time.Since(start) >= throttle.DefaultPeekReuse {
 		return false
 	}
 	if c := calls.commands.Load() - before; c != 0 {
 		t.Fatalf("/budget right after an admission sent %d Redis commands, want 0", c)
 	}
-	time.Sleep(time.Until(admitted.Add(time.Second + 100*time.Millisecond)))
+	time.Sleep(time.Until(admitted.Add(throttle.DefaultPeekReuse + 100*time.Millisecond)))
 	before = calls.commands.Load()
 	remaining("/budget", budget)
 	if c := calls.commands.Load() - before; c != 1 {

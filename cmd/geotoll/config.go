@@ -84,6 +84,10 @@ type RedisConfig struct {
 	// LeaseHold is how long such a lease lives before what is left of it
 	// goes back to the bucket.
 	LeaseHold time.Duration `yaml:"lease_hold"`
+	// PeekReuse is how long what a replica learnt of a caller's bucket
+	// answers that caller's budget reads (/budget, dry runs) without a
+	// Redis call; 0: every read is a call.
+	PeekReuse time.Duration `yaml:"peek_reuse"`
 }
 
 // HTTPConfig bounds the HTTP server.
@@ -155,7 +159,7 @@ func DefaultConfig() Config {
 		Database: DatabaseConfig{MaxConns: 16, AnonymousMaxConns: 2, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
 			CancelWait: time.Minute},
 		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,
-			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second,
+			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second, PeekReuse: time.Second,
 			LeaseRequests: throttle.DefaultLeaseRequests, LeaseHold: throttle.DefaultLeaseHold},
 		HTTP: HTTPConfig{
 			ReadHeaderTimeout: 5 * time.Second,

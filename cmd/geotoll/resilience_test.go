@@ -42,6 +42,9 @@ func TestRedisDeployments(t *testing.T) {
 		{"zero probe interval", `redis: {url: "redis://x:1", probe_interval: 0s}`, nil},
 		{"slow probe interval", `redis: {url: "redis://x:1", probe_interval: 1m}`, nil},
 		{"zero acquire timeout", `database: {acquire_timeout: 0s}`, nil},
+		{"budget reads always asked", `redis: {url: "redis://x:1", peek_reuse: 0s}`, &redis.Client{}},
+		{"negative peek reuse", `redis: {url: "redis://x:1", peek_reuse: -1s}`, nil},
+		{"long peek reuse", `redis: {url: "redis://x:1", peek_reuse: 11s}`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := loadResilienceYAML(t, tc.yaml)
@@ -67,7 +70,8 @@ func TestRedisDeployments(t *testing.T) {
 	// Defaults: a short hot-path timeout, and a short probe interval so a
 	// recovered Redis is used again within about a second.
 	d := DefaultConfig()
-	if d.Redis.Timeout != 50*time.Millisecond || d.Redis.ProbeInterval > time.Second || d.Database.AcquireTimeout != time.Second {
+	if d.Redis.Timeout != 50*time.Millisecond || d.Redis.ProbeInterval > time.Second || d.Database.AcquireTimeout != time.Second ||
+		d.Redis.PeekReuse != throttle.DefaultPeekReuse {
 		t.Fatalf("defaults: %+v %+v", d.Redis, d.Database)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,9 @@ func (c Config) validateResilience() []error {
 	}
 	if r.LeaseRequests < 0 || (r.LeaseRequests > 0 && r.LeaseHold <= 0) {
 		errs = append(errs, fmt.Errorf("redis.lease_requests %d and lease_hold %s: requests at least 0, and a positive hold with leases", r.LeaseRequests, r.LeaseHold))
+	}
+	if r.PeekReuse < 0 || r.PeekReuse > 10*time.Second {
+		errs = append(errs, fmt.Errorf("redis.peek_reuse %s: from 0 (off) to 10s", r.PeekReuse))
 	}
 	if r.ProbeInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("redis.probe_interval %s: at most 10s, or a recovered Redis waits that long to be used", r.ProbeInterval))
@@ -114,7 +118,7 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 	m.budgets = throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
 		LeaseRequests: leases, LeaseHold: c.LeaseHold})
 	m.failover = &throttle.Failover{Primary: m.budgets, Local: local, Mode: throttle.FailMode(c.FailMode), Replicas: c.Replicas,
-		Timeout: 2 * c.Timeout, ProbeInterval: c.ProbeInterval, Logger: m.Logger}
+		Timeout: 2 * c.Timeout, ProbeInterval: c.ProbeInterval, PeekReuse: cmp.Or(c.PeekReuse, -1), Logger: m.Logger}
 	if err := m.failover.Validate(); err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
