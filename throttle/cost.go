@@ -52,9 +52,9 @@ type Weights struct {
 //
 // While a layer's density model is not built yet (the first seconds after
 // start-up), a request is priced by its size instead, erring high for
-// large areas (not for small tiles: from z12 up a tile costs about the
-// base price, below the model's empty tile; settlement charges one
-// that runs past the settle floor what it ran):
+// large areas (not for small tiles: from z12 up a tile's area costs about
+// the base price, so toll prices such a tile as the model's empty tile;
+// settlement charges one that runs past the settle floor what it ran):
 //
 //   - AreaWeight 0.5 per square degree: at the equator a z14 tile (0.0005
 //     square degrees) adds 0.0002 tokens, a z8 tile (2) about 1, a z6 tile

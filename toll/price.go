@@ -30,7 +30,8 @@ type Price struct {
 // price. A layer's price is the database time its query will take
 // (Weights.Read of the Estimator's estimate: the features and vertices in the tile's envelope and
 // buffer, on the relation its zoom reads), or, while there is no estimate,
-// the tile's area (Weights.Tile). A composite dearer than the caller's
+// the tile's area (Weights.Tile), at least the model's price of an empty
+// tile (its one query). A composite dearer than the caller's
 // bucket can hold is refused with 422 by Charge (ask for fewer layers).
 func (t *Toll) TilePrice(d tiles.Demand) float64 {
 	if d.CacheHit { // served from the tile cache: the database does no work
@@ -60,7 +61,9 @@ func (t *Toll) layerPrice(l *tiles.Layer, tile maptile.Tile) float64 {
 			return w.Read(est.Features, est.Vertices, t.msPerToken())
 		}
 	}
-	return w.Tile(tile)
+	// By its size: never below the one query the tile runs, as the model
+	// prices an empty tile.
+	return max(w.Tile(tile), w.Read(0, 0, t.msPerToken()))
 }
 
 // AdmitTile implements tiles.Gate.
