@@ -22,7 +22,8 @@
 //     nothing, priced as a cache hit of the layers it names.
 //  2. The [Cache] is looked up first, so that the [Gate] knows whether the
 //     database will do any work: a hit (or a 304 for a cached ETag) is a
-//     [Demand] with CacheHit set, which server prices at the base price.
+//     [Demand] with CacheHit set, which the Gate (toll.Toll) prices at the
+//     base price.
 //  3. The [Gate] prices the [Demand] (layers, tile, cache hit) before any
 //     query runs, and may refuse it, writing the 429 itself.
 //  4. On a miss, concurrent requests for the same tile share one render
