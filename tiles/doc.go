@@ -105,9 +105,10 @@
 //
 // Low zooms of a layer read precomputed overview tables instead of the
 // layer's table, once `geotoll prepare` has built them (package serving:
-// per zoom of the layer's overview band, default z0–z7, the zoom's
-// clusters or simplified features, so a z2 tile reads a few thousand rows
-// instead of the whole table). [Catalog.Refresh] reads the serving
+// per zoom of the layer's overview band, by default z0–z12 for points and
+// z0–z7 for lines and polygons, the zoom's clusters or simplified
+// features, so a z2 tile reads a few thousand rows instead of the whole
+// table). [Catalog.Refresh] reads the serving
 // registry ([LoadStorage], geotoll_serving.storage) with the read role at
 // start-up and on every refresh, and swaps each layer's plan: which
 // relation and query each zoom runs. Storage the layer cannot use (built
