@@ -4,9 +4,10 @@
 //
 // # The guarded read
 //
-// [DB.Read] is the only place a read-only transaction is opened. It waits
-// at most AcquireTimeout for a pooled connection, then sends, in one batch
-// (one round trip): BEGIN READ ONLY, jit off, and for each [Statement] a
+// [DB.Read] is the only place a read-only transaction is opened on a
+// request's behalf (background work — density model builds, layer checks —
+// opens its own). It waits at most AcquireTimeout for a pooled
+// connection, then sends, in one batch (one round trip): BEGIN READ ONLY, jit off, and for each [Statement] a
 // SET LOCAL statement_timeout (set_config with a bound value) followed by
 // the statement, then COMMIT. The tile renderer, TileJSON's layer
 // description, every geofence read and the API key loads all go through
