@@ -4,7 +4,7 @@
 #   make test    the same services, then go test -race ./... with the
 #                integration tests required (GEOTOLL_REQUIRE_SERVICES=1)
 #   make lint    gofmt, go vet and golangci-lint (.golangci.yml; the pinned
-#                version is installed into bin/ on first use)
+#                version is built into bin/tools/ on first use)
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make chaos   the fault-injection suite (chaos/), with its table of results
 #   make bench   benchmarks, with the test services
@@ -110,7 +110,7 @@ test: testdb browser-deps
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/chaos$$'); \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./chaos
 
-# golangci-lint is pinned here and built from the Go module proxy into bin/
+# golangci-lint is pinned here and built from the Go module proxy into bin/tools/
 # on first use, so a fresh machine (CI) needs nothing else installed.
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
