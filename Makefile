@@ -146,7 +146,7 @@ fuzz:
 # Cluster and geotoll processes on free loopback ports (never the services
 # above, which only install the packages it needs), breaks them, prints a
 # table of expected and observed, and fails on any failed row. It runs in
-# `make test` too, as part of go test ./...
+# `make test` too, after the other packages (see test).
 chaos: services build
 	GEOTOLL_REQUIRE_SERVICES=1 GEOTOLL_CHAOS_BIN="$(CURDIR)/$(BIN)" \
 		$(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./chaos | grep -v '^=== RUN'
