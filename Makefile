@@ -4,7 +4,7 @@
 #   make test    the same services, then go test -race ./... with the
 #                integration tests required (GEOTOLL_REQUIRE_SERVICES=1)
 #   make lint    gofmt, go vet and golangci-lint (.golangci.yml; the pinned
-#                version is installed into bin/ on first use)
+#                version is built into bin/tools/ on first use)
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make chaos   the fault-injection suite (chaos/), with its table of results
 #   make bench   benchmarks, with the test services
@@ -110,7 +110,7 @@ test: testdb browser-deps
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/chaos$$'); \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./chaos
 
-# golangci-lint is pinned here and built from the Go module proxy into bin/
+# golangci-lint is pinned here and built from the Go module proxy into bin/tools/
 # on first use, so a fresh machine (CI) needs nothing else installed.
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
@@ -146,7 +146,7 @@ fuzz:
 # Cluster and geotoll processes on free loopback ports (never the services
 # above, which only install the packages it needs), breaks them, prints a
 # table of expected and observed, and fails on any failed row. It runs in
-# `make test` too, as part of go test ./...
+# `make test` too, after the other packages (see test).
 chaos: services build
 	GEOTOLL_REQUIRE_SERVICES=1 GEOTOLL_CHAOS_BIN="$(CURDIR)/$(BIN)" \
 		$(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./chaos | grep -v '^=== RUN'

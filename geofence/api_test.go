@@ -16,7 +16,7 @@ import (
 	"github.com/geotoll/geotoll/internal/testenv"
 )
 
-// passGate admits everything (pricing is server.Toll's, tested there).
+// passGate admits everything (pricing is toll.Toll's, tested there).
 type passGate struct{}
 
 func (passGate) AdmitGeofence(http.ResponseWriter, *http.Request, Demand) bool { return true }

@@ -1,7 +1,7 @@
 // Package geofence serves geotoll's geofence API for fleet trackers: radius
 // and box searches over configured layers, point-in-fence tests, a batch
 // check, and the fence admin. Every query request is priced from its own
-// parameters by a Gate (server.Toll) before anything touches the database.
+// parameters by a Gate (toll.Toll) before anything touches the database.
 //
 // # Endpoints
 //
@@ -98,15 +98,18 @@
 // # Pricing
 //
 // The Gate receives a [Demand] built from the validated parameters alone;
-// server.Toll prices it with throttle.Weights (radius: base + km × weight +
-// limit × feature weight; bbox: base + area × weight + limit × feature
-// weight; check: base + points × point weight; contains: the price of a
-// one-point check plus limit × feature weight; contains and check on a
-// layer with that layer's weights and density model) and answers 429 with Retry-After when the caller's
-// budget cannot pay. Fence admin calls are not priced: they need an admin
-// key (X-API-Key or Authorization: Bearer, compared in constant time), and
-// are bounded by fence size (MaxFenceBytes), vertex count and
-// Limits.FenceWriteTimeout.
+// toll.Toll prices it from the features and vertices the density model of
+// the relation it reads estimates (the layer's, or the fences'; contains
+// and check on a layer with that layer's weights and model) through a work
+// model — or, with throttle.pricing size and until that model is built, by
+// its size with throttle.Weights (radius: base + km × weight + limit ×
+// feature weight; bbox: base + area × weight + limit × feature weight;
+// check: base + points × point weight; contains: the price of a one-point
+// check plus limit × feature weight). It answers 429 with Retry-After when
+// the caller's budget cannot pay. Fence admin calls are not priced: they
+// need an admin key (X-API-Key or Authorization: Bearer, compared in
+// constant time), and are bounded by fence size (MaxFenceBytes), vertex
+// count and Limits.FenceWriteTimeout.
 //
 // # Database
 //

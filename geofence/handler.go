@@ -67,7 +67,7 @@ type Authorizer interface {
 }
 
 // AdminRefuser, when the Options.Admin authorizer also implements it,
-// answers a refused admin call itself: server.Toll charges the caller's
+// answers a refused admin call itself: toll.Toll charges the caller's
 // failed-auth bucket, so guessing admin keys ends in 429 like guessing any
 // key.
 type AdminRefuser interface {

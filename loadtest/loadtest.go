@@ -19,7 +19,9 @@
 // ([Client.Loop]), for tiles per second as a share of the database's.
 // [RunProtect] measures an honest caller's latency alone and beside an
 // abuser's flood, throttled and in shadow mode ([WriteProtectTable],
-// [WriteProtectSVG]).
+// [WriteProtectSVG]); [RunCrawl], behind `geotoll loadtest crawl`, an
+// honest key's latency alone and beside anonymous crawlers, each from its
+// own loopback address.
 //
 // For users who prefer k6, the k6/ folder holds equivalent scripts (k6 is
 // AGPL; geotoll ships scripts for it, and does not link it).

@@ -2,8 +2,11 @@
 // into the binary and applied by pressly/goose (`geotoll migrate`).
 //
 // Each file is one goose migration ("-- +goose Up" / "-- +goose Down").
-// Migrations create the PostGIS extension, the demo tables, and the
-// restricted read role (README, "PostgreSQL-side enforcement").
+// Migrations create the PostGIS extension, the demo tables, the restricted
+// read role (README, "PostgreSQL-side enforcement"), the fence writer role,
+// the API keys and the trigger that announces their changes, the fences'
+// pieces and the trigger that cuts them, and the serving schema that
+// `geotoll prepare` builds into.
 package migrations
 
 import (

@@ -84,7 +84,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}, []string{"result"}),
 		dbCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_db_calls_total",
-			Help: "Database calls (one transaction each) by outcome: ok, statement-timeout (cut by its timeout or not stopping when cancelled), cancelled (the client went away), unavailable (no connection or no answer), error.",
+			Help: "Database calls (one transaction each) by outcome: ok, statement-timeout (cut by its timeout or not stopping when cancelled), cancelled (the client went away), busy (no connection free within the acquire timeout: the pool, or the anonymous callers' share of it, in use), unavailable (no connection or no answer), error.",
 		}, []string{"outcome"}),
 		outliving: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "geotoll_db_statements_outliving_answer",

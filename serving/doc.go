@@ -18,7 +18,8 @@
 //	                                geotoll_serving (unique): its stable
 //	                                name (RelationName) and the generation
 //	                                of the build that made it ("_v" and the
-//	                                transaction id), new at every rebuild
+//	                                transaction id in base 36), new at every
+//	                                rebuild
 //	zoom_min, zoom_max              the tile zooms it serves, or both NULL
 //	                                for storage that serves no tile zoom
 //	geometry_column, srid,          its geometry ("geom", 3857 for

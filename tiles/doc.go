@@ -22,7 +22,8 @@
 //     nothing, priced as a cache hit of the layers it names.
 //  2. The [Cache] is looked up first, so that the [Gate] knows whether the
 //     database will do any work: a hit (or a 304 for a cached ETag) is a
-//     [Demand] with CacheHit set, which server prices at the base price.
+//     [Demand] with CacheHit set, which the Gate (toll.Toll) prices at the
+//     base price.
 //  3. The [Gate] prices the [Demand] (layers, tile, cache hit) before any
 //     query runs, and may refuse it, writing the 429 itself.
 //  4. On a miss, concurrent requests for the same tile share one render
@@ -104,9 +105,10 @@
 //
 // Low zooms of a layer read precomputed overview tables instead of the
 // layer's table, once `geotoll prepare` has built them (package serving:
-// per zoom of the layer's overview band, default z0–z7, the zoom's
-// clusters or simplified features, so a z2 tile reads a few thousand rows
-// instead of the whole table). [Catalog.Refresh] reads the serving
+// per zoom of the layer's overview band, by default z0–z12 for points and
+// z0–z7 for lines and polygons, the zoom's clusters or simplified
+// features, so a z2 tile reads a few thousand rows instead of the whole
+// table). [Catalog.Refresh] reads the serving
 // registry ([LoadStorage], geotoll_serving.storage) with the read role at
 // start-up and on every refresh, and swaps each layer's plan: which
 // relation and query each zoom runs. Storage the layer cannot use (built

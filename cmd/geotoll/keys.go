@@ -40,7 +40,7 @@ func (c *cli) keysCommand() *ffcli.Command {
 	list := c.command("list", "every key, revoked ones too", "", nil, func(ctx context.Context, _ []string) error {
 		return c.withKeys(ctx, func(_ Config, store *apikeys.Store) error { return listKeys(ctx, store, c.stdout) })
 	})
-	revoke := c.command("revoke", "stop a key (within throttle.key_refresh): -name NAME", "", nameFlag, func(ctx context.Context, _ []string) error {
+	revoke := c.command("revoke", "stop a key: servers refuse it at once (notified by the database; at the latest within throttle.key_refresh): -name NAME", "", nameFlag, func(ctx context.Context, _ []string) error {
 		return c.withKeys(ctx, func(cfg Config, store *apikeys.Store) error {
 			if name == "" {
 				return usageError{"keys revoke: -name is required"}

@@ -1,13 +1,16 @@
-// Command geotoll serves Mapbox Vector Tiles from PostGIS and charges every
-// request what it will cost from the caller's token bucket in Redis.
+// Command geotoll serves Mapbox Vector Tiles and geofence queries from
+// PostGIS and charges every request what it will cost from the caller's
+// token bucket in Redis.
 //
 //	geotoll serve      serve the HTTP API
 //	geotoll migrate    apply the embedded schema migrations
 //	geotoll seed       load the deterministic demo data (-if-empty, -seed N)
-//	geotoll prepare    build every layer's serving storage (overviews)
+//	geotoll prepare    build every layer's serving storage (overviews, pieces)
 //	geotoll keys       create | list | revoke API keys
-//	geotoll loadtest   a paced, bounded load against a running geotoll
-//	geotoll calibrate  time tile queries per zoom; suggest an area_weight
+//	geotoll loadtest   a paced, bounded load against a running geotoll, or a
+//	                   measuring instrument (fidelity | zooms | ceiling | crawl)
+//	geotoll calibrate  time a sample of requests per layer; fit and write the
+//	                   work models that price them (throttle.weights_file)
 //	geotoll opendata   load real open data (npm packages) into schema opendata
 //	geotoll config     check | example | doc
 //	geotoll version    (or --version)

@@ -38,7 +38,7 @@ func (c *cli) prepareCommand() *ffcli.Command {
 		fs.StringVar(&p.role, "reader-role", serving.DefaultReaderRole, "the role that serves tiles: storage is granted to it")
 		fs.DurationVar(&p.retain, "retain", 10*time.Minute, "keep replaced storage this long before dropping it (servers read it until they re-read the registry)")
 	}
-	return c.command("prepare", "build every layer's serving storage (overviews), as the schema owner", "", flags,
+	return c.command("prepare", "build every layer's serving storage (overviews, pieces), as the schema owner", "", flags,
 		func(ctx context.Context, _ []string) error {
 			cfg, log, err := c.configAndLog()
 			if err != nil {

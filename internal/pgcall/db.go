@@ -41,7 +41,8 @@ type Statement struct {
 	Scan func(pgx.Rows) error
 }
 
-// Timing is the database time of a call, measured by the client.
+// Timing is the database time of a call: by the client's clock (DB) and,
+// for a read that got that far, by PostgreSQL's (Server).
 type Timing struct {
 	// DB runs from sending the call to receiving its last answer (for a
 	// cancelled call: until the backend answered the cancellation).

@@ -4,9 +4,10 @@
 //
 // # The guarded read
 //
-// [DB.Read] is the only place a read-only transaction is opened. It waits
-// at most AcquireTimeout for a pooled connection, then sends, in one batch
-// (one round trip): BEGIN READ ONLY, jit off, and for each [Statement] a
+// [DB.Read] is the only place a read-only transaction is opened on a
+// request's behalf (background work — density model builds, layer checks —
+// opens its own). It waits at most AcquireTimeout for a pooled
+// connection, then sends, in one batch (one round trip): BEGIN READ ONLY, jit off, and for each [Statement] a
 // SET LOCAL statement_timeout (set_config with a bound value) followed by
 // the statement, then COMMIT. The tile renderer, TileJSON's layer
 // description, every geofence read and the API key loads all go through
@@ -50,10 +51,13 @@
 //
 // # Database time
 //
-// [Timing] is measured by the client: from sending the batch to receiving
-// each statement's last result, so it is the backend's running time plus
-// one network round trip. For a cancelled call it runs until the backend
-// answered, which is the time the backend really worked. A [Meter] in the
-// context adds up the database time of every call made under it, including
-// the part of a call that outlives its answer.
+// [Timing] has two clocks. Timing.DB is the client's: from sending the
+// batch to receiving its last result, the backend's running time plus one
+// network round trip (for a cancelled call, until the backend answered).
+// Timing.Server is PostgreSQL's: a read ends its batch with
+// clock_timestamp() − now(), the transaction's own time, without the round
+// trip or either side's scheduling. A [Meter] in the context adds up the
+// database time of every call made under it — Timing.Server when the call
+// read it, else Timing.DB (a call cut short, a write) — including the part
+// of a call that outlives its answer.
 package pgcall
