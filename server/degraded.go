@@ -91,7 +91,7 @@ func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 		}, func() float64 { return float64(f.FreeRefusals()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "geotoll_limiter_free_peeks_total",
-			Help: "Budget reads (/budget, dry runs, the budget headers of refusals the store did not decide) answered in process, from what the store said of the caller's bucket within the last redis.peek_reuse.",
+			Help: "Budget reads (/budget, dry runs, the budget headers of a 422 or of the global budget's 503) answered in process, from what the store said of the caller's bucket within the last redis.peek_reuse.",
 		}, func() float64 { return float64(f.FreePeeks()) }),
 	} {
 		if err := reg.Register(c); err != nil {
