@@ -134,3 +134,26 @@ func TestDryRunOnlyAsSpelled(t *testing.T) {
 		})
 	}
 }
+
+// FuzzIsDryRun: any query string is read without panic; a preview is
+// asked only by a query that parses and holds dry_run once, as 1 or true.
+func FuzzIsDryRun(f *testing.F) {
+	for _, s := range []string{"", "dry_run=1", "dry_run=true", "dry_run=0", "dry_run", "dry_run=1&dry_run=1", "dry_run=1;x", "x=%zz&dry_run=1", "dry%5Frun=1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rawQuery string) {
+		r := httptest.NewRequest(http.MethodGet, "/x", nil)
+		r.URL.RawQuery = rawQuery
+		dry, err := isDryRun(r)
+		if err == nil {
+			vs := r.URL.Query()["dry_run"]
+			if dry != (len(vs) == 1 && (vs[0] == "1" || vs[0] == "true")) {
+				t.Fatalf("?%s: dry run %v for dry_run %q", rawQuery, dry, vs)
+			}
+			return
+		}
+		if dry {
+			t.Fatalf("?%s: a dry run beside the error %v", rawQuery, err)
+		}
+	})
+}
