@@ -72,7 +72,7 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol str
 func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 	caller, ok := t.identify(r)
 	if !ok {
-		t.refuseKey(w, r, caller, Price{Route: "budget", Zoom: -1})
+		t.refuseKey(w, r, caller, Price{Route: "budget", Zoom: -1}, unknownKey)
 		return
 	}
 	tier, known := t.Tiers[caller.Tier]

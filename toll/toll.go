@@ -238,7 +238,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 	}
 	caller, ok := t.identify(r)
 	if !ok {
-		t.refuseKey(w, r, caller, p)
+		t.refuseKey(w, r, caller, p, unknownKey)
 		return nil
 	}
 	tier, known := t.Tiers[caller.Tier]
