@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -385,6 +386,34 @@ func TestNewHandlerValidates(t *testing.T) {
 	}
 	if _, err := NewHandler(base); err != nil {
 		t.Errorf("base options: %v", err)
+	}
+}
+
+// TestUnknownLayerNamesWhatWasSent: the 404 of an unknown ?layer= names
+// the value sent. Bytes that are not UTF-8 show as U+FFFD, as they do
+// everywhere else in a problem document; dropped, ?layer=%FF read as
+// `unknown layer ""`, a 404 that looks like an empty parameter (itself a
+// 400, "layer is required").
+func TestUnknownLayerNamesWhatWasSent(t *testing.T) {
+	c, err := NewCatalog([]Layer{{Name: "zones", Table: "zones", GeometryColumn: "geom", IDColumn: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, sent, want string }{
+		{"invalid byte", "\xff", "unknown layer \"\uFFFD\""},
+		{"invalid byte inside", "zo\xffnes", "unknown layer \"zo\uFFFDnes\""},
+		{"plain", "roads", `unknown layer "roads"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.Resolve(tc.sent)
+			var p *problem.Error
+			if !errors.As(err, &p) || p.Code != problem.NotFound {
+				t.Fatalf("Resolve(%q): %v, want a not-found problem", tc.sent, err)
+			}
+			if p.Detail != tc.want {
+				t.Errorf("Resolve(%q): detail %q, want %q", tc.sent, p.Detail, tc.want)
+			}
+		})
 	}
 }
 

@@ -256,11 +256,12 @@ func ParseFenceID(s string) (int64, error) {
 	return v, nil
 }
 
-// truncate shortens s for an error message, never splitting a UTF-8 rune
-// (strings.ToValidUTF8 drops a partial one).
+// truncate shortens s for an error message. Bytes that are not UTF-8 — a
+// rune the cut split, or any the client sent — show as U+FFFD, never
+// dropped: "zo\xffnes" must not read as the layer "zones".
 func truncate(s string, n int) string {
 	if len(s) <= n {
-		return strings.ToValidUTF8(s, "")
+		return strings.ToValidUTF8(s, "\uFFFD")
 	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
+	return strings.ToValidUTF8(s[:n], "\uFFFD") + "…"
 }

@@ -165,7 +165,7 @@ func Write(w http.ResponseWriter, r *http.Request, err error) {
 		doc["param"] = e.Param
 	}
 	if r != nil {
-		doc["instance"] = r.URL.Path
+		doc["instance"] = r.URL.EscapedPath() // a URI reference (RFC 9457): escaped, never the decoded path
 	}
 	full := doc
 	if len(e.Extra) > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -58,5 +59,37 @@ func TestWrite(t *testing.T) {
 func TestUnknownCodeIs500(t *testing.T) {
 	if got := problem.Status("made-up"); got != 500 {
 		t.Fatalf("Status(made-up) = %d", got)
+	}
+}
+
+// TestInstanceIsTheRequestsURIReference: instance is a URI reference
+// (RFC 9457 §3.1.5) naming the request's own path. The decoded path is
+// not one: "/tiles/a%3Fb/1/1/1.mvt" decoded reads as the path /tiles/a with
+// a query, "%23" as a fragment, a space or a byte that is not UTF-8 as no
+// URI at all.
+func TestInstanceIsTheRequestsURIReference(t *testing.T) {
+	for _, target := range []string{
+		"/p",
+		"/tiles/a%3Fb/1/1/1.mvt",
+		"/tiles/a%23b/1/1/1.mvt",
+		"/tiles/a%20b/1/1/1.mvt",
+		"/tiles/%FF%FE/1/1/1.mvt",
+		"/tiles/%E2%98%83/1/1/1.mvt",
+		"/geofence/fences/1%2F2",
+	} {
+		t.Run(target, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, target, nil)
+			w := httptest.NewRecorder()
+			problem.Write(w, r, problem.Missing("layer", "unknown layer"))
+			var doc struct{ Instance string }
+			if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+				t.Fatal(err)
+			}
+			u, err := url.Parse(doc.Instance)
+			if err != nil || u.RawQuery != "" || u.Fragment != "" || u.Path != r.URL.Path || strings.ContainsAny(doc.Instance, " \uFFFD") {
+				t.Fatalf("instance %q (parsed: %v, path %q, query %q, fragment %q): want a URI reference to the path %q",
+					doc.Instance, err, u.Path, u.RawQuery, u.Fragment, r.URL.Path)
+			}
+		})
 	}
 }

@@ -40,7 +40,8 @@ func (t *Toll) adminKey(r *http.Request) (apikeys.Key, bool) {
 // rights gets 403 and is charged nothing: it proved who it is, and charging
 // its IP's failed-auth bucket would lock out everyone behind the same NAT.
 // Anything else (no key, an unknown or revoked one) costs the caller's IP
-// one failed-auth token (401, then 429 once they run out).
+// one failed-auth token (401, then 429 once they run out); a request
+// without a key in a header (none, or one in ?key=) is told where it goes.
 func (t *Toll) RefuseAdmin(w http.ResponseWriter, r *http.Request) {
 	if _, ok := t.adminKey(r); ok {
 		detail := "this API key may not administer fences"
@@ -50,5 +51,9 @@ func (t *Toll) RefuseAdmin(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: detail})
 		return
 	}
-	t.refuseKey(w, r, t.failedAuthCaller(r), Price{Route: "admin", Zoom: -1})
+	detail := unknownKey
+	if key, _ := apikeys.Presented(r, false); key == "" {
+		detail = "fence admin needs an admin API key in X-API-Key or Authorization: Bearer (never ?key=, which ends up in logs)"
+	}
+	t.refuseKey(w, r, t.failedAuthCaller(r), Price{Route: "admin", Zoom: -1}, detail)
 }

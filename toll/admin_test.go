@@ -1,8 +1,10 @@
 package toll
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/gorilla/mux"
@@ -10,6 +12,7 @@ import (
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/throttle"
 )
 
 // A valid key without admin rights on a fence admin route is a 403 that
@@ -57,5 +60,47 @@ func TestAdminRouteForbidsNonAdminKeyFree(t *testing.T) {
 	}
 	if k := keys(); len(k) != 1 {
 		t.Fatalf("an unknown key on an admin route left %q, want its IP's failed-auth bucket", k)
+	}
+}
+
+// A fence admin route takes its key from a header only. A request that
+// presents none there — no key at all, or a valid admin key in ?key= — is
+// told where the key goes: its 401 must not call the key "unknown or
+// revoked", which sends an operator hunting for a revocation that never
+// happened. Each still pays its IP's failed-auth token.
+func TestAdminRefusalSaysWhereTheKeyGoes(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.FailedAuth = throttle.Limit{Rate: 0.1, Capacity: 10}
+	toll.Keys = fakeKeys{"boss": {ID: 1, Name: "boss", Tier: "free", Admin: true}}
+	for _, tc := range []struct {
+		name, target, key string
+		want, never       string
+	}{
+		{"no key", "/geofence/fences", "", "X-API-Key", "unknown or revoked"},
+		{"admin key in the query", "/geofence/fences?key=boss", "", "?key=", "unknown or revoked"},
+		{"unknown key", "/geofence/fences", "guess", "unknown or revoked", "?key="},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, tc.target, nil)
+			r.RemoteAddr = "192.0.2.45:1000"
+			if tc.key != "" {
+				r.Header.Set("X-API-Key", tc.key)
+			}
+			if toll.AllowAdmin(r) {
+				t.Fatal("admitted to fence admin")
+			}
+			w := httptest.NewRecorder()
+			toll.RefuseAdmin(w, r)
+			var p struct{ Detail string }
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusUnauthorized {
+				t.Fatalf("%d %s, want a 401 problem", w.Code, w.Body)
+			}
+			if !strings.Contains(p.Detail, tc.want) || strings.Contains(p.Detail, tc.never) {
+				t.Errorf("detail %q: want it to name %q, and never %q", p.Detail, tc.want, tc.never)
+			}
+			if rl := w.Header().Get("RateLimit"); !strings.HasPrefix(rl, `"failed-auth"`) {
+				t.Errorf("RateLimit %q: the refusal must be charged to the failed-auth bucket", rl)
+			}
+		})
 	}
 }

@@ -1,10 +1,12 @@
 package toll
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/geotoll/geotoll/throttle"
 )
@@ -61,4 +63,97 @@ func TestDryRunIsNotStored(t *testing.T) {
 	if cc := w.Header().Get("Cache-Control"); cc != "no-store" {
 		t.Errorf("429: Cache-Control %q, want no-store", cc)
 	}
+}
+
+// TestDryRunOnlyAsSpelled: ?dry_run is 1 or true (a preview), 0 or false
+// (the request itself). Any other spelling — a bare ?dry_run, "yes", the
+// parameter twice, or a query string that does not parse, where dry_run
+// cannot be told — is a 400 that charges nothing: a caller who asked for
+// a price must never have the request run and charged instead.
+func TestDryRunOnlyAsSpelled(t *testing.T) {
+	for _, tc := range []struct {
+		name, query string
+		status      int  // what the caller is answered (0: admitted)
+		spent       bool // the bucket paid the z2 tile's 60
+	}{
+		{"preview", "dry_run=1", http.StatusOK, false},
+		{"preview, true", "dry_run=true", http.StatusOK, false},
+		{"no parameter", "", 0, true},
+		{"off", "dry_run=0", 0, true},
+		{"off, false", "dry_run=false", 0, true},
+		{"other parameters", "v=3&dry_run=1", http.StatusOK, false},
+		{"bare", "dry_run", http.StatusBadRequest, false},
+		{"empty", "dry_run=", http.StatusBadRequest, false},
+		{"yes", "dry_run=yes", http.StatusBadRequest, false},
+		{"upper case", "dry_run=TRUE", http.StatusBadRequest, false},
+		{"twice, preview first", "dry_run=1&dry_run=0", http.StatusBadRequest, false},
+		{"twice, preview last", "dry_run=0&dry_run=1", http.StatusBadRequest, false},
+		{"semicolon", "dry_run=1;v=3", http.StatusBadRequest, false},
+		{"bad escape", "v=%zz&dry_run=1", http.StatusBadRequest, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clock{t: time.Unix(1_700_000_000, 0)}
+			toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+			r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/0/0.mvt", nil)
+			r.URL.RawQuery = tc.query
+			r.Header.Set("X-API-Key", "k1")
+			w := httptest.NewRecorder()
+			admitted := toll.AdmitTile(w, r, tileDemand(2, "places"))
+			switch {
+			case tc.status == 0 && !admitted:
+				t.Fatalf("?%s: refused with %d %s, want admitted", tc.query, w.Code, w.Body)
+			case tc.status != 0 && admitted:
+				t.Fatalf("?%s: admitted (the query would run), want %d", tc.query, tc.status)
+			case tc.status != 0 && w.Code != tc.status:
+				t.Fatalf("?%s: %d %s, want %d", tc.query, w.Code, w.Body, tc.status)
+			}
+			if tc.status == http.StatusBadRequest {
+				var p map[string]any
+				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Header().Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("?%s: %q %s, want a problem document", tc.query, w.Header().Get("Content-Type"), w.Body)
+				}
+				if p["type"] != "urn:geotoll:problem:invalid" {
+					t.Errorf("?%s: type %v, want urn:geotoll:problem:invalid", tc.query, p["type"])
+				}
+			}
+			bw := httptest.NewRecorder()
+			br := httptest.NewRequest(http.MethodGet, "/budget", nil)
+			br.Header.Set("X-API-Key", "k1")
+			toll.ServeBudget(bw, br)
+			var b map[string]any
+			if err := json.Unmarshal(bw.Body.Bytes(), &b); err != nil {
+				t.Fatalf("budget: %d %s", bw.Code, bw.Body)
+			}
+			want := 100.0
+			if tc.spent {
+				want = 40
+			}
+			if b["remaining"] != want {
+				t.Errorf("?%s: %v tokens remain, want %v", tc.query, b["remaining"], want)
+			}
+		})
+	}
+}
+
+// FuzzIsDryRun: any query string is read without panic; a preview is
+// asked only by a query that parses and holds dry_run once, as 1 or true.
+func FuzzIsDryRun(f *testing.F) {
+	for _, s := range []string{"", "dry_run=1", "dry_run=true", "dry_run=0", "dry_run", "dry_run=1&dry_run=1", "dry_run=1;x", "x=%zz&dry_run=1", "dry%5Frun=1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rawQuery string) {
+		r := httptest.NewRequest(http.MethodGet, "/x", nil)
+		r.URL.RawQuery = rawQuery
+		dry, err := isDryRun(r)
+		if err == nil {
+			vs := r.URL.Query()["dry_run"]
+			if dry != (len(vs) == 1 && (vs[0] == "1" || vs[0] == "true")) {
+				t.Fatalf("?%s: dry run %v for dry_run %q", rawQuery, dry, vs)
+			}
+			return
+		}
+		if dry {
+			t.Fatalf("?%s: a dry run beside the error %v", rawQuery, err)
+		}
+	})
 }

@@ -5,7 +5,11 @@
 //
 // # A request's way through the toll
 //
-//  1. [Toll.Charge] identifies the caller: an API key (X-API-Key,
+//  0. [Toll.Charge] reads ?dry_run first: a value other than 1, true, 0
+//     or false, the parameter given twice, or a query string that does
+//     not parse is a 400 that charges nothing (not even a failed-auth
+//     token), never a request run in place of its preview.
+//  1. It identifies the caller: an API key (X-API-Key,
 //     Authorization: Bearer, or ?key=) from the in-memory key ring names a
 //     tier; no key is the anonymous tier, bucketed by client address (IPv6
 //     by /64, with an aggregate bucket per /48; 6to4 and Teredo count as
@@ -14,8 +18,8 @@
 //     key itself.
 //  2. The price (computed by the caller from the request's parameters,
 //     never a database call) is checked against the tier: a price no
-//     bucket of the tier could ever pay is a 422; ?dry_run=1 answers the
-//     price and the budget without charging.
+//     bucket of the tier could ever pay is a 422; ?dry_run=1 (or true)
+//     answers the price and the budget without charging.
 //  3. The global database budget, when configured, is taken in process
 //     from this replica's lease (see throttle.Global); a refusal is a 503
 //     that charges the caller nothing.

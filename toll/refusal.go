@@ -87,9 +87,13 @@ func (t *Toll) limiterFailed(w http.ResponseWriter, r *http.Request, tier Tier, 
 	problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 }
 
-// refuseKey answers an unknown or revoked key: 401, charged 1 token to the
-// caller address's failed-auth bucket; 429 once that bucket is dry.
-func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, p Price) {
+// unknownKey is the detail of the 401 of an unknown or revoked key.
+const unknownKey = "unknown or revoked API key"
+
+// refuseKey answers an unknown or revoked key (or, on a fence admin route,
+// a request without a key): 401 with detail, charged 1 token to the caller
+// address's failed-auth bucket; 429 once that bucket is dry.
+func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, p Price, detail string) {
 	tier := Tier{Name: FailedAuthTier, Limit: t.FailedAuth}
 	res, err := throttle.Charge(r.Context(), t.Store, throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}, 1)
 	t.observe(FailedAuthTier, p, Unauthorized)
@@ -101,7 +105,7 @@ func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, 
 		}
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="geotoll"`)
-	problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: "unknown or revoked API key"})
+	problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: detail})
 }
 
 func exhausted(policy string, res throttle.Result) *problem.Error {

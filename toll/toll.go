@@ -217,10 +217,11 @@ func (t *Toll) shadowed(p Price) bool {
 }
 
 // Charge identifies the caller, charges p.Cost to its bucket and sets the
-// budget headers. When it returns nil it has written the response: 401
-// for an unknown key, 422 above the tier's max cost, 429 for an empty
-// budget or a full in-flight cap, 503 when the global budget refused or
-// the limiter failed, or the price preview of ?dry_run=1. An admitted
+// budget headers. When it returns nil it has written the response: 400
+// for a dry_run it cannot read (see isDryRun), 401 for an unknown key,
+// 422 above the tier's max cost, 429 for an empty budget or a full
+// in-flight cap, 503 when the global budget refused or the limiter
+// failed, or the price preview of ?dry_run=1. An admitted
 // request's Pass is also in its context, for Finish to settle.
 func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 	ctx := r.Context()
@@ -230,9 +231,14 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 			attribute.String("geotoll.route", p.Route), attribute.Float64("geotoll.cost", p.Cost)))
 		defer span.End()
 	}
+	dry, err := isDryRun(r) // bad input costs nothing, not even a failed-auth token
+	if err != nil {
+		problem.Write(w, r, err)
+		return nil
+	}
 	caller, ok := t.identify(r)
 	if !ok {
-		t.refuseKey(w, r, caller, p)
+		t.refuseKey(w, r, caller, p, unknownKey)
 		return nil
 	}
 	tier, known := t.Tiers[caller.Tier]
@@ -248,7 +254,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		t.tooExpensive(w, r, tier, pol, own, p, most)
 		return nil
 	}
-	if isDryRun(r) {
+	if dry {
 		t.dryRun(w, r, tier, pol, own, p)
 		return nil
 	}
