@@ -606,3 +606,44 @@ func TestCheckBodyWithAContentCoding(t *testing.T) {
 		t.Errorf("Content-Encoding identity: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestFenceWritesHaveNoDryRun: a fence write is not priced, so it has no
+// price preview; one sent with ?dry_run=1 (or true) — a caller who meant to
+// try it — is a 400 that writes nothing, as is a dry_run that cannot be
+// read. dry_run=0 or false is the write itself.
+func TestFenceWritesHaveNoDryRun(t *testing.T) {
+	writes := 0
+	h, err := NewHandler(Options{
+		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
+		Reader: &fakeReader{}, Writer: okWriter{}, Gate: &fakeGate{budget: 100}, Logger: slog.New(slog.DiscardHandler),
+		OnWrite: func() { writes++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testRouter(h)
+	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	for _, q := range []string{"?dry_run=1", "?dry_run=true", "?dry_run=yes", "?dry_run", "?dry_run=0&dry_run=1", "?dry_run=1;x"} {
+		for _, c := range []struct{ method, target, body string }{
+			{http.MethodPost, "/geofences", fence},
+			{http.MethodPut, "/geofences/3", fence},
+			{http.MethodDelete, "/geofences/3", ""},
+		} {
+			w := serve(r, c.method, c.target+q, c.body, "X-API-Key", testAdminKey)
+			if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("%s %s%s: %d %s, want a 400 problem", c.method, c.target, q, w.Code, w.Body)
+			}
+		}
+	}
+	if writes != 0 {
+		t.Fatalf("%d writes made by requests with a dry_run, want none", writes)
+	}
+	for _, q := range []string{"", "?dry_run=0", "?dry_run=false"} {
+		if w := serve(r, http.MethodDelete, "/geofences/3"+q, "", "X-API-Key", testAdminKey); w.Code != http.StatusNoContent {
+			t.Errorf("DELETE /geofences/3%s: %d %s, want the delete (204)", q, w.Code, w.Body)
+		}
+	}
+	if writes != 3 {
+		t.Fatalf("%d writes made without a dry run, want 3", writes)
+	}
+}
