@@ -69,13 +69,37 @@ func (h *Handler) Admin(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// writable returns the writer, or writes 503 when fence admin has none.
+// writable returns the writer, or writes 503 when fence admin has none,
+// or 400 for a write asked for as a dry run (noDryRun).
 func (h *Handler) writable(w http.ResponseWriter, r *http.Request) (Writer, bool) {
 	if h.writer == nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "fence admin not configured"})
 		return nil, false
 	}
+	if err := noDryRun(r); err != nil {
+		problem.Write(w, r, err)
+		return nil, false
+	}
 	return h.writer, true
+}
+
+// noDryRun refuses a fence write sent with a dry_run other than 0 or
+// false, or with a query string that does not parse: writes are not
+// priced, so they have no preview, and a caller who meant to try one must
+// not have it made.
+func noDryRun(r *http.Request) error {
+	q, err := parseQuery(r)
+	if err != nil {
+		return err
+	}
+	v, err := q.get("dry_run")
+	if _, asked := q["dry_run"]; err != nil || !asked {
+		return err
+	}
+	if v == "0" || v == "false" {
+		return nil
+	}
+	return problem.Malformed("dry_run", "fence writes have no dry run (they are not priced): nothing was written; send the write without dry_run")
 }
 
 func fenceID(r *http.Request) (int64, error) { return ParseFenceID(mux.Vars(r)[VarID]) }
