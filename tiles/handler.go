@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/negotiate"
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 )
@@ -283,7 +284,7 @@ func statementTimeout(layers []*Layer) time.Duration {
 func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
 	body, gz := e.data, false
-	if h.Cache != nil && acceptsGzip(r.Header.Values("Accept-Encoding")) {
+	if h.Cache != nil && negotiate.AcceptsGzip(r.Header.Values("Accept-Encoding")) {
 		if z, ok := h.Cache.gzipped(key, e); ok {
 			body, gz = z, true
 		}
