@@ -14,7 +14,9 @@
 //
 // Every asset carries a strong ETag (a hash of its bytes) and
 // `Cache-Control: no-cache`, so a browser revalidates each load and gets a
-// 304 until the binary changes; nothing is cached past an upgrade. Only the
+// 304 until the binary changes; nothing is cached past an upgrade. Text
+// that gzip makes smaller is gzipped once, at start-up, and sent so to
+// clients that accept it (an ETag of its own, `Vary: Accept-Encoding`). Only the
 // embedded files are served: no directory listings, no other paths.
 //
 // The browser test in web/browser (run by cmd/geotoll's TestBrowserPreview)
@@ -23,6 +25,7 @@ package web
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
@@ -33,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/geotoll/geotoll/internal/negotiate"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -76,6 +80,24 @@ type asset struct {
 	body        []byte
 	etag        string
 	contentType string
+	// gz is body gzipped, under gzETag; nil when gzip would not make it
+	// smaller by an eighth.
+	gz     []byte
+	gzETag string
+}
+
+// gzipped is body gzipped at the best compression (once, at start-up), or
+// nil when that saves less than an eighth of it.
+func gzipped(body []byte) []byte {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil
+	}
+	if _, err := zw.Write(body); err != nil || zw.Close() != nil || buf.Len() > len(body)-len(body)/8 {
+		return nil
+	}
+	return buf.Bytes()
 }
 
 // Handler returns the preview page's handler. It answers "/" with the page
@@ -101,11 +123,16 @@ func HandlerAt(base string) http.Handler {
 			body = atBase(body, base)
 		}
 		sum := sha256.Sum256(body)
-		assets[name] = asset{
+		a := asset{
 			body:        body,
 			etag:        `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`,
 			contentType: contentType(name),
+			gz:          gzipped(body),
 		}
+		if a.gz != nil {
+			a.gzETag = a.etag[:len(a.etag)-1] + `-gz"`
+		}
+		assets[name] = a
 		return nil
 	})
 	if err != nil {
@@ -134,13 +161,21 @@ func HandlerAt(base string) http.Handler {
 		h := w.Header()
 		h.Set("Content-Type", a.contentType)
 		h.Set("Cache-Control", "no-cache")
-		h.Set("ETag", a.etag)
 		h.Set("X-Content-Type-Options", "nosniff")
+		body, etag := a.body, a.etag
+		if a.gz != nil {
+			h.Add("Vary", "Accept-Encoding")
+			if negotiate.AcceptsGzip(r.Header.Values("Accept-Encoding")) {
+				body, etag = a.gz, a.gzETag
+				h.Set("Content-Encoding", "gzip")
+			}
+		}
+		h.Set("ETag", etag)
 		if name == "index.html" {
 			h.Set("Content-Security-Policy", contentSecurityPolicy)
 			h.Set("Referrer-Policy", "no-referrer")
 		}
 		// ServeContent answers If-None-Match (304), ranges and HEAD.
-		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(body))
 	})
 }
