@@ -456,16 +456,7 @@ func (okWriter) DeleteFence(_ context.Context, id int64) error {
 // Every successful fence write tells OnWrite (which drops cached fence
 // tiles); a failed one does not.
 func TestFenceWritesNotify(t *testing.T) {
-	writes := 0
-	h, err := NewHandler(Options{
-		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
-		Reader: &fakeReader{}, Writer: okWriter{}, Gate: &fakeGate{budget: 100}, Logger: slog.New(slog.DiscardHandler),
-		OnWrite: func() { writes++ },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := testRouter(h)
+	r, writes := countedWrites(t)
 	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
 	for _, c := range []struct {
 		method, target, body string
@@ -480,9 +471,25 @@ func TestFenceWritesNotify(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", c.method, c.target, w.Code, w.Body)
 		}
 	}
-	if writes != 3 {
-		t.Fatalf("OnWrite ran %d times, want 3 (not for the failed delete)", writes)
+	if *writes != 3 {
+		t.Fatalf("OnWrite ran %d times, want 3 (not for the failed delete)", *writes)
 	}
+}
+
+// countedWrites is a router of a handler whose writes okWriter accepts,
+// and the count of the writes it made (OnWrite).
+func countedWrites(t *testing.T) (http.Handler, *int) {
+	t.Helper()
+	writes := new(int)
+	h, err := NewHandler(Options{
+		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
+		Reader: &fakeReader{}, Writer: okWriter{}, Gate: &fakeGate{budget: 100}, Logger: slog.New(slog.DiscardHandler),
+		OnWrite: func() { *writes++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testRouter(h), writes
 }
 
 // heldWriter holds every creation until release is closed (or its
@@ -612,16 +619,7 @@ func TestCheckBodyWithAContentCoding(t *testing.T) {
 // try it — is a 400 that writes nothing, as is a dry_run that cannot be
 // read. dry_run=0 or false is the write itself.
 func TestFenceWritesHaveNoDryRun(t *testing.T) {
-	writes := 0
-	h, err := NewHandler(Options{
-		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
-		Reader: &fakeReader{}, Writer: okWriter{}, Gate: &fakeGate{budget: 100}, Logger: slog.New(slog.DiscardHandler),
-		OnWrite: func() { writes++ },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := testRouter(h)
+	r, writes := countedWrites(t)
 	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
 	for _, q := range []string{"?dry_run=1", "?dry_run=true", "?dry_run=yes", "?dry_run", "?dry_run=0&dry_run=1", "?dry_run=1;x"} {
 		for _, c := range []struct{ method, target, body string }{
@@ -635,15 +633,15 @@ func TestFenceWritesHaveNoDryRun(t *testing.T) {
 			}
 		}
 	}
-	if writes != 0 {
-		t.Fatalf("%d writes made by requests with a dry_run, want none", writes)
+	if *writes != 0 {
+		t.Fatalf("%d writes made by requests with a dry_run, want none", *writes)
 	}
 	for _, q := range []string{"", "?dry_run=0", "?dry_run=false"} {
 		if w := serve(r, http.MethodDelete, "/geofences/3"+q, "", "X-API-Key", testAdminKey); w.Code != http.StatusNoContent {
 			t.Errorf("DELETE /geofences/3%s: %d %s, want the delete (204)", q, w.Code, w.Body)
 		}
 	}
-	if writes != 3 {
-		t.Fatalf("%d writes made without a dry run, want 3", writes)
+	if *writes != 3 {
+		t.Fatalf("%d writes made without a dry run, want 3", *writes)
 	}
 }
