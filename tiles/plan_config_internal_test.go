@@ -155,10 +155,23 @@ func TestCanonicalOrderBy(t *testing.T) {
 		{[]string{"fid desc", "rank"}, []string{"fid desc"}},
 		{[]string{"Rank", "name desc"}, []string{"Rank", "name desc"}},
 		{[]string{"rank", " "}, []string{"rank", " "}}, // does not parse: as it is
+		// A column whose name ends as a keyword keeps its keyword, so that
+		// the form reads back as the same key.
+		{[]string{"x desc asc"}, []string{"x desc asc"}},
+		{[]string{"x asc asc"}, []string{"x asc asc"}},
+		{[]string{"x DESC desc"}, []string{"x DESC desc"}},
 	} {
-		if got := l.CanonicalOrderBy(tc.in); !slices.Equal(got, tc.want) {
+		got := l.CanonicalOrderBy(tc.in)
+		if !slices.Equal(got, tc.want) {
 			t.Errorf("CanonicalOrderBy(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+		if again := l.CanonicalOrderBy(got); !slices.Equal(again, got) {
+			t.Errorf("CanonicalOrderBy(%q) = %q, not its own form (%q)", got, again, got)
+		}
+	}
+	// Two orders that differ never share a form.
+	if a, b := l.CanonicalOrderBy([]string{"x desc asc"}), l.CanonicalOrderBy([]string{"x desc"}); slices.Equal(a, b) {
+		t.Errorf("column %q ascending and column %q descending share the form %q", "x desc", "x", a)
 	}
 	noID := Layer{IDColumn: "fid", WithoutID: true}
 	if got := noID.CanonicalOrderBy([]string{"fid", "rank"}); !slices.Equal(got, []string{"fid", "rank"}) {
