@@ -60,7 +60,9 @@ func (l *Layer) orderKeys() ([]OrderKey, error) {
 
 // CanonicalOrderBy is entries, an order_by of the layer, in the one form
 // that names its order: each key "column" or "column desc" (the keyword's
-// case, "asc" and spaces dropped), nothing after the id column (ids are
+// case, "asc" and spaces dropped; "column asc" when the column's own name
+// ends as a keyword, so the form reads back as the same key), nothing
+// after the id column (ids are
 // unique, so later keys order nothing), and the id column ascending — the
 // key every order of a layer with ids ends with — left out at the end; nil
 // for the id order alone. Two lists order the layer's features alike when
@@ -79,8 +81,11 @@ func (l *Layer) CanonicalOrderBy(entries []string) []string {
 			break
 		}
 		e := k.Column
-		if k.Desc {
+		switch lower := strings.ToLower(e); {
+		case k.Desc:
 			e += " desc"
+		case strings.HasSuffix(lower, " asc") || strings.HasSuffix(lower, " desc"):
+			e += " asc" // the name ends as a keyword: say it is the column
 		}
 		out = append(out, e)
 		if isID {
