@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -370,5 +372,150 @@ func TestFailoverPeeksReuseWhatItLearnt(t *testing.T) {
 	mustPeek(t, f, other)
 	if primary.n() != 6 {
 		t.Fatalf("with reuse off, 2 peeks: %d calls in all, want 6", primary.n())
+	}
+}
+
+// heldPeek holds the answer of its next peek (read already) until release
+// is closed: a Redis peek whose reply is on its way.
+type heldPeek struct {
+	Store
+	read, release chan struct{}
+}
+
+func (s *heldPeek) Peek(ctx context.Context, b Bucket) (Result, error) {
+	r, err := s.Store.Peek(ctx, b)
+	if s.read != nil {
+		close(s.read)
+		<-s.release
+		s.read = nil
+	}
+	return r, err
+}
+
+// A budget read whose answer was read before a refund this replica
+// settled does not undo the refund: the caller, refused before, is
+// admitted once its bucket can pay, not refused in process until the
+// older reading refills (over an hour here).
+func TestFailoverPeekKeepsARefundItKnew(t *testing.T) {
+	mem := NewMemoryStore(MemoryOptions{})
+	held := &heldPeek{Store: mem}
+	f := &Failover{Primary: held, Mode: FailClosed, Replicas: 1, ProbeInterval: time.Hour, PeekReuse: time.Nanosecond}
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	a := mustAdmit(t, f, Request{Bucket: b, Cost: 9}) // 1 left
+	if r := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); r.Allowed || r.Refusal != RefusedBucket {
+		t.Fatalf("want a bucket refusal: %+v", r)
+	}
+	held.read, held.release = make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); mustPeek(t, f, b) }()
+	<-held.read
+	a.Ticket.Settle(1) // it cost 1: 8 back, 9 in the bucket
+	close(held.release)
+	<-done
+	if r := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); !r.Allowed {
+		t.Fatalf("a request of 5 with 9 in the bucket: refused (Retry-After %v, %d free refusals)", r.Result.RetryAfter, f.FreeRefusals())
+	}
+}
+
+// While the primary fails, a peek follows the fail mode as admissions do:
+// with fail_mode local it shows the local bucket they spend, not what the
+// primary said before it failed.
+func TestFailoverPeekFollowsTheFailModeWhileDegraded(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // 9 left
+	primary.set(true)
+	for range 2 {
+		if a := mustAdmit(t, f, Request{Bucket: b, Cost: 4}); !a.Allowed {
+			t.Fatalf("a local admission of 4: %+v", a)
+		}
+	}
+	refused := mustAdmit(t, f, Request{Bucket: b, Cost: 4})
+	r := mustPeek(t, f, b)
+	if refused.Allowed || r.Remaining >= 4 || math.Abs(r.Remaining-refused.Result.Remaining) > 1e-2 {
+		t.Fatalf("a peek while degraded: %.3f tokens; the local bucket refused 4 with %.3f (allowed %v)", r.Remaining, refused.Result.Remaining, refused.Allowed)
+	}
+}
+
+// countedPeek counts the peeks its store answers, each held until release
+// is closed.
+type countedPeek struct {
+	Store
+	release chan struct{}
+	n       atomic.Int64
+}
+
+func (s *countedPeek) Peek(ctx context.Context, b Bucket) (Result, error) {
+	s.n.Add(1)
+	<-s.release
+	return s.Store.Peek(ctx, b)
+}
+
+// Budget reads of one caller that miss what the failover knows at once
+// share one call of the primary.
+func TestFailoverConcurrentPeeksShareOneCall(t *testing.T) {
+	cp := &countedPeek{Store: NewMemoryStore(MemoryOptions{}), release: make(chan struct{})}
+	f := &Failover{Primary: cp, Mode: FailClosed, Replicas: 1, ProbeInterval: time.Hour, PeekReuse: time.Hour}
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 10}}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() { mustPeek(t, f, b) })
+	}
+	for cp.n.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(cp.release)
+	wg.Wait()
+	if n := cp.n.Load(); n != 1 || f.FreePeeks() != 49 {
+		t.Fatalf("50 reads at once: %d calls of the primary, %d free; want 1 and 49", n, f.FreePeeks())
+	}
+}
+
+// Budget reads of callers never admitted here (free, and as many as a
+// client has addresses) never push out what admissions taught: a caller
+// refused before is still refused without a call after 5,000 other
+// callers' reads.
+func TestFailoverPeeksKeepRefusals(t *testing.T) {
+	f, primary := newFailover(FailClosed, 1)
+	f.Remember = 1000
+	lim := Limit{Rate: 1e-3, Capacity: 10}
+	victim := Bucket{Key: "victim", Limit: lim}
+	mustAdmit(t, f, Request{Bucket: victim, Cost: 10}).Ticket.Release()
+	if a := mustAdmit(t, f, Request{Bucket: victim, Cost: 5}); a.Allowed {
+		t.Fatal("want a refusal")
+	}
+	for i := range 5000 {
+		mustPeek(t, f, Bucket{Key: "reader" + strconv.Itoa(i), Limit: lim})
+	}
+	n := primary.n()
+	if a := mustAdmit(t, f, Request{Bucket: victim, Cost: 5}); a.Allowed || primary.n() != n {
+		t.Fatalf("the refused caller after 5,000 others' reads: allowed %v, %d calls; want a free refusal", a.Allowed, primary.n()-n)
+	}
+}
+
+// The reuse counts from the primary's last answer, not from this
+// replica's settlements since: a caller whose requests keep settling here
+// is read from the primary again after PeekReuse, and sees another
+// replica's spend.
+func TestFailoverSettlementsDoNotExtendTheReuse(t *testing.T) {
+	f, primary := newFailover(FailClosed, 1)
+	f.PeekReuse = 100 * time.Millisecond
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+	var tickets []*Ticket
+	for range 3 {
+		tickets = append(tickets, mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket)
+	}
+	if _, err := primary.Store.Admit(context.Background(), Request{Bucket: b, Cost: 50}); err != nil { // another replica
+		t.Fatal(err)
+	}
+	for _, tk := range tickets {
+		time.Sleep(60 * time.Millisecond)
+		tk.Settle(1.5)
+	}
+	n := primary.n()
+	r := mustPeek(t, f, b)
+	truth := mustPeek(t, primary.Store, b)
+	if primary.n() != n+1 || math.Abs(r.Remaining-truth.Remaining) > 1e-2 {
+		t.Fatalf("a read 180 ms after the primary's last answer (reuse 100 ms): %.3f tokens after %d calls; the primary holds %.3f", r.Remaining, primary.n()-n, truth.Remaining)
 	}
 }
