@@ -100,3 +100,25 @@ func TestFailoverRemembersBoundedCallers(t *testing.T) {
 		t.Fatalf("%d callers remembered, want 1..64", n)
 	}
 }
+
+// A budget read sent right after a refund, before the refund's finish has
+// reached Redis (it waits FinishDelay), reads the bucket without it: the
+// refusal the refund lifted stays lifted, whether reads are reused or not.
+func TestBudgetReadRightAfterARefund(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		for _, reuse := range []time.Duration{-1, time.Nanosecond, 0} {
+			f := &Failover{Primary: fx.store, Mode: FailClosed, Timeout: 2 * time.Second, PeekReuse: reuse}
+			b := Bucket{Key: fx.key("refund-read" + reuse.String()), Limit: Limit{Rate: 1e-3, Capacity: 10}}
+			a := mustAdmit(t, f, Request{Bucket: b, Cost: 9})
+			if r := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); r.Allowed {
+				t.Fatalf("reuse %v: want a refusal", reuse)
+			}
+			a.Ticket.Settle(1) // 8 back
+			mustPeek(t, f, b)
+			if r := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); !r.Allowed {
+				t.Fatalf("reuse %v: a request of 5 after a refund of 8 to 1: refused (Retry-After %v)", reuse, r.Result.RetryAfter)
+			}
+		}
+	})
+}
