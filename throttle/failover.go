@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // FailMode says what a Failover does while its primary store fails.
@@ -72,21 +75,27 @@ type Failover struct {
 	// Remember bounds the callers whose last known budget is kept (for
 	// free refusals and fallback seeding); 0 means 65536.
 	Remember int
-	// PeekReuse is how long what this Failover last learnt of a caller's
-	// bucket (an admission's, a refusal's or a peek's answer, and the
-	// settlements since) answers a Peek of it without a call, refilled to
-	// the moment asked: 0 means DefaultPeekReuse, a negative value asks
-	// the primary every time. Peeks are free to their caller (budget
-	// reads, dry runs), so this is what bounds the primary's calls they
-	// cost: one per caller and interval on each replica. Other replicas'
-	// spends within the interval are not seen.
+	// PeekReuse is how long after the primary last answered of a caller's
+	// bucket (an admission, a refusal or a peek) what this Failover knows
+	// of it — that answer and the settlements since — answers a Peek
+	// without a call, refilled to the moment asked: 0 means
+	// DefaultPeekReuse, a negative value asks the primary every time (and
+	// keeps nothing of its answers). Peeks are free to their caller
+	// (budget reads, dry runs), so this is what bounds the primary's calls
+	// they cost: one per caller and interval on each replica, peeks that
+	// miss at once sharing one call. Other replicas' spends within the
+	// interval are not seen. While the primary fails, peeks follow the
+	// fail mode.
 	PeekReuse time.Duration
 	Logger    *slog.Logger
 
-	lim       breaker
-	known     known
-	free      atomic.Uint64
-	freePeeks atomic.Uint64
+	lim   breaker
+	known known
+	peeks singleflight.Group // the primary's peeks under way, by caller
+	free  atomic.Uint64
+	// peeked counts the peeks, peekCalls those that called the primary
+	// (or, while it fails, the fail mode).
+	peeked, peekCalls atomic.Uint64
 }
 
 // DefaultPeekReuse is Failover.PeekReuse when left 0.
@@ -155,7 +164,9 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 }
 
 // Peek implements Store, with the same fallback as Admit. What the
-// Failover learnt of the bucket within PeekReuse answers it without a call.
+// Failover learnt of the bucket within PeekReuse answers it without a
+// call; peeks of one caller that miss it at once share one call. While
+// the primary fails, every peek follows the fail mode, as admissions do.
 func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 	if err := b.Limit.Validate(); err != nil {
 		return Result{}, err
@@ -163,20 +174,45 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	if reuse := f.peekReuse(); reuse > 0 {
+	f.peeked.Add(1)
+	reuse := f.peekReuse()
+	if reuse <= 0 || f.lim.health().Degraded {
+		return f.peekPrimary(ctx, b, false)
+	}
+	if res, ok := f.known.peek(b, time.Now(), reuse); ok {
+		return res, nil
+	}
+	// The shared call is not cut short by the first asker hanging up; the
+	// failover's Timeout bounds it.
+	ch := f.peeks.DoChan(b.Key+"\x00"+strconv.FormatFloat(b.Limit.Rate, 'g', -1, 64)+"\x00"+strconv.FormatFloat(b.Limit.Capacity, 'g', -1, 64), func() (any, error) {
+		// A call that ended since this peek missed may have answered it.
 		if res, ok := f.known.peek(b, time.Now(), reuse); ok {
-			f.freePeeks.Add(1)
 			return res, nil
 		}
+		return f.peekPrimary(context.WithoutCancel(ctx), b, true)
+	})
+	select {
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	case r := <-ch:
+		res, _ := r.Val.(Result)
+		return res, r.Err
 	}
+}
+
+// peekPrimary asks the primary (or the fail mode), noting its answer for
+// later peeks when note is set.
+func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result, error) {
+	f.peekCalls.Add(1)
 	var res Result
+	sent := time.Now()
 	fallback, err := f.onPrimary(ctx, func(ctx context.Context) (err error) {
 		res, err = f.Primary.Peek(ctx, b)
 		return err
 	})
 	if !fallback {
-		if err == nil {
-			f.known.notePeek(b, res, time.Now(), f.remember())
+		if err == nil && note {
+			f.known.notePeek(b, res, sent, time.Now(), f.remember())
 		}
 		return res, err
 	}
@@ -193,7 +229,10 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 func (f *Failover) FreeRefusals() uint64 { return f.free.Load() }
 
 // FreePeeks counts the peeks answered without asking the primary.
-func (f *Failover) FreePeeks() uint64 { return f.freePeeks.Load() }
+func (f *Failover) FreePeeks() uint64 {
+	calls := f.peekCalls.Load() // first: every call was counted as a peek before it
+	return f.peeked.Load() - calls
+}
 
 func (f *Failover) peekReuse() time.Duration {
 	if f.PeekReuse == 0 {
@@ -370,14 +409,18 @@ func (b *breaker) health() Health {
 
 // known remembers, per caller, the last budget the primary reported: its
 // remaining tokens at a time, and whether it refused. Bounded: beyond its
-// size the oldest half is forgotten.
+// size the oldest half is forgotten. Callers only ever peeked at (budget
+// reads, which are free) are kept apart, in peeked, so that they never
+// push out what admissions learnt.
 type known struct {
-	mu sync.Mutex
-	m  map[string]knownBudget
+	mu     sync.Mutex
+	m      map[string]knownBudget
+	peeked map[string]knownBudget
 }
 
 type knownBudget struct {
-	at        time.Time
+	at        time.Time // when remaining was so
+	asked     time.Time // when the primary last answered of it
 	remaining float64
 	limit     Limit
 	refused   bool
@@ -392,45 +435,66 @@ func (k *known) note(req Request, a Admission, now time.Time, size int) {
 	if a.Refusal == RefusedInFlight || a.Refusal == RefusedAggregate {
 		return
 	}
-	k.set(req.Key, knownBudget{at: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}, size)
-}
-
-// notePeek records a peek's answer: what the bucket holds now. A caller
-// known to be refused stays so until its bucket could pay (refuse checks
-// the tokens).
-func (k *known) notePeek(b Bucket, res Result, now time.Time, size int) {
-	k.mu.Lock()
-	refused := k.m[b.Key].refused
-	k.mu.Unlock()
-	k.set(b.Key, knownBudget{at: now, remaining: res.Remaining, limit: b.Limit, refused: refused}, size)
-}
-
-// set records kb as key's bucket, forgetting about half the callers first
-// when size are known.
-func (k *known) set(key string, kb knownBudget, size int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.m == nil {
-		k.m = make(map[string]knownBudget)
+	k.m = remember(k.m, req.Key, knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: req.Limit,
+		refused: a.Refusal == RefusedBucket}, size)
+}
+
+// notePeek records the answer of a peek sent at sent. What was learnt
+// since (an admission, a settlement) is newer and stays. Of a caller
+// refused, only the time is kept: its tokens are what its refusal and its
+// settlements left, and the bucket could hold more than the peek saw (a
+// refund on its way to the primary), never less than a refusal needs to
+// be lifted. A caller not admitted here lately goes to peeked.
+func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if kb, ok := k.m[b.Key]; ok && kb.limit == b.Limit {
+		switch {
+		case kb.at.After(sent):
+		case kb.refused:
+			kb.asked = sent
+			k.m[b.Key] = kb
+		default:
+			k.m[b.Key] = knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit}
+		}
+		return
 	}
-	if len(k.m) >= size {
+	if kb, ok := k.peeked[b.Key]; ok && kb.at.After(sent) {
+		return
+	}
+	k.peeked = remember(k.peeked, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit}, size)
+}
+
+// remember sets m[key] = kb, forgetting about half of m first when it
+// holds size callers; it makes m when nil.
+func remember(m map[string]knownBudget, key string, kb knownBudget, size int) map[string]knownBudget {
+	if m == nil {
+		m = make(map[string]knownBudget)
+	}
+	if _, ok := m[key]; !ok && len(m) >= size {
 		n := 0
-		for key := range k.m { // map order is random: forget about half
+		for key := range m { // map order is random: forget about half
 			if n++; n%2 == 0 {
-				delete(k.m, key)
+				delete(m, key)
 			}
 		}
 	}
-	k.m[key] = kb
+	m[key] = kb
+	return m
 }
 
-// peek answers a peek of b from what is known of it, if that was learnt
-// within reuse and under b's limit: its tokens refilled to now.
+// peek answers a peek of b from what is known of it, if the primary
+// answered of it within reuse, under b's limit: its tokens refilled to now.
 func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool) {
 	k.mu.Lock()
 	kb, ok := k.m[b.Key]
+	if !ok || kb.limit != b.Limit {
+		kb, ok = k.peeked[b.Key]
+	}
 	k.mu.Unlock()
-	if age := now.Sub(kb.at); !ok || kb.limit != b.Limit || age < 0 || age > reuse {
+	if age := now.Sub(kb.asked); !ok || kb.limit != b.Limit || age < 0 || age > reuse {
 		return Result{}, false
 	}
 	est := kb.estimate(now)
