@@ -519,3 +519,99 @@ func TestFailoverSettlementsDoNotExtendTheReuse(t *testing.T) {
 		t.Fatalf("a read 180 ms after the primary's last answer (reuse 100 ms): %.3f tokens after %d calls; the primary holds %.3f", r.Remaining, primary.n()-n, truth.Remaining)
 	}
 }
+
+// Replica a refused the caller once; its later requests go through replica
+// other. A budget read at a after the bucket refilled and other spent it
+// asks the primary, and a read right after it says the same: what the
+// refusal taught a (its tokens, for its free refusals) does not answer
+// reads the primary answered since.
+func TestFailoverReadAfterARefusalIsWhatThePrimarySaid(t *testing.T) {
+	shared := NewMemoryStore(MemoryOptions{})
+	quiet := slog.New(slog.DiscardHandler)
+	a := &Failover{Primary: shared, Mode: FailClosed, Replicas: 2, ProbeInterval: time.Hour, PeekReuse: 50 * time.Millisecond, Logger: quiet}
+	other := &Failover{Primary: shared, Mode: FailClosed, Replicas: 2, ProbeInterval: time.Hour, PeekReuse: 50 * time.Millisecond, Logger: quiet}
+	b := Bucket{Key: "k", Limit: Limit{Rate: 100, Capacity: 10}}
+	mustAdmit(t, a, Request{Bucket: b, Cost: 10}).Ticket.Release()
+	if r := mustAdmit(t, a, Request{Bucket: b, Cost: 5}); r.Allowed {
+		t.Fatal("want a refusal at a")
+	}
+	time.Sleep(150 * time.Millisecond) // full again (100 tokens/s), and past the reuse
+	mustAdmit(t, other, Request{Bucket: b, Cost: 10}).Ticket.Release()
+	first := mustPeek(t, a, b)
+	second := mustPeek(t, a, b)
+	if first.Remaining > 5 || second.Remaining-first.Remaining > 1 {
+		t.Fatalf("reads at a after other spent the bucket: %.3f, then %.3f right after", first.Remaining, second.Remaining)
+	}
+}
+
+// With fail_mode local, a read while degraded shows the bucket the
+// caller's next admission starts from: seeded from what the primary last
+// said, as the admission seeds it, not full.
+func TestFailoverDegradedReadShowsTheSeededBucket(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release() // 0 left
+	primary.set(true)
+	mustAdmit(t, f, Request{Bucket: Bucket{Key: "other", Limit: b.Limit}, Cost: 1}) // trips the breaker
+	if !f.Health().Degraded {
+		t.Fatal("want degraded")
+	}
+	r := mustPeek(t, f, b)
+	a := mustAdmit(t, f, Request{Bucket: b, Cost: 5})
+	if r.Remaining >= 5 || a.Allowed {
+		t.Fatalf("a read while degraded: %.3f tokens; then an admission of 5: allowed %v", r.Remaining, a.Allowed)
+	}
+}
+
+// A caller this replica only read (its requests went to another replica,
+// which emptied the bucket) starts its fail_mode local bucket from that
+// read when the primary fails, not full.
+func TestFailoverLocalStartsFromTheLastRead(t *testing.T) {
+	shared := &flakyStore{Store: NewMemoryStore(MemoryOptions{})}
+	f := &Failover{Primary: shared, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1, ProbeInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler)}
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	if _, err := shared.Store.Admit(context.Background(), Request{Bucket: b, Cost: 10}); err != nil { // another replica
+		t.Fatal(err)
+	}
+	r := mustPeek(t, f, b)
+	shared.set(true)
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); a.Allowed {
+		t.Fatalf("Redis down, a local admission of 5 after a read of %.3f: admitted (%.3f left)", r.Remaining, a.Result.Remaining)
+	}
+}
+
+// A read whose caller hangs up while it waits for the shared call gets
+// its error, and is not counted as answered for free.
+func TestFailoverAbandonedReadIsNotAFreePeek(t *testing.T) {
+	cp := &countedPeek{Store: NewMemoryStore(MemoryOptions{}), release: make(chan struct{})}
+	f := &Failover{Primary: cp, Mode: FailClosed, Replicas: 1, ProbeInterval: time.Hour, PeekReuse: time.Hour}
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 10}}
+	var wg sync.WaitGroup
+	wg.Go(func() { mustPeek(t, f, b) })
+	for cp.n.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond) // ends while it waits
+	defer cancel()
+	_, err := f.Peek(ctx, b)
+	close(cp.release)
+	wg.Wait()
+	if !errors.Is(err, context.DeadlineExceeded) || f.FreePeeks() != 0 {
+		t.Fatalf("a read whose caller hung up: %v, %d free peeks; want context.DeadlineExceeded, 0", err, f.FreePeeks())
+	}
+}
+
+type panickyPeek struct{ Store }
+
+func (panickyPeek) Peek(context.Context, Bucket) (Result, error) { panic("a bug in the store") }
+
+// A panic in the primary's peek is an error of that read, not the end of
+// the process (the shared call runs on a goroutine of its own, where no
+// HTTP server recovers it).
+func TestFailoverReadThatPanicsIsAnError(t *testing.T) {
+	f := &Failover{Primary: panickyPeek{NewMemoryStore(MemoryOptions{})}, Mode: FailClosed, ProbeInterval: time.Hour}
+	if _, err := f.Peek(context.Background(), Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 10}}); err == nil {
+		t.Fatal("a read whose store panicked: no error")
+	}
+}
