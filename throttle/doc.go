@@ -98,7 +98,8 @@
 // starts from what Redis last reported of the caller). It refuses for
 // free: a caller Redis refused is refused in process until its bucket
 // could pay again, with no call; and it answers a peek from what it
-// learnt of the bucket within PeekReuse, refilled, with no call either.
+// learnt of the bucket within PeekReuse of the primary's last answer,
+// refilled, with no call either.
 // [Global] is a budget shared by every caller, spent by each replica
 // through leases of a chunk of tokens.
 //

@@ -73,7 +73,9 @@ type Failover struct {
 	// follow the fail mode after a failure before one request probes.
 	ProbeInterval time.Duration
 	// Remember bounds the callers whose last known budget is kept (for
-	// free refusals and fallback seeding); 0 means 65536.
+	// free refusals and fallback seeding), and apart from them the callers
+	// whose last peek is kept (for PeekReuse and fallback seeding); 0
+	// means 65536 of each.
 	Remember int
 	// PeekReuse is how long after the primary last answered of a caller's
 	// bucket (an admission, a refusal or a peek) what this Failover knows
@@ -89,13 +91,11 @@ type Failover struct {
 	PeekReuse time.Duration
 	Logger    *slog.Logger
 
-	lim   breaker
-	known known
-	peeks singleflight.Group // the primary's peeks under way, by caller
-	free  atomic.Uint64
-	// peeked counts the peeks, peekCalls those that called the primary
-	// (or, while it fails, the fail mode).
-	peeked, peekCalls atomic.Uint64
+	lim       breaker
+	known     known
+	peeks     singleflight.Group // the primary's peeks under way, by caller
+	free      atomic.Uint64
+	freePeeks atomic.Uint64
 }
 
 // DefaultPeekReuse is Failover.PeekReuse when left 0.
@@ -174,27 +174,40 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	f.peeked.Add(1)
 	reuse := f.peekReuse()
 	if reuse <= 0 || f.lim.health().Degraded {
 		return f.peekPrimary(ctx, b, false)
 	}
 	if res, ok := f.known.peek(b, time.Now(), reuse); ok {
+		f.freePeeks.Add(1)
 		return res, nil
 	}
 	// The shared call is not cut short by the first asker hanging up; the
-	// failover's Timeout bounds it.
-	ch := f.peeks.DoChan(b.Key+"\x00"+strconv.FormatFloat(b.Limit.Rate, 'g', -1, 64)+"\x00"+strconv.FormatFloat(b.Limit.Capacity, 'g', -1, 64), func() (any, error) {
+	// failover's Timeout bounds it. Only the first asker's function runs,
+	// and it ends before any asker receives.
+	called := false
+	ch := f.peeks.DoChan(b.Key+"\x00"+strconv.FormatFloat(b.Limit.Rate, 'g', -1, 64)+"\x00"+strconv.FormatFloat(b.Limit.Capacity, 'g', -1, 64), func() (v any, err error) {
+		// A panic here would end the process (singleflight re-panics on
+		// a goroutine of its own), not only this request.
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("throttle: a budget read panicked: %v", p)
+			}
+		}()
 		// A call that ended since this peek missed may have answered it.
 		if res, ok := f.known.peek(b, time.Now(), reuse); ok {
 			return res, nil
 		}
+		called = true
 		return f.peekPrimary(context.WithoutCancel(ctx), b, true)
 	})
 	select {
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	case r := <-ch:
+		if !called {
+			f.freePeeks.Add(1)
+		}
 		res, _ := r.Val.(Result)
 		return res, r.Err
 	}
@@ -203,7 +216,6 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 // peekPrimary asks the primary (or the fail mode), noting its answer for
 // later peeks when note is set.
 func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result, error) {
-	f.peekCalls.Add(1)
 	var res Result
 	sent := time.Now()
 	fallback, err := f.onPrimary(ctx, func(ctx context.Context) (err error) {
@@ -220,7 +232,12 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 	case FailOpen:
 		return Result{Allowed: true, Remaining: b.Limit.Capacity, Limit: b.Limit}, nil
 	case FailLocal:
-		return f.Local.Peek(ctx, Bucket{Key: b.Key, Limit: f.localLimit(b.Limit)})
+		// The bucket the caller's next admission would start from.
+		local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit)}
+		if tokens, ok := f.known.tokens(b.Key, time.Now()); ok {
+			f.Local.seed(b.Key, local, tokens)
+		}
+		return f.Local.Peek(ctx, local)
 	}
 	return Result{}, f.errDown()
 }
@@ -229,10 +246,7 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 func (f *Failover) FreeRefusals() uint64 { return f.free.Load() }
 
 // FreePeeks counts the peeks answered without asking the primary.
-func (f *Failover) FreePeeks() uint64 {
-	calls := f.peekCalls.Load() // first: every call was counted as a peek before it
-	return f.peeked.Load() - calls
-}
+func (f *Failover) FreePeeks() uint64 { return f.freePeeks.Load() }
 
 func (f *Failover) peekReuse() time.Duration {
 	if f.PeekReuse == 0 {
@@ -409,18 +423,18 @@ func (b *breaker) health() Health {
 
 // known remembers, per caller, the last budget the primary reported: its
 // remaining tokens at a time, and whether it refused. Bounded: beyond its
-// size the oldest half is forgotten. Callers only ever peeked at (budget
-// reads, which are free) are kept apart, in peeked, so that they never
-// push out what admissions learnt.
+// size the oldest half is forgotten. What admissions taught (m) and what
+// peeks read (read) are kept apart, each so bounded: budget reads, which
+// are free, never push out what free refusals need, and never change it.
 type known struct {
-	mu     sync.Mutex
-	m      map[string]knownBudget
-	peeked map[string]knownBudget
+	mu   sync.Mutex
+	m    map[string]knownBudget
+	read map[string]knownBudget
 }
 
 type knownBudget struct {
 	at        time.Time // when remaining was so
-	asked     time.Time // when the primary last answered of it
+	asked     time.Time // when the primary answered of it
 	remaining float64
 	limit     Limit
 	refused   bool
@@ -441,30 +455,25 @@ func (k *known) note(req Request, a Admission, now time.Time, size int) {
 		refused: a.Refusal == RefusedBucket}, size)
 }
 
-// notePeek records the answer of a peek sent at sent. What was learnt
-// since (an admission, a settlement) is newer and stays. Of a caller
-// refused, only the time is kept: its tokens are what its refusal and its
-// settlements left, and the bucket could hold more than the peek saw (a
-// refund on its way to the primary), never less than a refusal needs to
-// be lifted. A caller not admitted here lately goes to peeked.
+// notePeek records the answer of a peek sent at sent, unless a later one
+// is known.
 func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if kb, ok := k.m[b.Key]; ok && kb.limit == b.Limit {
-		switch {
-		case kb.at.After(sent):
-		case kb.refused:
-			kb.asked = sent
-			k.m[b.Key] = kb
-		default:
-			k.m[b.Key] = knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit}
-		}
+	if kb, ok := k.read[b.Key]; ok && kb.asked.After(sent) {
 		return
 	}
-	if kb, ok := k.peeked[b.Key]; ok && kb.at.After(sent) {
-		return
+	k.read = remember(k.read, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit}, size)
+}
+
+// latest is what is known of key under limit: of what admissions taught
+// and what a peek read, the one the primary answered last.
+func (k *known) latest(key string, limit Limit) (knownBudget, bool) {
+	kb, ok := k.m[key]
+	if r, rok := k.read[key]; rok && r.limit == limit && (!ok || kb.limit != limit || r.asked.After(kb.asked)) {
+		return r, true
 	}
-	k.peeked = remember(k.peeked, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit}, size)
+	return kb, ok && kb.limit == limit
 }
 
 // remember sets m[key] = kb, forgetting about half of m first when it
@@ -489,12 +498,9 @@ func remember(m map[string]knownBudget, key string, kb knownBudget, size int) ma
 // answered of it within reuse, under b's limit: its tokens refilled to now.
 func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool) {
 	k.mu.Lock()
-	kb, ok := k.m[b.Key]
-	if !ok || kb.limit != b.Limit {
-		kb, ok = k.peeked[b.Key]
-	}
+	kb, ok := k.latest(b.Key, b.Limit)
 	k.mu.Unlock()
-	if age := now.Sub(kb.asked); !ok || kb.limit != b.Limit || age < 0 || age > reuse {
+	if age := now.Sub(kb.asked); !ok || age < 0 || age > reuse {
 		return Result{}, false
 	}
 	est := kb.estimate(now)
@@ -509,18 +515,20 @@ func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool
 func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	kb, ok := k.m[t.key]
-	if !ok || kb.limit != t.limit {
-		return
+	for _, m := range []map[string]knownBudget{k.m, k.read} {
+		kb, ok := m[t.key]
+		if !ok || kb.limit != t.limit {
+			continue
+		}
+		est := kb.estimate(now)
+		if d := fromMicro(delta); d > 0 {
+			est = max(est-d, min(est, -t.debt))
+		} else {
+			est = min(est-d, max(est, t.limit.Capacity))
+		}
+		kb.remaining, kb.at = est, now
+		m[t.key] = kb
 	}
-	est := kb.estimate(now)
-	if d := fromMicro(delta); d > 0 {
-		est = max(est-d, min(est, -t.debt))
-	} else {
-		est = min(est-d, max(est, t.limit.Capacity))
-	}
-	kb.remaining, kb.at = est, now
-	k.m[t.key] = kb
 }
 
 // refuse answers a request of a caller the primary refused, when its
@@ -549,6 +557,9 @@ func (k *known) tokens(key string, now time.Time) (float64, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	kb, ok := k.m[key]
+	if r, rok := k.read[key]; rok && (!ok || r.asked.After(kb.asked)) {
+		kb, ok = r, true
+	}
 	if !ok {
 		return 0, false
 	}

@@ -84,9 +84,10 @@ type RedisConfig struct {
 	// LeaseHold is how long such a lease lives before what is left of it
 	// goes back to the bucket.
 	LeaseHold time.Duration `yaml:"lease_hold"`
-	// PeekReuse is how long what a replica learnt of a caller's bucket
-	// answers that caller's budget reads (/budget, dry runs) without a
-	// Redis call; 0: every read is a call.
+	// PeekReuse is how long after Redis last answered about a caller's
+	// bucket that answer (with the settlements since) answers the caller's
+	// budget reads (/budget, dry runs) without a Redis call; 0: every read
+	// is a call.
 	PeekReuse time.Duration `yaml:"peek_reuse"`
 }
 

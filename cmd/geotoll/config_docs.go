@@ -59,7 +59,7 @@ func configDocs() []configDoc {
 		{Key: "redis.max_clock_skew", Meaning: "how far Redis's clock may run ahead of geotoll's; a batch arriving later than its deadline plus this is dropped"},
 		{Key: "redis.lease_requests", Meaning: "how many requests' price a replica takes from a caller's bucket ahead of its requests, with one in-flight slot, to admit them without a Redis call (at most an eighth of the bucket; only while the caller spends faster than its bucket refills); 0: one call per request"},
 		{Key: "redis.lease_hold", Meaning: "how long such a lease lives before what is left of it goes back to the bucket (other replicas see it spent until then)"},
-		{Key: "redis.peek_reuse", Meaning: "how long what a replica learnt of a caller's bucket (its last admission, refusal or read, and the settlements since) answers the caller's budget reads — /budget, dry runs — without a Redis call, refilled to the moment asked: one call per caller and interval at most; other replicas' spends within it are not seen. 0: every read is a call (at most 10s)"},
+		{Key: "redis.peek_reuse", Meaning: "how long after Redis last answered about a caller's bucket (an admission, a refusal or a read) that answer, with the replica's settlements since, answers the caller's budget reads — /budget, dry runs — without a Redis call, refilled to the moment asked: one call per caller and interval at most, reads that miss at once sharing it; other replicas' spends within it are not seen. 0: every read is a call (at most 10s)"},
 		{Key: "http.read_header_timeout", Meaning: "http.Server ReadHeaderTimeout"},
 		{Key: "http.read_timeout", Meaning: "http.Server ReadTimeout"},
 		{Key: "http.write_timeout", Meaning: "http.Server WriteTimeout"},
