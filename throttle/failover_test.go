@@ -615,3 +615,36 @@ func TestFailoverReadThatPanicsIsAnError(t *testing.T) {
 		t.Fatal("a read whose store panicked: no error")
 	}
 }
+
+// A settlement made while a read is on its way (Redis answered the read
+// before the settlement reached it) is not undone by the read: later reads
+// show it, and so does the fail_mode local bucket seeded after Redis fails.
+func TestFailoverReadInFlightKeepsASettlement(t *testing.T) {
+	for _, degrade := range []bool{false, true} {
+		mem := NewMemoryStore(MemoryOptions{})
+		fl := &flakyStore{Store: mem}
+		held := &heldPeek{Store: fl}
+		f := &Failover{Primary: held, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1, ProbeInterval: time.Hour,
+			PeekReuse: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)}
+		b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+		a := mustAdmit(t, f, Request{Bucket: b, Cost: 2}) // 8 left
+		held.read, held.release = make(chan struct{}), make(chan struct{})
+		done := make(chan struct{})
+		go func() { defer close(done); mustPeek(t, f, b) }()
+		<-held.read
+		a.Ticket.Settle(10) // it cost 10: 0 left
+		close(held.release)
+		<-done
+		f.PeekReuse = time.Hour
+		if !degrade {
+			if r := mustPeek(t, f, b); r.Remaining >= 1 {
+				t.Errorf("a read after a debit to 0: %.3f tokens", r.Remaining)
+			}
+			continue
+		}
+		fl.set(true)
+		if ad := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); ad.Allowed {
+			t.Errorf("Redis down, after a debit to 0: a local admission of 5 admitted (%.3f left)", ad.Result.Remaining)
+		}
+	}
+}
