@@ -455,13 +455,17 @@ func (k *known) note(req Request, a Admission, now time.Time, size int) {
 		refused: a.Refusal == RefusedBucket}, size)
 }
 
-// notePeek records the answer of a peek sent at sent, unless a later one
-// is known.
+// notePeek records the answer of a peek sent at sent, unless something
+// was learnt of the caller since (a later read, an admission or a
+// settlement of this replica, which the answer may lack).
 func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if kb, ok := k.read[b.Key]; ok && kb.asked.After(sent) {
+	if kb, ok := k.read[b.Key]; ok && kb.at.After(sent) {
 		return
+	}
+	if kb, ok := k.m[b.Key]; ok && kb.limit == b.Limit && kb.at.After(sent) {
+		return // an admission or a settlement since: the read lacks it
 	}
 	k.read = remember(k.read, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit}, size)
 }
