@@ -535,7 +535,7 @@ func TestFailoverReadAfterARefusalIsWhatThePrimarySaid(t *testing.T) {
 	if r := mustAdmit(t, a, Request{Bucket: b, Cost: 1}); r.Allowed {
 		t.Fatal("want a refusal at a")
 	}
-	held.Ticket.Settle(0.001) // other's request cost next to nothing: about 5 back
+	held.Ticket.Settle(0.001)         // other's request cost next to nothing: about 5 back
 	time.Sleep(60 * time.Millisecond) // past the reuse of a's refusal
 	first := mustPeek(t, a, b)
 	second := mustPeek(t, a, b)
