@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/internal/dryrun"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -88,16 +89,8 @@ func (h *Handler) writable(w http.ResponseWriter, r *http.Request) (Writer, bool
 // priced, so they have no preview, and a caller who meant to try one must
 // not have it made.
 func noDryRun(r *http.Request) error {
-	q, err := parseQuery(r)
-	if err != nil {
+	if dry, err := dryrun.Parse(r); err != nil || !dry {
 		return err
-	}
-	v, err := q.get("dry_run")
-	if _, asked := q["dry_run"]; err != nil || !asked {
-		return err
-	}
-	if v == "0" || v == "false" {
-		return nil
 	}
 	return problem.Malformed("dry_run", "fence writes have no dry run (they are not priced): nothing was written; send the write without dry_run")
 }

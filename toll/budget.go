@@ -4,41 +4,10 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
-	"net/url"
 
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
 )
-
-// isDryRun reads ?dry_run: 1 or true asks for the price preview; 0,
-// false or no parameter for the request itself. Any other value, the
-// parameter given twice, or a query string that does not parse (where
-// dry_run cannot be told) is a 400: a caller who asked for a price in
-// another spelling must not have the request run and charged instead.
-func isDryRun(r *http.Request) (bool, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return false, problem.Malformed("", "the query string is malformed")
-	}
-	vs := q["dry_run"]
-	switch {
-	case len(vs) == 0:
-		return false, nil
-	case len(vs) > 1:
-		return false, problem.Malformed("dry_run", "dry_run is given %d times", len(vs))
-	}
-	v := vs[0]
-	switch v {
-	case "1", "true":
-		return true, nil
-	case "0", "false":
-		return false, nil
-	}
-	if len(v) > 16 {
-		v = v[:16] + "…"
-	}
-	return false, problem.Malformed("dry_run", "dry_run must be 1 or true (0 or false: no preview), got %q", v)
-}
 
 // dryRun answers ?dry_run=1: the price and the budget, nothing charged and
 // nothing queried.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geotoll/geotoll/internal/dryrun"
 	"github.com/geotoll/geotoll/throttle"
 )
 
@@ -144,7 +145,7 @@ func FuzzIsDryRun(f *testing.F) {
 	f.Fuzz(func(t *testing.T, rawQuery string) {
 		r := httptest.NewRequest(http.MethodGet, "/x", nil)
 		r.URL.RawQuery = rawQuery
-		dry, err := isDryRun(r)
+		dry, err := dryrun.Parse(r)
 		if err == nil {
 			vs := r.URL.Query()["dry_run"]
 			if dry != (len(vs) == 1 && (vs[0] == "1" || vs[0] == "true")) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/density"
+	"github.com/geotoll/geotoll/internal/dryrun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -218,7 +219,7 @@ func (t *Toll) shadowed(p Price) bool {
 
 // Charge identifies the caller, charges p.Cost to its bucket and sets the
 // budget headers. When it returns nil it has written the response: 400
-// for a dry_run it cannot read (see isDryRun), 401 for an unknown key,
+// for a dry_run it cannot read (see dryrun.Parse), 401 for an unknown key,
 // 422 above the tier's max cost, 429 for an empty budget or a full
 // in-flight cap, 503 when the global budget refused or the limiter
 // failed, or the price preview of ?dry_run=1. An admitted
@@ -231,7 +232,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 			attribute.String("geotoll.route", p.Route), attribute.Float64("geotoll.cost", p.Cost)))
 		defer span.End()
 	}
-	dry, err := isDryRun(r) // bad input costs nothing, not even a failed-auth token
+	dry, err := dryrun.Parse(r) // bad input costs nothing, not even a failed-auth token
 	if err != nil {
 		problem.Write(w, r, err)
 		return nil
