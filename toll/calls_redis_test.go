@@ -219,19 +219,31 @@ func TestRefusedKeyCostsNoRedisCallUntilRetryAfter(t *testing.T) {
 		toll, calls, flush := countedToll(t, rdb)
 		p := toll.TilePrice(tileDemand(14, "places"))
 		toll.Tiers["free"] = Tier{Name: "free", Limit: throttle.Limit{Rate: p / 1.6, Capacity: 1.5 * p}}
-		keys := toll.Keys.(fakeKeys)
 		h := serveTile(toll)
-		for attempt := range 5 {
-			key := fmt.Sprintf("refused%d", attempt)
-			keys[key] = apikeys.Key{ID: int64(200 + attempt), Name: key, Tier: "free"}
-			if refusedUntilRetryAfter(t, h, calls, key) {
-				return
-			}
-			t.Logf("attempt %d paused past the Retry-After it tests", attempt)
-			flush() // what it admitted, and any lease taken, sent back now: no call of it in the next
-		}
-		t.Fatal("every attempt was paused past the Retry-After it tests")
+		untilUnpaused(t, toll, "refused", 200, "the Retry-After it tests",
+			func(key string) bool { return refusedUntilRetryAfter(t, h, calls, key) },
+			flush) // what it admitted, and any lease taken, sent back now: no call of it in the next
 	})
+}
+
+// untilUnpaused runs try with a new key of the free tier, named prefix
+// and the attempt, until an attempt is not paused past the moment it tests
+// (try reports it), at most 5 times; after runs between attempts.
+func untilUnpaused(t *testing.T, toll *Toll, prefix string, id int64, moment string, try func(key string) bool, after func()) {
+	t.Helper()
+	keys := toll.Keys.(fakeKeys)
+	for attempt := range 5 {
+		key := fmt.Sprintf("%s%d", prefix, attempt)
+		keys[key] = apikeys.Key{ID: id + int64(attempt), Name: key, Tier: "free"}
+		if try(key) {
+			return
+		}
+		t.Logf("attempt %d paused past %s", attempt, moment)
+		if after != nil {
+			after()
+		}
+	}
+	t.Fatalf("every attempt was paused past %s", moment)
 }
 
 // refusedUntilRetryAfter runs TestRefusedKeyCostsNoRedisCallUntilRetryAfter
@@ -299,16 +311,8 @@ func TestBudgetReadsCostOneRedisCallPerSecond(t *testing.T) {
 		toll, calls, _ := countedToll(t, rdb)
 		p := toll.TilePrice(tileDemand(14, "places"))
 		toll.Tiers["free"] = Tier{Name: "free", Limit: throttle.Limit{Rate: p / 1000, Capacity: 10 * p}}
-		keys := toll.Keys.(fakeKeys)
-		for attempt := range 5 {
-			key := fmt.Sprintf("reader%d", attempt)
-			keys[key] = apikeys.Key{ID: int64(300 + attempt), Name: key, Tier: "free"}
-			if budgetReadsWithinASecond(t, toll, calls, key, p) {
-				return
-			}
-			t.Logf("attempt %d paused past the second it tests", attempt)
-		}
-		t.Fatal("every attempt was paused past the second it tests")
+		untilUnpaused(t, toll, "reader", 300, "the second it tests",
+			func(key string) bool { return budgetReadsWithinASecond(t, toll, calls, key, p) }, nil)
 	})
 }
 
