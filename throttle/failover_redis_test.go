@@ -1,0 +1,200 @@
+package throttle
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// An admission whose call was on its way when this replica settled a
+// refund (Redis answered it before the refund's finish reached it) does
+// not undo the refund in what the Failover knows: the caller, refused by
+// that call, is admitted once Redis holds the refund, not refused in
+// process until the refusal's tokens refill (over an hour here).
+func TestFailoverAdmissionInFlightKeepsARefund(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		g := &gatedScripter{Scripter: fx.rdb, sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1})
+		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: time.Hour,
+			Logger: slog.New(slog.DiscardHandler)}
+		b := Bucket{Key: fx.key("admit-refund"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
+		a := mustAdmit(t, f, Request{Bucket: b, Cost: 9}) // 1 left
+		gate := make(chan struct{})
+		g.gate.Store(&gate)
+		done := make(chan Admission, 1)
+		go func() { done <- mustAdmit(t, f, Request{Bucket: b, Cost: 5}) }()
+		<-g.sent // its call is on its way
+		g.gate.Store(nil)
+		a.Ticket.Settle(1) // it cost 1: 8 back (its finish waits for the call on its way)
+		close(gate)
+		if r := <-done; r.Allowed {
+			t.Fatalf("the request sent before the refund was admitted: %+v", r.Result)
+		}
+		flushWithin(t, s) // Redis holds the refund: 9 tokens
+		if got := mustPeek(t, s, b).Remaining; got < 8.99 {
+			t.Fatalf("Redis holds %v tokens after the refund, want 9", got)
+		}
+		calls := s.Stats().Calls
+		if r := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); !r.Allowed {
+			t.Fatalf("a request of 5 with 9 in the bucket: refused (Retry-After %v, %.3f tokens, %d calls, %d free refusals)",
+				r.Result.RetryAfter, r.Result.Remaining, s.Stats().Calls-calls, f.FreeRefusals())
+		}
+	})
+}
+
+// A budget read sent right after a debit this replica settled, before the
+// debit's finish has reached Redis (it waits FinishDelay, or the caller's
+// call on its way), reads the bucket without it. The read must not
+// become what the Failover knows of the caller: later reads would show
+// the tokens the debit took, and a fail_mode local bucket seeded from it
+// would admit what the shared bucket no longer holds.
+func TestFailoverReadRightAfterADebit(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		for _, degrade := range []bool{false, true} {
+			// A long FinishDelay stands for the window a finish waits in
+			// (5 ms by default, longer behind a call on its way).
+			s := NewRedisStore(fx.rdb, RedisOptions{Timeout: time.Second, FinishDelay: time.Hour, LeaseRequests: -1})
+			fl := &flakyStore{Store: s}
+			f := &Failover{Primary: fl, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1,
+				Timeout: 10 * time.Second, ProbeInterval: time.Hour, PeekReuse: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)}
+			b := Bucket{Key: fx.key("debit-read-" + map[bool]string{false: "read", true: "local"}[degrade]), Limit: Limit{Rate: 1e-3, Capacity: 10}}
+			a := mustAdmit(t, f, Request{Bucket: b, Cost: 2, Debt: 10}) // 8 left
+			a.Ticket.Settle(10)                                         // it cost 10: 0 left
+			mustPeek(t, f, b)                                           // a read before the debit reached Redis
+			f.PeekReuse = time.Hour
+			if !degrade {
+				if r := mustPeek(t, f, b); r.Remaining >= 1 {
+					t.Errorf("a read after a debit to 0: %.3f tokens", r.Remaining)
+				}
+			} else {
+				fl.set(true)
+				if ad := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); ad.Allowed {
+					t.Errorf("Redis down, after a debit to 0: a local admission of 5 admitted (%.3f left)", ad.Result.Remaining)
+				}
+				fl.set(false)
+			}
+			flushWithin(t, s)
+		}
+	})
+}
+
+// keyGatedScripter holds the script calls of one key while its gate is
+// set; the calls of other keys go through.
+type keyGatedScripter struct {
+	redis.Scripter
+	key  string
+	gate chan struct{}
+	sent chan struct{}
+}
+
+func (g *keyGatedScripter) wait(keys []string) {
+	if len(keys) > 0 && keys[0] == g.key {
+		g.sent <- struct{}{}
+		<-g.gate
+	}
+}
+
+func (g *keyGatedScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	g.wait(keys)
+	return g.Scripter.EvalSha(ctx, sha1, keys, args...)
+}
+
+func (g *keyGatedScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	g.wait(keys)
+	return g.Scripter.Eval(ctx, script, keys, args...)
+}
+
+// One caller's operations filling its queue (MaxPending) is that caller's
+// problem, not a failing Redis: the admit that finds the queue full is
+// turned away, but the Failover does not go degraded over it, and every
+// other caller is still decided by Redis meanwhile, not by the fail mode
+// (here: closed, a 503 for everyone; with open, everyone free).
+func TestFailoverOneCallersFullQueueIsNoStoreFailure(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		greedy := Bucket{Key: fx.key("greedy"), Limit: Limit{Rate: 1, Capacity: 100}}
+		other := Bucket{Key: fx.key("other"), Limit: Limit{Rate: 1, Capacity: 100}}
+		g := &keyGatedScripter{Scripter: fx.rdb, key: greedy.Key, gate: make(chan struct{}), sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: 10 * time.Second, ClockSkew: 10 * time.Second, MaxPending: 2, LeaseRequests: -1})
+		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 20 * time.Second, ProbeInterval: time.Hour,
+			Logger: slog.New(slog.DiscardHandler)}
+		done := make(chan Admission, 3)
+		go func() { done <- mustAdmit(t, f, Request{Bucket: greedy, Cost: 1}) }()
+		<-g.sent // the greedy caller's first call is on its way
+		for range 2 {
+			go func() { done <- mustAdmit(t, f, Request{Bucket: greedy, Cost: 1}) }()
+		}
+		for queued := 0; queued < 2; { // both wait in the greedy caller's queue
+			time.Sleep(time.Millisecond)
+			s.mu.Lock()
+			if l := s.lanes[greedy.Key]; l != nil {
+				queued = len(l.queue)
+			}
+			s.mu.Unlock()
+		}
+		_, busy := f.Admit(context.Background(), Request{Bucket: greedy, Cost: 1})
+		h := f.Health()
+		calls := s.Stats().Calls
+		a, err := f.Admit(context.Background(), Request{Bucket: other, Cost: 1})
+		otherCalls := s.Stats().Calls - calls
+		go func() { // the greedy caller's calls go on
+			for range g.sent {
+			}
+		}()
+		close(g.gate)
+		for range 3 {
+			(<-done).Ticket.Release()
+		}
+		flushWithin(t, s)
+		if busy == nil {
+			t.Fatal("a fourth admit with MaxPending 2 was queued")
+		}
+		if h.Degraded {
+			t.Errorf("one caller's full queue made the Failover degraded: %s", h.Err)
+		}
+		if err != nil || !a.Allowed || otherCalls != 1 {
+			t.Fatalf("another caller meanwhile, Redis healthy: allowed %v, err %v, %d calls; want admitted by Redis", a.Allowed, err, otherCalls)
+		}
+		a.Ticket.Release()
+	})
+}
+
+// With fail_mode local, a caller's fallback bucket starts from what Redis
+// last reported of it each time Redis fails, not from what the caller
+// left in it the last time Redis failed: after a first outage and a
+// recovery in which the caller emptied its shared bucket, a second outage
+// does not hand it the tokens its local bucket kept from the first.
+func TestFailoverLocalStartsFromTheLastKnownBudgetAfterARecovery(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		fl := &flakyStore{Store: s}
+		f := &Failover{Primary: fl, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1,
+			Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+		b := Bucket{Key: fx.key("reseed"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 9
+		fl.set(true)                                                  // first outage
+		if a := mustAdmit(t, f, Request{Bucket: b, Cost: 1}); !a.Allowed || !f.Health().Degraded {
+			t.Fatalf("first outage: allowed %v (%.3f left), degraded %v", a.Allowed, a.Result.Remaining, f.Health().Degraded)
+		} else {
+			a.Ticket.Release() // local: 8
+		}
+		fl.set(false)
+		f.Recovered(context.Background())
+		if a := mustAdmit(t, f, Request{Bucket: b, Cost: 9}); !a.Allowed { // Redis: 0
+			t.Fatalf("after the recovery, 9 of 9: %+v", a.Result)
+		} else {
+			a.Ticket.Release()
+		}
+		flushWithin(t, s)
+		fl.set(true) // second outage
+		if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); a.Allowed {
+			t.Fatalf("second outage, Redis last said 0 tokens: a local admission of 5 admitted (%.3f left)", a.Result.Remaining)
+		}
+	})
+}
