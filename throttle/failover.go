@@ -128,18 +128,18 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 	if err := ctx.Err(); err != nil {
 		return Admission{}, err
 	}
-	if a, ok := f.known.refuse(req, time.Now()); ok {
+	a, refused, from := f.known.refuse(req, time.Now())
+	if refused {
 		f.free.Add(1)
 		return a, nil
 	}
-	var a Admission
 	fallback, err := f.onPrimary(ctx, func(ctx context.Context) (err error) {
 		a, err = f.Primary.Admit(ctx, req)
 		return err
 	})
 	if !fallback {
 		if err == nil {
-			f.known.note(req, a, time.Now(), f.remember())
+			f.known.note(req, a, from, time.Now(), f.remember())
 			if a.Ticket != nil {
 				a.Ticket.known = &f.known // its settlement counts in what is known
 			}
@@ -312,12 +312,14 @@ func (f *Failover) onPrimary(ctx context.Context, call func(context.Context) err
 	cancel()
 	switch {
 	case err == nil:
-		f.lim.succeeded(ctx, f.logger(), time.Now())
+		f.succeeded(ctx)
 		return false, nil
 	case ctx.Err() != nil:
 		return false, err
 	case errors.Is(err, ErrInvalidCost), errors.Is(err, ErrCostExceedsCapacity):
 		return false, err // a bug in the caller, not a failing store
+	case errors.Is(err, ErrBusy):
+		return false, err // one caller's flood, not a failing store
 	}
 	f.lim.failed(ctx, f.logger(), time.Now(), interval, err, f.Mode)
 	f.lim.fallbacks.Add(1)
@@ -356,7 +358,16 @@ func (f *Failover) Doing() string { return f.Mode.doing() }
 // primary (a readiness probe of a fail_mode closed instance that gets no
 // traffic to probe with). It must come from the process itself, never a
 // caller's request.
-func (f *Failover) Recovered(ctx context.Context) { f.lim.succeeded(ctx, f.logger(), time.Now()) }
+func (f *Failover) Recovered(ctx context.Context) { f.succeeded(ctx) }
+
+// succeeded records a call of the primary that worked. Ending an outage,
+// it forgets the fail mode's local buckets: the shared ones count again,
+// and the next outage seeds each caller from what the primary last said.
+func (f *Failover) succeeded(ctx context.Context) {
+	if f.lim.succeeded(ctx, f.logger(), time.Now()) && f.Local != nil {
+		f.Local.forget()
+	}
+}
 
 // breaker is the Failover's view of its primary: after a failure, calls go
 // straight to the fail mode for a probe interval, then one call probes.
@@ -385,8 +396,9 @@ func (b *breaker) allow(now time.Time, interval time.Duration) bool {
 	return true
 }
 
-// succeeded records a call that worked, logging a recovery once.
-func (b *breaker) succeeded(ctx context.Context, log *slog.Logger, now time.Time) {
+// succeeded records a call that worked, logging a recovery once; it
+// reports whether the store was degraded until then.
+func (b *breaker) succeeded(ctx context.Context, log *slog.Logger, now time.Time) bool {
 	b.mu.Lock()
 	was, since := b.degraded, b.since
 	b.degraded = false
@@ -395,6 +407,7 @@ func (b *breaker) succeeded(ctx context.Context, log *slog.Logger, now time.Time
 		log.LogAttrs(ctx, slog.LevelWarn, "budget store recovered: budgets are shared again",
 			slog.Duration("degraded_for", now.Sub(since).Round(time.Millisecond)))
 	}
+	return was
 }
 
 // failed records a call that failed, logging the transition to degraded
@@ -427,9 +440,10 @@ func (b *breaker) health() Health {
 // peeks read (read) are kept apart, each so bounded: budget reads, which
 // are free, never push out what free refusals need, and never change it.
 type known struct {
-	mu   sync.Mutex
-	m    map[string]knownBudget
-	read map[string]knownBudget
+	mu    sync.Mutex
+	m     map[string]knownBudget
+	read  map[string]knownBudget
+	lines uint64 // the last line given out
 }
 
 type knownBudget struct {
@@ -438,6 +452,20 @@ type knownBudget struct {
 	remaining float64
 	limit     Limit
 	refused   bool
+	// line names an entry of m and the entries that replaced it; settled
+	// is the tokens the settlements counted in them since it began
+	// (refunds positive, debits negative). An answer to a call sent at a
+	// mark lacks the settlements counted since (settled - mark.settled):
+	// they reached the primary after the call.
+	line    uint64
+	settled float64
+}
+
+// mark is what known had counted of a caller's settlements when a call
+// about it was sent.
+type mark struct {
+	line    uint64 // 0: nothing was known of the caller
+	settled float64
 }
 
 // estimate is the bucket's tokens at now, by its refill alone.
@@ -445,14 +473,42 @@ func (k knownBudget) estimate(now time.Time) float64 {
 	return k.limit.refilled(k.remaining, now.Sub(k.at))
 }
 
-func (k *known) note(req Request, a Admission, now time.Time, size int) {
+// note records the primary's answer a to req, whose call was sent at
+// from, with the settlements of the caller counted since added: the
+// answer lacks them.
+func (k *known) note(req Request, a Admission, from mark, now time.Time, size int) {
 	if a.Refusal == RefusedInFlight || a.Refusal == RefusedAggregate {
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.m = remember(k.m, req.Key, knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: req.Limit,
-		refused: a.Refusal == RefusedBucket}, size)
+	kb := knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}
+	cur, ok := k.m[req.Key]
+	switch {
+	case ok && cur.limit == req.Limit:
+		kb.line, kb.settled = cur.line, cur.settled
+		// With no entry at the mark, every settlement of cur came after it.
+		if from.line == cur.line || from.line == 0 {
+			kb.remaining = settle(kb.remaining, cur.settled-from.settled, req.Limit.Capacity, req.Debt)
+		}
+	default:
+		k.lines++
+		kb.line = k.lines
+	}
+	k.m = remember(k.m, req.Key, kb, size)
+}
+
+// settle is tokens after a settlement that adds d (a refund when
+// positive, a debit when negative), within capacity and the debt floor
+// as a store settles it: neither moves a bucket that is past them further.
+func settle(tokens, d, capacity, debt float64) float64 {
+	if d > 0 {
+		return min(tokens+d, max(tokens, capacity))
+	}
+	if d < 0 {
+		return max(tokens+d, min(tokens, -debt))
+	}
+	return tokens
 }
 
 // notePeek records the answer of a peek sent at sent, unless something
@@ -519,41 +575,39 @@ func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool
 func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	d := -fromMicro(delta)
 	for _, m := range []map[string]knownBudget{k.m, k.read} {
 		kb, ok := m[t.key]
 		if !ok || kb.limit != t.limit {
 			continue
 		}
-		est := kb.estimate(now)
-		if d := fromMicro(delta); d > 0 {
-			est = max(est-d, min(est, -t.debt))
-		} else {
-			est = min(est-d, max(est, t.limit.Capacity))
-		}
-		kb.remaining, kb.at = est, now
+		kb.remaining, kb.at = settle(kb.estimate(now), d, t.limit.Capacity, t.debt), now
+		kb.settled += d
 		m[t.key] = kb
 	}
 }
 
 // refuse answers a request of a caller the primary refused, when its
-// bucket still cannot pay: a refusal without a call.
-func (k *known) refuse(req Request, now time.Time) (Admission, bool) {
-	if req.Shadow {
-		return Admission{}, false
-	}
+// bucket still cannot pay: a refusal without a call. Otherwise it returns
+// the mark the call about req starts from.
+func (k *known) refuse(req Request, now time.Time) (Admission, bool, mark) {
 	k.mu.Lock()
 	kb, ok := k.m[req.Key]
 	k.mu.Unlock()
-	if !ok || !kb.refused || kb.limit != req.Limit {
-		return Admission{}, false
+	var from mark
+	if ok {
+		from = mark{line: kb.line, settled: kb.settled}
+	}
+	if req.Shadow || !ok || !kb.refused || kb.limit != req.Limit {
+		return Admission{}, false, from
 	}
 	est := kb.estimate(now)
 	if est >= req.Cost {
-		return Admission{}, false
+		return Admission{}, false, from
 	}
 	retry := millis(retryMS(req.Cost, est, req.Limit.Rate))
 	return Admission{Refusal: RefusedBucket, Result: Result{Cost: req.Cost, Remaining: est, Limit: req.Limit,
-		RetryAfter: retry, ResetAfter: secondsToDuration((req.Limit.Capacity - est) / req.Limit.Rate)}}, true
+		RetryAfter: retry, ResetAfter: secondsToDuration((req.Limit.Capacity - est) / req.Limit.Rate)}}, true, from
 }
 
 // tokens is the caller's estimated tokens now, if known.

@@ -17,7 +17,7 @@ type pending struct {
 	// carries the operations of one shape only (see takeLocked).
 	agg       *Bucket
 	sh        shape
-	done      chan opResult // admits only: where the reply goes
+	done      chan opResult // admits and peeks only: where the reply goes
 	failed    chan error
 	sent      bool // taken into a batch (under RedisStore.mu)
 	abandoned bool // its caller stopped waiting after it was sent (under RedisStore.mu)
@@ -69,7 +69,7 @@ func (s *RedisStore) enqueueLocked(key string, agg *Bucket, sh shape, now bool, 
 					s.dropLocked(p.lease)
 				}
 			}
-			return nil, false, fmt.Errorf("%w for %q", errBusy, key)
+			return nil, false, fmt.Errorf("%w for %q", ErrBusy, key)
 		}
 		s.stats.dropped.Add(uint64(len(ps)))
 		for _, p := range ps {
@@ -346,6 +346,8 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	retry := time.Now().Add(s.opts.RetryInterval)
 	for _, p := range batch {
 		switch p.op.kind {
+		case opPeek: // changes nothing: its caller gets the error
+			p.failed <- err
 		case opAdmit, opShadow:
 			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, agg: p.agg, sh: p.sh, notBefore: retry})
 			s.stats.voids.Add(1)
@@ -411,5 +413,7 @@ func lenOf(v any) int {
 	return -1
 }
 
-// errBusy reports an admit that could not be queued.
-var errBusy = errors.New("throttle: too many budget operations pending")
+// ErrBusy reports an admit that could not be queued: its caller has
+// MaxPending operations waiting already. It is that caller's flood, not a
+// failing store: a Failover answers it with the error and stays healthy.
+var ErrBusy = errors.New("throttle: too many budget operations pending")

@@ -113,6 +113,16 @@ func (s *MemoryStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 		ResetAfter: millis(resetMS(r.tokens, sh.rate, sh.capacity))}, nil
 }
 
+// forget drops every bucket: a fallback store's buckets, once the shared
+// store is back, so that the next outage starts each caller from what the
+// shared store last reported, not from what it left here the last time.
+func (s *MemoryStore) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = make(map[string]*memKey)
+	s.byExp = nil
+}
+
 // seed sets a missing bucket to tokens as of now (the last that Redis
 // reported of it), so that a fallback bucket does not start full.
 func (s *MemoryStore) seed(key string, b Bucket, tokens float64) {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -320,7 +321,9 @@ func (s *RedisStore) finish(t *Ticket, delta float64) {
 	_, _, _ = s.enqueueLocked(t.key, t.agg, t.shape(), false, p)
 }
 
-// Peek implements Store: one call that changes nothing.
+// Peek implements Store: an operation that changes nothing, on the
+// caller's lane, so that it is answered after every settlement of the
+// caller queued before it (a finish waiting for FinishDelay goes first).
 func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 	if err := b.Limit.Validate(); err != nil {
 		return Result{}, err
@@ -328,16 +331,29 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 	sh := peekShape(b)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	v, err := s.script.Run(ctx, s.rdb, []string{b.Key, OpenKey(b.Key), VoidKey(b.Key)}, formatMicro(sh.rate), formatMicro(sh.capacity), formatMicro(sh.floor), "", "",
-		"1", "1", "", string(opPeek), "", "").Result()
+	p := &pending{op: op{kind: opPeek}, sh: sh, done: make(chan opResult, 1), failed: make(chan error, 1),
+		span: trace.SpanContextFromContext(ctx)}
+	l, mine, err := s.enqueue(b.Key, nil, sh, true, p)
 	if err != nil {
 		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
 	}
-	rs, err := parseBatchReply(v, 1)
-	if err != nil {
-		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
+	if mine {
+		s.drainOwn(l, p)
 	}
-	tokens := rs[0].tokens
+	var tokens float64
+	select {
+	case r := <-p.done:
+		tokens = r.tokens
+	case err := <-p.failed:
+		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
+	case <-ctx.Done():
+		s.mu.Lock()
+		if l := s.lanes[b.Key]; l != nil && !p.sent {
+			l.queue = slices.DeleteFunc(l.queue, func(q *pending) bool { return q == p })
+		}
+		s.mu.Unlock()
+		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, ctx.Err())
+	}
 	s.mu.Lock()
 	if ls := s.leases[b.Key]; ls != nil && ls.granted { // what this replica holds of it counts
 		tokens = math.Min(tokens+ls.left, sh.capacity)

@@ -84,7 +84,11 @@ func (t *Toll) limiterFailed(w http.ResponseWriter, r *http.Request, tier Tier, 
 		t.logger().LogAttrs(r.Context(), level, "budget unavailable",
 			slog.String("tier", tier.Name), slog.Any("err", err))
 	}
-	problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
+	detail := "the rate limiter is unavailable"
+	if errors.Is(err, throttle.ErrBusy) {
+		detail = "too many of your requests are waiting for the rate limiter"
+	}
+	problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: detail, RetryAfter: 1, Err: err})
 }
 
 // unknownKey is the detail of the 401 of an unknown or revoked key.
