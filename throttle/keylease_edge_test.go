@@ -271,3 +271,32 @@ func TestLeaseHoldEndsWhileBusy(t *testing.T) {
 		sameBucket(t, f.store, mem, b)
 	})
 }
+
+// TestLeaseGiveBackSurvivesAQueueFullToTheBrim: an admit refused because
+// its caller's queue holds MaxPending operations already still gives back
+// the lease it took back (its tokens are the caller's), even when not one
+// more operation fits.
+func TestLeaseGiveBackSurvivesAQueueFullToTheBrim(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, MaxPending: 3, FinishDelay: time.Hour, LeaseHold: testLeaseHold})
+		b := Bucket{Key: f.key("pending-brim"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, _ := withBusyLease(t, s, nil, b)
+		var ys []*Ticket
+		for range 3 { // the lease is busy: calls
+			ys = append(ys, mustAdmit(t, s, Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}).Ticket)
+		}
+		for _, y := range ys { // their finishes fill the queue
+			y.Settle(1)
+		}
+		r.Ticket.Settle(1) // the lease is idle again, holding 7
+		if _, err := s.Admit(context.Background(), Request{Bucket: b, Cost: 8, Debt: 3, MaxInFlight: 8}); err == nil {
+			t.Fatal("an admit queued beside 3 operations with MaxPending 3")
+		}
+		flushWithin(t, s)
+		if n, got := f.state(b.Key).b.n, mustPeek(t, s, b).Remaining; n != 0 || got != 74 {
+			t.Fatalf("after Flush %d open in Redis (want 0), bucket %v (want 74: 80 less 6 requests of 1); %d operations dropped",
+				n, got, s.Stats().Dropped)
+		}
+	})
+}
