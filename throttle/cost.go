@@ -75,12 +75,12 @@ func DefaultWeights() Weights {
 	}
 }
 
-// Validate reports whether the weights price sanely: Base finite and > 0 (a
-// spend must cost something), every weight finite and >= 0, and MaxCost
-// finite and >= Base.
+// Validate reports whether the weights price sanely: Base finite and at
+// least a micro-token (a spend must cost something a store can charge),
+// every weight finite and >= 0, and MaxCost finite and >= Base.
 func (w Weights) Validate() error {
-	if !finitePositive(w.Base) {
-		return fmt.Errorf("throttle: weights: base %v must be finite and > 0", w.Base)
+	if !finitePositive(w.Base) || toMicro(w.Base) < 1 {
+		return fmt.Errorf("throttle: weights: base %v must be finite and at least a micro-token (1e-6): a store charges nothing less", w.Base)
 	}
 	for _, f := range []struct {
 		name string

@@ -30,6 +30,8 @@ func TestWeightsValidate(t *testing.T) {
 		{"base negative", with(func(w *Weights) { w.Base = -1 }), false},
 		{"base NaN", with(func(w *Weights) { w.Base = nan }), false},
 		{"base Inf", with(func(w *Weights) { w.Base = inf }), false},
+		{"base below a micro-token", with(func(w *Weights) { w.Base = 4e-7 }), false},
+		{"base a micro-token", with(func(w *Weights) { w.Base = 1e-6 }), true},
 		{"area weight negative", with(func(w *Weights) { w.AreaWeight = -0.1 }), false},
 		{"area weight NaN", with(func(w *Weights) { w.AreaWeight = nan }), false},
 		{"radius weight Inf", with(func(w *Weights) { w.RadiusWeight = inf }), false},
