@@ -62,7 +62,8 @@
 -- Reply: 2 integers per operation, in order:
 --   status   A/S: 1 admitted, 0 refused by the bucket, 2 refused by the
 --               aggregate, 3 refused by the in-flight cap, 4 already open
---               (admitted by an earlier copy of this batch), 5 late (not
+--               (admitted by an earlier copy of this batch; 6 if that
+--               copy spent nothing, a shadow admission), 5 late (not
 --               applied: after not_after, voided already, or invalid),
 --               6 shadow (the bucket refused; admitted anyway)
 --            F, V, M: 1 applied, 0 not open;  P: 1;  7: not an operation
@@ -224,7 +225,10 @@ for i = 9, nargs, 3 do
         if nowms <= voids and rcall('HEXISTS', vkey, id) == 1 then
           status = 5 -- voided before it came
         elseif rcall('HSETNX', okey, id, spent .. expstr) == 0 then
-          status = 4 -- admitted by an earlier copy of this batch
+          -- Admitted by an earlier copy of this batch, as that copy was: a
+          -- shadow admission that spent nothing stays one.
+          status = 4
+          if match(rcall('HGET', okey, id) or '', '^0 ') then status = 6 end
         else
           if status == 1 then
             tokens = tokens - cost

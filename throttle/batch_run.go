@@ -107,7 +107,10 @@ func (r *batchRun) open(id string, status int, cost float64) int {
 	if r.nowMS <= r.voidsUntil && r.st.voids[id] {
 		return stLate
 	}
-	if _, dup := r.st.open[id]; dup {
+	if o, dup := r.st.open[id]; dup {
+		if o.paid == 0 { // an earlier copy was a shadow admission: it stays one
+			return stShadow
+		}
 		return stAlreadyOpen
 	}
 	if r.st.open == nil {

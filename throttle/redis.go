@@ -268,8 +268,17 @@ func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending) (l *lane, m
 		}
 	}
 	l, mine, err = s.enqueueLocked(req.Key, req.Aggregate, sh, true, ops...)
-	if err != nil && ops[0] != p { // the lease was taken back: its give-back goes as a finish
-		_, _, _ = s.enqueueLocked(req.Key, nil, sh, false, ops[0])
+	if err != nil && ops[0] != p {
+		// The lease was taken back: its give-back goes as a finish, even
+		// to a queue at MaxPending (one per lease), or its tokens would be
+		// lost and its slot held until its TTL.
+		back := ops[0]
+		if back.sh == (shape{}) {
+			back.sh = sh
+		}
+		q := s.laneLocked(req.Key)
+		q.queue = append(q.queue, back)
+		s.kickLocked(q, false, false)
 	}
 	return l, mine, held, err
 }
