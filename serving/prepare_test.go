@@ -366,3 +366,45 @@ func TestRebuildBesideAReader(t *testing.T) {
 		t.Errorf("the served table %s was dropped", now)
 	}
 }
+
+// TestPrepareSeesAnUpdateCommittedAfterANewerWrite: a run that reads the
+// table between the commit of a newer write and the commit of an older
+// transaction's UPDATE (an id is taken at the first write, not at commit)
+// builds storage without the update; once the update is committed, the
+// next run must rebuild, not find the storage current and serve the
+// update's absence until some other write.
+func TestPrepareSeesAnUpdateCommittedAfterANewerWrite(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "late_")
+	l := catalog(t, tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", GeometryKind: tiles.KindPoint,
+		Properties: []string{"name", "rank"}, OrderBy: []string{"rank"}, Overviews: tiles.Overviews{MaxZoom: 2}}).Layer(name)
+	if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
+		t.Fatalf("first build: %+v", r)
+	}
+	table := pgx.Identifier{f.schema, "pts"}.Sanitize()
+	older, err := owner.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = older.Rollback(context.Background()) }()
+	// The first in order_by everywhere: its cell's representative at every zoom.
+	if _, err := older.Exec(t.Context(), `UPDATE `+table+` SET rank = -1, name = 'late' WHERE id = 10`); err != nil {
+		t.Fatal(err)
+	}
+	f.exec(t, `INSERT INTO {s}.pts SELECT 99999999, 'new', 1, ST_SetSRID(ST_MakePoint(0, 0), 3857)`)
+	if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
+		t.Fatalf("after the newer insert: %+v, want built", r)
+	}
+	if err := older.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := one(t, owner, l, serving.Options{})
+	z2 := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "ov_z2"))}.Sanitize()
+	var late int
+	if err := owner.QueryRow(t.Context(), `SELECT count(*) FROM `+z2+` WHERE name = 'late'`).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != serving.Built || late != 1 {
+		t.Errorf("after the older UPDATE committed: %+v, and the z2 overview holds %d rows of it; want built, 1", r, late)
+	}
+}

@@ -72,3 +72,54 @@ func TestSignatureFollowsWrites(t *testing.T) {
 		t.Errorf("a missing relation has a signature")
 	}
 }
+
+// TestSignatureSeesAnUpdateCommittedAfterANewerWrite: a transaction takes
+// its id at its first write, not at its commit, so an UPDATE by a
+// transaction that began writing before another one committed carries the
+// older id. The signature read between the two commits (as `geotoll
+// prepare` reads it for the build it records) must differ from the one
+// after the older transaction commits: else the storage built from the
+// snapshot without the update is found current by every later run.
+func TestSignatureSeesAnUpdateCommittedAfterANewerWrite(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Pool(t)
+	schema := testenv.Schema(t, "sigorder", func(s string) []string {
+		return []string{
+			"CREATE TABLE " + s + ".t (id int PRIMARY KEY, v int)",
+			"INSERT INTO " + s + ".t VALUES (1, 1), (2, 2)",
+		}
+	})
+	table := pgx.Identifier{schema, "t"}.Sanitize()
+	older, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = older.Rollback(ctx) }()
+	// The older transaction takes its id with this write...
+	if _, err := older.Exec(ctx, "UPDATE "+table+" SET v = 10 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	// ...a newer one writes and commits first.
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" VALUES (3, 3)"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := signature.Of(ctx, pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := older.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := signature.Of(ctx, pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := pool.QueryRow(ctx, "SELECT v FROM "+table+" WHERE id = 1").Scan(&v); err != nil || v != 10 {
+		t.Fatalf("the update is not visible: v = %d, %v", v, err)
+	}
+	if before.String() == after.String() {
+		t.Errorf("signature %q before the older transaction's UPDATE committed and %q after it: the same, so the change is missed",
+			before.String(), after.String())
+	}
+}
