@@ -95,8 +95,8 @@ func layerSource(ctx context.Context, q Querier, l *Layer) (typ string, p *piece
 		if most != nil {
 			p.MaxVertices = *most
 		}
-		// The change detector recorded when they were cut: "count:newest
-		// xmin", or "" for a source without one (a view), never stale.
+		// The change detector recorded when they were cut (package
+		// signature), or "" for a source without one (a view), never stale.
 		if sig != nil && *sig != "" {
 			if p.Stale, err = changedSince(ctx, q, l, *sig); err != nil {
 				return "", nil, err

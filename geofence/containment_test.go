@@ -69,7 +69,7 @@ func zonePiecesIn(t *testing.T, srid int) (zones, roads Layer) {
 		`INSERT INTO geotoll_serving.storage (layer, builder, relation, geometry_column, srid, geometry_kind, columns, params,
 		   source_table, source_geometry_column, source_rows, source_signature, rows, build_ms, built_at, checked_at)
 		 VALUES ('` + name + `', 'subdivide', '` + rel + `', '` + geom + `', ` + fmt.Sprint(srid) + `, 'polygon', ARRAY['id', 'name'], '{"max_vertices": 32}',
-		   '` + src + `', 'geom', 5, (SELECT count(*)::text || ':' || coalesce(max(z.xmin::text::bigint), 0)::text FROM ` + src + ` AS z),
+		   '` + src + `', 'geom', 5, (SELECT count(*)::text || ':' || coalesce(max(z.xmin::text::bigint), 0)::text || ':' || coalesce(sum(hashint8(z.xmin::text::bigint)), 0)::text FROM ` + src + ` AS z),
 		   (SELECT count(*) FROM geotoll_serving.` + rel + `), 0, now(), now())`,
 	} {
 		if _, err := owner.Exec(ctxT(t), stmt); err != nil {

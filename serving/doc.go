@@ -31,8 +31,9 @@
 //	source_table,                   the layer's table (quoted) and geometry
 //	source_geometry_column          column
 //	source_rows, source_signature   the source when built: row count and
-//	                                change detector ("count:newest xmin",
-//	                                "" for a view: rebuilt every run)
+//	                                change detector ("count:newest
+//	                                xmin:writers' checksum", "" for a
+//	                                view: rebuilt every run)
 //	rows, build_ms, built_at        the build
 //	checked_at                      when prepare last found it current
 //

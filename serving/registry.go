@@ -93,9 +93,10 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 	return s, nil
 }
 
-// sign fills s.signature and s.rows (package signature): the count and
-// newest xmin of tables, partitioned tables and materialized views; the
-// count alone, and no signature, for views and foreign tables.
+// sign fills s.signature and s.rows (package signature): the count,
+// newest xmin and checksum of the xmins of tables, partitioned tables and
+// materialized views; the count alone, and no signature, for views and
+// foreign tables.
 func sign(ctx context.Context, q Querier, l *tiles.Layer, s *source) error {
 	sig, err := signature.Read(ctx, q, l.TableIdent().Sanitize(), signature.Versioned(s.relkind))
 	if err != nil {

@@ -275,9 +275,9 @@ func currentStorage(ctx context.Context, q Querier, l *Layer, storage []Storage)
 }
 
 // Follow makes Refresh check the named layer's storage against its table
-// at every refresh: storage built before the table's last write (its row
-// count or newest transaction id differ from those `geotoll prepare`
-// recorded) is not read, the table is, until prepare builds it again; and
+// at every refresh: storage built before the table's last write (its
+// change detector, package signature, differs from the one `geotoll
+// prepare` recorded) is not read, the table is, until prepare builds it again; and
 // a table written since the last refresh (by another replica, say) puts
 // the layer in Refreshed.Changed, so that its cached tiles go. Use
 // it for layers whose table the server itself writes (the fence table,

@@ -149,10 +149,11 @@
 // need (ready, age, rows, cells, bytes, the last error).
 //
 // With [Options.Shelf], a rebuild first reads the relation's change
-// detector (row count and newest xmin, one scan): when a model of the
-// relation was built at the same detector, by this refresher or another in
-// the process, that model is kept and nothing else is read. A view has no
-// detector and is read every time.
+// detector (package signature: row count, newest xmin and a checksum of
+// the xmins, one scan): when a model of the relation was built at the
+// same detector, by this refresher or another in the process, that model
+// is kept and nothing else is read. A view has no detector and is read
+// every time.
 //
 // [NewModel] builds a model from features held in memory, grouped exactly as
 // a build groups rows: for tests of code that prices with a model.

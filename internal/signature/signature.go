@@ -1,6 +1,6 @@
-// Package signature reads a relation's change detector: its row count and
-// the newest transaction id that wrote one of its rows (see
-// sql/table_signature.sql). `geotoll prepare` records it with the storage
+// Package signature reads a relation's change detector: its row count, the
+// newest transaction id that wrote one of its rows, and a checksum of the
+// ids that wrote its rows (see sql/table_signature.sql). `geotoll prepare` records it with the storage
 // it builds and rebuilds that storage when it changes, the geofence layers
 // stop reading pieces cut before a write to their table, and the price
 // models of an unchanged relation are reused. One reading, one format, so
@@ -28,19 +28,23 @@ type Querier interface {
 
 // Signature is one reading of a relation's change detector.
 type Signature struct {
-	Rows      int64 // rows counted
-	Newest    int64 // the newest xmin of a row (0 unless Versioned)
-	Versioned bool  // the relation has row versions: Newest was read
+	Rows   int64 // rows counted
+	Newest int64 // the newest xmin of a row (0 unless Versioned)
+	// Writers is the sum of the hashes of the rows' xmins (0 unless
+	// Versioned): it moves when an UPDATE by a transaction older than the
+	// newest writer commits, which neither Rows nor Newest show.
+	Writers   int64
+	Versioned bool // the relation has row versions: Newest was read
 }
 
-// String is the recorded form, "rows:newest", or "" for a relation without
-// row versions (a view or a foreign table), whose changes the count alone
-// cannot tell: such a relation has no signature to compare.
+// String is the recorded form, "rows:newest:writers", or "" for a relation
+// without row versions (a view or a foreign table), whose changes the
+// count alone cannot tell: such a relation has no signature to compare.
 func (s Signature) String() string {
 	if !s.Versioned {
 		return ""
 	}
-	return strconv.FormatInt(s.Rows, 10) + ":" + strconv.FormatInt(s.Newest, 10)
+	return strconv.FormatInt(s.Rows, 10) + ":" + strconv.FormatInt(s.Newest, 10) + ":" + strconv.FormatInt(s.Writers, 10)
 }
 
 // Versioned reports whether a relation of kind relkind (pg_class.relkind)
@@ -65,7 +69,7 @@ func Read(ctx context.Context, q Querier, table string, versioned bool) (Signatu
 		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
 	}
 	s := Signature{Versioned: versioned}
-	if _, err := pgx.ForEachRow(rows, []any{&s.Rows, &s.Newest}, func() error { return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&s.Rows, &s.Newest, &s.Writers}, func() error { return nil }); err != nil {
 		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
 	}
 	return s, nil
