@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A client that sends a body's first bytes and then nothing is cut off at
+// http.read_timeout. That is not malformed JSON: the answer is a 408
+// problem (RFC 9110 §15.5.9), and its detail says what happened without
+// the socket error's text, which names the server's own address and port
+// (an internal address behind a proxy).
+func TestEndToEndBodyNotSentInTimeIs408(t *testing.T) {
+	t.Parallel()
+	const admin = "e2e-admin-key-slow-body-0123456789"
+	m := startMain(t, func(c *Config) {
+		c.HTTP.ReadTimeout = 500 * time.Millisecond
+		c.Geofence.AdminKeys = []string{admin}
+		c.Geofence.WriterDatabaseURL = fenceWriterURL(t)
+	})
+	for _, tc := range []struct{ path, body string }{
+		{"/geofence/check", `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`},
+		{"/geofence/fences", `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]]]},"properties":{"name":"slow"}}`},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			conn, err := net.Dial("tcp", m.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			head := "POST " + tc.path + " HTTP/1.1\r\nHost: " + m.Addr() + "\r\nX-API-Key: " + admin +
+				"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(tc.body)) + "\r\n\r\n"
+			// The head and a third of the body; the rest never comes.
+			if _, err := conn.Write([]byte(head + tc.body[:len(tc.body)/3])); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			defer resp.Body.Close()
+			var b strings.Builder
+			_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+			body := b.String()
+			if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("%d %q %s, want a 408 problem", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			_, port, _ := net.SplitHostPort(m.Addr())
+			for _, leak := range []string{m.Addr(), ":" + port, "read tcp", "i/o timeout"} {
+				if strings.Contains(body, leak) {
+					t.Errorf("the answer shows the socket error (%q): %s", leak, body)
+				}
+			}
+		})
+	}
+}
