@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 
@@ -68,6 +69,7 @@ func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
 // at its first extra point, without decoding the rest.
 //
 // Errors are problems: 413 when r is an http.MaxBytesReader over its limit;
+// 408 when reading r timed out (the server's read timeout);
 // 400 for malformed JSON, unknown, repeated or missing members, or a value
 // of the wrong type (naming it, e.g. "points[3].lat"); 422 for a point count
 // or coordinate out of range.
@@ -285,6 +287,17 @@ func bodyError(err error) error {
 	if errors.As(err, &tooBig) {
 		return &problem.Error{Code: problem.TooLarge, Param: "body",
 			Detail: fmt.Sprintf("the body is larger than %d bytes", tooBig.Limit), Err: err}
+	}
+	// A body that could not be read (cut off at the server's read timeout,
+	// or its connection gone) is not malformed, and the socket error's
+	// text names the server's own address: it is logged, never shown.
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		if netErr.Timeout() {
+			return &problem.Error{Code: problem.RequestTimeout, Param: "body",
+				Detail: "the body did not arrive in time; send it again, whole", Err: err}
+		}
+		return &problem.Error{Code: problem.Invalid, Param: "body", Detail: "the body could not be read", Err: err}
 	}
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError

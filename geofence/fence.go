@@ -73,7 +73,8 @@ var (
 // positions, no edge between antipodal positions (see antipodal), and at
 // most maxVertices positions in all.
 //
-// Errors: 413 from an http.MaxBytesReader, 400 malformed, 422 well formed
+// Errors: 413 from an http.MaxBytesReader, 408 when reading r timed out,
+// 400 malformed, 422 well formed
 // but not an acceptable fence. Validity in the OGC sense (no
 // self-intersection…) is checked by PostGIS when the fence is written.
 func ParseFence(r io.Reader, maxVertices int) (FenceInput, error) {

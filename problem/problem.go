@@ -34,6 +34,9 @@ const (
 	NotAllowed   Code = "not-allowed"  // 405
 	Conflict     Code = "conflict"     // 409
 	TooLarge     Code = "too-large"    // 413: request body over the limit
+	// RequestTimeout is a 408: the request body did not arrive within the
+	// server's read timeout.
+	RequestTimeout Code = "request-timeout"
 	// UnsupportedMediaType is a 415: a body in a content coding (gzip…)
 	// the route does not read.
 	UnsupportedMediaType Code = "unsupported-media-type"
@@ -55,6 +58,7 @@ var statuses = map[Code]int{
 	NotAllowed:           http.StatusMethodNotAllowed,
 	Conflict:             http.StatusConflict,
 	TooLarge:             http.StatusRequestEntityTooLarge,
+	RequestTimeout:       http.StatusRequestTimeout,
 	UnsupportedMediaType: http.StatusUnsupportedMediaType,
 	OutOfRange:           http.StatusUnprocessableEntity,
 	Exhausted:            http.StatusTooManyRequests,
