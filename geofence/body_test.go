@@ -253,3 +253,21 @@ func TestParseFenceNameIsText(t *testing.T) {
 		wantProblem(t, err, problem.Invalid, tc.param)
 	}
 }
+
+// A fence position beyond float64 (1e400) is a number JSON allows and far
+// outside [-180, 180]: a 422 naming the geometry, as the same number is in
+// a check body (TestParseBatch, "overflow") — not a 400 saying the
+// coordinates are not an array of rings, which they are.
+func TestParseFenceOverflowingCoordinateIsOutOfRange(t *testing.T) {
+	for name, coords := range map[string]string{
+		"polygon lng":      `"Polygon","coordinates":[[[0,0],[1e400,0],[1,1],[0,0]]]`,
+		"polygon lat":      `"Polygon","coordinates":[[[0,0],[1,-1e999],[1,1],[0,0]]]`,
+		"multipolygon lng": `"MultiPolygon","coordinates":[[[[0,0],[1,0],[1,1],[-1e400,0]]]]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := `{"type":"Feature","geometry":{"type":` + coords + `},"properties":{"name":"x"}}`
+			_, err := ParseFence(strings.NewReader(body), 100)
+			wantProblem(t, err, problem.OutOfRange, "geometry")
+		})
+	}
+}
