@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,6 +221,18 @@ func checkText(param, s string, maxLen int) error {
 	return nil
 }
 
+// coordinatesError is the problem of coordinates that did not decode: a
+// number beyond float64 (1e400), which JSON allows, is a position out of
+// range (422, as in a check body); anything else is malformed (400,
+// malformed).
+func coordinatesError(err error, malformed string) error {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) && typ.Type != nil && typ.Type.Kind() == reflect.Float64 && strings.HasPrefix(typ.Value, "number") {
+		return problem.Range("geometry", "a position holds %s, outside [-180, 180] × [-90, 90]", truncate(typ.Value, 40))
+	}
+	return problem.Malformed("geometry", "%s", malformed)
+}
+
 // parsePolygons decodes a Polygon or MultiPolygon into a MultiPolygon.
 func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
 	const param = "geometry"
@@ -231,12 +244,12 @@ func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
 	case "Polygon":
 		var p [][][]float64
 		if err := json.Unmarshal(g.Coordinates, &p); err != nil {
-			return nil, problem.Malformed(param, "geometry.coordinates must be an array of rings of [lng, lat] positions")
+			return nil, coordinatesError(err, "geometry.coordinates must be an array of rings of [lng, lat] positions")
 		}
 		mp = [][][][]float64{p}
 	case "MultiPolygon":
 		if err := json.Unmarshal(g.Coordinates, &mp); err != nil {
-			return nil, problem.Malformed(param, "geometry.coordinates must be an array of polygons of rings of [lng, lat] positions")
+			return nil, coordinatesError(err, "geometry.coordinates must be an array of polygons of rings of [lng, lat] positions")
 		}
 	default:
 		return nil, problem.Range(param, "geometry must be a Polygon or MultiPolygon, not %q", truncate(g.Type, 32))
