@@ -123,3 +123,31 @@ func TestSignatureSeesAnUpdateCommittedAfterANewerWrite(t *testing.T) {
 			before.String(), after.String())
 	}
 }
+
+// A detector recorded before the checksum was added ("rows:newest") still
+// names the table it was read from while rows and newest match: a server
+// upgraded before `geotoll prepare` runs again keeps reading what was built.
+func TestSameAcceptsTheFormWithoutChecksum(t *testing.T) {
+	cur := signature.Signature{Rows: 3, Newest: 806, Writers: -12345, Versioned: true}.String()
+	for _, c := range []struct {
+		recorded string
+		want     bool
+	}{
+		{cur, true},
+		{"3:806", true},
+		{"3:807", false},
+		{"4:806", false},
+		{"3:806:1", false},
+		{"3", false},
+		{"", false},
+		{"3:806:", false},
+		{":806", false},
+	} {
+		if got := signature.Same(c.recorded, cur); got != c.want {
+			t.Errorf("Same(%q, %q) = %v, want %v", c.recorded, cur, got, c.want)
+		}
+	}
+	if signature.Same("", "") || signature.Same("3:806", "") {
+		t.Error("a relation without a detector matched")
+	}
+}
