@@ -116,7 +116,7 @@ func changedSince(ctx context.Context, q Querier, l *Layer, recorded string) (bo
 	if err != nil {
 		return false, err
 	}
-	return sig.String() != recorded, nil
+	return !signature.Same(recorded, sig.String()), nil
 }
 
 // LoadContainment reads, for every layer, its geometry type and its pieces,

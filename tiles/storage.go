@@ -267,7 +267,7 @@ func currentStorage(ctx context.Context, q Querier, l *Layer, storage []Storage)
 	}
 	sig = s.String()
 	for _, st := range storage {
-		if st.SourceSignature == "" || st.SourceSignature == sig {
+		if st.SourceSignature == "" || signature.Same(st.SourceSignature, sig) {
 			current = append(current, st)
 		}
 	}

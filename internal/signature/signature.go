@@ -47,6 +47,26 @@ func (s Signature) String() string {
 	return strconv.FormatInt(s.Rows, 10) + ":" + strconv.FormatInt(s.Newest, 10) + ":" + strconv.FormatInt(s.Writers, 10)
 }
 
+// Same reports whether the detector recorded when storage was built
+// names the relation whose detector reads current now. A detector recorded
+// in the form before the checksum ("rows:newest") names it while rows
+// and newest match: as much as that form could tell, so that servers keep
+// reading what was built until `geotoll prepare` records the full form. A
+// relation without a detector ("") matches nothing.
+func Same(recorded, current string) bool {
+	if current == "" {
+		return false
+	}
+	if recorded == current {
+		return true
+	}
+	rows, rest, ok := strings.Cut(recorded, ":")
+	if !ok || rows == "" || rest == "" || strings.Contains(rest, ":") {
+		return false
+	}
+	return strings.HasPrefix(current, recorded+":")
+}
+
 // Versioned reports whether a relation of kind relkind (pg_class.relkind)
 // has row versions: tables, partitioned tables and materialized views.
 func Versioned(relkind string) bool {
