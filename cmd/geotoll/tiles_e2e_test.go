@@ -563,3 +563,41 @@ func layerFor(table string, timeout time.Duration) tiles.Layer {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// If-None-Match compares with the ETag of the representation the request
+// selects (RFC 9110 §13.1.2): the gzip-coded tile's ETag does not validate
+// the plain tile, nor the reverse. A 304 would tell a cache holding only
+// the other coding's bytes that they are the response to a request that
+// cannot decode them (or names, in its ETag, bytes the cache does not
+// hold).
+func TestEndToEndIfNoneMatchOfTheOtherCodingIsNotA304(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, sizePrices)
+	url := tileURL(base, "places", maptile.At(berlinCentre, 9))
+	gzResp, _ := fetch(t, http.MethodGet, url, "Accept-Encoding", "gzip")
+	plainResp, plain := fetch(t, http.MethodGet, url)
+	gzTag, plainTag := gzResp.Header.Get("ETag"), plainResp.Header.Get("ETag")
+	if gzResp.Header.Get("Content-Encoding") != "gzip" || gzTag == "" || plainTag == "" || gzTag == plainTag {
+		t.Fatalf("gzip %d %q ETag %q, plain %d ETag %q: the test needs a tile served in both codings",
+			gzResp.StatusCode, gzResp.Header.Get("Content-Encoding"), gzTag, plainResp.StatusCode, plainTag)
+	}
+	// A client that does not take gzip, holding the gzip tile's ETag.
+	resp, body := fetch(t, http.MethodGet, url, "If-None-Match", gzTag)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != plainTag || !bytes.Equal(body, plain) {
+		t.Errorf("plain request, If-None-Match %s (gzip's): %d ETag %q, %d bytes; want 200 with the plain tile (ETag %s)",
+			gzTag, resp.StatusCode, resp.Header.Get("ETag"), len(body), plainTag)
+	}
+	// A client that takes gzip, holding the plain tile's ETag.
+	resp, body = fetch(t, http.MethodGet, url, "Accept-Encoding", "gzip", "If-None-Match", plainTag)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != gzTag || resp.Header.Get("Content-Encoding") != "gzip" || len(body) == 0 {
+		t.Errorf("gzip request, If-None-Match %s (plain's): %d ETag %q %q, %d bytes; want 200 with the gzip tile (ETag %s)",
+			plainTag, resp.StatusCode, resp.Header.Get("ETag"), resp.Header.Get("Content-Encoding"), len(body), gzTag)
+	}
+	// Each coding's own ETag still validates it.
+	if resp, _ := fetch(t, http.MethodGet, url, "If-None-Match", plainTag); resp.StatusCode != http.StatusNotModified {
+		t.Errorf("plain request, its own ETag: %d, want 304", resp.StatusCode)
+	}
+	if resp, _ := fetch(t, http.MethodGet, url, "Accept-Encoding", "gzip", "If-None-Match", gzTag); resp.StatusCode != http.StatusNotModified {
+		t.Errorf("gzip request, its own ETag: %d, want 304", resp.StatusCode)
+	}
+}
