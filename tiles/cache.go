@@ -230,11 +230,14 @@ func (e *entry) etagFor(gz bool) string {
 	return e.etag
 }
 
-// matches reports whether an If-None-Match entity tag names this tile, in
-// either encoding (weak comparison, RFC 9110 §13.1.2).
-func (e *entry) matches(tag string) bool {
-	tag = strings.TrimPrefix(tag, "W/")
-	return tag == e.etag || (len(e.data) >= minGzip && tag == e.gzipETag())
+// matches reports whether an If-None-Match entity tag names this tile in
+// the coding the response is sent in (gz: gzip), by weak comparison (RFC
+// 9110 §13.1.2: the tag of the selected representation). The other
+// coding's tag names other bytes: a 304 for it would validate bytes the
+// client cannot decode, or does not hold.
+func (e *entry) matches(gz bool) func(tag string) bool {
+	own := e.etagFor(gz)
+	return func(tag string) bool { return strings.TrimPrefix(tag, "W/") == own }
 }
 
 // tileETag is a strong validator derived from the tile's bytes alone, so

@@ -298,7 +298,7 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 	if e.reduced != "" {
 		hdr.Set(HeaderReduced, e.reduced)
 	}
-	if noneMatch(r.Header.Values("If-None-Match"), e.matches) {
+	if noneMatch(r.Header.Values("If-None-Match"), e.matches(gz)) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}

@@ -12,32 +12,38 @@ func TestNoneMatch(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		values []string
+		gz     bool // the response is sent gzip-coded
 		want   bool
 	}{
-		{"absent", nil, false},
-		{"identity tag", []string{`"abc"`}, true},
-		{"gzip tag", []string{`"abc-gz4"`}, true},
-		{"an earlier compressor's gzip tag", []string{`"abc-gz"`}, false},
-		{"weak tag", []string{`W/"abc"`}, true},
-		{"star", []string{`*`}, true},
-		{"list", []string{`"x", "y", "abc"`}, true},
-		{"list over lines", []string{`"x"`, `"abc-gz4"`}, true},
-		{"other", []string{`"abd"`}, false},
-		{"unquoted", []string{`abc`}, false},
-		{"prefix is not a match", []string{`"ab"`}, false},
-		{"comma inside a tag", []string{`"a,b", "abc"`}, true},
-		{"unterminated", []string{`"abc`}, false},
-		{"garbage then tag", []string{`nonsense, "abc"`}, true},
-		{"lowercase weak prefix is not weak", []string{`w/"abc"`}, false},
+		{"absent", nil, false, false},
+		{"identity tag", []string{`"abc"`}, false, true},
+		{"gzip tag, plain response", []string{`"abc-gz4"`}, false, false},
+		{"gzip tag, gzip response", []string{`"abc-gz4"`}, true, true},
+		{"identity tag, gzip response", []string{`"abc"`}, true, false},
+		{"an earlier compressor's gzip tag", []string{`"abc-gz"`}, true, false},
+		{"weak tag", []string{`W/"abc"`}, false, true},
+		{"weak gzip tag, gzip response", []string{`W/"abc-gz4"`}, true, true},
+		{"star", []string{`*`}, false, true},
+		{"star, gzip response", []string{`*`}, true, true},
+		{"list", []string{`"x", "y", "abc"`}, false, true},
+		{"list over lines", []string{`"x"`, `"abc-gz4"`}, true, true},
+		{"both codings' tags", []string{`"abc", "abc-gz4"`}, false, true},
+		{"other", []string{`"abd"`}, false, false},
+		{"unquoted", []string{`abc`}, false, false},
+		{"prefix is not a match", []string{`"ab"`}, false, false},
+		{"comma inside a tag", []string{`"a,b", "abc"`}, false, true},
+		{"unterminated", []string{`"abc`}, false, false},
+		{"garbage then tag", []string{`nonsense, "abc"`}, false, true},
+		{"lowercase weak prefix is not weak", []string{`w/"abc"`}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := noneMatch(tc.values, e.matches); got != tc.want {
-				t.Errorf("noneMatch(%q) = %v, want %v", tc.values, got, tc.want)
+			if got := noneMatch(tc.values, e.matches(tc.gz)); got != tc.want {
+				t.Errorf("noneMatch(%q) of a response gzip-coded %v = %v, want %v", tc.values, tc.gz, got, tc.want)
 			}
 		})
 	}
 	small := &entry{etag: `"abc"`, data: []byte("x")}
-	if noneMatch([]string{`"abc-gz4"`}, small.matches) {
+	if noneMatch([]string{`"abc-gz4"`}, small.matches(false)) {
 		t.Error("a tile too small ever to be sent gzipped matched a gzip ETag")
 	}
 }
@@ -74,9 +80,11 @@ func FuzzNoneMatch(f *testing.F) {
 	}
 	e := &entry{etag: `"abc"`, data: make([]byte, minGzip)} // big enough to be sent gzipped
 	f.Fuzz(func(t *testing.T, v string) {
-		got := noneMatch([]string{v}, e.matches)
-		if got && !strings.Contains(v, "*") && !strings.Contains(v, `"abc"`) && !strings.Contains(v, `"abc-gz4"`) {
-			t.Fatalf("noneMatch(%q) = true, but the header holds neither * nor the tag", v)
+		if noneMatch([]string{v}, e.matches(false)) && !strings.Contains(v, "*") && !strings.Contains(v, `"abc"`) {
+			t.Fatalf("noneMatch(%q) = true for the plain tile, but the header holds neither * nor its tag", v)
+		}
+		if noneMatch([]string{v}, e.matches(true)) && !strings.Contains(v, "*") && !strings.Contains(v, `"abc-gz4"`) {
+			t.Fatalf("noneMatch(%q) = true for the gzip tile, but the header holds neither * nor its tag", v)
 		}
 		for _, tag := range splitETags(v) {
 			if tag != "*" && !strings.HasSuffix(tag, `"`) {
