@@ -75,9 +75,9 @@ var (
 // most maxVertices positions in all.
 //
 // Errors: 413 from an http.MaxBytesReader, 408 when reading r timed out,
-// 400 malformed, 422 well formed
-// but not an acceptable fence. Validity in the OGC sense (no
-// self-intersection…) is checked by PostGIS when the fence is written.
+// 400 malformed, 422 well formed but not an acceptable fence. Validity in
+// the OGC sense (no self-intersection…) is checked by PostGIS when the
+// fence is written.
 func ParseFence(r io.Reader, maxVertices int) (FenceInput, error) {
 	dec := newBodyDecoder(r)
 	doc, err := readFeature(dec)
@@ -223,8 +223,7 @@ func checkText(param, s string, maxLen int) error {
 
 // coordinatesError is the problem of coordinates that did not decode: a
 // number beyond float64 (1e400), which JSON allows, is a position out of
-// range (422, as in a check body); anything else is malformed (400,
-// malformed).
+// range (422, as in a check body); anything else is malformed (400).
 func coordinatesError(err error, malformed string) error {
 	var typ *json.UnmarshalTypeError
 	if errors.As(err, &typ) && typ.Type != nil && typ.Type.Kind() == reflect.Float64 && strings.HasPrefix(typ.Value, "number") {
