@@ -10,7 +10,10 @@
 --                  or its pieces (.Pieces: rows cut into pieces of few
 --                  vertices, joined back per id; .LineMerge: lines)
 --   .Transform     the relation is not in EPSG:3857: transform it
---   .FilterExpr    the buffered envelope in the relation's SRID
+--   .FilterExpr    the buffered envelope in the relation's SRID (for
+--                  another SRID than 3857, its x range cut at the world's
+--                  edges first: the transform would wrap an overhang past
+--                  ±180° to the other side)
 --   .ID            the id column (empty: features carry no id)
 --   .Props         the property columns, in order
 --   .Cols          every column carried: id, properties, order_by columns

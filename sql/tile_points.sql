@@ -7,7 +7,10 @@
 --   .Table .Geom   the relation read and its geometry column: the layer's
 --                  own table, or one of its point overviews (.Overview)
 --   .GeomExpr      that geometry in EPSG:3857 (over alias t)
---   .FilterExpr    the buffered envelope in the relation's SRID
+--   .FilterExpr    the buffered envelope in the relation's SRID (for
+--                  another SRID than 3857, its x range cut at the world's
+--                  edges first: the transform would wrap an overhang past
+--                  ±180° to the other side)
 --   .ID            the id column (empty: features carry no id)
 --   .Props         the property columns, in order
 --   .Cols          every column carried: id, properties, order_by columns

@@ -197,6 +197,20 @@ func (l *Layer) Query(t maptile.Tile) (string, []any) {
 	return q.sql, l.lineArgs(args, q.source)
 }
 
+// worldClampedEnvelope is the tile's envelope widened by its buffer, its x
+// range cut at the world's edges (±π·R), in EPSG:3857: what a relation in
+// another SRID is filtered by, transformed. Uncut, the buffer of a tile of
+// the world's western or eastern column overhangs ±180°, where the
+// transform wraps a longitude to the other side: the box read would span
+// every longitude but the tile's. What lies beyond the edge is not the
+// tile's buffer either: a relation in EPSG:3857 holds nothing there.
+var worldClampedEnvelope = "ST_MakeEnvelope(greatest(ST_XMin(env.geom) - env.buffer_m, -" + worldHalfText + "), ST_YMin(env.geom) - env.buffer_m, " +
+	"least(ST_XMax(env.geom) + env.buffer_m, " + worldHalfText + "), ST_YMax(env.geom) + env.buffer_m, 3857)"
+
+// worldHalfText is worldHalf written into a query: every digit, so that
+// the envelope of a tile at the world's edge is cut at that edge exactly.
+var worldHalfText = strconv.FormatFloat(worldHalf, 'f', -1, 64)
+
 // sridText is an SRID written into a query: an int from configuration or
 // the registry, never request text.
 func sridText(srid int) string { return strconv.Itoa(srid) }
@@ -240,7 +254,7 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	} else {
 		d.Transform = true
 		d.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
-		d.FilterExpr = "ST_Transform(ST_Expand(env.geom, env.buffer_m), " + sridText(rel.srid) + ")"
+		d.FilterExpr = "ST_Transform(" + worldClampedEnvelope + ", " + sridText(rel.srid) + ")"
 	}
 	d.LineMerge = d.Pieces && kind == KindLine
 	tmpl := linesTemplate

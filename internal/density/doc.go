@@ -14,10 +14,11 @@
 //   - [Model.Rect]: a rectangle in EPSG:3857 metres, such as a tile envelope
 //     expanded by its buffer. On an EPSG:3857 relation it counts what
 //     `geom && rectangle` reads; on an EPSG:4326 relation what
-//     `geom && ST_Transform(rectangle, 4326)` reads. PROJ wraps a longitude
-//     beyond ±180° round to the other side, so a buffer that overhangs the
-//     antimeridian makes that box span (nearly) every longitude of its band —
-//     PostGIS reads it so, and the estimate follows.
+//     `geom && ST_Transform(rectangle, 4326)` reads with the rectangle's x
+//     range cut at the world's edges first, as the tile query cuts it (PROJ
+//     would wrap a longitude beyond ±180° round to the other side, and a
+//     buffer that overhangs the antimeridian would make that box span every
+//     longitude but the tile's).
 //   - [Model.BBox]: a lon/lat box; west > east crosses the antimeridian and
 //     counts both parts.
 //   - [Model.Circle]: the features whose bounding box comes within a radius,

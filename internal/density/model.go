@@ -89,29 +89,24 @@ func (m *Model) result(acc sum) Estimate {
 
 // Rect estimates a rectangle in EPSG:3857 metres, such as a tile's envelope
 // expanded by its buffer: what `geom && rectangle` reads when the relation is
-// in EPSG:3857, and what `geom && ST_Transform(rectangle, 4326)` reads when
-// it is in EPSG:4326 — PROJ wraps a longitude beyond ±180° to the other side,
-// so an envelope that overhangs the antimeridian there reads (nearly) every
-// longitude of its latitude band, and so does its estimate. A rectangle
-// outside the world, empty or not finite estimates zero.
+// in EPSG:3857, and, when it is in EPSG:4326, what the tile query reads —
+// `geom && ST_Transform(rectangle, 4326)` with the rectangle's x range cut
+// at the world's edges first (an overhang past ±180° is not read on the
+// other side). A rectangle outside the world, empty or not finite
+// estimates zero.
 func (m *Model) Rect(b orb.Bound) Estimate {
 	var acc sum
-	m.addRect(rect3857(b, m.rel.SRID), &acc)
+	m.addRect(rect3857(b), &acc)
 	return m.result(acc)
 }
 
-// rect3857 is the normalised rectangle a relation in srid reads for an
-// EPSG:3857 rectangle. EPSG:3857 y maps linearly to normalised y whatever
-// the SRID (the latitude of y is atan(sinh(y/R)), whose normLat is
-// (y + halfWorld) / worldWidth); for a relation in EPSG:4326 x wraps as
-// PROJ wraps longitudes.
-func rect3857(b orb.Bound, srid int) rect {
-	r := rect{normX3857(b.Min[0]), normX3857(b.Min[1]), normX3857(b.Max[0]), normX3857(b.Max[1])}
-	if srid != SRIDWebMercator && r.x0 <= r.x1 {
-		west, east := wrapX(r.x0), wrapX(r.x1)
-		r.x0, r.x1 = min(west, east), max(west, east)
-	}
-	return r
+// rect3857 is the normalised rectangle a relation in either SRID reads for
+// an EPSG:3857 rectangle, before it is clamped to the world: EPSG:3857 y
+// maps linearly to normalised y whatever the SRID (the latitude of y is
+// atan(sinh(y/R)), whose normLat is (y + halfWorld) / worldWidth), and x
+// too, within the world's edges.
+func rect3857(b orb.Bound) rect {
+	return rect{normX3857(b.Min[0]), normX3857(b.Min[1]), normX3857(b.Max[0]), normX3857(b.Max[1])}
 }
 
 // BBox estimates a lon/lat box (degrees): west > east crosses the

@@ -11,7 +11,6 @@ const (
 	groundR     = 6371008.8             // mean Earth radius for ground distances, metres
 	degree      = math.Pi / 180         // radians per degree
 	twoPi       = 2 * math.Pi
-	lonWrapEps  = 1e-12 // PROJ lets longitudes overshoot ±π by this much before wrapping
 )
 
 // rect is an axis-aligned rectangle in normalised Web Mercator space: x runs
@@ -39,17 +38,6 @@ func normLat(lat float64) float64 {
 
 // latOf is the latitude (degrees) of normalised y, the inverse of normLat.
 func latOf(y float64) float64 { return math.Atan(math.Sinh((y-0.5)*twoPi)) / degree }
-
-// wrapX is where PROJ puts normalised x when it transforms EPSG:3857 to
-// EPSG:4326: a longitude beyond ±180° (by more than PROJ's tolerance) wraps
-// to the other side (PROJ's adjlon). A tile envelope that overhangs the
-// antimeridian therefore wraps round.
-func wrapX(x float64) float64 {
-	if math.Abs(x-0.5)*twoPi < math.Pi+lonWrapEps {
-		return x
-	}
-	return x - math.Floor(x)
-}
 
 // clamp01 clamps r into the world; ok is false when r lies wholly outside it
 // (or is not a number).
