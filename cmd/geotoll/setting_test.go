@@ -252,3 +252,18 @@ func TestREADMEConfigExample(t *testing.T) {
 		t.Errorf("with demo_layers: false: layers %s, geofence layers %d", got, len(cfg.Geofence.Layers))
 	}
 }
+
+// A lease's tokens are out of its bucket while it lives; a refund by
+// another replica meanwhile can bring the bucket to its capacity in Redis,
+// and the lease then admits past it. Leases are taken only by a process
+// that shares its budgets with no other (redis.replicas 1).
+func TestLeasesOnlyOnOneReplica(t *testing.T) {
+	for _, c := range []struct{ requests, replicas, want int }{
+		{8, 1, 8}, {8, 0, 8}, {8, 2, -1}, {8, 16, -1}, {0, 1, -1}, {0, 3, -1},
+	} {
+		r := RedisConfig{LeaseRequests: c.requests, Replicas: c.replicas}
+		if got := r.leases(); got != c.want {
+			t.Errorf("lease_requests %d, replicas %d: leases %d, want %d", c.requests, c.replicas, got, c.want)
+		}
+	}
+}
