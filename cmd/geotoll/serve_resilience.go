@@ -98,6 +98,19 @@ func (c RedisConfig) client() (redis.UniversalClient, error) {
 	}), nil
 }
 
+// leases is the RedisStore's LeaseRequests: none (-1) when lease_requests
+// is 0, or when other processes share the budgets (replicas > 1). A
+// lease's tokens are out of its bucket while it lives, and this process
+// sees its own refunds of the caller, not another's: a refund by another
+// replica could bring the bucket in Redis to its capacity with a lease
+// out, and the lease would admit past it.
+func (c RedisConfig) leases() int {
+	if c.LeaseRequests <= 0 || c.Replicas > 1 {
+		return -1
+	}
+	return c.LeaseRequests
+}
+
 // openRedis makes Redis the toll's budget store — through a Failover, with
 // the in-process store as its local fallback — and returns the readiness
 // check of it.
@@ -111,9 +124,9 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 	if err := traceRedis(m.Tracing, rdb); err != nil {
 		return nil, fmt.Errorf("redis tracing: %w", err)
 	}
-	leases := c.LeaseRequests
-	if leases == 0 {
-		leases = -1 // none
+	leases := c.leases()
+	if c.LeaseRequests > 0 && leases < 0 {
+		m.Logger.Info("no leases: redis.replicas says other processes share the budgets", "replicas", c.Replicas)
 	}
 	m.budgets = throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
 		LeaseRequests: leases, LeaseHold: c.LeaseHold})
