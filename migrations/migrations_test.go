@@ -170,3 +170,53 @@ func TestKeyNameUniqueAmongActiveKeys(t *testing.T) {
 		t.Fatalf("a second active key of the name: %v, want 23505 unique_violation", err)
 	}
 }
+
+// Migration 10 gives every fence a revision, the number of the write that
+// last changed it: drawn from one sequence by a trigger on every insert
+// and update (whatever the writer sent), so it changes on every write, is
+// never the same for two writes, and a fence deleted and created anew
+// never has an old revision again. The fence writer may draw from it.
+func TestMigration10FenceRevisionChangesOnEveryWrite(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Pool(t)
+	if v, err := migrations.Version(ctx, pool); err != nil || v < 10 {
+		t.Fatalf("version %d, %v: want migration 10 applied", v, err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	const square = "ST_GeomFromText('MULTIPOLYGON(((0 0,1 0,1 1,0 1,0 0)))', 4326)"
+	var id, first, other int64
+	if err := tx.QueryRow(ctx, "INSERT INTO geotoll.geofences (name, geom, revision) VALUES ('m10', "+square+", 1) RETURNING id, revision").Scan(&id, &first); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "INSERT INTO geotoll.geofences (name, geom) VALUES ('m10 other', "+square+") RETURNING revision").Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+	if first == 1 || other == first {
+		t.Errorf("revisions of two new fences: %d and %d (the first sent as 1): want two drawn from the sequence", first, other)
+	}
+	seen := map[int64]bool{first: true, other: true}
+	prev := first
+	for i, update := range []string{
+		"UPDATE geotoll.geofences SET name = 'm10 v2' WHERE id = $1",
+		"UPDATE geotoll.geofences SET name = 'm10 v2' WHERE id = $1", // the same values: still a write
+		"UPDATE geotoll.geofences SET geom = " + square + " WHERE id = $1",
+		"UPDATE geotoll.geofences SET revision = 1 WHERE id = $1",
+	} {
+		var rev int64
+		if err := tx.QueryRow(ctx, update+" RETURNING revision", id).Scan(&rev); err != nil {
+			t.Fatalf("update %d: %v", i, err)
+		}
+		if rev <= prev || seen[rev] {
+			t.Errorf("update %d (%s): revision %d after %d, want a new, greater one", i, update, rev, prev)
+		}
+		seen[rev], prev = true, rev
+	}
+	var usage bool
+	if err := tx.QueryRow(ctx, "SELECT has_sequence_privilege('geotoll_fence_writer', 'geotoll.geofence_revision_seq', 'USAGE')").Scan(&usage); err != nil || !usage {
+		t.Errorf("the fence writer may not draw revisions: %v %v", usage, err)
+	}
+}
