@@ -361,3 +361,252 @@ func TestFenceWithAntipodalEdgeIsNotAServerError(t *testing.T) {
 		})
 	}
 }
+
+// squareBody is a fence write's body: a square of side 1° at (x, y).
+func squareBody(name string, x, y float64) string {
+	return fmt.Sprintf(`{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[%g,%g],[%g,%g],[%g,%g],[%g,%g],[%g,%g]]]},"properties":{"name":%q}}`,
+		x, y, x+1, y, x+1, y+1, x, y+1, x, y, name)
+}
+
+// createFence posts a fence through api and deletes it when the test
+// ends; it returns the fence's path and the ETag of the answer.
+func createFence(t *testing.T, api http.Handler, name string, x, y float64) (path, etag string) {
+	t.Helper()
+	admin := []string{"X-API-Key", testAdminKey}
+	w := serve(api, http.MethodPost, FencesPath, squareBody(name, x, y), admin...)
+	if w.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", w.Code, w.Body)
+	}
+	path = w.Header().Get("Location")
+	t.Cleanup(func() { serve(api, http.MethodDelete, path, "", admin...) })
+	return path, w.Header().Get("ETag")
+}
+
+// revisionOf is the revision a fence answer's properties carry.
+func revisionOf(t *testing.T, w *httptest.ResponseRecorder) any {
+	t.Helper()
+	var f struct{ Properties map[string]any }
+	if err := json.Unmarshal(w.Body.Bytes(), &f); err != nil {
+		t.Fatalf("fence %.200s: %v", w.Body, err)
+	}
+	return f.Properties["revision"]
+}
+
+// A fence's answers carry a strong ETag, "<revision>", that changes on
+// every write; PUT and DELETE write only when If-Match names the current
+// one (strong comparison: a weak tag never does) and If-None-Match does
+// not, else 412 and nothing is written; GET answers 304 to an
+// If-None-Match that names it (weak comparison) and 412 to an If-Match
+// that does not. A malformed condition is a 400 that writes nothing; a
+// fence that does not exist is a 404 whatever the conditions.
+func TestAPIFenceConditionalRequests(t *testing.T) {
+	api := liveAPI(t, true)
+	admin := func(kv ...string) []string { return append([]string{"X-API-Key", testAdminKey}, kv...) }
+	name := "etag test " + randomSuffix()
+	loc, created := createFence(t, api, name, -20, -55)
+	if !strings.HasPrefix(created, `"`) || !strings.HasSuffix(created, `"`) || len(created) < 3 {
+		t.Fatalf("create: ETag %q, want a strong entity tag", created)
+	}
+	got := serve(api, http.MethodGet, loc, "", admin()...)
+	if got.Code != http.StatusOK || got.Header().Get("ETag") != created {
+		t.Fatalf("GET: %d ETag %q, want 200 with the creation's %q", got.Code, got.Header().Get("ETag"), created)
+	}
+	if rev := revisionOf(t, got); fmt.Sprintf(`"%v"`, rev) != created {
+		t.Errorf("GET: properties.revision %v, ETag %s: want the revision quoted", rev, created)
+	}
+	id, _ := strconv.ParseInt(strings.TrimPrefix(loc, FencesPath+"/"), 10, 64)
+	fc := collectionOf(t, serve(api, http.MethodGet, fmt.Sprintf("%s?after=%d&limit=1", FencesPath, id-1), "", admin()...))
+	if len(fc.Features) != 1 || fmt.Sprintf(`"%v"`, fc.Features[0].Properties["revision"]) != created {
+		t.Errorf("list: %+v, want the fence with revision %s", fc.Features, created)
+	}
+
+	for _, c := range []struct {
+		name, header, value string
+		status              int
+	}{
+		{"the tag", "If-None-Match", created, http.StatusNotModified},
+		{"the tag, weak", "If-None-Match", "W/" + created, http.StatusNotModified},
+		{"a list holding it", "If-None-Match", `"nope", ` + created, http.StatusNotModified},
+		{"any", "If-None-Match", "*", http.StatusNotModified},
+		{"another tag", "If-None-Match", `"nope"`, http.StatusOK},
+		{"If-Match the tag", "If-Match", created, http.StatusOK},
+		{"If-Match another tag", "If-Match", `"nope"`, http.StatusPreconditionFailed},
+		{"If-Match the tag, weak", "If-Match", "W/" + created, http.StatusPreconditionFailed},
+		{"malformed", "If-None-Match", "nope", http.StatusBadRequest},
+	} {
+		w := serve(api, http.MethodGet, loc, "", admin(c.header, c.value)...)
+		if w.Code != c.status {
+			t.Errorf("GET with %s: %s (%s): %d %s, want %d", c.header, c.value, c.name, w.Code, w.Body, c.status)
+			continue
+		}
+		switch c.status {
+		case http.StatusNotModified:
+			if w.Body.Len() != 0 || w.Header().Get("ETag") != created {
+				t.Errorf("GET %s: 304 with %d bytes, ETag %q; want no body and %q", c.name, w.Body.Len(), w.Header().Get("ETag"), created)
+			}
+		case http.StatusPreconditionFailed:
+			if doc := problemDoc(t, w); doc["type"] != "urn:geotoll:problem:precondition-failed" || doc["param"] != "If-Match" {
+				t.Errorf("GET %s: %v", c.name, doc)
+			}
+		}
+	}
+
+	// Writes that must not happen: each leaves the fence as it was.
+	for _, c := range []struct {
+		name, method string
+		hdr          []string
+		status       int
+		param        string
+	}{
+		{"PUT, another tag", http.MethodPut, []string{"If-Match", `"nope"`}, http.StatusPreconditionFailed, "If-Match"},
+		{"PUT, the tag, weak", http.MethodPut, []string{"If-Match", "W/" + created}, http.StatusPreconditionFailed, "If-Match"},
+		{"PUT, only if none", http.MethodPut, []string{"If-None-Match", "*"}, http.StatusPreconditionFailed, "If-None-Match"},
+		{"PUT, unless the tag", http.MethodPut, []string{"If-None-Match", created}, http.StatusPreconditionFailed, "If-None-Match"},
+		{"PUT, malformed", http.MethodPut, []string{"If-Match", "nope"}, http.StatusBadRequest, "If-Match"},
+		{"PUT, any among tags", http.MethodPut, []string{"If-Match", "*, " + created}, http.StatusBadRequest, "If-Match"},
+		{"DELETE, another tag", http.MethodDelete, []string{"If-Match", `"nope"`}, http.StatusPreconditionFailed, "If-Match"},
+		{"DELETE, unless any", http.MethodDelete, []string{"If-None-Match", "*"}, http.StatusPreconditionFailed, "If-None-Match"},
+		{"DELETE, malformed", http.MethodDelete, []string{"If-Match", `"unterminated`}, http.StatusBadRequest, "If-Match"},
+	} {
+		body := ""
+		if c.method == http.MethodPut {
+			body = squareBody(name+" lost", -20, -55)
+		}
+		w := serve(api, c.method, loc, body, admin(c.hdr...)...)
+		if doc := problemDoc(t, w); w.Code != c.status || doc["param"] != c.param {
+			t.Errorf("%s: %d %v, want %d naming %s", c.name, w.Code, doc, c.status, c.param)
+		}
+		now := serve(api, http.MethodGet, loc, "", admin()...)
+		if now.Code != http.StatusOK || now.Header().Get("ETag") != created || strings.Contains(now.Body.String(), "lost") {
+			t.Fatalf("%s wrote: now %d ETag %q %s", c.name, now.Code, now.Header().Get("ETag"), now.Body)
+		}
+	}
+
+	// Writes that must: each answers a new ETag, the one GET then gives.
+	etag := created
+	for _, c := range []struct {
+		name string
+		hdr  func(etag string) []string
+	}{
+		{"the tag", func(etag string) []string { return []string{"If-Match", etag} }},
+		{"a list holding it", func(etag string) []string { return []string{"If-Match", `"nope" , W/"x",` + etag} }},
+		{"any", func(string) []string { return []string{"If-Match", "*"} }},
+		{"unless another tag", func(string) []string { return []string{"If-None-Match", `"nope"`} }},
+		{"no condition", func(string) []string { return nil }},
+	} {
+		w := serve(api, http.MethodPut, loc, squareBody(name+" "+c.name, -20, -55), admin(c.hdr(etag)...)...)
+		if w.Code != http.StatusOK {
+			t.Fatalf("PUT, %s: %d %s", c.name, w.Code, w.Body)
+		}
+		next := w.Header().Get("ETag")
+		if next == "" || next == etag || fmt.Sprintf(`"%v"`, revisionOf(t, w)) != next {
+			t.Errorf("PUT, %s: ETag %q after %q, revision %v: want a new one, the revision quoted", c.name, next, etag, revisionOf(t, w))
+		}
+		if g := serve(api, http.MethodGet, loc, "", admin()...); g.Header().Get("ETag") != next || !strings.Contains(g.Body.String(), c.name) {
+			t.Errorf("GET after PUT, %s: ETag %q, want %q; %s", c.name, g.Header().Get("ETag"), next, g.Body)
+		}
+		etag = next
+	}
+	if w := serve(api, http.MethodDelete, loc, "", admin("If-Match", created)...); w.Code != http.StatusPreconditionFailed {
+		t.Errorf("DELETE with the first ETag: %d %s, want 412", w.Code, w.Body)
+	}
+	if w := serve(api, http.MethodDelete, loc, "", admin("If-Match", etag)...); w.Code != http.StatusNoContent {
+		t.Fatalf("DELETE with the current ETag: %d %s", w.Code, w.Body)
+	}
+	for _, c := range [][]string{{"If-Match", etag}, {"If-Match", "*"}, {"If-None-Match", "*"}} {
+		if w := serve(api, http.MethodPut, loc, squareBody(name, -20, -55), admin(c...)...); w.Code != http.StatusNotFound {
+			t.Errorf("PUT with %s: %s on a deleted fence: %d %s, want 404 (PUT does not create)", c[0], c[1], w.Code, w.Body)
+		}
+		if w := serve(api, http.MethodDelete, loc, "", admin(c...)...); w.Code != http.StatusNotFound {
+			t.Errorf("DELETE with %s: %s on a deleted fence: %d %s, want 404", c[0], c[1], w.Code, w.Body)
+		}
+	}
+}
+
+// waitingForSQL counts the sessions held by the session $1 (pid): waiting
+// for a lock it holds, or for one held by a session waiting for it (the
+// second of two writers of a row waits for the first).
+const waitingForSQL = `SELECT count(*) FROM pg_stat_activity AS a
+WHERE $1::int = ANY(pg_blocking_pids(a.pid))
+   OR EXISTS (SELECT FROM unnest(pg_blocking_pids(a.pid)) AS b(pid) WHERE $1::int = ANY(pg_blocking_pids(b.pid)))`
+
+// Two replacements of a fence sent at once with the same If-Match: the
+// check and the write are one step in the database, so exactly one
+// succeeds and the other is a 412. Both are held at the fence's row (a
+// transaction of the test locks it) until both are under way, so neither
+// can finish before the other has read what it checks.
+func TestAPIFenceConcurrentReplacesWithOneIfMatch(t *testing.T) {
+	// A lock_timeout longer than the role's, so that the writes wait for
+	// the test's lock however slow the machine.
+	h, err := NewHandler(Options{
+		Layers: demoLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
+		Reader: NewStore(testenv.ReadPool(t)), Writer: NewStore(writerPoolWith(t, map[string]string{"lock_timeout": "60s"})),
+		Gate: passGate{}, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := testRouter(h)
+	name := "etag race " + randomSuffix()
+	loc, etag := createFence(t, api, name, -22, -55)
+	id, err := strconv.ParseInt(strings.TrimPrefix(loc, FencesPath+"/"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := ctxT(t)
+	owner := testenv.Pool(t)
+	holder, err := owner.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	var pid int32
+	if err := holder.QueryRow(ctx, "SELECT pg_backend_pid() FROM geotoll.geofences WHERE id = $1 FOR UPDATE", id).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+
+	codes := make(chan *httptest.ResponseRecorder, 2)
+	for i := range 2 {
+		go func() {
+			codes <- serve(api, http.MethodPut, loc, squareBody(fmt.Sprintf("%s writer %d", name, i), -22, -55), "X-API-Key", testAdminKey, "If-Match", etag)
+		}()
+	}
+	// Wait until both writes are held by the test's lock (or one answered
+	// without waiting, which the checks below report).
+	var early []*httptest.ResponseRecorder
+	for waiting := 0; waiting < 2-len(early); {
+		select {
+		case w := <-codes:
+			early = append(early, w)
+			continue
+		case <-ctx.Done():
+			t.Fatalf("the writes did not both reach the fence's row: %v", ctx.Err())
+		default:
+		}
+		if err := owner.QueryRow(ctx, waitingForSQL, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	answers := early
+	for len(answers) < 2 {
+		answers = append(answers, <-codes)
+	}
+	var ok, failed int
+	for _, w := range answers {
+		switch w.Code {
+		case http.StatusOK:
+			ok++
+		case http.StatusPreconditionFailed:
+			failed++
+		default:
+			t.Errorf("a write answered %d %s", w.Code, w.Body)
+		}
+	}
+	if ok != 1 || failed != 1 {
+		t.Fatalf("%d writes succeeded and %d failed their If-Match %s, want one of each", ok, failed, etag)
+	}
+}

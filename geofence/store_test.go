@@ -53,6 +53,13 @@ func demoCatalog(t testing.TB, extra ...Layer) *Catalog {
 // loopback connections).
 func writerPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
+	return writerPoolWith(t, nil)
+}
+
+// writerPoolWith is writerPool with the session settings params (such as
+// a lock_timeout longer than the role's).
+func writerPoolWith(t testing.TB, params map[string]string) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(writerURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +67,9 @@ func writerPool(t testing.TB) *pgxpool.Pool {
 	if os.Getenv("GEOTOLL_TEST_WRITER_DATABASE_URL") == "" {
 		cfg.ConnConfig.User = "geotoll_fence_writer"
 		cfg.ConnConfig.Password = ""
+	}
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
