@@ -151,9 +151,16 @@ func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// GetFence serves GET /geofence/fences/{id}.
+// GetFence serves GET /geofence/fences/{id}: the fence with its ETag;
+// 304 when If-None-Match names it, 412 when If-Match does not (see
+// Preconditions).
 func (h *Handler) GetFence(w http.ResponseWriter, r *http.Request) {
 	id, err := fenceID(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	cond, err := ParsePreconditions(r.Header)
 	if err != nil {
 		problem.Write(w, r, err)
 		return
@@ -163,7 +170,26 @@ func (h *Handler) GetFence(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeJSON(w, r, http.StatusOK, ContentType, f)
+	switch cond.failed(fenceETag(f.Revision)) {
+	case "If-Match":
+		problem.Write(w, r, preconditionFailed(id, "If-Match", false))
+		return
+	case "If-None-Match":
+		hdr := w.Header()
+		hdr.Set("ETag", fenceETag(f.Revision))
+		hdr.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.writeFence(w, r, http.StatusOK, f)
+}
+
+// writeFence answers a fence with its ETag.
+func (h *Handler) writeFence(w http.ResponseWriter, r *http.Request, status int, f Feature) {
+	if f.Revision != 0 {
+		w.Header().Set("ETag", fenceETag(f.Revision))
+	}
+	h.writeJSON(w, r, status, ContentType, f)
 }
 
 // CreateFence serves POST /geofence/fences with a GeoJSON Feature (see
@@ -190,7 +216,7 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	}
 	h.wrote()
 	w.Header().Set("Location", h.base+FencesPath+"/"+strconv.FormatInt(f.ID, 10))
-	h.writeJSON(w, r, http.StatusCreated, ContentType, f)
+	h.writeFence(w, r, http.StatusCreated, f)
 }
 
 // parseFence reads a fence write's body (see ParseFence), which must come
@@ -203,13 +229,20 @@ func (h *Handler) parseFence(w http.ResponseWriter, r *http.Request) (FenceInput
 }
 
 // ReplaceFence serves PUT /geofence/fences/{id}: the fence's name, kind and
-// geometry are replaced; 404 when it does not exist.
+// geometry are replaced, and the answer carries its new ETag; 404 when it
+// does not exist (PUT does not create, whatever the conditions), 412 when
+// If-Match or If-None-Match does not hold (see Preconditions).
 func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)
 	if !ok {
 		return
 	}
 	id, err := fenceID(r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	cond, err := ParsePreconditions(r.Header)
 	if err != nil {
 		problem.Write(w, r, err)
 		return
@@ -224,17 +257,18 @@ func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	f, err := writer.ReplaceFence(r.Context(), id, in)
+	f, err := writer.ReplaceFence(r.Context(), id, in, cond)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	h.wrote()
-	h.writeJSON(w, r, http.StatusOK, ContentType, f)
+	h.writeFence(w, r, http.StatusOK, f)
 }
 
-// DeleteFence serves DELETE /geofence/fences/{id}: 204, or 404 when it does not
-// exist.
+// DeleteFence serves DELETE /geofence/fences/{id}: 204, 404 when it does not
+// exist, or 412 when If-Match or If-None-Match does not hold (see
+// Preconditions).
 func (h *Handler) DeleteFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)
 	if !ok {
@@ -245,7 +279,12 @@ func (h *Handler) DeleteFence(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	if err := writer.DeleteFence(r.Context(), id); err != nil {
+	cond, err := ParsePreconditions(r.Header)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	if err := writer.DeleteFence(r.Context(), id, cond); err != nil {
 		h.fail(w, r, err)
 		return
 	}

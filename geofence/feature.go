@@ -8,6 +8,10 @@ type Feature struct {
 	ID         int64
 	Geometry   json.RawMessage
 	Properties json.RawMessage
+	// Revision is a fence's: the number of the write that last changed it
+	// (its ETag, quoted; its properties carry it too). Zero for the
+	// features of a layer.
+	Revision int64
 }
 
 // MarshalJSON writes the feature as a GeoJSON Feature object.

@@ -442,11 +442,11 @@ func (okWriter) CreateFence(_ context.Context, in FenceInput) (Feature, error) {
 	return Feature{ID: 1}, nil
 }
 
-func (okWriter) ReplaceFence(_ context.Context, id int64, in FenceInput) (Feature, error) {
+func (okWriter) ReplaceFence(_ context.Context, id int64, in FenceInput, _ Preconditions) (Feature, error) {
 	return Feature{ID: id}, nil
 }
 
-func (okWriter) DeleteFence(_ context.Context, id int64) error {
+func (okWriter) DeleteFence(_ context.Context, id int64, _ Preconditions) error {
 	if id == 404 {
 		return problem.Missing("id", "no fence %d", id)
 	}

@@ -49,13 +49,18 @@ type Reader interface {
 	// the layer's features) that contain it (never nil; empty when none),
 	// from one query.
 	Check(ctx context.Context, q CheckQuery) ([][]int64, error)
+	// Fence and Fences answer fences with their Revision.
 	Fence(ctx context.Context, id int64) (Feature, error)
 	Fences(ctx context.Context, after int64, limit int) ([]Feature, error)
 }
 
 // Writer writes fences; *Store over the writer role is the production one.
+// The fences it answers carry their Revision. ReplaceFence and DeleteFence
+// write only when cond holds for the fence's current revision, checked in
+// the write's own transaction (a 412 otherwise, nothing written): two
+// writes with the same If-Match cannot both succeed.
 type Writer interface {
 	CreateFence(ctx context.Context, in FenceInput) (Feature, error)
-	ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feature, error)
-	DeleteFence(ctx context.Context, id int64) error
+	ReplaceFence(ctx context.Context, id int64, in FenceInput, cond Preconditions) (Feature, error)
+	DeleteFence(ctx context.Context, id int64, cond Preconditions) error
 }

@@ -74,6 +74,7 @@ var (
 	fenceInsertSQL   = queries.MustRead("geofence_fence_insert.sql")
 	fenceUpdateSQL   = queries.MustRead("geofence_fence_update.sql")
 	fenceDeleteSQL   = queries.MustRead("geofence_fence_delete.sql")
+	fenceLockSQL     = queries.MustRead("geofence_fence_lock.sql")
 )
 
 var errNoFence = errors.New("no such fence")
@@ -160,7 +161,7 @@ func (s *Store) layerContains(ctx context.Context, q ContainsQuery) ([]Feature, 
 
 // Fence implements Reader: problem.NotFound when there is no such fence.
 func (s *Store) Fence(ctx context.Context, id int64) (Feature, error) {
-	fs, err := s.features(ctx, s.Timeout, fenceGetSQL, id)
+	fs, err := s.fences(ctx, fenceGetSQL, id)
 	if err != nil {
 		return Feature{}, err
 	}
@@ -172,7 +173,23 @@ func (s *Store) Fence(ctx context.Context, id int64) (Feature, error) {
 
 // Fences implements Reader.
 func (s *Store) Fences(ctx context.Context, after int64, limit int) ([]Feature, error) {
-	return s.features(ctx, s.Timeout, fenceListSQL, after, limit)
+	return s.fences(ctx, fenceListSQL, after, limit)
+}
+
+// fences runs a fence query, whose rows are (id, geometry, properties,
+// revision).
+func (s *Store) fences(ctx context.Context, sql string, args ...any) ([]Feature, error) {
+	var out []Feature
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: sql, Args: args, Timeout: s.Timeout,
+		Scan: func(rows pgx.Rows) error {
+			var err error
+			out, err = scanFences(rows)
+			return err
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Check implements Reader: one statement for the whole batch.
@@ -237,11 +254,25 @@ func scanFeatures(rows pgx.Rows) ([]Feature, error) {
 	return out, err
 }
 
-// write runs fn in a guarded read-write transaction of at most three
-// statements (validate, then insert, update or delete) under WriteTimeout
-// each.
-func (s *Store) write(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
-	err := s.db().Write(ctx, s.WriteTimeout, 3, fn)
+// scanFences reads fence rows: (id, geometry, properties, revision).
+func scanFences(rows pgx.Rows) ([]Feature, error) {
+	out := []Feature{}
+	var f Feature
+	var geom string
+	_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties, &f.Revision}, func() error {
+		f.Geometry = json.RawMessage(geom)
+		out = append(out, f)
+		f = Feature{}
+		return nil
+	})
+	return out, err
+}
+
+// write runs fn in a guarded read-write transaction of at most n
+// statements (lock, validate, then insert, update or delete) under
+// WriteTimeout each.
+func (s *Store) write(ctx context.Context, n int, fn func(context.Context, pgx.Tx) error) error {
+	err := s.db().Write(ctx, s.WriteTimeout, n, fn)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateCheckViolation {
 		return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence violates a table constraint: " + pgErr.ConstraintName, Err: err}
@@ -259,7 +290,7 @@ func (s *Store) write(ctx context.Context, fn func(context.Context, pgx.Tx) erro
 // geometry is invalid.
 func (s *Store) CreateFence(ctx context.Context, in FenceInput) (Feature, error) {
 	var out Feature
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, 3, func(ctx context.Context, tx pgx.Tx) error {
 		geom, err := validate(ctx, tx, in.Geometry)
 		if err != nil {
 			return err
@@ -268,7 +299,7 @@ func (s *Store) CreateFence(ctx context.Context, in FenceInput) (Feature, error)
 		if err != nil {
 			return err
 		}
-		fs, err := scanFeatures(rows)
+		fs, err := scanFences(rows)
 		if err != nil {
 			return err
 		}
@@ -281,11 +312,15 @@ func (s *Store) CreateFence(ctx context.Context, in FenceInput) (Feature, error)
 	return out, err
 }
 
-// ReplaceFence implements Writer: 404 when there is no such fence, 422 when
+// ReplaceFence implements Writer: 404 when there is no such fence, 412
+// when cond does not hold (checked first, under the row's lock), 422 when
 // the geometry is invalid.
-func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feature, error) {
+func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput, cond Preconditions) (Feature, error) {
 	var out Feature
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, 4, func(ctx context.Context, tx pgx.Tx) error {
+		if err := lockFence(ctx, tx, id, cond); err != nil {
+			return err
+		}
 		geom, err := validate(ctx, tx, in.Geometry)
 		if err != nil {
 			return err
@@ -294,7 +329,7 @@ func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feat
 		if err != nil {
 			return err
 		}
-		fs, err := scanFeatures(rows)
+		fs, err := scanFences(rows)
 		if err != nil {
 			return err
 		}
@@ -307,9 +342,13 @@ func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput) (Feat
 	return out, err
 }
 
-// DeleteFence implements Writer: 404 when there is no such fence.
-func (s *Store) DeleteFence(ctx context.Context, id int64) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+// DeleteFence implements Writer: 404 when there is no such fence, 412
+// when cond does not hold (checked under the row's lock).
+func (s *Store) DeleteFence(ctx context.Context, id int64, cond Preconditions) error {
+	return s.write(ctx, 2, func(ctx context.Context, tx pgx.Tx) error {
+		if err := lockFence(ctx, tx, id, cond); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, fenceDeleteSQL, id)
 		if err != nil {
 			return err
@@ -319,6 +358,28 @@ func (s *Store) DeleteFence(ctx context.Context, id int64) error {
 		}
 		return nil
 	})
+}
+
+// lockFence, when cond has conditions, locks fence id for the rest of the
+// write's transaction and checks cond against its revision: 404 when there
+// is no such fence, 412 when cond does not hold. Without conditions it
+// does nothing (the write's own statement finds a missing fence).
+func lockFence(ctx context.Context, tx pgx.Tx, id int64, cond Preconditions) error {
+	if cond.none() {
+		return nil
+	}
+	var revision int64
+	err := tx.QueryRow(ctx, fenceLockSQL, id).Scan(&revision)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return noFence(id)
+	}
+	if err != nil {
+		return err
+	}
+	if header := cond.failed(fenceETag(revision)); header != "" {
+		return preconditionFailed(id, header, true)
+	}
+	return nil
 }
 
 func noFence(id int64) error {

@@ -425,7 +425,7 @@ func fence(t *testing.T, w *Store, name string, rings ...orb.Ring) Feature {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := w.DeleteFence(ctx, f.ID); err != nil && !errors.Is(err, errNoFence) {
+		if err := w.DeleteFence(ctx, f.ID, Preconditions{}); err != nil && !errors.Is(err, errNoFence) {
 			t.Errorf("delete fence %d: %v", f.ID, err)
 		}
 	})
@@ -641,7 +641,7 @@ func TestFenceAdminRoundTrip(t *testing.T) {
 	// Replace: new name and geometry, with a hole (clockwise after normalising).
 	outer := orb.Ring{{-35, -45}, {-33, -45}, {-33, -43}, {-35, -43}, {-35, -45}}
 	hole := orb.Ring{{-34.5, -44.5}, {-34.5, -43.5}, {-33.5, -43.5}, {-33.5, -44.5}, {-34.5, -44.5}}
-	rep, err := writer.ReplaceFence(ctx, f.ID, FenceInput{Name: name + " v2", Kind: "test", Geometry: orb.MultiPolygon{{outer, hole}}})
+	rep, err := writer.ReplaceFence(ctx, f.ID, FenceInput{Name: name + " v2", Kind: "test", Geometry: orb.MultiPolygon{{outer, hole}}}, Preconditions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -669,14 +669,14 @@ func TestFenceAdminRoundTrip(t *testing.T) {
 		t.Errorf("Fences(after %d, 1) = %v, %v", f.ID-1, page, err)
 	}
 
-	if err := writer.DeleteFence(ctx, f.ID); err != nil {
+	if err := writer.DeleteFence(ctx, f.ID, Preconditions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reader.Fence(ctx, f.ID); !errors.Is(err, errNoFence) {
 		t.Errorf("Fence after delete: %v", err)
 	}
-	wantProblem(t, writer.DeleteFence(ctx, f.ID), problem.NotFound, "id")
-	_, err = writer.ReplaceFence(ctx, f.ID, FenceInput{Name: "x", Kind: "y", Geometry: orb.MultiPolygon{{square(0, 0)}}})
+	wantProblem(t, writer.DeleteFence(ctx, f.ID, Preconditions{}), problem.NotFound, "id")
+	_, err = writer.ReplaceFence(ctx, f.ID, FenceInput{Name: "x", Kind: "y", Geometry: orb.MultiPolygon{{square(0, 0)}}}, Preconditions{})
 	wantProblem(t, err, problem.NotFound, "id")
 }
 

@@ -33,7 +33,10 @@ const (
 	NotFound     Code = "not-found"    // 404: unknown layer, unknown route
 	NotAllowed   Code = "not-allowed"  // 405
 	Conflict     Code = "conflict"     // 409
-	TooLarge     Code = "too-large"    // 413: request body over the limit
+	// PreconditionFailed is a 412: an If-Match or If-None-Match named the
+	// target's current state falsely, and nothing was written.
+	PreconditionFailed Code = "precondition-failed"
+	TooLarge           Code = "too-large" // 413: request body over the limit
 	// RequestTimeout is a 408: the request body did not arrive within the
 	// server's read timeout.
 	RequestTimeout Code = "request-timeout"
@@ -57,6 +60,7 @@ var statuses = map[Code]int{
 	NotFound:             http.StatusNotFound,
 	NotAllowed:           http.StatusMethodNotAllowed,
 	Conflict:             http.StatusConflict,
+	PreconditionFailed:   http.StatusPreconditionFailed,
 	TooLarge:             http.StatusRequestEntityTooLarge,
 	RequestTimeout:       http.StatusRequestTimeout,
 	UnsupportedMediaType: http.StatusUnsupportedMediaType,

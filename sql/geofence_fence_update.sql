@@ -1,6 +1,8 @@
 -- Replace a fence (PUT /geofences/{id}); no row when it does not exist.
 --   $1 id   $2 name   $3 kind   $4 geometry as WKB (validated first)
 -- Same normalisation as geofence_fence_insert.sql.
+-- Rows: id, geometry, properties, revision (the fence's ETag, quoted; see
+-- migration 10; also in properties).
 UPDATE geotoll.geofences
 SET name = $2::text,
     kind = $3::text,
@@ -10,4 +12,6 @@ WHERE id = $1::bigint
 RETURNING id,
           ST_AsGeoJSON(geom) AS geometry,
           jsonb_build_object('name', name, 'kind', kind,
-                             'created_at', created_at, 'updated_at', updated_at) AS properties
+                             'created_at', created_at, 'updated_at', updated_at,
+                             'revision', revision) AS properties,
+          revision
