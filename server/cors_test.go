@@ -220,7 +220,7 @@ func TestCORSPreflightAllowsCacheHeaders(t *testing.T) {
 	for _, v := range strings.Split(pre.Header().Get("Access-Control-Allow-Headers"), ",") {
 		allowed[http.CanonicalHeaderKey(strings.TrimSpace(v))] = true
 	}
-	for _, hdr := range []string{"Authorization", "Cache-Control", "Content-Type", "If-None-Match", "Pragma", "X-API-Key", "X-Request-ID"} {
+	for _, hdr := range []string{"Authorization", "Cache-Control", "Content-Type", "If-Match", "If-None-Match", "Pragma", "X-API-Key", "X-Request-ID"} {
 		if !allowed[http.CanonicalHeaderKey(hdr)] {
 			t.Errorf("preflight: Access-Control-Allow-Headers %q lacks %s", pre.Header().Get("Access-Control-Allow-Headers"), hdr)
 		}

@@ -205,6 +205,59 @@ func TestEndToEndFenceAdmin(t *testing.T) {
 	}
 }
 
+// The fence admin's conditional requests end to end, every answer checked
+// against openapi.json: the ETag of a creation, a 304 for a GET whose
+// If-None-Match names it, a 412 for a PUT or DELETE whose If-Match names
+// an ETag the fence has left behind (nothing written), a 400 for a
+// malformed If-Match, and a new ETag from a PUT that held.
+func TestEndToEndFenceConditionalWrites(t *testing.T) {
+	t.Parallel()
+	const admin = "e2e-admin-key-0123456789"
+	base, _ := startServer(t, func(c *Config) {
+		c.Geofence.AdminKeys = []string{admin}
+		c.Geofence.WriterDatabaseURL = fenceWriterURL(t)
+	})
+	do := func(method, path, body string, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		return send(t, method, base+path, body, append([]string{"Authorization", "Bearer " + admin}, hdr...)...)
+	}
+	fence := func(name string) string {
+		return `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[-18,-50],[-18,-49],[-17,-49],[-17,-50],[-18,-50]]]},"properties":{"name":"` + name + `"}}`
+	}
+	resp, body := do(http.MethodPost, "/geofence/fences", fence("e2e etag"))
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get("ETag") == "" {
+		t.Fatalf("create: %d ETag %q %s", resp.StatusCode, resp.Header.Get("ETag"), body)
+	}
+	loc, first := resp.Header.Get("Location"), resp.Header.Get("ETag")
+	t.Cleanup(func() { do(http.MethodDelete, loc, "") })
+
+	if resp, body := do(http.MethodGet, loc, "", "If-None-Match", first); resp.StatusCode != http.StatusNotModified || len(body) != 0 || resp.Header.Get("ETag") != first {
+		t.Errorf("GET If-None-Match %s: %d ETag %q %s, want 304", first, resp.StatusCode, resp.Header.Get("ETag"), body)
+	}
+	resp, body = do(http.MethodPut, loc, fence("e2e etag v2"), "If-Match", first)
+	second := resp.Header.Get("ETag")
+	if resp.StatusCode != http.StatusOK || second == "" || second == first {
+		t.Fatalf("PUT If-Match %s: %d ETag %q %s", first, resp.StatusCode, second, body)
+	}
+	if resp, body := do(http.MethodPut, loc, fence("e2e etag lost"), "If-Match", first); resp.StatusCode != http.StatusPreconditionFailed ||
+		resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "precondition-failed") {
+		t.Errorf("PUT with the first ETag again: %d %s, want a 412 problem", resp.StatusCode, body)
+	}
+	if resp, body := do(http.MethodPut, loc, fence("e2e etag lost"), "If-Match", "e2e"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("PUT with a malformed If-Match: %d %s, want 400", resp.StatusCode, body)
+	}
+	if resp, body := do(http.MethodDelete, loc, "", "If-Match", first); resp.StatusCode != http.StatusPreconditionFailed {
+		t.Errorf("DELETE with the first ETag: %d %s, want 412", resp.StatusCode, body)
+	}
+	if resp, body := do(http.MethodGet, loc, ""); resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != second ||
+		!strings.Contains(string(body), "e2e etag v2") {
+		t.Errorf("GET: %d ETag %q %s, want the second write, at %s", resp.StatusCode, resp.Header.Get("ETag"), body, second)
+	}
+	if resp, body := do(http.MethodDelete, loc, "", "If-Match", second); resp.StatusCode != http.StatusNoContent {
+		t.Errorf("DELETE with the current ETag: %d %s", resp.StatusCode, body)
+	}
+}
+
 // serve reads each geofence layer's storage at start-up: contains and
 // check on a polygon layer answer at once (the demo districts, read from
 // their table), a layer of points is a 422, priced nothing.
