@@ -21,7 +21,10 @@
 //	     that contain it: {"results":[{"id":"v1","fences":[12, 40]}, …]}
 //	GET|POST /geofence/fences, GET|PUT|DELETE /geofence/fences/{id}
 //	     fence admin, GeoJSON Features in and out; admin API keys only
-//	     (the older paths /geofences[/{id}] are aliases)
+//	     (the older paths /geofences[/{id}] are aliases). A fence comes
+//	     with a strong ETag, its revision quoted; PUT and DELETE honour
+//	     If-Match and If-None-Match (412 when they do not hold), GET
+//	     answers 304 to an If-None-Match that names the ETag
 //
 // Package server routes these paths (below its base path) to the
 // Handler's methods, the fence admin's wrapped in Handler.Admin.
@@ -132,4 +135,27 @@
 // orientation (ST_ForcePolygonCCW). The insert or update fires the trigger
 // that cuts the fence into its pieces (SECURITY DEFINER: the writer role
 // has no right on the pieces table itself).
+//
+// # Conditional requests
+//
+// Every fence has a revision (migrations/00010): the number of the write
+// that last changed it, drawn from one sequence by a trigger on every
+// insert and update. Its ETag is the revision quoted ("41"): strong, new
+// on every write and only then, and the same on every replica, since it
+// comes from the database. GET, POST and PUT answer it; the list carries
+// each fence's revision in its properties.
+//
+// [ParsePreconditions] reads If-Match and If-None-Match (RFC 9110 §13.1):
+// "*" or a list of entity tags; anything else is a 400, since a condition
+// the server cannot read might let through a write its sender meant to
+// stop. If-Match compares strongly (a weak W/ tag never matches),
+// If-None-Match weakly. A write with conditions first locks the fence's
+// row (SELECT … FOR UPDATE) in its own transaction and checks them
+// against the revision it reads: a 412 when they do not hold, nothing
+// written. Another write of the fence waits for the lock and then reads
+// the revision the first committed, so two writes with the same If-Match
+// cannot both succeed. A fence that does not exist is a 404 whatever the
+// conditions (PUT does not create), so If-None-Match: * on PUT or DELETE
+// is always a 412 or a 404. If-Modified-Since and If-Unmodified-Since are
+// not evaluated (no Last-Modified is sent).
 package geofence

@@ -5,8 +5,9 @@
 // Migrations create the PostGIS extension, the demo tables, the restricted
 // read role (README, "PostgreSQL-side enforcement"), the fence writer role,
 // the API keys and the trigger that announces their changes, the fences'
-// pieces and the trigger that cuts them, and the serving schema that
-// `geotoll prepare` builds into.
+// pieces and the trigger that cuts them, the serving schema that
+// `geotoll prepare` builds into, and the fences' revisions (the fence
+// admin's ETags) and the trigger that draws them.
 package migrations
 
 import (
