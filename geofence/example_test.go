@@ -2,6 +2,7 @@ package geofence_test
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/geotoll/geotoll/geofence"
@@ -53,4 +54,25 @@ func ExampleParseBatch() {
 	// Output:
 	// [{v1 13.4 52.5}] <nil>
 	// invalid points[0].lat: points[0].lat is given twice
+}
+
+// If-Match and If-None-Match are "*" alone or a list of quoted entity tags
+// (an empty one is a list of none); anything else is a 400, so that a
+// condition the server cannot read never lets a write through.
+func ExamplePreconditions() {
+	for _, v := range []string{`"41"`, `W/"40", "41"`, `*`, ``, `41`, `*, "41"`, `"41`} {
+		status := "ok"
+		if _, err := geofence.ParsePreconditions(http.Header{"If-Match": {v}}); err != nil {
+			status = fmt.Sprint(problem.Status(problem.From(err).Code))
+		}
+		fmt.Printf("If-Match: %s → %s\n", v, status)
+	}
+	// Output:
+	// If-Match: "41" → ok
+	// If-Match: W/"40", "41" → ok
+	// If-Match: * → ok
+	// If-Match:  → ok
+	// If-Match: 41 → 400
+	// If-Match: *, "41" → 400
+	// If-Match: "41 → 400
 }
