@@ -40,11 +40,11 @@ func parseETags(values []string) (etagList, error) {
 	stars := 0
 	for _, v := range values {
 		for i := 0; i < len(v); {
-			switch c := v[i]; {
-			case c == ' ' || c == '\t' || c == ',':
+			switch v[i] {
+			case ' ', '\t', ',':
 				i++
 				continue
-			case c == '*':
+			case '*':
 				stars++
 				i++
 			default:
