@@ -111,7 +111,7 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 			}
 			p.zooms[z] = zoomQuery{sql: sql, source: Source{
 				Relation: rel.ident, GeometryColumn: rel.geom, SRID: rel.srid, Kind: kind,
-				Builder: s.Builder, Rows: s.Rows, BuiltAt: s.BuiltAt,
+				Builder: s.Builder, Rows: s.Rows, SourceRows: s.SourceRows, BuiltAt: s.BuiltAt,
 				Generalization: g, Clustered: kind == KindPoint,
 			}}
 		}

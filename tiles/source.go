@@ -22,10 +22,11 @@ type Source struct {
 	// Builder names the storage Relation is ("overview"), or is empty for
 	// the layer's own table.
 	Builder string
-	// Rows is the number of rows Relation held when it was built, and
-	// BuiltAt when; both zero for the layer's own table.
-	Rows    int64
-	BuiltAt time.Time
+	// Rows is the number of rows Relation held when it was built,
+	// SourceRows the layer's table's then, and BuiltAt when; all zero for
+	// the layer's own table.
+	Rows, SourceRows int64
+	BuiltAt          time.Time
 	// Generalization is what the query does at this zoom. Over an
 	// overview it describes the overview as built (cells, tolerance),
 	// which the query then only clips and encodes.

@@ -44,6 +44,11 @@ type Relation struct {
 	GeometryColumn string
 	SRID           int // SRIDWebMercator or SRIDLonLat
 	Kind           Kind
+	// PiecesPerRow is, for pieces of a table's rows (each row cut into
+	// pieces that carry its id), the pieces a row has on average; 0 or 1
+	// for a relation whose rows are the features. A query that caps the
+	// features it reads caps ids, and reads every piece of them.
+	PiecesPerRow float64
 }
 
 // String is the relation's quoted name and column.

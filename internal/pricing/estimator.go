@@ -114,7 +114,11 @@ func TileRelation(l *tiles.Layer, z maptile.Zoom) (density.Relation, bool) {
 	case tiles.KindLine:
 		kind = density.Line
 	}
-	return density.Relation{Table: src.Relation, GeometryColumn: src.GeometryColumn, SRID: src.SRID, Kind: kind}, true
+	rel := density.Relation{Table: src.Relation, GeometryColumn: src.GeometryColumn, SRID: src.SRID, Kind: kind}
+	if src.Builder == tiles.BuilderSubdivide && src.SourceRows > 0 && src.Rows > src.SourceRows {
+		rel.PiecesPerRow = float64(src.Rows) / float64(src.SourceRows)
+	}
+	return rel, true
 }
 
 // Reads is every relation the estimator reads models of, by
@@ -163,8 +167,13 @@ func (e *Estimator) Tile(l *tiles.Layer, t maptile.Tile) (density.Estimate, bool
 	env.Min[0], env.Min[1] = env.Min[0]-pad, env.Min[1]-pad
 	env.Max[0], env.Max[1] = env.Max[0]+pad, env.Max[1]+pad
 	est := m.Rect(env)
-	if capped := float64(l.MaxFeatures); tm.capped && capped > 0 && est.Features > capped {
-		est.Vertices *= capped / est.Features
+	// The cap takes features (ids: every piece of a capped id is read).
+	features := est.Features
+	if tm.rel.PiecesPerRow > 1 {
+		features /= tm.rel.PiecesPerRow
+	}
+	if capped := float64(l.MaxFeatures); tm.capped && capped > 0 && features > capped {
+		est.Vertices *= capped / features
 	}
 	return est, true
 }

@@ -48,6 +48,11 @@ func TestTileOnPiecesCountsThePiecesOfTheCappedFeatures(t *testing.T) {
 	}
 	layer := cat.Layer("rounds")
 	pieces := density.Relation{Table: pgx.Identifier{schema, "pieces"}, GeometryColumn: "geom", SRID: density.SRIDWebMercator, Kind: density.Polygon}
+	// As the serving registry records it: the pieces' rows over the rows
+	// of the table they were cut from.
+	if err := pool.QueryRow(ctx, `SELECT count(*)::float8 / count(DISTINCT id) FROM `+pieces.Table.Sanitize()).Scan(&pieces.PiecesPerRow); err != nil {
+		t.Fatal(err)
+	}
 	models := pricing.NewModels(pool, density.Options{})
 	e, err := pricing.NewEstimator(models, []*tiles.Layer{layer},
 		func(*tiles.Layer, maptile.Zoom) (density.Relation, bool) { return pieces, true }, nil, nil)
