@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/internal/testenv"
 )
 
 // With metrics_listen set, /metrics is on the operators' listener only,
@@ -103,5 +107,41 @@ func TestEndToEndBasePath(t *testing.T) {
 		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != c.allow {
 			t.Errorf("%s %s: %d Allow %q, want 405 %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.allow)
 		}
+	}
+}
+
+// When one listener fails, Serve shuts the server down as it does at the
+// end of its context — the other listener closed, the budgets flushed —
+// and returns the error: it does not leave the operators' listener
+// serving (and its port held) after it returned.
+func TestServeStopsEverythingWhenAListenerFails(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.MetricsListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Database.URL = testenv.ReadDatabaseURL(t)
+	cfg.Redis.URL = testenv.RedisURL(t)
+	cfg.Throttle.Prefix = testenv.Prefix(t)
+	m := &Main{Config: cfg, Logger: quietLog(), ModelShelf: testShelf}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := m.Open(ctx); err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	ops := "http://" + m.OpsAddr() + "/healthz"
+	done := make(chan error, 1)
+	go func() { done <- m.Serve(ctx) }()
+	if resp, _ := get(t, ops, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("operators' /healthz: %d", resp.StatusCode)
+	}
+	if err := m.listener.Close(); err != nil { // the public listener fails
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("Serve returned nil after its listener failed")
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := c.Get(ops); err == nil {
+		_ = resp.Body.Close()
+		t.Fatalf("the operators' listener still answers (%d) after Serve returned", resp.StatusCode)
 	}
 }
