@@ -331,9 +331,13 @@ func (m *Main) Serve(ctx context.Context) error {
 	defer loops.Wait()
 	defer stopBG()
 	m.Logger.Info("serving", "addr", m.Addr(), "version", version)
+	// A listener that fails ends the server as the context's end does: the
+	// other listener closed, the budgets flushed.
+	var failed error
 	select {
-	case err := <-errc:
-		return err
+	case failed = <-errc:
+		servers--
+		m.Logger.Error("a listener failed: shutting down", "err", failed)
 	case <-ctx.Done():
 	}
 	m.Logger.Info("shutting down", "grace", m.Config.HTTP.ShutdownGrace)
@@ -348,6 +352,9 @@ func (m *Main) Serve(ctx context.Context) error {
 	}
 	m.flushBudgets(sctx)
 	var errs []error
+	if failed != nil && !errors.Is(failed, http.ErrServerClosed) {
+		errs = append(errs, failed)
+	}
 	for range servers {
 		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
