@@ -70,7 +70,7 @@ func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "geotoll_limiter_degraded", ConstLabels: mode,
-			Help: "1 while the budget store (Redis) fails and budgets follow fail_mode, else 0.",
+			Help: "1 while the budget store (Redis) fails and budgets follow fail_mode (local, open or closed), else 0.",
 		}, func() float64 {
 			if f.Health().Degraded {
 				return 1
@@ -83,7 +83,7 @@ func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 		}, func() float64 { return float64(f.Health().StoreErrors) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "geotoll_limiter_fallbacks_total", ConstLabels: mode,
-			Help: "Budget decisions made without the store, by fail_mode.",
+			Help: "Budget decisions made without the store, by fail_mode (local, open or closed).",
 		}, func() float64 { return float64(f.Health().Fallbacks) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "geotoll_limiter_free_refusals_total",

@@ -101,7 +101,7 @@ func TestWatchLimiter(t *testing.T) {
 		}
 	}
 	want := `
-# HELP geotoll_limiter_degraded 1 while the budget store (Redis) fails and budgets follow fail_mode, else 0.
+# HELP geotoll_limiter_degraded 1 while the budget store (Redis) fails and budgets follow fail_mode (local, open or closed), else 0.
 # TYPE geotoll_limiter_degraded gauge
 geotoll_limiter_degraded{fail_mode="local"} 1
 # HELP geotoll_limiter_free_peeks_total Budget reads (/budget, dry runs, the budget headers of a 422 or of the global budget's 503) answered in process, from what the store said of the caller's bucket within the last redis.peek_reuse.
@@ -110,7 +110,7 @@ geotoll_limiter_free_peeks_total 0
 # HELP geotoll_limiter_free_refusals_total Requests refused in process, without a store call, because the store had refused their caller and its bucket still could not pay.
 # TYPE geotoll_limiter_free_refusals_total counter
 geotoll_limiter_free_refusals_total 0
-# HELP geotoll_limiter_fallbacks_total Budget decisions made without the store, by fail_mode.
+# HELP geotoll_limiter_fallbacks_total Budget decisions made without the store, by fail_mode (local, open or closed).
 # TYPE geotoll_limiter_fallbacks_total counter
 geotoll_limiter_fallbacks_total{fail_mode="local"} 3
 # HELP geotoll_limiter_store_errors_total Budget store calls that failed (error or timeout) and were decided by fail_mode.
