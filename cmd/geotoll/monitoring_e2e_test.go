@@ -62,6 +62,7 @@ func TestEndToEndMonitoring(t *testing.T) {
 			"geotoll_tokens_settled_total", "geotoll_limiter_degraded", "geotoll_limiter_store_errors_total",
 			"geotoll_db_pool_acquired_conns", "geotoll_db_calls_total", "geotoll_tile_cache_requests_total",
 			"geotoll_tile_query_duration_seconds_sum", "geotoll_tile_cache_bytes", "geotoll_price_model_ready",
+			"geotoll_redis_calls_total",
 		} {
 			if !usedRules[want] && !usedDash[want] {
 				errs = append(errs, "neither the rules nor the dashboard read "+want)
