@@ -167,7 +167,7 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	gate.Observer = metrics
 	watch := []error{server.WatchKeys(m.Registry, m.keys)}
 	if m.failover != nil {
-		watch = append(watch, server.WatchLimiter(m.Registry, m.failover))
+		watch = append(watch, server.WatchLimiter(m.Registry, m.failover), server.WatchRedis(m.Registry, m.budgets.Stats))
 	}
 	if err := errors.Join(watch...); err != nil {
 		return fmt.Errorf("metrics: %w", err)
