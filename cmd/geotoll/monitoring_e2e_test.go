@@ -10,6 +10,7 @@ import (
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/toll"
 )
 
@@ -43,9 +44,10 @@ func TestEndToEndMonitoring(t *testing.T) {
 	rules := loadRules(t, rulesPath)
 	exprs, variables := loadDashboard(t, dashboardPath)
 	// A settlement is observed after its response is sent: scrape until
-	// every series is there, or report what is missing.
+	// every series is there, or report what is missing after
+	// testenv.Patience.
 	var errs []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Patience); ; time.Sleep(100 * time.Millisecond) {
 		resp, body := get(t, base+"/metrics", "")
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("/metrics: %d", resp.StatusCode)
