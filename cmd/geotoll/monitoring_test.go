@@ -411,6 +411,39 @@ func TestMonitoringFilesParse(t *testing.T) {
 	}
 }
 
+// TestMonitoringReadmeNamesEveryAlert: README's "Monitoring" table lists
+// the alerts the rule file has, each with its severity, and no other.
+func TestMonitoringReadmeNamesEveryAlert(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Monitoring\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Monitoring" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	documented := map[string]string{} // alert: severity
+	for _, m := range regexp.MustCompile("(?m)^\\| `(Geotoll[A-Za-z]+)` \\| ([a-z]+) \\|").FindAllStringSubmatch(section, -1) {
+		documented[m[1]] = m[2]
+	}
+	for _, g := range loadRules(t, rulesPath).Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			if sev, ok := documented[r.Alert]; !ok || sev != r.Labels["severity"] {
+				t.Errorf("README \"Monitoring\" lists %s as %q, the rules as %q", r.Alert, sev, r.Labels["severity"])
+			}
+			delete(documented, r.Alert)
+		}
+	}
+	for a := range documented {
+		t.Errorf("README \"Monitoring\" lists %s, which the rules do not have", a)
+	}
+}
+
 // TestMonitoringPromtool runs Prometheus's own checker on the rules when
 // promtool is installed (Debian: apt-get install prometheus); the Go
 // tests above are the guarantee.
