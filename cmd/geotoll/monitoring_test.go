@@ -22,6 +22,7 @@ import (
 // dashboard (README.md, "Monitoring").
 const (
 	rulesPath     = "../../deploy/prometheus/geotoll.rules.yml"
+	rulesTestPath = "../../deploy/prometheus/geotoll.rules.test.yml"
 	dashboardPath = "../../deploy/grafana/geotoll.json"
 )
 
@@ -444,17 +445,19 @@ func TestMonitoringReadmeNamesEveryAlert(t *testing.T) {
 	}
 }
 
-// TestMonitoringPromtool runs Prometheus's own checker on the rules when
-// promtool is installed (Debian: apt-get install prometheus); the Go
-// tests above are the guarantee.
+// TestMonitoringPromtool runs Prometheus's own checker on the rules, and
+// their unit tests (alerts that fire, and do not, on made-up series), when
+// promtool is installed (Debian: apt-get install prometheus); the Go tests
+// above are the guarantee.
 func TestMonitoringPromtool(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Skip("promtool not installed")
 	}
-	out, err := exec.Command(promtool, "check", "rules", rulesPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	for _, args := range [][]string{{"check", "rules", rulesPath}, {"test", "rules", rulesTestPath}} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 }
