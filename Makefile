@@ -44,7 +44,7 @@ SERVICES_ENV = eval "$$($(SERVICES) env)"
 # Redis, and missing services fail instead of skip.
 TEST_ENV = $(SERVICES_ENV); export GEOTOLL_REQUIRE_SERVICES=1
 
-.PHONY: all build services services-down cluster run testdb opendata browser-deps test lint fuzz chaos bench bench-ceiling bench-protect mutate clean
+.PHONY: all build services services-down cluster run testdb opendata browser-deps promtool test lint fuzz chaos bench bench-ceiling bench-protect mutate clean
 
 all: lint test
 
@@ -102,10 +102,15 @@ opendata: services build
 browser-deps:
 	bash web/browser/install-deps.sh
 
+# promtool (Debian's prometheus package) checks and unit-tests the alerting
+# rules in deploy/prometheus; the package's server is not started.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || bash -c 'log() { echo "promtool: $$*" >&2; }; die() { log "$$*"; exit 1; }; . scripts/apt.sh; apt_install prometheus'
+
 # The chaos suite runs after the other packages, not beside them: it kills
 # and pauses processes and asserts fail-fast bounds, and on 2 cores it would
 # otherwise compete with the race-detector builds and Chromium.
-test: testdb browser-deps
+test: testdb browser-deps promtool
 	$(TEST_ENV); \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/chaos$$'); \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./chaos

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
+
+	"github.com/geotoll/geotoll/internal/testenv"
 )
 
 // The monitoring kit operators load: Prometheus rules and a Grafana
@@ -453,7 +455,10 @@ func TestMonitoringPromtool(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool not installed")
+		if testenv.Required() {
+			t.Fatal("promtool not installed (make promtool installs it)")
+		}
+		t.Skip("promtool not installed (make promtool installs it)")
 	}
 	for _, args := range [][]string{{"check", "rules", rulesPath}, {"test", "rules", rulesTestPath}} {
 		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
