@@ -37,7 +37,7 @@ func TestFailoverDebitQueuedAheadOfTheAdmissionCountsOnce(t *testing.T) {
 			Logger: slog.New(slog.DiscardHandler)}
 		b := Bucket{Key: fx.key("mark-debit"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		a := mustAdmit(t, f, Request{Bucket: b, Cost: 4, Debt: 10}) // 6 left
-		p.before = func() { a.Ticket.Settle(6) }                   // it cost 6: 2 more, 4 left
+		p.before = func() { a.Ticket.Settle(6) }                    // it cost 6: 2 more, 4 left
 		if r := mustAdmit(t, f, Request{Bucket: b, Cost: 5, Debt: 10}); r.Allowed {
 			t.Fatalf("5 of 4 tokens admitted: %+v", r.Result)
 		}
@@ -69,7 +69,7 @@ func TestFailoverRefundQueuedAheadOfTheAdmissionCountsOnce(t *testing.T) {
 			Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
 		b := Bucket{Key: fx.key("mark-refund"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		a := mustAdmit(t, f, Request{Bucket: b, Cost: 6}) // 4 left
-		p.before = func() { a.Ticket.Settle(3) }         // it cost 3: 3 back, 7 left
+		p.before = func() { a.Ticket.Settle(3) }          // it cost 3: 3 back, 7 left
 		r := mustAdmit(t, f, Request{Bucket: b, Cost: 6}) // 1 left
 		if !r.Allowed {
 			t.Fatalf("6 of 7 tokens refused: %+v", r.Result)
