@@ -1,0 +1,89 @@
+package throttle
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// slowScripter is a real Redis whose script calls of one key each take
+// the next of delays longer (a loaded server): every one answers within
+// the store's Timeout.
+type slowScripter struct {
+	redis.Scripter
+	key    string
+	sent   chan struct{}
+	mu     sync.Mutex
+	delays []time.Duration
+}
+
+func (g *slowScripter) wait(keys []string) {
+	if len(keys) == 0 || keys[0] != g.key {
+		return
+	}
+	g.mu.Lock()
+	var d time.Duration
+	if len(g.delays) > 0 {
+		d, g.delays = g.delays[0], g.delays[1:]
+	}
+	g.mu.Unlock()
+	select {
+	case g.sent <- struct{}{}:
+	default:
+	}
+	time.Sleep(d)
+}
+
+func (g *slowScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	g.wait(keys)
+	return g.Scripter.EvalSha(ctx, sha1, keys, args...)
+}
+
+func (g *slowScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	g.wait(keys)
+	return g.Scripter.Eval(ctx, script, keys, args...)
+}
+
+// A budget read of a caller whose call is on its way waits for that call
+// on the caller's lane, then makes its own. Each call answers within the
+// store's Timeout, as an admission waiting the same way is answered: the
+// read must be answered too, not fail and take the whole Failover into
+// its fail mode (closed here: a 503 for every caller) for one caller's
+// slow call.
+func TestPeekBehindACallOnItsWayIsNoStoreFailure(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		b := Bucket{Key: fx.key("peek-behind"), Limit: Limit{Rate: 1, Capacity: 100}}
+		g := &slowScripter{Scripter: fx.rdb, key: b.Key, sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: 2 * time.Second, ClockSkew: 10 * time.Second, LeaseRequests: -1})
+		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 20 * time.Second, ProbeInterval: time.Hour,
+			PeekReuse: -1, Logger: slog.New(slog.DiscardHandler)}
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // the script is loaded
+		flushWithin(t, s)
+		select { // what the warm-up signalled
+		case <-g.sent:
+		default:
+		}
+		g.mu.Lock()
+		g.delays = []time.Duration{1500 * time.Millisecond, time.Second} // each within Timeout (2 s)
+		g.mu.Unlock()
+		done := make(chan Admission, 1)
+		go func() { done <- mustAdmit(t, f, Request{Bucket: b, Cost: 1}) }()
+		<-g.sent // the admission's call is on its way
+		_, perr := f.Peek(context.Background(), b)
+		h := f.Health()
+		a := <-done
+		a.Ticket.Release()
+		flushWithin(t, s)
+		if !a.Allowed {
+			t.Fatalf("the admission on its way: %+v", a.Result)
+		}
+		if perr != nil || h.Degraded {
+			t.Fatalf("a read behind a call of 1.5 s, its own of 1 s, Timeout 2 s: err %v, degraded %v (%s)", perr, h.Degraded, h.Err)
+		}
+	})
+}
