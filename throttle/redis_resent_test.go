@@ -41,3 +41,34 @@ func TestShadowAdmissionResentSpendsNothing(t *testing.T) {
 		}
 	})
 }
+
+// An admission whose batch reached Redis twice is admitted by the first
+// copy: the second must answer "already open" even when the first spent
+// the tokens (or took the slot) the second would need. Refused, its
+// caller gets a 429 for a request the bucket paid, and the price and the
+// slot stay taken, never settled, until the request TTL.
+func TestAdmissionResentAfterItTookTheLastTokensIsAdmitted(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		s := NewRedisStore(resentScripter{fx.rdb}, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		for _, tc := range []struct {
+			name string
+			req  Request
+		}{
+			{"tokens", Request{Cost: 8}},
+			{"slot", Request{Cost: 1, MaxInFlight: 1}},
+		} {
+			b := Bucket{Key: fx.key("resent-last-" + tc.name), Limit: Limit{Rate: 1e-3, Capacity: 10}}
+			req := tc.req
+			req.Bucket = b
+			a := mustAdmit(t, s, req)
+			a.Ticket.Release()
+			flushWithin(t, s)
+			st := fx.state(b.Key)
+			if !a.Allowed {
+				t.Errorf("%s: a request of %v (max in flight %d) on a full bucket, its batch resent: refused (%v, %.3f tokens left); Redis holds %.3f tokens, %d open",
+					tc.name, req.Cost, req.MaxInFlight, a.Refusal, a.Result.Remaining, st.b.tokens/1e6, st.b.n)
+			}
+		}
+	})
+}
