@@ -240,6 +240,15 @@ for i = 9, nargs, 3 do
         end
       end
     end
+    if status == 0 or status == 2 or status == 3 then
+      -- A copy of this batch may have been admitted before (its answer
+      -- lost), taking the tokens or the slot this copy lacks: as it was.
+      local rec = rcall('HGET', okey, id)
+      if rec then
+        status, value = 4, nil
+        if match(rec, '^0 ') then status = 6 end
+      end
+    end
   elseif kind == 'F' or kind == 'V' or kind == 'M' then
     local delta, give, tomb, skip = 0, 0, nil, false
     if kind ~= 'V' then

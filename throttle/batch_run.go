@@ -73,17 +73,40 @@ func (r *batchRun) admit(o op) int {
 	case r.late || invalid:
 		return stLate
 	case !own && !shadow:
-		return stRefused
+		return r.refuse(o.id, stRefused)
 	case !whole && !shadow:
-		return stAggregate
+		return r.refuse(o.id, stAggregate)
 	}
 	if !r.slotFree() {
-		return stInFlight
+		return r.refuse(o.id, stInFlight)
 	}
 	if !own || !whole {
 		return r.open(o.id, stShadow, 0)
 	}
 	return r.open(o.id, stAdmitted, cost)
+}
+
+// refuse answers status, a refusal, for an admit of id — unless id is
+// open: a copy of its batch reached Redis before (its answer lost) and
+// took what this copy lacks.
+func (r *batchRun) refuse(id string, status int) int {
+	if st, dup := r.openBefore(id); dup {
+		return st
+	}
+	return status
+}
+
+// openBefore answers an admit of an id already open as its earlier copy was
+// admitted: shadow when it spent nothing.
+func (r *batchRun) openBefore(id string) (int, bool) {
+	o, ok := r.st.open[id]
+	switch {
+	case !ok:
+		return 0, false
+	case o.paid == 0:
+		return stShadow, true
+	}
+	return stAlreadyOpen, true
 }
 
 // slotFree reports whether the in-flight cap leaves room for one more
@@ -107,11 +130,8 @@ func (r *batchRun) open(id string, status int, cost float64) int {
 	if r.nowMS <= r.voidsUntil && r.st.voids[id] {
 		return stLate
 	}
-	if o, dup := r.st.open[id]; dup {
-		if o.paid == 0 { // an earlier copy was a shadow admission: it stays one
-			return stShadow
-		}
-		return stAlreadyOpen
+	if st, dup := r.openBefore(id); dup {
+		return st
 	}
 	if r.st.open == nil {
 		r.st.open = make(map[string]openReq)

@@ -452,20 +452,18 @@ type knownBudget struct {
 	remaining float64
 	limit     Limit
 	refused   bool
-	// line names an entry of m and the entries that replaced it; settled
-	// is the tokens the settlements counted in them since it began
-	// (refunds positive, debits negative). An answer to a call sent at a
-	// mark lacks the settlements counted since (settled - mark.settled):
-	// they reached the primary after the call.
+	// line names an entry of m and the entries that replaced it; settles
+	// counts the settlements counted in them since it began. A call whose
+	// mark differs when it is answered raced a settlement of the caller.
 	line    uint64
-	settled float64
+	settles uint64
 }
 
 // mark is what known had counted of a caller's settlements when a call
 // about it was sent.
 type mark struct {
 	line    uint64 // 0: nothing was known of the caller
-	settled float64
+	settles uint64
 }
 
 // estimate is the bucket's tokens at now, by its refill alone.
@@ -474,8 +472,10 @@ func (k knownBudget) estimate(now time.Time) float64 {
 }
 
 // note records the primary's answer a to req, whose call was sent at
-// from, with the settlements of the caller counted since added: the
-// answer lacks them.
+// from. A settlement of the caller counted since may have reached the
+// primary before the call or after it — which, only the primary's queue
+// knew — so a refusal that raced one is not kept for free refusals: the
+// caller's next request asks the primary again.
 func (k *known) note(req Request, a Admission, from mark, now time.Time, size int) {
 	if a.Refusal == RefusedInFlight || a.Refusal == RefusedAggregate {
 		return
@@ -486,10 +486,10 @@ func (k *known) note(req Request, a Admission, from mark, now time.Time, size in
 	cur, ok := k.m[req.Key]
 	switch {
 	case ok && cur.limit == req.Limit:
-		kb.line, kb.settled = cur.line, cur.settled
+		kb.line, kb.settles = cur.line, cur.settles
 		// With no entry at the mark, every settlement of cur came after it.
-		if from.line == cur.line || from.line == 0 {
-			kb.remaining = settle(kb.remaining, cur.settled-from.settled, req.Limit.Capacity, req.Debt)
+		if from.line != cur.line && from.line != 0 || cur.settles != from.settles {
+			kb.refused = false
 		}
 	default:
 		k.lines++
@@ -582,7 +582,7 @@ func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 			continue
 		}
 		kb.remaining, kb.at = settle(kb.estimate(now), d, t.limit.Capacity, t.debt), now
-		kb.settled += d
+		kb.settles++
 		m[t.key] = kb
 	}
 }
@@ -596,7 +596,7 @@ func (k *known) refuse(req Request, now time.Time) (Admission, bool, mark) {
 	k.mu.Unlock()
 	var from mark
 	if ok {
-		from = mark{line: kb.line, settled: kb.settled}
+		from = mark{line: kb.line, settles: kb.settles}
 	}
 	if req.Shadow || !ok || !kb.refused || kb.limit != req.Limit {
 		return Admission{}, false, from

@@ -332,17 +332,25 @@ func (s *RedisStore) finish(t *Ticket, delta float64) {
 
 // Peek implements Store: an operation that changes nothing, on the
 // caller's lane, so that it is answered after every settlement of the
-// caller queued before it (a finish waiting for FinishDelay goes first).
+// caller queued before it: a finish waiting for FinishDelay, or for its
+// retry after a failed call, is sent first. Like an admit, it waits for
+// the caller's call on its way, each call bounded by Timeout; ctx bounds
+// the whole.
 func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 	if err := b.Limit.Validate(); err != nil {
 		return Result{}, err
 	}
 	sh := peekShape(b)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	p := &pending{op: op{kind: opPeek}, sh: sh, done: make(chan opResult, 1), failed: make(chan error, 1),
 		span: trace.SpanContextFromContext(ctx)}
-	l, mine, err := s.enqueue(b.Key, nil, sh, true, p)
+	s.mu.Lock()
+	if l := s.lanes[b.Key]; l != nil {
+		for _, q := range l.queue { // what waits for a retry goes now, ahead of the peek
+			q.notBefore = time.Time{}
+		}
+	}
+	l, mine, err := s.enqueueLocked(b.Key, nil, sh, true, p)
+	s.mu.Unlock()
 	if err != nil {
 		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
 	}
