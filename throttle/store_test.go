@@ -383,3 +383,24 @@ func TestAggregateRateBelowAMicroToken(t *testing.T) {
 		}
 	})
 }
+
+// A request that neither its own bucket nor its aggregate can pay is
+// refused with the longer of the two waits: its Retry-After is when both
+// can pay, not only its own bucket (which would send it back to be refused
+// by the aggregate).
+func TestStoreRefusalWaitsForTheAggregateToo(t *testing.T) {
+	t.Parallel()
+	everyStore(t, func(t *testing.T, sc storeCase) {
+		own := Bucket{Key: sc.key("both") + ":a", Limit: Limit{Rate: 1, Capacity: 10}}
+		other := Bucket{Key: sc.key("both") + ":b", Limit: Limit{Rate: 1, Capacity: 10}}
+		agg := &Bucket{Key: sc.key("both"), Limit: Limit{Rate: 0.01, Capacity: 10}}
+		mustAdmit(t, sc.store, Request{Bucket: own, Aggregate: agg, Cost: 8}).Ticket.Release()   // own 2, aggregate 2
+		mustAdmit(t, sc.store, Request{Bucket: other, Aggregate: agg, Cost: 2}).Ticket.Release() // aggregate 0
+		a := mustAdmit(t, sc.store, Request{Bucket: own, Aggregate: agg, Cost: 5})
+		// Own: 3 tokens short at 1/s; the aggregate: 5 short at 0.01/s.
+		if a.Allowed || a.Refusal != RefusedAggregate || a.Result.RetryAfter < 400*time.Second || a.Result.Limit != agg.Limit {
+			t.Fatalf("own bucket 2 and aggregate 0, a request of 5: %v, Retry-After %v, limit %+v; want refused by the aggregate, about 500 s",
+				a.Refusal, a.Result.RetryAfter, a.Result.Limit)
+		}
+	})
+}
