@@ -198,6 +198,8 @@ for i = 9, nargs, 3 do
       status = 5
     elseif not own and not shadow then
       status = 0
+      -- Neither can pay: the longer wait is the request's Retry-After.
+      if not whole and (cost - atokens) * rate > (cost - tokens) * arate then status, value = 2, atokens end
     elseif not whole and not shadow then
       status, value = 2, atokens
     else

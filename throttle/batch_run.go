@@ -73,6 +73,10 @@ func (r *batchRun) admit(o op) int {
 	case r.late || invalid:
 		return stLate
 	case !own && !shadow:
+		// Neither can pay: the longer wait is the request's Retry-After.
+		if !whole && (cost-r.atokens)*r.sh.rate > (cost-r.tokens)*r.sh.aggRate {
+			return r.refuse(o.id, stAggregate)
+		}
 		return r.refuse(o.id, stRefused)
 	case !whole && !shadow:
 		return r.refuse(o.id, stAggregate)
