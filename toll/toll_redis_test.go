@@ -2,6 +2,7 @@ package toll
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -198,6 +199,44 @@ func TestIPv6AggregateBucket(t *testing.T) {
 		n, err := rdb.Eval(t.Context(), "return redis.call('EXISTS', KEYS[1], KEYS[2])", []string{own64, net48}).Int()
 		if err != nil || n != 2 {
 			t.Fatalf("one script over the /64 and the /48: %d %v", n, err)
+		}
+	})
+}
+
+// A dry run of an anonymous IPv6 caller answers as its request would be
+// answered: would_allow false, and its retry_after, when the network's
+// aggregate cannot pay, though the caller's own /64 could.
+func TestDryRunSeesTheIPv6Aggregate(t *testing.T) {
+	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		toll, _ := redisTollOn(t, rdb)
+		toll.IPv6Aggregate = IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 0.001, Capacity: 100}}
+		if err := toll.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		z2 := tileDemand(2, "places") // 60 tokens; the anonymous bucket holds 80, the /48 100
+		from := func(remote, query string) *httptest.ResponseRecorder {
+			r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/0/0.mvt"+query, nil)
+			r.RemoteAddr = remote
+			w := httptest.NewRecorder()
+			toll.AdmitTile(w, r, z2)
+			return w
+		}
+		if w := from("[2001:db8:1:1::1]:443", ""); w.Code != http.StatusOK {
+			t.Fatalf("first /64: %d %s", w.Code, w.Body)
+		}
+		w := from("[2001:db8:1:2::1]:443", "?dry_run=1") // a fresh /64: the /48 holds 40
+		var body struct {
+			WouldAllow bool    `json:"would_allow"`
+			RetryAfter float64 `json:"retry_after"`
+		}
+		if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &body) != nil {
+			t.Fatalf("dry run: %d %s", w.Code, w.Body)
+		}
+		if body.WouldAllow || body.RetryAfter < 1000 {
+			t.Fatalf("dry run of 60 tokens from a fresh /64 of a /48 holding 40: %s; want would_allow false, retry_after about 20,000 s", w.Body)
+		}
+		if w := from("[2001:db8:1:2::1]:443", ""); w.Code != http.StatusTooManyRequests {
+			t.Fatalf("the request itself: %d %s", w.Code, w.Body)
 		}
 	})
 }
