@@ -10,9 +10,15 @@ import (
 )
 
 // dryRun answers ?dry_run=1: the price and the budget, nothing charged and
-// nothing queried.
-func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price) {
+// nothing queried. would_allow and retry_after answer as the request
+// would be answered: by its own bucket and, for an anonymous IPv6 caller,
+// its network's aggregate (agg, else nil).
+func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, agg *throttle.Bucket, p Price) {
 	res, err := t.Store.Peek(r.Context(), own)
+	var ares throttle.Result
+	if err == nil && agg != nil {
+		ares, err = t.Store.Peek(r.Context(), *agg)
+	}
 	if err != nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 		return
@@ -20,10 +26,16 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol str
 	t.observe(tier.Name, p, DryRun)
 	res.Cost = p.Cost
 	setBudgetHeaders(w.Header(), pol, tier, res)
-	allowed := res.Remaining >= p.Cost
-	retry := 0
-	if !allowed {
-		retry = int(math.Ceil((p.Cost - res.Remaining) / tier.Limit.Rate))
+	allowed, retry := true, 0
+	wait := func(remaining, rate float64) {
+		if remaining < p.Cost {
+			allowed = false
+			retry = max(retry, int(math.Ceil((p.Cost-remaining)/rate)))
+		}
+	}
+	wait(res.Remaining, tier.Limit.Rate)
+	if agg != nil {
+		wait(ares.Remaining, agg.Limit.Rate)
 	}
 	w.Header().Set("Cache-Control", "no-store") // one caller's budget, at one moment
 	writeJSON(w, http.StatusOK, map[string]any{

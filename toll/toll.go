@@ -255,8 +255,12 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		t.tooExpensive(w, r, tier, pol, own, p, most)
 		return nil
 	}
+	var agg *throttle.Bucket
+	if caller.Network != "" {
+		agg = &throttle.Bucket{Key: throttle.BucketKey(t.Prefix, tier.Name, caller.Network), Limit: t.IPv6Aggregate.Limit}
+	}
 	if dry {
-		t.dryRun(w, r, tier, pol, own, p)
+		t.dryRun(w, r, tier, pol, own, agg, p)
 		return nil
 	}
 	var global float64
@@ -274,9 +278,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 	}
 	req := throttle.Request{Bucket: own, Cost: p.Cost, Debt: t.mostPerRequest(tier), MaxInFlight: tier.MaxInFlight,
 		TTL: t.inFlightTTL(), Shadow: tier.Shadow || t.shadowed(p)}
-	if caller.Network != "" {
-		req.Aggregate = &throttle.Bucket{Key: throttle.BucketKey(t.Prefix, tier.Name, caller.Network), Limit: t.IPv6Aggregate.Limit}
-	}
+	req.Aggregate = agg
 	a, err := t.Store.Admit(ctx, req)
 	if err != nil || !a.Allowed {
 		if global > 0 {
