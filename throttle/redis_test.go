@@ -430,7 +430,7 @@ func TestScriptReplacesAnOlderVersionsBucket(t *testing.T) {
 		key := f.key("old")
 		f.rdb.HSet(context.Background(), key, "tokens", "3", "ts", "1700000000")
 		got := f.run(key, shape{rate: micro, capacity: 10 * micro, max: 1, ttlMS: 1000}, []op{{kind: opAdmit, id: "a", amount: 4 * micro}})
-		if got[0] != (opResult{stAdmitted, 6 * micro}) || !f.state(key).found {
+		if got[0] != (opResult{status: stAdmitted, tokens: 6 * micro}) || !f.state(key).found {
 			t.Fatalf("admit over an old hash bucket: %+v", got)
 		}
 	})
