@@ -64,6 +64,10 @@ type op struct {
 type opResult struct {
 	status int
 	tokens float64
+	// raced: a settlement or void of the caller was on its way behind the
+	// operation when Redis answered it (later in its batch, or queued), so
+	// the answer lacks it.
+	raced bool
 }
 
 // shape is a batch's bucket shapes and in-flight rule, in micro-tokens

@@ -133,7 +133,7 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 		f.free.Add(1)
 		return a, nil
 	}
-	fallback, err := f.onPrimary(ctx, func(ctx context.Context) (err error) {
+	fallback, err := f.onPrimary(ctx, f.timeout(), func(ctx context.Context) (err error) {
 		a, err = f.Primary.Admit(ctx, req)
 		return err
 	})
@@ -218,7 +218,10 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result, error) {
 	var res Result
 	sent := time.Now()
-	fallback, err := f.onPrimary(ctx, func(ctx context.Context) (err error) {
+	// A read waits for the caller's call on its way and for a finish's
+	// call (a read rides with no other operation) before its own: half as
+	// long again as an admission may.
+	fallback, err := f.onPrimary(ctx, f.timeout()*3/2, func(ctx context.Context) (err error) {
 		res, err = f.Primary.Peek(ctx, b)
 		return err
 	})
@@ -298,7 +301,7 @@ func (f *Failover) logger() *slog.Logger {
 // decide by the fail mode instead. A request whose own context is done
 // gets its error: it is refused, never failed over, and says nothing about
 // the store.
-func (f *Failover) onPrimary(ctx context.Context, call func(context.Context) error) (fallback bool, err error) {
+func (f *Failover) onPrimary(ctx context.Context, timeout time.Duration, call func(context.Context) error) (fallback bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -307,7 +310,7 @@ func (f *Failover) onPrimary(ctx context.Context, call func(context.Context) err
 		f.lim.fallbacks.Add(1)
 		return true, nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, f.timeout())
+	sctx, cancel := context.WithTimeout(ctx, timeout)
 	err = call(sctx)
 	cancel()
 	switch {
@@ -494,6 +497,9 @@ func (k *known) note(req Request, a Admission, from mark, now time.Time, size in
 	default:
 		k.lines++
 		kb.line = k.lines
+	}
+	if a.raced {
+		kb.refused = false
 	}
 	k.m = remember(k.m, req.Key, kb, size)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -62,6 +63,9 @@ func (s *RedisStore) enqueue(key string, agg *Bucket, sh shape, now bool, ps ...
 // enqueueLocked is enqueue under RedisStore.mu.
 func (s *RedisStore) enqueueLocked(key string, agg *Bucket, sh shape, now bool, ps ...*pending) (l *lane, mine bool, err error) {
 	l = s.laneLocked(key)
+	if over := len(l.queue) + len(ps) - s.opts.MaxPending; over > 0 && ps[0].op.kind != opPeek {
+		s.dropPeeksLocked(l, over) // reads, free to their caller, give way
+	}
 	if len(l.queue)+len(ps) > s.opts.MaxPending {
 		if now {
 			for _, p := range ps {
@@ -84,6 +88,19 @@ func (s *RedisStore) enqueueLocked(key string, agg *Bucket, sh shape, now bool, 
 	}
 	l.queue = append(l.queue, ps...)
 	return l, s.kickLocked(l, now, now), nil
+}
+
+// dropPeeksLocked takes up to n reads not yet sent out of l's queue, the
+// latest first, each answered ErrBusy: a caller's free reads never cost
+// it a place its settlements or admits need.
+func (s *RedisStore) dropPeeksLocked(l *lane, n int) {
+	for i := len(l.queue) - 1; i >= 0 && n > 0; i-- {
+		if p := l.queue[i]; p.op.kind == opPeek && !p.sent {
+			l.queue = slices.Delete(l.queue, i, i+1)
+			p.failed <- fmt.Errorf("%w for %q (its read gave way)", ErrBusy, l.key)
+			n--
+		}
+	}
 }
 
 // laneLocked is key's lane, made when there is none.
@@ -311,6 +328,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 	}
 	var voids []*pending
 	s.mu.Lock()
+	markRaced(batch, results, l.queue)
 	for i, p := range batch {
 		if p.lease != nil {
 			s.grantLocked(l, p.lease, results[i])
@@ -332,6 +350,30 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 	for _, v := range voids {
 		s.stats.voids.Add(1)
 		_, _, _ = s.enqueue(l.key, v.agg, v.sh, false, v)
+	}
+}
+
+// markRaced marks the refusals of a batch answered while a settlement of
+// their caller was on its way behind them — a finish, void or move later
+// in the batch or still queued, or an admit of the batch whose caller hung
+// up (it will be voided: its price comes back) — so that a Failover keeps
+// no free refusal on an answer that may lack it. A settlement ahead of a
+// refusal in the batch is in its answer.
+func markRaced(batch []*pending, results []opResult, queue []*pending) {
+	settling := func(p *pending) bool {
+		return p.op.kind == opFinish || p.op.kind == opVoid || p.op.kind == opMove
+	}
+	behind := slices.ContainsFunc(queue, settling)
+	for i, p := range batch {
+		behind = behind || (p.abandoned && admitted(results[i].status))
+	}
+	for i := len(batch) - 1; i >= 0; i-- {
+		if settling(batch[i]) {
+			behind = true
+		}
+		if behind && (results[i].status == stRefused || results[i].status == stAggregate) {
+			results[i].raced = true
+		}
 	}
 }
 

@@ -73,6 +73,9 @@ type Admission struct {
 	// Ticket finishes an allowed request; nil when refused (finishing a
 	// nil Ticket does nothing).
 	Ticket *Ticket
+	// raced: the store answered while a settlement of the caller was on
+	// its way behind the decision (a Failover keeps no free refusal of it).
+	raced bool
 }
 
 // Store decides admissions atomically and keeps the buckets.
@@ -237,7 +240,7 @@ var errLate = errors.New("throttle: the budget call reached Redis after its dead
 // admission turns a script status into an Admission, or an error for an
 // admit the script did not apply (late).
 func admission(req Request, sh shape, cost float64, r opResult) (Admission, error) {
-	a := Admission{}
+	a := Admission{raced: r.raced}
 	switch r.status {
 	case stAdmitted, stAlreadyOpen:
 		a.Allowed = true
