@@ -119,6 +119,10 @@ func TestApplyBatch(t *testing.T) {
 		{"a tombstone whose deadline is now keeps nothing", testShape, []step{
 			{0, []op{voidUntil("b", 0), admit("b", 1)}, []opResult{r(stRefused, 10), r(stAdmitted, 9)}},
 		}},
+		{"a void of an open request also turns away a late copy of its admit", testShape, []step{
+			{0, []op{admit("a", 4), voidUntil("a", 60000)}, []opResult{r(stAdmitted, 6), r(stAdmitted, 10)}},
+			{10, []op{admit("a", 4)}, []opResult{r(stLate, 10)}},
+		}},
 		{"an invalid admit changes nothing", testShape, []step{
 			{0, []op{admit("a", 11), admit("", 1), admit("b", 0), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
 			{0, []op{finish("b", 0)}, []opResult{r(stRefused, 10)}}, // a free admit opened nothing

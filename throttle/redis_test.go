@@ -793,3 +793,23 @@ func TestRedisBatchKeepsEachRequestsInFlightCap(t *testing.T) {
 		flushWithin(t, s)
 	})
 }
+
+// A void of a request that is open (its batch reached Redis, its answer
+// was lost) also leaves a tombstone until the voided batch's deadline: a
+// copy of that batch arriving after the void (a resend) admits nothing.
+func TestScriptVoidOfAnOpenRequestTurnsAwayALateCopy(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		key := f.key("void-open")
+		sh := shape{rate: micro, capacity: 10 * micro, max: 4, ttlMS: 60000}
+		keep := float64(time.Now().Add(time.Minute).UnixMilli())
+		admit := op{kind: opAdmit, id: "a", amount: 4 * micro}
+		got := f.run(key, sh, []op{admit, {kind: opVoid, id: "a", amount: keep}})
+		if got[0].status != stAdmitted || got[1].status != stAdmitted {
+			t.Fatalf("admit and void: %+v", got)
+		}
+		if got := f.run(key, sh, []op{admit}); got[0].status != stLate {
+			t.Fatalf("a copy of the voided admit after its void: %+v, want late (turned away)", got)
+		}
+	})
+}
