@@ -46,10 +46,10 @@
 --                (down to -floor), delta < 0 refunds (geotoll never sends
 --                a refund above what the request paid: it knows the price)
 --   "V" id keep  void: close id and refund all it paid (its caller never
---                learnt it was admitted, and was decided elsewhere); if id
---                is not open, leave a tombstone until the Unix ms "keep"
---                (the voided batch's not_after), so that the admit, should
---                it still come, admits nothing
+--                learnt it was admitted, and was decided elsewhere); open
+--                or not, leave a tombstone until the Unix ms "keep" (the
+--                voided batch's not_after), so that the admit, should it
+--                still come (again), admits nothing
 --   "M" id delta move: close id and settle delta as F does, and open
 --                id.."+" in its place, having paid nothing, for ttl_ms —
 --                no token or cap check: the request id held stays open
@@ -252,7 +252,7 @@ for i = 9, nargs, 3 do
       end
     end
   elseif kind == 'F' or kind == 'V' or kind == 'M' then
-    local delta, give, tomb, skip = 0, 0, nil, false
+    local delta, give, tomb, skip, after = 0, 0, nil, false, nil
     if kind ~= 'V' then
       delta = tonumber(argv[i + 2])
       if delta == nil or delta ~= delta or delta == huge or delta == -huge then delta = 0 end
@@ -262,6 +262,10 @@ for i = 9, nargs, 3 do
       local rec = rcall('HGET', okey, id)
       if rec then
         give = tonumber(match(rec, '^(%S+)')) or 0
+        -- Closed, and a tombstone too: a late copy of its admit (a resend
+        -- after the void) admits nothing.
+        local keep = tonumber(argv[i + 2])
+        if keep ~= nil and keep > nowms then after = keep end
       else
         -- Never admitted, or not yet: a tombstone until the voided batch's
         -- deadline turns away the admit if it arrives after all.
@@ -303,6 +307,13 @@ for i = 9, nargs, 3 do
         if agg then
           atokens = atokens + give
           if atokens > acap then atokens = acap end
+        end
+      end
+      if after then
+        rcall('HSET', vkey, id, '1')
+        if after > voids then
+          voids = after
+          rcall('PEXPIREAT', vkey, format('%d', after + grace))
         end
       end
       dirty = true

@@ -155,7 +155,8 @@ func (r *batchRun) open(id string, status int, cost float64) int {
 // finish is an F, V or M operation: close an open request and settle it —
 // a finish or a move by its delta, a void by refunding all it paid. None
 // of an id that is not open settles anything, so a repeated or late one
-// never settles twice; a void of such an id leaves a tombstone instead. A
+// never settles twice; a void leaves a tombstone (until its amount, the
+// voided batch's deadline), whether it closed the request or not. A
 // move opens id+"+" in the closed request's place, paid nothing, with no
 // token or cap check (the slot it held stays taken), and does nothing
 // when that id is open already.
@@ -180,6 +181,7 @@ func (r *batchRun) finish(o op) int {
 	give, delta := 0.0, 0.0
 	if o.kind == opVoid {
 		give = rec.paid
+		r.tombstone(o.id, int64(o.amount)) // a late copy of its admit admits nothing
 	} else if delta = finite(o.amount); delta < 0 {
 		give = -delta
 	}
