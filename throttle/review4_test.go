@@ -1,0 +1,83 @@
+package throttle
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// gatedLossyScripter holds each call while its gate is set, then runs it
+// for real; the call after failNext is set reports failure once its
+// batch is applied: a slow Redis whose reply is lost.
+type gatedLossyScripter struct {
+	redis.UniversalClient
+	gate     atomic.Pointer[chan struct{}]
+	sent     chan struct{}
+	failNext atomic.Bool
+}
+
+func (g *gatedLossyScripter) run(cmd func() *redis.Cmd) *redis.Cmd {
+	if c := g.gate.Load(); c != nil {
+		g.sent <- struct{}{}
+		<-*c
+	}
+	r := cmd()
+	if r.Err() == nil && g.failNext.CompareAndSwap(true, false) {
+		r.SetErr(context.DeadlineExceeded)
+	}
+	return r
+}
+
+func (g *gatedLossyScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return g.run(func() *redis.Cmd { return g.UniversalClient.EvalSha(ctx, sha, keys, args...) })
+}
+
+func (g *gatedLossyScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return g.run(func() *redis.Cmd { return g.UniversalClient.Eval(ctx, script, keys, args...) })
+}
+
+// TestFailedAdmitIsVoidedDespiteQueuedReads: reads queued while an admit's
+// call is on its way must not cost that admit its void when the call's
+// reply is lost. The void goes back into the caller's queue, which the
+// reads fill; it is dropped, and the price of a request that was answered
+// with an error stays charged in Redis.
+func TestFailedAdmitIsVoidedDespiteQueuedReads(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		g := &gatedLossyScripter{UniversalClient: fx.rdb, sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1,
+			MaxPending: 2, RetryInterval: 10 * time.Millisecond})
+		b := Bucket{Key: fx.key("void-behind-reads"), Limit: Limit{Rate: 1e-6, Capacity: 10}}
+		mustPeek(t, s, b) // the script is loaded: each call below is one
+		gate := make(chan struct{})
+		g.gate.Store(&gate)
+		admitted := make(chan error, 1)
+		go func() {
+			_, err := s.Admit(context.Background(), Request{Bucket: b, Cost: 4})
+			admitted <- err
+		}()
+		<-g.sent // the admit's call is on its way
+		g.gate.Store(nil)
+		reads := make(chan error, 2)
+		for range 2 {
+			go func() { _, err := s.Peek(context.Background(), b); reads <- err }()
+		}
+		queued(t, s, b.Key, 2)
+		g.failNext.Store(true) // Redis applies the admit; its reply is lost
+		close(gate)
+		if err := <-admitted; err == nil {
+			t.Fatal("an admit whose reply was lost answered")
+		}
+		for range 2 {
+			<-reads // answered or given way: either is fine
+		}
+		flushWithin(t, s)
+		if got := mustPeek(t, s, b).Remaining; got < 9.99 {
+			t.Fatalf("Redis holds %.3f tokens after an admit answered with an error, want 10 (its void was dropped: %d dropped)",
+				got, s.stats.dropped.Load())
+		}
+	})
+}
