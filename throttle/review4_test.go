@@ -2,6 +2,8 @@ package throttle
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,6 +80,59 @@ func TestFailedAdmitIsVoidedDespiteQueuedReads(t *testing.T) {
 		if got := mustPeek(t, s, b).Remaining; got < 9.99 {
 			t.Fatalf("Redis holds %.3f tokens after an admit answered with an error, want 10 (its void was dropped: %d dropped)",
 				got, s.stats.dropped.Load())
+		}
+	})
+}
+
+// An admission queued behind a caller's budget read, itself behind the
+// caller's call on its way, waits for three calls: the one on its way, the
+// read's (a read rides with no other operation) and its own. Each call
+// answers within the store's Timeout and the Failover gives an admission
+// twice that: a free read (GET /budget, a dry run) must not make the
+// caller's next admission a store failure that takes every caller into
+// the fail mode.
+func TestAdmitBehindAReadIsNoStoreFailure(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		b := Bucket{Key: fx.key("admit-behind-read"), Limit: Limit{Rate: 1, Capacity: 100}}
+		g := &slowScripter{Scripter: fx.rdb, key: b.Key, sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: 2 * time.Second, ClockSkew: 10 * time.Second, LeaseRequests: -1})
+		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 2 * 2 * time.Second, ProbeInterval: time.Hour,
+			PeekReuse: -1, Logger: slog.New(slog.DiscardHandler)}
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // the script is loaded
+		flushWithin(t, s)
+		select { // what the warm-up signalled
+		case <-g.sent:
+		default:
+		}
+		g.mu.Lock()
+		g.delays = []time.Duration{1600 * time.Millisecond, 1600 * time.Millisecond, 1600 * time.Millisecond} // each within Timeout (2 s)
+		g.mu.Unlock()
+		first := make(chan Admission, 1)
+		go func() { first <- mustAdmit(t, f, Request{Bucket: b, Cost: 1}) }()
+		<-g.sent // the first admission's call is on its way
+		read := make(chan error, 1)
+		go func() { _, err := f.Peek(context.Background(), b); read <- err }()
+		queued(t, s, b.Key, 1)
+		second := make(chan error, 1)
+		go func() {
+			a, err := f.Admit(context.Background(), Request{Bucket: b, Cost: 1})
+			if err == nil && !a.Allowed {
+				err = fmt.Errorf("refused: %+v", a)
+			}
+			if a.Ticket != nil {
+				a.Ticket.Release()
+			}
+			second <- err
+		}()
+		queued(t, s, b.Key, 2)
+		(<-first).Ticket.Release()
+		rerr, aerr := <-read, <-second
+		h := f.Health()
+		flushWithin(t, s)
+		if rerr != nil || aerr != nil || h.Degraded {
+			t.Fatalf("an admission behind a call of 1.6 s and a read's of 1.6 s, its own of 1.6 s, Timeout 2 s: read err %v, admission err %v, degraded %v (%s)",
+				rerr, aerr, h.Degraded, h.Err)
 		}
 	})
 }
