@@ -66,8 +66,9 @@ type Failover struct {
 	Mode    FailMode
 	// Replicas is how many processes share the primary's budgets.
 	Replicas int
-	// Timeout bounds one call to the primary, waiting included (default
-	// 2 × DefaultTimeout: a request may wait for the batch before its own).
+	// Timeout bounds one admission by the primary, waiting included
+	// (default 3 × DefaultTimeout: a request may wait for its caller's
+	// batch on its way and a budget read's before its own).
 	Timeout time.Duration
 	// ProbeInterval (default DefaultProbeInterval) is how long decisions
 	// follow the fail mode after a failure before one request probes.
@@ -279,7 +280,7 @@ func (f *Failover) timeout() time.Duration {
 	if f.Timeout > 0 {
 		return f.Timeout
 	}
-	return 2 * DefaultTimeout
+	return 3 * DefaultTimeout
 }
 
 func (f *Failover) probeInterval() time.Duration {

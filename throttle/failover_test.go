@@ -103,7 +103,7 @@ func TestFailoverValidate(t *testing.T) {
 // is kept.
 func TestFailoverDefaults(t *testing.T) {
 	var f Failover
-	if f.remember() != 1<<16 || f.timeout() != 2*DefaultTimeout || f.probeInterval() != DefaultProbeInterval {
+	if f.remember() != 1<<16 || f.timeout() != 3*DefaultTimeout || f.probeInterval() != DefaultProbeInterval {
 		t.Errorf("defaults: remember %d, timeout %v, probe every %v", f.remember(), f.timeout(), f.probeInterval())
 	}
 	f = Failover{Remember: 5, Timeout: time.Second, ProbeInterval: time.Minute}

@@ -407,6 +407,9 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if over := len(l.queue) + len(again) - s.opts.MaxPending; over > 0 {
+		s.dropPeeksLocked(l, over) // reads give way to the voids and finishes
+	}
 	// Ahead of what came meanwhile: a lease's give-back must land before
 	// the admits that would count on its tokens.
 	for len(again) > 0 && len(l.queue)+len(again) > s.opts.MaxPending {

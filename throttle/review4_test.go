@@ -88,7 +88,7 @@ func TestFailedAdmitIsVoidedDespiteQueuedReads(t *testing.T) {
 // caller's call on its way, waits for three calls: the one on its way, the
 // read's (a read rides with no other operation) and its own. Each call
 // answers within the store's Timeout and the Failover gives an admission
-// twice that: a free read (GET /budget, a dry run) must not make the
+// three times that (as the server does): a free read (GET /budget, a dry run) must not make the
 // caller's next admission a store failure that takes every caller into
 // the fail mode.
 func TestAdmitBehindAReadIsNoStoreFailure(t *testing.T) {
@@ -97,7 +97,7 @@ func TestAdmitBehindAReadIsNoStoreFailure(t *testing.T) {
 		b := Bucket{Key: fx.key("admit-behind-read"), Limit: Limit{Rate: 1, Capacity: 100}}
 		g := &slowScripter{Scripter: fx.rdb, key: b.Key, sent: make(chan struct{}, 1)}
 		s := NewRedisStore(g, RedisOptions{Timeout: 2 * time.Second, ClockSkew: 10 * time.Second, LeaseRequests: -1})
-		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 2 * 2 * time.Second, ProbeInterval: time.Hour,
+		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 3 * 2 * time.Second, ProbeInterval: time.Hour,
 			PeekReuse: -1, Logger: slog.New(slog.DiscardHandler)}
 		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // the script is loaded
 		flushWithin(t, s)

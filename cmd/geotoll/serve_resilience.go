@@ -131,7 +131,7 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 	m.budgets = throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
 		LeaseRequests: leases, LeaseHold: c.LeaseHold})
 	m.failover = &throttle.Failover{Primary: m.budgets, Local: local, Mode: throttle.FailMode(c.FailMode), Replicas: c.Replicas,
-		Timeout: 2 * c.Timeout, ProbeInterval: c.ProbeInterval, PeekReuse: cmp.Or(c.PeekReuse, -1), Logger: m.Logger}
+		Timeout: 3 * c.Timeout, ProbeInterval: c.ProbeInterval, PeekReuse: cmp.Or(c.PeekReuse, -1), Logger: m.Logger}
 	if err := m.failover.Validate(); err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
