@@ -176,6 +176,16 @@ if agg then
   end
 end
 
+-- bury leaves a tombstone of id until keep (Unix ms): its admit, should it
+-- still come, admits nothing.
+local function bury(id, keep)
+  rcall('HSET', vkey, id, '1')
+  if keep > voids then
+    voids = keep
+    rcall('PEXPIREAT', vkey, format('%d', keep + grace))
+  end
+end
+
 local expstr = nil -- " <expires_ms>" of a request opened now
 -- opened: a request was opened; fresh: one was opened into an empty hash,
 -- which Redis had deleted with its expiry (it deletes an emptied hash),
@@ -276,11 +286,7 @@ for i = 9, nargs, 3 do
     if skip then
       status = 0
     elseif tomb then
-      rcall('HSET', vkey, id, '1')
-      if tomb > voids then
-        voids = tomb
-        rcall('PEXPIREAT', vkey, format('%d', tomb + grace))
-      end
+      bury(id, tomb)
       status, dirty = 0, true
     elseif rcall('HDEL', okey, id) == 0 then
       status = 0
@@ -309,13 +315,7 @@ for i = 9, nargs, 3 do
           if atokens > acap then atokens = acap end
         end
       end
-      if after then
-        rcall('HSET', vkey, id, '1')
-        if after > voids then
-          voids = after
-          rcall('PEXPIREAT', vkey, format('%d', after + grace))
-        end
-      end
+      if after then bury(id, after) end
       dirty = true
     end
   elseif kind ~= 'P' then

@@ -67,28 +67,16 @@ func TestFailoverRefusalBesideAnAbandonedAdmissionIsNotKept(t *testing.T) {
 // A budget read of a caller whose call is on its way, with a finish of
 // the caller queued meanwhile, waits for both calls before its own: a
 // read never rides with a finish (its shape differs). Each call answers
-// within the store's Timeout, and the server gives the Failover twice
-// that (an admission waits for at most the call on its way, with the
-// finish riding on its own call). The read must be answered, not fail
+// within the store's Timeout, and the server gives the Failover three
+// times that for an admission, half as long again for a read. The read
+// must be answered, not fail
 // and take every caller into the fail mode (closed: a 503 for everyone).
 func TestPeekBehindACallAndAFinishIsNoStoreFailure(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		b := Bucket{Key: fx.key("peek-behind-finish"), Limit: Limit{Rate: 1, Capacity: 100}}
-		g := &slowScripter{Scripter: fx.rdb, key: b.Key, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: 2 * time.Second, ClockSkew: 10 * time.Second, LeaseRequests: -1})
-		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 2 * 2 * time.Second, ProbeInterval: time.Hour,
-			PeekReuse: -1, Logger: slog.New(slog.DiscardHandler)}
-		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // the script is loaded
-		flushWithin(t, s)
+		b, g, s, f := slowLane(t, fx, "peek-behind-finish", 3*2*time.Second)
 		held := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
-		select { // what the warm-up signalled
-		case <-g.sent:
-		default:
-		}
-		g.mu.Lock()
-		g.delays = []time.Duration{1600 * time.Millisecond, 1600 * time.Millisecond, 1600 * time.Millisecond} // each within Timeout (2 s)
-		g.mu.Unlock()
+		g.slow(1600*time.Millisecond, 1600*time.Millisecond, 1600*time.Millisecond) // each within Timeout (2 s)
 		done := make(chan Admission, 1)
 		go func() { done <- mustAdmit(t, f, Request{Bucket: b, Cost: 1}) }()
 		<-g.sent              // the admission's call is on its way

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,20 +96,8 @@ func TestFailedAdmitIsVoidedDespiteQueuedReads(t *testing.T) {
 func TestAdmitBehindAReadIsNoStoreFailure(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		b := Bucket{Key: fx.key("admit-behind-read"), Limit: Limit{Rate: 1, Capacity: 100}}
-		g := &slowScripter{Scripter: fx.rdb, key: b.Key, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: 2 * time.Second, ClockSkew: 10 * time.Second, LeaseRequests: -1})
-		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 3 * 2 * time.Second, ProbeInterval: time.Hour,
-			PeekReuse: -1, Logger: slog.New(slog.DiscardHandler)}
-		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // the script is loaded
-		flushWithin(t, s)
-		select { // what the warm-up signalled
-		case <-g.sent:
-		default:
-		}
-		g.mu.Lock()
-		g.delays = []time.Duration{1600 * time.Millisecond, 1600 * time.Millisecond, 1600 * time.Millisecond} // each within Timeout (2 s)
-		g.mu.Unlock()
+		b, g, s, f := slowLane(t, fx, "admit-behind-read", 3*2*time.Second)
+		g.slow(1600*time.Millisecond, 1600*time.Millisecond, 1600*time.Millisecond) // each within Timeout (2 s)
 		first := make(chan Admission, 1)
 		go func() { first <- mustAdmit(t, f, Request{Bucket: b, Cost: 1}) }()
 		<-g.sent // the first admission's call is on its way

@@ -48,6 +48,33 @@ func (g *slowScripter) Eval(ctx context.Context, script string, keys []string, a
 	return g.Scripter.Eval(ctx, script, keys, args...)
 }
 
+// slowLane is a Failover (fail_mode closed, timeout for an admission, a
+// read half as long again) over a RedisStore (Timeout 2 s) whose calls of
+// the caller b are slowed by g, the script loaded.
+func slowLane(t *testing.T, fx *redisFixture, name string, timeout time.Duration) (Bucket, *slowScripter, *RedisStore, *Failover) {
+	t.Helper()
+	b := Bucket{Key: fx.key(name), Limit: Limit{Rate: 1, Capacity: 100}}
+	g := &slowScripter{Scripter: fx.rdb, key: b.Key, sent: make(chan struct{}, 1)}
+	s := NewRedisStore(g, RedisOptions{Timeout: 2 * time.Second, ClockSkew: 10 * time.Second, LeaseRequests: -1})
+	f := &Failover{Primary: s, Mode: FailClosed, Timeout: timeout, ProbeInterval: time.Hour,
+		PeekReuse: -1, Logger: slog.New(slog.DiscardHandler)}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // the script is loaded
+	flushWithin(t, s)
+	return b, g, s, f
+}
+
+// slow makes g's next calls take ds, one each, forgetting the calls it
+// signalled so far.
+func (g *slowScripter) slow(ds ...time.Duration) {
+	select {
+	case <-g.sent:
+	default:
+	}
+	g.mu.Lock()
+	g.delays = ds
+	g.mu.Unlock()
+}
+
 // A budget read of a caller whose call is on its way waits for that call
 // on the caller's lane, then makes its own. Each call answers within the
 // store's Timeout, as an admission waiting the same way is answered: the
@@ -57,20 +84,8 @@ func (g *slowScripter) Eval(ctx context.Context, script string, keys []string, a
 func TestPeekBehindACallOnItsWayIsNoStoreFailure(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		b := Bucket{Key: fx.key("peek-behind"), Limit: Limit{Rate: 1, Capacity: 100}}
-		g := &slowScripter{Scripter: fx.rdb, key: b.Key, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: 2 * time.Second, ClockSkew: 10 * time.Second, LeaseRequests: -1})
-		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 20 * time.Second, ProbeInterval: time.Hour,
-			PeekReuse: -1, Logger: slog.New(slog.DiscardHandler)}
-		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // the script is loaded
-		flushWithin(t, s)
-		select { // what the warm-up signalled
-		case <-g.sent:
-		default:
-		}
-		g.mu.Lock()
-		g.delays = []time.Duration{1500 * time.Millisecond, time.Second} // each within Timeout (2 s)
-		g.mu.Unlock()
+		b, g, s, f := slowLane(t, fx, "peek-behind", 20*time.Second)
+		g.slow(1500*time.Millisecond, time.Second) // each within Timeout (2 s)
 		done := make(chan Admission, 1)
 		go func() { done <- mustAdmit(t, f, Request{Bucket: b, Cost: 1}) }()
 		<-g.sent // the admission's call is on its way
