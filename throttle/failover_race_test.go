@@ -64,37 +64,6 @@ func TestFailoverRefusalBesideAnAbandonedAdmissionIsNotKept(t *testing.T) {
 	})
 }
 
-// A budget read of a caller whose call is on its way, with a finish of
-// the caller queued meanwhile, waits for both calls before its own: a
-// read never rides with a finish (its shape differs). Each call answers
-// within the store's Timeout, and the server gives the Failover three
-// times that for an admission, half as long again for a read. The read
-// must be answered, not fail
-// and take every caller into the fail mode (closed: a 503 for everyone).
-func TestPeekBehindACallAndAFinishIsNoStoreFailure(t *testing.T) {
-	t.Parallel()
-	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		b, g, s, f := slowLane(t, fx, "peek-behind-finish", 3*2*time.Second)
-		held := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
-		g.slow(1600*time.Millisecond, 1600*time.Millisecond, 1600*time.Millisecond) // each within Timeout (2 s)
-		done := make(chan Admission, 1)
-		go func() { done <- mustAdmit(t, f, Request{Bucket: b, Cost: 1}) }()
-		<-g.sent              // the admission's call is on its way
-		held.Ticket.Settle(2) // its finish waits for that call
-		_, perr := f.Peek(context.Background(), b)
-		h := f.Health()
-		a := <-done
-		a.Ticket.Release()
-		flushWithin(t, s)
-		if !a.Allowed {
-			t.Fatalf("the admission on its way: %+v", a.Result)
-		}
-		if perr != nil || h.Degraded {
-			t.Fatalf("a read behind a call of 1.6 s and a finish's of 1.6 s, its own of 1.6 s, Timeout 2 s: err %v, degraded %v (%s)", perr, h.Degraded, h.Err)
-		}
-	})
-}
-
 // Budget reads are free to their caller (GET /budget, dry runs), and the
 // server asks Redis for each. Riding the caller's lane, they take places
 // in its queue (MaxPending) that the caller's finishes need: a debit

@@ -76,29 +76,48 @@ func (g *slowScripter) slow(ds ...time.Duration) {
 }
 
 // A budget read of a caller whose call is on its way waits for that call
-// on the caller's lane, then makes its own. Each call answers within the
-// store's Timeout, as an admission waiting the same way is answered: the
-// read must be answered too, not fail and take the whole Failover into
-// its fail mode (closed here: a 503 for every caller) for one caller's
-// slow call.
+// on the caller's lane — and for a finish of the caller queued meanwhile,
+// whose shape it cannot ride with — then makes its own. Each call answers
+// within the store's Timeout; the server gives the Failover three times
+// that for an admission, half as long again for a read: the read must be
+// answered, not fail and take the whole Failover into its fail mode
+// (closed here: a 503 for every caller) for one caller's slow calls.
 func TestPeekBehindACallOnItsWayIsNoStoreFailure(t *testing.T) {
 	t.Parallel()
-	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		b, g, s, f := slowLane(t, fx, "peek-behind", 20*time.Second)
-		g.slow(1500*time.Millisecond, time.Second) // each within Timeout (2 s)
-		done := make(chan Admission, 1)
-		go func() { done <- mustAdmit(t, f, Request{Bucket: b, Cost: 1}) }()
-		<-g.sent // the admission's call is on its way
-		_, perr := f.Peek(context.Background(), b)
-		h := f.Health()
-		a := <-done
-		a.Ticket.Release()
-		flushWithin(t, s)
-		if !a.Allowed {
-			t.Fatalf("the admission on its way: %+v", a.Result)
-		}
-		if perr != nil || h.Degraded {
-			t.Fatalf("a read behind a call of 1.5 s, its own of 1 s, Timeout 2 s: err %v, degraded %v (%s)", perr, h.Degraded, h.Err)
-		}
-	})
+	for _, c := range []struct {
+		name    string
+		finish  bool            // a finish of the caller queued behind the call on its way
+		delays  []time.Duration // each within the store's Timeout (2 s)
+		timeout time.Duration   // the Failover's
+	}{
+		{"behind a call", false, []time.Duration{1500 * time.Millisecond, time.Second}, 20 * time.Second},
+		{"behind a call and a finish", true, []time.Duration{1600 * time.Millisecond, 1600 * time.Millisecond, 1600 * time.Millisecond}, 3 * 2 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+				b, g, s, f := slowLane(t, fx, "peek-behind", c.timeout)
+				held := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
+				g.slow(c.delays...)
+				done := make(chan Admission, 1)
+				go func() { done <- mustAdmit(t, f, Request{Bucket: b, Cost: 1}) }()
+				<-g.sent // the admission's call is on its way
+				if c.finish {
+					held.Ticket.Settle(2) // its finish waits for that call
+				}
+				_, perr := f.Peek(context.Background(), b)
+				h := f.Health()
+				a := <-done
+				a.Ticket.Release()
+				held.Ticket.Release()
+				flushWithin(t, s)
+				if !a.Allowed {
+					t.Fatalf("the admission on its way: %+v", a.Result)
+				}
+				if perr != nil || h.Degraded {
+					t.Fatalf("a read behind calls of %v, Timeout 2 s: err %v, degraded %v (%s)", c.delays, perr, h.Degraded, h.Err)
+				}
+			})
+		})
+	}
 }
