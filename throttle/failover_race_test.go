@@ -3,7 +3,6 @@ package throttle
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 )
@@ -17,10 +16,7 @@ import (
 func TestFailoverRefusalBesideAnAbandonedAdmissionIsNotKept(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		g := &gatedScripter{Scripter: fx.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1})
-		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: time.Hour,
-			Logger: slog.New(slog.DiscardHandler)}
+		g, s, f := gatedFailover(fx)
 		b := Bucket{Key: fx.key("abandoned-refusal"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		mustPeek(t, s, b) // the script is loaded: each call below is one
 		gate1 := make(chan struct{})

@@ -9,6 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// gatedFailover is a fail_mode closed Failover over a RedisStore whose
+// script calls g holds while its gate is set (leases off).
+func gatedFailover(fx *redisFixture) (*gatedScripter, *RedisStore, *Failover) {
+	g := &gatedScripter{Scripter: fx.rdb, sent: make(chan struct{}, 1)}
+	s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1})
+	f := &Failover{Primary: s, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler)}
+	return g, s, f
+}
+
 // An admission whose call was on its way when this replica settled a
 // refund (Redis answered it before the refund's finish reached it) does
 // not undo the refund in what the Failover knows: the caller, refused by
@@ -17,10 +27,7 @@ import (
 func TestFailoverAdmissionInFlightKeepsARefund(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		g := &gatedScripter{Scripter: fx.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1})
-		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: time.Hour,
-			Logger: slog.New(slog.DiscardHandler)}
+		g, s, f := gatedFailover(fx)
 		b := Bucket{Key: fx.key("admit-refund"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		a := mustAdmit(t, f, Request{Bucket: b, Cost: 9}) // 1 left
 		gate := make(chan struct{})
