@@ -82,7 +82,11 @@ type RedisOptions struct {
 	MaxPending int
 	// LeaseRequests is how many requests' price a lease takes ahead of a
 	// caller's requests (see keyLease), at most an eighth of the bucket
-	// (default 8; negative: no leases).
+	// (default 8; negative: no leases). Leases are exact only for a store
+	// that is the one process spending its buckets: it sees its own
+	// refunds, not another's, and another process's refund could bring a
+	// bucket to its capacity in Redis while a lease is out (geotoll serve
+	// takes none with redis.replicas above 1).
 	LeaseRequests int
 	// LeaseHold is how long a lease lives before what is left of it goes
 	// back (default 500 ms, and at most half the request TTL).
