@@ -444,10 +444,12 @@ func (b *breaker) health() Health {
 // peeks read (read) are kept apart, each so bounded: budget reads, which
 // are free, never push out what free refusals need, and never change it.
 type known struct {
-	mu    sync.Mutex
-	m     map[string]knownBudget
-	read  map[string]knownBudget
-	lines uint64 // the last line given out
+	mu   sync.Mutex
+	m    map[string]knownBudget
+	read map[string]knownBudget
+	// settles counts the settlements counted in m, every caller's: each
+	// entry records the count at its caller's last (knownBudget.last).
+	settles uint64
 }
 
 type knownBudget struct {
@@ -456,18 +458,10 @@ type knownBudget struct {
 	remaining float64
 	limit     Limit
 	refused   bool
-	// line names an entry of m and the entries that replaced it; settles
-	// counts the settlements counted in them since it began. A call whose
-	// mark differs when it is answered raced a settlement of the caller.
-	line    uint64
-	settles uint64
-}
-
-// mark is what known had counted of a caller's settlements when a call
-// about it was sent.
-type mark struct {
-	line    uint64 // 0: nothing was known of the caller
-	settles uint64
+	// last is known.settles when a settlement of the caller was last
+	// counted here (0: none). A call that saw another value when it was
+	// sent raced a settlement of the caller.
+	last uint64
 }
 
 // estimate is the bucket's tokens at now, by its refill alone.
@@ -475,31 +469,23 @@ func (k knownBudget) estimate(now time.Time) float64 {
 	return k.limit.refilled(k.remaining, now.Sub(k.at))
 }
 
-// note records the primary's answer a to req, whose call was sent at
-// from. A settlement of the caller counted since may have reached the
+// note records the primary's answer a to req, whose call was sent when
+// the caller's last settlement counted was from (knownBudget.last). A
+// settlement of the caller counted since may have reached the
 // primary before the call or after it — which, only the primary's queue
 // knew — so a refusal that raced one is not kept for free refusals: the
 // caller's next request asks the primary again.
-func (k *known) note(req Request, a Admission, from mark, now time.Time, size int) {
+func (k *known) note(req Request, a Admission, from uint64, now time.Time, size int) {
 	if a.Refusal == RefusedInFlight || a.Refusal == RefusedAggregate {
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	kb := knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}
-	cur, ok := k.m[req.Key]
-	switch {
-	case ok && cur.limit == req.Limit:
-		kb.line, kb.settles = cur.line, cur.settles
-		// With no entry at the mark, every settlement of cur came after it.
-		if from.line != cur.line && from.line != 0 || cur.settles != from.settles {
-			kb.refused = false
-		}
-	default:
-		k.lines++
-		kb.line = k.lines
+	if cur, ok := k.m[req.Key]; ok && cur.limit == req.Limit {
+		kb.last = cur.last
 	}
-	if a.raced {
+	if a.raced || kb.last != from {
 		kb.refused = false
 	}
 	k.m = remember(k.m, req.Key, kb, size)
@@ -583,28 +569,26 @@ func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	d := -fromMicro(delta)
+	k.settles++
 	for _, m := range []map[string]knownBudget{k.m, k.read} {
 		kb, ok := m[t.key]
 		if !ok || kb.limit != t.limit {
 			continue
 		}
-		kb.remaining, kb.at = settle(kb.estimate(now), d, t.limit.Capacity, t.debt), now
-		kb.settles++
+		kb.remaining, kb.at, kb.last = settle(kb.estimate(now), d, t.limit.Capacity, t.debt), now, k.settles
 		m[t.key] = kb
 	}
 }
 
 // refuse answers a request of a caller the primary refused, when its
 // bucket still cannot pay: a refusal without a call. Otherwise it returns
-// the mark the call about req starts from.
-func (k *known) refuse(req Request, now time.Time) (Admission, bool, mark) {
+// what the call about req starts from: the caller's last settlement
+// counted (see note).
+func (k *known) refuse(req Request, now time.Time) (Admission, bool, uint64) {
 	k.mu.Lock()
 	kb, ok := k.m[req.Key]
 	k.mu.Unlock()
-	var from mark
-	if ok {
-		from = mark{line: kb.line, settles: kb.settles}
-	}
+	from := kb.last // 0 when nothing is known of the caller
 	if req.Shadow || !ok || !kb.refused || kb.limit != req.Limit {
 		return Admission{}, false, from
 	}
