@@ -99,6 +99,28 @@ func TestThrottlePrefixRefusesBraces(t *testing.T) {
 	}
 }
 
+// TestBasePathIsAPath: every URL the server writes (TileJSON, the
+// catalog, a fence's Location, the preview page) starts with base_path as
+// it is configured, so one that is not a clean absolute path is a
+// configuration error naming base_path — not a server that answers
+// below "/maps" while its TileJSON says "http://hostmaps/tiles/…".
+func TestBasePathIsAPath(t *testing.T) {
+	for _, good := range []string{"", "/", "/maps", "/maps/", "/a/b-c_d.e~f"} {
+		cfg := DefaultConfig()
+		cfg.BasePath = good
+		if err := cfg.validate(); err != nil {
+			t.Errorf("base_path %q: %v", good, err)
+		}
+	}
+	for _, bad := range []string{"maps", "maps/", "/maps?x=1", "/maps#top", "/a b", "/a//b", "//maps", "/a/../b", "/./a", "/a/..", `/x"y`, "/%2e"} {
+		cfg := DefaultConfig()
+		cfg.BasePath = bad
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "base_path") {
+			t.Errorf("base_path %q: %v, want an error naming base_path", bad, err)
+		}
+	}
+}
+
 func TestDefaultConfigIsPayable(t *testing.T) {
 	toll, err := DefaultConfig().toll()
 	if err != nil {
