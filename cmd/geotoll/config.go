@@ -305,6 +305,9 @@ func (c Config) validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	if err := validateBasePath(c.BasePath); err != nil {
+		errs = append(errs, err)
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("log_format %q must be json or text", c.LogFormat))
 	}
@@ -353,6 +356,37 @@ func (c Config) validate() error {
 	errs = append(errs, c.validateResilience()...)
 	errs = append(errs, c.validateDeadlines()...)
 	return errors.Join(errs...)
+}
+
+// validateBasePath: base_path is written verbatim into every URL the
+// server writes (TileJSON, the catalog, a fence's Location, the preview
+// page), so it must be a clean absolute path that needs no escaping
+// anywhere: "/" then segments of RFC 3986's unreserved characters, none of
+// them empty, "." or "..". One trailing "/" is allowed (it is dropped).
+func validateBasePath(base string) error {
+	if base == "" || base == "/" {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("base_path %q must be a path such as \"/maps\": %s", base, why)
+	}
+	if !strings.HasPrefix(base, "/") {
+		return bad("it must start with /")
+	}
+	for seg := range strings.SplitSeq(strings.TrimSuffix(base[1:], "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return bad("no empty, . or .. segment")
+		}
+		if i := strings.IndexFunc(seg, func(r rune) bool { return !unreserved(r) }); i >= 0 {
+			return bad(fmt.Sprintf("%q is not a letter, digit, -, ., _ or ~", seg[i:i+1]))
+		}
+	}
+	return nil
+}
+
+// unreserved reports whether r is one of RFC 3986's unreserved characters.
+func unreserved(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)
 }
 
 func parseLevel(s string) (slog.Level, error) {

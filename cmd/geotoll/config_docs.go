@@ -34,7 +34,7 @@ func configDocs() []configDoc {
 	docs := []configDoc{
 		{Key: "listen", Meaning: "the public listen address (alias LISTEN)"},
 		{Key: "metrics_listen", Default: "none", Meaning: "a second listener for /metrics, /healthz and the detailed /readyz, on a network only operators reach: the production setting. Set, the public listener serves no /metrics and a /readyz without detail"},
-		{Key: "base_path", Default: "none", Meaning: `the path prefix a reverse proxy serves geotoll under ("/maps"): the routes answer under it and every URL the server writes (TileJSON, catalog, fence pages, the preview page) starts with it`},
+		{Key: "base_path", Default: "none", Meaning: `the path prefix a reverse proxy serves geotoll under ("/maps"): the routes answer under it and every URL the server writes (TileJSON, catalog, fence pages, the preview page) starts with it. A path: "/" and segments of letters, digits, -, ., _ and ~ (none of them . or ..)`},
 		{Key: "log_level", Meaning: "debug, info, warn or error"},
 		{Key: "log_format", Meaning: "json or text"},
 		{Key: "database.url", Default: "none", Meaning: "the read connection of serve, as the geotoll_reader role (alias DATABASE_URL; secret: GEOTOLL_DATABASE_URL_FILE); its sessions' application_name is geotoll unless the URL sets one"},
