@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +119,58 @@ func TestBasePathIsAPath(t *testing.T) {
 		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "base_path") {
 			t.Errorf("base_path %q: %v, want an error naming base_path", bad, err)
 		}
+	}
+}
+
+// TestNoLimitTurnsOffSilently: a value a setting cannot mean — negative,
+// NaN, or zero where zero is not its documented "off" — is a
+// configuration error naming the key, never a limit that quietly goes
+// away (an IPv6 aggregate, a global budget, a tier's max_cost or
+// max_in_flight, a database 503's Retry-After, the header limit).
+func TestNoLimitTurnsOffSilently(t *testing.T) {
+	nan := math.NaN()
+	tier := func(f func(*TierConfig)) func(*Config) {
+		return func(c *Config) {
+			tc := c.Throttle.Tiers["free"]
+			f(&tc)
+			c.Throttle.Tiers["free"] = tc
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		want string
+	}{
+		{"ipv6 aggregate prefix 0 with a rate", func(c *Config) { c.Throttle.IPv6Aggregate.Prefix = 0 }, "throttle.ipv6_aggregate"},
+		{"ipv6 aggregate rate negative", func(c *Config) { c.Throttle.IPv6Aggregate.Rate = -1 }, "throttle.ipv6_aggregate"},
+		{"ipv6 aggregate rate NaN", func(c *Config) { c.Throttle.IPv6Aggregate.Rate = nan }, "throttle.ipv6_aggregate"},
+		{"global rate negative", func(c *Config) { c.Throttle.Global = BucketConfig{Rate: -1, Capacity: 1000} }, "throttle.global"},
+		{"global rate NaN", func(c *Config) { c.Throttle.Global = BucketConfig{Rate: nan, Capacity: 1000} }, "throttle.global"},
+		{"tier max_cost negative", tier(func(t *TierConfig) { t.MaxCost = -1 }), "throttle.tiers.free.max_cost"},
+		{"tier max_cost NaN", tier(func(t *TierConfig) { t.MaxCost = nan }), "throttle.tiers.free.max_cost"},
+		{"tier max_in_flight negative", tier(func(t *TierConfig) { t.MaxInFlight = -1 }), "throttle.tiers.free.max_in_flight"},
+		{"database retry_after 0", func(c *Config) { c.Database.RetryAfter = 0 }, "database.retry_after"},
+		{"database retry_after negative", func(c *Config) { c.Database.RetryAfter = -1 }, "database.retry_after"},
+		{"http max_header_bytes 0", func(c *Config) { c.HTTP.MaxHeaderBytes = 0 }, "http.max_header_bytes"},
+		{"http max_header_bytes negative", func(c *Config) { c.HTTP.MaxHeaderBytes = -1 }, "http.max_header_bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.set(&cfg)
+			if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+	// The documented offs stay offs.
+	cfg := DefaultConfig()
+	cfg.Throttle.IPv6Aggregate = AggregateConfig{}
+	cfg.Throttle.Global = BucketConfig{}
+	tc := cfg.Throttle.Tiers["free"]
+	tc.MaxCost, tc.MaxInFlight = 0, 0
+	cfg.Throttle.Tiers["free"] = tc
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("aggregate and global off, free without max_cost and max_in_flight: %v", err)
 	}
 }
 
