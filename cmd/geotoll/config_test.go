@@ -174,6 +174,31 @@ func TestNoLimitTurnsOffSilently(t *testing.T) {
 	}
 }
 
+// TestNonFiniteSettingsAreRefused: an infinite or NaN number (YAML .inf,
+// .nan; Inf, NaN in the environment) is no price unit, timeout factor or
+// sample ratio: refused, naming the key. ms_per_token .inf made every
+// price the base price, timeout_factor .inf overflowed every request's
+// statement budget to the 250 ms floor.
+func TestNonFiniteSettingsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		want string
+	}{
+		{"ms_per_token inf", func(c *Config) { c.Throttle.MsPerToken = math.Inf(1) }, "throttle.ms_per_token"},
+		{"timeout_factor inf", func(c *Config) { c.Throttle.TimeoutFactor = math.Inf(1) }, "timeout_factor"},
+		{"sample_ratio NaN", func(c *Config) { c.Tracing.SampleRatio = math.NaN() }, "tracing.sample_ratio"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.set(&cfg)
+			if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestDefaultConfigIsPayable(t *testing.T) {
 	toll, err := DefaultConfig().toll()
 	if err != nil {
