@@ -334,6 +334,10 @@ func (c Config) validate() error {
 	if err := c.Throttle.Tarpit.validate(c.HTTP.RequestTimeout); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.Throttle.validateLimits()...)
+	if c.HTTP.MaxHeaderBytes < 1 {
+		errs = append(errs, fmt.Errorf("http.max_header_bytes %d must be positive (0 would be Go's default, 1 MiB)", c.HTTP.MaxHeaderBytes))
+	}
 	if c.Redis.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("redis.replicas %d must be at least 1", c.Redis.Replicas))
 	}

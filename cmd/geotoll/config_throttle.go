@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
@@ -57,6 +58,34 @@ func (t TarpitConfig) validate(requestTimeout time.Duration) error {
 			t.MaxHold, requestTimeout, t.MaxHeld)
 	}
 	return nil
+}
+
+// validateLimits refuses the values that would turn a limit off without
+// saying so: only rate 0 turns the IPv6 aggregate or the global budget
+// off, and only 0 leaves a tier without max_cost or max_in_flight.
+func (t ThrottleConfig) validateLimits() []error {
+	var errs []error
+	if a := t.IPv6Aggregate; !(a.Rate >= 0) || a.Rate > 0 && (a.Prefix < 16 || a.Prefix > 63) {
+		errs = append(errs, fmt.Errorf("throttle.ipv6_aggregate: rate %g must be 0 (off) or positive, and with a rate the prefix (%d) within 16..63", a.Rate, a.Prefix))
+	}
+	if r := t.Global.Rate; !(r >= 0) {
+		errs = append(errs, fmt.Errorf("throttle.global.rate %g must be 0 (off) or positive", r))
+	}
+	names := make([]string, 0, len(t.Tiers))
+	for name := range t.Tiers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		tc := t.Tiers[name]
+		if !(tc.MaxCost >= 0) {
+			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_cost %g must be 0 (none) or positive", name, tc.MaxCost))
+		}
+		if tc.MaxInFlight < 0 {
+			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_in_flight %d must be 0 (no cap) or positive", name, tc.MaxInFlight))
+		}
+	}
+	return errs
 }
 
 // WeightsConfig overrides cost weights; unset fields inherit.

@@ -32,6 +32,9 @@ func (c Config) validateResilience() []error {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
 	}
+	if c.Database.RetryAfter < 1 {
+		errs = append(errs, fmt.Errorf("database.retry_after %d must be at least 1 (seconds): every database 503 says when to retry", c.Database.RetryAfter))
+	}
 	if !throttle.FailMode(r.FailMode).Valid() {
 		errs = append(errs, fmt.Errorf("redis.fail_mode %q must be open, closed or local", r.FailMode))
 	}
