@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -327,9 +328,10 @@ func (c Config) validate() error {
 	if c.Throttle.Pricing != PricingDensity && c.Throttle.Pricing != PricingSize {
 		errs = append(errs, fmt.Errorf("throttle.pricing %q must be %q or %q", c.Throttle.Pricing, PricingDensity, PricingSize))
 	}
-	if !(c.Throttle.MsPerToken > 0) || !(c.Throttle.TimeoutFactor >= 1) || c.Throttle.TimeoutFloor < 10*time.Millisecond || c.Throttle.SettleFloor <= 0 {
-		errs = append(errs, fmt.Errorf("throttle.ms_per_token (%g) must be positive, timeout_factor (%g) at least 1, timeout_floor (%s) at least 10ms, settle_floor (%s) positive (1ns settles every request)",
-			c.Throttle.MsPerToken, c.Throttle.TimeoutFactor, c.Throttle.TimeoutFloor, c.Throttle.SettleFloor))
+	if th := c.Throttle; !(th.MsPerToken > 0) || math.IsInf(th.MsPerToken, 1) || !(th.TimeoutFactor >= 1) || math.IsInf(th.TimeoutFactor, 1) ||
+		th.TimeoutFloor < 10*time.Millisecond || th.SettleFloor <= 0 {
+		errs = append(errs, fmt.Errorf("throttle.ms_per_token (%g) must be positive and finite, timeout_factor (%g) at least 1 and finite, timeout_floor (%s) at least 10ms, settle_floor (%s) positive (1ns settles every request)",
+			th.MsPerToken, th.TimeoutFactor, th.TimeoutFloor, th.SettleFloor))
 	}
 	if err := c.Throttle.Tarpit.validate(c.HTTP.RequestTimeout); err != nil {
 		errs = append(errs, err)

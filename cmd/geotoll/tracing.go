@@ -38,7 +38,7 @@ func (c TracingConfig) enabled() bool {
 
 // validate refuses a sample ratio outside 0..1.
 func (c TracingConfig) validate() error {
-	if c.SampleRatio < 0 || c.SampleRatio > 1 {
+	if !(c.SampleRatio >= 0 && c.SampleRatio <= 1) {
 		return fmt.Errorf("tracing.sample_ratio %g must be within 0..1", c.SampleRatio)
 	}
 	return nil
