@@ -112,6 +112,14 @@ func TestConfigMerge(t *testing.T) {
 			}
 			return ""
 		}},
+		// A key left empty (its entries commented out) merges nothing, as
+		// [] or {} does: it does not drop the demo layers or the tiers.
+		{"empty layers and tiers", "layers:\n  # - name: roads\ngeofence:\n  layers:\nthrottle:\n  tiers:\n", func(c Config) string {
+			if len(c.Layers) != 3 || len(c.Geofence.Layers) != 3 || len(c.Throttle.Tiers) != 3 {
+				return "an empty key dropped the demo layers or the tiers"
+			}
+			return ""
+		}},
 		{"demo_layers after layers", "layers: [{name: roads, table: osm.roads, geometry_column: geom}]\ndemo_layers: false\n", func(c Config) string {
 			if len(c.Layers) != 1 {
 				return "demo layers kept"
