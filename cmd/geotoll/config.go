@@ -286,11 +286,13 @@ func (o *overrides) load() (Config, error) {
 		cfg.Layers, cfg.Geofence.Layers = nil, nil
 	}
 	if len(doc.Content) > 0 {
+		before := cfg
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil {
 			return cfg, fmt.Errorf("config %s: %w", o.config, err)
 		}
+		keepWhereEmpty(&doc, &cfg, before)
 	}
 	if err := o.apply(&cfg); err != nil {
 		return cfg, err

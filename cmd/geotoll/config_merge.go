@@ -16,7 +16,8 @@ import (
 // {free: {shadow: true}} shadows free, its rate and capacity kept); a
 // layer (layers, geofence.layers) whose name is a default layer's replaces
 // only the fields it sets, and a layer with a new name is added.
-// demo_layers: false drops the default layers first. Lists of strings
+// demo_layers: false drops the default layers first. A collection whose
+// key is left empty merges nothing (keepWhereEmpty). Lists of strings
 // (properties, trusted_proxies, origins…) are replaced whole.
 
 // TierMap is throttle.tiers: tiers by name, merged field by field.
@@ -120,4 +121,44 @@ func strictDecode(node *yaml.Node, out any) error {
 		return err
 	}
 	return nil
+}
+
+// keepWhereEmpty undoes what yaml.v3 does to a merged collection (layers,
+// geofence.layers, throttle.tiers) whose key is left empty, as when its
+// entries are commented out: it sets the collection to nil without asking
+// its UnmarshalYAML. An empty key merges nothing, as [] and {} do.
+func keepWhereEmpty(doc *yaml.Node, cfg *Config, before Config) {
+	if isNull(doc, "layers") {
+		cfg.Layers = before.Layers
+	}
+	if isNull(doc, "geofence", "layers") {
+		cfg.Geofence.Layers = before.Geofence.Layers
+	}
+	if isNull(doc, "throttle", "tiers") {
+		cfg.Throttle.Tiers = before.Throttle.Tiers
+	}
+}
+
+// isNull reports whether the value at path (mapping keys) in doc is null.
+func isNull(doc *yaml.Node, path ...string) bool {
+	n := doc
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return false
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return false
+		}
+		n = next
+	}
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }
