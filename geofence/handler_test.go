@@ -350,6 +350,28 @@ func TestAdminNeedsAKey(t *testing.T) {
 	}
 }
 
+// TestListFencesAfterIsANumber: after, like every number of the API, is
+// a 400 naming it when it is empty or not a plain integer — not the first
+// page, as if it had not been given.
+func TestListFencesAfterIsANumber(t *testing.T) {
+	reader := &fakeReader{}
+	h := newTestHandler(t, reader, &fakeGate{budget: 100}, nil)
+	for _, q := range []string{"after=", "after=%201", "after=1%20", "after=-1", "after=1.0", "after=%2B1", "after=0x1"} {
+		w := serve(h, http.MethodGet, "/geofence/fences?"+q, "", "X-API-Key", testAdminKey)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"param":"after"`) {
+			t.Errorf("GET /geofence/fences?%s: %d %s, want a 400 naming after", q, w.Code, w.Body)
+		}
+	}
+	if len(reader.calls) != 0 {
+		t.Errorf("refused lists were queried: %v", reader.calls)
+	}
+	for _, q := range []string{"after=0", "after=7", ""} {
+		if w := serve(h, http.MethodGet, "/geofence/fences?"+q, "", "X-API-Key", testAdminKey); w.Code != http.StatusOK {
+			t.Errorf("GET /geofence/fences?%s: %d %s", q, w.Code, w.Body)
+		}
+	}
+}
+
 func TestAdminWritesWithoutWriterAre503(t *testing.T) {
 	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, nil)
 	for _, c := range []struct{ method, target string }{
