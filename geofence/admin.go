@@ -129,7 +129,7 @@ func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 	if s, err := qs.get("after"); err != nil {
 		problem.Write(w, r, err)
 		return
-	} else if s != "" && s != "0" {
+	} else if _, given := qs["after"]; given && s != "0" {
 		if after, err = ParseFenceID(s); err != nil {
 			if problem.From(err).Code == problem.NotFound { // well formed, past every id
 				problem.Write(w, r, problem.Range("after", "after must be within [0, %d]", int64(math.MaxInt64)))
