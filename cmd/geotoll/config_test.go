@@ -69,6 +69,11 @@ func TestLoadConfigRejects(t *testing.T) {
 		{"unknown field", "nonsense: 1\n", "nonsense"},
 		{"bad level", "log_level: loud\n", "log_level"},
 		{"bad duration", "http: {read_timeout: 0s}\n", "read_timeout"},
+		// yaml.v3 truncates a fraction into a whole number: max_in_flight
+		// 0.5 would be 0, no cap at all.
+		{"fraction of a tier's whole number", "throttle: {tiers: {free: {max_in_flight: 0.5}}}\n", "throttle.tiers.free.max_in_flight"},
+		{"fraction of connections", "database: {max_conns: 1.5}\n", "database.max_conns"},
+		{"fraction of a layer's whole number", "layers: [{name: places, max_features: 100.5}]\n", "layers[0].max_features"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".yaml")
