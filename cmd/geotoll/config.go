@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -267,6 +268,9 @@ func (o *overrides) load() (Config, error) {
 			return cfg, fmt.Errorf("config: %w", err)
 		}
 		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", o.config, err)
+		}
+		if err := refuseFractions(&doc, reflect.TypeFor[Config](), ""); err != nil {
 			return cfg, fmt.Errorf("config %s: %w", o.config, err)
 		}
 	}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -161,4 +164,73 @@ func isNull(doc *yaml.Node, path ...string) bool {
 		n = next
 	}
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// refuseFractions walks the YAML document n as the Go type t decodes it and
+// refuses a number with a fraction given to a whole-number key: yaml.v3
+// truncates it (max_in_flight: 0.5 would be 0, no cap at all). path names
+// the key in the error.
+func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if f, ok := fieldTypeByYAML(t, n.Content[i].Value); ok {
+				if err := refuseFractions(n.Content[i+1], f, join(path, n.Content[i].Value)); err != nil {
+					return err
+				}
+			}
+		}
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Map:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := refuseFractions(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)); err != nil {
+				return err
+			}
+		}
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for i, item := range n.Content {
+			if err := refuseFractions(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && t != durationType && wholeNumber(t.Kind()):
+		if v, err := strconv.ParseFloat(n.Value, 64); err == nil && v != math.Trunc(v) {
+			return fmt.Errorf("line %d: %s: %s is not a whole number", n.Line, path, n.Value)
+		}
+	}
+	return nil
+}
+
+// fieldTypeByYAML is the type of struct type t's field whose YAML key is
+// name, looking into inlined structs.
+func fieldTypeByYAML(t reflect.Type, name string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		n, inline := yamlName(t.Field(i))
+		if inline {
+			if f, ok := fieldTypeByYAML(t.Field(i).Type, name); ok {
+				return f, true
+			}
+			continue
+		}
+		if n == name {
+			return t.Field(i).Type, true
+		}
+	}
+	return nil, false
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func wholeNumber(k reflect.Kind) bool {
+	return k >= reflect.Int && k <= reflect.Uint64
 }
