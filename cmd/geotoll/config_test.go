@@ -204,6 +204,25 @@ func TestNonFiniteSettingsAreRefused(t *testing.T) {
 	}
 }
 
+// TestAdminKeysAreCheckedWithTheConfig: a static fence admin key shorter
+// than 16 bytes (or with surrounding spaces) refuses serve; `config check`
+// and every other command must refuse it too, naming geofence.admin_keys,
+// rather than call a configuration ok that serve will not start with.
+func TestAdminKeysAreCheckedWithTheConfig(t *testing.T) {
+	for _, keys := range [][]string{{"short"}, {"0123456789abcdef", " 0123456789abcdef"}} {
+		cfg := DefaultConfig()
+		cfg.Geofence.AdminKeys = keys
+		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "geofence.admin_keys") {
+			t.Errorf("admin keys %q: %v, want an error naming geofence.admin_keys", keys, err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Geofence.AdminKeys = []string{"0123456789abcdef"}
+	if err := cfg.validate(); err != nil {
+		t.Errorf("a 16-byte admin key: %v", err)
+	}
+}
+
 func TestDefaultConfigIsPayable(t *testing.T) {
 	toll, err := DefaultConfig().toll()
 	if err != nil {
