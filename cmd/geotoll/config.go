@@ -343,6 +343,11 @@ func (c Config) validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.Throttle.validateLimits()...)
+	for i, k := range c.Geofence.AdminKeys {
+		if len(k) < geofence.MinAdminKeyLen || strings.TrimSpace(k) != k {
+			errs = append(errs, fmt.Errorf("geofence.admin_keys[%d] must be at least %d bytes without surrounding spaces", i, geofence.MinAdminKeyLen))
+		}
+	}
 	if c.HTTP.MaxHeaderBytes < 1 {
 		errs = append(errs, fmt.Errorf("http.max_header_bytes %d must be positive (0 would be Go's default, 1 MiB)", c.HTTP.MaxHeaderBytes))
 	}
