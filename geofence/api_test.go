@@ -362,6 +362,30 @@ func TestFenceWithAntipodalEdgeIsNotAServerError(t *testing.T) {
 	}
 }
 
+// TestFenceClosedByANegativeZeroIsStored: JSON's -0 and 0 are one number,
+// so a ring that starts at [0, 0] and ends at [-0.0, 0] is closed — and
+// the parser says so — but PostGIS compares a ring's ends bit for bit
+// ("Polygon must have closed rings", XX000): such a fence must be stored,
+// not answered with a 500.
+func TestFenceClosedByANegativeZeroIsStored(t *testing.T) {
+	api := liveAPI(t, true)
+	admin := []string{"X-API-Key", testAdminKey}
+	for name, ring := range map[string]string{
+		"closing lng":  `[[-0.0,-85],[1,-85],[1,-84],[0,-85]]`,
+		"opening lat":  `[[2,-0.0],[3,0],[3,1],[2,0]]`,
+		"written -0e5": `[[0e0,-80],[1,-80],[1,-79],[-0e5,-80]]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[` + ring + `]},"properties":{"name":"negative zero ` + randomSuffix() + `"}}`
+			w := serve(api, http.MethodPost, FencesPath, body, admin...)
+			if w.Code != http.StatusCreated {
+				t.Fatalf("POST: %d %s, want 201", w.Code, w.Body)
+			}
+			serve(api, http.MethodDelete, w.Header().Get("Location"), "", admin...)
+		})
+	}
+}
+
 // squareBody is a fence write's body: a square of side 1° at (x, y).
 func squareBody(name string, x, y float64) string {
 	return fmt.Sprintf(`{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[%g,%g],[%g,%g],[%g,%g],[%g,%g],[%g,%g]]]},"properties":{"name":%q}}`,
