@@ -281,7 +281,7 @@ func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
 				if math.IsNaN(lng) || lng < -180 || lng > 180 || math.IsNaN(lat) || lat < -90 || lat > 90 {
 					return nil, problem.Range(param, "%s position %d [%g, %g] is outside [-180, 180] × [-90, 90]", where, i, lng, lat)
 				}
-				r[i] = orb.Point{lng, lat}
+				r[i] = orb.Point{unsigned(lng), unsigned(lat)}
 			}
 			if r[0] != r[len(r)-1] {
 				return nil, problem.Range(param, "%s is not closed: its last position must repeat its first", where)
@@ -294,6 +294,16 @@ func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// unsigned is x with -0 as +0: one number in JSON, but PostGIS finds a
+// ring closed only when its ends are equal bit for bit ("Polygon must
+// have closed rings").
+func unsigned(x float64) float64 {
+	if x == 0 {
+		return 0
+	}
+	return x
 }
 
 // antipodalTolerance is how near two positions' unit vectors must come to
