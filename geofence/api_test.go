@@ -386,6 +386,47 @@ func TestFenceClosedByANegativeZeroIsStored(t *testing.T) {
 	}
 }
 
+// TestAPIFenceCreateHonoursConditions: POST /geofence/fences is a fence
+// write like PUT and DELETE, so a malformed If-Match or If-None-Match is a
+// 400 naming it, and a condition the collection cannot meet — it has no
+// ETag, so If-Match holds only as "*" and If-None-Match "*" never does
+// (RFC 9110 §13.1.1, §13.1.2) — is a 412; either way nothing is written.
+func TestAPIFenceCreateHonoursConditions(t *testing.T) {
+	api := liveAPI(t, true)
+	owner := testenv.Pool(t)
+	for _, c := range []struct {
+		name, header, value string
+		status              int
+	}{
+		{"malformed If-Match", "If-Match", "nope", http.StatusBadRequest},
+		{"malformed If-None-Match", "If-None-Match", "*, \"7\"", http.StatusBadRequest},
+		{"If-Match a tag", "If-Match", `"7"`, http.StatusPreconditionFailed},
+		{"If-None-Match any", "If-None-Match", "*", http.StatusPreconditionFailed},
+		{"If-Match any", "If-Match", "*", http.StatusCreated},
+		{"If-None-Match a tag", "If-None-Match", `"7"`, http.StatusCreated},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := "create condition " + randomSuffix()
+			w := serve(api, http.MethodPost, FencesPath, squareBody(name, -30, -60), "X-API-Key", testAdminKey, c.header, c.value)
+			if w.Code == http.StatusCreated {
+				t.Cleanup(func() { serve(api, http.MethodDelete, w.Header().Get("Location"), "", "X-API-Key", testAdminKey) })
+			}
+			if w.Code != c.status {
+				t.Fatalf("POST with %s: %s: %d %s, want %d", c.header, c.value, w.Code, w.Body, c.status)
+			}
+			if c.status != http.StatusCreated {
+				if doc := problemDoc(t, w); doc["param"] != c.header {
+					t.Errorf("problem %v does not name %s", doc, c.header)
+				}
+				var n int
+				if err := owner.QueryRow(ctxT(t), `SELECT count(*) FROM geotoll.geofences WHERE name = $1`, name).Scan(&n); err != nil || n != 0 {
+					t.Errorf("a refused create wrote %d fences (%v)", n, err)
+				}
+			}
+		})
+	}
+}
+
 // squareBody is a fence write's body: a square of side 1° at (x, y).
 func squareBody(name string, x, y float64) string {
 	return fmt.Sprintf(`{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[%g,%g],[%g,%g],[%g,%g],[%g,%g],[%g,%g]]]},"properties":{"name":%q}}`,
