@@ -193,7 +193,9 @@ func (h *Handler) writeFence(w http.ResponseWriter, r *http.Request, status int,
 }
 
 // CreateFence serves POST /geofence/fences with a GeoJSON Feature (see
-// ParseFence): 201 with the stored fence and its Location.
+// ParseFence): 201 with the stored fence and its Location; 412 when
+// If-Match or If-None-Match cannot hold for the collection (see
+// Preconditions.failedOnCollection).
 func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)
 	if !ok {
@@ -207,6 +209,16 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	in, err := h.parseFence(w, r)
 	if err != nil {
 		problem.Write(w, r, err)
+		return
+	}
+	cond, err := ParsePreconditions(r.Header)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	if header := cond.failedOnCollection(); header != "" {
+		problem.Write(w, r, &problem.Error{Code: problem.PreconditionFailed, Param: header,
+			Detail: header + " cannot hold for the collection of fences, which has no ETag (If-Match holds only as *, If-None-Match * never): nothing was written"})
 		return
 	}
 	f, err := writer.CreateFence(r.Context(), in)

@@ -156,6 +156,8 @@
 // the revision the first committed, so two writes with the same If-Match
 // cannot both succeed. A fence that does not exist is a 404 whatever the
 // conditions (PUT does not create), so If-None-Match: * on PUT or DELETE
-// is always a 412 or a 404. If-Modified-Since and If-Unmodified-Since are
+// is always a 412 or a 404. POST writes to the collection of fences,
+// which has no ETag: If-Match holds there only as "*", If-None-Match "*"
+// never (a 412, nothing written). If-Modified-Since and If-Unmodified-Since are
 // not evaluated (no Last-Modified is sent).
 package geofence

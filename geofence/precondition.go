@@ -183,6 +183,20 @@ func (p Preconditions) failed(etag string) string {
 	return ""
 }
 
+// failedOnCollection evaluates p for the collection of fences, which a
+// POST writes to: it exists but has no ETag, so If-Match holds only as
+// "*" and If-None-Match "*" never does (RFC 9110 §13.1.1, §13.1.2). It
+// returns the header whose condition is false, or "".
+func (p Preconditions) failedOnCollection() string {
+	if p.ifMatch != nil && !p.ifMatch.any {
+		return "If-Match"
+	}
+	if p.ifNoneMatch != nil && p.ifNoneMatch.any {
+		return "If-None-Match"
+	}
+	return ""
+}
+
 // preconditionFailed is the 412 of a fence request whose header named the
 // fence's current state falsely; write says it was a write, which did not
 // happen.
