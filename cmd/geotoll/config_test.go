@@ -209,7 +209,9 @@ func TestNonFiniteSettingsAreRefused(t *testing.T) {
 // and every other command must refuse it too, naming geofence.admin_keys,
 // rather than call a configuration ok that serve will not start with.
 func TestAdminKeysAreCheckedWithTheConfig(t *testing.T) {
-	for _, keys := range [][]string{{"short"}, {"0123456789abcdef", " 0123456789abcdef"}} {
+	// Two keys on two lines of GEOTOLL_GEOFENCE_ADMIN_KEYS_FILE are one key
+	// holding a line break, which no HTTP header can carry.
+	for _, keys := range [][]string{{"short"}, {"0123456789abcdef", " 0123456789abcdef"}, {"0123456789abcdef\nfedcba9876543210"}} {
 		cfg := DefaultConfig()
 		cfg.Geofence.AdminKeys = keys
 		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "geofence.admin_keys") {
