@@ -344,8 +344,9 @@ func (c Config) validate() error {
 	}
 	errs = append(errs, c.Throttle.validateLimits()...)
 	for i, k := range c.Geofence.AdminKeys {
-		if len(k) < geofence.MinAdminKeyLen || strings.TrimSpace(k) != k {
-			errs = append(errs, fmt.Errorf("geofence.admin_keys[%d] must be at least %d bytes without surrounding spaces", i, geofence.MinAdminKeyLen))
+		if len(k) < geofence.MinAdminKeyLen || strings.TrimSpace(k) != k || strings.ContainsAny(k, "\r\n") {
+			errs = append(errs, fmt.Errorf("geofence.admin_keys[%d] must be at least %d bytes on one line without surrounding spaces (keys are comma-separated)",
+				i, geofence.MinAdminKeyLen))
 		}
 	}
 	if c.HTTP.MaxHeaderBytes < 1 {
