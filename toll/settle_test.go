@@ -2,6 +2,7 @@ package toll
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -57,6 +58,12 @@ func TestSettledAndStatementBudget(t *testing.T) {
 		if got := toll.StatementBudget(tc.price); got != tc.want {
 			t.Errorf("StatementBudget(%v) = %v, want %v", tc.price, got, tc.want)
 		}
+	}
+	// A budget past the longest Duration is the longest, not a wrapped
+	// negative that the floor would then replace.
+	toll.TimeoutFactor = 1e13
+	if got := toll.StatementBudget(60); got != time.Duration(math.MaxInt64) {
+		t.Errorf("StatementBudget(60) at a timeout factor of 1e13 = %v, want the longest Duration", got)
 	}
 }
 
