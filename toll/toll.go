@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -344,8 +345,11 @@ func (t *Toll) StatementBudget(price float64) time.Duration {
 	if floor <= 0 {
 		floor = DefaultTimeoutFloor
 	}
-	paid := time.Duration(price * t.msPerToken() * factor * float64(time.Millisecond))
-	return max(floor, paid)
+	ns := price * t.msPerToken() * factor * float64(time.Millisecond)
+	if ns >= math.MaxInt64 { // a conversion past it would wrap
+		return time.Duration(math.MaxInt64)
+	}
+	return max(floor, time.Duration(ns))
 }
 
 func (t *Toll) msPerToken() float64 {
