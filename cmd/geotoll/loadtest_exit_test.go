@@ -1,0 +1,24 @@
+package main
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+)
+
+// A load test none of whose requests was answered (nothing listens at
+// -url) fails, saying why, instead of exiting 0 with a report of errors:
+// a script or CI step must not take it for a run.
+func TestLoadtestFailsWhenNothingAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	out, err := runCommand(context.Background(), "loadtest", "-url", "http://"+addr, "-duration", "1s", "-rate", "20")
+	if err == nil || !strings.Contains(err.Error(), "answered") {
+		t.Fatalf("a load test against %s, where nothing listens: error %v, want one saying no request was answered (stdout %q)", addr, err, out)
+	}
+}
