@@ -41,6 +41,13 @@ func (c *cli) loadtestCommand() *ffcli.Command {
 				return fmt.Errorf("loadtest: %w", err)
 			}
 			rep.WriteText(c.stdout)
+			if rep.Requests > 0 && rep.StatusCodes["0"] == int(rep.Requests) { // status 0: no answer
+				first := ""
+				if len(rep.Errors) > 0 {
+					first = ": " + rep.Errors[0]
+				}
+				return fmt.Errorf("loadtest: none of %d requests was answered by %s%s", rep.Requests, o.BaseURL, first)
+			}
 			return nil
 		},
 		c.scenarioCommand("fidelity", "sampled tiles: dry-run price, X-Request-Cost and database time; Spearman ρ"),
