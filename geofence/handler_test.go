@@ -372,6 +372,54 @@ func TestListFencesAfterIsANumber(t *testing.T) {
 	}
 }
 
+// TestListFencesHonoursConditions: GET /geofence/fences is a fence route
+// like the others, so a malformed If-Match or If-None-Match is a 400
+// naming it. A well-formed one is evaluated against the collection of
+// fences, which has no ETag, as a POST's is: If-Match holds only as "*"
+// (else 412), and If-None-Match "*" never does (a GET: 304, no body). None
+// of the refused lists is queried.
+func TestListFencesHonoursConditions(t *testing.T) {
+	for _, c := range []struct {
+		name, header, value string
+		status              int
+	}{
+		{"malformed If-Match", "If-Match", "41", http.StatusBadRequest},
+		{"malformed If-None-Match", "If-None-Match", "41", http.StatusBadRequest},
+		{"any among tags", "If-Match", `*, "1"`, http.StatusBadRequest},
+		{"If-Match a tag", "If-Match", `"7"`, http.StatusPreconditionFailed},
+		{"If-None-Match any", "If-None-Match", "*", http.StatusNotModified},
+		{"If-Match any", "If-Match", "*", http.StatusOK},
+		{"If-None-Match a tag", "If-None-Match", `"7"`, http.StatusOK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reader := &fakeReader{}
+			h := newTestHandler(t, reader, &fakeGate{budget: 100}, nil)
+			w := serve(h, http.MethodGet, FencesPath, "", "X-API-Key", testAdminKey, c.header, c.value)
+			if w.Code != c.status {
+				t.Fatalf("GET %s with %s: %s: %d %s, want %d", FencesPath, c.header, c.value, w.Code, w.Body, c.status)
+			}
+			switch c.status {
+			case http.StatusOK:
+				if len(reader.calls) != 1 {
+					t.Errorf("an answered list made queries %v, want one", reader.calls)
+				}
+				return
+			case http.StatusNotModified:
+				if w.Body.Len() != 0 {
+					t.Errorf("304 with a body: %q", w.Body)
+				}
+			default:
+				if !strings.Contains(w.Body.String(), `"param":"`+c.header+`"`) {
+					t.Errorf("%d %s does not name %s", w.Code, w.Body, c.header)
+				}
+			}
+			if len(reader.calls) != 0 {
+				t.Errorf("a refused list was queried: %v", reader.calls)
+			}
+		})
+	}
+}
+
 func TestAdminWritesWithoutWriterAre503(t *testing.T) {
 	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, nil)
 	for _, c := range []struct{ method, target string }{
