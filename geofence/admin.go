@@ -113,7 +113,10 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) (done func(), ok 
 
 // ListFences serves GET /geofence/fences[?after=id&limit=n]: a page of fences in
 // id order. When the page is full, the collection's "next" member is the
-// URL of the following page.
+// URL of the following page. If-Match and If-None-Match are evaluated
+// against the collection, which has no ETag (see
+// Preconditions.failedOnCollection): 412 for an If-Match other than *,
+// 304 for If-None-Match *.
 func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 	qs, err := parseQuery(r)
 	if err != nil {
@@ -138,6 +141,20 @@ func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, r, problem.Malformed("after", "after must be a fence id"))
 			return
 		}
+	}
+	cond, err := ParsePreconditions(r.Header)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	switch header := cond.failedOnCollection(); header {
+	case "If-Match":
+		problem.Write(w, r, collectionPreconditionFailed(header, false))
+		return
+	case "If-None-Match":
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNotModified)
+		return
 	}
 	fs, err := h.reader.Fences(r.Context(), after, limit)
 	if err != nil {
@@ -217,8 +234,7 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if header := cond.failedOnCollection(); header != "" {
-		problem.Write(w, r, &problem.Error{Code: problem.PreconditionFailed, Param: header,
-			Detail: header + " cannot hold for the collection of fences, which has no ETag (If-Match holds only as *, If-None-Match * never): nothing was written"})
+		problem.Write(w, r, collectionPreconditionFailed(header, true))
 		return
 	}
 	f, err := writer.CreateFence(r.Context(), in)

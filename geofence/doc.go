@@ -158,6 +158,8 @@
 // conditions (PUT does not create), so If-None-Match: * on PUT or DELETE
 // is always a 412 or a 404. POST writes to the collection of fences,
 // which has no ETag: If-Match holds there only as "*", If-None-Match "*"
-// never (a 412, nothing written). If-Modified-Since and If-Unmodified-Since are
-// not evaluated (no Last-Modified is sent).
+// never (a 412, nothing written). The list's GET reads that collection:
+// an If-Match other than "*" is a 412, If-None-Match "*" a 304.
+// If-Modified-Since and If-Unmodified-Since are not evaluated (no
+// Last-Modified is sent).
 package geofence

@@ -214,3 +214,14 @@ func preconditionFailed(id int64, header string, write bool) error {
 	}
 	return &problem.Error{Code: problem.PreconditionFailed, Param: header, Detail: detail}
 }
+
+// collectionPreconditionFailed is the 412 of a request to the collection
+// of fences whose header cannot hold for it (see failedOnCollection);
+// write says it was a write, which did not happen.
+func collectionPreconditionFailed(header string, write bool) error {
+	detail := header + " cannot hold for the collection of fences, which has no ETag (If-Match holds only as *, If-None-Match * never)"
+	if write {
+		detail += ": nothing was written"
+	}
+	return &problem.Error{Code: problem.PreconditionFailed, Param: header, Detail: detail}
+}
