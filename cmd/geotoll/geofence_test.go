@@ -205,6 +205,64 @@ func TestEndToEndFenceAdmin(t *testing.T) {
 	}
 }
 
+// The fence admin's reads answer HEAD as the tile routes do (RFC 9110
+// §9.1: a general-purpose server supports GET and HEAD): the GET's status
+// and headers, its ETag among them, without a body. At every fence admin
+// path (the aliases too), each method the router refuses is a 405 whose
+// Allow names exactly the methods it does not refuse, and OPTIONS answers
+// that Allow. The server has no writer, so no method writes anything.
+func TestEndToEndFenceAdminMethods(t *testing.T) {
+	t.Parallel()
+	const admin = "e2e-admin-key-0123456789"
+	base, _ := startServer(t, func(c *Config) { c.Geofence.AdminKeys = []string{admin} })
+	do := func(method, path string, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		return send(t, method, base+path, "", append([]string{"X-API-Key", admin}, hdr...)...)
+	}
+	for _, path := range []string{"/geofence/fences", "/geofence/fences/1", "/geofences", "/geofences/1"} {
+		one := !strings.HasSuffix(path, "fences") // a fence, not the list
+		got, gotBody := do(http.MethodGet, path)
+		head, headBody := do(http.MethodHead, path)
+		if got.StatusCode != http.StatusOK || head.StatusCode != http.StatusOK || len(headBody) != 0 ||
+			head.Header.Get("ETag") != got.Header.Get("ETag") || head.Header.Get("Content-Type") != got.Header.Get("Content-Type") {
+			t.Errorf("HEAD %s: %d ETag %q Content-Type %q, %d bytes; GET: %d ETag %q Content-Type %q, %d bytes",
+				path, head.StatusCode, head.Header.Get("ETag"), head.Header.Get("Content-Type"), len(headBody),
+				got.StatusCode, got.Header.Get("ETag"), got.Header.Get("Content-Type"), len(gotBody))
+		}
+		if one {
+			if resp, _ := do(http.MethodHead, path, "If-None-Match", got.Header.Get("ETag")); resp.StatusCode != http.StatusNotModified {
+				t.Errorf("HEAD %s with If-None-Match its ETag: %d, want 304", path, resp.StatusCode)
+			}
+		}
+		var served []string
+		refused := map[string]string{}
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			resp, _ := do(m, path)
+			if resp.StatusCode == http.StatusMethodNotAllowed {
+				refused[m] = resp.Header.Get("Allow")
+				continue
+			}
+			served = append(served, m)
+		}
+		allow := strings.Join(append(served, http.MethodOptions), ", ")
+		want := "GET, HEAD, POST, OPTIONS"
+		if one {
+			want = "GET, HEAD, PUT, DELETE, OPTIONS"
+		}
+		if allow != want {
+			t.Errorf("%s serves %s, want %s", path, allow, want)
+		}
+		for m, a := range refused {
+			if a != allow {
+				t.Errorf("%s %s: 405 Allow %q, but the methods not refused are %q", m, path, a, allow)
+			}
+		}
+		if resp, _ := do(http.MethodOptions, path); resp.StatusCode != http.StatusNoContent || resp.Header.Get("Allow") != allow {
+			t.Errorf("OPTIONS %s: %d Allow %q, want 204 %q", path, resp.StatusCode, resp.Header.Get("Allow"), allow)
+		}
+	}
+}
+
 // The fence admin's conditional requests end to end, every answer checked
 // against openapi.json: the ETag of a creation, a 304 for a GET whose
 // If-None-Match names it, a 412 for a PUT or DELETE whose If-Match names
