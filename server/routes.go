@@ -22,8 +22,8 @@ type route struct {
 	aliasOf string
 }
 
-// The methods of routes: reads answer HEAD too, except the priced and
-// admin reads of the geofence API.
+// The methods of routes: reads answer HEAD too (the fence admin's
+// included), except the priced reads of the geofence API.
 func methods() (get, query, post, put, del []string) {
 	return []string{http.MethodGet, http.MethodHead}, []string{http.MethodGet}, []string{http.MethodPost},
 		[]string{http.MethodPut}, []string{http.MethodDelete}
@@ -86,15 +86,15 @@ func (o Options) routes() []route {
 			route{query, PathBBox, http.HandlerFunc(g.BBox), ""},
 			route{query, PathContains, http.HandlerFunc(g.Contains), ""},
 			route{post, PathCheck, http.HandlerFunc(g.Check), ""},
-			route{query, PathFences, list, ""},
+			route{get, PathFences, list, ""},
 			route{post, PathFences, create, ""},
-			route{query, PathFence, one, ""},
+			route{get, PathFence, one, ""},
 			route{put, PathFence, replace, ""},
 			route{del, PathFence, remove, ""},
 			// The fence admin's older paths.
-			route{query, "/geofences", list, PathFences},
+			route{get, "/geofences", list, PathFences},
 			route{post, "/geofences", create, PathFences},
-			route{query, "/geofences/{" + geofence.VarID + ":[0-9]+}", one, PathFence},
+			route{get, "/geofences/{" + geofence.VarID + ":[0-9]+}", one, PathFence},
 			route{put, "/geofences/{" + geofence.VarID + ":[0-9]+}", replace, PathFence},
 			route{del, "/geofences/{" + geofence.VarID + ":[0-9]+}", remove, PathFence},
 		)

@@ -94,8 +94,8 @@ func TestEndToEndBasePath(t *testing.T) {
 		{http.MethodPost, "/maps/tiles", "GET, HEAD, OPTIONS"},
 		{http.MethodDelete, "/maps/tiles/places/1/0/0.mvt", "GET, HEAD, OPTIONS"},
 		{http.MethodGet, "/maps/geofence/check", "POST, OPTIONS"},
-		{http.MethodPatch, "/maps/geofence/fences/7", "GET, PUT, DELETE, OPTIONS"},
-		{http.MethodPatch, "/maps/geofences", "GET, POST, OPTIONS"},
+		{http.MethodPatch, "/maps/geofence/fences/7", "GET, HEAD, PUT, DELETE, OPTIONS"},
+		{http.MethodPatch, "/maps/geofences", "GET, HEAD, POST, OPTIONS"},
 	} {
 		req, _ := http.NewRequest(c.method, base+c.path, nil)
 		resp, err := http.DefaultClient.Do(req)
