@@ -76,6 +76,49 @@ func TestTilesConfigRejects(t *testing.T) {
 	}
 }
 
+// TestDiscoverSettingsAreChecked: a tiles.discover setting no discovered
+// layer could have is refused by the configuration (config check) and by
+// serve's start, naming the key — not only once a table is discovered,
+// naming the layer discovered from it.
+func TestDiscoverSettingsAreChecked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		setting string
+		key     string
+		set     func(*DiscoverConfig)
+	}{
+		{"minzoom: -1", "minzoom", func(d *DiscoverConfig) { d.MinZoom = -1 }},
+		{"maxzoom: 23", "maxzoom", func(d *DiscoverConfig) { d.MaxZoom = 23 }},
+		{"minzoom: 10, maxzoom: 5", "minzoom", func(d *DiscoverConfig) { d.MinZoom, d.MaxZoom = 10, 5 }},
+		{"max_features: -5", "max_features", func(d *DiscoverConfig) { d.MaxFeatures = -5 }},
+		{"max_features: 1000000", "max_features", func(d *DiscoverConfig) { d.MaxFeatures = 1000000 }},
+		{"max_age: -1s", "max_age", func(d *DiscoverConfig) { d.MaxAge = -time.Second }},
+		{"statement_timeout: -1s", "statement_timeout", func(d *DiscoverConfig) { d.StatementTimeout = -time.Second }},
+	} {
+		t.Run(tc.setting, func(t *testing.T) {
+			t.Parallel()
+			names := func(err error) bool {
+				return err != nil && strings.Contains(err.Error(), "tiles.discover") && strings.Contains(err.Error(), tc.key) &&
+					!strings.Contains(err.Error(), `layer "`)
+			}
+			if _, err := loadYAML(t, "tiles: {discover: {"+tc.setting+"}}\n"); !names(err) {
+				t.Errorf("config: %v, want an error naming tiles.discover and %s", err, tc.key)
+			}
+			cfg := DefaultConfig()
+			cfg.Database.URL = "postgres://127.0.0.1:9/none?connect_timeout=1"
+			cfg.Listen = "127.0.0.1:0"
+			tc.set(&cfg.Tiles.Discover)
+			m := &Main{Config: cfg, Logger: quietLog()}
+			if err := m.Open(t.Context()); !names(err) {
+				if err == nil {
+					m.Close()
+				}
+				t.Errorf("serve's start: %v, want an error naming tiles.discover and %s", err, tc.key)
+			}
+		})
+	}
+}
+
 // Discovered layers join the configured ones in the catalog, after them.
 func TestTileCatalogWithDiscovered(t *testing.T) {
 	t.Parallel()
