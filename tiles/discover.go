@@ -2,6 +2,7 @@ package tiles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,6 +26,21 @@ type Discovery struct {
 	// buffer, feature cap, statement timeout and max age; zero fields take
 	// the package defaults.
 	Template Layer
+}
+
+// Validate checks d's settings as every layer it discovers would have
+// them (the Template's zero fields taking the layer defaults), so that a
+// setting no layer could have is refused before any table is found, not
+// once one is. Its errors name the settings (minzoom, max_features…), not
+// a layer.
+func (d Discovery) Validate() error {
+	var errs []error
+	if d.MaxProperties < 0 || d.MaxTextLength < 0 {
+		errs = append(errs, fmt.Errorf("max_properties %d and max_text_length %d must not be negative", d.MaxProperties, d.MaxTextLength))
+	}
+	l := d.Template
+	l.withDefaults()
+	return errors.Join(append(errs, l.validateSettings()...)...)
 }
 
 // Defaults of Discovery's bounds on properties.

@@ -195,8 +195,30 @@ func (l *Layer) validate() error {
 	if l.GeometryKind != "" && !l.GeometryKind.Valid() {
 		bad("geometry_kind %q must be point, line, polygon or mixed (or empty: read from the database)", l.GeometryKind)
 	}
+	errs = append(errs, l.validateSettings()...)
+	for _, p := range l.Properties {
+		if p == "point_count" || p == "geom" {
+			bad("property %q: the tile query uses that name itself", p)
+		}
+	}
+	var err error
+	if l.order, err = l.orderKeys(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("layer %q: %w", l.Name, err)
+	}
+	return nil
+}
+
+// validateSettings checks what a layer has whatever its table: zooms,
+// tile bounds, timeouts, generalisation, pieces, overviews. Each error
+// names the setting as configuration does.
+func (l *Layer) validateSettings() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if l.MinZoom < 0 || l.MaxZoom > int(MaxZoom) || l.MinZoom > l.MaxZoom {
-		bad("zoom range %d..%d must lie within 0..%d", l.MinZoom, l.MaxZoom, MaxZoom)
+		bad("zoom range (minzoom..maxzoom) %d..%d must lie within 0..%d", l.MinZoom, l.MaxZoom, MaxZoom)
 	}
 	if l.DataMaxZoom < l.MinZoom || l.DataMaxZoom > l.MaxZoom {
 		bad("data_maxzoom %d must lie within the zoom range %d..%d", l.DataMaxZoom, l.MinZoom, l.MaxZoom)
@@ -228,19 +250,7 @@ func (l *Layer) validate() error {
 	if o := l.Overviews; o.MinZoom < 0 || o.MaxZoom < 0 || o.MaxZoom > int(MaxZoom) || (o.MaxZoom != 0 && o.MinZoom > o.MaxZoom) {
 		bad("overviews zoom band %d..%d must lie within 0..%d", o.MinZoom, o.MaxZoom, MaxZoom)
 	}
-	for _, p := range l.Properties {
-		if p == "point_count" || p == "geom" {
-			bad("property %q: the tile query uses that name itself", p)
-		}
-	}
-	var err error
-	if l.order, err = l.orderKeys(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("layer %q: %w", l.Name, err)
-	}
-	return nil
+	return errs
 }
 
 // tableIdent is the layer's table as an identifier: Schema and Table when

@@ -81,8 +81,8 @@ func (c Config) validateTiles() error {
 	if c.Tiles.Cache.MaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("tiles.cache.max_bytes %d must not be negative", c.Tiles.Cache.MaxBytes))
 	}
-	if d := c.Tiles.Discover; d.MaxProperties < 0 || d.MaxTextLength < 0 {
-		errs = append(errs, fmt.Errorf("tiles.discover: max_properties %d and max_text_length %d must not be negative", d.MaxProperties, d.MaxTextLength))
+	if err := c.Tiles.Discover.discovery().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("tiles.discover: %w", err))
 	}
 	if c.Tiles.Cache.TTL <= 0 {
 		errs = append(errs, fmt.Errorf("tiles.cache.ttl %s must be positive", c.Tiles.Cache.TTL))
@@ -107,13 +107,18 @@ func (c Config) discoverLayers(ctx context.Context, q tiles.Querier) ([]tiles.La
 	for i, lc := range c.Layers {
 		configured[i] = lc.Layer
 	}
-	return tiles.Discover(ctx, q, tiles.Discovery{
+	return tiles.Discover(ctx, q, d.discovery(), configured)
+}
+
+// discovery is d as package tiles takes it.
+func (d DiscoverConfig) discovery() tiles.Discovery {
+	return tiles.Discovery{
 		Schemas: d.Schemas, MaxProperties: d.MaxProperties, MaxTextLength: d.MaxTextLength,
 		Template: tiles.Layer{
 			MinZoom: d.MinZoom, MaxZoom: d.MaxZoom, MaxFeatures: d.MaxFeatures,
 			StatementTimeout: d.StatementTimeout, MaxAge: d.MaxAge,
 		},
-	}, configured)
+	}
 }
 
 // tileCatalog is the catalog of the configured layers plus discovered ones.
