@@ -58,6 +58,17 @@ func TestCLI(t *testing.T) {
 			row{append([]string{"help"}, cmd...), exitOK, "CONFIGURATION"},
 		)
 	}
+	// A command that takes no arguments refuses one, whatever it is, before
+	// it does anything (crawl's flags keep it off any real server if not).
+	for _, cmd := range []string{"serve", "migrate", "seed", "prepare", "keys list", "keys create", "keys revoke",
+		"loadtest fidelity", "loadtest zooms", "loadtest ceiling", "loadtest crawl", "calibrate", "opendata",
+		"config check", "config example", "config doc", "version"} {
+		args := strings.Fields(cmd)
+		if cmd == "loadtest crawl" {
+			args = append(args, "-url", "http://127.0.0.1:9", "-duration", "1s")
+		}
+		rows = append(rows, row{append(args, "extra"), exitUsage, cmd + ` takes no arguments (got ["extra"])`})
+	}
 	rows = append(rows,
 		row{[]string{"-h"}, exitOK, "COMMANDS"},
 		row{[]string{"--help"}, exitOK, "COMMANDS"},
