@@ -47,7 +47,7 @@ func (c *cli) calibrateCommand() *ffcli.Command {
 	var f calibrateFlags
 	flags := func(fs *flag.FlagSet) { f.register(fs) }
 	return c.command("calibrate", "time a sample of requests per layer and fit the work models that price them", "", flags,
-		func(ctx context.Context, _ []string) error {
+		noArgs("calibrate", func(ctx context.Context) error {
 			cfg, err := c.config()
 			if err != nil {
 				return err
@@ -56,7 +56,7 @@ func (c *cli) calibrateCommand() *ffcli.Command {
 				return usageError{err.Error()}
 			}
 			return runCalibrate(ctx, cfg, f, c.stdout, c.stderr)
-		})
+		}))
 }
 
 func (f *calibrateFlags) register(fs *flag.FlagSet) {

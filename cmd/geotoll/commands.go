@@ -14,8 +14,8 @@ func (c *cli) root() *ffcli.Command {
 	var showVersion bool
 	var root *ffcli.Command
 	subs := []*ffcli.Command{
-		c.command("serve", "serve the HTTP API", "", nil, c.serve),
-		c.command("migrate", "apply the embedded schema migrations (as the schema owner)", "", nil, c.migrate),
+		c.command("serve", "serve the HTTP API", "", nil, noArgs("serve", c.serve)),
+		c.command("migrate", "apply the embedded schema migrations (as the schema owner)", "", nil, noArgs("migrate", c.migrate)),
 		c.seedCommand(),
 		c.prepareCommand(),
 		c.keysCommand(),
@@ -23,10 +23,10 @@ func (c *cli) root() *ffcli.Command {
 		c.calibrateCommand(),
 		c.openDataCommand(),
 		c.configCommand(),
-		c.command("version", "print the version", "", nil, func(context.Context, []string) error {
+		c.command("version", "print the version", "", nil, noArgs("version", func(context.Context) error {
 			fmt.Fprintln(c.stdout, "geotoll", version)
 			return nil
-		}),
+		})),
 	}
 	help := c.command("help", "print the usage of a command: geotoll help keys create", "", nil,
 		func(_ context.Context, args []string) error { return c.help(root, args) })
@@ -79,11 +79,20 @@ func (c *cli) groupExec(cmd **ffcli.Command) func(context.Context, []string) err
 	}
 }
 
-// serve is `geotoll serve`.
-func (c *cli) serve(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{fmt.Sprintf("serve takes no arguments (got %q)", args)}
+// noArgs is the Exec of a command that takes no arguments: one is a
+// usage error naming the command as it is typed ("keys create"), and exec
+// does not run.
+func noArgs(name string, exec func(context.Context) error) func(context.Context, []string) error {
+	return func(ctx context.Context, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("%s takes no arguments (got %q)", name, args)}
+		}
+		return exec(ctx)
 	}
+}
+
+// serve is `geotoll serve`.
+func (c *cli) serve(ctx context.Context) error {
 	cfg, log, err := c.configAndLog()
 	if err != nil {
 		return err
@@ -96,10 +105,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 }
 
 // migrate is `geotoll migrate`.
-func (c *cli) migrate(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		return usageError{fmt.Sprintf("migrate takes no arguments (got %q)", args)}
-	}
+func (c *cli) migrate(ctx context.Context) error {
 	cfg, log, err := c.configAndLog()
 	if err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 func (c *cli) configCommand() *ffcli.Command {
 	var group *ffcli.Command
 	check := c.command("check", "validate the configuration (-config FILE, the environment, flags) without serving", "", nil,
-		func(context.Context, []string) error {
+		noArgs("config check", func(context.Context) error {
 			cfg, err := c.config()
 			if err != nil {
 				return err
@@ -34,11 +34,11 @@ func (c *cli) configCommand() *ffcli.Command {
 			fmt.Fprintf(c.stdout, "%s: ok (%d tile layers, %d geofence layers, tiers %s)\n", where, len(cfg.Layers), len(cfg.Geofence.Layers),
 				strings.Join(tierNames(cfg), ", "))
 			return nil
-		})
+		}))
 	example := c.command("example", "print config/geotoll.example.yaml: every key at its default", "", nil,
-		func(context.Context, []string) error { return writeExample(c.stdout) })
+		noArgs("config example", func(context.Context) error { return writeExample(c.stdout) }))
 	doc := c.command("doc", "print the configuration reference (the README's table)", "", nil,
-		func(context.Context, []string) error { return writeDoc(c.stdout) })
+		noArgs("config doc", func(context.Context) error { return writeDoc(c.stdout) }))
 	group = c.command("config", "check, print or document the configuration", "", nil, c.groupExec(&group), check, example, doc)
 	for _, s := range group.Subcommands {
 		s.ShortUsage = "geotoll config " + s.Name + " [flags]"

@@ -32,15 +32,15 @@ func (c *cli) keysCommand() *ffcli.Command {
 		nameFlag(fs)
 		fs.StringVar(&tier, "tier", "", "tier, one of throttle.tiers")
 		fs.BoolVar(&admin, "admin", false, "may administer geofences")
-	}, func(ctx context.Context, _ []string) error {
+	}, noArgs("keys create", func(ctx context.Context) error {
 		return c.withKeys(ctx, func(cfg Config, store *apikeys.Store) error {
 			return createAPIKey(ctx, cfg, store, name, tier, admin, c)
 		})
-	})
-	list := c.command("list", "every key, revoked ones too", "", nil, func(ctx context.Context, _ []string) error {
+	}))
+	list := c.command("list", "every key, revoked ones too", "", nil, noArgs("keys list", func(ctx context.Context) error {
 		return c.withKeys(ctx, func(_ Config, store *apikeys.Store) error { return listKeys(ctx, store, c.stdout) })
-	})
-	revoke := c.command("revoke", "stop a key: servers refuse it at once (notified by the database; at the latest within throttle.key_refresh): -name NAME", "", nameFlag, func(ctx context.Context, _ []string) error {
+	}))
+	revoke := c.command("revoke", "stop a key: servers refuse it at once (notified by the database; at the latest within throttle.key_refresh): -name NAME", "", nameFlag, noArgs("keys revoke", func(ctx context.Context) error {
 		return c.withKeys(ctx, func(cfg Config, store *apikeys.Store) error {
 			if name == "" {
 				return usageError{"keys revoke: -name is required"}
@@ -51,7 +51,7 @@ func (c *cli) keysCommand() *ffcli.Command {
 			fmt.Fprintf(c.stderr, "revoked %q; running servers refuse it at once (notified by the database; at the latest within %s)\n", name, cfg.Throttle.KeyRefresh)
 			return nil
 		})
-	})
+	}))
 	keys = c.command("keys", "create, list and revoke API keys", "", nil, c.groupExec(&keys), create, list, revoke)
 	for _, k := range []*ffcli.Command{create, list, revoke} {
 		k.ShortUsage = "geotoll keys " + k.Name + " [flags]"

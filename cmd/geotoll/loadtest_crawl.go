@@ -64,13 +64,13 @@ func (f *crawlFlags) flags(fs *flag.FlagSet) {
 func (c *cli) crawlCommand() *ffcli.Command {
 	f := &crawlFlags{}
 	cmd := c.command("crawl", "an honest key's p50/p99 alone and beside anonymous crawlers from many addresses", crawlUsage, f.flags,
-		func(ctx context.Context, _ []string) error {
+		noArgs("loadtest crawl", func(ctx context.Context) error {
 			cfg, err := c.config()
 			if err != nil {
 				return err
 			}
 			return f.run(ctx, cfg, c.stdout)
-		})
+		}))
 	cmd.ShortUsage = "geotoll -config FILE loadtest crawl [flags]"
 	return cmd
 }

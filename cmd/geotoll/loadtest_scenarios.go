@@ -80,13 +80,13 @@ func (f *scenarioFlags) flags(fs *flag.FlagSet) {
 // scenarioCommand is `geotoll loadtest fidelity|zooms|ceiling`.
 func (c *cli) scenarioCommand(name, short string) *ffcli.Command {
 	f := &scenarioFlags{}
-	cmd := c.command(name, short, scenarioUsage, f.flags, func(ctx context.Context, _ []string) error {
+	cmd := c.command(name, short, scenarioUsage, f.flags, noArgs("loadtest "+name, func(ctx context.Context) error {
 		cfg, err := c.config()
 		if err != nil {
 			return err
 		}
 		return runScenario(ctx, cfg, name, f, c.stdout, c.stderr)
-	})
+	}))
 	cmd.ShortUsage = "geotoll -config FILE loadtest " + name + " [flags]"
 	return cmd
 }

@@ -113,13 +113,13 @@ func (c *cli) seedCommand() *ffcli.Command {
 		fs.IntVar(&points, "points", 240000, "number of clustered points")
 		fs.IntVar(&fences, "fences", 300, "number of geofences")
 	}
-	return c.command("seed", "load the deterministic demo data (as the schema owner)", "", flags, func(ctx context.Context, _ []string) error {
+	return c.command("seed", "load the deterministic demo data (as the schema owner)", "", flags, noArgs("seed", func(ctx context.Context) error {
 		cfg, log, err := c.configAndLog()
 		if err != nil {
 			return err
 		}
 		return seed(ctx, cfg, log, demo.Options{Seed: seedN, Points: points, Fences: fences}, ifEmpty)
-	})
+	}))
 }
 
 func seed(ctx context.Context, cfg Config, log *slog.Logger, o demo.Options, ifEmpty bool) error {

@@ -29,13 +29,13 @@ func (c *cli) openDataCommand() *ffcli.Command {
 		fs.Float64Var(&o.Simplify, "simplify", opendata.DefaultSimplify, "tolerance (degrees) of countries_simple; negative: none")
 		fs.BoolVar(&o.Force, "force", false, "reload tables that are already up to date")
 	}
-	return c.command("opendata", "load real open data into schema opendata (as the schema owner)", "", flags, func(ctx context.Context, _ []string) error {
+	return c.command("opendata", "load real open data into schema opendata (as the schema owner)", "", flags, noArgs("opendata", func(ctx context.Context) error {
 		cfg, err := c.config()
 		if err != nil {
 			return err
 		}
 		return openData(ctx, cfg, o, &cache, c.stdout)
-	})
+	}))
 }
 
 func openData(ctx context.Context, cfg Config, o opendata.Options, cache *string, stdout io.Writer) error {

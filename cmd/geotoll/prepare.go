@@ -39,13 +39,13 @@ func (c *cli) prepareCommand() *ffcli.Command {
 		fs.DurationVar(&p.retain, "retain", 10*time.Minute, "keep replaced storage this long before dropping it (servers read it until they re-read the registry)")
 	}
 	return c.command("prepare", "build every layer's serving storage (overviews, pieces), as the schema owner", "", flags,
-		func(ctx context.Context, _ []string) error {
+		noArgs("prepare", func(ctx context.Context) error {
 			cfg, log, err := c.configAndLog()
 			if err != nil {
 				return err
 			}
 			return prepare(ctx, cfg, log, p, c.stdout)
-		})
+		}))
 }
 
 // prepare runs `geotoll prepare`: it builds every layer's serving storage
