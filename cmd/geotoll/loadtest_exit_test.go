@@ -22,3 +22,18 @@ func TestLoadtestFailsWhenNothingAnswers(t *testing.T) {
 		t.Fatalf("a load test against %s, where nothing listens: error %v, want one saying no request was answered (stdout %q)", addr, err, out)
 	}
 }
+
+// loadtest crawl fails as the load test does when none of its requests —
+// the honest caller's or the crawlers' — was answered.
+func TestLoadtestCrawlFailsWhenNothingAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	out, err := runCommand(context.Background(), "loadtest", "crawl", "-url", "http://"+addr, "-duration", "1s", "-rate", "20", "-crawlers", "2")
+	if err == nil || !strings.Contains(err.Error(), "none of") || !strings.Contains(err.Error(), "answered") {
+		t.Fatalf("a crawl against %s, where nothing listens: error %v, want one saying no request was answered (stdout %q)", addr, err, out)
+	}
+}
