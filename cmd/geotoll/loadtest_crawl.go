@@ -111,7 +111,26 @@ func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) erro
 			loadtest.WriteCrawlers(stdout, p.Crawl)
 		}
 	}
+	if sent, unanswered := crawlAnswers(phases); sent > 0 && unanswered == sent {
+		return fmt.Errorf("loadtest crawl: none of %d requests was answered by %s", sent, f.client.BaseURL)
+	}
 	return nil
+}
+
+// crawlAnswers counts the requests of every phase, the honest caller's
+// and the crawlers', and those that got no answer (status 0).
+func crawlAnswers(phases []loadtest.CrawlPhase) (sent, unanswered int) {
+	for _, p := range phases {
+		for _, status := range []map[int]int{p.Status, p.Crawl.Status} {
+			for code, n := range status {
+				sent += n
+				if code == 0 {
+					unanswered += n
+				}
+			}
+		}
+	}
+	return sent, unanswered
 }
 
 // loadAverage is the first three fields of /proc/loadavg, or "unknown".
