@@ -322,8 +322,8 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		results, err = parseBatchReply(v, len(batch))
 	}
 	if err != nil {
-		s.stats.failures.Add(1)
 		s.failed(l, batch, fmt.Errorf("throttle: budget call for %q: %w", l.key, err), sh.notAfterMS)
+		s.stats.failures.Add(1) // once its finishes wait for their retry
 		return
 	}
 	var voids []*pending
