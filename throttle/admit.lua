@@ -56,6 +56,12 @@
 --                under the new id (a lease hands its tokens back and keeps
 --                its running request's slot); nothing if id.."+" is open
 --   "P" "" ""    peek: report the bucket
+--   F and M take a replay in their amount, "<delta>|<d>:<ago>,<d>:<ago>…":
+--   settlements made in process on a lease (d micro-tokens, debit > 0,
+--   refund < 0, ago µs before now), applied in order at the moments they
+--   happened — never before the bucket's own time — with the refill in
+--   between, before delta; only when the F or M closes its id, so a
+--   repeated one replays nothing.
 --   F, V and M of an id that is not open do nothing, so a repeated or late
 --   one never settles twice. Ids are geotoll's own (hex), never client text.
 --
@@ -87,7 +93,7 @@
 -- global a table lookup.
 local rcall, rpcall, errorReply = redis.call, redis.pcall, redis.error_reply
 local tonumber, type = tonumber, type
-local match, format = string.match, string.format
+local match, gmatch, find, format = string.match, string.gmatch, string.find, string.format
 local mfloor, ceil, huge = math.floor, math.ceil, math.huge
 local argv = ARGV
 
@@ -122,11 +128,14 @@ local nowms = nsec * 1000 + mfloor(nusec / 1000)
 local late = notAfter ~= nil and nowms > notAfter
 local grace = 1000 -- how long the tombstones' hash outlives voids_until
 
--- A bucket as of now: refilled, clamped to [-floor, capacity]. A missing,
--- corrupt or foreign value (an older version's hash: WRONGTYPE) is a full
--- bucket with nothing open.
+-- The bucket, clamped to [-floor, capacity], as of its own time (at, in
+-- µs): advance refills it to a later moment. Every operation sees it
+-- refilled to now, but a replay (below) first applies settlements at the
+-- moments they happened. A missing, corrupt or foreign value (an older
+-- version's hash: WRONGTYPE) is a full bucket with nothing open.
+local nowus = nsec * 1000000 + nusec
 local raw = rpcall('GET', KEYS[1])
-local tokens, expires, oexpires, n, voids, exists = capacity, 0, 0, 0, 0, false
+local tokens, at, expires, oexpires, n, voids, exists = capacity, nowus, 0, 0, 0, 0, false
 if type(raw) == 'string' then
   local a, b, c, d, e, f, g = match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
   local tok, ts, tu = tonumber(a), tonumber(b), tonumber(c)
@@ -134,11 +143,15 @@ if type(raw) == 'string' then
     tokens, expires, oexpires, n, voids, exists = tok, tonumber(d), tonumber(e), tonumber(f), tonumber(g), true
     if tokens < -floor then tokens = -floor end
     if tokens > capacity then tokens = capacity end
-    local el = (nsec - ts) * 1000000 + (nusec - tu)
-    if el > 0 then -- a clock that stepped back refills nothing
-      tokens = tokens + mfloor(el * rate / 1000000)
-      if tokens > capacity then tokens = capacity end
-    end
+    at = ts * 1000000 + tu
+  end
+end
+local function advance(to)
+  local el = to - at
+  if el > 0 then -- a clock that stepped back refills nothing
+    tokens = tokens + mfloor(el * rate / 1000000)
+    if tokens > capacity then tokens = capacity end
+    at = to
   end
 end
 -- A hash past its time has expired with all it held (Redis: now > expiry).
@@ -195,6 +208,12 @@ local out, o = {}, 0
 for i = 9, nargs, 3 do
   local kind, id = argv[i], argv[i + 1]
   local status, value = 1, nil
+  local amount, replay = argv[i + 2], nil
+  if (kind == 'F' or kind == 'M') and find(amount, '|', 1, true) then
+    amount, replay = match(amount, '^([^|]*)|(.*)$')
+  else
+    advance(nowus)
+  end
   if kind == 'A' or kind == 'S' then
     local cost = tonumber(argv[i + 2])
     -- An invalid admit is answered as late and changes nothing: an error
@@ -264,7 +283,7 @@ for i = 9, nargs, 3 do
   elseif kind == 'F' or kind == 'V' or kind == 'M' then
     local delta, give, tomb, skip, after = 0, 0, nil, false, nil
     if kind ~= 'V' then
-      delta = tonumber(argv[i + 2])
+      delta = tonumber(amount)
       if delta == nil or delta ~= delta or delta == huge or delta == -huge then delta = 0 end
       if delta < 0 then give = -delta end
       skip = kind == 'M' and rcall('HEXISTS', okey, id .. '+') == 1
@@ -283,12 +302,36 @@ for i = 9, nargs, 3 do
         if keep ~= nil and keep > nowms then tomb = keep else skip = true end
       end
     end
+    local closed = not skip and not tomb and rcall('HDEL', okey, id) == 1
+    if closed and replay then
+      -- Each settlement of the replay at the moment it happened (ago µs
+      -- before now, never before the bucket's own time), refilling in
+      -- between, as if each had been sent then.
+      for d, ago in gmatch(replay, '(-?%d+):(%d+)') do
+        local x = tonumber(d)
+        local when = nowus - tonumber(ago)
+        if when > at then advance(when) end
+        if x > 0 then
+          tokens = tokens - x
+          if tokens < -floor then tokens = -floor end
+        elseif x < 0 then
+          tokens = tokens - x
+          if tokens > capacity then tokens = capacity end
+        end
+        if agg then
+          atokens = atokens - x
+          if atokens < -floor then atokens = -floor end
+          if atokens > acap then atokens = acap end
+        end
+      end
+    end
+    advance(nowus)
     if skip then
       status = 0
     elseif tomb then
       bury(id, tomb)
       status, dirty = 0, true
-    elseif rcall('HDEL', okey, id) == 0 then
+    elseif not closed then
       status = 0
     else
       if kind == 'M' then -- its successor takes the slot
@@ -329,6 +372,7 @@ end
 if not dirty then
   return out
 end
+advance(nowus)
 if n < 0 then n = 0 end
 
 -- A key must live until its bucket is full again, and the open hash until

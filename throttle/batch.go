@@ -52,11 +52,41 @@ const (
 )
 
 // op is one operation: kind, the request's id and an amount in
-// micro-tokens (a cost, or a settlement's delta).
+// micro-tokens (a cost, or a settlement's delta). A finish or move may
+// carry a replay: settlements made in process, applied at the moments
+// they happened before its own delta (see admit.lua).
 type op struct {
 	kind   opKind
 	id     string
 	amount float64
+	replay []replayed
+}
+
+// replayed is one settlement of a replay: d micro-tokens (a debit when
+// positive, a refund when negative), agoUS µs before the batch's clock.
+type replayed struct {
+	d     float64
+	agoUS int64
+}
+
+// wireAmount is o's amount as admit.lua reads it: the number, followed by
+// the replay, if any, as "|d:ago,d:ago…".
+func (o op) wireAmount() string {
+	if len(o.replay) == 0 {
+		return formatMicro(o.amount)
+	}
+	b := make([]byte, 0, 24*(1+len(o.replay)))
+	b = strconv.AppendFloat(b, o.amount, 'f', 0, 64)
+	b = append(b, '|')
+	for i, r := range o.replay {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendFloat(b, r.d, 'f', 0, 64)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, max(r.agoUS, 0), 10)
+	}
+	return string(b)
 }
 
 // opResult is the reply to one op: its status and the micro-tokens of the
@@ -191,6 +221,9 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 	out := make([]opResult, len(ops))
 	for i, o := range ops {
 		status := stAdmitted
+		if !o.replays() {
+			r.advance(r.nowUS)
+		}
 		switch o.kind {
 		case opAdmit, opShadow:
 			status = r.admit(o)
@@ -203,9 +236,17 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 		out[i] = r.result(status)
 	}
 	if r.dirty {
+		r.advance(r.nowUS)
 		r.commit()
 	}
 	return out
+}
+
+// replays reports whether o is a finish or move with a replay: its
+// settlements go at their own moments, before the bucket is refilled to
+// now.
+func (o op) replays() bool {
+	return (o.kind == opFinish || o.kind == opMove) && len(o.replay) > 0
 }
 
 // sweep drops the open requests that have expired (their process died)

@@ -14,23 +14,31 @@ type batchRun struct {
 	nowMS   int64
 	late    bool // the batch came after its deadline: it admits nothing
 
-	tokens, atokens float64 // micro-tokens of the bucket and the aggregate, as of now
-	n               int     // requests open
-	voidsUntil      int64   // until when the tombstones hold (0: none)
+	nowUS           int64
+	tokens, atokens float64 // micro-tokens of the bucket (as of at, µs) and the aggregate (as of now)
+	at              int64
+	n               int   // requests open
+	voidsUntil      int64 // until when the tombstones hold (0: none)
 
 	dirty  bool // something to write back
 	opened bool // a request was opened: the open hash may need a later expiry
 }
 
 // load is admit.lua's load step, on a run that knows its state, shape and
-// clock: both buckets refilled as of now, and the open requests and
-// tombstones dropped when their hash has expired (Redis: a key is gone once
-// now is past its expiry).
+// clock: the bucket as of its own time (advance refills it), the aggregate
+// refilled as of now, and the open requests and tombstones dropped when
+// their hash has expired (Redis: a key is gone once now is past its
+// expiry).
 func (r *batchRun) load() {
 	st, sh := r.st, &r.sh
 	r.nowMS = r.now.ms()
+	r.nowUS = r.now.sec*1000000 + r.now.usec
 	r.late = sh.notAfterMS != 0 && r.nowMS > sh.notAfterMS
-	r.tokens = refill(st.b, st.found, r.now, sh.rate, sh.capacity, sh.floor)
+	r.tokens, r.at = sh.capacity, r.nowUS
+	if st.found && st.b.tokens == st.b.tokens {
+		r.tokens = min(max(st.b.tokens, -sh.floor), sh.capacity)
+		r.at = st.b.sec*1000000 + st.b.usec
+	}
 	r.n = st.b.n
 	if !st.found || st.b.openExpires < r.nowMS {
 		r.n = 0
@@ -42,6 +50,15 @@ func (r *batchRun) load() {
 	r.voidsUntil = st.b.voidsUntil
 	if r.agg != nil {
 		r.atokens = refill(r.agg.b, r.agg.found, r.now, sh.aggRate, sh.aggCap, sh.floor)
+	}
+}
+
+// advance refills the bucket to the moment to (µs), as admit.lua's
+// advance does; a moment before its own time refills nothing.
+func (r *batchRun) advance(to int64) {
+	if el := to - r.at; el > 0 {
+		r.tokens = min(r.tokens+math.Floor(float64(float64(el)*r.sh.rate)/1000000), r.sh.capacity)
+		r.at = to
 	}
 }
 
@@ -163,15 +180,24 @@ func (r *batchRun) open(id string, status int, cost float64) int {
 func (r *batchRun) finish(o op) int {
 	rec, ok := r.st.open[o.id]
 	if !ok {
+		r.advance(r.nowUS)
 		if o.kind == opVoid {
 			r.tombstone(o.id, int64(o.amount))
 		}
 		return stRefused
 	}
 	if _, taken := r.st.open[movedID(o.id)]; o.kind == opMove && taken {
+		r.advance(r.nowUS)
 		return stRefused
 	}
 	delete(r.st.open, o.id)
+	for _, x := range o.replay { // at the moments they happened, then now
+		if when := r.nowUS - x.agoUS; when > r.at {
+			r.advance(when)
+		}
+		r.settle(max(x.d, 0), max(-x.d, 0))
+	}
+	r.advance(r.nowUS)
 	if o.kind == opMove {
 		r.st.open[movedID(o.id)] = openReq{paid: 0, expiresMS: r.nowMS + r.sh.ttlMS}
 		r.opened = true

@@ -129,7 +129,7 @@ func (f *redisFixture) run(key string, sh shape, ops []op) []opResult {
 		args[7] = strconv.FormatInt(sh.notAfterMS, 10)
 	}
 	for _, o := range ops {
-		args = append(args, string(o.kind), o.id, formatMicro(o.amount))
+		args = append(args, string(o.kind), o.id, o.wireAmount())
 	}
 	v, err := f.store.script.Run(context.Background(), f.rdb, []string{key, OpenKey(key), VoidKey(key)}, args...).Result()
 	if err != nil {
@@ -163,7 +163,7 @@ func TestScriptMatchesTwin(t *testing.T) {
 			var ops []op
 			for range 1 + rng.IntN(4) {
 				id := ids[rng.IntN(len(ids))]
-				switch rng.IntN(6) {
+				switch rng.IntN(7) {
 				case 5:
 					ops = append(ops, op{kind: opMove, id: id, amount: math.Round(float64(rng.IntN(13)-6) * micro / 3)})
 				case 0, 1:
@@ -172,6 +172,15 @@ func TestScriptMatchesTwin(t *testing.T) {
 					ops = append(ops, op{kind: opShadow, id: id, amount: float64(1+rng.IntN(9)) * micro})
 				case 3:
 					ops = append(ops, op{kind: opFinish, id: id, amount: math.Round(float64(rng.IntN(13)-6) * micro / 3)})
+				case 4: // a lease's give-back: settlements made in process, replayed at their moments
+					o := op{kind: opFinish, id: id, amount: -1}
+					if rng.IntN(3) == 0 {
+						o.kind = opMove
+					}
+					for range rng.IntN(4) {
+						o.replay = append(o.replay, replayed{d: math.Round(float64(rng.IntN(17)-5) * micro / 3), agoUS: int64(rng.IntN(400_000))})
+					}
+					ops = append(ops, o)
 				default: // a tombstone's deadline, when the id is not open
 					ops = append(ops, op{kind: opVoid, id: id, amount: float64(time.Now().Add(time.Duration(rng.IntN(300)) * time.Millisecond).UnixMilli())})
 				}
@@ -810,6 +819,39 @@ func TestScriptVoidOfAnOpenRequestTurnsAwayALateCopy(t *testing.T) {
 		}
 		if got := f.run(key, sh, []op{admit}); got[0].status != stLate {
 			t.Fatalf("a copy of the voided admit after its void: %+v, want late (turned away)", got)
+		}
+	})
+}
+
+// TestScriptReplaysSettlementsAtTheirMoments: a finish carrying a replay
+// (a lease's settlements made in process) applies each at the moment it
+// happened, with the refill in between — so a bucket at its capacity
+// loses no refill to settlements that reached Redis late — and a repeated
+// finish replays nothing. The twin, run at the clock the script stored,
+// agrees to the micro-token.
+func TestScriptReplaysSettlementsAtTheirMoments(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		key := f.key("replay")
+		sh := shape{rate: 10 * micro, capacity: 10 * micro, floor: 8 * micro, max: 3, ttlMS: 60_000}
+		if got := f.run(key, sh, []op{{kind: opAdmit, id: "lease", amount: micro}}); got[0].status != stAdmitted {
+			t.Fatalf("the lease's admit: %+v", got)
+		}
+		twin := f.state(key)
+		time.Sleep(500 * time.Millisecond)
+		// 5 spent 400 ms ago (the bucket was back at 10 by then), 5 just
+		// now, and the lease's own token handed back: 10 → 5 → 9 → 4 → 5.
+		// Spent at once now, the bucket would hold 10 - 10 + 1 = 1.
+		back := op{kind: opFinish, id: "lease", amount: -micro,
+			replay: []replayed{{d: 5 * micro, agoUS: 400_000}, {d: 5 * micro, agoUS: 0}}}
+		got := f.run(key, sh, []op{back})
+		stored := f.state(key)
+		want := applyBatch(&twin, nil, sh, clock{sec: stored.b.sec, usec: stored.b.usec}, []op{back})
+		if got[0].status != stAdmitted || got[0].tokens < 5*micro-10 || got[0].tokens > 5*micro || got[0] != want[0] || twin.b != stored.b {
+			t.Fatalf("give-back with a replay: Redis %+v (stored %+v), twin %+v (%+v); want 5 tokens", got[0], stored.b, want[0], twin.b)
+		}
+		if again := f.run(key, sh, []op{back}); again[0].status != stRefused || again[0].tokens < got[0].tokens {
+			t.Fatalf("the same give-back again: %+v, want nothing replayed (not open, %v tokens or more)", again[0], got[0].tokens)
 		}
 	})
 }
