@@ -211,7 +211,7 @@ for i = 9, nargs, 3 do
   local amount, replay = argv[i + 2], nil
   if (kind == 'F' or kind == 'M') and find(amount, '|', 1, true) then
     amount, replay = match(amount, '^([^|]*)|(.*)$')
-  else
+  elseif at < nowus then
     advance(nowus)
   end
   if kind == 'A' or kind == 'S' then

@@ -11,6 +11,17 @@ import (
 // process. A caller whose requests do not overlap so costs one script call
 // per LeaseRequests requests instead of one per request.
 //
+// A Sole store's lease (sole) takes one micro-token and the slot, and
+// admits up to LeaseRequests requests while the bucket — as Redis last
+// showed it, less the debits on their way and what the lease admitted —
+// surely pays them (floorAt). It records each request's price and
+// settlement with its moment, and its give-back (or move) replays them in
+// Redis at those moments (admit.lua), so that the bucket ends as if each
+// had been sent at once: a bucket at its capacity loses no refill, and
+// a caller whose bucket stays full is leased too. A request of the caller
+// that goes to Redis ends the lease first, in the same call. The rest of
+// this comment is about the leases of a store that is not Sole.
+//
 // Its slot holds one request at a time: a request of the caller that
 // arrives while the lease's slot is taken goes to Redis as usual (it
 // shares a batch with the caller's other requests there). Settlements of
@@ -50,6 +61,15 @@ type keyLease struct {
 	// bucket from the two.
 	coming float64
 
+	// sole: taken by a Sole store — it took a micro-token, admits against
+	// the bucket itself (floorAt), and replays what it admitted (spends)
+	// when it goes back. owed is the caller's debits on their way to the
+	// bucket (coming's debits alone), count the requests it admitted.
+	sole   bool
+	spends []spend
+	owed   float64
+	count  int
+
 	ask *pending // its admit, until answered
 	// gen counts the times it handed its tokens back (given back, or
 	// keeping only its running request's slot); handed is what it handed
@@ -70,6 +90,9 @@ type keyLease struct {
 // capacity within LeaseHold with nothing spent (a bucket that refills to
 // the brim would waste what the lease holds: such a caller spends slower
 // than its refill, and keeps paying one call per request).
+//
+// A Sole store's lease takes one micro-token (an admit must spend
+// something), whenever the bucket can pay the request and one more like it.
 func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 	if s.opts.LeaseRequests <= 0 || req.Shadow || req.Aggregate != nil {
 		return 0
@@ -79,6 +102,12 @@ func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 		return 0
 	}
 	cost := toMicro(req.Cost)
+	if s.opts.Sole {
+		if refilledMicro(seen.tokens, seen.at, time.Now(), sh) < 2*cost {
+			return 0
+		}
+		return 1
+	}
 	size := math.Min(float64(s.opts.LeaseRequests)*cost, math.Floor(sh.capacity/8))
 	now := time.Now()
 	after := refilledMicro(seen.tokens, seen.at, now, sh) - cost
@@ -89,10 +118,18 @@ func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 	return size
 }
 
-// seenBucket is a caller's bucket as a reply from Redis last showed it.
+// seenBucket is a caller's bucket as a reply from Redis last showed it:
+// at is when the call was sent, recv when its reply came.
 type seenBucket struct {
-	tokens float64 // micro-tokens
-	at     time.Time
+	tokens   float64 // micro-tokens
+	at, recv time.Time
+}
+
+// spend is one settlement a Sole store's lease made in process: d
+// micro-tokens (a debit when positive) at at.
+type spend struct {
+	d  float64
+	at time.Time
 }
 
 // refilledMicro is a bucket of tokens micro-tokens at at, refilled to now
@@ -113,13 +150,16 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	now := time.Now()
 	s.mu.Lock()
 	ls, seen := s.leases[req.Key], s.seen[req.Key]
-	if ls == nil || !ls.granted || ls.busy || ls.done || ls.left < cost || ls.sh != sh || req.Aggregate != nil ||
-		ls.brimmed(seen, now) || ls.estimate(seen, now)+ls.left < cost {
+	if ls == nil || !ls.granted || ls.busy || ls.done || ls.sh != sh || req.Aggregate != nil || !ls.pays(seen, now, cost) {
 		s.mu.Unlock()
 		return Admission{}, false
 	}
 	ls.left -= cost
 	ls.busy = true
+	if ls.sole {
+		ls.spends = append(ls.spends, spend{d: cost, at: now})
+		ls.count++
+	}
 	remaining, id := ls.remaining(seen, now), ls.id
 	s.mu.Unlock()
 	s.stats.local.Add(1)
@@ -129,6 +169,33 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	a.Ticket = &Ticket{owner: ls, key: req.Key, limit: req.Limit, debt: req.Debt, id: id,
 		paid: cost, cost: req.Cost, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond}
 	return a, true
+}
+
+// pays reports whether the lease may admit a request of cost now. One
+// that took tokens pays from them, unless the bucket and it together
+// would hold more than the capacity (brimmed). A sole one admits up to
+// LeaseRequests requests while the bucket surely holds their price
+// (floorAt).
+func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
+	if ls.sole {
+		return ls.count < ls.s.opts.LeaseRequests && ls.floorAt(seen, now) >= cost
+	}
+	return ls.left >= cost && !ls.brimmed(seen, now) && ls.estimate(seen, now)+ls.left >= cost
+}
+
+// floorAt is, in micro-tokens, the least a Sole store's caller's bucket
+// holds now: as Redis last showed it, refilled only from when its reply
+// came (Redis's clock read it earlier), less the debits on their way and
+// what the lease admitted (its left, below the micro-token it took) —
+// refunds on their way not counted, the refill the capacity cut off in
+// Redis not either. No admit of the caller is on its way meanwhile: a
+// request that goes to Redis ends the lease first (leaseOpsLocked). A
+// bucket not seen lately is taken as empty.
+func (ls *keyLease) floorAt(seen seenBucket, now time.Time) float64 {
+	if seen.recv.IsZero() {
+		return -ls.sh.floor
+	}
+	return refilledMicro(seen.tokens, seen.recv, now, ls.sh) - ls.owed + ls.left
 }
 
 // remaining estimates, in micro-tokens, what the caller's bucket would
@@ -167,7 +234,10 @@ func (ls *keyLease) finish(_ *Ticket, delta float64) {
 	defer s.mu.Unlock()
 	ls.left -= delta
 	ls.busy = false
-	if delta > 0 { // a debit: Redis applies it, down to the debt floor, as it would have
+	switch {
+	case ls.sole && delta != 0: // replayed at its moment with the lease's give-back
+		ls.spends = append(ls.spends, spend{d: delta, at: time.Now()})
+	case delta > 0: // a debit: Redis applies it, down to the debt floor, as it would have
 		ls.done = true
 	}
 	if ls.done && s.leases[ls.key] == ls {
@@ -186,13 +256,24 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 		back, ls = s.takeBackLocked(ls), nil
 	}
 	if ls != nil {
+		if ls.sole {
+			// Redis must see what the lease admitted before it decides the
+			// request, and a lease admits nothing while an admit of its
+			// caller is on its way: a busy one hands back what it
+			// admitted (keeping its running request's slot), and none
+			// admits again.
+			ls.done = true
+			if ls.granted && (ls.left > 0 || len(ls.spends) > 0) {
+				back = ls.moveLocked()
+			}
+		}
 		return back, nil, ls
 	}
 	size := s.leaseSizeLocked(req, sh)
 	if size == 0 {
 		return back, nil, nil
 	}
-	ls = &keyLease{s: s, key: req.Key, id: newID(), sh: sh, size: size}
+	ls = &keyLease{s: s, key: req.Key, id: newID(), sh: sh, size: size, sole: s.opts.Sole}
 	s.leases[req.Key] = ls
 	ask = &pending{op: op{kind: opAdmit, id: ls.id, amount: size}, sh: sh,
 		failed: make(chan error, 1), lease: ls}
@@ -215,6 +296,15 @@ func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult) {
 	}
 	ls.granted, ls.left, ls.ask = true, ls.size, nil
 	s.stats.leases.Add(1)
+	if ls.sole { // the debits queued after this batch are on their way
+		for _, q := range l.queue {
+			if d := q.op.amount; (q.op.kind == opFinish || q.op.kind == opMove) && d > 0 && q.comingTo == nil {
+				ls.coming -= d
+				ls.owed += d
+				q.comingTo = ls
+			}
+		}
+	}
 	if ls.done {
 		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)
 		return
@@ -280,12 +370,19 @@ func (s *RedisStore) retire(ls *keyLease) {
 		s.giveBackLocked(ls)
 		return
 	}
-	if ls.left <= 0 {
+	if ls.left <= 0 && len(ls.spends) == 0 {
 		return // nothing to hand back: its slot runs its request
 	}
+	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
+}
+
+// moveLocked returns the move that hands back what a busy lease holds (or
+// replays what it admitted) and keeps its running request's slot under the
+// id that takes its place.
+func (ls *keyLease) moveLocked() *pending {
 	mv := ls.handBack(opMove)
 	ls.id, ls.left = movedID(ls.id), 0
-	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, mv)
+	return mv
 }
 
 // takeBackLocked forgets an idle lease and returns its give-back: a finish
@@ -309,8 +406,14 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 	if ls.left != 0 {
 		delta = -ls.left
 	}
+	p := &pending{sh: ls.sh, spends: ls.spends}
+	for _, x := range ls.spends { // replayed at their moments, before delta
+		delta -= x.d
+	}
+	ls.spends = nil
 	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
-	return &pending{op: op{kind: kind, id: ls.id, amount: delta}, sh: ls.sh}
+	p.op = op{kind: kind, id: ls.id, amount: delta}
+	return p
 }
 
 // giveBackLocked forgets an idle lease and queues its give-back on its

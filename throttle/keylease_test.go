@@ -17,14 +17,31 @@ import (
 func TestLeaseMatchesTheBucketWithoutIt(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		leaseMatchesTheBucket(t, f, f.store, "twin")
+	})
+}
+
+// TestSoleLeaseMatchesTheBucketWithoutIt: the same for a Sole store's
+// leases, which admit against the bucket itself.
+func TestSoleLeaseMatchesTheBucketWithoutIt(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		leaseMatchesTheBucket(t, f, NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true}), "sole-twin")
+	})
+}
+
+// leaseMatchesTheBucket runs 600 requests on store and on an in-process
+// store, settled alike: the same decisions, and the same bucket at the end.
+func leaseMatchesTheBucket(t *testing.T, f *redisFixture, store *RedisStore, name string) {
+	{
 		mem := NewMemoryStore(MemoryOptions{})
-		b := Bucket{Key: f.key("twin"), Limit: Limit{Rate: 1e-6, Capacity: 40}}
+		b := Bucket{Key: f.key(name), Limit: Limit{Rate: 1e-6, Capacity: 40}}
 		rng := rand.New(rand.NewPCG(7, 11))
 		costs := []float64{0.25, 0.5, 1, 2}
 		admitted, refused := 0, 0
 		for i := range 600 {
 			req := Request{Bucket: b, Cost: costs[rng.IntN(len(costs))], Debt: 3, MaxInFlight: 4}
-			got, want := mustAdmit(t, f.store, req), mustAdmit(t, mem, req)
+			got, want := mustAdmit(t, store, req), mustAdmit(t, mem, req)
 			if got.Allowed != want.Allowed || got.Refusal != want.Refusal {
 				t.Fatalf("request %d (cost %v): leased store %+v, in-process store %+v", i, req.Cost, got, want)
 			}
@@ -37,23 +54,24 @@ func TestLeaseMatchesTheBucketWithoutIt(t *testing.T) {
 			got.Ticket.Settle(cost)
 			want.Ticket.Settle(cost)
 		}
-		st := f.store.Stats()
+		st := store.Stats()
 		if st.Local == 0 || refused == 0 || admitted < 50 {
 			t.Fatalf("%d admitted (%d in process), %d refused: the run must exercise leases and refusals", admitted, st.Local, refused)
 		}
-		flushWithin(t, f.store)
-		got, want := mustPeek(t, f.store, b), mustPeek(t, mem, b)
+		flushWithin(t, store)
+		got, want := mustPeek(t, store, b), mustPeek(t, mem, b)
 		if math.Abs(got.Remaining-want.Remaining) > 1e-6 {
 			t.Fatalf("bucket after the leases went back: %v, in-process %v", got.Remaining, want.Remaining)
 		}
 		t.Logf("%d admitted (%d in process, %d leases, %d calls), %d refused", admitted, st.Local, st.Leases, st.Calls, refused)
-	})
+	}
 }
 
 // TestLeaseSavesCalls: a caller that spends faster than its bucket
 // refills, one request at a time, makes a call per LeaseRequests requests
 // or so; one whose bucket stays full makes one per request (a lease would
-// be lost to the brim).
+// be lost to the brim) — but not on a Sole store, whose leases take no
+// tokens.
 func TestLeaseSavesCalls(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
@@ -61,11 +79,14 @@ func TestLeaseSavesCalls(t *testing.T) {
 			name     string
 			limit    Limit
 			min, max float64 // calls per request
+			sole     bool
 		}{
-			{"faster than its refill", Limit{Rate: 1, Capacity: 1e6}, 0, 0.25},
-			{"slower than its refill", Limit{Rate: 1e6, Capacity: 1e9}, 0.99, 1.01}, // and a last finish alone
+			{"faster than its refill", Limit{Rate: 1, Capacity: 1e6}, 0, 0.25, false},
+			{"slower than its refill", Limit{Rate: 1e6, Capacity: 1e9}, 0.99, 1.01, false}, // and a last finish alone
+			{"sole, faster than its refill", Limit{Rate: 1, Capacity: 1e6}, 0, 0.25, true},
+			{"sole, slower than its refill", Limit{Rate: 1e6, Capacity: 1e9}, 0, 0.25, true},
 		} {
-			s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})
+			s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: c.sole})
 			req := Request{Bucket: Bucket{Key: f.key(c.name), Limit: c.limit}, Cost: 1}
 			const n = 400
 			for range n {

@@ -11,7 +11,7 @@ import "time"
 // lease and for the estimates of the lease's requests; the refunds the
 // batch carried are no longer on their way. Stale entries are swept when
 // the map has doubled since the last sweep.
-func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult, sent time.Time) {
+func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult, sent, recv time.Time) {
 	if s.opts.LeaseRequests <= 0 {
 		return
 	}
@@ -22,7 +22,7 @@ func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult,
 		if results[i].status == stAggregate {
 			continue
 		}
-		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent}
+		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent, recv: recv}
 		break
 	}
 	if len(s.seen) < s.seenAt {
@@ -79,6 +79,7 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 // ahead of it once granted.
 func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
 	switch {
+	case ls.sole: // holds no tokens: the debit is on its way (owed), nothing more
 	case delta > 0 && !ls.granted && ls.ask != nil && !ls.ask.sent:
 		s.unaskLocked(ls) // not asked yet: not asked at all
 	case delta > 0 && !ls.granted:
@@ -93,6 +94,7 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 	}
 	if delta != 0 && s.leases[ls.key] == ls {
 		ls.coming -= delta
+		ls.owed += max(delta, 0)
 		p.comingTo = ls
 	}
 	return delta
@@ -118,6 +120,7 @@ func (s *RedisStore) unaskLocked(ls *keyLease) {
 func (p *pending) arrived() {
 	if ls := p.comingTo; ls != nil {
 		ls.coming += p.op.amount
+		ls.owed -= max(p.op.amount, 0)
 		p.comingTo = nil
 	}
 }

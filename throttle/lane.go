@@ -24,6 +24,9 @@ type pending struct {
 	abandoned bool // its caller stopped waiting after it was sent (under RedisStore.mu)
 	notBefore time.Time
 	lease     *keyLease // a lease's admit: its reply grants the lease
+	// spends is the replay of a Sole store's lease's give-back (op.replay,
+	// dated when the batch is sent)
+	spends []spend
 	// refusedBeside is the caller's lease that held the tokens, or an idle
 	// slot, that Redis refused (or shadowed) this admit for want of (under
 	// RedisStore.mu).
@@ -75,8 +78,13 @@ func (s *RedisStore) enqueueLocked(key string, agg *Bucket, sh shape, now bool, 
 			}
 			return nil, false, fmt.Errorf("%w for %q", ErrBusy, key)
 		}
-		s.stats.dropped.Add(uint64(len(ps)))
 		for _, p := range ps {
+			if len(p.spends) > 0 { // what a lease admitted: never lost (one per lease)
+				l.queue = append(l.queue, p)
+				s.kickLocked(l, false, false)
+				continue
+			}
+			s.stats.dropped.Add(1)
 			p.arrived()
 		}
 		return l, false, nil
@@ -304,8 +312,13 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		args[3], args[4] = formatMicro(sh.aggRate), formatMicro(sh.aggCap)
 	}
 	admits := 0
+	now := time.Now()
 	for _, p := range batch {
-		args = append(args, string(p.op.kind), p.op.id, formatMicro(p.op.amount))
+		o := p.op
+		for _, x := range p.spends {
+			o.replay = append(o.replay, replayed{d: x.d, agoUS: now.Sub(x.at).Microseconds()})
+		}
+		args = append(args, string(o.kind), o.id, o.wireAmount())
 		if (p.op.kind == opAdmit || p.op.kind == opShadow) && p.lease == nil {
 			admits++
 		}
@@ -314,6 +327,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 	sent := time.Now()
 	v, err := s.script.Run(ctx, s.rdb, keys, args...).Result()
 	cancel()
+	recv := time.Now()
 	s.stats.calls.Add(1)
 	s.stats.ops.Add(uint64(len(batch)))
 	s.stats.admits.Add(uint64(admits))
@@ -345,7 +359,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		}
 		p.done <- r
 	}
-	s.sawLocked(l.key, batch, results, sent)
+	s.sawLocked(l.key, batch, results, sent, recv)
 	s.mu.Unlock()
 	for _, v := range voids {
 		s.stats.voids.Add(1)
@@ -412,9 +426,12 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	}
 	// Ahead of what came meanwhile: a lease's give-back must land before
 	// the admits that would count on its tokens.
-	for len(again) > 0 && len(l.queue)+len(again) > s.opts.MaxPending {
-		again[len(again)-1].arrived()
-		again = again[:len(again)-1]
+	for i := len(again) - 1; i >= 0 && len(l.queue)+len(again) > s.opts.MaxPending; i-- {
+		if len(again[i].spends) > 0 { // what a lease admitted: never lost
+			continue
+		}
+		again[i].arrived()
+		again = slices.Delete(again, i, i+1)
 		s.stats.dropped.Add(1)
 	}
 	l.queue = append(again, l.queue...)

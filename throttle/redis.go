@@ -82,15 +82,24 @@ type RedisOptions struct {
 	MaxPending int
 	// LeaseRequests is how many requests' price a lease takes ahead of a
 	// caller's requests (see keyLease), at most an eighth of the bucket
-	// (default 8; negative: no leases). Leases are exact only for a store
-	// that is the one process spending its buckets: it sees its own
-	// refunds, not another's, and another process's refund could bring a
-	// bucket to its capacity in Redis while a lease is out (geotoll serve
-	// takes none with redis.replicas above 1).
+	// (default 8; negative: no leases) — with Sole, how many requests a
+	// lease admits. Leases are exact only for a store that is the one
+	// process spending its buckets: it sees its own refunds, not another's,
+	// and another process's refund could bring a bucket to its capacity in
+	// Redis while a lease is out (geotoll serve takes none with
+	// redis.replicas above 1, and Sole ones with 1).
 	LeaseRequests int
 	// LeaseHold is how long a lease lives before what is left of it goes
 	// back (default 500 ms, and at most half the request TTL).
 	LeaseHold time.Duration
+	// Sole says this store is the one process spending its buckets (geotoll
+	// serve with redis.replicas 1). Its leases are then exact and take no
+	// tokens ahead: a request is admitted in process while the bucket as
+	// Redis last showed it, with this store's own settlements since, surely
+	// pays it, and the lease's give-back replays what it admitted at the
+	// moments it did — the bucket ends exactly as if each request had gone
+	// to Redis, and a caller whose bucket stays full has leases too.
+	Sole bool
 }
 
 // Defaults of RedisOptions.

@@ -79,12 +79,14 @@ type RedisConfig struct {
 	// spend reaching Redis later than its deadline plus this is not charged
 	// (its request already fell back).
 	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
-	// LeaseRequests is how many requests' price a replica takes ahead of a
-	// caller's requests, with one in-flight slot, to admit them in process
-	// (at most an eighth of the bucket); 0: every request is a Redis call.
+	// LeaseRequests is how many requests of a caller the process admits in
+	// process on a lease — one in-flight slot taken in Redis, while the
+	// bucket surely pays them — before Redis hears of them, dated, with
+	// the caller's next call (only with Replicas 1); 0: every request is a
+	// Redis call.
 	LeaseRequests int `yaml:"lease_requests"`
-	// LeaseHold is how long such a lease lives before what is left of it
-	// goes back to the bucket.
+	// LeaseHold is how long such a lease lives before what it admitted
+	// goes to the bucket.
 	LeaseHold time.Duration `yaml:"lease_hold"`
 	// PeekReuse is how long after Redis last answered about a caller's
 	// bucket that answer (with the settlements since) answers the caller's

@@ -114,6 +114,14 @@ func (c RedisConfig) leases() int {
 	return c.LeaseRequests
 }
 
+// storeOptions are the RedisStore's options: leases only for a process
+// that shares its budgets with no other, and then Sole ones, which take
+// no tokens ahead and replay what they admitted at its moments.
+func (c RedisConfig) storeOptions() throttle.RedisOptions {
+	return throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
+		LeaseRequests: c.leases(), LeaseHold: c.LeaseHold, Sole: c.Replicas <= 1}
+}
+
 // openRedis makes Redis the toll's budget store — through a Failover, with
 // the in-process store as its local fallback — and returns the readiness
 // check of it.
@@ -131,8 +139,7 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 	if c.LeaseRequests > 0 && leases < 0 {
 		m.Logger.Info("no leases: redis.replicas says other processes share the budgets", "replicas", c.Replicas)
 	}
-	m.budgets = throttle.NewRedisStore(rdb, throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
-		LeaseRequests: leases, LeaseHold: c.LeaseHold})
+	m.budgets = throttle.NewRedisStore(rdb, c.storeOptions())
 	m.failover = &throttle.Failover{Primary: m.budgets, Local: local, Mode: throttle.FailMode(c.FailMode), Replicas: c.Replicas,
 		Timeout: 3 * c.Timeout, ProbeInterval: c.ProbeInterval, PeekReuse: cmp.Or(c.PeekReuse, -1), Logger: m.Logger}
 	if err := m.failover.Validate(); err != nil {

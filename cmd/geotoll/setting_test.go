@@ -270,8 +270,8 @@ func TestLeasesOnlyOnOneReplica(t *testing.T) {
 		{8, 1, 8}, {8, 0, 8}, {8, 2, -1}, {8, 16, -1}, {0, 1, -1}, {0, 3, -1},
 	} {
 		r := RedisConfig{LeaseRequests: c.requests, Replicas: c.replicas}
-		if got := r.leases(); got != c.want {
-			t.Errorf("lease_requests %d, replicas %d: leases %d, want %d", c.requests, c.replicas, got, c.want)
+		if got := r.storeOptions(); got.LeaseRequests != c.want || got.Sole != (c.replicas <= 1) {
+			t.Errorf("lease_requests %d, replicas %d: leases %d (sole %v), want %d (sole on one replica only)", c.requests, c.replicas, got.LeaseRequests, got.Sole, c.want)
 		}
 	}
 }

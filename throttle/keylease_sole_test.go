@@ -1,0 +1,152 @@
+package throttle
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// A Sole store leases a caller whose bucket is full — a token-taking
+// lease would let it burst past its capacity there — and still admits no
+// more than the bucket holds: ten requests of 1 from a bucket of 10 that
+// barely refills, some of them in process, and none after.
+func TestSoleLeaseFromAFullBucketAdmitsNoMoreThanItHolds(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: 5 * time.Second})
+		b := Bucket{Key: f.key("sole-full"), Limit: Limit{Rate: 1e-6, Capacity: 10}}
+		admitted := 0
+		for range 20 {
+			a := mustAdmit(t, s, Request{Bucket: b, Cost: 1})
+			if a.Allowed {
+				admitted++
+				a.Ticket.Release()
+			}
+		}
+		flushWithin(t, s)
+		left := mustPeek(t, s, b).Remaining
+		if admitted != 10 || s.Stats().Local == 0 || math.Abs(left) > 1e-3 {
+			t.Fatalf("20 requests of 1 from a full bucket of 10: %d admitted (%d in process), %.6f left; want 10, some in process, 0 left",
+				admitted, s.Stats().Local, left)
+		}
+	})
+}
+
+// What a Sole store's lease admitted goes to Redis dated: a bucket at its
+// capacity that refills faster than the caller spends stays near full, as
+// it would with each request sent at once. Debited all at the give-back,
+// the eight requests' price would leave 2 tokens for the burst after them.
+func TestSoleLeaseKeepsTheRefillOfABucketAtItsCapacity(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: 10 * time.Second})
+		b := Bucket{Key: f.key("sole-brim"), Limit: Limit{Rate: 10, Capacity: 10}}
+		req := Request{Bucket: b, Cost: 1, TTL: time.Minute}
+		for i := range 10 { // 2 to Redis (the bucket seen, then the lease asked for), 8 on the lease
+			a := mustAdmit(t, s, req)
+			if !a.Allowed {
+				t.Fatalf("request %d, 150 ms after the one before, refused: %+v", i, a.Result)
+			}
+			a.Ticket.Release()
+			time.Sleep(150 * time.Millisecond)
+		}
+		if s.Stats().Local != 8 {
+			t.Fatalf("%d of 10 spaced requests admitted in process, want 8", s.Stats().Local)
+		}
+		start := time.Now()
+		burst := 0
+		for range 14 {
+			if a := mustAdmit(t, s, req); a.Allowed {
+				burst++
+				a.Ticket.Release()
+			}
+		}
+		most := 10 + 10*time.Since(start).Seconds()
+		if burst < 8 || float64(burst) > most {
+			t.Fatalf("a burst of 14 after 10 requests at 1 per 150 ms: %d admitted, want 8 to %.1f (the bucket near its capacity of 10)", burst, most)
+		}
+	})
+}
+
+// A Sole store admits a caller whose bucket stays full mostly in process:
+// of 1,000 requests one after another, at most a quarter of a script call
+// each, and the bucket is charged for every one.
+func TestSoleLeaseCallsPerRequestOfAFullBucket(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true})
+		b := Bucket{Key: f.key("sole-calls"), Limit: Limit{Rate: 1e-3, Capacity: 2000}}
+		for i := range 1000 {
+			a := mustAdmit(t, s, Request{Bucket: b, Cost: 1})
+			if !a.Allowed {
+				t.Fatalf("request %d refused: %+v", i, a.Result)
+			}
+			a.Ticket.Release()
+		}
+		st := s.Stats()
+		flushWithin(t, s)
+		left := mustPeek(t, s, b).Remaining
+		if st.Calls > 250 || math.Abs(left-1000) > 0.1 {
+			t.Fatalf("1,000 requests of 1: %d script calls (%d in process), %.6f of 2,000 left; want at most 250 calls, 1,000 left", st.Calls, st.Local, left)
+		}
+	})
+}
+
+// A request that goes to Redis while a Sole store's lease runs a request
+// goes after what the lease admitted: Redis decides it on the bucket with
+// that request paid, so the bucket's last token is spent once.
+func TestSoleLeaseBusyHandsBackBeforeARequestGoesToRedis(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: 10 * time.Second})
+		b := Bucket{Key: f.key("sole-busy"), Limit: Limit{Rate: 1e-6, Capacity: 4}}
+		req := Request{Bucket: b, Cost: 1}
+		mustAdmit(t, s, req).Ticket.Release() // to Redis: the bucket seen
+		a1 := mustAdmit(t, s, req)            // to Redis, with the lease
+		a1.Ticket.Release()
+		a2 := mustAdmit(t, s, req) // on the lease, running
+		if !a1.Allowed || !a2.Allowed || s.Stats().Local != 1 {
+			t.Fatalf("first two: %v %v, %d in process; want both admitted, the second in process", a1.Allowed, a2.Allowed, s.Stats().Local)
+		}
+		a3 := mustAdmit(t, s, req) // to Redis: the last token
+		a4 := mustAdmit(t, s, req)
+		if !a3.Allowed || a4.Allowed {
+			t.Fatalf("with one request running on the lease, two more from a bucket of 4: %v, %v; want the first admitted, the second refused", a3.Allowed, a4.Allowed)
+		}
+		a3.Ticket.Release()
+		a2.Ticket.Settle(0.5) // settled in process, handed back when it ends
+		flushWithin(t, s)
+		if left := mustPeek(t, s, b).Remaining; math.Abs(left-0.5) > 1e-3 || f.state(b.Key).b.n != 0 {
+			t.Fatalf("after the running request settled at 0.5: %.6f left, %d open; want 0.5, none", left, f.state(b.Key).b.n)
+		}
+	})
+}
+
+// What a Sole store's lease admitted is charged even when its caller's
+// queue is full: the give-back is never dropped at MaxPending, as an
+// ordinary finish is (the lease's requests would go unpaid).
+func TestSoleLeaseGiveBackSurvivesAFullQueue(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: time.Hour, MaxPending: 4, FinishDelay: time.Hour})
+		b := Bucket{Key: f.key("sole-full-queue"), Limit: Limit{Rate: 1e-6, Capacity: 10}}
+		req := Request{Bucket: b, Cost: 1}
+		for range 3 { // the bucket seen, the lease asked for, one request on it
+			mustAdmit(t, s, req).Ticket.Release()
+		}
+		s.mu.Lock()
+		ls, l := s.leases[b.Key], s.laneLocked(b.Key)
+		for len(l.queue) < s.opts.MaxPending { // finishes of nothing open: they settle nothing
+			l.queue = append(l.queue, &pending{op: op{kind: opFinish, id: newID()}, sh: ls.sh})
+		}
+		s.mu.Unlock()
+		if ls == nil || s.Stats().Local != 1 {
+			t.Fatalf("lease %v, %d in process; want a lease that admitted one request", ls, s.Stats().Local)
+		}
+		s.expire(ls) // given back into a full queue
+		flushWithin(t, s)
+		if left := mustPeek(t, s, b).Remaining; math.Abs(left-7) > 1e-6 {
+			t.Fatalf("three requests of 1 from a bucket of 10: %.6f left, want 7", left)
+		}
+	})
+}
