@@ -180,6 +180,14 @@ func (r *batchRun) open(id string, status int, cost float64) int {
 func (r *batchRun) finish(o op) int {
 	rec, ok := r.st.open[o.id]
 	if !ok {
+		_, taken := r.st.open[movedID(o.id)]
+		buried := r.nowMS <= r.voidsUntil && r.st.voids[o.id]
+		if o.replays() && !buried && !(o.kind == opMove && taken) {
+			// Its lease's slot expired first: the replay applies, once.
+			r.replay(o)
+			r.advance(r.nowUS)
+			return stAdmitted
+		}
 		r.advance(r.nowUS)
 		if o.kind == opVoid {
 			r.tombstone(o.id, int64(o.amount))
@@ -191,11 +199,8 @@ func (r *batchRun) finish(o op) int {
 		return stRefused
 	}
 	delete(r.st.open, o.id)
-	for _, x := range o.replay { // at the moments they happened, then now
-		if when := r.nowUS - x.agoUS; when > r.at {
-			r.advance(when)
-		}
-		r.settle(max(x.d, 0), max(-x.d, 0))
+	if o.replays() {
+		r.replay(o)
 	}
 	r.advance(r.nowUS)
 	if o.kind == opMove {
@@ -214,6 +219,20 @@ func (r *batchRun) finish(o op) int {
 	r.settle(delta, give)
 	r.dirty = true
 	return stAdmitted
+}
+
+// replay applies o's replay: each settlement at the moment it happened
+// (never before the bucket's own time), refilling in between, then a
+// tombstone of o's id for the TTL, so that a copy of o replays nothing.
+func (r *batchRun) replay(o op) {
+	for _, x := range o.replay {
+		if when := r.nowUS - x.agoUS; when > r.at {
+			r.advance(when)
+		}
+		r.settle(max(x.d, 0), max(-x.d, 0))
+	}
+	r.tombstone(o.id, r.nowMS+r.sh.ttlMS)
+	r.dirty = true
 }
 
 // finite is a settlement's delta as the script reads it: NaN and ±Inf

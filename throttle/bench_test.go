@@ -171,13 +171,17 @@ func BenchmarkRedisTime(b *testing.B) {
 		name    string
 		clients int
 		limit   Limit
+		sole    bool // the store as geotoll serve makes it on one replica
 	}{
-		{"1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}},
-		{"1 client, slower than its refill", 1, benchLimit},
-		{"16 clients", 16, benchLimit},
+		{"1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false},
+		{"1 client, slower than its refill", 1, benchLimit, false},
+		{"16 clients", 16, benchLimit, false},
+		{"sole, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, true},
+		{"sole, 1 client, slower than its refill", 1, benchLimit, true},
+		{"sole, 16 clients", 16, benchLimit, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := NewRedisStore(m.rdb, RedisOptions{Timeout: time.Second})
+			s := NewRedisStore(m.rdb, RedisOptions{Timeout: time.Second, Sole: c.sole})
 			key := BucketKey(pre, "bench", c.name)
 			b.Cleanup(func() { m.rdb.Del(context.Background(), key, OpenKey(key)) })
 			req := Request{Bucket: Bucket{Key: key, Limit: c.limit}, Cost: 1, MaxInFlight: 64}

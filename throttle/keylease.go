@@ -65,10 +65,11 @@ type keyLease struct {
 	// the bucket itself (floorAt), and replays what it admitted (spends)
 	// when it goes back. owed is the caller's debits on their way to the
 	// bucket (coming's debits alone), count the requests it admitted.
-	sole   bool
-	spends []spend
-	owed   float64
-	count  int
+	sole    bool
+	spends  []spend
+	owed    float64
+	count   int
+	grantAt time.Time // when the call that took it was sent
 
 	ask *pending // its admit, until answered
 	// gen counts the times it handed its tokens back (given back, or
@@ -135,9 +136,11 @@ type spend struct {
 // refilledMicro is a bucket of tokens micro-tokens at at, refilled to now
 // by the script's own arithmetic (refill), within its debt floor and
 // capacity.
+// The time between the two is the monotonic clock's when both carry it, so
+// that a step of the wall clock refills nothing.
 func refilledMicro(tokens float64, at, now time.Time, sh shape) float64 {
-	v := bucketVal{tokens: tokens, sec: at.Unix(), usec: int64(at.Nanosecond() / 1000)}
-	return refill(v, true, clock{sec: now.Unix(), usec: int64(now.Nanosecond() / 1000)}, sh.rate, sh.capacity, sh.floor)
+	el := now.Sub(at).Microseconds()
+	return refill(bucketVal{tokens: tokens}, true, clock{sec: el / 1e6, usec: el % 1e6}, sh.rate, sh.capacity, sh.floor)
 }
 
 // admitLeased admits req in process when this store holds a lease for its
@@ -154,12 +157,12 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 		s.mu.Unlock()
 		return Admission{}, false
 	}
-	ls.left -= cost
-	ls.busy = true
 	if ls.sole {
-		ls.spends = append(ls.spends, spend{d: cost, at: now})
+		ls.spendLocked(seen, now, cost)
 		ls.count++
 	}
+	ls.left -= cost
+	ls.busy = true
 	remaining, id := ls.remaining(seen, now), ls.id
 	s.mu.Unlock()
 	s.stats.local.Add(1)
@@ -184,18 +187,79 @@ func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 }
 
 // floorAt is, in micro-tokens, the least a Sole store's caller's bucket
-// holds now: as Redis last showed it, refilled only from when its reply
-// came (Redis's clock read it earlier), less the debits on their way and
-// what the lease admitted (its left, below the micro-token it took) —
-// refunds on their way not counted, the refill the capacity cut off in
-// Redis not either. No admit of the caller is on its way meanwhile: a
-// request that goes to Redis ends the lease first (leaseOpsLocked). A
-// bucket not seen lately is taken as empty.
+// holds now (replayed), less the debits on their way — as if applied now,
+// the latest they can be. Neither the refunds on their way nor the
+// micro-token the lease took count: a bucket at its capacity has refilled
+// that one already. No admit of the caller is on its way meanwhile: a
+// request that goes to Redis ends the lease first (leaseOpsLocked).
 func (ls *keyLease) floorAt(seen seenBucket, now time.Time) float64 {
+	return ls.replayed(seen, now) - ls.owed
+}
+
+// replayed is the bucket as Redis last showed it — dated when its reply
+// came, since Redis's clock read it earlier — with what the lease admitted
+// applied at its moments (none before that date: a debit applied later
+// leaves no more), refilled to now, as admit.lua's replay applies it: the
+// least the bucket holds now but for the debits on their way. A bucket
+// not seen lately is taken as empty.
+func (ls *keyLease) replayed(seen seenBucket, now time.Time) float64 {
+	sh := ls.sh
 	if seen.recv.IsZero() {
-		return -ls.sh.floor
+		return -sh.floor
 	}
-	return refilledMicro(seen.tokens, seen.recv, now, ls.sh) - ls.owed + ls.left
+	v, at := seen.tokens, seen.recv
+	for _, x := range ls.spends {
+		if x.at.After(at) {
+			v, at = refilledMicro(v, at, x.at, sh), x.at
+		}
+		v = min(max(v-x.d, -sh.floor), sh.capacity)
+	}
+	return refilledMicro(v, at, now, sh)
+}
+
+// spendLocked records a settlement the lease made in process at now, for
+// its give-back to replay. What it recorded before is forgotten when the
+// bucket is surely back at its capacity now, with no debit on its way:
+// the capacity cut off its effect, in the bucket as in its replay, so a
+// caller whose bucket stays full sends a short replay.
+//
+// It joins the one before (applied at that one's moment) when that changes
+// nothing: the bucket surely stays below its capacity from then to now
+// (with a refund applied early, too) and above its debt floor. A caller
+// that spends faster than its bucket refills so sends a short replay too.
+func (ls *keyLease) spendLocked(seen seenBucket, now time.Time, d float64) {
+	if len(ls.spends) > 0 && ls.owed == 0 && ls.replayed(seen, now) >= ls.sh.capacity {
+		for _, x := range ls.spends {
+			ls.left += x.d // no longer owed by the lease: its replay goes
+		}
+		ls.spends = nil
+	}
+	if n := len(ls.spends); n > 0 && ls.joins(seen, now, d) {
+		ls.spends[n-1].d += d
+		return
+	}
+	ls.spends = append(ls.spends, spend{d: d, at: now})
+}
+
+// joins reports whether a settlement d at now, applied at the moment of
+// the lease's last one instead, leaves the bucket as it would be: between
+// the two moments it surely stays below its capacity, with d applied early
+// if a refund, and above its debt floor, with d if a debit. The bound from
+// above counts every settlement on its way, so only while the caller's
+// queue holds nothing else and no call of it is on its way.
+func (ls *keyLease) joins(seen seenBucket, now time.Time, d float64) bool {
+	sh := ls.sh
+	if seen.at.IsZero() || !ls.s.quietLocked(ls) {
+		return false
+	}
+	last := ls.spends[len(ls.spends)-1]
+	// At most: refilled from when the call that showed it was sent, with the
+	// refunds on their way (coming less the debits) and none of the debits.
+	up := seen.tokens + sh.rate*now.Sub(seen.at).Seconds() + ls.coming + ls.owed
+	for _, x := range ls.spends {
+		up -= x.d
+	}
+	return up+max(-d, 0) < sh.capacity && ls.replayed(seen, last.at)-ls.owed-max(d, 0) > -sh.floor
 }
 
 // remaining estimates, in micro-tokens, what the caller's bucket would
@@ -232,11 +296,13 @@ func (ls *keyLease) finish(_ *Ticket, delta float64) {
 	s := ls.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ls.sole && delta != 0 { // replayed at its moment with the lease's give-back
+		ls.spendLocked(s.seen[ls.key], time.Now(), delta)
+	}
 	ls.left -= delta
 	ls.busy = false
 	switch {
-	case ls.sole && delta != 0: // replayed at its moment with the lease's give-back
-		ls.spends = append(ls.spends, spend{d: delta, at: time.Now()})
+	case ls.sole:
 	case delta > 0: // a debit: Redis applies it, down to the debt floor, as it would have
 		ls.done = true
 	}
@@ -284,7 +350,7 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 // grantLocked records Redis's answer to a lease's admit, sent on l. A
 // lease that is done already (Flush, or a debit, came first) is given back
 // ahead of everything queued.
-func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult) {
+func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult, sent time.Time) {
 	if !admitted(r.status) {
 		s.dropLocked(ls)
 		return
@@ -294,13 +360,13 @@ func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult) {
 		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)
 		return
 	}
-	ls.granted, ls.left, ls.ask = true, ls.size, nil
+	ls.granted, ls.left, ls.ask, ls.grantAt = true, ls.size, nil, sent
 	s.stats.leases.Add(1)
-	if ls.sole { // the debits queued after this batch are on their way
+	if ls.sole { // the settlements queued after this batch are on their way
 		for _, q := range l.queue {
-			if d := q.op.amount; (q.op.kind == opFinish || q.op.kind == opMove) && d > 0 && q.comingTo == nil {
+			if d := q.op.amount; (q.op.kind == opFinish || q.op.kind == opMove) && d != 0 && q.comingTo == nil {
 				ls.coming -= d
-				ls.owed += d
+				ls.owed += max(d, 0)
 				q.comingTo = ls
 			}
 		}
@@ -376,6 +442,26 @@ func (s *RedisStore) retire(ls *keyLease) {
 	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
 }
 
+// quietLocked reports whether nothing of ls's caller is on its way to
+// Redis but the settlements ls counts as coming: no call on its way, and
+// nothing queued but those, peeks and finishes that settle nothing.
+func (s *RedisStore) quietLocked(ls *keyLease) bool {
+	l := s.lanes[ls.key]
+	if l == nil {
+		return true
+	}
+	if l.busy {
+		return false
+	}
+	for _, q := range l.queue {
+		settlesNothing := q.op.kind == opFinish && q.op.amount == 0 && len(q.spends) == 0
+		if q.op.kind != opPeek && !settlesNothing && q.comingTo != ls {
+			return false
+		}
+	}
+	return true
+}
+
 // moveLocked returns the move that hands back what a busy lease holds (or
 // replays what it admitted) and keeps its running request's slot under the
 // id that takes its place.
@@ -409,6 +495,12 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 	p := &pending{sh: ls.sh, spends: ls.spends}
 	for _, x := range ls.spends { // replayed at their moments, before delta
 		delta -= x.d
+	}
+	if ls.sole && delta != 0 {
+		// What the lease took goes back as of when it was taken, first: a
+		// bucket at its capacity then keeps no more than its capacity.
+		p.spends = append([]spend{{d: delta, at: ls.grantAt}}, p.spends...)
+		delta = 0
 	}
 	ls.spends = nil
 	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1

@@ -150,3 +150,62 @@ func TestSoleLeaseGiveBackSurvivesAFullQueue(t *testing.T) {
 		}
 	})
 }
+
+// A Sole store's lease sends a short replay when its moments do not
+// matter: a caller whose bucket stays full (what it recorded is forgotten
+// once the bucket is surely back at its capacity) and one whose bucket
+// stays below it (each settlement joins the one before). Its eight
+// requests, each settled at half its price, leave at most two entries.
+func TestSoleLeaseReplayStaysShort(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		for _, c := range []struct {
+			name  string
+			limit Limit
+		}{
+			{"full", Limit{Rate: 1e6, Capacity: 1e9}},
+			{"below its capacity", Limit{Rate: 1, Capacity: 1e6}},
+		} {
+			s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: time.Hour, FinishDelay: time.Microsecond})
+			b := Bucket{Key: f.key("sole-short-" + c.name), Limit: c.limit}
+			start := time.Now()
+			mustAdmit(t, s, Request{Bucket: b, Cost: 1}).Ticket.Settle(0.5) // the bucket seen
+			mustAdmit(t, s, Request{Bucket: b, Cost: 1}).Ticket.Settle(0.5) // the lease asked for
+			// The finish of the request that asked for the lease reaches Redis.
+			flushLane := func() {
+				for {
+					s.mu.Lock()
+					_, busy := s.lanes[b.Key]
+					s.mu.Unlock()
+					if !busy {
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			flushLane()
+			for range 8 {
+				// Redis's clock and the replay count whole µs: a request that
+				// comes in the µs of the one before sees no refill yet.
+				time.Sleep(100 * time.Microsecond)
+				mustAdmit(t, s, Request{Bucket: b, Cost: 1}).Ticket.Settle(0.5)
+			}
+			s.mu.Lock()
+			ls := s.leases[b.Key]
+			n := -1
+			if ls != nil {
+				n = len(ls.spends)
+			}
+			s.mu.Unlock()
+			if s.Stats().Local != 8 || n < 1 || n > 2 {
+				t.Fatalf("%s: %d of 8 requests in process, the lease's replay holds %d entries; want 8, 1 or 2", c.name, s.Stats().Local, n)
+			}
+			flushWithin(t, s)
+			got := mustPeek(t, s, b).Remaining
+			most := c.limit.Capacity - 5 + c.limit.Rate*time.Since(start).Seconds()
+			if c.name != "full" && (got < c.limit.Capacity-5-1e-6 || got > most) {
+				t.Fatalf("%s: ten requests settled at 0.5: %.6f left, want %.6f to %.6f", c.name, got, c.limit.Capacity-5, most)
+			}
+		}
+	})
+}

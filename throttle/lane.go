@@ -345,7 +345,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 	markRaced(batch, results, l.queue)
 	for i, p := range batch {
 		if p.lease != nil {
-			s.grantLocked(l, p.lease, results[i])
+			s.grantLocked(l, p.lease, results[i], sent)
 			continue
 		}
 		if p.done == nil {
@@ -400,7 +400,9 @@ func markRaced(batch []*pending, results []opResult, queue []*pending) {
 func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int64) {
 	var again []*pending
 	retry := time.Now().Add(s.opts.RetryInterval)
+	replays := false // what a Sole store's lease admitted, not in Redis yet
 	for _, p := range batch {
+		replays = replays || len(p.spends) > 0
 		switch p.op.kind {
 		case opPeek: // changes nothing: its caller gets the error
 			p.failed <- err
@@ -435,6 +437,20 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 		s.stats.dropped.Add(1)
 	}
 	l.queue = append(again, l.queue...)
+	if replays {
+		// The caller's admits queued behind would be decided without what
+		// its lease admitted: they fail too, decided by the fail mode.
+		l.queue = slices.DeleteFunc(l.queue, func(q *pending) bool {
+			if q.op.kind != opAdmit && q.op.kind != opShadow {
+				return false
+			}
+			q.failed <- err
+			if q.lease != nil {
+				s.dropLocked(q.lease)
+			}
+			return true
+		})
+	}
 }
 
 // batchContext is the context of a batch's call: detached from every

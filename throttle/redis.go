@@ -267,6 +267,13 @@ func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending) (l *lane, m
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ops := []*pending{p}
+	if l := s.lanes[req.Key]; l != nil && s.opts.Sole {
+		for _, q := range l.queue { // what a lease admitted goes to Redis first
+			if len(q.spends) > 0 {
+				q.notBefore = time.Time{}
+			}
+		}
+	}
 	if s.opts.LeaseRequests > 0 {
 		var back, ask *pending
 		back, ask, held = s.leaseOpsLocked(req, sh)
