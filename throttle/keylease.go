@@ -17,10 +17,14 @@ import (
 // surely pays them (floorAt). It records each request's price and
 // settlement with its moment, and its give-back (or move) replays them in
 // Redis at those moments (admit.lua), so that the bucket ends as if each
-// had been sent at once: a bucket at its capacity loses no refill, and
-// a caller whose bucket stays full is leased too. A request of the caller
-// that goes to Redis ends the lease first, in the same call. The rest of
-// this comment is about the leases of a store that is not Sole.
+// had been sent at once — no earlier than the bucket's last write, should
+// another settlement of the caller reach Redis meanwhile (the caller then
+// loses refill, never gains it): a bucket at its capacity loses no refill,
+// and a caller whose bucket stays full is leased too. A request of the
+// caller that goes to Redis ends the lease first, in the same call, and
+// goes after any give-back waiting for its retry; a failed give-back fails
+// the admits queued behind it. The rest of this comment is about the
+// leases of a store that is not Sole.
 //
 // Its slot holds one request at a time: a request of the caller that
 // arrives while the lease's slot is taken goes to Redis as usual (it
