@@ -60,10 +60,8 @@
 --   settlements made in process on a lease (d micro-tokens, debit > 0,
 --   refund < 0, ago µs before now), applied in order at the moments they
 --   happened — never before the bucket's own time — with the refill in
---   between, before delta. A replay applies once: it leaves a tombstone
---   of its id for ttl_ms, and one whose id is neither open nor buried (the
---   lease's slot expired first) applies without closing anything (status
---   1; an M then opens no successor).
+--   between, before delta — only when the F or M closes its id, so that a
+--   copy of it (a resend) replays nothing.
 --   F, V and M of an id that is not open do nothing, so a repeated or late
 --   one never settles twice. Ids are geotoll's own (hex), never client text.
 --
@@ -305,12 +303,7 @@ for i = 9, nargs, 3 do
       end
     end
     local closed = not skip and not tomb and rcall('HDEL', okey, id) == 1
-    -- A replay whose id is not open (it outlived the open hash) applies all
-    -- the same, once: every applied replay leaves a tombstone of its id,
-    -- so a copy of it (a resend) replays nothing.
-    local lapsed = replay and not closed and not skip and not tomb
-      and not (nowms <= voids and rcall('HEXISTS', vkey, id) == 1)
-    if (closed or lapsed) and replay then
+    if closed and replay then
       -- Each settlement of the replay at the moment it happened (ago µs
       -- before now, never before the bucket's own time), refilling in
       -- between, as if each had been sent then.
@@ -331,8 +324,6 @@ for i = 9, nargs, 3 do
           if atokens > acap then atokens = acap end
         end
       end
-      bury(id, nowms + ttl)
-      dirty = true
     end
     advance(nowus)
     if skip then
@@ -340,8 +331,6 @@ for i = 9, nargs, 3 do
     elseif tomb then
       bury(id, tomb)
       status, dirty = 0, true
-    elseif lapsed then
-      status = 1
     elseif not closed then
       status = 0
     else

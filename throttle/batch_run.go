@@ -180,14 +180,6 @@ func (r *batchRun) open(id string, status int, cost float64) int {
 func (r *batchRun) finish(o op) int {
 	rec, ok := r.st.open[o.id]
 	if !ok {
-		_, taken := r.st.open[movedID(o.id)]
-		buried := r.nowMS <= r.voidsUntil && r.st.voids[o.id]
-		if o.replays() && !buried && !(o.kind == opMove && taken) {
-			// Its lease's slot expired first: the replay applies, once.
-			r.replay(o)
-			r.advance(r.nowUS)
-			return stAdmitted
-		}
 		r.advance(r.nowUS)
 		if o.kind == opVoid {
 			r.tombstone(o.id, int64(o.amount))
@@ -222,8 +214,7 @@ func (r *batchRun) finish(o op) int {
 }
 
 // replay applies o's replay: each settlement at the moment it happened
-// (never before the bucket's own time), refilling in between, then a
-// tombstone of o's id for the TTL, so that a copy of o replays nothing.
+// (never before the bucket's own time), refilling in between.
 func (r *batchRun) replay(o op) {
 	for _, x := range o.replay {
 		if when := r.nowUS - x.agoUS; when > r.at {
@@ -231,8 +222,6 @@ func (r *batchRun) replay(o op) {
 		}
 		r.settle(max(x.d, 0), max(-x.d, 0))
 	}
-	r.tombstone(o.id, r.nowMS+r.sh.ttlMS)
-	r.dirty = true
 }
 
 // finite is a settlement's delta as the script reads it: NaN and ±Inf

@@ -213,6 +213,7 @@ func BenchmarkRedisTime(b *testing.B) {
 			b.ReportMetric(per/base, "redis-time/baseline")
 			st := s.Stats()
 			b.ReportMetric(float64(st.Calls)/float64(b.N*n), "calls/request")
+			b.ReportMetric(float64(st.Leases)/float64(b.N*n), "leases/request")
 		})
 	}
 }

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -108,6 +109,12 @@ func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 	}
 	cost := toMicro(req.Cost)
 	if s.opts.Sole {
+		// Only for a caller whose requests do not overlap: one that sends
+		// them in parallel would end each lease at once with its next
+		// request (a call carries its requests together anyway).
+		if l := s.lanes[req.Key]; l != nil && (l.busy || slices.ContainsFunc(l.queue, isAdmit)) {
+			return 0
+		}
 		if refilledMicro(seen.tokens, seen.at, time.Now(), sh) < 2*cost {
 			return 0
 		}
@@ -122,6 +129,9 @@ func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 	}
 	return size
 }
+
+// isAdmit reports whether p admits a request (or asks for a lease).
+func isAdmit(p *pending) bool { return p.op.kind == opAdmit || p.op.kind == opShadow }
 
 // seenBucket is a caller's bucket as a reply from Redis last showed it:
 // at is when the call was sent, recv when its reply came.

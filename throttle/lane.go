@@ -441,7 +441,7 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 		// The caller's admits queued behind would be decided without what
 		// its lease admitted: they fail too, decided by the fail mode.
 		l.queue = slices.DeleteFunc(l.queue, func(q *pending) bool {
-			if q.op.kind != opAdmit && q.op.kind != opShadow {
+			if !isAdmit(q) {
 				return false
 			}
 			q.failed <- err
