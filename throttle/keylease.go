@@ -233,7 +233,8 @@ func (ls *keyLease) replayed(seen seenBucket, now time.Time) float64 {
 
 // spendLocked records a settlement the lease made in process at now, for
 // its give-back to replay. What it recorded before is forgotten when the
-// bucket is surely back at its capacity now, with no debit on its way:
+// bucket is surely back at its capacity now, with nothing of the caller
+// on its way to Redis (an admit on its way may have taken from it since):
 // the capacity cut off its effect, in the bucket as in its replay, so a
 // caller whose bucket stays full sends a short replay.
 //
@@ -242,7 +243,7 @@ func (ls *keyLease) replayed(seen seenBucket, now time.Time) float64 {
 // (with a refund applied early, too) and above its debt floor. A caller
 // that spends faster than its bucket refills so sends a short replay too.
 func (ls *keyLease) spendLocked(seen seenBucket, now time.Time, d float64) {
-	if len(ls.spends) > 0 && ls.owed == 0 && ls.replayed(seen, now) >= ls.sh.capacity {
+	if len(ls.spends) > 0 && ls.owed == 0 && ls.s.quietLocked(ls) && ls.replayed(seen, now) >= ls.sh.capacity {
 		for _, x := range ls.spends {
 			ls.left += x.d // no longer owed by the lease: its replay goes
 		}
