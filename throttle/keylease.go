@@ -134,10 +134,13 @@ func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 func isAdmit(p *pending) bool { return p.op.kind == opAdmit || p.op.kind == opShadow }
 
 // seenBucket is a caller's bucket as a reply from Redis last showed it:
-// at is when the call was sent, recv when its reply came.
+// at is when the call was sent, recv when its reply came, rate and
+// capacity those the call refilled it with (a read under another limit
+// shows a bucket Redis does not hold).
 type seenBucket struct {
-	tokens   float64 // micro-tokens
-	at, recv time.Time
+	tokens         float64 // micro-tokens
+	at, recv       time.Time
+	rate, capacity float64
 }
 
 // spend is one settlement a Sole store's lease made in process: d
@@ -218,7 +221,7 @@ func (ls *keyLease) floorAt(seen seenBucket, now time.Time) float64 {
 // not seen lately is taken as empty.
 func (ls *keyLease) replayed(seen seenBucket, now time.Time) float64 {
 	sh := ls.sh
-	if seen.recv.IsZero() {
+	if seen.recv.IsZero() || seen.rate != sh.rate || seen.capacity != sh.capacity {
 		return -sh.floor
 	}
 	v, at := seen.tokens, seen.recv
@@ -264,7 +267,7 @@ func (ls *keyLease) spendLocked(seen seenBucket, now time.Time, d float64) {
 // queue holds nothing else and no call of it is on its way.
 func (ls *keyLease) joins(seen seenBucket, now time.Time, d float64) bool {
 	sh := ls.sh
-	if seen.at.IsZero() || !ls.s.quietLocked(ls) {
+	if seen.at.IsZero() || seen.rate != sh.rate || seen.capacity != sh.capacity || !ls.s.quietLocked(ls) {
 		return false
 	}
 	last := ls.spends[len(ls.spends)-1]

@@ -118,7 +118,7 @@ func TestLeaseSeenBucket(t *testing.T) {
 	stale := now.Add(-time.Hour)
 	s := &RedisStore{opts: RedisOptions{LeaseRequests: 8, LeaseHold: time.Second},
 		seen: map[string]seenBucket{"a": {at: stale}, "b": {at: stale}}, seenAt: 3}
-	s.sawLocked("c", nil, []opResult{{status: stAdmitted, tokens: 5}, {status: stAggregate, tokens: 9}}, now, now.Add(time.Millisecond))
+	s.sawLocked("c", shape{}, nil, []opResult{{status: stAdmitted, tokens: 5}, {status: stAggregate, tokens: 9}}, now, now.Add(time.Millisecond))
 	if got := s.seen["c"]; got.tokens != 5 || !got.at.Equal(now) || !got.recv.Equal(now.Add(time.Millisecond)) {
 		t.Fatalf("seen after an admission then an aggregate's refusal: %+v, want 5 micro-tokens sent at %v, answered 1 ms later", got, now)
 	}
@@ -126,7 +126,7 @@ func TestLeaseSeenBucket(t *testing.T) {
 		t.Fatalf("at 3 entries of 3: %d entries left, next sweep at %d; want 1 (the two stale swept), 1024", len(s.seen), s.seenAt)
 	}
 	s.seen["d"] = seenBucket{at: stale}
-	s.sawLocked("e", nil, []opResult{{status: stAdmitted, tokens: 1}}, now, now)
+	s.sawLocked("e", shape{}, nil, []opResult{{status: stAdmitted, tokens: 1}}, now, now)
 	if _, ok := s.seen["d"]; !ok || len(s.seen) != 3 {
 		t.Fatalf("at 3 entries of 1024: %d entries left (the stale one kept: %v), want 3, none swept", len(s.seen), ok)
 	}
@@ -134,7 +134,7 @@ func TestLeaseSeenBucket(t *testing.T) {
 		s.seen[fmt.Sprint("fresh", i)] = seenBucket{at: now}
 	}
 	s.seenAt = 600
-	s.sawLocked("f", nil, []opResult{{status: stAdmitted, tokens: 1}}, now, now)
+	s.sawLocked("f", shape{}, nil, []opResult{{status: stAdmitted, tokens: 1}}, now, now)
 	if len(s.seen) != 603 || s.seenAt != 1206 {
 		t.Fatalf("after a sweep of 604 entries, 1 stale: %d left, next sweep at %d; want 603, 1206", len(s.seen), s.seenAt)
 	}

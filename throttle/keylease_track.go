@@ -11,7 +11,7 @@ import "time"
 // lease and for the estimates of the lease's requests; the refunds the
 // batch carried are no longer on their way. Stale entries are swept when
 // the map has doubled since the last sweep.
-func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult, sent, recv time.Time) {
+func (s *RedisStore) sawLocked(key string, sh shape, batch []*pending, results []opResult, sent, recv time.Time) {
 	if s.opts.LeaseRequests <= 0 {
 		return
 	}
@@ -22,7 +22,7 @@ func (s *RedisStore) sawLocked(key string, batch []*pending, results []opResult,
 		if results[i].status == stAggregate {
 			continue
 		}
-		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent, recv: recv}
+		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent, recv: recv, rate: sh.rate, capacity: sh.capacity}
 		break
 	}
 	if len(s.seen) < s.seenAt {

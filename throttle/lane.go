@@ -359,7 +359,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		}
 		p.done <- r
 	}
-	s.sawLocked(l.key, batch, results, sent, recv)
+	s.sawLocked(l.key, sh, batch, results, sent, recv)
 	s.mu.Unlock()
 	for _, v := range voids {
 		s.stats.voids.Add(1)
@@ -423,6 +423,12 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// What Redis applied of the batch is unknown: the bucket as last seen
+	// no longer bounds it, and a Sole lease admits no more.
+	delete(s.seen, l.key)
+	if ls := s.leases[l.key]; ls != nil && ls.sole {
+		ls.done = true
+	}
 	if over := len(l.queue) + len(again) - s.opts.MaxPending; over > 0 {
 		s.dropPeeksLocked(l, over) // reads give way to the voids and finishes
 	}
