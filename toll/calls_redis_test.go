@@ -85,10 +85,20 @@ func (c *callCounter) reset() { c.commands.Store(0); c.scripts.Store(0); c.admit
 // settlement still on its way.
 func countedToll(t *testing.T, rdb redis.UniversalClient) (toll *Toll, c *callCounter, flush func()) {
 	t.Helper()
+	return countedTollWith(t, rdb, nil)
+}
+
+// countedTollWith is countedToll over a RedisStore made with opts (nil: the
+// one redisTollOn makes).
+func countedTollWith(t *testing.T, rdb redis.UniversalClient, opts *throttle.RedisOptions) (toll *Toll, c *callCounter, flush func()) {
+	t.Helper()
 	c = &callCounter{}
 	rdb.AddHook(c)
 	toll, _ = redisTollOn(t, rdb)
 	store := toll.Store.(*throttle.RedisStore)
+	if opts != nil {
+		store = throttle.NewRedisStore(rdb, *opts)
+	}
 	// The Failover's own bound (100 ms by default) would undo the store's
 	// generous timeout: on a loaded machine a request that waits for the
 	// batch before its own would fail over, a 503, as if Redis had failed.
@@ -380,4 +390,41 @@ func budgetReadsWithinASecond(t *testing.T, toll *Toll, calls *callCounter, key 
 		t.Fatalf("the first /budget a second later sent %d Redis commands, want 1", c)
 	}
 	return true
+}
+
+// A caller whose requests never overlap and whose bucket stays full, on the
+// Sole store geotoll serve makes on one replica: its requests are admitted
+// on leases (which take no tokens ahead), so at most a quarter of a script
+// call carries an admission per request, counted on the wire over 1,024
+// admitted requests.
+func TestOneScriptCallPerAdmittedRequestOnSoleLeases(t *testing.T) {
+	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		toll, calls, flush := countedTollWith(t, rdb, &throttle.RedisOptions{Timeout: redisTimeout, Sole: true})
+		toll.Tiers["bulk"] = Tier{Name: "bulk", Limit: throttle.Limit{Rate: 1e6, Capacity: 1e9}, MaxInFlight: 64}
+		toll.Keys.(fakeKeys)["bulk"] = apikeys.Key{ID: 62, Name: "bulk", Tier: "bulk"}
+		h := serveTile(toll)
+		serve := func() int {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, tileRequest("bulk", "192.0.2.11"))
+			return w.Code
+		}
+		if code := serve(); code != http.StatusOK { // the script loaded
+			t.Fatalf("first request: %d", code)
+		}
+		flush()
+		calls.reset()
+		const n = 1024
+		for i := range n {
+			if code := serve(); code != http.StatusOK {
+				t.Fatalf("request %d: status %d", i, code)
+			}
+		}
+		onPath := calls.admitting.Load()
+		flush()
+		if float64(onPath) > 0.25*n || calls.commands.Load() != calls.scripts.Load() {
+			t.Fatalf("%d requests: %d calls carrying admits (want ≤ 0.25 per request), %d commands in all, others %q",
+				n, onPath, calls.commands.Load(), calls.others)
+		}
+		t.Logf("%d admitted requests: %d calls on their path (%.3f per request), %d script calls in all", n, onPath, float64(onPath)/n, calls.scripts.Load())
+	})
 }
