@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -71,12 +72,7 @@ func (t ThrottleConfig) validateLimits() []error {
 	if r := t.Global.Rate; !(r >= 0) {
 		errs = append(errs, fmt.Errorf("throttle.global.rate %g must be 0 (off) or positive", r))
 	}
-	names := make([]string, 0, len(t.Tiers))
-	for name := range t.Tiers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(t.Tiers)) {
 		tc := t.Tiers[name]
 		if !(tc.MaxCost >= 0) {
 			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_cost %g must be 0 (none) or positive", name, tc.MaxCost))
