@@ -380,11 +380,13 @@ func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult, sent time.Ti
 	}
 	ls.granted, ls.left, ls.ask, ls.grantAt = true, ls.size, nil, sent
 	s.stats.leases.Add(1)
-	if ls.sole { // the settlements queued after this batch are on their way
+	if ls.sole {
+		// The settlements queued after this batch are on their way, those
+		// an earlier lease counted too (waiting for their retry).
 		for _, q := range l.queue {
-			if d := q.op.amount; (q.op.kind == opFinish || q.op.kind == opMove) && d != 0 && q.comingTo == nil {
-				ls.coming -= d
-				ls.owed += max(d, 0)
+			if (q.op.kind == opFinish || q.op.kind == opMove) && q.comingTo != ls && (q.op.amount != 0 || len(q.spends) > 0) {
+				ls.coming -= q.settles()
+				ls.owed += q.debits()
 				q.comingTo = ls
 			}
 		}

@@ -166,7 +166,7 @@ func TestSoleLeaseReplayStaysShort(t *testing.T) {
 			{"full", Limit{Rate: 1e6, Capacity: 1e9}},
 			{"below its capacity", Limit{Rate: 1, Capacity: 1e6}},
 		} {
-			s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: time.Hour, FinishDelay: time.Microsecond})
+			s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: time.Hour})
 			b := Bucket{Key: f.key("sole-short-" + c.name), Limit: c.limit}
 			start := time.Now()
 			mustAdmit(t, s, Request{Bucket: b, Cost: 1}).Ticket.Settle(0.5) // the bucket seen

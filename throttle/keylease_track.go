@@ -119,8 +119,28 @@ func (s *RedisStore) unaskLocked(ls *keyLease) {
 // it, or it is dropped.
 func (p *pending) arrived() {
 	if ls := p.comingTo; ls != nil {
-		ls.coming += p.op.amount
-		ls.owed -= max(p.op.amount, 0)
+		ls.coming += p.settles()
+		ls.owed -= p.debits()
 		p.comingTo = nil
 	}
+}
+
+// settles is what a finish or move settles in all, in micro-tokens (a
+// debit when positive): its delta and its replay.
+func (p *pending) settles() float64 {
+	d := p.op.amount
+	for _, x := range p.spends {
+		d += x.d
+	}
+	return d
+}
+
+// debits is what a finish or move debits, in micro-tokens: its delta and
+// its replay's settlements that are debits.
+func (p *pending) debits() float64 {
+	d := max(p.op.amount, 0)
+	for _, x := range p.spends {
+		d += max(x.d, 0)
+	}
+	return d
 }
