@@ -41,7 +41,7 @@ func (c *cli) loadtestCommand() *ffcli.Command {
 				return fmt.Errorf("loadtest: %w", err)
 			}
 			rep.WriteText(c.stdout)
-			if rep.Requests > 0 && rep.StatusCodes["0"] == int(rep.Requests) { // status 0: no answer
+			if rep.Requests > 0 && uint64(max(rep.StatusCodes["0"], 0)) == rep.Requests { // status 0: no answer
 				first := ""
 				if len(rep.Errors) > 0 {
 					first = ": " + rep.Errors[0]
