@@ -152,9 +152,8 @@ type spend struct {
 
 // refilledMicro is a bucket of tokens micro-tokens at at, refilled to now
 // by the script's own arithmetic (refill), within its debt floor and
-// capacity.
-// The time between the two is the monotonic clock's when both carry it, so
-// that a step of the wall clock refills nothing.
+// capacity. The time between the two is the monotonic clock's when both
+// carry it, so that a step of the wall clock refills nothing.
 func refilledMicro(tokens float64, at, now time.Time, sh shape) float64 {
 	el := now.Sub(at).Microseconds()
 	return refill(bucketVal{tokens: tokens}, true, clock{sec: el / 1e6, usec: el % 1e6}, sh.rate, sh.capacity, sh.floor)
@@ -319,9 +318,7 @@ func (ls *keyLease) finish(_ *Ticket, delta float64) {
 	}
 	ls.left -= delta
 	ls.busy = false
-	switch {
-	case ls.sole:
-	case delta > 0: // a debit: Redis applies it, down to the debt floor, as it would have
+	if delta > 0 && !ls.sole { // a debit: Redis applies it, down to the debt floor, as it would have
 		ls.done = true
 	}
 	if ls.done && s.leases[ls.key] == ls {

@@ -319,7 +319,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 			o.replay = append(o.replay, replayed{d: x.d, agoUS: now.Sub(x.at).Microseconds()})
 		}
 		args = append(args, string(o.kind), o.id, o.wireAmount())
-		if (p.op.kind == opAdmit || p.op.kind == opShadow) && p.lease == nil {
+		if isAdmit(p) && p.lease == nil {
 			admits++
 		}
 	}
