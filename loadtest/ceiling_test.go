@@ -171,4 +171,21 @@ func TestPgbenchAgainstPostGIS(t *testing.T) {
 	if tps, out, err = p.Run(ctx, script, l.Name); err != nil || tps <= 0 || !strings.Contains(out, "number of transactions actually processed: 10/10\n") {
 		t.Fatalf("2 clients × 5 transactions: tps %v, %v from:\n%s", tps, err, out)
 	}
+
+	// The unsent script runs the same statements, the tile query wrapped
+	// to answer its tile's length: valid SQL for PostgreSQL too.
+	unsent, err := PgbenchUnsentScript(l, lists[0].Tiles[:20])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wrap = "SELECT length(t.mvt), t.level FROM (\n"
+	if n := strings.Count(unsent, wrap); n != strings.Count(script, "\\startpipeline") || n == 0 {
+		t.Fatalf("%d tile queries wrapped, for %d pipelines:\n%s", n, strings.Count(script, "\\startpipeline"), unsent)
+	}
+	if strip := strings.NewReplacer(wrap, "", "\n) AS t(mvt, level);", ";").Replace(unsent); strip != script {
+		t.Fatalf("the unsent script is not the script with its tile queries wrapped:\n%s\nagainst\n%s", unsent, script)
+	}
+	if tps, out, err = p.Run(ctx, unsent, l.Name); err != nil || tps <= 0 || !strings.Contains(out, "number of transactions actually processed: 10/10\n") {
+		t.Fatalf("the unsent script, 2 clients × 5 transactions: tps %v, %v from:\n%s", tps, err, out)
+	}
 }

@@ -100,15 +100,16 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 	}
 
 	out = run("ceiling", "-duration", "1s", "-clients", "2", "-threads", "1")
-	rows := regexp.MustCompile(`(?m)^\s+(z14|z8-10)\s+(\d+)\s+(\d+)\s+(identity|gzip)\s+(\d+)\s+([\d.]+)\s`).FindAllStringSubmatch(out, -1)
+	rows := regexp.MustCompile(`(?m)^\s+(z14|z8-10)\s+(\d+)\s+(\d+)\s+(\d+)\s+(identity|gzip)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s`).FindAllStringSubmatch(out, -1)
 	if len(rows) != 4 {
 		t.Fatalf("want 4 rows (2 lists × identity, gzip) in:\n%s", out)
 	}
 	for _, r := range rows {
 		ceiling, _ := strconv.Atoi(r[3])
-		rate, _ := strconv.Atoi(r[5])
-		if ceiling <= 0 || rate <= 0 {
-			t.Errorf("row %q: pgbench %d/s, geotoll %d/s", strings.TrimSpace(r[0]), ceiling, rate)
+		unsent, _ := strconv.Atoi(r[4])
+		rate, _ := strconv.Atoi(r[6])
+		if ceiling <= 0 || unsent <= 0 || rate <= 0 {
+			t.Errorf("row %q: pgbench %d/s, not sent %d/s, geotoll %d/s", strings.TrimSpace(r[0]), ceiling, unsent, rate)
 		}
 	}
 }
