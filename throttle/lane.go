@@ -145,7 +145,10 @@ func (s *RedisStore) kickLocked(l *lane, now, own bool) bool {
 }
 
 // timerLocked kicks l after d, unless a timer is set already. The timer's
-// own goroutine sends the batch.
+// own goroutine sends the batch. So a finish queued while the lane waits
+// out RetryInterval after a failed call waits with it — the lane backs off
+// from a Redis that fails — unless an admit's call, which goes at once,
+// carries it first.
 func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
 	if l.timer != nil {
 		return
