@@ -45,6 +45,12 @@ func BenchmarkCeiling(b *testing.B) {
 		c.Redis.Timeout = DefaultConfig().Redis.Timeout // the hot path as shipped
 		// The default pro tier's shape, with a budget no run exhausts.
 		c.Throttle.Tiers["ceiling"] = TierConfig{Rate: 1e9, Capacity: 1e9, MaxInFlight: pro.MaxInFlight}
+		// Each statement within its layer's statement_timeout, as pgbench's
+		// script sets it: the server's own deadline for a tile (the longer
+		// of timeout_floor and what the tile paid for) would be shorter, and
+		// sixteen z10 tiles queued on one CPU outlast it — the server then
+		// sheds tiles pgbench waits for.
+		c.Throttle.TimeoutFloor = c.HTTP.RequestTimeout / 2
 	}, warn)
 	cat, _, err := m.Config.catalog()
 	if err != nil {
