@@ -112,6 +112,25 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 			t.Errorf("row %q: pgbench %d/s, not sent %d/s, geotoll %d/s", strings.TrimSpace(r[0]), ceiling, unsent, rate)
 		}
 	}
+
+	// With a key the server does not know every tile is refused: zooms and
+	// ceiling print what they saw and fail, rather than exit 0 with a
+	// report in which no tile was drawn (fidelity stops at the first
+	// refused dry run).
+	for _, sc := range [][]string{
+		{"zooms", "-minzoom", "10", "-maxzoom", "11", "-per-zoom", "2"},
+		{"ceiling", "-duration", "1s", "-clients", "2", "-threads", "1"},
+	} {
+		var out, errOut bytes.Buffer
+		args := append(sc, "-url", base, "-key", "not-a-key-of-this-server", "-layer", "places")
+		err := runLoadtest(ctx, cfg, args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), "no tile") || !strings.Contains(err.Error(), "401") {
+			t.Errorf("loadtest %s with an unknown key: error %v, want one saying no tile was drawn, with the statuses (output:\n%s)", sc[0], err, out.String())
+		}
+		if !strings.Contains(out.String(), "401") {
+			t.Errorf("loadtest %s with an unknown key: the report does not show the 401s:\n%s", sc[0], out.String())
+		}
+	}
 }
 
 func TestLoadtestScenarioRejectsUnknownLayer(t *testing.T) {
