@@ -133,6 +133,15 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 			return fmt.Errorf("loadtest zooms: %w", err)
 		}
 		loadtest.WriteZooms(stdout, layer.Name, rows)
+		seen := map[int]int{}
+		for _, r := range rows {
+			for code, n := range r.Status {
+				seen[code] += n
+			}
+		}
+		if seen[200]+seen[204] == 0 {
+			return fmt.Errorf("loadtest zooms: no tile was drawn (answered 200 or 204): %s", loadtest.StatusText(seen))
+		}
 		return nil
 	}
 	points, err := loadtest.Centroids(ctx, pool, layer)
@@ -146,6 +155,14 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 		return fmt.Errorf("loadtest ceiling: %w", err)
 	}
 	loadtest.WriteCeiling(stdout, layer.Name, *clients, *d, rs)
+	for _, r := range rs {
+		for _, l := range r.Loops {
+			if l.OK == 0 {
+				return fmt.Errorf("loadtest ceiling: no tile of list %s was drawn for the %s client (answered 200 or 204): %s",
+					r.List, l.Encoding, loadtest.StatusText(l.Status))
+			}
+		}
+	}
 	return nil
 }
 
