@@ -173,7 +173,8 @@ func TestPgbenchAgainstPostGIS(t *testing.T) {
 	}
 
 	// The unsent script runs the same statements, the tile query wrapped
-	// to answer its tile's length: valid SQL for PostgreSQL too.
+	// to answer its tile's length (UnsentQuery, checked against the tiles
+	// themselves by TestUnsentQueryAnswersTheTilesLength).
 	unsent, err := PgbenchUnsentScript(l, lists[0].Tiles[:20])
 	if err != nil {
 		t.Fatal(err)
@@ -187,5 +188,51 @@ func TestPgbenchAgainstPostGIS(t *testing.T) {
 	}
 	if tps, out, err = p.Run(ctx, unsent, l.Name); err != nil || tps <= 0 || !strings.Contains(out, "number of transactions actually processed: 10/10\n") {
 		t.Fatalf("the unsent script, 2 clients × 5 transactions: tps %v, %v from:\n%s", tps, err, out)
+	}
+}
+
+// TestUnsentQueryAnswersTheTilesLength runs tile queries of both templates
+// — points (as stored and clustered) and polygons (as stored and
+// generalised) — as they are and wrapped by UnsentQuery, with the same
+// arguments: the wrapped one answers the very tile's length and level.
+func TestUnsentQueryAnswersTheTilesLength(t *testing.T) {
+	pool := testenv.ReadPool(t)
+	cat, err := tiles.NewCatalog([]tiles.Layer{{
+		Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", SRID: 3857,
+		Properties: []string{"name", "kind", "city", "rank"}, MaxFeatures: 20000, StatementTimeout: 5 * time.Second,
+		GeometryKind: tiles.KindPoint, OrderBy: []string{"rank"},
+	}, {
+		Name: "districts", Table: "geotoll.districts", GeometryColumn: "geom_3857", SRID: 3857,
+		IDColumn: "id", Properties: []string{"name", "city", "population"}, StatementTimeout: 5 * time.Second,
+		GeometryKind: tiles.KindPolygon, OrderBy: []string{"population desc"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	texts := map[string]bool{}
+	for _, name := range []string{"places", "districts"} {
+		l := cat.Layer(name)
+		for _, z := range []maptile.Zoom{3, 9, 12, 14} {
+			tile := maptile.At(berlin, z)
+			sql, args := l.Query(tile)
+			texts[sql] = true
+			var want []byte
+			var level int
+			if err := pool.QueryRow(ctx, sql, args...).Scan(&want, &level); err != nil {
+				t.Fatalf("%s %v: %v", name, tile, err)
+			}
+			var n, unsentLevel int
+			if err := pool.QueryRow(ctx, UnsentQuery(sql), args...).Scan(&n, &unsentLevel); err != nil {
+				t.Fatalf("%s %v, wrapped: %v", name, tile, err)
+			}
+			if n != len(want) || unsentLevel != level || n == 0 {
+				t.Errorf("%s %v: wrapped answers %d bytes at level %d; the tile is %d bytes at level %d", name, tile, n, unsentLevel, len(want), level)
+			}
+		}
+	}
+	if len(texts) < 3 {
+		t.Fatalf("%d query texts: the test covers fewer shapes of the query than it says", len(texts))
 	}
 }

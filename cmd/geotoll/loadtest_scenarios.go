@@ -133,14 +133,18 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 			return fmt.Errorf("loadtest zooms: %w", err)
 		}
 		loadtest.WriteZooms(stdout, layer.Name, rows)
-		seen := map[int]int{}
+		seen, total := map[int]int{}, 0
 		for _, r := range rows {
 			for code, n := range r.Status {
 				seen[code] += n
+				total += n
 			}
 		}
-		if seen[200]+seen[204] == 0 {
-			return fmt.Errorf("loadtest zooms: no tile was drawn (answered 200 or 204): %s", loadtest.StatusText(seen))
+		switch {
+		case total == 0:
+			return fmt.Errorf("loadtest zooms: no tile to ask for between z%d and z%d", s.minZ, s.maxZ)
+		case seen[200]+seen[204]+seen[503] == 0: // a 503's tile the database drew is measured too
+			return fmt.Errorf("loadtest zooms: the server drew no tile (answered 200, 204 or 503): %s", loadtest.StatusText(seen))
 		}
 		return nil
 	}

@@ -131,6 +131,12 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 			t.Errorf("loadtest %s with an unknown key: the report does not show the 401s:\n%s", sc[0], out.String())
 		}
 	}
+	// Nor does a zoom range with no tile in it pass for a measurement.
+	var empty bytes.Buffer
+	err = runLoadtest(ctx, cfg, []string{"zooms", "-minzoom", "9", "-maxzoom", "8", "-url", base, "-key", key, "-layer", "places"}, &empty, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no tile") {
+		t.Errorf("loadtest zooms from z9 to z8: error %v, want one saying there was no tile to ask for (output:\n%s)", err, empty.String())
+	}
 }
 
 func TestLoadtestScenarioRejectsUnknownLayer(t *testing.T) {
