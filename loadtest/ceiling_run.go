@@ -99,7 +99,7 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 // WriteCeiling prints tiles/s against the ceiling.
 func WriteCeiling(w io.Writer, layer string, clients int, d time.Duration, rs []CeilingResult) {
 	fmt.Fprintf(w, "layer %s: %d connections for %s each; pgbench -M prepared, the same SQL and tiles (the ceiling),\n", layer, clients, d)
-	fmt.Fprintf(w, "the tile sent (as text: hex) and not sent (its length instead); the database's ceiling lies between\n\n")
+	fmt.Fprintf(w, "the tile sent (as text: hex) and not sent (its length instead); while pgbench keeps the database busy, its ceiling lies between\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "list\ttiles\tpgbench tx/s\tnot sent\tclient\tgeotoll tiles/s\t× ceiling\t× not sent\tp50\tp99\tKB/tile\tstatus\t")
 	for _, r := range rs {

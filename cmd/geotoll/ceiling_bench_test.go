@@ -24,11 +24,13 @@ import (
 // of z8, z9 and z10) four sub-benchmarks run one after another, an op
 // being one tile through 16 connections: "pgbench" (the database alone,
 // sending each tile as pgbench reads it: hex text), "pgbench-unsent" (the
-// same, sending each tile's length instead: the database's ceiling lies
-// between the two), then geotoll to a client that asks for no encoding
-// ("identity") and to one that accepts gzip ("gzip"). The geotoll ones
-// report x-ceiling and x-unsent, their tiles per second over the two
-// pgbench runs' rates just before, and cpu-µs/tile,
+// same, sending each tile's length instead: while pgbench keeps the
+// database busy, its ceiling lies between the two), then geotoll to a
+// client that asks for no encoding ("identity") and to one that accepts
+// gzip ("gzip"). The geotoll ones report x-ceiling and x-unsent, their
+// tiles per second over the two pgbench sub-benchmarks' last rates (with
+// -count, each sub-benchmark runs its count of times in a row), and
+// cpu-µs/tile,
 // the CPU this process spent per tile (the server, and the load
 // generator's small share; not PostgreSQL's nor Redis's).
 //
@@ -46,8 +48,9 @@ func BenchmarkCeiling(b *testing.B) {
 		// The default pro tier's shape, with a budget no run exhausts.
 		c.Throttle.Tiers["ceiling"] = TierConfig{Rate: 1e9, Capacity: 1e9, MaxInFlight: pro.MaxInFlight}
 		// Each statement within its layer's statement_timeout, as pgbench's
-		// script sets it: the server's own deadline for a tile (the longer
-		// of timeout_floor and what the tile paid for) would be shorter, and
+		// script sets it: the server's own deadline for a tile (max of
+		// timeout_floor and timeout_factor × the database time it paid
+		// for) would be shorter, and
 		// sixteen z10 tiles queued on one CPU outlast it — the server then
 		// sheds tiles pgbench waits for.
 		c.Throttle.TimeoutFloor = c.HTTP.RequestTimeout / 2
