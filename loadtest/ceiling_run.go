@@ -61,29 +61,25 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 	}
 	var out []CeilingResult
 	for _, list := range o.Lists {
-		script, err := PgbenchScript(o.Layer, list.Tiles)
-		if err != nil {
-			return out, err
+		res := CeilingResult{List: list.Name, Tiles: len(list.Tiles)}
+		for _, run := range []struct {
+			script func(*tiles.Layer, []maptile.Tile) (string, error)
+			tps    *float64
+			what   string
+		}{{PgbenchScript, &res.PgbenchTPS, ""}, {PgbenchUnsentScript, &res.UnsentTPS, ", tiles not sent"}} {
+			script, err := run.script(o.Layer, list.Tiles)
+			if err != nil {
+				return out, err
+			}
+			tps, log, err := o.Pgbench.Run(ctx, script, o.Layer.Name)
+			if err != nil {
+				return out, err
+			}
+			*run.tps = tps
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "== pgbench, list %s%s\n%s\n", list.Name, run.what, log)
+			}
 		}
-		tps, log, err := o.Pgbench.Run(ctx, script, o.Layer.Name)
-		if err != nil {
-			return out, err
-		}
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "== pgbench, list %s\n%s\n", list.Name, log)
-		}
-		unsent, err := PgbenchUnsentScript(o.Layer, list.Tiles)
-		if err != nil {
-			return out, err
-		}
-		utps, log, err := o.Pgbench.Run(ctx, unsent, o.Layer.Name)
-		if err != nil {
-			return out, err
-		}
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "== pgbench, list %s, tiles not sent\n%s\n", list.Name, log)
-		}
-		res := CeilingResult{List: list.Name, Tiles: len(list.Tiles), PgbenchTPS: tps, UnsentTPS: utps}
 		for _, gzip := range []bool{false, true} {
 			r, err := o.Client.Loop(ctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, o.Pgbench.Duration, gzip)
 			if err != nil {
