@@ -245,39 +245,65 @@ func (rp rawPoint) parse(i int) (Point, error) {
 	return p, nil
 }
 
-// bodyDecoder decodes a request body and counts the bytes it has read, so
-// that a body cut short is reported where it ends.
+// bodyDecoder decodes a request body and keeps the bytes it has read, so
+// that malformed JSON is reported where it goes wrong and a body cut short
+// where it ends. (The body is bounded by the handler's MaxBytesReader.)
 type bodyDecoder struct {
 	*json.Decoder
-	read *countingReader
+	read *keepingReader
 }
 
 func newBodyDecoder(r io.Reader) bodyDecoder {
-	cr := &countingReader{r: r}
-	return bodyDecoder{Decoder: json.NewDecoder(cr), read: cr}
+	kr := &keepingReader{r: r}
+	return bodyDecoder{Decoder: json.NewDecoder(kr), read: kr}
 }
 
 // fail turns a decoding error into a problem: a body with nothing but
 // white space is empty; one that ends before its JSON does is malformed at
-// the byte where it ends.
+// the byte where it ends; one with a syntax error is malformed at the byte
+// where it goes wrong.
 func (d bodyDecoder) fail(err error) error {
 	if errors.Is(err, io.EOF) && d.InputOffset() == 0 {
 		return problem.Malformed("body", "the body is empty; expected a JSON object")
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return problem.Malformed("body", "malformed JSON at byte %d: the body ends before its JSON does", d.read.n)
+		return problem.Malformed("body", "malformed JSON at byte %d: the body ends before its JSON does", len(d.read.kept))
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		if at, ok := syntaxErrorAt(d.read.kept); ok {
+			return problem.Malformed("body", "malformed JSON at byte %d: %s", at, syntax.Error())
+		}
+		return problem.Malformed("body", "malformed JSON: %s", syntax.Error())
 	}
 	return bodyError(err)
 }
 
-type countingReader struct {
-	r io.Reader
-	n int64
+// syntaxErrorAt returns where the first syntax error of the bytes read so
+// far is, counted as encoding/json counts a whole document (the offending
+// byte is the at-th). A json.Decoder's own SyntaxError.Offset cannot say: it
+// counts only the bytes of the values it decoded, not the names and
+// delimiters read as tokens. The decoder reads the body in order and stops
+// at its first error, which the bytes read so far therefore hold; a
+// document complete before it (garbage after the object) is refused at the
+// same byte.
+func syntaxErrorAt(read []byte) (int64, bool) {
+	var syntax *json.SyntaxError
+	if err := json.Unmarshal(read, new(json.RawMessage)); errors.As(err, &syntax) {
+		return syntax.Offset, true
+	}
+	return 0, false
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
+// keepingReader keeps every byte read through it.
+type keepingReader struct {
+	r    io.Reader
+	kept []byte
+}
+
+func (k *keepingReader) Read(p []byte) (int, error) {
+	n, err := k.r.Read(p)
+	k.kept = append(k.kept, p[:n]...)
 	return n, err
 }
 
@@ -299,12 +325,8 @@ func bodyError(err error) error {
 		}
 		return &problem.Error{Code: problem.Invalid, Param: "body", Detail: "the body could not be read", Err: err}
 	}
-	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		return problem.Malformed("body", "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
-	case errors.As(err, &typ):
+	if errors.As(err, &typ) {
 		field := typ.Field
 		if field == "" {
 			field = "body"
