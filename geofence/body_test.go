@@ -143,6 +143,34 @@ func TestBodySyntaxErrorAtItsByte(t *testing.T) {
 	}
 }
 
+// A body with more after its object — a second value, or the start of one
+// that never ends — is refused for what follows the object, at the byte
+// where that begins: the object itself did not end early.
+func TestBodyWithMoreAfterItsObject(t *testing.T) {
+	const batch = `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`
+	const fence = `{"type":"Feature","properties":{"name":"x"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	for _, tc := range []struct {
+		name, body string
+		at         int
+		parse      func(io.Reader) error
+	}{
+		{"batch, a second object", batch + ` {}`, len(batch) + 2, parseBatch},
+		{"batch, a number cut short", batch + `0.`, len(batch) + 1, parseBatch},
+		{"batch, a string never closed", batch + "\n\"abc", len(batch) + 2, parseBatch},
+		{"fence, a second object", fence + `{}`, len(fence) + 1, parseFence},
+		{"fence, a literal cut short", fence + ` tru`, len(fence) + 2, parseFence},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.parse(strings.NewReader(tc.body))
+			wantProblem(t, err, problem.Invalid, "body")
+			want := fmt.Sprintf("malformed JSON at byte %d: the body must hold one JSON object and nothing after it", tc.at)
+			if got := problem.From(err).Detail; got != want {
+				t.Errorf("detail %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 func parseBatch(r io.Reader) error { _, err := ParseBatch(r, 10); return err }
 func parseFence(r io.Reader) error { _, err := ParseFence(r, 100); return err }
 
