@@ -105,11 +105,8 @@ func ParseCheck(r io.Reader, maxPoints int) (CheckBody, error) {
 	if err := expectDelim(dec, '}', "body", "malformed JSON"); err != nil {
 		return b, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return b, dec.fail(err)
-		}
-		return b, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
+	if err := dec.end(); err != nil {
+		return b, err
 	}
 	if !seen {
 		return b, problem.Malformed("points", "points is required")
@@ -277,6 +274,26 @@ func (d bodyDecoder) fail(err error) error {
 		return problem.Malformed("body", "malformed JSON: %s", syntax.Error())
 	}
 	return bodyError(err)
+}
+
+// end checks that nothing but white space follows the body's object. More
+// after it — a second value, or the start of one cut short — is malformed
+// where it begins (the object itself ended); an error reading it (413,
+// 408) is what it is.
+func (d bodyDecoder) end() error {
+	_, err := d.Token()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	var syntax *json.SyntaxError
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &syntax) {
+		return d.fail(err)
+	}
+	const detail = "the body must hold one JSON object and nothing after it"
+	if at, ok := syntaxErrorAt(d.read.kept); ok {
+		return problem.Malformed("body", "malformed JSON at byte %d: %s", at, detail)
+	}
+	return problem.Malformed("body", "%s", detail)
 }
 
 // syntaxErrorAt returns where the first syntax error of the bytes read so
