@@ -50,6 +50,10 @@ func HashOf(key string) Hash { return sha256.Sum256([]byte(key)) }
 // keyPrefix marks geotoll keys, so leaked ones can be found by secret scanners.
 const keyPrefix = "gt_"
 
+// Marked reports whether s begins as every geotoll key does ("gt_"): a
+// secret, wherever it is found (a log redacts it).
+func Marked(s string) bool { return len(s) >= len(keyPrefix) && s[:len(keyPrefix)] == keyPrefix }
+
 // MaxKeyLength bounds what a client may present as a key; longer strings
 // are malformed before they are hashed.
 const MaxKeyLength = 128

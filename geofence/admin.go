@@ -248,12 +248,13 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseFence reads a fence write's body (see ParseFence), which must come
-// without a content coding.
+// without a content coding and within MaxFenceBytes (see requestBody).
 func (h *Handler) parseFence(w http.ResponseWriter, r *http.Request) (FenceInput, error) {
-	if err := plainBody(w, r); err != nil {
+	body, err := requestBody(w, r, h.limits.MaxFenceBytes)
+	if err != nil {
 		return FenceInput{}, err
 	}
-	return ParseFence(http.MaxBytesReader(w, r.Body, h.limits.MaxFenceBytes), h.limits.MaxVertices)
+	return ParseFence(body, h.limits.MaxVertices)
 }
 
 // ReplaceFence serves PUT /geofence/fences/{id}: the fence's name, kind and

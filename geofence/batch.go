@@ -105,11 +105,8 @@ func ParseCheck(r io.Reader, maxPoints int) (CheckBody, error) {
 	if err := expectDelim(dec, '}', "body", "malformed JSON"); err != nil {
 		return b, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return b, dec.fail(err)
-		}
-		return b, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
+	if err := dec.end(); err != nil {
+		return b, err
 	}
 	if !seen {
 		return b, problem.Malformed("points", "points is required")
@@ -245,39 +242,85 @@ func (rp rawPoint) parse(i int) (Point, error) {
 	return p, nil
 }
 
-// bodyDecoder decodes a request body and counts the bytes it has read, so
-// that a body cut short is reported where it ends.
+// bodyDecoder decodes a request body and keeps the bytes it has read, so
+// that malformed JSON is reported where it goes wrong and a body cut short
+// where it ends. (The body is bounded by the handler's MaxBytesReader.)
 type bodyDecoder struct {
 	*json.Decoder
-	read *countingReader
+	read *keepingReader
 }
 
 func newBodyDecoder(r io.Reader) bodyDecoder {
-	cr := &countingReader{r: r}
-	return bodyDecoder{Decoder: json.NewDecoder(cr), read: cr}
+	kr := &keepingReader{r: r}
+	return bodyDecoder{Decoder: json.NewDecoder(kr), read: kr}
 }
 
 // fail turns a decoding error into a problem: a body with nothing but
 // white space is empty; one that ends before its JSON does is malformed at
-// the byte where it ends.
+// the byte where it ends; one with a syntax error is malformed at the byte
+// where it goes wrong.
 func (d bodyDecoder) fail(err error) error {
 	if errors.Is(err, io.EOF) && d.InputOffset() == 0 {
 		return problem.Malformed("body", "the body is empty; expected a JSON object")
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return problem.Malformed("body", "malformed JSON at byte %d: the body ends before its JSON does", d.read.n)
+		return problem.Malformed("body", "malformed JSON at byte %d: the body ends before its JSON does", len(d.read.kept))
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		if at, ok := syntaxErrorAt(d.read.kept); ok {
+			return problem.Malformed("body", "malformed JSON at byte %d: %s", at, syntax.Error())
+		}
+		return problem.Malformed("body", "malformed JSON: %s", syntax.Error())
 	}
 	return bodyError(err)
 }
 
-type countingReader struct {
-	r io.Reader
-	n int64
+// end checks that nothing but white space follows the body's object. More
+// after it — a second value, or the start of one cut short — is malformed
+// where it begins (the object itself ended); an error reading it (413,
+// 408) is what it is.
+func (d bodyDecoder) end() error {
+	_, err := d.Token()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	var syntax *json.SyntaxError
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &syntax) {
+		return d.fail(err)
+	}
+	const detail = "the body must hold one JSON object and nothing after it"
+	if at, ok := syntaxErrorAt(d.read.kept); ok {
+		return problem.Malformed("body", "malformed JSON at byte %d: %s", at, detail)
+	}
+	return problem.Malformed("body", "%s", detail)
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
+// syntaxErrorAt returns where the first syntax error of the bytes read so
+// far is, counted as encoding/json counts a whole document (the offending
+// byte is the at-th). A json.Decoder's own SyntaxError.Offset cannot say: it
+// counts only the bytes of the values it decoded, not the names and
+// delimiters read as tokens. The decoder reads the body in order and stops
+// at its first error, which the bytes read so far therefore hold; a
+// document complete before it (garbage after the object) is refused at the
+// same byte.
+func syntaxErrorAt(read []byte) (int64, bool) {
+	var syntax *json.SyntaxError
+	if err := json.Unmarshal(read, new(json.RawMessage)); errors.As(err, &syntax) {
+		return syntax.Offset, true
+	}
+	return 0, false
+}
+
+// keepingReader keeps every byte read through it.
+type keepingReader struct {
+	r    io.Reader
+	kept []byte
+}
+
+func (k *keepingReader) Read(p []byte) (int, error) {
+	n, err := k.r.Read(p)
+	k.kept = append(k.kept, p[:n]...)
 	return n, err
 }
 
@@ -299,12 +342,8 @@ func bodyError(err error) error {
 		}
 		return &problem.Error{Code: problem.Invalid, Param: "body", Detail: "the body could not be read", Err: err}
 	}
-	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		return problem.Malformed("body", "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
-	case errors.As(err, &typ):
+	if errors.As(err, &typ) {
 		field := typ.Field
 		if field == "" {
 			field = "body"

@@ -1,6 +1,8 @@
 package geofence
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -26,4 +28,24 @@ func plainBody(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return nil
+}
+
+// requestBody returns r's JSON body for a parser, bounded by limit bytes:
+// a coded body is a 415 (plainBody); a body whose Content-Length is over
+// limit is a 413 from the request's head, before a byte of it is read — a
+// client that sent Expect: 100-continue is not invited to upload it, one
+// that waits for an answer before sending is not kept waiting for it —
+// and the connection is closed after the answer rather than read to its
+// end; any other body is read through an http.MaxBytesReader, so one sent
+// without a length (chunked) is a 413 where it passes the limit.
+func requestBody(w http.ResponseWriter, r *http.Request, limit int64) (io.Reader, error) {
+	if err := plainBody(w, r); err != nil {
+		return nil, err
+	}
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		return nil, &problem.Error{Code: problem.TooLarge, Param: "body",
+			Detail: fmt.Sprintf("the body is larger than %d bytes", limit)}
+	}
+	return http.MaxBytesReader(w, r.Body, limit), nil
 }

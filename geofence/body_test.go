@@ -107,6 +107,70 @@ func TestBodyCutShort(t *testing.T) {
 	}
 }
 
+// Malformed JSON is reported at the byte where it goes wrong, counted from
+// the start of the body as encoding/json counts a whole document ("after
+// reading N bytes": the offending byte is the Nth), wherever in the body it
+// is — after member names, delimiters and values the parsers read one token
+// at a time, for a byte a token cannot start (after a member name) as for
+// one inside a value.
+func TestBodySyntaxErrorAtItsByte(t *testing.T) {
+	const open = `{"type":"Feature","properties":{"name":"x"},"geometry":{"type":"Polygon","coordinates":`
+	const fence = open + `[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	// encoding/json refuses the 10,001st level of nesting: open holds two.
+	deep := open + strings.Repeat("[", 10010) + strings.Repeat("]", 10010) + `}}`
+	for _, tc := range []struct {
+		name, body string
+		at         int // the offending byte, counted from 1
+		parse      func(io.Reader) error
+	}{
+		{"batch, not a number", `{"points":[{"id":"v1","lng":NaN,"lat":52.5}]}`, 29, parseBatch},
+		{"batch, a second point", `{"points":[{"id":"v1","lng":1,"lat":2},{"id":"v2","lng":1,"lat":2x}]}`, 66, parseBatch},
+		{"batch, after the object", `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]} garbage`, 48, parseBatch},
+		{"batch, no colon after a name", `{"points" 1}`, 11, parseBatch},
+		{"batch, first byte", "\xef\xbb\xbf{}", 1, parseBatch},
+		{"fence, after the object", fence + ` x`, len(fence) + 2, parseFence},
+		{"fence, in the coordinates", strings.Replace(fence, "[0,1]", "[0,1}", 1), strings.Index(fence, "[0,1]") + 5, parseFence},
+		{"fence, nested too deep", deep, len(open) + 9999, parseFence},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.parse(strings.NewReader(tc.body))
+			wantProblem(t, err, problem.Invalid, "body")
+			want := fmt.Sprintf("malformed JSON at byte %d: ", tc.at)
+			if got := problem.From(err).Detail; !strings.HasPrefix(got, want) {
+				t.Errorf("detail %q, want it to begin %q", got, want)
+			}
+		})
+	}
+}
+
+// A body with more after its object — a second value, or the start of one
+// that never ends — is refused for what follows the object, at the byte
+// where that begins: the object itself did not end early.
+func TestBodyWithMoreAfterItsObject(t *testing.T) {
+	const batch = `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`
+	const fence = `{"type":"Feature","properties":{"name":"x"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	for _, tc := range []struct {
+		name, body string
+		at         int
+		parse      func(io.Reader) error
+	}{
+		{"batch, a second object", batch + ` {}`, len(batch) + 2, parseBatch},
+		{"batch, a number cut short", batch + `0.`, len(batch) + 1, parseBatch},
+		{"batch, a string never closed", batch + "\n\"abc", len(batch) + 2, parseBatch},
+		{"fence, a second object", fence + `{}`, len(fence) + 1, parseFence},
+		{"fence, a literal cut short", fence + ` tru`, len(fence) + 2, parseFence},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.parse(strings.NewReader(tc.body))
+			wantProblem(t, err, problem.Invalid, "body")
+			want := fmt.Sprintf("malformed JSON at byte %d: the body must hold one JSON object and nothing after it", tc.at)
+			if got := problem.From(err).Detail; got != want {
+				t.Errorf("detail %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 func parseBatch(r io.Reader) error { _, err := ParseBatch(r, 10); return err }
 func parseFence(r io.Reader) error { _, err := ParseFence(r, 100); return err }
 

@@ -82,8 +82,9 @@
 //     points with ids of 1..[MaxPointIDLen] bytes of UTF-8 text (invalid
 //     bytes or half of a surrogate pair are a 400 naming the point's id,
 //     never read as U+FFFD), check bodies of at most
-//     MaxBodyBytes and fence bodies of at most MaxFenceBytes (413 beyond),
-//     fences of at most MaxVertices positions.
+//     MaxBodyBytes and fence bodies of at most MaxFenceBytes (413 beyond:
+//     from the request's head when its Content-Length says so, before the
+//     body is read), fences of at most MaxVertices positions.
 //   - a contains answer holds at most limit fences and MaxResponseVertices
 //     positions in all: fences past either cap are left out (geometries
 //     past them are never rendered) and the collection says
@@ -96,7 +97,9 @@
 //     before it is read or priced.
 //   - a parameter given twice is a 400; so is a body member given twice
 //     or in another case than its own ("LAT", "Name"), in check and fence
-//     bodies alike.
+//     bodies alike. Malformed JSON is a 400 at the byte where it goes
+//     wrong, counted as encoding/json counts a whole document; anything
+//     after the body's one object is malformed where it begins.
 //
 // # Pricing
 //

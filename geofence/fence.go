@@ -84,11 +84,8 @@ func ParseFence(r io.Reader, maxVertices int) (FenceInput, error) {
 	if err != nil {
 		return FenceInput{}, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return FenceInput{}, dec.fail(err)
-		}
-		return FenceInput{}, problem.Malformed("body", "the body must hold one JSON object and nothing after it")
+	if err := dec.end(); err != nil {
+		return FenceInput{}, err
 	}
 	if doc.Type != "Feature" {
 		return FenceInput{}, problem.Malformed("type", `type must be "Feature"`)

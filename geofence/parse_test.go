@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -430,6 +431,7 @@ func FuzzParseBatch(f *testing.F) {
 			if !errors.As(err, &p) || (p.Code != problem.Invalid && p.Code != problem.OutOfRange) || p.Param == "" {
 				t.Fatalf("%q: error %v is not a 400/422 problem naming what is wrong", body, err)
 			}
+			checkMalformedAt(t, body, p.Detail)
 			return
 		}
 		if len(pts) < 1 || len(pts) > maxPoints {
@@ -453,6 +455,22 @@ func FuzzParseBatch(f *testing.F) {
 	})
 }
 
+// checkMalformedAt fails when detail says body is malformed JSON at a byte
+// other than the one encoding/json finds its first syntax error at.
+func checkMalformedAt(t *testing.T, body []byte, detail string) {
+	t.Helper()
+	var at int64
+	if _, err := fmt.Sscanf(detail, "malformed JSON at byte %d:", &at); err != nil {
+		return
+	}
+	var syntax *json.SyntaxError
+	if err := json.Unmarshal(body, new(json.RawMessage)); !errors.As(err, &syntax) {
+		t.Fatalf("%q: %q, but encoding/json finds no syntax error (%v)", body, detail, err)
+	} else if syntax.Offset != at {
+		t.Fatalf("%q: %q, but encoding/json finds its first syntax error after %d bytes (%v)", body, detail, syntax.Offset, syntax)
+	}
+}
+
 func FuzzParseFence(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]},"properties":{"name":"a"}}`,
@@ -474,6 +492,7 @@ func FuzzParseFence(f *testing.F) {
 			if !errors.As(err, &p) || (p.Code != problem.Invalid && p.Code != problem.OutOfRange) || p.Param == "" {
 				t.Fatalf("%q: error %v is not a 400/422 problem naming what is wrong", body, err)
 			}
+			checkMalformedAt(t, body, p.Detail)
 			return
 		}
 		if in.Name == "" || len(in.Name) > MaxFenceNameLen || in.Kind == "" || len(in.Kind) > MaxFenceKindLen || len(in.Geometry) == 0 {

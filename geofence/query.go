@@ -156,17 +156,18 @@ func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
 }
 
 // parseCheck reads a check's layer (the query parameter or the body's
-// "layer", not both) and its body.
+// "layer", not both) and its body (see requestBody).
 func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request) (CheckQuery, error) {
 	qs, err := parseQuery(r)
 	if err != nil {
 		return CheckQuery{}, err
 	}
 	_, inQuery := qs["layer"]
-	if err := plainBody(w, r); err != nil {
+	body, err := requestBody(w, r, h.limits.MaxBodyBytes)
+	if err != nil {
 		return CheckQuery{}, err
 	}
-	b, err := ParseCheck(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), h.limits.MaxBatch)
+	b, err := ParseCheck(body, h.limits.MaxBatch)
 	if err != nil {
 		return CheckQuery{}, err
 	}

@@ -9,8 +9,11 @@ import (
 	"net/url"
 	"regexp"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -110,7 +113,11 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 	})
 }
 
-// RedactQuery hides the values of secret query parameters (key, api_key).
+// RedactQuery hides the values of secret query parameters: key (the one
+// geotoll takes), parameters other services take keys in (api_key, apikey,
+// access_token, token), each in any case, and any parameter one of whose
+// values has the mark of a geotoll key — a key sent under a misspelt name
+// is not taken, but it is still a secret.
 func RedactQuery(raw string) string {
 	if raw == "" {
 		return ""
@@ -119,10 +126,20 @@ func RedactQuery(raw string) string {
 	if err != nil {
 		return "(unparsable)"
 	}
-	for _, k := range []string{"key", "api_key"} {
-		if _, ok := q[k]; ok {
+	for k, vs := range q {
+		if secretParam(k) || slices.ContainsFunc(vs, apikeys.Marked) {
 			q[k] = []string{"REDACTED"}
 		}
 	}
 	return q.Encode()
+}
+
+// secretParam reports whether a query parameter of this name holds a key.
+func secretParam(name string) bool {
+	for _, s := range []string{"key", "api_key", "apikey", "access_token", "token"} {
+		if strings.EqualFold(name, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -24,6 +24,25 @@ func TestRedactQuery(t *testing.T) {
 	}
 }
 
+// A key sent in the query under another name than key — a typo (KEY,
+// Key), another service's habit (apikey, access_token, token) — is not
+// taken, but it is still a secret: the access log must not keep it.
+func TestRedactQueryHidesAKeyUnderAnyName(t *testing.T) {
+	key := "gt_" + strings.Repeat("x7", 21) + "Q" // the shape of a key apikeys.Generate makes
+	for _, raw := range []string{
+		"KEY=" + key, "Key=" + key, "apikey=" + key, "access_token=" + key, "token=" + key,
+		"lng=1&k=" + key, "API_KEY=s3cret", "ApiKey=s3cret", "Access_Token=s3cret", "TOKEN=s3cret",
+	} {
+		got := RedactQuery(raw)
+		if strings.Contains(got, key) || strings.Contains(got, "s3cret") {
+			t.Errorf("RedactQuery(%q) = %q: the secret is logged", raw, got)
+		}
+	}
+	if got := RedactQuery("layer=gt&lng=13.4&monkey=1"); got != "layer=gt&lng=13.4&monkey=1" {
+		t.Errorf("RedactQuery hid what is no secret: %q", got)
+	}
+}
+
 func TestRoutesAndMiddleware(t *testing.T) {
 	var logs bytes.Buffer
 	h := New(Options{

@@ -60,3 +60,59 @@ func TestEndToEndBodyNotSentInTimeIs408(t *testing.T) {
 		})
 	}
 }
+
+// A body whose Content-Length is over the route's limit is a 413 problem
+// at once, from the request's head: the server neither invites it with
+// "100 Continue" (a client that sent Expect: 100-continue to learn whether
+// to upload would upload it all to be refused) nor waits for a body it
+// would refuse (a client that sends no body until it hears back would wait
+// for http.read_timeout and get a 408).
+func TestEndToEndBodyOverItsLimitIs413BeforeItIsSent(t *testing.T) {
+	t.Parallel()
+	const admin = "e2e-admin-key-big-body-0123456789"
+	m := startMain(t, func(c *Config) {
+		c.HTTP.ReadTimeout = 500 * time.Millisecond
+		c.Geofence.MaxBodyBytes = 4096
+		c.Geofence.MaxFenceBytes = 8192
+		c.Geofence.AdminKeys = []string{admin}
+		c.Geofence.WriterDatabaseURL = fenceWriterURL(t)
+	})
+	for _, tc := range []struct {
+		method, path string
+		length       int
+	}{
+		{"POST", "/geofence/check", 4097},
+		{"POST", "/geofence/fences", 8193},
+		{"PUT", "/geofence/fences/1", 8193},
+	} {
+		for _, expect := range []bool{true, false} {
+			t.Run(tc.method+" "+tc.path+" expect="+strconv.FormatBool(expect), func(t *testing.T) {
+				conn, err := net.Dial("tcp", m.Addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				head := tc.method + " " + tc.path + " HTTP/1.1\r\nHost: " + m.Addr() + "\r\nX-API-Key: " + admin +
+					"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(tc.length) + "\r\n"
+				if expect {
+					head += "Expect: 100-continue\r\n"
+				}
+				// The head alone: the body is sent only once the server asks for it.
+				if _, err := conn.Write([]byte(head + "\r\n")); err != nil {
+					t.Fatal(err)
+				}
+				_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					t.Fatalf("no answer: %v", err)
+				}
+				defer resp.Body.Close()
+				var b strings.Builder
+				_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+				if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" {
+					t.Errorf("%d %q %s, want a 413 problem", resp.StatusCode, resp.Header.Get("Content-Type"), b.String())
+				}
+			})
+		}
+	}
+}
