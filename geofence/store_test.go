@@ -353,6 +353,10 @@ func TestQueriesUseTheIndexes(t *testing.T) {
 		{"bbox", places.BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100}, "places_geom_gist", "places"},
 		{"bbox across the antimeridian", places.BBoxSQL(), []any{175.0, -20.0, 180.0, -15.0, -180.0, -175.0, 100}, "places_geom_gist", "places"},
 		{"bbox on districts", cat.Layer("districts").BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100}, "districts_geom_gist", "districts"},
+		// A long, thin box holding few places, with a limit of 1: walking the
+		// id index and filtering row after row until one is in the box read
+		// tens of thousands of rows where the price counted the box's few.
+		{"bbox of a sparse band, limit 1", places.BBoxSQL(), []any{20.0, 52.4, 120.0, 52.6, nil, nil, 1}, "places_geom_gist", "places"},
 		{"check", checkSQL, []any{[]float64{13.4, 2.35}, []float64{52.5, 48.85}}, "geofence_pieces_geom_gist", "geofence_pieces"},
 		{"contains", containsSQL, []any{13.4, 52.5, 1000, 20000}, "geofence_pieces_geom_gist", "geofence_pieces"},
 	}
