@@ -12,18 +12,27 @@
 -- The box is planar in lon/lat: its edges are meridians and parallels, as a
 -- map draws them. ST_Intersects brings its own && test, which the GiST
 -- index on the geometry column serves (a BitmapOr over the two parts).
--- Features come in id order, so a capped answer is stable.
+-- Features come in id order, so a capped answer is stable. OFFSET 0 keeps
+-- the box's scan apart from the ORDER BY and LIMIT: without it, for a small
+-- limit the planner may walk the id index and test row after row until
+-- enough are in the box — tens of thousands of rows for a sparse box, where
+-- the price counts the features in the box. So the box's features are read
+-- through the GiST index and the first by id kept (a top-N sort).
 SELECT n.id,
        ST_AsGeoJSON(n.geom) AS geometry,
        (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p) AS properties
 FROM (
-    SELECT t.{{.ID}} AS id,
-           t.{{.Geom}} AS geom{{range .Props}},
-           t.{{.Col}} AS {{.Alias}}{{end}}
-    FROM {{.Table}} AS t
-    WHERE ST_Intersects(t.{{.Geom}}, ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 4326))
-       OR ST_Intersects(t.{{.Geom}}, ST_MakeEnvelope($5::float8, $2::float8, $6::float8, $4::float8, 4326))
-    ORDER BY id
+    SELECT b.*
+    FROM (
+        SELECT t.{{.ID}} AS id,
+               t.{{.Geom}} AS geom{{range .Props}},
+               t.{{.Col}} AS {{.Alias}}{{end}}
+        FROM {{.Table}} AS t
+        WHERE ST_Intersects(t.{{.Geom}}, ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 4326))
+           OR ST_Intersects(t.{{.Geom}}, ST_MakeEnvelope($5::float8, $2::float8, $6::float8, $4::float8, 4326))
+        OFFSET 0
+    ) AS b
+    ORDER BY b.id
     LIMIT $7::int
 ) AS n
 ORDER BY n.id
