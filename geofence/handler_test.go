@@ -487,6 +487,24 @@ func TestUnknownLayerNamesWhatWasSent(t *testing.T) {
 	}
 }
 
+// TestEmptyLayerIsMalformed: ?layer= sent empty is a 400 that says it is
+// empty — not "required", which misleads on contains and check, where the
+// parameter is optional and leaving it out is the way to ask the fences.
+func TestEmptyLayerIsMalformed(t *testing.T) {
+	c, err := NewCatalog([]Layer{{Name: "zones", Table: "zones", GeometryColumn: "geom", IDColumn: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Resolve("")
+	var p *problem.Error
+	if !errors.As(err, &p) || p.Code != problem.Invalid || p.Param != "layer" {
+		t.Fatalf("Resolve(\"\"): %v, want a malformed layer", err)
+	}
+	if want := "layer is empty; expected the name of a layer"; p.Detail != want {
+		t.Errorf("Resolve(\"\"): detail %q, want %q", p.Detail, want)
+	}
+}
+
 func TestLayerSQLQuotesIdentifiers(t *testing.T) {
 	c, err := NewCatalog([]Layer{{Name: "odd", Table: `my schema.we"ird`, GeometryColumn: "the geom", IDColumn: "Id", Properties: []string{`na"me`}}})
 	if err != nil {
