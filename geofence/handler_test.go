@@ -463,7 +463,7 @@ func TestNewHandlerValidates(t *testing.T) {
 // the value sent. Bytes that are not UTF-8 show as U+FFFD, as they do
 // everywhere else in a problem document; dropped, ?layer=%FF read as
 // `unknown layer ""`, a 404 that looks like an empty parameter (itself a
-// 400, "layer is required").
+// 400, "layer is empty").
 func TestUnknownLayerNamesWhatWasSent(t *testing.T) {
 	c, err := NewCatalog([]Layer{{Name: "zones", Table: "zones", GeometryColumn: "geom", IDColumn: "id"}})
 	if err != nil {

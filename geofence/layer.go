@@ -180,11 +180,12 @@ func (l *Layer) Prepare() error {
 	return l.render()
 }
 
-// Resolve returns the layer named by a ?layer= value: 400 when empty, 404
+// Resolve returns the layer named by a ?layer= value: 400 when empty (sent
+// as ?layer=: the parameter left out is another matter), 404
 // when unknown.
 func (c *Catalog) Resolve(name string) (*Layer, error) {
 	if name == "" {
-		return nil, problem.Malformed("layer", "layer is required")
+		return nil, problem.Malformed("layer", "layer is empty; expected the name of a layer")
 	}
 	l := c.Layer(name)
 	if l == nil {
