@@ -110,6 +110,10 @@ func TestMetricsMiddleware(t *testing.T) {
 	if w.Code != 200 || !strings.Contains(body, `geotoll_http_requests_total{method="GET",route="/healthz",status="200"} 2`) {
 		t.Fatalf("/metrics: %d\n%s", w.Code, body)
 	}
+	// Live numbers, as /healthz and /readyz are: no cache keeps them.
+	if cc := w.Header().Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("/metrics: Cache-Control %q, want no-store", cc)
+	}
 	if strings.Contains(body, "secret-path") {
 		t.Error("a raw request path became a label value")
 	}
