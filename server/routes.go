@@ -67,7 +67,7 @@ func (o Options) routes() []route {
 		rs = append(rs, route{get, PathOpenAPI, o.OpenAPI, ""})
 	}
 	if o.Metrics != nil && !o.OpsListener {
-		rs = append(rs, route{get, PathMetrics, o.Metrics.Handler(), ""})
+		rs = append(rs, route{get, PathMetrics, noStore(o.Metrics.Handler()), ""})
 	}
 	if o.Budget != nil {
 		rs = append(rs, route{get, PathBudget, o.Budget, ""})
@@ -113,9 +113,18 @@ func (o Options) opsRoutes() []route {
 		{get, PathReady, o.ready(), ""},
 	}
 	if o.Metrics != nil {
-		rs = append(rs, route{get, PathMetrics, o.Metrics.Handler(), ""})
+		rs = append(rs, route{get, PathMetrics, noStore(o.Metrics.Handler()), ""})
 	}
 	return rs
+}
+
+// noStore marks what h answers as live: no cache keeps it (the metrics,
+// as /healthz and /readyz).
+func noStore(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
 }
 
 // newRouter registers rs below base, with problem+json answers for
