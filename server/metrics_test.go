@@ -93,11 +93,13 @@ func TestMetricsMiddleware(t *testing.T) {
 	do(http.MethodGet, "/healthz")
 	do(http.MethodGet, "/no/such/secret-path")
 	do(http.MethodOptions, "/healthz", "Origin", "https://a.example", "Access-Control-Request-Method", "GET")
+	do(http.MethodDelete, "/healthz") // a route's path, not its method: the route's 405
 	for _, tc := range []struct {
 		route, method, status string
 		want                  float64
 	}{
 		{"/healthz", "GET", "200", 2},
+		{"/healthz", "DELETE", "405", 1},
 		{"unmatched", "GET", "404", 1},
 		{"preflight", "OPTIONS", "204", 1},
 	} {
