@@ -182,18 +182,20 @@ func routeName(r *http.Request) string {
 }
 
 // allowedMethods lists the methods some route of router answers at req's
-// path.
-func allowedMethods(router *mux.Router, req *http.Request) []string {
-	var allowed []string
+// path, and names the first such route (its name, as routeName gives it).
+func allowedMethods(router *mux.Router, req *http.Request) (allowed []string, route string) {
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		probe := req.Clone(req.Context())
 		probe.Method = m
 		var match mux.RouteMatch
 		if router.Match(probe, &match) && match.MatchErr == nil {
 			allowed = append(allowed, m)
+			if route == "" && match.Route != nil {
+				route = match.Route.GetName()
+			}
 		}
 	}
-	return allowed
+	return allowed, route
 }
 
 // trimBase is the base path as it prefixes routes: "" or "/maps" (no

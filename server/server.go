@@ -116,7 +116,11 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 // answers it); when it is off, the preflight gets the same 204, without an
 // Access-Control-* header, and the browser refuses the cross-origin call.
 func notAllowed(router *mux.Router, w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", strings.Join(append(allowedMethods(router, r), http.MethodOptions), ", "))
+	allowed, route := allowedMethods(router, r)
+	if p, ok := r.Context().Value(routeKey{}).(*string); ok && route != "" {
+		*p = route // the metrics count it under the route whose path it asked
+	}
+	w.Header().Set("Allow", strings.Join(append(allowed, http.MethodOptions), ", "))
 	if r.Method == http.MethodOptions {
 		w.WriteHeader(http.StatusNoContent)
 		return
