@@ -28,26 +28,10 @@ func TestEndToEndBodyNotSentInTimeIs408(t *testing.T) {
 		{"/geofence/fences", `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]]]},"properties":{"name":"slow"}}`},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			conn, err := net.Dial("tcp", m.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
 			head := "POST " + tc.path + " HTTP/1.1\r\nHost: " + m.Addr() + "\r\nX-API-Key: " + admin +
 				"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(tc.body)) + "\r\n\r\n"
 			// The head and a third of the body; the rest never comes.
-			if _, err := conn.Write([]byte(head + tc.body[:len(tc.body)/3])); err != nil {
-				t.Fatal(err)
-			}
-			_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
-			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatalf("no answer: %v", err)
-			}
-			defer resp.Body.Close()
-			var b strings.Builder
-			_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
-			body := b.String()
+			resp, body := rawExchange(t, m.Addr(), head+tc.body[:len(tc.body)/3])
 			if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Content-Type") != "application/problem+json" {
 				t.Errorf("%d %q %s, want a 408 problem", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 			}
@@ -87,32 +71,40 @@ func TestEndToEndBodyOverItsLimitIs413BeforeItIsSent(t *testing.T) {
 	} {
 		for _, expect := range []bool{true, false} {
 			t.Run(tc.method+" "+tc.path+" expect="+strconv.FormatBool(expect), func(t *testing.T) {
-				conn, err := net.Dial("tcp", m.Addr())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close()
 				head := tc.method + " " + tc.path + " HTTP/1.1\r\nHost: " + m.Addr() + "\r\nX-API-Key: " + admin +
 					"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(tc.length) + "\r\n"
 				if expect {
 					head += "Expect: 100-continue\r\n"
 				}
 				// The head alone: the body is sent only once the server asks for it.
-				if _, err := conn.Write([]byte(head + "\r\n")); err != nil {
-					t.Fatal(err)
-				}
-				_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
-				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-				if err != nil {
-					t.Fatalf("no answer: %v", err)
-				}
-				defer resp.Body.Close()
-				var b strings.Builder
-				_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+				resp, body := rawExchange(t, m.Addr(), head+"\r\n")
 				if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" {
-					t.Errorf("%d %q %s, want a 413 problem", resp.StatusCode, resp.Header.Get("Content-Type"), b.String())
+					t.Errorf("%d %q %s, want a 413 problem", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 				}
 			})
 		}
 	}
+}
+
+// rawExchange writes raw to a new connection to addr and reads the first
+// response, and its body, within a minute.
+func rawExchange(t *testing.T, addr, raw string) (*http.Response, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Write([]byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	return resp, b.String()
 }
