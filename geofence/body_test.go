@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -140,6 +142,26 @@ func TestBodySyntaxErrorAtItsByte(t *testing.T) {
 				t.Errorf("detail %q, want it to begin %q", got, want)
 			}
 		})
+	}
+}
+
+// A body nested deep, though not too deep for the decoder, which reads
+// the coordinates as a value of their own, is too deep for the whole
+// document encoding/json's scanner checks when locating an error later in
+// it: the byte named must be the error's, or none be named.
+func TestBodySyntaxErrorAfterDeepNestingNamesItsByte(t *testing.T) {
+	const open = `{"type":"Feature","properties":{"name":"x"},"geometry":{"type":"Polygon","coordinates":`
+	nested := open + strings.Repeat("[", 9999) + strings.Repeat("]", 9999)
+	for _, body := range []string{nested + `}x}`, nested + `}} x`} {
+		err := parseFence(strings.NewReader(body))
+		wantProblem(t, err, problem.Invalid, "body")
+		detail := problem.From(err).Detail
+		if m := regexp.MustCompile(`at byte (\d+)`).FindStringSubmatch(detail); m != nil {
+			at, _ := strconv.Atoi(m[1])
+			if at < 1 || at > len(body) || body[at-1] != 'x' {
+				t.Errorf("%q names byte %d, which is not the x at byte %d", detail, at, strings.LastIndex(body, "x")+1)
+			}
+		}
 	}
 }
 
