@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/geotoll/geotoll/problem"
 )
@@ -268,7 +269,7 @@ func (d bodyDecoder) fail(err error) error {
 	}
 	var syntax *json.SyntaxError
 	if errors.As(err, &syntax) {
-		if at, ok := syntaxErrorAt(d.read.kept); ok {
+		if at, msg, ok := syntaxErrorAt(d.read.kept); ok && msg == syntax.Error() {
 			return problem.Malformed("body", "malformed JSON at byte %d: %s", at, syntax.Error())
 		}
 		return problem.Malformed("body", "malformed JSON: %s", syntax.Error())
@@ -290,7 +291,7 @@ func (d bodyDecoder) end() error {
 		return d.fail(err)
 	}
 	const detail = "the body must hold one JSON object and nothing after it"
-	if at, ok := syntaxErrorAt(d.read.kept); ok {
+	if at, msg, ok := syntaxErrorAt(d.read.kept); ok && !strings.Contains(msg, "max depth") {
 		return problem.Malformed("body", "malformed JSON at byte %d: %s", at, detail)
 	}
 	return problem.Malformed("body", "%s", detail)
@@ -303,13 +304,17 @@ func (d bodyDecoder) end() error {
 // delimiters read as tokens. The decoder reads the body in order and stops
 // at its first error, which the bytes read so far therefore hold; a
 // document complete before it (garbage after the object) is refused at the
-// same byte.
-func syntaxErrorAt(read []byte) (int64, bool) {
+// same byte. The scan counts nesting from the document's start, where the
+// decoder counted it from the value it decoded: a body nested deep in a
+// member the decoder read whole can stop the scan at its depth limit
+// before the decoder's error, so a caller takes the byte only when msg is
+// the error it found (or, past the object, not the depth limit's).
+func syntaxErrorAt(read []byte) (at int64, msg string, ok bool) {
 	var syntax *json.SyntaxError
 	if err := json.Unmarshal(read, new(json.RawMessage)); errors.As(err, &syntax) {
-		return syntax.Offset, true
+		return syntax.Offset, syntax.Error(), true
 	}
-	return 0, false
+	return 0, "", false
 }
 
 // keepingReader keeps every byte read through it.
