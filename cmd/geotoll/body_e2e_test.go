@@ -81,6 +81,9 @@ func TestEndToEndBodyOverItsLimitIs413BeforeItIsSent(t *testing.T) {
 				if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" {
 					t.Errorf("%d %q %s, want a 413 problem", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 				}
+				if !resp.Close { // the body never read, the connection is not kept for another request
+					t.Errorf("the 413 keeps the connection open (Connection: %q)", resp.Header.Get("Connection"))
+				}
 			})
 		}
 	}
