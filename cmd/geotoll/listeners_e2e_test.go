@@ -28,6 +28,9 @@ func TestEndToEndMetricsListener(t *testing.T) {
 		!strings.Contains(string(body), `geotoll_http_requests_total{method="GET",route="unmatched",status="404"} 1`) {
 		t.Fatalf("operators' /metrics: %d, no build info or no count of the public 404:\n%s", resp.StatusCode, short(body))
 	}
+	if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("operators' /metrics: Cache-Control %q, want no-store", cc)
+	}
 	var terse, detail map[string]any
 	resp, body = get(t, public+"/readyz", "")
 	if err := json.Unmarshal(body, &terse); err != nil || resp.StatusCode != http.StatusOK {
