@@ -209,3 +209,89 @@ func TestSoleLeaseReplayStaysShort(t *testing.T) {
 		}
 	})
 }
+
+// A Sole store's lease admits against the bucket as last seen plus what it
+// holds (its micro-token, less what it admitted). Once Redis has refilled
+// the micro-token the lease took into a bucket at its capacity, a bucket
+// seen full counts it twice: a request of 5 tokens and one micro-token is
+// admitted from a bucket holding 5.
+func TestSoleLeaseAdmitsNoMoreThanAFullBucketHolds(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: time.Hour})
+		// 1 micro-token a second: what the test waits for refills the two
+		// micro-tokens taken, what it does not wait for refills nothing.
+		b := Bucket{Key: f.key("sole-full-micro"), Limit: Limit{Rate: 1e-6, Capacity: 10}}
+		tiny := Request{Bucket: b, Cost: 1e-6, TTL: time.Hour}
+		mustPeek(t, s, b)                      // the bucket seen
+		mustAdmit(t, s, tiny).Ticket.Release() // to Redis, with the lease: 2 micro-tokens
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mustPeek(t, s, b)
+			s.mu.Lock()
+			full := s.seen[b.Key].tokens >= toMicro(10)
+			s.mu.Unlock()
+			if full {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the bucket not full again after 10 s: %+v", f.state(b.Key))
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		a1 := mustAdmit(t, s, Request{Bucket: b, Cost: 5, TTL: time.Hour})
+		a1.Ticket.Release()
+		a2 := mustAdmit(t, s, Request{Bucket: b, Cost: 5.000001, TTL: time.Hour})
+		local := s.Stats().Local
+		if a2.Allowed {
+			a2.Ticket.Release()
+		}
+		flushWithin(t, s)
+		if !a1.Allowed || a2.Allowed {
+			t.Fatalf("from a full bucket of 10: 5, then 5.000001: allowed %v, %v (%d in process); want the second refused, 5 left",
+				a1.Allowed, a2.Allowed, local)
+		}
+	})
+}
+
+// A Sole store's lease admits while the bucket as Redis last showed it
+// surely pays. A peek under another limit of the caller (a faster refill:
+// its tier changed) writes nothing in Redis, yet its reply is taken as the
+// bucket the lease spends from: a bucket holding 1 token, read at a refill
+// that fills it to 10, lets the lease admit its eight requests in process.
+func TestSoleLeaseAdmitsNoMoreAfterAPeekUnderAnotherLimit(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true, LeaseHold: time.Hour})
+		b := Bucket{Key: f.key("sole-peek-shape"), Limit: Limit{Rate: 1e-6, Capacity: 10}}
+		mustAdmit(t, s, Request{Bucket: b, Cost: 8, TTL: time.Hour}).Ticket.Release() // to Redis: the bucket seen, 2 left
+		a := mustAdmit(t, s, Request{Bucket: b, Cost: 1, TTL: time.Hour})             // to Redis, with the lease: 1 left
+		if !a.Allowed {
+			t.Fatalf("a request of 1 from a bucket holding 2 refused: %+v", a.Result)
+		}
+		a.Ticket.Release()
+		s.mu.Lock()
+		ls := s.leases[b.Key]
+		leased := ls != nil && ls.granted
+		s.mu.Unlock()
+		if !leased {
+			t.Fatalf("no lease granted after two requests")
+		}
+		// Read under a limit that refills the bucket to its capacity at once.
+		mustPeek(t, s, Bucket{Key: b.Key, Limit: Limit{Rate: 1e6, Capacity: 10}})
+		admitted := 0
+		for range 6 {
+			if a := mustAdmit(t, s, Request{Bucket: b, Cost: 1, TTL: time.Hour}); a.Allowed {
+				admitted++
+				a.Ticket.Release()
+			}
+		}
+		local := s.Stats().Local
+		flushWithin(t, s)
+		left := mustPeek(t, s, b).Remaining
+		if admitted > 1 {
+			t.Fatalf("six requests of 1 from a bucket holding 1 (after a peek under a faster limit): %d admitted (%d in process), %.6f left; want at most 1",
+				admitted, local, left)
+		}
+	})
+}
