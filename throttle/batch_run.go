@@ -57,7 +57,7 @@ func (r *batchRun) load() {
 // advance does; a moment before its own time refills nothing.
 func (r *batchRun) advance(to int64) {
 	if el := to - r.at; el > 0 {
-		r.tokens = min(r.tokens+math.Floor(float64(float64(el)*r.sh.rate)/1000000), r.sh.capacity)
+		r.tokens = min(r.tokens+math.Floor(float64(el)*r.sh.rate/1000000), r.sh.capacity)
 		r.at = to
 	}
 }
