@@ -111,3 +111,34 @@ func rawExchange(t *testing.T, addr, raw string) (*http.Response, string) {
 	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
 	return resp, b.String()
 }
+
+// A request that presents an unknown key is a 401 from its head: its body
+// — which only its price needs, and an unknown key is never priced — is
+// neither invited with "100 Continue" nor waited for. A key guesser cannot
+// make the server read what it uploads.
+func TestEndToEndUnknownKeyIs401BeforeItsBody(t *testing.T) {
+	t.Parallel()
+	m := startMain(t, func(c *Config) {
+		c.HTTP.ReadTimeout = 500 * time.Millisecond
+		c.Geofence.AdminKeys = []string{"e2e-admin-key-unknown-key-0123456789"}
+		c.Geofence.WriterDatabaseURL = fenceWriterURL(t)
+	})
+	for _, path := range []string{"/geofence/check", "/geofence/check?layer=geofences", "/geofence/fences"} {
+		for _, expect := range []bool{true, false} {
+			t.Run(path+" expect="+strconv.FormatBool(expect), func(t *testing.T) {
+				head := "POST " + path + " HTTP/1.1\r\nHost: " + m.Addr() + "\r\nX-API-Key: gt_not-a-key-anyone-has" +
+					"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+				if expect {
+					head += "Expect: 100-continue\r\n"
+				}
+				resp, body := rawExchange(t, m.Addr(), head+"\r\n")
+				if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Content-Type") != "application/problem+json" {
+					t.Errorf("%d %q %s, want a 401 problem", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+				}
+				if resp.Header.Get("WWW-Authenticate") == "" {
+					t.Errorf("the 401 names no scheme (WWW-Authenticate): %v", resp.Header)
+				}
+			})
+		}
+	}
+}
