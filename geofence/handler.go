@@ -61,6 +61,16 @@ type Gate interface {
 	AdmitGeofence(w http.ResponseWriter, r *http.Request, d Demand) bool
 }
 
+// Authenticator, when the Gate implements it too, refuses a request whose
+// credentials are already known to be bad (a presented key that is
+// unknown or revoked) from the request's head, and writes the refusal
+// itself. A check's body matters only to its price, and a caller that
+// will not be priced is not invited to upload it (no 100 Continue) nor
+// waited for.
+type Authenticator interface {
+	Authenticate(w http.ResponseWriter, r *http.Request, kind Kind) bool
+}
+
 // Authorizer decides who may use the fence admin.
 type Authorizer interface {
 	AllowAdmin(r *http.Request) bool
@@ -253,7 +263,15 @@ type CheckResult struct {
 // for every point, in request order, the fences that contain it — one
 // query for the whole batch. The answer is {"results":[{"id","fences"}…]}.
 func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
-	q, err := h.parseCheck(w, r)
+	qs, err := parseQuery(r) // a query that does not parse costs nothing
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	if a, ok := h.gate.(Authenticator); ok && !a.Authenticate(w, r, KindCheck) {
+		return
+	}
+	q, err := h.parseCheck(w, r, qs)
 	if err != nil {
 		problem.Write(w, r, err)
 		return

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -731,5 +732,71 @@ func TestFenceWritesHaveNoDryRun(t *testing.T) {
 	}
 	if *writes != 3 {
 		t.Fatalf("%d writes made without a dry run, want 3", *writes)
+	}
+}
+
+// authGate is a fakeGate that also refuses the key "bad" from the
+// request's head (Authenticator), counting the times it was asked.
+type authGate struct {
+	fakeGate
+	asked int
+}
+
+func (g *authGate) Authenticate(w http.ResponseWriter, r *http.Request, kind Kind) bool {
+	g.asked++
+	if kind != KindCheck {
+		panic("authenticated a " + string(kind))
+	}
+	if r.Header.Get("X-API-Key") != "bad" {
+		return true
+	}
+	problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: "unknown key"})
+	return false
+}
+
+// readSpy is a body that records whether it was read.
+type readSpy struct {
+	io.Reader
+	read bool
+}
+
+func (s *readSpy) Read(p []byte) (int, error) { s.read = true; return s.Reader.Read(p) }
+
+// A gate that can authenticate refuses a check's bad key before its body
+// is read or the check priced; a query that does not parse is refused
+// before that (bad input costs nothing), and a good key goes on as before.
+func TestCheckAuthenticatesBeforeItsBody(t *testing.T) {
+	t.Parallel()
+	const body = `{"points":[{"id":"a","lng":13.4,"lat":52.5}]}`
+	for _, tc := range []struct {
+		name, target, key string
+		status, asked     int
+		read              bool
+	}{
+		{"bad key", "/geofence/check", "bad", http.StatusUnauthorized, 1, false},
+		{"bad key and query", "/geofence/check?limit=%zz", "bad", http.StatusBadRequest, 0, false},
+		{"good key", "/geofence/check", "good", http.StatusOK, 1, true},
+		{"no key", "/geofence/check", "", http.StatusOK, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := &authGate{fakeGate: fakeGate{budget: 1}}
+			h := newTestHandler(t, &fakeReader{}, gate, nil)
+			spy := &readSpy{Reader: strings.NewReader(body)}
+			r := httptest.NewRequest(http.MethodPost, tc.target, spy)
+			if tc.key != "" {
+				r.Header.Set("X-API-Key", tc.key)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tc.status {
+				t.Fatalf("%d %s, want %d", w.Code, w.Body, tc.status)
+			}
+			if gate.asked != tc.asked || spy.read != tc.read {
+				t.Errorf("authenticated %d times, body read %v; want %d, %v", gate.asked, spy.read, tc.asked, tc.read)
+			}
+			if priced := len(gate.demands) > 0; priced != (tc.status == http.StatusOK) {
+				t.Errorf("priced %v with answer %d", priced, w.Code)
+			}
+		})
 	}
 }

@@ -155,13 +155,9 @@ func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
 	return q, nil
 }
 
-// parseCheck reads a check's layer (the query parameter or the body's
-// "layer", not both) and its body (see requestBody).
-func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request) (CheckQuery, error) {
-	qs, err := parseQuery(r)
-	if err != nil {
-		return CheckQuery{}, err
-	}
+// parseCheck reads a check's layer (the query parameter in qs or the
+// body's "layer", not both) and its body (see requestBody).
+func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, qs query) (CheckQuery, error) {
 	_, inQuery := qs["layer"]
 	body, err := requestBody(w, r, h.limits.MaxBodyBytes)
 	if err != nil {

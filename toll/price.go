@@ -143,8 +143,24 @@ func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.
 	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1, Base: t.geofenceWeights(d).Base}) != nil
 }
 
+// Authenticate implements geofence.Authenticator: a request presenting an
+// unknown or revoked key is refused as Charge refuses it (401, one token
+// of the address's failed-auth bucket; 429 once that is dry) before its
+// body is read. Any other request passes, to be charged once priced.
+func (t *Toll) Authenticate(w http.ResponseWriter, r *http.Request, kind geofence.Kind) bool {
+	if _, present := APIKey(r); !present {
+		return true
+	}
+	caller, ok := t.identify(r)
+	if !ok {
+		t.refuseKey(w, r, caller, Price{Route: string(kind), Zoom: -1}, unknownKey)
+	}
+	return ok
+}
+
 var (
-	_ tiles.Gate            = (*Toll)(nil)
-	_ geofence.Gate         = (*Toll)(nil)
-	_ geofence.AdminRefuser = (*Toll)(nil)
+	_ tiles.Gate             = (*Toll)(nil)
+	_ geofence.Gate          = (*Toll)(nil)
+	_ geofence.Authenticator = (*Toll)(nil)
+	_ geofence.AdminRefuser  = (*Toll)(nil)
 )
