@@ -540,3 +540,33 @@ func TestParseFenceIDTooLargeIsNotFound(t *testing.T) {
 		wantProblem(t, err, problem.NotFound, "id")
 	}
 }
+
+// A malformed number's detail gives an example of what to send, and the
+// example is one the same parameter takes: no negative radius.
+func TestMalformedNumberExampleIsAccepted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		param string
+		parse func(string) error
+	}{
+		{"lng", func(s string) error { _, err := ParseLng("lng", s); return err }},
+		{"lat", func(s string) error { _, err := ParseLat("lat", s); return err }},
+		{"radius", func(s string) error { _, err := ParseRadius(s, 50000); return err }},
+	} {
+		t.Run(tc.param, func(t *testing.T) {
+			err := tc.parse("12,5")
+			var pe *problem.Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("12,5: %v, want a problem", err)
+			}
+			_, example, ok := strings.Cut(pe.Detail, "such as ")
+			example, _, _ = strings.Cut(example, ",")
+			if !ok || example == "" {
+				t.Fatalf("no example in %q", pe.Detail)
+			}
+			if err := tc.parse(example); err != nil {
+				t.Errorf("the example %q of %q is refused: %v", example, pe.Detail, err)
+			}
+		})
+	}
+}
