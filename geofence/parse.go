@@ -68,16 +68,17 @@ func isNumber(s string) bool {
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // parseNumber parses s as a finite float64 in the grammar of isNumber.
-// Malformed text is a 400 naming param. A well-formed number too large for
-// a float64 (1e999) is a 422: it is a number, just out of every range.
-func parseNumber(param, s string) (float64, error) {
+// Malformed text is a 400 naming param, with example (a value param
+// takes) to show the grammar. A well-formed number too large for a
+// float64 (1e999) is a 422: it is a number, just out of every range.
+func parseNumber(param, s, example string) (float64, error) {
 	switch {
 	case s == "":
 		return 0, problem.Malformed(param, "%s is empty; expected a decimal number", param)
 	case len(s) > maxNumberLen:
 		return 0, problem.Malformed(param, "%s is longer than %d characters", param, maxNumberLen)
 	case !isNumber(s):
-		return 0, problem.Malformed(param, "%s must be a decimal number such as -12.5, got %q", param, s)
+		return 0, problem.Malformed(param, "%s must be a decimal number such as %s, got %q", param, example, s)
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if math.IsInf(v, 0) {
@@ -92,7 +93,7 @@ func parseNumber(param, s string) (float64, error) {
 
 // ParseLng parses a longitude in degrees, which must lie in [-180, 180].
 func ParseLng(param, s string) (float64, error) {
-	v, err := parseNumber(param, s)
+	v, err := parseNumber(param, s, "-12.5")
 	if err != nil {
 		return 0, err
 	}
@@ -104,7 +105,7 @@ func ParseLng(param, s string) (float64, error) {
 
 // ParseLat parses a latitude in degrees, which must lie in [-90, 90].
 func ParseLat(param, s string) (float64, error) {
-	v, err := parseNumber(param, s)
+	v, err := parseNumber(param, s, "-12.5")
 	if err != nil {
 		return 0, err
 	}
@@ -117,7 +118,7 @@ func ParseLat(param, s string) (float64, error) {
 // ParseRadius parses a radius in metres on the ground, which must lie in
 // [0, maxRadius].
 func ParseRadius(s string, maxRadius float64) (float64, error) {
-	v, err := parseNumber("radius", s)
+	v, err := parseNumber("radius", s, "250")
 	if err != nil {
 		return 0, err
 	}
@@ -217,7 +218,7 @@ func ParseBBox(s string, maxArea float64) (BBox, error) {
 	}
 	var v [4]float64
 	for i, p := range parts {
-		f, err := parseNumber(param, p)
+		f, err := parseNumber(param, p, "-12.5")
 		if err != nil {
 			var pe *problem.Error
 			if errors.As(err, &pe) {
