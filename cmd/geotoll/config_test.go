@@ -385,7 +385,7 @@ func TestPublicURLConfig(t *testing.T) {
 		t.Fatalf("from YAML: %q, %v", cfg.HTTP.PublicURL, err)
 	}
 	t.Setenv("GEOTOLL_HTTP_PUBLIC_URL", "https://tiles.example.com:abc/maps")
-	if _, _, err := LoadConfig([]string{"-config", path}); err == nil || !strings.Contains(err.Error(), "http.public_url") {
+	if _, _, err := loadConfig([]string{"-config", path}, true); err == nil || !strings.Contains(err.Error(), "http.public_url") {
 		t.Fatalf("from the environment, an invalid port: %v, want an error naming http.public_url", err)
 	}
 }
