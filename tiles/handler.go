@@ -112,6 +112,13 @@ type Handler struct {
 	// BasePath prefixes the paths of the URLs the catalog and TileJSON
 	// write ("/maps" behind a proxy serving geotoll there).
 	BasePath string
+	// PublicURL, when set, is the base of every URL the catalog and
+	// TileJSON write ("https://tiles.example.com/maps": scheme, host and
+	// path, BasePath included; one trailing "/" is dropped), instead of the
+	// scheme and host of the request and BasePath: the request's Host and
+	// forwarding headers are then not read, and the documents do not Vary
+	// on them. It is taken as given (the configuration checks it).
+	PublicURL string
 	// Observer, if set, counts cache results.
 	Observer Observer
 

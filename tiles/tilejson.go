@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 	queries "github.com/geotoll/geotoll/sql"
@@ -236,11 +237,13 @@ func metaOf(l *Layer, now time.Time) layerMeta {
 // one layer or of a composite "a,b". Its maxzoom is the deepest
 // DataMaxZoom of the layers, so that clients overzoom instead of asking
 // deeper tiles that add nothing; each vector layer also carries its
-// geometry kind, served_maxzoom and serving storage (with age_seconds). Its tile URL is absolute, built from
-// the host and scheme the client used (forwarded ones only from trusted
-// proxies), and carries the request's ?key= along for map clients that
-// cannot set headers — such a response is private. It is not priced: the
-// database answers it at most once per layer and process.
+// geometry kind, served_maxzoom and serving storage (with age_seconds).
+// Its tile URL is absolute: below PublicURL when it is set, else built
+// from the host and scheme the client used (forwarded ones only from
+// trusted proxies; see urls). It carries the request's ?key= along for
+// map clients that cannot set headers — such a response is private. It
+// is not priced: the database answers it at most once per layer and
+// process. See writeMeta for its caching and conditional GETs.
 func (h *Handler) TileJSON() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		layers, err := h.Catalog.Resolve(mux.Vars(r)[VarLayer])
@@ -248,7 +251,11 @@ func (h *Handler) TileJSON() http.Handler {
 			problem.Write(w, r, err)
 			return
 		}
-		base, query := h.urls(r)
+		base, query, err := h.urls(r)
+		if err != nil {
+			problem.Write(w, r, err)
+			return
+		}
 		names := make([]string, len(layers))
 		doc := tileJSON{TileJSON: "3.0.0", Version: "1.0.0", Scheme: "xyz", MinZoom: int(MaxZoom), MaxZoom: 0}
 		now := time.Now()
@@ -273,7 +280,7 @@ func (h *Handler) TileJSON() http.Handler {
 		doc.Name = list
 		doc.Tiles = []string{base + "/tiles/" + list + "/{z}/{x}/{y}.mvt" + query}
 		doc.Center = center(doc.Bounds, doc.MinZoom, doc.MaxZoom)
-		writeMeta(w, r, query != "", doc)
+		h.writeMeta(w, r, query != "", doc)
 	})
 }
 
@@ -291,10 +298,14 @@ type catalogEntry struct {
 // Index serves GET /tiles: every layer with its zoom range (maxzoom is the
 // data's deepest zoom, served_maxzoom the deepest answered), properties,
 // URLs, geometry kind and serving storage, in configuration order. It
-// never touches the database.
+// never touches the database. Its URLs are written as TileJSON's are.
 func (h *Handler) Index() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		base, query := h.urls(r)
+		base, query, err := h.urls(r)
+		if err != nil {
+			problem.Write(w, r, err)
+			return
+		}
 		out := struct {
 			Layers []catalogEntry `json:"layers"`
 		}{Layers: []catalogEntry{}}
@@ -311,43 +322,86 @@ func (h *Handler) Index() http.Handler {
 				layerMeta: metaOf(l, now),
 			})
 		}
-		writeMeta(w, r, query != "", out)
+		h.writeMeta(w, r, query != "", out)
 	})
 }
 
-// urls returns the scheme://host the client used and the query string to
-// carry into tile URLs ("?key=…" or "").
-func (h *Handler) urls(r *http.Request) (base, query string) {
-	host, proto := h.Proxies.HostProto(r)
-	if host == "" {
-		host = "localhost"
-	}
+// urls returns the base of the URLs the documents write and the query
+// string to carry into them ("?key=…" or ""). The base is PublicURL when
+// it is set: then nothing the client sends chooses it. Otherwise it is
+// the scheme and host the client used (forwarded.Trusted.HostProto:
+// forwarded ones only from trusted proxies, and only when they are valid)
+// followed by BasePath; a request without a Host (HTTP/1.0) gets
+// "localhost".
+//
+// A request Host that is not a valid host[:port] — "example.com:abc", a
+// port of 0 or above 65535 — is a 400 problem rather than a "localhost"
+// fallback: RFC 9110 §7.2 makes a Host with an invalid field value a bad
+// request, the client learns what is wrong instead of getting a document
+// whose URLs lead nowhere, and nothing is sent that a shared cache could
+// keep and hand to others (a 400 is not heuristically cacheable, RFC 9110
+// §15.1), where a "localhost" document would be public for 60 s.
+// Echoing it was the flaw: the host goes verbatim into the URLs of a
+// public document. Only these documents answer so; the other routes do
+// not read the Host. An invalid forwarded host is not the client's
+// request but a proxy's header: it is ignored (HostProto), as before.
+func (h *Handler) urls(r *http.Request) (base, query string, err error) {
 	if key := r.URL.Query().Get("key"); key != "" {
 		query = "?key=" + url.QueryEscape(key)
 	}
-	return proto + "://" + host + strings.TrimRight(h.BasePath, "/"), query
+	if h.PublicURL != "" {
+		return strings.TrimSuffix(h.PublicURL, "/"), query, nil
+	}
+	host, proto := h.Proxies.HostProto(r)
+	switch {
+	case host == "":
+		host = "localhost"
+	case !forwarded.ValidHost(host):
+		return "", "", &problem.Error{Code: problem.Invalid, Param: "Host",
+			Detail: "the Host header is not a valid host[:port] (a name or an IP address, and a port from 1 to 65535): this document's URLs are written from it"}
+	}
+	return proto + "://" + host + strings.TrimRight(h.BasePath, "/"), query, nil
 }
 
-// writeMeta sends a metadata document. It varies with the forwarding
-// headers (they choose the URLs' host), and one that carries a key is
-// nobody else's business.
-func writeMeta(w http.ResponseWriter, r *http.Request, private bool, doc any) {
+// writeMeta sends a metadata document. Written from the request's host (no
+// PublicURL), it varies with the forwarding headers, which may choose
+// that host; written from PublicURL it varies with nothing the client
+// sends. One that carries a key (private) is nobody else's business:
+// private, no-store — no cache keeps it, so it has no ETag and is sent
+// whole whatever If-None-Match says (there is nothing stored to
+// revalidate). Any other has a strong ETag, a hash of its bytes (the same
+// on every replica for the same document), and an If-None-Match naming
+// it — weak comparison, a list, or "*" — is answered 304 with no body,
+// with the ETag, Cache-Control and Vary the 200 would carry (RFC 9110
+// §13.1.2, §15.4.5). Every byte counts: a layer reading prepared storage
+// reports its storage[].age_seconds, which changes the document, and so
+// its ETag, every second.
+func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, private bool, doc any) {
 	body, err := json.Marshal(doc)
 	if err != nil { // plain structs of strings and numbers: unreachable
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
+	body = append(body, '\n')
 	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("Content-Length", strconv.Itoa(len(body)+1))
-	hdr.Add("Vary", "Forwarded, X-Forwarded-Host, X-Forwarded-Proto")
+	if h.PublicURL == "" {
+		hdr.Add("Vary", "Forwarded, X-Forwarded-Host, X-Forwarded-Proto")
+	}
 	if private {
 		hdr.Set("Cache-Control", "private, no-store")
 	} else {
 		hdr.Set("Cache-Control", "public, max-age=60")
+		etag := tileETag(body)
+		hdr.Set("ETag", etag)
+		if noneMatch(r.Header.Values("If-None-Match"), func(tag string) bool { return strings.TrimPrefix(tag, "W/") == etag }) {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
 	}
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
 }
 
 func union(a, b [4]float64) [4]float64 {

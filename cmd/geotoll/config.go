@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/calibrate"
+	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -118,6 +120,14 @@ type HTTPConfig struct {
 	// host= and proto=). The other family is ignored, so a client cannot
 	// pick its identity, nor the host of TileJSON's tile URLs, with it.
 	ForwardedHeader string `yaml:"forwarded_header"`
+	// PublicURL, when set, is the base of every absolute URL the server
+	// writes — TileJSON's tile URLs and the catalog's — in place of the
+	// request's scheme and host: "https://tiles.example.com/maps". Its
+	// path is base_path. The URLs written without a host (a fence's
+	// Location, the fence pages' next, the preview page, the OpenAPI
+	// server) stay relative: they resolve against whatever URL the client
+	// used and echo nothing it sent.
+	PublicURL string `yaml:"public_url"`
 	// CORS lets web pages on other origins call the API.
 	CORS CORSConfig `yaml:"cors"`
 	// ReadyInterval is how often the readiness checks run (in the
@@ -316,6 +326,8 @@ func (c Config) validate() error {
 	}
 	if err := validateBasePath(c.BasePath); err != nil {
 		errs = append(errs, err)
+	} else if err := validatePublicURL(c.HTTP.PublicURL, c.BasePath); err != nil {
+		errs = append(errs, err)
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("log_format %q must be json or text", c.LogFormat))
@@ -402,6 +414,62 @@ func validateBasePath(base string) error {
 		}
 	}
 	return nil
+}
+
+// validatePublicURL: http.public_url is written verbatim ahead of the
+// paths of TileJSON's and the catalog's URLs, so it must be an absolute
+// http or https URL whose host is a valid host[:port] (a port from 1 to
+// 65535), without user information, query or fragment (they would end up
+// in the middle of every URL). Its path must be base_path (one trailing
+// "/" aside): the routes answer below base_path, and the URLs written
+// without a host start with it, so a public_url with another path would
+// hand out absolute URLs that disagree with the relative ones. base is a
+// valid base_path.
+func validatePublicURL(public, base string) error {
+	if public == "" {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("http.public_url %q must be an absolute http or https URL such as \"https://tiles.example.com\": %s", public, why)
+	}
+	u, err := url.Parse(public)
+	switch {
+	case err != nil:
+		return bad(err.Error())
+	case u.Scheme != "http" && u.Scheme != "https":
+		return bad("its scheme must be http or https")
+	case u.Opaque != "" || u.Host == "":
+		return bad("it needs a host")
+	case u.User != nil:
+		return bad("no user information (user@ or user:password@)")
+	case u.RawQuery != "" || u.ForceQuery || strings.Contains(public, "?"):
+		return bad("no query")
+	case u.Fragment != "" || strings.Contains(public, "#"):
+		return bad("no fragment")
+	case !forwarded.ValidHost(u.Host):
+		return bad(fmt.Sprintf("%q is not a valid host[:port] (a name or an IP address, and a port from 1 to 65535)", u.Host))
+	}
+	path, want := strings.TrimSuffix(u.EscapedPath(), "/"), strings.TrimSuffix(base, "/")
+	if path != want {
+		shown := want
+		if shown == "" {
+			shown = "none"
+		}
+		return bad(fmt.Sprintf("its path %q must be base_path (%s): the routes answer below base_path and the URLs written without a host (a fence's Location, the preview page) start with it; set both to the prefix your proxy serves geotoll under, passing it through",
+			u.EscapedPath(), shown))
+	}
+	return nil
+}
+
+// publicBase is http.public_url (validated) as the base of written URLs:
+// the scheme in lower case, the host as configured, then base_path
+// without a trailing "/"; "" when unset.
+func (c Config) publicBase() string {
+	u, err := url.Parse(c.HTTP.PublicURL)
+	if c.HTTP.PublicURL == "" || err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host + strings.TrimSuffix(u.EscapedPath(), "/")
 }
 
 // unreserved reports whether r is one of RFC 3986's unreserved characters.

@@ -69,6 +69,7 @@ func configDocs() []configDoc {
 		{Key: "http.max_header_bytes", Meaning: "http.Server MaxHeaderBytes"},
 		{Key: "http.trusted_proxies", Default: "none", Meaning: "CIDRs whose forwarding header is believed (comma-separated in the environment)"},
 		{Key: "http.forwarded_header", Default: "X-Forwarded-For", Meaning: "the one header the trusted proxies write the client address into: X-Forwarded-For (host and scheme from X-Forwarded-Host/-Proto) or Forwarded (for=, host=, proto=); the other family is ignored"},
+		{Key: "http.public_url", Default: "none", Meaning: `the base of the absolute URLs the server writes (TileJSON's tile URLs, the catalog's), "https://tiles.example.com/maps": set it in production behind a proxy or CDN. Then no Host or forwarding header a client sends changes them (nor do the documents Vary on forwarding headers); unset, they follow the request's scheme and host (forwarded ones from http.trusted_proxies only), and a Host that is not a valid host[:port] is a 400. An absolute http or https URL, no user, query or fragment, a port from 1 to 65535, its path base_path. The URLs written without a host (a fence's Location, next, the preview page) stay relative`},
 		{Key: "http.cors.origins", Meaning: `origins allowed to call the API ("scheme://host[:port]" or "*"); none sends no CORS headers`},
 		{Key: "http.cors.credentials", Meaning: `allow cookies and HTTP auth across origins; "*" with credentials refuses to start`},
 		{Key: "http.cors.max_age", Default: "10m", Meaning: "how long a browser may reuse a preflight"},

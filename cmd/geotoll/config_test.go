@@ -316,3 +316,76 @@ func TestAnonymousShareConfig(t *testing.T) {
 		t.Errorf("max_conns 1: %v, share %+v", cfg.validate(), toll.AnonymousShare)
 	}
 }
+
+// TestPublicURLConfig: http.public_url is the base of every absolute URL
+// the server writes, so it must be an absolute http or https URL with a
+// valid host[:port], no user information, query or fragment, and a path
+// that is base_path (the routes answer below base_path, and the URLs
+// written without a host — a fence's Location, the fence pages' next,
+// the preview page — start with it): anything else is a configuration
+// error naming http.public_url. Loaded from YAML and from
+// GEOTOLL_HTTP_PUBLIC_URL alike.
+func TestPublicURLConfig(t *testing.T) {
+	for _, tc := range []struct {
+		url, basePath string
+		ok            bool
+	}{
+		{"", "", true},
+		{"https://tiles.example.com", "", true},
+		{"https://tiles.example.com/", "", true},
+		{"http://127.0.0.1:8080", "", true},
+		{"https://[2001:db8::1]:8443", "", true},
+		{"HTTPS://Tiles.Example.com:443", "", true},
+		{"https://tiles.example.com/maps", "/maps", true},
+		{"https://tiles.example.com/maps/", "/maps", true},
+		{"https://tiles.example.com/maps", "/maps/", true},
+		{"https://tiles.example.com/a/b", "/a/b", true},
+
+		{"tiles.example.com", "", false},
+		{"//tiles.example.com", "", false},
+		{"/maps", "/maps", false},
+		{"ftp://tiles.example.com", "", false},
+		{"https://", "", false},
+		{"https:///maps", "/maps", false},
+		{"https://tiles.example.com?x=1", "", false},
+		{"https://tiles.example.com/?", "", false},
+		{"https://tiles.example.com#top", "", false},
+		{"https://tiles.example.com/#", "", false},
+		{"https://user:secret@tiles.example.com", "", false},
+		{"https://tiles.example.com:abc", "", false},
+		{"https://tiles.example.com:0", "", false},
+		{"https://tiles.example.com:65536", "", false},
+		{"https://tiles.example.com:", "", false},
+		{"https://tiles example.com", "", false},
+		{"https://tiles.example.com/maps", "", false},
+		{"https://tiles.example.com", "/maps", false},
+		{"https://tiles.example.com/other", "/maps", false},
+		{"https://tiles.example.com/m%61ps", "/maps", false},
+		{"https://tiles.example.com/maps/../maps", "/maps", false},
+	} {
+		cfg := DefaultConfig()
+		cfg.HTTP.PublicURL, cfg.BasePath = tc.url, tc.basePath
+		err := cfg.validate()
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("http.public_url %q (base_path %q): %v", tc.url, tc.basePath, err)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "http.public_url")):
+			t.Errorf("http.public_url %q (base_path %q): %v, want an error naming http.public_url", tc.url, tc.basePath, err)
+		}
+	}
+
+	clearConfigEnv(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "public.yaml")
+	if err := os.WriteFile(path, []byte("base_path: /maps\nhttp: {public_url: \"https://tiles.example.com/maps\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := LoadConfig([]string{"-config", path})
+	if err != nil || cfg.HTTP.PublicURL != "https://tiles.example.com/maps" {
+		t.Fatalf("from YAML: %q, %v", cfg.HTTP.PublicURL, err)
+	}
+	t.Setenv("GEOTOLL_HTTP_PUBLIC_URL", "https://tiles.example.com:abc/maps")
+	if _, _, err := loadConfig([]string{"-config", path}, true); err == nil || !strings.Contains(err.Error(), "http.public_url") {
+		t.Fatalf("from the environment, an invalid port: %v, want an error naming http.public_url", err)
+	}
+}

@@ -104,6 +104,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	return &tiles.Handler{
 		Catalog: catalog, Store: store, Gate: gate, Logger: m.Logger,
 		Cache: cache, Describer: store, Proxies: proxies, Observer: metrics, BasePath: cfg.BasePath,
+		PublicURL: cfg.publicBase(),
 	}, nil
 }
 

@@ -192,6 +192,94 @@ func TestEndToEndTileJSON(t *testing.T) {
 	if resp, _ := fetch(t, http.MethodGet, base+"/tiles/nope.json"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown layer: %d", resp.StatusCode)
 	}
+
+}
+
+// fetchHost is fetch sending the Host header host.
+func fetchHost(t *testing.T, url, host string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := rawClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s (Host %s): %v", url, host, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+// Without http.public_url, a Host whose port is not a port number is a
+// 400 problem, never written into TileJSON's or the catalog's URLs.
+func TestEndToEndTileJSONInvalidHost(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	for _, path := range []string{"/tiles/places.json", "/tiles"} {
+		resp, body := fetchHost(t, base+path, "example.com:abc")
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" ||
+			strings.Contains(string(body), "example.com:abc/") {
+			t.Errorf("GET %s with Host example.com:abc: %d %q %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), short(body))
+		}
+	}
+}
+
+// With http.public_url, TileJSON and the catalog write every URL from it
+// — whatever Host or forwarding headers a request carries, even from a
+// trusted proxy — and do not Vary on the forwarding headers. They carry a
+// strong ETag of their bytes, and an If-None-Match naming it is a 304.
+// The layers read no prepared storage here: a layer that does reports
+// its storage's age_seconds, which changes the document (and its ETag)
+// every second.
+func TestEndToEndTileJSONPublicURL(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, func(c *Config) {
+		c.BasePath = "/maps"
+		c.HTTP.PublicURL = "https://tiles.example.com/maps"
+		c.HTTP.TrustedProxies = []string{"127.0.0.1/32"}
+		for i := range c.Layers {
+			c.Layers[i].Overviews.Off, c.Layers[i].Subdivide.Off = true, true
+		}
+	})
+	for _, path := range []string{"/maps/tiles/places.json", "/maps/tiles"} {
+		resp, body := fetch(t, http.MethodGet, base+path)
+		etag := resp.Header.Get("ETag")
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(etag, `"`) || !strings.Contains(string(body), `"storage":[]`) {
+			t.Fatalf("GET %s: %d ETag %q %s", path, resp.StatusCode, etag, short(body))
+		}
+		resp, body = fetch(t, http.MethodGet, base+path, "If-None-Match", `"other", W/`+etag)
+		if resp.StatusCode != http.StatusNotModified || len(body) != 0 || resp.Header.Get("ETag") != etag ||
+			!strings.HasPrefix(resp.Header.Get("Cache-Control"), "public") {
+			t.Errorf("GET %s If-None-Match its ETag: %d ETag %q Cache-Control %q, %d bytes", path, resp.StatusCode,
+				resp.Header.Get("ETag"), resp.Header.Get("Cache-Control"), len(body))
+		}
+	}
+	for _, host := range []string{"", "evil.example", "example.com:abc"} {
+		hdr := []string{"X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "http"}
+		resp, body := fetchHost(t, base+"/maps/tiles/places.json", host, hdr...)
+		var doc tileJSONDoc
+		if err := json.Unmarshal(body, &doc); resp.StatusCode != http.StatusOK || err != nil ||
+			!slices.Equal(doc.Tiles, []string{"https://tiles.example.com/maps/tiles/places/{z}/{x}/{y}.mvt"}) {
+			t.Errorf("TileJSON, Host %q: %d %s", host, resp.StatusCode, short(body))
+		}
+		if vary := strings.Join(resp.Header.Values("Vary"), ","); strings.Contains(vary, "Forwarded") {
+			t.Errorf("TileJSON Vary %q", vary)
+		}
+		resp, body = fetchHost(t, base+"/maps/tiles", host, hdr...)
+		if resp.StatusCode != http.StatusOK ||
+			!strings.Contains(string(body), `"tilejson":"https://tiles.example.com/maps/tiles/places.json"`) ||
+			!strings.Contains(string(body), `"tiles":"https://tiles.example.com/maps/tiles/places/{z}/{x}/{y}.mvt"`) {
+			t.Errorf("catalog, Host %q: %d %s", host, resp.StatusCode, short(body))
+		}
+	}
 }
 
 func TestEndToEndTileJSONIgnoresUntrustedForwarding(t *testing.T) {

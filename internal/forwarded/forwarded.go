@@ -269,19 +269,73 @@ func lastValue(lines []string) string {
 	return strings.TrimSpace(last)
 }
 
-// validHost accepts host[:port] made of the characters a host may have.
+// ValidHost reports whether h is a host[:port] fit to be written into the
+// authority of a URL: see validHost.
+func ValidHost(h string) bool { return validHost(h) }
+
+// validHost accepts host[:port] as a URL's authority holds it (RFC 3986
+// §3.2.2, §3.2.3), in at most 255 bytes: a name of letters, digits, "."
+// and "-", an IPv4 address, or an IPv6 address in brackets (no zone);
+// then, optionally, ":" and a port from 1 to 65535 in at most five
+// digits. Anything else — a port that is not a number ("example.com:abc"),
+// an empty port, 0 or above 65535, an unbracketed IPv6 address, an
+// underscore — is refused: the host is written verbatim into the URLs
+// TileJSON hands out.
 func validHost(h string) bool {
 	if h == "" || len(h) > 255 {
 		return false
 	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
+	host, port := h, ""
+	if h[0] == '[' {
+		end := strings.IndexByte(h, ']')
+		if end < 0 {
+			return false
+		}
+		a, err := netip.ParseAddr(h[1:end])
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return false
+		}
+		rest := h[end+1:]
+		if rest != "" {
+			if rest[0] != ':' {
+				return false
+			}
+			return validPort(rest[1:])
+		}
+		return true
+	}
+	if i := strings.IndexByte(h, ':'); i >= 0 {
+		host, port = h[:i], h[i+1:]
+		if !validPort(port) {
+			return false
+		}
+	}
+	if host == "" {
+		return false
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '.' || c == '-' || c == ':' || c == '[' || c == ']':
+		case c == '.' || c == '-':
 		default:
 			return false
 		}
 	}
 	return true
+}
+
+// validPort accepts a port number from 1 to 65535 in one to five digits.
+func validPort(p string) bool {
+	if p == "" || len(p) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return false
+		}
+		n = n*10 + int(p[i]-'0')
+	}
+	return n >= 1 && n <= 65535
 }

@@ -271,3 +271,43 @@ func addressesIn(text string) map[netip.Addr]bool {
 	}
 	return out
 }
+
+// validHost accepts what a URL's authority may hold as host[:port] — a
+// name, an IPv4 address or a bracketed IPv6 one, and a port from 1 to
+// 65535 — and nothing else: a host whose port is not a port number
+// would be written into TileJSON's tile URLs as it came.
+func TestValidHost(t *testing.T) {
+	for _, good := range []string{"example.com", "example.com:8080", "EXAMPLE.com:1", "tiles.example.com:65535",
+		"localhost", "127.0.0.1", "127.0.0.1:443", "[2001:db8::1]", "[2001:db8::1]:8443", "[::1]:1", "a-b.c",
+		strings.Repeat("a", 255)} {
+		if !validHost(good) {
+			t.Errorf("validHost(%q) = false", good)
+		}
+	}
+	for _, bad := range []string{"", "example.com:abc", "example.com:", "example.com:0", "example.com:65536",
+		"example.com:99999", "example.com:080800", "example.com:-1", "example.com:+80", "example.com:8080:1",
+		":8080", "2001:db8::1", "[2001:db8::1", "2001:db8::1]", "[2001:db8::1]x", "[2001:db8::1]:", "[2001:db8::1]:abc",
+		"[example.com]", "[]", "[fe80::1%eth0]", "a b", "a/b", "a@b", "a_b.example", strings.Repeat("a", 256)} {
+		if validHost(bad) {
+			t.Errorf("validHost(%q) = true", bad)
+		}
+	}
+}
+
+// A forwarded host whose port is not a port number is not believed: the
+// request's own host stays, as for any other invalid forwarded host.
+func TestHostProtoRejectsInvalidPorts(t *testing.T) {
+	viaXFF, _ := New([]string{"10.0.0.0/8"})
+	viaForwarded, _ := viaXFF.WithHeader(Forwarded)
+	for _, port := range []string{"abc", "0", "65536", ""} {
+		if h, _ := viaXFF.HostProto(req("10.0.0.1:1", "X-Forwarded-Host", "tiles.example.com:"+port)); h != "geotoll.local" {
+			t.Errorf("X-Forwarded-Host tiles.example.com:%s accepted: %s", port, h)
+		}
+		if h, _ := viaForwarded.HostProto(req("10.0.0.1:1", "Forwarded", `host="tiles.example.com:`+port+`"`)); h != "geotoll.local" {
+			t.Errorf("Forwarded host=tiles.example.com:%s accepted: %s", port, h)
+		}
+	}
+	if h, _ := viaXFF.HostProto(req("10.0.0.1:1", "X-Forwarded-Host", "tiles.example.com:8443")); h != "tiles.example.com:8443" {
+		t.Errorf("a valid port refused: %s", h)
+	}
+}
