@@ -689,3 +689,24 @@ func TestEndToEndIfNoneMatchOfTheOtherCodingIsNotA304(t *testing.T) {
 		t.Errorf("gzip request, its own ETag: %d, want 304", resp.StatusCode)
 	}
 }
+
+// A layer reading prepared storage reports its age_seconds, which grows
+// every second; the document's ETag is weak and ignores it (the same
+// layer, zooms and URLs), so that a client revalidating a second later
+// gets a 304 rather than the same document again.
+func TestEndToEndTileJSONETagOutlivesTheStorageAge(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, nil)
+	for _, path := range []string{"/tiles/places.json", "/tiles"} {
+		resp, body := fetch(t, http.MethodGet, base+path)
+		etag := resp.Header.Get("ETag")
+		if resp.StatusCode != http.StatusOK || etag == "" || !strings.Contains(string(body), `"age_seconds":`) {
+			t.Fatalf("GET %s: %d ETag %q, want a document reporting its storage's age: %s", path, resp.StatusCode, etag, short(body))
+		}
+		time.Sleep(1100 * time.Millisecond) // the age moves on a second
+		resp, body = fetch(t, http.MethodGet, base+path, "If-None-Match", etag)
+		if resp.StatusCode != http.StatusNotModified || len(body) != 0 || resp.Header.Get("ETag") != etag {
+			t.Errorf("GET %s If-None-Match %s a second later: %d ETag %q", path, etag, resp.StatusCode, resp.Header.Get("ETag"))
+		}
+	}
+}
