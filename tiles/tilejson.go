@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -369,13 +370,11 @@ func (h *Handler) urls(r *http.Request) (base, query string, err error) {
 // sends. One that carries a key (private) is nobody else's business:
 // private, no-store — no cache keeps it, so it has no ETag and is sent
 // whole whatever If-None-Match says (there is nothing stored to
-// revalidate). Any other has a strong ETag, a hash of its bytes (the same
-// on every replica for the same document), and an If-None-Match naming
-// it — weak comparison, a list, or "*" — is answered 304 with no body,
-// with the ETag, Cache-Control and Vary the 200 would carry (RFC 9110
-// §13.1.2, §15.4.5). Every byte counts: a layer reading prepared storage
-// reports its storage[].age_seconds, which changes the document, and so
-// its ETag, every second.
+// revalidate). Any other has a weak ETag (metaETag: the same on every
+// replica for the same document, whatever its storage's age), and an
+// If-None-Match naming it — weak comparison, a list, or "*" — is answered
+// 304 with no body, with the ETag, Cache-Control and Vary the 200 would
+// carry (RFC 9110 §13.1.2, §15.4.5).
 func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, private bool, doc any) {
 	body, err := json.Marshal(doc)
 	if err != nil { // plain structs of strings and numbers: unreachable
@@ -391,9 +390,9 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, private bool
 		hdr.Set("Cache-Control", "private, no-store")
 	} else {
 		hdr.Set("Cache-Control", "public, max-age=60")
-		etag := tileETag(body)
+		etag := metaETag(body)
 		hdr.Set("ETag", etag)
-		if noneMatch(r.Header.Values("If-None-Match"), func(tag string) bool { return strings.TrimPrefix(tag, "W/") == etag }) {
+		if noneMatch(r.Header.Values("If-None-Match"), func(tag string) bool { return strings.TrimPrefix(tag, "W/") == etag[2:] }) {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
@@ -402,6 +401,19 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, private bool
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+}
+
+// ageField is how a metadata document writes a storage's age.
+var ageField = regexp.MustCompile(`"age_seconds":[0-9]+`)
+
+// metaETag is the weak ETag of a metadata document: a hash of its bytes
+// with every storage[].age_seconds left out. The age grows every second
+// while the document says the same thing (the same storage, checked at
+// the same checked_at), so a client or cache revalidating it keeps its
+// copy — whose age is then older than it says, as any cached copy's is.
+// Weak, because the bytes differ (RFC 9110 §8.8.1).
+func metaETag(body []byte) string {
+	return "W/" + tileETag(ageField.ReplaceAll(body, []byte(`"age_seconds":0`)))
 }
 
 func union(a, b [4]float64) [4]float64 {

@@ -235,27 +235,21 @@ func TestEndToEndTileJSONInvalidHost(t *testing.T) {
 // With http.public_url, TileJSON and the catalog write every URL from it
 // — whatever Host or forwarding headers a request carries, even from a
 // trusted proxy — and do not Vary on the forwarding headers. They carry a
-// strong ETag of their bytes, and an If-None-Match naming it is a 304.
-// The layers read no prepared storage here: a layer that does reports
-// its storage's age_seconds, which changes the document (and its ETag)
-// every second.
+// weak ETag of their bytes, and an If-None-Match naming it is a 304.
 func TestEndToEndTileJSONPublicURL(t *testing.T) {
 	t.Parallel()
 	base, _ := startServer(t, func(c *Config) {
 		c.BasePath = "/maps"
 		c.HTTP.PublicURL = "https://tiles.example.com/maps"
 		c.HTTP.TrustedProxies = []string{"127.0.0.1/32"}
-		for i := range c.Layers {
-			c.Layers[i].Overviews.Off, c.Layers[i].Subdivide.Off = true, true
-		}
 	})
 	for _, path := range []string{"/maps/tiles/places.json", "/maps/tiles"} {
 		resp, body := fetch(t, http.MethodGet, base+path)
 		etag := resp.Header.Get("ETag")
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(etag, `"`) || !strings.Contains(string(body), `"storage":[]`) {
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(etag, `W/"`) {
 			t.Fatalf("GET %s: %d ETag %q %s", path, resp.StatusCode, etag, short(body))
 		}
-		resp, body = fetch(t, http.MethodGet, base+path, "If-None-Match", `"other", W/`+etag)
+		resp, body = fetch(t, http.MethodGet, base+path, "If-None-Match", `"other", `+strings.TrimPrefix(etag, "W/"))
 		if resp.StatusCode != http.StatusNotModified || len(body) != 0 || resp.Header.Get("ETag") != etag ||
 			!strings.HasPrefix(resp.Header.Get("Cache-Control"), "public") {
 			t.Errorf("GET %s If-None-Match its ETag: %d ETag %q Cache-Control %q, %d bytes", path, resp.StatusCode,
