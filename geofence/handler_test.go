@@ -763,8 +763,9 @@ type readSpy struct {
 func (s *readSpy) Read(p []byte) (int, error) { s.read = true; return s.Reader.Read(p) }
 
 // A gate that can authenticate refuses a check's bad key before its body
-// is read or the check priced; a query that does not parse is refused
-// before that (bad input costs nothing), and a good key goes on as before.
+// is read or the check priced; a query that does not parse, a repeated or
+// unknown ?layer= and a dry_run that is not a boolean are refused before
+// that (bad input costs nothing), and a good key goes on as before.
 func TestCheckAuthenticatesBeforeItsBody(t *testing.T) {
 	t.Parallel()
 	const body = `{"points":[{"id":"a","lng":13.4,"lat":52.5}]}`
@@ -775,6 +776,9 @@ func TestCheckAuthenticatesBeforeItsBody(t *testing.T) {
 	}{
 		{"bad key", "/geofence/check", "bad", http.StatusUnauthorized, 1, false},
 		{"bad key and query", "/geofence/check?limit=%zz", "bad", http.StatusBadRequest, 0, false},
+		{"bad key and layer twice", "/geofence/check?layer=places&layer=places", "bad", http.StatusBadRequest, 0, false},
+		{"bad key and unknown layer", "/geofence/check?layer=nope", "bad", http.StatusNotFound, 0, false},
+		{"bad key and dry_run", "/geofence/check?dry_run=maybe", "bad", http.StatusBadRequest, 0, false},
 		{"good key", "/geofence/check", "good", http.StatusOK, 1, true},
 		{"no key", "/geofence/check", "", http.StatusOK, 1, true},
 	} {
