@@ -11,6 +11,7 @@ import (
 
 	"github.com/paulmach/orb"
 
+	"github.com/geotoll/geotoll/internal/dryrun"
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
 )
@@ -263,7 +264,20 @@ type CheckResult struct {
 // for every point, in request order, the fences that contain it — one
 // query for the whole batch. The answer is {"results":[{"id","fences"}…]}.
 func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
-	qs, err := parseQuery(r) // a query that does not parse costs nothing
+	// What the head says wrong costs nothing, not even a failed-auth
+	// token: the query, its layer and its dry_run are read before the key.
+	// A layer not servable yet (503) is the server's state, not bad input:
+	// the body's own errors (415, 413…) still go first, as parseCheck
+	// finds it again.
+	qs, err := parseQuery(r)
+	if err == nil {
+		if _, lerr := qs.containment(h.catalog); clientError(lerr) {
+			err = lerr
+		}
+	}
+	if err == nil {
+		_, err = dryrun.Parse(r)
+	}
 	if err != nil {
 		problem.Write(w, r, err)
 		return
@@ -308,6 +322,13 @@ func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 		out.Results[i] = CheckResult{ID: p.ID, Fences: fences}
 	}
 	h.writeJSON(w, r, http.StatusOK, "application/json", out)
+}
+
+// clientError reports whether err is a problem of the request itself (a
+// 4xx).
+func clientError(err error) bool {
+	var pe *problem.Error
+	return errors.As(err, &pe) && problem.Status(pe.Code) < 500
 }
 
 // collection is a GeoJSON FeatureCollection, with optional foreign members.
