@@ -273,13 +273,14 @@ func addressesIn(text string) map[netip.Addr]bool {
 }
 
 // validHost accepts what a URL's authority may hold as host[:port] — a
-// name, an IPv4 address or a bracketed IPv6 one, and a port from 1 to
-// 65535 — and nothing else: a host whose port is not a port number
+// name (RFC 3986's unreserved characters: Docker names such as
+// tile_server), an IPv4 address or a bracketed IPv6 one, and a port from
+// 1 to 65535 — and nothing else: a host whose port is not a port number
 // would be written into TileJSON's tile URLs as it came.
 func TestValidHost(t *testing.T) {
 	for _, good := range []string{"example.com", "example.com:8080", "EXAMPLE.com:1", "tiles.example.com:65535",
 		"localhost", "127.0.0.1", "127.0.0.1:443", "[2001:db8::1]", "[2001:db8::1]:8443", "[::1]:1", "a-b.c",
-		strings.Repeat("a", 255)} {
+		"tile_server:8080", "geotoll_web_1", "a~b", "example.com.", strings.Repeat("a", 255)} {
 		if !validHost(good) {
 			t.Errorf("validHost(%q) = false", good)
 		}
@@ -287,7 +288,7 @@ func TestValidHost(t *testing.T) {
 	for _, bad := range []string{"", "example.com:abc", "example.com:", "example.com:0", "example.com:65536",
 		"example.com:99999", "example.com:080800", "example.com:-1", "example.com:+80", "example.com:8080:1",
 		":8080", "2001:db8::1", "[2001:db8::1", "2001:db8::1]", "[2001:db8::1]x", "[2001:db8::1]:", "[2001:db8::1]:abc",
-		"[example.com]", "[]", "[fe80::1%eth0]", "a b", "a/b", "a@b", "a_b.example", strings.Repeat("a", 256)} {
+		"[example.com]", "[]", "[fe80::1%eth0]", "a b", "a/b", "a@b", "a?b", "a#b", `a"b`, "a\\b", "a%41", strings.Repeat("a", 256)} {
 		if validHost(bad) {
 			t.Errorf("validHost(%q) = true", bad)
 		}
