@@ -274,13 +274,14 @@ func lastValue(lines []string) string {
 func ValidHost(h string) bool { return validHost(h) }
 
 // validHost accepts host[:port] as a URL's authority holds it (RFC 3986
-// §3.2.2, §3.2.3), in at most 255 bytes: a name of letters, digits, "."
-// and "-", an IPv4 address, or an IPv6 address in brackets (no zone);
-// then, optionally, ":" and a port from 1 to 65535 in at most five
-// digits. Anything else — a port that is not a number ("example.com:abc"),
-// an empty port, 0 or above 65535, an unbracketed IPv6 address, an
-// underscore — is refused: the host is written verbatim into the URLs
-// TileJSON hands out.
+// §3.2.2, §3.2.3), in at most 255 bytes: a name of RFC 3986's unreserved
+// characters (letters, digits, "-", ".", "_" and "~": Docker's service
+// names hold underscores), an IPv4 address, or an IPv6 address in
+// brackets (no zone); then, optionally, ":" and a port from 1 to 65535 in
+// at most five digits. Anything else — a port that is not a number
+// ("example.com:abc"), an empty port, 0 or above 65535, an unbracketed
+// IPv6 address, a percent-encoding, any delimiter — is refused: the host
+// is written verbatim into the URLs TileJSON hands out.
 func validHost(h string) bool {
 	if h == "" || len(h) > 255 {
 		return false
@@ -317,7 +318,7 @@ func validHost(h string) bool {
 		c := host[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '.' || c == '-':
+		case c == '.' || c == '-' || c == '_' || c == '~':
 		default:
 			return false
 		}
