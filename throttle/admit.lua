@@ -153,14 +153,17 @@ local raw = rpcall('GET', KEYS[1])
 local tokens, at, expires, oexpires, n, voids, exists = capacity, nowus, 0, 0, 0, 0, false
 local leased, luntil, top = 0, 0, capacity
 if type(raw) == 'string' then
-  local a, b, c, d, e, f, g, h = match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
+  local a, b, c, d, e, f, g = match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local l, u = nil, nil
+  if not a then -- with what is leased: parsed only then
+    a, b, c, d, e, f, g, l, u = match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  end
   local tok, ts, tu = tonumber(a), tonumber(b), tonumber(c)
   if tok and ts and tu and tok == tok then
     tokens, expires, oexpires, n, voids, exists = tok, tonumber(d), tonumber(e), tonumber(f), tonumber(g), true
-    if h ~= '' then
-      local l, u = match(h, '^ (%d+) (%d+)$')
+    if l then
       l, u = tonumber(l), tonumber(u)
-      if l and u and u > nowms then
+      if u > nowms then
         if l > capacity then l = capacity end
         leased, luntil, top = l, u, capacity - l
       end
@@ -177,21 +180,6 @@ local function advance(to)
     if tokens > top then tokens = top end
     at = to
   end
-end
--- recount sets leased to what the open leases paid (those whose entry has
--- not expired): a replica that died with its lease out stops counting
--- once its entry expires, though other leases keep luntil later.
-local function recount()
-  local h, l, u = rcall('HGETALL', okey), 0, 0
-  for j = 1, #h, 2 do
-    local p, x = match(h[j + 1], '^(%d+) (%d+) L$')
-    p, x = tonumber(p), tonumber(x)
-    if p and x and x > nowms then
-      l = l + p
-      if x > u then u = x end
-    end
-  end
-  leased, luntil, top = l, u, capacity - l
 end
 -- A hash past its time has expired with all it held (Redis: now > expiry).
 -- Redis judges a key's expiry by the moment the script started, which a
@@ -295,7 +283,22 @@ for i = 9, nargs, 3 do
         local rec = spent .. expstr
         if kind == 'L' then
           rec = rec .. ' L'
-          if leased > 0 then recount() end
+          if leased > 0 then
+            -- Recount what the open leases paid (those whose entry has not
+            -- expired): a replica that died with its lease out stops
+            -- counting once its entry expires, though other leases keep
+            -- luntil later.
+            local h, l, u = rcall('HGETALL', okey), 0, 0
+            for j = 1, #h, 2 do
+              local p, x = match(h[j + 1], '^(%d+) (%d+) L$')
+              p, x = tonumber(p), tonumber(x)
+              if p and x and x > nowms then
+                l = l + p
+                if x > u then u = x end
+              end
+            end
+            leased, luntil, top = l, u, capacity - l
+          end
         end
         if nowms <= voids and rcall('HEXISTS', vkey, id) == 1 then
           status = 5 -- voided before it came

@@ -116,8 +116,9 @@ func (r *batchRun) admit(o op) int {
 }
 
 // recount sets the leased amount to what the open leases paid (those whose
-// entry has not expired), as admit.lua's recount: a replica that died with
-// its lease out stops counting once its entry expires.
+// entry has not expired), as admit.lua does when an L comes while some
+// are counted: a replica that died with its lease out stops counting once
+// its entry expires.
 func (r *batchRun) recount() {
 	l, u := 0.0, int64(0)
 	for _, o := range r.st.open {
