@@ -14,10 +14,17 @@
 -- micro-tokens (1 token = 1,000,000), exact in a double up to 2^53.
 --
 -- KEYS[1]  the bucket: "<utokens> <sec> <usec> <expires_ms> <open_expires_ms>
---          <n> <voids_until_ms>": tokens as of TIME (sec, usec), the key's
---          own expiry, that of KEYS[2], how many requests are open, and
---          until when KEYS[3] may hold tombstones
--- KEYS[2]  the open requests: a hash id -> "<paid> <expires_ms>"
+--          <n> <voids_until_ms>[ <leased> <leased_until_ms>]": tokens as of
+--          TIME (sec, usec), the key's own expiry, that of KEYS[2], how many
+--          requests are open, until when KEYS[3] may hold tombstones, and
+--          the micro-tokens out on leases (L) and until when they may be
+--          out — the last two absent when nothing is leased, and nothing
+--          is once the clock reaches leased_until. Every increase of the
+--          bucket (refill, refunds, replays, give-backs) stops at capacity
+--          less what is leased: the bucket and its leases together never
+--          hold more than the capacity, whichever replica refunds.
+-- KEYS[2]  the open requests: a hash id -> "<paid> <expires_ms>", a
+--          lease's "<paid> <expires_ms> L"
 -- KEYS[3]  tombstones: a hash of voided ids that were not open, so that
 --          their admit, should it still come, admits nothing; they hold
 --          until voids_until, and the hash expires a second after that
@@ -42,6 +49,12 @@
 --                it and fewer than max requests are open; then id is open
 --   "S" id cost  shadow admit: as A, but an empty bucket does not refuse
 --                (then nothing is spent); the in-flight cap still does
+--   "L" id cost  lease: as A, and what it spends is leased — counted out
+--                on leases (after recounting those still open when some
+--                are), until its open entry expires; its F, V or M takes
+--                what it paid off the leased amount before settling, so
+--                that the refund of what it did not spend can fill the
+--                bucket again
 --   "F" id delta finish: close id and settle its price: delta > 0 debits
 --                (down to -floor), delta < 0 refunds (geotoll never sends
 --                a refund above what the request paid: it knows the price)
@@ -66,7 +79,7 @@
 --   one never settles twice. Ids are geotoll's own (hex), never client text.
 --
 -- Reply: 2 integers per operation, in order:
---   status   A/S: 1 admitted, 0 refused by the bucket, 2 refused by the
+--   status   A/S/L: 1 admitted, 0 refused by the bucket, 2 refused by the
 --               aggregate, 3 refused by the in-flight cap, 4 already open
 --               (admitted by an earlier copy of this batch; 6 if that
 --               copy spent nothing, a shadow admission), 5 late (not
@@ -135,14 +148,28 @@ local grace = 1000 -- how long the tombstones' hash outlives voids_until
 -- version's hash: WRONGTYPE) is a full bucket with nothing open.
 local nowus = nsec * 1000000 + nusec
 local raw = rpcall('GET', KEYS[1])
+-- leased: the micro-tokens out on leases, until luntil (Unix ms); top:
+-- the most the bucket holds meanwhile.
 local tokens, at, expires, oexpires, n, voids, exists = capacity, nowus, 0, 0, 0, 0, false
+local leased, luntil, top = 0, 0, capacity
 if type(raw) == 'string' then
   local a, b, c, d, e, f, g = match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local l, u = nil, nil
+  if not a then -- with what is leased: parsed only then
+    a, b, c, d, e, f, g, l, u = match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  end
   local tok, ts, tu = tonumber(a), tonumber(b), tonumber(c)
   if tok and ts and tu and tok == tok then
     tokens, expires, oexpires, n, voids, exists = tok, tonumber(d), tonumber(e), tonumber(f), tonumber(g), true
+    if l then
+      l, u = tonumber(l), tonumber(u)
+      if u > nowms then
+        if l > capacity then l = capacity end
+        leased, luntil, top = l, u, capacity - l
+      end
+    end
     if tokens < -floor then tokens = -floor end
-    if tokens > capacity then tokens = capacity end
+    if tokens > top then tokens = top end
     at = ts * 1000000 + tu
   end
 end
@@ -150,7 +177,7 @@ local function advance(to)
   local el = to - at
   if el > 0 then -- a clock that stepped back refills nothing
     tokens = tokens + mfloor(el * rate / 1000000)
-    if tokens > capacity then tokens = capacity end
+    if tokens > top then tokens = top end
     at = to
   end
 end
@@ -214,7 +241,7 @@ for i = 9, nargs, 3 do
   elseif at < nowus then
     advance(nowus)
   end
-  if kind == 'A' or kind == 'S' then
+  if kind == 'A' or kind == 'S' or kind == 'L' then
     local cost = tonumber(argv[i + 2])
     -- An invalid admit is answered as late and changes nothing: an error
     -- reply here would leave the batch's earlier writes half done.
@@ -236,7 +263,7 @@ for i = 9, nargs, 3 do
         -- Sweep the requests of processes that died before refusing on them.
         local h, m = rcall('HGETALL', okey), 0
         for j = 1, #h, 2 do
-          local x = tonumber(match(h[j + 1], ' (%d+)$'))
+          local x = tonumber(match(h[j + 1], '^%S+ (%d+)'))
           if x and x > nowms then
             m = m + 1
           else
@@ -253,9 +280,29 @@ for i = 9, nargs, 3 do
           status, spent = 6, '0' -- nothing spent, so nothing to give back
         end
         if expstr == nil then expstr = format(' %d', nowms + ttl) end
+        local rec = spent .. expstr
+        if kind == 'L' then
+          rec = rec .. ' L'
+          if leased > 0 then
+            -- Recount what the open leases paid (those whose entry has not
+            -- expired): a replica that died with its lease out stops
+            -- counting once its entry expires, though other leases keep
+            -- luntil later.
+            local h, l, u = rcall('HGETALL', okey), 0, 0
+            for j = 1, #h, 2 do
+              local p, x = match(h[j + 1], '^(%d+) (%d+) L$')
+              p, x = tonumber(p), tonumber(x)
+              if p and x and x > nowms then
+                l = l + p
+                if x > u then u = x end
+              end
+            end
+            leased, luntil, top = l, u, capacity - l
+          end
+        end
         if nowms <= voids and rcall('HEXISTS', vkey, id) == 1 then
           status = 5 -- voided before it came
-        elseif rcall('HSETNX', okey, id, spent .. expstr) == 0 then
+        elseif rcall('HSETNX', okey, id, rec) == 0 then
           -- Admitted by an earlier copy of this batch, as that copy was: a
           -- shadow admission that spent nothing stays one.
           status = 4
@@ -264,6 +311,10 @@ for i = 9, nargs, 3 do
           if status == 1 then
             tokens = tokens - cost
             if agg then atokens = atokens - cost end
+            if kind == 'L' then
+              leased, top = leased + cost, top - cost
+              if nowms + ttl > luntil then luntil = nowms + ttl end
+            end
           end
           if n == 0 then fresh = true end
           n = n + 1
@@ -281,14 +332,16 @@ for i = 9, nargs, 3 do
       end
     end
   elseif kind == 'F' or kind == 'V' or kind == 'M' then
-    local delta, give, tomb, skip, after = 0, 0, nil, false, nil
+    local delta, give, tomb, skip, after, rec = 0, 0, nil, false, nil, nil
     if kind ~= 'V' then
       delta = tonumber(amount)
       if delta == nil or delta ~= delta or delta == huge or delta == -huge then delta = 0 end
       if delta < 0 then give = -delta end
       skip = kind == 'M' and rcall('HEXISTS', okey, id .. '+') == 1
+      -- A lease's entry is read only while something is leased.
+      if leased > 0 and not skip then rec = rcall('HGET', okey, id) end
     else
-      local rec = rcall('HGET', okey, id)
+      rec = rcall('HGET', okey, id)
       if rec then
         give = tonumber(match(rec, '^(%S+)')) or 0
         -- Closed, and a tombstone too: a late copy of its admit (a resend
@@ -316,7 +369,7 @@ for i = 9, nargs, 3 do
           if tokens < -floor then tokens = -floor end
         elseif x < 0 then
           tokens = tokens - x
-          if tokens > capacity then tokens = capacity end
+          if tokens > top then tokens = top end
         end
         if agg then
           atokens = atokens - x
@@ -342,6 +395,16 @@ for i = 9, nargs, 3 do
       else
         n = n - 1
       end
+      if leased > 0 and rec then
+        -- A lease that is still counted: what it paid is no longer out.
+        local p, x = match(rec, '^(%d+) (%d+) L$')
+        p, x = tonumber(p), tonumber(x)
+        if p and x and x > nowms then
+          leased = leased - p
+          if leased <= 0 then leased, luntil = 0, 0 end
+          top = capacity - leased
+        end
+      end
       if delta > 0 then
         tokens = tokens - delta
         if tokens < -floor then tokens = -floor end
@@ -352,7 +415,7 @@ for i = 9, nargs, 3 do
       end
       if give > 0 then
         tokens = tokens + give
-        if tokens > capacity then tokens = capacity end
+        if tokens > top then tokens = top end
         if agg then
           atokens = atokens + give
           if atokens > acap then atokens = acap end
@@ -393,14 +456,17 @@ if voids < nowms then voids = 0 end
 local vexpires = 0
 if voids > 0 then vexpires = voids + grace end
 local need = nowms + ceil((capacity - tokens) / rate * 1000)
--- Each value is written by one format: no intermediate strings.
+-- Each value is written by one format: no intermediate strings. The
+-- leased amount and its time are written only when something is leased.
+local bfmt = '%d %s %s %d %d %d %d'
+if leased > 0 then bfmt = '%d %s %s %d %d %d %d %d %d' end
 if exists and need <= expires and oexpires <= expires and vexpires <= expires then
-  rcall('SET', KEYS[1], format('%d %s %s %d %d %d %d', tokens, sec, usec, expires, oexpires, n, voids), 'KEEPTTL')
+  rcall('SET', KEYS[1], format(bfmt, tokens, sec, usec, expires, oexpires, n, voids, leased, luntil), 'KEEPTTL')
 else
   need = later(need)
   if oexpires > need then need = oexpires end
   if vexpires > need then need = vexpires end
-  rcall('SET', KEYS[1], format('%d %s %s %d %d %d %d', tokens, sec, usec, need, oexpires, n, voids), 'PXAT', format('%d', need))
+  rcall('SET', KEYS[1], format(bfmt, tokens, sec, usec, need, oexpires, n, voids, leased, luntil), 'PXAT', format('%d', need))
 end
 if agg then
   local aneed = nowms + ceil((acap - atokens) / arate * 1000)

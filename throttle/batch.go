@@ -33,6 +33,7 @@ type opKind byte
 const (
 	opAdmit  opKind = 'A' // spend and open
 	opShadow opKind = 'S' // open; spend only if the bucket holds it
+	opLease  opKind = 'L' // spend and open as A, counted as leased until it closes or expires
 	opFinish opKind = 'F' // close and settle
 	opVoid   opKind = 'V' // close and refund all it paid; amount: the voided batch's deadline (Unix ms)
 	opMove   opKind = 'M' // close and settle as F, and open id+"+" in its place, paid nothing
@@ -118,12 +119,18 @@ type bucketVal struct {
 	openExpires int64 // the open hash's expiry
 	n           int   // requests open
 	voidsUntil  int64 // the tombstones' expiry (0: none)
+	// leased is the micro-tokens out on leases (L), until leasedUntil
+	// (Unix ms): the bucket holds at most capacity less them meanwhile.
+	// Both 0 when nothing is leased (the script writes neither).
+	leased      float64
+	leasedUntil int64
 }
 
 // openReq is one open request (admit.lua's KEYS[2] field).
 type openReq struct {
 	paid      float64 // micro-tokens
 	expiresMS int64
+	lease     bool // opened by an L: what it paid counts as leased while it is open
 }
 
 // keyState is everything a store holds for one caller: the bucket, its
@@ -225,7 +232,7 @@ func applyBatch(st *keyState, agg *keyState, sh shape, now clock, ops []op) []op
 			r.advance(r.nowUS)
 		}
 		switch o.kind {
-		case opAdmit, opShadow:
+		case opAdmit, opShadow, opLease:
 			status = r.admit(o)
 		case opFinish, opVoid, opMove:
 			status = r.finish(o)

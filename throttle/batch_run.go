@@ -19,6 +19,10 @@ type batchRun struct {
 	at              int64
 	n               int   // requests open
 	voidsUntil      int64 // until when the tombstones hold (0: none)
+	// leased: the micro-tokens out on leases, until leasedUntil; top: the
+	// most the bucket holds meanwhile (capacity less leased).
+	leased, top float64
+	leasedUntil int64
 
 	dirty  bool // something to write back
 	opened bool // a request was opened: the open hash may need a later expiry
@@ -34,9 +38,13 @@ func (r *batchRun) load() {
 	r.nowMS = r.now.ms()
 	r.nowUS = r.now.sec*1000000 + r.now.usec
 	r.late = sh.notAfterMS != 0 && r.nowMS > sh.notAfterMS
-	r.tokens, r.at = sh.capacity, r.nowUS
+	r.tokens, r.at, r.top = sh.capacity, r.nowUS, sh.capacity
 	if st.found && st.b.tokens == st.b.tokens {
-		r.tokens = min(max(st.b.tokens, -sh.floor), sh.capacity)
+		if st.b.leased > 0 && st.b.leasedUntil > r.nowMS {
+			r.leased, r.leasedUntil = min(st.b.leased, sh.capacity), st.b.leasedUntil
+			r.top = sh.capacity - r.leased
+		}
+		r.tokens = min(max(st.b.tokens, -sh.floor), r.top)
 		r.at = st.b.sec*1000000 + st.b.usec
 	}
 	r.n = st.b.n
@@ -57,7 +65,7 @@ func (r *batchRun) load() {
 // advance does; a moment before its own time refills nothing.
 func (r *batchRun) advance(to int64) {
 	if el := to - r.at; el > 0 {
-		r.tokens = min(r.tokens+math.Floor(float64(el)*r.sh.rate/1000000), r.sh.capacity)
+		r.tokens = min(r.tokens+math.Floor(float64(el)*r.sh.rate/1000000), r.top)
 		r.at = to
 	}
 }
@@ -102,9 +110,24 @@ func (r *batchRun) admit(o op) int {
 		return r.refuse(o.id, stInFlight)
 	}
 	if !own || !whole {
-		return r.open(o.id, stShadow, 0)
+		return r.open(o.id, stShadow, 0, false)
 	}
-	return r.open(o.id, stAdmitted, cost)
+	return r.open(o.id, stAdmitted, cost, o.kind == opLease)
+}
+
+// recount sets the leased amount to what the open leases paid (those whose
+// entry has not expired), as admit.lua does when an L comes while some
+// are counted: a replica that died with its lease out stops counting once
+// its entry expires.
+func (r *batchRun) recount() {
+	l, u := 0.0, int64(0)
+	for _, o := range r.st.open {
+		if o.lease && o.expiresMS > r.nowMS {
+			l += o.paid
+			u = max(u, o.expiresMS)
+		}
+	}
+	r.leased, r.leasedUntil, r.top = l, u, r.sh.capacity-l
 }
 
 // refuse answers status, a refusal, for an admit of id — unless id is
@@ -147,7 +170,10 @@ func (r *batchRun) slotFree() bool {
 // buckets. A tombstone turns it away (its batch was voided before it came),
 // and so does an id already open: a batch resent after a lost answer must
 // not admit, nor spend, twice.
-func (r *batchRun) open(id string, status int, cost float64) int {
+func (r *batchRun) open(id string, status int, cost float64, lease bool) int {
+	if lease && r.leased > 0 {
+		r.recount()
+	}
 	if r.nowMS <= r.voidsUntil && r.st.voids[id] {
 		return stLate
 	}
@@ -157,11 +183,15 @@ func (r *batchRun) open(id string, status int, cost float64) int {
 	if r.st.open == nil {
 		r.st.open = make(map[string]openReq)
 	}
-	r.st.open[id] = openReq{paid: cost, expiresMS: r.nowMS + r.sh.ttlMS}
+	r.st.open[id] = openReq{paid: cost, expiresMS: r.nowMS + r.sh.ttlMS, lease: lease}
 	if status == stAdmitted {
 		r.tokens -= cost
 		if r.agg != nil {
 			r.atokens -= cost
+		}
+		if lease {
+			r.leased, r.top = r.leased+cost, r.top-cost
+			r.leasedUntil = max(r.leasedUntil, r.nowMS+r.sh.ttlMS)
 		}
 	}
 	r.n++
@@ -200,6 +230,14 @@ func (r *batchRun) finish(o op) int {
 		r.opened = true
 	} else {
 		r.n--
+	}
+	if r.leased > 0 && rec.lease && rec.expiresMS > r.nowMS {
+		// A lease that is still counted: what it paid is no longer out.
+		r.leased -= rec.paid
+		if r.leased <= 0 {
+			r.leased, r.leasedUntil = 0, 0
+		}
+		r.top = r.sh.capacity - r.leased
 	}
 	give, delta := 0.0, 0.0
 	if o.kind == opVoid {
@@ -262,7 +300,7 @@ func (r *batchRun) settle(delta, give float64) {
 		}
 	}
 	if give > 0 {
-		r.tokens = min(r.tokens+give, r.sh.capacity)
+		r.tokens = min(r.tokens+give, r.top)
 		if r.agg != nil {
 			r.atokens = min(r.atokens+give, r.sh.aggCap)
 		}
@@ -281,6 +319,10 @@ func (r *batchRun) commit() {
 		r.voidsUntil, st.voids = 0, nil
 	}
 	st.b.voidsUntil = r.voidsUntil
+	st.b.leased, st.b.leasedUntil = 0, 0
+	if r.leased > 0 {
+		st.b.leased, st.b.leasedUntil = r.leased, r.leasedUntil
+	}
 	if st.b.n > 0 && r.opened && st.b.openExpires <= nowMS+r.sh.ttlMS {
 		st.b.openExpires = later(nowMS, nowMS+r.sh.ttlMS)
 	}

@@ -23,7 +23,9 @@ func TestApplyBatch(t *testing.T) {
 	move := func(id string, delta float64) op { return op{kind: opMove, id: id, amount: delta * micro} }
 	// voidUntil voids id with a tombstone kept until t0 + ms.
 	voidUntil := func(id string, ms int64) op { return op{kind: opVoid, id: id, amount: float64(t0.ms() + ms)} }
+	lease := func(id string, cost float64) op { return op{kind: opLease, id: id, amount: cost * micro} }
 	peek := op{kind: opPeek}
+	leaseShape := shape{rate: 2 * micro, capacity: 10 * micro, floor: 5 * micro, max: 4, ttlMS: 30000}
 	type step struct {
 		at   int64 // ms after t0
 		ops  []op
@@ -126,6 +128,29 @@ func TestApplyBatch(t *testing.T) {
 		{"an invalid admit changes nothing", testShape, []step{
 			{0, []op{admit("a", 11), admit("", 1), admit("b", 0), {kind: 'X'}}, []opResult{r(stLate, 10), r(stLate, 10), r(stLate, 10), r(stNotAnOp, 10)}},
 			{0, []op{finish("b", 0)}, []opResult{r(stRefused, 10)}}, // a free admit opened nothing
+		}},
+		{"refunds and refill stop at the capacity less what is leased", testShape, []step{
+			{0, []op{admit("a", 4), lease("L", 2)}, []opResult{r(stAdmitted, 6), r(stAdmitted, 4)}},
+			{0, []op{finish("a", -4)}, []opResult{r(stAdmitted, 8)}},
+			{5000, []op{peek}, []opResult{r(stAdmitted, 8)}},
+			{5000, []op{finish("L", -2)}, []opResult{r(stAdmitted, 10)}}, // its give-back lifts the cap first
+		}},
+		{"a lease counts until its entry expires", testShape, []step{
+			{0, []op{lease("L", 2)}, []opResult{r(stAdmitted, 8)}},
+			{29999, []op{peek}, []opResult{r(stAdmitted, 8)}},
+			{30000, []op{peek}, []opResult{r(stAdmitted, 10)}},
+			{30000, []op{finish("L", -2)}, []opResult{r(stAdmitted, 10)}}, // closed, counted no more
+		}},
+		{"a void or a move of a lease takes it off what is leased", testShape, []step{
+			{0, []op{lease("L", 3), void("L")}, []opResult{r(stAdmitted, 7), r(stAdmitted, 10)}},
+			{0, []op{lease("M", 3), move("M", -1)}, []opResult{r(stAdmitted, 7), r(stAdmitted, 8)}},
+			{5000, []op{peek}, []opResult{r(stAdmitted, 10)}},
+		}},
+		{"a lease recounts the open ones: a dead one stops counting", leaseShape, []step{
+			{0, []op{lease("L1", 2)}, []opResult{r(stAdmitted, 8)}},
+			{20000, []op{lease("L2", 2)}, []opResult{r(stAdmitted, 6)}},
+			{31000, []op{peek, lease("L3", 1)}, []opResult{r(stAdmitted, 6), r(stAdmitted, 5)}}, // L1 died at +30 s
+			{40000, []op{peek}, []opResult{r(stAdmitted, 7)}},
 		}},
 		{"the aggregate refuses and reports its own tokens", shape{rate: 2 * micro, capacity: 10 * micro, aggRate: 1 * micro, aggCap: 5 * micro, max: 4, ttlMS: 1000}, []step{
 			{0, []op{admit("a", 4), admit("b", 4)}, []opResult{r(stAdmitted, 6), r(stAggregate, 1)}},

@@ -160,8 +160,11 @@ func (m *redisTimer) baseline(b *testing.B, n int) float64 {
 // "16 clients" is the usual case; "1 client" is a client that never
 // overlaps its requests, once spending faster than its bucket refills
 // (leases admit its requests in process) and once slower (its bucket stays
-// full: every request is a call). It resets the Redis server's statistics:
-// run it alone (make bench does).
+// full: every request is a call). "2 replicas" is such a client whose
+// requests alternate between two stores sharing its bucket, as geotoll
+// serve's with redis.replicas above 1: each taking leases of its own, and,
+// to compare, without leases (one call per request). It resets the Redis
+// server's statistics: run it alone (make bench does).
 func BenchmarkRedisTime(b *testing.B) {
 	m := newRedisTimer(b)
 	ctx := context.Background()
@@ -172,16 +175,23 @@ func BenchmarkRedisTime(b *testing.B) {
 		clients int
 		limit   Limit
 		sole    bool // the store as geotoll serve makes it on one replica
+		stores  int  // the client's requests alternate between this many stores (0: 1)
+		leases  int  // RedisOptions.LeaseRequests (0: the default; -1: none)
 	}{
-		{"1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false},
-		{"1 client, slower than its refill", 1, benchLimit, false},
-		{"16 clients", 16, benchLimit, false},
-		{"sole, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, true},
-		{"sole, 1 client, slower than its refill", 1, benchLimit, true},
-		{"sole, 16 clients", 16, benchLimit, true},
+		{"1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false, 0, 0},
+		{"1 client, slower than its refill", 1, benchLimit, false, 0, 0},
+		{"16 clients", 16, benchLimit, false, 0, 0},
+		{"2 replicas, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false, 2, 0},
+		{"2 replicas without leases, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false, 2, -1},
+		{"sole, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, true, 0, 0},
+		{"sole, 1 client, slower than its refill", 1, benchLimit, true, 0, 0},
+		{"sole, 16 clients", 16, benchLimit, true, 0, 0},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := NewRedisStore(m.rdb, RedisOptions{Timeout: time.Second, Sole: c.sole})
+			stores := make([]*RedisStore, max(c.stores, 1))
+			for i := range stores {
+				stores[i] = NewRedisStore(m.rdb, RedisOptions{Timeout: time.Second, Sole: c.sole, LeaseRequests: c.leases})
+			}
 			key := BucketKey(pre, "bench", c.name)
 			b.Cleanup(func() { m.rdb.Del(context.Background(), key, OpenKey(key)) })
 			req := Request{Bucket: Bucket{Key: key, Limit: c.limit}, Cost: 1, MaxInFlight: 64}
@@ -192,8 +202,8 @@ func BenchmarkRedisTime(b *testing.B) {
 					var wg sync.WaitGroup
 					for range c.clients {
 						wg.Go(func() {
-							for range n / c.clients {
-								a, err := s.Admit(ctx, req)
+							for i := range n / c.clients {
+								a, err := stores[i%len(stores)].Admit(ctx, req)
 								if err != nil || !a.Allowed {
 									b.Error(a, err)
 									return
@@ -203,7 +213,9 @@ func BenchmarkRedisTime(b *testing.B) {
 						})
 					}
 					wg.Wait()
-					_ = s.Flush(ctx)
+					for _, s := range stores {
+						_ = s.Flush(ctx)
+					}
 				})
 			}
 			per := usec / float64(b.N) / n
@@ -211,9 +223,13 @@ func BenchmarkRedisTime(b *testing.B) {
 			b.ReportMetric(per, "redis-µs/request")
 			b.ReportMetric(base, "baseline-µs/call")
 			b.ReportMetric(per/base, "redis-time/baseline")
-			st := s.Stats()
-			b.ReportMetric(float64(st.Calls)/float64(b.N*n), "calls/request")
-			b.ReportMetric(float64(st.Leases)/float64(b.N*n), "leases/request")
+			var calls, leases uint64
+			for _, s := range stores {
+				st := s.Stats()
+				calls, leases = calls+st.Calls, leases+st.Leases
+			}
+			b.ReportMetric(float64(calls)/float64(b.N*n), "calls/request")
+			b.ReportMetric(float64(leases)/float64(b.N*n), "leases/request")
 		})
 	}
 }

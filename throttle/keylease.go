@@ -44,7 +44,18 @@ import (
 // see its tokens spent and its slot taken — at most the smaller of
 // LeaseRequests requests' price and an eighth of the bucket, and one slot,
 // per replica and caller. No replica ever admits more than the bucket
-// holds. On the replica that holds it, a lease changes no decision: a
+// holds. Redis counts what such a lease took as leased (its admit is
+// admit.lua's L) until its give-back or move, or until its slot expires
+// with a replica that died: meanwhile no refill and no refund — whichever
+// replica sends it — fills the bucket beyond its capacity less what is
+// leased, so that the bucket and the leases out together never hold more
+// than the capacity. A refund of the holder's own that would fill it that
+// far ends the lease first, in the same call (beforeFinishLocked), and the
+// lease is taken only when the refill within LeaseHold stops short of it
+// (leaseSizeLocked); a refund by another replica can still fill it, and
+// the refill is then cut short for what the lease has spent until it goes
+// back: the caller loses refill, never gains it. On the replica that
+// holds it, a lease changes no decision but in that case: a
 // request its tokens cannot pay goes to Redis with the lease given back
 // first in the same call, and a request Redis refuses (or shadows) for
 // want of what the lease holds is asked again at once with the lease's
@@ -93,9 +104,10 @@ type keyLease struct {
 // shadow request, for one with an aggregate bucket (shared with other
 // callers, whose refusals would not know of the lease), when the caller's bucket was not seen lately or cannot
 // pay it, or when the bucket and the lease together would pass the
-// capacity within LeaseHold with nothing spent (a bucket that refills to
-// the brim would waste what the lease holds: such a caller spends slower
-// than its refill, and keeps paying one call per request).
+// capacity within LeaseHold with nothing spent (Redis stops the refill of
+// a bucket with a lease out at its capacity less the lease, and one that
+// reached it would lose refill for what the lease spent: such a caller
+// spends slower than its refill, and keeps paying one call per request).
 //
 // A Sole store's lease takes one micro-token (an admit must spend
 // something), whenever the bucket can pay the request and one more like it.
@@ -131,7 +143,9 @@ func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 }
 
 // isAdmit reports whether p admits a request (or asks for a lease).
-func isAdmit(p *pending) bool { return p.op.kind == opAdmit || p.op.kind == opShadow }
+func isAdmit(p *pending) bool {
+	return p.op.kind == opAdmit || p.op.kind == opShadow || p.op.kind == opLease
+}
 
 // seenBucket is a caller's bucket as a reply from Redis last showed it:
 // at is when the call was sent, recv when its reply came, rate and
@@ -356,7 +370,14 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 	}
 	ls = &keyLease{s: s, key: req.Key, id: newID(), sh: sh, size: size, sole: s.opts.Sole}
 	s.leases[req.Key] = ls
-	ask = &pending{op: op{kind: opAdmit, id: ls.id, amount: size}, sh: sh,
+	// A token-carrying lease is admitted as one (admit.lua's L): its
+	// tokens count as leased in Redis while it is out. A Sole lease's
+	// micro-token is an admitted request's.
+	kind := opLease
+	if ls.sole {
+		kind = opAdmit
+	}
+	ask = &pending{op: op{kind: kind, id: ls.id, amount: size}, sh: sh,
 		failed: make(chan error, 1), lease: ls}
 	ls.ask = ask
 	return back, ask, nil

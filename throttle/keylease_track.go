@@ -76,10 +76,21 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 // lease first, as it would have been from the bucket holding the lease's
 // tokens, down to the same debt floor: an idle lease is given back ahead of
 // it, a busy one pays what it holds, and one not yet granted is given back
-// ahead of it once granted.
+// ahead of it once granted. A refund that would fill the bucket up to
+// what Redis lets it hold while the lease is out (its capacity less what
+// the lease took: admit.lua's leased) ends the lease ahead of it — given
+// back if idle, its tokens handed back by a move if busy — so that the
+// bucket's refill is not cut short for what the lease has spent.
 func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
 	switch {
 	case ls.sole: // holds no tokens: the debit is on its way (owed), nothing more
+	case delta < 0 && ls.granted && !ls.done && ls.estimate(s.seen[ls.key], time.Now())-delta+ls.size >= ls.sh.capacity:
+		ls.done = true
+		if !ls.busy {
+			s.giveBackLocked(ls)
+		} else {
+			_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
+		}
 	case delta > 0 && !ls.granted && ls.ask != nil && !ls.ask.sent:
 		s.unaskLocked(ls) // not asked yet: not asked at all
 	case delta > 0 && !ls.granted:

@@ -409,7 +409,7 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 		switch p.op.kind {
 		case opPeek: // changes nothing: its caller gets the error
 			p.failed <- err
-		case opAdmit, opShadow:
+		case opAdmit, opShadow, opLease:
 			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, agg: p.agg, sh: p.sh, notBefore: retry})
 			s.stats.voids.Add(1)
 			p.failed <- err

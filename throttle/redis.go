@@ -83,11 +83,12 @@ type RedisOptions struct {
 	// LeaseRequests is how many requests' price a lease takes ahead of a
 	// caller's requests (see keyLease), at most an eighth of the bucket
 	// (default 8; negative: no leases) — with Sole, how many requests a
-	// lease admits. Leases are exact only for a store that is the one
-	// process spending its buckets: it sees its own refunds, not another's,
-	// and another process's refund could bring a bucket to its capacity in
-	// Redis while a lease is out (geotoll serve takes none with
-	// redis.replicas above 1, and Sole ones with 1).
+	// lease admits. Without Sole, Redis counts what a lease took as
+	// leased while it is out, and no refill or refund — whichever process
+	// sends it — fills the bucket beyond its capacity less that, so the
+	// bucket and its leases never hold more than the capacity (geotoll
+	// serve takes such leases with redis.replicas above 1, and Sole ones
+	// with 1).
 	LeaseRequests int
 	// LeaseHold is how long a lease lives before what is left of it goes
 	// back (default 500 ms, and at most half the request TTL).

@@ -81,6 +81,11 @@ func (f *redisFixture) state(key string) keyState {
 	if _, err := fmt.Sscanf(raw, "%g %d %d %d %d %d %d", &tok, &st.b.sec, &st.b.usec, &st.b.expiresMS, &st.b.openExpires, &st.b.n, &st.b.voidsUntil); err != nil {
 		f.t.Fatalf("%s holds %q: %v", key, raw, err)
 	}
+	if fields := strings.Fields(raw); len(fields) > 7 { // what is out on leases
+		if _, err := fmt.Sscanf(strings.Join(fields[7:], " "), "%g %d", &st.b.leased, &st.b.leasedUntil); err != nil || len(fields) != 9 {
+			f.t.Fatalf("%s holds %q: %v", key, raw, err)
+		}
+	}
 	st.b.tokens, st.found = tok, true
 	open, err := f.rdb.HGetAll(ctx, OpenKey(key)).Result()
 	if err != nil {
@@ -88,6 +93,7 @@ func (f *redisFixture) state(key string) keyState {
 	}
 	for id, v := range open {
 		paid, exp, _ := strings.Cut(v, " ")
+		exp, lease := strings.CutSuffix(exp, " L")
 		p, err1 := strconv.ParseFloat(paid, 64)
 		e, err2 := strconv.ParseInt(exp, 10, 64)
 		if err1 != nil || err2 != nil {
@@ -96,7 +102,7 @@ func (f *redisFixture) state(key string) keyState {
 		if st.open == nil {
 			st.open = map[string]openReq{}
 		}
-		st.open[id] = openReq{paid: p, expiresMS: e}
+		st.open[id] = openReq{paid: p, expiresMS: e, lease: lease}
 	}
 	voids, err := f.rdb.HKeys(ctx, VoidKey(key)).Result()
 	if err != nil {
@@ -166,8 +172,10 @@ func TestScriptMatchesTwin(t *testing.T) {
 				switch rng.IntN(7) {
 				case 5:
 					ops = append(ops, op{kind: opMove, id: id, amount: math.Round(float64(rng.IntN(13)-6) * micro / 3)})
-				case 0, 1:
+				case 0:
 					ops = append(ops, op{kind: opAdmit, id: id, amount: float64(1+rng.IntN(9)) * micro / 2})
+				case 1: // a lease: counted as leased until it closes
+					ops = append(ops, op{kind: opLease, id: id, amount: float64(1+rng.IntN(9)) * micro / 2})
 				case 2:
 					ops = append(ops, op{kind: opShadow, id: id, amount: float64(1+rng.IntN(9)) * micro})
 				case 3:

@@ -84,8 +84,9 @@ type RedisConfig struct {
 	// LeaseRequests is how many requests of a caller the process admits in
 	// process on a lease — one in-flight slot taken in Redis, while the
 	// bucket surely pays them — before Redis hears of them, dated, with
-	// the caller's next call (only with Replicas 1); 0: every request is a
-	// Redis call.
+	// the caller's next call (with Replicas 1; with several, a lease takes
+	// the requests' price out of the bucket ahead, and Redis counts it as
+	// leased while it is out); 0: every request is a Redis call.
 	LeaseRequests int `yaml:"lease_requests"`
 	// LeaseHold is how long such a lease lives before what it admitted
 	// goes to the bucket.

@@ -102,21 +102,21 @@ func (c RedisConfig) client() (redis.UniversalClient, error) {
 }
 
 // leases is the RedisStore's LeaseRequests: none (-1) when lease_requests
-// is 0, or when other processes share the budgets (replicas > 1). A
-// lease's tokens are out of its bucket while it lives, and this process
-// sees its own refunds of the caller, not another's: a refund by another
-// replica could bring the bucket in Redis to its capacity with a lease
-// out, and the lease would admit past it.
+// is 0. With other processes sharing the budgets (replicas > 1) the leases
+// carry tokens: Redis counts them as leased while they are out, and no
+// refund or refill by any replica fills a bucket beyond its capacity less
+// them, so a lease never admits past the capacity.
 func (c RedisConfig) leases() int {
-	if c.LeaseRequests <= 0 || c.Replicas > 1 {
+	if c.LeaseRequests <= 0 {
 		return -1
 	}
 	return c.LeaseRequests
 }
 
-// storeOptions are the RedisStore's options: leases only for a process
-// that shares its budgets with no other, and then Sole ones, which take
-// no tokens ahead and replay what they admitted at its moments.
+// storeOptions are the RedisStore's options: on a process that shares its
+// budgets with no other, Sole leases, which take no tokens ahead and
+// replay what they admitted at its moments; with several replicas,
+// token-carrying ones.
 func (c RedisConfig) storeOptions() throttle.RedisOptions {
 	return throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
 		LeaseRequests: c.leases(), LeaseHold: c.LeaseHold, Sole: c.Replicas <= 1}
@@ -135,9 +135,8 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 	if err := traceRedis(m.Tracing, rdb); err != nil {
 		return nil, fmt.Errorf("redis tracing: %w", err)
 	}
-	leases := c.leases()
-	if c.LeaseRequests > 0 && leases < 0 {
-		m.Logger.Info("no leases: redis.replicas says other processes share the budgets", "replicas", c.Replicas)
+	if c.LeaseRequests > 0 && c.Replicas > 1 {
+		m.Logger.Info("token-carrying leases: redis.replicas says other processes share the budgets", "replicas", c.Replicas)
 	}
 	m.budgets = throttle.NewRedisStore(rdb, c.storeOptions())
 	m.failover = &throttle.Failover{Primary: m.budgets, Local: local, Mode: throttle.FailMode(c.FailMode), Replicas: c.Replicas,

@@ -261,13 +261,15 @@ func TestREADMEConfigExample(t *testing.T) {
 	}
 }
 
-// A lease's tokens are out of its bucket while it lives; a refund by
-// another replica meanwhile can bring the bucket to its capacity in Redis,
-// and the lease then admits past it. Leases are taken only by a process
-// that shares its budgets with no other (redis.replicas 1).
-func TestLeasesOnlyOnOneReplica(t *testing.T) {
+// A process that shares its budgets with no other (redis.replicas 1)
+// takes Sole leases; with several replicas it takes token-carrying ones,
+// whose tokens Redis counts as leased while they are out, so that a refund
+// by another replica cannot fill the bucket beyond its capacity less them
+// (throttle's TestLeaseAndAnotherReplicasRefundsStayWithinTheCapacity).
+// lease_requests 0 takes none.
+func TestSoleLeasesOnlyOnOneReplica(t *testing.T) {
 	for _, c := range []struct{ requests, replicas, want int }{
-		{8, 1, 8}, {8, 0, 8}, {8, 2, -1}, {8, 16, -1}, {0, 1, -1}, {0, 3, -1},
+		{8, 1, 8}, {8, 0, 8}, {8, 2, 8}, {8, 16, 8}, {0, 1, -1}, {0, 3, -1},
 	} {
 		r := RedisConfig{LeaseRequests: c.requests, Replicas: c.replicas}
 		if got := r.storeOptions(); got.LeaseRequests != c.want || got.Sole != (c.replicas <= 1) {
