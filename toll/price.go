@@ -145,8 +145,10 @@ func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.
 
 // Authenticate implements geofence.Authenticator: a request presenting an
 // unknown or revoked key is refused as Charge refuses it (401, one token
-// of the address's failed-auth bucket; 429 once that is dry) before its
-// body is read. Any other request passes, to be charged once priced.
+// of the address's failed-auth bucket; 429 once that is dry), and one
+// whose key names a tier that is not configured (403, nothing charged),
+// before its body is read. Any other request passes, to be charged once
+// priced.
 func (t *Toll) Authenticate(w http.ResponseWriter, r *http.Request, kind geofence.Kind) bool {
 	if _, present := APIKey(r); !present {
 		return true
@@ -154,8 +156,10 @@ func (t *Toll) Authenticate(w http.ResponseWriter, r *http.Request, kind geofenc
 	caller, ok := t.identify(r)
 	if !ok {
 		t.refuseKey(w, r, caller, Price{Route: string(kind), Zoom: -1}, unknownKey)
+		return false
 	}
-	return ok
+	_, known := t.tier(w, r, caller)
+	return known
 }
 
 var (

@@ -243,11 +243,8 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		t.refuseKey(w, r, caller, p, unknownKey)
 		return nil
 	}
-	tier, known := t.Tiers[caller.Tier]
+	tier, known := t.tier(w, r, caller)
 	if !known {
-		t.logger().LogAttrs(r.Context(), slog.LevelError, "API key names an unconfigured tier",
-			slog.String("key", caller.KeyName), slog.String("tier", caller.Tier))
-		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
 		return nil
 	}
 	own := throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}
@@ -306,6 +303,18 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		global: global, fixed: p.CacheHit || a.Shadow || a.Ticket == nil}
 	hold(r, pass)
 	return pass
+}
+
+// tier is the caller's tier; a key naming a tier that is not configured
+// is answered 403 (nothing charged) and logged, and known is false.
+func (t *Toll) tier(w http.ResponseWriter, r *http.Request, caller Caller) (tier Tier, known bool) {
+	tier, known = t.Tiers[caller.Tier]
+	if !known {
+		t.logger().LogAttrs(r.Context(), slog.LevelError, "API key names an unconfigured tier",
+			slog.String("key", caller.KeyName), slog.String("tier", caller.Tier))
+		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
+	}
+	return tier, known
 }
 
 // settleCap is the most a request admitted at p settles at: the dearest
