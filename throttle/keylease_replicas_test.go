@@ -84,3 +84,92 @@ func datedBack(t *testing.T, f *redisFixture, key string) {
 		t.Fatal(err)
 	}
 }
+
+// TestBusyLeaseAtItsHoldCountsNoLonger: a lease whose hold ends while it
+// runs a request hands its tokens back at once, by a move that keeps the
+// running request's slot, rather than when the request finishes. While
+// Redis counted it as leased, the bucket's refill stopped at the capacity
+// less the lease, and the replica holding it refused what it would admit
+// without leases. Each store runs the same steps on its own caller: a
+// bucket at half, a request admitted (on the lease's last token, on the
+// leased store) and kept running past the hold, the bucket refilled to
+// the brim, then a burst.
+func TestBusyLeaseAtItsHoldCountsNoLonger(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		run := func(name string, s *RedisStore) int {
+			bk := Bucket{Key: f.key("busy-at-hold-" + name), Limit: Limit{Rate: slow.Rate, Capacity: 80}}
+			big := mustAdmit(t, s, Request{Bucket: bk, Cost: 40, MaxInFlight: 500})
+			big.Ticket.Settle(40)
+			req := Request{Bucket: bk, Cost: 1, MaxInFlight: 500}
+			var long Admission
+			for range 40 {
+				long = mustAdmit(t, s, req)
+				if ls, ok := long.Ticket.owner.(*keyLease); ok {
+					s.mu.Lock()
+					left := ls.left
+					s.mu.Unlock()
+					if left < toMicro(1) {
+						break // the lease's last token: it runs on
+					}
+				}
+				long.Ticket.Settle(1)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; { // the hold ends
+				s.mu.Lock()
+				ls := s.leases[bk.Key]
+				over := ls == nil || ls.done
+				s.mu.Unlock()
+				if over {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the lease's hold never ended", name)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			sentWithin(t, s, bk.Key) // not Flush: that waits for the running request
+			datedBack(t, f, bk.Key)  // refilled to what Redis lets it hold
+			admitted := 0
+			var open []*Ticket
+			for range 100 {
+				if x := mustAdmit(t, s, req); x.Allowed {
+					admitted++
+					open = append(open, x.Ticket)
+				}
+			}
+			for _, x := range append(open, long.Ticket) {
+				x.Settle(1)
+			}
+			return admitted
+		}
+		plain := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}))
+		leased := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: 20 * time.Millisecond})
+		got := run("leased", leased)
+		if st := leased.Stats(); st.Leases == 0 {
+			t.Fatalf("no lease was taken: %+v", st)
+		}
+		if got != plain {
+			t.Errorf("after a lease's hold ended while it ran a request, a burst admitted %d; without leases %d", got, plain)
+		}
+	})
+}
+
+// sentWithin waits until nothing of key's caller is queued or on its way
+// to Redis, failing the test after 10 s.
+func sentWithin(t *testing.T, s *RedisStore, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		s.mu.Lock()
+		l := s.lanes[key]
+		quiet := l == nil || (!l.busy && len(l.queue) == 0)
+		s.mu.Unlock()
+		if quiet {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still queued after 10 s", key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
