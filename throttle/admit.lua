@@ -51,10 +51,13 @@
 --                (then nothing is spent); the in-flight cap still does
 --   "L" id cost  lease: as A, and what it spends is leased — counted out
 --                on leases (after recounting those still open when some
---                are), until its open entry expires; its F, V or M takes
---                what it paid off the leased amount before settling, so
---                that the refund of what it did not spend can fill the
---                bucket again
+--                are) until its F, V or M, which takes what it paid off the
+--                leased amount before settling, so that the refund of what
+--                it did not spend can fill the bucket again; or, once its
+--                open entry has expired, until the next L's recount or
+--                leased_until (a give-back that late takes nothing off,
+--                and its refund stops at the capacity less what is still
+--                counted: the caller loses, never gains)
 --   "F" id delta finish: close id and settle its price: delta > 0 debits
 --                (down to -floor), delta < 0 refunds (geotoll never sends
 --                a refund above what the request paid: it knows the price)

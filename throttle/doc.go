@@ -69,9 +69,10 @@
 //     tokens for several requests and one in-flight slot, taken with a
 //     request's call as an admitted request of its own, and given back
 //     with a later one. On the replica that holds it a lease changes no
-//     decision; other replicas see it spent until it is back, and Redis
-//     lets no refill or refund fill the bucket beyond its capacity less
-//     the leases out (admit.lua's L).
+//     decision, but that its refill may be cut short while other replicas
+//     refund or lease (below); other replicas see it spent until it is
+//     back, and Redis lets no refill or refund fill the bucket beyond its
+//     capacity less the leases out (admit.lua's L).
 //   - The clock is Redis's own TIME, read inside the script: replica clock
 //     skew cannot smear the refill.
 //   - Amounts are whole micro-tokens and times whole microseconds, so the

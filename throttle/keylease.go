@@ -50,13 +50,16 @@ import (
 // replica sends it — fills the bucket beyond its capacity less what is
 // leased, so that the bucket and the leases out together never hold more
 // than the capacity. A refund of the holder's own that would fill it that
-// far ends the lease first, in the same call (beforeFinishLocked), and the
-// lease is taken only when the refill within LeaseHold stops short of it
-// (leaseSizeLocked); a refund by another replica can still fill it, and
-// the refill is then cut short for what the lease has spent until it goes
-// back: the caller loses refill, never gains it. On the replica that
-// holds it, a lease changes no decision but in that case: a
-// request its tokens cannot pay goes to Redis with the lease given back
+// far ends the lease first, in the same call (beforeFinishLocked); one
+// whose hold ends while it runs a request hands its tokens back at once
+// by a move (expire); and the lease is taken only when the refill within
+// LeaseHold stops short of it (leaseSizeLocked, which knows this
+// replica's lease, not another's). A refund by another replica, or
+// another replica's lease, can still bring the bucket to that brim, and
+// its refill is then cut short for what the lease has spent until it goes
+// back (at most LeaseHold): the caller loses refill, never gains it. On
+// the replica that holds it, a lease changes no decision but in that
+// case: a request its tokens cannot pay goes to Redis with the lease given back
 // first in the same call, and a request Redis refuses (or shadows) for
 // want of what the lease holds is asked again at once with the lease's
 // tokens handed back (see retire).
@@ -441,16 +444,24 @@ func (s *RedisStore) dropLocked(ls *keyLease) {
 	}
 }
 
-// expire ends a lease at LeaseHold: it is given back now if idle, else
-// when its request finishes.
+// expire ends a lease at LeaseHold: it is given back now if idle. A busy
+// one that carries tokens hands them back now too, by a move that keeps
+// its running request's slot (see retire): while Redis counts it as
+// leased, the bucket's refill stops at the capacity less it. A busy Sole
+// lease holds none, and goes back with its record when its request
+// finishes.
 func (s *RedisStore) expire(ls *keyLease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.leases[ls.key] == ls {
-		ls.done = true
-		if !ls.busy {
-			s.giveBackLocked(ls)
-		}
+	if s.leases[ls.key] != ls {
+		return
+	}
+	ls.done = true
+	switch {
+	case !ls.busy:
+		s.giveBackLocked(ls)
+	case !ls.sole && ls.gen == 0: // not moved yet
+		_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
 	}
 }
 
@@ -474,9 +485,11 @@ func (s *RedisStore) retire(ls *keyLease) {
 		s.giveBackLocked(ls)
 		return
 	}
-	if ls.left <= 0 && len(ls.spends) == 0 {
+	if ls.left <= 0 && len(ls.spends) == 0 && (ls.sole || ls.gen > 0) {
 		return // nothing to hand back: its slot runs its request
 	}
+	// A lease that carries tokens moves once even with none left: Redis
+	// counts what it took as leased until it does.
 	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
 }
 
