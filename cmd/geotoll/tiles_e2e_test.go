@@ -32,8 +32,8 @@ import (
 // and hides Content-Encoding), so tests see what the server sent.
 var rawClient = &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 30 * time.Second}
 
-// fetch sends one request with the given header pairs and returns the
-// response with its body read.
+// fetch sends one request with the given header pairs ("Host" sets the
+// request's Host) and returns the response with its body read.
 func fetch(t *testing.T, method, url string, hdr ...string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
@@ -41,11 +41,15 @@ func fetch(t *testing.T, method, url string, hdr ...string) (*http.Response, []b
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := rawClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s (Host %q): %v", method, url, req.Host, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -195,36 +199,13 @@ func TestEndToEndTileJSON(t *testing.T) {
 
 }
 
-// fetchHost is fetch sending the Host header host.
-func fetchHost(t *testing.T, url, host string, hdr ...string) (*http.Response, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = host
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := rawClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s (Host %s): %v", url, host, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, body
-}
-
 // Without http.public_url, a Host whose port is not a port number is a
 // 400 problem, never written into TileJSON's or the catalog's URLs.
 func TestEndToEndTileJSONInvalidHost(t *testing.T) {
 	t.Parallel()
 	base, _ := startServer(t, nil)
 	for _, path := range []string{"/tiles/places.json", "/tiles"} {
-		resp, body := fetchHost(t, base+path, "example.com:abc")
+		resp, body := fetch(t, http.MethodGet, base+path, "Host", "example.com:abc")
 		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" ||
 			strings.Contains(string(body), "example.com:abc/") {
 			t.Errorf("GET %s with Host example.com:abc: %d %q %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), short(body))
@@ -258,7 +239,7 @@ func TestEndToEndTileJSONPublicURL(t *testing.T) {
 	}
 	for _, host := range []string{"", "evil.example", "example.com:abc"} {
 		hdr := []string{"X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "http"}
-		resp, body := fetchHost(t, base+"/maps/tiles/places.json", host, hdr...)
+		resp, body := fetch(t, http.MethodGet, base+"/maps/tiles/places.json", append([]string{"Host", host}, hdr...)...)
 		var doc tileJSONDoc
 		if err := json.Unmarshal(body, &doc); resp.StatusCode != http.StatusOK || err != nil ||
 			!slices.Equal(doc.Tiles, []string{"https://tiles.example.com/maps/tiles/places/{z}/{x}/{y}.mvt"}) {
@@ -267,7 +248,7 @@ func TestEndToEndTileJSONPublicURL(t *testing.T) {
 		if vary := strings.Join(resp.Header.Values("Vary"), ","); strings.Contains(vary, "Forwarded") {
 			t.Errorf("TileJSON Vary %q", vary)
 		}
-		resp, body = fetchHost(t, base+"/maps/tiles", host, hdr...)
+		resp, body = fetch(t, http.MethodGet, base+"/maps/tiles", append([]string{"Host", host}, hdr...)...)
 		if resp.StatusCode != http.StatusOK ||
 			!strings.Contains(string(body), `"tilejson":"https://tiles.example.com/maps/tiles/places.json"`) ||
 			!strings.Contains(string(body), `"tiles":"https://tiles.example.com/maps/tiles/places/{z}/{x}/{y}.mvt"`) {
