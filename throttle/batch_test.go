@@ -261,9 +261,11 @@ func TestApplyBatchOpenHashExpiry(t *testing.T) {
 }
 
 // FuzzApplyBatch holds the arithmetic to its invariants for any sequence
-// of operations: tokens stay in [-floor, capacity]; a refusal changes
-// nothing; a finish or void applies at most once; no refund exceeds what
-// was paid; the in-flight cap holds.
+// of operations: tokens stay in [-floor, capacity], and with what is
+// leased within the capacity; what is leased is never less than the open
+// leases paid, nor negative; a refusal changes nothing; a finish or void
+// applies at most once; no refund exceeds what was paid; the in-flight
+// cap holds.
 func FuzzApplyBatch(f *testing.F) {
 	f.Add([]byte{0, 5, 1, 2, 3, 9, 40, 2, 200, 1}, uint16(300), uint8(2))
 	f.Add([]byte{1, 1, 1, 1, 3, 3, 3, 3, 0, 0}, uint16(1), uint8(1))
@@ -274,7 +276,7 @@ func FuzzApplyBatch(f *testing.F) {
 		now := t0
 		paid := map[string]float64{}
 		for i := 0; i+1 < len(prog) && i < 64; i += 2 {
-			kind := []opKind{opAdmit, opShadow, opFinish, opVoid, opPeek, opMove}[int(prog[i])%6]
+			kind := []opKind{opAdmit, opShadow, opFinish, opVoid, opPeek, opMove, opLease}[int(prog[i])%7]
 			id := string(rune('a' + prog[i+1]%4))
 			amount := float64(prog[i+1]) * micro / 16
 			if kind == opFinish || kind == opMove {
@@ -283,7 +285,7 @@ func FuzzApplyBatch(f *testing.F) {
 					amount = -paid[id] // geotoll never refunds more than was paid
 				}
 			}
-			before, wasOpen := refill(st.b, st.found, now, sh.rate, sh.capacity, sh.floor), st.open[id]
+			before, wasOpen := refill(st.b, st.found, now, sh.rate, sh.capacity-leasedAt(st, now), sh.floor), st.open[id]
 			_, open := st.open[id]
 			n := 0
 			if st.found && st.b.openExpires > now.ms() {
@@ -294,7 +296,7 @@ func FuzzApplyBatch(f *testing.F) {
 				t.Fatalf("op %d: tokens %v outside [-floor, capacity]", i, res.tokens)
 			}
 			switch {
-			case (kind == opAdmit || kind == opShadow) && res.status == stAdmitted:
+			case (kind == opAdmit || kind == opShadow || kind == opLease) && res.status == stAdmitted:
 				if res.tokens != before-amount {
 					t.Fatalf("op %d: admit of %v from %v left %v", i, amount, before, res.tokens)
 				}
@@ -307,12 +309,21 @@ func FuzzApplyBatch(f *testing.F) {
 					t.Fatalf("op %d (%c, status %d): tokens %v -> %v", i, kind, res.status, before, res.tokens)
 				}
 			case kind == opVoid && res.status == stAdmitted:
-				if !open || res.tokens != min(before+wasOpen.paid, sh.capacity) {
+				if !open || res.tokens != min(before+wasOpen.paid, sh.capacity-leasedAt(st, now)) {
 					t.Fatalf("op %d: void of %s (paid %v) took %v to %v", i, id, wasOpen.paid, before, res.tokens)
 				}
 			}
 			if (kind == opFinish || kind == opVoid || kind == opMove) && res.status == stAdmitted && !open {
 				t.Fatalf("op %d: %c of %s, which was not open, applied", i, kind, id)
+			}
+			leased, out := leasedAt(st, now), 0.0
+			for _, o := range st.open {
+				if o.lease && o.expiresMS > now.ms() {
+					out += o.paid
+				}
+			}
+			if leased < 0 || leased < out || res.tokens+leased > sh.capacity {
+				t.Fatalf("op %d (%c): %v tokens and %v leased (%v on open leases), capacity %v", i, kind, res.tokens, leased, out, sh.capacity)
 			}
 			if st.found && st.b.n > sh.max {
 				t.Fatalf("op %d: %d open, cap %d", i, st.b.n, sh.max)
@@ -323,6 +334,15 @@ func FuzzApplyBatch(f *testing.F) {
 			now = now.plus(int64(gapMS % 2000))
 		}
 	})
+}
+
+// leasedAt is what st's bucket counts as leased at now (nothing once
+// leasedUntil has passed).
+func leasedAt(st keyState, now clock) float64 {
+	if !st.found || st.b.leasedUntil <= now.ms() {
+		return 0
+	}
+	return st.b.leased
 }
 
 // TestApplyBatchKeepsAnExpiryExactlyNeeded: commit pushes a key's expiry
