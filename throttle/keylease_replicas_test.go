@@ -115,21 +115,19 @@ func TestBusyLeaseAtItsHoldCountsNoLonger(t *testing.T) {
 				}
 				long.Ticket.Settle(1)
 			}
-			for deadline := time.Now().Add(10 * time.Second); ; { // the hold ends
+			within(t, name+": the lease's hold ends", func() bool {
 				s.mu.Lock()
+				defer s.mu.Unlock()
 				ls := s.leases[bk.Key]
-				over := ls == nil || ls.done
-				s.mu.Unlock()
-				if over {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: the lease's hold never ended", name)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			sentWithin(t, s, bk.Key) // not Flush: that waits for the running request
-			datedBack(t, f, bk.Key)  // refilled to what Redis lets it hold
+				return ls == nil || ls.done
+			})
+			within(t, name+": nothing queued", func() bool { // not Flush: that waits for the running request
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				l := s.lanes[bk.Key]
+				return l == nil || (!l.busy && len(l.queue) == 0)
+			})
+			datedBack(t, f, bk.Key) // refilled to what Redis lets it hold
 			admitted := 0
 			var open []*Ticket
 			for range 100 {
@@ -155,21 +153,40 @@ func TestBusyLeaseAtItsHoldCountsNoLonger(t *testing.T) {
 	})
 }
 
-// sentWithin waits until nothing of key's caller is queued or on its way
-// to Redis, failing the test after 10 s.
-func sentWithin(t *testing.T, s *RedisStore, key string) {
+// within polls cond until it holds, failing the test as what after 10 s.
+func within(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		s.mu.Lock()
-		l := s.lanes[key]
-		quiet := l == nil || (!l.busy && len(l.queue) == 0)
-		s.mu.Unlock()
-		if quiet {
-			return
-		}
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: still queued after 10 s", key)
+			t.Fatalf("%s: not within 10 s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestStoredReadsABucketWithALeaseOut: Stored, which operators and the
+// chaos suite read buckets with, reads a record that counts leased tokens
+// (two more fields) as it reads any other.
+func TestStoredReadsABucketWithALeaseOut(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		bk := Bucket{Key: f.key("stored-leased"), Limit: Limit{Rate: slow.Rate, Capacity: 80}}
+		req := Request{Bucket: bk, Cost: 1, MaxInFlight: 64}
+		for range 2 { // the first shows the bucket, the second takes a lease
+			mustAdmit(t, f.store, req).Ticket.Settle(1)
+		}
+		within(t, "nothing queued", func() bool {
+			f.store.mu.Lock()
+			defer f.store.mu.Unlock()
+			l := f.store.lanes[bk.Key]
+			return l == nil || (!l.busy && len(l.queue) == 0)
+		})
+		raw, err := f.rdb.Get(context.Background(), bk.Key).Result()
+		if err != nil || len(strings.Fields(raw)) != 9 {
+			t.Fatalf("the bucket holds %q (%v), want a record with its lease counted", raw, err)
+		}
+		tok, open, found, err := Stored(context.Background(), f.rdb, bk.Key)
+		if err != nil || !found || open != 1 || tok >= 79 {
+			t.Fatalf("Stored of %q: %v tokens, %d open, found %v, %v", raw, tok, open, found, err)
+		}
+	})
 }
