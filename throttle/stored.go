@@ -23,7 +23,7 @@ func Stored(ctx context.Context, rdb redis.Cmdable, key string) (tokens float64,
 		return 0, 0, false, err
 	}
 	fields := strings.Fields(raw)
-	if len(fields) != 7 {
+	if len(fields) != 7 && len(fields) != 9 { // 9: with the tokens out on leases (admit.lua's KEYS[1])
 		return 0, 0, false, fmt.Errorf("throttle: bucket %q holds %q", key, raw)
 	}
 	u, err1 := strconv.ParseFloat(fields[0], 64)
