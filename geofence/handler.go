@@ -267,12 +267,14 @@ func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 	// What the head says wrong costs nothing, not even a failed-auth
 	// token: the query, its layer and its dry_run are read before the key.
 	// A layer not servable yet (503) is the server's state, not bad input:
-	// the body's own errors (415, 413…) still go first, as parseCheck
-	// finds it again.
+	// the body's own errors (415, 413…) still go first: parseCheck
+	// reports it after them.
+	var layer queryLayer
 	qs, err := parseQuery(r)
 	if err == nil {
-		if _, lerr := qs.containment(h.catalog); clientError(lerr) {
-			err = lerr
+		_, layer.given = qs["layer"]
+		if layer.c, layer.err = qs.containment(h.catalog); clientError(layer.err) {
+			err = layer.err
 		}
 	}
 	if err == nil {
@@ -285,7 +287,7 @@ func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 	if a, ok := h.gate.(Authenticator); ok && !a.Authenticate(w, r, KindCheck) {
 		return
 	}
-	q, err := h.parseCheck(w, r, qs)
+	q, err := h.parseCheck(w, r, layer)
 	if err != nil {
 		problem.Write(w, r, err)
 		return

@@ -155,10 +155,18 @@ func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
 	return q, nil
 }
 
-// parseCheck reads a check's layer (the query parameter in qs or the
-// body's "layer", not both) and its body (see requestBody).
-func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, qs query) (CheckQuery, error) {
-	_, inQuery := qs["layer"]
+// queryLayer is a check's ?layer=, looked up once: whether it was given,
+// and the layer or the error of its lookup.
+type queryLayer struct {
+	given bool
+	c     *Containment
+	err   error
+}
+
+// parseCheck reads a check's layer (the query's, looked up already, or
+// the body's "layer", not both) and its body (see requestBody).
+func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, fromQuery queryLayer) (CheckQuery, error) {
+	inQuery := fromQuery.given
 	body, err := requestBody(w, r, h.limits.MaxBodyBytes)
 	if err != nil {
 		return CheckQuery{}, err
@@ -174,7 +182,7 @@ func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, qs query) (
 	case b.HasLayer:
 		q.Layer, err = h.catalog.Containment(b.Layer)
 	default:
-		q.Layer, err = qs.containment(h.catalog)
+		q.Layer, err = fromQuery.c, fromQuery.err
 	}
 	return q, err
 }
