@@ -77,7 +77,9 @@
 --   refund < 0, ago µs before now), applied in order at the moments they
 --   happened — never before the bucket's own time — with the refill in
 --   between, before delta — only when the F or M closes its id, so that a
---   copy of it (a resend) replays nothing.
+--   copy of it (a resend) replays nothing. An L's id stops counting as
+--   leased before its replay: a token lease's give-back replays the
+--   refund of what it took, as of when it took it, then what it admitted.
 --   F, V and M of an id that is not open do nothing, so a repeated or late
 --   one never settles twice. Ids are geotoll's own (hex), never client text.
 --
@@ -359,6 +361,17 @@ for i = 9, nargs, 3 do
       end
     end
     local closed = not skip and not tomb and rcall('HDEL', okey, id) == 1
+    if closed and leased > 0 and rec then
+      -- A lease that is still counted: what it paid is no longer out —
+      -- before its replay, which gives it back as of when it was taken.
+      local p, x = match(rec, '^(%d+) (%d+) L$')
+      p, x = tonumber(p), tonumber(x)
+      if p and x and x > nowms then
+        leased = leased - p
+        if leased <= 0 then leased, luntil = 0, 0 end
+        top = capacity - leased
+      end
+    end
     if closed and replay then
       -- Each settlement of the replay at the moment it happened (ago µs
       -- before now, never before the bucket's own time), refilling in
@@ -397,16 +410,6 @@ for i = 9, nargs, 3 do
         if n <= 1 then fresh = true end -- it was the last: the hash went and came back
       else
         n = n - 1
-      end
-      if leased > 0 and rec then
-        -- A lease that is still counted: what it paid is no longer out.
-        local p, x = match(rec, '^(%d+) (%d+) L$')
-        p, x = tonumber(p), tonumber(x)
-        if p and x and x > nowms then
-          leased = leased - p
-          if leased <= 0 then leased, luntil = 0, 0 end
-          top = capacity - leased
-        end
       end
       if delta > 0 then
         tokens = tokens - delta

@@ -221,6 +221,15 @@ func (r *batchRun) finish(o op) int {
 		return stRefused
 	}
 	delete(r.st.open, o.id)
+	if r.leased > 0 && rec.lease && rec.expiresMS > r.nowMS {
+		// A lease that is still counted: what it paid is no longer out —
+		// before its replay, which gives it back as of when it was taken.
+		r.leased -= rec.paid
+		if r.leased <= 0 {
+			r.leased, r.leasedUntil = 0, 0
+		}
+		r.top = r.sh.capacity - r.leased
+	}
 	if o.replays() {
 		r.replay(o)
 	}
@@ -230,14 +239,6 @@ func (r *batchRun) finish(o op) int {
 		r.opened = true
 	} else {
 		r.n--
-	}
-	if r.leased > 0 && rec.lease && rec.expiresMS > r.nowMS {
-		// A lease that is still counted: what it paid is no longer out.
-		r.leased -= rec.paid
-		if r.leased <= 0 {
-			r.leased, r.leasedUntil = 0, 0
-		}
-		r.top = r.sh.capacity - r.leased
 	}
 	give, delta := 0.0, 0.0
 	if o.kind == opVoid {

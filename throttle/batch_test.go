@@ -135,6 +135,15 @@ func TestApplyBatch(t *testing.T) {
 			{5000, []op{peek}, []opResult{r(stAdmitted, 8)}},
 			{5000, []op{finish("L", -2)}, []opResult{r(stAdmitted, 10)}}, // its give-back lifts the cap first
 		}},
+		{"a lease's give-back counts it leased no more before its replay", testShape, []step{
+			{0, []op{lease("L", 4)}, []opResult{r(stAdmitted, 6)}},
+			{5000, []op{peek}, []opResult{r(stAdmitted, 6)}}, // refilled to the capacity less the lease
+			// Its 4 back as of when it took them (before the bucket's own
+			// time: at it), 3 spent 1 s ago: 6 → 10 → 7 → 9. Replayed under
+			// the lease's cap, the bucket would end at 5.
+			{5000, []op{{kind: opFinish, id: "L", replay: []replayed{{d: -4 * micro, agoUS: 10_000_000}, {d: 3 * micro, agoUS: 1_000_000}}}},
+				[]opResult{r(stAdmitted, 9)}},
+		}},
 		{"a lease counts until its entry expires", testShape, []step{
 			{0, []op{lease("L", 2)}, []opResult{r(stAdmitted, 8)}},
 			{29999, []op{peek}, []opResult{r(stAdmitted, 8)}},
@@ -262,7 +271,8 @@ func TestApplyBatchOpenHashExpiry(t *testing.T) {
 
 // FuzzApplyBatch holds the arithmetic to its invariants for any sequence
 // of operations: tokens stay in [-floor, capacity], and with what is
-// leased within the capacity; what is leased is never less than the open
+// leased within the capacity (a lease's give-back with a replay too);
+// what is leased is never less than the open
 // leases paid, nor negative; a refusal changes nothing; a finish or void
 // applies at most once; no refund exceeds what was paid; the in-flight
 // cap holds.
@@ -285,13 +295,20 @@ func FuzzApplyBatch(f *testing.F) {
 					amount = -paid[id] // geotoll never refunds more than was paid
 				}
 			}
+			var replay []replayed
+			if rec, ok := st.open[id]; ok && rec.lease && (kind == opFinish || kind == opMove) && prog[i+1]%2 == 1 {
+				// A token lease's give-back: what it took, back as of when
+				// it took it, then a settlement it made since.
+				replay = []replayed{{d: -rec.paid, agoUS: 1 << 40}, {d: float64(prog[i+1]) * micro / 8, agoUS: int64(gapMS%2000) * 500}}
+				amount = 0
+			}
 			before, wasOpen := refill(st.b, st.found, now, sh.rate, sh.capacity-leasedAt(st, now), sh.floor), st.open[id]
 			_, open := st.open[id]
 			n := 0
 			if st.found && st.b.openExpires > now.ms() {
 				n = st.b.n
 			}
-			res := applyBatch(&st, nil, sh, now, []op{{kind: kind, id: id, amount: amount}})[0]
+			res := applyBatch(&st, nil, sh, now, []op{{kind: kind, id: id, amount: amount, replay: replay}})[0]
 			if res.tokens < -sh.floor || res.tokens > sh.capacity {
 				t.Fatalf("op %d: tokens %v outside [-floor, capacity]", i, res.tokens)
 			}

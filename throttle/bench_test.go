@@ -159,11 +159,11 @@ func (m *redisTimer) baseline(b *testing.B, n int) float64 {
 // map client asks for many tiles at once (MapLibre: 6–16 in parallel), so
 // "16 clients" is the usual case; "1 client" is a client that never
 // overlaps its requests, once spending faster than its bucket refills
-// (leases admit its requests in process) and once slower (its bucket stays
-// full: every request is a call). "2 replicas" is such a client whose
-// requests alternate between two stores sharing its bucket, as geotoll
-// serve's with redis.replicas above 1: each taking leases of its own, and,
-// to compare, without leases (one call per request). It resets the Redis
+// and once slower (its bucket stays full); leases admit both in process.
+// "2 replicas" is such a client whose requests alternate between two
+// stores sharing its bucket, as geotoll serve's with redis.replicas above
+// 1: each taking leases of its own, and, to compare, without leases (one
+// call per request). It resets the Redis
 // server's statistics: run it alone (make bench does).
 func BenchmarkRedisTime(b *testing.B) {
 	m := newRedisTimer(b)
@@ -183,6 +183,8 @@ func BenchmarkRedisTime(b *testing.B) {
 		{"16 clients", 16, benchLimit, false, 0, 0},
 		{"2 replicas, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false, 2, 0},
 		{"2 replicas without leases, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false, 2, -1},
+		{"2 replicas, 1 client, slower than its refill", 1, benchLimit, false, 2, 0},
+		{"2 replicas without leases, 1 client, slower than its refill", 1, benchLimit, false, 2, -1},
 		{"sole, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, true, 0, 0},
 		{"sole, 1 client, slower than its refill", 1, benchLimit, true, 0, 0},
 		{"sole, 16 clients", 16, benchLimit, true, 0, 0},

@@ -30,15 +30,21 @@ import (
 // Its slot holds one request at a time: a request of the caller that
 // arrives while the lease's slot is taken goes to Redis as usual (it
 // shares a batch with the caller's other requests there). Settlements of
-// the requests it admitted change what it holds, in process; what is left
-// goes back to the bucket when the lease ends, with the next call of the
-// caller: when it cannot pay a request, after LeaseHold, when a request of
-// the caller is refused, or at Flush. Should this process die, the slot
-// comes back with the request TTL and the unspent tokens are lost, as a
-// crashed request's price is. The call that asks for a lease keeps its
-// operations open for LeaseHold (and the call's timeout) longer than the
-// request TTL, so that the lease's slot outlives every request admitted
-// on it.
+// the requests it admitted change what it holds, in process, and are
+// recorded with their moments (spendLocked); the lease goes back when it
+// ends, with the next call of the caller: when it cannot pay a request,
+// after 2×LeaseRequests requests, after LeaseHold, when a request of the
+// caller is refused, or at Flush. Its give-back (admit.lua's F, or M)
+// hands back what it took as of when it took it and replays the record
+// at those moments, as a Sole lease's does: the bucket ends as if each
+// request had been sent at once — no earlier than the bucket's last write,
+// should another write of the caller's (another replica's) reach Redis
+// meanwhile: the caller then loses refill, never gains it. Should this
+// process die, the slot comes back with the request TTL and the unspent
+// tokens are lost, as a crashed request's price is. The call that asks
+// for a lease keeps its operations open for LeaseHold (and the call's
+// timeout) longer than the request TTL, so that the lease's slot outlives
+// every request admitted on it.
 //
 // What it changes, as replicas see it: while a lease lives, other replicas
 // see its tokens spent and its slot taken — at most the smaller of
@@ -49,18 +55,18 @@ import (
 // with a replica that died: meanwhile no refill and no refund — whichever
 // replica sends it — fills the bucket beyond its capacity less what is
 // leased, so that the bucket and the leases out together never hold more
-// than the capacity. A refund of the holder's own that would fill it that
-// far ends the lease first, in the same call (beforeFinishLocked); one
-// whose hold ends while it runs a request hands its tokens back at once
-// by a move (expire); and the lease is taken only when the refill within
-// LeaseHold stops short of it (leaseSizeLocked, which knows this
-// replica's lease, not another's). A refund by another replica, or
-// another replica's lease, can still bring the bucket to that brim, and
-// its refill is then cut short for what the lease has spent until it goes
-// back (at most LeaseHold): the caller loses refill, never gains it. On
-// the replica that holds it, a lease changes no decision but in that
-// case: a request its tokens cannot pay goes to Redis with the lease given back
-// first in the same call, and a request Redis refuses (or shadows) for
+// than the capacity. The refill that cap holds back while the lease is
+// out comes back with its give-back's replay, so a caller whose bucket
+// stays full is leased too. A refund of the holder's own (of a request
+// Redis admitted) that would fill the bucket that far ends the lease
+// first, in the same call (beforeFinishLocked), as its replay would come
+// after it; one whose hold ends while it runs a request hands its tokens
+// back at once by a move (expire). A refund by another replica can still
+// bring the bucket to that brim, and is then cut short for what the lease
+// holds: the caller loses, never gains. On the replica that holds it, a
+// lease changes no decision but in that case: a request its tokens cannot
+// pay goes to Redis with the lease given back first in the same call, and
+// a request Redis refuses (or shadows) for
 // want of what the lease holds is asked again at once with the lease's
 // tokens handed back (see retire).
 type keyLease struct {
@@ -105,12 +111,9 @@ type keyLease struct {
 // leaseSize is the tokens a lease for a request of cost takes (in
 // micro-tokens), or 0 when no lease is to be taken: without leases, for a
 // shadow request, for one with an aggregate bucket (shared with other
-// callers, whose refusals would not know of the lease), when the caller's bucket was not seen lately or cannot
-// pay it, or when the bucket and the lease together would pass the
-// capacity within LeaseHold with nothing spent (Redis stops the refill of
-// a bucket with a lease out at its capacity less the lease, and one that
-// reached it would lose refill for what the lease spent: such a caller
-// spends slower than its refill, and keeps paying one call per request).
+// callers, whose refusals would not know of the lease), or when the
+// caller's bucket was not seen lately or cannot pay the request and the
+// lease.
 //
 // A Sole store's lease takes one micro-token (an admit must spend
 // something), whenever the bucket can pay the request and one more like it.
@@ -136,10 +139,8 @@ func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 		return 1
 	}
 	size := math.Min(float64(s.opts.LeaseRequests)*cost, math.Floor(sh.capacity/8))
-	now := time.Now()
-	after := refilledMicro(seen.tokens, seen.at, now, sh) - cost
-	brim := after + math.Floor(s.opts.LeaseHold.Seconds()*sh.rate)
-	if size < cost || after < size || brim > sh.capacity {
+	after := refilledMicro(seen.tokens, seen.at, time.Now(), sh) - cost
+	if size < cost || after < size {
 		return 0
 	}
 	return size
@@ -190,10 +191,8 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 		s.mu.Unlock()
 		return Admission{}, false
 	}
-	if ls.sole {
-		ls.spendLocked(seen, now, cost)
-		ls.count++
-	}
+	ls.spendLocked(seen, now, cost)
+	ls.count++
 	ls.left -= cost
 	ls.busy = true
 	remaining, id := ls.remaining(seen, now), ls.id
@@ -208,15 +207,15 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 }
 
 // pays reports whether the lease may admit a request of cost now. One
-// that took tokens pays from them, unless the bucket and it together
-// would hold more than the capacity (brimmed). A sole one admits up to
+// that took tokens pays from them, up to 2×LeaseRequests requests (its
+// give-back replays each). A sole one admits up to
 // LeaseRequests requests while the bucket surely holds their price
 // (floorAt).
 func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 	if ls.sole {
 		return ls.count < ls.s.opts.LeaseRequests && ls.floorAt(seen, now) >= cost
 	}
-	return ls.left >= cost && !ls.brimmed(seen, now) && ls.estimate(seen, now)+ls.left >= cost
+	return ls.count < 2*ls.s.opts.LeaseRequests && ls.left >= cost && ls.estimate(seen, now)+ls.left >= cost
 }
 
 // floorAt is, in micro-tokens, the least a Sole store's caller's bucket
@@ -261,7 +260,29 @@ func (ls *keyLease) replayed(seen seenBucket, now time.Time) float64 {
 // nothing: the bucket surely stays below its capacity from then to now
 // (with a refund applied early, too) and above its debt floor. A caller
 // that spends faster than its bucket refills so sends a short replay too.
+//
+// A lease that took tokens records every settlement too, and knows nothing
+// of the other replicas' writes: it forgets none, and moves one only where
+// that changes nothing, whatever those writes were — a refund into the
+// settlement before it, applied at that one's moment: the refill between
+// the two fills the bucket as far either way, and a refund applied
+// earlier leaves no more after anything else. Its record so holds one
+// settlement per request it admitted, and a debit per request that cost
+// more than it paid, which ends the lease: it admits 2×LeaseRequests at
+// most (pays), and a record of 4×LeaseRequests (the debits of the
+// caller's other requests it paid) ends it too.
 func (ls *keyLease) spendLocked(seen seenBucket, now time.Time, d float64) {
+	if !ls.sole {
+		if n := len(ls.spends); n > 0 && d < 0 {
+			ls.spends[n-1].d += d
+			return
+		}
+		ls.spends = append(ls.spends, spend{d: d, at: now})
+		if len(ls.spends) >= 4*ls.s.opts.LeaseRequests {
+			ls.done = true
+		}
+		return
+	}
 	if len(ls.spends) > 0 && ls.owed == 0 && ls.s.quietLocked(ls) && ls.replayed(seen, now) >= ls.sh.capacity {
 		for _, x := range ls.spends {
 			ls.left += x.d // no longer owed by the lease: its replay goes
@@ -299,7 +320,7 @@ func (ls *keyLease) joins(seen seenBucket, now time.Time, d float64) bool {
 // remaining estimates, in micro-tokens, what the caller's bucket would
 // hold now with the lease given back.
 func (ls *keyLease) remaining(seen seenBucket, now time.Time) float64 {
-	return math.Max(ls.estimate(seen, now)+ls.left, -ls.sh.floor)
+	return min(max(ls.estimate(seen, now)+ls.left, -ls.sh.floor), ls.sh.capacity)
 }
 
 // estimate is the bucket as last seen (dated when the call that showed it
@@ -315,14 +336,6 @@ func (ls *keyLease) estimate(seen seenBucket, now time.Time) float64 {
 	return math.Max(b, -ls.sh.floor)
 }
 
-// brimmed reports whether the bucket and the lease together would hold
-// more than the capacity: a bucket without the lease would have stopped
-// refilling there, so the lease may not admit (a request then goes to
-// Redis with the lease given back first).
-func (ls *keyLease) brimmed(seen seenBucket, now time.Time) bool {
-	return ls.estimate(seen, now)+ls.left > ls.sh.capacity
-}
-
 // finish implements finisher for a request admitted on the lease: its
 // settlement changes what the lease holds, and its slot is free again. A
 // lease that is done is given back now.
@@ -330,7 +343,7 @@ func (ls *keyLease) finish(_ *Ticket, delta float64) {
 	s := ls.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ls.sole && delta != 0 { // replayed at its moment with the lease's give-back
+	if delta != 0 { // replayed at its moment with the lease's give-back
 		ls.spendLocked(s.seen[ls.key], time.Now(), delta)
 	}
 	ls.left -= delta
@@ -547,7 +560,7 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 	for _, x := range ls.spends { // replayed at their moments, before delta
 		delta -= x.d
 	}
-	if ls.sole && delta != 0 {
+	if delta != 0 {
 		// What the lease took goes back as of when it was taken, first: a
 		// bucket at its capacity then keeps no more than its capacity.
 		p.spends = append([]spend{{d: delta, at: ls.grantAt}}, p.spends...)

@@ -18,8 +18,7 @@ func unrefilled(tokens float64) seenBucket {
 }
 
 // TestLeaseSize: the lease a request asks for, from the caller's bucket as
-// last seen — none when the bucket cannot pay the request and the lease,
-// or when the two would pass the capacity within LeaseHold.
+// last seen — none when the bucket cannot pay the request and the lease.
 func TestLeaseSize(t *testing.T) {
 	const key = "k"
 	cases := []struct {
@@ -34,8 +33,8 @@ func TestLeaseSize(t *testing.T) {
 		{name: "pays the request and the lease", leaseReq: 4, rate: 1, bucket: 50, want: 4},
 		{name: "pays exactly the request and the lease", leaseReq: 4, rate: 1e-6, bucket: 5, want: 4},
 		{name: "short of the lease by half a request", leaseReq: 4, rate: 1e-6, bucket: 4.5},
-		{name: "would refill past the capacity within LeaseHold", leaseReq: 4, rate: 10, bucket: 95},
-		{name: "refills to the capacity exactly within LeaseHold", leaseReq: 4, rate: 10, bucket: 91, want: 4},
+		{name: "a full bucket", leaseReq: 4, rate: 10, bucket: 100, want: 4},
+		{name: "would refill past the capacity within LeaseHold", leaseReq: 4, rate: 10, bucket: 95, want: 4},
 		{name: "an eighth of the capacity at most", leaseReq: 40, rate: 1e-6, bucket: 50, want: 12.5},
 		{name: "a lease of one request", leaseReq: 1, rate: 1e-6, bucket: 50, want: 1},
 		{name: "without leases", leaseReq: -1, rate: 1e-6, bucket: 50},
@@ -71,19 +70,55 @@ func TestLeaseRefilledMicro(t *testing.T) {
 	}
 }
 
-// TestLeaseBrimmed: a lease stops admitting once the bucket and the lease
-// together would hold more than the capacity — not when they hold it
-// exactly.
-func TestLeaseBrimmed(t *testing.T) {
-	ls := &keyLease{sh: shape{rate: 1, capacity: toMicro(100)}}
-	for _, c := range []struct {
-		bucket, left float64
-		want         bool
-	}{{50, 10, false}, {90, 10, false}, {95, 10, true}, {100, 0.5, true}} {
-		ls.left = toMicro(c.left)
-		if got := ls.brimmed(unrefilled(c.bucket), time.Now()); got != c.want {
-			t.Errorf("bucket %v, lease %v, capacity 100: brimmed %v, want %v", c.bucket, c.left, got, c.want)
-		}
+// TestTokenLeaseRecord: a lease that took tokens records what it admitted
+// and settled for its give-back to replay, moving a settlement only where
+// that changes nothing: a refund into the settlement before it. A record
+// of 4×LeaseRequests ends it. Its give-back hands what it took back as of
+// when it took it, first, then replays the record, and settles nothing
+// more.
+func TestTokenLeaseRecord(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	type settle struct {
+		ms int
+		d  float64 // tokens, a debit when positive
+	}
+	cases := []struct {
+		name    string
+		settles []settle
+		want    []spend // tokens
+		done    bool
+	}{
+		{"a request and its refund", []settle{{1, 3}, {2, -1}}, []spend{{2, at(1)}}, false},
+		{"two requests", []settle{{1, 3}, {2, -1}, {3, 3}, {4, -3}}, []spend{{2, at(1)}, {0, at(3)}}, false},
+		{"a debit after the request", []settle{{1, 3}, {2, 1}}, []spend{{3, at(1)}, {1, at(2)}}, false},
+		{"four debits: a record of 4×LeaseRequests", []settle{{1, 1}, {2, 1}, {3, -0.5}, {4, 1}, {5, 1}},
+			[]spend{{1, at(1)}, {0.5, at(2)}, {1, at(4)}, {1, at(5)}}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &RedisStore{opts: RedisOptions{LeaseRequests: 1}}
+			ls := &keyLease{s: s, sh: shape{rate: toMicro(1), capacity: toMicro(100)}, size: toMicro(10), left: toMicro(10), grantAt: at(0)}
+			for _, x := range c.settles {
+				ls.spendLocked(seenBucket{}, at(x.ms), toMicro(x.d))
+				ls.left -= toMicro(x.d)
+			}
+			if len(ls.spends) != len(c.want) {
+				t.Fatalf("a record of %d settlements, want %d", len(ls.spends), len(c.want))
+			}
+			for i, w := range c.want {
+				if got := ls.spends[i]; got.d != toMicro(w.d) || !got.at.Equal(w.at) {
+					t.Fatalf("record %d of %d: %v tokens at +%v, want %v at +%v", i, len(ls.spends), fromMicro(got.d), got.at.Sub(t0), w.d, w.at.Sub(t0))
+				}
+			}
+			if ls.done != c.done {
+				t.Fatalf("done %v, want %v", ls.done, c.done)
+			}
+			back := ls.handBack(opFinish)
+			if back.op.amount != 0 || len(back.spends) != len(c.want)+1 || back.spends[0].d != -toMicro(10) || !back.spends[0].at.Equal(at(0)) {
+				t.Fatalf("give-back %+v with %v: want the 10 taken back at +0 first, then the record, and no delta", back.op, back.spends)
+			}
+		})
 	}
 }
 

@@ -190,3 +190,48 @@ func TestStoredReadsABucketWithALeaseOut(t *testing.T) {
 		}
 	})
 }
+
+// TestFullBucketCallerIsLeasedOnEveryReplica: a caller whose requests
+// come slower than its bucket refills, sent to two replicas in turn, is
+// admitted on leases — a call per many requests, not one per request —
+// and its bucket ends where the in-process store's does: each lease's
+// give-back replays what it admitted at the moments it did, so the
+// bucket's cap while the lease is out costs no refill (beyond what the
+// other replica's writes cut off), and gains none.
+func TestFullBucketCallerIsLeasedOnEveryReplica(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		replicas := []*RedisStore{
+			NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second}),
+			NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second}),
+		}
+		mem := NewMemoryStore(MemoryOptions{})
+		bk := Bucket{Key: f.key("full-on-replicas"), Limit: Limit{Rate: 50, Capacity: 100}}
+		req := Request{Bucket: bk, Cost: 1, MaxInFlight: 8}
+		const n = 300
+		for i := range n {
+			got, want := mustAdmit(t, replicas[i%2], req), mustAdmit(t, mem, req)
+			if !got.Allowed || !want.Allowed {
+				t.Fatalf("request %d: replica %+v, in-process %+v", i, got, want)
+			}
+			got.Ticket.Settle(0.05)
+			want.Ticket.Settle(0.05)
+			time.Sleep(2 * time.Millisecond)
+		}
+		calls, leases := 0, 0
+		for _, r := range replicas {
+			st := r.Stats()
+			calls, leases = calls+int(st.Calls), leases+int(st.Leases)
+		}
+		if leases < 2 || float64(calls)/n > 0.25 {
+			t.Errorf("%d calls for %d requests (%d leases): want at most a call per 4 requests", calls, n, leases)
+		}
+		for _, r := range replicas {
+			flushWithin(t, r)
+		}
+		got, want := mustPeek(t, replicas[0], bk).Remaining, mustPeek(t, mem, bk).Remaining
+		if got > want+0.05 || got < want-1 {
+			t.Errorf("bucket after the leases went back: %v; in-process %v", got, want)
+		}
+	})
+}

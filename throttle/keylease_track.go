@@ -97,6 +97,9 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 		ls.done = true
 	case delta > 0 && ls.busy:
 		x := min(delta, max(ls.left, 0))
+		if x > 0 {
+			ls.spendLocked(s.seen[ls.key], time.Now(), x)
+		}
 		ls.left -= x
 		delta -= x
 	case delta > 0:

@@ -405,7 +405,7 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	retry := time.Now().Add(s.opts.RetryInterval)
 	replays := false // what a Sole store's lease admitted, not in Redis yet
 	for _, p := range batch {
-		replays = replays || len(p.spends) > 0
+		replays = replays || (len(p.spends) > 0 && s.opts.Sole)
 		switch p.op.kind {
 		case opPeek: // changes nothing: its caller gets the error
 			p.failed <- err
