@@ -58,10 +58,10 @@ import (
 // than the capacity. The refill that cap holds back while the lease is
 // out comes back with its give-back's replay, so a caller whose bucket
 // stays full is leased too. A refund of the holder's own (of a request
-// Redis admitted) that would fill the bucket that far ends the lease
-// first, in the same call (beforeFinishLocked), as its replay would come
-// after it; one whose hold ends while it runs a request hands its tokens
-// back at once by a move (expire). A refund by another replica can still
+// Redis admitted) that would fill the bucket that far rides with the
+// lease's give-back instead, replayed at its moment (beforeFinishLocked);
+// a lease whose hold ends while it runs a request hands its tokens back
+// at once by a move (expire). A refund by another replica can still
 // bring the bucket to that brim, and is then cut short for what the lease
 // holds: the caller loses, never gains. On the replica that holds it, a
 // lease changes no decision but in that case: a request its tokens cannot
@@ -85,6 +85,11 @@ type keyLease struct {
 	// admitted in process, and the checks that admit them, estimate the
 	// bucket from the two.
 	coming float64
+
+	// ext is the refunds of the caller's other requests its record
+	// carries (negative): neither it nor the bucket holds them until its
+	// give-back replays them (beforeFinishLocked).
+	ext float64
 
 	// sole: taken by a Sole store — it took a micro-token, admits against
 	// the bucket itself (floorAt), and replays what it admitted (spends)
@@ -320,7 +325,7 @@ func (ls *keyLease) joins(seen seenBucket, now time.Time, d float64) bool {
 // remaining estimates, in micro-tokens, what the caller's bucket would
 // hold now with the lease given back.
 func (ls *keyLease) remaining(seen seenBucket, now time.Time) float64 {
-	return min(max(ls.estimate(seen, now)+ls.left, -ls.sh.floor), ls.sh.capacity)
+	return min(max(ls.estimate(seen, now)+ls.left-ls.ext, -ls.sh.floor), ls.sh.capacity)
 }
 
 // estimate is the bucket as last seen (dated when the call that showed it
@@ -560,6 +565,7 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 	for _, x := range ls.spends { // replayed at their moments, before delta
 		delta -= x.d
 	}
+	delta += ls.ext // replayed, and never held
 	if delta != 0 {
 		// What the lease took goes back as of when it was taken, first: a
 		// bucket at its capacity then keeps no more than its capacity.
@@ -567,7 +573,8 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 		delta = 0
 	}
 	ls.spends = nil
-	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
+	ls.handed, ls.gen = max(ls.left-ls.ext, 0), ls.gen+1
+	ls.ext = 0
 	p.op = op{kind: kind, id: ls.id, amount: delta}
 	return p
 }

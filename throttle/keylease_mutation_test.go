@@ -122,6 +122,38 @@ func TestTokenLeaseRecord(t *testing.T) {
 	}
 }
 
+// TestTokenLeaseCarriesAnotherRequestsRefund: a refund of the caller's
+// request that Redis admitted, which would fill the bucket to what Redis
+// lets it hold while the lease is out, joins the lease's record: the lease
+// cannot spend it, its give-back replays it, and hands back what it took
+// and that refund.
+func TestTokenLeaseCarriesAnotherRequestsRefund(t *testing.T) {
+	t0 := time.Now()
+	s := &RedisStore{opts: RedisOptions{LeaseRequests: 4}, seen: map[string]seenBucket{}, leases: map[string]*keyLease{}, lanes: map[string]*lane{}}
+	sh := shape{rate: toMicro(1), capacity: toMicro(100)}
+	s.seen["k"] = seenBucket{tokens: toMicro(90), at: t0, recv: t0, rate: sh.rate, capacity: sh.capacity}
+	ls := &keyLease{s: s, key: "k", sh: sh, size: toMicro(10), left: toMicro(10), granted: true, grantAt: t0}
+	s.leases["k"] = ls
+	ls.spendLocked(seenBucket{}, t0.Add(time.Millisecond), toMicro(3))
+	ls.left -= toMicro(3)
+	if d := s.beforeFinishLocked(ls, &pending{}, -toMicro(2)); d != 0 {
+		t.Fatalf("the other request's refund at the brim: sent %v, want 0 (carried by the lease)", fromMicro(d))
+	}
+	if ls.left != toMicro(7) || ls.done {
+		t.Fatalf("the lease holds %v (done %v), want 7: it cannot spend the refund", fromMicro(ls.left), ls.done)
+	}
+	if got := ls.remaining(s.seen["k"], t0); got != toMicro(99) {
+		t.Fatalf("remaining %v, want 99: the bucket, the lease, and the refund", fromMicro(got))
+	}
+	back := ls.handBack(opFinish)
+	if back.op.amount != 0 || len(back.spends) != 2 || back.spends[0].d != -toMicro(10) || back.spends[1].d != toMicro(1) {
+		t.Fatalf("give-back %+v with %v: want the 10 taken, then 3 spent less the 2 refunded", back.op, back.spends)
+	}
+	if ls.handed != toMicro(9) {
+		t.Fatalf("handed back %v, want 9", fromMicro(ls.handed))
+	}
+}
+
 // TestLeaseHoldAndTTLExtra: a lease admits for LeaseHold, or half the
 // request TTL when that is shorter; only a call that asks for a lease
 // keeps its operations open for the hold and the call's timeout longer.

@@ -55,7 +55,7 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 	}
 	switch r.status {
 	case stRefused, stShadow:
-		if ls != nil && ls.left > 0 && r.tokens+ls.left >= cost {
+		if hold := ls.holds(); ls != nil && hold > 0 && r.tokens+hold >= cost {
 			return ls
 		}
 		if then != nil && then.handed > 0 && r.tokens+then.handed >= cost {
@@ -78,19 +78,17 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 // it, a busy one pays what it holds, and one not yet granted is given back
 // ahead of it once granted. A refund that would fill the bucket up to
 // what Redis lets it hold while the lease is out (its capacity less what
-// the lease took: admit.lua's leased) ends the lease ahead of it — given
-// back if idle, its tokens handed back by a move if busy — so that the
-// bucket's refill is not cut short for what the lease has spent.
+// the lease took: admit.lua's leased) rides with the lease's give-back
+// instead, in its record (ext), replayed at its moment once the lease
+// counts no more: the finish closes the request alone, and neither the
+// bucket nor the lease holds the refund meanwhile.
 func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
 	switch {
 	case ls.sole: // holds no tokens: the debit is on its way (owed), nothing more
 	case delta < 0 && ls.granted && !ls.done && ls.estimate(s.seen[ls.key], time.Now())-delta+ls.size >= ls.sh.capacity:
-		ls.done = true
-		if !ls.busy {
-			s.giveBackLocked(ls)
-		} else {
-			_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
-		}
+		ls.spendLocked(s.seen[ls.key], time.Now(), delta)
+		ls.ext += delta
+		delta = 0
 	case delta > 0 && !ls.granted && ls.ask != nil && !ls.ask.sent:
 		s.unaskLocked(ls) // not asked yet: not asked at all
 	case delta > 0 && !ls.granted:
@@ -127,6 +125,15 @@ func (s *RedisStore) unaskLocked(ls *keyLease) {
 	}
 	ls.ask = nil
 	s.dropLocked(ls)
+}
+
+// holds is what the lease hands back: what it holds, and the refunds its
+// record carries. 0 for nil.
+func (ls *keyLease) holds() float64 {
+	if ls == nil {
+		return 0
+	}
+	return ls.left - ls.ext
 }
 
 // arrived counts a finish's settlement as no longer on its way: Redis has
