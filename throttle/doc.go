@@ -64,15 +64,17 @@
 //     together in the next, with the settlements and releases of earlier
 //     requests. A request costs at most one call on its client's path, a
 //     burst of N far fewer than N, and finishing costs the client nothing.
-//   - A caller whose requests come one after another, faster than its
-//     bucket refills, is admitted in process on a lease (keylease.go):
-//     tokens for several requests and one in-flight slot, taken with a
-//     request's call as an admitted request of its own, and given back
-//     with a later one. On the replica that holds it a lease changes no
-//     decision, but that its refill may be cut short while other replicas
-//     refund or lease (below); other replicas see it spent until it is
-//     back, and Redis lets no refill or refund fill the bucket beyond its
-//     capacity less the leases out (admit.lua's L).
+//   - A caller whose requests come one after another is admitted in
+//     process on a lease (keylease.go): tokens for several requests and
+//     one in-flight slot, taken with a request's call as an admitted
+//     request of its own, and given back with a later one, which replays
+//     each price and settlement at its moment. On the replica that holds
+//     it a lease changes no decision; other replicas see it spent until
+//     it is back, and Redis lets no refill or refund fill the bucket
+//     beyond its capacity less the leases out (admit.lua's L) — the
+//     replay brings back the refill that cap held back, but for what
+//     another replica's writes meanwhile cut short (the caller loses,
+//     never gains).
 //   - The clock is Redis's own TIME, read inside the script: replica clock
 //     skew cannot smear the refill.
 //   - Amounts are whole micro-tokens and times whole microseconds, so the

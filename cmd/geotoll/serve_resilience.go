@@ -102,10 +102,11 @@ func (c RedisConfig) client() (redis.UniversalClient, error) {
 }
 
 // leases is the RedisStore's LeaseRequests: none (-1) when lease_requests
-// is 0. With other processes sharing the budgets (replicas > 1) the leases
-// carry tokens: Redis counts them as leased while they are out, and no
-// refund or refill by any replica fills a bucket beyond its capacity less
-// them, so a lease never admits past the capacity.
+// is 0. The leases carry tokens: Redis counts them as leased while they
+// are out, and no refund or refill by any replica fills a bucket beyond
+// its capacity less them, so a lease never admits past the capacity; a
+// lease's give-back replays what it admitted at its moments, so the
+// bucket's cap meanwhile costs no refill.
 func (c RedisConfig) leases() int {
 	if c.LeaseRequests <= 0 {
 		return -1
@@ -113,13 +114,13 @@ func (c RedisConfig) leases() int {
 	return c.LeaseRequests
 }
 
-// storeOptions are the RedisStore's options: on a process that shares its
-// budgets with no other, Sole leases, which take no tokens ahead and
-// replay what they admitted at its moments; with several replicas,
-// token-carrying ones.
+// storeOptions are the RedisStore's options: token-carrying leases with
+// any number of replicas. (A Sole store's leases, which take no tokens
+// ahead, are safe on one replica only, and cost Redis more time per
+// request in every case BenchmarkRedisTime measures.)
 func (c RedisConfig) storeOptions() throttle.RedisOptions {
 	return throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
-		LeaseRequests: c.leases(), LeaseHold: c.LeaseHold, Sole: c.Replicas <= 1}
+		LeaseRequests: c.leases(), LeaseHold: c.LeaseHold}
 }
 
 // openRedis makes Redis the toll's budget store — through a Failover, with
@@ -134,9 +135,6 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 	m.Redis = rdb
 	if err := traceRedis(m.Tracing, rdb); err != nil {
 		return nil, fmt.Errorf("redis tracing: %w", err)
-	}
-	if c.LeaseRequests > 0 && c.Replicas > 1 {
-		m.Logger.Info("token-carrying leases: redis.replicas says other processes share the budgets", "replicas", c.Replicas)
 	}
 	m.budgets = throttle.NewRedisStore(rdb, c.storeOptions())
 	m.failover = &throttle.Failover{Primary: m.budgets, Local: local, Mode: throttle.FailMode(c.FailMode), Replicas: c.Replicas,

@@ -261,19 +261,19 @@ func TestREADMEConfigExample(t *testing.T) {
 	}
 }
 
-// A process that shares its budgets with no other (redis.replicas 1)
-// takes Sole leases; with several replicas it takes token-carrying ones,
-// whose tokens Redis counts as leased while they are out, so that a refund
+// Every process takes token-carrying leases, one replica or several:
+// their tokens Redis counts as leased while they are out, so that a refund
 // by another replica cannot fill the bucket beyond its capacity less them
-// (throttle's TestLeaseAndAnotherReplicasRefundsStayWithinTheCapacity).
-// lease_requests 0 takes none.
-func TestSoleLeasesOnlyOnOneReplica(t *testing.T) {
+// (throttle's TestLeaseAndAnotherReplicasRefundsStayWithinTheCapacity),
+// and their give-back replays what they admitted at its moments (throttle's
+// TestFullBucketCallerIsLeasedOnEveryReplica). lease_requests 0 takes none.
+func TestTokenLeasesOnEveryReplica(t *testing.T) {
 	for _, c := range []struct{ requests, replicas, want int }{
 		{8, 1, 8}, {8, 0, 8}, {8, 2, 8}, {8, 16, 8}, {0, 1, -1}, {0, 3, -1},
 	} {
 		r := RedisConfig{LeaseRequests: c.requests, Replicas: c.replicas}
-		if got := r.storeOptions(); got.LeaseRequests != c.want || got.Sole != (c.replicas <= 1) {
-			t.Errorf("lease_requests %d, replicas %d: leases %d (sole %v), want %d (sole on one replica only)", c.requests, c.replicas, got.LeaseRequests, got.Sole, c.want)
+		if got := r.storeOptions(); got.LeaseRequests != c.want || got.Sole {
+			t.Errorf("lease_requests %d, replicas %d: leases %d (sole %v), want %d token-carrying", c.requests, c.replicas, got.LeaseRequests, got.Sole, c.want)
 		}
 	}
 }
