@@ -174,25 +174,21 @@ func BenchmarkRedisTime(b *testing.B) {
 		name    string
 		clients int
 		limit   Limit
-		sole    bool // the store as geotoll serve makes it on one replica
-		stores  int  // the client's requests alternate between this many stores (0: 1)
-		leases  int  // RedisOptions.LeaseRequests (0: the default; -1: none)
+		stores  int // the client's requests alternate between this many stores (0: 1)
+		leases  int // RedisOptions.LeaseRequests (0: the default; -1: none)
 	}{
-		{"1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false, 0, 0},
-		{"1 client, slower than its refill", 1, benchLimit, false, 0, 0},
-		{"16 clients", 16, benchLimit, false, 0, 0},
-		{"2 replicas, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false, 2, 0},
-		{"2 replicas without leases, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, false, 2, -1},
-		{"2 replicas, 1 client, slower than its refill", 1, benchLimit, false, 2, 0},
-		{"2 replicas without leases, 1 client, slower than its refill", 1, benchLimit, false, 2, -1},
-		{"sole, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, true, 0, 0},
-		{"sole, 1 client, slower than its refill", 1, benchLimit, true, 0, 0},
-		{"sole, 16 clients", 16, benchLimit, true, 0, 0},
+		{"1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, 0, 0},
+		{"1 client, slower than its refill", 1, benchLimit, 0, 0},
+		{"16 clients", 16, benchLimit, 0, 0},
+		{"2 replicas, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, 2, 0},
+		{"2 replicas without leases, 1 client, faster than its refill", 1, Limit{Rate: 100, Capacity: 1e9}, 2, -1},
+		{"2 replicas, 1 client, slower than its refill", 1, benchLimit, 2, 0},
+		{"2 replicas without leases, 1 client, slower than its refill", 1, benchLimit, 2, -1},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			stores := make([]*RedisStore, max(c.stores, 1))
 			for i := range stores {
-				stores[i] = NewRedisStore(m.rdb, RedisOptions{Timeout: time.Second, Sole: c.sole, LeaseRequests: c.leases})
+				stores[i] = NewRedisStore(m.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: c.leases})
 			}
 			key := BucketKey(pre, "bench", c.name)
 			b.Cleanup(func() { m.rdb.Del(context.Background(), key, OpenKey(key)) })

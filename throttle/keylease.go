@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"math"
-	"slices"
 	"time"
 )
 
@@ -11,21 +10,6 @@ import (
 // request of its own (its id in the caller's open hash) and spent in
 // process. A caller whose requests do not overlap so costs one script call
 // per LeaseRequests requests instead of one per request.
-//
-// A Sole store's lease (sole) takes one micro-token and the slot, and
-// admits up to LeaseRequests requests while the bucket — as Redis last
-// showed it, less the debits on their way and what the lease admitted —
-// surely pays them (floorAt). It records each request's price and
-// settlement with its moment, and its give-back (or move) replays them in
-// Redis at those moments (admit.lua), so that the bucket ends as if each
-// had been sent at once — no earlier than the bucket's last write, should
-// another settlement of the caller reach Redis meanwhile (the caller then
-// loses refill, never gains it): a bucket at its capacity loses no refill,
-// and a caller whose bucket stays full is leased too. A request of the
-// caller that goes to Redis ends the lease first, in the same call, and
-// goes after any give-back waiting for its retry; a failed give-back fails
-// the admits queued behind it. The rest of this comment is about the
-// leases of a store that is not Sole.
 //
 // Its slot holds one request at a time: a request of the caller that
 // arrives while the lease's slot is taken goes to Redis as usual (it
@@ -36,7 +20,7 @@ import (
 // after 2×LeaseRequests requests, after LeaseHold, when a request of the
 // caller is refused, or at Flush. Its give-back (admit.lua's F, or M)
 // hands back what it took as of when it took it and replays the record
-// at those moments, as a Sole lease's does: the bucket ends as if each
+// at those moments (admit.lua's replay): the bucket ends as if each
 // request had been sent at once — no earlier than the bucket's last write,
 // should another write of the caller's (another replica's) reach Redis
 // meanwhile: the caller then loses refill, never gains it. Should this
@@ -91,13 +75,10 @@ type keyLease struct {
 	// give-back replays them (beforeFinishLocked).
 	ext float64
 
-	// sole: taken by a Sole store — it took a micro-token, admits against
-	// the bucket itself (floorAt), and replays what it admitted (spends)
-	// when it goes back. owed is the caller's debits on their way to the
-	// bucket (coming's debits alone), count the requests it admitted.
-	sole    bool
+	// spends is its record: the settlements it made in process, which its
+	// give-back replays at their moments (spendLocked); count is the
+	// requests it admitted.
 	spends  []spend
-	owed    float64
 	count   int
 	grantAt time.Time // when the call that took it was sent
 
@@ -119,9 +100,6 @@ type keyLease struct {
 // callers, whose refusals would not know of the lease), or when the
 // caller's bucket was not seen lately or cannot pay the request and the
 // lease.
-//
-// A Sole store's lease takes one micro-token (an admit must spend
-// something), whenever the bucket can pay the request and one more like it.
 func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 	if s.opts.LeaseRequests <= 0 || req.Shadow || req.Aggregate != nil {
 		return 0
@@ -131,18 +109,6 @@ func (s *RedisStore) leaseSizeLocked(req Request, sh shape) float64 {
 		return 0
 	}
 	cost := toMicro(req.Cost)
-	if s.opts.Sole {
-		// Only for a caller whose requests do not overlap: one that sends
-		// them in parallel would end each lease at once with its next
-		// request (a call carries its requests together anyway).
-		if l := s.lanes[req.Key]; l != nil && (l.busy || slices.ContainsFunc(l.queue, isAdmit)) {
-			return 0
-		}
-		if refilledMicro(seen.tokens, seen.at, time.Now(), sh) < 2*cost {
-			return 0
-		}
-		return 1
-	}
 	size := math.Min(float64(s.opts.LeaseRequests)*cost, math.Floor(sh.capacity/8))
 	after := refilledMicro(seen.tokens, seen.at, time.Now(), sh) - cost
 	if size < cost || after < size {
@@ -166,7 +132,7 @@ type seenBucket struct {
 	rate, capacity float64
 }
 
-// spend is one settlement a Sole store's lease made in process: d
+// spend is one settlement a lease made in process: d
 // micro-tokens (a debit when positive) at at.
 type spend struct {
 	d  float64
@@ -196,7 +162,7 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 		s.mu.Unlock()
 		return Admission{}, false
 	}
-	ls.spendLocked(seen, now, cost)
+	ls.spendLocked(now, cost)
 	ls.count++
 	ls.left -= cost
 	ls.busy = true
@@ -211,115 +177,33 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	return a, true
 }
 
-// pays reports whether the lease may admit a request of cost now. One
-// that took tokens pays from them, up to 2×LeaseRequests requests (its
-// give-back replays each). A sole one admits up to
-// LeaseRequests requests while the bucket surely holds their price
-// (floorAt).
+// pays reports whether the lease may admit a request of cost now: from
+// what it took, up to 2×LeaseRequests requests (its give-back replays
+// each), while the bucket with it pays the request too.
 func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
-	if ls.sole {
-		return ls.count < ls.s.opts.LeaseRequests && ls.floorAt(seen, now) >= cost
-	}
 	return ls.count < 2*ls.s.opts.LeaseRequests && ls.left >= cost && ls.estimate(seen, now)+ls.left >= cost
 }
 
-// floorAt is, in micro-tokens, the least a Sole store's caller's bucket
-// holds now (replayed), less the debits on their way — as if applied now,
-// the latest they can be. Neither the refunds on their way nor the
-// micro-token the lease took count: a bucket at its capacity has refilled
-// that one already. No admit of the caller is on its way meanwhile: a
-// request that goes to Redis ends the lease first (leaseOpsLocked).
-func (ls *keyLease) floorAt(seen seenBucket, now time.Time) float64 {
-	return ls.replayed(seen, now) - ls.owed
-}
-
-// replayed is the bucket as Redis last showed it — dated when its reply
-// came, since Redis's clock read it earlier — with what the lease admitted
-// applied at its moments (none before that date: a debit applied later
-// leaves no more), refilled to now, as admit.lua's replay applies it: the
-// least the bucket holds now but for the debits on their way. A bucket
-// not seen lately is taken as empty.
-func (ls *keyLease) replayed(seen seenBucket, now time.Time) float64 {
-	sh := ls.sh
-	if seen.recv.IsZero() || seen.rate != sh.rate || seen.capacity != sh.capacity {
-		return -sh.floor
-	}
-	v, at := seen.tokens, seen.recv
-	for _, x := range ls.spends {
-		if x.at.After(at) {
-			v, at = refilledMicro(v, at, x.at, sh), x.at
-		}
-		v = min(max(v-x.d, -sh.floor), sh.capacity)
-	}
-	return refilledMicro(v, at, now, sh)
-}
-
-// spendLocked records a settlement the lease made in process at now, for
-// its give-back to replay. What it recorded before is forgotten when the
-// bucket is surely back at its capacity now, with nothing of the caller
-// on its way to Redis (an admit on its way may have taken from it since):
-// the capacity cut off its effect, in the bucket as in its replay, so a
-// caller whose bucket stays full sends a short replay.
-//
-// It joins the one before (applied at that one's moment) when that changes
-// nothing: the bucket surely stays below its capacity from then to now
-// (with a refund applied early, too) and above its debt floor. A caller
-// that spends faster than its bucket refills so sends a short replay too.
-//
-// A lease that took tokens records every settlement too, and knows nothing
-// of the other replicas' writes: it forgets none, and moves one only where
-// that changes nothing, whatever those writes were — a refund into the
-// settlement before it, applied at that one's moment: the refill between
-// the two fills the bucket as far either way, and a refund applied
-// earlier leaves no more after anything else. Its record so holds one
-// settlement per request it admitted, and a debit per request that cost
-// more than it paid, which ends the lease: it admits 2×LeaseRequests at
-// most (pays), and a record of 4×LeaseRequests (the debits of the
-// caller's other requests it paid) ends it too.
-func (ls *keyLease) spendLocked(seen seenBucket, now time.Time, d float64) {
-	if !ls.sole {
-		if n := len(ls.spends); n > 0 && d < 0 {
-			ls.spends[n-1].d += d
-			return
-		}
-		ls.spends = append(ls.spends, spend{d: d, at: now})
-		if len(ls.spends) >= 4*ls.s.opts.LeaseRequests {
-			ls.done = true
-		}
-		return
-	}
-	if len(ls.spends) > 0 && ls.owed == 0 && ls.s.quietLocked(ls) && ls.replayed(seen, now) >= ls.sh.capacity {
-		for _, x := range ls.spends {
-			ls.left += x.d // no longer owed by the lease: its replay goes
-		}
-		ls.spends = nil
-	}
-	if n := len(ls.spends); n > 0 && ls.joins(seen, now, d) {
+// spendLocked records a settlement the lease made in process at now (d
+// micro-tokens, a debit when positive), for its give-back to replay. The
+// lease knows nothing of the other replicas' writes: it forgets no
+// settlement, and moves one only where that changes nothing, whatever
+// those writes were — a refund into the settlement before it, applied at
+// that one's moment: the refill between the two fills the bucket as far
+// either way, and a refund applied earlier leaves no more after anything
+// else. Its record so holds one settlement per request it admitted, and a
+// debit per request that cost more than it paid, which ends the lease: it
+// admits 2×LeaseRequests at most (pays), and a record of 4×LeaseRequests
+// (the debits of the caller's other requests it paid) ends it too.
+func (ls *keyLease) spendLocked(now time.Time, d float64) {
+	if n := len(ls.spends); n > 0 && d < 0 {
 		ls.spends[n-1].d += d
 		return
 	}
 	ls.spends = append(ls.spends, spend{d: d, at: now})
-}
-
-// joins reports whether a settlement d at now, applied at the moment of
-// the lease's last one instead, leaves the bucket as it would be: between
-// the two moments it surely stays below its capacity, with d applied early
-// if a refund, and above its debt floor, with d if a debit. The bound from
-// above counts every settlement on its way, so only while the caller's
-// queue holds nothing else and no call of it is on its way.
-func (ls *keyLease) joins(seen seenBucket, now time.Time, d float64) bool {
-	sh := ls.sh
-	if seen.at.IsZero() || seen.rate != sh.rate || seen.capacity != sh.capacity || !ls.s.quietLocked(ls) {
-		return false
+	if len(ls.spends) >= 4*ls.s.opts.LeaseRequests {
+		ls.done = true
 	}
-	last := ls.spends[len(ls.spends)-1]
-	// At most: refilled from when the call that showed it was sent, with the
-	// refunds on their way (coming less the debits) and none of the debits.
-	up := seen.tokens + sh.rate*now.Sub(seen.at).Seconds() + ls.coming + ls.owed
-	for _, x := range ls.spends {
-		up -= x.d
-	}
-	return up+max(-d, 0) < sh.capacity && ls.replayed(seen, last.at)-ls.owed-max(d, 0) > -sh.floor
 }
 
 // remaining estimates, in micro-tokens, what the caller's bucket would
@@ -349,11 +233,11 @@ func (ls *keyLease) finish(_ *Ticket, delta float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if delta != 0 { // replayed at its moment with the lease's give-back
-		ls.spendLocked(s.seen[ls.key], time.Now(), delta)
+		ls.spendLocked(time.Now(), delta)
 	}
 	ls.left -= delta
 	ls.busy = false
-	if delta > 0 && !ls.sole { // a debit: Redis applies it, down to the debt floor, as it would have
+	if delta > 0 { // a debit: Redis applies it, down to the debt floor, as it would have
 		ls.done = true
 	}
 	if ls.done && s.leases[ls.key] == ls {
@@ -372,33 +256,17 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 		back, ls = s.takeBackLocked(ls), nil
 	}
 	if ls != nil {
-		if ls.sole {
-			// Redis must see what the lease admitted before it decides the
-			// request, and a lease admits nothing while an admit of its
-			// caller is on its way: a busy one hands back what it
-			// admitted (keeping its running request's slot), and none
-			// admits again.
-			ls.done = true
-			if ls.granted && (ls.left > 0 || len(ls.spends) > 0) {
-				back = ls.moveLocked()
-			}
-		}
 		return back, nil, ls
 	}
 	size := s.leaseSizeLocked(req, sh)
 	if size == 0 {
 		return back, nil, nil
 	}
-	ls = &keyLease{s: s, key: req.Key, id: newID(), sh: sh, size: size, sole: s.opts.Sole}
+	ls = &keyLease{s: s, key: req.Key, id: newID(), sh: sh, size: size}
 	s.leases[req.Key] = ls
-	// A token-carrying lease is admitted as one (admit.lua's L): its
-	// tokens count as leased in Redis while it is out. A Sole lease's
-	// micro-token is an admitted request's.
-	kind := opLease
-	if ls.sole {
-		kind = opAdmit
-	}
-	ask = &pending{op: op{kind: kind, id: ls.id, amount: size}, sh: sh,
+	// A lease is admitted as one (admit.lua's L): its tokens count as
+	// leased in Redis while it is out.
+	ask = &pending{op: op{kind: opLease, id: ls.id, amount: size}, sh: sh,
 		failed: make(chan error, 1), lease: ls}
 	ls.ask = ask
 	return back, ask, nil
@@ -419,17 +287,6 @@ func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult, sent time.Ti
 	}
 	ls.granted, ls.left, ls.ask, ls.grantAt = true, ls.size, nil, sent
 	s.stats.leases.Add(1)
-	if ls.sole {
-		// The settlements queued after this batch are on their way, those
-		// an earlier lease counted too (waiting for their retry).
-		for _, q := range l.queue {
-			if (q.op.kind == opFinish || q.op.kind == opMove) && q.comingTo != ls && (q.op.amount != 0 || len(q.spends) > 0) {
-				ls.coming -= q.settles()
-				ls.owed += q.debits()
-				q.comingTo = ls
-			}
-		}
-	}
 	if ls.done {
 		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)
 		return
@@ -465,9 +322,7 @@ func (s *RedisStore) dropLocked(ls *keyLease) {
 // expire ends a lease at LeaseHold: it is given back now if idle. A busy
 // one that carries tokens hands them back now too, by a move that keeps
 // its running request's slot (see retire): while Redis counts it as
-// leased, the bucket's refill stops at the capacity less it. A busy Sole
-// lease holds none, and goes back with its record when its request
-// finishes.
+// leased, the bucket's refill stops at the capacity less it.
 func (s *RedisStore) expire(ls *keyLease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -478,7 +333,7 @@ func (s *RedisStore) expire(ls *keyLease) {
 	switch {
 	case !ls.busy:
 		s.giveBackLocked(ls)
-	case !ls.sole && ls.gen == 0: // not moved yet
+	case ls.gen == 0: // not moved yet
 		_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
 	}
 }
@@ -503,32 +358,12 @@ func (s *RedisStore) retire(ls *keyLease) {
 		s.giveBackLocked(ls)
 		return
 	}
-	if ls.left <= 0 && len(ls.spends) == 0 && (ls.sole || ls.gen > 0) {
+	if ls.left <= 0 && len(ls.spends) == 0 && ls.gen > 0 {
 		return // nothing to hand back: its slot runs its request
 	}
 	// A lease that carries tokens moves once even with none left: Redis
 	// counts what it took as leased until it does.
 	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
-}
-
-// quietLocked reports whether nothing of ls's caller is on its way to
-// Redis but the settlements ls counts as coming: no call on its way, and
-// nothing queued but those, peeks and finishes that settle nothing.
-func (s *RedisStore) quietLocked(ls *keyLease) bool {
-	l := s.lanes[ls.key]
-	if l == nil {
-		return true
-	}
-	if l.busy {
-		return false
-	}
-	for _, q := range l.queue {
-		settlesNothing := q.op.kind == opFinish && q.op.amount == 0 && len(q.spends) == 0
-		if q.op.kind != opPeek && !settlesNothing && q.comingTo != ls {
-			return false
-		}
-	}
-	return true
 }
 
 // moveLocked returns the move that hands back what a busy lease holds (or

@@ -100,7 +100,7 @@ func TestTokenLeaseRecord(t *testing.T) {
 			s := &RedisStore{opts: RedisOptions{LeaseRequests: 1}}
 			ls := &keyLease{s: s, sh: shape{rate: toMicro(1), capacity: toMicro(100)}, size: toMicro(10), left: toMicro(10), grantAt: at(0)}
 			for _, x := range c.settles {
-				ls.spendLocked(seenBucket{}, at(x.ms), toMicro(x.d))
+				ls.spendLocked(at(x.ms), toMicro(x.d))
 				ls.left -= toMicro(x.d)
 			}
 			if len(ls.spends) != len(c.want) {
@@ -134,7 +134,7 @@ func TestTokenLeaseCarriesAnotherRequestsRefund(t *testing.T) {
 	s.seen["k"] = seenBucket{tokens: toMicro(90), at: t0, recv: t0, rate: sh.rate, capacity: sh.capacity}
 	ls := &keyLease{s: s, key: "k", sh: sh, size: toMicro(10), left: toMicro(10), granted: true, grantAt: t0}
 	s.leases["k"] = ls
-	ls.spendLocked(seenBucket{}, t0.Add(time.Millisecond), toMicro(3))
+	ls.spendLocked(t0.Add(time.Millisecond), toMicro(3))
 	ls.left -= toMicro(3)
 	if d := s.beforeFinishLocked(ls, &pending{}, -toMicro(2)); d != 0 {
 		t.Fatalf("the other request's refund at the brim: sent %v, want 0 (carried by the lease)", fromMicro(d))

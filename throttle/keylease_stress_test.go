@@ -16,22 +16,17 @@ import (
 // never exceeds the bucket, and once Flush returns the bucket holds its
 // capacity less every settled cost, with nothing open and no lease or lane
 // left.
-//
-// "sole" is a Sole store: its leases take no tokens and admit against the
-// bucket itself, so the same checks hold it to the bucket.
 func TestLeaseStress(t *testing.T) {
 	for _, debits := range []bool{false, true} {
-		for _, replicas := range []int{1, 2, 0} {
-			name := map[bool]string{false: "refunds", true: "debits"}[debits] + map[int]string{1: "-one", 2: "-two", 0: "-sole"}[replicas]
+		for _, replicas := range []int{1, 2} {
+			name := map[bool]string{false: "refunds", true: "debits"}[debits] + map[int]string{1: "-one", 2: "-two"}[replicas]
 			t.Run(name, func(t *testing.T) { leaseStress(t, debits, replicas) })
 		}
 	}
 }
 
-// leaseStress runs TestLeaseStress on replicas stores (0: one Sole store).
+// leaseStress runs TestLeaseStress on replicas stores.
 func leaseStress(t *testing.T, debits bool, replicas int) {
-	sole := replicas == 0
-	replicas = max(replicas, 1)
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		const capacity, maxIn = 300.0, 5
 		debt := 0.0
@@ -41,7 +36,7 @@ func leaseStress(t *testing.T, debits bool, replicas int) {
 		b := Bucket{Key: f.key("lease-stress"), Limit: Limit{Rate: 1e-6, Capacity: capacity}}
 		var stores []*RedisStore
 		for range replicas {
-			stores = append(stores, NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: sole,
+			stores = append(stores, NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second,
 				LeaseHold: 30 * time.Millisecond * time.Duration(1+int(time.Now().UnixNano()%2)*15)}))
 		}
 		var mu sync.Mutex

@@ -21,15 +21,6 @@ func TestLeaseMatchesTheBucketWithoutIt(t *testing.T) {
 	})
 }
 
-// TestSoleLeaseMatchesTheBucketWithoutIt: the same for a Sole store's
-// leases, which admit against the bucket itself.
-func TestSoleLeaseMatchesTheBucketWithoutIt(t *testing.T) {
-	t.Parallel()
-	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		leaseMatchesTheBucket(t, f, NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: true}), "sole-twin")
-	})
-}
-
 // leaseMatchesTheBucket runs 600 requests on store and on an in-process
 // store, settled alike: the same decisions, and the same bucket at the end.
 func leaseMatchesTheBucket(t *testing.T, f *redisFixture, store *RedisStore, name string) {
@@ -80,14 +71,11 @@ func TestLeaseSavesCalls(t *testing.T) {
 			name     string
 			limit    Limit
 			min, max float64 // calls per request
-			sole     bool
 		}{
-			{"faster than its refill", Limit{Rate: 1, Capacity: 1e6}, 0, 0.25, false},
-			{"slower than its refill", Limit{Rate: 1e6, Capacity: 1e9}, 0, 0.25, false},
-			{"sole, faster than its refill", Limit{Rate: 1, Capacity: 1e6}, 0, 0.25, true},
-			{"sole, slower than its refill", Limit{Rate: 1e6, Capacity: 1e9}, 0, 0.25, true},
+			{"faster than its refill", Limit{Rate: 1, Capacity: 1e6}, 0, 0.25},
+			{"slower than its refill", Limit{Rate: 1e6, Capacity: 1e9}, 0, 0.25},
 		} {
-			s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, Sole: c.sole})
+			s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})
 			req := Request{Bucket: Bucket{Key: f.key(c.name), Limit: c.limit}, Cost: 1}
 			const n = 400
 			for range n {

@@ -84,9 +84,8 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 // bucket nor the lease holds the refund meanwhile.
 func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
 	switch {
-	case ls.sole: // holds no tokens: the debit is on its way (owed), nothing more
 	case delta < 0 && ls.granted && !ls.done && ls.estimate(s.seen[ls.key], time.Now())-delta+ls.size >= ls.sh.capacity:
-		ls.spendLocked(s.seen[ls.key], time.Now(), delta)
+		ls.spendLocked(time.Now(), delta)
 		ls.ext += delta
 		delta = 0
 	case delta > 0 && !ls.granted && ls.ask != nil && !ls.ask.sent:
@@ -96,7 +95,7 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 	case delta > 0 && ls.busy:
 		x := min(delta, max(ls.left, 0))
 		if x > 0 {
-			ls.spendLocked(s.seen[ls.key], time.Now(), x)
+			ls.spendLocked(time.Now(), x)
 		}
 		ls.left -= x
 		delta -= x
@@ -106,7 +105,6 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 	}
 	if delta != 0 && s.leases[ls.key] == ls {
 		ls.coming -= delta
-		ls.owed += max(delta, 0)
 		p.comingTo = ls
 	}
 	return delta
@@ -141,7 +139,6 @@ func (ls *keyLease) holds() float64 {
 func (p *pending) arrived() {
 	if ls := p.comingTo; ls != nil {
 		ls.coming += p.settles()
-		ls.owed -= p.debits()
 		p.comingTo = nil
 	}
 }

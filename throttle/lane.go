@@ -24,7 +24,7 @@ type pending struct {
 	abandoned bool // its caller stopped waiting after it was sent (under RedisStore.mu)
 	notBefore time.Time
 	lease     *keyLease // a lease's admit: its reply grants the lease
-	// spends is the replay of a Sole store's lease's give-back (op.replay,
+	// spends is the replay of a lease's give-back or move (op.replay,
 	// dated when the batch is sent)
 	spends []spend
 	// refusedBeside is the caller's lease that held the tokens, or an idle
@@ -403,9 +403,7 @@ func markRaced(batch []*pending, results []opResult, queue []*pending) {
 func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int64) {
 	var again []*pending
 	retry := time.Now().Add(s.opts.RetryInterval)
-	replays := false // what a Sole store's lease admitted, not in Redis yet
 	for _, p := range batch {
-		replays = replays || (len(p.spends) > 0 && s.opts.Sole)
 		switch p.op.kind {
 		case opPeek: // changes nothing: its caller gets the error
 			p.failed <- err
@@ -427,11 +425,8 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// What Redis applied of the batch is unknown: the bucket as last seen
-	// no longer bounds it, and a Sole lease admits no more.
+	// no longer bounds it.
 	delete(s.seen, l.key)
-	if ls := s.leases[l.key]; ls != nil && ls.sole {
-		ls.done = true
-	}
 	if over := len(l.queue) + len(again) - s.opts.MaxPending; over > 0 {
 		s.dropPeeksLocked(l, over) // reads give way to the voids and finishes
 	}
@@ -446,20 +441,6 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 		s.stats.dropped.Add(1)
 	}
 	l.queue = append(again, l.queue...)
-	if replays {
-		// The caller's admits queued behind would be decided without what
-		// its lease admitted: they fail too, decided by the fail mode.
-		l.queue = slices.DeleteFunc(l.queue, func(q *pending) bool {
-			if !isAdmit(q) {
-				return false
-			}
-			q.failed <- err
-			if q.lease != nil {
-				s.dropLocked(q.lease)
-			}
-			return true
-		})
-	}
 }
 
 // batchContext is the context of a batch's call: detached from every

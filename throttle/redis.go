@@ -83,26 +83,15 @@ type RedisOptions struct {
 	// LeaseRequests is how many requests' price a lease takes ahead of a
 	// caller's requests (see keyLease), at most an eighth of the bucket
 	// (default 8; negative: no leases), which admits up to twice as many
-	// requests — with Sole, how many requests a lease admits. Without
-	// Sole, Redis counts what a lease took as leased while it is out, and
-	// no refill or refund — whichever process sends it — fills the bucket
-	// beyond its capacity less that, so the bucket and its leases never
-	// hold more than the capacity; the give-back replays what the lease
-	// admitted at its moments (geotoll serve takes such leases).
+	// requests. Redis counts what a lease took as leased while it is out,
+	// and no refill or refund — whichever process sends it — fills the
+	// bucket beyond its capacity less that, so the bucket and its leases
+	// never hold more than the capacity; the give-back replays what the
+	// lease admitted at its moments.
 	LeaseRequests int
 	// LeaseHold is how long a lease lives before what is left of it goes
 	// back (default 500 ms, and at most half the request TTL).
 	LeaseHold time.Duration
-	// Sole says this store is the one process spending its buckets. Its
-	// leases are then exact and take no
-	// tokens ahead: a request is admitted in process while the bucket as
-	// Redis last showed it, with this store's own settlements since, surely
-	// pays it, and the lease's give-back replays what it admitted at the
-	// moments it did — the bucket ends exactly as if each request had gone
-	// to Redis, and a caller whose bucket stays full has leases too.
-	// geotoll serve does not set it: without it, leases cost Redis less
-	// time per request in every case BenchmarkRedisTime measures.
-	Sole bool
 }
 
 // Defaults of RedisOptions.
@@ -270,13 +259,6 @@ func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending) (l *lane, m
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ops := []*pending{p}
-	if l := s.lanes[req.Key]; l != nil && s.opts.Sole {
-		for _, q := range l.queue { // what a lease admitted goes to Redis first
-			if len(q.spends) > 0 {
-				q.notBefore = time.Time{}
-			}
-		}
-	}
 	if s.opts.LeaseRequests > 0 {
 		var back, ask *pending
 		back, ask, held = s.leaseOpsLocked(req, sh)

@@ -393,13 +393,14 @@ func budgetReadsWithinASecond(t *testing.T, toll *Toll, calls *callCounter, key 
 }
 
 // A caller whose requests never overlap and whose bucket stays full, on the
-// Sole store geotoll serve makes on one replica: its requests are admitted
-// on leases (which take no tokens ahead), so at most a quarter of a script
-// call carries an admission per request, counted on the wire over 1,024
+// store geotoll serve makes: its requests are admitted on leases (whose
+// give-back replays them at their moments, so the bucket's cap while a
+// lease is out costs it nothing), so at most a quarter of a script call
+// carries an admission per request, counted on the wire over 1,024
 // admitted requests.
-func TestOneScriptCallPerAdmittedRequestOnSoleLeases(t *testing.T) {
+func TestOneScriptCallPerAdmittedRequestOfAFullBucket(t *testing.T) {
 	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
-		toll, calls, flush := countedTollWith(t, rdb, &throttle.RedisOptions{Timeout: redisTimeout, Sole: true})
+		toll, calls, flush := countedTollWith(t, rdb, &throttle.RedisOptions{Timeout: redisTimeout})
 		toll.Tiers["bulk"] = Tier{Name: "bulk", Limit: throttle.Limit{Rate: 1e6, Capacity: 1e9}, MaxInFlight: 64}
 		toll.Keys.(fakeKeys)["bulk"] = apikeys.Key{ID: 62, Name: "bulk", Tier: "bulk"}
 		h := serveTile(toll)

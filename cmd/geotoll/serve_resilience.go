@@ -115,9 +115,7 @@ func (c RedisConfig) leases() int {
 }
 
 // storeOptions are the RedisStore's options: token-carrying leases with
-// any number of replicas. (A Sole store's leases, which take no tokens
-// ahead, are safe on one replica only, and cost Redis more time per
-// request in every case BenchmarkRedisTime measures.)
+// any number of replicas.
 func (c RedisConfig) storeOptions() throttle.RedisOptions {
 	return throttle.RedisOptions{Timeout: c.Timeout, ClockSkew: c.MaxClockSkew,
 		LeaseRequests: c.leases(), LeaseHold: c.LeaseHold}

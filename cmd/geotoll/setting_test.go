@@ -272,8 +272,8 @@ func TestTokenLeasesOnEveryReplica(t *testing.T) {
 		{8, 1, 8}, {8, 0, 8}, {8, 2, 8}, {8, 16, 8}, {0, 1, -1}, {0, 3, -1},
 	} {
 		r := RedisConfig{LeaseRequests: c.requests, Replicas: c.replicas}
-		if got := r.storeOptions(); got.LeaseRequests != c.want || got.Sole {
-			t.Errorf("lease_requests %d, replicas %d: leases %d (sole %v), want %d token-carrying", c.requests, c.replicas, got.LeaseRequests, got.Sole, c.want)
+		if got := r.storeOptions(); got.LeaseRequests != c.want {
+			t.Errorf("lease_requests %d, replicas %d: leases %d, want %d", c.requests, c.replicas, got.LeaseRequests, c.want)
 		}
 	}
 }
