@@ -123,12 +123,11 @@ func isAdmit(p *pending) bool {
 }
 
 // seenBucket is a caller's bucket as a reply from Redis last showed it:
-// at is when the call was sent, recv when its reply came, rate and
-// capacity those the call refilled it with (a read under another limit
-// shows a bucket Redis does not hold).
+// at is when the call was sent, rate and capacity those the call refilled
+// it with (a read under another limit shows a bucket Redis does not hold).
 type seenBucket struct {
 	tokens         float64 // micro-tokens
-	at, recv       time.Time
+	at             time.Time
 	rate, capacity float64
 }
 

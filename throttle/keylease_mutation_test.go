@@ -131,7 +131,7 @@ func TestTokenLeaseCarriesAnotherRequestsRefund(t *testing.T) {
 	t0 := time.Now()
 	s := &RedisStore{opts: RedisOptions{LeaseRequests: 4}, seen: map[string]seenBucket{}, leases: map[string]*keyLease{}, lanes: map[string]*lane{}}
 	sh := shape{rate: toMicro(1), capacity: toMicro(100)}
-	s.seen["k"] = seenBucket{tokens: toMicro(90), at: t0, recv: t0, rate: sh.rate, capacity: sh.capacity}
+	s.seen["k"] = seenBucket{tokens: toMicro(90), at: t0, rate: sh.rate, capacity: sh.capacity}
 	ls := &keyLease{s: s, key: "k", sh: sh, size: toMicro(10), left: toMicro(10), granted: true, grantAt: t0}
 	s.leases["k"] = ls
 	ls.spendLocked(t0.Add(time.Millisecond), toMicro(3))
@@ -185,15 +185,15 @@ func TestLeaseSeenBucket(t *testing.T) {
 	stale := now.Add(-time.Hour)
 	s := &RedisStore{opts: RedisOptions{LeaseRequests: 8, LeaseHold: time.Second},
 		seen: map[string]seenBucket{"a": {at: stale}, "b": {at: stale}}, seenAt: 3}
-	s.sawLocked("c", shape{}, nil, []opResult{{status: stAdmitted, tokens: 5}, {status: stAggregate, tokens: 9}}, now, now.Add(time.Millisecond))
-	if got := s.seen["c"]; got.tokens != 5 || !got.at.Equal(now) || !got.recv.Equal(now.Add(time.Millisecond)) {
-		t.Fatalf("seen after an admission then an aggregate's refusal: %+v, want 5 micro-tokens sent at %v, answered 1 ms later", got, now)
+	s.sawLocked("c", shape{}, nil, []opResult{{status: stAdmitted, tokens: 5}, {status: stAggregate, tokens: 9}}, now)
+	if got := s.seen["c"]; got.tokens != 5 || !got.at.Equal(now) {
+		t.Fatalf("seen after an admission then an aggregate's refusal: %+v, want 5 micro-tokens sent at %v", got, now)
 	}
 	if len(s.seen) != 1 || s.seenAt != 1024 {
 		t.Fatalf("at 3 entries of 3: %d entries left, next sweep at %d; want 1 (the two stale swept), 1024", len(s.seen), s.seenAt)
 	}
 	s.seen["d"] = seenBucket{at: stale}
-	s.sawLocked("e", shape{}, nil, []opResult{{status: stAdmitted, tokens: 1}}, now, now)
+	s.sawLocked("e", shape{}, nil, []opResult{{status: stAdmitted, tokens: 1}}, now)
 	if _, ok := s.seen["d"]; !ok || len(s.seen) != 3 {
 		t.Fatalf("at 3 entries of 1024: %d entries left (the stale one kept: %v), want 3, none swept", len(s.seen), ok)
 	}
@@ -201,7 +201,7 @@ func TestLeaseSeenBucket(t *testing.T) {
 		s.seen[fmt.Sprint("fresh", i)] = seenBucket{at: now}
 	}
 	s.seenAt = 600
-	s.sawLocked("f", shape{}, nil, []opResult{{status: stAdmitted, tokens: 1}}, now, now)
+	s.sawLocked("f", shape{}, nil, []opResult{{status: stAdmitted, tokens: 1}}, now)
 	if len(s.seen) != 603 || s.seenAt != 1206 {
 		t.Fatalf("after a sweep of 604 entries, 1 stale: %d left, next sweep at %d; want 603, 1206", len(s.seen), s.seenAt)
 	}

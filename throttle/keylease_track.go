@@ -11,7 +11,7 @@ import "time"
 // lease and for the estimates of the lease's requests; the refunds the
 // batch carried are no longer on their way. Stale entries are swept when
 // the map has doubled since the last sweep.
-func (s *RedisStore) sawLocked(key string, sh shape, batch []*pending, results []opResult, sent, recv time.Time) {
+func (s *RedisStore) sawLocked(key string, sh shape, batch []*pending, results []opResult, sent time.Time) {
 	if s.opts.LeaseRequests <= 0 {
 		return
 	}
@@ -22,7 +22,7 @@ func (s *RedisStore) sawLocked(key string, sh shape, batch []*pending, results [
 		if results[i].status == stAggregate {
 			continue
 		}
-		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent, recv: recv, rate: sh.rate, capacity: sh.capacity}
+		s.seen[key] = seenBucket{tokens: results[i].tokens, at: sent, rate: sh.rate, capacity: sh.capacity}
 		break
 	}
 	if len(s.seen) < s.seenAt {
@@ -149,16 +149,6 @@ func (p *pending) settles() float64 {
 	d := p.op.amount
 	for _, x := range p.spends {
 		d += x.d
-	}
-	return d
-}
-
-// debits is what a finish or move debits, in micro-tokens: its delta and
-// its replay's settlements that are debits.
-func (p *pending) debits() float64 {
-	d := max(p.op.amount, 0)
-	for _, x := range p.spends {
-		d += max(x.d, 0)
 	}
 	return d
 }

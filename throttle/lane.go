@@ -330,7 +330,6 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 	sent := time.Now()
 	v, err := s.script.Run(ctx, s.rdb, keys, args...).Result()
 	cancel()
-	recv := time.Now()
 	s.stats.calls.Add(1)
 	s.stats.ops.Add(uint64(len(batch)))
 	s.stats.admits.Add(uint64(admits))
@@ -362,7 +361,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		}
 		p.done <- r
 	}
-	s.sawLocked(l.key, sh, batch, results, sent, recv)
+	s.sawLocked(l.key, sh, batch, results, sent)
 	s.mu.Unlock()
 	for _, v := range voids {
 		s.stats.voids.Add(1)
