@@ -52,8 +52,8 @@
 --   "L" id cost  lease: as A, and what it spends is leased — counted out
 --                on leases (after recounting those still open when some
 --                are) until its F, V or M, which takes what it paid off the
---                leased amount before settling, so that the refund of what
---                it did not spend can fill the bucket again; or, once its
+--                leased amount before settling or replaying, so that what
+--                it hands back can fill the bucket again; or, once its
 --                open entry has expired, until the next L's recount or
 --                leased_until (a give-back that late takes nothing off,
 --                and its refund stops at the capacity less what is still

@@ -280,7 +280,7 @@ func (s *RedisStore) grantLocked(l *lane, ls *keyLease, r opResult, sent time.Ti
 		return
 	}
 	if s.leases[ls.key] != ls { // forgotten meanwhile: back at once, ahead of everything queued
-		ls.left = ls.size
+		ls.left, ls.grantAt = ls.size, sent
 		l.queue = append([]*pending{s.takeBackLocked(ls)}, l.queue...)
 		return
 	}
