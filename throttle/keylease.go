@@ -192,8 +192,9 @@ func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 // either way, and a refund applied earlier leaves no more after anything
 // else. Its record so holds one settlement per request it admitted, and a
 // debit per request that cost more than it paid, which ends the lease: it
-// admits 2×LeaseRequests at most (pays), and a record of 4×LeaseRequests
-// (the debits of the caller's other requests it paid) ends it too.
+// admits 2×LeaseRequests at most (pays), and once its record holds
+// 4×LeaseRequests (the debits of the caller's other requests it paid) it
+// admits no more and pays no more of them (beforeFinishLocked).
 func (ls *keyLease) spendLocked(now time.Time, d float64) {
 	if n := len(ls.spends); n > 0 && d < 0 {
 		ls.spends[n-1].d += d

@@ -92,6 +92,13 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 		s.unaskLocked(ls) // not asked yet: not asked at all
 	case delta > 0 && !ls.granted:
 		ls.done = true
+	case delta > 0 && ls.busy && len(ls.spends) >= 4*s.opts.LeaseRequests:
+		// Its record is full: it hands its tokens back now (one move),
+		// and this debit, and those after it, go to Redis after that.
+		ls.done = true
+		if ls.gen == 0 {
+			_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
+		}
 	case delta > 0 && ls.busy:
 		x := min(delta, max(ls.left, 0))
 		if x > 0 {
