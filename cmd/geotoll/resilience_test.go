@@ -45,6 +45,8 @@ func TestRedisDeployments(t *testing.T) {
 		{"budget reads always asked", `redis: {url: "redis://x:1", peek_reuse: 0s}`, &redis.Client{}},
 		{"negative peek reuse", `redis: {url: "redis://x:1", peek_reuse: -1s}`, nil},
 		{"long peek reuse", `redis: {url: "redis://x:1", peek_reuse: 11s}`, nil},
+		{"leases of 64 requests", `redis: {url: "redis://x:1", lease_requests: 64}`, &redis.Client{}},
+		{"leases of 65 requests: their replays grow long", `redis: {url: "redis://x:1", lease_requests: 65}`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := loadResilienceYAML(t, tc.yaml)

@@ -38,8 +38,9 @@ func (c Config) validateResilience() []error {
 	if !throttle.FailMode(r.FailMode).Valid() {
 		errs = append(errs, fmt.Errorf("redis.fail_mode %q must be open, closed or local", r.FailMode))
 	}
-	if r.LeaseRequests < 0 || (r.LeaseRequests > 0 && r.LeaseHold <= 0) {
-		errs = append(errs, fmt.Errorf("redis.lease_requests %d and lease_hold %s: requests at least 0, and a positive hold with leases", r.LeaseRequests, r.LeaseHold))
+	if r.LeaseRequests < 0 || r.LeaseRequests > maxLeaseRequests || (r.LeaseRequests > 0 && r.LeaseHold <= 0) {
+		errs = append(errs, fmt.Errorf("redis.lease_requests %d and lease_hold %s: requests from 0 to %d (a lease's give-back replays each request it admitted), and a positive hold with leases",
+			r.LeaseRequests, r.LeaseHold, maxLeaseRequests))
 	}
 	if r.PeekReuse < 0 || r.PeekReuse > 10*time.Second {
 		errs = append(errs, fmt.Errorf("redis.peek_reuse %s: from 0 (off) to 10s", r.PeekReuse))
@@ -100,6 +101,11 @@ func (c RedisConfig) client() (redis.UniversalClient, error) {
 		WriteTimeout:          time.Second,
 	}), nil
 }
+
+// maxLeaseRequests bounds redis.lease_requests: a lease admits up to
+// twice as many requests, and its give-back carries a settlement of each
+// for Redis to replay.
+const maxLeaseRequests = 64
 
 // leases is the RedisStore's LeaseRequests: none (-1) when lease_requests
 // is 0. The leases carry tokens: Redis counts them as leased while they
