@@ -47,10 +47,14 @@ import (
 // a lease whose hold ends while it runs a request hands its tokens back
 // at once by a move (expire). A refund by another replica can still
 // bring the bucket to that brim, and is then cut short for what the lease
-// holds: the caller loses, never gains. On the replica that holds it, a
-// lease changes no decision but in that case: a request its tokens cannot
-// pay goes to Redis with the lease given back first in the same call, and
-// a request Redis refuses (or shadows) for
+// holds: the caller loses, never gains. One way it gains: another
+// replica's debit that the debt floor cuts off while a lease is out is cut
+// at the bucket's floor, not at the floor of the bucket and the lease
+// together, so the caller keeps up to what the lease holds of that debt
+// (this replica's own debits are paid from its lease first). On the
+// replica that holds it, a lease changes no decision but in that case: a
+// request its tokens cannot pay goes to Redis with the lease given back
+// first in the same call, and a request Redis refuses (or shadows) for
 // want of what the lease holds is asked again at once with the lease's
 // tokens handed back (see retire).
 type keyLease struct {
