@@ -1,0 +1,98 @@
+package throttle
+
+import (
+	"testing"
+	"time"
+)
+
+// Refunds of requests Redis admitted, arriving while the caller's lease
+// is out and the bucket is at what Redis lets it hold (its capacity less
+// the lease), followed by a debit of the caller that reaches Redis before
+// the lease goes back: the bucket then holds no more than without leases,
+// and a burst admits no more. A bucket without leases cuts those refunds
+// at its capacity when they arrive; a lease must not let them in later,
+// past the debit.
+func TestRefundsAtTheBrimThenADebitGainNothing(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		run := func(name string, s *RedisStore) (float64, int) {
+			bk := Bucket{Key: f.key("brim-refunds-" + name), Limit: Limit{Rate: 1e-6, Capacity: 40}}
+			req := func(c float64) Request { return Request{Bucket: bk, Cost: c, MaxInFlight: 64} }
+			mustAdmit(t, s, req(1)).Ticket.Settle(0)
+			var rs []*Ticket
+			rs = append(rs, mustAdmit(t, s, req(5)).Ticket) // with a lease of 5 on the leased store
+			q := mustAdmit(t, s, req(0.01))                  // on the lease, running
+			for range 3 {
+				rs = append(rs, mustAdmit(t, s, req(5)).Ticket)
+			}
+			openNow(t, f, bk.Key, 5)
+			datedBack(t, f, bk.Key)
+			mustPeek(t, s, bk) // the bucket as Redis holds it now: at the brim
+			for _, r := range rs {
+				r.Settle(0)
+			}
+			openNow(t, f, bk.Key, 1)
+			x := mustAdmit(t, s, req(35))
+			if !x.Allowed {
+				t.Fatalf("%s: a request of 35 refused: %+v", name, x.Result)
+			}
+			x.Ticket.Settle(35)
+			q.Ticket.Settle(0.01)
+			flushWithin(t, s)
+			got := mustPeek(t, s, bk).Remaining
+			burst := 0
+			for range 100 {
+				a := mustAdmit(t, s, req(1))
+				if !a.Allowed {
+					break
+				}
+				burst++
+				a.Ticket.Settle(1)
+			}
+			return got, burst
+		}
+		lg, lb := run("leased", f.store)
+		pg, pb := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}))
+		if lg > pg+1e-3 || lb > pb {
+			t.Errorf("with a lease: %v left, a burst of %d after; without leases: %v, %d", lg, lb, pg, pb)
+		}
+	})
+}
+
+// The same with the debit on another replica, which knows nothing of the
+// lease: it reaches Redis before the lease's holder gives it back.
+func TestRefundsAtTheBrimThenAnotherReplicasDebitGainNothing(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		run := func(name string, a, b *RedisStore) float64 {
+			bk := Bucket{Key: f.key("brim-refunds-two-" + name), Limit: Limit{Rate: 1e-6, Capacity: 40}}
+			req := func(c float64) Request { return Request{Bucket: bk, Cost: c, MaxInFlight: 64} }
+			mustAdmit(t, a, req(1)).Ticket.Settle(0)
+			var rs []*Ticket
+			rs = append(rs, mustAdmit(t, a, req(5)).Ticket) // with a lease of 5 on the leased store
+			for range 3 {
+				rs = append(rs, mustAdmit(t, a, req(5)).Ticket) // the lease admits one; all run
+			}
+			datedBack(t, f, bk.Key)
+			mustPeek(t, a, bk)
+			for _, r := range rs {
+				r.Settle(0)
+			}
+			within(t, name+": the finishes reach Redis", func() bool { return f.state(bk.Key).b.n <= 1 })
+			x := mustAdmit(t, b, req(35))
+			if !x.Allowed {
+				t.Fatalf("%s: a request of 35 refused: %+v", name, x.Result)
+			}
+			x.Ticket.Settle(35)
+			flushWithin(t, b)
+			flushWithin(t, a)
+			return mustPeek(t, b, bk).Remaining
+		}
+		plainB := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		leased := run("leased", f.store, plainB)
+		plain := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}), plainB)
+		if leased > plain+1e-3 {
+			t.Errorf("with replica A's lease: %v left; without leases: %v", leased, plain)
+		}
+	})
+}
