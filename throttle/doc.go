@@ -73,8 +73,9 @@
 //     it is back, and Redis lets no refill or refund fill the bucket
 //     beyond its capacity less the leases out (admit.lua's L) — the
 //     replay brings back the refill that cap held back, but for what
-//     another replica's writes meanwhile cut short (the caller loses,
-//     never gains).
+//     the caller's other writes meanwhile cut short (the caller loses,
+//     never gains — but for another replica's debit cut off at the debt
+//     floor while a lease is out: see keyLease).
 //   - The clock is Redis's own TIME, read inside the script: replica clock
 //     skew cannot smear the refill.
 //   - Amounts are whole micro-tokens and times whole microseconds, so the

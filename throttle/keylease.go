@@ -42,10 +42,11 @@ import (
 // than the capacity. The refill that cap holds back while the lease is
 // out comes back with its give-back's replay, so a caller whose bucket
 // stays full is leased too. A refund of the holder's own (of a request
-// Redis admitted) that would fill the bucket that far rides with the
-// lease's give-back instead, replayed at its moment (beforeFinishLocked);
-// a lease whose hold ends while it runs a request hands its tokens back
-// at once by a move (expire). A refund by another replica can still
+// Redis admitted) that would fill the bucket that far is paid into the
+// lease first, as far as the lease has spent (beforeFinishLocked), so
+// that the two keep what a bucket without the lease would; a lease whose
+// hold ends while it runs a request hands its tokens back at once by a
+// move (expire). A refund by another replica can still
 // bring the bucket to that brim, and is then cut short for what the lease
 // holds: the caller loses, never gains. One way it gains: another
 // replica's debit that the debt floor cuts off while a lease is out is cut
@@ -74,11 +75,6 @@ type keyLease struct {
 	// bucket from the two.
 	coming float64
 
-	// ext is the refunds of the caller's other requests its record
-	// carries (negative): neither it nor the bucket holds them until its
-	// give-back replays them (beforeFinishLocked).
-	ext float64
-
 	// spends is its record: the settlements it made in process, which its
 	// give-back replays at their moments (spendLocked); count is the
 	// requests it admitted.
@@ -89,13 +85,16 @@ type keyLease struct {
 	ask *pending // its admit, until answered
 	// gen counts the times it handed its tokens back (given back, or
 	// keeping only its running request's slot); handed is what it handed
-	// back the last time.
-	gen     int
-	handed  float64
-	granted bool // Redis admitted it; until then it is only asked for
-	busy    bool // a request holds its slot
-	done    bool // admits no more: given back as soon as it is idle
-	timer   *time.Timer
+	// back the last time, handedFirst whether that was the first (whose
+	// replay brings back the refill Redis held back: see back).
+	gen         int
+	handed      float64
+	handedFirst bool
+	granted     bool    // Redis admitted it; until then it is only asked for
+	busy        bool    // a request holds its slot
+	running     float64 // the price of the request that holds it, in micro-tokens
+	done        bool    // admits no more: given back as soon as it is idle
+	timer       *time.Timer
 }
 
 // leaseSize is the tokens a lease for a request of cost takes (in
@@ -168,7 +167,7 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	ls.spendLocked(now, cost)
 	ls.count++
 	ls.left -= cost
-	ls.busy = true
+	ls.busy, ls.running = true, cost
 	remaining, id := ls.remaining(seen, now), ls.id
 	s.mu.Unlock()
 	s.stats.local.Add(1)
@@ -213,19 +212,21 @@ func (ls *keyLease) spendLocked(now time.Time, d float64) {
 // remaining estimates, in micro-tokens, what the caller's bucket would
 // hold now with the lease given back.
 func (ls *keyLease) remaining(seen seenBucket, now time.Time) float64 {
-	return min(max(ls.estimate(seen, now)+ls.left-ls.ext, -ls.sh.floor), ls.sh.capacity)
+	return min(max(ls.estimate(seen, now)+ls.left, -ls.sh.floor), ls.sh.capacity)
 }
 
 // estimate is the bucket as last seen (dated when the call that showed it
 // was sent: an early date errs towards a fuller bucket), refilled as the
 // script refills it, with the settlements on their way, within its debt
-// floor and capacity: what Redis holds, unless another replica spent from
-// it. A bucket not seen lately (swept from seen) is taken as empty.
+// floor and its capacity less the lease (where Redis stops it while the
+// lease is out): what Redis holds, unless another replica spent from it
+// or leased. A bucket not seen lately (swept from seen), or last seen
+// under another limit (a read refills by its own), is taken as empty.
 func (ls *keyLease) estimate(seen seenBucket, now time.Time) float64 {
-	if seen.at.IsZero() {
+	if seen.at.IsZero() || seen.rate != ls.sh.rate || seen.capacity != ls.sh.capacity {
 		return -ls.sh.floor
 	}
-	b := math.Min(refilledMicro(seen.tokens, seen.at, now, ls.sh)+ls.coming, ls.sh.capacity)
+	b := math.Min(refilledMicro(seen.tokens, seen.at, now, ls.sh)+ls.coming, ls.sh.capacity-ls.size)
 	return math.Max(b, -ls.sh.floor)
 }
 
@@ -240,7 +241,7 @@ func (ls *keyLease) finish(_ *Ticket, delta float64) {
 		ls.spendLocked(time.Now(), delta)
 	}
 	ls.left -= delta
-	ls.busy = false
+	ls.busy, ls.running = false, 0
 	if delta > 0 { // a debit: Redis applies it, down to the debt floor, as it would have
 		ls.done = true
 	}
@@ -404,7 +405,6 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 	for _, x := range ls.spends { // replayed at their moments, before delta
 		delta -= x.d
 	}
-	delta += ls.ext // replayed, and never held
 	if delta != 0 {
 		// What the lease took goes back as of when it was taken, first: a
 		// bucket at its capacity then keeps no more than its capacity.
@@ -412,8 +412,7 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 		delta = 0
 	}
 	ls.spends = nil
-	ls.handed, ls.gen = max(ls.left-ls.ext, 0), ls.gen+1
-	ls.ext = 0
+	ls.handed, ls.handedFirst, ls.gen = max(ls.left, 0), ls.gen == 0, ls.gen+1
 	p.op = op{kind: kind, id: ls.id, amount: delta}
 	return p
 }

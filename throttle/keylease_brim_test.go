@@ -21,7 +21,7 @@ func TestRefundsAtTheBrimThenADebitGainNothing(t *testing.T) {
 			mustAdmit(t, s, req(1)).Ticket.Settle(0)
 			var rs []*Ticket
 			rs = append(rs, mustAdmit(t, s, req(5)).Ticket) // with a lease of 5 on the leased store
-			q := mustAdmit(t, s, req(0.01))                  // on the lease, running
+			q := mustAdmit(t, s, req(0.01))                 // on the lease, running
 			for range 3 {
 				rs = append(rs, mustAdmit(t, s, req(5)).Ticket)
 			}

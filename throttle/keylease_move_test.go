@@ -48,11 +48,11 @@ func (g *failScripter) Eval(ctx context.Context, script string, keys []string, a
 //
 // The bucket gets there by the refunds of the two requests before the
 // lease's, and the refill of a micro-token, while the lease runs a request
-// of a micro-token: no step has to be quick. The second refund would fill
-// the bucket to what Redis lets it hold with the lease out: it rides with
-// the lease instead, and the request of the whole capacity, refused by
-// Redis, is asked again with the lease's tokens and that refund handed
-// back. The refill over the fixture's
+// of a micro-token: no step has to be quick. The second refund fills the
+// bucket to what Redis lets it hold with the lease out, and the refill
+// after it is held back: the request of the whole capacity, refused by
+// Redis, is asked again with the lease handed back, whose replay brings
+// that refill back. The refill over the fixture's
 // 30 s hold (30 tokens at 1/s) keeps the lease's bucket below the brim when
 // it is taken; the lease lives far longer than the test.
 func TestLeaseMoveAtTheBrim(t *testing.T) {
@@ -70,9 +70,9 @@ func TestLeaseMoveAtTheBrim(t *testing.T) {
 		defer r.Ticket.Settle(1e-6)
 		first.Ticket.Settle(0)
 		second.Ticket.Settle(0)
-		// Redis holds 687.5 and its refill, the lease 100 less a
-		// micro-token and the refund of 12.5: once Redis has refilled that
-		// micro-token, a bucket without the lease is full.
+		// Redis holds 700 (its capacity less the lease), the lease 100
+		// less a micro-token: once a micro-token's refill has passed, a
+		// bucket without the lease is full.
 		sh := shapeOf(req(1))
 		deadline := time.Now().Add(10 * time.Second)
 		for f.run(b.Key, sh, []op{{kind: opPeek}})[0].tokens <= toMicro(687.5) {

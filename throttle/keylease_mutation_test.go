@@ -122,35 +122,48 @@ func TestTokenLeaseRecord(t *testing.T) {
 	}
 }
 
-// TestTokenLeaseCarriesAnotherRequestsRefund: a refund of the caller's
-// request that Redis admitted, which would fill the bucket to what Redis
-// lets it hold while the lease is out, joins the lease's record: the lease
-// cannot spend it, its give-back replays it, and hands back what it took
-// and that refund.
-func TestTokenLeaseCarriesAnotherRequestsRefund(t *testing.T) {
-	t0 := time.Now()
-	s := &RedisStore{opts: RedisOptions{LeaseRequests: 4}, seen: map[string]seenBucket{}, leases: map[string]*keyLease{}, lanes: map[string]*lane{}}
-	sh := shape{rate: toMicro(1), capacity: toMicro(100)}
-	s.seen["k"] = seenBucket{tokens: toMicro(90), at: t0, rate: sh.rate, capacity: sh.capacity}
-	ls := &keyLease{s: s, key: "k", sh: sh, size: toMicro(10), left: toMicro(10), granted: true, grantAt: t0}
-	s.leases["k"] = ls
-	ls.spendLocked(t0.Add(time.Millisecond), toMicro(3))
-	ls.left -= toMicro(3)
-	if d := s.beforeFinishLocked(ls, &pending{}, -toMicro(2)); d != 0 {
-		t.Fatalf("the other request's refund at the brim: sent %v, want 0 (carried by the lease)", fromMicro(d))
-	}
-	if ls.left != toMicro(7) || ls.done {
-		t.Fatalf("the lease holds %v (done %v), want 7: it cannot spend the refund", fromMicro(ls.left), ls.done)
-	}
-	if got := ls.remaining(s.seen["k"], t0); got != toMicro(99) {
-		t.Fatalf("remaining %v, want 99: the bucket, the lease, and the refund", fromMicro(got))
-	}
-	back := ls.handBack(opFinish)
-	if back.op.amount != 0 || len(back.spends) != 2 || back.spends[0].d != -toMicro(10) || back.spends[1].d != toMicro(1) {
-		t.Fatalf("give-back %+v with %v: want the 10 taken, then 3 spent less the 2 refunded", back.op, back.spends)
-	}
-	if ls.handed != toMicro(9) {
-		t.Fatalf("handed back %v, want 9", fromMicro(ls.handed))
+// TestTokenLeaseTakesAnotherRequestsRefundAtTheBrim: a refund of the
+// caller's request that Redis admitted, which would fill the bucket to
+// what Redis lets it hold while the lease is out, is paid into the lease
+// as far as the lease has spent on requests that are over (what a bucket
+// holding the lease's tokens would have kept of it); the rest goes to
+// Redis. The lease records it as
+// a refund of its own, and its give-back hands back what it took, then
+// the record.
+func TestTokenLeaseTakesAnotherRequestsRefundAtTheBrim(t *testing.T) {
+	for _, c := range []struct {
+		refund, sent, left, remaining float64 // tokens
+		record                        float64 // the record's one settlement
+		running                       bool    // the 3 spent are the price of a request still running
+	}{
+		{refund: 2, sent: 0, left: 9, remaining: 99, record: 1},
+		{refund: 5, sent: -2, left: 10, remaining: 100, record: 0},              // Redis cuts the 2 it gets at 90
+		{refund: 2, sent: -2, left: 7, remaining: 97, record: 3, running: true}, // its price may come back to the lease; Redis cuts the 2 at 90
+	} {
+		t0 := time.Now()
+		s := &RedisStore{opts: RedisOptions{LeaseRequests: 4}, seen: map[string]seenBucket{}, leases: map[string]*keyLease{}, lanes: map[string]*lane{}}
+		sh := shape{rate: toMicro(1), capacity: toMicro(100)}
+		s.seen["k"] = seenBucket{tokens: toMicro(90), at: t0, rate: sh.rate, capacity: sh.capacity}
+		ls := &keyLease{s: s, key: "k", sh: sh, size: toMicro(10), left: toMicro(10), granted: true, grantAt: t0}
+		s.leases["k"] = ls
+		ls.spendLocked(t0.Add(time.Millisecond), toMicro(3))
+		ls.left -= toMicro(3)
+		if c.running {
+			ls.busy, ls.running = true, toMicro(3)
+		}
+		if d := s.beforeFinishLocked(ls, &pending{}, -toMicro(c.refund)); d != toMicro(c.sent) {
+			t.Fatalf("a refund of %v at the brim, the lease having spent 3: %v sent to Redis, want %v", c.refund, fromMicro(d), c.sent)
+		}
+		if ls.left != toMicro(c.left) || ls.done {
+			t.Fatalf("refund %v: the lease holds %v (done %v), want %v", c.refund, fromMicro(ls.left), ls.done, c.left)
+		}
+		if got := ls.remaining(s.seen["k"], t0); got != toMicro(c.remaining) {
+			t.Fatalf("refund %v: remaining %v, want %v", c.refund, fromMicro(got), c.remaining)
+		}
+		back := ls.handBack(opFinish)
+		if back.op.amount != 0 || len(back.spends) != 2 || back.spends[0].d != -toMicro(10) || back.spends[1].d != toMicro(c.record) {
+			t.Fatalf("refund %v: give-back %+v with %v: want the 10 taken, then 3 spent less what the lease took of the refund", c.refund, back.op, back.spends)
+		}
 	}
 }
 

@@ -39,10 +39,10 @@ func (s *RedisStore) sawLocked(key string, sh shape, batch []*pending, results [
 
 // besideLocked is the caller's lease when the reply r to the admit p
 // would have been an admission with the lease given back: a refusal or a
-// shadow admission that what it holds pays, or an in-flight refusal while
-// its slot is idle — or the lease p was queued beside, when it handed back
-// (tokens or slot) after p was queued, so that the hand-back may have
-// reached Redis after p. Else nil.
+// shadow admission that what it would hand back may pay (ls.back), or an
+// in-flight refusal while its slot is idle — or the lease p was queued
+// beside, when it handed back (tokens or slot) after p was queued, so that
+// the hand-back may have reached Redis after p. Else nil.
 func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease {
 	cost := p.op.amount
 	ls := s.leases[key]
@@ -55,11 +55,17 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 	}
 	switch r.status {
 	case stRefused, stShadow:
-		if hold := ls.holds(); ls != nil && hold > 0 && r.tokens+hold >= cost {
+		if back := ls.back(r.tokens); back > 0 && r.tokens+back >= cost {
 			return ls
 		}
-		if then != nil && then.handed > 0 && r.tokens+then.handed >= cost {
-			return then
+		if then != nil {
+			back := then.handed
+			if then.handedFirst && r.tokens+then.size >= then.sh.capacity {
+				back = max(back, then.size)
+			}
+			if back > 0 && r.tokens+back >= cost {
+				return then
+			}
 		}
 	case stInFlight:
 		if ls != nil && !ls.busy {
@@ -70,6 +76,21 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 	return nil
 }
 
+// back is the most that handing the lease back (nil: none) may add to a
+// bucket Redis shows holding tokens: what it holds — and, before its
+// first hand-back, when the bucket may be at the capacity less what the
+// lease took (where Redis holds back its refill), up to all it took: the
+// record's replay brings that refill back.
+func (ls *keyLease) back(tokens float64) float64 {
+	switch {
+	case ls == nil:
+		return 0
+	case ls.gen == 0 && tokens+ls.size >= ls.sh.capacity:
+		return max(ls.size, ls.left)
+	}
+	return max(ls.left, 0)
+}
+
 // beforeFinishLocked readies the finish p of a Redis-admitted request of
 // the caller of ls, settling delta, and returns the delta to send. A
 // refund is counted as on its way to the bucket. A debit is paid from the
@@ -78,16 +99,22 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 // it, a busy one pays what it holds, and one not yet granted is given back
 // ahead of it once granted. A refund that would fill the bucket up to
 // what Redis lets it hold while the lease is out (its capacity less what
-// the lease took: admit.lua's leased) rides with the lease's give-back
-// instead, in its record (ext), replayed at its moment once the lease
-// counts no more: the finish closes the request alone, and neither the
-// bucket nor the lease holds the refund meanwhile.
+// the lease took: admit.lua's leased) is paid into the lease first, as
+// far as the lease has spent what it took on requests that are over (the
+// running one's price may still come back to it): the bucket and the
+// lease together would have kept that much of it without the lease, and
+// Redis, which stops the bucket at the capacity less all the lease took,
+// keeps the rest as it would have. The lease so never holds more than it
+// took, and the bucket and it never more than the capacity. It records
+// the refund as one of its own, given back with it.
 func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
 	switch {
 	case delta < 0 && ls.granted && !ls.done && ls.estimate(s.seen[ls.key], time.Now())-delta+ls.size >= ls.sh.capacity:
-		ls.spendLocked(time.Now(), delta)
-		ls.ext += delta
-		delta = 0
+		if x := min(-delta, ls.size-ls.left-ls.running); x > 0 {
+			ls.spendLocked(time.Now(), -x)
+			ls.left += x
+			delta += x
+		}
 	case delta > 0 && !ls.granted && ls.ask != nil && !ls.ask.sent:
 		s.unaskLocked(ls) // not asked yet: not asked at all
 	case delta > 0 && !ls.granted:
@@ -130,15 +157,6 @@ func (s *RedisStore) unaskLocked(ls *keyLease) {
 	}
 	ls.ask = nil
 	s.dropLocked(ls)
-}
-
-// holds is what the lease hands back: what it holds, and the refunds its
-// record carries. 0 for nil.
-func (ls *keyLease) holds() float64 {
-	if ls == nil {
-		return 0
-	}
-	return ls.left - ls.ext
 }
 
 // arrived counts a finish's settlement as no longer on its way: Redis has

@@ -81,15 +81,15 @@ type RedisConfig struct {
 	// spend reaching Redis later than its deadline plus this is not charged
 	// (its request already fell back).
 	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
-	// LeaseRequests is how many requests of a caller the process admits in
-	// process on a lease — one in-flight slot taken in Redis, while the
-	// bucket surely pays them — before Redis hears of them, dated, with
-	// the caller's next call (with Replicas 1; with several, a lease takes
-	// the requests' price out of the bucket ahead, and Redis counts it as
-	// leased while it is out); 0: every request is a Redis call.
+	// LeaseRequests is how many requests' price a lease of a caller takes
+	// out of its bucket ahead (at most an eighth of it), with one in-flight
+	// slot; the process admits up to twice as many of the caller's requests
+	// in process on it, and its give-back replays them, dated, with the
+	// caller's next call. Redis counts what a lease took as leased while it
+	// is out. 0: every request is a Redis call; at most 64.
 	LeaseRequests int `yaml:"lease_requests"`
-	// LeaseHold is how long such a lease lives before what it admitted
-	// goes to the bucket.
+	// LeaseHold is how long such a lease lives before what is left of it
+	// goes back to the bucket, with the record of what it admitted.
 	LeaseHold time.Duration `yaml:"lease_hold"`
 	// PeekReuse is how long after Redis last answered about a caller's
 	// bucket that answer (with the settlements since) answers the caller's

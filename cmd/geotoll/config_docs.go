@@ -58,7 +58,7 @@ func configDocs() []configDoc {
 		{Key: "redis.probe_interval", Meaning: "how long budgets follow fail_mode after a failure before one request retries Redis (at most 10s)"},
 		{Key: "redis.max_clock_skew", Meaning: "how far Redis's clock may run ahead of geotoll's; a batch arriving later than its deadline plus this is dropped"},
 		{Key: "redis.lease_requests", Meaning: "how many requests' price a lease of a caller takes out of its bucket ahead (at most an eighth of the bucket), with one of the caller's Redis calls and one in-flight slot: it admits the caller's requests in process, one at a time, up to twice that many, and its give-back, with the caller's next call, replays each price and settlement at the moment it happened; Redis keeps the bucket and the leases out within its capacity whichever replica refunds. 0: one call per request; at most 64"},
-		{Key: "redis.lease_hold", Meaning: "how long such a lease lives before what it admitted goes to the bucket"},
+		{Key: "redis.lease_hold", Meaning: "how long such a lease lives before what is left of it goes back to the bucket, with the record of what it admitted"},
 		{Key: "redis.peek_reuse", Meaning: "how long after Redis last answered about a caller's bucket (an admission, a refusal or a read) that answer, with the replica's settlements since, answers the caller's budget reads — /budget, dry runs — without a Redis call, refilled to the moment asked: one call per caller and interval at most, reads that miss at once sharing it; other replicas' spends within it are not seen. 0: every read is a call (at most 10s)"},
 		{Key: "http.read_header_timeout", Meaning: "http.Server ReadHeaderTimeout"},
 		{Key: "http.read_timeout", Meaning: "http.Server ReadTimeout"},
