@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -93,6 +94,43 @@ func TestRefundsAtTheBrimThenAnotherReplicasDebitGainNothing(t *testing.T) {
 		plain := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}), plainB)
 		if leased > plain+1e-3 {
 			t.Errorf("with replica A's lease: %v left; without leases: %v", leased, plain)
+		}
+	})
+}
+
+// TestAggregateRequestsSettleBesideALease: a request of the caller that
+// also draws on an aggregate bucket settles in Redis, on both buckets,
+// whatever the caller's lease holds: a debit paid from the lease would
+// never reach the aggregate, and a refund paid into it would never go
+// back to the aggregate.
+func TestAggregateRequestsSettleBesideALease(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		run := func(name string, s *RedisStore, settle float64) (float64, float64) {
+			bk := Bucket{Key: f.key(fmt.Sprintf("agg-beside-%s-%v", name, settle)), Limit: Limit{Rate: 1e-6, Capacity: 40}}
+			ag := &Bucket{Key: bk.Key + ":aggregate", Limit: Limit{Rate: 1e-6, Capacity: 100}} // the same hash tag
+			req := func(c float64) Request { return Request{Bucket: bk, Cost: c, MaxInFlight: 64} }
+			mustAdmit(t, s, req(1)).Ticket.Settle(0)
+			mustAdmit(t, s, req(5)).Ticket.Settle(5) // with a lease of 5 on the leased store
+			mustAdmit(t, s, req(1)).Ticket.Settle(1) // on the lease
+			q := mustAdmit(t, s, req(1))             // on the lease, running
+			g := mustAdmit(t, s, Request{Bucket: bk, Aggregate: ag, Cost: 10, MaxInFlight: 64})
+			if !g.Allowed {
+				t.Fatalf("%s: the aggregate's request refused: %+v", name, g.Result)
+			}
+			datedBack(t, f, bk.Key)
+			mustPeek(t, s, bk) // the caller's bucket at the brim
+			g.Ticket.Settle(settle)
+			q.Ticket.Settle(1)
+			flushWithin(t, s)
+			return mustPeek(t, s, bk).Remaining, mustPeek(t, s, *ag).Remaining
+		}
+		for _, settle := range []float64{12, 0} { // a debit of 2, a refund of 10
+			lo, lp := run("leased", f.store, settle)
+			po, pp := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}), settle)
+			if lp != pp || lo > po {
+				t.Errorf("settled at %v: with a lease, caller %v and aggregate %v; without leases %v and %v", settle, lo, lp, po, pp)
+			}
 		}
 	})
 }
