@@ -43,21 +43,25 @@ import (
 // out comes back with its give-back's replay, so a caller whose bucket
 // stays full is leased too. A refund of the holder's own (of a request
 // Redis admitted) that would fill the bucket that far is paid into the
-// lease first, as far as the lease has spent (beforeFinishLocked), so
-// that the two keep what a bucket without the lease would; a lease whose
-// hold ends while it runs a request hands its tokens back at once by a
-// move (expire). A refund by another replica can still
-// bring the bucket to that brim, and is then cut short for what the lease
-// holds: the caller loses, never gains. One way it gains: another
-// replica's debit that the debt floor cuts off while a lease is out is cut
-// at the bucket's floor, not at the floor of the bucket and the lease
-// together, so the caller keeps up to what the lease holds of that debt
-// (this replica's own debits are paid from its lease first). On the
-// replica that holds it, a lease changes no decision but in that case: a
-// request its tokens cannot pay goes to Redis with the lease given back
+// lease first, as far as the lease has spent on requests that are over
+// (beforeFinishLocked); a lease whose hold ends while it runs a request
+// hands its tokens back at once by a move (expire). A refund by another
+// replica can still bring the bucket to that brim, and is then cut short
+// for what the lease holds; and any write of the caller's that reaches
+// Redis while the lease is out (a request the lease did not take, on this
+// replica or another) puts the lease's record after it, so that the
+// refill held back meanwhile is lost: the caller loses, never gains — and
+// a request may then be refused that the bucket without the lease would
+// admit. One way it gains: another replica's debit that the debt floor
+// cuts off while a lease is out is cut at the bucket's floor, not at the
+// floor of the bucket and the lease together, so the caller keeps up to
+// what the lease holds of that debt (this replica's own debits are paid
+// from its lease first). A lease admits nothing the bucket would refuse:
+// a request its tokens cannot pay goes to Redis with the lease given back
 // first in the same call, and a request Redis refuses (or shadows) for
-// want of what the lease holds is asked again at once with the lease's
-// tokens handed back (see retire).
+// want of what the lease holds — or, at the brim, of the refill its
+// replay brings back (back) — is asked again at once with the lease
+// handed back (see retire).
 type keyLease struct {
 	s   *RedisStore
 	key string

@@ -134,3 +134,40 @@ func TestAggregateRequestsSettleBesideALease(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusalsAtTheBrimAskAgainOnce: refusals one after another beside a
+// busy lease whose bucket sits at its capacity less the lease are asked
+// again once, with the lease handed back (its replay may bring back the
+// refill Redis held): the first one's retry, and no more — the lease has
+// handed back what it had.
+func TestRefusalsAtTheBrimAskAgainOnce(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: time.Hour})
+		b := Bucket{Key: f.key("refusals-at-the-brim"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		req := func(c float64, shadow bool) Request {
+			return Request{Bucket: b, Cost: c, Debt: 3, MaxInFlight: 8, Shadow: shadow}
+		}
+		mustAdmit(t, s, req(1, false)).Ticket.Settle(1)
+		mustAdmit(t, s, req(1, false)).Ticket.Settle(1) // Redis 70, a lease of 8
+		r := mustAdmit(t, s, req(1, false))             // on the lease, running
+		defer r.Ticket.Settle(1)
+		if s.Stats().Local != 1 {
+			t.Fatalf("stats %+v: want a request running on the lease", s.Stats())
+		}
+		datedBack(t, f, b.Key) // Redis at 72, its capacity less the lease
+		before := s.Stats().Admits
+		for i := range 100 {
+			a := mustAdmit(t, s, req(80, i%2 == 0))
+			if a.Allowed && !a.Shadow {
+				t.Fatalf("request %d: 80 admitted from a bucket and a lease holding 79", i)
+			}
+			if a.Ticket != nil {
+				a.Ticket.Release()
+			}
+		}
+		if asked := s.Stats().Admits - before; asked != 101 {
+			t.Errorf("100 refusals at the brim asked %d times, want 101 (the first asked again once)", asked)
+		}
+	})
+}

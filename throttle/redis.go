@@ -323,12 +323,14 @@ func admitted(status int) bool {
 }
 
 // finish implements finisher: the finish joins the caller's queue, after
-// what the caller's lease needs of it (beforeFinishLocked).
+// what the caller's lease needs of it (beforeFinishLocked) — but for a
+// request that also draws on an aggregate bucket, which the lease knows
+// nothing of: its settlement goes to Redis whole, on both buckets.
 func (s *RedisStore) finish(t *Ticket, delta float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := &pending{}
-	if ls := s.leases[t.key]; ls != nil {
+	if ls := s.leases[t.key]; ls != nil && t.agg == nil {
 		delta = s.beforeFinishLocked(ls, p, delta)
 	}
 	p.op = op{kind: opFinish, id: t.id, amount: delta}
