@@ -13,11 +13,12 @@ import (
 )
 
 // refused answers a request its own bucket, its IPv6 network's bucket or
-// its in-flight cap refused: 429, with the budget headers.
-func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol string, p Price, a throttle.Admission) {
+// its in-flight cap refused: 429, with the budget headers. key is the
+// bucket that refused it, whose refusals queue in the tarpit.
+func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol string, key string, p Price, a throttle.Admission) {
 	t.observe(tier.Name, p, Refused)
 	if t.Tarpit != nil && a.Refusal != throttle.RefusedInFlight {
-		held := t.Tarpit.hold(r.Context(), a.Result.RetryAfter)
+		held := t.Tarpit.hold(r.Context(), key, a.Result.RetryAfter)
 		a.Result = a.Result.After(held) // every budget header describes the bucket when the answer leaves
 	}
 	switch a.Refusal {

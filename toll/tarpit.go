@@ -2,6 +2,7 @@ package toll
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,6 +18,13 @@ import (
 // database, but each still costs the server a request's work on the CPU
 // the database and the other callers share.
 //
+// A bucket's refusals held at once queue: each is held until its bucket
+// could pay it after the ones held before it (each of those needing the
+// bucket's wait again, its own price being alike), at most MaxHold. A
+// crawler's connections, refused together, so do not all come back at the
+// moment the bucket could pay one of them: the bucket is refused about as
+// often as it pays, not once per connection each time.
+//
 // At most MaxHeld refusals are held at once; beyond, a refusal is answered
 // at once. A held refusal ends early when its client hangs up. The
 // in-flight cap's refusals are not held (the caller's own requests free a
@@ -25,10 +33,17 @@ import (
 type Tarpit struct {
 	MaxHold time.Duration // 0: refusals are answered at once
 	MaxHeld int64
-	// sleep waits d or until ctx ends (nil: a timer); tests set it.
+	// sleep waits d or until ctx ends (nil: a timer); now is the clock
+	// (nil: time.Now). Tests set them.
 	sleep func(ctx context.Context, d time.Duration)
+	now   func() time.Time
 
 	held atomic.Int64
+	mu   sync.Mutex
+	// queue is, per bucket, when the last of its refusals held is
+	// answered: at most one entry per refusal held, and as many past ones
+	// until the next sweep.
+	queue map[string]time.Time
 }
 
 // Defaults of Tarpit.
@@ -37,11 +52,10 @@ const (
 	DefaultTarpitMaxHeld = 1024
 )
 
-// hold holds a refusal whose bucket could pay in retry, and returns how
-// long it held it.
-func (tp *Tarpit) hold(ctx context.Context, retry time.Duration) time.Duration {
-	d := min(retry, tp.MaxHold)
-	if d <= 0 {
+// hold holds a refusal of bucket key, which could pay it in retry, and
+// returns how long it held it.
+func (tp *Tarpit) hold(ctx context.Context, key string, retry time.Duration) time.Duration {
+	if min(retry, tp.MaxHold) <= 0 {
 		return 0
 	}
 	if tp.held.Add(1) > tp.MaxHeld {
@@ -49,6 +63,7 @@ func (tp *Tarpit) hold(ctx context.Context, retry time.Duration) time.Duration {
 		return 0
 	}
 	defer tp.held.Add(-1)
+	d := tp.turn(key, retry)
 	start := time.Now()
 	if tp.sleep != nil {
 		tp.sleep(ctx, d)
@@ -61,4 +76,35 @@ func (tp *Tarpit) hold(ctx context.Context, retry time.Duration) time.Duration {
 	case <-t.C:
 	}
 	return time.Since(start)
+}
+
+// turn is how long a refusal of bucket key, which could pay it in retry,
+// is held: until retry after the bucket's last refusal held is answered,
+// or after now when none is, at most MaxHold.
+func (tp *Tarpit) turn(key string, retry time.Duration) time.Duration {
+	now := time.Now()
+	if tp.now != nil {
+		now = tp.now()
+	}
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	at := now.Add(retry)
+	if last, ok := tp.queue[key]; ok && last.After(now) {
+		at = last.Add(retry)
+	}
+	d := min(at.Sub(now), tp.MaxHold)
+	if tp.queue == nil || int64(len(tp.queue)) >= 2*max(tp.MaxHeld, 1) {
+		// Entries in the future belong to refusals held now (MaxHeld at
+		// most): the others go.
+		for k, v := range tp.queue {
+			if !v.After(now) {
+				delete(tp.queue, k)
+			}
+		}
+		if tp.queue == nil {
+			tp.queue = map[string]time.Time{}
+		}
+	}
+	tp.queue[key] = now.Add(d)
+	return d
 }

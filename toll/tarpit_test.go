@@ -104,7 +104,32 @@ func TestTarpitMaxHeld(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tp := &Tarpit{MaxHold: time.Minute, MaxHeld: 1}
-	if held := tp.hold(ctx, time.Minute); held >= time.Minute {
+	if held := tp.hold(ctx, "k", time.Minute); held >= time.Minute {
 		t.Errorf("a refusal whose client hung up was held %v", held)
+	}
+}
+
+// A bucket's refusals held at once queue: each is held until the bucket
+// could pay it after the ones before it, at most MaxHold; another
+// bucket's do not wait for them, and a bucket whose refusals have all been
+// answered starts again.
+func TestTarpitQueuesABucketsRefusals(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tp := &Tarpit{MaxHold: time.Second, MaxHeld: 2, now: func() time.Time { return now }}
+	const retry = 300 * time.Millisecond
+	for i, want := range []time.Duration{300, 600, 900, 1000, 1000} {
+		if got := tp.turn("a", retry); got != want*time.Millisecond {
+			t.Errorf("refusal %d of a: held %v, want %v ms", i, got, want)
+		}
+	}
+	if got := tp.turn("b", retry); got != retry {
+		t.Errorf("b's first refusal beside a's: held %v, want %v", got, retry)
+	}
+	now = now.Add(2 * time.Second)
+	if got := tp.turn("a", retry); got != retry {
+		t.Errorf("a's refusal once the others were answered: held %v, want %v", got, retry)
+	}
+	if len(tp.queue) > 2*2+1 {
+		t.Errorf("%d buckets remembered with at most 2 refusals held", len(tp.queue))
 	}
 }

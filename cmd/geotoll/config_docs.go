@@ -114,7 +114,7 @@ func budgetDocs() []configDoc {
 		{Key: "throttle.ipv6_aggregate.prefix", Meaning: "the network (16..63) whose anonymous IPv6 callers share an aggregate bucket besides their /64 (policy anonymous-ipv6-/48)"},
 		{Key: "throttle.ipv6_aggregate.rate", Meaning: "the aggregate's refill; 0 turns it off"},
 		{Key: "throttle.ipv6_aggregate.capacity", Meaning: "the aggregate's size, above every price"},
-		{Key: "throttle.tarpit.max_hold", Meaning: "a refusal by the caller's bucket (429) is held this long at most — no longer than the bucket needs to pay — before it is answered, its Retry-After what remains; a client that asks again at once is refused once per hold and connection instead of as fast as the server answers. 0s: off; at most half http.request_timeout"},
+		{Key: "throttle.tarpit.max_hold", Meaning: "a refusal by the caller's bucket (429) is held this long at most — no longer than the bucket needs to pay it after its refusals held before it — before it is answered, its Retry-After what remains; a client that asks again at once is refused once per hold and connection instead of as fast as the server answers. 0s: off; at most half http.request_timeout"},
 		{Key: "throttle.tarpit.max_held", Meaning: "refusals held at once; beyond, a refusal is answered at once"},
 		{Key: "throttle.key_refresh", Meaning: "how often API keys are reloaded besides the database's notifications"},
 		{Key: "throttle.key_max_age", Meaning: "keys older than this (reloads failing all that time) are stale: admin keys are refused until a reload succeeds; at least twice key_refresh"},
