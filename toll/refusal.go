@@ -19,7 +19,10 @@ func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol st
 	t.observe(tier.Name, p, Refused)
 	if t.Tarpit != nil && a.Refusal != throttle.RefusedInFlight {
 		held := t.Tarpit.hold(r.Context(), key, a.Result.RetryAfter)
-		a.Result = a.Result.After(held) // every budget header describes the bucket when the answer leaves
+		// Every budget header describes the bucket when the answer leaves —
+		// but no later than when it could pay this request: held longer,
+		// behind the bucket's other refusals, those come first.
+		a.Result = a.Result.After(min(held, a.Result.RetryAfter))
 	}
 	switch a.Refusal {
 	case throttle.RefusedAggregate:

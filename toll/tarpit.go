@@ -8,8 +8,9 @@ import (
 )
 
 // Tarpit holds a refusal by the caller's bucket before it is answered:
-// for as long as the bucket needs to pay (the refusal's Retry-After), at
-// most MaxHold. A client that honours Retry-After loses little by it —
+// for as long as the bucket needs to pay (the refusal's Retry-After, and
+// the waits of the bucket's refusals held before it, below), at most
+// MaxHold. A client that honours Retry-After loses little by it —
 // the Retry-After it is sent is what remains of the wait, in whole seconds
 // and at least 1, so a hold that covered the whole wait adds at most a
 // second — but one that asks again at once, as a crawler does, can no
@@ -26,7 +27,8 @@ import (
 // often as it pays, not once per connection each time.
 //
 // At most MaxHeld refusals are held at once; beyond, a refusal is answered
-// at once. A held refusal ends early when its client hangs up. The
+// at once. A held refusal ends early when its client hangs up, and gives
+// its place in its bucket's queue back. The
 // in-flight cap's refusals are not held (the caller's own requests free a
 // slot), nor the global budget's (the server is busy, not the caller
 // greedy).
@@ -41,9 +43,10 @@ type Tarpit struct {
 	held atomic.Int64
 	mu   sync.Mutex
 	// queue is, per bucket, when the last of its refusals held is
-	// answered: at most one entry per refusal held, and as many past ones
-	// until the next sweep.
-	queue map[string]time.Time
+	// answered: at most one entry in the future per refusal held, and
+	// past ones until the next sweep (sweepAt entries).
+	queue   map[string]time.Time
+	sweepAt int64
 }
 
 // Defaults of Tarpit.
@@ -53,7 +56,9 @@ const (
 )
 
 // hold holds a refusal of bucket key, which could pay it in retry, and
-// returns how long it held it.
+// returns how long it held it. A hold that ends early (its client hung
+// up) gives its place in the bucket's queue back, unless a refusal queued
+// behind it since.
 func (tp *Tarpit) hold(ctx context.Context, key string, retry time.Duration) time.Duration {
 	if min(retry, tp.MaxHold) <= 0 {
 		return 0
@@ -63,16 +68,17 @@ func (tp *Tarpit) hold(ctx context.Context, key string, retry time.Duration) tim
 		return 0
 	}
 	defer tp.held.Add(-1)
-	d := tp.turn(key, retry)
-	start := time.Now()
+	d, until, before := tp.turn(key, retry)
 	if tp.sleep != nil {
 		tp.sleep(ctx, d)
 		return d
 	}
+	start := time.Now()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		tp.leave(key, until, before)
 	case <-t.C:
 	}
 	return time.Since(start)
@@ -80,8 +86,10 @@ func (tp *Tarpit) hold(ctx context.Context, key string, retry time.Duration) tim
 
 // turn is how long a refusal of bucket key, which could pay it in retry,
 // is held: until retry after the bucket's last refusal held is answered,
-// or after now when none is, at most MaxHold.
-func (tp *Tarpit) turn(key string, retry time.Duration) time.Duration {
+// or after now when none is, at most MaxHold. until is when it is
+// answered (the bucket's queue ends there now), before what the queue
+// held before it.
+func (tp *Tarpit) turn(key string, retry time.Duration) (d time.Duration, until, before time.Time) {
 	now := time.Now()
 	if tp.now != nil {
 		now = tp.now()
@@ -89,22 +97,41 @@ func (tp *Tarpit) turn(key string, retry time.Duration) time.Duration {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	at := now.Add(retry)
-	if last, ok := tp.queue[key]; ok && last.After(now) {
-		at = last.Add(retry)
+	before, queued := tp.queue[key]
+	if queued && before.After(now) {
+		at = before.Add(retry)
 	}
-	d := min(at.Sub(now), tp.MaxHold)
-	if tp.queue == nil || int64(len(tp.queue)) >= 2*max(tp.MaxHeld, 1) {
+	d = min(at.Sub(now), tp.MaxHold)
+	if int64(len(tp.queue)) >= max(tp.sweepAt, 2*tp.MaxHeld) {
 		// Entries in the future belong to refusals held now (MaxHeld at
-		// most): the others go.
+		// most, as a hold that ends early gives its place back): the
+		// others go, and the next sweep waits for the map to double.
 		for k, v := range tp.queue {
 			if !v.After(now) {
 				delete(tp.queue, k)
 			}
 		}
-		if tp.queue == nil {
-			tp.queue = map[string]time.Time{}
+		tp.sweepAt = 2 * int64(len(tp.queue))
+	}
+	if tp.queue == nil {
+		tp.queue = map[string]time.Time{}
+	}
+	until = now.Add(d)
+	tp.queue[key] = until
+	return d, until, before
+}
+
+// leave gives back the place in bucket key's queue of a refusal answered
+// before its turn (until): the queue ends where it did before it, unless
+// a refusal queued behind it since.
+func (tp *Tarpit) leave(key string, until, before time.Time) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	if v, ok := tp.queue[key]; ok && v.Equal(until) {
+		if before.IsZero() {
+			delete(tp.queue, key)
+		} else {
+			tp.queue[key] = before
 		}
 	}
-	tp.queue[key] = now.Add(d)
-	return d
 }

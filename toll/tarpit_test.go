@@ -2,8 +2,10 @@ package toll
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,24 +114,95 @@ func TestTarpitMaxHeld(t *testing.T) {
 // A bucket's refusals held at once queue: each is held until the bucket
 // could pay it after the ones before it, at most MaxHold; another
 // bucket's do not wait for them, and a bucket whose refusals have all been
-// answered starts again.
+// answered starts again. A refusal answered before its turn (its client
+// hung up) gives its place back, unless one queued behind it since.
 func TestTarpitQueuesABucketsRefusals(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	tp := &Tarpit{MaxHold: time.Second, MaxHeld: 2, now: func() time.Time { return now }}
 	const retry = 300 * time.Millisecond
+	turn := func(key string) time.Duration {
+		d, _, _ := tp.turn(key, retry)
+		return d
+	}
 	for i, want := range []time.Duration{300, 600, 900, 1000, 1000} {
-		if got := tp.turn("a", retry); got != want*time.Millisecond {
+		if got := turn("a"); got != want*time.Millisecond {
 			t.Errorf("refusal %d of a: held %v, want %v ms", i, got, want)
 		}
 	}
-	if got := tp.turn("b", retry); got != retry {
+	if got := turn("b"); got != retry {
 		t.Errorf("b's first refusal beside a's: held %v, want %v", got, retry)
 	}
 	now = now.Add(2 * time.Second)
-	if got := tp.turn("a", retry); got != retry {
+	if got := turn("a"); got != retry {
 		t.Errorf("a's refusal once the others were answered: held %v, want %v", got, retry)
 	}
-	if len(tp.queue) > 2*2+1 {
-		t.Errorf("%d buckets remembered with at most 2 refusals held", len(tp.queue))
+
+	// c's second refusal hangs up: the third is held as the second was.
+	turn("c")
+	_, until, before := tp.turn("c", retry)
+	tp.leave("c", until, before)
+	if got := turn("c"); got != 2*retry {
+		t.Errorf("c's refusal after one that hung up: held %v, want %v", got, 2*retry)
+	}
+	// d's first hangs up after a second queued behind it: the third waits
+	// for both.
+	_, until, before = tp.turn("d", retry)
+	turn("d")
+	tp.leave("d", until, before)
+	if got := turn("d"); got != 3*retry {
+		t.Errorf("d's refusal behind one that stayed: held %v, want %v", got, 3*retry)
+	}
+}
+
+// The buckets a tarpit remembers are swept once they reach twice MaxHeld,
+// or twice what the last sweep left: those whose refusals have all been
+// answered go.
+func TestTarpitForgetsAnsweredBuckets(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tp := &Tarpit{MaxHold: time.Second, MaxHeld: 2, now: func() time.Time { return now }}
+	for i := range 1000 {
+		tp.turn(fmt.Sprint("k", i), 300*time.Millisecond)
+		now = now.Add(time.Second) // the refusal is answered
+	}
+	if n := len(tp.queue); n > 4 {
+		t.Errorf("after 1,000 buckets' refusals, answered one at a time: %d remembered, want at most 4", n)
+	}
+	for i := range 1000 { // none answered yet: kept, and swept as the map doubles
+		tp.turn(fmt.Sprint("held", i), 300*time.Millisecond)
+	}
+	if n, at := len(tp.queue), tp.sweepAt; n < 1000 || at > 2*int64(n) {
+		t.Errorf("1,000 refusals held: %d remembered, next sweep at %d", n, at)
+	}
+}
+
+// Refusals of different callers do not queue behind each other; a
+// refusal held past its own bucket's wait shows the bucket as it is when
+// it could pay (the refusals queued before it come first), not beyond.
+func TestTarpitQueuesPerCaller(t *testing.T) {
+	var slept []time.Duration
+	toll := tarpitToll(func(_ context.Context, d time.Duration) { slept = append(slept, d) })
+	toll.Tiers[AnonymousTier] = Tier{Name: AnonymousTier, Limit: throttle.Limit{Rate: 100, Capacity: 70}} // 0.5 s for the next z0 tile
+	toll.Tarpit.now = func() time.Time { return time.Unix(1_800_000_000, 0) }                             // the store's clock: nothing is answered
+	from := func(addr string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt", nil)
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		toll.AdmitTile(w, r, tileDemand(0, "places"))
+		return w
+	}
+	for _, addr := range []string{"192.0.2.7:5555", "192.0.2.8:5555"} {
+		if w := from(addr); w.Code != http.StatusOK {
+			t.Fatalf("%s's first tile: %d", addr, w.Code)
+		}
+	}
+	from("192.0.2.7:5555")
+	second := from("192.0.2.7:5555")
+	from("192.0.2.8:5555")
+	want := []time.Duration{500 * time.Millisecond, time.Second, 500 * time.Millisecond}
+	if len(slept) != 3 || slept[0] != want[0] || slept[1] != want[1] || slept[2] != want[2] {
+		t.Errorf("held %v, want %v: the second caller's refusal does not wait for the first's", slept, want)
+	}
+	if got := second.Header().Get("RateLimit"); !strings.Contains(got, "r=60") {
+		t.Errorf("a refusal held 1 s behind another: RateLimit %q, want r=60 (the bucket when it could pay it)", got)
 	}
 }
