@@ -41,6 +41,15 @@ func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol st
 	}
 }
 
+// refusing is the key of the bucket that refused a: the caller's own, or
+// its IPv6 network's (agg).
+func refusing(a throttle.Admission, own throttle.Bucket, agg *throttle.Bucket) string {
+	if a.Refusal == throttle.RefusedAggregate && agg != nil {
+		return agg.Key
+	}
+	return own.Key
+}
+
 func maxInFlight(tier Tier) int {
 	if tier.MaxInFlight > 0 {
 		return tier.MaxInFlight

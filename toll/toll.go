@@ -285,11 +285,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		if err != nil {
 			t.limiterFailed(w, r, tier, p, err)
 		} else {
-			held := own.Key // the bucket that refused: its refusals queue in the tarpit
-			if a.Refusal == throttle.RefusedAggregate && agg != nil {
-				held = agg.Key
-			}
-			t.refused(w, r, tier, pol, held, p, a)
+			t.refused(w, r, tier, pol, refusing(a, own, agg), p, a)
 		}
 		return nil
 	}
