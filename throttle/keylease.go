@@ -60,7 +60,7 @@ import (
 // a request its tokens cannot pay goes to Redis with the lease given back
 // first in the same call, and a request Redis refuses (or shadows) for
 // want of what the lease holds — or, at the brim, of the refill its
-// replay brings back (back) — is asked again at once with the lease
+// replay brings back (backed) — is asked again at once with the lease
 // handed back (see retire).
 type keyLease struct {
 	s   *RedisStore
@@ -89,16 +89,14 @@ type keyLease struct {
 	ask *pending // its admit, until answered
 	// gen counts the times it handed its tokens back (given back, or
 	// keeping only its running request's slot); handed is what it handed
-	// back the last time, handedFirst whether that was the first (whose
-	// replay brings back the refill Redis held back: see back).
-	gen         int
-	handed      float64
-	handedFirst bool
-	granted     bool    // Redis admitted it; until then it is only asked for
-	busy        bool    // a request holds its slot
-	running     float64 // the price of the request that holds it, in micro-tokens
-	done        bool    // admits no more: given back as soon as it is idle
-	timer       *time.Timer
+	// back the last time.
+	gen     int
+	handed  float64
+	granted bool    // Redis admitted it; until then it is only asked for
+	busy    bool    // a request holds its slot
+	running float64 // the price of the request that holds it, in micro-tokens
+	done    bool    // admits no more: given back as soon as it is idle
+	timer   *time.Timer
 }
 
 // leaseSize is the tokens a lease for a request of cost takes (in
@@ -208,9 +206,16 @@ func (ls *keyLease) spendLocked(now time.Time, d float64) {
 		return
 	}
 	ls.spends = append(ls.spends, spend{d: d, at: now})
-	if len(ls.spends) >= 4*ls.s.opts.LeaseRequests {
+	if ls.full() {
 		ls.done = true
 	}
+}
+
+// full reports whether the lease's record holds 4×LeaseRequests
+// settlements: it admits no more, and pays no more of its caller's other
+// requests' debits.
+func (ls *keyLease) full() bool {
+	return len(ls.spends) >= 4*ls.s.opts.LeaseRequests
 }
 
 // remaining estimates, in micro-tokens, what the caller's bucket would
@@ -416,7 +421,7 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 		delta = 0
 	}
 	ls.spends = nil
-	ls.handed, ls.handedFirst, ls.gen = max(ls.left, 0), ls.gen == 0, ls.gen+1
+	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
 	p.op = op{kind: kind, id: ls.id, amount: delta}
 	return p
 }

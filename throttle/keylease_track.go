@@ -39,7 +39,7 @@ func (s *RedisStore) sawLocked(key string, sh shape, batch []*pending, results [
 
 // besideLocked is the caller's lease when the reply r to the admit p
 // would have been an admission with the lease given back: a refusal or a
-// shadow admission that what it would hand back may pay (ls.back), or an
+// shadow admission that what it would hand back may pay (backed), or an
 // in-flight refusal while its slot is idle — or the lease p was queued
 // beside, when it handed back (tokens or slot) after p was queued, so that
 // the hand-back may have reached Redis after p. Else nil.
@@ -55,15 +55,13 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 	}
 	switch r.status {
 	case stRefused, stShadow:
-		if back := ls.back(r.tokens); back > 0 && r.tokens+back >= cost {
-			return ls
-		}
-		if then != nil {
-			back := then.handed
-			if then.handedFirst && r.tokens+then.size >= then.sh.capacity {
-				back = max(back, then.size)
+		if ls != nil {
+			if back := backed(r.tokens, ls.left, ls.size, ls.sh.capacity, ls.gen == 0); back > 0 && r.tokens+back >= cost {
+				return ls
 			}
-			if back > 0 && r.tokens+back >= cost {
+		}
+		if then != nil { // its first hand-back among them when p came before any
+			if back := backed(r.tokens, then.handed, then.size, then.sh.capacity, p.leaseGen == 0); back > 0 && r.tokens+back >= cost {
 				return then
 			}
 		}
@@ -76,19 +74,16 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 	return nil
 }
 
-// back is the most that handing the lease back (nil: none) may add to a
-// bucket Redis shows holding tokens: what it holds — and, before its
-// first hand-back, when the bucket may be at the capacity less what the
-// lease took (where Redis holds back its refill), up to all it took: the
+// backed is the most a lease's hand-back may add to a bucket Redis shows
+// holding tokens: what the lease holds (held) — and, on its first
+// hand-back, when the bucket may be at its capacity less all the lease
+// took (size), where Redis holds back its refill, up to all it took: the
 // record's replay brings that refill back.
-func (ls *keyLease) back(tokens float64) float64 {
-	switch {
-	case ls == nil:
-		return 0
-	case ls.gen == 0 && tokens+ls.size >= ls.sh.capacity:
-		return max(ls.size, ls.left)
+func backed(tokens, held, size, capacity float64, first bool) float64 {
+	if first && tokens+size >= capacity {
+		return max(size, held)
 	}
-	return max(ls.left, 0)
+	return max(held, 0)
 }
 
 // beforeFinishLocked readies the finish p of a Redis-admitted request of
@@ -119,7 +114,7 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 		s.unaskLocked(ls) // not asked yet: not asked at all
 	case delta > 0 && !ls.granted:
 		ls.done = true
-	case delta > 0 && ls.busy && len(ls.spends) >= 4*s.opts.LeaseRequests:
+	case delta > 0 && ls.busy && ls.full():
 		// Its record is full: it hands its tokens back now (one move),
 		// and this debit, and those after it, go to Redis after that.
 		ls.done = true
