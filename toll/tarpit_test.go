@@ -170,8 +170,8 @@ func TestTarpitForgetsAnsweredBuckets(t *testing.T) {
 	for i := range 1000 { // none answered yet: kept, and swept as the map doubles
 		tp.turn(fmt.Sprint("held", i), 300*time.Millisecond)
 	}
-	if n, at := len(tp.queue), tp.sweepAt; n < 1000 || at > 2*int64(n) {
-		t.Errorf("1,000 refusals held: %d remembered, next sweep at %d", n, at)
+	if n, at := len(tp.queue), tp.sweepAt; n < 1000 || at < int64(n) {
+		t.Errorf("1,000 refusals held: %d remembered, next sweep at %d (want at or past the map's size: not on every refusal)", n, at)
 	}
 }
 
