@@ -172,7 +172,7 @@ func DefaultConfig() Config {
 		LogFormat:  "json",
 		DemoLayers: true,
 		Tracing:    TracingConfig{ServiceName: "geotoll", SampleRatio: 1},
-		Database: DatabaseConfig{MaxConns: 16, AnonymousMaxConns: 2, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
+		Database: DatabaseConfig{MaxConns: 4, AnonymousMaxConns: 2, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
 			CancelWait: time.Minute},
 		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,
 			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second, PeekReuse: time.Second,

@@ -39,7 +39,7 @@ func configDocs() []configDoc {
 		{Key: "log_format", Meaning: "json or text"},
 		{Key: "database.url", Default: "none", Meaning: "the read connection of serve, as the geotoll_reader role (alias DATABASE_URL; secret: GEOTOLL_DATABASE_URL_FILE); its sessions' application_name is geotoll unless the URL sets one"},
 		{Key: "database.admin_url", Default: "database.url", Meaning: "the schema owner for migrate, seed, keys and opendata (alias GEOTOLL_ADMIN_DATABASE_URL, flag alias -admin-database-url; secret)"},
-		{Key: "database.max_conns", Meaning: "read pool size"},
+		{Key: "database.max_conns", Meaning: "read pool size: how many statements run at once. About the database's CPU cores: statements beyond them only share its CPU, and every caller's statement, the honest one's too, then takes longer; more wait for a connection, within acquire_timeout"},
 		{Key: "database.anonymous_max_conns", Meaning: "of max_conns, how many the anonymous callers' statements use at once, all of them together (a crawl from many addresses adds their buckets up); one more waits for a slot within acquire_timeout, then 503. 0: no share; above max_conns: max_conns"},
 		{Key: "database.retry_after", Meaning: "Retry-After seconds of a database 503 (at least 1)"},
 		{Key: "database.acquire_timeout", Meaning: "the longest a request waits for a pooled connection"},

@@ -291,7 +291,7 @@ func TestTarpitConfig(t *testing.T) {
 	}
 }
 
-// The anonymous callers share 2 of the 16 connections by default; 0 is no
+// The anonymous callers share 2 of the 4 connections by default; 0 is no
 // share, and a share larger than the pool is the pool.
 func TestAnonymousShareConfig(t *testing.T) {
 	toll, err := DefaultConfig().toll()
