@@ -165,7 +165,7 @@ func (c *Cache) get(k cacheKey) (*entry, bool) {
 // that finds it in its walk).
 func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
 	epoch := c.epoch.Load()
-	return c.flights.do(ctx, flightKey{k, pgcall.InShare(ctx), epoch}, func(ctx context.Context) (*entry, error) {
+	return c.flights.do(ctx, flightKey{k, pgcall.ShareOf(ctx), epoch}, func(ctx context.Context) (*entry, error) {
 		if e, ok := c.get(k); ok && !fresh { // filled while this request was being priced
 			return e, nil
 		}
@@ -184,15 +184,16 @@ func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(co
 	})
 }
 
-// flightKey names a render callers may share: the tile, whether it runs
-// in a share of the pool (pgcall.InShare: the anonymous callers'), so
-// that a caller outside the share never waits on a render queued for a
-// slot of it, and the cache's epoch when it began, so that a caller after
-// an InvalidateLayer never waits on a render from before it.
+// flightKey names a render callers may share: the tile, the share of the
+// pool it runs in (pgcall.ShareOf: the anonymous callers', or a key's
+// own), so that a caller outside the share never waits on a render queued
+// for a slot of it — two keys asking for one tile at once render it twice
+// — and the cache's epoch when it began, so that a caller after an
+// InvalidateLayer never waits on a render from before it.
 type flightKey struct {
 	cacheKey
-	inShare bool
-	epoch   uint64
+	share *pgcall.Share
+	epoch uint64
 }
 
 // entry is one rendered tile, ready to send.

@@ -245,20 +245,21 @@ func (f fixedTile) Tile(context.Context, []*Layer, maptile.Tile) ([]byte, error)
 
 // A caller outside a share of the pool never joins a render started inside
 // it (an anonymous caller's, which may wait for a slot of the anonymous
-// share): a keyed request for a tile an anonymous one is rendering renders
-// it on its own, and a second anonymous request joins the first.
+// share; a key's, of its own): a request without a share, or in another
+// key's, for a tile an anonymous one is rendering renders it on its own,
+// and a second anonymous request joins the first.
 func TestHandlerRenderInShareNotJoinedFromOutside(t *testing.T) {
 	t.Parallel()
 	rend := &heldRenderer{release: make(chan struct{}), ctxs: make(chan context.Context, 4)}
 	h, srv := internalHandler(t, 1<<20, rend, nil)
-	share := pgcall.NewShare(1)
-	anonymous := func() context.Context {
+	share, key := pgcall.NewShare(1), pgcall.NewShare(1)
+	in := func(s *pgcall.Share) context.Context {
 		ctx, b := pgcall.WithBudget(context.Background())
-		b.Join(share)
+		b.Join(s)
 		return ctx
 	}
 	var wg sync.WaitGroup
-	for _, ctx := range []context.Context{anonymous(), anonymous(), context.Background()} {
+	for _, ctx := range []context.Context{in(share), in(share), in(key), context.Background()} {
 		wg.Go(func() {
 			w := httptest.NewRecorder()
 			srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tilePath, nil).WithContext(ctx))
@@ -269,13 +270,15 @@ func TestHandlerRenderInShareNotJoinedFromOutside(t *testing.T) {
 	}
 	testenv.Receive(t, rend.ctxs, "a render to start")
 	testenv.Receive(t, rend.ctxs, "a second render to start")
-	waitFor(t, "the anonymous requests to share one render, the keyed one its own", func() bool {
-		return h.Cache.flights.waiting(flightKey{cacheKey: tileKey, inShare: true}) == 2 &&
+	testenv.Receive(t, rend.ctxs, "a third render to start")
+	waitFor(t, "the anonymous requests to share one render, the key's and the unshared one each their own", func() bool {
+		return h.Cache.flights.waiting(flightKey{cacheKey: tileKey, share: share}) == 2 &&
+			h.Cache.flights.waiting(flightKey{cacheKey: tileKey, share: key}) == 1 &&
 			h.Cache.flights.waiting(flightKey{cacheKey: tileKey}) == 1
 	})
 	close(rend.release)
 	wg.Wait()
-	if c := rend.calls.Load(); c != 2 {
-		t.Errorf("%d renders, want 2: one in the share, one outside", c)
+	if c := rend.calls.Load(); c != 3 {
+		t.Errorf("%d renders, want 3: one in each share, one outside", c)
 	}
 }

@@ -23,6 +23,7 @@ type Pass struct {
 	most   float64         // the most it settles at (Toll.settleCap)
 	global float64         // taken from the global budget
 	fixed  bool            // settles at its price: nothing to measure
+	share  *pgcall.Share   // whose slots its statements take (Toll.share), if any
 	once   sync.Once
 }
 
@@ -125,8 +126,8 @@ func hold(r *http.Request, p *Pass) {
 	if !p.fixed {
 		held.budget.Set(p.toll.StatementBudget(p.price.Cost))
 	}
-	if p.tier.Name == AnonymousTier && p.toll.AnonymousShare != nil {
-		held.budget.Join(p.toll.AnonymousShare)
+	if p.share != nil {
+		held.budget.Join(p.share)
 	}
 }
 

@@ -89,6 +89,9 @@ type Toll struct {
 	// anonymous callers' statements use, all of them together: each has a
 	// bucket of its own, and a crawl from many addresses adds them up.
 	AnonymousShare *pgcall.Share
+	// KeyShares, when set, gives every other caller (an API key) a share
+	// of the pool of its own, so that no one key holds every connection.
+	KeyShares *pgcall.Shares
 	// Tarpit, when set, holds the bucket's refusals before answering them.
 	Tarpit   *Tarpit
 	Observer Observer
@@ -300,9 +303,21 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		p.Base = t.Default.Base
 	}
 	pass := &Pass{toll: t, ticket: a.Ticket, tier: tier, res: a.Result, price: p, most: t.settleCap(tier, p),
-		global: global, fixed: p.CacheHit || a.Shadow || a.Ticket == nil}
+		global: global, fixed: p.CacheHit || a.Shadow || a.Ticket == nil, share: t.share(tier, own)}
 	hold(r, pass)
 	return pass
+}
+
+// share is the share of the pool the caller's statements take a slot of:
+// the anonymous callers', all together, or the key's own.
+func (t *Toll) share(tier Tier, own throttle.Bucket) *pgcall.Share {
+	switch {
+	case tier.Name == AnonymousTier:
+		return t.AnonymousShare // nil: none
+	case t.KeyShares != nil:
+		return t.KeyShares.Of(own.Key)
+	}
+	return nil
 }
 
 // tier is the caller's tier; a key naming a tier that is not configured

@@ -172,7 +172,7 @@ func DefaultConfig() Config {
 		LogFormat:  "json",
 		DemoLayers: true,
 		Tracing:    TracingConfig{ServiceName: "geotoll", SampleRatio: 1},
-		Database: DatabaseConfig{MaxConns: 4, AnonymousMaxConns: 2, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
+		Database: DatabaseConfig{MaxConns: 4, BackgroundConns: 6, AnonymousMaxConns: 2, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
 			CancelWait: time.Minute},
 		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,
 			ProbeInterval: 500 * time.Millisecond, MaxClockSkew: time.Second, PeekReuse: time.Second,
@@ -333,9 +333,13 @@ func (c Config) validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("log_format %q must be json or text", c.LogFormat))
 	}
-	if c.Database.MaxConns < 1 || c.Database.AnonymousMaxConns < 0 {
-		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1, anonymous_max_conns %d at least 0 (off)",
-			c.Database.MaxConns, c.Database.AnonymousMaxConns))
+	if c.Database.MaxConns < 1 || c.Database.AnonymousMaxConns < 0 || c.Database.KeyMaxConns < 0 {
+		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1, anonymous_max_conns %d at least 0 (off), key_max_conns %d at least 0 (max_conns − 1)",
+			c.Database.MaxConns, c.Database.AnonymousMaxConns, c.Database.KeyMaxConns))
+	}
+	if c.Database.BackgroundConns < 2 {
+		errs = append(errs, fmt.Errorf("database.background_conns %d must be at least 2 (a price model's build and a refresh at once)",
+			c.Database.BackgroundConns))
 	}
 	if c.Throttle.KeyRefresh < time.Second {
 		errs = append(errs, fmt.Errorf("throttle.key_refresh %s must be at least 1s", c.Throttle.KeyRefresh))

@@ -73,6 +73,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		// 0.5 would be 0, no cap at all.
 		{"fraction of a tier's whole number", "throttle: {tiers: {free: {max_in_flight: 0.5}}}\n", "throttle.tiers.free.max_in_flight"},
 		{"fraction of connections", "database: {max_conns: 1.5}\n", "database.max_conns"},
+		{"one background connection", "database: {background_conns: 1}\n", "database.background_conns 1 must be at least 2"},
 		{"fraction of a layer's whole number", "layers: [{name: places, max_features: 100.5}]\n", "layers[0].max_features"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -292,7 +293,8 @@ func TestTarpitConfig(t *testing.T) {
 }
 
 // The anonymous callers share 2 of the 4 connections by default; 0 is no
-// share, and a share larger than the pool is the pool.
+// share, and a share as large as the pool leaves the keyed callers one
+// connection (a pool of one is all the share's).
 func TestAnonymousShareConfig(t *testing.T) {
 	toll, err := DefaultConfig().toll()
 	if err != nil {
@@ -309,6 +311,11 @@ func TestAnonymousShareConfig(t *testing.T) {
 	cfg.Database.AnonymousMaxConns = -1
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "anonymous_max_conns") {
 		t.Errorf("anonymous_max_conns -1: %v", err)
+	}
+	// A pool as large as the share: the keyed callers keep one.
+	cfg.Database.AnonymousMaxConns, cfg.Database.MaxConns = 2, 2
+	if toll, _ = cfg.toll(); cfg.validate() != nil || toll.AnonymousShare == nil || toll.AnonymousShare.Size() != 1 {
+		t.Errorf("max_conns 2: %v, share %+v", cfg.validate(), toll.AnonymousShare)
 	}
 	// A pool smaller than the share: the share is the whole pool.
 	cfg.Database.AnonymousMaxConns, cfg.Database.MaxConns = 2, 1
@@ -387,5 +394,46 @@ func TestPublicURLConfig(t *testing.T) {
 	t.Setenv("GEOTOLL_HTTP_PUBLIC_URL", "https://tiles.example.com:abc/maps")
 	if _, _, err := loadConfig([]string{"-config", path}, true); err == nil || !strings.Contains(err.Error(), "http.public_url") {
 		t.Fatalf("from the environment, an invalid port: %v, want an error naming http.public_url", err)
+	}
+}
+
+// Each API key's statements use at most max_conns − 1 connections at once
+// by default, key_max_conns when set, and no share when that is the whole
+// pool.
+func TestKeyShareConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		maxConns, key int32
+		want          int // 0: no share
+	}{
+		{"default", 4, 0, 3},
+		{"set", 4, 2, 2},
+		{"the whole pool", 4, 4, 0},
+		{"more than the pool", 4, 9, 0},
+		{"a pool of one", 1, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Database.MaxConns, cfg.Database.KeyMaxConns = tc.maxConns, tc.key
+			if err := cfg.validate(); err != nil {
+				t.Fatal(err)
+			}
+			toll, err := cfg.toll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			if toll.KeyShares != nil {
+				got = toll.KeyShares.Size()
+			}
+			if got != tc.want {
+				t.Errorf("a key's share: %d connections, want %d", got, tc.want)
+			}
+		})
+	}
+	cfg := DefaultConfig()
+	cfg.Database.KeyMaxConns = -1
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "key_max_conns -1") {
+		t.Errorf("key_max_conns -1: %v", err)
 	}
 }

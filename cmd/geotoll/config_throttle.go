@@ -220,8 +220,15 @@ func (c Config) toll() (*toll.Toll, error) {
 		// Its store is the toll's, set when the stores are opened.
 		t.Global = &throttle.Global{Bucket: throttle.Bucket{Key: throttle.BucketKey(c.Throttle.Prefix, "global", "database"), Limit: g}}
 	}
-	if n := min(c.Database.AnonymousMaxConns, c.Database.MaxConns); n > 0 {
+	// A share as large as the pool leaves the keyed callers one connection
+	// (a pool of one has none to spare).
+	if n := min(c.Database.AnonymousMaxConns, max(1, c.Database.MaxConns-1)); n > 0 {
 		t.AnonymousShare = pgcall.NewShare(int(n))
+	}
+	if n := c.Database.keyShare(); n > 0 {
+		// A key's share is forgotten once idle for longer than a request
+		// lives between its admission and its statement.
+		t.KeyShares = pgcall.NewShares(int(n), max(time.Minute, 2*c.HTTP.RequestTimeout))
 	}
 	if tp := c.Throttle.Tarpit; tp.MaxHold > 0 {
 		t.Tarpit = &toll.Tarpit{MaxHold: tp.MaxHold, MaxHeld: tp.MaxHeld}

@@ -18,13 +18,24 @@ type DatabaseConfig struct {
 	// AdminURL is the schema owner `migrate` and `seed` use (env
 	// GEOTOLL_ADMIN_DATABASE_URL); empty means URL.
 	AdminURL string `yaml:"admin_url" secret:"true"`
-	MaxConns int32  `yaml:"max_conns"`
+	// MaxConns is the read pool's size: how many request statements run at
+	// once. The server's own work has a pool of its own (BackgroundConns).
+	MaxConns int32 `yaml:"max_conns"`
+	// BackgroundConns is the size of the read role's second pool, for the
+	// server's own work: price-model builds (pricing.Builds at once),
+	// the serving registry's refresh, layer checks, API keys. That work
+	// never waits for a request's connection, nor a request for it.
+	BackgroundConns int32 `yaml:"background_conns"`
 	// AnonymousMaxConns is how many of MaxConns the anonymous callers'
 	// statements use at once, all of them together (0: no share, the
 	// whole pool). Each anonymous address has a bucket of its own; a crawl
 	// from many addresses would add them up and leave the keyed callers
 	// waiting behind it for connections and database CPU.
 	AnonymousMaxConns int32 `yaml:"anonymous_max_conns"`
+	// KeyMaxConns is how many of MaxConns one API key's statements use at
+	// once (0: MaxConns − 1), so that no key — with statements that ignore
+	// cancellation, say — holds every connection.
+	KeyMaxConns int32 `yaml:"key_max_conns"`
 	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
 	RetryAfter int `yaml:"retry_after"`
 	// AcquireTimeout bounds the wait for a pooled connection: a database
@@ -40,6 +51,19 @@ type DatabaseConfig struct {
 	// in-flight slot — until the backend stops, or this long. Only after it
 	// is the connection closed on a backend that may still run.
 	CancelWait time.Duration `yaml:"cancel_wait"`
+}
+
+// keyShare is how many connections one key's statements use at once, 0
+// when that is the whole pool (no share).
+func (c DatabaseConfig) keyShare() int32 {
+	n := c.KeyMaxConns
+	if n == 0 {
+		n = c.MaxConns - 1
+	}
+	if n >= c.MaxConns {
+		return 0
+	}
+	return max(n, 0)
 }
 
 // tunePool bounds how long opening one PostgreSQL connection may take

@@ -31,10 +31,13 @@ type Main struct {
 	Config Config
 	Logger *slog.Logger
 
-	Pool    *pgxpool.Pool
-	Redis   redis.UniversalClient // nil in single-instance mode
-	Handler http.Handler
-	Server  *http.Server
+	// Pool serves requests' statements; Background the server's own work
+	// (DatabaseConfig.BackgroundConns).
+	Pool       *pgxpool.Pool
+	Background *pgxpool.Pool
+	Redis      redis.UniversalClient // nil in single-instance mode
+	Handler    http.Handler
+	Server     *http.Server
 
 	// FenceWriter is the fence admin's write pool (nil when not configured).
 	FenceWriter *pgxpool.Pool
@@ -210,26 +213,36 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	return nil
 }
 
-// openPool opens the read pool. Connections are made lazily: a database
-// that is down at start-up makes /readyz fail, not the process.
+// openPool opens the read pools: the requests' and the background's.
+// Connections are made lazily: a database that is down at start-up makes
+// /readyz fail, not the process.
 func (m *Main) openPool(ctx context.Context) error {
 	db := m.Config.Database
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		return fmt.Errorf("database url: %w", err)
+	open := func(size int32) (*pgxpool.Pool, error) {
+		pcfg, err := pgxpool.ParseConfig(db.URL)
+		if err != nil {
+			return nil, fmt.Errorf("database url: %w", err)
+		}
+		pcfg.MaxConns = size
+		if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
+			// An application_name in the URL is kept: servers sharing a
+			// database are told apart in pg_stat_activity by it.
+			pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
+		}
+		db.tunePool(pcfg)
+		tracePool(m.Tracing, pcfg)
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		return pool, nil
 	}
-	pcfg.MaxConns = db.MaxConns
-	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		// An application_name in the URL is kept: servers sharing a
-		// database are told apart in pg_stat_activity by it.
-		pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
+	var err error
+	if m.Pool, err = open(db.MaxConns); err != nil {
+		return err
 	}
-	db.tunePool(pcfg)
-	tracePool(m.Tracing, pcfg)
-	if m.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-	return nil
+	m.Background, err = open(db.BackgroundConns)
+	return err
 }
 
 // openKeys makes the API key ring and loads it now (a database that is
@@ -240,7 +253,7 @@ func (m *Main) openPool(ctx context.Context) error {
 // the keys.
 func (m *Main) openKeys(ctx context.Context) map[string]server.Check {
 	t := m.Config.Throttle
-	keyStore := apikeys.NewStore(m.Pool)
+	keyStore := apikeys.NewStore(m.Background)
 	m.keys = apikeys.NewRing(keyStore.Active, t.KeyRefresh, m.Logger)
 	m.keys.MaxAge, m.keys.Connect = t.KeyMaxAge, keyStore.Connect
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -383,6 +396,9 @@ func (m *Main) Close() {
 	}
 	if m.Pool != nil {
 		m.Pool.Close()
+	}
+	if m.Background != nil {
+		m.Background.Close()
 	}
 	if m.FenceWriter != nil {
 		m.FenceWriter.Close()

@@ -28,7 +28,7 @@ const layerCheckTimeout = 10 * time.Second
 func (m *Main) checkLayers(ctx context.Context, tc *tiles.Catalog, gc *geofence.Catalog) (server.Check, error) {
 	checker := layercheck.New(append(tc.Checks(), gc.Checks()...)...)
 	cctx, cancel := context.WithTimeout(ctx, layerCheckTimeout)
-	err := checker.Check(cctx, m.Pool)
+	err := checker.Check(cctx, m.Background)
 	cancel()
 	switch {
 	case layercheck.IsMismatch(err):
@@ -63,7 +63,7 @@ func (m *Main) refreshContainment(ctx context.Context) {
 	if m.fenceLayers == nil {
 		return
 	}
-	warnings, err := m.fenceLayers.LoadContainment(ctx, m.Pool)
+	warnings, err := m.fenceLayers.LoadContainment(ctx, m.Background)
 	if err != nil {
 		m.Logger.Warn("geofence layers' storage not read; contains and check on a layer keep what was read before", "err", err)
 	}

@@ -57,7 +57,7 @@ func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, e
 		m.ModelShelf = density.NewShelf()
 	}
 	m.pricing = &pricingSetup{
-		models:  pricing.NewModels(m.Pool, density.Options{Shelf: m.ModelShelf}),
+		models:  pricing.NewModels(m.Background, density.Options{Shelf: m.ModelShelf}),
 		lazy:    &pricing.Lazy{},
 		tiles:   cat.Layers(),
 		changed: make(chan struct{}, 1),
@@ -143,5 +143,5 @@ func (m *Main) setEstimator(ctx context.Context) bool {
 func (m *Main) newEstimator(ctx context.Context) (*pricing.Estimator, error) {
 	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return pricing.ForLayers(kctx, m.Pool, m.pricing.models, m.pricing.tiles, m.Config.Geofence.Layers)
+	return pricing.ForLayers(kctx, m.Background, m.pricing.models, m.pricing.tiles, m.Config.Geofence.Layers)
 }

@@ -25,6 +25,7 @@ func (m *Main) openMetrics() (*server.Metrics, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		server.NewPoolCollector("read", m.Pool.Stat),
+		server.NewPoolCollector("background", m.Background.Stat),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "geotoll_build_info", Help: "1, labelled with the running build's version and Go version.",
 			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
@@ -51,7 +52,7 @@ const discoverTimeout = 10 * time.Second
 func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarded.Trusted, metrics *server.Metrics) (*tiles.Handler, error) {
 	cfg := m.Config
 	dctx, cancel := context.WithTimeout(ctx, discoverTimeout)
-	discovered, err := cfg.discoverLayers(dctx, m.Pool)
+	discovered, err := cfg.discoverLayers(dctx, m.Background)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("tiles.discover: %w", err)
@@ -115,7 +116,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 	for _, l := range catalog.Layers() {
 		hctx, cancel := context.WithTimeout(ctx, discoverTimeout)
-		err := l.CheckHeavy(hctx, m.Pool)
+		err := l.CheckHeavy(hctx, m.Background)
 		cancel()
 		if err != nil {
 			m.Logger.Warn("tile layer: largest rows not read", "layer", l.Name, "err", err)
@@ -133,7 +134,7 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 // of layers whose storage changed, and logs what it found: each storage
 // warning once, when it appears, and when it clears (m.tileWarnings).
 func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache *tiles.Cache) {
-	res, err := catalog.Refresh(ctx, m.Pool)
+	res, err := catalog.Refresh(ctx, m.Background)
 	if err != nil {
 		m.Logger.Warn("serving registry not read; tiles read what they read before (at start-up, the layers' tables) until it is", "err", err)
 	}

@@ -70,7 +70,7 @@ func TestStorageWarningsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	prepareDemo(t) // the demo's storage, which the warnings are about
 	logs := &capture{}
-	m := &Main{Pool: testenv.ReadPool(t), Logger: slog.New(logs)}
+	m := &Main{Background: testenv.ReadPool(t), Logger: slog.New(logs)}
 	moved, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.districts", GeometryColumn: "geom_3857",
 		SRID: 3857, IDColumn: "id", GeometryKind: tiles.KindPolygon}})
 	if err != nil {

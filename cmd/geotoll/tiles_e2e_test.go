@@ -598,8 +598,11 @@ func TestEndToEndMetrics(t *testing.T) {
 		`geotoll_tile_query_duration_seconds_count{layer="places",zoom="2"} 1`,
 		`geotoll_tile_cache_entries `,
 		`geotoll_tile_cache_bytes `,
-		`geotoll_db_pool_max_conns{pool="read"} 16`,
+		// The defaults: the requests' pool and the background's.
+		`geotoll_db_pool_max_conns{pool="read"} ` + strconv.Itoa(int(DefaultConfig().Database.MaxConns)) + "\n",
+		`geotoll_db_pool_max_conns{pool="background"} ` + strconv.Itoa(int(DefaultConfig().Database.BackgroundConns)) + "\n",
 		`geotoll_db_pool_acquires_total{pool="read"}`,
+		`geotoll_db_pool_acquires_total{pool="background"}`,
 		`go_goroutines `,
 		`process_resident_memory_bytes `,
 	} {

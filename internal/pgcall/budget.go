@@ -38,12 +38,9 @@ func (b *Budget) Limit() time.Duration { return time.Duration(b.ns.Load()) }
 // Join makes the calls take a slot of s (nil: none) while they run.
 func (b *Budget) Join(s *Share) { b.share.Store(s) }
 
-// InShare reports whether the calls under ctx take a slot of a Share:
-// work started under it must not be waited for by callers outside it.
-func InShare(ctx context.Context) bool { return shareOf(ctx) != nil }
-
-// shareOf is the Share the calls under ctx take a slot of, if any.
-func shareOf(ctx context.Context) *Share {
+// ShareOf is the Share the calls under ctx take a slot of, if any: work
+// started under it must not be waited for by callers outside it.
+func ShareOf(ctx context.Context) *Share {
 	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {
 		return b.share.Load()
 	}

@@ -52,7 +52,7 @@ var errNoAnswer = errors.New("the database did not answer its cancel request")
 // quarter of the time left if that is less — whichever is first.
 func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, error) {
 	budget = capped(ctx, budget)
-	share := shareOf(ctx)
+	share := ShareOf(ctx)
 	conn, err := db.acquire(ctx, share)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {

@@ -11,8 +11,10 @@ import (
 
 // Builds is how many models Models builds at once. A build reads a whole
 // relation: every relation's build at once (32 on the open data) held all
-// 16 connections of the server's pool for 20 s, and requests waiting for
-// one answered 503.
+// 16 connections of the server's pool for 20 s, when builds and requests
+// shared it, and requests waiting for one answered 503. geotoll serve now
+// builds on a pool of its own (database.background_conns), which Builds
+// leaves room in for the server's other work.
 const Builds = 4
 
 // limitedDB lets at most cap(sem) transactions run at once on db.
