@@ -26,7 +26,8 @@
 //     base price.
 //  3. The [Gate] prices the [Demand] (layers, tile, cache hit) before any
 //     query runs, and may refuse it, writing the 429 itself.
-//  4. On a miss, concurrent requests for the same tile share one render
+//  4. On a miss, concurrent requests for the same tile in the same share of
+//     the pool (pgcall.ShareOf: the anonymous callers', a key's) share one render
 //     (a counted flight: the shared query is cancelled only when the last
 //     waiter hangs up), and the [Renderer] draws the tile. [Store.Render] runs one query per layer
 //     in a single READ ONLY transaction, in one round trip, under SET LOCAL

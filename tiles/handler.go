@@ -92,8 +92,8 @@ type Observer interface {
 //
 // With a Cache, the cache is asked before the Gate, so that a hit (or a 304
 // answered from the cache) is priced as a hit (Demand.CacheHit). A miss is
-// priced in full, then rendered once however many requests want the tile
-// at the same moment; requests that join a render already running were
+// priced in full, then rendered once however many requests in one share of
+// the pool want the tile at the same moment; requests that join a render already running were
 // priced as misses too (the price is fixed before anything runs).
 type Handler struct {
 	Catalog *Catalog

@@ -241,8 +241,12 @@ func (m *Main) openPool(ctx context.Context) error {
 	if m.Pool, err = open(db.MaxConns); err != nil {
 		return err
 	}
-	m.Background, err = open(db.BackgroundConns)
-	return err
+	if m.Background, err = open(db.BackgroundConns); err != nil {
+		m.Pool.Close()
+		m.Pool = nil
+		return err
+	}
+	return nil
 }
 
 // openKeys makes the API key ring and loads it now (a database that is

@@ -339,6 +339,8 @@ func (db *DB) unavailable(err error) *problem.Error {
 	switch {
 	case errors.Is(err, errShareBusy):
 		outcome, detail = Busy, "the database connections shared by callers without an API key are all busy; try again later, or use an API key"
+	case errors.Is(err, errOwnShareBusy):
+		outcome, detail = Busy, "this API key's statements already use every database connection it may hold at once (database.key_max_conns); try again later"
 	case errors.Is(err, errBusy):
 		outcome, detail = Busy, "every database connection is busy; try again later"
 	}

@@ -9,11 +9,15 @@ import (
 // of the pool, so that however many such callers there are and however
 // fast they ask, the others always find a connection — and the database
 // CPU they need — without waiting behind them. geotoll gives the
-// anonymous callers one: each of them has a budget of its own, but a
-// crawl from many addresses adds those budgets up. A call waits for a
-// slot as it waits for a connection (within DB.AcquireTimeout, a 503
-// after) and holds it until its connection is back in the pool.
-type Share struct{ slots chan struct{} }
+// anonymous callers one, all together (each of them has a budget of its
+// own, but a crawl from many addresses adds those budgets up), and each
+// API key one of its own (Shares). A call waits for a slot as it waits
+// for a connection (within DB.AcquireTimeout, a 503 after) and holds it
+// until its connection is back in the pool.
+type Share struct {
+	slots chan struct{}
+	own   bool // one caller's (Shares), not a class's: its 503 says so
+}
 
 // NewShare makes a share of n calls at once (at least 1).
 func NewShare(n int) *Share { return &Share{slots: make(chan struct{}, max(n, 1))} }
@@ -24,13 +28,19 @@ func (s *Share) Size() int { return cap(s.slots) }
 // InUse is the calls holding a slot now.
 func (s *Share) InUse() int { return len(s.slots) }
 
-var errShareBusy = errors.New("every connection of the callers' share is busy")
+var (
+	errShareBusy    = errors.New("every connection of the callers' share is busy")
+	errOwnShareBusy = errors.New("every connection of the caller's own share is busy")
+)
 
 func (s *Share) take(ctx context.Context) error {
 	select {
 	case s.slots <- struct{}{}:
 		return nil
 	case <-ctx.Done():
+		if s.own {
+			return errors.Join(errOwnShareBusy, ctx.Err())
+		}
 		return errors.Join(errShareBusy, ctx.Err())
 	}
 }

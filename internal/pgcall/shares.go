@@ -52,7 +52,7 @@ func (s *Shares) Of(caller string) *Share {
 		if len(s.m) >= s.sweepAt {
 			s.sweepLocked(now)
 		}
-		c = &callerShare{share: NewShare(s.size)}
+		c = &callerShare{share: &Share{slots: make(chan struct{}, s.size), own: true}}
 		s.m[caller] = c
 	}
 	c.used = now

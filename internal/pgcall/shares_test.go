@@ -25,7 +25,7 @@ func TestSharesAreEachCallers(t *testing.T) {
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := a.take(done); !errors.Is(err, errShareBusy) {
+	if err := a.take(done); !errors.Is(err, errOwnShareBusy) {
 		t.Fatalf("a third call of k:1: %v, want it to wait for a slot", err)
 	}
 	// A free slot is taken at once; the bound only turns a hang into an
