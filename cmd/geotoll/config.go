@@ -334,7 +334,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("log_format %q must be json or text", c.LogFormat))
 	}
 	if c.Database.MaxConns < 1 || c.Database.AnonymousMaxConns < 0 || c.Database.KeyMaxConns < 0 {
-		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1, anonymous_max_conns %d at least 0 (off), key_max_conns %d at least 0 (max_conns − 1)",
+		errs = append(errs, fmt.Errorf("database.max_conns %d must be at least 1, anonymous_max_conns %d at least 0 (off), key_max_conns %d at least 0 (no cap)",
 			c.Database.MaxConns, c.Database.AnonymousMaxConns, c.Database.KeyMaxConns))
 	}
 	if c.Database.BackgroundConns < 2 {

@@ -397,20 +397,21 @@ func TestPublicURLConfig(t *testing.T) {
 	}
 }
 
-// Each API key's statements use at most max_conns − 1 connections at once
-// by default, key_max_conns when set, and no share when that is the whole
-// pool.
+// An API key's statements use at most key_max_conns connections at once
+// when it is set below the pool; by default, or at the pool or above, no
+// cap.
 func TestKeyShareConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		maxConns, key int32
 		want          int // 0: no share
 	}{
-		{"default", 4, 0, 3},
+		{"default", 4, 0, 0},
+		{"all but one", 4, 3, 3},
 		{"set", 4, 2, 2},
 		{"the whole pool", 4, 4, 0},
 		{"more than the pool", 4, 9, 0},
-		{"a pool of one", 1, 0, 0},
+		{"a pool of one", 1, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

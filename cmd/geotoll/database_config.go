@@ -33,8 +33,10 @@ type DatabaseConfig struct {
 	// waiting behind it for connections and database CPU.
 	AnonymousMaxConns int32 `yaml:"anonymous_max_conns"`
 	// KeyMaxConns is how many of MaxConns one API key's statements use at
-	// once (0: MaxConns − 1), so that no key — with statements that ignore
-	// cancellation, say — holds every connection.
+	// once (0: no cap), so that no key — with statements that ignore
+	// cancellation, say — holds every connection. Off by default: a cap
+	// below the pool also caps what one busy key gets from an idle
+	// database.
 	KeyMaxConns int32 `yaml:"key_max_conns"`
 	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
 	RetryAfter int `yaml:"retry_after"`
@@ -56,14 +58,10 @@ type DatabaseConfig struct {
 // keyShare is how many connections one key's statements use at once, 0
 // when that is the whole pool (no share).
 func (c DatabaseConfig) keyShare() int32 {
-	n := c.KeyMaxConns
-	if n == 0 {
-		n = c.MaxConns - 1
-	}
-	if n >= c.MaxConns {
+	if c.KeyMaxConns >= c.MaxConns {
 		return 0
 	}
-	return max(n, 0)
+	return max(c.KeyMaxConns, 0)
 }
 
 // tunePool bounds how long opening one PostgreSQL connection may take

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -213,17 +214,24 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	return nil
 }
 
-// openPool opens the read pools: the requests' and the background's.
-// Connections are made lazily: a database that is down at start-up makes
-// /readyz fail, not the process.
+// openPool opens the read pools: the requests' and the background's. The
+// requests' pool opens all its connections at once, in the background,
+// and keeps them (unless the URL sets pool_min_conns): the first burst
+// after start-up, or after a quiet half hour, must not pay for opening
+// connections and loading PostGIS into them (warmPostGIS) while others
+// wait. The background's opens them as its work needs them. A database
+// that is down at start-up makes /readyz fail, not the process.
 func (m *Main) openPool(ctx context.Context) error {
 	db := m.Config.Database
-	open := func(size int32) (*pgxpool.Pool, error) {
+	open := func(size int32, warm bool) (*pgxpool.Pool, error) {
 		pcfg, err := pgxpool.ParseConfig(db.URL)
 		if err != nil {
 			return nil, fmt.Errorf("database url: %w", err)
 		}
 		pcfg.MaxConns = size
+		if warm && !strings.Contains(db.URL, "pool_min_conns") {
+			pcfg.MinConns = size
+		}
 		if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
 			// An application_name in the URL is kept: servers sharing a
 			// database are told apart in pg_stat_activity by it.
@@ -238,10 +246,10 @@ func (m *Main) openPool(ctx context.Context) error {
 		return pool, nil
 	}
 	var err error
-	if m.Pool, err = open(db.MaxConns); err != nil {
+	if m.Pool, err = open(db.MaxConns, true); err != nil {
 		return err
 	}
-	if m.Background, err = open(db.BackgroundConns); err != nil {
+	if m.Background, err = open(db.BackgroundConns, false); err != nil {
 		m.Pool.Close()
 		m.Pool = nil
 		return err

@@ -11,10 +11,10 @@ import (
 	"github.com/geotoll/geotoll/internal/testenv"
 )
 
-// One key whose statements ignore cancellation never holds every
-// connection of the pool (database.max_conns 4 as shipped): its fourth
-// waits for a slot of the key's share (max_conns − 1) and answers 503,
-// while another key's tile is served from the connection left.
+// With database.key_max_conns at 3 of the 4 connections shipped, one key
+// whose statements ignore cancellation never holds every connection of
+// the pool: its fourth waits for a slot of the key's share and answers
+// 503, while another key's tile is served from the connection left.
 func TestEndToEndOneKeyNeverHoldsEveryConnection(t *testing.T) {
 	t.Parallel()
 	schema, exec := fixtureSchema(t)
@@ -22,6 +22,7 @@ func TestEndToEndOneKeyNeverHoldsEveryConnection(t *testing.T) {
 	greedy, other := createKey(t, "greedy"), createKey(t, "greedy")
 	base, _ := startServer(t, func(c *Config) {
 		c.Throttle.Tiers["greedy"] = TierConfig{Rate: 1000, Capacity: 10000, MaxInFlight: 16}
+		c.Database.KeyMaxConns = c.Database.MaxConns - 1
 		c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".stuck", 500*time.Millisecond)})
 	})
 	owner := testenv.Pool(t)
