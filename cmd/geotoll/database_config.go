@@ -35,8 +35,8 @@ type DatabaseConfig struct {
 	// KeyMaxConns is how many of MaxConns one API key's statements use at
 	// once (0: no cap), so that no key — with statements that ignore
 	// cancellation, say — holds every connection. Off by default: a cap
-	// below the pool also caps what one busy key gets from an idle
-	// database.
+	// below the pool also caps what one busy key gets from an otherwise
+	// idle database.
 	KeyMaxConns int32 `yaml:"key_max_conns"`
 	// RetryAfter is the Retry-After (seconds) of a 503 from the database.
 	RetryAfter int `yaml:"retry_after"`
