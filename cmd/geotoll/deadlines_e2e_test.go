@@ -17,7 +17,6 @@ import (
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/geofence"
-	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/toll"
@@ -51,21 +50,30 @@ func runningIn(t *testing.T, owner *pgxpool.Pool, schema string) int {
 }
 
 // requestsRunningIn counts only the statements the server runs for
-// requests, not the builds of its price models (density.ApplicationName).
+// requests (its requests' pool, application_name geotoll), not those of
+// its own work (geotoll-background: checks, refreshes) nor the builds of
+// its price models (density.ApplicationName).
 func requestsRunningIn(t *testing.T, owner *pgxpool.Pool, schema string) int {
-	return runningFor(t, owner, schema, density.ApplicationName)
+	return runningFor(t, owner, schema, "", "geotoll")
 }
 
-func runningFor(t *testing.T, owner *pgxpool.Pool, schema, except string) int {
+// runningFor counts the statements running in schema of every
+// application_name but except, or of only that one when only is set.
+func runningFor(t *testing.T, owner *pgxpool.Pool, schema, except string, only ...string) int {
 	t.Helper()
 	var n int
+	app := ""
+	if len(only) > 0 {
+		app = only[0]
+	}
 	err := owner.QueryRow(context.Background(), `
 		SELECT count(*) FROM pg_stat_activity a
 		WHERE a.state = 'active' AND a.pid <> pg_backend_pid()
-		  AND a.application_name IS DISTINCT FROM nullif($2, '') AND EXISTS (
+		  AND a.application_name IS DISTINCT FROM nullif($2, '')
+		  AND ($3 = '' OR a.application_name = $3) AND EXISTS (
 			SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
 			JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE l.pid = a.pid AND n.nspname = $1)`, schema, except).Scan(&n)
+			WHERE l.pid = a.pid AND n.nspname = $1)`, schema, except, app).Scan(&n)
 	if err != nil {
 		t.Fatalf("pg_stat_activity: %v", err)
 	}

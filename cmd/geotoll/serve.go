@@ -223,7 +223,7 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 // that is down at start-up makes /readyz fail, not the process.
 func (m *Main) openPool(ctx context.Context) error {
 	db := m.Config.Database
-	open := func(size int32, warm bool) (*pgxpool.Pool, error) {
+	open := func(size int32, warm bool, app string) (*pgxpool.Pool, error) {
 		pcfg, err := pgxpool.ParseConfig(db.URL)
 		if err != nil {
 			return nil, fmt.Errorf("database url: %w", err)
@@ -234,8 +234,10 @@ func (m *Main) openPool(ctx context.Context) error {
 		}
 		if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
 			// An application_name in the URL is kept: servers sharing a
-			// database are told apart in pg_stat_activity by it.
-			pcfg.ConnConfig.RuntimeParams["application_name"] = "geotoll"
+			// database are told apart in pg_stat_activity by it. Else the
+			// requests' sessions are geotoll, the server's own work's
+			// geotoll-background.
+			pcfg.ConnConfig.RuntimeParams["application_name"] = app
 		}
 		db.tunePool(pcfg)
 		tracePool(m.Tracing, pcfg)
@@ -246,10 +248,10 @@ func (m *Main) openPool(ctx context.Context) error {
 		return pool, nil
 	}
 	var err error
-	if m.Pool, err = open(db.MaxConns, true); err != nil {
+	if m.Pool, err = open(db.MaxConns, true, "geotoll"); err != nil {
 		return err
 	}
-	if m.Background, err = open(db.BackgroundConns, false); err != nil {
+	if m.Background, err = open(db.BackgroundConns, false, "geotoll-background"); err != nil {
 		m.Pool.Close()
 		m.Pool = nil
 		return err

@@ -6,10 +6,14 @@ import (
 	"testing"
 )
 
-// The read pool's sessions are application_name geotoll, or the one the
-// URL names: servers sharing a database are told apart by it.
+// The requests' pool's sessions are application_name geotoll and the
+// server's own work's geotoll-background, or both the one the URL names:
+// servers sharing a database are told apart by it.
 func TestServePoolApplicationName(t *testing.T) {
-	for _, tc := range []struct{ query, want string }{{"", "geotoll"}, {"application_name=geotoll-east", "geotoll-east"}} {
+	for _, tc := range []struct{ query, want, background string }{
+		{"", "geotoll", "geotoll-background"},
+		{"application_name=geotoll-east", "geotoll-east", "geotoll-east"},
+	} {
 		m := startMain(t, func(c *Config) {
 			if tc.query != "" {
 				sep := "?"
@@ -19,9 +23,12 @@ func TestServePoolApplicationName(t *testing.T) {
 				c.Database.URL += sep + tc.query
 			}
 		})
-		var got string
+		var got, background string
 		if err := m.Pool.QueryRow(context.Background(), "SELECT current_setting('application_name')").Scan(&got); err != nil || got != tc.want {
 			t.Errorf("URL with %q: application_name %q, %v; want %q", tc.query, got, err, tc.want)
+		}
+		if err := m.Background.QueryRow(context.Background(), "SELECT current_setting('application_name')").Scan(&background); err != nil || background != tc.background {
+			t.Errorf("URL with %q: the background pool's application_name %q, %v; want %q", tc.query, background, err, tc.background)
 		}
 	}
 }
