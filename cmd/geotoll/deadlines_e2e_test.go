@@ -46,7 +46,7 @@ func stuckView(exec func(string)) {
 // statement's text, which pg_stat_activity cuts after 1 kB, may name the
 // schema too late to be seen).
 func runningIn(t *testing.T, owner *pgxpool.Pool, schema string) int {
-	return runningFor(t, owner, schema, "")
+	return runningFor(t, owner, schema)
 }
 
 // requestsRunningIn counts only the statements the server runs for
@@ -54,26 +54,21 @@ func runningIn(t *testing.T, owner *pgxpool.Pool, schema string) int {
 // its own work (geotoll-background: checks, refreshes) nor the builds of
 // its price models (density.ApplicationName).
 func requestsRunningIn(t *testing.T, owner *pgxpool.Pool, schema string) int {
-	return runningFor(t, owner, schema, "", "geotoll")
+	return runningFor(t, owner, schema, "geotoll")
 }
 
-// runningFor counts the statements running in schema of every
-// application_name but except, or of only that one when only is set.
-func runningFor(t *testing.T, owner *pgxpool.Pool, schema, except string, only ...string) int {
+// runningFor counts the statements running in schema, of the sessions
+// named apps (application_name) or, with none, of every session.
+func runningFor(t *testing.T, owner *pgxpool.Pool, schema string, apps ...string) int {
 	t.Helper()
 	var n int
-	app := ""
-	if len(only) > 0 {
-		app = only[0]
-	}
 	err := owner.QueryRow(context.Background(), `
 		SELECT count(*) FROM pg_stat_activity a
 		WHERE a.state = 'active' AND a.pid <> pg_backend_pid()
-		  AND a.application_name IS DISTINCT FROM nullif($2, '')
-		  AND ($3 = '' OR a.application_name = $3) AND EXISTS (
+		  AND (cardinality($2::text[]) = 0 OR a.application_name = ANY($2)) AND EXISTS (
 			SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
 			JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE l.pid = a.pid AND n.nspname = $1)`, schema, except, app).Scan(&n)
+			WHERE l.pid = a.pid AND n.nspname = $1)`, schema, append([]string{}, apps...)).Scan(&n)
 	if err != nil {
 		t.Fatalf("pg_stat_activity: %v", err)
 	}

@@ -20,7 +20,9 @@ type Share struct {
 }
 
 // NewShare makes a share of n calls at once (at least 1).
-func NewShare(n int) *Share { return &Share{slots: make(chan struct{}, max(n, 1))} }
+func NewShare(n int) *Share { return newShare(n, false) }
+
+func newShare(n int, own bool) *Share { return &Share{slots: make(chan struct{}, max(n, 1)), own: own} }
 
 // Size is the calls the share allows at once.
 func (s *Share) Size() int { return cap(s.slots) }

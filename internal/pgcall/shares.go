@@ -52,7 +52,7 @@ func (s *Shares) Of(caller string) *Share {
 		if len(s.m) >= s.sweepAt {
 			s.sweepLocked(now)
 		}
-		c = &callerShare{share: &Share{slots: make(chan struct{}, s.size), own: true}}
+		c = &callerShare{share: newShare(s.size, true)}
 		s.m[caller] = c
 	}
 	c.used = now
