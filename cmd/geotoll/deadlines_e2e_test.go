@@ -41,6 +41,16 @@ func stuckView(exec func(string)) {
 	exec(`GRANT SELECT ON {s}.huge, {s}.stuck TO geotoll_reader`)
 }
 
+// stuckPrices is the pricing of the servers that serve a stuck view: by
+// size. A density model of the view would run its cut in the background,
+// for tens of seconds on a loaded machine (every stuck statement at once
+// shares the cores), and drained would wait for that build too. Requests
+// of a view whose model is still building are priced by their size
+// anyway, as they were here while the model built; so are the tiles'
+// statement budgets, which a model's price could cut before the backend
+// reaches the cut.
+func stuckPrices(c *Config) { c.Throttle.Pricing = PricingSize }
+
 // runningIn counts, through the owner pool, the backends running a
 // statement that reads a relation of schema: that holds a lock on one (a
 // statement's text, which pg_stat_activity cuts after 1 kB, may name the
@@ -104,6 +114,7 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 	exec(`GRANT SELECT ON {s}.sleepy TO geotoll_reader`)
 	logs := &logBuffer{}
 	m := startLogging(t, func(c *Config) {
+		stuckPrices(c)
 		c.HTTP.RequestTimeout, c.HTTP.WriteTimeout = 3*time.Second, 4*time.Second
 		c.Throttle.Tiers[toll.AnonymousTier] = TierConfig{Rate: 1000, Capacity: 1000}
 		c.Layers = append(c.Layers,
@@ -183,6 +194,7 @@ func TestEndToEndGivenUpRequestsKeepTheirSlots(t *testing.T) {
 	stuckView(exec)
 	key := createKey(t, "tight")
 	base, _ := startServer(t, func(c *Config) {
+		stuckPrices(c)
 		c.Throttle.Tiers["tight"] = TierConfig{Rate: 1000, Capacity: 10000, MaxInFlight: 2}
 		c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".stuck", 500*time.Millisecond)})
 	})
@@ -269,6 +281,7 @@ func TestEndToEndSlotHeldUntilTheBackendStops(t *testing.T) {
 			exec(`GRANT SELECT ON {s}.stuck_fence TO geotoll_reader`)
 			key := createKey(t, "single")
 			base, _ := startServer(t, func(c *Config) {
+				stuckPrices(c)
 				if tc.cluster {
 					c.Redis.URL, c.Redis.Addrs, c.Redis.Cluster = "", testenv.RedisClusterAddrs(t), true
 				}

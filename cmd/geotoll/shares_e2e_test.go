@@ -21,6 +21,7 @@ func TestEndToEndOneKeyNeverHoldsEveryConnection(t *testing.T) {
 	stuckView(exec)
 	greedy, other := createKey(t, "greedy"), createKey(t, "greedy")
 	base, _ := startServer(t, func(c *Config) {
+		stuckPrices(c)
 		c.Throttle.Tiers["greedy"] = TierConfig{Rate: 1000, Capacity: 10000, MaxInFlight: 16}
 		c.Database.KeyMaxConns = c.Database.MaxConns - 1
 		c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".stuck", 500*time.Millisecond)})
