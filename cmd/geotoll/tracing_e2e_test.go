@@ -77,6 +77,9 @@ func TestEndToEndOneTrace(t *testing.T) {
 // records what is posted to it).
 func TestEndToEndTracingExport(t *testing.T) {
 	clearConfigEnv(t)
+	// The batcher exports every 0.1 s, not every 5 s (its default): the
+	// test waits for the spans, not for the batcher's clock.
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
 	if m := startMain(t, nil); m.Tracing != nil {
 		t.Error("tracing is on without an endpoint")
 	}
@@ -104,7 +107,7 @@ func TestEndToEndTracingExport(t *testing.T) {
 		t.Fatalf("/budget: %d %s", resp.StatusCode, short(body))
 	}
 	select {
-	case got := <-posts: // the batcher sends within its 5 s timeout
+	case got := <-posts: // the batcher sends within its 0.1 s schedule delay
 		if got != "/v1/traces application/x-protobuf" {
 			t.Errorf("the exporter posted %q", got)
 		}
