@@ -8,8 +8,10 @@ import (
 
 // The requests' pool's sessions are application_name geotoll and the
 // server's own work's geotoll-background, or both the one the URL names:
-// servers sharing a database are told apart by it.
+// servers sharing a database are told apart by it. Parallel: each server
+// reads the names of its own pools' sessions, no one else's.
 func TestServePoolApplicationName(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ query, want, background string }{
 		{"", "geotoll", "geotoll-background"},
 		{"application_name=geotoll-east", "geotoll-east", "geotoll-east"},
