@@ -21,8 +21,18 @@
 --          out — the last two absent when nothing is leased, and nothing
 --          is once the clock reaches leased_until. Every increase of the
 --          bucket (refill, refunds, replays, give-backs) stops at capacity
---          less what is leased: the bucket and its leases together never
---          hold more than the capacity, whichever replica refunds.
+--          less what is leased, and every debit at -floor less what is
+--          leased: the bucket and its leases together never hold more than
+--          the capacity, nor owe more than floor, whichever replica
+--          settles. When a lease stops counting, the floor rises by what
+--          it paid: its give-back's refund (the first of its replay)
+--          brings the bucket up by as much first, and a bucket still below
+--          the floor after the F, V or M that closed the lease, or once
+--          leased_until has passed (a lease that gave back less than it
+--          took, or never came back), is lifted to it — where a request
+--          that paid the same and never finished leaves it. (An L's
+--          recount happens only when the bucket pays the L: above any
+--          floor.)
 -- KEYS[2]  the open requests: a hash id -> "<paid> <expires_ms>", a
 --          lease's "<paid> <expires_ms> L"
 -- KEYS[3]  tombstones: a hash of voided ids that were not open, so that
@@ -55,12 +65,17 @@
 --                leased amount before settling or replaying, so that what
 --                it hands back can fill the bucket again; or, once its
 --                open entry has expired, until the next L's recount or
---                leased_until (a give-back that late takes nothing off,
---                and its refund stops at the capacity less what is still
---                counted: the caller loses, never gains)
+--                leased_until (a give-back that late takes nothing off:
+--                its refund stops at the capacity less what is still
+--                counted, and may land on a bucket lifted to a floor that
+--                no longer counts the lease, so that of a debit the floor
+--                cut off while it was out the caller keeps up to what the
+--                lease held)
 --   "F" id delta finish: close id and settle its price: delta > 0 debits
---                (down to -floor), delta < 0 refunds (geotoll never sends
---                a refund above what the request paid: it knows the price)
+--                (down to -floor less what is leased; a bucket already
+--                there loses nothing more), delta < 0 refunds (geotoll
+--                never sends a refund above what the request paid: it
+--                knows the price)
 --   "V" id keep  void: close id and refund all it paid (its caller never
 --                learnt it was admitted, and was decided elsewhere); open
 --                or not, leave a tombstone until the Unix ms "keep" (the
@@ -146,7 +161,7 @@ local nowms = nsec * 1000 + mfloor(nusec / 1000)
 local late = notAfter ~= nil and nowms > notAfter
 local grace = 1000 -- how long the tombstones' hash outlives voids_until
 
--- The bucket, clamped to [-floor, capacity], as of its own time (at, in
+-- The bucket, clamped to [low, top], as of its own time (at, in
 -- µs): advance refills it to a later moment. Every operation sees it
 -- refilled to now, but a replay (below) first applies settlements at the
 -- moments they happened. A missing, corrupt or foreign value (an older
@@ -154,9 +169,11 @@ local grace = 1000 -- how long the tombstones' hash outlives voids_until
 local nowus = nsec * 1000000 + nusec
 local raw = rpcall('GET', KEYS[1])
 -- leased: the micro-tokens out on leases, until luntil (Unix ms); top:
--- the most the bucket holds meanwhile.
+-- the most the bucket holds meanwhile, and low the least (its debt floor
+-- less what is leased: the bucket and its leases together never owe more
+-- than floor).
 local tokens, at, expires, oexpires, n, voids, exists = capacity, nowus, 0, 0, 0, 0, false
-local leased, luntil, top = 0, 0, capacity
+local leased, luntil, top, low = 0, 0, capacity, -floor
 if type(raw) == 'string' then
   local a, b, c, d, e, f, g = match(raw, '^(%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
   local l, u = nil, nil
@@ -170,10 +187,10 @@ if type(raw) == 'string' then
       l, u = tonumber(l), tonumber(u)
       if u > nowms then
         if l > capacity then l = capacity end
-        leased, luntil, top = l, u, capacity - l
+        leased, luntil, top, low = l, u, capacity - l, -floor - l
       end
     end
-    if tokens < -floor then tokens = -floor end
+    if tokens < low then tokens = low end
     if tokens > top then tokens = top end
     at = ts * 1000000 + tu
   end
@@ -302,7 +319,9 @@ for i = 9, nargs, 3 do
                 if x > u then u = x end
               end
             end
-            leased, luntil, top = l, u, capacity - l
+            -- The bucket holds at least the cost (it pays it), so the
+            -- floor that rises here is below it.
+            leased, luntil, top, low = l, u, capacity - l, -floor - l
           end
         end
         if nowms <= voids and rcall('HEXISTS', vkey, id) == 1 then
@@ -317,7 +336,7 @@ for i = 9, nargs, 3 do
             tokens = tokens - cost
             if agg then atokens = atokens - cost end
             if kind == 'L' then
-              leased, top = leased + cost, top - cost
+              leased, top, low = leased + cost, top - cost, low - cost
               if nowms + ttl > luntil then luntil = nowms + ttl end
             end
           end
@@ -369,7 +388,7 @@ for i = 9, nargs, 3 do
       if p and x and x > nowms then
         leased = leased - p
         if leased <= 0 then leased, luntil = 0, 0 end
-        top = capacity - leased
+        top, low = capacity - leased, -floor - leased
       end
     end
     if closed and replay then
@@ -381,8 +400,10 @@ for i = 9, nargs, 3 do
         local when = nowus - tonumber(ago)
         if when > at then advance(when) end
         if x > 0 then
-          tokens = tokens - x
-          if tokens < -floor then tokens = -floor end
+          if tokens > low then -- a debit never lifts a bucket below its floor
+            tokens = tokens - x
+            if tokens < low then tokens = low end
+          end
         elseif x < 0 then
           tokens = tokens - x
           if tokens > top then tokens = top end
@@ -412,8 +433,10 @@ for i = 9, nargs, 3 do
         n = n - 1
       end
       if delta > 0 then
-        tokens = tokens - delta
-        if tokens < -floor then tokens = -floor end
+        if tokens > low then
+          tokens = tokens - delta
+          if tokens < low then tokens = low end
+        end
         if agg then
           atokens = atokens - delta
           if atokens < -floor then atokens = -floor end
@@ -427,6 +450,10 @@ for i = 9, nargs, 3 do
           if atokens > acap then atokens = acap end
         end
       end
+      -- A lease closed: its debt floor rises by what it paid, which its
+      -- refund (or its replay's, first) gave back already, but for a
+      -- lease that gives back less than it took.
+      if tokens < low then tokens = low end
       if after then bury(id, after) end
       dirty = true
     end

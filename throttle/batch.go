@@ -150,9 +150,10 @@ type clock struct {
 
 func (c clock) ms() int64 { return c.sec*1000 + c.usec/1000 }
 
-// refill is admit.lua's load step: the bucket as of now, refilled and
-// clamped to [-floor, capacity], or full when missing. Operation for
-// operation as in the script, so both give the same bits.
+// refill is admit.lua's load step of the aggregate (and of a bucket with
+// nothing leased): the bucket as of now, refilled and clamped to [-floor,
+// capacity], or full when missing. Operation for operation as in the
+// script, so both give the same bits.
 func refill(v bucketVal, found bool, now clock, rate, capacity, floor float64) float64 {
 	if !found || v.tokens != v.tokens {
 		return capacity

@@ -19,10 +19,11 @@ type batchRun struct {
 	at              int64
 	n               int   // requests open
 	voidsUntil      int64 // until when the tombstones hold (0: none)
-	// leased: the micro-tokens out on leases, until leasedUntil; top: the
-	// most the bucket holds meanwhile (capacity less leased).
-	leased, top float64
-	leasedUntil int64
+	// leased: the micro-tokens out on leases, until leasedUntil; top and
+	// low: the most and the least the bucket holds meanwhile (capacity
+	// and -floor, less leased).
+	leased, top, low float64
+	leasedUntil      int64
 
 	dirty  bool // something to write back
 	opened bool // a request was opened: the open hash may need a later expiry
@@ -38,13 +39,13 @@ func (r *batchRun) load() {
 	r.nowMS = r.now.ms()
 	r.nowUS = r.now.sec*1000000 + r.now.usec
 	r.late = sh.notAfterMS != 0 && r.nowMS > sh.notAfterMS
-	r.tokens, r.at, r.top = sh.capacity, r.nowUS, sh.capacity
+	r.tokens, r.at, r.top, r.low = sh.capacity, r.nowUS, sh.capacity, -sh.floor
 	if st.found && st.b.tokens == st.b.tokens {
 		if st.b.leased > 0 && st.b.leasedUntil > r.nowMS {
 			r.leased, r.leasedUntil = min(st.b.leased, sh.capacity), st.b.leasedUntil
-			r.top = sh.capacity - r.leased
+			r.top, r.low = sh.capacity-r.leased, -sh.floor-r.leased
 		}
-		r.tokens = min(max(st.b.tokens, -sh.floor), r.top)
+		r.tokens = min(max(st.b.tokens, r.low), r.top)
 		r.at = st.b.sec*1000000 + st.b.usec
 	}
 	r.n = st.b.n
@@ -118,7 +119,8 @@ func (r *batchRun) admit(o op) int {
 // recount sets the leased amount to what the open leases paid (those whose
 // entry has not expired), as admit.lua does when an L comes while some
 // are counted: a replica that died with its lease out stops counting once
-// its entry expires.
+// its entry expires. The floor that rises with it stays below the bucket,
+// which pays the L.
 func (r *batchRun) recount() {
 	l, u := 0.0, int64(0)
 	for _, o := range r.st.open {
@@ -127,7 +129,7 @@ func (r *batchRun) recount() {
 			u = max(u, o.expiresMS)
 		}
 	}
-	r.leased, r.leasedUntil, r.top = l, u, r.sh.capacity-l
+	r.leased, r.leasedUntil, r.top, r.low = l, u, r.sh.capacity-l, -r.sh.floor-l
 }
 
 // refuse answers status, a refusal, for an admit of id — unless id is
@@ -190,7 +192,7 @@ func (r *batchRun) open(id string, status int, cost float64, lease bool) int {
 			r.atokens -= cost
 		}
 		if lease {
-			r.leased, r.top = r.leased+cost, r.top-cost
+			r.leased, r.top, r.low = r.leased+cost, r.top-cost, r.low-cost
 			r.leasedUntil = max(r.leasedUntil, r.nowMS+r.sh.ttlMS)
 		}
 	}
@@ -228,7 +230,7 @@ func (r *batchRun) finish(o op) int {
 		if r.leased <= 0 {
 			r.leased, r.leasedUntil = 0, 0
 		}
-		r.top = r.sh.capacity - r.leased
+		r.top, r.low = r.sh.capacity-r.leased, -r.sh.floor-r.leased
 	}
 	if o.replays() {
 		r.replay(o)
@@ -248,6 +250,10 @@ func (r *batchRun) finish(o op) int {
 		give = -delta
 	}
 	r.settle(delta, give)
+	// A lease closed: its debt floor rises by what it paid, which its
+	// refund (or its replay's, first) gave back already, but for a lease
+	// that gives back less than it took.
+	r.tokens = max(r.tokens, r.low)
 	r.dirty = true
 	return stAdmitted
 }
@@ -291,11 +297,16 @@ func (r *batchRun) tombstone(id string, keep int64) {
 	r.dirty = true
 }
 
-// settle debits delta (down to the debt floor) and refunds give (up to
-// capacity), on the bucket and the aggregate alike, in the script's order.
+// settle debits delta (down to the debt floor less what is leased; the
+// aggregate's down to the debt floor) and refunds give (up to capacity
+// less what is leased), on the bucket and the aggregate alike, in the
+// script's order. A debit never lifts a bucket below its floor (one whose
+// lease just closed, before its refund).
 func (r *batchRun) settle(delta, give float64) {
 	if delta > 0 {
-		r.tokens = max(r.tokens-delta, -r.sh.floor)
+		if r.tokens > r.low {
+			r.tokens = max(r.tokens-delta, r.low)
+		}
 		if r.agg != nil {
 			r.atokens = max(r.atokens-delta, -r.sh.floor)
 		}

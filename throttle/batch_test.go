@@ -26,6 +26,11 @@ func TestApplyBatch(t *testing.T) {
 	lease := func(id string, cost float64) op { return op{kind: opLease, id: id, amount: cost * micro} }
 	peek := op{kind: opPeek}
 	leaseShape := shape{rate: 2 * micro, capacity: 10 * micro, floor: 5 * micro, max: 4, ttlMS: 30000}
+	// slowLease refills a micro-token a second: its steps 30 s apart
+	// refill 30.
+	slowLease := leaseShape
+	slowLease.rate = 1
+	giveBack := func(id string, replay ...replayed) op { return op{kind: opFinish, id: id, replay: replay} }
 	type step struct {
 		at   int64 // ms after t0
 		ops  []op
@@ -155,6 +160,35 @@ func TestApplyBatch(t *testing.T) {
 			{0, []op{lease("M", 3), move("M", -1)}, []opResult{r(stAdmitted, 7), r(stAdmitted, 8)}},
 			{5000, []op{peek}, []opResult{r(stAdmitted, 10)}},
 		}},
+		// Without the lease the bucket would go 10 → 9 (the lease's
+		// request) → 1 → -5 (6 more than it paid, to the floor of 5):
+		// beside it, the same debit takes the bucket to -6, and the
+		// give-back (its 2 back, then its request's 1) ends at -5.
+		{"a debit beside a lease meets the floor of the bucket and the lease together", leaseShape, []step{
+			{0, []op{lease("L", 2), admit("a", 8), finish("a", 6)}, []opResult{r(stAdmitted, 8), r(stAdmitted, 0), r(stAdmitted, -6)}},
+			{0, []op{giveBack("L", replayed{d: -2 * micro, agoUS: 10_000_000}, replayed{d: micro})}, []opResult{r(stAdmitted, -5)}},
+		}},
+		{"the floor of a bucket and its lease stops at the floor of both", leaseShape, []step{
+			{0, []op{lease("L", 2), admit("a", 8), finish("a", 100)}, []opResult{r(stAdmitted, 8), r(stAdmitted, 0), r(stAdmitted, -7)}},
+			// Its 2 back, at the floor of 5; its request's 1 finds the
+			// bucket there and takes nothing.
+			{0, []op{giveBack("L", replayed{d: -2 * micro, agoUS: 10_000_000}, replayed{d: micro})}, []opResult{r(stAdmitted, -5)}},
+		}},
+		{"a lease that gives back less than it took lifts the bucket to the floor", leaseShape, []step{
+			{0, []op{lease("L", 2), admit("a", 8), finish("a", 100)}, []opResult{r(stAdmitted, 8), r(stAdmitted, 0), r(stAdmitted, -7)}},
+			{0, []op{finish("L", 0)}, []opResult{r(stAdmitted, -5)}}, // it spent its 2
+		}},
+		// A lease whose replica died counts until its entry expires; then
+		// the bucket is where a request that paid as much and never
+		// finished leaves it: lifted to the floor. A give-back that late
+		// takes nothing off what is leased, and its refund keeps what the
+		// floor cut.
+		{"a lease that never comes back lifts the bucket to the floor when it stops counting", slowLease, []step{
+			{0, []op{lease("L", 2), admit("a", 8), finish("a", 100)}, []opResult{r(stAdmitted, 8), r(stAdmitted, 0), r(stAdmitted, -7)}},
+			{29999, []op{peek}, []opResult{{status: stAdmitted, tokens: -7*micro + 29}}},
+			{30000, []op{peek}, []opResult{{status: stAdmitted, tokens: -5*micro + 30}}},
+			{30000, []op{giveBack("L", replayed{d: -2 * micro, agoUS: 1 << 40})}, []opResult{{status: stAdmitted, tokens: -3*micro + 30}}},
+		}},
 		{"a lease recounts the open ones: a dead one stops counting", leaseShape, []step{
 			{0, []op{lease("L1", 2)}, []opResult{r(stAdmitted, 8)}},
 			{20000, []op{lease("L2", 2)}, []opResult{r(stAdmitted, 6)}},
@@ -270,8 +304,8 @@ func TestApplyBatchOpenHashExpiry(t *testing.T) {
 }
 
 // FuzzApplyBatch holds the arithmetic to its invariants for any sequence
-// of operations: tokens stay in [-floor, capacity], and with what is
-// leased within the capacity (a lease's give-back with a replay too);
+// of operations: tokens with what is leased stay in [-floor, capacity]
+// (a lease's give-back with a replay too);
 // what is leased is never less than the open
 // leases paid, nor negative; a refusal changes nothing; a finish or void
 // applies at most once; no refund exceeds what was paid; the in-flight
@@ -302,15 +336,16 @@ func FuzzApplyBatch(f *testing.F) {
 				replay = []replayed{{d: -rec.paid, agoUS: 1 << 40}, {d: float64(prog[i+1]) * micro / 8, agoUS: int64(gapMS%2000) * 500}}
 				amount = 0
 			}
-			before, wasOpen := refill(st.b, st.found, now, sh.rate, sh.capacity-leasedAt(st, now), sh.floor), st.open[id]
+			held := leasedAt(st, now)
+			before, wasOpen := refill(st.b, st.found, now, sh.rate, sh.capacity-held, sh.floor+held), st.open[id]
 			_, open := st.open[id]
 			n := 0
 			if st.found && st.b.openExpires > now.ms() {
 				n = st.b.n
 			}
 			res := applyBatch(&st, nil, sh, now, []op{{kind: kind, id: id, amount: amount, replay: replay}})[0]
-			if res.tokens < -sh.floor || res.tokens > sh.capacity {
-				t.Fatalf("op %d: tokens %v outside [-floor, capacity]", i, res.tokens)
+			if res.tokens > sh.capacity {
+				t.Fatalf("op %d: tokens %v above the capacity", i, res.tokens)
 			}
 			switch {
 			case (kind == opAdmit || kind == opShadow || kind == opLease) && res.status == stAdmitted:
@@ -339,7 +374,7 @@ func FuzzApplyBatch(f *testing.F) {
 					out += o.paid
 				}
 			}
-			if leased < 0 || leased < out || res.tokens+leased > sh.capacity {
+			if leased < 0 || leased < out || res.tokens+leased > sh.capacity || res.tokens+leased < -sh.floor {
 				t.Fatalf("op %d (%c): %v tokens and %v leased (%v on open leases), capacity %v", i, kind, res.tokens, leased, out, sh.capacity)
 			}
 			if st.found && st.b.n > sh.max {

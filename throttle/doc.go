@@ -73,9 +73,11 @@
 //     it is back, and Redis lets no refill or refund fill the bucket
 //     beyond its capacity less the leases out (admit.lua's L) — the
 //     replay brings back the refill that cap held back, but for what
-//     the caller's other writes meanwhile cut short (the caller loses,
-//     never gains — but for another replica's debit cut off at the debt
-//     floor while a lease is out: see keyLease).
+//     the caller's other writes meanwhile cut short — and no debit takes
+//     it below its debt floor less the leases out, so the floor cuts a
+//     debt where it would without them (the caller loses, never gains —
+//     but for a give-back that comes after its lease stopped counting:
+//     see keyLease).
 //   - The clock is Redis's own TIME, read inside the script: replica clock
 //     skew cannot smear the refill.
 //   - Amounts are whole micro-tokens and times whole microseconds, so the

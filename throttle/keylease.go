@@ -52,11 +52,18 @@ import (
 // replica or another) puts the lease's record after it, so that the
 // refill held back meanwhile is lost: the caller loses, never gains — and
 // a request may then be refused that the bucket without the lease would
-// admit. One way it gains: another replica's debit that the debt floor
-// cuts off while a lease is out is cut at the bucket's floor, not at the
-// floor of the bucket and the lease together, so the caller keeps up to
-// what the lease holds of that debt (this replica's own debits are paid
-// from its lease first). A lease admits nothing the bucket would refuse:
+// admit. No debit takes the bucket below its debt floor less what is
+// leased (admit.lua's low), whichever replica sends it: the floor cuts a
+// debt beside a lease where it would without the lease, and the bucket
+// holds what it would without it once the lease is back (this replica's
+// own debits are paid from its lease first); meanwhile other replicas see
+// it that deep in debt. A lease that stops counting without handing back
+// all it took (its process died) leaves the bucket lifted to the floor,
+// as a request that paid as much and never finished. One way it still
+// gains: a give-back that reaches Redis after the lease's slot expired
+// refunds onto a bucket whose floor no longer counts the lease, so the
+// caller keeps up to what the lease held of a debt cut off while it was
+// out. A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
 // first in the same call, and a request Redis refuses (or shadows) for
 // want of what the lease holds — or, at the brim, of the refill its
@@ -227,16 +234,22 @@ func (ls *keyLease) remaining(seen seenBucket, now time.Time) float64 {
 // estimate is the bucket as last seen (dated when the call that showed it
 // was sent: an early date errs towards a fuller bucket), refilled as the
 // script refills it, with the settlements on their way, within its debt
-// floor and its capacity less the lease (where Redis stops it while the
-// lease is out): what Redis holds, unless another replica spent from it
-// or leased. A bucket not seen lately (swept from seen), or last seen
-// under another limit (a read refills by its own), is taken as empty.
+// floor and its capacity, both less the lease (where Redis stops it while
+// the lease is out): what Redis holds, unless another replica spent from
+// it or leased. A bucket not seen lately (swept from seen), or last seen
+// under another limit (a read refills by its own), is taken as at that
+// floor. With what the lease holds it errs, as far as this replica knows,
+// towards less than the bucket would hold without the lease: at that
+// floor the two together owe the debt floor and what the lease spent.
 func (ls *keyLease) estimate(seen seenBucket, now time.Time) float64 {
+	low := -ls.sh.floor - ls.size
 	if seen.at.IsZero() || seen.rate != ls.sh.rate || seen.capacity != ls.sh.capacity {
-		return -ls.sh.floor
+		return low
 	}
-	b := math.Min(refilledMicro(seen.tokens, seen.at, now, ls.sh)+ls.coming, ls.sh.capacity-ls.size)
-	return math.Max(b, -ls.sh.floor)
+	sh := ls.sh
+	sh.floor = -low
+	b := math.Min(refilledMicro(seen.tokens, seen.at, now, sh)+ls.coming, ls.sh.capacity-ls.size)
+	return math.Max(b, low)
 }
 
 // finish implements finisher for a request admitted on the lease: its
