@@ -133,3 +133,49 @@ func TestScriptMatchesTwinAtTheFloorBesideALease(t *testing.T) {
 		}
 	})
 }
+
+// TestALeasesRefundNeverFollowsADebitTheFloorCut: a refund the lease
+// makes in process is recorded into the settlements before it, never as
+// a refund of its own after one of them: its give-back's replay applies
+// the settlements made before the bucket's last write all at that write's
+// moment, so a debit the floor cuts there, followed by a refund applied in
+// full, would leave the bucket higher than the same requests leave it
+// without leases.
+//
+// A's lease (8, 7 left) runs r (1); A's request b goes to Redis, costs
+// 0.5 more than it paid, and the lease pays that; r then costs nothing
+// (its 1 back to the lease). B admits 60 and settles it at 100, deep below
+// the floor of 3. With the lease back the bucket holds -3, as in process.
+func TestALeasesRefundNeverFollowsADebitTheFloorCut(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		a := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+		b := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		mem := NewMemoryStore(MemoryOptions{})
+		bk := Bucket{Key: f.key("refund-after-cut"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, a, mem, bk) // Redis 70, A's lease 7, r runs on it
+		req := Request{Bucket: bk, Cost: 1, Debt: 3, MaxInFlight: 8}
+		x, xm := mustAdmit(t, a, req), mustAdmit(t, mem, req)
+		if !x.Allowed || !xm.Allowed || a.Stats().Local != 1 {
+			t.Fatalf("A's b beside its busy lease: %+v / in-process %+v, %+v", x, xm, a.Stats())
+		}
+		x.Ticket.Settle(1.5) // paid by the lease
+		xm.Ticket.Settle(1.5)
+		r.Ticket.Settle(0)
+		rm.Ticket.Settle(0)
+		big := Request{Bucket: bk, Cost: 60, Debt: 3, MaxInFlight: 8}
+		y, ym := mustAdmit(t, b, big), mustAdmit(t, mem, big)
+		if !y.Allowed || !ym.Allowed {
+			t.Fatalf("B's 60: %+v / in-process %+v", y, ym)
+		}
+		y.Ticket.Settle(100)
+		ym.Ticket.Settle(100)
+		flushWithin(t, b)
+		flushWithin(t, a) // the lease goes back
+		got, want := mustPeek(t, a, bk).Remaining, mustPeek(t, mem, bk).Remaining
+		// A micro-token a second: either may have refilled a few.
+		if math.Abs(want+3) > 1e-5 || math.Abs(got-want) > 1e-5 {
+			t.Errorf("with the lease back the bucket holds %v, the in-process store %v (want -3)", got, want)
+		}
+	})
+}
