@@ -198,18 +198,28 @@ func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 // spendLocked records a settlement the lease made in process at now (d
 // micro-tokens, a debit when positive), for its give-back to replay. The
 // lease knows nothing of the other replicas' writes: it forgets no
-// settlement, and moves one only where that changes nothing, whatever
-// those writes were — a refund into the settlement before it, applied at
-// that one's moment: the refill between the two fills the bucket as far
-// either way, and a refund applied earlier leaves no more after anything
-// else. Its record so holds one settlement per request it admitted, and a
-// debit per request that cost more than it paid, which ends the lease: it
-// admits 2×LeaseRequests at most (pays), and once its record holds
-// 4×LeaseRequests (the debits of the caller's other requests it paid) it
-// admits no more and pays no more of them (beforeFinishLocked).
+// settlement, and moves one only where the caller cannot gain by it,
+// whatever those writes were — a refund into the settlements before it,
+// the last first, applied at their moments: the refill between them fills
+// the bucket as far either way, and a refund applied earlier leaves no
+// more after anything else. No entry of the record so goes below zero: a
+// replay applies what happened before the bucket's last write all at that
+// write's moment, and a refund after a debit the floor cut there would
+// give back what that debit never took. (The record's entries add up to
+// what the lease spent, never less than nothing, so they absorb every
+// refund.) Its record so holds one settlement per request it admitted,
+// and a debit per request that cost more than it paid, which ends the
+// lease: it admits 2×LeaseRequests at most (pays), and once its record
+// holds 4×LeaseRequests (the debits of the caller's other requests it
+// paid) it admits no more and pays no more of them (beforeFinishLocked).
 func (ls *keyLease) spendLocked(now time.Time, d float64) {
 	if n := len(ls.spends); n > 0 && d < 0 {
-		ls.spends[n-1].d += d
+		for i := n - 1; i > 0 && d < 0; i-- {
+			x := min(-d, max(ls.spends[i].d, 0))
+			ls.spends[i].d -= x
+			d += x
+		}
+		ls.spends[0].d += d // all that is left (nothing, but for rounding)
 		return
 	}
 	ls.spends = append(ls.spends, spend{d: d, at: now})
