@@ -178,6 +178,14 @@ func TestApplyBatch(t *testing.T) {
 			{0, []op{lease("L", 2), admit("a", 8), finish("a", 100)}, []opResult{r(stAdmitted, 8), r(stAdmitted, 0), r(stAdmitted, -7)}},
 			{0, []op{finish("L", 0)}, []opResult{r(stAdmitted, -5)}}, // it spent its 2
 		}},
+		// A replay's debit finds the bucket below the floor its lease's
+		// close raised (-5): it takes nothing, and the refund after it
+		// lifts the bucket from where it is — not from the floor the
+		// debit would have lifted it to (-3).
+		{"a debit never lifts a bucket below its floor", leaseShape, []step{
+			{0, []op{lease("L", 2), admit("a", 8), finish("a", 100)}, []opResult{r(stAdmitted, 8), r(stAdmitted, 0), r(stAdmitted, -7)}},
+			{0, []op{giveBack("L", replayed{d: micro}, replayed{d: -2 * micro})}, []opResult{r(stAdmitted, -5)}},
+		}},
 		// A lease whose replica died counts until its entry expires; then
 		// the bucket is where a request that paid as much and never
 		// finished leaves it: lifted to the floor. A give-back that late

@@ -103,6 +103,13 @@ func TestScriptMatchesTwinAtTheFloorBesideALease(t *testing.T) {
 				{lease("L", 2), admit("a", 8), finish("a", 100)},
 				{finish("L", 0)},
 			}, want: -5},
+			// A debit of its replay finds the bucket below the floor the
+			// lease's close raised: it lifts it to nothing (-3 after the
+			// refund, if it did).
+			{name: "a debit never lifts a bucket below its floor", batches: [][]op{
+				{lease("L", 2), admit("a", 8), finish("a", 100)},
+				{{kind: opFinish, id: "L", replay: []replayed{{d: micro}, {d: -2 * micro}}}},
+			}, want: -5},
 			{name: "a give-back after the lease stopped counting", batches: [][]op{
 				{lease("L", 2), admit("a", 8), finish("a", 100)},
 				{giveBack("L", 2)},
