@@ -186,3 +186,61 @@ func TestALeasesRefundNeverFollowsADebitTheFloorCut(t *testing.T) {
 		}
 	})
 }
+
+// TestALeaseAdmitsNothingFromADebtTheFloorNoLongerCuts: a lease's
+// estimate of its bucket floors at the debt floor less the lease, where
+// Redis stops a debit while the lease is out — not at the debt floor,
+// which would count a debt Redis holds as cut off and admit in process
+// what the bucket without the lease refuses.
+//
+// A's lease (8, 7 left) runs r (1); A's request b goes to Redis. B admits
+// 60 and settles it at 100: Redis stops the bucket at -11 (the floor of 3
+// less the lease's 8). A sees it there (b's finish and a peek), then r
+// ends: the lease holds 7, and with the bucket -4. A's next request of 1
+// goes to Redis with the lease given back and is refused there (the
+// bucket holds -3), as in process.
+func TestALeaseAdmitsNothingFromADebtTheFloorNoLongerCuts(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		a := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+		b := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		mem := NewMemoryStore(MemoryOptions{})
+		bk := Bucket{Key: f.key("estimate-below-floor"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, a, mem, bk) // Redis 70, A's lease 7, r runs on it
+		req := Request{Bucket: bk, Cost: 1, Debt: 3, MaxInFlight: 8}
+		x, xm := mustAdmit(t, a, req), mustAdmit(t, mem, req)
+		if !x.Allowed || !xm.Allowed || a.Stats().Local != 1 {
+			t.Fatalf("A's b beside its busy lease: %+v / in-process %+v, %+v", x, xm, a.Stats())
+		}
+		big := Request{Bucket: bk, Cost: 60, Debt: 3, MaxInFlight: 8}
+		y, ym := mustAdmit(t, b, big), mustAdmit(t, mem, big)
+		if !y.Allowed || !ym.Allowed {
+			t.Fatalf("B's 60: %+v / in-process %+v", y, ym)
+		}
+		y.Ticket.Settle(100)
+		ym.Ticket.Settle(100)
+		flushWithin(t, b)
+		x.Ticket.Settle(1)
+		xm.Ticket.Settle(1)
+		// The peek carries b's finish (or follows it): both replies show
+		// A the bucket at -11.
+		if got := mustPeek(t, a, bk).Remaining; got > -3 {
+			t.Fatalf("A peeks %v with its lease's 7; want -4 or less", got)
+		}
+		r.Ticket.Settle(1)
+		rm.Ticket.Settle(1)
+		q, qm := mustAdmit(t, a, req), mustAdmit(t, mem, req)
+		if q.Allowed || qm.Allowed {
+			t.Errorf("A's q of 1: %+v, the in-process store's %+v; want both refused (the bucket holds -3)", q.Result, qm.Result)
+		}
+		if q.Allowed {
+			q.Ticket.Settle(1)
+		}
+		if qm.Allowed {
+			qm.Ticket.Settle(1)
+		}
+		if st := a.Stats(); st.Local != 1 {
+			t.Errorf("A admitted %d requests on its lease; want only r", st.Local)
+		}
+	})
+}
