@@ -30,9 +30,14 @@
 --          the floor after the F, V or M that closed the lease, or once
 --          leased_until has passed (a lease that gave back less than it
 --          took, or never came back), is lifted to it — where a request
---          that paid the same and never finished leaves it. (An L's
---          recount happens only when the bucket pays the L: above any
---          floor.)
+--          that paid the same and never finished leaves it, but for
+--          refill: a bucket loaded after leased_until is lifted as of its
+--          last write, so refill written while the lease still counted
+--          (between a debt beside it and a later write) went to a bucket
+--          below the floor, and up to what the lease held of it is lost
+--          (the caller loses, never gains); until the lease stops counting,
+--          other replicas see that extra debt. (An L's recount happens
+--          only when the bucket pays the L: above any floor.)
 -- KEYS[2]  the open requests: a hash id -> "<paid> <expires_ms>", a
 --          lease's "<paid> <expires_ms> L"
 -- KEYS[3]  tombstones: a hash of voided ids that were not open, so that
@@ -162,7 +167,9 @@ local late = notAfter ~= nil and nowms > notAfter
 local grace = 1000 -- how long the tombstones' hash outlives voids_until
 
 -- The bucket, clamped to [low, top], as of its own time (at, in
--- µs): advance refills it to a later moment. Every operation sees it
+-- µs): advance refills it to a later moment. (A bucket below the floor of
+-- a lease that no longer counts is so lifted as of its last write: see
+-- KEYS[1].) Every operation sees it
 -- refilled to now, but a replay (below) first applies settlements at the
 -- moments they happened. A missing, corrupt or foreign value (an older
 -- version's hash: WRONGTYPE) is a full bucket with nothing open.

@@ -59,7 +59,12 @@ import (
 // own debits are paid from its lease first); meanwhile other replicas see
 // it that deep in debt. A lease that stops counting without handing back
 // all it took (its process died) leaves the bucket lifted to the floor,
-// as a request that paid as much and never finished. One way it still
+// as a request that paid as much and never finished — but as of the
+// bucket's last write: refill written while the lease still counted
+// (between a debt beside it and a later write) went to a bucket below the
+// floor, and up to what the lease held of it is lost; until then other
+// replicas see that extra debt, for as long as the lease's slot counts.
+// One way it still
 // gains: a give-back that reaches Redis after the lease's slot expired
 // refunds onto a bucket whose floor no longer counts the lease, so the
 // caller keeps up to what the lease held of a debt cut off while it was
