@@ -11,7 +11,12 @@
 -- requests live in a hash, so no list is parsed or rebuilt per call.
 --
 -- Amounts (tokens, costs, deltas, rates per second) are integers in
--- micro-tokens (1 token = 1,000,000), exact in a double up to 2^53.
+-- micro-tokens (1 token = 1,000,000), each at most 2^53, exact in a
+-- double. Only the bucket's least (-floor less what is leased, below)
+-- may go beyond: down to -(floor + capacity), 2^54 at most, where whole
+-- numbers past 2^53 round to even ones. geotoll's Go twin (applyBatch)
+-- does the same operations in the same order on the same doubles, so
+-- both round alike.
 --
 -- KEYS[1]  the bucket: "<utokens> <sec> <usec> <expires_ms> <open_expires_ms>
 --          <n> <voids_until_ms>[ <leased> <leased_until_ms>]": tokens as of
