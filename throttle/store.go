@@ -86,7 +86,11 @@ type Store interface {
 	// holds it and fewer than req.MaxInFlight requests of the caller are
 	// open; then it opens the request. A refusal spends nothing.
 	Admit(ctx context.Context, req Request) (Admission, error)
-	// Peek reports a bucket without changing or creating it.
+	// Peek reports a bucket without changing or creating it. It knows no
+	// request's debt floor: a bucket a lease left below that floor (the
+	// floor less what the lease held, where its process died with it) is
+	// reported as deep until the caller's next write lifts it to the
+	// floor, after the lease stopped counting too.
 	Peek(ctx context.Context, b Bucket) (Result, error)
 }
 
@@ -193,7 +197,8 @@ func shapeOf(req Request) shape {
 }
 
 // peekShape is the batch shape of a peek: it reports the bucket as stored,
-// in debt or not.
+// in debt or not (below a request's debt floor too, where a lease that no
+// longer counts left it: see Store.Peek).
 func peekShape(b Bucket) shape {
 	sh := shapeOf(Request{Bucket: b})
 	sh.floor = maxMicro
