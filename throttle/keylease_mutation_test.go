@@ -72,7 +72,8 @@ func TestLeaseRefilledMicro(t *testing.T) {
 
 // TestTokenLeaseRecord: a lease that took tokens records what it admitted
 // and settled for its give-back to replay, moving a settlement only where
-// that changes nothing: a refund into the settlement before it. A record
+// the caller cannot gain by it: a refund into the settlements before it,
+// the last first, none of which goes below zero. A record
 // of 4×LeaseRequests ends it. Its give-back hands what it took back as of
 // when it took it, first, then replays the record, and settles nothing
 // more.
@@ -92,6 +93,7 @@ func TestTokenLeaseRecord(t *testing.T) {
 		{"a request and its refund", []settle{{1, 3}, {2, -1}}, []spend{{2, at(1)}}, false},
 		{"two requests", []settle{{1, 3}, {2, -1}, {3, 3}, {4, -3}}, []spend{{2, at(1)}, {0, at(3)}}, false},
 		{"a debit after the request", []settle{{1, 3}, {2, 1}}, []spend{{3, at(1)}, {1, at(2)}}, false},
+		{"a refund beyond the debit before it", []settle{{1, 1}, {2, 0.5}, {3, -1}}, []spend{{0.5, at(1)}, {0, at(2)}}, false},
 		{"four debits: a record of 4×LeaseRequests", []settle{{1, 1}, {2, 1}, {3, -0.5}, {4, 1}, {5, 1}},
 			[]spend{{1, at(1)}, {0.5, at(2)}, {1, at(4)}, {1, at(5)}}, true},
 	}
