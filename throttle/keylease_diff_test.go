@@ -1,0 +1,150 @@
+package throttle
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// FuzzLeaseGainsNothing holds a lease's record (spendLocked, handBack)
+// and applyBatch to the plain token bucket: one caller's lease runs its
+// requests in process, one at a time, and pays the debits of the caller's
+// requests Redis admitted while it runs one, as the RedisStore does;
+// another replica's requests are admitted and settled beside it, deep in
+// debt or not. The same requests go to a bucket without the lease. Once
+// the lease is back (before its slot expires) the bucket holds no more
+// than the bucket without it: the caller may lose refill, never gain.
+func FuzzLeaseGainsNothing(f *testing.F) {
+	// The lease runs r; the caller's b costs more than it paid, paid by
+	// the lease; r costs nothing; another replica's debt goes deep.
+	f.Add([]byte{0, 1, 4, 1, 1, 0, 2, 200, 3, 255}, uint8(3))
+	f.Add([]byte{2, 10, 0, 3, 3, 200, 1, 0, 6, 40, 0, 1, 1, 7}, uint8(4))
+	f.Fuzz(func(t *testing.T, prog []byte, size uint8) {
+		sh := shape{rate: 2 * micro, capacity: 10 * micro, floor: 5 * micro, max: 64, ttlMS: 1 << 30}
+		var plain, leased keyState
+		base := time.Unix(1_700_000_000, 0)
+		ms := int64(0)
+		now := func() clock { return t0.plus(ms) }
+		at := func() time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+		one := func(st *keyState, o op) opResult { return applyBatch(st, nil, sh, now(), []op{o})[0] }
+		both := func(o op, dLeased float64) (opResult, opResult) {
+			p := one(&plain, o)
+			o.amount = dLeased
+			return p, one(&leased, o)
+		}
+		ls := &keyLease{s: &RedisStore{opts: RedisOptions{LeaseRequests: 64}}, sh: sh,
+			size: float64(size%8+1) * micro, grantAt: at()}
+		ls.left = ls.size
+		if r := one(&leased, op{kind: opLease, id: "L", amount: ls.size}); r.status != stAdmitted {
+			t.Fatalf("a lease of %v from a full bucket: %+v", ls.size, r)
+		}
+		var running string
+		var runPaid float64
+		var others []string
+		paid := map[string]float64{}
+		n := 0
+		trace := []string{}
+	run:
+		for i := 0; i+1 < len(prog) && i < 64; i += 2 {
+			arg := prog[i+1]
+			n++
+			id := fmt.Sprint(n)
+			switch prog[i] % 7 {
+			case 0: // a request on the lease
+				c := float64(arg%4+1) * micro / 2
+				if running != "" || ls.left < c {
+					continue
+				}
+				if p := one(&plain, op{kind: opAdmit, id: "r" + id, amount: c}); p.status != stAdmitted {
+					return // the plain bucket refuses what the lease would pay: they part
+				}
+				ls.spendLocked(at(), c)
+				ls.left -= c
+				running, runPaid = "r"+id, c
+			case 1: // it ends; a debit ends the lease
+				if running == "" {
+					continue
+				}
+				d := max(float64(int(arg%8)-4)*micro/4, -runPaid)
+				one(&plain, op{kind: opFinish, id: running, amount: d})
+				if d != 0 {
+					ls.spendLocked(at(), d)
+				}
+				ls.left -= d
+				running = ""
+				if d > 0 {
+					break run
+				}
+			case 2: // another replica's request
+				c := float64(arg%32+1) * micro / 2
+				p, l := both(op{kind: opAdmit, id: "b" + id, amount: c}, c)
+				if p.status != l.status {
+					return // one refuses what the other admits: they part
+				}
+				if p.status == stAdmitted {
+					others, paid["b"+id] = append(others, "b"+id), c
+				}
+			case 3: // it settles
+				if len(others) == 0 {
+					continue
+				}
+				o := others[0]
+				others = others[1:]
+				d := max(float64(int(arg%64)-16)*micro/2, -paid[o])
+				both(op{kind: opFinish, id: o, amount: d}, d)
+			case 4: // the caller's request through Redis beside the busy lease, a debit the lease pays
+				if running == "" {
+					continue
+				}
+				c := float64(arg%4+1) * micro / 2
+				p, l := both(op{kind: opAdmit, id: "h" + id, amount: c}, c)
+				if p.status != l.status {
+					return // one refuses what the other admits: they part
+				}
+				if p.status != stAdmitted {
+					continue
+				}
+				d := float64(arg%8+1) * micro / 4
+				x := min(d, max(ls.left, 0))
+				if x > 0 {
+					ls.spendLocked(at(), x)
+				}
+				ls.left -= x
+				both(op{kind: opFinish, id: "h" + id, amount: d}, d-x)
+			case 5: // the caller's request through Redis, refunded
+				c := float64(arg%4+1) * micro / 2
+				p, l := both(op{kind: opAdmit, id: "h" + id, amount: c}, c)
+				if p.status != l.status {
+					return // one refuses what the other admits: they part
+				}
+				if p.status == stAdmitted {
+					d := -float64(arg%3) * c / 2
+					both(op{kind: opFinish, id: "h" + id, amount: d}, d)
+				}
+			case 6:
+				ms += int64(arg) * 10
+			}
+			trace = append(trace, fmt.Sprintf("%d:%d", prog[i]%7, arg))
+			ms += int64(arg % 16)
+		}
+		if running != "" {
+			one(&plain, op{kind: opFinish, id: running, amount: 0})
+		}
+		back := ls.handBack(opFinish)
+		give := op{kind: opFinish, id: "L", amount: back.op.amount}
+		for _, x := range back.spends {
+			give.replay = append(give.replay, replayed{d: x.d, agoUS: at().Sub(x.at).Microseconds()})
+		}
+		if r := one(&leased, give); r.status != stAdmitted {
+			t.Fatalf("the give-back %+v: %+v", give, r)
+		}
+		for _, later := range []int64{0, 1000, 10000} {
+			ms += later
+			p, l := one(&plain, op{kind: opPeek}), one(&leased, op{kind: opPeek})
+			if l.tokens > p.tokens+1e-6 {
+				t.Fatalf("+%d ms after the give-back %+v: the bucket holds %v with the lease back, %v without it (%v)",
+					later, give, l.tokens, p.tokens, trace)
+			}
+		}
+	})
+}
