@@ -57,7 +57,16 @@ import (
 // debt beside a lease where it would without the lease, and the bucket
 // holds what it would without it once the lease is back (this replica's
 // own debits are paid from its lease first); meanwhile other replicas see
-// it that deep in debt. A lease that stops counting without handing back
+// it that deep in debt. Two exceptions remain, each up to one request's
+// refund. A refund of a request the lease admitted lands, in the replay,
+// with that request's debit at the bucket's last write: when another
+// replica's debt reached the floor before the give-back, the floor cuts
+// the net debit and the refund with it (the caller loses what the bucket
+// without the lease would have given back). And a refund that comes
+// while the lease's move (retire, expire) waits in the lane, its record
+// already handed over, is replayed by the give-back after it on its own:
+// after a debit the floor cut, it gives back what that debit never took
+// (the caller gains up to that refund). A lease that stops counting without handing back
 // all it took (its process died) leaves the bucket lifted to the floor,
 // as a request that paid as much and never finished — but as of the
 // bucket's last write: refill written while the lease still counted
@@ -207,12 +216,15 @@ func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 // whatever those writes were — a refund into the settlements before it,
 // the last first, applied at their moments: the refill between them fills
 // the bucket as far either way, and a refund applied earlier leaves no
-// more after anything else. No entry of the record so goes below zero: a
-// replay applies what happened before the bucket's last write all at that
-// write's moment, and a refund after a debit the floor cut there would
-// give back what that debit never took. (The record's entries add up to
-// what the lease spent, never less than nothing, so they absorb every
-// refund.) Its record so holds one settlement per request it admitted,
+// more after anything else. While the record holds the lease's spends,
+// no entry of it so goes below zero: a replay applies what happened
+// before the bucket's last write all at that write's moment, and a
+// refund after a debit the floor cut there would give back what that
+// debit never took. (The record's entries add up to what the lease
+// spent, never less than nothing, so they absorb every refund.) A refund
+// that finds the record empty — handed over with a move still waiting in
+// the lane — is kept as a negative entry of its own (see keyLease). Its
+// record so holds one settlement per request it admitted,
 // and a debit per request that cost more than it paid, which ends the
 // lease: it admits 2×LeaseRequests at most (pays), and once its record
 // holds 4×LeaseRequests (the debits of the caller's other requests it

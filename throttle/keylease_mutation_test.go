@@ -73,7 +73,8 @@ func TestLeaseRefilledMicro(t *testing.T) {
 // TestTokenLeaseRecord: a lease that took tokens records what it admitted
 // and settled for its give-back to replay, moving a settlement only where
 // the caller cannot gain by it: a refund into the settlements before it,
-// the last first, none of which goes below zero. A record
+// the last first, none of which goes below zero while the record holds
+// the lease's spends. A record
 // of 4×LeaseRequests ends it. Its give-back hands what it took back as of
 // when it took it, first, then replays the record, and settles nothing
 // more.
