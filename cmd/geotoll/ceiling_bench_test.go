@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/loadtest"
-	"github.com/geotoll/geotoll/server"
 )
 
 var (
@@ -49,7 +47,10 @@ var (
 // list runs its four sub-benchmarks n times in turn (the second round's
 // are named "#01" by the testing package), so each geotoll figure is over
 // the pgbench of its own round, run seconds before it; -count instead
-// runs each sub-benchmark its count of times in a row.
+// runs each sub-benchmark its count of times in a row. (benchstat takes
+// each round's names as benchmarks of their own: compare the rounds'
+// ratios by hand.) The server's price models are built before anything
+// is timed (startLogging waits for them).
 //
 // -ceiling.clients sets the connections of both (database.max_conns as
 // shipped unless told; BENCHMARKS.md's tables before 5 December used 16):
@@ -87,12 +88,6 @@ func BenchmarkCeiling(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	// Nothing is timed while the server builds its price models (at
-	// start-up, and again only when a relation changed): the builds read
-	// whole relations on the CPUs pgbench and the server share, and a
-	// sub-benchmark beside them would measure the builds as much as
-	// either.
-	awaitPriceModels(b, m)
 	// pgbench runs the queries the server runs: over the storage it reads.
 	if _, err := cat.Refresh(ctx, testenv.ReadPool(b)); err != nil {
 		b.Fatal(err)
@@ -159,23 +154,6 @@ func BenchmarkCeiling(b *testing.B) {
 			geotoll(false)
 			geotoll(true)
 		}
-	}
-}
-
-// awaitPriceModels waits until every price model of m is built.
-func awaitPriceModels(tb testing.TB, m *Main) {
-	tb.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		err := pricingReady(m.pricing.models.Status())
-		var note *server.ReadyNote
-		if errors.As(err, &note) {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("price models not built after 2 minutes: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -196,12 +196,12 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 	}
 	defer rows.Close()
 	// Rows are gathered in chunks and copied once, at the end, into a slice
-	// of their exact length: appending to one slice copied every row about
-	// twice as it grew, and left the heap it outgrew behind: on the demo's
-	// places, 92 MB allocated for a 6 MB model (60 MB now), and 40 % of the
-	// server's CPU spent on its start-up builds.
+	// of their exact length: appending to one slice copied every row
+	// several times as it grew, and left the heap it outgrew behind — on
+	// the demo's places, 92 MB allocated for a 6 MB model (60 MB now), and
+	// 40 % of the CPU of a server's start-up builds in growslice.
 	var chunks [][]cellRow
-	chunk := make([]cellRow, 0, rowChunk)
+	chunk := make([]cellRow, 0, 64) // a small relation's build stays small
 	var c cellRow
 	var i, j, giant int64
 	dest := []any{&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy, &giant}
@@ -218,7 +218,7 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 		c.giant = giant >= 0
 		if len(chunk) == cap(chunk) {
 			chunks = append(chunks, chunk)
-			chunk = make([]cellRow, 0, rowChunk)
+			chunk = make([]cellRow, 0, min(2*cap(chunk), rowChunk))
 		}
 		chunk = append(chunk, c)
 	}
@@ -228,8 +228,8 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 	return joinRows(append(chunks, chunk)), nil
 }
 
-// rowChunk is how many cell rows a chunk of cellRows holds (112 bytes
-// each).
+// rowChunk is how many cell rows a chunk of cellRows holds at most (104
+// bytes each): chunks double from 64 rows up to it.
 const rowChunk = 4096
 
 // joinRows copies chunks into one slice of their total length.
