@@ -57,27 +57,30 @@ import (
 // debt beside a lease where it would without the lease, and the bucket
 // holds what it would without it once the lease is back (this replica's
 // own debits are paid from its lease first); meanwhile other replicas see
-// it that deep in debt. Two exceptions remain, each up to one request's
-// refund. A refund of a request the lease admitted lands, in the replay,
-// with that request's debit at the bucket's last write: when another
-// replica's debt reached the floor before the give-back, the floor cuts
-// the net debit and the refund with it (the caller loses what the bucket
-// without the lease would have given back). And a refund that comes
-// while the lease's move (retire, expire) waits in the lane, its record
-// already handed over, is replayed by the give-back after it on its own:
-// after a debit the floor cut, it gives back what that debit never took
-// (the caller gains up to that refund). A lease that stops counting without handing back
-// all it took (its process died) leaves the bucket lifted to the floor,
-// as a request that paid as much and never finished — but as of the
-// bucket's last write: refill written while the lease still counted
-// (between a debt beside it and a later write) went to a bucket below the
-// floor, and up to what the lease held of it is lost; until then other
-// replicas see that extra debt, for as long as the lease's slot counts.
-// One way it still
-// gains: a give-back that reaches Redis after the lease's slot expired
-// refunds onto a bucket whose floor no longer counts the lease, so the
-// caller keeps up to what the lease held of a debt cut off while it was
-// out. A lease admits nothing the bucket would refuse:
+// it that deep in debt. Four exceptions remain:
+//   - A refund of a request the lease admitted lands, in the replay, with
+//     that request's debit at the bucket's last write: when another
+//     replica's debt reached the floor before the give-back, the floor
+//     cuts the net debit and the refund with it (the caller loses up to
+//     that refund).
+//   - A lease that stops counting without handing back all it took (its
+//     process died) leaves the bucket lifted to the floor, as a request
+//     that paid as much and never finished — but as of the bucket's last
+//     write: refill written while the lease still counted (between a debt
+//     beside it and a later write) went to a bucket below the floor, and
+//     up to what the lease held of it is lost; until then other replicas
+//     see that extra debt, for as long as the lease's slot counts.
+//   - A refund that comes while the lease's move (retire, expire) waits
+//     in the lane, its record already handed over, is replayed by the
+//     give-back after it on its own: after a debit the floor cut, it
+//     gives back what that debit never took (the caller gains up to that
+//     refund).
+//   - A give-back that reaches Redis after the lease's slot expired
+//     refunds onto a bucket whose floor no longer counts the lease, so the
+//     caller keeps up to what the lease held of a debt cut off while it
+//     was out (a gain).
+//
+// A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
 // first in the same call, and a request Redis refuses (or shadows) for
 // want of what the lease holds — or, at the brim, of the refill its
