@@ -165,30 +165,14 @@ func TestScriptMatchesTwinAtTheFloorBesideALease(t *testing.T) {
 func TestALeasesRefundNeverFollowsADebitTheFloorCut(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		a := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
-		b := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
-		mem := NewMemoryStore(MemoryOptions{})
-		bk := Bucket{Key: f.key("refund-after-cut"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
-		r, rm := withBusyLease(t, a, mem, bk) // Redis 70, A's lease 7, r runs on it
-		req := Request{Bucket: bk, Cost: 1, Debt: 3, MaxInFlight: 8}
-		x, xm := mustAdmit(t, a, req), mustAdmit(t, mem, req)
-		if !x.Allowed || !xm.Allowed || a.Stats().Local != 1 {
-			t.Fatalf("A's b beside its busy lease: %+v / in-process %+v, %+v", x, xm, a.Stats())
-		}
-		x.Ticket.Settle(1.5) // paid by the lease
-		xm.Ticket.Settle(1.5)
-		r.Ticket.Settle(0)
-		rm.Ticket.Settle(0)
-		big := Request{Bucket: bk, Cost: 60, Debt: 3, MaxInFlight: 8}
-		y, ym := mustAdmit(t, b, big), mustAdmit(t, mem, big)
-		if !y.Allowed || !ym.Allowed {
-			t.Fatalf("B's 60: %+v / in-process %+v", y, ym)
-		}
-		y.Ticket.Settle(100)
-		ym.Ticket.Settle(100)
-		flushWithin(t, b)
-		flushWithin(t, a) // the lease goes back
-		got, want := mustPeek(t, a, bk).Remaining, mustPeek(t, mem, bk).Remaining
+		sc := newFloorScene(t, f, "refund-after-cut")
+		sc.x.Ticket.Settle(1.5) // paid by the lease
+		sc.xm.Ticket.Settle(1.5)
+		sc.r.Ticket.Settle(0)
+		sc.rm.Ticket.Settle(0)
+		sc.deepDebt(t)
+		flushWithin(t, sc.a) // the lease goes back
+		got, want := mustPeek(t, sc.a, sc.bk).Remaining, mustPeek(t, sc.mem, sc.bk).Remaining
 		// A micro-token a second: either may have refilled a few.
 		if math.Abs(want+3) > 1e-5 || math.Abs(got-want) > 1e-5 {
 			t.Errorf("with the lease back the bucket holds %v, the in-process store %v (want -3)", got, want)
@@ -211,34 +195,19 @@ func TestALeasesRefundNeverFollowsADebitTheFloorCut(t *testing.T) {
 func TestALeaseAdmitsNothingFromADebtTheFloorNoLongerCuts(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		a := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
-		b := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
-		mem := NewMemoryStore(MemoryOptions{})
-		bk := Bucket{Key: f.key("estimate-below-floor"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
-		r, rm := withBusyLease(t, a, mem, bk) // Redis 70, A's lease 7, r runs on it
-		req := Request{Bucket: bk, Cost: 1, Debt: 3, MaxInFlight: 8}
-		x, xm := mustAdmit(t, a, req), mustAdmit(t, mem, req)
-		if !x.Allowed || !xm.Allowed || a.Stats().Local != 1 {
-			t.Fatalf("A's b beside its busy lease: %+v / in-process %+v, %+v", x, xm, a.Stats())
-		}
-		big := Request{Bucket: bk, Cost: 60, Debt: 3, MaxInFlight: 8}
-		y, ym := mustAdmit(t, b, big), mustAdmit(t, mem, big)
-		if !y.Allowed || !ym.Allowed {
-			t.Fatalf("B's 60: %+v / in-process %+v", y, ym)
-		}
-		y.Ticket.Settle(100)
-		ym.Ticket.Settle(100)
-		flushWithin(t, b)
-		x.Ticket.Settle(1)
-		xm.Ticket.Settle(1)
+		sc := newFloorScene(t, f, "estimate-below-floor")
+		a, mem := sc.a, sc.mem
+		sc.deepDebt(t)
+		sc.x.Ticket.Settle(1)
+		sc.xm.Ticket.Settle(1)
 		// The peek carries b's finish (or follows it): both replies show
 		// A the bucket at -11.
-		if got := mustPeek(t, a, bk).Remaining; got > -4+1e-5 {
+		if got := mustPeek(t, a, sc.bk).Remaining; got > -4+1e-5 {
 			t.Fatalf("A peeks %v with its lease's 7; want -4 or less", got)
 		}
-		r.Ticket.Settle(1)
-		rm.Ticket.Settle(1)
-		q, qm := mustAdmit(t, a, req), mustAdmit(t, mem, req)
+		sc.r.Ticket.Settle(1)
+		sc.rm.Ticket.Settle(1)
+		q, qm := mustAdmit(t, a, sc.req), mustAdmit(t, mem, sc.req)
 		if q.Allowed || qm.Allowed {
 			t.Errorf("A's q of 1: %+v, the in-process store's %+v; want both refused (the bucket holds -3)", q.Result, qm.Result)
 		}
@@ -252,4 +221,48 @@ func TestALeaseAdmitsNothingFromADebtTheFloorNoLongerCuts(t *testing.T) {
 			t.Errorf("A admitted %d requests on its lease; want only r", st.Local)
 		}
 	})
+}
+
+// floorScene is the opening of the tests of a lease beside a debt at the
+// floor: replica A holds a lease of its caller's bucket (capacity 80, a
+// debt floor of 3) of 8, 7 left, and runs r (1) on it; A's request x (b)
+// of 1 goes to Redis beside it. Each request has its twin in mem, an
+// in-process store: the bucket without leases.
+type floorScene struct {
+	a, b         *RedisStore // A holds the lease; B takes none
+	mem          Store
+	bk           Bucket
+	req          Request // a request of 1 with the debt floor of 3
+	r, rm, x, xm Admission
+}
+
+func newFloorScene(t *testing.T, f *redisFixture, name string) *floorScene {
+	t.Helper()
+	sc := &floorScene{
+		a:   NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold}),
+		b:   NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}),
+		mem: NewMemoryStore(MemoryOptions{}),
+		bk:  Bucket{Key: f.key(name), Limit: Limit{Rate: 1e-6, Capacity: 80}},
+	}
+	sc.r, sc.rm = withBusyLease(t, sc.a, sc.mem, sc.bk) // Redis 70, A's lease 7, r runs on it
+	sc.req = Request{Bucket: sc.bk, Cost: 1, Debt: 3, MaxInFlight: 8}
+	sc.x, sc.xm = mustAdmit(t, sc.a, sc.req), mustAdmit(t, sc.mem, sc.req)
+	if !sc.x.Allowed || !sc.xm.Allowed || sc.a.Stats().Local != 1 {
+		t.Fatalf("A's b beside its busy lease: %+v / in-process %+v, %+v", sc.x, sc.xm, sc.a.Stats())
+	}
+	return sc
+}
+
+// deepDebt has B admit 60 and settle it at 100, far below the floor, and
+// flushes B.
+func (sc *floorScene) deepDebt(t *testing.T) {
+	t.Helper()
+	big := Request{Bucket: sc.bk, Cost: 60, Debt: 3, MaxInFlight: 8}
+	y, ym := mustAdmit(t, sc.b, big), mustAdmit(t, sc.mem, big)
+	if !y.Allowed || !ym.Allowed {
+		t.Fatalf("B's 60: %+v / in-process %+v", y, ym)
+	}
+	y.Ticket.Settle(100)
+	ym.Ticket.Settle(100)
+	flushWithin(t, sc.b)
 }
