@@ -418,6 +418,7 @@
     if (apiKey) headers['X-API-Key'] = apiKey;
     var signal = abortController.signal;
     var ticket = null;
+    var unavailableOnce = false; // a 503 was asked again (below)
     try {
       for (;;) {
         if (ticket === null && throttled()) {
@@ -455,6 +456,17 @@
           }
           notBefore = Math.max(notBefore, Date.now() + Math.max(0.25, t.retryAfter) * 1000);
           state.retries++;
+          continue;
+        }
+        // A 503 with a Retry-After is the server's database busy (every
+        // connection in use, or the caller's share of them): the tile is
+        // asked again once after that wait, as a map client should, before
+        // it counts as an error.
+        var wait = num(resp.headers.get('Retry-After'));
+        if (resp.status === 503 && wait !== null && !unavailableOnce && wait <= MAX_RETRY_WAIT) {
+          unavailableOnce = true;
+          state.retries++;
+          await sleep(Math.max(0.25, wait) * 1000, signal);
           continue;
         }
         state.errors++;
