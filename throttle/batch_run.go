@@ -19,11 +19,10 @@ type batchRun struct {
 	at              int64
 	n               int   // requests open
 	voidsUntil      int64 // until when the tombstones hold (0: none)
-	// leased: the micro-tokens out on leases, until leasedUntil; top and
-	// low: the most and the least the bucket holds meanwhile (capacity
-	// and -floor, less leased).
-	leased, top, low float64
-	leasedUntil      int64
+	// leased: the micro-tokens out on leases, until leasedUntil (see top
+	// and low).
+	leased      float64
+	leasedUntil int64
 
 	dirty  bool // something to write back
 	opened bool // a request was opened: the open hash may need a later expiry
@@ -34,18 +33,24 @@ type batchRun struct {
 // refilled as of now, and the open requests and tombstones dropped when
 // their hash has expired (Redis: a key is gone once now is past its
 // expiry).
+// top is the most the bucket holds while leases are out (its capacity
+// less what they hold), low the least (its debt floor less it); admit.lua
+// keeps both as locals, updated with leased.
+func (r *batchRun) top() float64 { return r.sh.capacity - r.leased }
+
+func (r *batchRun) low() float64 { return -r.sh.floor - r.leased }
+
 func (r *batchRun) load() {
 	st, sh := r.st, &r.sh
 	r.nowMS = r.now.ms()
 	r.nowUS = r.now.sec*1000000 + r.now.usec
 	r.late = sh.notAfterMS != 0 && r.nowMS > sh.notAfterMS
-	r.tokens, r.at, r.top, r.low = sh.capacity, r.nowUS, sh.capacity, -sh.floor
+	r.tokens, r.at = sh.capacity, r.nowUS
 	if st.found && st.b.tokens == st.b.tokens {
 		if st.b.leased > 0 && st.b.leasedUntil > r.nowMS {
 			r.leased, r.leasedUntil = min(st.b.leased, sh.capacity), st.b.leasedUntil
-			r.top, r.low = sh.capacity-r.leased, -sh.floor-r.leased
 		}
-		r.tokens = min(max(st.b.tokens, r.low), r.top)
+		r.tokens = min(max(st.b.tokens, r.low()), r.top())
 		r.at = st.b.sec*1000000 + st.b.usec
 	}
 	r.n = st.b.n
@@ -66,7 +71,7 @@ func (r *batchRun) load() {
 // advance does; a moment before its own time refills nothing.
 func (r *batchRun) advance(to int64) {
 	if el := to - r.at; el > 0 {
-		r.tokens = min(r.tokens+math.Floor(float64(el)*r.sh.rate/1000000), r.top)
+		r.tokens = min(r.tokens+math.Floor(float64(el)*r.sh.rate/1000000), r.top())
 		r.at = to
 	}
 }
@@ -129,7 +134,7 @@ func (r *batchRun) recount() {
 			u = max(u, o.expiresMS)
 		}
 	}
-	r.leased, r.leasedUntil, r.top, r.low = l, u, r.sh.capacity-l, -r.sh.floor-l
+	r.leased, r.leasedUntil = l, u
 }
 
 // refuse answers status, a refusal, for an admit of id — unless id is
@@ -192,7 +197,7 @@ func (r *batchRun) open(id string, status int, cost float64, lease bool) int {
 			r.atokens -= cost
 		}
 		if lease {
-			r.leased, r.top, r.low = r.leased+cost, r.top-cost, r.low-cost
+			r.leased += cost
 			r.leasedUntil = max(r.leasedUntil, r.nowMS+r.sh.ttlMS)
 		}
 	}
@@ -230,7 +235,6 @@ func (r *batchRun) finish(o op) int {
 		if r.leased <= 0 {
 			r.leased, r.leasedUntil = 0, 0
 		}
-		r.top, r.low = r.sh.capacity-r.leased, -r.sh.floor-r.leased
 	}
 	if o.replays() {
 		r.replay(o)
@@ -253,7 +257,7 @@ func (r *batchRun) finish(o op) int {
 	// A lease closed: its debt floor rises by what it paid, which its
 	// refund (or its replay's, first) gave back already, but for a lease
 	// that gives back less than it took.
-	r.tokens = max(r.tokens, r.low)
+	r.tokens = max(r.tokens, r.low())
 	r.dirty = true
 	return stAdmitted
 }
@@ -304,15 +308,15 @@ func (r *batchRun) tombstone(id string, keep int64) {
 // lease just closed, before its refund).
 func (r *batchRun) settle(delta, give float64) {
 	if delta > 0 {
-		if r.tokens > r.low {
-			r.tokens = max(r.tokens-delta, r.low)
+		if low := r.low(); r.tokens > low {
+			r.tokens = max(r.tokens-delta, low)
 		}
 		if r.agg != nil {
 			r.atokens = max(r.atokens-delta, -r.sh.floor)
 		}
 	}
 	if give > 0 {
-		r.tokens = min(r.tokens+give, r.top)
+		r.tokens = min(r.tokens+give, r.top())
 		if r.agg != nil {
 			r.atokens = min(r.atokens+give, r.sh.aggCap)
 		}
