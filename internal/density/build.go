@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"text/template"
 	"time"
@@ -195,13 +196,7 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 		return nil, err
 	}
 	defer rows.Close()
-	// Rows are gathered in chunks and copied once, at the end, into a slice
-	// of their exact length: appending to one slice copied every row
-	// several times as it grew, and left the heap it outgrew behind — on
-	// the demo's places, 92 MB allocated for a 6 MB model (60 MB now), and
-	// 40 % of the CPU of a server's start-up builds in growslice.
-	var chunks [][]cellRow
-	chunk := make([]cellRow, 0, 64) // a small relation's build stays small
+	var gathered rowChunks
 	var c cellRow
 	var i, j, giant int64
 	dest := []any{&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy, &giant}
@@ -216,31 +211,38 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 		c.key = morton(uint32(i)<<shift, uint32(j)<<shift)
 		c.x0, c.x1, c.y0, c.y1, c.sx, c.sy = c.x0/2, c.x1/2, c.y0/2, c.y1/2, c.sx/2, c.sy/2
 		c.giant = giant >= 0
-		if len(chunk) == cap(chunk) {
-			chunks = append(chunks, chunk)
-			chunk = make([]cellRow, 0, min(2*cap(chunk), rowChunk))
-		}
-		chunk = append(chunk, c)
+		gathered.add(c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	return joinRows(append(chunks, chunk)), nil
+	return gathered.rows(), nil
 }
 
-// rowChunk is how many cell rows a chunk of cellRows holds at most (104
-// bytes each): chunks double from 64 rows up to it.
+// rowChunks gathers cell rows in chunks and copies them once, at the end,
+// into one slice: appending to one slice copied every row several times
+// as it grew, and left the heap it outgrew behind — on the demo's places,
+// 92 MB allocated for a 6 MB model (60 MB now), and 40 % of the CPU of a
+// server's start-up builds in growslice. Chunks double from 64 rows (a
+// small relation's build stays small) up to rowChunk.
+type rowChunks struct {
+	full [][]cellRow
+	last []cellRow
+}
+
+func (g *rowChunks) add(c cellRow) {
+	if len(g.last) == cap(g.last) {
+		if g.last != nil {
+			g.full = append(g.full, g.last)
+		}
+		g.last = make([]cellRow, 0, min(max(2*cap(g.last), 64), rowChunk))
+	}
+	g.last = append(g.last, c)
+}
+
+// rows is every row added, in order.
+func (g *rowChunks) rows() []cellRow { return slices.Concat(append(g.full, g.last)...) }
+
+// rowChunk is how many cell rows a chunk of rowChunks holds at most (104
+// bytes each).
 const rowChunk = 4096
-
-// joinRows copies chunks into one slice of their total length.
-func joinRows(chunks [][]cellRow) []cellRow {
-	n := 0
-	for _, c := range chunks {
-		n += len(c)
-	}
-	out := make([]cellRow, 0, n)
-	for _, c := range chunks {
-		out = append(out, c...)
-	}
-	return out
-}
