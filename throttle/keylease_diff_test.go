@@ -11,14 +11,23 @@ import (
 // requests in process, one at a time, and pays the debits of the caller's
 // requests Redis admitted while it runs one, as the RedisStore does;
 // another replica's requests are admitted and settled beside it, deep in
-// debt or not. The same requests go to a bucket without the lease. Once
-// the lease is back (before its slot expires) the bucket holds no more
-// than the bucket without it: the caller may lose refill, never gain.
+// debt or not. The lease may hand its tokens back by a move while it runs
+// a request (retire, expire), sent at once or after other writes; that
+// request's settlement then goes to Redis with the lease's give-back, as
+// its finish would without the lease. The same requests go to a bucket
+// without the lease. Once the lease is back (before its slot expires) the
+// bucket holds no more than the bucket without it: the caller may lose
+// refill, never gain.
 func FuzzLeaseGainsNothing(f *testing.F) {
 	// The lease runs r; the caller's b costs more than it paid, paid by
 	// the lease; r costs nothing; another replica's debt goes deep.
 	f.Add([]byte{0, 1, 4, 1, 1, 0, 2, 200, 3, 255}, uint8(3))
 	f.Add([]byte{2, 10, 0, 3, 3, 200, 1, 0, 6, 40, 0, 1, 1, 7}, uint8(4))
+	// r runs on the lease; another replica's debt goes deep; the lease
+	// moves (its replay meets the floor) and r is refunded in full.
+	f.Add([]byte{0, 1, 2, 65, 3, 48, 7, 0, 1, 0}, uint8(3))
+	// The same with the move held back until after the debt.
+	f.Add([]byte{0, 1, 7, 1, 2, 65, 3, 48, 7, 0, 1, 0}, uint8(3))
 	f.Fuzz(func(t *testing.T, prog []byte, size uint8) {
 		sh := shape{rate: 2 * micro, capacity: 10 * micro, floor: 5 * micro, max: 64, ttlMS: 1 << 30}
 		var plain, leased keyState
@@ -32,7 +41,7 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 			o.amount = dLeased
 			return p, one(&leased, o)
 		}
-		ls := &keyLease{s: &RedisStore{opts: RedisOptions{LeaseRequests: 64}}, sh: sh,
+		ls := &keyLease{s: &RedisStore{opts: RedisOptions{LeaseRequests: 64}}, id: "L", sh: sh,
 			size: float64(size%8+1) * micro, grantAt: at()}
 		ls.left = ls.size
 		if r := one(&leased, op{kind: opLease, id: "L", amount: ls.size}); r.status != stAdmitted {
@@ -40,6 +49,12 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 		}
 		var running string
 		var runPaid float64
+		// moved: the lease handed its tokens back by a move while r ran
+		// (retire, expire); move is that move until it reaches Redis,
+		// which may be after other writes of the caller's.
+		var moved bool
+		var move *op
+		var ended float64 // how r, run on the moved lease, settled
 		var others []string
 		paid := map[string]float64{}
 		n := 0
@@ -49,10 +64,10 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 			arg := prog[i+1]
 			n++
 			id := fmt.Sprint(n)
-			switch prog[i] % 7 {
+			switch prog[i] % 8 {
 			case 0: // a request on the lease
 				c := float64(arg%4+1) * micro / 2
-				if running != "" || ls.left < c {
+				if running != "" || moved || ls.left < c {
 					continue
 				}
 				if p := one(&plain, op{kind: opAdmit, id: "r" + id, amount: c}); p.status != stAdmitted {
@@ -66,11 +81,17 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 					continue
 				}
 				d := max(float64(int(arg%8)-4)*micro/4, -runPaid)
-				one(&plain, op{kind: opFinish, id: running, amount: d})
 				if d != 0 {
 					ls.spendLocked(at(), d)
 				}
 				ls.left -= d
+				if moved {
+					// Its settlement goes with the give-back (the lease is
+					// over), as the request's finish would without it.
+					ended = d
+					break run
+				}
+				one(&plain, op{kind: opFinish, id: running, amount: d})
 				running = ""
 				if d > 0 {
 					break run
@@ -123,18 +144,33 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 				}
 			case 6:
 				ms += int64(arg) * 10
+			case 7: // the busy lease moves: at once, or once more writes came
+				switch {
+				case move != nil:
+					one(&leased, *move)
+					move = nil
+				case running != "" && !moved:
+					mv := ls.moveLocked()
+					o := replayOf(mv, at())
+					moved, move = true, &o
+					if arg%2 == 0 {
+						one(&leased, o)
+						move = nil
+					}
+				default:
+					continue
+				}
 			}
-			trace = append(trace, fmt.Sprintf("%d:%d", prog[i]%7, arg))
+			trace = append(trace, fmt.Sprintf("%d:%d", prog[i]%8, arg))
 			ms += int64(arg % 16)
 		}
 		if running != "" {
-			one(&plain, op{kind: opFinish, id: running, amount: 0})
+			one(&plain, op{kind: opFinish, id: running, amount: ended})
 		}
-		back := ls.handBack(opFinish)
-		give := op{kind: opFinish, id: "L", amount: back.op.amount}
-		for _, x := range back.spends {
-			give.replay = append(give.replay, replayed{d: x.d, agoUS: at().Sub(x.at).Microseconds()})
+		if move != nil {
+			one(&leased, *move)
 		}
+		give := replayOf(ls.handBack(opFinish), at())
 		if r := one(&leased, give); r.status != stAdmitted {
 			t.Fatalf("the give-back %+v: %+v", give, r)
 		}
@@ -147,4 +183,14 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 			}
 		}
 	})
+}
+
+// replayOf is the operation a lease's give-back or move p sends at now,
+// its record replayed at its moments.
+func replayOf(p *pending, now time.Time) op {
+	o := p.op
+	for _, x := range p.spends {
+		o.replay = append(o.replay, replayed{d: x.d, agoUS: now.Sub(x.at).Microseconds()})
+	}
+	return o
 }
