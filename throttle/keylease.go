@@ -57,7 +57,7 @@ import (
 // debt beside a lease where it would without the lease, and the bucket
 // holds what it would without it once the lease is back (this replica's
 // own debits are paid from its lease first); meanwhile other replicas see
-// it that deep in debt. Four exceptions remain:
+// it that deep in debt. Three exceptions remain, each a loss:
 //   - A refund of a request the lease admitted lands, in the replay, with
 //     that request's debit at the bucket's last write: when another
 //     replica's debt reached the floor before the give-back, the floor
@@ -70,15 +70,16 @@ import (
 //     beside it and a later write) went to a bucket below the floor, and
 //     up to what the lease held of it is lost; until then other replicas
 //     see that extra debt, for as long as the lease's slot counts.
-//   - A refund that comes while the lease's move (retire, expire) waits
-//     in the lane, its record already handed over, is replayed by the
-//     give-back after it on its own: after a debit the floor cut, it
-//     gives back what that debit never took (the caller gains up to that
-//     refund).
-//   - A give-back that reaches Redis after the lease's slot expired
-//     refunds onto a bucket whose floor no longer counts the lease, so the
-//     caller keeps up to what the lease held of a debt cut off while it
-//     was out (a gain).
+//   - A give-back (or move) that reaches Redis after the lease's slot
+//     expired — Redis out of reach, or this process stalled, for the
+//     request TTL — refunds nothing: the floor it counted in has risen to
+//     the bucket's own, so what it held is lost, as a dead process's is,
+//     and only what its record overspent is debited.
+//
+// A refund of the request a moved lease runs (recorded after the move
+// handed the record over) goes to Redis with the lease's give-back, as
+// the request's own finish would without the lease: applied when it
+// reaches Redis, it gains nothing (FuzzLeaseGainsNothing moves leases).
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
@@ -225,8 +226,8 @@ func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 // refund after a debit the floor cut there would give back what that
 // debit never took. (The record's entries add up to what the lease
 // spent, never less than nothing, so they absorb every refund.) A refund
-// that finds the record empty — handed over with a move still waiting in
-// the lane — is kept as a negative entry of its own (see keyLease). Its
+// that finds the record empty — handed over by a move — is kept as a
+// negative entry of its own, sent with the give-back (see keyLease). Its
 // record so holds one settlement per request it admitted,
 // and a debit per request that cost more than it paid, which ends the
 // lease: it admits 2×LeaseRequests at most (pays), and once its record
