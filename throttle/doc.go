@@ -75,9 +75,9 @@
 //     replay brings back the refill that cap held back, but for what
 //     the caller's other writes meanwhile cut short — and no debit takes
 //     it below its debt floor less the leases out, so the floor cuts a
-//     debt where it would without them (the caller loses, never gains:
-//     see keyLease; a give-back that comes after its lease stopped
-//     counting refunds nothing).
+//     debt where it would without them (the caller loses, never gains —
+//     but for a give-back that comes after its lease stopped counting:
+//     see keyLease).
 //   - The clock is Redis's own TIME, read inside the script: replica clock
 //     skew cannot smear the refill.
 //   - Amounts are whole micro-tokens and times whole microseconds, so the

@@ -57,7 +57,7 @@ import (
 // debt beside a lease where it would without the lease, and the bucket
 // holds what it would without it once the lease is back (this replica's
 // own debits are paid from its lease first); meanwhile other replicas see
-// it that deep in debt. Three exceptions remain, each a loss:
+// it that deep in debt. Three exceptions remain:
 //   - A refund of a request the lease admitted lands, in the replay, with
 //     that request's debit at the bucket's last write: when another
 //     replica's debt reached the floor before the give-back, the floor
@@ -70,11 +70,15 @@ import (
 //     beside it and a later write) went to a bucket below the floor, and
 //     up to what the lease held of it is lost; until then other replicas
 //     see that extra debt, for as long as the lease's slot counts.
-//   - A give-back (or move) that reaches Redis after the lease's slot
-//     expired — Redis out of reach, or this process stalled, for the
-//     request TTL — refunds nothing: the floor it counted in has risen to
-//     the bucket's own, so what it held is lost, as a dead process's is,
-//     and only what its record overspent is debited.
+//   - A give-back that reaches Redis after the lease's slot expired
+//     (Redis out of reach, or this process stalled, for the request TTL)
+//     is settled as the late finish of a request that paid what the lease
+//     took: its refund lands on a bucket whose floor no longer counts the
+//     lease, so the caller keeps up to what the lease held of a debt cut
+//     off while it was out (a gain, as a late refund of any request after
+//     such a debt gives). Refunding nothing instead would charge twice
+//     what the lease admitted since, as the bucket refilled to its
+//     capacity once the lease stopped counting.
 //
 // A refund of the request a moved lease runs (recorded after the move
 // handed the record over) goes to Redis with the lease's give-back, as
