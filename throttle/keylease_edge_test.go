@@ -300,3 +300,38 @@ func TestLeaseGiveBackSurvivesAQueueFullToTheBrim(t *testing.T) {
 		}
 	})
 }
+
+// TestALeasePastItsHoldAdmitsNothing: a lease admits requests for its
+// hold from when the call that took it was sent, whether or not its
+// timer has fired yet (a process that stalled past it resumes with the
+// timer still due): its entry in Redis outlives the hold by the request
+// TTL, so every request admitted on it settles while Redis counts it.
+func TestALeasePastItsHoldAdmitsNothing(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+		b := Bucket{Key: f.key("past-its-hold"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, _ := withBusyLease(t, s, nil, b)
+		r.Ticket.Settle(1)
+		s.mu.Lock()
+		ls := s.leases[b.Key]
+		if ls == nil || !ls.granted {
+			s.mu.Unlock()
+			t.Fatal("no lease granted for the caller")
+		}
+		ls.grantAt = ls.grantAt.Add(-2 * testLeaseHold) // its timer still due
+		s.mu.Unlock()
+		q := mustAdmit(t, s, Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8})
+		if !q.Allowed {
+			t.Fatalf("the fourth request of 1 from 76: %+v", q.Result)
+		}
+		q.Ticket.Settle(1)
+		if st := s.Stats(); st.Local != 1 {
+			t.Errorf("%d requests admitted on the lease; want only the third, not the fourth past its hold", st.Local)
+		}
+		flushWithin(t, s)
+		if got := mustPeek(t, s, b).Remaining; got < 76-1e-5 || got > 76+1e-3 {
+			t.Errorf("the bucket holds %v after four requests of 1 from 80; want 76", got)
+		}
+	})
+}
