@@ -182,7 +182,11 @@ func refilledMicro(tokens float64, at, now time.Time, sh shape) float64 {
 }
 
 // admitLeased admits req in process when this store holds a lease for its
-// caller that is idle and can pay it; ok is false otherwise.
+// caller that is idle and can pay it, within its hold of when the call
+// that took it was sent — whether or not its timer has fired (a process
+// that stalled resumes with it due): the lease's entry in Redis outlives
+// that by the request TTL, so what it admits settles while Redis counts
+// it. ok is false otherwise.
 func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	if s.opts.LeaseRequests <= 0 || req.Shadow {
 		return Admission{}, false
@@ -191,7 +195,8 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	now := time.Now()
 	s.mu.Lock()
 	ls, seen := s.leases[req.Key], s.seen[req.Key]
-	if ls == nil || !ls.granted || ls.busy || ls.done || ls.sh != sh || req.Aggregate != nil || !ls.pays(seen, now, cost) {
+	if ls == nil || !ls.granted || ls.busy || ls.done || ls.sh != sh || req.Aggregate != nil ||
+		now.Sub(ls.grantAt) > s.leaseHold(sh) || !ls.pays(seen, now, cost) {
 		s.mu.Unlock()
 		return Admission{}, false
 	}
