@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -310,6 +311,63 @@ func TestTollFailModes(t *testing.T) {
 				rem, _ := strconv.ParseFloat(w.Header().Get("X-RateLimit-Remaining"), 64)
 				if want := math.Floor(100 - toll.TilePrice(z14) + 1e-4); rem != want {
 					t.Errorf("local remaining %v, want %v", rem, want)
+				}
+			}
+		})
+	}
+}
+
+// busyStore answers every admission as a caller's flood does: ErrBusy.
+type busyStore struct{ downStore }
+
+func (busyStore) Admit(context.Context, throttle.Request) (throttle.Admission, error) {
+	return throttle.Admission{}, fmt.Errorf("lane: %w", throttle.ErrBusy)
+}
+
+// TestTollUnknownKeyFailModes: an unknown key's failed-auth token follows
+// the fail mode as every other budget does. Closed refuses it with the
+// 503 a valid key gets — a 401 there would be a guess nobody charged, and
+// would tell an unknown key from a valid one —, open answers the 401
+// uncharged, local charges the fallback bucket until it answers 429. A
+// flood the limiter cannot queue (ErrBusy) is the 503 it is for a key's
+// own bucket, not a free 401.
+func TestTollUnknownKeyFailModes(t *testing.T) {
+	z14 := tileDemand(14, "places")
+	for _, tc := range []struct {
+		name    string
+		primary throttle.Store
+		mode    throttle.FailMode
+		want    []int // the statuses of four guesses in a row (capacity 3)
+		detail  string
+	}{
+		{"closed refuses with 503", downStore{}, throttle.FailClosed, []int{503, 503, 503, 503}, "the rate limiter is unavailable"},
+		{"open answers 401 uncharged", downStore{}, throttle.FailOpen, []int{401, 401, 401, 401}, unknownKey},
+		{"local charges the fallback", downStore{}, throttle.FailLocal, []int{401, 401, 401, 429}, ""},
+		{"a flood is refused with 503", busyStore{}, throttle.FailLocal, []int{503, 503, 503, 503}, "too many of your requests are waiting for the rate limiter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			toll := testToll(&throttle.Failover{Primary: tc.primary, Local: throttle.NewMemoryStore(throttle.MemoryOptions{}),
+				Mode: tc.mode, Logger: discard()})
+			toll.Logger = discard()
+			for i, want := range tc.want {
+				w, ok := admit(t, toll, "guess-"+strconv.Itoa(i), z14)
+				if ok || w.Code != want {
+					t.Fatalf("guess %d: ok=%v %d %s, want %d", i, ok, w.Code, w.Body, want)
+				}
+				if got := w.Header().Get("WWW-Authenticate") != ""; got != (want == http.StatusUnauthorized) {
+					t.Errorf("guess %d (%d): WWW-Authenticate %q", i, w.Code, w.Header().Get("WWW-Authenticate"))
+				}
+				if want == http.StatusServiceUnavailable && w.Header().Get("Retry-After") != "1" {
+					t.Errorf("guess %d: 503 with Retry-After %q, want 1", i, w.Header().Get("Retry-After"))
+				}
+				if tc.detail != "" && !strings.Contains(w.Body.String(), `"detail":"`+tc.detail+`"`) {
+					t.Errorf("guess %d: body %s, want detail %q", i, w.Body, tc.detail)
+				}
+			}
+			if tc.want[0] == http.StatusServiceUnavailable {
+				// A valid key gets the same answer: the status tells no key from another.
+				if w, ok := admit(t, toll, "k1", z14); ok || w.Code != http.StatusServiceUnavailable {
+					t.Errorf("valid key: ok=%v %d, want 503 as the guesses", ok, w.Code)
 				}
 			}
 		})
