@@ -109,17 +109,23 @@ const unknownKey = "unknown or revoked API key"
 
 // refuseKey answers an unknown or revoked key (or, on a fence admin route,
 // a request without a key): 401 with detail, charged 1 token to the caller
-// address's failed-auth bucket; 429 once that bucket is dry.
+// address's failed-auth bucket; 429 once that bucket is dry. That charge
+// follows the fail mode as every budget does (the store's Failover): when
+// it fails all the same (fail_mode closed, or a flood the limiter cannot
+// queue) the answer is the 503 a valid key gets then, never an uncharged
+// 401 — which would let guesses go unlimited and tell them from a valid key.
 func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, p Price, detail string) {
 	tier := Tier{Name: FailedAuthTier, Limit: t.FailedAuth}
 	res, err := throttle.Charge(r.Context(), t.Store, throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}, 1)
+	if err != nil {
+		t.limiterFailed(w, r, tier, p, err)
+		return
+	}
 	t.observe(FailedAuthTier, p, Unauthorized)
-	if err == nil {
-		setBudgetHeaders(w.Header(), tokenPolicy(tier.Name, tier.Limit), tier, res)
-		if !res.Allowed {
-			problem.Write(w, r, exhausted(tier.Name, res))
-			return
-		}
+	setBudgetHeaders(w.Header(), tokenPolicy(tier.Name, tier.Limit), tier, res)
+	if !res.Allowed {
+		problem.Write(w, r, exhausted(tier.Name, res))
+		return
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="geotoll"`)
 	problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: detail})
