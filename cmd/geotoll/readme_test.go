@@ -5,16 +5,21 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // runAsMain makes the test binary act as the geotoll binary (main) when
@@ -245,6 +250,97 @@ func TestReadmeSessions(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The README's key-guessing step shows a 429 "however full the bucket
+// was", as TestReadmeSessions checks from a full bucket (its first run)
+// and from whatever its second run starts from. This runs the step from
+// fills that matter — full, and each count of whole tokens with half a
+// token over or with a fraction that becomes whole between the 10th and
+// the 11th guess — against the toll's failed-auth charge under the
+// default limit, on a clock that moves 10 ms a request (the 11 guesses
+// take 110 ms, well within the 5 s a token takes): the first answer of the
+// step's output and its body are the README's, and from a full bucket the
+// step sends 11 guesses.
+func TestReadmeGuessesRefusedFromAnyFill(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if testenv.Required() {
+				t.Fatalf("%s is not installed; the README sessions need it", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	var step readmeStep
+	for _, steps := range readmeSessions(t, filepath.Join("..", "..", "README.md")) {
+		for _, s := range steps {
+			if strings.Contains(s.command, "gt_guess") {
+				step = s
+			}
+		}
+	}
+	step.want = trimLines(step.want)
+	if len(step.want) < 2 || !strings.HasPrefix(step.want[0], "HTTP/1.1 429 ") {
+		t.Fatalf("README.md: no key-guessing step that shows a 429 (%q)", step.want)
+	}
+	limit := DefaultConfig().Throttle.FailedAuth.limit()
+	const tick = 10 * time.Millisecond
+	perGuess := limit.Rate * tick.Seconds()
+	fills := []float64{limit.Capacity}
+	for n := 0; float64(n+1) < limit.Capacity; n++ {
+		fills = append(fills, float64(n)+0.5, float64(n)+1-10.5*perGuess)
+	}
+	for _, fill := range fills {
+		var (
+			mu      sync.Mutex
+			now     = time.Unix(1_700_000_000, 0)
+			advance time.Duration
+			guesses int
+		)
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		tl := &toll.Toll{Store: throttle.NewMemoryStore(throttle.MemoryOptions{Now: clock}), Prefix: "readme", FailedAuth: limit}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			now, guesses = now.Add(advance), guesses+1
+			mu.Unlock()
+			tl.ServeBudget(w, r) // an unknown key: the failed-auth charge every route makes
+		}))
+		// Empty the bucket at one instant, then let it refill to fill.
+		for i := 0; i < int(limit.Capacity); i++ {
+			res, err := srv.Client().Do(guessRequest(t, srv.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = res.Body.Close()
+			if res.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("guess %d into a full bucket: %d", i+1, res.StatusCode)
+			}
+		}
+		mu.Lock()
+		now, advance, guesses = now.Add(time.Duration(fill/limit.Rate*float64(time.Second))), tick, 0
+		mu.Unlock()
+		out := runSession(t, t.TempDir(), os.Environ(), srv.URL, []readmeStep{step})[0]
+		srv.Close()
+		if len(out) < 2 || !lineMatches(step.want[0], out[0]) || !lineMatches(step.want[len(step.want)-1], out[len(out)-1]) {
+			t.Errorf("from %.3f tokens, README.md:%d shows %q … %q; got:\n%s", fill, step.line,
+				step.want[0], step.want[len(step.want)-1], strings.Join(out, "\n"))
+		}
+		if fill == limit.Capacity && guesses != 11 {
+			t.Errorf("from a full bucket the step sent %d guesses, want 11 (the 11th refused)", guesses)
+		}
+	}
+}
+
+// guessRequest is a request with an unknown key.
+func guessRequest(t *testing.T, base string) *http.Request {
+	t.Helper()
+	r, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/tiles/places/14/8802/5373.mvt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("X-API-Key", "gt_setup")
+	return r
 }
 
 // readmeServer starts a server set up as `make run` sets it up (fence
