@@ -280,6 +280,54 @@ test('a catalog at /tiles sets the layers', { timeout: 40_000 }, async () => {
   assert.deepEqual(problems, []);
 });
 
+// A 503 with a Retry-After (the server's database busy) is asked again
+// once, after that wait: here the first places tile asked for answers 503
+// once and loads when asked again; the second answers 503 every time and
+// counts as the page's one error. Every other tile comes from the server.
+test('a tile answered 503 with a Retry-After is asked again once', { timeout: 60_000 }, async () => {
+  const p = await context.newPage();
+  const asked = new Map(); // tile path -> requests that reached the route
+  let once = null;
+  let always = null;
+  try {
+    await p.route((u) => /^\/tiles\/places\/\d+\/\d+\/\d+\.mvt$/.test(u.pathname), (route) => {
+      const tile = new URL(route.request().url()).pathname;
+      const n = (asked.get(tile) || 0) + 1;
+      asked.set(tile, n);
+      if (once === null) once = tile;
+      else if (always === null && tile !== once) always = tile;
+      if ((tile === once && n === 1) || tile === always) {
+        return route.fulfill({
+          status: 503,
+          headers: { 'Retry-After': '1', 'Content-Type': 'application/problem+json' },
+          body: JSON.stringify({ type: 'about:blank', title: 'Service Unavailable', status: 503, detail: 'the database is busy' }),
+        });
+      }
+      return route.continue();
+    });
+    const query = previewKey ? '?key=' + encodeURIComponent(previewKey) : '';
+    await p.goto(`${base}/${query}#11/52.52/13.405`, { waitUntil: 'load' });
+    await p.waitForFunction(
+      () => {
+        const m = window.geotollMap;
+        const s = window.geotollState;
+        return m && s && s.ready && s.idleCount > 0 && m.loaded() && m.areTilesLoaded() && s.waiting === 0 && s.errors > 0;
+      },
+      null,
+      { timeout: 45_000, polling: 200 },
+    );
+    const s = await p.evaluate(() => ({ errors: window.geotollState.errors, retries: window.geotollState.retries }));
+    console.log('503s:', JSON.stringify({ once, always, asked: Object.fromEntries(asked), ...s }));
+    assert.ok(once && always, `two places tiles asked for: ${JSON.stringify(Object.fromEntries(asked))}`);
+    assert.equal(asked.get(once), 2, 'the tile that answered 503 once was asked again, once');
+    assert.equal(asked.get(always), 2, 'the tile that answered 503 every time was asked twice, no more');
+    assert.equal(s.errors, 1, 'only the tile that answered 503 twice is an error');
+    assert.ok(s.retries >= 2, `both 503s were asked again: ${s.retries} retries`);
+  } finally {
+    await p.close();
+  }
+});
+
 // The demo at z2 and z5, the zooms its overviews serve: every tile loads,
 // points are drawn as clusters carrying point_count (the server merges the
 // points of one pixel cell), and the screenshots go to artifacts/.
