@@ -221,14 +221,7 @@ func readmeWorkdir(t *testing.T) string {
 // database GEOTOLL_ADMIN_DATABASE_URL names.
 func TestReadmeSessions(t *testing.T) {
 	t.Parallel()
-	for _, tool := range []string{"bash", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if testenv.Required() {
-				t.Fatalf("%s is not installed; the README sessions need it", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
+	needSessionTools(t)
 	sessions := readmeSessions(t, filepath.Join("..", "..", "README.md"))
 	if len(sessions) < 3 {
 		t.Fatalf("README.md has %d console sessions, want the tile, geofence and fence admin ones", len(sessions))
@@ -252,6 +245,20 @@ func TestReadmeSessions(t *testing.T) {
 	}
 }
 
+// needSessionTools fails (skips, where services are not required) without
+// what the README's sessions run in: bash and curl.
+func needSessionTools(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if testenv.Required() {
+				t.Fatalf("%s is not installed; the README sessions need it", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+}
+
 // The README's key-guessing step shows a 429 "however full the bucket
 // was", as TestReadmeSessions checks from a full bucket (its first run)
 // and from whatever its second run starts from. This runs the step from
@@ -264,14 +271,7 @@ func TestReadmeSessions(t *testing.T) {
 // step sends 11 guesses.
 func TestReadmeGuessesRefusedFromAnyFill(t *testing.T) {
 	t.Parallel()
-	for _, tool := range []string{"bash", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if testenv.Required() {
-				t.Fatalf("%s is not installed; the README sessions need it", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
+	needSessionTools(t)
 	var step readmeStep
 	for _, steps := range readmeSessions(t, filepath.Join("..", "..", "README.md")) {
 		for _, s := range steps {
