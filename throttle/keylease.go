@@ -57,7 +57,8 @@ import (
 // debt beside a lease where it would without the lease, and the bucket
 // holds what it would without it once the lease is back (this replica's
 // own debits are paid from its lease first); meanwhile other replicas see
-// it that deep in debt. Three exceptions remain:
+// it that deep in debt. Four exceptions remain (FuzzLeaseGainsNothing
+// bounds the two gains):
 //   - A refund of a request the lease admitted lands, in the replay, with
 //     that request's debit at the bucket's last write: when another
 //     replica's debt reached the floor before the give-back, the floor
@@ -70,6 +71,13 @@ import (
 //     beside it and a later write) went to a bucket below the floor, and
 //     up to what the lease held of it is lost; until then other replicas
 //     see that extra debt, for as long as the lease's slot counts.
+//   - The settlement of the request a moved lease runs (retire, expire)
+//     is recorded after the move handed the record over, and goes to
+//     Redis with the lease's give-back, which waits in the caller's lane
+//     until the move's call is back. A request that ends while that call
+//     is out so settles later than its finish would without the lease:
+//     should another replica's debt reach the floor meanwhile, its refund
+//     lands after the cut (the caller gains up to that refund).
 //   - A give-back that reaches Redis after the lease's slot expired
 //     (Redis out of reach, or this process stalled, for the request TTL)
 //     is settled as the late finish of a request that paid what the lease
@@ -78,12 +86,12 @@ import (
 //     off while it was out (a gain, as a late refund of any request after
 //     such a debt gives). Refunding nothing instead would charge twice
 //     what the lease admitted since, as the bucket refilled to its
-//     capacity once the lease stopped counting.
-//
-// A refund of the request a moved lease runs (recorded after the move
-// handed the record over) goes to Redis with the lease's give-back, as
-// the request's own finish would without the lease: applied when it
-// reaches Redis, it gains nothing (FuzzLeaseGainsNothing moves leases).
+//     capacity once the lease stopped counting. Should none of the
+//     caller's requests be open by then (its open hash expired with
+//     them), the give-back finds nothing to close: what the lease held is
+//     lost, as a dead process's is, and so is a debit its record carried
+//     (of a request that cost more than it paid, whose own slot expired
+//     too).
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
@@ -236,7 +244,8 @@ func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 // debit never took. (The record's entries add up to what the lease
 // spent, never less than nothing, so they absorb every refund.) A refund
 // that finds the record empty — handed over by a move — is kept as a
-// negative entry of its own, sent with the give-back (see keyLease). Its
+// negative entry of its own, sent with the give-back (see keyLease's
+// exceptions). Its
 // record so holds one settlement per request it admitted,
 // and a debit per request that cost more than it paid, which ends the
 // lease: it admits 2×LeaseRequests at most (pays), and once its record

@@ -8,16 +8,24 @@ import (
 
 // FuzzLeaseGainsNothing holds a lease's record (spendLocked, handBack)
 // and applyBatch to the plain token bucket: one caller's lease runs its
-// requests in process, one at a time, and pays the debits of the caller's
-// requests Redis admitted while it runs one, as the RedisStore does;
-// another replica's requests are admitted and settled beside it, deep in
-// debt or not. The lease may hand its tokens back by a move while it runs
-// a request (retire, expire), sent at once or after other writes; that
-// request's settlement then goes to Redis with the lease's give-back, as
-// its finish would without the lease. The same requests go to a bucket
-// without the lease. Once the lease is back (before its slot expires) the
-// bucket holds no more than the bucket without it: the caller may lose
-// refill, never gain.
+// requests in process, one at a time, for its hold, and pays the debits of
+// the caller's requests Redis admitted while it runs one, as the
+// RedisStore does; another replica's requests are admitted and settled
+// beside it, deep in debt or not. The same requests go to a bucket without
+// the lease. Once the lease is back the bucket holds no more than the
+// bucket without it — the caller may lose refill, never gain — but for
+// the two gains keyLease documents, each bounded here:
+//   - The lease may hand its tokens back by a move while it runs a request
+//     (retire, expire), sent at once or after other writes. That
+//     request's settlement goes with the lease's give-back, which waits
+//     in the caller's lane until the move's call is back: when the request
+//     ends while the move's call is out, its finish without the lease goes
+//     at once, and the bucket with the lease may gain up to its refund.
+//   - With size's top bit the lease's entry expires 2.5 s after it was
+//     taken (the request TTL of 2 s and its hold after it), and its
+//     give-back may come later (its process stalled): settled as a late
+//     finish of a request that paid what the lease took, it may keep up
+//     to that much of a debt the floor cut once the lease stopped counting.
 func FuzzLeaseGainsNothing(f *testing.F) {
 	// The lease runs r; the caller's b costs more than it paid, paid by
 	// the lease; r costs nothing; another replica's debt goes deep.
@@ -35,7 +43,8 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 		ms := int64(0)
 		now := func() clock { return t0.plus(ms) }
 		at := func() time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
-		one := func(st *keyState, o op) opResult { return applyBatch(st, nil, sh, now(), []op{o})[0] }
+		with := func(st *keyState, sh shape, o op) opResult { return applyBatch(st, nil, sh, now(), []op{o})[0] }
+		one := func(st *keyState, o op) opResult { return with(st, sh, o) }
 		both := func(o op, dLeased float64) (opResult, opResult) {
 			p := one(&plain, o)
 			o.amount = dLeased
@@ -44,16 +53,13 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 		ls := &keyLease{s: &RedisStore{opts: RedisOptions{LeaseRequests: 64}}, id: "L", sh: sh,
 			size: float64(size%8+1) * micro, grantAt: at()}
 		ls.left = ls.size
-		// With size's top bit the lease's entry expires after 2 s, while
-		// it runs or before its give-back (its process stalled): the lease
-		// stops counting in Redis, and its give-back, settled as a late
-		// finish of a request that paid what it took, may keep up to that
-		// much of a debt the floor cut meanwhile.
-		lsh, gain := sh, 0.0
+		// lsh is the lease's shape, rsh its requests': late, the request
+		// TTL is 2 s and the lease's entry outlives the hold by that much.
+		lsh, rsh, gain := sh, sh, 0.0
 		if size&0x80 != 0 {
-			lsh.ttlMS, gain = 2000, ls.size
+			lsh.ttlMS, rsh.ttlMS, gain = 2500, 2000, ls.size
 		}
-		if r := applyBatch(&leased, nil, lsh, now(), []op{{kind: opLease, id: "L", amount: ls.size}})[0]; r.status != stAdmitted {
+		if r := with(&leased, lsh, op{kind: opLease, id: "L", amount: ls.size}); r.status != stAdmitted {
 			t.Fatalf("a lease of %v from a full bucket: %+v", ls.size, r)
 		}
 		var running string
@@ -62,8 +68,12 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 		// (retire, expire); move is that move until it reaches Redis,
 		// which may be after other writes of the caller's.
 		var moved bool
-		var move *op
+		var move *pending
 		var ended float64 // how r, run on the moved lease, settled
+		// over: r ended while the move's call was out, its give-back
+		// waiting behind it; waited is r's refund then.
+		var over bool
+		var waited float64
 		var others []string
 		paid := map[string]float64{}
 		n := 0
@@ -73,13 +83,17 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 			arg := prog[i+1]
 			n++
 			id := fmt.Sprint(n)
-			switch prog[i] % 8 {
+			kind := prog[i] % 8
+			if over && kind != 2 && kind != 3 && kind != 6 && kind != 7 {
+				continue // only other replicas' writes, and time, until the move is back
+			}
+			switch kind {
 			case 0: // a request on the lease
 				c := float64(arg%4+1) * micro / 2
 				if running != "" || moved || ls.left < c || at().Sub(ls.grantAt) > DefaultLeaseHold {
 					continue // a lease admits for its hold (admitLeased)
 				}
-				if p := one(&plain, op{kind: opAdmit, id: "r" + id, amount: c}); p.status != stAdmitted {
+				if p := with(&plain, rsh, op{kind: opAdmit, id: "r" + id, amount: c}); p.status != stAdmitted {
 					return // the plain bucket refuses what the lease would pay: they part
 				}
 				ls.spendLocked(at(), c)
@@ -94,11 +108,18 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 					ls.spendLocked(at(), d)
 				}
 				ls.left -= d
-				if moved {
+				if moved && move == nil {
 					// Its settlement goes with the give-back (the lease is
-					// over), as the request's finish would without it.
+					// over) at once, as its finish would without it.
 					ended = d
 					break run
+				}
+				if moved {
+					// The give-back waits for the move's call; the finish
+					// without the lease goes now.
+					one(&plain, op{kind: opFinish, id: running, amount: d})
+					running, over, waited = "", true, max(-d, 0)
+					break
 				}
 				one(&plain, op{kind: opFinish, id: running, amount: d})
 				running = ""
@@ -155,29 +176,30 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 				ms += int64(arg) * 10
 			case 7: // the busy lease moves: at once, or once more writes came
 				switch {
-				case move != nil:
-					one(&leased, *move)
+				case move != nil: // its call reaches Redis (its replay dated then)
+					one(&leased, replayOf(move, at()))
 					move = nil
+					if over {
+						break run // the give-back goes next
+					}
 				case running != "" && !moved:
-					mv := ls.moveLocked()
-					o := replayOf(mv, at())
-					moved, move = true, &o
+					moved, move = true, ls.moveLocked()
 					if arg%2 == 0 {
-						one(&leased, o)
+						one(&leased, replayOf(move, at()))
 						move = nil
 					}
 				default:
 					continue
 				}
 			}
-			trace = append(trace, fmt.Sprintf("%d:%d", prog[i]%8, arg))
+			trace = append(trace, fmt.Sprintf("%d:%d", kind, arg))
 			ms += int64(arg % 16)
 		}
 		if running != "" {
 			one(&plain, op{kind: opFinish, id: running, amount: ended})
 		}
 		if move != nil {
-			one(&leased, *move)
+			one(&leased, replayOf(move, at()))
 		}
 		give := replayOf(ls.handBack(opFinish), at())
 		if r := one(&leased, give); r.status != stAdmitted && (gain == 0 || r.status != stRefused) { // a late one may find its entry gone
@@ -186,7 +208,7 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 		for _, later := range []int64{0, 1000, 10000} {
 			ms += later
 			p, l := one(&plain, op{kind: opPeek}), one(&leased, op{kind: opPeek})
-			if l.tokens > p.tokens+gain+1e-6 {
+			if l.tokens > p.tokens+gain+waited+1e-6 {
 				t.Fatalf("+%d ms after the give-back %+v: the bucket holds %v with the lease back, %v without it (%v)",
 					later, give, l.tokens, p.tokens, trace)
 			}

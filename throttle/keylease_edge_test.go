@@ -329,6 +329,12 @@ func TestALeasePastItsHoldAdmitsNothing(t *testing.T) {
 		if st := s.Stats(); st.Local != 1 {
 			t.Errorf("%d requests admitted on the lease; want only the third, not the fourth past its hold", st.Local)
 		}
+		s.mu.Lock()
+		kept := s.leases[b.Key] == ls
+		s.mu.Unlock()
+		if kept {
+			t.Error("the lease past its hold is still the caller's after the fourth request's call; want it given back with that call")
+		}
 		flushWithin(t, s)
 		if got := mustPeek(t, s, b).Remaining; got < 76-1e-5 || got > 76+1e-3 {
 			t.Errorf("the bucket holds %v after four requests of 1 from 80; want 76", got)

@@ -88,8 +88,9 @@ type RedisConfig struct {
 	// caller's next call. Redis counts what a lease took as leased while it
 	// is out. 0: every request is a Redis call; at most 64.
 	LeaseRequests int `yaml:"lease_requests"`
-	// LeaseHold is how long such a lease lives before what is left of it
-	// goes back to the bucket, with the record of what it admitted.
+	// LeaseHold is how long such a lease admits requests, counted from
+	// when the call that took it was sent; then what is left of it goes
+	// back to the bucket, with the record of what it admitted.
 	LeaseHold time.Duration `yaml:"lease_hold"`
 	// PeekReuse is how long after Redis last answered about a caller's
 	// bucket that answer (with the settlements since) answers the caller's
