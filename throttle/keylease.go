@@ -71,8 +71,8 @@ import (
 //     beside it and a later write) went to a bucket below the floor, and
 //     up to what the lease held of it is lost; until then other replicas
 //     see that extra debt, for as long as the lease's slot counts.
-//   - The settlement of the request a moved lease runs (retire, expire)
-//     is recorded after the move handed the record over, and goes to
+//   - The settlement of the request a moved lease runs (retire, expire,
+//     or a record full of debits: beforeFinishLocked) is recorded after the move handed the record over, and goes to
 //     Redis with the lease's give-back, which waits in the caller's lane
 //     until the move's call is back. A request that ends while that call
 //     is out so settles later than its finish would without the lease:
@@ -81,17 +81,19 @@ import (
 //   - A give-back that reaches Redis after the lease's slot expired
 //     (Redis out of reach, or this process stalled, for the request TTL)
 //     is settled as the late finish of a request that paid what the lease
-//     took: its refund lands on a bucket whose floor no longer counts the
-//     lease, so the caller keeps up to what the lease held of a debt cut
-//     off while it was out (a gain, as a late refund of any request after
-//     such a debt gives). Refunding nothing instead would charge twice
-//     what the lease admitted since, as the bucket refilled to its
-//     capacity once the lease stopped counting. Should none of the
-//     caller's requests be open by then (its open hash expired with
-//     them), the give-back finds nothing to close: what the lease held is
-//     lost, as a dead process's is, and so is a debit its record carried
-//     (of a request that cost more than it paid, whose own slot expired
-//     too).
+//     took: once the lease stopped counting, the bucket refilled up to its
+//     capacity and its debts were cut at its own floor, neither less the
+//     lease, and the give-back's refund, replayed no earlier than the
+//     bucket's last write, lands on top. The caller so gains up to what
+//     the lease held — without any debt, too: a bucket that refilled to
+//     its capacity and was then spent gets the lease's tokens back twice
+//     — as a late refund of any request that paid before its bucket
+//     refilled does. Refunding nothing instead would charge twice what the
+//     lease admitted since it was taken. Should the caller's open hash
+//     have expired by then (with every request in it), the give-back
+//     finds nothing to close: what the lease held is lost, as a dead
+//     process's is, and so is a debit its record carried (of a request
+//     that cost more than it paid, whose own slot expired too).
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
@@ -245,9 +247,8 @@ func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 // spent, never less than nothing, so they absorb every refund.) A refund
 // that finds the record empty — handed over by a move — is kept as a
 // negative entry of its own, sent with the give-back (see keyLease's
-// exceptions). Its
-// record so holds one settlement per request it admitted,
-// and a debit per request that cost more than it paid, which ends the
+// exceptions). Its record so holds one settlement per request it
+// admitted, and a debit per request that cost more than it paid, which ends the
 // lease: it admits 2×LeaseRequests at most (pays), and once its record
 // holds 4×LeaseRequests (the debits of the caller's other requests it
 // paid) it admits no more and pays no more of them (beforeFinishLocked).

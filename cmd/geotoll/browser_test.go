@@ -24,7 +24,8 @@ import (
 // Debian's /usr/bin/chromium), which waits for the tiles, asserts through
 // map.queryRenderedFeatures that features were drawn and that the budget
 // meter read the RateLimit headers, provokes 429s and checks that they are
-// outlined, draws the demo at z2 and z5 from its overviews (clusters with
+// outlined, checks that a tile answered 503 with a Retry-After is asked
+// again once (the 503 stubbed in the browser), draws the demo at z2 and z5 from its overviews (clusters with
 // point_count > 1 rendered, through a key with room for low-zoom tiles),
 // and saves screenshots to artifacts/ (preview-z2.png, preview-z5.png
 // among them).
@@ -71,7 +72,9 @@ func TestBrowserPreview(t *testing.T) {
 	// map's tiles cost a token or less, and nothing is refused.
 	base, _ := startServer(t, sizePrices)
 
-	// The script bounds itself (under 90 s); this is the backstop.
+	// The script bounds each of its tests, and a run takes under a minute;
+	// this backstop is shorter than their timeouts added up (about 8
+	// minutes), so that a stuck run fails well within make test's timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", filepath.Join(dir, "preview.test.mjs"))
