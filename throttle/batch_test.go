@@ -189,13 +189,12 @@ func TestApplyBatch(t *testing.T) {
 		// A lease whose replica died counts until its entry expires; then
 		// the bucket is where a request that paid as much and never
 		// finished leaves it: lifted to the floor. A give-back that late
-		// takes nothing off what is leased, and its refund keeps what the
-		// floor cut.
+		// takes nothing off what is leased, and refunds nothing.
 		{"a lease that never comes back lifts the bucket to the floor when it stops counting", slowLease, []step{
 			{0, []op{lease("L", 2), admit("a", 8), finish("a", 100)}, []opResult{r(stAdmitted, 8), r(stAdmitted, 0), r(stAdmitted, -7)}},
 			{29999, []op{peek}, []opResult{{status: stAdmitted, tokens: -7*micro + 29}}},
 			{30000, []op{peek}, []opResult{{status: stAdmitted, tokens: -5*micro + 30}}},
-			{30000, []op{giveBack("L", replayed{d: -2 * micro, agoUS: 1 << 40})}, []opResult{{status: stAdmitted, tokens: -3*micro + 30}}},
+			{30000, []op{giveBack("L", replayed{d: -2 * micro, agoUS: 1 << 40})}, []opResult{{status: stAdmitted, tokens: -5*micro + 30}}},
 		}},
 		{"a lease recounts the open ones: a dead one stops counting", leaseShape, []step{
 			{0, []op{lease("L1", 2)}, []opResult{r(stAdmitted, 8)}},

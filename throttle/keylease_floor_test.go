@@ -58,8 +58,8 @@ func TestAnotherReplicasDebitMeetsTheFloorOfTheBucketAndTheLease(t *testing.T) {
 // TestScriptMatchesTwinAtTheFloorBesideALease holds admit.lua to
 // applyBatch where debits meet the debt floor while leases are out, and
 // checks what the bucket holds once they are back (or counted no more):
-// what the same requests leave without leases — but for a give-back that
-// comes after its lease stopped counting, which keeps what the floor cut.
+// what the same requests leave without leases, or less: a give-back that
+// comes after its lease stopped counting refunds nothing.
 // The bucket holds 10 with a floor of 5 and refills a micro-token a
 // second.
 func TestScriptMatchesTwinAtTheFloorBesideALease(t *testing.T) {
@@ -114,38 +114,38 @@ func TestScriptMatchesTwinAtTheFloorBesideALease(t *testing.T) {
 			// k, open for a minute, keeps the open hash (and the lease's
 			// entry in it) however long the pause past the lease's TTL
 			// lasts on a loaded machine. A lease that comes back after
-			// its entry expired is settled as a request that paid what it
-			// took: its refund lands on the bucket lifted to the floor
-			// that no longer counts it (-5), as a late refund would.
+			// its entry expired refunds nothing: Redis took it for dead
+			// (lifting the bucket to the floor that no longer counts it,
+			// -5), and what it held is lost, as a dead process's is.
 			{name: "a give-back after the lease stopped counting", batches: [][]op{
 				{admit("k", 1)},
 				{lease("L", 2), admit("a", 7), finish("a", 100)},
 				{giveBack("L", 2)},
-			}, keep: true, pause: 300 * time.Millisecond, want: -3},
+			}, keep: true, pause: 300 * time.Millisecond, want: -5},
 			{name: "a void after the lease stopped counting", batches: [][]op{
 				{admit("k", 1)},
 				{lease("L", 2), admit("a", 7), finish("a", 100)},
 				{{kind: opVoid, id: "L"}},
-			}, keep: true, pause: 300 * time.Millisecond, want: -3},
-			// A late give-back's record is replayed in full: the lease
+			}, keep: true, pause: 300 * time.Millisecond, want: -5},
+			// Of a late give-back only a net debit applies: the lease
 			// spent 3 of the 2 it took (10 - 1 - 2 - 1).
 			{name: "a late give-back debits what its lease overspent", batches: [][]op{
 				{admit("k", 1)},
 				{lease("L", 2)},
 				{giveBack("L", 2, 3)},
 			}, keep: true, pause: 300 * time.Millisecond, want: 6},
-			// and what it held comes back: 1 of the 2 it took (10 - 1 - 1).
-			{name: "a late give-back refunds what it held", batches: [][]op{
+			// and what it held is lost: 1 of the 2 it took (10 - 1 - 2).
+			{name: "a late give-back refunds nothing", batches: [][]op{
 				{admit("k", 1)},
 				{lease("L", 2)},
 				{giveBack("L", 2, 1)},
-			}, keep: true, pause: 300 * time.Millisecond, want: 8},
+			}, keep: true, pause: 300 * time.Millisecond, want: 7},
 			// A late move too: it keeps its running request's slot.
 			{name: "a late move", batches: [][]op{
 				{admit("k", 1)},
 				{lease("L", 2), admit("a", 7), finish("a", 100)},
 				{{kind: opMove, id: "L", replay: []replayed{{d: -2 * micro, agoUS: 1 << 40}}}},
-			}, keep: true, pause: 300 * time.Millisecond, want: -3},
+			}, keep: true, pause: 300 * time.Millisecond, want: -5},
 		} {
 			key := f.key("floor-twin-" + c.name)
 			var twin keyState
