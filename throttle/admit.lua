@@ -75,12 +75,13 @@
 --                leased amount before settling or replaying, so that what
 --                it hands back can fill the bucket again; or, once its
 --                open entry has expired, until the next L's recount or
---                leased_until (a give-back that late takes nothing off:
---                its refund stops at the capacity less what is still
---                counted, and may land on a bucket lifted to a floor that
---                no longer counts the lease, so that of a debit the floor
---                cut off while it was out the caller keeps up to what the
---                lease held)
+--                leased_until. An F, V or M that comes that late takes
+--                nothing off and refunds nothing — the lease was taken
+--                for dead: the bucket's top and floor no longer counted
+--                it, so the bucket refilled to its capacity and a debt the
+--                lease held was lifted to the floor — and of an F's or M's
+--                replay and delta only their sum, if a debit, is debited,
+--                now
 --   "F" id delta finish: close id and settle its price: delta > 0 debits
 --                (down to -floor less what is leased; a bucket already
 --                there loses nothing more), delta < 0 refunds (geotoll
@@ -374,8 +375,9 @@ for i = 9, nargs, 3 do
       if delta == nil or delta ~= delta or delta == huge or delta == -huge then delta = 0 end
       if delta < 0 then give = -delta end
       skip = kind == 'M' and rcall('HEXISTS', okey, id .. '+') == 1
-      -- A lease's entry is read only while something is leased.
-      if leased > 0 and not skip then rec = rcall('HGET', okey, id) end
+      -- A lease's entry is read only while something is leased, or for a
+      -- replay (a lease's give-back or move).
+      if (leased > 0 or replay) and not skip then rec = rcall('HGET', okey, id) end
     else
       rec = rcall('HGET', okey, id)
       if rec then
@@ -392,15 +394,28 @@ for i = 9, nargs, 3 do
       end
     end
     local closed = not skip and not tomb and rcall('HDEL', okey, id) == 1
-    if closed and leased > 0 and rec then
-      -- A lease that is still counted: what it paid is no longer out —
-      -- before its replay, which gives it back as of when it was taken.
+    if closed and rec then
       local p, x = match(rec, '^(%d+) (%d+) L$')
       p, x = tonumber(p), tonumber(x)
       if p and x and x > nowms then
-        leased = leased - p
-        if leased <= 0 then leased, luntil = 0, 0 end
-        top, low = capacity - leased, -floor - leased
+        if leased > 0 then
+          -- A lease that is still counted: what it paid is no longer out —
+          -- before its replay, which gives it back as of when it was taken.
+          leased = leased - p
+          if leased <= 0 then leased, luntil = 0, 0 end
+          top, low = capacity - leased, -floor - leased
+        end
+      elseif p and x then
+        -- A lease whose entry expired stopped counting, and the floor it
+        -- counted in rose to the bucket's own: it refunds nothing (what
+        -- it held is lost, as a dead replica's is), and only what its
+        -- record overspent is debited, now.
+        if replay then
+          for d in gmatch(replay, '(-?%d+):%d+') do delta = delta + tonumber(d) end
+          replay = nil
+        end
+        if delta < 0 then delta = 0 end
+        give = 0
       end
     end
     if closed and replay then

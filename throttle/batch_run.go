@@ -228,6 +228,10 @@ func (r *batchRun) finish(o op) int {
 		return stRefused
 	}
 	delete(r.st.open, o.id)
+	// The script reads the entry only while something is leased, for a
+	// replay, or for a void.
+	read := r.leased > 0 || o.replays() || o.kind == opVoid
+	stale := read && rec.lease && rec.expiresMS <= r.nowMS
 	if r.leased > 0 && rec.lease && rec.expiresMS > r.nowMS {
 		// A lease that is still counted: what it paid is no longer out —
 		// before its replay, which gives it back as of when it was taken.
@@ -236,7 +240,7 @@ func (r *batchRun) finish(o op) int {
 			r.leased, r.leasedUntil = 0, 0
 		}
 	}
-	if o.replays() {
+	if o.replays() && !stale {
 		r.replay(o)
 	}
 	r.advance(r.nowUS)
@@ -252,6 +256,18 @@ func (r *batchRun) finish(o op) int {
 		r.tombstone(o.id, int64(o.amount)) // a late copy of its admit admits nothing
 	} else if delta = finite(o.amount); delta < 0 {
 		give = -delta
+	}
+	if stale {
+		// A lease whose entry expired stopped counting, and the floor it
+		// counted in rose to the bucket's own: it refunds nothing (what it
+		// held is lost, as a dead replica's is), and only what its record
+		// overspent is debited, now.
+		if o.kind != opVoid {
+			for _, x := range o.replay {
+				delta += x.d
+			}
+		}
+		delta, give = max(delta, 0), 0
 	}
 	r.settle(delta, give)
 	// A lease closed: its debt floor rises by what it paid, which its

@@ -76,8 +76,9 @@
 //     the caller's other writes meanwhile cut short — and no debit takes
 //     it below its debt floor less the leases out, so the floor cuts a
 //     debt where it would without them (the caller loses, never gains —
-//     but for a refund that waits behind a lease's move, and a give-back
-//     that comes after its lease stopped counting: see keyLease).
+//     but for a refund that waits behind a lease's move: see keyLease;
+//     a give-back that comes after its lease stopped counting refunds
+//     nothing).
 //   - The clock is Redis's own TIME, read inside the script: replica clock
 //     skew cannot smear the refill.
 //   - Amounts are whole micro-tokens and times whole microseconds, so the

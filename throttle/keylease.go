@@ -57,8 +57,8 @@ import (
 // debt beside a lease where it would without the lease, and the bucket
 // holds what it would without it once the lease is back (this replica's
 // own debits are paid from its lease first); meanwhile other replicas see
-// it that deep in debt. Four exceptions remain (FuzzLeaseGainsNothing
-// bounds the two gains):
+// it that deep in debt. Four exceptions remain, all losses but one
+// (FuzzLeaseGainsNothing bounds that gain):
 //   - A refund of a request the lease admitted lands, in the replay, with
 //     that request's debit at the bucket's last write: when another
 //     replica's debt reached the floor before the give-back, the floor
@@ -78,22 +78,16 @@ import (
 //     is out so settles later than its finish would without the lease:
 //     should another replica's debt reach the floor meanwhile, its refund
 //     lands after the cut (the caller gains up to that refund).
-//   - A give-back that reaches Redis after the lease's slot expired
-//     (Redis out of reach, or this process stalled, for the request TTL)
-//     is settled as the late finish of a request that paid what the lease
-//     took: once the lease stopped counting, the bucket refilled up to its
-//     capacity and its debts were cut at its own floor, neither less the
-//     lease, and the give-back's refund, replayed no earlier than the
-//     bucket's last write, lands on top. The caller so gains up to what
-//     the lease held — without any debt, too: a bucket that refilled to
-//     its capacity and was then spent gets the lease's tokens back twice
-//     — as a late refund of any request that paid before its bucket
-//     refilled does. Refunding nothing instead would charge twice what the
-//     lease admitted since it was taken. Should the caller's open hash
-//     have expired by then (with every request in it), the give-back
-//     finds nothing to close: what the lease held is lost, as a dead
-//     process's is, and so is a debit its record carried (of a request
-//     that cost more than it paid, whose own slot expired too).
+//   - A give-back (or void, or move) that reaches Redis after the
+//     lease's slot expired (Redis out of reach, or this process stalled,
+//     for the request TTL) refunds nothing: Redis took the lease for dead
+//     when its slot expired — the bucket refilled to its full capacity
+//     and debts were cut at its own floor from then on — so what it held
+//     is lost, as a dead process's is, and only what its record overspent
+//     is debited. (Refunding it then would give the lease's tokens back
+//     twice, the refill having given them back once.) The lease admits
+//     only within its hold, and geotoll serve's requests end within the
+//     TTL, so the record it carries was settled while Redis counted it.
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
