@@ -341,3 +341,68 @@ func TestALeasePastItsHoldAdmitsNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestALeaseWhoseTimerIsLateMovesBeforeItsRequestSettles: a busy lease
+// whose hold is over moves (hands back what it holds, keeping its running
+// request's slot under a new id) before the request's settlement is
+// recorded, as its timer would have moved it, even when the timer has
+// not run (a process that stalled). Recorded on the lease instead, the
+// settlement would ride with the lease's own give-back, which may then
+// reach Redis after the lease's slot expired: such a give-back refunds
+// nothing and nets its record, so a debit would go uncharged against
+// tokens the bucket's refill had given back.
+//
+// r runs on the lease; its timer stopped and its hold over (the call that
+// took it dated back), r costs 1.25: two operations reach Redis — the
+// move, and the finish of the id that took the slot, carrying r's debit —
+// and the bucket holds what the in-process store holds.
+func TestALeaseWhoseTimerIsLateMovesBeforeItsRequestSettles(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, f *redisFixture) {
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+		mem := NewMemoryStore(MemoryOptions{})
+		b := Bucket{Key: f.key("late-timer"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		r, rm := withBusyLease(t, s, mem, b)
+		laneIdle(t, s, b.Key) // the finishes of the requests before r are sent
+		s.mu.Lock()
+		ls := s.leases[b.Key]
+		if ls == nil || ls.timer == nil {
+			s.mu.Unlock()
+			t.Fatal("no lease with a timer for the caller")
+		}
+		ls.timer.Stop() // the stalled process's timer has not run
+		ls.grantAt = ls.grantAt.Add(-2 * testLeaseHold)
+		s.mu.Unlock()
+		ops := s.Stats().Ops
+		r.Ticket.Settle(1.25)
+		rm.Ticket.Settle(1.25)
+		flushWithin(t, s)
+		if n := s.Stats().Ops - ops; n != 2 {
+			t.Errorf("%d operations sent for r's settlement; want 2: the lease's move, then the finish of the slot it kept", n)
+		}
+		got, want := mustPeek(t, s, b).Remaining, mustPeek(t, mem, b).Remaining
+		if math.Abs(want-76.75) > 1e-5 || math.Abs(got-want) > 1e-5 {
+			t.Errorf("r settled at 1.25: the bucket holds %v, the in-process store %v (want 76.75)", got, want)
+		}
+	})
+}
+
+// laneIdle waits until key's lane has nothing queued and no call on its
+// way, failing the test after 5 s.
+func laneIdle(t *testing.T, s *RedisStore, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		l := s.lanes[key]
+		idle := l == nil || !l.busy && len(l.queue) == 0
+		s.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lane of %s is still busy after 5 s", key)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
