@@ -76,12 +76,12 @@
 --                it hands back can fill the bucket again; or, once its
 --                open entry has expired, until the next L's recount or
 --                leased_until. An F, V or M that comes that late takes
---                nothing off and refunds nothing — the lease was taken
---                for dead: the bucket's top and floor no longer counted
---                it, so the bucket refilled to its capacity and a debt the
---                lease held was lifted to the floor — and of an F's or M's
---                replay and delta only their sum, if a debit, is debited,
---                now
+--                nothing off and refunds nothing — once the bucket's top
+--                and floor no longer count the lease, it may refill to
+--                its capacity and a debt the lease held is lifted to the
+--                floor, so a refund could give the lease's tokens back
+--                twice — and of an F's or M's replay and delta only their
+--                sum, if a debit, is debited, now
 --   "F" id delta finish: close id and settle its price: delta > 0 debits
 --                (down to -floor less what is leased; a bucket already
 --                there loses nothing more), delta < 0 refunds (geotoll

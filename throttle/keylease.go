@@ -80,14 +80,17 @@ import (
 //     lands after the cut (the caller gains up to that refund).
 //   - A give-back (or void, or move) that reaches Redis after the
 //     lease's slot expired (Redis out of reach, or this process stalled,
-//     for the request TTL) refunds nothing: Redis took the lease for dead
-//     when its slot expired — the bucket refilled to its full capacity
-//     and debts were cut at its own floor from then on — so what it held
-//     is lost, as a dead process's is, and only what its record overspent
-//     is debited. (Refunding it then would give the lease's tokens back
-//     twice, the refill having given them back once.) The lease admits
-//     only within its hold, and geotoll serve's requests end within the
-//     TTL, so the record it carries was settled while Redis counted it.
+//     for the request TTL) refunds nothing, and debits only what its
+//     record overspent: what the lease held is lost, as a dead process's
+//     is. Once its entry expired Redis stops counting the lease (at the
+//     next lease's recount, or when nothing leased counts any more), so
+//     the bucket may refill up to its full capacity, and a debt below its
+//     own floor is lifted to it: a refund then could give the lease's
+//     tokens back twice. The lease admits
+//     only within its hold, and a busy lease whose hold is over moves
+//     before anything more is settled on it, even if its timer is late
+//     (moveOverdueLocked): the record a late give-back carries was
+//     settled while Redis counted the lease.
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
@@ -303,8 +306,10 @@ func (ls *keyLease) finish(_ *Ticket, delta float64) {
 	s := ls.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	s.moveOverdueLocked(ls, now)
 	if delta != 0 { // replayed at its moment with the lease's give-back
-		ls.spendLocked(time.Now(), delta)
+		ls.spendLocked(now, delta)
 	}
 	ls.left -= delta
 	ls.busy, ls.running = false, 0
@@ -407,6 +412,22 @@ func (s *RedisStore) expire(ls *keyLease) {
 	case ls.gen == 0: // not moved yet
 		_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
 	}
+}
+
+// moveOverdueLocked moves a busy lease whose hold is over (counted from
+// when the call that took it was sent) and that has not moved yet, as
+// expire does — for a timer that has not run by then (this process
+// stalled): a settlement recorded after that goes with a record of its
+// own, to the slot the move keeps. Recorded on the lease instead, it
+// would ride with a give-back that may reach Redis after the lease's slot
+// expired, which refunds nothing and nets its record: a debit would go
+// uncharged against tokens the bucket's refill had given back.
+func (s *RedisStore) moveOverdueLocked(ls *keyLease, now time.Time) {
+	if ls.gen != 0 || !ls.busy || !ls.granted || s.leases[ls.key] != ls || now.Sub(ls.grantAt) <= s.leaseHold(ls.sh) {
+		return
+	}
+	ls.done = true
+	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
 }
 
 // retire ends a lease that held what Redis refused a request of its

@@ -22,12 +22,11 @@ import (
 // finish without the lease goes at once, and the bucket with the lease
 // may gain up to its refund.
 //
-// With size's top bit the lease's entry expires 2.5 s after it was taken
-// (the request TTL of 2 s and its hold after it): its give-back may come
-// later (its process stalled), and then refunds nothing. A request runs
-// within the request TTL (geotoll serve's TTL outlasts its requests):
-// past it, the process is taken as stalled, and nothing more happens on
-// the lease until its give-back.
+// A busy lease whose hold is over moves before anything more is settled
+// on it, and a request ends within the request TTL (geotoll serve's TTL
+// outlasts its requests). With size's top bit the lease's entry expires 2.5 s after it
+// was taken (the request TTL of 2 s and its hold after it): its give-back
+// may come later (its process stalled), and then refunds nothing.
 func FuzzLeaseGainsNothing(f *testing.F) {
 	// The lease runs r; the caller's b costs more than it paid, paid by
 	// the lease; r costs nothing; another replica's debt goes deep.
@@ -67,10 +66,10 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 		var running string
 		var runPaid float64
 		var runAt int64 // when r was admitted
-		// stuck: r has run past the request TTL, which geotoll serve's
-		// requests never do (its TTL outlasts them): the process stalled,
-		// and nothing more happens on the lease until its give-back.
-		stuck := func() bool { return running != "" && ms-runAt >= rsh.ttlMS }
+		// past: r has run past the request TTL, which geotoll serve's
+		// requests never do (its TTL outlasts them): it ends no more, and
+		// nothing more is settled on the lease that runs it.
+		past := func() bool { return running != "" && ms-runAt >= rsh.ttlMS }
 		// moved: the lease handed its tokens back by a move while r ran
 		// (retire, expire); move is that move until it reaches Redis,
 		// which may be after other writes of the caller's.
@@ -94,8 +93,16 @@ func FuzzLeaseGainsNothing(f *testing.F) {
 			if over && kind != 2 && kind != 3 && kind != 6 && kind != 7 {
 				continue // only other replicas' writes, and time, until the move is back
 			}
-			if stuck() && (kind == 1 || kind == 4 || kind == 7 && move == nil) {
+			if past() && (kind == 1 || kind == 4 || kind == 7 && move == nil) {
 				continue
+			}
+			if (kind == 1 || kind == 4) && running != "" && !moved && at().Sub(ls.grantAt) > DefaultLeaseHold {
+				// Its hold is over: the lease moves before anything more
+				// is settled on it (expire, or moveOverdueLocked for a
+				// timer that has not run).
+				moved, move = true, ls.moveLocked()
+				one(&leased, replayOf(move, at()))
+				move = nil
 			}
 			switch kind {
 			case 0: // a request on the lease

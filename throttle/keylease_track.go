@@ -103,6 +103,7 @@ func backed(tokens, held, size, capacity float64, first bool) float64 {
 // took, and the bucket and it never more than the capacity. It records
 // the refund as one of its own, given back with it.
 func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
+	s.moveOverdueLocked(ls, time.Now())
 	switch {
 	case delta < 0 && ls.granted && !ls.done && ls.estimate(s.seen[ls.key], time.Now())-delta+ls.size >= ls.sh.capacity:
 		if x := min(-delta, ls.size-ls.left-ls.running); x > 0 {
