@@ -86,11 +86,16 @@ import (
 //     next lease's recount, or when nothing leased counts any more), so
 //     the bucket may refill up to its full capacity, and a debt below its
 //     own floor is lifted to it: a refund then could give the lease's
-//     tokens back twice. The lease admits
-//     only within its hold, and a busy lease whose hold is over moves
-//     before anything more is settled on it, even if its timer is late
-//     (moveOverdueLocked): the record a late give-back carries was
-//     settled while Redis counted the lease.
+//     tokens back twice. The lease admits only within its hold, and a
+//     busy lease whose hold is over moves before anything more is
+//     settled on it, even if its timer is late (moveOverdueLocked): the
+//     record a late give-back carries was settled while Redis counted the
+//     lease. A request that outlives its own TTL (geotoll serve's TTL
+//     outlasts its requests; a process that stalled) settles through the
+//     slot the move kept, opened afresh, so a refund of it may land where,
+//     without the lease, its own slot would have expired with the
+//     caller's open requests and dropped it (a gain of up to that
+//     refund).
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back

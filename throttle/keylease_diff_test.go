@@ -24,9 +24,10 @@ import (
 //
 // A busy lease whose hold is over moves before anything more is settled
 // on it, and a request ends within the request TTL (geotoll serve's TTL
-// outlasts its requests). With size's top bit the lease's entry expires 2.5 s after it
-// was taken (the request TTL of 2 s and its hold after it): its give-back
-// may come later (its process stalled), and then refunds nothing.
+// outlasts its requests). With size's top bit the lease's entry expires
+// 2.5 s after it was taken (the request TTL of 2 s and its hold after
+// it): its give-back may come later (its process stalled), and then
+// refunds nothing.
 func FuzzLeaseGainsNothing(f *testing.F) {
 	// The lease runs r; the caller's b costs more than it paid, paid by
 	// the lease; r costs nothing; another replica's debt goes deep.

@@ -144,8 +144,9 @@ func TestTokenLeaseTakesAnotherRequestsRefundAtTheBrim(t *testing.T) {
 		{refund: 2, sent: -2, left: 7, remaining: 97, record: 3, running: true}, // its price may come back to the lease; Redis cuts the 2 at 90
 	} {
 		t0 := time.Now()
-		s := &RedisStore{opts: RedisOptions{LeaseRequests: 4, LeaseHold: DefaultLeaseHold}, seen: map[string]seenBucket{}, leases: map[string]*keyLease{}, lanes: map[string]*lane{}}
-		sh := shape{rate: toMicro(1), capacity: toMicro(100), ttlMS: DefaultTTL.Milliseconds()}
+		// A hold no slow run outlasts: the lease must not move meanwhile.
+		s := &RedisStore{opts: RedisOptions{LeaseRequests: 4, LeaseHold: time.Hour}, seen: map[string]seenBucket{}, leases: map[string]*keyLease{}, lanes: map[string]*lane{}}
+		sh := shape{rate: toMicro(1), capacity: toMicro(100), ttlMS: (2 * time.Hour).Milliseconds()}
 		s.seen["k"] = seenBucket{tokens: toMicro(90), at: t0, rate: sh.rate, capacity: sh.capacity}
 		ls := &keyLease{s: s, key: "k", sh: sh, size: toMicro(10), left: toMicro(10), granted: true, grantAt: t0}
 		s.leases["k"] = ls
