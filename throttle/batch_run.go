@@ -262,7 +262,7 @@ func (r *batchRun) finish(o op) int {
 		// counted in rose to the bucket's own: it refunds nothing (what it
 		// held is lost, as a dead replica's is), and only what its record
 		// overspent is debited, now.
-		if o.kind != opVoid {
+		if o.replays() { // a void has none
 			for _, x := range o.replay {
 				delta += x.d
 			}

@@ -72,8 +72,9 @@ import (
 //     up to what the lease held of it is lost; until then other replicas
 //     see that extra debt, for as long as the lease's slot counts.
 //   - The settlement of the request a moved lease runs (retire, expire,
-//     or a record full of debits: beforeFinishLocked) is recorded after the move handed the record over, and goes to
-//     Redis with the lease's give-back, which waits in the caller's lane
+//     or a record full of debits: beforeFinishLocked) is recorded after
+//     the move handed the record over, and goes to Redis with the lease's
+//     give-back, which waits in the caller's lane
 //     until the move's call is back. A request that ends while that call
 //     is out so settles later than its finish would without the lease:
 //     should another replica's debt reach the floor meanwhile, its refund
@@ -250,8 +251,8 @@ func (ls *keyLease) pays(seen seenBucket, now time.Time, cost float64) bool {
 // that finds the record empty — handed over by a move — is kept as a
 // negative entry of its own, sent with the give-back (see keyLease's
 // exceptions). Its record so holds one settlement per request it
-// admitted, and a debit per request that cost more than it paid, which ends the
-// lease: it admits 2×LeaseRequests at most (pays), and once its record
+// admitted, and a debit per request that cost more than it paid, which
+// ends the lease: it admits 2×LeaseRequests at most (pays), and once its record
 // holds 4×LeaseRequests (the debits of the caller's other requests it
 // paid) it admits no more and pays no more of them (beforeFinishLocked).
 func (ls *keyLease) spendLocked(now time.Time, d float64) {
@@ -415,7 +416,7 @@ func (s *RedisStore) expire(ls *keyLease) {
 	case !ls.busy:
 		s.giveBackLocked(ls)
 	case ls.gen == 0: // not moved yet
-		_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
+		s.queueMoveLocked(ls)
 	}
 }
 
@@ -432,7 +433,7 @@ func (s *RedisStore) moveOverdueLocked(ls *keyLease, now time.Time) {
 		return
 	}
 	ls.done = true
-	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
+	s.queueMoveLocked(ls)
 }
 
 // retire ends a lease that held what Redis refused a request of its
@@ -460,6 +461,13 @@ func (s *RedisStore) retire(ls *keyLease) {
 	}
 	// A lease that carries tokens moves once even with none left: Redis
 	// counts what it took as leased until it does.
+	s.queueMoveLocked(ls)
+}
+
+// queueMoveLocked queues the move that hands back what a busy lease holds
+// on its caller's lane (moveLocked): it rides on the caller's next call,
+// or goes after FinishDelay.
+func (s *RedisStore) queueMoveLocked(ls *keyLease) {
 	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
 }
 

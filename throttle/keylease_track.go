@@ -103,11 +103,12 @@ func backed(tokens, held, size, capacity float64, first bool) float64 {
 // took, and the bucket and it never more than the capacity. It records
 // the refund as one of its own, given back with it.
 func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64) float64 {
-	s.moveOverdueLocked(ls, time.Now())
+	now := time.Now()
+	s.moveOverdueLocked(ls, now)
 	switch {
-	case delta < 0 && ls.granted && !ls.done && ls.estimate(s.seen[ls.key], time.Now())-delta+ls.size >= ls.sh.capacity:
+	case delta < 0 && ls.granted && !ls.done && ls.estimate(s.seen[ls.key], now)-delta+ls.size >= ls.sh.capacity:
 		if x := min(-delta, ls.size-ls.left-ls.running); x > 0 {
-			ls.spendLocked(time.Now(), -x)
+			ls.spendLocked(now, -x)
 			ls.left += x
 			delta += x
 		}
@@ -120,12 +121,12 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 		// and this debit, and those after it, go to Redis after that.
 		ls.done = true
 		if ls.gen == 0 {
-			_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, ls.moveLocked())
+			s.queueMoveLocked(ls)
 		}
 	case delta > 0 && ls.busy:
 		x := min(delta, max(ls.left, 0))
 		if x > 0 {
-			ls.spendLocked(time.Now(), x)
+			ls.spendLocked(now, x)
 		}
 		ls.left -= x
 		delta -= x
