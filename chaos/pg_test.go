@@ -79,7 +79,7 @@ func postgresDown(s *sc, pause bool) {
 			good++
 		}
 	}
-	bound := 5 * time.Second // acquire_timeout 1 s; statement_timeout 2 s + 0.75 s for a query in flight
+	bound := 5 * time.Second // acquire_timeout 1 s; statement_timeout 2 s + 1.5 s for a query in flight (pgcall.AckWait)
 	s.check(what+": every request 503 + Retry-After within 5 s, none hangs", good == 20 && slowest < bound,
 		"%d/20 × 503 unavailable + Retry-After, slowest %v (e.g. %s)", good, slowest.Round(time.Millisecond), clip(replies[0].String(), 70))
 	status, checks, ok := g.readyz(func(status int, checks map[string]string) bool {

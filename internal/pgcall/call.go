@@ -142,6 +142,23 @@ func (c *call) await(ctx context.Context) (Timing, error) {
 		return c.result()
 	case <-t.C:
 	}
+	if c.cancel != nil && !errors.Is(c.ctx.Err(), context.Canceled) {
+		// A cancel request still unanswered: a busy server's late
+		// acknowledgement, or none at all (AckWait). Answered before
+		// that, the call would not know which, and its connection might
+		// be given up after its answer.
+		var by <-chan time.Time
+		if !c.answerBy.IsZero() {
+			t.Reset(max(time.Until(c.answerBy), 0))
+			by = t.C
+		}
+		select {
+		case <-c.done:
+			return c.result()
+		case <-c.cancel.requestAnswered():
+		case <-by:
+		}
+	}
 	if c.db.Calls != nil {
 		c.db.Calls.Outliving(1)
 	}

@@ -3,6 +3,7 @@ package pgcall
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // answer, instead of pgx's default of closing the socket — which frees the
 // pool slot at once while the backend runs on. A connection gives up on
 // its backend (closes the socket) after wait at most, and at once when the
-// server does not acknowledge the cancel request within StopWait: a
+// server does not acknowledge the cancel request within AckWait: a
 // database that does not answer at all (paused, partitioned) stops nothing
 // by being waited for, and a ping or a pool's Acquire must not hang on it.
 // Each connection also runs its calls on a goroutine of its own, ended by
@@ -69,7 +70,10 @@ type canceller struct {
 	conn *pgconn.PgConn
 	wait time.Duration
 
-	acked    atomic.Bool // the server acknowledged this cancellation's request
+	acked atomic.Bool // the server acknowledged this cancellation's request
+	// answered is closed once this cancellation's request is acknowledged
+	// or given up, or was not sent (the statement ended first).
+	answered atomic.Pointer[chan struct{}]
 	stop     context.CancelFunc
 	finished chan struct{}
 }
@@ -91,8 +95,12 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 	// ended by HandleUnwatchAfterCancel or the deadline.
 	sctx, stop := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	h.stop, h.finished = stop, make(chan struct{})
+	answered := make(chan struct{})
+	h.answered.Store(&answered)
 	go func() {
 		defer close(h.finished)
+		answer := sync.OnceFunc(func() { close(answered) })
+		defer answer()
 		t := time.NewTimer(delay)
 		defer t.Stop()
 		select {
@@ -100,7 +108,7 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		actx, cancel := context.WithTimeout(sctx, StopWait)
+		actx, cancel := context.WithTimeout(sctx, AckWait)
 		err := h.conn.CancelRequest(actx)
 		// The server closes the request's connection once it has signalled
 		// the backend; a request still unanswered at the end of actx
@@ -108,6 +116,7 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 		acked := err == nil && actx.Err() == nil
 		cancel()
 		h.acked.Store(acked)
+		answer()
 		if !acked {
 			_ = h.conn.Conn().SetDeadline(time.Now())
 			return
@@ -123,3 +132,14 @@ func (h *canceller) HandleUnwatchAfterCancel() {
 }
 
 func (h *canceller) acknowledged() bool { return h.acked.Load() }
+
+// requestAnswered is closed once the last cancellation's request was
+// acknowledged or given up (or never sent).
+func (h *canceller) requestAnswered() <-chan struct{} {
+	if p := h.answered.Load(); p != nil {
+		return *p
+	}
+	return closed
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
