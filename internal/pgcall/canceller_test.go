@@ -160,11 +160,10 @@ func TestUnansweredCancelIsUnavailable(t *testing.T) {
 
 // A live server whose CPUs are all busy acknowledges a cancel request
 // late: its postmaster forks the request's process after the running
-// backends' turns (measured on 2 cores: 110–200 ms with 16 CPU-bound
-// backends, 290–870 ms with 32). Its stuck statement is a statement
-// timeout, not a database that answers nothing: the connection stays out
-// of the pool until the backend stops, as it does when the
-// acknowledgement comes at once.
+// backends' turns (BenchmarkCancelAcknowledgement). Its stuck statement
+// is a statement timeout, not a database that answers nothing: the
+// connection stays out of the pool until the backend stops, as it does
+// when the acknowledgement comes at once.
 func TestLateCancelAcknowledgementKeepsTheConnection(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

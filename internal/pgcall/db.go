@@ -30,8 +30,9 @@ const StopWait = 250 * time.Millisecond
 // connection gives up on the server as one that answers nothing (paused,
 // partitioned). A live server whose CPUs are all busy acknowledges late:
 // it forks the request's process after its running backends' turns
-// (measured on 2 cores: 110–200 ms with 16 CPU-bound backends, 290–870 ms
-// with 32) — and that is when stuck statements pile up. A call whose
+// (BenchmarkCancelAcknowledgement, 2 cores: a median of 140–150 ms and up
+// to 270 ms with 16 CPU-bound backends, 270–460 ms and up to 870 ms with
+// 32) — and that is when stuck statements pile up. A call whose
 // cancel request is still unanswered StopWait after its cut waits for the
 // answer up to AckWait (never past its caller's deadline) before it
 // answers, so that it does not answer while its connection may still be
