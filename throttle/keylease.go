@@ -92,9 +92,11 @@ import (
 //     settled on it, even if its timer is late (moveOverdueLocked): the
 //     record a late give-back carries was settled while Redis counted the
 //     lease. A request that outlives its own TTL (geotoll serve's TTL
-//     outlasts its requests; a process that stalled) settles nothing, as
-//     its own slot would have expired without the lease (finish) — not
-//     through the slot the move kept, which was opened afresh.
+//     outlasts its requests; a process that stalled) settles through the
+//     slot the move kept, opened afresh, so a refund of it may land where,
+//     without the lease, its own slot would have expired with the
+//     caller's open requests and dropped it (a gain of up to that
+//     refund).
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
@@ -222,7 +224,7 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	a.Result = Result{Allowed: true, Cost: req.Cost, Remaining: fromMicro(remaining), Limit: req.Limit,
 		ResetAfter: millis(resetMS(remaining, sh.rate, sh.capacity))}
 	a.Ticket = &Ticket{owner: ls, key: req.Key, limit: req.Limit, debt: req.Debt, id: id,
-		paid: cost, cost: req.Cost, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond, at: now}
+		paid: cost, cost: req.Cost, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond}
 	return a, true
 }
 
@@ -305,19 +307,13 @@ func (ls *keyLease) estimate(seen seenBucket, now time.Time) float64 {
 
 // finish implements finisher for a request admitted on the lease: its
 // settlement changes what the lease holds, and its slot is free again. A
-// lease that is done is given back now. A request that ends after its own
-// TTL (a process that stalled) settles nothing: without the lease its
-// slot would have expired, and Redis settles nothing on an id that is not
-// open.
-func (ls *keyLease) finish(t *Ticket, delta float64) {
+// lease that is done is given back now.
+func (ls *keyLease) finish(_ *Ticket, delta float64) {
 	s := ls.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	s.moveOverdueLocked(ls, now)
-	if now.Sub(t.at) >= t.ttl {
-		delta = 0
-	}
 	if delta != 0 { // replayed at its moment with the lease's give-back
 		ls.spendLocked(now, delta)
 	}
