@@ -1,6 +1,7 @@
 package pgcall_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/url"
@@ -201,6 +202,94 @@ func TestLateCancelAcknowledgementKeepsTheConnection(t *testing.T) {
 	}
 	if got := pool.Stat().AcquiredConns(); got != 1 {
 		t.Errorf("%d connections acquired while the backend runs, want 1: the connection was given up", got)
+	}
+	stopping.Wait()
+	if n := f.running(t); n != 0 {
+		t.Errorf("%d fixture statements running after Wait returned, want 0", n)
+	}
+}
+
+// A statement that ends while its late cancel request is still on its way
+// (here its statement_timeout error, held back as a CPU-starved server
+// holds it, released after StopWait and before the acknowledgement): the
+// call answers with the statement's own result, not as one still running
+// on a server that answers nothing. The request is dropped when the
+// statement ends, which tells nothing about the server.
+func TestStatementEndingBeforeALateAcknowledgementAnswersItsResult(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testenv.ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFreezer(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	pool := poolAt(t, u.String(), 1, time.Minute)
+	db := &pgcall.DB{Pool: pool, RetryAfter: 3}
+	one := pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second}
+	// Which of the two the call noticed first was a race: run it a few
+	// times.
+	for i := range 6 {
+		if _, err := db.Read(t.Context(), one); err != nil { // (re)opens the pool's connection
+			t.Fatalf("Read through the proxy: %v", err)
+		}
+		proxy.slowNew(900 * time.Millisecond) // the cancel request, acknowledged at about 1.6 s
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			time.Sleep(100 * time.Millisecond)
+			proxy.freeze() // the statement_timeout error (at 200 ms) is held back
+			time.Sleep(1100 * time.Millisecond)
+			proxy.thaw() // the cut is at 700 ms: released past StopWait, before the acknowledgement
+		}()
+		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 200 * time.Millisecond})
+		<-held
+		proxy.slowNew(0)
+		var stopping *pgcall.Stopping
+		if errors.As(err, &stopping) || problem.From(err).Code != problem.Timeout {
+			t.Fatalf("run %d: %v (still running: %v); want the statement's own timeout", i, err, stopping != nil)
+		}
+	}
+}
+
+// A call cut by its caller's deadline, on a live server that
+// acknowledges its cancel request after that deadline: answered at the
+// deadline as a statement timeout (the server has not been found
+// silent), and the connection kept until the backend stops.
+func TestDeadlineBeforeALateAcknowledgementIsATimeout(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.hugePolygon(t, 150_000)
+	u, err := url.Parse(testenv.ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFreezer(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	pool := poolAt(t, u.String(), 1, testenv.CancelWait)
+	db := &pgcall.DB{Pool: pool, RetryAfter: 3}
+	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second}); err != nil {
+		t.Fatalf("Read through the proxy: %v", err)
+	}
+	late := pgcall.StopWait + (pgcall.AckWait-pgcall.StopWait)/2
+	proxy.slowNew(late)
+	ctx, cancel := context.WithTimeout(t.Context(), 1200*time.Millisecond)
+	defer cancel()
+	_, err = db.Read(ctx, pgcall.Statement{SQL: f.stuckSQL(), Timeout: 2 * time.Second})
+	var stopping *pgcall.Stopping
+	if !errors.As(err, &stopping) {
+		t.Fatalf("Read of a statement that ignores cancellation: %v; want a pgcall.Stopping", err)
+	}
+	if p := problem.From(err); p.Code != problem.Timeout {
+		t.Errorf("problem %q, want %q: the deadline came before the server's acknowledgement", p.Code, problem.Timeout)
+	}
+	// Past the acknowledgement, and past AckWait: the connection was not
+	// given up (the stuck statement runs for seconds more).
+	time.Sleep(pgcall.AckWait)
+	if n := f.running(t); n != 1 {
+		t.Fatalf("%d fixture statements running, want the stuck one", n)
+	}
+	if got := pool.Stat().AcquiredConns(); got != 1 {
+		t.Errorf("%d connections acquired while the backend runs, want 1", got)
 	}
 	stopping.Wait()
 	if n := f.running(t); n != 0 {
