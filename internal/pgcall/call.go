@@ -3,7 +3,6 @@ package pgcall
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +25,8 @@ type call struct {
 	cancel *canceller // nil on a pool that Configure did not set up
 	cut    time.Time
 	// answerBy is the caller's deadline (zero: none): a cut call waits for
-	// its backend at most StopWait, and never past it.
+	// its backend StopWait (and for a late acknowledgement of its cancel
+	// request, up to AckWait), and never past it.
 	answerBy time.Time
 	done     chan struct{} // closed once the connection is back in the pool, or out of it
 	state    atomic.Int32
@@ -62,6 +62,9 @@ func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, e
 	}
 	c := &call{db: db, ctx: ctx, conn: conn, share: share, cancel: cancellerOf(conn.Conn()),
 		cut: time.Now().Add(budget + AnswerGrace), done: make(chan struct{})}
+	if c.cancel != nil {
+		c.cancel.reset()
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		c.answerBy = dl
 		if cut := dl.Add(-min(StopWait, time.Until(dl)/4)); cut.Before(c.cut) {
@@ -124,7 +127,10 @@ const closeWait = 15 * time.Second
 
 // await returns the call's result once its work is done, or — when the
 // call was cut (or its caller went away) and the backend has not stopped
-// StopWait later — a Stopping error while the work goes on.
+// StopWait later — a Stopping error while the work goes on. A cancel
+// request still unanswered by then is waited for (up to AckWait, never
+// past the caller's deadline): a busy server acknowledges late, and its
+// backend then has StopWait to stop, as after an acknowledgement in time.
 func (c *call) await(ctx context.Context) (Timing, error) {
 	select {
 	case <-c.done:
@@ -143,20 +149,8 @@ func (c *call) await(ctx context.Context) (Timing, error) {
 	case <-t.C:
 	}
 	if c.cancel != nil && !errors.Is(c.ctx.Err(), context.Canceled) {
-		// A cancel request still unanswered: a busy server's late
-		// acknowledgement, or none at all (AckWait). Answered before
-		// that, the call would not know which, and its connection might
-		// be given up after its answer.
-		var by <-chan time.Time
-		if !c.answerBy.IsZero() {
-			t.Reset(max(time.Until(c.answerBy), 0))
-			by = t.C
-		}
-		select {
-		case <-c.done:
+		if c.awaitCancel(t) {
 			return c.result()
-		case <-c.cancel.requestAnswered():
-		case <-by:
 		}
 	}
 	if c.db.Calls != nil {
@@ -180,16 +174,62 @@ func (c *call) result() (Timing, error) {
 	return c.timing, nil
 }
 
+// awaitCancel waits, StopWait after the cut, for what the call's
+// cancellation still owes: a cancel request's acknowledgement that has
+// not come (a busy server's is late), and then StopWait for the backend
+// it signalled; or the result of a statement that ended as its request
+// was dropped. Never past the caller's deadline (for which t, fired, is
+// reused). ok reports whether the work ended meanwhile.
+func (c *call) awaitCancel(t *time.Timer) (ok bool) {
+	var by <-chan time.Time
+	if !c.answerBy.IsZero() {
+		t.Reset(max(time.Until(c.answerBy), 0))
+		by = t.C
+	}
+	late := c.cancel.status() == cancelPending
+	if late {
+		select {
+		case <-c.done:
+			return true
+		case <-c.cancel.requestAnswered():
+		case <-by:
+			return false
+		}
+	}
+	switch st := c.cancel.status(); {
+	case st == cancelAcked && late, st == cancelDropped:
+		// Signalled just now, the backend has as long to stop as after an
+		// acknowledgement in time; a dropped request's statement has
+		// ended, its result on its way.
+		g := time.NewTimer(StopWait)
+		defer g.Stop()
+		select {
+		case <-c.done:
+			return true
+		case <-g.C:
+		case <-by:
+		}
+	}
+	return false
+}
+
 // stoppingErr names why a call answered before its backend stopped. A
 // cancel request the server acknowledged means a live database whose
-// backend ignores interrupts: a statement timeout. No acknowledgement means
-// a database that does not answer at all.
+// backend ignores interrupts: a statement timeout; so does one not yet
+// acknowledged (or not yet sent) when the caller's deadline came (a busy
+// server's acknowledgement is late). Only a request not acknowledged
+// within AckWait means a database that does not answer at all.
 func (c *call) stoppingErr() error {
-	switch {
-	case errors.Is(c.ctx.Err(), context.Canceled):
+	if errors.Is(c.ctx.Err(), context.Canceled) {
 		return c.db.cancelled(context.Canceled)
-	case c.cancel != nil && c.cancel.acknowledged():
-		return c.db.timeout(fmt.Errorf("statement timeout: the backend had not stopped %s after it was cancelled", StopWait))
+	}
+	if c.cancel != nil {
+		switch c.cancel.status() {
+		case cancelAcked, cancelDropped:
+			return c.db.timeout(errors.New("statement timeout: the backend did not stop when it was cancelled"))
+		case cancelPending, cancelNone:
+			return c.db.timeout(errors.New("statement timeout: the call's deadline came before the server acknowledged its cancel request"))
+		}
 	}
 	return c.db.unavailable(errNoAnswer)
 }

@@ -3,7 +3,6 @@ package pgcall
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,13 +69,22 @@ type canceller struct {
 	conn *pgconn.PgConn
 	wait time.Duration
 
-	acked atomic.Bool // the server acknowledged this cancellation's request
-	// answered is closed once this cancellation's request is acknowledged
-	// or given up, or was not sent (the statement ended first).
+	// state is the last cancellation's since the connection's call began
+	// (reset); answered is closed once it leaves cancelPending.
+	state    atomic.Int32
 	answered atomic.Pointer[chan struct{}]
 	stop     context.CancelFunc
 	finished chan struct{}
 }
+
+// States of a connection's last cancellation, as its call reads them.
+const (
+	cancelNone    int32 = iota // none since the call began
+	cancelPending              // its request is out (or about to go), unanswered
+	cancelAcked                // the server acknowledged it: a live server
+	cancelSilent               // not acknowledged within AckWait: the connection is given up
+	cancelDropped              // not sent, or abandoned: the statement ended first
+)
 
 func cancellerOf(conn *pgx.Conn) *canceller {
 	h, _ := conn.PgConn().CustomData()[cancellerKey].(*canceller)
@@ -86,7 +94,6 @@ func cancellerOf(conn *pgx.Conn) *canceller {
 func (h *canceller) HandleCancel(ctx context.Context) {
 	deadline := time.Now().Add(h.wait)
 	_ = h.conn.Conn().SetDeadline(deadline) // the last resort
-	h.acked.Store(false)
 	delay := hangUpDelay
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		delay = 0
@@ -96,28 +103,39 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 	sctx, stop := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	h.stop, h.finished = stop, make(chan struct{})
 	answered := make(chan struct{})
+	h.state.Store(cancelPending)
 	h.answered.Store(&answered)
+	settle := func(state int32) { // once
+		h.state.Store(state)
+		close(answered)
+	}
 	go func() {
 		defer close(h.finished)
-		answer := sync.OnceFunc(func() { close(answered) })
-		defer answer()
 		t := time.NewTimer(delay)
 		defer t.Stop()
 		select {
 		case <-sctx.Done(): // the statement ended first
+			settle(cancelDropped)
 			return
 		case <-t.C:
 		}
 		actx, cancel := context.WithTimeout(sctx, AckWait)
 		err := h.conn.CancelRequest(actx)
-		// The server closes the request's connection once it has signalled
-		// the backend; a request still unanswered at the end of actx
-		// reached no live server: give up on the connection now.
-		acked := err == nil && actx.Err() == nil
+		ran := actx.Err() // before cancel
 		cancel()
-		h.acked.Store(acked)
-		answer()
-		if !acked {
+		// The server closes the request's connection once it has signalled
+		// the backend; a request still unanswered after AckWait reached no
+		// live server: give up on the connection now. One abandoned because
+		// the statement ended (HandleUnwatchAfterCancel) tells nothing.
+		switch {
+		case err == nil && ran == nil:
+			settle(cancelAcked)
+		case errors.Is(sctx.Err(), context.Canceled):
+			settle(cancelDropped)
+		default:
+			settle(cancelSilent)
+		}
+		if h.state.Load() != cancelAcked {
 			_ = h.conn.Conn().SetDeadline(time.Now())
 			return
 		}
@@ -131,10 +149,19 @@ func (h *canceller) HandleUnwatchAfterCancel() {
 	_ = h.conn.Conn().SetDeadline(time.Time{})
 }
 
-func (h *canceller) acknowledged() bool { return h.acked.Load() }
+// reset forgets the cancellations of the connection's earlier calls: a
+// call's own begin with its work (each earlier one's goroutine is over,
+// HandleUnwatchAfterCancel waited for it).
+func (h *canceller) reset() {
+	h.state.Store(cancelNone)
+	h.answered.Store(nil)
+}
 
-// requestAnswered is closed once the last cancellation's request was
-// acknowledged or given up (or never sent).
+// status is the state of the call's last cancellation.
+func (h *canceller) status() int32 { return h.state.Load() }
+
+// requestAnswered is closed once the call's last cancellation leaves
+// cancelPending (closed already when there was none).
 func (h *canceller) requestAnswered() <-chan struct{} {
 	if p := h.answered.Load(); p != nil {
 		return *p

@@ -22,8 +22,10 @@ import (
 const AnswerGrace = 500 * time.Millisecond
 
 // StopWait is how long a cut call waits for its backend to stop before it
-// answers without it. A cancel request reaches a live backend within a few
-// milliseconds; one that has not stopped by then ignores interrupts.
+// answers without it, after its cancel request went out (or, when the
+// server acknowledged it late, after that). A backend that looks at
+// interrupts stops within a few milliseconds of being signalled; one that
+// has not stopped by then ignores them.
 const StopWait = 250 * time.Millisecond
 
 // AckWait is how long a cancel request may go unacknowledged before its
@@ -32,11 +34,13 @@ const StopWait = 250 * time.Millisecond
 // it forks the request's process after its running backends' turns
 // (BenchmarkCancelAcknowledgement, 2 cores: a median of 140–150 ms and up
 // to 270 ms with 16 CPU-bound backends, 270–460 ms and up to 870 ms with
-// 32) — and that is when stuck statements pile up. A call whose
-// cancel request is still unanswered StopWait after its cut waits for the
-// answer up to AckWait (never past its caller's deadline) before it
-// answers, so that it does not answer while its connection may still be
-// given up.
+// 32) — and that is when stuck statements pile up. A call whose cancel
+// request is still unanswered StopWait after its cut waits for the answer
+// (never past its caller's deadline): acknowledged, its backend then has
+// StopWait to stop; not acknowledged within AckWait, the call answers
+// unavailable and its connection is closed. A call whose deadline comes
+// first answers a statement timeout (the server has not been found
+// silent), its connection still waiting for the acknowledgement.
 const AckWait = time.Second
 
 // Statement is one statement of a guarded read.

@@ -43,13 +43,14 @@
 // the cancel request within [AckWait]: a database that answers nothing
 // stops nothing by being waited for — while a live one whose CPUs are all
 // busy acknowledges late, and is waited for). A call whose backend has not
-// stopped [StopWait] after the cut (or, its cancel request unanswered by
-// then, once it is answered or given up) still answers — with an error
-// that wraps [Stopping] — and its connection returns to the pool only
-// once the backend has stopped. [Respond] lets an HTTP handler send that answer and
-// then wait for the backend, so that whatever the request holds until its
-// handler returns (its in-flight slot) is held as long as the database
-// works for it. Running statements therefore never outnumber the pool.
+// stopped [StopWait] after the cut (or, its cancel request acknowledged
+// late, StopWait after that; never past the caller's deadline) still
+// answers — with an error that wraps [Stopping] — and its connection
+// returns to the pool only once the backend has stopped. [Respond] lets
+// an HTTP handler send that answer and then wait for the backend, so that
+// whatever the request holds until its handler returns (its in-flight
+// slot) is held as long as the database works for it. Running statements
+// therefore never outnumber the pool.
 //
 // # Database time
 //
