@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
@@ -116,23 +118,14 @@ func (p *freezer) pipe(dst, src net.Conn) {
 // answers again, so do calls.
 func TestUnansweredCancelIsUnavailable(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(testenv.ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newFreezer(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	pool := poolAt(t, u.String(), 1, time.Minute)
+	proxy, pool := proxiedPool(t, time.Minute)
 	obs := &observer{}
 	db := &pgcall.DB{Pool: pool, RetryAfter: 5, Calls: obs}
 	one := pgcall.Statement{SQL: `SELECT 1`, Timeout: 100 * time.Millisecond}
-	if _, err := db.Read(t.Context(), one); err != nil {
-		t.Fatalf("Read through the proxy: %v", err)
-	}
 
 	proxy.freeze()
 	start := time.Now()
-	_, err = db.Read(t.Context(), one)
+	_, err := db.Read(t.Context(), one)
 	answered := time.Since(start)
 	p := problem.From(err)
 	if p.Code != problem.Unavailable || p.RetryAfter != 5 {
@@ -169,25 +162,15 @@ func TestLateCancelAcknowledgementKeepsTheConnection(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.hugePolygon(t, 150_000)
-	u, err := url.Parse(testenv.ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newFreezer(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	pool := poolAt(t, u.String(), 1, testenv.CancelWait)
-	obs := &observer{}
-	db := &pgcall.DB{Pool: pool, RetryAfter: 3, Calls: obs, AcquireTimeout: 200 * time.Millisecond}
-	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second}); err != nil {
-		t.Fatalf("Read through the proxy: %v", err)
-	}
-	// The pool's connection is open: only the cancel request's is late,
-	// past StopWait and within AckWait.
+	proxy, pool := proxiedPool(t, testenv.CancelWait)
+	db := &pgcall.DB{Pool: pool, RetryAfter: 3, AcquireTimeout: 200 * time.Millisecond}
+	// Only the cancel request's connection is late, past StopWait and
+	// within AckWait.
 	late := pgcall.StopWait + (pgcall.AckWait-pgcall.StopWait)/2
 	proxy.slowNew(late)
 
 	start := time.Now()
-	_, err = db.Read(t.Context(), pgcall.Statement{SQL: f.stuckSQL(), Timeout: time.Second})
+	_, err := db.Read(t.Context(), pgcall.Statement{SQL: f.stuckSQL(), Timeout: time.Second})
 	answered := time.Since(start)
 	var stopping *pgcall.Stopping
 	if !errors.As(err, &stopping) {
@@ -197,6 +180,30 @@ func TestLateCancelAcknowledgementKeepsTheConnection(t *testing.T) {
 		t.Errorf("problem %q after %v, want %q: the server acknowledged the cancel request %v after it was sent",
 			p.Code, answered, problem.Timeout, late)
 	}
+	heldUntilItStops(t, f, pool, stopping)
+}
+
+// proxiedPool is a pool of one connection to the read database through a
+// freezer, set up as serve sets up its own; the connection is open.
+func proxiedPool(t *testing.T, cancelWait time.Duration) (*freezer, *pgxpool.Pool) {
+	t.Helper()
+	u, err := url.Parse(testenv.ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newFreezer(t, u.Host)
+	u.Host = proxy.ln.Addr().String()
+	pool := poolAt(t, u.String(), 1, cancelWait)
+	if err := pool.Ping(t.Context()); err != nil {
+		t.Fatalf("ping through the proxy: %v", err)
+	}
+	return proxy, pool
+}
+
+// heldUntilItStops checks that the stuck fixture statement behind stopping
+// runs on with its connection out of pool, and stops before Wait returns.
+func heldUntilItStops(t *testing.T, f *fixture, pool *pgxpool.Pool, stopping *pgcall.Stopping) {
+	t.Helper()
 	if n := f.running(t); n != 1 {
 		t.Fatalf("%d fixture statements running after the answer, want the stuck one", n)
 	}
@@ -217,13 +224,7 @@ func TestLateCancelAcknowledgementKeepsTheConnection(t *testing.T) {
 // statement ends, which tells nothing about the server.
 func TestStatementEndingBeforeALateAcknowledgementAnswersItsResult(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(testenv.ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newFreezer(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	pool := poolAt(t, u.String(), 1, time.Minute)
+	proxy, pool := proxiedPool(t, time.Minute)
 	db := &pgcall.DB{Pool: pool, RetryAfter: 3}
 	one := pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second}
 	// Which of the two the call noticed first was a race: run it a few
@@ -259,22 +260,12 @@ func TestDeadlineBeforeALateAcknowledgementIsATimeout(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.hugePolygon(t, 150_000)
-	u, err := url.Parse(testenv.ReadDatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newFreezer(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
-	pool := poolAt(t, u.String(), 1, testenv.CancelWait)
+	proxy, pool := proxiedPool(t, testenv.CancelWait)
 	db := &pgcall.DB{Pool: pool, RetryAfter: 3}
-	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second}); err != nil {
-		t.Fatalf("Read through the proxy: %v", err)
-	}
-	late := pgcall.StopWait + (pgcall.AckWait-pgcall.StopWait)/2
-	proxy.slowNew(late)
+	proxy.slowNew(pgcall.StopWait + (pgcall.AckWait-pgcall.StopWait)/2)
 	ctx, cancel := context.WithTimeout(t.Context(), 1200*time.Millisecond)
 	defer cancel()
-	_, err = db.Read(ctx, pgcall.Statement{SQL: f.stuckSQL(), Timeout: 2 * time.Second})
+	_, err := db.Read(ctx, pgcall.Statement{SQL: f.stuckSQL(), Timeout: 2 * time.Second})
 	var stopping *pgcall.Stopping
 	if !errors.As(err, &stopping) {
 		t.Fatalf("Read of a statement that ignores cancellation: %v; want a pgcall.Stopping", err)
@@ -285,14 +276,5 @@ func TestDeadlineBeforeALateAcknowledgementIsATimeout(t *testing.T) {
 	// Past the acknowledgement, and past AckWait: the connection was not
 	// given up (the stuck statement runs for seconds more).
 	time.Sleep(pgcall.AckWait)
-	if n := f.running(t); n != 1 {
-		t.Fatalf("%d fixture statements running, want the stuck one", n)
-	}
-	if got := pool.Stat().AcquiredConns(); got != 1 {
-		t.Errorf("%d connections acquired while the backend runs, want 1", got)
-	}
-	stopping.Wait()
-	if n := f.running(t); n != 0 {
-		t.Errorf("%d fixture statements running after Wait returned, want 0", n)
-	}
+	heldUntilItStops(t, f, pool, stopping)
 }
