@@ -278,3 +278,19 @@ func TestDeadlineBeforeALateAcknowledgementIsATimeout(t *testing.T) {
 	time.Sleep(pgcall.AckWait)
 	heldUntilItStops(t, f, pool, stopping)
 }
+
+// A cancel request that went out and was abandoned unacknowledged (its
+// statement ended first) may still reach the server: a busy postmaster
+// reads it late and signals the backend, whatever it then runs. The
+// connection is never used again, so it cancels nothing else.
+func TestAbandonedCancelRequestCancelsNothingLater(t *testing.T) {
+	t.Parallel()
+	proxy, pool := proxiedPool(t, time.Minute)
+	proxy.slowNew(600 * time.Millisecond) // the cancel request reaches the server at about 750 ms
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(100*time.Millisecond, cancel)  // the caller goes; the request goes out 50 ms later
+	_, _ = pool.Exec(ctx, `SELECT pg_sleep(0.4)`) // ends at 400 ms, its cancel request still on its way
+	if _, err := pool.Exec(t.Context(), `SELECT pg_sleep(1)`); err != nil {
+		t.Fatalf("the next statement on the pool: %v; want it to run undisturbed", err)
+	}
+}
