@@ -21,8 +21,9 @@ type call struct {
 	db     *DB
 	ctx    context.Context // the caller's
 	conn   *pgxpool.Conn
-	share  *Share     // the slot it holds, if any
-	cancel *canceller // nil on a pool that Configure did not set up
+	share  *Share        // the slot it holds, if any
+	cancel *canceller    // nil on a pool that Configure did not set up
+	cn     *cancellation // the cancellation await waited on, if any
 	cut    time.Time
 	// answerBy is the caller's deadline (zero: none): a cut call waits for
 	// its backend StopWait (and for a late acknowledgement of its cancel
@@ -96,7 +97,8 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 }
 
 // release gives conn back to its pool, or — when it cannot be reused: the
-// database closed it, or a failed statement left its transaction open —
+// database closed it, a failed statement left its transaction open, or a
+// cancel request of it went out unacknowledged and may still arrive —
 // closes it, after the pool's BeforeClose hook, and takes it out of the
 // pool, before it returns: the pool's slot is free for the next call at
 // once, and never while the connection is still open, so the pool holds
@@ -108,7 +110,7 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 func release(pool *pgxpool.Pool, conn *pgxpool.Conn) {
 	raw := conn.Conn()
 	pc := raw.PgConn()
-	if !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' {
+	if !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' && usable(raw) {
 		conn.Release()
 		return
 	}
@@ -176,39 +178,47 @@ func (c *call) result() (Timing, error) {
 
 // awaitCancel waits, StopWait after the cut, for what the call's
 // cancellation still owes: a cancel request's acknowledgement that has
-// not come (a busy server's is late), and then StopWait for the backend
-// it signalled; or the result of a statement that ended as its request
-// was dropped. Never past the caller's deadline (for which t, fired, is
-// reused). ok reports whether the work ended meanwhile.
+// not come (a busy server's is late); StopWait after the acknowledgement
+// for the backend it signalled; the result of a statement that ended as
+// its request was dropped. Never past the caller's deadline (for which t,
+// fired, is reused). ok reports whether the work ended meanwhile. The
+// cancellation it waited on is the one stoppingErr names (c.cn).
 func (c *call) awaitCancel(t *time.Timer) (ok bool) {
+	cn := c.cancel.current()
+	if c.cn = cn; cn == nil {
+		return false
+	}
 	var by <-chan time.Time
 	if !c.answerBy.IsZero() {
 		t.Reset(max(time.Until(c.answerBy), 0))
 		by = t.C
 	}
-	late := c.cancel.status() == cancelPending
-	if late {
+	if cn.status() == cancelPending {
 		select {
 		case <-c.done:
 			return true
-		case <-c.cancel.requestAnswered():
+		case <-cn.answered:
 		case <-by:
 			return false
 		}
 	}
-	switch st := c.cancel.status(); {
-	case st == cancelAcked && late, st == cancelDropped:
-		// Signalled just now, the backend has as long to stop as after an
-		// acknowledgement in time; a dropped request's statement has
-		// ended, its result on its way.
-		g := time.NewTimer(StopWait)
-		defer g.Stop()
-		select {
-		case <-c.done:
-			return true
-		case <-g.C:
-		case <-by:
-		}
+	var wait time.Duration
+	switch cn.status() {
+	case cancelAcked: // the backend has StopWait from when it was signalled
+		wait = time.Until(cn.ackAt.Add(StopWait))
+	case cancelDropped: // the statement ended: its result is on its way
+		wait = StopWait
+	}
+	if wait <= 0 {
+		return false
+	}
+	g := time.NewTimer(wait)
+	defer g.Stop()
+	select {
+	case <-c.done:
+		return true
+	case <-g.C:
+	case <-by:
 	}
 	return false
 }
@@ -216,20 +226,27 @@ func (c *call) awaitCancel(t *time.Timer) (ok bool) {
 // stoppingErr names why a call answered before its backend stopped. A
 // cancel request the server acknowledged means a live database whose
 // backend ignores interrupts: a statement timeout; so does one not yet
-// acknowledged (or not yet sent) when the caller's deadline came (a busy
-// server's acknowledgement is late). Only a request not acknowledged
-// within AckWait means a database that does not answer at all.
+// acknowledged when the caller's deadline came (a busy server's
+// acknowledgement is late). Only a request not acknowledged within
+// AckWait means a database that does not answer at all.
 func (c *call) stoppingErr() error {
 	if errors.Is(c.ctx.Err(), context.Canceled) {
 		return c.db.cancelled(context.Canceled)
 	}
-	if c.cancel != nil {
-		switch c.cancel.status() {
-		case cancelAcked, cancelDropped:
-			return c.db.timeout(errors.New("statement timeout: the backend did not stop when it was cancelled"))
-		case cancelPending, cancelNone:
-			return c.db.timeout(errors.New("statement timeout: the call's deadline came before the server acknowledged its cancel request"))
-		}
+	if c.cancel == nil {
+		return c.db.unavailable(errNoAnswer)
+	}
+	cn := c.cn
+	if cn == nil {
+		return c.db.timeout(errors.New("statement timeout: the call's time ran out before its statement was cancelled"))
+	}
+	switch cn.status() {
+	case cancelAcked:
+		return c.db.timeout(errors.New("statement timeout: the backend did not stop when it was cancelled"))
+	case cancelPending:
+		return c.db.timeout(errors.New("statement timeout: the call's deadline came before the server acknowledged its cancel request"))
+	case cancelDropped:
+		return c.db.timeout(errors.New("statement timeout: the statement ended after the call's time to answer"))
 	}
 	return c.db.unavailable(errNoAnswer)
 }

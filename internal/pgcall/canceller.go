@@ -30,6 +30,26 @@ func Configure(cfg *pgxpool.Config, wait time.Duration) {
 		return h
 	}
 	chainBeforeClose(cfg)
+	chainPrepareConn(cfg)
+}
+
+// chainPrepareConn makes cfg's pool hand out no connection whose cancel
+// request went out unacknowledged (a ping's on Acquire, or a call's whose
+// connection went back to the pool): it is destroyed, and the pool tries
+// another.
+func chainPrepareConn(cfg *pgxpool.Config) {
+	prev, before := cfg.PrepareConn, cfg.BeforeAcquire
+	cfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
+		switch {
+		case !usable(c):
+			return false, nil
+		case prev != nil:
+			return prev(ctx, c)
+		case before != nil:
+			return before(ctx, c), nil
+		}
+		return true, nil
+	}
 }
 
 const cancellerKey = "geotoll/pgcall.canceller"
@@ -69,22 +89,39 @@ type canceller struct {
 	conn *pgconn.PgConn
 	wait time.Duration
 
-	// state is the last cancellation's since the connection's call began
-	// (reset); answered is closed once it leaves cancelPending.
-	state    atomic.Int32
-	answered atomic.Pointer[chan struct{}]
+	// cur is the call's last cancellation (nil: none since the call
+	// began, reset).
+	cur atomic.Pointer[cancellation]
+	// stale: a cancel request went out that the server never acknowledged.
+	// It may still reach the backend, late, and cancel whatever runs then:
+	// the connection is not used again (Configure's PrepareConn, release).
+	stale    atomic.Bool
 	stop     context.CancelFunc
 	finished chan struct{}
 }
 
-// States of a connection's last cancellation, as its call reads them.
+// cancellation is one cancellation of a connection's operation: its state
+// and, once the server acknowledged its request, when.
+type cancellation struct {
+	state    atomic.Int32
+	ackAt    time.Time     // written before state becomes cancelAcked
+	answered chan struct{} // closed once state leaves cancelPending
+}
+
+// States of a cancellation.
 const (
-	cancelNone    int32 = iota // none since the call began
-	cancelPending              // its request is out (or about to go), unanswered
+	cancelPending int32 = iota // its request is out (or about to go), unanswered
 	cancelAcked                // the server acknowledged it: a live server
 	cancelSilent               // not acknowledged within AckWait: the connection is given up
 	cancelDropped              // not sent, or abandoned: the statement ended first
 )
+
+func (cn *cancellation) status() int32 { return cn.state.Load() }
+
+func (cn *cancellation) settle(state int32) { // once
+	cn.state.Store(state)
+	close(cn.answered)
+}
 
 func cancellerOf(conn *pgx.Conn) *canceller {
 	h, _ := conn.PgConn().CustomData()[cancellerKey].(*canceller)
@@ -102,20 +139,15 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 	// ended by HandleUnwatchAfterCancel or the deadline.
 	sctx, stop := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	h.stop, h.finished = stop, make(chan struct{})
-	answered := make(chan struct{})
-	h.state.Store(cancelPending)
-	h.answered.Store(&answered)
-	settle := func(state int32) { // once
-		h.state.Store(state)
-		close(answered)
-	}
+	cn := &cancellation{answered: make(chan struct{})}
+	h.cur.Store(cn)
 	go func() {
 		defer close(h.finished)
 		t := time.NewTimer(delay)
 		defer t.Stop()
 		select {
 		case <-sctx.Done(): // the statement ended first
-			settle(cancelDropped)
+			cn.settle(cancelDropped)
 			return
 		case <-t.C:
 		}
@@ -126,16 +158,21 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 		// The server closes the request's connection once it has signalled
 		// the backend; a request still unanswered after AckWait reached no
 		// live server: give up on the connection now. One abandoned because
-		// the statement ended (HandleUnwatchAfterCancel) tells nothing.
+		// the statement ended (HandleUnwatchAfterCancel) tells nothing of
+		// the server — but may still reach it.
+		state := cancelSilent
 		switch {
 		case err == nil && ran == nil:
-			settle(cancelAcked)
+			state = cancelAcked
+			cn.ackAt = time.Now()
 		case errors.Is(sctx.Err(), context.Canceled):
-			settle(cancelDropped)
-		default:
-			settle(cancelSilent)
+			state = cancelDropped
 		}
-		if h.state.Load() != cancelAcked {
+		if state != cancelAcked {
+			h.stale.Store(true)
+		}
+		cn.settle(state)
+		if state != cancelAcked {
 			_ = h.conn.Conn().SetDeadline(time.Now())
 			return
 		}
@@ -149,24 +186,17 @@ func (h *canceller) HandleUnwatchAfterCancel() {
 	_ = h.conn.Conn().SetDeadline(time.Time{})
 }
 
-// reset forgets the cancellations of the connection's earlier calls: a
-// call's own begin with its work (each earlier one's goroutine is over,
+// reset forgets the cancellations of the connection's earlier calls, as a
+// call begins (each earlier one's goroutine is over:
 // HandleUnwatchAfterCancel waited for it).
-func (h *canceller) reset() {
-	h.state.Store(cancelNone)
-	h.answered.Store(nil)
+func (h *canceller) reset() { h.cur.Store(nil) }
+
+// current is the call's last cancellation, nil when there was none.
+func (h *canceller) current() *cancellation { return h.cur.Load() }
+
+// usable reports whether conn may run another statement: not when a
+// cancel request of it went out unacknowledged.
+func usable(conn *pgx.Conn) bool {
+	h := cancellerOf(conn)
+	return h == nil || !h.stale.Load()
 }
-
-// status is the state of the call's last cancellation.
-func (h *canceller) status() int32 { return h.state.Load() }
-
-// requestAnswered is closed once the call's last cancellation leaves
-// cancelPending (closed already when there was none).
-func (h *canceller) requestAnswered() <-chan struct{} {
-	if p := h.answered.Load(); p != nil {
-		return *p
-	}
-	return closed
-}
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
