@@ -36,17 +36,16 @@ func Configure(cfg *pgxpool.Config, wait time.Duration) {
 // chainPrepareConn makes cfg's pool hand out no connection whose cancel
 // request went out unacknowledged (a ping's on Acquire, or a call's whose
 // connection went back to the pool): it is destroyed, and the pool tries
-// another.
+// another. (geotoll sets no other PrepareConn, nor the deprecated
+// BeforeAcquire, which pgxpool ignores once PrepareConn is set.)
 func chainPrepareConn(cfg *pgxpool.Config) {
-	prev, before := cfg.PrepareConn, cfg.BeforeAcquire
+	prev := cfg.PrepareConn
 	cfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
-		switch {
-		case !usable(c):
+		if !usable(c) {
 			return false, nil
-		case prev != nil:
+		}
+		if prev != nil {
 			return prev(ctx, c)
-		case before != nil:
-			return before(ctx, c), nil
 		}
 		return true, nil
 	}
