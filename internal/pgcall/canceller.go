@@ -20,9 +20,13 @@ import (
 // server does not acknowledge the cancel request within AckWait: a
 // database that does not answer at all (paused, partitioned) stops nothing
 // by being waited for, and a ping or a pool's Acquire must not hang on it.
-// Each connection also runs its calls on a goroutine of its own, ended by
-// cfg.BeforeClose (chained after the hook cfg has): set that hook before
-// Configure, not after.
+// A connection whose cancel request went out and was never acknowledged
+// may still be cancelled by it, late: the pool hands it out no more
+// (cfg.PrepareConn destroys it on the next Acquire), and a call closes it
+// as it ends (release) — within a transaction held across contexts it
+// could still cancel one more statement. Each connection also runs its
+// calls on a goroutine of its own, ended by cfg.BeforeClose. Both hooks
+// are chained after those cfg has: set them before Configure, not after.
 func Configure(cfg *pgxpool.Config, wait time.Duration) {
 	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		h := &canceller{conn: pc, wait: wait}

@@ -46,7 +46,9 @@
 // stopped [StopWait] after the cut (or, its cancel request acknowledged
 // late, StopWait after that; never past the caller's deadline) still
 // answers — with an error that wraps [Stopping] — and its connection
-// returns to the pool only once the backend has stopped. [Respond] lets
+// returns to the pool only once the backend has stopped (and not at all
+// when its cancel request went out unacknowledged: that request may still
+// arrive, late, and cancel whatever the connection ran next). [Respond] lets
 // an HTTP handler send that answer and then wait for the backend, so that
 // whatever the request holds until its handler returns (its in-flight
 // slot) is held as long as the database works for it. Running statements
