@@ -24,6 +24,7 @@ type call struct {
 	share  *Share        // the slot it holds, if any
 	cancel *canceller    // nil on a pool that Configure did not set up
 	cn     *cancellation // the cancellation await waited on, if any
+	cnWas  int32         // its state when await stopped waiting
 	cut    time.Time
 	// answerBy is the caller's deadline (zero: none): a cut call waits for
 	// its backend StopWait (and for a late acknowledgement of its cancel
@@ -181,24 +182,29 @@ func (c *call) result() (Timing, error) {
 // not come (a busy server's is late); StopWait after the acknowledgement
 // for the backend it signalled; the result of a statement that ended as
 // its request was dropped. Never past the caller's deadline (for which t,
-// fired, is reused). ok reports whether the work ended meanwhile. The
-// cancellation it waited on is the one stoppingErr names (c.cn).
+// fired, is reused), nor once the caller has gone. ok reports whether
+// the work ended meanwhile. The cancellation it waited on, as it was when
+// the wait ended, is what stoppingErr names (c.cn, c.cnWas).
 func (c *call) awaitCancel(t *time.Timer) (ok bool) {
 	cn := c.cancel.current()
 	if c.cn = cn; cn == nil {
 		return false
 	}
+	defer func() { c.cnWas = cn.status() }()
 	var by <-chan time.Time
 	if !c.answerBy.IsZero() {
 		t.Reset(max(time.Until(c.answerBy), 0))
 		by = t.C
 	}
+	gone := c.ctx.Done() // its deadline is answerBy; before it, the caller went
 	if cn.status() == cancelPending {
 		select {
 		case <-c.done:
 			return true
 		case <-cn.answered:
 		case <-by:
+			return false
+		case <-gone:
 			return false
 		}
 	}
@@ -219,6 +225,7 @@ func (c *call) awaitCancel(t *time.Timer) (ok bool) {
 		return true
 	case <-g.C:
 	case <-by:
+	case <-gone:
 	}
 	return false
 }
@@ -236,11 +243,10 @@ func (c *call) stoppingErr() error {
 	if c.cancel == nil {
 		return c.db.unavailable(errNoAnswer)
 	}
-	cn := c.cn
-	if cn == nil {
+	if c.cn == nil {
 		return c.db.timeout(errors.New("statement timeout: the call's time ran out before its statement was cancelled"))
 	}
-	switch cn.status() {
+	switch c.cnWas {
 	case cancelAcked:
 		return c.db.timeout(errors.New("statement timeout: the backend did not stop when it was cancelled"))
 	case cancelPending:
