@@ -21,10 +21,8 @@ type call struct {
 	db     *DB
 	ctx    context.Context // the caller's
 	conn   *pgxpool.Conn
-	share  *Share        // the slot it holds, if any
-	cancel *canceller    // nil on a pool that Configure did not set up
-	cn     *cancellation // the cancellation await waited on, if any
-	cnWas  int32         // its state when await stopped waiting
+	share  *Share     // the slot it holds, if any
+	cancel *canceller // nil on a pool that Configure did not set up
 	cut    time.Time
 	// answerBy is the caller's deadline (zero: none): a cut call waits for
 	// its backend StopWait (and for a late acknowledgement of its cancel
@@ -151,9 +149,14 @@ func (c *call) await(ctx context.Context) (Timing, error) {
 		return c.result()
 	case <-t.C:
 	}
+	// The cancellation waited on, as the wait left it, names the answer.
+	cancelled := cancelNone
 	if c.cancel != nil && !errors.Is(c.ctx.Err(), context.Canceled) {
-		if c.awaitCancel(t) {
-			return c.result()
+		if cn := c.cancel.current(); cn != nil {
+			if c.awaitCancel(cn, t) {
+				return c.result()
+			}
+			cancelled = cn.status()
 		}
 	}
 	if c.db.Calls != nil {
@@ -166,7 +169,7 @@ func (c *call) await(ctx context.Context) (Timing, error) {
 		<-c.done
 		return c.result()
 	}
-	return Timing{}, &Stopping{Err: c.stoppingErr(), done: c.done}
+	return Timing{}, &Stopping{Err: c.stoppingErr(cancelled), done: c.done}
 }
 
 func (c *call) result() (Timing, error) {
@@ -182,15 +185,9 @@ func (c *call) result() (Timing, error) {
 // not come (a busy server's is late); StopWait after the acknowledgement
 // for the backend it signalled; the result of a statement that ended as
 // its request was dropped. Never past the caller's deadline (for which t,
-// fired, is reused), nor once the caller has gone. ok reports whether
-// the work ended meanwhile. The cancellation it waited on, as it was when
-// the wait ended, is what stoppingErr names (c.cn, c.cnWas).
-func (c *call) awaitCancel(t *time.Timer) (ok bool) {
-	cn := c.cancel.current()
-	if c.cn = cn; cn == nil {
-		return false
-	}
-	defer func() { c.cnWas = cn.status() }()
+// fired, is reused), nor once the caller has gone. It reports whether
+// the work ended meanwhile.
+func (c *call) awaitCancel(cn *cancellation, t *time.Timer) (ended bool) {
 	var by <-chan time.Time
 	if !c.answerBy.IsZero() {
 		t.Reset(max(time.Until(c.answerBy), 0))
@@ -236,17 +233,16 @@ func (c *call) awaitCancel(t *time.Timer) (ok bool) {
 // acknowledged when the caller's deadline came (a busy server's
 // acknowledgement is late). Only a request not acknowledged within
 // AckWait means a database that does not answer at all.
-func (c *call) stoppingErr() error {
+func (c *call) stoppingErr(cancelled int32) error {
 	if errors.Is(c.ctx.Err(), context.Canceled) {
 		return c.db.cancelled(context.Canceled)
 	}
 	if c.cancel == nil {
 		return c.db.unavailable(errNoAnswer)
 	}
-	if c.cn == nil {
+	switch cancelled {
+	case cancelNone:
 		return c.db.timeout(errors.New("statement timeout: the call's time ran out before its statement was cancelled"))
-	}
-	switch c.cnWas {
 	case cancelAcked:
 		return c.db.timeout(errors.New("statement timeout: the backend did not stop when it was cancelled"))
 	case cancelPending:

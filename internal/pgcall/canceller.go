@@ -113,7 +113,8 @@ type cancellation struct {
 
 // States of a cancellation.
 const (
-	cancelPending int32 = iota // its request is out (or about to go), unanswered
+	cancelNone    int32 = iota // no cancellation (a call's, while none came)
+	cancelPending              // its request is out (or about to go), unanswered
 	cancelAcked                // the server acknowledged it: a live server
 	cancelSilent               // not acknowledged within AckWait: the connection is given up
 	cancelDropped              // not sent, or abandoned: the statement ended first
@@ -143,6 +144,7 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 	sctx, stop := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	h.stop, h.finished = stop, make(chan struct{})
 	cn := &cancellation{answered: make(chan struct{})}
+	cn.state.Store(cancelPending)
 	h.cur.Store(cn)
 	go func() {
 		defer close(h.finished)
@@ -171,11 +173,9 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 		case errors.Is(sctx.Err(), context.Canceled):
 			state = cancelDropped
 		}
-		if state != cancelAcked {
-			h.stale.Store(true)
-		}
 		cn.settle(state)
 		if state != cancelAcked {
+			h.stale.Store(true)
 			_ = h.conn.Conn().SetDeadline(time.Now())
 			return
 		}
