@@ -25,10 +25,10 @@ import (
 // map.queryRenderedFeatures that features were drawn and that the budget
 // meter read the RateLimit headers, provokes 429s and checks that they are
 // outlined, checks that a tile answered 503 with a Retry-After is asked
-// again once (the 503 stubbed in the browser), draws the demo at z2 and z5 from its overviews (clusters with
-// point_count > 1 rendered, through a key with room for low-zoom tiles),
-// and saves screenshots to artifacts/ (preview-z2.png, preview-z5.png
-// among them).
+// again once (the 503 stubbed in the browser), draws the demo at z2 and z5
+// from its overviews (clusters with point_count > 1 rendered, through a
+// key with room for low-zoom tiles), and saves screenshots to artifacts/
+// (preview-z2.png, preview-z5.png among them).
 //
 // It needs Chromium, node and web/browser/node_modules (`make
 // browser-deps`, which `make test` runs first); without them it fails when
