@@ -166,10 +166,12 @@ bench: testdb
 # services scripts/services.sh starts itself (not DATABASE_URL's): `pin.sh
 # off` first undoes a pinning an interrupted run left, and fails at once
 # without them.
-# 8,000 tiles a run, so that pgbench's connections are warm for most of it.
-CEILING_COUNT ?= 3
-CEILING_TILES ?= 8000
-CEILING_ARGS = -test.run '^$$' -test.bench '^BenchmarkCeiling$$' -test.benchtime $(CEILING_TILES)x -test.count $(CEILING_COUNT) -test.timeout 60m
+# CEILING_ROUNDS rounds of pgbench and geotoll in turn, CEILING_TILES tiles a
+# run (so that pgbench's fresh connections are warm for most of it); each
+# list ends with its rounds summed up (x-median, x-pooled, x-least).
+CEILING_ROUNDS ?= 6
+CEILING_TILES ?= 3000
+CEILING_ARGS = -test.run '^$$' -test.bench '^BenchmarkCeiling$$' -test.benchtime $(CEILING_TILES)x -test.count 1 -ceiling.rounds $(CEILING_ROUNDS) -test.timeout 60m
 bench-ceiling: testdb
 	$(TEST_ENV); \
 	$(GO) test -c -o $(CURDIR)/bin/ceiling.test ./cmd/geotoll; \

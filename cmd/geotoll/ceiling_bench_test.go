@@ -5,8 +5,10 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,10 +51,16 @@ var (
 // the pgbench of its own round, run seconds before it, and the two
 // clients take turns to run first after pgbench (identity in the first
 // round, gzip in the second, and so on); -count instead
-// runs each sub-benchmark its count of times in a row. (benchstat takes
-// each round's names as benchmarks of their own: compare the rounds'
-// ratios by hand.) The server's price models are built before anything
-// is timed (startLogging waits for them).
+// runs each sub-benchmark its count of times in a row. After two rounds
+// or more, a last sub-benchmark per list ("rounds") sums them up for each
+// client: x-median (the median of its rounds' x-ceiling), x-least (the
+// lowest) and x-pooled (its tiles over its time in every round against
+// pgbench's over its own). On a machine whose speed moves by a fifth
+// from one run to the next, a round's ratio is one sample; the pooled and
+// median ones are the figures to read. The server's price models are
+// built before anything is timed (startLogging waits for them).
+//
+//	go test -run '^$' -bench Ceiling -benchtime 3000x -ceiling.rounds 8 ./cmd/geotoll
 //
 // -ceiling.clients sets the connections of both (database.max_conns as
 // shipped unless told; BENCHMARKS.md's tables before 5 December used 16):
@@ -130,7 +138,11 @@ func BenchmarkCeiling(b *testing.B) {
 			b.ReportMetric(tps, "tiles/s")
 			return tps
 		}
-		geotoll := func(gzip bool) {
+		// Each round's rates, to sum the rounds up once they have run:
+		// pgbench's, identity's and gzip's.
+		pg := make([]float64, max(*ceilingRounds, 1))
+		rates := map[bool][]float64{false: make([]float64, len(pg)), true: make([]float64, len(pg))}
+		geotoll := func(round int, gzip bool) {
 			name := map[bool]string{false: "identity", true: "gzip"}[gzip]
 			b.Run(list.Name+"/"+name, func(b *testing.B) {
 				before := cpuTime()
@@ -141,6 +153,7 @@ func BenchmarkCeiling(b *testing.B) {
 						r.OK, r.Requests, loadtest.StatusText(r.Status), err, dbOutcomes("http://"+m.Addr()))
 				}
 				b.ReportMetric(r.TilesPerSec, "tiles/s")
+				rates[gzip][round] = r.TilesPerSec
 				b.ReportMetric(float64(cpu.Microseconds())/float64(r.Requests), "cpu-µs/tile")
 				if ceiling > 0 { // its pgbench ran (not filtered out by -bench)
 					b.ReportMetric(r.TilesPerSec/ceiling, "x-ceiling")
@@ -151,17 +164,69 @@ func BenchmarkCeiling(b *testing.B) {
 			})
 		}
 		for round := range max(*ceilingRounds, 1) {
-			b.Run(list.Name+"/pgbench", func(b *testing.B) { ceiling = pgbench(b, script) })
+			b.Run(list.Name+"/pgbench", func(b *testing.B) { ceiling = pgbench(b, script); pg[round] = ceiling })
 			b.Run(list.Name+"/pgbench-unsent", func(b *testing.B) { above = pgbench(b, unsent) })
 			// The first of the two runs right after pgbench is the slower
 			// on this kind of machine (either encoding, measured both
 			// ways): the rounds take turns, so that neither client pays
 			// it in every round.
 			gzipFirst := round%2 == 1
-			geotoll(gzipFirst)
-			geotoll(!gzipFirst)
+			geotoll(round, gzipFirst)
+			geotoll(round, !gzipFirst)
+		}
+		if len(pg) > 1 {
+			// The rounds summed up: each round's ratio carries the
+			// machine's drift between two runs seconds apart, and this
+			// machine's speed moves by a fifth from one to the next.
+			b.Run(list.Name+"/rounds", func(b *testing.B) {
+				for _, gzip := range []bool{false, true} {
+					name := map[bool]string{false: "identity", true: "gzip"}[gzip]
+					s, ok := summariseRounds(pg, rates[gzip])
+					if !ok {
+						continue
+					}
+					b.ReportMetric(s.median, name+"-x-median")
+					b.ReportMetric(s.pooled, name+"-x-pooled")
+					b.ReportMetric(s.least, name+"-x-least")
+				}
+			})
 		}
 	}
+}
+
+// roundsSummary sums up BenchmarkCeiling's rounds for one client: the
+// median of its rounds' ratios to their own pgbench, the least of them,
+// and the pooled ratio — the client's tiles over its time in every round
+// against pgbench's over its time (the runs serve the same number of
+// tiles, so each rate pools as a harmonic mean).
+type roundsSummary struct {
+	median, pooled, least float64
+}
+
+// summariseRounds sums up the rounds in which both pgbench and the
+// client ran (a rate of 0: filtered out by -bench, or failed); false when
+// there is none.
+func summariseRounds(pgbench, client []float64) (roundsSummary, bool) {
+	var ratios []float64
+	var pgTime, clientTime float64 // seconds a tile, summed over the rounds
+	for i := range min(len(pgbench), len(client)) {
+		if pgbench[i] <= 0 || client[i] <= 0 {
+			continue
+		}
+		ratios = append(ratios, client[i]/pgbench[i])
+		pgTime += 1 / pgbench[i]
+		clientTime += 1 / client[i]
+	}
+	if len(ratios) == 0 {
+		return roundsSummary{}, false
+	}
+	slices.Sort(ratios)
+	n := len(ratios)
+	median := ratios[n/2]
+	if n%2 == 0 {
+		median = (ratios[n/2-1] + ratios[n/2]) / 2
+	}
+	return roundsSummary{median: median, pooled: pgTime / clientTime, least: ratios[0]}, true
 }
 
 // cpuTime is the CPU time this process has used, user and system.
@@ -197,4 +262,34 @@ func dbOutcomes(base string) string {
 		return "none but ok"
 	}
 	return strings.Join(out, ", ")
+}
+
+func TestSummariseRounds(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		pgbench, client []float64
+		want            roundsSummary
+		ok              bool
+	}{
+		{"none", nil, nil, roundsSummary{}, false},
+		{"filtered out", []float64{0, 0}, []float64{100, 200}, roundsSummary{}, false},
+		{"one round", []float64{1000}, []float64{900}, roundsSummary{0.9, 0.9, 0.9}, true},
+		// Ratios 0.5, 1 and 2: the median is 1; the client took 1/500 +
+		// 1/1000 + 1/2000 s a tile-slot where pgbench took 3/1000.
+		{"odd", []float64{1000, 1000, 1000}, []float64{2000, 500, 1000}, roundsSummary{1, 0.003 / 0.0035, 0.5}, true},
+		{"even", []float64{1000, 1000}, []float64{800, 1000}, roundsSummary{0.9, 0.002 / (1/800.0 + 0.001), 0.8}, true},
+		// A round whose client failed (0) is left out, not counted as 0.
+		{"even, one left out", []float64{1000, 500, 800, 1000}, []float64{800, 500, 0, 1200}, roundsSummary{1, (0.001 + 0.002 + 0.001) / (1/800.0 + 0.002 + 1/1200.0), 0.8}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := summariseRounds(tc.pgbench, tc.client)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			const eps = 1e-9
+			if math.Abs(got.median-tc.want.median) > eps || math.Abs(got.pooled-tc.want.pooled) > eps || math.Abs(got.least-tc.want.least) > eps {
+				t.Errorf("summariseRounds = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
 }
