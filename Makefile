@@ -167,8 +167,9 @@ bench: testdb
 # off` first undoes a pinning an interrupted run left, and fails at once
 # without them.
 # CEILING_ROUNDS rounds of pgbench and geotoll in turn, CEILING_TILES tiles a
-# run (so that pgbench's fresh connections are warm for most of it); each
-# list ends with its rounds summed up (x-median, x-pooled, x-least).
+# run (750 a connection at the pool's 4: pgbench opens its connections
+# afresh each run); each list ends with its rounds summed up
+# (identity-x-pooled, gzip-x-median and so on: BenchmarkCeiling's doc).
 CEILING_ROUNDS ?= 6
 CEILING_TILES ?= 3000
 CEILING_ARGS = -test.run '^$$' -test.bench '^BenchmarkCeiling$$' -test.benchtime $(CEILING_TILES)x -test.count 1 -ceiling.rounds $(CEILING_ROUNDS) -test.timeout 60m

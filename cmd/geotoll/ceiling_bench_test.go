@@ -43,24 +43,25 @@ var (
 // the CPU this process spent per tile (the server, and the load
 // generator's small share; not PostgreSQL's nor Redis's).
 //
-//	go test -run '^$' -bench Ceiling -benchtime 4000x -count 6 ./cmd/geotoll
-//
 // On a machine whose speed drifts, -ceiling.rounds n alternates: each
 // list runs its four sub-benchmarks n times in turn (the second round's
 // are named "#01" by the testing package), so each geotoll figure is over
 // the pgbench of its own round, run seconds before it, and the two
 // clients take turns to run first after pgbench (identity in the first
 // round, gzip in the second, and so on); -count instead
-// runs each sub-benchmark its count of times in a row. After two rounds
-// or more, a last sub-benchmark per list ("rounds") sums them up for each
-// client: x-median (the median of its rounds' x-ceiling), x-least (the
-// lowest) and x-pooled (its tiles over its time in every round against
-// pgbench's over its own). On a machine whose speed moves by a fifth
-// from one run to the next, a round's ratio is one sample; the pooled and
-// median ones are the figures to read. The server's price models are
-// built before anything is timed (startLogging waits for them).
+// runs each sub-benchmark its count of times in a row (with rounds, keep
+// -count at 1). After two rounds or more, a last sub-benchmark per list
+// ("rounds") sums them up for each client, as identity-x-median (the
+// median of its rounds' x-ceiling), identity-x-least (the lowest),
+// identity-x-pooled (its tiles over its time in every round against
+// pgbench's over its own) and identity-rounds (how many rounds count:
+// those in which both its run and pgbench's passed), and the same for
+// gzip. On a machine whose speed moves by a fifth from one run to the
+// next, a round's ratio is one sample; the pooled and median ones are
+// the figures to read. The server's price models are built before
+// anything is timed (startLogging waits for them).
 //
-//	go test -run '^$' -bench Ceiling -benchtime 3000x -ceiling.rounds 8 ./cmd/geotoll
+//	go test -run '^$' -bench Ceiling -benchtime 3000x -ceiling.rounds 6 ./cmd/geotoll
 //
 // -ceiling.clients sets the connections of both (database.max_conns as
 // shipped unless told; BENCHMARKS.md's tables before 5 December used 16):
@@ -144,7 +145,10 @@ func BenchmarkCeiling(b *testing.B) {
 		rates := map[bool][]float64{false: make([]float64, len(pg)), true: make([]float64, len(pg))}
 		geotoll := func(round int, gzip bool) {
 			name := map[bool]string{false: "identity", true: "gzip"}[gzip]
-			b.Run(list.Name+"/"+name, func(b *testing.B) {
+			// The rate of the sub-benchmark's last run (the testing
+			// package runs it with b.N = 1 first), kept only if it passed.
+			var rate float64
+			ok := b.Run(list.Name+"/"+name, func(b *testing.B) {
 				before := cpuTime()
 				r, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, b.N, gzip)
 				cpu := cpuTime() - before
@@ -153,7 +157,7 @@ func BenchmarkCeiling(b *testing.B) {
 						r.OK, r.Requests, loadtest.StatusText(r.Status), err, dbOutcomes("http://"+m.Addr()))
 				}
 				b.ReportMetric(r.TilesPerSec, "tiles/s")
-				rates[gzip][round] = r.TilesPerSec
+				rate = r.TilesPerSec
 				b.ReportMetric(float64(cpu.Microseconds())/float64(r.Requests), "cpu-µs/tile")
 				if ceiling > 0 { // its pgbench ran (not filtered out by -bench)
 					b.ReportMetric(r.TilesPerSec/ceiling, "x-ceiling")
@@ -162,9 +166,14 @@ func BenchmarkCeiling(b *testing.B) {
 					b.ReportMetric(r.TilesPerSec/above, "x-unsent")
 				}
 			})
+			if ok {
+				rates[gzip][round] = rate
+			}
 		}
 		for round := range max(*ceilingRounds, 1) {
-			b.Run(list.Name+"/pgbench", func(b *testing.B) { ceiling = pgbench(b, script); pg[round] = ceiling })
+			if b.Run(list.Name+"/pgbench", func(b *testing.B) { ceiling = pgbench(b, script) }) {
+				pg[round] = ceiling
+			}
 			b.Run(list.Name+"/pgbench-unsent", func(b *testing.B) { above = pgbench(b, unsent) })
 			// The first of the two runs right after pgbench is the slower
 			// on this kind of machine (either encoding, measured both
@@ -179,6 +188,8 @@ func BenchmarkCeiling(b *testing.B) {
 			// machine's drift between two runs seconds apart, and this
 			// machine's speed moves by a fifth from one to the next.
 			b.Run(list.Name+"/rounds", func(b *testing.B) {
+				b.ReportMetric(0, "ns/op") // it runs nothing: no time to compare
+				reported := false
 				for _, gzip := range []bool{false, true} {
 					name := map[bool]string{false: "identity", true: "gzip"}[gzip]
 					s, ok := summariseRounds(pg, rates[gzip])
@@ -188,6 +199,11 @@ func BenchmarkCeiling(b *testing.B) {
 					b.ReportMetric(s.median, name+"-x-median")
 					b.ReportMetric(s.pooled, name+"-x-pooled")
 					b.ReportMetric(s.least, name+"-x-least")
+					b.ReportMetric(float64(s.rounds), name+"-rounds")
+					reported = true
+				}
+				if !reported {
+					b.Skip("no round in which pgbench and a client both ran and passed")
 				}
 			})
 		}
@@ -201,6 +217,7 @@ func BenchmarkCeiling(b *testing.B) {
 // tiles, so each rate pools as a harmonic mean).
 type roundsSummary struct {
 	median, pooled, least float64
+	rounds                int // the rounds summed up
 }
 
 // summariseRounds sums up the rounds in which both pgbench and the
@@ -226,7 +243,7 @@ func summariseRounds(pgbench, client []float64) (roundsSummary, bool) {
 	if n%2 == 0 {
 		median = (ratios[n/2-1] + ratios[n/2]) / 2
 	}
-	return roundsSummary{median: median, pooled: pgTime / clientTime, least: ratios[0]}, true
+	return roundsSummary{median: median, pooled: pgTime / clientTime, least: ratios[0], rounds: n}, true
 }
 
 // cpuTime is the CPU time this process has used, user and system.
@@ -273,13 +290,16 @@ func TestSummariseRounds(t *testing.T) {
 	}{
 		{"none", nil, nil, roundsSummary{}, false},
 		{"filtered out", []float64{0, 0}, []float64{100, 200}, roundsSummary{}, false},
-		{"one round", []float64{1000}, []float64{900}, roundsSummary{0.9, 0.9, 0.9}, true},
+		{"one round", []float64{1000}, []float64{900}, roundsSummary{0.9, 0.9, 0.9, 1}, true},
 		// Ratios 0.5, 1 and 2: the median is 1; the client took 1/500 +
 		// 1/1000 + 1/2000 s a tile-slot where pgbench took 3/1000.
-		{"odd", []float64{1000, 1000, 1000}, []float64{2000, 500, 1000}, roundsSummary{1, 0.003 / 0.0035, 0.5}, true},
-		{"even", []float64{1000, 1000}, []float64{800, 1000}, roundsSummary{0.9, 0.002 / (1/800.0 + 0.001), 0.8}, true},
+		{"odd", []float64{1000, 1000, 1000}, []float64{2000, 500, 1000}, roundsSummary{1, 0.003 / 0.0035, 0.5, 3}, true},
+		{"even", []float64{1000, 1000}, []float64{800, 1000}, roundsSummary{0.9, 0.002 / (1/800.0 + 0.001), 0.8, 2}, true},
 		// A round whose client failed (0) is left out, not counted as 0.
-		{"even, one left out", []float64{1000, 500, 800, 1000}, []float64{800, 500, 0, 1200}, roundsSummary{1, (0.001 + 0.002 + 0.001) / (1/800.0 + 0.002 + 1/1200.0), 0.8}, true},
+		{"one left out", []float64{1000, 500, 800, 1000}, []float64{800, 500, 0, 1200}, roundsSummary{1, (0.001 + 0.002 + 0.001) / (1/800.0 + 0.002 + 1/1200.0), 0.8, 3}, true},
+		// A round whose pgbench failed is left out too; four rounds are
+		// left, so the median is the middle two's mean: (0.9 + 1.1) / 2.
+		{"even, one left out", []float64{1000, 0, 1000, 500, 1000}, []float64{900, 700, 1100, 250, 1200}, roundsSummary{1, 0.005 / (1/900.0 + 1/1100.0 + 0.004 + 1/1200.0), 0.5, 4}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := summariseRounds(tc.pgbench, tc.client)
@@ -287,7 +307,7 @@ func TestSummariseRounds(t *testing.T) {
 				t.Fatalf("ok = %v, want %v", ok, tc.ok)
 			}
 			const eps = 1e-9
-			if math.Abs(got.median-tc.want.median) > eps || math.Abs(got.pooled-tc.want.pooled) > eps || math.Abs(got.least-tc.want.least) > eps {
+			if math.Abs(got.median-tc.want.median) > eps || math.Abs(got.pooled-tc.want.pooled) > eps || math.Abs(got.least-tc.want.least) > eps || got.rounds != tc.want.rounds {
 				t.Errorf("summariseRounds = %+v, want %+v", got, tc.want)
 			}
 		})
