@@ -56,8 +56,8 @@ var (
 // identity-x-pooled (its tiles over its time in every round against
 // pgbench's over its own) and identity-rounds (how many rounds count:
 // those in which both its run and pgbench's passed), and the same for
-// gzip. On a machine whose speed moves by a fifth from one run to the
-// next, a round's ratio is one sample; the pooled and median ones are
+// gzip. On a machine whose speed moves by up to half from one run to
+// the next, a round's ratio is one sample; the pooled and median ones are
 // the figures to read. The server's price models are built before
 // anything is timed (startLogging waits for them).
 //
@@ -186,7 +186,7 @@ func BenchmarkCeiling(b *testing.B) {
 		if len(pg) > 1 {
 			// The rounds summed up: each round's ratio carries the
 			// machine's drift between two runs seconds apart, and this
-			// machine's speed moves by a fifth from one to the next.
+			// machine's speed moves by up to half from one to the next.
 			b.Run(list.Name+"/rounds", func(b *testing.B) {
 				b.ReportMetric(0, "ns/op") // it runs nothing: no time to compare
 				reported := false
