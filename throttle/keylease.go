@@ -93,10 +93,11 @@ import (
 //     record a late give-back carries was settled while Redis counted the
 //     lease. A request that outlives its own TTL (geotoll serve's TTL
 //     outlasts its requests; a process that stalled) settles through the
-//     slot the move kept, opened afresh, so a refund of it may land where,
-//     without the lease, its own slot would have expired with the
-//     caller's open requests and dropped it (a gain of up to that
-//     refund).
+//     slot the move kept, opened afresh: it gets no refund (finish), where
+//     without the lease its refund would land if the caller's open
+//     requests still lived (a loss of up to that refund); its debit
+//     lands, where without the lease it would be dropped had they
+//     expired (a loss).
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
@@ -224,7 +225,7 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	a.Result = Result{Allowed: true, Cost: req.Cost, Remaining: fromMicro(remaining), Limit: req.Limit,
 		ResetAfter: millis(resetMS(remaining, sh.rate, sh.capacity))}
 	a.Ticket = &Ticket{owner: ls, key: req.Key, limit: req.Limit, debt: req.Debt, id: id,
-		paid: cost, cost: req.Cost, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond}
+		paid: cost, cost: req.Cost, maxOpen: sh.max, ttl: time.Duration(sh.ttlMS) * time.Millisecond, at: now}
 	return a, true
 }
 
@@ -307,12 +308,19 @@ func (ls *keyLease) estimate(seen seenBucket, now time.Time) float64 {
 
 // finish implements finisher for a request admitted on the lease: its
 // settlement changes what the lease holds, and its slot is free again. A
-// lease that is done is given back now.
-func (ls *keyLease) finish(_ *Ticket, delta float64) {
+// lease that is done is given back now. A request that ends after its own
+// TTL (a process that stalled) gets no refund: without the lease its slot
+// might have expired with the caller's open requests, and Redis would
+// have settled nothing; its debit stands, as Redis settles it while they
+// live. The caller may so lose the refund, never gain it.
+func (ls *keyLease) finish(t *Ticket, delta float64) {
 	s := ls.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	if now.Sub(t.at) >= t.ttl {
+		delta = math.Max(delta, 0) // debits are positive
+	}
 	s.moveOverdueLocked(ls, now)
 	if delta != 0 { // replayed at its moment with the lease's give-back
 		ls.spendLocked(now, delta)

@@ -387,6 +387,47 @@ func TestALeaseWhoseTimerIsLateMovesBeforeItsRequestSettles(t *testing.T) {
 	})
 }
 
+// TestALeasedRequestPastItsTTLGetsNoRefund: a request admitted on a lease
+// that ends after its own TTL (a process that stalled) settles through
+// the slot the lease's move kept, opened afresh; without the lease its
+// own slot might have expired with the caller's open requests, and Redis
+// would then have settled nothing (admit.lua: an F of an id that is not
+// open does nothing). So its refund is dropped — the caller may lose it,
+// never gain it — and its debit kept, as Redis keeps it while the
+// caller's open requests live.
+func TestALeasedRequestPastItsTTLGetsNoRefund(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cost float64 // what the request really cost; it paid 1
+		want float64 // 80, less the first two requests' 1 each and r's price (and its debit)
+	}{{"refund", 0.25, 77}, {"debit", 2.5, 75.5}} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachRedis(t, func(t *testing.T, f *redisFixture) {
+				s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+				b := Bucket{Key: f.key("past-ttl-" + tc.name), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+				r, _ := withBusyLease(t, s, nil, b)
+				laneIdle(t, s, b.Key) // the finishes of the requests before r are sent
+				s.mu.Lock()
+				ls := s.leases[b.Key]
+				if ls == nil || ls.timer == nil {
+					s.mu.Unlock()
+					t.Fatal("no lease with a timer for the caller")
+				}
+				ls.timer.Stop() // the stalled process's timer has not run
+				ls.grantAt = ls.grantAt.Add(-2 * DefaultTTL)
+				r.Ticket.at = r.Ticket.at.Add(-2 * DefaultTTL) // r has run past its TTL
+				s.mu.Unlock()
+				r.Ticket.Settle(tc.cost)
+				flushWithin(t, s)
+				if got := mustPeek(t, s, b).Remaining; math.Abs(got-tc.want) > 1e-5 {
+					t.Errorf("r, past its TTL, settled at %v: the bucket holds %v, want %v", tc.cost, got, tc.want)
+				}
+			})
+		})
+	}
+}
+
 // laneIdle waits until key's lane has nothing queued and no call on its
 // way, failing the test after 5 s.
 func laneIdle(t *testing.T, s *RedisStore, key string) {

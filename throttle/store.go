@@ -100,17 +100,20 @@ type Store interface {
 // Finishing never waits for the store: a Redis store sends it with the
 // caller's next batch or soon after. A nil Ticket finishes nothing.
 type Ticket struct {
-	owner    finisher
-	key      string
-	agg      *Bucket
-	limit    Limit
-	debt     float64
-	id       string
-	paid     float64 // micro-tokens
-	cost     float64 // tokens, the price at the door
-	shadow   bool
-	maxOpen  int
-	ttl      time.Duration
+	owner   finisher
+	key     string
+	agg     *Bucket
+	limit   Limit
+	debt    float64
+	id      string
+	paid    float64 // micro-tokens
+	cost    float64 // tokens, the price at the door
+	shadow  bool
+	maxOpen int
+	ttl     time.Duration
+	// at is when a lease admitted the request (zero when Redis or the
+	// in-process store did): its own slot would expire ttl after it.
+	at       time.Time
 	finished atomic.Bool
 	// known, when a Failover's primary admitted the request, is that
 	// Failover's memory of the caller's bucket: the settlement changes it
