@@ -564,7 +564,9 @@ func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool
 // settled counts the settlement of t, a request the primary admitted, by
 // delta micro-tokens (a debit when positive, a refund when negative), in
 // what is known of its caller's bucket, within the bucket's debt floor and
-// capacity as the store settles it.
+// capacity as the store settles it. A refund the store drops (a request
+// past its TTL) is counted all the same: what is known may read high by
+// it, with leases or without.
 func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -57,8 +57,9 @@ import (
 // debt beside a lease where it would without the lease, and the bucket
 // holds what it would without it once the lease is back (this replica's
 // own debits are paid from its lease first); meanwhile other replicas see
-// it that deep in debt. Four exceptions remain, all losses but one
-// (FuzzLeaseGainsNothing bounds that gain):
+// it that deep in debt. Five exceptions remain, all losses but the third
+// (FuzzLeaseGainsNothing bounds that gain) and, Redis out of reach, the
+// end of the last:
 //   - A refund of a request the lease admitted lands, in the replay, with
 //     that request's debit at the bucket's last write: when another
 //     replica's debt reached the floor before the give-back, the floor
@@ -91,13 +92,19 @@ import (
 //     busy lease whose hold is over moves before anything more is
 //     settled on it, even if its timer is late (moveOverdueLocked): the
 //     record a late give-back carries was settled while Redis counted the
-//     lease. A request that outlives its own TTL (geotoll serve's TTL
-//     outlasts its requests; a process that stalled) settles through the
-//     slot the move kept, opened afresh: it gets no refund (finish), where
-//     without the lease its refund would land if the caller's open
-//     requests still lived (a loss of up to that refund); its debit
-//     lands, where without the lease it would be dropped had they
-//     expired (a loss).
+//     lease.
+//   - A request that outlives its own TTL (geotoll serve's TTL outlasts
+//     its requests; a process that stalled) settles through the slot the
+//     move kept, opened afresh. Finished at or after its TTL, it gets no
+//     refund (finish), where without the lease its refund would land if
+//     the caller's open requests still lived (a loss of up to that
+//     refund), and its debit lands, where without the lease it would be
+//     dropped had they expired or been swept (a loss). Finished before
+//     its TTL but reaching Redis only after it (Redis out of reach), it
+//     settles in full through that slot, which the lease's entries keep
+//     open, where without the lease the caller's open requests might
+//     have expired and dropped it (a gain of up to that refund; a request
+//     Redis admitted beside the lease gains the same way).
 //
 // A lease admits nothing the bucket would refuse:
 // a request its tokens cannot pay goes to Redis with the lease given back
@@ -308,11 +315,12 @@ func (ls *keyLease) estimate(seen seenBucket, now time.Time) float64 {
 
 // finish implements finisher for a request admitted on the lease: its
 // settlement changes what the lease holds, and its slot is free again. A
-// lease that is done is given back now. A request that ends after its own
-// TTL (a process that stalled) gets no refund: without the lease its slot
-// might have expired with the caller's open requests, and Redis would
-// have settled nothing; its debit stands, as Redis settles it while they
-// live. The caller may so lose the refund, never gain it.
+// lease that is done is given back now. A request that ends at or after
+// its own TTL (a process that stalled) gets no refund: without the lease
+// its slot might have expired with the caller's open requests (or been
+// swept), and Redis would have settled nothing; its debit stands, as
+// Redis settles it while they live. The caller may so lose the refund,
+// not gain it (see keyLease for a finish that reaches Redis late).
 func (ls *keyLease) finish(t *Ticket, delta float64) {
 	s := ls.s
 	s.mu.Lock()
