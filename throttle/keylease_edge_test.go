@@ -363,16 +363,7 @@ func TestALeaseWhoseTimerIsLateMovesBeforeItsRequestSettles(t *testing.T) {
 		mem := NewMemoryStore(MemoryOptions{})
 		b := Bucket{Key: f.key("late-timer"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, rm := withBusyLease(t, s, mem, b)
-		laneIdle(t, s, b.Key) // the finishes of the requests before r are sent
-		s.mu.Lock()
-		ls := s.leases[b.Key]
-		if ls == nil || ls.timer == nil {
-			s.mu.Unlock()
-			t.Fatal("no lease with a timer for the caller")
-		}
-		ls.timer.Stop() // the stalled process's timer has not run
-		ls.grantAt = ls.grantAt.Add(-2 * testLeaseHold)
-		s.mu.Unlock()
+		stallLease(t, s, b.Key, 2*testLeaseHold, nil)
 		ops := s.Stats().Ops
 		r.Ticket.Settle(1.25)
 		rm.Ticket.Settle(1.25)
@@ -407,17 +398,7 @@ func TestALeasedRequestPastItsTTLGetsNoRefund(t *testing.T) {
 				s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
 				b := Bucket{Key: f.key("past-ttl-" + tc.name), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 				r, _ := withBusyLease(t, s, nil, b)
-				laneIdle(t, s, b.Key) // the finishes of the requests before r are sent
-				s.mu.Lock()
-				ls := s.leases[b.Key]
-				if ls == nil || ls.timer == nil {
-					s.mu.Unlock()
-					t.Fatal("no lease with a timer for the caller")
-				}
-				ls.timer.Stop() // the stalled process's timer has not run
-				ls.grantAt = ls.grantAt.Add(-2 * DefaultTTL)
-				r.Ticket.at = r.Ticket.at.Add(-2 * DefaultTTL) // r has run past its TTL
-				s.mu.Unlock()
+				stallLease(t, s, b.Key, 2*DefaultTTL, r.Ticket) // r has run past its TTL
 				r.Ticket.Settle(tc.cost)
 				flushWithin(t, s)
 				if got := mustPeek(t, s, b).Remaining; math.Abs(got-tc.want) > 1e-5 {
@@ -425,6 +406,26 @@ func TestALeasedRequestPastItsTTLGetsNoRefund(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// stallLease makes key's busy lease look as a stalled process leaves it:
+// the finishes of the requests before the running one sent, the lease's
+// timer stopped before it ran, and the call that took the lease dated back
+// by back — and the running request's ticket r too, if given.
+func stallLease(t *testing.T, s *RedisStore, key string, back time.Duration, r *Ticket) {
+	t.Helper()
+	laneIdle(t, s, key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls := s.leases[key]
+	if ls == nil || ls.timer == nil {
+		t.Fatal("no lease with a timer for the caller")
+	}
+	ls.timer.Stop()
+	ls.grantAt = ls.grantAt.Add(-back)
+	if r != nil {
+		r.at = r.at.Add(-back)
 	}
 }
 
