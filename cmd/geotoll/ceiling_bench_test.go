@@ -144,7 +144,7 @@ func BenchmarkCeiling(b *testing.B) {
 		pg := make([]float64, max(*ceilingRounds, 1))
 		rates := map[bool][]float64{false: make([]float64, len(pg)), true: make([]float64, len(pg))}
 		geotoll := func(round int, gzip bool) {
-			name := map[bool]string{false: "identity", true: "gzip"}[gzip]
+			name := clientName(gzip)
 			// The rate of the sub-benchmark's last run (the testing
 			// package runs it with b.N = 1 first), kept only if it passed.
 			var rate float64
@@ -191,7 +191,7 @@ func BenchmarkCeiling(b *testing.B) {
 				b.ReportMetric(0, "ns/op") // it runs nothing: no time to compare
 				reported := false
 				for _, gzip := range []bool{false, true} {
-					name := map[bool]string{false: "identity", true: "gzip"}[gzip]
+					name := clientName(gzip)
 					s, ok := summariseRounds(pg, rates[gzip])
 					if !ok {
 						continue
@@ -208,6 +208,15 @@ func BenchmarkCeiling(b *testing.B) {
 			})
 		}
 	}
+}
+
+// clientName names BenchmarkCeiling's load-generator client by whether it
+// accepts gzip.
+func clientName(gzip bool) string {
+	if gzip {
+		return "gzip"
+	}
+	return "identity"
 }
 
 // roundsSummary sums up BenchmarkCeiling's rounds for one client: the

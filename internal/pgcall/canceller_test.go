@@ -164,10 +164,8 @@ func TestLateCancelAcknowledgementKeepsTheConnection(t *testing.T) {
 	f.hugePolygon(t, 150_000)
 	proxy, pool := proxiedPool(t, testenv.CancelWait)
 	db := &pgcall.DB{Pool: pool, RetryAfter: 3, AcquireTimeout: 200 * time.Millisecond}
-	// Only the cancel request's connection is late, past StopWait and
-	// within AckWait.
-	late := pgcall.StopWait + (pgcall.AckWait-pgcall.StopWait)/2
-	proxy.slowNew(late)
+	// Only the cancel request's connection is late.
+	proxy.slowNew(lateAck)
 
 	start := time.Now()
 	_, err := db.Read(t.Context(), pgcall.Statement{SQL: f.stuckSQL(), Timeout: time.Second})
@@ -178,10 +176,14 @@ func TestLateCancelAcknowledgementKeepsTheConnection(t *testing.T) {
 	}
 	if p := problem.From(err); p.Code != problem.Timeout {
 		t.Errorf("problem %q after %v, want %q: the server acknowledged the cancel request %v after it was sent",
-			p.Code, answered, problem.Timeout, late)
+			p.Code, answered, problem.Timeout, lateAck)
 	}
 	heldUntilItStops(t, f, pool, stopping)
 }
+
+// lateAck is how late a busy server's acknowledgement of a cancel request
+// comes in these tests: past StopWait, within AckWait.
+const lateAck = pgcall.StopWait + (pgcall.AckWait-pgcall.StopWait)/2
 
 // proxiedPool is a pool of one connection to the read database through a
 // freezer, set up as serve sets up its own; the connection is open.
@@ -262,7 +264,7 @@ func TestDeadlineBeforeALateAcknowledgementIsATimeout(t *testing.T) {
 	f.hugePolygon(t, 150_000)
 	proxy, pool := proxiedPool(t, testenv.CancelWait)
 	db := &pgcall.DB{Pool: pool, RetryAfter: 3}
-	proxy.slowNew(pgcall.StopWait + (pgcall.AckWait-pgcall.StopWait)/2)
+	proxy.slowNew(lateAck)
 	ctx, cancel := context.WithTimeout(t.Context(), 1200*time.Millisecond)
 	defer cancel()
 	_, err := db.Read(ctx, pgcall.Statement{SQL: f.stuckSQL(), Timeout: 2 * time.Second})
