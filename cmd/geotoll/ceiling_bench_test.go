@@ -50,15 +50,22 @@ var (
 // clients take turns to run first after pgbench (identity in the first
 // round, gzip in the second, and so on); -count instead
 // runs each sub-benchmark its count of times in a row (with rounds, keep
-// -count at 1). After two rounds or more, a last sub-benchmark per list
-// ("rounds") sums them up for each client, as identity-x-median (the
-// median of its rounds' x-ceiling), identity-x-least (the lowest),
-// identity-x-pooled (its tiles over its time in every round against
-// pgbench's over its own) and identity-rounds (how many rounds count:
-// those in which both its run and pgbench's passed), and the same for
-// gzip. On a machine whose speed moves by up to half from one run to
-// the next, a round's ratio is one sample; the pooled and median ones are
-// the figures to read. The server's price models are built before
+// -count at 1). After two rounds or more, pgbench runs once more (so
+// every round's geotoll runs lie between two of its runs) and a last
+// sub-benchmark per list ("rounds") sums them up for each client, as
+// identity-x-median (the median of its rounds' x-ceiling),
+// identity-x-least (the lowest), identity-x-pooled (its tiles over its
+// time in every round against pgbench's over its own), identity-rounds
+// (how many rounds count: those in which both its run and pgbench's
+// passed) and identity-x-bracketed (pooled against the mean of the
+// pgbench runs before and after each round: a steady drift cancels), and
+// the same for gzip; and for pgbench against itself, pgbench-x-self-least
+// and pgbench-x-self-median (the lower of two consecutive pgbench runs
+// over the higher, least and median over the pairs): how far a single
+// round's ratio can fall with nothing changed but the time. On a machine
+// whose speed moves by up to half from one run to the next, a round's
+// ratio is one sample; the pooled, bracketed and median ones are the
+// figures to read. The server's price models are built before
 // anything is timed (startLogging waits for them).
 //
 //	go test -run '^$' -bench Ceiling -benchtime 3000x -ceiling.rounds 6 ./cmd/geotoll
@@ -141,8 +148,10 @@ func BenchmarkCeiling(b *testing.B) {
 		}
 		// Each round's rates, to sum the rounds up once they have run:
 		// pgbench's, identity's and gzip's.
-		pg := make([]float64, max(*ceilingRounds, 1))
-		rates := map[bool][]float64{false: make([]float64, len(pg)), true: make([]float64, len(pg))}
+		rounds := max(*ceilingRounds, 1)
+		// pg[rounds] is the closing pgbench, run after the last round.
+		pg := make([]float64, rounds+1)
+		rates := map[bool][]float64{false: make([]float64, rounds), true: make([]float64, rounds)}
 		geotoll := func(round int, gzip bool) {
 			name := clientName(gzip)
 			// The rate of the sub-benchmark's last run (the testing
@@ -170,10 +179,13 @@ func BenchmarkCeiling(b *testing.B) {
 				rates[gzip][round] = rate
 			}
 		}
-		for round := range max(*ceilingRounds, 1) {
+		runCeiling := func(round int) {
 			if b.Run(list.Name+"/pgbench", func(b *testing.B) { ceiling = pgbench(b, script) }) {
 				pg[round] = ceiling
 			}
+		}
+		for round := range rounds {
+			runCeiling(round)
 			b.Run(list.Name+"/pgbench-unsent", func(b *testing.B) { above = pgbench(b, unsent) })
 			// The first of the two runs right after pgbench is the slower
 			// on this kind of machine (either encoding, measured both
@@ -183,7 +195,11 @@ func BenchmarkCeiling(b *testing.B) {
 			geotoll(round, gzipFirst)
 			geotoll(round, !gzipFirst)
 		}
-		if len(pg) > 1 {
+		if rounds > 1 {
+			// A closing pgbench, so that every round's geotoll runs lie
+			// between two of pgbench's (bracketed), and the ceiling
+			// meets itself once more (pgbench-x-self).
+			runCeiling(rounds)
 			// The rounds summed up: each round's ratio carries the
 			// machine's drift between two runs seconds apart, and this
 			// machine's speed moves by up to half from one to the next.
@@ -192,7 +208,7 @@ func BenchmarkCeiling(b *testing.B) {
 				reported := false
 				for _, gzip := range []bool{false, true} {
 					name := clientName(gzip)
-					s, ok := summariseRounds(pg, rates[gzip])
+					s, ok := summariseRounds(pg[:rounds], rates[gzip])
 					if !ok {
 						continue
 					}
@@ -200,7 +216,14 @@ func BenchmarkCeiling(b *testing.B) {
 					b.ReportMetric(s.pooled, name+"-x-pooled")
 					b.ReportMetric(s.least, name+"-x-least")
 					b.ReportMetric(float64(s.rounds), name+"-rounds")
+					if x, ok := bracketed(pg, rates[gzip]); ok {
+						b.ReportMetric(x, name+"-x-bracketed")
+					}
 					reported = true
+				}
+				if s, ok := selfRatios(pg); ok {
+					b.ReportMetric(s.least, "pgbench-x-self-least")
+					b.ReportMetric(s.median, "pgbench-x-self-median")
 				}
 				if !reported {
 					b.Skip("no round in which pgbench and a client both ran and passed")
@@ -246,13 +269,66 @@ func summariseRounds(pgbench, client []float64) (roundsSummary, bool) {
 	if len(ratios) == 0 {
 		return roundsSummary{}, false
 	}
-	slices.Sort(ratios)
-	n := len(ratios)
-	median := ratios[n/2]
-	if n%2 == 0 {
-		median = (ratios[n/2-1] + ratios[n/2]) / 2
+	m := median(ratios) // sorts them
+	return roundsSummary{median: m, pooled: pgTime / clientTime, least: ratios[0], rounds: len(ratios)}, true
+}
+
+// bracketed is a client's pooled ratio against the pgbench runs on either
+// side of its rounds: its tiles over its time in every round whose
+// pgbench before (pgbench[i]) and after (pgbench[i+1]: the next round's,
+// or the closing one) both passed, against the mean of the two's times a
+// tile — a drift of the machine's speed along the rounds weighs on both
+// sides alike. False when no round has both.
+func bracketed(pgbench, client []float64) (float64, bool) {
+	var pgTime, clientTime float64
+	for i := range min(len(pgbench)-1, len(client)) {
+		if pgbench[i] <= 0 || pgbench[i+1] <= 0 || client[i] <= 0 {
+			continue
+		}
+		pgTime += (1/pgbench[i] + 1/pgbench[i+1]) / 2
+		clientTime += 1 / client[i]
 	}
-	return roundsSummary{median: median, pooled: pgTime / clientTime, least: ratios[0], rounds: n}, true
+	if clientTime == 0 {
+		return 0, false
+	}
+	return pgTime / clientTime, true
+}
+
+// selfSummary is how far pgbench falls from itself between two
+// consecutive runs (a round apart): the least and the median, over the
+// pairs, of the lower run's rate over the higher's. A client's ratio in a
+// single round carries that much of the machine's drift.
+type selfSummary struct {
+	least, median float64
+	pairs         int
+}
+
+// selfRatios sums up the consecutive pairs of pgbench runs that both
+// passed; false when there is none.
+func selfRatios(pgbench []float64) (selfSummary, bool) {
+	var ratios []float64
+	for i := 0; i+1 < len(pgbench); i++ {
+		a, b := pgbench[i], pgbench[i+1]
+		if a <= 0 || b <= 0 {
+			continue
+		}
+		ratios = append(ratios, min(a, b)/max(a, b))
+	}
+	if len(ratios) == 0 {
+		return selfSummary{}, false
+	}
+	return selfSummary{least: slices.Min(ratios), median: median(ratios), pairs: len(ratios)}, true
+}
+
+// median is the middle of xs (the mean of the middle two when their
+// number is even); it sorts xs.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[n/2]
 }
 
 // cpuTime is the CPU time this process has used, user and system.
@@ -318,6 +394,60 @@ func TestSummariseRounds(t *testing.T) {
 			const eps = 1e-9
 			if math.Abs(got.median-tc.want.median) > eps || math.Abs(got.pooled-tc.want.pooled) > eps || math.Abs(got.least-tc.want.least) > eps || got.rounds != tc.want.rounds {
 				t.Errorf("summariseRounds = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBracketed(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		pgbench, client []float64
+		want            float64
+		ok              bool
+	}{
+		{"none", nil, nil, 0, false},
+		{"no closing pgbench", []float64{1000}, []float64{1000}, 0, false},
+		// pgbench ran at 1000 before the round and 500 after it: a mean of
+		// 1.5 ms a tile, where the client took 1 ms.
+		{"one round", []float64{1000, 500}, []float64{1000}, 1.5, true},
+		// A steady drift cancels: the client ran at the speed of the
+		// pgbench runs around it.
+		{"drift", []float64{1000, 800, 640}, []float64{2 / (1/1000.0 + 1/800.0), 2 / (1/800.0 + 1/640.0)}, 1, true},
+		// A failed pgbench (0) leaves out both rounds it brackets; a failed
+		// client leaves out its round.
+		{"left out", []float64{1000, 0, 1000, 1000, 1000}, []float64{900, 900, 1000, 0}, 1, true},
+		{"all left out", []float64{1000, 0, 1000}, []float64{900, 900}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := bracketed(tc.pgbench, tc.client)
+			if ok != tc.ok || math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("bracketed = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestSelfRatios(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		pgbench []float64
+		want    selfSummary
+		ok      bool
+	}{
+		{"none", nil, selfSummary{}, false},
+		{"one run", []float64{1000}, selfSummary{}, false},
+		// Either way round: 1000 then 500, and 500 then 1000, are both 0.5.
+		{"either way", []float64{1000, 500, 1000}, selfSummary{0.5, 0.5, 2}, true},
+		// Pairs 0.8, 0.9, 1 (odd: the middle one) and a failed run that
+		// breaks the pairs on either side of it.
+		{"odd", []float64{800, 1000, 900, 900, 0, 700}, selfSummary{0.8, 0.9, 3}, true},
+		{"even", []float64{600, 1000, 800}, selfSummary{0.6, 0.7, 2}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := selfRatios(tc.pgbench)
+			if ok != tc.ok || math.Abs(got.least-tc.want.least) > 1e-9 || math.Abs(got.median-tc.want.median) > 1e-9 || got.pairs != tc.want.pairs {
+				t.Errorf("selfRatios = %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
 			}
 		})
 	}
