@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,7 +178,23 @@ type Pgbench struct {
 	// Transactions, when positive, is each client's count (-t) instead of
 	// a Duration.
 	Transactions int
-	Dir          string // where the script is written; default a temp dir
+	// Steady, when positive, makes Run's rate the steady one: over the
+	// span in which every client had run its first Steady transactions
+	// and none had finished (from pgbench -l's logs), not pgbench's own
+	// tps, which counts a fresh connection's warm-up and the run's tail.
+	Steady int
+	Dir    string // where the script (and logs) are written; default a temp dir
+}
+
+// PgbenchTPS is the rate pgbench's own output reports (its tps without
+// initial connection time) — with Pgbench.Steady, Run's rate is the
+// steady one instead.
+func PgbenchTPS(out string) (float64, error) {
+	m := tpsLine.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench: no tps in its output: %s", lastLines(out, 5))
+	}
+	return strconv.ParseFloat(m[1], 64)
 }
 
 var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
@@ -211,17 +228,48 @@ func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string
 		run = []string{"-t", strconv.Itoa(p.Transactions)}
 	}
 	args := append([]string{"-n", "-M", "prepared", "-c", strconv.Itoa(p.Clients), "-j", strconv.Itoa(p.Threads)}, run...)
+	var logDir string
+	if p.Steady > 0 {
+		d, err := os.MkdirTemp(dir, "log-")
+		if err != nil {
+			return 0, "", err
+		}
+		logDir = d
+		args = append(args, "-l", "--log-prefix", filepath.Join(logDir, "tx"))
+	}
 	args = append(args, "-f", file, "-D", "layer="+layer, p.DatabaseURL)
 	out, err := exec.CommandContext(ctx, p.Path, args...).CombinedOutput() //nolint:gosec // G204: p.Path is pgbench found by exec.LookPath; args are built here
 	if err != nil {
 		return 0, string(out), fmt.Errorf("pgbench: %w: %s", err, lastLines(string(out), 5))
 	}
-	m := tpsLine.FindStringSubmatch(string(out))
-	if m == nil {
-		return 0, string(out), fmt.Errorf("pgbench: no tps in its output: %s", lastLines(string(out), 5))
+	if p.Steady > 0 {
+		tps, err := readSteadyRate(logDir, p.Steady)
+		return tps, string(out), err
 	}
-	tps, err := strconv.ParseFloat(m[1], 64)
+	tps, err := PgbenchTPS(string(out))
 	return tps, string(out), err
+}
+
+// readSteadyRate is steadyRate over the logs pgbench wrote into dir (one
+// per thread).
+func readSteadyRate(dir string, skip int) (float64, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "tx.*"))
+	if err != nil {
+		return 0, err
+	}
+	if len(files) == 0 {
+		return 0, fmt.Errorf("pgbench: no transaction log in %s", dir)
+	}
+	var logs []io.Reader
+	for _, f := range files {
+		fh, err := os.Open(f) //nolint:gosec // G304: a log pgbench wrote into our temp dir
+		if err != nil {
+			return 0, err
+		}
+		defer fh.Close()
+		logs = append(logs, fh)
+	}
+	return steadyRate(logs, skip)
 }
 
 func cmpOr(v, def int) int {

@@ -34,7 +34,7 @@ func CeilingLists(points []orb.Point) []TileList {
 // CeilingOptions configure RunCeiling.
 type CeilingOptions struct {
 	Client   *Client
-	Pgbench  Pgbench // its Clients and Duration are the loops' too
+	Pgbench  Pgbench // its Clients and Duration are the loops' too; with Steady, geotoll's connections serve as many tiles each before the loops
 	Layer    *tiles.Layer
 	Lists    []TileList
 	Progress io.Writer // when set, pgbench's own output
@@ -47,13 +47,17 @@ type CeilingResult struct {
 	PgbenchTPS float64      // PgbenchScript: the tile sent, as hex text
 	UnsentTPS  float64      // PgbenchUnsentScript: the tile built, not sent
 	Loops      []LoopResult // identity, then gzip
+	Warm       *LoopResult  // geotoll's untimed warm-up (Pgbench.Steady), if any
 }
 
 // RunCeiling runs, per list, the layer's tile query through pgbench (the
 // database's own ceiling, bracketed: the tile sent as text, and not sent)
 // and then the same tiles through geotoll with the
 // same number of connections for the same time, as an identity client and
-// as a gzip client. The server must run with its tile cache off.
+// as a gzip client. The server must run with its tile cache off. With
+// Pgbench.Steady n, pgbench's rates leave each of its fresh connections'
+// first n tiles out, and geotoll's connections serve n tiles each of the
+// list (untimed) before its loops: both are measured warm.
 func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) {
 	o.Pgbench.Clients = cmpOr(o.Pgbench.Clients, 16)
 	if o.Pgbench.Duration <= 0 {
@@ -80,6 +84,13 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 				fmt.Fprintf(o.Progress, "== pgbench, list %s%s\n%s\n", list.Name, run.what, log)
 			}
 		}
+		if n := o.Pgbench.Steady; n > 0 {
+			w, err := o.Client.LoopCount(ctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, n*o.Pgbench.Clients, false)
+			if err != nil {
+				return out, err
+			}
+			res.Warm = &w
+		}
 		for _, gzip := range []bool{false, true} {
 			r, err := o.Client.Loop(ctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, o.Pgbench.Duration, gzip)
 			if err != nil {
@@ -93,9 +104,13 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 }
 
 // WriteCeiling prints tiles/s against the ceiling.
-func WriteCeiling(w io.Writer, layer string, clients int, d time.Duration, rs []CeilingResult) {
+func WriteCeiling(w io.Writer, layer string, clients, warm int, d time.Duration, rs []CeilingResult) {
 	fmt.Fprintf(w, "layer %s: %d connections for %s each; pgbench -M prepared, the same SQL and tiles (the ceiling),\n", layer, clients, d)
-	fmt.Fprintf(w, "the tile sent (as text: hex) and not sent (its length instead); while pgbench keeps the database busy, its ceiling lies between\n\n")
+	fmt.Fprintf(w, "the tile sent (as text: hex) and not sent (its length instead); while pgbench keeps the database busy, its ceiling lies between\n")
+	if warm > 0 {
+		fmt.Fprintf(w, "pgbench's rates: while all its connections ran, each past its first %d tiles (a fresh connection warms up); geotoll's connections served %d each first\n", warm, warm)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "list\ttiles\tpgbench tx/s\tnot sent\tclient\tgeotoll tiles/s\t× ceiling\t× not sent\tp50\tp99\tKB/tile\tstatus\t")
 	for _, r := range rs {
@@ -107,4 +122,9 @@ func WriteCeiling(w io.Writer, layer string, clients int, d time.Duration, rs []
 		}
 	}
 	tw.Flush()
+	for _, r := range rs {
+		if r.Warm != nil {
+			fmt.Fprintf(w, "geotoll's warm-up, list %s: %s\n", r.List, StatusText(r.Warm.Status))
+		}
+	}
 }

@@ -59,10 +59,10 @@ func (s *scenario) flags(fs *flag.FlagSet) {
 // ones and each scenario's (every scenario accepts them all).
 type scenarioFlags struct {
 	scenario
-	n, perZoom, clients, threads int
-	jsonOut, merge               string
-	verbose                      bool
-	d                            time.Duration
+	n, perZoom, clients, threads, warm int
+	jsonOut, merge                     string
+	verbose                            bool
+	d                                  time.Duration
 }
 
 func (f *scenarioFlags) flags(fs *flag.FlagSet) {
@@ -74,6 +74,7 @@ func (f *scenarioFlags) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&f.d, "duration", 10*time.Second, "ceiling: each run's length")
 	fs.IntVar(&f.clients, "clients", 16, "ceiling: connections (pgbench -c and geotoll's)")
 	fs.IntVar(&f.threads, "threads", 2, "ceiling: pgbench -j")
+	fs.IntVar(&f.warm, "warm", 100, "ceiling: tiles a connection serves before it counts: pgbench's rates leave each fresh connection's first ones out, and geotoll's connections serve as many each before they are timed (0: pgbench's own rates, no warm-up)")
 	fs.StringVar(&f.merge, "report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
 }
 
@@ -94,7 +95,7 @@ func (c *cli) scenarioCommand(name, short string) *ffcli.Command {
 // runScenario runs `geotoll loadtest fidelity|zooms|ceiling`.
 func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags, stdout, stderr io.Writer) error {
 	s := &f.scenario
-	n, jsonOut, verbose, perZoom, d, clients, threads, merge := &f.n, &f.jsonOut, &f.verbose, &f.perZoom, &f.d, &f.clients, &f.threads, &f.merge
+	n, jsonOut, verbose, perZoom, d, clients, threads, warm, merge := &f.n, &f.jsonOut, &f.verbose, &f.perZoom, &f.d, &f.clients, &f.threads, &f.warm, &f.merge
 	if name == "fidelity" && *merge != "" {
 		rep, err := loadtest.ReadFidelity(strings.Split(*merge, ",")...)
 		if err != nil {
@@ -153,17 +154,21 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 		return err
 	}
 	o := loadtest.CeilingOptions{Client: &s.client, Layer: layer, Lists: loadtest.CeilingLists(points), Progress: progress,
-		Pgbench: loadtest.Pgbench{DatabaseURL: cfg.Database.URL, Clients: *clients, Threads: *threads, Duration: *d}}
+		Pgbench: loadtest.Pgbench{DatabaseURL: cfg.Database.URL, Clients: *clients, Threads: *threads, Duration: *d, Steady: *warm}}
 	rs, err := loadtest.RunCeiling(ctx, o)
 	if err != nil {
 		return fmt.Errorf("loadtest ceiling: %w", err)
 	}
-	loadtest.WriteCeiling(stdout, layer.Name, *clients, *d, rs)
+	loadtest.WriteCeiling(stdout, layer.Name, *clients, *warm, *d, rs)
 	for _, r := range rs {
 		for _, l := range r.Loops {
 			if l.OK == 0 {
-				return fmt.Errorf("loadtest ceiling: no tile of list %s was drawn for the %s client (answered 200 or 204): %s",
-					r.List, l.Encoding, loadtest.StatusText(l.Status))
+				warm := ""
+				if r.Warm != nil {
+					warm = " (its warm-up: " + loadtest.StatusText(r.Warm.Status) + ")"
+				}
+				return fmt.Errorf("loadtest ceiling: no tile of list %s was drawn for the %s client (answered 200 or 204): %s%s",
+					r.List, l.Encoding, loadtest.StatusText(l.Status), warm)
 			}
 		}
 	}

@@ -99,7 +99,10 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 		}
 	}
 
-	out = run("ceiling", "-duration", "1s", "-clients", "2", "-threads", "1")
+	out = run("ceiling", "-duration", "1s", "-clients", "2", "-threads", "1", "-warm", "3")
+	if !strings.Contains(out, "each past its first 3 tiles") {
+		t.Errorf("the ceiling's warm-up is not said in:\n%s", out)
+	}
 	rows := regexp.MustCompile(`(?m)^\s+(z14|z8-10)\s+(\d+)\s+(\d+)\s+(\d+)\s+(identity|gzip)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s`).FindAllStringSubmatch(out, -1)
 	if len(rows) != 4 {
 		t.Fatalf("want 4 rows (2 lists × identity, gzip) in:\n%s", out)
@@ -119,7 +122,7 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 	// refused dry run).
 	for _, sc := range [][]string{
 		{"zooms", "-minzoom", "10", "-maxzoom", "11", "-per-zoom", "2"},
-		{"ceiling", "-duration", "1s", "-clients", "2", "-threads", "1"},
+		{"ceiling", "-duration", "1s", "-clients", "2", "-threads", "1", "-warm", "3"},
 	} {
 		var out, errOut bytes.Buffer
 		args := append(sc, "-url", base, "-key", "not-a-key-of-this-server", "-layer", "places")

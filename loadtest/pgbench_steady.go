@@ -1,0 +1,88 @@
+package loadtest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// steadyRate is the rate of transactions over the span in which every
+// client of a pgbench run had finished its first skip transactions and
+// none had finished its last, read from the run's per-transaction logs
+// (pgbench -l: "client transaction latency_us script epoch_s epoch_us",
+// one file per thread).
+//
+// pgbench opens its connections afresh each run, and a fresh backend's
+// first statements are slow (its first tile took 90 ms where later ones
+// took 3, on a 2-CPU host): its own tps counts that warm-up, and the
+// tail in which fewer clients are left, so it understates what the
+// database serves through warm connections — which a server's pool has.
+func steadyRate(logs []io.Reader, skip int) (float64, error) {
+	if skip < 1 {
+		return 0, fmt.Errorf("pgbench log: skip %d must be at least 1", skip)
+	}
+	ends := map[int][]time.Duration{} // each client's completion times, since the Unix epoch
+	for _, r := range logs {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			line := sc.Text()
+			f := strings.Fields(line)
+			if len(f) < 6 {
+				return 0, fmt.Errorf("pgbench log: %q: want at least 6 fields", line)
+			}
+			var v [3]int64
+			for i, field := range []string{f[0], f[4], f[5]} {
+				n, err := strconv.ParseInt(field, 10, 64)
+				if err != nil || n < 0 {
+					return 0, fmt.Errorf("pgbench log: %q: field %q is not a count", line, field)
+				}
+				v[i] = n
+			}
+			if v[0] > 1<<20 || v[1] > 1<<40 || v[2] >= 1_000_000 {
+				return 0, fmt.Errorf("pgbench log: %q: out of range", line)
+			}
+			client := int(v[0])
+			ends[client] = append(ends[client], time.Duration(v[1])*time.Second+time.Duration(v[2])*time.Microsecond)
+		}
+		if err := sc.Err(); err != nil {
+			return 0, fmt.Errorf("pgbench log: %w", err)
+		}
+	}
+	if len(ends) == 0 {
+		return 0, errors.New("pgbench log: no transactions")
+	}
+	// from: every client has finished its first skip transactions; to: the
+	// first client to finish has.
+	var from, to time.Duration
+	first := true
+	for _, e := range ends {
+		slices.Sort(e)
+		if len(e) <= skip {
+			return 0, fmt.Errorf("pgbench log: a client ran %d transactions, not more than the %d skipped", len(e), skip)
+		}
+		if start := e[skip-1]; first || start > from {
+			from = start
+		}
+		if first || e[len(e)-1] < to {
+			to = e[len(e)-1]
+		}
+		first = false
+	}
+	if to <= from {
+		return 0, fmt.Errorf("pgbench log: no span in which every client was past its first %d transactions and none had finished", skip)
+	}
+	n := 0
+	for _, e := range ends {
+		for _, t := range e {
+			if t > from && t <= to {
+				n++
+			}
+		}
+	}
+	return float64(n) / (to - from).Seconds(), nil
+}
