@@ -201,7 +201,8 @@ var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connect
 
 // Run writes script and runs `pgbench -n -M prepared -c C -j J -T T -f
 // script -D layer=LAYER` (-t N instead of -T with Transactions), returning
-// its transactions per second.
+// its transactions per second: pgbench's own, or with Steady, the steady
+// rate from its per-transaction logs (-l, written beside the script).
 func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string, error) {
 	if p.Path == "" {
 		p.Path = "pgbench"
@@ -243,7 +244,7 @@ func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string
 		return 0, string(out), fmt.Errorf("pgbench: %w: %s", err, lastLines(string(out), 5))
 	}
 	if p.Steady > 0 {
-		tps, err := readSteadyRate(logDir, p.Steady)
+		tps, err := readSteadyRate(logDir, p.Clients, p.Steady)
 		return tps, string(out), err
 	}
 	tps, err := PgbenchTPS(string(out))
@@ -252,7 +253,7 @@ func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string
 
 // readSteadyRate is steadyRate over the logs pgbench wrote into dir (one
 // per thread).
-func readSteadyRate(dir string, skip int) (float64, error) {
+func readSteadyRate(dir string, clients, skip int) (float64, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "tx.*"))
 	if err != nil {
 		return 0, err
@@ -269,7 +270,7 @@ func readSteadyRate(dir string, skip int) (float64, error) {
 		defer fh.Close()
 		logs = append(logs, fh)
 	}
-	return steadyRate(logs, skip)
+	return steadyRate(logs, clients, skip)
 }
 
 func cmpOr(v, def int) int {

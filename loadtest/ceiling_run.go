@@ -56,8 +56,9 @@ type CeilingResult struct {
 // same number of connections for the same time, as an identity client and
 // as a gzip client. The server must run with its tile cache off. With
 // Pgbench.Steady n, pgbench's rates leave each of its fresh connections'
-// first n tiles out, and geotoll's connections serve n tiles each of the
-// list (untimed) before its loops: both are measured warm.
+// first n tiles out, and geotoll serves n tiles of the list for each of its
+// connections (untimed) before its loops: both are measured warm. A pgbench run
+// in which a connection served n tiles or fewer fails.
 func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) {
 	o.Pgbench.Clients = cmpOr(o.Pgbench.Clients, 16)
 	if o.Pgbench.Duration <= 0 {
@@ -108,7 +109,7 @@ func WriteCeiling(w io.Writer, layer string, clients, warm int, d time.Duration,
 	fmt.Fprintf(w, "layer %s: %d connections for %s each; pgbench -M prepared, the same SQL and tiles (the ceiling),\n", layer, clients, d)
 	fmt.Fprintf(w, "the tile sent (as text: hex) and not sent (its length instead); while pgbench keeps the database busy, its ceiling lies between\n")
 	if warm > 0 {
-		fmt.Fprintf(w, "pgbench's rates: while all its connections ran, each past its first %d tiles (a fresh connection warms up); geotoll's connections served %d each first\n", warm, warm)
+		fmt.Fprintf(w, "pgbench's rates: while all its connections ran, each past its first %d tiles (a fresh connection warms up); geotoll served %d tiles of each list first\n", warm, warm*clients)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)

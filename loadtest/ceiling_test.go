@@ -172,16 +172,17 @@ func TestPgbenchAgainstPostGIS(t *testing.T) {
 		t.Fatalf("2 clients × 5 transactions: tps %v, %v from:\n%s", tps, err, out)
 	}
 	// The steady rate, from the run's transaction logs: each client's
-	// first 3 left out.
-	p.Transactions, p.Steady = 40, 3
+	// first 3 left out. Two threads write two logs, one client each:
+	// steadyRate fails unless it reads both.
+	p.Transactions, p.Steady, p.Threads = 40, 3, 2
 	if tps, out, err = p.Run(ctx, script, l.Name); err != nil || tps <= 0 {
 		t.Fatalf("steady rate of 2 clients × 40 transactions: tps %v, %v from:\n%s", tps, err, out)
 	}
-	p.Steady = 40 // every transaction skipped: no span left
+	p.Steady = 40 // every transaction skipped: an error, not a rate
 	if _, out, err = p.Run(ctx, script, l.Name); err == nil || !strings.Contains(err.Error(), "not more than the 40 skipped") {
 		t.Fatalf("steady rate with every transaction skipped: %v, want an error, from:\n%s", err, out)
 	}
-	p.Transactions, p.Steady = 5, 0
+	p.Transactions, p.Steady, p.Threads = 5, 0, 1
 
 	// The unsent script runs the same statements, the tile query wrapped
 	// to answer its tile's length (UnsentQuery, checked against the tiles

@@ -21,7 +21,7 @@ import (
 var (
 	ceilingClients = flag.Int("ceiling.clients", 0, "BenchmarkCeiling: the connections of pgbench and of geotoll's load generator (0: database.max_conns as shipped)")
 	ceilingRounds  = flag.Int("ceiling.rounds", 1, "BenchmarkCeiling: rounds of each list's four sub-benchmarks, one round after another (pgbench, then geotoll, then pgbench again...)")
-	ceilingWarm    = flag.Int("ceiling.warm", 100, "BenchmarkCeiling: tiles a connection serves before its rate counts: pgbench's first ones on each of its fresh connections are left out of its rate, and geotoll's pool serves as many per connection before each list is timed (0: neither)")
+	ceilingWarm    = flag.Int("ceiling.warm", 100, "BenchmarkCeiling: tiles a connection serves before its rate counts: pgbench's rates leave out the first ones of each of its fresh connections, and geotoll serves this many times -ceiling.clients tiles of each list before it is timed (0: neither; pgbench's own rates)")
 )
 
 // BenchmarkCeiling keeps BENCHMARKS.md's "cold tiles against the
@@ -44,6 +44,15 @@ var (
 // the CPU this process spent per tile (the server, and the load
 // generator's small share; not PostgreSQL's nor Redis's).
 //
+// Both sides are measured warm (-ceiling.warm n, default 100): pgbench
+// opens fresh connections every run, and a fresh backend's first tiles
+// are slow, so pgbench's tiles/s is its steady rate — over the span in
+// which each of its connections is past its first n tiles and none has
+// finished (from its per-transaction log; own-tiles/s is pgbench's own
+// figure, warm-up and tail in) — and geotoll serves n tiles a connection
+// of each list before the list is timed. A run of n tiles a connection or
+// fewer fails.
+//
 // On a machine whose speed drifts, -ceiling.rounds n alternates: each
 // list runs its four sub-benchmarks n times in turn (the second round's
 // are named "#01" by the testing package), so each geotoll figure is over
@@ -63,10 +72,10 @@ var (
 // the same for gzip; and for pgbench against itself, pgbench-x-self-least
 // and pgbench-x-self-median (the lower of two consecutive pgbench runs
 // over the higher, least and median over the pairs): how far a single
-// round's ratio can fall with nothing changed but the time. On a machine
-// whose speed moves by up to half from one run to the next, a round's
-// ratio is one sample; the pooled, bracketed and median ones are the
-// figures to read. The server's price models are built before
+// round's ratio can fall with nothing changed but the time (roughly: a
+// pair is a round apart). On a machine whose speed moves by up to half
+// from one run to the next, a round's ratio is one sample; the pooled,
+// bracketed and median ones are the figures to read. The server's price models are built before
 // anything is timed (startLogging waits for them).
 //
 //	go test -run '^$' -bench Ceiling -benchtime 3000x -ceiling.rounds 6 ./cmd/geotoll
@@ -152,7 +161,10 @@ func BenchmarkCeiling(b *testing.B) {
 			c := min(clients, b.N)
 			p := loadtest.Pgbench{DatabaseURL: testenv.ReadDatabaseURL(b), Clients: c, Threads: 2,
 				Transactions: (b.N + c - 1) / c, Dir: b.TempDir()}
-			if p.Transactions > 2*warm { // not the testing package's first run of one tile
+			if b.N > 1 { // not the testing package's probe of one tile
+				// Too few tiles a connection for the warm-up fails the
+				// run (steadyRate), rather than fall back to a rate with
+				// the warm-up in.
 				p.Steady = warm
 			}
 			tps, out, err := p.Run(ctx, script, layer.Name)
@@ -203,13 +215,20 @@ func BenchmarkCeiling(b *testing.B) {
 			}
 		}
 		runCeiling := func(round int) {
+			ceiling = 0 // a failed run leaves no rate of its probe's, nor of the last round's
 			if b.Run(list.Name+"/pgbench", func(b *testing.B) { ceiling = pgbench(b, script) }) {
 				pg[round] = ceiling
+			}
+			if pg[round] == 0 {
+				ceiling = 0
 			}
 		}
 		for round := range rounds {
 			runCeiling(round)
-			b.Run(list.Name+"/pgbench-unsent", func(b *testing.B) { above = pgbench(b, unsent) })
+			above = 0
+			if !b.Run(list.Name+"/pgbench-unsent", func(b *testing.B) { above = pgbench(b, unsent) }) {
+				above = 0
+			}
 			// The first of the two runs right after pgbench is the slower
 			// on this kind of machine (either encoding, measured both
 			// ways): the rounds take turns, so that neither client pays
@@ -300,8 +319,11 @@ func summariseRounds(pgbench, client []float64) (roundsSummary, bool) {
 // side of its rounds: its tiles over its time in every round whose
 // pgbench before (pgbench[i]) and after (pgbench[i+1]: the next round's,
 // or the closing one) both passed, against the mean of the two's times a
-// tile — a drift of the machine's speed along the rounds weighs on both
-// sides alike. False when no round has both.
+// tile. Most of a steady drift of the machine's speed cancels: all of a
+// drift linear in time for a run midway between the two pgbench runs
+// (the round's first client, after pgbench-unsent), about an eighth of it
+// over the rounds for the second one, which runs three quarters of the
+// way. False when no round has both.
 func bracketed(pgbench, client []float64) (float64, bool) {
 	var pgTime, clientTime float64
 	for i := range min(len(pgbench)-1, len(client)) {
@@ -318,9 +340,10 @@ func bracketed(pgbench, client []float64) (float64, bool) {
 }
 
 // selfSummary is how far pgbench falls from itself between two
-// consecutive runs (a round apart): the least and the median, over the
-// pairs, of the lower run's rate over the higher's. A client's ratio in a
-// single round carries that much of the machine's drift.
+// consecutive runs (a round, four runs, apart): the least and the median,
+// over the pairs, of the lower run's rate over the higher's — a rough
+// gauge of how much of the machine's drift one round's ratio (two or
+// three runs apart) may carry.
 type selfSummary struct {
 	least, median float64
 	pairs         int
@@ -434,8 +457,8 @@ func TestBracketed(t *testing.T) {
 		// pgbench ran at 1000 before the round and 500 after it: a mean of
 		// 1.5 ms a tile, where the client took 1 ms.
 		{"one round", []float64{1000, 500}, []float64{1000}, 1.5, true},
-		// A steady drift cancels: the client ran at the speed of the
-		// pgbench runs around it.
+		// The arithmetic: a client that ran at the mean speed (time a
+		// tile) of the pgbench runs around it is at 1.
 		{"drift", []float64{1000, 800, 640}, []float64{2 / (1/1000.0 + 1/800.0), 2 / (1/800.0 + 1/640.0)}, 1, true},
 		// A failed pgbench (0) leaves out both rounds it brackets; a failed
 		// client leaves out its round.

@@ -74,7 +74,7 @@ func (f *scenarioFlags) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&f.d, "duration", 10*time.Second, "ceiling: each run's length")
 	fs.IntVar(&f.clients, "clients", 16, "ceiling: connections (pgbench -c and geotoll's)")
 	fs.IntVar(&f.threads, "threads", 2, "ceiling: pgbench -j")
-	fs.IntVar(&f.warm, "warm", 100, "ceiling: tiles a connection serves before it counts: pgbench's rates leave each fresh connection's first ones out, and geotoll's connections serve as many each before they are timed (0: pgbench's own rates, no warm-up)")
+	fs.IntVar(&f.warm, "warm", 20, "ceiling: tiles a connection serves before it counts: pgbench's rates leave out each of its fresh connections' first ones, and geotoll serves this many times -clients tiles of each list before it is timed (0: pgbench's own rates, no warm-up)")
 	fs.StringVar(&f.merge, "report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
 }
 
