@@ -52,13 +52,13 @@ type CeilingResult struct {
 
 // RunCeiling runs, per list, the layer's tile query through pgbench (the
 // database's own ceiling, bracketed: the tile sent as text, and not sent)
-// and then the same tiles through geotoll with the
-// same number of connections for the same time, as an identity client and
-// as a gzip client. The server must run with its tile cache off. With
+// and then the same tiles through geotoll with the same number of
+// connections for the same time, as an identity client and as a gzip
+// client. The server must run with its tile cache off. With
 // Pgbench.Steady n, pgbench's rates leave each of its fresh connections'
-// first n tiles out, and geotoll serves n tiles of the list for each of its
-// connections (untimed) before its loops: both are measured warm. A pgbench run
-// in which a connection served n tiles or fewer fails.
+// first n tiles out, and geotoll serves n tiles of the list for each of
+// its connections (untimed) before its loops: both are measured warm. A
+// pgbench run in which a connection served n tiles or fewer fails.
 func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) {
 	o.Pgbench.Clients = cmpOr(o.Pgbench.Clients, 16)
 	if o.Pgbench.Duration <= 0 {

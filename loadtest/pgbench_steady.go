@@ -38,7 +38,11 @@ func steadyRate(logs []io.Reader, clients, skip int) (float64, error) {
 				return 0, fmt.Errorf("pgbench log: %q: want at least 6 fields", line)
 			}
 			if _, err := strconv.ParseInt(f[2], 10, 64); err != nil {
-				continue // "failed" or "skipped": not a completion
+				switch f[2] {
+				case "failed", "skipped", "serialization", "deadlock":
+					continue // not a completion
+				}
+				return 0, fmt.Errorf("pgbench log: %q: latency %q is neither a count nor a failure", line, f[2])
 			}
 			var v [3]int64
 			for i, field := range []string{f[0], f[4], f[5]} {

@@ -47,6 +47,7 @@ func TestSteadyRate(t *testing.T) {
 		{"short line", []string{"0 0 1 0 1\n"}, 1, 1, 0, "at least 6 fields"},
 		{"not a number", []string{"0 0 1 0 x 0\n"}, 1, 1, 0, "not a count"},
 		{"negative", []string{"-1 0 1 0 1 0\n"}, 1, 1, 0, "not a count"},
+		{"latency neither a count nor a failure", []string{"0 0 1.5 0 1 0\n"}, 1, 1, 0, "latency"},
 		{"microseconds out of range", []string{"0 0 1 0 1 1000000\n"}, 1, 1, 0, "out of range"},
 		{"seconds beyond a Duration", []string{"0 0 1 0 9223372036 0\n"}, 1, 1, 0, "out of range"},
 	} {
@@ -74,7 +75,8 @@ func TestSteadyRate(t *testing.T) {
 func FuzzSteadyRate(f *testing.F) {
 	f.Add("0 0 1 0 1 0\n0 1 1 0 1 500\n0 2 1 0 2 0\n1 0 1 0 1 10\n1 1 1 0 1 600\n1 2 1 0 2 5\n", 2, 1)
 	f.Add("", 1, 1)
-	f.Add("0 0 1 0 8589934592 999999\n0 1 1 0 8589934592 999999\n0 2 1 0 8589934593 0\n", 1, 1)
+	f.Add("0 0 1 0 8589934591 999999\n0 1 1 0 8589934591 999999\n0 2 1 0 8589934592 0\n", 1, 1)
+	f.Add("0 0 1 0 1 0\n0 1 failed 0 1 5\n0 2 skipped 0 1 6\n0 3 1 0 1 7\n", 1, 1)
 	f.Fuzz(func(t *testing.T, log string, clients, skip int) {
 		got, err := steadyRate([]io.Reader{strings.NewReader(log)}, clients, skip)
 		if err == nil && (got <= 0 || math.IsInf(got, 0) || math.IsNaN(got)) {

@@ -153,6 +153,9 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 	if err != nil {
 		return err
 	}
+	if *clients < 1 || *warm < 0 {
+		return fmt.Errorf("loadtest ceiling: -clients %d (at least 1) and -warm %d (at least 0)", *clients, *warm)
+	}
 	o := loadtest.CeilingOptions{Client: &s.client, Layer: layer, Lists: loadtest.CeilingLists(points), Progress: progress,
 		Pgbench: loadtest.Pgbench{DatabaseURL: cfg.Database.URL, Clients: *clients, Threads: *threads, Duration: *d, Steady: *warm}}
 	rs, err := loadtest.RunCeiling(ctx, o)
