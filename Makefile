@@ -168,9 +168,10 @@ bench: testdb
 # without them.
 # CEILING_ROUNDS rounds of pgbench and geotoll in turn, CEILING_TILES tiles a
 # run (750 a connection at the pool's 4: pgbench opens its connections
-# afresh each run, and its rate is taken past each one's first 100 tiles,
-# so a run needs more than 400); each list ends with its rounds summed up
-# (identity-x-pooled, gzip-x-median and so on: BenchmarkCeiling's doc).
+# afresh each run, and its rate is taken past each one's first 100 tiles:
+# a run of 800 or fewer is no ceiling); each list ends with its rounds
+# summed up (identity-x-pooled, gzip-x-median and so on: BenchmarkCeiling's
+# doc).
 CEILING_ROUNDS ?= 6
 CEILING_TILES ?= 3000
 CEILING_ARGS = -test.run '^$$' -test.bench '^BenchmarkCeiling$$' -test.benchtime $(CEILING_TILES)x -test.count 1 -ceiling.rounds $(CEILING_ROUNDS) -test.timeout 60m
