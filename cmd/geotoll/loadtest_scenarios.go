@@ -95,7 +95,7 @@ func (c *cli) scenarioCommand(name, short string) *ffcli.Command {
 // runScenario runs `geotoll loadtest fidelity|zooms|ceiling`.
 func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags, stdout, stderr io.Writer) error {
 	s := &f.scenario
-	n, jsonOut, verbose, perZoom, d, clients, threads, warm, merge := &f.n, &f.jsonOut, &f.verbose, &f.perZoom, &f.d, &f.clients, &f.threads, &f.warm, &f.merge
+	n, jsonOut, verbose, perZoom, merge := &f.n, &f.jsonOut, &f.verbose, &f.perZoom, &f.merge
 	if name == "fidelity" && *merge != "" {
 		rep, err := loadtest.ReadFidelity(strings.Split(*merge, ",")...)
 		if err != nil {
@@ -149,20 +149,25 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 		}
 		return nil
 	}
+	return runCeilingScenario(ctx, cfg, f, layer, pool, progress, stdout)
+}
+
+// runCeilingScenario runs `geotoll loadtest ceiling`.
+func runCeilingScenario(ctx context.Context, cfg Config, f *scenarioFlags, layer *tiles.Layer, pool *pgxpool.Pool, progress, stdout io.Writer) error {
+	if f.clients < 1 || f.warm < 0 {
+		return fmt.Errorf("loadtest ceiling: -clients %d (at least 1) and -warm %d (at least 0)", f.clients, f.warm)
+	}
 	points, err := loadtest.Centroids(ctx, pool, layer)
 	if err != nil {
 		return err
 	}
-	if *clients < 1 || *warm < 0 {
-		return fmt.Errorf("loadtest ceiling: -clients %d (at least 1) and -warm %d (at least 0)", *clients, *warm)
-	}
-	o := loadtest.CeilingOptions{Client: &s.client, Layer: layer, Lists: loadtest.CeilingLists(points), Progress: progress,
-		Pgbench: loadtest.Pgbench{DatabaseURL: cfg.Database.URL, Clients: *clients, Threads: *threads, Duration: *d, Steady: *warm}}
+	o := loadtest.CeilingOptions{Client: &f.client, Layer: layer, Lists: loadtest.CeilingLists(points), Progress: progress,
+		Pgbench: loadtest.Pgbench{DatabaseURL: cfg.Database.URL, Clients: f.clients, Threads: f.threads, Duration: f.d, Steady: f.warm}}
 	rs, err := loadtest.RunCeiling(ctx, o)
 	if err != nil {
 		return fmt.Errorf("loadtest ceiling: %w", err)
 	}
-	loadtest.WriteCeiling(stdout, layer.Name, *clients, *warm, *d, rs)
+	loadtest.WriteCeiling(stdout, layer.Name, f.clients, f.warm, f.d, rs)
 	for _, r := range rs {
 		for _, l := range r.Loops {
 			if l.OK == 0 {
