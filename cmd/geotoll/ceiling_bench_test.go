@@ -131,24 +131,26 @@ func BenchmarkCeiling(b *testing.B) {
 	}
 	client := &loadtest.Client{BaseURL: "http://" + m.Addr(), Key: key}
 	lists := loadtest.CeilingLists(points)
-	// The server's pool opens its connections before anything is timed, as
-	// pgbench's clients open theirs before it counts: opened by the first
-	// 16 requests at once (when the pool had 16), on a database pinned to one busy CPU, some took
-	// longer than database.acquire_timeout (1 s), and those tiles answered
-	// 503. What these requests get is not judged.
-	if _, err := client.LoopCount(ctx, layer.Name, lists[0].Tiles, clients, 8*clients, false); err != nil {
-		b.Fatal(err)
-	}
 	warm := max(*ceilingWarm, 0)
-	for _, list := range lists {
-		// A fresh backend's first tiles are slow (its first z14 tile took
-		// about 100 ms where its hundredth took 3, on 2 shared CPUs), and pgbench
-		// opens its connections afresh each run: its rate leaves each
-		// connection's first warm tiles out (Pgbench.Steady), and the
-		// server's connections serve as many of the list before it is
-		// timed, so that both are measured warm.
-		if warm > 0 {
-			if _, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, warm*clients, false); err != nil {
+	for i, list := range lists {
+		// Untimed, before each list: the server's pool opens its
+		// connections before anything is timed, as pgbench's clients open
+		// theirs before it counts (opened by the first 16 requests at once
+		// when the pool had 16, on a database pinned to one busy CPU, some
+		// took longer than database.acquire_timeout, 1 s, and answered 503:
+		// what these requests get is not judged). And a fresh backend's
+		// first tiles are slow (its first z14 tile took about 100 ms where
+		// its hundredth took 3, on 2 shared CPUs), while pgbench opens its
+		// connections afresh each run: its rate leaves each connection's
+		// first warm tiles out (Pgbench.Steady), and the server's
+		// connections serve as many of the list, so that both are measured
+		// warm.
+		n := warm
+		if i == 0 {
+			n = max(n, 8)
+		}
+		if n > 0 {
+			if _, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, n*clients, false); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -195,12 +197,18 @@ func BenchmarkCeiling(b *testing.B) {
 		// pg[rounds] is the closing pgbench, run after the last round.
 		pg := make([]float64, rounds+1)
 		rates := map[bool][]float64{false: make([]float64, rounds), true: make([]float64, rounds)}
-		geotoll := func(round int, gzip bool) {
-			name := clientName(gzip)
-			// The rate of the sub-benchmark's last run (the testing
-			// package runs it with b.N = 1 first), kept only if it passed.
+		// passed runs a sub-benchmark and answers the rate of its last run
+		// (the testing package runs it with b.N = 1 first), or 0 when it
+		// failed or was filtered out by -bench.
+		passed := func(name string, run func(*testing.B) float64) float64 {
 			var rate float64
-			ok := b.Run(list.Name+"/"+name, func(b *testing.B) {
+			if !b.Run(list.Name+"/"+name, func(b *testing.B) { rate = run(b) }) {
+				return 0
+			}
+			return rate
+		}
+		geotoll := func(round int, gzip bool) {
+			rates[gzip][round] = passed(clientName(gzip), func(b *testing.B) float64 {
 				before := cpuTime()
 				r, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, b.N, gzip)
 				cpu := cpuTime() - before
@@ -209,7 +217,6 @@ func BenchmarkCeiling(b *testing.B) {
 						r.OK, r.Requests, loadtest.StatusText(r.Status), err, dbOutcomes("http://"+m.Addr()))
 				}
 				b.ReportMetric(r.TilesPerSec, "tiles/s")
-				rate = r.TilesPerSec
 				b.ReportMetric(float64(cpu.Microseconds())/float64(r.Requests), "cpu-µs/tile")
 				if ceiling > 0 { // its pgbench ran (not filtered out by -bench)
 					b.ReportMetric(r.TilesPerSec/ceiling, "x-ceiling")
@@ -217,26 +224,16 @@ func BenchmarkCeiling(b *testing.B) {
 				if above > 0 {
 					b.ReportMetric(r.TilesPerSec/above, "x-unsent")
 				}
+				return r.TilesPerSec
 			})
-			if ok {
-				rates[gzip][round] = rate
-			}
 		}
 		runCeiling := func(round int) {
-			ceiling = 0 // a failed run leaves no rate of its probe's, nor of the last round's
-			if b.Run(list.Name+"/pgbench", func(b *testing.B) { ceiling = pgbench(b, script) }) {
-				pg[round] = ceiling
-			}
-			if pg[round] == 0 {
-				ceiling = 0
-			}
+			ceiling = passed("pgbench", func(b *testing.B) float64 { return pgbench(b, script) })
+			pg[round] = ceiling
 		}
 		for round := range rounds {
 			runCeiling(round)
-			above = 0
-			if !b.Run(list.Name+"/pgbench-unsent", func(b *testing.B) { above = pgbench(b, unsent) }) {
-				above = 0
-			}
+			above = passed("pgbench-unsent", func(b *testing.B) float64 { return pgbench(b, unsent) })
 			// The first of the two runs right after pgbench is the slower
 			// on this kind of machine (either encoding, measured both
 			// ways): the rounds take turns, so that neither client pays
@@ -319,8 +316,7 @@ func summariseRounds(pgbench, client []float64) (roundsSummary, bool) {
 	if len(ratios) == 0 {
 		return roundsSummary{}, false
 	}
-	m := median(ratios) // sorts them
-	return roundsSummary{median: m, pooled: pgTime / clientTime, least: ratios[0], rounds: len(ratios)}, true
+	return roundsSummary{median: median(ratios), pooled: pgTime / clientTime, least: slices.Min(ratios), rounds: len(ratios)}, true
 }
 
 // bracketed is a client's pooled ratio against the pgbench runs on either
