@@ -42,7 +42,12 @@ var (
 // -count, each sub-benchmark runs its count of times in a row), and
 // cpu-µs/tile,
 // the CPU this process spent per tile (the server, and the load
-// generator's small share; not PostgreSQL's nor Redis's).
+// generator's small share; not PostgreSQL's nor Redis's). Every pgbench
+// and geotoll sub-benchmark also reports where the host's CPU went, per
+// tile (see reportHostCPU): all of it, PostgreSQL's, Redis's, pgbench's
+// client's (pgbench-µs/tile) and the rest's, with the hypervisor's steal
+// and the context switches — on a host the run keeps busy, the CPU a tile
+// costs outside the database is what keeps the server below pgbench.
 //
 // Both sides are measured warm (-ceiling.warm n, default 100): pgbench
 // opens fresh connections every run, and a fresh backend's first tiles
@@ -176,10 +181,12 @@ func BenchmarkCeiling(b *testing.B) {
 			if warm > 0 && warmed {
 				p.Steady = warm
 			}
+			host, children := readCPUUse(b), childrenCPUTime()
 			tps, out, err := p.Run(ctx, script, layer.Name)
 			if err != nil {
 				b.Fatalf("%v\n%s", err, out)
 			}
+			reportHostCPU(b, host, b.N, "pgbench", childrenCPUTime()-children)
 			own, err := loadtest.PgbenchTPS(out) // warm-up and tail in
 			if err != nil {
 				b.Fatal(err)
@@ -209,15 +216,15 @@ func BenchmarkCeiling(b *testing.B) {
 		}
 		geotoll := func(round int, gzip bool) {
 			rates[gzip][round] = passed(clientName(gzip), func(b *testing.B) float64 {
-				before := cpuTime()
+				before, host := cpuTime(), readCPUUse(b)
 				r, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, b.N, gzip)
 				cpu := cpuTime() - before
+				reportHostCPU(b, host, b.N, "cpu", cpu)
 				if err != nil || r.OK != r.Requests {
 					b.Fatalf("%d of %d tiles answered 200/204 (%s), %v; database calls since the server started: %s",
 						r.OK, r.Requests, loadtest.StatusText(r.Status), err, dbOutcomes("http://"+m.Addr()))
 				}
 				b.ReportMetric(r.TilesPerSec, "tiles/s")
-				b.ReportMetric(float64(cpu.Microseconds())/float64(r.Requests), "cpu-µs/tile")
 				if ceiling > 0 { // its pgbench ran (not filtered out by -bench)
 					b.ReportMetric(r.TilesPerSec/ceiling, "x-ceiling")
 				}
@@ -388,6 +395,45 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// childrenCPUTime is the CPU time, user and system, of this process's
+// children that have ended: pgbench's runs.
+func childrenCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// readCPUUse reads the host's CPU use so far, failing b if it cannot.
+func readCPUUse(b *testing.B) loadtest.CPUUse {
+	u, err := loadtest.ReadCPUUse()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return u
+}
+
+// reportHostCPU reports where the host's CPU went in a run of n tiles that
+// began at reading before: all of it (host-µs/tile: on a host the run
+// keeps busy, about the CPUs' count over the rate, less steal),
+// PostgreSQL's, Redis's, own's (named name: geotoll's process, or
+// pgbench's client) and the rest (the kernel's time not charged to a
+// process, and every other process); and the time the hypervisor stole
+// (steal-µs/tile) and the context switches (switches/tile), which say how
+// quiet the host was.
+func reportHostCPU(b *testing.B, before loadtest.CPUUse, n int, name string, own time.Duration) {
+	d := readCPUUse(b).Since(before)
+	per := func(t time.Duration) float64 { return float64(t.Microseconds()) / float64(n) }
+	b.ReportMetric(per(d.Busy), "host-µs/tile")
+	b.ReportMetric(per(d.Postgres), "pg-µs/tile")
+	b.ReportMetric(per(d.Redis), "redis-µs/tile")
+	b.ReportMetric(per(own), name+"-µs/tile")
+	b.ReportMetric(per(d.Busy-d.Postgres-d.Redis-own), "rest-µs/tile")
+	b.ReportMetric(per(d.Steal), "steal-µs/tile")
+	b.ReportMetric(float64(d.Switches)/float64(n), "switches/tile")
 }
 
 // dbOutcomes is the server's count of database calls by outcome other
