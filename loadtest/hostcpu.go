@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -27,15 +29,16 @@ type CPUTimes struct {
 	// (user, nice, system, irq, softirq).
 	Busy time.Duration
 	// Steal is the time a virtual machine's CPUs were ready to run and
-	// the hypervisor ran something else: time the host's own figures do
-	// not see, which slows every process on it.
+	// the hypervisor ran something else: time charged to no process here,
+	// which slows every one.
 	Steal time.Duration
 	// Postgres is that of the processes named postgres: the postmaster,
 	// every live backend, and the backends that have exited (the
 	// postmaster's reaped children) — a pgbench run's connections end
 	// with it, and their time would go missing from the live ones alone.
 	Postgres time.Duration
-	// Redis is that of the processes named redis-server.
+	// Redis is that of the processes named redis-server, with their
+	// reaped children (a save's fork).
 	Redis time.Duration
 	// Switches is the count of context switches of every CPU.
 	Switches int64
@@ -58,48 +61,131 @@ func ticks(n int64) time.Duration {
 	return time.Duration(min(max(n, -most), most)) * clockTick
 }
 
-// maxTicks bounds one CPU time field of /proc: about 350 years of a CPU,
-// so that summing them, over fields and processes, cannot overflow.
-const maxTicks = 1 << 40
+// maxTicks bounds a CPU time field of /proc that is summed: 2^50 ticks,
+// some 350,000 years of a CPU — beyond any real host's by far, and far
+// enough from overflowing that the sums over fields and processes cannot.
+const maxTicks = 1 << 50
 
-// ReadCPUUse reads the host's CPU use so far from /proc. A process that
-// ends while it is read is left out of that reading.
+// counted are the processes whose CPU time CPUUse keeps, by name (comm).
+var counted = map[string]func(u *CPUUse, ticks int64){
+	"postgres":     func(u *CPUUse, t int64) { u.postgres += t },
+	"redis-server": func(u *CPUUse, t int64) { u.redis += t },
+}
+
+// ReadCPUUse reads the host's CPU use so far from /proc, of the processes
+// this one can see there (with /proc mounted hidepid, its own user's).
 func ReadCPUUse() (CPUUse, error) { return readCPUUse(os.DirFS("/proc")) }
 
+// readTries bounds how many times readCPUUse reads the processes again.
+const readTries = 5
+
 // readCPUUse reads proc, a file system laid out as Linux's /proc.
+//
+// A process's time is its own and that of its children it has reaped, so
+// a process that ends and is reaped while the processes are read is
+// counted twice (read live, then in its parent's) or not at all (the other
+// way round): a pgbench run's backends end together. So the parents — the
+// counted processes whose parent is not one of theirs: the postmaster, the
+// first redis-server — are read before and after the others, and the
+// reading is taken again, up to readTries times, until no parent reaped
+// anything meanwhile.
 func readCPUUse(proc fs.FS) (CPUUse, error) {
-	var u CPUUse
-	stat, err := fs.ReadFile(proc, "stat")
-	if err != nil {
-		return u, err
-	}
-	if u.busy, u.steal, u.switches, err = parseStat(stat); err != nil {
-		return u, err
-	}
-	entries, err := fs.ReadDir(proc, ".")
-	if err != nil {
-		return u, err
-	}
-	for _, e := range entries {
-		if !e.IsDir() || !isPID(e.Name()) {
-			continue
+	var (
+		u       CPUUse
+		parents map[string]int64 // pid: its children's time, as the last scan read it
+	)
+	for try := 0; try < readTries; try++ {
+		before, err := readChildren(proc, parents)
+		if err != nil {
+			return u, err
 		}
-		b, err := fs.ReadFile(proc, path.Join(e.Name(), "stat"))
-		if err != nil { // it ended after the listing
+		if u, parents, err = scanCPUUse(proc); err != nil {
+			return u, err
+		}
+		after, err := readChildren(proc, parents)
+		if err != nil {
+			return u, err
+		}
+		if try > 0 && maps.Equal(before, after) {
+			break
+		}
+	}
+	return u, nil
+}
+
+// readChildren reads the children's time of each of pids now; a process
+// that has ended is left out.
+func readChildren(proc fs.FS, pids map[string]int64) (map[string]int64, error) {
+	now := make(map[string]int64, len(pids))
+	for pid := range pids {
+		b, err := readPidStat(proc, pid)
+		if err != nil {
+			return nil, err
+		}
+		if b == nil {
 			continue
 		}
 		p, err := parsePidStat(b)
 		if err != nil {
-			return u, fmt.Errorf("/proc/%s/stat: %w", e.Name(), err)
+			return nil, fmt.Errorf("/proc/%s/stat: %w", pid, err)
 		}
-		switch p.comm {
-		case "postgres":
-			u.postgres += p.own + p.children
-		case "redis-server":
-			u.redis += p.own
+		now[pid] = p.children
+	}
+	return now, nil
+}
+
+// readPidStat reads /proc/<pid>/stat: nil, with no error, when the
+// process has ended since it was listed.
+func readPidStat(proc fs.FS, pid string) ([]byte, error) {
+	b, err := fs.ReadFile(proc, path.Join(pid, "stat"))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return nil, nil
+	}
+	return b, err
+}
+
+// scanCPUUse reads /proc/stat and every counted process once; parents are
+// the counted processes whose parent is not one of the same name, with
+// their children's time.
+func scanCPUUse(proc fs.FS) (CPUUse, map[string]int64, error) {
+	var u CPUUse
+	stat, err := fs.ReadFile(proc, "stat")
+	if err != nil {
+		return u, nil, err
+	}
+	if u.busy, u.steal, u.switches, err = parseStat(stat); err != nil {
+		return u, nil, err
+	}
+	entries, err := fs.ReadDir(proc, ".")
+	if err != nil {
+		return u, nil, err
+	}
+	procs := map[string]pidStat{}
+	for _, e := range entries {
+		if !e.IsDir() || !isPID(e.Name()) {
+			continue
+		}
+		b, err := readPidStat(proc, e.Name())
+		if err != nil {
+			return u, nil, err
+		}
+		if b == nil || counted[commOf(b)] == nil { // ended, or not one counted
+			continue
+		}
+		p, err := parsePidStat(b)
+		if err != nil {
+			return u, nil, fmt.Errorf("/proc/%s/stat: %w", e.Name(), err)
+		}
+		counted[p.comm](&u, p.own+p.children)
+		procs[e.Name()] = p
+	}
+	parents := map[string]int64{}
+	for pid, p := range procs {
+		if pp, ok := procs[p.ppid]; !ok || pp.comm != p.comm {
+			parents[pid] = p.children
 		}
 	}
-	return u, nil
+	return u, parents, nil
 }
 
 func isPID(name string) bool {
@@ -118,8 +204,8 @@ var errProcStat = errors.New("malformed")
 
 // parseStat reads /proc/stat: the busy and steal time of every CPU
 // together, from its first line — "cpu user nice system idle iowait irq
-// softirq steal …" (guest time, which follows, is counted in user
-// already) — and the context switches, from its "ctxt" line.
+// softirq steal …" (guest and guest_nice, which follow, are counted in
+// user and nice already) — and the context switches, from its "ctxt" line.
 func parseStat(stat []byte) (busy, steal, switches int64, err error) {
 	line, rest, _ := bytes.Cut(stat, []byte("\n"))
 	f := strings.Fields(string(line))
@@ -154,25 +240,39 @@ func parseStat(stat []byte) (busy, steal, switches int64, err error) {
 // pidStat is what a /proc/<pid>/stat says of a process's CPU time.
 type pidStat struct {
 	comm     string
+	ppid     string
 	own      int64 // utime + stime, in clock ticks
-	children int64 // cutime + cstime: its children it has waited for
+	children int64 // cutime + cstime: its children it has reaped
+}
+
+// commOf is the comm of a /proc/<pid>/stat: between the first '(' and the
+// last ')' — comm may hold spaces and parentheses — or "" if there is none.
+func commOf(b []byte) string {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return ""
+	}
+	return string(b[open+1 : end])
 }
 
 // parsePidStat reads "pid (comm) state ppid … utime stime cutime cstime
-// …": comm may hold spaces and parentheses, so it ends at the last ')'.
+// …".
 func parsePidStat(b []byte) (pidStat, error) {
 	var p pidStat
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open {
+	end := bytes.LastIndexByte(b, ')')
+	if open := bytes.IndexByte(b, '('); open < 0 || end < open {
 		return p, fmt.Errorf("%w: no (comm)", errProcStat)
 	}
-	p.comm = string(b[open+1 : end])
-	// After comm: state (field 3) … utime stime cutime cstime (fields
-	// 14–17), here the 12th to the 15th.
+	p.comm = commOf(b)
+	// After comm: state ppid … utime stime cutime cstime (fields 3, 4, 14–17).
 	f := strings.Fields(string(b[end+1:]))
 	if len(f) < 15 {
 		return p, fmt.Errorf("%w: fewer than 17 fields", errProcStat)
 	}
+	if !isPID(f[1]) {
+		return p, fmt.Errorf("%w: ppid %q", errProcStat, f[1])
+	}
+	p.ppid = f[1]
 	var n [4]int64
 	for i, v := range f[11:15] {
 		x, err := strconv.ParseInt(v, 10, 64)

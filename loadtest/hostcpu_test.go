@@ -4,7 +4,12 @@ import (
 	"errors"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -24,7 +29,7 @@ func TestReadCPUUse(t *testing.T) {
 		"10/stat": {Data: []byte(pidStatLine("10", "postgres", "20", "10", "300", "40"))},
 		// A live backend.
 		"11/stat": {Data: []byte(pidStatLine("11", "postgres", "7", "3", "0", "0"))},
-		// Redis: its own time only.
+		// Redis, with its reaped children (a save's fork).
 		"20/stat": {Data: []byte(pidStatLine("20", "redis-server", "4", "2", "9", "9"))},
 		// Neither; and a comm holding parentheses and spaces.
 		"30/stat": {Data: []byte(pidStatLine("30", "a) (b c", "1000", "1000", "0", "0"))},
@@ -42,7 +47,7 @@ func TestReadCPUUse(t *testing.T) {
 		Steal:    1 * clockTick,
 		Switches: 123456,
 		Postgres: (20 + 10 + 300 + 40 + 7 + 3) * clockTick,
-		Redis:    (4 + 2) * clockTick,
+		Redis:    (4 + 2 + 9 + 9) * clockTick,
 	}
 	if d := got.Since(CPUUse{}); d != want {
 		t.Errorf("readCPUUse = %+v, want %+v", d, want)
@@ -57,20 +62,19 @@ func TestReadCPUUse(t *testing.T) {
 }
 
 func TestReadCPUUseMalformed(t *testing.T) {
-	good := []byte(pidStatLine("10", "postgres", "1", "1", "1", "1"))
 	stat := fstest.MapFile{Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt 5\n")}
 	for name, proc := range map[string]fstest.MapFS{
-		"no /proc/stat":      {"10/stat": {Data: good}},
-		"no cpu line":        {"stat": {Data: []byte("intr 1 2 3\n")}},
-		"short cpu line":     {"stat": {Data: []byte("cpu 1 2 3 4 5 6 7\n")}},
-		"negative cpu field": {"stat": {Data: []byte("cpu 1 2 3 4 5 6 7 -8\n")}},
-		"huge cpu field":     {"stat": {Data: []byte("cpu 1 2 3 4 5 6 7 99999999999999999\n")}},
+		"no /proc/stat":      {"10/stat": {Data: []byte(pidStatLine("10", "postgres", "1", "1", "1", "1"))}},
+		"no cpu line":        {"stat": {Data: []byte("intr 1 2 3\nctxt 5\n")}},
+		"short cpu line":     {"stat": {Data: []byte("cpu 1 2 3 4 5 6 7\nctxt 5\n")}},
+		"negative cpu field": {"stat": {Data: []byte("cpu 1 2 3 4 5 6 7 -8\nctxt 5\n")}},
+		"huge cpu field":     {"stat": {Data: []byte("cpu 1 2 3 4 5 6 7 9999999999999999999\nctxt 5\n")}},
 		"no ctxt line":       {"stat": {Data: []byte("cpu 1 2 3 4 5 6 7 8\nintr 1\n")}},
 		"bad ctxt":           {"stat": {Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt -5\n")}},
-		"no comm":            {"stat": &stat, "10/stat": {Data: []byte("10 postgres S 1")}},
 		"short pid stat":     {"stat": &stat, "10/stat": {Data: []byte("10 (postgres) S 1 1 1 0 -1 4 2 0 0 0 5 5\n")}},
+		"bad ppid":           {"stat": &stat, "10/stat": {Data: []byte("10 (postgres) S x 1 1 0 -1 4 2 0 0 0 5 5 5 5 5 5\n")}},
 		"non-numeric utime":  {"stat": &stat, "10/stat": {Data: []byte(pidStatLine("10", "postgres", "x", "1", "1", "1"))}},
-		"negative cutime":    {"stat": &stat, "10/stat": {Data: []byte(pidStatLine("10", "postgres", "1", "1", "-1", "1"))}},
+		"negative cutime":    {"stat": &stat, "10/stat": {Data: []byte(pidStatLine("10", "redis-server", "1", "1", "-1", "1"))}},
 		"overflowing cstime": {"stat": &stat, "10/stat": {Data: []byte(pidStatLine("10", "postgres", "1", "1", "1", "9223372036854775807"))}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -81,10 +85,70 @@ func TestReadCPUUseMalformed(t *testing.T) {
 			}
 		})
 	}
+	// A process it does not count is not parsed: however malformed, it
+	// fails nothing.
+	u, err := readCPUUse(fstest.MapFS{"stat": &stat,
+		"10/stat": {Data: []byte("10 bash S 1")},
+		"11/stat": {Data: []byte(pidStatLine("11", "bash", "x", "-1", "1", "1"))},
+		"12/stat": {Data: []byte(pidStatLine("12", "postgres", "3", "0", "0", "0"))}})
+	if err != nil || u.Since(CPUUse{}).Postgres != 3*clockTick {
+		t.Errorf("readCPUUse = %+v, %v; want postgres's 3 ticks", u, err)
+	}
 }
 
-// TestReadCPUUseLinux reads this host's /proc: the busy time only grows,
-// and this process's own CPU shows in it.
+// reapFS is a /proc in which a backend ends, and its parent reaps it,
+// right after the file reapOn is first read: its time moves from its own
+// stat to its parent's cutime.
+type reapFS struct {
+	fstest.MapFS
+	reapOn, backend, parent string
+	reaped                  bool
+}
+
+func (f *reapFS) ReadFile(name string) ([]byte, error) {
+	b, err := f.MapFS.ReadFile(name)
+	if name == f.reapOn && !f.reaped {
+		f.reaped = true
+		delete(f.MapFS, f.backend+"/stat")
+		f.MapFS[f.parent+"/stat"] = &fstest.MapFile{Data: []byte(pidStatLine(f.parent, "postgres", "20", "10", "0", "50"))}
+	}
+	return b, err
+}
+
+// TestReadCPUUseReap: a backend reaped while the processes are read is
+// counted once, whether it was read before its parent (it would count
+// twice) or after (it would count not at all).
+func TestReadCPUUseReap(t *testing.T) {
+	for _, c := range []struct{ name, backend, parent string }{
+		{"backend read first", "10", "11"},
+		{"parent read first", "11", "10"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &reapFS{MapFS: fstest.MapFS{
+				"stat":              {Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt 5\n")},
+				c.parent + "/stat":  {Data: []byte(pidStatLine(c.parent, "postgres", "20", "10", "0", "0"))},
+				c.backend + "/stat": {Data: []byte(strings.Replace(pidStatLine(c.backend, "postgres", "30", "20", "0", "0"), " S 1 ", " S "+c.parent+" ", 1))},
+			}, reapOn: c.backend + "/stat", backend: c.backend, parent: c.parent}
+			if c.parent < c.backend { // reap after the parent was read
+				f.reapOn = c.parent + "/stat"
+			}
+			u, err := readCPUUse(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.reaped {
+				t.Fatal("the backend was never reaped: the test reads nothing it means to")
+			}
+			if got := u.Since(CPUUse{}).Postgres; got != (20+10+50)*clockTick {
+				t.Errorf("postgres %v, want %v: the backend's 50 ticks once", got, (20+10+50)*clockTick)
+			}
+		})
+	}
+}
+
+// TestReadCPUUseLinux reads this host's /proc: a busy loop of this
+// process shows in the host's busy time, and this process's own stat,
+// parsed, gives its name and the CPU time getrusage gives it.
 func TestReadCPUUseLinux(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("/proc is Linux's")
@@ -96,29 +160,64 @@ func TestReadCPUUseLinux(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); { // busy
+	for start := selfCPU(t); selfCPU(t)-start < 100*time.Millisecond; { // busy
 	}
 	after, err := ReadCPUUse()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := after.Since(before); d.Busy < 5*clockTick || d.Postgres < 0 || d.Redis < 0 {
-		t.Errorf("100 ms of busy loop: %+v", d)
+	if d := after.Since(before); d.Busy < 5*clockTick {
+		t.Errorf("100 ms of this process's CPU, the host's busy time %v", d.Busy)
+	}
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rusage := selfCPU(t)
+	p, err := parsePidStat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := filepath.Base(os.Args[0]); p.comm != name[:min(len(name), 15)] {
+		t.Errorf("comm %q, want %q", p.comm, name)
+	}
+	if own := ticks(p.own); own > rusage+2*clockTick || own < rusage*9/10-5*clockTick {
+		t.Errorf("utime+stime %v, getrusage %v", own, rusage)
+	}
+	if p.ppid != strconv.Itoa(os.Getppid()) {
+		t.Errorf("ppid %s, want %d", p.ppid, os.Getppid())
 	}
 }
 
-func FuzzParsePidStat(f *testing.F) {
+// selfCPU is this process's CPU time, user and system, from getrusage.
+func selfCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// FuzzProcStat: parsePidStat and parseStat never panic, keep within their
+// bounds, and parsePidStat reads fields by position: fields appended to a
+// stat it reads change nothing.
+func FuzzProcStat(f *testing.F) {
 	f.Add([]byte(pidStatLine("10", "postgres", "20", "10", "300", "40")))
 	f.Add([]byte(pidStatLine("1", ") (", "1", "2", "3", "4")))
 	f.Add([]byte("1 (x) S"))
 	f.Add([]byte("cpu  100 5 40 9000 7 3 2 1 50 0\nctxt 9\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := parsePidStat(b)
-		if err == nil && (p.own < 0 || p.children < 0 || p.own > 2*maxTicks || p.children > 2*maxTicks) {
-			t.Errorf("parsePidStat(%q) = %+v", b, p)
+		if err == nil {
+			if p.own < 0 || p.children < 0 || p.own > 2*maxTicks || p.children > 2*maxTicks || !isPID(p.ppid) {
+				t.Errorf("parsePidStat(%q) = %+v", b, p)
+			}
+			if q, err := parsePidStat(append(slices.Clip(b), " 7 8\n"...)); err != nil || q != p {
+				t.Errorf("parsePidStat with fields appended = %+v, %v; want %+v", q, err, p)
+			}
 		}
 		busy, steal, switches, err := parseStat(b)
-		if err == nil && (busy < 0 || busy > 7*maxTicks || steal < 0 || steal > maxTicks || switches < 0) {
+		if err == nil && (busy < 0 || busy > 5*maxTicks || steal < 0 || steal > maxTicks || switches < 0) {
 			t.Errorf("parseStat(%q) = %v, %v, %v", b, busy, steal, switches)
 		}
 	})
