@@ -204,6 +204,22 @@ var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connect
 // its transactions per second: pgbench's own, or with Steady, the steady
 // rate from its per-transaction logs (-l, written beside the script).
 func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string, error) {
+	r, err := p.Exec(ctx, script, layer)
+	return r.TPS, r.Output, err
+}
+
+// PgbenchRun is what a pgbench run reports.
+type PgbenchRun struct {
+	TPS          float64 // as Run answers it
+	Output       string
+	Transactions int           // processed, by its output
+	CPU          time.Duration // pgbench's own, user and system
+}
+
+// Exec runs pgbench as Run does, and answers its transactions and CPU
+// time as well.
+func (p Pgbench) Exec(ctx context.Context, script, layer string) (PgbenchRun, error) {
+	var r PgbenchRun
 	if p.Path == "" {
 		p.Path = "pgbench"
 	}
@@ -215,14 +231,14 @@ func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string
 	if dir == "" {
 		d, err := os.MkdirTemp("", "geotoll-pgbench-")
 		if err != nil {
-			return 0, "", err
+			return r, err
 		}
 		defer os.RemoveAll(d)
 		dir = d
 	}
 	file := filepath.Join(dir, "tiles-"+layer+".pgbench")
 	if err := os.WriteFile(file, []byte(script), 0o644); err != nil { //nolint:gosec // G306: a temporary pgbench script, not a secret
-		return 0, "", err
+		return r, err
 	}
 	run := []string{"-T", strconv.Itoa(int(p.Duration.Seconds()))}
 	if p.Transactions > 0 {
@@ -233,23 +249,47 @@ func (p Pgbench) Run(ctx context.Context, script, layer string) (float64, string
 	if p.Steady > 0 {
 		d, err := os.MkdirTemp(dir, "log-")
 		if err != nil {
-			return 0, "", err
+			return r, err
 		}
 		logDir = d
 		args = append(args, "-l", "--log-prefix", filepath.Join(logDir, "tx"))
 	}
 	args = append(args, "-f", file, "-D", "layer="+layer, p.DatabaseURL)
-	out, err := exec.CommandContext(ctx, p.Path, args...).CombinedOutput() //nolint:gosec // G204: p.Path is pgbench found by exec.LookPath; args are built here
+	cmd := exec.CommandContext(ctx, p.Path, args...) //nolint:gosec // G204: p.Path is pgbench found by exec.LookPath; args are built here
+	out, err := cmd.CombinedOutput()
+	r.Output = string(out)
+	if cmd.ProcessState != nil {
+		r.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
 	if err != nil {
-		return 0, string(out), fmt.Errorf("pgbench: %w: %s", err, lastLines(string(out), 5))
+		return r, fmt.Errorf("pgbench: %w: %s", err, lastLines(r.Output, 5))
+	}
+	if r.Transactions, err = pgbenchTransactions(r.Output); err != nil {
+		return r, err
 	}
 	if p.Steady > 0 {
-		tps, err := readSteadyRate(logDir, p.Clients, p.Steady)
-		return tps, string(out), err
+		r.TPS, err = readSteadyRate(logDir, p.Clients, p.Steady)
+		return r, err
 	}
-	tps, err := PgbenchTPS(string(out))
-	return tps, string(out), err
+	r.TPS, err = PgbenchTPS(r.Output)
+	return r, err
 }
+
+// pgbenchTransactions is the count of transactions pgbench's output says
+// it processed.
+func pgbenchTransactions(out string) (int, error) {
+	m := processedLine.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench: no transaction count in its output: %s", lastLines(out, 5))
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: transaction count %q: %w", m[1], err)
+	}
+	return n, nil
+}
+
+var processedLine = regexp.MustCompile(`(?m)^number of transactions actually processed: ([0-9]+)`)
 
 // readSteadyRate is steadyRate over the logs pgbench wrote into dir (one
 // per thread).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -48,6 +49,45 @@ type CeilingResult struct {
 	UnsentTPS  float64      // PgbenchUnsentScript: the tile built, not sent
 	Loops      []LoopResult // identity, then gzip
 	Warm       *LoopResult  // geotoll's untimed warm-up (Pgbench.Steady), if any
+	// CPU is where this host's CPU went in each run — pgbench's two, then
+	// geotoll's identity and gzip loops — or nil where it cannot be read
+	// (no Linux /proc).
+	CPU []RunCPU
+}
+
+// RunCPU is where a host's CPU went in one run of RunCeiling.
+type RunCPU struct {
+	Run   string // "pgbench", "not sent", "identity" or "gzip"
+	Tiles int    // transactions or requests
+	CPUTimes
+	Pgbench time.Duration // pgbench's own CPU (in its runs)
+}
+
+// Rest is the host's busy time that neither PostgreSQL, Redis, geotoll
+// nor pgbench had: every other process's, and the kernel's charged to
+// none — a difference of figures sampled apart, which can fall a little
+// below zero.
+func (r RunCPU) Rest() time.Duration {
+	return r.Busy - r.Postgres - r.Redis - r.Geotoll - r.Pgbench
+}
+
+// meter reads the host's CPU use so far; nil where it cannot.
+func meter() *CPUUse {
+	u, err := ReadCPUUse()
+	if err != nil {
+		return nil
+	}
+	return &u
+}
+
+// addCPU appends to res.CPU what the host spent since before on a run of
+// tiles (nothing when before or the reading now is nil).
+func (res *CeilingResult) addCPU(run string, before *CPUUse, tiles int, pgbench time.Duration) {
+	now := meter()
+	if before == nil || now == nil {
+		return
+	}
+	res.CPU = append(res.CPU, RunCPU{Run: run, Tiles: tiles, CPUTimes: now.Since(*before), Pgbench: pgbench})
 }
 
 // RunCeiling runs, per list, the layer's tile query through pgbench (the
@@ -68,21 +108,23 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 	for _, list := range o.Lists {
 		res := CeilingResult{List: list.Name, Tiles: len(list.Tiles)}
 		for _, run := range []struct {
-			script func(*tiles.Layer, []maptile.Tile) (string, error)
-			tps    *float64
-			what   string
-		}{{PgbenchScript, &res.PgbenchTPS, ""}, {PgbenchUnsentScript, &res.UnsentTPS, ", tiles not sent"}} {
+			script     func(*tiles.Layer, []maptile.Tile) (string, error)
+			tps        *float64
+			name, what string
+		}{{PgbenchScript, &res.PgbenchTPS, "pgbench", ""}, {PgbenchUnsentScript, &res.UnsentTPS, "not sent", ", tiles not sent"}} {
 			script, err := run.script(o.Layer, list.Tiles)
 			if err != nil {
 				return out, err
 			}
-			tps, log, err := o.Pgbench.Run(ctx, script, o.Layer.Name)
+			before := meter()
+			r, err := o.Pgbench.Exec(ctx, script, o.Layer.Name)
 			if err != nil {
 				return out, err
 			}
-			*run.tps = tps
+			res.addCPU(run.name, before, r.Transactions, r.CPU)
+			*run.tps = r.TPS
 			if o.Progress != nil {
-				fmt.Fprintf(o.Progress, "== pgbench, list %s%s\n%s\n", list.Name, run.what, log)
+				fmt.Fprintf(o.Progress, "== pgbench, list %s%s\n%s\n", list.Name, run.what, r.Output)
 			}
 		}
 		if n := o.Pgbench.Steady; n > 0 {
@@ -93,10 +135,12 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 			res.Warm = &w
 		}
 		for _, gzip := range []bool{false, true} {
+			before := meter()
 			r, err := o.Client.Loop(ctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, o.Pgbench.Duration, gzip)
 			if err != nil {
 				return out, err
 			}
+			res.addCPU(r.Encoding, before, r.Requests, 0)
 			res.Loops = append(res.Loops, r)
 		}
 		out = append(out, res)
@@ -123,9 +167,31 @@ func WriteCeiling(w io.Writer, layer string, clients, warm int, d time.Duration,
 		}
 	}
 	tw.Flush()
+	writeCeilingCPU(w, rs)
 	for _, r := range rs {
 		if r.Warm != nil {
 			fmt.Fprintf(w, "geotoll's warm-up, list %s: %s\n", r.List, StatusText(r.Warm.Status))
 		}
 	}
+}
+
+// writeCeilingCPU prints where this host's CPU went in each run, per tile,
+// if it was read.
+func writeCeilingCPU(w io.Writer, rs []CeilingResult) {
+	if !slices.ContainsFunc(rs, func(r CeilingResult) bool { return len(r.CPU) > 0 }) {
+		return
+	}
+	fmt.Fprintf(w, "\nthis host's CPU, µs a tile over each whole run (pgbench's: with its connections' warm-up); geotoll: the processes named so\n")
+	fmt.Fprintf(w, "(a server run from its binary, and this load generator). On a host the runs keep busy, CPU outside the database is CPU it does not get\n\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "list\trun\ttiles\thost\tpostgres\tredis\tgeotoll\tpgbench\trest\tsteal\tswitches\t")
+	for _, r := range rs {
+		for _, c := range r.CPU {
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(c.Tiles, 1)) }
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", r.List, c.Run, c.Tiles,
+				per(c.Busy), per(c.Postgres), per(c.Redis), per(c.Geotoll), per(c.Pgbench), per(c.Rest()), per(c.Steal),
+				float64(c.Switches)/float64(max(c.Tiles, 1)))
+		}
+	}
+	tw.Flush()
 }

@@ -171,6 +171,11 @@ func TestPgbenchAgainstPostGIS(t *testing.T) {
 	if tps, out, err = p.Run(ctx, script, l.Name); err != nil || tps <= 0 || !strings.Contains(out, "number of transactions actually processed: 10/10\n") {
 		t.Fatalf("2 clients × 5 transactions: tps %v, %v from:\n%s", tps, err, out)
 	}
+	// Exec answers the count and pgbench's own CPU time (it spent some
+	// on connecting, if nothing else) as well.
+	if r, err := p.Exec(ctx, script, l.Name); err != nil || r.Transactions != 10 || r.TPS <= 0 || r.CPU <= 0 {
+		t.Fatalf("2 clients × 5 transactions: %d transactions, tps %v, CPU %v, %v from:\n%s", r.Transactions, r.TPS, r.CPU, err, r.Output)
+	}
 	// The steady rate, from the run's transaction logs: each client's
 	// first 3 left out. Two threads write two logs, one client each:
 	// steadyRate fails unless it reads both.
@@ -207,6 +212,25 @@ func TestPgbenchAgainstPostGIS(t *testing.T) {
 // — points (as stored and clustered) and polygons (as stored and
 // generalised) — as they are and wrapped by UnsentQuery, with the same
 // arguments: the wrapped one answers the very tile's length and level.
+func TestPgbenchTransactions(t *testing.T) {
+	for _, c := range []struct {
+		out  string
+		want int
+		ok   bool
+	}{
+		{"transaction type: t.pgbench\nnumber of transactions actually processed: 10/10\nnumber of failed transactions: 0 (0.000%)\n", 10, true},
+		{"duration: 10 s\nnumber of transactions actually processed: 12345\n", 12345, true},
+		{"number of transactions per client: 5\n", 0, false},
+		{"number of transactions actually processed: 99999999999999999999\n", 0, false},
+		{"", 0, false},
+	} {
+		n, err := pgbenchTransactions(c.out)
+		if (err == nil) != c.ok || n != c.want {
+			t.Errorf("pgbenchTransactions(%q) = %d, %v; want %d (ok %v)", c.out, n, err, c.want, c.ok)
+		}
+	}
+}
+
 func TestUnsentQueryAnswersTheTilesLength(t *testing.T) {
 	pool := testenv.ReadPool(t)
 	cat, err := tiles.NewCatalog([]tiles.Layer{{

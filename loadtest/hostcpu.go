@@ -21,7 +21,7 @@ import (
 // host's CPUs went: on a host whose CPUs a run keeps busy, a server in
 // front of the database can only serve what the CPU time left to the
 // database allows.
-type CPUUse struct{ busy, steal, postgres, redis, switches int64 }
+type CPUUse struct{ busy, steal, postgres, redis, geotoll, switches int64 }
 
 // CPUTimes is the CPU time spent between two readings of CPUUse.
 type CPUTimes struct {
@@ -40,6 +40,10 @@ type CPUTimes struct {
 	// Redis is that of the processes named redis-server, with their
 	// reaped children (a save's fork).
 	Redis time.Duration
+	// Geotoll is that of the processes named geotoll, without their
+	// children: a server run from its binary, and `geotoll loadtest`,
+	// whose child is pgbench.
+	Geotoll time.Duration
 	// Switches is the count of context switches of every CPU.
 	Switches int64
 }
@@ -48,7 +52,7 @@ type CPUTimes struct {
 func (u CPUUse) Since(earlier CPUUse) CPUTimes {
 	return CPUTimes{Busy: ticks(u.busy - earlier.busy), Steal: ticks(u.steal - earlier.steal),
 		Postgres: ticks(u.postgres - earlier.postgres), Redis: ticks(u.redis - earlier.redis),
-		Switches: u.switches - earlier.switches}
+		Geotoll: ticks(u.geotoll - earlier.geotoll), Switches: u.switches - earlier.switches}
 }
 
 // clockTick is the unit of /proc's CPU times: USER_HZ, which Linux's ABI
@@ -67,9 +71,10 @@ func ticks(n int64) time.Duration {
 const maxTicks = 1 << 50
 
 // counted are the processes whose CPU time CPUUse keeps, by name (comm).
-var counted = map[string]func(u *CPUUse, ticks int64){
-	"postgres":     func(u *CPUUse, t int64) { u.postgres += t },
-	"redis-server": func(u *CPUUse, t int64) { u.redis += t },
+var counted = map[string]func(u *CPUUse, p pidStat){
+	"postgres":     func(u *CPUUse, p pidStat) { u.postgres += p.own + p.children },
+	"redis-server": func(u *CPUUse, p pidStat) { u.redis += p.own + p.children },
+	"geotoll":      func(u *CPUUse, p pidStat) { u.geotoll += p.own },
 }
 
 // ReadCPUUse reads the host's CPU use so far from /proc, of the processes
@@ -176,7 +181,7 @@ func scanCPUUse(proc fs.FS) (CPUUse, map[string]int64, error) {
 		if err != nil {
 			return u, nil, fmt.Errorf("/proc/%s/stat: %w", e.Name(), err)
 		}
-		counted[p.comm](&u, p.own+p.children)
+		counted[p.comm](&u, p)
 		procs[e.Name()] = p
 	}
 	parents := map[string]int64{}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -31,6 +32,8 @@ func TestReadCPUUse(t *testing.T) {
 		"11/stat": {Data: []byte(pidStatLine("11", "postgres", "7", "3", "0", "0"))},
 		// Redis, with its reaped children (a save's fork).
 		"20/stat": {Data: []byte(pidStatLine("20", "redis-server", "4", "2", "9", "9"))},
+		// geotoll: its own time only (its child is pgbench).
+		"25/stat": {Data: []byte(pidStatLine("25", "geotoll", "70", "30", "500", "500"))},
 		// Neither; and a comm holding parentheses and spaces.
 		"30/stat": {Data: []byte(pidStatLine("30", "a) (b c", "1000", "1000", "0", "0"))},
 		"31/stat": {Data: []byte(pidStatLine("31", "postgres ", "1000", "1000", "0", "0"))},
@@ -48,11 +51,13 @@ func TestReadCPUUse(t *testing.T) {
 		Switches: 123456,
 		Postgres: (20 + 10 + 300 + 40 + 7 + 3) * clockTick,
 		Redis:    (4 + 2 + 9 + 9) * clockTick,
+		Geotoll:  (70 + 30) * clockTick,
 	}
 	if d := got.Since(CPUUse{}); d != want {
 		t.Errorf("readCPUUse = %+v, want %+v", d, want)
 	}
-	later := CPUUse{busy: got.busy + 100, steal: got.steal, postgres: got.postgres + 200, redis: got.redis, switches: got.switches + 7}
+	later := got
+	later.busy, later.postgres, later.switches = got.busy+100, got.postgres+200, got.switches+7
 	if d := later.Since(got); d != (CPUTimes{Busy: time.Second, Postgres: 2 * time.Second, Switches: 7}) {
 		t.Errorf("Since = %+v", d)
 	}
@@ -221,4 +226,34 @@ func FuzzProcStat(f *testing.F) {
 			t.Errorf("parseStat(%q) = %v, %v, %v", b, busy, steal, switches)
 		}
 	})
+}
+
+// TestWriteCeilingCPU: each run's CPU a tile, the rest what no process
+// counted had; no table when nothing was read.
+func TestWriteCeilingCPU(t *testing.T) {
+	rs := []CeilingResult{{List: "z14", Tiles: 396, PgbenchTPS: 1000, UnsentTPS: 1200,
+		Loops: []LoopResult{{Encoding: "identity", Requests: 2000, OK: 2000, TilesPerSec: 800}},
+		CPU: []RunCPU{
+			{Run: "pgbench", Tiles: 1000, Pgbench: 200 * time.Millisecond, CPUTimes: CPUTimes{
+				Busy: 2 * time.Second, Postgres: 1700 * time.Millisecond, Redis: 10 * time.Millisecond, Switches: 5000}},
+			{Run: "identity", Tiles: 2000, CPUTimes: CPUTimes{Busy: 5 * time.Second, Postgres: 3400 * time.Millisecond,
+				Redis: 200 * time.Millisecond, Geotoll: 1300 * time.Millisecond, Steal: 20 * time.Millisecond, Switches: 36000}},
+		}}}
+	var b strings.Builder
+	WriteCeiling(&b, "places", 4, 0, time.Second, rs)
+	out := b.String()
+	for _, row := range [][]string{
+		{"z14", "pgbench", "1000", "2000", "1700", "10", "0", "200", "90", "0", "5.0"},
+		{"z14", "identity", "2000", "2500", "1700", "100", "650", "0", "50", "10", "18.0"},
+	} {
+		if !regexp.MustCompile(`(?m)^\s*` + strings.Join(row, `\s+`) + `\s*$`).MatchString(out) {
+			t.Errorf("no row %q in:\n%s", row, out)
+		}
+	}
+	rs[0].CPU = nil
+	b.Reset()
+	WriteCeiling(&b, "places", 4, 0, time.Second, rs)
+	if strings.Contains(b.String(), "this host's CPU") {
+		t.Errorf("a CPU table with nothing read:\n%s", b.String())
+	}
 }

@@ -182,13 +182,13 @@ func BenchmarkCeiling(b *testing.B) {
 			if warm > 0 && warmed {
 				p.Steady = warm
 			}
-			host, children := readCPUUse(b), childrenCPUTime()
-			tps, out, err := p.Run(ctx, script, layer.Name)
+			host := readCPUUse(b)
+			r, err := p.Exec(ctx, script, layer.Name)
 			if err != nil {
-				b.Fatalf("%v\n%s", err, out)
+				b.Fatalf("%v\n%s", err, r.Output)
 			}
-			reportHostCPU(b, host, c*p.Transactions, "pgbench", childrenCPUTime()-children)
-			own, err := loadtest.PgbenchTPS(out) // warm-up and tail in
+			reportHostCPU(b, host, r.Transactions, "pgbench", r.CPU)
+			own, err := loadtest.PgbenchTPS(r.Output) // warm-up and tail in
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -196,8 +196,8 @@ func BenchmarkCeiling(b *testing.B) {
 			if !warmed {
 				return 0
 			}
-			b.ReportMetric(tps, "tiles/s")
-			return tps
+			b.ReportMetric(r.TPS, "tiles/s")
+			return r.TPS
 		}
 		// Each round's rates, to sum the rounds up once they have run:
 		// pgbench's, identity's and gzip's.
@@ -399,16 +399,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// childrenCPUTime is the CPU time, user and system, of this process's
-// children that have ended: pgbench's runs.
-func childrenCPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // readCPUUse reads the host's CPU use so far: nil where it cannot (no
 // Linux /proc), which it logs.
 func readCPUUse(b *testing.B) *loadtest.CPUUse {
@@ -424,25 +414,27 @@ func readCPUUse(b *testing.B) *loadtest.CPUUse {
 // began at reading before (nil: none): all of it (host-µs/tile, less the
 // hypervisor's steal), PostgreSQL's, Redis's, own's (named name: geotoll's
 // process, or pgbench's client), and the rest (rest-µs/tile: every other
-// process, and the kernel's time charged to none — a difference of
-// figures sampled apart, which can fall a little below zero); and the
-// time the hypervisor stole (steal-µs/tile) and the context switches
-// (switches/tile), which say how quiet the host was. A pgbench run's
-// figures take in its whole run — its connections' setup, their slow
-// first tiles, its tail, its per-transaction log — where its tiles/s is
-// its steady rate: they are over own-tiles/s's span, not tiles/s's.
+// process but one named geotoll, and the kernel's time charged to none —
+// a difference of figures sampled apart, which can fall a little below
+// zero); and the time the hypervisor stole (steal-µs/tile) and the
+// context switches (switches/tile), which say how quiet the host was. A
+// pgbench run's figures take in its whole run — its connections' setup,
+// their slow first tiles, its tail, its per-transaction log — where its
+// tiles/s is its steady rate: they are over own-tiles/s's span, not
+// tiles/s's.
 func reportHostCPU(b *testing.B, before *loadtest.CPUUse, n int, name string, own time.Duration) {
 	after := readCPUUse(b)
 	if before == nil || after == nil {
 		return
 	}
 	d := after.Since(*before)
+	n = max(n, 1)
 	per := func(t time.Duration) float64 { return float64(t.Microseconds()) / float64(n) }
 	b.ReportMetric(per(d.Busy), "host-µs/tile")
 	b.ReportMetric(per(d.Postgres), "pg-µs/tile")
 	b.ReportMetric(per(d.Redis), "redis-µs/tile")
 	b.ReportMetric(per(own), name+"-µs/tile")
-	b.ReportMetric(per(d.Busy-d.Postgres-d.Redis-own), "rest-µs/tile")
+	b.ReportMetric(per(d.Busy-d.Postgres-d.Redis-d.Geotoll-own), "rest-µs/tile")
 	b.ReportMetric(per(d.Steal), "steal-µs/tile")
 	b.ReportMetric(float64(d.Switches)/float64(n), "switches/tile")
 }

@@ -26,7 +26,8 @@ key's tier must never refuse (loadtest/opendata.yaml does both).
 scenarios:
   fidelity  sampled tiles: dry-run price, X-Request-Cost and database time; Spearman ρ
   zooms     per zoom: bytes, features and database time
-  ceiling   dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll, identity and gzip`
+  ceiling   dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll, identity and gzip,
+            and where this host's CPU went in each run (Linux)`
 
 // scenario holds the flags every scenario shares.
 type scenario struct {

@@ -19,6 +19,21 @@ import (
 	"github.com/geotoll/geotoll/tiles"
 )
 
+// postgresHere reports whether a process named postgres runs on this
+// host, where this test can see it.
+func postgresHere(t *testing.T) bool {
+	comms, err := filepath.Glob("/proc/[0-9]*/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range comms {
+		if b, err := os.ReadFile(c); err == nil && strings.TrimSpace(string(b)) == "postgres" {
+			return true
+		}
+	}
+	return false
+}
+
 // TestLoadtestScenariosEndToEnd runs the three measuring instruments
 // against a whole server (cache off, a tier that never refuses) on the demo
 // data, as `geotoll loadtest fidelity|zooms|ceiling` would.
@@ -113,6 +128,22 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 		rate, _ := strconv.Atoi(r[6])
 		if ceiling <= 0 || unsent <= 0 || rate <= 0 {
 			t.Errorf("row %q: pgbench %d/s, not sent %d/s, geotoll %d/s", strings.TrimSpace(r[0]), ceiling, unsent, rate)
+		}
+	}
+	// Where this host's CPU went, each run: busy, and — the database
+	// being a process here — PostgreSQL's share of pgbench's runs.
+	cpu := regexp.MustCompile(`(?m)^\s+(z14|z8-10)\s+(pgbench|not sent|identity|gzip)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s+(\d+)\s+([\d.]+)\s*$`).FindAllStringSubmatch(out, -1)
+	if len(cpu) != 8 {
+		t.Fatalf("want 8 rows of CPU a tile (2 lists × pgbench, not sent, identity, gzip) in:\n%s", out)
+	}
+	local := postgresHere(t)
+	for _, r := range cpu {
+		tiles, _ := strconv.Atoi(r[3])
+		host, _ := strconv.Atoi(r[4])
+		pg, _ := strconv.Atoi(r[5])
+		pgbench, _ := strconv.Atoi(r[8])
+		if tiles <= 0 || host <= 0 || (local && r[2] == "pgbench" && (pg <= 0 || pgbench <= 0)) {
+			t.Errorf("CPU row %q: %d tiles, host %d µs, postgres %d, pgbench %d (PostgreSQL here: %v)", strings.TrimSpace(r[0]), tiles, host, pg, pgbench, local)
 		}
 	}
 
