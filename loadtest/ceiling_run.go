@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -50,40 +49,51 @@ type CeilingResult struct {
 	Loops      []LoopResult // identity, then gzip
 	Warm       *LoopResult  // geotoll's untimed warm-up (Pgbench.Steady), if any
 	// CPU is where this host's CPU went in each run — pgbench's two, then
-	// geotoll's identity and gzip loops — or nil where it cannot be read
-	// (no Linux /proc).
-	CPU []RunCPU
+	// geotoll's identity and gzip loops — as far as it could be read:
+	// CPUErr says why a run's is missing (no Linux /proc, say).
+	CPU    []RunCPU
+	CPUErr error
 }
 
 // RunCPU is where a host's CPU went in one run of RunCeiling.
 type RunCPU struct {
 	Run   string // "pgbench", "not sent", "identity" or "gzip"
-	Tiles int    // transactions or requests
+	Tiles int    // pgbench's transactions, or the tiles geotoll answered with 200 or 204
 	CPUTimes
 	Pgbench time.Duration // pgbench's own CPU (in its runs)
 }
 
-// Rest is the host's busy time that neither PostgreSQL, Redis, geotoll
-// nor pgbench had: every other process's, and the kernel's charged to
-// none — a difference of figures sampled apart, which can fall a little
-// below zero.
+// Client is the CPU of the run's client: pgbench, and this process (the
+// load generator of geotoll's runs, idle in pgbench's).
+func (r RunCPU) Client() time.Duration { return r.Self + r.Pgbench }
+
+// Rest is the host's busy time that neither PostgreSQL, Redis, a geotoll
+// server nor the client had: every other process's, and the kernel's
+// charged to none — a difference of figures sampled apart, which can fall
+// a little below zero.
 func (r RunCPU) Rest() time.Duration {
-	return r.Busy - r.Postgres - r.Redis - r.Geotoll - r.Pgbench
+	return r.Busy - r.Postgres - r.Redis - r.Geotoll - r.Client()
 }
 
-// meter reads the host's CPU use so far; nil where it cannot.
-func meter() *CPUUse {
-	u, err := ReadCPUUse()
+// meter reads the host's CPU use so far into *u; on an error, it keeps the
+// first in res.CPUErr and clears u.
+func (res *CeilingResult) meter(u **CPUUse) {
+	r, err := ReadCPUUse()
 	if err != nil {
-		return nil
+		if res.CPUErr == nil {
+			res.CPUErr = err
+		}
+		*u = nil
+		return
 	}
-	return &u
+	*u = &r
 }
 
-// addCPU appends to res.CPU what the host spent since before on a run of
-// tiles (nothing when before or the reading now is nil).
+// addCPU appends to res.CPU what the host spent since before (nil: not
+// read) on a run of tiles.
 func (res *CeilingResult) addCPU(run string, before *CPUUse, tiles int, pgbench time.Duration) {
-	now := meter()
+	var now *CPUUse
+	res.meter(&now)
 	if before == nil || now == nil {
 		return
 	}
@@ -116,7 +126,8 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 			if err != nil {
 				return out, err
 			}
-			before := meter()
+			var before *CPUUse
+			res.meter(&before)
 			r, err := o.Pgbench.Exec(ctx, script, o.Layer.Name)
 			if err != nil {
 				return out, err
@@ -135,12 +146,13 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 			res.Warm = &w
 		}
 		for _, gzip := range []bool{false, true} {
-			before := meter()
+			var before *CPUUse
+			res.meter(&before)
 			r, err := o.Client.Loop(ctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, o.Pgbench.Duration, gzip)
 			if err != nil {
 				return out, err
 			}
-			res.addCPU(r.Encoding, before, r.Requests, 0)
+			res.addCPU(r.Encoding, before, r.OK, 0)
 			res.Loops = append(res.Loops, r)
 		}
 		out = append(out, res)
@@ -148,7 +160,8 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 	return out, nil
 }
 
-// WriteCeiling prints tiles/s against the ceiling.
+// WriteCeiling prints tiles/s against the ceiling, and where this host's
+// CPU went in each run (see RunCPU).
 func WriteCeiling(w io.Writer, layer string, clients, warm int, d time.Duration, rs []CeilingResult) {
 	fmt.Fprintf(w, "layer %s: %d connections for %s each; pgbench -M prepared, the same SQL and tiles (the ceiling),\n", layer, clients, d)
 	fmt.Fprintf(w, "the tile sent (as text: hex) and not sent (its length instead); while pgbench keeps the database busy, its ceiling lies between\n")
@@ -175,22 +188,40 @@ func WriteCeiling(w io.Writer, layer string, clients, warm int, d time.Duration,
 	}
 }
 
-// writeCeilingCPU prints where this host's CPU went in each run, per tile,
-// if it was read.
+// writeCeilingCPU prints where this host's CPU went in each run, per
+// tile, as far as it was read.
 func writeCeilingCPU(w io.Writer, rs []CeilingResult) {
-	if !slices.ContainsFunc(rs, func(r CeilingResult) bool { return len(r.CPU) > 0 }) {
+	here, read := false, false
+	for _, r := range rs {
+		if r.CPUErr != nil {
+			fmt.Fprintf(w, "\nthis host's CPU, list %s: not read for every run: %v\n", r.List, r.CPUErr)
+		}
+		for _, c := range r.CPU {
+			read, here = true, here || c.PostgresHere
+		}
+	}
+	if !read {
 		return
 	}
-	fmt.Fprintf(w, "\nthis host's CPU, µs a tile over each whole run (pgbench's: with its connections' warm-up); geotoll: the processes named so\n")
-	fmt.Fprintf(w, "(a server run from its binary, and this load generator). On a host the runs keep busy, CPU outside the database is CPU it does not get\n\n")
+	fmt.Fprintf(w, "\nthis host's CPU, µs a tile over each whole run (pgbench's: with its connections' warm-up). server: the processes\n")
+	fmt.Fprintf(w, "named geotoll but this one; client: pgbench, and this process (the load generator of geotoll's runs).\n")
+	if here {
+		fmt.Fprintf(w, "On a host the runs keep busy, CPU outside the database is CPU it does not get\n\n")
+	} else {
+		fmt.Fprintf(w, "No process named postgres was seen on this host: the database runs elsewhere, and its CPU is not here\n\n")
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "list\trun\ttiles\thost\tpostgres\tredis\tgeotoll\tpgbench\trest\tsteal\tswitches\t")
+	fmt.Fprintln(tw, "list\trun\ttiles\thost\tpostgres\tredis\tserver\tclient\trest\tsteal\tswitches\t")
 	for _, r := range rs {
 		for _, c := range r.CPU {
-			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(c.Tiles, 1)) }
+			if c.Tiles <= 0 {
+				fmt.Fprintf(tw, "%s\t%s\t0\t–\t–\t–\t–\t–\t–\t–\t–\t\n", r.List, c.Run)
+				continue
+			}
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(c.Tiles) }
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", r.List, c.Run, c.Tiles,
-				per(c.Busy), per(c.Postgres), per(c.Redis), per(c.Geotoll), per(c.Pgbench), per(c.Rest()), per(c.Steal),
-				float64(c.Switches)/float64(max(c.Tiles, 1)))
+				per(c.Busy), per(c.Postgres), per(c.Redis), per(c.Geotoll), per(c.Client()), per(c.Rest()), per(c.Steal),
+				float64(c.Switches)/float64(c.Tiles))
 		}
 	}
 	tw.Flush()

@@ -208,10 +208,8 @@ func TestPgbenchAgainstPostGIS(t *testing.T) {
 	}
 }
 
-// TestUnsentQueryAnswersTheTilesLength runs tile queries of both templates
-// — points (as stored and clustered) and polygons (as stored and
-// generalised) — as they are and wrapped by UnsentQuery, with the same
-// arguments: the wrapped one answers the very tile's length and level.
+// TestPgbenchTransactions reads the count of transactions pgbench
+// processed from its output, -t's "n/n" and -T's "n" alike.
 func TestPgbenchTransactions(t *testing.T) {
 	for _, c := range []struct {
 		out  string
@@ -220,6 +218,7 @@ func TestPgbenchTransactions(t *testing.T) {
 	}{
 		{"transaction type: t.pgbench\nnumber of transactions actually processed: 10/10\nnumber of failed transactions: 0 (0.000%)\n", 10, true},
 		{"duration: 10 s\nnumber of transactions actually processed: 12345\n", 12345, true},
+		{"number of transactions actually processed: 0/10\n", 0, true},
 		{"number of transactions per client: 5\n", 0, false},
 		{"number of transactions actually processed: 99999999999999999999\n", 0, false},
 		{"", 0, false},
@@ -231,6 +230,10 @@ func TestPgbenchTransactions(t *testing.T) {
 	}
 }
 
+// TestUnsentQueryAnswersTheTilesLength runs tile queries of both templates
+// — points (as stored and clustered) and polygons (as stored and
+// generalised) — as they are and wrapped by UnsentQuery, with the same
+// arguments: the wrapped one answers the very tile's length and level.
 func TestUnsentQueryAnswersTheTilesLength(t *testing.T) {
 	pool := testenv.ReadPool(t)
 	cat, err := tiles.NewCatalog([]tiles.Layer{{
@@ -270,5 +273,53 @@ func TestUnsentQueryAnswersTheTilesLength(t *testing.T) {
 	}
 	if len(texts) < 3 {
 		t.Fatalf("%d query texts: the test covers fewer shapes of the query than it says", len(texts))
+	}
+}
+
+// TestWriteCeilingCPU: each run's CPU a tile — the client pgbench or this
+// process, the rest what no process counted had — a run of no tiles
+// without figures, why a run has none, and whether the database was seen
+// here; no table when nothing was read.
+func TestWriteCeilingCPU(t *testing.T) {
+	rs := []CeilingResult{{List: "z14", Tiles: 396, PgbenchTPS: 1000, UnsentTPS: 1200,
+		Loops: []LoopResult{{Encoding: "identity", Requests: 2000, OK: 2000, TilesPerSec: 800}},
+		CPU: []RunCPU{
+			{Run: "pgbench", Tiles: 1000, Pgbench: 200 * time.Millisecond, CPUTimes: CPUTimes{PostgresHere: true,
+				Busy: 2 * time.Second, Postgres: 1700 * time.Millisecond, Redis: 10 * time.Millisecond, Switches: 5000}},
+			{Run: "identity", Tiles: 2000, CPUTimes: CPUTimes{PostgresHere: true, Busy: 5 * time.Second, Postgres: 3400 * time.Millisecond,
+				Redis: 200 * time.Millisecond, Geotoll: time.Second, Self: 300 * time.Millisecond, Steal: 20 * time.Millisecond, Switches: 36000}},
+			{Run: "gzip", CPUTimes: CPUTimes{PostgresHere: true, Busy: time.Second}},
+		},
+		CPUErr: errUnsettled}}
+	var b strings.Builder
+	WriteCeiling(&b, "places", 4, 0, time.Second, rs)
+	out := b.String()
+	for _, row := range [][]string{
+		{"z14", "pgbench", "1000", "2000", "1700", "10", "0", "200", "90", "0", "5.0"},
+		{"z14", "identity", "2000", "2500", "1700", "100", "500", "150", "50", "10", "18.0"},
+		{"z14", "gzip", "0", "–", "–", "–", "–", "–", "–", "–", "–"},
+	} {
+		if !regexp.MustCompile(`(?m)^\s*` + strings.Join(row, `\s+`) + `\s*$`).MatchString(out) {
+			t.Errorf("no row %q in:\n%s", row, out)
+		}
+	}
+	for _, want := range []string{"list z14: not read for every run: " + errUnsettled.Error(), "CPU outside the database is CPU it does not get"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	for i := range rs[0].CPU {
+		rs[0].CPU[i].PostgresHere = false
+	}
+	b.Reset()
+	WriteCeiling(&b, "places", 4, 0, time.Second, rs)
+	if !strings.Contains(b.String(), "No process named postgres was seen on this host") {
+		t.Errorf("no word of the database running elsewhere in:\n%s", b.String())
+	}
+	rs[0].CPU, rs[0].CPUErr = nil, nil
+	b.Reset()
+	WriteCeiling(&b, "places", 4, 0, time.Second, rs)
+	if strings.Contains(b.String(), "this host's CPU") {
+		t.Errorf("a CPU table with nothing read:\n%s", b.String())
 	}
 }

@@ -16,14 +16,20 @@ import (
 )
 
 // CPUUse is the CPU time a Linux host has spent so far, all of it and
-// that of the processes of PostgreSQL and of Redis on it, from /proc, in
-// /proc's clock ticks. Two readings around a run give, by Since, where the
-// host's CPUs went: on a host whose CPUs a run keeps busy, a server in
-// front of the database can only serve what the CPU time left to the
-// database allows.
-type CPUUse struct{ busy, steal, postgres, redis, geotoll, switches int64 }
+// that of the processes of PostgreSQL, of Redis and of geotoll on it, and
+// this process's own, from /proc, in /proc's clock ticks. Two readings
+// around a run give, by Since, where the host's CPUs went: on a host whose
+// CPUs a run keeps busy, a server in front of the database can only serve
+// what the CPU time left to the database allows.
+type CPUUse struct {
+	busy, steal, postgres, redis, geotoll, self, switches int64
+	postgresProcs                                         int // processes named postgres seen
+}
 
-// CPUTimes is the CPU time spent between two readings of CPUUse.
+// CPUTimes is the CPU time spent between two readings of CPUUse. A
+// process that ends and whose parent is not counted (a Redis another
+// program started, then stopped) takes its time with it, so each figure
+// but Busy can fall a little below zero.
 type CPUTimes struct {
 	// Busy is the time of every CPU outside idle, I/O wait and steal
 	// (user, nice, system, irq, softirq).
@@ -40,19 +46,25 @@ type CPUTimes struct {
 	// Redis is that of the processes named redis-server, with their
 	// reaped children (a save's fork).
 	Redis time.Duration
-	// Geotoll is that of the processes named geotoll, without their
-	// children: a server run from its binary, and `geotoll loadtest`,
-	// whose child is pgbench.
+	// Geotoll is that of the processes named geotoll but this one,
+	// without their children: a server run from its binary.
 	Geotoll time.Duration
+	// Self is this process's own.
+	Self time.Duration
 	// Switches is the count of context switches of every CPU.
 	Switches int64
+	// PostgresHere reports whether both readings saw a process named
+	// postgres: if not, the database runs elsewhere, and Postgres is
+	// none of its time.
+	PostgresHere bool
 }
 
 // Since is the CPU time spent from earlier to u.
 func (u CPUUse) Since(earlier CPUUse) CPUTimes {
 	return CPUTimes{Busy: ticks(u.busy - earlier.busy), Steal: ticks(u.steal - earlier.steal),
 		Postgres: ticks(u.postgres - earlier.postgres), Redis: ticks(u.redis - earlier.redis),
-		Geotoll: ticks(u.geotoll - earlier.geotoll), Switches: u.switches - earlier.switches}
+		Geotoll: ticks(u.geotoll - earlier.geotoll), Self: ticks(u.self - earlier.self),
+		Switches: u.switches - earlier.switches, PostgresHere: u.postgresProcs > 0 && earlier.postgresProcs > 0}
 }
 
 // clockTick is the unit of /proc's CPU times: USER_HZ, which Linux's ABI
@@ -65,46 +77,75 @@ func ticks(n int64) time.Duration {
 	return time.Duration(min(max(n, -most), most)) * clockTick
 }
 
-// maxTicks bounds a CPU time field of /proc that is summed: 2^50 ticks,
-// some 350,000 years of a CPU — beyond any real host's by far, and far
-// enough from overflowing that the sums over fields and processes cannot.
+// maxTicks bounds a CPU time field of /proc: 2^50 ticks, some 350,000
+// years of a CPU, beyond any real host's by far. Sums of such fields are
+// saturated (add), so that no count of processes overflows them.
 const maxTicks = 1 << 50
 
-// counted are the processes whose CPU time CPUUse keeps, by name (comm).
-var counted = map[string]func(u *CPUUse, p pidStat){
-	"postgres":     func(u *CPUUse, p pidStat) { u.postgres += p.own + p.children },
-	"redis-server": func(u *CPUUse, p pidStat) { u.redis += p.own + p.children },
-	"geotoll":      func(u *CPUUse, p pidStat) { u.geotoll += p.own },
+// add is a + b, both at least zero, saturated at math.MaxInt64.
+func add(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// counted are the processes whose CPU time CPUUse keeps, by name (comm):
+// what of a process's time counts (add), and whether its reaped children
+// count (a parent whose children count is read before and after a scan:
+// see readCPUUse).
+var counted = map[string]struct {
+	add      func(u *CPUUse, p pidStat)
+	children bool
+}{
+	"postgres": {func(u *CPUUse, p pidStat) {
+		u.postgres = add(u.postgres, add(p.own, p.children))
+		u.postgresProcs++
+	}, true},
+	"redis-server": {func(u *CPUUse, p pidStat) { u.redis = add(u.redis, add(p.own, p.children)) }, true},
+	// geotoll's child is pgbench (`geotoll loadtest`), timed on its own.
+	"geotoll": {func(u *CPUUse, p pidStat) { u.geotoll = add(u.geotoll, p.own) }, false},
 }
 
 // ReadCPUUse reads the host's CPU use so far from /proc, of the processes
 // this one can see there (with /proc mounted hidepid, its own user's).
-func ReadCPUUse() (CPUUse, error) { return readCPUUse(os.DirFS("/proc")) }
+func ReadCPUUse() (CPUUse, error) {
+	return readCPUUse(os.DirFS("/proc"), strconv.Itoa(os.Getpid()), 5*time.Millisecond)
+}
 
-// readTries bounds how many times readCPUUse reads the processes again.
-const readTries = 5
+// readTries bounds how many times readCPUUse reads the processes.
+const readTries = 10
 
-// readCPUUse reads proc, a file system laid out as Linux's /proc.
+// errUnsettled is readCPUUse's error when processes were reaped during
+// every one of its readTries scans.
+var errUnsettled = errors.New("processes were reaped during every scan of /proc")
+
+// readCPUUse reads proc, a file system laid out as Linux's /proc, in which
+// this process is self (a pid).
 //
 // A process's time is its own and that of its children it has reaped, so
 // a process that ends and is reaped while the processes are read is
 // counted twice (read live, then in its parent's) or not at all (the other
 // way round): a pgbench run's backends end together. So the parents — the
-// counted processes whose parent is not one of theirs: the postmaster, the
-// first redis-server — are read before and after the others, and the
-// reading is taken again, up to readTries times, until no parent reaped
-// anything meanwhile.
-func readCPUUse(proc fs.FS) (CPUUse, error) {
+// counted processes whose children count and whose parent is not one of
+// the same name: the postmaster, the first redis-server — are read before
+// and after the others, and the reading is taken again, pause after each
+// unsettled one, until no parent reaped anything meanwhile: errUnsettled
+// after readTries.
+func readCPUUse(proc fs.FS, self string, pause time.Duration) (CPUUse, error) {
 	var (
 		u       CPUUse
 		parents map[string]int64 // pid: its children's time, as the last scan read it
 	)
 	for try := 0; try < readTries; try++ {
+		if try > 1 {
+			time.Sleep(pause)
+		}
 		before, err := readChildren(proc, parents)
 		if err != nil {
 			return u, err
 		}
-		if u, parents, err = scanCPUUse(proc); err != nil {
+		if u, parents, err = scanCPUUse(proc, self); err != nil {
 			return u, err
 		}
 		after, err := readChildren(proc, parents)
@@ -112,10 +153,10 @@ func readCPUUse(proc fs.FS) (CPUUse, error) {
 			return u, err
 		}
 		if try > 0 && maps.Equal(before, after) {
-			break
+			return u, nil
 		}
 	}
-	return u, nil
+	return u, errUnsettled
 }
 
 // readChildren reads the children's time of each of pids now; a process
@@ -140,19 +181,20 @@ func readChildren(proc fs.FS, pids map[string]int64) (map[string]int64, error) {
 }
 
 // readPidStat reads /proc/<pid>/stat: nil, with no error, when the
-// process has ended since it was listed.
+// process has ended since it was listed, or this one may not read it
+// (/proc mounted hidepid=1).
 func readPidStat(proc fs.FS, pid string) ([]byte, error) {
 	b, err := fs.ReadFile(proc, path.Join(pid, "stat"))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) || errors.Is(err, fs.ErrPermission) {
 		return nil, nil
 	}
 	return b, err
 }
 
-// scanCPUUse reads /proc/stat and every counted process once; parents are
-// the counted processes whose parent is not one of the same name, with
-// their children's time.
-func scanCPUUse(proc fs.FS) (CPUUse, map[string]int64, error) {
+// scanCPUUse reads /proc/stat, every counted process and self once;
+// parents are the counted processes whose children count and whose parent
+// is not one of the same name, with their children's time.
+func scanCPUUse(proc fs.FS, self string) (CPUUse, map[string]int64, error) {
 	var u CPUUse
 	stat, err := fs.ReadFile(proc, "stat")
 	if err != nil {
@@ -174,19 +216,23 @@ func scanCPUUse(proc fs.FS) (CPUUse, map[string]int64, error) {
 		if err != nil {
 			return u, nil, err
 		}
-		if b == nil || counted[commOf(b)] == nil { // ended, or not one counted
+		if b == nil || (e.Name() != self && counted[commOf(b)].add == nil) { // ended, or not one counted
 			continue
 		}
 		p, err := parsePidStat(b)
 		if err != nil {
 			return u, nil, fmt.Errorf("/proc/%s/stat: %w", e.Name(), err)
 		}
-		counted[p.comm](&u, p)
+		if e.Name() == self {
+			u.self = p.own
+			continue
+		}
+		counted[p.comm].add(&u, p)
 		procs[e.Name()] = p
 	}
 	parents := map[string]int64{}
 	for pid, p := range procs {
-		if pp, ok := procs[p.ppid]; !ok || pp.comm != p.comm {
+		if pp, ok := procs[p.ppid]; counted[p.comm].children && (!ok || pp.comm != p.comm) {
 			parents[pid] = p.children
 		}
 	}

@@ -2,10 +2,10 @@ package loadtest
 
 import (
 	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -34,6 +34,8 @@ func TestReadCPUUse(t *testing.T) {
 		"20/stat": {Data: []byte(pidStatLine("20", "redis-server", "4", "2", "9", "9"))},
 		// geotoll: its own time only (its child is pgbench).
 		"25/stat": {Data: []byte(pidStatLine("25", "geotoll", "70", "30", "500", "500"))},
+		// This process, whatever its name: Self, not Geotoll.
+		"40/stat": {Data: []byte(pidStatLine("40", "geotoll", "6", "4", "500", "500"))},
 		// Neither; and a comm holding parentheses and spaces.
 		"30/stat": {Data: []byte(pidStatLine("30", "a) (b c", "1000", "1000", "0", "0"))},
 		"31/stat": {Data: []byte(pidStatLine("31", "postgres ", "1000", "1000", "0", "0"))},
@@ -41,11 +43,12 @@ func TestReadCPUUse(t *testing.T) {
 		"self/stat": {Data: []byte("garbage")},
 		"sys/stat":  {Data: []byte("garbage")},
 	}
-	got, err := readCPUUse(proc)
+	got, err := readCPUUse(proc, "40", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := CPUTimes{
+		Self:     (6 + 4) * clockTick,
 		Busy:     (100 + 5 + 40 + 3 + 2) * clockTick,
 		Steal:    1 * clockTick,
 		Switches: 123456,
@@ -53,12 +56,15 @@ func TestReadCPUUse(t *testing.T) {
 		Redis:    (4 + 2 + 9 + 9) * clockTick,
 		Geotoll:  (70 + 30) * clockTick,
 	}
+	if d := got.Since(got); !d.PostgresHere {
+		t.Errorf("two readings that saw postgres: PostgresHere false")
+	}
 	if d := got.Since(CPUUse{}); d != want {
 		t.Errorf("readCPUUse = %+v, want %+v", d, want)
 	}
 	later := got
 	later.busy, later.postgres, later.switches = got.busy+100, got.postgres+200, got.switches+7
-	if d := later.Since(got); d != (CPUTimes{Busy: time.Second, Postgres: 2 * time.Second, Switches: 7}) {
+	if d := later.Since(got); d != (CPUTimes{Busy: time.Second, Postgres: 2 * time.Second, Switches: 7, PostgresHere: true}) {
 		t.Errorf("Since = %+v", d)
 	}
 	if d := (CPUUse{busy: 1 << 50}).Since(CPUUse{}); d.Busy != math.MaxInt64/clockTick*clockTick {
@@ -83,7 +89,7 @@ func TestReadCPUUseMalformed(t *testing.T) {
 		"overflowing cstime": {"stat": &stat, "10/stat": {Data: []byte(pidStatLine("10", "postgres", "1", "1", "1", "9223372036854775807"))}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if u, err := readCPUUse(proc); err == nil {
+			if u, err := readCPUUse(proc, "1", 0); err == nil {
 				t.Errorf("readCPUUse = %+v, want an error", u)
 			} else if name != "no /proc/stat" && !errors.Is(err, errProcStat) {
 				t.Errorf("error %v is not errProcStat", err)
@@ -95,57 +101,173 @@ func TestReadCPUUseMalformed(t *testing.T) {
 	u, err := readCPUUse(fstest.MapFS{"stat": &stat,
 		"10/stat": {Data: []byte("10 bash S 1")},
 		"11/stat": {Data: []byte(pidStatLine("11", "bash", "x", "-1", "1", "1"))},
-		"12/stat": {Data: []byte(pidStatLine("12", "postgres", "3", "0", "0", "0"))}})
+		"12/stat": {Data: []byte(pidStatLine("12", "postgres", "3", "0", "0", "0"))}}, "1", 0)
 	if err != nil || u.Since(CPUUse{}).Postgres != 3*clockTick {
 		t.Errorf("readCPUUse = %+v, %v; want postgres's 3 ticks", u, err)
 	}
 }
 
-// reapFS is a /proc in which a backend ends, and its parent reaps it,
-// right after the file reapOn is first read: its time moves from its own
-// stat to its parent's cutime.
-type reapFS struct {
+// eventFS is a /proc in which things happen as it is read: after the nth
+// read of a file (counting from 1), on(name, n) may change the files.
+type eventFS struct {
 	fstest.MapFS
-	reapOn, backend, parent string
-	reaped                  bool
+	reads map[string]int
+	on    func(f fstest.MapFS, name string, n int) error
 }
 
-func (f *reapFS) ReadFile(name string) ([]byte, error) {
+func (f *eventFS) ReadFile(name string) ([]byte, error) {
+	if f.reads == nil {
+		f.reads = map[string]int{}
+	}
+	f.reads[name]++
 	b, err := f.MapFS.ReadFile(name)
-	if name == f.reapOn && !f.reaped {
-		f.reaped = true
-		delete(f.MapFS, f.backend+"/stat")
-		f.MapFS[f.parent+"/stat"] = &fstest.MapFile{Data: []byte(pidStatLine(f.parent, "postgres", "20", "10", "0", "50"))}
+	if err == nil && f.on != nil {
+		if e := f.on(f.MapFS, name, f.reads[name]); e != nil {
+			return nil, e
+		}
 	}
 	return b, err
 }
 
+// child is a /proc/<pid>/stat line of a process whose parent is ppid.
+func child(pid, ppid, comm, utime, stime, cutime, cstime string) *fstest.MapFile {
+	return &fstest.MapFile{Data: []byte(strings.Replace(pidStatLine(pid, comm, utime, stime, cutime, cstime), " S 1 ", " S "+ppid+" ", 1))}
+}
+
+// reap ends backend and has parent (a postmaster of 20+10 ticks) reap its
+// 50 ticks.
+func reap(f fstest.MapFS, backend, parent string) {
+	delete(f, backend+"/stat")
+	f[parent+"/stat"] = &fstest.MapFile{Data: []byte(pidStatLine(parent, "postgres", "20", "10", "0", "50"))}
+}
+
 // TestReadCPUUseReap: a backend reaped while the processes are read is
 // counted once, whether it was read before its parent (it would count
-// twice) or after (it would count not at all).
+// twice) or after (it would count not at all), in the first scan or a
+// later one; a parent that ends, or a child of Redis's or of geotoll's,
+// unsettles nothing; a parent reaping in every scan is an error, not a
+// reading.
 func TestReadCPUUseReap(t *testing.T) {
-	for _, c := range []struct{ name, backend, parent string }{
-		{"backend read first", "10", "11"},
-		{"parent read first", "11", "10"},
+	const postgres = (20 + 10 + 50) * clockTick
+	backendFirst := func() fstest.MapFS { // "10" is listed before "11"
+		return fstest.MapFS{
+			"stat":    {Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt 5\n")},
+			"11/stat": {Data: []byte(pidStatLine("11", "postgres", "20", "10", "0", "0"))},
+			"10/stat": child("10", "11", "postgres", "30", "20", "0", "0"),
+		}
+	}
+	parentFirst := func() fstest.MapFS {
+		return fstest.MapFS{
+			"stat":    {Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt 5\n")},
+			"10/stat": {Data: []byte(pidStatLine("10", "postgres", "20", "10", "0", "0"))},
+			"11/stat": child("11", "10", "postgres", "30", "20", "0", "0"),
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		proc     fstest.MapFS
+		on       func(f fstest.MapFS, name string, n int) error
+		postgres time.Duration
+		redis    time.Duration
+		err      error
+	}{
+		{name: "reaped after it was read, before its parent", proc: backendFirst(), postgres: postgres,
+			on: func(f fstest.MapFS, name string, n int) error {
+				if name == "10/stat" && n == 1 {
+					reap(f, "10", "11")
+				}
+				return nil
+			}},
+		{name: "reaped after its parent was read, before it", proc: parentFirst(), postgres: postgres,
+			on: func(f fstest.MapFS, name string, n int) error {
+				if name == "10/stat" && n == 1 {
+					reap(f, "11", "10")
+				}
+				return nil
+			}},
+		{name: "a postmaster geotoll started reaps", postgres: postgres,
+			proc: fstest.MapFS{
+				"stat":    {Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt 5\n")},
+				"5/stat":  {Data: []byte(pidStatLine("5", "geotoll", "1", "1", "0", "0"))},
+				"10/stat": child("10", "5", "postgres", "20", "10", "0", "0"),
+				"11/stat": child("11", "10", "postgres", "30", "20", "0", "0"),
+			},
+			on: func(f fstest.MapFS, name string, n int) error {
+				if name == "10/stat" && n == 2 { // in the second scan, unless 10 is watched
+					delete(f, "11/stat")
+					f["10/stat"] = child("10", "5", "postgres", "20", "10", "0", "50")
+				}
+				return nil
+			}},
+		{name: "reaped in the second scan", proc: backendFirst(), postgres: postgres,
+			on: func(f fstest.MapFS, name string, n int) error {
+				if name == "10/stat" && n == 2 {
+					reap(f, "10", "11")
+				}
+				return nil
+			}},
+		{name: "the parent ends after the first scan", proc: backendFirst(), postgres: (30 + 20) * clockTick,
+			on: func(f fstest.MapFS, name string, n int) error {
+				if name == "11/stat" && n == 1 {
+					delete(f, "11/stat")
+				}
+				return nil
+			}},
+		{name: "a parent reaps in every scan", proc: parentFirst(), err: errUnsettled,
+			on: func(f fstest.MapFS, name string, n int) error {
+				if name == "10/stat" {
+					f[name] = &fstest.MapFile{Data: []byte(pidStatLine("10", "postgres", "20", "10", "0", strconv.Itoa(n)))}
+				}
+				return nil
+			}},
+		// The scan that settles is the second: the fork's second read, its
+		// children's time 1 by then.
+		{name: "Redis's fork and geotoll reap, and are no parents", redis: (4 + 2 + 9 + 9 + 1 + 1 + 1) * clockTick,
+			proc: fstest.MapFS{
+				"stat":    {Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt 5\n")},
+				"20/stat": {Data: []byte(pidStatLine("20", "redis-server", "4", "2", "9", "9"))},
+				"21/stat": child("21", "20", "redis-server", "1", "1", "0", "0"),
+				"25/stat": {Data: []byte(pidStatLine("25", "geotoll", "1", "1", "0", "0"))},
+			},
+			on: func(f fstest.MapFS, name string, n int) error {
+				switch name { // each reads its children's time changed, every time
+				case "21/stat":
+					f[name] = child("21", "20", "redis-server", "1", "1", strconv.Itoa(n), "0")
+				case "25/stat":
+					f[name] = &fstest.MapFile{Data: []byte(pidStatLine("25", "geotoll", "1", "1", strconv.Itoa(n), "0"))}
+				}
+				return nil
+			}},
+		{name: "a stat it may not read is skipped", proc: parentFirst(), postgres: (20 + 10) * clockTick,
+			on: func(f fstest.MapFS, name string, n int) error {
+				if name == "11/stat" {
+					return &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+				}
+				return nil
+			}},
+		{name: "another error fails the reading", proc: parentFirst(), err: syscall.EIO,
+			on: func(f fstest.MapFS, name string, n int) error {
+				if name == "11/stat" {
+					return &fs.PathError{Op: "read", Path: name, Err: syscall.EIO}
+				}
+				return nil
+			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := &reapFS{MapFS: fstest.MapFS{
-				"stat":              {Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt 5\n")},
-				c.parent + "/stat":  {Data: []byte(pidStatLine(c.parent, "postgres", "20", "10", "0", "0"))},
-				c.backend + "/stat": {Data: []byte(strings.Replace(pidStatLine(c.backend, "postgres", "30", "20", "0", "0"), " S 1 ", " S "+c.parent+" ", 1))},
-			}, reapOn: c.backend + "/stat", backend: c.backend, parent: c.parent}
-			if c.parent < c.backend { // reap after the parent was read
-				f.reapOn = c.parent + "/stat"
+			f := &eventFS{MapFS: c.proc, on: c.on}
+			u, err := readCPUUse(f, "1", 0)
+			if c.err != nil {
+				if !errors.Is(err, c.err) {
+					t.Fatalf("readCPUUse = %+v, %v; want %v", u, err, c.err)
+				}
+				return
 			}
-			u, err := readCPUUse(f)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !f.reaped {
-				t.Fatal("the backend was never reaped: the test reads nothing it means to")
-			}
-			if got := u.Since(CPUUse{}).Postgres; got != (20+10+50)*clockTick {
-				t.Errorf("postgres %v, want %v: the backend's 50 ticks once", got, (20+10+50)*clockTick)
+			d := u.Since(CPUUse{})
+			if d.Postgres != c.postgres || d.Redis != c.redis {
+				t.Errorf("postgres %v, redis %v; want %v, %v", d.Postgres, d.Redis, c.postgres, c.redis)
 			}
 		})
 	}
@@ -226,34 +348,4 @@ func FuzzProcStat(f *testing.F) {
 			t.Errorf("parseStat(%q) = %v, %v, %v", b, busy, steal, switches)
 		}
 	})
-}
-
-// TestWriteCeilingCPU: each run's CPU a tile, the rest what no process
-// counted had; no table when nothing was read.
-func TestWriteCeilingCPU(t *testing.T) {
-	rs := []CeilingResult{{List: "z14", Tiles: 396, PgbenchTPS: 1000, UnsentTPS: 1200,
-		Loops: []LoopResult{{Encoding: "identity", Requests: 2000, OK: 2000, TilesPerSec: 800}},
-		CPU: []RunCPU{
-			{Run: "pgbench", Tiles: 1000, Pgbench: 200 * time.Millisecond, CPUTimes: CPUTimes{
-				Busy: 2 * time.Second, Postgres: 1700 * time.Millisecond, Redis: 10 * time.Millisecond, Switches: 5000}},
-			{Run: "identity", Tiles: 2000, CPUTimes: CPUTimes{Busy: 5 * time.Second, Postgres: 3400 * time.Millisecond,
-				Redis: 200 * time.Millisecond, Geotoll: 1300 * time.Millisecond, Steal: 20 * time.Millisecond, Switches: 36000}},
-		}}}
-	var b strings.Builder
-	WriteCeiling(&b, "places", 4, 0, time.Second, rs)
-	out := b.String()
-	for _, row := range [][]string{
-		{"z14", "pgbench", "1000", "2000", "1700", "10", "0", "200", "90", "0", "5.0"},
-		{"z14", "identity", "2000", "2500", "1700", "100", "650", "0", "50", "10", "18.0"},
-	} {
-		if !regexp.MustCompile(`(?m)^\s*` + strings.Join(row, `\s+`) + `\s*$`).MatchString(out) {
-			t.Errorf("no row %q in:\n%s", row, out)
-		}
-	}
-	rs[0].CPU = nil
-	b.Reset()
-	WriteCeiling(&b, "places", 4, 0, time.Second, rs)
-	if strings.Contains(b.String(), "this host's CPU") {
-		t.Errorf("a CPU table with nothing read:\n%s", b.String())
-	}
 }
