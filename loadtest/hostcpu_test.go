@@ -134,11 +134,16 @@ func child(pid, ppid, comm, utime, stime, cutime, cstime string) *fstest.MapFile
 	return &fstest.MapFile{Data: []byte(strings.Replace(pidStatLine(pid, comm, utime, stime, cutime, cstime), " S 1 ", " S "+ppid+" ", 1))}
 }
 
-// reap ends backend and has parent (a postmaster of 20+10 ticks) reap its
-// 50 ticks.
-func reap(f fstest.MapFS, backend, parent string) {
-	delete(f, backend+"/stat")
-	f[parent+"/stat"] = &fstest.MapFile{Data: []byte(pidStatLine(parent, "postgres", "20", "10", "0", "50"))}
+// reapAt is an eventFS's on: right after the nth read of file, backend
+// ends and parent (a postmaster of 20+10 ticks) reaps its 50 ticks.
+func reapAt(file string, n int, backend, parent string) func(fstest.MapFS, string, int) error {
+	return func(f fstest.MapFS, name string, i int) error {
+		if name == file && i == n {
+			delete(f, backend+"/stat")
+			f[parent+"/stat"] = &fstest.MapFile{Data: []byte(pidStatLine(parent, "postgres", "20", "10", "0", "50"))}
+		}
+		return nil
+	}
 }
 
 // TestReadCPUUseReap: a backend reaped while the processes are read is
@@ -172,19 +177,9 @@ func TestReadCPUUseReap(t *testing.T) {
 		err      error
 	}{
 		{name: "reaped after it was read, before its parent", proc: backendFirst(), postgres: postgres,
-			on: func(f fstest.MapFS, name string, n int) error {
-				if name == "10/stat" && n == 1 {
-					reap(f, "10", "11")
-				}
-				return nil
-			}},
+			on: reapAt("10/stat", 1, "10", "11")},
 		{name: "reaped after its parent was read, before it", proc: parentFirst(), postgres: postgres,
-			on: func(f fstest.MapFS, name string, n int) error {
-				if name == "10/stat" && n == 1 {
-					reap(f, "11", "10")
-				}
-				return nil
-			}},
+			on: reapAt("10/stat", 1, "11", "10")},
 		{name: "a postmaster geotoll started reaps", postgres: postgres,
 			proc: fstest.MapFS{
 				"stat":    {Data: []byte("cpu 1 2 3 4 5 6 7 8\nctxt 5\n")},
@@ -200,12 +195,7 @@ func TestReadCPUUseReap(t *testing.T) {
 				return nil
 			}},
 		{name: "reaped in the second scan", proc: backendFirst(), postgres: postgres,
-			on: func(f fstest.MapFS, name string, n int) error {
-				if name == "10/stat" && n == 2 {
-					reap(f, "10", "11")
-				}
-				return nil
-			}},
+			on: reapAt("10/stat", 2, "10", "11")},
 		{name: "the parent ends after the first scan", proc: backendFirst(), postgres: (30 + 20) * clockTick,
 			on: func(f fstest.MapFS, name string, n int) error {
 				if name == "11/stat" && n == 1 {
