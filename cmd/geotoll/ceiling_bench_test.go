@@ -82,7 +82,10 @@ var (
 // and pgbench-x-self-median (the lower of two consecutive pgbench runs
 // over the higher, least and median over the pairs): how far a single
 // round's ratio can fall with nothing changed but the time (roughly: a
-// pair is a round apart). On a machine whose speed moves by up to half
+// pair is a round apart); and, on Linux, the medians over the rounds of
+// each run's host CPU figures, as pgbench-pg-µs/tile,
+// identity-cpu-µs/tile, gzip-redis-µs/tile and so on (pgbench's own,
+// pgbench-client-µs/tile). On a machine whose speed moves by up to half
 // from one run to the next, a round's ratio is one sample; the pooled,
 // bracketed and median ones are the figures to read. The server's price
 // models are built before anything is timed (startLogging waits for
@@ -169,6 +172,19 @@ func BenchmarkCeiling(b *testing.B) {
 			b.Fatal(err)
 		}
 		var ceiling, above float64
+		// lastCPU is the host CPU figures of the sub-benchmark run last;
+		// shares gathers them by run (pgbench, identity, gzip) over the
+		// rounds, for the rounds' medians.
+		var lastCPU map[string]float64
+		shares := map[string]map[string][]float64{}
+		share := func(name string) {
+			if shares[name] == nil {
+				shares[name] = map[string][]float64{}
+			}
+			for k, v := range lastCPU {
+				shares[name][k] = append(shares[name][k], v)
+			}
+		}
 		pgbench := func(b *testing.B, script string) float64 {
 			c := min(clients, b.N)
 			p := loadtest.Pgbench{DatabaseURL: testenv.ReadDatabaseURL(b), Clients: c, Threads: 2,
@@ -187,7 +203,7 @@ func BenchmarkCeiling(b *testing.B) {
 			if err != nil {
 				b.Fatalf("%v\n%s", err, r.Output)
 			}
-			reportHostCPU(b, host, r.Transactions, "pgbench", r.CPU)
+			lastCPU = reportHostCPU(b, host, r.Transactions, "pgbench", r.CPU)
 			own, err := loadtest.PgbenchTPS(r.Output) // warm-up and tail in
 			if err != nil {
 				b.Fatal(err)
@@ -216,6 +232,11 @@ func BenchmarkCeiling(b *testing.B) {
 			return rate
 		}
 		geotoll := func(round int, gzip bool) {
+			defer func() {
+				if rates[gzip][round] > 0 {
+					share(clientName(gzip))
+				}
+			}()
 			rates[gzip][round] = passed(clientName(gzip), func(b *testing.B) float64 {
 				host := readCPUUse(b)
 				before := cpuTime()
@@ -225,7 +246,7 @@ func BenchmarkCeiling(b *testing.B) {
 					b.Fatalf("%d of %d tiles answered 200/204 (%s), %v; database calls since the server started: %s",
 						r.OK, r.Requests, loadtest.StatusText(r.Status), err, dbOutcomes("http://"+m.Addr()))
 				}
-				reportHostCPU(b, host, r.Requests, "cpu", cpu)
+				lastCPU = reportHostCPU(b, host, r.Requests, "cpu", cpu)
 				b.ReportMetric(r.TilesPerSec, "tiles/s")
 				if ceiling > 0 { // its pgbench ran (not filtered out by -bench)
 					b.ReportMetric(r.TilesPerSec/ceiling, "x-ceiling")
@@ -239,6 +260,9 @@ func BenchmarkCeiling(b *testing.B) {
 		runCeiling := func(round int) {
 			ceiling = passed("pgbench", func(b *testing.B) float64 { return pgbench(b, script) })
 			pg[round] = ceiling
+			if ceiling > 0 {
+				share("pgbench")
+			}
 		}
 		for round := range rounds {
 			runCeiling(round)
@@ -280,6 +304,14 @@ func BenchmarkCeiling(b *testing.B) {
 				if s, ok := selfRatios(pg); ok {
 					b.ReportMetric(s.least, "pgbench-x-self-least")
 					b.ReportMetric(s.median, "pgbench-x-self-median")
+				}
+				for name, by := range shares { // the host's CPU a tile: medians over the rounds
+					for unit, xs := range by {
+						if unit == name+"-µs/tile" { // pgbench's client
+							unit = "client-µs/tile"
+						}
+						b.ReportMetric(median(xs), name+"-"+unit)
+					}
 				}
 				if !reported {
 					b.Skip("no round in which pgbench and a client both ran and passed")
@@ -421,22 +453,28 @@ func readCPUUse(b *testing.B) *loadtest.CPUUse {
 // pgbench run's figures take in its whole run — its connections' setup,
 // their slow first tiles, its tail, its per-transaction log — where its
 // tiles/s is its steady rate: they are over own-tiles/s's span, not
-// tiles/s's.
-func reportHostCPU(b *testing.B, before *loadtest.CPUUse, n int, name string, own time.Duration) {
+// tiles/s's. It answers the figures by unit, nil when none were read.
+func reportHostCPU(b *testing.B, before *loadtest.CPUUse, n int, name string, own time.Duration) map[string]float64 {
 	after := readCPUUse(b)
 	if before == nil || after == nil {
-		return
+		return nil
 	}
 	d := after.Since(*before)
 	n = max(n, 1)
 	per := func(t time.Duration) float64 { return float64(t.Microseconds()) / float64(n) }
-	b.ReportMetric(per(d.Busy), "host-µs/tile")
-	b.ReportMetric(per(d.Postgres), "pg-µs/tile")
-	b.ReportMetric(per(d.Redis), "redis-µs/tile")
-	b.ReportMetric(per(own), name+"-µs/tile")
-	b.ReportMetric(per(d.Busy-d.Postgres-d.Redis-d.Geotoll-own), "rest-µs/tile")
-	b.ReportMetric(per(d.Steal), "steal-µs/tile")
-	b.ReportMetric(float64(d.Switches)/float64(n), "switches/tile")
+	m := map[string]float64{
+		"host-µs/tile":    per(d.Busy),
+		"pg-µs/tile":      per(d.Postgres),
+		"redis-µs/tile":   per(d.Redis),
+		name + "-µs/tile": per(own),
+		"rest-µs/tile":    per(d.Busy - d.Postgres - d.Redis - d.Geotoll - own),
+		"steal-µs/tile":   per(d.Steal),
+		"switches/tile":   float64(d.Switches) / float64(n),
+	}
+	for unit, v := range m {
+		b.ReportMetric(v, unit)
+	}
+	return m
 }
 
 // dbOutcomes is the server's count of database calls by outcome other
