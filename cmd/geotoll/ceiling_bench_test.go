@@ -82,10 +82,12 @@ var (
 // and pgbench-x-self-median (the lower of two consecutive pgbench runs
 // over the higher, least and median over the pairs): how far a single
 // round's ratio can fall with nothing changed but the time (roughly: a
-// pair is a round apart); and, on Linux, the medians over the rounds of
-// each run's host CPU figures, as pgbench-pg-µs/tile,
+// pair is a round apart); and, on Linux, the medians of the host CPU
+// figures of pgbench's and each client's runs, as pgbench-pg-µs/tile,
 // identity-cpu-µs/tile, gzip-redis-µs/tile and so on (pgbench's own,
-// pgbench-client-µs/tile). On a machine whose speed moves by up to half
+// pgbench-client-µs/tile), over the runs that passed and were read
+// (pgbench's warm ones, its closing run in; not pgbench-unsent's),
+// counted as pgbench-host-runs, identity-host-runs, gzip-host-runs. On a machine whose speed moves by up to half
 // from one run to the next, a round's ratio is one sample; the pooled,
 // bracketed and median ones are the figures to read. The server's price
 // models are built before anything is timed (startLogging waits for
@@ -186,6 +188,7 @@ func BenchmarkCeiling(b *testing.B) {
 			}
 		}
 		pgbench := func(b *testing.B, script string) float64 {
+			lastCPU = nil
 			c := min(clients, b.N)
 			p := loadtest.Pgbench{DatabaseURL: testenv.ReadDatabaseURL(b), Clients: c, Threads: 2,
 				Transactions: (b.N + c - 1) / c, Dir: b.TempDir()}
@@ -238,6 +241,7 @@ func BenchmarkCeiling(b *testing.B) {
 				}
 			}()
 			rates[gzip][round] = passed(clientName(gzip), func(b *testing.B) float64 {
+				lastCPU = nil
 				host := readCPUUse(b)
 				before := cpuTime()
 				r, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, b.N, gzip)
@@ -305,16 +309,20 @@ func BenchmarkCeiling(b *testing.B) {
 					b.ReportMetric(s.least, "pgbench-x-self-least")
 					b.ReportMetric(s.median, "pgbench-x-self-median")
 				}
-				for name, by := range shares { // the host's CPU a tile: medians over the rounds
+				for name, by := range shares { // the host's CPU a tile: medians over the runs that have it
 					for unit, xs := range by {
+						if unit == "host-µs/tile" {
+							b.ReportMetric(float64(len(xs)), name+"-host-runs")
+						}
 						if unit == name+"-µs/tile" { // pgbench's client
 							unit = "client-µs/tile"
 						}
 						b.ReportMetric(median(xs), name+"-"+unit)
+						reported = true
 					}
 				}
 				if !reported {
-					b.Skip("no round in which pgbench and a client both ran and passed")
+					b.Skip("no round in which pgbench and a client both ran and passed, and no host CPU figures")
 				}
 			})
 		}
@@ -453,15 +461,18 @@ func readCPUUse(b *testing.B) *loadtest.CPUUse {
 // pgbench run's figures take in its whole run — its connections' setup,
 // their slow first tiles, its tail, its per-transaction log — where its
 // tiles/s is its steady rate: they are over own-tiles/s's span, not
-// tiles/s's. It answers the figures by unit, nil when none were read.
+// tiles/s's. own's figure is reported in any case; the others, and the
+// answer (the figures by unit), only when both readings were taken (nil
+// otherwise).
 func reportHostCPU(b *testing.B, before *loadtest.CPUUse, n int, name string, own time.Duration) map[string]float64 {
+	n = max(n, 1)
+	per := func(t time.Duration) float64 { return float64(t.Microseconds()) / float64(n) }
+	b.ReportMetric(per(own), name+"-µs/tile") // getrusage's: with or without /proc
 	after := readCPUUse(b)
 	if before == nil || after == nil {
 		return nil
 	}
 	d := after.Since(*before)
-	n = max(n, 1)
-	per := func(t time.Duration) float64 { return float64(t.Microseconds()) / float64(n) }
 	m := map[string]float64{
 		"host-µs/tile":    per(d.Busy),
 		"pg-µs/tile":      per(d.Postgres),
@@ -472,7 +483,7 @@ func reportHostCPU(b *testing.B, before *loadtest.CPUUse, n int, name string, ow
 		"switches/tile":   float64(d.Switches) / float64(n),
 	}
 	for unit, v := range m {
-		b.ReportMetric(v, unit)
+		b.ReportMetric(v, unit) // own's again, the same value
 	}
 	return m
 }
