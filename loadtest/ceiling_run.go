@@ -75,29 +75,46 @@ func (r RunCPU) Rest() time.Duration {
 	return r.Busy - r.Postgres - r.Redis - r.Geotoll - r.Client()
 }
 
-// meter reads the host's CPU use so far into *u; on an error, it keeps the
-// first in res.CPUErr and clears u.
-func (res *CeilingResult) meter(u **CPUUse) {
-	r, err := ReadCPUUse()
-	if err != nil {
-		if res.CPUErr == nil {
-			res.CPUErr = err
-		}
-		*u = nil
-		return
-	}
-	*u = &r
+// CPUMeter measures where the host's CPU goes during one run: StartCPU
+// before it, Stop after it.
+type CPUMeter struct {
+	before CPUUse
+	err    error
 }
 
-// addCPU appends to res.CPU what the host spent since before (nil: not
-// read) on a run of tiles.
-func (res *CeilingResult) addCPU(run string, before *CPUUse, tiles int, pgbench time.Duration) {
-	var now *CPUUse
-	res.meter(&now)
-	if before == nil || now == nil {
-		return
+// StartCPU reads the host's CPU use so far.
+func StartCPU() CPUMeter {
+	u, err := ReadCPUUse()
+	return CPUMeter{before: u, err: err}
+}
+
+// Stop reads the host's CPU use again and answers what the run named run,
+// of tiles tiles, spent since StartCPU — pgbench its client's own CPU, in
+// pgbench's runs — or why it cannot: either reading's error.
+func (m CPUMeter) Stop(run string, tiles int, pgbench time.Duration) (RunCPU, error) {
+	if m.err != nil {
+		return RunCPU{}, m.err
 	}
-	res.CPU = append(res.CPU, RunCPU{Run: run, Tiles: tiles, CPUTimes: now.Since(*before), Pgbench: pgbench})
+	now, err := ReadCPUUse()
+	if err != nil {
+		return RunCPU{}, err
+	}
+	return RunCPU{Run: run, Tiles: tiles, CPUTimes: now.Since(m.before), Pgbench: pgbench}, nil
+}
+
+// PerTile is d over the run's tiles, in µs (over one tile if it had none).
+func (r RunCPU) PerTile(d time.Duration) float64 {
+	return float64(d.Microseconds()) / float64(max(r.Tiles, 1))
+}
+
+// add keeps c in res.CPU, or the first error in res.CPUErr.
+func (res *CeilingResult) add(c RunCPU, err error) {
+	switch {
+	case err == nil:
+		res.CPU = append(res.CPU, c)
+	case res.CPUErr == nil:
+		res.CPUErr = err
+	}
 }
 
 // RunCeiling runs, per list, the layer's tile query through pgbench (the
@@ -126,13 +143,12 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 			if err != nil {
 				return out, err
 			}
-			var before *CPUUse
-			res.meter(&before)
+			cpu := StartCPU()
 			r, err := o.Pgbench.Exec(ctx, script, o.Layer.Name)
 			if err != nil {
 				return out, err
 			}
-			res.addCPU(run.name, before, r.Transactions, r.CPU)
+			res.add(cpu.Stop(run.name, r.Transactions, r.CPU))
 			*run.tps = r.TPS
 			if o.Progress != nil {
 				fmt.Fprintf(o.Progress, "== pgbench, list %s%s\n%s\n", list.Name, run.what, r.Output)
@@ -146,13 +162,12 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 			res.Warm = &w
 		}
 		for _, gzip := range []bool{false, true} {
-			var before *CPUUse
-			res.meter(&before)
+			cpu := StartCPU()
 			r, err := o.Client.Loop(ctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, o.Pgbench.Duration, gzip)
 			if err != nil {
 				return out, err
 			}
-			res.addCPU(r.Encoding, before, r.OK, 0)
+			res.add(cpu.Stop(r.Encoding, r.OK, 0))
 			res.Loops = append(res.Loops, r)
 		}
 		out = append(out, res)
@@ -218,10 +233,9 @@ func writeCeilingCPU(w io.Writer, rs []CeilingResult) {
 				fmt.Fprintf(tw, "%s\t%s\t0\t–\t–\t–\t–\t–\t–\t–\t–\t\n", r.List, c.Run)
 				continue
 			}
-			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(c.Tiles) }
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", r.List, c.Run, c.Tiles,
-				per(c.Busy), per(c.Postgres), per(c.Redis), per(c.Geotoll), per(c.Client()), per(c.Rest()), per(c.Steal),
-				float64(c.Switches)/float64(c.Tiles))
+				c.PerTile(c.Busy), c.PerTile(c.Postgres), c.PerTile(c.Redis), c.PerTile(c.Geotoll), c.PerTile(c.Client()),
+				c.PerTile(c.Rest()), c.PerTile(c.Steal), float64(c.Switches)/float64(c.Tiles))
 		}
 	}
 	tw.Flush()

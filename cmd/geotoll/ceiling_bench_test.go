@@ -174,21 +174,18 @@ func BenchmarkCeiling(b *testing.B) {
 			b.Fatal(err)
 		}
 		var ceiling, above float64
-		// lastCPU is the host CPU figures of the sub-benchmark run last;
-		// shares gathers them by run (pgbench, identity, gzip) over the
-		// rounds, for the rounds' medians.
-		var lastCPU map[string]float64
+		// shares gathers each run's host CPU figures by run (pgbench,
+		// identity, gzip) over the rounds, for the rounds' medians.
 		shares := map[string]map[string][]float64{}
-		share := func(name string) {
+		share := func(name string, figures map[string]float64) {
 			if shares[name] == nil {
 				shares[name] = map[string][]float64{}
 			}
-			for k, v := range lastCPU {
+			for k, v := range figures {
 				shares[name][k] = append(shares[name][k], v)
 			}
 		}
-		pgbench := func(b *testing.B, script string) float64 {
-			lastCPU = nil
+		pgbench := func(b *testing.B, script string) (float64, map[string]float64) {
 			c := min(clients, b.N)
 			p := loadtest.Pgbench{DatabaseURL: testenv.ReadDatabaseURL(b), Clients: c, Threads: 2,
 				Transactions: (b.N + c - 1) / c, Dir: b.TempDir()}
@@ -201,22 +198,22 @@ func BenchmarkCeiling(b *testing.B) {
 			if warm > 0 && warmed {
 				p.Steady = warm
 			}
-			host := readCPUUse(b)
+			meter := loadtest.StartCPU()
 			r, err := p.Exec(ctx, script, layer.Name)
 			if err != nil {
 				b.Fatalf("%v\n%s", err, r.Output)
 			}
-			lastCPU = reportHostCPU(b, host, r.Transactions, "pgbench", r.CPU)
+			figures := reportHostCPU(b, meter, "pgbench", r.Transactions, r.CPU, r.CPU)
 			own, err := loadtest.PgbenchTPS(r.Output) // warm-up and tail in
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(own, "own-tiles/s")
 			if !warmed {
-				return 0
+				return 0, nil
 			}
 			b.ReportMetric(r.TPS, "tiles/s")
-			return r.TPS
+			return r.TPS, figures
 		}
 		// Each round's rates, to sum the rounds up once they have run:
 		// pgbench's, identity's and gzip's.
@@ -226,23 +223,24 @@ func BenchmarkCeiling(b *testing.B) {
 		rates := map[bool][]float64{false: make([]float64, rounds), true: make([]float64, rounds)}
 		// passed runs a sub-benchmark and answers the rate of its last run
 		// (the testing package runs it with b.N = 1 first), or 0 when it
-		// failed or was filtered out by -bench.
-		passed := func(name string, run func(*testing.B) float64) float64 {
-			var rate float64
-			if !b.Run(list.Name+"/"+name, func(b *testing.B) { rate = run(b) }) {
+		// failed or was filtered out by -bench; a run with a rate adds its
+		// host CPU figures, if any, to shares.
+		passed := func(name string, run func(*testing.B) (float64, map[string]float64)) float64 {
+			var (
+				rate    float64
+				figures map[string]float64
+			)
+			if !b.Run(list.Name+"/"+name, func(b *testing.B) { rate, figures = run(b) }) {
 				return 0
+			}
+			if rate > 0 {
+				share(name, figures)
 			}
 			return rate
 		}
 		geotoll := func(round int, gzip bool) {
-			defer func() {
-				if rates[gzip][round] > 0 {
-					share(clientName(gzip))
-				}
-			}()
-			rates[gzip][round] = passed(clientName(gzip), func(b *testing.B) float64 {
-				lastCPU = nil
-				host := readCPUUse(b)
+			rates[gzip][round] = passed(clientName(gzip), func(b *testing.B) (float64, map[string]float64) {
+				meter := loadtest.StartCPU()
 				before := cpuTime()
 				r, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, b.N, gzip)
 				cpu := cpuTime() - before
@@ -250,7 +248,7 @@ func BenchmarkCeiling(b *testing.B) {
 					b.Fatalf("%d of %d tiles answered 200/204 (%s), %v; database calls since the server started: %s",
 						r.OK, r.Requests, loadtest.StatusText(r.Status), err, dbOutcomes("http://"+m.Addr()))
 				}
-				lastCPU = reportHostCPU(b, host, r.Requests, "cpu", cpu)
+				figures := reportHostCPU(b, meter, "cpu", r.Requests, 0, cpu)
 				b.ReportMetric(r.TilesPerSec, "tiles/s")
 				if ceiling > 0 { // its pgbench ran (not filtered out by -bench)
 					b.ReportMetric(r.TilesPerSec/ceiling, "x-ceiling")
@@ -258,19 +256,19 @@ func BenchmarkCeiling(b *testing.B) {
 				if above > 0 {
 					b.ReportMetric(r.TilesPerSec/above, "x-unsent")
 				}
-				return r.TilesPerSec
+				return r.TilesPerSec, figures
 			})
 		}
 		runCeiling := func(round int) {
-			ceiling = passed("pgbench", func(b *testing.B) float64 { return pgbench(b, script) })
+			ceiling = passed("pgbench", func(b *testing.B) (float64, map[string]float64) { return pgbench(b, script) })
 			pg[round] = ceiling
-			if ceiling > 0 {
-				share("pgbench")
-			}
 		}
 		for round := range rounds {
 			runCeiling(round)
-			above = passed("pgbench-unsent", func(b *testing.B) float64 { return pgbench(b, unsent) })
+			above = passed("pgbench-unsent", func(b *testing.B) (float64, map[string]float64) {
+				rate, _ := pgbench(b, unsent) // its figures are not summed up
+				return rate, nil
+			})
 			// The first of the two runs right after pgbench is the slower
 			// on this kind of machine (either encoding, measured both
 			// ways): the rounds take turns, so that neither client pays
@@ -439,48 +437,37 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// readCPUUse reads the host's CPU use so far: nil where it cannot (no
-// Linux /proc), which it logs.
-func readCPUUse(b *testing.B) *loadtest.CPUUse {
-	u, err := loadtest.ReadCPUUse()
-	if err != nil {
-		b.Logf("no host CPU figures: %v", err)
-		return nil
-	}
-	return &u
-}
-
-// reportHostCPU reports where the host's CPU went in a run of n tiles that
-// began at reading before (nil: none): all of it (host-µs/tile, less the
-// hypervisor's steal), PostgreSQL's, Redis's, own's (named name: geotoll's
-// process, or pgbench's client), and the rest (rest-µs/tile: every other
-// process but one named geotoll, and the kernel's time charged to none —
-// a difference of figures sampled apart, which can fall a little below
+// reportHostCPU reports the CPU of a run of n tiles: own's (named name:
+// geotoll's process, by getrusage, or pgbench's client) in any case; and,
+// where meter could read /proc before and after the run, where the host's
+// CPU went (loadtest.RunCPU, with pgbench's client's CPU in pgbench's
+// runs): all of it (host-µs/tile, less the hypervisor's steal),
+// PostgreSQL's, Redis's and the rest's (rest-µs/tile: every process but
+// those, geotoll's and the client's, and the kernel's time charged to none
+// — a difference of figures sampled apart, which can fall a little below
 // zero); and the time the hypervisor stole (steal-µs/tile) and the
 // context switches (switches/tile), which say how quiet the host was. A
 // pgbench run's figures take in its whole run — its connections' setup,
 // their slow first tiles, its tail, its per-transaction log — where its
 // tiles/s is its steady rate: they are over own-tiles/s's span, not
-// tiles/s's. own's figure is reported in any case; the others, and the
-// answer (the figures by unit), only when both readings were taken (nil
-// otherwise).
-func reportHostCPU(b *testing.B, before *loadtest.CPUUse, n int, name string, own time.Duration) map[string]float64 {
-	n = max(n, 1)
-	per := func(t time.Duration) float64 { return float64(t.Microseconds()) / float64(n) }
-	b.ReportMetric(per(own), name+"-µs/tile") // getrusage's: with or without /proc
-	after := readCPUUse(b)
-	if before == nil || after == nil {
+// tiles/s's. It answers the figures by unit, nil when /proc could not be
+// read (which it logs).
+func reportHostCPU(b *testing.B, meter loadtest.CPUMeter, name string, n int, pgbench, own time.Duration) map[string]float64 {
+	c, err := meter.Stop(name, n, pgbench)
+	c.Tiles = n
+	b.ReportMetric(c.PerTile(own), name+"-µs/tile")
+	if err != nil {
+		b.Logf("no host CPU figures: %v", err)
 		return nil
 	}
-	d := after.Since(*before)
 	m := map[string]float64{
-		"host-µs/tile":    per(d.Busy),
-		"pg-µs/tile":      per(d.Postgres),
-		"redis-µs/tile":   per(d.Redis),
-		name + "-µs/tile": per(own),
-		"rest-µs/tile":    per(d.Busy - d.Postgres - d.Redis - d.Geotoll - own),
-		"steal-µs/tile":   per(d.Steal),
-		"switches/tile":   float64(d.Switches) / float64(n),
+		"host-µs/tile":    c.PerTile(c.Busy),
+		"pg-µs/tile":      c.PerTile(c.Postgres),
+		"redis-µs/tile":   c.PerTile(c.Redis),
+		name + "-µs/tile": c.PerTile(own),
+		"rest-µs/tile":    c.PerTile(c.Rest()),
+		"steal-µs/tile":   c.PerTile(c.Steal),
+		"switches/tile":   float64(c.Switches) / float64(max(n, 1)),
 	}
 	for unit, v := range m {
 		b.ReportMetric(v, unit) // own's again, the same value
