@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -78,20 +79,27 @@ func (r RunCPU) Rest() time.Duration {
 // CPUMeter measures where the host's CPU goes during one run: StartCPU
 // before it, Stop after it.
 type CPUMeter struct {
-	before CPUUse
-	err    error
+	before  CPUUse
+	err     error
+	started bool // by StartCPU: a zero meter would count everything since boot
 }
+
+// errNotStarted is Stop's answer for a meter StartCPU did not make.
+var errNotStarted = errors.New("loadtest: CPU meter not started (StartCPU)")
 
 // StartCPU reads the host's CPU use so far.
 func StartCPU() CPUMeter {
 	u, err := ReadCPUUse()
-	return CPUMeter{before: u, err: err}
+	return CPUMeter{before: u, err: err, started: true}
 }
 
 // Stop reads the host's CPU use again and answers what the run named run,
 // of tiles tiles, spent since StartCPU — pgbench its client's own CPU, in
 // pgbench's runs — or why it cannot: either reading's error.
 func (m CPUMeter) Stop(run string, tiles int, pgbench time.Duration) (RunCPU, error) {
+	if !m.started {
+		return RunCPU{}, errNotStarted
+	}
 	if m.err != nil {
 		return RunCPU{}, m.err
 	}

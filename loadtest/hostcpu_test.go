@@ -306,6 +306,34 @@ func TestReadCPUUseLinux(t *testing.T) {
 	}
 }
 
+// TestCPUMeter: a meter StartCPU made answers a run's CPU, this process's
+// busy loop in it; one it did not make answers an error rather than
+// everything since boot.
+func TestCPUMeter(t *testing.T) {
+	if _, err := (CPUMeter{}).Stop("identity", 10, 0); !errors.Is(err, errNotStarted) {
+		t.Errorf("a zero meter's Stop: %v, want %v", err, errNotStarted)
+	}
+	if _, err := os.Stat("/proc/stat"); runtime.GOOS != "linux" || err != nil {
+		t.Skip("no Linux /proc here")
+	}
+	m := StartCPU()
+	for start := selfCPU(t); selfCPU(t)-start < 50*time.Millisecond; { // busy
+	}
+	c, err := m.Stop("identity", 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Run != "identity" || c.Tiles != 10 {
+		t.Errorf("run %q of %d tiles, want identity of 10", c.Run, c.Tiles)
+	}
+	if c.Self < 2*clockTick || c.Self > time.Minute {
+		t.Errorf("50 ms of this process's CPU, Self %v", c.Self)
+	}
+	if c.Client() != c.Self {
+		t.Errorf("no pgbench: client %v, want Self %v", c.Client(), c.Self)
+	}
+}
+
 // selfCPU is this process's CPU time, user and system, from getrusage.
 func selfCPU(t *testing.T) time.Duration {
 	var ru syscall.Rusage

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -307,17 +308,9 @@ func BenchmarkCeiling(b *testing.B) {
 					b.ReportMetric(s.least, "pgbench-x-self-least")
 					b.ReportMetric(s.median, "pgbench-x-self-median")
 				}
-				for name, by := range shares { // the host's CPU a tile: medians over the runs that have it
-					for unit, xs := range by {
-						if unit == "host-µs/tile" {
-							b.ReportMetric(float64(len(xs)), name+"-host-runs")
-						}
-						if unit == name+"-µs/tile" { // pgbench's client
-							unit = "client-µs/tile"
-						}
-						b.ReportMetric(median(xs), name+"-"+unit)
-						reported = true
-					}
+				for unit, v := range shareMedians(shares) { // the host's CPU a tile
+					b.ReportMetric(v, unit)
+					reported = true
 				}
 				if !reported {
 					b.Skip("no round in which pgbench and a client both ran and passed, and no host CPU figures")
@@ -417,6 +410,31 @@ func selfRatios(pgbench []float64) (selfSummary, bool) {
 	return selfSummary{least: slices.Min(ratios), median: median(ratios), pairs: len(ratios)}, true
 }
 
+// shareMedians sums up the runs' host CPU figures over the rounds, by
+// run and figure (shares[run][unit], one value a run that had them), as
+// the rounds line reports them: each figure's median, named
+// <run>-<unit> — a pgbench run's own client figure (pgbench-µs/tile) as
+// pgbench-client-µs/tile — and how many runs had host figures,
+// <run>-host-runs.
+func shareMedians(shares map[string]map[string][]float64) map[string]float64 {
+	out := map[string]float64{}
+	for run, by := range shares {
+		for unit, xs := range by {
+			if len(xs) == 0 {
+				continue
+			}
+			if unit == "host-µs/tile" {
+				out[run+"-host-runs"] = float64(len(xs))
+			}
+			if unit == run+"-µs/tile" { // pgbench's client
+				unit = "client-µs/tile"
+			}
+			out[run+"-"+unit] = median(xs)
+		}
+	}
+	return out
+}
+
 // median is the middle of xs (the mean of the middle two when their
 // number is even); it sorts xs.
 func median(xs []float64) float64 {
@@ -468,6 +486,12 @@ func reportHostCPU(b *testing.B, meter loadtest.CPUMeter, name string, n int, pg
 		"rest-µs/tile":    c.PerTile(c.Rest()),
 		"steal-µs/tile":   c.PerTile(c.Steal),
 		"switches/tile":   float64(c.Switches) / float64(max(n, 1)),
+	}
+	if name == "pgbench" {
+		// pgbench's runs: the benchmark's own process (its idle server,
+		// its reading of pgbench's logs) is neither the client nor rest,
+		// so host = pg + redis + client + self + rest.
+		m["self-µs/tile"] = c.PerTile(c.Self)
 	}
 	for unit, v := range m {
 		b.ReportMetric(v, unit) // own's again, the same value
@@ -560,6 +584,40 @@ func TestBracketed(t *testing.T) {
 				t.Errorf("bracketed = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// TestShareMedians: the rounds line's CPU figures are each run's medians,
+// pgbench's client renamed, with the count of runs that had host figures.
+func TestShareMedians(t *testing.T) {
+	shares := map[string]map[string][]float64{
+		"pgbench": {
+			"host-µs/tile":    {1300, 1200, 1250},
+			"pgbench-µs/tile": {130, 140, 120},
+			"self-µs/tile":    {5, 9, 7},
+		},
+		"identity": {
+			"host-µs/tile":  {1500, 1520},
+			"cpu-µs/tile":   {350, 360},
+			"switches/tile": {16},
+		},
+		"gzip": {"cpu-µs/tile": {}},
+	}
+	want := map[string]float64{
+		"pgbench-host-runs":      3,
+		"pgbench-host-µs/tile":   1250,
+		"pgbench-client-µs/tile": 130,
+		"pgbench-self-µs/tile":   7,
+		"identity-host-runs":     2,
+		"identity-host-µs/tile":  1510,
+		"identity-cpu-µs/tile":   355,
+		"identity-switches/tile": 16,
+	}
+	if got := shareMedians(shares); !maps.Equal(got, want) {
+		t.Errorf("shareMedians = %v\nwant %v", got, want)
+	}
+	if got := shareMedians(nil); len(got) != 0 {
+		t.Errorf("no runs: %v", got)
 	}
 }
 
