@@ -223,6 +223,7 @@ end
 -- bucket without a value has nothing open: a hash that outlived it (the
 -- bucket evicted or deleted by hand) goes too, or an open count of 0
 -- would not match what it holds.
+local swept = false -- whether this call swept the open hash (below)
 if oexpires < nowms then
   n = 0
   if oexpires > 0 or not exists then rcall('DEL', okey) end
@@ -294,8 +295,11 @@ for i = 9, nargs, 3 do
     elseif not whole and not shadow then
       status, value = 2, atokens
     else
-      if n >= max then
-        -- Sweep the requests of processes that died before refusing on them.
+      if n >= max and not swept then
+        -- Sweep the requests of processes that died before refusing on them
+        -- — once a call: nowms stands still within it, so a second sweep
+        -- could find nothing the first left, and each reads the whole hash.
+        swept = true
         local h, m = rcall('HGETALL', okey), 0
         for j = 1, #h, 2 do
           local x = tonumber(match(h[j + 1], '^%S+ (%d+)'))

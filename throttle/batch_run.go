@@ -26,6 +26,7 @@ type batchRun struct {
 
 	dirty  bool // something to write back
 	opened bool // a request was opened: the open hash may need a later expiry
+	swept  bool // the open requests were swept (slotFree): once a call
 }
 
 // load is admit.lua's load step, on a run that knows its state, shape and
@@ -165,7 +166,8 @@ func (r *batchRun) openBefore(id string) (int, bool) {
 // without finishing them, so that a crashed replica cannot hold a caller's
 // slots for longer than their TTL.
 func (r *batchRun) slotFree() bool {
-	if r.n >= r.sh.max {
+	if r.n >= r.sh.max && !r.swept { // once a call, as admit.lua: nowMS stands still
+		r.swept = true
 		if m := sweep(r.st, r.nowMS); m != r.n {
 			r.n, r.dirty = m, true
 		}

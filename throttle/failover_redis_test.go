@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -202,6 +203,102 @@ func TestFailoverLocalStartsFromTheLastKnownBudgetAfterARecovery(t *testing.T) {
 		fl.set(true) // second outage
 		if a := mustAdmit(t, f, Request{Bucket: b, Cost: 5}); a.Allowed {
 			t.Fatalf("second outage, Redis last said 0 tokens: a local admission of 5 admitted (%.3f left)", a.Result.Remaining)
+		}
+	})
+}
+
+// An admission that waits on its caller's lane, behind that caller's call
+// still on its way, until the Failover's timeout was never sent: it is
+// that caller's flood (ErrBusy), charged nothing, and the store stays
+// healthy — with fail_mode open, taking it for a failing store would lift
+// every caller's limits for one caller's backlog.
+func TestFailoverQueuedPastItsTimeoutIsBusyNotDown(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		g, s, f := gatedFailover(fx)
+		f.Timeout = 50 * time.Millisecond
+		b := Bucket{Key: fx.key("queued-busy"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
+		mustPeek(t, s, b) // the script is loaded: each call below is one
+		gate := make(chan struct{})
+		g.gate.Store(&gate)
+		first := make(chan Admission, 1)
+		go func() { first <- mustAdmit(t, s, Request{Bucket: b, Cost: 1}) }() // the store's own timeout, 1 s
+		<-g.sent                                                              // its call is on its way, and holds the lane
+		_, err := f.Admit(context.Background(), Request{Bucket: b, Cost: 1})
+		g.gate.Store(nil)
+		close(gate)
+		if !errors.Is(err, ErrBusy) {
+			t.Errorf("queued past the timeout behind its caller's call: %v, want ErrBusy", err)
+		}
+		if h := f.Health(); h.Degraded {
+			t.Errorf("one caller's queue took the store for down: %+v", h)
+		}
+		(<-first).Ticket.Settle(0) // it cost nothing: all back
+		flushWithin(t, s)
+		if got := mustPeek(t, s, b).Remaining; got < 99.99 {
+			t.Errorf("Redis holds %.3f tokens, want 100: the queued admission was charged", got)
+		}
+		a := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
+		if !a.Allowed {
+			t.Fatalf("once the lane moved: %+v", a.Result)
+		}
+		a.Ticket.Release()
+	})
+}
+
+// A caller's admits fill its queue only so far (MaxPending less a
+// quarter): the settlement of a request already running — here a debit,
+// its request having cost ten more than it paid — still finds a place
+// behind a flood of that caller's admits, and is not dropped.
+func TestAdmitsLeaveRoomForSettlements(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		g := &gatedScripter{Scripter: fx.rdb, sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: 10 * time.Second, ClockSkew: 10 * time.Second, MaxPending: 8, LeaseRequests: -1})
+		b := Bucket{Key: fx.key("settle-room"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
+		req := Request{Bucket: b, Cost: 1, Debt: 100}
+		running := mustAdmit(t, s, req) // 99 left
+		gate := make(chan struct{})
+		g.gate.Store(&gate)
+		admitted := make(chan Admission, 16)
+		go func() { admitted <- mustAdmit(t, s, req) }()
+		<-g.sent // its call is on its way, and holds the lane
+		g.gate.Store(nil)
+		busy := make(chan error, 16)
+		for range 10 {
+			go func() {
+				a, err := s.Admit(context.Background(), req)
+				if err != nil {
+					busy <- err
+					return
+				}
+				admitted <- a
+			}()
+		}
+		for i := range 4 { // 6 of the 10 wait in the queue, 4 find no room
+			select {
+			case err := <-busy:
+				if !errors.Is(err, ErrBusy) {
+					t.Fatalf("an admit past the admits' room: %v, want ErrBusy", err)
+				}
+			case <-time.After(5 * time.Second):
+				close(gate)
+				t.Fatalf("%d of 10 admits turned away with MaxPending 8, want 4: admits took the settlements' room", i)
+			}
+		}
+		queued(t, s, b.Key, 6)
+		running.Ticket.Settle(11) // it cost 11: a debit of 10
+		close(gate)
+		for range 7 {
+			(<-admitted).Ticket.Release()
+		}
+		flushWithin(t, s)
+		if d := s.Stats().Dropped; d != 0 {
+			t.Errorf("%d settlements dropped", d)
+		}
+		// 100 − 11 (the running request, debit in) − 7 admitted: 82.
+		if got := mustPeek(t, s, b).Remaining; got > 82.05 {
+			t.Fatalf("Redis holds %.3f tokens, want 82: the debit was dropped", got)
 		}
 	})
 }

@@ -66,10 +66,19 @@ func (s *RedisStore) enqueue(key string, agg *Bucket, sh shape, now bool, ps ...
 // enqueueLocked is enqueue under RedisStore.mu.
 func (s *RedisStore) enqueueLocked(key string, agg *Bucket, sh shape, now bool, ps ...*pending) (l *lane, mine bool, err error) {
 	l = s.laneLocked(key)
-	if over := len(l.queue) + len(ps) - s.opts.MaxPending; over > 0 && ps[0].op.kind != opPeek {
+	limit := s.opts.MaxPending
+	if now {
+		// Admits (and reads) leave a quarter of the queue to the
+		// settlements of requests already running — finishes, and voids
+		// of admissions their callers gave up — which are dropped when
+		// the queue is full: a flood of admits must not cost Redis a
+		// debit, a refund or a slot's release.
+		limit -= s.opts.MaxPending / 4
+	}
+	if over := len(l.queue) + len(ps) - limit; over > 0 && ps[0].op.kind != opPeek {
 		s.dropPeeksLocked(l, over) // reads, free to their caller, give way
 	}
-	if len(l.queue)+len(ps) > s.opts.MaxPending {
+	if len(l.queue)+len(ps) > limit {
 		if now {
 			for _, p := range ps {
 				if p.lease != nil {

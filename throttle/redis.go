@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -77,7 +78,9 @@ type RedisOptions struct {
 	// MaxBatch bounds the operations of one call (default 128).
 	MaxBatch int
 	// MaxPending bounds the operations waiting for one caller (default
-	// 4096). Beyond it an admit fails at once and a finish is dropped
+	// 4096). Admits take at most three quarters of it, so that the
+	// settlements of running requests find a place: past that an admit
+	// fails at once (ErrBusy), and past MaxPending a finish is dropped
 	// (counted; its slot expires with its TTL).
 	MaxPending int
 	// LeaseRequests is how many requests' price a lease takes ahead of a
@@ -246,7 +249,14 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape) (Ad
 	case err := <-p.failed:
 		return Admission{}, nil, err
 	case <-cancelled:
-		s.abandon(req.Key, p)
+		if s.abandon(req.Key, p) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// Never sent: the call's time went waiting behind the
+			// caller's own earlier operations on its lane, which says
+			// nothing of the store — a Failover that took it for a
+			// failing store would hand every caller to its fail mode
+			// for one caller's flood.
+			return Admission{}, nil, fmt.Errorf("%w for %q: still queued at the call's deadline", ErrBusy, req.Key)
+		}
 		return Admission{}, nil, ctx.Err()
 	}
 }
@@ -288,10 +298,11 @@ func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending) (l *lane, m
 	return l, mine, held, err
 }
 
-// abandon gives up on an admit. One still queued is simply dropped. One on
-// its way is marked: if its reply says it was admitted, it is voided (its
-// caller was told it failed). A reply that arrived just now is voided here.
-func (s *RedisStore) abandon(key string, p *pending) {
+// abandon gives up on an admit and reports whether it was never sent.
+// One still queued is simply dropped. One on its way is marked: if its
+// reply says it was admitted, it is voided (its caller was told it
+// failed). A reply that arrived just now is voided here.
+func (s *RedisStore) abandon(key string, p *pending) (unsent bool) {
 	s.mu.Lock()
 	l := s.lanes[key]
 	if !p.sent && l != nil {
@@ -299,7 +310,7 @@ func (s *RedisStore) abandon(key string, p *pending) {
 			if q == p {
 				l.queue = append(l.queue[:i], l.queue[i+1:]...)
 				s.mu.Unlock()
-				return
+				return true
 			}
 		}
 	}
@@ -315,6 +326,7 @@ func (s *RedisStore) abandon(key string, p *pending) {
 		s.stats.voids.Add(1)
 		_, _, _ = s.enqueue(key, p.agg, p.sh, false, &pending{op: op{kind: opVoid, id: p.op.id}})
 	}
+	return false
 }
 
 // admitted reports whether an admit's status opened the request.

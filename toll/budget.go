@@ -12,7 +12,8 @@ import (
 // dryRun answers ?dry_run=1: the price and the budget, nothing charged and
 // nothing queried. would_allow and retry_after answer as the request
 // would be answered: by its own bucket and, for an anonymous IPv6 caller,
-// its network's aggregate (agg, else nil).
+// its network's aggregate (agg, else nil) — neither of which refuses it
+// when its tier or every layer it asks for is in shadow.
 func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, agg *throttle.Bucket, p Price) {
 	res, err := t.Store.Peek(r.Context(), own)
 	var ares throttle.Result
@@ -33,9 +34,11 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol str
 			retry = max(retry, int(math.Ceil((p.Cost-remaining)/rate)))
 		}
 	}
-	wait(res.Remaining, tier.Limit.Rate)
-	if agg != nil {
-		wait(ares.Remaining, agg.Limit.Rate)
+	if !tier.Shadow && !t.shadowed(p) { // a shadow request is never refused for want of tokens
+		wait(res.Remaining, tier.Limit.Rate)
+		if agg != nil {
+			wait(ares.Remaining, agg.Limit.Rate)
+		}
 	}
 	w.Header().Set("Cache-Control", "no-store") // one caller's budget, at one moment
 	writeJSON(w, http.StatusOK, map[string]any{

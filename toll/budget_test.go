@@ -10,6 +10,7 @@ import (
 
 	"github.com/geotoll/geotoll/internal/dryrun"
 	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 // A price preview and /budget describe one caller's budget at one moment:
@@ -157,4 +158,45 @@ func FuzzIsDryRun(f *testing.F) {
 			t.Fatalf("?%s: a dry run beside the error %v", rawQuery, err)
 		}
 	})
+}
+
+// A price preview answers as the request would be answered: a shadow
+// tier's or shadow layer's request is admitted with its bucket dry, so its
+// preview says would_allow, with no wait; a limited one's says neither.
+func TestDryRunInShadow(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	toll.LayerWeights = map[string]throttle.Weights{"ghost": {Base: 50, AreaWeight: 0, MaxCost: 50}} // more than the 40 left
+	toll.ShadowLayers = map[string]bool{"ghost": true}
+	preview := func(d tiles.Demand) map[string]any {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, "/tiles/x/2/0/0.mvt?dry_run=1", nil)
+		r.RemoteAddr = "192.0.2.7:5555"
+		r.Header.Set("X-API-Key", "k1")
+		w := httptest.NewRecorder()
+		toll.AdmitTile(w, r, d)
+		var body map[string]any
+		if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &body) != nil {
+			t.Fatalf("preview: %d %s", w.Code, w.Body)
+		}
+		return body
+	}
+	for range 3 { // k1's bucket: dry
+		admit(t, toll, "k1", tileDemand(2, "places"))
+	}
+	if b := preview(tileDemand(2, "places")); b["would_allow"] != false || b["retry_after"] == 0.0 {
+		t.Errorf("a limited layer, the bucket dry: %v", b)
+	}
+	if b := preview(tileDemand(2, "ghost")); b["would_allow"] != true || b["retry_after"] != 0.0 {
+		t.Errorf("a shadow layer, the bucket dry: %v", b)
+	}
+	if _, ok := admit(t, toll, "k1", tileDemand(2, "ghost")); !ok {
+		t.Error("the shadow layer's request itself was refused")
+	}
+	tier := toll.Tiers["free"] // k1's
+	tier.Shadow = true
+	toll.Tiers["free"] = tier
+	if b := preview(tileDemand(2, "places")); b["would_allow"] != true || b["retry_after"] != 0.0 {
+		t.Errorf("a shadow tier, the bucket dry: %v", b)
+	}
 }

@@ -168,7 +168,7 @@ func isNull(doc *yaml.Node, path ...string) bool {
 
 // refuseFractions walks the YAML document n as the Go type t decodes it and
 // refuses a number with a fraction given to a whole-number key: yaml.v3
-// truncates it (max_in_flight: 0.5 would be 0, no cap at all). path names
+// truncates it (max_in_flight: 0.5 would be 0, the default cap). path names
 // the key in the error.
 func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {

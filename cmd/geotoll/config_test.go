@@ -70,7 +70,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		{"bad level", "log_level: loud\n", "log_level"},
 		{"bad duration", "http: {read_timeout: 0s}\n", "read_timeout"},
 		// yaml.v3 truncates a fraction into a whole number: max_in_flight
-		// 0.5 would be 0, no cap at all.
+		// 0.5 would be 0, the default cap.
 		{"fraction of a tier's whole number", "throttle: {tiers: {free: {max_in_flight: 0.5}}}\n", "throttle.tiers.free.max_in_flight"},
 		{"fraction of connections", "database: {max_conns: 1.5}\n", "database.max_conns"},
 		{"one background connection", "database: {background_conns: 1}\n", "database.background_conns 1 must be at least 2"},

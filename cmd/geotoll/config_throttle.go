@@ -21,7 +21,9 @@ type TierConfig struct {
 	MaxCost float64 `yaml:"max_cost"`
 	// Shadow prices and records requests but never refuses them.
 	Shadow bool `yaml:"shadow"`
-	// MaxInFlight, when positive, caps a caller's concurrent requests.
+	// MaxInFlight caps a caller's concurrent requests; 0 means
+	// throttle.DefaultMaxInFlight, which bounds what Redis holds for one
+	// caller.
 	MaxInFlight int `yaml:"max_in_flight"`
 }
 
@@ -78,7 +80,7 @@ func (t ThrottleConfig) validateLimits() []error {
 			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_cost %g must be 0 (none) or positive", name, tc.MaxCost))
 		}
 		if tc.MaxInFlight < 0 {
-			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_in_flight %d must be 0 (no cap) or positive", name, tc.MaxInFlight))
+			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_in_flight %d must be 0 (the default cap, %d) or positive", name, tc.MaxInFlight, throttle.DefaultMaxInFlight))
 		}
 	}
 	return errs
