@@ -22,9 +22,10 @@ type DatabaseConfig struct {
 	// once. The server's own work has a pool of its own (BackgroundConns).
 	MaxConns int32 `yaml:"max_conns"`
 	// BackgroundConns is the size of the read role's second pool, for the
-	// server's own work: price-model builds (pricing.Builds at once),
-	// the serving registry's refresh, layer checks, API keys. That work
-	// never waits for a request's connection, nor a request for it.
+	// server's own work: price-model builds (at most pricing.Builds at
+	// once, and always one connection fewer than this pool holds), the
+	// serving registry's refresh, layer checks, API keys. That work never
+	// waits for a request's connection, nor a request for it.
 	BackgroundConns int32 `yaml:"background_conns"`
 	// AnonymousMaxConns is how many of MaxConns the anonymous callers'
 	// statements use at once, all of them together (0: no share, the

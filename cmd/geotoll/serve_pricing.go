@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/internal/pricing"
 	"github.com/geotoll/geotoll/server"
@@ -66,18 +68,34 @@ func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, e
 	if err := server.WatchPricing(m.Registry, m.pricing.models.Status); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	if err := m.Registry.Register(&modelFailures{status: m.pricing.models.Status, desc: modelFailuresDesc}); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	return func(context.Context) error { return pricingReady(m.pricing.models.Status()) }, nil
 }
 
-// pricingReady is the readiness of the models: not-yet-built models leave
-// the process ready, but say that their requests are priced by size.
+// pricingReady is the readiness of the models. It never fails the
+// process: not-yet-built models leave it ready, but say that their requests
+// are priced by size; stale ones (density.Status.Stale: refreshes failing,
+// or none for a few intervals) leave it ready too, but say that their
+// requests are priced by an old model. A model that cannot be rebuilt is a
+// matter of the relation and the database, which every replica shares:
+// failing readiness for it would take every replica out of load balancing
+// at once, for requests that the old model still prices better than their
+// size would. The alert GeotollPriceModelStale
+// (geotoll_price_model_failed_builds) is what tells someone.
 func pricingReady(all []density.Status) error {
 	if len(all) == 0 {
 		return &server.DegradedError{Detail: "the price models are not set up yet: requests are priced by their size"}
 	}
-	var building []string
+	var building, stale []string
 	for _, st := range all {
 		switch {
+		case st.Ready && !st.Inherited && st.Failures > 0:
+			stale = append(stale, fmt.Sprintf("%s (model %s old; %d failed builds since: %s)",
+				st.Relation, st.Age.Round(time.Second), st.Failures, st.LastError))
+		case st.Ready && !st.Inherited && st.Stale:
+			stale = append(stale, fmt.Sprintf("%s (model %s old; no build has ended since)", st.Relation, st.Age.Round(time.Second)))
 		case st.Ready && !st.Inherited:
 		case st.LastError != "":
 			building = append(building, fmt.Sprintf("%s (%d failed builds: %s)", st.Relation, st.Failures, st.LastError))
@@ -87,11 +105,41 @@ func pricingReady(all []density.Status) error {
 			building = append(building, st.Relation)
 		}
 	}
+	var says []string
 	if len(building) > 0 {
-		return &server.DegradedError{Detail: fmt.Sprintf("%d of %d price models not built yet (%s): their requests are priced by their size",
-			len(building), len(all), strings.Join(building, ", "))}
+		says = append(says, fmt.Sprintf("%d of %d price models not built yet (%s): their requests are priced by their size",
+			len(building), len(all), strings.Join(building, ", ")))
+	}
+	if len(stale) > 0 {
+		says = append(says, fmt.Sprintf("%d of %d price models not refreshed (%s): their requests are priced by the last model built",
+			len(stale), len(all), strings.Join(stale, ", ")))
+	}
+	if len(says) > 0 {
+		return &server.DegradedError{Detail: strings.Join(says, "; ")}
 	}
 	return &server.ReadyNote{Detail: fmt.Sprintf("%d price models", len(all))}
+}
+
+// modelFailuresDesc is geotoll_price_model_failed_builds, beside the price
+// model metrics of server.WatchPricing: a model whose refreshes keep
+// failing stays in use, ready, its age the only other sign.
+var modelFailuresDesc = prometheus.NewDesc("geotoll_price_model_failed_builds", modelFailuresHelp, []string{"relation"}, nil)
+
+const modelFailuresHelp = "Builds of the relation's density model that failed since its last success (0 once one succeeds). " +
+	"Above 0 with geotoll_price_model_ready 1, requests are priced by the last model built, which grows stale."
+
+// modelFailures exports every model's failed builds, read at scrape time.
+type modelFailures struct {
+	status func() []density.Status
+	desc   *prometheus.Desc
+}
+
+func (c *modelFailures) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *modelFailures) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.status() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(st.Failures), st.Relation)
+	}
 }
 
 // runPricing learns the relations' geometry kinds (retrying while the

@@ -8,10 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"text/template"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/internal/signature"
 	queries "github.com/geotoll/geotoll/sql"
 )
@@ -30,8 +30,9 @@ const buildWorkMem = "64MB"
 // opts.StatementTimeout (jit off), the planner's row estimate (EXPLAIN, which
 // runs nothing) and then ONE aggregate query that groups the features into
 // cells (sql/density_cells.sql), sampled when the estimate exceeds
-// opts.SampleRows. The caller bounds the wait with ctx; Build adds
-// statement timeout + pgcall.AnswerGrace.
+// opts.SampleRows. The caller bounds the wait with ctx, a wait for one of
+// opts.Slots included; once it holds a slot, Build adds statement timeout +
+// pgcall.AnswerGrace.
 func Build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, error) {
 	if err := rel.Validate(); err != nil {
 		return nil, err
@@ -85,10 +86,18 @@ func render(rel Relation) (queryText, error) {
 
 // build runs the queries and assembles the model.
 func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, error) {
+	// The wait for a slot is the caller's to bound (see Slots), not the
+	// build's deadline: builds queued behind others would time out before
+	// they sent anything. The slot is given back after the rollback below.
+	release, err := opts.Slots.acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("density %s: wait for a build slot: %w", rel, err)
+	}
+	defer release()
 	start := opts.Now()
 	// PostgreSQL enforces the statement timeout itself; a database that
 	// does not answer at all is given up on shortly after.
-	ctx, cancel := context.WithTimeout(ctx, opts.StatementTimeout+time.Second)
+	ctx, cancel := context.WithTimeout(ctx, opts.StatementTimeout+pgcall.AnswerGrace)
 	defer cancel()
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {

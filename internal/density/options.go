@@ -32,6 +32,9 @@ type Options struct {
 	// Shelf, when set, lends a build the model of an unchanged relation
 	// (see Shelf); nil: every build reads the relation's cells.
 	Shelf *Shelf
+	// Slots, when set, bounds how many builds sharing it run at once (see
+	// Slots); nil: no bound.
+	Slots *Slots
 }
 
 // Defaults for unset Options fields.

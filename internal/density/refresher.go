@@ -9,7 +9,8 @@ import (
 
 // Refresher keeps a model of one relation current: it builds one, then
 // rebuilds it in the background, swapping each new model in atomically.
-// A failed build keeps the last good model. Until the first build succeeds,
+// A failed build keeps the last good model, and Status says it is Stale
+// until a build succeeds again. Until the first build succeeds,
 // Model returns nil (callers price without it, by area) or, after Inherit,
 // a predecessor's model.
 type Refresher struct {
@@ -37,7 +38,19 @@ type Status struct {
 	LastAttempt time.Time     // when the latest build ended
 	LastError   string        // the latest build's error; empty when it succeeded
 	Failures    int           // builds that failed since the last success
+	// Stale: a model of its own is in use (Ready, not Inherited), but the
+	// refreshes that should keep it current do not: its latest build
+	// failed (Failures > 0), or none has succeeded for StaleIntervals ×
+	// Options.Interval (builds stuck behind others). Requests are still
+	// priced by it — an older picture of the relation, which may have
+	// grown since — so it is said, not hidden.
+	Stale bool
 }
+
+// StaleIntervals is how many refresh intervals a model of its own may go
+// without a successful build before its Status says Stale even with no
+// failed build (one may be waiting, or running, all that time).
+const StaleIntervals = 3
 
 // NewRefresher validates rel and opts and renders the build queries; it
 // reads nothing until Refresh or Run.
@@ -120,6 +133,7 @@ func (r *Refresher) Status() Status {
 			checked = m.summary.BuiltAt
 		}
 		s.Age = r.opts.Now().Sub(checked)
+		s.Stale = !s.Inherited && (s.Failures > 0 || s.Age > StaleIntervals*r.opts.Interval)
 	}
 	s.Relation = r.rel.String()
 	return s

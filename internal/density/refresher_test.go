@@ -106,6 +106,9 @@ func TestRefresherKeepsLastModelOnFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := r.Model()
+	if s := r.Status(); s.Stale {
+		t.Errorf("status after a build: %+v, want not stale", s)
+	}
 	table := rel.Table.Sanitize()
 	if _, err := owner.Exec(ctx, "REVOKE SELECT ON "+table+" FROM geotoll_reader"); err != nil {
 		t.Fatal(err)
@@ -119,8 +122,8 @@ func TestRefresherKeepsLastModelOnFailure(t *testing.T) {
 		t.Fatal("a failed refresh replaced the model")
 	}
 	s := r.Status()
-	if !s.Ready || s.Failures != 1 || !strings.Contains(s.LastError, "permission denied") || s.Rows != 100 {
-		t.Errorf("status after a failure: %+v", s)
+	if !s.Ready || s.Failures != 1 || !strings.Contains(s.LastError, "permission denied") || s.Rows != 100 || !s.Stale {
+		t.Errorf("status after a failure: %+v, want the last model, stale", s)
 	}
 	if _, err := owner.Exec(ctx, "GRANT SELECT ON "+table+" TO geotoll_reader"); err != nil {
 		t.Fatal(err)
@@ -128,8 +131,49 @@ func TestRefresherKeepsLastModelOnFailure(t *testing.T) {
 	if err := r.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s := r.Status(); r.Model() == good || s.Failures != 0 || s.LastError != "" {
+	if s := r.Status(); r.Model() == good || s.Failures != 0 || s.LastError != "" || s.Stale {
 		t.Errorf("status after recovery: %+v", s)
+	}
+}
+
+// A model of its own that no build has replaced or found current for
+// StaleIntervals refresh intervals is stale, failed builds or not (a build
+// may be stuck waiting); a predecessor's model, in use while the relation's
+// own is built, is not (its readiness says so otherwise).
+func TestRefresherStaleAfterIntervals(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	opts := density.Options{Interval: time.Minute, Now: clock}
+	r, err := density.NewRefresher(testenv.ReadPool(t), demoRelations[4].rel, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now.Add(int64(density.StaleIntervals * time.Minute))
+	if s := r.Status(); !s.Ready || s.Stale || s.Age != density.StaleIntervals*time.Minute {
+		t.Fatalf("status %d intervals after a build: %+v, want not stale yet", density.StaleIntervals, s)
+	}
+	now.Add(int64(time.Second))
+	if s := r.Status(); !s.Ready || s.Failures != 0 || !s.Stale {
+		t.Fatalf("status past %d intervals without a build: %+v, want stale", density.StaleIntervals, s)
+	}
+
+	heir, err := density.NewRefresher(testenv.ReadPool(t), density.Relation{Table: pgx.Identifier{"geotoll", "no_such_table"},
+		GeometryColumn: "geom", SRID: 4326, Kind: density.Polygon}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heir.Inherit(r)
+	if err := heir.Refresh(ctx); err == nil {
+		t.Fatal("a build of a missing table succeeded")
+	}
+	if s := heir.Status(); !s.Ready || !s.Inherited || s.Failures != 1 || s.Stale {
+		t.Errorf("an inherited model whose own fails to build: %+v, want inherited, not stale", s)
 	}
 }
 

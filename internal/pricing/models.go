@@ -40,10 +40,17 @@ type Models struct {
 }
 
 // NewModels returns an empty set of models read through db (the read role).
+// Unless opts.Slots says otherwise, at most BuildsOn(the pool's size) build
+// at once (Builds when db is no *pgxpool.Pool).
 func NewModels(db density.DB, opts density.Options) *Models {
-	db = limitedDB{db: db, sem: make(chan struct{}, Builds)} // at most Builds at once
+	if opts.Slots == nil {
+		opts.Slots = buildSlots(db)
+	}
 	return &Models{db: db, opts: opts, all: make(map[string]*density.Refresher)}
 }
+
+// Builds is how many models m builds at once, at most.
+func (m *Models) Builds() int { return m.opts.Slots.Cap() }
 
 // Track makes sure rel has a model (built by Run) and returns its
 // refresher; a relation already tracked gets the same one.
