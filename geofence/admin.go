@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -70,11 +71,16 @@ func (h *Handler) Admin(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// writable returns the writer, or writes 503 when fence admin has none,
+// writable returns the writer, or writes 404 when fence admin has none,
 // or 400 for a write asked for as a dry run (noDryRun).
+//
+// A server without a writer never takes fence writes: that is its
+// configuration, not a passing outage, so it is not a 503, which tells a
+// client to retry (after Retry-After). It is a 404, as for a route the
+// server does not have: fence writes do not exist on this server.
 func (h *Handler) writable(w http.ResponseWriter, r *http.Request) (Writer, bool) {
 	if h.writer == nil {
-		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "fence admin not configured"})
+		problem.Write(w, r, problem.Missing("", "fence admin not configured: this server takes no fence writes (it has no writer database)"))
 		return nil, false
 	}
 	if err := noDryRun(r); err != nil {
@@ -213,9 +219,24 @@ func (h *Handler) writeFence(w http.ResponseWriter, r *http.Request, status int,
 // ParseFence): 201 with the stored fence and its Location; 412 when
 // If-Match or If-None-Match cannot hold for the collection (see
 // Preconditions.failedOnCollection).
+//
+// What the request's head settles — a malformed If-Match or
+// If-None-Match (400), a content coding (415), a Content-Length over the
+// limit (413) — is answered before the request waits for a turn: it needs
+// none, and waiting could last the whole request and end in a 503.
 func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)
 	if !ok {
+		return
+	}
+	cond, err := ParsePreconditions(r.Header)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	body, err := h.fenceBody(w, r)
+	if err != nil {
+		problem.Write(w, r, err)
 		return
 	}
 	done, ok := h.turn(w, r)
@@ -223,12 +244,7 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	in, err := h.parseFence(w, r)
-	if err != nil {
-		problem.Write(w, r, err)
-		return
-	}
-	cond, err := ParsePreconditions(r.Header)
+	in, err := ParseFence(body, h.limits.MaxVertices)
 	if err != nil {
 		problem.Write(w, r, err)
 		return
@@ -247,20 +263,19 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	h.writeFence(w, r, http.StatusCreated, f)
 }
 
-// parseFence reads a fence write's body (see ParseFence), which must come
-// without a content coding and within MaxFenceBytes (see requestBody).
-func (h *Handler) parseFence(w http.ResponseWriter, r *http.Request) (FenceInput, error) {
-	body, err := requestBody(w, r, h.limits.MaxFenceBytes)
-	if err != nil {
-		return FenceInput{}, err
-	}
-	return ParseFence(body, h.limits.MaxVertices)
+// fenceBody is a fence write's body, for ParseFence: it must come without
+// a content coding and within MaxFenceBytes (see requestBody). Both are
+// checked from the request's head, before a byte of the body is read.
+func (h *Handler) fenceBody(w http.ResponseWriter, r *http.Request) (io.Reader, error) {
+	return requestBody(w, r, h.limits.MaxFenceBytes)
 }
 
 // ReplaceFence serves PUT /geofence/fences/{id}: the fence's name, kind and
 // geometry are replaced, and the answer carries its new ETag; 404 when it
 // does not exist (PUT does not create, whatever the conditions), 412 when
-// If-Match or If-None-Match does not hold (see Preconditions).
+// If-Match or If-None-Match does not hold (see Preconditions). As for
+// CreateFence, the errors of the request's head come before the wait for a
+// turn.
 func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)
 	if !ok {
@@ -276,12 +291,17 @@ func (h *Handler) ReplaceFence(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
+	body, err := h.fenceBody(w, r)
+	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
 	done, ok := h.turn(w, r)
 	if !ok {
 		return
 	}
 	defer done()
-	in, err := h.parseFence(w, r)
+	in, err := ParseFence(body, h.limits.MaxVertices)
 	if err != nil {
 		problem.Write(w, r, err)
 		return

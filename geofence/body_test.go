@@ -357,3 +357,38 @@ func TestParseFenceOverflowingCoordinateIsOutOfRange(t *testing.T) {
 		})
 	}
 }
+
+// Positions hold JSON numbers only. encoding/json decodes a null into a
+// float64 as 0, so a position [null, 5] — a JavaScript client's NaN or
+// Infinity, which JSON.stringify writes as null — would be stored at
+// longitude 0; it is a 400 naming the position instead, as is any other
+// value that is not a number (or an array where the nesting wants one).
+func TestParseFenceNonNumberCoordinateIsMalformed(t *testing.T) {
+	for _, tc := range []struct{ name, coords, where string }{
+		{"null lng", `"Polygon","coordinates":[[[0,0],[null,0],[1,1],[0,0]]]`, "polygon 0 ring 0 position 1 holds null"},
+		{"null lat", `"Polygon","coordinates":[[[0,0],[1,0],[1,null],[0,0]]]`, "polygon 0 ring 0 position 2 holds null"},
+		{"null closing lng", `"Polygon","coordinates":[[[0,0],[1,0],[1,1],[null,0]]]`, "polygon 0 ring 0 position 3 holds null"},
+		{"null in a hole", `"Polygon","coordinates":[[[0,0],[4,0],[4,4],[0,0]],[[1,1],[2,1],[2,null],[1,1]]]`, "polygon 0 ring 1 position 2 holds null"},
+		{"null in a second polygon", `"MultiPolygon","coordinates":[[[[0,0],[1,0],[1,1],[0,0]]],[[[5,5],[6,5],[null,6],[5,5]]]]`, "polygon 1 ring 0 position 2 holds null"},
+		{"null position", `"Polygon","coordinates":[[[0,0],null,[1,1],[0,0]]]`, "polygon 0 ring 0 position 1 is null"},
+		{"null ring", `"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]],null]`, "polygon 0 ring 1 is null"},
+		{"null polygon", `"MultiPolygon","coordinates":[[[[0,0],[1,0],[1,1],[0,0]]],null]`, "polygon 1 is null"},
+		{"null coordinates", `"Polygon","coordinates":null`, "geometry.coordinates is null"},
+		{"string", `"Polygon","coordinates":[[[0,0],["1",0],[1,1],[0,0]]]`, "polygon 0 ring 0 position 1 holds a string"},
+		{"boolean", `"MultiPolygon","coordinates":[[[[0,0],[1,0],[1,true],[0,0]]]]`, "polygon 0 ring 0 position 2 holds true"},
+		{"object", `"Polygon","coordinates":[[[0,0],[1,0],[1,{}],[0,0]]]`, "polygon 0 ring 0 position 2 holds an object"},
+		{"one array too deep", `"Polygon","coordinates":[[[0,0],[1,0],[[1,1]],[0,0]]]`, "polygon 0 ring 0 position 2 holds an array"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"type":"Feature","geometry":{"type":` + tc.coords + `},"properties":{"name":"x"}}`
+			f, err := ParseFence(strings.NewReader(body), 100)
+			if err == nil {
+				t.Fatalf("accepted as %v", f.Geometry)
+			}
+			wantProblem(t, err, problem.Invalid, "geometry")
+			if !strings.Contains(problem.From(err).Detail, tc.where) {
+				t.Errorf("detail %q does not say %q", problem.From(err).Detail, tc.where)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package geofence
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -229,6 +230,96 @@ func coordinatesError(err error, malformed string) error {
 	return problem.Malformed("geometry", "%s", malformed)
 }
 
+// nonNumber returns a 400 naming the first value of coordinates that is
+// neither an array where the nesting wants one nor a JSON number where a
+// position's longitude or latitude belongs: null, a string, a boolean, an
+// object. depth is how many arrays hold a number: 3 in a Polygon, 4 in a
+// MultiPolygon. It returns nil when there is none.
+//
+// encoding/json leaves a float64 as it is for a null, so [null, 5] would
+// decode as [0, 5] and store a fence at longitude 0 — and a JavaScript
+// client's NaN or Infinity is serialised as null. Walking the tokens is
+// slow, so it is done only when decoding failed (decodeErr; the walk names
+// the position, where the decoding error does not) or the text holds a
+// null: strings, booleans and objects already fail the decoding, so
+// coordinates that decoded without a null are well formed.
+func nonNumber(coords json.RawMessage, depth int, decodeErr error) error {
+	if decodeErr == nil && !bytes.Contains(coords, []byte("null")) {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(coords))
+	dec.UseNumber()
+	idx := make([]int, 0, depth) // the index of the current value in each open array
+	for {
+		tok, err := dec.Token()
+		if err != nil { // the end: coordinates was read as valid JSON, so nothing else
+			return nil
+		}
+		level := len(idx) // arrays around tok
+		switch _, number := tok.(json.Number); {
+		case tok == json.Delim(']'):
+			idx = idx[:level-1]
+			if level > 1 {
+				idx[level-2]++
+			}
+			continue
+		case tok == json.Delim('[') && level < depth:
+			idx = append(idx, 0)
+			continue
+		case number && level == depth:
+			idx[level-1]++
+			continue
+		}
+		return problem.Malformed("geometry", "%s", misplaced(idx, depth, tok))
+	}
+}
+
+// misplaced says what is wrong with tok, found inside the open arrays of
+// coordinates at indexes idx (see nonNumber): where it is, in the words
+// of parsePolygons' errors ("polygon 0 ring 1 position 3"), what it is,
+// and what belongs there.
+func misplaced(idx []int, depth int, tok json.Token) string {
+	what := "a number"
+	switch tok := tok.(type) {
+	case nil:
+		what = "null"
+	case string:
+		what = "a string"
+	case bool:
+		what = strconv.FormatBool(tok)
+	case json.Delim:
+		what = "an array"
+		if tok == '{' {
+			what = "an object"
+		}
+	}
+	if len(idx) == 0 {
+		return "geometry.coordinates is " + what + ", not an array"
+	}
+	path := idx
+	if depth == 3 { // a Polygon: its rings are those of polygon 0
+		path = append([]int{0}, idx...)
+	}
+	var where strings.Builder
+	for i, name := range []string{"polygon", "ring", "position"} {
+		if i < len(path) {
+			if i > 0 {
+				where.WriteByte(' ')
+			}
+			where.WriteString(name + " " + strconv.Itoa(path[i]))
+		}
+	}
+	switch len(path) {
+	case 1:
+		return where.String() + " is " + what + ", not an array of rings"
+	case 2:
+		return where.String() + " is " + what + ", not an array of positions"
+	case 3:
+		return where.String() + " is " + what + ", not [lng, lat]"
+	}
+	return where.String() + " holds " + what + ": a position is [lng, lat], two JSON numbers"
+}
+
 // parsePolygons decodes a Polygon or MultiPolygon into a MultiPolygon.
 func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
 	const param = "geometry"
@@ -239,12 +330,20 @@ func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
 	switch g.Type {
 	case "Polygon":
 		var p [][][]float64
-		if err := json.Unmarshal(g.Coordinates, &p); err != nil {
+		err := json.Unmarshal(g.Coordinates, &p)
+		if err := nonNumber(g.Coordinates, 3, err); err != nil {
+			return nil, err
+		}
+		if err != nil {
 			return nil, coordinatesError(err, "geometry.coordinates must be an array of rings of [lng, lat] positions")
 		}
 		mp = [][][][]float64{p}
 	case "MultiPolygon":
-		if err := json.Unmarshal(g.Coordinates, &mp); err != nil {
+		err := json.Unmarshal(g.Coordinates, &mp)
+		if err := nonNumber(g.Coordinates, 4, err); err != nil {
+			return nil, err
+		}
+		if err != nil {
 			return nil, coordinatesError(err, "geometry.coordinates must be an array of polygons of rings of [lng, lat] positions")
 		}
 	default:

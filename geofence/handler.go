@@ -103,7 +103,7 @@ type Options struct {
 	// elsewhere, such as API keys in the database marked admin.
 	Admin  Authorizer
 	Reader Reader // the read-only store
-	// Writer writes fences; nil makes fence writes answer 503 "fence admin
+	// Writer writes fences; nil makes fence writes answer 404 "fence admin
 	// not configured".
 	Writer Writer
 	Gate   Gate

@@ -421,14 +421,17 @@ func TestListFencesHonoursConditions(t *testing.T) {
 	}
 }
 
-func TestAdminWritesWithoutWriterAre503(t *testing.T) {
+// Without a writer, fence writes are a 404 problem: the server never
+// takes them, so it is not a 503, which would tell the client to retry.
+func TestAdminWritesWithoutWriterAre404(t *testing.T) {
 	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, nil)
 	for _, c := range []struct{ method, target string }{
 		{http.MethodPost, "/geofences"}, {http.MethodPut, "/geofences/7"}, {http.MethodDelete, "/geofences/7"},
 	} {
 		w := serve(h, c.method, c.target, `{}`, "X-API-Key", testAdminKey)
-		if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "fence admin not configured") {
-			t.Errorf("%s %s: %d %s", c.method, c.target, w.Code, w.Body)
+		if w.Code != http.StatusNotFound || w.Header().Get("Content-Type") != problem.ContentType ||
+			w.Header().Get("Retry-After") != "" || !strings.Contains(w.Body.String(), "fence admin not configured") {
+			t.Errorf("%s %s: %d %v %s", c.method, c.target, w.Code, w.Header(), w.Body)
 		}
 	}
 }
@@ -648,6 +651,103 @@ func TestFenceWritesTakeTurns(t *testing.T) {
 	}
 	if rec := post(t.Context()); rec.Code != http.StatusCreated {
 		t.Errorf("a write after the others ended: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// What a fence write's head settles does not wait for a turn: with every
+// turn taken, a body over max_fence_bytes by its Content-Length is a 413,
+// one in a content coding a 415 and a malformed If-Match a 400, at once —
+// not a 503 when the request ends while it waits.
+func TestFenceWriteHeadErrorsDoNotWaitForATurn(t *testing.T) {
+	w := heldWriter{started: make(chan struct{}, MaxFenceWrites), release: make(chan struct{}), mu: &sync.Mutex{}, now: new(int), most: new(int)}
+	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, w)
+	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	send := func(ctx context.Context, method, target string, length int64, hdr ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequestWithContext(ctx, method, target, strings.NewReader(fence))
+		if length > 0 {
+			r.ContentLength = length
+		}
+		r.Header.Set("X-API-Key", testAdminKey)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	var held sync.WaitGroup
+	for range MaxFenceWrites {
+		held.Go(func() {
+			if rec := send(t.Context(), http.MethodPost, "/geofences", 0); rec.Code != http.StatusCreated {
+				t.Errorf("a held write: %d %s", rec.Code, rec.Body)
+			}
+		})
+		<-w.started
+	}
+	defer func() { close(w.release); held.Wait() }()
+	over := DefaultLimits().MaxFenceBytes + 1
+	for _, c := range []struct {
+		name   string
+		length int64
+		hdr    []string
+		status int
+		param  string
+	}{
+		{"over the limit", over, nil, http.StatusRequestEntityTooLarge, "body"},
+		{"gzip", 0, []string{"Content-Encoding", "gzip"}, http.StatusUnsupportedMediaType, "Content-Encoding"},
+		{"malformed If-Match", 0, []string{"If-Match", "7"}, http.StatusBadRequest, "If-Match"},
+	} {
+		for _, m := range []struct{ method, target string }{{http.MethodPost, "/geofence/fences"}, {http.MethodPut, "/geofence/fences/7"}} {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			start := time.Now()
+			rec := send(ctx, m.method, m.target, c.length, c.hdr...)
+			took := time.Since(start)
+			cancel()
+			if rec.Code != c.status || took > 2*time.Second {
+				t.Errorf("%s %s, %s, every turn taken: %d after %s %s; want %d at once", m.method, m.target, c.name, rec.Code, took, rec.Body, c.status)
+				continue
+			}
+			if doc := problemDoc(t, rec); doc["param"] != c.param {
+				t.Errorf("%s %s, %s: problem %v, want one naming %s", m.method, m.target, c.name, doc, c.param)
+			}
+		}
+	}
+}
+
+// A POST's malformed If-Match is a 400 naming it before its body is read,
+// as on a PUT: a bad body does not hide it.
+func TestCreateFenceMalformedIfMatchBeforeBody(t *testing.T) {
+	r, writes := countedWrites(t)
+	for _, c := range []struct{ method, target string }{{http.MethodPost, "/geofence/fences"}, {http.MethodPut, "/geofence/fences/7"}} {
+		w := serve(r, c.method, c.target, `{"type":"Feature",`, "X-API-Key", testAdminKey, "If-Match", `"7`)
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("%s %s: %d %s, want 400", c.method, c.target, w.Code, w.Body)
+		}
+		if doc := problemDoc(t, w); doc["param"] != "If-Match" {
+			t.Errorf("%s %s with a malformed If-Match and body: problem %v, want one naming If-Match", c.method, c.target, doc)
+		}
+	}
+	if *writes != 0 {
+		t.Errorf("%d writes, want none", *writes)
+	}
+}
+
+// A fence write with a null in a position (a JavaScript client's NaN) is a
+// 400 problem naming the position, and writes nothing.
+func TestFenceWriteWithNullPositionIs400(t *testing.T) {
+	r, writes := countedWrites(t)
+	fence := `{"type":"Feature","properties":{"name":"f"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[null,1],[0,1],[0,0]]]}}`
+	for _, c := range []struct{ method, target string }{{http.MethodPost, "/geofence/fences"}, {http.MethodPut, "/geofence/fences/7"}} {
+		w := serve(r, c.method, c.target, fence, "X-API-Key", testAdminKey)
+		if w.Code != http.StatusBadRequest {
+			t.Fatalf("%s %s: %d %s, want 400", c.method, c.target, w.Code, w.Body)
+		}
+		if doc := problemDoc(t, w); doc["param"] != "geometry" || !strings.Contains(fmt.Sprint(doc["detail"]), "polygon 0 ring 0 position 2 holds null") {
+			t.Errorf("%s %s: problem %v, want one naming the position", c.method, c.target, doc)
+		}
+	}
+	if *writes != 0 {
+		t.Errorf("%d writes, want none", *writes)
 	}
 }
 

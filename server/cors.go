@@ -16,10 +16,15 @@ import (
 // their own domain fetching tiles).
 //
 // Without Origins no CORS header is ever sent. "*" admits every origin,
-// answered with "Access-Control-Allow-Origin: *"; it cannot be combined
-// with Credentials (browsers refuse that pair, and echoing any origin with
-// credentials would hand every site the user's cookies). Listed origins are
-// echoed back with Vary: Origin.
+// answered with "Access-Control-Allow-Origin: *" and the exposed headers on
+// every response, whether the request carried an Origin or not: a public
+// tile fetched without one (by curl, a server, a same-origin page) may be
+// kept by a shared cache and handed to a map on another origin, and
+// without the header there the browser would refuse it. The answer does
+// not depend on the Origin, so it does not vary by it. "*" cannot be
+// combined with Credentials (browsers refuse that pair, and echoing any
+// origin with credentials would hand every site the user's cookies).
+// Listed origins are echoed back with Vary: Origin.
 //
 // rs/cors would send Vary: Origin with every wildcard answer too — a
 // shared cache then keeps a copy of each public tile per origin — and
@@ -100,7 +105,9 @@ func (c CORS) wrap(next http.Handler) http.Handler {
 		if preflight {
 			h.Add("Vary", "Access-Control-Request-Method, Access-Control-Request-Headers")
 		}
-		ok := origin != "" && (anyOrigin || allowed[strings.ToLower(origin)])
+		// In wildcard mode every answer carries the CORS headers, Origin
+		// or not (see CORS).
+		ok := wildcard || (origin != "" && (anyOrigin || allowed[strings.ToLower(origin)]))
 		if ok {
 			if wildcard {
 				h.Set("Access-Control-Allow-Origin", "*")

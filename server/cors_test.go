@@ -78,8 +78,20 @@ func TestCORSWildcard(t *testing.T) {
 		pre.Header().Get("Access-Control-Max-Age") != "600" {
 		t.Errorf("preflight: %d %v", pre.Code, pre.Header())
 	}
-	if w := corsRequest(h, http.MethodGet, ""); w.Header().Get("Access-Control-Allow-Origin") != "" {
-		t.Error("CORS headers without an Origin")
+	// A request without Origin gets the same headers: a shared cache may
+	// keep its answer (a public tile) and hand it to a map on another
+	// origin, whose browser refuses it without them.
+	plain := corsRequest(h, http.MethodGet, "")
+	if plain.Header().Get("Access-Control-Allow-Origin") != "*" || plain.Header().Get("Access-Control-Expose-Headers") != expose {
+		t.Errorf("without an Origin: Allow-Origin %q, Expose-Headers %q; want *, %q",
+			plain.Header().Get("Access-Control-Allow-Origin"), plain.Header().Get("Access-Control-Expose-Headers"), expose)
+	}
+	if slices.Contains(plain.Header().Values("Vary"), "Origin") {
+		t.Error("a wildcard answer without an Origin varies by Origin")
+	}
+	if missing := serve(h, http.MethodGet, "/nope"); missing.Code != http.StatusNotFound ||
+		missing.Header().Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("a 404 without an Origin: %d, Allow-Origin %q; want 404, *", missing.Code, missing.Header().Get("Access-Control-Allow-Origin"))
 	}
 }
 

@@ -14,13 +14,19 @@ import (
 var openAPI []byte
 
 // OpenAPIDocument is the description as served below base: its server is
-// the base path.
+// the base path without a trailing slash ("/maps"), or "/" at the root.
+// OpenAPI appends a path to the server URL as it is, so "/maps/" would
+// make "/maps//tiles".
 func OpenAPIDocument(base string) []byte {
 	var doc map[string]any
 	if err := json.Unmarshal(openAPI, &doc); err != nil { // embedded and tested: unreachable
 		return append([]byte(nil), openAPI...)
 	}
-	doc["servers"] = []map[string]string{{"url": trimBase(base) + "/"}}
+	server := trimBase(base)
+	if server == "" {
+		server = "/"
+	}
+	doc["servers"] = []map[string]string{{"url": server}}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return append([]byte(nil), openAPI...)

@@ -3,10 +3,12 @@ package web_test
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -169,6 +171,57 @@ func TestAssetsGzipped(t *testing.T) {
 		}
 		if r := serve(t, h, http.MethodGet, path, map[string]string{"Accept-Encoding": "gzip", "If-None-Match": plain.Header.Get("ETag")}); r.StatusCode != http.StatusOK {
 			t.Errorf("%s revalidated gzipped with the identity ETag: %d, want 200 (another representation)", path, r.StatusCode)
+		}
+	}
+}
+
+// TestAssetConditionsAndRanges: a failed If-Match is a 412 problem
+// document — never Content-Encoding: gzip on it, even for a client that
+// accepts gzip — and If-Match naming the asset (or *) serves it. A Range,
+// satisfiable or not, is ignored: the whole asset, a 200 (never a 206, or
+// a plain-text 416), and no Accept-Ranges inviting one. An asset has no
+// modification date, so If-Unmodified-Since is ignored too.
+func TestAssetConditionsAndRanges(t *testing.T) {
+	h := web.Handler()
+	for _, path := range []string{"/", "/web/app.js", "/web/vendor/LICENSE.txt"} {
+		for _, enc := range []string{"", "gzip"} {
+			plain := serve(t, h, http.MethodGet, path, map[string]string{"Accept-Encoding": enc})
+			whole, _ := io.ReadAll(plain.Body)
+			etag := plain.Header.Get("ETag")
+			if plain.StatusCode != http.StatusOK || plain.Header.Get("Content-Length") != strconv.Itoa(len(whole)) {
+				t.Fatalf("%s (Accept-Encoding %q): %d, Content-Length %q for %d bytes", path, enc, plain.StatusCode, plain.Header.Get("Content-Length"), len(whole))
+			}
+			for _, bad := range []string{`"nope"`, "W/" + etag, `"nope", W/` + etag} {
+				resp := serve(t, h, http.MethodGet, path, map[string]string{"Accept-Encoding": enc, "If-Match": bad})
+				body, _ := io.ReadAll(resp.Body)
+				var doc map[string]any
+				if resp.StatusCode != http.StatusPreconditionFailed || resp.Header.Get("Content-Type") != "application/problem+json" ||
+					resp.Header.Get("Content-Encoding") != "" || json.Unmarshal(body, &doc) != nil || doc["status"] != float64(412) || doc["param"] != "If-Match" {
+					t.Errorf("%s (Accept-Encoding %q) If-Match %s: %d %q Content-Encoding %q %s; want a 412 problem", path, enc, bad,
+						resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding"), body)
+				}
+			}
+			for _, good := range []string{etag, "*", `"nope", ` + etag} {
+				if resp := serve(t, h, http.MethodGet, path, map[string]string{"Accept-Encoding": enc, "If-Match": good}); resp.StatusCode != http.StatusOK {
+					t.Errorf("%s (Accept-Encoding %q) If-Match %s: %d, want 200", path, enc, good, resp.StatusCode)
+				}
+			}
+			for _, hdr := range []map[string]string{
+				{"Range": "bytes=0-9"},
+				{"Range": "bytes=0-0,5-9"},
+				{"Range": "bytes=100000000-"},
+				{"Range": "pages=1"},
+				{"Range": "bytes=0-9", "If-Range": etag},
+				{"If-Unmodified-Since": "Mon, 01 Jan 2001 00:00:00 GMT"},
+			} {
+				hdr["Accept-Encoding"] = enc
+				resp := serve(t, h, http.MethodGet, path, hdr)
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != http.StatusOK || !bytes.Equal(body, whole) || resp.Header.Get("Content-Range") != "" || resp.Header.Get("Accept-Ranges") != "" {
+					t.Errorf("%s (Accept-Encoding %q) %v: %d, %d bytes, Content-Range %q, Accept-Ranges %q; want 200 with the whole asset",
+						path, enc, hdr, resp.StatusCode, len(body), resp.Header.Get("Content-Range"), resp.Header.Get("Accept-Ranges"))
+				}
+			}
 		}
 	}
 }

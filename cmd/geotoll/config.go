@@ -158,7 +158,7 @@ type GeofenceConfig struct {
 	AdminKeys []string `yaml:"admin_keys" secret:"true"`
 	// WriterDatabaseURL is the connection fence writes use; it should name
 	// the geotoll_fence_writer role (env GEOTOLL_WRITER_DATABASE_URL).
-	// Empty: fence writes answer 503 "fence admin not configured".
+	// Empty: fence writes answer 404 "fence admin not configured".
 	WriterDatabaseURL string         `yaml:"writer_database_url" secret:"true"`
 	Layers            FenceLayerList `yaml:"layers"`
 }

@@ -41,7 +41,7 @@ func configDocs() []configDoc {
 		{Key: "database.admin_url", Default: "database.url", Meaning: "the schema owner for migrate, seed, keys and opendata (alias GEOTOLL_ADMIN_DATABASE_URL, flag alias -admin-database-url; secret)"},
 		{Key: "database.max_conns", Meaning: "read pool size: how many request statements run at once (the server's own work has background_conns). About the database's CPU cores: statements beyond them only share its CPU, and every caller's statement, the honest one's too, then takes longer; more wait for a connection, within acquire_timeout"},
 		{Key: "database.key_max_conns", Meaning: "of max_conns, how many one API key's statements use at once, so that no key (with statements that ignore cancellation, say) holds every connection; one more waits for a slot within acquire_timeout, then 503. 0, or max_conns or more: no cap. Off by default: a cap below the pool also caps what one busy key gets from an otherwise idle database"},
-		{Key: "database.background_conns", Meaning: "the read role's second pool, for the server's own work: price-model builds (4 at once), the serving registry's refresh, layer checks, API keys; it never takes a request's connection, nor a request its (at least 2)"},
+		{Key: "database.background_conns", Meaning: "the read role's second pool, for the server's own work: price-model builds (4 at once, never more than background_conns minus 1, so that the rest of this work never waits a build's length for a connection), the serving registry's refresh, layer checks, API keys; it never takes a request's connection, nor a request its (at least 2)"},
 		{Key: "database.anonymous_max_conns", Meaning: "of max_conns, how many the anonymous callers' statements use at once, all of them together (a crawl from many addresses adds their buckets up); one more waits for a slot within acquire_timeout, then 503. 0: no share; at most max_conns − 1, so that keyed callers keep one (a pool of 1 is the share's)"},
 		{Key: "database.retry_after", Meaning: "Retry-After seconds of a database 503 (at least 1)"},
 		{Key: "database.acquire_timeout", Meaning: "the longest a request waits for a pooled connection"},
@@ -93,7 +93,7 @@ func budgetDocs() []configDoc {
 		{Key: "throttle.tiers.<tier>.capacity", Default: "80, 100, 600", Meaning: "bucket size: must be above the most one request may cost in the tier"},
 		{Key: "throttle.tiers.<tier>.max_cost", Default: "none", Meaning: "a single request dearer than this is a 422; 0: none"},
 		{Key: "throttle.tiers.<tier>.shadow", Default: "false", Meaning: "price and record, never refuse for an empty bucket (X-RateLimit-Shadow: would-refuse)"},
-		{Key: "throttle.tiers.<tier>.max_in_flight", Default: "8, 16, 64", Meaning: "concurrent requests per caller; one more is a 429 (policy <tier>-concurrency); 0: no cap"},
+		{Key: "throttle.tiers.<tier>.max_in_flight", Default: "8, 16, 64", Meaning: "concurrent requests per caller; one more is a 429 (policy <tier>-concurrency); 0: the store's own bound, 256 (Redis keeps every open request of a caller in one hash)"},
 		{Key: "throttle.failed_auth.rate", Meaning: "refill of the failed-auth bucket: unknown keys, per client address"},
 		{Key: "throttle.failed_auth.capacity", Meaning: "size of the failed-auth bucket (1 token per unknown key)"},
 		{Key: "throttle.pricing", Default: "density", Meaning: "density: a request costs the database work its density models estimate it reads; size: by its area, radius and points alone (also while a model is being built)"},
@@ -146,7 +146,7 @@ func budgetDocs() []configDoc {
 		{Key: "geofence.fence_write_timeout", Meaning: "the statement timeout of each statement of a fence write (cutting a fence of several hundred thousand positions into pieces takes seconds); less than http.request_timeout"},
 		{Key: "geofence.layers", Default: "places, districts, geofences", Meaning: "searchable layers (YAML only), merged by name into the demo layers: name, table, geometry_column (SRID 4326), id_column, properties, statement_timeout; polygon layers also answer contains and check with ?layer= (from their pieces when geotoll prepare built them)"},
 		{Key: "geofence.admin_keys", Default: "none", Meaning: "static fence admin keys (at least 16 bytes each) besides database keys created with -admin (secret: GEOTOLL_GEOFENCE_ADMIN_KEYS_FILE, comma-separated)"},
-		{Key: "geofence.writer_database_url", Default: "none: writes 503", Meaning: "fence writes, as the geotoll_fence_writer role (alias GEOTOLL_WRITER_DATABASE_URL; secret)"},
+		{Key: "geofence.writer_database_url", Default: "none: writes 404", Meaning: "fence writes, as the geotoll_fence_writer role (alias GEOTOLL_WRITER_DATABASE_URL; secret)"},
 	}
 }
 
