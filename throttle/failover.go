@@ -144,6 +144,11 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 			if a.Ticket != nil {
 				a.Ticket.known = &f.known // its settlement counts in what is known
 			}
+			if req.Aggregate != nil {
+				f.forgetLocal(req.Key, req.Aggregate.Key)
+			} else {
+				f.forgetLocal(req.Key)
+			}
 		}
 		return a, err
 	}
@@ -227,8 +232,11 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 		return err
 	})
 	if !fallback {
-		if err == nil && note {
-			f.known.notePeek(b, res, sent, time.Now(), f.remember())
+		if err == nil {
+			if note {
+				f.known.notePeek(b, res, sent, time.Now(), f.remember())
+			}
+			f.forgetLocal(b.Key)
 		}
 		return res, err
 	}
@@ -364,12 +372,23 @@ func (f *Failover) Doing() string { return f.Mode.doing() }
 // caller's request.
 func (f *Failover) Recovered(ctx context.Context) { f.succeeded(ctx) }
 
-// succeeded records a call of the primary that worked. Ending an outage,
-// it forgets the fail mode's local buckets: the shared ones count again,
-// and the next outage seeds each caller from what the primary last said.
+// succeeded records a call of the primary that worked.
 func (f *Failover) succeeded(ctx context.Context) {
-	if f.lim.succeeded(ctx, f.logger(), time.Now()) && f.Local != nil {
-		f.Local.forget()
+	f.lim.succeeded(ctx, f.logger(), time.Now())
+}
+
+// forgetLocal drops the fail mode's local buckets of keys, which the
+// primary has just answered for: their shared buckets count again, and
+// the next outage seeds them from what the primary said. A caller's local
+// bucket stays until then, whatever the primary answers for others: an
+// outage of the Redis node holding one caller's key (a Cluster's master
+// failing over) lets calls for other keys succeed, and forgetting every
+// local bucket on each of those would re-seed that caller, at each probe,
+// from its last answer before the outage refilled since — handing back
+// what it spent locally meanwhile.
+func (f *Failover) forgetLocal(keys ...string) {
+	if f.Local != nil {
+		f.Local.forget(keys...)
 	}
 }
 

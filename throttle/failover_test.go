@@ -648,3 +648,39 @@ func TestFailoverReadInFlightKeepsASettlement(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverLocalKeepsWhatACallerSpentUntilThePrimaryAnswersForIt: the
+// primary answering for another caller (an outage of the one Redis node
+// that holds this caller's key) does not hand this caller back what it
+// spent from its local bucket: with the primary failing for it again, it
+// goes on from that bucket, not from its last answer before the outage.
+// Once the primary answers for the caller itself, the next outage starts
+// it from that answer.
+func TestFailoverLocalKeepsWhatACallerSpentUntilThePrimaryAnswersForIt(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	f.ProbeInterval = 10 * time.Millisecond
+	y := Bucket{Key: "y", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	z := Bucket{Key: "z", Limit: y.Limit}
+	mustAdmit(t, f, Request{Bucket: y, Cost: 1}).Ticket.Release() // the primary: 9 left
+	primary.set(true)
+	if a := mustAdmit(t, f, Request{Bucket: y, Cost: 8}); !a.Allowed { // locally: 1 left
+		t.Fatalf("locally, 8 of 9: %+v", a.Result)
+	}
+	primary.set(false)
+	time.Sleep(2 * f.ProbeInterval)
+	mustAdmit(t, f, Request{Bucket: z, Cost: 1}).Ticket.Release() // the probe, for another caller
+	if f.Health().Degraded {
+		t.Fatal("the probe did not end the outage")
+	}
+	primary.set(true)
+	if a := mustAdmit(t, f, Request{Bucket: y, Cost: 5}); a.Allowed {
+		t.Fatalf("y failing again after another caller's probe: 5 admitted from %.3f (its local bucket held 1)", a.Result.Remaining+5)
+	}
+	primary.set(false)
+	time.Sleep(2 * f.ProbeInterval)
+	mustAdmit(t, f, Request{Bucket: y, Cost: 1}).Ticket.Release() // the primary, for y: 8 left there
+	primary.set(true)
+	if a := mustAdmit(t, f, Request{Bucket: y, Cost: 5}); !a.Allowed {
+		t.Fatalf("the next outage after the primary answered for y (8 left): %+v", a.Result)
+	}
+}

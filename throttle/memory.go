@@ -113,14 +113,18 @@ func (s *MemoryStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 		ResetAfter: millis(resetMS(r.tokens, sh.rate, sh.capacity))}, nil
 }
 
-// forget drops every bucket: a fallback store's buckets, once the shared
-// store is back, so that the next outage starts each caller from what the
-// shared store last reported, not from what it left here the last time.
-func (s *MemoryStore) forget() {
+// forget drops the buckets of keys: a fallback store's, once the shared
+// store has answered for them again, so that the next outage starts each
+// from what the shared store last reported, not from what it left here
+// the last time.
+func (s *MemoryStore) forget(keys ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.keys = make(map[string]*memKey)
-	s.byExp = nil
+	for _, key := range keys {
+		if k := s.keys[key]; k != nil {
+			s.drop(k)
+		}
+	}
 }
 
 // seed sets a missing bucket to tokens as of now (the last that Redis
