@@ -134,9 +134,9 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 		f.free.Add(1)
 		return a, nil
 	}
-	fallback, err := f.onPrimary(ctx, f.timeout(), func(ctx context.Context) (err error) {
+	fallback, err := f.onPrimary(ctx, f.timeout(), func(ctx context.Context) (called bool, err error) {
 		a, err = f.Primary.Admit(ctx, req)
-		return err
+		return !a.inProcess, err
 	})
 	if !fallback {
 		if err == nil {
@@ -227,9 +227,9 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 	// A read waits for the caller's call on its way and for a finish's
 	// call (a read rides with no other operation) before its own: half as
 	// long again as an admission may.
-	fallback, err := f.onPrimary(ctx, f.timeout()*3/2, func(ctx context.Context) (err error) {
+	fallback, err := f.onPrimary(ctx, f.timeout()*3/2, func(ctx context.Context) (called bool, err error) {
 		res, err = f.Primary.Peek(ctx, b)
-		return err
+		return true, err
 	})
 	if !fallback {
 		if err == nil {
@@ -309,8 +309,10 @@ func (f *Failover) logger() *slog.Logger {
 // breaker keeps it out of the way. fallback reports that the caller must
 // decide by the fail mode instead. A request whose own context is done
 // gets its error: it is refused, never failed over, and says nothing about
-// the store.
-func (f *Failover) onPrimary(ctx context.Context, timeout time.Duration, call func(context.Context) error) (fallback bool, err error) {
+// the store. call reports whether it reached the store: an admission the
+// primary answered in process (from a lease it holds) is no sign that the
+// store is back, and ends no outage.
+func (f *Failover) onPrimary(ctx context.Context, timeout time.Duration, call func(context.Context) (called bool, err error)) (fallback bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -320,11 +322,13 @@ func (f *Failover) onPrimary(ctx context.Context, timeout time.Duration, call fu
 		return true, nil
 	}
 	sctx, cancel := context.WithTimeout(ctx, timeout)
-	err = call(sctx)
+	called, err := call(sctx)
 	cancel()
 	switch {
 	case err == nil:
-		f.succeeded(ctx)
+		if called {
+			f.succeeded(ctx)
+		}
 		return false, nil
 	case ctx.Err() != nil:
 		return false, err

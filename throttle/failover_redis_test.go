@@ -302,3 +302,39 @@ func TestAdmitsLeaveRoomForSettlements(t *testing.T) {
 		}
 	})
 }
+
+// An admission answered from a lease this process holds, without a call,
+// says nothing of the store: the probe of an outage that a lease answers
+// ends no outage (the next requests would each wait for a failing Redis
+// again), and the next probe is a call.
+func TestFailoverLeaseAdmissionIsNoProbe(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		g := &gatedLossyScripter{UniversalClient: fx.rdb, sent: make(chan struct{}, 1)}
+		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseHold: testLeaseHold})
+		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: 20 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler)}
+		b := Bucket{Key: fx.key("lease-probe"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
+		req := Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}
+		for range 3 { // the third on a lease
+			mustAdmit(t, f, req).Ticket.Settle(1)
+		}
+		if st := s.Stats(); st.Local != 1 || st.Leases != 1 {
+			t.Fatalf("the third request is not on a lease: %+v", st)
+		}
+		g.failNext.Store(true)
+		if _, err := f.Admit(context.Background(), Request{Bucket: Bucket{Key: fx.key("lease-probe-other"), Limit: b.Limit}, Cost: 1}); !errors.Is(err, ErrStoreDown) {
+			t.Fatalf("another caller's failing call: %v, want ErrStoreDown", err)
+		}
+		time.Sleep(2 * f.ProbeInterval)
+		a := mustAdmit(t, f, req) // the probe, answered by the lease
+		a.Ticket.Settle(1)
+		if st := s.Stats(); st.Local != 2 {
+			t.Fatalf("the probe was not answered by the lease: %+v", st)
+		}
+		if !f.Health().Degraded {
+			t.Error("an admission from a lease, with no call, ended the outage")
+		}
+		flushWithin(t, s)
+	})
+}

@@ -228,7 +228,7 @@ func (s *RedisStore) admitLeased(req Request, sh shape) (a Admission, ok bool) {
 	remaining, id := ls.remaining(seen, now), ls.id
 	s.mu.Unlock()
 	s.stats.local.Add(1)
-	a.Allowed = true
+	a.Allowed, a.inProcess = true, true
 	a.Result = Result{Allowed: true, Cost: req.Cost, Remaining: fromMicro(remaining), Limit: req.Limit,
 		ResetAfter: millis(resetMS(remaining, sh.rate, sh.capacity))}
 	a.Ticket = &Ticket{owner: ls, key: req.Key, limit: req.Limit, debt: req.Debt, id: id,

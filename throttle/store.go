@@ -76,6 +76,9 @@ type Admission struct {
 	// raced: the store answered while a settlement of the caller was on
 	// its way behind the decision (a Failover keeps no free refusal of it).
 	raced bool
+	// inProcess: admitted from a lease this process holds, without a call
+	// (a Failover takes it for no sign of the store's health).
+	inProcess bool
 }
 
 // Store decides admissions atomically and keeps the buckets.

@@ -59,7 +59,7 @@ func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, e
 		m.ModelShelf = density.NewShelf()
 	}
 	m.pricing = &pricingSetup{
-		models:  pricing.NewModels(m.Background, density.Options{Shelf: m.ModelShelf}),
+		models:  pricing.NewModels(m.Background, density.Options{Shelf: m.ModelShelf, Logger: m.Logger}),
 		lazy:    &pricing.Lazy{},
 		tiles:   cat.Layers(),
 		changed: make(chan struct{}, 1),

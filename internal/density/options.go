@@ -3,6 +3,7 @@ package density
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -35,6 +36,9 @@ type Options struct {
 	// Slots, when set, bounds how many builds sharing it run at once (see
 	// Slots); nil: no bound.
 	Slots *Slots
+	// Logger, when set, hears of a Refresher's first failed build after a
+	// success, and of the success that ends a run of failures.
+	Logger *slog.Logger
 }
 
 // Defaults for unset Options fields.

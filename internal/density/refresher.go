@@ -2,6 +2,7 @@ package density
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,9 +109,12 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 func (r *Refresher) Run(ctx context.Context) {
 	for {
 		wait := r.opts.Interval
-		if err := r.Refresh(ctx); err != nil {
+		before := r.Status().Failures
+		err := r.Refresh(ctx)
+		if err != nil {
 			wait = r.opts.RetryInterval
 		}
+		r.logOutcome(ctx, before, err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -118,6 +122,25 @@ func (r *Refresher) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// logOutcome tells Options.Logger of a build that failed after a success
+// (once: the failures that follow it are counted in Status and the
+// metrics) and of the success that ends a run of failures.
+func (r *Refresher) logOutcome(ctx context.Context, failuresBefore int, err error) {
+	log := r.opts.Logger
+	switch {
+	case log == nil || ctx.Err() != nil:
+	case err != nil && failuresBefore == 0:
+		attrs := []slog.Attr{slog.String("relation", r.rel.String()), slog.Any("err", err)}
+		if r.Model() != nil {
+			attrs = append(attrs, slog.String("pricing", "from the last model built"))
+		}
+		log.LogAttrs(ctx, slog.LevelWarn, "price model build failed", attrs...)
+	case err == nil && failuresBefore > 0:
+		log.LogAttrs(ctx, slog.LevelInfo, "price model built again",
+			slog.String("relation", r.rel.String()), slog.Int("failed_builds", failuresBefore))
 	}
 }
 

@@ -1,8 +1,10 @@
 package density_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -301,5 +303,54 @@ func TestConcurrentReadersDuringRefresh(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Error(e)
+	}
+}
+
+// A Refresher's log hears of a failed build once, however many follow it,
+// and of the build that ends the failures: an operator learns that prices
+// come from an old model without a line every retry.
+func TestRefresherLogsFailuresOnce(t *testing.T) {
+	rel, owner := scratchTable(t, "density_log", "Point", density.Point)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	insertPoints(ctx, t, owner, rel, 2.3, 48.8, 100)
+	var logged bytes.Buffer
+	r, err := density.NewRefresher(testenv.ReadPool(t), rel, density.Options{Interval: 20 * time.Millisecond,
+		RetryInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(run) }()
+	until := func(what string, ok func(density.Status) bool) {
+		t.Helper()
+		for !ok(r.Status()) {
+			if ctx.Err() != nil {
+				stop()
+				t.Fatalf("waiting for %s: %+v", what, r.Status())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	until("a model", func(s density.Status) bool { return s.Ready })
+	table := rel.Table.Sanitize()
+	if _, err := owner.Exec(ctx, "REVOKE SELECT ON "+table+" FROM geotoll_reader"); err != nil {
+		t.Fatal(err)
+	}
+	until("three failed builds", func(s density.Status) bool { return s.Failures >= 3 })
+	if _, err := owner.Exec(ctx, "GRANT SELECT ON "+table+" TO geotoll_reader"); err != nil {
+		t.Fatal(err)
+	}
+	until("a build again", func(s density.Status) bool { return s.Failures == 0 })
+	stop()
+	<-done
+	out := logged.String()
+	if n := strings.Count(out, "price model build failed"); n != 1 || !strings.Contains(out, "permission denied") ||
+		!strings.Contains(out, "from the last model built") {
+		t.Errorf("%d warnings of failed builds in:\n%s\nwant 1, naming the error and the model in use", n, out)
+	}
+	if n := strings.Count(out, "price model built again"); n != 1 || !strings.Contains(out, "failed_builds=") {
+		t.Errorf("%d notes of the build ending the failures in:\n%s\nwant 1", n, out)
 	}
 }
