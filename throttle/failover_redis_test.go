@@ -338,3 +338,33 @@ func TestFailoverLeaseAdmissionIsNoProbe(t *testing.T) {
 		flushWithin(t, s)
 	})
 }
+
+// A budget read still queued behind its caller's call on its way when the
+// Failover's time for it ends is that caller's flood too (ErrBusy): a
+// caller's own reads (GET /budget, previews) must not turn a replica to
+// its fail mode either.
+func TestFailoverReadQueuedPastItsTimeoutIsBusyNotDown(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		g, s, f := gatedFailover(fx)
+		f.Timeout = 50 * time.Millisecond
+		f.PeekReuse = -1 // every read asks
+		b := Bucket{Key: fx.key("queued-read-busy"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
+		mustPeek(t, s, b) // the script is loaded: each call below is one
+		gate := make(chan struct{})
+		g.gate.Store(&gate)
+		first := make(chan Admission, 1)
+		go func() { first <- mustAdmit(t, s, Request{Bucket: b, Cost: 1}) }() // the store's own timeout, 1 s
+		<-g.sent                                                              // its call is on its way, and holds the lane
+		_, err := f.Peek(context.Background(), b)
+		g.gate.Store(nil)
+		close(gate)
+		(<-first).Ticket.Release()
+		if !errors.Is(err, ErrBusy) {
+			t.Errorf("a read queued past its time behind its caller's call: %v, want ErrBusy", err)
+		}
+		if h := f.Health(); h.Degraded {
+			t.Errorf("one caller's read took the store for down: %+v", h)
+		}
+	})
+}

@@ -489,7 +489,9 @@ func lenOf(v any) int {
 	return -1
 }
 
-// ErrBusy reports an admit that could not be queued: its caller has
-// MaxPending operations waiting already. It is that caller's flood, not a
-// failing store: a Failover answers it with the error and stays healthy.
+// ErrBusy reports an admit or a read that could not be queued (its caller
+// has three quarters of MaxPending operations waiting already), or that
+// was still queued behind its caller's earlier operations when its call's
+// deadline came. It is that caller's flood, not a failing store: a
+// Failover answers it with the error and stays healthy.
 var ErrBusy = errors.New("throttle: too many budget operations pending")

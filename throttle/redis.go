@@ -384,10 +384,17 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, err)
 	case <-ctx.Done():
 		s.mu.Lock()
-		if l := s.lanes[b.Key]; l != nil && !p.sent {
+		unsent := !p.sent
+		if l := s.lanes[b.Key]; l != nil && unsent {
 			l.queue = slices.DeleteFunc(l.queue, func(q *pending) bool { return q == p })
 		}
 		s.mu.Unlock()
+		if unsent && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// Its time went waiting behind its caller's own operations, as
+			// an admit's may (admitRemote): the caller's flood, not the
+			// store's failure.
+			return Result{}, fmt.Errorf("throttle: peek %q: %w: still queued at the call's deadline", b.Key, ErrBusy)
+		}
 		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, ctx.Err())
 	}
 	s.mu.Lock()

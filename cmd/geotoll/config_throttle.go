@@ -65,7 +65,8 @@ func (t TarpitConfig) validate(requestTimeout time.Duration) error {
 
 // validateLimits refuses the values that would turn a limit off without
 // saying so: only rate 0 turns the IPv6 aggregate or the global budget
-// off, and only 0 leaves a tier without max_cost or max_in_flight.
+// off, only 0 leaves a tier without max_cost, and only 0 gives it the
+// store's own in-flight cap.
 func (t ThrottleConfig) validateLimits() []error {
 	var errs []error
 	if a := t.IPv6Aggregate; !(a.Rate >= 0) || a.Rate > 0 && (a.Prefix < 16 || a.Prefix > 63) {

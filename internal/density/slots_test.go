@@ -77,6 +77,7 @@ func TestBuildWaitsForSlotUnderCallersContext(t *testing.T) {
 	if len(db.waited) != 2 {
 		t.Fatalf("%d of 2 builds opened a transaction: the second timed out waiting for its slot", len(db.waited))
 	}
+	<-db.begun // the second's: each step below starts with none left
 	want := timeout + pgcall.AnswerGrace
 	for i, got := range db.waited {
 		if got < want-100*time.Millisecond || got > want {
@@ -95,6 +96,12 @@ func TestBuildWaitsForSlotUnderCallersContext(t *testing.T) {
 	}
 	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("the build holding the slot: %v, want its deadline", err)
+	}
+	db.mu.Lock()
+	began := len(db.waited)
+	db.mu.Unlock()
+	if began != 3 {
+		t.Fatalf("%d transactions opened, want 3: the cancelled build was not still waiting for its slot", began)
 	}
 	sctx, scancel := context.WithTimeout(t.Context(), time.Second)
 	defer scancel()
