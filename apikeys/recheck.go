@@ -23,7 +23,17 @@ type rechecks struct {
 	poke    chan struct{} // made by Run: a caller wants a reload
 	wanted  chan struct{} // closed when the next reload to start has ended; nil while nobody waits
 	last    time.Time     // when the last reload started
+	// missed holds the keys (by hash) that a reload asked for them found
+	// no more than Lookup had: a revoked key still built into a deployed
+	// app, or a guess of the right shape. Presented again, they are
+	// refused at once rather than each waiting for, and asking, another
+	// reload. A key can be presented only once it exists, so no key
+	// created later is ever in it; bounded by maxMissed.
+	missed map[Hash]struct{}
 }
+
+// maxMissed bounds rechecks.missed; a full set starts again empty.
+const maxMissed = 4096
 
 // Recheck is for a key that Lookup did not find. It waits for a reload of
 // the keys that starts after the call — one reload shared by every caller
@@ -34,16 +44,19 @@ type rechecks struct {
 // the new key's first request).
 //
 // It waits at most RecheckWait, or until ctx ends, and not at all while
-// Run is not running or when key cannot be a key of Generate's making: a
-// request never makes the database reload the keys more than once per
-// RecheckSpacing, whatever it presents.
+// Run is not running, when key cannot be a key of Generate's making, or
+// when an earlier reload that worked did not find it (a revoked key, a
+// guess): a request never makes the database reload the keys more than
+// once per RecheckSpacing, whatever it presents, and a key that is not
+// there makes it reload once.
 func (r *Ring) Recheck(ctx context.Context, key string) (Key, bool) {
 	if !generated(key) {
 		return Key{}, false
 	}
+	h := HashOf(key)
 	re := &r.rechecks
 	re.mu.Lock()
-	if !re.running {
+	if _, missed := re.missed[h]; !re.running || missed {
 		re.mu.Unlock()
 		return Key{}, false
 	}
@@ -54,15 +67,31 @@ func (r *Ring) Recheck(ctx context.Context, key string) (Key, bool) {
 	re.mu.Unlock()
 	signal(re.poke)
 
+	asked := time.Now().UnixNano()
 	t := time.NewTimer(RecheckWait)
 	defer t.Stop()
 	select {
 	case <-done:
-		return r.Lookup(key)
+		k, ok := r.Lookup(key)
+		if !ok && r.loaded.Load() >= asked { // a reload that worked did not find it
+			r.missedKey(h)
+		}
+		return k, ok
 	case <-ctx.Done():
 	case <-t.C:
 	}
 	return Key{}, false
+}
+
+// missedKey remembers h as a key a reload did not find.
+func (r *Ring) missedKey(h Hash) {
+	re := &r.rechecks
+	re.mu.Lock()
+	defer re.mu.Unlock()
+	if re.missed == nil || len(re.missed) >= maxMissed {
+		re.missed = make(map[Hash]struct{})
+	}
+	re.missed[h] = struct{}{}
 }
 
 // generated reports whether key has the shape of a key Generate makes.

@@ -160,12 +160,12 @@ func TestRecheckSpacesReloads(t *testing.T) {
 	t.Parallel()
 	c := newCountingRing()
 	runRing(t, c.Ring)
-	unknown, err := apikeys.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	for range 3 {
+		unknown, err := apikeys.Generate() // one of its own each: a key missed once is not asked again
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, ok := c.Recheck(t.Context(), unknown); ok {
 			t.Fatal("an unknown key was found")
 		}
@@ -173,6 +173,54 @@ func TestRecheckSpacesReloads(t *testing.T) {
 	// The first recheck may reload at once; the next two wait their turn.
 	if took := time.Since(start); took < 2*apikeys.RecheckSpacing {
 		t.Errorf("3 rechecks in a row took %s: reloads closer than %s apart", took, apikeys.RecheckSpacing)
+	}
+}
+
+// A key a reload did not find (revoked, or a guess) makes the ring reload
+// once, however often it is presented: its later rechecks neither load
+// nor wait. A key created since is found by its own first recheck.
+func TestRecheckAsksOncePerMissingKey(t *testing.T) {
+	t.Parallel()
+	c := newCountingRing()
+	runRing(t, c.Ring)
+	base := c.loads.Load()
+	unknown, err := apikeys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if _, ok := c.Recheck(t.Context(), unknown); ok {
+			t.Fatal("an unknown key was found")
+		}
+	}
+	if n := c.loads.Load() - base; n != 1 {
+		t.Errorf("20 rechecks of one missing key made %d loads, want 1", n)
+	}
+	plain := c.add(t, 9)
+	if k, ok := c.Recheck(t.Context(), plain); !ok || k.ID != 9 {
+		t.Fatalf("a key created after another was missed: %+v %v", k, ok)
+	}
+	c.holding.Store(true) // the next load hangs: a miss it cannot vouch for is not kept
+	other, err := apikeys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.loads.Load()
+	if _, ok := c.Recheck(t.Context(), other); ok {
+		t.Fatal("found through a load that never ended")
+	}
+	close(c.release)
+	c.holding.Store(false)
+	for c.loads.Load() == before { // the hanging load has begun, and now ends
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(apikeys.RecheckSpacing)
+	before = c.loads.Load()
+	if _, ok := c.Recheck(t.Context(), other); ok {
+		t.Fatal("an unknown key was found")
+	}
+	if c.loads.Load() == before {
+		t.Error("a key whose only recheck timed out was not asked again")
 	}
 }
 

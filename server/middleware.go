@@ -82,6 +82,7 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
 		defer func() {
+			aborted := false
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
 					panic(v)
@@ -91,13 +92,27 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 					slog.String("request_id", RequestID(r.Context())))
 				if rec.status == 0 {
 					problem.Write(rec, r, problem.Wrap(nil))
+				} else {
+					// Its head is sent: the answer cannot become a 500, and
+					// the client must not take what was written for all of
+					// it — the connection is cut (http.ErrAbortHandler).
+					aborted = true
 				}
 			}
 			status := rec.status
 			if status == 0 {
 				status = http.StatusOK
 			}
-			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			defer func() {
+				if aborted {
+					panic(http.ErrAbortHandler)
+				}
+			}()
+			msg := "request"
+			if aborted {
+				msg = "request cut short by a panic"
+			}
+			log.LogAttrs(r.Context(), slog.LevelInfo, msg,
 				slog.String("method", r.Method),
 				slog.String("path", r.URL.Path),
 				slog.String("query", RedactQuery(r.URL.RawQuery)),

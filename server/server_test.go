@@ -238,3 +238,25 @@ func serve(h http.Handler, method, path string, hdr ...string) *httptest.Respons
 	h.ServeHTTP(w, r)
 	return w
 }
+
+// A panic after the answer's head was sent cannot become a 500: the
+// access log says the answer was cut short, and the connection is cut
+// (http.ErrAbortHandler), so that the client does not take what was
+// written for the whole answer.
+func TestPanicAfterTheHeadAbortsTheAnswer(t *testing.T) {
+	var logs bytes.Buffer
+	h := withAccessLog(slog.New(slog.NewJSONHandler(&logs, nil)), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("half"))
+		panic("kaboom")
+	}))
+	defer func() {
+		if v := recover(); v != http.ErrAbortHandler {
+			t.Errorf("a panic after the head: %v, want http.ErrAbortHandler", v)
+		}
+		if !strings.Contains(logs.String(), "kaboom") || !strings.Contains(logs.String(), "request cut short by a panic") {
+			t.Errorf("the log does not say the answer was cut short:\n%s", logs.String())
+		}
+	}()
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/x", nil))
+}

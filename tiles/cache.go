@@ -165,7 +165,7 @@ func (c *Cache) get(k cacheKey) (*entry, bool) {
 // that finds it in its walk).
 func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
 	epoch := c.epoch.Load()
-	return c.flights.do(ctx, flightKey{k, pgcall.ShareOf(ctx), epoch}, func(ctx context.Context) (*entry, error) {
+	return c.flights.do(ctx, flightKey{k, pgcall.ShareOf(ctx), epoch, fresh}, func(ctx context.Context) (*entry, error) {
 		if e, ok := c.get(k); ok && !fresh { // filled while this request was being priced
 			return e, nil
 		}
@@ -189,11 +189,15 @@ func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(co
 // own), so that a caller outside the share never waits on a render queued
 // for a slot of it — two keys asking for one tile at once render it twice
 // — and the cache's epoch when it began, so that a caller after an
-// InvalidateLayer never waits on a render from before it.
+// InvalidateLayer never waits on a render from before it. fresh keeps a
+// Cache-Control: no-cache request out of a flight that may answer from the
+// cache (one filled while it was being priced), and out of the cache's
+// copy: it is rendered afresh, as it asked and paid for.
 type flightKey struct {
 	cacheKey
 	share *pgcall.Share
 	epoch uint64
+	fresh bool
 }
 
 // entry is one rendered tile, ready to send.

@@ -282,3 +282,50 @@ func TestHandlerRenderInShareNotJoinedFromOutside(t *testing.T) {
 		t.Errorf("%d renders, want 3: one in each share, one outside", c)
 	}
 }
+
+// A no-cache request never joins a flight that may answer from the cache
+// (one whose tile a render filled while it was being priced): a no-cache
+// request beside a render of the same tile that may use the cache is
+// rendered afresh, as it asked and paid for.
+func TestCacheFreshRequestNeverJoinsAFlightThatMayUseTheCache(t *testing.T) {
+	t.Parallel()
+	c, err := NewCache(CacheOptions{MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := cacheKey{layers: "places", tile: maptile.New(1, 1, 14)}
+	hold, started := make(chan struct{}), make(chan struct{})
+	first := make(chan []byte, 1)
+	go func() {
+		e, _, err := c.load(context.Background(), k, false, func(context.Context) (Rendered, error) {
+			close(started)
+			<-hold
+			return Rendered{MVT: []byte("a render that may use the cache")}, nil
+		})
+		if err != nil {
+			first <- nil
+			return
+		}
+		first <- e.data
+	}()
+	<-started
+	var renders atomic.Int32
+	done := make(chan []byte, 1)
+	go func() {
+		e, shared, err := c.load(context.Background(), k, true, func(context.Context) (Rendered, error) {
+			renders.Add(1)
+			return Rendered{MVT: []byte("fresh")}, nil
+		})
+		if err != nil || shared {
+			done <- nil
+			return
+		}
+		done <- e.data
+	}()
+	fresh := testenv.Receive(t, done, "the no-cache request's tile")
+	close(hold)
+	testenv.Receive(t, first, "the other render's tile")
+	if string(fresh) != "fresh" || renders.Load() != 1 {
+		t.Errorf("the no-cache request got %q after %d renders of its own, want its own render", fresh, renders.Load())
+	}
+}

@@ -121,7 +121,11 @@ func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, 
 		t.limiterFailed(w, r, tier, p, err)
 		return
 	}
-	t.observe(FailedAuthTier, p, Unauthorized)
+	outcome := Unauthorized
+	if !res.Allowed {
+		outcome = Refused // a 429, counted with the others (geotoll_throttled_total)
+	}
+	t.observe(FailedAuthTier, p, outcome)
 	setBudgetHeaders(w.Header(), tokenPolicy(tier.Name, tier.Limit), tier, res)
 	if !res.Allowed {
 		problem.Write(w, r, exhausted(tier.Name, res))
