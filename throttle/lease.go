@@ -88,7 +88,9 @@ func (g *Global) Give(tokens float64) {
 	g.have += tokens
 }
 
-// Close returns what is left of the leases (at shutdown).
+// Close returns what is left of the leases (at shutdown), and charges the
+// shared bucket an overuse settled after the last lease went back (have
+// below zero with none to debit), which the next lease would have paid.
 func (g *Global) Close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -97,6 +99,18 @@ func (g *Global) Close() {
 		g.returns = nil
 	}
 	g.returnLocked()
+	if g.have >= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	// The smallest lease the bucket takes, settled at the overuse on top:
+	// a debit down to the bucket's debt floor, as a lease's own overuse.
+	const least = 1e-6
+	if a, err := g.lease(ctx, least); err == nil && a.Ticket != nil {
+		a.Ticket.Settle(a.Ticket.Paid() - g.have)
+		g.have = 0
+	}
 }
 
 // returnLocked settles the leases taken since the last return: the tokens

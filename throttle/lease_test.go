@@ -89,3 +89,23 @@ func TestGlobalFailOpenRefundMintsNothing(t *testing.T) {
 		t.Fatalf("the shared bucket holds %v after the leases went back, want 90: the request admitted fail-open was refunded into it", r.Remaining)
 	}
 }
+
+// An overuse settled after the last lease went back (a request that took
+// 5 and cost 20) is owed to the shared bucket: the next lease would pay
+// it, and a replica shutting down first charges it at Close.
+func TestGlobalCloseChargesAnOveruseWithNoLeaseOpen(t *testing.T) {
+	store := NewMemoryStore(MemoryOptions{})
+	g := &Global{Store: store, Bucket: Bucket{Key: "global", Limit: Limit{Rate: 1e-6, Capacity: 100}}, Chunk: 5, Hold: time.Hour}
+	res, ok, err := g.Take(context.Background(), 5)
+	if !ok || err != nil || res.Cost != 5 {
+		t.Fatalf("take: %+v %v %v", res, ok, err)
+	}
+	g.mu.Lock()
+	g.returnLocked() // the hold ends: the lease goes back, all of it spent
+	g.mu.Unlock()
+	g.Give(5 - 20) // the request cost 20 of the 5 it took
+	g.Close()
+	if r := mustPeek(t, store, g.Bucket); r.Remaining > 80.01 {
+		t.Fatalf("the shared bucket holds %.3f after a request of 20 and Close, want 80", r.Remaining)
+	}
+}
