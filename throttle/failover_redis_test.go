@@ -215,25 +215,18 @@ func TestFailoverLocalStartsFromTheLastKnownBudgetAfterARecovery(t *testing.T) {
 func TestFailoverQueuedPastItsTimeoutIsBusyNotDown(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		g, s, f := gatedFailover(fx)
-		f.Timeout = 50 * time.Millisecond
-		b := Bucket{Key: fx.key("queued-busy"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
-		mustPeek(t, s, b) // the script is loaded: each call below is one
-		gate := make(chan struct{})
-		g.gate.Store(&gate)
-		first := make(chan Admission, 1)
-		go func() { first <- mustAdmit(t, s, Request{Bucket: b, Cost: 1}) }() // the store's own timeout, 1 s
-		<-g.sent                                                              // its call is on its way, and holds the lane
-		_, err := f.Admit(context.Background(), Request{Bucket: b, Cost: 1})
-		g.gate.Store(nil)
-		close(gate)
+		q := queueBehindItsCaller(t, fx, "queued-busy", func(f *Failover, b Bucket) error {
+			_, err := f.Admit(context.Background(), Request{Bucket: b, Cost: 1})
+			return err
+		})
+		s, f, b, first, err := q.s, q.f, q.b, q.first, q.err
 		if !errors.Is(err, ErrBusy) {
 			t.Errorf("queued past the timeout behind its caller's call: %v, want ErrBusy", err)
 		}
 		if h := f.Health(); h.Degraded {
 			t.Errorf("one caller's queue took the store for down: %+v", h)
 		}
-		(<-first).Ticket.Settle(0) // it cost nothing: all back
+		first.Ticket.Settle(0) // it cost nothing: all back
 		flushWithin(t, s)
 		if got := mustPeek(t, s, b).Remaining; got < 99.99 {
 			t.Errorf("Redis holds %.3f tokens, want 100: the queued admission was charged", got)
@@ -346,20 +339,13 @@ func TestFailoverLeaseAdmissionIsNoProbe(t *testing.T) {
 func TestFailoverReadQueuedPastItsTimeoutIsBusyNotDown(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		g, s, f := gatedFailover(fx)
-		f.Timeout = 50 * time.Millisecond
-		f.PeekReuse = -1 // every read asks
-		b := Bucket{Key: fx.key("queued-read-busy"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
-		mustPeek(t, s, b) // the script is loaded: each call below is one
-		gate := make(chan struct{})
-		g.gate.Store(&gate)
-		first := make(chan Admission, 1)
-		go func() { first <- mustAdmit(t, s, Request{Bucket: b, Cost: 1}) }() // the store's own timeout, 1 s
-		<-g.sent                                                              // its call is on its way, and holds the lane
-		_, err := f.Peek(context.Background(), b)
-		g.gate.Store(nil)
-		close(gate)
-		(<-first).Ticket.Release()
+		q := queueBehindItsCaller(t, fx, "queued-read-busy", func(f *Failover, b Bucket) error {
+			f.PeekReuse = -1 // every read asks
+			_, err := f.Peek(context.Background(), b)
+			return err
+		})
+		f, err := q.f, q.err
+		q.first.Ticket.Release()
 		if !errors.Is(err, ErrBusy) {
 			t.Errorf("a read queued past its time behind its caller's call: %v, want ErrBusy", err)
 		}
@@ -367,4 +353,34 @@ func TestFailoverReadQueuedPastItsTimeoutIsBusyNotDown(t *testing.T) {
 			t.Errorf("one caller's read took the store for down: %+v", h)
 		}
 	})
+}
+
+// queuedBehind is what queueBehindItsCaller left.
+type queuedBehind struct {
+	s     *RedisStore
+	f     *Failover
+	b     Bucket
+	first Admission // the caller's admission whose call was on its way
+	err   error     // ask's
+}
+
+// queueBehindItsCaller asks, through a Failover whose Timeout is 50 ms,
+// while the caller's earlier call (an admission of 1, through the store
+// with its own 1 s) is held on its way, so that ask waits on the caller's
+// lane until its time ends; then lets the call go.
+func queueBehindItsCaller(t *testing.T, fx *redisFixture, key string, ask func(*Failover, Bucket) error) queuedBehind {
+	t.Helper()
+	g, s, f := gatedFailover(fx)
+	f.Timeout = 50 * time.Millisecond
+	b := Bucket{Key: fx.key(key), Limit: Limit{Rate: 1e-3, Capacity: 100}}
+	mustPeek(t, s, b) // the script is loaded: each call below is one
+	gate := make(chan struct{})
+	g.gate.Store(&gate)
+	first := make(chan Admission, 1)
+	go func() { first <- mustAdmit(t, s, Request{Bucket: b, Cost: 1}) }()
+	<-g.sent // its call is on its way, and holds the lane
+	err := ask(f, b)
+	g.gate.Store(nil)
+	close(gate)
+	return queuedBehind{s: s, f: f, b: b, first: <-first, err: err}
 }
