@@ -14,7 +14,7 @@ import (
 // Price is what one request costs and what it is for.
 type Price struct {
 	Cost  float64
-	Route string // "tile", "within", "bbox", "contains", "check"
+	Route string // routeTile ("tile"), or a geofence.Kind: "within", "bbox", "contains", "check"
 	Layer string // layer name(s), comma-separated for a composite (one query each); "" when none
 	Zoom  int    // tile zoom, -1 when not a tile
 	// CacheHit: served without database work, so the global database
@@ -24,6 +24,9 @@ type Price struct {
 	// means the default weights' Base.
 	Base float64
 }
+
+// routeTile is the Route of a tile price.
+const routeTile = "tile"
 
 // TilePrice is the price of a tile demand: the sum of its layers' prices —
 // a composite runs one query per layer — or, for a cache hit, the base
@@ -49,13 +52,13 @@ func (t *Toll) TilePrice(d tiles.Demand) float64 {
 func (t *Toll) tileBase(d tiles.Demand) float64 {
 	var base float64
 	for _, l := range d.Layers {
-		base = max(base, t.weights(l.Name).Base)
+		base = max(base, t.tileWeights(l.Name).Base)
 	}
 	return base
 }
 
 func (t *Toll) layerPrice(l *tiles.Layer, tile maptile.Tile) float64 {
-	w := t.weights(l.Name)
+	w := t.tileWeights(l.Name)
 	if t.Estimator != nil {
 		if est, ok := t.Estimator.Tile(l, tile); ok {
 			return w.Read(est.Features, est.Vertices, t.msPerToken())
@@ -72,7 +75,7 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 	for i, l := range d.Layers {
 		names[i] = l.Name
 	}
-	return t.Charge(w, r, Price{Cost: t.TilePrice(d), Route: "tile", Layer: strings.Join(names, ","), Zoom: int(d.Tile.Z),
+	return t.Charge(w, r, Price{Cost: t.TilePrice(d), Route: routeTile, Layer: strings.Join(names, ","), Zoom: int(d.Tile.Z),
 		CacheHit: d.CacheHit, Base: t.tileBase(d)}) != nil
 }
 
@@ -82,9 +85,11 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 // bbox with their layer's GeofenceWork (the features in the circle or
 // box), contains and check with FenceWork (the fences, or with a layer its
 // features, whose box holds the point; a batch check sums its points).
-// Without one, its size prices it, with the weights of its layer
-// (LayerWeights by layer name, else Default; Default for contains and
-// check on the fences):
+// Without one, its size prices it. Either way a geofence demand takes the
+// Default weights (their Base, MaxCost and size weights; the work model
+// is the geofence one above): geofence layers have no weights of their
+// own, and LayerWeights are tile layers', even where a geofence layer has
+// a tile layer's name:
 //
 //	within    Weights.Radius(radius_m, limit)
 //	bbox      Weights.BBox(bound, limit); a box across the antimeridian
@@ -121,12 +126,11 @@ func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
 	return w.MaxCost
 }
 
-// geofenceWeights are the weights of a demand: its layer's for within,
-// bbox, and contains and check on a layer, else Default.
-func (t *Toll) geofenceWeights(d geofence.Demand) throttle.Weights {
-	if d.Layer != "" || d.Kind == geofence.KindWithin || d.Kind == geofence.KindBBox {
-		return t.weights(d.Layer)
-	}
+// geofenceWeights are the weights of a geofence demand: Default, whatever
+// its layer. A tile layer's weights (LayerWeights) price its tiles only:
+// looked up by a geofence layer's name they would reprice, and cap, a
+// different query on a layer that merely shares the name.
+func (t *Toll) geofenceWeights(geofence.Demand) throttle.Weights {
 	return t.Default
 }
 

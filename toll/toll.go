@@ -37,7 +37,12 @@ type Toll struct {
 	FailedAuth throttle.Limit
 	Keys       KeyLookup          // nil: every presented key is unknown
 	Proxies    *forwarded.Trusted // trusted reverse proxies
-	// LayerWeights prices a layer; layers without an entry use Default.
+	// LayerWeights prices a tile layer; tile layers without an entry use
+	// Default. Tile layers only: a geofence layer is priced with Default
+	// (and its GeofenceWork), even where it shares a tile layer's name —
+	// the demo's places and districts are both — since the two run
+	// different queries, and a tile layer's settings must not reprice, or
+	// cap, another route.
 	LayerWeights map[string]throttle.Weights
 	Default      throttle.Weights
 	// Estimator estimates what a request reads (features, vertices), from
@@ -61,8 +66,9 @@ type Toll struct {
 	// InFlightTTL is how long an unfinished request holds its slot (a
 	// crashed process's slots expire): the longest a request can run.
 	InFlightTTL time.Duration
-	// ShadowLayers are layers whose requests are priced but never refused
-	// for an empty bucket.
+	// ShadowLayers are tile layers whose tiles are priced but never
+	// refused for an empty bucket. Tile layers only: a geofence query on a
+	// geofence layer of the same name is refused like any other.
 	ShadowLayers map[string]bool
 	// MsPerToken is the unit of every price: one token is this much
 	// database time (default 10 ms). A request is settled at the database
@@ -199,18 +205,21 @@ func (t *Toll) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (t *Toll) weights(layer string) throttle.Weights {
+// tileWeights are a tile layer's weights (LayerWeights, else Default).
+func (t *Toll) tileWeights(layer string) throttle.Weights {
 	if w, ok := t.LayerWeights[layer]; ok {
 		return w
 	}
 	return t.Default
 }
 
-// shadowed reports whether every one of a price's layers is in shadow
-// mode: adding a shadowed layer to a composite must not lift the limit on
-// the others.
+// shadowed reports whether every one of a tile price's layers is in
+// shadow mode: adding a shadowed layer to a composite must not lift the
+// limit on the others. ShadowLayers names tile layers, so a price of
+// another route is never shadowed by them, whatever its Layer: a geofence
+// layer often has a tile layer's name.
 func (t *Toll) shadowed(p Price) bool {
-	if p.Layer == "" {
+	if p.Route != routeTile || p.Layer == "" {
 		return false
 	}
 	for l := range strings.SplitSeq(p.Layer, ",") {

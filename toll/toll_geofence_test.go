@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 func TestGeofencePrice(t *testing.T) {
@@ -35,7 +38,8 @@ func TestGeofencePrice(t *testing.T) {
 		// The classic expensive one: MaxCost, so a 100-token bucket pays it once.
 		{"within 50 km", geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 50000, Limit: 100}, 60},
 		{"bbox 1°×1°", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(13, 52, 14, 53), Limit: 100}, 0.01 + 0.5 + 0.2},
-		{"bbox on districts uses its weights", geofence.Demand{Kind: geofence.KindBBox, Layer: "districts", Bound: box(13, 52, 17, 53), Limit: 100}, 0.01 + 1 + 0.2},
+		// The tile layer districts' weights price its tiles, not the geofence layer of that name.
+		{"bbox on districts takes the default weights", geofence.Demand{Kind: geofence.KindBBox, Layer: "districts", Bound: box(13, 52, 17, 53), Limit: 100}, 0.01 + 2 + 0.2},
 		// 175..-175 arrives unwrapped as 175..185: 10°, not 350°.
 		{"bbox across the antimeridian", geofence.Demand{Kind: geofence.KindBBox, Layer: "places", Bound: box(175, -20, 185, -10), Limit: 0}, 0.01 + 50},
 		{"contains", geofence.Demand{Kind: geofence.KindContains, Points: 1}, 0.06},
@@ -43,9 +47,9 @@ func TestGeofencePrice(t *testing.T) {
 		{"contains, limit 1000", geofence.Demand{Kind: geofence.KindContains, Points: 1, Limit: 1000}, 2.06},
 		{"check of 20", geofence.Demand{Kind: geofence.KindCheck, Points: 20}, 1.01},
 		{"check of 1000", geofence.Demand{Kind: geofence.KindCheck, Points: 1000}, 50.01},
-		// contains and check on a layer take that layer's weights.
-		{"check of 20 on districts", geofence.Demand{Kind: geofence.KindCheck, Layer: "districts", Points: 20}, 0.01 + 2},
-		{"contains on districts", geofence.Demand{Kind: geofence.KindContains, Layer: "districts", Points: 1, Limit: 100}, 0.01 + 0.1 + 0.2},
+		// contains and check on a layer take the default weights too.
+		{"check of 20 on districts", geofence.Demand{Kind: geofence.KindCheck, Layer: "districts", Points: 20}, 1.01},
+		{"contains on districts", geofence.Demand{Kind: geofence.KindContains, Layer: "districts", Points: 1, Limit: 100}, 0.26},
 		{"check of 20 on places (default weights)", geofence.Demand{Kind: geofence.KindCheck, Layer: "places", Points: 20}, 1.01},
 		{"unknown kind", geofence.Demand{Kind: "teleport"}, 60},
 	}
@@ -138,5 +142,82 @@ func TestAdmitGeofenceObservedWithoutZoom(t *testing.T) {
 	}
 	if len(obs.prices) != 1 || obs.prices[0].Zoom != -1 || obs.prices[0].Route != "within" || obs.prices[0].Layer != "places" {
 		t.Errorf("observed %+v, want one price of route within, layer places, zoom -1", obs.prices)
+	}
+}
+
+// fixedEstimator estimates every request at the same features and
+// vertices.
+type fixedEstimator struct{ est density.Estimate }
+
+func (f fixedEstimator) Tile(*tiles.Layer, maptile.Tile) (density.Estimate, bool) { return f.est, true }
+func (f fixedEstimator) Geofence(geofence.Demand) (density.Estimate, bool)        { return f.est, true }
+
+// A tile layer's weights price its tiles only: a geofence query on a layer
+// of the same name (the demo's places and districts are both) is priced
+// as it would be without them — by size or by estimate, at the door and
+// at its base — and never capped by the tile layer's max_cost.
+func TestTileWeightsDoNotPriceGeofence(t *testing.T) {
+	at := []orb.Point{{13.4, 52.5}}
+	demands := []geofence.Demand{
+		{Kind: geofence.KindWithin, Layer: "places", RadiusM: 50000, Limit: 100, Points: 1, At: at},
+		{Kind: geofence.KindWithin, Layer: "places", RadiusM: 10, Limit: 1, Points: 1, At: at},
+		{Kind: geofence.KindBBox, Layer: "districts", Bound: orb.Bound{Min: orb.Point{13, 52}, Max: orb.Point{14, 53}}, Limit: 100, Points: 1},
+		{Kind: geofence.KindContains, Layer: "districts", Limit: 100, Points: 1, At: at},
+		{Kind: geofence.KindCheck, Layer: "districts", Points: 1000, At: at},
+		{Kind: geofence.KindContains, Limit: 100, Points: 1, At: at},
+		{Kind: geofence.KindCheck, Points: 20, At: at},
+	}
+	tileWeights := throttle.Weights{Base: 0.5, AreaWeight: 9, RadiusWeight: 9, FeatureWeight: 1, PointWeight: 1, MaxCost: 5,
+		Work: throttle.WorkModel{QueryMS: 40, FeatureMS: 1, VertexMS: 1}}
+	for _, est := range []Estimator{nil, fixedEstimator{density.Estimate{Features: 3, Vertices: 40000}}} {
+		plain, tiled := testToll(nil), testToll(nil)
+		plain.Estimator, tiled.Estimator = est, est
+		tiled.LayerWeights = map[string]throttle.Weights{"places": tileWeights, "districts": tileWeights}
+		if got := tiled.TilePrice(tileDemand(2, "places")); got != tileWeights.MaxCost {
+			t.Fatalf("estimator %v: a places tile costs %v, want its layer's max_cost %v", est, got, tileWeights.MaxCost)
+		}
+		for _, d := range demands {
+			want, got := plain.GeofencePrice(d), tiled.GeofencePrice(d)
+			if got != want {
+				t.Errorf("estimator %v: %s on %q costs %v beside tile weights of that name, %v without", est, d.Kind, d.Layer, got, want)
+			}
+			if got, want := tiled.geofenceWeights(d).Base, tiled.Default.Base; got != want {
+				t.Errorf("estimator %v: %s on %q settles at least %v, want the default base %v", est, d.Kind, d.Layer, got, want)
+			}
+		}
+	}
+}
+
+// A tile layer in shadow mode shadows its tiles only: a geofence query on
+// the geofence layer of the same name is refused for an empty bucket, and
+// its dry run says so.
+func TestShadowTileLayerDoesNotShadowGeofence(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	toll.ShadowLayers = map[string]bool{"places": true}
+	heavy := geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 50000, Limit: 100, Points: 1} // 60 tokens
+	admitFence := func(target string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		r.RemoteAddr = "192.0.2.11:4000"
+		r.Header.Set("X-API-Key", "b")
+		w := httptest.NewRecorder()
+		toll.AdmitGeofence(w, r, heavy)
+		return w
+	}
+	if w := admitFence("/geofence/within"); w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Remaining") != "40" {
+		t.Fatalf("first 50 km: %d remaining %q", w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	}
+	w := admitFence("/geofence/within?dry_run=1")
+	var doc map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil || doc["would_allow"] != false {
+		t.Errorf("dry run of a second 50 km with 40 tokens left: %d %s, want would_allow false", w.Code, w.Body)
+	}
+	if w := admitFence("/geofence/within"); w.Code != http.StatusTooManyRequests || w.Header().Get("X-RateLimit-Shadow") != "" {
+		t.Fatalf("second 50 km: %d shadow %q — the tile layer's shadow lifted the geofence layer's limit",
+			w.Code, w.Header().Get("X-RateLimit-Shadow"))
+	}
+	// The tile layer itself is still in shadow mode.
+	if w, ok := admit(t, toll, "b", tileDemand(2, "places")); !ok || w.Header().Get("X-RateLimit-Shadow") != "would-refuse" {
+		t.Fatalf("places tile with 40 tokens left: ok=%v %d shadow %q", ok, w.Code, w.Header().Get("X-RateLimit-Shadow"))
 	}
 }

@@ -142,9 +142,11 @@ type HTTPConfig struct {
 // LayerConfig is a tile layer plus its cost weights.
 type LayerConfig struct {
 	tiles.Layer `yaml:",inline"`
-	Weights     *WeightsConfig `yaml:"weights,omitempty"`
-	// Shadow prices and records this layer's tiles but never refuses them.
-	Shadow bool `yaml:"shadow"`
+	// Weights price this layer's tiles; Shadow prices and records them but
+	// never refuses them. Neither applies to a geofence layer of the same
+	// name: its queries are not this layer's tiles.
+	Weights *WeightsConfig `yaml:"weights,omitempty"`
+	Shadow  bool           `yaml:"shadow"`
 }
 
 // GeofenceConfig configures the geofence API: its parameter limits
@@ -491,9 +493,12 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// catalog builds the tile catalog and the per-layer weights: the
+// catalog builds the tile catalog and the tile layers' weights: the
 // defaults, then throttle.weights, then the layer's work model from the
-// weights file, then the layer's own weights.
+// weights file, then the layer's own weights. They are toll.LayerWeights,
+// which price tiles only: a geofence layer (often named as a tile layer
+// is) has no weights of its own and is priced with throttle.weights and
+// its work model from the weights file's geofence section.
 func (c Config) catalog() (*tiles.Catalog, map[string]throttle.Weights, error) {
 	file, err := c.weightsFile()
 	if err != nil {

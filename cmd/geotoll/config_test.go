@@ -2,12 +2,15 @@ package main
 
 import (
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/throttle"
 )
 
@@ -436,5 +439,47 @@ func TestKeyShareConfig(t *testing.T) {
 	cfg.Database.KeyMaxConns = -1
 	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "key_max_conns -1") {
 		t.Errorf("key_max_conns -1: %v", err)
+	}
+}
+
+// A tile layer's shadow and weights apply to its tiles only, not to the
+// geofence layer of the same name (the demo serves places as both).
+func TestTileLayerSettingsStayOffTheGeofenceLayer(t *testing.T) {
+	clearConfigEnv(t)
+	path := filepath.Join(t.TempDir(), "geotoll.yaml")
+	if err := os.WriteFile(path, []byte(`
+layers:
+  - name: places
+    shadow: true
+    weights: {max_cost: 5, radius_weight: 9}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := LoadConfig([]string{"-config", path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := cfg.toll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate.Store = throttle.NewMemoryStore(throttle.MemoryOptions{})
+	if got := gate.LayerWeights["places"].MaxCost; got != 5 || !gate.ShadowLayers["places"] {
+		t.Fatalf("the places tile layer: max_cost %v, shadow %v", got, gate.ShadowLayers["places"])
+	}
+	within := geofence.Demand{Kind: geofence.KindWithin, Layer: "places", RadiusM: 50000, Limit: 100, Points: 1}
+	if got, want := gate.GeofencePrice(within), cfg.Throttle.Weights.apply(throttle.DefaultWeights()).MaxCost; got != want {
+		t.Errorf("within 50 km on places costs %v, want the default max_cost %v", got, want)
+	}
+	codes := make([]int, 2) // the anonymous bucket (80) pays one 60-token query
+	for i := range codes {
+		r := httptest.NewRequest(http.MethodGet, "/geofence/within", nil)
+		r.RemoteAddr = "192.0.2.44:5000"
+		w := httptest.NewRecorder()
+		gate.AdmitGeofence(w, r, within)
+		codes[i] = w.Code
+	}
+	if codes[0] != http.StatusOK || codes[1] != http.StatusTooManyRequests {
+		t.Fatalf("two 50 km within queries on places: %v, want [200 429]", codes)
 	}
 }

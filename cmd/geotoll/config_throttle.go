@@ -242,6 +242,8 @@ func (c Config) toll() (*toll.Toll, error) {
 	// A request holds its slot until its handler returns: at most its
 	// deadline, then the wait for its statement to stop.
 	t.InFlightTTL = max(c.HTTP.WriteTimeout, c.HTTP.RequestTimeout+c.Database.CancelWait+time.Second)
+	// A tile layer's shadow shadows its tiles only (toll.ShadowLayers),
+	// not the geofence layer that may share its name.
 	for _, l := range c.Layers {
 		if l.Shadow {
 			t.ShadowLayers[l.Name] = true

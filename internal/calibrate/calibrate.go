@@ -165,6 +165,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 	}
 	if o.Geofence != nil {
+		// contains and check on the fences are one group: serve prices
+		// both with one work model (toll.Toll.FenceWork, the weights
+		// file's fences), so one model is fitted to both. What each one
+		// reads differs — contains renders the fences it finds whole,
+		// check tests their pieces — and the model sees that difference
+		// only through the estimates, which FenceSample's demands make
+		// the ones serve prices.
 		for _, d := range FenceSample(o.Seed, o.Queries, o.Limits, o.FenceAnchors) {
 			if err := rep.demand(ctx, o, "fences", nil, d); err != nil {
 				return rep, err

@@ -72,7 +72,13 @@ func GeofenceSample(seed uint64, n int, layer string, lim geofence.Limits, ancho
 
 // FenceSample draws n contains requests and n batch checks (of log-uniform
 // size up to the largest batch), their points half at anchors of the
-// fences, half anywhere.
+// fences, half anywhere. Each demand is the one serve's handler prices for
+// that request (geofence.Handler.Contains and Check on the fences), so the
+// density model estimates it as it does in serve: a check tests the
+// fences' pieces (PieceVertices geofence.FencePieceVertices), and is
+// estimated at no more than two pieces' vertices per fence found, while
+// contains, which renders the fences it finds whole, is estimated at their
+// whole vertices (PieceVertices 0).
 func FenceSample(seed uint64, n int, lim geofence.Limits, anchors []orb.Point) []geofence.Demand {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	var out []geofence.Demand
@@ -86,7 +92,7 @@ func FenceSample(seed uint64, n int, lim geofence.Limits, anchors []orb.Point) [
 		for j := range at {
 			at[j] = place(rng, j, anchors)
 		}
-		out = append(out, geofence.Demand{Kind: geofence.KindCheck, Points: size, At: at})
+		out = append(out, geofence.Demand{Kind: geofence.KindCheck, Points: size, At: at, PieceVertices: geofence.FencePieceVertices})
 	}
 	return out
 }

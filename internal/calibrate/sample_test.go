@@ -1,0 +1,98 @@
+package calibrate
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/internal/density"
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// checkFenceDemand fails t unless d is the demand serve's handler prices
+// for the same request on the fences: a check tests the fences' pieces, so
+// its estimate is capped at two pieces' vertices per fence found; contains
+// renders whole fences, so its estimate is not.
+func checkFenceDemand(t *testing.T, d geofence.Demand, lim geofence.Limits) {
+	t.Helper()
+	if d.Layer != "" {
+		t.Errorf("%s on layer %q, want the fences", d.Kind, d.Layer)
+	}
+	switch d.Kind {
+	case geofence.KindCheck:
+		if d.PieceVertices != geofence.FencePieceVertices || d.Points != len(d.At) || d.Points < 1 {
+			t.Errorf("check of %d points (%d positions) with PieceVertices %d, want %d as serve prices it",
+				d.Points, len(d.At), d.PieceVertices, geofence.FencePieceVertices)
+		}
+	case geofence.KindContains:
+		if d.PieceVertices != 0 || d.Points != 1 || len(d.At) != 1 || d.Limit != lim.DefaultLimit {
+			t.Errorf("contains %+v, want one point, limit %d and whole fences (PieceVertices 0) as serve prices it", d, lim.DefaultLimit)
+		}
+	default:
+		t.Errorf("a fence sample of kind %s", d.Kind)
+	}
+}
+
+func TestFenceSampleIsWhatServePrices(t *testing.T) {
+	lim := geofence.DefaultLimits()
+	sample := FenceSample(7, 12, lim, []orb.Point{{13.4, 52.5}})
+	kinds := map[geofence.Kind]int{}
+	for _, d := range sample {
+		checkFenceDemand(t, d, lim)
+		kinds[d.Kind]++
+	}
+	if kinds[geofence.KindContains] != 12 || kinds[geofence.KindCheck] != 12 {
+		t.Errorf("sample of %v, want 12 of each kind", kinds)
+	}
+}
+
+// recordingEstimator answers every request with the same estimate and
+// keeps the geofence demands it was asked about.
+type recordingEstimator struct {
+	mu      sync.Mutex
+	demands []geofence.Demand
+}
+
+func (e *recordingEstimator) Tile(*tiles.Layer, maptile.Tile) (density.Estimate, bool) {
+	return density.Estimate{Features: 1, Vertices: 10}, true
+}
+
+func (e *recordingEstimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.demands = append(e.demands, d)
+	return density.Estimate{Features: 1, Vertices: 10}, true
+}
+
+// Run asks the density models about the fences' requests as serve does:
+// the estimates it fits the fences' work model to are the ones serve
+// prices contains and check with.
+func TestRunEstimatesFencesAsServePrices(t *testing.T) {
+	est := &recordingEstimator{}
+	lim := geofence.DefaultLimits()
+	lim.MaxBatch = 20 // small batches: the test times real queries
+	rep, err := Run(t.Context(), Options{
+		Geofence: geofence.NewStore(testenv.ReadPool(t)), Estimator: est, Limits: lim,
+		FenceAnchors: []orb.Point{{13.4, 52.5}}, Queries: 4, Runs: 1,
+		Charged: func(estimate float64, _ time.Duration, _, _ float64) float64 { return estimate },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(est.demands) != 8 || len(rep.Samples) != 8 {
+		t.Fatalf("%d demands estimated, %d samples, want 8 of each", len(est.demands), len(rep.Samples))
+	}
+	for _, d := range est.demands {
+		checkFenceDemand(t, d, lim)
+	}
+	for _, s := range rep.Samples {
+		if s.Group != "fences" {
+			t.Errorf("sample %q in group %q, want fences", s.Request, s.Group)
+		}
+	}
+}
