@@ -91,8 +91,18 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 	if out == "" {
 		out = "-"
 	}
-	// The fit replaces the work models: it neither needs nor trusts the
-	// file it is about to write.
+	// The fit replaces the work models of what it fits: it neither needs
+	// nor trusts the file it is about to write for them. The file's models
+	// of what it does not fit are kept (read now: an unreadable file fails
+	// before the fit, not after).
+	var kept calibrate.File
+	if out != "-" {
+		if _, err := os.Stat(out); err == nil {
+			if kept, err = calibrate.ReadFile(out); err != nil {
+				return fmt.Errorf("calibrate: %w (its models of the layers not fitted now would be kept: fix it, remove it, or write elsewhere with -out)", err)
+			}
+		}
+	}
 	cfg.Throttle.WeightsFile = ""
 	catalog, _, err := cfg.catalog()
 	if err != nil {
@@ -137,12 +147,26 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 		return err
 	}
 	rep.WriteText(stderr)
-	return writeWeights(rep, out, stdout, stderr)
+	if err := writeWeights(rep, kept, out, stdout, stderr); err != nil {
+		return err
+	}
+	var failed []string
+	for _, g := range rep.Groups {
+		if g.Err != nil {
+			failed = append(failed, fmt.Sprintf("%s (%v)", g.Name, g.Err))
+		}
+	}
+	if len(failed) > 0 {
+		// What fitted is written; serve prices the rest as before.
+		return fmt.Errorf("calibrate: no model fitted for %s", strings.Join(failed, ", "))
+	}
+	return nil
 }
 
-// writeWeights writes the fitted work models to out ("-": stdout),
-// headed by where and when they were fitted and how well they rank.
-func writeWeights(rep calibrate.Report, out string, stdout, stderr io.Writer) error {
+// writeWeights writes the fitted work models to out ("-": stdout), over
+// kept (the file's models before), headed by where and when they were
+// fitted and how well they rank.
+func writeWeights(rep calibrate.Report, kept calibrate.File, out string, stdout, stderr io.Writer) error {
 	header := []string{
 		fmt.Sprintf("Work models fitted by `geotoll calibrate` on %s, %s:", hostname(), time.Now().UTC().Format(time.RFC3339)),
 		"milliseconds of database time per query, per feature read and per vertex read.",
@@ -153,11 +177,15 @@ func writeWeights(rep calibrate.Report, out string, stdout, stderr io.Writer) er
 			header = append(header, fmt.Sprintf("  %-24s %.3f, %.3f over %d requests", g.Name, g.RhoEst, g.RhoSett, g.HeldOut))
 		}
 	}
+	file := kept.Merge(rep.File())
+	if len(kept.Tiles)+len(kept.Geofence) > 0 || kept.Fences != nil {
+		header = append(header, "Models of what that run did not fit are kept from the file before it.")
+	}
 	if out == "-" {
-		return rep.File().Write(stdout, header)
+		return file.Write(stdout, header)
 	}
 	var buf strings.Builder
-	if err := rep.File().Write(&buf, header); err != nil {
+	if err := file.Write(&buf, header); err != nil {
 		return err
 	}
 	tmp := out + ".tmp"

@@ -20,6 +20,12 @@ func TestCalibrateWritesWhatServeReads(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
 	cfg.Throttle.WeightsFile = filepath.Join(t.TempDir(), "weights.yaml")
+	// A file of an earlier run: its model of districts, which this run
+	// does not fit, is kept; its model of places is replaced.
+	before := "tiles:\n  districts: {query_ms: 7, feature_ms: 0, vertex_ms: 0}\n  places: {query_ms: 99, feature_ms: 0, vertex_ms: 0}\n"
+	if err := os.WriteFile(cfg.Throttle.WeightsFile, []byte(before), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var stdout, stderr bytes.Buffer
 	err := runCalibrateArgs(t.Context(), cfg, []string{"-layers", "places", "-per-zoom", "4", "-minzoom", "8", "-maxzoom", "14",
 		"-queries", "10", "-runs", "1"}, &stdout, &stderr)
@@ -51,8 +57,11 @@ func TestCalibrateWritesWhatServeReads(t *testing.T) {
 	if got, want := gate.LayerWeights["places"].Work, file.Tiles["places"]; got != want {
 		t.Fatalf("serve prices places with %+v, calibrate wrote %+v", got, want)
 	}
-	if got, want := gate.LayerWeights["districts"].Work, throttle.DefaultWeights().Work; got != want {
-		t.Fatalf("districts, not calibrated, priced with %+v, want the default %+v", got, want)
+	if got := gate.LayerWeights["districts"].Work; got != (throttle.WorkModel{QueryMS: 7}) {
+		t.Fatalf("districts, not calibrated in this run, priced with %+v, want the file's model before it, query_ms 7", got)
+	}
+	if file.Tiles["places"].QueryMS == 99 {
+		t.Fatal("the model of places, fitted in this run, is the file's before it")
 	}
 	if got, want := gate.GeofenceWork["districts"], file.Geofence["districts"]; got != want || got.QueryMS+got.FeatureMS+got.VertexMS == 0 {
 		t.Fatalf("serve prices districts queries with %+v, calibrate wrote %+v", got, want)

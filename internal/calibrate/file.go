@@ -46,6 +46,31 @@ func (rep Report) File() File {
 	return f
 }
 
+// Merge is f with the models of newer in place of its own: a run that
+// fitted some layers replaces theirs and keeps the others'.
+func (f File) Merge(newer File) File {
+	out := File{Fences: f.Fences}
+	if newer.Fences != nil {
+		out.Fences = newer.Fences
+	}
+	merge := func(old, nw map[string]throttle.WorkModel) map[string]throttle.WorkModel {
+		if len(old)+len(nw) == 0 {
+			return nil
+		}
+		m := make(map[string]throttle.WorkModel, len(old)+len(nw))
+		for k, v := range old {
+			m[k] = v
+		}
+		for k, v := range nw {
+			m[k] = v
+		}
+		return m
+	}
+	out.Tiles = merge(f.Tiles, newer.Tiles)
+	out.Geofence = merge(f.Geofence, newer.Geofence)
+	return out
+}
+
 // Write writes f as YAML after a comment of header lines.
 func (f File) Write(w io.Writer, header []string) error {
 	var buf bytes.Buffer

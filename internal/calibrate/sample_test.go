@@ -11,6 +11,7 @@ import (
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/density"
 	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -94,5 +95,23 @@ func TestRunEstimatesFencesAsServePrices(t *testing.T) {
 		if s.Group != "fences" {
 			t.Errorf("sample %q in group %q, want fences", s.Request, s.Group)
 		}
+	}
+}
+
+// Merge keeps the models the newer file has none of and takes the newer's
+// for the rest.
+func TestFileMerge(t *testing.T) {
+	m := func(q float64) throttle.WorkModel { return throttle.WorkModel{QueryMS: q} }
+	fences, newFences := m(1), m(2)
+	old := File{Tiles: map[string]throttle.WorkModel{"a": m(1), "b": m(1)}, Geofence: map[string]throttle.WorkModel{"g": m(1)}, Fences: &fences}
+	got := old.Merge(File{Tiles: map[string]throttle.WorkModel{"b": m(2), "c": m(2)}})
+	if got.Tiles["a"] != m(1) || got.Tiles["b"] != m(2) || got.Tiles["c"] != m(2) || got.Geofence["g"] != m(1) || *got.Fences != fences {
+		t.Errorf("merged %+v", got)
+	}
+	if got := old.Merge(File{Fences: &newFences}); *got.Fences != newFences || got.Tiles["a"] != m(1) {
+		t.Errorf("merged fences: %+v", got)
+	}
+	if got := (File{}).Merge(File{}); got.Tiles != nil || got.Geofence != nil || got.Fences != nil {
+		t.Errorf("two empty files: %+v", got)
 	}
 }
