@@ -190,8 +190,9 @@ func (p *pieces) unusable(l *Layer) string {
 // check queries; mercator when the relation is in EPSG:3857 (pieces cut
 // from a tile layer's geometry): the point is transformed to it. An edge
 // is then straight in Mercator, not in lon/lat: a point within the sag
-// between the two lines (micrometres for the edges of detailed borders,
-// metres for an edge of a degree) may be answered otherwise than by the
+// between the two lines — about R·tanφ·Δφ²/8 between vertices Δφ apart:
+// nothing for the edges of detailed borders, some 90 m for an edge one
+// degree tall at 20°N, 770 m for three — may be answered otherwise than by the
 // table.
 func (ct *Containment) render(geom string, mercator bool) error {
 	data := newQueryData(ct.Layer, ct.Relation, pgx.Identifier{geom}.Sanitize())

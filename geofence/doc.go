@@ -49,6 +49,19 @@
 // vertex) is inside the fence. contains and check apply the same rule, and
 // fences are polygons in lon/lat with straight edges, as GeoJSON draws them.
 //
+// within reads the same polygons differently. On geography an edge is the
+// shorter great-circle arc between its positions, not the straight line
+// in lon/lat that contains, check and bbox (planar geometry) follow. On
+// the geofences layer — the fences, searched with within and bbox — a
+// fence with long edges therefore answers within otherwise than contains:
+// the fence (-100 -10, 100 -10, 100 10, -100 10) contains (0, 0) for
+// contains and check, but within 10 m of (0, 0) does not find it, because
+// as geography its edges from -100° to 100° run the short way, across the
+// antimeridian, and it covers (180, 0) instead. Short edges differ little
+// (an edge along the 50th parallel bows about 2 m from its straight line
+// in lon/lat over 10 km, 230 m over 100 km); a fence meant to answer both
+// alike should have short edges (positions added along the long ones).
+//
 // # Pieces
 //
 // contains and check never test a point against a whole polygon. Fences
@@ -58,7 +71,10 @@
 // prepare` registered for its table in geotoll_serving.storage (builder
 // "subdivide": the source's id and properties, in EPSG:4326 from the
 // layer's own column, or in EPSG:3857 from a tile layer's, read with the
-// point transformed), or from its table while it has none or while the
+// point transformed: their edges are straight in Mercator, not in lon/lat,
+// and stray from the layer's by about R·tanφ·Δφ²/8 between vertices Δφ
+// apart — nothing for detailed borders, some 90 m for an edge one degree
+// tall at 20°N), or from its table while it has none or while the
 // table has changed since they were cut ([Catalog.LoadContainment], which
 // serve calls at start-up and every tiles.storage_refresh). A point's GiST probe
 // finds a piece or two of bounded size however large the polygon, and a
@@ -106,12 +122,16 @@
 // The Gate receives a [Demand] built from the validated parameters alone;
 // toll.Toll prices it from the features and vertices the density model of
 // the relation it reads estimates (the layer's, or the fences'; contains
-// and check on a layer with that layer's weights and model) through a work
+// and check on a layer with that layer's model) through a work
 // model — or, with throttle.pricing size and until that model is built, by
 // its size with throttle.Weights (radius: base + km × weight + limit ×
 // feature weight; bbox: base + area × weight + limit × feature weight;
 // check: base + points × point weight; contains: the price of a one-point
-// check plus limit × feature weight). It answers 429 with Retry-After when
+// check plus limit × feature weight). Every geofence query takes the
+// base, max_cost and size weights of throttle.weights (its work model is
+// the geofence one: the weights file's, else toll's defaults): a tile
+// layer's own weights and shadow apply to its tiles only, never to a
+// geofence layer of the same name. It answers 429 with Retry-After when
 // the caller's budget cannot pay. Fence admin calls are not priced: they
 // need an admin key (X-API-Key or Authorization: Bearer, compared in
 // constant time), and are bounded by fence size (MaxFenceBytes), vertex

@@ -14,6 +14,8 @@ import (
 
 	"github.com/paulmach/orb/encoding/mvt"
 	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/problem"
 )
 
 // Client asks one running geotoll — any build of it — for tiles, with an
@@ -24,6 +26,10 @@ type Client struct {
 	AllowRemote bool
 	HTTP        *http.Client // nil: one with a 60 s timeout that never asks for gzip by itself
 }
+
+// maxRedirects is how many redirects a request follows, as net/http's
+// default policy.
+const maxRedirects = 10
 
 func (c *Client) check() error {
 	u, err := url.Parse(c.BaseURL)
@@ -37,6 +43,22 @@ func (c *Client) check() error {
 		c.HTTP = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 			DisableCompression: true, MaxIdleConnsPerHost: 64,
 		}}
+	}
+	if c.HTTP.CheckRedirect == nil {
+		c.HTTP.CheckRedirect = c.checkRedirect
+	}
+	return nil
+}
+
+// checkRedirect follows a redirect only to loopback, unless AllowRemote:
+// a redirect must not aim the measurement at another machine when -url
+// could not.
+func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("stopped after %d redirects", maxRedirects)
+	}
+	if !c.AllowRemote && !isLoopback(req.URL.Hostname()) {
+		return fmt.Errorf("redirected to host %q, which is not loopback; pass -allow-remote to follow it", req.URL.Hostname())
 	}
 	return nil
 }
@@ -61,7 +83,8 @@ func (c *Client) get(ctx context.Context, path string, gzip bool) (*http.Respons
 }
 
 // DryRun returns the price the server quotes for the tile (?dry_run=1):
-// nothing charged, nothing queried.
+// nothing charged, nothing queried. A quote the key's budget would refuse
+// (would_allow false) is an error: the real request would be refused.
 func (c *Client) DryRun(ctx context.Context, layer string, t maptile.Tile) (float64, error) {
 	resp, err := c.get(ctx, TilePath(layer, t)+"?dry_run=1", false)
 	if err != nil {
@@ -69,10 +92,16 @@ func (c *Client) DryRun(ctx context.Context, layer string, t maptile.Tile) (floa
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Cost *float64 `json:"cost"`
+		Cost       *float64 `json:"cost"`
+		WouldAllow *bool    `json:"would_allow"`
+		RetryAfter int      `json:"retry_after"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&body); err != nil || resp.StatusCode != http.StatusOK || body.Cost == nil {
 		return 0, fmt.Errorf("dry run %s: status %d, %v", TilePath(layer, t), resp.StatusCode, err)
+	}
+	if body.WouldAllow != nil && !*body.WouldAllow {
+		return *body.Cost, fmt.Errorf("dry run %s: the key's budget would refuse it (would_allow false, retry after %d s): use a key of a tier that never refuses",
+			TilePath(layer, t), body.RetryAfter)
 	}
 	return *body.Cost, nil
 }
@@ -84,7 +113,33 @@ type TileResponse struct {
 	Estimate float64 // X-Request-Cost-Estimate; NaN when absent
 	Bytes    int     // body as sent (identity: the MVT itself)
 	Features int     // features over all MVT layers (identity 200s only)
-	Took     time.Duration
+	// Problem is the type of the problem document (RFC 9457) an error
+	// answer carried, e.g. "urn:geotoll:problem:timeout"; "" otherwise.
+	Problem string
+	Took    time.Duration
+}
+
+// Drawn reports whether the server drew the tile: a 200 or a 204.
+func (r TileResponse) Drawn() bool {
+	return r.Status == http.StatusOK || r.Status == http.StatusNoContent
+}
+
+// TimedOut reports whether the server admitted the request and gave up on
+// its query: a 503 of problem type timeout (the statement_timeout, or the
+// request's deadline). Every other 503 — the rate limiter unavailable, the
+// global budget spent, the database down or busy — and every refusal is
+// something else.
+func (r TileResponse) TimedOut() bool {
+	return r.Status == http.StatusServiceUnavailable && r.Problem == problem.Type(problem.Timeout)
+}
+
+// Answer describes the response for an error message: its status and,
+// when it carried one, its problem type.
+func (r TileResponse) Answer() string {
+	if r.Problem == "" {
+		return strconv.Itoa(r.Status)
+	}
+	return fmt.Sprintf("%d (%s)", r.Status, r.Problem)
 }
 
 // Tile requests the tile (uncompressed) and decodes it.
@@ -102,6 +157,14 @@ func (c *Client) Tile(ctx context.Context, layer string, t maptile.Tile) (TileRe
 	r := TileResponse{
 		Status: resp.StatusCode, Bytes: len(body), Took: time.Since(start),
 		Cost: headerFloat(resp.Header, "X-Request-Cost"), Estimate: headerFloat(resp.Header, "X-Request-Cost-Estimate"),
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), problem.ContentType) {
+		var doc struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(body, &doc) == nil {
+			r.Problem = doc.Type
+		}
 	}
 	if resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Encoding") == "" {
 		layers, err := mvt.Unmarshal(body)

@@ -13,7 +13,10 @@
 --   .FilterExpr    the buffered envelope in the relation's SRID (for
 --                  another SRID than 3857, its x range cut at the world's
 --                  edges first: the transform would wrap an overhang past
---                  ±180° to the other side)
+--                  ±180° to the other side; its sides densified before the
+--                  transform, whose box is then widened a little: an edge
+--                  straight in EPSG:3857 bends in other projections. A
+--                  scalar subquery over env: computed once per query)
 --   .ID            the id column (empty: features carry no id)
 --   .Props         the property columns, in order
 --   .Cols          every column carried: id, properties, order_by columns
@@ -35,7 +38,8 @@
 -- overviews hold features simplified and thinned for their zoom. Level
 -- L > 0 simplifies the clipped features with ST_SimplifyPreserveTopology
 -- at the tolerance scaled by 2^(L − 1 + $11) and keeps the first cap / 2^L
--- features in order_by (at least one).
+-- features in order_by (at least one). The cap and the levels count the
+-- features drawn: a row whose clipped shape is NULL is none of them.
 -- Result: one row (mvt bytea, level int): the first level whose tile fits
 -- the budget, or the last level. Features are written in order_by order,
 -- so the same rows give the same bytes.
@@ -81,28 +85,50 @@ near AS (
                         OFFSET 0) AS m) AS t
     WHERE t.{{.Geom}} IS NOT NULL
     {{- else}}
-    SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
-    FROM {{.Table}} AS t, env
-    WHERE t.{{.Geom}} && {{.FilterExpr}}
+    -- The first rows near the tile in order_by that leave something on
+    -- it once clipped, up to the feature cap, numbered in that order
+    -- (prio): a row whose box meets the tile but whose shape does not
+    -- (ST_AsMVTGeom returns NULL) takes no place under the cap, nor the
+    -- first place the reduction levels keep, so a tile with data is never
+    -- empty, reduced or not. The cap bounds the work too: the candidates
+    -- are the first 2 × cap rows by their box, sorted first, then clipped
+    -- one at a time in order only until cap of them are drawn (each once:
+    -- OFFSET 0 keeps the clip out of the filter, which would run it
+    -- again). A tile whose candidates all meet it clips cap rows; none
+    -- clips more than twice that.
+    SELECT c.geom, row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
+    FROM (SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
+          FROM {{.Table}} AS t, env
+          WHERE t.{{.Geom}} && {{.FilterExpr}}
+          ORDER BY {{.Order}}
+          LIMIT 2 * $8::int) AS t,
+         env,
+         LATERAL (SELECT {{if .Overview -}}
+                         -- A feature of the overview too small to leave
+                         -- anything on the tile's grid is drawn as the
+                         -- centre of its box: a tile with data is never
+                         -- empty.
+                         coalesce(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true),
+                                  CASE WHEN ST_XMax(b.e) - ST_XMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
+                                        AND ST_YMax(b.e) - ST_YMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
+                                       THEN ST_AsMVTGeom(ST_Centroid(b.e), env.geom, env.extent, env.buffer, true) END)
+                         {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS geom
+                  FROM (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g OFFSET 0) AS m{{if .Overview}},
+                       LATERAL (SELECT ST_Envelope(m.g) AS e) AS b{{end}}
+                  OFFSET 0) AS c
+    WHERE c.geom IS NOT NULL
     {{- end}}
     ORDER BY {{.Order}}
     LIMIT $8::int
 ),
 feats AS MATERIALIZED (
-    SELECT {{if .Overview -}}
-           -- A feature of the overview too small to leave anything on the
-           -- tile's grid is drawn as the centre of its box: a tile with
-           -- data is never empty.
-           coalesce(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true),
-                    CASE WHEN ST_XMax(b.e) - ST_XMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
-                          AND ST_YMax(b.e) - ST_YMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
-                         THEN ST_AsMVTGeom(ST_Centroid(b.e), env.geom, env.extent, env.buffer, true) END)
-           {{- else if .Pieces}}t.{{.Geom}}
-           {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS geom,
-           row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
-    FROM near AS t, env{{if not .Pieces}},
-         LATERAL (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g) AS m{{end}}{{if .Overview}},
-         LATERAL (SELECT ST_Envelope(m.g) AS e) AS b{{end}}
+    {{- if .Pieces}}
+    SELECT t.{{.Geom}} AS geom, row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
+    FROM near AS t
+    {{- else}}
+    SELECT t.geom, t.prio{{range .Cols}}, t.{{.}}{{end}}
+    FROM near AS t
+    {{- end}}
 ),
 fit (level, mvt) AS (
     SELECT 0, NULL::bytea

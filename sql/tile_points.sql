@@ -10,7 +10,10 @@
 --   .FilterExpr    the buffered envelope in the relation's SRID (for
 --                  another SRID than 3857, its x range cut at the world's
 --                  edges first: the transform would wrap an overhang past
---                  ±180° to the other side)
+--                  ±180° to the other side; its sides densified before the
+--                  transform, whose box is then widened a little: an edge
+--                  straight in EPSG:3857 bends in other projections. A
+--                  scalar subquery over env: computed once per query)
 --   .ID            the id column (empty: features carry no id)
 --   .Props         the property columns, in order
 --   .Cols          every column carried: id, properties, order_by columns
@@ -22,8 +25,10 @@
 --   .Cluster       cluster the layer's own rows (without .Overview)
 -- Everything else is bound (every parameter is named once in env):
 --   $1..$4  tile envelope in EPSG:3857 (xmin, ymin, xmax, ymax)
---   $5  extent (tile units)    $6  buffer (tile units)
---   $7  buffer in metres, widened to whole cells
+--   $5  extent (tile units)
+--   $6  buffer in tile units and $7 in metres, both widened to whole
+--       cells: ST_AsMVTGeom keeps every cluster of the cells read, so the
+--       point_counts of the tile sum to the rows of its cells
 --   $8  feature cap            $9  MVT layer name
 --   $10 π·R: cell x = floor((x + $10) / $11), likewise y
 --   $11 cell side in metres

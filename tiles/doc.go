@@ -67,8 +67,9 @@
 //     the cell (MapLibre's name for it). Every feature of a point layer
 //     carries point_count, 1 beyond the clustered zooms. The cells a
 //     tile keeps are its own and its buffer's, rounded up to whole cells
-//     ([Generalization.CellRange]), so the point_counts of a tile sum to
-//     the rows whose cell lies there, exactly.
+//     ([Generalization.CellRange]), and its features are clipped to that
+//     widened buffer, so the point_counts of a tile sum to the rows whose
+//     cell lies there, exactly.
 //   - Lines and polygons are simplified to the pixel (tolerance_px,
 //     default 1 px) in their overviews, where features smaller than
 //     min_size_px (default 1 px) are also thinned to one per cluster cell,
@@ -88,7 +89,11 @@
 //
 // A layer's OrderBy (default its id; the id is always the last key, so the
 // order is total) is its priority: the feature cap (max_features) keeps the
-// first features in that order (clusters: the largest point_count first),
+// first features in that order (clusters: the largest point_count first;
+// lines and polygons: the first that leave something on the tile once
+// clipped, among the first twice-the-cap rows whose box meets it, so that
+// a row whose box meets the tile but whose shape misses it takes no place
+// while the clipping work stays bounded by the cap),
 // and features are written in that order, so a tile renders to the same
 // bytes — and the same ETag — on every render and every replica.
 //

@@ -207,6 +207,26 @@ func (l *Layer) Query(t maptile.Tile) (string, []any) {
 var worldClampedEnvelope = "ST_MakeEnvelope(greatest(ST_XMin(env.geom) - env.buffer_m, -" + worldHalfText + "), ST_YMin(env.geom) - env.buffer_m, " +
 	"least(ST_XMax(env.geom) + env.buffer_m, " + worldHalfText + "), ST_YMax(env.geom) + env.buffer_m, 3857)"
 
+// transformedEnvelope is the filter box of a relation in srid (not 3857):
+// the box of worldClampedEnvelope transformed. Its four corners alone do
+// not give that box: a straight edge in EPSG:3857 is a curve in most
+// projections (a parallel is an arc in a conic one), which may bulge out
+// between the corners, and a row there, inside the tile, would fail the
+// filter. So the envelope's sides are cut into segments of at most 1/64
+// of the tile's width (every side is at least that wide: 64 or more
+// segments) before the transform, and the box of the result is expanded
+// by 1/1000 of its larger side: a chord of 1/64 of a side that turns by θ
+// radians in all strays from the curve by about side × θ / 32768, within
+// that margin unless the side turns by more than 30 radians. Rows in the
+// margin are read and clipped away. It is a scalar subquery over env, so
+// that it runs once per query (an InitPlan), not once per row a
+// sequential scan filters.
+func transformedEnvelope(srid int) string {
+	return "(SELECT ST_Expand(b.g, greatest(ST_XMax(b.g) - ST_XMin(b.g), ST_YMax(b.g) - ST_YMin(b.g)) / 1000)" +
+		" FROM env, LATERAL (SELECT ST_Transform(ST_Segmentize(" + worldClampedEnvelope +
+		", (ST_XMax(env.geom) - ST_XMin(env.geom)) / 64), " + sridText(srid) + ") AS g) AS b)"
+}
+
 // worldHalfText is worldHalf written into a query: every digit, so that
 // the envelope of a tile at the world's edge is cut at that edge exactly.
 var worldHalfText = strconv.FormatFloat(worldHalf, 'f', -1, 64)
@@ -254,7 +274,7 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	} else {
 		d.Transform = true
 		d.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
-		d.FilterExpr = "ST_Transform(" + worldClampedEnvelope + ", " + sridText(rel.srid) + ")"
+		d.FilterExpr = transformedEnvelope(rel.srid)
 	}
 	d.LineMerge = d.Pieces && kind == KindLine
 	tmpl := linesTemplate

@@ -56,9 +56,11 @@ func overviewRows(l *Layer, kind Kind, lo, hi int) []Storage {
 func TestQueryArgsMatchTheirSQL(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []Kind{KindPoint, KindLine, KindPolygon, KindMixed} {
-		for _, srid := range []int{3857, 4326} {
+		// cluster_px 16: cells of 128 units, wider than the buffer of 64.
+		for _, c := range []struct{ srid, clusterPx int }{{3857, 0}, {4326, 0}, {3857, 16}} {
+			srid := c.srid
 			l := prepared(t, Layer{Name: "l", Table: "s.t", GeometryColumn: "g", SRID: srid, GeometryKind: kind,
-				Properties: []string{"name"}, OrderBy: []string{"rank desc"}})
+				Properties: []string{"name"}, OrderBy: []string{"rank desc"}, Generalize: Generalize{ClusterPixels: c.clusterPx}})
 			p, skipped, err := l.newPlan(kind, overviewRows(l, kind, 0, 7))
 			if err != nil || len(skipped) != 0 {
 				t.Fatalf("%s: %v %v", kind, err, skipped)
@@ -79,6 +81,12 @@ func TestQueryArgsMatchTheirSQL(t *testing.T) {
 					bufM := TileWidth(z) * float64(l.Buffer) / float64(l.Extent)
 					if got := args[6].(float64); got < bufM || got >= bufM+g.CellMetres {
 						t.Errorf("z%d: buffer %v m, want whole cells from %v m", z, got, bufM)
+					}
+					// ST_AsMVTGeom clips to the same cells, in tile units
+					// rounded up.
+					units := args[6].(float64) / TileWidth(z) * float64(l.Extent)
+					if got := float64(args[5].(int)); got < units || got >= units+1 {
+						t.Errorf("z%d: clip buffer %v units, want the %v units of the cells read", z, got, units)
 					}
 				}
 			}

@@ -1,0 +1,198 @@
+package tiles_test
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/paulmach/orb/encoding/mvt"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// renderTile runs Store.Render and decodes its tile.
+func renderTile(t *testing.T, s *tiles.Store, layers []*tiles.Layer, tile maptile.Tile) (tiles.Rendered, mvt.Layers) {
+	t.Helper()
+	r, err := s.Render(t.Context(), layers, tile)
+	if err != nil {
+		t.Fatalf("Render(%v, %v): %v", layerNames(layers), tile, err)
+	}
+	decoded, err := mvt.Unmarshal(r.MVT)
+	if err != nil {
+		t.Fatalf("Render(%v, %v): %d bytes do not decode as MVT: %v", layerNames(layers), tile, len(r.MVT), err)
+	}
+	return r, decoded
+}
+
+// featureIDs returns the ids of a decoded tile's features, in order.
+func featureIDs(ls mvt.Layers) []string {
+	var out []string
+	for _, l := range ls {
+		for _, f := range l.Features {
+			out = append(out, fmt.Sprint(f.ID))
+		}
+	}
+	return out
+}
+
+// With cells wider than the buffer (cluster_px 16: 32 cells of 128 units
+// per tile, the default buffer of 64 units rounded up to one cell), a
+// tile keeps the clusters of the cells of its buffer as it counts them:
+// the point_counts of its features sum to the rows of its cells (its own
+// and one cell around), at level 0 and when the byte budget merges the
+// cells, exactly.
+func TestStorePointCountsSumToTheRowsOfTheirCells(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(548, 335, 10)
+	env := tiles.Envelope(tile)
+	width := env.Max[0] - env.Min[0]
+	const cellsPerTile = 32 // 512 px / cluster_px 16
+	cell := width / cellsPerTile
+	// Three points a cell (at its thirds, never on its edges) over the
+	// tile and three cells around it.
+	f.exec(t, `CREATE TABLE {s}.pts (id bigint PRIMARY KEY, geom geometry(Point, 3857) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.pts
+		SELECT row_number() OVER (), ST_SetSRID(ST_MakePoint($1::float8 + (i + 0.5) * $3::float8 / 3, $2::float8 + (j + 0.5) * $3::float8 / 3), 3857)
+		FROM generate_series(0, $4::int - 1) AS i, generate_series(0, $4::int - 1) AS j`,
+		env.Min[0]-3*cell, env.Min[1]-3*cell, cell, 3*(cellsPerTile+6))
+	f.exec(t, `CREATE INDEX ON {s}.pts USING gist (geom)`)
+	f.exec(t, `GRANT SELECT ON {s}.pts TO geotoll_reader`)
+	layer := func(name string, maxBytes int) tiles.Layer {
+		return tiles.Layer{Name: name, Table: f.table("pts"), GeometryColumn: "geom", SRID: 3857,
+			GeometryKind: tiles.KindPoint, Generalize: tiles.Generalize{ClusterPixels: 16}, MaxTileBytes: maxBytes}
+	}
+	cat := newCatalog(t, layer("pts16", 0), layer("pts16_reduced", 1024))
+	l := cat.Layer("pts16")
+	g := l.Source(tile.Z).Generalization
+	if !g.On || g.CellsPerTile != cellsPerTile || l.Buffer*cellsPerTile > l.Extent {
+		t.Fatalf("generalisation %+v, buffer %d of %d: not the case under test", g, l.Buffer, l.Extent)
+	}
+	x0, x1, y0, y1 := g.CellRange(tile, l.Extent, l.Buffer)
+	var inCells, inBuffer int
+	err := testenv.Pool(t).QueryRow(t.Context(), `
+		SELECT count(*) FILTER (WHERE floor((ST_X(geom) + $1) / $2) BETWEEN $3 AND $4 AND floor((ST_Y(geom) + $1) / $2) BETWEEN $5 AND $6),
+		       count(*) FILTER (WHERE geom && ST_Expand(ST_MakeEnvelope($7, $8, $9, $10, 3857), $11::float8))
+		FROM `+f.table("pts"),
+		math.Pi*6378137, g.CellMetres, x0, x1, y0, y1,
+		env.Min[0], env.Min[1], env.Max[0], env.Max[1], width*float64(l.Buffer)/float64(l.Extent)).Scan(&inCells, &inBuffer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inCells <= inBuffer {
+		t.Fatalf("%d rows in the tile's cells, %d within its buffer: the fixture does not test the cells beyond the buffer", inCells, inBuffer)
+	}
+	store := tiles.NewStore(testenv.ReadPool(t))
+	for _, name := range []string{"pts16", "pts16_reduced"} {
+		r, decoded := renderTile(t, store, resolve(t, cat, name), tile)
+		sum := 0.0
+		for _, ml := range decoded {
+			for _, feat := range ml.Features {
+				n, _ := feat.Properties["point_count"].(float64)
+				sum += n
+			}
+		}
+		if reduced := len(r.Reduced) > 0; reduced != (name == "pts16_reduced") {
+			t.Errorf("%s: reductions %v", name, r.Reduced)
+		}
+		if int(sum) != inCells {
+			t.Errorf("%s %v (reductions %v): point_counts sum to %v, want the %d rows of its cells (%d lie within its buffer)",
+				name, tile, r.Reduced, sum, inCells, inBuffer)
+		}
+	}
+}
+
+// A layer in a conic projection (EPSG:2154, Lambert-93) reads the rows
+// along its tiles' edges: the tile's south edge, straight in EPSG:3857,
+// is a parallel, an arc in Lambert-93 that sags some 5 km below the
+// tile's corners at 3°E, the projection's central meridian. With the
+// smallest buffer (one unit, 1.2 km at z3), the layer draws the same rows
+// as the same strips stored in EPSG:3857. (Polygons: a point layer's
+// buffer is widened to a whole cluster cell, 64 units here.)
+func TestStoreTileConicLayerReadsRowsAlongItsEdges(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, `CREATE TABLE {s}.sq (id bigint PRIMARY KEY, geom geometry(Polygon, 2154) NOT NULL, geom_3857 geometry(Polygon, 3857) NOT NULL)`)
+	// Tile 3/4/2 spans 0°..45°E, 40.9799°N..66.51°N. Across its width,
+	// strips 0.8° wide from 40.9°N, south of the tile, up to 40.96°N
+	// (short of its buffer: not drawn), 40.99°N and 41°N (1.1 and 2.2 km
+	// into the tile: drawn).
+	f.exec(t, `INSERT INTO {s}.sq
+		SELECT row_number() OVER (), ST_Transform(p, 2154), ST_Transform(p, 3857)
+		FROM generate_series(0, 44) AS lon,
+		     unnest(ARRAY[40.96, 40.99, 41.0]::float8[]) AS top,
+		     LATERAL (SELECT ST_MakeEnvelope(lon + 0.1, 40.9, lon + 0.9, top, 4326) AS p) AS g`)
+	f.exec(t, `CREATE INDEX ON {s}.sq USING gist (geom)`)
+	f.exec(t, `CREATE INDEX ON {s}.sq USING gist (geom_3857)`)
+	f.exec(t, `GRANT SELECT ON {s}.sq TO geotoll_reader`)
+	layer := func(name, geom string, srid int) tiles.Layer {
+		return tiles.Layer{Name: name, Table: f.table("sq"), GeometryColumn: geom, SRID: srid, Buffer: 1,
+			GeometryKind: tiles.KindPolygon}
+	}
+	cat := newCatalog(t, layer("merc", "geom_3857", 3857), layer("lambert", "geom", 2154))
+	store := tiles.NewStore(testenv.ReadPool(t))
+	tile := maptile.New(4, 2, 3)
+	_, m := renderTile(t, store, resolve(t, cat, "merc"), tile)
+	_, l := renderTile(t, store, resolve(t, cat, "lambert"), tile)
+	want, got := featureIDs(m), featureIDs(l)
+	slices.Sort(want)
+	slices.Sort(got)
+	if len(want) != 2*45 {
+		t.Fatalf("the EPSG:3857 layer draws %d rows (%v): want the %d that reach into the tile", len(want), want, 2*45)
+	}
+	if !slices.Equal(got, want) {
+		var missing []string
+		for _, id := range want {
+			if !slices.Contains(got, id) {
+				missing = append(missing, id)
+			}
+		}
+		t.Errorf("tile %v: the EPSG:2154 layer draws %d rows, the EPSG:3857 layer %d; missing %v", tile, len(got), len(want), missing)
+	}
+}
+
+// The feature cap and the byte budget's levels count the features a tile
+// draws. The first row in order_by, a square ring around the tile, has a
+// box that meets the tile but leaves nothing on it: it takes no place
+// under the cap (the tile still draws cap features), and a tile reduced
+// to its first feature draws the first one drawn, not nothing.
+func TestStoreTileCapCountsTheFeaturesDrawn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(548, 335, 10)
+	env := tiles.Envelope(tile)
+	w := env.Max[0] - env.Min[0]
+	cx, cy := (env.Min[0]+env.Max[0])/2, (env.Min[1]+env.Max[1])/2
+	f.exec(t, `CREATE TABLE {s}.areas (id bigint PRIMARY KEY, rank int NOT NULL, geom geometry(Polygon, 3857) NOT NULL)`)
+	// 1: a ring whose hole holds the tile and its buffer; 2..4: discs of
+	// thousands of vertices inside the tile (a few KB each once drawn).
+	f.exec(t, `INSERT INTO {s}.areas VALUES
+		(1, 1, ST_SetSRID(ST_Difference(ST_Expand(ST_MakePoint($1, $2), $3::float8), ST_Expand(ST_MakePoint($1, $2), $3::float8 * 0.75)), 3857)),
+		(2, 2, ST_SetSRID(ST_Buffer(ST_MakePoint($1::float8 - $3::float8 / 4, $2), $3::float8 / 8, 1000), 3857)),
+		(3, 3, ST_SetSRID(ST_Buffer(ST_MakePoint($1::float8 + $3::float8 / 4, $2), $3::float8 / 8, 1000), 3857)),
+		(4, 4, ST_SetSRID(ST_Buffer(ST_MakePoint($1, $2::float8 + $3::float8 / 4), $3::float8 / 8, 1000), 3857))`,
+		cx, cy, w)
+	f.exec(t, `CREATE INDEX ON {s}.areas USING gist (geom)`)
+	f.exec(t, `GRANT SELECT ON {s}.areas TO geotoll_reader`)
+	layer := func(name string, maxBytes int) tiles.Layer {
+		return tiles.Layer{Name: name, Table: f.table("areas"), GeometryColumn: "geom", SRID: 3857,
+			GeometryKind: tiles.KindPolygon, OrderBy: []string{"rank"}, MaxFeatures: 2, MaxTileBytes: maxBytes}
+	}
+	cat := newCatalog(t, layer("areas", 0), layer("areas_reduced", 1024))
+	store := tiles.NewStore(testenv.ReadPool(t))
+
+	r, decoded := renderTile(t, store, resolve(t, cat, "areas"), tile)
+	if got := featureIDs(decoded); len(r.Reduced) != 0 || !slices.Equal(got, []string{"2", "3"}) {
+		t.Errorf("capped at 2: ids %v (reductions %v), want [2 3]: the ring, first in order_by, leaves nothing on the tile", got, r.Reduced)
+	}
+	r, decoded = renderTile(t, store, resolve(t, cat, "areas_reduced"), tile)
+	if len(r.Reduced) != 1 || r.Reduced[0].Level < 1 {
+		t.Fatalf("reductions %v: the budget of 1024 bytes does not reduce the tile", r.Reduced)
+	}
+	if got := featureIDs(decoded); !slices.Equal(got, []string{"2"}) {
+		t.Errorf("reduced to level %d: ids %v, want [2], the first feature drawn", r.Reduced[0].Level, got)
+	}
+}
