@@ -110,9 +110,12 @@ promtool:
 # The chaos suite runs after the other packages, not beside them: it kills
 # and pauses processes and asserts fail-fast bounds, and on 2 cores it would
 # otherwise compete with the race-detector builds and Chromium.
+# The package list is read on its own line, where a package go list cannot
+# load fails the target (-e, pipefail) instead of leaving it out.
 test: testdb browser-deps promtool
 	$(TEST_ENV); \
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/chaos$$'); \
+	pkgs=$$($(GO) list ./... | grep -v '/chaos$$'); \
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$pkgs; \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./chaos
 
 # golangci-lint is pinned here and built from the Go module proxy into bin/tools/
