@@ -24,7 +24,11 @@ type Client struct {
 	BaseURL     string // e.g. http://127.0.0.1:8080
 	Key         string // sent as X-API-Key ("" = anonymous)
 	AllowRemote bool
-	HTTP        *http.Client // nil: one with a 60 s timeout that never asks for gzip by itself
+	// HTTP is nil for one with a 60 s timeout that never asks for gzip by
+	// itself. Its redirects are followed to loopback only, unless
+	// AllowRemote (a client of the caller's with no CheckRedirect of its
+	// own is given that policy).
+	HTTP *http.Client
 }
 
 // maxRedirects is how many redirects a request follows, as net/http's

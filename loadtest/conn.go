@@ -62,7 +62,9 @@ func newConn(base string, header ...string) (*conn, error) {
 
 // get sends GET path and reads the response. want names the response
 // headers to return (canonical names, e.g. "X-Request-Cost"). A failed
-// request closes the connection; the next one dials again.
+// request closes the connection; the next one dials again. With an error,
+// the response holds what was read before it — a status whose body was
+// cut short is no answer: count the request as an error (status 0).
 func (c *conn) get(ctx context.Context, path string, want ...string) (response, error) {
 	if c.c == nil {
 		if err := c.dial(ctx); err != nil {

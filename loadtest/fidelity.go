@@ -26,7 +26,8 @@ type FidelityOptions struct {
 	Layer  *tiles.Layer // the layer as the server is configured
 	Tiles  int          // tiles sampled, default 200
 	Seed   uint64       // default 1
-	// MinZoom..MaxZoom, default 0..16, within the layer's own range.
+	// MinZoom..MaxZoom, within the layer's own range; 0 is z0 (the
+	// CLI's default range is 0..16).
 	MinZoom, MaxZoom int
 	Progress         io.Writer // when set, one line per tile
 }
@@ -56,32 +57,42 @@ type FidelityReport struct {
 	Took    time.Duration    `json:"took"`
 }
 
-func (o *FidelityOptions) defaults() {
+func (o *FidelityOptions) defaults() error {
 	if o.Tiles <= 0 {
 		o.Tiles = 200
 	}
-	o.Seed, o.MinZoom, o.MaxZoom = sampling(o.Layer, o.Seed, o.MinZoom, o.MaxZoom)
+	minZ, maxZ := o.MinZoom, o.MaxZoom
+	if o.Seed, o.MinZoom, o.MaxZoom = sampling(o.Layer, o.Seed, minZ, maxZ); o.MinZoom > o.MaxZoom {
+		return noZoom(o.Layer, minZ, maxZ)
+	}
+	return nil
 }
 
-// sampling returns the seed (default 1) and the zoom range (default
-// 0..16) within the layer's own.
+// sampling returns the seed (default 1) and the zoom range minZ..maxZ
+// within the layer's own: a maxZ of 0 is z0, not a default.
 func sampling(l *tiles.Layer, seed uint64, minZ, maxZ int) (uint64, int, int) {
 	if seed == 0 {
 		seed = 1
 	}
-	if maxZ == 0 {
-		maxZ = 16
-	}
 	return seed, max(minZ, l.MinZoom), min(maxZ, l.MaxZoom)
+}
+
+// noZoom is the error of a zoom range minZ..maxZ that holds none of the
+// layer's zooms: nothing to measure.
+func noZoom(l *tiles.Layer, minZ, maxZ int) error {
+	return fmt.Errorf("no tile to ask for: zooms z%d–%d hold none of layer %s's (z%d–%d)", minZ, maxZ, l.Name, l.MinZoom, l.MaxZoom)
 }
 
 // RunFidelity samples tiles of one layer (half where the layer has data,
 // half anywhere) and, one tile at a time, asks the server for the tile's
 // dry-run price, requests it for real (the server must run with its tile
 // cache off, and the key's tier must never refuse), and times the layer's
-// query in PostgreSQL.
+// query in PostgreSQL. It stops with an error at the first tile the server
+// would refuse or did not draw (see measure), and when it sampled no tile.
 func RunFidelity(ctx context.Context, o FidelityOptions) (FidelityReport, error) {
-	o.defaults()
+	if err := o.defaults(); err != nil {
+		return FidelityReport{}, err
+	}
 	if err := o.Client.check(); err != nil {
 		return FidelityReport{}, err
 	}
@@ -103,9 +114,18 @@ func RunFidelity(ctx context.Context, o FidelityOptions) (FidelityReport, error)
 		}
 	}
 	rep.Took = time.Since(start)
+	if len(rep.Samples) == 0 {
+		return rep, fmt.Errorf("no tile sampled between z%d and z%d", o.MinZoom, o.MaxZoom)
+	}
 	return rep, nil
 }
 
+// measure prices, requests and times one tile. The real request must
+// have been drawn (200, 204) or admitted and given up on at the server's
+// own timeout (a 503 of problem type timeout: its database time is what
+// ranks it); anything else — a refusal, a 503 of the rate limiter or of
+// the global budget — is an error, since its X-Request-Cost is not a
+// charge for the tile.
 func measure(ctx context.Context, o FidelityOptions, t maptile.Tile) (FidelitySample, error) {
 	s := FidelitySample{Tile: t, Z: int(t.Z), X: t.X, Y: t.Y}
 	var err error
@@ -115,6 +135,10 @@ func measure(ctx context.Context, o FidelityOptions, t maptile.Tile) (FidelitySa
 	r, err := o.Client.Tile(ctx, o.Layer.Name, t)
 	if err != nil {
 		return s, err
+	}
+	if !r.Drawn() && !r.TimedOut() {
+		return s, fmt.Errorf("tile %s was answered %s, not drawn: fidelity needs a key of a tier that never refuses, and a server that answers",
+			TilePath(o.Layer.Name, t), r.Answer())
 	}
 	s.Cost, s.Status, s.Bytes, s.Features = r.Cost, r.Status, r.Bytes, r.Features
 	if !math.IsNaN(r.Estimate) {

@@ -2,15 +2,23 @@ package loadtest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 func sample(z int, x uint32, price, ms float64, features int) FidelitySample {
@@ -80,5 +88,106 @@ func TestFidelityRanksTimedOutTilesAsTheSlowest(t *testing.T) {
 	r.Samples[0].Censored = true // 5 ms is only a lower bound: it outranks 100 ms
 	if rho, _ := r.Rho(price, 0, 22); math.Abs(rho-0.5) > 1e-12 {
 		t.Fatalf("with the timed-out tile: ρ = %v, want 0.5", rho)
+	}
+}
+
+// fixedTimer times every tile at 1 ms, as if the database drew it.
+type fixedTimer struct{}
+
+func (fixedTimer) Time(context.Context, *tiles.Layer, maptile.Tile) (Timing, error) {
+	return Timing{MS: 1, Bytes: 100, Features: 2}, nil
+}
+func (fixedTimer) String() string { return "fixed" }
+
+// A tile whose real request was not drawn stops fidelity with an error:
+// with an empty bucket the dry run says would_allow false (a 200) and the
+// real request is a 429, and ρ of such answers measures nothing. Only a
+// drawn tile (200, 204) or one the server admitted and gave up on at its
+// own timeout (503 timeout) is a sample.
+func TestFidelityFailsUnlessTheTileIsDrawn(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		wouldAllow bool
+		answer     func(w http.ResponseWriter, r *http.Request)
+		err        string // "" for a sample
+	}{
+		{"empty bucket", false, func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 5})
+		}, "would refuse"},
+		{"refused", true, func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 5})
+		}, "429"},
+		{"rate limiter unavailable", true, func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1})
+		}, "503"},
+		{"drawn", true, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("X-Request-Cost", "1.5")
+			w.WriteHeader(http.StatusNoContent)
+		}, ""},
+		{"server timeout", true, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Request-Cost", "9")
+			problem.Write(w, r, &problem.Error{Code: problem.Timeout, Detail: "slow", RetryAfter: 2})
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("dry_run") == "1" {
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprintf(w, `{"dry_run":true,"cost":1.5,"would_allow":%v,"retry_after":%d}`, tc.wouldAllow, map[bool]int{true: 0, false: 5}[tc.wouldAllow])
+					return
+				}
+				tc.answer(w, r)
+			}))
+			defer srv.Close()
+			c := &Client{BaseURL: srv.URL}
+			if err := c.check(); err != nil {
+				t.Fatal(err)
+			}
+			o := FidelityOptions{Client: c, Timer: fixedTimer{}, Layer: &tiles.Layer{Name: "l", MaxZoom: 16}}
+			s, err := measure(t.Context(), o, maptile.New(1, 1, 3))
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("a sample was wanted: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("sample %+v, error %v; want an error saying %q", s, err, tc.err)
+			case tc.err == "" && (s.DBms != 1 || s.Cost == 0):
+				t.Fatalf("sample %+v", s)
+			}
+		})
+	}
+}
+
+// A zoom range that holds none of the layer's zooms is an error, before
+// anything is measured: it gave no sample and a ρ of NaN.
+func TestFidelityRefusesAnEmptyZoomRange(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	l := &tiles.Layer{Name: "l", MinZoom: 0, MaxZoom: 16}
+	for _, z := range [][2]int{{17, 16}, {17, 22}, {5, 4}} {
+		_, err := RunFidelity(t.Context(), FidelityOptions{Client: &Client{BaseURL: "http://127.0.0.1:1"}, Pool: pool, Timer: fixedTimer{},
+			Layer: l, MinZoom: z[0], MaxZoom: z[1]})
+		if err == nil || !strings.Contains(err.Error(), "no tile to ask for") {
+			t.Errorf("z%d–%d of a z0–16 layer: error %v, want one saying there is no tile to ask for", z[0], z[1], err)
+		}
+		_, err = RunZooms(t.Context(), ZoomOptions{Client: &Client{BaseURL: "http://127.0.0.1:1"}, Pool: pool, Timer: fixedTimer{},
+			Layer: l, MinZoom: z[0], MaxZoom: z[1]})
+		if err == nil || !strings.Contains(err.Error(), "no tile to ask for") {
+			t.Errorf("zooms z%d–%d of a z0–16 layer: error %v, want one saying there is no tile to ask for", z[0], z[1], err)
+		}
+	}
+}
+
+// A maximum zoom of 0 is z0, not "the default": the CLI passes its
+// default of 16 itself.
+func TestSamplingZoomZeroIsZ0(t *testing.T) {
+	l := &tiles.Layer{Name: "l", MinZoom: 0, MaxZoom: 22}
+	if seed, lo, hi := sampling(l, 0, 0, 0); seed != 1 || lo != 0 || hi != 0 {
+		t.Errorf("sampling(0, 0..0) = seed %d, z%d–%d; want seed 1, z0–0", seed, lo, hi)
+	}
+	if _, lo, hi := sampling(&tiles.Layer{MinZoom: 2, MaxZoom: 14}, 7, 0, 16); lo != 2 || hi != 14 {
+		t.Errorf("z0–16 of a z2–14 layer: z%d–%d", lo, hi)
 	}
 }

@@ -68,7 +68,31 @@ type Options struct {
 const (
 	MaxRate     = 5000
 	MaxDuration = 10 * time.Minute
+	// MaxWorkers bounds the requests a run keeps in flight at once (see
+	// attackWorkers).
+	MaxWorkers = 10000
+	// MinSentShare is the least share of the asked rate a run must send
+	// before its report warns that the load generator fell behind.
+	MinSentShare = 0.95
 )
+
+// attackWorkers is how many requests a run of rate requests a second may
+// keep in flight: enough for every request of timeout's span to be
+// outstanding at once, so that a slow server never holds the next request
+// back (vegeta waits for a free worker once it has MaxWorkers of them
+// busy, and its fixed rate becomes a closed loop that under-reports
+// latency), and at most MaxWorkers.
+func attackWorkers(rate int, timeout time.Duration) uint64 {
+	n := math.Ceil(float64(rate) * timeout.Seconds())
+	return uint64(max(1, min(n, MaxWorkers)))
+}
+
+// rateShortfall reports whether a run that sent requests at sent per
+// second fell below MinSentShare of the rate asked for. A run of one
+// request has no rate to judge.
+func rateShortfall(asked int, sent float64, requests uint64) bool {
+	return requests > 1 && sent < MinSentShare*float64(asked)
+}
 
 func (o *Options) validate() error {
 	if o.Layer == "" {
@@ -150,6 +174,7 @@ func Paths(profile, layer string) ([]string, error) {
 // Report is the outcome of one run.
 type Report struct {
 	Profile     string
+	Asked       int // requests per second asked for (Options.Rate)
 	Requests    uint64
 	Duration    time.Duration
 	Rate        float64 // requests sent per second
@@ -182,10 +207,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	for i, p := range paths {
 		targets[i] = vegeta.Target{Method: http.MethodGet, URL: base + p, Header: hdr}
 	}
-	atk := vegeta.NewAttacker(vegeta.Timeout(o.Timeout), vegeta.MaxWorkers(256), vegeta.KeepAlive(true))
+	// Redirects are not followed: one could aim the load at a host -url
+	// could not name (a 3xx is counted as the answer it is).
+	atk := vegeta.NewAttacker(vegeta.Timeout(o.Timeout), vegeta.MaxWorkers(attackWorkers(o.Rate, o.Timeout)),
+		vegeta.KeepAlive(true), vegeta.Redirects(vegeta.NoFollow))
 	rate := vegeta.Rate{Freq: o.Rate, Per: time.Second}
 	var m vegeta.Metrics
-	rep := Report{Profile: o.Profile}
+	rep := Report{Profile: o.Profile, Asked: o.Rate}
 	results := atk.Attack(vegeta.NewStaticTargeter(targets...), rate, o.Duration, "geotoll-"+o.Profile)
 	done := ctx.Done()
 loop:
@@ -220,10 +248,20 @@ loop:
 	return rep, nil
 }
 
+// Behind reports whether the run sent less than MinSentShare of the rate
+// asked for: the load generator fell behind (every one of MaxWorkers
+// requests in flight, or a saturated host), and its latencies leave out
+// the time the requests it did not send would have waited.
+func (r Report) Behind() bool { return rateShortfall(r.Asked, r.Rate, r.Requests) }
+
 // WriteText prints the report for people.
 func (r Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "profile      %s\n", r.Profile)
 	fmt.Fprintf(w, "requests     %d in %s (%.1f/s sent, %.1f/s succeeded)\n", r.Requests, r.Duration.Round(time.Millisecond), r.Rate, r.Throughput)
+	if r.Behind() {
+		fmt.Fprintf(w, "warning      sent %.1f/s of the %d/s asked for (under %.0f %%): the load generator fell behind, "+
+			"so the latencies below understate what callers at that rate would see\n", r.Rate, r.Asked, 100*MinSentShare)
+	}
 	codes := make([]string, 0, len(r.StatusCodes))
 	for c := range r.StatusCodes {
 		codes = append(codes, c)

@@ -92,3 +92,72 @@ func TestRunCountsCostsAndCodes(t *testing.T) {
 		t.Fatalf("report lacks status codes:\n%s", sb.String())
 	}
 }
+
+// A run may keep as many requests in flight as its rate over the request
+// timeout (bounded): with fewer, vegeta waits for a free worker and its
+// fixed rate becomes a closed loop.
+func TestAttackWorkersCoverTheRateOverTheTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		rate    int
+		timeout time.Duration
+		least   uint64
+	}{
+		{1, 10 * time.Second, 10},
+		{100, 10 * time.Second, 1000},
+		{1000, 10 * time.Second, MaxWorkers},
+		{5000, 500 * time.Millisecond, 2500},
+		{MaxRate, 10 * time.Second, MaxWorkers},
+	} {
+		n := attackWorkers(tc.rate, tc.timeout)
+		if n < tc.least || n > MaxWorkers {
+			t.Errorf("attackWorkers(%d/s, %s) = %d, want %d..%d", tc.rate, tc.timeout, n, tc.least, MaxWorkers)
+		}
+	}
+}
+
+// A run that sent under 95 % of the rate asked for says so.
+func TestRateShortfall(t *testing.T) {
+	for _, tc := range []struct {
+		asked    int
+		sent     float64
+		requests uint64
+		behind   bool
+	}{
+		{1000, 900, 9000, true},
+		{1000, 949, 9490, true},
+		{1000, 951, 9510, false},
+		{1000, 1003, 10030, false},
+		{40, 41, 40, false},
+		{40, 0, 1, false}, // one request: no rate to judge
+	} {
+		if got := rateShortfall(tc.asked, tc.sent, tc.requests); got != tc.behind {
+			t.Errorf("asked %d/s, sent %.0f/s over %d requests: behind %v, want %v", tc.asked, tc.sent, tc.requests, got, tc.behind)
+		}
+	}
+	var sb strings.Builder
+	Report{Profile: "z14", Asked: 1000, Rate: 600, Requests: 6000, Duration: 10 * time.Second}.WriteText(&sb)
+	if !strings.Contains(sb.String(), "fell behind") {
+		t.Errorf("a run at 600/s of 1000/s does not say it fell behind:\n%s", sb.String())
+	}
+	sb.Reset()
+	Report{Profile: "z14", Asked: 1000, Rate: 1001, Requests: 10010, Duration: 10 * time.Second}.WriteText(&sb)
+	if strings.Contains(sb.String(), "fell behind") {
+		t.Errorf("a run at its rate says it fell behind:\n%s", sb.String())
+	}
+}
+
+// The load test follows no redirect: one to another host would aim the
+// load where -url could not. The 301 is the answer counted.
+func TestRunFollowsNoRedirect(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://192.0.2.1:8080"+r.URL.RequestURI(), http.StatusMovedPermanently)
+	}))
+	defer srv.Close()
+	rep, err := Run(context.Background(), Options{BaseURL: srv.URL, Profile: "healthz", Rate: 10, Duration: time.Second, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests == 0 || uint64(rep.StatusCodes["301"]) != rep.Requests || len(rep.Errors) != 0 {
+		t.Fatalf("%d requests: status codes %v, errors %v; want every one a 301, and no error", rep.Requests, rep.StatusCodes, rep.Errors)
+	}
+}

@@ -18,7 +18,7 @@ type LoopResult struct {
 	Encoding    string // "identity" or "gzip"
 	Requests    int
 	OK          int         // 200 and 204
-	Status      map[int]int // 0: transport errors
+	Status      map[int]int // 0: transport errors and answers cut short
 	Duration    time.Duration
 	TilesPerSec float64 // OK per second
 	P50, P99    time.Duration
@@ -96,7 +96,16 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 				if err != nil && ended(ctx) {
 					break // cut by the end of the run, not an error
 				}
-				r.status[resp.status]++ // 0: a transport error
+				if err != nil {
+					// A transport error, or an answer cut short (its
+					// status line came, its body did not): no tile.
+					r.status[0]++
+					r.lat = append(r.lat, time.Since(t0))
+					r.bytes += resp.bytes
+					errorPause(ctx) // a refused connection fails at once: do not spin
+					continue
+				}
+				r.status[resp.status]++
 				r.lat = append(r.lat, time.Since(t0))
 				r.bytes += resp.bytes
 			}
@@ -123,6 +132,20 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 	}
 	out.TilesPerSec = float64(out.OK) / out.Duration.Seconds()
 	return out, nil
+}
+
+// loopErrorPause is how long a Loop worker waits after a failed request
+// before its next one.
+const loopErrorPause = 10 * time.Millisecond
+
+// errorPause waits loopErrorPause, or until ctx ends.
+func errorPause(ctx context.Context) {
+	t := time.NewTimer(loopErrorPause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // ended reports whether ctx is over, by its deadline too: the

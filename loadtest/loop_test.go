@@ -1,8 +1,11 @@
 package loadtest
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -80,5 +83,60 @@ func TestStripe(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A 200 whose body was cut short (a Content-Length above what came before
+// the connection closed) is no tile served: Loop counts it as an error
+// (status 0).
+func TestLoopCountsACutBodyAsAnError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = bufio.NewReader(c).ReadString('\n') // the request line; the rest is never read
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.mapbox-vector-tile\r\nContent-Length: 1000\r\n\r\nonly this")
+			}()
+		}
+	}()
+	c := &Client{BaseURL: "http://" + ln.Addr().String()}
+	r, err := c.Loop(context.Background(), "l", []maptile.Tile{maptile.New(0, 0, 0)}, 2, 300*time.Millisecond, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OK != 0 || r.Status[200] != 0 || r.Status[0] == 0 || r.Status[0] != r.Requests {
+		t.Errorf("cut answers: %d OK of %d requests, %v; want every one counted as an error (status 0)", r.OK, r.Requests, r.Status)
+	}
+}
+
+// A worker whose request failed pauses before its next one: against a
+// port nothing listens on, every request fails at once, and without a
+// pause a run would spin through hundreds of thousands of them.
+func TestLoopPausesAfterAnError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := &Client{BaseURL: "http://" + addr}
+	const workers, d = 2, 300 * time.Millisecond
+	r, err := c.Loop(context.Background(), "l", []maptile.Tile{maptile.New(0, 0, 0)}, workers, d, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At most one request per pause per worker, and some slack.
+	most := workers * (int(d/loopErrorPause) + 5)
+	if r.Requests == 0 || r.Status[0] != r.Requests || r.Requests > most {
+		t.Errorf("%d requests in %s against a closed port (%v); want 1..%d, all errors", r.Requests, d, r.Status, most)
 	}
 }

@@ -23,7 +23,8 @@ type ZoomOptions struct {
 	Layer   *tiles.Layer
 	PerZoom int    // tiles per zoom, where the layer has data; default 8
 	Seed    uint64 // default 1
-	// MinZoom..MaxZoom, default 0..16, within the layer's own range.
+	// MinZoom..MaxZoom, within the layer's own range; 0 is z0 (the
+	// CLI's default range is 0..16).
 	MinZoom, MaxZoom int
 	Progress         io.Writer // when set, one line per tile
 }
@@ -39,6 +40,17 @@ type ZoomRow struct {
 	MaxDBms  float64
 	Censored int         // tiles whose query timed out (their DBms is a lower bound)
 	Status   map[int]int // the server's answers
+	// TimedOut counts the 503s (in Status) at which the server gave up on
+	// an admitted request's query (problem type timeout); the other 503s,
+	// like every refusal, are failures.
+	TimedOut int
+}
+
+// Failed is how many of the row's tiles the server neither drew (200,
+// 204) nor gave up on at its own timeout: refused, or answered 503 by the
+// rate limiter, the global budget or a database it could not reach.
+func (r ZoomRow) Failed() int {
+	return r.Tiles - r.Status[200] - r.Status[204] - r.TimedOut
 }
 
 // AnchoredTiles returns up to n distinct tiles of zoom z under the
@@ -61,12 +73,17 @@ func AnchoredTiles(anchors []orb.Point, z maptile.Zoom, n int) []maptile.Tile {
 
 // RunZooms measures, per zoom, the tiles under PerZoom random positions of
 // the layer's data: the server's bytes and features, and the database
-// time of the layer's query.
+// time of the layer's query. A zoom range that holds none of the layer's
+// zooms is an error. Each row counts the server's answers; see
+// ZoomRow.Failed for those that measured nothing.
 func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 	if o.PerZoom <= 0 {
 		o.PerZoom = 8
 	}
-	o.Seed, o.MinZoom, o.MaxZoom = sampling(o.Layer, o.Seed, o.MinZoom, o.MaxZoom)
+	minZ, maxZ := o.MinZoom, o.MaxZoom
+	if o.Seed, o.MinZoom, o.MaxZoom = sampling(o.Layer, o.Seed, minZ, maxZ); o.MinZoom > o.MaxZoom {
+		return nil, noZoom(o.Layer, minZ, maxZ)
+	}
 	if err := o.Client.check(); err != nil {
 		return nil, err
 	}
@@ -88,18 +105,15 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 				return rows, err
 			}
 			row.Status[r.Status]++
+			if r.TimedOut() {
+				row.TimedOut++
+			}
 			if o.Progress != nil {
-				fmt.Fprintf(o.Progress, "%-14s status %d %8d B %6d features %9.2f ms%s\n", tileName(t), r.Status, r.Bytes, r.Features, tm.MS, censoredMark(tm.Censored))
+				fmt.Fprintf(o.Progress, "%-14s status %s %8d B %6d features %9.2f ms%s\n", tileName(t), r.Answer(), r.Bytes, r.Features, tm.MS, censoredMark(tm.Censored))
 			}
-			drawn := r.Status == 200 || r.Status == 204
-			if !drawn && !tm.Censored {
-				// The server gave up (a 503 at its own timeout): the
-				// tile is the one the database drew.
-				r.Bytes, r.Features, drawn = tm.Bytes, tm.Features, true
-			}
-			if drawn { // else nobody drew the tile: no size to count
-				bytes, feats = append(bytes, float64(r.Bytes)), append(feats, float64(r.Features))
-				row.MaxBytes = max(row.MaxBytes, r.Bytes)
+			if b, f, ok := tileSize(r, tm); ok { // else nobody drew the tile: no size to count
+				bytes, feats = append(bytes, float64(b)), append(feats, float64(f))
+				row.MaxBytes = max(row.MaxBytes, b)
 			}
 			ms = append(ms, tm.MS)
 			if tm.Censored {
@@ -119,14 +133,34 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 	return rows, nil
 }
 
+// tileSize is the tile's size and features: as the server sent it when it
+// drew it; as the database drew it when the server gave up on it at its
+// own timeout (an admitted request's 503 of problem type timeout) and the
+// timed query finished. ok is false when nobody drew the tile — and for
+// any other answer (a refusal, a 503 of the rate limiter), which is no
+// measurement of the tile.
+func tileSize(r TileResponse, tm Timing) (bytes, features int, ok bool) {
+	switch {
+	case r.Drawn():
+		return r.Bytes, r.Features, true
+	case r.TimedOut() && !tm.Censored:
+		return tm.Bytes, tm.Features, true
+	}
+	return 0, 0, false
+}
+
 // WriteZooms prints the per-zoom table.
 func WriteZooms(w io.Writer, layer string, rows []ZoomRow) {
 	fmt.Fprintf(w, "layer %s: medians over the tiles under random positions of its data (DB ms: median of 3 runs each;\n"+
-		"bytes and features as the server sent them, or as the database drew them when the server answered 503)\n\n", layer)
+		"bytes and features as the server sent them, or as the database drew them when the server gave up at its timeout: 503 timeout)\n\n", layer)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "zoom\ttiles\tbytes\tmax bytes\tfeatures\tDB ms\tmax DB ms\ttimed out\tserver\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%.2f\t%.2f\t%d\t%s\t\n", r.Zoom, r.Tiles, whole(r.Bytes), r.MaxBytes, whole(r.Features), r.DBms, r.MaxDBms, r.Censored, StatusText(r.Status))
+		server := StatusText(r.Status)
+		if r.TimedOut > 0 {
+			server += fmt.Sprintf(" (%d timeout)", r.TimedOut)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%.2f\t%.2f\t%d\t%s\t\n", r.Zoom, r.Tiles, whole(r.Bytes), r.MaxBytes, whole(r.Features), r.DBms, r.MaxDBms, r.Censored, server)
 	}
 	tw.Flush()
 }

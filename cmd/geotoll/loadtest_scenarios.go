@@ -29,6 +29,15 @@ scenarios:
   ceiling   dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll, identity and gzip,
             and where this host's CPU went in each run (Linux)`
 
+// Bounds of the scenarios' flags: a run is aimed and bounded on purpose,
+// as the load test's rate and duration are.
+const (
+	maxFidelityTiles  = 2000 // fidelity -tiles
+	maxPerZoom        = 256  // zooms -per-zoom
+	maxCeilingClients = 256  // ceiling -clients (pgbench's connections, and geotoll's)
+	maxZoom           = 22   // -minzoom, -maxzoom
+)
+
 // scenario holds the flags every scenario shares.
 type scenario struct {
 	client  loadtest.Client
@@ -52,8 +61,8 @@ func (s *scenario) flags(fs *flag.FlagSet) {
 		"server: add up the server's own statements in pg_stat_statements around real requests (any build's SQL; "+
 		"reads them as GEOTOLL_ADMIN_DATABASE_URL)")
 	fs.DurationVar(&s.quiesce, "quiesce", 5*time.Minute, "before timing a tile, wait up to this long for the read role's other statements to end")
-	fs.IntVar(&s.minZ, "minzoom", 0, "lowest zoom")
-	fs.IntVar(&s.maxZ, "maxzoom", 16, "highest zoom")
+	fs.IntVar(&s.minZ, "minzoom", 0, fmt.Sprintf("lowest zoom (0..%d)", maxZoom))
+	fs.IntVar(&s.maxZ, "maxzoom", 16, fmt.Sprintf("highest zoom (0..%d; 0 is z0 alone)", maxZoom))
 }
 
 // scenarioFlags are the flags of `geotoll loadtest SCENARIO`: the shared
@@ -68,13 +77,13 @@ type scenarioFlags struct {
 
 func (f *scenarioFlags) flags(fs *flag.FlagSet) {
 	f.scenario.flags(fs)
-	fs.IntVar(&f.n, "tiles", 200, "fidelity: tiles sampled")
+	fs.IntVar(&f.n, "tiles", 200, fmt.Sprintf("fidelity: tiles sampled (1..%d)", maxFidelityTiles))
 	fs.StringVar(&f.jsonOut, "json", "", "fidelity: also write every sample to this JSON file")
 	fs.BoolVar(&f.verbose, "v", false, "print each tile (fidelity, zooms) or pgbench's output (ceiling)")
-	fs.IntVar(&f.perZoom, "per-zoom", 8, "zooms: tiles per zoom")
-	fs.DurationVar(&f.d, "duration", 10*time.Second, "ceiling: each run's length")
-	fs.IntVar(&f.clients, "clients", 16, "ceiling: connections (pgbench -c and geotoll's)")
-	fs.IntVar(&f.threads, "threads", 2, "ceiling: pgbench -j")
+	fs.IntVar(&f.perZoom, "per-zoom", 8, fmt.Sprintf("zooms: tiles per zoom (1..%d)", maxPerZoom))
+	fs.DurationVar(&f.d, "duration", 10*time.Second, fmt.Sprintf("ceiling: each run's length, whole seconds (pgbench -T), 1s..%s", loadtest.MaxDuration))
+	fs.IntVar(&f.clients, "clients", 16, fmt.Sprintf("ceiling: connections (pgbench -c and geotoll's), 1..%d", maxCeilingClients))
+	fs.IntVar(&f.threads, "threads", 2, "ceiling: pgbench -j (1..-clients)")
 	fs.IntVar(&f.warm, "warm", 20, "ceiling: tiles a connection serves before it counts: pgbench's rates leave out each of its fresh connections' first ones, and geotoll serves this many times -clients tiles of each list before it is timed (0: pgbench's own rates, no warm-up)")
 	fs.StringVar(&f.merge, "report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
 }
@@ -104,6 +113,9 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 		}
 		rep.WriteText(stdout)
 		return nil
+	}
+	if err := f.validate(name); err != nil {
+		return fmt.Errorf("loadtest %s: %w", name, err)
 	}
 	layer, pool, err := scenarioSetup(ctx, cfg, s.layer)
 	if err != nil {
@@ -135,29 +147,79 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 			return fmt.Errorf("loadtest zooms: %w", err)
 		}
 		loadtest.WriteZooms(stdout, layer.Name, rows)
-		seen, total := map[int]int{}, 0
-		for _, r := range rows {
-			for code, n := range r.Status {
-				seen[code] += n
-				total += n
-			}
-		}
-		switch {
-		case total == 0:
-			return fmt.Errorf("loadtest zooms: no tile to ask for between z%d and z%d", s.minZ, s.maxZ)
-		case seen[200]+seen[204]+seen[503] == 0: // a 503's tile the database drew is measured too
-			return fmt.Errorf("loadtest zooms: the server drew no tile (answered 200, 204 or 503): %s", loadtest.StatusText(seen))
+		if err := zoomsOutcome(rows, s.minZ, s.maxZ); err != nil {
+			return fmt.Errorf("loadtest zooms: %w", err)
 		}
 		return nil
 	}
 	return runCeilingScenario(ctx, cfg, f, layer, pool, progress, stdout)
 }
 
+// validate checks the flags the scenario name reads, before it measures
+// anything.
+func (f *scenarioFlags) validate(name string) error {
+	var errs []error
+	if name == "fidelity" || name == "zooms" {
+		switch {
+		case f.minZ < 0 || f.minZ > maxZoom || f.maxZ < 0 || f.maxZ > maxZoom:
+			errs = append(errs, fmt.Errorf("-minzoom %d and -maxzoom %d must be within 0..%d", f.minZ, f.maxZ, maxZoom))
+		case f.minZ > f.maxZ:
+			errs = append(errs, fmt.Errorf("no tile to ask for: -minzoom %d is above -maxzoom %d", f.minZ, f.maxZ))
+		}
+	}
+	switch name {
+	case "fidelity":
+		if f.n < 1 || f.n > maxFidelityTiles {
+			errs = append(errs, fmt.Errorf("-tiles %d must be within 1..%d", f.n, maxFidelityTiles))
+		}
+	case "zooms":
+		if f.perZoom < 1 || f.perZoom > maxPerZoom {
+			errs = append(errs, fmt.Errorf("-per-zoom %d must be within 1..%d", f.perZoom, maxPerZoom))
+		}
+	case "ceiling":
+		if f.d < time.Second || f.d > loadtest.MaxDuration || f.d%time.Second != 0 {
+			errs = append(errs, fmt.Errorf("-duration %s must be whole seconds within 1s..%s (pgbench -T counts seconds)", f.d, loadtest.MaxDuration))
+		}
+		if f.clients < 1 || f.clients > maxCeilingClients {
+			errs = append(errs, fmt.Errorf("-clients %d must be within 1..%d", f.clients, maxCeilingClients))
+		} else if f.threads < 1 || f.threads > f.clients {
+			errs = append(errs, fmt.Errorf("-threads %d must be within 1..-clients (%d)", f.threads, f.clients))
+		}
+		if f.warm < 0 {
+			errs = append(errs, fmt.Errorf("-warm %d must be at least 0", f.warm))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// zoomsOutcome fails a zooms run in which the server drew no tile, or
+// answered a tile with anything but a drawn tile (200, 204) or a 503 at
+// its own timeout (whose tile the database drew is measured instead): a
+// refusal, or a 503 of the rate limiter, measures nothing of the tile.
+func zoomsOutcome(rows []loadtest.ZoomRow, minZ, maxZ int) error {
+	seen, total, timedOut, failed := map[int]int{}, 0, 0, 0
+	for _, r := range rows {
+		for code, n := range r.Status {
+			seen[code] += n
+			total += n
+		}
+		timedOut += r.TimedOut
+		failed += r.Failed()
+	}
+	switch {
+	case total == 0:
+		return fmt.Errorf("no tile to ask for between z%d and z%d", minZ, maxZ)
+	case seen[200]+seen[204]+timedOut == 0:
+		return fmt.Errorf("the server drew no tile (answered 200, 204 or 503 timeout): %s", loadtest.StatusText(seen))
+	case failed > 0:
+		return fmt.Errorf("%d of %d tiles were neither drawn (200, 204) nor given up on at the server's timeout (503 timeout): %s; "+
+			"use a key of a tier that never refuses, against a server whose rate limiter answers", failed, total, loadtest.StatusText(seen))
+	}
+	return nil
+}
+
 // runCeilingScenario runs `geotoll loadtest ceiling`.
 func runCeilingScenario(ctx context.Context, cfg Config, f *scenarioFlags, layer *tiles.Layer, pool *pgxpool.Pool, progress, stdout io.Writer) error {
-	if f.clients < 1 || f.warm < 0 {
-		return fmt.Errorf("loadtest ceiling: -clients %d (at least 1) and -warm %d (at least 0)", f.clients, f.warm)
-	}
 	points, err := loadtest.Centroids(ctx, pool, layer)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/loadtest"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -182,7 +183,7 @@ func TestLoadtestScenariosEndToEnd(t *testing.T) {
 	// With a key the server does not know every tile is refused: zooms and
 	// ceiling print what they saw and fail, rather than exit 0 with a
 	// report in which no tile was drawn (fidelity stops at the first
-	// refused dry run).
+	// tile that was not drawn: TestFidelityFailsUnlessTheTileIsDrawn).
 	for _, sc := range [][]string{
 		{"zooms", "-minzoom", "10", "-maxzoom", "11", "-per-zoom", "2"},
 		{"ceiling", "-duration", "1s", "-clients", "2", "-threads", "1", "-warm", "3"},
@@ -232,5 +233,75 @@ func TestScenarioLayerReadsTheServingStorage(t *testing.T) {
 	}
 	if src := layer.Source(13); src.Builder != "" || src.Clustered {
 		t.Errorf("z13 reads %s (builder %q, clustered %v), not the table", src.Relation.Sanitize(), src.Builder, src.Clustered)
+	}
+}
+
+// The scenarios' flags are bounded, and checked before anything is
+// measured: a ceiling run under a second was pgbench -T 0 (which pgbench
+// refuses), a fraction of a second one pgbench run shorter than geotoll's,
+// and -tiles, -per-zoom and -clients took any number.
+func TestLoadtestScenarioFlagsAreBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Database.URL = "postgres://127.0.0.1:1/none"
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"ceiling", "-duration", "900ms"}, "-duration"},
+		{[]string{"ceiling", "-duration", "1500ms"}, "-duration"},
+		{[]string{"ceiling", "-duration", "11m"}, "-duration"},
+		{[]string{"ceiling", "-clients", "0"}, "-clients"},
+		{[]string{"ceiling", "-clients", "257"}, "-clients"},
+		{[]string{"ceiling", "-clients", "2", "-threads", "3"}, "-threads"},
+		{[]string{"ceiling", "-warm", "-1"}, "-warm"},
+		{[]string{"fidelity", "-tiles", "0"}, "-tiles"},
+		{[]string{"fidelity", "-tiles", "2001"}, "-tiles"},
+		{[]string{"zooms", "-per-zoom", "0"}, "-per-zoom"},
+		{[]string{"zooms", "-per-zoom", "257"}, "-per-zoom"},
+		{[]string{"fidelity", "-minzoom", "17"}, "no tile to ask for"}, // above the default -maxzoom 16
+		{[]string{"zooms", "-minzoom", "9", "-maxzoom", "8"}, "no tile to ask for"},
+		{[]string{"zooms", "-minzoom", "-1"}, "-minzoom"},
+		{[]string{"fidelity", "-maxzoom", "23"}, "-maxzoom"},
+		// Within bounds: on to the layer, which this configuration lacks.
+		{[]string{"ceiling", "-duration", "1s", "-clients", "256", "-threads", "256"}, `layer "nope"`},
+		{[]string{"fidelity", "-tiles", "2000", "-maxzoom", "0"}, `layer "nope"`},
+		{[]string{"zooms", "-per-zoom", "256", "-minzoom", "22", "-maxzoom", "22"}, `layer "nope"`},
+	} {
+		err := runLoadtest(context.Background(), cfg, append(tc.args, "-layer", "nope"), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("loadtest %s: error %v, want one naming %q", strings.Join(tc.args, " "), err, tc.err)
+		}
+	}
+}
+
+// zooms passes only when every tile was drawn or given up on at the
+// server's own timeout: a refusal, or a 503 of the rate limiter, measured
+// nothing of its tile.
+func TestZoomsOutcome(t *testing.T) {
+	row := func(z int, status map[int]int, timedOut int) loadtest.ZoomRow {
+		n := 0
+		for _, k := range status {
+			n += k
+		}
+		return loadtest.ZoomRow{Zoom: z, Tiles: n, Status: status, TimedOut: timedOut}
+	}
+	for _, tc := range []struct {
+		name string
+		rows []loadtest.ZoomRow
+		err  string // "" passes
+	}{
+		{"drawn", []loadtest.ZoomRow{row(10, map[int]int{200: 3, 204: 1}, 0)}, ""},
+		{"drawn and timed out", []loadtest.ZoomRow{row(3, map[int]int{503: 2}, 2), row(4, map[int]int{200: 2}, 0)}, ""},
+		{"only timed out", []loadtest.ZoomRow{row(0, map[int]int{503: 1}, 1)}, ""},
+		{"no tile", nil, "no tile to ask for"},
+		{"every tile refused", []loadtest.ZoomRow{row(10, map[int]int{401: 2}, 0)}, "drew no tile"},
+		{"rate limiter unavailable", []loadtest.ZoomRow{row(10, map[int]int{503: 2}, 0)}, "drew no tile"},
+		{"one refused", []loadtest.ZoomRow{row(10, map[int]int{200: 3}, 0), row(11, map[int]int{200: 2, 429: 1}, 0)}, "1 of 6 tiles"},
+		{"one 503 of the limiter beside a timeout", []loadtest.ZoomRow{row(10, map[int]int{200: 3, 503: 2}, 1)}, "1 of 5 tiles"},
+	} {
+		err := zoomsOutcome(tc.rows, 10, 11)
+		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
+		}
 	}
 }

@@ -1,0 +1,72 @@
+package loadtest
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/problem"
+)
+
+// Only a 503 at which the server gave up on an admitted request's query
+// (problem type timeout) takes the tile's size from the database's
+// drawing; a 429, or a 503 of the rate limiter or the global budget,
+// measured nothing of the tile and is no tile drawn.
+func TestZoomsTakeTheDatabasesTileOnlyForAServerTimeout(t *testing.T) {
+	answers := map[uint32]func(w http.ResponseWriter, r *http.Request){
+		0: func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, r, &problem.Error{Code: problem.Timeout, Detail: "the query exceeded its time limit", RetryAfter: 2})
+		},
+		1: func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1})
+		},
+		2: func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 3})
+		},
+		3: func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, r, &problem.Error{Code: problem.ReducedCapacity, RetryAfter: 1})
+		},
+		4: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) },
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for x, answer := range answers {
+			if r.URL.Path == TilePath("l", maptile.New(x, 0, 3)) {
+				answer(w, r)
+				return
+			}
+		}
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	c := &Client{BaseURL: srv.URL}
+	if err := c.check(); err != nil {
+		t.Fatal(err)
+	}
+	db := Timing{MS: 30, Bytes: 1234, Features: 7}
+	for _, tc := range []struct {
+		name     string
+		x        uint32
+		censored bool
+		bytes    int
+		ok       bool
+	}{
+		{"server timeout", 0, false, 1234, true},
+		{"server timeout, database timed out too", 0, true, 0, false},
+		{"rate limiter unavailable", 1, false, 0, false},
+		{"refused", 2, false, 0, false},
+		{"global budget spent", 3, false, 0, false},
+		{"drawn empty", 4, false, 0, true},
+	} {
+		r, err := c.Tile(t.Context(), "l", maptile.New(tc.x, 0, 3))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		tm := db
+		tm.Censored = tc.censored
+		if b, _, ok := tileSize(r, tm); b != tc.bytes || ok != tc.ok {
+			t.Errorf("%s (status %d): %d bytes, drawn %v; want %d, %v", tc.name, r.Status, b, ok, tc.bytes, tc.ok)
+		}
+	}
+}
