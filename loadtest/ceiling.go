@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,8 +255,11 @@ func (p Pgbench) Exec(ctx context.Context, script, layer string) (PgbenchRun, er
 		logDir = d
 		args = append(args, "-l", "--log-prefix", filepath.Join(logDir, "tx"))
 	}
-	args = append(args, "-f", file, "-D", "layer="+layer, p.DatabaseURL)
-	cmd := exec.CommandContext(ctx, p.Path, args...) //nolint:gosec // G204: p.Path is pgbench found by exec.LookPath; args are built here
+	args = append(args, "-f", file, "-D", "layer="+layer)
+	cmd, err := p.command(ctx, args)
+	if err != nil {
+		return r, err
+	}
 	out, err := cmd.CombinedOutput()
 	r.Output = string(out)
 	if cmd.ProcessState != nil {
@@ -273,6 +277,145 @@ func (p Pgbench) Exec(ctx context.Context, script, layer string) (PgbenchRun, er
 	}
 	r.TPS, err = PgbenchTPS(r.Output)
 	return r, err
+}
+
+// command is pgbench (p.Path) with args and then the database to run
+// against, DatabaseURL without its password: the password goes to the
+// child's environment (PGPASSWORD), never onto its command line, which
+// ps and /proc/PID/cmdline show every user of the host. Without a
+// password in DatabaseURL the environment is this process's (a
+// PGPASSWORD or ~/.pgpass of its own still serves).
+func (p Pgbench) command(ctx context.Context, args []string) (*exec.Cmd, error) {
+	conninfo, password, err := splitPassword(p.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if conninfo != "" {
+		args = append(args, conninfo)
+	}
+	cmd := exec.CommandContext(ctx, p.Path, args...) //nolint:gosec // G204: p.Path is pgbench found by exec.LookPath; args are built here
+	if password != "" {
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+password)
+	}
+	return cmd, nil
+}
+
+var errSSLPassword = errors.New("pgbench: the database URL's sslpassword would be on pgbench's command line (libpq reads it from no environment variable)")
+
+// splitPassword takes the password out of a libpq connection string — a
+// postgres:// or postgresql:// URL (its user info, or a password
+// parameter), keyword=value pairs, or a database's name — and answers the
+// rest and the password. An sslpassword, which libpq takes from no environment
+// variable, is refused rather than put on a command line.
+func splitPassword(conn string) (conninfo, password string, err error) {
+	if strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://") {
+		u, err := url.Parse(conn)
+		if err != nil {
+			return "", "", errors.New("pgbench: the database URL does not parse") // the error would quote the password
+		}
+		q := u.Query()
+		if q.Has("sslpassword") {
+			return "", "", errSSLPassword
+		}
+		if pw, ok := u.User.Password(); ok {
+			password = pw
+			name := u.User.Username()
+			u.User = nil
+			if name != "" {
+				u.User = url.User(name)
+			}
+		}
+		if q.Has("password") {
+			password = q.Get("password")
+			q.Del("password")
+			u.RawQuery = q.Encode()
+		}
+		return u.String(), password, nil
+	}
+	if !strings.Contains(conn, "=") {
+		return conn, "", nil // a database's name, as pgbench takes it too
+	}
+	pairs, err := parseConninfo(conn)
+	if err != nil {
+		return "", "", err
+	}
+	var b strings.Builder
+	for _, kv := range pairs {
+		switch kv[0] {
+		case "password":
+			password = kv[1]
+			continue
+		case "sslpassword":
+			return "", "", errSSLPassword
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s='%s'", kv[0], strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(kv[1]))
+	}
+	return b.String(), password, nil
+}
+
+// parseConninfo reads libpq's keyword=value connection string: pairs
+// apart by white space, white space around "=" allowed, a value in
+// single quotes or not, a backslash escaping the next character.
+func parseConninfo(s string) ([][2]string, error) {
+	var pairs [][2]string
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+	i := 0
+	skip := func() {
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+	}
+	for {
+		skip()
+		if i == len(s) {
+			return pairs, nil
+		}
+		k := i
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
+			i++
+		}
+		key := s[k:i]
+		skip()
+		if i == len(s) || s[i] != '=' || key == "" {
+			// Not quoted: it may be a password.
+			return nil, errors.New("pgbench: the database connection string is neither a postgres:// URL nor keyword=value pairs")
+		}
+		i++
+		skip()
+		var v strings.Builder
+		quoted := i < len(s) && s[i] == '\''
+		if quoted {
+			i++
+		}
+		for ; i < len(s); i++ {
+			c := s[i]
+			if c == '\\' {
+				if i+1 < len(s) {
+					v.WriteByte(s[i+1])
+				}
+				i++ // a backslash at the end escapes nothing
+				continue
+			}
+			if quoted && c == '\'' {
+				break
+			}
+			if !quoted && isSpace(c) {
+				break
+			}
+			v.WriteByte(c)
+		}
+		i = min(i, len(s))
+		if quoted {
+			if i == len(s) {
+				return nil, fmt.Errorf("pgbench: an unterminated quoted value of %s in the database connection string", key)
+			}
+			i++ // the closing quote
+		}
+		pairs = append(pairs, [2]string{key, v.String()})
+	}
 }
 
 // pgbenchTransactions is the count of transactions pgbench's output says

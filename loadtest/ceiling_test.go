@@ -323,3 +323,68 @@ func TestWriteCeilingCPU(t *testing.T) {
 		t.Errorf("a CPU table with nothing read:\n%s", b.String())
 	}
 }
+
+// pgbench's command line, which every user of the host can read (ps,
+// /proc/PID/cmdline), holds no password: the database URL's goes to the
+// child's environment, and the rest of the URL stays on the command line.
+func TestPgbenchCommandKeepsThePasswordOffItsCommandLine(t *testing.T) {
+	const secret = "s3cret pass'word\\"
+	for _, c := range []struct {
+		url, conninfo, password string
+	}{
+		{"postgres://reader:s3cret%20pass%27word%5C@127.0.0.1:5432/geotoll?sslmode=disable",
+			"postgres://reader@127.0.0.1:5432/geotoll?sslmode=disable", secret},
+		{"postgresql://reader@db.example/geotoll?password=s3cret+pass%27word%5C&sslmode=require&application_name=bench",
+			"postgresql://reader@db.example/geotoll?application_name=bench&sslmode=require", secret},
+		{`host=127.0.0.1 port = 5432 user=reader password='s3cret pass\'word\\' dbname=geotoll`,
+			`host='127.0.0.1' port='5432' user='reader' dbname='geotoll'`, secret},
+		{`dbname=geotoll password=s3cret\ pass\'word\\ sslmode=disable`, `dbname='geotoll' sslmode='disable'`, secret},
+		{"postgres://reader@127.0.0.1/geotoll", "postgres://reader@127.0.0.1/geotoll", ""},
+		{"dbname=geotoll", "dbname='geotoll'", ""},
+		{`dbname=geotoll\`, "dbname='geotoll'", ""},
+		{"geotoll", "geotoll", ""},
+		{"", "", ""},
+	} {
+		cmd, err := Pgbench{Path: "pgbench", DatabaseURL: c.url}.command(context.Background(), []string{"-n", "-f", "x.pgbench"})
+		if err != nil {
+			t.Errorf("%s: %v", c.url, err)
+			continue
+		}
+		want := []string{"pgbench", "-n", "-f", "x.pgbench"}
+		if c.conninfo != "" {
+			want = append(want, c.conninfo)
+		}
+		if fmt.Sprint(cmd.Args) != fmt.Sprint(want) {
+			t.Errorf("%s: args %q, want %q", c.url, cmd.Args, want)
+		}
+		for _, a := range cmd.Args {
+			if strings.Contains(a, "s3cret") {
+				t.Errorf("%s: the password on the command line: %q", c.url, cmd.Args)
+			}
+		}
+		var env []string
+		for _, e := range cmd.Env {
+			if strings.HasPrefix(e, "PGPASSWORD=") {
+				env = append(env, e)
+			}
+		}
+		switch {
+		case c.password == "" && cmd.Env != nil:
+			t.Errorf("%s: no password, yet an environment of its own", c.url)
+		case c.password != "" && (len(env) == 0 || env[len(env)-1] != "PGPASSWORD="+c.password):
+			t.Errorf("%s: PGPASSWORD %q, want %q", c.url, env, c.password)
+		case c.password != "" && len(cmd.Env) <= len(env):
+			t.Errorf("%s: the child's environment is only %q, not this process's with PGPASSWORD", c.url, cmd.Env)
+		}
+	}
+	for _, bad := range []string{
+		"postgres://reader@127.0.0.1/geotoll?sslpassword=keypass", "dbname=geotoll sslpassword=keypass",
+		"dbname='geotoll", `dbname='geotoll\'`, "=geotoll", "hunter2 user=reader", "postgres://reader:pw@[::1/geotoll",
+	} {
+		if cmd, err := (Pgbench{DatabaseURL: bad}).command(context.Background(), nil); err == nil {
+			t.Errorf("%s: %q, want an error", bad, cmd.Args)
+		} else if strings.Contains(err.Error(), "keypass") || strings.Contains(err.Error(), "pw@") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: the error quotes the secret: %v", bad, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -28,6 +29,13 @@ type CrawlOptions struct {
 	Polite   bool
 	Phase    time.Duration
 	Activity *ActivitySampler // nil: the database is not watched
+	// Warmup is honest traffic as in the phases, sent before the phase
+	// alone and left out of every figure (ProtectOptions.Warmup). 0:
+	// DefaultWarmup; negative: none.
+	Warmup time.Duration
+	// Timeout is each honest request's: one unanswered by then is cut and
+	// failed (status 0). 0: DefaultHonestTimeout.
+	Timeout time.Duration
 }
 
 // MaxCrawlers bounds CrawlOptions.Crawlers.
@@ -46,11 +54,16 @@ const (
 
 // CrawlPhase is what one phase of RunCrawl measured.
 type CrawlPhase struct {
-	Name     string
-	Honest   Latencies   // the honest caller's answered requests
-	Status   map[int]int // the honest caller's, 0: transport errors
+	Name string
+	// Honest is every honest request the phase sent, failed ones
+	// included (Latencies).
+	Honest   Latencies
+	Status   map[int]int // the honest caller's, 0: transport errors and timeouts
 	Crawl    CrawlResult
 	Activity Activity
+	// Duration is the phase's own length, from its start until the
+	// crawlers stopped (Phase, unless the run was cancelled); the honest
+	// answers still due then are waited for after it.
 	Duration time.Duration
 }
 
@@ -102,8 +115,9 @@ func (o *CrawlOptions) validate() error {
 	if ip, err := netip.ParseAddr(u.Hostname()); err != nil || !ip.Is4() || !ip.IsLoopback() {
 		return fmt.Errorf("crawl: url host %q: the crawlers dial from 127.0.0.0/8, so the server must listen on an IPv4 loopback address", u.Hostname())
 	}
-	if len(o.Honest) == 0 || len(o.Crawl) == 0 || o.Rate < 1 || o.Rate > MaxRate || o.Phase < time.Second {
-		return fmt.Errorf("crawl: %d honest paths at %d/s, %d crawl paths, phases of %s", len(o.Honest), o.Rate, len(o.Crawl), o.Phase)
+	if len(o.Honest) == 0 || len(o.Crawl) == 0 || o.Rate < 1 || o.Rate > MaxRate || o.Phase < time.Second || o.Timeout < 0 {
+		return fmt.Errorf("crawl: %d honest paths at %d/s, %d crawl paths, phases of %s, honest timeout %s",
+			len(o.Honest), o.Rate, len(o.Crawl), o.Phase, o.Timeout)
 	}
 	_, err := CrawlerAddrs(o.From, o.Crawlers)
 	return err
@@ -111,11 +125,13 @@ func (o *CrawlOptions) validate() error {
 
 // RunCrawl runs the honest caller alone, then beside crawlers that ask
 // again at once after a refusal, then (Polite) beside crawlers that wait
-// out Retry-After, each phase for Phase.
+// out Retry-After, each phase for Phase, after the honest caller's
+// warm-up (Warmup), whose requests count nowhere.
 func RunCrawl(ctx context.Context, o CrawlOptions) ([]CrawlPhase, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	warmUp(ctx, o.Client, o.Honest, o.Rate, o.Warmup, o.Timeout)
 	type phase struct {
 		name          string
 		crawl, polite bool
@@ -136,7 +152,7 @@ func RunCrawl(ctx context.Context, o CrawlOptions) ([]CrawlPhase, error) {
 }
 
 func (o *CrawlOptions) phase(ctx context.Context, name string, crawl, polite bool) (CrawlPhase, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.Phase)
+	ctx, cancel, length := timed(ctx, o.Phase)
 	defer cancel()
 	p := CrawlPhase{Name: name}
 	var wg sync.WaitGroup
@@ -147,16 +163,11 @@ func (o *CrawlOptions) phase(ctx context.Context, name string, crawl, polite boo
 	if o.Activity != nil {
 		wg.Go(func() { p.Activity, activityErr = o.Activity.Sample(ctx) })
 	}
-	start := time.Now()
-	samples, status := honest(ctx, o.Client, o.Honest, o.Rate)
-	p.Duration = time.Since(start)
+	samples, status := honest(ctx, o.Client, o.Honest, o.Rate, o.Timeout)
 	wg.Wait()
+	p.Duration = length()
 	p.Status = status
-	lat := make([]time.Duration, len(samples))
-	for i, s := range samples {
-		lat[i] = s.lat
-	}
-	p.Honest = summarise(lat)
+	p.Honest = summariseHonest(samples, cmp.Or(o.Timeout, DefaultHonestTimeout))
 	if crawlErr != nil {
 		return p, crawlErr
 	}

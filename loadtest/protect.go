@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -24,22 +25,65 @@ type ProtectOptions struct {
 	Flood     []string // the abuser's paths (low-zoom tiles)
 	Workers   int      // the abuser's connections, each one request at a time
 	Phase     time.Duration
+	// Warmup is honest traffic as in the phases, sent before the phase
+	// alone and left out of every figure: the honest caller's first
+	// connections, and the server's database backends' first tiles (a
+	// fresh backend's first dense tile takes tens of times a warm one's),
+	// are paid for there, not in the baseline. 0: DefaultWarmup;
+	// negative: none.
+	Warmup time.Duration
+	// Timeout is each honest request's: one unanswered by then is cut and
+	// failed (status 0). 0: DefaultHonestTimeout.
+	Timeout time.Duration
 }
+
+const (
+	// DefaultWarmup is the honest caller's warm-up before its phase alone
+	// (ProtectOptions.Warmup, CrawlOptions.Warmup).
+	DefaultWarmup = 2 * time.Second
+	// DefaultHonestTimeout is each honest request's timeout, and what a
+	// failed honest request counts as in the percentiles.
+	DefaultHonestTimeout = 10 * time.Second
+)
 
 // ProtectPhase is what one phase measured.
 type ProtectPhase struct {
-	Name     string
-	Honest   Latencies // every honest request
-	PerSec   []Latencies
-	Status   map[int]int // the honest caller's, 0: transport errors
-	Abuser   AbuserResult
+	Name string
+	// Honest is every honest request the phase sent, failed ones
+	// included (Latencies).
+	Honest Latencies
+	PerSec []Latencies // the same, by the second of the phase each request was sent in
+	Status map[int]int // the honest caller's, 0: transport errors and timeouts
+	Abuser AbuserResult
+	// Duration is the phase's own length, from its start until the
+	// abuser stopped sending (Phase, unless the run was cancelled): the
+	// span in which the abuser could be admitted. The honest answers
+	// still due at its end are waited for after it.
 	Duration time.Duration
 }
 
-// Latencies summarises the latencies of some requests.
+// Latencies summarises the latencies of some requests: N counts every
+// one sent and Failed those that did not get 200 or 204 (a refusal, an
+// error, no answer within the timeout). A failed request counts in P50
+// and P99 as the timeout, slower than any answered one — its caller got
+// no tile — rather than being left out, which would make a server that
+// refuses or stalls the honest caller look faster.
 type Latencies struct {
-	N        int
-	P50, P99 time.Duration
+	N, Failed int
+	P50, P99  time.Duration
+}
+
+// Failed counts the honest requests that got neither 200 nor 204
+// (transport errors and timeouts included).
+func (p ProtectPhase) Failed() int { return failed(p.Status) }
+
+// AbuserBound is what a token bucket of rate tokens a second and
+// capacity, full at the phase's start, lets the abuser be charged in it:
+// rate × Duration + capacity. Duration is the phase's own length, not
+// the wait for the last honest answers after it, in which the abuser
+// sent nothing.
+func (p ProtectPhase) AbuserBound(rate, capacity float64) float64 {
+	return rate*p.Duration.Seconds() + capacity
 }
 
 // AbuserResult is what the flood got.
@@ -57,15 +101,18 @@ const (
 	PhaseShadow   = "with abuser, throttle off (shadow)"
 )
 
-// RunProtect runs the three phases one after another, each for Phase.
+// RunProtect runs the three phases one after another, each for Phase,
+// after the honest caller's warm-up (Warmup), whose requests count
+// nowhere.
 func RunProtect(ctx context.Context, o ProtectOptions) ([]ProtectPhase, error) {
 	if err := o.Client.check(); err != nil {
 		return nil, err
 	}
-	if len(o.Honest) == 0 || len(o.Flood) == 0 || o.Workers < 1 || o.Rate < 1 || o.Rate > MaxRate || o.Phase < time.Second {
-		return nil, fmt.Errorf("protect: %d honest paths at %d/s, %d flood paths through %d connections, phases of %s",
-			len(o.Honest), o.Rate, len(o.Flood), o.Workers, o.Phase)
+	if len(o.Honest) == 0 || len(o.Flood) == 0 || o.Workers < 1 || o.Rate < 1 || o.Rate > MaxRate || o.Phase < time.Second || o.Timeout < 0 {
+		return nil, fmt.Errorf("protect: %d honest paths at %d/s, %d flood paths through %d connections, phases of %s, honest timeout %s",
+			len(o.Honest), o.Rate, len(o.Flood), o.Workers, o.Phase, o.Timeout)
 	}
+	warmUp(ctx, o.Client, o.Honest, o.Rate, o.Warmup, o.Timeout)
 	var out []ProtectPhase
 	for _, ph := range []struct{ name, abuser string }{{PhaseAlone, ""}, {PhaseThrottle, o.AbuserKey}, {PhaseShadow, o.ShadowKey}} {
 		p, err := o.phase(ctx, ph.name, ph.abuser)
@@ -80,7 +127,7 @@ func RunProtect(ctx context.Context, o ProtectOptions) ([]ProtectPhase, error) {
 // phase runs the honest traffic for Phase, beside a flood with key abuser
 // unless it is "".
 func (o *ProtectOptions) phase(ctx context.Context, name, abuser string) (ProtectPhase, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.Phase)
+	ctx, cancel, length := timed(ctx, o.Phase)
 	defer cancel()
 	p := ProtectPhase{Name: name}
 	var wg sync.WaitGroup
@@ -88,46 +135,92 @@ func (o *ProtectOptions) phase(ctx context.Context, name, abuser string) (Protec
 	if abuser != "" {
 		wg.Go(func() { p.Abuser, floodErr = o.flood(ctx, abuser) })
 	}
-	start := time.Now()
-	samples, status := honest(ctx, o.Client, o.Honest, o.Rate)
-	p.Duration = time.Since(start)
+	samples, status := honest(ctx, o.Client, o.Honest, o.Rate, o.Timeout)
 	wg.Wait()
+	p.Duration = length()
 	p.Status = status
-	var all []time.Duration
+	timeout := cmp.Or(o.Timeout, DefaultHonestTimeout)
 	p.PerSec = make([]Latencies, max(1, int(o.Phase/time.Second)))
-	for _, s := range samples {
-		all = append(all, s.lat)
-	}
 	for sec := range p.PerSec {
-		var lat []time.Duration
+		var in []honestSample
 		for _, s := range samples {
-			if int(s.at/time.Second) == sec {
-				lat = append(lat, s.lat)
+			// One sent as the phase ended is its last second's.
+			if min(int(s.at/time.Second), len(p.PerSec)-1) == sec {
+				in = append(in, s)
 			}
 		}
-		p.PerSec[sec] = summarise(lat)
+		p.PerSec[sec] = summariseHonest(in, timeout)
 	}
-	p.Honest = summarise(all)
+	p.Honest = summariseHonest(samples, timeout)
 	return p, floodErr
 }
 
-type honestSample struct{ at, lat time.Duration }
+// timed is ctx cut after d, and a function answering, once ctx is done,
+// how long it ran: from now until it was cut (by d, or by parent's end).
+func timed(parent context.Context, d time.Duration) (context.Context, context.CancelFunc, func() time.Duration) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(parent, d)
+	end := make(chan time.Time, 1)
+	context.AfterFunc(ctx, func() {
+		t := time.Now()
+		if dl, ok := ctx.Deadline(); ok && t.After(dl) {
+			t = dl // the flood stops at the deadline (ended), not when its timer fires
+		}
+		end <- t
+	})
+	return ctx, cancel, sync.OnceValue(func() time.Duration { return (<-end).Sub(start) })
+}
+
+// warmUp sends the honest traffic for d (DefaultWarmup when 0, none when
+// negative) and discards it.
+func warmUp(ctx context.Context, c *Client, paths []string, rate int, d, timeout time.Duration) {
+	if d = cmp.Or(d, DefaultWarmup); d <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	honest(ctx, c, paths, rate, timeout)
+}
+
+// honestSample is one honest request: when it was sent (from the start
+// of its phase), how long it took, and its status (0: no answer).
+type honestSample struct {
+	at, lat time.Duration
+	code    int
+}
+
+func (s honestSample) ok() bool { return s.code == http.StatusOK || s.code == http.StatusNoContent }
+
+// summariseHonest summarises every one of samples, a failed one at
+// timeout (Latencies).
+func summariseHonest(samples []honestSample, timeout time.Duration) Latencies {
+	lat := make([]time.Duration, len(samples))
+	failed := 0
+	for i, s := range samples {
+		lat[i] = s.lat
+		if !s.ok() {
+			lat[i] = timeout
+			failed++
+		}
+	}
+	l := summarise(lat)
+	l.Failed = failed
+	return l
+}
 
 // honest sends paths in turn at rate per second through c until ctx ends
 // (an open loop: a slow answer does not delay the next request), and
-// waits for the answers. A request still unanswered 10 s after its phase
-// is cut and counted as a transport error.
-func honest(ctx context.Context, c *Client, paths []string, rate int) ([]honestSample, map[int]int) {
+// waits for the answers: every request, answered or not, is a sample. A
+// request unanswered after timeout (DefaultHonestTimeout when 0) is cut
+// and counted as a transport error.
+func honest(ctx context.Context, c *Client, paths []string, rate int, timeout time.Duration) ([]honestSample, map[int]int) {
 	var (
 		mu      sync.Mutex
 		samples []honestSample
 		status  = map[int]int{}
 		wg      sync.WaitGroup
 	)
-	answers, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(10*time.Second, cancel) })
-	defer stop()
+	timeout = cmp.Or(timeout, DefaultHonestTimeout)
 	every := time.Second / time.Duration(rate)
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -144,20 +237,24 @@ func honest(ctx context.Context, c *Client, paths []string, rate int) ([]honestS
 		}
 		path := paths[i%len(paths)]
 		wg.Go(func() {
+			// Its own timeout, not the phase's: a request sent at the
+			// phase's end is waited for as long as one sent at its start.
+			answer, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+			defer cancel()
 			t0 := time.Now()
 			code := 0
-			if resp, err := c.get(answers, path, false); err == nil {
+			if resp, err := c.get(answer, path, false); err == nil {
 				code = resp.StatusCode
-				_, _ = io.Copy(io.Discard, resp.Body)
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					code = 0 // the body cut short (by the timeout): no answer
+				}
 				resp.Body.Close()
 			}
 			lat := time.Since(t0)
 			mu.Lock()
 			defer mu.Unlock()
 			status[code]++
-			if code == http.StatusOK || code == http.StatusNoContent {
-				samples = append(samples, honestSample{at: t0.Sub(start), lat: lat})
-			}
+			samples = append(samples, honestSample{at: t0.Sub(start), lat: lat, code: code})
 		})
 	}
 }

@@ -108,3 +108,81 @@ func TestLogScaleTicks(t *testing.T) {
 		t.Fatalf("y(1) %g, y(5) %g, y(10) %g, y(1000) %g", s.y(1), s.y(5), s.y(10), s.y(1000))
 	}
 }
+
+// The abuser's bound is its bucket's over the phase's own length: a
+// phase of 10 s that waited 4 s more for its last honest answers allows
+// 20 × 10 + 100 tokens, not 20 × 14 + 100.
+func TestProtectAbuserBound(t *testing.T) {
+	p := ProtectPhase{Duration: 10 * time.Second}
+	if got := p.AbuserBound(20, 100); got != 300 {
+		t.Errorf("AbuserBound(20/s, 100) over 10 s = %g, want 300", got)
+	}
+	if got := (ProtectPhase{Duration: 1500 * time.Millisecond}).AbuserBound(2, 5); got != 8 {
+		t.Errorf("AbuserBound(2/s, 5) over 1.5 s = %g, want 8", got)
+	}
+}
+
+// summariseHonest counts every request, a failed one (refused, or no
+// answer) at the timeout: slower than any answered one, whatever its own
+// latency.
+func TestSummariseHonest(t *testing.T) {
+	ms := time.Millisecond
+	var samples []honestSample
+	for i := range 95 {
+		samples = append(samples, honestSample{lat: time.Duration(1+i%5) * ms, code: http.StatusOK})
+	}
+	samples = append(samples, honestSample{lat: 2 * ms, code: http.StatusNoContent},
+		honestSample{lat: ms, code: http.StatusTooManyRequests}, // refused at once
+		honestSample{lat: 3 * ms, code: http.StatusServiceUnavailable},
+		honestSample{lat: 10 * time.Second, code: 0}, // cut at the timeout
+		honestSample{lat: 40 * ms, code: http.StatusNotFound})
+	l := summariseHonest(samples, 10*time.Second)
+	if l.N != 100 || l.Failed != 4 || l.P50 != 3*ms || l.P99 != 10*time.Second {
+		t.Errorf("summariseHonest = %+v, want 100 requests, 4 failed, p50 3 ms, p99 the timeout (10 s)", l)
+	}
+	if l := summariseHonest(samples[:95], 10*time.Second); l.N != 95 || l.Failed != 0 || l.P99 != 5*ms {
+		t.Errorf("summariseHonest of the answered ones = %+v", l)
+	}
+	if l := summariseHonest(nil, time.Second); l != (Latencies{}) {
+		t.Errorf("summariseHonest(nil) = %+v", l)
+	}
+}
+
+// An honest request unanswered within Timeout is cut, counted as a
+// transport error (status 0) and, in the percentiles, at Timeout.
+func TestRunProtectHonestTimeout(t *testing.T) {
+	var honest atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-API-Key") == "honest" && honest.Add(1)%10 == 0 {
+			select { // hangs until the client gives up
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		w.Header().Set("X-Request-Cost", "1")
+		_, _ = w.Write([]byte("tile"))
+	}))
+	defer srv.Close()
+	o := ProtectOptions{Client: &Client{BaseURL: srv.URL, Key: "honest"}, Honest: []string{"/a"}, Rate: 50,
+		AbuserKey: "abuser", ShadowKey: "shadow", Flood: []string{"/z0"}, Workers: 1, Phase: time.Second,
+		Warmup: -1, Timeout: 300 * time.Millisecond}
+	start := time.Now()
+	phases, err := RunProtect(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No warm-up; each phase waits at most 300 ms for its answers.
+	if took := time.Since(start); took > 3*(o.Phase+o.Timeout)+time.Second {
+		t.Errorf("RunProtect took %s", took)
+	}
+	for _, p := range phases {
+		if p.Status[0] < 3 || p.Honest.Failed != p.Failed() || p.Honest.Failed != p.Status[0] || p.Honest.P99 != o.Timeout {
+			t.Errorf("%s: honest %+v, status %v; want one in ten cut, p99 at the timeout", p.Name, p.Honest, p.Status)
+		}
+	}
+	o.Timeout = -time.Second
+	if _, err := RunProtect(context.Background(), o); err == nil {
+		t.Errorf("RunProtect ran with a negative timeout")
+	}
+}
