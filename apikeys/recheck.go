@@ -73,7 +73,7 @@ func (r *Ring) Recheck(ctx context.Context, key string) (Key, bool) {
 	select {
 	case <-done:
 		k, ok := r.Lookup(key)
-		if !ok && r.loaded.Load() >= asked { // a reload that worked did not find it
+		if !ok && r.loadedFrom.Load() >= asked { // a load that began after the ask, and worked, did not find it
 			r.missedKey(h)
 		}
 		return k, ok

@@ -34,11 +34,14 @@ type Ring struct {
 	Connect func(context.Context) (*pgx.Conn, error)
 	Logger  *slog.Logger
 
-	keys      atomic.Pointer[map[Hash]Key]
-	loaded    atomic.Int64 // unix nanos of the last successful load
-	stale     atomic.Bool  // as last reported by Run, to log transitions once
-	listening atomic.Bool  // a LISTEN is in place
-	rechecks  rechecks     // see Recheck
+	keys   atomic.Pointer[map[Hash]Key]
+	loaded atomic.Int64 // unix nanos of the last successful load
+	// loadedFrom is when the last successful load began: the keys are
+	// those of that moment or later.
+	loadedFrom atomic.Int64
+	stale      atomic.Bool // as last reported by Run, to log transitions once
+	listening  atomic.Bool // a LISTEN is in place
+	rechecks   rechecks    // see Recheck
 }
 
 // DefaultLoadTimeout is the longest one load takes when Ring.Timeout is 0.
@@ -53,11 +56,13 @@ func NewRing(load func(context.Context) (map[Hash]Key, error), interval time.Dur
 func (r *Ring) Refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout())
 	defer cancel()
+	began := time.Now().UnixNano()
 	keys, err := r.Load(ctx)
 	if err != nil {
 		return err
 	}
 	r.keys.Store(&keys)
+	r.loadedFrom.Store(began)
 	r.loaded.Store(time.Now().UnixNano())
 	return nil
 }

@@ -172,8 +172,9 @@ func TestRunProtectHonestTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No warm-up; each phase waits at most 300 ms for its answers.
-	if took := time.Since(start); took > 3*(o.Phase+o.Timeout)+time.Second {
+	// No warm-up; each phase waits at most 300 ms for its answers (a
+	// generous bound: the machine may be busy).
+	if took := time.Since(start); took > 3*(o.Phase+o.Timeout)+10*time.Second {
 		t.Errorf("RunProtect took %s", took)
 	}
 	for _, p := range phases {

@@ -50,7 +50,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		gatherer: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_http_requests_total",
-			Help: "HTTP requests by route (its path below the base path, as in /openapi.json), method and status.",
+			Help: "HTTP requests by route (its path below the base path, as in /openapi.json), method and status (\"aborted\": cut short by a panic after its head was sent).",
 		}, []string{"route", "method", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "geotoll_http_request_duration_seconds",
@@ -178,7 +178,19 @@ func (m *Metrics) wrap(next http.Handler) http.Handler {
 		start := time.Now()
 		route := "unmatched"
 		rec := &recorder{ResponseWriter: w}
+		completed := false
+		defer func() {
+			if completed {
+				return
+			}
+			// A handler cut short by a panic after its head was sent (the
+			// access log re-panics with http.ErrAbortHandler): counted,
+			// with status "aborted", then the panic goes on.
+			m.requests.WithLabelValues(route, methodLabel(r.Method), "aborted").Inc()
+			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		}()
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), routeKey{}, &route)))
+		completed = true
 		status := rec.status
 		if status == 0 {
 			status = http.StatusOK

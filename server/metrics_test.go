@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -199,5 +201,31 @@ func TestMetricsMethodLabelBounded(t *testing.T) {
 		if got := testutil.ToFloat64(m.requests.WithLabelValues(tc.route, "other", tc.status)); got != tc.want {
 			t.Errorf("requests{%s other %s} = %v, want %v", tc.route, tc.status, got, tc.want)
 		}
+	}
+}
+
+// A request cut short by a panic after its head was sent — the access log
+// aborts it with http.ErrAbortHandler — is still counted, as "aborted",
+// and the panic goes on to net/http.
+func TestMetricsCountAnAbortedRequest(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	h := m.wrap(withAccessLog(slog.New(slog.NewJSONHandler(&logs, nil)), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		panic("kaboom")
+	})))
+	func() {
+		defer func() {
+			if v := recover(); v != http.ErrAbortHandler {
+				t.Errorf("the panic: %v, want http.ErrAbortHandler", v)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/x", nil))
+	}()
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "aborted")); got != 1 {
+		t.Errorf("aborted requests counted: %v, want 1", got)
 	}
 }

@@ -144,9 +144,11 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 			if a.Ticket != nil {
 				a.Ticket.known = &f.known // its settlement counts in what is known
 			}
-			if req.Aggregate != nil {
+			switch {
+			case a.inProcess: // a lease's answer says nothing of Redis now
+			case req.Aggregate != nil:
 				f.forgetLocal(req.Key, req.Aggregate.Key)
-			} else {
+			default:
 				f.forgetLocal(req.Key)
 			}
 		}
@@ -391,7 +393,7 @@ func (f *Failover) succeeded(ctx context.Context) {
 // from its last answer before the outage refilled since — handing back
 // what it spent locally meanwhile.
 func (f *Failover) forgetLocal(keys ...string) {
-	if f.Local != nil {
+	if f.Mode == FailLocal && f.Local != nil { // only fail_mode local fills it
 		f.Local.forget(keys...)
 	}
 }

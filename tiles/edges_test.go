@@ -154,6 +154,25 @@ func TestStoreTileConicLayerReadsRowsAlongItsEdges(t *testing.T) {
 	}
 }
 
+// A layer in a transverse Mercator (UTM zone 33N) renders a z1 tile whose
+// edge runs along the equator through points 90° from the zone's
+// meridian, which the projection cannot take: the filter box comes from
+// the tile's corners, which it can, not from points along its sides.
+func TestStoreTileTransverseMercatorLayerAtLowZoom(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, `CREATE TABLE {s}.utm (id bigint PRIMARY KEY, geom geometry(Point, 32633) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.utm VALUES (1, ST_Transform(ST_SetSRID(ST_MakePoint(15, 45), 4326), 32633))`)
+	f.exec(t, `GRANT SELECT ON {s}.utm TO geotoll_reader`)
+	cat := newCatalog(t, tiles.Layer{Name: "utm", Table: f.table("utm"), GeometryColumn: "geom", SRID: 32633,
+		GeometryKind: tiles.KindPoint})
+	store := tiles.NewStore(testenv.ReadPool(t))
+	_, got := renderTile(t, store, resolve(t, cat, "utm"), maptile.New(1, 0, 1))
+	if ids := featureIDs(got); len(ids) != 1 {
+		t.Fatalf("z1 tile 1/1/0 of a UTM layer: features %v, want the one point at 15°E 45°N", ids)
+	}
+}
+
 // The feature cap and the byte budget's levels count the features a tile
 // draws. The first row in order_by, a square ring around the tile, has a
 // box that meets the tile but leaves nothing on it: it takes no place

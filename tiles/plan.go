@@ -208,23 +208,29 @@ var worldClampedEnvelope = "ST_MakeEnvelope(greatest(ST_XMin(env.geom) - env.buf
 	"least(ST_XMax(env.geom) + env.buffer_m, " + worldHalfText + "), ST_YMax(env.geom) + env.buffer_m, 3857)"
 
 // transformedEnvelope is the filter box of a relation in srid (not 3857):
-// the box of worldClampedEnvelope transformed. Its four corners alone do
-// not give that box: a straight edge in EPSG:3857 is a curve in most
-// projections (a parallel is an arc in a conic one), which may bulge out
-// between the corners, and a row there, inside the tile, would fail the
-// filter. So the envelope's sides are cut into segments of at most 1/64
-// of the tile's width (every side is at least that wide: 64 or more
-// segments) before the transform, and the box of the result is expanded
-// by 1/1000 of its larger side: a chord of 1/64 of a side that turns by θ
-// radians in all strays from the curve by about side × θ / 32768, within
-// that margin unless the side turns by more than 30 radians. Rows in the
-// margin are read and clipped away. It is a scalar subquery over env, so
-// that it runs once per query (an InitPlan), not once per row a
-// sequential scan filters.
+// worldClampedEnvelope transformed. In EPSG:4326 that is its box exactly
+// (Mercator's straight lines of constant x or y are straight in lon/lat).
+// In another projection a side straight in EPSG:3857 may be a curve (a
+// parallel is an arc in a conic projection) that bulges out between the
+// corners, where a row inside the tile would fail the filter. A side that
+// turns by θ radians strays from its chord by about side × θ / 8, and a
+// tile's sides turn by at most about its width in radians of longitude
+// (width / R), so the box of the four corners is expanded by side × width
+// / (8R): nothing at z14, a tenth of the box at z3. Cutting the sides into
+// segments before the transform would fit the curve closer, but a point
+// of them may lie outside the projection's domain (a transverse Mercator
+// 90° from its meridian) where the corners do not, and the transform then
+// fails the tile. Rows in the margin are read and clipped away. It is a
+// scalar subquery over env, so that it runs once per query (an InitPlan),
+// not once per row a sequential scan filters.
 func transformedEnvelope(srid int) string {
-	return "(SELECT ST_Expand(b.g, greatest(ST_XMax(b.g) - ST_XMin(b.g), ST_YMax(b.g) - ST_YMin(b.g)) / 1000)" +
-		" FROM env, LATERAL (SELECT ST_Transform(ST_Segmentize(" + worldClampedEnvelope +
-		", (ST_XMax(env.geom) - ST_XMin(env.geom)) / 64), " + sridText(srid) + ") AS g) AS b)"
+	corners := "ST_Transform(" + worldClampedEnvelope + ", " + sridText(srid) + ")"
+	if srid == 4326 {
+		return corners
+	}
+	return "(SELECT ST_Expand(b.g, greatest(ST_XMax(b.g) - ST_XMin(b.g), ST_YMax(b.g) - ST_YMin(b.g))" +
+		" * ((ST_XMax(env.geom) - ST_XMin(env.geom)) / (8 * 6378137.0) + 0.001))" +
+		" FROM env, LATERAL (SELECT " + corners + " AS g) AS b)"
 }
 
 // worldHalfText is worldHalf written into a query: every digit, so that
