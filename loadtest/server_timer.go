@@ -3,7 +3,6 @@ package loadtest
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,8 +61,11 @@ func (st ServerTimer) Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) 
 		if err != nil {
 			return out, err
 		}
-		if r.Status != http.StatusOK && r.Status != http.StatusNoContent {
+		switch {
+		case r.TimedOut(): // the server gave up at its statement timeout: at least that long
 			return Timing{MS: float64(r.Took.Microseconds()) / 1000, Censored: true}, nil
+		case !r.Drawn(): // refused, or failed: no database time to read
+			return out, fmt.Errorf("loadtest: tile %s %v answered %s: no database time measured", l.Name, t, r.Answer())
 		}
 		after, err := st.spent(ctx)
 		if err != nil {

@@ -32,10 +32,12 @@ scenarios:
 // Bounds of the scenarios' flags: a run is aimed and bounded on purpose,
 // as the load test's rate and duration are.
 const (
-	maxFidelityTiles  = 2000 // fidelity -tiles
-	maxPerZoom        = 256  // zooms -per-zoom
-	maxCeilingClients = 256  // ceiling -clients (pgbench's connections, and geotoll's)
-	maxZoom           = 22   // -minzoom, -maxzoom
+	maxFidelityTiles  = 2000             // fidelity -tiles
+	maxPerZoom        = 256              // zooms -per-zoom
+	maxCeilingClients = 256              // ceiling -clients (pgbench's connections, and geotoll's)
+	maxZoom           = 22               // -minzoom, -maxzoom
+	maxDBTimeout      = 10 * time.Minute // -db-timeout: one timed query
+	maxQuiesce        = 30 * time.Minute // -quiesce: the wait before each timed tile
 )
 
 // scenario holds the flags every scenario shares.
@@ -165,6 +167,14 @@ func (f *scenarioFlags) validate(name string) error {
 			errs = append(errs, fmt.Errorf("-minzoom %d and -maxzoom %d must be within 0..%d", f.minZ, f.maxZ, maxZoom))
 		case f.minZ > f.maxZ:
 			errs = append(errs, fmt.Errorf("no tile to ask for: -minzoom %d is above -maxzoom %d", f.minZ, f.maxZ))
+		}
+	}
+	if name == "fidelity" || name == "zooms" {
+		if f.timeout < time.Millisecond || f.timeout > maxDBTimeout {
+			errs = append(errs, fmt.Errorf("-db-timeout %s must be within 1ms..%s", f.timeout, maxDBTimeout))
+		}
+		if f.quiesce < 0 || f.quiesce > maxQuiesce {
+			errs = append(errs, fmt.Errorf("-quiesce %s must be within 0..%s", f.quiesce, maxQuiesce))
 		}
 	}
 	switch name {

@@ -262,6 +262,10 @@ func TestLoadtestScenarioFlagsAreBounded(t *testing.T) {
 		{[]string{"zooms", "-minzoom", "9", "-maxzoom", "8"}, "no tile to ask for"},
 		{[]string{"zooms", "-minzoom", "-1"}, "-minzoom"},
 		{[]string{"fidelity", "-maxzoom", "23"}, "-maxzoom"},
+		{[]string{"fidelity", "-db-timeout", "0s"}, "-db-timeout"},
+		{[]string{"zooms", "-db-timeout", "11m"}, "-db-timeout"},
+		{[]string{"zooms", "-quiesce", "-1s"}, "-quiesce"},
+		{[]string{"fidelity", "-quiesce", "31m"}, "-quiesce"},
 		// Within bounds: on to the layer, which this configuration lacks.
 		{[]string{"ceiling", "-duration", "1s", "-clients", "256", "-threads", "256"}, `layer "nope"`},
 		{[]string{"fidelity", "-tiles", "2000", "-maxzoom", "0"}, `layer "nope"`},
