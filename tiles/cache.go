@@ -55,6 +55,9 @@ type Cache struct {
 	// neither keeps its tile nor is joined by a request that began after
 	// it (see load).
 	epoch atomic.Uint64
+	// renders numbers renders as they begin: a tile is stored only over
+	// one of an earlier render (see load).
+	renders atomic.Uint64
 }
 
 type cacheKey struct {
@@ -169,13 +172,23 @@ func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(co
 		if e, ok := c.get(k); ok && !fresh { // filled while this request was being priced
 			return e, nil
 		}
+		began := c.renders.Add(1)
 		tile, err := render(ctx)
 		if err != nil {
 			return nil, err
 		}
 		e := newEntry(tile)
+		e.began = began
 		if c.store != nil && c.epoch.Load() == epoch {
-			c.store.Set(k, e)
+			// A render that began later (a no-cache request's, which
+			// shares no flight with this one) and is stored already is
+			// the newer tile: it stays.
+			c.store.Compute(k, func(old *entry, found bool) (*entry, otter.ComputeOp) {
+				if found && old.began > began {
+					return old, otter.CancelOp
+				}
+				return e, otter.WriteOp
+			})
 			if c.epoch.Load() != epoch {
 				c.store.Invalidate(k)
 			}
@@ -202,8 +215,9 @@ type flightKey struct {
 
 // entry is one rendered tile, ready to send.
 type entry struct {
-	data []byte // the tile; nil for an empty tile
-	etag string // strong validator of the tile, quoted
+	began uint64 // the render's number (Cache.renders) when it began
+	data  []byte // the tile; nil for an empty tile
+	etag  string // strong validator of the tile, quoted
 	// reduced is the X-Tile-Reduced header, "" when no layer was reduced.
 	reduced string
 

@@ -286,7 +286,8 @@ func TestHandlerRenderInShareNotJoinedFromOutside(t *testing.T) {
 // A no-cache request never joins a flight that may answer from the cache
 // (one whose tile a render filled while it was being priced): a no-cache
 // request beside a render of the same tile that may use the cache is
-// rendered afresh, as it asked and paid for.
+// rendered afresh, as it asked and paid for, and its newer tile stays
+// cached when the older render ends after it.
 func TestCacheFreshRequestNeverJoinsAFlightThatMayUseTheCache(t *testing.T) {
 	t.Parallel()
 	c, err := NewCache(CacheOptions{MaxBytes: 1 << 20})
@@ -327,5 +328,12 @@ func TestCacheFreshRequestNeverJoinsAFlightThatMayUseTheCache(t *testing.T) {
 	testenv.Receive(t, first, "the other render's tile")
 	if string(fresh) != "fresh" || renders.Load() != 1 {
 		t.Errorf("the no-cache request got %q after %d renders of its own, want its own render", fresh, renders.Load())
+	}
+	// The render that began first and ended last does not replace the
+	// newer tile in the cache.
+	if e, ok := c.get(k); !ok {
+		t.Error("nothing cached")
+	} else if string(e.data) != "fresh" {
+		t.Errorf("the cache holds %q after an older render ended, want the no-cache request's newer tile", e.data)
 	}
 }
