@@ -61,11 +61,14 @@
 // source_geometry_column as the configuration writes them now) with the
 // same signature, the run renews checked_at and
 // builds nothing: a run with nothing changed reads each table once
-// (count(*), max(xmin)) and is quick. Otherwise, in one REPEATABLE READ
-// transaction holding the layer's advisory lock (a second run skips the
-// layer), it:
+// (count(*), max(xmin)) and is quick. Otherwise, holding the layer's
+// advisory lock (a second run skips the layer: Skipped, Reason LayerBusy;
+// so does a removal), in one REPEATABLE READ transaction begun once the
+// lock is held, it:
 //
-//  1. computes the signature again, in the snapshot the build reads;
+//  1. computes the signature again, in the snapshot the build reads, and
+//     reads the registry again: storage another run built meanwhile is
+//     current, and the layer is skipped (Reason BuiltByOther) unless Force;
 //  2. builds each target into a new table, "<relation>_v<generation>"
 //     ([Builder.Build]: create, fill, index as "<table>_<suffix>"), then
 //     grants it to the read role and analyzes it;

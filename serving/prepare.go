@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,8 +79,15 @@ const (
 	Built     Status = "built"     // built and recorded in place of the old storage
 	Unchanged Status = "unchanged" // current: its checked_at renewed
 	Removed   Status = "removed"   // no longer configured: retired (or, builder Retired: dropped)
-	Skipped   Status = "skipped"   // nothing to build, or another run holds the layer
+	Skipped   Status = "skipped"   // see Reason: nothing to build, or another run holds (or just built) the layer
 	Failed    Status = "failed"    // see Err; what was served before is served still
+)
+
+// Reasons of a Skipped Result.
+const (
+	NothingToBuild = "nothing to build"
+	LayerBusy      = "another run holds the layer" // it builds or removes it; the next run checks again
+	BuiltByOther   = "another run built it"        // current once this run held the layer's lock
 )
 
 // Result is the outcome for one layer and builder.
@@ -91,6 +99,7 @@ type Result struct {
 	SourceRows     int64 // rows of the layer's table
 	Repaired       int64 // source rows the build repaired (Job.Repaired); 0 unless built
 	Took           time.Duration
+	Reason         string // why it was Skipped: NothingToBuild, LayerBusy or BuiltByOther
 	Err            error
 }
 
@@ -152,9 +161,13 @@ func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Opt
 		targets := b.Targets(l, kind)
 		switch {
 		case len(targets) == 0 && len(rows) == 0:
-			r.Status = Skipped
+			r.Status, r.Reason = Skipped, NothingToBuild
 		case len(targets) == 0:
-			r.Status, r.Err = Removed, remove(ctx, pool, l, b.Name())
+			held, err := remove(ctx, pool, l, b.Name())
+			r.Status, r.Err = Removed, err
+			if err == nil && !held { // nothing retired: a later run removes it
+				r.Status, r.Reason = Skipped, LayerBusy
+			}
 		default:
 			r = build(ctx, pool, l, kind, b, targets, rows, o)
 		}
@@ -163,7 +176,7 @@ func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Opt
 		}
 		r.Took = time.Since(start)
 		o.Logger.LogAttrs(ctx, level(r), "prepare", slog.String("layer", r.Layer), slog.String("builder", r.Builder),
-			slog.String("status", string(r.Status)), slog.Int("relations", r.Relations), slog.Int64("rows", r.Rows),
+			slog.String("status", string(r.Status)), slog.String("reason", r.Reason), slog.Int("relations", r.Relations), slog.Int64("rows", r.Rows),
 			slog.Int64("source_rows", r.SourceRows), slog.Int64("repaired", r.Repaired), slog.Duration("took", r.Took), slog.Any("err", r.Err))
 		out = append(out, r)
 	}
@@ -181,6 +194,9 @@ func level(r Result) slog.Level {
 // Force), builds them and records them in place of the old storage, in
 // one REPEATABLE READ transaction:
 // the change detector recorded is the one of the snapshot the build read.
+// rows are the builder's registry rows read before the layer's lock was
+// taken; the transaction, whose snapshot is taken once the lock is held,
+// checks again and skips a layer another run built meanwhile.
 func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, rows []tiles.Storage, o Options) Result {
 	r := Result{Layer: l.Name, Builder: b.Name()}
 	cols := append(l.Columns(), l.GeometryColumn)
@@ -206,49 +222,71 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 			return r
 		}
 	}
-	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		held, err := lockLayer(ctx, tx, l.Name)
-		if err != nil || !held {
-			r.Status = Skipped
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true)`, o.WorkMem); err != nil {
-			return err
-		}
-		if err := sign(ctx, tx, l, &src); err != nil {
-			return err
-		}
-		var txid int64
-		if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&txid); err != nil {
-			return err
-		}
-		gen := generation(txid)
-		job := &Job{Tx: tx, Layer: l, Kind: kind, Next: make(map[string]pgx.Identifier, len(targets))}
-		built, took := make([]int64, len(targets)), make([]int64, len(targets))
-		for i, t := range targets {
-			start := time.Now()
-			if built[i], err = buildOne(ctx, job, b, t, gen, o.ReaderRole); err != nil {
-				return fmt.Errorf("build %s: %w", t.Relation, err)
-			}
-			took[i] = time.Since(start).Milliseconds()
-			r.Rows += built[i]
-		}
-		// The switch: the registry names the new tables instead of the
-		// old ones, which are retired (see dropRetired). No served
-		// relation is locked, so no tile query waits for a build.
-		if _, err := tx.Exec(ctx, retireSQL, l.Name, b.Name()); err != nil {
-			return err
-		}
-		for i, t := range targets {
-			if err := record(ctx, tx, l, b.Name(), t, job.Next[t.Relation][1], src, built[i], took[i]); err != nil {
-				return err
-			}
-		}
-		r.Status, r.Relations, r.SourceRows, r.Repaired = Built, len(targets), src.rows, job.Repaired
-		return nil
+	err = withLayerLock(ctx, pool, l.Name, func(conn *pgxpool.Conn) error {
+		return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+			return buildTx(ctx, tx, l, kind, b, targets, &src, o, &r)
+		})
 	})
+	if errors.Is(err, errLayerBusy) {
+		r.Status, r.Reason, err = Skipped, LayerBusy, nil
+	}
 	r.Err = err
 	return r
+}
+
+// buildTx is build's transaction, run holding the layer's lock: unless
+// the storage is current in its snapshot (and not Force), it builds the
+// targets and records them in place of the old storage, filling r.
+func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, src *source, o Options, r *Result) error {
+	if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true)`, o.WorkMem); err != nil {
+		return err
+	}
+	if err := sign(ctx, tx, l, src); err != nil {
+		return err
+	}
+	if !o.Force {
+		// Another run may have built the layer between the check before
+		// the lock and the lock (overlapping runs): this snapshot, taken
+		// once the lock is held, sees what it recorded.
+		all, err := tiles.LoadStorage(ctx, tx)
+		if err != nil {
+			return err
+		}
+		rows := slices.DeleteFunc(all, func(e tiles.Storage) bool { return e.Layer != l.Name || e.Builder != b.Name() })
+		if current(rows, l, targets, src.signature) {
+			r.Status, r.Reason, r.Relations, r.SourceRows = Skipped, BuiltByOther, len(targets), src.rows
+			return nil
+		}
+	}
+	var txid int64
+	if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&txid); err != nil {
+		return err
+	}
+	gen := generation(txid)
+	job := &Job{Tx: tx, Layer: l, Kind: kind, Next: make(map[string]pgx.Identifier, len(targets))}
+	built, took := make([]int64, len(targets)), make([]int64, len(targets))
+	for i, t := range targets {
+		start := time.Now()
+		var err error
+		if built[i], err = buildOne(ctx, job, b, t, gen, o.ReaderRole); err != nil {
+			return fmt.Errorf("build %s: %w", t.Relation, err)
+		}
+		took[i] = time.Since(start).Milliseconds()
+		r.Rows += built[i]
+	}
+	// The switch: the registry names the new tables instead of the
+	// old ones, which are retired (see dropRetired). No served
+	// relation is locked, so no tile query waits for a build.
+	if _, err := tx.Exec(ctx, retireSQL, l.Name, b.Name()); err != nil {
+		return err
+	}
+	for i, t := range targets {
+		if err := record(ctx, tx, l, b.Name(), t, job.Next[t.Relation][1], *src, built[i], took[i]); err != nil {
+			return err
+		}
+	}
+	r.Status, r.Relations, r.SourceRows, r.Repaired = Built, len(targets), src.rows, job.Repaired
+	return nil
 }
 
 // buildOne builds target t into a table of its own generation, grants
@@ -277,17 +315,64 @@ func lockLayer(ctx context.Context, tx pgx.Tx, layer string) (held bool, err err
 	return held, err
 }
 
+// The session-scoped forms of lockSQL, on its key: a lock of either scope
+// excludes one of the other taken by another session.
+var (
+	sessionLockSQL   = strings.Replace(lockSQL, "pg_try_advisory_xact_lock(", "pg_try_advisory_lock(", 1)
+	sessionUnlockSQL = strings.Replace(lockSQL, "pg_try_advisory_xact_lock(", "pg_advisory_unlock(", 1)
+)
+
+func init() {
+	if sessionLockSQL == lockSQL || sessionUnlockSQL == lockSQL {
+		panic("serving: serving_lock.sql no longer calls pg_try_advisory_xact_lock(")
+	}
+}
+
+// errLayerBusy is withLayerLock's error when another run holds the lock.
+var errLayerBusy = errors.New(LayerBusy)
+
+// withLayerLock runs fn on a connection holding the layer's lock, taken
+// (session-scoped) before fn begins its transaction, whose snapshot then
+// sees all the previous holder committed: a transaction-scoped lock would
+// be taken by a statement whose snapshot precedes it. It returns
+// errLayerBusy, without calling fn, when another run holds the lock. A
+// connection whose lock cannot be released is closed, which releases it.
+func withLayerLock(ctx context.Context, pool *pgxpool.Pool, layer string, fn func(*pgxpool.Conn) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var held bool
+	if err := conn.QueryRow(ctx, sessionLockSQL, layer).Scan(&held); err != nil {
+		return err
+	}
+	if !held {
+		return errLayerBusy
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		var released bool
+		if err := conn.QueryRow(uctx, sessionUnlockSQL, layer).Scan(&released); err != nil || !released {
+			_ = conn.Conn().Close(uctx) // the pool drops it, the server the lock
+		}
+	}()
+	return fn(conn)
+}
+
 // remove stops serving a builder's storage of a layer that no longer
-// needs it: its relations are retired, and dropped by a later run.
-func remove(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		held, err := lockLayer(ctx, tx, l.Name)
-		if err != nil || !held {
+// needs it: its relations are retired, and dropped by a later run. held
+// is false, and nothing is retired, when another run holds the layer.
+func remove(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string) (held bool, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if held, err = lockLayer(ctx, tx, l.Name); err != nil || !held {
 			return err
 		}
 		_, err = tx.Exec(ctx, retireSQL, l.Name, builder)
 		return err
 	})
+	return held, err
 }
 
 // dropRetired drops the relations retired longer ago than o.Retain, each

@@ -141,9 +141,9 @@ func selectLayers(c *tiles.Catalog, list string) ([]*tiles.Layer, error) {
 // writeResults prints one line per layer and builder.
 func writeResults(w io.Writer, results []serving.Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "layer\tbuilder\tstatus\trelations\trows\tsource rows\trepaired\ttook\terror")
+	fmt.Fprintln(tw, "layer\tbuilder\tstatus\trelations\trows\tsource rows\trepaired\ttook\terror or reason")
 	for _, r := range results {
-		msg := ""
+		msg := r.Reason // why it was skipped
 		if r.Err != nil {
 			msg = r.Err.Error()
 		}
