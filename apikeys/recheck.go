@@ -64,10 +64,12 @@ func (r *Ring) Recheck(ctx context.Context, key string) (Key, bool) {
 		re.wanted = make(chan struct{})
 	}
 	done := re.wanted
+	// Before the reload is asked for: the reload that ends the wait
+	// begins after this.
+	asked := time.Now().UnixNano()
 	re.mu.Unlock()
 	signal(re.poke)
 
-	asked := time.Now().UnixNano()
 	t := time.NewTimer(RecheckWait)
 	defer t.Stop()
 	select {

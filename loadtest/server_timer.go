@@ -18,8 +18,9 @@ import (
 // a time, from this timer only, with the server's tile cache off.
 //
 // PostgreSQL records a statement when it ends, and never one that failed:
-// a tile the server cut off (503) counts as timed out, at the time the
-// request took.
+// a tile the server cut off at its statement timeout (a 503 of problem type
+// timeout) counts as timed out, at the time the request took; one it
+// refused or failed otherwise is an error.
 type ServerTimer struct {
 	Client *Client
 	// Stats reads pg_stat_statements of every role (a member of

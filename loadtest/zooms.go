@@ -100,6 +100,17 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 			if err != nil {
 				return rows, err
 			}
+			if !r.Drawn() && !r.TimedOut() {
+				// Refused, or failed: nothing of the tile to time (a
+				// server timer's own request would be refused as well).
+				// The row counts its status, and the run fails on it once
+				// it has printed what it saw.
+				row.Status[r.Status]++
+				if o.Progress != nil {
+					fmt.Fprintf(o.Progress, "%-14s status %s: not timed\n", tileName(t), r.Answer())
+				}
+				continue
+			}
 			tm, err := o.Timer.Time(ctx, o.Layer, t)
 			if err != nil {
 				return rows, err

@@ -1,13 +1,16 @@
 package loadtest
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 // Only a 503 at which the server gave up on an admitted request's query
@@ -67,6 +70,39 @@ func TestZoomsTakeTheDatabasesTileOnlyForAServerTimeout(t *testing.T) {
 		tm.Censored = tc.censored
 		if b, _, ok := tileSize(r, tm); b != tc.bytes || ok != tc.ok {
 			t.Errorf("%s (status %d): %d bytes, drawn %v; want %d, %v", tc.name, r.Status, b, ok, tc.bytes, tc.ok)
+		}
+	}
+}
+
+// countingTimer counts the tiles it is asked to time.
+type countingTimer struct{ n *int }
+
+func (c countingTimer) Time(context.Context, *tiles.Layer, maptile.Tile) (Timing, error) {
+	*c.n++
+	return Timing{MS: 1, Bytes: 100, Features: 2}, nil
+}
+func (countingTimer) String() string { return "counting" }
+
+// A tile the server refused is not timed — a server timer's own request
+// would be refused as well, and fail the run before its table is printed —
+// but counted in its row by status, where the run's outcome finds it.
+func TestZoomsTimeNoRefusedTile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 3})
+	}))
+	defer srv.Close()
+	timed := 0
+	rows, err := RunZooms(t.Context(), ZoomOptions{Client: &Client{BaseURL: srv.URL}, Pool: testenv.ReadPool(t),
+		Timer: countingTimer{&timed}, Layer: placesLayer(t), PerZoom: 2, MinZoom: 10, MaxZoom: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timed != 0 || len(rows) != 2 {
+		t.Fatalf("%d tiles timed, %d rows; want none timed, 2 rows", timed, len(rows))
+	}
+	for _, r := range rows {
+		if r.Status[http.StatusTooManyRequests] != 2 || r.Tiles != 0 {
+			t.Errorf("z%d: statuses %v, %d tiles timed; want 2 refused, none timed", r.Zoom, r.Status, r.Tiles)
 		}
 	}
 }

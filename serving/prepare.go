@@ -345,6 +345,12 @@ func withLayerLock(ctx context.Context, pool *pgxpool.Pool, layer string, fn fun
 	defer conn.Release()
 	var held bool
 	if err := conn.QueryRow(ctx, sessionLockSQL, layer).Scan(&held); err != nil {
+		// The lock may have been taken before the statement failed (a
+		// cancel that came late): a session lock outlives the error, so
+		// the connection goes, and the server drops the lock with it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = conn.Conn().Close(cctx)
 		return err
 	}
 	if !held {

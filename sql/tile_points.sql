@@ -10,9 +10,9 @@
 --   .FilterExpr    the buffered envelope in the relation's SRID (for
 --                  another SRID than 3857, its x range cut at the world's
 --                  edges first: the transform would wrap an overhang past
---                  ±180° to the other side; its sides densified before the
---                  transform, whose box is then widened a little: an edge
---                  straight in EPSG:3857 bends in other projections. A
+--                  ±180° to the other side; the corners' box, widened
+--                  outside EPSG:4326 by a margin for sides that bend in
+--                  other projections (tiles.transformedEnvelope). A
 --                  scalar subquery over env: computed once per query)
 --   .ID            the id column (empty: features carry no id)
 --   .Props         the property columns, in order

@@ -173,6 +173,25 @@ func TestStoreTileTransverseMercatorLayerAtLowZoom(t *testing.T) {
 	}
 }
 
+// At z0–2 the corners' box gets a margin of its whole side: tile 1/0/0's
+// four corners all lie on one line of a polar stereographic projection
+// (EPSG:3995, meridian 0), whose box has no width, and a point at 90°W
+// inside the tile must still pass the filter.
+func TestStoreTilePolarLayerAtLowZoom(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, `CREATE TABLE {s}.polar (id bigint PRIMARY KEY, geom geometry(Point, 3995) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.polar VALUES (1, ST_Transform(ST_SetSRID(ST_MakePoint(-90, 10), 4326), 3995))`)
+	f.exec(t, `GRANT SELECT ON {s}.polar TO geotoll_reader`)
+	cat := newCatalog(t, tiles.Layer{Name: "polar", Table: f.table("polar"), GeometryColumn: "geom", SRID: 3995,
+		GeometryKind: tiles.KindPoint})
+	store := tiles.NewStore(testenv.ReadPool(t))
+	_, got := renderTile(t, store, resolve(t, cat, "polar"), maptile.New(0, 0, 1))
+	if ids := featureIDs(got); len(ids) != 1 {
+		t.Fatalf("z1 tile 1/0/0 of a polar layer: features %v, want the one point at 90°W 10°N", ids)
+	}
+}
+
 // The feature cap and the byte budget's levels count the features a tile
 // draws. The first row in order_by, a square ring around the tile, has a
 // box that meets the tile but leaves nothing on it: it takes no place

@@ -215,21 +215,25 @@ var worldClampedEnvelope = "ST_MakeEnvelope(greatest(ST_XMin(env.geom) - env.buf
 // corners, where a row inside the tile would fail the filter. A side that
 // turns by θ radians strays from its chord by about side × θ / 8, and a
 // tile's sides turn by at most about its width in radians of longitude
-// (width / R), so the box of the four corners is expanded by side × width
-// / (8R): nothing at z14, a tenth of the box at z3. Cutting the sides into
-// segments before the transform would fit the curve closer, but a point
-// of them may lie outside the projection's domain (a transverse Mercator
-// 90° from its meridian) where the corners do not, and the transform then
-// fails the tile. Rows in the margin are read and clipped away. It is a
-// scalar subquery over env, so that it runs once per query (an InitPlan),
-// not once per row a sequential scan filters.
+// (width / R), so the box of the four corners is expanded by side × (width
+// / 8R + 1/1000): nothing to speak of at z14, a tenth of the box at z3.
+// At z0–2 (a width above R) that estimate does not hold — a tile of a
+// polar projection may have all four corners on one line — and the box
+// is expanded by its whole side. Cutting the sides into segments before
+// the transform would fit the curve closer, but more of its points may
+// lie outside the projection's domain (a transverse Mercator some 80° from
+// its meridian), and the transform then fails the tile; a tile whose
+// corners lie there fails as before. Rows in the margin are read and
+// clipped away. It is a scalar subquery over env, so that it runs once
+// per query (an InitPlan), not once per row a sequential scan filters.
 func transformedEnvelope(srid int) string {
 	corners := "ST_Transform(" + worldClampedEnvelope + ", " + sridText(srid) + ")"
 	if srid == 4326 {
-		return corners
+		return "(SELECT " + corners + " FROM env)"
 	}
 	return "(SELECT ST_Expand(b.g, greatest(ST_XMax(b.g) - ST_XMin(b.g), ST_YMax(b.g) - ST_YMin(b.g))" +
-		" * ((ST_XMax(env.geom) - ST_XMin(env.geom)) / (8 * 6378137.0) + 0.001))" +
+		" * CASE WHEN ST_XMax(env.geom) - ST_XMin(env.geom) > 6378137.0 THEN 1" +
+		" ELSE (ST_XMax(env.geom) - ST_XMin(env.geom)) / (8 * 6378137.0) + 0.001 END)" +
 		" FROM env, LATERAL (SELECT " + corners + " AS g) AS b)"
 }
 
