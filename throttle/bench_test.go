@@ -188,7 +188,7 @@ func BenchmarkRedisTime(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			stores := make([]*RedisStore, max(c.stores, 1))
 			for i := range stores {
-				stores[i] = NewRedisStore(m.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: c.leases})
+				stores[i] = NewRedisStore(m.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: c.leases})
 			}
 			key := BucketKey(pre, "bench", c.name)
 			b.Cleanup(func() { m.rdb.Del(context.Background(), key, OpenKey(key)) })
@@ -325,7 +325,7 @@ func runFloorCalls(b *testing.B, rdb *redis.Client, s *redis.Script, keys []stri
 func BenchmarkAdmitRedis(b *testing.B) {
 	rdb := testenv.Redis(b)
 	ctx := context.Background()
-	s := NewRedisStore(rdb, RedisOptions{Timeout: time.Second})
+	s := NewRedisStore(rdb, RedisOptions{Timeout: testCallTimeout})
 	key := BucketKey(testenv.Prefix(b), "bench", "client")
 	b.Cleanup(func() { rdb.Del(context.Background(), key, OpenKey(key)) })
 	req := Request{Bucket: Bucket{Key: key, Limit: benchLimit}, Cost: 1, MaxInFlight: 16}

@@ -31,7 +31,7 @@ func (s *settleFirstStore) Admit(ctx context.Context, req Request) (Admission, e
 func TestFailoverDebitQueuedAheadOfTheAdmissionCountsOnce(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		p := &settleFirstStore{Store: s}
 		f := &Failover{Primary: p, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: time.Hour,
 			Logger: slog.New(slog.DiscardHandler)}
@@ -62,7 +62,7 @@ func TestFailoverDebitQueuedAheadOfTheAdmissionCountsOnce(t *testing.T) {
 func TestFailoverRefundQueuedAheadOfTheAdmissionCountsOnce(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		fl := &flakyStore{Store: s}
 		p := &settleFirstStore{Store: fl}
 		f := &Failover{Primary: p, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1,

@@ -70,7 +70,7 @@ func TestFreeReadsDoNotCrowdOutADebit(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
 		g := &gatedScripter{Scripter: fx.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, MaxPending: 2, LeaseRequests: -1})
+		s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, ClockSkew: 5 * time.Second, MaxPending: 2, LeaseRequests: -1})
 		b := Bucket{Key: fx.key("reads-crowd-debit"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		a := mustAdmit(t, s, Request{Bucket: b, Cost: 2, Debt: 10}) // 8 left
 		gate := make(chan struct{})

@@ -14,7 +14,7 @@ import (
 // script calls g holds while its gate is set (leases off).
 func gatedFailover(fx *redisFixture) (*gatedScripter, *RedisStore, *Failover) {
 	g := &gatedScripter{Scripter: fx.rdb, sent: make(chan struct{}, 1)}
-	s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1})
+	s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, ClockSkew: 5 * time.Second, LeaseRequests: -1})
 	f := &Failover{Primary: s, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: time.Hour,
 		Logger: slog.New(slog.DiscardHandler)}
 	return g, s, f
@@ -66,7 +66,7 @@ func TestFailoverReadRightAfterADebit(t *testing.T) {
 		for _, degrade := range []bool{false, true} {
 			// A long FinishDelay stands for the window a finish waits in
 			// (5 ms by default, longer behind a call on its way).
-			s := NewRedisStore(fx.rdb, RedisOptions{Timeout: time.Second, FinishDelay: time.Hour, LeaseRequests: -1})
+			s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, FinishDelay: time.Hour, LeaseRequests: -1})
 			fl := &flakyStore{Store: s}
 			f := &Failover{Primary: fl, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1,
 				Timeout: 10 * time.Second, ProbeInterval: time.Hour, PeekReuse: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)}
@@ -180,7 +180,7 @@ func TestFailoverOneCallersFullQueueIsNoStoreFailure(t *testing.T) {
 func TestFailoverLocalStartsFromTheLastKnownBudgetAfterARecovery(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		fl := &flakyStore{Store: s}
 		f := &Failover{Primary: fl, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1,
 			Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
@@ -304,7 +304,7 @@ func TestFailoverLeaseAdmissionIsNoProbe(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
 		g := &gatedLossyScripter{UniversalClient: fx.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseHold: testLeaseHold})
+		s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, ClockSkew: 5 * time.Second, LeaseHold: testLeaseHold})
 		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: 20 * time.Millisecond,
 			Logger: slog.New(slog.DiscardHandler)}
 		b := Bucket{Key: fx.key("lease-probe"), Limit: Limit{Rate: 1e-6, Capacity: 80}}

@@ -17,9 +17,9 @@ func TestFreeRefusalAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		b := Bucket{Key: f.key("replicas"), Limit: Limit{Rate: 10, Capacity: 10}}
-		sa, sb := f.store, NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})
-		a := &Failover{Primary: sa, Mode: FailClosed}
-		r := &Failover{Primary: sb, Mode: FailClosed}
+		sa, sb := f.store, NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout})
+		a := &Failover{Primary: sa, Mode: FailClosed, Timeout: testCallTimeout}
+		r := &Failover{Primary: sb, Mode: FailClosed, Timeout: testCallTimeout}
 		held := mustAdmit(t, a, Request{Bucket: b, Cost: 10})
 		if !held.Allowed {
 			t.Fatalf("a full bucket refused: %+v", held.Result)

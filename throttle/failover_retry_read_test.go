@@ -52,7 +52,7 @@ func TestFailoverReadWhileADebitWaitsForItsRetry(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
 		g := &failNextScripter{Scripter: fx.rdb}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, RetryInterval: time.Hour, LeaseRequests: -1})
+		s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, RetryInterval: time.Hour, LeaseRequests: -1})
 		fl := &flakyStore{Store: s}
 		f := &Failover{Primary: fl, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1,
 			Timeout: 10 * time.Second, ProbeInterval: time.Hour, PeekReuse: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)}

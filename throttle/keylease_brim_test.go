@@ -53,7 +53,7 @@ func TestRefundsAtTheBrimThenADebitGainNothing(t *testing.T) {
 			return got, burst
 		}
 		lg, lb := run("leased", f.store)
-		pg, pb := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}))
+		pg, pb := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1}))
 		if lg > pg+1e-3 || lb > pb {
 			t.Errorf("with a lease: %v left, a burst of %d after; without leases: %v, %d", lg, lb, pg, pb)
 		}
@@ -89,9 +89,9 @@ func TestRefundsAtTheBrimThenAnotherReplicasDebitGainNothing(t *testing.T) {
 			flushWithin(t, a)
 			return mustPeek(t, b, bk).Remaining
 		}
-		plainB := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		plainB := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		leased := run("leased", f.store, plainB)
-		plain := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}), plainB)
+		plain := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1}), plainB)
 		if leased > plain+1e-3 {
 			t.Errorf("with replica A's lease: %v left; without leases: %v", leased, plain)
 		}
@@ -127,7 +127,7 @@ func TestAggregateRequestsSettleBesideALease(t *testing.T) {
 		}
 		for _, settle := range []float64{12, 0} { // a debit of 2, a refund of 10
 			lo, lp := run("leased", f.store, settle)
-			po, pp := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}), settle)
+			po, pp := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1}), settle)
 			if lp != pp || lo > po {
 				t.Errorf("settled at %v: with a lease, caller %v and aggregate %v; without leases %v and %v", settle, lo, lp, po, pp)
 			}
@@ -143,7 +143,7 @@ func TestAggregateRequestsSettleBesideALease(t *testing.T) {
 func TestRefusalsAtTheBrimAskAgainOnce(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: time.Hour})
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: time.Hour})
 		b := Bucket{Key: f.key("refusals-at-the-brim"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		req := func(c float64, shadow bool) Request {
 			return Request{Bucket: b, Cost: c, Debt: 3, MaxInFlight: 8, Shadow: shadow}

@@ -110,7 +110,7 @@ func TestLeaseShadowWhileBusy(t *testing.T) {
 func TestLeaseGiveBackSurvivesAFullQueue(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, MaxPending: 3, FinishDelay: time.Second, LeaseHold: testLeaseHold})
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, MaxPending: 3, FinishDelay: time.Second, LeaseHold: testLeaseHold})
 		b := Bucket{Key: f.key("pending"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, _ := withBusyLease(t, s, nil, b)
 		y := mustAdmit(t, s, Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}) // the lease is busy: a call
@@ -199,7 +199,7 @@ func TestLeaseDebitWhileAsked(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second})
+		s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, ClockSkew: 5 * time.Second})
 		mem := NewMemoryStore(MemoryOptions{})
 		b := Bucket{Key: f.key("debit-asked"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		big := Request{Bucket: b, Cost: 70, Debt: 3, MaxInFlight: 8}
@@ -279,7 +279,7 @@ func TestLeaseHoldEndsWhileBusy(t *testing.T) {
 func TestLeaseGiveBackSurvivesAQueueFullToTheBrim(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, MaxPending: 3, FinishDelay: time.Hour, LeaseHold: testLeaseHold})
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, MaxPending: 3, FinishDelay: time.Hour, LeaseHold: testLeaseHold})
 		b := Bucket{Key: f.key("pending-brim"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, _ := withBusyLease(t, s, nil, b)
 		var ys []*Ticket
@@ -309,7 +309,7 @@ func TestLeaseGiveBackSurvivesAQueueFullToTheBrim(t *testing.T) {
 func TestALeasePastItsHoldAdmitsNothing(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: testLeaseHold})
 		b := Bucket{Key: f.key("past-its-hold"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, _ := withBusyLease(t, s, nil, b)
 		r.Ticket.Settle(1)
@@ -359,7 +359,7 @@ func TestALeasePastItsHoldAdmitsNothing(t *testing.T) {
 func TestALeaseWhoseTimerIsLateMovesBeforeItsRequestSettles(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: testLeaseHold})
 		mem := NewMemoryStore(MemoryOptions{})
 		b := Bucket{Key: f.key("late-timer"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, rm := withBusyLease(t, s, mem, b)
@@ -395,7 +395,7 @@ func TestALeasedRequestPastItsTTLGetsNoRefund(t *testing.T) {
 	}{{"refund", 0.25, 77}, {"debit", 2.5, 75.5}} {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachRedis(t, func(t *testing.T, f *redisFixture) {
-				s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+				s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: testLeaseHold})
 				b := Bucket{Key: f.key("past-ttl-" + tc.name), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 				r, _ := withBusyLease(t, s, nil, b)
 				stallLease(t, s, b.Key, 2*DefaultTTL, r.Ticket) // r has run past its TTL

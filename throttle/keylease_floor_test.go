@@ -25,8 +25,8 @@ func TestAnotherReplicasDebitMeetsTheFloorOfTheBucketAndTheLease(t *testing.T) {
 		for _, c := range []struct {
 			price, want float64
 		}{{75, 2}, {100, -3}} {
-			a := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
-			b := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+			a := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: testLeaseHold})
+			b := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 			mem := NewMemoryStore(MemoryOptions{})
 			bk := Bucket{Key: f.key(fmt.Sprint("floor-with-lease-", c.price)), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 			r, rm := withBusyLease(t, a, mem, bk) // Redis 70, A's lease 7, r runs on it
@@ -266,8 +266,8 @@ type floorScene struct {
 func newFloorScene(t *testing.T, f *redisFixture, name string) *floorScene {
 	t.Helper()
 	sc := &floorScene{
-		a:   NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold}),
-		b:   NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}),
+		a:   NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: testLeaseHold}),
+		b:   NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1}),
 		mem: NewMemoryStore(MemoryOptions{}),
 		bk:  Bucket{Key: f.key(name), Limit: Limit{Rate: 1e-6, Capacity: 80}},
 	}

@@ -65,7 +65,7 @@ func moveStress(t *testing.T, f *redisFixture, debits bool, run int) int64 {
 	}
 	b := Bucket{Key: f.key(fmt.Sprint("lease-stress-", run)), Limit: Limit{Rate: 1e-6, Capacity: capacity}}
 	sc := &moveCounter{Scripter: f.rdb}
-	s := NewRedisStore(sc, RedisOptions{Timeout: time.Second, LeaseHold: 200 * time.Millisecond})
+	s := NewRedisStore(sc, RedisOptions{Timeout: testCallTimeout, LeaseHold: 200 * time.Millisecond})
 	var mu sync.Mutex
 	var settledSum float64
 	var admitted, refused, errs int

@@ -96,7 +96,7 @@ func TestLeaseMoveSurvivesAFailedCall(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		g := &failScripter{Scripter: f.rdb, failAt: 2}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, RetryInterval: 20 * time.Millisecond, LeaseHold: testLeaseHold})
+		s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, RetryInterval: 20 * time.Millisecond, LeaseHold: testLeaseHold})
 		mem := NewMemoryStore(MemoryOptions{})
 		b := Bucket{Key: f.key("lease-fail"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		r, rm := withBusyLease(t, s, mem, b)
@@ -169,7 +169,7 @@ func TestLeaseMoveNeedsNoTokens(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
 		s1 := NewRedisStore(g, RedisOptions{Timeout: 5 * time.Second, ClockSkew: 5 * time.Second})
-		s2 := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		s2 := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		b := Bucket{Key: f.key("lease-slot-refused"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		req1 := Request{Bucket: b, Cost: 1, Debt: 20, MaxInFlight: 8}
 		mustAdmit(t, s1, req1).Ticket.Settle(1)

@@ -14,7 +14,7 @@ func TestLeaseDebitQueuedBehindItsAsk(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second})
+		s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, ClockSkew: 5 * time.Second})
 		mem := NewMemoryStore(MemoryOptions{})
 		b := Bucket{Key: f.key("lease-debit-behind-ask"), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 		one := Request{Bucket: b, Cost: 1, Debt: 3, MaxInFlight: 8}
@@ -54,7 +54,7 @@ func TestLeaseRefusalWhileItsGiveBackIsOnItsWay(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		for _, cost := range []float64{75, 76.5} {
 			g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
-			s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseHold: testLeaseHold})
+			s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, ClockSkew: 5 * time.Second, LeaseHold: testLeaseHold})
 			mem := NewMemoryStore(MemoryOptions{})
 			b := Bucket{Key: f.key(fmt.Sprint("lease-giveback-on-way-", cost)), Limit: Limit{Rate: 1e-6, Capacity: 80}}
 			r, rm := withBusyLease(t, s, mem, b) // Redis 70, lease 7, r runs on it

@@ -15,7 +15,7 @@ import (
 func TestLeaseKeepsTheRefillOfABucketAtItsCapacity(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: 10 * time.Second})
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: 10 * time.Second})
 		b := Bucket{Key: f.key("lease-refill-at-capacity"), Limit: Limit{Rate: 10, Capacity: 80}}
 		req := Request{Bucket: b, Cost: 1, TTL: time.Minute}
 		for i := range 10 { // 2 to Redis (the bucket seen, then the lease asked for), 8 on the lease
@@ -52,7 +52,7 @@ func TestLeaseKeepsTheRefillOfABucketAtItsCapacity(t *testing.T) {
 func TestBusyLeaseRecordStaysShort(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
-		s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: time.Hour})
+		s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: time.Hour})
 		b := Bucket{Key: f.key("busy-record"), Limit: Limit{Rate: 1e-6, Capacity: 800}}
 		req := Request{Bucket: b, Cost: 1, Debt: 100, MaxInFlight: 500}
 		for range 2 { // the bucket seen, then the lease asked for

@@ -22,7 +22,7 @@ func TestLeaseAndAnotherReplicasRefundsStayWithinTheCapacity(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		a := f.store
-		b := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		b := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		bk := Bucket{Key: f.key("replica-refunds"), Limit: Limit{Rate: slow.Rate, Capacity: 80}}
 		req := Request{Bucket: bk, Cost: 1, MaxInFlight: 64}
 		var open []*Ticket
@@ -141,8 +141,8 @@ func TestBusyLeaseAtItsHoldCountsNoLonger(t *testing.T) {
 			}
 			return admitted
 		}
-		plain := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1}))
-		leased := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseHold: 20 * time.Millisecond})
+		plain := run("plain", NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1}))
+		leased := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: 20 * time.Millisecond})
 		got := run("leased", leased)
 		if st := leased.Stats(); st.Leases == 0 {
 			t.Fatalf("no lease was taken: %+v", st)
@@ -202,8 +202,8 @@ func TestFullBucketCallerIsLeasedOnEveryReplica(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		replicas := []*RedisStore{
-			NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second}),
-			NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second}),
+			NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout}),
+			NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout}),
 		}
 		mem := NewMemoryStore(MemoryOptions{})
 		bk := Bucket{Key: f.key("full-on-replicas"), Limit: Limit{Rate: 50, Capacity: 100}}

@@ -36,7 +36,7 @@ func leaseStress(t *testing.T, debits bool, replicas int) {
 		b := Bucket{Key: f.key("lease-stress"), Limit: Limit{Rate: 1e-6, Capacity: capacity}}
 		var stores []*RedisStore
 		for range replicas {
-			stores = append(stores, NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second,
+			stores = append(stores, NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout,
 				LeaseHold: 30 * time.Millisecond * time.Duration(1+int(time.Now().UnixNano()%2)*15)}))
 		}
 		var mu sync.Mutex

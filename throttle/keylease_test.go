@@ -75,7 +75,7 @@ func TestLeaseSavesCalls(t *testing.T) {
 			{"faster than its refill", Limit{Rate: 1, Capacity: 1e6}, 0, 0.25},
 			{"slower than its refill", Limit{Rate: 1e6, Capacity: 1e9}, 0, 0.25},
 		} {
-			s := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})
+			s := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout})
 			req := Request{Bucket: Bucket{Key: f.key(c.name), Limit: c.limit}, Cost: 1}
 			const n = 400
 			for range n {
@@ -108,7 +108,7 @@ func TestLeaseIsWhatOtherReplicasSee(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		holder := f.store
-		other := NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		other := NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		b := Bucket{Key: f.key("replicas"), Limit: Limit{Rate: slow.Rate, Capacity: 80}}
 		req := Request{Bucket: b, Cost: 1, MaxInFlight: 2}
 		start := time.Now()
@@ -195,7 +195,7 @@ func TestLeasesNeverAdmitMoreThanTheBucket(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		b := Bucket{Key: f.key("replicas-burst"), Limit: Limit{Rate: 1e-6, Capacity: 200}}
-		stores := []*RedisStore{NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second}), NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})}
+		stores := []*RedisStore{NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout}), NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout})}
 		var spent atomic.Int64
 		var wg sync.WaitGroup
 		for i := range 8 {

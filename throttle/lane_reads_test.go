@@ -50,7 +50,7 @@ func TestFailedAdmitIsVoidedDespiteQueuedReads(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
 		g := &gatedLossyScripter{UniversalClient: fx.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1,
+		s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, ClockSkew: 5 * time.Second, LeaseRequests: -1,
 			MaxPending: 2, RetryInterval: 10 * time.Millisecond})
 		b := Bucket{Key: fx.key("void-behind-reads"), Limit: Limit{Rate: 1e-6, Capacity: 10}}
 		mustPeek(t, s, b) // the script is loaded: each call below is one

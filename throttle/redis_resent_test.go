@@ -3,7 +3,6 @@ package throttle
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,7 +28,7 @@ func (r resentScripter) Eval(ctx context.Context, script string, keys []string, 
 func TestShadowAdmissionResentSpendsNothing(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(resentScripter{fx.rdb}, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		s := NewRedisStore(resentScripter{fx.rdb}, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		b := Bucket{Key: fx.key("shadow-resent"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		mustAdmit(t, s, Request{Bucket: b, Cost: 8}).Ticket.Release() // 2 left
 		a := mustAdmit(t, s, Request{Bucket: b, Cost: 5, Shadow: true})
@@ -50,7 +49,7 @@ func TestShadowAdmissionResentSpendsNothing(t *testing.T) {
 func TestAdmissionResentAfterItTookTheLastTokensIsAdmitted(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(resentScripter{fx.rdb}, RedisOptions{Timeout: time.Second, LeaseRequests: -1})
+		s := NewRedisStore(resentScripter{fx.rdb}, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		for _, tc := range []struct {
 			name string
 			req  Request

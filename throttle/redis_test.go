@@ -38,9 +38,15 @@ type redisFixture struct {
 // tests keep short holds of their own.
 const testLeaseHold = DefaultTTL / 2
 
+// testCallTimeout bounds one Redis call of the tests' stores: generous, so
+// that a call on a machine the other packages' tests keep busy (the race
+// detector, a browser, pgbench on two CPUs) is not cut; no test depends on
+// a call being cut at it.
+const testCallTimeout = 5 * time.Second
+
 func newRedisFixture(t *testing.T, rdb redis.UniversalClient) *redisFixture {
 	t.Helper()
-	store := NewRedisStore(rdb, RedisOptions{Timeout: time.Second, LeaseHold: testLeaseHold})
+	store := NewRedisStore(rdb, RedisOptions{Timeout: testCallTimeout, LeaseHold: testLeaseHold})
 	return &redisFixture{t: t, rdb: rdb, store: store, pre: testenv.Prefix(t)}
 }
 
@@ -519,7 +525,7 @@ func TestRedisReplicasSettleConcurrently(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		b := Bucket{Key: f.key("replicas"), Limit: Limit{Rate: 1e-5, Capacity: 10000}}
-		replicas := []*RedisStore{f.store, NewRedisStore(f.rdb, RedisOptions{Timeout: time.Second})}
+		replicas := []*RedisStore{f.store, NewRedisStore(f.rdb, RedisOptions{Timeout: testCallTimeout})}
 		const each = 100
 		var wg sync.WaitGroup
 		for i, s := range replicas {
@@ -736,7 +742,7 @@ func TestRedisLateBatchIsNotARefusal(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		skewed := &skewedScripter{UniversalClient: f.rdb, ahead: 5 * time.Second}
-		s := NewRedisStore(skewed, RedisOptions{Timeout: time.Second})
+		s := NewRedisStore(skewed, RedisOptions{Timeout: time.Second}) // + ClockSkew: the skew's 5 s are past it
 		b := Bucket{Key: f.key("late-batch"), Limit: slow}
 		a, err := s.Admit(context.Background(), Request{Bucket: b, Cost: 1})
 		if err == nil {
@@ -786,7 +792,7 @@ func TestRedisBatchKeepsEachRequestsInFlightCap(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, f *redisFixture) {
 		g := &gatedScripter{Scripter: f.rdb, sent: make(chan struct{}, 1)}
-		s := NewRedisStore(g, RedisOptions{Timeout: time.Second, ClockSkew: 5 * time.Second, LeaseRequests: -1})
+		s := NewRedisStore(g, RedisOptions{Timeout: testCallTimeout, ClockSkew: 5 * time.Second, LeaseRequests: -1})
 		b := Bucket{Key: f.key("shapes"), Limit: slow}
 		held := mustAdmit(t, s, Request{Bucket: b, Cost: 1, MaxInFlight: 10})
 		gate := make(chan struct{})
