@@ -18,31 +18,17 @@ import (
 // drawing; a 429, or a 503 of the rate limiter or the global budget,
 // measured nothing of the tile and is no tile drawn.
 func TestZoomsTakeTheDatabasesTileOnlyForAServerTimeout(t *testing.T) {
-	answers := map[uint32]func(w http.ResponseWriter, r *http.Request){
-		0: func(w http.ResponseWriter, r *http.Request) {
-			problem.Write(w, r, &problem.Error{Code: problem.Timeout, Detail: "the query exceeded its time limit", RetryAfter: 2})
-		},
+	srv := tileAnswers(t, map[uint32]http.HandlerFunc{
+		0: answerTimeout,
 		1: func(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1})
 		},
-		2: func(w http.ResponseWriter, r *http.Request) {
-			problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 3})
-		},
+		2: answerRefused,
 		3: func(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, r, &problem.Error{Code: problem.ReducedCapacity, RetryAfter: 1})
 		},
-		4: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) },
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for x, answer := range answers {
-			if r.URL.Path == TilePath("l", maptile.New(x, 0, 3)) {
-				answer(w, r)
-				return
-			}
-		}
-		http.NotFound(w, r)
-	}))
-	defer srv.Close()
+		4: answerEmpty,
+	})
 	c := &Client{BaseURL: srv.URL}
 	if err := c.check(); err != nil {
 		t.Fatal(err)
@@ -105,4 +91,33 @@ func TestZoomsTimeNoRefusedTile(t *testing.T) {
 			t.Errorf("z%d: statuses %v, %d tiles timed; want 2 refused, none timed", r.Zoom, r.Status, r.Tiles)
 		}
 	}
+}
+
+// Answers of a fake server: the server's own timeout (503, problem type
+// timeout), a refusal (429), an empty tile (204).
+func answerTimeout(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, r, &problem.Error{Code: problem.Timeout, Detail: "the query exceeded its time limit", RetryAfter: 2})
+}
+
+func answerRefused(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 3})
+}
+
+func answerEmpty(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
+
+// tileAnswers is a server answering the tile x/0/3 of layer "l" with
+// answers[x], and any other path 404; closed when the test ends.
+func tileAnswers(t *testing.T, answers map[uint32]http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for x, answer := range answers {
+			if r.URL.Path == TilePath("l", maptile.New(x, 0, 3)) {
+				answer(w, r)
+				return
+			}
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -154,41 +154,38 @@ func TestStoreTileConicLayerReadsRowsAlongItsEdges(t *testing.T) {
 	}
 }
 
-// A layer in a transverse Mercator (UTM zone 33N) renders a z1 tile whose
-// edge runs along the equator through points 90° from the zone's
-// meridian, which the projection cannot take: the filter box comes from
-// the tile's corners, which it can, not from points along its sides.
-func TestStoreTileTransverseMercatorLayerAtLowZoom(t *testing.T) {
+// A z1 tile of a layer in another projection draws the point inside it:
+//   - in a transverse Mercator (UTM zone 33N), whose equator edge runs
+//     through points 90° from the zone's meridian, which the projection
+//     cannot take: the filter box comes from the tile's corners, which it
+//     can, not from points along its sides;
+//   - in a polar stereographic projection (EPSG:3995, meridian 0), where
+//     the four corners of tile 1/0/0 lie on one line and their box has no
+//     width: at z0–2 that box gets a margin of its whole side.
+func TestStoreTileOtherProjectionsAtLowZoom(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	f.exec(t, `CREATE TABLE {s}.utm (id bigint PRIMARY KEY, geom geometry(Point, 32633) NOT NULL)`)
-	f.exec(t, `INSERT INTO {s}.utm VALUES (1, ST_Transform(ST_SetSRID(ST_MakePoint(15, 45), 4326), 32633))`)
-	f.exec(t, `GRANT SELECT ON {s}.utm TO geotoll_reader`)
-	cat := newCatalog(t, tiles.Layer{Name: "utm", Table: f.table("utm"), GeometryColumn: "geom", SRID: 32633,
-		GeometryKind: tiles.KindPoint})
-	store := tiles.NewStore(testenv.ReadPool(t))
-	_, got := renderTile(t, store, resolve(t, cat, "utm"), maptile.New(1, 0, 1))
-	if ids := featureIDs(got); len(ids) != 1 {
-		t.Fatalf("z1 tile 1/1/0 of a UTM layer: features %v, want the one point at 15°E 45°N", ids)
-	}
-}
-
-// At z0–2 the corners' box gets a margin of its whole side: tile 1/0/0's
-// four corners all lie on one line of a polar stereographic projection
-// (EPSG:3995, meridian 0), whose box has no width, and a point at 90°W
-// inside the tile must still pass the filter.
-func TestStoreTilePolarLayerAtLowZoom(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	f.exec(t, `CREATE TABLE {s}.polar (id bigint PRIMARY KEY, geom geometry(Point, 3995) NOT NULL)`)
-	f.exec(t, `INSERT INTO {s}.polar VALUES (1, ST_Transform(ST_SetSRID(ST_MakePoint(-90, 10), 4326), 3995))`)
-	f.exec(t, `GRANT SELECT ON {s}.polar TO geotoll_reader`)
-	cat := newCatalog(t, tiles.Layer{Name: "polar", Table: f.table("polar"), GeometryColumn: "geom", SRID: 3995,
-		GeometryKind: tiles.KindPoint})
-	store := tiles.NewStore(testenv.ReadPool(t))
-	_, got := renderTile(t, store, resolve(t, cat, "polar"), maptile.New(0, 0, 1))
-	if ids := featureIDs(got); len(ids) != 1 {
-		t.Fatalf("z1 tile 1/0/0 of a polar layer: features %v, want the one point at 90°W 10°N", ids)
+	for _, tc := range []struct {
+		name     string
+		srid     int
+		lon, lat float64
+		tile     maptile.Tile
+	}{
+		{"utm", 32633, 15, 45, maptile.New(1, 0, 1)},
+		{"polar", 3995, -90, 10, maptile.New(0, 0, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			f.exec(t, fmt.Sprintf(`CREATE TABLE {s}.pts (id bigint PRIMARY KEY, geom geometry(Point, %d) NOT NULL)`, tc.srid))
+			f.exec(t, fmt.Sprintf(`INSERT INTO {s}.pts VALUES (1, ST_Transform(ST_SetSRID(ST_MakePoint(%g, %g), 4326), %d))`, tc.lon, tc.lat, tc.srid))
+			f.exec(t, `GRANT SELECT ON {s}.pts TO geotoll_reader`)
+			cat := newCatalog(t, tiles.Layer{Name: tc.name, Table: f.table("pts"), GeometryColumn: "geom", SRID: tc.srid,
+				GeometryKind: tiles.KindPoint})
+			_, got := renderTile(t, tiles.NewStore(testenv.ReadPool(t)), resolve(t, cat, tc.name), tc.tile)
+			if ids := featureIDs(got); len(ids) != 1 {
+				t.Fatalf("tile %v of a layer in EPSG:%d: features %v, want the one point at %g, %g", tc.tile, tc.srid, ids, tc.lon, tc.lat)
+			}
+		})
 	}
 }
 
