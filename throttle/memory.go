@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,7 +35,8 @@ type MemoryStore struct {
 
 	mu    sync.Mutex
 	keys  map[string]*memKey
-	byExp expiryHeap // the same keys, soonest expiry first
+	byExp expiryHeap   // the same keys, soonest expiry first
+	held  atomic.Int64 // len(keys), read without mu (forget)
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -118,6 +120,9 @@ func (s *MemoryStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 // from what the shared store last reported, not from what it left here
 // the last time.
 func (s *MemoryStore) forget(keys ...string) {
+	if s.held.Load() == 0 { // the usual case, a fallback store outside an outage: no lock on every admission
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, key := range keys {
@@ -183,6 +188,7 @@ func (s *MemoryStore) put(key string, st keyState) {
 	}
 	k := &memKey{key: key, state: st}
 	s.keys[key] = k
+	s.held.Store(int64(len(s.keys)))
 	heap.Push(&s.byExp, k)
 	for len(s.keys) > s.maxKeys {
 		s.drop(s.byExp[0])
@@ -208,6 +214,7 @@ func (s *MemoryStore) sweep(nowMS int64) {
 func (s *MemoryStore) drop(k *memKey) {
 	heap.Remove(&s.byExp, k.index)
 	delete(s.keys, k.key)
+	s.held.Store(int64(len(s.keys)))
 }
 
 // expiryHeap is a container/heap of keys ordered by expiry.
