@@ -102,7 +102,7 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 					r.status[0]++
 					r.lat = append(r.lat, time.Since(t0))
 					r.bytes += resp.bytes
-					errorPause(ctx) // a refused connection fails at once: do not spin
+					pause(ctx, loopErrorPause) // a refused connection fails at once: do not spin
 					continue
 				}
 				r.status[resp.status]++
@@ -137,16 +137,6 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 // loopErrorPause is how long a Loop worker waits after a failed request
 // before its next one.
 const loopErrorPause = 10 * time.Millisecond
-
-// errorPause waits loopErrorPause, or until ctx ends.
-func errorPause(ctx context.Context) {
-	t := time.NewTimer(loopErrorPause)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
 
 // ended reports whether ctx is over, by its deadline too: the
 // connection's deadline (ctx's) may cut a request before ctx's own timer

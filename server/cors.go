@@ -78,6 +78,14 @@ func (c CORS) Validate() error {
 // wrap adds the CORS headers and answers preflight requests (OPTIONS with
 // Access-Control-Request-Method) itself, before routing: 204 for an
 // allowed origin, 403 for another.
+// anyOriginValue and exposeValue are the header values a wildcard answer
+// carries on every response, made once: len and cap 1, so that an Add to
+// a response's header copies them instead of writing into them.
+var (
+	anyOriginValue = []string{"*"}
+	exposeValue    = []string{corsExpose}
+)
+
 func (c CORS) wrap(next http.Handler) http.Handler {
 	if len(c.Origins) == 0 {
 		return next
@@ -110,7 +118,7 @@ func (c CORS) wrap(next http.Handler) http.Handler {
 		ok := wildcard || (origin != "" && (anyOrigin || allowed[strings.ToLower(origin)]))
 		if ok {
 			if wildcard {
-				h.Set("Access-Control-Allow-Origin", "*")
+				h["Access-Control-Allow-Origin"] = anyOriginValue
 			} else {
 				h.Set("Access-Control-Allow-Origin", origin)
 			}
@@ -120,7 +128,7 @@ func (c CORS) wrap(next http.Handler) http.Handler {
 		}
 		if !preflight {
 			if ok {
-				h.Set("Access-Control-Expose-Headers", corsExpose)
+				h["Access-Control-Expose-Headers"] = exposeValue
 			}
 			next.ServeHTTP(w, r)
 			return

@@ -178,28 +178,23 @@ func (m *Metrics) wrap(next http.Handler) http.Handler {
 		start := time.Now()
 		route := "unmatched"
 		rec := &recorder{ResponseWriter: w}
-		completed := false
+		// A handler cut short by a panic after its head was sent (the
+		// access log re-panics with http.ErrAbortHandler) is counted with
+		// status "aborted", and the panic goes on.
+		status := "aborted"
 		defer func() {
-			if completed {
-				return
-			}
-			// A handler cut short by a panic after its head was sent (the
-			// access log re-panics with http.ErrAbortHandler): counted,
-			// with status "aborted", then the panic goes on.
-			m.requests.WithLabelValues(route, methodLabel(r.Method), "aborted").Inc()
+			m.requests.WithLabelValues(route, methodLabel(r.Method), status).Inc()
 			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		}()
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), routeKey{}, &route)))
-		completed = true
-		status := rec.status
-		if status == 0 {
-			status = http.StatusOK
+		code := rec.status
+		if code == 0 {
+			code = http.StatusOK
 		}
-		if status == http.StatusNoContent && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		if code == http.StatusNoContent && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			route = "preflight"
 		}
-		m.requests.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Inc()
-		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		status = strconv.Itoa(code)
 	})
 }
 

@@ -425,9 +425,8 @@ func (b *breaker) allow(now time.Time, interval time.Duration) bool {
 	return true
 }
 
-// succeeded records a call that worked, logging a recovery once; it
-// reports whether the store was degraded until then.
-func (b *breaker) succeeded(ctx context.Context, log *slog.Logger, now time.Time) bool {
+// succeeded records a call that worked, logging a recovery once.
+func (b *breaker) succeeded(ctx context.Context, log *slog.Logger, now time.Time) {
 	b.mu.Lock()
 	was, since := b.degraded, b.since
 	b.degraded = false
@@ -436,7 +435,6 @@ func (b *breaker) succeeded(ctx context.Context, log *slog.Logger, now time.Time
 		log.LogAttrs(ctx, slog.LevelWarn, "budget store recovered: budgets are shared again",
 			slog.Duration("degraded_for", now.Sub(since).Round(time.Millisecond)))
 	}
-	return was
 }
 
 // failed records a call that failed, logging the transition to degraded

@@ -101,7 +101,7 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 //
 // An unknown kind is priced at MaxCost: erring high is the safe side.
 func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
-	w := t.geofenceWeights(d)
+	w := t.geofenceWeights()
 	if t.Estimator != nil {
 		if est, ok := t.Estimator.Geofence(d); ok {
 			switch d.Kind {
@@ -130,7 +130,7 @@ func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
 // its layer. A tile layer's weights (LayerWeights) price its tiles only:
 // looked up by a geofence layer's name they would reprice, and cap, a
 // different query on a layer that merely shares the name.
-func (t *Toll) geofenceWeights(geofence.Demand) throttle.Weights {
+func (t *Toll) geofenceWeights() throttle.Weights {
 	return t.Default
 }
 
@@ -144,7 +144,7 @@ func (t *Toll) geofenceWork(layer string) throttle.WorkModel {
 
 // AdmitGeofence implements geofence.Gate.
 func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.Demand) bool {
-	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1, Base: t.geofenceWeights(d).Base}) != nil
+	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1, Base: t.geofenceWeights().Base}) != nil
 }
 
 // Authenticate implements geofence.Authenticator: a request presenting an

@@ -94,7 +94,7 @@ func pricingReady(all []density.Status) error {
 		case st.Ready && !st.Inherited && st.Failures > 0:
 			stale = append(stale, fmt.Sprintf("%s (model %s old; %d failed builds since: %s)",
 				st.Relation, st.Age.Round(time.Second), st.Failures, st.LastError))
-		case st.Ready && !st.Inherited && st.Stale:
+		case st.Ready && st.Stale: // Stale is never an inherited model
 			stale = append(stale, fmt.Sprintf("%s (model %s old; no build has ended since)", st.Relation, st.Age.Round(time.Second)))
 		case st.Ready && !st.Inherited:
 		case st.LastError != "":
