@@ -703,7 +703,9 @@ func TestFenceWriteHeadErrorsDoNotWaitForATurn(t *testing.T) {
 			rec := send(ctx, m.method, m.target, c.length, c.hdr...)
 			took := time.Since(start)
 			cancel()
-			if rec.Code != c.status || took > 2*time.Second {
+			// A request that waited for a turn would end at the context's
+			// 5 s with a 503: the status says "at once"; took only names it.
+			if rec.Code != c.status {
 				t.Errorf("%s %s, %s, every turn taken: %d after %s %s; want %d at once", m.method, m.target, c.name, rec.Code, took, rec.Body, c.status)
 				continue
 			}

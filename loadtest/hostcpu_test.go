@@ -3,6 +3,7 @@ package loadtest
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -111,8 +112,9 @@ func TestReadCPUUseMalformed(t *testing.T) {
 // read of a file (counting from 1), on(name, n) may change the files.
 type eventFS struct {
 	fstest.MapFS
-	reads map[string]int
-	on    func(f fstest.MapFS, name string, n int) error
+	reads    map[string]int
+	on       func(f fstest.MapFS, name string, n int) error
+	injected int // reads on failed
 }
 
 func (f *eventFS) ReadFile(name string) ([]byte, error) {
@@ -123,6 +125,7 @@ func (f *eventFS) ReadFile(name string) ([]byte, error) {
 	b, err := f.MapFS.ReadFile(name)
 	if err == nil && f.on != nil {
 		if e := f.on(f.MapFS, name, f.reads[name]); e != nil {
+			f.injected++
 			return nil, e
 		}
 	}
@@ -244,6 +247,7 @@ func TestReadCPUUseReap(t *testing.T) {
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			before := procText(c.proc)
 			f := &eventFS{MapFS: c.proc, on: c.on}
 			u, err := readCPUUse(f, "1", 0)
 			if c.err != nil {
@@ -259,8 +263,24 @@ func TestReadCPUUseReap(t *testing.T) {
 			if d.Postgres != c.postgres || d.Redis != c.redis {
 				t.Errorf("postgres %v, redis %v; want %v, %v", d.Postgres, d.Redis, c.postgres, c.redis)
 			}
+			// A reap's totals are the same whether it happened or not
+			// (20+10 and 30+20 are 20+10+50): the case tests something
+			// only if its event changed /proc while it was read (or made
+			// a read fail).
+			if c.on != nil && f.injected == 0 && procText(c.proc) == before {
+				t.Error("the case's event never happened: it tests nothing")
+			}
 		})
 	}
+}
+
+// procText is a MapFS's files and contents, in order, for comparing.
+func procText(f fstest.MapFS) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(f)) {
+		b.WriteString(name + "=" + string(f[name].Data) + "\n")
+	}
+	return b.String()
 }
 
 // TestReadCPUUseLinux reads this host's /proc: a busy loop of this

@@ -104,15 +104,15 @@ func runModels(t *testing.T, models *Models, d time.Duration) {
 }
 
 // A build queued behind others for a slot gets its whole deadline once it
-// holds one: 20 builds, 4 at once (5 rounds), each taking 400 ms of its
-// 700 ms (statement timeout 200 ms + the grace) to open its transaction,
+// holds one: 20 builds, 4 at once (5 rounds), each taking 1 s of its
+// 1.5 s (statement timeout 1 s + the grace) to open its transaction,
 // all reach their first statement — where the wait for a slot counted
 // against the deadline, the fourth round and on timed out before they sent
 // anything, every cycle.
 func TestQueuedBuildGetsItsWholeDeadline(t *testing.T) {
 	t.Parallel()
-	db := &fakePool{conns: 16, begin: 400 * time.Millisecond}
-	models := NewModels(db, density.Options{StatementTimeout: 200 * time.Millisecond, RetryInterval: time.Hour})
+	db := &fakePool{conns: 16, begin: time.Second}
+	models := NewModels(db, density.Options{StatementTimeout: time.Second, RetryInterval: time.Hour})
 	trackFake(t, models, 20)
 	runModels(t, models, 0)
 	for _, st := range models.Status() {
