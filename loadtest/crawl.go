@@ -71,7 +71,7 @@ type CrawlPhase struct {
 type CrawlResult struct {
 	Requests int
 	Status   map[int]int // 0: transport errors
-	Cost     float64     // X-Request-Cost of the admitted requests
+	Cost     float64     // X-Request-Cost of the charged requests (Charged)
 	Crawlers []Crawler   // one per address, in address order
 }
 
@@ -79,8 +79,8 @@ type CrawlResult struct {
 type Crawler struct {
 	Addr               netip.Addr
 	Requests, Admitted int
-	Refused            int // 429s and 503s
-	Cost               float64
+	Refused            int     // 429s and 503s
+	Cost               float64 // X-Request-Cost of its charged requests (Charged)
 }
 
 // CrawlerAddrs returns n consecutive IPv4 loopback addresses from first.
@@ -214,7 +214,7 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 	var c Crawler
 	status := map[int]int{}
 	for i := start; !ended(ctx); {
-		resp, err := cn.get(ctx, paths[i%len(paths)], "X-Request-Cost", "Retry-After")
+		resp, err := cn.get(ctx, paths[i%len(paths)], "X-Request-Cost", "X-Request-Cost-Estimate", "Retry-After")
 		if err != nil {
 			if ended(ctx) {
 				break
@@ -226,6 +226,11 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 		}
 		c.Requests++
 		status[resp.status]++
+		if Charged(resp.status, resp.headers["X-Request-Cost-Estimate"]) { // a 503 cut at its deadline too
+			if cost, err := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64); err == nil {
+				c.Cost += cost
+			}
+		}
 		switch resp.status {
 		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 			c.Refused++
@@ -235,9 +240,6 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 			continue
 		case http.StatusOK, http.StatusNoContent:
 			c.Admitted++
-			if cost, err := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64); err == nil {
-				c.Cost += cost
-			}
 		}
 		i++
 	}

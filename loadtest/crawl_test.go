@@ -58,7 +58,9 @@ func TestCrawlerAddrs(t *testing.T) {
 // address, as geotoll does for anonymous callers: each crawler, from its
 // own address, gets its own three tiles and then 429s; the honest caller,
 // with a key, is always answered. The crawlers that retry at once send
-// many refused requests, the polite ones wait out Retry-After.
+// many refused requests, the polite ones wait out Retry-After. Each
+// crawler's fourth tile is admitted and cut at its deadline: a 503 whose
+// X-Request-Cost was charged; the 429s' was not.
 func TestRunCrawl(t *testing.T) {
 	var mu sync.Mutex
 	admitted := map[string]int{}
@@ -74,8 +76,15 @@ func TestRunCrawl(t *testing.T) {
 		admitted[host]++
 		n := admitted[host]
 		mu.Unlock()
-		if n > 3 {
+		switch {
+		case n == 4:
+			w.Header().Set("X-Request-Cost-Estimate", "1")
+			w.Header().Set("X-Request-Cost", "2")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		case n > 4:
 			w.Header().Set("Retry-After", "1")
+			w.Header().Set("X-Request-Cost", "5") // the price it was refused at
 			w.WriteHeader(http.StatusTooManyRequests)
 			return
 		}
@@ -107,11 +116,11 @@ func TestRunCrawl(t *testing.T) {
 	for _, c := range rude.Crawlers {
 		// Each address its own three tiles: one address for all would
 		// have admitted three in all.
-		if c.Admitted != 3 || c.Cost != 6 || c.Refused != c.Requests-3 || c.Requests < 10 {
+		if c.Admitted != 3 || c.Cost != 8 || c.Refused != c.Requests-3 || c.Requests < 10 {
 			t.Errorf("rude crawler %+v", c)
 		}
 	}
-	if rude.Status[200] != 12 || rude.Status[429] != rude.Requests-12 {
+	if rude.Status[200] != 12 || rude.Status[503] != 4 || rude.Status[429] != rude.Requests-16 {
 		t.Errorf("rude crawl %+v", rude.Status)
 	}
 	for _, c := range polite.Crawlers {

@@ -182,7 +182,7 @@ type Report struct {
 	StatusCodes map[string]int
 	P50, P95    time.Duration
 	P99, Max    time.Duration
-	Tokens      float64 // sum of X-Request-Cost over admitted (< 400) responses
+	Tokens      float64 // sum of X-Request-Cost over the charged responses (see Charged)
 	CacheHits   int
 	Errors      []string
 }
@@ -224,9 +224,8 @@ loop:
 				break loop
 			}
 			m.Add(r)
-			// A refusal carries the price it would have cost, but
-			// nothing was charged: count admitted responses only.
-			if c, err := strconv.ParseFloat(r.Headers.Get("X-Request-Cost"), 64); err == nil && r.Code > 0 && r.Code < 400 {
+			if c, err := strconv.ParseFloat(r.Headers.Get("X-Request-Cost"), 64); err == nil &&
+				Charged(int(r.Code), r.Headers.Get("X-Request-Cost-Estimate")) {
 				rep.Tokens += c
 			}
 			if r.Headers.Get("X-Cache") == "HIT" {
@@ -282,4 +281,19 @@ func (r Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "error        %s\n", e)
 	}
+}
+
+// Charged reports whether an answer of status code, with estimate its
+// X-Request-Cost-Estimate header ("" when absent), was charged its
+// X-Request-Cost: every answer below 400, and an admitted request that
+// failed — a 5xx carrying the price it paid at the door, such as one cut
+// at its deadline, charged what ran. A refusal (429, 422, 401…) carries
+// the price it was refused at in X-Request-Cost and no estimate: nothing
+// was charged; nor was a 5xx without one (the server refused before
+// admitting it, its budget store unreachable).
+func Charged(code int, estimate string) bool {
+	if code <= 0 {
+		return false
+	}
+	return code < 400 || (code >= 500 && estimate != "")
 }

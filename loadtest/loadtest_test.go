@@ -161,3 +161,26 @@ func TestRunFollowsNoRedirect(t *testing.T) {
 		t.Fatalf("%d requests: status codes %v, errors %v; want every one a 301, and no error", rep.Requests, rep.StatusCodes, rep.Errors)
 	}
 }
+
+func TestCharged(t *testing.T) {
+	for _, tc := range []struct {
+		code     int
+		estimate string
+		want     bool
+	}{
+		{200, "1.2", true},
+		{204, "", true}, // a cache hit's fixed price carries no estimate
+		{304, "", true},
+		{0, "", false}, // a transport error
+		{429, "", false},
+		{422, "", false},
+		{401, "", false},
+		{503, "0.8", true}, // admitted, cut at its deadline: charged what ran
+		{503, "", false},   // refused before admission (budget store down)
+		{504, "0.8", true},
+	} {
+		if got := Charged(tc.code, tc.estimate); got != tc.want {
+			t.Errorf("Charged(%d, %q) = %v, want %v", tc.code, tc.estimate, got, tc.want)
+		}
+	}
+}

@@ -90,7 +90,8 @@ func (p ProtectPhase) AbuserBound(rate, capacity float64) float64 {
 type AbuserResult struct {
 	Requests, Admitted int
 	Status             map[int]int
-	// Cost is what the admitted requests were charged (X-Request-Cost).
+	// Admitted counts the requests charged (Charged), answered or not;
+	// Cost is what they were charged (X-Request-Cost).
 	Cost float64
 }
 
@@ -274,13 +275,13 @@ func (o *ProtectOptions) flood(ctx context.Context, key string) (AbuserResult, e
 			defer cn.Close()
 			r := AbuserResult{Status: map[int]int{}}
 			for i := w; !ended(ctx); i += o.Workers {
-				resp, err := cn.get(ctx, o.Flood[i%len(o.Flood)], "X-Request-Cost")
+				resp, err := cn.get(ctx, o.Flood[i%len(o.Flood)], "X-Request-Cost", "X-Request-Cost-Estimate")
 				if err != nil && ended(ctx) {
 					break
 				}
 				r.Requests++
 				r.Status[resp.status]++
-				if resp.status == http.StatusOK || resp.status == http.StatusNoContent {
+				if Charged(resp.status, resp.headers["X-Request-Cost-Estimate"]) {
 					r.Admitted++
 					cost, err := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64)
 					if err != nil {

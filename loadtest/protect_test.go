@@ -13,8 +13,10 @@ import (
 )
 
 // RunProtect against a stand-in server: honest requests are answered,
-// the throttled abuser's key gets 3 admitted requests at 2.5 tokens and
-// then 429s, the shadow key is always admitted. Each phase reports what
+// the throttled abuser's key gets 3 admitted requests at 2.5 tokens — the
+// third cut at its deadline, a 503 charged what ran — and then 429s (their
+// X-Request-Cost the price refused, not charged), the shadow key is
+// always admitted. Each phase reports what
 // its side sent and got, and the honest rate is kept.
 func TestRunProtect(t *testing.T) {
 	var throttled atomic.Int64
@@ -23,9 +25,16 @@ func TestRunProtect(t *testing.T) {
 		case "honest":
 			w.WriteHeader(http.StatusOK)
 		case "abuser":
-			if throttled.Add(1) > 3 {
+			switch n := throttled.Add(1); {
+			case n > 3:
 				w.Header().Set("Retry-After", "1")
+				w.Header().Set("X-Request-Cost", "4")
 				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			case n == 3:
+				w.Header().Set("X-Request-Cost-Estimate", "1")
+				w.Header().Set("X-Request-Cost", "2.5")
+				w.WriteHeader(http.StatusServiceUnavailable)
 				return
 			}
 			w.Header().Set("X-Request-Cost", "2.5")
