@@ -132,7 +132,9 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 // geotoll takes), parameters other services take keys in (api_key, apikey,
 // access_token, token), each in any case, and any parameter one of whose
 // values has the mark of a geotoll key — a key sent under a misspelt name
-// is not taken, but it is still a secret.
+// is not taken, but it is still a secret. A parameter whose name has the
+// mark (a bare key, "?gt_…", as a URL template filled with the key alone
+// sends it) is logged as REDACTED, name and value.
 func RedactQuery(raw string) string {
 	if raw == "" {
 		return ""
@@ -142,7 +144,11 @@ func RedactQuery(raw string) string {
 		return "(unparsable)"
 	}
 	for k, vs := range q {
-		if secretParam(k) || slices.ContainsFunc(vs, apikeys.Marked) {
+		switch {
+		case apikeys.Marked(k):
+			delete(q, k)
+			q["REDACTED"] = []string{"REDACTED"}
+		case secretParam(k) || slices.ContainsFunc(vs, apikeys.Marked):
 			q[k] = []string{"REDACTED"}
 		}
 	}

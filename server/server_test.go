@@ -38,6 +38,12 @@ func TestRedactQueryHidesAKeyUnderAnyName(t *testing.T) {
 			t.Errorf("RedactQuery(%q) = %q: the secret is logged", raw, got)
 		}
 	}
+	// A bare key is a parameter's name, with no value.
+	for _, raw := range []string{key, "lng=1&" + key, key + "=1&lng=2"} {
+		if got := RedactQuery(raw); strings.Contains(got, key) || !strings.Contains(got, "REDACTED") {
+			t.Errorf("RedactQuery(%q) = %q: the bare key is logged", raw, got)
+		}
+	}
 	if got := RedactQuery("layer=gt&lng=13.4&monkey=1"); got != "layer=gt&lng=13.4&monkey=1" {
 		t.Errorf("RedactQuery hid what is no secret: %q", got)
 	}
