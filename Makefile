@@ -74,7 +74,7 @@ run: services build
 	if [[ -n "$${GEOTOLL_WRITER_DATABASE_URL:-}" ]]; then \
 		echo "make run: fence writes as geotoll_fence_writer (GEOTOLL_WRITER_DATABASE_URL); admin key, in another shell: eval \"\$$(scripts/services.sh env)\"; bin/geotoll keys create -name ops -tier pro -admin" >&2; \
 	else \
-		echo "make run: fence writes answer 503: set GEOTOLL_WRITER_DATABASE_URL to a connection as geotoll_fence_writer" >&2; \
+		echo "make run: fence writes answer 404: set GEOTOLL_WRITER_DATABASE_URL to a connection as geotoll_fence_writer" >&2; \
 	fi; \
 	DATABASE_URL="$$GEOTOLL_READ_DATABASE_URL" REDIS_URL="$$GEOTOLL_REDIS_URL" LISTEN="$(LISTEN)" \
 		exec $(BIN) serve

@@ -395,6 +395,7 @@ func (c Config) validate() error {
 	}
 	errs = append(errs, c.validateResilience()...)
 	errs = append(errs, c.validateDeadlines()...)
+	errs = append(errs, c.validateURLs()...)
 	return errors.Join(errs...)
 }
 

@@ -109,6 +109,41 @@ func TestThrottlePrefixRefusesBraces(t *testing.T) {
 	}
 }
 
+// TestConnectionURLsAreParsed: config check refuses the connection URLs
+// serve would refuse at start-up (naming the setting and never echoing a
+// password), and a database.url that sets pool_max_conns, which the
+// configured pool sizes would silently override.
+func TestConnectionURLsAreParsed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		want string
+	}{
+		{"redis scheme", func(c *Config) { c.Redis.URL = "notaurl://x" }, "redis.url"},
+		{"database option", func(c *Config) { c.Database.URL = "postgres://u:hunter2@h:5432/x?pool_min_conns=abc" }, "database.url"},
+		{"pool size in the URL", func(c *Config) { c.Database.URL = "postgres://u@h:5432/x?pool_max_conns=9" }, "pool_max_conns"},
+		{"admin URL", func(c *Config) { c.Database.AdminURL = "postgres://u@h:notaport/x" }, "database.admin_url"},
+		{"writer URL", func(c *Config) { c.Geofence.WriterDatabaseURL = "postgres://u@h/x?sslmode=sometimes" }, "geofence.writer_database_url"},
+	} {
+		cfg := DefaultConfig()
+		tc.set(&cfg)
+		err := cfg.validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: the error shows the password: %v", tc.name, err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Database.URL = "postgres://geotoll_reader@127.0.0.1:5432/geotoll?sslmode=disable&pool_min_conns=1"
+	cfg.Redis.URL = "redis://127.0.0.1:6379/0"
+	if err := cfg.validate(); err != nil {
+		t.Errorf("good URLs: %v", err)
+	}
+}
+
 // TestBasePathIsAPath: every URL the server writes (TileJSON, the
 // catalog, a fence's Location, the preview page) starts with base_path as
 // it is configured, so one that is not a clean absolute path is a

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/geotoll/geotoll/internal/pgcall"
 )
@@ -98,4 +101,36 @@ func warmPostGIS(ctx context.Context, conn *pgx.Conn) error {
 		return err // cut short, the connection is gone: the pool connects again
 	}
 	return nil
+}
+
+// validateURLs parses the connection URLs as serve and the other commands
+// will, so that `config check` refuses what they would (an error names the
+// setting, never the URL: it may hold a password). The request and
+// background pools are both opened from database.url with the sizes
+// database.max_conns and background_conns, so a pool_max_conns in it
+// would be overridden: it is refused rather than ignored.
+func (c Config) validateURLs() []error {
+	var errs []error
+	for _, u := range []struct{ name, url string }{
+		{"database.url", c.Database.URL},
+		{"database.admin_url", c.Database.AdminURL},
+		{"geofence.writer_database_url", c.Geofence.WriterDatabaseURL},
+	} {
+		if u.url == "" || (u.name == "database.admin_url" && u.url == c.Database.URL) { // the default: URL's own
+			continue
+		}
+		if _, err := pgxpool.ParseConfig(u.url); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", u.name, err))
+		}
+	}
+	if strings.Contains(c.Database.URL, "pool_max_conns") {
+		errs = append(errs, fmt.Errorf("database.url sets pool_max_conns: the pools' sizes are database.max_conns (%d) and database.background_conns (%d)",
+			c.Database.MaxConns, c.Database.BackgroundConns))
+	}
+	if c.Redis.URL != "" {
+		if _, err := redis.ParseURL(c.Redis.URL); err != nil {
+			errs = append(errs, fmt.Errorf("redis.url: %w", err))
+		}
+	}
+	return errs
 }

@@ -319,7 +319,7 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 		o.Writer = store(m.FenceWriter)
 		m.Logger.Info("fence writes enabled: admin keys (keys create -admin) may write fences", "role", wcfg.ConnConfig.User)
 	} else {
-		m.Logger.Info("no geofence writer database: fence writes answer 503")
+		m.Logger.Info("no geofence writer database: fence writes answer 404")
 	}
 	h, err := geofence.NewHandler(o)
 	if err != nil {
