@@ -48,6 +48,11 @@
 // Containment uses ST_Covers: a point on a fence's boundary (edge or
 // vertex) is inside the fence. contains and check apply the same rule, and
 // fences are polygons in lon/lat with straight edges, as GeoJSON draws them.
+// On the edge itself the rule holds to within a double's rounding: the
+// pieces (below) add vertices where they cut an edge, rounded to doubles,
+// so a point on such an edge to the last bit (ST_Distance 0) may be
+// answered otherwise than by ST_Covers on the whole polygon, itself a
+// rounded test there; off the edge the answers are the same.
 //
 // within reads the same polygons differently. On geography an edge is the
 // shorter great-circle arc between its positions, not the straight line

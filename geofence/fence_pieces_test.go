@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,4 +173,69 @@ func TestFenceCheckMatchesTheFenceTable(t *testing.T) {
 	if inside < 200 {
 		t.Errorf("only %d of %d points inside a fence: the comparison tells little", inside, len(pts))
 	}
+}
+
+// A fence cut into pieces answers check as ST_Covers on the whole fence
+// everywhere but on its edge itself: random points over its box, and the
+// points the cuts made (the pieces' own vertices) and points along its
+// ring, which lie on the edge to within a double's rounding. There the
+// cut's new vertices are rounded, and so is ST_Covers's own test of a
+// point that ST_Distance puts on the edge: either answer is within
+// rounding of the other, and every disagreement must lie on the edge.
+func TestCutFenceAnswersAsTheWholeFenceOffItsEdge(t *testing.T) {
+	api := liveAPI(t, true)
+	admin := []string{"X-API-Key", testAdminKey}
+	const x, y = -30.0, -52.0 // South Atlantic: no demo fence
+	w := serve(api, http.MethodPost, FencesPath, fenceBody(t, "seams "+randomSuffix(), coastline(x, y, 2000)), admin...)
+	if w.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", w.Code, w.Body)
+	}
+	loc := w.Header().Get("Location")
+	id, err := strconv.ParseInt(loc[strings.LastIndexByte(loc, '/')+1:], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve(api, http.MethodDelete, loc, "", admin...) })
+	if n, _ := piecesOf(t, id); n < 8 {
+		t.Fatalf("%d pieces: the fence is not cut", n)
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	var pts []Point
+	for range 5000 {
+		pts = append(pts, Point{Lng: x - 2.3 + 4.6*rng.Float64(), Lat: y - 2.3 + 4.6*rng.Float64()})
+	}
+	random := len(pts)
+	rows, err := testenv.Pool(t).Query(ctxT(t), `
+		SELECT DISTINCT ST_X(d.geom), ST_Y(d.geom) FROM geotoll.geofence_pieces AS s, ST_DumpPoints(s.geom) AS d WHERE s.fence_id = $1
+		UNION
+		SELECT ST_X(d.geom), ST_Y(d.geom) FROM geotoll.geofences AS f,
+		       ST_DumpPoints(ST_LineInterpolatePoints(ST_ExteriorRing(ST_GeometryN(f.geom, 1)), 0.0002)) AS d WHERE f.id = $1`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Point
+	if _, err := pgx.ForEachRow(rows, []any{&p.Lng, &p.Lat}, func() error { pts = append(pts, p); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := NewStore(testenv.ReadPool(t)).Check(ctxT(t), CheckQuery{Points: pts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rawCheck(t, "geotoll.geofences", pts)
+	differ := 0
+	for i := range pts {
+		if slices.Equal(got[i], want[i]) {
+			continue
+		}
+		differ++
+		var d float64
+		if err := testenv.Pool(t).QueryRow(ctxT(t), `SELECT ST_Distance(ST_Boundary(geom), ST_SetSRID(ST_MakePoint($2, $3), 4326)) FROM geotoll.geofences WHERE id = $1`,
+			id, pts[i].Lng, pts[i].Lat).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		if i < random || d > 1e-12 {
+			t.Errorf("point [%.17g, %.17g], %g° from the edge: the pieces answer %v, the whole fence %v", pts[i].Lng, pts[i].Lat, d, got[i], want[i])
+		}
+	}
+	t.Logf("%d points (%d random); %d on the edge answered otherwise than by the whole fence", len(pts), random, differ)
 }
