@@ -190,7 +190,7 @@ func (l *Layer) Query(t maptile.Tile) (string, []any) {
 	q := l.plan().zoom(t.Z)
 	env := Envelope(t)
 	args := []any{env.Min[0], env.Min[1], env.Max[0], env.Max[1], l.Extent, l.Buffer,
-		TileWidth(t.Z) * float64(l.Buffer) / float64(l.Extent), l.MaxFeatures, l.Name}
+		l.bufferMetres(q.source, t), l.MaxFeatures, l.Name}
 	if q.source.Kind == KindPoint {
 		return q.sql, l.pointArgs(args, q.source, t)
 	}

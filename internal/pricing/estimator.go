@@ -147,11 +147,13 @@ func model(r *density.Refresher) *density.Model {
 }
 
 // Tile estimates what a tile of l reads: the features in its envelope
-// widened by the layer's buffer, on the relation its zoom reads, and their
-// vertices — for lines and polygons, those of at most the layer's feature
-// cap of them (the query reads every candidate's box, but simplifies and
-// encodes no more than the cap: the estimate scales the vertices down by
-// cap / features). ok is false while no model answers.
+// widened by the buffer its query reads (tiles.Layer.BufferMetres: for
+// points, the layer's buffer rounded up to whole cluster cells), on the
+// relation its zoom reads, and their vertices — for lines and polygons,
+// those of at most the layer's feature cap of them (the query reads every
+// candidate's box, but simplifies and encodes no more than the cap: the
+// estimate scales the vertices down by cap / features). ok is false while
+// no model answers.
 func (e *Estimator) Tile(l *tiles.Layer, t maptile.Tile) (density.Estimate, bool) {
 	byZoom := e.tiles[l]
 	if byZoom == nil || int(t.Z) >= len(byZoom) {
@@ -163,7 +165,9 @@ func (e *Estimator) Tile(l *tiles.Layer, t maptile.Tile) (density.Estimate, bool
 		return density.Estimate{}, false
 	}
 	env := tiles.Envelope(t)
-	pad := (env.Max[0] - env.Min[0]) * float64(l.Buffer) / float64(l.Extent)
+	// The buffer the query binds, not the configured one: a point query
+	// widens it to whole cluster cells, and reads those rows too.
+	pad := l.BufferMetres(t)
 	env.Min[0], env.Min[1] = env.Min[0]-pad, env.Min[1]-pad
 	env.Max[0], env.Max[1] = env.Max[0]+pad, env.Max[1]+pad
 	est := m.Rect(env)
