@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -336,5 +337,66 @@ func TestEndToEndSlotHeldUntilTheBackendStops(t *testing.T) {
 			t.Logf("%d requests refused while the backend ran; admitted %v after it was seen stopped", refused,
 				time.Since(stoppedAt).Round(time.Millisecond))
 		})
+	}
+}
+
+// A shutdown whose grace runs out closes the connections of the requests
+// still running; their handlers return once their statements have been
+// cancelled, and settle as they do. Those settlements still reach Redis:
+// a replica started after it admits the key at once, its in-flight slot
+// free — not refused for the slot's TTL (over a minute) by a slot the
+// shutdown left taken.
+func TestEndToEndShutdownPastItsGraceFreesTheSlotsItCut(t *testing.T) {
+	schema, exec := fixtureSchema(t)
+	exec(`CREATE VIEW {s}.sleepy AS SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(1, 1), 3857) AS geom FROM (SELECT pg_sleep(30)) z`)
+	exec(`GRANT SELECT ON {s}.sleepy TO geotoll_reader`)
+	key := createKey(t, "single")
+	prefix := testenv.Prefix(t)
+	edit := func(c *Config) {
+		stuckPrices(c)
+		c.Throttle.Prefix = prefix // the second replica's buckets are the first's
+		c.HTTP.ShutdownGrace = 200 * time.Millisecond
+		c.HTTP.RequestTimeout, c.HTTP.WriteTimeout = 20*time.Second, 25*time.Second
+		c.Throttle.TimeoutFloor = 15 * time.Second
+		c.Throttle.Tiers["single"] = TierConfig{Rate: 1000, Capacity: 10000, MaxInFlight: 1}
+		c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".sleepy", 15*time.Second)})
+	}
+	owner := testenv.Pool(t)
+	defer drained(t, owner, schema)
+	first, stop := launchMain(t, edit, nil)
+	defer func() { _ = stop() }()
+
+	answered := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequest(http.MethodGet, tileURL("http://"+first.Addr(), "sleepy", maptile.New(0, 0, 0)), nil)
+		if err == nil {
+			req.Header.Set("X-API-Key", key)
+			var resp *http.Response
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				err = fmt.Errorf("the sleeping tile answered %d", resp.StatusCode)
+			}
+		}
+		answered <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); requestsRunningIn(t, owner, schema) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sleeping tile's statement did not start within a minute")
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if err := <-answered; err == nil || strings.Contains(err.Error(), "answered") {
+		t.Fatalf("the request cut by the shutdown: %v, want its connection closed", err)
+	}
+	if n := requestsRunningIn(t, owner, schema); n != 0 {
+		t.Fatalf("%d statements still running after the shutdown", n)
+	}
+
+	second := startMain(t, edit)
+	resp, body := fetch(t, http.MethodGet, tileURL("http://"+second.Addr(), "places", maptile.At(orb.Point{13.405, 52.52}, 14)), "X-API-Key", key)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the key after the shutdown: %d %s, want 200: the slot of the request the shutdown cut is still taken", resp.StatusCode, short(body))
 	}
 }

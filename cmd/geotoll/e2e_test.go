@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -51,6 +52,20 @@ func startLogging(t testing.TB, edit func(*Config), logger *slog.Logger) *Main {
 // startMainWith is startMain with prepare run on the Main before it opens.
 func startMainWith(t testing.TB, edit func(*Config), prepare func(*Main)) *Main {
 	t.Helper()
+	m, stop := launchMain(t, edit, prepare)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	waitPriced(t, m)
+	return m
+}
+
+// launchMain opens a Main of the test configuration and serves it until
+// stop, which returns what Serve returned (a second stop returns nil).
+func launchMain(t testing.TB, edit func(*Config), prepare func(*Main)) (*Main, func() error) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
@@ -83,14 +98,14 @@ func startMainWith(t testing.TB, edit func(*Config), prepare func(*Main)) *Main 
 	}
 	done := make(chan error, 1)
 	go func() { done <- m.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	waitPriced(t, m)
-	return m
+	var once sync.Once
+	return m, func() (err error) {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
 }
 
 // waitPriced waits until the price models of the demo's relations (schema

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -74,6 +75,10 @@ type Main struct {
 	ready       *server.Readiness
 	dbCheck     *server.ConnCheck
 	listener    net.Listener
+	// running counts the API's handlers at work: a shutdown whose grace
+	// expired waits for the ones it cut off, which settle their requests
+	// as they return, before it sends the settlements to Redis.
+	running atomic.Int64
 
 	// tileWarnings and fenceWarnings are the storage warnings standing
 	// since a refresh logged them (see warningLog).
@@ -135,7 +140,7 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close()
 		return err
 	}
-	m.Server = m.httpServer(m.Handler)
+	m.Server = m.httpServer(m.counted(m.Handler))
 	if m.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
 		m.Close()
 		return err
@@ -373,11 +378,21 @@ func (m *Main) Serve(ctx context.Context) error {
 	if err := m.Server.Shutdown(sctx); err != nil {
 		m.Logger.Warn("shutdown grace expired; closing", "err", err)
 		_ = m.Server.Close()
+		// Close does not wait for the handlers it cut off. Each returns
+		// once its statements have stopped (within database.cancel_wait
+		// of their cancel) and settles its request — its charge, its
+		// in-flight slot — as it does: those settlements must be queued
+		// before the flush, or a slot stays taken until its TTL.
+		m.awaitHandlers(m.Config.Database.CancelWait + time.Second)
 	}
 	if m.OpsServer != nil {
 		_ = m.OpsServer.Shutdown(sctx)
 	}
-	m.flushBudgets(sctx)
+	// The settlements get a time of their own: a grace that ran out must
+	// not leave them unsent.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), flushWait)
+	defer fcancel()
+	m.flushBudgets(fctx)
 	var errs []error
 	if failed != nil && !errors.Is(failed, http.ErrServerClosed) {
 		errs = append(errs, failed)
@@ -388,6 +403,31 @@ func (m *Main) Serve(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// flushWait bounds the sending of the budgets' last settlements at
+// shutdown, after the requests' grace.
+const flushWait = 5 * time.Second
+
+// counted is h counting its handlers at work in m.running.
+func (m *Main) counted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.running.Add(1)
+		defer m.running.Add(-1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// awaitHandlers waits until no handler runs, or for at most d.
+func (m *Main) awaitHandlers(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for m.running.Load() > 0 {
+		if time.Now().After(deadline) {
+			m.Logger.Warn("handlers still running at shutdown: their settlements are not sent", "handlers", m.running.Load())
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // flushBudgets returns this replica's global lease and sends the
