@@ -59,7 +59,13 @@ var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode 
 // In FailLocal a caller's fallback bucket starts from what the primary
 // last reported of it (not full), and refills at rate / Replicas — and so
 // does its aggregate bucket — so that the replicas together do not admit
-// more than the shared buckets would.
+// more than the shared buckets would. The primary reports an aggregate's
+// tokens only when the aggregate refuses (and in a budget read of it): a
+// fallback aggregate starts from the last such report, refilled since, less
+// what this replica's admissions through it spent and plus what their
+// settlements gave back. One the primary never so reported, or admitted a
+// request that this estimate could not have paid (tokens came back that
+// this replica did not see: other replicas' refunds), starts full.
 type Failover struct {
 	Primary Store
 	Local   *MemoryStore // FailLocal's buckets; may be nil for the other modes
@@ -74,9 +80,10 @@ type Failover struct {
 	// follow the fail mode after a failure before one request probes.
 	ProbeInterval time.Duration
 	// Remember bounds the callers whose last known budget is kept (for
-	// free refusals and fallback seeding), and apart from them the callers
-	// whose last peek is kept (for PeekReuse and fallback seeding); 0
-	// means 65536 of each.
+	// free refusals and fallback seeding), apart from them the callers
+	// whose last peek is kept (for PeekReuse and fallback seeding), and
+	// apart from both the aggregate buckets whose last known tokens are
+	// kept (for fallback seeding); 0 means 65536 of each.
 	Remember int
 	// PeekReuse is how long after the primary last answered of a caller's
 	// bucket (an admission, a refusal or a peek) what this Failover knows
@@ -160,11 +167,18 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 	case FailLocal:
 		local := req
 		local.Limit = f.localLimit(req.Limit)
+		now := time.Now()
+		if tokens, ok := f.known.tokens(req.Key, now); ok {
+			f.Local.seed(req.Key, local.Bucket, tokens)
+		}
+		// The aggregate is seeded as the caller's bucket is, and like it
+		// forgotten once the primary answers for it again: otherwise a /48
+		// the primary had drained would start full on every replica.
 		if a := req.Aggregate; a != nil {
 			local.Aggregate = &Bucket{Key: a.Key, Limit: f.localLimit(a.Limit)}
-		}
-		if tokens, ok := f.known.tokens(req.Key, time.Now()); ok {
-			f.Local.seed(req.Key, local.Bucket, tokens)
+			if tokens, ok := f.known.tokens(a.Key, now); ok {
+				f.Local.seed(a.Key, *local.Aggregate, tokens)
+			}
 		}
 		return f.Local.Admit(ctx, local)
 	}
@@ -463,13 +477,18 @@ func (b *breaker) health() Health {
 
 // known remembers, per caller, the last budget the primary reported: its
 // remaining tokens at a time, and whether it refused. Bounded: beyond its
-// size the oldest half is forgotten. What admissions taught (m) and what
-// peeks read (read) are kept apart, each so bounded: budget reads, which
-// are free, never push out what free refusals need, and never change it.
+// size about half is forgotten. What admissions taught of callers' own
+// buckets (m), what peeks read (read) and what admissions taught of
+// aggregate buckets (agg) are kept apart, each so bounded: budget reads,
+// which are free, never push out what free refusals need, and never change
+// it; nor do the aggregates, whose keys are not callers'.
 type known struct {
 	mu   sync.Mutex
 	m    map[string]knownBudget
 	read map[string]knownBudget
+	// agg is what admissions taught of aggregate buckets, by the
+	// aggregate's key, for fallback seeding only (see noteAggregate).
+	agg map[string]knownBudget
 	// settles counts the settlements counted in m, every caller's: each
 	// entry records the count at its caller's last (knownBudget.last).
 	settles uint64
@@ -499,11 +518,17 @@ func (k knownBudget) estimate(now time.Time) float64 {
 // knew — so a refusal that raced one is not kept for free refusals: the
 // caller's next request asks the primary again.
 func (k *known) note(req Request, a Admission, from uint64, now time.Time, size int) {
-	if a.Refusal == RefusedInFlight || a.Refusal == RefusedAggregate {
+	if a.Refusal == RefusedInFlight { // says nothing of either bucket's tokens
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if req.Aggregate != nil {
+		k.noteAggregate(*req.Aggregate, a, req.Cost, now, size)
+	}
+	if a.Refusal == RefusedAggregate {
+		return // its Result is the aggregate's, not the caller's bucket
+	}
 	kb := knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}
 	if cur, ok := k.m[req.Key]; ok && cur.limit == req.Limit {
 		kb.last = cur.last
@@ -512,6 +537,49 @@ func (k *known) note(req Request, a Admission, from uint64, now time.Time, size 
 		kb.refused = false
 	}
 	k.m = remember(k.m, req.Key, kb, size)
+}
+
+// noteAggregate records what the primary's answer a, to a request of cost
+// through aggregate bucket b, says of b. Only a refusal by the aggregate
+// carries its tokens (admit.lua replies with the caller's bucket
+// otherwise); they are kept as they are. An admission that spent from b
+// says only that b could pay the cost: what is known of b (that refusal's
+// tokens or a budget read's, refilled since) pays it here too, so that
+// the next outage does not start b from tokens the primary has spent.
+// Should what is known not cover the cost, b held more than this replica
+// could see (another replica's refunds), and what is known is dropped:
+// its level is unknown, and its fallback bucket starts full. Other answers
+// (the caller's bucket refused, a shadow admission that spent nothing)
+// say nothing of b's tokens and change nothing. Called with k.mu held.
+func (k *known) noteAggregate(b Bucket, a Admission, cost float64, now time.Time, size int) {
+	switch {
+	case a.Refusal == RefusedAggregate:
+		k.agg = remember(k.agg, b.Key, knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: b.Limit}, size)
+	case a.Allowed && !a.Shadow:
+		kb, ok := k.latestAggregate(b.Key, b.Limit)
+		if !ok {
+			return
+		}
+		if est := kb.estimate(now); est >= cost {
+			k.agg = remember(k.agg, b.Key, knownBudget{at: now, asked: now, remaining: est - cost, limit: b.Limit}, size)
+			return
+		}
+		// A read of b left in place would seed the next outage instead.
+		delete(k.agg, b.Key)
+		delete(k.read, b.Key)
+	}
+}
+
+// latestAggregate is what is known of aggregate bucket key under limit:
+// of what admissions taught and what a peek read, the one the primary
+// answered last. Called with k.mu held.
+func (k *known) latestAggregate(key string, limit Limit) (knownBudget, bool) {
+	kb, ok := k.agg[key]
+	ok = ok && kb.limit == limit
+	if r, rok := k.read[key]; rok && r.limit == limit && (!ok || r.asked.After(kb.asked)) {
+		return r, true
+	}
+	return kb, ok
 }
 
 // settle is tokens after a settlement that adds d (a refund when
@@ -587,9 +655,10 @@ func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool
 // settled counts the settlement of t, a request the primary admitted, by
 // delta micro-tokens (a debit when positive, a refund when negative), in
 // what is known of its caller's bucket, within the bucket's debt floor and
-// capacity as the store settles it. A refund the store drops (a request
-// past its TTL) is counted all the same: what is known may read high by
-// it, with leases or without.
+// capacity as the store settles it, and in what admissions taught of its
+// aggregate bucket, which the store settles as well. A refund the store
+// drops (a request past its TTL) is counted all the same: what is known
+// may read high by it, with leases or without.
 func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -602,6 +671,12 @@ func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 		}
 		kb.remaining, kb.at, kb.last = settle(kb.estimate(now), d, t.limit.Capacity, t.debt), now, k.settles
 		m[t.key] = kb
+	}
+	if t.agg != nil {
+		if kb, ok := k.agg[t.agg.Key]; ok && kb.limit == t.agg.Limit {
+			kb.remaining, kb.at = settle(kb.estimate(now), d, t.agg.Limit.Capacity, t.debt), now
+			k.agg[t.agg.Key] = kb
+		}
 	}
 }
 
@@ -626,13 +701,18 @@ func (k *known) refuse(req Request, now time.Time) (Admission, bool, uint64) {
 		RetryAfter: retry, ResetAfter: secondsToDuration((req.Limit.Capacity - est) / req.Limit.Rate)}}, true, from
 }
 
-// tokens is the caller's estimated tokens now, if known.
+// tokens is the estimated tokens now of the bucket key (a caller's or an
+// aggregate's), if known: of what was learnt of it, what the primary
+// answered last.
 func (k *known) tokens(key string, now time.Time) (float64, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	kb, ok := k.m[key]
 	if r, rok := k.read[key]; rok && (!ok || r.asked.After(kb.asked)) {
 		kb, ok = r, true
+	}
+	if g, gok := k.agg[key]; gok && (!ok || g.asked.After(kb.asked)) {
+		kb, ok = g, true
 	}
 	if !ok {
 		return 0, false

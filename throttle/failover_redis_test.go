@@ -384,3 +384,31 @@ func queueBehindItsCaller(t *testing.T, fx *redisFixture, key string, ask func(*
 	close(gate)
 	return queuedBehind{s: s, f: f, b: b, first: <-first, err: err}
 }
+
+// With fail_mode local, an aggregate bucket (the IPv6 /48) that Redis
+// refused for lack of tokens starts from what its refusal reported when
+// Redis fails, not full.
+func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
+		fl := &flakyStore{Store: s}
+		f := &Failover{Primary: fl, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 4,
+			Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+		agg := &Bucket{Key: fx.key("slash48"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
+		own := Bucket{Key: agg.Key + ":a", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+		t.Cleanup(func() { fx.rdb.Del(context.Background(), own.Key, OpenKey(own.Key), VoidKey(own.Key)) })
+		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 8}).Ticket.Release() // Redis: 2 in the /48
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); a.Refusal != RefusedAggregate {
+			t.Fatalf("Redis: want the aggregate to refuse, got %+v", a)
+		}
+		flushWithin(t, s)
+		fl.set(true)
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 3}); a.Allowed || a.Refusal != RefusedAggregate {
+			t.Fatalf("outage: 3 from a /48 Redis said held 2: %+v", a)
+		}
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1.5}); !a.Allowed {
+			t.Fatalf("outage: 1.5 from a /48 Redis said held 2: refusal=%d %+v", a.Refusal, a.Result)
+		}
+	})
+}

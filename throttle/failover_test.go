@@ -684,3 +684,130 @@ func TestFailoverLocalKeepsWhatACallerSpentUntilThePrimaryAnswersForIt(t *testin
 		t.Fatalf("the next outage after the primary answered for y (8 left): %+v", a.Result)
 	}
 }
+
+// TestFailoverLocalAggregateStartsFromWhatThePrimaryReported: in fail_mode
+// local, an aggregate bucket (the IPv6 /48) that the primary had just
+// drained does not start full on the replica when the primary fails: it
+// starts from what the primary's refusal reported of it.
+func TestFailoverLocalAggregateStartsFromWhatThePrimaryReported(t *testing.T) {
+	f, primary := newFailover(FailLocal, 4)
+	agg := &Bucket{Key: "{n}", Limit: Limit{Rate: 0.01, Capacity: 10}}
+	own := Bucket{Key: "{n}:a", Limit: Limit{Rate: 0.01, Capacity: 100}}
+	mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 10}).Ticket.Release() // drain the /48 on the primary
+	a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5})
+	if a.Allowed || a.Refusal != RefusedAggregate {
+		t.Fatalf("primary: want the aggregate to refuse, got %+v", a)
+	}
+	primary.set(true) // outage -> fail_mode local
+	b := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5})
+	if b.Allowed {
+		t.Fatalf("outage: a /48 Redis had just drained admits 5 tokens locally: %+v", b.Result)
+	}
+}
+
+// TestFailoverLocalAggregateThatAdmittedIsNotMadeEmpty: an aggregate the
+// primary admitted through does not start empty when the primary fails.
+// Never refused, it starts full. Refused, then refunded by this replica's
+// own settlement, it starts from the refusal's tokens with the refund and
+// less what was admitted since. Refused, then refunded by another replica
+// (unseen here), an admission shows the refusal's tokens stale: it starts
+// full, not from them.
+func TestFailoverLocalAggregateThatAdmittedIsNotMadeEmpty(t *testing.T) {
+	agg := &Bucket{Key: "{n}", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	own := Bucket{Key: "{n}:a", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+	t.Run("never refused", func(t *testing.T) {
+		f, primary := newFailover(FailLocal, 4)
+		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 2}).Ticket.Release() // 8 left on the primary
+		primary.set(true)
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); !a.Allowed {
+			t.Fatalf("outage: an aggregate the primary admitted through refuses 5 locally: refusal=%d %+v", a.Refusal, a.Result)
+		}
+	})
+	t.Run("refunded here", func(t *testing.T) {
+		f, primary := newFailover(FailLocal, 4)
+		held := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 10}) // the /48 drained
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); a.Refusal != RefusedAggregate {
+			t.Fatalf("primary: want the aggregate to refuse, got %+v", a)
+		}
+		held.Ticket.Settle(0)                                                           // 10 back
+		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}).Ticket.Release() // 5 left
+		primary.set(true)
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); !a.Allowed {
+			t.Fatalf("outage: an aggregate holding 5 refuses 5 locally: refusal=%d %+v", a.Refusal, a.Result)
+		}
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1}); a.Allowed || a.Refusal != RefusedAggregate {
+			t.Fatalf("outage: the local aggregate started full, not from the 5 the primary held: %+v", a)
+		}
+	})
+	t.Run("refunded elsewhere", func(t *testing.T) {
+		f, primary := newFailover(FailLocal, 4)
+		other := &Failover{Primary: primary, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 4,
+			ProbeInterval: time.Hour, Logger: f.Logger}
+		held := mustAdmit(t, other, Request{Bucket: Bucket{Key: "{n}:b", Limit: own.Limit}, Aggregate: agg, Cost: 10})
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); a.Refusal != RefusedAggregate {
+			t.Fatalf("primary: want the aggregate to refuse, got %+v", a)
+		}
+		held.Ticket.Settle(0) // 10 back, on another replica
+		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}).Ticket.Release()
+		primary.set(true)
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); !a.Allowed {
+			t.Fatalf("outage: an admission the refusal's tokens could not pay left the local aggregate empty: refusal=%d %+v", a.Refusal, a.Result)
+		}
+	})
+}
+
+// TestFailoverLocalAggregateIsForgottenWhenThePrimaryAnswers: as a
+// caller's own fallback bucket, the fallback aggregate is kept through an
+// outage and dropped once the primary answers for it: the next outage
+// starts it from the primary's latest answer, not from what was left here.
+func TestFailoverLocalAggregateIsForgottenWhenThePrimaryAnswers(t *testing.T) {
+	f, primary := newFailover(FailLocal, 1)
+	f.ProbeInterval = 10 * time.Millisecond
+	agg := &Bucket{Key: "{n}", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+	own := Bucket{Key: "{n}:a", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+	held := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 10})
+	if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); a.Refusal != RefusedAggregate {
+		t.Fatalf("primary: want the aggregate to refuse, got %+v", a)
+	}
+	primary.set(true)
+	if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); a.Allowed {
+		t.Fatalf("outage: a drained aggregate admits 5 locally: %+v", a.Result)
+	}
+	primary.set(false)
+	held.Ticket.Settle(0) // 10 back on the primary
+	time.Sleep(2 * f.ProbeInterval)
+	if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); !a.Allowed || f.Health().Degraded { // the probe: 5 left
+		t.Fatalf("the probe: allowed=%v refusal=%d %+v, degraded %v", a.Allowed, a.Refusal, a.Result, f.Health().Degraded)
+	} else {
+		a.Ticket.Release()
+	}
+	primary.set(true)
+	if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); !a.Allowed {
+		t.Fatalf("the next outage kept the drained local aggregate: refusal=%d %+v", a.Refusal, a.Result)
+	}
+	if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1}); a.Allowed {
+		t.Fatalf("the next outage started the aggregate full, not from the 5 the primary held: %+v", a.Result)
+	}
+}
+
+// TestFailoverRemembersBoundedAggregates: what is known of aggregate
+// buckets is bounded by Remember, as what is known of callers is.
+func TestFailoverRemembersBoundedAggregates(t *testing.T) {
+	f, _ := newFailover(FailLocal, 1)
+	f.Remember = 2
+	for i := range 5 {
+		tag := "{" + strconv.Itoa(i) + "}"
+		agg := &Bucket{Key: tag, Limit: Limit{Rate: 1e-3, Capacity: 1}}
+		own := Bucket{Key: tag + ":a", Limit: Limit{Rate: 1e-3, Capacity: 10}}
+		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1}).Ticket.Release()
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1}); a.Refusal != RefusedAggregate {
+			t.Fatalf("want the aggregate to refuse, got %+v", a)
+		}
+	}
+	f.known.mu.Lock()
+	n := len(f.known.agg)
+	f.known.mu.Unlock()
+	if n > 2 || n == 0 {
+		t.Fatalf("%d aggregates remembered with Remember 2, want 1..2", n)
+	}
+}
