@@ -265,12 +265,21 @@ func honest(ctx context.Context, c *Client, paths []string, rate int, timeout ti
 func (o *ProtectOptions) flood(ctx context.Context, key string) (AbuserResult, error) {
 	results := make([]AbuserResult, o.Workers)
 	errs := make([]error, o.Workers)
-	var wg sync.WaitGroup
-	for w := range o.Workers {
+	// Every connection before any worker: one that fails leaves no
+	// worker flooding on unseen.
+	conns := make([]*conn, o.Workers)
+	for w := range conns {
 		cn, err := newConn(o.Client.BaseURL, "X-API-Key: "+key)
 		if err != nil {
+			for _, c := range conns[:w] {
+				c.Close()
+			}
 			return AbuserResult{}, err
 		}
+		conns[w] = cn
+	}
+	var wg sync.WaitGroup
+	for w, cn := range conns {
 		wg.Go(func() {
 			defer cn.Close()
 			r := AbuserResult{Status: map[int]int{}}
@@ -280,6 +289,11 @@ func (o *ProtectOptions) flood(ctx context.Context, key string) (AbuserResult, e
 					break
 				}
 				r.Requests++
+				if err != nil { // no answer, whatever was read (status 0)
+					r.Status[0]++
+					pause(ctx, 10*time.Millisecond) // a refused connection: do not spin
+					continue
+				}
 				r.Status[resp.status]++
 				if Charged(resp.status, resp.headers["X-Request-Cost-Estimate"]) {
 					r.Admitted++

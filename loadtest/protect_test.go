@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/xml"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -194,5 +195,28 @@ func TestRunProtectHonestTimeout(t *testing.T) {
 	o.Timeout = -time.Second
 	if _, err := RunProtect(context.Background(), o); err == nil {
 		t.Errorf("RunProtect ran with a negative timeout")
+	}
+}
+
+// A flood against an address where nothing listens counts its failed
+// requests as status 0 and pauses after each, as the crawlers do: it does
+// not spin through thousands of refused dials a second.
+func TestFloodPausesAfterATransportError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	o := ProtectOptions{Client: &Client{BaseURL: "http://" + addr}, Flood: []string{"/z0"}, Workers: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	r, err := o.flood(ctx, "abuser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 workers, 0.5 s, a 10 ms pause after each failure: at most ~100.
+	if r.Requests == 0 || r.Status[0] != r.Requests || r.Requests > 150 {
+		t.Errorf("flood of a closed port: %+v, want every request a status 0, at most ~100 in 0.5 s", r)
 	}
 }
