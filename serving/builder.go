@@ -30,6 +30,15 @@ type Builder interface {
 	Build(ctx context.Context, job *Job, t Target) (rows int64, err error)
 }
 
+// refuser is a Builder that builds nothing from some tables: refuse
+// returns why it builds nothing from job.Layer's table as job.Tx sees it
+// (a Result's Reason), or "" when it builds. The runner asks it in the
+// build's transaction before building, and retires the builder's storage
+// of the layer when it refuses.
+type refuser interface {
+	refuse(ctx context.Context, job *Job) (reason string, err error)
+}
+
 // Builders returns the builders `geotoll prepare` runs, in order.
 func Builders() []Builder { return []Builder{Overview{}, Subdivide{}} }
 

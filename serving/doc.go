@@ -92,7 +92,10 @@
 //
 // Before building, [Prepare] checks that the read role may read every
 // column it would copy (an overview readable by geotoll_reader must not
-// show it what the table hides) and refuses the layer otherwise.
+// show it what the table hides) and refuses the layer otherwise. In the
+// build's transaction, it builds no pieces from a table whose id column
+// holds NULL or repeats an id (see [Subdivide]): the layer is skipped
+// with the reason, and its tiles read the table.
 //
 // # Keeping it current
 //

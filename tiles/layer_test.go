@@ -455,3 +455,31 @@ func TestZoomInRange(t *testing.T) {
 		}
 	}
 }
+
+// A point layer's default overview band covers every zoom it clusters,
+// up to its own generalize.maxzoom: a zoom above the band would cluster
+// the whole table on every tile.
+func TestPointOverviewBandFollowsGeneralizeMaxZoom(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		generalize, overviews, dataMax int
+		kind                           tiles.Kind
+		lo, hi                         int
+	}{
+		{generalize: 14, kind: tiles.KindPoint, lo: 0, hi: 14},
+		{generalize: 5, kind: tiles.KindPoint, lo: 0, hi: 5},
+		{kind: tiles.KindPoint, lo: 0, hi: tiles.DefaultGeneralizeMaxZoom},
+		{dataMax: 10, kind: tiles.KindPoint, lo: 0, hi: 9}, // generalize.maxzoom defaults to data_maxzoom - 1
+		{generalize: 14, overviews: 10, kind: tiles.KindPoint, lo: 0, hi: 10},
+		{generalize: 14, kind: tiles.KindPolygon, lo: 0, hi: tiles.DefaultOverviewMaxZoom},
+		{generalize: 14, kind: tiles.KindLine, lo: 0, hi: tiles.DefaultOverviewMaxZoom},
+	} {
+		c := newCatalog(t, tiles.Layer{Name: "p", Table: "x.p", GeometryColumn: "geom", GeometryKind: tc.kind, DataMaxZoom: tc.dataMax,
+			Generalize: tiles.Generalize{MaxZoom: tc.generalize}, Overviews: tiles.Overviews{MaxZoom: tc.overviews}})
+		lo, hi, ok := c.Layer("p").OverviewZooms(tc.kind)
+		if !ok || lo != tc.lo || hi != tc.hi {
+			t.Errorf("%s, generalize.maxzoom %d, overviews.maxzoom %d, data_maxzoom %d: overview band z%d..z%d (ok %v), want z%d..z%d",
+				tc.kind, tc.generalize, tc.overviews, tc.dataMax, lo, hi, ok, tc.lo, tc.hi)
+		}
+	}
+}
