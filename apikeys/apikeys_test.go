@@ -269,3 +269,19 @@ func TestRingsFollowKeyChanges(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "a key created while ring a reconnects reaches it", both(again, true))
 }
+
+// The keys' age counts from when their load began, not when it ended: a
+// load that took its time returns keys as of its start (a revocation made
+// meanwhile may be missing), and MaxAge bounds how old they may be.
+func TestRingAgeCountsFromTheLoadsStart(t *testing.T) {
+	ring := apikeys.NewRing(func(ctx context.Context) (map[apikeys.Hash]apikeys.Key, error) {
+		time.Sleep(300 * time.Millisecond) // a slow database
+		return map[apikeys.Hash]apikeys.Key{apikeys.HashOf("k"): {Name: "k", Tier: "free"}}, nil
+	}, time.Hour, nil)
+	if err := ring.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if age := ring.Age(); age < 300*time.Millisecond {
+		t.Errorf("Age %s right after a load of 300 ms: want at least its duration", age)
+	}
+}

@@ -34,10 +34,9 @@ type Ring struct {
 	Connect func(context.Context) (*pgx.Conn, error)
 	Logger  *slog.Logger
 
-	keys   atomic.Pointer[map[Hash]Key]
-	loaded atomic.Int64 // unix nanos of the last successful load
-	// loadedFrom is when the last successful load began: the keys are
-	// those of that moment or later.
+	keys atomic.Pointer[map[Hash]Key]
+	// loadedFrom is when the last successful load began (unix nanos): the
+	// keys are those of that moment or later, and their age counts from it.
 	loadedFrom atomic.Int64
 	stale      atomic.Bool // as last reported by Run, to log transitions once
 	listening  atomic.Bool // a LISTEN is in place
@@ -63,7 +62,6 @@ func (r *Ring) Refresh(ctx context.Context) error {
 	}
 	r.keys.Store(&keys)
 	r.loadedFrom.Store(began)
-	r.loaded.Store(time.Now().UnixNano())
 	return nil
 }
 
@@ -148,9 +146,11 @@ func (r *Ring) Len() int {
 	return 0
 }
 
-// Age is how long ago the keys were last loaded (-1 if never).
+// Age is how long ago the last successful load began (-1 if never): the
+// keys are as of then, however long the load took — a revocation made
+// while a slow load ran may be missing from them.
 func (r *Ring) Age() time.Duration {
-	at := r.loaded.Load()
+	at := r.loadedFrom.Load()
 	if at == 0 {
 		return -1
 	}
