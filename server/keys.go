@@ -13,7 +13,7 @@ import (
 // KeyRing is what readiness and metrics report of the in-memory API key
 // set; *apikeys.Ring is the production one.
 type KeyRing interface {
-	Age() time.Duration        // since the last successful load; -1 before it
+	Age() time.Duration        // since the last successful load began; -1 before it
 	Stale() bool               // older than StaleAfter: admin rights suspended
 	StaleAfter() time.Duration // the bound
 	Len() int                  // active keys loaded
