@@ -203,10 +203,12 @@ func (s *MemoryStore) size() int {
 	return len(s.keys)
 }
 
-// sweep drops the keys that have expired by nowMS. Each key is swept at
-// most once, so the cost is amortised over the admissions that made them.
+// sweep drops the keys that have expired by nowMS: whose expiry nowMS is
+// past, as Redis expires a key of PEXPIREAT t once its clock is past t.
+// Each key is swept at most once, so the cost is amortised over the
+// admissions that made them.
 func (s *MemoryStore) sweep(nowMS int64) {
-	for len(s.byExp) > 0 && s.byExp[0].state.b.expiresMS <= nowMS {
+	for len(s.byExp) > 0 && s.byExp[0].state.b.expiresMS < nowMS {
 		s.drop(s.byExp[0])
 	}
 }

@@ -301,6 +301,30 @@ func TestMemoryForgetsIdleBuckets(t *testing.T) {
 	}
 }
 
+// A key is gone once the clock is past its expiry, as Redis expires a key
+// of PEXPIREAT t only when its clock is past t: at t itself it still holds
+// (with its open requests, whose late finish still refunds).
+func TestMemoryKeyLivesThroughItsExpiryMillisecond(t *testing.T) {
+	clock := newFakeClock()
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now})
+	req := Request{Bucket: Bucket{Key: "k", Limit: Limit{Rate: 1, Capacity: 10}}, Cost: 4, TTL: time.Second}
+	mustAdmit(t, s, req).Ticket.Release()
+	s.mu.Lock()
+	expires := s.keys["k"].state.b.expiresMS
+	s.mu.Unlock()
+	other := Bucket{Key: "other", Limit: req.Limit}
+	clock.Advance(time.Duration(expires-clock.Now().UnixMilli()) * time.Millisecond)
+	mustPeek(t, s, other) // sweeps at the expiry's millisecond
+	if n := s.size(); n != 1 {
+		t.Fatalf("at its expiry's millisecond the key is gone (%d keys): Redis still holds it", n)
+	}
+	clock.Advance(time.Millisecond)
+	mustPeek(t, s, other)
+	if n := s.size(); n != 0 {
+		t.Fatalf("past its expiry the key is held (%d keys)", n)
+	}
+}
+
 func TestMemoryMaxKeysEvictsSoonestExpiry(t *testing.T) {
 	clock := newFakeClock()
 	s := NewMemoryStore(MemoryOptions{Now: clock.Now, MaxKeys: 3})
