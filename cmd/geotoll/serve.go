@@ -116,6 +116,7 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 
 	if err := m.openPool(ctx); err != nil {
+		m.Close() // the tracer, and a pool opened before the one that failed
 		return err
 	}
 	checks := m.openKeys(ctx)
