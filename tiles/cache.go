@@ -94,9 +94,7 @@ func NewCache(o CacheOptions) (*Cache, error) {
 			Weigher: func(k cacheKey, e *entry) uint32 {
 				return uint32(min(int64(e.weight()+len(k.layers)+entryOverhead), 1<<32-1)) //nolint:gosec // G115: clamped to 1<<32-1 by min
 			},
-			// Adding an entry's gzip form re-weighs it without making it
-			// younger.
-			ExpiryCalculator: otter.ExpiryCreating[cacheKey, *entry](o.TTL),
+			ExpiryCalculator: renderExpiry{o.TTL},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("tile cache: %w", err)
@@ -104,6 +102,25 @@ func NewCache(o CacheOptions) (*Cache, error) {
 		c.store = store
 	}
 	return c, nil
+}
+
+// renderExpiry keeps a tile for the TTL from its render: a new render that
+// replaces an entry (a no-cache request's) starts a whole TTL, while adding
+// an entry's gzip form — the same entry, re-weighed — leaves its expiry
+// as it was, and so does a read.
+type renderExpiry struct{ ttl time.Duration }
+
+func (x renderExpiry) ExpireAfterCreate(otter.Entry[cacheKey, *entry]) time.Duration { return x.ttl }
+
+func (x renderExpiry) ExpireAfterUpdate(e otter.Entry[cacheKey, *entry], old *entry) time.Duration {
+	if e.Value != old {
+		return x.ttl
+	}
+	return e.ExpiresAfter()
+}
+
+func (x renderExpiry) ExpireAfterRead(e otter.Entry[cacheKey, *entry]) time.Duration {
+	return e.ExpiresAfter()
 }
 
 // Bytes is the weight of the tiles held now (see CacheOptions.MaxBytes).

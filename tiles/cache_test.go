@@ -497,6 +497,37 @@ func TestCacheExpires(t *testing.T) {
 	waitUntil(t, "the tile to expire", func() bool { return c.get(z14).Header().Get("X-Cache") == "MISS" })
 }
 
+// A tile rendered afresh (no-cache) is kept for the whole TTL from that
+// render, not until the tile it replaced would have expired; adding a
+// tile's gzip form does not make it younger.
+func TestCacheTTLCountsFromTheLatestRender(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	c := newCachedHandler(t, &countingRenderer{}, tiles.CacheOptions{TTL: ttl})
+	start := time.Now()
+	c.get(z14)
+	time.Sleep(time.Until(start.Add(ttl * 6 / 10)))
+	if w := c.get(z14, "Cache-Control", "no-cache"); w.Header().Get("X-Cache") != "MISS" {
+		t.Fatalf("no-cache: X-Cache %q, want MISS", w.Header().Get("X-Cache"))
+	}
+	refreshed := time.Now()
+	time.Sleep(time.Until(start.Add(ttl * 12 / 10))) // past the first render's expiry
+	w := c.get(z14, "Accept-Encoding", "gzip")       // a hit that adds the gzip form
+	if time.Since(refreshed) < ttl && w.Header().Get("X-Cache") != "HIT" {
+		t.Fatalf("%s after the fresh render, %s after the first: X-Cache %q, want HIT",
+			time.Since(refreshed).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), w.Header().Get("X-Cache"))
+	}
+	// The gzip form added then did not restart the TTL: past the fresh
+	// render's TTL (at 1.6 × ttl from the start; 2.2 × had the gzip form
+	// restarted it), the tile is rendered again. A late check only finds
+	// it more expired.
+	time.Sleep(time.Until(start.Add(ttl * 19 / 10)))
+	if w := c.get(z14); w.Header().Get("X-Cache") != "MISS" {
+		t.Errorf("%s after the fresh render: X-Cache %q, want MISS: adding the gzip form made the tile younger",
+			time.Since(refreshed).Round(time.Millisecond), w.Header().Get("X-Cache"))
+	}
+}
+
 func TestNewCacheRejects(t *testing.T) {
 	t.Parallel()
 	for _, o := range []tiles.CacheOptions{{MaxBytes: -1}, {TTL: -time.Second}} {
