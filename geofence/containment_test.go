@@ -101,14 +101,7 @@ func probePoints(t *testing.T, table, pieces string, random int) []Point {
 	  UNION ALL
 	  SELECT ST_PointOnSurface(ST_MakePolygon(ST_InteriorRingN(d.geom, 1)))
 	  FROM ` + table + ` AS z, ST_Dump(z.geom) AS d WHERE ST_NumInteriorRings(d.geom) > 0) AS s`
-	rows, err := testenv.Pool(t).Query(ctxT(t), q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p Point
-	if _, err := pgx.ForEachRow(rows, []any{&p.Lng, &p.Lat}, func() error { pts = append(pts, p); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	pts = append(pts, queryPoints(t, q)...)
 	for i := range pts {
 		pts[i].ID = fmt.Sprint(i)
 	}
@@ -137,6 +130,21 @@ func rawCheck(t *testing.T, table string, pts []Point) [][]int64 {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// queryPoints runs q (args bound) and returns its rows' (lng, lat) as points.
+func queryPoints(t *testing.T, q string, args ...any) []Point {
+	t.Helper()
+	rows, err := testenv.Pool(t).Query(ctxT(t), q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pts []Point
+	var p Point
+	if _, err := pgx.ForEachRow(rows, []any{&p.Lng, &p.Lat}, func() error { pts = append(pts, p); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return pts
 }
 
 // sameAnswers compares got with want point by point; each answer must be
@@ -184,14 +192,7 @@ func TestLayerCheckOnMercatorPiecesMatchesTheRawTable(t *testing.T) {
 	for range 3000 {
 		pts = append(pts, Point{Lng: 97 + 11*rng.Float64(), Lat: -10.5 + 11*rng.Float64()})
 	}
-	rows, err := testenv.Pool(t).Query(ctxT(t), `SELECT ST_X(p), ST_Y(p) FROM (SELECT (ST_DumpPoints(z.geom)).geom AS p FROM `+table+` AS z) AS s`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p Point
-	if _, err := pgx.ForEachRow(rows, []any{&p.Lng, &p.Lat}, func() error { pts = append(pts, p); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	pts = append(pts, queryPoints(t, `SELECT ST_X(p), ST_Y(p) FROM (SELECT (ST_DumpPoints(z.geom)).geom AS p FROM `+table+` AS z) AS s`)...)
 	got, err := NewStore(testenv.ReadPool(t)).Check(ctxT(t), CheckQuery{Layer: ct, Points: pts})
 	if err != nil {
 		t.Fatal(err)

@@ -152,14 +152,7 @@ func TestFenceCheckMatchesTheFenceTable(t *testing.T) {
 	for range 3000 {
 		pts = append(pts, Point{Lng: west + (east-west)*rng.Float64(), Lat: south + (north-south)*rng.Float64()})
 	}
-	rows, err := testenv.Pool(t).Query(ctxT(t), `SELECT ST_X(p.geom), ST_Y(p.geom) FROM (SELECT geom FROM geotoll.geofences ORDER BY id LIMIT 40) AS f, ST_DumpPoints(f.geom) AS p`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p Point
-	if _, err := pgx.ForEachRow(rows, []any{&p.Lng, &p.Lat}, func() error { pts = append(pts, p); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	pts = append(pts, queryPoints(t, `SELECT ST_X(p.geom), ST_Y(p.geom) FROM (SELECT geom FROM geotoll.geofences ORDER BY id LIMIT 40) AS f, ST_DumpPoints(f.geom) AS p`)...)
 	got, err := NewStore(testenv.ReadPool(t)).Check(ctxT(t), CheckQuery{Points: pts})
 	if err != nil {
 		t.Fatal(err)
@@ -205,18 +198,11 @@ func TestCutFenceAnswersAsTheWholeFenceOffItsEdge(t *testing.T) {
 		pts = append(pts, Point{Lng: x - 2.3 + 4.6*rng.Float64(), Lat: y - 2.3 + 4.6*rng.Float64()})
 	}
 	random := len(pts)
-	rows, err := testenv.Pool(t).Query(ctxT(t), `
+	pts = append(pts, queryPoints(t, `
 		SELECT DISTINCT ST_X(d.geom), ST_Y(d.geom) FROM geotoll.geofence_pieces AS s, ST_DumpPoints(s.geom) AS d WHERE s.fence_id = $1
 		UNION
 		SELECT ST_X(d.geom), ST_Y(d.geom) FROM geotoll.geofences AS f,
-		       ST_DumpPoints(ST_LineInterpolatePoints(ST_ExteriorRing(ST_GeometryN(f.geom, 1)), 0.0002)) AS d WHERE f.id = $1`, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p Point
-	if _, err := pgx.ForEachRow(rows, []any{&p.Lng, &p.Lat}, func() error { pts = append(pts, p); return nil }); err != nil {
-		t.Fatal(err)
-	}
+		       ST_DumpPoints(ST_LineInterpolatePoints(ST_ExteriorRing(ST_GeometryN(f.geom, 1)), 0.0002)) AS d WHERE f.id = $1`, id)...)
 	got, err := NewStore(testenv.ReadPool(t)).Check(ctxT(t), CheckQuery{Points: pts})
 	if err != nil {
 		t.Fatal(err)

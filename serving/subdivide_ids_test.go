@@ -37,23 +37,7 @@ func TestPiecesRefuseIDsThatMergeRows(t *testing.T) {
 	reader := testenv.ReadPool(t)
 	store := tiles.NewStore(reader)
 	tile := maptile.At(orb.Point{0.2, 0.05}, 10) // a and b (c lies east of it)
-	names := func(l *tiles.Layer) []string {
-		t.Helper()
-		r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls, err := mvt.Unmarshal(r.MVT)
-		if err != nil || len(ls) != 1 {
-			t.Fatalf("MVT: %v, %d layers", err, len(ls))
-		}
-		var out []string
-		for _, ft := range ls[0].Features {
-			out = append(out, ft.Properties["name"].(string))
-		}
-		slices.Sort(out)
-		return out
-	}
+	names := func(l *tiles.Layer) []string { return tileNames(t, store, l, tile) }
 	pieces := func() serving.Result {
 		t.Helper()
 		r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}})
@@ -137,19 +121,28 @@ func TestPiecesNullIDsServedAsTheTable(t *testing.T) {
 	}
 	store := tiles.NewStore(reader)
 	tile := maptile.At(orb.Point{0.2, 0.05}, 10)
-	count := func(l *tiles.Layer) int {
-		t.Helper()
-		r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls, err := mvt.Unmarshal(r.MVT)
-		if err != nil || len(ls) != 1 {
-			t.Fatalf("MVT: %v, %d layers", err, len(ls))
-		}
-		return len(ls[0].Features)
+	got, want := tileNames(t, store, cat.Layer(name), tile), tileNames(t, store, raw, tile)
+	if !slices.Equal(got, want) || len(want) != 2 {
+		t.Errorf("%v: %v served, %v from the table, want a and b", tile, got, want)
 	}
-	if got, want := count(cat.Layer(name)), count(raw); got != want || want != 2 {
-		t.Errorf("%v: %d features served, %d from the table, want 2 (a and b)", tile, got, want)
+}
+
+// tileNames renders tile of l alone and returns its features' names, sorted.
+func tileNames(t *testing.T, store *tiles.Store, l *tiles.Layer, tile maptile.Tile) []string {
+	t.Helper()
+	r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
+	if err != nil {
+		t.Fatal(err)
 	}
+	ls, err := mvt.Unmarshal(r.MVT)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("MVT: %v, %d layers", err, len(ls))
+	}
+	var out []string
+	for _, ft := range ls[0].Features {
+		name, _ := ft.Properties["name"].(string)
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }
