@@ -68,7 +68,7 @@ func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, e
 	if err := server.WatchPricing(m.Registry, m.pricing.models.Status); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	if err := m.Registry.Register(&modelFailures{status: m.pricing.models.Status, desc: modelFailuresDesc}); err != nil {
+	if err := m.Registry.Register(&modelFailures{status: m.pricing.models.Status}); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return func(context.Context) error { return pricingReady(m.pricing.models.Status()) }, nil
@@ -83,7 +83,8 @@ func (m *Main) openPricing(gate *toll.Toll, cat *tiles.Catalog) (server.Check, e
 // failing readiness for it would take every replica out of load balancing
 // at once, for requests that the old model still prices better than their
 // size would. The alert GeotollPriceModelStale
-// (geotoll_price_model_failed_builds) is what tells someone.
+// (geotoll_price_model_failed_builds, geotoll_price_model_stale) is what
+// tells someone.
 func pricingReady(all []density.Status) error {
 	if len(all) == 0 {
 		return &server.DegradedError{Detail: "the price models are not set up yet: requests are priced by their size"}
@@ -120,25 +121,42 @@ func pricingReady(all []density.Status) error {
 	return &server.ReadyNote{Detail: fmt.Sprintf("%d price models", len(all))}
 }
 
-// modelFailuresDesc is geotoll_price_model_failed_builds, beside the price
-// model metrics of server.WatchPricing: a model whose refreshes keep
-// failing stays in use, ready, its age the only other sign.
-var modelFailuresDesc = prometheus.NewDesc("geotoll_price_model_failed_builds", modelFailuresHelp, []string{"relation"}, nil)
+// modelFailuresDesc is geotoll_price_model_failed_builds and
+// modelStaleDesc geotoll_price_model_stale, beside the price model
+// metrics of server.WatchPricing: a model whose refreshes keep failing, or
+// whose refresh never ends (one starved of build slots), stays in use,
+// ready — they say so.
+var (
+	modelFailuresDesc = prometheus.NewDesc("geotoll_price_model_failed_builds", modelFailuresHelp, []string{"relation"}, nil)
+	modelStaleDesc    = prometheus.NewDesc("geotoll_price_model_stale", modelStaleHelp, []string{"relation"}, nil)
+)
 
-const modelFailuresHelp = "Builds of the relation's density model that failed since its last success (0 once one succeeds). " +
-	"Above 0 with geotoll_price_model_ready 1, requests are priced by the last model built, which grows stale."
+const (
+	modelFailuresHelp = "Builds of the relation's density model that failed since its last success (0 once one succeeds). " +
+		"Above 0 with geotoll_price_model_ready 1, requests are priced by the last model built, which grows stale."
+	modelStaleHelp = "1 while the relation's requests are priced by a model of its own that is not being refreshed: " +
+		"a build failed since it, or none has ended for several refresh intervals; else 0."
+)
 
-// modelFailures exports every model's failed builds, read at scrape time.
+// modelFailures exports every model's failed builds and staleness, read
+// at scrape time.
 type modelFailures struct {
 	status func() []density.Status
-	desc   *prometheus.Desc
 }
 
-func (c *modelFailures) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *modelFailures) Describe(ch chan<- *prometheus.Desc) {
+	ch <- modelFailuresDesc
+	ch <- modelStaleDesc
+}
 
 func (c *modelFailures) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range c.status() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(st.Failures), st.Relation)
+		ch <- prometheus.MustNewConstMetric(modelFailuresDesc, prometheus.GaugeValue, float64(st.Failures), st.Relation)
+		stale := 0.0
+		if st.Stale {
+			stale = 1
+		}
+		ch <- prometheus.MustNewConstMetric(modelStaleDesc, prometheus.GaugeValue, stale, st.Relation)
 	}
 }
 
