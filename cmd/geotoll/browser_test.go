@@ -128,6 +128,15 @@ func TestPreviewPageServed(t *testing.T) {
 			t.Errorf("%s: the page was priced", tc.path)
 		}
 	}
+	// An If-Match that names no current version is a 412 problem, as the
+	// published description (which every answer here is checked against)
+	// says.
+	for _, path := range []string{"/", "/web/app.js", "/web/vendor/maplibre-gl.css"} {
+		resp, body := fetch(t, http.MethodGet, base+path, "If-Match", `"stale"`)
+		if resp.StatusCode != http.StatusPreconditionFailed || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s If-Match \"stale\": %d %q %s, want a 412 problem", path, resp.StatusCode, resp.Header.Get("Content-Type"), short(body))
+		}
+	}
 }
 
 // withoutProxy drops proxy settings: the browser talks only to the server on
