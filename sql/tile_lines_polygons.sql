@@ -17,11 +17,22 @@
 --                  outside EPSG:4326 by a margin for sides that bend in
 --                  other projections (tiles.transformedEnvelope). A
 --                  scalar subquery over env: computed once per query)
---   .ID            the id column (empty: features carry no id)
---   .Props         the property columns, in order
---   .Cols          every column carried: id, properties, order_by columns
---   .Order         the layer's order_by over alias t, a total order when
---                  the layer has ids (the id is its last key)
+--   .Cols          every column carried: id, properties, order_by
+--                  columns, each read as .Column and carried as .As, a
+--                  name of the query's own (c0, c1…): the steps carry
+--                  g, geom and prio too, and a column by one of those
+--                  names would be ambiguous
+--   .ID            the carried id (empty: features carry no id);
+--                  .IDColumn the id column, which pieces join back on
+--   .Props         the properties, in order: carried as .As, and named
+--                  .Column again only in the row ST_AsMVT encodes (q,
+--                  passed as q.*, so that a property called q is not
+--                  taken for it)
+--   .Order         the layer's order_by over alias t and the carried
+--                  names, a total order when the layer has ids (the id is
+--                  its last key); without either, the geometry (g);
+--                  .TableOrder the same over the relation's own columns,
+--                  for the scan that reads it
 -- Everything else is bound (every parameter is named once in env):
 --   $1..$4  tile envelope in EPSG:3857 (xmin, ymin, xmax, ymax)
 --   $5  extent (tile units)    $6  buffer (tile units)    $7  buffer in metres
@@ -65,10 +76,10 @@ near AS (
     -- planner from pulling the snap into the scan's filter and pushing
     -- the outer "IS NOT NULL" into the aggregate's, which evaluated the
     -- snap and ST_AsMVTGeom (most of a z8 tile's time) twice.
-    SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
-    FROM (SELECT m.g AS {{.Geom}}{{range .Cols}}, k.{{.}}{{end}}
-          FROM (SELECT {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c}}{{end}}
-                FROM (SELECT DISTINCT ON (t.{{.ID}}) {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c}}{{end}}
+    SELECT t.g{{range .Cols}}, t.{{.As}}{{end}}
+    FROM (SELECT m.g{{range .Cols}}, k.{{.As}}{{end}}
+          FROM (SELECT {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c.As}}{{end}}
+                FROM (SELECT DISTINCT ON (t.{{.IDColumn}}) {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c.Column}} AS {{$c.As}}{{end}}
                       FROM {{.Table}} AS t, env
                       WHERE t.{{.Geom}} && {{.FilterExpr}}) AS t
                 ORDER BY {{.Order}}
@@ -80,12 +91,12 @@ near AS (
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g
                               FROM {{.Table}} AS t
-                              WHERE t.{{.ID}} = k.{{.ID}}
+                              WHERE t.{{.IDColumn}} = k.{{.ID}}
                                 AND t.{{.Geom}} && {{.FilterExpr}}
                               OFFSET 0) AS c
                         WHERE NOT ST_IsEmpty(c.g)
                         OFFSET 0) AS m) AS t
-    WHERE t.{{.Geom}} IS NOT NULL
+    WHERE t.g IS NOT NULL
     {{- else}}
     -- The first rows near the tile in order_by that leave something on
     -- it once clipped, up to the feature cap, numbered in that order
@@ -98,11 +109,11 @@ near AS (
     -- OFFSET 0 keeps the clip out of the filter, which would run it
     -- again). A tile whose candidates all meet it clips cap rows; none
     -- clips more than twice that.
-    SELECT c.geom, row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
-    FROM (SELECT t.{{.Geom}}{{range .Cols}}, t.{{.}}{{end}}
+    SELECT c.geom, row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.As}}{{end}}
+    FROM (SELECT t.{{.Geom}} AS g{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
           FROM {{.Table}} AS t, env
           WHERE t.{{.Geom}} && {{.FilterExpr}}
-          ORDER BY {{.Order}}
+          ORDER BY {{.TableOrder}}
           LIMIT 2 * $8::int) AS t,
          env,
          LATERAL (SELECT {{if .Overview -}}
@@ -115,7 +126,7 @@ near AS (
                                         AND ST_YMax(b.e) - ST_YMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
                                        THEN ST_AsMVTGeom(ST_Centroid(b.e), env.geom, env.extent, env.buffer, true) END)
                          {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS geom
-                  FROM (SELECT {{if .Transform}}ST_Transform(t.{{.Geom}}, 3857){{else}}t.{{.Geom}}{{end}} AS g OFFSET 0) AS m{{if .Overview}},
+                  FROM (SELECT {{if .Transform}}ST_Transform(t.g, 3857){{else}}t.g{{end}} AS g OFFSET 0) AS m{{if .Overview}},
                        LATERAL (SELECT ST_Envelope(m.g) AS e) AS b{{end}}
                   OFFSET 0) AS c
     WHERE c.geom IS NOT NULL
@@ -125,10 +136,10 @@ near AS (
 ),
 feats AS MATERIALIZED (
     {{- if .Pieces}}
-    SELECT t.{{.Geom}} AS geom, row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.}}{{end}}
+    SELECT t.g AS geom, row_number() OVER (ORDER BY {{.Order}}) AS prio{{range .Cols}}, t.{{.As}}{{end}}
     FROM near AS t
     {{- else}}
-    SELECT t.geom, t.prio{{range .Cols}}, t.{{.}}{{end}}
+    SELECT t.geom, t.prio{{range .Cols}}, t.{{.As}}{{end}}
     FROM near AS t
     {{- end}}
 ),
@@ -136,13 +147,13 @@ fit (level, mvt) AS (
     SELECT 0, NULL::bytea
     UNION ALL
     SELECT fit.level + 1, (
-        SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY s.prio)
-        FROM (SELECT g.geom, f.prio{{range .Cols}}, f.{{.}}{{end}}
+        SELECT ST_AsMVT(q.*, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY s.prio)
+        FROM (SELECT g.geom, f.prio{{range .Cols}}, f.{{.As}}{{end}}
               FROM feats AS f,
                    LATERAL (SELECT CASE WHEN fit.level > 0 THEN ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f)
                                         ELSE f.geom END AS geom) AS g
               WHERE f.geom IS NOT NULL AND f.prio <= greatest(1, env.cap >> fit.level)) AS s,
-             LATERAL (SELECT s.geom{{if .ID}}, s.{{.ID}} AS id{{end}}{{range .Props}}, s.{{.}}{{end}}) AS q
+             LATERAL (SELECT s.geom{{if .ID}}, s.{{.ID}} AS id{{end}}{{range .Props}}, s.{{.As}} AS {{.Column}}{{end}}) AS q
         WHERE NOT ST_IsEmpty(s.geom))
     FROM fit, env,
          LATERAL (SELECT 2 ^ (fit.level - 1 + env.generalised) AS f) AS k

@@ -14,12 +14,19 @@
 --                  outside EPSG:4326 by a margin for sides that bend in
 --                  other projections (tiles.transformedEnvelope). A
 --                  scalar subquery over env: computed once per query)
---   .ID            the id column (empty: features carry no id)
---   .Props         the property columns, in order
---   .Cols          every column carried: id, properties, order_by columns
---   .Order         the layer's order_by over alias t, a total order when
---                  the layer has ids (the id is its last key); without
---                  either, the cell (t.cx, t.cy)
+--   .Cols          every column carried: id, properties, order_by
+--                  columns, each read as .Column and carried as .As, a
+--                  name of the query's own (c0, c1…): the steps carry
+--                  g, cx, cy, point_count and geom too, and a column by
+--                  one of those names would be ambiguous
+--   .ID            the carried id (empty: features carry no id)
+--   .Props         the properties, in order: carried as .As, and named
+--                  .Column again only in the row ST_AsMVT encodes (q,
+--                  passed as q.*, so that a property called q is not
+--                  taken for it)
+--   .Order         the layer's order_by over alias t and the carried
+--                  names, a total order when the layer has ids (the id is
+--                  its last key); without either, the cell (t.cx, t.cy)
 --   .Overview      the relation holds clusters already: columns cx, cy
 --                  (cell indices) and point_count
 --   .Cluster       cluster the layer's own rows (without .Overview)
@@ -49,13 +56,13 @@ WITH RECURSIVE env AS NOT MATERIALIZED (
 ),
 near AS (
 {{- if .Overview}}
-    SELECT t.{{.Geom}} AS g, t.cx, t.cy, t.point_count{{range .Cols}}, t.{{.}}{{end}}
+    SELECT t.{{.Geom}} AS g, t.cx, t.cy, t.point_count{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
     FROM {{.Table}} AS t, env
     WHERE t.{{.Geom}} && {{.FilterExpr}}
       AND t.cx BETWEEN env.cx0 AND env.cx1 AND t.cy BETWEEN env.cy0 AND env.cy1
 {{- else}}
-    SELECT p.g, c.cx, c.cy, 1::bigint AS point_count{{range .Cols}}, p.{{.}}{{end}}
-    FROM (SELECT {{.GeomExpr}} AS g{{range .Cols}}, t.{{.}}{{end}}
+    SELECT p.g, c.cx, c.cy, 1::bigint AS point_count{{range .Cols}}, p.{{.As}}{{end}}
+    FROM (SELECT {{.GeomExpr}} AS g{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
           FROM {{.Table}} AS t, env
           WHERE t.{{.Geom}} && {{.FilterExpr}}) AS p,
          env,
@@ -68,7 +75,7 @@ cells AS (
 {{- if and .Cluster (not .Overview)}}
     -- One row per cell: its first point in order_by, and how many it holds.
     SELECT DISTINCT ON (t.cx, t.cy) t.g, t.cx, t.cy,
-           count(*) OVER (PARTITION BY t.cx, t.cy) AS point_count{{range .Cols}}, t.{{.}}{{end}}
+           count(*) OVER (PARTITION BY t.cx, t.cy) AS point_count{{range .Cols}}, t.{{.As}}{{end}}
     FROM near AS t
     ORDER BY t.cx, t.cy, {{.Order}}
 {{- else}}
@@ -77,28 +84,28 @@ cells AS (
 ),
 feats AS MATERIALIZED (
     SELECT ST_AsMVTGeom(t.g, env.geom, env.extent, env.buffer, true) AS geom,
-           t.cx, t.cy, t.point_count{{range .Cols}}, t.{{.}}{{end}}
+           t.cx, t.cy, t.point_count{{range .Cols}}, t.{{.As}}{{end}}
     FROM cells AS t, env
     ORDER BY t.point_count DESC, {{.Order}}
     LIMIT $8::int
 ),
 fit (level, mvt) AS (
     SELECT 0, (
-        SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY t.point_count DESC, {{.Order}})
+        SELECT ST_AsMVT(q.*, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY t.point_count DESC, {{.Order}})
         FROM feats AS t,
-             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, t.{{.}}{{end}}, t.point_count) AS q
+             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, t.{{.As}} AS {{.Column}}{{end}}, t.point_count) AS q
         WHERE t.geom IS NOT NULL)
     UNION ALL
     SELECT fit.level + 1, (
         -- Level + 1: cells 2^shift wide, their first feature in order_by
         -- drawn with the sum of their counts.
-        SELECT ST_AsMVT(q, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY t.point_count DESC, {{.Order}})
-        FROM (SELECT DISTINCT ON (t.cx >> s.shift, t.cy >> s.shift) t.geom, t.cx, t.cy{{range .Cols}}, t.{{.}}{{end}},
+        SELECT ST_AsMVT(q.*, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY t.point_count DESC, {{.Order}})
+        FROM (SELECT DISTINCT ON (t.cx >> s.shift, t.cy >> s.shift) t.geom, t.cx, t.cy{{range .Cols}}, t.{{.As}}{{end}},
                      sum(t.point_count) OVER (PARTITION BY t.cx >> s.shift, t.cy >> s.shift)::bigint AS point_count
               FROM feats AS t, (SELECT fit.level + env.clustered AS shift FROM env) AS s
               WHERE t.geom IS NOT NULL
               ORDER BY t.cx >> s.shift, t.cy >> s.shift, {{.Order}}) AS t,
-             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, t.{{.}}{{end}}, t.point_count) AS q)
+             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, t.{{.As}} AS {{.Column}}{{end}}, t.point_count) AS q)
     FROM fit, env
     WHERE length(fit.mvt) > env.budget AND fit.level < env.last_level
 )

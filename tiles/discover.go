@@ -147,9 +147,9 @@ func Discover(ctx context.Context, q Querier, d Discovery, existing []Layer) ([]
 }
 
 // properties picks a discovered layer's properties from its columns: at
-// most max, never a name the tile queries use for a column of their own
-// (reservedNames, kindNames, and "id" when features carry ids), which
-// would make the layer's tiles, or the whole catalog, fail.
+// most max, never a name taken beside the properties (reservedNames,
+// which would make the whole catalog fail; kindNames, which would make
+// the overviews of a point layer fail), nor "id" when features carry ids.
 func properties(columns []string, l Layer, max int) []string {
 	var out []string
 	for _, c := range columns {

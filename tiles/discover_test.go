@@ -221,9 +221,11 @@ func TestDiscoverBoundsProperties(t *testing.T) {
 	}
 }
 
-// A discovered table may have columns named as the tile queries name
-// columns of their own (point_count, cx, prio…): discovery leaves them out
-// of the properties, so the catalog builds and every tile renders.
+// A discovered table may have columns named as the tile queries or the
+// overviews name columns of their own (point_count, cx, prio…): discovery
+// leaves out those a layer cannot have (point_count; cx and cy, the cells
+// of a point layer's overviews), offers the others, the catalog builds
+// and every tile renders.
 func TestDiscoverLeavesOutQueryNames(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -243,8 +245,8 @@ func TestDiscoverLeavesOutQueryNames(t *testing.T) {
 		t.Fatalf("discovered %d layers, want 2", len(found))
 	}
 	for _, l := range found {
-		if !slices.Equal(l.Properties, []string{"n"}) {
-			t.Errorf("%s: properties %q, want [n]", l.Name, l.Properties)
+		if want := []string{"g", "prio", "q", "n"}; !slices.Equal(l.Properties, want) {
+			t.Errorf("%s: properties %q, want %q", l.Name, l.Properties, want)
 		}
 	}
 	cat, err := tiles.NewCatalog(found)
@@ -260,6 +262,12 @@ func TestDiscoverLeavesOutQueryNames(t *testing.T) {
 			_, layers := render(t, store, []*tiles.Layer{l}, maptile.At(orb.Point{0.02, 0.02}, z))
 			if len(layers) != 1 || len(layers[0].Features) == 0 {
 				t.Errorf("%s z%d: %d layers, no features", l.Name, z, len(layers))
+				continue
+			}
+			for _, feat := range layers[0].Features {
+				if p := feat.Properties; p["g"] != 4.0 || p["prio"] != 5.0 || p["q"] != 6.0 || p["n"] != feat.ID {
+					t.Errorf("%s z%d: feature %v carries %v, want g 4, prio 5, q 6 and n its id", l.Name, z, feat.ID, p)
+				}
 			}
 		}
 	}

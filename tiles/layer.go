@@ -108,20 +108,24 @@ const (
 
 var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// reservedNames are names the tile queries give columns of their own
-// next to a layer's properties: "geom" is every feature's geometry,
-// "point_count" a point feature's count (refused on every kind: a layer's
-// kind may be read from its table only once it is served), and "q" the
-// row ST_AsMVT encodes, so a property by one of them would be ambiguous. A
-// layer is refused one (validate), and Discover never offers one.
-var reservedNames = []string{"geom", "point_count", "q"}
+// reservedNames are names a layer's property cannot have, on any kind of
+// layer (its kind may be read from its table only once it is served).
+// The tile queries carry the layer's columns under names of their own
+// (see carried), so no name is taken by a step of a query; these are
+// taken beside the properties themselves: "point_count" is a property
+// every point feature carries (a feature cannot carry two values under
+// one key), and "geom" is the geometry column of every overview `geotoll
+// prepare` builds, next to the layer's columns by their names. A layer is
+// refused one (validate), and Discover never offers one.
+var reservedNames = []string{"geom", "point_count"}
 
-// kindNames are the names the tile queries of one geometry kind give
-// columns of their own besides reservedNames: the cell indices cx, cy and
-// the geometry g of a point layer's rows, and the priority prio of a line
-// or polygon layer's. Discover, which does not know a table's kind yet,
-// never offers a property by one of them.
-var kindNames = []string{"cx", "cy", "g", "prio"}
+// kindNames are names a property of a point layer cannot have: the
+// overviews `geotoll prepare` builds of a point layer name their cluster
+// cells cx and cy, next to the layer's columns by their names, so their
+// build would fail. A line or polygon layer may have them (a centroid's
+// cx, cy), so a layer is not refused one, but Discover, which does not
+// know a table's kind yet, never offers one.
+var kindNames = []string{"cx", "cy"}
 
 // ZoomInRange reports whether z is within the layer's zoom range.
 func (l *Layer) ZoomInRange(z maptile.Zoom) bool {
@@ -216,7 +220,7 @@ func (l *Layer) validate() error {
 	errs = append(errs, l.validateSettings()...)
 	for _, p := range l.Properties {
 		if slices.Contains(reservedNames, p) {
-			bad("property %q: the tile query uses that name itself", p)
+			bad("property %q: the name is taken (point features carry point_count, overviews name their geometry geom)", p)
 		}
 	}
 	var err error

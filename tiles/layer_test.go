@@ -295,8 +295,11 @@ func TestRenderedSQL(t *testing.T) {
 		tiles.Layer{Name: "unknown", Table: "geotoll.districts", GeometryColumn: "geom_3857"},
 	)
 	clustered, raw := c.Layer("merc").SQL(5), c.Layer("merc").SQL(15)
-	for _, want := range []string{`FROM "geotoll"."places" AS t`, `t."geom_3857" &&`, `t."id" AS id`, `t."name"`,
-		`t."rank" DESC NULLS LAST, t."id" ASC NULLS LAST`} {
+	// The columns are read by their names and carried as c0, c1… (id,
+	// properties, order_by), the order over those; the features name
+	// their properties again.
+	for _, want := range []string{`FROM "geotoll"."places" AS t`, `t."geom_3857" &&`, `t."id" AS c0`, `t."name" AS c1`,
+		`t."rank" AS c2`, `t.c0 AS id`, `t.c1 AS "name"`, `t.c2 DESC NULLS LAST, t.c0 ASC NULLS LAST`} {
 		if !strings.Contains(clustered, want) {
 			t.Errorf("3857 point layer SQL lacks %q:\n%s", want, clustered)
 		}
@@ -307,12 +310,16 @@ func TestRenderedSQL(t *testing.T) {
 	if strings.Contains(clustered, "ST_Transform") || strings.Contains(c.Layer("poly").SQL(5), "ST_Transform") {
 		t.Errorf("3857 layer SQL transforms its geometry:\n%s", clustered)
 	}
-	// The filter box: the envelope cut at the world's edges, transformed
+	// The geometry transformed (a polygon's once read, carried as g), and
+	// the filter box: the envelope cut at the world's edges, transformed
 	// (in 4326 its corners give its box exactly).
-	for _, want := range []string{`ST_Transform(t."geom", 3857)`,
-		`WHERE t."geom" && (SELECT ST_Transform(ST_MakeEnvelope(greatest(ST_XMin(env.geom) - env.buffer_m, -20037508.342789244), ST_YMin(env.geom) - env.buffer_m, ` +
-			`least(ST_XMax(env.geom) + env.buffer_m, 20037508.342789244), ST_YMax(env.geom) + env.buffer_m, 3857), 4326) FROM env)`} {
-		for _, q := range []string{c.Layer("wgs").SQL(5), c.Layer("poly4326").SQL(5)} {
+	filter := `WHERE t."geom" && (SELECT ST_Transform(ST_MakeEnvelope(greatest(ST_XMin(env.geom) - env.buffer_m, -20037508.342789244), ST_YMin(env.geom) - env.buffer_m, ` +
+		`least(ST_XMax(env.geom) + env.buffer_m, 20037508.342789244), ST_YMax(env.geom) + env.buffer_m, 3857), 4326) FROM env)`
+	for q, wants := range map[string][]string{
+		c.Layer("wgs").SQL(5):      {`ST_Transform(t."geom", 3857)`, filter},
+		c.Layer("poly4326").SQL(5): {`t."geom" AS g`, `ST_Transform(t.g, 3857)`, filter},
+	} {
+		for _, want := range wants {
 			if !strings.Contains(q, want) {
 				t.Errorf("4326 layer SQL lacks %q:\n%s", want, q)
 			}

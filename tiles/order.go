@@ -102,14 +102,18 @@ func (l *Layer) OrderBySQL(alias string) string { return orderSQL(alias, l.order
 
 // orderSQL renders keys as an ORDER BY list over the relation alias
 // (columns quoted with pgx.Identifier), nulls last.
-func orderSQL(alias string, keys []OrderKey) string {
+func orderSQL(alias string, keys []OrderKey) string { return orderSQLBy(alias, keys, column) }
+
+// orderSQLBy renders keys as an ORDER BY list over the relation alias,
+// each column written as name returns it, nulls last.
+func orderSQLBy(alias string, keys []OrderKey, name func(string) string) string {
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		dir := " ASC"
 		if k.Desc {
 			dir = " DESC"
 		}
-		parts[i] = alias + "." + column(k.Column) + dir + " NULLS LAST"
+		parts[i] = alias + "." + name(k.Column) + dir + " NULLS LAST"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -248,14 +248,38 @@ func sridText(srid int) string { return strconv.Itoa(srid) }
 // queryData fills the tile query templates (see their headers).
 type queryData struct {
 	Table, Geom, GeomExpr, FilterExpr string
-	ID, Order                         string
-	Props, Cols                       []string
-	Overview, Cluster, Transform      bool
+	// ID is the carried name of the id column ("" without ids), IDColumn
+	// the column itself, which the pieces join back on.
+	ID, IDColumn string
+	// Order is the layer's order over the carried names (alias t),
+	// TableOrder the same order over the relation's own columns (alias
+	// t), for the scan that reads it, so that an index on them may serve
+	// the order.
+	Order, TableOrder string
+	// Cols are the columns carried (Layer.Columns); Props the properties,
+	// each by the carried name of its column (As) and its own name
+	// (Column), which its features carry.
+	Props, Cols                  []carried
+	Overview, Cluster, Transform bool
 	// Pieces: the relation holds pieces of the layer's rows (a
 	// BuilderSubdivide storage), joined back per id; LineMerge: they are
 	// lines, merged at their shared ends.
 	Pieces, LineMerge bool
 }
+
+// carried is a column of the layer's relation as a tile query carries it:
+// read as Column (quoted), then carried from step to step as As, a name
+// the query makes (c0, c1…), and named Column again only in the row
+// ST_AsMVT encodes. A query's steps also carry values of their own (a
+// point's cell cx, cy, a line's priority prio, the geometry g…): under
+// their own names, a property by one of those names would make every
+// reference to it ambiguous, and which names a table's columns have is
+// not the query's to choose.
+type carried struct{ Column, As string }
+
+// carriedName is the name the tile queries carry the i-th of
+// Layer.Columns under.
+func carriedName(i int) string { return "c" + strconv.Itoa(i) }
 
 // renderQuery renders the tile query of kind over rel: sql/tile_points.sql
 // for points (clustering the layer's own rows when clustered), else
@@ -263,20 +287,23 @@ type queryData struct {
 // pgx.Identifier; the SRID is an int.
 func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, error) {
 	geom := column(rel.geom)
+	cols := l.Columns()
+	as := func(name string) string { return carriedName(slices.Index(cols, name)) }
 	d := queryData{
 		Table: rel.ident.Sanitize(), Geom: geom,
 		Overview: rel.storage != nil && rel.storage.Builder == BuilderOverview, Cluster: clustered,
-		Pieces: rel.storage != nil && rel.storage.Builder == BuilderSubdivide,
-		Order:  orderSQL("t", l.order),
+		Pieces:     rel.storage != nil && rel.storage.Builder == BuilderSubdivide,
+		Order:      orderSQLBy("t", l.order, as),
+		TableOrder: orderSQL("t", l.order),
 	}
 	if !l.WithoutID {
-		d.ID = column(l.IDColumn)
+		d.ID, d.IDColumn = as(l.IDColumn), column(l.IDColumn)
 	}
 	for _, p := range l.Properties {
-		d.Props = append(d.Props, column(p))
+		d.Props = append(d.Props, carried{Column: column(p), As: as(p)})
 	}
-	for _, c := range l.Columns() {
-		d.Cols = append(d.Cols, column(c))
+	for i, c := range cols {
+		d.Cols = append(d.Cols, carried{Column: column(c), As: carriedName(i)})
 	}
 	if rel.srid == 3857 {
 		d.GeomExpr = "t." + geom
@@ -294,7 +321,9 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 			d.Order = "t.cx, t.cy" // no id, no order_by: the cell is the only key
 		}
 	} else if d.Order == "" {
-		d.Order = "t." + geom
+		// No id, no order_by: the geometry (its box) is the only key,
+		// carried as g.
+		d.Order, d.TableOrder = "t.g", "t."+geom
 	}
 	var buf bytes.Buffer
 	if err := tmpl.Execute(&buf, d); err != nil {

@@ -1,0 +1,123 @@
+package serving_test
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paulmach/orb/encoding/mvt"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// A layer's properties (and order_by) may be named as the tile queries
+// name columns of their own: the overviews and the pieces `geotoll
+// prepare` builds carry them, and every tile read from them, or from the
+// table, renders with each feature carrying each property under its own
+// name. (A point layer's cx and cy name its overviews' cells: Discover
+// never offers them.)
+func TestStorageOfPropertiesNamedAsTheQueriesColumns(t *testing.T) {
+	t.Parallel()
+	owner, f, polys := setup(t, true, "names_")
+	pts := unique("names_")
+	testenv.ForgetStorage(t, owner, pts)
+	names := []string{"prio", "cx", "cy", "g", "q", "name", "id", "level", "mvt", "shift", "cell", "tolerance"}
+	values := `i, i, 10 + i, 20 + i, 'g' || i, 'q' || i, 'n' || i, 'id' || i, 30 + i, 'm' || i, 40 + i, 'c' || i, 50 + i`
+	cols := `gid bigint PRIMARY KEY, prio int, cx int, cy int, g text, q text, name text, id text, level int, mvt text, shift int, cell text, tolerance int`
+	// Four discs 4 km across (257 vertices: several pieces each) 10 km
+	// apart around the centre of a z10 tile, and four points 100 m apart
+	// near the centre of a z14 tile within it.
+	c := maptile.New(531, 359, 10).Center()
+	pc := maptile.At(c, 14).Center()
+	f.exec(t, `CREATE TABLE {s}.named_polys (`+cols+`, geom geometry(Polygon, 3857) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.named_polys SELECT `+values+`,
+		ST_Buffer(ST_Translate(ST_Transform(ST_SetSRID(ST_MakePoint($1::float8, $2::float8), 4326), 3857), 10000 * i - 25000, 0), 2000, 'quad_segs=64')
+		FROM generate_series(1, 4) AS i`, c[0], c[1])
+	ptCols := strings.Replace(cols, "cx int, cy int, ", "", 1)
+	ptValues := strings.Replace(values, "10 + i, 20 + i, ", "", 1)
+	f.exec(t, `CREATE TABLE {s}.named_pts (`+ptCols+`, geom geometry(Point, 3857) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.named_pts SELECT `+ptValues+`,
+		ST_Translate(ST_Transform(ST_SetSRID(ST_MakePoint($1::float8, $2::float8), 4326), 3857), 100 * i, 100 * (i % 2))
+		FROM generate_series(1, 4) AS i`, pc[0], pc[1])
+	f.exec(t, `CREATE INDEX ON {s}.named_polys USING gist (geom)`)
+	f.exec(t, `CREATE INDEX ON {s}.named_pts USING gist (geom)`)
+	f.exec(t, `GRANT SELECT ON {s}.named_polys, {s}.named_pts TO geotoll_reader`)
+	layer := func(name, table string, kind tiles.Kind, props []string) tiles.Layer {
+		return tiles.Layer{
+			Name: name, Schema: f.schema, Table: table, GeometryColumn: "geom", IDColumn: "gid", GeometryKind: kind,
+			Properties: props, OrderBy: []string{"prio desc"}, Subdivide: tiles.Subdivide{MaxVertices: 64},
+			StatementTimeout: 30 * time.Second,
+		}
+	}
+	ptNames := []string{"prio", "g", "q", "name", "id", "level", "mvt", "shift", "cell", "tolerance"}
+	cat := catalog(t, layer(polys, "named_polys", tiles.KindPolygon, names), layer(pts, "named_pts", tiles.KindPoint, ptNames))
+	for _, b := range []struct {
+		layer   string
+		builder serving.Builder
+	}{{polys, serving.Overview{}}, {polys, serving.Subdivide{}}, {pts, serving.Overview{}}} {
+		if r := one(t, owner, cat.Layer(b.layer), serving.Options{Builders: []serving.Builder{b.builder}}); r.Status != serving.Built {
+			t.Fatalf("prepare %s: %+v", b.builder.Name(), r)
+		}
+	}
+	reader := testenv.ReadPool(t)
+	if res, err := cat.Refresh(t.Context(), reader); err != nil || len(res.Warnings) > 0 {
+		t.Fatalf("refresh: %+v, %v", res, err)
+	}
+	store := tiles.NewStore(reader)
+	for _, tc := range []struct {
+		layer    string
+		z        maptile.Zoom
+		builder  string // what the tile reads: "" the table
+		features int    // at least
+	}{
+		{polys, 5, tiles.BuilderOverview, 4}, {polys, 10, tiles.BuilderSubdivide, 4}, {polys, 12, tiles.BuilderSubdivide, 1},
+		{pts, 5, tiles.BuilderOverview, 1}, {pts, 12, tiles.BuilderOverview, 1}, {pts, 14, "", 4},
+	} {
+		l := cat.Layer(tc.layer)
+		tile := maptile.At(c, tc.z)
+		if tc.layer == pts {
+			tile = maptile.At(pc, tc.z)
+		}
+		what := fmt.Sprintf("%s %v (%s)", l.Table, tile, l.Source(tc.z).Relation.Sanitize())
+		if got := l.Source(tc.z).Builder; got != tc.builder {
+			t.Fatalf("%s: reads builder %q, want %q", what, got, tc.builder)
+		}
+		r, err := store.Render(t.Context(), []*tiles.Layer{l}, tile)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		decoded, err := mvt.Unmarshal(r.MVT)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		n, points := 0, 0.0
+		for _, ml := range decoded {
+			for _, feat := range ml.Features {
+				n++
+				i, _ := feat.ID.(float64) // as orb decodes it
+				want := map[string]any{"prio": i, "g": fmt.Sprint("g", i), "q": fmt.Sprint("q", i), "name": fmt.Sprint("n", i),
+					"id": fmt.Sprint("id", i), "level": 30 + i, "mvt": fmt.Sprint("m", i), "shift": 40 + i,
+					"cell": fmt.Sprint("c", i), "tolerance": 50 + i}
+				got := maps.Clone(map[string]any(feat.Properties))
+				if tc.layer == pts {
+					count, _ := got["point_count"].(float64)
+					points += count
+					delete(got, "point_count")
+				} else {
+					want["cx"], want["cy"] = 10+i, 20+i
+				}
+				if !maps.Equal(got, want) {
+					t.Errorf("%s: feature %v carries %v, want %v", what, feat.ID, feat.Properties, want)
+				}
+			}
+		}
+		if n < tc.features || (tc.layer == pts && points != 4) {
+			t.Errorf("%s: %d features (%v points), want at least %d", what, n, points, tc.features)
+		}
+	}
+}
