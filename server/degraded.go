@@ -87,7 +87,7 @@ func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 		}, func() float64 { return float64(f.Health().Fallbacks) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "geotoll_limiter_free_refusals_total",
-			Help: "Requests refused in process, without a store call, because the store had refused their caller (or its aggregate, an IPv6 /48) and that bucket still could not pay.",
+			Help: "Requests refused in process, without a store call, because the store had refused their caller and its bucket still could not pay.",
 		}, func() float64 { return float64(f.FreeRefusals()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "geotoll_limiter_free_peeks_total",

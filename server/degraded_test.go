@@ -107,7 +107,7 @@ geotoll_limiter_degraded{fail_mode="local"} 1
 # HELP geotoll_limiter_free_peeks_total Budget reads (/budget, dry runs, the budget headers of a 422 or of the global budget's 503) answered in process, from what the store said of the caller's bucket within the last redis.peek_reuse.
 # TYPE geotoll_limiter_free_peeks_total counter
 geotoll_limiter_free_peeks_total 0
-# HELP geotoll_limiter_free_refusals_total Requests refused in process, without a store call, because the store had refused their caller (or its aggregate, an IPv6 /48) and that bucket still could not pay.
+# HELP geotoll_limiter_free_refusals_total Requests refused in process, without a store call, because the store had refused their caller and its bucket still could not pay.
 # TYPE geotoll_limiter_free_refusals_total counter
 geotoll_limiter_free_refusals_total 0
 # HELP geotoll_limiter_fallbacks_total Budget decisions made without the store, by fail_mode (local, open or closed).

@@ -105,9 +105,8 @@
 // [Failover] wraps the Redis store with a circuit breaker and the fail
 // mode (open, closed, local: an in-process bucket at rate / replicas that
 // starts from what Redis last reported of the caller). It refuses for
-// free: a caller Redis refused — or whose aggregate bucket (its IPv6 /48)
-// Redis refused, whichever /64 it is — is refused in process until that
-// bucket could pay again, with no call; and it answers a peek from what it
+// free: a caller Redis refused is refused in process until its bucket
+// could pay again, with no call; and it answers a peek from what it
 // learnt of the bucket within PeekReuse of the primary's last answer,
 // refilled, with no call either.
 // [Global] is a budget shared by every caller, spent by each replica

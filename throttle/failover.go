@@ -49,26 +49,12 @@ var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode 
 // one per request, and a recovered one is used again within one interval.
 //
 // It also refuses for free: a caller whose bucket the primary found unable
-// to pay is refused in process, without a call, until that bucket could hold
-// the price again (the refusal's remaining tokens plus the refill since, and
-// the settlements of the caller's requests this Failover admitted); the
-// first request after that asks the primary again. So is every caller under
-// an aggregate bucket (the IPv6 /48) the primary refused, whichever /64 it
-// is: until the aggregate, by the refusal's tokens, its refill since at the
-// aggregate's rate and the settlements through it of the requests this
-// Failover admitted, could pay the request's cost. Such a refusal answers as
-// the primary's would: RefusedAggregate, the aggregate's tokens and limit,
-// and a Retry-After that counts down to the moment the first request asks
-// the primary again. An aggregate's refusal whose call may have crossed a
-// settlement through it — one counted here from Timeout before the call was
-// sent until its answer, or a void of an admission through it whose caller
-// did not wait for the answer — is not used so: the next request asks again,
-// as a caller's own refusal that raced its settlement. Each replica learns
-// this on its own, and a refund another replica makes can only make such a
-// refusal conservative, never too lenient: until the Retry-After it was
-// given, a replica may refuse in process a request that another replica's
-// refund would have paid. Shadow requests, and requests under other limits
-// than the refusal's, always ask the primary.
+// to pay is refused in process, without a call, until that bucket could
+// hold the price again (the refusal's remaining tokens plus the refill
+// since, and the settlements of the caller's requests this Failover
+// admitted); the first request after that asks the primary again. Each
+// replica learns this on its own, and a refund another replica makes can
+// only make such a refusal conservative, never too lenient.
 //
 // In FailLocal a caller's fallback bucket starts from what the primary
 // last reported of it (not full), and refills at rate / Replicas — and so
@@ -97,9 +83,7 @@ type Failover struct {
 	// free refusals and fallback seeding), apart from them the callers
 	// whose last peek is kept (for PeekReuse and fallback seeding), and
 	// apart from both the aggregate buckets whose last known tokens are
-	// kept (for free refusals and fallback seeding), and the aggregates
-	// whose last settlement here is kept (see known); 0 means 65536 of
-	// each.
+	// kept (for fallback seeding); 0 means 65536 of each.
 	Remember int
 	// PeekReuse is how long after the primary last answered of a caller's
 	// bucket (an admission, a refusal or a peek) what this Failover knows
@@ -152,8 +136,7 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 	if err := ctx.Err(); err != nil {
 		return Admission{}, err
 	}
-	sent := time.Now()
-	a, refused, from := f.known.refuse(req, sent)
+	a, refused, from := f.known.refuse(req, time.Now())
 	if refused {
 		f.free.Add(1)
 		return a, nil
@@ -162,15 +145,9 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 		a, err = f.Primary.Admit(ctx, req)
 		return !a.inProcess, err
 	})
-	if (fallback || err != nil) && req.Aggregate != nil {
-		// An admission left unanswered (its caller gone, its call failed)
-		// is voided when the primary did apply it: its price may come
-		// back to the aggregate on a call of its own.
-		f.known.settling(req.Aggregate.Key, time.Now(), f.remember())
-	}
 	if !fallback {
 		if err == nil {
-			f.known.note(req, a, from, sent.Add(-f.timeout()), time.Now(), f.remember())
+			f.known.note(req, a, from, time.Now(), f.remember())
 			if a.Ticket != nil {
 				a.Ticket.known = &f.known // its settlement counts in what is known
 			}
@@ -505,33 +482,13 @@ func (b *breaker) health() Health {
 // aggregate buckets (agg) are kept apart, each so bounded: budget reads,
 // which are free, never push out what free refusals need, and never change
 // it; nor do the aggregates, whose keys are not callers'.
-//
-// Free refusals come from m and agg alike: a request is refused in process
-// while its caller's bucket, or its aggregate, is one the primary refused
-// and what is known of it (the refusal's tokens, refilled since, with this
-// replica's settlements through it) still cannot pay. An aggregate is
-// shared by callers whose settlements ride calls of their own, which reach
-// the primary in no order with the refusal's: a refusal of an aggregate is
-// kept for free refusals only when no settlement through it was counted
-// here from a Failover's Timeout before its call was sent until its answer
-// (aggSettled), nor did its call race one of its own caller's.
 type known struct {
 	mu   sync.Mutex
 	m    map[string]knownBudget
 	read map[string]knownBudget
 	// agg is what admissions taught of aggregate buckets, by the
-	// aggregate's key, for free refusals and fallback seeding (see
-	// noteAggregate).
+	// aggregate's key, for fallback seeding only (see noteAggregate).
 	agg map[string]knownBudget
-	// aggSettled is when a settlement through an aggregate was last
-	// counted here, or an admission through it left unanswered (whose void
-	// may give its price back), by the aggregate's key: a refusal of it
-	// whose call may have reached the primary before that did is not kept
-	// for free refusals.
-	aggSettled map[string]time.Time
-	// size is the bound the Failover last gave (Remember), for what a
-	// settlement records without it.
-	size int
 	// settles counts the settlements counted in m, every caller's: each
 	// entry records the count at its caller's last (knownBudget.last).
 	settles uint64
@@ -542,9 +499,7 @@ type knownBudget struct {
 	asked     time.Time // when the primary answered of it
 	remaining float64
 	limit     Limit
-	// refused: the primary refused for want of these tokens, and free
-	// refusals may follow from them
-	refused bool
+	refused   bool
 	// last is known.settles when a settlement of the caller was last
 	// counted here (0: none). A call that saw another value when it was
 	// sent raced a settlement of the caller.
@@ -561,18 +516,15 @@ func (k knownBudget) estimate(now time.Time) float64 {
 // settlement of the caller counted since may have reached the
 // primary before the call or after it — which, only the primary's queue
 // knew — so a refusal that raced one is not kept for free refusals: the
-// caller's next request asks the primary again. So for the aggregate's,
-// with any settlement through it counted here since quiet (a Timeout
-// before the call was sent: see known).
-func (k *known) note(req Request, a Admission, from uint64, quiet, now time.Time, size int) {
+// caller's next request asks the primary again.
+func (k *known) note(req Request, a Admission, from uint64, now time.Time, size int) {
 	if a.Refusal == RefusedInFlight { // says nothing of either bucket's tokens
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.size = size
 	if req.Aggregate != nil {
-		k.noteAggregate(*req.Aggregate, a, req.Cost, quiet, now, size)
+		k.noteAggregate(*req.Aggregate, a, req.Cost, now, size)
 	}
 	if a.Refusal == RefusedAggregate {
 		return // its Result is the aggregate's, not the caller's bucket
@@ -589,24 +541,20 @@ func (k *known) note(req Request, a Admission, from uint64, quiet, now time.Time
 
 // noteAggregate records what the primary's answer a, to a request of cost
 // through aggregate bucket b, says of b. Only a refusal by the aggregate
-// carries its tokens (admit.lua replies with the caller's bucket otherwise);
-// they are kept as they are, and for free refusals unless the call raced a
-// settlement of its caller or one through b was counted here since quiet. An
-// admission that spent from b says only that b could pay the cost: what is
-// known of b (that refusal's tokens or a budget read's, refilled since) pays
-// it here too, so that the next outage does not start b from tokens the
-// primary has spent. Should what is known not cover the cost, b held more
-// than this replica could see (another replica's refunds), and what is known
-// is dropped: its level is unknown, and its fallback bucket starts full.
-// Other answers (the caller's bucket refused, a shadow admission that spent
-// nothing) say nothing of b's tokens and change nothing. An admission's
-// entry makes no free refusals: b could pay. Called with k.mu held.
-func (k *known) noteAggregate(b Bucket, a Admission, cost float64, quiet, now time.Time, size int) {
+// carries its tokens (admit.lua replies with the caller's bucket
+// otherwise); they are kept as they are. An admission that spent from b
+// says only that b could pay the cost: what is known of b (that refusal's
+// tokens or a budget read's, refilled since) pays it here too, so that
+// the next outage does not start b from tokens the primary has spent.
+// Should what is known not cover the cost, b held more than this replica
+// could see (another replica's refunds), and what is known is dropped:
+// its level is unknown, and its fallback bucket starts full. Other answers
+// (the caller's bucket refused, a shadow admission that spent nothing)
+// say nothing of b's tokens and change nothing. Called with k.mu held.
+func (k *known) noteAggregate(b Bucket, a Admission, cost float64, now time.Time, size int) {
 	switch {
 	case a.Refusal == RefusedAggregate:
-		settled, ok := k.aggSettled[b.Key]
-		kept := !a.raced && (!ok || settled.Before(quiet))
-		k.agg = remember(k.agg, b.Key, knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: b.Limit, refused: kept}, size)
+		k.agg = remember(k.agg, b.Key, knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: b.Limit}, size)
 	case a.Allowed && !a.Shadow:
 		kb, ok := k.latestAggregate(b.Key, b.Limit)
 		if !ok {
@@ -674,9 +622,9 @@ func (k *known) latest(key string, limit Limit) (knownBudget, bool) {
 
 // remember sets m[key] = kb, forgetting about half of m first when it
 // holds size callers; it makes m when nil.
-func remember[V any](m map[string]V, key string, kb V, size int) map[string]V {
+func remember(m map[string]knownBudget, key string, kb knownBudget, size int) map[string]knownBudget {
 	if m == nil {
-		m = make(map[string]V)
+		m = make(map[string]knownBudget)
 	}
 	if _, ok := m[key]; !ok && len(m) >= size {
 		n := 0
@@ -708,10 +656,9 @@ func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool
 // delta micro-tokens (a debit when positive, a refund when negative), in
 // what is known of its caller's bucket, within the bucket's debt floor and
 // capacity as the store settles it, and in what admissions taught of its
-// aggregate bucket, which the store settles as well — and when, so that
-// a refusal of the aggregate its call may have missed is not kept. A
-// refund the store drops (a request past its TTL) is counted all the
-// same: what is known may read high by it, with leases or without.
+// aggregate bucket, which the store settles as well. A refund the store
+// drops (a request past its TTL) is counted all the same: what is known
+// may read high by it, with leases or without.
 func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -726,7 +673,6 @@ func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 		m[t.key] = kb
 	}
 	if t.agg != nil {
-		k.aggSettled = remember(k.aggSettled, t.agg.Key, now, k.bound())
 		if kb, ok := k.agg[t.agg.Key]; ok && kb.limit == t.agg.Limit {
 			kb.remaining, kb.at = settle(kb.estimate(now), d, t.agg.Limit.Capacity, t.debt), now
 			k.agg[t.agg.Key] = kb
@@ -734,68 +680,25 @@ func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 	}
 }
 
-// refuse answers a request whose bucket or aggregate the primary refused,
-// when that bucket still cannot pay: a refusal without a call, as the
-// primary's (RefusedBucket or RefusedAggregate, the tokens, limit and
-// waits of the bucket that refuses; when both cannot pay, the one with
-// the longer wait). Otherwise it returns what the call about req starts
-// from: the caller's last settlement counted (see note).
+// refuse answers a request of a caller the primary refused, when its
+// bucket still cannot pay: a refusal without a call. Otherwise it returns
+// what the call about req starts from: the caller's last settlement
+// counted (see note).
 func (k *known) refuse(req Request, now time.Time) (Admission, bool, uint64) {
 	k.mu.Lock()
 	kb, ok := k.m[req.Key]
-	var g knownBudget
-	gok := false
-	if req.Aggregate != nil {
-		g, gok = k.agg[req.Aggregate.Key]
-	}
 	k.mu.Unlock()
 	from := kb.last // 0 when nothing is known of the caller
-	if req.Shadow {
+	if req.Shadow || !ok || !kb.refused || kb.limit != req.Limit {
 		return Admission{}, false, from
 	}
-	est, own := 0.0, ok && kb.refused && kb.limit == req.Limit
-	if own {
-		est = kb.estimate(now)
-		own = est < req.Cost
+	est := kb.estimate(now)
+	if est >= req.Cost {
+		return Admission{}, false, from
 	}
-	aest, whole := 0.0, true
-	if gok && g.refused && g.limit == req.Aggregate.Limit {
-		aest = g.estimate(now)
-		whole = aest >= req.Cost
-	}
-	switch {
-	case !whole && (!own || (req.Cost-aest)*req.Limit.Rate > (req.Cost-est)*g.limit.Rate):
-		return refusal(RefusedAggregate, req.Cost, aest, g.limit), true, from
-	case own:
-		return refusal(RefusedBucket, req.Cost, est, req.Limit), true, from
-	}
-	return Admission{}, false, from
-}
-
-// refusal is the refusal of a request of cost by a bucket of limit
-// holding tokens: its Retry-After, until the bucket holds cost, as the
-// store computes it.
-func refusal(r Refusal, cost, tokens float64, l Limit) Admission {
-	return Admission{Refusal: r, Result: Result{Cost: cost, Remaining: tokens, Limit: l,
-		RetryAfter: millis(retryMS(cost, tokens, l.Rate)), ResetAfter: secondsToDuration((l.Capacity - tokens) / l.Rate)}}
-}
-
-// settling records that a settlement through aggregate key may be on its
-// way to the primary from now (see aggSettled).
-func (k *known) settling(key string, now time.Time, size int) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.size = size
-	k.aggSettled = remember(k.aggSettled, key, now, size)
-}
-
-// bound is the size the Failover last gave, or its default before it gave
-// one. Called with k.mu held.
-func (k *known) bound() int {
-	if k.size > 0 {
-		return k.size
-	}
-	return 1 << 16
+	retry := millis(retryMS(req.Cost, est, req.Limit.Rate))
+	return Admission{Refusal: RefusedBucket, Result: Result{Cost: req.Cost, Remaining: est, Limit: req.Limit,
+		RetryAfter: retry, ResetAfter: secondsToDuration((req.Limit.Capacity - est) / req.Limit.Rate)}}, true, from
 }
 
 // tokens is the estimated tokens now of the bucket key (a caller's or an

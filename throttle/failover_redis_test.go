@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"testing"
 	"time"
 
@@ -411,68 +410,5 @@ func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
 		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1.5}); !a.Allowed {
 			t.Fatalf("outage: 1.5 from a /48 Redis said held 2: refusal=%d %+v", a.Refusal, a.Result)
 		}
-	})
-}
-
-// A /48 Redis refused costs no Redis call until its Retry-After, whichever
-// /64 under it asks: each is refused in process by the aggregate, with the
-// Retry-After counting down. The first request after it is a call, and
-// admitted. Another /48 is asked for meanwhile.
-func TestFailoverRefusedAggregateCostsNoRedisCallUntilRetryAfter(t *testing.T) {
-	t.Parallel()
-	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
-		f := &Failover{Primary: s, Mode: FailClosed, Timeout: 10 * time.Second, ProbeInterval: time.Hour,
-			Logger: slog.New(slog.DiscardHandler)}
-		agg := &Bucket{Key: fx.key("free48"), Limit: Limit{Rate: 10, Capacity: 10}}
-		other := &Bucket{Key: fx.key("free48-other"), Limit: agg.Limit}
-		lim := Limit{Rate: 10, Capacity: 100}
-		var owns []string
-		own := func(agg *Bucket, i int) Bucket {
-			k := agg.Key + ":" + strconv.Itoa(i)
-			owns = append(owns, k)
-			return Bucket{Key: k, Limit: lim}
-		}
-		t.Cleanup(func() {
-			for _, k := range owns {
-				fx.rdb.Del(context.Background(), k, OpenKey(k), VoidKey(k))
-			}
-		})
-		mustAdmit(t, f, Request{Bucket: own(agg, 0), Aggregate: agg, Cost: 8}).Ticket.Release() // 2 left in the /48
-		flushWithin(t, s)
-		calls := s.Stats().Calls
-		a := mustAdmit(t, f, Request{Bucket: own(agg, 1), Aggregate: agg, Cost: 5})
-		refusedAt := time.Now()
-		if a.Refusal != RefusedAggregate || s.Stats().Calls != calls+1 {
-			t.Fatalf("Redis's refusal: refusal=%d %+v after %d calls", a.Refusal, a.Result, s.Stats().Calls-calls)
-		}
-		retry := a.Result.RetryAfter // about 300 ms: 3 tokens at 10/s
-		calls = s.Stats().Calls
-		n, last := 0, retry
-		for i := 2; time.Since(refusedAt) < retry-100*time.Millisecond && n < 40; i++ {
-			r := mustAdmit(t, f, Request{Bucket: own(agg, i), Aggregate: agg, Cost: 5})
-			if r.Allowed || r.Refusal != RefusedAggregate || r.Result.Limit != agg.Limit || r.Result.RetryAfter <= 0 || r.Result.RetryAfter > last {
-				t.Fatalf("request %d of another /64 before Retry-After: allowed=%v refusal=%d %+v (the last Retry-After %v)", n, r.Allowed, r.Refusal, r.Result, last)
-			}
-			last = r.Result.RetryAfter
-			n++
-			time.Sleep(2 * time.Millisecond)
-		}
-		if got := s.Stats().Calls - calls; n == 0 || got != 0 {
-			t.Fatalf("%d requests of a refused /48 before Retry-After made %d Redis calls, want none", n, got)
-		}
-		if r := mustAdmit(t, f, Request{Bucket: own(other, 1), Aggregate: other, Cost: 5}); !r.Allowed || s.Stats().Calls != calls+1 {
-			t.Fatalf("another /48: allowed=%v refusal=%d after %d calls, want asked and admitted", r.Allowed, r.Refusal, s.Stats().Calls-calls)
-		} else {
-			r.Ticket.Release()
-		}
-		time.Sleep(time.Until(refusedAt.Add(retry + 20*time.Millisecond)))
-		calls = s.Stats().Calls
-		r := mustAdmit(t, f, Request{Bucket: own(agg, 99), Aggregate: agg, Cost: 5})
-		if !r.Allowed || s.Stats().Calls != calls+1 {
-			t.Fatalf("after Retry-After: allowed=%v refusal=%d %+v after %d calls, want asked and admitted", r.Allowed, r.Refusal, r.Result, s.Stats().Calls-calls)
-		}
-		r.Ticket.Release()
-		flushWithin(t, s)
 	})
 }
