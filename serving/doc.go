@@ -27,7 +27,12 @@
 //	columns                         the layer's source columns it carries,
 //	                                by their names (id, properties, order_by)
 //	params                          what was built (tiles.StorageParams as
-//	                                JSON: version, zoom, cells, lengths…)
+//	                                JSON: version, zoom, cells, lengths…);
+//	                                stored_columns, when present, names the
+//	                                relation's columns that hold columns,
+//	                                in the same order (an overview's c0,
+//	                                c1…); absent, they are held by their
+//	                                own names (the pieces)
 //	source_table,                   the layer's table (quoted) and geometry
 //	source_geometry_column          column
 //	source_rows, source_signature   the source when built: row count and
@@ -44,7 +49,8 @@
 // the layer's configuration still asks for it (an overview of a zoom in
 // the layer's overview band, generalize and overviews on; pieces with
 // subdivide on), its kind is the layer's, its columns include every
-// column the layer reads now, an overview's params record the
+// column the layer reads now (read from the relation by the names
+// stored_columns gives them), an overview's params record the
 // generalisation the layer's settings ask for now at its zoom
 // (tiles.Layer.OverviewParams: cluster_px, tolerance_px, min_size_px and
 // order_by, whatever the builder's version), and it was built from the

@@ -32,13 +32,21 @@ import (
 //     valid polygons); each zoom above is simplified from the one below.
 //
 // Every overview is in EPSG:3857 (geometry column "geom", a GiST index)
-// and carries the layer's columns (id, properties, order_by) by their
-// names.
+// and carries the layer's columns (id, properties, order_by) under names
+// of its own, c0, c1… in the order of tiles.Layer.Columns (the names the
+// tile queries carry them under, tiles.Layer.CarriedColumns), recorded in
+// its params (tiles.StorageParams.Stored): beside the columns the
+// overview names itself (geom; cx, cy and point_count), a layer's column
+// by one of those names would be a second column by that name, and which
+// names a table's columns have is not the builder's to choose.
 type Overview struct{}
 
 // overviewVersion is recorded in each overview's params: a change to what
-// the builder writes bumps it, and every overview is rebuilt.
-const overviewVersion = 1
+// the builder writes bumps it, and every overview is rebuilt. Version 2
+// stores the layer's columns under names of its own (version 1 stored
+// them by theirs, and failed on a column called cx, cy, point_count or
+// geom), so the next run rebuilds every overview once.
+const overviewVersion = 2
 
 // Name is tiles.BuilderOverview.
 func (Overview) Name() string { return tiles.BuilderOverview }
@@ -54,7 +62,7 @@ func (Overview) Targets(l *tiles.Layer, kind tiles.Kind) []Target {
 		// What the layer reads an overview for (the server compares them
 		// too), and the builder's version.
 		p := l.OverviewParams(kind, z)
-		p.Version = overviewVersion
+		p.Version, p.Stored = overviewVersion, l.CarriedColumns()
 		out = append(out, Target{
 			Relation: RelationName(l.Name, "ov_z"+strconv.Itoa(z)),
 			ZoomMin:  z, ZoomMax: z,
@@ -78,9 +86,15 @@ func parse(name string) *template.Template {
 // overviewData fills the overview templates (see their headers).
 type overviewData struct {
 	Next, Source, From, Geom, GeomExpr, Order string
-	Cols                                      []string
+	Cols                                      []overviewColumn
 	Points, FromSource                        bool
 }
+
+// overviewColumn is one of the layer's columns an overview stores, each
+// name quoted: Column in the layer's table, Read in the relation a fill
+// reads (the table, or the overview of the zoom below), As in the
+// overview.
+type overviewColumn struct{ Column, Read, As string }
 
 // Build creates and fills the overview of target t: from the layer's
 // table for the deepest zoom, else from the overview of the zoom below,
@@ -89,14 +103,21 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 	l := job.Layer
 	d := overviewData{
 		Next: job.Next[t.Relation].Sanitize(), Source: l.TableIdent().Sanitize(),
-		Points: t.Kind == tiles.KindPoint, Order: l.OrderBySQL("c"),
+		Points: t.Kind == tiles.KindPoint, Order: l.CarriedOrderBySQL("c"),
 	}
-	for _, c := range t.Columns {
-		d.Cols = append(d.Cols, pgx.Identifier{c}.Sanitize())
+	if len(t.Params.Stored) != len(t.Columns) {
+		return 0, fmt.Errorf("%s: %d stored names for %d columns", t.Relation, len(t.Params.Stored), len(t.Columns))
+	}
+	for i, c := range t.Columns {
+		col, as := pgx.Identifier{c}.Sanitize(), pgx.Identifier{t.Params.Stored[i]}.Sanitize()
+		d.Cols = append(d.Cols, overviewColumn{Column: col, Read: col, As: as})
 	}
 	below := RelationName(l.Name, "ov_z"+strconv.Itoa(t.ZoomMin+1))
 	if from, ok := job.Next[below]; ok {
 		d.From, d.Geom, d.GeomExpr = from.Sanitize(), `"geom"`, `t."geom"`
+		for i := range d.Cols {
+			d.Cols[i].Read = d.Cols[i].As // the overview below stores them as this one does
+		}
 	} else {
 		d.FromSource, d.From, d.Geom = true, d.Source, pgx.Identifier{l.GeometryColumn}.Sanitize()
 		d.GeomExpr = "t." + d.Geom

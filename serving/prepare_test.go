@@ -400,8 +400,11 @@ func TestPrepareSeesAnUpdateCommittedAfterANewerWrite(t *testing.T) {
 	}
 	r := one(t, owner, l, serving.Options{})
 	z2 := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "ov_z2"))}.Sanitize()
+	// The overview stores the layer's columns under the names the tile
+	// queries carry them under.
+	nameCol := pgx.Identifier{l.CarriedColumns()[slices.Index(l.Columns(), "name")]}.Sanitize()
 	var late int
-	if err := owner.QueryRow(t.Context(), `SELECT count(*) FROM `+z2+` WHERE name = 'late'`).Scan(&late); err != nil {
+	if err := owner.QueryRow(t.Context(), `SELECT count(*) FROM `+z2+` WHERE `+nameCol+` = 'late'`).Scan(&late); err != nil {
 		t.Fatal(err)
 	}
 	if r.Status != serving.Built || late != 1 {

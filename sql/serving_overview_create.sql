@@ -4,11 +4,14 @@
 --
 -- Template fields (double braces), quoted with pgx.Identifier:
 --   .Next     the new table     .Source  the layer's table
---   .Cols     the layer's columns carried (id, properties, order_by)
+--   .Cols     the layer's columns carried (id, properties, order_by),
+--             each .Column in the table, stored as .As (c0, c1…: a name
+--             of the overview's own, so that a column called geom, cx, cy
+--             or point_count is not a second column by that name)
 --   .Points   add the cluster columns cx, cy (cell indices) and point_count
 -- No parameters (a utility statement takes none).
 CREATE TABLE {{.Next}} AS
 SELECT {{if .Points}}0::bigint AS cx, 0::bigint AS cy, 0::bigint AS point_count, {{end -}}
-       NULL::geometry(Geometry, 3857) AS geom{{range .Cols}}, t.{{.}}{{end}}
+       NULL::geometry(Geometry, 3857) AS geom{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
 FROM {{.Source}} AS t
 LIMIT 0

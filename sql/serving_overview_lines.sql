@@ -9,8 +9,11 @@
 --                  just built for the zoom below (finer, so simplifying it
 --                  again at this zoom's tolerance costs a fraction)
 --   .Geom          .From's geometry column; .GeomExpr it in EPSG:3857
---   .Cols          the layer's columns carried (id, properties, order_by)
---   .Order         the layer's order_by over alias c
+--   .Cols          the layer's columns carried (id, properties, order_by),
+--                  each read as .Read from .From (its name in the table,
+--                  the stored one in an overview) and carried and stored
+--                  as .As (c0, c1…), so that none is taken for geom
+--   .Order         the layer's order_by over alias c and the .As names
 -- Bound:
 --   $1  tolerance in metres (Douglas-Peucker): parts that collapse below it
 --       go (an archipelago of islands under a pixel keeps none of them:
@@ -26,22 +29,22 @@
 -- Douglas-Peucker crossed a ring); tiles are drawn through ST_AsMVTGeom,
 -- whose polygon clipping (wagyu) returns valid polygons. Repairing here
 -- would cost minutes per large country border (see BENCHMARKS.md).
-INSERT INTO {{.Next}} (geom{{range .Cols}}, {{.}}{{end}})
-SELECT d.geom{{range .Cols}}, d.{{.}}{{end}}
+INSERT INTO {{.Next}} (geom{{range .Cols}}, {{.As}}{{end}})
+SELECT d.geom{{range .Cols}}, d.{{.As}}{{end}}
 FROM (
     SELECT CASE WHEN simple.g IS NULL OR ST_IsEmpty(simple.g) THEN ST_Simplify(k.geom, $1::float8, true)
-                ELSE simple.g END AS geom{{range .Cols}}, k.{{.}}{{end}}
+                ELSE simple.g END AS geom{{range .Cols}}, k.{{.As}}{{end}}
     FROM (
-        SELECT c.geom{{range .Cols}}, c.{{.}}{{end}}
-        FROM (SELECT {{.GeomExpr}} AS geom{{range .Cols}}, t.{{.}}{{end}} FROM {{.From}} AS t
+        SELECT c.geom{{range .Cols}}, c.{{.As}}{{end}}
+        FROM (SELECT {{.GeomExpr}} AS geom{{range .Cols}}, t.{{.Read}} AS {{.As}}{{end}} FROM {{.From}} AS t
               WHERE t.{{.Geom}} IS NOT NULL) AS c,
              LATERAL (SELECT Box2D(c.geom) AS b) AS box
         WHERE ST_XMax(box.b) - ST_XMin(box.b) >= $2::float8
            OR ST_YMax(box.b) - ST_YMin(box.b) >= $2::float8
            OR (ST_XMax(box.b) = ST_XMin(box.b) AND ST_YMax(box.b) = ST_YMin(box.b))
         UNION ALL
-        (SELECT DISTINCT ON (cell.cx, cell.cy) c.geom{{range .Cols}}, c.{{.}}{{end}}
-        FROM (SELECT {{.GeomExpr}} AS geom{{range .Cols}}, t.{{.}}{{end}} FROM {{.From}} AS t
+        (SELECT DISTINCT ON (cell.cx, cell.cy) c.geom{{range .Cols}}, c.{{.As}}{{end}}
+        FROM (SELECT {{.GeomExpr}} AS geom{{range .Cols}}, t.{{.Read}} AS {{.As}}{{end}} FROM {{.From}} AS t
               WHERE t.{{.Geom}} IS NOT NULL) AS c,
              LATERAL (SELECT Box2D(c.geom) AS b) AS box,
              LATERAL (SELECT floor(((ST_XMin(box.b) + ST_XMax(box.b)) / 2 + $3::float8) / $4::float8)::bigint AS cx,

@@ -8,8 +8,13 @@
 --   .From          the relation read: the layer's table (.FromSource), or
 --                  the overview just built for the zoom above
 --   .Geom          .From's geometry column; .GeomExpr it in EPSG:3857
---   .Cols          the layer's columns carried (id, properties, order_by)
---   .Order         the layer's order_by over alias c
+--   .Cols          the layer's columns carried (id, properties, order_by),
+--                  each read as .Read from .From (its name in the table,
+--                  the stored one in an overview) and carried and stored
+--                  as .As (c0, c1…), so that none is taken for one of the
+--                  columns this fill names itself (cx, cy, geom,
+--                  point_count)
+--   .Order         the layer's order_by over alias c and the .As names
 --   .FromSource    read the layer's own rows (else merge the cells of the
 --                  zoom above: each of its cells lies in one of ours)
 -- Bound:
@@ -17,19 +22,19 @@
 --   $2  cell side in metres (this zoom)
 -- Cells of the zoom above are half as wide on the same origin, so their
 -- indices halve exactly (>> 1) and their counts add up.
-INSERT INTO {{.Next}} (cx, cy, geom, point_count{{range .Cols}}, {{.}}{{end}})
+INSERT INTO {{.Next}} (cx, cy, geom, point_count{{range .Cols}}, {{.As}}{{end}})
 SELECT DISTINCT ON (c.cx, c.cy) c.cx, c.cy, c.geom,
-       sum(c.point_count) OVER (PARTITION BY c.cx, c.cy)::bigint{{range .Cols}}, c.{{.}}{{end}}
+       sum(c.point_count) OVER (PARTITION BY c.cx, c.cy)::bigint{{range .Cols}}, c.{{.As}}{{end}}
 FROM (
 {{- if .FromSource}}
     SELECT floor((ST_X(ST_GeometryN(p.geom, 1)) + $1::float8) / $2::float8)::bigint AS cx,
            floor((ST_Y(ST_GeometryN(p.geom, 1)) + $1::float8) / $2::float8)::bigint AS cy,
-           p.geom, 1::bigint AS point_count{{range .Cols}}, p.{{.}}{{end}}
-    FROM (SELECT {{.GeomExpr}} AS geom{{range .Cols}}, t.{{.}}{{end}}
+           p.geom, 1::bigint AS point_count{{range .Cols}}, p.{{.As}}{{end}}
+    FROM (SELECT {{.GeomExpr}} AS geom{{range .Cols}}, t.{{.Read}} AS {{.As}}{{end}}
           FROM {{.From}} AS t
           WHERE t.{{.Geom}} IS NOT NULL AND NOT ST_IsEmpty(t.{{.Geom}})) AS p
 {{- else}}
-    SELECT o.cx >> 1 AS cx, o.cy >> 1 AS cy, o.geom, o.point_count{{range .Cols}}, o.{{.}}{{end}}
+    SELECT o.cx >> 1 AS cx, o.cy >> 1 AS cy, o.geom, o.point_count{{range .Cols}}, o.{{.Read}}{{end}}
     FROM {{.From}} AS o
     WHERE $1::float8 IS NOT NULL AND $2::float8 IS NOT NULL
 {{- end}}

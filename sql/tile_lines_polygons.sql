@@ -18,12 +18,15 @@
 --                  other projections (tiles.transformedEnvelope). A
 --                  scalar subquery over env: computed once per query)
 --   .Cols          every column carried: id, properties, order_by
---                  columns, each read as .Column and carried as .As, a
---                  name of the query's own (c0, c1…): the steps carry
---                  g, geom and prio too, and a column by one of those
---                  names would be ambiguous
+--                  columns, each read as .Column (its name in the table
+--                  and the pieces; in an overview, the name it is stored
+--                  under, c0, c1…) and carried as .As, a name of the
+--                  query's own (c0, c1…): the steps carry g, geom and
+--                  prio too, and a column by one of those names would be
+--                  ambiguous
 --   .ID            the carried id (empty: features carry no id);
---                  .IDColumn the id column, which pieces join back on
+--                  .IDColumn the id column as read, which pieces join
+--                  back on
 --   .Props         the properties, in order: carried as .As, and named
 --                  .Column again only in the row ST_AsMVT encodes (q,
 --                  passed as q.*, so that a property called q is not
@@ -31,8 +34,8 @@
 --   .Order         the layer's order_by over alias t and the carried
 --                  names, a total order when the layer has ids (the id is
 --                  its last key); without either, the geometry (g);
---                  .TableOrder the same over the relation's own columns,
---                  for the scan that reads it
+--                  .TableOrder the same over the relation's columns as
+--                  read (.Column), for the scan that reads it
 -- Everything else is bound (every parameter is named once in env):
 --   $1..$4  tile envelope in EPSG:3857 (xmin, ymin, xmax, ymax)
 --   $5  extent (tile units)    $6  buffer (tile units)    $7  buffer in metres

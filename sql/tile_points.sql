@@ -15,10 +15,12 @@
 --                  other projections (tiles.transformedEnvelope). A
 --                  scalar subquery over env: computed once per query)
 --   .Cols          every column carried: id, properties, order_by
---                  columns, each read as .Column and carried as .As, a
---                  name of the query's own (c0, c1…): the steps carry
---                  g, cx, cy, point_count and geom too, and a column by
---                  one of those names would be ambiguous
+--                  columns, each read as .Column (its name in the table;
+--                  in an overview, the name it is stored under, c0, c1…)
+--                  and carried as .As, a name of the query's own (c0,
+--                  c1…): the steps carry g, cx, cy, point_count and geom
+--                  too, and a column by one of those names would be
+--                  ambiguous
 --   .ID            the carried id (empty: features carry no id)
 --   .Props         the properties, in order: carried as .As, and named
 --                  .Column again only in the row ST_AsMVT encodes (q,

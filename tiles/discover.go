@@ -147,13 +147,12 @@ func Discover(ctx context.Context, q Querier, d Discovery, existing []Layer) ([]
 }
 
 // properties picks a discovered layer's properties from its columns: at
-// most max, never a name taken beside the properties (reservedNames,
-// which would make the whole catalog fail; kindNames, which would make
-// the overviews of a point layer fail), nor "id" when features carry ids.
+// most max, never a name a property cannot have (reservedNames, which
+// would make the whole catalog fail), nor "id" when features carry ids.
 func properties(columns []string, l Layer, max int) []string {
 	var out []string
 	for _, c := range columns {
-		if slices.Contains(reservedNames, c) || slices.Contains(kindNames, c) ||
+		if slices.Contains(reservedNames, c) ||
 			(!l.WithoutID && (c == "id" || c == l.IDColumn)) {
 			continue
 		}

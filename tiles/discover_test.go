@@ -223,9 +223,9 @@ func TestDiscoverBoundsProperties(t *testing.T) {
 
 // A discovered table may have columns named as the tile queries or the
 // overviews name columns of their own (point_count, cx, prio…): discovery
-// leaves out those a layer cannot have (point_count; cx and cy, the cells
-// of a point layer's overviews), offers the others, the catalog builds
-// and every tile renders.
+// leaves out the one a property cannot have (point_count, which point
+// features carry), offers the others, the catalog builds and every tile
+// renders.
 func TestDiscoverLeavesOutQueryNames(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -245,7 +245,7 @@ func TestDiscoverLeavesOutQueryNames(t *testing.T) {
 		t.Fatalf("discovered %d layers, want 2", len(found))
 	}
 	for _, l := range found {
-		if want := []string{"g", "prio", "q", "n"}; !slices.Equal(l.Properties, want) {
+		if want := []string{"cx", "cy", "g", "prio", "q", "n"}; !slices.Equal(l.Properties, want) {
 			t.Errorf("%s: properties %q, want %q", l.Name, l.Properties, want)
 		}
 	}
@@ -265,8 +265,8 @@ func TestDiscoverLeavesOutQueryNames(t *testing.T) {
 				continue
 			}
 			for _, feat := range layers[0].Features {
-				if p := feat.Properties; p["g"] != 4.0 || p["prio"] != 5.0 || p["q"] != 6.0 || p["n"] != feat.ID {
-					t.Errorf("%s z%d: feature %v carries %v, want g 4, prio 5, q 6 and n its id", l.Name, z, feat.ID, p)
+				if p := feat.Properties; p["cx"] != 2.0 || p["cy"] != 3.0 || p["g"] != 4.0 || p["prio"] != 5.0 || p["q"] != 6.0 || p["n"] != feat.ID {
+					t.Errorf("%s z%d: feature %v carries %v, want cx 2, cy 3, g 4, prio 5, q 6 and n its id", l.Name, z, feat.ID, p)
 				}
 			}
 		}

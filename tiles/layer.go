@@ -110,22 +110,16 @@ var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // reservedNames are names a layer's property cannot have, on any kind of
 // layer (its kind may be read from its table only once it is served).
-// The tile queries carry the layer's columns under names of their own
-// (see carried), so no name is taken by a step of a query; these are
-// taken beside the properties themselves: "point_count" is a property
-// every point feature carries (a feature cannot carry two values under
-// one key), and "geom" is the geometry column of every overview `geotoll
-// prepare` builds, next to the layer's columns by their names. A layer is
-// refused one (validate), and Discover never offers one.
-var reservedNames = []string{"geom", "point_count"}
-
-// kindNames are names a property of a point layer cannot have: the
-// overviews `geotoll prepare` builds of a point layer name their cluster
-// cells cx and cy, next to the layer's columns by their names, so their
-// build would fail. A line or polygon layer may have them (a centroid's
-// cx, cy), so a layer is not refused one, but Discover, which does not
-// know a table's kind yet, never offers one.
-var kindNames = []string{"cx", "cy"}
+// No name is taken by the queries or the storage: the tile queries carry
+// the layer's columns under names of their own (see carried), the
+// overviews `geotoll prepare` builds store them so too
+// (StorageParams.Stored), and the row ST_AsMVT encodes draws its first
+// column called geom, the geometry, and carries a later one as a
+// property. What remains is the MVT's: every point feature carries
+// "point_count", its cluster's count, and a property by that name would
+// give it two values under one key. A layer is refused one (validate),
+// and Discover never offers one.
+var reservedNames = []string{"point_count"}
 
 // ZoomInRange reports whether z is within the layer's zoom range.
 func (l *Layer) ZoomInRange(z maptile.Zoom) bool {
@@ -220,7 +214,7 @@ func (l *Layer) validate() error {
 	errs = append(errs, l.validateSettings()...)
 	for _, p := range l.Properties {
 		if slices.Contains(reservedNames, p) {
-			bad("property %q: the name is taken (point features carry point_count, overviews name their geometry geom)", p)
+			bad("property %q: point features carry their cluster's count under that name", p)
 		}
 	}
 	var err error

@@ -100,6 +100,13 @@ func (l *Layer) CanonicalOrderBy(entries []string) []string {
 // last; "" when the layer has neither ids nor order_by.
 func (l *Layer) OrderBySQL(alias string) string { return orderSQL(alias, l.order) }
 
+// CarriedOrderBySQL is OrderBySQL over the names the layer's columns are
+// carried under (CarriedColumns), unquoted, instead of their own: the
+// order of rows that carry them so.
+func (l *Layer) CarriedOrderBySQL(alias string) string {
+	return orderSQLBy(alias, l.order, l.carriedAs())
+}
+
 // orderSQL renders keys as an ORDER BY list over the relation alias
 // (columns quoted with pgx.Identifier), nulls last.
 func orderSQL(alias string, keys []OrderKey) string { return orderSQLBy(alias, keys, column) }

@@ -155,13 +155,16 @@ func (l *Layer) usable(kind Kind, s *Storage) error {
 			return fmt.Errorf("layer %q: storage %s lacks column %q (built for another configuration); run geotoll prepare", l.Name, s.Relation, c)
 		}
 	}
+	if n := len(s.Params.Stored); n > 0 && n != len(s.Columns) {
+		return fmt.Errorf("layer %q: storage %s records %d stored names for its %d columns; run geotoll prepare", l.Name, s.Relation, n, len(s.Columns))
+	}
 	return nil
 }
 
 // Columns returns the source columns a tile of the layer reads besides
 // its geometry: the id (unless WithoutID), the properties and the order_by
-// columns, each once, in that order. Serving storage carries them by the
-// same names.
+// columns, each once, in that order. Serving storage carries them: the
+// pieces by the same names, the overviews by CarriedColumns.
 func (l *Layer) Columns() []string {
 	var cols []string
 	add := func(c string) {
@@ -252,13 +255,15 @@ type queryData struct {
 	// the column itself, which the pieces join back on.
 	ID, IDColumn string
 	// Order is the layer's order over the carried names (alias t),
-	// TableOrder the same order over the relation's own columns (alias
-	// t), for the scan that reads it, so that an index on them may serve
-	// the order.
+	// TableOrder the same order over the relation's columns that hold
+	// them (alias t), for the scan that reads it, so that an index on
+	// them may serve the order.
 	Order, TableOrder string
-	// Cols are the columns carried (Layer.Columns); Props the properties,
-	// each by the carried name of its column (As) and its own name
-	// (Column), which its features carry.
+	// Cols are the columns carried (Layer.Columns), each by the
+	// relation's column that holds it (Column: its own name, or the name
+	// an overview stored it under) and its carried name (As); Props the
+	// properties, each by the carried name of its column (As) and its own
+	// name (Column), which its features carry.
 	Props, Cols                  []carried
 	Overview, Cluster, Transform bool
 	// Pieces: the relation holds pieces of the layer's rows (a
@@ -281,29 +286,68 @@ type carried struct{ Column, As string }
 // Layer.Columns under.
 func carriedName(i int) string { return "c" + strconv.Itoa(i) }
 
+// CarriedColumns returns the names the tile queries carry the layer's
+// Columns under, in the same order: c0, c1…. Neither a step of a query
+// nor an overview names a column of its own so (geom; a point overview's
+// cx, cy and point_count), so the overviews `geotoll prepare` builds
+// store the layer's columns under them (StorageParams.Stored), and a
+// layer's column may have any name.
+func (l *Layer) CarriedColumns() []string {
+	cols := l.Columns()
+	out := make([]string, len(cols))
+	for i := range cols {
+		out[i] = carriedName(i)
+	}
+	return out
+}
+
+// carriedAs returns, for a column of the layer's Columns, the name the
+// tile queries carry it under.
+func (l *Layer) carriedAs() func(name string) string {
+	cols := l.Columns()
+	return func(name string) string { return carriedName(slices.Index(cols, name)) }
+}
+
+// storedAs returns, for a column of the layer's Columns, the column of
+// rel that holds it, quoted: the name its storage stored it under
+// (StorageParams.Stored), else its own (the layer's table, the pieces,
+// overviews built before they stored names of their own). usable has
+// checked that the storage carries every one of them.
+func storedAs(rel relation) func(name string) string {
+	s := rel.storage
+	if s == nil || len(s.Params.Stored) == 0 {
+		return column
+	}
+	return func(name string) string {
+		if i := slices.Index(s.Columns, name); i >= 0 && i < len(s.Params.Stored) {
+			return column(s.Params.Stored[i])
+		}
+		return column(name)
+	}
+}
+
 // renderQuery renders the tile query of kind over rel: sql/tile_points.sql
 // for points (clustering the layer's own rows when clustered), else
 // sql/tile_lines_polygons.sql. Every identifier is quoted with
 // pgx.Identifier; the SRID is an int.
 func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, error) {
 	geom := column(rel.geom)
-	cols := l.Columns()
-	as := func(name string) string { return carriedName(slices.Index(cols, name)) }
+	as, stored := l.carriedAs(), storedAs(rel)
 	d := queryData{
 		Table: rel.ident.Sanitize(), Geom: geom,
 		Overview: rel.storage != nil && rel.storage.Builder == BuilderOverview, Cluster: clustered,
 		Pieces:     rel.storage != nil && rel.storage.Builder == BuilderSubdivide,
 		Order:      orderSQLBy("t", l.order, as),
-		TableOrder: orderSQL("t", l.order),
+		TableOrder: orderSQLBy("t", l.order, stored),
 	}
 	if !l.WithoutID {
-		d.ID, d.IDColumn = as(l.IDColumn), column(l.IDColumn)
+		d.ID, d.IDColumn = as(l.IDColumn), stored(l.IDColumn)
 	}
 	for _, p := range l.Properties {
 		d.Props = append(d.Props, carried{Column: column(p), As: as(p)})
 	}
-	for i, c := range cols {
-		d.Cols = append(d.Cols, carried{Column: column(c), As: carriedName(i)})
+	for i, c := range l.Columns() {
+		d.Cols = append(d.Cols, carried{Column: stored(c), As: carriedName(i)})
 	}
 	if rel.srid == 3857 {
 		d.GeomExpr = "t." + geom

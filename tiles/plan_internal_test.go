@@ -142,3 +142,51 @@ func TestPlanChoosesStorage(t *testing.T) {
 		t.Errorf("summary %+v", sums)
 	}
 }
+
+// A tile query reads an overview's columns by the names the registry
+// records it stored them under (StorageParams.Stored), whatever their
+// order, and by their own names when it records none (overviews built
+// before they stored names of their own); storage recording names for
+// other columns than it carries is not read.
+func TestPlanReadsStoredColumns(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []Kind{KindPoint, KindPolygon} {
+		l := prepared(t, Layer{Name: "p", Table: "s.t", GeometryColumn: "g", GeometryKind: kind,
+			Properties: []string{"name", "cx"}, OrderBy: []string{"rank desc"}})
+		if got := l.CarriedColumns(); strings.Join(got, ",") != "c0,c1,c2,c3" { // id, name, cx, rank
+			t.Fatalf("carried columns %q", got)
+		}
+		rows := overviewRows(l, kind, 0, 3)
+		rows[1].Params.Stored = l.CarriedColumns()
+		// Recorded in another order, stored under other names.
+		rows[2].Columns, rows[2].Params.Stored = []string{"rank", "cx", "name", "id"}, []string{"s3", "s2", "s1", "s0"}
+		rows[3].Params.Stored = []string{"c0"}
+		p, skipped, err := l.newPlan(kind, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "p_ov_z3") {
+			t.Errorf("%s: skipped %v, want p_ov_z3 (one stored name for 4 columns)", kind, skipped)
+		}
+		for z, want := range map[int][]string{
+			0: {`t."id" AS c0`, `t."name" AS c1`, `t."cx" AS c2`, `t."rank" AS c3`},
+			1: {`t."c0" AS c0`, `t."c1" AS c1`, `t."c2" AS c2`, `t."c3" AS c3`},
+			2: {`t."s0" AS c0`, `t."s1" AS c1`, `t."s2" AS c2`, `t."s3" AS c3`},
+		} {
+			sql := p.zooms[z].sql
+			if kind != KindPoint {
+				// The scan that reads the relation orders it by its own
+				// columns.
+				want = append(want, map[int]string{0: `t."rank" DESC NULLS LAST, t."id" ASC`, 1: `t."c3" DESC NULLS LAST, t."c0" ASC`,
+					2: `t."s3" DESC NULLS LAST, t."s0" ASC`}[z])
+			}
+			// Features carry every property under its own name.
+			want = append(want, `.c1 AS "name"`, `.c2 AS "cx"`)
+			for _, w := range want {
+				if !strings.Contains(sql, w) {
+					t.Errorf("%s z%d: query lacks %q:\n%s", kind, z, w, sql)
+				}
+			}
+		}
+	}
+}

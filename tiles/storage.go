@@ -35,7 +35,9 @@ type Storage struct {
 	GeometryColumn   string
 	SRID             int
 	Kind             Kind
-	// Columns are the layer's source columns it carries, by their names.
+	// Columns are the layer's source columns it carries, by their names;
+	// Params.Stored names the relation's columns that hold them, when not
+	// these.
 	Columns []string
 	Params  StorageParams
 	// SourceTable is the layer's table it was built from, quoted, and
@@ -79,6 +81,14 @@ type StorageParams struct {
 	MaxVertices int `json:"max_vertices,omitempty"`
 	// OrderBy is the order that chose each cluster's representative.
 	OrderBy []string `json:"order_by,omitempty"`
+	// Stored names the relation's columns that hold Storage.Columns, in
+	// the same order: an overview stores them under names of its own (c0,
+	// c1…; see Layer.CarriedColumns), beside the columns it names itself
+	// (geom; a point overview's cx, cy and point_count), so that a
+	// layer's column may have any name. Empty: each by its own name (the
+	// pieces, which other code reads by those names, and overviews built
+	// before).
+	Stored []string `json:"stored_columns,omitempty"`
 }
 
 // sameBuild reports whether p and q record the same build but for the
