@@ -112,7 +112,8 @@ func BenchmarkProtect(b *testing.B) {
 
 // writeProtectNote says under the table what its honest figures count:
 // every request, a failed one as the timeout, and each phase's honest
-// answers by status; and the warm-up they leave out.
+// answers by status; the warm-up they leave out; and the abuser's answers
+// by status (its charge counts the 5xx of admitted requests too).
 func writeProtectNote(w io.Writer, o loadtest.ProtectOptions, phases []loadtest.ProtectPhase) {
 	fmt.Fprintf(w, "\nEvery honest request counts: one that failed (neither 200 nor 204, or no answer within %s) counts in p50 and p99 as %s.",
 		loadtest.DefaultHonestTimeout, loadtest.DefaultHonestTimeout)
@@ -122,17 +123,28 @@ func writeProtectNote(w io.Writer, o loadtest.ProtectOptions, phases []loadtest.
 	fmt.Fprintln(w, " Honest answers by status:")
 	fmt.Fprintln(w)
 	for _, p := range phases {
-		codes := slices.Sorted(maps.Keys(p.Status))
-		var by []string
-		for _, c := range codes {
-			name := strconv.Itoa(c)
-			if c == 0 {
-				name = "no answer"
-			}
-			by = append(by, fmt.Sprintf("%s: %d", name, p.Status[c]))
-		}
-		fmt.Fprintf(w, "- %s: %s\n", p.Name, strings.Join(by, ", "))
+		fmt.Fprintf(w, "- %s: %s\n", p.Name, byStatus(p.Status))
 	}
+	fmt.Fprintln(w, "\nThe abuser's answers by status (its charge is X-Request-Cost of the admitted ones, a 5xx of an admitted request included):")
+	fmt.Fprintln(w)
+	for _, p := range phases {
+		if p.Abuser.Requests > 0 {
+			fmt.Fprintf(w, "- %s: %s\n", p.Name, byStatus(p.Abuser.Status))
+		}
+	}
+}
+
+// byStatus lists counts by HTTP status, in order ("no answer" for 0).
+func byStatus(status map[int]int) string {
+	var by []string
+	for _, c := range slices.Sorted(maps.Keys(status)) {
+		name := strconv.Itoa(c)
+		if c == 0 {
+			name = "no answer"
+		}
+		by = append(by, fmt.Sprintf("%s: %d", name, status[c]))
+	}
+	return strings.Join(by, ", ")
 }
 
 // failedShare is the share of the phase's honest requests that failed.
