@@ -38,6 +38,7 @@ type response struct {
 	status  int
 	bytes   int64
 	headers map[string]string
+	head    bool // the whole head was read (the body may still be cut)
 }
 
 // newConn prepares a connection to base (http or https); header lines
@@ -144,6 +145,7 @@ func (c *conn) read(want []string) (r response, keep bool, err error) {
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		if len(line) == 0 {
+			r.head = true
 			break
 		}
 		name, value, ok := bytes.Cut(line, []byte(":"))

@@ -215,6 +215,13 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 	status := map[int]int{}
 	for i := start; !ended(ctx); {
 		resp, err := cn.get(ctx, paths[i%len(paths)], "X-Request-Cost", "X-Request-Cost-Estimate", "Retry-After")
+		// A head that said the request was charged counts, its body cut
+		// or not (a 503 cut at its deadline too).
+		if resp.head && Charged(resp.status, resp.headers["X-Request-Cost-Estimate"]) {
+			if cost, err := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64); err == nil {
+				c.Cost += cost
+			}
+		}
 		if err != nil {
 			if ended(ctx) {
 				break
@@ -226,11 +233,6 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 		}
 		c.Requests++
 		status[resp.status]++
-		if Charged(resp.status, resp.headers["X-Request-Cost-Estimate"]) { // a 503 cut at its deadline too
-			if cost, err := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64); err == nil {
-				c.Cost += cost
-			}
-		}
 		switch resp.status {
 		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 			c.Refused++

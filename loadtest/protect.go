@@ -285,24 +285,27 @@ func (o *ProtectOptions) flood(ctx context.Context, key string) (AbuserResult, e
 			r := AbuserResult{Status: map[int]int{}}
 			for i := w; !ended(ctx); i += o.Workers {
 				resp, err := cn.get(ctx, o.Flood[i%len(o.Flood)], "X-Request-Cost", "X-Request-Cost-Estimate")
-				if err != nil && ended(ctx) {
-					break
+				// A head that said the request was charged counts, its
+				// body cut or not (by a write timeout, or the phase's end).
+				charged := resp.head && Charged(resp.status, resp.headers["X-Request-Cost-Estimate"])
+				if err != nil && ended(ctx) && !charged {
+					break // cut by the phase's end before the server said anything
 				}
 				r.Requests++
-				if err != nil { // no answer, whatever was read (status 0)
+				if charged {
+					r.Admitted++
+					cost, perr := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64)
+					if perr != nil {
+						errs[w] = fmt.Errorf("an admitted flood request without X-Request-Cost: %q", resp.headers["X-Request-Cost"])
+					}
+					r.Cost += cost
+				}
+				if err != nil { // no whole answer (status 0)
 					r.Status[0]++
 					pause(ctx, 10*time.Millisecond) // a refused connection: do not spin
 					continue
 				}
 				r.Status[resp.status]++
-				if Charged(resp.status, resp.headers["X-Request-Cost-Estimate"]) {
-					r.Admitted++
-					cost, err := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64)
-					if err != nil {
-						errs[w] = fmt.Errorf("an admitted flood request without X-Request-Cost: %q", resp.headers["X-Request-Cost"])
-					}
-					r.Cost += cost
-				}
 			}
 			results[w] = r
 		})

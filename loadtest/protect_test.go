@@ -220,3 +220,35 @@ func TestFloodPausesAfterATransportError(t *testing.T) {
 		t.Errorf("flood of a closed port: %+v, want every request a status 0, at most ~100 in 0.5 s", r)
 	}
 }
+
+// An answer whose head says it was charged counts in the abuser's charge
+// even when its body is cut short (a write timeout, a reset): the server
+// charged it. It is no whole answer: status 0.
+func TestFloodCountsTheChargeOfACutAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			t.Error("no hijacker")
+			return
+		}
+		c, buf, err := hj.Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100\r\nX-Request-Cost: 2\r\nX-Request-Cost-Estimate: 1\r\n\r\nabc")
+		_ = buf.Flush()
+	}))
+	defer srv.Close()
+	o := ProtectOptions{Client: &Client{BaseURL: srv.URL}, Flood: []string{"/z0"}, Workers: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	r, err := o.flood(ctx, "abuser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests == 0 || r.Status[0] != r.Requests || r.Admitted != r.Requests || r.Cost != 2*float64(r.Requests) {
+		t.Errorf("cut answers: %+v, want each a status 0, admitted and charged 2", r)
+	}
+}

@@ -66,6 +66,9 @@ func checkConfig(cfg Config) error {
 	if err := cfg.Geofence.Limits.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := cfg.validatePoolSize(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

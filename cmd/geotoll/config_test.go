@@ -109,10 +109,11 @@ func TestThrottlePrefixRefusesBraces(t *testing.T) {
 	}
 }
 
-// TestConnectionURLsAreParsed: config check refuses the connection URLs
+// TestConnectionURLsAreParsed: every command refuses the connection URLs
 // serve would refuse at start-up (naming the setting and never echoing a
-// password), and a database.url that sets pool_max_conns, which the
-// configured pool sizes would silently override.
+// password); config check and serve refuse a database.url that sets
+// pool_max_conns, which serve's configured pool sizes would silently
+// override, while the commands that take it (migrate, prepare…) load it.
 func TestConnectionURLsAreParsed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -120,8 +121,8 @@ func TestConnectionURLsAreParsed(t *testing.T) {
 		want string
 	}{
 		{"redis scheme", func(c *Config) { c.Redis.URL = "notaurl://x" }, "redis.url"},
+		{"redis port", func(c *Config) { c.Redis.URL = "redis://:hunter2@h:badport/0" }, "redis.url"},
 		{"database option", func(c *Config) { c.Database.URL = "postgres://u:hunter2@h:5432/x?pool_min_conns=abc" }, "database.url"},
-		{"pool size in the URL", func(c *Config) { c.Database.URL = "postgres://u@h:5432/x?pool_max_conns=9" }, "pool_max_conns"},
 		{"admin URL", func(c *Config) { c.Database.AdminURL = "postgres://u@h:notaport/x" }, "database.admin_url"},
 		{"writer URL", func(c *Config) { c.Geofence.WriterDatabaseURL = "postgres://u@h/x?sslmode=sometimes" }, "geofence.writer_database_url"},
 	} {
@@ -141,6 +142,23 @@ func TestConnectionURLsAreParsed(t *testing.T) {
 	cfg.Redis.URL = "redis://127.0.0.1:6379/0"
 	if err := cfg.validate(); err != nil {
 		t.Errorf("good URLs: %v", err)
+	}
+	for _, conn := range []string{"postgres://u@h:5432/x?pool_max_conns=9", "host=h user=u pool_max_conns=9"} {
+		cfg := DefaultConfig()
+		cfg.Database.URL = conn
+		if err := cfg.validate(); err != nil {
+			t.Errorf("%s: %v: the commands that open one pool take its size", conn, err)
+		}
+		if err := checkConfig(cfg); err == nil || !strings.Contains(err.Error(), "pool_max_conns") {
+			t.Errorf("config check of %s: %v, want an error naming pool_max_conns", conn, err)
+		}
+	}
+	for _, conn := range []string{"postgres://u:pool_max_conns@h/x", "host=h dbname=pool_max_conns"} {
+		cfg := DefaultConfig()
+		cfg.Database.URL = conn
+		if err := checkConfig(cfg); err != nil {
+			t.Errorf("config check of %s: %v", conn, err)
+		}
 	}
 }
 

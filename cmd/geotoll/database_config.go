@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -105,10 +107,7 @@ func warmPostGIS(ctx context.Context, conn *pgx.Conn) error {
 
 // validateURLs parses the connection URLs as serve and the other commands
 // will, so that `config check` refuses what they would (an error names the
-// setting, never the URL: it may hold a password). The request and
-// background pools are both opened from database.url with the sizes
-// database.max_conns and background_conns, so a pool_max_conns in it
-// would be overridden: it is refused rather than ignored.
+// setting, never the password a URL may hold).
 func (c Config) validateURLs() []error {
 	var errs []error
 	for _, u := range []struct{ name, url string }{
@@ -123,14 +122,47 @@ func (c Config) validateURLs() []error {
 			errs = append(errs, fmt.Errorf("%s: %w", u.name, err))
 		}
 	}
-	if strings.Contains(c.Database.URL, "pool_max_conns") {
-		errs = append(errs, fmt.Errorf("database.url sets pool_max_conns: the pools' sizes are database.max_conns (%d) and database.background_conns (%d)",
-			c.Database.MaxConns, c.Database.BackgroundConns))
-	}
 	if c.Redis.URL != "" {
 		if _, err := redis.ParseURL(c.Redis.URL); err != nil {
-			errs = append(errs, fmt.Errorf("redis.url: %w", err))
+			errs = append(errs, fmt.Errorf("redis.url: %w", redactURLError(err)))
 		}
 	}
 	return errs
+}
+
+// validatePoolSize refuses a database.url that sets pool_max_conns, for
+// serve: its request and background pools are both opened from that URL
+// with the sizes database.max_conns and background_conns, so the URL's
+// would be overridden. (The other commands open one pool of the URL's
+// size, and take it.)
+func (c Config) validatePoolSize() error {
+	if setsPoolMaxConns(c.Database.URL) {
+		return fmt.Errorf("database.url sets pool_max_conns, which serve does not take: its pools' sizes are database.max_conns (%d) and database.background_conns (%d)",
+			c.Database.MaxConns, c.Database.BackgroundConns)
+	}
+	return nil
+}
+
+// setsPoolMaxConns reports whether a connection string, a URL or
+// key=value pairs, sets pool_max_conns.
+func setsPoolMaxConns(conn string) bool {
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		return u.Query().Has("pool_max_conns")
+	}
+	for _, f := range strings.Fields(conn) {
+		if k, _, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == "pool_max_conns" {
+			return true
+		}
+	}
+	return false
+}
+
+// redactURLError is err without the URL a *url.Error quotes whole —
+// password included (go-redis returns one for a URL it cannot parse).
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
 }

@@ -93,6 +93,9 @@ func (m *Main) Open(ctx context.Context) error {
 	if cfg.Database.URL == "" {
 		return errors.New("no database: set database.url (GEOTOLL_DATABASE_URL or DATABASE_URL)")
 	}
+	if err := cfg.validatePoolSize(); err != nil {
+		return err
+	}
 	if _, _, err := cfg.catalog(); err != nil {
 		return err
 	}

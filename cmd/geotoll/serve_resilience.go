@@ -76,7 +76,7 @@ func (c RedisConfig) client() (redis.UniversalClient, error) {
 	if c.URL != "" {
 		opt, err := redis.ParseURL(c.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redis url: %w", err)
+			return nil, fmt.Errorf("redis url: %w", redactURLError(err))
 		}
 		opt.ContextTimeoutEnabled = true
 		// What the URL's query does not set.
