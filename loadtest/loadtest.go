@@ -286,14 +286,15 @@ func (r Report) WriteText(w io.Writer) {
 // Charged reports whether an answer of status code, with estimate its
 // X-Request-Cost-Estimate header ("" when absent), was charged its
 // X-Request-Cost: every answer below 400, and an admitted request that
-// failed — a 5xx carrying the price it paid at the door, such as one cut
-// at its deadline, charged what ran. A refusal (429, 422, 401…) carries
-// the price it was refused at in X-Request-Cost and no estimate: nothing
-// was charged; nor was a 5xx without one (the server refused before
-// admitting it, its budget store unreachable).
+// failed — any answer carrying the price it paid at the door, such as a
+// 503 cut at its deadline (charged what ran) or a 4xx its handler gave
+// after admission. A refusal (429, 422, 401…) carries the price it was
+// refused at in X-Request-Cost and no estimate: nothing was charged; nor
+// was a 5xx without one (the server refused before admitting it, its
+// budget store unreachable).
 func Charged(code int, estimate string) bool {
 	if code <= 0 {
 		return false
 	}
-	return code < 400 || (code >= 500 && estimate != "")
+	return code < 400 || estimate != ""
 }

@@ -178,6 +178,7 @@ func TestCharged(t *testing.T) {
 		{503, "0.8", true}, // admitted, cut at its deadline: charged what ran
 		{503, "", false},   // refused before admission (budget store down)
 		{504, "0.8", true},
+		{400, "0.8", true}, // admitted, then failed by its handler
 	} {
 		if got := Charged(tc.code, tc.estimate); got != tc.want {
 			t.Errorf("Charged(%d, %q) = %v, want %v", tc.code, tc.estimate, got, tc.want)
