@@ -65,14 +65,21 @@ WITH RECURSIVE env AS NOT MATERIALIZED (
 ),
 near AS (
     {{- if .Pieces}}
-    -- Pieces: the first ids near the tile in order_by, up to the feature
-    -- cap, are picked from their pieces' columns (one row per id); only
-    -- their pieces near the tile are then drawn: snapped to the tile's
-    -- grid (in the relation's units, so ST_AsMVTGeom's own snap changes
-    -- nothing), collected per id and drawn once by ST_AsMVTGeom, whose
-    -- polygon clipping (wagyu) fills the collection's rings as one area:
-    -- the cut edges the pieces share vanish, no seam is left inside an
-    -- outline. .LineMerge joins a line's pieces at their shared ends.
+    -- Pieces: as from the table, the cap counts the ids drawn, not the ids
+    -- whose pieces' boxes meet the tile, so that an id whose boxes meet
+    -- it but whose shape misses it takes no place. The candidates are the
+    -- first 2 × cap ids near the tile in order_by, picked from their
+    -- pieces' columns (one row per id), then drawn one at a time in that
+    -- order only until cap of them leave something on the tile (the
+    -- outer ORDER BY finds them already in its order, so its LIMIT stops
+    -- the drawing: no sort draws every candidate first); no tile draws
+    -- more than 2 × cap ids.
+    -- Only a candidate's pieces near the tile are drawn: snapped to the
+    -- tile's grid (in the relation's units, so ST_AsMVTGeom's own snap
+    -- changes nothing), collected per id and drawn once by ST_AsMVTGeom,
+    -- whose polygon clipping (wagyu) fills the collection's rings as one
+    -- area: the cut edges the pieces share vanish, no seam is left inside
+    -- an outline. .LineMerge joins a line's pieces at their shared ends.
     -- Pieces are built only from a table whose ids are unique and never
     -- NULL (package serving), so each id is one row of the table.
     -- Each id is drawn once, inside its LATERAL: OFFSET 0 keeps the
@@ -86,7 +93,7 @@ near AS (
                       FROM {{.Table}} AS t, env
                       WHERE t.{{.Geom}} && {{.FilterExpr}}) AS t
                 ORDER BY {{.Order}}
-                LIMIT $8::int) AS k,
+                LIMIT 2 * $8::int) AS k,
                env,
                LATERAL (SELECT {{if .LineMerge}}ST_LineMerge(ST_AsMVTGeom(ST_Collect(c.g), env.geom, env.extent, env.buffer, true))
                                {{- else}}ST_AsMVTGeom(ST_Collect(c.g), env.geom, env.extent, env.buffer, true){{end}} AS g

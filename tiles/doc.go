@@ -90,11 +90,11 @@
 // A layer's OrderBy (default its id; the id is always the last key, so the
 // order is total) is its priority: the feature cap (max_features) keeps the
 // first features in that order (clusters: the largest point_count first;
-// lines and polygons read from the table or an overview: the first that
-// leave something on the tile once clipped, among the first twice-the-cap
-// rows whose box meets it, so that a row whose box meets the tile but whose
-// shape misses it takes no place while the clipping work stays bounded by
-// the cap; read from pieces: the first ids whose pieces' boxes meet it),
+// lines and polygons: the first that leave something on the tile once
+// clipped, among the first twice-the-cap rows — from pieces, ids — whose
+// box meets it, so that a feature whose box meets the tile but whose shape
+// misses it takes no place while the clipping work stays bounded by the
+// cap),
 // and features are written in that order, so a tile renders to the same
 // bytes — and the same ETag — on every render and every replica.
 //
