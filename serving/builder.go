@@ -55,8 +55,12 @@ type Target struct {
 	GeometryColumn   string
 	SRID             int
 	Kind             tiles.Kind
-	Columns          []string
-	Params           tiles.StorageParams
+	// Columns are the relation's columns that hold the layer's columns
+	// (tiles.Storage.Columns): the pieces' by their own names, an
+	// overview's under names of its own, with Params.SourceColumns naming
+	// the layer's column each holds.
+	Columns []string
+	Params  tiles.StorageParams
 }
 
 // Job is one build of one layer's targets of one builder, in one

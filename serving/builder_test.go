@@ -107,8 +107,13 @@ func TestOverviewTargets(t *testing.T) {
 				if hasLengths := tg.Params.ToleranceMetres > 0 && tg.Params.MinSizeMetres > 0; hasLengths != tc.polyOK {
 					t.Errorf("target z%d: tolerance and min size %+v", z, tg.Params)
 				}
-				if want := []string{"id", "name", "rank"}; strings.Join(tg.Columns, ",") != strings.Join(want, ",") {
+				// The registry lists the overview's columns, c0, c1…, and
+				// the layer's each holds in the same order.
+				if want := []string{"c0", "c1", "c2"}; strings.Join(tg.Columns, ",") != strings.Join(want, ",") {
 					t.Errorf("columns %v, want %v", tg.Columns, want)
+				}
+				if want := []string{"id", "name", "rank"}; strings.Join(tg.Params.SourceColumns, ",") != strings.Join(want, ",") {
+					t.Errorf("source columns %v, want %v", tg.Params.SourceColumns, want)
 				}
 			}
 		})
@@ -150,6 +155,10 @@ func TestCurrent(t *testing.T) {
 		{name: "a relation missing", rows: rowsOf("10:99", nil)[1:], sig: "10:99"},
 		{name: "another kind", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Kind = tiles.KindPolygon }), sig: "10:99"},
 		{name: "other columns", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Columns = []string{"id", "name"} }), sig: "10:99"},
+		{name: "other source columns", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Params.SourceColumns = []string{"id", "name"} }), sig: "10:99"},
+		{name: "the layer's names in columns", rows: rowsOf("10:99", func(r *tiles.Storage) {
+			r.Columns, r.Params.SourceColumns = r.Params.SourceColumns, nil
+		}), sig: "10:99"},
 		{name: "other cells", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Params.CellsPerTile *= 2 }), sig: "10:99"},
 		{name: "older builder", rows: rowsOf("10:99", func(r *tiles.Storage) { r.Params.Version-- }), sig: "10:99"},
 		{name: "other zooms", rows: rowsOf("10:99", func(r *tiles.Storage) { r.ZoomMax++ }), sig: "10:99"},

@@ -24,15 +24,20 @@
 //	                                for storage that serves no tile zoom
 //	geometry_column, srid,          its geometry ("geom", 3857 for
 //	geometry_kind                   overviews); kind point, line, polygon, mixed
-//	columns                         the layer's source columns it carries,
-//	                                by their names (id, properties, order_by)
+//	columns                         the relation's columns that hold the
+//	                                layer's source columns it carries (id,
+//	                                properties, order_by): the pieces' by
+//	                                their own names, an overview's by names
+//	                                of its own (c0, c1…)
 //	params                          what was built (tiles.StorageParams as
 //	                                JSON: version, zoom, cells, lengths…);
-//	                                stored_columns, when present, names the
-//	                                relation's columns that hold columns,
-//	                                in the same order (an overview's c0,
-//	                                c1…); absent, they are held by their
-//	                                own names (the pieces)
+//	                                source_columns, when present, names
+//	                                the layer's source column each of
+//	                                columns holds, in the same order (an
+//	                                overview's); absent, columns are the
+//	                                source columns, each held by its own
+//	                                name (the pieces, overviews of
+//	                                version 1)
 //	source_table,                   the layer's table (quoted) and geometry
 //	source_geometry_column          column
 //	source_rows, source_signature   the source when built: row count and
@@ -48,15 +53,21 @@
 // layer's table. A row is used only if its builder is one serve reads,
 // the layer's configuration still asks for it (an overview of a zoom in
 // the layer's overview band, generalize and overviews on; pieces with
-// subdivide on), its kind is the layer's, its columns include every
-// column the layer reads now (read from the relation by the names
-// stored_columns gives them), an overview's params record the
+// subdivide on), its kind is the layer's, its source columns
+// (params.source_columns, else columns) include every column the layer
+// reads now (each read from the relation's column columns lists at the
+// same index), an overview's params record the
 // generalisation the layer's settings ask for now at its zoom
 // (tiles.Layer.OverviewParams: cluster_px, tolerance_px, min_size_px and
 // order_by, whatever the builder's version), and it was built from the
 // layer's table and geometry column as
 // configured now (to_regclass(source_table) is the relation the layer's
-// table names, source_geometry_column its geometry column).
+// table names, source_geometry_column its geometry column). A server
+// that predates source_columns takes columns for the layer's own names:
+// an overview's lists only the names the relation holds, so such a server
+// finds the layer's columns missing from it and reads the layer's table at
+// its zoom (it would otherwise read a column the overview does not have,
+// and every tile of the zoom would fail).
 //
 // # A build
 //

@@ -8,7 +8,8 @@ import (
 )
 
 // The overviews `geotoll prepare` keeps for a point layer: one table per
-// zoom of its band, deepest first (each zoom is built from the one below).
+// zoom of its band, deepest first (each zoom is built from the one below),
+// holding the layer's columns under names of its own.
 func ExampleOverview_Targets() {
 	cat, err := tiles.NewCatalog([]tiles.Layer{{
 		Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857",
@@ -19,11 +20,11 @@ func ExampleOverview_Targets() {
 		panic(err)
 	}
 	for _, t := range (serving.Overview{}).Targets(cat.Layer("places"), tiles.KindPoint) {
-		fmt.Printf("%s serves z%d-%d: %d cells per tile of %.0f m, columns %v\n",
-			t.Relation, t.ZoomMin, t.ZoomMax, t.Params.CellsPerTile, t.Params.CellMetres, t.Columns)
+		fmt.Printf("%s serves z%d-%d: %d cells per tile of %.0f m, columns %v holding %v\n",
+			t.Relation, t.ZoomMin, t.ZoomMax, t.Params.CellsPerTile, t.Params.CellMetres, t.Columns, t.Params.SourceColumns)
 	}
 	// Output:
-	// places_ov_z4 serves z4-4: 64 cells per tile of 39136 m, columns [id name rank]
-	// places_ov_z3 serves z3-3: 64 cells per tile of 78272 m, columns [id name rank]
-	// places_ov_z2 serves z2-2: 64 cells per tile of 156543 m, columns [id name rank]
+	// places_ov_z4 serves z4-4: 64 cells per tile of 39136 m, columns [c0 c1 c2] holding [id name rank]
+	// places_ov_z3 serves z3-3: 64 cells per tile of 78272 m, columns [c0 c1 c2] holding [id name rank]
+	// places_ov_z2 serves z2-2: 64 cells per tile of 156543 m, columns [c0 c1 c2] holding [id name rank]
 }

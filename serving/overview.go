@@ -34,19 +34,28 @@ import (
 // Every overview is in EPSG:3857 (geometry column "geom", a GiST index)
 // and carries the layer's columns (id, properties, order_by) under names
 // of its own, c0, c1… in the order of tiles.Layer.Columns (the names the
-// tile queries carry them under, tiles.Layer.CarriedColumns), recorded in
-// its params (tiles.StorageParams.Stored): beside the columns the
-// overview names itself (geom; cx, cy and point_count), a layer's column
-// by one of those names would be a second column by that name, and which
-// names a table's columns have is not the builder's to choose.
+// tile queries carry them under, tiles.Layer.CarriedColumns): beside the
+// columns the overview names itself (geom; cx, cy and point_count), a
+// layer's column by one of those names would be a second column by that
+// name, and which names a table's columns have is not the builder's to
+// choose. Its registry row lists those names in columns, the names the
+// relation holds, and the layer's columns they hold in
+// params.source_columns (tiles.StorageParams.SourceColumns), in the same
+// order: a server that predates source_columns reads a layer's columns by
+// their own names from storage whose columns list them all, so it finds
+// them missing from these and reads the layer's table instead of failing
+// on a column the overview does not have.
 type Overview struct{}
 
 // overviewVersion is recorded in each overview's params: a change to what
-// the builder writes bumps it, and every overview is rebuilt. Version 2
-// stores the layer's columns under names of its own (version 1 stored
-// them by theirs, and failed on a column called cx, cy, point_count or
-// geom), so the next run rebuilds every overview once.
-const overviewVersion = 2
+// the builder writes bumps it, and every overview is rebuilt. Version 3
+// stores the layer's columns under names of its own and lists those in
+// the registry's columns (version 1 stored them by theirs, and failed on
+// a column called cx, cy, point_count or geom; version 2 listed the
+// layer's names in columns, which a server reading them by those names
+// took for columns the overview has), so the next run rebuilds every
+// overview once.
+const overviewVersion = 3
 
 // Name is tiles.BuilderOverview.
 func (Overview) Name() string { return tiles.BuilderOverview }
@@ -62,12 +71,12 @@ func (Overview) Targets(l *tiles.Layer, kind tiles.Kind) []Target {
 		// What the layer reads an overview for (the server compares them
 		// too), and the builder's version.
 		p := l.OverviewParams(kind, z)
-		p.Version, p.Stored = overviewVersion, l.CarriedColumns()
+		p.Version, p.SourceColumns = overviewVersion, l.Columns()
 		out = append(out, Target{
 			Relation: RelationName(l.Name, "ov_z"+strconv.Itoa(z)),
 			ZoomMin:  z, ZoomMax: z,
 			GeometryColumn: "geom", SRID: 3857, Kind: kind,
-			Columns: l.Columns(), Params: p,
+			Columns: l.CarriedColumns(), Params: p,
 		})
 	}
 	return out
@@ -105,11 +114,11 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		Next: job.Next[t.Relation].Sanitize(), Source: l.TableIdent().Sanitize(),
 		Points: t.Kind == tiles.KindPoint, Order: l.CarriedOrderBySQL("c"),
 	}
-	if len(t.Params.Stored) != len(t.Columns) {
-		return 0, fmt.Errorf("%s: %d stored names for %d columns", t.Relation, len(t.Params.Stored), len(t.Columns))
+	if len(t.Params.SourceColumns) != len(t.Columns) {
+		return 0, fmt.Errorf("%s: %d source columns for %d columns", t.Relation, len(t.Params.SourceColumns), len(t.Columns))
 	}
-	for i, c := range t.Columns {
-		col, as := pgx.Identifier{c}.Sanitize(), pgx.Identifier{t.Params.Stored[i]}.Sanitize()
+	for i, c := range t.Params.SourceColumns {
+		col, as := pgx.Identifier{c}.Sanitize(), pgx.Identifier{t.Columns[i]}.Sanitize()
 		d.Cols = append(d.Cols, overviewColumn{Column: col, Read: col, As: as})
 	}
 	below := RelationName(l.Name, "ov_z"+strconv.Itoa(t.ZoomMin+1))

@@ -74,6 +74,13 @@ func TestStorageOfPropertiesNamedAsTheQueriesColumns(t *testing.T) {
 	if res, err := cat.Refresh(t.Context(), reader); err != nil || len(res.Warnings) > 0 {
 		t.Fatalf("refresh: %+v, %v", res, err)
 	}
+	registryListsStoredColumns(t, reader, cat.Layer(polys), cat.Layer(pts))
+	// What was built is what a run builds now: a second run builds nothing.
+	for _, name := range []string{polys, pts} {
+		if r := one(t, owner, cat.Layer(name), serving.Options{}); r.Status != serving.Unchanged || r.Err != nil {
+			t.Errorf("second prepare of %s: %+v, want unchanged", name, r)
+		}
+	}
 	// The same point layer, never refreshed: it reads no storage, and
 	// clusters its table's rows in the query.
 	table := catalog(t, layer(pts, "named_pts", tiles.KindPoint)).Layer(pts)
@@ -159,4 +166,61 @@ func features(ls mvt.Layers) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// registryListsStoredColumns checks the registry rows of layers'
+// overviews: columns lists the names the overview holds the layer's
+// columns under (c0, c1…) and params.source_columns the layer's columns
+// they hold, in the same order; the pieces list the layer's columns, held
+// by their own names.
+//
+// A server that predates params.source_columns ignores that field (it
+// decodes params without refusing unknown fields) and reads a layer's
+// columns by their own names from storage only when the row's columns
+// include every one of them; otherwise it warns that the storage "lacks
+// column" and reads the layer's table at that zoom. The overviews must
+// therefore not list a column of the layer under its own name in
+// columns, unless it is the name the overview holds it under: a server
+// reading such a row would ask the overview for a column it does not
+// have, and every tile of the zoom would fail.
+func registryListsStoredColumns(t *testing.T, q tiles.Querier, layers ...*tiles.Layer) {
+	t.Helper()
+	rows, err := tiles.LoadStorage(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		overviews := 0
+		for _, r := range rows {
+			if r.Layer != l.Name {
+				continue
+			}
+			if r.Builder == tiles.BuilderSubdivide {
+				if !slices.Equal(r.Columns, l.Columns()) || r.Params.SourceColumns != nil {
+					t.Errorf("%s: columns %q, source columns %q, want %q and none", r.Relation, r.Columns, r.Params.SourceColumns, l.Columns())
+				}
+				continue
+			}
+			overviews++
+			if !slices.Equal(r.Columns, l.CarriedColumns()) || !slices.Equal(r.Params.SourceColumns, l.Columns()) {
+				t.Errorf("%s: columns %q, source columns %q, want %q and %q",
+					r.Relation, r.Columns, r.Params.SourceColumns, l.CarriedColumns(), l.Columns())
+			}
+			// The check of a server that predates source_columns: some
+			// column of the layer is missing from columns, so it skips
+			// the overview and reads the table.
+			if !slices.ContainsFunc(l.Columns(), func(c string) bool { return !slices.Contains(r.Columns, c) }) {
+				t.Errorf("%s: columns %q include every column of the layer, %q: a server that predates source_columns would read the overview by them",
+					r.Relation, r.Columns, l.Columns())
+			}
+			for i, c := range l.Columns() {
+				if c != r.Columns[i] && slices.Contains(r.Columns, c) {
+					t.Errorf("%s: columns %q list the layer's column %q, which the overview holds as %q", r.Relation, r.Columns, c, r.Columns[i])
+				}
+			}
+		}
+		if overviews == 0 {
+			t.Errorf("layer %s: no overview in the registry", l.Name)
+		}
+	}
 }

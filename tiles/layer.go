@@ -113,7 +113,7 @@ var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // No name is taken by the queries or the storage: the tile queries carry
 // the layer's columns under names of their own (see carried), the
 // overviews `geotoll prepare` builds store them so too
-// (StorageParams.Stored), and the row ST_AsMVT encodes draws its first
+// (StorageParams.SourceColumns), and the row ST_AsMVT encodes draws its first
 // column called geom, the geometry, and carries a later one as a
 // property. What remains is the MVT's: every point feature carries
 // "point_count", its cluster's count, and a property by that name would

@@ -150,13 +150,13 @@ func (l *Layer) usable(kind Kind, s *Storage) error {
 		return fmt.Errorf("layer %q: storage %s was built under other generalisation settings (cluster_px, tolerance_px, min_size_px or order_by) than the layer's; run geotoll prepare",
 			l.Name, s.Relation)
 	}
+	if n := len(s.Params.SourceColumns); n > 0 && n != len(s.Columns) {
+		return fmt.Errorf("layer %q: storage %s records %d source columns for its %d columns; run geotoll prepare", l.Name, s.Relation, n, len(s.Columns))
+	}
 	for _, c := range l.Columns() {
-		if !slices.Contains(s.Columns, c) {
+		if !slices.Contains(s.SourceColumns(), c) {
 			return fmt.Errorf("layer %q: storage %s lacks column %q (built for another configuration); run geotoll prepare", l.Name, s.Relation, c)
 		}
-	}
-	if n := len(s.Params.Stored); n > 0 && n != len(s.Columns) {
-		return fmt.Errorf("layer %q: storage %s records %d stored names for its %d columns; run geotoll prepare", l.Name, s.Relation, n, len(s.Columns))
 	}
 	return nil
 }
@@ -290,7 +290,8 @@ func carriedName(i int) string { return "c" + strconv.Itoa(i) }
 // Columns under, in the same order: c0, c1…. Neither a step of a query
 // nor an overview names a column of its own so (geom; a point overview's
 // cx, cy and point_count), so the overviews `geotoll prepare` builds
-// store the layer's columns under them (StorageParams.Stored), and a
+// store the layer's columns under them (Storage.Columns, with
+// StorageParams.SourceColumns naming the layer's), and a
 // layer's column may have any name.
 func (l *Layer) CarriedColumns() []string {
 	cols := l.Columns()
@@ -309,18 +310,18 @@ func (l *Layer) carriedAs() func(name string) string {
 }
 
 // storedAs returns, for a column of the layer's Columns, the column of
-// rel that holds it, quoted: the name its storage stored it under
-// (StorageParams.Stored), else its own (the layer's table, the pieces,
-// overviews built before they stored names of their own). usable has
-// checked that the storage carries every one of them.
+// rel that holds it, quoted: the one of its storage's Columns at the
+// column's index in StorageParams.SourceColumns, else its own name (the
+// layer's table, the pieces, overviews of version 1). usable has checked
+// that the storage carries every one of them.
 func storedAs(rel relation) func(name string) string {
 	s := rel.storage
-	if s == nil || len(s.Params.Stored) == 0 {
+	if s == nil || len(s.Params.SourceColumns) == 0 {
 		return column
 	}
 	return func(name string) string {
-		if i := slices.Index(s.Columns, name); i >= 0 && i < len(s.Params.Stored) {
-			return column(s.Params.Stored[i])
+		if i := slices.Index(s.Params.SourceColumns, name); i >= 0 && i < len(s.Columns) {
+			return column(s.Columns[i])
 		}
 		return column(name)
 	}

@@ -144,10 +144,11 @@ func TestPlanChoosesStorage(t *testing.T) {
 }
 
 // A tile query reads an overview's columns by the names the registry
-// records it stored them under (StorageParams.Stored), whatever their
-// order, and by their own names when it records none (overviews built
-// before they stored names of their own); storage recording names for
-// other columns than it carries is not read.
+// lists in its columns, each holding the layer's column
+// StorageParams.SourceColumns names at the same index, whatever their
+// order, and by their own names when it records none (overviews of
+// version 1); storage recording source columns for other columns than it
+// lists is not read.
 func TestPlanReadsStoredColumns(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []Kind{KindPoint, KindPolygon} {
@@ -157,16 +158,16 @@ func TestPlanReadsStoredColumns(t *testing.T) {
 			t.Fatalf("carried columns %q", got)
 		}
 		rows := overviewRows(l, kind, 0, 3)
-		rows[1].Params.Stored = l.CarriedColumns()
+		rows[1].Columns, rows[1].Params.SourceColumns = l.CarriedColumns(), l.Columns()
 		// Recorded in another order, stored under other names.
-		rows[2].Columns, rows[2].Params.Stored = []string{"rank", "cx", "name", "id"}, []string{"s3", "s2", "s1", "s0"}
-		rows[3].Params.Stored = []string{"c0"}
+		rows[2].Columns, rows[2].Params.SourceColumns = []string{"s3", "s2", "s1", "s0"}, []string{"rank", "cx", "name", "id"}
+		rows[3].Params.SourceColumns = []string{"id"}
 		p, skipped, err := l.newPlan(kind, rows)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "p_ov_z3") {
-			t.Errorf("%s: skipped %v, want p_ov_z3 (one stored name for 4 columns)", kind, skipped)
+			t.Errorf("%s: skipped %v, want p_ov_z3 (one source column for 4 columns)", kind, skipped)
 		}
 		for z, want := range map[int][]string{
 			0: {`t."id" AS c0`, `t."name" AS c1`, `t."cx" AS c2`, `t."rank" AS c3`},

@@ -35,9 +35,14 @@ type Storage struct {
 	GeometryColumn   string
 	SRID             int
 	Kind             Kind
-	// Columns are the layer's source columns it carries, by their names;
-	// Params.Stored names the relation's columns that hold them, when not
-	// these.
+	// Columns are the relation's columns that hold the layer's source
+	// columns it carries (id, properties, order_by): each by its own name
+	// (the pieces, and overviews of version 1), or an overview's names of
+	// its own (c0, c1…), each holding the column Params.SourceColumns
+	// names at the same index (see SourceColumns). Listing only names the
+	// relation holds keeps a server that predates Params.SourceColumns,
+	// which reads each of a layer's columns by its own name from storage
+	// whose Columns include it, off storage that holds none by its name.
 	Columns []string
 	Params  StorageParams
 	// SourceTable is the layer's table it was built from, quoted, and
@@ -61,6 +66,16 @@ type Storage struct {
 // Ident is the storage's relation, schema-qualified.
 func (s *Storage) Ident() pgx.Identifier { return pgx.Identifier{ServingSchema, s.Relation} }
 
+// SourceColumns returns the layer's source columns s carries, in the
+// order of Columns, which hold them: Params.SourceColumns, or Columns
+// itself when it records none (each column held by its own name).
+func (s *Storage) SourceColumns() []string {
+	if len(s.Params.SourceColumns) > 0 {
+		return s.Params.SourceColumns
+	}
+	return s.Columns
+}
+
 // StorageParams is what a builder recorded about how it built a relation
 // (the registry's params column, JSON). Fields a builder does not use are
 // zero.
@@ -81,14 +96,15 @@ type StorageParams struct {
 	MaxVertices int `json:"max_vertices,omitempty"`
 	// OrderBy is the order that chose each cluster's representative.
 	OrderBy []string `json:"order_by,omitempty"`
-	// Stored names the relation's columns that hold Storage.Columns, in
-	// the same order: an overview stores them under names of its own (c0,
-	// c1…; see Layer.CarriedColumns), beside the columns it names itself
-	// (geom; a point overview's cx, cy and point_count), so that a
-	// layer's column may have any name. Empty: each by its own name (the
-	// pieces, which other code reads by those names, and overviews built
-	// before).
-	Stored []string `json:"stored_columns,omitempty"`
+	// SourceColumns are the layer's source columns Storage.Columns hold,
+	// in the same order, when those are not their names: an overview
+	// stores them under names of its own (c0, c1…; see
+	// Layer.CarriedColumns), beside the columns it names itself (geom; a
+	// point overview's cx, cy and point_count), so that a layer's column
+	// may have any name. Empty: Storage.Columns are the source columns,
+	// each held by its own name (the pieces, which other code reads by
+	// those names, and overviews of version 1).
+	SourceColumns []string `json:"source_columns,omitempty"`
 }
 
 // sameBuild reports whether p and q record the same build but for the
