@@ -56,9 +56,11 @@ func TestClientFollowsRedirectsOnlyToLoopback(t *testing.T) {
 	if err := c.check(); err != nil {
 		t.Fatal(err)
 	}
-	if f := c.HTTP.CheckRedirect; f != nil {
-		if err := f(httptest.NewRequest(http.MethodGet, remote+"/x", nil), []*http.Request{{}}); err != nil {
-			t.Errorf("with AllowRemote a redirect to %s is refused: %v", remote, err)
-		}
+	f := c.HTTP.CheckRedirect
+	if f == nil {
+		t.Fatal("check set no CheckRedirect")
+	}
+	if err := f(httptest.NewRequest(http.MethodGet, remote+"/x", nil), []*http.Request{{}}); err != nil {
+		t.Errorf("with AllowRemote a redirect to %s is refused: %v", remote, err)
 	}
 }

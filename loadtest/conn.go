@@ -219,3 +219,18 @@ func (c *conn) readChunked() (int64, error) {
 		}
 	}
 }
+
+// charge is what the answer says the request was charged: its
+// X-Request-Cost when its head — read whole, the body cut or not (by a
+// write timeout, or a run's end) — says it was charged (Charged); an
+// error when such a head carries no number.
+func (r response) charge() (cost float64, charged bool, err error) {
+	if !r.head || !Charged(r.status, r.headers["X-Request-Cost-Estimate"]) {
+		return 0, false, nil
+	}
+	cost, err = strconv.ParseFloat(r.headers["X-Request-Cost"], 64)
+	if err != nil {
+		return 0, true, fmt.Errorf("charged, without X-Request-Cost: %q", r.headers["X-Request-Cost"])
+	}
+	return cost, true, nil
+}

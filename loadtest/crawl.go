@@ -215,12 +215,8 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 	status := map[int]int{}
 	for i := start; !ended(ctx); {
 		resp, err := cn.get(ctx, paths[i%len(paths)], "X-Request-Cost", "X-Request-Cost-Estimate", "Retry-After")
-		// A head that said the request was charged counts, its body cut
-		// or not (a 503 cut at its deadline too).
-		if resp.head && Charged(resp.status, resp.headers["X-Request-Cost-Estimate"]) {
-			if cost, err := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64); err == nil {
-				c.Cost += cost
-			}
+		if cost, charged, err := resp.charge(); charged && err == nil { // a 503 cut at its deadline too
+			c.Cost += cost
 		}
 		if err != nil {
 			if ended(ctx) {
@@ -228,7 +224,7 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 			}
 			status[0]++
 			c.Requests++
-			pause(ctx, 10*time.Millisecond) // a refused connection: do not spin
+			pause(ctx, errorPause) // a refused connection: do not spin
 			continue
 		}
 		c.Requests++

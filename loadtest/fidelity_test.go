@@ -117,9 +117,7 @@ func TestFidelityFailsUnlessTheTileIsDrawn(t *testing.T) {
 		{"refused", true, func(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 5})
 		}, "429"},
-		{"rate limiter unavailable", true, func(w http.ResponseWriter, r *http.Request) {
-			problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1})
-		}, "503"},
+		{"rate limiter unavailable", true, answerUnavailable, "503"},
 		{"drawn", true, func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("X-Request-Cost", "1.5")
 			w.WriteHeader(http.StatusNoContent)

@@ -149,10 +149,7 @@ func TestRateShortfall(t *testing.T) {
 // The load test follows no redirect: one to another host would aim the
 // load where -url could not. The 301 is the answer counted.
 func TestRunFollowsNoRedirect(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "http://192.0.2.1:8080"+r.URL.RequestURI(), http.StatusMovedPermanently)
-	}))
-	defer srv.Close()
+	srv := redirecting(t, remote)
 	rep, err := Run(context.Background(), Options{BaseURL: srv.URL, Profile: "healthz", Rate: 10, Duration: time.Second, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

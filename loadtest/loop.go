@@ -102,7 +102,7 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 					r.status[0]++
 					r.lat = append(r.lat, time.Since(t0))
 					r.bytes += resp.bytes
-					pause(ctx, loopErrorPause) // a refused connection fails at once: do not spin
+					pause(ctx, errorPause) // a refused connection fails at once: do not spin
 					continue
 				}
 				r.status[resp.status]++
@@ -134,9 +134,9 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 	return out, nil
 }
 
-// loopErrorPause is how long a Loop worker waits after a failed request
-// before its next one.
-const loopErrorPause = 10 * time.Millisecond
+// errorPause is how long a worker (of Loop, a flood, a crawl) waits after
+// a failed request before its next one.
+const errorPause = 10 * time.Millisecond
 
 // ended reports whether ctx is over, by its deadline too: the
 // connection's deadline (ctx's) may cut a request before ctx's own timer

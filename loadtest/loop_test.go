@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
 )
 
 // No two of Loop's requests for one tile are ever in flight together: a
@@ -122,20 +125,14 @@ func TestLoopCountsACutBodyAsAnError(t *testing.T) {
 // port nothing listens on, every request fails at once, and without a
 // pause a run would spin through hundreds of thousands of them.
 func TestLoopPausesAfterAnError(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	c := &Client{BaseURL: "http://" + addr}
+	c := &Client{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))} // nothing listens
 	const workers, d = 2, 300 * time.Millisecond
 	r, err := c.Loop(context.Background(), "l", []maptile.Tile{maptile.New(0, 0, 0)}, workers, d, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// At most one request per pause per worker, and some slack.
-	most := workers * (int(d/loopErrorPause) + 5)
+	most := workers * (int(d/errorPause) + 5)
 	if r.Requests == 0 || r.Status[0] != r.Requests || r.Requests > most {
 		t.Errorf("%d requests in %s against a closed port (%v); want 1..%d, all errors", r.Requests, d, r.Status, most)
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -285,24 +284,21 @@ func (o *ProtectOptions) flood(ctx context.Context, key string) (AbuserResult, e
 			r := AbuserResult{Status: map[int]int{}}
 			for i := w; !ended(ctx); i += o.Workers {
 				resp, err := cn.get(ctx, o.Flood[i%len(o.Flood)], "X-Request-Cost", "X-Request-Cost-Estimate")
-				// A head that said the request was charged counts, its
-				// body cut or not (by a write timeout, or the phase's end).
-				charged := resp.head && Charged(resp.status, resp.headers["X-Request-Cost-Estimate"])
+				cost, charged, cerr := resp.charge()
 				if err != nil && ended(ctx) && !charged {
 					break // cut by the phase's end before the server said anything
 				}
 				r.Requests++
 				if charged {
 					r.Admitted++
-					cost, perr := strconv.ParseFloat(resp.headers["X-Request-Cost"], 64)
-					if perr != nil {
-						errs[w] = fmt.Errorf("an admitted flood request without X-Request-Cost: %q", resp.headers["X-Request-Cost"])
+					if cerr != nil {
+						errs[w] = fmt.Errorf("an admitted flood request: %w", cerr)
 					}
 					r.Cost += cost
 				}
 				if err != nil { // no whole answer (status 0)
 					r.Status[0]++
-					pause(ctx, 10*time.Millisecond) // a refused connection: do not spin
+					pause(ctx, errorPause) // a refused connection: do not spin
 					continue
 				}
 				r.Status[resp.status]++

@@ -3,14 +3,16 @@ package loadtest
 import (
 	"context"
 	"encoding/xml"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/geotoll/geotoll/internal/testenv"
 )
 
 // RunProtect against a stand-in server: honest requests are answered,
@@ -202,13 +204,8 @@ func TestRunProtectHonestTimeout(t *testing.T) {
 // requests as status 0 and pauses after each, as the crawlers do: it does
 // not spin through thousands of refused dials a second.
 func TestFloodPausesAfterATransportError(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	o := ProtectOptions{Client: &Client{BaseURL: "http://" + addr}, Flood: []string{"/z0"}, Workers: 2}
+	o := ProtectOptions{Client: &Client{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))}, // nothing listens
+		Flood: []string{"/z0"}, Workers: 2}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	r, err := o.flood(ctx, "abuser")

@@ -20,9 +20,7 @@ import (
 func TestZoomsTakeTheDatabasesTileOnlyForAServerTimeout(t *testing.T) {
 	srv := tileAnswers(t, map[uint32]http.HandlerFunc{
 		0: answerTimeout,
-		1: func(w http.ResponseWriter, r *http.Request) {
-			problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1})
-		},
+		1: answerUnavailable,
 		2: answerRefused,
 		3: func(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, r, &problem.Error{Code: problem.ReducedCapacity, RetryAfter: 1})
@@ -73,9 +71,7 @@ func (countingTimer) String() string { return "counting" }
 // would be refused as well, and fail the run before its table is printed —
 // but counted in its row by status, where the run's outcome finds it.
 func TestZoomsTimeNoRefusedTile(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 3})
-	}))
+	srv := httptest.NewServer(http.HandlerFunc(answerRefused))
 	defer srv.Close()
 	timed := 0
 	rows, err := RunZooms(t.Context(), ZoomOptions{Client: &Client{BaseURL: srv.URL}, Pool: testenv.ReadPool(t),
@@ -97,6 +93,10 @@ func TestZoomsTimeNoRefusedTile(t *testing.T) {
 // timeout), a refusal (429), an empty tile (204).
 func answerTimeout(w http.ResponseWriter, r *http.Request) {
 	problem.Write(w, r, &problem.Error{Code: problem.Timeout, Detail: "the query exceeded its time limit", RetryAfter: 2})
+}
+
+func answerUnavailable(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1})
 }
 
 func answerRefused(w http.ResponseWriter, r *http.Request) {

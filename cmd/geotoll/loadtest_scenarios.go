@@ -168,8 +168,6 @@ func (f *scenarioFlags) validate(name string) error {
 		case f.minZ > f.maxZ:
 			errs = append(errs, fmt.Errorf("no tile to ask for: -minzoom %d is above -maxzoom %d", f.minZ, f.maxZ))
 		}
-	}
-	if name == "fidelity" || name == "zooms" {
 		if f.timeout < time.Millisecond || f.timeout > maxDBTimeout {
 			errs = append(errs, fmt.Errorf("-db-timeout %s must be within 1ms..%s", f.timeout, maxDBTimeout))
 		}
