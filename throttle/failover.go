@@ -570,16 +570,10 @@ func (k *known) noteAggregate(b Bucket, a Admission, cost float64, now time.Time
 	}
 }
 
-// latestAggregate is what is known of aggregate bucket key under limit:
-// of what admissions taught and what a peek read, the one the primary
-// answered last. Called with k.mu held.
+// latestAggregate is what is known of aggregate bucket key under limit
+// (see latestIn). Called with k.mu held.
 func (k *known) latestAggregate(key string, limit Limit) (knownBudget, bool) {
-	kb, ok := k.agg[key]
-	ok = ok && kb.limit == limit
-	if r, rok := k.read[key]; rok && r.limit == limit && (!ok || r.asked.After(kb.asked)) {
-		return r, true
-	}
-	return kb, ok
+	return k.latestIn(k.agg, key, limit)
 }
 
 // settle is tokens after a settlement that adds d (a refund when
@@ -610,14 +604,21 @@ func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int) {
 	k.read = remember(k.read, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit}, size)
 }
 
-// latest is what is known of key under limit: of what admissions taught
-// and what a peek read, the one the primary answered last.
+// latest is what is known of a caller's bucket key under limit (see
+// latestIn).
 func (k *known) latest(key string, limit Limit) (knownBudget, bool) {
-	kb, ok := k.m[key]
-	if r, rok := k.read[key]; rok && r.limit == limit && (!ok || kb.limit != limit || r.asked.After(kb.asked)) {
+	return k.latestIn(k.m, key, limit)
+}
+
+// latestIn is what is known of key under limit: of what admissions taught
+// (m) and what a peek read, the one the primary answered last.
+func (k *known) latestIn(m map[string]knownBudget, key string, limit Limit) (knownBudget, bool) {
+	kb, ok := m[key]
+	ok = ok && kb.limit == limit
+	if r, rok := k.read[key]; rok && r.limit == limit && (!ok || r.asked.After(kb.asked)) {
 		return r, true
 	}
-	return kb, ok && kb.limit == limit
+	return kb, ok
 }
 
 // remember sets m[key] = kb, forgetting about half of m first when it

@@ -95,21 +95,14 @@ func (l *Layer) CanonicalOrderBy(entries []string) []string {
 	return out
 }
 
-// OrderBySQL is the layer's order (OrderBy, the id last) as an ORDER BY
-// list over the relation alias, columns quoted with pgx.Identifier, nulls
-// last; "" when the layer has neither ids nor order_by.
-func (l *Layer) OrderBySQL(alias string) string { return orderSQL(alias, l.order) }
-
-// CarriedOrderBySQL is OrderBySQL over the names the layer's columns are
-// carried under (CarriedColumns), unquoted, instead of their own: the
-// order of rows that carry them so.
+// CarriedOrderBySQL is the layer's order (OrderBy, the id last) as an
+// ORDER BY list over the relation alias, nulls last, by the names the
+// layer's columns are carried under (CarriedColumns), unquoted: the order
+// of rows that carry them so; "" when the layer has neither ids nor
+// order_by.
 func (l *Layer) CarriedOrderBySQL(alias string) string {
 	return orderSQLBy(alias, l.order, l.carriedAs())
 }
-
-// orderSQL renders keys as an ORDER BY list over the relation alias
-// (columns quoted with pgx.Identifier), nulls last.
-func orderSQL(alias string, keys []OrderKey) string { return orderSQLBy(alias, keys, column) }
 
 // orderSQLBy renders keys as an ORDER BY list over the relation alias,
 // each column written as name returns it, nulls last.

@@ -320,7 +320,7 @@ func storedAs(rel relation) func(name string) string {
 		return column
 	}
 	return func(name string) string {
-		if i := slices.Index(s.Params.SourceColumns, name); i >= 0 && i < len(s.Columns) {
+		if i := slices.Index(s.SourceColumns(), name); i >= 0 { // usable checked the lengths agree
 			return column(s.Columns[i])
 		}
 		return column(name)

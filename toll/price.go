@@ -101,7 +101,7 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 //
 // An unknown kind is priced at MaxCost: erring high is the safe side.
 func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
-	w := t.geofenceWeights()
+	w := t.Default
 	if t.Estimator != nil {
 		if est, ok := t.Estimator.Geofence(d); ok {
 			switch d.Kind {
@@ -126,14 +126,6 @@ func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
 	return w.MaxCost
 }
 
-// geofenceWeights are the weights of a geofence demand: Default, whatever
-// its layer. A tile layer's weights (LayerWeights) price its tiles only:
-// looked up by a geofence layer's name they would reprice, and cap, a
-// different query on a layer that merely shares the name.
-func (t *Toll) geofenceWeights() throttle.Weights {
-	return t.Default
-}
-
 // geofenceWork is the work model of within and bbox on a layer.
 func (t *Toll) geofenceWork(layer string) throttle.WorkModel {
 	if m, ok := t.GeofenceWork[layer]; ok {
@@ -144,7 +136,7 @@ func (t *Toll) geofenceWork(layer string) throttle.WorkModel {
 
 // AdmitGeofence implements geofence.Gate.
 func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.Demand) bool {
-	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1, Base: t.geofenceWeights().Base}) != nil
+	return t.Charge(w, r, Price{Cost: t.GeofencePrice(d), Route: string(d.Kind), Layer: d.Layer, Zoom: -1, Base: t.Default.Base}) != nil
 }
 
 // Authenticate implements geofence.Authenticator: a request presenting an

@@ -181,9 +181,6 @@ func TestTileWeightsDoNotPriceGeofence(t *testing.T) {
 			if got != want {
 				t.Errorf("estimator %v: %s on %q costs %v beside tile weights of that name, %v without", est, d.Kind, d.Layer, got, want)
 			}
-			if got, want := tiled.geofenceWeights().Base, tiled.Default.Base; got != want {
-				t.Errorf("estimator %v: %s on %q settles at least %v, want the default base %v", est, d.Kind, d.Layer, got, want)
-			}
 		}
 	}
 }
