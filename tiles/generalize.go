@@ -129,6 +129,13 @@ func (g Generalize) At(z maptile.Zoom, extent int) Generalization {
 	return out
 }
 
+// BufferCells is how many whole cells beyond each side of a tile its
+// query keeps: buffer units over units per cell, rounded up. It is the
+// same for every tile.
+func (g Generalization) BufferCells(extent, buffer int) int64 {
+	return (int64(buffer)*int64(g.CellsPerTile) + int64(extent) - 1) / int64(extent)
+}
+
 // CellRange returns the inclusive range of cluster cell indices a tile's
 // query keeps: the cells of the tile itself and of its buffer (rounded up
 // to whole cells). Cell (cx, cy) covers x in [cx·CellMetres − π·R,
@@ -137,8 +144,7 @@ func (g Generalize) At(z maptile.Zoom, extent int) Generalization {
 // floor((x + π·R) / CellMetres).
 func (g Generalization) CellRange(t maptile.Tile, extent, buffer int) (x0, x1, y0, y1 int64) {
 	n := int64(g.CellsPerTile)
-	// Buffer cells: buffer units over units per cell, rounded up.
-	b := (int64(buffer)*n + int64(extent) - 1) / int64(extent)
+	b := g.BufferCells(extent, buffer)
 	row := int64(uint64(1)<<t.Z) - 1 - int64(t.Y) //nolint:gosec // G115: t.Z <= MaxZoom, so 2^t.Z fits int64; tile rows counted from the south
 	x0, x1 = int64(t.X)*n-b, (int64(t.X)+1)*n-1+b
 	y0, y1 = row*n-b, (row+1)*n-1+b

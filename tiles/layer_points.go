@@ -20,7 +20,7 @@ var pointsTemplate = template.Must(template.New("tile_points.sql").Parse(mustQue
 func (l *Layer) pointArgs(args []any, src Source, t maptile.Tile) []any {
 	g := src.Generalization
 	x0, x1, y0, y1 := g.CellRange(t, l.Extent, l.Buffer)
-	bufferCells := l.bufferCells(g, t)
+	bufferCells := g.BufferCells(l.Extent, l.Buffer)
 	// Units of the buffer cells, rounded up: a cell is extent/CellsPerTile
 	// units wide, not always a whole number of them.
 	cells := int64(g.CellsPerTile)
@@ -48,14 +48,7 @@ func (l *Layer) BufferMetres(t maptile.Tile) float64 {
 func (l *Layer) bufferMetres(src Source, t maptile.Tile) float64 {
 	m := TileWidth(t.Z) * float64(l.Buffer) / float64(l.Extent)
 	if src.Kind == KindPoint {
-		m = max(m, float64(l.bufferCells(src.Generalization, t))*src.Generalization.CellMetres)
+		m = max(m, float64(src.Generalization.BufferCells(l.Extent, l.Buffer))*src.Generalization.CellMetres)
 	}
 	return m
-}
-
-// bufferCells is how many whole cells beyond each side of point tile t its
-// query keeps: the layer's buffer rounded up to cells (see CellRange).
-func (l *Layer) bufferCells(g Generalization, t maptile.Tile) int64 {
-	x0, x1, _, _ := g.CellRange(t, l.Extent, l.Buffer)
-	return (x1 - x0 + 1 - int64(g.CellsPerTile)) / 2
 }
