@@ -124,11 +124,7 @@ func TestRunProtectWarmsUpBeforeAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := 0
-	for _, p := range phases {
-		counted += statusTotal(p.Status)
-	}
-	warmedUp(t, int(served.Load()), counted, phases[0].Honest)
+	warmedUp(t, int(served.Load()), phases, func(p ProtectPhase) map[int]int { return p.Status }, phases[0].Honest)
 }
 
 func TestRunCrawlWarmsUpBeforeAlone(t *testing.T) {
@@ -139,19 +135,19 @@ func TestRunCrawlWarmsUpBeforeAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := 0
-	for _, p := range phases {
-		counted += statusTotal(p.Status)
-	}
-	warmedUp(t, int(served.Load()), counted, phases[0].Honest)
+	warmedUp(t, int(served.Load()), phases, func(p CrawlPhase) map[int]int { return p.Status }, phases[0].Honest)
 }
 
 // warmedUp fails t unless the server was sent some 50 honest requests more
 // than the phases counted (2 s of warm-up at 50 a second: about 100 sent
 // and counted nowhere), and the phase alone's p99 is not the cold
 // start's 400 ms.
-func warmedUp(t *testing.T, served, counted int, alone Latencies) {
+func warmedUp[P any](t *testing.T, served int, phases []P, status func(P) map[int]int, alone Latencies) {
 	t.Helper()
+	counted := 0
+	for _, p := range phases {
+		counted += statusTotal(status(p))
+	}
 	if served-counted < 50 {
 		t.Errorf("the server was sent %d honest requests, the phases counted %d: no warm-up", served, counted)
 	}

@@ -182,8 +182,7 @@ func TestFailoverLocalStartsFromTheLastKnownBudgetAfterARecovery(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
 		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		fl := &flakyStore{Store: s}
-		f := &Failover{Primary: fl, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 1,
-			Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+		f := localFailover(fl, 1)
 		b := Bucket{Key: fx.key("reseed"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 9
 		fl.set(true)                                                  // first outage
@@ -393,8 +392,7 @@ func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
 		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
 		fl := &flakyStore{Store: s}
-		f := &Failover{Primary: fl, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: 4,
-			Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+		f := localFailover(fl, 4)
 		agg := &Bucket{Key: fx.key("slash48"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		own := Bucket{Key: agg.Key + ":a", Limit: Limit{Rate: 1e-3, Capacity: 100}}
 		t.Cleanup(func() { fx.rdb.Del(context.Background(), own.Key, OpenKey(own.Key), VoidKey(own.Key)) })
@@ -411,4 +409,12 @@ func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
 			t.Fatalf("outage: 1.5 from a /48 Redis said held 2: refusal=%d %+v", a.Refusal, a.Result)
 		}
 	})
+}
+
+// localFailover is a fail_mode local Failover over primary for replicas
+// replicas, whose calls never time out in a test and whose probes wait an
+// hour: the test says when the primary fails.
+func localFailover(primary Store, replicas int) *Failover {
+	return &Failover{Primary: primary, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: replicas,
+		Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
 }
