@@ -1,6 +1,7 @@
 package tiles
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,7 +11,8 @@ import (
 // Checks are what the catalog's layers need of their tables, for the
 // server's start-up and readiness checks (package layercheck): the table,
 // its geometry column in the layer's SRID, the id column (an integer)
-// unless the layer is served without ids, and the properties.
+// unless the layer is served without ids, the properties and the
+// order_by's columns.
 func (c *Catalog) Checks() []layercheck.Spec {
 	layers := c.Layers()
 	out := make([]layercheck.Spec, 0, len(layers))
@@ -18,6 +20,11 @@ func (c *Catalog) Checks() []layercheck.Spec {
 		s := layercheck.Spec{
 			Layer: "tile layer " + strconv.Quote(l.Name), Table: l.tableIdent(),
 			Geometry: l.GeometryColumn, SRID: l.SRID, Properties: l.Properties,
+		}
+		for _, k := range l.order {
+			if !slices.Contains(s.Order, k.Column) && (l.WithoutID || k.Column != l.IDColumn) {
+				s.Order = append(s.Order, k.Column)
+			}
 		}
 		if !l.WithoutID {
 			s.ID = l.IDColumn

@@ -1,8 +1,9 @@
 // Package layercheck checks configured layers against the database they
 // are served from, as the role that serves them: each layer's table
 // exists, the role may use its schema and SELECT from it, its geometry
-// column is a PostGIS geometry of the SRID the layer expects, and its id
-// and property columns exist (the id an integer) and may be read.
+// column is a PostGIS geometry of the SRID the layer expects, and its id,
+// property and order_by columns exist (the id an integer, no property a
+// geometry) and may be read.
 //
 // The server runs the check at start-up — a layer that does not match
 // refuses the start, with a message naming the layer and what is wrong —
@@ -42,8 +43,11 @@ type Spec struct {
 	SRID     int
 	// ID is the feature id column ("" for none): an integer column.
 	ID string
-	// Properties are the other columns the layer reads.
+	// Properties are the columns a feature carries as its attributes.
 	Properties []string
+	// Order are the columns the layer's features are ordered by (a tile
+	// layer's order_by).
+	Order []string
 }
 
 // Querier is what a check needs of a connection or pool: a transaction
@@ -187,6 +191,8 @@ func check(ctx context.Context, tx pgx.Tx, s Spec) ([]string, error) {
 		cols = append(cols, s.ID)
 	}
 	cols = append(cols, s.Properties...)
+	ordered := len(cols) // cols[ordered:] are s.Order
+	cols = append(cols, s.Order...)
 	schema, name := split(s.Table)
 	rows, err := tx.Query(ctx, checkSQL, schema, name, cols)
 	if err != nil {
@@ -225,6 +231,8 @@ func check(ctx context.Context, tx pgx.Tx, s Spec) ([]string, error) {
 			what = "geometry_column " + quote(cols[j])
 		case j == 1 && s.ID != "":
 			what = "id_column " + quote(cols[j])
+		case j >= ordered:
+			what = "order_by: column " + quote(cols[j])
 		}
 		switch {
 		case !k.found:
@@ -237,6 +245,8 @@ func check(ctx context.Context, tx pgx.Tx, s Spec) ([]string, error) {
 			reasons = append(reasons, fmt.Sprintf("%s has SRID %d, not %d", what, k.srid, s.SRID))
 		case j == 1 && s.ID != "" && !k.integer:
 			reasons = append(reasons, fmt.Sprintf("%s is of type %s; a feature id must be a smallint, integer or bigint", what, k.typ))
+		case j > 0 && j < ordered && k.geometry:
+			reasons = append(reasons, fmt.Sprintf("%s is a geometry; a feature's properties are the columns of its attributes (numbers, text, booleans)", what))
 		}
 	}
 	return reasons, nil

@@ -38,6 +38,7 @@ func fixture(t *testing.T) (s, closed string) {
 			"CREATE TABLE " + s + ".hidden (id int, geom geometry(Point, 3857))",
 			"CREATE TABLE " + s + ".partial (id int, secret text, geom geometry(Point, 3857))",
 			"CREATE TABLE " + s + ".checked (id int, geom geometry CHECK (ST_SRID(geom) = 4326))",
+			"CREATE TABLE " + s + ".twogeom (id int, geom geometry(Point, 3857), centre geometry(Point, 4326))",
 			// Two views no check may read: one sleeps a minute, the other
 			// fails every read.
 			"CREATE VIEW " + s + ".sleepy AS SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(0, 0), 3857) AS geom FROM pg_sleep(60)",
@@ -46,7 +47,7 @@ func fixture(t *testing.T) (s, closed string) {
 			"CREATE VIEW " + s + ".refusing AS SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(0, 0), 3857) AS geom WHERE " + s + ".refuse()",
 			"GRANT USAGE ON SCHEMA " + s + " TO geotoll_reader",
 			"GRANT SELECT ON " + s + ".good, " + s + ".wgs, " + s + ".loose, " + s + ".textgeom, " + s + ".textid, " +
-				s + ".checked, " + s + ".sleepy, " + s + ".refusing TO geotoll_reader",
+				s + ".checked, " + s + ".twogeom, " + s + ".sleepy, " + s + ".refusing TO geotoll_reader",
 			"GRANT SELECT (id, geom) ON " + s + ".partial TO geotoll_reader",
 		}
 	})
@@ -85,6 +86,12 @@ func TestCheck(t *testing.T) {
 		{"a view whose every read fails is not read", spec("refusing", "geom", 3857, "id"), ""},
 		{"not a geometry", spec("textgeom", "geom", 3857, "id"), `geometry_column "geom" is of type text, not geometry`},
 		{"id not an integer", spec("textid", "geom", 3857, "id"), `id_column "id" is of type text; a feature id must be`},
+		{"order_by of a missing column", layercheck.Spec{Layer: "layer good", Table: pgx.Identifier{s, "good"}, Geometry: "geom", SRID: 3857, ID: "id",
+			Properties: []string{"name"}, Order: []string{"name", "rank"}}, `order_by: column "rank": no such column`},
+		{"order_by of a geometry", layercheck.Spec{Layer: "layer twogeom", Table: pgx.Identifier{s, "twogeom"}, Geometry: "geom", SRID: 3857, ID: "id",
+			Order: []string{"centre"}}, ""},
+		{"the geometry as a property", spec("good", "geom", 3857, "id", "name", "geom"), `properties: column "geom" is a geometry`},
+		{"another geometry as a property", spec("twogeom", "geom", 3857, "id", "centre"), `properties: column "centre" is a geometry`},
 		{"no SELECT right", spec("hidden", "geom", 3857, "id"),
 			`role "geotoll_reader" may not SELECT from "` + s + `"."hidden" (GRANT SELECT ON "` + s + `"."hidden" TO "geotoll_reader")`},
 		{"columns granted, not the one named", spec("partial", "geom", 3857, "id", "secret"), `properties: column "secret": role "geotoll_reader" may not SELECT it`},
