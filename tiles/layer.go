@@ -216,6 +216,9 @@ func (l *Layer) validate() error {
 		if slices.Contains(reservedNames, p) {
 			bad("property %q: point features carry their cluster's count under that name", p)
 		}
+		if p == l.GeometryColumn {
+			bad("property %q is the geometry_column: a feature's properties are its attributes", p)
+		}
 	}
 	var err error
 	if l.order, err = l.orderKeys(); err != nil {

@@ -144,8 +144,9 @@ func TestPropertiesNamedAsTheQueriesColumns(t *testing.T) {
 
 // A property may have any name but point_count, which every point
 // feature carries (a layer's kind may be known only once it is served,
-// so it is refused on every kind); geom, the name of the geometry in the
-// row ST_AsMVT encodes and in the overviews, is not taken.
+// so it is refused on every kind), and the layer's geometry column; geom,
+// the name of the geometry in the row ST_AsMVT encodes and in the
+// overviews, is not taken.
 func TestPropertyNamesRefused(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []tiles.Kind{tiles.KindPoint, tiles.KindPolygon, ""} {
@@ -156,5 +157,12 @@ func TestPropertyNamesRefused(t *testing.T) {
 		}
 		newCatalog(t, tiles.Layer{Name: "l", Table: "s.t", GeometryColumn: "the_geom", GeometryKind: kind,
 			Properties: append([]string{"geom"}, queryNames...)})
+		// The geometry column is the feature's geometry, never one of its
+		// properties (prepare's pieces would carry it twice).
+		_, err = tiles.NewCatalog([]tiles.Layer{{Name: "l", Table: "s.t", GeometryColumn: "the_geom", GeometryKind: kind,
+			Properties: []string{"name", "the_geom"}}})
+		if err == nil || !strings.Contains(err.Error(), `property "the_geom" is the geometry_column`) {
+			t.Errorf("kind %q: NewCatalog: %v, want the geometry column refused as a property", kind, err)
+		}
 	}
 }
