@@ -104,8 +104,8 @@ func (g *flights[K, V]) run(ctx context.Context, key K, f *flight[V], load func(
 // left), or else the last that gave up, whose wait lasts until the load's
 // statements have stopped. A load whose statements still run (err wraps a
 // pgcall.Stopping) is billed once they have stopped: the error returned
-// then ends (WaitStopped) only after that. Called under flights.mu, as the
-// load ends.
+// then ends (WaitStopped) only after that. A load that made no call bills
+// nobody. Called under flights.mu, as the load ends.
 func (f *flight[V]) bill(err error) error {
 	payer := f.left
 	if len(f.callers) > 0 {
@@ -113,7 +113,9 @@ func (f *flight[V]) bill(err error) error {
 	}
 	var s *pgcall.Stopping
 	if !errors.As(err, &s) {
-		pgcall.AddTo(payer.ctx, f.meter.DB())
+		if f.meter.Used() { // else the load made no call: nothing to bill
+			pgcall.AddTo(payer.ctx, f.meter.DB())
+		}
 		return err
 	}
 	paid := make(chan struct{})

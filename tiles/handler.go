@@ -93,8 +93,10 @@ type Observer interface {
 // With a Cache, the cache is asked before the Gate, so that a hit (or a 304
 // answered from the cache) is priced as a hit (Demand.CacheHit). A miss is
 // priced in full, then rendered once however many requests in one share of
-// the pool want the tile at the same moment; requests that join a render already running were
-// priced as misses too (the price is fixed before anything runs).
+// the pool want the tile at the same moment. Requests that join a render
+// already running were priced as misses too (the price is fixed before
+// anything runs); the render's database time is billed to one of them
+// (flights), and the others settle at their base price, as a hit does.
 type Handler struct {
 	Catalog *Catalog
 	Store   Renderer

@@ -12,8 +12,13 @@ import (
 
 // Pass is an admitted request, from Charge until it ends. Finish, the
 // middleware, settles it when the handler returns: at the database time
-// the request really took (see Toll.Settled), or — a cache hit, a shadow
-// admission — at the price it paid.
+// the request really took (see Toll.Charged); at its base price when the
+// database did no work for it (it waited for a render another request paid
+// for, or found its tile cached after all); or — a cache hit, a request
+// admitted without a ticket — at the price it paid. A shadow admission is
+// cut at the time it paid for and settles the global budget at what it
+// took, as every admission does; its own bucket, which did not pay, is
+// left alone.
 type Pass struct {
 	toll   *Toll
 	ticket *throttle.Ticket
@@ -23,6 +28,7 @@ type Pass struct {
 	most   float64         // the most it settles at (Toll.settleCap)
 	global float64         // taken from the global budget
 	fixed  bool            // settles at its price: nothing to measure
+	shadow bool            // admitted by shadow mode: its bucket paid nothing
 	share  *pgcall.Share   // whose slots its statements take (Toll.share), if any
 	once   sync.Once
 }
@@ -52,12 +58,15 @@ func (p *Pass) Settle(cost float64) {
 	})
 }
 
-// cost is what the request costs after db of database time.
-func (p *Pass) cost(db time.Duration) float64 {
-	if p.fixed {
+// cost is what the request costs, as m metered it.
+func (p *Pass) cost(m *pgcall.Meter) float64 {
+	switch {
+	case p.fixed:
 		return p.price.Cost
+	case !m.Used():
+		return p.price.Base
 	}
-	return p.toll.Charged(p.price.Cost, db, p.price.Base, p.most)
+	return p.toll.Charged(p.price.Cost, m.DB(), p.price.Base, p.most)
 }
 
 // passes carries, from Charge to Finish, the passes a request was given,
@@ -104,7 +113,7 @@ func Finish(next http.Handler) http.Handler {
 			list := held.list
 			held.mu.Unlock()
 			for _, p := range list {
-				p.Settle(p.cost(meter.DB()))
+				p.Settle(p.cost(meter))
 			}
 		}()
 		next.ServeHTTP(&settling{ResponseWriter: w, held: held}, r.WithContext(context.WithValue(ctx, passesKey{}, held)))
@@ -137,10 +146,10 @@ func (held *passes) headers(h http.Header) {
 	held.mu.Lock()
 	defer held.mu.Unlock()
 	for _, p := range held.list {
-		if p.fixed {
-			continue
+		if p.fixed || p.shadow {
+			continue // its bucket paid its price, or nothing
 		}
-		cost := p.cost(held.meter.DB())
+		cost := p.cost(held.meter)
 		res := p.res
 		res.Cost = cost
 		res.Remaining -= cost - p.price.Cost

@@ -208,3 +208,96 @@ func mustPeek(t *testing.T, s throttle.Store, tier, identity string) float64 {
 	}
 	return res.Remaining
 }
+
+// A request admitted only by shadow mode (its bucket could not pay) is cut
+// at the database time it paid for, as a request its bucket paid for is,
+// not left to run its whole statement; the global budget is charged what
+// it ran, and its own bucket, which paid nothing, is left alone.
+func TestShadowAdmissionIsCutAtWhatItPaidFor(t *testing.T) {
+	t.Parallel()
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	toll.Default.MaxCost = 60
+	toll.MsPerToken = 1 // the cut: the floor, 250 ms
+	sh := toll.Tiers["shadow"]
+	sh.Limit.Rate = 0.001
+	toll.Tiers["shadow"] = sh
+	global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}
+	toll.Global = &throttle.Global{Store: store, Bucket: global, Chunk: 1}
+	db := &pgcall.DB{Pool: testenv.ReadPool(t), RetryAfter: 2}
+	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		price, sql := Price{Cost: 60, Route: "x", Zoom: -1, Base: 1}, "SELECT 1"
+		if r.URL.Path == "/slow" {
+			price, sql = Price{Cost: 20, Route: "x", Zoom: -1, Base: 1}, "SELECT pg_sleep(3)"
+		}
+		if toll.Charge(w, r, price) == nil {
+			return
+		}
+		if _, err := db.Read(r.Context(), pgcall.Statement{SQL: sql, Timeout: 10 * time.Second}); err != nil {
+			problem.Write(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	do := func(path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.Header.Set("X-API-Key", "shadowy")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	// Paid by the bucket (70 → 10), under the settle floor: the estimate.
+	if w := do("/fast"); w.Code != http.StatusNoContent || w.Header().Get("X-RateLimit-Shadow") != "" {
+		t.Fatalf("the paid request: %d, X-RateLimit-Shadow %q", w.Code, w.Header().Get("X-RateLimit-Shadow"))
+	}
+	start := time.Now()
+	w := do("/slow")
+	took := time.Since(start)
+	if w.Header().Get("X-RateLimit-Shadow") != "would-refuse" {
+		t.Fatalf("the second request was not admitted by shadow mode: %d, X-RateLimit-Shadow %q", w.Code, w.Header().Get("X-RateLimit-Shadow"))
+	}
+	if w.Code != http.StatusServiceUnavailable || took > 5*DefaultTimeoutFloor+pgcall.AnswerGrace {
+		t.Fatalf("the shadow admission answered %d after %v: not cut near the 250 ms it paid for", w.Code, took)
+	}
+	if left := mustPeek(t, store, "shadow", "k:99"); left < 10-0.01 || left > 10+0.01 {
+		t.Errorf("the shadow caller's bucket holds %v, want the 10 the paid request left", left)
+	}
+	// The global budget paid 60 for the first and, for the second, what it
+	// ran (at least 250 ms at 1 ms a token, capped at 60): not its 20.
+	toll.Global.Close()
+	g, err := store.Peek(t.Context(), global)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Remaining < 880-0.01 || g.Remaining > 880+0.01 {
+		t.Errorf("the global budget holds %v, want 1000 - 60 - 60", g.Remaining)
+	}
+}
+
+// A request for which the database did no work — it waited for a render
+// another request paid for, or found its tile cached once priced —
+// settles at its base price, not at the estimate it paid at the door.
+func TestRequestThatRanNoQuerySettlesAtItsBase(t *testing.T) {
+	t.Parallel()
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	free := toll.Tiers["free"]
+	free.Limit.Rate = 0.001
+	toll.Tiers["free"] = free
+	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if toll.Charge(w, r, Price{Cost: 30, Route: "x", Zoom: -1, Base: 1}) == nil {
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	w := settleRequest(h)
+	if w.Code != http.StatusNoContent {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if cost, estimate := header(t, w, "X-Request-Cost"), header(t, w, "X-Request-Cost-Estimate"); cost != 1 || estimate != 30 {
+		t.Errorf("X-Request-Cost %v, X-Request-Cost-Estimate %v: want 1 (the base) and 30", cost, estimate)
+	}
+	if left := mustPeek(t, store, "free", "k:1"); left < 99-0.01 || left > 99+0.01 {
+		t.Errorf("the bucket holds %v, want 100 - 1", left)
+	}
+}

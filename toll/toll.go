@@ -312,7 +312,7 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		p.Base = t.Default.Base
 	}
 	pass := &Pass{toll: t, ticket: a.Ticket, tier: tier, res: a.Result, price: p, most: t.settleCap(tier, p),
-		global: global, fixed: p.CacheHit || a.Shadow || a.Ticket == nil, share: t.share(tier, own)}
+		global: global, fixed: p.CacheHit || a.Ticket == nil, shadow: a.Shadow, share: t.share(tier, own)}
 	hold(r, pass)
 	return pass
 }
@@ -394,7 +394,7 @@ func (t *Toll) msPerToken() float64 {
 
 // settled reports a request's settled cost to the Observer.
 func (t *Toll) settled(p *Pass, cost float64) {
-	if t.Observer != nil && !p.fixed {
+	if t.Observer != nil && !p.fixed && !p.shadow {
 		t.Observer.Settled(p.tier.Name, p.price, cost)
 	}
 }

@@ -71,6 +71,9 @@ func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, e
 			c.cut = cut
 		}
 	}
+	if m := meterOf(ctx); m != nil {
+		m.used.Store(true)
+	}
 	wctx, cancel := context.WithDeadline(ctx, c.cut)
 	goOn(conn.Conn(), func() { c.run(wctx, cancel, w) })
 	return c.await(wctx)

@@ -12,7 +12,10 @@ import (
 // returned (after Respond waited), the sum is final.
 // Work done for a request under a context of its own (a render shared by
 // several requests) is added with AddTo.
-type Meter struct{ ns atomic.Int64 }
+type Meter struct {
+	ns   atomic.Int64
+	used atomic.Bool
+}
 
 type meterKey struct{}
 
@@ -25,7 +28,17 @@ func WithMeter(ctx context.Context) (context.Context, *Meter) {
 // DB is the database time metered so far.
 func (m *Meter) DB() time.Duration { return time.Duration(m.ns.Load()) }
 
-func (m *Meter) add(d time.Duration) { m.ns.Add(int64(d)) }
+// Used reports whether the database worked for the meter's request: a
+// call was made under its context (from the moment it is sent, so that a
+// call still running counts), or work was added with AddTo. A request
+// that only waited for a render another request paid for, or found its
+// tile cached after all, used none.
+func (m *Meter) Used() bool { return m.used.Load() }
+
+func (m *Meter) add(d time.Duration) {
+	m.used.Store(true)
+	m.ns.Add(int64(d))
+}
 
 // AddTo adds d to the Meter of ctx, if it carries one: database time spent
 // on ctx's behalf under another context.
