@@ -94,7 +94,8 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 	// The fit replaces the work models of what it fits: it neither needs
 	// nor trusts the file it is about to write for them. The file's models
 	// of what it does not fit are kept (read now: an unreadable file fails
-	// before the fit, not after).
+	// before the fit, not after), but for those of layers the config no
+	// longer has: serve refuses a file that names one (calibrate.File.Within).
 	var kept calibrate.File
 	if out != "-" {
 		if _, err := os.Stat(out); err == nil {
@@ -102,6 +103,16 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 				return fmt.Errorf("calibrate: %w (its models of the layers not fitted now would be kept: fix it, remove it, or write elsewhere with -out)", err)
 			}
 		}
+	}
+	kept, dropped := kept.Within(
+		func(name string) bool {
+			return slices.ContainsFunc(cfg.Layers, func(l LayerConfig) bool { return l.Name == name })
+		},
+		func(name string) bool {
+			return slices.ContainsFunc(cfg.Geofence.Layers, func(l geofence.Layer) bool { return l.Name == name })
+		})
+	if len(dropped) > 0 {
+		fmt.Fprintf(stderr, "calibrate: %s drops the models of %s: not in the config\n", out, strings.Join(dropped, ", "))
 	}
 	cfg.Throttle.WeightsFile = ""
 	catalog, _, err := cfg.catalog()

@@ -21,8 +21,11 @@ func TestCalibrateWritesWhatServeReads(t *testing.T) {
 	cfg.Database.URL = testenv.ReadDatabaseURL(t)
 	cfg.Throttle.WeightsFile = filepath.Join(t.TempDir(), "weights.yaml")
 	// A file of an earlier run: its model of districts, which this run
-	// does not fit, is kept; its model of places is replaced.
-	before := "tiles:\n  districts: {query_ms: 7, feature_ms: 0, vertex_ms: 0}\n  places: {query_ms: 99, feature_ms: 0, vertex_ms: 0}\n"
+	// does not fit, is kept; its model of places is replaced; its models
+	// of roads and parks, layers the config no longer has, are dropped
+	// (serve refuses a file that names a layer it does not serve).
+	before := "tiles:\n  districts: {query_ms: 7, feature_ms: 0, vertex_ms: 0}\n  places: {query_ms: 99, feature_ms: 0, vertex_ms: 0}\n" +
+		"  roads: {query_ms: 5, feature_ms: 0, vertex_ms: 0}\ngeofence:\n  parks: {query_ms: 5, feature_ms: 0, vertex_ms: 0}\n"
 	if err := os.WriteFile(cfg.Throttle.WeightsFile, []byte(before), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +47,11 @@ func TestCalibrateWritesWhatServeReads(t *testing.T) {
 	for _, want := range []string{"tiles/places", "geofence/places", "geofence/districts", "fences", "ρ price"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Fatalf("the report lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	for _, want := range []string{`tile layer "roads"`, `geofence layer "parks"`} {
+		if !strings.Contains(stderr.String(), want) || strings.Contains(string(raw), strings.Split(want, `"`)[1]) {
+			t.Fatalf("the model of %s, no longer configured, is kept or its drop not reported:\n%s\n%s", want, raw, stderr.String())
 		}
 	}
 	file, err := cfg.weightsFile()

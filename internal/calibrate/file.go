@@ -71,6 +71,36 @@ func (f File) Merge(newer File) File {
 	return out
 }
 
+// Within is f without the models of the layers that are no longer
+// configured — tile reports whether a tile layer is, fence whether a
+// geofence layer is — and what it dropped ("tile layer \"roads\""),
+// sorted. A file written from a config is read by serve with that
+// config, which refuses a model of a layer it does not serve (the file
+// may be another config's); a run that keeps the models of what it did
+// not fit must therefore not keep those of layers since removed, or the
+// next start would fail on a file calibrate has just written.
+func (f File) Within(tile, fence func(name string) bool) (File, []string) {
+	var dropped []string
+	keep := func(m map[string]throttle.WorkModel, configured func(string) bool, what string) map[string]throttle.WorkModel {
+		var out map[string]throttle.WorkModel
+		for _, name := range sortedKeys(m) {
+			if !configured(name) {
+				dropped = append(dropped, fmt.Sprintf("%s %q", what, name))
+				continue
+			}
+			if out == nil {
+				out = map[string]throttle.WorkModel{}
+			}
+			out[name] = m[name]
+		}
+		return out
+	}
+	out := File{Fences: f.Fences}
+	out.Tiles = keep(f.Tiles, tile, "tile layer")
+	out.Geofence = keep(f.Geofence, fence, "geofence layer")
+	return out, dropped
+}
+
 // Write writes f as YAML after a comment of header lines.
 func (f File) Write(w io.Writer, header []string) error {
 	var buf bytes.Buffer
