@@ -314,6 +314,11 @@ func (o *overrides) load() (Config, error) {
 		}
 		keepWhereEmpty(&doc, &cfg, before)
 	}
+	if o.env {
+		if err := o.fileTiers(cfg); err != nil {
+			return cfg, err
+		}
+	}
 	if err := o.apply(&cfg); err != nil {
 		return cfg, err
 	}

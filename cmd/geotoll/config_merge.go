@@ -18,7 +18,10 @@ import (
 // the default; a tier replaces only the fields it sets (tiers:
 // {free: {shadow: true}} shadows free, its rate and capacity kept); a
 // layer (layers, geofence.layers) whose name is a default layer's replaces
-// only the fields it sets, and a layer with a new name is added.
+// only the fields it sets, and a layer with a new name is added. A name
+// given twice in the file (two tiers or two layers of one list) is an
+// error: merged, the second would change the first and one of them be
+// lost without a word.
 // demo_layers: false drops the default layers first. A collection whose
 // key is left empty merges nothing (keepWhereEmpty). Lists of strings
 // (properties, trusted_proxies, origins…) are replaced whole.
@@ -34,8 +37,15 @@ func (m *TierMap) UnmarshalYAML(node *yaml.Node) error {
 	if *m == nil {
 		*m = TierMap{}
 	}
+	seen := map[string]int{} // line by name
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		name := node.Content[i].Value
+		// yaml.v3 refuses a key given twice only in what it decodes
+		// itself, not in a node handed to UnmarshalYAML.
+		if line, dup := seen[name]; dup {
+			return fmt.Errorf("throttle.tiers.%s (line %d): already defined at line %d", name, node.Content[i].Line, line)
+		}
+		seen[name] = node.Content[i].Line
 		tier := (*m)[name]
 		if err := strictDecode(node.Content[i+1], &tier); err != nil {
 			return fmt.Errorf("throttle.tiers.%s (line %d): %w", name, node.Content[i].Line, err)
@@ -67,17 +77,24 @@ func (l *FenceLayerList) UnmarshalYAML(node *yaml.Node) error {
 
 // mergeByName decodes node, a sequence of named records, onto list: a
 // record whose name is in list is decoded onto that entry, the fields it
-// does not set kept; any other is appended.
+// does not set kept; any other is appended. A name node gives twice is an
+// error: only list's entries (the defaults) are merged into.
 func mergeByName[T any](list []T, node *yaml.Node, key string, name func(*T) string) ([]T, error) {
 	if node.Kind != yaml.SequenceNode {
 		return list, fmt.Errorf("line %d: %s must be a list", node.Line, key)
 	}
 	out := append([]T(nil), list...)
+	seen := map[string]int{} // index in node by name
 	for i, item := range node.Content {
 		var probe struct {
 			Name string `yaml:"name"`
 		}
 		_ = item.Decode(&probe) // a bad record is reported by the strict decode below
+		if j, dup := seen[probe.Name]; dup && probe.Name != "" {
+			return out, fmt.Errorf("%s[%d] (line %d): name %q is already %s[%d] (line %d): give each layer once, with all its fields",
+				key, i, item.Line, probe.Name, key, j, node.Content[j].Line)
+		}
+		seen[probe.Name] = i
 		var rec T
 		at := -1
 		for j := range out {

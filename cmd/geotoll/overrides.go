@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -12,14 +13,18 @@ import (
 
 // overrides are the settings given as flags and environment variables,
 // kept as text until the configuration file has been read: they win over
-// it. Flags win over the environment; a setting's canonical variable
-// (GEOTOLL_…) wins over its alias (envAliases); a secret's _FILE variable
-// is read last.
+// it. Flags win over the environment; in it, a setting's own names — its
+// variable (GEOTOLL_…) or, for a secret, the file its _FILE variable names
+// — win over its older alias (envAliases). A secret given both ways is
+// refused (see readEnv).
 type overrides struct {
 	settings []setting
 	values   map[string]string // by key
 	from     map[string]string // by key: "flag -listen", "GEOTOLL_LISTEN"…
 	config   string            // -config / GEOTOLL_CONFIG
+	// env: readEnv has read the environment, so the variables of the
+	// tiers the file adds are read once it has been (fileTiers).
+	env bool
 }
 
 // envAliases are the older environment variables that still set their
@@ -97,8 +102,15 @@ func (o *overrides) setting(key string) (setting, bool) {
 }
 
 // readEnv fills the settings no flag gave from the environment: GEOTOLL_…
-// (read by ff), then the aliases, then the secrets' _FILE variables.
+// (read by ff), then the secrets' _FILE variables, then the aliases. A
+// deployment moving a secret into a file (GEOTOLL_DATABASE_URL_FILE) may
+// still export the older DATABASE_URL that its scripts always set: the
+// file must win, as the new name does. A secret whose variable and _FILE
+// are both set is refused, even when a flag sets it: which of the two the
+// operator meant cannot be told, and taking either would leave the other
+// looking used.
 func (o *overrides) readEnv() error {
+	o.env = true
 	fs := flag.NewFlagSet("environment", flag.ContinueOnError)
 	if o.config == "" {
 		fs.Var(configFlag{o}, "config", "")
@@ -111,6 +123,11 @@ func (o *overrides) readEnv() error {
 	if err := ff.Parse(fs, nil, ff.WithEnvVarPrefix(envPrefix)); err != nil {
 		return err
 	}
+	for _, s := range o.settings {
+		if err := o.readSecretFile(s); err != nil {
+			return err
+		}
+	}
 	for _, a := range envAliases {
 		if _, set := o.values[a.key]; set {
 			continue
@@ -122,23 +139,93 @@ func (o *overrides) readEnv() error {
 			}
 		}
 	}
-	for _, s := range o.settings {
-		if _, set := o.values[s.Key]; set || !s.Secret {
-			continue
-		}
-		path := os.Getenv(s.Env + "_FILE")
-		if path == "" {
-			continue
-		}
-		raw, err := os.ReadFile(path) //nolint:gosec // G703: the path is the operator's own _FILE variable, read once at start-up
-		if err != nil {
-			return fmt.Errorf("%s_FILE: %w", s.Env, err)
-		}
-		if err := (settingFlag{o, s, s.Env + "_FILE"}).Set(strings.TrimRight(string(raw), "\r\n")); err != nil {
-			return fmt.Errorf("%s_FILE: %w", s.Env, err)
-		}
+	return nil
+}
+
+// readSecretFile sets secret s from the file its _FILE variable names,
+// unless a flag set it.
+func (o *overrides) readSecretFile(s setting) error {
+	path := os.Getenv(s.Env + "_FILE")
+	if !s.Secret || path == "" {
+		return nil
+	}
+	if os.Getenv(s.Env) != "" {
+		return fmt.Errorf("%s and %s_FILE are both set: set one of them", s.Env, s.Env)
+	}
+	if _, set := o.values[s.Key]; set {
+		return nil
+	}
+	raw, err := os.ReadFile(path) //nolint:gosec // G703: the path is the operator's own _FILE variable, read once at start-up
+	if err != nil {
+		return fmt.Errorf("%s_FILE: %w", s.Env, err)
+	}
+	if err := (settingFlag{o, s, s.Env + "_FILE"}).Set(strings.TrimRight(string(raw), "\r\n")); err != nil {
+		return fmt.Errorf("%s_FILE: %w", s.Env, err)
 	}
 	return nil
+}
+
+// tierEnvPrefix starts the variables of every tier's settings.
+var tierEnvPrefix = envName("throttle.tiers") + "_"
+
+// fileTiers adds the settings of the tiers cfg (the defaults and the file)
+// has beyond the defaults' and reads their variables, once the file has
+// been read: a tier the file adds is set by the environment as a default
+// tier is. Their flags cannot be: flags are defined before the file is
+// read, so only the defaults' tiers have them. A set GEOTOLL_THROTTLE_TIERS_
+// variable that names no tier's field (a tier nobody configured, a
+// misspelt field) is refused: ignored, a deployment's budget would be
+// silently other than it says; so is one that two tiers' names share
+// ("Gold" and "gold").
+func (o *overrides) fileTiers(cfg Config) error {
+	byEnv := map[string][]setting{}
+	have := map[string]bool{}
+	for _, s := range o.settings {
+		have[s.Key] = true
+	}
+	for _, s := range settingsOf(cfg) {
+		if !strings.HasPrefix(s.Env, tierEnvPrefix) || strings.Count(s.Key, ".") != 3 {
+			continue // a tier whose name holds a "." has no settings
+		}
+		byEnv[s.Env] = append(byEnv[s.Env], s)
+		if !have[s.Key] {
+			o.settings = append(o.settings, s)
+			have[s.Key] = true
+		}
+	}
+	var errs []error
+	for _, kv := range os.Environ() {
+		env, v, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(env, tierEnvPrefix) || v == "" {
+			continue
+		}
+		switch ss := byEnv[env]; {
+		case len(ss) == 0:
+			errs = append(errs, fmt.Errorf("%s sets no tier's setting: throttle.tiers has %s, each with %s", env,
+				strings.Join(tierNames(cfg), ", "), strings.Join(tierFields(), ", ")))
+		case len(ss) > 1:
+			errs = append(errs, fmt.Errorf("%s names %s and %s alike: rename one of the tiers", env, ss[0].Key, ss[1].Key))
+		default:
+			if _, set := o.values[ss[0].Key]; set {
+				continue // by a flag, or read already
+			}
+			if err := (settingFlag{o, ss[0], env}).Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tierFields are the YAML keys of a tier.
+func tierFields() []string {
+	var out []string
+	for _, s := range settingsOf(Config{Throttle: ThrottleConfig{Tiers: TierMap{"t": {}}}}) {
+		if name, ok := strings.CutPrefix(s.Key, "throttle.tiers.t."); ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // apply stores the overrides in cfg.

@@ -16,8 +16,9 @@ import (
 //	throttle.tiers.free.shadow   flag -throttle-tiers-free-shadow env GEOTOLL_THROTTLE_TIERS_FREE_SHADOW
 //
 // Every scalar key of Config is one (lists of strings are comma-separated
-// values), and so is every field of the tiers the defaults name. The layer
-// lists (layers, geofence.layers) are set in the YAML file only.
+// values), and so is every field of the tiers the defaults name, and of
+// those the file adds (environment variables only: overrides.fileTiers).
+// The layer lists (layers, geofence.layers) are set in the YAML file only.
 type setting struct {
 	Key  string // YAML path
 	Flag string

@@ -277,3 +277,100 @@ func TestTokenLeasesOnEveryReplica(t *testing.T) {
 		}
 	}
 }
+
+// A secret's _FILE is one of its new names: it ranks above the older
+// alias (DATABASE_URL, REDIS_URL…), below a flag, and a variable set
+// beside its own _FILE is refused rather than one of them quietly
+// ignored.
+func TestSecretFileRanksAboveAlias(t *testing.T) {
+	clearConfigEnv(t)
+	t.Setenv("DATABASE_URL", "postgres://fromalias@h/db")
+	t.Setenv("GEOTOLL_DATABASE_URL_FILE", writeFile(t, "db", "postgres://fromfile@h/db\n"))
+	t.Setenv("REDIS_URL", "redis://fromalias:1")
+	t.Setenv("GEOTOLL_REDIS_URL_FILE", writeFile(t, "redis", "redis://fromfile:1\n"))
+	t.Setenv("GEOTOLL_WRITER_DATABASE_URL", "postgres://writeralias@h/db")
+	t.Setenv("GEOTOLL_GEOFENCE_WRITER_DATABASE_URL_FILE", writeFile(t, "writer", "postgres://writerfile@h/db"))
+	cfg, _, err := loadConfig(nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Database.URL != "postgres://fromfile@h/db" || cfg.Redis.URL != "redis://fromfile:1" || cfg.Geofence.WriterDatabaseURL != "postgres://writerfile@h/db" {
+		t.Errorf("an alias won over a _FILE: database %s, redis %s, writer %s", cfg.Database.URL, cfg.Redis.URL, cfg.Geofence.WriterDatabaseURL)
+	}
+	cfg, _, err = loadConfig([]string{"-database-url", "postgres://fromflag@h/db"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Database.URL != "postgres://fromflag@h/db" {
+		t.Errorf("a _FILE won over a flag: %s", cfg.Database.URL)
+	}
+	t.Setenv("GEOTOLL_DATABASE_URL", "postgres://fromvar@h/db")
+	_, _, err = loadConfig(nil, true)
+	if err == nil || !strings.Contains(err.Error(), "GEOTOLL_DATABASE_URL and GEOTOLL_DATABASE_URL_FILE") {
+		t.Errorf("a variable and its _FILE both set: err = %v, want both named", err)
+	}
+}
+
+// Every tier has its variables, the ones a file adds too; a
+// GEOTOLL_THROTTLE_TIERS_ variable that names no tier's setting (a tier
+// nobody configured, a misspelt field) is refused, not ignored.
+func TestTierSettingsOfEveryTier(t *testing.T) {
+	clearConfigEnv(t)
+	file := writeFile(t, "partner.yaml", "throttle: {tiers: {partner: {rate: 200, capacity: 1200, max_cost: 30}, gold-plus: {rate: 5, capacity: 100}}}\n")
+	t.Setenv("GEOTOLL_THROTTLE_TIERS_PARTNER_CAPACITY", "600")
+	t.Setenv("GEOTOLL_THROTTLE_TIERS_GOLD_PLUS_SHADOW", "true")
+	t.Setenv("GEOTOLL_THROTTLE_TIERS_FREE_RATE", "30")
+	cfg, _, err := loadConfig([]string{"-config", file}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Throttle.Tiers["partner"]; p.Capacity != 600 || p.Rate != 200 || p.MaxCost != 30 {
+		t.Errorf("partner %+v: want the file's tier with the variable's capacity, 600", p)
+	}
+	if g := cfg.Throttle.Tiers["gold-plus"]; !g.Shadow || g.Capacity != 100 {
+		t.Errorf("gold-plus %+v: want it shadowed", g)
+	}
+	if f := cfg.Throttle.Tiers["free"]; f.Rate != 30 || f.Capacity != 100 {
+		t.Errorf("free %+v", f)
+	}
+	if err := checkConfig(cfg); err != nil {
+		t.Errorf("config check: %v", err)
+	}
+	for _, c := range []struct{ env, args []string }{
+		{[]string{"GEOTOLL_THROTTLE_TIERS_PARTNER_CAPACITY", "10"}, nil}, // no file: no partner
+		{[]string{"GEOTOLL_THROTTLE_TIERS_FREE_CAPACTY", "10"}, []string{"-config", file}},
+		{[]string{"GEOTOLL_THROTTLE_TIERS_GOLD_RATE", "10"}, []string{"-config", file}},
+	} {
+		clearConfigEnv(t)
+		t.Setenv(c.env[0], c.env[1])
+		_, _, err := loadConfig(c.args, true)
+		if err == nil || !strings.Contains(err.Error(), c.env[0]) {
+			t.Errorf("%s with %v: err = %v, want it refused by name", c.env[0], c.args, err)
+		}
+	}
+}
+
+// A name given twice in one file is refused: the second entry would
+// otherwise merge into the first and one of them be lost. Merging into a
+// default of the same name is what names are for, and still works
+// (TestConfigMerge).
+func TestNameTwiceInOneFileIsRefused(t *testing.T) {
+	clearConfigEnv(t)
+	for _, c := range []struct{ name, yaml, want string }{
+		{"tile layers", "layers:\n  - {name: roads, table: osm.roads, geometry_column: geom}\n  - {name: roads, table: osm.rivers, geometry_column: geom}\n",
+			`layers[1] (line 3): name "roads" is already layers[0] (line 2)`},
+		{"a demo tile layer", "layers:\n  - {name: places, max_features: 10}\n  - {name: places, minzoom: 3}\n",
+			`name "places" is already layers[0]`},
+		{"geofence layers", "geofence:\n  layers:\n    - {name: parks, table: osm.parks, geometry_column: geom}\n    - {name: parks, table: osm.woods, geometry_column: geom}\n",
+			`geofence.layers[1] (line 4): name "parks" is already geofence.layers[0] (line 3)`},
+		{"tiers", "throttle:\n  tiers:\n    partner: {rate: 200, capacity: 1200}\n    partner: {rate: 1, capacity: 10}\n",
+			`throttle.tiers.partner (line 4): already defined at line 3`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := LoadConfig([]string{"-config", writeFile(t, "twice.yaml", c.yaml)})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+}
