@@ -164,8 +164,9 @@ func TestCurrent(t *testing.T) {
 		{name: "other zooms", rows: rowsOf("10:99", func(r *tiles.Storage) { r.ZoomMax++ }), sig: "10:99"},
 		{name: "another table", rows: rowsOf("10:99", func(r *tiles.Storage) { r.SourceTable = `"s"."old"` }), sig: "10:99"},
 		{name: "another geometry column", rows: rowsOf("10:99", func(r *tiles.Storage) { r.SourceGeometryColumn = "g2" }), sig: "10:99"},
+		{name: "recorded without its schema", rows: rowsOf("10:99", func(r *tiles.Storage) { r.SourceTable = `"t"` }), sig: "10:99"},
 	} {
-		if got := current(tc.rows, l, targets, tc.sig); got != tc.want {
+		if got := current(tc.rows, `"s"."t"`, l, targets, tc.sig); got != tc.want {
 			t.Errorf("%s: current = %v, want %v", tc.name, got, tc.want)
 		}
 	}

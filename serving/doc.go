@@ -38,8 +38,10 @@
 //	                                source columns, each held by its own
 //	                                name (the pieces, overviews of
 //	                                version 1)
-//	source_table,                   the layer's table (quoted) and geometry
-//	source_geometry_column          column
+//	source_table,                   the layer's table, as prepare resolved
+//	source_geometry_column          it, with its schema (quoted:
+//	                                "schema"."table"), and its geometry
+//	                                column
 //	source_rows, source_signature   the source when built: row count and
 //	                                change detector ("count:newest
 //	                                xmin:writers' checksum", "" for a
@@ -62,7 +64,12 @@
 // order_by, whatever the builder's version), and it was built from the
 // layer's table and geometry column as
 // configured now (to_regclass(source_table) is the relation the layer's
-// table names, source_geometry_column its geometry column). A server
+// table names under the read role's search_path, source_geometry_column
+// its geometry column): a table named without its schema may be another
+// table for serve than for prepare, whose search_path is the schema
+// owner's. A source_table without a schema (recorded by an older
+// prepare) names no table for serve: the layer reads its table until the
+// next run rebuilds the storage. A server
 // that predates source_columns takes columns for the layer's own names:
 // an overview's lists only the names the relation holds, so such a server
 // finds the layer's columns missing from it and reads the layer's table at
@@ -74,9 +81,9 @@
 // For each layer and builder, [Prepare] asks the builder for its targets
 // ([Builder.Targets]: the relations it keeps for the layer, and their
 // params). When the registry already holds exactly those targets, built
-// from the layer's table and geometry column (source_table and
-// source_geometry_column as the configuration writes them now) with the
-// same signature, the run renews checked_at and
+// from the layer's table and geometry column (source_table the table the
+// run resolves, with its schema, and source_geometry_column the
+// configuration's) with the same signature, the run renews checked_at and
 // builds nothing: a run with nothing changed reads each table once
 // (count(*), max(xmin)) and is quick. Otherwise, holding the layer's
 // advisory lock (a second run skips the layer: Skipped, Reason LayerBusy;
@@ -107,12 +114,27 @@
 // that reads a table already dropped (its refresh failed for longer than
 // Options.Retain) answers 503 until it re-reads the registry.
 //
-// Before building, [Prepare] checks that the read role may read every
-// column it would copy (an overview readable by geotoll_reader must not
-// show it what the table hides) and refuses the layer otherwise. In the
+// Before building, and before finding storage current, [Prepare] checks
+// that storage readable by the read role shows it nothing the table
+// hides from it (prepare reads the table as the schema owner): that the
+// read role may read every column it would copy (else the layer fails,
+// naming the role), that no row-level security filters what the read
+// role reads of the table (Reason RowSecurity: the owner reads past it,
+// or, forced on the owner, through the owner's policies), and that the
+// table is no view with security_invoker (Reason InvokerView: the read
+// role reads it with its own rights and row security). A layer refused
+// so has its storage built before withdrawn: retired, and its relations'
+// SELECT revoked from the read role at once (a server that has not
+// re-read the registry fails those tiles until it does, rather than show
+// the rows), and its tiles read the table. The build's transaction
+// checks again, in its snapshot (a table's lock is taken before it, so
+// that no ALTER TABLE enabling row security commits in between). In the
 // build's transaction, it builds no pieces from a table whose id column
 // holds NULL or repeats an id (see [Subdivide]): the layer is skipped
 // with the reason, and its tiles read the table.
+//
+// Storage is in two dimensions, as tiles draw a layer: a table's Z and M
+// are dropped (ST_Force2D).
 //
 // # Keeping it current
 //

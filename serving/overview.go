@@ -31,7 +31,8 @@ import (
 //     (not repaired: tiles are drawn through ST_AsMVTGeom, which returns
 //     valid polygons); each zoom above is simplified from the one below.
 //
-// Every overview is in EPSG:3857 (geometry column "geom", a GiST index)
+// Every overview is in EPSG:3857 and two dimensions (geometry column
+// "geom", a GiST index; a table's Z and M are dropped, as tiles drop them)
 // and carries the layer's columns (id, properties, order_by) under names
 // of its own, c0, c1… in the order of tiles.Layer.Columns (the names the
 // tile queries carry them under, tiles.Layer.CarriedColumns): beside the
@@ -128,10 +129,12 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 			d.Cols[i].Read = d.Cols[i].As // the overview below stores them as this one does
 		}
 	} else {
+		// The table's geometries may have Z or M, which the overview's
+		// column (two dimensions, as tiles draw them) refuses.
 		d.FromSource, d.From, d.Geom = true, d.Source, pgx.Identifier{l.GeometryColumn}.Sanitize()
-		d.GeomExpr = "t." + d.Geom
+		d.GeomExpr = "ST_Force2D(t." + d.Geom + ")"
 		if l.SRID != 3857 {
-			d.GeomExpr = "ST_Transform(t." + d.Geom + ", 3857)"
+			d.GeomExpr = "ST_Transform(" + d.GeomExpr + ", 3857)"
 		}
 	}
 	if err := exec(ctx, job.Tx, createTemplate, d); err != nil {

@@ -20,7 +20,8 @@ import (
 type Options struct {
 	// ReaderRole serves the tiles (default DefaultReaderRole): every
 	// relation built is granted to it, and built only from a table whose
-	// copied columns it may read itself.
+	// copied columns it may read itself, every row of them (see
+	// RowSecurity and InvokerView).
 	ReaderRole string
 	// Force rebuilds storage that is current.
 	Force bool
@@ -78,9 +79,9 @@ type Status string
 const (
 	Built     Status = "built"     // built and recorded in place of the old storage
 	Unchanged Status = "unchanged" // current: its checked_at renewed
-	Removed   Status = "removed"   // no longer configured: retired (or, builder Retired: dropped)
+	Removed   Status = "removed"   // no longer configured, or refused (see Reason): retired (or, builder Retired: dropped)
 	Skipped   Status = "skipped"   // see Reason: nothing to build, or another run holds (or just built) the layer
-	Failed    Status = "failed"    // see Err; what was served before is served still
+	Failed    Status = "failed"    // see Err; what was served before is served still, unless the read role may no longer read the table
 )
 
 // Reasons of a Skipped Result.
@@ -99,6 +100,21 @@ const (
 	RepeatedIDs = "the id column repeats an id: pieces are joined into features by id, and those rows would merge into one; tiles read the table (make the ids unique)"
 )
 
+// Reasons of a Skipped or Removed Result of every builder: storage the
+// read role may read would show it rows its table hides from it. prepare
+// reads the table as the schema owner, whom the table's row-level
+// security does not filter as it filters the read role (it reads past
+// it, or, forced on the owner, through the owner's policies), and copies
+// what it reads into relations the read role reads whole. The storage
+// built before is retired and the read role's right to read it taken
+// away at once (a server that has not re-read the registry fails those
+// tiles until it does, rather than show the rows), and the layer's tiles
+// read the table, through its policies. Each run checks again.
+const (
+	RowSecurity = "row-level security is enabled on the table and filters the read role: storage would show it every row; tiles read the table (grant the read role BYPASSRLS, or disable row security)"
+	InvokerView = "the view has security_invoker: the read role reads it with its own rights and row security, which storage would not apply; tiles read the view"
+)
+
 // Result is the outcome for one layer and builder.
 type Result struct {
 	Layer, Builder string
@@ -108,7 +124,7 @@ type Result struct {
 	SourceRows     int64 // rows of the layer's table
 	Repaired       int64 // source rows the build repaired (Job.Repaired); 0 unless built
 	Took           time.Duration
-	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs or RepeatedIDs; why it was Removed: NullIDs or RepeatedIDs
+	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity or InvokerView; why it was Removed: one of the last four
 	Err            error
 }
 
@@ -214,10 +230,10 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 		r.Err = err
 		return r
 	}
-	if !src.readable {
-		r.Err = fmt.Errorf("role %s may not read every column of %s that the storage would copy (%s): refusing to expose them",
-			o.ReaderRole, l.TableIdent().Sanitize(), strings.Join(cols, ", "))
-		return r
+	// Checked before the storage is found current: a table whose rights
+	// or row security changed keeps its signature.
+	if reason, err := src.refusal(l, o.ReaderRole, cols); reason != "" || err != nil {
+		return refuse(ctx, pool, l, b.Name(), len(rows) > 0, reason, err, o)
 	}
 	if !o.Force {
 		if err := sign(ctx, pool, l, &src); err != nil {
@@ -225,7 +241,7 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 			return r
 		}
 		r.SourceRows = src.rows
-		if current(rows, l, targets, src.signature) {
+		if current(rows, src.table, l, targets, src.signature) {
 			_, err := pool.Exec(ctx, registryTouchSQL, l.Name, b.Name())
 			r.Status, r.Relations, r.Err = Unchanged, len(targets), err
 			return r
@@ -233,22 +249,103 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 	}
 	err = withLayerLock(ctx, pool, l.Name, func(conn *pgxpool.Conn) error {
 		return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-			return buildTx(ctx, tx, l, kind, b, targets, &src, o, &r)
+			return buildTx(ctx, tx, l, kind, b, targets, &src, cols, o, &r)
 		})
 	})
 	if errors.Is(err, errLayerBusy) {
 		r.Status, r.Reason, err = Skipped, LayerBusy, nil
 	}
-	r.Err = err
+	if err != nil {
+		r.Err = err
+	}
 	return r
+}
+
+// refuse is build's Result for a table whose storage the read role must
+// not read (source.refusal's reason, or err): the builder's storage of
+// the layer, if the registry had any (stored), is withdrawn, holding the
+// layer's lock; when another run holds it, nothing is withdrawn and the
+// layer is Skipped (LayerBusy, or Failed with err), for a later run.
+func refuse(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string, stored bool, reason string, err error, o Options) Result {
+	r := Result{Layer: l.Name, Builder: builder, Status: Skipped, Reason: reason, Err: err}
+	if !stored {
+		return r
+	}
+	var n int
+	held := false
+	werr := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if held, err = lockLayer(ctx, tx, l.Name); err != nil || !held {
+			return err
+		}
+		n, err = withdraw(ctx, tx, l.Name, builder, o.ReaderRole)
+		return err
+	})
+	switch {
+	case werr != nil:
+		r.Err = errors.Join(err, werr)
+	case !held && err == nil:
+		r.Reason = LayerBusy
+	case n > 0 && err == nil:
+		r.Status = Removed
+	}
+	return r
+}
+
+// withdraw retires a builder's storage of a layer in tx (see retireSQL)
+// and revokes the read role's right to read its relations, which may
+// hold what the role must not see: the retired relations stay for
+// Options.Retain so that a server reading them is not disturbed, but a
+// server must not show these. It returns how many relations it retired.
+func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int, error) {
+	rels, err := texts(ctx, tx, retireSQL, layer, builder)
+	if err != nil {
+		return 0, err
+	}
+	for _, rel := range rels {
+		if _, err := tx.Exec(ctx, "REVOKE SELECT ON "+pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()+
+			" FROM "+pgx.Identifier{role}.Sanitize()); err != nil {
+			return 0, fmt.Errorf("revoke %s: %w", rel, err)
+		}
+	}
+	return len(rels), nil
 }
 
 // buildTx is build's transaction, run holding the layer's lock: unless
 // the storage is current in its snapshot (and not Force), it builds the
 // targets and records them in place of the old storage, filling r.
-func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, src *source, o Options, r *Result) error {
+func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, src *source, cols []string, o Options, r *Result) error {
+	if src.relkind == "r" || src.relkind == "p" {
+		// Locked before the snapshot is taken (LOCK takes none): the
+		// snapshot sees row security enabled before the lock, and none
+		// is enabled (ALTER TABLE takes ACCESS EXCLUSIVE) until the
+		// build commits, so the check below holds for what it copies.
+		if _, err := tx.Exec(ctx, "LOCK TABLE ONLY "+l.TableIdent().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
+			return err
+		}
+	}
 	if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true)`, o.WorkMem); err != nil {
 		return err
+	}
+	// The check before the lock, again, in the build's snapshot: the
+	// table may have changed since.
+	now, err := inspect(ctx, tx, l, o.ReaderRole, cols)
+	if err != nil {
+		return err
+	}
+	if now.table != src.table {
+		return fmt.Errorf("table %s changed (%s, then %s) during the run", l.TableIdent().Sanitize(), src.table, now.table)
+	}
+	if reason, err := now.refusal(l, o.ReaderRole, cols); reason != "" || err != nil {
+		n, werr := withdraw(ctx, tx, l.Name, b.Name(), o.ReaderRole)
+		if werr != nil {
+			return werr
+		}
+		r.Status, r.Reason, r.Err = Skipped, reason, err
+		if n > 0 && err == nil {
+			r.Status = Removed
+		}
+		return nil
 	}
 	if err := sign(ctx, tx, l, src); err != nil {
 		return err
@@ -262,7 +359,7 @@ func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b 
 			return err
 		}
 		rows := slices.DeleteFunc(all, func(e tiles.Storage) bool { return e.Layer != l.Name || e.Builder != b.Name() })
-		if current(rows, l, targets, src.signature) {
+		if current(rows, src.table, l, targets, src.signature) {
 			r.Status, r.Reason, r.Relations, r.SourceRows = Skipped, BuiltByOther, len(targets), src.rows
 			return nil
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,16 +29,16 @@ type Querier interface {
 }
 
 // current reports whether the registry rows of a builder are exactly what
-// targets would build from the layer's table, whose signature is sig, and
-// its geometry column: then there is nothing to do. A source without a
-// signature (a view) is never current; nor are rows built from another
-// table (the registry's source_table is compared as written, quoted, so a
-// configuration that names the same table otherwise rebuilds once).
-func current(rows []tiles.Storage, l *tiles.Layer, targets []Target, sig string) bool {
+// targets would build from the layer's table, table (source.table: its
+// schema and name, quoted), whose signature is sig, and its geometry
+// column: then there is nothing to do. A source without a signature (a
+// view) is never current; nor are rows built from another table (the
+// registry's source_table is compared as written, so a row recorded
+// without its schema, by an older prepare, is rebuilt once).
+func current(rows []tiles.Storage, table string, l *tiles.Layer, targets []Target, sig string) bool {
 	if sig == "" || len(rows) != len(targets) {
 		return false
 	}
-	table := l.TableIdent().Sanitize()
 	for _, r := range rows {
 		if r.SourceTable != table || r.SourceGeometryColumn != l.GeometryColumn {
 			return false
@@ -68,14 +69,27 @@ func sameParams(a, b tiles.StorageParams) bool {
 
 // source is what the runner knows of a layer's table.
 type source struct {
-	relkind   string // pg_class.relkind
-	readable  bool   // the read role may read every column copied
+	relkind string // pg_class.relkind
+	// table is the relation the layer's table names, as this run
+	// resolves it (under the schema owner's search_path), with its
+	// schema, quoted: the registry's source_table, which serve compares
+	// with the table it reads under its own.
+	table string
+	// readable: the read role may read every column copied.
+	readable bool
+	// rowSecurity: row-level security filters what the read role reads
+	// of the table, and not (or not as) what the build reads.
+	rowSecurity bool
+	// invoker: a view the read role reads with its own rights and row
+	// security (security_invoker).
+	invoker   bool
 	signature string // "count:max-xmin"; "" for a relation without xmin
 	rows      int64
 }
 
-// inspect reads what source reports: kind of relation and whether role
-// may read cols. A table that does not exist is an error.
+// inspect reads what source reports: kind of relation, the table
+// resolved, and what role may read of it (cols, the columns copied). A
+// table that does not exist is an error.
 func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols []string) (source, error) {
 	var s source
 	rows, err := q.Query(ctx, sourceSQL, l.TableIdent().Sanitize(), role, cols)
@@ -83,14 +97,34 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 		return s, fmt.Errorf("inspect %s: %w", l.TableIdent().Sanitize(), err)
 	}
 	found := false
-	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &s.readable}, func() error { found = true; return nil })
+	var schema, name string
+	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &schema, &name, &s.readable, &s.rowSecurity, &s.invoker},
+		func() error { found = true; return nil })
 	if err != nil {
 		return s, fmt.Errorf("inspect %s: %w", l.TableIdent().Sanitize(), err)
 	}
 	if !found {
 		return s, fmt.Errorf("table %s does not exist", l.TableIdent().Sanitize())
 	}
+	s.table = pgx.Identifier{schema, name}.Sanitize()
 	return s, nil
+}
+
+// refusal returns why storage readable by role must not be built from
+// the table s describes (cols are the columns it would copy): an error
+// when role may not read them (a configuration to fix), else RowSecurity
+// or InvokerView, or "" when it may be built.
+func (s source) refusal(l *tiles.Layer, role string, cols []string) (string, error) {
+	switch {
+	case !s.readable:
+		return "", fmt.Errorf("role %s may not read every column of %s that the storage would copy (%s): refusing to expose them",
+			role, l.TableIdent().Sanitize(), strings.Join(cols, ", "))
+	case s.rowSecurity:
+		return RowSecurity, nil
+	case s.invoker:
+		return InvokerView, nil
+	}
+	return "", nil
 }
 
 // sign fills s.signature and s.rows (package signature): the count,
@@ -117,7 +151,7 @@ func record(ctx context.Context, tx pgx.Tx, l *tiles.Layer, builder string, t Ta
 		zmin, zmax = &t.ZoomMin, &t.ZoomMax
 	}
 	_, err = tx.Exec(ctx, registryInsertSQL, l.Name, builder, relation, zmin, zmax, t.GeometryColumn, t.SRID,
-		string(t.Kind), t.Columns, string(params), l.TableIdent().Sanitize(), l.GeometryColumn,
+		string(t.Kind), t.Columns, string(params), src.table, l.GeometryColumn,
 		src.rows, src.signature, rows, ms)
 	if err != nil {
 		return fmt.Errorf("record %s: %w", relation, err)

@@ -15,7 +15,8 @@ import (
 // with ST_Subdivide into pieces of at most the layer's
 // subdivide.max_vertices vertices, each with the row's columns (id,
 // properties, order_by) and its geometry column by the same names, in the
-// same SRID, with a GiST index on the geometry and a btree on the id.
+// same SRID and two dimensions (a row's Z and M are dropped, as tiles drop
+// them), with a GiST index on the geometry and a btree on the id.
 // Lines are cut with ST_Subdivide as they are. Polygons are first cut
 // into chunks by quarters of their box, the chunks that are not valid are
 // repaired with ST_MakeValid, then each chunk is cut with ST_Subdivide

@@ -8,7 +8,8 @@
 --   .From          the relation read: the layer's table, or the overview
 --                  just built for the zoom below (finer, so simplifying it
 --                  again at this zoom's tolerance costs a fraction)
---   .Geom          .From's geometry column; .GeomExpr it in EPSG:3857
+--   .Geom          .From's geometry column; .GeomExpr it in EPSG:3857,
+--                  in two dimensions (ST_Force2D: a table's Z and M go)
 --   .Cols          the layer's columns carried (id, properties, order_by),
 --                  each read as .Read from .From (its name in the table,
 --                  the stored one in an overview) and carried and stored

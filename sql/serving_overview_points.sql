@@ -7,7 +7,8 @@
 --                  serving_overview_create.sql), filled by this INSERT
 --   .From          the relation read: the layer's table (.FromSource), or
 --                  the overview just built for the zoom above
---   .Geom          .From's geometry column; .GeomExpr it in EPSG:3857
+--   .Geom          .From's geometry column; .GeomExpr it in EPSG:3857,
+--                  in two dimensions (ST_Force2D: a table's Z and M go)
 --   .Cols          the layer's columns carried (id, properties, order_by),
 --                  each read as .Read from .From (its name in the table,
 --                  the stored one in an overview) and carried and stored

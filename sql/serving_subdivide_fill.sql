@@ -1,5 +1,7 @@
 -- Fill a layer's pieces: every row cut into pieces of at most $1 vertices,
--- repaired where invalid, with the row's columns.
+-- repaired where invalid, with the row's columns. Pieces have two
+-- dimensions, as tiles draw them: a row's Z and M are dropped
+-- (ST_Force2D; the pieces' column takes neither).
 --
 -- Template fields (double braces), quoted with pgx.Identifier:
 --   .Next     the new table (created empty just before), filled here
@@ -56,7 +58,7 @@
 WITH RECURSIVE parts (part, g, ok{{range $i, $c := .Cols}}, c{{$i}}{{end}}) AS MATERIALIZED (
     SELECT row_number() OVER (), d.geom, NOT $4::bool OR ST_Dimension(d.geom) < 2 OR ST_IsValid(d.geom){{range .Cols}}, t.{{.}}{{end}}
     FROM {{.Source}} AS t,
-         LATERAL ST_Dump(t.{{.Geom}}) AS d
+         LATERAL ST_Dump(ST_Force2D(t.{{.Geom}})) AS d
     WHERE t.{{.Geom}} IS NOT NULL
 ),
 rings AS MATERIALIZED (

@@ -1,0 +1,198 @@
+package serving_test
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paulmach/orb"
+	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// secrets adds table {s}.shapes to a fixture: 40 squares (ids 0–39,
+// named s0–s39) in one z10 tile, readable by the read role.
+func secrets(t *testing.T, f *fixture) {
+	t.Helper()
+	f.exec(t, `CREATE TABLE {s}.shapes (id int PRIMARY KEY, name text, geom geometry(Geometry, 3857))`)
+	f.exec(t, `INSERT INTO {s}.shapes
+		SELECT i, 's' || i, ST_MakeEnvelope(1000 + (i % 8) * 4500, 1000 + (i / 8) * 4500,
+		                                    4000 + (i % 8) * 4500, 4000 + (i / 8) * 4500, 3857)
+		FROM generate_series(0, 39) AS i`)
+	f.exec(t, `CREATE INDEX ON {s}.shapes USING gist (geom)`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes TO geotoll_reader`)
+}
+
+// prepareAll runs Prepare with builders on one layer and returns its
+// results, other tests' retired storage aside.
+func prepareAll(t *testing.T, owner *pgxpool.Pool, l *tiles.Layer, builders ...serving.Builder) []serving.Result {
+	t.Helper()
+	return slices.DeleteFunc(serving.Prepare(t.Context(), owner, []*tiles.Layer{l}, serving.Options{Builders: builders}),
+		func(r serving.Result) bool { return r.Builder == serving.Retired })
+}
+
+// readable reports whether the read role may select from relation, a
+// table in tiles.ServingSchema.
+func readable(t *testing.T, owner *pgxpool.Pool, relation string) bool {
+	t.Helper()
+	var ok bool
+	if err := owner.QueryRow(t.Context(), `SELECT has_table_privilege('geotoll_reader', $1::regclass, 'SELECT')`,
+		pgx.Identifier{tiles.ServingSchema, relation}.Sanitize()).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestPrepareRefusesRowSecurity: prepare connects as the schema owner,
+// whom row-level security does not filter, and the storage it builds is
+// readable by the read role: built from a table whose policies hide rows
+// from the read role, it would serve them. So prepare builds nothing from
+// such a table (Reason RowSecurity), retires the storage it built before
+// the policies came and takes the read role's right to read it, and the
+// layer's tiles read the table, as the policies allow.
+func TestPrepareRefusesRowSecurity(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "rls_")
+	secrets(t, f)
+	cat := catalog(t, shapesLayer(name, f.schema))
+	reader := testenv.ReadPool(t)
+	store := tiles.NewStore(reader)
+	tile := maptile.At(orb.Point{0.2, 0.05}, 10)
+	builders := []serving.Builder{serving.Overview{}, serving.Subdivide{}}
+	refresh := func() {
+		t.Helper()
+		if _, err := cat.Refresh(t.Context(), reader); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Built {
+			t.Fatalf("before row security: %+v, want built", r)
+		}
+	}
+	before := registry(t, owner, name)
+	refresh()
+	if src := cat.Layer(name).Source(tile.Z); src.Builder != tiles.BuilderSubdivide {
+		t.Fatalf("before row security, z%d reads %q, want the pieces", tile.Z, src.Builder)
+	}
+
+	f.exec(t, `ALTER TABLE {s}.shapes ENABLE ROW LEVEL SECURITY`)
+	f.exec(t, `CREATE POLICY even ON {s}.shapes FOR SELECT TO geotoll_reader USING (id % 2 = 0)`)
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Removed || r.Reason != serving.RowSecurity || r.Err != nil {
+			t.Errorf("row security: %+v, want removed, reason %q", r, serving.RowSecurity)
+		}
+	}
+	if n := len(registry(t, owner, name)); n != 0 {
+		t.Errorf("row security: %d relations still recorded", n)
+	}
+	for rel := range before {
+		if readable(t, owner, rel) {
+			t.Errorf("row security: the read role may still read %s, built from every row", rel)
+		}
+	}
+	refresh()
+	if src := cat.Layer(name).Source(tile.Z); src.Builder != "" {
+		t.Errorf("row security: z%d reads %q, want the table", tile.Z, src.Builder)
+	}
+	var want []string
+	for i := 0; i < 40; i += 2 {
+		want = append(want, "s"+strconv.Itoa(i))
+	}
+	slices.Sort(want)
+	if got := tileNames(t, store, cat.Layer(name), tile); !slices.Equal(got, want) {
+		t.Errorf("row security: %v served, want the even ones %v", got, want)
+	}
+	for _, z := range []maptile.Zoom{3, 7} {
+		if src := cat.Layer(name).Source(z); src.Builder != "" {
+			t.Errorf("row security: z%d reads %q, want the table", z, src.Builder)
+		}
+	}
+
+	// Nothing left to retire: the next run skips the layer, for the same reason.
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Skipped || r.Reason != serving.RowSecurity || r.Err != nil {
+			t.Errorf("row security, again: %+v, want skipped, reason %q", r, serving.RowSecurity)
+		}
+	}
+
+	// Forced on the table as on its owner, the policies bind whoever
+	// reads: still refused.
+	f.exec(t, `ALTER TABLE {s}.shapes FORCE ROW LEVEL SECURITY`)
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Skipped || r.Reason != serving.RowSecurity {
+			t.Errorf("forced row security: %+v, want skipped, reason %q", r, serving.RowSecurity)
+		}
+	}
+
+	// Without row security, storage is built again.
+	f.exec(t, `ALTER TABLE {s}.shapes NO FORCE ROW LEVEL SECURITY`)
+	f.exec(t, `ALTER TABLE {s}.shapes DISABLE ROW LEVEL SECURITY`)
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Built {
+			t.Errorf("row security off: %+v, want built", r)
+		}
+	}
+}
+
+// TestPrepareRefusesASecurityInvokerView: the read role reads a view with
+// security_invoker through its own rights and the row security of the
+// view's tables, which storage prepare builds as the schema owner would
+// not apply: prepare builds nothing from it (Reason InvokerView).
+func TestPrepareRefusesASecurityInvokerView(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "invoker_")
+	secrets(t, f)
+	f.exec(t, `ALTER TABLE {s}.shapes ENABLE ROW LEVEL SECURITY`)
+	f.exec(t, `CREATE POLICY even ON {s}.shapes FOR SELECT TO geotoll_reader USING (id % 2 = 0)`)
+	f.exec(t, `CREATE VIEW {s}.shapes_view WITH (security_invoker = true) AS SELECT * FROM {s}.shapes`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes_view TO geotoll_reader`)
+	l := shapesLayer(name, f.schema)
+	l.Table = "shapes_view"
+	for _, r := range prepareAll(t, owner, catalog(t, l).Layer(name), serving.Overview{}, serving.Subdivide{}) {
+		if r.Status != serving.Skipped || r.Reason != serving.InvokerView || r.Err != nil {
+			t.Errorf("%+v, want skipped, reason %q", r, serving.InvokerView)
+		}
+	}
+	if n := len(registry(t, owner, name)); n != 0 {
+		t.Errorf("%d relations recorded for a refused view", n)
+	}
+}
+
+// TestPrepareRetiresWhatTheReaderMayNoLongerRead: once the read role may
+// no longer read the layer's table, prepare fails the layer (naming the
+// role) and its storage built before goes with it: retired, and no longer
+// readable by the read role, so that the layer's tiles read the table.
+func TestPrepareRetiresWhatTheReaderMayNoLongerRead(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "revoked_")
+	secrets(t, f)
+	cat := catalog(t, shapesLayer(name, f.schema))
+	builders := []serving.Builder{serving.Overview{}, serving.Subdivide{}}
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Built {
+			t.Fatalf("%+v, want built", r)
+		}
+	}
+	before := registry(t, owner, name)
+	f.exec(t, `REVOKE SELECT ON {s}.shapes FROM geotoll_reader`)
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Failed || r.Err == nil {
+			t.Errorf("after the revoke: %+v, want failed", r)
+		}
+	}
+	if n := len(registry(t, owner, name)); n != 0 {
+		t.Errorf("after the revoke: %d relations still recorded", n)
+	}
+	for rel := range before {
+		if readable(t, owner, rel) {
+			t.Errorf("after the revoke: the read role may still read %s", rel)
+		}
+	}
+}
