@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/errors"
+	"github.com/pb33f/libopenapi-validator/helpers"
 
 	"github.com/geotoll/geotoll/server"
 )
@@ -25,7 +28,8 @@ import (
 // the test that caused it. HEAD and CORS preflights are not described by
 // the document and are not checked; nor is the router's own 404 or 405
 // for a request no route takes (see byRouter), though it must still be a
-// problem document.
+// problem document. The redirect of a path not in canonical form is
+// checked against the operation of its clean path (see checkRedirect).
 type contract struct {
 	fail func(format string, args ...any) // the test's Errorf
 	v    *sharedValidator
@@ -130,9 +134,21 @@ func (c *contract) check(r *http.Request, rec *recording) {
 	if status == 0 {
 		status = http.StatusOK
 	}
+	if clean := canonicalPath(r.URL.Path); clean != r.URL.Path {
+		c.checkRedirect(r, rec, status, clean)
+		return
+	}
 	if byRouter(status, rec) {
 		return
 	}
+	if errs := c.validate(r, status, rec); errs != nil {
+		c.mismatch(r, rec, status, errs)
+	}
+}
+
+// validate checks the answer rec of status to r against the document, and
+// returns what does not match it (nil when it does).
+func (c *contract) validate(r *http.Request, status int, rec *recording) []*errors.ValidationError {
 	req := r.Clone(context.WithoutCancel(r.Context()))
 	req.Body = http.NoBody
 	resp := &http.Response{StatusCode: status, Header: rec.Header().Clone(), Body: io.NopCloser(bytes.NewReader(rec.body.Bytes())), Request: req}
@@ -140,13 +156,62 @@ func (c *contract) check(r *http.Request, rec *recording) {
 	ok, errs := c.v.v.ValidateHttpResponse(req, resp)
 	c.v.mu.Unlock()
 	if ok {
-		return
+		return nil
 	}
+	if len(errs) == 0 {
+		errs = []*errors.ValidationError{{Message: "invalid", Reason: "no reason given"}}
+	}
+	return errs
+}
+
+// mismatch fails the test with errs, what of the answer rec to r does not
+// match the document.
+func (c *contract) mismatch(r *http.Request, rec *recording, status int, errs []*errors.ValidationError) {
 	body := rec.body.String()
 	if len(body) > 300 {
 		body = body[:300] + "…"
 	}
-	c.fail("%s %s → %d does not match openapi.json: %s\nheaders %v\nbody %s", r.Method, r.URL, status, describe(errs), resp.Header, body)
+	c.fail("%s %s → %d does not match openapi.json: %s\nheaders %v\nbody %s", r.Method, r.URL, status, describe(errs), rec.Header(), body)
+}
+
+// canonicalPath is p in canonical form, as the server redirects to it:
+// no empty or dot segments, a trailing slash kept.
+func canonicalPath(p string) string {
+	clean := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
+}
+
+// checkRedirect checks the answer to a request whose path is not in
+// canonical form, which no templated path of the document matches as
+// sent: it must be a 301 (GET) or 308 (any other method) without a body,
+// its Location the clean path with the query as sent, and match the
+// operation of the clean path. A clean path that no operation takes (the
+// router would answer 404 or 405) belongs to no operation of the
+// document, as byRouter's answers: its redirect is checked for its status,
+// Location and empty body only.
+func (c *contract) checkRedirect(r *http.Request, rec *recording, status int, clean string) {
+	want := http.StatusPermanentRedirect
+	if r.Method == http.MethodGet {
+		want = http.StatusMovedPermanently
+	}
+	location := (&url.URL{Path: clean, RawQuery: r.URL.RawQuery}).String()
+	if status != want || rec.Header().Get("Location") != location || rec.body.Len() != 0 {
+		c.fail("%s %s → %d Location %q (%d bytes of body): a path not in canonical form must be a %d to %q without a body",
+			r.Method, r.URL, status, rec.Header().Get("Location"), rec.body.Len(), want, location)
+		return
+	}
+	cleaned := r.Clone(context.WithoutCancel(r.Context()))
+	cleaned.URL.Path, cleaned.URL.RawPath = clean, ""
+	errs := c.validate(cleaned, status, rec)
+	for _, e := range errs {
+		if e.ValidationType != helpers.PathValidation {
+			c.mismatch(r, rec, status, errs)
+			return
+		}
+	}
 }
 
 // byRouter reports whether rec is the router's own answer to a request no
@@ -191,11 +256,11 @@ func describe(errs []*errors.ValidationError) string {
 func TestOpenAPIDocumentValid(t *testing.T) {
 	buildValidator(t, "")
 	doc := string(server.OpenAPIDocument(""))
-	for _, path := range []string{server.PathHealth, server.PathReady, server.PathMetrics, server.PathOpenAPI, server.PathBudget,
+	for _, p := range []string{server.PathHealth, server.PathReady, server.PathMetrics, server.PathOpenAPI, server.PathBudget,
 		server.PathCatalog, "/tiles/{layer}.json", "/tiles/{layer}/{z}/{x}/{y}", server.PathWithin, server.PathBBox,
 		server.PathContains, server.PathCheck, server.PathFences, "/geofence/fences/{id}", "/geofences", "/geofences/{id}", "/", "/web/{path}"} {
-		if !strings.Contains(doc, `"`+path+`":`) {
-			t.Errorf("openapi.json lacks %s", path)
+		if !strings.Contains(doc, `"`+p+`":`) {
+			t.Errorf("openapi.json lacks %s", p)
 		}
 	}
 }
@@ -224,13 +289,25 @@ func TestContractCatchesMismatches(t *testing.T) {
 		{"the router's 404", "GET", "/no/such/route", 404, "application/problem+json", problem(404, "no such route"), nil, true},
 		{"the router's 404 not a problem", "GET", "/no/such/route", 404, "text/plain", "404 page not found", nil, false},
 		{"the router's 405 with Allow", "POST", "/tiles", 405, "application/problem+json", problem(405, "method POST is not allowed here"), map[string]string{"Allow": "GET, HEAD"}, true},
+		{"a GET's redirect to the clean path", "GET", "//tiles/places.json?key=k", 301, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/tiles/places.json?key=k"}, true},
+		{"a POST's redirect past a dot segment", "POST", "/geofence/./check?layer=d", 308, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/geofence/check?layer=d"}, true},
+		{"a DELETE's redirect to a templated path", "DELETE", "/geofence/fences/../fences/7", 308, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/geofence/fences/7"}, true},
+		{"a redirect to a path no operation takes", "GET", "//no/such/route", 301, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/no/such/route"}, true},
+		{"a redirect without its request id", "GET", "//tiles/places.json", 301, "", "", map[string]string{"Location": "/tiles/places.json"}, false},
+		{"a redirect to the wrong place", "GET", "//tiles/places.json?key=k", 301, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/tiles/places.json"}, false},
+		{"a POST's redirect as a 301", "POST", "//geofence/check", 301, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/geofence/check"}, false},
+		{"a GET's redirect as a 302", "GET", "//tiles", 302, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/tiles"}, false},
+		{"a redirect with a body", "GET", "//tiles", 301, "text/plain", "moved", map[string]string{"X-Request-ID": "abc", "Location": "/tiles"}, false},
+		{"a route's answer at a path not in canonical form", "GET", "//budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newContract(t, "")
 			var failures []string
 			c.fail = func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
 			h := c.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", tc.contentType)
+				if tc.contentType != "" {
+					w.Header().Set("Content-Type", tc.contentType)
+				}
 				for k, v := range tc.header {
 					w.Header().Set(k, v)
 				}

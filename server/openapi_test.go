@@ -1,0 +1,56 @@
+package server
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// Every operation of the document describes the redirect cleanPath sends
+// at a path not in canonical form: a 301 for a GET (and HEAD), a 308 for
+// any other method, each a Redirect with its Location.
+func TestOpenAPIDescribesRedirects(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Responses map[string]struct {
+				Headers map[string]struct {
+					Ref string `json:"$ref"`
+				} `json:"headers"`
+				Content map[string]any `json:"content"`
+			} `json:"responses"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPIDocument(""), &doc); err != nil {
+		t.Fatal(err)
+	}
+	redirect, ok := doc.Components.Responses["Redirect"]
+	if !ok || redirect.Headers["Location"].Ref != "#/components/headers/Location" || redirect.Content != nil {
+		t.Fatalf("components.responses.Redirect: %+v, want a Location header and no body", redirect)
+	}
+	want := map[string]string{"get": "301", "head": "301", "post": "308", "put": "308", "patch": "308", "delete": "308"}
+	operations := 0
+	for p, item := range doc.Paths {
+		for method, raw := range item {
+			code, isMethod := want[method]
+			if !isMethod {
+				continue
+			}
+			operations++
+			var op struct {
+				Responses map[string]struct {
+					Ref string `json:"$ref"`
+				} `json:"responses"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatalf("%s %s: %v", method, p, err)
+			}
+			if op.Responses[code].Ref != "#/components/responses/Redirect" {
+				t.Errorf("%s %s does not answer %s with the Redirect response", method, p, code)
+			}
+		}
+	}
+	if operations == 0 {
+		t.Fatal("no operations in openapi.json")
+	}
+}
