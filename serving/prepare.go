@@ -40,7 +40,13 @@ type Options struct {
 	// registry) is left for a later run, and no query queues behind the
 	// drop for longer.
 	LockTimeout time.Duration
-	Logger      *slog.Logger
+	// Prune, when set, reports whether the storage of a layer Prepare was
+	// not given is to be retired: a layer the configuration no longer
+	// has (Reason NotConfigured). Nil retires none: a database may serve
+	// several configurations, and a run of one layer (prepare -layer)
+	// knows nothing of the others.
+	Prune  func(layer string) bool
+	Logger *slog.Logger
 }
 
 // Retired is the Builder of the Result that reports the drop of retired
@@ -91,6 +97,10 @@ const (
 	BuiltByOther   = "another run built it"        // current once this run held the layer's lock
 )
 
+// NotConfigured is the Reason of a Removed Result of Options.Prune: the
+// storage of a layer the configuration no longer has, retired.
+const NotConfigured = "the layer is not configured"
+
 // Reasons of a Skipped Result, or of a Removed one when the storage built
 // before is retired: the layer's table as it is now cannot give that
 // storage the features it draws itself, so its tiles keep reading the
@@ -124,7 +134,7 @@ type Result struct {
 	SourceRows     int64 // rows of the layer's table
 	Repaired       int64 // source rows the build repaired (Job.Repaired); 0 unless built
 	Took           time.Duration
-	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity or InvokerView; why it was Removed: one of the last four
+	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity or InvokerView; why it was Removed: one of the last four, or NotConfigured
 	Err            error
 }
 
@@ -136,7 +146,8 @@ type Result struct {
 // checked_at and builds nothing; otherwise it builds every target into a
 // new table and records them in place of the old ones, which it retires.
 // Layers are independent: one failing is reported in its Result and the
-// others go on. Last, it drops the relations retired longer ago than
+// others go on. With o.Prune, it then retires the storage of the layers
+// it was not given that o.Prune names. Last, it drops the relations retired longer ago than
 // o.Retain (of every layer), reported as one more Result (layer "",
 // builder Retired) when it dropped any or failed.
 func Prepare(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o Options) []Result {
@@ -144,6 +155,9 @@ func Prepare(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o O
 	var out []Result
 	for _, l := range layers {
 		out = append(out, prepareLayer(ctx, pool, l, o)...)
+	}
+	if o.Prune != nil {
+		out = append(out, prune(ctx, pool, layers, o)...)
 	}
 	start := time.Now()
 	n, err := dropRetired(ctx, pool, o)
@@ -497,14 +511,55 @@ func withLayerLock(ctx context.Context, pool *pgxpool.Pool, layer string, fn fun
 // needs it: its relations are retired, and dropped by a later run. held
 // is false, and nothing is retired, when another run holds the layer.
 func remove(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string) (held bool, err error) {
+	return removeLayer(ctx, pool, l.Name, builder)
+}
+
+func removeLayer(ctx context.Context, pool *pgxpool.Pool, layer, builder string) (held bool, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if held, err = lockLayer(ctx, tx, l.Name); err != nil || !held {
+		if held, err = lockLayer(ctx, tx, layer); err != nil || !held {
 			return err
 		}
-		_, err = tx.Exec(ctx, retireSQL, l.Name, builder)
+		_, err = tx.Exec(ctx, retireSQL, layer, builder)
 		return err
 	})
 	return held, err
+}
+
+// prune retires the storage in the registry of every layer that is not
+// among layers and that o.Prune names, one Result per layer and builder:
+// Removed (NotConfigured), Skipped when another run holds the layer, or
+// Failed.
+func prune(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o Options) []Result {
+	existing, err := tiles.LoadStorage(ctx, pool)
+	if err != nil {
+		return []Result{{Builder: Retired, Status: Failed, Err: fmt.Errorf("prune: %w", err)}}
+	}
+	type pair struct{ layer, builder string }
+	var seen []pair
+	for _, e := range existing {
+		p := pair{e.Layer, e.Builder}
+		if slices.Contains(seen, p) || slices.ContainsFunc(layers, func(l *tiles.Layer) bool { return l.Name == e.Layer }) || !o.Prune(e.Layer) {
+			continue
+		}
+		seen = append(seen, p)
+	}
+	var out []Result
+	for _, p := range seen {
+		start := time.Now()
+		r := Result{Layer: p.layer, Builder: p.builder, Status: Removed, Reason: NotConfigured}
+		held, err := removeLayer(ctx, pool, p.layer, p.builder)
+		switch {
+		case err != nil:
+			r.Status, r.Reason, r.Err = Failed, "", err
+		case !held:
+			r.Status, r.Reason = Skipped, LayerBusy
+		}
+		r.Took = time.Since(start)
+		o.Logger.LogAttrs(ctx, level(r), "prepare", slog.String("layer", r.Layer), slog.String("builder", r.Builder),
+			slog.String("status", string(r.Status)), slog.String("reason", r.Reason), slog.Duration("took", r.Took), slog.Any("err", r.Err))
+		out = append(out, r)
+	}
+	return out
 }
 
 // dropRetired drops the relations retired longer ago than o.Retain, each

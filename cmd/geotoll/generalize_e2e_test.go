@@ -481,9 +481,10 @@ func TestPrepareCommand(t *testing.T) {
 		t.Errorf("report line %q, want districts subdivide unchanged 1 (relation)", lines[2])
 	}
 	for args, want := range map[[3]string]string{
-		{"prepare", "-layer", "nope"}: `no layer "nope"`,
-		{"prepare", "-every", "10ms"}: "-every 10ms",
-		{"prepare", "-retain", "59s"}: "twice tiles.storage_refresh (30s)",
+		{"prepare", "-layer", "nope"}:             `no layer "nope"`,
+		{"prepare", "-every", "10ms"}:             "-every 10ms",
+		{"prepare", "-retain", "59s"}:             "twice tiles.storage_refresh (30s)",
+		{"prepare", "-prune", "-layer=districts"}: "with -layer, it would not know the others",
 	} {
 		if _, err := runCommand(t.Context(), append(flags, args[:]...)...); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: %v, want an error saying %q", args, err, want)

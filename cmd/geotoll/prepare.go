@@ -26,6 +26,7 @@ type prepareFlags struct {
 	every  time.Duration
 	role   string
 	retain time.Duration
+	prune  bool
 }
 
 // prepareCommand is `geotoll prepare`.
@@ -37,6 +38,7 @@ func (c *cli) prepareCommand() *ffcli.Command {
 		fs.DurationVar(&p.every, "every", 0, "keep running: prepare again after this long (e.g. 10m); 0 runs once")
 		fs.StringVar(&p.role, "reader-role", serving.DefaultReaderRole, "the role that serves tiles: storage is granted to it")
 		fs.DurationVar(&p.retain, "retain", 10*time.Minute, "keep replaced storage this long before dropping it (servers read it until they re-read the registry)")
+		fs.BoolVar(&p.prune, "prune", false, "also retire the storage of layers the configuration does not have (not with -layer)")
 	}
 	return c.command("prepare", "build every layer's serving storage (overviews, pieces), as the schema owner", "", flags,
 		noArgs("prepare", func(ctx context.Context) error {
@@ -54,6 +56,9 @@ func (c *cli) prepareCommand() *ffcli.Command {
 func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, stdout io.Writer) error {
 	if p.every != 0 && p.every < time.Second {
 		return fmt.Errorf("prepare: -every %s must be at least 1s", p.every)
+	}
+	if p.prune && p.only != "" {
+		return errors.New("prepare: -prune retires the storage of every layer the configuration does not have; with -layer, it would not know the others")
 	}
 	if p.retain < 2*cfg.Tiles.StorageRefresh {
 		return fmt.Errorf("prepare: -retain %s must be at least twice tiles.storage_refresh (%s): servers read replaced storage until they re-read the registry",
@@ -77,6 +82,9 @@ func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, 
 		return err
 	}
 	opts := serving.Options{ReaderRole: p.role, Force: p.force, Retain: p.retain, Logger: log}
+	if p.prune {
+		opts.Prune = func(layer string) bool { return catalog.Layer(layer) == nil }
+	}
 	for {
 		results := serving.Prepare(ctx, pool, layers, opts)
 		writeResults(stdout, results)
