@@ -118,6 +118,10 @@ func (f *flight[V]) bill(err error) error {
 		}
 		return err
 	}
+	// Owed from now: the answer its request sends before the statements
+	// stop shows what it pays for, not the base of a request that ran
+	// nothing (toll's settlement).
+	pgcall.AddTo(payer.ctx, 0)
 	paid := make(chan struct{})
 	go func() {
 		pgcall.WaitStopped(err)
@@ -163,6 +167,9 @@ func (g *flights[K, V]) wait(c *caller, key K, f *flight[V]) (V, error) {
 	var zero V
 	if !last {
 		return zero, ctx.Err()
+	}
+	if f.meter.Used() {
+		pgcall.AddTo(ctx, 0) // it owes the load's calls (bill), from now
 	}
 	stopped := make(chan struct{})
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/internal/pgcall"
+	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
 )
@@ -161,4 +162,59 @@ func sharedRenderPaidOnce(t *testing.T, ran time.Duration, starterCost, joinCost
 		t.Errorf("the global budget holds %v, want %v", g.Remaining, want)
 	}
 	return true
+}
+
+// stuckRenderer answers a cut whose statement still runs: as a real call's
+// time does, what it ran lands on the render's meter only once it stopped.
+type stuckRenderer struct{ ran time.Duration }
+
+func (s stuckRenderer) Tile(ctx context.Context, _ []*tiles.Layer, _ maptile.Tile) ([]byte, error) {
+	done := make(chan struct{})
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		pgcall.AddTo(ctx, s.ran)
+		close(done)
+	}()
+	return nil, pgcall.Outlast(&problem.Error{Code: problem.Timeout, Detail: "cut", RetryAfter: 1}, done)
+}
+
+// A render cut while its statement still runs answers its payer 503 at
+// once: the answer shows the estimate it paid (what ran is not known yet),
+// not the base of a request the database did nothing for, and the request
+// is then charged what ran (300 ms: 30 tokens).
+func TestCutRenderShowsItsEstimateAndChargesWhatRan(t *testing.T) {
+	t.Parallel()
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	free := toll.Tiers["free"]
+	free.Limit = throttle.Limit{Rate: 0.001, Capacity: 1000}
+	toll.Tiers["free"] = free
+	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := tiles.NewCache(tiles.CacheOptions{MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := mux.NewRouter()
+	router.Handle("/tiles/{"+tiles.VarLayer+"}/{"+tiles.VarZ+"}/{"+tiles.VarX+"}/{"+tiles.VarY+"}",
+		&tiles.Handler{Catalog: cat, Store: stuckRenderer{ran: 300 * time.Millisecond}, Gate: toll, Logger: discard(), Cache: cache})
+	r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/1/1.mvt", nil)
+	r.Header.Set("X-API-Key", "a")
+	w := httptest.NewRecorder()
+	Finish(router).ServeHTTP(w, r)
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("%d, want 503", w.Code)
+	}
+	if cost, estimate := header(t, w, "X-Request-Cost"), header(t, w, "X-Request-Cost-Estimate"); cost != 60 || estimate != 60 {
+		t.Errorf("X-Request-Cost %v, X-Request-Cost-Estimate %v: want the estimate, 60, in both", cost, estimate)
+	}
+	res, err := store.Peek(t.Context(), throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "free", "k:2"), Limit: free.Limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Remaining < 970-0.01 || res.Remaining > 970+0.01 {
+		t.Errorf("the bucket holds %v, want 1000 - 30 (300 ms)", res.Remaining)
+	}
 }

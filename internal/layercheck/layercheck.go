@@ -2,8 +2,8 @@
 // are served from, as the role that serves them: each layer's table
 // exists, the role may use its schema and SELECT from it, its geometry
 // column is a PostGIS geometry of the SRID the layer expects, and its id,
-// property and order_by columns exist (the id an integer, no property a
-// geometry) and may be read.
+// property and order_by columns exist (the id an integer) and may be
+// read.
 //
 // The server runs the check at start-up — a layer that does not match
 // refuses the start, with a message naming the layer and what is wrong —
@@ -245,8 +245,6 @@ func check(ctx context.Context, tx pgx.Tx, s Spec) ([]string, error) {
 			reasons = append(reasons, fmt.Sprintf("%s has SRID %d, not %d", what, k.srid, s.SRID))
 		case j == 1 && s.ID != "" && !k.integer:
 			reasons = append(reasons, fmt.Sprintf("%s is of type %s; a feature id must be a smallint, integer or bigint", what, k.typ))
-		case j > 0 && j < ordered && k.geometry:
-			reasons = append(reasons, fmt.Sprintf("%s is a geometry; a feature's properties are the columns of its attributes (numbers, text, booleans)", what))
 		}
 	}
 	return reasons, nil
