@@ -103,9 +103,10 @@ browser-deps:
 	bash web/browser/install-deps.sh
 
 # promtool (Debian's prometheus package) checks and unit-tests the alerting
-# rules in deploy/prometheus; the package's server is not started.
+# rules in deploy/prometheus; the package's server is neither started nor
+# enabled (scripts/promtool.sh).
 promtool:
-	@command -v promtool >/dev/null 2>&1 || bash -c 'log() { echo "promtool: $$*" >&2; }; die() { log "$$*"; exit 1; }; . scripts/apt.sh; apt_install prometheus'
+	@scripts/promtool.sh
 
 # The chaos suite runs after the other packages, not beside them: it kills
 # and pauses processes and asserts fail-fast bounds, and on 2 cores it would
