@@ -313,8 +313,10 @@ var _ pgcall.Observer = (*Metrics)(nil)
 // WatchPricing exports the price models' state, read at scrape time:
 // geotoll_price_model_ready (1 once a relation's model is built; until
 // then its requests are priced by size), geotoll_price_model_age_seconds
-// and geotoll_price_model_rows, by relation (from the configuration: a
-// bounded set).
+// and geotoll_price_model_rows, by relation: at any moment those the
+// layers read, a set the configuration bounds; but a relation geotoll
+// prepare rebuilds gets a new name (its generation), so each rebuild of a
+// changed table ends its relations' series and starts new ones.
 func WatchPricing(reg prometheus.Registerer, status func() []density.Status) error {
 	return reg.Register(&pricingCollector{status: status,
 		ready: prometheus.NewDesc("geotoll_price_model_ready", "1 once a density model prices the relation's requests (its own, or while it is built the model of the relation it replaced); 0 while they are priced by their size.", []string{"relation"}, nil),
