@@ -7,8 +7,12 @@
 --
 -- Template fields (double braces) are fixed at start-up: the relation and
 -- its geometry column, quoted with pgx.Identifier; LonLat, set when the
--- column is EPSG:4326 (else it is EPSG:3857 metres); Vertices, set when
--- vertices are summed with ST_NPoints (else each feature is one vertex).
+-- boxes are read in EPSG:4326 (else they are EPSG:3857 metres); Transform,
+-- set when the column is in another SRID than 3857 or 4326: each
+-- feature's box (what the index filter compares, in the column's SRID) is
+-- transformed to EPSG:4326 — its corners, not the geometry's every vertex
+-- — and LonLat is set too; Vertices, set when vertices are summed with
+-- ST_NPoints (else each feature is one vertex).
 -- Everything else is bound:
 --   $1  finest level L (int, 1..16)      $2  2^L (float8)
 --   $3  sampling fraction in (0, 1]: a row is read with this probability
@@ -57,7 +61,7 @@ FROM (
         FROM (
             SELECT b, heavy, CASE WHEN heavy OR $3::float8 >= 1 THEN 1 ELSE 1 / $3::float8 END AS w, np
             FROM (
-                SELECT t.{{.Geom}}::box3d AS b,
+                SELECT {{if .Transform}}ST_Transform(ST_SetSRID(t.{{.Geom}}::box2d::geometry, ST_SRID(t.{{.Geom}})), 4326)::box3d{{else}}t.{{.Geom}}::box3d{{end}} AS b,
                        pg_column_size(t.{{.Geom}}) >= $4::int AS heavy,
                        {{if .Vertices}}ST_NPoints(t.{{.Geom}}){{else}}1{{end}}::float8 AS np
                 FROM {{.Table}} AS t

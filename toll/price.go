@@ -83,8 +83,9 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 // validated parameters. With an estimate of what it reads (Estimator), it
 // is the database time the work model predicts, in tokens: within and
 // bbox with their layer's GeofenceWork (the features in the circle or
-// box), contains and check with FenceWork (the fences, or with a layer its
-// features, whose box holds the point; a batch check sums its points).
+// box), contains and check with FenceWork (each point's index probe and
+// the fences, or with a layer its features, whose box holds it; a batch
+// check sums its points).
 // Without one, its size prices it. Either way a geofence demand takes the
 // Default weights (their Base, MaxCost and size weights; the work model
 // is the geofence one above): geofence layers have no weights of their

@@ -57,13 +57,14 @@ type queryText struct{ rows, cells string }
 // render fills rel's quoted identifiers into the build queries.
 func render(rel Relation) (queryText, error) {
 	data := struct {
-		Table, Geom      string
-		LonLat, Vertices bool
+		Table, Geom                 string
+		LonLat, Transform, Vertices bool
 	}{
-		Table:    rel.Table.Sanitize(),
-		Geom:     pgx.Identifier{rel.GeometryColumn}.Sanitize(),
-		LonLat:   rel.SRID == SRIDLonLat,
-		Vertices: rel.Kind != Point,
+		Table:     rel.Table.Sanitize(),
+		Geom:      pgx.Identifier{rel.GeometryColumn}.Sanitize(),
+		LonLat:    rel.SRID != SRIDWebMercator,
+		Transform: rel.Transformed(),
+		Vertices:  rel.Kind != Point,
 	}
 	var out [2]string
 	for i, name := range []string{"density_rows.sql", "density_cells.sql"} {

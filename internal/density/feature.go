@@ -8,8 +8,10 @@ import (
 
 // Feature is one feature of a model built in memory (NewModel).
 type Feature struct {
-	// Bound is the feature's bounding box in the relation's SRID: EPSG:3857
-	// metres, or lon/lat degrees (west ≤ east).
+	// Bound is the feature's bounding box in the SRID the relation is
+	// modelled in: EPSG:3857 metres for an EPSG:3857 relation, else lon/lat
+	// degrees (west ≤ east), as a build transforms the boxes of a relation
+	// in another SRID (Relation.Transformed).
 	Bound orb.Bound
 	// Vertices is ST_NPoints of the geometry; below 1 counts 1.
 	Vertices int

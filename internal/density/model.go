@@ -92,8 +92,11 @@ func (m *Model) result(acc sum) Estimate {
 // in EPSG:3857, and, when it is in EPSG:4326, what the tile query reads —
 // `geom && ST_Transform(rectangle, 4326)` with the rectangle's x range cut
 // at the world's edges first (an overhang past ±180° is not read on the
-// other side). A rectangle outside the world, empty or not finite
-// estimates zero.
+// other side). A relation in another SRID, modelled in EPSG:4326
+// (Relation.Transformed), is estimated the same way: the features whose
+// box, transformed, meets the rectangle, without the margin the tile
+// query's box of the transformed corners adds. A rectangle outside the
+// world, empty or not finite estimates zero.
 func (m *Model) Rect(b orb.Bound) Estimate {
 	var acc sum
 	m.addRect(rect3857(b), &acc)

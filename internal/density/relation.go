@@ -31,7 +31,8 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// SRIDs a model can hold.
+// SRIDs a model is built in. A relation in any other SRID is modelled in
+// EPSG:4326 (see Relation.Transformed).
 const (
 	SRIDWebMercator = 3857 // EPSG:3857 metres
 	SRIDLonLat      = 4326 // EPSG:4326 degrees
@@ -42,8 +43,10 @@ const (
 type Relation struct {
 	Table          pgx.Identifier // schema-qualified: {"geotoll", "places"}
 	GeometryColumn string
-	SRID           int // SRIDWebMercator or SRIDLonLat
-	Kind           Kind
+	// SRID is the geometry column's: SRIDWebMercator and SRIDLonLat are
+	// read as they are; any other is transformed (see Transformed).
+	SRID int
+	Kind Kind
 	// PiecesPerRow is, for pieces of a table's rows (each row cut into
 	// pieces that carry its id), the pieces a row has on average; 0 or 1
 	// for a relation whose rows are the features. A query that caps the
@@ -56,7 +59,23 @@ func (r Relation) String() string {
 	return r.Table.Sanitize() + "." + pgx.Identifier{r.GeometryColumn}.Sanitize()
 }
 
-// Validate reports what is wrong with the relation, or nil.
+// Transformed reports whether a build reads the relation's boxes
+// transformed to EPSG:4326 (its SRID is neither SRIDWebMercator nor
+// SRIDLonLat), so that the model is a lon/lat one, queried as a model of
+// an EPSG:4326 relation is. A layer's tables, overviews and pieces may be
+// in any SRID PostGIS knows (a national grid, a UTM zone); left out, they
+// would be priced by their size for ever, which from z12 up is about the
+// base price whatever a tile reads. What the build transforms is each
+// feature's bounding box, not its geometry: the box is what the query's
+// index filter compares (in the relation's SRID), and four corners cost
+// the same whatever the feature's vertices. An SRID PostGIS cannot
+// transform (unknown, or a box outside the projection's domain) fails the
+// build, which reports it as any failed build (Refresher.Status).
+func (r Relation) Transformed() bool { return r.SRID != SRIDWebMercator && r.SRID != SRIDLonLat }
+
+// Validate reports what is wrong with the relation, or nil. Any SRID is
+// valid here: whether PostGIS can transform it is the build's to find out,
+// and to report.
 func (r Relation) Validate() error {
 	var errs []error
 	if len(r.Table) == 0 {
@@ -70,9 +89,6 @@ func (r Relation) Validate() error {
 	}
 	if r.GeometryColumn == "" {
 		errs = append(errs, errors.New("geometry column is required"))
-	}
-	if r.SRID != SRIDWebMercator && r.SRID != SRIDLonLat {
-		errs = append(errs, fmt.Errorf("srid %d: a density model holds EPSG:3857 or EPSG:4326 geometries", r.SRID))
 	}
 	if r.Kind < Point || r.Kind > Polygon {
 		errs = append(errs, fmt.Errorf("kind %s: must be point, line or polygon", r.Kind))

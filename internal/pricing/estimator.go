@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/geofence"
@@ -33,14 +34,15 @@ type TileSource func(l *tiles.Layer, z maptile.Zoom) (density.Relation, bool)
 
 // NewEstimator tracks, in models, every relation the layers read: each
 // tile layer at each of its zooms (source), each geofence layer, and the
-// fences. A relation a model cannot describe (an SRID other than 3857 or
-// 4326) is left out: its requests are priced by size.
+// fences, whatever their SRID. A relation in another SRID than 3857 or
+// 4326 is modelled in lon/lat (density.Relation.Transformed), and its
+// tiles are estimated as a 4326 relation's are: leaving it out would
+// price its requests by size for ever, and say so nowhere. One PostGIS
+// cannot transform fails its builds, which Models.Status reports as any
+// failed build, and its requests are priced by size meanwhile.
 func NewEstimator(models *Models, tileLayers []*tiles.Layer, source TileSource, fenceLayers map[string]density.Relation, fences *density.Relation) (*Estimator, error) {
 	e := &Estimator{reads: map[string]bool{}, tiles: make(map[*tiles.Layer]*[tiles.MaxZoom + 1]tileModel), layers: make(map[string]*density.Refresher)}
 	track := func(rel density.Relation) (*density.Refresher, error) {
-		if rel.Validate() != nil {
-			return nil, nil // not modelled: priced by size
-		}
 		e.reads[rel.String()] = true
 		return models.Track(rel)
 	}
@@ -184,9 +186,10 @@ func (e *Estimator) Tile(l *tiles.Layer, t maptile.Tile) (density.Estimate, bool
 
 // Geofence estimates what a geofence query reads: the radius circle or the
 // box on its layer, the point (or every point of a batch) on the fences or,
-// for contains and check on a layer, on that layer's model. A query that
-// tests pieces (Demand.PieceVertices) reads at most that many vertices
-// per feature found, however large the polygons the model holds.
+// for contains and check on a layer, on that layer's model — each point
+// one index probe and the features whose box holds it (see probes). A
+// query that tests pieces (Demand.PieceVertices) reads at most two pieces'
+// vertices per feature found, however large the polygons the model holds.
 func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
 	switch d.Kind {
 	case geofence.KindWithin:
@@ -207,19 +210,33 @@ func (e *Estimator) Geofence(d geofence.Demand) (density.Estimate, bool) {
 			r = e.layers[d.Layer]
 		}
 		if m := model(r); m != nil && len(d.At) > 0 {
-			var sum density.Estimate
-			for _, p := range d.At {
-				est := m.Point(p)
-				if d.PieceVertices > 0 { // a piece or two (a point on a seam) per feature, not the whole polygon
-					est.Vertices = min(est.Vertices, 2*est.Features*float64(d.PieceVertices))
-				}
-				sum.Features += est.Features
-				sum.Vertices += est.Vertices
-			}
-			return sum, true
+			return probes(m, d.At, d.PieceVertices), true
 		}
 	}
 	return density.Estimate{}, false
+}
+
+// probes estimates what contains or check reads for points on m: at each
+// point, one probe of the index plus the features whose box holds it. The
+// probe counts as a feature because it costs about as much as one (an
+// index descent, 1–2 µs, like a candidate's fetch): counted as nothing, a
+// point in no feature's box would be free, and a batch of points over an
+// empty place would cost the query alone however many points it probes.
+// calibrate fits the work model to these same estimates, so feature_ms
+// prices probes and candidates alike. With pieceVertices (a query that
+// tests pieces), a feature found reads at most two pieces (a point on a
+// seam tests both), not the whole polygon.
+func probes(m *density.Model, at []orb.Point, pieceVertices int) density.Estimate {
+	var sum density.Estimate
+	for _, p := range at {
+		est := m.Point(p)
+		if pieceVertices > 0 {
+			est.Vertices = min(est.Vertices, 2*est.Features*float64(pieceVertices))
+		}
+		sum.Features += est.Features + 1
+		sum.Vertices += est.Vertices
+	}
+	return sum
 }
 
 // Lazy is an Estimator that arrives later: until Set, it has no estimate

@@ -344,13 +344,55 @@ func TestPiecesCapTheVerticesOfACheck(t *testing.T) {
 	if !ok1 || !ok2 {
 		t.Fatalf("no estimate: %v %v", ok1, ok2)
 	}
-	if whole.Features <= 0 || whole.Vertices <= 8*whole.Features {
+	if whole.Features <= float64(len(at)) || whole.Vertices <= 8*whole.Features {
 		t.Fatalf("the largest fence's point estimates %+v: too few vertices for the test to tell", whole)
 	}
-	if pieces.Features != whole.Features || pieces.Vertices != 8*whole.Features {
-		t.Errorf("pieces of 4 vertices: %+v, want %v features of two such pieces each (whole polygons: %+v)", pieces, whole.Features, whole)
+	found := whole.Features - float64(len(at)) // less each point's own probe
+	if pieces.Features != whole.Features || pieces.Vertices != 8*found {
+		t.Errorf("pieces of 4 vertices: %+v, want %v features found, of two such pieces each (whole polygons: %+v)", pieces, found, whole)
 	}
 	if big, _ := e.Geofence(geofence.Demand{Kind: geofence.KindCheck, At: at, PieceVertices: 1 << 30}); big != whole {
 		t.Errorf("pieces larger than the polygons: %+v, want the whole polygons' %+v", big, whole)
+	}
+}
+
+// A batch check pays for every point it probes, on the demo fences too: a
+// batch of points over the ocean, in no fence's box, is priced in
+// proportion to its points — not at the query alone (the base price)
+// whatever their number — and a batch of points in a city, which finds
+// fences, costs more than as many ocean points.
+func TestBatchOfPointsInNoFencePaysPerPoint(t *testing.T) {
+	pool, _ := tracedReadPool(t)
+	e, _ := demoEstimator(t, pool)
+	gate := &toll.Toll{Default: throttle.DefaultWeights(), Estimator: e}
+	batch := func(n int, lon, lat float64) geofence.Demand {
+		at := make([]orb.Point, n)
+		for i := range at {
+			at[i] = orb.Point{lon + 0.0001*float64(i%100), lat + 0.0001*float64(i/100)}
+		}
+		return geofence.Demand{Kind: geofence.KindCheck, Points: n, At: at, PieceVertices: geofence.FencePieceVertices}
+	}
+	price := map[int]float64{}
+	for _, n := range []int{100, 1000, 10000} {
+		d := batch(n, -140, -40) // the South Pacific
+		est, ok := e.Geofence(d)
+		if !ok {
+			t.Fatal("no estimate with the models built")
+		}
+		price[n] = gate.GeofencePrice(d)
+		t.Logf("%5d ocean points: %+v, %.4f tokens", n, est, price[n])
+	}
+	for _, n := range []int{1000, 10000} {
+		if r := price[n] / price[n/10]; r < 4 {
+			t.Errorf("%d ocean points cost %v tokens, %d cost %v: want the price to follow the points (×%.1f)", n, price[n], n/10, price[n/10], r)
+		}
+	}
+	// 1,000 probes take 1.2–1.6 ms, 0.12–0.16 tokens: the default fence
+	// model, 1 µs a feature, prices them at 0.11.
+	if p := price[1000]; p < 0.08 {
+		t.Errorf("1,000 ocean points cost %v tokens, want about 0.1 (their probes)", p)
+	}
+	if city := gate.GeofencePrice(batch(1000, 13.4, 52.52)); city <= price[1000] {
+		t.Errorf("1,000 points in Berlin cost %v, as many ocean points %v: want more", city, price[1000])
 	}
 }
