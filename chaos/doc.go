@@ -4,8 +4,8 @@
 // with a small demo data set), Redis servers and a 3-master Redis Cluster,
 // and the geotoll binary itself (go build) — breaks one of them, and checks
 // what callers see: Redis killed, paused (SIGSTOP), script cache flushed,
-// out of memory, with each fail_mode (and the local buckets' refill at
-// rate/replicas); a cancelled request during a Redis
+// out of memory, with each fail_mode (and the local buckets' share of
+// 1/replicas); a cancelled request during a Redis
 // hang; Redis Cluster; a Redis Sentinel failover; two replicas sharing one
 // budget; PostgreSQL stopped,
 // paused and its pool exhausted; SIGTERM with requests in flight; slow

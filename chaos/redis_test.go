@@ -57,7 +57,8 @@ func readyDetail(g *geotoll, want func(status int, detail string) bool) (int, st
 }
 
 // Redis killed with fail_mode local: requests go on against in-process
-// buckets at rate/replicas, degraded mode shows in /readyz, metrics and one
+// buckets holding this process's share (1/replicas: 2 here) of the
+// caller's budget, degraded mode shows in /readyz, metrics and one
 // log line, and a restarted Redis (empty, no scripts cached) is used again
 // within about a second.
 func redisKilledLocal(s *sc) {
@@ -90,8 +91,8 @@ func redisKilledLocal(s *sc) {
 	}
 	s.check("killed: every request served (2xx), each in < 1 s", served == 30 && slowest < time.Second,
 		"%d/30 2xx, slowest %v", served, slowest.Round(time.Millisecond))
-	s.check("local bucket starts where Redis left the caller (980), charged once per request", lastRemaining == 980-30,
-		"X-RateLimit-Remaining %d after 30 local admits (want 950)", lastRemaining)
+	s.check("local bucket starts at this replica's share of where Redis left the caller (980 / 2 replicas), charged once per request", lastRemaining == 980/2-30,
+		"X-RateLimit-Remaining %d after 30 local admits (want 460)", lastRemaining)
 	status, detail, ok := readyDetail(g, func(status int, detail string) bool {
 		return status == 200 && strings.HasPrefix(detail, "degraded: using local buckets")
 	})
@@ -116,9 +117,10 @@ func redisKilledLocal(s *sc) {
 }
 
 // Redis killed with fail_mode local on 4 replicas: each process's local
-// buckets refill at rate/4, so that the 4 together admit what the shared
-// bucket would have. The tier refills fast here (20 tokens/s, 5/s locally)
-// so that the two rates differ by whole requests within a second.
+// buckets hold a quarter of the capacity and refill at rate/4, so that the
+// 4 together admit what the shared bucket would have. The tier refills
+// fast here (20 tokens/s, 5/s locally) so that the two rates differ by
+// whole requests within a second.
 func redisKilledLocalRate(s *sc) {
 	r := startRedis(s.t)
 	cfg := redisConfig(s, r, "local").set("redis.replicas", 4).
@@ -131,11 +133,11 @@ func redisKilledLocalRate(s *sc) {
 	drainStart := time.Now()
 	n, first := untilRefused(c, g, 100)
 	drained := time.Now()
-	s.check("killed: the local bucket holds the tier's capacity (20)",
-		n >= 20 && float64(n) <= 20+5*drained.Sub(drainStart).Seconds()+1 && first.status == 429,
+	s.check("killed: the local bucket holds this replica's share of the tier's capacity (20 / 4)",
+		n >= 5 && float64(n) <= 5+5*drained.Sub(drainStart).Seconds()+1 && first.status == 429,
 		"%d admitted, then %s", n, clip(first.String(), 50))
-	s.check("X-RateLimit-Reset of the drained local bucket: 20 tokens at 20/4 per s = 4 s", first.header.Get("X-RateLimit-Reset") == "4",
-		"X-RateLimit-Reset %q (1 would be the undivided rate)", first.header.Get("X-RateLimit-Reset"))
+	s.check("X-RateLimit-Reset of the drained local bucket: 5 tokens at 20/4 per s = 1 s", first.header.Get("X-RateLimit-Reset") == "1",
+		"X-RateLimit-Reset %q (4 would be the whole capacity at the divided rate)", first.header.Get("X-RateLimit-Reset"))
 
 	time.Sleep(time.Second)
 	m, last := untilRefused(c, g, 100)

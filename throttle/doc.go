@@ -103,8 +103,9 @@
 // # Failing over
 //
 // [Failover] wraps the Redis store with a circuit breaker and the fail
-// mode (open, closed, local: an in-process bucket at rate / replicas that
-// starts from what Redis last reported of the caller). It refuses for
+// mode (open, closed, local: an in-process bucket holding 1 / replicas of
+// the caller's tokens, capacity, rate and in-flight cap, that starts from
+// what Redis last reported of the caller). It refuses for
 // free: a caller Redis refused is refused in process until its bucket
 // could pay again, with no call; and it answers a peek from what it
 // learnt of the bucket within PeekReuse of the primary's last answer,

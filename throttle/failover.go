@@ -20,7 +20,7 @@ type FailMode string
 const (
 	FailOpen   FailMode = "open"   // admit without charging
 	FailClosed FailMode = "closed" // refuse: ErrStoreDown (a 503)
-	FailLocal  FailMode = "local"  // decide on an in-process bucket at rate / replicas
+	FailLocal  FailMode = "local"  // decide on an in-process share of each bucket: 1 / replicas of it
 )
 
 // Valid reports whether m is a fail mode.
@@ -56,21 +56,36 @@ var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode 
 // replica learns this on its own, and a refund another replica makes can
 // only make such a refusal conservative, never too lenient.
 //
-// In FailLocal a caller's fallback bucket starts from what the primary
-// last reported of it (not full), and refills at rate / Replicas — and so
-// does its aggregate bucket — so that the replicas together do not admit
-// more than the shared buckets would. The primary reports an aggregate's
-// tokens only when the aggregate refuses (and in a budget read of it): a
-// fallback aggregate starts from the last such report, refilled since, less
-// what this replica's admissions through it spent and plus what their
-// settlements gave back. One the primary never so reported, or admitted a
-// request that this estimate could not have paid (tokens came back that
-// this replica did not see: other replicas' refunds), starts full.
+// In FailLocal each replica decides on its share of the caller's budget:
+// a fallback bucket — and so for its aggregate bucket, and for any shared
+// bucket admitted through it, such as the global budget's — that starts
+// from what the primary last reported of the shared one divided by
+// Replicas, as of that report (its capacity divided by them, as of the
+// outage's start, when nothing was reported), and refills at rate /
+// Replicas up to capacity / Replicas — or, for a request that costs more,
+// up to its price, so that it can still be paid once the share has
+// refilled to it; and the caller's in-flight cap divided by them, rounded
+// up (at least 1). So over an outage of T seconds the replicas together
+// admit from a shared bucket at most what it held, as each last heard of
+// it, plus rate × T; at once, at most its capacity — or, of requests
+// priced above a replica's share, one such price on each replica; and
+// they hold at most Replicas × ceil(MaxInFlight / Replicas) of a caller's
+// requests open (MaxInFlight when Replicas divides it), beside those
+// the primary had opened before the outage. With Replicas 1 the fallback
+// bucket is the shared one's twin: the last report, refilled since, or
+// full. The primary reports an aggregate's tokens only when the aggregate
+// refuses (and in a budget read of it): a fallback aggregate starts from
+// the last such report, refilled since, less what this replica's
+// admissions through it spent and plus what their settlements gave back.
+// One the primary never so reported, or admitted a request that this
+// estimate could not have paid (tokens came back that this replica did not
+// see: other replicas' refunds), starts full (its share of full).
 type Failover struct {
 	Primary Store
 	Local   *MemoryStore // FailLocal's buckets; may be nil for the other modes
 	Mode    FailMode
-	// Replicas is how many processes share the primary's budgets.
+	// Replicas is how many processes share the primary's budgets: in
+	// FailLocal each decides on 1 / Replicas of them.
 	Replicas int
 	// Timeout bounds one admission by the primary, waiting included
 	// (default 3 × DefaultTimeout: a request may wait for its caller's
@@ -165,24 +180,55 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 	case FailOpen:
 		return Admission{Allowed: true, Result: Result{Allowed: true, Cost: req.Cost, Remaining: req.Limit.Capacity, Limit: req.Limit}}, nil
 	case FailLocal:
-		local := req
-		local.Limit = f.localLimit(req.Limit)
-		now := time.Now()
-		if tokens, ok := f.known.tokens(req.Key, now); ok {
-			f.Local.seed(req.Key, local.Bucket, tokens)
-		}
-		// The aggregate is seeded as the caller's bucket is, and like it
-		// forgotten once the primary answers for it again: otherwise a /48
-		// the primary had drained would start full on every replica.
-		if a := req.Aggregate; a != nil {
-			local.Aggregate = &Bucket{Key: a.Key, Limit: f.localLimit(a.Limit)}
-			if tokens, ok := f.known.tokens(a.Key, now); ok {
-				f.Local.seed(a.Key, *local.Aggregate, tokens)
-			}
-		}
-		return f.Local.Admit(ctx, local)
+		return f.admitLocal(ctx, req)
 	}
 	return Admission{}, f.errDown()
+}
+
+// admitLocal decides req on this replica's share of its buckets (FailLocal):
+// each shared bucket's local twin, seeded with the replica's share of what
+// the primary last reported (seedLocal), and the replica's share of the
+// in-flight cap.
+func (f *Failover) admitLocal(ctx context.Context, req Request) (Admission, error) {
+	local := req
+	local.Limit = f.localLimit(req.Limit, req.Cost)
+	local.MaxInFlight = f.localInFlight(req.MaxInFlight)
+	now := time.Now()
+	f.seedLocal(req.Bucket, local.Bucket, now)
+	// The aggregate is seeded as the caller's bucket is, and like it
+	// forgotten once the primary answers for it again: otherwise a /48
+	// the primary had drained would start full on every replica.
+	if a := req.Aggregate; a != nil {
+		local.Aggregate = &Bucket{Key: a.Key, Limit: f.localLimit(a.Limit, req.Cost)}
+		f.seedLocal(*a, *local.Aggregate, now)
+	}
+	return f.Local.Admit(ctx, local)
+}
+
+// seedLocal starts the local bucket local of the shared bucket b, unless
+// it is there already. On one replica, from what the primary last
+// reported of b, refilled since (full when nothing is known). On one of
+// Replicas, from that report's tokens divided by them, as of the report
+// and refilled since at the local rate — or, for a bucket the primary
+// never reported, from its capacity divided by them, as of the outage's
+// start — and kept until it would hold b's whole capacity, so that a
+// request its share gives a larger capacity (see localLimit) finds it
+// as it left it.
+func (f *Failover) seedLocal(b, local Bucket, now time.Time) {
+	n := f.Replicas
+	if n <= 1 {
+		if tokens, ok := f.known.tokens(b.Key, now); ok {
+			f.Local.seed(b.Key, local, tokens, 0, 0)
+		}
+		return
+	}
+	tokens, at := b.Limit.Capacity, now
+	if kb, ok := f.known.last(b.Key); ok {
+		tokens, at = kb.remaining, kb.at
+	} else if h := f.lim.health(); h.Degraded && h.Since.Before(now) {
+		at = h.Since
+	}
+	f.Local.seed(b.Key, local, tokens/float64(n), now.Sub(at), b.Limit.Capacity)
 }
 
 // Peek implements Store, with the same fallback as Admit. What the
@@ -261,10 +307,8 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 		return Result{Allowed: true, Remaining: b.Limit.Capacity, Limit: b.Limit}, nil
 	case FailLocal:
 		// The bucket the caller's next admission would start from.
-		local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit)}
-		if tokens, ok := f.known.tokens(b.Key, time.Now()); ok {
-			f.Local.seed(b.Key, local, tokens)
-		}
+		local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit, 0)}
+		f.seedLocal(b, local, time.Now())
 		return f.Local.Peek(ctx, local)
 	}
 	return Result{}, f.errDown()
@@ -283,14 +327,31 @@ func (f *Failover) peekReuse() time.Duration {
 	return f.PeekReuse
 }
 
-// localLimit is l on one of Replicas processes: its rate divided by
-// them, but never below what a limit may be (a micro-token per second, and
-// a refill from empty within maxFillSeconds).
-func (f *Failover) localLimit(l Limit) Limit {
-	if f.Replicas > 1 {
-		l.Rate = max(l.Rate/float64(f.Replicas), 1e-6, l.Capacity/maxFillSeconds)
+// localLimit is l on one of Replicas processes, for a request of cost (0
+// for a read): its capacity and rate divided by them — but the capacity
+// never below cost, so that a request its share cannot hold can still be
+// paid once the share has refilled to its price, and neither below what
+// a limit may be (a micro-token, a micro-token per second, and a refill
+// from empty within maxFillSeconds).
+func (f *Failover) localLimit(l Limit, cost float64) Limit {
+	if n := float64(f.Replicas); n > 1 {
+		l.Capacity = max(l.Capacity/n, cost, 1e-6)
+		l.Rate = max(l.Rate/n, 1e-6, l.Capacity/maxFillSeconds)
 	}
 	return l
+}
+
+// localInFlight is the in-flight cap max (0: DefaultMaxInFlight) on one of
+// Replicas processes: max divided by them, rounded up (so at least 1).
+func (f *Failover) localInFlight(most int) int {
+	n := f.Replicas
+	if n <= 1 {
+		return most
+	}
+	if most <= 0 {
+		most = DefaultMaxInFlight
+	}
+	return most/n + min(most%n, 1)
 }
 
 func (f *Failover) remember() int {
@@ -703,9 +764,19 @@ func (k *known) refuse(req Request, now time.Time) (Admission, bool, uint64) {
 }
 
 // tokens is the estimated tokens now of the bucket key (a caller's or an
-// aggregate's), if known: of what was learnt of it, what the primary
-// answered last.
+// aggregate's), if known (see last).
 func (k *known) tokens(key string, now time.Time) (float64, bool) {
+	kb, ok := k.last(key)
+	if !ok {
+		return 0, false
+	}
+	return kb.estimate(now), true
+}
+
+// last is what is known of the bucket key (a caller's or an
+// aggregate's), whatever its limit: of what was learnt of it, what the
+// primary answered last.
+func (k *known) last(key string) (knownBudget, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	kb, ok := k.m[key]
@@ -715,8 +786,5 @@ func (k *known) tokens(key string, now time.Time) (float64, bool) {
 	if g, gok := k.agg[key]; gok && (!ok || g.asked.After(kb.asked)) {
 		kb, ok = g, true
 	}
-	if !ok {
-		return 0, false
-	}
-	return kb.estimate(now), true
+	return kb, ok
 }

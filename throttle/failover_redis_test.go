@@ -386,7 +386,7 @@ func queueBehindItsCaller(t *testing.T, fx *redisFixture, key string, ask func(*
 
 // With fail_mode local, an aggregate bucket (the IPv6 /48) that Redis
 // refused for lack of tokens starts from what its refusal reported when
-// Redis fails, not full.
+// Redis fails (a quarter of it on each of 4 replicas), not full.
 func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
@@ -402,11 +402,11 @@ func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
 		}
 		flushWithin(t, s)
 		fl.set(true)
-		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 3}); a.Allowed || a.Refusal != RefusedAggregate {
-			t.Fatalf("outage: 3 from a /48 Redis said held 2: %+v", a)
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 0.75}); a.Allowed || a.Refusal != RefusedAggregate {
+			t.Fatalf("outage: 0.75 from a share of a /48 Redis said held 2: %+v", a)
 		}
-		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1.5}); !a.Allowed {
-			t.Fatalf("outage: 1.5 from a /48 Redis said held 2: refusal=%d %+v", a.Refusal, a.Result)
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 0.4}); !a.Allowed {
+			t.Fatalf("outage: 0.4 from a share of a /48 Redis said held 2: refusal=%d %+v", a.Refusal, a.Result)
 		}
 	})
 }

@@ -113,15 +113,18 @@ func TestFailoverDefaults(t *testing.T) {
 }
 
 // TestFailoverLocalRateIsDividedByReplicas: with 4 replicas, a fallback
-// bucket refills at a quarter of the rate, so the replicas together admit
-// what the shared bucket would.
+// bucket holds a quarter of the capacity and refills at a quarter of the
+// rate, so the replicas together admit what the shared bucket would.
 func TestFailoverLocalRateIsDividedByReplicas(t *testing.T) {
 	clock := newFakeClock()
 	f, primary := newFailover(FailLocal, 4)
 	f.Local = NewMemoryStore(MemoryOptions{Now: clock.Now})
 	primary.set(true)
 	b := Bucket{Key: "k", Limit: Limit{Rate: 8, Capacity: 10}}
-	mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release()
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 2.6}); a.Allowed {
+		t.Fatalf("2.6 from a share of 10/4: %+v", a.Result)
+	}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 2.5}).Ticket.Release()
 	clock.Advance(time.Second) // 2 tokens back at 8/4 per second, not 8
 	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 2.5}); a.Allowed || a.Result.Remaining != 2 || a.Result.RetryAfter != 250*time.Millisecond {
 		t.Fatalf("after 1 s at rate 8 over 4 replicas: %+v; want 2 tokens, 250 ms to go", a.Result)
@@ -299,8 +302,8 @@ func TestFailoverFreeRefusalSeesItsOwnRefund(t *testing.T) {
 }
 
 // TestFailoverLocalDividesTheAggregate: with 4 replicas, fail_mode local
-// refills the aggregate bucket (the IPv6 /48) at a quarter of its rate too,
-// as it does the caller's own.
+// gives a replica a quarter of the aggregate bucket (the IPv6 /48) too,
+// refilled at a quarter of its rate, as it does the caller's own.
 func TestFailoverLocalDividesTheAggregate(t *testing.T) {
 	clock := newFakeClock()
 	f, primary := newFailover(FailLocal, 4)
@@ -308,7 +311,10 @@ func TestFailoverLocalDividesTheAggregate(t *testing.T) {
 	primary.set(true)
 	own := Bucket{Key: "k:a", Limit: Limit{Rate: 8, Capacity: 100}}
 	agg := &Bucket{Key: "k", Limit: Limit{Rate: 8, Capacity: 10}}
-	mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 10}).Ticket.Release()
+	if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 2.6}); a.Allowed || a.Refusal != RefusedAggregate {
+		t.Fatalf("2.6 from an aggregate share of 10/4: allowed=%v refusal=%d %+v", a.Allowed, a.Refusal, a.Result)
+	}
+	mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 2.5}).Ticket.Release()
 	clock.Advance(time.Second) // 2 tokens back in the aggregate at 8/4 per second, not 8
 	a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 2.5})
 	if a.Allowed || a.Refusal != RefusedAggregate || a.Result.Remaining != 2 || a.Result.RetryAfter != 250*time.Millisecond {
@@ -707,11 +713,12 @@ func TestFailoverLocalAggregateStartsFromWhatThePrimaryReported(t *testing.T) {
 
 // TestFailoverLocalAggregateThatAdmittedIsNotMadeEmpty: an aggregate the
 // primary admitted through does not start empty when the primary fails.
-// Never refused, it starts full. Refused, then refunded by this replica's
-// own settlement, it starts from the refusal's tokens with the refund and
-// less what was admitted since. Refused, then refunded by another replica
-// (unseen here), an admission shows the refusal's tokens stale: it starts
-// full, not from them.
+// Never refused, it starts full (a replica's share: a quarter of it on
+// each of 4). Refused, then refunded by this replica's own settlement, it
+// starts from the refusal's tokens with the refund and less what was
+// admitted since (a quarter of them). Refused, then refunded by another
+// replica (unseen here), an admission shows the refusal's tokens stale:
+// it starts full, not from them.
 func TestFailoverLocalAggregateThatAdmittedIsNotMadeEmpty(t *testing.T) {
 	agg := &Bucket{Key: "{n}", Limit: Limit{Rate: 1e-3, Capacity: 10}}
 	own := Bucket{Key: "{n}:a", Limit: Limit{Rate: 1e-3, Capacity: 100}}
@@ -719,8 +726,8 @@ func TestFailoverLocalAggregateThatAdmittedIsNotMadeEmpty(t *testing.T) {
 		f, primary := newFailover(FailLocal, 4)
 		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 2}).Ticket.Release() // 8 left on the primary
 		primary.set(true)
-		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); !a.Allowed {
-			t.Fatalf("outage: an aggregate the primary admitted through refuses 5 locally: refusal=%d %+v", a.Refusal, a.Result)
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 2.5}); !a.Allowed {
+			t.Fatalf("outage: an aggregate the primary admitted through refuses its share of 2.5 locally: refusal=%d %+v", a.Refusal, a.Result)
 		}
 	})
 	t.Run("refunded here", func(t *testing.T) {
@@ -732,11 +739,11 @@ func TestFailoverLocalAggregateThatAdmittedIsNotMadeEmpty(t *testing.T) {
 		held.Ticket.Settle(0)                                                           // 10 back
 		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}).Ticket.Release() // 5 left
 		primary.set(true)
-		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); !a.Allowed {
-			t.Fatalf("outage: an aggregate holding 5 refuses 5 locally: refusal=%d %+v", a.Refusal, a.Result)
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1.25}); !a.Allowed {
+			t.Fatalf("outage: an aggregate holding 5 refuses its share of 1.25 locally: refusal=%d %+v", a.Refusal, a.Result)
 		}
 		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1}); a.Allowed || a.Refusal != RefusedAggregate {
-			t.Fatalf("outage: the local aggregate started full, not from the 5 the primary held: %+v", a)
+			t.Fatalf("outage: the local aggregate started full, not from a share of the 5 the primary held: %+v", a)
 		}
 	})
 	t.Run("refunded elsewhere", func(t *testing.T) {
@@ -750,7 +757,7 @@ func TestFailoverLocalAggregateThatAdmittedIsNotMadeEmpty(t *testing.T) {
 		held.Ticket.Settle(0) // 10 back, on another replica
 		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}).Ticket.Release()
 		primary.set(true)
-		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 5}); !a.Allowed {
+		if a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 2.5}); !a.Allowed {
 			t.Fatalf("outage: an admission the refusal's tokens could not pay left the local aggregate empty: refusal=%d %+v", a.Refusal, a.Result)
 		}
 	})

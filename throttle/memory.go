@@ -45,6 +45,9 @@ type memKey struct {
 	key   string
 	state keyState
 	index int // position in MemoryStore.byExp
+	// full, when above 0, is the capacity (micro-tokens) a seeded bucket
+	// is kept until it would hold (see seed); 0 for any other bucket.
+	full float64
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -61,8 +64,10 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 
 // clock reads the store's clock as admit.lua reads TIME: whole seconds
 // and microseconds.
-func (s *MemoryStore) clock() clock {
-	t := s.now()
+func (s *MemoryStore) clock() clock { return clockOf(s.now()) }
+
+// clockOf is t as admit.lua reads TIME: whole seconds and microseconds.
+func clockOf(t time.Time) clock {
 	return clock{sec: t.Unix(), usec: int64(t.Nanosecond() / 1000)}
 }
 
@@ -132,19 +137,44 @@ func (s *MemoryStore) forget(keys ...string) {
 	}
 }
 
-// seed sets a missing bucket to tokens as of now (the last that Redis
-// reported of it), so that a fallback bucket does not start full.
-func (s *MemoryStore) seed(key string, b Bucket, tokens float64) {
+// seed sets a missing bucket to tokens as of age ago (what the shared
+// store last reported of it, or a replica's share of that), so that a
+// fallback bucket does not start full; it refills from then at b's rate,
+// up to the capacity of each request that reads it. With full above b's
+// capacity (a replica's share of a bucket of capacity full, whose
+// requests may each be given a capacity up to full), the bucket is kept
+// at least until it would hold full, through every later write: a bucket
+// the store forgot is then full to every request, as a missing one is.
+func (s *MemoryStore) seed(key string, b Bucket, tokens float64, age time.Duration, full float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.clock()
+	now := s.now()
+	c := clockOf(now)
 	s.sweep(c.ms())
 	if _, ok := s.keys[key]; ok {
 		return
 	}
-	st := keyState{found: true, b: bucketVal{tokens: min(toMicro(tokens), toMicro(b.Limit.Capacity)), sec: c.sec, usec: c.usec}}
-	st.b.expiresMS = later(c.ms(), c.ms()+resetMS(st.b.tokens, toMicro(b.Limit.Rate), toMicro(b.Limit.Capacity)))
+	at := clockOf(now.Add(-max(age, 0)))
+	rate, capacity := toMicro(b.Limit.Rate), toMicro(b.Limit.Capacity)
+	st := keyState{found: true, b: bucketVal{tokens: min(toMicro(tokens), capacity), sec: at.sec, usec: at.usec}}
+	need := at.ms() + resetMS(st.b.tokens, rate, capacity)
+	full = toMicro(full)
+	if full > capacity {
+		need = max(need, at.ms()+resetMS(st.b.tokens, rate, full))
+	}
+	st.b.expiresMS = later(c.ms(), max(need, c.ms()))
 	s.put(key, st)
+	if k := s.keys[key]; k != nil && full > capacity {
+		k.full = full
+	}
+}
+
+// hold keeps the bucket b of key, when seeded with a full capacity (see
+// seed), at least until it would hold that capacity at rate.
+func (s *MemoryStore) hold(key string, b *bucketVal, rate float64) {
+	if k := s.keys[key]; k != nil && k.full > 0 {
+		b.expiresMS = max(b.expiresMS, clock{sec: b.sec, usec: b.usec}.ms()+resetMS(b.tokens, rate, k.full))
+	}
 }
 
 // apply runs one op on key under the lock, with the key's expiry as Redis
@@ -164,9 +194,11 @@ func (s *MemoryStore) apply(key string, agg *Bucket, sh shape, o op) opResult {
 	}
 	r := applyBatch(&st, ast, sh, c, []op{o})[0]
 	if st.found {
+		s.hold(key, &st.b, sh.rate)
 		s.put(key, st)
 	}
 	if ast != nil && ast.found {
+		s.hold(agg.Key, &ast.b, sh.aggRate)
 		s.put(agg.Key, *ast)
 	}
 	return r

@@ -98,8 +98,9 @@ type passesKey struct{}
 // the backend answers (package pgcall), and the handler sends its answer
 // first and then waits for that (pgcall.Respond). So the statements running
 // in pg_stat_activity on a caller's behalf never outnumber the slots its
-// tier allows (max_in_flight), nor all of them the pool — whatever clients
-// do. The wait is bounded by database.cancel_wait, and the slot's TTL
+// tier allows (max_in_flight; while Redis is out, with fail_mode local, the
+// replicas' shares of it, rounded up), nor all of them the pool —
+// whatever clients do. The wait is bounded by database.cancel_wait, and the slot's TTL
 // (Toll.InFlightTTL) is set to outlast it. The time the backend ran until
 // it stopped is the time the request is charged.
 func Finish(next http.Handler) http.Handler {
