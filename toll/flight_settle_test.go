@@ -17,6 +17,24 @@ import (
 	"github.com/geotoll/geotoll/tiles"
 )
 
+// cachedTiles serves the demo places layer through a tile cache, rendered
+// by render, under Finish, as the server does.
+func cachedTiles(t *testing.T, gate tiles.Gate, render tiles.Renderer, obs tiles.Observer) http.Handler {
+	t.Helper()
+	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := tiles.NewCache(tiles.CacheOptions{MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := mux.NewRouter()
+	router.Handle("/tiles/{"+tiles.VarLayer+"}/{"+tiles.VarZ+"}/{"+tiles.VarX+"}/{"+tiles.VarY+"}",
+		&tiles.Handler{Catalog: cat, Store: render, Gate: gate, Logger: discard(), Cache: cache, Observer: obs})
+	return Finish(router)
+}
+
 // heldRenderer renders a tile once released, recording ran of database
 // time on the render's meter as a render's calls would (none when zero).
 type heldRenderer struct {
@@ -102,21 +120,10 @@ func sharedRenderPaidOnce(t *testing.T, ran time.Duration, starterCost, joinCost
 	toll.Tiers["free"] = free
 	global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}
 	toll.Global = &throttle.Global{Store: store, Bucket: global, Chunk: 1}
-	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache, err := tiles.NewCache(tiles.CacheOptions{MaxBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
 	render := &heldRenderer{started: make(chan struct{}, 2), release: make(chan struct{}), ran: ran}
 	obs := &sharedObserver{}
 	gate := admitted{Gate: toll, done: make(chan struct{}, 2)}
-	router := mux.NewRouter()
-	router.Handle("/tiles/{"+tiles.VarLayer+"}/{"+tiles.VarZ+"}/{"+tiles.VarX+"}/{"+tiles.VarY+"}",
-		&tiles.Handler{Catalog: cat, Store: render, Gate: gate, Logger: discard(), Cache: cache, Observer: obs})
-	h := Finish(router)
+	h := cachedTiles(t, gate, render, obs)
 	get := func() *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/1/1.mvt", nil)
 		r.Header.Set("X-API-Key", "a")
@@ -189,21 +196,10 @@ func TestCutRenderShowsItsEstimateAndChargesWhatRan(t *testing.T) {
 	free := toll.Tiers["free"]
 	free.Limit = throttle.Limit{Rate: 0.001, Capacity: 1000}
 	toll.Tiers["free"] = free
-	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache, err := tiles.NewCache(tiles.CacheOptions{MaxBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	router := mux.NewRouter()
-	router.Handle("/tiles/{"+tiles.VarLayer+"}/{"+tiles.VarZ+"}/{"+tiles.VarX+"}/{"+tiles.VarY+"}",
-		&tiles.Handler{Catalog: cat, Store: stuckRenderer{ran: 300 * time.Millisecond}, Gate: toll, Logger: discard(), Cache: cache})
 	r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/1/1.mvt", nil)
 	r.Header.Set("X-API-Key", "a")
 	w := httptest.NewRecorder()
-	Finish(router).ServeHTTP(w, r)
+	cachedTiles(t, toll, stuckRenderer{ran: 300 * time.Millisecond}, nil).ServeHTTP(w, r)
 	if w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("%d, want 503", w.Code)
 	}

@@ -224,34 +224,21 @@ func TestShadowAdmissionIsCutAtWhatItPaidFor(t *testing.T) {
 	toll.Tiers["shadow"] = sh
 	global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}
 	toll.Global = &throttle.Global{Store: store, Bucket: global, Chunk: 1}
-	db := &pgcall.DB{Pool: testenv.ReadPool(t), RetryAfter: 2}
-	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		price, sql := Price{Cost: 60, Route: "x", Zoom: -1, Base: 1}, "SELECT 1"
-		if r.URL.Path == "/slow" {
-			price, sql = Price{Cost: 20, Route: "x", Zoom: -1, Base: 1}, "SELECT pg_sleep(3)"
-		}
-		if toll.Charge(w, r, price) == nil {
-			return
-		}
-		if _, err := db.Read(r.Context(), pgcall.Statement{SQL: sql, Timeout: 10 * time.Second}); err != nil {
-			problem.Write(w, r, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	do := func(path string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodGet, path, nil)
+	fast := settleServer(t, toll, Price{Cost: 60, Route: "x", Zoom: -1, Base: 1}, "SELECT 1")
+	slow := settleServer(t, toll, Price{Cost: 20, Route: "x", Zoom: -1, Base: 1}, "SELECT pg_sleep(3)")
+	do := func(h http.Handler) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/x", nil)
 		r.Header.Set("X-API-Key", "shadowy")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w
 	}
 	// Paid by the bucket (70 → 10), under the settle floor: the estimate.
-	if w := do("/fast"); w.Code != http.StatusNoContent || w.Header().Get("X-RateLimit-Shadow") != "" {
+	if w := do(fast); w.Code != http.StatusNoContent || w.Header().Get("X-RateLimit-Shadow") != "" {
 		t.Fatalf("the paid request: %d, X-RateLimit-Shadow %q", w.Code, w.Header().Get("X-RateLimit-Shadow"))
 	}
 	start := time.Now()
-	w := do("/slow")
+	w := do(slow)
 	took := time.Since(start)
 	if w.Header().Get("X-RateLimit-Shadow") != "would-refuse" {
 		t.Fatalf("the second request was not admitted by shadow mode: %d, X-RateLimit-Shadow %q", w.Code, w.Header().Get("X-RateLimit-Shadow"))
