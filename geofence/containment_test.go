@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/geotoll/geotoll/internal/testenv"
 )
@@ -411,5 +412,39 @@ func TestChangedTableIsReadInsteadOfItsPieces(t *testing.T) {
 	}
 	if len(got) != 1 || len(got[0]) != 1 || got[0][0] != 9001 {
 		t.Errorf("a point in the zone added after the pieces were cut: %+v, want zone 9001", got)
+	}
+}
+
+// Pieces whose registry row names its source table without a schema (as
+// an older prepare recorded it) do not say which table they were cut
+// from: a reader whose search_path finds a table of that name may read
+// another one. They are not used, even when that name finds the layer's
+// table: the table is read.
+func TestPiecesRecordedWithoutASchemaAreNotUsed(t *testing.T) {
+	zones, _ := zonePieces(t)
+	schema := strings.Split(zones.Table, ".")[0]
+	cfg := testenv.PoolConfig(t, testenv.ReadDatabaseURL(t))
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize() + ", public"
+	read, err := pgxpool.NewWithConfig(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(read.Close)
+	cat := demoCatalog(t, zones)
+	if _, err := cat.LoadContainment(ctxT(t), read); err != nil {
+		t.Fatal(err)
+	}
+	if ct, err := cat.Containment("zones"); err != nil || !ct.Pieces {
+		t.Fatalf("recorded with the schema: pieces %v, %v; want the pieces", ct.Pieces, err)
+	}
+	if _, err := testenv.Pool(t).Exec(ctxT(t), `UPDATE geotoll_serving.storage SET source_table = '"zones"' WHERE source_table = $1`,
+		pgx.Identifier{schema, "zones"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.LoadContainment(ctxT(t), read); err != nil {
+		t.Fatal(err)
+	}
+	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {
+		t.Errorf("recorded without the schema: pieces %v, %v; want the table", ct.Pieces, err)
 	}
 }

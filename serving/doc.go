@@ -120,15 +120,39 @@
 // read role may read every column it would copy (else the layer fails,
 // naming the role), that no row-level security filters what the read
 // role reads of the table (Reason RowSecurity: the owner reads past it,
-// or, forced on the owner, through the owner's policies), and that the
-// table is no view with security_invoker (Reason InvokerView: the read
-// role reads it with its own rights and row security). A layer refused
-// so has its storage built before withdrawn: retired, and its relations'
-// SELECT revoked from the read role at once (a server that has not
+// or, forced on the owner, through the owner's policies), that the table
+// is no view with security_invoker, nor a view that reads one (Reason
+// InvokerView: the read role reads its relations with its own rights and
+// row security), and that it is no view that reads a table with
+// row-level security enabled (Reason ViewRowSecurity: the read role reads
+// the view with the view owner's rights, but the table's policies apply,
+// and current_user in them is whoever reads the view, so that prepare may
+// see other rows than the read role). A view's relations are those its
+// query names (not those a function it calls reads), followed through
+// the views among them; a materialized view is not checked, nor
+// followed: it holds the rows of its last refresh, which the read role
+// reads whole.
+//
+// The rules are conservative: they ask whether row security applies to
+// the read role, not what its policies let it see. A table whose
+// policies show the read role every row (CREATE POLICY … TO
+// geotoll_reader USING (true)) is refused too, as is a view over a table
+// with any row security, whatever its policies and whoever owns the
+// view. To have storage built, grant the read role BYPASSRLS, or disable
+// row security on the table; for a view, disable it on the tables the
+// view reads (the read role's BYPASSRLS does not lift policies applied
+// with the view owner's rights), or build the layer from a materialized
+// view.
+//
+// A layer refused so has its storage withdrawn: the storage the registry
+// names is retired, and the read role's SELECT is revoked at once from
+// it and from the layer's storage retired before (by a rebuild, and not
+// dropped yet) that the role may still read: a server that has not
 // re-read the registry fails those tiles until it does, rather than show
-// the rows), and its tiles read the table. The build's transaction
-// checks again, in its snapshot (a table's lock is taken before it, so
-// that no ALTER TABLE enabling row security commits in between). In the
+// the rows. The layer's tiles read the table. The build's transaction
+// checks again, in its snapshot (a table's lock, or a view's with the
+// tables it reads, is taken before it, so that no ALTER TABLE enabling
+// row security commits in between). In the
 // build's transaction, it builds no pieces from a table whose id column
 // holds NULL or repeats an id (see [Subdivide]): the layer is skipped
 // with the reason, and its tiles read the table.

@@ -21,7 +21,7 @@ type Options struct {
 	// ReaderRole serves the tiles (default DefaultReaderRole): every
 	// relation built is granted to it, and built only from a table whose
 	// copied columns it may read itself, every row of them (see
-	// RowSecurity and InvokerView).
+	// RowSecurity, InvokerView and ViewRowSecurity).
 	ReaderRole string
 	// Force rebuilds storage that is current.
 	Force bool
@@ -119,11 +119,27 @@ const (
 // built before is retired and the read role's right to read it taken
 // away at once (a server that has not re-read the registry fails those
 // tiles until it does, rather than show the rows), and the layer's tiles
-// read the table, through its policies. Each run checks again.
+// read the table, through its policies. Each run checks again. The check
+// is whether row security applies to the read role, not what its
+// policies let it see: policies that show it every row refuse the table
+// too.
 const (
 	RowSecurity = "row-level security is enabled on the table and filters the read role: storage would show it every row; tiles read the table (grant the read role BYPASSRLS, or disable row security)"
-	InvokerView = "the view has security_invoker: the read role reads it with its own rights and row security, which storage would not apply; tiles read the view"
+	InvokerView = "the view, or a view it reads, has security_invoker: the read role reads that view's relations with its own rights and row security, which storage would not apply; tiles read the view"
 )
+
+// ViewRowSecurity is the Reason of a Skipped or Removed Result of every
+// builder on a view (without security_invoker) that reads a table with
+// row-level security enabled, directly or through other views. The read
+// role reads the view with the view owner's rights, but the table's
+// policies still apply, and current_user in them is the role that reads
+// the view: prepare, reading it as the schema owner, may see rows the
+// read role does not. The rule is conservative: any row security
+// refuses the view, whatever its policies and whoever the read role is
+// (BYPASSRLS of the read role does not lift policies applied under the
+// view owner's rights). The storage built before is withdrawn as for
+// RowSecurity, and the layer's tiles read the view.
+const ViewRowSecurity = "the view reads a table with row-level security enabled: its policies apply to whoever reads the view, and may filter by that role (current_user), which storage would not do; tiles read the view (disable row security on the tables it reads, or build the layer from a materialized view)"
 
 // Result is the outcome for one layer and builder.
 type Result struct {
@@ -134,7 +150,7 @@ type Result struct {
 	SourceRows     int64 // rows of the layer's table
 	Repaired       int64 // source rows the build repaired (Job.Repaired); 0 unless built
 	Took           time.Duration
-	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity or InvokerView; why it was Removed: one of the last four, or NotConfigured
+	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity, InvokerView or ViewRowSecurity; why it was Removed: one of the last five, or NotConfigured
 	Err            error
 }
 
@@ -277,14 +293,13 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 
 // refuse is build's Result for a table whose storage the read role must
 // not read (source.refusal's reason, or err): the builder's storage of
-// the layer, if the registry had any (stored), is withdrawn, holding the
-// layer's lock; when another run holds it, nothing is withdrawn and the
-// layer is Skipped (LayerBusy, or Failed with err), for a later run.
+// the layer is withdrawn, holding the layer's lock, the storage the
+// registry had (stored) and the layer's storage retired before alike.
+// When another run holds the lock, nothing is withdrawn, for a later
+// run, and the layer is Skipped (LayerBusy if the registry had storage,
+// else the reason; or Failed with err).
 func refuse(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string, stored bool, reason string, err error, o Options) Result {
 	r := Result{Layer: l.Name, Builder: builder, Status: Skipped, Reason: reason, Err: err}
-	if !stored {
-		return r
-	}
 	var n int
 	held := false
 	werr := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -298,7 +313,7 @@ func refuse(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder str
 	switch {
 	case werr != nil:
 		r.Err = errors.Join(err, werr)
-	case !held && err == nil:
+	case !held && stored && err == nil:
 		r.Reason = LayerBusy
 	case n > 0 && err == nil:
 		r.Status = Removed
@@ -310,13 +325,27 @@ func refuse(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder str
 // and revokes the read role's right to read its relations, which may
 // hold what the role must not see: the retired relations stay for
 // Options.Retain so that a server reading them is not disturbed, but a
-// server must not show these. It returns how many relations it retired.
+// server must not show these. So are revoked the layer's relations
+// retired before (by a rebuild, or by a builder no longer configured)
+// that the read role may still read, whichever builder built them: they
+// were built from the same table. It returns how many relations it
+// retired from the registry.
 func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int, error) {
 	rels, err := texts(ctx, tx, retireSQL, layer, builder)
 	if err != nil {
 		return 0, err
 	}
-	for _, rel := range rels {
+	before, err := texts(ctx, tx, retiredReadSQL, layer, role)
+	if err != nil {
+		return 0, err
+	}
+	revoke := slices.Clone(rels)
+	for _, rel := range before {
+		if !slices.Contains(revoke, rel) {
+			revoke = append(revoke, rel)
+		}
+	}
+	for _, rel := range revoke {
 		if _, err := tx.Exec(ctx, "REVOKE SELECT ON "+pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()+
 			" FROM "+pgx.Identifier{role}.Sanitize()); err != nil {
 			return 0, fmt.Errorf("revoke %s: %w", rel, err)
@@ -329,11 +358,12 @@ func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int,
 // the storage is current in its snapshot (and not Force), it builds the
 // targets and records them in place of the old storage, filling r.
 func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, src *source, cols []string, o Options, r *Result) error {
-	if src.relkind == "r" || src.relkind == "p" {
+	if src.relkind == "r" || src.relkind == "p" || src.relkind == "v" {
 		// Locked before the snapshot is taken (LOCK takes none): the
 		// snapshot sees row security enabled before the lock, and none
 		// is enabled (ALTER TABLE takes ACCESS EXCLUSIVE) until the
 		// build commits, so the check below holds for what it copies.
+		// A view's lock takes its tables' and views', recursively.
 		if _, err := tx.Exec(ctx, "LOCK TABLE ONLY "+l.TableIdent().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
 			return err
 		}

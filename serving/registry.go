@@ -19,6 +19,7 @@ var (
 	registryTouchSQL  = queries.MustRead("serving_registry_touch.sql")
 	retireSQL         = queries.MustRead("serving_retire.sql")
 	retiredDueSQL     = queries.MustRead("serving_retired_due.sql")
+	retiredReadSQL    = queries.MustRead("serving_retired_readable.sql")
 	lockSQL           = queries.MustRead("serving_lock.sql")
 	sourceSQL         = queries.MustRead("serving_source.sql")
 )
@@ -81,10 +82,14 @@ type source struct {
 	// of the table, and not (or not as) what the build reads.
 	rowSecurity bool
 	// invoker: a view the read role reads with its own rights and row
-	// security (security_invoker).
-	invoker   bool
-	signature string // "count:max-xmin"; "" for a relation without xmin
-	rows      int64
+	// security (security_invoker), or a view that reads one, directly
+	// or through other views.
+	invoker bool
+	// viewRowSecurity: a view that reads a table with row-level security
+	// enabled, directly or through other views.
+	viewRowSecurity bool
+	signature       string // "count:max-xmin"; "" for a relation without xmin
+	rows            int64
 }
 
 // inspect reads what source reports: kind of relation, the table
@@ -98,7 +103,7 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 	}
 	found := false
 	var schema, name string
-	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &schema, &name, &s.readable, &s.rowSecurity, &s.invoker},
+	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &schema, &name, &s.readable, &s.rowSecurity, &s.invoker, &s.viewRowSecurity},
 		func() error { found = true; return nil })
 	if err != nil {
 		return s, fmt.Errorf("inspect %s: %w", l.TableIdent().Sanitize(), err)
@@ -112,8 +117,8 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 
 // refusal returns why storage readable by role must not be built from
 // the table s describes (cols are the columns it would copy): an error
-// when role may not read them (a configuration to fix), else RowSecurity
-// or InvokerView, or "" when it may be built.
+// when role may not read them (a configuration to fix), else RowSecurity,
+// InvokerView or ViewRowSecurity, or "" when it may be built.
 func (s source) refusal(l *tiles.Layer, role string, cols []string) (string, error) {
 	switch {
 	case !s.readable:
@@ -123,6 +128,8 @@ func (s source) refusal(l *tiles.Layer, role string, cols []string) (string, err
 		return RowSecurity, nil
 	case s.invoker:
 		return InvokerView, nil
+	case s.viewRowSecurity:
+		return ViewRowSecurity, nil
 	}
 	return "", nil
 }

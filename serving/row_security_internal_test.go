@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,61 @@ func TestBuildChecksRowSecurityInItsSnapshot(t *testing.T) {
 			o.ReaderRole, pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()).Scan(&readable); err != nil || readable {
 			t.Errorf("%s readable by %s: %v, %v", rel, o.ReaderRole, readable, err)
 		}
+	}
+}
+
+// TestBuildChecksAViewInItsSnapshot: as for a table, the build's
+// transaction checks a view again in the snapshot it would copy from,
+// having locked the view, and with it the tables it reads: row security
+// enabled on such a table since the check before the lock refuses the
+// view (Reason ViewRowSecurity), and no ALTER TABLE enabling it could
+// have committed between the lock and the snapshot.
+func TestBuildChecksAViewInItsSnapshot(t *testing.T) {
+	t.Parallel()
+	owner, base := lockFixture(t)
+	table := pgx.Identifier(strings.Split(base.Table, "."))
+	view := pgx.Identifier{table[0], "pts_view"}
+	for _, sql := range []string{
+		"CREATE VIEW " + view.Sanitize() + " AS SELECT * FROM " + table.Sanitize(),
+		"GRANT SELECT ON " + view.Sanitize() + " TO " + DefaultReaderRole,
+	} {
+		if _, err := owner.Exec(t.Context(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base.Table = view[0] + "." + view[1]
+	l := catalogLayer(t, base)
+	o := Options{Builders: []Builder{Overview{}}}.withDefaults()
+	if r := prepareOne(t, owner, l, Options{}); r.Status != Built || r.Err != nil {
+		t.Fatalf("first build: %+v", r)
+	}
+	cols := append(l.Columns(), l.GeometryColumn)
+	src, err := inspect(t.Context(), owner, l, o.ReaderRole, cols) // the check before the lock
+	if err != nil || src.relkind != "v" || src.viewRowSecurity {
+		t.Fatalf("inspect: %+v, %v", src, err)
+	}
+	if _, err := owner.Exec(t.Context(), "ALTER TABLE "+table.Sanitize()+" ENABLE ROW LEVEL SECURITY"); err != nil {
+		t.Fatal(err)
+	}
+	var r Result
+	var locked bool
+	targets := Overview{}.Targets(l, tiles.KindPoint)
+	err = withLayerLock(t.Context(), owner, l.Name, func(conn *pgxpool.Conn) error {
+		return pgx.BeginTxFunc(t.Context(), conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+			if err := buildTx(t.Context(), tx, l, tiles.KindPoint, Overview{}, targets, &src, cols, o, &r); err != nil {
+				return err
+			}
+			// Refused, the build read no row: a lock on the table is the view's.
+			return tx.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM pg_locks
+				WHERE pid = pg_backend_pid() AND relation = $1::regclass AND mode = 'AccessShareLock' AND granted)`,
+				table.Sanitize()).Scan(&locked)
+		})
+	})
+	if err != nil || r.Status != Removed || r.Reason != ViewRowSecurity || r.Err != nil {
+		t.Errorf("build after row security was enabled under the view: %+v, %v; want removed, reason %q", r, err, ViewRowSecurity)
+	}
+	if !locked {
+		t.Errorf("the build's transaction holds no lock on %s, which the view reads", table.Sanitize())
 	}
 }
 

@@ -141,6 +141,23 @@ func TestPrepareRefusesRowSecurity(t *testing.T) {
 	}
 }
 
+// TestPrepareRefusesEvenAPolicyShowingEveryRow: the check is whether row
+// security applies to the read role, not what its policies let it see: a
+// policy that shows it every row refuses the table too (grant the read
+// role BYPASSRLS, or disable row security, to have storage built).
+func TestPrepareRefusesEvenAPolicyShowingEveryRow(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "rlsall_")
+	secrets(t, f)
+	f.exec(t, `ALTER TABLE {s}.shapes ENABLE ROW LEVEL SECURITY`)
+	f.exec(t, `CREATE POLICY all_rows ON {s}.shapes FOR SELECT TO geotoll_reader USING (true)`)
+	for _, r := range prepareAll(t, owner, catalog(t, shapesLayer(name, f.schema)).Layer(name), serving.Overview{}, serving.Subdivide{}) {
+		if r.Status != serving.Skipped || r.Reason != serving.RowSecurity || r.Err != nil {
+			t.Errorf("%+v, want skipped, reason %q", r, serving.RowSecurity)
+		}
+	}
+}
+
 // TestPrepareRefusesASecurityInvokerView: the read role reads a view with
 // security_invoker through its own rights and the row security of the
 // view's tables, which storage prepare builds as the schema owner would
@@ -162,6 +179,34 @@ func TestPrepareRefusesASecurityInvokerView(t *testing.T) {
 	}
 	if n := len(registry(t, owner, name)); n != 0 {
 		t.Errorf("%d relations recorded for a refused view", n)
+	}
+}
+
+// TestPrepareRefusesAViewOverASecurityInvokerView: a view with
+// security_invoker read through a view without it still reads its own
+// relations with the rights of the role that queries: the read role may
+// not read through it what prepare, as the schema owner, may. prepare
+// builds nothing from a view that reads such a view (Reason InvokerView).
+func TestPrepareRefusesAViewOverASecurityInvokerView(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "invokerouter_")
+	secrets(t, f)
+	f.exec(t, `REVOKE SELECT ON {s}.shapes FROM geotoll_reader`)
+	f.exec(t, `CREATE VIEW {s}.shapes_invoker WITH (security_invoker = true) AS SELECT * FROM {s}.shapes`)
+	f.exec(t, `CREATE VIEW {s}.shapes_view AS SELECT * FROM {s}.shapes_invoker`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes_invoker, {s}.shapes_view TO geotoll_reader`)
+	if _, err := testenv.ReadPool(t).Exec(t.Context(), `SELECT FROM `+pgx.Identifier{f.schema, "shapes_view"}.Sanitize()); err == nil {
+		t.Fatal("the read role reads the view: the test shows nothing")
+	}
+	l := shapesLayer(name, f.schema)
+	l.Table = "shapes_view"
+	for _, r := range prepareAll(t, owner, catalog(t, l).Layer(name), serving.Overview{}, serving.Subdivide{}) {
+		if r.Status != serving.Skipped || r.Reason != serving.InvokerView || r.Err != nil {
+			t.Errorf("%+v, want skipped, reason %q", r, serving.InvokerView)
+		}
+	}
+	if n := len(registry(t, owner, name)); n != 0 {
+		t.Errorf("%d relations recorded for a view over a security_invoker view", n)
 	}
 }
 
@@ -193,6 +238,146 @@ func TestPrepareRetiresWhatTheReaderMayNoLongerRead(t *testing.T) {
 	for rel := range before {
 		if readable(t, owner, rel) {
 			t.Errorf("after the revoke: the read role may still read %s", rel)
+		}
+	}
+}
+
+// TestPrepareRefusesAViewOverRowSecurity: the read role reads a view
+// without security_invoker with the view owner's rights, but the row
+// security of the tables it reads still applies, and current_user in a
+// policy is the role that reads the view: prepare, reading as the schema
+// owner, sees other rows than the read role does. So prepare builds
+// nothing from a view that reads a table with row security enabled,
+// directly or through other views (Reason ViewRowSecurity), retires what
+// it built before, and the layer's tiles read the view. A materialized
+// view holds the rows computed when it was refreshed, which the read role
+// reads whole: it is built.
+func TestPrepareRefusesAViewOverRowSecurity(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "viewrls_")
+	secrets(t, f)
+	f.exec(t, `ALTER TABLE {s}.shapes ADD COLUMN tenant text`)
+	f.exec(t, `UPDATE {s}.shapes SET tenant = CASE WHEN id < 5 THEN 'geotoll_reader' ELSE current_user END`)
+	f.exec(t, `CREATE VIEW {s}.shapes_view AS SELECT * FROM {s}.shapes`)
+	f.exec(t, `CREATE VIEW {s}.shapes_outer AS SELECT v.* FROM {s}.shapes_view AS v`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes_view, {s}.shapes_outer TO geotoll_reader`)
+	l := shapesLayer(name, f.schema)
+	l.Table = "shapes_view"
+	cat := catalog(t, l)
+	reader := testenv.ReadPool(t)
+	store := tiles.NewStore(reader)
+	tile := maptile.At(orb.Point{0.2, 0.05}, 10)
+	builders := []serving.Builder{serving.Overview{}, serving.Subdivide{}}
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Built {
+			t.Fatalf("before row security: %+v, want built", r)
+		}
+	}
+	before := registry(t, owner, name)
+
+	f.exec(t, `ALTER TABLE {s}.shapes ENABLE ROW LEVEL SECURITY`)
+	f.exec(t, `ALTER TABLE {s}.shapes FORCE ROW LEVEL SECURITY`)
+	f.exec(t, `CREATE POLICY tenant ON {s}.shapes FOR SELECT USING (tenant = current_user)`)
+	view := pgx.Identifier{f.schema, "shapes_view"}.Sanitize()
+	for _, c := range []struct {
+		pool *pgxpool.Pool
+		want int
+	}{{owner, 35}, {reader, 5}} {
+		var n int
+		if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+view).Scan(&n); err != nil || n != c.want {
+			t.Fatalf("the view shows %d rows (%v), want %d", n, err, c.want)
+		}
+	}
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Removed || r.Reason != serving.ViewRowSecurity || r.Err != nil {
+			t.Errorf("row security under the view: %+v, want removed, reason %q", r, serving.ViewRowSecurity)
+		}
+	}
+	if n := len(registry(t, owner, name)); n != 0 {
+		t.Errorf("row security under the view: %d relations still recorded", n)
+	}
+	for rel := range before {
+		if readable(t, owner, rel) {
+			t.Errorf("row security under the view: the read role may still read %s", rel)
+		}
+	}
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	if src := cat.Layer(name).Source(tile.Z); src.Builder != "" {
+		t.Errorf("row security under the view: z%d reads %q, want the view", tile.Z, src.Builder)
+	}
+	if got, want := tileNames(t, store, cat.Layer(name), tile), []string{"s0", "s1", "s2", "s3", "s4"}; !slices.Equal(got, want) {
+		t.Errorf("row security under the view: %v served, want the read role's %v", got, want)
+	}
+
+	// A view over that view: the same.
+	outer := shapesLayer(unique("viewrls_outer_"), f.schema)
+	testenv.ForgetStorage(t, owner, outer.Name)
+	outer.Table = "shapes_outer"
+	for _, r := range prepareAll(t, owner, catalog(t, outer).Layer(outer.Name), builders...) {
+		if r.Status != serving.Skipped || r.Reason != serving.ViewRowSecurity || r.Err != nil {
+			t.Errorf("a view over the view: %+v, want skipped, reason %q", r, serving.ViewRowSecurity)
+		}
+	}
+
+	// A materialized view is read whole: built.
+	f.exec(t, `CREATE MATERIALIZED VIEW {s}.shapes_mat AS SELECT * FROM {s}.shapes`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes_mat TO geotoll_reader`)
+	mat := shapesLayer(unique("viewrls_mat_"), f.schema)
+	testenv.ForgetStorage(t, owner, mat.Name)
+	mat.Table = "shapes_mat"
+	for _, r := range prepareAll(t, owner, catalog(t, mat).Layer(mat.Name), builders...) {
+		if r.Status != serving.Built || r.Err != nil {
+			t.Errorf("a materialized view: %+v, want built", r)
+		}
+	}
+}
+
+// TestPrepareRevokesStorageRetiredBefore: a rebuild retires the storage
+// it replaces, which stays readable for Options.Retain so that a server
+// that has not re-read the registry is not disturbed. Once the table's
+// row security filters the read role, the storage retired before holds
+// rows it must not see as much as the storage served: both are no longer
+// readable by it.
+func TestPrepareRevokesStorageRetiredBefore(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "rlsretired_")
+	secrets(t, f)
+	l := catalog(t, shapesLayer(name, f.schema)).Layer(name)
+	build := func() map[string][3]string {
+		t.Helper()
+		for _, r := range prepareAll(t, owner, l, serving.Subdivide{}) {
+			if r.Status != serving.Built {
+				t.Fatalf("%+v, want built", r)
+			}
+		}
+		return registry(t, owner, name)
+	}
+	first := build()
+	f.exec(t, `INSERT INTO {s}.shapes VALUES (40, 's40', ST_MakeEnvelope(1000, 30000, 4000, 33000, 3857))`)
+	second := build()
+	for rel := range first {
+		if _, ok := second[rel]; ok {
+			t.Fatalf("%s served after the rebuild", rel)
+		}
+		if !readable(t, owner, rel) {
+			t.Fatalf("%s, retired by the rebuild, is not readable: the test shows nothing", rel)
+		}
+	}
+
+	f.exec(t, `ALTER TABLE {s}.shapes ENABLE ROW LEVEL SECURITY`)
+	f.exec(t, `CREATE POLICY even ON {s}.shapes FOR SELECT TO geotoll_reader USING (id % 2 = 0)`)
+	for _, r := range prepareAll(t, owner, l, serving.Subdivide{}) {
+		if r.Status != serving.Removed || r.Reason != serving.RowSecurity || r.Err != nil {
+			t.Errorf("row security: %+v, want removed, reason %q", r, serving.RowSecurity)
+		}
+	}
+	for _, gen := range []map[string][3]string{first, second} {
+		for rel := range gen {
+			if readable(t, owner, rel) {
+				t.Errorf("row security: the read role may still read %s, built from every row", rel)
+			}
 		}
 	}
 }

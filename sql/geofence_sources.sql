@@ -10,7 +10,13 @@
 -- for a source without one, a view), and the most vertices of a piece
 -- (params' max_vertices; NULL when not recorded).
 -- to_regclass, not a cast: a registry row whose table was dropped since
--- matches nothing instead of failing the lookup. Pieces are cut from a
+-- matches nothing instead of failing the lookup. source_table names the
+-- table prepare read with its schema ("schema"."table"), so that a reader
+-- whose search_path resolves the layer's table to another one does not
+-- match it; a name without a schema (recorded by an older prepare) does
+-- not say which table was read, and matches nothing either (as in
+-- serving_storage.sql): the layer reads its table until the next prepare
+-- records the schema. Pieces are cut from a
 -- tile layer's geometry column: of several tile layers on the table, the
 -- pieces of the geofence layer's own column in EPSG:4326 are preferred,
 -- then pieces in EPSG:3857 (read with the point transformed; other SRIDs
@@ -28,6 +34,7 @@ LEFT JOIN LATERAL (
            (st.params->>'max_vertices')::int AS max_vertices
     FROM geotoll_serving.storage AS st
     WHERE st.builder = 'subdivide'
+      AND st.source_table ~ '^"([^"]|"")+"\.'
       AND to_regclass(st.source_table) = to_regclass($1::text)
     ORDER BY (st.geometry_column = $2::text AND st.srid = 4326) DESC, (st.srid = 3857) DESC, st.checked_at DESC
     LIMIT 1

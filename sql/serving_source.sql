@@ -8,14 +8,25 @@
 -- filters the read role (neither a superuser nor BYPASSRLS, nor the
 -- table's owner, or one of its members, unless security is forced on the
 -- owner too: the rules PostgreSQL applies), while the schema owner's build
--- reads past it or, forced, through the owner's policies; or the relation
--- is a view with security_invoker, which the read role reads with its
--- own rights on the view's relations and their row security, neither of
--- which a build as the schema owner applies.
+-- reads past it or, forced, through the owner's policies; the relation
+-- is a view with security_invoker, or a view that reads one (directly or
+-- through other views), which the read role reads with its own rights on
+-- the invoker view's relations and their row security, neither of which a
+-- build as the schema owner applies; or the relation is a view that
+-- reads a table with row-level security enabled, directly or through
+-- other views: the read role reads it with the view owner's rights, but
+-- the table's policies apply, and current_user in them is the role that
+-- reads the view, the read role's or the schema owner's (any row security
+-- counts, whatever its policies and whoever the view owner is: the rule
+-- is conservative). The relations a view reads are those its query names
+-- (its _RETURN rule's dependencies in pg_depend; not the relations a
+-- function it calls reads), followed through the views among them; a materialized view ends the walk, its rows being
+-- those of its last refresh, which the read role reads whole.
 --   $1  the table, quoted (pgx.Identifier.Sanitize), as text
 --   $2  the read role     $3  the columns the storage copies (text[])
 -- No row: the table does not exist.
--- Result: relkind, schema, name, readable, row_security, invoker.
+-- Result: relkind, schema, name, readable, row_security, invoker,
+-- view_row_security.
 SELECT c.relkind::text, n.nspname::text, c.relname::text,
        (SELECT coalesce(bool_and(has_table_privilege($2::text, c.oid, 'SELECT')
                                  OR has_column_privilege($2::text, c.oid, col, 'SELECT')), true)
@@ -25,10 +36,27 @@ SELECT c.relkind::text, n.nspname::text, c.relname::text,
                    OR (pg_has_role(r.oid, c.relowner, 'USAGE') AND NOT c.relforcerowsecurity)
             FROM pg_roles AS r
             WHERE r.rolname = $2::text), false),
-       c.relkind = 'v' AND coalesce(
-           (SELECT o.option_value::bool
-            FROM pg_options_to_table(c.reloptions) AS o
-            WHERE o.option_name = 'security_invoker'), false)
+       c.relkind = 'v' AND coalesce(v.invoker, false),
+       c.relkind = 'v' AND coalesce(v.row_security, false)
 FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN LATERAL (
+    WITH RECURSIVE used (oid) AS (
+        SELECT c.oid
+        UNION
+        SELECT d.refobjid
+        FROM used AS u
+        JOIN pg_class AS uc ON uc.oid = u.oid AND uc.relkind = 'v'
+        JOIN pg_rewrite AS w ON w.ev_class = u.oid AND w.rulename = '_RETURN'
+        JOIN pg_depend AS d ON d.classid = 'pg_rewrite'::regclass AND d.objid = w.oid
+                           AND d.refclassid = 'pg_class'::regclass AND d.refobjid <> u.oid
+    )
+    SELECT bool_or(r.relkind = 'v' AND coalesce(
+               (SELECT o.option_value::bool
+                FROM pg_options_to_table(r.reloptions) AS o
+                WHERE o.option_name = 'security_invoker'), false)) AS invoker,
+           bool_or(r.relrowsecurity) AS row_security
+    FROM used AS u
+    JOIN pg_class AS r ON r.oid = u.oid
+) AS v ON c.relkind = 'v'
 WHERE c.oid = to_regclass($1::text)
