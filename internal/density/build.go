@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/internal/signature"
@@ -51,38 +54,56 @@ func Build(ctx context.Context, db DB, rel Relation, opts Options) (*Model, erro
 // ApplicationName is the application_name a model's build runs under.
 const ApplicationName = "geotoll-density"
 
-// queryText is a relation's rendered build queries.
-type queryText struct{ rows, cells string }
+// queryText is a relation's rendered build queries: for a relation in
+// another SRID (Relation.Transformed), cells transforms each box with
+// ST_Transform, which fails the query on a box outside the projection's
+// domain, and safeCells with geotoll.density_transform (migration 11),
+// which skips such a box at the price of a subtransaction per row (see
+// read).
+type queryText struct {
+	rows, cells, safeCells string
+	transform              bool
+	srid                   int
+}
 
 // render fills rel's quoted identifiers into the build queries.
 func render(rel Relation) (queryText, error) {
-	data := struct {
-		Table, Geom                 string
-		LonLat, Transform, Vertices bool
-	}{
+	type fields struct {
+		Table, Geom                       string
+		LonLat, Transform, Safe, Vertices bool
+	}
+	data := fields{
 		Table:     rel.Table.Sanitize(),
 		Geom:      pgx.Identifier{rel.GeometryColumn}.Sanitize(),
 		LonLat:    rel.SRID != SRIDWebMercator,
 		Transform: rel.Transformed(),
 		Vertices:  rel.Kind != Point,
 	}
-	var out [2]string
-	for i, name := range []string{"density_rows.sql", "density_cells.sql"} {
-		text, err := queries.Read(name)
+	safe := data
+	safe.Safe = true
+	var out [3]string
+	for i, job := range []struct {
+		name string
+		data fields
+	}{{"density_rows.sql", data}, {"density_cells.sql", data}, {"density_cells.sql", safe}} {
+		if i == 2 && !data.Transform {
+			break
+		}
+		text, err := queries.Read(job.name)
 		if err != nil {
 			return queryText{}, fmt.Errorf("density: %w", err)
 		}
-		t, err := template.New(name).Parse(text)
+		t, err := template.New(job.name).Parse(text)
 		if err != nil {
-			return queryText{}, fmt.Errorf("density: parse %s: %w", name, err)
+			return queryText{}, fmt.Errorf("density: parse %s: %w", job.name, err)
 		}
 		var buf bytes.Buffer
-		if err := t.Execute(&buf, data); err != nil {
-			return queryText{}, fmt.Errorf("density: render %s: %w", name, err)
+		if err := t.Execute(&buf, job.data); err != nil {
+			return queryText{}, fmt.Errorf("density: render %s: %w", job.name, err)
 		}
 		out[i] = buf.String()
 	}
-	return queryText{rows: out[0], cells: out[1]}, nil
+	return queryText{rows: out[0], cells: out[1], safeCells: out[2], transform: data.Transform, srid: rel.SRID}, nil
 }
 
 // build runs the queries and assembles the model.
@@ -153,19 +174,104 @@ func (q queryText) read(ctx context.Context, tx pgx.Tx, rel Relation, opts Optio
 	if planned > float64(opts.SampleRows) {
 		fraction = float64(opts.SampleRows) / planned
 	}
-	rows, err := q.cellRows(ctx, tx, opts.MaxLevel, fraction, opts.HeavyBytes)
-	if err != nil {
-		return nil, fmt.Errorf("density %s: cells: %w", rel, err)
+	args := []any{opts.MaxLevel, float64(uint64(1) << opts.MaxLevel), fraction, opts.HeavyBytes, giantLevel}
+	if !q.transform {
+		rows, t, err := cellRows(ctx, tx, q.cells, args, opts.MaxLevel)
+		if err != nil {
+			return nil, fmt.Errorf("density %s: cells: %w", rel, err)
+		}
+		return newModel(rel, rows, t, fraction, opts), nil
 	}
-	return newModel(rel, rows, fraction, opts), nil
+	north, south := poles(ctx, tx, q.srid)
+	args = append(args, north[0], north[1], south[0], south[1])
+	// The fast query fails on the first box outside the projection's
+	// domain (PostGIS has no transform that returns NULL instead); such a
+	// relation is read again with the helper that skips those boxes, one
+	// subtransaction a row — slower, but a model, where a failed build
+	// would be retried, and fail, every RetryInterval for ever.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("density %s: savepoint: %w", rel, err)
+	}
+	rows, t, err := cellRows(ctx, sp, q.cells, args, opts.MaxLevel)
+	if err == nil {
+		err = sp.Commit(ctx) // releases the savepoint
+	}
+	if err != nil {
+		if !untransformable(err) {
+			return nil, fmt.Errorf("density %s: cells: %w", rel, err)
+		}
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return nil, fmt.Errorf("density %s: cells: %w (rollback: %w)", rel, err, rerr)
+		}
+		if rows, t, err = cellRows(ctx, tx, q.safeCells, args, opts.MaxLevel); err != nil {
+			return nil, fmt.Errorf("density %s: cells, skipping boxes outside the projection's domain: %w", rel, err)
+		}
+	}
+	return newModel(rel, rows, t, fraction, opts), nil
 }
 
+// untransformable reports whether err is PostGIS failing to transform a
+// box (a point outside the projection's domain), which the safe query
+// skips — not an unknown SRID, or anything else, which fail the build.
+func untransformable(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "XX000" && len(pg.Message) > 10 && pg.Message[:10] == "transform:"
+}
+
+// poles finds where the north and south poles lie in srid, read once a
+// build: a box that holds one holds every longitude up to that latitude,
+// though its transformed outline may pass nowhere near it (a square around
+// the South Pole in EPSG:3031 reaches only -64°). A pole that is not a
+// single point there (a cylindrical or conic projection draws it as a line
+// or an arc: the box's outline then follows it), or outside the
+// projection's domain, is NULL. Each is read in a savepoint, so that a
+// transform PostGIS refuses leaves the transaction usable.
+func poles(ctx context.Context, tx pgx.Tx, srid int) (north, south [2]*float64) {
+	at := func(lat float64) (out [2]*float64) {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return out
+		}
+		defer func() { _ = sp.Rollback(ctx) }()
+		var x0, y0, x1, y1 float64
+		if err := sp.QueryRow(ctx, `SELECT ST_X(a), ST_Y(a), ST_X(b), ST_Y(b)
+			FROM ST_Transform(ST_SetSRID(ST_MakePoint(0, $2::float8), 4326), $1::int) AS a,
+			     ST_Transform(ST_SetSRID(ST_MakePoint(90, $2::float8), 4326), $1::int) AS b`, srid, lat).Scan(&x0, &y0, &x1, &y1); err != nil {
+			return out
+		}
+		for _, v := range []float64{x0, y0, x1, y1} {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return out
+			}
+		}
+		tol := 1e-3 + 1e-9*max(math.Abs(x0), math.Abs(y0))
+		if math.Abs(x0-x1) > tol || math.Abs(y0-y1) > tol {
+			return out
+		}
+		return [2]*float64{&x0, &y0}
+	}
+	return at(90), at(-90)
+}
+
+// tallies counts the build query's rows that are no feature's box: the
+// boxes that could not be transformed, and the second parts of boxes cut
+// at the antimeridian (weighted as the features are).
+type tallies struct{ skipped, halves float64 }
+
+// The fit levels the build query gives its tallies.
+const (
+	tallySkipped = -1
+	tallyHalves  = -2
+)
+
 // newModel assembles a model from the build query's rows.
-func newModel(rel Relation, rows []cellRow, fraction float64, opts Options) *Model {
+func newModel(rel Relation, rows []cellRow, t tallies, fraction float64, opts Options) *Model {
 	m := &Model{rel: rel}
 	m.giants, rows = takeGiants(rows)
 	m.level, m.parts = assemble(rows, opts.MaxLevel, opts.MaxCells, rel.Kind != Point)
-	m.summary = Summary{Relation: rel.String(), Sampled: fraction, Level: m.level}
+	m.summary = Summary{Relation: rel.String(), Sampled: fraction, Level: m.level, Skipped: t.skipped}
+	m.summary.Rows = -t.halves
 	for i := range rows {
 		m.summary.Rows += rows[i].n
 	}
@@ -199,11 +305,12 @@ func plannedRows(ctx context.Context, tx pgx.Tx, query string) (float64, error) 
 }
 
 // cellRows runs the aggregate query and keys each cell by its Morton code at
-// maxLevel.
-func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fraction float64, heavy int) ([]cellRow, error) {
-	rows, err := tx.Query(ctx, q.cells, maxLevel, float64(uint64(1)<<maxLevel), fraction, heavy, giantLevel)
+// maxLevel; the tally rows are summed apart.
+func cellRows(ctx context.Context, tx pgx.Tx, query string, args []any, maxLevel int) ([]cellRow, tallies, error) {
+	var t tallies
+	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
-		return nil, err
+		return nil, t, err
 	}
 	defer rows.Close()
 	var gathered rowChunks
@@ -212,10 +319,18 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 	dest := []any{&c.heavy, &c.f, &i, &j, &c.n, &c.v, &c.sdx, &c.sdy, &c.x0, &c.x1, &c.y0, &c.y1, &c.sx, &c.sy, &giant}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil { // one set of targets for every row: no allocation per row
-			return nil, err
+			return nil, t, err
+		}
+		switch c.f {
+		case tallySkipped:
+			t.skipped += c.n
+			continue
+		case tallyHalves:
+			t.halves += c.n
+			continue
 		}
 		if c.f < 0 || c.f > maxLevel || i < 0 || j < 0 || i >= 1<<c.f || j >= 1<<c.f || !(c.n > 0) {
-			return nil, fmt.Errorf("cell (%d, %d, %d) with %g features is out of range", c.f, i, j, c.n)
+			return nil, t, fmt.Errorf("cell (%d, %d, %d) with %g features is out of range", c.f, i, j, c.n)
 		}
 		shift := uint(maxLevel - c.f)
 		c.key = morton(uint32(i)<<shift, uint32(j)<<shift)
@@ -224,9 +339,9 @@ func (q queryText) cellRows(ctx context.Context, tx pgx.Tx, maxLevel int, fracti
 		gathered.add(c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, t, err
 	}
-	return gathered.rows(), nil
+	return gathered.rows(), t, nil
 }
 
 // rowChunks gathers cell rows in chunks and copies them once, at the end,

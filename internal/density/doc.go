@@ -89,12 +89,23 @@
 // the cell of their box centre at their fit level, with their count, vertex
 // sum, summed box sizes and centre extent and mean. An EPSG:3857 or
 // EPSG:4326 relation is read as it is; one in any other SRID has each
-// feature's bounding box transformed to EPSG:4326 (its corners: the box is
-// what the query's index compares, and a polygon of 10^5 vertices costs
-// the build four transformed points, not 10^5) and is modelled in lon/lat
-// (see [Relation.Transformed]). A box PostGIS cannot transform (an
-// unknown SRID, a point outside the projection's domain) fails the build,
-// which a [Refresher] reports as any other failure.
+// feature's bounding box transformed to EPSG:4326 and is modelled in
+// lon/lat (see [Relation.Transformed]). The box is what the query's index
+// compares, and a polygon of 10^5 vertices costs the build its box's four
+// corners, not 10^5 points — 33 points of its outline when the corners span
+// more than a degree, where a projection curves the edges. Three places
+// need more than the corners: a box that holds a pole (a polygon around
+// the South Pole in EPSG:3031, whose corners reach only 64°S) reaches it at
+// every longitude — where the poles lie in the relation's SRID is read once
+// a build; a box across the antimeridian (the Aleutians in EPSG:3338),
+// whose outline jumps from 180°E to 180°W, is cut in two at ±180° rather
+// than made to span every longitude between (its second part is not
+// counted in [Summary.Rows]); and a box outside the projection's domain,
+// which ST_Transform refuses and which would fail every build for ever, is
+// skipped and counted ([Summary.Skipped]): the build then reads the relation
+// again with geotoll.density_transform (migration 11), one subtransaction
+// a row, so only after the fast query failed. An SRID PostGIS does not
+// know fails the build, which a [Refresher] reports as any other failure.
 //
 // When the planner expects more than [Options.SampleRows] rows, the query
 // keeps each light row with probability p = SampleRows / rows (random() <

@@ -50,7 +50,7 @@ func NewModel(rel Relation, features []Feature, opts Options) (*Model, error) {
 		}
 		boxes[i] = cellInput{box: r, vertices: float64(v), heavy: v >= heavy}
 	}
-	m := newModel(rel, groupRows(boxes, opts.MaxLevel), 1, opts)
+	m := newModel(rel, groupRows(boxes, opts.MaxLevel), tallies{}, 1, opts)
 	m.summary.BuiltAt = opts.Now()
 	return m, nil
 }

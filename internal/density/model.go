@@ -25,6 +25,11 @@ type Summary struct {
 	Bytes    int       // memory the cells take
 	BuiltAt  time.Time // when the build query finished
 	Took     time.Duration
+	// Skipped is how many features (scaled back when sampled) the build
+	// left out because PostGIS could not transform their boxes to lon/lat
+	// (a point outside the projection's domain; see Relation.Transformed):
+	// a model of the others, said, rather than no model at all.
+	Skipped float64
 }
 
 // Model answers, in memory, how much of one relation any area reads. A Model

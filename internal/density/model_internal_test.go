@@ -29,7 +29,7 @@ func modelOf(t testing.TB, kind Kind, srid int, features []feature, opts Options
 		in[i] = cellInput(f)
 	}
 	rel := Relation{Table: pgx.Identifier{"test", "features"}, GeometryColumn: "geom", SRID: srid, Kind: kind}
-	return newModel(rel, groupRows(in, opts.MaxLevel), 1, opts)
+	return newModel(rel, groupRows(in, opts.MaxLevel), tallies{}, 1, opts)
 }
 
 // bruteForce counts the features whose box meets r (normalised).

@@ -67,10 +67,13 @@ func (r Relation) String() string {
 // would be priced by their size for ever, which from z12 up is about the
 // base price whatever a tile reads. What the build transforms is each
 // feature's bounding box, not its geometry: the box is what the query's
-// index filter compares (in the relation's SRID), and four corners cost
-// the same whatever the feature's vertices. An SRID PostGIS cannot
-// transform (unknown, or a box outside the projection's domain) fails the
-// build, which reports it as any failed build (Refresher.Status).
+// index filter compares (in the relation's SRID), and its corners (its
+// outline, when large) cost the same whatever the feature's vertices; a box
+// that holds a pole, or crosses the antimeridian, is widened to the pole or
+// cut in two there (see the package's Building). A box outside the
+// projection's domain is skipped and counted (Summary.Skipped); an SRID
+// PostGIS does not know fails the build, which reports it as any failed
+// build (Refresher.Status).
 func (r Relation) Transformed() bool { return r.SRID != SRIDWebMercator && r.SRID != SRIDLonLat }
 
 // Validate reports what is wrong with the relation, or nil. Any SRID is
