@@ -358,38 +358,8 @@ func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int,
 // the storage is current in its snapshot (and not Force), it builds the
 // targets and records them in place of the old storage, filling r.
 func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, src *source, cols []string, o Options, r *Result) error {
-	if src.relkind == "r" || src.relkind == "p" || src.relkind == "v" {
-		// Locked before the snapshot is taken (LOCK takes none): the
-		// snapshot sees row security enabled before the lock, and none
-		// is enabled (ALTER TABLE takes ACCESS EXCLUSIVE) until the
-		// build commits, so the check below holds for what it copies.
-		// A view's lock takes its tables' and views', recursively.
-		if _, err := tx.Exec(ctx, "LOCK TABLE ONLY "+l.TableIdent().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true)`, o.WorkMem); err != nil {
+	if refused, err := recheck(ctx, tx, l, b, src, cols, o, r); refused || err != nil {
 		return err
-	}
-	// The check before the lock, again, in the build's snapshot: the
-	// table may have changed since.
-	now, err := inspect(ctx, tx, l, o.ReaderRole, cols)
-	if err != nil {
-		return err
-	}
-	if now.table != src.table {
-		return fmt.Errorf("table %s changed (%s, then %s) during the run", l.TableIdent().Sanitize(), src.table, now.table)
-	}
-	if reason, err := now.refusal(l, o.ReaderRole, cols); reason != "" || err != nil {
-		n, werr := withdraw(ctx, tx, l.Name, b.Name(), o.ReaderRole)
-		if werr != nil {
-			return werr
-		}
-		r.Status, r.Reason, r.Err = Skipped, reason, err
-		if n > 0 && err == nil {
-			r.Status = Removed
-		}
-		return nil
 	}
 	if err := sign(ctx, tx, l, src); err != nil {
 		return err
@@ -457,6 +427,47 @@ func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b 
 	}
 	r.Status, r.Relations, r.SourceRows, r.Repaired = Built, len(targets), src.rows, job.Repaired
 	return nil
+}
+
+// recheck begins build's transaction: it locks the layer's table (a
+// view's, its tables) before the snapshot is taken and checks again, in
+// the snapshot, what Prepare checked before the lock. A layer refused now
+// has its storage withdrawn and r filled: refused is true.
+func recheck(ctx context.Context, tx pgx.Tx, l *tiles.Layer, b Builder, src *source, cols []string, o Options, r *Result) (refused bool, err error) {
+	if src.relkind == "r" || src.relkind == "p" || src.relkind == "v" {
+		// Locked before the snapshot is taken (LOCK takes none): the
+		// snapshot sees row security enabled before the lock, and none
+		// is enabled (ALTER TABLE takes ACCESS EXCLUSIVE) until the
+		// build commits, so the check below holds for what it copies.
+		// A view's lock takes its tables' and views', recursively.
+		if _, err := tx.Exec(ctx, "LOCK TABLE ONLY "+l.TableIdent().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
+			return false, err
+		}
+	}
+	if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true)`, o.WorkMem); err != nil {
+		return false, err
+	}
+	// The check before the lock, again, in the build's snapshot: the
+	// table may have changed since.
+	now, err := inspect(ctx, tx, l, o.ReaderRole, cols)
+	if err != nil {
+		return false, err
+	}
+	if now.table != src.table {
+		return false, fmt.Errorf("table %s changed (%s, then %s) during the run", l.TableIdent().Sanitize(), src.table, now.table)
+	}
+	if reason, err := now.refusal(l, o.ReaderRole, cols); reason != "" || err != nil {
+		n, werr := withdraw(ctx, tx, l.Name, b.Name(), o.ReaderRole)
+		if werr != nil {
+			return false, werr
+		}
+		r.Status, r.Reason, r.Err = Skipped, reason, err
+		if n > 0 && err == nil {
+			r.Status = Removed
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // buildOne builds target t into a table of its own generation, grants

@@ -83,25 +83,21 @@ func (f *calibrateFlags) validate() error {
 // runCalibrate fits the work models that price requests to this database:
 // see internal/calibrate. It writes them to the weights file that serve,
 // with the same config, reads.
-func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, stderr io.Writer) error {
-	out := f.out
-	if out == "" {
-		out = cfg.Throttle.WeightsFile
-	}
-	if out == "" {
-		out = "-"
-	}
-	// The fit replaces the work models of what it fits: it neither needs
-	// nor trusts the file it is about to write for them. The file's models
-	// of what it does not fit are kept (read now: an unreadable file fails
-	// before the fit, not after), but for those of layers the config no
-	// longer has: serve refuses a file that names one (calibrate.File.Within).
+// keptModels are the models of the weights file out that a run keeps. The
+// fit replaces the work models of what it fits: it neither needs nor
+// trusts the file it is about to write for them. The file's models of what
+// it does not fit are kept (read now: an unreadable file fails before the
+// fit, not after), but for those of layers the config no longer has, which
+// are named on stderr: serve refuses a file that names one
+// (calibrate.File.Within).
+func keptModels(cfg Config, out string, stderr io.Writer) (calibrate.File, error) {
 	var kept calibrate.File
-	if out != "-" {
-		if _, err := os.Stat(out); err == nil {
-			if kept, err = calibrate.ReadFile(out); err != nil {
-				return fmt.Errorf("calibrate: %w (its models of the layers not fitted now would be kept: fix it, remove it, or write elsewhere with -out)", err)
-			}
+	if out == "-" {
+		return kept, nil
+	}
+	if _, err := os.Stat(out); err == nil {
+		if kept, err = calibrate.ReadFile(out); err != nil {
+			return kept, fmt.Errorf("calibrate: %w (its models of the layers not fitted now would be kept: fix it, remove it, or write elsewhere with -out)", err)
 		}
 	}
 	kept, dropped := kept.Within(
@@ -113,6 +109,21 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 		})
 	if len(dropped) > 0 {
 		fmt.Fprintf(stderr, "calibrate: %s drops the models of %s: not in the config\n", out, strings.Join(dropped, ", "))
+	}
+	return kept, nil
+}
+
+func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, stderr io.Writer) error {
+	out := f.out
+	if out == "" {
+		out = cfg.Throttle.WeightsFile
+	}
+	if out == "" {
+		out = "-"
+	}
+	kept, err := keptModels(cfg, out, stderr)
+	if err != nil {
+		return err
 	}
 	cfg.Throttle.WeightsFile = ""
 	catalog, _, err := cfg.catalog()
