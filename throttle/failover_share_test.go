@@ -210,3 +210,32 @@ func TestFailoverLocalShareKeepsWhatItSpent(t *testing.T) {
 			time.Since(spent), a.Allowed, a.Result, most)
 	}
 }
+
+// A bucket seeded for a request that costs its whole capacity (its
+// share's capacity is then the whole bucket's) is kept, as one seeded at
+// a smaller share is, until it would hold the whole capacity: spent from
+// by cheaper requests of the share's capacity, it is not forgotten once it
+// would have been full at the seed, and seeded again as if nothing had
+// been spent from it.
+func TestMemorySeedAtTheWholeCapacityIsKept(t *testing.T) {
+	clock := newFakeClock()
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now})
+	whole := Bucket{Key: "k", Limit: Limit{Rate: 2, Capacity: 10}}
+	s.seed("k", whole, 5, 0, 10) // full at 2.5 s, unless spent from
+	clock.Advance(100 * time.Millisecond)
+	share := Bucket{Key: "k", Limit: Limit{Rate: 2, Capacity: 5}}
+	a, err := s.Admit(t.Context(), Request{Bucket: share, Cost: 4, TTL: time.Millisecond})
+	if err != nil || !a.Allowed {
+		t.Fatalf("4 from 5: %+v %v", a, err)
+	}
+	a.Ticket.Release()
+	// 1 token left at 0.1 s: the whole 10 at 4.6 s.
+	clock.Advance(3900 * time.Millisecond)
+	s.mu.Lock()
+	s.sweep(clockOf(clock.Now()).ms())
+	_, kept := s.keys["k"]
+	s.mu.Unlock()
+	if !kept {
+		t.Fatal("the bucket was forgotten at 4 s, before it would hold its whole capacity (4.6 s)")
+	}
+}

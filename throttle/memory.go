@@ -140,9 +140,10 @@ func (s *MemoryStore) forget(keys ...string) {
 // seed sets a missing bucket to tokens as of age ago (what the shared
 // store last reported of it, or a replica's share of that), so that a
 // fallback bucket does not start full; it refills from then at b's rate,
-// up to the capacity of each request that reads it. With full above b's
-// capacity (a replica's share of a bucket of capacity full, whose
-// requests may each be given a capacity up to full), the bucket is kept
+// up to the capacity of each request that reads it. With full set (a
+// replica's share of a bucket of capacity full, whose requests may each be
+// given a capacity up to full, or their price when it is more: b's
+// capacity may be either), the bucket is kept
 // at least until it would hold full, through every later write: a bucket
 // the store forgot is then full to every request, as a missing one is.
 func (s *MemoryStore) seed(key string, b Bucket, tokens float64, age time.Duration, full float64) {
@@ -164,7 +165,7 @@ func (s *MemoryStore) seed(key string, b Bucket, tokens float64, age time.Durati
 	}
 	st.b.expiresMS = later(c.ms(), max(need, c.ms()))
 	s.put(key, st)
-	if k := s.keys[key]; k != nil && full > capacity {
+	if k := s.keys[key]; k != nil && full > 0 {
 		k.full = full
 	}
 }
