@@ -35,9 +35,9 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol str
 		}
 	}
 	if !tier.Shadow && !t.shadowed(p) { // a shadow request is never refused for want of tokens
-		wait(res.Remaining, tier.Limit.Rate)
+		wait(res.Remaining, rateOf(res, tier.Limit))
 		if agg != nil {
-			wait(ares.Remaining, agg.Limit.Rate)
+			wait(ares.Remaining, rateOf(ares, agg.Limit))
 		}
 	}
 	w.Header().Set("Cache-Control", "no-store") // one caller's budget, at one moment
@@ -93,4 +93,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// rateOf is the rate res's bucket refills at: the store's, which while
+// Redis is out with fail_mode local is this replica's share of the
+// bucket's (throttle.Failover), else the bucket's own.
+func rateOf(res throttle.Result, l throttle.Limit) float64 {
+	if res.Limit.Rate > 0 {
+		return res.Limit.Rate
+	}
+	return l.Rate
 }

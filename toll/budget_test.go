@@ -200,3 +200,35 @@ func TestDryRunInShadow(t *testing.T) {
 		t.Errorf("a shadow tier, the bucket dry: %v", b)
 	}
 }
+
+// While Redis is out with fail_mode local, a dry run's retry_after waits
+// for the replica's share of the bucket, which refills at rate / replicas,
+// as the admission it previews does: 40 tokens short at the free tier's
+// 20 a second split over 2 replicas is 4 s, not 2.
+func TestDryRunInLocalModeWaitsAtTheSharesRate(t *testing.T) {
+	toll := testToll(&throttle.Failover{Primary: downStore{}, Local: throttle.NewMemoryStore(throttle.MemoryOptions{}),
+		Mode: throttle.FailLocal, Replicas: 2, Logger: discard()})
+	// Key k (id 4, free: 100 tokens, 20 a second) spends 30 of its
+	// replica's share of 50.
+	own := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "free", "k:4"), Limit: toll.Tiers["free"].Limit}
+	if a, err := toll.Store.Admit(t.Context(), throttle.Request{Bucket: own, Cost: 30, TTL: time.Second}); err != nil || !a.Allowed {
+		t.Fatalf("spend 30: %+v %v", a, err)
+	} else {
+		a.Ticket.Release()
+	}
+	r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/0/0.mvt?dry_run=1", nil)
+	r.Header.Set("X-API-Key", "k")
+	w := httptest.NewRecorder()
+	toll.AdmitTile(w, r, tileDemand(2, "places")) // 60 tokens
+	var doc struct {
+		Remaining  float64 `json:"remaining"`
+		WouldAllow bool    `json:"would_allow"`
+		RetryAfter int     `json:"retry_after"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("%d %s: %v", w.Code, w.Body, err)
+	}
+	if doc.WouldAllow || doc.Remaining > 20.01 || doc.RetryAfter != 4 {
+		t.Errorf("dry run %+v: want 20 remaining, not allowed, retry after 4 s", doc)
+	}
+}
