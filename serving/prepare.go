@@ -429,6 +429,34 @@ func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b 
 	return nil
 }
 
+// lockSource takes ACCESS SHARE on the layer's table (see recheck). LOCK
+// asks for table privileges where a read is content with column grants,
+// and on a view for the view owner's on every table it reads: a view
+// whose owner may read a table by column grants only, which prepare could
+// always read, cannot be locked. It is then built unlocked, as it was
+// before the lock (in a savepoint, so that the refused LOCK leaves the
+// transaction usable): a row security switched on at that moment may go
+// unseen until the next run.
+func lockSource(ctx context.Context, tx pgx.Tx, l *tiles.Layer, relkind string) error {
+	lock := "LOCK TABLE ONLY " + l.TableIdent().Sanitize() + " IN ACCESS SHARE MODE"
+	if relkind != "v" {
+		_, err := tx.Exec(ctx, lock)
+		return err
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := sp.Exec(ctx, lock); err != nil {
+		var pg *pgconn.PgError
+		if !errors.As(err, &pg) || pg.Code != "42501" { // insufficient_privilege
+			return err
+		}
+		return sp.Rollback(ctx)
+	}
+	return sp.Commit(ctx)
+}
+
 // recheck begins build's transaction: it locks the layer's table (a
 // view's, its tables) before the snapshot is taken and checks again, in
 // the snapshot, what Prepare checked before the lock. A layer refused now
@@ -440,7 +468,7 @@ func recheck(ctx context.Context, tx pgx.Tx, l *tiles.Layer, b Builder, src *sou
 		// is enabled (ALTER TABLE takes ACCESS EXCLUSIVE) until the
 		// build commits, so the check below holds for what it copies.
 		// A view's lock takes its tables' and views', recursively.
-		if _, err := tx.Exec(ctx, "LOCK TABLE ONLY "+l.TableIdent().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
+		if err := lockSource(ctx, tx, l, src.relkind); err != nil {
 			return false, err
 		}
 	}
