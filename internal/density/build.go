@@ -118,7 +118,10 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 	defer release()
 	start := opts.Now()
 	// PostgreSQL enforces the statement timeout itself; a database that
-	// does not answer at all is given up on shortly after.
+	// does not answer at all is given up on shortly after. (The read again
+	// that skips boxes outside the projection's domain has a deadline of
+	// its own, from parent: see read.)
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, opts.StatementTimeout+pgcall.AnswerGrace)
 	defer cancel()
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
@@ -145,7 +148,7 @@ func (q queryText) build(ctx context.Context, db DB, rel Relation, opts Options)
 			}
 		}
 	}
-	m, err := q.read(ctx, tx, rel, opts)
+	m, err := q.read(ctx, parent, tx, rel, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +168,11 @@ func sign(ctx context.Context, tx pgx.Tx, rel Relation) (string, error) {
 }
 
 // read estimates rel's rows and reads its cells, sampled when it is large.
-func (q queryText) read(ctx context.Context, tx pgx.Tx, rel Relation, opts Options) (*Model, error) {
+// ctx bounds the build; a read again that skips boxes outside the
+// projection's domain gets a bound as long of its own, from parent (the
+// context ctx was derived from): it comes after a read that may have used
+// most of ctx's.
+func (q queryText) read(ctx, parent context.Context, tx pgx.Tx, rel Relation, opts Options) (*Model, error) {
 	planned, err := plannedRows(ctx, tx, q.rows)
 	if err != nil {
 		return nil, fmt.Errorf("density %s: row estimate: %w", rel, err)
@@ -204,7 +211,9 @@ func (q queryText) read(ctx context.Context, tx pgx.Tx, rel Relation, opts Optio
 		if rerr := sp.Rollback(ctx); rerr != nil {
 			return nil, fmt.Errorf("density %s: cells: %w (rollback: %w)", rel, err, rerr)
 		}
-		if rows, t, err = cellRows(ctx, tx, q.safeCells, args, opts.MaxLevel); err != nil {
+		sctx, scancel := context.WithTimeout(parent, opts.StatementTimeout+pgcall.AnswerGrace)
+		defer scancel()
+		if rows, t, err = cellRows(sctx, tx, q.safeCells, args, opts.MaxLevel); err != nil {
 			return nil, fmt.Errorf("density %s: cells, skipping boxes outside the projection's domain: %w", rel, err)
 		}
 	}
