@@ -170,15 +170,22 @@ func TestPrepareRefusesASecurityInvokerView(t *testing.T) {
 	f.exec(t, `CREATE POLICY even ON {s}.shapes FOR SELECT TO geotoll_reader USING (id % 2 = 0)`)
 	f.exec(t, `CREATE VIEW {s}.shapes_view WITH (security_invoker = true) AS SELECT * FROM {s}.shapes`)
 	f.exec(t, `GRANT SELECT ON {s}.shapes_view TO geotoll_reader`)
+	wantViewSkipped(t, owner, f, name, "shapes_view", serving.InvokerView)
+}
+
+// wantViewSkipped prepares a layer of view in f and wants both builders
+// skipped for reason, nothing recorded.
+func wantViewSkipped(t *testing.T, owner *pgxpool.Pool, f *fixture, name, view, reason string) {
+	t.Helper()
 	l := shapesLayer(name, f.schema)
-	l.Table = "shapes_view"
+	l.Table = view
 	for _, r := range prepareAll(t, owner, catalog(t, l).Layer(name), serving.Overview{}, serving.Subdivide{}) {
-		if r.Status != serving.Skipped || r.Reason != serving.InvokerView || r.Err != nil {
-			t.Errorf("%+v, want skipped, reason %q", r, serving.InvokerView)
+		if r.Status != serving.Skipped || r.Reason != reason || r.Err != nil {
+			t.Errorf("%+v, want skipped, reason %q", r, reason)
 		}
 	}
 	if n := len(registry(t, owner, name)); n != 0 {
-		t.Errorf("%d relations recorded for a refused view", n)
+		t.Errorf("%d relations recorded for the refused view %s", n, view)
 	}
 }
 
@@ -198,16 +205,7 @@ func TestPrepareRefusesAViewOverASecurityInvokerView(t *testing.T) {
 	if _, err := testenv.ReadPool(t).Exec(t.Context(), `SELECT FROM `+pgx.Identifier{f.schema, "shapes_view"}.Sanitize()); err == nil {
 		t.Fatal("the read role reads the view: the test shows nothing")
 	}
-	l := shapesLayer(name, f.schema)
-	l.Table = "shapes_view"
-	for _, r := range prepareAll(t, owner, catalog(t, l).Layer(name), serving.Overview{}, serving.Subdivide{}) {
-		if r.Status != serving.Skipped || r.Reason != serving.InvokerView || r.Err != nil {
-			t.Errorf("%+v, want skipped, reason %q", r, serving.InvokerView)
-		}
-	}
-	if n := len(registry(t, owner, name)); n != 0 {
-		t.Errorf("%d relations recorded for a view over a security_invoker view", n)
-	}
+	wantViewSkipped(t, owner, f, name, "shapes_view", serving.InvokerView)
 }
 
 // TestPrepareRetiresWhatTheReaderMayNoLongerRead: once the read role may

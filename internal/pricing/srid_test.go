@@ -48,25 +48,11 @@ func TestProjectedSRIDLayerIsPricedFromAModel(t *testing.T) {
 			`GRANT SELECT ON ` + s + `.places TO geotoll_reader`,
 		}
 	})
-	cat, err := tiles.NewCatalog([]tiles.Layer{
-		{Name: "laea", Table: schema + ".places", GeometryColumn: "geom", SRID: 3035, GeometryKind: tiles.KindPoint},
-		{Name: "lonlat", Table: "geotoll.places", GeometryColumn: "geom", SRID: 4326, GeometryKind: tiles.KindPoint},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, models, cat := estimatorOf(t,
+		tiles.Layer{Name: "laea", Table: schema + ".places", GeometryColumn: "geom", SRID: 3035, GeometryKind: tiles.KindPoint},
+		tiles.Layer{Name: "lonlat", Table: "geotoll.places", GeometryColumn: "geom", SRID: 4326, GeometryKind: tiles.KindPoint})
 	laea, lonlat := cat.Layer("laea"), cat.Layer("lonlat")
 	pool := testenv.ReadPool(t)
-	models := pricing.NewModels(pool, density.Options{})
-	e, err := pricing.NewEstimator(models, cat.Layers(), pricing.TileRelation, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	if err := models.Build(ctx); err != nil {
-		t.Fatal(err)
-	}
 	rel := density.Relation{Table: pgx.Identifier{schema, "places"}, GeometryColumn: "geom", SRID: 3035, Kind: density.Point}
 	var built bool
 	for _, st := range models.Status() {
@@ -133,7 +119,14 @@ func tileRead(t *testing.T, pool interface {
 // sridLayer is a one-layer estimator of table (in srid), its models built.
 func sridLayer(t *testing.T, table string, srid int, kind tiles.Kind) (*pricing.Estimator, *pricing.Models, *tiles.Layer) {
 	t.Helper()
-	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "l", Table: table, GeometryColumn: "geom", SRID: srid, GeometryKind: kind}})
+	e, models, cat := estimatorOf(t, tiles.Layer{Name: "l", Table: table, GeometryColumn: "geom", SRID: srid, GeometryKind: kind})
+	return e, models, cat.Layer("l")
+}
+
+// estimatorOf is an estimator of layers, their models built.
+func estimatorOf(t *testing.T, layers ...tiles.Layer) (*pricing.Estimator, *pricing.Models, *tiles.Catalog) {
+	t.Helper()
+	cat, err := tiles.NewCatalog(layers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +140,7 @@ func sridLayer(t *testing.T, table string, srid int, kind tiles.Kind) (*pricing.
 	if err := models.Build(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return e, models, cat.Layer("l")
+	return e, models, cat
 }
 
 // A polygon around the South Pole in a polar projection (EPSG:3031, a
