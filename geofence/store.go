@@ -120,8 +120,9 @@ func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool,
 				geom *string
 			)
 			_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties}, func() error {
-				if geom == nil || truncated {
+				if geom == nil { // past the caps; the fences after it may fit
 					truncated = true
+					f = Feature{}
 					return nil
 				}
 				f.Geometry = json.RawMessage(*geom)

@@ -3,11 +3,14 @@
 --   $3 cap on fences (LIMIT)   $4 cap on positions in the whole answer
 --
 -- Rows come in id order, at most $3 + 1 of them. A row's geometry is NULL
--- when it is past the caps (the $3 + 1st row, or one that would take the
--- answer's positions, counted with ST_NPoints, beyond $4): the caller
--- drops it and reports the answer as truncated. Geometries past the caps
--- are never rendered as GeoJSON, so an answer costs at most $4 positions
--- of work and bytes whatever the fences hold.
+-- when it is past the caps: the $3 + 1st row, or a fence whose positions
+-- (ST_NPoints) would take the answer beyond $4 with the fences before it
+-- that the answer carries — a fence left out adds nothing, so a small
+-- fence after one too large for the answer is still answered (pick: in id
+-- order, each fence that fits what is left). The caller drops a NULL
+-- geometry's row and reports the answer as truncated. Geometries past the
+-- caps are never rendered as GeoJSON, so an answer costs at most $4
+-- positions of work and bytes whatever the fences hold.
 --
 -- Boundary semantics: ST_Covers, so a point on a fence's boundary is
 -- inside it. The batch check (geofence_check.sql) uses the same test, on
@@ -16,22 +19,29 @@
 -- the point is on once, and only the fences found are read whole.
 -- Fences are planar in lon/lat (edges are straight lines between their
 -- positions on a plate carrée map), as GeoJSON (RFC 7946 §3.1.1) draws them.
-WITH found AS (
+WITH RECURSIVE found AS (
     SELECT DISTINCT s.fence_id AS id
     FROM geotoll.geofence_pieces AS s
     WHERE ST_Covers(s.geom, ST_SetSRID(ST_MakePoint($1::float8, $2::float8), 4326))
 ), hits AS (
-    SELECT f.id, f.geom, f.name, f.kind,
-           row_number() OVER w AS n,
-           sum(ST_NPoints(f.geom)) OVER w AS positions
+    SELECT f.id, ST_NPoints(f.geom)::bigint AS np, row_number() OVER (ORDER BY f.id) AS n
     FROM geotoll.geofences AS f
     JOIN found USING (id)
-    WINDOW w AS (ORDER BY f.id)
     ORDER BY f.id
     LIMIT $3::int + 1
+), pick (n, total, take) AS (
+    SELECT 0::bigint, 0::bigint, false
+    UNION ALL
+    SELECT h.n,
+           p.total + CASE WHEN h.n <= $3::int AND p.total + h.np <= $4::int THEN h.np ELSE 0 END,
+           h.n <= $3::int AND p.total + h.np <= $4::int
+    FROM pick AS p
+    JOIN hits AS h ON h.n = p.n + 1
 )
-SELECT id,
-       CASE WHEN n <= $3::int AND positions <= $4::int THEN ST_AsGeoJSON(geom) END AS geometry,
-       jsonb_build_object('name', name, 'kind', kind) AS properties
-FROM hits
-ORDER BY id
+SELECT h.id,
+       CASE WHEN p.take THEN ST_AsGeoJSON(f.geom) END AS geometry,
+       jsonb_build_object('name', f.name, 'kind', f.kind) AS properties
+FROM hits AS h
+JOIN pick AS p ON p.n = h.n
+JOIN geotoll.geofences AS f ON f.id = h.id
+ORDER BY h.id
