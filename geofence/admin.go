@@ -119,7 +119,9 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) (done func(), ok 
 
 // ListFences serves GET /geofence/fences[?after=id&limit=n]: a page of fences in
 // id order. When the page is full, the collection's "next" member is the
-// URL of the following page. If-Match and If-None-Match are evaluated
+// URL of the following page. Ids are taken when a write starts, not when
+// it commits, so a fence may commit behind a page already read: the pages
+// are a listing, not a change feed (README says so). If-Match and If-None-Match are evaluated
 // against the collection, which has no ETag (see
 // Preconditions.failedOnCollection): 412 for an If-Match other than *,
 // 304 for If-None-Match *.
