@@ -65,8 +65,8 @@ func (r *Ring) Recheck(ctx context.Context, key string) (Key, bool) {
 	}
 	done := re.wanted
 	// Before the reload is asked for: the reload that ends the wait
-	// begins after this.
-	asked := time.Now().UnixNano()
+	// begins after this. On the ring's clock, as loadedFrom is.
+	asked := r.now()
 	re.mu.Unlock()
 	signal(re.poke)
 

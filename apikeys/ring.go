@@ -35,9 +35,11 @@ type Ring struct {
 	Logger  *slog.Logger
 
 	keys atomic.Pointer[map[Hash]Key]
-	// loadedFrom is when the last successful load began (unix nanos): the
-	// keys are those of that moment or later, and their age counts from it.
+	// loadedFrom is when the last successful load began, as a reading of
+	// clock (0 if never): the keys are those of that moment or later, and
+	// their age counts from it.
 	loadedFrom atomic.Int64
+	clock      clock       // nil: systemClock
 	stale      atomic.Bool // as last reported by Run, to log transitions once
 	listening  atomic.Bool // a LISTEN is in place
 	rechecks   rechecks    // see Recheck
@@ -55,13 +57,13 @@ func NewRing(load func(context.Context) (map[Hash]Key, error), interval time.Dur
 func (r *Ring) Refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout())
 	defer cancel()
-	began := time.Now().UnixNano()
+	began := r.now()
 	keys, err := r.Load(ctx)
 	if err != nil {
 		return err
 	}
 	r.keys.Store(&keys)
-	r.loadedFrom.Store(began)
+	r.loadedFrom.Store(max(began, 1))
 	return nil
 }
 
@@ -148,13 +150,15 @@ func (r *Ring) Len() int {
 
 // Age is how long ago the last successful load began (-1 if never): the
 // keys are as of then, however long the load took — a revocation made
-// while a slow load ran may be missing from them.
+// while a slow load ran may be missing from them. It is measured on the
+// monotonic clock, so setting the system's clock changes neither it nor
+// Stale.
 func (r *Ring) Age() time.Duration {
 	at := r.loadedFrom.Load()
 	if at == 0 {
 		return -1
 	}
-	return time.Since(time.Unix(0, at))
+	return time.Duration(r.now() - at)
 }
 
 // Stale reports whether the loaded keys are older than MaxAge.
@@ -169,6 +173,32 @@ func (r *Ring) maxAge() time.Duration {
 		return r.MaxAge
 	}
 	return 6 * r.Interval
+}
+
+// A clock is where a Ring reads the time when it measures the keys' age.
+// Its readings come from a monotonic clock: the wall clock is no measure of
+// elapsed time, since an operator, NTP or a virtual machine resumed from a
+// snapshot may set it back or forward at any moment.
+type clock interface {
+	// monotonic is the time elapsed since an arbitrary moment fixed when
+	// the process started; it never goes back.
+	monotonic() time.Duration
+}
+
+// systemClock reads the process's monotonic clock.
+type systemClock struct{}
+
+// processStart carries the monotonic reading from which systemClock counts.
+var processStart = time.Now()
+
+func (systemClock) monotonic() time.Duration { return time.Since(processStart) }
+
+// now is a reading of the ring's clock, in nanoseconds.
+func (r *Ring) now() int64 {
+	if r.clock != nil {
+		return int64(r.clock.monotonic())
+	}
+	return int64(systemClock{}.monotonic())
 }
 
 func (r *Ring) timeout() time.Duration {

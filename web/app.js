@@ -15,7 +15,11 @@
 // window.geotollState the budget and request counters.
 //
 // URL options: ?key=K sends `X-API-Key: K` with every tile request (the
-// keyed tier); the hash (#zoom/lat/lon) holds the view.
+// keyed tier); the hash (#zoom/lat/lon) holds the view. The key is read
+// once and the query dropped from the address bar before the map starts
+// (MapLibre's hash rewrites the URL on every move, query and all): the key
+// stays in this page's memory only, out of the history, bookmarks and
+// shared links; a reload runs anonymously.
 (function () {
   'use strict';
 
@@ -43,6 +47,9 @@
 
   var params = new URLSearchParams(window.location.search);
   var apiKey = params.get('key') || '';
+  if (window.location.search) {
+    window.history.replaceState(null, '', window.location.pathname + window.location.hash);
+  }
 
   var state = {
     // Page lifecycle.

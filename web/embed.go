@@ -14,10 +14,14 @@
 //
 // Every asset carries a strong ETag (a hash of its bytes) and
 // `Cache-Control: no-cache`, so a browser revalidates each load and gets a
-// 304 until the binary changes; nothing is cached past an upgrade. Text
-// that gzip makes smaller is gzipped once, at start-up, and sent so to
-// clients that accept it (an ETag of its own, `Vary: Accept-Encoding`). Only the
-// embedded files are served: no directory listings, no other paths.
+// 304 until the binary changes; nothing is cached past an upgrade. A
+// request whose URL has a query — the page's ?key=, the only one it reads —
+// is answered `Cache-Control: no-store` instead: no cache keeps an address
+// that may carry a key (the page then drops the query from the address
+// bar). Text that gzip makes smaller is gzipped once, at start-up, and sent
+// so to clients that accept it (an ETag of its own, `Vary:
+// Accept-Encoding`). Only the embedded files are served: no directory
+// listings, no other paths.
 //
 // The browser test in web/browser (run by cmd/geotoll's TestBrowserPreview)
 // loads the page in Chromium against a real server.
@@ -160,7 +164,11 @@ func HandlerAt(base string) http.Handler {
 		}
 		h := w.Header()
 		h.Set("Content-Type", a.contentType)
-		h.Set("Cache-Control", "no-cache")
+		if r.URL.RawQuery != "" {
+			h.Set("Cache-Control", "no-store") // the URL may hold a key
+		} else {
+			h.Set("Cache-Control", "no-cache")
+		}
 		h.Set("X-Content-Type-Options", "nosniff")
 		body, etag := a.body, a.etag
 		if a.gz != nil {

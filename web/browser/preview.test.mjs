@@ -389,3 +389,33 @@ test('low zooms draw the demo from its overviews', { timeout: 120_000 }, async (
   }
   assert.deepEqual(problems, []);
 });
+
+// A key given as ?key= leaves the address bar before the map starts, and
+// stays out of it as the view moves (MapLibre's hash rewrites the address
+// on every move): the history, bookmarks and shared links get the view
+// without the key. The page keeps the key in memory: its tiles carry it.
+test('the key leaves the address bar', { timeout: 40_000, skip: previewKey ? false : 'GEOTOLL_PREVIEW_KEY is not set' }, async () => {
+  const p = await context.newPage();
+  const tiles = []; // whether each tile request carried the key
+  p.on('request', (req) => {
+    if (new URL(req.url()).pathname.includes('/tiles/')) tiles.push(req.headers()['x-api-key'] === previewKey);
+  });
+  try {
+    await p.goto(`${base}/?key=${encodeURIComponent(previewKey)}#11/52.52/13.405`, { waitUntil: 'load' });
+    await p.waitForFunction(() => window.geotollState && window.geotollState.ready && window.geotollState.idleCount > 0, null, { timeout: 25_000 });
+    const first = await p.evaluate(() => window.location.href);
+    await p.evaluate(() => window.geotollMap.jumpTo({ center: [13.45, 52.5], zoom: 12 }));
+    await p.waitForFunction(() => window.location.hash.startsWith('#12/'), null, { timeout: 5_000 });
+    const moved = await p.evaluate(() => window.location.href);
+    for (const href of [first, moved]) {
+      const u = new URL(href);
+      assert.ok(!href.includes(previewKey), `the key is in the address: ${href}`);
+      assert.equal(u.search, '', `the address keeps a query: ${href}`);
+      assert.equal(u.pathname, new URL(base + '/').pathname);
+    }
+    assert.ok(new URL(first).hash.startsWith('#11/'), `the view is kept: ${first}`);
+    assert.ok(tiles.length > 0 && tiles.every(Boolean), `every tile request carries the key: ${tiles.length} asked`);
+  } finally {
+    await p.close();
+  }
+});
