@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/geotoll/geotoll/problem"
 )
 
 // conn is one keep-alive HTTP/1.1 connection that sends GET requests and
@@ -27,9 +30,11 @@ type conn struct {
 	tls    *tls.Config
 	header string   // extra request header lines, each ending in \r\n
 	local  net.Addr // the source address to dial from; nil: the system's choice
-	c      net.Conn
-	br     *bufio.Reader
-	req    []byte
+	// problems: read the type of a problem document (response.problem).
+	problems bool
+	c        net.Conn
+	br       *bufio.Reader
+	req      []byte
 }
 
 // response is what a request got: its status, the body bytes read (as
@@ -39,7 +44,14 @@ type response struct {
 	bytes   int64
 	headers map[string]string
 	head    bool // the whole head was read (the body may still be cut)
+	// problem is the type of the problem document (RFC 9457) the answer
+	// carried, read only when the connection asks for it (conn.problems)
+	// and the document is at most maxProblem bytes long; "" otherwise.
+	problem string
 }
+
+// maxProblem bounds the problem documents a conn reads the type of.
+const maxProblem = 16 << 10
 
 // newConn prepares a connection to base (http or https); header lines
 // ("Name: value") are sent with every request. It dials on first use.
@@ -137,7 +149,7 @@ func (c *conn) read(want []string) (r response, keep bool, err error) {
 	if r.status, err = strconv.Atoi(string(line[9:12])); err != nil {
 		return r, false, fmt.Errorf("%w: status line %q", errMalformed, line)
 	}
-	length, chunked, keep := int64(-1), false, true
+	length, chunked, keep, isProblem := int64(-1), false, true, false
 	for {
 		line, err := c.br.ReadSlice('\n')
 		if err != nil {
@@ -162,6 +174,9 @@ func (c *conn) read(want []string) (r response, keep bool, err error) {
 			chunked = bytes.EqualFold(value, []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Connection")):
 			keep = !bytes.EqualFold(value, []byte("close"))
+		case bytes.EqualFold(name, []byte("Content-Type")):
+			mt, _, _ := bytes.Cut(value, []byte(";"))
+			isProblem = bytes.EqualFold(bytes.TrimSpace(mt), []byte(problem.ContentType))
 		}
 		for _, w := range want {
 			if bytes.EqualFold(name, []byte(w)) {
@@ -174,6 +189,18 @@ func (c *conn) read(want []string) (r response, keep bool, err error) {
 	}
 	switch {
 	case r.status == 204 || r.status == 304 || (r.status >= 100 && r.status < 200):
+	case c.problems && isProblem && !chunked && length >= 0 && length <= maxProblem:
+		body := make([]byte, length)
+		n, rerr := io.ReadFull(c.br, body)
+		r.bytes, err = int64(n), rerr
+		if err == nil {
+			var doc struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal(body, &doc) == nil {
+				r.problem = doc.Type
+			}
+		}
 	case chunked:
 		r.bytes, err = c.readChunked()
 	case length >= 0:
@@ -220,12 +247,15 @@ func (c *conn) readChunked() (int64, error) {
 	}
 }
 
+// chargeHeaders are the response headers charge and shadowPrice read.
+var chargeHeaders = []string{"X-Request-Cost", "X-Request-Cost-Estimate", "X-RateLimit-Shadow"}
+
 // charge is what the answer says the request was charged: its
 // X-Request-Cost when its head — read whole, the body cut or not (by a
 // write timeout, or a run's end) — says it was charged (Charged); an
-// error when such a head carries no number.
+// error when such a head carries no number. Ask for chargeHeaders.
 func (r response) charge() (cost float64, charged bool, err error) {
-	if !r.head || !Charged(r.status, r.headers["X-Request-Cost-Estimate"]) {
+	if !r.head || !Charged(r.status, r.headers["X-Request-Cost-Estimate"], r.headers["X-RateLimit-Shadow"]) {
 		return 0, false, nil
 	}
 	cost, err = strconv.ParseFloat(r.headers["X-Request-Cost"], 64)
@@ -233,4 +263,20 @@ func (r response) charge() (cost float64, charged bool, err error) {
 		return 0, true, fmt.Errorf("charged, without X-Request-Cost: %q", r.headers["X-Request-Cost"])
 	}
 	return cost, true, nil
+}
+
+// shadowPrice is what the answer says of a request a shadow tier admitted
+// though its bucket could not pay (ShadowAdmitted), its head read whole:
+// the price it was admitted at (X-Request-Cost), of which nothing was
+// spent; an error when such a head carries no number. Ask for
+// chargeHeaders.
+func (r response) shadowPrice() (price float64, shadowed bool, err error) {
+	if !r.head || !ShadowAdmitted(r.status, r.headers["X-RateLimit-Shadow"]) {
+		return 0, false, nil
+	}
+	price, err = strconv.ParseFloat(r.headers["X-Request-Cost"], 64)
+	if err != nil {
+		return 0, true, fmt.Errorf("admitted in shadow, without X-Request-Cost: %q", r.headers["X-Request-Cost"])
+	}
+	return price, true, nil
 }

@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/geotoll/geotoll/problem"
 )
 
 // CrawlOptions configure RunCrawl: an honest caller with a key, paced,
@@ -67,20 +70,30 @@ type CrawlPhase struct {
 	Duration time.Duration
 }
 
-// CrawlResult is what the crawlers sent and got.
+// CrawlResult is what the crawlers sent and got: the sums of Crawlers'
+// figures, and their answers by status.
 type CrawlResult struct {
 	Requests int
-	Status   map[int]int // 0: transport errors
+	Admitted int         // admitted requests (Crawler.Admitted)
+	Failed   int         // admitted requests that failed (Crawler.Failed)
+	Refused  int         // refusals (Crawler.Refused)
+	Status   map[int]int // 0: transport errors and answers cut short
 	Cost     float64     // X-Request-Cost of the charged requests (Charged)
 	Crawlers []Crawler   // one per address, in address order
 }
 
-// Crawler is what one crawler sent and got.
+// Crawler is what one crawler sent and got. Requests counts every request
+// but one the run's end cut before its answer's head came. Admitted counts those the
+// server admitted (admittedAnswer), answered or not; Failed those of them
+// that got neither 200 nor 204, such as a 503 cut at its deadline or an
+// answer cut short; Refused the whole answers that refused the request
+// (refusal): 429s, and 503s given before admission. A request in none of
+// them got another answer (a 404, a transport error).
 type Crawler struct {
-	Addr               netip.Addr
-	Requests, Admitted int
-	Refused            int     // 429s and 503s
-	Cost               float64 // X-Request-Cost of its charged requests (Charged)
+	Addr                       netip.Addr
+	Requests, Admitted, Failed int
+	Refused                    int
+	Cost                       float64 // X-Request-Cost of its charged requests (Charged)
 }
 
 // CrawlerAddrs returns n consecutive IPv4 loopback addresses from first.
@@ -199,6 +212,9 @@ func (o *CrawlOptions) crawl(ctx context.Context, polite bool) (CrawlResult, err
 	wg.Wait()
 	for i, c := range out.Crawlers {
 		out.Requests += c.Requests
+		out.Admitted += c.Admitted
+		out.Failed += c.Failed
+		out.Refused += c.Refused
 		out.Cost += c.Cost
 		for code, n := range statuses[i] {
 			out.Status[code] += n
@@ -208,40 +224,88 @@ func (o *CrawlOptions) crawl(ctx context.Context, polite bool) (CrawlResult, err
 }
 
 // crawler walks paths from start through cn until ctx ends, one request
-// at a time. A refused tile (429, 503) is asked again: at once, or, when
-// polite, after the refusal's Retry-After (1 s when it has none).
+// at a time. A refused tile (refusal) is asked again: at once, or, when
+// polite, after the refusal's Retry-After (1 s when it has none); so is
+// one that got no whole answer, after errorPause. Any other answer, an
+// admitted request's failure included, moves on to the next tile.
 func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bool) (Crawler, map[int]int) {
 	var c Crawler
 	status := map[int]int{}
+	cn.problems = true // a 503's problem type tells a timeout from a refusal
+	want := append(slices.Clip(chargeHeaders), "Retry-After")
 	for i := start; !ended(ctx); {
-		resp, err := cn.get(ctx, paths[i%len(paths)], "X-Request-Cost", "X-Request-Cost-Estimate", "Retry-After")
+		resp, err := cn.get(ctx, paths[i%len(paths)], want...)
+		if err != nil && !resp.head && ended(ctx) {
+			break // cut by the run's end before the server said anything
+		}
+		c.Requests++
 		if cost, charged, err := resp.charge(); charged && err == nil { // a 503 cut at its deadline too
 			c.Cost += cost
 		}
-		if err != nil {
+		admitted := admittedAnswer(resp)
+		if admitted {
+			c.Admitted++
+		}
+		if err != nil { // no whole answer (status 0)
+			status[0]++
+			if admitted {
+				c.Failed++
+			}
 			if ended(ctx) {
 				break
 			}
-			status[0]++
-			c.Requests++
 			pause(ctx, errorPause) // a refused connection: do not spin
 			continue
 		}
-		c.Requests++
 		status[resp.status]++
-		switch resp.status {
-		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		if refusal(resp) {
 			c.Refused++
 			if polite {
 				pause(ctx, retryAfter(resp.headers["Retry-After"]))
 			}
 			continue
-		case http.StatusOK, http.StatusNoContent:
-			c.Admitted++
+		}
+		if admitted && resp.status != http.StatusOK && resp.status != http.StatusNoContent {
+			c.Failed++
 		}
 		i++
 	}
 	return c, status
+}
+
+// admittedAnswer reports whether resp, its head read, says the server
+// admitted the request: charged (Charged), admitted in shadow
+// (ShadowAdmitted), or a 503 of problem type timeout — a request of a
+// fixed price (a cache hit, or a budget store out with fail_mode open)
+// carries no X-Request-Cost-Estimate, and only the server's query or its
+// deadline times out.
+func admittedAnswer(resp response) bool {
+	if !resp.head {
+		return false
+	}
+	if _, charged, _ := resp.charge(); charged {
+		return true
+	}
+	if _, shadowed, _ := resp.shadowPrice(); shadowed {
+		return true
+	}
+	return resp.status == http.StatusServiceUnavailable && resp.problem == problem.Type(problem.Timeout)
+}
+
+// refusal reports whether resp, a whole answer, refused the request
+// before it ran: a 429 (its bucket could not pay), or a 503 of a request
+// the server did not admit (admittedAnswer) — the budget shared by every
+// caller spent (problem type temporary-reduced-capacity) or the rate
+// limiter unavailable. An admitted request's 503 (its query timed out,
+// the database unavailable) is not one: the server ran it.
+func refusal(resp response) bool {
+	switch resp.status {
+	case http.StatusTooManyRequests:
+		return true
+	case http.StatusServiceUnavailable:
+		return !admittedAnswer(resp)
+	}
+	return false
 }
 
 // retryAfter reads a Retry-After of delay seconds; anything else is 1 s.

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -116,12 +117,14 @@ func TestRunCrawl(t *testing.T) {
 	for _, c := range rude.Crawlers {
 		// Each address its own three tiles: one address for all would
 		// have admitted three in all.
-		if c.Admitted != 3 || c.Cost != 8 || c.Refused != c.Requests-3 || c.Requests < 10 {
+		// The fourth, admitted and cut at its deadline, is no refusal.
+		if c.Admitted != 4 || c.Failed != 1 || c.Cost != 8 || c.Refused != c.Requests-4 || c.Requests < 10 {
 			t.Errorf("rude crawler %+v", c)
 		}
 	}
-	if rude.Status[200] != 12 || rude.Status[503] != 4 || rude.Status[429] != rude.Requests-16 {
-		t.Errorf("rude crawl %+v", rude.Status)
+	if rude.Status[200] != 12 || rude.Status[503] != 4 || rude.Status[429] != rude.Requests-16 ||
+		rude.Admitted != 16 || rude.Failed != 4 || rude.Refused != rude.Status[429] || rude.Cost != 32 {
+		t.Errorf("rude crawl %+v", rude)
 	}
 	for _, c := range polite.Crawlers {
 		// Its bucket is spent: one refusal, then it waits 1 s — the
@@ -135,6 +138,12 @@ func TestRunCrawl(t *testing.T) {
 	if rows := strings.Count(table.String(), "\n"); rows != 5 || !strings.Contains(table.String(), "| "+PhaseCrawl+" | ") {
 		t.Errorf("table:\n%s", table.String())
 	}
+	var lines strings.Builder
+	WriteCrawlers(&lines, rude)
+	if want := "  127.0.0.2: " + fmt.Sprint(rude.Crawlers[0].Requests) + " requests, 4 admitted (1 failed), " +
+		fmt.Sprint(rude.Crawlers[0].Refused) + " refused, 8.0 tokens charged\n"; !strings.HasPrefix(lines.String(), want) {
+		t.Errorf("crawlers:\n%s\nwant first\n%s", lines.String(), want)
+	}
 }
 
 func TestWriteCrawlTable(t *testing.T) {
@@ -142,7 +151,7 @@ func TestWriteCrawlTable(t *testing.T) {
 	phases := []CrawlPhase{
 		{Name: PhaseCrawlAlone, Honest: Latencies{N: 100, P50: 2 * ms, P99: 10 * ms}, Status: map[int]int{200: 100}},
 		{Name: PhaseCrawl, Honest: Latencies{N: 98, P50: 3 * ms, P99: 25 * ms}, Status: map[int]int{200: 98, 503: 1, 0: 1},
-			Crawl: CrawlResult{Requests: 10, Status: map[int]int{200: 2, 429: 5, 503: 2, 404: 1},
+			Crawl: CrawlResult{Requests: 10, Status: map[int]int{200: 2, 429: 5, 503: 2, 404: 1}, Admitted: 3, Failed: 1, Refused: 6,
 				Crawlers: []Crawler{{Requests: 6}, {Requests: 4}, {}}},
 			Activity: Activity{Samples: 3, MaxRunning: 7, Oldest: 150 * ms}},
 	}
@@ -152,10 +161,12 @@ func TestWriteCrawlTable(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("table:\n%s", b.String())
 	}
-	if want := "| honest alone | 100 | 2.0 ms | 10.0 ms | 1.00 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | – | – |"; lines[2] != want {
+	if want := "| honest alone | 100 | 2.0 ms | 10.0 ms | 1.00 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | – | – |"; lines[2] != want {
 		t.Errorf("alone row\n%s\nwant\n%s", lines[2], want)
 	}
-	if want := "| " + PhaseCrawl + " | 98 | 3.0 ms | 25.0 ms | 2.50 | 2 | 10 | 2 | 5 | 2 | 1 | 2 | 7 | 150.0 ms |"; lines[3] != want {
+	// Of the two 503s one refused (Refused: the five 429s and it), one
+	// an admitted request's.
+	if want := "| " + PhaseCrawl + " | 98 | 3.0 ms | 25.0 ms | 2.50 | 2 | 10 | 2 | 5 | 1 | 1 | 1 | 2 | 7 | 150.0 ms |"; lines[3] != want {
 		t.Errorf("crawl row\n%s\nwant\n%s", lines[3], want)
 	}
 }
@@ -180,5 +191,102 @@ func TestRunCrawlRefuses(t *testing.T) {
 	}
 	if err := ok.validate(); err != nil {
 		t.Errorf("the valid options: %v", err)
+	}
+}
+
+// A crawler tells a refusal from an admitted request's failure: a 429, or
+// a 503 given before admission (the global budget spent, the rate limiter
+// unavailable), is refused and asked again; a 503 of an admitted request
+// — charged (X-Request-Cost-Estimate), admitted in shadow, or of problem
+// type timeout — is admitted work that failed, and the crawler goes on.
+func TestCrawlerTellsRefusalsFromAdmittedFailures(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked[r.URL.Path]++
+		n := asked[r.URL.Path]
+		mu.Unlock()
+		problemDoc := func(typ string, status int) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"type":%q,"status":%d}`+"\n", typ, status)
+		}
+		w.Header().Set("X-Request-Cost", "2")
+		switch r.URL.Path {
+		case "/charged": // admitted, charged, cut at its deadline
+			w.Header().Set("X-Request-Cost-Estimate", "1")
+			problemDoc("urn:geotoll:problem:timeout", 503)
+		case "/shadow": // admitted in shadow, timed out
+			w.Header().Set("X-RateLimit-Shadow", "would-refuse")
+			problemDoc("urn:geotoll:problem:timeout", 503)
+		case "/fixed": // admitted at a fixed price, timed out
+			problemDoc("urn:geotoll:problem:timeout", 503)
+		case "/global", "/limiter", "/bucket": // refused once, then answered
+			if n == 1 {
+				switch r.URL.Path {
+				case "/global":
+					problemDoc("https://iana.org/assignments/http-problem-types#temporary-reduced-capacity", 503)
+				case "/limiter":
+					problemDoc("urn:geotoll:problem:unavailable", 503)
+				default:
+					problemDoc("https://iana.org/assignments/http-problem-types#quota-exceeded", 429)
+				}
+				return
+			}
+			w.Header().Set("X-Request-Cost-Estimate", "2")
+			_, _ = w.Write([]byte("tile"))
+		case "/end":
+			<-r.Context().Done()
+		}
+	}))
+	defer srv.Close()
+	cn, err := newConn(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	paths := []string{"/charged", "/shadow", "/fixed", "/global", "/limiter", "/bucket", "/end"}
+	c, status := crawler(ctx, cn, paths, 0, false)
+	// 3 admitted failures, 3 refusals, 3 answers; the last request
+	// unanswered at the run's end counts nowhere.
+	if c.Requests != 9 || c.Refused != 3 || c.Admitted != 6 || c.Failed != 3 || c.Cost != 2+3*2 ||
+		status[503] != 5 || status[429] != 1 || status[200] != 3 {
+		t.Errorf("crawler %+v, status %v; want 9 requests, 6 admitted (3 failed), 3 refused, charged 8", c, status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range []string{"/charged", "/shadow", "/fixed"} {
+		if asked[p] != 1 {
+			t.Errorf("%s asked %d times, want once: an admitted request's 503 is no refusal", p, asked[p])
+		}
+	}
+}
+
+// An answer whose head came, its body cut by the run's end, counts as a
+// request (no whole answer: status 0) beside the charge its head shows.
+func TestCrawlerCountsACutAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Cost", "2")
+		w.Header().Set("X-Request-Cost-Estimate", "2")
+		w.Header().Set("Content-Length", "100")
+		_, _ = w.Write([]byte("abc"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	cn, err := newConn(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	c, status := crawler(ctx, cn, []string{"/z0"}, 0, false)
+	if c.Requests != 1 || status[0] != 1 || c.Cost != 2 || c.Admitted != 1 || c.Failed != 1 || c.Refused != 0 {
+		t.Errorf("crawler %+v, status %v; want the cut answer one request, admitted and failed, status 0, charged 2", c, status)
 	}
 }

@@ -183,8 +183,14 @@ type Report struct {
 	P50, P95    time.Duration
 	P99, Max    time.Duration
 	Tokens      float64 // sum of X-Request-Cost over the charged responses (see Charged)
-	CacheHits   int
-	Errors      []string
+	// ShadowAdmitted counts the answers a shadow tier admitted though the
+	// bucket could not pay (ShadowAdmitted), and ShadowTokens sums the
+	// prices they were admitted at: nothing was spent for them, and
+	// Tokens leaves them out.
+	ShadowAdmitted int
+	ShadowTokens   float64
+	CacheHits      int
+	Errors         []string
 }
 
 // Run attacks the server and returns the report. It stops at Duration or
@@ -224,8 +230,14 @@ loop:
 				break loop
 			}
 			m.Add(r)
-			if c, err := strconv.ParseFloat(r.Headers.Get("X-Request-Cost"), 64); err == nil &&
-				Charged(int(r.Code), r.Headers.Get("X-Request-Cost-Estimate")) {
+			c, err := strconv.ParseFloat(r.Headers.Get("X-Request-Cost"), 64)
+			switch shadow := r.Headers.Get("X-RateLimit-Shadow"); {
+			case ShadowAdmitted(int(r.Code), shadow):
+				rep.ShadowAdmitted++
+				if err == nil {
+					rep.ShadowTokens += c
+				}
+			case err == nil && Charged(int(r.Code), r.Headers.Get("X-Request-Cost-Estimate"), shadow):
 				rep.Tokens += c
 			}
 			if r.Headers.Get("X-Cache") == "HIT" {
@@ -273,6 +285,10 @@ func (r Report) WriteText(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "latency      p50 %s  p95 %s  p99 %s  max %s\n", r.P50.Round(time.Microsecond), r.P95.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond))
 	fmt.Fprintf(w, "tokens       %.1f charged (%.3f per request)\n", r.Tokens, r.Tokens/math.Max(1, float64(r.Requests)))
+	if r.ShadowAdmitted > 0 {
+		fmt.Fprintf(w, "shadow       %d admitted unpaid (X-RateLimit-Shadow: %s), priced %.1f tokens in all, not charged\n",
+			r.ShadowAdmitted, ShadowWouldRefuse, r.ShadowTokens)
+	}
 	fmt.Fprintf(w, "cache hits   %d\n", r.CacheHits)
 	for i, e := range r.Errors {
 		if i == 5 {
@@ -284,17 +300,31 @@ func (r Report) WriteText(w io.Writer) {
 }
 
 // Charged reports whether an answer of status code, with estimate its
-// X-Request-Cost-Estimate header ("" when absent), was charged its
-// X-Request-Cost: every answer below 400, and an admitted request that
-// failed — any answer carrying the price it paid at the door, such as a
-// 503 cut at its deadline (charged what ran) or a 4xx its handler gave
-// after admission. A refusal (429, 422, 401…) carries the price it was
-// refused at in X-Request-Cost and no estimate: nothing was charged; nor
-// was a 5xx without one (the server refused before admitting it, its
-// budget store unreachable).
-func Charged(code int, estimate string) bool {
-	if code <= 0 {
+// X-Request-Cost-Estimate header and shadow its X-RateLimit-Shadow header
+// ("" when absent), was charged its X-Request-Cost: every answer below
+// 400, and an admitted request that failed — any answer carrying the
+// price it paid at the door, such as a 503 cut at its deadline (charged
+// what ran) or a 4xx its handler gave after admission. A refusal (429,
+// 422, 401…) carries the price it was refused at in X-Request-Cost and no
+// estimate: nothing was charged; nor was a 5xx without one (the server
+// refused before admitting it, its budget store unreachable); nor was an
+// answer admitted in shadow (ShadowAdmitted), whatever its status.
+func Charged(code int, estimate, shadow string) bool {
+	if code <= 0 || ShadowAdmitted(code, shadow) {
 		return false
 	}
 	return code < 400 || estimate != ""
+}
+
+// ShadowWouldRefuse is the X-RateLimit-Shadow of an answer a shadow tier
+// admitted though its bucket could not pay.
+const ShadowWouldRefuse = "would-refuse"
+
+// ShadowAdmitted reports whether an answer of status code, with shadow
+// its X-RateLimit-Shadow header ("" when absent), is of a request a
+// shadow tier admitted though its bucket could not pay its price: the
+// request ran, its X-Request-Cost is the price it was admitted at, and
+// nothing was spent for it (it carries no X-Request-Cost-Estimate).
+func ShadowAdmitted(code int, shadow string) bool {
+	return code > 0 && strings.EqualFold(strings.TrimSpace(shadow), ShadowWouldRefuse)
 }

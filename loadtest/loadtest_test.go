@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -164,21 +165,62 @@ func TestCharged(t *testing.T) {
 		code     int
 		estimate string
 		want     bool
+		shadow   string
 	}{
-		{200, "1.2", true},
-		{204, "", true}, // a cache hit's fixed price carries no estimate
-		{304, "", true},
-		{0, "", false}, // a transport error
-		{429, "", false},
-		{422, "", false},
-		{401, "", false},
-		{503, "0.8", true}, // admitted, cut at its deadline: charged what ran
-		{503, "", false},   // refused before admission (budget store down)
-		{504, "0.8", true},
-		{400, "0.8", true}, // admitted, then failed by its handler
+		{200, "1.2", true, ""},
+		{204, "", true, ""}, // a cache hit's fixed price carries no estimate
+		{304, "", true, ""},
+		{0, "", false, ""}, // a transport error
+		{429, "", false, ""},
+		{422, "", false, ""},
+		{401, "", false, ""},
+		{503, "0.8", true, ""}, // admitted, cut at its deadline: charged what ran
+		{503, "", false, ""},   // refused before admission (budget store down)
+		{504, "0.8", true, ""},
+		{400, "0.8", true, ""}, // admitted, then failed by its handler
+		// Admitted in shadow though the bucket could not pay: nothing spent.
+		{200, "", false, "would-refuse"},
+		{204, "", false, "would-refuse"},
+		{503, "", false, "would-refuse"},
+		{0, "", false, "would-refuse"},
 	} {
-		if got := Charged(tc.code, tc.estimate); got != tc.want {
-			t.Errorf("Charged(%d, %q) = %v, want %v", tc.code, tc.estimate, got, tc.want)
+		if got := Charged(tc.code, tc.estimate, tc.shadow); got != tc.want {
+			t.Errorf("Charged(%d, %q, %q) = %v, want %v", tc.code, tc.estimate, tc.shadow, got, tc.want)
 		}
+		if got, want := ShadowAdmitted(tc.code, tc.shadow), tc.code > 0 && tc.shadow != ""; got != want {
+			t.Errorf("ShadowAdmitted(%d, %q) = %v, want %v", tc.code, tc.shadow, got, want)
+		}
+	}
+}
+
+// A shadow tier's admission that its bucket could not pay (X-RateLimit-Shadow:
+// would-refuse) spent nothing: Run's tokens leave it out.
+func TestRunChargesNothingForShadowAdmissions(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Cost", "1.5")
+		if n.Add(1)%2 == 0 {
+			w.Header().Set("X-RateLimit-Shadow", "would-refuse")
+		} else {
+			w.Header().Set("X-Request-Cost-Estimate", "1.5")
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	rep, err := Run(context.Background(), Options{BaseURL: srv.URL, Profile: "z14", Rate: 40, Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid := (rep.Requests + 1) / 2
+	if rep.Requests < 30 || rep.Tokens != 1.5*float64(paid) {
+		t.Fatalf("%d requests, %v tokens; want 1.5 for each of the %d paid", rep.Requests, rep.Tokens, paid)
+	}
+	if unpaid := rep.Requests - paid; uint64(rep.ShadowAdmitted) != unpaid || rep.ShadowTokens != 1.5*float64(unpaid) {
+		t.Fatalf("%d admitted in shadow, priced %v tokens; want %d, priced 1.5 each", rep.ShadowAdmitted, rep.ShadowTokens, unpaid)
+	}
+	var sb strings.Builder
+	rep.WriteText(&sb)
+	if want := fmt.Sprintf("shadow       %d admitted unpaid", rep.ShadowAdmitted); !strings.Contains(sb.String(), want) {
+		t.Fatalf("report lacks %q:\n%s", want, sb.String())
 	}
 }

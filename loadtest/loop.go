@@ -128,7 +128,7 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
-		out.P50, out.P99 = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+		out.P50, out.P99 = percentile(lat, 50), percentile(lat, 99)
 	}
 	out.TilesPerSec = float64(out.OK) / out.Duration.Seconds()
 	return out, nil

@@ -90,8 +90,15 @@ type AbuserResult struct {
 	Requests, Admitted int
 	Status             map[int]int
 	// Admitted counts the requests charged (Charged), answered or not;
-	// Cost is what they were charged (X-Request-Cost).
+	// Cost is what they were charged (X-Request-Cost): what the abuser's
+	// bucket paid.
 	Cost float64
+	// Shadowed counts the requests a shadow tier admitted though the
+	// bucket could not pay (ShadowAdmitted), answered or not, and
+	// ShadowPrice sums the prices they were admitted at (X-Request-Cost).
+	// Nothing was spent for them: neither Admitted nor Cost counts them.
+	Shadowed    int
+	ShadowPrice float64
 }
 
 // Phases of RunProtect, in order.
@@ -283,18 +290,26 @@ func (o *ProtectOptions) flood(ctx context.Context, key string) (AbuserResult, e
 			defer cn.Close()
 			r := AbuserResult{Status: map[int]int{}}
 			for i := w; !ended(ctx); i += o.Workers {
-				resp, err := cn.get(ctx, o.Flood[i%len(o.Flood)], "X-Request-Cost", "X-Request-Cost-Estimate")
+				resp, err := cn.get(ctx, o.Flood[i%len(o.Flood)], chargeHeaders...)
 				cost, charged, cerr := resp.charge()
-				if err != nil && ended(ctx) && !charged {
+				price, shadowed, serr := resp.shadowPrice()
+				if err != nil && ended(ctx) && !charged && !shadowed {
 					break // cut by the phase's end before the server said anything
 				}
 				r.Requests++
-				if charged {
+				switch {
+				case charged:
 					r.Admitted++
 					if cerr != nil {
 						errs[w] = fmt.Errorf("an admitted flood request: %w", cerr)
 					}
 					r.Cost += cost
+				case shadowed:
+					r.Shadowed++
+					if serr != nil {
+						errs[w] = fmt.Errorf("a flood request admitted in shadow: %w", serr)
+					}
+					r.ShadowPrice += price
 				}
 				if err != nil { // no whole answer (status 0)
 					r.Status[0]++
@@ -312,6 +327,8 @@ func (o *ProtectOptions) flood(ctx context.Context, key string) (AbuserResult, e
 		out.Requests += r.Requests
 		out.Admitted += r.Admitted
 		out.Cost += r.Cost
+		out.Shadowed += r.Shadowed
+		out.ShadowPrice += r.ShadowPrice
 		for c, n := range r.Status {
 			out.Status[c] += n
 		}
@@ -324,10 +341,26 @@ func (o *ProtectOptions) flood(ctx context.Context, key string) (AbuserResult, e
 	return out, nil
 }
 
+// summarise sorts lat and returns its count and its nearest-rank P50 and
+// P99 (percentile).
 func summarise(lat []time.Duration) Latencies {
 	if len(lat) == 0 {
 		return Latencies{}
 	}
 	slices.Sort(lat)
-	return Latencies{N: len(lat), P50: lat[len(lat)/2], P99: lat[min(len(lat)-1, len(lat)*99/100)]}
+	return Latencies{N: len(lat), P50: percentile(lat, 50), P99: percentile(lat, 99)}
+}
+
+// percentile is the pct-th percentile (0 < pct ≤ 100) of sorted, by
+// nearest rank: the smallest value at least pct % of sorted are at or
+// below, the one of rank ⌈pct·n/100⌉ (index ⌈pct·n/100⌉ − 1). Of 100
+// values P99 is the 99th, not the largest; of one, every percentile is
+// that one. Zero when sorted is empty.
+func percentile(sorted []time.Duration, pct int) time.Duration {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	rank := (n*pct + 99) / 100 // ⌈n·pct/100⌉ in integers: no rounding of 0.99·n
+	return sorted[min(max(rank, 1), n)-1]
 }

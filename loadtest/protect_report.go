@@ -8,19 +8,27 @@ import (
 	"time"
 )
 
+// protectColumns are the columns of WriteProtectTable.
+var protectColumns = []string{"phase", "honest requests", "honest p50", "honest p99", "p99 × alone", "honest non-200",
+	"abuser requests", "abuser admitted and charged", "abuser charged (tokens)",
+	"abuser admitted unpaid (shadow)", "abuser unpaid, priced (tokens)"}
+
 // WriteProtectTable writes the phases as a Markdown table: the honest
 // caller's p50 and p99 (and p99 as a multiple of the phase alone's), and
-// what the abuser sent, was admitted and was charged.
+// what the abuser sent; how many of its requests were admitted and
+// charged, and the tokens its bucket paid for them (Cost); and how many a
+// shadow tier admitted though the bucket could not pay, and the tokens
+// they were priced at, of which nothing was spent (ShadowPrice).
 func WriteProtectTable(w io.Writer, phases []ProtectPhase) {
-	fmt.Fprintln(w, "| phase | honest requests | honest p50 | honest p99 | p99 × alone | honest non-200 | abuser requests | abuser admitted | abuser charged (tokens) |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintf(w, "| %s |\n| --- |%s\n", strings.Join(protectColumns, " | "), strings.Repeat(" ---: |", len(protectColumns)-1))
 	var alone time.Duration
 	for _, p := range phases {
 		if p.Name == PhaseAlone {
 			alone = p.Honest.P99
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %d | %d | %.1f |\n", p.Name, p.Honest.N, ms(p.Honest.P50), ms(p.Honest.P99),
-			times(p.Honest.P99, alone), failed(p.Status), p.Abuser.Requests, p.Abuser.Admitted, p.Abuser.Cost)
+		a := p.Abuser
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %d | %d | %.1f | %d | %.1f |\n", p.Name, p.Honest.N, ms(p.Honest.P50), ms(p.Honest.P99),
+			times(p.Honest.P99, alone), failed(p.Status), a.Requests, a.Admitted, a.Cost, a.Shadowed, a.ShadowPrice)
 	}
 }
 

@@ -19,10 +19,11 @@ import (
 // the throttled abuser's key gets 3 admitted requests at 2.5 tokens — the
 // third cut at its deadline, a 503 charged what ran — and then 429s (their
 // X-Request-Cost the price refused, not charged), the shadow key is
-// always admitted. Each phase reports what
-// its side sent and got, and the honest rate is kept.
+// always admitted: 5 requests its bucket pays for, then admitted unpaid
+// (X-RateLimit-Shadow: would-refuse). Each phase reports what its side
+// sent and got, and the honest rate is kept.
 func TestRunProtect(t *testing.T) {
-	var throttled atomic.Int64
+	var throttled, shadowed atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("X-API-Key") {
 		case "honest":
@@ -44,6 +45,11 @@ func TestRunProtect(t *testing.T) {
 			_, _ = w.Write([]byte("tile"))
 		case "shadow":
 			w.Header().Set("X-Request-Cost", "1")
+			if shadowed.Add(1) <= 5 { // its bucket pays
+				w.Header().Set("X-Request-Cost-Estimate", "1")
+			} else { // admitted unpaid
+				w.Header().Set("X-RateLimit-Shadow", "would-refuse")
+			}
 			time.Sleep(time.Millisecond)
 			_, _ = w.Write([]byte("tile"))
 		default:
@@ -73,13 +79,22 @@ func TestRunProtect(t *testing.T) {
 	if a := phases[1].Abuser; a.Admitted != 3 || a.Cost != 7.5 || a.Status[429] != a.Requests-3 || a.Requests < 10 {
 		t.Errorf("throttled abuser %+v", a)
 	}
-	if a := phases[2].Abuser; a.Admitted != a.Requests || a.Cost != float64(a.Admitted) || a.Requests < 10 {
-		t.Errorf("shadow abuser %+v", a)
+	if a := phases[1].Abuser; a.Shadowed != 0 || a.ShadowPrice != 0 {
+		t.Errorf("throttled abuser admitted in shadow: %+v", a)
+	}
+	shadow := phases[2].Abuser
+	if shadow.Admitted != 5 || shadow.Cost != 5 || shadow.Shadowed != shadow.Requests-5 || shadow.ShadowPrice != float64(shadow.Shadowed) ||
+		shadow.Status[200] != shadow.Requests || shadow.Requests < 10 {
+		t.Errorf("shadow abuser %+v, want 5 charged 1 token each, the rest admitted unpaid", shadow)
 	}
 	var table strings.Builder
 	WriteProtectTable(&table, phases)
-	if rows := strings.Count(table.String(), "\n"); rows != 5 || !strings.Contains(table.String(), "| with abuser, throttle on |") {
+	if rows := strings.Count(table.String(), "\n"); rows != 5 || !strings.Contains(table.String(), "| with abuser, throttle on |") ||
+		!strings.Contains(table.String(), "| abuser admitted and charged | abuser charged (tokens) | abuser admitted unpaid (shadow) |") {
 		t.Errorf("table:\n%s", table.String())
+	}
+	if want := fmt.Sprintf("| %d | 5 | 5.0 | %d | %.1f |\n", shadow.Requests, shadow.Shadowed, shadow.ShadowPrice); !strings.HasSuffix(table.String(), want) {
+		t.Errorf("shadow row of\n%s\nwant it to end %q", table.String(), want)
 	}
 	var svg strings.Builder
 	if err := WriteProtectSVG(&svg, phases); err != nil {
@@ -247,5 +262,78 @@ func TestFloodCountsTheChargeOfACutAnswer(t *testing.T) {
 	}
 	if r.Requests == 0 || r.Status[0] != r.Requests || r.Admitted != r.Requests || r.Cost != 2*float64(r.Requests) {
 		t.Errorf("cut answers: %+v, want each a status 0, admitted and charged 2", r)
+	}
+}
+
+// In shadow mode a request its bucket cannot pay is admitted and answered
+// (X-RateLimit-Shadow: would-refuse, X-Request-Cost the price at the door,
+// no X-Request-Cost-Estimate) and spends nothing: the flood's charge is
+// what its bucket paid for alone, the shadow admissions counted apart.
+func TestFloodChargesNothingForShadowAdmissions(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Cost", "2")
+		if n.Add(1) <= 3 {
+			w.Header().Set("X-Request-Cost-Estimate", "2")
+		} else {
+			w.Header().Set("X-RateLimit-Shadow", "would-refuse")
+		}
+		_, _ = w.Write([]byte("tile"))
+	}))
+	defer srv.Close()
+	o := ProtectOptions{Client: &Client{BaseURL: srv.URL}, Flood: []string{"/z0"}, Workers: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	r, err := o.flood(ctx, "shadow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests < 10 || r.Status[200] != r.Requests || r.Admitted != 3 || r.Cost != 6 ||
+		r.Shadowed != r.Requests-3 || r.ShadowPrice != 2*float64(r.Shadowed) {
+		t.Errorf("shadow flood %+v, want 3 charged 2 tokens each, the rest admitted unpaid at a price of 2", r)
+	}
+}
+
+// Percentiles are nearest-rank: P50 and P99 of 1..100 ms are 50 and 99 ms.
+func TestSummariseNearestRank(t *testing.T) {
+	ms := time.Millisecond
+	var lat []time.Duration
+	for i := range 100 {
+		lat = append(lat, time.Duration(100-i)*ms)
+	}
+	if l := summarise(lat); l.N != 100 || l.P50 != 50*ms || l.P99 != 99*ms {
+		t.Errorf("summarise(1..100 ms) = %+v, want p50 50 ms, p99 99 ms", l)
+	}
+}
+
+// percentile is nearest-rank: the value of rank ⌈p·n⌉, index ⌈p·n⌉ − 1.
+func TestPercentile(t *testing.T) {
+	upTo := func(n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = time.Duration(i + 1) // the value is its rank
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		n, pct int
+		want   time.Duration
+	}{
+		{0, 50, 0},
+		{1, 50, 1}, {1, 99, 1},
+		{2, 50, 1}, {2, 99, 2},
+		{3, 50, 2},
+		{4, 50, 2},
+		{10, 50, 5}, {10, 99, 10},
+		{99, 99, 99},
+		{100, 50, 50}, {100, 99, 99}, {100, 100, 100},
+		{101, 99, 100},
+		{200, 99, 198},
+		{1000, 50, 500}, {1000, 99, 990},
+		{1001, 99, 991},
+	} {
+		if got := percentile(upTo(tc.n), tc.pct); got != tc.want {
+			t.Errorf("P%d of 1..%d = %d, want %d", tc.pct, tc.n, got, tc.want)
+		}
 	}
 }

@@ -51,7 +51,7 @@ func TestLoadtestCrawlEndToEnd(t *testing.T) {
 	if !ok {
 		t.Fatalf("no polite crawlers' lines in the report")
 	}
-	line := regexp.MustCompile(`(?m)^  (127\.0\.0\.\d+): (\d+) requests, (\d+) admitted, (\d+) refused, ([\d.]+) tokens$`)
+	line := regexp.MustCompile(`(?m)^  (127\.0\.0\.\d+): (\d+) requests, (\d+) admitted \(\d+ failed\), (\d+) refused, ([\d.]+) tokens charged$`)
 	bound := capacity + rate*(phase+time.Second).Seconds()
 	admitted := 0
 	for _, c := range line.FindAllStringSubmatch(rude, -1) {

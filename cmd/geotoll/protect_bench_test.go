@@ -112,8 +112,11 @@ func BenchmarkProtect(b *testing.B) {
 
 // writeProtectNote says under the table what its honest figures count:
 // every request, a failed one as the timeout, and each phase's honest
-// answers by status; the warm-up they leave out; and the abuser's answers
-// by status (its charge counts the 5xx of admitted requests too).
+// answers by status; the warm-up they leave out; what the abuser's
+// figures count (its charge is what its bucket paid, the 5xx of admitted
+// requests too; a shadow admission its bucket could not pay is counted
+// apart, at its price, and charged nothing); and the abuser's answers by
+// status.
 func writeProtectNote(w io.Writer, o loadtest.ProtectOptions, phases []loadtest.ProtectPhase) {
 	fmt.Fprintf(w, "\nEvery honest request counts: one that failed (neither 200 nor 204, or no answer within %s) counts in p50 and p99 as %s.",
 		loadtest.DefaultHonestTimeout, loadtest.DefaultHonestTimeout)
@@ -125,7 +128,11 @@ func writeProtectNote(w io.Writer, o loadtest.ProtectOptions, phases []loadtest.
 	for _, p := range phases {
 		fmt.Fprintf(w, "- %s: %s\n", p.Name, byStatus(p.Status))
 	}
-	fmt.Fprintln(w, "\nThe abuser's answers by status (its charge is X-Request-Cost of the admitted ones, a 5xx of an admitted request included):")
+	fmt.Fprintln(w, "\nThe abuser's charge is what its bucket paid: X-Request-Cost of the requests admitted and charged, "+
+		"a 5xx of an admitted request included. In shadow mode a request its bucket could not pay is admitted all the same, "+
+		"answered with X-RateLimit-Shadow: would-refuse, and charged nothing: it counts apart, as admitted unpaid, "+
+		"with the tokens it was priced at (X-Request-Cost) and none of them spent.")
+	fmt.Fprintln(w, "\nThe abuser's answers by status:")
 	fmt.Fprintln(w)
 	for _, p := range phases {
 		if p.Abuser.Requests > 0 {
