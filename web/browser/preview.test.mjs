@@ -324,15 +324,29 @@ test('a tile answered 503 with a Retry-After is asked again once', { timeout: 60
     });
     const query = previewKey ? '?key=' + encodeURIComponent(previewKey) : '';
     await p.goto(`${base}/${query}#11/52.52/13.405`, { waitUntil: 'load' });
-    await p.waitForFunction(
-      () => {
+    try {
+      await p.waitForFunction(
+        () => {
+          const m = window.geotollMap;
+          const s = window.geotollState;
+          return m && s && s.ready && s.idleCount > 0 && m.loaded() && m.areTilesLoaded() && s.waiting === 0 && s.errors > 0;
+        },
+        null,
+        { timeout: 45_000, polling: 200 },
+      );
+    } catch (err) {
+      // What the page was waiting for, for the failure's log.
+      const st = await p.evaluate(() => {
         const m = window.geotollMap;
-        const s = window.geotollState;
-        return m && s && s.ready && s.idleCount > 0 && m.loaded() && m.areTilesLoaded() && s.waiting === 0 && s.errors > 0;
-      },
-      null,
-      { timeout: 45_000, polling: 200 },
-    );
+        const s = window.geotollState || {};
+        return {
+          ready: s.ready, idleCount: s.idleCount, waiting: s.waiting, errors: s.errors, retries: s.retries,
+          refused: s.refused, gaveUp: s.gaveUp, loaded: m && m.loaded(), tilesLoaded: m && m.areTilesLoaded(),
+        };
+      }).catch((e) => ({ evaluate: String(e) }));
+      console.log('503s, timed out:', JSON.stringify({ once, always, asked: Object.fromEntries(asked), refused: Object.fromEntries(refused), page: st, errors }));
+      throw err;
+    }
     const s = await p.evaluate(() => ({ errors: window.geotollState.errors, retries: window.geotollState.retries }));
     console.log('503s:', JSON.stringify({ once, always, asked: Object.fromEntries(asked), ...s }));
     assert.ok(once && always, `two places tiles asked for: ${JSON.stringify(Object.fromEntries(asked))}`);
