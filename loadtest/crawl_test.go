@@ -242,15 +242,8 @@ func TestCrawlerTellsRefusalsFromAdmittedFailures(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	cn, err := newConn(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	paths := []string{"/charged", "/shadow", "/fixed", "/global", "/limiter", "/bucket", "/end"}
-	c, status := crawler(ctx, cn, paths, 0, false)
+	c, status := crawlFor(t, srv.URL, paths, 2*time.Second)
 	// 3 admitted failures, 3 refusals, 3 answers; the last request
 	// unanswered at the run's end counts nowhere.
 	if c.Requests != 9 || c.Refused != 3 || c.Admitted != 6 || c.Failed != 3 || c.Cost != 2+3*2 ||
@@ -278,15 +271,21 @@ func TestCrawlerCountsACutAnswer(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
-	cn, err := newConn(srv.URL)
+	c, status := crawlFor(t, srv.URL, []string{"/z0"}, 300*time.Millisecond)
+	if c.Requests != 1 || status[0] != 1 || c.Cost != 2 || c.Admitted != 1 || c.Failed != 1 || c.Refused != 0 {
+		t.Errorf("crawler %+v, status %v; want the cut answer one request, admitted and failed, status 0, charged 2", c, status)
+	}
+}
+
+// crawlFor runs one impolite crawler of paths against url for d.
+func crawlFor(t *testing.T, url string, paths []string, d time.Duration) (Crawler, map[int]int) {
+	t.Helper()
+	cn, err := newConn(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	c, status := crawler(ctx, cn, []string{"/z0"}, 0, false)
-	if c.Requests != 1 || status[0] != 1 || c.Cost != 2 || c.Admitted != 1 || c.Failed != 1 || c.Refused != 0 {
-		t.Errorf("crawler %+v, status %v; want the cut answer one request, admitted and failed, status 0, charged 2", c, status)
-	}
+	return crawler(ctx, cn, paths, 0, false)
 }

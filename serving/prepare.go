@@ -218,7 +218,7 @@ func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Opt
 		case len(targets) == 0 && len(rows) == 0:
 			r.Status, r.Reason = Skipped, NothingToBuild
 		case len(targets) == 0:
-			held, err := remove(ctx, pool, l, b.Name())
+			held, err := remove(ctx, pool, l.Name, b.Name())
 			r.Status, r.Err = Removed, err
 			if err == nil && !held { // nothing retired: a later run removes it
 				r.Status, r.Reason = Skipped, LayerBusy
@@ -579,11 +579,7 @@ func withLayerLock(ctx context.Context, pool *pgxpool.Pool, layer string, fn fun
 // remove stops serving a builder's storage of a layer that no longer
 // needs it: its relations are retired, and dropped by a later run. held
 // is false, and nothing is retired, when another run holds the layer.
-func remove(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string) (held bool, err error) {
-	return removeLayer(ctx, pool, l.Name, builder)
-}
-
-func removeLayer(ctx context.Context, pool *pgxpool.Pool, layer, builder string) (held bool, err error) {
+func remove(ctx context.Context, pool *pgxpool.Pool, layer, builder string) (held bool, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if held, err = lockLayer(ctx, tx, layer); err != nil || !held {
 			return err
@@ -616,7 +612,7 @@ func prune(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o Opt
 	for _, p := range seen {
 		start := time.Now()
 		r := Result{Layer: p.layer, Builder: p.builder, Status: Removed, Reason: NotConfigured}
-		held, err := removeLayer(ctx, pool, p.layer, p.builder)
+		held, err := remove(ctx, pool, p.layer, p.builder)
 		switch {
 		case err != nil:
 			r.Status, r.Reason, r.Err = Failed, "", err

@@ -251,21 +251,9 @@ func TestUntransformableBoxIsSkipped(t *testing.T) {
 			`GRANT SELECT ON ` + s + `.far, ` + s + `.utm, ` + s + `.unknown TO geotoll_reader`,
 		}
 	})
-	cat, err := tiles.NewCatalog([]tiles.Layer{
-		{Name: "far", Table: schema + ".far", GeometryColumn: "geom", SRID: 3035, GeometryKind: tiles.KindPoint},
-		{Name: "utm", Table: schema + ".utm", GeometryColumn: "geom", SRID: 32633, GeometryKind: tiles.KindLine},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	models := pricing.NewModels(testenv.ReadPool(t), density.Options{})
-	e, err := pricing.NewEstimator(models, cat.Layers(), pricing.TileRelation, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := models.Build(t.Context()); err != nil {
-		t.Errorf("build: %v", err)
-	}
+	e, models, cat := estimatorOf(t,
+		tiles.Layer{Name: "far", Table: schema + ".far", GeometryColumn: "geom", SRID: 3035, GeometryKind: tiles.KindPoint},
+		tiles.Layer{Name: "utm", Table: schema + ".utm", GeometryColumn: "geom", SRID: 32633, GeometryKind: tiles.KindLine})
 	status := map[string]density.Status{}
 	for _, st := range models.Status() {
 		status[st.Relation] = st
@@ -284,7 +272,7 @@ func TestUntransformableBoxIsSkipped(t *testing.T) {
 		}
 	}
 
-	cat, err = tiles.NewCatalog([]tiles.Layer{{Name: "unknown", Table: schema + ".unknown", GeometryColumn: "geom", SRID: 990001, GeometryKind: tiles.KindPoint}})
+	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "unknown", Table: schema + ".unknown", GeometryColumn: "geom", SRID: 990001, GeometryKind: tiles.KindPoint}})
 	if err != nil {
 		t.Fatal(err)
 	}
