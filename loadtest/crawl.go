@@ -239,10 +239,11 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 			break // cut by the run's end before the server said anything
 		}
 		c.Requests++
-		if cost, charged, err := resp.charge(); charged && err == nil { // a 503 cut at its deadline too
+		cost, charged, cerr := resp.charge()
+		if charged && cerr == nil { // a 503 cut at its deadline too
 			c.Cost += cost
 		}
-		admitted := admittedAnswer(resp)
+		admitted := admittedAnswer(resp, charged)
 		if admitted {
 			c.Admitted++
 		}
@@ -258,7 +259,7 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 			continue
 		}
 		status[resp.status]++
-		if refusal(resp) {
+		if refusal(resp, admitted) {
 			c.Refused++
 			if polite {
 				pause(ctx, retryAfter(resp.headers["Retry-After"]))
@@ -279,11 +280,12 @@ func crawler(ctx context.Context, cn *conn, paths []string, start int, polite bo
 // fixed price (a cache hit, or a budget store out with fail_mode open)
 // carries no X-Request-Cost-Estimate, and only the server's query or its
 // deadline times out.
-func admittedAnswer(resp response) bool {
+// charged is what resp.charge reported.
+func admittedAnswer(resp response, charged bool) bool {
 	if !resp.head {
 		return false
 	}
-	if _, charged, _ := resp.charge(); charged {
+	if charged {
 		return true
 	}
 	if _, shadowed, _ := resp.shadowPrice(); shadowed {
@@ -298,12 +300,13 @@ func admittedAnswer(resp response) bool {
 // caller spent (problem type temporary-reduced-capacity) or the rate
 // limiter unavailable. An admitted request's 503 (its query timed out,
 // the database unavailable) is not one: the server ran it.
-func refusal(resp response) bool {
+// admitted is what admittedAnswer reported of it.
+func refusal(resp response, admitted bool) bool {
 	switch resp.status {
 	case http.StatusTooManyRequests:
 		return true
 	case http.StatusServiceUnavailable:
-		return !admittedAnswer(resp)
+		return !admitted
 	}
 	return false
 }

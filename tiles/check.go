@@ -21,13 +21,13 @@ func (c *Catalog) Checks() []layercheck.Spec {
 			Layer: "tile layer " + strconv.Quote(l.Name), Table: l.tableIdent(),
 			Geometry: l.GeometryColumn, SRID: l.SRID, Properties: l.Properties,
 		}
-		for _, k := range l.order {
-			if !slices.Contains(s.Order, k.Column) && (l.WithoutID || k.Column != l.IDColumn) {
-				s.Order = append(s.Order, k.Column)
-			}
-		}
 		if !l.WithoutID {
 			s.ID = l.IDColumn
+		}
+		for _, c := range l.Columns() { // the order_by's, past the id and properties
+			if c != s.ID && !slices.Contains(l.Properties, c) {
+				s.Order = append(s.Order, c)
+			}
 		}
 		out = append(out, s)
 	}

@@ -100,13 +100,7 @@ func keptModels(cfg Config, out string, stderr io.Writer) (calibrate.File, error
 			return kept, fmt.Errorf("calibrate: %w (its models of the layers not fitted now would be kept: fix it, remove it, or write elsewhere with -out)", err)
 		}
 	}
-	kept, dropped := kept.Within(
-		func(name string) bool {
-			return slices.ContainsFunc(cfg.Layers, func(l LayerConfig) bool { return l.Name == name })
-		},
-		func(name string) bool {
-			return slices.ContainsFunc(cfg.Geofence.Layers, func(l geofence.Layer) bool { return l.Name == name })
-		})
+	kept, dropped := kept.Within(cfg.hasTileLayer, cfg.hasFenceLayer)
 	if len(dropped) > 0 {
 		fmt.Fprintf(stderr, "calibrate: %s drops the models of %s: not in the config\n", out, strings.Join(dropped, ", "))
 	}

@@ -525,6 +525,16 @@ func (c Config) catalog() (*tiles.Catalog, map[string]throttle.Weights, error) {
 	return cat, weights, err
 }
 
+// hasTileLayer and hasFenceLayer report whether the configuration has a
+// tile layer, or a geofence layer, of that name.
+func (c Config) hasTileLayer(name string) bool {
+	return slices.ContainsFunc(c.Layers, func(l LayerConfig) bool { return l.Name == name })
+}
+
+func (c Config) hasFenceLayer(name string) bool {
+	return slices.ContainsFunc(c.Geofence.Layers, func(l geofence.Layer) bool { return l.Name == name })
+}
+
 // weightsFile reads throttle.weights_file, if set: every layer it names
 // must be one the config serves.
 func (c Config) weightsFile() (calibrate.File, error) {
@@ -540,12 +550,12 @@ func (c Config) weightsFile() (calibrate.File, error) {
 	}
 	var errs []error
 	for name := range f.Tiles {
-		if !slices.ContainsFunc(c.Layers, func(l LayerConfig) bool { return l.Name == name }) {
+		if !c.hasTileLayer(name) {
 			errs = append(errs, fmt.Errorf("throttle.weights_file %s: tile layer %q is not in the config", c.Throttle.WeightsFile, name))
 		}
 	}
 	for name := range f.Geofence {
-		if !slices.ContainsFunc(c.Geofence.Layers, func(l geofence.Layer) bool { return l.Name == name }) {
+		if !c.hasFenceLayer(name) {
 			errs = append(errs, fmt.Errorf("throttle.weights_file %s: geofence layer %q is not in the config", c.Throttle.WeightsFile, name))
 		}
 	}

@@ -85,12 +85,7 @@ func TestProjectedSRIDLayerIsPricedFromAModel(t *testing.T) {
 		if !ok {
 			t.Fatalf("%v: no estimate of the places in EPSG:4326", tile)
 		}
-		env := tiles.Envelope(tile)
-		var read float64
-		if err := pool.QueryRow(t.Context(), strings.Replace(tileReadSQL, "%s", schema+".places", 1),
-			env.Min[0], env.Min[1], env.Max[0], env.Max[1], laea.BufferMetres(tile)).Scan(&read); err != nil {
-			t.Fatal(err)
-		}
+		read := tileRead(t, pool, laea, schema+".places", 3035, tile)
 		t.Logf("z%d at %v: estimate %.1f features (%.1f in EPSG:4326); the query reads %.0f rows", tile.Z, tc.at, est.Features, same.Features, read)
 		if d := est.Features - same.Features; d > 0.05*same.Features+1 || -d > 0.05*same.Features+1 {
 			t.Errorf("z%d at %v: %.1f features in EPSG:3035, %.1f of the same places in EPSG:4326", tile.Z, tc.at, est.Features, same.Features)
