@@ -62,8 +62,6 @@ const ApplicationName = "geotoll-density"
 // read).
 type queryText struct {
 	rows, cells, safeCells string
-	transform              bool
-	srid                   int
 }
 
 // render fills rel's quoted identifiers into the build queries.
@@ -103,7 +101,7 @@ func render(rel Relation) (queryText, error) {
 		}
 		out[i] = buf.String()
 	}
-	return queryText{rows: out[0], cells: out[1], safeCells: out[2], transform: data.Transform, srid: rel.SRID}, nil
+	return queryText{rows: out[0], cells: out[1], safeCells: out[2]}, nil
 }
 
 // build runs the queries and assembles the model.
@@ -182,14 +180,14 @@ func (q queryText) read(ctx, parent context.Context, tx pgx.Tx, rel Relation, op
 		fraction = float64(opts.SampleRows) / planned
 	}
 	args := []any{opts.MaxLevel, float64(uint64(1) << opts.MaxLevel), fraction, opts.HeavyBytes, giantLevel}
-	if !q.transform {
+	if !rel.Transformed() {
 		rows, t, err := cellRows(ctx, tx, q.cells, args, opts.MaxLevel)
 		if err != nil {
 			return nil, fmt.Errorf("density %s: cells: %w", rel, err)
 		}
 		return newModel(rel, rows, t, fraction, opts), nil
 	}
-	north, south := poles(ctx, tx, q.srid)
+	north, south := poles(ctx, tx, rel.SRID)
 	args = append(args, north[0], north[1], south[0], south[1])
 	// The fast query fails on the first box outside the projection's
 	// domain (PostGIS has no transform that returns NULL instead); such a
