@@ -301,12 +301,7 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 func refuse(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder string, stored bool, reason string, err error, o Options) Result {
 	r := Result{Layer: l.Name, Builder: builder, Status: Skipped, Reason: reason, Err: err}
 	var n int
-	held := false
-	werr := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		if held, err = lockLayer(ctx, tx, l.Name); err != nil || !held {
-			return err
-		}
+	held, werr := inLayerTx(ctx, pool, l.Name, func(tx pgx.Tx) (err error) {
 		n, err = withdraw(ctx, tx, l.Name, builder, o.ReaderRole)
 		return err
 	})
@@ -580,12 +575,20 @@ func withLayerLock(ctx context.Context, pool *pgxpool.Pool, layer string, fn fun
 // needs it: its relations are retired, and dropped by a later run. held
 // is false, and nothing is retired, when another run holds the layer.
 func remove(ctx context.Context, pool *pgxpool.Pool, layer, builder string) (held bool, err error) {
+	return inLayerTx(ctx, pool, layer, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, retireSQL, layer, builder)
+		return err
+	})
+}
+
+// inLayerTx runs fn in a transaction holding the layer's lock (lockLayer).
+// held is false, and fn is not run, when another run holds the layer.
+func inLayerTx(ctx context.Context, pool *pgxpool.Pool, layer string, fn func(pgx.Tx) error) (held bool, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if held, err = lockLayer(ctx, tx, layer); err != nil || !held {
 			return err
 		}
-		_, err = tx.Exec(ctx, retireSQL, layer, builder)
-		return err
+		return fn(tx)
 	})
 	return held, err
 }

@@ -106,12 +106,19 @@ func one(t *testing.T, pool *pgxpool.Pool, l *tiles.Layer, o serving.Options) se
 	if o.Builders == nil {
 		o.Builders = []serving.Builder{serving.Overview{}}
 	}
-	res := slices.DeleteFunc(serving.Prepare(t.Context(), pool, []*tiles.Layer{l}, o),
-		func(r serving.Result) bool { return r.Builder == serving.Retired }) // other tests' old storage dropped
+	res := prepareResults(t, pool, []*tiles.Layer{l}, o)
 	if len(res) != 1 {
 		t.Fatalf("Prepare: %d results, want 1 (one builder): %+v", len(res), res)
 	}
 	return res[0]
+}
+
+// prepareResults runs Prepare on layers and returns its results but the
+// drop of retired storage (other tests' old storage).
+func prepareResults(t *testing.T, pool *pgxpool.Pool, layers []*tiles.Layer, o serving.Options) []serving.Result {
+	t.Helper()
+	return slices.DeleteFunc(serving.Prepare(t.Context(), pool, layers, o),
+		func(r serving.Result) bool { return r.Builder == serving.Retired })
 }
 
 // served returns the table (in tiles.ServingSchema) the registry names

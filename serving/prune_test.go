@@ -1,7 +1,6 @@
 package serving_test
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -48,8 +47,7 @@ func TestPruneRetiresTheStorageOfLayersNotConfigured(t *testing.T) {
 
 	// With Prune naming gone (not other): gone's storage is retired.
 	o.Prune = func(layer string) bool { return mine(layer) && layer != other }
-	results := slices.DeleteFunc(serving.Prepare(t.Context(), owner, []*tiles.Layer{c.Layer(kept)}, o),
-		func(r serving.Result) bool { return r.Builder == serving.Retired })
+	results := prepareResults(t, owner, []*tiles.Layer{c.Layer(kept)}, o)
 	want := []serving.Result{
 		{Layer: kept, Builder: "overview", Status: serving.Unchanged},
 		{Layer: gone, Builder: "overview", Status: serving.Removed, Reason: serving.NotConfigured},

@@ -32,8 +32,7 @@ func secrets(t *testing.T, f *fixture) {
 // results, other tests' retired storage aside.
 func prepareAll(t *testing.T, owner *pgxpool.Pool, l *tiles.Layer, builders ...serving.Builder) []serving.Result {
 	t.Helper()
-	return slices.DeleteFunc(serving.Prepare(t.Context(), owner, []*tiles.Layer{l}, serving.Options{Builders: builders}),
-		func(r serving.Result) bool { return r.Builder == serving.Retired })
+	return prepareResults(t, owner, []*tiles.Layer{l}, serving.Options{Builders: builders})
 }
 
 // readable reports whether the read role may select from relation, a
