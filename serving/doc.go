@@ -127,9 +127,13 @@
 // row-level security enabled (Reason ViewRowSecurity: the read role reads
 // the view with the view owner's rights, but the table's policies apply,
 // and current_user in them is whoever reads the view, so that prepare may
-// see other rows than the read role). A view's relations are those its
-// query names (not those a function it calls reads), followed through
-// the views among them; a materialized view is not checked, nor
+// see other rows than the read role), nor a view that may filter by who
+// reads it without row security (Reason RoleDependentView: it, or a view
+// it reads, names CURRENT_USER, SESSION_USER, CURRENT_ROLE or USER,
+// checks a privilege or a role, reads a setting, or calls a function or
+// operator that is neither built in nor an extension's, whose body is
+// not read). A view's relations are those its query names, followed
+// through the views among them; a materialized view is not checked, nor
 // followed: it holds the rows of its last refresh, which the read role
 // reads whole.
 //

@@ -21,7 +21,7 @@ type Options struct {
 	// ReaderRole serves the tiles (default DefaultReaderRole): every
 	// relation built is granted to it, and built only from a table whose
 	// copied columns it may read itself, every row of them (see
-	// RowSecurity, InvokerView and ViewRowSecurity).
+	// RowSecurity, InvokerView, ViewRowSecurity and RoleDependentView).
 	ReaderRole string
 	// Force rebuilds storage that is current.
 	Force bool
@@ -141,6 +141,17 @@ const (
 // RowSecurity, and the layer's tiles read the view.
 const ViewRowSecurity = "the view reads a table with row-level security enabled: its policies apply to whoever reads the view, and may filter by that role (current_user), which storage would not do; tiles read the view (disable row security on the tables it reads, or build the layer from a materialized view)"
 
+// RoleDependentView is the Reason of a Skipped or Removed Result of every
+// builder on a view that may show each reader other rows without row
+// security: the view, or a view it reads, names CURRENT_USER,
+// SESSION_USER, CURRENT_ROLE or USER, checks a privilege or a role
+// membership, reads a setting, or calls a function or operator that is
+// neither built in nor an extension's (which might do any of these).
+// prepare reads the view as the schema owner, and storage would show the
+// read role the owner's rows. The storage built before is withdrawn as
+// for RowSecurity, and the layer's tiles read the view.
+const RoleDependentView = "the view, or a view it reads, may depend on who reads it (CURRENT_USER, SESSION_USER, a privilege or role check, a setting, or a function from outside an extension): storage built as the schema owner would show the read role the owner's rows; tiles read the view (build the layer from a table or a materialized view)"
+
 // Result is the outcome for one layer and builder.
 type Result struct {
 	Layer, Builder string
@@ -150,7 +161,7 @@ type Result struct {
 	SourceRows     int64 // rows of the layer's table
 	Repaired       int64 // source rows the build repaired (Job.Repaired); 0 unless built
 	Took           time.Duration
-	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity, InvokerView or ViewRowSecurity; why it was Removed: one of the last five, or NotConfigured
+	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity, InvokerView, ViewRowSecurity or RoleDependentView; why it was Removed: one of the last six, or NotConfigured
 	Err            error
 }
 

@@ -88,8 +88,11 @@ type source struct {
 	// viewRowSecurity: a view that reads a table with row-level security
 	// enabled, directly or through other views.
 	viewRowSecurity bool
-	signature       string // "count:max-xmin"; "" for a relation without xmin
-	rows            int64
+	// roleDependent: a view that, or a view it reads that, may filter by
+	// who reads it without row security (sql/serving_source.sql).
+	roleDependent bool
+	signature     string // "count:max-xmin"; "" for a relation without xmin
+	rows          int64
 }
 
 // inspect reads what source reports: kind of relation, the table
@@ -103,7 +106,7 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 	}
 	found := false
 	var schema, name string
-	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &schema, &name, &s.readable, &s.rowSecurity, &s.invoker, &s.viewRowSecurity},
+	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &schema, &name, &s.readable, &s.rowSecurity, &s.invoker, &s.viewRowSecurity, &s.roleDependent},
 		func() error { found = true; return nil })
 	if err != nil {
 		return s, fmt.Errorf("inspect %s: %w", l.TableIdent().Sanitize(), err)
@@ -118,7 +121,8 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 // refusal returns why storage readable by role must not be built from
 // the table s describes (cols are the columns it would copy): an error
 // when role may not read them (a configuration to fix), else RowSecurity,
-// InvokerView or ViewRowSecurity, or "" when it may be built.
+// InvokerView, ViewRowSecurity or RoleDependentView, or "" when it may be
+// built.
 func (s source) refusal(l *tiles.Layer, role string, cols []string) (string, error) {
 	switch {
 	case !s.readable:
@@ -130,6 +134,8 @@ func (s source) refusal(l *tiles.Layer, role string, cols []string) (string, err
 		return InvokerView, nil
 	case s.viewRowSecurity:
 		return ViewRowSecurity, nil
+	case s.roleDependent:
+		return RoleDependentView, nil
 	}
 	return "", nil
 }

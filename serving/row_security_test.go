@@ -378,3 +378,82 @@ func TestPrepareRevokesStorageRetiredBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareRefusesAViewThatDependsOnItsReader: a view may filter by
+// who reads it without row security — by CURRENT_USER and its kin, a
+// privilege check, a setting, or a function of its own that may do any
+// of these. prepare reads it as the schema owner: storage would show the
+// read role the owner's rows. It builds nothing from such a view, or a
+// view over one (Reason RoleDependentView), retires what it built before
+// the view changed, and the layer's tiles read the view. A view naming a
+// column "user", a string 'CURRENT_USER' or an extension's function is
+// built.
+func TestPrepareRefusesAViewThatDependsOnItsReader(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "viewrole_")
+	secrets(t, f)
+	f.exec(t, `ALTER TABLE {s}.shapes ADD COLUMN tenant text, ADD COLUMN "user" text`)
+	f.exec(t, `UPDATE {s}.shapes SET tenant = CASE WHEN id < 5 THEN 'geotoll_reader' ELSE current_user END`)
+	f.exec(t, `CREATE FUNCTION {s}.tenant() RETURNS text LANGUAGE sql STABLE AS 'SELECT current_user::text'`)
+	views := map[string]string{
+		"by_current_user": `WHERE tenant = CURRENT_USER`,
+		"by_session_user": `WHERE tenant = session_user`,
+		"by_user":         `WHERE tenant = user`,
+		"by_privilege":    `WHERE has_table_privilege('{s}.shapes', 'UPDATE')`,
+		"by_setting":      `WHERE tenant = current_setting('geotoll.tenant', true)`,
+		"by_function":     `WHERE tenant = {s}.tenant()`,
+		"plain":           `WHERE "user" IS DISTINCT FROM 'CURRENT_USER' AND ST_Area(geom) > 0`,
+	}
+	for v, where := range views {
+		f.exec(t, `CREATE VIEW {s}.`+v+` AS SELECT id, name, geom, "user" FROM {s}.shapes `+where)
+		f.exec(t, `GRANT SELECT ON {s}.`+v+` TO geotoll_reader`)
+	}
+	f.exec(t, `CREATE VIEW {s}.over_function AS SELECT * FROM {s}.by_function`)
+	f.exec(t, `GRANT SELECT ON {s}.over_function TO geotoll_reader`)
+	for _, c := range []struct {
+		pool *pgxpool.Pool
+		want int
+	}{{owner, 35}, {testenv.ReadPool(t), 5}} {
+		var n int
+		if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{f.schema, "by_current_user"}.Sanitize()).Scan(&n); err != nil || n != c.want {
+			t.Fatalf("the view shows %d rows (%v), want %d: the test shows nothing", n, err, c.want)
+		}
+	}
+	for v := range views {
+		if v == "plain" {
+			continue
+		}
+		t.Run(v, func(t *testing.T) {
+			l := unique("viewrole_" + v + "_")
+			testenv.ForgetStorage(t, owner, l)
+			wantViewSkipped(t, owner, f, l, v, serving.RoleDependentView)
+		})
+	}
+	t.Run("over_function", func(t *testing.T) {
+		l := unique("viewrole_over_")
+		testenv.ForgetStorage(t, owner, l)
+		wantViewSkipped(t, owner, f, l, "over_function", serving.RoleDependentView)
+	})
+
+	l := shapesLayer(name, f.schema)
+	l.Table = "plain"
+	cat := catalog(t, l)
+	builders := []serving.Builder{serving.Overview{}, serving.Subdivide{}}
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Built || r.Err != nil {
+			t.Fatalf("a view of no role: %+v, want built", r)
+		}
+	}
+	before := registry(t, owner, name)
+	f.exec(t, `CREATE OR REPLACE VIEW {s}.plain AS SELECT id, name, geom, "user" FROM {s}.shapes WHERE tenant = current_user`)
+	for _, r := range prepareAll(t, owner, cat.Layer(name), builders...) {
+		if r.Status != serving.Removed || r.Reason != serving.RoleDependentView || r.Err != nil {
+			t.Errorf("the view filtering by current_user: %+v, want removed, reason %q", r, serving.RoleDependentView)
+		}
+	}
+	for rel := range before {
+		if readable(t, owner, rel) {
+			t.Errorf("the view filtering by current_user: the read role may still read %s", rel)
+		}
+	}
+}

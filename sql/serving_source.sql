@@ -21,12 +21,20 @@
 -- is conservative). The relations a view reads are those its query names
 -- (its _RETURN rule's dependencies in pg_depend; not the relations a
 -- function it calls reads), followed through the views among them; a materialized view ends the walk, its rows being
--- those of its last refresh, which the read role reads whole.
+-- those of its last refresh, which the read role reads whole. Last, a
+-- view may filter by who reads it without row security: a view among
+-- those the walk finds whose query names CURRENT_USER, SESSION_USER,
+-- CURRENT_ROLE or USER, checks a privilege or a role (has_*_privilege,
+-- pg_has_role), reads a setting (current_setting) or asks
+-- row_security_active — found in its text as pg_get_viewdef writes it,
+-- where these words stand unquoted — or calls a function or operator
+-- that is neither built in nor an extension's (what such a function
+-- does is not read) is role dependent.
 --   $1  the table, quoted (pgx.Identifier.Sanitize), as text
 --   $2  the read role     $3  the columns the storage copies (text[])
 -- No row: the table does not exist.
 -- Result: relkind, schema, name, readable, row_security, invoker,
--- view_row_security.
+-- view_row_security, role_dependent.
 SELECT c.relkind::text, n.nspname::text, c.relname::text,
        (SELECT coalesce(bool_and(has_table_privilege($2::text, c.oid, 'SELECT')
                                  OR has_column_privilege($2::text, c.oid, col, 'SELECT')), true)
@@ -37,7 +45,8 @@ SELECT c.relkind::text, n.nspname::text, c.relname::text,
             FROM pg_roles AS r
             WHERE r.rolname = $2::text), false),
        c.relkind = 'v' AND coalesce(v.invoker, false),
-       c.relkind = 'v' AND coalesce(v.row_security, false)
+       c.relkind = 'v' AND coalesce(v.row_security, false),
+       c.relkind = 'v' AND coalesce(v.role_dependent, false)
 FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 LEFT JOIN LATERAL (
@@ -55,7 +64,19 @@ LEFT JOIN LATERAL (
                (SELECT o.option_value::bool
                 FROM pg_options_to_table(r.reloptions) AS o
                 WHERE o.option_name = 'security_invoker'), false)) AS invoker,
-           bool_or(r.relrowsecurity) AS row_security
+           bool_or(r.relrowsecurity) AS row_security,
+           bool_or(r.relkind = 'v' AND (
+               pg_get_viewdef(r.oid) ~ '(^|[^"''[:alnum:]_.])(CURRENT_USER|SESSION_USER|CURRENT_ROLE|USER)($|[^"''[:alnum:]_(])'
+               OR pg_get_viewdef(r.oid) ~ '(^|[^"''[:alnum:]_.])(has_[a-z_]+_privilege|pg_has_role|current_setting|row_security_active)\('
+               OR EXISTS (
+                   SELECT 1
+                   FROM pg_rewrite AS w
+                   JOIN pg_depend AS d ON d.classid = 'pg_rewrite'::regclass AND d.objid = w.oid
+                                      AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
+                   WHERE w.ev_class = r.oid AND w.rulename = '_RETURN'
+                     AND NOT EXISTS (SELECT 1 FROM pg_depend AS e
+                                     WHERE e.classid = d.refclassid AND e.objid = d.refobjid
+                                       AND e.deptype = 'e')))) AS role_dependent
     FROM used AS u
     JOIN pg_class AS r ON r.oid = u.oid
 ) AS v ON c.relkind = 'v'
