@@ -19,9 +19,9 @@ const MaxZoom maptile.Zoom = 22
 const worldHalf = math.Pi * orb.EarthRadius
 
 // ParseTile parses the z, x and y path segments of a tile address. Each must
-// be a plain decimal number (no sign, no spaces, at most 10 digits). A
-// malformed segment is a 400 naming it; a zoom above MaxZoom or x/y outside
-// 0 … 2^z−1 is a 422.
+// be a plain decimal number (no sign, no spaces, no leading zero, at most
+// 10 digits): one address for each tile. A malformed segment is a 400
+// naming it; a zoom above MaxZoom or x/y outside 0 … 2^z−1 is a 422.
 func ParseTile(zs, xs, ys string) (maptile.Tile, error) {
 	z, err := parseUint("z", zs)
 	if err != nil {
@@ -80,6 +80,11 @@ func parseUint(param, s string) (uint64, error) {
 			return 0, problem.Malformed(param, "%s must be a non-negative integer, got %q", param, truncate(s, 16))
 		}
 		v = v*10 + uint64(c-'0')
+	}
+	if s[0] == '0' && len(s) > 1 {
+		// One tile, one address: 01 and 1 would be two cache entries
+		// (here and in every CDN) and two charges for the same bytes.
+		return 0, problem.Malformed(param, "%s has a leading zero: the tile's address is %d", param, v)
 	}
 	return v, nil
 }

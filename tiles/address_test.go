@@ -2,6 +2,7 @@ package tiles_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -47,7 +48,6 @@ func TestParseTile(t *testing.T) {
 		{name: "world", z: "0", x: "0", y: "0", want: maptile.New(0, 0, 0)},
 		{name: "deepest corner", z: "22", x: "4194303", y: "4194303", want: maptile.New(maxXY, maxXY, 22)},
 		{name: "deepest origin", z: "22", x: "0", y: "0", want: maptile.New(0, 0, 22)},
-		{name: "leading zeros", z: "01", x: "0001", y: "0000000001", want: maptile.New(1, 1, 1)},
 		{name: "berlin z14", z: "14", x: "8802", y: "5373", want: maptile.New(8802, 5373, 14)},
 	}
 	for _, tc := range ok {
@@ -77,6 +77,9 @@ func TestParseTile(t *testing.T) {
 		{name: "empty y", z: "0", x: "0", y: "", status: 400, param: "y"},
 		{name: "negative", z: "-1", x: "0", y: "0", status: 400, param: "z"},
 		{name: "plus sign", z: "+1", x: "0", y: "0", status: 400, param: "z"},
+		{name: "leading zero of z", z: "01", x: "0", y: "0", status: 400, param: "z"},
+		{name: "leading zeros of x", z: "1", x: "0001", y: "0", status: 400, param: "x"},
+		{name: "zero written twice", z: "1", x: "0", y: "00", status: 400, param: "y"},
 		{name: "leading space", z: "1", x: " 1", y: "0", status: 400, param: "x"},
 		{name: "trailing space", z: "1", x: "0", y: "1 ", status: 400, param: "y"},
 		{name: "exponent", z: "1", x: "1e3", y: "0", status: 400, param: "x"},
@@ -333,6 +336,9 @@ func FuzzParseTile(f *testing.F) {
 			if s == "" || len(s) > 10 || strings.Trim(s, "0123456789") != "" {
 				t.Fatalf("ParseTile accepted %q, which is not 1–10 ASCII digits", s)
 			}
+		}
+		if got := fmt.Sprintf("%d/%d/%d", tile.Z, tile.X, tile.Y); got != z+"/"+x+"/"+y {
+			t.Fatalf("ParseTile accepted %s/%s/%s, another address of %s: one tile, one address", z, x, y, got)
 		}
 		if e := tiles.Envelope(tile); !(e.Min[0] < e.Max[0] && e.Min[1] < e.Max[1]) {
 			t.Fatalf("Envelope(%v) = %v is empty", tile, e)
