@@ -10,8 +10,9 @@
 //
 // Migration 00006_serving.sql creates schema geotoll_serving, owned by the
 // schema owner (the admin database URL, which `prepare` connects as),
-// with USAGE for geotoll_reader and SELECT on its tables by default
-// privileges; `prepare` also grants each table it builds explicitly. Its
+// with USAGE for geotoll_reader; `prepare` grants SELECT on each table it
+// builds to its read role alone (Options.ReaderRole; 00012 took back the
+// default privileges that let geotoll_reader read them all). Its
 // registry, geotoll_serving.storage, has one row per built relation:
 //
 //	layer, builder, relation        primary key; relation is a table in
@@ -117,8 +118,10 @@
 // Before building, and before finding storage current, [Prepare] checks
 // that storage readable by the read role shows it nothing the table
 // hides from it (prepare reads the table as the schema owner): that the
-// read role may read every column it would copy (else the layer fails,
-// naming the role), that no row-level security filters what the read
+// read role may use the table's schema and read every column it would
+// copy (else the layer fails, naming the role), that the table is not a
+// foreign table (Reason ForeignTable: the read role reads it through its
+// own user mapping), that no row-level security filters what the read
 // role reads of the table (Reason RowSecurity: the owner reads past it,
 // or, forced on the owner, through the owner's policies), that the table
 // is no view with security_invoker, nor a view that reads one (Reason

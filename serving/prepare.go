@@ -21,7 +21,8 @@ type Options struct {
 	// ReaderRole serves the tiles (default DefaultReaderRole): every
 	// relation built is granted to it, and built only from a table whose
 	// copied columns it may read itself, every row of them (see
-	// RowSecurity, InvokerView, ViewRowSecurity and RoleDependentView).
+	// RowSecurity, ForeignTable, InvokerView, ViewRowSecurity and
+	// RoleDependentView).
 	ReaderRole string
 	// Force rebuilds storage that is current.
 	Force bool
@@ -141,6 +142,15 @@ const (
 // RowSecurity, and the layer's tiles read the view.
 const ViewRowSecurity = "the view reads a table with row-level security enabled: its policies apply to whoever reads the view, and may filter by that role (current_user), which storage would not do; tiles read the view (disable row security on the tables it reads, or build the layer from a materialized view)"
 
+// ForeignTable is the Reason of a Skipped or Removed Result of every
+// builder on a foreign table: the read role reads it through its own user
+// mapping, which may reach other rows on the remote server, or none;
+// prepare reads it through the schema owner's. A view over it is built:
+// it is read through the view owner's mapping whoever reads it. The
+// storage built before is withdrawn as for RowSecurity, and the layer's
+// tiles read the table.
+const ForeignTable = "a foreign table is read through the reading role's own user mapping, which storage built as the schema owner would not apply; tiles read the table (build the layer from a view over it, read through the view owner's mapping, or a materialized view)"
+
 // RoleDependentView is the Reason of a Skipped or Removed Result of every
 // builder on a view that may show each reader other rows without row
 // security: the view, or a view it reads, names CURRENT_USER,
@@ -161,7 +171,7 @@ type Result struct {
 	SourceRows     int64 // rows of the layer's table
 	Repaired       int64 // source rows the build repaired (Job.Repaired); 0 unless built
 	Took           time.Duration
-	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity, InvokerView, ViewRowSecurity or RoleDependentView; why it was Removed: one of the last six, or NotConfigured
+	Reason         string // why it was Skipped: NothingToBuild, LayerBusy, BuiltByOther, NullIDs, RepeatedIDs, RowSecurity, ForeignTable, InvokerView, ViewRowSecurity or RoleDependentView; why it was Removed: one of the last seven, or NotConfigured
 	Err            error
 }
 
@@ -328,7 +338,8 @@ func refuse(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, builder str
 }
 
 // withdraw retires a builder's storage of a layer in tx (see retireSQL)
-// and revokes the read role's right to read its relations, which may
+// and revokes the read role's right to read its relations (and
+// DefaultReaderRole's, which storage built before migration 00012 has), which may
 // hold what the role must not see: the retired relations stay for
 // Options.Retain so that a server reading them is not disturbed, but a
 // server must not show these. So are revoked the layer's relations
@@ -341,7 +352,13 @@ func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int,
 	if err != nil {
 		return 0, err
 	}
-	before, err := texts(ctx, tx, retiredReadSQL, layer, role)
+	// Storage built before migration 00012 is readable by the default
+	// read role too, whichever role it was built for.
+	roles := []string{role}
+	if role != DefaultReaderRole {
+		roles = append(roles, DefaultReaderRole)
+	}
+	before, err := texts(ctx, tx, retiredReadSQL, layer, roles)
 	if err != nil {
 		return 0, err
 	}
@@ -352,8 +369,12 @@ func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int,
 		}
 	}
 	for _, rel := range revoke {
+		from := make([]string, len(roles))
+		for i, r := range roles {
+			from[i] = pgx.Identifier{r}.Sanitize()
+		}
 		if _, err := tx.Exec(ctx, "REVOKE SELECT ON "+pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()+
-			" FROM "+pgx.Identifier{role}.Sanitize()); err != nil {
+			" FROM "+strings.Join(from, ", ")); err != nil {
 			return 0, fmt.Errorf("revoke %s: %w", rel, err)
 		}
 	}

@@ -76,7 +76,8 @@ type source struct {
 	// schema, quoted: the registry's source_table, which serve compares
 	// with the table it reads under its own.
 	table string
-	// readable: the read role may read every column copied.
+	// readable: the read role may use the table's schema and read every
+	// column copied.
 	readable bool
 	// rowSecurity: row-level security filters what the read role reads
 	// of the table, and not (or not as) what the build reads.
@@ -121,13 +122,15 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 // refusal returns why storage readable by role must not be built from
 // the table s describes (cols are the columns it would copy): an error
 // when role may not read them (a configuration to fix), else RowSecurity,
-// InvokerView, ViewRowSecurity or RoleDependentView, or "" when it may be
-// built.
+// ForeignTable, InvokerView, ViewRowSecurity or RoleDependentView, or ""
+// when it may be built.
 func (s source) refusal(l *tiles.Layer, role string, cols []string) (string, error) {
 	switch {
 	case !s.readable:
-		return "", fmt.Errorf("role %s may not read every column of %s that the storage would copy (%s): refusing to expose them",
+		return "", fmt.Errorf("role %s may not read every column of %s that the storage would copy (%s), or may not use its schema: refusing to expose them",
 			role, l.TableIdent().Sanitize(), strings.Join(cols, ", "))
+	case s.relkind == "f":
+		return ForeignTable, nil
 	case s.rowSecurity:
 		return RowSecurity, nil
 	case s.invoker:

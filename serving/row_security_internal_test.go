@@ -152,3 +152,21 @@ func TestRowSecurityFiltersWhomPostgreSQLFilters(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignTableIsRefused: the read role reads a foreign table through
+// its own user mapping, prepare through the schema owner's: storage is
+// not built from one (Reason ForeignTable), though the read role may
+// read its columns; a view, read through its owner's mapping whoever
+// reads it, and a table are built.
+func TestForeignTableIsRefused(t *testing.T) {
+	t.Parallel()
+	l := &tiles.Layer{Name: "remote", Table: "remote"}
+	for _, c := range []struct {
+		relkind, want string
+	}{{"f", ForeignTable}, {"v", ""}, {"r", ""}, {"p", ""}, {"m", ""}} {
+		reason, err := source{relkind: c.relkind, readable: true}.refusal(l, DefaultReaderRole, []string{"id", "geom"})
+		if reason != c.want || err != nil {
+			t.Errorf("relkind %s: %q, %v; want %q", c.relkind, reason, err, c.want)
+		}
+	}
+}

@@ -4,7 +4,9 @@
 -- resolves to (under the search_path of `geotoll prepare`, which records
 -- them), and whether storage readable by the read role could show it
 -- what its table hides: the read role may not read every column the
--- storage would copy; row-level security is enabled on the table and
+-- storage would copy, or may not use the table's schema (a role without
+-- USAGE on a schema reads none of its tables, whatever their grants);
+-- row-level security is enabled on the table and
 -- filters the read role (neither a superuser nor BYPASSRLS, nor the
 -- table's owner, or one of its members, unless security is forced on the
 -- owner too: the rules PostgreSQL applies), while the schema owner's build
@@ -36,9 +38,10 @@
 -- Result: relkind, schema, name, readable, row_security, invoker,
 -- view_row_security, role_dependent.
 SELECT c.relkind::text, n.nspname::text, c.relname::text,
-       (SELECT coalesce(bool_and(has_table_privilege($2::text, c.oid, 'SELECT')
-                                 OR has_column_privilege($2::text, c.oid, col, 'SELECT')), true)
-        FROM unnest($3::text[]) AS col),
+       has_schema_privilege($2::text, n.oid, 'USAGE')
+       AND (SELECT coalesce(bool_and(has_table_privilege($2::text, c.oid, 'SELECT')
+                                     OR has_column_privilege($2::text, c.oid, col, 'SELECT')), true)
+            FROM unnest($3::text[]) AS col),
        c.relrowsecurity AND NOT coalesce(
            (SELECT r.rolsuper OR r.rolbypassrls
                    OR (pg_has_role(r.oid, c.relowner, 'USAGE') AND NOT c.relforcerowsecurity)
