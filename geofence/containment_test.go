@@ -448,3 +448,32 @@ func TestPiecesRecordedWithoutASchemaAreNotUsed(t *testing.T) {
 		t.Errorf("recorded without the schema: pieces %v, %v; want the table", ct.Pieces, err)
 	}
 }
+
+// A registry row naming a table in a schema the reader may not use made
+// to_regclass fail, and with it every containment lookup: the row is
+// not the layer's table, and the lookup reads the table instead.
+func TestPiecesOfASchemaTheReaderMayNotUseFailNoLookup(t *testing.T) {
+	zones, _ := zonePieces(t)
+	schema := strings.Split(zones.Table, ".")[0]
+	closed := "closed_" + schema
+	owner := testenv.Pool(t)
+	if _, err := owner.Exec(ctxT(t), `CREATE SCHEMA `+pgx.Identifier{closed}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := owner.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{closed}.Sanitize()); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	if _, err := owner.Exec(ctxT(t), `UPDATE geotoll_serving.storage SET source_table = $1 WHERE source_table = $2`,
+		pgx.Identifier{closed, "zones"}.Sanitize(), pgx.Identifier{schema, "zones"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	cat := demoCatalog(t, zones)
+	if _, err := cat.LoadContainment(ctxT(t), testenv.ReadPool(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {
+		t.Errorf("pieces recorded for a table in a closed schema: pieces %v, %v; want the table", ct.Pieces, err)
+	}
+}

@@ -16,7 +16,8 @@
 -- match it; a name without a schema (recorded by an older prepare) does
 -- not say which table was read, and matches nothing either (as in
 -- serving_storage.sql): the layer reads its table until the next prepare
--- records the schema. Pieces are cut from a
+-- records the schema; nor does a name in a schema the reader may not use
+-- (to_regclass fails there: one such row would fail every lookup). Pieces are cut from a
 -- tile layer's geometry column: of several tile layers on the table, the
 -- pieces of the geofence layer's own column in EPSG:4326 are preferred,
 -- then pieces in EPSG:3857 (read with the point transformed; other SRIDs
@@ -34,8 +35,11 @@ LEFT JOIN LATERAL (
            (st.params->>'max_vertices')::int AS max_vertices
     FROM geotoll_serving.storage AS st
     WHERE st.builder = 'subdivide'
-      AND st.source_table ~ '^"([^"]|"")+"\.'
-      AND to_regclass(st.source_table) = to_regclass($1::text)
+      AND CASE WHEN st.source_table !~ '^"([^"]|"")+"\.' THEN false
+               WHEN has_schema_privilege((SELECT ns.oid FROM pg_namespace AS ns
+                                          WHERE ns.nspname = (parse_ident(st.source_table))[1]), 'USAGE')
+               THEN to_regclass(st.source_table) = to_regclass($1::text)
+               ELSE false END
     ORDER BY (st.geometry_column = $2::text AND st.srid = 4326) DESC, (st.srid = 3857) DESC, st.checked_at DESC
     LIMIT 1
 ) AS s ON true
