@@ -3,6 +3,7 @@ package pgcall
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -82,11 +83,11 @@ func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, e
 func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 	defer close(c.done)
 	start := time.Now()
-	err := w(ctx, c.conn.Conn(), c.cut, &c.timing)
+	whole, err := guard(func() error { return w(ctx, c.conn.Conn(), c.cut, &c.timing) })
 	c.timing.DB = time.Since(start)
 	cancel()
-	c.err, c.lost = err, c.conn.Conn().IsClosed()
-	release(c.db.Pool, c.conn)
+	c.err, c.lost = err, !whole || c.conn.Conn().IsClosed()
+	release(c.db.Pool, c.conn, whole) // after a panic, what the connection holds is unknown
 	if c.share != nil {
 		c.share.give()
 	}
@@ -98,8 +99,8 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 	}
 }
 
-// release gives conn back to its pool, or — when it cannot be reused: the
-// database closed it, a failed statement left its transaction open, or a
+// release gives conn back to its pool, or — when it cannot be reused: not
+// reuse (its work panicked), the database closed it, a failed statement left its transaction open, or a
 // cancel request of it went out unacknowledged and may still arrive —
 // closes it, after the pool's BeforeClose hook, and takes it out of the
 // pool, before it returns: the pool's slot is free for the next call at
@@ -109,10 +110,10 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 // free some time after the call has returned.) Closing sends Terminate
 // and closes the socket; it waits for nothing from the server. A pool
 // with MinConns opens the replacement at its next health check.
-func release(pool *pgxpool.Pool, conn *pgxpool.Conn) {
+func release(pool *pgxpool.Pool, conn *pgxpool.Conn, reuse bool) {
 	raw := conn.Conn()
 	pc := raw.PgConn()
-	if !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' && usable(raw) {
+	if reuse && !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' && usable(raw) {
 		conn.Release()
 		return
 	}
@@ -123,6 +124,19 @@ func release(pool *pgxpool.Pool, conn *pgxpool.Conn) {
 	_ = raw.Close(ctx)
 	cancel()
 	conn.Hijack()
+}
+
+// guard runs work and returns its error, or — when it panics (a Scan
+// function's fault) — whole false and an error saying so: the call fails
+// and its connection is closed, rather than the process ending, which a
+// panic on the connection's goroutine would do.
+func guard(work func() error) (whole bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			whole, err = false, fmt.Errorf("pgcall: a statement's work panicked: %v", p)
+		}
+	}()
+	return true, work()
 }
 
 // closeWait bounds the close of a connection taken out of its pool, as
