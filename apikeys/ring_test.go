@@ -3,6 +3,7 @@ package apikeys
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,4 +69,14 @@ func TestRingAgeIgnoresWallClockSteps(t *testing.T) {
 	}
 	clock.advance(6 * time.Second)
 	check("11s after the load", 11*time.Second)
+
+	// The process's clock: time.Since follows the wall clock, steps and
+	// all, unless its start carries a monotonic reading (time.Time's
+	// String shows one as its last field, m=±seconds).
+	if s := processStart.String(); !strings.Contains(s, " m=") {
+		t.Errorf("processStart %s has no monotonic reading: the ring's age would follow the wall clock", s)
+	}
+	if ring.clock = nil; ring.now() < 0 {
+		t.Errorf("the process's clock reads %d ns, before the process started", ring.now())
+	}
 }
