@@ -248,6 +248,9 @@ func (m *Main) openPool(ctx context.Context) error {
 			// geotoll-background.
 			pcfg.ConnConfig.RuntimeParams["application_name"] = app
 		}
+		if !warm {
+			backgroundSessions(pcfg)
+		}
 		db.tunePool(pcfg)
 		tracePool(m.Tracing, pcfg)
 		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -266,6 +269,26 @@ func (m *Main) openPool(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// BackgroundStatementTimeout bounds each statement of the server's own
+// work that sets no tighter bound of its own (the registry, the tables'
+// change detectors, the layers' largest rows): the read role's session
+// default, which a database URL of another role would not bring.
+const BackgroundStatementTimeout = "5s"
+
+// backgroundSessions makes the background pool's sessions read only, each
+// statement under BackgroundStatementTimeout, whatever role the URL
+// names, unless its options set either: its requests' reads run in READ
+// ONLY transactions under SET LOCAL statement_timeout (pgcall), but the
+// server's own work runs plain statements too.
+func backgroundSessions(pcfg *pgxpool.Config) {
+	params := pcfg.ConnConfig.RuntimeParams
+	for name, value := range map[string]string{"default_transaction_read_only": "on", "statement_timeout": BackgroundStatementTimeout} {
+		if _, set := params[name]; !set && !strings.Contains(params["options"], name) {
+			params[name] = value
+		}
+	}
 }
 
 // openKeys makes the API key ring and loads it now (a database that is

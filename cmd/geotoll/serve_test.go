@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/geotoll/geotoll/internal/testenv"
 )
 
 // The requests' pool's sessions are application_name geotoll and the
@@ -32,5 +34,25 @@ func TestServePoolApplicationName(t *testing.T) {
 		if err := m.Background.QueryRow(context.Background(), "SELECT current_setting('application_name')").Scan(&background); err != nil || background != tc.background {
 			t.Errorf("URL with %q: the background pool's application_name %q, %v; want %q", tc.query, background, err, tc.background)
 		}
+	}
+}
+
+// The server's own work runs plain statements too (the registry, the
+// tables' change detectors): its pool's sessions are read only, each
+// statement bounded, whatever role the URL names — here the schema owner,
+// which has neither as a default.
+func TestBackgroundSessionsAreReadOnlyAndBounded(t *testing.T) {
+	t.Parallel()
+	m := startMain(t, func(c *Config) { c.Database.URL = testenv.DatabaseURL(t) })
+	var readOnly, timeout string
+	if err := m.Background.QueryRow(context.Background(),
+		"SELECT current_setting('default_transaction_read_only'), current_setting('statement_timeout')").Scan(&readOnly, &timeout); err != nil {
+		t.Fatal(err)
+	}
+	if readOnly != "on" || timeout != BackgroundStatementTimeout {
+		t.Errorf("background sessions: default_transaction_read_only %s, statement_timeout %s; want on, %s", readOnly, timeout, BackgroundStatementTimeout)
+	}
+	if _, err := m.Background.Exec(context.Background(), "CREATE TEMP TABLE background_write (x int)"); err == nil {
+		t.Error("a background session wrote")
 	}
 }
