@@ -206,7 +206,9 @@ func TestEndToEndKeyChangesReachEveryReplica(t *testing.T) {
 	b, _ := startServer(t, slow)
 	z14 := "/tiles/places/14/8802/5373.mvt"
 	// within polls both replicas until each answers want; a request sent
-	// more than a second after the change must not see the old state.
+	// more than 5 s after the change must not see the old state (the
+	// README's second, within the tolerance of TESTING.md; key_refresh,
+	// an hour here, is what a missed notification would wait for).
 	within := func(key string, want int, what string) {
 		t.Helper()
 		changed := time.Now()
@@ -217,7 +219,7 @@ func TestEndToEndKeyChangesReachEveryReplica(t *testing.T) {
 				if resp.StatusCode == want {
 					break
 				}
-				if sent.Sub(changed) > time.Second {
+				if sent.Sub(changed) > 5*time.Second {
 					t.Fatalf("%s: %s still answers %d to a request sent %s after the change, want %d",
 						what, base, resp.StatusCode, sent.Sub(changed).Round(time.Millisecond), want)
 				}
