@@ -113,7 +113,8 @@
 // Options.LockTimeout (50 ms): one a lagging server still reads is left
 // for a later run, and no query queues long behind the drop. A server
 // that reads a table already dropped (its refresh failed for longer than
-// Options.Retain) answers 503 until it re-reads the registry.
+// Options.Retain) answers 503 to the tile that finds it gone, and reads
+// the layer's table from then on until it re-reads the registry.
 //
 // Before building, and before finding storage current, [Prepare] checks
 // that storage readable by the read role shows it nothing the table

@@ -282,6 +282,20 @@ func (l *Layer) readTableLocked(like *plan) bool {
 	return true
 }
 
+// storageGone makes l read its table at every zoom, when a tile read
+// found a relation of its storage missing: `geotoll prepare` drops
+// storage it retired once Options.Retain has passed, which a server that
+// could not re-read the registry meanwhile (it keeps its plan when a
+// Refresh fails) may still read. The next Refresh that reads the
+// registry plans the storage it names.
+func (l *Layer) storageGone() {
+	l.state.swap.Lock()
+	defer l.state.swap.Unlock()
+	if old := l.plan(); len(old.storage) > 0 {
+		l.readTableLocked(old)
+	}
+}
+
 // currentStorage reads l's table's change detector (package signature),
 // sig, and returns the storage of storage that was built from the table
 // as it is now: whose recorded detector is sig. Storage of a source

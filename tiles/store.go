@@ -3,8 +3,11 @@ package tiles
 import (
 	"bytes"
 	"context"
+	"errors"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 
@@ -45,6 +48,17 @@ func (s *Store) db() *pgcall.DB {
 		TimeoutDetail: tileTimeoutDetail, Calls: s.Calls, ReadSettings: ReadSettingsSQL}
 }
 
+// missingRelation returns the message of err when it is a statement's
+// that named a relation that does not exist (SQLSTATE 42P01; the message
+// names the relation), else "".
+func missingRelation(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return pgErr.Message
+	}
+	return ""
+}
+
 // Tile renders one tile (see Render) and returns its bytes.
 func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]byte, error) {
 	r, err := s.Render(ctx, layers, t)
@@ -64,7 +78,11 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 // A statement timeout is a problem.Timeout (503 with Retry-After); an
 // unreachable database is problem.Unavailable, and so is a layer whose
 // table no longer fits its configuration (the problem names the layer and
-// the reason; see Catalog.Checks). Either may wrap a
+// the reason; see Catalog.Checks). A layer whose serving storage is gone
+// (dropped by a `geotoll prepare` that retired it while this server could
+// not re-read the registry) fails so once: it reads its table from then
+// on, until a Refresh reads the registry (see Layer.storageGone). Either
+// may wrap a
 // pgcall.Stopping when the query had not stopped by the time it was
 // answered.
 func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Rendered, error) {
@@ -80,6 +98,13 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 	}
 	timing, err := s.db().Read(ctx, stmts...)
 	if err != nil {
+		if missing := missingRelation(err); missing != "" {
+			for _, l := range layers {
+				if src := l.Source(t.Z); src.Builder != "" && len(src.Relation) > 0 && strings.Contains(missing, src.Relation[len(src.Relation)-1]) {
+					l.storageGone()
+				}
+			}
+		}
 		return Rendered{}, pgcall.Misfit(err, subject(layers))
 	}
 	tile := Rendered{MVT: parts[0]} // one layer: the bytes pgx read for this call alone
