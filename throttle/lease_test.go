@@ -2,6 +2,8 @@ package throttle
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 )
@@ -107,5 +109,162 @@ func TestGlobalCloseChargesAnOveruseWithNoLeaseOpen(t *testing.T) {
 	g.Close()
 	if r := mustPeek(t, store, g.Bucket); r.Remaining > 80.01 {
 		t.Fatalf("the shared bucket holds %.3f after a request of 20 and Close, want 80", r.Remaining)
+	}
+}
+
+// gatedStore is a store whose Admit, while it is shut, announces itself on
+// entered and waits until the gate opens (or its context ends): a lease
+// call that takes as long as a test needs. It counts the calls in flight
+// at once.
+type gatedStore struct {
+	Store
+	entered chan struct{}
+	mu      sync.Mutex
+	gate    chan struct{} // nil: open
+	now     int
+	most    int
+}
+
+func (s *gatedStore) shut() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate = make(chan struct{})
+}
+
+func (s *gatedStore) open() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.gate)
+	s.gate = nil
+}
+
+func (s *gatedStore) Admit(ctx context.Context, req Request) (Admission, error) {
+	s.mu.Lock()
+	gate := s.gate
+	s.now++
+	s.most = max(s.most, s.now)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.now--
+		s.mu.Unlock()
+	}()
+	if gate != nil {
+		s.entered <- struct{}{}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return Admission{}, ctx.Err()
+		}
+	}
+	return s.Store.Admit(ctx, req)
+}
+
+// unheld runs f and fails the test if it has not returned after a
+// generous time: it guards against a hang, it measures no speed.
+func unheld(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s waited for the lease call on its way", what)
+	}
+}
+
+// TestGlobalLeaseCallHoldsNobody: while one request's lease call is on
+// its way, a request the tokens in hand can pay is admitted, a give-back
+// goes in, and a request that waits for the lease leaves when its own
+// context ends; one lease call is on its way at a time; and every token
+// is accounted for once the call is back.
+func TestGlobalLeaseCallHoldsNobody(t *testing.T) {
+	mem := NewMemoryStore(MemoryOptions{})
+	store := &gatedStore{Store: mem, entered: make(chan struct{}, 16)}
+	g := &Global{Store: store, Bucket: Bucket{Key: "global", Limit: Limit{Rate: 1e-6, Capacity: 1000}}, Chunk: 100, Hold: time.Hour}
+	ctx := context.Background()
+	if _, ok, err := g.Take(ctx, 50); !ok || err != nil { // a lease of 100: 50 in hand
+		t.Fatalf("first take: %v %v", ok, err)
+	}
+	store.shut()
+	big := make(chan error, 1)
+	go func() {
+		_, ok, err := g.Take(ctx, 120) // 50 in hand cannot pay: a lease
+		if err == nil && !ok {
+			err = errors.New("refused")
+		}
+		big <- err
+	}()
+	<-store.entered // the lease call is on its way, and stays there
+	unheld(t, "Give", func() { g.Give(1) })
+	unheld(t, "a request the tokens in hand pay", func() {
+		short, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if _, ok, err := g.Take(short, 1); !ok || err != nil {
+			t.Errorf("Take(1) with 51 in hand: %v %v", ok, err)
+		}
+	})
+	waiter, cancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() {
+		_, _, err := g.Take(waiter, 200) // needs a lease: waits for the one on its way
+		left <- err
+	}()
+	cancel()
+	unheld(t, "a waiter whose context ended", func() {
+		if err := <-left; !errors.Is(err, context.Canceled) {
+			t.Errorf("a waiter whose context ended got %v, want context.Canceled", err)
+		}
+	})
+	store.open()
+	if err := <-big; err != nil {
+		t.Fatalf("the request that leased: %v", err)
+	}
+	store.mu.Lock()
+	most := store.most
+	store.mu.Unlock()
+	if most != 1 {
+		t.Errorf("%d lease calls on their way at once, want 1", most)
+	}
+	// Spent: 50 + 1 + 120, given back 1; all the rest goes back at Close.
+	g.Close()
+	if r := mustPeek(t, mem, g.Bucket); r.Remaining < 829.99 || r.Remaining > 830.01 {
+		t.Fatalf("the shared bucket holds %.3f after Close, want 830", r.Remaining)
+	}
+}
+
+// TestGlobalConcurrentTakesAccountEveryToken: takes, give-backs and the
+// returns at the end of each hold, all at once, leave the shared bucket
+// charged exactly what the requests spent.
+func TestGlobalConcurrentTakesAccountEveryToken(t *testing.T) {
+	mem := NewMemoryStore(MemoryOptions{})
+	g := &Global{Store: mem, Bucket: Bucket{Key: "global", Limit: Limit{Rate: 1e-3, Capacity: 1e5}}, Chunk: 10, Hold: time.Millisecond}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				cost := float64(1 + (w+i)%7)
+				res, ok, err := g.Take(context.Background(), cost)
+				if !ok || err != nil {
+					t.Errorf("take %v: %v %v", cost, ok, err)
+					return
+				}
+				g.Give(res.Cost - 1) // each request ran and cost 1
+			}
+		})
+	}
+	wg.Wait()
+	g.Close()
+	// A give-back that came after its lease went back stays in hand,
+	// where Close has no lease to return it with.
+	g.mu.Lock()
+	kept := g.have
+	g.mu.Unlock()
+	want := 1e5 - 1600 - kept
+	if r := mustPeek(t, mem, g.Bucket); r.Remaining < want || r.Remaining > want+0.1 {
+		t.Fatalf("the shared bucket holds %.3f after 1,600 requests of 1 (%v kept in hand), want %v", r.Remaining, kept, want)
 	}
 }
