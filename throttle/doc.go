@@ -94,6 +94,13 @@
 //     batch's deadline, should the batch still come. A batch that reaches
 //     Redis after its deadline (by Redis's clock) admits nothing, and its
 //     callers get an error, decided by the fail mode.
+//   - A Redis that keeps failing costs each caller's lane fewer and fewer
+//     calls: its retries wait twice as long after each failed call, up to
+//     MaxRetryInterval, and a finish or void that can no longer change its
+//     bucket (its request's TTL and the bucket's refill from its debt floor
+//     to its capacity have passed) is dropped and counted, so that a lane
+//     with nothing left to send goes. A closed Redis client leaves nothing
+//     to retry.
 //   - A batch carries one shape (in-flight cap, TTL, debt floor, aggregate
 //     bucket): operations of another shape wait for the next call.
 //   - The arithmetic is one Go function, applyBatch (its steps in

@@ -2,12 +2,16 @@ package throttle
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -41,6 +45,10 @@ type pending struct {
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
 	span trace.SpanContext
+	// mootAt is when a settlement or void whose call failed can no longer
+	// change its caller's bucket (mootAfter): it is dropped unsent then.
+	// Zero: never (admits, reads, and what has not failed yet).
+	mootAt time.Time
 }
 
 // lane is one caller's queue: at most one batch of it is on its way.
@@ -49,6 +57,9 @@ type lane struct {
 	busy      bool
 	queue     []*pending
 	timer     *time.Timer
+	// fails counts its calls that failed in a row (under RedisStore.mu):
+	// what they leave to send again waits longer after each (retryWait).
+	fails int
 }
 
 // enqueue adds ps to key's lane, in order, and starts a batch when none is
@@ -155,7 +166,7 @@ func (s *RedisStore) kickLocked(l *lane, now, own bool) bool {
 
 // timerLocked kicks l after d, unless a timer is set already. The timer's
 // own goroutine sends the batch. So a finish queued while the lane waits
-// out RetryInterval after a failed call waits with it — the lane backs off
+// out its retry after a failed call waits with it — the lane backs off
 // from a Redis that fails — unless an admit's call, which goes at once,
 // carries it first.
 func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
@@ -228,13 +239,13 @@ func (s *RedisStore) idleLocked(l *lane, wait time.Duration) {
 	}
 }
 
-// scanLocked reports whether any of l's operations is ready to send at
-// now, and how long until the first one that is not (at most
-// RetryInterval).
+// scanLocked reports whether any of l's operations is ready to send (or
+// to drop: moot) at now, and how long until the first one that is not
+// becomes either (see due).
 func (s *RedisStore) scanLocked(l *lane, now time.Time) (anyReady bool, wait time.Duration) {
-	wait = s.opts.RetryInterval
+	wait = s.opts.MaxRetryInterval
 	for _, p := range l.queue {
-		d := p.notBefore.Sub(now)
+		d := p.due(now)
 		if d <= 0 {
 			anyReady = true
 		} else if d < wait {
@@ -244,18 +255,44 @@ func (s *RedisStore) scanLocked(l *lane, now time.Time) (anyReady bool, wait tim
 	return anyReady, wait
 }
 
-// takeLocked removes the operations that are ready from l's queue, at
-// most MaxBatch of them, all of the shape of the first ready one: the
-// script applies one shape (in-flight cap, TTL, debt floor, aggregate) to
-// a whole batch, so the batch ends before the next ready operation of
-// another shape, which goes with the next. wait is how long until the
-// first one that is not ready. A finish or void waiting to be sent again
+// due is how long from now until p is ready to send again, or moot,
+// whichever comes first; 0 or less when it is either.
+func (p *pending) due(now time.Time) time.Duration {
+	d := p.notBefore.Sub(now)
+	if !p.mootAt.IsZero() {
+		d = min(d, p.mootAt.Sub(now))
+	}
+	return d
+}
+
+// dropMootLocked takes out of l's queue, unsent, the settlements and voids
+// whose call failed and that can no longer change their caller's bucket
+// (pending.mootAt), and counts them (RedisStats.Moot).
+func (s *RedisStore) dropMootLocked(l *lane, now time.Time) {
+	l.queue = slices.DeleteFunc(l.queue, func(p *pending) bool {
+		if p.mootAt.IsZero() || now.Before(p.mootAt) {
+			return false
+		}
+		p.arrived()
+		s.stats.moot.Add(1)
+		return true
+	})
+}
+
+// takeLocked drops l's moot operations (dropMootLocked) and removes the
+// operations that are ready from l's queue, at most MaxBatch of them, all
+// of the shape of the first ready one: the script applies one shape
+// (in-flight cap, TTL, debt floor, aggregate) to a whole batch, so the
+// batch ends before the next ready operation of another shape, which goes
+// with the next. wait is how long until the first one that is not ready
+// becomes ready or moot. A finish or void waiting to be sent again
 // after a failed call rides along with a batch of its shape that goes
 // anyway; it never sets the shape, so every batch carries the first ready
 // operation, and an admit is always answered by the call after it is
 // ready.
 func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) {
 	now := time.Now()
+	s.dropMootLocked(l, now)
 	var lead *pending // the first ready operation: its shape is the batch's
 	for _, p := range l.queue {
 		if !now.Before(p.notBefore) {
@@ -263,7 +300,7 @@ func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) 
 			break
 		}
 	}
-	wait = s.opts.RetryInterval
+	wait = s.opts.MaxRetryInterval
 	keep := l.queue[:0]
 	full := false
 	led := false // lead is in batch
@@ -284,7 +321,7 @@ func (s *RedisStore) takeLocked(l *lane) (batch []*pending, wait time.Duration) 
 			batch = append(batch, p)
 			continue
 		}
-		if d := p.notBefore.Sub(now); d > 0 && d < wait {
+		if d := p.due(now); d > 0 && d < wait {
 			wait = d
 		}
 		keep = append(keep, p)
@@ -347,12 +384,13 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		results, err = parseBatchReply(v, len(batch))
 	}
 	if err != nil {
-		s.failed(l, batch, fmt.Errorf("throttle: budget call for %q: %w", l.key, err), sh.notAfterMS)
+		s.failed(l, batch, fmt.Errorf("throttle: budget call for %q: %w", l.key, err), sh)
 		s.stats.failures.Add(1) // once its finishes wait for their retry
 		return
 	}
 	var voids []*pending
 	s.mu.Lock()
+	l.fails = 0
 	markRaced(batch, results, l.queue)
 	for i, p := range batch {
 		if p.lease != nil {
@@ -405,19 +443,32 @@ func markRaced(batch []*pending, results []opResult, queue []*pending) {
 // failed handles a batch whose call failed or went unanswered: its admits
 // get the error (their callers are decided by the fail mode), and each of
 // them is voided — refunded if Redis applied it, turned away by a
-// tombstone until notAfterMS if it still comes. The voids and the batch's
-// finishes are sent again with the next call (they apply once), or after
-// RetryInterval.
-func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int64) {
+// tombstone until the batch's deadline if it still comes. The voids and
+// the batch's finishes and moves are sent again with the caller's next
+// call, or after the lane's retry wait, which doubles with each failed
+// call in a row (retryWait); once they can no longer change the caller's
+// bucket (mootAfter) they are dropped unsent. A call that failed because
+// the Redis client is closed leaves nothing to send again: what it
+// carried is dropped (RedisStats.Dropped).
+func (s *RedisStore) failed(l *lane, batch []*pending, err error, sh shape) {
+	now := time.Now()
+	closed := errors.Is(err, redis.ErrClosed)
+	s.mu.Lock()
+	l.fails++
+	retry := now.Add(s.retryWait(l.fails))
+	s.mu.Unlock()
+	moot := now.Add(s.mootAfter(sh))
 	var again []*pending
-	retry := time.Now().Add(s.opts.RetryInterval)
 	for _, p := range batch {
 		switch p.op.kind {
 		case opPeek: // changes nothing: its caller gets the error
 			p.failed <- err
 		case opAdmit, opShadow, opLease:
-			again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(notAfterMS)}, agg: p.agg, sh: p.sh, notBefore: retry})
-			s.stats.voids.Add(1)
+			if !closed {
+				again = append(again, &pending{op: op{kind: opVoid, id: p.op.id, amount: float64(sh.notAfterMS)},
+					agg: p.agg, sh: p.sh, notBefore: retry, mootAt: moot})
+				s.stats.voids.Add(1)
+			}
 			p.failed <- err
 			if p.lease != nil {
 				s.mu.Lock()
@@ -425,8 +476,16 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 				s.mu.Unlock()
 			}
 		default:
+			if closed {
+				p.arrived()
+				s.stats.dropped.Add(1)
+				continue
+			}
 			p.sent = false
 			p.notBefore = retry
+			if p.mootAt.IsZero() {
+				p.mootAt = moot
+			}
 			again = append(again, p)
 		}
 	}
@@ -450,6 +509,55 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, notAfterMS int
 	}
 	l.queue = append(again, l.queue...)
 }
+
+// retryWait is how long what a lane's call carried waits to be sent again
+// after fails failed calls in a row: RetryInterval, doubled with each
+// failure up to MaxRetryInterval, and up to a quarter more at random, so
+// that lanes that failed together do not try again together. A lane so
+// costs a Redis that stays down one call per MaxRetryInterval or less.
+func (s *RedisStore) retryWait(fails int) time.Duration {
+	d, most := s.opts.RetryInterval, s.opts.MaxRetryInterval
+	for i := 1; i < fails && d < most; i++ {
+		d = min(d, most/2) * 2
+	}
+	d = min(d, most)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	frac := float64(binary.LittleEndian.Uint64(b[:])>>11) / (1 << 53) // in [0, 1)
+	return d + time.Duration(frac*float64(d/4))
+}
+
+// mootAfter is how long after a failed call of shape sh its voids,
+// finishes and moves can still change the caller's bucket. Each closes a
+// request that the call, or one before it, opened, and settles it: its
+// slot counts no longer once the request's TTL has passed (a lease's, its
+// hold and a call's timeout later) by Redis's clock, which may run up to
+// ClockSkew off; and its tokens — at most the capacity and the debt floor
+// — make no difference once the bucket would have refilled from its floor
+// to its capacity (the aggregate bucket too), unless other writes of the
+// caller reached Redis meanwhile. Dropped after that, it costs the caller
+// nothing that its bucket would still show.
+func (s *RedisStore) mootAfter(sh shape) time.Duration {
+	open := time.Duration(sh.ttlMS)*time.Millisecond + s.leaseHold(sh) + s.opts.Timeout
+	full := refillTime(sh.capacity+sh.floor, sh.rate)
+	if sh.aggRate > 0 {
+		full = max(full, refillTime(sh.aggCap+sh.floor, sh.aggRate))
+	}
+	return s.opts.Timeout + 2*s.opts.ClockSkew + max(open, full)
+}
+
+// refillTime is how long a bucket refilling at rate takes to gain amount
+// (both in micro-tokens), at most maxRefillTime.
+func refillTime(amount, rate float64) time.Duration {
+	if !(amount/rate < maxRefillTime.Seconds()) { // NaN too
+		return maxRefillTime
+	}
+	return time.Duration(math.Ceil(amount / rate * float64(time.Second)))
+}
+
+// maxRefillTime bounds refillTime: twice the longest a Limit takes to
+// fill (Limit.Validate), for a debt floor as deep as its capacity.
+const maxRefillTime = 2 * maxFillSeconds * time.Second
 
 // batchContext is the context of a batch's call: detached from every
 // caller, but carrying the span of the first admit that has one, so that

@@ -38,10 +38,11 @@ var admitLua string
 // A batch whose answer never came (a timeout, a lost connection) may or may
 // not have been applied: its callers were told it failed, and were decided
 // by the fail mode elsewhere, so its admits are voided — the voids go with
-// the caller's next call, or after RetryInterval — refunded if they were
-// applied, or, if they were not, turned away by a tombstone should the
-// batch still reach Redis before its deadline (after it, a batch admits
-// nothing anyway, and its callers get an error).
+// the caller's next call, or after RetryInterval, backing off while Redis
+// keeps failing, until they can no longer change the bucket — refunded if
+// they were applied, or, if they were not, turned away by a tombstone
+// should the batch still reach Redis before its deadline (after it, a
+// batch admits nothing anyway, and its callers get an error).
 type RedisStore struct {
 	rdb    redis.Scripter
 	script *redis.Script
@@ -72,9 +73,19 @@ type RedisOptions struct {
 	// FinishDelay is how long a finish waits for a request of the same
 	// caller to ride on before it is sent on its own (default 5 ms).
 	FinishDelay time.Duration
-	// RetryInterval is how often finishes that could not be sent are tried
-	// again (default 500 ms).
+	// RetryInterval is how long finishes and voids that could not be sent
+	// wait before they are tried again (default 500 ms), unless their
+	// caller's next call carries them first. The wait doubles with each
+	// failed call of the caller in a row, up to MaxRetryInterval, with up
+	// to a quarter more at random; an answered call resets it. Once a
+	// finish or void can no longer change its bucket — its request's TTL
+	// and the bucket's refill from its debt floor to its capacity have
+	// passed — it is dropped (RedisStats.Moot).
 	RetryInterval time.Duration
+	// MaxRetryInterval bounds that wait (default 30 s, and at least
+	// RetryInterval): a Redis that stays down costs each caller with
+	// something left to send one call per MaxRetryInterval at most.
+	MaxRetryInterval time.Duration
 	// MaxBatch bounds the operations of one call (default 128).
 	MaxBatch int
 	// MaxPending bounds the operations waiting for one caller (default
@@ -105,6 +116,8 @@ const (
 	DefaultRetryInterval = 500 * time.Millisecond
 	DefaultLeaseRequests = 8
 	DefaultLeaseHold     = 500 * time.Millisecond
+
+	DefaultMaxRetryInterval = 30 * time.Second
 )
 
 func (o RedisOptions) withDefaults() RedisOptions {
@@ -120,6 +133,10 @@ func (o RedisOptions) withDefaults() RedisOptions {
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = DefaultRetryInterval
 	}
+	if o.MaxRetryInterval <= 0 {
+		o.MaxRetryInterval = DefaultMaxRetryInterval
+	}
+	o.MaxRetryInterval = max(o.MaxRetryInterval, o.RetryInterval)
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 128
 	}
@@ -159,20 +176,21 @@ type RedisStats struct {
 	Admits   uint64 // admits among them
 	Voids    uint64 // admits voided after an unanswered batch
 	Failures uint64 // calls that failed or were not answered in time
-	Dropped  uint64 // finishes (and moves) dropped: too many pending for one caller
+	Dropped  uint64 // finishes (and moves) dropped: too many pending for one caller, or the Redis client closed
+	Moot     uint64 // finishes, voids and moves dropped after failed calls, once they could no longer change their bucket
 	Leases   uint64 // leases granted
 	Local    uint64 // requests admitted in process, on a lease
 }
 
 type redisStats struct {
-	calls, ops, admits, voids, failures, dropped, leases, local atomic.Uint64
+	calls, ops, admits, voids, failures, dropped, moot, leases, local atomic.Uint64
 }
 
 // Stats reports what the store sent so far.
 func (s *RedisStore) Stats() RedisStats {
 	return RedisStats{Calls: s.stats.calls.Load(), Ops: s.stats.ops.Load(), Admits: s.stats.admits.Load(),
 		Voids: s.stats.voids.Load(), Failures: s.stats.failures.Load(), Dropped: s.stats.dropped.Load(),
-		Leases: s.stats.leases.Load(), Local: s.stats.local.Load()}
+		Moot: s.stats.moot.Load(), Leases: s.stats.leases.Load(), Local: s.stats.local.Load()}
 }
 
 // Admit implements Store. A request is admitted in process when this
@@ -408,10 +426,18 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 
 // Flush gives back every lease and sends every pending finish and void,
 // waiting at most until ctx ends (at shutdown). The voids of an unanswered
-// batch, and finishes whose call failed, are sent again RetryInterval after
-// the failure, and Flush waits for them; a lease whose slot runs a request
-// goes back when the request finishes.
+// batch, and finishes whose call failed, are tried again at once, then
+// after their lane's retry wait, and Flush waits for them (or until they
+// are moot); a lease whose slot runs a request goes back when the request
+// finishes.
 func (s *RedisStore) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	for _, l := range s.lanes {
+		for _, p := range l.queue { // what waits for a retry goes now, once
+			p.notBefore = time.Time{}
+		}
+	}
+	s.mu.Unlock()
 	for {
 		s.mu.Lock()
 		left := 0
