@@ -3,6 +3,7 @@ package geofence
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"text/template"
@@ -30,6 +31,34 @@ type Containment struct {
 	PieceVertices int
 
 	containsSQL, checkSQL string
+	// catalog installed it (nil for one made by hand): see piecesGone.
+	catalog *Catalog
+}
+
+// piecesGone installs the layer's table in place of ct's pieces, when a
+// read found their relation missing: `geotoll prepare` drops pieces it
+// retired once their retention has passed, which a server whose
+// LoadContainment kept failing meanwhile may still read. The next load
+// that succeeds installs what the registry names.
+func (ct *Containment) piecesGone() {
+	if ct == nil || !ct.Pieces || ct.catalog == nil {
+		return
+	}
+	table := &Containment{Layer: ct.Layer, Relation: ident(ct.Layer.Table), catalog: ct.catalog}
+	if table.render(ct.Layer.GeometryColumn, false) != nil {
+		return
+	}
+	for {
+		old := ct.catalog.contain.Load()
+		if old == nil || (*old)[ct.Layer.Name].c != ct {
+			return // replaced meanwhile
+		}
+		next := maps.Clone(*old)
+		next[ct.Layer.Name] = containState{c: table}
+		if ct.catalog.contain.CompareAndSwap(old, &next) {
+			return
+		}
+	}
 }
 
 // containState is one layer's containment, or why it has none.
@@ -147,7 +176,7 @@ func (c *Catalog) LoadContainment(ctx context.Context, q Querier) (warnings []st
 				rel, geom = pgx.Identifier{piecesSchema, p.Relation}.Sanitize(), p.Geom
 			}
 		}
-		ct := &Containment{Layer: l, Relation: rel, Pieces: p != nil}
+		ct := &Containment{Layer: l, Relation: rel, Pieces: p != nil, catalog: c}
 		if p != nil {
 			ct.PieceVertices = p.MaxVertices
 		}

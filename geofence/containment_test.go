@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -475,5 +476,42 @@ func TestPiecesOfASchemaTheReaderMayNotUseFailNoLookup(t *testing.T) {
 	}
 	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {
 		t.Errorf("pieces recorded for a table in a closed schema: pieces %v, %v; want the table", ct.Pieces, err)
+	}
+}
+
+// Pieces dropped under a server (by a prepare that retired them while the
+// server's loads failed) fail the read that finds them gone; the layer's
+// table is read from then on, until a load installs what the registry
+// names.
+func TestPiecesDroppedUnderTheServerAreReplacedByTheTable(t *testing.T) {
+	zones, _ := zonePieces(t)
+	read := testenv.ReadPool(t)
+	cat := demoCatalog(t, zones)
+	if _, err := cat.LoadContainment(ctxT(t), read); err != nil {
+		t.Fatal(err)
+	}
+	ct, err := cat.Containment("zones")
+	if err != nil || !ct.Pieces {
+		t.Fatalf("pieces %v, %v; want the pieces", ct.Pieces, err)
+	}
+	store := NewStore(read)
+	query := CheckQuery{Layer: ct, Points: []Point{{ID: "squares", Lng: 105, Lat: -5}, {ID: "disc", Lng: 97.5, Lat: -5}}}
+	want, err := store.Check(ctxT(t), query)
+	if err != nil || !reflect.DeepEqual(want, [][]int64{{3, 4}, {1}}) {
+		t.Fatalf("the pieces' answer %v, %v; want [[3 4] [1]]", want, err)
+	}
+	if _, err := testenv.Pool(t).Exec(ctxT(t), `DROP TABLE `+ct.Relation); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Check(ctxT(t), query); err == nil {
+		t.Fatal("a check of dropped pieces answered")
+	}
+	ct, err = cat.Containment("zones")
+	if err != nil || ct.Pieces {
+		t.Fatalf("after the pieces were found gone: pieces %v (%s), %v; want the table", ct.Pieces, ct.Relation, err)
+	}
+	query.Layer = ct
+	if got, err := store.Check(ctxT(t), query); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("the table's answer %v, %v; the pieces' was %v", got, err, want)
 	}
 }
