@@ -45,14 +45,19 @@
 --   $12 byte budget (uncompressed MVT)        $13 last reduction level
 -- Level 0 draws the features as ST_AsMVTGeom clips and snaps them to the
 -- tile's grid (its polygon clipping, wagyu, returns valid polygons); over
--- an overview, a feature smaller than one unit of the grid is drawn as the
--- centre of its box, so a tile with data is never empty. Simplifying or sizing a
+-- an overview, a feature that leaves nothing on the grid (smaller than a
+-- unit of it, or collapsed by the snap) is drawn as a point, so a tile
+-- with data is never empty. Simplifying or sizing a
 -- whole stored feature here would cost more than clipping it (a country
 -- border: hundreds of thousands of vertices, read again for each): the
 -- overviews hold features simplified and thinned for their zoom. Level
 -- L > 0 simplifies the clipped features with ST_SimplifyPreserveTopology
--- at the tolerance scaled by 2^(L − 1 + $11) and keeps the first cap / 2^L
--- features in order_by (at least one). The cap and the levels count the
+-- at the tolerance scaled by 2^(L − 1 + $11) and keeps the first
+-- min(cap / 2^L, n / 2^(L − 1)) features in order_by (at least one), n the
+-- features the tile draws at level 0: level 1 simplifies them (and halves
+-- the cap), each level after it halves what the tile draws, so that the
+-- last one draws a few — the cap alone, halved, stayed above the features
+-- of a tile that had fewer than it, which no level then dropped. The cap and the levels count the
 -- features drawn: a row whose clipped shape is NULL is none of them.
 -- Result: one row (mvt bytea, level int): the first level whose tile fits
 -- the budget, or the last level. Features are written in order_by order,
@@ -127,14 +132,19 @@ near AS (
           LIMIT 2 * $8::int) AS t,
          env,
          LATERAL (SELECT {{if .Overview -}}
-                         -- A feature of the overview too small to leave
-                         -- anything on the tile's grid is drawn as the
-                         -- centre of its box: a tile with data is never
-                         -- empty.
+                         -- A feature of the overview that leaves nothing
+                         -- on the tile's grid (too small, or so thin that
+                         -- its snapped shape collapses) is drawn as a point
+                         -- at the centre of its box, when its box is under
+                         -- a unit of the grid, else of its box's part on
+                         -- the tile, when its shape meets the tile: a tile
+                         -- with data is never empty.
                          coalesce(ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true),
                                   CASE WHEN ST_XMax(b.e) - ST_XMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
                                         AND ST_YMax(b.e) - ST_YMin(b.e) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
-                                       THEN ST_AsMVTGeom(ST_Centroid(b.e), env.geom, env.extent, env.buffer, true) END)
+                                       THEN ST_AsMVTGeom(ST_Centroid(b.e), env.geom, env.extent, env.buffer, true)
+                                       WHEN ST_Intersects(m.g, env.geom)
+                                       THEN ST_AsMVTGeom(ST_Centroid(ST_Intersection(b.e, env.geom)), env.geom, env.extent, env.buffer, true) END)
                          {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS geom
                   FROM (SELECT {{if .Transform}}ST_Transform(t.g, 3857){{else}}t.g{{end}} AS g OFFSET 0) AS m{{if .Overview}},
                        LATERAL (SELECT ST_Envelope(m.g) AS e) AS b{{end}}
@@ -162,7 +172,8 @@ fit (level, mvt) AS (
               FROM feats AS f,
                    LATERAL (SELECT CASE WHEN fit.level > 0 THEN ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f)
                                         ELSE f.geom END AS geom) AS g
-              WHERE f.geom IS NOT NULL AND f.prio <= greatest(1, env.cap >> fit.level)) AS s,
+              WHERE f.geom IS NOT NULL
+                AND f.prio <= greatest(1, least(env.cap >> fit.level, (SELECT count(*) FROM feats) >> greatest(fit.level - 1, 0)))) AS s,
              LATERAL (SELECT s.geom{{if .ID}}, s.{{.ID}} AS id{{end}}{{range .Props}}, s.{{.As}} AS {{.Column}}{{end}}) AS q
         WHERE NOT ST_IsEmpty(s.geom))
     FROM fit, env,

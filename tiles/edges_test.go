@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/paulmach/orb/encoding/mvt"
@@ -229,5 +230,41 @@ func TestStoreTileCapCountsTheFeaturesDrawn(t *testing.T) {
 	}
 	if got := featureIDs(decoded); !slices.Equal(got, []string{"2"}) {
 		t.Errorf("reduced to level %d: ids %v, want [2], the first feature drawn", r.Reduced[0].Level, got)
+	}
+}
+
+// From the second level on, each level halves the features a tile
+// draws, not the cap alone: 200 squares (which no simplification makes
+// smaller) under a cap of 100,000 were drawn at every level (the cap
+// halved eight times is 390), over the budget, while the tile said it
+// was reduced. The tile now fits, with the first squares in order_by.
+func TestStoreTileReductionHalvesTheFeaturesDrawn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(548, 335, 10)
+	env := tiles.Envelope(tile)
+	step := (env.Max[0] - env.Min[0]) / 16
+	f.exec(t, `CREATE TABLE {s}.squares (id bigint PRIMARY KEY, name text NOT NULL, geom geometry(Polygon, 3857) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.squares
+		SELECT i, 'square number ' || i, ST_SetSRID(ST_MakeEnvelope($1::float8 + (i % 14 + 1) * $3::float8, $2::float8 + (i / 14 + 1) * $3::float8,
+		                                                        $1::float8 + (i % 14 + 1.5) * $3::float8, $2::float8 + (i / 14 + 1.5) * $3::float8), 3857)
+		FROM generate_series(0, 195) AS i`, env.Min[0], env.Min[1], step)
+	f.exec(t, `CREATE INDEX ON {s}.squares USING gist (geom)`)
+	f.exec(t, `GRANT SELECT ON {s}.squares TO geotoll_reader`)
+	cat := newCatalog(t, tiles.Layer{Name: "squares", Table: f.table("squares"), GeometryColumn: "geom", SRID: 3857,
+		GeometryKind: tiles.KindPolygon, Properties: []string{"name"}, MaxFeatures: 100000, MaxTileBytes: 1024})
+	r, decoded := renderTile(t, tiles.NewStore(testenv.ReadPool(t)), resolve(t, cat, "squares"), tile)
+	if len(r.Reduced) != 1 || len(r.MVT) > 1024 {
+		t.Fatalf("reductions %v, %d bytes: want the tile reduced to the budget of 1024 bytes", r.Reduced, len(r.MVT))
+	}
+	got := featureIDs(decoded)
+	if len(got) == 0 || len(got) >= 196 {
+		t.Fatalf("reduced to level %d: %d of 196 squares drawn", r.Reduced[0].Level, len(got))
+	}
+	for i, id := range got {
+		if id != strconv.Itoa(i) {
+			t.Errorf("reduced to level %d: ids %v, want the first squares in order", r.Reduced[0].Level, got)
+			break
+		}
 	}
 }
