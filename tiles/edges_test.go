@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/paulmach/orb/encoding/mvt"
@@ -265,6 +266,54 @@ func TestStoreTileReductionHalvesTheFeaturesDrawn(t *testing.T) {
 		if id != strconv.Itoa(i) {
 			t.Errorf("reduced to level %d: ids %v, want the first squares in order", r.Reduced[0].Level, got)
 			break
+		}
+	}
+}
+
+// ST_AsMVT writes a numeric as text: a map read "1000" where TileJSON
+// says Number, and a style comparing it with a number failed. The tile
+// queries cast numeric properties (a domain over numeric too) to float8,
+// for points and polygons alike; other types are written as they were.
+func TestStoreTileNumericPropertiesAreNumbers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(8802, 5373, 14)
+	env := tiles.Envelope(tile)
+	cx, cy := (env.Min[0]+env.Max[0])/2, (env.Min[1]+env.Max[1])/2
+	f.exec(t, `CREATE DOMAIN {s}.hectares AS numeric(12, 1)`)
+	for _, kind := range []string{"Point", "Polygon"} {
+		f.exec(t, `CREATE TABLE {s}.`+kind+` (id bigint PRIMARY KEY, pop numeric, area numeric(10, 2), ha {s}.hectares,
+			n int, name text, geom geometry(`+kind+`, 3857) NOT NULL)`)
+		geom := `ST_SetSRID(ST_MakePoint($1, $2), 3857)`
+		if kind == "Polygon" {
+			geom = `ST_SetSRID(ST_Expand(ST_MakePoint($1, $2), 10), 3857)`
+		}
+		f.exec(t, `INSERT INTO {s}.`+kind+` VALUES (1, 1000, 2.5, 12.5, 7, 'x', `+geom+`)`, cx, cy)
+		f.exec(t, `GRANT SELECT ON {s}.`+kind+` TO geotoll_reader`)
+	}
+	layer := func(kind string, k tiles.Kind) tiles.Layer {
+		return tiles.Layer{Name: kind, Table: f.table(strings.ToLower(kind)), GeometryColumn: "geom", SRID: 3857, GeometryKind: k,
+			Properties: []string{"pop", "area", "ha", "n", "name"}}
+	}
+	cat := newCatalog(t, layer("Point", tiles.KindPoint), layer("Polygon", tiles.KindPolygon))
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	store := tiles.NewStore(reader)
+	for _, name := range []string{"Point", "Polygon"} {
+		_, decoded := renderTile(t, store, resolve(t, cat, name), tile)
+		if len(decoded) != 1 || len(decoded[0].Features) != 1 {
+			t.Fatalf("%s: %d layers, want one feature", name, len(decoded))
+		}
+		props := decoded[0].Features[0].Properties
+		for key, want := range map[string]any{"pop": 1000.0, "area": 2.5, "ha": 12.5, "name": "x"} {
+			if got := props[key]; got != want {
+				t.Errorf("%s: %s = %#v (%T), want %#v", name, key, got, got, want)
+			}
+		}
+		if n, ok := props["n"].(float64); !ok || n != 7 {
+			t.Errorf("%s: n = %#v (%T), want the number 7", name, props["n"], props["n"])
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	queries "github.com/geotoll/geotoll/sql"
 )
 
@@ -78,6 +80,26 @@ func (l *Layer) ReadKind(ctx context.Context, q Querier) (Kind, error) {
 	}
 	rows.Close()
 	return KindOfType(typ), rows.Err()
+}
+
+var numericSQL = queries.MustRead("layer_numeric.sql")
+
+// readNumeric reads which of the layer's properties are of type numeric
+// (layer_numeric.sql), once: the tile queries rendered after it cast them.
+func (l *Layer) readNumeric(ctx context.Context, q Querier) error {
+	if l.state.numeric.Load() != nil || len(l.Properties) == 0 {
+		return nil
+	}
+	rows, err := q.Query(ctx, numericSQL, l.tableIdent().Sanitize(), l.Properties)
+	if err != nil {
+		return fmt.Errorf("layer %q: property types: %w", l.Name, err)
+	}
+	names, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[[]string])
+	if err != nil {
+		return fmt.Errorf("layer %q: property types: %w", l.Name, err)
+	}
+	l.state.numeric.Store(&names)
+	return nil
 }
 
 // schemaTable splits the layer's table into schema and name, as

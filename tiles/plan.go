@@ -17,6 +17,9 @@ import (
 type layerState struct {
 	plan     atomic.Pointer[plan]
 	kindRead atomic.Bool // the geometry kind was read from the database
+	// numeric names the properties of type numeric, once read from the
+	// database (nil until then): the tile queries cast them to float8.
+	numeric atomic.Pointer[[]string]
 	// follow: Refresh reads storage only while it was built from the
 	// table as it is (see Catalog.Follow).
 	follow atomic.Bool
@@ -280,7 +283,12 @@ type queryData struct {
 // their own names, a property by one of those names would make every
 // reference to it ambiguous, and which names a table's columns have is
 // not the query's to choose.
-type carried struct{ Column, As string }
+type carried struct {
+	Column, As string
+	// Cast is what a property's value is cast to in the tile ("::float8"
+	// for a numeric, which ST_AsMVT would write as text), else "".
+	Cast string
+}
 
 // carriedName is the name the tile queries carry the i-th of
 // Layer.Columns under.
@@ -344,8 +352,18 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	if !l.WithoutID {
 		d.ID, d.IDColumn = as(l.IDColumn), stored(l.IDColumn)
 	}
+	var numeric []string
+	if l.state != nil { // nil until the catalog serves the layer
+		if n := l.state.numeric.Load(); n != nil {
+			numeric = *n
+		}
+	}
 	for _, p := range l.Properties {
-		d.Props = append(d.Props, carried{Column: column(p), As: as(p)})
+		c := carried{Column: column(p), As: as(p)}
+		if slices.Contains(numeric, p) {
+			c.Cast = "::float8"
+		}
+		d.Props = append(d.Props, c)
 	}
 	for i, c := range l.Columns() {
 		d.Cols = append(d.Cols, carried{Column: stored(c), As: carriedName(i)})

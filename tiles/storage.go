@@ -221,6 +221,9 @@ func (c *Catalog) Refresh(ctx context.Context, q Querier) (Refreshed, error) {
 				l.state.kindRead.Store(true)
 			}
 		}
+		if err := l.readNumeric(ctx, q); err != nil {
+			out.Warnings = append(out.Warnings, err)
+		}
 		layerStorage := old.storage
 		if loadErr == nil {
 			var other []error
