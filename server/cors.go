@@ -40,14 +40,16 @@ type CORS struct {
 // Headers a browser may send and read across origins. corsAllow has what
 // the API reads (Cache-Control and Pragma: a reload, or a client asking for
 // a fresh render, sends them; If-Match and If-None-Match: the fence admin's
-// conditional requests); corsExpose every header the API sets that is
+// conditional requests; traceparent and tracestate: the W3C trace context
+// a browser app instrumented with OpenTelemetry sends, which the server's
+// spans follow); corsExpose every header the API sets that is
 // not CORS-safelisted and that a script may want: budget and price, where a
 // new fence lives (Location), what a route takes (Allow) and how to
 // authenticate (WWW-Authenticate). TestCORSExposesEveryHeaderTheServerSets
 // fails when a header set by name is missing here.
 const (
 	corsMethods = "GET, HEAD, POST, PUT, DELETE"
-	corsAllow   = "Authorization, Cache-Control, Content-Type, If-Match, If-None-Match, Pragma, X-API-Key, X-Request-ID"
+	corsAllow   = "Authorization, Cache-Control, Content-Type, If-Match, If-None-Match, Pragma, traceparent, tracestate, X-API-Key, X-Request-ID"
 	corsExpose  = "Allow, ETag, Location, Retry-After, RateLimit, RateLimit-Policy, WWW-Authenticate, X-Cache, " +
 		"X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, X-RateLimit-Shadow, X-Request-Cost, " +
 		"X-Request-Cost-Estimate, X-Request-ID, X-Tile-Reduced"

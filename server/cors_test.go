@@ -238,3 +238,23 @@ func TestCORSPreflightAllowsCacheHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A browser app instrumented with OpenTelemetry sends the W3C trace
+// context (traceparent, tracestate) with every request, which the
+// server's spans follow: a preflight that does not allow them fails every
+// such request.
+func TestCORSPreflightAllowsTraceContext(t *testing.T) {
+	t.Parallel()
+	for _, origins := range [][]string{{"*"}, {"https://maps.example.com"}} {
+		pre := corsRequest(corsHandler(CORS{Origins: origins}), http.MethodOptions, "https://maps.example.com",
+			"Access-Control-Request-Method", "GET", "Access-Control-Request-Headers", "traceparent, tracestate")
+		allowed := map[string]bool{}
+		for _, v := range strings.Split(pre.Header().Get("Access-Control-Allow-Headers"), ",") {
+			allowed[strings.ToLower(strings.TrimSpace(v))] = true
+		}
+		if pre.Code != http.StatusNoContent || !allowed["traceparent"] || !allowed["tracestate"] {
+			t.Errorf("origins %q: preflight %d, Access-Control-Allow-Headers %q; want 204 allowing traceparent and tracestate",
+				origins, pre.Code, pre.Header().Get("Access-Control-Allow-Headers"))
+		}
+	}
+}
