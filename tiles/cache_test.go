@@ -307,6 +307,54 @@ func TestCacheSmallTileNotCompressed(t *testing.T) {
 	}
 }
 
+// A client that refuses identity and accepts gzip gets gzip even where
+// gzip does not pay — a tile too small for it, or a handler whose cache
+// keeps no gzip form — with the ETag of the gzip form, and a 304 for it
+// (RFC 9110 §12.5.3). A client that refuses both gets the tile as is.
+func TestIdentityRefusedGetsGzip(t *testing.T) {
+	t.Parallel()
+	small := []byte{0x1a, 0x02, 0x78, 0x02}
+	for _, tc := range []struct {
+		name   string
+		tile   []byte
+		cached bool
+	}{
+		{"a tile too small for gzip", small, true},
+		{"a handler without a cache", bigTile, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCachedHandler(t, &countingRenderer{tiles: map[string][]byte{"places": tc.tile}}, tiles.CacheOptions{})
+			if !tc.cached {
+				c.h = tileRouter(&tiles.Handler{Catalog: newCatalog(t, demoLayers()...), Store: c.rend, Gate: c.gate, Logger: discardLogger()})
+			}
+			for _, ae := range []string{"identity;q=0, gzip", "*;q=0, gzip;q=0.5", "identity;q=0, *"} {
+				w := c.get(z14, "Accept-Encoding", ae)
+				if w.Code != http.StatusOK || w.Header().Get("Content-Encoding") != "gzip" {
+					t.Fatalf("Accept-Encoding %q: %d, Content-Encoding %q, want gzip", ae, w.Code, w.Header().Get("Content-Encoding"))
+				}
+				if !bytes.Equal(gunzip(t, w.Body.Bytes()), tc.tile) || w.Header().Get("Content-Length") != strconv.Itoa(w.Body.Len()) {
+					t.Errorf("Accept-Encoding %q: body does not decompress to the tile, or Content-Length %q for %d bytes",
+						ae, w.Header().Get("Content-Length"), w.Body.Len())
+				}
+				etag := w.Header().Get("ETag")
+				if !strings.HasSuffix(etag, `-gz4"`) {
+					t.Errorf("Accept-Encoding %q: ETag %s, want the gzip form's", ae, etag)
+				}
+				if nm := c.get(z14, "Accept-Encoding", ae, "If-None-Match", etag); nm.Code != http.StatusNotModified {
+					t.Errorf("Accept-Encoding %q, If-None-Match %s: %d, want 304", ae, etag, nm.Code)
+				}
+			}
+			for _, ae := range []string{"identity;q=0", "*;q=0", "identity;q=0, gzip;q=0, br"} {
+				w := c.get(z14, "Accept-Encoding", ae)
+				if w.Code != http.StatusOK || w.Header().Get("Content-Encoding") != "" || !bytes.Equal(w.Body.Bytes(), tc.tile) {
+					t.Errorf("Accept-Encoding %q (no coding acceptable): %d, Content-Encoding %q; want the tile as is",
+						ae, w.Code, w.Header().Get("Content-Encoding"))
+				}
+			}
+		})
+	}
+}
+
 func TestCacheNotModified(t *testing.T) {
 	t.Parallel()
 	c := newCachedHandler(t, &countingRenderer{}, tiles.CacheOptions{})

@@ -1,6 +1,7 @@
 package tiles
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/klauspost/compress/gzip"
 	"github.com/paulmach/orb/maptile"
 	"golang.org/x/sync/singleflight"
 
@@ -286,17 +288,23 @@ func statementTimeout(layers []*Layer) time.Duration {
 // is empty, else 200 — gzip-coded when the client accepts gzip, the
 // handler's Cache keeps tiles, and gzip makes the tile smaller (compressed
 // once per cached tile; a client that does not accept gzip never pays for
-// it, nor does anyone for a tile that is not kept). Every answer carries
+// it, nor does anyone for a tile that is not kept), and also when the
+// client refuses identity and accepts gzip (compressed for that answer;
+// see negotiate.Codings.SendGzip). Every answer carries
 // ETag, Cache-Control, Vary: Accept-Encoding and X-Cache (unless cache is
 // "": a tile neither cached nor rendered), and X-Tile-Reduced when a layer
 // was reduced to fit its byte budget.
 func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
 	body, gz := e.data, false
-	if h.Cache != nil && negotiate.AcceptsGzip(r.Header.Values("Accept-Encoding")) {
+	codings := negotiate.Accepted(r.Header.Values("Accept-Encoding"))
+	if h.Cache != nil && codings.Gzip {
 		if z, ok := h.Cache.gzipped(key, e); ok {
 			body, gz = z, true
 		}
+	}
+	if !gz && len(e.data) > 0 && codings.SendGzip(false) {
+		body, gz = gzipTile(e.data), true
 	}
 	if cache != "" {
 		hdr.Set("X-Cache", cache)
@@ -324,6 +332,18 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+}
+
+// gzipTile is tile gzip-coded as Cache.gzipped codes it (the same bytes,
+// so the same ETag), for a client that refuses identity when the cache
+// keeps no gzip form of the tile.
+func gzipTile(tile []byte) []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzipLevel) // a valid level: no error
+	// Writes to a bytes.Buffer do not fail.
+	_, _ = zw.Write(tile)
+	_ = zw.Close()
+	return buf.Bytes()
 }
 
 // cacheControl is the Cache-Control of a tile of layers: public, for the

@@ -8,33 +8,76 @@ import "strings"
 // pathological header costs bounded work.
 const MaxHeaderItems = 64
 
-// AcceptsGzip reports whether Accept-Encoding values allow a gzip-coded
-// response (RFC 9110 §12.5.3): "gzip" or "x-gzip" with a non-zero q, or "*"
-// with a non-zero q when gzip is not named. No header means no gzip (a
-// client that says nothing may not decode it).
-func AcceptsGzip(values []string) bool {
-	star, named := false, false
+// Codings says which of the two content codings geotoll sends a client's
+// Accept-Encoding allows (RFC 9110 §12.5.3).
+type Codings struct {
+	// Gzip: a gzip-coded response is acceptable — "gzip" or "x-gzip" with
+	// a non-zero q, or "*" with a non-zero q when gzip is not named.
+	Gzip bool
+	// Identity: a response without a content coding is acceptable, as it
+	// is unless "identity;q=0" or "*;q=0" (identity not named) refuses it.
+	Identity bool
+}
+
+// Accepted reads Accept-Encoding values. An explicit q=0 for a coding wins
+// over "*". No header allows identity and not gzip (a client that says
+// nothing may not decode it), and so does an empty one (RFC 9110: it wants
+// no content coding). A header of more than MaxHeaderItems items is not
+// read past them: it allows identity only.
+func Accepted(values []string) Codings {
+	var gzip, identity, star *bool
 	n := 0
 	for _, v := range values {
 		for item := range strings.SplitSeq(v, ",") {
 			if n++; n > MaxHeaderItems {
-				return false
+				return Codings{Identity: true}
 			}
 			coding, params, _ := strings.Cut(item, ";")
-			coding = strings.ToLower(strings.TrimSpace(coding))
-			switch coding {
+			q := positiveQ(params)
+			switch strings.ToLower(strings.TrimSpace(coding)) {
 			case "gzip", "x-gzip":
-				if !positiveQ(params) {
-					return false // an explicit refusal wins over "*"
+				// A refusal of either name refuses gzip.
+				if gzip == nil || !q {
+					gzip = &q
 				}
-				named = true
+			case "identity":
+				if identity == nil || !q {
+					identity = &q
+				}
 			case "*":
-				star = positiveQ(params)
+				star = &q
 			}
 		}
 	}
-	return named || star
+	c := Codings{Identity: true}
+	switch {
+	case gzip != nil:
+		c.Gzip = *gzip
+	case star != nil:
+		c.Gzip = *star
+	}
+	switch {
+	case identity != nil:
+		c.Identity = *identity
+	case star != nil:
+		c.Identity = *star
+	}
+	return c
 }
+
+// SendGzip reports whether a response that can be sent either way goes
+// gzip-coded: when gzip is acceptable and either the server prefers it
+// (preferGzip: it makes the response smaller) or identity is refused.
+// When neither coding is acceptable the response goes without a content
+// coding: RFC 9110 §12.5.3 says an origin server ought to respond without
+// one when none of its codings is acceptable (rather than 406 or 415).
+func (c Codings) SendGzip(preferGzip bool) bool {
+	return c.Gzip && (preferGzip || !c.Identity)
+}
+
+// AcceptsGzip reports whether Accept-Encoding values allow a gzip-coded
+// response (Accepted(values).Gzip).
+func AcceptsGzip(values []string) bool { return Accepted(values).Gzip }
 
 // positiveQ reports whether the parameters of one Accept-Encoding item give
 // it a weight above zero. A missing q is 1; a malformed q is taken as 0.
