@@ -32,6 +32,7 @@ func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol st
 		problem.Write(w, r, exhausted(network.Name, a.Result))
 	case throttle.RefusedInFlight:
 		setBudgetHeaders(w.Header(), pol, tier, a.Result)
+		setConcurrencyHeaders(w.Header(), tier)
 		problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 1,
 			Detail: fmt.Sprintf("%d requests of yours are already in flight, the most tier %q allows; retry when one finishes", maxInFlight(tier), tier.Name),
 			Extra:  map[string]any{"in_flight": maxInFlight(tier), "max_in_flight": maxInFlight(tier), "violated-policies": []string{tier.Name + "-concurrency"}}})
@@ -188,6 +189,18 @@ func setBudgetHeaders(h http.Header, pol string, tier Tier, res throttle.Result)
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
 	h.Set("X-RateLimit-Reset", strconv.Itoa(res.ResetSeconds()))
 	h.Set("X-Request-Cost", fmtTokens(res.Cost))
+}
+
+// setConcurrencyHeaders makes RateLimit and the X-RateLimit-* trio of a
+// refusal by the in-flight cap describe that policy, "<tier>-concurrency"
+// of RateLimit-Policy, rather than the caller's bucket, which did not
+// refuse: no request left (r=0) of max_in_flight, for a second (a slot
+// frees when one of the caller's requests ends; Retry-After says 1).
+func setConcurrencyHeaders(h http.Header, tier Tier) {
+	h.Set("RateLimit", strconv.Quote(tier.Name+"-concurrency")+";r=0;t=1")
+	h.Set("X-RateLimit-Limit", strconv.Itoa(maxInFlight(tier)))
+	h.Set("X-RateLimit-Remaining", "0")
+	h.Set("X-RateLimit-Reset", "1")
 }
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
