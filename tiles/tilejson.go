@@ -28,6 +28,40 @@ type LayerInfo struct {
 	Bounds [4]float64
 	// Fields maps each property to "Number", "String" or "Boolean".
 	Fields map[string]string
+
+	// What the Handler keeps with a description (see Handler.describe):
+	// when it was read, and the state of the layer's data it describes.
+	readAt time.Time
+	data   layerData
+}
+
+// layerData is what a layer's description depends on that the server
+// itself sees change: the writes the server made to the layer's table
+// (Catalog.Written) and the plan Catalog.Refresh installed — the serving
+// storage it reads and, for a followed layer, its table's change
+// detector, which moves when the table is written, by another replica too.
+// These are the changes that drop the layer's cached tiles
+// (Cache.InvalidateLayer).
+type layerData struct {
+	writes uint64
+	plan   *plan
+}
+
+// dataOf is the state of l's data now.
+func dataOf(l *Layer) layerData { return layerData{writes: l.state.writes.Load(), plan: l.plan()} }
+
+// same reports whether d and o are the same state of a layer's data. A
+// Refresh installs a new plan every time; one reading the same storage
+// (and the same table, for a followed layer) is the same data.
+func (d layerData) same(o layerData) bool {
+	if d.writes != o.writes {
+		return false
+	}
+	if d.plan == o.plan {
+		return true
+	}
+	return d.plan != nil && o.plan != nil && d.plan.kind == o.plan.kind && d.plan.table == o.plan.table &&
+		sameStorage(d.plan.storage, o.plan.storage)
 }
 
 // WorldBounds are the bounds of the whole web-mercator square, in degrees.
@@ -36,8 +70,13 @@ func WorldBounds() [4]float64 { return [4]float64{-180, -85.051129, 180, 85.0511
 // Describe reads a layer's bounds and property types. The bounds come from
 // the planner's statistics (ST_EstimatedExtent, no scan) or, when there are
 // none, from ST_Extent under the layer's statement timeout; a table with no
-// rows has WorldBounds. Each query is a guarded read of its own
-// (pgcall.DB.Read), so one failing does not stop the next.
+// rows has WorldBounds. A followed layer (Catalog.Follow: the server writes
+// its table, as the fence admin writes the fences) reads ST_Extent first:
+// the statistics follow its writes only at the table's next ANALYZE, which
+// autovacuum runs after some fifty rows changed, so a fence just written
+// could lie outside them — and a map requests no tiles outside a layer's
+// bounds. Each query is a guarded read of its own (pgcall.DB.Read), so one
+// failing does not stop the next.
 func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
 	info := LayerInfo{Bounds: WorldBounds(), Fields: make(map[string]string, len(l.Properties))}
 	table := l.tableIdent().Sanitize() // text for to_regclass, bound as a value
@@ -69,11 +108,18 @@ func (s *Store) Describe(ctx context.Context, l *Layer) (LayerInfo, error) {
 			Scan: pgcall.One(&b[0], &b[1], &b[2], &b[3])})
 		return err
 	}
-	// ST_EstimatedExtent fails on some valid names (it re-parses them), and
-	// has nothing before the table's first ANALYZE: then scan the table.
-	err = scan(extentEstimateSQL, table, l.GeometryColumn, l.SRID)
-	if err != nil {
-		err = scan(l.extentSQL, l.SRID)
+	estimate := func() error { return scan(extentEstimateSQL, table, l.GeometryColumn, l.SRID) }
+	exact := func() error { return scan(l.extentSQL, l.SRID) }
+	if l.state.follow.Load() {
+		// A scan that fails (its statement timeout) leaves the statistics.
+		if err = exact(); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			err = estimate()
+		}
+	} else if err = estimate(); err != nil {
+		// ST_EstimatedExtent fails on some valid names (it re-parses
+		// them), and has nothing before the table's first ANALYZE: then
+		// scan the table.
+		err = exact()
 	}
 	switch {
 	case err == nil:
@@ -109,80 +155,123 @@ func clampBounds(b [4]float64) [4]float64 {
 
 // describeBackoff is how long a failed Describe is not retried: TileJSON is
 // unpriced, so a failing (slow) Describe must not be something a client can
-// make the database do on every request.
+// make the database do on every request. A Describe of any layer that
+// succeeds ends every layer's backoff: the database answers again.
 const describeBackoff = 30 * time.Second
 
+// describeMaxAge is how long a layer's description is kept before TileJSON
+// reads it again: the default tiles.storage_refresh, how often the server
+// looks at what the layers read, and so the staleness their tiles already
+// accept. Bounds come from the planner's statistics, which move when
+// autovacuum analyzes the table: data loaded into it reaches the bounds at
+// most this long after that ANALYZE. A description is also read again at
+// once when the layer's data changed as the server sees it (layerData).
+const describeMaxAge = 30 * time.Second
+
 // described returns the description of l kept by an earlier Describe, if
-// any (ok), and whether Describe failed for l less than describeBackoff ago.
-func (h *Handler) described(l *Layer) (info LayerInfo, ok, backingOff bool) {
+// any (kept), whether it is still fresh (younger than describeMaxAge, of
+// the layer's data as it is), and whether Describe failed for l less than
+// describeBackoff ago.
+func (h *Handler) described(l *Layer) (info LayerInfo, kept, fresh, backingOff bool) {
 	h.infoMu.Lock()
 	defer h.infoMu.Unlock()
-	info, ok = h.info[l]
+	info, kept = h.info[l]
+	fresh = kept && time.Since(info.readAt) < describeMaxAge && info.data.same(dataOf(l))
 	failedAt, failed := h.infoFailed[l]
-	return info, ok, failed && time.Since(failedAt) < describeBackoff
+	return info, kept, fresh, failed && time.Since(failedAt) < describeBackoff
 }
 
 // errDescribeBackoff is a shared describe's answer when Describe failed
-// for the layer meanwhile: its callers use the fallback, as they would have
-// had they looked after the failure.
+// for the layer meanwhile: its callers use what they would have had they
+// looked after the failure.
 var errDescribeBackoff = errors.New("describe failed recently")
 
-// describe returns the layer's info, asking the Describer the first time
-// and keeping the answer once it succeeds. Concurrent first requests share
-// one Describe, and a request that looked before a Describe ended takes
-// its answer; after a failure, the fallback (WorldBounds and String
-// fields) is served for describeBackoff before the database is asked again.
-func (h *Handler) describe(ctx context.Context, l *Layer) LayerInfo {
-	info, ok, backingOff := h.described(l)
-	if ok {
-		return info
-	}
-	fallback := LayerInfo{Bounds: WorldBounds(), Fields: make(map[string]string, len(l.Properties))}
+// fallbackInfo is what TileJSON says of a layer it could not describe:
+// the whole world, and every property a "String".
+func fallbackInfo(l *Layer) LayerInfo {
+	info := LayerInfo{Bounds: WorldBounds(), Fields: make(map[string]string, len(l.Properties))}
 	for _, p := range l.Properties {
-		fallback.Fields[p] = "String"
+		info.Fields[p] = "String"
 	}
-	if h.Describer == nil || backingOff {
-		return fallback
+	return info
+}
+
+// describe returns the layer's info, asking the Describer when it has no
+// fresh description of it (see described) and keeping the answer once it
+// succeeds. Concurrent requests share one Describe, and a request that
+// looked before a Describe ended takes its answer. When Describe fails,
+// the description kept before (stale, but of the layer's data) is served,
+// or else the fallback (fallbackInfo) — described false: an answer that
+// no cache may keep —, for describeBackoff before the database is asked
+// again. Without a Describer every layer has the fallback, described.
+func (h *Handler) describe(ctx context.Context, l *Layer) (info LayerInfo, described bool) {
+	if h.Describer == nil {
+		return fallbackInfo(l), true
+	}
+	kept, ok, fresh, backingOff := h.described(l)
+	if fresh {
+		return kept, true
+	}
+	orKept := func() (LayerInfo, bool) {
+		if ok {
+			return kept, true
+		}
+		return fallbackInfo(l), false
+	}
+	if backingOff {
+		return orKept()
 	}
 	v, err, _ := h.describing.Do(l.Name, func() (any, error) {
 		// Looked up again: a Describe that ended after this caller looked
 		// (and before it got here) has kept its answer, or its failure.
-		if info, ok, backingOff := h.described(l); ok {
+		if info, _, fresh, backingOff := h.described(l); fresh {
 			return info, nil
 		} else if backingOff {
 			return nil, errDescribeBackoff
 		}
-		// Not the request's context: the answer is shared, and one caller
-		// hanging up must not fail it for the others. Describe bounds its
-		// own queries with statement timeouts.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.StatementTimeout+renderGrace)
-		defer cancel()
-		info, err := h.Describer.Describe(dctx, l)
-		h.infoMu.Lock()
-		defer h.infoMu.Unlock()
-		if err != nil {
-			if h.infoFailed == nil {
-				h.infoFailed = make(map[*Layer]time.Time)
-			}
-			h.infoFailed[l] = time.Now()
-			return nil, err
-		}
-		if h.info == nil {
-			h.info = make(map[*Layer]LayerInfo)
-		}
-		h.info[l] = info
-		delete(h.infoFailed, l)
-		return info, nil
+		return h.describeNow(ctx, l)
 	})
-	if errors.Is(err, errDescribeBackoff) {
-		return fallback
-	}
 	if err != nil {
-		h.logger().LogAttrs(ctx, slog.LevelWarn, "describe layer failed; TileJSON uses world bounds",
-			slog.String("layer", l.Name), slog.Any("err", err), slog.Duration("retry_in", describeBackoff))
-		return fallback
+		if !errors.Is(err, errDescribeBackoff) {
+			msg := "describe layer failed; TileJSON uses world bounds"
+			if ok {
+				msg = "describe layer failed; TileJSON keeps the layer's last description"
+			}
+			h.logger().LogAttrs(ctx, slog.LevelWarn, msg,
+				slog.String("layer", l.Name), slog.Any("err", err), slog.Duration("retry_in", describeBackoff))
+		}
+		return orKept()
 	}
-	return v.(LayerInfo)
+	return v.(LayerInfo), true
+}
+
+// describeNow runs Describe for l and keeps its answer, or the time of
+// its failure. The state of the layer's data is taken before the read: a
+// change while it runs leaves the description stale at once.
+func (h *Handler) describeNow(ctx context.Context, l *Layer) (LayerInfo, error) {
+	data := dataOf(l)
+	// Not the request's context: the answer is shared, and one caller
+	// hanging up must not fail it for the others. Describe bounds its own
+	// queries with statement timeouts.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.StatementTimeout+renderGrace)
+	defer cancel()
+	info, err := h.Describer.Describe(dctx, l)
+	h.infoMu.Lock()
+	defer h.infoMu.Unlock()
+	if err != nil {
+		if h.infoFailed == nil {
+			h.infoFailed = make(map[*Layer]time.Time)
+		}
+		h.infoFailed[l] = time.Now()
+		return LayerInfo{}, err
+	}
+	if h.info == nil {
+		h.info = make(map[*Layer]LayerInfo)
+	}
+	info.readAt, info.data = time.Now(), data
+	h.info[l] = info
+	clear(h.infoFailed) // the database answers: no layer waits for its backoff
+	return info, nil
 }
 
 // tileJSON is a TileJSON 3.0.0 document
@@ -243,8 +332,12 @@ func metaOf(l *Layer, now time.Time) layerMeta {
 // from the host and scheme the client used (forwarded ones only from
 // trusted proxies; see urls). It carries the request's ?key= along for
 // map clients that cannot set headers — such a response is private. It
-// is not priced: the database answers it at most once per layer and
-// process. See writeMeta for its caching and conditional GETs.
+// is not priced: the database answers it at most once per layer every
+// describeMaxAge, and again when the layer's data changed (see describe).
+// A document with a layer the database could not describe (the fallback's
+// world bounds and "String" fields) is no-store, without an ETag: no
+// cache keeps it once the database answers again. See writeMeta for its
+// caching and conditional GETs.
 func (h *Handler) TileJSON() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		layers, err := h.Catalog.Resolve(mux.Vars(r)[VarLayer])
@@ -260,9 +353,16 @@ func (h *Handler) TileJSON() http.Handler {
 		names := make([]string, len(layers))
 		doc := tileJSON{TileJSON: "3.0.0", Version: "1.0.0", Scheme: "xyz", MinZoom: int(MaxZoom), MaxZoom: 0}
 		now := time.Now()
+		scope := metaPublic
+		if query != "" {
+			scope = metaPrivate
+		}
 		for i, l := range layers {
 			names[i] = l.Name
-			info := h.describe(r.Context(), l)
+			info, described := h.describe(r.Context(), l)
+			if !described && scope == metaPublic {
+				scope = metaUnstored
+			}
 			if i == 0 {
 				doc.Bounds = info.Bounds
 			} else {
@@ -281,7 +381,7 @@ func (h *Handler) TileJSON() http.Handler {
 		doc.Name = list
 		doc.Tiles = []string{base + "/tiles/" + list + "/{z}/{x}/{y}.mvt" + query}
 		doc.Center = center(doc.Bounds, doc.MinZoom, doc.MaxZoom)
-		h.writeMeta(w, r, query != "", doc)
+		h.writeMeta(w, r, scope, doc)
 	})
 }
 
@@ -323,7 +423,11 @@ func (h *Handler) Index() http.Handler {
 				layerMeta: metaOf(l, now),
 			})
 		}
-		h.writeMeta(w, r, query != "", out)
+		scope := metaPublic
+		if query != "" {
+			scope = metaPrivate
+		}
+		h.writeMeta(w, r, scope, out)
 	})
 }
 
@@ -364,18 +468,33 @@ func (h *Handler) urls(r *http.Request) (base, query string, err error) {
 	return proto + "://" + host + strings.TrimRight(h.BasePath, "/"), query, nil
 }
 
+// metaScope says who may keep a metadata document.
+type metaScope int
+
+const (
+	// metaPublic: any cache, for 60 s, revalidated by its ETag.
+	metaPublic metaScope = iota
+	// metaPrivate: a document that carries a key (?key=) is nobody else's
+	// business, and no cache keeps the URL that holds the key.
+	metaPrivate
+	// metaUnstored: a document the database could not fill in (TileJSON's
+	// fallback), true only until it answers again.
+	metaUnstored
+)
+
 // writeMeta sends a metadata document. Written from the request's host (no
 // PublicURL), it varies with the forwarding headers, which may choose
 // that host; written from PublicURL it varies with nothing the client
-// sends. One that carries a key (private) is nobody else's business:
-// private, no-store — no cache keeps it, so it has no ETag and is sent
-// whole whatever If-None-Match says (there is nothing stored to
-// revalidate). Any other has a weak ETag (metaETag: the same on every
-// replica for the same document, whatever its storage's age), and an
-// If-None-Match naming it — weak comparison, a list, or "*" — is answered
-// 304 with no body, with the ETag, Cache-Control and Vary the 200 would
-// carry (RFC 9110 §13.1.2, §15.4.5).
-func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, private bool, doc any) {
+// sends. A public one (metaPublic) is "public, max-age=60" with a weak
+// ETag (metaETag: the same on every replica for the same document,
+// whatever its storage's age), and an If-None-Match naming it — weak
+// comparison, a list, or "*" — is answered 304 with no body, with the
+// ETag, Cache-Control and Vary the 200 would carry (RFC 9110 §13.1.2,
+// §15.4.5). A private one is "private, no-store" and one the database could
+// not fill in "no-store": no cache keeps either, so neither has an ETag,
+// and each is sent whole whatever If-None-Match says (there is nothing
+// stored to revalidate).
+func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaScope, doc any) {
 	body, err := json.Marshal(doc)
 	if err != nil { // plain structs of strings and numbers: unreachable
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -386,9 +505,12 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, private bool
 	if h.PublicURL == "" {
 		hdr.Add("Vary", "Forwarded, X-Forwarded-Host, X-Forwarded-Proto")
 	}
-	if private {
+	switch scope {
+	case metaPrivate:
 		hdr.Set("Cache-Control", "private, no-store")
-	} else {
+	case metaUnstored:
+		hdr.Set("Cache-Control", "no-store")
+	default:
 		hdr.Set("Cache-Control", "public, max-age=60")
 		etag := metaETag(body)
 		hdr.Set("ETag", etag)
