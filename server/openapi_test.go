@@ -7,7 +7,7 @@ import (
 
 // Every operation of the document describes the redirect cleanPath sends
 // at a path not in canonical form: a 301 for a GET (and HEAD), a 308 for
-// any other method, each a Redirect with its Location.
+// any other method (OPTIONS too), each a Redirect with its Location.
 func TestOpenAPIDescribesRedirects(t *testing.T) {
 	t.Parallel()
 	var doc struct {
@@ -28,7 +28,7 @@ func TestOpenAPIDescribesRedirects(t *testing.T) {
 	if !ok || redirect.Headers["Location"].Ref != "#/components/headers/Location" || redirect.Content != nil {
 		t.Fatalf("components.responses.Redirect: %+v, want a Location header and no body", redirect)
 	}
-	want := map[string]string{"get": "301", "head": "301", "post": "308", "put": "308", "patch": "308", "delete": "308"}
+	want := map[string]string{"get": "301", "head": "301", "post": "308", "put": "308", "patch": "308", "delete": "308", "options": "308"}
 	operations := 0
 	for p, item := range doc.Paths {
 		for method, raw := range item {

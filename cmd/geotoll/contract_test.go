@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,28 +20,40 @@ import (
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/errors"
 	"github.com/pb33f/libopenapi-validator/helpers"
+	"github.com/pb33f/libopenapi-validator/paths"
+	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+	"github.com/pb33f/libopenapi/orderedmap"
 
 	"github.com/geotoll/geotoll/server"
 )
 
 // contract checks every response a test server sends against the OpenAPI
 // document the server publishes (/openapi.json): its status, headers and
-// body (problem documents included). A response that does not match fails
-// the test that caused it. HEAD and CORS preflights are not described by
-// the document and are not checked; nor is the router's own 404 or 405
-// for a request no route takes (see byRouter), though it must still be a
-// problem document. The redirect of a path not in canonical form is
-// checked against the operation of its clean path (see checkRedirect).
+// body (problem documents included), for every method — HEAD, OPTIONS and
+// CORS preflights too. A response that does not match fails the test that
+// caused it. Every header it carries must be one the document lists for
+// it, but for a few any response may carry (see genericHeader). The
+// router's 405 for a method no route takes at a path must name in Allow
+// the operations the document gives that path, and match the document's
+// MethodNotAllowed response (see checkNotAllowed). The router's own 404
+// for a path no route takes is in no operation (see routerNotFound),
+// though it must still be a problem document. The redirect of a path not
+// in canonical form is checked against the operation of its clean path
+// (see checkRedirect).
 type contract struct {
 	fail func(format string, args ...any) // the test's Errorf
 	v    *sharedValidator
 }
 
 // sharedValidator is a validator of the document of one base path, which
-// contracts reuse one after another (see validators).
+// contracts reuse one after another (see validators), with the document's
+// model and the operation that answers every method with the document's
+// MethodNotAllowed response (see checkNotAllowed).
 type sharedValidator struct {
-	mu sync.Mutex // the validator is not known to be safe for concurrent use
-	v  validator.Validator
+	mu         sync.Mutex // the validator is not known to be safe for concurrent use
+	v          validator.Validator
+	doc        *v3.Document
+	notAllowed *v3.PathItem
 }
 
 // validators keeps, by base path, the validators no live contract holds:
@@ -61,7 +75,7 @@ func newContract(t testing.TB, base string) *contract {
 	}
 	validators.mu.Unlock()
 	if v == nil {
-		v = &sharedValidator{v: buildValidator(t, base)}
+		v = buildShared(t, base)
 	}
 	t.Cleanup(func() {
 		validators.mu.Lock()
@@ -74,9 +88,9 @@ func newContract(t testing.TB, base string) *contract {
 	return &contract{fail: t.Errorf, v: v}
 }
 
-// buildValidator is a new validator of the document the server publishes
+// buildShared is a new validator of the document the server publishes
 // under base, which it checks is valid OpenAPI 3.1.
-func buildValidator(t testing.TB, base string) validator.Validator {
+func buildShared(t testing.TB, base string) *sharedValidator {
 	t.Helper()
 	doc, err := libopenapi.NewDocument(server.OpenAPIDocument(base))
 	if err != nil {
@@ -89,13 +103,28 @@ func buildValidator(t testing.TB, base string) validator.Validator {
 	if ok, verrs := v.ValidateDocument(); !ok {
 		t.Fatalf("openapi.json is not valid OpenAPI 3.1: %s", describe(verrs))
 	}
-	return v
+	model, err := doc.BuildV3Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := model.Model.Components.Responses.GetOrZero("MethodNotAllowed")
+	if resp == nil {
+		t.Fatal("openapi.json has no components.responses.MethodNotAllowed")
+	}
+	codes := orderedmap.New[string, *v3.Response]()
+	codes.Set("405", resp)
+	op := &v3.Operation{Responses: &v3.Responses{Codes: codes}}
+	notAllowed := &v3.PathItem{Get: op, Head: op, Post: op, Put: op, Patch: op, Delete: op, Options: op, Trace: op}
+	return &sharedValidator{v: v, doc: &model.Model, notAllowed: notAllowed}
 }
 
-// recording passes a response on and keeps a copy of it.
+// recording passes a response on and keeps a copy of it: of its body what
+// the client gets — nothing, for a HEAD (net/http drops what its handler
+// writes).
 type recording struct {
 	http.ResponseWriter
 	status int
+	head   bool
 	body   bytes.Buffer
 }
 
@@ -110,7 +139,9 @@ func (r *recording) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	r.body.Write(b)
+	if !r.head {
+		r.body.Write(b)
+	}
 	return r.ResponseWriter.Write(b)
 }
 
@@ -119,11 +150,7 @@ func (r *recording) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 // wrap checks the responses of next.
 func (c *contract) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodHead || r.Method == http.MethodOptions {
-			next.ServeHTTP(w, r)
-			return
-		}
-		rec := &recording{ResponseWriter: w}
+		rec := &recording{ResponseWriter: w, head: r.Method == http.MethodHead}
 		next.ServeHTTP(rec, r)
 		c.check(r, rec)
 	})
@@ -134,26 +161,38 @@ func (c *contract) check(r *http.Request, rec *recording) {
 	if status == 0 {
 		status = http.StatusOK
 	}
-	if clean := canonicalPath(r.URL.Path); clean != r.URL.Path {
+	switch clean := canonicalPath(r.URL.Path); {
+	case clean != r.URL.Path:
 		c.checkRedirect(r, rec, status, clean)
-		return
-	}
-	if byRouter(status, rec) {
-		return
-	}
-	if errs := c.validate(r, status, rec); errs != nil {
-		c.mismatch(r, rec, status, errs)
+	case routerNotFound(status, rec):
+	case status == http.StatusMethodNotAllowed && rec.Header().Get("Allow") != "":
+		c.checkNotAllowed(r, rec)
+	default:
+		errs := c.validate(r, status, rec, nil)
+		if errs == nil {
+			errs = c.undeclared(r, status, rec, nil)
+		}
+		if errs != nil {
+			c.mismatch(r, rec, status, errs)
+		}
 	}
 }
 
-// validate checks the answer rec of status to r against the document, and
-// returns what does not match it (nil when it does).
-func (c *contract) validate(r *http.Request, status int, rec *recording) []*errors.ValidationError {
+// validate checks the answer rec of status to r against the document — the
+// operation of r's method at r's path, or that of item when it is not nil
+// — and returns what does not match it (nil when it does).
+func (c *contract) validate(r *http.Request, status int, rec *recording, item *v3.PathItem) []*errors.ValidationError {
 	req := r.Clone(context.WithoutCancel(r.Context()))
 	req.Body = http.NoBody
 	resp := &http.Response{StatusCode: status, Header: rec.Header().Clone(), Body: io.NopCloser(bytes.NewReader(rec.body.Bytes())), Request: req}
 	c.v.mu.Lock()
-	ok, errs := c.v.v.ValidateHttpResponse(req, resp)
+	var ok bool
+	var errs []*errors.ValidationError
+	if item == nil {
+		ok, errs = c.v.v.ValidateHttpResponse(req, resp)
+	} else {
+		ok, errs = c.v.v.GetResponseBodyValidator().ValidateResponseBodyWithPathItem(req, resp, item, "")
+	}
 	c.v.mu.Unlock()
 	if ok {
 		return nil
@@ -162,6 +201,127 @@ func (c *contract) validate(r *http.Request, status int, rec *recording) []*erro
 		errs = []*errors.ValidationError{{Message: "invalid", Reason: "no reason given"}}
 	}
 	return errs
+}
+
+// genericHeader reports whether any response may carry the header name
+// without the document listing it: what the HTTP server or any HTTP
+// response carries (Date, Content-Length, Content-Type — the document's
+// content says which —, Connection), and CORS's answers, which follow
+// the server's CORS settings rather than the operation.
+func genericHeader(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Date", "Content-Length", "Content-Type", "Connection":
+		return true
+	}
+	return strings.HasPrefix(http.CanonicalHeaderKey(name), "Access-Control-")
+}
+
+// corsVary are the members of Vary that CORS adds, as generic as its
+// headers: Origin (listed origins), and a preflight's request headers.
+var corsVary = map[string]bool{"origin": true, "access-control-request-method": true, "access-control-request-headers": true}
+
+// onlyCORSVary reports whether the values of a Vary name CORS's members
+// only (corsVary).
+func onlyCORSVary(values []string) bool {
+	for _, v := range values {
+		for m := range strings.SplitSeq(v, ",") {
+			if !corsVary[strings.ToLower(strings.TrimSpace(m))] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// undeclared returns the headers of rec, the answer of status to r, that
+// the document does not list for it — the response of r's operation, or
+// resp when it is not nil — and that are not generic (genericHeader); a
+// Vary of CORS's members only counts as none.
+func (c *contract) undeclared(r *http.Request, status int, rec *recording, resp *v3.Response) []*errors.ValidationError {
+	if resp == nil {
+		resp = c.documented(r, status)
+	}
+	if resp == nil { // the validator found one: its path matching and documented's differ
+		return []*errors.ValidationError{{Message: "No documented response", Reason: "the response the validator matched was not found again to list its headers"}}
+	}
+	var errs []*errors.ValidationError
+	for name, values := range rec.Header() {
+		listed := resp.Headers != nil && slices.ContainsFunc(slices.Collect(resp.Headers.KeysFromOldest()),
+			func(k string) bool { return strings.EqualFold(k, name) })
+		if listed || genericHeader(name) || http.CanonicalHeaderKey(name) == "Vary" && onlyCORSVary(values) {
+			continue
+		}
+		errs = append(errs, &errors.ValidationError{Message: "Undocumented header",
+			Reason: fmt.Sprintf("header %s (%q) is not among the headers the document lists for this response", name, values)})
+	}
+	return errs
+}
+
+// documented is the response the document gives for status to r: of r's
+// operation, by its code, its range (4XX) or its default.
+func (c *contract) documented(r *http.Request, status int) *v3.Response {
+	c.v.mu.Lock()
+	defer c.v.mu.Unlock()
+	item, _, _ := paths.FindPath(r, c.v.doc, nil)
+	op := operation(item, r.Method)
+	if op == nil || op.Responses == nil {
+		return nil
+	}
+	if resp := op.Responses.Codes.GetOrZero(strconv.Itoa(status)); resp != nil {
+		return resp
+	}
+	if resp := op.Responses.Codes.GetOrZero(fmt.Sprintf("%dXX", status/100)); resp != nil {
+		return resp
+	}
+	return op.Responses.Default
+}
+
+// operation is item's operation of method, none (nil) when the document
+// gives it none — a HEAD is no GET here.
+func operation(item *v3.PathItem, method string) *v3.Operation {
+	if item == nil {
+		return nil
+	}
+	return map[string]*v3.Operation{
+		http.MethodGet: item.Get, http.MethodHead: item.Head, http.MethodPost: item.Post, http.MethodPut: item.Put,
+		http.MethodPatch: item.Patch, http.MethodDelete: item.Delete, http.MethodOptions: item.Options, http.MethodTrace: item.Trace,
+	}[method]
+}
+
+// checkNotAllowed checks the router's 405 for a method no route takes at
+// r's path against the document: the path is one of its paths, which has
+// no operation of r's method, Allow names the methods of the operations it
+// has, in the router's order, and the answer matches the document's
+// MethodNotAllowed response (headers included: see undeclared).
+func (c *contract) checkNotAllowed(r *http.Request, rec *recording) {
+	c.v.mu.Lock()
+	item, _, _ := paths.FindPath(r, c.v.doc, nil)
+	c.v.mu.Unlock()
+	if item == nil {
+		c.fail("%s %s → 405: the document has no such path (a 405 names the operations the path has)", r.Method, r.URL)
+		return
+	}
+	if operation(item, r.Method) != nil {
+		c.fail("%s %s → 405, but the document has that operation", r.Method, r.URL)
+		return
+	}
+	var want []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+		if operation(item, m) != nil {
+			want = append(want, m)
+		}
+	}
+	if allow := rec.Header().Get("Allow"); allow != strings.Join(want, ", ") {
+		c.fail("%s %s → 405 Allow %q, but the document's operations at that path are %q", r.Method, r.URL, allow, strings.Join(want, ", "))
+		return
+	}
+	errs := c.validate(r, http.StatusMethodNotAllowed, rec, c.v.notAllowed)
+	if errs == nil {
+		errs = c.undeclared(r, http.StatusMethodNotAllowed, rec, c.v.notAllowed.Get.Responses.Codes.GetOrZero("405"))
+	}
+	if errs != nil {
+		c.mismatch(r, rec, http.StatusMethodNotAllowed, errs)
+	}
 }
 
 // mismatch fails the test with errs, what of the answer rec to r does not
@@ -205,23 +365,27 @@ func (c *contract) checkRedirect(r *http.Request, rec *recording, status int, cl
 	}
 	cleaned := r.Clone(context.WithoutCancel(r.Context()))
 	cleaned.URL.Path, cleaned.URL.RawPath = clean, ""
-	errs := c.validate(cleaned, status, rec)
+	errs := c.validate(cleaned, status, rec, nil)
 	for _, e := range errs {
 		if e.ValidationType != helpers.PathValidation {
 			c.mismatch(r, rec, status, errs)
 			return
 		}
 	}
+	if errs == nil {
+		if errs = c.undeclared(cleaned, status, rec, nil); errs != nil {
+			c.mismatch(r, rec, status, errs)
+		}
+	}
 }
 
-// byRouter reports whether rec is the router's own answer to a request no
-// route takes — a 404 for an unknown path (outside the base path, or a
-// route this listener does not serve, such as /metrics beside
-// metrics_listen) or a 405 with Allow — which belongs to no operation of
-// the document. Such an answer must still be a problem document of its
-// status.
-func byRouter(status int, rec *recording) bool {
-	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+// routerNotFound reports whether rec is the router's own 404 for a path
+// no route takes — outside the base path, or a route this listener does
+// not serve, such as /metrics beside metrics_listen —, which belongs to no
+// operation of the document. Such an answer must still be a problem
+// document of its status.
+func routerNotFound(status int, rec *recording) bool {
+	if status != http.StatusNotFound {
 		return false
 	}
 	var p struct {
@@ -234,10 +398,7 @@ func byRouter(status int, rec *recording) bool {
 		p.Status != status || p.Type == "" || p.Title == "" {
 		return false
 	}
-	if status == http.StatusNotFound {
-		return p.Detail == "no such route"
-	}
-	return rec.Header().Get("Allow") != ""
+	return p.Detail == "no such route"
 }
 
 func describe(errs []*errors.ValidationError) string {
@@ -254,7 +415,7 @@ func describe(errs []*errors.ValidationError) string {
 // TestOpenAPIDocumentValid: the published document is valid OpenAPI 3.1
 // and names every route of the server.
 func TestOpenAPIDocumentValid(t *testing.T) {
-	buildValidator(t, "")
+	buildShared(t, "")
 	doc := string(server.OpenAPIDocument(""))
 	for _, p := range []string{server.PathHealth, server.PathReady, server.PathMetrics, server.PathOpenAPI, server.PathBudget,
 		server.PathCatalog, "/tiles/{layer}.json", "/tiles/{layer}/{z}/{x}/{y}", server.PathWithin, server.PathBBox,
@@ -265,9 +426,36 @@ func TestOpenAPIDocumentValid(t *testing.T) {
 	}
 }
 
+// tileHeaders are the headers of a cached, reduced, gzip-coded tile sent
+// to a shadow-mode key, with those of edit set over them ("" removes one).
+func tileHeaders(edit map[string]string) map[string]string {
+	h := map[string]string{
+		"X-Request-ID":            "abc",
+		"Cache-Control":           "private, max-age=60",
+		"Vary":                    "Accept-Encoding",
+		"ETag":                    `"AAAAAAAAAAAAAAAA-gz4"`,
+		"X-Cache":                 "HIT",
+		"X-Tile-Reduced":          "places;level=2",
+		"Content-Encoding":        "gzip",
+		"RateLimit-Policy":        `"free";q=100;qu="tokens";w=5, "free-concurrency";q=16;qu="concurrent-requests"`,
+		"RateLimit":               `"free";r=99;t=1`,
+		"X-RateLimit-Limit":       "100",
+		"X-RateLimit-Remaining":   "99",
+		"X-RateLimit-Reset":       "1",
+		"X-Request-Cost":          "0.01",
+		"X-Request-Cost-Estimate": "0.01",
+		"X-RateLimit-Shadow":      "would-refuse",
+	}
+	for k, v := range edit {
+		h[k] = v
+	}
+	return h
+}
+
 // TestContractCatchesMismatches: the contract fails a test on a response
 // the document does not describe (a wrong body, an undocumented status, a
-// missing header, a non-problem error) and passes the ones it does.
+// missing header, a header it does not list, a non-problem error, a 405
+// whose Allow is not the path's operations) and passes the ones it does.
 func TestContractCatchesMismatches(t *testing.T) {
 	budget := `{"tier":"free","capacity":1000,"rate":10,"remaining":990,"reset_after":1,"shadow":false,"max_cost":500,"authenticated":true}`
 	problem := func(status int, detail string) string {
@@ -280,15 +468,35 @@ func TestContractCatchesMismatches(t *testing.T) {
 		header             map[string]string
 		ok                 bool
 	}{
-		{"budget as documented", "GET", "/budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc"}, true},
-		{"budget lacking a field", "GET", "/budget", 200, "application/json", `{"tier":"free"}`, map[string]string{"X-Request-ID": "abc"}, false},
-		{"budget with a field of the wrong type", "GET", "/budget", 200, "application/json", strings.Replace(budget, `"rate":10`, `"rate":"10"`, 1), map[string]string{"X-Request-ID": "abc"}, false},
-		{"undocumented status", "GET", "/budget", 418, "application/problem+json", problem(418, "teapot"), map[string]string{"X-Request-ID": "abc"}, false},
-		{"429 without its budget headers", "GET", "/budget", 429, "application/problem+json", problem(429, "spent"), map[string]string{"X-Request-ID": "abc", "Retry-After": "1"}, false},
-		{"an error that is not a problem", "GET", "/budget", 503, "text/plain", "down", map[string]string{"X-Request-ID": "abc"}, false},
+		{"budget as documented", "GET", "/budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, true},
+		{"budget lacking a field", "GET", "/budget", 200, "application/json", `{"tier":"free"}`, map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, false},
+		{"budget with a field of the wrong type", "GET", "/budget", 200, "application/json", strings.Replace(budget, `"rate":10`, `"rate":"10"`, 1), map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, false},
+		{"undocumented status", "GET", "/budget", 418, "application/problem+json", problem(418, "teapot"), map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, false},
+		{"429 without its budget headers", "GET", "/budget", 429, "application/problem+json", problem(429, "spent"), map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "Retry-After": "1"}, false},
+		{"an error that is not a problem", "GET", "/budget", 503, "text/plain", "down", map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, false},
 		{"the router's 404", "GET", "/no/such/route", 404, "application/problem+json", problem(404, "no such route"), nil, true},
 		{"the router's 404 not a problem", "GET", "/no/such/route", 404, "text/plain", "404 page not found", nil, false},
-		{"the router's 405 with Allow", "POST", "/tiles", 405, "application/problem+json", problem(405, "method POST is not allowed here"), map[string]string{"Allow": "GET, HEAD"}, true},
+		{"the router's 405 with Allow", "POST", "/tiles", 405, "application/problem+json", problem(405, "method POST is not allowed here"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store"}, true},
+		{"a 405 whose Allow is not the document's operations", "POST", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD", "Cache-Control": "no-store"}, false},
+		{"a HEAD refused where the document has no HEAD", "HEAD", "/geofence/within", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, OPTIONS", "Cache-Control": "no-store"}, true},
+		{"a 405 for an operation the document has", "GET", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store"}, false},
+		{"a 405 at a path the document lacks", "POST", "/no/such/route", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, OPTIONS", "Cache-Control": "no-store"}, false},
+		{"a 405 without its request id", "POST", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store"}, false},
+		{"a 405 that is not a problem", "POST", "/tiles", 405, "text/plain", "no", map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store"}, false},
+		{"a 405 with an undocumented header", "POST", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store", "X-Cache": "HIT"}, false},
+		{"an undocumented header", "GET", "/budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "X-Debug": "1"}, false},
+		{"a Vary the document does not list", "GET", "/budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc", "Vary": "Accept-Encoding"}, false},
+		{"CORS headers and Vary: Origin need no listing", "GET", "/budget", 200, "application/json", budget,
+			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "Access-Control-Allow-Origin": "https://maps.example", "Vary": "Origin", "Connection": "close"}, true},
+		{"a tile with every header it may carry", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile", tileHeaders(nil), true},
+		{"a tile without its Cache-Control", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile", tileHeaders(map[string]string{"Cache-Control": ""}), false},
+		{"a tile's 304 without its ETag", "GET", "/tiles/places/14/8802/5373.mvt", 304, "", "", tileHeaders(map[string]string{"ETag": "", "Content-Encoding": ""}), false},
+		{"a tile's 304 with a Content-Encoding", "GET", "/tiles/places/14/8802/5373.mvt", 304, "", "", tileHeaders(nil), false},
+		{"a tile's HEAD", "HEAD", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "", tileHeaders(nil), true},
+		{"a 404 to a HEAD, without a body", "HEAD", "/tiles/nope/1/1/1.mvt", 404, "application/problem+json", "", map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, true},
+		{"OPTIONS with Allow", "OPTIONS", "/tiles/places.json", 204, "", "", map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS"}, true},
+		{"a CORS preflight", "OPTIONS", "/geofence/check", 204, "", "", map[string]string{"X-Request-ID": "abc", "Access-Control-Allow-Origin": "*",
+			"Access-Control-Allow-Methods": "GET, HEAD, POST, PUT, DELETE", "Vary": "Access-Control-Request-Method, Access-Control-Request-Headers"}, true},
 		{"a GET's redirect to the clean path", "GET", "//tiles/places.json?key=k", 301, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/tiles/places.json?key=k"}, true},
 		{"a POST's redirect past a dot segment", "POST", "/geofence/./check?layer=d", 308, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/geofence/check?layer=d"}, true},
 		{"a DELETE's redirect to a templated path", "DELETE", "/geofence/fences/../fences/7", 308, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/geofence/fences/7"}, true},
@@ -309,7 +517,9 @@ func TestContractCatchesMismatches(t *testing.T) {
 					w.Header().Set("Content-Type", tc.contentType)
 				}
 				for k, v := range tc.header {
-					w.Header().Set(k, v)
+					if v != "" {
+						w.Header().Set(k, v)
+					}
 				}
 				w.WriteHeader(tc.status)
 				_, _ = io.WriteString(w, tc.body)
@@ -322,5 +532,47 @@ func TestContractCatchesMismatches(t *testing.T) {
 				t.Error("an undocumented response passed the contract")
 			}
 		})
+	}
+}
+
+// TestEndToEndEveryPathAnswersAsDocumented sends every method to every
+// path of the document — anonymous, with a key, with an admin key, gzip
+// accepted or not — and a CORS preflight, and lets the contract check each
+// answer: its status, headers (none the document does not list) and body
+// against the operation, and a 405's Allow against the operations the
+// document gives the path. A path's parameters are a layer the server has,
+// a fence that need not exist and assets the preview serves.
+func TestEndToEndEveryPathAnswersAsDocumented(t *testing.T) {
+	t.Parallel()
+	key := createKey(t, "free")
+	const admin = "e2e-contract-admin-0123456789"
+	base, _ := startServer(t, func(c *Config) { c.Geofence.AdminKeys = []string{admin} })
+	var doc struct {
+		Paths map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(server.OpenAPIDocument(""), &doc); err != nil {
+		t.Fatal(err)
+	}
+	fill := strings.NewReplacer("{layer}", "places", "{z}", "14", "{x}", "8802", "{y}", "5373.mvt", "{id}", "1",
+		"{path}", "app.js", "{file}", "maplibre-gl.js")
+	urls := []string{base + "/tiles/places/14/8802/5373.mvt?dry_run=1", base + "/tiles/places.json?key=" + key, base + "/?key=" + key}
+	for p := range doc.Paths {
+		urls = append(urls, base+fill.Replace(p))
+	}
+	callers := [][]string{nil, {"X-API-Key", key}, {"Authorization", "Bearer " + key}, {"X-API-Key", admin}, {"Accept-Encoding", "gzip"}}
+	for _, url := range urls {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+			for _, hdr := range callers {
+				send(t, m, url, "", hdr...)
+			}
+		}
+		send(t, http.MethodOptions, url, "", "Origin", "https://maps.example.com", "Access-Control-Request-Method", "GET",
+			"Access-Control-Request-Headers", "x-api-key, traceparent")
+		// A second GET with the first one's ETag: a 304 where there is one.
+		resp, _ := send(t, http.MethodGet, url, "", "X-API-Key", key)
+		if etag := resp.Header.Get("ETag"); etag != "" {
+			send(t, http.MethodGet, url, "", "X-API-Key", key, "If-None-Match", etag)
+			send(t, http.MethodHead, url, "", "If-None-Match", etag)
+		}
 	}
 }
