@@ -12,7 +12,9 @@ import (
 // (the operations they carried: a caller's admissions, settlements and
 // releases share a call), geotoll_redis_call_failures_total and
 // geotoll_redis_lease_admits_total (requests admitted on a lease, without
-// a call). None has a label.
+// a call), geotoll_redis_operations_dropped_total and
+// geotoll_redis_operations_moot_total (settlements, voids and releases
+// dropped unsent). None has a label.
 func WatchRedis(reg prometheus.Registerer, stats func() throttle.RedisStats) error {
 	for _, c := range []struct {
 		name, help string
@@ -26,6 +28,10 @@ func WatchRedis(reg prometheus.Registerer, stats func() throttle.RedisStats) err
 			func(s throttle.RedisStats) uint64 { return s.Failures }},
 		{"geotoll_redis_lease_admits_total", "Requests admitted in process on a lease of their caller's bucket (redis.lease_requests), without a Redis call.",
 			func(s throttle.RedisStats) uint64 { return s.Local }},
+		{"geotoll_redis_operations_dropped_total", "Settlements and releases dropped unsent: too many waiting for one caller, or the Redis client closed.",
+			func(s throttle.RedisStats) uint64 { return s.Dropped }},
+		{"geotoll_redis_operations_moot_total", "Settlements, voids and releases dropped after failed calls once they could no longer change their bucket (their request's TTL and the bucket's refill past).",
+			func(s throttle.RedisStats) uint64 { return s.Moot }},
 	} {
 		value := c.value
 		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},

@@ -1,6 +1,8 @@
--- The exact extent of a layer's table, in lon/lat: the fallback of
--- Store.Describe when ST_EstimatedExtent has no statistics (or cannot parse
--- the table's name). Runs under the layer's statement_timeout.
+-- The exact extent of a layer's table, in lon/lat: what Store.Describe
+-- reads for a followed layer (whose table the server writes, and whose
+-- statistics lag its writes), and its fallback when ST_EstimatedExtent has
+-- no statistics (or cannot parse the table's name). Runs under the layer's
+-- statement_timeout.
 --
 -- Template fields are identifiers quoted with pgx.Identifier at start-up;
 -- $1 is the geometry column's SRID.
