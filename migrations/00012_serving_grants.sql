@@ -5,7 +5,8 @@
 -- checking that the role may read what it copies. Built for another role,
 -- storage stayed readable by geotoll_reader, which was never checked and
 -- may not read the table at all. Storage built before this migration
--- keeps its grants; prepare revokes geotoll_reader's with the read
+-- keeps its grants until prepare runs: it revokes geotoll_reader's from
+-- storage of another read role that it finds current, and with the read
 -- role's when it withdraws storage.
 -- +goose Up
 ALTER DEFAULT PRIVILEGES IN SCHEMA geotoll_serving REVOKE SELECT ON TABLES FROM geotoll_reader;

@@ -294,6 +294,9 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 		r.SourceRows = src.rows
 		if current(rows, src.table, l, targets, src.signature) {
 			_, err := pool.Exec(ctx, registryTouchSQL, l.Name, b.Name())
+			if err == nil {
+				err = revokeDefault(ctx, pool, rows, o.ReaderRole)
+			}
 			r.Status, r.Relations, r.Err = Unchanged, len(targets), err
 			return r
 		}
@@ -379,6 +382,22 @@ func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int,
 		}
 	}
 	return len(rels), nil
+}
+
+// revokeDefault takes DefaultReaderRole's SELECT away from the relations
+// of rows when storage is built for another read role: before migration
+// 00012 every relation built was readable by it by default, and storage
+// that stays current is never withdrawn.
+func revokeDefault(ctx context.Context, pool *pgxpool.Pool, rows []tiles.Storage, role string) error {
+	if role == DefaultReaderRole {
+		return nil
+	}
+	for _, s := range rows {
+		if _, err := pool.Exec(ctx, "REVOKE SELECT ON "+s.Ident().Sanitize()+" FROM "+pgx.Identifier{DefaultReaderRole}.Sanitize()); err != nil {
+			return fmt.Errorf("revoke %s: %w", s.Relation, err)
+		}
+	}
+	return nil
 }
 
 // buildTx is build's transaction, run holding the layer's lock: unless
