@@ -92,8 +92,11 @@ type source struct {
 	// roleDependent: a view that, or a view it reads that, may filter by
 	// who reads it without row security (sql/serving_source.sql).
 	roleDependent bool
-	signature     string // "count:max-xmin"; "" for a relation without xmin
-	rows          int64
+	// foreign: a foreign table, or a parent (partitioned or by
+	// inheritance) with one among its descendants.
+	foreign   bool
+	signature string // "count:max-xmin"; "" for a relation without xmin
+	rows      int64
 }
 
 // inspect reads what source reports: kind of relation, the table
@@ -107,7 +110,7 @@ func inspect(ctx context.Context, q Querier, l *tiles.Layer, role string, cols [
 	}
 	found := false
 	var schema, name string
-	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &schema, &name, &s.readable, &s.rowSecurity, &s.invoker, &s.viewRowSecurity, &s.roleDependent},
+	_, err = pgx.ForEachRow(rows, []any{&s.relkind, &schema, &name, &s.readable, &s.rowSecurity, &s.invoker, &s.viewRowSecurity, &s.roleDependent, &s.foreign},
 		func() error { found = true; return nil })
 	if err != nil {
 		return s, fmt.Errorf("inspect %s: %w", l.TableIdent().Sanitize(), err)
@@ -129,7 +132,7 @@ func (s source) refusal(l *tiles.Layer, role string, cols []string) (string, err
 	case !s.readable:
 		return "", fmt.Errorf("role %s may not read every column of %s that the storage would copy (%s), or may not use its schema: refusing to expose them",
 			role, l.TableIdent().Sanitize(), strings.Join(cols, ", "))
-	case s.relkind == "f":
+	case s.foreign:
 		return ForeignTable, nil
 	case s.rowSecurity:
 		return RowSecurity, nil

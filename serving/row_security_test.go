@@ -402,7 +402,10 @@ func TestPrepareRefusesAViewThatDependsOnItsReader(t *testing.T) {
 		"by_privilege":    `WHERE has_table_privilege('{s}.shapes', 'UPDATE')`,
 		"by_setting":      `WHERE tenant = current_setting('geotoll.tenant', true)`,
 		"by_function":     `WHERE tenant = {s}.tenant()`,
-		"plain":           `WHERE "user" IS DISTINCT FROM 'CURRENT_USER' AND ST_Area(geom) > 0`,
+		"by_quoted_name":  `WHERE tenant = "current_user"()`,
+		"by_settings":     `WHERE tenant IN (SELECT setting FROM pg_settings WHERE name = 'application_name')`,
+		"by_search_path":  `WHERE tenant = current_schema()`,
+		"plain":           `WHERE "user" IS DISTINCT FROM 'CURRENT_USER' AND name <> 'ADMIN USER' AND ST_Area(geom) > 0`,
 	}
 	for v, where := range views {
 		f.exec(t, `CREATE VIEW {s}.`+v+` AS SELECT id, name, geom, "user" FROM {s}.shapes `+where)

@@ -26,17 +26,21 @@
 -- those of its last refresh, which the read role reads whole. Last, a
 -- view may filter by who reads it without row security: a view among
 -- those the walk finds whose query names CURRENT_USER, SESSION_USER,
--- CURRENT_ROLE or USER, checks a privilege or a role (has_*_privilege,
--- pg_has_role), reads a setting (current_setting) or asks
+-- CURRENT_ROLE, SYSTEM_USER or USER (or calls them by their function
+-- names, or getpgusername), checks a privilege or a role
+-- (has_*_privilege, pg_has_role), reads a setting (current_setting,
+-- pg_settings), the search path (current_schema, current_schemas) or asks
 -- row_security_active — found in its text as pg_get_viewdef writes it,
--- where these words stand unquoted — or calls a function or operator
+-- string literals left out — or calls a function or operator
 -- that is neither built in nor an extension's (what such a function
 -- does is not read) is role dependent.
 --   $1  the table, quoted (pgx.Identifier.Sanitize), as text
 --   $2  the read role     $3  the columns the storage copies (text[])
 -- No row: the table does not exist.
 -- Result: relkind, schema, name, readable, row_security, invoker,
--- view_row_security, role_dependent.
+-- view_row_security, role_dependent, foreign (a foreign table, or a
+-- partitioned or inheritance parent with one among its descendants: the
+-- read role reads those through its own user mapping).
 SELECT c.relkind::text, n.nspname::text, c.relname::text,
        has_schema_privilege($2::text, n.oid, 'USAGE')
        AND (SELECT coalesce(bool_and(has_table_privilege($2::text, c.oid, 'SELECT')
@@ -49,7 +53,14 @@ SELECT c.relkind::text, n.nspname::text, c.relname::text,
             WHERE r.rolname = $2::text), false),
        c.relkind = 'v' AND coalesce(v.invoker, false),
        c.relkind = 'v' AND coalesce(v.row_security, false),
-       c.relkind = 'v' AND coalesce(v.role_dependent, false)
+       c.relkind = 'v' AND coalesce(v.role_dependent, false),
+       c.relkind <> 'v' AND EXISTS (
+           WITH RECURSIVE kin (oid) AS (
+               SELECT c.oid
+               UNION
+               SELECT i.inhrelid FROM kin JOIN pg_inherits AS i ON i.inhparent = kin.oid
+           )
+           SELECT 1 FROM kin JOIN pg_class AS k ON k.oid = kin.oid WHERE k.relkind = 'f')
 FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 LEFT JOIN LATERAL (
@@ -69,8 +80,9 @@ LEFT JOIN LATERAL (
                 WHERE o.option_name = 'security_invoker'), false)) AS invoker,
            bool_or(r.relrowsecurity) AS row_security,
            bool_or(r.relkind = 'v' AND (
-               pg_get_viewdef(r.oid) ~ '(^|[^"''[:alnum:]_.])(CURRENT_USER|SESSION_USER|CURRENT_ROLE|USER)($|[^"''[:alnum:]_(])'
-               OR pg_get_viewdef(r.oid) ~ '(^|[^"''[:alnum:]_.])(has_[a-z_]+_privilege|pg_has_role|current_setting|row_security_active)\('
+               q.def ~ '(^|[^"[:alnum:]_.])(CURRENT_USER|SESSION_USER|CURRENT_ROLE|SYSTEM_USER|USER)($|[^"[:alnum:]_(])'
+               OR q.def ~ '(^|[^[:alnum:]_])"?(has_[a-z_]+_privilege|pg_has_role|current_setting|row_security_active|current_user|session_user|current_role|getpgusername|current_schemas?|pg_show_all_settings)"?\('
+               OR q.def ~ '(^|[^[:alnum:]_])pg_settings($|[^[:alnum:]_])'
                OR EXISTS (
                    SELECT 1
                    FROM pg_rewrite AS w
@@ -82,5 +94,8 @@ LEFT JOIN LATERAL (
                                        AND e.deptype = 'e')))) AS role_dependent
     FROM used AS u
     JOIN pg_class AS r ON r.oid = u.oid
+    -- the view's text without its string literals' contents ('…' → '')
+    LEFT JOIN LATERAL (SELECT regexp_replace(pg_get_viewdef(r.oid), '''([^'']|'''')*''', '''''', 'g') AS def
+                       WHERE r.relkind = 'v') AS q ON true
 ) AS v ON c.relkind = 'v'
 WHERE c.oid = to_regclass($1::text)
