@@ -3,12 +3,14 @@
 -- float8, and a map reads numbers where TileJSON says Number.
 --   $1  the table, as quoted identifier text (schema."table")
 --   $2  the property columns
--- Result: one row, the names (text[], empty for none).
-SELECT coalesce(array_agg(a.attname::text ORDER BY a.attnum), '{}')
+-- Result: one row, the names (text[], empty for none), NULL when the
+-- table does not exist (yet).
+SELECT CASE WHEN to_regclass($1::text) IS NOT NULL
+            THEN coalesce(array_agg(a.attname::text ORDER BY a.attnum)
+                          FILTER (WHERE 'numeric'::regtype IN (ty.oid, ty.typbasetype)), '{}') END
 FROM pg_attribute AS a
 JOIN pg_type AS ty ON ty.oid = a.atttypid
 WHERE a.attrelid = to_regclass($1::text)
   AND a.attnum > 0
   AND NOT a.attisdropped
   AND a.attname = ANY ($2::text[])
-  AND 'numeric'::regtype IN (ty.oid, ty.typbasetype)

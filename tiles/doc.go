@@ -75,9 +75,9 @@
 //     min_size_px (default 1 px) are also thinned to one per cluster cell,
 //     the first in order_by. Every tile clips and snaps them to its grid
 //     with ST_AsMVTGeom, whose polygon clipping (wagyu) returns valid
-//     polygons; over an overview it draws a feature smaller than a unit of
-//     the grid as the centre of its box, so a tile with data is never
-//     empty. Zooms beyond the overviews
+//     polygons; over an overview it draws a feature that leaves nothing on
+//     the grid (smaller than a unit of it, or collapsed by the snap) as a
+//     point, so a tile with data is never empty. Zooms beyond the overviews
 //     are not simplified further (doing it per tile would read each whole
 //     feature again).
 //
@@ -103,7 +103,8 @@
 // is rendered again from the same rows at [Budget] levels 1, 2, … — points
 // merged into cells twice as wide per level (counts summed), lines and
 // polygons simplified twice as coarsely (ST_SimplifyPreserveTopology, on
-// the clipped features) with the cap halved — until it fits or the last
+// the clipped features) with the cap halved and, from level 2 on, half
+// the features drawn at the level before — until it fits or the last
 // level is reached. A feature
 // is never cut. The response names the reduced layers and their levels in
 // [HeaderReduced].

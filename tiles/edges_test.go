@@ -235,7 +235,7 @@ func TestStoreTileCapCountsTheFeaturesDrawn(t *testing.T) {
 }
 
 // From the second level on, each level halves the features a tile
-// draws, not the cap alone: 200 squares (which no simplification makes
+// draws, not the cap alone: 196 squares (which no simplification makes
 // smaller) under a cap of 100,000 were drawn at every level (the cap
 // halved eight times is 390), over the budget, while the tile said it
 // was reduced. The tile now fits, with the first squares in order_by.
@@ -315,5 +315,19 @@ func TestStoreTileNumericPropertiesAreNumbers(t *testing.T) {
 		if n, ok := props["n"].(float64); !ok || n != 7 {
 			t.Errorf("%s: n = %#v (%T), want the number 7", name, props["n"], props["n"])
 		}
+	}
+
+	// A table that did not exist at a refresh is read at the next one.
+	late := newCatalog(t, tiles.Layer{Name: "late", Table: f.table("late"), GeometryColumn: "geom", SRID: 3857,
+		GeometryKind: tiles.KindPoint, Properties: []string{"pop"}})
+	_, _ = late.Refresh(t.Context(), reader) // the table is missing: warnings
+	f.exec(t, `CREATE TABLE {s}.late AS SELECT id, pop, geom FROM {s}.point`)
+	f.exec(t, `GRANT SELECT ON {s}.late TO geotoll_reader`)
+	if _, err := late.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	_, decoded := renderTile(t, store, resolve(t, late, "late"), tile)
+	if len(decoded) != 1 || len(decoded[0].Features) != 1 || decoded[0].Features[0].Properties["pop"] != 1000.0 {
+		t.Errorf("a table created after a refresh: %+v, want pop the number 1000", decoded)
 	}
 }

@@ -85,20 +85,24 @@ func (l *Layer) ReadKind(ctx context.Context, q Querier) (Kind, error) {
 var numericSQL = queries.MustRead("layer_numeric.sql")
 
 // readNumeric reads which of the layer's properties are of type numeric
-// (layer_numeric.sql), once: the tile queries rendered after it cast them.
+// (layer_numeric.sql), at every Refresh (a column's type may change): the
+// tile queries rendered after it cast them. A table that does not exist
+// leaves what was read before.
 func (l *Layer) readNumeric(ctx context.Context, q Querier) error {
-	if l.state.numeric.Load() != nil || len(l.Properties) == 0 {
+	if len(l.Properties) == 0 {
 		return nil
 	}
 	rows, err := q.Query(ctx, numericSQL, l.tableIdent().Sanitize(), l.Properties)
 	if err != nil {
 		return fmt.Errorf("layer %q: property types: %w", l.Name, err)
 	}
-	names, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[[]string])
+	names, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[*[]string])
 	if err != nil {
 		return fmt.Errorf("layer %q: property types: %w", l.Name, err)
 	}
-	l.state.numeric.Store(&names)
+	if names != nil {
+		l.state.numeric.Store(names)
+	}
 	return nil
 }
 

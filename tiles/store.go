@@ -50,7 +50,7 @@ func (s *Store) db() *pgcall.DB {
 
 // missingRelation returns the message of err when it is a statement's
 // that named a relation that does not exist (SQLSTATE 42P01; the message
-// names the relation), else "".
+// names it, "schema.relation" in quotes), else "".
 func missingRelation(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
@@ -100,7 +100,7 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 	if err != nil {
 		if missing := missingRelation(err); missing != "" {
 			for _, l := range layers {
-				if src := l.Source(t.Z); src.Builder != "" && len(src.Relation) > 0 && strings.Contains(missing, src.Relation[len(src.Relation)-1]) {
+				if src := l.Source(t.Z); src.Builder != "" && strings.Contains(missing, `"`+strings.Join(src.Relation, ".")+`"`) {
 					l.storageGone()
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -86,8 +87,8 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 	whole, err := guard(func() error { return w(ctx, c.conn.Conn(), c.cut, &c.timing) })
 	c.timing.DB = time.Since(start)
 	cancel()
-	c.err, c.lost = err, !whole || c.conn.Conn().IsClosed()
-	release(c.db.Pool, c.conn, whole) // after a panic, what the connection holds is unknown
+	c.err, c.lost = err, c.conn.Conn().IsClosed() // a panic is the program's fault, not the database's
+	release(c.db.Pool, c.conn, whole)             // after a panic, what the connection holds is unknown
 	if c.share != nil {
 		c.share.give()
 	}
@@ -133,7 +134,7 @@ func release(pool *pgxpool.Pool, conn *pgxpool.Conn, reuse bool) {
 func guard(work func() error) (whole bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			whole, err = false, fmt.Errorf("pgcall: a statement's work panicked: %v", p)
+			whole, err = false, fmt.Errorf("pgcall: a statement's work panicked: %v\n%s", p, debug.Stack())
 		}
 	}()
 	return true, work()

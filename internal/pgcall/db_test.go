@@ -92,6 +92,9 @@ func TestScanThatPanicsFailsItsCall(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "a scanner's bug") {
 		t.Fatalf("Read whose Scan panicked: %v; want an error naming the panic", err)
 	}
+	if p := problem.From(err); p.Code == problem.Unavailable {
+		t.Errorf("Read whose Scan panicked: %v; the program's fault, not the database being unavailable", p)
+	}
 	var one int
 	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: 5 * time.Second, Scan: pgcall.One(&one)}); err != nil || one != 1 {
 		t.Errorf("Read after a Scan panicked: %d, %v", one, err)
