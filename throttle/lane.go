@@ -483,7 +483,10 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, sh shape) {
 			}
 			p.sent = false
 			p.notBefore = retry
-			if p.mootAt.IsZero() {
+			// A lease's give-back or move carries tokens between the lease
+			// and the bucket: never dropped, it waits for Redis however
+			// long (at the lane's backoff).
+			if p.mootAt.IsZero() && p.op.kind != opMove && len(p.spends) == 0 {
 				p.mootAt = moot
 			}
 			again = append(again, p)
@@ -527,16 +530,22 @@ func (s *RedisStore) retryWait(fails int) time.Duration {
 	return d + time.Duration(frac*float64(d/4))
 }
 
-// mootAfter is how long after a failed call of shape sh its voids,
-// finishes and moves can still change the caller's bucket. Each closes a
+// mootAfter is how long after a failed call of shape sh its voids and
+// finishes can still change the caller's bucket (a move or a lease's
+// give-back is never dropped). Each closes a
 // request that the call, or one before it, opened, and settles it: its
 // slot counts no longer once the request's TTL has passed (a lease's, its
 // hold and a call's timeout later) by Redis's clock, which may run up to
 // ClockSkew off; and its tokens — at most the capacity and the debt floor
 // — make no difference once the bucket would have refilled from its floor
-// to its capacity (the aggregate bucket too), unless other writes of the
-// caller reached Redis meanwhile. Dropped after that, it costs the caller
-// nothing that its bucket would still show.
+// to its capacity (the aggregate bucket too), unless other writes reached
+// the bucket meanwhile: the caller's on other replicas, or other callers'
+// on the aggregate, which keep it below its capacity. Dropped after that,
+// it costs the caller nothing that its bucket would still show when this
+// replica alone writes it; else a dropped void leaves the caller charged
+// for an admit Redis applied (at most its price), and a dropped finish
+// leaves a request's overuse unpaid — the bound of an outage seen by one
+// replica alone.
 func (s *RedisStore) mootAfter(sh shape) time.Duration {
 	open := time.Duration(sh.ttlMS)*time.Millisecond + s.leaseHold(sh) + s.opts.Timeout
 	full := refillTime(sh.capacity+sh.floor, sh.rate)

@@ -433,9 +433,10 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 func (s *RedisStore) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	for _, l := range s.lanes {
-		for _, p := range l.queue { // what waits for a retry goes now, once
+		for _, p := range l.queue { // what waits for a retry goes now
 			p.notBefore = time.Time{}
 		}
+		l.fails = 0 // and, failing again, is retried at RetryInterval while ctx lasts
 	}
 	s.mu.Unlock()
 	for {
