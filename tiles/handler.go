@@ -127,9 +127,9 @@ type Handler struct {
 	Observer Observer
 
 	infoMu     sync.Mutex
-	info       map[*Layer]LayerInfo // Describe results, kept once they succeed
-	infoFailed map[*Layer]time.Time // when Describe last failed, to back off
-	describing singleflight.Group   // one Describe per layer at a time
+	info       map[*Layer]LayerInfo       // Describe results, kept once they succeed
+	infoFailed map[*Layer]describeFailure // when Describe last failed, to back off
+	describing singleflight.Group         // one Describe per layer at a time
 }
 
 // Route vars the handler reads (see server's router).

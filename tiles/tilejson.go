@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -177,8 +178,16 @@ func (h *Handler) described(l *Layer) (info LayerInfo, kept, fresh, backingOff b
 	defer h.infoMu.Unlock()
 	info, kept = h.info[l]
 	fresh = kept && time.Since(info.readAt) < describeMaxAge && info.data.same(dataOf(l))
-	failedAt, failed := h.infoFailed[l]
-	return info, kept, fresh, failed && time.Since(failedAt) < describeBackoff
+	f, failed := h.infoFailed[l]
+	return info, kept, fresh, failed && time.Since(f.at) < describeBackoff
+}
+
+// describeFailure is when Describe last failed for a layer, and whether
+// it failed by its statement timeout: the layer's own slowness, which a
+// description of another layer does not end.
+type describeFailure struct {
+	at   time.Time
+	slow bool
 }
 
 // errDescribeBackoff is a shared describe's answer when Describe failed
@@ -260,9 +269,9 @@ func (h *Handler) describeNow(ctx context.Context, l *Layer) (LayerInfo, error) 
 	defer h.infoMu.Unlock()
 	if err != nil {
 		if h.infoFailed == nil {
-			h.infoFailed = make(map[*Layer]time.Time)
+			h.infoFailed = make(map[*Layer]describeFailure)
 		}
-		h.infoFailed[l] = time.Now()
+		h.infoFailed[l] = describeFailure{at: time.Now(), slow: problem.From(err).Code == problem.Timeout}
 		return LayerInfo{}, err
 	}
 	if h.info == nil {
@@ -270,7 +279,11 @@ func (h *Handler) describeNow(ctx context.Context, l *Layer) (LayerInfo, error) 
 	}
 	info.readAt, info.data = time.Now(), data
 	h.info[l] = info
-	clear(h.infoFailed) // the database answers: no layer waits for its backoff
+	// The database answers: no layer waits for its backoff, unless its own
+	// description timed out (a client must not make the database run it
+	// again by asking for another layer).
+	maps.DeleteFunc(h.infoFailed, func(_ *Layer, f describeFailure) bool { return !f.slow })
+	delete(h.infoFailed, l)
 	return info, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -20,6 +21,7 @@ type switchDescriber struct {
 	mu     sync.Mutex
 	bounds map[string][4]float64
 	fail   map[string]bool
+	slow   map[string]bool // fails by its statement timeout
 	calls  atomic.Int32
 }
 
@@ -33,6 +35,9 @@ func (d *switchDescriber) Describe(_ context.Context, l *tiles.Layer) (tiles.Lay
 	d.calls.Add(1)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.slow[l.Name] {
+		return tiles.LayerInfo{}, &problem.Error{Code: problem.Timeout, Detail: "too slow"}
+	}
 	if d.fail[l.Name] {
 		return tiles.LayerInfo{}, errors.New("database down")
 	}
@@ -44,7 +49,7 @@ func (d *switchDescriber) Describe(_ context.Context, l *tiles.Layer) (tiles.Lay
 }
 
 func newSwitchDescriber() *switchDescriber {
-	return &switchDescriber{bounds: map[string][4]float64{}, fail: map[string]bool{}}
+	return &switchDescriber{bounds: map[string][4]float64{}, fail: map[string]bool{}, slow: map[string]bool{}}
 }
 
 // describedHandler serves the demo layers' TileJSON described by d.
@@ -172,6 +177,29 @@ func TestTileJSONBackoffEndsWhenTheDatabaseAnswers(t *testing.T) {
 	w, doc := getTileJSON(t, h, "/tiles/places.json")
 	if !slices.Equal(doc.Bounds, []float64{1, 2, 3, 4}) || w.Header().Get("Cache-Control") != "public, max-age=60" {
 		t.Errorf("after the database answered: bounds %v, Cache-Control %q; want [1 2 3 4], public", doc.Bounds, w.Header().Get("Cache-Control"))
+	}
+}
+
+// A layer whose description timed out (its own slowness, not the
+// database's absence) keeps its backoff when another layer is described:
+// a client asking for layers in turn must not make the database run the
+// slow one again and again.
+func TestTileJSONBackoffOfASlowLayerOutlastsOthers(t *testing.T) {
+	t.Parallel()
+	d := newSwitchDescriber()
+	d.mu.Lock()
+	d.slow["places"] = true
+	d.mu.Unlock()
+	d.set("districts", [4]float64{5, 6, 7, 8}, false)
+	h, _ := describedHandler(t, d)
+	getTileJSON(t, h, "/tiles/places.json")
+	getTileJSON(t, h, "/tiles/districts.json")
+	before := d.calls.Load()
+	for range 3 {
+		getTileJSON(t, h, "/tiles/places.json")
+	}
+	if n := d.calls.Load() - before; n != 0 {
+		t.Errorf("the slow layer was described %d more times within its backoff, after another layer's description", n)
 	}
 }
 
