@@ -354,7 +354,7 @@ func canonicalPath(p string) string {
 // Location and empty body only.
 func (c *contract) checkRedirect(r *http.Request, rec *recording, status int, clean string) {
 	want := http.StatusPermanentRedirect
-	if r.Method == http.MethodGet {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		want = http.StatusMovedPermanently
 	}
 	location := (&url.URL{Path: clean, RawQuery: r.URL.RawQuery}).String()
