@@ -121,8 +121,9 @@
 // hides from it (prepare reads the table as the schema owner): that the
 // read role may use the table's schema and read every column it would
 // copy (else the layer fails, naming the role), that the table is not a
-// foreign table (Reason ForeignTable: the read role reads it through its
-// own user mapping), that no row-level security filters what the read
+// foreign table, nor a parent of a foreign partition or child (Reason
+// ForeignTable: the read role reads it through its own user mapping),
+// that no row-level security filters what the read
 // role reads of the table (Reason RowSecurity: the owner reads past it,
 // or, forced on the owner, through the owner's policies), that the table
 // is no view with security_invoker, nor a view that reads one (Reason

@@ -143,7 +143,8 @@ const (
 const ViewRowSecurity = "the view reads a table with row-level security enabled: its policies apply to whoever reads the view, and may filter by that role (current_user), which storage would not do; tiles read the view (disable row security on the tables it reads, or build the layer from a materialized view)"
 
 // ForeignTable is the Reason of a Skipped or Removed Result of every
-// builder on a foreign table: the read role reads it through its own user
+// builder on a foreign table, or on a partitioned or inheritance parent
+// with one among its descendants: the read role reads it through its own user
 // mapping, which may reach other rows on the remote server, or none;
 // prepare reads it through the schema owner's. A view over it is built:
 // it is read through the view owner's mapping whoever reads it. The
