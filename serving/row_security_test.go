@@ -47,6 +47,21 @@ func readable(t *testing.T, owner *pgxpool.Pool, relation string) bool {
 	return ok
 }
 
+// wantWithdrawn wants the layer's storage gone from the registry and the
+// read role no longer allowed to read any relation of before (its
+// storage before the change described by when).
+func wantWithdrawn(t *testing.T, owner *pgxpool.Pool, name string, before map[string][3]string, when string) {
+	t.Helper()
+	if n := len(registry(t, owner, name)); n != 0 {
+		t.Errorf("%s: %d relations still recorded", when, n)
+	}
+	for rel := range before {
+		if readable(t, owner, rel) {
+			t.Errorf("%s: the read role may still read %s", when, rel)
+		}
+	}
+}
+
 // TestPrepareRefusesRowSecurity: prepare connects as the schema owner,
 // whom row-level security does not filter, and the storage it builds is
 // readable by the read role: built from a table whose policies hide rows
@@ -229,14 +244,7 @@ func TestPrepareRetiresWhatTheReaderMayNoLongerRead(t *testing.T) {
 			t.Errorf("after the revoke: %+v, want failed", r)
 		}
 	}
-	if n := len(registry(t, owner, name)); n != 0 {
-		t.Errorf("after the revoke: %d relations still recorded", n)
-	}
-	for rel := range before {
-		if readable(t, owner, rel) {
-			t.Errorf("after the revoke: the read role may still read %s", rel)
-		}
-	}
+	wantWithdrawn(t, owner, name, before, "after the revoke")
 }
 
 // TestPrepareRefusesAViewOverRowSecurity: the read role reads a view
@@ -290,14 +298,7 @@ func TestPrepareRefusesAViewOverRowSecurity(t *testing.T) {
 			t.Errorf("row security under the view: %+v, want removed, reason %q", r, serving.ViewRowSecurity)
 		}
 	}
-	if n := len(registry(t, owner, name)); n != 0 {
-		t.Errorf("row security under the view: %d relations still recorded", n)
-	}
-	for rel := range before {
-		if readable(t, owner, rel) {
-			t.Errorf("row security under the view: the read role may still read %s", rel)
-		}
-	}
+	wantWithdrawn(t, owner, name, before, "row security under the view")
 	if _, err := cat.Refresh(t.Context(), reader); err != nil {
 		t.Fatal(err)
 	}
@@ -454,9 +455,5 @@ func TestPrepareRefusesAViewThatDependsOnItsReader(t *testing.T) {
 			t.Errorf("the view filtering by current_user: %+v, want removed, reason %q", r, serving.RoleDependentView)
 		}
 	}
-	for rel := range before {
-		if readable(t, owner, rel) {
-			t.Errorf("the view filtering by current_user: the read role may still read %s", rel)
-		}
-	}
+	wantWithdrawn(t, owner, name, before, "the view filtering by current_user")
 }
