@@ -35,6 +35,23 @@ type Containment struct {
 	catalog *Catalog
 }
 
+// Written tells the catalog that table (quoted, as pgx.Identifier writes
+// it) was just written, and committed: the layers whose contains and
+// check read pieces cut from it read the table from now on, as the next
+// LoadContainment would have them do (the pieces predate the write), not
+// for up to a refresh longer.
+func (c *Catalog) Written(table string) {
+	all := c.contain.Load()
+	if all == nil {
+		return
+	}
+	for _, st := range *all {
+		if st.c != nil && st.c.Pieces && ident(st.c.Layer.Table) == table {
+			st.c.piecesGone()
+		}
+	}
+}
+
 // piecesGone installs the layer's table in place of ct's pieces, when a
 // read found their relation missing: `geotoll prepare` drops pieces it
 // retired once their retention has passed, which a server whose

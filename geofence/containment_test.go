@@ -515,3 +515,26 @@ func TestPiecesDroppedUnderTheServerAreReplacedByTheTable(t *testing.T) {
 		t.Errorf("the table's answer %v, %v; the pieces' was %v", got, err, want)
 	}
 }
+
+// A write to a layer's table (the fence admin's, on this server) makes its
+// contains and check read the table at once: its pieces predate the
+// write, and the next load would find them stale — a refresh later.
+func TestWrittenTableIsReadInsteadOfItsPieces(t *testing.T) {
+	zones, _ := zonePieces(t)
+	cat := demoCatalog(t, zones)
+	if _, err := cat.LoadContainment(ctxT(t), testenv.ReadPool(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ct, err := cat.Containment("zones"); err != nil || !ct.Pieces {
+		t.Fatalf("pieces %v, %v; want the pieces", ct.Pieces, err)
+	}
+	cat.Written(`"other"."table"`)
+	if ct, _ := cat.Containment("zones"); !ct.Pieces {
+		t.Fatal("a write to another table: the zones' pieces are no longer read")
+	}
+	cat.Written(pgx.Identifier(strings.Split(zones.Table, ".")).Sanitize())
+	ct, err := cat.Containment("zones")
+	if err != nil || ct.Pieces || ct.Relation != pgx.Identifier(strings.Split(zones.Table, ".")).Sanitize() {
+		t.Errorf("after a write to the zones' table: pieces %v, relation %s, %v; want the table", ct.Pieces, ct.Relation, err)
+	}
+}

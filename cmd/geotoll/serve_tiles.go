@@ -192,8 +192,12 @@ func fenceTileLayers(catalog *tiles.Catalog) []string {
 // fencesWritten runs after every fence write the fence admin made: the
 // tile layers drawn from the fence table read the table from now on (not
 // the storage `geotoll prepare` built before the write; see
-// tiles.Catalog.Written), and their cached tiles are dropped.
+// tiles.Catalog.Written), and their cached tiles are dropped; so do the
+// contains and check of geofence layers on it (geofence.Catalog.Written).
 func (m *Main) fencesWritten() {
+	if m.fenceLayers != nil {
+		m.fenceLayers.Written(fenceTable.Sanitize())
+	}
 	if m.TileCatalog == nil {
 		return
 	}
