@@ -704,3 +704,38 @@ func TestAPIFenceConcurrentReplacesWithOneIfMatch(t *testing.T) {
 		t.Fatalf("%d writes succeeded and %d failed their If-Match %s, want one of each", ok, failed, etag)
 	}
 }
+
+// A fence is answered as stored, to the last digit that tells its
+// coordinates apart: written back with PUT as it was read, it is the same
+// fence. Rounded to nine decimals, a small fence came back with its
+// vertices merged, and that answer written back was a 422.
+func TestFenceReadBackWritesTheSameFence(t *testing.T) {
+	api := liveAPI(t, true)
+	admin := []string{"X-API-Key", testAdminKey}
+	body := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[1,1],[1.000000000001,1],[1.000000000001,1.000000000001],[1,1]]]},` +
+		`"properties":{"name":"fine ` + randomSuffix() + `"}}`
+	w := serve(api, http.MethodPost, FencesPath, body, admin...)
+	if w.Code != http.StatusCreated {
+		t.Fatalf("POST: %d %s, want 201", w.Code, w.Body)
+	}
+	at := w.Header().Get("Location")
+	defer serve(api, http.MethodDelete, at, "", admin...)
+	got := serve(api, http.MethodGet, at, "", admin...)
+	var f struct {
+		Geometry struct {
+			Coordinates [][][][2]float64 `json:"coordinates"` // stored as a MultiPolygon
+		} `json:"geometry"`
+		Properties map[string]any `json:"properties"`
+	}
+	if err := json.Unmarshal(got.Body.Bytes(), &f); err != nil || len(f.Geometry.Coordinates) != 1 || len(f.Geometry.Coordinates[0]) != 1 {
+		t.Fatalf("GET: %d %s (%v)", got.Code, got.Body, err)
+	}
+	if ring := f.Geometry.Coordinates[0][0]; len(ring) != 4 || ring[1][0] != 1.000000000001 || ring[2][1] != 1.000000000001 {
+		t.Errorf("GET: ring %v, want the vertices as written", ring)
+	}
+	back, _ := json.Marshal(map[string]any{"type": "Feature", "geometry": map[string]any{"type": "MultiPolygon", "coordinates": f.Geometry.Coordinates},
+		"properties": map[string]any{"name": f.Properties["name"]}})
+	if w := serve(api, http.MethodPut, at, string(back), admin...); w.Code != http.StatusOK {
+		t.Errorf("PUT of the fence as read: %d %s, want 200", w.Code, w.Body)
+	}
+}

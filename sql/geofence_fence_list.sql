@@ -3,7 +3,7 @@
 -- Rows: id, geometry, properties, revision (the fence's ETag, quoted; see
 -- migration 10; also in properties).
 SELECT f.id,
-       ST_AsGeoJSON(f.geom) AS geometry,
+       ST_AsGeoJSON(f.geom, 15) AS geometry,
        jsonb_build_object('name', f.name, 'kind', f.kind,
                           'created_at', f.created_at, 'updated_at', f.updated_at,
                           'revision', f.revision) AS properties,
