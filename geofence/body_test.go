@@ -313,16 +313,27 @@ func TestParseFenceMembersAreExact(t *testing.T) {
 		{"repeated geometry type", `{"type":"Feature","geometry":{"type":"Point","type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,0]]]},"properties":` + props + `}`, "geometry.type"},
 		{"repeated name", `{"type":"Feature","geometry":` + geom + `,"properties":{"name":"a","name":"b"}}`, "properties.name"},
 		{"repeated kind", `{"type":"Feature","geometry":` + geom + `,"properties":{"name":"a","kind":"x","kind":"y"}}`, "properties.kind"},
+		// The members GeoJSON allows and the fence ignores are held to RFC 7946.
+		{"id not UTF-8", "{\"type\":\"Feature\",\"id\":\"\xff\",\"geometry\":" + geom + `,"properties":` + props + `}`, "id"},
+		{"id an object", `{"type":"Feature","id":{"a":1,"a":2},"geometry":` + geom + `,"properties":` + props + `}`, "id"},
+		{"repeated id", `{"type":"Feature","id":1,"id":2,"geometry":` + geom + `,"properties":` + props + `}`, "id"},
+		{"bbox a string", `{"type":"Feature","bbox":"junk","geometry":` + geom + `,"properties":` + props + `}`, "bbox"},
+		{"geometry bbox an object", `{"type":"Feature","geometry":{"type":"Polygon","bbox":{"a":1},"coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]},"properties":` + props + `}`, "geometry.bbox"},
+		{"bbox of three numbers", `{"type":"Feature","bbox":[0,0,1],"geometry":` + geom + `,"properties":` + props + `}`, "bbox"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseFence(strings.NewReader(tc.body), 100)
 			wantProblem(t, err, problem.Invalid, tc.param)
 		})
 	}
-	// The exact members are still taken, in any order.
-	in, err := ParseFence(strings.NewReader(`{"properties":{"kind":"yard","name":"depot"},"geometry":`+geom+`,"type":"Feature"}`), 100)
+	// The exact members are still taken, in any order, with an id and
+	// boxes as RFC 7946 has them.
+	in, err := ParseFence(strings.NewReader(`{"properties":{"kind":"yard","name":"depot"},"id":"d-1","bbox":[0,0,1,1],"geometry":`+geom+`,"type":"Feature"}`), 100)
 	if err != nil || in.Name != "depot" || in.Kind != "yard" || len(in.Geometry) != 1 {
 		t.Errorf("members in another order: %+v, %v", in, err)
+	}
+	if _, err := ParseFence(strings.NewReader(`{"type":"Feature","id":7,"geometry":`+geom+`,"properties":`+props+`}`), 100); err != nil {
+		t.Errorf("a numeric id: %v", err)
 	}
 }
 

@@ -135,7 +135,7 @@ func readFeature(dec bodyDecoder) (fenceDoc, error) {
 					case "coordinates":
 						return decodeRaw(dec, &doc.Geometry.Coordinates)
 					}
-					return decodeRaw(dec, new(json.RawMessage))
+					return decodeIgnored(dec, name, param) // bbox
 				})
 			})
 		case "properties":
@@ -151,9 +151,37 @@ func readFeature(dec bodyDecoder) (fenceDoc, error) {
 				})
 			})
 		}
-		return decodeRaw(dec, new(json.RawMessage)) // id, bbox: ignored
+		return decodeIgnored(dec, name, param) // id, bbox
 	})
 	return doc, err
+}
+
+// decodeIgnored reads a member GeoJSON allows and the fence ignores, as
+// RFC 7946 has it: an id is a string (of UTF-8 text) or a number
+// (section 3.2); a bbox an array of 2n numbers, n ≥ 2 (section 5). Any
+// other value is malformed, as in the members the fence reads.
+func decodeIgnored(dec bodyDecoder, name, param string) error {
+	var raw json.RawMessage
+	if err := decodeRaw(dec, &raw); err != nil {
+		return err
+	}
+	if name == "id" {
+		var n json.Number
+		switch {
+		case len(raw) > 0 && raw[0] == '"':
+			if !isText(raw) {
+				return problem.Malformed(param, "%s is not UTF-8 text (invalid bytes, or half of a surrogate pair)", param)
+			}
+		case json.Unmarshal(raw, &n) != nil:
+			return problem.Malformed(param, "%s must be a string or a number", param)
+		}
+		return nil
+	}
+	var box []float64
+	if err := json.Unmarshal(raw, &box); err != nil || len(box) < 4 || len(box)%2 != 0 {
+		return problem.Malformed(param, "%s must be an array of 2n numbers, n at least 2", param)
+	}
+	return nil
 }
 
 // readObject reads a member's value that must be an object or null: read
