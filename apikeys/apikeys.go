@@ -74,7 +74,9 @@ var (
 
 // Errors of Store.
 var (
-	ErrNotFound  = errors.New("apikeys: no such key")
+	ErrNotFound = errors.New("apikeys: no such key")
+	// ErrRevoked: every key of the name was revoked already (Revoke).
+	ErrRevoked   = errors.New("apikeys: no active key has that name: revoked already")
 	ErrNameTaken = errors.New("apikeys: an active key has that name")
 	ErrInvalid   = errors.New("apikeys: invalid name or tier")
 )
@@ -139,17 +141,23 @@ func (s *Store) List(ctx context.Context) ([]Key, error) {
 	return out, nil
 }
 
-// Revoke marks the named key revoked (the one active key of that name, and
-// the revoked ones stay as they were). Revoking twice is not an error.
+// Revoke marks the named key revoked (the one active key of that name; the
+// revoked ones stay as they were). A name whose keys were all revoked
+// already is ErrRevoked, so that a caller can tell it from a revocation;
+// an unknown name is ErrNotFound.
 func (s *Store) Revoke(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE geotoll.api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE name = $1`, name)
-	if err != nil {
+	tag, err := s.pool.Exec(ctx, `UPDATE geotoll.api_keys SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL`, name)
+	if err != nil || tag.RowsAffected() > 0 {
 		return err
 	}
-	if tag.RowsAffected() == 0 {
-		return ErrNotFound
+	var known bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM geotoll.api_keys WHERE name = $1)`, name).Scan(&known); err != nil {
+		return err
 	}
-	return nil
+	if known {
+		return ErrRevoked
+	}
+	return ErrNotFound
 }
 
 var (

@@ -97,6 +97,10 @@ func TestStoreAndRing(t *testing.T) {
 	if err := store.Revoke(ctx, "no-such-key-"+name); !errors.Is(err, apikeys.ErrNotFound) {
 		t.Fatalf("revoke unknown: %v", err)
 	}
+	// Revoking again finds nothing active, and says so.
+	if err := store.Revoke(ctx, name); !errors.Is(err, apikeys.ErrRevoked) {
+		t.Fatalf("revoke again: %v, want ErrRevoked", err)
+	}
 	keys, err := store.List(ctx)
 	if err != nil {
 		t.Fatal(err)

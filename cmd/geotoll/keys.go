@@ -45,7 +45,11 @@ func (c *cli) keysCommand() *ffcli.Command {
 			if name == "" {
 				return usageError{"keys revoke: -name is required"}
 			}
-			if err := store.Revoke(ctx, name); err != nil {
+			switch err := store.Revoke(ctx, name); {
+			case errors.Is(err, apikeys.ErrRevoked): // nothing to do, and said so
+				fmt.Fprintf(c.stderr, "no active key named %q: it was revoked already\n", name)
+				return nil
+			case err != nil:
 				return fmt.Errorf("keys revoke: %w", err)
 			}
 			fmt.Fprintf(c.stderr, "revoked %q; running servers refuse it at once (notified by the database; at the latest within %s)\n", name, cfg.Throttle.KeyRefresh)
