@@ -406,6 +406,8 @@ func TestPrepareRefusesAViewThatDependsOnItsReader(t *testing.T) {
 		"by_quoted_name":  `WHERE tenant = "current_user"()`,
 		"by_settings":     `WHERE tenant IN (SELECT setting FROM pg_settings WHERE name = 'application_name')`,
 		"by_search_path":  `WHERE tenant = current_schema()`,
+		"by_schema":       `WHERE tenant = current_schema`,
+		"apostrophe":      `WHERE tenant IN (SELECT o."owner's" FROM (SELECT CURRENT_USER::text AS "owner's") AS o)`,
 		"plain":           `WHERE "user" IS DISTINCT FROM 'CURRENT_USER' AND name <> 'ADMIN USER' AND ST_Area(geom) > 0`,
 	}
 	for v, where := range views {

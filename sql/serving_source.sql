@@ -29,7 +29,8 @@
 -- CURRENT_ROLE, SYSTEM_USER or USER (or calls them by their function
 -- names, or getpgusername), checks a privilege or a role
 -- (has_*_privilege, pg_has_role), reads a setting (current_setting,
--- pg_settings), the search path (current_schema, current_schemas) or asks
+-- pg_settings), the search path (CURRENT_SCHEMA, current_schema(),
+-- current_schemas) or asks
 -- row_security_active — found in its text as pg_get_viewdef writes it,
 -- string literals left out — or calls a function or operator
 -- that is neither built in nor an extension's (what such a function
@@ -80,7 +81,7 @@ LEFT JOIN LATERAL (
                 WHERE o.option_name = 'security_invoker'), false)) AS invoker,
            bool_or(r.relrowsecurity) AS row_security,
            bool_or(r.relkind = 'v' AND (
-               q.def ~ '(^|[^"[:alnum:]_.])(CURRENT_USER|SESSION_USER|CURRENT_ROLE|SYSTEM_USER|USER)($|[^"[:alnum:]_(])'
+               q.def ~ '(^|[^"[:alnum:]_.])(CURRENT_USER|SESSION_USER|CURRENT_ROLE|SYSTEM_USER|USER|CURRENT_SCHEMA)($|[^"[:alnum:]_(])'
                OR q.def ~ '(^|[^[:alnum:]_])"?(has_[a-z_]+_privilege|pg_has_role|current_setting|row_security_active|current_user|session_user|current_role|getpgusername|current_schemas?|pg_show_all_settings)"?\('
                OR q.def ~ '(^|[^[:alnum:]_])pg_settings($|[^[:alnum:]_])'
                OR EXISTS (
@@ -94,8 +95,10 @@ LEFT JOIN LATERAL (
                                        AND e.deptype = 'e')))) AS role_dependent
     FROM used AS u
     JOIN pg_class AS r ON r.oid = u.oid
-    -- the view's text without its string literals' contents ('…' → '')
-    LEFT JOIN LATERAL (SELECT regexp_replace(pg_get_viewdef(r.oid), '''([^'']|'''')*''', '''''', 'g') AS def
+    -- the view's text without its string literals' contents ('…' → ''):
+    -- quoted identifiers are matched first and kept, so that an
+    -- apostrophe in one ("owner's") opens no literal
+    LEFT JOIN LATERAL (SELECT regexp_replace(pg_get_viewdef(r.oid), '("([^"]|"")*")|''([^'']|'''')*''', '\1', 'g') AS def
                        WHERE r.relkind = 'v') AS q ON true
 ) AS v ON c.relkind = 'v'
 WHERE c.oid = to_regclass($1::text)
