@@ -41,6 +41,14 @@ type Containment struct {
 // LoadContainment would have them do (the pieces predate the write), not
 // for up to a refresh longer.
 func (c *Catalog) Written(table string) {
+	c.written.Store(table, struct{}{})
+	c.writes.Add(1)
+	c.tableRead(table)
+}
+
+// tableRead installs table in place of the pieces cut from it, for every
+// layer whose contains and check read them.
+func (c *Catalog) tableRead(table string) {
 	all := c.contain.Load()
 	if all == nil {
 		return
@@ -174,6 +182,7 @@ func changedSince(ctx context.Context, q Querier, l *Layer, recorded string) (bo
 // load keeps what was installed. warnings name pieces that could not be
 // used.
 func (c *Catalog) LoadContainment(ctx context.Context, q Querier) (warnings []string, err error) {
+	writes := c.writes.Load()
 	next := make(map[string]containState, len(c.Layers()))
 	for _, l := range c.Layers() {
 		typ, p, err := layerSource(ctx, q, l)
@@ -203,6 +212,12 @@ func (c *Catalog) LoadContainment(ctx context.Context, q Querier) (warnings []st
 		next[l.Name] = containState{c: ct}
 	}
 	c.contain.Store(&next)
+	if c.writes.Load() != writes { // a write came while this load read: its pieces may predate it
+		c.written.Range(func(table, _ any) bool {
+			c.tableRead(table.(string))
+			return true
+		})
+	}
 	return warnings, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -536,5 +537,38 @@ func TestWrittenTableIsReadInsteadOfItsPieces(t *testing.T) {
 	ct, err := cat.Containment("zones")
 	if err != nil || ct.Pieces || ct.Relation != pgx.Identifier(strings.Split(zones.Table, ".")).Sanitize() {
 		t.Errorf("after a write to the zones' table: pieces %v, relation %s, %v; want the table", ct.Pieces, ct.Relation, err)
+	}
+}
+
+// writingQuerier calls write before its first query: a fence write that
+// commits while a LoadContainment reads.
+type writingQuerier struct {
+	Querier
+	once  sync.Once
+	write func()
+}
+
+func (q *writingQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	q.once.Do(q.write)
+	return q.Querier.Query(ctx, sql, args...)
+}
+
+// A load that read the registry before a write and installs what it read
+// after it would bring back the pieces the write made stale: the write is
+// applied again to what the load installs.
+func TestWrittenDuringALoadOutlastsIt(t *testing.T) {
+	zones, _ := zonePieces(t)
+	cat := demoCatalog(t, zones)
+	read := testenv.ReadPool(t)
+	if _, err := cat.LoadContainment(ctxT(t), read); err != nil {
+		t.Fatal(err)
+	}
+	table := pgx.Identifier(strings.Split(zones.Table, ".")).Sanitize()
+	q := &writingQuerier{Querier: read, write: func() { cat.Written(table) }}
+	if _, err := cat.LoadContainment(ctxT(t), q); err != nil {
+		t.Fatal(err)
+	}
+	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {
+		t.Errorf("a load during a write: pieces %v, %v; want the table", ct.Pieces, err)
 	}
 }

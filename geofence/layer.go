@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/template"
 	"time"
@@ -154,6 +155,11 @@ type Catalog struct {
 	catalog.Set[Layer] // Layer(name) and Layers()
 
 	contain atomic.Pointer[map[string]containState] // by layer name
+	// writes counts Written calls, and written holds the tables they
+	// named: a LoadContainment that overlapped a write applies them again
+	// to what it installs, which it may have read before the write.
+	writes  atomic.Uint64
+	written sync.Map // quoted table → struct{}
 }
 
 // NewCatalog validates layers, fills defaults and renders each layer's
