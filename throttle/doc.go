@@ -99,8 +99,9 @@
 //     MaxRetryInterval, and a finish or void that can no longer change its
 //     bucket (its request's TTL and the bucket's refill from its debt floor
 //     to its capacity have passed) is dropped and counted, so that a lane
-//     with nothing left to send goes. A closed Redis client leaves nothing
-//     to retry.
+//     with nothing left to send goes; a move or a lease's give-back, which
+//     carries tokens, is never dropped and keeps its lane retrying (once a
+//     MaxRetryInterval). A closed Redis client leaves nothing to retry.
 //   - A batch carries one shape (in-flight cap, TTL, debt floor, aggregate
 //     bucket): operations of another shape wait for the next call.
 //   - The arithmetic is one Go function, applyBatch (its steps in

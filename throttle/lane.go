@@ -47,7 +47,8 @@ type pending struct {
 	span trace.SpanContext
 	// mootAt is when a settlement or void whose call failed can no longer
 	// change its caller's bucket (mootAfter): it is dropped unsent then.
-	// Zero: never (admits, reads, and what has not failed yet).
+	// Zero: never (admits, reads, moves and leases' give-backs, and what
+	// has not failed yet).
 	mootAt time.Time
 }
 
@@ -447,7 +448,9 @@ func markRaced(batch []*pending, results []opResult, queue []*pending) {
 // the batch's finishes and moves are sent again with the caller's next
 // call, or after the lane's retry wait, which doubles with each failed
 // call in a row (retryWait); once they can no longer change the caller's
-// bucket (mootAfter) they are dropped unsent. A call that failed because
+// bucket (mootAfter) the voids and finishes are dropped unsent (a move, or
+// a lease's give-back, carries tokens and waits for Redis however long).
+// A call that failed because
 // the Redis client is closed leaves nothing to send again: what it
 // carried is dropped (RedisStats.Dropped).
 func (s *RedisStore) failed(l *lane, batch []*pending, err error, sh shape) {

@@ -436,7 +436,7 @@ func (s *RedisStore) Flush(ctx context.Context) error {
 		for _, p := range l.queue { // what waits for a retry goes now
 			p.notBefore = time.Time{}
 		}
-		l.fails = 0 // and, failing again, is retried at RetryInterval while ctx lasts
+		l.fails = 0 // and, failing again, backs off from RetryInterval anew while ctx lasts
 	}
 	s.mu.Unlock()
 	for {
