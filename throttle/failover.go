@@ -281,6 +281,26 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 	}
 }
 
+// PeekCost is Peek for a request of cost: while the primary fails with
+// fail_mode local, the replica's share of b is read as an admission of
+// cost would find it — its capacity never below cost (see localLimit) —
+// so that a dry run of a price above the share says what the admission
+// would do. Otherwise it is Peek.
+func (f *Failover) PeekCost(ctx context.Context, b Bucket, cost float64) (Result, error) {
+	if f.Mode != FailLocal || !f.lim.health().Degraded || cost <= 0 {
+		return f.Peek(ctx, b)
+	}
+	if err := b.Limit.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit, cost)}
+	f.seedLocal(b, local, time.Now())
+	return f.Local.Peek(ctx, local)
+}
+
 // peekPrimary asks the primary (or the fail mode), noting its answer for
 // later peeks when note is set.
 func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result, error) {

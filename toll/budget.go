@@ -1,6 +1,7 @@
 package toll
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -15,10 +16,10 @@ import (
 // its network's aggregate (agg, else nil) — neither of which refuses it
 // when its tier or every layer it asks for is in shadow.
 func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, agg *throttle.Bucket, p Price) {
-	res, err := t.Store.Peek(r.Context(), own)
+	res, err := peekFor(r.Context(), t.Store, own, p.Cost)
 	var ares throttle.Result
 	if err == nil && agg != nil {
-		ares, err = t.Store.Peek(r.Context(), *agg)
+		ares, err = peekFor(r.Context(), t.Store, *agg, p.Cost)
 	}
 	if err != nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
@@ -87,6 +88,18 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, body)
+}
+
+// peekFor reads b as an admission of cost would find it, where the store
+// can tell (throttle.Failover.PeekCost: a replica's share under fail_mode
+// local holds at least the price), else as Peek does.
+func peekFor(ctx context.Context, s throttle.Store, b throttle.Bucket, cost float64) (throttle.Result, error) {
+	if c, ok := s.(interface {
+		PeekCost(context.Context, throttle.Bucket, float64) (throttle.Result, error)
+	}); ok {
+		return c.PeekCost(ctx, b, cost)
+	}
+	return s.Peek(ctx, b)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

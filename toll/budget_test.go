@@ -232,3 +232,44 @@ func TestDryRunInLocalModeWaitsAtTheSharesRate(t *testing.T) {
 		t.Errorf("dry run %+v: want 20 remaining, not allowed, retry after 4 s", doc)
 	}
 }
+
+// While Redis is out with fail_mode local, a replica's share of a bucket
+// holds at least the price of the request it admits: a dry run of a price
+// above the share (60 tokens against a quarter of free's 100) read the
+// share at most, and said the request would wait, for ever, while the
+// request itself was admitted once the share had refilled to its price.
+func TestDryRunInLocalModeOfAPriceAboveTheShare(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(&throttle.Failover{Primary: downStore{}, Local: throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}),
+		Mode: throttle.FailLocal, Replicas: 4, Logger: discard()})
+	ask := func(query string) (*httptest.ResponseRecorder, bool) {
+		r := httptest.NewRequest(http.MethodGet, "/tiles/places/2/0/0.mvt"+query, nil)
+		r.Header.Set("X-API-Key", "k")
+		w := httptest.NewRecorder()
+		return w, toll.AdmitTile(w, r, tileDemand(2, "places")) // 60 tokens
+	}
+	dryRun := func(when string) (allowed bool, retry int) {
+		t.Helper()
+		var doc struct {
+			WouldAllow bool `json:"would_allow"`
+			RetryAfter int  `json:"retry_after"`
+		}
+		w, _ := ask("?dry_run=1")
+		if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil || w.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s: %v", when, w.Code, w.Body, err)
+		}
+		return doc.WouldAllow, doc.RetryAfter
+	}
+	dryRun("Redis found down")
+	// The share holds 25 and refills at 5 a second: 7 s to the price.
+	if allowed, retry := dryRun("at once"); allowed || retry != 7 {
+		t.Errorf("at once: would_allow %t, retry_after %d; want false, 7", allowed, retry)
+	}
+	c.t = c.t.Add(8 * time.Second)
+	if allowed, retry := dryRun("8 s later"); !allowed || retry != 0 {
+		t.Errorf("8 s later: would_allow %t, retry_after %d; want true, 0", allowed, retry)
+	}
+	if w, ok := ask(""); !ok {
+		t.Errorf("the request itself, 8 s later: %d %s, want admitted", w.Code, w.Body)
+	}
+}
