@@ -172,6 +172,9 @@ func (c *contract) check(r *http.Request, rec *recording) {
 		if errs == nil {
 			errs = c.undeclared(r, status, rec, nil)
 		}
+		if err := keyVaryMissing(rec.Header()); err != nil {
+			errs = append(errs, err)
+		}
 		if errs != nil {
 			c.mismatch(r, rec, status, errs)
 		}
@@ -255,6 +258,28 @@ func (c *contract) undeclared(r *http.Request, status int, rec *recording, resp 
 			Reason: fmt.Sprintf("header %s (%q) is not among the headers the document lists for this response", name, values)})
 	}
 	return errs
+}
+
+// keyVaryMissing checks the rule every answer a cache may keep follows (a
+// Cache-Control without no-store): it varies on Authorization and
+// X-API-Key, so that no cache answers a request with another key, or
+// none, from it. The document can list Vary but not say what it holds.
+func keyVaryMissing(h http.Header) *errors.ValidationError {
+	cc := h.Get("Cache-Control")
+	if cc == "" || strings.Contains(cc, "no-store") {
+		return nil
+	}
+	members := map[string]bool{}
+	for _, v := range h.Values("Vary") {
+		for m := range strings.SplitSeq(v, ",") {
+			members[strings.ToLower(strings.TrimSpace(m))] = true
+		}
+	}
+	if members["authorization"] && members["x-api-key"] {
+		return nil
+	}
+	return &errors.ValidationError{Message: "Vary without the key",
+		Reason: fmt.Sprintf("a response a cache may keep (Cache-Control %q) must vary on Authorization and X-API-Key, not %q", cc, h.Values("Vary"))}
 }
 
 // documented is the response the document gives for status to r: of r's
@@ -432,7 +457,7 @@ func tileHeaders(edit map[string]string) map[string]string {
 	h := map[string]string{
 		"X-Request-ID":            "abc",
 		"Cache-Control":           "private, max-age=60",
-		"Vary":                    "Accept-Encoding",
+		"Vary":                    "Accept-Encoding, Authorization, X-API-Key",
 		"ETag":                    `"AAAAAAAAAAAAAAAA-gz4"`,
 		"X-Cache":                 "HIT",
 		"X-Tile-Reduced":          "places;level=2",
@@ -493,6 +518,8 @@ func TestContractCatchesMismatches(t *testing.T) {
 		{"a tile's 304 without its ETag", "GET", "/tiles/places/14/8802/5373.mvt", 304, "", "", tileHeaders(map[string]string{"ETag": "", "Content-Encoding": ""}), false},
 		{"a tile's 304 with a Content-Encoding", "GET", "/tiles/places/14/8802/5373.mvt", 304, "", "", tileHeaders(nil), false},
 		{"a tile's HEAD", "HEAD", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "", tileHeaders(nil), true},
+		{"a cacheable tile that does not vary on the key", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile",
+			tileHeaders(map[string]string{"Vary": "Accept-Encoding"}), false},
 		{"a 404 to a HEAD, without a body", "HEAD", "/tiles/nope/1/1/1.mvt", 404, "application/problem+json", "", map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, true},
 		{"OPTIONS with Allow", "OPTIONS", "/tiles/places.json", 204, "", "", map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS"}, true},
 		{"a CORS preflight", "OPTIONS", "/geofence/check", 204, "", "", map[string]string{"X-Request-ID": "abc", "Access-Control-Allow-Origin": "*",
