@@ -3,7 +3,6 @@ package toll
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -17,38 +16,18 @@ import (
 // tokens — and the X-RateLimit-* trio says the same, as does the problem's
 // violated-policies.
 func TestInFlightRefusalDescribesTheConcurrencyPolicy(t *testing.T) {
-	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
-	free := toll.Tiers["free"]
-	free.MaxInFlight = 1
-	toll.Tiers["free"] = free
-	release := make(chan struct{})
-	entered := make(chan bool, 2)
-	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ok := toll.AdmitTile(w, r, tileDemand(14, "places"))
-		entered <- ok
-		if ok {
-			<-release
-		}
-	}))
-	answers := make(chan *httptest.ResponseRecorder, 2)
-	serve := func() {
-		r := httptest.NewRequest(http.MethodGet, "/t", nil)
-		r.Header.Set("X-API-Key", "k1")
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		answers <- w
-	}
-	go serve()
-	if !testenv.Receive(t, entered, "the first request") {
+	k := holdingTiles(testToll(throttle.NewMemoryStore(throttle.MemoryOptions{})), 1)
+	go k.serve()
+	if !testenv.Receive(t, k.entered, "the first request") {
 		t.Fatal("the first request was refused")
 	}
-	go serve()
-	if testenv.Receive(t, entered, "the second request") {
+	go k.serve()
+	if testenv.Receive(t, k.entered, "the second request") {
 		t.Fatal("a second concurrent request was admitted with max_in_flight 1")
 	}
-	w := testenv.Receive(t, answers, "the second request's answer")
-	close(release)
-	testenv.Receive(t, answers, "the first request's answer")
+	w := testenv.Receive(t, k.answers, "the second request's answer")
+	close(k.release)
+	testenv.Receive(t, k.answers, "the first request's answer")
 	if w.Code != http.StatusTooManyRequests {
 		t.Fatalf("second: %d, want 429", w.Code)
 	}

@@ -590,49 +590,63 @@ func TestTollDryRunAndBudget(t *testing.T) {
 	}
 }
 
-func TestTollConcurrencyCap(t *testing.T) {
-	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+// holding serves tiles to key k1 of tier free under an in-flight cap:
+// each request reports on entered whether it was admitted, and an
+// admitted one holds its slot until release is closed; serve sends one
+// request, whose answer arrives on answers.
+type holding struct {
+	entered chan bool
+	release chan struct{}
+	answers chan *httptest.ResponseRecorder
+	h       http.Handler
+}
+
+func holdingTiles(toll *Toll, maxInFlight int) *holding {
 	free := toll.Tiers["free"]
-	free.MaxInFlight = 2
+	free.MaxInFlight = maxInFlight
 	toll.Tiers["free"] = free
-	release := make(chan struct{})
-	entered := make(chan bool, 8)
-	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	k := &holding{entered: make(chan bool, 8), release: make(chan struct{}), answers: make(chan *httptest.ResponseRecorder, 8)}
+	k.h = Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ok := toll.AdmitTile(w, r, tileDemand(14, "places"))
-		entered <- ok
+		k.entered <- ok
 		if ok {
-			<-release
+			<-k.release
 		}
 	}))
-	serve := func(done chan<- int) {
-		r := httptest.NewRequest(http.MethodGet, "/t", nil)
-		r.Header.Set("X-API-Key", "k1")
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		done <- w.Code
-	}
-	done := make(chan int, 8)
-	go serve(done)
-	go serve(done)
-	if !testenv.Receive(t, entered, "the first request") || !testenv.Receive(t, entered, "the second request") {
+	return k
+}
+
+func (k *holding) serve() {
+	r := httptest.NewRequest(http.MethodGet, "/t", nil)
+	r.Header.Set("X-API-Key", "k1")
+	w := httptest.NewRecorder()
+	k.h.ServeHTTP(w, r)
+	k.answers <- w
+}
+
+func TestTollConcurrencyCap(t *testing.T) {
+	k := holdingTiles(testToll(throttle.NewMemoryStore(throttle.MemoryOptions{})), 2)
+	go k.serve()
+	go k.serve()
+	if !testenv.Receive(t, k.entered, "the first request") || !testenv.Receive(t, k.entered, "the second request") {
 		t.Fatal("the first two concurrent requests were not admitted")
 	}
-	go serve(done)
-	if testenv.Receive(t, entered, "the third request") {
+	go k.serve()
+	if testenv.Receive(t, k.entered, "the third request") {
 		t.Fatal("a third concurrent request was admitted with max_in_flight 2")
 	}
-	if code := testenv.Receive(t, done, "the third request's answer"); code != http.StatusTooManyRequests {
-		t.Fatalf("third: %d, want 429", code)
+	if w := testenv.Receive(t, k.answers, "the third request's answer"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("third: %d, want 429", w.Code)
 	}
-	close(release)
-	testenv.Receive(t, done, "the first request to finish")
-	testenv.Receive(t, done, "the second request to finish")
+	close(k.release)
+	testenv.Receive(t, k.answers, "the first request to finish")
+	testenv.Receive(t, k.answers, "the second request to finish")
 	// Both slots were released when the handlers returned.
-	go serve(done)
-	if !testenv.Receive(t, entered, "a request after the others") {
+	go k.serve()
+	if !testenv.Receive(t, k.entered, "a request after the others") {
 		t.Fatal("a request after the others finished was refused: slots leaked")
 	}
-	testenv.Receive(t, done, "the last request to finish")
+	testenv.Receive(t, k.answers, "the last request to finish")
 }
 
 func TestTollGlobalBudget(t *testing.T) {
