@@ -152,7 +152,7 @@ func (s *Store) layerContains(ctx context.Context, q ContainsQuery) ([]Feature, 
 			return err
 		}})
 	if err != nil {
-		if missingRelation(err) {
+		if pgcall.MissingRelation(err) != "" {
 			q.Layer.piecesGone()
 		}
 		return nil, false, pgcall.Misfit(err, q.Layer.Layer.subject())
@@ -225,20 +225,12 @@ func (s *Store) Check(ctx context.Context, q CheckQuery) ([][]int64, error) {
 			return err
 		}})
 	if err != nil {
-		if missingRelation(err) {
+		if pgcall.MissingRelation(err) != "" {
 			q.Layer.piecesGone()
 		}
 		return nil, pgcall.Misfit(err, subject)
 	}
 	return out, nil
-}
-
-// missingRelation reports whether err is a statement's that named a
-// relation that does not exist (SQLSTATE 42P01): on a layer, its pieces
-// dropped under it (Containment.piecesGone).
-func missingRelation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 // features runs a query whose rows are (id, geometry, properties).

@@ -3,11 +3,9 @@ package tiles
 import (
 	"bytes"
 	"context"
-	"errors"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 
@@ -46,17 +44,6 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, RetryAfter:
 func (s *Store) db() *pgcall.DB {
 	return &pgcall.DB{Pool: s.pool, AcquireTimeout: s.AcquireTimeout, RetryAfter: s.RetryAfter,
 		TimeoutDetail: tileTimeoutDetail, Calls: s.Calls, ReadSettings: ReadSettingsSQL}
-}
-
-// missingRelation returns the message of err when it is a statement's
-// that named a relation that does not exist (SQLSTATE 42P01; the message
-// names it, "schema.relation" in quotes), else "".
-func missingRelation(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return pgErr.Message
-	}
-	return ""
 }
 
 // Tile renders one tile (see Render) and returns its bytes.
@@ -98,7 +85,7 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 	}
 	timing, err := s.db().Read(ctx, stmts...)
 	if err != nil {
-		if missing := missingRelation(err); missing != "" {
+		if missing := pgcall.MissingRelation(err); missing != "" {
 			for _, l := range layers {
 				if src := l.Source(t.Z); src.Builder != "" && strings.Contains(missing, `"`+strings.Join(src.Relation, ".")+`"`) {
 					l.storageGone()

@@ -37,3 +37,15 @@ func Misfit(err error, subject string) error {
 	return &problem.Error{Code: problem.Unavailable, Detail: subject + " does not match the database: " + pgErr.Message,
 		RetryAfter: p.RetryAfter, Err: err}
 }
+
+// MissingRelation returns the message of err when it is a statement's
+// that named a relation that does not exist (SQLSTATE 42P01; the message
+// names it, "schema.relation" in quotes), else "": serving storage
+// dropped under a server that still reads it.
+func MissingRelation(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return pgErr.Message
+	}
+	return ""
+}
