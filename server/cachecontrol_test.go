@@ -4,10 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/geotoll/geotoll/throttle"
-	"github.com/geotoll/geotoll/tiles"
 	"github.com/geotoll/geotoll/web"
 )
 
@@ -46,14 +43,7 @@ func TestPreviewPageWithAKeyInTheURLIsNotStored(t *testing.T) {
 // request with another key, or none, from it. An answer no cache keeps
 // (no-store) needs no Vary.
 func TestKeyedAnswersVaryOnTheKey(t *testing.T) {
-	gate := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
-	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", MaxAge: 90 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &blockingRenderer{release: make(chan struct{})}
-	close(r.release)
-	h := New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: gate}, Logger: discard()})
+	h := tolledPlaces(t)
 	etag := serve(h, http.MethodGet, "/tiles/places.json").Header().Get("ETag")
 	tileETag := serve(h, http.MethodGet, "/tiles/places/14/8802/5373.mvt").Header().Get("ETag")
 	varies := func(w interface{ Header() http.Header }) bool {

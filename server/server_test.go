@@ -113,19 +113,26 @@ func TestPanicBecomes500(t *testing.T) {
 	}
 }
 
-// A tile fetched with a key carries that caller's budget headers and was
-// charged to it: a shared cache must not store it and hand it to others
-// uncharged. Anonymous tiles stay public, and say that a keyed request is
-// a different request.
-func TestKeyedResponsesArePrivate(t *testing.T) {
-	gate := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+// tolledPlaces serves layer places (max_age 90 s), priced by a toll on
+// an in-memory store, with tiles that render at once.
+func tolledPlaces(t *testing.T) http.Handler {
+	t.Helper()
 	cat, err := tiles.NewCatalog([]tiles.Layer{{Name: "places", Table: "geotoll.places", GeometryColumn: "geom_3857", MaxAge: 90 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &blockingRenderer{release: make(chan struct{})}
 	close(r.release)
-	h := New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: gate}, Logger: discard()})
+	gate := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	return New(Options{Tiles: &tiles.Handler{Catalog: cat, Store: r, Gate: gate}, Logger: discard()})
+}
+
+// A tile fetched with a key carries that caller's budget headers and was
+// charged to it: a shared cache must not store it and hand it to others
+// uncharged. Anonymous tiles stay public, and say that a keyed request is
+// a different request.
+func TestKeyedResponsesArePrivate(t *testing.T) {
+	h := tolledPlaces(t)
 	for _, tc := range []struct {
 		name string
 		set  func(*http.Request)
