@@ -111,6 +111,22 @@ func tileRead(t *testing.T, pool interface {
 	return read
 }
 
+// estimateAndRead is what e estimates of tile on layer l, whose table
+// (in srid) it fails the test not to model, and the rows tile's query
+// reads (tileRead).
+func estimateAndRead(t *testing.T, e *pricing.Estimator, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, l *tiles.Layer, table string, srid int, tile maptile.Tile) (density.Estimate, float64) {
+	t.Helper()
+	est, ok := e.Tile(l, tile)
+	if !ok {
+		t.Fatalf("%v: no estimate", tile)
+	}
+	read := tileRead(t, pool, l, table, srid, tile)
+	t.Logf("z%d: estimate %+v; the query reads %.0f rows", tile.Z, est, read)
+	return est, read
+}
+
 // sridLayer is a one-layer estimator of table (in srid), its models built.
 func sridLayer(t *testing.T, table string, srid int, kind tiles.Kind) (*pricing.Estimator, *pricing.Models, *tiles.Layer) {
 	t.Helper()
@@ -166,12 +182,7 @@ func TestPolarPolygonCoversThePole(t *testing.T) {
 		{orb.Point{0, -55}, 6}, {orb.Point{100, -40}, 8}, // north of the polygon
 	} {
 		tile := maptile.At(tc.at, tc.z)
-		est, ok := e.Tile(l, tile)
-		if !ok {
-			t.Fatalf("%v: no estimate", tile)
-		}
-		read := tileRead(t, pool, l, schema+".ice", 3031, tile)
-		t.Logf("z%d at %v: estimate %+v; the query reads %.0f rows", tile.Z, tc.at, est, read)
+		est, read := estimateAndRead(t, e, pool, l, schema+".ice", 3031, tile)
 		if read > 0 && (est.Features < 0.5*read || est.Vertices < 4000*read) {
 			t.Errorf("z%d at %v: %+v estimated, the query reads the polygon's 8,001 vertices", tile.Z, tc.at, est)
 		}
@@ -209,12 +220,7 @@ func TestAntimeridianFeatureStaysWhereItIs(t *testing.T) {
 		{orb.Point{0, 52}, 8}, {orb.Point{10, 52}, 6}, {orb.Point{-100, 52}, 8}, {orb.Point{100, 52}, 10}, // far away, at its latitude
 	} {
 		tile := maptile.At(tc.at, tc.z)
-		est, ok := e.Tile(l, tile)
-		if !ok {
-			t.Fatalf("%v: no estimate", tile)
-		}
-		read := tileRead(t, pool, l, schema+".isle", 3338, tile)
-		t.Logf("z%d at %v: estimate %+v; the query reads %.0f rows", tile.Z, tc.at, est, read)
+		est, read := estimateAndRead(t, e, pool, l, schema+".isle", 3338, tile)
 		if read > 0 && est.Features < 0.5*read {
 			t.Errorf("z%d at %v: %.2f features estimated, the query reads %.0f", tile.Z, tc.at, est.Features, read)
 		}
