@@ -296,6 +296,12 @@ func (f *Failover) PeekCost(ctx context.Context, b Bucket, cost float64) (Result
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	return f.peekLocal(ctx, b, cost)
+}
+
+// peekLocal reads this replica's share of b, as an admission of cost
+// (0: any) would start from it while the primary fails.
+func (f *Failover) peekLocal(ctx context.Context, b Bucket, cost float64) (Result, error) {
 	local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit, cost)}
 	f.seedLocal(b, local, time.Now())
 	return f.Local.Peek(ctx, local)
@@ -325,11 +331,8 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 	switch f.Mode {
 	case FailOpen:
 		return Result{Allowed: true, Remaining: b.Limit.Capacity, Limit: b.Limit}, nil
-	case FailLocal:
-		// The bucket the caller's next admission would start from.
-		local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit, 0)}
-		f.seedLocal(b, local, time.Now())
-		return f.Local.Peek(ctx, local)
+	case FailLocal: // the bucket the caller's next admission would start from
+		return f.peekLocal(ctx, b, 0)
 	}
 	return Result{}, f.errDown()
 }
