@@ -372,17 +372,27 @@ func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int,
 			revoke = append(revoke, rel)
 		}
 	}
-	for _, rel := range revoke {
-		from := make([]string, len(roles))
-		for i, r := range roles {
-			from[i] = pgx.Identifier{r}.Sanitize()
-		}
-		if _, err := tx.Exec(ctx, "REVOKE SELECT ON "+pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()+
-			" FROM "+strings.Join(from, ", ")); err != nil {
-			return 0, fmt.Errorf("revoke %s: %w", rel, err)
-		}
+	if err := revokeSelect(ctx, tx, revoke, roles...); err != nil {
+		return 0, err
 	}
 	return len(rels), nil
+}
+
+// revokeSelect takes SELECT on rels, relations of tiles.ServingSchema,
+// from roles.
+func revokeSelect(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, rels []string, roles ...string) error {
+	from := make([]string, len(roles))
+	for i, r := range roles {
+		from[i] = pgx.Identifier{r}.Sanitize()
+	}
+	for _, rel := range rels {
+		if _, err := q.Exec(ctx, "REVOKE SELECT ON "+pgx.Identifier{tiles.ServingSchema, rel}.Sanitize()+" FROM "+strings.Join(from, ", ")); err != nil {
+			return fmt.Errorf("revoke %s: %w", rel, err)
+		}
+	}
+	return nil
 }
 
 // revokeDefault takes DefaultReaderRole's SELECT away from the relations
@@ -393,12 +403,11 @@ func revokeDefault(ctx context.Context, pool *pgxpool.Pool, rows []tiles.Storage
 	if role == DefaultReaderRole {
 		return nil
 	}
-	for _, s := range rows {
-		if _, err := pool.Exec(ctx, "REVOKE SELECT ON "+s.Ident().Sanitize()+" FROM "+pgx.Identifier{DefaultReaderRole}.Sanitize()); err != nil {
-			return fmt.Errorf("revoke %s: %w", s.Relation, err)
-		}
+	rels := make([]string, len(rows))
+	for i, s := range rows {
+		rels[i] = s.Relation
 	}
-	return nil
+	return revokeSelect(ctx, pool, rels, DefaultReaderRole)
 }
 
 // buildTx is build's transaction, run holding the layer's lock: unless
