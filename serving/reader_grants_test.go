@@ -71,7 +71,17 @@ func TestStorageIsReadableByItsReadRoleAlone(t *testing.T) {
 	t.Cleanup(func() { // after the fixture's schema is dropped
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := admin.Exec(ctx, `REVOKE ALL ON ALL TABLES IN SCHEMA geotoll_serving FROM `+role+`; DROP ROLE `+role); err != nil {
+		// Only the relations the role may read: a REVOKE on every table of
+		// the schema would race other tests' grants on theirs ("tuple
+		// concurrently updated").
+		if _, err := admin.Exec(ctx, `DO $$
+			DECLARE r regclass;
+			BEGIN
+				FOR r IN SELECT c.oid FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+				         WHERE n.nspname = 'geotoll_serving' AND has_table_privilege('`+role+`', c.oid, 'SELECT') LOOP
+					EXECUTE format('REVOKE ALL ON %s FROM %I', r, '`+role+`');
+				END LOOP;
+			END $$; DROP ROLE `+role); err != nil {
 			t.Errorf("drop role: %v", err)
 		}
 	})
