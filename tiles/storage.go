@@ -291,13 +291,7 @@ func (l *Layer) readTableLocked(like *plan) bool {
 // could not re-read the registry meanwhile (it keeps its plan when a
 // Refresh fails) may still read. The next Refresh that reads the
 // registry plans the storage it names.
-func (l *Layer) storageGone() {
-	l.state.swap.Lock()
-	defer l.state.swap.Unlock()
-	if old := l.plan(); len(old.storage) > 0 {
-		l.readTableLocked(old)
-	}
-}
+func (l *Layer) storageGone() { l.readTable(false) }
 
 // currentStorage reads l's table's change detector (package signature),
 // sig, and returns the storage of storage that was built from the table
@@ -349,9 +343,18 @@ func (c *Catalog) Written(name string) bool {
 		return false
 	}
 	l.state.follow.Store(true)
+	return l.readTable(true)
+}
+
+// readTable makes l read its table at every zoom, none of its storage,
+// counting a write (Catalog.Written) when written; it reports whether l
+// read storage until now.
+func (l *Layer) readTable(written bool) bool {
 	l.state.swap.Lock()
 	defer l.state.swap.Unlock()
-	l.state.writes.Add(1)
+	if written {
+		l.state.writes.Add(1)
+	}
 	old := l.plan()
 	return len(old.storage) > 0 && l.readTableLocked(old)
 }
