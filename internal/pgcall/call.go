@@ -85,7 +85,13 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 	defer close(c.done)
 	start := time.Now()
 	whole, err := guard(func() error { return w(ctx, c.conn.Conn(), c.cut, &c.timing) })
-	c.timing.DB = time.Since(start)
+	end := time.Now()
+	if c.cancel != nil { // a cancelled call's database time ends with the backend's answer
+		if at := c.cancel.answeredAt(); at.After(start) {
+			end = at
+		}
+	}
+	c.timing.DB = end.Sub(start)
 	cancel()
 	c.err, c.lost = err, c.conn.Conn().IsClosed() // a panic is the program's fault, not the database's
 	release(c.db.Pool, c.conn, whole)             // after a panic, what the connection holds is unknown

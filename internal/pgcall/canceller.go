@@ -29,7 +29,7 @@ import (
 // are chained after those cfg has: set them before Configure, not after.
 func Configure(cfg *pgxpool.Config, wait time.Duration) {
 	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-		h := &canceller{conn: pc, wait: wait}
+		h := &canceller{conn: pc, wait: wait, race: raceDelay}
 		pc.CustomData()[cancellerKey] = h
 		return h
 	}
@@ -68,21 +68,20 @@ func CloseOnCancel(cc *pgx.ConnConfig) {
 	}
 }
 
-// Delays of a cancellation.
-const (
-	// hangUpDelay is how long a statement whose caller went away may still
-	// finish on its own before it is cancelled. A cancel request costs the
-	// server a new connection (and, before PostgreSQL 18, the fork of a
-	// process), while most tile and geofence statements end within a few
-	// milliseconds; a longer one keeps running at most this much longer. A
-	// call cut by its deadline is cancelled at once: its time is up.
-	hangUpDelay = 50 * time.Millisecond
-	// raceDelay is how long a connection whose statement ended as its
-	// cancel request went out waits before it is used again: the request
-	// may still be on its way to the backend and would cancel the next
-	// statement (pgconn's CancelRequestContextWatcherHandler does the same).
-	raceDelay = 100 * time.Millisecond
-)
+// hangUpDelay is how long a statement whose caller went away may still
+// finish on its own before it is cancelled. A cancel request costs the
+// server a new connection (and, before PostgreSQL 18, the fork of a
+// process), while most tile and geofence statements end within a few
+// milliseconds; a longer one keeps running at most this much longer. A
+// call cut by its deadline is cancelled at once: its time is up.
+const hangUpDelay = 50 * time.Millisecond
+
+// raceDelay is how long a connection whose statement ended as its cancel
+// request went out waits before it is used again: the request may still be
+// on its way to the backend and would cancel the next statement (pgconn's
+// CancelRequestContextWatcherHandler does the same). Read as a connection
+// is made; a variable for tests alone.
+var raceDelay = 100 * time.Millisecond
 
 // canceller is the ctxwatch.Handler of a Configure'd connection. pgconn
 // calls HandleCancel when the context of a running operation ends and
@@ -91,6 +90,12 @@ const (
 type canceller struct {
 	conn *pgconn.PgConn
 	wait time.Duration
+	race time.Duration // raceDelay
+
+	// answered is when the backend answered the call's last cancelled
+	// operation (zero: none since the call began). The connection is held
+	// race longer, and that wait is no database time.
+	answered time.Time
 
 	// cur is the call's last cancellation (nil: none since the call
 	// began, reset).
@@ -179,11 +184,12 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 			_ = h.conn.Conn().SetDeadline(time.Now())
 			return
 		}
-		time.Sleep(raceDelay)
+		time.Sleep(h.race)
 	}()
 }
 
 func (h *canceller) HandleUnwatchAfterCancel() {
+	h.answered = time.Now()
 	h.stop()
 	<-h.finished
 	_ = h.conn.Conn().SetDeadline(time.Time{})
@@ -192,7 +198,15 @@ func (h *canceller) HandleUnwatchAfterCancel() {
 // reset forgets the cancellations of the connection's earlier calls, as a
 // call begins (each earlier one's goroutine is over:
 // HandleUnwatchAfterCancel waited for it).
-func (h *canceller) reset() { h.cur.Store(nil) }
+func (h *canceller) reset() {
+	h.cur.Store(nil)
+	h.answered = time.Time{}
+}
+
+// answeredAt is when the backend answered the call's last cancelled
+// operation, zero when none was cancelled. Read on the connection's
+// goroutine, after the operation returned.
+func (h *canceller) answeredAt() time.Time { return h.answered }
 
 // current is the call's last cancellation, nil when there was none.
 func (h *canceller) current() *cancellation { return h.cur.Load() }

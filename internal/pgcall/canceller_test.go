@@ -22,13 +22,17 @@ import (
 // database that accepts connections and never answers (paused,
 // partitioned). It can also open new connections late (slowNew): a
 // server whose CPUs are all busy, which forks a connection's process
-// (a cancel request's too) after its running backends' turns.
+// (a cancel request's too) after its running backends' turns. And it can
+// hold the server's bytes alone (holdAnswers), while a connection the
+// server closes is still seen closed at once: a backend that answers late,
+// after the server acknowledged a cancel request of it.
 type freezer struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	frozen chan struct{} // closed while the proxy passes bytes
-	slow   atomic.Int64  // how long a new connection waits before it is passed on
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	frozen  chan struct{} // closed while the proxy passes bytes
+	answers chan struct{} // closed while it passes the server's
+	slow    atomic.Int64  // how long a new connection waits before it is passed on
 }
 
 // slowNew makes every connection opened from now on wait d before the
@@ -41,9 +45,10 @@ func newFreezer(t *testing.T, target string) *freezer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &freezer{ln: ln, target: target, frozen: make(chan struct{})}
+	p := &freezer{ln: ln, target: target, frozen: make(chan struct{}), answers: make(chan struct{})}
 	close(p.frozen)
-	t.Cleanup(func() { ln.Close(); p.thaw() })
+	close(p.answers)
+	t.Cleanup(func() { ln.Close(); p.thaw(); p.releaseAnswers() })
 	go p.serve()
 	return p
 }
@@ -70,6 +75,29 @@ func (p *freezer) thaw() {
 	}
 }
 
+// holdAnswers stops passing the server's bytes until releaseAnswers.
+func (p *freezer) holdAnswers() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.answers = make(chan struct{})
+}
+
+func (p *freezer) releaseAnswers() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.answers:
+	default:
+		close(p.answers)
+	}
+}
+
+func (p *freezer) answersGate() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answers
+}
+
 func (p *freezer) serve() {
 	for {
 		c, err := p.ln.Accept()
@@ -85,14 +113,15 @@ func (p *freezer) serve() {
 				c.Close()
 				return
 			}
-			go p.pipe(s, c)
-			p.pipe(c, s)
+			go p.pipe(s, c, nil)
+			p.pipe(c, s, p.answersGate)
 		}()
 	}
 }
 
-// pipe copies src to dst, holding each chunk while the proxy is frozen.
-func (p *freezer) pipe(dst, src net.Conn) {
+// pipe copies src to dst, holding each chunk while the proxy is frozen, and
+// while held says so (the server's direction).
+func (p *freezer) pipe(dst, src net.Conn, held func() chan struct{}) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
@@ -100,6 +129,9 @@ func (p *freezer) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			<-p.gate()
+			if held != nil {
+				<-held()
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -294,5 +326,40 @@ func TestAbandonedCancelRequestCancelsNothingLater(t *testing.T) {
 	_, _ = pool.Exec(ctx, `SELECT pg_sleep(0.4)`) // ends at 400 ms, its cancel request still on its way
 	if _, err := pool.Exec(t.Context(), `SELECT pg_sleep(1)`); err != nil {
 		t.Fatalf("the next statement on the pool: %v; want it to run undisturbed", err)
+	}
+}
+
+// A cancelled call's database time ends when the backend answers. The
+// connection is then held a while longer, in case the cancel request is
+// still on its way and would cancel its next statement; that wait is no
+// work of the database's, and the request is not charged for it. Here the
+// server acknowledges the cancel request at once and the backend's answer
+// comes 700 ms later, as a backend busy in a function that looks at
+// interrupts seldom answers. (Not parallel: it lengthens that wait for
+// the connections it makes.)
+func TestCancelledCallMetersUntilTheBackendAnswered(t *testing.T) {
+	const race = 3 * time.Second
+	pgcall.SetRaceDelay(t, race)
+	proxy, pool := proxiedPool(t, testenv.CancelWait)
+	db := &pgcall.DB{Pool: pool}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ctx, meter := pgcall.WithMeter(ctx)
+	time.AfterFunc(300*time.Millisecond, func() {
+		proxy.holdAnswers()
+		cancel()
+		time.AfterFunc(700*time.Millisecond, proxy.releaseAnswers)
+	})
+	start := time.Now()
+	_, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT pg_sleep(10)`, Timeout: 20 * time.Second})
+	if p := problem.From(err); p.Detail != "request cancelled" {
+		t.Fatalf("Read whose caller left: %v, want \"request cancelled\"", err)
+	}
+	pgcall.WaitStopped(err)
+	if held := time.Since(start); held < race {
+		t.Fatalf("the call held its connection %v, less than the %v it waits after an acknowledged cancellation", held, race)
+	}
+	if got := meter.DB(); got < 900*time.Millisecond || got >= race {
+		t.Errorf("metered %v of database time, want the time until the backend answered its cancellation (about 1 s, well under %v)", got, race)
 	}
 }
