@@ -174,7 +174,7 @@ fit (level, mvt) AS (
                                         ELSE f.geom END AS geom) AS g
               WHERE f.geom IS NOT NULL
                 AND f.prio <= greatest(1, least(env.cap >> fit.level, (SELECT count(*) FROM feats) >> greatest(fit.level - 1, 0)))) AS s,
-             LATERAL (SELECT s.geom{{if .ID}}, s.{{.ID}} AS id{{end}}{{range .Props}}, s.{{.As}}{{.Cast}} AS {{.Column}}{{end}}) AS q
+             LATERAL (SELECT s.geom{{if .ID}}, s.{{.ID}} AS id{{end}}{{range .Props}}, {{.Value "s"}} AS {{.Column}}{{end}}) AS q
         WHERE NOT ST_IsEmpty(s.geom))
     FROM fit, env,
          LATERAL (SELECT 2 ^ (fit.level - 1 + env.generalised) AS f) AS k

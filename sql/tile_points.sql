@@ -95,7 +95,7 @@ fit (level, mvt) AS (
     SELECT 0, (
         SELECT ST_AsMVT(q.*, $9::text, $5::int, 'geom'{{if .ID}}, 'id'{{end}} ORDER BY t.point_count DESC, {{.Order}})
         FROM feats AS t,
-             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, t.{{.As}}{{.Cast}} AS {{.Column}}{{end}}, t.point_count) AS q
+             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, {{.Value "t"}} AS {{.Column}}{{end}}, t.point_count) AS q
         WHERE t.geom IS NOT NULL)
     UNION ALL
     SELECT fit.level + 1, (
@@ -107,7 +107,7 @@ fit (level, mvt) AS (
               FROM feats AS t, (SELECT fit.level + env.clustered AS shift FROM env) AS s
               WHERE t.geom IS NOT NULL
               ORDER BY t.cx >> s.shift, t.cy >> s.shift, {{.Order}}) AS t,
-             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, t.{{.As}}{{.Cast}} AS {{.Column}}{{end}}, t.point_count) AS q)
+             LATERAL (SELECT t.geom{{if .ID}}, t.{{.ID}} AS id{{end}}{{range .Props}}, {{.Value "t"}} AS {{.Column}}{{end}}, t.point_count) AS q)
     FROM fit, env
     WHERE length(fit.mvt) > env.budget AND fit.level < env.last_level
 )

@@ -270,6 +270,52 @@ func TestStoreTileReductionHalvesTheFeaturesDrawn(t *testing.T) {
 	}
 }
 
+// A numeric beyond float8's range, or nearer 0 than its least value,
+// failed its cast, and with it the whole tile: such a value is written as
+// ±Infinity or 0, NaN as NaN, every other feature as before.
+func TestStoreTileNumericBeyondFloat8IsWritten(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(8802, 5373, 14)
+	env := tiles.Envelope(tile)
+	cx, cy := (env.Min[0]+env.Max[0])/2, (env.Min[1]+env.Max[1])/2
+	f.exec(t, `CREATE TABLE {s}.big (id bigint PRIMARY KEY, v numeric, geom geometry(Point, 3857) NOT NULL)`)
+	values := map[string]float64{"1e400": math.Inf(1), "-1e400": math.Inf(-1), "1e-400": 0, "-1e-400": 0,
+		"5e-324": 5e-324, "2.5e-324": 5e-324, "2.4e-324": 0, "1.7976931348623157e308": math.MaxFloat64, "2.5": 2.5, "NaN": math.NaN()}
+	var ids []string
+	for text := range values {
+		ids = append(ids, text)
+	}
+	slices.Sort(ids)
+	for i, text := range ids {
+		f.exec(t, `INSERT INTO {s}.big VALUES ($1, $2::numeric, ST_SetSRID(ST_MakePoint($3, $4), 3857))`,
+			i+1, text, cx+float64(i), cy)
+	}
+	f.exec(t, `GRANT SELECT ON {s}.big TO geotoll_reader`)
+	cat := newCatalog(t, tiles.Layer{Name: "big", Table: f.table("big"), GeometryColumn: "geom", SRID: 3857,
+		GeometryKind: tiles.KindPoint, Properties: []string{"v"}})
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	_, decoded := renderTile(t, tiles.NewStore(reader), resolve(t, cat, "big"), tile)
+	if len(decoded) != 1 || len(decoded[0].Features) != len(ids) {
+		t.Fatalf("%d layers, want one of %d features", len(decoded), len(ids))
+	}
+	for _, feat := range decoded[0].Features {
+		id, err := strconv.Atoi(fmt.Sprint(feat.ID))
+		if err != nil || id < 1 || id > len(ids) {
+			t.Fatalf("feature id %v", feat.ID)
+		}
+		text := ids[id-1]
+		got, ok := feat.Properties["v"].(float64)
+		want := values[text]
+		if !ok || got != want && !(math.IsNaN(want) && math.IsNaN(got)) {
+			t.Errorf("numeric %s written as %#v (%T), want %v", text, feat.Properties["v"], feat.Properties["v"], want)
+		}
+	}
+}
+
 // ST_AsMVT writes a numeric as text: a map read "1000" where TileJSON
 // says Number, and a style comparing it with a number failed. The tile
 // queries cast numeric properties (a domain over numeric too) to float8,

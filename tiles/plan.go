@@ -285,9 +285,25 @@ type queryData struct {
 // not the query's to choose.
 type carried struct {
 	Column, As string
-	// Cast is what a property's value is cast to in the tile ("::float8"
-	// for a numeric, which ST_AsMVT would write as text), else "".
-	Cast string
+	// Numeric: a numeric property (or a domain over numeric), which
+	// ST_AsMVT would write as text; the tile writes it as a float8.
+	Numeric bool
+}
+
+// Value is the property's value as the tile writes it, read from its
+// carried column of alias. A numeric is cast to float8 — beyond float8's
+// range to ±Infinity, and nearer 0 than its least value to 0, where the
+// cast would fail the whole tile.
+func (c carried) Value(alias string) string {
+	v := alias + "." + c.As
+	if !c.Numeric {
+		return v
+	}
+	return "CASE WHEN " + v + " = 'NaN' THEN 'NaN'::float8" +
+		" WHEN " + v + " > 1.7976931348623157e308 THEN 'Infinity'::float8" +
+		" WHEN " + v + " < -1.7976931348623157e308 THEN '-Infinity'::float8" +
+		" WHEN abs(" + v + ") < 2.5e-324 THEN 0::float8" +
+		" ELSE " + v + "::float8 END"
 }
 
 // carriedName is the name the tile queries carry the i-th of
@@ -360,9 +376,7 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	}
 	for _, p := range l.Properties {
 		c := carried{Column: column(p), As: as(p)}
-		if slices.Contains(numeric, p) {
-			c.Cast = "::float8"
-		}
+		c.Numeric = slices.Contains(numeric, p)
 		d.Props = append(d.Props, c)
 	}
 	for i, c := range l.Columns() {
