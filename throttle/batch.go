@@ -150,6 +150,8 @@ type clock struct {
 
 func (c clock) ms() int64 { return c.sec*1000 + c.usec/1000 }
 
+func (c clock) us() int64 { return c.sec*1_000_000 + c.usec }
+
 // refill is admit.lua's load step of the aggregate (and of a bucket with
 // nothing leased): the bucket as of now, refilled and clamped to [-floor,
 // capacity], or full when missing. Operation for operation as in the

@@ -79,7 +79,12 @@ var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode 
 // admissions through it spent and plus what their settlements gave back.
 // One the primary never so reported, or admitted a request that this
 // estimate could not have paid (tokens came back that this replica did not
-// see: other replicas' refunds), starts full (its share of full).
+// see: other replicas' refunds), starts full (its share of full). Once the
+// primary admits the caller again, what it spent from its fallback bucket
+// beyond what that bucket refilled to is settled in the primary's with
+// that request (see reconcile): the primary, which saw none of it, would
+// otherwise hand the caller a second bucket after each outage. (A request
+// admitted locally that finishes after that settles locally only.)
 type Failover struct {
 	Primary Store
 	Local   *MemoryStore // FailLocal's buckets; may be nil for the other modes
@@ -166,12 +171,11 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 			if a.Ticket != nil {
 				a.Ticket.known = &f.known // its settlement counts in what is known
 			}
-			switch {
-			case a.inProcess: // a lease's answer says nothing of Redis now
-			case req.Aggregate != nil:
-				f.forgetLocal(req.Key, req.Aggregate.Key)
-			default:
-				f.forgetLocal(req.Key)
+			if !a.inProcess { // a lease's answer says nothing of Redis now
+				f.reconcile(req.Bucket, a.Ticket)
+				if req.Aggregate != nil {
+					f.forgetLocal(req.Aggregate.Key)
+				}
 			}
 		}
 		return a, err
@@ -324,7 +328,7 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 			if note {
 				f.known.notePeek(b, res, sent, time.Now(), f.remember())
 			}
-			f.forgetLocal(b.Key)
+			f.reconcile(b, nil)
 		}
 		return res, err
 	}
@@ -493,6 +497,25 @@ func (f *Failover) succeeded(ctx context.Context) {
 func (f *Failover) forgetLocal(keys ...string) {
 	if f.Mode == FailLocal && f.Local != nil { // only fail_mode local fills it
 		f.Local.forget(keys...)
+	}
+}
+
+// reconcile ends the fail mode's local bucket of b, which the primary has
+// just answered for (see forgetLocal), and hands what the caller spent
+// from it beyond what it refilled to — which the primary's bucket, seeing
+// none of it, holds too much — to t, the request the primary has just
+// admitted: its settlement debits that too, down to the request's debt
+// floor. Without such a request (a refusal, a peek, a shadow admission) a
+// bucket that owes is kept for the next answer; one that owes nothing is
+// dropped. A caller the primary never admits again keeps its local bucket
+// until the bucket is full again, when it owes nothing and expires.
+func (f *Failover) reconcile(b Bucket, t *Ticket) {
+	if f.Mode != FailLocal || f.Local == nil {
+		return
+	}
+	carry := t != nil && !t.shadow && t.owner != nil
+	if owed := f.Local.settleOwed(b.Key, f.localLimit(b.Limit, 0), carry); owed > 0 && carry {
+		t.carry = toMicro(owed)
 	}
 }
 

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -417,4 +418,45 @@ func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
 func localFailover(primary Store, replicas int) *Failover {
 	return &Failover{Primary: primary, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: replicas,
 		Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+}
+
+// With fail_mode local, what a caller spent locally while Redis failed is
+// charged to its Redis bucket once Redis admits it again — with or without
+// the leases geotoll serve takes by default — so the outage does not hand
+// it a second bucket.
+func TestFailoverLocalSpendingIsChargedToRedisAfterwards(t *testing.T) {
+	t.Parallel()
+	for _, leases := range []int{-1, DefaultLeaseRequests} {
+		t.Run(fmt.Sprintf("leases %d", leases), func(t *testing.T) {
+			forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+				s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: leases})
+				fl := &flakyStore{Store: s}
+				f := localFailover(fl, 1)
+				b := Bucket{Key: fx.key("reconcile"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
+				mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 99
+				flushWithin(t, s)
+				fl.set(true)
+				for range 6 { // locally: 99 - 60
+					if a := mustAdmit(t, f, Request{Bucket: b, Cost: 10}); !a.Allowed || !f.Health().Degraded {
+						t.Fatalf("locally: allowed %v (%.3f left), degraded %v", a.Allowed, a.Result.Remaining, f.Health().Degraded)
+					} else {
+						a.Ticket.Release()
+					}
+				}
+				fl.set(false)
+				f.Recovered(context.Background())
+				for range 3 { // Redis: 99 - 3, less the 60 spent locally, once
+					if a := mustAdmit(t, f, Request{Bucket: b, Cost: 1}); !a.Allowed {
+						t.Fatalf("after the recovery: refused, %.3f left", a.Result.Remaining)
+					} else {
+						a.Ticket.Release()
+					}
+				}
+				flushWithin(t, s)
+				if got := mustPeek(t, s, b).Remaining; got < 35.9 || got > 36.1 {
+					t.Errorf("Redis holds %.3f after the outage, want 36: 99, less 3 admitted since and the 60 spent locally", got)
+				}
+			})
+		})
+	}
 }

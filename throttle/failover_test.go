@@ -660,8 +660,8 @@ func TestFailoverReadInFlightKeepsASettlement(t *testing.T) {
 // that holds this caller's key) does not hand this caller back what it
 // spent from its local bucket: with the primary failing for it again, it
 // goes on from that bucket, not from its last answer before the outage.
-// Once the primary answers for the caller itself, the next outage starts
-// it from that answer.
+// Once the primary answers for the caller itself (and is charged what it
+// spent locally), the next outage starts it from that answer.
 func TestFailoverLocalKeepsWhatACallerSpentUntilThePrimaryAnswersForIt(t *testing.T) {
 	f, primary := newFailover(FailLocal, 1)
 	f.ProbeInterval = 10 * time.Millisecond
@@ -684,10 +684,10 @@ func TestFailoverLocalKeepsWhatACallerSpentUntilThePrimaryAnswersForIt(t *testin
 	}
 	primary.set(false)
 	time.Sleep(2 * f.ProbeInterval)
-	mustAdmit(t, f, Request{Bucket: y, Cost: 1}).Ticket.Release() // the primary, for y: 8 left there
+	mustAdmit(t, f, Request{Bucket: y, Cost: 1}).Ticket.Release() // the primary, for y: 8 left there, less the 8 spent locally
 	primary.set(true)
-	if a := mustAdmit(t, f, Request{Bucket: y, Cost: 5}); !a.Allowed {
-		t.Fatalf("the next outage after the primary answered for y (8 left): %+v", a.Result)
+	if a := mustAdmit(t, f, Request{Bucket: y, Cost: 1}); a.Allowed {
+		t.Fatalf("the next outage after the primary answered for y (0 left): 1 admitted (%.3f left), as from its old local bucket", a.Result.Remaining)
 	}
 }
 
@@ -816,5 +816,67 @@ func TestFailoverRemembersBoundedAggregates(t *testing.T) {
 	f.known.mu.Unlock()
 	if n > 2 || n == 0 {
 		t.Fatalf("%d aggregates remembered with Remember 2, want 1..2", n)
+	}
+}
+
+// In fail_mode local, what a caller spent from its local bucket while the
+// primary failed is charged to the primary's bucket once the primary
+// admits the caller again (with that request's settlement), so an outage
+// does not hand each caller a second bucket: before, the primary's bucket,
+// which saw none of the local spending, served it in full again. Only
+// what the local bucket did not refill counts, on each replica its share;
+// a read of the budget first carries nothing and loses nothing, and the
+// debt is charged once.
+func TestFailoverLocalSpendingIsChargedToThePrimaryAfterwards(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		rate     float64
+		peek     bool
+		want     float64 // the primary's tokens after the first admission back, released
+	}{
+		{"one replica", 1, 1e-3, false, 9 - 1 - 6},
+		{"a read first", 1, 1e-3, true, 9 - 1 - 6},
+		{"one of two replicas", 2, 1e-3, false, 9 - 1 - 3},
+		{"refilled meanwhile", 1, 100, false, 10 - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, primary := newFailover(FailLocal, tc.replicas)
+			f.ProbeInterval = 10 * time.Millisecond
+			b := Bucket{Key: "k", Limit: Limit{Rate: tc.rate, Capacity: 10}}
+			mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // the primary: 9
+			primary.set(true)
+			spend := 6 / float64(tc.replicas)
+			if a := mustAdmit(t, f, Request{Bucket: b, Cost: spend}); !a.Allowed || !f.Health().Degraded {
+				t.Fatalf("locally, %v: allowed %v (%.3f left), degraded %v", spend, a.Allowed, a.Result.Remaining, f.Health().Degraded)
+			} else {
+				a.Ticket.Release()
+			}
+			primary.set(false)
+			time.Sleep(2 * f.ProbeInterval)
+			if tc.name == "refilled meanwhile" {
+				time.Sleep(100 * time.Millisecond) // 10 tokens refilled
+			}
+			if tc.peek {
+				if _, err := f.Peek(t.Context(), b); err != nil || f.Health().Degraded {
+					t.Fatalf("the read that ends the outage: %v, degraded %v", err, f.Health().Degraded)
+				}
+			}
+			mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
+			if f.Health().Degraded {
+				t.Fatal("the admission did not end the outage")
+			}
+			res, err := primary.Store.Peek(t.Context(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Remaining < tc.want-0.01 || res.Remaining > tc.want+0.01 {
+				t.Errorf("the primary holds %.3f after the outage, want %.3f", res.Remaining, tc.want)
+			}
+			mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
+			if again, _ := primary.Store.Peek(t.Context(), b); again.Remaining < res.Remaining-1.01 {
+				t.Errorf("the next admission took the primary from %.3f to %.3f: the local spending charged twice", res.Remaining, again.Remaining)
+			}
+		})
 	}
 }

@@ -48,6 +48,9 @@ type memKey struct {
 	// full, when above 0, is the capacity (micro-tokens) a seeded bucket
 	// is kept until it would hold (see seed); 0 for any other bucket.
 	full float64
+	// spent is what the key's admissions and settlements took from it
+	// (micro-tokens; refunds count less), since it was made: see owed.
+	spent float64
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -137,6 +140,35 @@ func (s *MemoryStore) forget(keys ...string) {
 	}
 }
 
+// settleOwed ends the bucket of key in a fallback store once the shared
+// store answers for it again, and returns what it owes the shared one, in
+// tokens: what was spent from it beyond what it would have refilled to
+// without those spends (at l, the limit of its share) — what the shared
+// bucket, which saw none of them, holds too much. A bucket that owes
+// nothing is dropped; one that owes is dropped when carry is set (its
+// debt goes with the caller's next settlement there), and kept otherwise,
+// so that a later answer can carry it.
+func (s *MemoryStore) settleOwed(key string, l Limit, carry bool) float64 {
+	if s.held.Load() == 0 { // the usual case, a fallback store outside an outage
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.keys[key]
+	if k == nil {
+		return 0
+	}
+	capacity := toMicro(l.Capacity)
+	b := k.state.b
+	elapsed := max(clockOf(s.now()).us()-clock{sec: b.sec, usec: b.usec}.us(), 0)
+	level := min(b.tokens+toMicro(l.Rate)*float64(elapsed)/1e6, capacity)
+	owed := max(min(k.spent, capacity-level), 0)
+	if owed == 0 || carry {
+		s.drop(k)
+	}
+	return fromMicro(owed)
+}
+
 // seed sets a missing bucket to tokens as of age ago (what the shared
 // store last reported of it, or a replica's share of that), so that a
 // fallback bucket does not start full; it refills from then at b's rate,
@@ -197,6 +229,9 @@ func (s *MemoryStore) apply(key string, agg *Bucket, sh shape, o op) opResult {
 	if st.found {
 		s.hold(key, &st.b, sh.rate)
 		s.put(key, st)
+		if k := s.keys[key]; k != nil && r.status == stAdmitted {
+			k.spent += o.amount // an admission's price, a settlement's delta
+		}
 	}
 	if ast != nil && ast.found {
 		s.hold(agg.Key, &ast.b, sh.aggRate)

@@ -118,6 +118,10 @@ type Ticket struct {
 	// in-process store did): its own slot would expire ttl after it.
 	at       time.Time
 	finished atomic.Bool
+	// carry is what the caller spent from a Failover's local bucket while
+	// the primary failed, beyond what that bucket refilled to (micro-tokens):
+	// the settlement debits it too.
+	carry float64
 	// known, when a Failover's primary admitted the request, is that
 	// Failover's memory of the caller's bucket: the settlement changes it
 	// too, so that a refund ends a free refusal it makes payable.
@@ -148,11 +152,11 @@ func (t *Ticket) Settle(cost float64) {
 		return
 	}
 	delta := 0.0
-	if !t.shadow && cost == cost {
-		delta = toMicro(max(cost, 0)) - t.paid
-		if delta > maxMicro {
-			delta = maxMicro
+	if !t.shadow {
+		if cost == cost {
+			delta = toMicro(max(cost, 0)) - t.paid
 		}
+		delta = min(delta+t.carry, maxMicro)
 	}
 	if t.known != nil && delta != 0 {
 		t.known.settled(t, delta, time.Now())
