@@ -124,6 +124,7 @@ type Failover struct {
 	peeks     singleflight.Group // the primary's peeks under way, by caller
 	free      atomic.Uint64
 	freePeeks atomic.Uint64
+	carried   atomic.Uint64 // micro-tokens (see reconcile)
 }
 
 // DefaultPeekReuse is Failover.PeekReuse when left 0.
@@ -344,6 +345,11 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 // FreeRefusals counts the requests refused without asking the primary.
 func (f *Failover) FreeRefusals() uint64 { return f.free.Load() }
 
+// LocalSpendingCharged is the tokens reconcile has handed to requests the
+// primary admitted after an outage, for their settlements to charge
+// there: what callers spent from local buckets beyond what those refilled.
+func (f *Failover) LocalSpendingCharged() float64 { return fromMicro(float64(f.carried.Load())) }
+
 // FreePeeks counts the peeks answered without asking the primary.
 func (f *Failover) FreePeeks() uint64 { return f.freePeeks.Load() }
 
@@ -516,6 +522,7 @@ func (f *Failover) reconcile(b Bucket, t *Ticket) {
 	carry := t != nil && !t.shadow && t.owner != nil
 	if owed := f.Local.settleOwed(b.Key, f.localLimit(b.Limit, 0), carry); owed > 0 && carry {
 		t.carry = toMicro(owed)
+		f.carried.Add(uint64(t.carry))
 	}
 }
 
