@@ -93,3 +93,36 @@ geotoll_price_model_failed_builds{relation="\"geotoll\".\"no_such_table\".\"geom
 		t.Error(err)
 	}
 }
+
+// A fence write rebuilds the price models of the fence table within
+// density.NudgeGap, not at their next interval (10 minutes): contains,
+// check and the fence tiles inside a fence just written are priced by
+// what they read now.
+func TestFenceWriteRebuildsItsPriceModels(t *testing.T) {
+	t.Parallel()
+	m := startMain(t, nil)
+	waitPriced(t, m)
+	builds := func() map[string]time.Time {
+		out := map[string]time.Time{}
+		for _, st := range m.pricing.models.Status() {
+			if strings.HasPrefix(st.Relation, `"geotoll"."geofences"`) {
+				out[st.Relation] = st.LastAttempt
+			}
+		}
+		return out
+	}
+	before := builds()
+	if len(before) == 0 {
+		t.Fatalf("no price model of the fence table: %+v", m.pricing.models.Status())
+	}
+	m.fencesWritten()
+	deadline := time.Now().Add(density.NudgeGap + 20*time.Second)
+	for rel, at := range before {
+		for !builds()[rel].After(at) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no build since %v, %v after the write", rel, at, density.NudgeGap+20*time.Second)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}

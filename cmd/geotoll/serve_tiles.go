@@ -194,9 +194,14 @@ func fenceTileLayers(catalog *tiles.Catalog) []string {
 // the storage `geotoll prepare` built before the write; see
 // tiles.Catalog.Written), and their cached tiles are dropped; so do the
 // contains and check of geofence layers on it (geofence.Catalog.Written).
+// The price models of the fence table are rebuilt soon, not at their next
+// interval (pricing.Models.Nudge).
 func (m *Main) fencesWritten() {
 	if m.fenceLayers != nil {
 		m.fenceLayers.Written(fenceTable.Sanitize())
+	}
+	if m.pricing != nil {
+		m.pricing.models.Nudge(fenceTable)
 	}
 	if m.TileCatalog == nil {
 		return

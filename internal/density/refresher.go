@@ -21,7 +21,8 @@ type Refresher struct {
 	queries queryText
 
 	model    atomic.Pointer[Model]
-	building sync.Mutex // one build at a time
+	building sync.Mutex    // one build at a time
+	nudged   chan struct{} // Nudge's request for a build (one pending at most)
 
 	mu          sync.Mutex // guards the fields below
 	lastAttempt time.Time
@@ -67,7 +68,21 @@ func NewRefresher(db DB, rel Relation, opts Options) (*Refresher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Refresher{db: db, rel: rel, opts: opts, queries: q}, nil
+	return &Refresher{db: db, rel: rel, opts: opts, queries: q, nudged: make(chan struct{}, 1)}, nil
+}
+
+// Relation is the relation r models.
+func (r *Refresher) Relation() Relation { return r.rel }
+
+// Nudge asks Run for a build soon, the relation having been written: at
+// once, or NudgeGap (RetryInterval, if that is less) after the latest
+// build ended if that is later, so that a run of writes costs one build
+// per NudgeGap at most. It never blocks.
+func (r *Refresher) Nudge() {
+	select {
+	case r.nudged <- struct{}{}:
+	default: // one is pending: its build reads this write too
+	}
 }
 
 // Model is the model in use, or nil before the first successful build.
@@ -105,7 +120,8 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 }
 
 // Run refreshes now, then Interval after each success and RetryInterval
-// after each failure, until ctx is done.
+// after each failure — or sooner when nudged (see Nudge) — until ctx is
+// done.
 func (r *Refresher) Run(ctx context.Context) {
 	for {
 		wait := r.opts.Interval
@@ -115,13 +131,38 @@ func (r *Refresher) Run(ctx context.Context) {
 			wait = r.opts.RetryInterval
 		}
 		r.logOutcome(ctx, before, err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !r.await(ctx, wait) {
 			return
-		case <-t.C:
 		}
+	}
+}
+
+// NudgeGap is how long after a build a nudged one waits, at most.
+const NudgeGap = 5 * time.Second
+
+// await waits wait, or for a nudge and then what is left of NudgeGap (or
+// RetryInterval) since the latest build; it reports false once ctx is
+// done.
+func (r *Refresher) await(ctx context.Context, wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	case <-r.nudged:
+	}
+	gap := min(NudgeGap, r.opts.RetryInterval) - r.opts.Now().Sub(r.Status().LastAttempt)
+	if gap <= 0 {
+		return true
+	}
+	t.Reset(gap)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -354,3 +354,51 @@ func TestRefresherLogsFailuresOnce(t *testing.T) {
 		t.Errorf("%d notes of the build ending the failures in:\n%s\nwant 1", n, out)
 	}
 }
+
+// A nudge (the relation written) starts a build at once, not an Interval
+// after the last; nudges right after a build wait for NudgeGap (here
+// RetryInterval, which is less) since it, so that a run of writes costs
+// one build per gap at most.
+func TestRefresherNudgeBuildsSoon(t *testing.T) {
+	rel, owner := scratchTable(t, "density_nudge", "Point", density.Point)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := density.NewRefresher(testenv.ReadPool(t), rel, density.Options{Interval: time.Hour, RetryInterval: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	built := func(want float64) time.Time {
+		t.Helper()
+		for {
+			if m := r.Model(); m != nil && math.Abs(m.BBox(pacific).Features-want) < 1e-6 {
+				return time.Now()
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("no build found %v features in the Pacific: status %+v", want, r.Status())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	built(0)
+	first := r.Status().LastAttempt
+	insertPoints(ctx, t, owner, rel, -149.8, -19.8, 500)
+	r.Nudge()
+	built(500)
+	second := r.Status().LastAttempt
+	insertPoints(ctx, t, owner, rel, -149.8, -19.8, 100)
+	r.Nudge()
+	r.Nudge() // one pending at most
+	built(600)
+	third := r.Status().LastAttempt
+	if gap := third.Sub(second); gap < 300*time.Millisecond {
+		t.Errorf("builds %v apart after a nudge right after one, want RetryInterval (300ms) at least", gap)
+	}
+	if !first.Before(second) {
+		t.Errorf("build times %v, %v", first, second)
+	}
+}

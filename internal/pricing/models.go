@@ -20,6 +20,7 @@ package pricing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -98,6 +99,18 @@ func (m *Models) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Nudge asks for a build soon of every tracked model of table (see
+// density.Refresher.Nudge): the server has just written it.
+func (m *Models) Nudge(table pgx.Identifier) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.all {
+		if slices.Equal(r.Relation().Table, table) {
+			r.Nudge()
 		}
 	}
 }
