@@ -17,7 +17,8 @@ import (
 // storage it retired once its retention has passed, which a server that
 // could not re-read the registry meanwhile still reads. The tile that
 // finds the relation gone fails (503); the layer reads its table from
-// then on, not the missing relation until the next registry read.
+// then on, not the missing relation until the next registry read, and the
+// store says its plan changed (so that its tiles' prices follow), once.
 func TestTileOfStorageDroppedUnderTheServerReadsTheTable(t *testing.T) {
 	t.Parallel()
 	owner, f, name := setup(t, true, "gone_")
@@ -39,6 +40,8 @@ func TestTileOfStorageDroppedUnderTheServerReadsTheTable(t *testing.T) {
 		t.Fatalf("z%d reads %q, want the pieces", tile.Z, src.Builder)
 	}
 	store := tiles.NewStore(reader)
+	var changed []string
+	store.PlanChanged = func(layer string) { changed = append(changed, layer) }
 	want := tileNames(t, store, l, tile)
 	f.exec(t, `DROP TABLE `+src.Relation.Sanitize())
 
@@ -53,5 +56,8 @@ func TestTileOfStorageDroppedUnderTheServerReadsTheTable(t *testing.T) {
 	}
 	if got, want := l.Source(tile.Z).Relation, (pgx.Identifier{f.schema, "shapes"}); !slices.Equal(got, want) {
 		t.Errorf("reads %v, want %v", got, want)
+	}
+	if !slices.Equal(changed, []string{name}) {
+		t.Errorf("plan changes reported: %q, want %q once", changed, name)
 	}
 }

@@ -290,8 +290,9 @@ func (l *Layer) readTableLocked(like *plan) bool {
 // storage it retired once Options.Retain has passed, which a server that
 // could not re-read the registry meanwhile (it keeps its plan when a
 // Refresh fails) may still read. The next Refresh that reads the
-// registry plans the storage it names.
-func (l *Layer) storageGone() { l.readTable(false) }
+// registry plans the storage it names. It reports whether l's plan
+// changed (it read storage until now).
+func (l *Layer) storageGone() bool { return l.readTable(false) }
 
 // currentStorage reads l's table's change detector (package signature),
 // sig, and returns the storage of storage that was built from the table

@@ -31,6 +31,10 @@ type Store struct {
 		Call(outcome string)
 		Outliving(delta int)
 	}
+	// PlanChanged, if set, is called when a tile read changed a layer's
+	// plan (its storage was gone: the layer reads its table now), so that
+	// what prices its tiles can follow.
+	PlanChanged func(layer string)
 }
 
 // tileTimeoutDetail is the problem detail of a tile cut by its timeout.
@@ -87,8 +91,10 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 	if err != nil {
 		if missing := pgcall.MissingRelation(err); missing != "" {
 			for _, l := range layers {
-				if src := l.Source(t.Z); src.Builder != "" && strings.Contains(missing, `"`+strings.Join(src.Relation, ".")+`"`) {
-					l.storageGone()
+				src := l.Source(t.Z)
+				if src.Builder != "" && strings.Contains(missing, `"`+strings.Join(src.Relation, ".")+`"`) &&
+					l.storageGone() && s.PlanChanged != nil {
+					s.PlanChanged(l.Name)
 				}
 			}
 		}

@@ -98,6 +98,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	}
 	m.TileCache = cache
 	store := tiles.NewStore(m.Pool)
+	store.PlanChanged = func(string) { m.pricing.storageChanged() } // price what the layer reads now
 	store.RetryAfter = cfg.Database.RetryAfter
 	store.AcquireTimeout = cfg.Database.AcquireTimeout
 	store.Observer = metrics
