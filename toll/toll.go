@@ -73,8 +73,8 @@ type Toll struct {
 	// MsPerToken is the unit of every price: one token is this much
 	// database time (default 10 ms). A request is settled at the database
 	// time it took, in tokens, at least its base price and at most the
-	// dearest price it could have had (MaxCost per query), within what its
-	// tier lets one request cost.
+	// dearest price it could have had (its weights' MaxCost per query: each
+	// tile layer's own), within what its tier lets one request cost.
 	MsPerToken float64
 	// SettleFloor (default 5 ms): a request whose database time stays
 	// below it keeps its estimate. Below a few milliseconds the time
@@ -342,14 +342,27 @@ func (t *Toll) tier(w http.ResponseWriter, r *http.Request, caller Caller) (tier
 }
 
 // settleCap is the most a request admitted at p settles at: the dearest
-// price it could have had — MaxCost for each of its queries (a composite
-// tile's layers each run one and are each priced up to it), and never
-// below what it paid — within what its tier lets one request cost, the
-// bound admission holds it to. So a composite admitted above MaxCost is
-// charged the time it ran, as a single layer is.
+// price it could have had (dearest), and never below what it paid, within
+// what its tier lets one request cost, the bound admission holds it to.
+// So a composite admitted above MaxCost is charged the time it ran, as a
+// single layer is.
 func (t *Toll) settleCap(tier Tier, p Price) float64 {
-	queries := float64(strings.Count(p.Layer, ",") + 1)
-	return min(t.mostPerRequest(tier), max(queries*t.MaxCost(), p.Cost))
+	return min(t.mostPerRequest(tier), max(t.dearest(p), p.Cost))
+}
+
+// dearest is the dearest price the request of p could have had: for a
+// tile, the MaxCost of each of its layers' weights (a composite's layers
+// each run one query, each priced up to its own); for any other request,
+// the default weights' MaxCost, which prices it.
+func (t *Toll) dearest(p Price) float64 {
+	if p.Route != routeTile {
+		return t.Default.MaxCost
+	}
+	var sum float64
+	for name := range strings.SplitSeq(p.Layer, ",") {
+		sum += t.tileWeights(name).MaxCost
+	}
+	return sum
 }
 
 // Settled is what a request that took db of database time costs, in
