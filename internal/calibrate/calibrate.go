@@ -4,7 +4,10 @@
 // kind, half where the data is and half anywhere — through the same stores
 // and the same metering (internal/pgcall) that settle a served request,
 // asks the density models what each one reads, and fits, per group of
-// requests that share one query, the non-negative model
+// requests that serve prices with one model (a tile layer's tiles — of its
+// overviews, its table or its pieces alike —, within and bbox of a
+// geofence layer, contains and check of the fences), the non-negative
+// model
 //
 //	ms = query + features × feature_ms + vertices × vertex_ms
 //
