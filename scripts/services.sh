@@ -173,6 +173,22 @@ ensure_state_dir() {
 	fi
 }
 
+# take_turn serialises the commands that start or stop services: two at
+# once (make test beside make run, two checkouts sharing the state dir)
+# would both find Redis stopped and both start it, or race on initdb and
+# the pid files. It runs the command again under flock, which holds a
+# lock file beside the state dir (which may not exist yet) until the
+# command exits; -o keeps the lock's descriptor from the command, so the
+# servers it starts do not hold the lock after it.
+take_turn() {
+	[[ -z ${GEOTOLL_SERVICES_TURN:-} ]] || return 0
+	if ! command -v flock >/dev/null 2>&1; then
+		log "flock not found (util-linux): not waiting for other services.sh commands"
+		return 0
+	fi
+	GEOTOLL_SERVICES_TURN=1 exec flock -o -w 600 -E 75 "$STATE.lock" bash "${BASH_SOURCE[0]}" "$@"
+}
+
 record_mode() { echo "$1" >"$MODE_FILE"; }
 
 # claim OWNERFILE: this checkout started the service.
@@ -678,6 +694,9 @@ main() {
 	elif [[ -n ${2:-} ]]; then
 		die "unknown option '$2' (only 'down --force' and 'cluster-down --force')"
 	fi
+	case $cmd in
+	up | down | cluster-up | cluster-down) take_turn "$@" ;;
+	esac
 	case $cmd in
 	up) cmd_up ;;
 	down) cmd_down ;;

@@ -139,3 +139,39 @@ func TestDownStopsWhatARemovedCheckoutStarted(t *testing.T) {
 		t.Fatalf("Redis of a removed checkout left running (answers: %v):\n%s", answers(port), out)
 	}
 }
+
+// Two checkouts bringing the services up at once (make test beside make
+// run) both succeed, one starting Redis and the other reusing it, and one
+// stop leaves it running for the other: the commands that start or stop
+// services take turns.
+func TestUpAtOnceFromTwoCheckouts(t *testing.T) {
+	for round := range 5 {
+		a, b, port := twoCheckouts(t)
+		outs := make([]string, 2)
+		errs := make([]error, 2)
+		done := make(chan int)
+		for i, c := range []checkout{a, b} {
+			go func() {
+				cmd := exec.Command("bash", "scripts/services.sh", "up")
+				cmd.Dir, cmd.Env = c.dir, c.env
+				out, err := cmd.CombinedOutput()
+				outs[i], errs[i] = string(out), err
+				done <- i
+			}()
+		}
+		<-done
+		<-done
+		for i := range 2 {
+			if errs[i] != nil {
+				t.Fatalf("round %d: checkout %d's up beside the other's: %v\n%s", round, i, errs[i], outs[i])
+			}
+		}
+		if !answers(port) {
+			t.Fatalf("round %d: Redis does not answer after both ups:\n%s\n%s", round, outs[0], outs[1])
+		}
+		if reused := strings.Count(outs[0]+outs[1], "already runs"); reused != 1 {
+			t.Errorf("round %d: %d of the two ups reused Redis, want 1:\n%s\n%s", round, reused, outs[0], outs[1])
+		}
+		a.run("down", "--force")
+	}
+}
