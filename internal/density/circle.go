@@ -15,21 +15,19 @@ type circle struct {
 	d                float64 // angular radius, radians
 	polar            bool    // the centre is a pole: every parallel is all in or all out
 	north            bool    // the centre is in the northern hemisphere
-	edgeStep         float64 // see edgeRange
 	boxHW            float64 // the widest chord's half width, once computed (boxDone)
 	boxDone          bool
 }
 
-// newCircle describes the circle of radius metres around lon/lat (degrees),
-// in a model whose finest step is edgeStep; ok is false for a negative or
-// non-finite radius or centre.
-func newCircle(lon, lat, radius, edgeStep float64) (c circle, ok bool) {
+// newCircle describes the circle of radius metres around lon/lat (degrees);
+// ok is false for a negative or non-finite radius or centre.
+func newCircle(lon, lat, radius float64) (c circle, ok bool) {
 	if !(radius >= 0) || math.IsInf(radius, 0) || !(lat >= -90 && lat <= 90) || !(lon >= -180 && lon <= 180) {
 		return circle{}, false
 	}
 	d := radius / groundR
 	phi := lat * degree
-	c = circle{cx: normLon(lon), d: d, cosD: math.Cos(d), north: lat > 0, edgeStep: edgeStep}
+	c = circle{cx: normLon(lon), d: d, cosD: math.Cos(d), north: lat > 0}
 	c.sinLat0, c.cosLat0 = math.Sin(phi), math.Cos(phi)
 	c.polar = c.cosLat0 < 1e-12
 	c.latMin, c.latMax = max(phi-d, -math.Pi/2), min(phi+d, math.Pi/2)
@@ -144,7 +142,7 @@ func (c *circle) add(g *grid, big bool, acc *sum) {
 		default:
 			hw = c.halfWidthAt((ya + yb) / 2)
 		}
-		ya, yb = edgeRange(ya, yb, c.edgeStep)
+		ya, yb = edgeRange(ya, yb, g.edgeStep())
 		// Parts in ascending columns, so that each call seeks on from the last.
 		switch x0, x1 := c.cx-hw, c.cx+hw; {
 		case hw >= 0.5:

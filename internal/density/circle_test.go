@@ -29,7 +29,7 @@ func TestCircleHalfWidth(t *testing.T) {
 		{"the whole Earth", 0, 0, 21000e3, -70, 180, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, ok := newCircle(tc.lon, tc.lat, tc.r, 1e-12)
+			c, ok := newCircle(tc.lon, tc.lat, tc.r)
 			if !ok {
 				t.Fatal("circle refused")
 			}
@@ -39,7 +39,7 @@ func TestCircleHalfWidth(t *testing.T) {
 		})
 	}
 	for _, bad := range [][3]float64{{0, 0, -1}, {0, 91, 1}, {181, 0, 1}, {0, 0, math.Inf(1)}, {math.NaN(), 0, 1}, {0, 0, math.NaN()}} {
-		if _, ok := newCircle(bad[0], bad[1], bad[2], 1e-12); ok {
+		if _, ok := newCircle(bad[0], bad[1], bad[2]); ok {
 			t.Errorf("newCircle(%v) accepted", bad)
 		}
 	}
@@ -68,7 +68,7 @@ func TestAcos(t *testing.T) {
 // latitude).
 func TestHalfWidthAt(t *testing.T) {
 	for _, ctr := range [][3]float64{{0, 0, 5e5}, {10, 60, 2e6}, {-170, -45, 3e4}, {0, 89, 4e5}, {0, -90, 1e6}} {
-		c, _ := newCircle(ctr[0], ctr[1], ctr[2], 1e-12)
+		c, _ := newCircle(ctr[0], ctr[1], ctr[2])
 		for y := 0.0; y <= 1; y += 1.0 / 1024 {
 			if a, b := c.halfWidthAt(y), c.halfWidth(latOf(y)*degree); math.Abs(a-b) > 1e-9 {
 				t.Fatalf("circle %v at y %g: halfWidthAt %g, halfWidth %g", ctr, y, a, b)

@@ -74,6 +74,13 @@
 // a cell stays at that end). An empty place therefore estimates exactly
 // zero: no cell there, or no content box within reach.
 //
+// The features clamped onto the world's edge lie in the last step of their
+// cells there, at every level, and count whole in a query that reaches the
+// edge: a query wholly on the edge reads that step of each grid's cells,
+// and a long edge row that holds only such features counts them whole
+// rather than at its even vertical share (one that also holds others is
+// weighed cell by cell, however long).
+//
 // Rejected: dense summed-area tables (4^16 cells a level); descending a
 // quadtree at the edges (dozens of lookups a query); a box per feature, as in
 // an R-tree (memory grows with the rows, not bounded); splitting a feature

@@ -31,7 +31,23 @@ type grid struct {
 
 	hxMax, hyMax   float64 // the largest half extent of any cell
 	hxMean, hyMean float64 // the feature-weighted mean half extent
+
+	// edge says how the cells of the bottom row [0] and the top row [1]
+	// hold the features the model clamps onto the world's edge (see
+	// edgeOf).
+	edge [2]edgeKind
 }
+
+// edgeKind says whether the cells of a row at the world's edge have their
+// content boxes in the step at the edge, where the features the model
+// clamps onto it lie.
+type edgeKind uint8
+
+const (
+	offEdge   edgeKind = iota // none of them (or the row is empty)
+	onEdge                    // all of them
+	mixedEdge                 // some of them
+)
 
 // maxVisit bounds the cells of one partly covered row that are weighed one by
 // one; beyond it the row's inner cells share one vertical fraction.
@@ -48,20 +64,34 @@ func (g *grid) bytes() int {
 // cells is the number of non-empty cells.
 func (g *grid) cells() int { return len(g.keys) }
 
-// rows returns the rows a query spanning [y0, y1] reads, widened by the
-// largest half extent and clamped to the grid; j0 > j1 when there is none.
-func (g *grid) rows(y0, y1 float64) (j0, j1 int) {
-	j0 = max(int(math.Floor((y0-g.hyMax)/g.w)), 0)
-	j1 = min(int(math.Floor((y1+g.hyMax)/g.w)), g.size-1)
-	return j0, j1
+// index is the row or column of the grid at normalised position v, clamped
+// to the grid at both ends: the world's top and right edges (v = 1) belong
+// to the last row and column, where the build places what lies on them.
+func (g *grid) index(v float64) int {
+	return min(max(int(math.Floor(v/g.w)), 0), g.size-1)
 }
 
-// addRect adds the features whose box centre lies in r widened by their
-// half extent.
+// rows returns the rows a query spanning [y0, y1] reads, widened by the
+// largest half extent and clamped to the grid: a query on the world's edge,
+// or beyond it, reads the edge row.
+func (g *grid) rows(y0, y1 float64) (j0, j1 int) {
+	return g.index(y0 - g.hyMax), g.index(y1 + g.hyMax)
+}
+
+// edgeStep is one step of the grid's cell summaries (see edgeRange): a
+// content box is quantised in steps of the grid's own cells, so the features
+// clamped onto the world's edge lie within one such step of it.
+func (g *grid) edgeStep() float64 { return g.w / steps }
+
+// addRect adds the features whose box centre lies in r (clamped to the
+// world) widened by their half extent; edgeRange opens it onto the world's
+// edges.
 func (g *grid) addRect(r rect, acc *sum) {
 	if len(g.keys) == 0 {
 		return
 	}
+	r.x0, r.x1 = edgeRange(r.x0, r.x1, g.edgeStep())
+	r.y0, r.y1 = edgeRange(r.y0, r.y1, g.edgeStep())
 	j0, j1 := g.rows(r.y0, r.y1)
 	at := -1
 	for j := j0; j <= j1; j++ {
@@ -75,17 +105,16 @@ func (g *grid) addRect(r rect, acc *sum) {
 // ended (-1: none); addRow returns where it ended, for the next call.
 func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 	w := g.w
-	a := max(int(math.Floor((x0-g.hxMax)/w)), 0)
-	b := min(int(math.Floor((x1+g.hxMax)/w)), g.size-1)
+	a, b := g.index(x0-g.hxMax), g.index(x1+g.hxMax)
 	if a > b {
 		return at
 	}
 	row := uint64(j) << 16 //nolint:gosec // G115: j is a grid row, 0..size-1
 	var lo int
 	if at < 0 {
-		lo = g.search(row+uint64(a), 0, len(g.keys))
+		lo = g.search(row+uint64(a), 0, len(g.keys)) //nolint:gosec // G115: a is a grid column, 0..size-1
 	} else {
-		lo = g.seek(row+uint64(a), at)
+		lo = g.seek(row+uint64(a), at) //nolint:gosec // G115: a is a grid column, 0..size-1
 	}
 	// At most b-a+1 cells lie in [a, b]: the second search is short.
 	hi := g.search(row+uint64(b+1), lo, min(lo+b-a+1, len(g.keys))) //nolint:gosec // G115: b is a grid column, 0..size-1
@@ -93,7 +122,8 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 		return hi
 	}
 	rowFull := y0 <= float64(j)*w && y1 >= float64(j+1)*w
-	if !rowFull && hi-lo <= maxVisit {
+	edge := g.edgeOf(j, y0, y1)
+	if !rowFull && (hi-lo <= maxVisit || edge == mixedEdge) {
 		for k := lo; k < hi; k++ {
 			g.addCell(k, x0, x1, y0, y1, acc)
 		}
@@ -112,8 +142,10 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 	if k0 == k1 {
 		return hi
 	}
+	// A row whose centres all lie on the world's edge, which the query
+	// reaches, counts whole.
 	fy := 1.0
-	if !rowFull {
+	if !rowFull && edge != onEdge {
 		fy = overlap(y0-g.hyMean, y1+g.hyMean, float64(j)*w, float64(j+1)*w)
 	}
 	n := g.cumN[k1] - g.cumN[k0]
@@ -124,6 +156,22 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 		acc.v += fy * n
 	}
 	return hi
+}
+
+// edgeOf is the edgeKind of row j for a query spanning [y0, y1]: offEdge
+// unless j is an edge row and the query reaches the world's edge there. The
+// row's even vertical share, which a long row's inner cells take, would
+// count the features clamped onto the edge at a sliver of their weight:
+// they count whole in a row that holds nothing else, and a row that also
+// holds others is weighed cell by cell, however long.
+func (g *grid) edgeOf(j int, y0, y1 float64) edgeKind {
+	switch {
+	case j == g.size-1 && y1 >= 1:
+		return g.edge[1]
+	case j == 0 && y0 <= 0:
+		return g.edge[0]
+	}
+	return offEdge
 }
 
 // addCell adds cell k's expected share of the query: the share of its
@@ -318,7 +366,39 @@ func layout(cells []cellRow, byRow []uint64, l int, vertices bool) grid {
 	if n > 0 {
 		g.hxMean, g.hyMean = sdx/(2*n), sdy/(2*n)
 	}
+	g.setEdges()
 	return g
+}
+
+// setEdges fills edge from the content boxes of the bottom and top rows'
+// cells: a cell is on the edge when its box is the step at the edge.
+func (g *grid) setEdges() {
+	var cells, on [2]int // bottom, top
+	for k, key := range g.keys {
+		y0, y1 := g.box[k]>>16&0xffff, g.box[k]>>48
+		if key>>16 == 0 {
+			cells[0]++
+			if y1 == 1 {
+				on[0]++
+			}
+		}
+		if int(key>>16) == g.size-1 {
+			cells[1]++
+			if y0 == steps-1 {
+				on[1]++
+			}
+		}
+	}
+	for i := range cells {
+		switch on[i] {
+		case 0:
+			g.edge[i] = offEdge
+		case cells[i]:
+			g.edge[i] = onEdge
+		default:
+			g.edge[i] = mixedEdge
+		}
+	}
 }
 
 // quantRange rounds [lo, hi], within the cell at origin o (width w),

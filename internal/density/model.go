@@ -72,20 +72,16 @@ func (m *Model) addRect(r rect, acc *sum) {
 }
 
 // addGrids adds the estimate of the grids (every feature but the giants)
-// for r, already clamped.
+// for r, already clamped; each grid opens it onto the world's edges in its
+// own steps (see edgeRange).
 func (m *Model) addGrids(r rect, acc *sum) {
 	q := m.levelFor(r.y1 - r.y0)
-	r.x0, r.x1 = edgeRange(r.x0, r.x1, m.edgeStep())
-	r.y0, r.y1 = edgeRange(r.y0, r.y1, m.edgeStep())
 	for i := range m.parts {
 		if !m.parts[i].empty() {
 			m.parts[i].addRect(r, q, acc)
 		}
 	}
 }
-
-// edgeStep is one step of a finest cell's summaries (see edgeRange).
-func (m *Model) edgeStep() float64 { return math.Ldexp(1.0/steps, -m.level) }
 
 // result turns an accumulated sum into an Estimate.
 func (m *Model) result(acc sum) Estimate {
@@ -152,7 +148,7 @@ func (m *Model) BBox(b orb.Bound) Estimate {
 // geography finds. Circles over a pole or the antimeridian are handled; a
 // negative or non-finite radius or centre estimates zero.
 func (m *Model) Circle(center orb.Point, radius float64) Estimate {
-	c, ok := newCircle(center[0], center[1], radius, m.edgeStep())
+	c, ok := newCircle(center[0], center[1], radius)
 	if !ok {
 		return Estimate{}
 	}

@@ -52,7 +52,9 @@ func (r rect) clamp01() (rect, bool) {
 // reads the features the model clamps onto the world's edges (those beyond
 // ±85.0511°, or exactly at ±180°): an end at an edge opens past it (to -1 or
 // 2: finite, so cell arithmetic stays exact), and a range wholly on an edge
-// reads the last step (1/65535 of a finest cell) before it.
+// reads the last step before it — one step of the cells of the grid read
+// (1/65535 of a cell, grid.edgeStep), where that grid's content boxes hold
+// the clamped features, so that they count whole at every level.
 func edgeRange(lo, hi, step float64) (float64, float64) {
 	if lo >= 1 {
 		lo = 1 - step
