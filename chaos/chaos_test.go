@@ -325,19 +325,20 @@ func tokens(rdb redis.Cmdable, key string, capacity float64) (float64, error) {
 // the default lease hold (500 ms) and a margin.
 const quietWait = 1500 * time.Millisecond
 
-// exact reports whether a bucket holding got is what want tokens become
-// after at most since of refill at rate: want ≤ got ≤ want + rate·since.
-// localSpendingCharged reads what g charged to Redis of what its callers
-// spent from local buckets (fail_mode local) once Redis admitted them
-// again; ok says that is every request it decided locally, at 1 token
-// each (the base price of baseConfig, and the refill of rate is less than
-// a hundredth over a scenario): each one charged once.
+// localSpendingCharged reads what g handed to Redis settlements of what
+// its callers spent from local buckets (fail_mode local) once Redis
+// admitted them again (the buckets here are far above their debt floor,
+// so all of it is charged); ok says that is every request it decided
+// locally, at 1 token each (the base price of baseConfig, and the refill
+// of rate is less than a hundredth over a scenario): each one charged once.
 func localSpendingCharged(g *geotoll) (spent float64, ok bool) {
-	spent = g.metric("geotoll_limiter_local_spending_charged_tokens_total")
+	spent = g.metric("geotoll_limiter_local_spending_carried_tokens_total")
 	local := g.metric("geotoll_limiter_fallbacks_total")
 	return spent, local > 0 && math.Abs(spent-local) < 0.01
 }
 
+// exact reports whether a bucket holding got is what want tokens become
+// after at most since of refill at rate: want ≤ got ≤ want + rate·since.
 func exact(got, want float64, since time.Time) bool {
 	slack := rate*time.Since(since).Seconds() + 1e-6
 	return got >= want-1e-6 && got <= want+slack && !math.IsNaN(got)

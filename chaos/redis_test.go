@@ -625,7 +625,7 @@ func redisSlowReplies(s *sc) {
 	local := g.metric("geotoll_limiter_fallbacks_total")
 	// What was spent locally is charged to Redis once Redis admits the
 	// caller again; the last outage's may not be, if no request followed it.
-	carried := g.metric("geotoll_limiter_local_spending_charged_tokens_total")
+	carried := g.metric("geotoll_limiter_local_spending_carried_tokens_total")
 	// The voids of unanswered batches go once their deadline (50 ms + the
 	// 1 s clock skew allowance) has passed; releases right after.
 	ctx := context.Background()

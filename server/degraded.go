@@ -65,8 +65,8 @@ func LimiterCheck(f *throttle.Failover, ping Check) Check {
 // geotoll_limiter_fallbacks_total (decisions made by fail_mode) and
 // geotoll_limiter_free_refusals_total (refusals decided in process),
 // geotoll_limiter_free_peeks_total (budget reads answered in process) and
-// geotoll_limiter_local_spending_charged_tokens_total (what callers spent
-// from local buckets, charged to the store after an outage).
+// geotoll_limiter_local_spending_carried_tokens_total (what callers spent
+// from local buckets, handed to the store's settlements after an outage).
 func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 	mode := prometheus.Labels{"fail_mode": string(f.Mode)}
 	for _, c := range []prometheus.Collector{
@@ -96,9 +96,9 @@ func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 			Help: "Budget reads (/budget, dry runs, the budget headers of a 422 or of the global budget's 503) answered in process, from what the store said of the caller's bucket within the last redis.peek_reuse.",
 		}, func() float64 { return float64(f.FreePeeks()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "geotoll_limiter_local_spending_charged_tokens_total",
-			Help: "Tokens callers spent from their local buckets (fail_mode local) beyond what those refilled, charged to the store with the settlement of each caller's first request it admitted after the outage.",
-		}, f.LocalSpendingCharged),
+			Name: "geotoll_limiter_local_spending_carried_tokens_total",
+			Help: "Tokens callers spent from their local buckets (fail_mode local) beyond what those refilled, handed to the settlement of each caller's first request the store admitted after the outage, which charges them there (no lower than the bucket's debt floor, as any settlement).",
+		}, f.LocalSpendingCarried),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

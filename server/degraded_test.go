@@ -95,15 +95,33 @@ func TestWatchLimiter(t *testing.T) {
 	if err := WatchLimiter(reg, f); err != nil {
 		t.Fatal(err)
 	}
+	// A refill too slow to show over the test: what was spent locally is
+	// what is handed back.
+	slow := oneToken
+	slow.Limit.Rate = 1e-6
 	for range 3 {
-		if _, err := f.Admit(context.Background(), oneToken); err != nil {
+		if a, err := f.Admit(context.Background(), slow); err != nil {
 			t.Fatal(err)
+		} else {
+			a.Ticket.Release()
 		}
+	}
+	// Back: the store admits the caller, and is handed the 3 tokens spent
+	// locally with that request's settlement.
+	store.set(false)
+	f.Recovered(context.Background())
+	if a, err := f.Admit(context.Background(), slow); err != nil || !a.Allowed {
+		t.Fatalf("after the recovery: %+v, %v", a, err)
+	} else {
+		a.Ticket.Release()
 	}
 	want := `
 # HELP geotoll_limiter_degraded 1 while the budget store (Redis) fails and budgets follow fail_mode (local, open or closed), else 0.
 # TYPE geotoll_limiter_degraded gauge
-geotoll_limiter_degraded{fail_mode="local"} 1
+geotoll_limiter_degraded{fail_mode="local"} 0
+# HELP geotoll_limiter_local_spending_carried_tokens_total Tokens callers spent from their local buckets (fail_mode local) beyond what those refilled, handed to the settlement of each caller's first request the store admitted after the outage, which charges them there (no lower than the bucket's debt floor, as any settlement).
+# TYPE geotoll_limiter_local_spending_carried_tokens_total counter
+geotoll_limiter_local_spending_carried_tokens_total 3
 # HELP geotoll_limiter_free_peeks_total Budget reads (/budget, dry runs, the budget headers of a 422 or of the global budget's 503) answered in process, from what the store said of the caller's bucket within the last redis.peek_reuse.
 # TYPE geotoll_limiter_free_peeks_total counter
 geotoll_limiter_free_peeks_total 0

@@ -84,7 +84,8 @@ var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode 
 // beyond what that bucket refilled to is settled in the primary's with
 // that request (see reconcile): the primary, which saw none of it, would
 // otherwise hand the caller a second bucket after each outage. (A request
-// admitted locally that finishes after that settles locally only.)
+// admitted locally and still running then is charged there at its price:
+// its own settlement, later, goes with the local bucket and is dropped.)
 type Failover struct {
 	Primary Store
 	Local   *MemoryStore // FailLocal's buckets; may be nil for the other modes
@@ -345,10 +346,11 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 // FreeRefusals counts the requests refused without asking the primary.
 func (f *Failover) FreeRefusals() uint64 { return f.free.Load() }
 
-// LocalSpendingCharged is the tokens reconcile has handed to requests the
+// LocalSpendingCarried is the tokens reconcile has handed to requests the
 // primary admitted after an outage, for their settlements to charge
-// there: what callers spent from local buckets beyond what those refilled.
-func (f *Failover) LocalSpendingCharged() float64 { return fromMicro(float64(f.carried.Load())) }
+// there (no lower than the debt floor, as any settlement): what callers
+// spent from local buckets beyond what those refilled.
+func (f *Failover) LocalSpendingCarried() float64 { return fromMicro(float64(f.carried.Load())) }
 
 // FreePeeks counts the peeks answered without asking the primary.
 func (f *Failover) FreePeeks() uint64 { return f.freePeeks.Load() }

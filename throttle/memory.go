@@ -49,7 +49,7 @@ type memKey struct {
 	// is kept until it would hold (see seed); 0 for any other bucket.
 	full float64
 	// spent is what the key's admissions and settlements took from it
-	// (micro-tokens; refunds count less), since it was made: see owed.
+	// (micro-tokens; refunds count less), since it was made: see settleOwed.
 	spent float64
 }
 
