@@ -270,9 +270,9 @@ func TestStoreTileReductionHalvesTheFeaturesDrawn(t *testing.T) {
 	}
 }
 
-// A numeric beyond float8's range, or nearer 0 than its least value,
+// A numeric beyond float8's range, or nearer 0 than half its least value,
 // failed its cast, and with it the whole tile: such a value is written as
-// ±Infinity or 0, NaN as NaN, every other feature as before.
+// ±Infinity or 0, NaN as NaN; every value that rounds to a float8 as that.
 func TestStoreTileNumericBeyondFloat8IsWritten(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -281,7 +281,8 @@ func TestStoreTileNumericBeyondFloat8IsWritten(t *testing.T) {
 	cx, cy := (env.Min[0]+env.Max[0])/2, (env.Min[1]+env.Max[1])/2
 	f.exec(t, `CREATE TABLE {s}.big (id bigint PRIMARY KEY, v numeric, geom geometry(Point, 3857) NOT NULL)`)
 	values := map[string]float64{"1e400": math.Inf(1), "-1e400": math.Inf(-1), "1e-400": 0, "-1e-400": 0,
-		"5e-324": 5e-324, "2.5e-324": 5e-324, "2.4e-324": 0, "1.7976931348623157e308": math.MaxFloat64, "2.5": 2.5, "NaN": math.NaN()}
+		"5e-324": 5e-324, "2.48e-324": 5e-324, "2.47e-324": 0, "1.79769313486231570815e308": math.MaxFloat64,
+		"1.7976931348623159e308": math.Inf(1), "1.7976931348623157e308": math.MaxFloat64, "2.5": 2.5, "NaN": math.NaN()}
 	var ids []string
 	for text := range values {
 		ids = append(ids, text)

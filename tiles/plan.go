@@ -291,18 +291,18 @@ type carried struct {
 }
 
 // Value is the property's value as the tile writes it, read from its
-// carried column of alias. A numeric is cast to float8 — beyond float8's
-// range to ±Infinity, and nearer 0 than its least value to 0, where the
-// cast would fail the whole tile.
+// carried column of alias. A numeric is cast to float8 — one that would
+// not round to a float8 (the cast would fail the whole tile) beyond its
+// largest to ±Infinity, and nearer 0 than half its least to 0.
 func (c carried) Value(alias string) string {
 	v := alias + "." + c.As
 	if !c.Numeric {
 		return v
 	}
 	return "CASE WHEN " + v + " = 'NaN' THEN 'NaN'::float8" +
-		" WHEN " + v + " > 1.7976931348623157e308 THEN 'Infinity'::float8" +
-		" WHEN " + v + " < -1.7976931348623157e308 THEN '-Infinity'::float8" +
-		" WHEN abs(" + v + ") < 2.5e-324 THEN 0::float8" +
+		" WHEN " + v + " > 1.7976931348623158e308 THEN 'Infinity'::float8" +
+		" WHEN " + v + " < -1.7976931348623158e308 THEN '-Infinity'::float8" +
+		" WHEN abs(" + v + ") < 2.4703282292062328e-324 THEN 0::float8" +
 		" ELSE " + v + "::float8 END"
 }
 
