@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,10 +17,14 @@ import (
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/pb33f/libopenapi-validator/config"
 	"github.com/pb33f/libopenapi-validator/errors"
 	"github.com/pb33f/libopenapi-validator/helpers"
+	"github.com/pb33f/libopenapi-validator/parameters"
 	"github.com/pb33f/libopenapi-validator/paths"
+	"github.com/pb33f/libopenapi/datamodel/high/base"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+	lowv3 "github.com/pb33f/libopenapi/datamodel/low/v3"
 	"github.com/pb33f/libopenapi/orderedmap"
 
 	"github.com/geotoll/geotoll/server"
@@ -32,14 +35,17 @@ import (
 // body (problem documents included), for every method — HEAD, OPTIONS and
 // CORS preflights too. A response that does not match fails the test that
 // caused it. Every header it carries must be one the document lists for
-// it, but for a few any response may carry (see genericHeader). The
-// router's 405 for a method no route takes at a path must name in Allow
-// the operations the document gives that path, and match the document's
-// MethodNotAllowed response (see checkNotAllowed). The router's own 404
-// for a path no route takes is in no operation (see routerNotFound),
-// though it must still be a problem document. The redirect of a path not
-// in canonical form is checked against the operation of its clean path
-// (see checkRedirect).
+// it, but for a few any response may carry (see genericHeader), and its
+// value one the header's schema takes, read as sent (see valueErrors);
+// the budget headers come together, on priced answers only (see
+// budgetApart). The router's 405 for a method no route takes at a path
+// must name in Allow the operations the document gives that path, and
+// match the document's MethodNotAllowed response (see checkNotAllowed).
+// The router's own 404 for a path no route takes is in no operation (see
+// routerNotFound): it must match the document's NotFound response. The
+// redirect of a path not in canonical form is checked against the
+// operation of its clean path, or the document's Redirect response when
+// no operation takes that path (see checkRedirect).
 type contract struct {
 	fail func(format string, args ...any) // the test's Errorf
 	v    *sharedValidator
@@ -47,13 +53,16 @@ type contract struct {
 
 // sharedValidator is a validator of the document of one base path, which
 // contracts reuse one after another (see validators), with the document's
-// model and the operation that answers every method with the document's
-// MethodNotAllowed response (see checkNotAllowed).
+// model, the options valueErrors reads header values with, and the path
+// items of the router's own answers, which belong to no operation of the
+// document (see routerItem): its 405 (MethodNotAllowed, see
+// checkNotAllowed), its 404 (NotFound) and its redirects (Redirect).
 type sharedValidator struct {
-	mu         sync.Mutex // the validator is not known to be safe for concurrent use
-	v          validator.Validator
-	doc        *v3.Document
-	notAllowed *v3.PathItem
+	mu                             sync.Mutex // the validator is not known to be safe for concurrent use
+	v                              validator.Validator
+	doc                            *v3.Document
+	opts                           *config.ValidationOptions
+	notAllowed, notFound, redirect *v3.PathItem
 }
 
 // validators keeps, by base path, the validators no live contract holds:
@@ -107,15 +116,27 @@ func buildShared(t testing.TB, base string) *sharedValidator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp := model.Model.Components.Responses.GetOrZero("MethodNotAllowed")
+	return &sharedValidator{v: v, doc: &model.Model, opts: config.NewValidationOptions(config.WithFormatAssertions()),
+		notAllowed: routerItem(t, &model.Model, "MethodNotAllowed", "405"),
+		notFound:   routerItem(t, &model.Model, "NotFound", "404"),
+		redirect:   routerItem(t, &model.Model, "Redirect", "301", "308")}
+}
+
+// routerItem is a path item whose every method answers codes with the
+// document's components.responses.name: the operation of an answer the
+// router gives itself, at a path or for a method no operation takes.
+func routerItem(t testing.TB, doc *v3.Document, name string, codes ...string) *v3.PathItem {
+	t.Helper()
+	resp := doc.Components.Responses.GetOrZero(name)
 	if resp == nil {
-		t.Fatal("openapi.json has no components.responses.MethodNotAllowed")
+		t.Fatalf("openapi.json has no components.responses.%s", name)
 	}
-	codes := orderedmap.New[string, *v3.Response]()
-	codes.Set("405", resp)
-	op := &v3.Operation{Responses: &v3.Responses{Codes: codes}}
-	notAllowed := &v3.PathItem{Get: op, Head: op, Post: op, Put: op, Patch: op, Delete: op, Options: op, Trace: op}
-	return &sharedValidator{v: v, doc: &model.Model, notAllowed: notAllowed}
+	byCode := orderedmap.New[string, *v3.Response]()
+	for _, code := range codes {
+		byCode.Set(code, resp)
+	}
+	op := &v3.Operation{Responses: &v3.Responses{Codes: byCode}}
+	return &v3.PathItem{Get: op, Head: op, Post: op, Put: op, Patch: op, Delete: op, Options: op, Trace: op}
 }
 
 // recording passes a response on and keeps a copy of it: of its body what
@@ -165,19 +186,34 @@ func (c *contract) check(r *http.Request, rec *recording) {
 	case clean != r.URL.Path:
 		c.checkRedirect(r, rec, status, clean)
 	case routerNotFound(status, rec):
+		c.checkRouter(r, rec, status, c.v.notFound)
 	case status == http.StatusMethodNotAllowed && rec.Header().Get("Allow") != "":
 		c.checkNotAllowed(r, rec)
 	default:
 		errs := c.validate(r, status, rec, nil)
 		if errs == nil {
-			errs = c.undeclared(r, status, rec, nil)
+			errs = c.headerErrors(r, status, rec, nil)
 		}
 		if err := keyVaryMissing(rec.Header()); err != nil {
 			errs = append(errs, err)
 		}
+		errs = append(errs, budgetApart(status, rec)...)
 		if errs != nil {
 			c.mismatch(r, rec, status, errs)
 		}
+	}
+}
+
+// checkRouter checks an answer the router gives itself, which belongs to
+// no operation of the document, against item (see routerItem): its body
+// and headers, their values included.
+func (c *contract) checkRouter(r *http.Request, rec *recording, status int, item *v3.PathItem) {
+	errs := c.validate(r, status, rec, item)
+	if errs == nil {
+		errs = c.headerErrors(r, status, rec, item.Get.Responses.Codes.GetOrZero(strconv.Itoa(status)))
+	}
+	if errs != nil {
+		c.mismatch(r, rec, status, errs)
 	}
 }
 
@@ -209,14 +245,14 @@ func (c *contract) validate(r *http.Request, status int, rec *recording, item *v
 // genericHeader reports whether any response may carry the header name
 // without the document listing it: what the HTTP server or any HTTP
 // response carries (Date, Content-Length, Content-Type — the document's
-// content says which —, Connection), and CORS's answers, which follow
-// the server's CORS settings rather than the operation.
+// content says which —, Connection). CORS's Access-Control-* headers are
+// not: the document lists them where they may be sent.
 func genericHeader(name string) bool {
 	switch http.CanonicalHeaderKey(name) {
 	case "Date", "Content-Length", "Content-Type", "Connection":
 		return true
 	}
-	return strings.HasPrefix(http.CanonicalHeaderKey(name), "Access-Control-")
+	return false
 }
 
 // corsVary are the members of Vary that CORS adds, as generic as its
@@ -236,11 +272,13 @@ func onlyCORSVary(values []string) bool {
 	return true
 }
 
-// undeclared returns the headers of rec, the answer of status to r, that
-// the document does not list for it — the response of r's operation, or
-// resp when it is not nil — and that are not generic (genericHeader); a
-// Vary of CORS's members only counts as none.
-func (c *contract) undeclared(r *http.Request, status int, rec *recording, resp *v3.Response) []*errors.ValidationError {
+// headerErrors returns what of the headers of rec, the answer of status
+// to r, the document does not describe for it — the response of r's
+// operation, or resp when it is not nil: a header it does not list and
+// that is not generic (genericHeader; a Vary of CORS's members only counts
+// as none), or a value the schema of a header it lists does not take (see
+// valueErrors).
+func (c *contract) headerErrors(r *http.Request, status int, rec *recording, resp *v3.Response) []*errors.ValidationError {
 	if resp == nil {
 		resp = c.documented(r, status)
 	}
@@ -249,13 +287,146 @@ func (c *contract) undeclared(r *http.Request, status int, rec *recording, resp 
 	}
 	var errs []*errors.ValidationError
 	for name, values := range rec.Header() {
-		listed := resp.Headers != nil && slices.ContainsFunc(slices.Collect(resp.Headers.KeysFromOldest()),
-			func(k string) bool { return strings.EqualFold(k, name) })
-		if listed || genericHeader(name) || http.CanonicalHeaderKey(name) == "Vary" && onlyCORSVary(values) {
-			continue
+		var listed *v3.Header
+		if resp.Headers != nil {
+			for k, h := range resp.Headers.FromOldest() {
+				if strings.EqualFold(k, name) {
+					listed = h
+				}
+			}
 		}
-		errs = append(errs, &errors.ValidationError{Message: "Undocumented header",
-			Reason: fmt.Sprintf("header %s (%q) is not among the headers the document lists for this response", name, values)})
+		switch {
+		case listed != nil:
+			errs = append(errs, c.valueErrors(name, values, listed)...)
+		case genericHeader(name) || http.CanonicalHeaderKey(name) == "Vary" && onlyCORSVary(values):
+		default:
+			errs = append(errs, &errors.ValidationError{Message: "Undocumented header",
+				Reason: fmt.Sprintf("header %s (%q) is not among the headers the document lists for this response", name, values)})
+		}
+	}
+	return errs
+}
+
+// valueErrors checks the value of the header name, as sent, against the
+// schema the document gives it (its type, enum, const, pattern, format…):
+// its field lines as one list (RFC 9110 §5.3: a header that takes one
+// value sent twice is two), read as the schema's type says and in no other
+// way — the text itself for a string, an integer only when the text is
+// one. The validator also tries other readings, JSON among them, so that a
+// quoted "no-store" passes a const no-store, and "99" sent twice a pattern
+// of digits.
+func (c *contract) valueErrors(name string, values []string, h *v3.Header) []*errors.ValidationError {
+	c.v.mu.Lock()
+	defer c.v.mu.Unlock()
+	var schema *base.Schema
+	if h.Schema != nil {
+		schema = h.Schema.Schema()
+	}
+	if schema == nil {
+		return nil
+	}
+	value := strings.Join(values, ", ")
+	types := schema.Type
+	if len(types) == 0 {
+		types = []string{helpers.String}
+	}
+	var first []*errors.ValidationError
+	for _, typ := range types {
+		errs := []*errors.ValidationError{{Message: "Header of the wrong type",
+			Reason: fmt.Sprintf("header %s (%q) does not read as the type its schema gives it, %s", name, value, typ)}}
+		if reading, ok := readHeader(value, typ, schema); ok {
+			errs = parameters.ValidateSingleParameterSchema(schema, reading, "header", "response header", name,
+				helpers.ResponseBodyValidation, lowv3.HeadersLabel, c.v.opts, "", "")
+		}
+		if len(errs) == 0 {
+			return nil
+		}
+		if first == nil {
+			first = errs
+		}
+	}
+	return first
+}
+
+// readHeader reads a header's value as the JSON Schema type typ of schema,
+// strictly; ok is false when it is none: an integer or a number must be
+// one in decimal, a boolean true or false, an array the simple style's
+// comma-separated items, each read as the first type of the items' schema
+// (a string when it gives none).
+func readHeader(value, typ string, schema *base.Schema) (reading any, ok bool) {
+	switch typ {
+	case helpers.String:
+		return value, true
+	case helpers.Integer:
+		n, err := strconv.ParseInt(value, 10, 64)
+		return n, err == nil
+	case helpers.Number:
+		f, err := helpers.ParseNumber(value)
+		return f, err == nil
+	case helpers.Boolean:
+		return value == "true", value == "true" || value == "false"
+	case helpers.Array:
+		if schema == nil { // an array of arrays: no header is one
+			return nil, false
+		}
+		itemType, items := helpers.String, []any{}
+		if schema.Items != nil && schema.Items.IsA() && schema.Items.A.Schema() != nil && len(schema.Items.A.Schema().Type) > 0 {
+			itemType = schema.Items.A.Schema().Type[0]
+		}
+		for item := range strings.SplitSeq(value, ",") {
+			read, ok := readHeader(strings.TrimSpace(item), itemType, nil)
+			if !ok {
+				return nil, false
+			}
+			items = append(items, read)
+		}
+		return items, true
+	}
+	return nil, false
+}
+
+// budgetNames are the budget headers, every one of which an answer the
+// toll priced carries.
+var budgetNames = []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "X-Request-Cost"}
+
+// budgetApart checks the rules of the budget headers that the document
+// states (in its description, its budget headers' and its responses') but
+// a response's list of headers cannot: an answer the toll priced carries
+// every budget header, any other none of them; X-Request-Cost-Estimate and
+// X-RateLimit-Shadow come only beside them; and a 422 carries them only
+// as the refusal of a price above the tier's, whose problem names its
+// cost and max_cost — a parameter out of range is refused before any
+// price. Which other answers are never priced (400, 403, 404…), the
+// document says by listing no budget header for them.
+func budgetApart(status int, rec *recording) []*errors.ValidationError {
+	h := rec.Header()
+	var sent, missing []string
+	for _, name := range budgetNames {
+		if h.Get(name) != "" {
+			sent = append(sent, name)
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	var errs []*errors.ValidationError
+	if len(sent) > 0 && len(missing) > 0 {
+		errs = append(errs, &errors.ValidationError{Message: "Part of the budget headers",
+			Reason: fmt.Sprintf("budget headers %q without %q: a priced answer carries them all, any other none", sent, missing)})
+	}
+	for _, name := range []string{"X-Request-Cost-Estimate", "X-RateLimit-Shadow"} {
+		if h.Get(name) != "" && len(sent) == 0 {
+			errs = append(errs, &errors.ValidationError{Message: "A budget header alone",
+				Reason: fmt.Sprintf("%s (%q) without the budget headers: it comes only on a priced answer", name, h.Get(name))})
+		}
+	}
+	var price struct {
+		Cost    *float64 `json:"cost"`
+		MaxCost *float64 `json:"max_cost"`
+	}
+	if status == http.StatusUnprocessableEntity && len(sent) > 0 && rec.body.Len() > 0 &&
+		(json.Unmarshal(rec.body.Bytes(), &price) != nil || price.Cost == nil || price.MaxCost == nil) {
+		errs = append(errs, &errors.ValidationError{Message: "Budget headers on a 422 not priced",
+			Reason: "a 422 carries the budget headers only as the refusal of a price above the tier's, whose problem names cost and max_cost"})
 	}
 	return errs
 }
@@ -317,7 +488,7 @@ func operation(item *v3.PathItem, method string) *v3.Operation {
 // r's path against the document: the path is one of its paths, which has
 // no operation of r's method, Allow names the methods of the operations it
 // has, in the router's order, and the answer matches the document's
-// MethodNotAllowed response (headers included: see undeclared).
+// MethodNotAllowed response (headers included: see checkRouter).
 func (c *contract) checkNotAllowed(r *http.Request, rec *recording) {
 	c.v.mu.Lock()
 	item, _, _ := paths.FindPath(r, c.v.doc, nil)
@@ -340,13 +511,7 @@ func (c *contract) checkNotAllowed(r *http.Request, rec *recording) {
 		c.fail("%s %s → 405 Allow %q, but the document's operations at that path are %q", r.Method, r.URL, allow, strings.Join(want, ", "))
 		return
 	}
-	errs := c.validate(r, http.StatusMethodNotAllowed, rec, c.v.notAllowed)
-	if errs == nil {
-		errs = c.undeclared(r, http.StatusMethodNotAllowed, rec, c.v.notAllowed.Get.Responses.Codes.GetOrZero("405"))
-	}
-	if errs != nil {
-		c.mismatch(r, rec, http.StatusMethodNotAllowed, errs)
-	}
+	c.checkRouter(r, rec, http.StatusMethodNotAllowed, c.v.notAllowed)
 }
 
 // mismatch fails the test with errs, what of the answer rec to r does not
@@ -375,8 +540,8 @@ func canonicalPath(p string) string {
 // its Location the clean path with the query as sent, and match the
 // operation of the clean path. A clean path that no operation takes (the
 // router would answer 404 or 405) belongs to no operation of the
-// document, as byRouter's answers: its redirect is checked for its status,
-// Location and empty body only.
+// document: its redirect is checked against the document's Redirect
+// response (see checkRouter).
 func (c *contract) checkRedirect(r *http.Request, rec *recording, status int, clean string) {
 	want := http.StatusPermanentRedirect
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -397,18 +562,21 @@ func (c *contract) checkRedirect(r *http.Request, rec *recording, status int, cl
 			return
 		}
 	}
-	if errs == nil {
-		if errs = c.undeclared(cleaned, status, rec, nil); errs != nil {
-			c.mismatch(r, rec, status, errs)
-		}
+	if errs != nil {
+		c.checkRouter(r, rec, status, c.v.redirect)
+		return
+	}
+	if errs = c.headerErrors(cleaned, status, rec, nil); errs != nil {
+		c.mismatch(r, rec, status, errs)
 	}
 }
 
 // routerNotFound reports whether rec is the router's own 404 for a path
 // no route takes — outside the base path, or a route this listener does
 // not serve, such as /metrics beside metrics_listen —, which belongs to no
-// operation of the document. Such an answer must still be a problem
-// document of its status.
+// operation of the document: a problem document of its status whose
+// detail says so. Such an answer must match the document's NotFound
+// response (see checkRouter).
 func routerNotFound(status int, rec *recording) bool {
 	if status != http.StatusNotFound {
 		return false
@@ -477,10 +645,33 @@ func tileHeaders(edit map[string]string) map[string]string {
 	return h
 }
 
+// budgetHeaders are the headers of a problem priced for a caller in tier
+// free — its request id and budget headers —, with those of edit set over
+// them ("" removes one).
+func budgetHeaders(edit map[string]string) map[string]string {
+	h := map[string]string{
+		"X-Request-ID":          "abc",
+		"RateLimit-Policy":      `"free";q=100;qu="tokens";w=5, "free-concurrency";q=16;qu="concurrent-requests"`,
+		"RateLimit":             `"free";r=99;t=1`,
+		"X-RateLimit-Limit":     "100",
+		"X-RateLimit-Remaining": "99",
+		"X-RateLimit-Reset":     "1",
+		"X-Request-Cost":        "0.01",
+	}
+	for k, v := range edit {
+		h[k] = v
+	}
+	return h
+}
+
 // TestContractCatchesMismatches: the contract fails a test on a response
 // the document does not describe (a wrong body, an undocumented status, a
-// missing header, a header it does not list, a non-problem error, a 405
-// whose Allow is not the path's operations) and passes the ones it does.
+// missing header, a header it does not list — an Access-Control-* one
+// included —, a header value its schema does not take as sent, budget
+// headers in part or on an answer never priced, a non-problem error, a 405
+// whose Allow is not the path's operations, a router's 404 or redirect
+// unlike the document's NotFound or Redirect) and passes the ones it does.
+// A header value with a newline is sent as a field line each.
 func TestContractCatchesMismatches(t *testing.T) {
 	budget := `{"tier":"free","capacity":1000,"rate":10,"remaining":990,"reset_after":1,"shadow":false,"max_cost":500,"authenticated":true}`
 	problem := func(status int, detail string) string {
@@ -499,7 +690,11 @@ func TestContractCatchesMismatches(t *testing.T) {
 		{"undocumented status", "GET", "/budget", 418, "application/problem+json", problem(418, "teapot"), map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, false},
 		{"429 without its budget headers", "GET", "/budget", 429, "application/problem+json", problem(429, "spent"), map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "Retry-After": "1"}, false},
 		{"an error that is not a problem", "GET", "/budget", 503, "text/plain", "down", map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, false},
-		{"the router's 404", "GET", "/no/such/route", 404, "application/problem+json", problem(404, "no such route"), nil, true},
+		{"the router's 404", "GET", "/no/such/route", 404, "application/problem+json", problem(404, "no such route"), map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store"}, true},
+		{"the router's 404 with an undocumented header", "GET", "/no/such/route", 404, "application/problem+json", problem(404, "no such route"),
+			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "X-Cache": "HIT"}, false},
+		{"the router's 404 without its request id", "GET", "/no/such/route", 404, "application/problem+json", problem(404, "no such route"), map[string]string{"Cache-Control": "no-store"}, false},
+		{"the router's 404 with budget headers", "GET", "/no/such/route", 404, "application/problem+json", problem(404, "no such route"), budgetHeaders(map[string]string{"Cache-Control": "no-store"}), false},
 		{"the router's 404 not a problem", "GET", "/no/such/route", 404, "text/plain", "404 page not found", nil, false},
 		{"the router's 405 with Allow", "POST", "/tiles", 405, "application/problem+json", problem(405, "method POST is not allowed here"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store"}, true},
 		{"a 405 whose Allow is not the document's operations", "POST", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD", "Cache-Control": "no-store"}, false},
@@ -511,8 +706,37 @@ func TestContractCatchesMismatches(t *testing.T) {
 		{"a 405 with an undocumented header", "POST", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store", "X-Cache": "HIT"}, false},
 		{"an undocumented header", "GET", "/budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "X-Debug": "1"}, false},
 		{"a Vary the document does not list", "GET", "/budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc", "Vary": "Accept-Encoding"}, false},
-		{"CORS headers and Vary: Origin need no listing", "GET", "/budget", 200, "application/json", budget,
-			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "Access-Control-Allow-Origin": "https://maps.example", "Vary": "Origin", "Connection": "close"}, true},
+		{"CORS headers as documented, and Vary: Origin", "GET", "/budget", 200, "application/json", budget,
+			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "Access-Control-Allow-Origin": "https://maps.example", "Access-Control-Allow-Credentials": "true",
+				"Access-Control-Expose-Headers": "Allow, ETag, X-Request-ID", "Vary": "Origin", "Connection": "close"}, true},
+		{"an Access-Control- header the document does not list", "GET", "/budget", 200, "application/json", budget,
+			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "Access-Control-Allow-Origin": "*", "Access-Control-Allow-Private-Network": "true"}, false},
+		{"a preflight's Access-Control-Max-Age on a GET", "GET", "/budget", 200, "application/json", budget,
+			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "Access-Control-Allow-Origin": "*", "Access-Control-Max-Age": "600"}, false},
+		{"an Access-Control-Allow-Origin that is no origin", "GET", "/budget", 200, "application/json", budget,
+			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "Access-Control-Allow-Origin": "maps.example/"}, false},
+		{"a header value valid only read as JSON", "GET", "/budget", 200, "application/json", budget, map[string]string{"X-Request-ID": "abc", "Cache-Control": `"no-store"`}, false},
+		{"an integer header that is a quoted string", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile",
+			tileHeaders(map[string]string{"X-RateLimit-Limit": `"100"`}), false},
+		{"an enum header that is a quoted member", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile",
+			tileHeaders(map[string]string{"X-Cache": `"HIT"`}), false},
+		{"a one-value header sent twice", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile",
+			tileHeaders(map[string]string{"X-RateLimit-Remaining": "99\n98"}), false},
+		{"a list header sent in two lines", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile",
+			tileHeaders(map[string]string{"Vary": "Accept-Encoding\nAuthorization, X-API-Key"}), true},
+		{"a 400 for a malformed tile address with budget headers", "GET", "/tiles/places/14/8802/x.mvt", 400, "application/problem+json", problem(400, "bad y"),
+			budgetHeaders(map[string]string{"Cache-Control": "no-store"}), false},
+		{"a 403 with budget headers", "GET", "/geofence/fences", 403, "application/problem+json", problem(403, "no admin"), budgetHeaders(map[string]string{"Cache-Control": "no-store"}), false},
+		{"a 401 with its budget headers", "GET", "/tiles/places/14/8802/5373.mvt", 401, "application/problem+json", problem(401, "unknown key"),
+			budgetHeaders(map[string]string{"Cache-Control": "no-store", "WWW-Authenticate": `Bearer realm="geotoll"`}), true},
+		{"a 503 with part of the budget headers", "GET", "/tiles/places/14/8802/5373.mvt", 503, "application/problem+json", problem(503, "down"),
+			budgetHeaders(map[string]string{"Cache-Control": "no-store", "RateLimit": "", "X-RateLimit-Remaining": ""}), false},
+		{"a tile's X-Request-Cost-Estimate without the budget headers", "GET", "/tiles/places/14/8802/5373.mvt", 503, "application/problem+json", problem(503, "down"),
+			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "X-Request-Cost-Estimate": "0.01"}, false},
+		{"a 422 above the tier's max cost, with the budget headers", "GET", "/tiles/places/14/8802/5373.mvt", 422, "application/problem+json",
+			`{"type":"urn:geotoll:problem:out-of-range","title":"x","status":422,"detail":"dear","cost":600,"max_cost":500}`, budgetHeaders(map[string]string{"Cache-Control": "no-store"}), true},
+		{"a 422 for a zoom out of range, with budget headers", "GET", "/tiles/places/30/8802/5373.mvt", 422, "application/problem+json",
+			`{"type":"urn:geotoll:problem:out-of-range","title":"x","status":422,"detail":"zoom","param":"z"}`, budgetHeaders(map[string]string{"Cache-Control": "no-store"}), false},
 		{"a tile with every header it may carry", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile", tileHeaders(nil), true},
 		{"a tile without its Cache-Control", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile", tileHeaders(map[string]string{"Cache-Control": ""}), false},
 		{"a tile's 304 without its ETag", "GET", "/tiles/places/14/8802/5373.mvt", 304, "", "", tileHeaders(map[string]string{"ETag": "", "Content-Encoding": ""}), false},
@@ -528,6 +752,8 @@ func TestContractCatchesMismatches(t *testing.T) {
 		{"a POST's redirect past a dot segment", "POST", "/geofence/./check?layer=d", 308, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/geofence/check?layer=d"}, true},
 		{"a DELETE's redirect to a templated path", "DELETE", "/geofence/fences/../fences/7", 308, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/geofence/fences/7"}, true},
 		{"a redirect to a path no operation takes", "GET", "//no/such/route", 301, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/no/such/route"}, true},
+		{"a redirect to a path no operation takes, with an undocumented header", "GET", "//no/such/route", 301, "", "",
+			map[string]string{"X-Request-ID": "abc", "Location": "/no/such/route", "X-Cache": "HIT"}, false},
 		{"a redirect without its request id", "GET", "//tiles/places.json", 301, "", "", map[string]string{"Location": "/tiles/places.json"}, false},
 		{"a redirect to the wrong place", "GET", "//tiles/places.json?key=k", 301, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/tiles/places.json"}, false},
 		{"a POST's redirect as a 301", "POST", "//geofence/check", 301, "", "", map[string]string{"X-Request-ID": "abc", "Location": "/geofence/check"}, false},
@@ -544,8 +770,10 @@ func TestContractCatchesMismatches(t *testing.T) {
 					w.Header().Set("Content-Type", tc.contentType)
 				}
 				for k, v := range tc.header {
-					if v != "" {
-						w.Header().Set(k, v)
+					for line := range strings.SplitSeq(v, "\n") { // a field line each
+						if line != "" {
+							w.Header().Add(k, line)
+						}
 					}
 				}
 				w.WriteHeader(tc.status)
@@ -559,6 +787,36 @@ func TestContractCatchesMismatches(t *testing.T) {
 				t.Error("an undocumented response passed the contract")
 			}
 		})
+	}
+}
+
+// TestReadHeaderReadsAsTheSchemaSays: a header value is read as its
+// schema's type strictly — no other spelling of a number, no JSON.
+func TestReadHeaderReadsAsTheSchemaSays(t *testing.T) {
+	ints := &base.Schema{Type: []string{helpers.Array}, Items: &base.DynamicValue[*base.SchemaProxy, bool]{
+		A: base.CreateSchemaProxy(&base.Schema{Type: []string{helpers.Integer}})}}
+	for _, tc := range []struct {
+		value, typ string
+		schema     *base.Schema
+		want       any // nil: not of that type
+	}{
+		{`"no-store"`, helpers.String, nil, `"no-store"`},
+		{"10", helpers.Integer, nil, int64(10)},
+		{"1e1", helpers.Integer, nil, nil},
+		{"10.0", helpers.Integer, nil, nil},
+		{`"10"`, helpers.Integer, nil, nil},
+		{"10, 11", helpers.Integer, nil, nil},
+		{"0.25", helpers.Number, nil, 0.25},
+		{"0x1p-2", helpers.Number, nil, nil},
+		{"true", helpers.Boolean, nil, true},
+		{"1", helpers.Boolean, nil, nil},
+		{"1, 2", helpers.Array, ints, []any{int64(1), int64(2)}},
+		{"1, two", helpers.Array, ints, nil},
+	} {
+		got, ok := readHeader(tc.value, tc.typ, tc.schema)
+		if ok != (tc.want != nil) || ok && fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("readHeader(%q, %s) = %v, %v; want %v", tc.value, tc.typ, got, ok, tc.want)
+		}
 	}
 }
 
