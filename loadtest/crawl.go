@@ -3,6 +3,7 @@ package loadtest
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -102,10 +103,10 @@ type Crawler struct {
 // 127.255.255.255 are refused.
 func CrawlerAddrs(first netip.Addr, n int) ([]netip.Addr, error) {
 	if !first.Is4() || !first.IsLoopback() {
-		return nil, fmt.Errorf("crawl: the first crawler address %s is not IPv4 loopback (127.0.0.0/8)", first)
+		return nil, fmt.Errorf("crawl: -from: the first crawler address %s is not IPv4 loopback (127.0.0.0/8)", first)
 	}
 	if n < 1 || n > MaxCrawlers {
-		return nil, fmt.Errorf("crawl: %d crawlers, want 1..%d", n, MaxCrawlers)
+		return nil, fmt.Errorf("crawl: -crawlers %d must be within 1..%d", n, MaxCrawlers)
 	}
 	out := make([]netip.Addr, 0, n)
 	for a := first; len(out) < n; a = a.Next() {
@@ -120,20 +121,38 @@ func CrawlerAddrs(first netip.Addr, n int) ([]netip.Addr, error) {
 	return out, nil
 }
 
+// Validate checks o as RunCrawl does before it sends anything. Its errors
+// name the options by the flags of `geotoll loadtest crawl`.
+func (o CrawlOptions) Validate() error { return o.validate() }
+
 func (o *CrawlOptions) validate() error {
 	if err := o.Client.check(); err != nil {
-		return err
+		return fmt.Errorf("crawl: -url: %w", err)
 	}
 	u, _ := url.Parse(o.Client.BaseURL) // checked above
 	if ip, err := netip.ParseAddr(u.Hostname()); err != nil || !ip.Is4() || !ip.IsLoopback() {
-		return fmt.Errorf("crawl: url host %q: the crawlers dial from 127.0.0.0/8, so the server must listen on an IPv4 loopback address", u.Hostname())
+		return fmt.Errorf("crawl: -url host %q: the crawlers dial from 127.0.0.0/8, so the server must listen on an IPv4 loopback address", u.Hostname())
 	}
-	if len(o.Honest) == 0 || len(o.Crawl) == 0 || o.Rate < 1 || o.Rate > MaxRate || o.Phase < time.Second || o.Timeout < 0 {
-		return fmt.Errorf("crawl: %d honest paths at %d/s, %d crawl paths, phases of %s, honest timeout %s",
-			len(o.Honest), o.Rate, len(o.Crawl), o.Phase, o.Timeout)
+	var errs []error
+	if o.Rate < 1 || o.Rate > MaxRate {
+		errs = append(errs, fmt.Errorf("crawl: -rate %d must be within 1..%d", o.Rate, MaxRate))
 	}
-	_, err := CrawlerAddrs(o.From, o.Crawlers)
-	return err
+	if o.Phase < time.Second || o.Phase > MaxDuration {
+		errs = append(errs, fmt.Errorf("crawl: -duration %s (each phase's) must be within 1s..%s", o.Phase, MaxDuration))
+	}
+	if len(o.Honest) == 0 {
+		errs = append(errs, errors.New("crawl: no honest paths (-profile, -layer)"))
+	}
+	if len(o.Crawl) == 0 {
+		errs = append(errs, errors.New("crawl: no crawl paths (-crawl-profile, -crawl-layer)"))
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("crawl: honest timeout %s must not be negative", o.Timeout))
+	}
+	if _, err := CrawlerAddrs(o.From, o.Crawlers); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // RunCrawl runs the honest caller alone, then beside crawlers that ask

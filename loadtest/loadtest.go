@@ -94,6 +94,10 @@ func rateShortfall(asked int, sent float64, requests uint64) bool {
 	return requests > 1 && sent < MinSentShare*float64(asked)
 }
 
+// Validate checks o as Run does before it sends anything. Its errors name
+// the options by the flags of `geotoll loadtest`.
+func (o Options) Validate() error { return o.validate() }
+
 func (o *Options) validate() error {
 	if o.Layer == "" {
 		o.Layer = "places"
@@ -103,16 +107,16 @@ func (o *Options) validate() error {
 	}
 	var errs []error
 	if o.Rate < 1 || o.Rate > MaxRate {
-		errs = append(errs, fmt.Errorf("rate %d must be within 1..%d", o.Rate, MaxRate))
+		errs = append(errs, fmt.Errorf("-rate %d must be within 1..%d", o.Rate, MaxRate))
 	}
 	if o.Duration < time.Second || o.Duration > MaxDuration {
-		errs = append(errs, fmt.Errorf("duration %s must be within 1s..%s", o.Duration, MaxDuration))
+		errs = append(errs, fmt.Errorf("-duration %s must be within 1s..%s", o.Duration, MaxDuration))
 	}
 	u, err := url.Parse(o.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("url %q must be http(s)://host[:port]", o.BaseURL))
+		errs = append(errs, fmt.Errorf("-url %q must be http(s)://host[:port]", o.BaseURL))
 	} else if !o.AllowRemote && !isLoopback(u.Hostname()) {
-		errs = append(errs, fmt.Errorf("url host %q is not loopback; pass -allow-remote to load test another machine", u.Hostname()))
+		errs = append(errs, fmt.Errorf("-url host %q is not loopback; pass -allow-remote to load test another machine", u.Hostname()))
 	}
 	return errors.Join(errs...)
 }

@@ -34,8 +34,12 @@ import (
 type CORS struct {
 	Origins     []string      // "https://maps.example.com" (scheme://host[:port]) or "*"
 	Credentials bool          // Access-Control-Allow-Credentials: true
-	MaxAge      time.Duration // how long a browser may reuse a preflight (default 10 min)
+	MaxAge      time.Duration // how long a browser may reuse a preflight; 0: DefaultCORSMaxAge
 }
+
+// DefaultCORSMaxAge is a preflight's Access-Control-Max-Age when CORS
+// sets none.
+const DefaultCORSMaxAge = 10 * time.Minute
 
 // Headers a browser may send and read across origins. corsAllow has what
 // the API reads (Cache-Control and Pragma: a reload, or a client asking for
@@ -103,7 +107,7 @@ func (c CORS) wrap(next http.Handler) http.Handler {
 	wildcard := anyOrigin && !c.Credentials // Validate refuses "*" with credentials
 	maxAge := c.MaxAge
 	if maxAge == 0 {
-		maxAge = 10 * time.Minute
+		maxAge = DefaultCORSMaxAge
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")

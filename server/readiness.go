@@ -20,6 +20,17 @@ const (
 	DefaultReadyTimeout  = 2 * time.Second
 )
 
+// Bounds a configuration holds the interval and timeout to: each round
+// pings the dependencies (a database connection, every Redis master), so
+// an interval of a nanosecond would ping them as fast as they answer, and
+// a round allowed minutes has found its dependency down long before.
+const (
+	MinReadyInterval = 100 * time.Millisecond
+	MaxReadyInterval = time.Minute
+	MinReadyTimeout  = 100 * time.Millisecond
+	MaxReadyTimeout  = time.Minute
+)
+
 // Readiness answers GET /readyz from checks that run in the background,
 // every interval, never on behalf of a caller: /readyz is unauthenticated,
 // and a probe per call would let anyone make every replica check out a
@@ -39,8 +50,9 @@ type readyReport struct {
 	checks map[string]string
 }
 
-// NewReadiness returns the readiness of checks, run every interval (0:
-// DefaultReadyInterval), each bounded by timeout (0: DefaultReadyTimeout).
+// NewReadiness returns the readiness of checks, run in rounds an interval
+// apart (0: DefaultReadyInterval), each bounded by timeout (0:
+// DefaultReadyTimeout).
 // Nothing runs until Check or Run; until then /readyz is 503.
 func NewReadiness(checks map[string]Check, interval, timeout time.Duration) *Readiness {
 	if interval <= 0 {
@@ -97,12 +109,16 @@ func readyDetail(err error) (string, bool) {
 	return "down: " + err.Error(), false
 }
 
-// Run checks every interval until ctx ends, starting at once.
+// Run checks until ctx ends, starting at once, each round an interval
+// after the last one ended: a round slower than the interval (a
+// dependency that takes the timeout to answer) is not followed by the
+// next at once, and results stay at most interval + timeout old.
 func (rd *Readiness) Run(ctx context.Context) {
-	t := time.NewTicker(rd.interval)
+	t := time.NewTimer(rd.interval)
 	defer t.Stop()
 	for {
 		rd.Check(ctx)
+		t.Reset(rd.interval)
 		select {
 		case <-ctx.Done():
 			return

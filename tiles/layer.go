@@ -212,13 +212,19 @@ func (l *Layer) validate() error {
 		bad("geometry_kind %q must be point, line, polygon or mixed (or empty: read from the database)", l.GeometryKind)
 	}
 	errs = append(errs, l.validateSettings()...)
+	seen := make(map[string]bool, len(l.Properties))
 	for _, p := range l.Properties {
-		if slices.Contains(reservedNames, p) {
+		switch {
+		case p == "":
+			bad("a property name is empty")
+		case seen[p]:
+			bad("property %q is listed twice", p)
+		case slices.Contains(reservedNames, p):
 			bad("property %q: point features carry their cluster's count under that name", p)
-		}
-		if p == l.GeometryColumn {
+		case p == l.GeometryColumn:
 			bad("property %q is the geometry_column: a feature's properties are its attributes", p)
 		}
+		seen[p] = true
 	}
 	var err error
 	if l.order, err = l.orderKeys(); err != nil {

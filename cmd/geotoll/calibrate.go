@@ -96,7 +96,7 @@ func keptModels(cfg Config, out string, stderr io.Writer) (calibrate.File, error
 		return kept, nil
 	}
 	if _, err := os.Stat(out); err == nil {
-		if kept, err = calibrate.ReadFile(out); err != nil {
+		if kept, err = readWeightsFile(out); err != nil {
 			return kept, fmt.Errorf("calibrate: %w (its models of the layers not fitted now would be kept: fix it, remove it, or write elsewhere with -out)", err)
 		}
 	}
@@ -107,6 +107,23 @@ func keptModels(cfg Config, out string, stderr io.Writer) (calibrate.File, error
 	return kept, nil
 }
 
+// checkWeightsOut fails, before the run, when the weights file out
+// ("-": standard output) cannot be written; flag tells whether -out named
+// it (a usage error) or throttle.weights_file.
+func checkWeightsOut(out string, flag bool) error {
+	if out == "-" {
+		return nil
+	}
+	err := checkOutFile(out)
+	switch {
+	case err == nil:
+		return nil
+	case flag:
+		return usageError{"calibrate: -out: " + err.Error()}
+	}
+	return fmt.Errorf("calibrate: throttle.weights_file: %w", err)
+}
+
 func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, stderr io.Writer) error {
 	out := f.out
 	if out == "" {
@@ -114,6 +131,9 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 	}
 	if out == "" {
 		out = "-"
+	}
+	if err := checkWeightsOut(out, f.out != ""); err != nil {
+		return err
 	}
 	kept, err := keptModels(cfg, out, stderr)
 	if err != nil {

@@ -6,7 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -23,6 +26,9 @@ type cli struct {
 	// preset, when set, is the configuration the commands run with
 	// instead of loading one (tests build theirs in code).
 	preset *Config
+	// showVersion is -version (before the command): print the version and
+	// exit, whatever command follows.
+	showVersion bool
 }
 
 // usageError is a command line that cannot run: exit status 2.
@@ -39,15 +45,21 @@ const (
 
 // run runs the command line args and returns the exit status. -h, -help
 // and `help` print usage and exit 0 before anything connects to a
-// database.
+// database; -version prints the version and exits 0 without running the
+// command that follows it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newCLI(stdout, stderr).root()
+	c := newCLI(stdout, stderr)
+	root := c.root()
 	if err := root.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		// The flag package has printed the error and the usage.
 		return exitUsage
+	}
+	if c.showVersion { // -version, before any command: the command does not run
+		fmt.Fprintln(stdout, "geotoll", version)
+		return exitOK
 	}
 	err := root.Run(ctx)
 	var usage usageError
@@ -159,4 +171,38 @@ func (c *cli) usage(cmd *ffcli.Command) string {
                           -throttle-tiers-free-shadow… (env GEOTOLL_LISTEN, GEOTOLL_REDIS_TIMEOUT…)
   geotoll config doc      lists every key, its flag, environment variable and default`)
 	return b.String()
+}
+
+// checkOutFile reports whether a command that ends by writing the file
+// path can write it, before the command runs (a run of minutes must not
+// fail at its end for a typo in the path): its directory exists and takes
+// a new file, and path, if it exists, is a file that can be written.
+func checkOutFile(path string) error {
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			return fmt.Errorf("%s is a directory", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0) // neither truncated nor changed
+		if err != nil {
+			return fmt.Errorf("cannot write %s: %w", path, err)
+		}
+		return f.Close()
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("cannot write %s: its directory %s does not exist", path, dir)
+	case err != nil:
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("cannot write %s: %s is not a directory", path, dir)
+	}
+	f, err := os.CreateTemp(dir, ".geotoll-write-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: its directory %s takes no new file: %w", path, dir, err)
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }

@@ -85,7 +85,7 @@ func TestCLI(t *testing.T) {
 		row{[]string{"config", "check", "-config", good}, exitError, "tiers_are_not_here"},
 		row{[]string{"config", "check", "-config", filepath.Join(dir, "missing.yaml")}, exitError, "no such file"},
 		row{[]string{"config", "check", "-redis-timeout", "soon"}, exitUsage, `redis.timeout: "soon" is not a duration`},
-		row{[]string{"keys", "create", "-name", "x", "-database-admin-url", "postgres://127.0.0.1:9/none?connect_timeout=1"}, exitError, "127.0.0.1"},
+		row{[]string{"keys", "create", "-name", "x", "-tier", "free", "-database-admin-url", "postgres://127.0.0.1:9/none?connect_timeout=1"}, exitError, "127.0.0.1"},
 		row{[]string{"-admin-database-url", "postgres://127.0.0.1:9/none?connect_timeout=1", "keys", "list"}, exitError, "127.0.0.1"},
 	)
 	for _, r := range rows {

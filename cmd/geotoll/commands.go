@@ -11,7 +11,6 @@ import (
 
 // root is the command tree.
 func (c *cli) root() *ffcli.Command {
-	var showVersion bool
 	var root *ffcli.Command
 	subs := []*ffcli.Command{
 		c.command("serve", "serve the HTTP API", "", nil, noArgs("serve", c.serve)),
@@ -31,10 +30,10 @@ func (c *cli) root() *ffcli.Command {
 	help := c.command("help", "print the usage of a command: geotoll help keys create", "", nil,
 		func(_ context.Context, args []string) error { return c.help(root, args) })
 	root = c.command("geotoll", "Serves vector tiles and geofence queries from PostGIS, charging every request what it costs.", "",
-		func(fs *flag.FlagSet) { fs.BoolVar(&showVersion, "version", false, "print the version and exit") },
+		func(fs *flag.FlagSet) { fs.BoolVar(&c.showVersion, "version", false, "print the version and exit") },
 		func(_ context.Context, args []string) error {
 			switch {
-			case showVersion:
+			case c.showVersion: // (run prints it before any command that follows runs)
 				fmt.Fprintln(c.stdout, "geotoll", version)
 				return nil
 			case len(args) == 0:

@@ -286,6 +286,9 @@ func (o *overrides) load() (Config, error) {
 		if err := yaml.Unmarshal(raw, &doc); err != nil {
 			return cfg, fmt.Errorf("config %s: %w", o.config, err)
 		}
+		if err := singleDocument(raw); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", o.config, err)
+		}
 		if err := refuseFractions(&doc, reflect.TypeFor[Config](), ""); err != nil {
 			return cfg, fmt.Errorf("config %s: %w", o.config, err)
 		}
@@ -310,7 +313,7 @@ func (o *overrides) load() (Config, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil {
-			return cfg, fmt.Errorf("config %s: %w", o.config, err)
+			return cfg, fmt.Errorf("config %s: %w", o.config, hideSecrets(err, &doc))
 		}
 		keepWhereEmpty(&doc, &cfg, before)
 	}
@@ -370,6 +373,7 @@ func (c Config) validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.Throttle.validateLimits()...)
+	errs = append(errs, c.validateTierCosts()...)
 	for i, k := range c.Geofence.AdminKeys {
 		if len(k) < geofence.MinAdminKeyLen || strings.TrimSpace(k) != k || strings.ContainsAny(k, "\r\n") {
 			errs = append(errs, fmt.Errorf("geofence.admin_keys[%d] must be at least %d bytes on one line without surrounding spaces (keys are comma-separated)",
@@ -386,12 +390,13 @@ func (c Config) validate() error {
 	for name, d := range map[string]time.Duration{
 		"read_header_timeout": h.ReadHeaderTimeout, "read_timeout": h.ReadTimeout,
 		"write_timeout": h.WriteTimeout, "idle_timeout": h.IdleTimeout, "shutdown_grace": h.ShutdownGrace,
-		"ready_interval": h.ReadyInterval, "ready_timeout": h.ReadyTimeout,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("http.%s must be positive", name))
 		}
 	}
+	errs = append(errs, h.validateReadiness()...)
+	errs = append(errs, c.validateListeners()...)
 	if err := c.validateTiles(); err != nil {
 		errs = append(errs, err)
 	}
@@ -541,7 +546,7 @@ func (c Config) weightsFile() (calibrate.File, error) {
 	if c.Throttle.WeightsFile == "" {
 		return calibrate.File{}, nil
 	}
-	f, err := calibrate.ReadFile(c.Throttle.WeightsFile)
+	f, err := readWeightsFile(c.Throttle.WeightsFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return f, fmt.Errorf("throttle.weights_file: %w (write it with `geotoll calibrate`)", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/throttle"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 // configCommand is `geotoll config check|example|doc`.
@@ -140,9 +141,63 @@ func annotate(n *yaml.Node, prefix string, envs, docs map[string]string) {
 			}
 		}
 		if v.Kind == yaml.SequenceNode { // the layers' fields are documented by the list's key
+			if key == "layers" {
+				for _, item := range v.Content {
+					noteLayerDefaults(item, "")
+				}
+			}
 			continue
 		}
 		annotate(v, key+".", envs, docs)
+	}
+}
+
+// layerDefaults are what a tile layer's fields mean when zero (0, 0s or
+// empty): their defaults, not zero (tiles.Layer).
+var layerDefaults = map[string]string{
+	"srid":                    "0 means 3857",
+	"id_column":               "empty means id",
+	"geometry_kind":           "empty means read from geometry_columns",
+	"maxzoom":                 fmt.Sprintf("0 means %d", tiles.MaxZoom),
+	"data_maxzoom":            fmt.Sprintf("0 means %d, within minzoom..maxzoom", tiles.DefaultDataMaxZoom),
+	"extent":                  fmt.Sprintf("0 means %d", tiles.DefaultExtent),
+	"buffer":                  fmt.Sprintf("0 means %d", tiles.DefaultBuffer),
+	"max_features":            fmt.Sprintf("0 means %d", tiles.DefaultMaxFeatures),
+	"order_by":                "empty means the id column",
+	"max_tile_bytes":          fmt.Sprintf("0 means %d", tiles.DefaultMaxTileBytes),
+	"generalize.maxzoom":      fmt.Sprintf("0 means %d, below data_maxzoom", tiles.DefaultGeneralizeMaxZoom),
+	"generalize.cluster_px":   fmt.Sprintf("0 means %d", tiles.DefaultClusterPixels),
+	"generalize.tolerance_px": fmt.Sprintf("0 means %g", tiles.DefaultTolerancePixels),
+	"generalize.min_size_px":  fmt.Sprintf("0 means %g", tiles.DefaultMinSizePixels),
+	"overviews.maxzoom":       fmt.Sprintf("0 means %d for lines and polygons, generalize.maxzoom for points", tiles.DefaultOverviewMaxZoom),
+	"subdivide.max_vertices":  fmt.Sprintf("0 means %d", tiles.DefaultSubdivideMaxVertices),
+	"statement_timeout":       "0s means " + tiles.DefaultStatementTimeout.String(),
+	"max_age":                 "0s means " + tiles.DefaultMaxAge.String(),
+}
+
+// noteLayerDefaults writes beside each zero field of a tile layer (a
+// mapping of the example) the default it means.
+func noteLayerDefaults(n *yaml.Node, prefix string) {
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key := prefix + k.Value
+		if v.Kind == yaml.MappingNode {
+			noteLayerDefaults(v, key+".")
+			continue
+		}
+		note, ok := layerDefaults[key]
+		if !ok {
+			continue
+		}
+		switch {
+		case v.Kind == yaml.ScalarNode && (v.Value == "0" || v.Value == "0s" || v.Value == ""):
+			v.LineComment = note
+		case v.Kind == yaml.SequenceNode && len(v.Content) == 0:
+			v.LineComment = note
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -17,7 +18,8 @@ type TierConfig struct {
 	Rate     float64 `yaml:"rate"`     // tokens per second
 	Capacity float64 `yaml:"capacity"` // bucket size
 	// MaxCost, when positive, refuses (422) any single request dearer than
-	// this in the tier.
+	// this in the tier. It is finite and not below the least base price of
+	// the weights (validateTierCosts): none would pass it.
 	MaxCost float64 `yaml:"max_cost"`
 	// Shadow prices and records requests but never refuses them.
 	Shadow bool `yaml:"shadow"`
@@ -77,8 +79,8 @@ func (t ThrottleConfig) validateLimits() []error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.Tiers)) {
 		tc := t.Tiers[name]
-		if !(tc.MaxCost >= 0) {
-			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_cost %g must be 0 (none) or positive", name, tc.MaxCost))
+		if !(tc.MaxCost >= 0) || math.IsInf(tc.MaxCost, 1) {
+			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_cost %g must be 0 (none) or positive and finite", name, tc.MaxCost))
 		}
 		if tc.MaxInFlight < 0 {
 			errs = append(errs, fmt.Errorf("throttle.tiers.%s.max_in_flight %d must be 0 (the default cap, %d) or positive", name, tc.MaxInFlight, throttle.DefaultMaxInFlight))

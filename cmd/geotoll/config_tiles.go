@@ -58,8 +58,10 @@ type CORSConfig struct {
 	Origins []string `yaml:"origins"`
 	// Credentials allows cookies and HTTP auth across origins; it cannot be
 	// combined with "*".
-	Credentials bool          `yaml:"credentials"`
-	MaxAge      time.Duration `yaml:"max_age"` // preflight cache, default 10 min
+	Credentials bool `yaml:"credentials"`
+	// MaxAge is how long a browser may reuse a preflight; 0 is
+	// server.DefaultCORSMaxAge, not 0.
+	MaxAge time.Duration `yaml:"max_age"`
 }
 
 // DefaultTilesConfig caches 128 MiB of tiles for a minute; no discovery;
@@ -70,7 +72,9 @@ func DefaultTilesConfig() TilesConfig {
 
 // DefaultCORSConfig lets any page fetch tiles, without credentials (API
 // keys travel in X-API-Key or ?key=, not cookies).
-func DefaultCORSConfig() CORSConfig { return CORSConfig{Origins: []string{"*"}} }
+func DefaultCORSConfig() CORSConfig {
+	return CORSConfig{Origins: []string{"*"}, MaxAge: server.DefaultCORSMaxAge}
+}
 
 func (c CORSConfig) cors() server.CORS {
 	return server.CORS{Origins: c.Origins, Credentials: c.Credentials, MaxAge: c.MaxAge}

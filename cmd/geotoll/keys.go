@@ -33,18 +33,27 @@ func (c *cli) keysCommand() *ffcli.Command {
 		fs.StringVar(&tier, "tier", "", "tier, one of throttle.tiers")
 		fs.BoolVar(&admin, "admin", false, "may administer geofences")
 	}, noArgs("keys create", func(ctx context.Context) error {
-		return c.withKeys(ctx, func(cfg Config, store *apikeys.Store) error {
+		check := func(cfg Config) error {
+			if name == "" || tier == "" {
+				return usageError{"keys create: -name and -tier are required"}
+			}
+			return checkKeyTier(cfg, tier)
+		}
+		return c.withKeys(ctx, check, func(cfg Config, store *apikeys.Store) error {
 			return createAPIKey(ctx, cfg, store, name, tier, admin, c)
 		})
 	}))
 	list := c.command("list", "every key, revoked ones too", "", nil, noArgs("keys list", func(ctx context.Context) error {
-		return c.withKeys(ctx, func(_ Config, store *apikeys.Store) error { return listKeys(ctx, store, c.stdout) })
+		return c.withKeys(ctx, nil, func(_ Config, store *apikeys.Store) error { return listKeys(ctx, store, c.stdout) })
 	}))
 	revoke := c.command("revoke", "stop a key: servers refuse it at once (notified by the database; at the latest within throttle.key_refresh): -name NAME", "", nameFlag, noArgs("keys revoke", func(ctx context.Context) error {
-		return c.withKeys(ctx, func(cfg Config, store *apikeys.Store) error {
+		check := func(Config) error {
 			if name == "" {
 				return usageError{"keys revoke: -name is required"}
 			}
+			return nil
+		}
+		return c.withKeys(ctx, check, func(cfg Config, store *apikeys.Store) error {
 			switch err := store.Revoke(ctx, name); {
 			case errors.Is(err, apikeys.ErrRevoked): // nothing to do, and said so
 				fmt.Fprintf(c.stderr, "no active key named %q: it was revoked already\n", name)
@@ -63,11 +72,19 @@ func (c *cli) keysCommand() *ffcli.Command {
 	return keys
 }
 
-// withKeys runs fn with the key store of the admin database.
-func (c *cli) withKeys(ctx context.Context, fn func(Config, *apikeys.Store) error) error {
+// withKeys runs fn with the key store of the admin database, once the
+// configuration is loaded and check (the command's flags; nil: none) has
+// passed it: a wrong command line is reported as such, without a
+// database.
+func (c *cli) withKeys(ctx context.Context, check func(Config) error, fn func(Config, *apikeys.Store) error) error {
 	cfg, err := c.config()
 	if err != nil {
 		return err
+	}
+	if check != nil {
+		if err := check(cfg); err != nil {
+			return err
+		}
 	}
 	pool, err := adminPool(ctx, cfg)
 	if err != nil {
@@ -77,12 +94,21 @@ func (c *cli) withKeys(ctx context.Context, fn func(Config, *apikeys.Store) erro
 	return fn(cfg, apikeys.NewStore(pool))
 }
 
+// checkKeyTier: a key's tier is one of the configured tiers, not the
+// anonymous one.
+func checkKeyTier(cfg Config, tier string) error {
+	if _, ok := cfg.Throttle.Tiers[tier]; !ok || tier == toll.AnonymousTier {
+		return fmt.Errorf("keys create: tier %q is not one of the configured key tiers: %s", tier, strings.Join(keyTiers(cfg), ", "))
+	}
+	return nil
+}
+
 func createAPIKey(ctx context.Context, cfg Config, store *apikeys.Store, name, tier string, admin bool, c *cli) error {
 	if name == "" || tier == "" {
 		return usageError{"keys create: -name and -tier are required"}
 	}
-	if _, ok := cfg.Throttle.Tiers[tier]; !ok || tier == toll.AnonymousTier {
-		return fmt.Errorf("keys create: tier %q is not one of the configured key tiers: %s", tier, strings.Join(keyTiers(cfg), ", "))
+	if err := checkKeyTier(cfg, tier); err != nil {
+		return err
 	}
 	plain, k, err := store.Create(ctx, name, tier, admin)
 	if errors.Is(err, apikeys.ErrNameTaken) {

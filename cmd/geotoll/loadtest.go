@@ -36,6 +36,9 @@ func (c *cli) loadtestCommand() *ffcli.Command {
 			if _, err := c.config(); err != nil { // a broken configuration is reported by every command
 				return err
 			}
+			if err := o.Validate(); err != nil {
+				return usageError{"loadtest: " + err.Error()}
+			}
 			rep, err := loadtest.Run(ctx, o)
 			if err != nil {
 				return fmt.Errorf("loadtest: %w", err)

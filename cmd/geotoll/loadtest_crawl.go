@@ -90,6 +90,9 @@ func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) erro
 	if o.Crawl, err = loadtest.Paths(f.crawlProfile, f.crawlLayer); err != nil {
 		return usageError{"loadtest crawl: -crawl-profile: " + err.Error()}
 	}
+	if err := o.Validate(); err != nil {
+		return usageError{"loadtest " + err.Error()}
+	}
 	if cfg.Database.URL != "" {
 		pool, err := pgxpool.New(ctx, cfg.Database.URL)
 		if err != nil {

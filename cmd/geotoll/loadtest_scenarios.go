@@ -117,7 +117,7 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 		return nil
 	}
 	if err := f.validate(name); err != nil {
-		return fmt.Errorf("loadtest %s: %w", name, err)
+		return usageError{fmt.Sprintf("loadtest %s: %v", name, err)}
 	}
 	layer, pool, err := scenarioSetup(ctx, cfg, s.layer)
 	if err != nil {
@@ -158,9 +158,17 @@ func runScenario(ctx context.Context, cfg Config, name string, f *scenarioFlags,
 }
 
 // validate checks the flags the scenario name reads, before it measures
-// anything.
+// anything (or connects to anything).
 func (f *scenarioFlags) validate(name string) error {
 	var errs []error
+	if f.dbTime != "sql" && f.dbTime != "server" {
+		errs = append(errs, fmt.Errorf("-db-time %q must be sql or server", f.dbTime))
+	}
+	if name == "fidelity" && f.jsonOut != "" {
+		if err := checkOutFile(f.jsonOut); err != nil {
+			errs = append(errs, fmt.Errorf("-json: %w", err))
+		}
+	}
 	if name == "fidelity" || name == "zooms" {
 		switch {
 		case f.minZ < 0 || f.minZ > maxZoom || f.maxZ < 0 || f.maxZ > maxZoom:

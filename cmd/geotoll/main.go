@@ -118,11 +118,17 @@ func (c *cli) seedCommand() *ffcli.Command {
 		if err != nil {
 			return err
 		}
+		if points < 0 || fences < 0 { // before connecting
+			return usageError{fmt.Sprintf("seed: -points %d and -fences %d must not be negative", points, fences)}
+		}
 		return seed(ctx, cfg, log, demo.Options{Seed: seedN, Points: points, Fences: fences}, ifEmpty)
 	}))
 }
 
 func seed(ctx context.Context, cfg Config, log *slog.Logger, o demo.Options, ifEmpty bool) error {
+	if err := o.Validate(); err != nil {
+		return usageError{"seed: " + err.Error()}
+	}
 	pool, err := adminPool(ctx, cfg)
 	if err != nil {
 		return err

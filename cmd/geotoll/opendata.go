@@ -34,6 +34,9 @@ func (c *cli) openDataCommand() *ffcli.Command {
 		if err != nil {
 			return err
 		}
+		if _, err := opendata.NewLoader(nil, o); err != nil { // the flags, checked before connecting
+			return usageError{err.Error()}
+		}
 		return openData(ctx, cfg, o, &cache, c.stdout)
 	}))
 }

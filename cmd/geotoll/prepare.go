@@ -55,14 +55,14 @@ func (c *cli) prepareCommand() *ffcli.Command {
 // until ctx ends. It fails when a layer failed (in a single run).
 func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, stdout io.Writer) error {
 	if p.every != 0 && p.every < time.Second {
-		return fmt.Errorf("prepare: -every %s must be at least 1s", p.every)
+		return usageError{fmt.Sprintf("prepare: -every %s must be 0 (once) or at least 1s", p.every)}
 	}
 	if p.prune && p.only != "" {
-		return errors.New("prepare: -prune retires the storage of every layer the configuration does not have; with -layer, it would not know the others")
+		return usageError{"prepare: -prune retires the storage of every layer the configuration does not have; with -layer, it would not know the others"}
 	}
 	if p.retain < 2*cfg.Tiles.StorageRefresh {
-		return fmt.Errorf("prepare: -retain %s must be at least twice tiles.storage_refresh (%s): servers read replaced storage until they re-read the registry",
-			p.retain, cfg.Tiles.StorageRefresh)
+		return usageError{fmt.Sprintf("prepare: -retain %s must be at least twice tiles.storage_refresh (%s): servers read replaced storage until they re-read the registry",
+			p.retain, cfg.Tiles.StorageRefresh)}
 	}
 	pool, err := adminPool(ctx, cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/geotoll/geotoll/internal/forwarded"
 )
 
 // TracingConfig turns on OpenTelemetry tracing, exported over OTLP/HTTP:
@@ -36,12 +39,52 @@ func (c TracingConfig) enabled() bool {
 	return c.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// validate refuses a sample ratio outside 0..1.
+// validate refuses a sample ratio outside 0..1 and an endpoint that is
+// not an http or https URL with a host: the exporter would take
+// "127.0.0.1:4318" for a URL of scheme 127.0.0.1 and post elsewhere.
 func (c TracingConfig) validate() error {
+	var errs []error
 	if !(c.SampleRatio >= 0 && c.SampleRatio <= 1) {
-		return fmt.Errorf("tracing.sample_ratio %g must be within 0..1", c.SampleRatio)
+		errs = append(errs, fmt.Errorf("tracing.sample_ratio %g must be within 0..1", c.SampleRatio))
+	}
+	if c.Endpoint != "" {
+		if err := validateEndpoint(c.Endpoint); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateEndpoint: tracing.endpoint is an absolute http or https URL
+// whose host is a valid host[:port]. The errors show the URL without its
+// password.
+func validateEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return errors.New(`tracing.endpoint is not a URL: it must be an http or https URL such as "http://127.0.0.1:4318"`)
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("tracing.endpoint %q must be an http or https URL such as \"http://127.0.0.1:4318\": %s", u.Redacted(), why)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return bad("its scheme must be http or https")
+	case u.Opaque != "" || u.Host == "":
+		return bad("it needs a host")
+	case !forwarded.ValidHost(u.Host):
+		return bad(fmt.Sprintf("%q is not a valid host[:port] (a name or an IP address, and a port from 1 to 65535)", u.Host))
 	}
 	return nil
+}
+
+// redactedEndpoint is endpoint as the log shows it: its password, if
+// any, replaced.
+func redactedEndpoint(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "(not a URL)"
+	}
+	return u.Redacted()
 }
 
 // provider makes the tracer provider that exports to the collector.
@@ -82,7 +125,7 @@ func (m *Main) openTracing(ctx context.Context) error {
 		return err
 	}
 	m.Tracing, m.stopTracing = tp, tp.Shutdown
-	m.Logger.Info("tracing on", "endpoint", m.Config.Tracing.Endpoint, "sample_ratio", m.Config.Tracing.SampleRatio)
+	m.Logger.Info("tracing on", "endpoint", redactedEndpoint(m.Config.Tracing.Endpoint), "sample_ratio", m.Config.Tracing.SampleRatio)
 	return nil
 }
 

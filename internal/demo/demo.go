@@ -9,6 +9,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -51,6 +52,20 @@ type Options struct {
 	Points    int    // clustered points, default 240000
 	Districts int    // grid cells per side around each city, default 6 (36 per city)
 	Fences    int    // geofences, default 300
+}
+
+// Validate refuses negative sizes (0 takes the default).
+func (o Options) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"points", o.Points}, {"districts", o.Districts}, {"fences", o.Fences}} {
+		if f.n < 0 {
+			errs = append(errs, fmt.Errorf("demo: %s %d must not be negative", f.name, f.n))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (o Options) withDefaults() Options {
@@ -97,7 +112,11 @@ type Data struct {
 var kinds = []string{"cafe", "shop", "school", "depot", "clinic", "park", "station", "office"}
 
 // Generate builds the data set for opts; it is a pure function of opts.
+// It panics on options Validate refuses.
 func Generate(opts Options) Data {
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
 	opts = opts.withDefaults()
 	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
 	var total float64

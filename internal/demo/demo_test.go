@@ -3,6 +3,7 @@ package demo
 import (
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/paulmach/orb/planar"
@@ -62,4 +63,23 @@ func TestGenerateShape(t *testing.T) {
 			t.Fatalf("fence %d has no area", f.ID)
 		}
 	}
+}
+
+// Negative sizes are refused by Validate (Generate panicked in make with
+// "len out of range"); zero takes the default.
+func TestValidateRefusesNegativeSizes(t *testing.T) {
+	for _, o := range []Options{{Points: -1}, {Fences: -1}, {Districts: -1}} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	if err := (Options{}).Validate(); err != nil {
+		t.Errorf("the defaults: %v", err)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "points -1 must not be negative") {
+			t.Errorf("Generate with -1 points panicked with %v, want the reason", r)
+		}
+	}()
+	Generate(Options{Points: -1})
 }

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/geotoll/geotoll/server"
+	"github.com/geotoll/geotoll/tiles"
+)
+
+// refuses runs validate on the defaults changed by set and fails unless
+// it refuses them naming want.
+func refuses(t *testing.T, what string, set func(*Config), want string) {
+	t.Helper()
+	cfg := DefaultConfig()
+	set(&cfg)
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: %v, want an error naming %s", what, err, want)
+	}
+}
+
+// accepts runs validate on the defaults changed by set and fails if it
+// refuses them.
+func accepts(t *testing.T, what string, set func(*Config)) {
+	t.Helper()
+	cfg := DefaultConfig()
+	set(&cfg)
+	if err := cfg.validate(); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+}
+
+// TestConfigReadinessIsBounded: a round of readiness checks pings the
+// database and Redis, so http.ready_interval 1ns pinged them as fast as
+// they answered (1340 transactions in 3 s), and ready_timeout 1h let a
+// round hang for an hour: both are held to 100ms..1m, named.
+func TestConfigReadinessIsBounded(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Nanosecond, 99 * time.Millisecond, time.Minute + time.Second, time.Hour} {
+		refuses(t, "ready_interval "+d.String(), func(c *Config) { c.HTTP.ReadyInterval = d }, "http.ready_interval")
+		refuses(t, "ready_timeout "+d.String(), func(c *Config) { c.HTTP.ReadyTimeout = d }, "http.ready_timeout")
+	}
+	for _, d := range []time.Duration{100 * time.Millisecond, time.Second, time.Minute} {
+		accepts(t, "ready_interval and ready_timeout "+d.String(), func(c *Config) { c.HTTP.ReadyInterval, c.HTTP.ReadyTimeout = d, d })
+	}
+	code, out, errOut := cliRun(t, "config", "check", "-http-ready-interval", "1ns")
+	if code != exitError || !strings.Contains(errOut, "http.ready_interval 1ns must be within 100ms..1m0s") {
+		t.Errorf("config check -http-ready-interval 1ns: exit %d, want 1 and the key named:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestConfigReadyRoundsAreAnIntervalApart: a round of readiness checks
+// slower than the interval is followed by the next an interval after it
+// ended, not at once (a ticker's tick was waiting by then).
+func TestConfigReadyRoundsAreAnIntervalApart(t *testing.T) {
+	const interval, round = server.MinReadyInterval, 150 * time.Millisecond
+	var (
+		mu           sync.Mutex
+		starts, ends []time.Time
+	)
+	check := func(context.Context) error {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		time.Sleep(round)
+		mu.Lock()
+		ends = append(ends, time.Now())
+		mu.Unlock()
+		return nil
+	}
+	rd := server.NewReadiness(map[string]server.Check{"slow": check}, interval, time.Second)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); rd.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(starts)
+		mu.Unlock()
+		if n >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rounds in 10s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(starts) && i <= len(ends); i++ {
+		if gap := starts[i].Sub(ends[i-1]); gap < interval-5*time.Millisecond {
+			t.Errorf("round %d started %s after round %d ended, want at least the interval, %s", i+1, gap, i, interval)
+		}
+	}
+}
+
+// TestConfigTracingEndpointIsAURL: tracing.endpoint "127.0.0.1:4318" (no
+// scheme: the exporter posted to https://localhost:4318), "ftp://x" and
+// "not a url" passed config check; the endpoint must be an http or https
+// URL with a host, and the error shows no password.
+func TestConfigTracingEndpointIsAURL(t *testing.T) {
+	for _, e := range []string{"127.0.0.1:4318", "localhost:4318", "ftp://x", "not a url", "http://", "http:///v1/traces",
+		"http://collector:0", "https://u:hunter2@collector:99999", "ftp://u:hunter2@collector"} {
+		refuses(t, "endpoint "+e, func(c *Config) { c.Tracing.Endpoint = e }, "tracing.endpoint")
+		cfg := DefaultConfig()
+		cfg.Tracing.Endpoint = e
+		if err := cfg.validate(); err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("endpoint %q: the error shows the password: %v", e, err)
+		}
+	}
+	for _, e := range []string{"http://127.0.0.1:4318", "https://otel.example.com/v1/traces", "http://[::1]:4318", "http://u:p@collector:4318"} {
+		accepts(t, "endpoint "+e, func(c *Config) { c.Tracing.Endpoint = e })
+	}
+}
+
+// TestConfigTracingLogHidesThePassword: the "tracing on" log line showed
+// the endpoint's password.
+func TestConfigTracingLogHidesThePassword(t *testing.T) {
+	var logs bytes.Buffer
+	m := &Main{Config: DefaultConfig(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	m.Config.Tracing.Endpoint = "http://tracer:hunter2@127.0.0.1:9"
+	if err := m.openTracing(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m.closeTracing()
+	if !strings.Contains(logs.String(), "tracing on") || !strings.Contains(logs.String(), "127.0.0.1:9") || strings.Contains(logs.String(), "hunter2") {
+		t.Errorf("log, want the endpoint without its password:\n%s", logs.String())
+	}
+}
+
+// TestConfigOfOneDocument: only the first YAML document of a config was
+// read (and a file whose first document was empty was ignored entirely);
+// a config or weights file of more than one document is refused.
+func TestConfigOfOneDocument(t *testing.T) {
+	clearConfigEnv(t)
+	for _, body := range []string{"---\n---\nlisten: \":9\"\n", "listen: \":9\"\n---\nlog_level: debug\n", "listen: \":9\"\n---\n"} {
+		_, _, err := LoadConfig([]string{"-config", writeFile(t, "two.yaml", body)})
+		if err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
+			t.Errorf("%q: %v, want it refused as more than one document", body, err)
+		}
+	}
+	cfg, _, err := LoadConfig([]string{"-config", writeFile(t, "one.yaml", "---\nlisten: \":9\"\n...\n")})
+	if err != nil || cfg.Listen != ":9" {
+		t.Errorf("one document with its markers: %v, listen %q", err, cfg.Listen)
+	}
+	cfg = DefaultConfig()
+	cfg.Throttle.WeightsFile = writeFile(t, "weights.yaml", "tiles: {}\n---\ntiles: {}\n")
+	if _, err := cfg.weightsFile(); err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
+		t.Errorf("a weights file of two documents: %v", err)
+	}
+}
+
+// TestConfigTierMaxCostIsMeetable: a tier's max_cost of +Inf was accepted,
+// and so was one below the least price any request has (its weights'
+// base), which refused every request of the tier (422).
+func TestConfigTierMaxCostIsMeetable(t *testing.T) {
+	tier := func(mc float64) func(*Config) {
+		return func(c *Config) {
+			tc := c.Throttle.Tiers["free"]
+			tc.MaxCost = mc
+			c.Throttle.Tiers["free"] = tc
+		}
+	}
+	refuses(t, "max_cost +Inf", tier(math.Inf(1)), "throttle.tiers.free.max_cost")
+	refuses(t, "max_cost below the base", tier(0.005), "throttle.tiers.free.max_cost 0.005 is below 0.01")
+	accepts(t, "max_cost at the base", tier(0.01))
+	accepts(t, "no max_cost", tier(0))
+	// A layer's base below the default's: a request of it costs that little.
+	cheap := func(c *Config) {
+		base := 0.002
+		c.Layers[0].Weights = &WeightsConfig{Base: &base}
+	}
+	accepts(t, "max_cost above a layer's base", func(c *Config) { cheap(c); tier(0.005)(c) })
+	refuses(t, "max_cost below every base", func(c *Config) { cheap(c); tier(0.001)(c) }, "throttle.tiers.free.max_cost")
+	code, out, errOut := cliRun(t, "config", "check", "-throttle-tiers-pro-max-cost", "+Inf")
+	if code != exitError || !strings.Contains(errOut, "throttle.tiers.pro.max_cost") {
+		t.Errorf("config check -throttle-tiers-pro-max-cost +Inf: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestConfigListenIsAnAddress: listen "" passed config check and served
+// on a random port of every interface.
+func TestConfigListenIsAnAddress(t *testing.T) {
+	refuses(t, "listen empty", func(c *Config) { c.Listen = "" }, "listen must be set")
+	refuses(t, "listen without a port", func(c *Config) { c.Listen = "8080" }, "listen")
+	refuses(t, "metrics_listen without a port", func(c *Config) { c.MetricsListen = "localhost" }, "metrics_listen")
+	accepts(t, "listeners", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:0", ":9090" })
+	code, out, errOut := cliRun(t, "config", "check", "-listen", "")
+	if code != exitError || !strings.Contains(errOut, "listen must be set") {
+		t.Errorf("config check -listen '': exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestConfigSecretsAreNotEchoed: geofence.admin_keys written as a string
+// failed with a YAML type error quoting the key's first 7 characters; a
+// secret's value is never shown, another key's still is.
+func TestConfigSecretsAreNotEchoed(t *testing.T) {
+	clearConfigEnv(t)
+	_, _, err := LoadConfig([]string{"-config", writeFile(t, "secret.yaml", "geofence:\n  admin_keys: SUPERSECRETADMINKEY\n")})
+	if err == nil || !strings.Contains(err.Error(), "line 2: geofence.admin_keys: cannot unmarshal !!str (a secret: its value is not shown) into []string") {
+		t.Errorf("admin_keys as a string: %v, want the key named and its value hidden", err)
+	}
+	body := "geofence: {admin_keys: SUPERSECRETADMINKEY}\nredis:\n  password: [SUPERSECRETPASSWORD]\n  timeout: SOONISH\n"
+	_, _, err = LoadConfig([]string{"-config", writeFile(t, "secrets.yaml", body)})
+	if err == nil || strings.Contains(err.Error(), "SUPERSE") || !strings.Contains(err.Error(), "`SOONISH`") {
+		t.Errorf("%q: %v, want the secrets hidden and the timeout shown", body, err)
+	}
+}
+
+// TestConfigExampleSaysWhatZeroMeans: the example showed max_age: 0s,
+// maxzoom: 0, buffer: 0 where 0 means the default (1m, 22, 64); each
+// zero that means a default says which, and http.cors.max_age shows the
+// 10m it is.
+func TestConfigExampleSaysWhatZeroMeans(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeExample(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"    maxzoom: 0 # 0 means 22\n", "    buffer: 0 # 0 means 64\n", "    max_age: 0s # 0s means 1m0s\n",
+		"      tolerance_px: 0 # 0 means 1\n", "    max_age: 10m0s # GEOTOLL_HTTP_CORS_MAX_AGE\n",
+		"    minzoom: 0\n", // a real 0
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the example has no line %q", want)
+		}
+	}
+	var doc bytes.Buffer
+	if err := writeDoc(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(doc.String(), "A number field of 0 (a duration of 0s, an empty text) means the field's default") {
+		t.Error("the reference of layers does not say what 0 means")
+	}
+}
+
+// TestConfigTileLayerPropertyNames: a tile layer's properties [""]
+// passed config check and failed serve, [name, name] passed everywhere;
+// both are refused, as geofence layers refuse them.
+func TestConfigTileLayerPropertyNames(t *testing.T) {
+	clearConfigEnv(t)
+	for props, want := range map[string]string{`[""]`: "a property name is empty", "[name, kind, name]": `property "name" is listed twice`} {
+		cfg, _, err := LoadConfig([]string{"-config", writeFile(t, "props.yaml", "layers: [{name: places, properties: "+props+"}]\n")})
+		if err != nil {
+			t.Fatalf("%s: %v", props, err)
+		}
+		if err := checkConfig(cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("properties %s: config check %v, want %q", props, err, want)
+		}
+	}
+	l := tiles.Layer{Name: "a", Table: "t", GeometryColumn: "g", Properties: []string{"x", "y"}}
+	if _, err := tiles.NewCatalog([]tiles.Layer{l}); err != nil {
+		t.Errorf("two properties: %v", err)
+	}
+}
+
+// TestConfigCheckOutFile: a path whose directory does not exist, or is a
+// file, or that is a directory, cannot be written; a new file in a
+// directory, or an existing file, can (and is left as it was).
+func TestConfigCheckOutFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f.json")
+	if err := os.WriteFile(file, []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(dir, "none", "x.json"): "does not exist",
+		filepath.Join(file, "x.json"):        "is not a directory",
+		dir:                                  "is a directory",
+	} {
+		if err := checkOutFile(path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", path, err, want)
+		}
+	}
+	for _, path := range []string{filepath.Join(dir, "new.json"), file} {
+		if err := checkOutFile(path); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+	}
+	if b, _ := os.ReadFile(file); string(b) != "kept" {
+		t.Errorf("the existing file holds %q after the check", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the check left files behind: %v", entries)
+	}
+}
