@@ -622,23 +622,16 @@ func TestOpenAPIDocumentValid(t *testing.T) {
 // tileHeaders are the headers of a cached, reduced, gzip-coded tile sent
 // to a shadow-mode key, with those of edit set over them ("" removes one).
 func tileHeaders(edit map[string]string) map[string]string {
-	h := map[string]string{
-		"X-Request-ID":            "abc",
+	h := budgetHeaders(map[string]string{
 		"Cache-Control":           "private, max-age=60",
 		"Vary":                    "Accept-Encoding, Authorization, X-API-Key",
 		"ETag":                    `"AAAAAAAAAAAAAAAA-gz4"`,
 		"X-Cache":                 "HIT",
 		"X-Tile-Reduced":          "places;level=2",
 		"Content-Encoding":        "gzip",
-		"RateLimit-Policy":        `"free";q=100;qu="tokens";w=5, "free-concurrency";q=16;qu="concurrent-requests"`,
-		"RateLimit":               `"free";r=99;t=1`,
-		"X-RateLimit-Limit":       "100",
-		"X-RateLimit-Remaining":   "99",
-		"X-RateLimit-Reset":       "1",
-		"X-Request-Cost":          "0.01",
 		"X-Request-Cost-Estimate": "0.01",
 		"X-RateLimit-Shadow":      "would-refuse",
-	}
+	})
 	for k, v := range edit {
 		h[k] = v
 	}
