@@ -346,6 +346,15 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 // FreeRefusals counts the requests refused without asking the primary.
 func (f *Failover) FreeRefusals() uint64 { return f.free.Load() }
 
+// RefusesFree reports whether an admission of cost from b would now be
+// refused in process (see Failover: the primary refused the caller and its
+// bucket still cannot pay), with that refusal's result. It asks nothing
+// and spends nothing.
+func (f *Failover) RefusesFree(b Bucket, cost float64) (Result, bool) {
+	a, refused, _ := f.known.refuse(Request{Bucket: b, Cost: cost}, time.Now())
+	return a.Result, refused
+}
+
 // LocalSpendingCarried is the tokens reconcile has handed to requests the
 // primary admitted after an outage, for their settlements to charge
 // there (no lower than the debt floor, as any settlement): what callers

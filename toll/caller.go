@@ -121,10 +121,38 @@ func (t *Toll) identify(r *http.Request) (c Caller, ok bool) {
 		addr := t.Proxies.ClientAddr(r)
 		return Caller{Tier: AnonymousTier, Identity: "ip:" + bucketIP(addr), Network: t.network(addr)}, true
 	}
-	if k, found := t.lookup(r.Context(), key); found {
-		return Caller{Tier: k.Tier, Identity: "k:" + strconv.FormatInt(k.ID, 10), KeyName: k.Name, Admin: k.Admin}, true
+	if t.Keys != nil {
+		if k, found := t.Keys.Lookup(key); found {
+			return keyCaller(k), true
+		}
 	}
-	return t.failedAuthCaller(r), false
+	failed := t.failedAuthCaller(r)
+	// A client whose guesses its failed-auth bucket already refuses is
+	// refused again without the reload of the keys a recheck asks for.
+	if t.refusedFree(failed) {
+		return failed, false
+	}
+	if k, found := t.lookup(r.Context(), key); found {
+		return keyCaller(k), true
+	}
+	return failed, false
+}
+
+func keyCaller(k apikeys.Key) Caller {
+	return Caller{Tier: k.Tier, Identity: "k:" + strconv.FormatInt(k.ID, 10), KeyName: k.Name, Admin: k.Admin}
+}
+
+// refusedFree reports whether the store refuses c's failed-auth token in
+// process, without a call (throttle.Failover.RefusesFree).
+func (t *Toll) refusedFree(c Caller) bool {
+	f, ok := t.Store.(interface {
+		RefusesFree(throttle.Bucket, float64) (throttle.Result, bool)
+	})
+	if !ok {
+		return false
+	}
+	_, refused := f.RefusesFree(throttle.Bucket{Key: c.bucketKey(t.Prefix), Limit: t.FailedAuth}, 1)
+	return refused
 }
 
 // failedAuthCaller is who pays for a presented key that is unknown: the

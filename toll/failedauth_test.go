@@ -1,10 +1,14 @@
 package toll
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/throttle"
 )
 
@@ -37,5 +41,37 @@ func TestFailedAuthRefusalIsObservedAsRefused(t *testing.T) {
 		if obs.seen[i] != want[i] {
 			t.Errorf("request %d (%d): observed %s, want %s", i+1, codes[i], obs.seen[i], want[i])
 		}
+	}
+}
+
+// countedRecheck is a key ring that finds no key and counts the reloads
+// its rechecks would ask of the database.
+type countedRecheck struct{ rechecks int }
+
+func (c *countedRecheck) Lookup(string) (apikeys.Key, bool) { return apikeys.Key{}, false }
+func (c *countedRecheck) Recheck(context.Context, string) (apikeys.Key, bool) {
+	c.rechecks++
+	return apikeys.Key{}, false
+}
+
+// A client whose failed-auth bucket refuses it (429) is refused again
+// without a recheck: each new guessed key asked the server to reload every
+// key from the database, 429 or not. Until its bucket is dry, a guess
+// is rechecked as before (a key created a moment ago is found so).
+func TestRefusedGuesserAsksNoReload(t *testing.T) {
+	primary := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(&throttle.Failover{Primary: primary, Mode: throttle.FailClosed, Logger: slog.New(slog.DiscardHandler)})
+	keys := &countedRecheck{}
+	toll.Keys = keys
+	var codes []int
+	for i := range 10 { // the failed-auth bucket holds 3
+		w, _ := admit(t, toll, "gt_guess"+strconv.Itoa(i), tileDemand(2, "places"))
+		codes = append(codes, w.Code)
+	}
+	if codes[2] != http.StatusUnauthorized || codes[3] != http.StatusTooManyRequests || codes[9] != http.StatusTooManyRequests {
+		t.Fatalf("answers %v, want 3 × 401 then 429", codes)
+	}
+	if keys.rechecks != 4 {
+		t.Errorf("%d rechecks for 10 guesses, want 4: the three 401s and the guess whose 429 the store decided", keys.rechecks)
 	}
 }
