@@ -80,6 +80,11 @@ func ParseTrusted(cidrs []string) (Trusted, error) {
 		if err != nil {
 			return Trusted{}, fmt.Errorf("trusted proxy %q: %w", c, err)
 		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			// ::ffff:10.0.0.0/104 is 10.0.0.0/8: a peer is matched
+			// unmapped (Contains), as a single address is written here.
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
 		t.prefixes = append(t.prefixes, p.Masked())
 	}
 	return t, nil

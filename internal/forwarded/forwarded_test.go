@@ -54,6 +54,23 @@ func TestClientAddr(t *testing.T) {
 	}
 }
 
+// A trusted proxy written as an IPv4-mapped prefix is the IPv4 prefix it
+// maps: it was kept as an IPv6 prefix, which a peer (matched unmapped)
+// never fell in, and every client was the proxy.
+func TestTrustedIPv4MappedPrefix(t *testing.T) {
+	for _, cidr := range []string{"::ffff:10.0.0.0/104", "::ffff:10.0.0.1/128", "::ffff:10.0.0.1", "10.0.0.0/8"} {
+		trusted, err := New([]string{cidr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, peer := range []string{"10.0.0.1:80", "[::ffff:10.0.0.1]:80"} {
+			if got := trusted.ClientAddr(req(peer, "X-Forwarded-For", "198.51.100.7")).String(); got != "198.51.100.7" {
+				t.Errorf("trusted %s, peer %s: client %s, want 198.51.100.7", cidr, peer, got)
+			}
+		}
+	}
+}
+
 // The limits of what ClientAddr reads: at most 32 hops from the right (a
 // client further left is never looked for: the left-most hop examined is
 // taken), and nodes of at most 64 bytes.
