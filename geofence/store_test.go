@@ -823,3 +823,41 @@ func TestCancelledRequestCancelsTheQuery(t *testing.T) {
 	}
 	waitRunning("the query cancelled in PostgreSQL", 0)
 }
+
+// A box of no width or no height is the line or point it is: ST_MakeEnvelope
+// made it a flat, invalid polygon, and ST_Intersects missed features on it
+// (a fence holding the point 13.4,52.5 was not in that point's bbox).
+func TestBBoxOfNoWidthOrHeightIsALineOrAPoint(t *testing.T) {
+	cat := demoCatalog(t)
+	pool := testenv.ReadPool(t)
+	store := NewStore(pool)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		box BBox
+		wkt string
+	}{
+		{BBox{13.4, 52.5, 13.4, 52.5}, "POINT(13.4 52.5)"},
+		{BBox{13.3, 52.5, 13.4, 52.5}, "LINESTRING(13.3 52.5, 13.4 52.5)"},
+		{BBox{13.4, 52.4, 13.4, 52.6}, "LINESTRING(13.4 52.4, 13.4 52.6)"},
+	} {
+		for _, layer := range []string{"geofences", "districts"} {
+			var want []int64
+			err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM `+cat.Layer(layer).Table+`
+				WHERE ST_Intersects(geom, ST_GeomFromText($1, 4326))`, tc.wkt).Scan(&want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs, err := store.BBox(ctx, BBoxQuery{Layer: cat.Layer(layer), Box: tc.box, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []int64{}
+			for _, f := range fs {
+				got = append(got, f.ID)
+			}
+			if len(want) == 0 || !slices.Equal(got, want) {
+				t.Errorf("%s bbox %v: ids %v, want those meeting %s: %v", layer, tc.box, got, tc.wkt, want)
+			}
+		}
+	}
+}

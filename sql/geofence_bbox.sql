@@ -10,7 +10,9 @@
 --   $7 feature cap (LIMIT)
 --
 -- The box is planar in lon/lat: its edges are meridians and parallels, as a
--- map draws them. ST_Intersects brings its own && test, which the GiST
+-- map draws them. A box of no width or no height is the line (or point) it
+-- is: box2d's geometry is that, where ST_MakeEnvelope would make a flat,
+-- invalid polygon that ST_Intersects misses features on. ST_Intersects brings its own && test, which the GiST
 -- index on the geometry column serves (a BitmapOr over the two parts).
 -- Features come in id order, so a capped answer is stable. OFFSET 0 keeps
 -- the box's scan apart from the ORDER BY and LIMIT: without it, for a small
@@ -28,8 +30,8 @@ FROM (
                t.{{.Geom}} AS geom{{range .Props}},
                t.{{.Col}} AS {{.Alias}}{{end}}
         FROM {{.Table}} AS t
-        WHERE ST_Intersects(t.{{.Geom}}, ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 4326))
-           OR ST_Intersects(t.{{.Geom}}, ST_MakeEnvelope($5::float8, $2::float8, $6::float8, $4::float8, 4326))
+        WHERE ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($1::float8, $2::float8), ST_Point($3::float8, $4::float8))::geometry, 4326))
+           OR ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($5::float8, $2::float8), ST_Point($6::float8, $4::float8))::geometry, 4326))
         OFFSET 0
     ) AS b
     ORDER BY b.id
