@@ -38,7 +38,9 @@
 // spheroid (ST_DWithin and ST_Distance on geography), so a 5 km radius is
 // 5 km on the ground at the equator and at 70°N. The query is written on
 // (geom::geography), the expression the migrations index, so it runs as a
-// GiST index scan. Results are ordered by distance_m, then id.
+// GiST index scan. Results are ordered by distance_m, then id. A radius
+// under 1 mm is read as 1 mm: the index's test of a radius of 0 misses
+// what touches the point at ±180° or at a pole.
 //
 // Boxes are planar in lon/lat (edges along meridians and parallels). A box
 // with minx > maxx crosses the antimeridian: it is split at ±180° into

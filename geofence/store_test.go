@@ -861,3 +861,40 @@ func TestBBoxOfNoWidthOrHeightIsALineOrAPoint(t *testing.T) {
 		}
 	}
 }
+
+// A radius of 0 finds what touches the point where longitudes meet: at
+// ±180° and at a pole the index's test of a radius of 0 missed it, which
+// ST_DWithin on the row itself finds (the table is large enough for the
+// planner to take the index).
+func TestWithinRadiusZeroWhereLongitudesMeet(t *testing.T) {
+	layer, _ := geoTable(t)
+	owner := testenv.Pool(t)
+	ctx := ctxT(t)
+	for _, s := range []string{
+		`INSERT INTO ` + ident(layer.Table) + ` SELECT 100000 + g, 'filler', ST_SetSRID(ST_MakePoint(g % 100 / 10.0, g / 1000.0), 4326) FROM generate_series(0, 19999) g`,
+		`INSERT INTO ` + ident(layer.Table) + ` VALUES (5, 'north pole', ST_SetSRID(ST_MakePoint(20, 90), 4326))`,
+		`ANALYZE ` + ident(layer.Table),
+	} {
+		if _, err := owner.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	cat := demoCatalog(t, layer)
+	store := NewStore(testenv.ReadPool(t))
+	for _, tc := range []struct {
+		lng, lat float64
+		want     int64
+	}{{-180, 0.25, 3}, {180, 0.25, 3}, {179, 90, 5}, {-20, 90, 5}} {
+		fs, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("geotest"), Lng: tc.lng, Lat: tc.lat, Radius: 0, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, f := range decode(t, fs) {
+			ids = append(ids, f.ID)
+		}
+		if !slices.Equal(ids, []int64{tc.want}) {
+			t.Errorf("within 0 m of %g,%g: ids %v, want [%d]", tc.lng, tc.lat, ids, tc.want)
+		}
+	}
+}

@@ -13,6 +13,9 @@
 -- index the migrations create, so the planner can use it. The inner query
 -- keeps only the nearest $4 rows; the outer one turns just those into
 -- GeoJSON. distance_m is the spheroid distance the rows are ordered by.
+-- The filter's radius is at least 1 mm: the index's test of a radius of 0
+-- misses what touches the point where longitudes meet (at ±180°, at a
+-- pole), which ST_DWithin on the row itself finds.
 SELECT n.id,
        ST_AsGeoJSON(n.geom) AS geometry,
        (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p)
@@ -23,7 +26,7 @@ FROM (
            ST_Distance(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography) AS distance_m{{range .Props}},
            t.{{.Col}} AS {{.Alias}}{{end}}
     FROM {{.Table}} AS t
-    WHERE ST_DWithin(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography, $3::float8)
+    WHERE ST_DWithin(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography, greatest($3::float8, 0.001))
     ORDER BY distance_m, id
     LIMIT $4::int
 ) AS n
