@@ -12,11 +12,17 @@ import (
 // histories. present is false when there is none; a key longer than
 // MaxKeyLength or with characters outside visible ASCII is returned as
 // presented but never matches.
+//
+// A request that gives a key more than once (see Repeated) presents none.
 func Presented(r *http.Request, query bool) (key string, present bool) {
+	if Repeated(r, query) != "" {
+		return "", false
+	}
 	if k := r.Header.Get("X-API-Key"); k != "" {
 		return k, true
 	}
-	if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+	if a := r.Header.Get("Authorization"); bearer(a) {
+		_, token, _ := strings.Cut(a, " ")
 		return strings.TrimSpace(token), true
 	}
 	if query && r.URL != nil {
@@ -25,4 +31,35 @@ func Presented(r *http.Request, query bool) (key string, present bool) {
 		}
 	}
 	return "", false
+}
+
+// Repeated names where r gives the key Presented would read more than
+// once — X-API-Key sent twice; else, with no X-API-Key, Authorization sent
+// twice; else, with neither, when query is true, ?key= given twice — or is
+// "" when it does not. Such a request presents no key (Presented); whoever
+// reads keys refuses it as malformed, so that no two parts of the stack can
+// read different keys.
+func Repeated(r *http.Request, query bool) string {
+	switch vs := r.Header.Values("X-API-Key"); {
+	case len(vs) > 1:
+		return "X-API-Key"
+	case len(vs) == 1 && vs[0] != "":
+		return "" // what Presented reads
+	}
+	switch vs := r.Header.Values("Authorization"); {
+	case len(vs) > 1:
+		return "Authorization"
+	case len(vs) == 1 && bearer(vs[0]):
+		return "" // what Presented reads
+	}
+	if query && r.URL != nil && strings.Contains(r.URL.RawQuery, "key") && len(r.URL.Query()["key"]) > 1 {
+		return "key"
+	}
+	return ""
+}
+
+// bearer reports whether an Authorization value is a Bearer token.
+func bearer(auth string) bool {
+	scheme, _, ok := strings.Cut(auth, " ")
+	return ok && strings.EqualFold(scheme, "Bearer")
 }

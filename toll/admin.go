@@ -43,6 +43,9 @@ func (t *Toll) adminKey(r *http.Request) (apikeys.Key, bool) {
 // one failed-auth token (401, then 429 once they run out); a request
 // without a key in a header (none, or one in ?key=) is told where it goes.
 func (t *Toll) RefuseAdmin(w http.ResponseWriter, r *http.Request) {
+	if keyRepeated(w, r, false) {
+		return
+	}
 	if _, ok := t.adminKey(r); ok {
 		detail := "this API key may not administer fences"
 		if ring, ok := t.Keys.(staleRing); ok && ring.Stale() {

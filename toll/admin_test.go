@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/problem"
@@ -102,5 +103,81 @@ func TestAdminRefusalSaysWhereTheKeyGoes(t *testing.T) {
 				t.Errorf("RateLimit %q: the refusal must be charged to the failed-auth bucket", rl)
 			}
 		})
+	}
+}
+
+// A key given twice — two X-API-Key or Authorization headers, or ?key=
+// twice — is a 400 that costs nothing, wherever keys are read: the first
+// value won (an empty first ?key= made the call anonymous), where another
+// part of the stack (a cache keyed on the query) could read the other.
+func TestKeyGivenTwiceIsMalformed(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.Keys = fakeKeys{"k1": {ID: 1, Name: "k1", Tier: "free"}, "boss": {ID: 2, Name: "boss", Tier: "free", Admin: true}}
+	type serve func(w http.ResponseWriter, r *http.Request)
+	tile := func(w http.ResponseWriter, r *http.Request) { toll.AdmitTile(w, r, tileDemand(2, "places")) }
+	admin := func(w http.ResponseWriter, r *http.Request) {
+		if !toll.AllowAdmin(r) {
+			toll.RefuseAdmin(w, r)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		serve   serve
+		target  string
+		headers [][2]string
+	}{
+		{"tile, ?key= twice", tile, "/tiles/places/2/0/0.mvt?key=&key=k1", nil},
+		{"tile, ?key= twice, both valid", tile, "/tiles/places/2/0/0.mvt?key=k1&key=k1", nil},
+		{"budget, X-API-Key twice", toll.ServeBudget, "/budget", [][2]string{{"X-API-Key", "k1"}, {"X-API-Key", "nope"}}},
+		{"budget, Authorization twice", toll.ServeBudget, "/budget", [][2]string{{"Authorization", "Bearer k1"}, {"Authorization", "Bearer nope"}}},
+		{"admin, X-API-Key twice", admin, "/geofence/fences", [][2]string{{"X-API-Key", "boss"}, {"X-API-Key", "k1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, tc.target, nil)
+			r.RemoteAddr = "192.0.2.46:1000"
+			for _, h := range tc.headers {
+				r.Header.Add(h[0], h[1])
+			}
+			w := httptest.NewRecorder()
+			tc.serve(w, r)
+			if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "given more than once") {
+				t.Errorf("%d %s, want a 400 saying the key is given more than once", w.Code, w.Body)
+			}
+			if rl := w.Header().Get("RateLimit"); rl != "" {
+				t.Errorf("RateLimit %q on a 400 that charges nothing", rl)
+			}
+		})
+	}
+	// Nothing was charged: the address's failed-auth bucket (3) is whole.
+	for i := range 3 {
+		if w, _ := admit(t, toll, "gt_wrong", tileDemand(2, "places")); w.Code != http.StatusUnauthorized {
+			t.Fatalf("unknown key %d after the 400s: %d, want 401", i+1, w.Code)
+		}
+	}
+}
+
+// Only the key a request presents counts: a second ?key= beside an
+// X-API-Key (which wins) is no repeated key, nor one beside a Basic
+// Authorization, which is no key at all but does not hide the query's.
+func TestKeyGivenTwiceCountsWhereItIsRead(t *testing.T) {
+	for _, tc := range []struct {
+		target  string
+		headers [][2]string
+		want    string
+	}{
+		{"/x?key=a&key=b", [][2]string{{"X-API-Key", "k1"}}, ""},
+		{"/x?key=a&key=b", [][2]string{{"Authorization", "Bearer k1"}}, ""},
+		{"/x?key=a&key=b", [][2]string{{"Authorization", "Basic eDp5"}}, "key"},
+		{"/x?key=a", [][2]string{{"Authorization", "Basic eDp5"}, {"Authorization", "Bearer k1"}}, "Authorization"},
+		{"/x?key=a", [][2]string{{"X-API-Key", ""}, {"X-API-Key", "k1"}}, "X-API-Key"},
+		{"/x?keys=a&key=b", nil, ""},
+	} {
+		r := httptest.NewRequest(http.MethodGet, tc.target, nil)
+		for _, h := range tc.headers {
+			r.Header.Add(h[0], h[1])
+		}
+		if got := apikeys.Repeated(r, true); got != tc.want {
+			t.Errorf("%s %v: repeated %q, want %q", tc.target, tc.headers, got, tc.want)
+		}
 	}
 }

@@ -55,6 +55,9 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol str
 // ServeBudget answers GET /budget: the caller's own budget. It is never
 // charged (an unknown key still costs its IP a failed-auth token).
 func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
+	if keyRepeated(w, r, true) {
+		return
+	}
 	caller, ok := t.identify(r)
 	if !ok {
 		t.refuseKey(w, r, caller, Price{Route: "budget", Zoom: -1}, unknownKey)

@@ -147,6 +147,9 @@ func (t *Toll) AdmitGeofence(w http.ResponseWriter, r *http.Request, d geofence.
 // before its body is read. Any other request passes, to be charged once
 // priced.
 func (t *Toll) Authenticate(w http.ResponseWriter, r *http.Request, kind geofence.Kind) bool {
+	if keyRepeated(w, r, true) {
+		return false
+	}
 	if _, present := APIKey(r); !present {
 		return true
 	}

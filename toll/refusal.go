@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
 )
@@ -134,6 +135,22 @@ func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, 
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="geotoll"`)
 	problem.Write(w, r, &problem.Error{Code: problem.Unauthorized, Detail: detail})
+}
+
+// keyRepeated answers 400, charging nothing, a request that gives its key
+// more than once (apikeys.Repeated; query: ?key= counts), and reports
+// whether it did.
+func keyRepeated(w http.ResponseWriter, r *http.Request, query bool) bool {
+	name := apikeys.Repeated(r, query)
+	if name == "" {
+		return false
+	}
+	param := name
+	if name != "key" {
+		param = "" // a header, not a parameter
+	}
+	problem.Write(w, r, problem.Malformed(param, "%s is given more than once: send one key", name))
+	return true
 }
 
 func exhausted(policy string, res throttle.Result) *problem.Error {

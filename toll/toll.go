@@ -250,6 +250,9 @@ func (t *Toll) Charge(w http.ResponseWriter, r *http.Request, p Price) *Pass {
 		problem.Write(w, r, err)
 		return nil
 	}
+	if keyRepeated(w, r, true) {
+		return nil
+	}
 	caller, ok := t.identify(r)
 	if !ok {
 		t.refuseKey(w, r, caller, p, unknownKey)
