@@ -105,8 +105,10 @@ func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, error) {
 }
 
 // Contains implements Reader. Fence rows past the caps come without a
-// geometry (see geofence_contains.sql) and end the answer; a layer's
-// answer is truncated when its query found more than q.Limit features.
+// geometry (see geofence_contains.sql): each is left out and makes the
+// answer truncated, and the fences after it that fit are answered; a
+// layer's answer is truncated when its query found more than q.Limit
+// features.
 func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool, error) {
 	if q.Layer != nil {
 		return s.layerContains(ctx, q)
