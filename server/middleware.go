@@ -15,6 +15,7 @@ import (
 
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/problem"
+	"github.com/geotoll/geotoll/toll"
 )
 
 // recorder remembers the status and size of a response. Unwrap lets
@@ -81,6 +82,8 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
+		ctx, charged := toll.NoteCaller(r.Context())
+		r = r.WithContext(ctx)
 		defer func() {
 			aborted := false
 			if v := recover(); v != nil {
@@ -112,7 +115,7 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 			if aborted {
 				msg = "request cut short by a panic"
 			}
-			log.LogAttrs(r.Context(), slog.LevelInfo, msg,
+			attrs := []slog.Attr{
 				slog.String("method", r.Method),
 				slog.String("path", r.URL.Path),
 				slog.String("query", RedactQuery(r.URL.RawQuery)),
@@ -121,8 +124,11 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 				slog.String("cost", rec.Header().Get("X-Request-Cost")),
 				slog.String("remote", r.RemoteAddr),
-				slog.String("request_id", RequestID(r.Context())),
-			)
+			}
+			if caller, tier := charged(); caller != "" {
+				attrs = append(attrs, slog.String("caller", caller), slog.String("tier", tier))
+			}
+			log.LogAttrs(r.Context(), slog.LevelInfo, msg, append(attrs, slog.String("request_id", RequestID(r.Context())))...)
 		}()
 		next.ServeHTTP(rec, r)
 	})

@@ -116,6 +116,7 @@ func APIKey(r *http.Request) (key string, present bool) { return apikeys.Present
 // that is unknown or revoked; the caller is then its client address in the
 // failed-auth tier, and no bucket is ever made for the key itself.
 func (t *Toll) identify(r *http.Request) (c Caller, ok bool) {
+	defer func() { note(r.Context(), c) }()
 	key, present := APIKey(r)
 	if !present {
 		addr := t.Proxies.ClientAddr(r)

@@ -117,6 +117,7 @@ const unknownKey = "unknown or revoked API key"
 // queue) the answer is the 503 a valid key gets then, never an uncharged
 // 401 — which would let guesses go unlimited and tell them from a valid key.
 func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, p Price, detail string) {
+	note(r.Context(), caller)
 	tier := Tier{Name: FailedAuthTier, Limit: t.FailedAuth}
 	res, err := throttle.Charge(r.Context(), t.Store, throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}, 1)
 	if err != nil {
