@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -116,9 +117,11 @@ func mergeByName[T any](list []T, node *yaml.Node, key string, name func(*T) str
 }
 
 // strictDecode decodes node onto out, refusing unknown keys (Node.Decode
-// alone would ignore them).
+// alone would ignore them). The node is encoded on its own first, its
+// aliases replaced by what they name: an anchor elsewhere in the file is
+// not in that encoding.
 func strictDecode(node *yaml.Node, out any) error {
-	raw, err := yaml.Marshal(node)
+	raw, err := yaml.Marshal(unalias(node, 0))
 	if err != nil {
 		return err
 	}
@@ -131,10 +134,7 @@ func strictDecode(node *yaml.Node, out any) error {
 			for i, m := range te.Errors {
 				// Line numbers of the re-encoded record mean nothing to
 				// the reader of the file: the caller names the record.
-				if strings.HasPrefix(m, "line ") {
-					_, m, _ = strings.Cut(m, ": ")
-				}
-				msgs[i] = m
+				msgs[i] = reencodedLine.ReplaceAllString(m, "")
 			}
 			return errors.New(strings.Join(msgs, "; "))
 		}
@@ -142,6 +142,34 @@ func strictDecode(node *yaml.Node, out any) error {
 	}
 	return nil
 }
+
+// reencodedLine matches the line numbers yaml.v3 gives in a decoding
+// error ("line 3: ", "… already defined at line 1"), which in strictDecode
+// count lines of the node's own encoding, not of the file.
+var reencodedLine = regexp.MustCompile(`^line \d+: | at line \d+`)
+
+// unalias returns a copy of n with every alias replaced by a copy of the
+// node it names (anchors dropped, so that none is defined twice), as deep
+// as maxAliasDepth: yaml.v3 refuses a document whose aliases expand
+// without end before this runs.
+func unalias(n *yaml.Node, depth int) *yaml.Node {
+	if n == nil || depth > maxAliasDepth {
+		return n
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return unalias(n.Alias, depth+1)
+	}
+	c := *n
+	c.Anchor = ""
+	c.Content = make([]*yaml.Node, len(n.Content))
+	for i, k := range n.Content {
+		c.Content[i] = unalias(k, depth+1)
+	}
+	return &c
+}
+
+// maxAliasDepth bounds unalias: far deeper than any configuration.
+const maxAliasDepth = 64
 
 // keepWhereEmpty undoes what yaml.v3 does to a merged collection (layers,
 // geofence.layers, throttle.tiers) whose key is left empty, as when its

@@ -293,3 +293,39 @@ func TestConfigCheckOutFile(t *testing.T) {
 		t.Errorf("the check left files behind: %v", entries)
 	}
 }
+
+// YAML anchors and aliases work across the file: a tier or layer (each
+// decoded on its own) naming an anchor defined elsewhere was refused
+// ("unknown anchor 'r' referenced"), as were merge keys from one.
+func TestConfigAliasesAcrossTheFile(t *testing.T) {
+	clearConfigEnv(t)
+	body := `throttle:
+  failed_auth: {rate: &r 0.5, capacity: &c 7}
+  tiers:
+    free: &free {rate: *r, capacity: 50}
+    gold:
+      <<: *free
+      capacity: *c
+`
+	cfg, _, err := LoadConfig([]string{"-config", writeFile(t, "aliases.yaml", body)})
+	if err != nil {
+		t.Fatalf("a config with aliases: %v", err)
+	}
+	free, gold := cfg.Throttle.Tiers["free"], cfg.Throttle.Tiers["gold"]
+	if free.Rate != 0.5 || free.Capacity != 50 || gold.Rate != 0.5 || gold.Capacity != 7 {
+		t.Errorf("tiers free %+v, gold %+v; want rate 0.5 both, capacity 50 and 7", free, gold)
+	}
+}
+
+// A key given twice in a tier or layer is named without a line number of
+// its own re-encoding: "already defined at line 1" pointed at the file's
+// first line, while the tier's line was 4.
+func TestConfigDuplicateKeyNamesNoWrongLine(t *testing.T) {
+	clearConfigEnv(t)
+	body := "log_level: info\nthrottle:\n  tiers:\n    free: {rate: 1, rate: 2, capacity: 5}\n"
+	_, _, err := LoadConfig([]string{"-config", writeFile(t, "dup.yaml", body)})
+	if err == nil || !strings.Contains(err.Error(), `throttle.tiers.free (line 4): mapping key "rate" already defined`) ||
+		strings.Contains(err.Error(), "line 1") {
+		t.Errorf("a key twice in a tier: %v", err)
+	}
+}
