@@ -186,7 +186,13 @@ take_turn() {
 		log "flock not found (util-linux): not waiting for other services.sh commands"
 		return 0
 	fi
-	GEOTOLL_SERVICES_TURN=1 exec flock -o -w 600 -E 75 "$STATE.lock" bash "${BASH_SOURCE[0]}" "$@"
+	local lock=${STATE%/}.lock
+	mkdir -p "$(dirname "$lock")" 2>/dev/null || true
+	if ! { : >>"$lock"; } 2>/dev/null; then
+		log "cannot write $lock: not waiting for other services.sh commands"
+		return 0
+	fi
+	GEOTOLL_SERVICES_TURN=1 exec flock -o -w 600 -E 75 "$lock" bash "${BASH_SOURCE[0]}" "$@"
 }
 
 record_mode() { echo "$1" >"$MODE_FILE"; }

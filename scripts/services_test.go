@@ -175,3 +175,21 @@ func TestUpAtOnceFromTwoCheckouts(t *testing.T) {
 		a.run("down", "--force")
 	}
 }
+
+// The lock beside the state dir needs no more than the state dir did: a
+// state dir whose parents do not exist yet is made, as before the lock.
+func TestUpWithAStateDirNotYetMade(t *testing.T) {
+	needRedisServer(t)
+	state := filepath.Join(t.TempDir(), "not", "yet") + "/"
+	port := testenv.FreePort(t)
+	c := newCheckout(t, state, port)
+	t.Cleanup(func() {
+		if answers(port) {
+			c.run("down", "--force")
+		}
+	})
+	c.run("up")
+	if !answers(port) {
+		t.Fatal("Redis does not answer after up")
+	}
+}
