@@ -2,6 +2,7 @@ package apikeys
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -35,7 +36,8 @@ func Presented(r *http.Request, query bool) (key string, present bool) {
 
 // Repeated names where r gives the key Presented would read more than
 // once — X-API-Key sent twice; else, with no X-API-Key, Authorization sent
-// twice; else, with neither, when query is true, ?key= given twice — or is
+// twice, a Bearer token among them; else, with neither, when query is
+// true, ?key= given twice — or is
 // "" when it does not. Such a request presents no key (Presented); whoever
 // reads keys refuses it as malformed, so that no two parts of the stack can
 // read different keys.
@@ -47,12 +49,13 @@ func Repeated(r *http.Request, query bool) string {
 		return "" // what Presented reads
 	}
 	switch vs := r.Header.Values("Authorization"); {
-	case len(vs) > 1:
+	case len(vs) > 1 && slices.ContainsFunc(vs, bearer): // two that are no key (Basic) are none
 		return "Authorization"
 	case len(vs) == 1 && bearer(vs[0]):
 		return "" // what Presented reads
 	}
-	if query && r.URL != nil && strings.Contains(r.URL.RawQuery, "key") && len(r.URL.Query()["key"]) > 1 {
+	// The raw query holds "key" unless a name is escaped ("k%65y").
+	if query && r.URL != nil && strings.ContainsAny(r.URL.RawQuery, "k%") && len(r.URL.Query()["key"]) > 1 {
 		return "key"
 	}
 	return ""

@@ -171,6 +171,8 @@ func TestKeyGivenTwiceCountsWhereItIsRead(t *testing.T) {
 		{"/x?key=a", [][2]string{{"Authorization", "Basic eDp5"}, {"Authorization", "Bearer k1"}}, "Authorization"},
 		{"/x?key=a", [][2]string{{"X-API-Key", ""}, {"X-API-Key", "k1"}}, "X-API-Key"},
 		{"/x?keys=a&key=b", nil, ""},
+		{"/x?k%65y=a&k%65y=b", nil, "key"},
+		{"/x", [][2]string{{"Authorization", "Basic eDp5"}, {"Authorization", "Basic eTp6"}}, ""},
 	} {
 		r := httptest.NewRequest(http.MethodGet, tc.target, nil)
 		for _, h := range tc.headers {
