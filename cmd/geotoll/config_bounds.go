@@ -81,12 +81,22 @@ func (c Config) validateTierCosts() []error {
 // whose first document is empty entirely).
 func singleDocument(raw []byte) error {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	var first, second yaml.Node
+	var first yaml.Node
 	if err := dec.Decode(&first); err != nil {
 		return nil // empty, or an error the decoding proper reports
 	}
-	if err := dec.Decode(&second); errors.Is(err, io.EOF) {
-		return nil
+	var second yaml.Node
+	for {
+		// Empty documents after the first (a trailing ---, one holding
+		// only comments, as templating tools leave) lose nothing.
+		second = yaml.Node{}
+		err := dec.Decode(&second)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil || !emptyDocument(&second) {
+			break
+		}
 	}
 	line := second.Line
 	if len(second.Content) > 0 {
@@ -97,6 +107,11 @@ func singleDocument(raw []byte) error {
 		where = fmt.Sprintf(" (the second starts near line %d)", line)
 	}
 	return fmt.Errorf("the file holds more than one YAML document%s: only one is read; remove the --- line that starts the next, or join the documents", where)
+}
+
+// emptyDocument reports whether doc holds nothing (or a null).
+func emptyDocument(doc *yaml.Node) bool {
+	return len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null"
 }
 
 // readWeightsFile is calibrate.ReadFile refusing a file of more than one
@@ -194,7 +209,10 @@ func hideSecrets(err error, doc *yaml.Node) error {
 		from, to := strings.Index(m, "`"), strings.LastIndex(m, "`")
 		line, _ := strconv.Atoi(s[1])
 		if key, ok := lines[line]; ok && from >= 0 && to > from {
-			msgs[i] = s[0] + key + ": " + m[len(s[0]):from] + "(a secret: its value is not shown)" + m[to+1:]
+			// The line holds a secret's value (key's); the value the error
+			// quotes may be another key's on the same line (flow style):
+			// either way it is not shown.
+			msgs[i] = s[0] + m[len(s[0]):from] + "(a value on a line holding " + key + ", a secret: not shown)" + m[to+1:]
 			hidden = true
 		}
 	}

@@ -142,17 +142,20 @@ func TestConfigTracingLogHidesThePassword(t *testing.T) {
 // a config or weights file of more than one document is refused.
 func TestConfigOfOneDocument(t *testing.T) {
 	clearConfigEnv(t)
-	for _, body := range []string{"---\n---\nlisten: \":9\"\n", "listen: \":9\"\n---\nlog_level: debug\n", "listen: \":9\"\n---\n"} {
+	for _, body := range []string{"---\n---\nlisten: \":9\"\n", "listen: \":9\"\n---\nlog_level: debug\n", "listen: \":9\"\n---\n---\nlog_level: debug\n"} {
 		_, _, err := LoadConfig([]string{"-config", writeFile(t, "two.yaml", body)})
 		if err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
 			t.Errorf("%q: %v, want it refused as more than one document", body, err)
 		}
 	}
-	cfg, _, err := LoadConfig([]string{"-config", writeFile(t, "one.yaml", "---\nlisten: \":9\"\n...\n")})
-	if err != nil || cfg.Listen != ":9" {
-		t.Errorf("one document with its markers: %v, listen %q", err, cfg.Listen)
+	// Empty documents after it (a trailing ---, comments alone) lose nothing.
+	for _, body := range []string{"---\nlisten: \":9\"\n...\n", "listen: \":9\"\n---\n", "listen: \":9\"\n---\n# nothing here\n---\n"} {
+		cfg, _, err := LoadConfig([]string{"-config", writeFile(t, "one.yaml", body)})
+		if err != nil || cfg.Listen != ":9" {
+			t.Errorf("%q: %v, listen %q", body, err, cfg.Listen)
+		}
 	}
-	cfg = DefaultConfig()
+	cfg := DefaultConfig()
 	cfg.Throttle.WeightsFile = writeFile(t, "weights.yaml", "tiles: {}\n---\ntiles: {}\n")
 	if _, err := cfg.weightsFile(); err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
 		t.Errorf("a weights file of two documents: %v", err)
@@ -206,13 +209,21 @@ func TestConfigListenIsAnAddress(t *testing.T) {
 func TestConfigSecretsAreNotEchoed(t *testing.T) {
 	clearConfigEnv(t)
 	_, _, err := LoadConfig([]string{"-config", writeFile(t, "secret.yaml", "geofence:\n  admin_keys: SUPERSECRETADMINKEY\n")})
-	if err == nil || !strings.Contains(err.Error(), "line 2: geofence.admin_keys: cannot unmarshal !!str (a secret: its value is not shown) into []string") {
+	if err == nil || !strings.Contains(err.Error(), "line 2: cannot unmarshal !!str (a value on a line holding geofence.admin_keys, a secret: not shown) into []string") {
 		t.Errorf("admin_keys as a string: %v, want the key named and its value hidden", err)
 	}
 	body := "geofence: {admin_keys: SUPERSECRETADMINKEY}\nredis:\n  password: [SUPERSECRETPASSWORD]\n  timeout: SOONISH\n"
 	_, _, err = LoadConfig([]string{"-config", writeFile(t, "secrets.yaml", body)})
 	if err == nil || strings.Contains(err.Error(), "SUPERSE") || !strings.Contains(err.Error(), "`SOONISH`") {
 		t.Errorf("%q: %v, want the secrets hidden and the timeout shown", body, err)
+	}
+	// A flow-style line holding a secret and the key in error: the error is
+	// not laid at the secret's door, and no value on the line is shown.
+	body = "database: {url: postgres://u:SUPERSECRET@h/db, max_conns: notanumber}\n"
+	_, _, err = LoadConfig([]string{"-config", writeFile(t, "flow.yaml", body)})
+	if err == nil || strings.Contains(err.Error(), "SUPERSE") || strings.Contains(err.Error(), "database.url: cannot") ||
+		!strings.Contains(err.Error(), "into int32") {
+		t.Errorf("%q: %v, want the max_conns error, no value shown, not named as the url's", body, err)
 	}
 }
 
