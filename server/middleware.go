@@ -82,8 +82,8 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
-		ctx, charged := toll.NoteCaller(r.Context())
-		r = r.WithContext(ctx)
+		var charged toll.CallerNote
+		r = r.WithContext(toll.WithCallerNote(r.Context(), &charged))
 		defer func() {
 			aborted := false
 			if v := recover(); v != nil {
@@ -115,7 +115,8 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 			if aborted {
 				msg = "request cut short by a panic"
 			}
-			attrs := []slog.Attr{
+			attrs := make([]slog.Attr, 0, 12)
+			attrs = append(attrs,
 				slog.String("method", r.Method),
 				slog.String("path", r.URL.Path),
 				slog.String("query", RedactQuery(r.URL.RawQuery)),
@@ -124,8 +125,8 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 				slog.String("cost", rec.Header().Get("X-Request-Cost")),
 				slog.String("remote", r.RemoteAddr),
-			}
-			if caller, tier := charged(); caller != "" {
+			)
+			if caller, tier := charged.Read(); caller != "" {
 				attrs = append(attrs, slog.String("caller", caller), slog.String("tier", tier))
 			}
 			log.LogAttrs(r.Context(), slog.LevelInfo, msg, append(attrs, slog.String("request_id", RequestID(r.Context())))...)

@@ -5,36 +5,34 @@ import (
 	"sync/atomic"
 )
 
-// callerNote is where the toll writes who it charged a request to.
-type callerNote struct{ caller, tier atomic.Pointer[string] }
+// CallerNote is where the toll writes whom it identified a request as: the
+// caller's bucket identity ("ip:…" — the client address, behind trusted
+// proxies the one they forwarded —, an IPv6 network, or "k:<id>" for an API
+// key; never a key) and tier. For the access log, whose remote address is a
+// proxy's behind one.
+type CallerNote struct{ p atomic.Pointer[noted] }
+
+type noted struct{ caller, tier string }
 
 type callerNoteKey struct{}
 
-// NoteCaller returns ctx carrying a place where the toll writes who it
-// charges the request to, and a function reading it: the caller's bucket
-// identity ("ip:…" — the client address, behind trusted proxies the one
-// they forwarded —, an IPv6 network, or "k:<id>" for an API key; never a
-// key) and tier, both "" while nothing was charged. For the access log,
-// whose remote address is a proxy's behind one.
-func NoteCaller(ctx context.Context) (context.Context, func() (caller, tier string)) {
-	n := &callerNote{}
-	return context.WithValue(ctx, callerNoteKey{}, n), func() (string, string) {
-		var caller, tier string
-		if p := n.caller.Load(); p != nil {
-			caller = *p
-		}
-		if p := n.tier.Load(); p != nil {
-			tier = *p
-		}
-		return caller, tier
-	}
+// WithCallerNote returns ctx carrying n, for the toll to write.
+func WithCallerNote(ctx context.Context, n *CallerNote) context.Context {
+	return context.WithValue(ctx, callerNoteKey{}, n)
 }
 
-// note records c in ctx's callerNote, if it carries one.
+// Read returns what was noted: "", "" when the request was identified as
+// nobody (it asked nothing the toll prices, or was refused before).
+func (n *CallerNote) Read() (caller, tier string) {
+	if v := n.p.Load(); v != nil {
+		return v.caller, v.tier
+	}
+	return "", ""
+}
+
+// note records c in ctx's CallerNote, if it carries one.
 func note(ctx context.Context, c Caller) {
-	if n, ok := ctx.Value(callerNoteKey{}).(*callerNote); ok {
-		id, tier := c.Identity, c.Tier
-		n.caller.Store(&id)
-		n.tier.Store(&tier)
+	if n, ok := ctx.Value(callerNoteKey{}).(*CallerNote); ok {
+		n.p.Store(&noted{caller: c.Identity, tier: c.Tier})
 	}
 }
