@@ -291,9 +291,11 @@ type carried struct {
 }
 
 // Value is the property's value as the tile writes it, read from its
-// carried column of alias. A numeric is cast to float8 — one that would
-// not round to a float8 (the cast would fail the whole tile) beyond its
-// largest to ±Infinity, and nearer 0 than half its least to 0.
+// carried column of alias. A numeric is cast to float8; one whose cast
+// would fail the whole tile — beyond float8's range, or nearer 0 than half
+// its least value — is written as ±Infinity or 0. The bounds are float8's
+// to 17 digits, a hair inside the exact ones: a value between them (within
+// 1e-16 of the bound, relatively) is written as ±Infinity or 0 too.
 func (c carried) Value(alias string) string {
 	v := alias + "." + c.As
 	if !c.Numeric {
