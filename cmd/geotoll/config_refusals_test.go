@@ -340,3 +340,19 @@ func TestConfigDuplicateKeyNamesNoWrongLine(t *testing.T) {
 		t.Errorf("a key twice in a tier: %v", err)
 	}
 }
+
+// An empty variable is ignored, as if unset; a list is emptied with ",",
+// as the README says (CORS off).
+func TestConfigEmptyListFromTheEnvironment(t *testing.T) {
+	clearConfigEnv(t)
+	t.Setenv("GEOTOLL_HTTP_CORS_ORIGINS", "")
+	cfg, _, err := loadConfig(nil, true)
+	if err != nil || len(cfg.HTTP.CORS.Origins) == 0 {
+		t.Fatalf("an empty GEOTOLL_HTTP_CORS_ORIGINS: %v, origins %q; want the default kept", err, cfg.HTTP.CORS.Origins)
+	}
+	t.Setenv("GEOTOLL_HTTP_CORS_ORIGINS", ",")
+	cfg, _, err = loadConfig(nil, true)
+	if err != nil || len(cfg.HTTP.CORS.Origins) != 0 {
+		t.Errorf("GEOTOLL_HTTP_CORS_ORIGINS=,: %v, origins %q; want none", err, cfg.HTTP.CORS.Origins)
+	}
+}
