@@ -65,21 +65,33 @@
 // features and vertices, so a run of cells in one row sums with two binary
 // searches (the second short, and consecutive rows gallop from the last one)
 // whatever the run's length. The cells an edge cuts — at most two per side
-// and row, and the cells of the first and last rows (up to 64 a row; beyond,
-// they share the row's even vertical share) — are weighed one by one: each keeps the extent of its features' box centres (a content box),
-// their mean and their mean half extent, to 1/65535 of the cell. The share
-// of a cut cell that counts is the share of its centres that fall in the
-// query widened by the half extent, the centres taken as spread over the
-// content box in two even pieces split at the mean (so a city at one end of
-// a cell stays at that end). An empty place therefore estimates exactly
-// zero: no cell there, or no content box within reach.
+// and row, and the cells of the first and last rows read (up to 64 a row;
+// beyond, the row's inner cells take its even vertical share) — are weighed
+// one by one: each keeps the extent of its features' box centres (a content
+// box), their mean and their mean half extent, to 1/65535 of the cell. The
+// share of a cut cell that counts is the share of its centres that fall in
+// the query widened by the half extent, the centres taken as spread over
+// the content box in two even pieces split at the mean (so a city at one
+// end of a cell stays at that end). An empty place therefore estimates
+// exactly zero: no cell there, or no content box within reach.
 //
 // The features clamped onto the world's edge lie in the last step of their
 // cells there, at every level, and count whole in a query that reaches the
-// edge: a query wholly on the edge reads that step of each grid's cells,
-// and a long edge row that holds only such features counts them whole
-// rather than at its even vertical share (one that also holds others is
-// weighed cell by cell, however long).
+// edge: a query wholly on the edge reads that step of each grid's cells. A
+// long edge row counts them whole too, rather than at its even vertical
+// share, with at most two more binary searches: a row that holds only such
+// features sums as a row the query covers, and one that also holds others
+// keeps prefix sums over its cells on the edge, which count whole, and
+// takes its other cells together as one cell — the union of their content
+// boxes and the mean of their means — of which the query reads its share
+// (exactly what weighing them one by one reads when they share one
+// vertical spread, an approximation otherwise). Which features are on the
+// edge is known per cell, not per feature: a cell counts as on the edge
+// when its content box is the step at the edge, so a cell that holds both
+// clamped features and others short of the edge (in the finest grid, those
+// within one cell's height of it; in a coarser one, anywhere in the row) is
+// one cell among the others, and its clamped features count only at its
+// share of the query, which can be a sliver.
 //
 // Rejected: dense summed-area tables (4^16 cells a level); descending a
 // quadtree at the edges (dozens of lookups a query); a box per feature, as in

@@ -34,8 +34,42 @@ type grid struct {
 
 	// edge says how the cells of the bottom row [0] and the top row [1]
 	// hold the features the model clamps onto the world's edge (see
-	// edgeOf).
-	edge [2]edgeKind
+	// edgeOf); edgeRows sums a mixedEdge one's runs (empty otherwise).
+	edge     [2]edgeKind
+	edgeRows [2]edgeRow
+}
+
+// edgeRow is what a mixedEdge row sums a long run of cells with, without
+// weighing them one by one: prefix sums over its cells on the edge alone,
+// which count whole in a query that reaches the edge, and the vertical
+// spread of its other cells' centres taken together — the union of their
+// content boxes and the feature-weighted mean of their means, in steps, as
+// one cell's — which the query takes its share of.
+type edgeRow struct {
+	on   []uint32  // the indices of the row's cells on the edge, ascending
+	cumN []float64 // cumN[i]: features of the cells on[:i]; len(on)+1
+	cumV []float64 // the same for vertices; nil when the grid's cumV is
+	box  uint64    // the other cells' content box along y: lo | hi<<32, in steps
+	mean uint32    // their mean centre along y, in steps
+}
+
+// bytes is the edge row's memory footprint (its slices).
+func (e *edgeRow) bytes() int { return 4*len(e.on) + 8*(len(e.cumN)+len(e.cumV)) }
+
+// sum is the features and vertices of the cells on the edge among [k0, k1).
+func (e *edgeRow) sum(k0, k1 int) (n, v float64) {
+	a, b := e.find(k0), e.find(k1)
+	n = e.cumN[b] - e.cumN[a]
+	if e.cumV == nil {
+		return n, n
+	}
+	return n, e.cumV[b] - e.cumV[a]
+}
+
+// find is how many of the cells on the edge lie before cell k.
+func (e *edgeRow) find(k int) int {
+	i, _ := slices.BinarySearch(e.on, uint32(k)) //nolint:gosec // G115: k indexes the grid's cells, fewer than 2^32
+	return i
 }
 
 // edgeKind says whether the cells of a row at the world's edge have their
@@ -50,15 +84,21 @@ const (
 )
 
 // maxVisit bounds the cells of one partly covered row that are weighed one by
-// one; beyond it the row's inner cells share one vertical fraction.
+// one; beyond it the row's inner cells share one vertical fraction (see
+// addRun).
 const maxVisit = 64
 
-// sum accumulates an estimate.
-type sum struct{ n, v float64 }
+// sum accumulates an estimate: features and vertices, and the cells
+// weighed one by one on the way (what the estimate cost, for tests).
+type sum struct {
+	n, v    float64
+	visited int
+}
 
 // bytes is the grid's memory footprint (its slices).
 func (g *grid) bytes() int {
-	return 4*(len(g.keys)+len(g.mean)+len(g.half)) + 8*(len(g.cumN)+len(g.cumV)+len(g.box))
+	return 4*(len(g.keys)+len(g.mean)+len(g.half)) + 8*(len(g.cumN)+len(g.cumV)+len(g.box)) +
+		g.edgeRows[0].bytes() + g.edgeRows[1].bytes()
 }
 
 // cells is the number of non-empty cells.
@@ -122,8 +162,7 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 		return hi
 	}
 	rowFull := y0 <= float64(j)*w && y1 >= float64(j+1)*w
-	edge := g.edgeOf(j, y0, y1)
-	if !rowFull && (hi-lo <= maxVisit || edge == mixedEdge) {
+	if !rowFull && hi-lo <= maxVisit {
 		for k := lo; k < hi; k++ {
 			g.addCell(k, x0, x1, y0, y1, acc)
 		}
@@ -139,44 +178,63 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 	for ; k1 > k0 && int(g.keys[k1-1]&0xffff) > ib; k1-- {
 		g.addCell(k1-1, x0, x1, y0, y1, acc)
 	}
-	if k0 == k1 {
-		return hi
-	}
-	// A row whose centres all lie on the world's edge, which the query
-	// reaches, counts whole.
-	fy := 1.0
-	if !rowFull && edge != onEdge {
-		fy = overlap(y0-g.hyMean, y1+g.hyMean, float64(j)*w, float64(j+1)*w)
-	}
-	n := g.cumN[k1] - g.cumN[k0]
-	acc.n += fy * n
-	if g.cumV != nil {
-		acc.v += fy * (g.cumV[k1] - g.cumV[k0])
-	} else {
-		acc.v += fy * n
+	if k0 < k1 {
+		g.addRun(j, k0, k1, y0, y1, rowFull, acc)
 	}
 	return hi
 }
 
-// edgeOf is the edgeKind of row j for a query spanning [y0, y1]: offEdge
-// unless j is an edge row and the query reaches the world's edge there. The
-// row's even vertical share, which a long row's inner cells take, would
-// count the features clamped onto the edge at a sliver of their weight:
-// they count whole in a row that holds nothing else, and a row that also
-// holds others is weighed cell by cell, however long.
-func (g *grid) edgeOf(j int, y0, y1 float64) edgeKind {
+// addRun adds the cells [k0, k1) of row j, wholly inside the query's
+// columns, at their share of its rows [y0, y1]: all of them when the query
+// covers the row, else the row's even vertical share — save in an edge row
+// that holds features clamped onto the world's edge, which the query
+// reaches (see edgeOf): there those count whole, and the row's other cells
+// (if any) take their share of the spread of their centres (see edgeRow).
+// It costs two binary searches at most, however long the run.
+func (g *grid) addRun(j, k0, k1 int, y0, y1 float64, rowFull bool, acc *sum) {
+	n := g.cumN[k1] - g.cumN[k0]
+	v := n
+	if g.cumV != nil {
+		v = g.cumV[k1] - g.cumV[k0]
+	}
+	side, edge := g.edgeOf(j, y0, y1)
+	fy := 1.0
+	switch {
+	case rowFull || edge == onEdge:
+	case edge == mixedEdge:
+		e := &g.edgeRows[side]
+		onN, onV := e.sum(k0, k1)
+		fy = share(y0-g.hyMean, y1+g.hyMean, float64(j)*g.w, g.w/steps, e.box, e.mean)
+		acc.n += onN + fy*(n-onN)
+		acc.v += onV + fy*(v-onV)
+		return
+	default:
+		fy = overlap(y0-g.hyMean, y1+g.hyMean, float64(j)*g.w, float64(j+1)*g.w)
+	}
+	acc.n += fy * n
+	acc.v += fy * v
+}
+
+// edgeOf is the side (0: bottom, 1: top) and edgeKind of row j for a query
+// spanning [y0, y1]: offEdge unless j is an edge row and the query reaches
+// the world's edge there. The row's even vertical share, which a long run
+// of cells takes, would count the features clamped onto the edge at a
+// sliver of their weight, and the features just short of it as if spread
+// over the row.
+func (g *grid) edgeOf(j int, y0, y1 float64) (side int, kind edgeKind) {
 	switch {
 	case j == g.size-1 && y1 >= 1:
-		return g.edge[1]
+		return 1, g.edge[1]
 	case j == 0 && y0 <= 0:
-		return g.edge[0]
+		return 0, g.edge[0]
 	}
-	return offEdge
+	return 0, offEdge
 }
 
 // addCell adds cell k's expected share of the query: the share of its
 // centres within the query widened by the cell's half extent, per axis.
 func (g *grid) addCell(k int, x0, x1, y0, y1 float64, acc *sum) {
+	acc.visited++
 	key := g.keys[k]
 	w := g.w
 	cx, cy := float64(key&0xffff)*w, float64(key>>16)*w
@@ -371,21 +429,16 @@ func layout(cells []cellRow, byRow []uint64, l int, vertices bool) grid {
 }
 
 // setEdges fills edge from the content boxes of the bottom and top rows'
-// cells: a cell is on the edge when its box is the step at the edge.
+// cells (see onEdgeCell), and edgeRows for a mixedEdge row.
 func (g *grid) setEdges() {
 	var cells, on [2]int // bottom, top
 	for k, key := range g.keys {
-		y0, y1 := g.box[k]>>16&0xffff, g.box[k]>>48
-		if key>>16 == 0 {
-			cells[0]++
-			if y1 == 1 {
-				on[0]++
-			}
-		}
-		if int(key>>16) == g.size-1 {
-			cells[1]++
-			if y0 == steps-1 {
-				on[1]++
+		for side, j := range [2]int{0, g.size - 1} {
+			if int(key>>16) == j {
+				cells[side]++
+				if g.onEdgeCell(k, side) {
+					on[side]++
+				}
 			}
 		}
 	}
@@ -397,8 +450,47 @@ func (g *grid) setEdges() {
 			g.edge[i] = onEdge
 		default:
 			g.edge[i] = mixedEdge
+			g.edgeRows[i] = g.newEdgeRow(i, on[i])
 		}
 	}
+}
+
+// onEdgeCell reports whether cell k, of the bottom (side 0) or top (1) row,
+// is on the edge: its content box is the step at the edge.
+func (g *grid) onEdgeCell(k, side int) bool {
+	if side == 0 {
+		return g.box[k]>>48 == 1
+	}
+	return g.box[k]>>16&0xffff == steps-1
+}
+
+// newEdgeRow lays out the edgeRow of the bottom (side 0) or top (1) row,
+// which holds on cells on the edge and at least one other.
+func (g *grid) newEdgeRow(side, on int) edgeRow {
+	row := uint64(side*(g.size-1)) << 16 //nolint:gosec // G115: a grid row, 0..size-1
+	lo, hi := g.search(row, 0, len(g.keys)), g.search(row+1<<16, 0, len(g.keys))
+	e := edgeRow{on: make([]uint32, 0, on), cumN: make([]float64, 1, on+1)}
+	if g.cumV != nil {
+		e.cumV = make([]float64, 1, on+1)
+	}
+	boxLo, boxHi := uint64(steps), uint64(0)
+	var n, sy float64 // the other cells' features, and their means' sum weighted by them
+	for k := lo; k < hi; k++ {
+		cn := g.cumN[k+1] - g.cumN[k]
+		if g.onEdgeCell(k, side) {
+			e.on = append(e.on, uint32(k)) //nolint:gosec // G115: k indexes the grid's cells, fewer than 2^32
+			e.cumN = append(e.cumN, e.cumN[len(e.cumN)-1]+cn)
+			if e.cumV != nil {
+				e.cumV = append(e.cumV, e.cumV[len(e.cumV)-1]+g.cumV[k+1]-g.cumV[k])
+			}
+			continue
+		}
+		boxLo, boxHi = min(boxLo, g.box[k]>>16&0xffff), max(boxHi, g.box[k]>>48)
+		n, sy = n+cn, sy+cn*float64(g.mean[k]>>16)
+	}
+	e.box = boxLo | boxHi<<32
+	e.mean = uint32(min(max(math.Round(sy/n), float64(boxLo)), float64(boxHi)))
+	return e
 }
 
 // quantRange rounds [lo, hi], within the cell at origin o (width w),

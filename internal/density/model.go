@@ -153,16 +153,22 @@ func (m *Model) Circle(center orb.Point, radius float64) Estimate {
 		return Estimate{}
 	}
 	var acc sum
+	m.addCircle(&c, &acc)
+	return m.result(acc)
+}
+
+// addCircle adds the estimate of c: its giants, and each pyramid at the
+// level that suits the circle's height.
+func (m *Model) addCircle(c *circle, acc *sum) {
 	if len(m.giants) > 0 {
-		c.addGiants(m.giants, &acc)
+		c.addGiants(m.giants, acc)
 	}
 	q := m.levelFor(c.y1 - c.y0)
 	for i := range m.parts {
 		if !m.parts[i].empty() {
-			m.parts[i].addCircle(&c, q, &acc)
+			m.parts[i].addCircle(c, q, acc)
 		}
 	}
-	return m.result(acc)
 }
 
 // Point estimates the features whose bounding box contains a lon/lat point:
