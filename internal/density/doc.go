@@ -79,19 +79,24 @@
 // cells there, at every level, and count whole in a query that reaches the
 // edge: a query wholly on the edge reads that step of each grid's cells. A
 // long edge row counts them whole too, rather than at its even vertical
-// share, with at most two more binary searches: a row that holds only such
-// features sums as a row the query covers, and one that also holds others
-// keeps prefix sums over its cells on the edge, which count whole, and
-// takes its other cells together as one cell — the union of their content
-// boxes and the mean of their means — of which the query reads its share
-// (exactly what weighing them one by one reads when they share one
-// vertical spread, an approximation otherwise). Which features are on the
+// share. A row that holds only such features sums as a row the query
+// covers. One that also holds others is weighed cell by cell, as a short
+// row is, while at most 2,048 of its cells are in the query's reach (some
+// 25 µs); beyond that, so that a polar query on the finest grids stays
+// cheap, it keeps prefix sums over its cells on the edge, which count
+// whole, and takes its other cells together as one cell over the whole row
+// — the union of their content boxes, the mean of their means and the
+// grid's mean half extent — of which the query reads its share: exact when
+// those cells share one vertical spread and are points, an approximation
+// otherwise, which can be far off (several times) when the row's cells
+// differ in the columns the query does not read. Which features are on the
 // edge is known per cell, not per feature: a cell counts as on the edge
 // when its content box is the step at the edge, so a cell that holds both
 // clamped features and others short of the edge (in the finest grid, those
 // within one cell's height of it; in a coarser one, anywhere in the row) is
-// one cell among the others, and its clamped features count only at its
-// share of the query, which can be a sliver.
+// one cell among the others, and its clamped features count only at the
+// share of the query that cell (or, on the long path, the row's other
+// cells together) gets, which can be a sliver.
 //
 // Rejected: dense summed-area tables (4^16 cells a level); descending a
 // quadtree at the edges (dozens of lookups a query); a box per feature, as in

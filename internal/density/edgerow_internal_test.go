@@ -40,7 +40,7 @@ func rowCells(g *grid, j int) int {
 // An edge row of the finest grid whose 65,536 cells alternate between
 // features clamped onto the world's edge and features just short of it is
 // not walked cell by cell by a query that spans every longitude at the
-// edge: a polar box or circle weighs at most maxVisit cells one by one, and
+// edge: a polar box or circle weighs at most maxEdgeVisit cells one by one, and
 // still counts the clamped features whole and the others as far as the
 // query reaches them. The same holds for a fit grid's edge row.
 func TestLongMixedEdgeRowsAreNotWalked(t *testing.T) {
@@ -95,8 +95,8 @@ func TestLongMixedEdgeRowsAreNotWalked(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%s/%s", hemisphere, tc.name, q.name), func(t *testing.T) {
 					var acc sum
 					q.add(m, &acc)
-					if acc.visited > maxVisit {
-						t.Errorf("weighed %d cells one by one, want at most %d", acc.visited, maxVisit)
+					if acc.visited > maxEdgeVisit {
+						t.Errorf("weighed %d cells one by one, want at most %d", acc.visited, maxEdgeVisit)
 					}
 					if math.Abs(acc.n-q.want) > 1e-6*q.want || math.Abs(acc.v-q.want*tc.vertices) > 1e-6*q.want*tc.vertices {
 						t.Errorf("estimate %g features, %g vertices; want %g and %g", acc.n, acc.v, q.want, q.want*tc.vertices)
@@ -174,7 +174,7 @@ func circleQuery(lon, lat, radius float64) func(m *Model, acc *sum) {
 // weighing its cells one by one does, whatever its length, when its cells
 // short of the edge share one vertical spread: the cells clamped onto the
 // edge count whole, the others by the share of that spread the query
-// reaches. A run of up to maxVisit cells is weighed cell by cell; a longer
+// reaches. A run of up to maxEdgeVisit cells is weighed cell by cell; a longer
 // one weighs only the cells the query's sides cut.
 func TestEdgeRowsMatchCellByCell(t *testing.T) {
 	for _, sign := range []float64{1, -1} {
@@ -202,8 +202,8 @@ func TestEdgeRowsMatchCellByCell(t *testing.T) {
 						if math.Abs(got.n-want.n) > 1e-9*max(want.n, 1) || math.Abs(got.v-want.v) > 1e-9*max(want.v, 1) {
 							t.Errorf("%s: estimate %g features, %g vertices; cell by cell %g and %g", name, got.n, got.v, want.n, want.v)
 						}
-						if got.visited > maxVisit {
-							t.Errorf("%s: weighed %d cells one by one, want at most %d", name, got.visited, maxVisit)
+						if got.visited > maxEdgeVisit {
+							t.Errorf("%s: weighed %d cells one by one, want at most %d", name, got.visited, maxEdgeVisit)
 						}
 					}
 				}
@@ -230,4 +230,37 @@ func edgeRowFeatures(cells int, sign float64, short []float64) []feature {
 		}
 	}
 	return fs
+}
+
+// A mixed edge row of up to maxEdgeVisit cells in reach is weighed cell by
+// cell, as exactly as any short row: summed as one cell over the whole row,
+// columns the query does not read decided how much of those it reads
+// counted — dense points near the edge outside the query made a query of
+// one clamped point and sparse points on the row's inner side estimate 292.
+func TestMixedEdgeRowsInReachAreWeighedCellByCell(t *testing.T) {
+	const stride = 64 // 1,024 columns of the finest row
+	lon := func(col int) float64 { return -180 + (float64(col*stride)+0.5)*360/(1<<16) }
+	for _, dense := range []float64{85.05105, 85.0507} {
+		sparse := map[float64]float64{85.05105: 85.0507, 85.0507: 85.05105}[dense]
+		var fs []feature
+		for c := range 300 { // outside the query
+			for range 50 {
+				fs = append(fs, point(lon(c), dense))
+			}
+		}
+		for c := 600; c < 900; c++ { // inside it
+			fs = append(fs, point(lon(c), sparse))
+		}
+		fs = append(fs, point(lon(950), 87)) // clamped onto the edge
+		m := modelOf(t, Point, SRIDLonLat, fs, Options{})
+		g := &m.parts[0].all[m.level]
+		y0 := normLat(85.0509)
+		r := rect{float64(590*stride) / (1 << 16), y0, 1, 1}
+		var got sum
+		g.addRect(r, &got)
+		want := cellByCell(g, r)
+		if math.Abs(got.n-want.n) > 1e-9*max(want.n, 1) {
+			t.Errorf("dense at %g, sparse at %g: estimate %g features, cell by cell %g", dense, sparse, got.n, want.n)
+		}
+	}
 }

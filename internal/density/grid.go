@@ -39,12 +39,13 @@ type grid struct {
 	edgeRows [2]edgeRow
 }
 
-// edgeRow is what a mixedEdge row sums a long run of cells with, without
-// weighing them one by one: prefix sums over its cells on the edge alone,
-// which count whole in a query that reaches the edge, and the vertical
-// spread of its other cells' centres taken together — the union of their
-// content boxes and the feature-weighted mean of their means, in steps, as
-// one cell's — which the query takes its share of.
+// edgeRow is what a mixedEdge row sums a run of more than maxEdgeVisit
+// cells with, without weighing them one by one: prefix sums over its cells
+// on the edge alone, which count whole in a query that reaches the edge,
+// and the vertical spread of its other cells' centres taken together over
+// the whole row — the union of their content boxes and the feature-weighted
+// mean of their means, in steps, as one cell's — which the query takes its
+// share of (an approximation: see the package doc).
 type edgeRow struct {
 	on   []uint32  // the indices of the row's cells on the edge, ascending
 	cumN []float64 // cumN[i]: features of the cells on[:i]; len(on)+1
@@ -85,8 +86,16 @@ const (
 
 // maxVisit bounds the cells of one partly covered row that are weighed one by
 // one; beyond it the row's inner cells share one vertical fraction (see
-// addRun).
-const maxVisit = 64
+// addRun). maxEdgeVisit is that bound for an edge row holding both features
+// clamped onto the edge and others, which the query reaches: the summary
+// addRun takes of such a row's other cells is an approximation (their
+// union, over the whole row), which weighing them one by one avoids for
+// every row of up to 2,048 cells in reach — some 25 µs an estimate — and
+// beyond that bounds the cost of a polar query on the finest grids.
+const (
+	maxVisit     = 64
+	maxEdgeVisit = 2048
+)
 
 // sum accumulates an estimate: features and vertices, and the cells
 // weighed one by one on the way (what the estimate cost, for tests).
@@ -162,7 +171,7 @@ func (g *grid) addRow(j int, x0, x1, y0, y1 float64, at int, acc *sum) int {
 		return hi
 	}
 	rowFull := y0 <= float64(j)*w && y1 >= float64(j+1)*w
-	if !rowFull && hi-lo <= maxVisit {
+	if !rowFull && (hi-lo <= maxVisit || hi-lo <= maxEdgeVisit && g.mixedEdgeRow(j, y0, y1)) {
 		for k := lo; k < hi; k++ {
 			g.addCell(k, x0, x1, y0, y1, acc)
 		}
@@ -229,6 +238,13 @@ func (g *grid) edgeOf(j int, y0, y1 float64) (side int, kind edgeKind) {
 		return 0, g.edge[0]
 	}
 	return 0, offEdge
+}
+
+// mixedEdgeRow reports whether row j is an edge row the query [y0, y1]
+// reaches whose cells hold both features clamped onto the edge and others.
+func (g *grid) mixedEdgeRow(j int, y0, y1 float64) bool {
+	_, kind := g.edgeOf(j, y0, y1)
+	return kind == mixedEdge
 }
 
 // addCell adds cell k's expected share of the query: the share of its

@@ -15,7 +15,9 @@ type Options struct {
 	MaxLevel int
 	// MaxCells caps the cells of a model, over all levels. A build that would
 	// hold more drops its finest levels until it fits (coarser cells, same
-	// totals). At most 36 bytes a cell (24 for a point relation).
+	// totals). At most 36 bytes a cell (24 for a point relation), and up to
+	// 20 more for each cell on the edge of an edge row that holds both
+	// features beyond ±85.0511° and others (see edgeRow).
 	MaxCells int
 	// SampleRows: a relation the planner estimates above this many rows is
 	// read as a Bernoulli sample of about this many rows, scaled back.
