@@ -81,9 +81,9 @@
 // long edge row counts them whole too, rather than at its even vertical
 // share. A row that holds only such features sums as a row the query
 // covers. One that also holds others is weighed cell by cell, as a short
-// row is, while at most 2,048 of its cells are in the query's reach (some
-// 25 µs); beyond that, so that a polar query on the finest grids stays
-// cheap, it keeps prefix sums over its cells on the edge, which count
+// row is, while at most 2,048 of its cells are in the query's reach (18 µs
+// an estimate on a 2-CPU machine); beyond that, so that a polar query on
+// the finest grids stays cheap, it keeps prefix sums over its cells on the edge, which count
 // whole, and takes its other cells together as one cell over the whole row
 // — the union of their content boxes, the mean of their means and the
 // grid's mean half extent — of which the query reads its share: exact when
