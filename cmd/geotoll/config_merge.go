@@ -225,8 +225,8 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	switch {
 	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if f, ok := fieldTypeByYAML(t, n.Content[i].Value); ok {
-				if err := refuseFractions(n.Content[i+1], f, join(path, n.Content[i].Value)); err != nil {
+			if f, ok := structFieldByYAML(t, n.Content[i].Value); ok {
+				if err := refuseFractions(n.Content[i+1], f.Type, join(path, n.Content[i].Value)); err != nil {
 					return err
 				}
 			}
@@ -251,23 +251,6 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	return nil
 }
 
-// fieldTypeByYAML is the type of struct type t's field whose YAML key is
-// name, looking into inlined structs.
-func fieldTypeByYAML(t reflect.Type, name string) (reflect.Type, bool) {
-	for i := range t.NumField() {
-		n, inline := yamlName(t.Field(i))
-		if inline {
-			if f, ok := fieldTypeByYAML(t.Field(i).Type, name); ok {
-				return f, true
-			}
-			continue
-		}
-		if n == name {
-			return t.Field(i).Type, true
-		}
-	}
-	return nil, false
-}
 
 func join(path, key string) string {
 	if path == "" {
