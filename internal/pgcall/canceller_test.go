@@ -29,10 +29,9 @@ import (
 type freezer struct {
 	ln      net.Listener
 	target  string
-	mu      sync.Mutex
-	frozen  chan struct{} // closed while the proxy passes bytes
-	answers chan struct{} // closed while it passes the server's
-	slow    atomic.Int64  // how long a new connection waits before it is passed on
+	all     *valve       // every byte, and new connections
+	answers *valve       // the server's bytes
+	slow    atomic.Int64 // how long a new connection waits before it is passed on
 }
 
 // slowNew makes every connection opened from now on wait d before the
@@ -45,57 +44,54 @@ func newFreezer(t *testing.T, target string) *freezer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &freezer{ln: ln, target: target, frozen: make(chan struct{}), answers: make(chan struct{})}
-	close(p.frozen)
-	close(p.answers)
+	p := &freezer{ln: ln, target: target, all: newValve(), answers: newValve()}
 	t.Cleanup(func() { ln.Close(); p.thaw(); p.releaseAnswers() })
 	go p.serve()
 	return p
 }
 
-func (p *freezer) gate() chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.frozen
+func (p *freezer) freeze()         { p.all.shut() }
+func (p *freezer) thaw()           { p.all.open() }
+func (p *freezer) holdAnswers()    { p.answers.shut() }
+func (p *freezer) releaseAnswers() { p.answers.open() }
+
+// valve lets through while open: wait's channel is closed then, and
+// blocks while shut.
+type valve struct {
+	mu      sync.Mutex
+	passing chan struct{}
 }
 
-func (p *freezer) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.frozen = make(chan struct{})
+func newValve() *valve {
+	v := &valve{passing: make(chan struct{})}
+	close(v.passing)
+	return v
 }
 
-func (p *freezer) thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (v *valve) wait() chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.passing
+}
+
+func (v *valve) shut() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	select {
-	case <-p.frozen:
-	default:
-		close(p.frozen)
+	case <-v.passing:
+		v.passing = make(chan struct{})
+	default: // shut already: its waiters wait on
 	}
 }
 
-// holdAnswers stops passing the server's bytes until releaseAnswers.
-func (p *freezer) holdAnswers() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.answers = make(chan struct{})
-}
-
-func (p *freezer) releaseAnswers() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (v *valve) open() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	select {
-	case <-p.answers:
+	case <-v.passing:
 	default:
-		close(p.answers)
+		close(v.passing)
 	}
-}
-
-func (p *freezer) answersGate() chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.answers
 }
 
 func (p *freezer) serve() {
@@ -107,30 +103,30 @@ func (p *freezer) serve() {
 		slow := time.Duration(p.slow.Load())
 		go func() {
 			time.Sleep(slow)
-			<-p.gate()
+			<-p.all.wait()
 			s, err := net.Dial("tcp", p.target)
 			if err != nil {
 				c.Close()
 				return
 			}
 			go p.pipe(s, c, nil)
-			p.pipe(c, s, p.answersGate)
+			p.pipe(c, s, p.answers)
 		}()
 	}
 }
 
 // pipe copies src to dst, holding each chunk while the proxy is frozen, and
-// while held says so (the server's direction).
-func (p *freezer) pipe(dst, src net.Conn, held func() chan struct{}) {
+// while held is shut (the server's direction).
+func (p *freezer) pipe(dst, src net.Conn, held *valve) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			<-p.gate()
+			<-p.all.wait()
 			if held != nil {
-				<-held()
+				<-held.wait()
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
