@@ -251,7 +251,6 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	return nil
 }
 
-
 func join(path, key string) string {
 	if path == "" {
 		return key
