@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -632,9 +633,7 @@ func tileHeaders(edit map[string]string) map[string]string {
 		"X-Request-Cost-Estimate": "0.01",
 		"X-RateLimit-Shadow":      "would-refuse",
 	})
-	for k, v := range edit {
-		h[k] = v
-	}
+	maps.Copy(h, edit)
 	return h
 }
 
@@ -651,9 +650,7 @@ func budgetHeaders(edit map[string]string) map[string]string {
 		"X-RateLimit-Reset":     "1",
 		"X-Request-Cost":        "0.01",
 	}
-	for k, v := range edit {
-		h[k] = v
-	}
+	maps.Copy(h, edit)
 	return h
 }
 
