@@ -202,7 +202,7 @@ func TestStoreTileCapCountsTheFeaturesDrawn(t *testing.T) {
 	tile := maptile.New(548, 335, 10)
 	env := tiles.Envelope(tile)
 	w := env.Max[0] - env.Min[0]
-	cx, cy := (env.Min[0]+env.Max[0])/2, (env.Min[1]+env.Max[1])/2
+	cx, cy := env.Center()[0], env.Center()[1]
 	f.exec(t, `CREATE TABLE {s}.areas (id bigint PRIMARY KEY, rank int NOT NULL, geom geometry(Polygon, 3857) NOT NULL)`)
 	// 1: a ring whose hole holds the tile and its buffer; 2..4: discs of
 	// thousands of vertices inside the tile (a few KB each once drawn).
@@ -277,8 +277,8 @@ func TestStoreTileNumericBeyondFloat8IsWritten(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tile := maptile.New(8802, 5373, 14)
-	env := tiles.Envelope(tile)
-	cx, cy := (env.Min[0]+env.Max[0])/2, (env.Min[1]+env.Max[1])/2
+	centre := tiles.Envelope(tile).Center()
+	cx, cy := centre[0], centre[1]
 	f.exec(t, `CREATE TABLE {s}.big (id bigint PRIMARY KEY, v numeric, geom geometry(Point, 3857) NOT NULL)`)
 	values := map[string]float64{"1e400": math.Inf(1), "-1e400": math.Inf(-1), "1e-400": 0, "-1e-400": 0,
 		"5e-324": 5e-324, "2.48e-324": 5e-324, "2.47e-324": 0, "1.79769313486231570815e308": math.MaxFloat64,
@@ -325,8 +325,8 @@ func TestStoreTileNumericPropertiesAreNumbers(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tile := maptile.New(8802, 5373, 14)
-	env := tiles.Envelope(tile)
-	cx, cy := (env.Min[0]+env.Max[0])/2, (env.Min[1]+env.Max[1])/2
+	centre := tiles.Envelope(tile).Center()
+	cx, cy := centre[0], centre[1]
 	f.exec(t, `CREATE DOMAIN {s}.hectares AS numeric(12, 1)`)
 	for _, kind := range []string{"Point", "Polygon"} {
 		f.exec(t, `CREATE TABLE {s}.`+kind+` (id bigint PRIMARY KEY, pop numeric, area numeric(10, 2), ha {s}.hectares,
