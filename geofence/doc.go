@@ -136,7 +136,9 @@
 // check: base + points × point weight; contains: the price of a one-point
 // check plus limit × feature weight). Every geofence query takes the
 // base, max_cost and size weights of throttle.weights (its work model is
-// the geofence one: the weights file's, else toll's defaults): a tile
+// the geofence one: the weights file's — within and bbox by layer,
+// contains and check on a layer by layer, else the fences' —, else
+// toll's defaults): a tile
 // layer's own weights and shadow apply to its tiles only, never to a
 // geofence layer of the same name. It answers 429 with Retry-After when
 // the caller's budget cannot pay. Fence admin calls are not priced: they

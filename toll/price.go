@@ -84,8 +84,9 @@ func (t *Toll) AdmitTile(w http.ResponseWriter, r *http.Request, d tiles.Demand)
 // is the database time the work model predicts, in tokens: within and
 // bbox with their layer's GeofenceWork (the features in the circle or
 // box), contains and check with FenceWork (each point's index probe and
-// the fences, or with a layer its features, whose box holds it; a batch
-// check sums its points).
+// the fences whose box holds it; a batch check sums its points) or, on a
+// layer, with that layer's ContainmentWork (its features whose box holds
+// each point; FenceWork while it has none).
 // Without one, its size prices it. Either way a geofence demand takes the
 // Default weights (their Base, MaxCost and size weights; the work model
 // is the geofence one above): geofence layers have no weights of their
@@ -109,7 +110,7 @@ func (t *Toll) GeofencePrice(d geofence.Demand) float64 {
 			case geofence.KindWithin, geofence.KindBBox:
 				w.Work = t.geofenceWork(d.Layer)
 			default:
-				w.Work = cmp.Or(t.FenceWork, DefaultFenceWork)
+				w.Work = t.containmentWork(d.Layer)
 			}
 			return w.Read(est.Features, est.Vertices, t.msPerToken())
 		}
@@ -133,6 +134,15 @@ func (t *Toll) geofenceWork(layer string) throttle.WorkModel {
 		return m
 	}
 	return DefaultGeofenceWork
+}
+
+// containmentWork is the work model of contains and check on a layer (""
+// the fences).
+func (t *Toll) containmentWork(layer string) throttle.WorkModel {
+	if m, ok := t.ContainmentWork[layer]; ok && layer != "" {
+		return m
+	}
+	return cmp.Or(t.FenceWork, DefaultFenceWork)
 }
 
 // AdmitGeofence implements geofence.Gate.

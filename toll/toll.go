@@ -56,6 +56,10 @@ type Toll struct {
 	// weights' Work.
 	GeofenceWork map[string]throttle.WorkModel
 	FenceWork    throttle.WorkModel
+	// ContainmentWork is the work model of contains and check on a
+	// polygon layer (?layer=), by geofence layer; a layer without an
+	// entry takes the fences' (FenceWork, else DefaultFenceWork).
+	ContainmentWork map[string]throttle.WorkModel
 	// IPv6Aggregate, when on, is the bucket an anonymous IPv6 caller's
 	// whole network pays besides its own /64.
 	IPv6Aggregate IPv6Aggregate

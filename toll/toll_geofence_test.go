@@ -152,6 +152,42 @@ type fixedEstimator struct{ est density.Estimate }
 func (f fixedEstimator) Tile(*tiles.Layer, maptile.Tile) (density.Estimate, bool) { return f.est, true }
 func (f fixedEstimator) Geofence(geofence.Demand) (density.Estimate, bool)        { return f.est, true }
 
+// Contains and check on a layer are priced with that layer's containment
+// work model (calibrate fits one per polygon layer); on the fences, and on
+// a layer without one, with the fences' model.
+func TestContainmentOnALayerIsPricedWithItsOwnWorkModel(t *testing.T) {
+	at := []orb.Point{{13.4, 52.5}}
+	est := density.Estimate{Features: 3, Vertices: 400}
+	fences := throttle.WorkModel{QueryMS: 0.1, FeatureMS: 0.003}
+	districts := throttle.WorkModel{QueryMS: 0.1, FeatureMS: 0.2, VertexMS: 0.001}
+	toll := testToll(nil)
+	toll.Estimator = fixedEstimator{est}
+	toll.FenceWork = fences
+	toll.ContainmentWork = map[string]throttle.WorkModel{"districts": districts, "": {QueryMS: 99}}
+	w := toll.Default
+	price := func(m throttle.WorkModel) float64 {
+		w.Work = m
+		return w.Read(est.Features, est.Vertices, toll.msPerToken())
+	}
+	for _, tt := range []struct {
+		d    geofence.Demand
+		want float64
+	}{
+		{geofence.Demand{Kind: geofence.KindContains, Layer: "districts", Limit: 100, Points: 1, At: at}, price(districts)},
+		{geofence.Demand{Kind: geofence.KindCheck, Layer: "districts", Points: 20, At: at}, price(districts)},
+		{geofence.Demand{Kind: geofence.KindCheck, Layer: "parks", Points: 20, At: at}, price(fences)},
+		{geofence.Demand{Kind: geofence.KindCheck, Points: 20, At: at}, price(fences)},
+		{geofence.Demand{Kind: geofence.KindContains, Limit: 100, Points: 1, At: at}, price(fences)},
+	} {
+		if got := toll.GeofencePrice(tt.d); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s on %q costs %v, want %v", tt.d.Kind, tt.d.Layer, got, tt.want)
+		}
+	}
+	if price(districts) == price(fences) {
+		t.Fatal("the two models price the estimate alike: the test tells nothing")
+	}
+}
+
 // A tile layer's weights price its tiles only: a geofence query on a layer
 // of the same name (the demo's places and districts are both) is priced
 // as it would be without them — by size or by estimate, at the door and

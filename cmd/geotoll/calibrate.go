@@ -214,7 +214,7 @@ func writeWeights(rep calibrate.Report, kept calibrate.File, out string, stdout,
 		}
 	}
 	file := kept.Merge(rep.File())
-	if len(kept.Tiles)+len(kept.Geofence) > 0 || kept.Fences != nil {
+	if len(kept.Tiles)+len(kept.Geofence)+len(kept.Containment) > 0 || kept.Fences != nil {
 		header = append(header, "Models of what that run did not fit are kept from the file before it.")
 	}
 	if out == "-" {
@@ -300,8 +300,35 @@ func calibrateOptions(ctx context.Context, cfg Config, f calibrateFlags, pool *p
 	}
 	fences := pricing.Fences
 	o.FenceAnchors, err = loadtest.AnchorsOf(ctx, pool, fences.Table.Sanitize(), "ST_PointOnSurface(t."+pgx.Identifier{fences.GeometryColumn}.Sanitize()+")", f.anchorsPerLayer, f.seed)
+	if err != nil {
+		return o, err
+	}
 	slices.SortFunc(o.GeofenceLayers, func(a, b *geofence.Layer) int { return strings.Compare(a.Name, b.Name) })
-	return o, err
+	return o, containmentOptions(ctx, &o, gcat, pool, stderr)
+}
+
+// containmentOptions adds the polygon layers whose contains and check
+// calibrate times, on what serve reads for each (the pieces `geotoll
+// prepare` cut, or the table).
+func containmentOptions(ctx context.Context, o *calibrate.Options, gcat *geofence.Catalog, pool *pgxpool.Pool, stderr io.Writer) error {
+	warnings, err := gcat.LoadContainment(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "calibrate: %s\n", w)
+	}
+	for _, l := range o.GeofenceLayers {
+		ct, err := gcat.Containment(l.Name)
+		if err != nil {
+			continue // not a polygon layer (just loaded): no contains or check on it
+		}
+		// The layer's anchors are its polygons' vertices: on their
+		// boundaries, which contains and check count as inside.
+		o.Anchors["containment/"+l.Name] = o.Anchors["geofence/"+l.Name]
+		o.Containment = append(o.Containment, ct)
+	}
+	return nil
 }
 
 func hostname() string {

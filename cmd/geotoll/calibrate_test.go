@@ -39,12 +39,12 @@ func TestCalibrateWritesWhatServeReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"tiles:", "  places:", "geofence:", "fences:", "query_ms:", "Held-out Spearman"} {
+	for _, want := range []string{"tiles:", "  places:", "geofence:", "fences:", "containment:", "query_ms:", "Held-out Spearman"} {
 		if !strings.Contains(string(raw), want) {
 			t.Fatalf("the weights file lacks %q:\n%s", want, raw)
 		}
 	}
-	for _, want := range []string{"tiles/places", "geofence/places", "geofence/districts", "fences", "ρ price"} {
+	for _, want := range []string{"tiles/places", "geofence/places", "geofence/districts", "fences", "containment/districts", "ρ price"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Fatalf("the report lacks %q:\n%s", want, stderr.String())
 		}
@@ -74,6 +74,12 @@ func TestCalibrateWritesWhatServeReads(t *testing.T) {
 	if got, want := gate.GeofenceWork["districts"], file.Geofence["districts"]; got != want || got.QueryMS+got.FeatureMS+got.VertexMS == 0 {
 		t.Fatalf("serve prices districts queries with %+v, calibrate wrote %+v", got, want)
 	}
+	if got, want := gate.ContainmentWork["districts"], file.Containment["districts"]; got != want || got.QueryMS+got.FeatureMS+got.VertexMS == 0 {
+		t.Fatalf("serve prices contains and check on districts with %+v, calibrate wrote %+v", got, want)
+	}
+	if _, ok := file.Containment["places"]; ok {
+		t.Fatal("a containment model of places, a layer of points, which contains and check refuse")
+	}
 	if gate.FenceWork != *file.Fences {
 		t.Fatalf("serve prices fences with %+v, calibrate wrote %+v", gate.FenceWork, *file.Fences)
 	}
@@ -100,12 +106,14 @@ func TestCalibrateRefusesBadArguments(t *testing.T) {
 func TestWeightsFileIsChecked(t *testing.T) {
 	dir := t.TempDir()
 	for name, text := range map[string]string{
-		"unknown layer":  "tiles:\n  nope: {query_ms: 1}\n",
-		"unknown fence":  "geofence:\n  nope: {query_ms: 1}\n",
-		"negative":       "tiles:\n  places: {query_ms: -1}\n",
-		"unknown key":    "tiles:\n  places: {query: 1}\n",
-		"missing file":   "",
-		"not a mapping?": "tiles: [1, 2]\n",
+		"unknown layer":        "tiles:\n  nope: {query_ms: 1}\n",
+		"unknown fence":        "geofence:\n  nope: {query_ms: 1}\n",
+		"unknown containment":  "containment:\n  nope: {query_ms: 1}\n",
+		"negative containment": "containment:\n  districts: {query_ms: 1, vertex_ms: -1}\n",
+		"negative":             "tiles:\n  places: {query_ms: -1}\n",
+		"unknown key":          "tiles:\n  places: {query: 1}\n",
+		"missing file":         "",
+		"not a mapping?":       "tiles: [1, 2]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := DefaultConfig()

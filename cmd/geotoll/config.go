@@ -559,9 +559,11 @@ func (c Config) weightsFile() (calibrate.File, error) {
 			errs = append(errs, fmt.Errorf("throttle.weights_file %s: tile layer %q is not in the config", c.Throttle.WeightsFile, name))
 		}
 	}
-	for name := range f.Geofence {
-		if !c.hasFenceLayer(name) {
-			errs = append(errs, fmt.Errorf("throttle.weights_file %s: geofence layer %q is not in the config", c.Throttle.WeightsFile, name))
+	for _, m := range []map[string]throttle.WorkModel{f.Geofence, f.Containment} {
+		for name := range m {
+			if !c.hasFenceLayer(name) {
+				errs = append(errs, fmt.Errorf("throttle.weights_file %s: geofence layer %q is not in the config", c.Throttle.WeightsFile, name))
+			}
 		}
 	}
 	return f, errors.Join(errs...)

@@ -200,15 +200,16 @@ func (c Config) toll() (*toll.Toll, error) {
 		return nil, fmt.Errorf("http.forwarded_header: %w", err)
 	}
 	t := &toll.Toll{
-		Prefix:       c.Throttle.Prefix,
-		Tiers:        make(map[string]toll.Tier, len(c.Throttle.Tiers)),
-		FailedAuth:   c.Throttle.FailedAuth.limit(),
-		Proxies:      proxies,
-		LayerWeights: weights,
-		Default:      c.Throttle.Weights.apply(throttle.DefaultWeights()),
-		ShadowLayers: map[string]bool{},
-		GeofenceWork: file.Geofence,
-		MsPerToken:   c.Throttle.MsPerToken, TimeoutFactor: c.Throttle.TimeoutFactor, TimeoutFloor: c.Throttle.TimeoutFloor,
+		Prefix:          c.Throttle.Prefix,
+		Tiers:           make(map[string]toll.Tier, len(c.Throttle.Tiers)),
+		FailedAuth:      c.Throttle.FailedAuth.limit(),
+		Proxies:         proxies,
+		LayerWeights:    weights,
+		Default:         c.Throttle.Weights.apply(throttle.DefaultWeights()),
+		ShadowLayers:    map[string]bool{},
+		GeofenceWork:    file.Geofence,
+		ContainmentWork: file.Containment,
+		MsPerToken:      c.Throttle.MsPerToken, TimeoutFactor: c.Throttle.TimeoutFactor, TimeoutFloor: c.Throttle.TimeoutFloor,
 		SettleFloor: c.Throttle.SettleFloor,
 	}
 	if file.Fences != nil {

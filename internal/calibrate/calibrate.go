@@ -6,8 +6,8 @@
 // asks the density models what each one reads, and fits, per group of
 // requests that serve prices with one model (a tile layer's tiles — of its
 // overviews, its table or its pieces alike —, within and bbox of a
-// geofence layer, contains and check of the fences), the non-negative
-// model
+// geofence layer, contains and check of the fences, contains and check on
+// a polygon layer), the non-negative model
 //
 //	ms = query + features × feature_ms + vertices × vertex_ms
 //
@@ -53,9 +53,13 @@ type Options struct {
 
 	// TileLayers and their anchors (lon/lat positions where each has
 	// data, by layer name); GeofenceLayers likewise; FenceAnchors are
-	// positions inside the fences.
+	// positions inside the fences. Containment are the polygon layers
+	// whose contains and check (?layer=) are timed, on what serve reads
+	// for them (their pieces or their table), at the anchors of their
+	// geofence layer.
 	TileLayers     []*tiles.Layer
 	GeofenceLayers []*geofence.Layer
+	Containment    []*geofence.Containment
 	Anchors        map[string][]orb.Point
 	FenceAnchors   []orb.Point
 	Limits         geofence.Limits
@@ -79,7 +83,7 @@ type Options struct {
 
 // Sample is one timed request.
 type Sample struct {
-	Group    string // "tiles/<layer>", "geofence/<layer>" or "fences"
+	Group    string // "tiles/<layer>", "geofence/<layer>", "fences" or "containment/<layer>"
 	Request  string // e.g. "z12 2200/1343" or "within r=5000 m"
 	Zoom     int    // a tile's zoom, else -1
 	Estimate density.Estimate
@@ -162,7 +166,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	for _, l := range o.GeofenceLayers {
 		for _, d := range GeofenceSample(o.Seed, o.Queries, l.Name, o.Limits, o.Anchors["geofence/"+l.Name]) {
-			if err := rep.demand(ctx, o, "geofence/"+l.Name, l, d); err != nil {
+			if err := rep.demand(ctx, o, "geofence/"+l.Name, l, nil, d); err != nil {
 				return rep, err
 			}
 		}
@@ -176,8 +180,19 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		// only through the estimates, which FenceSample's demands make
 		// the ones serve prices.
 		for _, d := range FenceSample(o.Seed, o.Queries, o.Limits, o.FenceAnchors) {
-			if err := rep.demand(ctx, o, "fences", nil, d); err != nil {
+			if err := rep.demand(ctx, o, "fences", nil, nil, d); err != nil {
 				return rep, err
+			}
+		}
+		// On a layer, serve prices them with the layer's own model: its
+		// polygons, and whether pieces or whole ones are tested, are not
+		// the fences'.
+		for _, ct := range o.Containment {
+			group := "containment/" + ct.Layer.Name
+			for _, d := range ContainmentSample(o.Seed, o.Queries, o.Limits, ct, o.Anchors[group]) {
+				if err := rep.demand(ctx, o, group, nil, ct, d); err != nil {
+					return rep, err
+				}
 			}
 		}
 	}
@@ -194,8 +209,9 @@ func (rep *Report) add(o Options, s Sample) {
 	rep.Samples = append(rep.Samples, s)
 }
 
-// demand times one geofence request.
-func (rep *Report) demand(ctx context.Context, o Options, group string, l *geofence.Layer, d geofence.Demand) error {
+// demand times one geofence request: within and bbox on l, contains and
+// check on ct (nil: the fences).
+func (rep *Report) demand(ctx context.Context, o Options, group string, l *geofence.Layer, ct *geofence.Containment, d geofence.Demand) error {
 	est, ok := o.Estimator.Geofence(d)
 	if !ok {
 		return fmt.Errorf("calibrate: no model for %s %s", group, d.Kind)
@@ -213,14 +229,14 @@ func (rep *Report) demand(ctx context.Context, o Options, group string, l *geofe
 			box := geofence.BBox{West: d.Bound.Min[0], South: d.Bound.Min[1], East: east, North: d.Bound.Max[1]}
 			_, err = o.Geofence.BBox(ctx, geofence.BBoxQuery{Layer: l, Box: box, Limit: d.Limit})
 		case geofence.KindContains:
-			_, _, err = o.Geofence.Contains(ctx, geofence.ContainsQuery{Lng: d.At[0][0], Lat: d.At[0][1], Limit: d.Limit,
+			_, _, err = o.Geofence.Contains(ctx, geofence.ContainsQuery{Layer: ct, Lng: d.At[0][0], Lat: d.At[0][1], Limit: d.Limit,
 				MaxVertices: o.Limits.MaxResponseVertices})
 		case geofence.KindCheck:
 			pts := make([]geofence.Point, len(d.At))
 			for i, p := range d.At {
 				pts[i] = geofence.Point{Lng: p[0], Lat: p[1]}
 			}
-			_, err = o.Geofence.Check(ctx, geofence.CheckQuery{Points: pts})
+			_, err = o.Geofence.Check(ctx, geofence.CheckQuery{Layer: ct, Points: pts})
 		}
 		return err
 	}

@@ -21,7 +21,10 @@ import (
 type File struct {
 	Tiles    map[string]throttle.WorkModel `yaml:"tiles,omitempty"`    // by tile layer
 	Geofence map[string]throttle.WorkModel `yaml:"geofence,omitempty"` // within and bbox, by geofence layer
-	Fences   *throttle.WorkModel           `yaml:"fences,omitempty"`   // contains and check
+	Fences   *throttle.WorkModel           `yaml:"fences,omitempty"`   // contains and check on the fences
+	// Containment: contains and check on a polygon layer (?layer=), by
+	// geofence layer.
+	Containment map[string]throttle.WorkModel `yaml:"containment,omitempty"`
 }
 
 // File returns the fitted groups as a weights file.
@@ -41,6 +44,11 @@ func (rep Report) File() File {
 				f.Geofence = map[string]throttle.WorkModel{}
 			}
 			f.Geofence[strings.TrimPrefix(name, "geofence/")] = m
+		case strings.HasPrefix(name, "containment/"):
+			if f.Containment == nil {
+				f.Containment = map[string]throttle.WorkModel{}
+			}
+			f.Containment[strings.TrimPrefix(name, "containment/")] = m
 		}
 	}
 	return f
@@ -68,6 +76,7 @@ func (f File) Merge(newer File) File {
 	}
 	out.Tiles = merge(f.Tiles, newer.Tiles)
 	out.Geofence = merge(f.Geofence, newer.Geofence)
+	out.Containment = merge(f.Containment, newer.Containment)
 	return out
 }
 
@@ -98,6 +107,7 @@ func (f File) Within(tile, fence func(name string) bool) (File, []string) {
 	out := File{Fences: f.Fences}
 	out.Tiles = keep(f.Tiles, tile, "tile layer")
 	out.Geofence = keep(f.Geofence, fence, "geofence layer")
+	out.Containment = keep(f.Containment, fence, "contains and check on geofence layer")
 	return out, dropped
 }
 
@@ -147,6 +157,9 @@ func ReadFile(path string) (File, error) {
 	}
 	if f.Fences != nil {
 		check("fences", *f.Fences)
+	}
+	for _, name := range sortedKeys(f.Containment) {
+		check("containment."+name, f.Containment[name])
 	}
 	if err := errors.Join(errs...); err != nil {
 		return File{}, fmt.Errorf("weights file %s: %w", path, err)

@@ -80,11 +80,22 @@ func GeofenceSample(seed uint64, n int, layer string, lim geofence.Limits, ancho
 // contains, which renders the fences it finds whole, is estimated at their
 // whole vertices (PieceVertices 0).
 func FenceSample(seed uint64, n int, lim geofence.Limits, anchors []orb.Point) []geofence.Demand {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	return containmentSample(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), n, lim, anchors, "", 0, geofence.FencePieceVertices)
+}
+
+// ContainmentSample draws what FenceSample draws, on the polygon layer ct
+// (?layer=): both kinds test what serve reads for it — its pieces
+// (PieceVertices, as the handler prices them) or its whole polygons.
+func ContainmentSample(seed uint64, n int, lim geofence.Limits, ct *geofence.Containment, anchors []orb.Point) []geofence.Demand {
+	rng := rand.New(rand.NewPCG(seed, seed^0x6a09e667f3bcc908))
+	return containmentSample(rng, n, lim, anchors, ct.Layer.Name, ct.PieceVertices, ct.PieceVertices)
+}
+
+func containmentSample(rng *rand.Rand, n int, lim geofence.Limits, anchors []orb.Point, layer string, containsPieces, checkPieces int) []geofence.Demand {
 	var out []geofence.Demand
 	for i := range n {
-		out = append(out, geofence.Demand{Kind: geofence.KindContains, Limit: lim.DefaultLimit, Points: 1,
-			At: []orb.Point{place(rng, i, anchors)}})
+		out = append(out, geofence.Demand{Kind: geofence.KindContains, Layer: layer, Limit: lim.DefaultLimit, Points: 1,
+			At: []orb.Point{place(rng, i, anchors)}, PieceVertices: containsPieces})
 	}
 	for range n {
 		size := int(math.Round(logUniform(rng, 1, float64(max(lim.MaxBatch, 1)))))
@@ -92,7 +103,7 @@ func FenceSample(seed uint64, n int, lim geofence.Limits, anchors []orb.Point) [
 		for j := range at {
 			at[j] = place(rng, j, anchors)
 		}
-		out = append(out, geofence.Demand{Kind: geofence.KindCheck, Points: size, At: at, PieceVertices: geofence.FencePieceVertices})
+		out = append(out, geofence.Demand{Kind: geofence.KindCheck, Layer: layer, Points: size, At: at, PieceVertices: checkPieces})
 	}
 	return out
 }

@@ -111,7 +111,65 @@ func TestFileMerge(t *testing.T) {
 	if got := old.Merge(File{Fences: &newFences}); *got.Fences != newFences || got.Tiles["a"] != m(1) {
 		t.Errorf("merged fences: %+v", got)
 	}
-	if got := (File{}).Merge(File{}); got.Tiles != nil || got.Geofence != nil || got.Fences != nil {
+	if got := (File{}).Merge(File{}); got.Tiles != nil || got.Geofence != nil || got.Fences != nil || got.Containment != nil {
 		t.Errorf("two empty files: %+v", got)
+	}
+	withLayer := File{Containment: map[string]throttle.WorkModel{"g": m(1), "h": m(1)}}
+	if got := withLayer.Merge(File{Containment: map[string]throttle.WorkModel{"h": m(2)}}); got.Containment["g"] != m(1) || got.Containment["h"] != m(2) {
+		t.Errorf("merged containment: %+v", got.Containment)
+	}
+}
+
+// Contains and check on a layer are timed on that layer's containment and
+// estimated as serve's handler prices them there: the layer named, each
+// kind testing what serve reads for it (PieceVertices of its pieces, 0 on
+// its table), in a group of their own.
+func TestRunTimesContainmentOnItsLayer(t *testing.T) {
+	cat, err := geofence.NewCatalog([]geofence.Layer{{Name: "districts", Table: "geotoll.districts", GeometryColumn: "geom", IDColumn: "id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.LoadContainment(t.Context(), testenv.ReadPool(t)); err != nil {
+		t.Fatal(err)
+	}
+	ct, err := cat.Containment("districts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	est := &recordingEstimator{}
+	lim := geofence.DefaultLimits()
+	lim.MaxBatch = 20
+	rep, err := Run(t.Context(), Options{
+		Geofence: geofence.NewStore(testenv.ReadPool(t)), Estimator: est, Limits: lim, Containment: []*geofence.Containment{ct},
+		Anchors: map[string][]orb.Point{"containment/districts": {{13.4, 52.5}}}, Queries: 3, Runs: 1,
+		Charged: func(estimate float64, _ time.Duration, _, _ float64) float64 { return estimate },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]int{}
+	for _, s := range rep.Samples {
+		groups[s.Group]++
+	}
+	if groups["fences"] != 6 || groups["containment/districts"] != 6 || len(groups) != 2 {
+		t.Fatalf("samples by group %v, want 6 of fences and 6 of containment/districts", groups)
+	}
+	kinds := map[geofence.Kind]int{}
+	for _, d := range est.demands {
+		if d.Layer == "" {
+			continue
+		}
+		kinds[d.Kind]++
+		if d.Layer != "districts" || d.PieceVertices != ct.PieceVertices || d.Points != len(d.At) {
+			t.Errorf("%s demand %+v, want layer districts and PieceVertices %d as serve prices it", d.Kind, d, ct.PieceVertices)
+		}
+	}
+	if kinds[geofence.KindContains] != 3 || kinds[geofence.KindCheck] != 3 {
+		t.Errorf("demands on the layer %v, want 3 of each kind", kinds)
+	}
+	for _, g := range rep.Groups {
+		if g.Name == "containment/districts" && g.Err == nil && rep.File().Containment["districts"] != g.Work {
+			t.Errorf("group %s fitted %+v, the file's containment model of districts is %+v", g.Name, g.Work, rep.File().Containment["districts"])
+		}
 	}
 }
