@@ -381,6 +381,45 @@ func TestCacheNotModified(t *testing.T) {
 	}
 }
 
+// If-Match is evaluated before If-None-Match, by strong comparison (RFC
+// 9110 §13.1.1): the tile's own ETag in the coding sent, or "*", is
+// answered as without it; another tag, a weak one, or the other coding's
+// is a 412 problem.
+func TestTileIfMatch(t *testing.T) {
+	t.Parallel()
+	c := newCachedHandler(t, &countingRenderer{}, tiles.CacheOptions{})
+	identity := c.get(z14).Header().Get("ETag")
+	gz := c.get(z14, "Accept-Encoding", "gzip").Header().Get("ETag")
+	if identity == gz || identity == "" {
+		t.Fatalf("ETags %s and %s: the test needs two", identity, gz)
+	}
+	for _, tc := range []struct {
+		ifMatch, acceptEncoding string
+		want                    int
+	}{
+		{identity, "", http.StatusOK},
+		{`"other", ` + identity, "", http.StatusOK},
+		{"*", "", http.StatusOK},
+		{gz, "gzip", http.StatusOK},
+		{`"other"`, "", http.StatusPreconditionFailed},
+		{"W/" + identity, "", http.StatusPreconditionFailed},
+		{gz, "", http.StatusPreconditionFailed},
+		{identity, "gzip", http.StatusPreconditionFailed},
+	} {
+		w := c.get(z14, "Accept-Encoding", tc.acceptEncoding, "If-Match", tc.ifMatch)
+		if w.Code != tc.want {
+			t.Errorf("If-Match %s, Accept-Encoding %q: %d, want %d", tc.ifMatch, tc.acceptEncoding, w.Code, tc.want)
+		}
+		if tc.want == http.StatusPreconditionFailed && w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("If-Match %s: Content-Type %q, want a problem", tc.ifMatch, w.Header().Get("Content-Type"))
+		}
+	}
+	// Before If-None-Match: a condition that fails is not a 304.
+	if w := c.get(z14, "If-Match", `"other"`, "If-None-Match", identity); w.Code != http.StatusPreconditionFailed {
+		t.Errorf("If-Match failing with If-None-Match matching: %d, want 412", w.Code)
+	}
+}
+
 // A 304 for a tile the cache does not hold needs the render to know the
 // ETag: it is a miss, priced in full.
 func TestCacheNotModifiedAfterRender(t *testing.T) {

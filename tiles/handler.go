@@ -284,7 +284,13 @@ func statementTimeout(layers []*Layer) time.Duration {
 	return d
 }
 
-// write sends a rendered tile: 304 when If-None-Match names it, 204 when it
+// preconditionFailed answers an If-Match that names another
+// representation than the one the answer would send.
+var preconditionFailed = &problem.Error{Code: problem.PreconditionFailed, Param: "If-Match",
+	Detail: "If-Match names neither * nor the ETag of the current representation"}
+
+// write sends a rendered tile: 412 when If-Match names another (strong
+// comparison), 304 when If-None-Match names it, 204 when it
 // is empty, else 200 — gzip-coded when the client accepts gzip, the
 // handler's Cache keeps tiles, and gzip makes the tile smaller (compressed
 // once per cached tile; a client that does not accept gzip never pays for
@@ -314,6 +320,10 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 	hdr.Set("ETag", e.etagFor(gz))
 	if e.reduced != "" {
 		hdr.Set(HeaderReduced, e.reduced)
+	}
+	if matchFails(r.Header.Values("If-Match"), e.etagFor(gz)) {
+		problem.Write(w, r, preconditionFailed)
+		return
 	}
 	if noneMatch(r.Header.Values("If-None-Match"), e.matches(gz)) {
 		w.WriteHeader(http.StatusNotModified)

@@ -119,7 +119,11 @@ var layerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // "point_count", its cluster's count, and a property by that name would
 // give it two values under one key. A layer is refused one (validate),
 // and Discover never offers one.
-var reservedNames = []string{"point_count"}
+var reservedNames = []string{PointCount}
+
+// PointCount is the attribute every point feature carries: how many rows
+// its cluster holds (1 where nothing is clustered).
+const PointCount = "point_count"
 
 // ZoomInRange reports whether z is within the layer's zoom range.
 func (l *Layer) ZoomInRange(z maptile.Zoom) bool {

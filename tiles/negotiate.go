@@ -29,6 +29,30 @@ func noneMatch(values []string, matches func(tag string) bool) bool {
 	return false
 }
 
+// matchFails reports whether If-Match values make the request's condition
+// false (RFC 9110 §13.1.1), so the answer is 412 Precondition Failed: the
+// header is present and names neither "*" nor etag (strong, as If-Match
+// compares: a weak tag, or a weak etag, never matches; etag "" is a
+// representation without one). A header with more items than
+// maxHeaderItems fails too: it is not evaluated.
+func matchFails(values []string, etag string) bool {
+	if len(values) == 0 {
+		return false
+	}
+	n := 0
+	for _, v := range values {
+		for _, tag := range splitETags(v) {
+			if n++; n > maxHeaderItems {
+				return true
+			}
+			if tag == "*" || (etag != "" && tag == etag && !strings.HasPrefix(etag, "W/")) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // splitETags splits an If-None-Match value into its entity tags. Commas
 // inside a quoted opaque-tag do not split (an etagc excludes only DQUOTE,
 // so a comma is legal there).

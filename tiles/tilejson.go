@@ -146,7 +146,18 @@ func clampBounds(b [4]float64) [4]float64 {
 		if i%2 == 1 {
 			lim = WorldBounds()[3]
 		}
-		b[i] = math.Round(max(-lim, min(lim, v))*1e6) / 1e6
+		// To the microdegree, outward: bounds rounded in would leave a
+		// sliver of data outside them, where clients ask for no tiles.
+		// A value on a microdegree already (to float64's error) stays.
+		round := math.Floor
+		if i >= 2 {
+			round = math.Ceil
+		}
+		x := v * 1e6
+		if math.Abs(x-math.Round(x)) < 1e-6 {
+			x = math.Round(x)
+		}
+		b[i] = max(-lim, min(lim, round(x)/1e6))
 	}
 	if b[0] > b[2] || b[1] > b[3] {
 		return WorldBounds()
@@ -328,6 +339,29 @@ type storageMeta struct {
 	AgeSeconds int64 `json:"age_seconds"`
 }
 
+// fieldsOf is what every feature of l's tiles carries: its properties
+// (fields, as described) and, on a point layer, point_count — the
+// cluster's count, which MapLibre styles read.
+func fieldsOf(l *Layer, fields map[string]string) map[string]string {
+	if l.Kind() != KindPoint {
+		return fields
+	}
+	out := make(map[string]string, len(fields)+1)
+	maps.Copy(out, fields)
+	out[PointCount] = "Number"
+	return out
+}
+
+// propertiesOf is fieldsOf's names, in configuration order (point_count
+// last).
+func propertiesOf(l *Layer) []string {
+	props := append([]string{}, l.Properties...)
+	if l.Kind() == KindPoint {
+		props = append(props, PointCount)
+	}
+	return props
+}
+
 func metaOf(l *Layer, now time.Time) layerMeta {
 	m := layerMeta{GeometryKind: l.Kind(), ServedMaxZoom: l.MaxZoom, Storage: []storageMeta{}, Heavy: l.Heavy()}
 	for _, s := range l.StorageSummary() {
@@ -387,7 +421,7 @@ func (h *Handler) TileJSON() http.Handler {
 			// ends at the deepest of theirs: clients overzoom from there.
 			doc.MinZoom = min(doc.MinZoom, l.MinZoom)
 			doc.MaxZoom = max(doc.MaxZoom, l.DataMaxZoom)
-			doc.VectorLayers = append(doc.VectorLayers, vectorLayer{ID: l.Name, Fields: info.Fields,
+			doc.VectorLayers = append(doc.VectorLayers, vectorLayer{ID: l.Name, Fields: fieldsOf(l, info.Fields),
 				MinZoom: l.MinZoom, MaxZoom: l.DataMaxZoom, layerMeta: metaOf(l, now)})
 		}
 		list := strings.Join(names, ",")
@@ -425,12 +459,8 @@ func (h *Handler) Index() http.Handler {
 		}{Layers: []catalogEntry{}}
 		now := time.Now()
 		for _, l := range h.Catalog.Layers() {
-			props := l.Properties
-			if props == nil {
-				props = []string{}
-			}
 			out.Layers = append(out.Layers, catalogEntry{
-				Name: l.Name, MinZoom: l.MinZoom, MaxZoom: l.DataMaxZoom, Properties: props,
+				Name: l.Name, MinZoom: l.MinZoom, MaxZoom: l.DataMaxZoom, Properties: propertiesOf(l),
 				TileJSON:  base + "/tiles/" + l.Name + ".json" + query,
 				Tiles:     base + "/tiles/" + l.Name + "/{z}/{x}/{y}.mvt" + query,
 				layerMeta: metaOf(l, now),
@@ -445,7 +475,7 @@ func (h *Handler) Index() http.Handler {
 }
 
 // urls returns the base of the URLs the documents write and the query
-// string to carry into them ("?key=…" or ""). The base is PublicURL when
+// string to carry into them ("?key=…" or ""; a key given twice is a 400). The base is PublicURL when
 // it is set: then nothing the client sends chooses it. Otherwise it is
 // the scheme and host the client used (forwarded.Trusted.HostProto:
 // forwarded ones only from trusted proxies, and only when they are valid)
@@ -464,8 +494,14 @@ func (h *Handler) Index() http.Handler {
 // not read the Host. An invalid forwarded host is not the client's
 // request but a proxy's header: it is ignored (HostProto), as before.
 func (h *Handler) urls(r *http.Request) (base, query string, err error) {
-	if key := r.URL.Query().Get("key"); key != "" {
-		query = "?key=" + url.QueryEscape(key)
+	keys := r.URL.Query()["key"]
+	if len(keys) > 1 {
+		// Which one the tiles should carry is the client's to say: the
+		// priced routes refuse a key given twice too.
+		return "", "", problem.Malformed("key", "key is given more than once: send one key")
+	}
+	if len(keys) == 1 && keys[0] != "" {
+		query = "?key=" + url.QueryEscape(keys[0])
 	}
 	if h.PublicURL != "" {
 		return strings.TrimSuffix(h.PublicURL, "/"), query, nil
@@ -496,9 +532,10 @@ const (
 )
 
 // writeMeta sends a metadata document. Written from the request's host (no
-// PublicURL), it varies with the forwarding headers, which may choose
-// that host; written from PublicURL it varies with nothing the client
-// sends. A public one (metaPublic) is "public, max-age=60" with a weak
+// PublicURL) behind trusted proxies, it varies with the forwarding
+// headers they write (forwarded.Trusted.HostHeaders), which may choose
+// that host; written from PublicURL, or with no proxy trusted, it varies
+// with nothing the client sends but the URL. A public one (metaPublic) is "public, max-age=60" with a weak
 // ETag (metaETag: the same on every replica for the same document,
 // whatever its storage's age), and an If-None-Match naming it — weak
 // comparison, a list, or "*" — is answered 304 with no body, with the
@@ -506,7 +543,9 @@ const (
 // §15.4.5). A private one is "private, no-store" and one the database could
 // not fill in "no-store": no cache keeps either, so neither has an ETag,
 // and each is sent whole whatever If-None-Match says (there is nothing
-// stored to revalidate).
+// stored to revalidate). Any If-Match but "*" is answered 412: the weak
+// ETag never matches under If-Match's strong comparison (RFC 9110
+// §13.1.1), and the others have none.
 func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaScope, doc any) {
 	body, err := json.Marshal(doc)
 	if err != nil { // plain structs of strings and numbers: unreachable
@@ -515,8 +554,16 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaSc
 	}
 	body = append(body, '\n')
 	hdr := w.Header()
-	if h.PublicURL == "" {
-		hdr.Add("Vary", "Forwarded, X-Forwarded-Host, X-Forwarded-Proto")
+	if vary := h.Proxies.HostHeaders(); h.PublicURL == "" && len(vary) > 0 {
+		hdr.Add("Vary", strings.Join(vary, ", "))
+	}
+	var etag string
+	if scope == metaPublic {
+		etag = metaETag(body)
+	}
+	if matchFails(r.Header.Values("If-Match"), etag) {
+		problem.Write(w, r, preconditionFailed)
+		return
 	}
 	switch scope {
 	case metaPrivate:
@@ -525,7 +572,6 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaSc
 		hdr.Set("Cache-Control", "no-store")
 	default:
 		hdr.Set("Cache-Control", "public, max-age=60")
-		etag := metaETag(body)
 		hdr.Set("ETag", etag)
 		if noneMatch(r.Header.Values("If-None-Match"), func(tag string) bool { return strings.TrimPrefix(tag, "W/") == etag[2:] }) {
 			w.WriteHeader(http.StatusNotModified)

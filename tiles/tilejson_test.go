@@ -138,7 +138,8 @@ func TestTileJSON(t *testing.T) {
 		vl.GeometryKind != "point" || vl.Storage == nil || len(vl.Storage) != 0 {
 		t.Errorf("vector layer %+v", vl)
 	}
-	wantFields := map[string]string{"name": "String", "kind": "String", "city": "String", "rank": "Number"}
+	// Every point feature carries its cluster's count too.
+	wantFields := map[string]string{"name": "String", "kind": "String", "city": "String", "rank": "Number", "point_count": "Number"}
 	if len(vl.Fields) != len(wantFields) {
 		t.Errorf("fields %v, want %v", vl.Fields, wantFields)
 	}
@@ -179,7 +180,14 @@ func TestTileJSONComposite(t *testing.T) {
 	}
 	if len(doc.VectorLayers) != 2 || doc.VectorLayers[0].ID != "places" || doc.VectorLayers[1].ID != "districts" ||
 		doc.VectorLayers[1].MinZoom != 4 {
-		t.Errorf("vector_layers %+v", doc.VectorLayers)
+		t.Fatalf("vector_layers %+v", doc.VectorLayers)
+	}
+	// point_count is a point layer's field only.
+	if _, ok := doc.VectorLayers[0].Fields["point_count"]; !ok {
+		t.Errorf("places' fields %v lack point_count", doc.VectorLayers[0].Fields)
+	}
+	if _, ok := doc.VectorLayers[1].Fields["point_count"]; ok {
+		t.Errorf("districts' fields %v have point_count", doc.VectorLayers[1].Fields)
 	}
 	if doc.Center[2] < 0 || doc.Center[2] > 16 {
 		t.Errorf("center zoom %v outside 0..16", doc.Center[2])
@@ -292,8 +300,22 @@ func TestTileJSONForwarded(t *testing.T) {
 			if w.Code != http.StatusOK || len(doc.Tiles) != 1 || !strings.HasPrefix(doc.Tiles[0], tc.want+"tiles/") {
 				t.Fatalf("%d tiles %q, want prefix %q", w.Code, doc.Tiles, tc.want)
 			}
-			if !strings.Contains(strings.Join(w.Header().Values("Vary"), ","), "X-Forwarded-Host") {
-				t.Errorf("Vary %q: the document depends on forwarding headers", w.Header().Values("Vary"))
+			// It varies with the headers the trusted proxies write, and
+			// with none where no proxy is trusted.
+			vary := strings.Join(w.Header().Values("Vary"), ",")
+			switch tc.h {
+			case trusted:
+				if vary != "X-Forwarded-Host, X-Forwarded-Proto" {
+					t.Errorf("Vary %q, want X-Forwarded-Host, X-Forwarded-Proto", vary)
+				}
+			case viaForwarded:
+				if vary != "Forwarded" {
+					t.Errorf("Vary %q, want Forwarded", vary)
+				}
+			default:
+				if vary != "" {
+					t.Errorf("Vary %q: with no proxy trusted, the document depends on no forwarding header", vary)
+				}
 			}
 		})
 	}
@@ -349,6 +371,9 @@ func TestIndex(t *testing.T) {
 		d0.Tiles != "http://maps.example.org/tiles/districts/{z}/{x}/{y}.mvt" {
 		t.Errorf("districts entry %+v", d0)
 	}
+	if p := doc.Layers[0].Properties; !slices.Equal(p, []string{"name", "kind", "city", "rank", "point_count"}) {
+		t.Errorf("places' properties %q, want its own and point_count, which every point feature carries", p)
+	}
 	if d.calls.Load() != 0 {
 		t.Error("the catalog asked the database")
 	}
@@ -395,4 +420,60 @@ func (s *slowDescriber) Describe(ctx context.Context, l *tiles.Layer) (tiles.Lay
 	s.calls.Add(1)
 	<-s.release
 	return tiles.LayerInfo{Bounds: tiles.WorldBounds(), Fields: map[string]string{}}, nil
+}
+
+// TileJSON's ETag is weak, which If-Match's strong comparison never
+// matches: any tag is a 412 problem, "*" the document (RFC 9110 §13.1.1).
+func TestTileJSONIfMatch(t *testing.T) {
+	t.Parallel()
+	h := metaHandler(t, &fakeDescriber{bounds: map[string][4]float64{"places": {-10, 40, 20, 60}}}, nil)
+	var doc tileJSONDoc
+	first := getJSON(t, h, httptest.NewRequest(http.MethodGet, "/tiles/places.json", nil), &doc)
+	etag := first.Header().Get("ETag")
+	if !strings.HasPrefix(etag, "W/") {
+		t.Fatalf("ETag %q, want a weak one", etag)
+	}
+	for _, tc := range []struct {
+		path, ifMatch string
+		want          int
+	}{
+		{"/tiles/places.json", "*", http.StatusOK},
+		{"/tiles/places.json", etag, http.StatusPreconditionFailed},
+		{"/tiles/places.json", strings.TrimPrefix(etag, "W/"), http.StatusPreconditionFailed},
+		{"/tiles", `"x"`, http.StatusPreconditionFailed},
+		{"/tiles", "*", http.StatusOK},
+		// A private document (a key in its URLs) has no ETag.
+		{"/tiles/places.json?key=k", `"x"`, http.StatusPreconditionFailed},
+	} {
+		r := httptest.NewRequest(http.MethodGet, tc.path, nil)
+		r.Header.Set("If-Match", tc.ifMatch)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s, If-Match %s: %d, want %d", tc.path, tc.ifMatch, w.Code, tc.want)
+		}
+		if tc.want != http.StatusOK && w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s, If-Match %s: Content-Type %q, want a problem", tc.path, tc.ifMatch, w.Header().Get("Content-Type"))
+		}
+	}
+}
+
+// A key given twice in the query is a 400 on the documents too, as on the
+// priced routes: which one the tile URLs should carry is the client's to
+// say.
+func TestTileJSONKeyGivenTwice(t *testing.T) {
+	t.Parallel()
+	h := metaHandler(t, &fakeDescriber{}, nil)
+	for _, path := range []string{"/tiles/places.json?key=a&key=b", "/tiles?key=a&key=b", "/tiles/places,districts.json?key=a&k%65y=b"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != "application/problem+json" || strings.Contains(w.Body.String(), "a&key") {
+			t.Errorf("%s: %d %s %s, want a 400 problem", path, w.Code, w.Header().Get("Content-Type"), w.Body)
+		}
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/tiles/places.json?key=a", nil))
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), ".mvt?key=a") {
+		t.Errorf("one key: %d %s, want its tile URLs to carry it", w.Code, w.Body)
+	}
 }

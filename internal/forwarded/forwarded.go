@@ -241,6 +241,20 @@ func (t *Trusted) HostProto(r *http.Request) (host, proto string) {
 	return host, proto
 }
 
+// HostHeaders names the headers HostProto may read the host and scheme
+// from: none when t trusts no proxy (the request's own Host and TLS then
+// decide), else the header family of WithHeader. An answer written from
+// them varies with them (Vary).
+func (t *Trusted) HostHeaders() []string {
+	switch {
+	case t == nil || len(t.prefixes) == 0:
+		return nil
+	case t.header == Forwarded:
+		return []string{Forwarded}
+	}
+	return []string{"X-Forwarded-Host", "X-Forwarded-Proto"}
+}
+
 // forwardedHostProto reads host= and proto= of one RFC 7239 element; what
 // it lacks, or holds invalid, stays host and proto.
 func forwardedHostProto(elem, host, proto string) (string, string) {
