@@ -150,9 +150,18 @@ func newRouter(base string, rs []route) *mux.Router {
 // clean form, the query kept as sent (a map client's ?key=, dry_run), as
 // gorilla/mux would, but with 308 for a method other than GET and HEAD: a
 // client that follows a 301 may send a POST, PUT or DELETE again as a GET,
-// without its body. A trailing slash stays (and is not a route).
+// without its body. A trailing slash stays (and is not a route). A path
+// with an encoded slash (%2F) in a segment is not found: it is not the
+// path with a slash there (RFC 3986 §6.2.2.2), and no route has a slash
+// inside a segment — served as that path, one tile would have several
+// addresses, each a cache entry of its own and a rule of a CDN's or
+// firewall's to get round.
 func cleanPath(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawPath != "" && strings.Contains(strings.ToUpper(r.URL.RawPath), "%2F") {
+			notFound(w, r)
+			return
+		}
 		p := r.URL.Path
 		clean := path.Clean("/" + p)
 		if strings.HasSuffix(p, "/") && clean != "/" {

@@ -240,6 +240,22 @@ func TestCleanPathRedirectKeepsQueryAndMethod(t *testing.T) {
 	}
 }
 
+// An encoded slash is not a slash: a path with %2F in a segment is not
+// found, never redirected nor served as the path with a slash there.
+func TestEncodedSlashIsNotFound(t *testing.T) {
+	t.Parallel()
+	h := New(Options{Logger: quietLogger()})
+	for _, target := range []string{"/%2Fhealthz", "/x/..%2fhealthz", "/x/..%2F..%2Fhealthz?key=k"} {
+		w := serve(h, http.MethodGet, target)
+		if w.Code != http.StatusNotFound || w.Header().Get("Location") != "" || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("GET %s: %d Location %q Content-Type %q, want a 404 problem", target, w.Code, w.Header().Get("Location"), w.Header().Get("Content-Type"))
+		}
+	}
+	if w := serve(h, http.MethodGet, "/x/%2E%2E/healthz"); w.Code != http.StatusMovedPermanently || w.Header().Get("Location") != "/healthz" {
+		t.Errorf("an encoded dot segment (the same as a dot segment): %d Location %q, want 301 /healthz", w.Code, w.Header().Get("Location"))
+	}
+}
+
 // serve sends h a request of method for path with the header pairs hdr
 // (name, value, name, value…) and returns what h answered.
 func serve(h http.Handler, method, path string, hdr ...string) *httptest.ResponseRecorder {
