@@ -36,8 +36,11 @@ TEST_TIMEOUT ?= 15m
 CHAOS_TIMEOUT ?= 10m
 
 # Shell prelude that exports the services' URLs: GEOTOLL_ADMIN_DATABASE_URL,
-# GEOTOLL_READ_DATABASE_URL, GEOTOLL_TEST_DATABASE_URL,
-# GEOTOLL_TEST_READ_DATABASE_URL, GEOTOLL_REDIS_URL, GEOTOLL_TEST_REDIS_URL.
+# GEOTOLL_READ_DATABASE_URL, GEOTOLL_WRITER_DATABASE_URL (unless your own
+# DATABASE_URL is set without it), GEOTOLL_TEST_DATABASE_URL,
+# GEOTOLL_TEST_READ_DATABASE_URL, GEOTOLL_REDIS_URL, GEOTOLL_TEST_REDIS_URL,
+# and GEOTOLL_TEST_REDIS_CLUSTER_ADDRS (the Redis Cluster's addresses, when
+# one answers or was named).
 SERVICES_ENV = eval "$$($(SERVICES) env)"
 
 # The environment the tests and benchmarks run in: the test database and

@@ -21,6 +21,7 @@
 //	go test -run TestChaos -v ./chaos
 //
 // It runs under go test ./... as well (and so in make test); -short skips
-// it. Without redis-server, redis-cli or PostgreSQL 15 it skips, unless
+// it, unless GEOTOLL_REQUIRE_SERVICES=1 or CI=true, when it runs anyway.
+// Without redis-server, redis-cli or PostgreSQL 15 it skips, unless
 // GEOTOLL_REQUIRE_SERVICES=1 or CI=true, when it fails.
 package chaos

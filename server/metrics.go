@@ -63,11 +63,11 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}, []string{"tier", "route", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_tokens_charged_total",
-			Help: "Tokens spent from budgets by tier, layer and tile zoom (zoom is empty for geofence routes). A composite tile's price is split evenly over its layers.",
+			Help: "Tokens spent from budgets by tier, route (as in geotoll_http_requests_total), layer and tile zoom (zoom is empty for geofence routes). A composite tile's price is split evenly over its layers.",
 		}, []string{"tier", "route", "layer", "zoom"}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_tokens_settled_total",
-			Help: "Tokens admitted requests really cost once they ran (their database time), by tier, layer and tile zoom; beside geotoll_tokens_charged_total, what the estimates charged at the door.",
+			Help: "Tokens admitted requests really cost once they ran (their database time), by tier, route, layer and tile zoom; beside geotoll_tokens_charged_total, what the estimates charged at the door.",
 		}, []string{"tier", "route", "layer", "zoom"}),
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_throttled_total",
@@ -84,7 +84,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}, []string{"result"}),
 		dbCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_db_calls_total",
-			Help: "Database calls (one transaction each) by outcome: ok, statement-timeout (cut by its timeout or not stopping when cancelled), cancelled (the client went away), busy (no connection free within the acquire timeout: the pool, or the anonymous callers' share of it, in use), unavailable (no connection or no answer), error.",
+			Help: "Database calls (one transaction each) by outcome: ok, statement-timeout (cut by its timeout or not stopping when cancelled), cancelled (the client went away), busy (no connection free within the acquire timeout: the pool, the anonymous callers' share of it, or the key's own share, database.key_max_conns, in use), unavailable (no connection or no answer), error.",
 		}, []string{"outcome"}),
 		outliving: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "geotoll_db_statements_outliving_answer",

@@ -86,7 +86,8 @@
 // run resolves, with its schema, and source_geometry_column the
 // configuration's) with the same signature, the run renews checked_at and
 // builds nothing: a run with nothing changed reads each table once
-// (count(*), max(xmin)) and is quick. Otherwise, holding the layer's
+// (count(*), max(xmin) and sum(hashint8(xmin)), a checksum of the xmins:
+// sql/table_signature.sql) and is quick. Otherwise, holding the layer's
 // advisory lock (a second run skips the layer: Skipped, Reason LayerBusy;
 // so does a removal), in one REPEATABLE READ transaction begun once the
 // lock is held, it:

@@ -55,8 +55,11 @@
 // # Redis
 //
 // [RedisStore] keeps a caller in one string key (tokens, the time of
-// Redis's TIME, expiries, the number open) and a hash of its open
-// requests, changed only by admit.lua (embedded in the binary, sent with
+// Redis's TIME, expiries, the number open), a hash of its open requests
+// and a hash of tombstones ([VoidKey], ":void"): the ids of admits voided
+// after a call whose answer never came, so that such an admit, should it
+// still reach Redis before its batch's deadline, admits nothing. All three
+// are changed only by admit.lua (embedded in the binary, sent with
 // EVALSHA, EVAL on NOSCRIPT). Design choices:
 //
 //   - One call carries a batch of operations on one caller: the requests
