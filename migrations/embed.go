@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 )
 
 //go:embed *.sql
@@ -65,12 +66,31 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return p.GetDBVersion(ctx)
 }
 
+// lockID is the advisory lock `geotoll migrate` holds while it migrates
+// ("geotoll" in ASCII; another program's goose in the same
+// database uses its own).
+const lockID int64 = 0x67656f746f6c6c
+
 func provider(db *sql.DB) (*goose.Provider, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
-		// Schema-qualified: with an unqualified name, a role named like a
-		// schema ("$user" in search_path) would find a different table once
-		// migration 1 created that schema.
-		goose.WithTableName("public.geotoll_schema_migrations"))
+	// Schema-qualified: with an unqualified name, a role named like a
+	// schema ("$user" in search_path) would find a different table once
+	// migration 1 created that schema.
+	return newProvider(db, files, "public.geotoll_schema_migrations")
+}
+
+// newProvider migrates db with the migrations in fsys, recording them in
+// table.
+func newProvider(db *sql.DB, fsys fs.FS, table string) (*goose.Provider, error) {
+	// One migration at a time: replicas started together each run migrate,
+	// and two that both found migration n pending would both apply it (the
+	// second failing on what the first created). The second waits, then
+	// finds nothing pending. A lock held longer than 10 minutes fails the
+	// wait.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID), lock.WithLockTimeout(1, 600))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithTableName(table), goose.WithSessionLocker(locker))
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
