@@ -237,6 +237,7 @@ type entry struct {
 	etag  string // strong validator of the tile, quoted
 	// reduced is the X-Tile-Reduced header, "" when no layer was reduced.
 	reduced string
+	made    time.Time // when the render ended: a hit's Age counts from it
 
 	gzipOnce sync.Once
 	gz       atomic.Pointer[[]byte] // the gzip form, once made, if smaller
@@ -300,7 +301,7 @@ const minGzip = 256
 // newEntry hashes the tile. It does not compress it: see Cache.gzipped.
 func newEntry(r Rendered) *entry {
 	tile := r.MVT
-	e := &entry{data: tile, etag: tileETag(tile), reduced: reducedHeader(r.Reduced)}
+	e := &entry{data: tile, etag: tileETag(tile), reduced: reducedHeader(r.Reduced), made: time.Now()}
 	if len(tile) == 0 {
 		e.data = nil
 	}

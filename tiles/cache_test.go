@@ -381,6 +381,37 @@ func TestCacheNotModified(t *testing.T) {
 	}
 }
 
+// A hit says how long ago its tile was drawn (Age, whole seconds), so
+// that a cache downstream keeps it for max-age from the render; a miss,
+// drawn for this answer, has none.
+func TestCacheHitCarriesAge(t *testing.T) {
+	t.Parallel()
+	c := newCachedHandler(t, &countingRenderer{}, tiles.CacheOptions{})
+	start := time.Now()
+	if w := c.get(z14); w.Header().Get("X-Cache") != "MISS" || w.Header().Get("Age") != "" {
+		t.Fatalf("first request: X-Cache %q Age %q, want a miss without Age", w.Header().Get("X-Cache"), w.Header().Get("Age"))
+	}
+	time.Sleep(1100 * time.Millisecond)
+	// Between 1 s and the time since the render began, whole seconds.
+	checkAge := func(what string, w *httptest.ResponseRecorder) {
+		t.Helper()
+		age, err := strconv.Atoi(w.Header().Get("Age"))
+		if most := int(time.Since(start) / time.Second); err != nil || age < 1 || age > most {
+			t.Errorf("%s: X-Cache %q Age %q, want a hit aged 1..%d s", what, w.Header().Get("X-Cache"), w.Header().Get("Age"), most)
+		}
+	}
+	hit := c.get(z14)
+	if hit.Header().Get("X-Cache") != "HIT" {
+		t.Fatalf("X-Cache %q, want HIT", hit.Header().Get("X-Cache"))
+	}
+	checkAge("a hit", hit)
+	w := c.get(z14, "If-None-Match", hit.Header().Get("ETag"))
+	if w.Code != http.StatusNotModified {
+		t.Fatalf("If-None-Match of the hit: %d, want 304", w.Code)
+	}
+	checkAge("a 304 from the cache", w)
+}
+
 // If-Match is evaluated before If-None-Match, by strong comparison (RFC
 // 9110 §13.1.1): the tile's own ETag in the coding sent, or "*", is
 // answered as without it; another tag, a weak one, or the other coding's

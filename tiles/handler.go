@@ -298,8 +298,9 @@ var preconditionFailed = &problem.Error{Code: problem.PreconditionFailed, Param:
 // client refuses identity and accepts gzip (compressed for that answer;
 // see negotiate.Codings.SendGzip). Every answer carries
 // ETag, Cache-Control, Vary: Accept-Encoding and X-Cache (unless cache is
-// "": a tile neither cached nor rendered), and X-Tile-Reduced when a layer
-// was reduced to fit its byte budget.
+// "": a tile neither cached nor rendered), X-Tile-Reduced when a layer
+// was reduced to fit its byte budget, and Age on a hit drawn a second or
+// more before.
 func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
 	body, gz := e.data, false
@@ -314,6 +315,14 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 	}
 	if cache != "" {
 		hdr.Set("X-Cache", cache)
+	}
+	if cache == "HIT" {
+		// How long ago the tile was drawn (RFC 9111 §5.1), so that a
+		// cache downstream keeps it for max-age from its render, not from
+		// this answer.
+		if age := time.Since(e.made); age >= time.Second {
+			hdr.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
+		}
 	}
 	hdr.Set("Cache-Control", cacheControl(layers))
 	hdr.Add("Vary", "Accept-Encoding")
