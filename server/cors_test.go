@@ -169,7 +169,7 @@ func TestCORSExposesEveryHeaderTheServerSets(t *testing.T) {
 	notForScripts := map[string]string{
 		"Cache-Control": "safelisted", "Content-Language": "safelisted", "Content-Length": "safelisted",
 		"Content-Type": "safelisted", "Expires": "safelisted", "Last-Modified": "safelisted", "Pragma": "safelisted",
-		"Vary": "for caches", "Connection": "for the connection", "Content-Encoding": "decoded by the browser",
+		"Vary": "for caches", "Age": "for caches", "Connection": "for the connection", "Content-Encoding": "decoded by the browser",
 		"Content-Security-Policy": "for the browser", "Referrer-Policy": "for the browser", "X-Content-Type-Options": "for the browser",
 		"Accept-Encoding": "a request header (tests, load test client)", "X-Api-Key": "a request header",
 	}
