@@ -118,8 +118,13 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) (done func(), ok 
 }
 
 // ListFences serves GET /geofence/fences[?after=id&limit=n]: a page of fences in
-// id order. When the page is full, the collection's "next" member is the
-// URL of the following page. Ids are taken when a write starts, not when
+// id order, of at most limit fences and MaxResponseVertices positions in
+// all — the bound a contains answer has, so that a page's bytes and the
+// memory it takes do not grow with the fences' size. A page ends early,
+// before the first fence that would take it past the positions; its first
+// fence is answered whatever its size, alone on its page if need be, so
+// that every fence can be listed. When the page is full or ended early,
+// the collection's "next" member is the URL of the following page. Ids are taken when a write starts, not when
 // it commits, so a fence may commit behind a page already read: the pages
 // are a listing, not a change feed (README says so). If-Match and If-None-Match are evaluated
 // against the collection, which has no ETag (see
@@ -164,13 +169,13 @@ func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	fs, err := h.reader.Fences(r.Context(), after, limit)
+	fs, cut, err := h.reader.Fences(r.Context(), FencesQuery{After: after, Limit: limit, MaxVertices: h.limits.MaxResponseVertices})
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	h.writeCollection(w, r, http.StatusOK, fs, func(c *collection) {
-		if len(fs) == limit {
+		if len(fs) > 0 && (cut || len(fs) == limit) {
 			c.Next = h.base + FencesPath + "?after=" + strconv.FormatInt(fs[len(fs)-1].ID, 10) + "&limit=" + strconv.Itoa(limit)
 		}
 	})
@@ -223,9 +228,10 @@ func (h *Handler) writeFence(w http.ResponseWriter, r *http.Request, status int,
 // Preconditions.failedOnCollection).
 //
 // What the request's head settles — a malformed If-Match or
-// If-None-Match (400), a content coding (415), a Content-Length over the
-// limit (413) — is answered before the request waits for a turn: it needs
-// none, and waiting could last the whole request and end in a 503.
+// If-None-Match (400), a media type other than JSON or a content coding
+// (415), a Content-Length over the limit (413) — is answered before the
+// request waits for a turn: it needs none, and waiting could last the
+// whole request and end in a 503.
 func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	writer, ok := h.writable(w, r)
 	if !ok {
@@ -265,10 +271,15 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 	h.writeFence(w, r, http.StatusCreated, f)
 }
 
-// fenceBody is a fence write's body, for ParseFence: it must come without
-// a content coding and within MaxFenceBytes (see requestBody). Both are
-// checked from the request's head, before a byte of the body is read.
+// fenceBody is a fence write's body, for ParseFence: it must be JSON by
+// its Content-Type, if it has one (see jsonBody), and come without a
+// content coding and within MaxFenceBytes (see requestBody). Each is
+// checked from the request's head, in that order, before a byte of the
+// body is read.
 func (h *Handler) fenceBody(w http.ResponseWriter, r *http.Request) (io.Reader, error) {
+	if err := jsonBody(w, r); err != nil {
+		return nil, err
+	}
 	return requestBody(w, r, h.limits.MaxFenceBytes)
 }
 

@@ -3,11 +3,56 @@ package geofence
 import (
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 
 	"github.com/geotoll/geotoll/problem"
 )
+
+// acceptPost is the Accept-Post of a POST whose body's media type is
+// refused: the JSON media types the geofence API reads by name. Any other
+// application/*+json type is read too, which a media range cannot say
+// (jsonBody's detail does).
+const acceptPost = "application/json, application/geo+json"
+
+// jsonBody refuses a request body labelled with a media type other than
+// JSON: application/json, application/geo+json or any other
+// application/*+json (RFC 6839), with parameters (a charset, which must
+// be utf-8: JSON is UTF-8, RFC 8259 §8.1). A form, a text or a multipart
+// body is not read as JSON because it happens to parse as JSON: that is
+// a 415 naming Content-Type, with Accept-Post on a POST (RFC 9110
+// §15.5.16), from the request's head — before the body is read, priced
+// or (on the check) the key is checked: it costs nothing. A body without
+// a Content-Type, or with an empty one, is read as JSON, as clients that
+// send none (curl without -H, most scripts) mean it.
+func jsonBody(w http.ResponseWriter, r *http.Request) error {
+	vs := r.Header.Values("Content-Type")
+	if len(vs) == 0 || (len(vs) == 1 && strings.TrimSpace(vs[0]) == "") {
+		return nil
+	}
+	sent := strings.Join(vs, ", ")
+	if len(vs) == 1 {
+		mt, params, err := mime.ParseMediaType(vs[0])
+		charset, hasCharset := params["charset"]
+		if err == nil && jsonMediaType(mt) && (!hasCharset || strings.EqualFold(charset, "utf-8")) {
+			return nil
+		}
+	}
+	if r.Method == http.MethodPost {
+		w.Header().Set("Accept-Post", acceptPost)
+	}
+	return &problem.Error{Code: problem.UnsupportedMediaType, Param: "Content-Type",
+		Detail: "the body is sent as " + truncate(sent, 64) + "; send it as JSON: Content-Type application/json, application/geo+json " +
+			"or another application/*+json (charset utf-8, if any), or without a Content-Type"}
+}
+
+// jsonMediaType reports whether mt, a media type without parameters as
+// mime.ParseMediaType answers it (lower case), is JSON.
+func jsonMediaType(mt string) bool {
+	sub, ok := strings.CutPrefix(mt, "application/")
+	return ok && (sub == "json" || (len(sub) > len("+json") && strings.HasSuffix(sub, "+json")))
+}
 
 // plainBody refuses a request body sent in a content coding: the JSON
 // bodies of the geofence API (check, fence writes) are read as they are

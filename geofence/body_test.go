@@ -403,3 +403,46 @@ func TestParseFenceNonNumberCoordinateIsMalformed(t *testing.T) {
 		})
 	}
 }
+
+// A GeometryCollection is well formed GeoJSON of the wrong kind: a 422
+// saying the geometry must be a Polygon or MultiPolygon, where its
+// "geometries" member used to be refused as unknown (a 400). A Polygon
+// with a "geometries" member is still malformed.
+func TestParseFenceGeometryCollectionIsOutOfRange(t *testing.T) {
+	const props = `,"properties":{"name":"depot"}}`
+	for _, geom := range []string{
+		`{"type":"GeometryCollection","geometries":[]}`,
+		`{"geometries":[{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}],"type":"GeometryCollection"}`,
+	} {
+		_, err := ParseFence(strings.NewReader(`{"type":"Feature","geometry":`+geom+props), 100)
+		wantProblem(t, err, problem.OutOfRange, "geometry")
+		if err != nil && !strings.Contains(err.Error(), "Polygon or MultiPolygon") {
+			t.Errorf("%s: %v, want it to say the geometry must be a Polygon or MultiPolygon", geom, err)
+		}
+	}
+	_, err := ParseFence(strings.NewReader(`{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]],"geometries":[]}`+props), 100)
+	wantProblem(t, err, problem.Invalid, "geometry")
+}
+
+// A fence's name or kind holding a control character (C0, DEL, C1) or a
+// bidirectional embedding, override or isolate is a 422 naming the
+// member: they forge lines in logs and terminals, or make a name display
+// as another. Only NUL used to be refused. Other text passes.
+func TestParseFenceNameWithoutControls(t *testing.T) {
+	const geom = `{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}`
+	body := func(props string) string {
+		return `{"type":"Feature","geometry":` + geom + `,"properties":` + props + `}`
+	}
+	for _, c := range []string{`\u0000`, `\u0007`, `\t`, `\n`, `\r`, `\u001b`, `\u007f`, `\u0085`, `\u009b`,
+		`\u202a`, `\u202b`, `\u202c`, `\u202d`, `\u202e`, `\u2066`, `\u2067`, `\u2068`, `\u2069`} {
+		_, err := ParseFence(strings.NewReader(body(`{"name":"depot`+c+`1"}`)), 100)
+		wantProblem(t, err, problem.OutOfRange, "properties.name")
+		_, err = ParseFence(strings.NewReader(body(`{"name":"depot","kind":"`+c+`yard"}`)), 100)
+		wantProblem(t, err, problem.OutOfRange, "properties.kind")
+	}
+	for _, name := range []string{"Dépôt Zürich", "東京 倉庫", "مستودع", "depot 🚚", "a\u200db", "x\u200fy"} {
+		if in, err := ParseFence(strings.NewReader(body(`{"name":"`+name+`"}`)), 100); err != nil || in.Name != name {
+			t.Errorf("name %q: %+v, %v", name, in.Name, err)
+		}
+	}
+}

@@ -24,7 +24,9 @@
 //	     (the older paths /geofences[/{id}] are aliases). A fence comes
 //	     with a strong ETag, its revision quoted; PUT and DELETE honour
 //	     If-Match and If-None-Match (412 when they do not hold), GET
-//	     answers 304 to an If-None-Match that names the ETag
+//	     answers 304 to an If-None-Match that names the ETag. A page of the
+//	     list holds at most limit fences and MaxResponseVertices positions,
+//	     but always its first fence; one that ends early gives next too
 //
 // Package server routes these paths (below its base path) to the
 // Handler's methods, the fence admin's wrapped in Handler.Admin.
@@ -115,9 +117,27 @@
 //   - limit and fence ids are digits without sign or leading zeros; any
 //     number of digits is well formed: a limit past MaxLimit is a 422, a
 //     fence id past int64 names no fence (404), an after past it is a 422.
+//   - a fence list page holds at most limit fences and MaxResponseVertices
+//     positions: it ends before the fence that would take it past them
+//     (its geometry never rendered) and gives "next", so its bytes do not
+//     grow with the fences' size; its first fence is answered however
+//     large, alone on its page if need be, so that every fence is listed.
 //   - check and fence bodies are read as sent: one with a Content-Encoding
 //     other than identity (gzip…) is a 415 with Accept-Encoding: identity,
 //     before it is read or priced.
+//   - check and fence bodies are JSON: a Content-Type other than
+//     application/json, application/geo+json or another application/*+json
+//     (a charset other than utf-8 included) is a 415 naming Content-Type,
+//     with Accept-Post on a POST, from the request's head: before the body
+//     is read or priced, and on the check before its key is checked. A body
+//     without a Content-Type is read as JSON.
+//   - a fence's name and kind are text without control characters (C0,
+//     DEL, C1) or bidirectional embeddings, overrides and isolates
+//     (U+202A–U+202E, U+2066–U+2069): a 422 naming the member. Its
+//     geometry is a Polygon or MultiPolygon: any other type, a
+//     GeometryCollection included, is a 422. The read-only properties a
+//     fence is answered with (created_at, updated_at, revision) are taken
+//     and ignored, so a fence read with GET can be edited and PUT back.
 //   - a parameter given twice is a 400; so is a body member given twice
 //     or in another case than its own ("LAT", "Name"), in check and fence
 //     bodies alike. Malformed JSON is a 400 at the byte where it goes
@@ -151,7 +171,11 @@
 // [Store] runs each query in its own transaction — READ ONLY for reads —
 // whose first statement is SET LOCAL statement_timeout (per layer, or
 // Limits.StatementTimeout) and jit = off, with the request's context. A
-// statement timeout is a 503 with Retry-After. Layer identifiers come from
+// statement timeout is a 503 with Retry-After. A fence write cut by
+// Limits.FenceWriteTimeout is one too, whose detail says to simplify the
+// fence (fewer vertices) or raise geofence.fence_write_timeout, not to
+// query a smaller radius, box or batch; its Retry-After stays, as a
+// database busy with other work makes a write slow too. Layer identifiers come from
 // configuration, quoted with pgx.Identifier and rendered once by
 // [NewCatalog]; every value is a bound parameter. The batch check is one
 // statement (unnest … WITH ORDINALITY joined to the fences), whatever the

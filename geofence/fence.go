@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/paulmach/orb"
@@ -36,7 +37,10 @@ type FenceInput struct {
 
 // fenceDoc is the accepted shape of a fence: a GeoJSON Feature with the
 // members type, geometry, properties (and id and bbox, ignored: the path
-// names the fence, the box is recomputed).
+// names the fence, the box is recomputed). Its properties are name and
+// kind, and the read-only created_at, updated_at and revision a fence is
+// answered with, ignored: a fence read with GET can be written back with
+// PUT as it was read.
 type fenceDoc struct {
 	Type       string
 	Geometry   *geometryDoc
@@ -46,6 +50,10 @@ type fenceDoc struct {
 type geometryDoc struct {
 	Type        string
 	Coordinates json.RawMessage // bbox is ignored
+	// Geometries reports a "geometries" member: a GeometryCollection's,
+	// read only to say that the geometry must be a Polygon or
+	// MultiPolygon (a 422), not that the member is unknown (a 400).
+	Geometries bool
 }
 
 type fenceProperties struct {
@@ -55,9 +63,16 @@ type fenceProperties struct {
 // The members each object of a fence may have, matched exactly.
 var (
 	featureMembers    = []string{"type", "id", "bbox", "geometry", "properties"}
-	geometryMembers   = []string{"type", "coordinates", "bbox"}
-	propertiesMembers = []string{"name", "kind"}
+	geometryMembers   = []string{"type", "coordinates", "bbox", "geometries"}
+	propertiesMembers = []string{"name", "kind", "created_at", "updated_at", "revision"}
 )
+
+// readOnlyProperties are the properties a fence is answered with that its
+// writes do not set: the database keeps them (created_at, updated_at, and
+// the revision of the ETag). A body may carry them, with any value, and
+// they are ignored, so that a fence read with GET and edited can be PUT
+// back as it is.
+var readOnlyProperties = []string{"created_at", "updated_at", "revision"}
 
 // ParseFence reads a fence as a GeoJSON Feature:
 //
@@ -69,7 +84,10 @@ var (
 // or "Name") and none may repeat (encoding/json would keep the last), in
 // the Feature, its geometry and its properties. Unknown members are
 // refused, as are properties other than name (required, 1..MaxFenceNameLen
-// bytes of UTF-8 text) and kind (optional, default "zone"). The geometry
+// bytes of UTF-8 text), kind (optional, default "zone"; both without
+// control characters or bidirectional embeddings, overrides or isolates:
+// see checkText) and the read-only created_at, updated_at and revision
+// (ignored, whatever their value: the database sets them). The geometry
 // must be a Polygon or MultiPolygon of [lng, lat] positions (no altitude)
 // within [-180, 180] × [-90, 90], every ring closed with at least four
 // positions, no edge between antipodal positions (see antipodal), and at
@@ -128,32 +146,52 @@ func readFeature(dec bodyDecoder) (fenceDoc, error) {
 		case "geometry":
 			return readObject(dec, param, func() error {
 				doc.Geometry = &geometryDoc{}
-				return readMembers(dec, param, geometryMembers, func(name, param string) error {
-					switch name {
-					case "type":
-						return decodeString(dec, &doc.Geometry.Type, param)
-					case "coordinates":
-						return decodeRaw(dec, &doc.Geometry.Coordinates)
-					}
-					return decodeIgnored(dec, name, param) // bbox
-				})
+				return readGeometry(dec, param, doc.Geometry)
 			})
 		case "properties":
 			return readObject(dec, param, func() error {
 				doc.Properties = &fenceProperties{}
-				return readMembers(dec, param, propertiesMembers, func(name, param string) error {
-					dst := &doc.Properties.Name
-					if name == "kind" {
-						dst = &doc.Properties.Kind
-					}
-					*dst = new(string)
-					return decodeString(dec, *dst, param)
-				})
+				return readProperties(dec, param, doc.Properties)
 			})
 		}
 		return decodeIgnored(dec, name, param) // id, bbox
 	})
 	return doc, err
+}
+
+// readGeometry reads the geometry's members, its '{' already read.
+func readGeometry(dec bodyDecoder, path string, g *geometryDoc) error {
+	return readMembers(dec, path, geometryMembers, func(name, param string) error {
+		switch name {
+		case "type":
+			return decodeString(dec, &g.Type, param)
+		case "coordinates":
+			return decodeRaw(dec, &g.Coordinates)
+		case "geometries":
+			g.Geometries = true
+			var raw json.RawMessage
+			return decodeRaw(dec, &raw)
+		}
+		return decodeIgnored(dec, name, param) // bbox
+	})
+}
+
+// readProperties reads the properties' members, its '{' already read: name
+// and kind, and the read-only ones, whose values are read as JSON and
+// ignored.
+func readProperties(dec bodyDecoder, path string, p *fenceProperties) error {
+	return readMembers(dec, path, propertiesMembers, func(name, param string) error {
+		if slices.Contains(readOnlyProperties, name) {
+			var raw json.RawMessage
+			return decodeRaw(dec, &raw)
+		}
+		dst := &p.Name
+		if name == "kind" {
+			dst = &p.Kind
+		}
+		*dst = new(string)
+		return decodeString(dec, *dst, param)
+	})
 }
 
 // decodeIgnored reads a member GeoJSON allows and the fence ignores, as
@@ -240,11 +278,32 @@ func decodeRaw(dec bodyDecoder, dst *json.RawMessage) error {
 	return nil
 }
 
+// checkText checks a fence's name or kind: 1..maxLen bytes of UTF-8 text,
+// not blank, without a control character (C0, DEL or C1: a NUL PostgreSQL
+// cannot store, line breaks and escapes that forge lines in logs and
+// terminals) or a bidirectional embedding, override or isolate (U+202A–
+// U+202E, U+2066–U+2069: they reorder how the text, and whatever follows
+// it on a line, is displayed, so a name could read as another). Each is a
+// 422 naming the member.
 func checkText(param, s string, maxLen int) error {
-	if strings.TrimSpace(s) == "" || len(s) > maxLen || !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+	if strings.TrimSpace(s) == "" || len(s) > maxLen || !utf8.ValidString(s) {
 		return problem.Range(param, "%s must be 1..%d bytes of UTF-8 text, not blank", param, maxLen)
 	}
+	for i, c := range s {
+		switch {
+		case unicode.IsControl(c):
+			return problem.Range(param, "%s holds the control character %U at byte %d; control characters are not allowed", param, c, i)
+		case bidiControl(c):
+			return problem.Range(param, "%s holds the bidirectional formatting character %U at byte %d; embeddings, overrides and isolates are not allowed", param, c, i)
+		}
+	}
 	return nil
+}
+
+// bidiControl reports whether c is a bidirectional embedding, override or
+// isolate, or the character that ends one: U+202A–U+202E, U+2066–U+2069.
+func bidiControl(c rune) bool {
+	return (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069)
 }
 
 // coordinatesError is the problem of coordinates that did not decode: a
@@ -351,6 +410,12 @@ func misplaced(idx []int, depth int, tok json.Token) string {
 // parsePolygons decodes a Polygon or MultiPolygon into a MultiPolygon.
 func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
 	const param = "geometry"
+	if g.Type != "Polygon" && g.Type != "MultiPolygon" {
+		return nil, problem.Range(param, "geometry must be a Polygon or MultiPolygon, not %q", truncate(g.Type, 32))
+	}
+	if g.Geometries { // only a GeometryCollection has it
+		return nil, problem.Malformed(param, "geometry has an unknown member %q", "geometries")
+	}
 	if g.Coordinates == nil {
 		return nil, problem.Malformed(param, "geometry.coordinates is required")
 	}
@@ -374,8 +439,6 @@ func parsePolygons(g *geometryDoc, maxVertices int) (orb.MultiPolygon, error) {
 		if err != nil {
 			return nil, coordinatesError(err, "geometry.coordinates must be an array of polygons of rings of [lng, lat] positions")
 		}
-	default:
-		return nil, problem.Range(param, "geometry must be a Polygon or MultiPolygon, not %q", truncate(g.Type, 32))
 	}
 	if len(mp) == 0 {
 		return nil, problem.Range(param, "the geometry has no polygon")

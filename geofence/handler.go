@@ -265,10 +265,11 @@ type CheckResult struct {
 // query for the whole batch. The answer is {"results":[{"id","fences"}…]}.
 func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 	// What the head says wrong costs nothing, not even a failed-auth
-	// token: the query, its layer and its dry_run are read before the key.
-	// A layer not servable yet (503) is the server's state, not bad input:
-	// the body's own errors (415, 413…) still go first: parseCheck
-	// reports it after them.
+	// token: the query, its layer, its dry_run and the body's media type
+	// (jsonBody) are read before the key. A layer not servable yet (503)
+	// is the server's state, not bad input: the body's own errors (415 for
+	// a content coding, 413…) still go first: parseCheck reports it after
+	// them.
 	var layer queryLayer
 	qs, err := parseQuery(r)
 	if err == nil {
@@ -279,6 +280,9 @@ func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		_, err = dryrun.Parse(r)
+	}
+	if err == nil {
+		err = jsonBody(w, r)
 	}
 	if err != nil {
 		problem.Write(w, r, err)

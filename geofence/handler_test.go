@@ -76,9 +76,9 @@ func (f *fakeReader) Fence(_ context.Context, id int64) (Feature, error) {
 	return cannedFeature, nil
 }
 
-func (f *fakeReader) Fences(context.Context, int64, int) ([]Feature, error) {
+func (f *fakeReader) Fences(context.Context, FencesQuery) ([]Feature, bool, error) {
 	f.record("fences")
-	return []Feature{cannedFeature, cannedFeature}, nil
+	return []Feature{cannedFeature, cannedFeature}, false, nil
 }
 
 // fakeGate admits while budget lasts (in requests) and records demands.

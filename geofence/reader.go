@@ -29,6 +29,16 @@ type CheckQuery struct {
 	Points []Point
 }
 
+// FencesQuery asks for a page of the fences after After, in id order: at
+// most Limit of them, with at most MaxVertices positions in all — but for
+// the page's first fence, which is answered however large it is, so that
+// every fence can be listed.
+type FencesQuery struct {
+	After       int64
+	Limit       int
+	MaxVertices int
+}
+
 // BBoxQuery asks for the features of Layer that intersect Box, in id order,
 // at most Limit of them.
 type BBoxQuery struct {
@@ -49,9 +59,11 @@ type Reader interface {
 	// the layer's features) that contain it (never nil; empty when none),
 	// from one query.
 	Check(ctx context.Context, q CheckQuery) ([][]int64, error)
-	// Fence and Fences answer fences with their Revision.
+	// Fence and Fences answer fences with their Revision. Fences reports
+	// cut when the page ended at q.MaxVertices before q.Limit fences, with
+	// fences after it: the next page starts after its last fence.
 	Fence(ctx context.Context, id int64) (Feature, error)
-	Fences(ctx context.Context, after int64, limit int) ([]Feature, error)
+	Fences(ctx context.Context, q FencesQuery) (fs []Feature, cut bool, err error)
 }
 
 // Writer writes fences; *Store over the writer role is the production one.

@@ -30,10 +30,11 @@ type Store struct {
 	Timeout time.Duration
 	// WriteTimeout is the statement_timeout of each statement of a fence
 	// write (validate; insert, update or delete with the trigger that cuts
-	// the fence into pieces).
+	// the fence into pieces). A write cut by it is a 503 of its own (see
+	// writeTimeoutDetail).
 	WriteTimeout time.Duration
 	// RetryAfter is the Retry-After (seconds) sent with a 503 when the
-	// database timed out or could not be reached.
+	// database timed out or could not be reached, fence writes included.
 	RetryAfter int
 	// AcquireTimeout, when positive, bounds the wait for a pooled
 	// connection: a database that does not answer, or a pool whose every
@@ -56,6 +57,27 @@ const queryTimeoutDetail = "the query exceeded its time limit; try again later w
 // geotoll_fence_writer, which may write geotoll.geofences and nothing else.
 func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, Timeout: DefaultStatementTimeout, WriteTimeout: DefaultFenceWriteTimeout, RetryAfter: 2}
+}
+
+// writeTimeoutDetail is the problem detail of a fence write cut by
+// WriteTimeout (what says "smaller radius, box or batch" to a read would
+// mislead here). The time a write takes grows with the fence's vertices —
+// validating it and cutting it into pieces —, so the detail says to
+// simplify it or raise the setting. The answer keeps its Retry-After: a
+// database busy with other work also makes a write slow, and then the
+// same write passes later; a fence that is simply too large does not, and
+// the detail says so.
+func writeTimeoutDetail(timeout time.Duration) string {
+	return fmt.Sprintf("the fence took longer than the fence write timeout (%s a statement) to store and cut into pieces, and was cut: "+
+		"nothing was written. Simplify it (fewer vertices), or have the operator raise geofence.fence_write_timeout; "+
+		"the same write passes later only if the database was busy", timeout)
+}
+
+// deleteTimeoutDetail is writeTimeoutDetail for a delete, which nothing
+// in the request can make smaller.
+func deleteTimeoutDetail(timeout time.Duration) string {
+	return fmt.Sprintf("deleting the fence and its pieces took longer than the fence write timeout (%s a statement), and was cut: "+
+		"nothing was deleted; try again later, or have the operator raise geofence.fence_write_timeout", timeout)
 }
 
 // db is the guarded way to the pool, with the Store's settings.
@@ -177,9 +199,35 @@ func (s *Store) Fence(ctx context.Context, id int64) (Feature, error) {
 	return fs[0], nil
 }
 
-// Fences implements Reader.
-func (s *Store) Fences(ctx context.Context, after int64, limit int) ([]Feature, error) {
-	return s.fences(ctx, fenceListSQL, after, limit)
+// Fences implements Reader. The page ends at q.Limit fences or before the
+// first fence that would take it past q.MaxVertices positions, which comes
+// without a geometry (see geofence_fence_list.sql): it is left out and
+// the page reported cut.
+func (s *Store) Fences(ctx context.Context, q FencesQuery) ([]Feature, bool, error) {
+	out := []Feature{}
+	cut := false
+	_, err := s.db().Read(ctx, pgcall.Statement{SQL: fenceListSQL, Args: []any{q.After, q.Limit, q.MaxVertices}, Timeout: s.Timeout,
+		Scan: func(rows pgx.Rows) error {
+			var (
+				f    Feature
+				geom *string
+			)
+			_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties, &f.Revision}, func() error {
+				if geom == nil { // the fence that ended the page: the walk's last row
+					cut = true
+					return nil
+				}
+				f.Geometry = json.RawMessage(*geom)
+				out = append(out, f)
+				f = Feature{}
+				return nil
+			})
+			return err
+		}})
+	if err != nil {
+		return nil, false, err
+	}
+	return out, cut, nil
 }
 
 // fences runs a fence query, whose rows are (id, geometry, properties,
@@ -279,9 +327,11 @@ func scanFences(rows pgx.Rows) ([]Feature, error) {
 
 // write runs fn in a guarded read-write transaction of at most n
 // statements (lock, validate, then insert, update or delete) under
-// WriteTimeout each.
-func (s *Store) write(ctx context.Context, n int, fn func(context.Context, pgx.Tx) error) error {
-	err := s.db().Write(ctx, s.WriteTimeout, n, fn)
+// WriteTimeout each; a write cut by it answers timeoutDetail.
+func (s *Store) write(ctx context.Context, n int, timeoutDetail string, fn func(context.Context, pgx.Tx) error) error {
+	db := s.db()
+	db.TimeoutDetail = timeoutDetail
+	err := db.Write(ctx, s.WriteTimeout, n, fn)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == sqlstateCheckViolation {
 		return &problem.Error{Code: problem.OutOfRange, Param: "geometry", Detail: "the fence violates a table constraint: " + pgErr.ConstraintName, Err: err}
@@ -299,7 +349,7 @@ func (s *Store) write(ctx context.Context, n int, fn func(context.Context, pgx.T
 // geometry is invalid.
 func (s *Store) CreateFence(ctx context.Context, in FenceInput) (Feature, error) {
 	var out Feature
-	err := s.write(ctx, 3, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, 3, writeTimeoutDetail(s.WriteTimeout), func(ctx context.Context, tx pgx.Tx) error {
 		geom, err := validate(ctx, tx, in.Geometry)
 		if err != nil {
 			return err
@@ -326,7 +376,7 @@ func (s *Store) CreateFence(ctx context.Context, in FenceInput) (Feature, error)
 // the geometry is invalid.
 func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput, cond Preconditions) (Feature, error) {
 	var out Feature
-	err := s.write(ctx, 4, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.write(ctx, 4, writeTimeoutDetail(s.WriteTimeout), func(ctx context.Context, tx pgx.Tx) error {
 		if err := lockFence(ctx, tx, id, cond); err != nil {
 			return err
 		}
@@ -354,7 +404,7 @@ func (s *Store) ReplaceFence(ctx context.Context, id int64, in FenceInput, cond 
 // DeleteFence implements Writer: 404 when there is no such fence, 412
 // when cond does not hold (checked under the row's lock).
 func (s *Store) DeleteFence(ctx context.Context, id int64, cond Preconditions) error {
-	return s.write(ctx, 2, func(ctx context.Context, tx pgx.Tx) error {
+	return s.write(ctx, 2, deleteTimeoutDetail(s.WriteTimeout), func(ctx context.Context, tx pgx.Tx) error {
 		if err := lockFence(ctx, tx, id, cond); err != nil {
 			return err
 		}

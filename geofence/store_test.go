@@ -668,7 +668,7 @@ func TestFenceAdminRoundTrip(t *testing.T) {
 		}
 	}
 
-	page, err := reader.Fences(ctx, f.ID-1, 1)
+	page, _, err := reader.Fences(ctx, FencesQuery{After: f.ID - 1, Limit: 1, MaxVertices: 1 << 20})
 	if err != nil || len(page) != 1 || page[0].ID != f.ID {
 		t.Errorf("Fences(after %d, 1) = %v, %v", f.ID-1, page, err)
 	}

@@ -172,6 +172,7 @@ func TestCORSExposesEveryHeaderTheServerSets(t *testing.T) {
 		"Vary": "for caches", "Age": "for caches", "Connection": "for the connection", "Content-Encoding": "decoded by the browser",
 		"Content-Security-Policy": "for the browser", "Referrer-Policy": "for the browser", "X-Content-Type-Options": "for the browser",
 		"Accept-Encoding": "a request header (tests, load test client)", "X-Api-Key": "a request header",
+		"Accept-Post": "on a 415 whose problem detail names the media types too, as Accept-Encoding's does the coding",
 	}
 	set := map[string][]string{}
 	for _, dir := range []string{".", "../toll", "../tiles", "../geofence", "../problem", "../web", "../internal/pgcall"} {
