@@ -170,8 +170,8 @@ func TestEndToEndTileJSON(t *testing.T) {
 	if len(doc.VectorLayers) != 1 || doc.VectorLayers[0].ID != "places" {
 		t.Fatalf("vector_layers %+v", doc.VectorLayers)
 	}
-	want := map[string]string{"name": "String", "kind": "String", "city": "String", "rank": "Number"}
-	if f := doc.VectorLayers[0].Fields; len(f) != len(want) || f["rank"] != "Number" || f["name"] != "String" {
+	want := map[string]string{"name": "String", "kind": "String", "city": "String", "rank": "Number", "point_count": "Number"}
+	if f := doc.VectorLayers[0].Fields; len(f) != len(want) || f["rank"] != "Number" || f["name"] != "String" || f["point_count"] != "Number" {
 		t.Errorf("fields %v, want %v", f, want)
 	}
 
@@ -471,7 +471,8 @@ func TestEndToEndDiscovery(t *testing.T) {
 	if _, ok := props[drop]; !ok {
 		t.Fatalf("catalog %+v lacks %q", cat.Layers, drop)
 	}
-	if !slices.Equal(props[weird], []string{`la"bel; --`, "score"}) {
+	// A point layer: its features carry point_count too.
+	if !slices.Equal(props[weird], []string{`la"bel; --`, "score", "point_count"}) {
 		t.Errorf("%s properties %q", weird, props[weird])
 	}
 
