@@ -158,11 +158,11 @@ func exhausted(policy string, res throttle.Result) *problem.Error {
 	return &problem.Error{
 		Code: problem.Exhausted,
 		Detail: fmt.Sprintf("this request costs %s tokens; %s remain. Retry in %d s.",
-			fmtTokens(res.Cost), fmtTokens(res.Remaining), res.RetryAfterSeconds()),
+			fmtFloat(tokensUp(res.Cost)), fmtFloat(tokensDown(res.Remaining)), res.RetryAfterSeconds()),
 		RetryAfter: res.RetryAfterSeconds(),
 		Extra: map[string]any{
-			"cost":              round3(res.Cost),
-			"remaining":         round3(res.Remaining),
+			"cost":              tokensUp(res.Cost),
+			"remaining":         tokensDown(res.Remaining),
 			"retry_after":       res.RetryAfterSeconds(),
 			"violated-policies": []string{policy},
 		},
@@ -199,8 +199,11 @@ func tokenPolicy(name string, l throttle.Limit) string {
 // X-Request-Cost. A bucket in debt (after a settlement) shows 0 remaining.
 func setBudgetHeaders(h http.Header, pol string, tier Tier, res throttle.Result) {
 	capacity := int(math.Floor(tier.Limit.Capacity))
-	// Round to 1e-4 tokens first: 42 may arrive as 41.999995.
-	remaining := max(0, int(math.Floor(math.Round(res.Remaining*1e4)/1e4)))
+	// Whole tokens the bucket holds, never one it lacks (a request of r
+	// tokens is admitted): rounded to the store's micro-token first, so
+	// that float arithmetic's 41.99999999 is 42, then down — 42.99996 is
+	// 42, not 43.
+	remaining := max(0, int(math.Floor(math.Round(res.Remaining*1e6)/1e6)))
 	h.Set("RateLimit-Policy", pol)
 	h.Set("RateLimit", strconv.Quote(tier.Name)+";r="+strconv.Itoa(remaining)+";t="+strconv.Itoa(res.ResetSeconds()))
 	h.Set("X-RateLimit-Limit", strconv.Itoa(capacity))
@@ -223,4 +226,14 @@ func setConcurrencyHeaders(h http.Header, tier Tier) {
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
-func fmtTokens(v float64) string { return strconv.FormatFloat(round3(v), 'f', -1, 64) }
+func fmtTokens(v float64) string { return fmtFloat(round3(v)) }
+
+func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// tokensUp and tokensDown write a refusal's cost and remaining tokens to
+// a thousandth — the cost up, what remains down — so that the refusal
+// never shows a remainder that would pay the cost (42.99996 remaining
+// and 43 to pay is "43 … 42.999", not "43 … 43"). Rounded to the store's
+// micro-token first: float arithmetic's noise is not a thousandth.
+func tokensUp(v float64) float64   { return math.Ceil(math.Round(v*1e6)/1e3) / 1e3 }
+func tokensDown(v float64) float64 { return math.Floor(math.Round(v*1e6)/1e3) / 1e3 }

@@ -240,3 +240,42 @@ func TestDryRunSeesTheIPv6Aggregate(t *testing.T) {
 		}
 	})
 }
+
+// The budget headers never promise a token the bucket lacks: after 57.00004
+// of 100 tokens, 42.99996 remain — RateLimit's r and X-RateLimit-Remaining
+// say 42, a request of 43 is refused, and its refusal's detail and members
+// do not show a remainder that would pay it.
+func TestRemainingHeadersRoundDown(t *testing.T) {
+	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		toll, _ := redisTollOn(t, rdb)
+		toll.Tiers[AnonymousTier] = Tier{Name: AnonymousTier, Limit: throttle.Limit{Rate: 1e-6, Capacity: 100}}
+		charge := func(cost float64) (*httptest.ResponseRecorder, bool) {
+			r := httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt", nil)
+			r.RemoteAddr = "192.0.2.77:5555"
+			w := httptest.NewRecorder()
+			return w, toll.Charge(w, r, Price{Cost: cost, Route: routeTile, Layer: "x", Zoom: 0, Base: 0.01}) != nil
+		}
+		w, ok := charge(57.00004)
+		if !ok {
+			t.Fatal("the first request was refused")
+		}
+		if got := w.Header().Get("X-RateLimit-Remaining"); got != "42" || !strings.Contains(w.Header().Get("RateLimit"), ";r=42;") {
+			t.Errorf("42.99996 tokens left: X-RateLimit-Remaining %q, RateLimit %q, want 42", got, w.Header().Get("RateLimit"))
+		}
+		refused, ok := charge(43)
+		if ok {
+			t.Fatal("a request of 43 tokens was admitted with 42.99996 left")
+		}
+		var body struct {
+			Detail    string  `json:"detail"`
+			Cost      float64 `json:"cost"`
+			Remaining float64 `json:"remaining"`
+		}
+		if err := json.Unmarshal(refused.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		if body.Remaining >= body.Cost || body.Remaining != 42.999 || !strings.Contains(body.Detail, "costs 43 tokens; 42.999 remain") {
+			t.Errorf("refusal: cost %v, remaining %v, detail %q; want 43 and 42.999", body.Cost, body.Remaining, body.Detail)
+		}
+	})
+}
