@@ -174,7 +174,7 @@ func DefaultConfig() Config {
 		LogLevel:   "info",
 		LogFormat:  "json",
 		DemoLayers: true,
-		Tracing:    TracingConfig{ServiceName: "geotoll", SampleRatio: 1},
+		Tracing:    TracingConfig{ServiceName: defaultServiceName, SampleRatio: 1},
 		Database: DatabaseConfig{MaxConns: 4, BackgroundConns: 6, AnonymousMaxConns: 2, RetryAfter: 2, AcquireTimeout: time.Second, ConnectTimeout: 2 * time.Second,
 			CancelWait: time.Minute},
 		Redis: RedisConfig{Timeout: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond, FailMode: "local", Replicas: 1,

@@ -29,10 +29,15 @@ import (
 // the exporter reads the other OTEL_EXPORTER_OTLP_* variables (headers,
 // timeout) itself.
 type TracingConfig struct {
-	Endpoint    string  `yaml:"endpoint"`     // OTLP/HTTP collector URL, e.g. http://127.0.0.1:4318
-	ServiceName string  `yaml:"service_name"` // the service.name resource attribute
+	Endpoint string `yaml:"endpoint"` // OTLP/HTTP collector URL, e.g. http://127.0.0.1:4318
+	// ServiceName is the service.name resource attribute; left at
+	// defaultServiceName, OTEL_SERVICE_NAME names the service when set.
+	ServiceName string  `yaml:"service_name"`
 	SampleRatio float64 `yaml:"sample_ratio"` // share of new traces sampled, 0..1; a caller's sampled traceparent is followed
 }
+
+// defaultServiceName is tracing.service_name's default.
+const defaultServiceName = "geotoll"
 
 // enabled reports whether tracing is on.
 func (c TracingConfig) enabled() bool {
@@ -97,7 +102,14 @@ func (c TracingConfig) provider(ctx context.Context) (*sdktrace.TracerProvider, 
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	res := resource.NewSchemaless(attribute.String("service.name", c.ServiceName), attribute.String("service.version", version))
+	attrs := []attribute.KeyValue{attribute.String("service.version", version)}
+	// The SDK merges the environment's resource (OTEL_SERVICE_NAME,
+	// OTEL_RESOURCE_ATTRIBUTES) under this one: the default name must not
+	// hide a name the deployment gave there.
+	if c.ServiceName != defaultServiceName || os.Getenv("OTEL_SERVICE_NAME") == "" {
+		attrs = append(attrs, attribute.String("service.name", c.ServiceName))
+	}
+	res := resource.NewSchemaless(attrs...)
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio)))), nil
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // A tracing.sample_ratio outside 0..1 is refused by the configuration's
@@ -29,5 +32,36 @@ func TestValidateTracingSampleRatio(t *testing.T) {
 				t.Fatalf("sample_ratio %g: validate() = %v, want refused %v", tc.ratio, err, tc.bad)
 			}
 		})
+	}
+}
+
+// The deployment's OpenTelemetry environment reaches the spans' resource:
+// OTEL_SERVICE_NAME names the service while tracing.service_name is left
+// at its default (a name set there wins), and OTEL_RESOURCE_ATTRIBUTES
+// adds its attributes.
+func TestTracingResourceFollowsTheEnvironment(t *testing.T) {
+	t.Setenv("OTEL_SERVICE_NAME", "geotoll-eu")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=replica-7")
+	for _, tc := range []struct{ configured, want string }{
+		{defaultServiceName, "geotoll-eu"},
+		{"tiles-prod", "tiles-prod"},
+	} {
+		cfg := TracingConfig{Endpoint: "http://127.0.0.1:1", ServiceName: tc.configured, SampleRatio: 1}
+		tp, err := cfg.provider(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, span := tp.Tracer("t").Start(t.Context(), "x")
+		attrs := map[string]string{}
+		for _, kv := range span.(sdktrace.ReadOnlySpan).Resource().Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		span.End()
+		if err := tp.Shutdown(context.Background()); err != nil {
+			t.Log(err) // nothing listens at the endpoint
+		}
+		if attrs["service.name"] != tc.want || attrs["service.instance.id"] != "replica-7" || attrs["service.version"] == "" {
+			t.Errorf("service_name %q: resource %v, want service.name %q, service.instance.id replica-7 and a version", tc.configured, attrs, tc.want)
+		}
 	}
 }
