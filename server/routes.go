@@ -155,8 +155,10 @@ func newRouter(base string, rs []route) *mux.Router {
 // path with a slash there (RFC 3986 §6.2.2.2), and no route has a slash
 // inside a segment — served as that path, one tile would have several
 // addresses, each a cache entry of its own and a rule of a CDN's or
-// firewall's to get round.
-func cleanPath(next http.Handler) http.Handler {
+// firewall's to get round. Below a base path, the base itself ("/maps")
+// is redirected to its root ("/maps/", the preview page), as a user types
+// it.
+func cleanPath(base string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.RawPath != "" && strings.Contains(strings.ToUpper(r.URL.RawPath), "%2F") {
 			notFound(w, r)
@@ -164,7 +166,7 @@ func cleanPath(next http.Handler) http.Handler {
 		}
 		p := r.URL.Path
 		clean := path.Clean("/" + p)
-		if strings.HasSuffix(p, "/") && clean != "/" {
+		if (strings.HasSuffix(p, "/") && clean != "/") || (base != "" && clean == base) {
 			clean += "/"
 		}
 		if clean == p {

@@ -64,7 +64,7 @@ func New(o Options) http.Handler {
 	r.Use(nameRoute)
 	// toll.Finish is innermost: the requests the toll admitted are ended
 	// (settled, their slots freed) when their handler returns or panics.
-	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(toll.Finish(cleanPath(r)))))
+	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(toll.Finish(cleanPath(base, r)))))
 	if o.Metrics != nil {
 		h = o.Metrics.wrap(h)
 	}
@@ -79,7 +79,7 @@ func Ops(o Options) http.Handler {
 	}
 	r := newRouter("", o.opsRoutes())
 	r.Use(nameRoute)
-	return withRequestID(withAccessLog(o.Logger, cleanPath(r)))
+	return withRequestID(withAccessLog(o.Logger, cleanPath("", r)))
 }
 
 // ready is the readiness with detail.

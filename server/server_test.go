@@ -226,6 +226,9 @@ func TestCleanPathRedirectKeepsQueryAndMethod(t *testing.T) {
 		{"POST keeps its method", "", http.MethodPost, "//geofence/check?layer=districts", http.StatusPermanentRedirect, "/geofence/check?layer=districts"},
 		{"PUT keeps its method", "", http.MethodPut, "/geofence//fences/7", http.StatusPermanentRedirect, "/geofence/fences/7"},
 		{"DELETE keeps its method", "", http.MethodDelete, "/geofence/fences/../fences/7", http.StatusPermanentRedirect, "/geofence/fences/7"},
+		// The base path as typed, without its slash: its root, the preview.
+		{"the base path itself", "/maps", http.MethodGet, "/maps?key=k", http.StatusMovedPermanently, "/maps/?key=k"},
+		{"the base path's dot segment", "/maps", http.MethodGet, "/maps/x/..", http.StatusMovedPermanently, "/maps/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := New(Options{Logger: quietLogger(), BasePath: tc.base})
