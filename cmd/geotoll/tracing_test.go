@@ -54,7 +54,7 @@ func TestTracingResourceFollowsTheEnvironment(t *testing.T) {
 		_, span := tp.Tracer("t").Start(t.Context(), "x")
 		attrs := map[string]string{}
 		for _, kv := range span.(sdktrace.ReadOnlySpan).Resource().Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		span.End()
 		if err := tp.Shutdown(context.Background()); err != nil {
