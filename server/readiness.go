@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,9 +41,15 @@ type Readiness struct {
 	checks            map[string]Check
 	interval, timeout time.Duration
 
-	mu   sync.Mutex
-	last readyReport
+	mu       sync.Mutex
+	last     readyReport
+	stopping atomic.Bool // Stopping was called: 503 from now on
 }
+
+// Stopping makes /readyz answer 503 ("shutting down") from now on, the
+// checks' results aside: the process is draining, and a load balancer
+// should send it nothing new.
+func (rd *Readiness) Stopping() { rd.stopping.Store(true) }
 
 type readyReport struct {
 	at     time.Time
@@ -169,6 +176,10 @@ func (rd *Readiness) report() (int, map[string]any) {
 	case time.Since(last.at) > 2*rd.interval+rd.timeout:
 		last.ready = false
 		body["ready"], body["detail"] = false, "the readiness checks have not run since "+last.at.UTC().Format(time.RFC3339)
+	}
+	if rd.stopping.Load() {
+		last.ready = false
+		body["ready"], body["detail"] = false, "shutting down"
 	}
 	if !last.at.IsZero() {
 		body["checked_at"] = last.at.UTC().Format(time.RFC3339Nano)

@@ -151,3 +151,25 @@ func TestConnCheckIgnoresBusyPool(t *testing.T) {
 		t.Fatalf("the check did not reconnect after its connection died: %v", err)
 	}
 }
+
+// A stopping process is unready whatever its checks say: 503 with detail
+// "shutting down", on the detailed and the public /readyz alike.
+func TestReadyzStopping(t *testing.T) {
+	rd := NewReadiness(map[string]Check{"db": func(context.Context) error { return nil }}, time.Hour, time.Second)
+	rd.Check(t.Context())
+	h := New(Options{Logger: discard(), Ready: rd})
+	if code, _ := readyz(t, h); code != http.StatusOK {
+		t.Fatalf("before Stopping: %d, want 200", code)
+	}
+	rd.Stopping()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"detail":"shutting down"`) {
+		t.Errorf("after Stopping: %d %s, want 503 shutting down", w.Code, w.Body)
+	}
+	w = httptest.NewRecorder()
+	New(Options{Logger: discard(), Ready: rd, OpsListener: true}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if w.Code != http.StatusServiceUnavailable || w.Body.String() != "{\"ready\":false}\n" {
+		t.Errorf("public /readyz after Stopping: %d %s, want 503 ready false", w.Code, w.Body)
+	}
+}

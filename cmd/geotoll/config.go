@@ -112,6 +112,10 @@ type HTTPConfig struct {
 	RequestTimeout time.Duration `yaml:"request_timeout"`
 	IdleTimeout    time.Duration `yaml:"idle_timeout"`
 	ShutdownGrace  time.Duration `yaml:"shutdown_grace"`
+	// ShutdownDelay is how long a stopping server keeps serving, /readyz
+	// answering 503, before it closes its listener: time for a load
+	// balancer to see it unready and send it nothing new. 0: none.
+	ShutdownDelay  time.Duration `yaml:"shutdown_delay"`
 	MaxHeaderBytes int           `yaml:"max_header_bytes"`
 	// TrustedProxies are the CIDRs whose X-Forwarded-For / Forwarded
 	// headers are believed; from anyone else they are ignored.
@@ -394,6 +398,9 @@ func (c Config) validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("http.%s must be positive", name))
 		}
+	}
+	if h.ShutdownDelay < 0 || h.ShutdownDelay > time.Minute {
+		errs = append(errs, fmt.Errorf("http.shutdown_delay %s must be from 0s to 1m", h.ShutdownDelay))
 	}
 	errs = append(errs, h.validateReadiness()...)
 	errs = append(errs, c.validateListeners()...)

@@ -148,3 +148,46 @@ func TestServeStopsEverythingWhenAListenerFails(t *testing.T) {
 		t.Fatalf("the operators' listener still answers (%d) after Serve returned", resp.StatusCode)
 	}
 }
+
+// On SIGTERM a server with http.shutdown_delay goes on serving for that
+// long while /readyz answers 503 ("shutting down") on both listeners, so
+// that a load balancer stops sending it requests before its listener
+// closes; then it shuts down as without one.
+func TestEndToEndShutdownDelayIsUnreadyWhileServing(t *testing.T) {
+	t.Parallel()
+	m, stop := launchMain(t, func(c *Config) {
+		c.MetricsListen = "127.0.0.1:0"
+		c.HTTP.ShutdownDelay = 3 * time.Second
+	}, nil)
+	public, ops := "http://"+m.Addr(), "http://"+m.OpsAddr()
+	if resp, body := get(t, ops+"/readyz", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz before the shutdown: %d %s", resp.StatusCode, short(body))
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	var detail map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, body := get(t, ops+"/readyz", "")
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			if err := json.Unmarshal(body, &detail); err != nil || detail["detail"] != "shutting down" {
+				t.Fatalf("/readyz while draining: %s, want detail shutting down", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz did not turn 503 within 10 s of the shutdown")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Still serving: the public listener answers, unready.
+	if resp, _ := get(t, public+"/healthz", ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("public /healthz while draining: %d, want 200", resp.StatusCode)
+	}
+	if resp, _ := get(t, public+"/readyz", ""); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("public /readyz while draining: %d, want 503", resp.StatusCode)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}

@@ -364,6 +364,20 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 	return h, nil
 }
 
+// drain begins the shutdown: /readyz answers 503 from now on, and the
+// server goes on serving for http.shutdown_delay, so that a load balancer
+// sees it unready before its listener closes — unless a listener failed,
+// when there is nothing to drain through.
+func (m *Main) drain(listenerFailed bool) {
+	if m.ready != nil {
+		m.ready.Stopping()
+	}
+	if d := m.Config.HTTP.ShutdownDelay; d > 0 && !listenerFailed {
+		m.Logger.Info("unready: serving on before shutting down", "delay", d)
+		time.Sleep(d)
+	}
+}
+
 // Addr is the bound listen address (useful with port 0).
 func (m *Main) Addr() string { return m.listener.Addr().String() }
 
@@ -399,6 +413,7 @@ func (m *Main) Serve(ctx context.Context) error {
 		m.Logger.Error("a listener failed: shutting down", "err", failed)
 	case <-ctx.Done():
 	}
+	m.drain(failed != nil)
 	m.Logger.Info("shutting down", "grace", m.Config.HTTP.ShutdownGrace)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.Config.HTTP.ShutdownGrace)
 	defer cancel()
