@@ -81,6 +81,35 @@ func TestMetricsTiles(t *testing.T) {
 	}
 }
 
+// The latency histograms reach past the longest a request can take (its
+// write timeout, 30 s by default): a request answered at its deadline is
+// not lost in +Inf.
+func TestMetricsDurationBucketsCoverTheDeadlines(t *testing.T) {
+	t.Parallel()
+	m, reg := newTestMetrics(t)
+	m.TileQuery("places", 14, 25*time.Second)
+	h := New(Options{Logger: quietLogger(), Metrics: m})
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, f := range families {
+		if f.GetName() != "geotoll_http_request_duration_seconds" && f.GetName() != "geotoll_tile_query_duration_seconds" {
+			continue
+		}
+		seen++
+		buckets := f.GetMetric()[0].GetHistogram().GetBucket()
+		if top := buckets[len(buckets)-1].GetUpperBound(); top < 60 {
+			t.Errorf("%s: the last finite bucket is %v s, want at least 60 s", f.GetName(), top)
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("found %d of the 2 latency histograms", seen)
+	}
+}
+
 // Requests are counted by route template (never the raw path), method and
 // status, including unmatched routes and CORS preflights; /metrics serves
 // the registry.
