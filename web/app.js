@@ -73,12 +73,14 @@
     requests: 0, // tile responses received
     priced: 0, // of which carried budget headers
     loaded: 0, // of which were tiles handed to the map (200 or 204)
-    drawn: {}, // "layer/z" -> tiles MapLibre has parsed and can draw
-    spent: 0, // tokens charged (sum of X-Request-Cost of admitted tiles)
+    // Keyed by layer name, so without a prototype: a layer may be called
+    // constructor, toString or __proto__.
+    drawn: Object.create(null), // "layer/z" -> tiles MapLibre has parsed and can draw
+    spent: 0, // tokens charged (sum of X-Request-Cost of the responses charged: see charged)
     refused: 0, // 429 responses
     errors: 0, // other failures (not aborts)
     retries: 0,
-    perLayer: {}, // name -> {requests, loaded (200 or 204), empty (204), refused (429)}
+    perLayer: Object.create(null), // name -> {requests, loaded (200 or 204), empty (204), refused (429)}
     refusedTiles: [], // [{layer, z, x, y, retryAfter, attempts, final}] now outlined
     gaveUp: 0, // refused tiles left empty (Retry-After over MAX_RETRY_WAIT)
     waiting: 0, // tiles queued behind a Retry-After
@@ -93,22 +95,53 @@
 
   // ------------------------------------------------------------ headers --
 
-  // parseItem reads the first member of a structured-field list such as
-  // `"keyed";q=100;w=5` into {name, params}.
-  function parseItem(value) {
-    if (!value) return null;
-    var first = value.split(',')[0];
-    var parts = first.split(';');
-    var name = parts[0].trim().replace(/^"(.*)"$/, '$1');
-    var out = {};
-    for (var i = 1; i < parts.length; i++) {
-      var eq = parts[i].indexOf('=');
-      if (eq < 0) continue;
-      var k = parts[i].slice(0, eq).trim();
-      var v = parts[i].slice(eq + 1).trim().replace(/^"(.*)"$/, '$1');
-      out[k] = v;
+  // splitTop splits s at each sep outside a quoted string.
+  function splitTop(s, sep) {
+    var out = [];
+    var cur = '';
+    var quoted = false;
+    for (var i = 0; i < s.length; i++) {
+      var c = s.charAt(i);
+      if (quoted && c === '\\' && i + 1 < s.length) {
+        cur += c + s.charAt(++i);
+        continue;
+      }
+      if (c === '"') quoted = !quoted;
+      if (c === sep && !quoted) {
+        out.push(cur);
+        cur = '';
+        continue;
+      }
+      cur += c;
     }
-    return { name: name, params: out };
+    out.push(cur);
+    return out;
+  }
+
+  function unquote(v) {
+    v = v.trim();
+    return /^"[\s\S]*"$/.test(v) ? v.slice(1, -1).replace(/\\([\s\S])/g, '$1') : v;
+  }
+
+  // parseList reads a structured-field list such as
+  // `"keyed";q=100;w=5, "keyed-concurrency";q=4` into its members,
+  // [{name, params}], in order.
+  function parseList(value) {
+    if (!value) return [];
+    var out = [];
+    splitTop(value, ',').forEach(function (member) {
+      var parts = splitTop(member, ';');
+      var name = unquote(parts[0]);
+      if (!name) return;
+      var params = Object.create(null);
+      for (var i = 1; i < parts.length; i++) {
+        var eq = parts[i].indexOf('=');
+        if (eq < 0) continue;
+        params[parts[i].slice(0, eq).trim()] = unquote(parts[i].slice(eq + 1));
+      }
+      out.push({ name: name, params: params });
+    });
+    return out;
   }
 
   function num(v) {
@@ -117,23 +150,68 @@
     return Number.isFinite(n) ? n : null;
   }
 
-  // budgetFrom reads the budget headers of one response, preferring the
-  // draft RateLimit fields and falling back to X-RateLimit-*.
+  // budgetFrom reads the budget headers of one response: the draft
+  // RateLimit fields, or X-RateLimit-* from a server that sends only those.
+  //
+  // The first member of RateLimit-Policy is the caller's own bucket (its
+  // tier's); the others are policies that can refuse it too (its in-flight
+  // cap "<tier>-concurrency", its IPv6 network's bucket, the global
+  // budget). RateLimit names the policy it describes, and on a refusal by
+  // one of the others it is that policy's (`"<tier>-concurrency";r=0;t=1`,
+  // or the network's bucket) — as are the X-RateLimit-* then. So remaining
+  // and reset are read only from the RateLimit member that names the
+  // caller's bucket; a response without one leaves them null, and the
+  // meter keeps what it had.
   function budgetFrom(headers) {
-    var policy = parseItem(headers.get('RateLimit-Policy'));
-    var limit = parseItem(headers.get('RateLimit'));
-    var b = {
-      tier: (policy && policy.name) || (limit && limit.name) || null,
-      capacity: num(policy && policy.params.q),
-      window: num(policy && policy.params.w),
+    var policies = parseList(headers.get('RateLimit-Policy'));
+    var limits = parseList(headers.get('RateLimit'));
+    var cost = num(headers.get('X-Request-Cost'));
+    if (!policies.length && !limits.length) {
+      return {
+        tier: null,
+        capacity: num(headers.get('X-RateLimit-Limit')),
+        window: null,
+        remaining: num(headers.get('X-RateLimit-Remaining')),
+        reset: num(headers.get('X-RateLimit-Reset')),
+        cost: cost,
+      };
+    }
+    var own = policies.length ? policies[0] : null;
+    var name = own ? own.name : limits[0].name;
+    var limit = null;
+    for (var i = 0; i < limits.length && !limit; i++) {
+      if (limits[i].name === name) limit = limits[i];
+    }
+    return {
+      tier: name,
+      capacity: own ? num(own.params.q) : num(headers.get('X-RateLimit-Limit')),
+      window: own ? num(own.params.w) : null,
       remaining: num(limit && limit.params.r),
       reset: num(limit && limit.params.t),
-      cost: num(headers.get('X-Request-Cost')),
+      cost: cost,
     };
-    if (b.capacity === null) b.capacity = num(headers.get('X-RateLimit-Limit'));
-    if (b.remaining === null) b.remaining = num(headers.get('X-RateLimit-Remaining'));
-    if (b.reset === null) b.reset = num(headers.get('X-RateLimit-Reset'));
-    return b;
+  }
+
+  // The problem type of a refusal by the global database budget (a 503):
+  // IANA's temporary-reduced-capacity.
+  var REDUCED_CAPACITY = /#temporary-reduced-capacity$/;
+
+  // charged reports whether the server charged the X-Request-Cost of a
+  // response (toll.Charge and toll/refusal.go): a request it admitted is
+  // charged whatever its answer — a tile (200, 204, 304), and as much a
+  // 503 or 500 when the database failed it, settled at the database time
+  // it had taken — and a 401 for an unknown key is charged to the
+  // failed-auth bucket its headers describe. Priced but not charged: a
+  // refusal (429: the caller's bucket, its network's or its in-flight
+  // cap), a price above the most the tier allows (422), a refusal by the
+  // global database budget (503 of type temporary-reduced-capacity: "your
+  // own budget was not charged") and an answer in shadow mode the bucket
+  // could not pay (X-RateLimit-Shadow: would-refuse).
+  function charged(resp, problem) {
+    if (resp.status === 429 || resp.status === 422) return false;
+    if (resp.status === 503 && problem && REDUCED_CAPACITY.test(String(problem.type))) return false;
+    if (resp.headers.get('X-RateLimit-Shadow')) return false;
+    return true;
   }
 
   function retryAfter(headers) {
@@ -148,7 +226,8 @@
     return state.perLayer[name];
   }
 
-  // observe records one tile response in the state and the meter.
+  // observe records one tile response's budget headers in the state and
+  // the meter, and returns them (spend adds what it was charged).
   function observe(resp, tile) {
     state.requests++;
     state.lastStatus = resp.status;
@@ -157,7 +236,7 @@
     var b = budgetFrom(resp.headers);
     if (b.remaining === null && b.capacity === null && b.cost === null) {
       render();
-      return; // not priced (bad input, or a server without a toll)
+      return b; // not priced (bad input, or a server without a toll)
     }
     state.priced++;
     if (b.tier !== null) state.tier = b.tier;
@@ -173,10 +252,16 @@
       state.observedAt = Date.now();
     }
     if (b.reset !== null) state.reset = b.reset;
-    if (b.cost !== null) {
-      state.lastCost = b.cost;
-      if (resp.status !== 429) state.spent = Math.round((state.spent + b.cost) * 1000) / 1000;
-    }
+    if (b.cost !== null) state.lastCost = b.cost;
+    render();
+    return b;
+  }
+
+  // spend counts the cost of a response the server charged; problem is
+  // its problem document, if any.
+  function spend(resp, b, problem) {
+    if (b.cost === null || !charged(resp, problem)) return;
+    state.spent = Math.round((state.spent + b.cost) * 1000) / 1000;
     render();
   }
 
@@ -233,6 +318,15 @@
     return Number(n.toFixed(d)).toLocaleString('en-US', { maximumFractionDigits: d });
   }
 
+  // fmtCost shows a price: to a tenth from 1 token, two significant digits
+  // below (0.02, 0.15), "<0.01" below that.
+  function fmtCost(n) {
+    if (n === null || n === undefined) return '–';
+    if (n > 0 && n < 0.01) return '<0.01';
+    if (n < 1) return String(Number(n.toPrecision(2)));
+    return fmt(n, 1);
+  }
+
   var renderQueued = false;
   function render() {
     if (renderQueued) return;
@@ -275,7 +369,7 @@
     note.hidden = !r;
     if (r) {
       note.textContent = 'Refused ' + r.layer + ' ' + r.z + '/' + r.x + '/' + r.y +
-        ' (cost ' + fmt(r.cost, 1) + '): retry after ' + r.retryAfter + ' s' +
+        ' (cost ' + fmtCost(r.cost) + '): retry after ' + r.retryAfter + ' s' +
         (refusedTiles.size ? ' · ' + refusedTiles.size + ' tile(s) outlined' : '') +
         (waiting.length ? ' · ' + waiting.length + ' waiting' : '');
     }
@@ -437,8 +531,9 @@
           await sleep(Math.max(50, notBefore - Date.now()), signal);
         }
         var resp = await fetch(url, { headers: headers, signal: signal, cache: 'no-cache', credentials: 'omit' });
-        observe(resp, tile);
+        var b = observe(resp, tile);
         if (resp.status === 200) {
+          spend(resp, b, null);
           var data = await resp.arrayBuffer();
           state.loaded++;
           layerStats(tile.layer).loaded++;
@@ -446,6 +541,7 @@
           return { data: data };
         }
         if (resp.status === 204) {
+          spend(resp, b, null);
           state.loaded++;
           layerStats(tile.layer).loaded++;
           layerStats(tile.layer).empty++;
@@ -454,7 +550,15 @@
         }
         var body = await resp.text().catch(function () { return ''; });
         var detail = body;
-        try { detail = JSON.parse(body).detail || body; } catch (e) { /* not JSON */ }
+        var problem = null;
+        try {
+          var doc = JSON.parse(body);
+          if (doc && typeof doc === 'object') {
+            problem = doc;
+            detail = doc.detail || body;
+          }
+        } catch (e) { /* not JSON */ }
+        spend(resp, b, problem);
         if (resp.status === 429) {
           var t = markRefused(tile, resp, num(resp.headers.get('X-Request-Cost')), detail);
           if (t.final) {
@@ -530,7 +634,7 @@
       }
     }
     if (!Array.isArray(items)) return [];
-    var seen = {};
+    var seen = Object.create(null); // a layer may be called constructor or __proto__
     var out = [];
     items.map(normalizeLayer).forEach(function (l) {
       if (l && !seen[l.name] && l.minzoom <= l.maxzoom) {
