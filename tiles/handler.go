@@ -313,6 +313,11 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 	if !gz && len(e.data) > 0 && codings.SendGzip(false) {
 		body, gz = gzipTile(e.data), true
 	}
+	// Before the tile's own headers: a problem carries none of them.
+	if matchFails(r.Header.Values("If-Match"), e.etagFor(gz)) {
+		problem.Write(w, r, preconditionFailed)
+		return
+	}
 	if cache != "" {
 		hdr.Set("X-Cache", cache)
 	}
@@ -329,10 +334,6 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 	hdr.Set("ETag", e.etagFor(gz))
 	if e.reduced != "" {
 		hdr.Set(HeaderReduced, e.reduced)
-	}
-	if matchFails(r.Header.Values("If-Match"), e.etagFor(gz)) {
-		problem.Write(w, r, preconditionFailed)
-		return
 	}
 	if noneMatch(r.Header.Values("If-None-Match"), e.matches(gz)) {
 		w.WriteHeader(http.StatusNotModified)

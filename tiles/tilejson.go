@@ -554,9 +554,6 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaSc
 	}
 	body = append(body, '\n')
 	hdr := w.Header()
-	if vary := h.Proxies.HostHeaders(); h.PublicURL == "" && len(vary) > 0 {
-		hdr.Add("Vary", strings.Join(vary, ", "))
-	}
 	var etag string
 	if scope == metaPublic {
 		etag = metaETag(body)
@@ -564,6 +561,9 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaSc
 	if matchFails(r.Header.Values("If-Match"), etag) {
 		problem.Write(w, r, preconditionFailed)
 		return
+	}
+	if vary := h.Proxies.HostHeaders(); h.PublicURL == "" && len(vary) > 0 {
+		hdr.Add("Vary", strings.Join(vary, ", "))
 	}
 	switch scope {
 	case metaPrivate:

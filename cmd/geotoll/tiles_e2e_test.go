@@ -689,3 +689,30 @@ func TestEndToEndTileJSONETagOutlivesTheStorageAge(t *testing.T) {
 		}
 	}
 }
+
+// The answers a cached tile and the documents give to conditions and
+// from the cache are the ones the published document describes (every
+// answer here passes the contract check launchMain installs): a tile
+// hit's 412 carries none of the tile's own headers, an empty tile from
+// the cache its Age, and a TileJSON 412 behind trusted proxies no Vary.
+func TestEndToEndConditionalAndCachedAnswersMatchTheContract(t *testing.T) {
+	t.Parallel()
+	base, _ := startServer(t, func(c *Config) { c.HTTP.TrustedProxies = []string{"127.0.0.1/32"} })
+	tile, empty := base+"/tiles/places/14/8802/5373.mvt", base+"/tiles/places/14/0/0.mvt"
+	for _, url := range []string{tile, empty} {
+		send(t, http.MethodGet, url, "")
+	}
+	time.Sleep(1100 * time.Millisecond) // the hits below are a second old: they carry Age
+	resp, _ := send(t, http.MethodGet, tile, "", "If-Match", `"nope"`)
+	if resp.StatusCode != http.StatusPreconditionFailed || resp.Header.Get("Age") != "" || resp.Header.Get("X-Cache") != "" {
+		t.Errorf("a hit asked with a failing If-Match: %d Age %q X-Cache %q, want a 412 without the tile's headers",
+			resp.StatusCode, resp.Header.Get("Age"), resp.Header.Get("X-Cache"))
+	}
+	if resp, _ := send(t, http.MethodGet, empty, ""); resp.StatusCode != http.StatusNoContent || resp.Header.Get("Age") == "" {
+		t.Errorf("an empty tile from the cache: %d Age %q, want 204 with its Age", resp.StatusCode, resp.Header.Get("Age"))
+	}
+	resp, _ = send(t, http.MethodGet, base+"/tiles/places.json", "", "If-Match", `"nope"`)
+	if resp.StatusCode != http.StatusPreconditionFailed || resp.Header.Get("Vary") != "" {
+		t.Errorf("TileJSON with a failing If-Match behind a trusted proxy: %d Vary %q, want a 412 without Vary", resp.StatusCode, resp.Header.Get("Vary"))
+	}
+}
