@@ -111,7 +111,12 @@ import (
 // first in the same call, and a request Redis refuses (or shadows) for
 // want of what the lease holds — or, at the brim, of the refill its
 // replay brings back (backed) — is asked again at once with the lease
-// handed back (see retire).
+// handed back (see retire). So is one the in-flight cap refuses while the
+// lease's slot may have held no request that the bucket without it would
+// count: idle, or running one admitted after the refused one was asked,
+// whose client's previous request may still be open in Redis, its finish
+// queued behind the refusal (pending.ranThrough). The request asked again
+// goes without a lease of its caller still asked for (forgoAskLocked).
 type keyLease struct {
 	s   *RedisStore
 	key string
@@ -368,6 +373,22 @@ func (s *RedisStore) leaseOpsLocked(req Request, sh shape) (back, ask *pending, 
 		failed: make(chan error, 1), lease: ls}
 	ls.ask = ask
 	return back, ask, nil
+}
+
+// forgoAskLocked ends the caller's lease that is still asked for, if
+// any: an ask not sent yet is taken out of the queue, one on its way is
+// given back as soon as it is granted, ahead of everything then queued
+// (grantLocked), and admits nothing meanwhile. An admit queued now so
+// finds neither its tokens nor its slot taken in Redis.
+func (s *RedisStore) forgoAskLocked(key string) {
+	ls := s.leases[key]
+	switch {
+	case ls == nil || ls.granted:
+	case ls.ask != nil && !ls.ask.sent:
+		s.unaskLocked(ls)
+	default:
+		ls.done = true
+	}
 }
 
 // grantLocked records Redis's answer to a lease's admit, sent on l. A

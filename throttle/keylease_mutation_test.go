@@ -353,7 +353,9 @@ func queuedBeside(s *RedisStore, key string, kind opKind, cost float64) (*keyLea
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ls := s.leases[key]
-	return ls, &pending{op: op{kind: kind, id: newID(), amount: toMicro(cost)}, leaseAt: ls, leaseGen: ls.gen}
+	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(cost)}}
+	p.queueBeside(ls)
+	return ls, p
 }
 
 // besideNow is besideLocked under the store's lock.

@@ -40,9 +40,10 @@ func (s *RedisStore) sawLocked(key string, sh shape, batch []*pending, results [
 // besideLocked is the caller's lease when the reply r to the admit p
 // would have been an admission with the lease given back: a refusal or a
 // shadow admission that what it would hand back may pay (backed), or an
-// in-flight refusal while its slot is idle — or the lease p was queued
-// beside, when it handed back (tokens or slot) after p was queued, so that
-// the hand-back may have reached Redis after p. Else nil.
+// in-flight refusal while its slot may have held no request that would
+// count against p without the lease (ranThrough) — or the lease p was
+// queued beside, when it handed back (tokens or slot) after p was queued,
+// so that the hand-back may have reached Redis after p. Else nil.
 func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease {
 	cost := p.op.amount
 	ls := s.leases[key]
@@ -66,12 +67,33 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 			}
 		}
 	case stInFlight:
-		if ls != nil && !ls.busy {
+		if ls != nil && !p.ranThrough(ls) {
 			return ls
 		}
 		return then
 	}
 	return nil
+}
+
+// queueBeside records on the admit p, as it is queued, the caller's lease
+// ls: its gen, and its count if a request runs on it (see ranThrough).
+func (p *pending) queueBeside(ls *keyLease) {
+	p.leaseAt, p.leaseGen, p.leaseRan = ls, ls.gen, 0
+	if ls.granted && ls.busy {
+		p.leaseRan = ls.count
+	}
+}
+
+// ranThrough reports whether the lease ls has run one request from
+// before the admit p was queued until now (p's reply): its slot, whenever
+// Redis counted it against p, held that request, which without the lease
+// would have been open in Redis ahead of p too. Else its slot may have
+// been idle when Redis refused p, or held a request admitted in process
+// after p was queued — one that without the lease would have queued
+// behind p, maybe behind the finish of its client's previous request,
+// still open in Redis when p came — and p may have had a slot without it.
+func (p *pending) ranThrough(ls *keyLease) bool {
+	return ls == p.leaseAt && ls.busy && p.leaseRan > 0 && ls.count == p.leaseRan
 }
 
 // backed is the most a lease's hand-back may add to a bucket Redis shows

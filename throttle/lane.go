@@ -38,10 +38,12 @@ type pending struct {
 	// comingTo is the lease that counts this finish's settlement as on its
 	// way (keyLease.coming) until its reply (under RedisStore.mu).
 	comingTo *keyLease
-	// leaseAt is the caller's lease when this admit was queued, and
-	// leaseGen its gen then (under RedisStore.mu).
+	// leaseAt is the caller's lease when this admit was queued, leaseGen
+	// its gen then, and leaseRan its count then if a request ran on it
+	// then, else 0 (queueBeside; under RedisStore.mu).
 	leaseAt  *keyLease
 	leaseGen int
+	leaseRan int
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
 	span trace.SpanContext

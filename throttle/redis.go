@@ -204,17 +204,19 @@ func (s *RedisStore) Admit(ctx context.Context, req Request) (Admission, error) 
 	if a, ok := s.admitLeased(req, sh); ok {
 		return a, nil
 	}
-	a, held, err := s.admitRemote(ctx, req, sh)
-	// A refusal (or a shadow admission) that the tokens or the idle slot of
-	// the caller's lease would have turned into an admission is asked again
-	// with the lease given back, as the bucket would have held them.
+	a, held, err := s.admitRemote(ctx, req, sh, false)
+	// A refusal (or a shadow admission) that the tokens or the slot of the
+	// caller's lease would have turned into an admission is asked again
+	// with the lease given back, as the bucket would have held them: the
+	// slot is the request's when no request ran on it from before the
+	// admit was queued until its reply (besideLocked).
 	for range maxLeaseRetries {
 		if err != nil || held == nil {
 			break
 		}
 		a.Ticket.Release() // a shadow admission's slot
 		s.retire(held)
-		a, held, err = s.admitRemote(ctx, req, sh)
+		a, held, err = s.admitRemote(ctx, req, sh, true)
 	}
 	return a, err
 }
@@ -225,15 +227,15 @@ const maxLeaseRetries = 3
 
 // admitRemote admits req by a script call on its caller's lane. A refusal
 // comes with the caller's lease that held tokens when Redis refused, if
-// any.
-func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape) (Admission, *keyLease, error) {
+// any. again: req is asked again after such a refusal (enqueueAdmit).
+func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape, again bool) (Admission, *keyLease, error) {
 	kind := opAdmit
 	if req.Shadow {
 		kind = opShadow
 	}
 	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, agg: req.Aggregate, sh: sh,
 		done: make(chan opResult, 1), failed: make(chan error, 1), span: trace.SpanContextFromContext(ctx)}
-	l, mine, held, err := s.enqueueAdmit(req, sh, p)
+	l, mine, held, err := s.enqueueAdmit(req, sh, p, again)
 	if err != nil {
 		return Admission{}, nil, err
 	}
@@ -282,16 +284,22 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape) (Ad
 // enqueueAdmit queues the admit p on its caller's lane, with what the
 // caller's lease needs (leaseOpsLocked), in one step: nothing of the lease
 // can change between the decision and the queue. held is the caller's
-// lease that stays (its slot runs a request).
-func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending) (l *lane, mine bool, held *keyLease, err error) {
+// lease that stays (its slot runs a request). An admit asked again
+// (again) also goes without a lease of its caller still asked for
+// (forgoAskLocked), which would otherwise take tokens and a slot ahead of
+// it once more.
+func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending, again bool) (l *lane, mine bool, held *keyLease, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ops := []*pending{p}
 	if s.opts.LeaseRequests > 0 {
+		if again {
+			s.forgoAskLocked(req.Key)
+		}
 		var back, ask *pending
 		back, ask, held = s.leaseOpsLocked(req, sh)
 		if ls := s.leases[req.Key]; ls != nil {
-			p.leaseAt, p.leaseGen = ls, ls.gen
+			p.queueBeside(ls)
 		}
 		if back != nil {
 			ops = append([]*pending{back}, ops...)
