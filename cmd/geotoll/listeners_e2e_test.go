@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,4 +193,56 @@ func TestEndToEndShutdownDelayIsUnreadyWhileServing(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatalf("serve: %v", err)
 	}
+}
+
+// A second SIGTERM (or Ctrl-C) during http.shutdown_delay ends the delay:
+// the server shuts down at once, not a minute later. The signal is sent
+// to this process only once the delay has begun — the server then listens
+// for it — and background loops (the readiness checks) go on meanwhile.
+func TestEndToEndSecondSignalEndsTheShutdownDelay(t *testing.T) {
+	logs := &logBuffer{}
+	m, stop := launchMain(t, func(c *Config) { c.HTTP.ShutdownDelay = time.Minute },
+		func(m *Main) { m.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	base := "http://" + m.Addr()
+	stopped := make(chan error, 1)
+	began := time.Now()
+	go func() { stopped <- stop() }()
+	for !strings.Contains(logs.String(), "unready: serving on before shutting down") {
+		if time.Since(began) > 10*time.Second {
+			t.Fatalf("the delay did not begin within 10 s:\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, first := readyzChecked(t, base)
+	time.Sleep(1500 * time.Millisecond) // the checks' interval is 1 s
+	if _, later := readyzChecked(t, base); later == first {
+		t.Errorf("/readyz's checked_at stayed %q through the delay: the readiness checks stopped at the signal", first)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server still waits out its delay 20 s after a second signal")
+	}
+	if !strings.Contains(logs.String(), "a second signal: shutting down now") {
+		t.Errorf("the log does not say the second signal ended the delay:\n%s", logs)
+	}
+}
+
+// readyzChecked returns /readyz's status and checked_at.
+func readyzChecked(t *testing.T, base string) (int, string) {
+	t.Helper()
+	resp, body := get(t, base+"/readyz", "")
+	var doc struct {
+		CheckedAt string `json:"checked_at"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("/readyz: %v %s", err, body)
+	}
+	return resp.StatusCode, doc.CheckedAt
 }

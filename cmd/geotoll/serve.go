@@ -7,9 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -372,9 +375,22 @@ func (m *Main) drain(listenerFailed bool) {
 	if m.ready != nil {
 		m.ready.Stopping()
 	}
-	if d := m.Config.HTTP.ShutdownDelay; d > 0 && !listenerFailed {
-		m.Logger.Info("unready: serving on before shutting down", "delay", d)
-		time.Sleep(d)
+	d := m.Config.HTTP.ShutdownDelay
+	if d <= 0 || listenerFailed {
+		return
+	}
+	// A second SIGINT or SIGTERM ends the delay: the first one's context
+	// has ended, and an operator pressing Ctrl-C again means now.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(again)
+	m.Logger.Info("unready: serving on before shutting down", "delay", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case sig := <-again:
+		m.Logger.Info("a second signal: shutting down now", "signal", sig.String())
 	}
 }
 
@@ -395,7 +411,9 @@ func (m *Main) Serve(ctx context.Context) error {
 	}
 	// The key ring, the readiness checker and the tile storage refresh
 	// hold connections of their own: they end before Close.
-	bg, stopBG := context.WithCancel(ctx)
+	// They go on while the server does — through http.shutdown_delay —
+	// and end as Serve returns.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var loops sync.WaitGroup
 	loops.Go(func() { m.keys.Run(bg) })
 	loops.Go(func() { m.ready.Run(bg) })

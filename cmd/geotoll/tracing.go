@@ -36,6 +36,9 @@ type TracingConfig struct {
 	SampleRatio float64 `yaml:"sample_ratio"` // share of new traces sampled, 0..1; a caller's sampled traceparent is followed
 }
 
+// semconvServiceName is the resource attribute that names a service.
+const semconvServiceName = "service.name"
+
 // defaultServiceName is tracing.service_name's default.
 const defaultServiceName = "geotoll"
 
@@ -103,11 +106,11 @@ func (c TracingConfig) provider(ctx context.Context) (*sdktrace.TracerProvider, 
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	attrs := []attribute.KeyValue{attribute.String("service.version", version)}
-	// The SDK merges the environment's resource (OTEL_SERVICE_NAME,
-	// OTEL_RESOURCE_ATTRIBUTES) under this one: the default name must not
-	// hide a name the deployment gave there.
-	if c.ServiceName != defaultServiceName || os.Getenv("OTEL_SERVICE_NAME") == "" {
-		attrs = append(attrs, attribute.String("service.name", c.ServiceName))
+	// The SDK merges the environment's resource (OTEL_SERVICE_NAME, or
+	// service.name in OTEL_RESOURCE_ATTRIBUTES) under this one: the
+	// default name must not hide a name the deployment gave there.
+	if _, named := resource.Environment().Set().Value(semconvServiceName); c.ServiceName != defaultServiceName || !named {
+		attrs = append(attrs, attribute.String(semconvServiceName, c.ServiceName))
 	}
 	res := resource.NewSchemaless(attrs...)
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),

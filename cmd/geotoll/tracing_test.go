@@ -40,12 +40,14 @@ func TestValidateTracingSampleRatio(t *testing.T) {
 // at its default (a name set there wins), and OTEL_RESOURCE_ATTRIBUTES
 // adds its attributes.
 func TestTracingResourceFollowsTheEnvironment(t *testing.T) {
-	t.Setenv("OTEL_SERVICE_NAME", "geotoll-eu")
-	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=replica-7")
-	for _, tc := range []struct{ configured, want string }{
-		{defaultServiceName, "geotoll-eu"},
-		{"tiles-prod", "tiles-prod"},
+	for _, tc := range []struct{ serviceName, attributes, configured, want string }{
+		{"geotoll-eu", "service.instance.id=replica-7", defaultServiceName, "geotoll-eu"},
+		{"geotoll-eu", "service.instance.id=replica-7", "tiles-prod", "tiles-prod"},
+		{"", "service.instance.id=replica-7,service.name=geotoll-us", defaultServiceName, "geotoll-us"},
+		{"", "service.instance.id=replica-7", defaultServiceName, defaultServiceName},
 	} {
+		t.Setenv("OTEL_SERVICE_NAME", tc.serviceName)
+		t.Setenv("OTEL_RESOURCE_ATTRIBUTES", tc.attributes)
 		cfg := TracingConfig{Endpoint: "http://127.0.0.1:1", ServiceName: tc.configured, SampleRatio: 1}
 		tp, err := cfg.provider(t.Context())
 		if err != nil {
