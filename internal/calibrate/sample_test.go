@@ -141,7 +141,7 @@ func TestRunTimesContainmentOnItsLayer(t *testing.T) {
 	lim.MaxBatch = 20
 	rep, err := Run(t.Context(), Options{
 		Geofence: geofence.NewStore(testenv.ReadPool(t)), Estimator: est, Limits: lim, Containment: []*geofence.Containment{ct},
-		Anchors: map[string][]orb.Point{"containment/districts": {{13.4, 52.5}}}, Queries: 3, Runs: 1,
+		Anchors: map[string][]orb.Point{"containment/districts": {{13.4, 52.5}}}, Queries: 6, Runs: 1,
 		Charged: func(estimate float64, _ time.Duration, _, _ float64) float64 { return estimate },
 	})
 	if err != nil {
@@ -151,8 +151,8 @@ func TestRunTimesContainmentOnItsLayer(t *testing.T) {
 	for _, s := range rep.Samples {
 		groups[s.Group]++
 	}
-	if groups["fences"] != 6 || groups["containment/districts"] != 6 || len(groups) != 2 {
-		t.Fatalf("samples by group %v, want 6 of fences and 6 of containment/districts", groups)
+	if groups["fences"] != 12 || groups["containment/districts"] != 12 || len(groups) != 2 {
+		t.Fatalf("samples by group %v, want 12 of fences and 12 of containment/districts", groups)
 	}
 	kinds := map[geofence.Kind]int{}
 	for _, d := range est.demands {
@@ -164,12 +164,23 @@ func TestRunTimesContainmentOnItsLayer(t *testing.T) {
 			t.Errorf("%s demand %+v, want layer districts and PieceVertices %d as serve prices it", d.Kind, d, ct.PieceVertices)
 		}
 	}
-	if kinds[geofence.KindContains] != 3 || kinds[geofence.KindCheck] != 3 {
-		t.Errorf("demands on the layer %v, want 3 of each kind", kinds)
+	if kinds[geofence.KindContains] != 6 || kinds[geofence.KindCheck] != 6 {
+		t.Errorf("demands on the layer %v, want 6 of each kind", kinds)
 	}
+	fitted := false
 	for _, g := range rep.Groups {
-		if g.Name == "containment/districts" && g.Err == nil && rep.File().Containment["districts"] != g.Work {
-			t.Errorf("group %s fitted %+v, the file's containment model of districts is %+v", g.Name, g.Work, rep.File().Containment["districts"])
+		if g.Name != "containment/districts" {
+			continue
 		}
+		if g.Err != nil {
+			t.Fatalf("group %s not fitted: %v", g.Name, g.Err)
+		}
+		fitted = true
+		if got := rep.File().Containment["districts"]; got != g.Work {
+			t.Errorf("group %s fitted %+v, the file's containment model of districts is %+v", g.Name, g.Work, got)
+		}
+	}
+	if !fitted {
+		t.Errorf("no group containment/districts among %+v", rep.Groups)
 	}
 }
