@@ -39,6 +39,32 @@ type CeilingOptions struct {
 	Layer    *tiles.Layer
 	Lists    []TileList
 	Progress io.Writer // when set, pgbench's own output
+	// WarmTimeout bounds geotoll's warm-up of each list (Pgbench.Steady
+	// tiles a connection); 0 is DefaultWarmTimeout. A warm-up that has not
+	// served its tiles by then fails the run with a *WarmUpTimeout: a
+	// server that stalls is no ceiling to measure.
+	WarmTimeout time.Duration
+}
+
+// DefaultWarmTimeout is CeilingOptions.WarmTimeout's default.
+const DefaultWarmTimeout = 2 * time.Minute
+
+// WarmUpTimeout is RunCeiling's error when geotoll's warm-up of a list did
+// not serve its tiles within CeilingOptions.WarmTimeout.
+type WarmUpTimeout struct {
+	List    string
+	Timeout time.Duration
+	Want    int        // tiles the warm-up was to serve
+	Got     LoopResult // what it got before its deadline
+}
+
+func (e *WarmUpTimeout) Error() string {
+	answers := "no answer"
+	if len(e.Got.Status) > 0 {
+		answers = "answers " + StatusText(e.Got.Status)
+	}
+	return fmt.Sprintf("geotoll's warm-up of list %s timed out after %s: %d of its %d tiles answered (%s); "+
+		"the server stalled, or is slower than the warm-up's bound", e.List, e.Timeout, e.Got.Requests, e.Want, answers)
 }
 
 // CeilingResult is one list's database ceiling and geotoll's rates.
@@ -133,7 +159,9 @@ func (res *CeilingResult) add(c RunCPU, err error) {
 // Pgbench.Steady n, pgbench's rates leave each of its fresh connections'
 // first n tiles out, and geotoll serves n tiles of the list for each of
 // its connections (untimed) before its loops: both are measured warm. A
-// pgbench run in which a connection served n tiles or fewer fails.
+// pgbench run in which a connection served n tiles or fewer fails, and so
+// does a warm-up that has not served its tiles within WarmTimeout (a
+// *WarmUpTimeout).
 func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) {
 	o.Pgbench.Clients = cmpOr(o.Pgbench.Clients, 16)
 	if o.Pgbench.Duration <= 0 {
@@ -162,8 +190,8 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 				fmt.Fprintf(o.Progress, "== pgbench, list %s%s\n%s\n", list.Name, run.what, r.Output)
 			}
 		}
-		if n := o.Pgbench.Steady; n > 0 {
-			w, err := o.Client.LoopCount(ctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, n*o.Pgbench.Clients, false)
+		if o.Pgbench.Steady > 0 {
+			w, err := o.warmUp(ctx, list)
 			if err != nil {
 				return out, err
 			}
@@ -181,6 +209,30 @@ func RunCeiling(ctx context.Context, o CeilingOptions) ([]CeilingResult, error) 
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// warmUp has geotoll serve Pgbench.Steady tiles of the list for each of
+// its connections, untimed, within WarmTimeout: a stalled server (one
+// that accepts connections and never answers) fails it with a
+// *WarmUpTimeout rather than holding the run forever.
+func (o CeilingOptions) warmUp(ctx context.Context, list TileList) (LoopResult, error) {
+	timeout := o.WarmTimeout
+	if timeout <= 0 {
+		timeout = DefaultWarmTimeout
+	}
+	want := o.Pgbench.Steady * o.Pgbench.Clients
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	w, err := o.Client.LoopCount(wctx, o.Layer.Name, list.Tiles, o.Pgbench.Clients, want, false)
+	switch {
+	case err != nil:
+		return w, err
+	case ctx.Err() != nil:
+		return w, ctx.Err()
+	case w.Requests < want && ended(wctx):
+		return w, &WarmUpTimeout{List: list.Name, Timeout: timeout, Want: want, Got: w}
+	}
+	return w, nil
 }
 
 // WriteCeiling prints tiles/s against the ceiling, and where this host's

@@ -182,11 +182,19 @@ type Report struct {
 	Requests    uint64
 	Duration    time.Duration
 	Rate        float64 // requests sent per second
-	Throughput  float64 // successful (2xx/3xx) responses per second
+	Succeeded   uint64  // successes: 2xx and 304 answers (see Success)
+	Throughput  float64 // successes per second
 	StatusCodes map[string]int
-	P50, P95    time.Duration
-	P99, Max    time.Duration
-	Tokens      float64 // sum of X-Request-Cost over the charged responses (see Charged)
+	// P50 … Max are the latencies of the successes: a refusal is answered
+	// at once and a request cut at its timeout late, and neither is a tile
+	// or a query served. Zero when nothing succeeded.
+	P50, P95 time.Duration
+	P99, Max time.Duration
+	// All is the latencies of every request, the failed and refused ones
+	// too.
+	All             LatencySummary
+	Tokens          float64 // sum of X-Request-Cost over the charged responses (see Charged)
+	ChargedRequests int     // the charged responses
 	// ShadowAdmitted counts the answers a shadow tier admitted though the
 	// bucket could not pay (ShadowAdmitted), and ShadowTokens sums the
 	// prices they were admitted at: nothing was spent for them, and
@@ -195,6 +203,24 @@ type Report struct {
 	ShadowTokens   float64
 	CacheHits      int
 	Errors         []string
+}
+
+// LatencySummary is percentiles of a run's request latencies.
+type LatencySummary struct{ P50, P95, P99, Max time.Duration }
+
+// summarize is l's percentiles, of n latencies (none: zeros).
+func summarize(l *vegeta.LatencyMetrics, n uint64) LatencySummary {
+	if n == 0 {
+		return LatencySummary{}
+	}
+	return LatencySummary{P50: l.Quantile(0.50), P95: l.Quantile(0.95), P99: l.Quantile(0.99), Max: l.Max}
+}
+
+// Success reports whether an answer of status code is a success of the
+// load test: a 2xx, or a 304 (the tile not modified). Refusals, errors,
+// redirects (not followed) and no answer (0) are not.
+func Success(code int) bool {
+	return (code >= 200 && code < 300) || code == http.StatusNotModified
 }
 
 // Run attacks the server and returns the report. It stops at Duration or
@@ -222,7 +248,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	atk := vegeta.NewAttacker(vegeta.Timeout(o.Timeout), vegeta.MaxWorkers(attackWorkers(o.Rate, o.Timeout)),
 		vegeta.KeepAlive(true), vegeta.Redirects(vegeta.NoFollow))
 	rate := vegeta.Rate{Freq: o.Rate, Per: time.Second}
-	var m vegeta.Metrics
+	var (
+		m    vegeta.Metrics
+		succ vegeta.LatencyMetrics // of the successes
+	)
 	rep := Report{Profile: o.Profile, Asked: o.Rate}
 	results := atk.Attack(vegeta.NewStaticTargeter(targets...), rate, o.Duration, "geotoll-"+o.Profile)
 	done := ctx.Done()
@@ -234,6 +263,10 @@ loop:
 				break loop
 			}
 			m.Add(r)
+			if Success(int(r.Code)) {
+				rep.Succeeded++
+				succ.Add(r.Latency)
+			}
 			c, err := strconv.ParseFloat(r.Headers.Get("X-Request-Cost"), 64)
 			switch shadow := r.Headers.Get("X-RateLimit-Shadow"); {
 			case ShadowAdmitted(int(r.Code), shadow):
@@ -243,6 +276,7 @@ loop:
 				}
 			case err == nil && Charged(int(r.Code), r.Headers.Get("X-Request-Cost-Estimate"), shadow):
 				rep.Tokens += c
+				rep.ChargedRequests++
 			}
 			if r.Headers.Get("X-Cache") == "HIT" {
 				rep.CacheHits++
@@ -256,9 +290,13 @@ loop:
 	rep.Requests = m.Requests
 	rep.Duration = m.Duration
 	rep.Rate = m.Rate
-	rep.Throughput = m.Throughput
+	if span := (m.Duration + m.Wait).Seconds(); span > 0 {
+		rep.Throughput = float64(rep.Succeeded) / span
+	}
 	rep.StatusCodes = m.StatusCodes
-	rep.P50, rep.P95, rep.P99, rep.Max = m.Latencies.P50, m.Latencies.P95, m.Latencies.P99, m.Latencies.Max
+	s := summarize(&succ, rep.Succeeded)
+	rep.P50, rep.P95, rep.P99, rep.Max = s.P50, s.P95, s.P99, s.Max
+	rep.All = summarize(&m.Latencies, m.Requests)
 	rep.Errors = m.Errors
 	return rep, nil
 }
@@ -287,8 +325,17 @@ func (r Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, " %s×%d", c, r.StatusCodes[c])
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "latency      p50 %s  p95 %s  p99 %s  max %s\n", r.P50.Round(time.Microsecond), r.P95.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond))
-	fmt.Fprintf(w, "tokens       %.1f charged (%.3f per request)\n", r.Tokens, r.Tokens/math.Max(1, float64(r.Requests)))
+	if r.Succeeded == 0 {
+		fmt.Fprintf(w, "latency      none: no request succeeded (2xx, 304)\n")
+	} else {
+		fmt.Fprintf(w, "latency      p50 %s  p95 %s  p99 %s  max %s  of the %d successes (2xx, 304)\n",
+			r.P50.Round(time.Microsecond), r.P95.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond), r.Succeeded)
+	}
+	if r.Succeeded < r.Requests {
+		fmt.Fprintf(w, "all latency  p50 %s  p95 %s  p99 %s  max %s  of all %d requests, refused and failed ones too\n",
+			r.All.P50.Round(time.Microsecond), r.All.P95.Round(time.Microsecond), r.All.P99.Round(time.Microsecond), r.All.Max.Round(time.Microsecond), r.Requests)
+	}
+	fmt.Fprintf(w, "tokens       %.1f charged to %d requests (%.3f per charged request)\n", r.Tokens, r.ChargedRequests, r.Tokens/math.Max(1, float64(r.ChargedRequests)))
 	if r.ShadowAdmitted > 0 {
 		fmt.Fprintf(w, "shadow       %d admitted unpaid (X-RateLimit-Shadow: %s), priced %.1f tokens in all, not charged\n",
 			r.ShadowAdmitted, ShadowWouldRefuse, r.ShadowTokens)

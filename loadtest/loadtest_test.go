@@ -94,6 +94,56 @@ func TestRunCountsCostsAndCodes(t *testing.T) {
 	}
 }
 
+// The latency percentiles are of the successes (2xx, 304): refusals
+// answered at once must not make a run look fast. Every request's are
+// apart, labelled as such, and the tokens are per charged request.
+func TestRunReportsTheLatencyOfItsSuccesses(t *testing.T) {
+	const slow = 40 * time.Millisecond
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Request-Cost", "2")
+		switch n.Add(1) % 8 {
+		case 0:
+			time.Sleep(slow)
+			w.WriteHeader(http.StatusOK)
+		case 1:
+			time.Sleep(slow)
+			w.WriteHeader(http.StatusNotModified)
+		default: // refused at once: priced, not charged
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	rep, err := Run(context.Background(), Options{BaseURL: srv.URL, Profile: "z14", Rate: 40, Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := rep.StatusCodes["200"] + rep.StatusCodes["304"]
+	if ok == 0 || rep.Succeeded != uint64(ok) || rep.ChargedRequests != ok || rep.Tokens != 2*float64(ok) {
+		t.Fatalf("%d successes, %d charged, %v tokens; status codes %v", rep.Succeeded, rep.ChargedRequests, rep.Tokens, rep.StatusCodes)
+	}
+	if rep.P50 < slow || rep.All.P50 >= slow || rep.All.Max < slow {
+		t.Errorf("p50 %s of the successes (each at least %s), %s of all requests (most refused at once), max %s",
+			rep.P50, slow, rep.All.P50, rep.All.Max)
+	}
+	var sb strings.Builder
+	rep.WriteText(&sb)
+	for _, want := range []string{
+		fmt.Sprintf("of the %d successes (2xx, 304)", ok),
+		fmt.Sprintf("of all %d requests, refused and failed ones too", rep.Requests),
+		fmt.Sprintf("%.1f charged to %d requests (2.000 per charged request)", rep.Tokens, ok),
+	} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, sb.String())
+		}
+	}
+	sb.Reset()
+	Report{Profile: "z14", Asked: 10, Rate: 10, Requests: 10, Duration: time.Second, StatusCodes: map[string]int{"401": 10}}.WriteText(&sb)
+	if !strings.Contains(sb.String(), "latency      none: no request succeeded") {
+		t.Errorf("a run of refusals only reports latencies of successes:\n%s", sb.String())
+	}
+}
+
 // A run may keep as many requests in flight as its rate over the request
 // timeout (bounded): with fewer, vegeta waits for a free worker and its
 // fixed rate becomes a closed loop.

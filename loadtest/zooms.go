@@ -31,7 +31,10 @@ type ZoomOptions struct {
 
 // ZoomRow is one zoom of the per-zoom table: medians over its tiles.
 type ZoomRow struct {
-	Zoom     int
+	Zoom int
+	// Tiles is every tile of the zoom asked for, whatever the answer (each
+	// counted in Status); the medians are over the tiles timed, those the
+	// server drew or gave up on at its own timeout (Tiles - Failed()).
 	Tiles    int
 	Bytes    float64 // uncompressed MVT as the server sent it; NaN when no tile was drawn
 	MaxBytes int
@@ -100,6 +103,7 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 			if err != nil {
 				return rows, err
 			}
+			row.Tiles++ // asked for: refused or drawn, it counts (see Failed)
 			if !r.Drawn() && !r.TimedOut() {
 				// Refused, or failed: nothing of the tile to time (a
 				// server timer's own request would be refused as well).
@@ -131,7 +135,6 @@ func RunZooms(ctx context.Context, o ZoomOptions) ([]ZoomRow, error) {
 				row.Censored++
 			}
 		}
-		row.Tiles = len(ms)
 		row.Bytes, row.Features, row.DBms = math.NaN(), math.NaN(), Median(ms)
 		if len(bytes) > 0 {
 			row.Bytes, row.Features = Median(bytes), Median(feats)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/paulmach/orb/maptile"
@@ -83,9 +84,46 @@ func TestZoomsTimeNoRefusedTile(t *testing.T) {
 		t.Fatalf("%d tiles timed, %d rows; want none timed, 2 rows", timed, len(rows))
 	}
 	for _, r := range rows {
-		if r.Status[http.StatusTooManyRequests] != 2 || r.Tiles != 0 {
-			t.Errorf("z%d: statuses %v, %d tiles timed; want 2 refused, none timed", r.Zoom, r.Status, r.Tiles)
+		if r.Status[http.StatusTooManyRequests] != 2 || r.Tiles != 2 || r.Failed() != 2 {
+			t.Errorf("z%d: statuses %v, %d tiles, %d failed; want 2 tiles, both refused", r.Zoom, r.Status, r.Tiles, r.Failed())
 		}
+	}
+}
+
+// Every tile asked for counts in its row, refused or drawn: a row whose
+// tiles were partly refused reports them as failed (ZoomRow.Failed), so
+// that the run's outcome sees them, and its medians are over the drawn
+// tiles alone.
+func TestZoomsCountEveryTileAskedFor(t *testing.T) {
+	var asked, refused atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1)%2 == 0 { // every second tile refused
+			refused.Add(1)
+			answerRefused(w, r)
+			return
+		}
+		answerEmpty(w, r)
+	}))
+	defer srv.Close()
+	timed := 0
+	rows, err := RunZooms(t.Context(), ZoomOptions{Client: &Client{BaseURL: srv.URL}, Pool: testenv.ReadPool(t),
+		Timer: countingTimer{&timed}, Layer: placesLayer(t), PerZoom: 4, MinZoom: 10, MaxZoom: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiles, failed := 0, 0
+	for _, r := range rows {
+		tiles += r.Tiles
+		failed += r.Failed()
+		if r.Tiles != r.Status[http.StatusNoContent]+r.Status[http.StatusTooManyRequests] {
+			t.Errorf("z%d: %d tiles, statuses %v; want every tile asked for counted", r.Zoom, r.Tiles, r.Status)
+		}
+		if r.Failed() != r.Status[http.StatusTooManyRequests] {
+			t.Errorf("z%d: %d failed, statuses %v; want the refused ones", r.Zoom, r.Failed(), r.Status)
+		}
+	}
+	if tiles != int(asked.Load()) || failed != int(refused.Load()) || failed == 0 || timed != tiles-failed {
+		t.Errorf("%d tiles counted, %d failed, %d timed; the server was asked for %d and refused %d", tiles, failed, timed, asked.Load(), refused.Load())
 	}
 }
 

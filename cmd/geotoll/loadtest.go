@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,10 +52,28 @@ func (c *cli) loadtestCommand() *ffcli.Command {
 				}
 				return fmt.Errorf("loadtest: none of %d requests was answered by %s%s", rep.Requests, o.BaseURL, first)
 			}
+			if rep.Requests > 0 && rep.Succeeded == 0 {
+				// Answered, yet nothing served (every request refused, not
+				// found, failed): no load of the server was measured.
+				return fmt.Errorf("loadtest: none of %d requests succeeded (2xx, 304): %s", rep.Requests, statusCodesText(rep.StatusCodes))
+			}
 			return nil
 		},
 		c.scenarioCommand("fidelity", "sampled tiles: dry-run price, X-Request-Cost and database time; Spearman ρ"),
 		c.scenarioCommand("zooms", "per zoom: bytes, features and database time"),
 		c.scenarioCommand("ceiling", "dense z14 and z8-10 tiles: pgbench (same SQL) against geotoll"),
 		c.crawlCommand())
+}
+
+// statusCodesText prints a run's status counts as "401×12 429×3".
+func statusCodesText(codes map[string]int) string {
+	m := map[int]int{}
+	for c, n := range codes {
+		code, err := strconv.Atoi(c)
+		if err != nil {
+			code = -1
+		}
+		m[code] += n
+	}
+	return loadtest.StatusText(m)
 }

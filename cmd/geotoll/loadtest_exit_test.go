@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -24,5 +28,33 @@ func TestLoadtestCrawlFailsWhenNothingAnswers(t *testing.T) {
 	out, err := runCommand(context.Background(), "loadtest", "crawl", "-url", "http://"+addr, "-duration", "1s", "-rate", "20", "-crawlers", "2")
 	if err == nil || !strings.Contains(err.Error(), "none of") || !strings.Contains(err.Error(), "answered") {
 		t.Fatalf("a crawl against %s, where nothing listens: error %v, want one saying no request was answered (stdout %q)", addr, err, out)
+	}
+}
+
+// A load test that was answered but got no success (2xx, 304) — every
+// request refused for a key the server does not know, or not found —
+// fails as well, saying what it got: it measured no load served.
+func TestLoadtestFailsWhenNothingSucceeds(t *testing.T) {
+	for _, code := range []int{http.StatusUnauthorized, http.StatusTooManyRequests, http.StatusNotFound} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }))
+		out, err := runCommand(context.Background(), "loadtest", "-url", srv.URL, "-duration", "1s", "-rate", "20")
+		srv.Close()
+		if err == nil || !strings.HasPrefix(err.Error(), "exit 1:") || !strings.Contains(err.Error(), "succeeded") ||
+			!strings.Contains(err.Error(), fmt.Sprintf("%d×", code)) {
+			t.Errorf("a load test answered %d every time: error %v, want exit 1 saying no request succeeded, with the statuses (stdout %q)", code, err, out)
+		}
+	}
+	// One success is a run.
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1) == 1 {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	if out, err := runCommand(context.Background(), "loadtest", "-url", srv.URL, "-duration", "1s", "-rate", "20"); err != nil {
+		t.Errorf("a load test with a success (304): %v (stdout %q)", err, out)
 	}
 }

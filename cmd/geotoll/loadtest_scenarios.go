@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ const (
 	maxFidelityTiles  = 2000             // fidelity -tiles
 	maxPerZoom        = 256              // zooms -per-zoom
 	maxCeilingClients = 256              // ceiling -clients (pgbench's connections, and geotoll's)
+	maxWarm           = 1000             // ceiling -warm: tiles a connection serves before it counts
 	maxZoom           = 22               // -minzoom, -maxzoom
 	maxDBTimeout      = 10 * time.Minute // -db-timeout: one timed query
 	maxQuiesce        = 30 * time.Minute // -quiesce: the wait before each timed tile
@@ -68,13 +70,14 @@ func (s *scenario) flags(fs *flag.FlagSet) {
 }
 
 // scenarioFlags are the flags of `geotoll loadtest SCENARIO`: the shared
-// ones and each scenario's (every scenario accepts them all).
+// ones and each scenario's. Every scenario's command registers them all,
+// and refuses those it does not read (scenarioFlagUse).
 type scenarioFlags struct {
 	scenario
 	n, perZoom, clients, threads, warm int
 	jsonOut, merge                     string
 	verbose                            bool
-	d                                  time.Duration
+	d, warmTimeout                     time.Duration
 }
 
 func (f *scenarioFlags) flags(fs *flag.FlagSet) {
@@ -86,14 +89,59 @@ func (f *scenarioFlags) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&f.d, "duration", 10*time.Second, fmt.Sprintf("ceiling: each run's length, whole seconds (pgbench -T), 1s..%s", loadtest.MaxDuration))
 	fs.IntVar(&f.clients, "clients", 16, fmt.Sprintf("ceiling: connections (pgbench -c and geotoll's), 1..%d", maxCeilingClients))
 	fs.IntVar(&f.threads, "threads", 2, "ceiling: pgbench -j (1..-clients)")
-	fs.IntVar(&f.warm, "warm", 20, "ceiling: tiles a connection serves before it counts: pgbench's rates leave out each of its fresh connections' first ones, and geotoll serves this many times -clients tiles of each list before it is timed (0: pgbench's own rates, no warm-up)")
+	fs.IntVar(&f.warm, "warm", 20, fmt.Sprintf("ceiling: tiles a connection serves before it counts (0..%d): pgbench's rates leave out each of its fresh connections' first ones, and geotoll serves this many times -clients tiles of each list before it is timed (0: pgbench's own rates, no warm-up)", maxWarm))
+	fs.DurationVar(&f.warmTimeout, "warm-timeout", loadtest.DefaultWarmTimeout, fmt.Sprintf("ceiling: geotoll's warm-up of a list must end within this (1s..%s), or the run fails", loadtest.MaxDuration))
 	fs.StringVar(&f.merge, "report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
+}
+
+// scenarioFlagUse names the scenarios that read each flag of
+// scenarioFlags; the configuration flags every command takes are not
+// listed, and always read.
+var scenarioFlagUse = func() map[string][]string {
+	all, measured := []string{"fidelity", "zooms", "ceiling"}, []string{"fidelity", "zooms"}
+	use := map[string][]string{"tiles": {"fidelity"}, "json": {"fidelity"}, "report": {"fidelity"}, "per-zoom": {"zooms"}}
+	for _, name := range []string{"url", "key", "allow-remote", "layer", "v"} {
+		use[name] = all
+	}
+	for _, name := range []string{"seed", "db-timeout", "db-time", "quiesce", "minzoom", "maxzoom"} {
+		use[name] = measured
+	}
+	for _, name := range []string{"duration", "clients", "threads", "warm", "warm-timeout"} {
+		use[name] = []string{"ceiling"}
+	}
+	return use
+}()
+
+// unreadFlags refuses the flags set on the command line (fs) that the
+// scenario name would not read: another scenario's, or with fidelity
+// -report (which measures nothing), any but -report. Ignored, they would
+// make a run that is not the one asked for.
+func unreadFlags(name string, fs *flag.FlagSet) error {
+	var errs []error
+	report := false
+	fs.Visit(func(fl *flag.Flag) { report = report || (name == "fidelity" && fl.Name == "report") })
+	fs.Visit(func(fl *flag.Flag) {
+		use, ok := scenarioFlagUse[fl.Name]
+		switch {
+		case !ok: // a configuration flag
+		case !slices.Contains(use, name):
+			errs = append(errs, fmt.Errorf("-%s is not a flag of %s (only of %s)", fl.Name, name, strings.Join(use, ", ")))
+		case report && fl.Name != "report":
+			errs = append(errs, fmt.Errorf("-%s is not read with -report, which measures nothing", fl.Name))
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // scenarioCommand is `geotoll loadtest fidelity|zooms|ceiling`.
 func (c *cli) scenarioCommand(name, short string) *ffcli.Command {
 	f := &scenarioFlags{}
-	cmd := c.command(name, short, scenarioUsage, f.flags, noArgs("loadtest "+name, func(ctx context.Context) error {
+	var fs *flag.FlagSet
+	register := func(s *flag.FlagSet) { fs = s; f.flags(s) }
+	cmd := c.command(name, short, scenarioUsage, register, noArgs("loadtest "+name, func(ctx context.Context) error {
+		if err := unreadFlags(name, fs); err != nil {
+			return usageError{fmt.Sprintf("loadtest %s: %v", name, err)}
+		}
 		cfg, err := c.config()
 		if err != nil {
 			return err
@@ -201,8 +249,11 @@ func (f *scenarioFlags) validate(name string) error {
 		} else if f.threads < 1 || f.threads > f.clients {
 			errs = append(errs, fmt.Errorf("-threads %d must be within 1..-clients (%d)", f.threads, f.clients))
 		}
-		if f.warm < 0 {
-			errs = append(errs, fmt.Errorf("-warm %d must be at least 0", f.warm))
+		if f.warm < 0 || f.warm > maxWarm {
+			errs = append(errs, fmt.Errorf("-warm %d must be within 0..%d", f.warm, maxWarm))
+		}
+		if f.warmTimeout < time.Second || f.warmTimeout > loadtest.MaxDuration {
+			errs = append(errs, fmt.Errorf("-warm-timeout %s must be within 1s..%s", f.warmTimeout, loadtest.MaxDuration))
 		}
 	}
 	return errors.Join(errs...)
@@ -240,9 +291,12 @@ func runCeilingScenario(ctx context.Context, cfg Config, f *scenarioFlags, layer
 	if err != nil {
 		return err
 	}
-	o := loadtest.CeilingOptions{Client: &f.client, Layer: layer, Lists: loadtest.CeilingLists(points), Progress: progress,
+	o := loadtest.CeilingOptions{Client: &f.client, Layer: layer, Lists: loadtest.CeilingLists(points), Progress: progress, WarmTimeout: f.warmTimeout,
 		Pgbench: loadtest.Pgbench{DatabaseURL: cfg.Database.URL, Clients: f.clients, Threads: f.threads, Duration: f.d, Steady: f.warm}}
 	rs, err := loadtest.RunCeiling(ctx, o)
+	if wt := (*loadtest.WarmUpTimeout)(nil); errors.As(err, &wt) {
+		return fmt.Errorf("loadtest ceiling: %w (-warm-timeout)", err)
+	}
 	if err != nil {
 		return fmt.Errorf("loadtest ceiling: %w", err)
 	}

@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +18,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +26,7 @@ import (
 
 	"github.com/geotoll/geotoll/internal/testenv"
 	"github.com/geotoll/geotoll/loadtest"
+	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -254,6 +261,9 @@ func TestLoadtestScenarioFlagsAreBounded(t *testing.T) {
 		{[]string{"ceiling", "-clients", "257"}, "-clients"},
 		{[]string{"ceiling", "-clients", "2", "-threads", "3"}, "-threads"},
 		{[]string{"ceiling", "-warm", "-1"}, "-warm"},
+		{[]string{"ceiling", "-warm", "1001"}, "-warm"},
+		{[]string{"ceiling", "-warm-timeout", "900ms"}, "-warm-timeout"},
+		{[]string{"ceiling", "-warm-timeout", "11m"}, "-warm-timeout"},
 		{[]string{"fidelity", "-tiles", "0"}, "-tiles"},
 		{[]string{"fidelity", "-tiles", "2001"}, "-tiles"},
 		{[]string{"zooms", "-per-zoom", "0"}, "-per-zoom"},
@@ -267,7 +277,7 @@ func TestLoadtestScenarioFlagsAreBounded(t *testing.T) {
 		{[]string{"zooms", "-quiesce", "-1s"}, "-quiesce"},
 		{[]string{"fidelity", "-quiesce", "31m"}, "-quiesce"},
 		// Within bounds: on to the layer, which this configuration lacks.
-		{[]string{"ceiling", "-duration", "1s", "-clients", "256", "-threads", "256"}, `layer "nope"`},
+		{[]string{"ceiling", "-duration", "1s", "-clients", "256", "-threads", "256", "-warm", "1000", "-warm-timeout", "10m"}, `layer "nope"`},
 		{[]string{"fidelity", "-tiles", "2000", "-maxzoom", "0"}, `layer "nope"`},
 		{[]string{"zooms", "-per-zoom", "256", "-minzoom", "22", "-maxzoom", "22"}, `layer "nope"`},
 	} {
@@ -308,4 +318,87 @@ func TestZoomsOutcome(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
 		}
 	}
+}
+
+// A zooms run in which the server refused some of the tiles it was asked
+// for fails (exit 1, not a usage error) after printing its table, saying
+// how many of all the tiles asked for were neither drawn nor given up on:
+// the rows count every tile asked for, so the refused ones are failures.
+func TestLoadtestZoomsFailsWhenSomeTilesAreRefused(t *testing.T) {
+	prepareDemo(t)
+	var asked atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1)%2 == 0 { // every second tile refused
+			problem.Write(w, r, &problem.Error{Code: problem.Exhausted, RetryAfter: 3})
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	cfg := DefaultConfig()
+	cfg.Database.URL = testenv.ReadDatabaseURL(t)
+	var out bytes.Buffer
+	err := runLoadtest(t.Context(), cfg, []string{"zooms", "-url", srv.URL, "-layer", "places",
+		"-minzoom", "10", "-maxzoom", "11", "-per-zoom", "2", "-quiesce", "0s"}, &out, io.Discard)
+	m := regexp.MustCompile(`(\d+) of (\d+) tiles were neither drawn`).FindStringSubmatch(fmt.Sprint(err))
+	if m == nil || errors.As(err, new(usageError)) {
+		t.Fatalf("loadtest zooms, every second tile refused: error %v, want one counting the tiles neither drawn (output:\n%s)", err, out.String())
+	}
+	failed, _ := strconv.Atoi(m[1])
+	total, _ := strconv.Atoi(m[2])
+	if n := int(asked.Load()); total != n || failed != n/2 || failed == 0 {
+		t.Errorf("%d of %d tiles failed; the server was asked for %d and refused %d", failed, total, n, n/2)
+	}
+	if !strings.Contains(out.String(), "429×") {
+		t.Errorf("the table does not show the refusals:\n%s", out.String())
+	}
+}
+
+// A flag the scenario does not read is a usage error (exit 2) naming the
+// flag and the scenario, not a run that silently ignores it: zooms -json
+// wrote nothing and passed, ceiling -seed sampled nothing.
+func TestLoadtestScenarioRefusesFlagsItDoesNotRead(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"zooms", "-json", filepath.Join(dir, "zooms.json")}, "-json"},
+		{[]string{"zooms", "-tiles", "5"}, "-tiles"},
+		{[]string{"zooms", "-warm", "5"}, "-warm"},
+		{[]string{"fidelity", "-per-zoom", "3"}, "-per-zoom"},
+		{[]string{"fidelity", "-duration", "5s"}, "-duration"},
+		{[]string{"ceiling", "-seed", "2"}, "-seed"},
+		{[]string{"ceiling", "-minzoom", "3"}, "-minzoom"},
+		{[]string{"ceiling", "-db-time", "server"}, "-db-time"},
+		{[]string{"ceiling", "-report", "a.json"}, "-report"},
+		{[]string{"fidelity", "-report", "a.json", "-tiles", "5"}, "-tiles"},
+	} {
+		args := append([]string{"loadtest"}, tc.args...)
+		out, err := runCommand(context.Background(), append(args, "-url", "http://127.0.0.1:1")...)
+		msg := fmt.Sprint(err)
+		if err == nil || !strings.HasPrefix(msg, "exit 2:") || !strings.Contains(msg, tc.flag+" ") || !strings.Contains(msg, "loadtest "+tc.args[0]+":") {
+			t.Errorf("%s: error %v (stdout %q), want a usage error (exit 2) naming %s and the scenario", strings.Join(args, " "), err, out, tc.flag)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "zooms.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("zooms -json: %v, want no file", err)
+	}
+}
+
+// Every flag of the scenarios says which of them read it.
+func TestScenarioFlagsSayWhichScenariosReadThem(t *testing.T) {
+	fs := flag.NewFlagSet("scenario", flag.ContinueOnError)
+	(&scenarioFlags{}).flags(fs)
+	fs.VisitAll(func(fl *flag.Flag) {
+		use := scenarioFlagUse[fl.Name]
+		if len(use) == 0 {
+			t.Errorf("-%s: no scenario reads it", fl.Name)
+		}
+		for _, s := range use {
+			if s != "fidelity" && s != "zooms" && s != "ceiling" {
+				t.Errorf("-%s: read by %q, not a scenario", fl.Name, s)
+			}
+		}
+	})
 }

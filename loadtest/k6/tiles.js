@@ -6,8 +6,9 @@
 // Each request is a random tile around the demo cities at one of ZOOMS.
 // Requests are tagged by route (the route's path, as geotoll's metrics name
 // it) and zoom, so a run has one time series per route and zoom, not one per
-// URL. A 429 is an expected answer — the budget doing its job — with its
-// own rate metric, geotoll_refused; failures are anything else. The
+// URL. A 200, 204 or 304 (not modified, for a conditional request) is a
+// tile; a 429 is an expected answer too — the budget doing its job — with
+// its own rate metric, geotoll_refused; failures are anything else. The
 // thresholds fail the run when answers are wrong or slow.
 import http from 'k6/http';
 import { check } from 'k6';
@@ -66,7 +67,7 @@ export default function () {
     cost.add(parseFloat(res.headers['X-Request-Cost']), { zoom: String(z) });
   }
   check(res, {
-    'tile or honest refusal': (r) => r.status === 200 || r.status === 204 || (r.status === 429 && r.headers['Retry-After'] !== undefined),
+    'tile or honest refusal': (r) => r.status === 200 || r.status === 204 || r.status === 304 || (r.status === 429 && r.headers['Retry-After'] !== undefined),
     'budget headers': (r) => r.headers['Ratelimit-Policy'] !== undefined && r.headers['Ratelimit'] !== undefined,
   }, { route: ROUTE, zoom: String(z) });
 }
