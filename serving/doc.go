@@ -45,8 +45,9 @@
 //	                                column
 //	source_rows, source_signature   the source when built: row count and
 //	                                change detector ("count:newest
-//	                                xmin:writers' checksum", "" for a
-//	                                view: rebuilt every run)
+//	                                xmin:writers' checksum:columns'
+//	                                fingerprint", package signature; ""
+//	                                for a view: rebuilt every run)
 //	rows, build_ms, built_at        the build
 //	checked_at                      when prepare last found it current
 //
@@ -84,10 +85,22 @@
 // params). When the registry already holds exactly those targets, built
 // from the layer's table and geometry column (source_table the table the
 // run resolves, with its schema, and source_geometry_column the
-// configuration's) with the same signature, the run renews checked_at and
-// builds nothing: a run with nothing changed reads each table once
-// (count(*), max(xmin) and sum(hashint8(xmin)), a checksum of the xmins:
-// sql/table_signature.sql) and is quick. Otherwise, holding the layer's
+// configuration's) with the same signature, and every relation they name
+// exists, the run renews checked_at and builds nothing: a run with
+// nothing changed reads each table once (count(*), max(xmin) and
+// sum(hashint8(xmin)), a checksum of the xmins, with a fingerprint of the
+// columns' definitions from pg_attribute: sql/table_signature.sql) and is
+// quick. The fingerprint catches schema changes that change what rows
+// hold without writing them, so that no xmin moves: a column renamed
+// (two swapped), dropped and added again under its name, added with a
+// constant DEFAULT (attmissingval), changed to a binary-coercible type;
+// it covers every column of the table, copied or not. Signatures are
+// compared as written: storage recorded in an older form of the
+// signature (without the checksum, or without the fingerprint) is rebuilt
+// once (servers compare the older form as far as it goes meanwhile,
+// signature.Same). A registry row whose relation is gone (dropped by
+// hand, lost by a restore: sql/serving_missing.sql) is not current
+// either, and is built again. Otherwise, holding the layer's
 // advisory lock (a second run skips the layer: Skipped, Reason LayerBusy;
 // so does a removal), in one REPEATABLE READ transaction begun once the
 // lock is held, it:
@@ -180,8 +193,14 @@
 // geotoll_tile_storage_age_seconds (seconds since checked_at), also in
 // TileJSON and the /tiles catalog (storage[].age_seconds). serve itself
 // never writes: it connects as the read-only role. Pieces are kept
-// current the same way: any committed write to the layer's table changes
-// its signature, and the next run rebuilds them.
+// current the same way: any committed write to the layer's table, or
+// change of its columns, changes its signature, and the next run
+// rebuilds them.
+//
+// A layer that fails before any builder runs (its kind or the registry
+// unreadable) is one Result, builder "", logged as an error as a
+// builder's failure is; on a database without the registry (not
+// migrated) its error says to run `geotoll migrate` first.
 //
 // Other code finds the pieces of a table by the registry:
 // builder = 'subdivide' AND source_table::regclass = <the table>::regclass

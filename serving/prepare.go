@@ -211,8 +211,10 @@ func Prepare(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o O
 }
 
 func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Options) []Result {
-	fail := func(err error) []Result {
-		return []Result{{Layer: l.Name, Status: Failed, Err: err}}
+	fail := func(err error) []Result { // of every builder: logged as the others are
+		r := Result{Layer: l.Name, Status: Failed, Err: migrateHint(ctx, pool, err)}
+		logResult(ctx, o, r)
+		return []Result{r}
 	}
 	kind := l.GeometryKind
 	if kind == "" {
@@ -252,12 +254,40 @@ func prepareLayer(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, o Opt
 			r.Status = Failed
 		}
 		r.Took = time.Since(start)
-		o.Logger.LogAttrs(ctx, level(r), "prepare", slog.String("layer", r.Layer), slog.String("builder", r.Builder),
-			slog.String("status", string(r.Status)), slog.String("reason", r.Reason), slog.Int("relations", r.Relations), slog.Int64("rows", r.Rows),
-			slog.Int64("source_rows", r.SourceRows), slog.Int64("repaired", r.Repaired), slog.Duration("took", r.Took), slog.Any("err", r.Err))
+		logResult(ctx, o, r)
 		out = append(out, r)
 	}
 	return out
+}
+
+// logResult logs the Result of a layer (and builder: "" when the layer
+// failed before any builder ran).
+func logResult(ctx context.Context, o Options, r Result) {
+	o.Logger.LogAttrs(ctx, level(r), "prepare", slog.String("layer", r.Layer), slog.String("builder", r.Builder),
+		slog.String("status", string(r.Status)), slog.String("reason", r.Reason), slog.Int("relations", r.Relations), slog.Int64("rows", r.Rows),
+		slog.Int64("source_rows", r.SourceRows), slog.Int64("repaired", r.Repaired), slog.Duration("took", r.Took), slog.Any("err", r.Err))
+}
+
+// migrateFirst ends the error of a run that failed on a database without
+// the serving registry: one the migrations have not set up.
+const migrateFirst = "the serving registry (geotoll_serving.storage) does not exist: run `geotoll migrate` first"
+
+// migrateHint returns err, saying so (migrateFirst) when the database
+// has no serving registry. A database that cannot say returns err as it
+// is.
+func migrateHint(ctx context.Context, q Querier, err error) error {
+	if err == nil {
+		return nil
+	}
+	rows, qerr := q.Query(ctx, `SELECT to_regclass('geotoll_serving.storage') IS NULL`)
+	if qerr != nil {
+		return err
+	}
+	absent, qerr := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if qerr != nil || !absent {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, migrateFirst)
 }
 
 func level(r Result) slog.Level {
@@ -293,7 +323,12 @@ func build(ctx context.Context, pool *pgxpool.Pool, l *tiles.Layer, kind tiles.K
 			return r
 		}
 		r.SourceRows = src.rows
-		if current(rows, src.table, l, targets, src.signature) {
+		ok, err := upToDate(ctx, pool, rows, src.table, l, targets, src.signature)
+		if err != nil {
+			r.Err = err
+			return r
+		}
+		if ok {
 			_, err := pool.Exec(ctx, registryTouchSQL, l.Name, b.Name())
 			if err == nil {
 				err = revokeDefault(ctx, pool, rows, o.ReaderRole)
@@ -372,6 +407,12 @@ func withdraw(ctx context.Context, tx pgx.Tx, layer, builder, role string) (int,
 			revoke = append(revoke, rel)
 		}
 	}
+	// A relation the registry named that is gone has no grant to take.
+	gone, err := missingOf(ctx, tx, revoke)
+	if err != nil {
+		return 0, err
+	}
+	revoke = slices.DeleteFunc(revoke, func(rel string) bool { return slices.Contains(gone, rel) })
 	if err := revokeSelect(ctx, tx, revoke, roles...); err != nil {
 		return 0, err
 	}
@@ -429,7 +470,11 @@ func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b 
 			return err
 		}
 		rows := slices.DeleteFunc(all, func(e tiles.Storage) bool { return e.Layer != l.Name || e.Builder != b.Name() })
-		if current(rows, src.table, l, targets, src.signature) {
+		ok, err := upToDate(ctx, tx, rows, src.table, l, targets, src.signature)
+		if err != nil {
+			return err
+		}
+		if ok {
 			r.Status, r.Reason, r.Relations, r.SourceRows = Skipped, BuiltByOther, len(targets), src.rows
 			return nil
 		}
@@ -661,7 +706,9 @@ func inLayerTx(ctx context.Context, pool *pgxpool.Pool, layer string, fn func(pg
 func prune(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o Options) []Result {
 	existing, err := tiles.LoadStorage(ctx, pool)
 	if err != nil {
-		return []Result{{Builder: Retired, Status: Failed, Err: fmt.Errorf("prune: %w", err)}}
+		r := Result{Builder: Retired, Status: Failed, Err: migrateHint(ctx, pool, fmt.Errorf("prune: %w", err))}
+		logResult(ctx, o, r)
+		return []Result{r}
 	}
 	type pair struct{ layer, builder string }
 	var seen []pair
@@ -699,7 +746,7 @@ func prune(ctx context.Context, pool *pgxpool.Pool, layers []*tiles.Layer, o Opt
 func dropRetired(ctx context.Context, pool *pgxpool.Pool, o Options) (int, error) {
 	due, err := texts(ctx, pool, retiredDueSQL, o.Retain.Seconds())
 	if err != nil {
-		return 0, fmt.Errorf("retired relations: %w", err)
+		return 0, migrateHint(ctx, pool, fmt.Errorf("retired relations: %w", err))
 	}
 	wait := fmt.Sprint(max(o.LockTimeout.Milliseconds(), 1)) // 0 would wait for ever
 	dropped := 0

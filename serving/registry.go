@@ -22,11 +22,46 @@ var (
 	retiredReadSQL    = queries.MustRead("serving_retired_readable.sql")
 	lockSQL           = queries.MustRead("serving_lock.sql")
 	sourceSQL         = queries.MustRead("serving_source.sql")
+	missingSQL        = queries.MustRead("serving_missing.sql")
 )
 
 // Querier is what the registry reads need of a pool or transaction.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// upToDate reports whether the registry rows of a builder are current
+// (see current) and every relation they name exists: a row whose
+// relation is gone (dropped by hand, lost by a restore) names nothing to
+// serve, and the layer is built again.
+func upToDate(ctx context.Context, q Querier, rows []tiles.Storage, table string, l *tiles.Layer, targets []Target, sig string) (bool, error) {
+	if !current(rows, table, l, targets, sig) {
+		return false, nil
+	}
+	gone, err := missing(ctx, q, rows)
+	return len(gone) == 0, err
+}
+
+// missing returns the relations of rows that do not exist.
+func missing(ctx context.Context, q Querier, rows []tiles.Storage) ([]string, error) {
+	rels := make([]string, len(rows))
+	for i, r := range rows {
+		rels[i] = r.Relation
+	}
+	return missingOf(ctx, q, rels)
+}
+
+// missingOf returns the relations of rels (in tiles.ServingSchema) that
+// do not exist.
+func missingOf(ctx context.Context, q Querier, rels []string) ([]string, error) {
+	if len(rels) == 0 {
+		return nil, nil
+	}
+	gone, err := texts(ctx, q, missingSQL, rels, tiles.ServingSchema)
+	if err != nil {
+		return nil, fmt.Errorf("serving registry: relations: %w", err)
+	}
+	return gone, nil
 }
 
 // current reports whether the registry rows of a builder are exactly what
@@ -35,7 +70,11 @@ type Querier interface {
 // column: then there is nothing to do. A source without a signature (a
 // view) is never current; nor are rows built from another table (the
 // registry's source_table is compared as written, so a row recorded
-// without its schema, by an older prepare, is rebuilt once).
+// without its schema, by an older prepare, is rebuilt once). Signatures
+// are compared as written too: a row recorded in an older form of the
+// signature (package signature: without the checksum, or without the
+// columns' fingerprint) is rebuilt once. Whether the relations exist is
+// upToDate's to check.
 func current(rows []tiles.Storage, table string, l *tiles.Layer, targets []Target, sig string) bool {
 	if sig == "" || len(rows) != len(targets) {
 		return false
@@ -95,7 +134,7 @@ type source struct {
 	// foreign: a foreign table, or a parent (partitioned or by
 	// inheritance) with one among its descendants.
 	foreign   bool
-	signature string // "count:max-xmin"; "" for a relation without xmin
+	signature string // package signature's form; "" for a relation without xmin
 	rows      int64
 }
 
@@ -147,9 +186,9 @@ func (s source) refusal(l *tiles.Layer, role string, cols []string) (string, err
 }
 
 // sign fills s.signature and s.rows (package signature): the count,
-// newest xmin and checksum of the xmins of tables, partitioned tables and
-// materialized views; the count alone, and no signature, for views and
-// foreign tables.
+// newest xmin, checksum of the xmins and fingerprint of the columns of
+// tables, partitioned tables and materialized views; the count alone, and
+// no signature, for views and foreign tables.
 func sign(ctx context.Context, q Querier, l *tiles.Layer, s *source) error {
 	sig, err := signature.Read(ctx, q, l.TableIdent().Sanitize(), signature.Versioned(s.relkind))
 	if err != nil {

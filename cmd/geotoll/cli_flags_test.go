@@ -27,9 +27,9 @@ func TestFlagsAreCheckedBeforeConnecting(t *testing.T) {
 		}
 	}
 	// A tier that is not configured is the configuration's answer, still
-	// before connecting.
+	// before connecting, and a wrong command line.
 	code, out, errOut := cliRun(t, "keys", "create", "-name", "x", "-tier", "gold")
-	if code != exitError || !strings.Contains(errOut, `tier "gold" is not one of the configured key tiers`) {
+	if code != exitUsage || !strings.Contains(errOut, `-tier "gold" is not one of the configured key tiers`) {
 		t.Errorf("keys create -tier gold: exit %d:\n%s%s", code, out, errOut)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -33,12 +34,7 @@ func (c *cli) keysCommand() *ffcli.Command {
 		fs.StringVar(&tier, "tier", "", "tier, one of throttle.tiers")
 		fs.BoolVar(&admin, "admin", false, "may administer geofences")
 	}, noArgs("keys create", func(ctx context.Context) error {
-		check := func(cfg Config) error {
-			if name == "" || tier == "" {
-				return usageError{"keys create: -name and -tier are required"}
-			}
-			return checkKeyTier(cfg, tier)
-		}
+		check := func(cfg Config) error { return checkKeyCreate(cfg, name, tier) }
 		return c.withKeys(ctx, check, func(cfg Config, store *apikeys.Store) error {
 			return createAPIKey(ctx, cfg, store, name, tier, admin, c)
 		})
@@ -94,20 +90,33 @@ func (c *cli) withKeys(ctx context.Context, check func(Config) error, fn func(Co
 	return fn(cfg, apikeys.NewStore(pool))
 }
 
-// checkKeyTier: a key's tier is one of the configured tiers, not the
-// anonymous one.
-func checkKeyTier(cfg Config, tier string) error {
+// keyNameForm is the form of a key's name: the store's own check
+// (apikeys.Store.Create), made before connecting.
+var keyNameForm = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// checkKeyCreate checks the flags of `keys create` against the
+// configuration, before anything connects: a wrong command line
+// (usageError, naming the flag) is -name or -tier missing, a name that
+// keyNameForm refuses, or a tier that is not one of the configured tiers
+// (nor the anonymous one).
+func checkKeyCreate(cfg Config, name, tier string) error {
+	if name == "" || tier == "" {
+		return usageError{"keys create: -name and -tier are required"}
+	}
+	if !keyNameForm.MatchString(name) {
+		return usageError{fmt.Sprintf("keys create: -name %q must be 1 to 64 of A-Z, a-z, 0-9, '_', '.' and '-'", name)}
+	}
 	if _, ok := cfg.Throttle.Tiers[tier]; !ok || tier == toll.AnonymousTier {
-		return fmt.Errorf("keys create: tier %q is not one of the configured key tiers: %s", tier, strings.Join(keyTiers(cfg), ", "))
+		return usageError{fmt.Sprintf("keys create: -tier %q is not one of the configured key tiers: %s", tier, strings.Join(keyTiers(cfg), ", "))}
 	}
 	return nil
 }
 
+// createAPIKey creates the key and prints it, alone, to c.stdout: the
+// only time it is shown. A key that could not be printed is lost to its
+// owner and works all the same: it is revoked, and the command fails.
 func createAPIKey(ctx context.Context, cfg Config, store *apikeys.Store, name, tier string, admin bool, c *cli) error {
-	if name == "" || tier == "" {
-		return usageError{"keys create: -name and -tier are required"}
-	}
-	if err := checkKeyTier(cfg, tier); err != nil {
+	if err := checkKeyCreate(cfg, name, tier); err != nil {
 		return err
 	}
 	plain, k, err := store.Create(ctx, name, tier, admin)
@@ -117,9 +126,24 @@ func createAPIKey(ctx context.Context, cfg Config, store *apikeys.Store, name, t
 	if err != nil {
 		return fmt.Errorf("keys create: %w", err)
 	}
-	fmt.Fprintln(c.stdout, plain)
+	if _, werr := fmt.Fprintln(c.stdout, plain); werr != nil {
+		return unprinted(ctx, store, k, werr)
+	}
 	fmt.Fprintf(c.stderr, "created key %q (tier %s, id %d). It is shown only now: store it safely.\n", k.Name, k.Tier, k.ID)
 	return nil
+}
+
+// unprinted revokes key k, which could not be printed (werr), and returns
+// the command's error: the key revoked, or, when that failed too, still
+// active and to be revoked by hand.
+func unprinted(ctx context.Context, store *apikeys.Store, k apikeys.Key, werr error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := store.Revoke(rctx, k.Name); err != nil {
+		return fmt.Errorf("keys create: the key %q (id %d) could not be printed (%w), and could not be revoked (%w): it is active, unseen; revoke it (geotoll keys revoke -name %s)",
+			k.Name, k.ID, werr, err, k.Name)
+	}
+	return fmt.Errorf("keys create: the key %q (id %d) could not be printed (%w): it was revoked; create it again with a writable standard output", k.Name, k.ID, werr)
 }
 
 func listKeys(ctx context.Context, store *apikeys.Store, stdout io.Writer) error {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/testenv"
 )
 
@@ -34,5 +38,70 @@ func TestKeysCreateNameInUse(t *testing.T) {
 	second, err := keys("create", "-name", name, "-tier", "free")
 	if err != nil || second == first {
 		t.Fatalf("create after revoke: %q %v", second, err)
+	}
+}
+
+// keys create checks -name's form and that -tier is a configured key
+// tier before connecting: a wrong command line, exit 2, naming the flag
+// (both were refused once connected, exit 1). Here there is no database.
+func TestKeysCreateFlagsAreCheckedBeforeConnecting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-name", "bad name", "-tier", "free"}, `keys create: -name "bad name" must be`},
+		{[]string{"-name", strings.Repeat("n", 65), "-tier", "free"}, "keys create: -name"},
+		{[]string{"-name", "x", "-tier", "nosuch"}, `keys create: -tier "nosuch" is not one of the configured key tiers`},
+		{[]string{"-name", "x", "-tier", "anonymous"}, `keys create: -tier "anonymous" is not one`},
+	} {
+		code, out, errOut := cliRun(t, append([]string{"keys", "create"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "no database") {
+			t.Errorf("keys create %s: exit %d, want 2 and %q:\n%s%s", strings.Join(tc.args, " "), code, tc.want, out, errOut)
+		}
+	}
+	// A good command line gets as far as the database.
+	if code, _, errOut := cliRun(t, "keys", "create", "-name", "x.y-z_1", "-tier", "free"); code != exitError || !strings.Contains(errOut, "database") {
+		t.Errorf("keys create -name x.y-z_1 -tier free without a database: exit %d, %s", code, errOut)
+	}
+}
+
+// The form keys create checks is the store's own: a name it refuses, the
+// store refuses saying the same pattern.
+func TestKeysCreateNameFormIsTheStores(t *testing.T) {
+	_, _, err := apikeys.NewStore(nil).Create(t.Context(), "bad name", "free", false)
+	if !errors.Is(err, apikeys.ErrInvalid) || !strings.Contains(err.Error(), keyNameForm.String()) {
+		t.Errorf("the store refuses %q with %v; want the pattern %s", "bad name", err, keyNameForm)
+	}
+}
+
+// failingWriter fails every write, as a closed standard output does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, syscall.EBADF }
+
+// A key keys create could not print (standard output closed: `keys create
+// … >&-`) is lost to its owner and would work all the same: it is
+// revoked, and the command fails (exit 1) saying so.
+func TestKeysCreateUnprintedKeyIsRevoked(t *testing.T) {
+	t.Parallel()
+	admin := testenv.DatabaseURL(t)
+	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "lost")
+	pool := testenv.Pool(t)
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
+	})
+	var errOut bytes.Buffer
+	code := run(t.Context(), []string{"-log-level", "warn", "-database-admin-url", admin, "keys", "create", "-name", name, "-tier", "free"},
+		failingWriter{}, &errOut)
+	if code != exitError || !strings.Contains(errOut.String(), "could not be printed") || !strings.Contains(errOut.String(), "it was revoked") {
+		t.Errorf("keys create with stdout closed: exit %d, %q; want 1, saying the key was revoked", code, errOut.String())
+	}
+	var active, revoked int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE revoked_at IS NULL), count(*) FILTER (WHERE revoked_at IS NOT NULL)
+		FROM geotoll.api_keys WHERE name = $1`, name).Scan(&active, &revoked); err != nil {
+		t.Fatal(err)
+	}
+	if active != 0 || revoked != 1 {
+		t.Errorf("keys named %q: %d active, %d revoked; want the one created, revoked", name, active, revoked)
 	}
 }

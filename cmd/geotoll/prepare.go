@@ -64,6 +64,18 @@ func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, 
 		return usageError{fmt.Sprintf("prepare: -retain %s must be at least twice tiles.storage_refresh (%s): servers read replaced storage until they re-read the registry",
 			p.retain, cfg.Tiles.StorageRefresh)}
 	}
+	discover := len(cfg.Tiles.Discover.Schemas) > 0
+	if p.only != "" && !discover {
+		// The configuration's layers are all there are: a name that is
+		// not one of them is refused before connecting.
+		catalog, err := cfg.tileCatalog(nil)
+		if err != nil {
+			return err
+		}
+		if _, err := selectLayers(catalog, p.only, false); err != nil {
+			return err
+		}
+	}
 	pool, err := adminPool(ctx, cfg)
 	if err != nil {
 		return err
@@ -77,7 +89,7 @@ func prepare(ctx context.Context, cfg Config, log *slog.Logger, p prepareFlags, 
 	if err != nil {
 		return err
 	}
-	layers, err := selectLayers(catalog, p.only)
+	layers, err := selectLayers(catalog, p.only, discover)
 	if err != nil {
 		return err
 	}
@@ -131,15 +143,21 @@ func prepareDiscover(ctx context.Context, cfg Config, admin *pgxpool.Pool) ([]ti
 }
 
 // selectLayers returns the catalog's layers named in list ("" for all).
-func selectLayers(c *tiles.Catalog, list string) ([]*tiles.Layer, error) {
+// A name the catalog does not have is a wrong command line (usageError);
+// discovered says the catalog holds the layers tiles.discover found too.
+func selectLayers(c *tiles.Catalog, list string, discovered bool) ([]*tiles.Layer, error) {
 	if list == "" {
 		return c.Layers(), nil
+	}
+	where := "configured"
+	if discovered {
+		where = "configured or discovered"
 	}
 	var out []*tiles.Layer
 	for _, name := range strings.Split(list, ",") {
 		l := c.Layer(name)
 		if l == nil {
-			return nil, fmt.Errorf("prepare: no layer %q", name)
+			return nil, usageError{fmt.Sprintf("prepare: -layer: no layer %q is %s", name, where)}
 		}
 		out = append(out, l)
 	}

@@ -1,6 +1,7 @@
 // Package signature reads a relation's change detector: its row count, the
-// newest transaction id that wrote one of its rows, and a checksum of the
-// ids that wrote its rows (see sql/table_signature.sql). `geotoll prepare` records it with the storage
+// newest transaction id that wrote one of its rows, a checksum of the ids
+// that wrote its rows, and a fingerprint of its columns' definitions (see
+// sql/table_signature.sql). `geotoll prepare` records it with the storage
 // it builds and rebuilds that storage when it changes, the geofence layers
 // stop reading pieces cut before a write to their table, and the price
 // models of an unchanged relation are reused. One reading, one format, so
@@ -10,6 +11,7 @@ package signature
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -33,26 +35,39 @@ type Signature struct {
 	// Writers is the sum of the hashes of the rows' xmins (0 unless
 	// Versioned): it moves when an UPDATE by a transaction older than the
 	// newest writer commits, which neither Rows nor Newest show.
-	Writers   int64
+	Writers int64
+	// Columns is a fingerprint of the definitions of the relation's
+	// columns ("" unless Versioned): each one's number, name, type,
+	// modifier, collation, generation and the value a column added with
+	// a default holds for the rows written before (attmissingval). It
+	// moves with the schema changes that change what a row holds without
+	// writing it, which neither the count nor the xmins show: a column
+	// renamed (two swapped), dropped and added again under its name, a
+	// column added with a default.
+	Columns   string
 	Versioned bool // the relation has row versions: Newest was read
 }
 
-// String is the recorded form, "rows:newest:writers", or "" for a relation
-// without row versions (a view or a foreign table), whose changes the
-// count alone cannot tell: such a relation has no signature to compare.
+// String is the recorded form, "rows:newest:writers:columns", or "" for a
+// relation without row versions (a view or a foreign table), whose
+// changes the count alone cannot tell: such a relation has no signature
+// to compare.
 func (s Signature) String() string {
 	if !s.Versioned {
 		return ""
 	}
-	return strconv.FormatInt(s.Rows, 10) + ":" + strconv.FormatInt(s.Newest, 10) + ":" + strconv.FormatInt(s.Writers, 10)
+	return strconv.FormatInt(s.Rows, 10) + ":" + strconv.FormatInt(s.Newest, 10) + ":" + strconv.FormatInt(s.Writers, 10) + ":" + s.Columns
 }
 
 // Same reports whether the detector recorded when storage was built
-// names the relation whose detector reads current now. A detector recorded
-// in the form before the checksum ("rows:newest") names it while rows
-// and newest match: as much as that form could tell, so that servers keep
-// reading what was built until `geotoll prepare` records the full form. A
-// relation without a detector ("") matches nothing.
+// names the relation whose detector reads current now. A detector
+// recorded in an older form — "rows:newest" (before the checksum),
+// "rows:newest:writers" (before the columns' fingerprint) — names it
+// while the parts it has match: as much as that form could tell, so that
+// servers keep reading what was built until `geotoll prepare` records the
+// full form (prepare compares the forms as they are, and rebuilds storage
+// recorded in an older one once). A relation without a detector ("")
+// matches nothing.
 func Same(recorded, current string) bool {
 	if current == "" {
 		return false
@@ -60,8 +75,8 @@ func Same(recorded, current string) bool {
 	if recorded == current {
 		return true
 	}
-	rows, rest, ok := strings.Cut(recorded, ":")
-	if !ok || rows == "" || rest == "" || strings.Contains(rest, ":") {
+	parts := strings.Split(recorded, ":")
+	if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
 		return false
 	}
 	return strings.HasPrefix(current, recorded+":")
@@ -84,12 +99,16 @@ func Read(ctx context.Context, q Querier, table string, versioned bool) (Signatu
 	}{table, versioned}); err != nil {
 		return Signature{}, err
 	}
-	rows, err := q.Query(ctx, text.String())
+	var args []any
+	if versioned {
+		args = append(args, table) // the columns' fingerprint finds it by name
+	}
+	rows, err := q.Query(ctx, text.String(), args...)
 	if err != nil {
 		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
 	}
 	s := Signature{Versioned: versioned}
-	if _, err := pgx.ForEachRow(rows, []any{&s.Rows, &s.Newest, &s.Writers}, func() error { return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&s.Rows, &s.Newest, &s.Writers, &s.Columns}, func() error { return nil }); err != nil {
 		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
 	}
 	return s, nil

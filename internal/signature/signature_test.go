@@ -124,24 +124,31 @@ func TestSignatureSeesAnUpdateCommittedAfterANewerWrite(t *testing.T) {
 	}
 }
 
-// A detector recorded before the checksum was added ("rows:newest") still
-// names the table it was read from while rows and newest match: a server
-// upgraded before `geotoll prepare` runs again keeps reading what was built.
+// A detector recorded in an older form — before the checksum was added
+// ("rows:newest"), before the columns' fingerprint was
+// ("rows:newest:writers") — still names the table it was read from while
+// the parts it has match: a server upgraded before `geotoll prepare` runs
+// again keeps reading what was built.
 func TestSameAcceptsTheFormWithoutChecksum(t *testing.T) {
-	cur := signature.Signature{Rows: 3, Newest: 806, Writers: -12345, Versioned: true}.String()
+	cur := signature.Signature{Rows: 3, Newest: 806, Writers: -12345, Columns: "0123456789abcdef", Versioned: true}.String()
 	for _, c := range []struct {
 		recorded string
 		want     bool
 	}{
 		{cur, true},
 		{"3:806", true},
+		{"3:806:-12345", true},
 		{"3:807", false},
 		{"4:806", false},
 		{"3:806:1", false},
+		{"3:806:-12345:fedcba9876543210", false},
+		{"3:806:-12345:", false},
+		{"3:806:-12345:0123456789abcdef:x", false},
 		{"3", false},
 		{"", false},
 		{"3:806:", false},
 		{":806", false},
+		{"3::-12345", false},
 	} {
 		if got := signature.Same(c.recorded, cur); got != c.want {
 			t.Errorf("Same(%q, %q) = %v, want %v", c.recorded, cur, got, c.want)
@@ -149,5 +156,64 @@ func TestSameAcceptsTheFormWithoutChecksum(t *testing.T) {
 	}
 	if signature.Same("", "") || signature.Same("3:806", "") {
 		t.Error("a relation without a detector matched")
+	}
+}
+
+// TestSignatureFollowsColumnChanges: schema changes that change what the
+// rows hold without writing one — columns swapped by renames, a column
+// dropped and added again under its name with a DEFAULT, a type changed
+// to a binary-coercible one — change the signature though no xmin moves;
+// a column's DEFAULT expression, which fills only rows written later,
+// and a comment do not.
+func TestSignatureFollowsColumnChanges(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Pool(t)
+	schema := testenv.Schema(t, "sigcols", func(s string) []string {
+		return []string{
+			"CREATE TABLE " + s + ".t (id int PRIMARY KEY, a text, b text, c varchar(10))",
+			"INSERT INTO " + s + ".t VALUES (1, 'a1', 'b1', 'c1'), (2, 'a2', 'b2', 'c2')",
+		}
+	})
+	table := pgx.Identifier{schema, "t"}.Sanitize()
+	read := func() signature.Signature {
+		t.Helper()
+		sig, err := signature.Of(ctx, pool, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sig.Columns) != 16 {
+			t.Fatalf("columns' fingerprint %q, want 16 hex digits", sig.Columns)
+		}
+		return sig
+	}
+	prev := read()
+	for _, c := range []struct {
+		change  []string
+		changes bool
+	}{
+		{[]string{"ALTER TABLE " + table + " RENAME COLUMN a TO tmp", "ALTER TABLE " + table + " RENAME COLUMN b TO a",
+			"ALTER TABLE " + table + " RENAME COLUMN tmp TO b"}, true},
+		{[]string{"ALTER TABLE " + table + " DROP COLUMN b", "ALTER TABLE " + table + " ADD COLUMN b text DEFAULT 'NEW'"}, true},
+		{[]string{"ALTER TABLE " + table + " DROP COLUMN b", "ALTER TABLE " + table + " ADD COLUMN b text"}, true},
+		{[]string{"ALTER TABLE " + table + " ALTER COLUMN c TYPE text"}, true},
+		{[]string{"ALTER TABLE " + table + " ALTER COLUMN a SET DEFAULT 'later'"}, false},
+		{[]string{"COMMENT ON COLUMN " + table + ".a IS 'a column'"}, false},
+	} {
+		for _, s := range c.change {
+			if _, err := pool.Exec(ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		now := read()
+		if now.Rows != prev.Rows || now.Newest != prev.Newest || now.Writers != prev.Writers {
+			t.Errorf("%v rewrote rows: %s, then %s", c.change, prev, now)
+		}
+		if changed := now.String() != prev.String(); changed != c.changes {
+			t.Errorf("%v: signature %s, then %s; want a change: %v", c.change, prev, now, c.changes)
+		}
+		if signature.Same(prev.String(), now.String()) == c.changes {
+			t.Errorf("%v: Same(%s, %s) = %v", c.change, prev, now, !c.changes)
+		}
+		prev = now
 	}
 }
