@@ -93,7 +93,7 @@
 // quick. The fingerprint catches schema changes that change what rows
 // hold without writing them, so that no xmin moves: a column renamed
 // (two swapped), dropped and added again under its name, added with a
-// constant DEFAULT (attmissingval), changed to a binary-coercible type;
+// constant DEFAULT (a new column number), changed to a binary-coercible type;
 // it covers every column of the table, copied or not. Signatures are
 // compared as written: storage recorded in an older form of the
 // signature (without the checksum, or without the fingerprint) is rebuilt

@@ -13,16 +13,21 @@
 -- Some schema changes alter what the rows hold without writing one, so
 -- that no id moves: a column renamed (two swapped: RENAME a TO tmp,
 -- b TO a, tmp TO b), a column dropped and added again under its name
--- (NULL, or a constant DEFAULT stored once in the catalog as
--- attmissingval), a type changed to one binary-coercible (varchar(n) to
--- text). The fingerprint moves with them: the md5 (its first 16 hex
--- digits) of every live column's number, name, type, modifier,
--- collation, generation and missing value, in column order, from
--- pg_attribute. A change that rewrites the table (most ALTER ... TYPE,
--- a volatile DEFAULT) gives every row a new id anyway. A column's
--- DEFAULT expression is left out: it fills only rows written later,
--- which move the ids. The fingerprint is the whole relation's, not only
--- the columns a reader copies: a change to any column counts.
+-- (NULL, or a constant DEFAULT stored once in the catalog), a type
+-- changed to one binary-coercible (varchar(n) to text). The fingerprint
+-- moves with them: the md5 (its first 16 hex digits) of every live
+-- column's number, name, type, modifier, collation and generation, in
+-- column order, from pg_attribute. A column added takes a number never
+-- used before, so its missing value (attmissingval) need not be read —
+-- and must not be: it prints by the session's settings (TimeZone,
+-- DateStyle…), and VACUUM FULL clears it without changing a value. A
+-- change that rewrites the table (most ALTER ... TYPE, a volatile
+-- DEFAULT) gives every row a new id anyway. A column's DEFAULT
+-- expression is left out: it fills only rows written later, which move
+-- the ids. The fingerprint is the whole relation's, not only the columns
+-- a reader copies: a change to any column counts. Not seen: an enum
+-- label renamed (ALTER TYPE ... RENAME VALUE), and a column change in a
+-- partition or inheritance child but not in the relation itself.
 -- Tables, partitioned tables and materialized views have xmin; a view or
 -- foreign table has not (.XMin false): its count alone is read, and
 -- package serving rebuilds it every run (package density builds its
@@ -38,8 +43,7 @@ SELECT count(*)::bigint,
        {{if .XMin}}coalesce(sum(hashint8(x.id)), 0){{else}}0{{end}}::bigint,
        {{if .XMin}}(SELECT coalesce(left(md5(string_agg(
                         a.attnum::text || ' ' || quote_ident(a.attname) || ' ' || a.atttypid::text || ' ' ||
-                        a.atttypmod::text || ' ' || a.attcollation::text || ' ' || a.attgenerated::text || ' ' ||
-                        CASE WHEN a.atthasmissing THEN coalesce(a.attmissingval::text, 'NULL') ELSE '-' END,
+                        a.atttypmod::text || ' ' || a.attcollation::text || ' ' || a.attgenerated::text,
                         ',' ORDER BY a.attnum)), 16), '')
                     FROM pg_attribute AS a
                     WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped)

@@ -38,12 +38,13 @@ type Signature struct {
 	Writers int64
 	// Columns is a fingerprint of the definitions of the relation's
 	// columns ("" unless Versioned): each one's number, name, type,
-	// modifier, collation, generation and the value a column added with
-	// a default holds for the rows written before (attmissingval). It
-	// moves with the schema changes that change what a row holds without
-	// writing it, which neither the count nor the xmins show: a column
-	// renamed (two swapped), dropped and added again under its name, a
-	// column added with a default.
+	// modifier, collation and generation — not the value a column added
+	// with a default holds for older rows (attmissingval), which prints
+	// by the session's settings and which VACUUM FULL clears; a column
+	// added takes a new number anyway. It moves with the schema changes
+	// that change what a row holds without writing it, which neither the
+	// count nor the xmins show: a column renamed (two swapped), dropped
+	// and added again under its name, a column added with a default.
 	Columns   string
 	Versioned bool // the relation has row versions: Newest was read
 }

@@ -217,3 +217,59 @@ func TestSignatureFollowsColumnChanges(t *testing.T) {
 		prev = now
 	}
 }
+
+// A signature is the table's, not the session's: a column added with a
+// constant DEFAULT reads the same under any TimeZone, DateStyle or
+// extra_float_digits (prepare and the servers may run under different
+// ones), and VACUUM FULL, which rewrites no value, leaves it as it was.
+func TestSignatureIsTheSameInEverySession(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Pool(t)
+	schema := testenv.Schema(t, "sigsess", func(s string) []string {
+		return []string{
+			"CREATE TABLE " + s + ".t (id int PRIMARY KEY)",
+			"INSERT INTO " + s + ".t VALUES (1), (2)",
+			"ALTER TABLE " + s + ".t ADD COLUMN seen timestamptz DEFAULT '2020-01-01 00:00:00+00', ADD COLUMN w float8 DEFAULT 0.1",
+		}
+	})
+	table := pgx.Identifier{schema, "t"}.Sanitize()
+	read := func(settings ...string) string {
+		t.Helper()
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		for _, s := range settings {
+			if _, err := tx.Exec(ctx, "SET LOCAL "+s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sig, err := signature.Of(ctx, tx, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sig.String()
+	}
+	utc := read("TimeZone = 'UTC'")
+	for _, settings := range [][]string{
+		{"TimeZone = 'Asia/Tokyo'"},
+		{"TimeZone = 'America/New_York'", "DateStyle = 'SQL, DMY'"},
+		{"extra_float_digits = 0"},
+	} {
+		if got := read(settings...); got != utc {
+			t.Errorf("under %v: %s, under UTC %s", settings, got, utc)
+		}
+	}
+	if _, err := pool.Exec(ctx, "VACUUM FULL "+table); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("TimeZone = 'UTC'"); got != utc {
+		t.Errorf("after VACUUM FULL: %s, before %s", got, utc)
+	}
+}
