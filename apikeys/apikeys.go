@@ -160,6 +160,13 @@ func (s *Store) Revoke(ctx context.Context, name string) error {
 	return ErrNotFound
 }
 
+// RevokeID marks the key of id revoked, if it is active: the one key a
+// caller created, whatever was since done under its name.
+func (s *Store) RevokeID(ctx context.Context, id int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE geotoll.api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL`, id)
+	return err
+}
+
 var (
 	activeSQL = queries.MustRead("api_keys_active.sql")
 	listSQL   = queries.MustRead("api_keys_list.sql")

@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -119,6 +122,12 @@ func createAPIKey(ctx context.Context, cfg Config, store *apikeys.Store, name, t
 	if err := checkKeyCreate(cfg, name, tier); err != nil {
 		return err
 	}
+	if discarded(c.stdout) {
+		return usageError{"keys create: standard output is /dev/null (or closed): the key, shown only once, would be lost; send it somewhere it can be read"}
+	}
+	// A pipe whose reader is gone fails the write (EPIPE), which revokes
+	// the key, instead of killing the process before it can.
+	signal.Ignore(syscall.SIGPIPE)
 	plain, k, err := store.Create(ctx, name, tier, admin)
 	if errors.Is(err, apikeys.ErrNameTaken) {
 		return fmt.Errorf("keys create: a key named %q is active; to rotate it, revoke it first (geotoll keys revoke -name %s: the name is free again once revoked), or pick another name", name, name)
@@ -139,11 +148,26 @@ func createAPIKey(ctx context.Context, cfg Config, store *apikeys.Store, name, t
 func unprinted(ctx context.Context, store *apikeys.Store, k apikeys.Key, werr error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := store.Revoke(rctx, k.Name); err != nil {
+	if err := store.RevokeID(rctx, k.ID); err != nil {
 		return fmt.Errorf("keys create: the key %q (id %d) could not be printed (%w), and could not be revoked (%w): it is active, unseen; revoke it (geotoll keys revoke -name %s)",
 			k.Name, k.ID, werr, err, k.Name)
 	}
 	return fmt.Errorf("keys create: the key %q (id %d) could not be printed (%w): it was revoked; create it again with a writable standard output", k.Name, k.ID, werr)
+}
+
+// discarded reports whether w is the null device: a closed standard
+// output is one too, reopened on /dev/null by the Go runtime at start.
+func discarded(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	got, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err == nil && os.SameFile(got, null)
 }
 
 func listKeys(ctx context.Context, store *apikeys.Store, stdout io.Writer) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,5 +104,36 @@ func TestKeysCreateUnprintedKeyIsRevoked(t *testing.T) {
 	}
 	if active != 0 || revoked != 1 {
 		t.Errorf("keys named %q: %d active, %d revoked; want the one created, revoked", name, active, revoked)
+	}
+}
+
+// A key written to the null device — standard output redirected there, or
+// closed (>&-), which the Go runtime reopens on it — would be lost to its
+// owner as surely as one whose write failed: keys create refuses before it
+// creates one (a usage error, exit 2).
+func TestKeysCreateRefusesANullStandardOutput(t *testing.T) {
+	t.Parallel()
+	admin := testenv.DatabaseURL(t)
+	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "null")
+	pool := testenv.Pool(t)
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
+	})
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	var errOut bytes.Buffer
+	code := run(t.Context(), []string{"-log-level", "warn", "-database-admin-url", admin, "keys", "create", "-name", name, "-tier", "free"}, null, &errOut)
+	if code != exitUsage || !strings.Contains(errOut.String(), "/dev/null") {
+		t.Errorf("keys create to /dev/null: exit %d, %q; want 2, naming /dev/null", code, errOut.String())
+	}
+	var n int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM geotoll.api_keys WHERE name = $1", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d keys named %q created, want none", n, name)
 	}
 }
