@@ -6,8 +6,11 @@ import (
 	"net/http"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/server"
 )
 
@@ -37,11 +40,23 @@ func (m *Main) OpsAddr() string {
 }
 
 // traced makes every request a span (named after its route by the
-// server), continuing a caller's W3C traceparent, when tracing is on.
-func (m *Main) traced(h http.Handler) http.Handler {
+// server), continuing a caller's W3C traceparent, when tracing is on. Its
+// client.address is the client the toll identifies (the socket peer, or
+// behind trusted proxies the address they forwarded): otelhttp takes the
+// first X-Forwarded-For address whoever sent it, which any client can
+// write.
+func (m *Main) traced(h http.Handler, proxies *forwarded.Trusted) http.Handler {
 	if m.Tracing == nil {
 		return h
 	}
-	return otelhttp.NewHandler(h, "http.request", otelhttp.WithTracerProvider(m.Tracing),
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+			if addr := proxies.ClientAddr(r); addr.IsValid() {
+				span.SetAttributes(attribute.String("client.address", addr.String()))
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+	return otelhttp.NewHandler(inner, "http.request", otelhttp.WithTracerProvider(m.Tracing),
 		otelhttp.WithPropagators(propagation.TraceContext{}))
 }

@@ -222,7 +222,7 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 		BasePath:    m.Config.BasePath,
 		OpsListener: m.Config.MetricsListen != "",
 	}
-	m.Handler = m.traced(withRequestDeadline(server.New(m.options), m.Config.HTTP.RequestTimeout))
+	m.Handler = m.traced(withRequestDeadline(server.New(m.options), m.Config.HTTP.RequestTimeout), gate.Proxies)
 	return nil
 }
 

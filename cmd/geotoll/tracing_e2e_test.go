@@ -115,3 +115,45 @@ func TestEndToEndTracingExport(t *testing.T) {
 		t.Fatal("no spans reached the collector in 20 s")
 	}
 }
+
+// A request span's client.address is the client the toll charges: with
+// no proxy trusted, the socket peer, whatever X-Forwarded-For a client
+// writes (otelhttp alone takes its first address); behind a trusted proxy,
+// the address that proxy forwarded.
+func TestEndToEndSpanClientAddressIsTheOneCharged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		trusted []string
+		want    string
+	}{
+		{"no proxy trusted", nil, "127.0.0.1"},
+		{"behind a trusted proxy", []string{"127.0.0.1/32"}, "198.51.100.7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			m := startMainWith(t, func(c *Config) { c.HTTP.TrustedProxies = tc.trusted }, func(m *Main) { m.Tracing = tp })
+			resp, _ := send(t, http.MethodGet, "http://"+m.Addr()+"/tiles", "", "X-Forwarded-For", "203.0.113.9, 198.51.100.7")
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("/tiles: %d", resp.StatusCode)
+			}
+			var got string
+			for deadline := time.Now().Add(10 * time.Second); got == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				for _, s := range rec.Ended() {
+					if s.Name() != "GET /tiles" {
+						continue
+					}
+					for _, kv := range s.Attributes() {
+						if kv.Key == "client.address" {
+							got = kv.Value.AsString()
+						}
+					}
+				}
+			}
+			if got != tc.want {
+				t.Errorf("client.address %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
