@@ -764,15 +764,7 @@ func TestCheckBodyWithAContentCoding(t *testing.T) {
 	_ = zw.Close()
 	reader, gate := &fakeReader{}, &fakeGate{budget: 100}
 	writes := 0
-	h, err := NewHandler(Options{
-		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
-		Reader: reader, Writer: okWriter{}, Gate: gate, Logger: slog.New(slog.DiscardHandler),
-		OnWrite: func() { writes++ },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := testRouter(h)
+	r := writingRouter(t, reader, gate, &writes)
 	fence := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]},"properties":{"name":"x"}}`
 	for _, c := range []struct{ method, target, body, coding string }{
 		{http.MethodPost, "/geofence/check", gz.String(), "gzip"},
@@ -905,4 +897,19 @@ func TestCheckAuthenticatesBeforeItsBody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writingRouter routes a handler of the test layers reading from reader,
+// priced by gate, whose fence writes succeed and count in writes.
+func writingRouter(t *testing.T, reader Reader, gate Gate, writes *int) http.Handler {
+	t.Helper()
+	h, err := NewHandler(Options{
+		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
+		Reader: reader, Writer: okWriter{}, Gate: gate, Logger: slog.New(slog.DiscardHandler),
+		OnWrite: func() { *writes++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testRouter(h)
 }

@@ -2,7 +2,6 @@ package geofence
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,15 +18,7 @@ import (
 func TestBodyMediaTypeMustBeJSON(t *testing.T) {
 	reader, writes := &fakeReader{}, 0
 	gate := &authGate{fakeGate: fakeGate{budget: 100}}
-	h, err := NewHandler(Options{
-		Layers: testLayers(), Limits: DefaultLimits(), AdminKeys: []string{testAdminKey},
-		Reader: reader, Writer: okWriter{}, Gate: gate, Logger: slog.New(slog.DiscardHandler),
-		OnWrite: func() { writes++ },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := testRouter(h)
+	r := writingRouter(t, reader, gate, &writes)
 	const check = `{"points":[{"id":"v1","lng":13.4,"lat":52.5}]}`
 	fence := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]},"properties":{"name":"x"}}`
 	routes := []struct{ method, target, body, key string }{

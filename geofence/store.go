@@ -135,31 +135,45 @@ func (s *Store) Contains(ctx context.Context, q ContainsQuery) ([]Feature, bool,
 	if q.Layer != nil {
 		return s.layerContains(ctx, q)
 	}
-	out := []Feature{}
-	truncated := false
+	var (
+		out       []Feature
+		truncated bool // rows past the caps; the fences after them may fit
+	)
 	_, err := s.db().Read(ctx, pgcall.Statement{SQL: containsSQL, Args: []any{q.Lng, q.Lat, q.Limit, q.MaxVertices}, Timeout: s.Timeout,
-		Scan: func(rows pgx.Rows) error {
-			var (
-				f    Feature
-				geom *string
-			)
-			_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties}, func() error {
-				if geom == nil { // past the caps; the fences after it may fit
-					truncated = true
-					f = Feature{}
-					return nil
-				}
-				f.Geometry = json.RawMessage(*geom)
-				out = append(out, f)
-				f = Feature{}
-				return nil
-			})
+		Scan: func(rows pgx.Rows) (err error) {
+			out, truncated, err = scanCapped(rows, false)
 			return err
 		}})
 	if err != nil {
 		return nil, false, pgcall.Misfit(err, fenceSubject)
 	}
 	return out, truncated, nil
+}
+
+// scanCapped reads fence rows (id, geometry, properties, and with
+// revision the revision) of a query whose rows past a cap come without a
+// geometry: those are left out, and left reports that one was.
+func scanCapped(rows pgx.Rows, revision bool) (out []Feature, left bool, err error) {
+	out = []Feature{}
+	var (
+		f    Feature
+		geom *string
+	)
+	scans := []any{&f.ID, &geom, &f.Properties}
+	if revision {
+		scans = append(scans, &f.Revision)
+	}
+	_, err = pgx.ForEachRow(rows, scans, func() error {
+		if geom == nil {
+			left = true
+		} else {
+			f.Geometry = json.RawMessage(*geom)
+			out = append(out, f)
+		}
+		f = Feature{}
+		return nil
+	})
+	return out, left, err
 }
 
 // layerContains is Contains on a layer: ids and properties.
@@ -204,24 +218,13 @@ func (s *Store) Fence(ctx context.Context, id int64) (Feature, error) {
 // without a geometry (see geofence_fence_list.sql): it is left out and
 // the page reported cut.
 func (s *Store) Fences(ctx context.Context, q FencesQuery) ([]Feature, bool, error) {
-	out := []Feature{}
-	cut := false
+	var (
+		out []Feature
+		cut bool // the fence that ended the page: the walk's last row
+	)
 	_, err := s.db().Read(ctx, pgcall.Statement{SQL: fenceListSQL, Args: []any{q.After, q.Limit, q.MaxVertices}, Timeout: s.Timeout,
-		Scan: func(rows pgx.Rows) error {
-			var (
-				f    Feature
-				geom *string
-			)
-			_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties, &f.Revision}, func() error {
-				if geom == nil { // the fence that ended the page: the walk's last row
-					cut = true
-					return nil
-				}
-				f.Geometry = json.RawMessage(*geom)
-				out = append(out, f)
-				f = Feature{}
-				return nil
-			})
+		Scan: func(rows pgx.Rows) (err error) {
+			out, cut, err = scanCapped(rows, true)
 			return err
 		}})
 	if err != nil {
