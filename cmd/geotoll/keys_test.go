@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/testenv"
 )
@@ -80,17 +82,12 @@ type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, syscall.EBADF }
 
-// A key keys create could not print (standard output closed: `keys create
-// … >&-`) is lost to its owner and would work all the same: it is
-// revoked, and the command fails (exit 1) saying so.
+// A key keys create could not print (its write failed: a full disk, a
+// pipe whose reader is gone) is lost to its owner and would work all the
+// same: it is revoked, and the command fails (exit 1) saying so.
 func TestKeysCreateUnprintedKeyIsRevoked(t *testing.T) {
 	t.Parallel()
-	admin := testenv.DatabaseURL(t)
-	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "lost")
-	pool := testenv.Pool(t)
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
-	})
+	admin, name, pool := keyFixture(t, "lost")
 	var errOut bytes.Buffer
 	code := run(t.Context(), []string{"-log-level", "warn", "-database-admin-url", admin, "keys", "create", "-name", name, "-tier", "free"},
 		failingWriter{}, &errOut)
@@ -113,12 +110,7 @@ func TestKeysCreateUnprintedKeyIsRevoked(t *testing.T) {
 // creates one (a usage error, exit 2).
 func TestKeysCreateRefusesANullStandardOutput(t *testing.T) {
 	t.Parallel()
-	admin := testenv.DatabaseURL(t)
-	name := strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", "null")
-	pool := testenv.Pool(t)
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
-	})
+	admin, name, pool := keyFixture(t, "null")
 	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -136,4 +128,17 @@ func TestKeysCreateRefusesANullStandardOutput(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%d keys named %q created, want none", n, name)
 	}
+}
+
+// keyFixture is the admin database URL, a key name of this test's own
+// (stem and its prefix), whose keys are deleted when it ends, and a pool.
+func keyFixture(t *testing.T, stem string) (admin, name string, pool *pgxpool.Pool) {
+	t.Helper()
+	admin = testenv.DatabaseURL(t)
+	name = strings.ReplaceAll(testenv.Prefix(t), "geotoll-test-", stem)
+	pool = testenv.Pool(t)
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
+	})
+	return admin, name, pool
 }
