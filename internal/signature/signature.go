@@ -63,8 +63,11 @@ func (s Signature) String() string {
 // Same reports whether the detector recorded when storage was built
 // names the relation whose detector reads current now. A detector
 // recorded in an older form — "rows:newest" (before the checksum),
-// "rows:newest:writers" (before the columns' fingerprint) — names it
-// while the parts it has match: as much as that form could tell, so that
+// "rows:newest:writers" (before the columns' fingerprint),
+// "rows:newest:writers:<hex>" (the fingerprint's first form, which read
+// the columns' missing values by the session's settings; the current one
+// is "v2-<hex>") — names it while the parts it has match, the first
+// form's fingerprint aside: as much as that form could tell, so that
 // servers keep reading what was built until `geotoll prepare` records the
 // full form (prepare compares the forms as they are, and rebuilds storage
 // recorded in an older one once). A relation without a detector ("")
@@ -77,11 +80,23 @@ func Same(recorded, current string) bool {
 		return true
 	}
 	parts := strings.Split(recorded, ":")
-	if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
+	if len(parts) < 2 || len(parts) > 4 || slices.Contains(parts[:min(len(parts), 3)], "") {
 		return false
+	}
+	if len(parts) == 4 {
+		if parts[3] == "" || strings.HasPrefix(parts[3], columnsForm) {
+			return false // the current form, and not current
+		}
+		// The first form of the fingerprint (it printed columns' missing
+		// values by the session's settings): the rest as an older form.
+		recorded = strings.Join(parts[:3], ":")
 	}
 	return strings.HasPrefix(current, recorded+":")
 }
+
+// columnsForm begins the columns' fingerprint in its current form; a
+// fingerprint without it was read by an earlier form of the detector.
+const columnsForm = "v2-"
 
 // Versioned reports whether a relation of kind relkind (pg_class.relkind)
 // has row versions: tables, partitioned tables and materialized views.
@@ -111,6 +126,9 @@ func Read(ctx context.Context, q Querier, table string, versioned bool) (Signatu
 	s := Signature{Versioned: versioned}
 	if _, err := pgx.ForEachRow(rows, []any{&s.Rows, &s.Newest, &s.Writers, &s.Columns}, func() error { return nil }); err != nil {
 		return Signature{}, fmt.Errorf("signature of %s: %w", table, err)
+	}
+	if s.Columns != "" {
+		s.Columns = columnsForm + s.Columns
 	}
 	return s, nil
 }

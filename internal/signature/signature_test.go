@@ -2,6 +2,7 @@ package signature_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -128,9 +129,11 @@ func TestSignatureSeesAnUpdateCommittedAfterANewerWrite(t *testing.T) {
 // ("rows:newest"), before the columns' fingerprint was
 // ("rows:newest:writers") — still names the table it was read from while
 // the parts it has match: a server upgraded before `geotoll prepare` runs
-// again keeps reading what was built.
+// again keeps reading what was built. So does one recorded in the
+// fingerprint's first form (16 hex digits without v2-), whose fingerprint
+// read missing values by the session's settings: its other parts decide.
 func TestSameAcceptsTheFormWithoutChecksum(t *testing.T) {
-	cur := signature.Signature{Rows: 3, Newest: 806, Writers: -12345, Columns: "0123456789abcdef", Versioned: true}.String()
+	cur := signature.Signature{Rows: 3, Newest: 806, Writers: -12345, Columns: "v2-0123456789abcdef", Versioned: true}.String()
 	for _, c := range []struct {
 		recorded string
 		want     bool
@@ -141,9 +144,12 @@ func TestSameAcceptsTheFormWithoutChecksum(t *testing.T) {
 		{"3:807", false},
 		{"4:806", false},
 		{"3:806:1", false},
-		{"3:806:-12345:fedcba9876543210", false},
+		// The fingerprint's first form (no v2-): its other parts decide.
+		{"3:806:-12345:fedcba9876543210", true},
+		{"3:807:-12345:0123456789abcdef", false},
+		{"3:806:-12345:v2-fedcba9876543210", false},
 		{"3:806:-12345:", false},
-		{"3:806:-12345:0123456789abcdef:x", false},
+		{"3:806:-12345:v2-0123456789abcdef:x", false},
 		{"3", false},
 		{"", false},
 		{"3:806:", false},
@@ -181,8 +187,8 @@ func TestSignatureFollowsColumnChanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(sig.Columns) != 16 {
-			t.Fatalf("columns' fingerprint %q, want 16 hex digits", sig.Columns)
+		if len(sig.Columns) != 19 || !strings.HasPrefix(sig.Columns, "v2-") {
+			t.Fatalf("columns' fingerprint %q, want v2- and 16 hex digits", sig.Columns)
 		}
 		return sig
 	}
