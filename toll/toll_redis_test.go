@@ -277,5 +277,21 @@ func TestRemainingHeadersRoundDown(t *testing.T) {
 		if body.Remaining >= body.Cost || body.Remaining != 42.999 || !strings.Contains(body.Detail, "costs 43 tokens; 42.999 remain") {
 			t.Errorf("refusal: cost %v, remaining %v, detail %q; want 43 and 42.999", body.Cost, body.Remaining, body.Detail)
 		}
+		// A dry run says the same.
+		r := httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt?dry_run=1", nil)
+		r.RemoteAddr = "192.0.2.77:5555"
+		dry := httptest.NewRecorder()
+		toll.Charge(dry, r, Price{Cost: 43, Route: routeTile, Layer: "x", Zoom: 0, Base: 0.01})
+		var preview struct {
+			Cost       float64 `json:"cost"`
+			Remaining  float64 `json:"remaining"`
+			WouldAllow bool    `json:"would_allow"`
+		}
+		if err := json.Unmarshal(dry.Body.Bytes(), &preview); err != nil {
+			t.Fatalf("dry run: %v %s", err, dry.Body)
+		}
+		if preview.WouldAllow || preview.Cost != 43 || preview.Remaining != 42.999 {
+			t.Errorf("dry run of 43: %+v, want cost 43, remaining 42.999, not allowed", preview)
+		}
 	})
 }

@@ -68,7 +68,7 @@ func configDocs() []configDoc {
 		{Key: "http.request_timeout", Meaning: "every request's own deadline: by then it is answered (503 if the database has not finished). Every statement_timeout must be shorter, and it must be shorter than http.write_timeout"},
 		{Key: "http.idle_timeout", Meaning: "http.Server IdleTimeout"},
 		{Key: "http.shutdown_grace", Meaning: "on SIGTERM, in-flight requests get this long"},
-		{Key: "http.shutdown_delay", Meaning: "on SIGTERM, how long the server keeps serving with /readyz answering 503 before it closes its listener, so that a load balancer stops sending it requests first (0s..1m; 0s: it closes at once). /readyz answers 503 from the signal either way"},
+		{Key: "http.shutdown_delay", Meaning: "on SIGTERM, how long the server keeps serving with /readyz answering 503 before it closes its listener, so that a load balancer stops sending it requests first (0s..1m; 0s: it closes at once); a second SIGINT or SIGTERM ends the delay. /readyz answers 503 from the signal either way"},
 		{Key: "http.max_header_bytes", Meaning: "http.Server MaxHeaderBytes"},
 		{Key: "http.trusted_proxies", Default: "none", Meaning: "CIDRs whose forwarding header is believed (comma-separated in the environment)"},
 		{Key: "http.forwarded_header", Default: "X-Forwarded-For", Meaning: "the one header the trusted proxies write the client address into: X-Forwarded-For (host and scheme from X-Forwarded-Host/-Proto; empty means it) or Forwarded (for=, host=, proto=); the other family is ignored"},

@@ -37,7 +37,12 @@ func (c *cli) keysCommand() *ffcli.Command {
 		fs.StringVar(&tier, "tier", "", "tier, one of throttle.tiers")
 		fs.BoolVar(&admin, "admin", false, "may administer geofences")
 	}, noArgs("keys create", func(ctx context.Context) error {
-		check := func(cfg Config) error { return checkKeyCreate(cfg, name, tier) }
+		check := func(cfg Config) error {
+			if err := checkKeyCreate(cfg, name, tier); err != nil {
+				return err
+			}
+			return checkKeyOutput(c.stdout)
+		}
 		return c.withKeys(ctx, check, func(cfg Config, store *apikeys.Store) error {
 			return createAPIKey(ctx, cfg, store, name, tier, admin, c)
 		})
@@ -122,12 +127,16 @@ func createAPIKey(ctx context.Context, cfg Config, store *apikeys.Store, name, t
 	if err := checkKeyCreate(cfg, name, tier); err != nil {
 		return err
 	}
-	if discarded(c.stdout) {
-		return usageError{"keys create: standard output is /dev/null (or closed): the key, shown only once, would be lost; send it somewhere it can be read"}
+	if err := checkKeyOutput(c.stdout); err != nil {
+		return err
 	}
 	// A pipe whose reader is gone fails the write (EPIPE), which revokes
-	// the key, instead of killing the process before it can.
-	signal.Ignore(syscall.SIGPIPE)
+	// the key, instead of killing the process before it can: SIGPIPE is
+	// caught (not ignored, which processes started later would inherit)
+	// while the key is written.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	plain, k, err := store.Create(ctx, name, tier, admin)
 	if errors.Is(err, apikeys.ErrNameTaken) {
 		return fmt.Errorf("keys create: a key named %q is active; to rotate it, revoke it first (geotoll keys revoke -name %s: the name is free again once revoked), or pick another name", name, name)
@@ -153,6 +162,15 @@ func unprinted(ctx context.Context, store *apikeys.Store, k apikeys.Key, werr er
 			k.Name, k.ID, werr, err, k.Name)
 	}
 	return fmt.Errorf("keys create: the key %q (id %d) could not be printed (%w): it was revoked; create it again with a writable standard output", k.Name, k.ID, werr)
+}
+
+// checkKeyOutput refuses a standard output that is the null device: the
+// key, shown only once, would be lost.
+func checkKeyOutput(w io.Writer) error {
+	if discarded(w) {
+		return usageError{"keys create: standard output is /dev/null (or closed): the key, shown only once, would be lost; send it somewhere it can be read"}
+	}
+	return nil
 }
 
 // discarded reports whether w is the null device: a closed standard

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,10 +117,13 @@ func TestKeysCreateRefusesANullStandardOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer null.Close()
-	var errOut bytes.Buffer
-	code := run(t.Context(), []string{"-log-level", "warn", "-database-admin-url", admin, "keys", "create", "-name", name, "-tier", "free"}, null, &errOut)
-	if code != exitUsage || !strings.Contains(errOut.String(), "/dev/null") {
-		t.Errorf("keys create to /dev/null: exit %d, %q; want 2, naming /dev/null", code, errOut.String())
+	// Before connecting: a database that does not answer is not reached.
+	for _, url := range []string{admin, "postgres://nobody@127.0.0.1:1/none"} {
+		var errOut bytes.Buffer
+		code := run(t.Context(), []string{"-log-level", "warn", "-database-admin-url", url, "keys", "create", "-name", name, "-tier", "free"}, null, &errOut)
+		if code != exitUsage || !strings.Contains(errOut.String(), "/dev/null") {
+			t.Errorf("keys create to /dev/null (database %s): exit %d, %q; want 2, naming /dev/null", url, code, errOut.String())
+		}
 	}
 	var n int
 	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM geotoll.api_keys WHERE name = $1", name).Scan(&n); err != nil {
@@ -141,4 +145,27 @@ func keyFixture(t *testing.T, stem string) (admin, name string, pool *pgxpool.Po
 		_, _ = pool.Exec(context.Background(), "DELETE FROM geotoll.api_keys WHERE name = $1", name)
 	})
 	return admin, name, pool
+}
+
+// keys create catches SIGPIPE while it writes the key (so that a pipe
+// whose reader is gone fails the write, and the key is revoked), but does
+// not ignore it: a process started afterwards is killed by SIGPIPE as
+// usual (an ignored signal would be inherited).
+func TestKeysCreateLeavesSIGPIPEToItsDefault(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	admin, name, _ := keyFixture(t, "pipe")
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"-log-level", "warn", "-database-admin-url", admin, "keys", "create", "-name", name, "-tier", "free"}, &out, &errOut); code != 0 {
+		t.Fatalf("keys create: exit %d %s", code, errOut.String())
+	}
+	got, err := exec.CommandContext(t.Context(), bash, "-c", "yes | head -c1 >/dev/null; echo ${PIPESTATUS[0]}").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(got)) != "141" {
+		t.Errorf("yes, its reader gone, exited %s; want 141 (killed by SIGPIPE): the signal is ignored in processes started after keys create", strings.TrimSpace(string(got)))
+	}
 }

@@ -246,3 +246,25 @@ func readyzChecked(t *testing.T, base string) (int, string) {
 	}
 	return resp.StatusCode, doc.CheckedAt
 }
+
+// A second signal sent a moment after the first — before the shutdown
+// delay began — still ends the delay: main keeps the signals after the
+// first from the start (laterSignals), and drain reads them there.
+func TestSignalBeforeTheShutdownDelayEndsIt(t *testing.T) {
+	later := make(chan os.Signal, 4)
+	laterSignals = later
+	defer func() { laterSignals = nil }()
+	later <- syscall.SIGTERM // the second signal, already there when the delay begins
+	m, stop := launchMain(t, func(c *Config) { c.HTTP.ShutdownDelay = time.Minute }, nil)
+	_ = m
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server waits out its minute's delay though a second signal came before it began")
+	}
+}

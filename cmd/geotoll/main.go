@@ -44,11 +44,26 @@ import (
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM ends ctx; the ones after it stay for
+	// serve, whose shutdown delay a second one ends (laterSignals).
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-sigs
+		cancel()
+	}()
+	laterSignals = sigs
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	signal.Stop(sigs)
+	cancel()
 	os.Exit(code)
 }
+
+// laterSignals receives the SIGINTs and SIGTERMs after the first, which
+// ended the command's context (main); nil where main did not start the
+// command (tests), where drain listens for them itself.
+var laterSignals <-chan os.Signal
 
 func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
 	level, err := parseLevel(cfg.LogLevel)

@@ -380,10 +380,16 @@ func (m *Main) drain(listenerFailed bool) {
 		return
 	}
 	// A second SIGINT or SIGTERM ends the delay: the first one's context
-	// has ended, and an operator pressing Ctrl-C again means now.
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(again)
+	// has ended, and an operator pressing Ctrl-C again means now. main
+	// keeps the signals after the first from the start (one sent a moment
+	// after the first is not lost).
+	again := laterSignals
+	if again == nil {
+		own := make(chan os.Signal, 1)
+		signal.Notify(own, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(own)
+		again = own
+	}
 	m.Logger.Info("unready: serving on before shutting down", "delay", d)
 	t := time.NewTimer(d)
 	defer t.Stop()
