@@ -63,7 +63,7 @@ func (s *scenario) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.timeout, "db-timeout", 10*time.Second, "statement_timeout of each timed query")
 	fs.StringVar(&s.dbTime, "db-time", "sql", "sql: time the layer's query of this source tree as the read role; "+
 		"server: add up the server's own statements in pg_stat_statements around real requests (any build's SQL; "+
-		"reads them as GEOTOLL_ADMIN_DATABASE_URL)")
+		"reads them as GEOTOLL_ADMIN_DATABASE_URL; the server's are the statements of DATABASE_URL's role)")
 	fs.DurationVar(&s.quiesce, "quiesce", 5*time.Minute, "before timing a tile, wait up to this long for the read role's other statements to end")
 	fs.IntVar(&s.minZ, "minzoom", 0, fmt.Sprintf("lowest zoom (0..%d)", maxZoom))
 	fs.IntVar(&s.maxZ, "maxzoom", 16, fmt.Sprintf("highest zoom (0..%d; 0 is z0 alone)", maxZoom))
@@ -326,7 +326,11 @@ func (s *scenario) timer(ctx context.Context, cfg Config, pool *pgxpool.Pool) (l
 		if err != nil {
 			return nil, nil, err
 		}
-		return loadtest.ServerTimer{Client: &s.client, Stats: stats, Runs: 3, Quiesce: s.quiesce}, stats.Close, nil
+		// The server's statements are the ones of the role this
+		// instrument reads as (DATABASE_URL: the read role, which serve
+		// connects as), not always geotoll_reader.
+		role := pool.Config().ConnConfig.User
+		return loadtest.ServerTimer{Client: &s.client, Stats: stats, Runs: 3, Quiesce: s.quiesce, Role: role}, stats.Close, nil
 	}
 	return nil, nil, fmt.Errorf("loadtest: -db-time %q must be sql or server", s.dbTime)
 }

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -401,4 +402,31 @@ func TestScenarioFlagsSayWhichScenariosReadThem(t *testing.T) {
 			}
 		}
 	})
+}
+
+// -db-time server times the statements of the role the instrument reads as
+// (DATABASE_URL: the server's read role), not always geotoll_reader: a
+// server connecting as another role would otherwise measure nothing.
+func TestServerTimerTimesTheReadRolesStatements(t *testing.T) {
+	pcfg, err := pgxpool.ParseConfig("postgres://tiles_ro@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), pcfg) // lazy: nothing connects
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := &scenario{dbTime: "server"}
+	cfg := DefaultConfig()
+	cfg.Database.AdminURL = "postgres://admin@127.0.0.1:1/none"
+	timer, done, err := s.timer(t.Context(), cfg, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	st, ok := timer.(loadtest.ServerTimer)
+	if !ok || st.Role != "tiles_ro" {
+		t.Errorf("timer %#v, want a ServerTimer of role tiles_ro", timer)
+	}
 }
