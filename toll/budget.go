@@ -45,8 +45,8 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol str
 	writeJSON(w, http.StatusOK, map[string]any{
 		"dry_run":     true,
 		"tier":        tier.Name,
-		"cost":        tokensUp(p.Cost),
-		"remaining":   tokensDown(res.Remaining),
+		"cost":        micro(p.Cost),
+		"remaining":   micro(res.Remaining),
 		"would_allow": allowed,
 		"retry_after": retry,
 	})
@@ -77,7 +77,7 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 		"tier":          tier.Name,
 		"capacity":      tier.Limit.Capacity,
 		"rate":          tier.Limit.Rate,
-		"remaining":     tokensDown(res.Remaining),
+		"remaining":     micro(res.Remaining),
 		"reset_after":   res.ResetSeconds(),
 		"shadow":        tier.Shadow,
 		"max_cost":      t.MaxCost(),

@@ -158,11 +158,11 @@ func exhausted(policy string, res throttle.Result) *problem.Error {
 	return &problem.Error{
 		Code: problem.Exhausted,
 		Detail: fmt.Sprintf("this request costs %s tokens; %s remain. Retry in %d s.",
-			fmtFloat(tokensUp(res.Cost)), fmtFloat(tokensDown(res.Remaining)), res.RetryAfterSeconds()),
+			fmtFloat(micro(res.Cost)), fmtFloat(micro(res.Remaining)), res.RetryAfterSeconds()),
 		RetryAfter: res.RetryAfterSeconds(),
 		Extra: map[string]any{
-			"cost":              tokensUp(res.Cost),
-			"remaining":         tokensDown(res.Remaining),
+			"cost":              micro(res.Cost),
+			"remaining":         micro(res.Remaining),
 			"retry_after":       res.RetryAfterSeconds(),
 			"violated-policies": []string{policy},
 		},
@@ -230,10 +230,8 @@ func fmtTokens(v float64) string { return fmtFloat(round3(v)) }
 
 func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
-// tokensUp and tokensDown write a refusal's cost and remaining tokens to
-// a thousandth — the cost up, what remains down — so that the refusal
-// never shows a remainder that would pay the cost (42.99996 remaining
-// and 43 to pay is "43 … 42.999", not "43 … 43"). Rounded to the store's
-// micro-token first: float arithmetic's noise is not a thousandth.
-func tokensUp(v float64) float64   { return math.Ceil(math.Round(v*1e6)/1e3) / 1e3 }
-func tokensDown(v float64) float64 { return math.Floor(math.Round(v*1e6)/1e3) / 1e3 }
+// micro writes tokens to the micro-token, the store's unit: a body's cost
+// and remaining tokens as the bucket holds them, so that a remainder is
+// never shown paying a cost it cannot (42.99996 left, 43 to pay), nor
+// below a cost it pays. X-Request-Cost rounds to a thousandth.
+func micro(v float64) float64 { return math.Round(v*1e6) / 1e6 }

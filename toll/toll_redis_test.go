@@ -274,8 +274,8 @@ func TestRemainingHeadersRoundDown(t *testing.T) {
 		if err := json.Unmarshal(refused.Body.Bytes(), &body); err != nil {
 			t.Fatal(err)
 		}
-		if body.Remaining >= body.Cost || body.Remaining != 42.999 || !strings.Contains(body.Detail, "costs 43 tokens; 42.999 remain") {
-			t.Errorf("refusal: cost %v, remaining %v, detail %q; want 43 and 42.999", body.Cost, body.Remaining, body.Detail)
+		if body.Remaining >= body.Cost || body.Remaining != 42.99996 || !strings.Contains(body.Detail, "costs 43 tokens; 42.99996 remain") {
+			t.Errorf("refusal: cost %v, remaining %v, detail %q; want 43 and 42.99996", body.Cost, body.Remaining, body.Detail)
 		}
 		// A dry run says the same.
 		r := httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt?dry_run=1", nil)
@@ -290,8 +290,21 @@ func TestRemainingHeadersRoundDown(t *testing.T) {
 		if err := json.Unmarshal(dry.Body.Bytes(), &preview); err != nil {
 			t.Fatalf("dry run: %v %s", err, dry.Body)
 		}
-		if preview.WouldAllow || preview.Cost != 43 || preview.Remaining != 42.999 {
-			t.Errorf("dry run of 43: %+v, want cost 43, remaining 42.999, not allowed", preview)
+		if preview.WouldAllow || preview.Cost != 43 || preview.Remaining != 42.99996 {
+			t.Errorf("dry run of 43: %+v, want cost 43, remaining 42.99996, not allowed", preview)
+		}
+		// A dry run that would be allowed never shows less remaining than
+		// its cost, and quotes the cost its X-Request-Cost does, to the
+		// thousandth.
+		r = httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt?dry_run=1", nil)
+		r.RemoteAddr = "192.0.2.77:5555"
+		dry = httptest.NewRecorder()
+		toll.Charge(dry, r, Price{Cost: 42.99996, Route: routeTile, Layer: "x", Zoom: 0, Base: 0.01})
+		if err := json.Unmarshal(dry.Body.Bytes(), &preview); err != nil {
+			t.Fatalf("dry run: %v %s", err, dry.Body)
+		}
+		if !preview.WouldAllow || preview.Remaining < preview.Cost || dry.Header().Get("X-Request-Cost") != "43" {
+			t.Errorf("dry run of 42.99996: %+v, X-Request-Cost %q; want allowed, remaining at least the cost, header 43", preview, dry.Header().Get("X-Request-Cost"))
 		}
 	})
 }
