@@ -167,6 +167,10 @@ func (s *Store) RevokeID(ctx context.Context, id int64) error {
 	return err
 }
 
+// ValidName reports whether name has the form of a key's name (Create
+// refuses any other), so that a caller can check it before connecting.
+func ValidName(name string) bool { return validName.MatchString(name) }
+
 var (
 	activeSQL = queries.MustRead("api_keys_active.sql")
 	listSQL   = queries.MustRead("api_keys_list.sql")

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -98,20 +97,16 @@ func (c *cli) withKeys(ctx context.Context, check func(Config) error, fn func(Co
 	return fn(cfg, apikeys.NewStore(pool))
 }
 
-// keyNameForm is the form of a key's name: the store's own check
-// (apikeys.Store.Create), made before connecting.
-var keyNameForm = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
 // checkKeyCreate checks the flags of `keys create` against the
 // configuration, before anything connects: a wrong command line
 // (usageError, naming the flag) is -name or -tier missing, a name that
-// keyNameForm refuses, or a tier that is not one of the configured tiers
+// apikeys.ValidName refuses, or a tier that is not one of the configured tiers
 // (nor the anonymous one).
 func checkKeyCreate(cfg Config, name, tier string) error {
 	if name == "" || tier == "" {
 		return usageError{"keys create: -name and -tier are required"}
 	}
-	if !keyNameForm.MatchString(name) {
+	if !apikeys.ValidName(name) {
 		return usageError{fmt.Sprintf("keys create: -name %q must be 1 to 64 of A-Z, a-z, 0-9, '_', '.' and '-'", name)}
 	}
 	if _, ok := cfg.Throttle.Tiers[tier]; !ok || tier == toll.AnonymousTier {
