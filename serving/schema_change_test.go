@@ -174,6 +174,9 @@ func TestPrepareOnAnUnmigratedDatabaseSaysToMigrate(t *testing.T) {
 	t.Cleanup(pool.Close)
 	var absent bool
 	if err := pool.QueryRow(t.Context(), `SELECT to_regclass('geotoll_serving.storage') IS NULL`).Scan(&absent); err != nil || !absent {
+		if testenv.Required() {
+			t.Fatalf("database postgres is no unmigrated database here (registry absent %v, %v)", absent, err)
+		}
 		t.Skipf("database postgres: registry absent %v, %v", absent, err)
 	}
 	var logged bytes.Buffer
