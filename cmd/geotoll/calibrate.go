@@ -323,9 +323,6 @@ func containmentOptions(ctx context.Context, o *calibrate.Options, gcat *geofenc
 		if err != nil {
 			continue // not a polygon layer (just loaded): no contains or check on it
 		}
-		// The layer's anchors are its polygons' vertices: on their
-		// boundaries, which contains and check count as inside.
-		o.Anchors["containment/"+l.Name] = o.Anchors["geofence/"+l.Name]
 		o.Containment = append(o.Containment, ct)
 	}
 	return nil

@@ -56,7 +56,7 @@ type Options struct {
 	// positions inside the fences. Containment are the polygon layers
 	// whose contains and check (?layer=) are timed, on what serve reads
 	// for them (their pieces or their table), at the anchors of their
-	// geofence layer.
+	// geofence layer ("geofence/<layer>").
 	TileLayers     []*tiles.Layer
 	GeofenceLayers []*geofence.Layer
 	Containment    []*geofence.Containment
@@ -189,7 +189,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		// the fences'.
 		for _, ct := range o.Containment {
 			group := "containment/" + ct.Layer.Name
-			for _, d := range ContainmentSample(o.Seed, o.Queries, o.Limits, ct, o.Anchors[group]) {
+			// At the layer's anchors (its polygons' vertices: on their
+			// boundaries, which contains and check count as inside).
+			for _, d := range ContainmentSample(o.Seed, o.Queries, o.Limits, ct, o.Anchors["geofence/"+ct.Layer.Name]) {
 				if err := rep.demand(ctx, o, group, nil, ct, d); err != nil {
 					return rep, err
 				}

@@ -141,7 +141,7 @@ func TestRunTimesContainmentOnItsLayer(t *testing.T) {
 	lim.MaxBatch = 20
 	rep, err := Run(t.Context(), Options{
 		Geofence: geofence.NewStore(testenv.ReadPool(t)), Estimator: est, Limits: lim, Containment: []*geofence.Containment{ct},
-		Anchors: map[string][]orb.Point{"containment/districts": {{13.4, 52.5}}}, Queries: 6, Runs: 1,
+		Anchors: map[string][]orb.Point{"geofence/districts": {{13.4, 52.5}}}, Queries: 6, Runs: 1,
 		Charged: func(estimate float64, _ time.Duration, _, _ float64) float64 { return estimate },
 	})
 	if err != nil {
