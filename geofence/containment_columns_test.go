@@ -27,17 +27,7 @@ func TestColumnChangeMakesThePiecesStale(t *testing.T) {
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("record %s: %v, %d rows", sig, err, tag.RowsAffected())
 	}
-	cat, err := NewCatalog([]Layer{zones, roads})
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := testenv.ReadPool(t)
-	if _, err := cat.LoadContainment(ctxT(t), read); err != nil {
-		t.Fatal(err)
-	}
-	if ct, err := cat.Containment("zones"); err != nil || !ct.Pieces {
-		t.Fatalf("before the change: %+v, %v; want the pieces", ct, err)
-	}
+	cat, read := zonesOnPieces(t, "before the change", zones, roads)
 	for _, s := range []string{
 		`ALTER TABLE ` + table + ` RENAME COLUMN name TO name_old`,
 		`ALTER TABLE ` + table + ` ADD COLUMN name text DEFAULT 'NEW'`,

@@ -385,17 +385,7 @@ func TestLayerPiecesMissingAColumnAreNotUsed(t *testing.T) {
 // again; a zone added since is then found.
 func TestChangedTableIsReadInsteadOfItsPieces(t *testing.T) {
 	zones, roads := zonePieces(t)
-	cat, err := NewCatalog([]Layer{zones, roads})
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := testenv.ReadPool(t)
-	if _, err := cat.LoadContainment(ctxT(t), read); err != nil {
-		t.Fatal(err)
-	}
-	if ct, err := cat.Containment("zones"); err != nil || !ct.Pieces {
-		t.Fatalf("before any write: %+v, %v; want the pieces", ct, err)
-	}
+	cat, read := zonesOnPieces(t, "before any write", zones, roads)
 	if _, err := testenv.Pool(t).Exec(ctxT(t), `INSERT INTO `+ident(zones.Table)+` (id, name, geom)
 		VALUES (9001, 'new', ST_GeomFromText('MULTIPOLYGON(((150 10, 151 10, 151 11, 150 11, 150 10)))', 4326))`); err != nil {
 		t.Fatal(err)
@@ -571,4 +561,23 @@ func TestWrittenDuringALoadOutlastsIt(t *testing.T) {
 	if ct, err := cat.Containment("zones"); err != nil || ct.Pieces {
 		t.Errorf("a load during a write: pieces %v, %v; want the table", ct.Pieces, err)
 	}
+}
+
+// zonesOnPieces is a catalog of layers, loaded through the read role (the
+// pool it returns), whose layer zones reads its pieces (when was what the
+// test had done before: a failure names it).
+func zonesOnPieces(t *testing.T, when string, layers ...Layer) (*Catalog, *pgxpool.Pool) {
+	t.Helper()
+	cat, err := NewCatalog(layers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := testenv.ReadPool(t)
+	if _, err := cat.LoadContainment(ctxT(t), read); err != nil {
+		t.Fatal(err)
+	}
+	if ct, err := cat.Containment("zones"); err != nil || !ct.Pieces {
+		t.Fatalf("%s: %+v, %v; want the pieces", when, ct, err)
+	}
+	return cat, read
 }
