@@ -20,9 +20,11 @@ import (
 )
 
 var (
-	ceilingClients = flag.Int("ceiling.clients", 0, "BenchmarkCeiling: the connections of pgbench and of geotoll's load generator (0: database.max_conns as shipped)")
-	ceilingRounds  = flag.Int("ceiling.rounds", 1, "BenchmarkCeiling: rounds of each list's four sub-benchmarks, one round after another (pgbench, then geotoll, then pgbench again...)")
-	ceilingWarm    = flag.Int("ceiling.warm", 100, "BenchmarkCeiling: tiles a connection serves before its rate counts: pgbench's rates leave out the first ones of each of its fresh connections, and geotoll serves this many times -ceiling.clients tiles of each list before it is timed (0: neither; pgbench's own rates)")
+	ceilingClients   = flag.Int("ceiling.clients", 0, "BenchmarkCeiling: the connections of pgbench and of geotoll's load generator (0: database.max_conns as shipped)")
+	ceilingRounds    = flag.Int("ceiling.rounds", 1, "BenchmarkCeiling: rounds of each list's four sub-benchmarks, one round after another (pgbench, then geotoll, then pgbench again...)")
+	ceilingLoad      = flag.Int("ceiling.load", 0, "BenchmarkCeiling: the connections of geotoll's load generator alone (0: -ceiling.clients)")
+	ceilingInProcess = flag.Bool("ceiling.in-process", false, "BenchmarkCeiling: the server without Redis, its budgets in its own memory (what the admission's Redis calls cost)")
+	ceilingWarm      = flag.Int("ceiling.warm", 100, "BenchmarkCeiling: tiles a connection serves before its rate counts: pgbench's rates leave out the first ones of each of its fresh connections, and geotoll serves this many times -ceiling.clients tiles of each list before it is timed (0: neither; pgbench's own rates)")
 )
 
 // BenchmarkCeiling keeps BENCHMARKS.md's "cold tiles against the
@@ -38,7 +40,11 @@ var (
 // same, sending each tile's length instead: while pgbench keeps the
 // database busy, its ceiling lies between the two), then geotoll to a
 // client that asks for no encoding ("identity") and to one that accepts
-// gzip ("gzip"). The geotoll ones report x-ceiling and x-unsent, their
+// gzip ("gzip"), and last the least tile server ("floor",
+// startFloorServer: net/http, a pgx pool as large as the server's, the
+// same batch as pgbench, nothing else), which says what any Go server on
+// this host reaches — and so how much of the gap to pgbench is geotoll's
+// own work. The geotoll and floor ones report x-ceiling and x-unsent, their
 // tiles per second over the two pgbench sub-benchmarks' last rates (with
 // -count, each sub-benchmark runs its count of times in a row), and
 // cpu-µs/tile,
@@ -74,7 +80,9 @@ var (
 // sub-benchmark per list ("rounds") sums them up for each client, as
 // identity-x-median (the median of its rounds' x-ceiling),
 // identity-x-least (the lowest), identity-x-pooled (its tiles over its
-// time in every round against pgbench's over its own), identity-rounds
+// time in every round against pgbench's over its own),
+// identity-x-floor-pooled (the same against the floor's; and
+// floor-x-pooled, the floor's against pgbench's), identity-rounds
 // (how many rounds count: those in which both its run and pgbench's
 // passed) and identity-x-bracketed (pooled against the mean of the
 // pgbench runs before and after each round: most of a steady drift
@@ -100,7 +108,10 @@ var (
 // shipped unless told; BENCHMARKS.md's tables before 5 December used 16):
 // on a database with few cores, pgbench's rate falls as its connections
 // outnumber them, so a ceiling read at more connections than the server's
-// pool flatters the server.
+// pool flatters the server. -ceiling.load sets the load generator's
+// connections alone (geotoll's and the floor's), for clients that queue
+// for the pool; -ceiling.in-process runs the server without Redis, its
+// budgets in its own memory, to tell what the admission's calls cost.
 func BenchmarkCeiling(b *testing.B) {
 	clients := *ceilingClients
 	if clients == 0 {
@@ -108,6 +119,13 @@ func BenchmarkCeiling(b *testing.B) {
 	}
 	if clients < 1 {
 		b.Fatalf("-ceiling.clients %d: at least 1", clients)
+	}
+	load := *ceilingLoad
+	if load == 0 {
+		load = clients
+	}
+	if load < 1 {
+		b.Fatalf("-ceiling.load %d: at least 1", load)
 	}
 	pro := DefaultConfig().Throttle.Tiers["pro"]
 	key := createKey(b, "ceiling")
@@ -117,6 +135,9 @@ func BenchmarkCeiling(b *testing.B) {
 	m := startLogging(b, func(c *Config) {
 		c.Tiles.Cache.MaxBytes = 0
 		c.Redis.Timeout = DefaultConfig().Redis.Timeout // the hot path as shipped
+		if *ceilingInProcess {
+			c.Redis.URL, c.Redis.Addrs = "", nil
+		}
 		// The default pro tier's shape, with a budget no run exhausts.
 		c.Throttle.Tiers["ceiling"] = TierConfig{Rate: 1e9, Capacity: 1e9, MaxInFlight: pro.MaxInFlight}
 		// Each statement within its layer's statement_timeout, as pgbench's
@@ -142,6 +163,7 @@ func BenchmarkCeiling(b *testing.B) {
 		b.Fatal(err)
 	}
 	client := &loadtest.Client{BaseURL: "http://" + m.Addr(), Key: key}
+	floor := &loadtest.Client{BaseURL: startFloorServer(b, layer, DefaultConfig().Database.MaxConns)}
 	lists := loadtest.CeilingLists(points)
 	warm := max(*ceilingWarm, 0)
 	for i, list := range lists {
@@ -161,8 +183,11 @@ func BenchmarkCeiling(b *testing.B) {
 		if i == 0 {
 			n = max(n, 8)
 		}
-		if n > 0 {
-			if _, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, n*clients, false); err != nil {
+		for _, c := range []*loadtest.Client{client, floor} {
+			if n == 0 {
+				break
+			}
+			if _, err := c.LoopCount(ctx, layer.Name, list.Tiles, load, n*load, false); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -222,6 +247,7 @@ func BenchmarkCeiling(b *testing.B) {
 		// pg[rounds] is the closing pgbench, run after the last round.
 		pg := make([]float64, rounds+1)
 		rates := map[bool][]float64{false: make([]float64, rounds), true: make([]float64, rounds)}
+		floorRates := make([]float64, rounds)
 		// passed runs a sub-benchmark and answers the rate of its last run
 		// (the testing package runs it with b.N = 1 first), or 0 when it
 		// failed or was filtered out by -bench; a run with a rate adds its
@@ -239,15 +265,17 @@ func BenchmarkCeiling(b *testing.B) {
 			}
 			return rate
 		}
-		geotoll := func(round int, gzip bool) {
-			rates[gzip][round] = passed(clientName(gzip), func(b *testing.B) (float64, map[string]float64) {
+		// loop runs a sub-benchmark of c's tiles; why says, when some
+		// were not drawn, what the server saw of its database calls.
+		loop := func(name string, c *loadtest.Client, gzip bool, why func() string) float64 {
+			return passed(name, func(b *testing.B) (float64, map[string]float64) {
 				meter := loadtest.StartCPU()
 				before := cpuTime()
-				r, err := client.LoopCount(ctx, layer.Name, list.Tiles, clients, b.N, gzip)
+				r, err := c.LoopCount(ctx, layer.Name, list.Tiles, load, b.N, gzip)
 				cpu := cpuTime() - before
 				if err != nil || r.OK != r.Requests || r.Requests == 0 {
-					b.Fatalf("%d of %d tiles answered 200/204 (%s), %v; database calls since the server started: %s",
-						r.OK, r.Requests, loadtest.StatusText(r.Status), err, dbOutcomes("http://"+m.Addr()))
+					b.Fatalf("%d of %d tiles answered 200/204 (%s), %v%s",
+						r.OK, r.Requests, loadtest.StatusText(r.Status), err, why())
 				}
 				figures := reportHostCPU(b, meter, "cpu", r.Requests, 0, cpu)
 				b.ReportMetric(r.TilesPerSec, "tiles/s")
@@ -258,6 +286,11 @@ func BenchmarkCeiling(b *testing.B) {
 					b.ReportMetric(r.TilesPerSec/above, "x-unsent")
 				}
 				return r.TilesPerSec, figures
+			})
+		}
+		geotoll := func(round int, gzip bool) {
+			rates[gzip][round] = loop(clientName(gzip), client, gzip, func() string {
+				return "; database calls since the server started: " + dbOutcomes("http://"+m.Addr())
 			})
 		}
 		runCeiling := func(round int) {
@@ -277,6 +310,7 @@ func BenchmarkCeiling(b *testing.B) {
 			gzipFirst := round%2 == 1
 			geotoll(round, gzipFirst)
 			geotoll(round, !gzipFirst)
+			floorRates[round] = loop("floor", floor, false, func() string { return "" })
 		}
 		if rounds > 1 {
 			// A closing pgbench, so that every round's geotoll runs lie
@@ -303,6 +337,14 @@ func BenchmarkCeiling(b *testing.B) {
 						b.ReportMetric(x, name+"-x-bracketed")
 					}
 					reported = true
+				}
+				if s, ok := summariseRounds(pg[:rounds], floorRates); ok {
+					b.ReportMetric(s.pooled, "floor-x-pooled")
+				}
+				for _, gzip := range []bool{false, true} {
+					if s, ok := summariseRounds(floorRates, rates[gzip]); ok {
+						b.ReportMetric(s.pooled, clientName(gzip)+"-x-floor-pooled")
+					}
 				}
 				if s, ok := selfRatios(pg); ok {
 					b.ReportMetric(s.least, "pgbench-x-self-least")
