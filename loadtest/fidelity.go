@@ -198,7 +198,7 @@ func (r FidelityReport) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "layer %s: %d tiles (seed %d); %d timed out (ranked as the slowest)", r.Layer, len(r.Samples), r.Seed, censored)
 	if r.Took > 0 { // a report read back from several files has no one timer or duration
-		fmt.Fprintf(w, "; took %s\nDB time: %s", r.Took.Round(time.Second), r.Timer)
+		fmt.Fprintf(w, "; took %s\nDB time: %s", threeDigits(r.Took), r.Timer)
 	}
 	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -274,4 +274,14 @@ func ReadFidelity(paths ...string) (FidelityReport, error) {
 	}
 	out.Layer = strings.Join(names, "+")
 	return out, nil
+}
+
+// threeDigits rounds d to three significant digits (1m23s, 4.56s, 789ms):
+// a run of less than half a second does not read as "0s".
+func threeDigits(d time.Duration) time.Duration {
+	step := time.Duration(1)
+	for d/step >= 1000 {
+		step *= 10
+	}
+	return d.Round(step)
 }

@@ -189,3 +189,23 @@ func TestSamplingZoomZeroIsZ0(t *testing.T) {
 		t.Errorf("z0–16 of a z2–14 layer: z%d–%d", lo, hi)
 	}
 }
+
+// A short run's duration is written to three significant digits: it was
+// rounded to the second, and a run of 400 ms read "took 0s".
+func TestFidelityReportSaysHowLongAShortRunTook(t *testing.T) {
+	for _, c := range []struct {
+		took time.Duration
+		want string
+	}{
+		{400 * time.Millisecond, "took 400ms\n"},
+		{1234567 * time.Microsecond, "took 1.23s\n"},
+		{83*time.Second + 400*time.Millisecond, "took 1m23.4s\n"},
+		{1500 * time.Microsecond, "took 1.5ms\n"},
+	} {
+		var out bytes.Buffer
+		FidelityReport{Layer: "a", Took: c.took, Timer: "sql"}.WriteText(&out)
+		if !strings.Contains(out.String(), c.want) {
+			t.Errorf("took %v: report begins %q, want %q in it", c.took, strings.SplitN(out.String(), "\n", 3)[0:2], c.want)
+		}
+	}
+}
