@@ -21,10 +21,10 @@ import (
 
 var (
 	ceilingClients   = flag.Int("ceiling.clients", 0, "BenchmarkCeiling: the connections of pgbench and of geotoll's load generator (0: database.max_conns as shipped)")
-	ceilingRounds    = flag.Int("ceiling.rounds", 1, "BenchmarkCeiling: rounds of each list's four sub-benchmarks, one round after another (pgbench, then geotoll, then pgbench again...)")
-	ceilingLoad      = flag.Int("ceiling.load", 0, "BenchmarkCeiling: the connections of geotoll's load generator alone (0: -ceiling.clients)")
+	ceilingRounds    = flag.Int("ceiling.rounds", 1, "BenchmarkCeiling: rounds of each list's five sub-benchmarks, one round after another (pgbench, pgbench-unsent, the three clients in turns, then pgbench again...); a multiple of 3 puts each client in each place once")
+	ceilingLoad      = flag.Int("ceiling.load", 0, "BenchmarkCeiling: the connections of the load generator alone, to geotoll and to the floor (0: -ceiling.clients)")
 	ceilingInProcess = flag.Bool("ceiling.in-process", false, "BenchmarkCeiling: the server without Redis, its budgets in its own memory (what the admission's Redis calls cost)")
-	ceilingWarm      = flag.Int("ceiling.warm", 100, "BenchmarkCeiling: tiles a connection serves before its rate counts: pgbench's rates leave out the first ones of each of its fresh connections, and geotoll serves this many times -ceiling.clients tiles of each list before it is timed (0: neither; pgbench's own rates)")
+	ceilingWarm      = flag.Int("ceiling.warm", 100, "BenchmarkCeiling: tiles a connection serves before its rate counts: pgbench's rates leave out the first ones of each of its fresh connections, and geotoll and the floor serve this many times -ceiling.load tiles of each list before they are timed (0: neither; pgbench's own rates)")
 )
 
 // BenchmarkCeiling keeps BENCHMARKS.md's "cold tiles against the
@@ -33,9 +33,9 @@ var (
 // handler, pgcall, PostGIS — with its tile cache off, against pgbench
 // running the layer's own query for the same tiles, in the same run. For
 // each list (the densest z14 tiles of the demo's places, and the densest
-// of z8, z9 and z10) four sub-benchmarks run one after another, an op
+// of z8, z9 and z10) five sub-benchmarks run one after another, an op
 // being one tile through as many connections as the server's pool has
-// (-ceiling.clients): "pgbench" (the database alone,
+// (-ceiling.clients; the load generator's, -ceiling.load): "pgbench" (the database alone,
 // sending each tile as pgbench reads it: hex text), "pgbench-unsent" (the
 // same, sending each tile's length instead: while pgbench keeps the
 // database busy, its ceiling lies between the two), then geotoll to a
@@ -44,13 +44,14 @@ var (
 // startFloorServer: net/http, a pgx pool as large as the server's, the
 // same batch as pgbench, nothing else), which says what any Go server on
 // this host reaches — and so how much of the gap to pgbench is geotoll's
-// own work. The geotoll and floor ones report x-ceiling and x-unsent, their
+// own work (geotoll's batch also sets its statement_timeout from its
+// deadline and reads the statement's database time: one statement more). The geotoll and floor ones report x-ceiling and x-unsent, their
 // tiles per second over the two pgbench sub-benchmarks' last rates (with
 // -count, each sub-benchmark runs its count of times in a row), and
 // cpu-µs/tile,
 // the CPU this process spent per tile (the server, and the load
 // generator's small share; not PostgreSQL's nor Redis's). On Linux,
-// every pgbench and geotoll sub-benchmark also reports where the host's
+// every pgbench, geotoll and floor sub-benchmark also reports where the host's
 // CPU went, per tile (see reportHostCPU): all of it, PostgreSQL's,
 // Redis's, pgbench's client's (pgbench-µs/tile) and the rest's, with the
 // hypervisor's steal and the context switches. On a host the run keeps
@@ -62,18 +63,20 @@ var (
 // are slow, so pgbench's tiles/s is its steady rate — over the span in
 // which each of its connections is past its first n tiles and none has
 // finished (from its per-transaction log; own-tiles/s is pgbench's own
-// figure, warm-up and tail in) — and geotoll serves n tiles a connection
-// of each list before the list is timed. A pgbench run of 2n tiles a
+// figure, warm-up and tail in) — and geotoll and the floor serve n ×
+// -ceiling.load tiles of each list before it is timed (n a connection of
+// their pools when the load generator has as many connections). A pgbench run of 2n tiles a
 // connection or fewer reports own-tiles/s alone and counts as no ceiling
 // (no x-ceiling, no round): give -benchtime a count, above 2n ×
 // -ceiling.clients, as make bench-ceiling does.
 //
 // On a machine whose speed drifts, -ceiling.rounds n alternates: each
-// list runs its four sub-benchmarks n times in turn (the second round's
+// list runs its five sub-benchmarks n times in turn (the second round's
 // are named "#01" by the testing package), so each geotoll figure is over
-// the pgbench of its own round, run seconds before it, and the two
-// clients take turns to run first after pgbench (identity in the first
-// round, gzip in the second, and so on); -count instead
+// the pgbench of its own round, run seconds before it, and the three
+// clients take turns in their order after pgbench (identity, gzip, floor
+// in the first round, gzip, floor, identity in the second, and so on: a
+// multiple of 3 rounds puts each in each place once); -count instead
 // runs each sub-benchmark its count of times in a row (with rounds, keep
 // -count at 1). After two rounds or more, pgbench runs once more (so
 // every round's geotoll runs lie between two of its runs) and a last
@@ -81,8 +84,9 @@ var (
 // identity-x-median (the median of its rounds' x-ceiling),
 // identity-x-least (the lowest), identity-x-pooled (its tiles over its
 // time in every round against pgbench's over its own),
-// identity-x-floor-pooled (the same against the floor's; and
-// floor-x-pooled, the floor's against pgbench's), identity-rounds
+// identity-x-floor-pooled and identity-x-floor-median (the same against
+// the floor's; and floor-x-pooled, floor-x-median and floor-x-bracketed,
+// the floor's against pgbench's), identity-rounds
 // (how many rounds count: those in which both its run and pgbench's
 // passed) and identity-x-bracketed (pooled against the mean of the
 // pgbench runs before and after each round: most of a steady drift
@@ -96,7 +100,8 @@ var (
 // identity-cpu-µs/tile, gzip-redis-µs/tile and so on (pgbench's own,
 // pgbench-client-µs/tile), over the runs that passed and were read
 // (pgbench's warm ones, its closing run in; not pgbench-unsent's),
-// counted as pgbench-host-runs, identity-host-runs, gzip-host-runs. On a machine whose speed moves by up to half
+// counted as pgbench-host-runs, identity-host-runs, gzip-host-runs
+// (and the floor's, floor-cpu-µs/tile, floor-host-runs...). On a machine whose speed moves by up to half
 // from one run to the next, a round's ratio is one sample; the pooled,
 // bracketed and median ones are the figures to read. The server's price
 // models are built before anything is timed (startLogging waits for
@@ -163,7 +168,8 @@ func BenchmarkCeiling(b *testing.B) {
 		b.Fatal(err)
 	}
 	client := &loadtest.Client{BaseURL: "http://" + m.Addr(), Key: key}
-	floor := &loadtest.Client{BaseURL: startFloorServer(b, layer, DefaultConfig().Database.MaxConns)}
+	floorURL, floorStat := startFloorServer(b, layer, m.Config.Database.MaxConns)
+	floor := &loadtest.Client{BaseURL: floorURL}
 	lists := loadtest.CeilingLists(points)
 	warm := max(*ceilingWarm, 0)
 	for i, list := range lists {
@@ -303,14 +309,22 @@ func BenchmarkCeiling(b *testing.B) {
 				rate, _ := pgbench(b, unsent) // its figures are not summed up
 				return rate, nil
 			})
-			// The first of the two runs right after pgbench is the slower
-			// on this kind of machine (either encoding, measured both
-			// ways): the rounds take turns, so that neither client pays
-			// it in every round.
-			gzipFirst := round%2 == 1
-			geotoll(round, gzipFirst)
-			geotoll(round, !gzipFirst)
-			floorRates[round] = loop("floor", floor, false, func() string { return "" })
+			// The first of the runs right after pgbench is the slower on
+			// this kind of machine (either encoding, measured both ways):
+			// the three clients take turns, identity, gzip, floor in the
+			// first round, gzip, floor, identity in the second, floor,
+			// identity, gzip in the third, so that each takes each place
+			// once in three rounds.
+			clients := []func(){
+				func() { geotoll(round, false) },
+				func() { geotoll(round, true) },
+				func() {
+					floorRates[round] = loop("floor", floor, false, func() string { return "; the floor's pool: " + floorStat() })
+				},
+			}
+			for i := range clients {
+				clients[(round+i)%len(clients)]()
+			}
 		}
 		if rounds > 1 {
 			// A closing pgbench, so that every round's geotoll runs lie
@@ -340,10 +354,17 @@ func BenchmarkCeiling(b *testing.B) {
 				}
 				if s, ok := summariseRounds(pg[:rounds], floorRates); ok {
 					b.ReportMetric(s.pooled, "floor-x-pooled")
+					b.ReportMetric(s.median, "floor-x-median")
+					if x, ok := bracketed(pg, floorRates); ok {
+						b.ReportMetric(x, "floor-x-bracketed")
+					}
+					reported = true
 				}
 				for _, gzip := range []bool{false, true} {
 					if s, ok := summariseRounds(floorRates, rates[gzip]); ok {
 						b.ReportMetric(s.pooled, clientName(gzip)+"-x-floor-pooled")
+						b.ReportMetric(s.median, clientName(gzip)+"-x-floor-median")
+						reported = true
 					}
 				}
 				if s, ok := selfRatios(pg); ok {
@@ -426,7 +447,7 @@ func bracketed(pgbench, client []float64) (float64, bool) {
 }
 
 // selfSummary is how far pgbench falls from itself between two
-// consecutive runs (a round, four runs, apart): the least and the median,
+// consecutive runs (a round, five runs, apart): the least and the median,
 // over the pairs, of the lower run's rate over the higher's — a rough
 // gauge of how much of the machine's drift one round's ratio (two or
 // three runs apart) may carry.

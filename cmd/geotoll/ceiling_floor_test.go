@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -27,7 +28,10 @@ import (
 // compression. What it reaches against pgbench is what a Go server on
 // net/http and pgx reaches on the host at all; geotoll's rate over its
 // rate is what geotoll's own work costs.
-func startFloorServer(b *testing.B, layer *tiles.Layer, conns int32) string {
+//
+// It answers the server's address and a description of its pool's state,
+// for a run that failed.
+func startFloorServer(b *testing.B, layer *tiles.Layer, conns int32) (string, func() string) {
 	b.Helper()
 	cfg, err := pgxpool.ParseConfig(testenv.ReadDatabaseURL(b))
 	if err != nil {
@@ -93,10 +97,15 @@ func startFloorServer(b *testing.B, layer *tiles.Layer, conns int32) string {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	b.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
+	stat := func() string {
+		st := pool.Stat()
+		return fmt.Sprintf("%d connections, %d acquired, %d acquires cancelled", st.TotalConns(), st.AcquiredConns(), st.CanceledAcquireCount())
+	}
+	return "http://" + ln.Addr().String(), stat
 }
 
-// floorTile parses {z}/{x}/{y}.mvt after prefix.
+// floorTile parses {z}/{x}/{y}.mvt after prefix, as geotoll parses a
+// tile's address (tiles.ParseTile).
 func floorTile(path, prefix string) (maptile.Tile, bool) {
 	rest, ok := strings.CutPrefix(path, prefix)
 	if !ok {
@@ -107,16 +116,8 @@ func floorTile(path, prefix string) (maptile.Tile, bool) {
 	if !ok || len(parts) != 3 {
 		return maptile.Tile{}, false
 	}
-	var n [3]uint64
-	for i, p := range parts {
-		v, err := strconv.ParseUint(p, 10, 32)
-		if err != nil {
-			return maptile.Tile{}, false
-		}
-		n[i] = v
-	}
-	t := maptile.New(uint32(n[1]), uint32(n[2]), maptile.Zoom(n[0]))
-	return t, t.Valid()
+	t, err := tiles.ParseTile(parts[0], parts[1], parts[2])
+	return t, err == nil
 }
 
 func TestFloorTileReadsOnlyItsLayersTiles(t *testing.T) {
@@ -134,6 +135,12 @@ func TestFloorTileReadsOnlyItsLayersTiles(t *testing.T) {
 		{"/tiles/places/14/8800.mvt", maptile.Tile{}, false},
 		{"/tiles/places/14/-1/0.mvt", maptile.Tile{}, false},
 		{"/tiles/places/99999999999/0/0.mvt", maptile.Tile{}, false},
+		{"/tiles/places/014/0/0.mvt", maptile.Tile{}, false},
+		{"/tiles/places/23/0/0.mvt", maptile.Tile{}, false}, // above tiles.MaxZoom
+		{"/tiles/places/32/0/0.mvt", maptile.Tile{}, false},
+		{"/tiles/places//0/0.mvt", maptile.Tile{}, false},
+		{"/tiles/places/1/0/0/0.mvt", maptile.Tile{}, false},
+		{"/tiles/placesX/0/0/0.mvt", maptile.Tile{}, false},
 	} {
 		got, ok := floorTile(c.path, prefix)
 		if ok != c.ok || (ok && got != c.want) {
