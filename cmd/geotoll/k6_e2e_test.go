@@ -17,29 +17,127 @@ import (
 	"github.com/geotoll/geotoll/server"
 )
 
-// k6Run is what testdata/k6/run.mjs prints: the script's options and every
-// request, check and metric sample of its iterations.
+// k6Run is what testdata/k6/run.mjs prints: the script's options, its
+// custom metrics, and every request (with its duration, the
+// http_req_duration sample k6 makes of it), check and metric sample of its
+// iterations.
 type k6Run struct {
 	Options struct {
 		Thresholds map[string][]string `json:"thresholds"`
 	} `json:"options"`
-	Expected []int `json:"expected"`
-	Requests []struct {
-		Method string            `json:"method"`
-		URL    string            `json:"url"`
-		Status int               `json:"status"`
-		Tags   map[string]string `json:"tags"`
-		Failed bool              `json:"failed"`
-	} `json:"requests"`
-	Checks []struct {
+	Expected []int       `json:"expected"`
+	Requests []k6Request `json:"requests"`
+	Checks   []struct {
 		Name   string `json:"name"`
 		OK     bool   `json:"ok"`
 		Status int    `json:"status"`
 	} `json:"checks"`
-	Samples []struct {
-		Metric string  `json:"metric"`
-		Value  float64 `json:"value"`
-	} `json:"samples"`
+	Samples []k6Sample          `json:"samples"`
+	Metrics map[string]k6Metric `json:"metrics"`
+}
+
+// k6Sample is a value added to a custom metric.
+type k6Sample struct {
+	Metric string            `json:"metric"`
+	Value  float64           `json:"value"`
+	Tags   map[string]string `json:"tags"`
+}
+
+// k6Metric is a custom metric a script declares: its type (trend, rate,
+// counter) and whether its values are times, new Trend(name, true).
+type k6Metric struct {
+	Type   string `json:"type"`
+	IsTime bool   `json:"isTime"`
+}
+
+// k6Request is a request the stand-in made; Duration (ms) is its
+// timings.duration.
+type k6Request struct {
+	Method   string            `json:"method"`
+	URL      string            `json:"url"`
+	Status   int               `json:"status"`
+	Tags     map[string]string `json:"tags"`
+	Failed   bool              `json:"failed"`
+	Duration float64           `json:"duration"`
+}
+
+// k6Threshold is a threshold's name, metric or metric{tag:value}.
+var k6Threshold = regexp.MustCompile(`^(\w+)(?:\{(\w+):(.+)\})?$`)
+
+// series is the samples of the series a threshold names (metric, or
+// metric{tag:value} when tag is not empty): a built-in http_req_* metric's
+// come from the requests, as k6 makes them, a custom metric's from its
+// samples. A built-in metric the stand-in does not model has none.
+func (run k6Run) series(metric, tag, value string) []float64 {
+	var out []float64
+	has := func(tags map[string]string) bool { return tag == "" || tags[tag] == value }
+	if strings.HasPrefix(metric, "http_req") {
+		for _, r := range run.Requests {
+			if !has(r.Tags) {
+				continue
+			}
+			switch metric {
+			case "http_reqs":
+				out = append(out, 1)
+			case "http_req_duration":
+				out = append(out, r.Duration)
+			case "http_req_failed":
+				out = append(out, map[bool]float64{false: 0, true: 1}[r.Failed])
+			}
+		}
+		return out
+	}
+	for _, s := range run.Samples {
+		if s.Metric == metric && has(s.Tags) {
+			out = append(out, s.Value)
+		}
+	}
+	return out
+}
+
+// made: the run makes the series a threshold names, metric{tag:value}. A
+// built-in metric's is made by a request with the tag. A custom metric's
+// samples must carry the tag, and the value is made by one of them or by a
+// request: a latency of answers has no sample for a route the run refused
+// every time, yet names a series the run makes.
+func (run k6Run) made(metric, tag, value string) bool {
+	if strings.HasPrefix(metric, "http_req") {
+		return run.series(metric, tag, value) != nil
+	}
+	byRequest := slices.ContainsFunc(run.Requests, func(r k6Request) bool { return r.Tags[tag] == value })
+	keyed := false
+	for _, s := range run.Samples {
+		if _, ok := s.Tags[tag]; ok && s.Metric == metric {
+			keyed = true
+			if s.Tags[tag] == value {
+				return true
+			}
+		}
+	}
+	return keyed && byRequest
+}
+
+// unmade: the thresholds on a tag that name a series the run does not make.
+func (run k6Run) unmade() []string {
+	var out []string
+	for name := range run.Options.Thresholds {
+		if m := k6Threshold.FindStringSubmatch(name); m != nil && m[2] != "" && !run.made(m[1], m[2], m[3]) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// isTime: the metric holds times, as a latency threshold's must.
+func (run k6Run) isTime(metric string) bool {
+	m, ok := run.Metrics[metric]
+	return metric == "http_req_duration" || ok && m.Type == "trend" && m.IsTime
+}
+
+// percentile: a threshold's expressions hold a p(N).
+func percentile(exprs []string) bool {
+	return slices.ContainsFunc(exprs, func(e string) bool { return strings.HasPrefix(strings.TrimSpace(e), "p(") })
 }
 
 // runK6 runs a k6 script of loadtest/k6 for iterations under node, with a
@@ -198,8 +296,8 @@ func checkRefusedRate(t *testing.T, script string, run k6Run) {
 }
 
 // checkThresholds: the run fails on failed checks, failed requests and
-// slow routes, and every threshold on a tag names a series the requests
-// make.
+// slow routes (a percentile of a time metric tagged by route), and every
+// threshold on a tag names a series the run makes (k6Run.made).
 func checkThresholds(t *testing.T, script string, run k6Run) {
 	t.Helper()
 	th := run.Options.Thresholds
@@ -208,21 +306,13 @@ func checkThresholds(t *testing.T, script string, run k6Run) {
 			t.Errorf("%s: no threshold on %s", script, need)
 		}
 	}
-	tagged := regexp.MustCompile(`^(\w+)\{(\w+):(.+)\}$`)
+	for _, name := range run.unmade() {
+		t.Errorf("%s: threshold %s names a series the run does not make", script, name)
+	}
 	durations := map[string]bool{}
-	for name := range th {
-		m := tagged.FindStringSubmatch(name)
-		if m == nil {
-			continue
-		}
-		seen := false
-		for _, r := range run.Requests {
-			seen = seen || r.Tags[m[2]] == m[3]
-		}
-		if !seen {
-			t.Errorf("%s: threshold %s names a series no request makes", script, name)
-		}
-		if m[1] == "http_req_duration" && m[2] == "route" {
+	for name, exprs := range th {
+		m := k6Threshold.FindStringSubmatch(name)
+		if m != nil && m[2] == "route" && percentile(exprs) && run.isTime(m[1]) {
 			durations[m[3]] = true
 		}
 	}
