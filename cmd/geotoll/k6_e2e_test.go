@@ -95,16 +95,31 @@ func (run k6Run) series(metric, tag, value string) []float64 {
 	return out
 }
 
-// made: the run makes the series a threshold names, metric{tag:value}. A
-// built-in metric's is made by a request with the tag. A custom metric's
-// samples must carry the tag, and the value is made by one of them or by a
-// request: a latency of answers has no sample for a route the run refused
-// every time, yet names a series the run makes.
+// made: the run makes the series a threshold names, metric or
+// metric{tag:value}. A metric without a tag must be a built-in of k6's or
+// one the script declares (k6 refuses to start otherwise). A built-in
+// metric's tagged series is made by a request with the tag. A custom
+// metric's samples must carry the tag, and the value is made by one of
+// them — or, for a series of answers, by requests with it that were all
+// refused (a latency of answers has no sample for a route the run refused
+// every time, yet names a series the run makes; a request with the value
+// that was answered and left no sample means the series is not the one
+// the script fills).
 func (run k6Run) made(metric, tag, value string) bool {
+	if tag == "" {
+		_, declared := run.Metrics[metric]
+		return declared || k6Builtin[metric]
+	}
 	if strings.HasPrefix(metric, "http_req") {
 		return run.series(metric, tag, value) != nil
 	}
-	byRequest := slices.ContainsFunc(run.Requests, func(r k6Request) bool { return r.Tags[tag] == value })
+	byRequest, answered := false, false
+	for _, r := range run.Requests {
+		if r.Tags[tag] == value {
+			byRequest = true
+			answered = answered || r.Status != http.StatusTooManyRequests
+		}
+	}
 	keyed := false
 	for _, s := range run.Samples {
 		if _, ok := s.Tags[tag]; ok && s.Metric == metric {
@@ -114,14 +129,21 @@ func (run k6Run) made(metric, tag, value string) bool {
 			}
 		}
 	}
-	return keyed && byRequest
+	return keyed && byRequest && !answered
 }
 
-// unmade: the thresholds on a tag that name a series the run does not make.
+// k6Builtin is k6's built-in metrics.
+var k6Builtin = map[string]bool{"checks": true, "data_received": true, "data_sent": true, "dropped_iterations": true,
+	"http_req_blocked": true, "http_req_connecting": true, "http_req_duration": true, "http_req_failed": true,
+	"http_req_receiving": true, "http_req_sending": true, "http_req_tls_handshaking": true, "http_req_waiting": true,
+	"http_reqs": true, "iteration_duration": true, "iterations": true, "vus": true, "vus_max": true}
+
+// unmade: the thresholds that name a series the run does not make.
 func (run k6Run) unmade() []string {
 	var out []string
 	for name := range run.Options.Thresholds {
-		if m := k6Threshold.FindStringSubmatch(name); m != nil && m[2] != "" && !run.made(m[1], m[2], m[3]) {
+		m := k6Threshold.FindStringSubmatch(name)
+		if m == nil || !run.made(m[1], m[2], m[3]) {
 			out = append(out, name)
 		}
 	}
@@ -203,8 +225,8 @@ var tilePath = regexp.MustCompile(`/tiles/[^/]+/(\d+)/\d+/\d+\.mvt$`)
 // refills: every request is tagged with the route geotoll's metrics name
 // (tiles with their zoom too), a 429 is an expected status counted in
 // geotoll_refused and not in http_req_failed, every check passes on the
-// server's real answers, and every threshold names a series the requests
-// make.
+// server's real answers, and every threshold names a series the run makes
+// (see made: the requests', or the script's own metrics' samples).
 func TestK6Scripts(t *testing.T) {
 	t.Parallel()
 	base, _ := startServer(t, func(c *Config) {
@@ -296,8 +318,9 @@ func checkRefusedRate(t *testing.T, script string, run k6Run) {
 }
 
 // checkThresholds: the run fails on failed checks, failed requests and
-// slow routes (a percentile of a time metric tagged by route), and every
-// threshold on a tag names a series the run makes (k6Run.made).
+// slow routes (a percentile of a time metric tagged by route) and on
+// routes refused (nearly) every time, and every threshold names a series
+// the run makes (k6Run.made).
 func checkThresholds(t *testing.T, script string, run k6Run) {
 	t.Helper()
 	th := run.Options.Thresholds
@@ -317,8 +340,14 @@ func checkThresholds(t *testing.T, script string, run k6Run) {
 		}
 	}
 	for _, r := range run.Requests {
-		if !durations[r.Tags["route"]] {
-			t.Errorf("%s: no latency threshold for route %s", script, r.Tags["route"])
+		route := r.Tags["route"]
+		if !durations[route] {
+			t.Errorf("%s: no latency threshold for route %s", script, route)
+		}
+		// A latency of answers has no sample, so passes, for a route
+		// refused every time: its own refusal rate fails such a run.
+		if name := "geotoll_refused{route:" + route + "}"; len(th[name]) == 0 {
+			t.Errorf("%s: no threshold on %s", script, name)
 		}
 	}
 }

@@ -83,6 +83,10 @@ func TestLoadtestK6LatencyThresholdsLeaveOutRefusals(t *testing.T) {
 			}
 			if r.Status == http.StatusTooManyRequests {
 				refused[r.Duration] = true
+			} else if r.Duration < float64(slow.Milliseconds()) {
+				// The server held each answer that long: a duration
+				// the stand-in made up would show here.
+				t.Errorf("%s: %s → %d took %.1f ms, under the %s the server held it", tc.script, r.URL, r.Status, r.Duration, slow)
 			}
 		}
 		if len(refused) == 0 || len(refused) == len(run.Requests) {
@@ -132,27 +136,35 @@ func TestLoadtestK6LatencyThresholdsLeaveOutRefusals(t *testing.T) {
 }
 
 // The threshold check of TestK6Scripts (k6Run.made) fails on a threshold
-// naming a series the run does not make: an unknown metric or tag value,
-// or a custom metric whose samples do not carry the tag; a custom metric's
-// series of a tag value no sample has but a request has (a route refused
-// every time, for a latency of answers) is made.
+// naming a series the run does not make: a metric neither built in nor
+// declared, an unknown tag value, a custom metric whose samples do not
+// carry the tag, or a tag value whose requests were answered and left no
+// sample; a custom metric's series of a tag value no sample has but whose
+// requests were all refused (a route refused every time, for a latency of
+// answers) is made.
 func TestK6ThresholdOnNoSeriesIsCaught(t *testing.T) {
 	route := func(r string) map[string]string { return map[string]string{"route": r} }
 	run := k6Run{
-		Requests: []k6Request{{Status: 429, Tags: route("/a"), Duration: 1}, {Status: 200, Tags: route("/b"), Duration: 50}},
+		Requests: []k6Request{{Status: 429, Tags: route("/a"), Duration: 1}, {Status: 200, Tags: route("/b"), Duration: 50},
+			{Status: 200, Tags: route("/d"), Duration: 50}},
 		Samples: []k6Sample{
 			{Metric: "answered", Value: 50, Tags: route("/b")},
 			{Metric: "cost", Value: 1, Tags: map[string]string{"zoom": "14"}},
 		},
+		Metrics: map[string]k6Metric{"answered": {Type: "trend", IsTime: true}, "cost": {Type: "trend"}},
 	}
 	run.Options.Thresholds = map[string][]string{}
 	for _, name := range []string{
 		"checks", "http_req_duration{route:/a}", "http_req_failed{route:/b}", "answered{route:/b}", "answered{route:/a}", "cost{zoom:14}", // made
+		"answered", "iterations", // made: declared, built in
 		"http_req_duration{route:/c}", "answered{route:/c}", "answered{zoom:14}", "cost{route:/b}", "latency{route:/b}", // not made
+		"answered{route:/d}", // a route answered that left no sample
+		"latency", "answerd", // declared nowhere
 	} {
 		run.Options.Thresholds[name] = []string{"p(95)<100"}
 	}
-	want := []string{"answered{route:/c}", "answered{zoom:14}", "cost{route:/b}", "http_req_duration{route:/c}", "latency{route:/b}"}
+	want := []string{"answerd", "answered{route:/c}", "answered{route:/d}", "answered{zoom:14}", "cost{route:/b}",
+		"http_req_duration{route:/c}", "latency", "latency{route:/b}"}
 	if got := run.unmade(); !slices.Equal(got, want) {
 		t.Errorf("unmade series %q, want %q", got, want)
 	}
