@@ -173,7 +173,9 @@ bench: testdb
 # services scripts/services.sh starts itself (not DATABASE_URL's): `pin.sh
 # off` first undoes a pinning an interrupted run left, and fails at once
 # without them.
-# CEILING_ROUNDS rounds of pgbench and geotoll in turn, CEILING_TILES tiles a
+# CEILING_ROUNDS rounds of pgbench, geotoll's two clients and the least Go
+# tile server (floor) in turn (a multiple of 3 puts each client in each
+# place after pgbench once), CEILING_TILES tiles a
 # run (750 a connection at the pool's 4: pgbench opens its connections
 # afresh each run, and its rate is taken past each one's first 100 tiles:
 # a run of 800 or fewer is no ceiling); each list ends with its rounds

@@ -315,15 +315,15 @@ func BenchmarkCeiling(b *testing.B) {
 			// first round, gzip, floor, identity in the second, floor,
 			// identity, gzip in the third, so that each takes each place
 			// once in three rounds.
-			clients := []func(){
+			turns := []func(){
 				func() { geotoll(round, false) },
 				func() { geotoll(round, true) },
 				func() {
 					floorRates[round] = loop("floor", floor, false, func() string { return "; the floor's pool: " + floorStat() })
 				},
 			}
-			for i := range clients {
-				clients[(round+i)%len(clients)]()
+			for i := range turns {
+				turns[(round+i)%len(turns)]()
 			}
 		}
 		if rounds > 1 {
@@ -426,11 +426,12 @@ func summariseRounds(pgbench, client []float64) (roundsSummary, bool) {
 // side of its rounds: its tiles over its time in every round whose
 // pgbench before (pgbench[i]) and after (pgbench[i+1]: the next round's,
 // or the closing one) both passed, against the mean of the two's times a
-// tile. Most of a steady drift of the machine's speed cancels: all of a
-// drift linear in time for a run midway between the two pgbench runs
-// (the round's first client, after pgbench-unsent), about an eighth of it
-// over the rounds for the second one, which runs three quarters of the
-// way. False when no round has both.
+// tile. Most of a steady drift of the machine's speed cancels: for a
+// drift linear in time the mean of the two stands for the speed midway
+// between them, and a round's clients run at about two, three and four
+// fifths of the way (after pgbench and pgbench-unsent, in turns), so a
+// client's round is off by one to three tenths of the round's drift, a
+// tenth over three rounds of turns. False when no round has both.
 func bracketed(pgbench, client []float64) (float64, bool) {
 	var pgTime, clientTime float64
 	for i := range min(len(pgbench)-1, len(client)) {
@@ -449,8 +450,8 @@ func bracketed(pgbench, client []float64) (float64, bool) {
 // selfSummary is how far pgbench falls from itself between two
 // consecutive runs (a round, five runs, apart): the least and the median,
 // over the pairs, of the lower run's rate over the higher's — a rough
-// gauge of how much of the machine's drift one round's ratio (two or
-// three runs apart) may carry.
+// gauge of how much of the machine's drift one round's ratio (two to
+// four runs apart) may carry.
 type selfSummary struct {
 	least, median float64
 	pairs         int
