@@ -131,7 +131,7 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) (done func(), ok 
 // Preconditions.failedOnCollection): 412 for an If-Match other than *,
 // 304 for If-None-Match *.
 func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
-	qs, err := parseQuery(r)
+	qs, err := parseQuery(r, listParams)
 	if err != nil {
 		problem.Write(w, r, err)
 		return

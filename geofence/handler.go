@@ -271,7 +271,7 @@ func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 	// a content coding, 413…) still go first: parseCheck reports it after
 	// them.
 	var layer queryLayer
-	qs, err := parseQuery(r)
+	qs, err := parseQuery(r, checkParams)
 	if err == nil {
 		_, layer.given = qs["layer"]
 		if layer.c, layer.err = qs.containment(h.catalog); clientError(layer.err) {

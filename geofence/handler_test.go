@@ -913,3 +913,48 @@ func writingRouter(t *testing.T, reader Reader, gate Gate, writes *int) http.Han
 	}
 	return testRouter(h)
 }
+
+// TestHandlerRefusesParametersItDoesNotRead: a query parameter a request
+// does not read is a 400 naming it, before pricing — a misspelt optional
+// one (layr=, limt=) would otherwise leave its default in place, and a
+// contains would answer from the fences instead of the layer asked for.
+// Every parameter a request reads (its own, dry_run and ?key= on a priced
+// one) still passes.
+func TestHandlerRefusesParametersItDoesNotRead(t *testing.T) {
+	check := `{"points":[{"id":"a","lng":1,"lat":2}]}`
+	long := strings.Repeat("x", 100)
+	for _, c := range []struct {
+		method, target, body string
+		status               int
+		param                string
+	}{
+		{"GET", "/geofence/within?layer=places&lng=1&lat=2&radius=10&limt=5", "", 400, "limt"},
+		{"GET", "/geofence/bbox?layer=places&bbox=0,0,1,1&radius=10", "", 400, "radius"},
+		{"GET", "/geofence/contains?lng=1&lat=2&layr=countries", "", 400, "layr"},
+		{"GET", "/geofence/contains?lng=1&lat=2&=1", "", 400, ""},
+		{"GET", "/geofence/contains?lng=1&lat=2&" + long + "=1", "", 400, long[:maxShownParam] + "…"},
+		{"POST", "/geofence/check?lyr=places", check, 400, "lyr"},
+		{"GET", "/geofence/fences?limit=2&afer=7", "", 400, "afer"},
+		{"GET", "/geofence/within?layer=places&lng=1&lat=2&radius=10&limit=5&dry_run=0&key=k", "", 200, ""},
+		{"GET", "/geofence/bbox?layer=places&bbox=0,0,1,1&limit=5&dry_run=0&key=k", "", 200, ""},
+		{"GET", "/geofence/contains?lng=1&lat=2&limit=5&dry_run=0&key=k", "", 200, ""},
+		{"POST", "/geofence/check?dry_run=0&key=k", check, 200, ""},
+		{"GET", "/geofence/fences?limit=2&after=0", "", 200, ""},
+	} {
+		reader, gate := &fakeReader{}, &fakeGate{budget: 100}
+		w := serve(newTestHandler(t, reader, gate, nil), c.method, c.target, c.body, "X-API-Key", testAdminKey)
+		if w.Code != c.status {
+			t.Errorf("%s %s: %d %s, want %d", c.method, c.target, w.Code, w.Body, c.status)
+			continue
+		}
+		if c.status != 400 {
+			continue
+		}
+		if doc := problemDoc(t, w); doc["param"] != c.param && !(c.param == "" && doc["param"] == nil) {
+			t.Errorf("%s %s: param %v, want %q", c.method, c.target, doc["param"], c.param)
+		}
+		if len(gate.demands) != 0 || len(reader.calls) != 0 {
+			t.Errorf("%s %s: refused, yet priced (%v) or queried (%v)", c.method, c.target, gate.demands, reader.calls)
+		}
+	}
+}

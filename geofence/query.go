@@ -1,8 +1,11 @@
 package geofence
 
 import (
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 
 	"github.com/geotoll/geotoll/problem"
 )
@@ -10,13 +13,39 @@ import (
 // query is a request's query string with each parameter at most once.
 type query url.Values
 
-func parseQuery(r *http.Request) (query, error) {
+// The query parameters each request reads: the ones of its own, the
+// dry_run of a priced request and the ?key= the toll reads on it.
+var (
+	withinParams   = []string{"layer", "lng", "lat", "radius", "limit", "dry_run", "key"}
+	bboxParams     = []string{"layer", "bbox", "limit", "dry_run", "key"}
+	containsParams = []string{"layer", "lng", "lat", "limit", "dry_run", "key"}
+	checkParams    = []string{"layer", "dry_run", "key"}
+	listParams     = []string{"limit", "after"}
+)
+
+// parseQuery parses r's query string, in which a parameter the request
+// does not read (reads) is a 400 naming it: a misspelt optional one
+// (layr=, limt=) would otherwise leave its default in place — a contains
+// answered from the fences instead of the layer asked for.
+func parseQuery(r *http.Request, reads []string) (query, error) {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, problem.Malformed("", "the query string is malformed")
 	}
+	for _, name := range slices.Sorted(maps.Keys(v)) {
+		if !slices.Contains(reads, name) {
+			shown := name
+			if len(shown) > maxShownParam {
+				shown = shown[:maxShownParam] + "…"
+			}
+			return nil, problem.Malformed(shown, "%q is not a parameter of this request, which reads %s", shown, strings.Join(reads, ", "))
+		}
+	}
 	return query(v), nil
 }
+
+// maxShownParam is how much of an unknown parameter's name a 400 repeats.
+const maxShownParam = 64
 
 // get returns the single value of name ("" when absent); a parameter given
 // twice is a 400, so that no two parts of the stack can read different
@@ -91,7 +120,7 @@ func (q query) limit(l Limits) (int, error) {
 }
 
 func (h *Handler) parseWithin(r *http.Request) (WithinQuery, error) {
-	qs, err := parseQuery(r)
+	qs, err := parseQuery(r, withinParams)
 	if err != nil {
 		return WithinQuery{}, err
 	}
@@ -116,7 +145,7 @@ func (h *Handler) parseWithin(r *http.Request) (WithinQuery, error) {
 }
 
 func (h *Handler) parseBBox(r *http.Request) (BBoxQuery, error) {
-	qs, err := parseQuery(r)
+	qs, err := parseQuery(r, bboxParams)
 	if err != nil {
 		return BBoxQuery{}, err
 	}
@@ -138,7 +167,7 @@ func (h *Handler) parseBBox(r *http.Request) (BBoxQuery, error) {
 }
 
 func (h *Handler) parseContains(r *http.Request) (ContainsQuery, error) {
-	qs, err := parseQuery(r)
+	qs, err := parseQuery(r, containsParams)
 	if err != nil {
 		return ContainsQuery{}, err
 	}
