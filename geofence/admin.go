@@ -91,10 +91,14 @@ func (h *Handler) writable(w http.ResponseWriter, r *http.Request) (Writer, bool
 }
 
 // noDryRun refuses a fence write sent with a dry_run other than 0 or
-// false, or with a query string that does not parse: writes are not
+// false, with another query parameter (dryrun=, a misspelt dry_run, would
+// otherwise be written), or with a query string that does not parse: writes are not
 // priced, so they have no preview, and a caller who meant to try one must
 // not have it made.
 func noDryRun(r *http.Request) error {
+	if _, err := parseQuery(r, writeParams); err != nil {
+		return err
+	}
 	if dry, err := dryrun.Parse(r); err != nil || !dry {
 		return err
 	}
@@ -187,6 +191,10 @@ func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) GetFence(w http.ResponseWriter, r *http.Request) {
 	id, err := fenceID(r)
 	if err != nil {
+		problem.Write(w, r, err)
+		return
+	}
+	if _, err := parseQuery(r, nil); err != nil {
 		problem.Write(w, r, err)
 		return
 	}

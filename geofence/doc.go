@@ -138,6 +138,9 @@
 //     GeometryCollection included, is a 422. The read-only properties a
 //     fence is answered with (created_at, updated_at, revision) are taken
 //     and ignored, so a fence read with GET can be edited and PUT back.
+//   - a query parameter the request does not read is a 400 naming it
+//     (parseQuery: each request's own, dry_run, and ?key= on the priced
+//     ones): a misspelt optional one would leave its default in place;
 //   - a parameter given twice is a 400; so is a body member given twice
 //     or in another case than its own ("LAT", "Name"), in check and fence
 //     bodies alike. Malformed JSON is a 400 at the byte where it goes

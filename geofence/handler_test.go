@@ -940,6 +940,13 @@ func TestHandlerRefusesParametersItDoesNotRead(t *testing.T) {
 		{"GET", "/geofence/contains?lng=1&lat=2&limit=5&dry_run=0&key=k", "", 200, ""},
 		{"POST", "/geofence/check?dry_run=0&key=k", check, 200, ""},
 		{"GET", "/geofence/fences?limit=2&after=0", "", 200, ""},
+		{"GET", "/geofence/fences/7?v=1", "", 400, "v"},
+		{"GET", "/geofence/fences/7", "", 200, ""},
+		// an API key sent as a name is not repeated; a name is cut at a
+		// character's start and shown as valid UTF-8
+		{"GET", "/geofence/contains?lng=1&lat=2&gt_0123456789abcdef0123456789abcdef0123456789", "", 400, "REDACTED"},
+		{"GET", "/geofence/contains?lng=1&lat=2&" + strings.Repeat("x", 63) + "é=1", "", 400, strings.Repeat("x", 63) + "…"},
+		{"GET", "/geofence/contains?lng=1&lat=2&%ff=1", "", 400, "\ufffd"},
 	} {
 		reader, gate := &fakeReader{}, &fakeGate{budget: 100}
 		w := serve(newTestHandler(t, reader, gate, nil), c.method, c.target, c.body, "X-API-Key", testAdminKey)
@@ -956,5 +963,29 @@ func TestHandlerRefusesParametersItDoesNotRead(t *testing.T) {
 		if len(gate.demands) != 0 || len(reader.calls) != 0 {
 			t.Errorf("%s %s: refused, yet priced (%v) or queried (%v)", c.method, c.target, gate.demands, reader.calls)
 		}
+	}
+}
+
+// A fence write with a misspelt dry_run (dryrun=, dry-run=) is a 400 and
+// writes nothing: the caller meant to try it, and a write has no dry run.
+func TestFenceWriteWithAnotherParameterWritesNothing(t *testing.T) {
+	r, writes := countedWrites(t)
+	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	for _, c := range []struct{ method, target, body, param string }{
+		{http.MethodDelete, "/geofences/3?dryrun=1", "", "dryrun"},
+		{http.MethodDelete, "/geofences/3?dry-run=1", "", "dry-run"},
+		{http.MethodPut, "/geofences/3?dryrun=1", fence, "dryrun"},
+		{http.MethodPost, "/geofences?dryrun=true", fence, "dryrun"},
+	} {
+		w := serve(r, c.method, c.target, c.body, "X-API-Key", testAdminKey)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"param":"`+c.param+`"`) {
+			t.Errorf("%s %s: %d %s, want a 400 naming %s", c.method, c.target, w.Code, w.Body, c.param)
+		}
+	}
+	if *writes != 0 {
+		t.Fatalf("%d writes made, want none", *writes)
+	}
+	if w := serve(r, http.MethodDelete, "/geofences/3?dry_run=0", "", "X-API-Key", testAdminKey); w.Code != http.StatusNoContent || *writes != 1 {
+		t.Errorf("DELETE with dry_run=0: %d, %d writes; want 204 and one", w.Code, *writes)
 	}
 }

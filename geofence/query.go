@@ -5,8 +5,11 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -21,27 +24,49 @@ var (
 	containsParams = []string{"layer", "lng", "lat", "limit", "dry_run", "key"}
 	checkParams    = []string{"layer", "dry_run", "key"}
 	listParams     = []string{"limit", "after"}
+	writeParams    = []string{"dry_run"} // refused unless 0 or false: noDryRun
 )
 
 // parseQuery parses r's query string, in which a parameter the request
 // does not read (reads) is a 400 naming it: a misspelt optional one
-// (layr=, limt=) would otherwise leave its default in place — a contains
-// answered from the fences instead of the layer asked for.
+// (layr=, limt=, dryrun=) would otherwise leave its default in place — a
+// contains answered from the fences instead of the layer asked for, a
+// fence deleted by a caller who meant to try it.
 func parseQuery(r *http.Request, reads []string) (query, error) {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, problem.Malformed("", "the query string is malformed")
 	}
-	for _, name := range slices.Sorted(maps.Keys(v)) {
+	for name := range v {
 		if !slices.Contains(reads, name) {
-			shown := name
-			if len(shown) > maxShownParam {
-				shown = shown[:maxShownParam] + "…"
-			}
-			return nil, problem.Malformed(shown, "%q is not a parameter of this request, which reads %s", shown, strings.Join(reads, ", "))
+			return nil, unread(slices.Sorted(maps.Keys(v)), reads)
 		}
 	}
 	return query(v), nil
+}
+
+// unread is the 400 for the first of names a request does not read. The
+// name is shown as valid UTF-8, cut to maxShownParam bytes at a
+// character's start, and an API key sent as a name (a URL template filled
+// with the key alone) not at all.
+func unread(names, reads []string) error {
+	i := slices.IndexFunc(names, func(n string) bool { return !slices.Contains(reads, n) })
+	shown := strings.ToValidUTF8(names[i], "\ufffd")
+	if len(shown) > maxShownParam {
+		n := maxShownParam
+		for n > 0 && !utf8.RuneStart(shown[n]) {
+			n--
+		}
+		shown = shown[:n] + "…"
+	}
+	if apikeys.Marked(names[i]) {
+		shown = "REDACTED"
+	}
+	what := "reads no query parameter"
+	if len(reads) > 0 {
+		what = "reads " + strings.Join(reads, ", ")
+	}
+	return problem.Malformed(shown, "%s is not a parameter of this request, which %s", strconv.Quote(shown), what)
 }
 
 // maxShownParam is how much of an unknown parameter's name a 400 repeats.
