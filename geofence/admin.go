@@ -72,7 +72,8 @@ func (h *Handler) Admin(next http.HandlerFunc) http.HandlerFunc {
 }
 
 // writable returns the writer, or writes 404 when fence admin has none,
-// or 400 for a write asked for as a dry run (noDryRun).
+// or 400 for a write asked for as a dry run or with another query
+// parameter (noDryRun).
 //
 // A server without a writer never takes fence writes: that is its
 // configuration, not a passing outage, so it is not a 503, which tells a

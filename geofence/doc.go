@@ -139,8 +139,10 @@
 //     fence is answered with (created_at, updated_at, revision) are taken
 //     and ignored, so a fence read with GET can be edited and PUT back.
 //   - a query parameter the request does not read is a 400 naming it
-//     (parseQuery: each request's own, dry_run, and ?key= on the priced
-//     ones): a misspelt optional one would leave its default in place;
+//     (parseQuery): each request reads its own; dry_run and key on the
+//     priced ones, dry_run (0 or false only) on fence writes, none on a
+//     fence's GET — the fence routes answer it after the admin key. A
+//     misspelt optional one would otherwise leave its default in place;
 //   - a parameter given twice is a 400; so is a body member given twice
 //     or in another case than its own ("LAT", "Name"), in check and fence
 //     bodies alike. Malformed JSON is a 400 at the byte where it goes

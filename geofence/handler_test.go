@@ -944,9 +944,10 @@ func TestHandlerRefusesParametersItDoesNotRead(t *testing.T) {
 		{"GET", "/geofence/fences/7", "", 200, ""},
 		// an API key sent as a name is not repeated; a name is cut at a
 		// character's start and shown as valid UTF-8
-		{"GET", "/geofence/contains?lng=1&lat=2&gt_0123456789abcdef0123456789abcdef0123456789", "", 400, "REDACTED"},
+		{"GET", "/geofence/contains?lng=1&lat=2&gt_0123456789abcdef0123456789abcdef0123456789", "", 400, ""},
 		{"GET", "/geofence/contains?lng=1&lat=2&" + strings.Repeat("x", 63) + "é=1", "", 400, strings.Repeat("x", 63) + "…"},
 		{"GET", "/geofence/contains?lng=1&lat=2&%ff=1", "", 400, "\ufffd"},
+		{"GET", "/geofence/contains?lng=1&lat=2&%01=1", "", 400, "\x01"},
 	} {
 		reader, gate := &fakeReader{}, &fakeGate{budget: 100}
 		w := serve(newTestHandler(t, reader, gate, nil), c.method, c.target, c.body, "X-API-Key", testAdminKey)
@@ -957,8 +958,14 @@ func TestHandlerRefusesParametersItDoesNotRead(t *testing.T) {
 		if c.status != 400 {
 			continue
 		}
-		if doc := problemDoc(t, w); doc["param"] != c.param && !(c.param == "" && doc["param"] == nil) {
+		doc := problemDoc(t, w)
+		if doc["param"] != c.param && !(c.param == "" && doc["param"] == nil) {
 			t.Errorf("%s %s: param %v, want %q", c.method, c.target, doc["param"], c.param)
+		}
+		// The detail shows the name as the param does, and never a key.
+		if detail, _ := doc["detail"].(string); c.param != "" && !strings.Contains(detail, `"`+c.param+`"`) ||
+			strings.Contains(w.Body.String(), "gt_0123") {
+			t.Errorf("%s %s: detail %q, want the param %q in it and no key", c.method, c.target, detail, c.param)
 		}
 		if len(gate.demands) != 0 || len(reader.calls) != 0 {
 			t.Errorf("%s %s: refused, yet priced (%v) or queried (%v)", c.method, c.target, gate.demands, reader.calls)

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -47,8 +46,9 @@ func parseQuery(r *http.Request, reads []string) (query, error) {
 
 // unread is the 400 for the first of names a request does not read. The
 // name is shown as valid UTF-8, cut to maxShownParam bytes at a
-// character's start, and an API key sent as a name (a URL template filled
-// with the key alone) not at all.
+// character's start, the same in the problem's param and detail, and an
+// API key sent as a name (a URL template filled with the key alone) not
+// at all.
 func unread(names, reads []string) error {
 	i := slices.IndexFunc(names, func(n string) bool { return !slices.Contains(reads, n) })
 	shown := strings.ToValidUTF8(names[i], "\ufffd")
@@ -59,14 +59,15 @@ func unread(names, reads []string) error {
 		}
 		shown = shown[:n] + "…"
 	}
-	if apikeys.Marked(names[i]) {
-		shown = "REDACTED"
-	}
 	what := "reads no query parameter"
 	if len(reads) > 0 {
 		what = "reads " + strings.Join(reads, ", ")
 	}
-	return problem.Malformed(shown, "%s is not a parameter of this request, which %s", strconv.Quote(shown), what)
+	if apikeys.Marked(names[i]) {
+		return problem.Malformed("", "a parameter named with an API key is not a parameter of this request, which %s", what)
+	}
+	// The same text in param and detail (JSON escapes both alike).
+	return problem.Malformed(shown, "\"%s\" is not a parameter of this request, which %s", shown, what)
 }
 
 // maxShownParam is how much of an unknown parameter's name a 400 repeats.
