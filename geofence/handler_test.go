@@ -656,8 +656,9 @@ func TestFenceWritesTakeTurns(t *testing.T) {
 
 // What a fence write's head settles does not wait for a turn: with every
 // turn taken, a body over max_fence_bytes by its Content-Length is a 413,
-// one in a content coding a 415 and a malformed If-Match a 400, at once —
-// not a 503 when the request ends while it waits.
+// one in a content coding a 415, a malformed If-Match or a query parameter
+// the write does not read a 400, at once — not a 503 when the request
+// ends while it waits.
 func TestFenceWriteHeadErrorsDoNotWaitForATurn(t *testing.T) {
 	w := heldWriter{started: make(chan struct{}, MaxFenceWrites), release: make(chan struct{}), mu: &sync.Mutex{}, now: new(int), most: new(int)}
 	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, w)
@@ -688,19 +689,21 @@ func TestFenceWriteHeadErrorsDoNotWaitForATurn(t *testing.T) {
 	over := DefaultLimits().MaxFenceBytes + 1
 	for _, c := range []struct {
 		name   string
+		query  string
 		length int64
 		hdr    []string
 		status int
 		param  string
 	}{
-		{"over the limit", over, nil, http.StatusRequestEntityTooLarge, "body"},
-		{"gzip", 0, []string{"Content-Encoding", "gzip"}, http.StatusUnsupportedMediaType, "Content-Encoding"},
-		{"malformed If-Match", 0, []string{"If-Match", "7"}, http.StatusBadRequest, "If-Match"},
+		{"over the limit", "", over, nil, http.StatusRequestEntityTooLarge, "body"},
+		{"gzip", "", 0, []string{"Content-Encoding", "gzip"}, http.StatusUnsupportedMediaType, "Content-Encoding"},
+		{"malformed If-Match", "", 0, []string{"If-Match", "7"}, http.StatusBadRequest, "If-Match"},
+		{"a parameter it does not read", "?dryrun=1", 0, nil, http.StatusBadRequest, "dryrun"},
 	} {
 		for _, m := range []struct{ method, target string }{{http.MethodPost, "/geofence/fences"}, {http.MethodPut, "/geofence/fences/7"}} {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			start := time.Now()
-			rec := send(ctx, m.method, m.target, c.length, c.hdr...)
+			rec := send(ctx, m.method, m.target+c.query, c.length, c.hdr...)
 			took := time.Since(start)
 			cancel()
 			// A request that waited for a turn would end at the context's
