@@ -21,14 +21,7 @@ import (
 // it, it fails when services are required (make test, CI) and skips
 // otherwise.
 func TestPreviewScript(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		msg := "the preview script's tests need node (Node.js 20 or later)"
-		if testenv.Required() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	node := testenv.Tool(t, "node", "the preview script's tests (Node.js 20 or later)")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", "app.test.mjs")

@@ -166,13 +166,7 @@ func percentile(exprs []string) bool {
 // stand-in for k6's API (testdata/k6) that makes real requests.
 func runK6(t *testing.T, script string, iterations int, env map[string]string) k6Run {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		if testenv.Required() {
-			t.Fatal("node is needed to run the k6 scripts")
-		}
-		t.Skip("node not installed")
-	}
+	node := testenv.Tool(t, "node", "running the k6 scripts")
 	stub, err := filepath.Abs("testdata/k6")
 	if err != nil {
 		t.Fatal(err)

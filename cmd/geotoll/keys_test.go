@@ -141,13 +141,7 @@ func keyFixture(t *testing.T, stem string) (admin, name string, pool *pgxpool.Po
 // not ignore it: a process started afterwards is killed by SIGPIPE as
 // usual (an ignored signal would be inherited).
 func TestKeysCreateLeavesSIGPIPEToItsDefault(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		if testenv.Required() {
-			t.Fatal("no bash")
-		}
-		t.Skip("no bash")
-	}
+	bash := testenv.Tool(t, "bash", "the SIGPIPE test")
 	admin, name, _ := keyFixture(t, "pipe")
 	var out, errOut bytes.Buffer
 	if code := run(t.Context(), []string{"-log-level", "warn", "-database-admin-url", admin, "keys", "create", "-name", name, "-tier", "free"}, &out, &errOut); code != 0 {

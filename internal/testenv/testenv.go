@@ -21,8 +21,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +49,23 @@ func missing(t testing.TB, what string) {
 		t.Fatalf("%s is not set, and services are required (GEOTOLL_REQUIRE_SERVICES=1 or CI=true); run `make test`", what)
 	}
 	t.Skipf("%s is not set; run `make test` to start PostGIS and Redis", what)
+}
+
+// Tool returns the path of the program name, or fails the test when
+// services are required (make test, CI) and skips it otherwise; what says
+// what needs the program.
+func Tool(t testing.TB, name, what string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("%s needs %s, which is not on PATH", what, name)
+	if Required() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
 }
 
 // DatabaseURL returns the test database URL or skips/fails the test.
