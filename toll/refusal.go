@@ -203,7 +203,7 @@ func setBudgetHeaders(h http.Header, pol string, tier Tier, res throttle.Result)
 	// tokens is admitted): rounded to the store's micro-token first, so
 	// that float arithmetic's 41.99999999 is 42, then down — 42.99996 is
 	// 42, not 43.
-	remaining := max(0, int(math.Floor(math.Round(res.Remaining*1e6)/1e6)))
+	remaining := max(0, int(math.Floor(micro(res.Remaining))))
 	h.Set("RateLimit-Policy", pol)
 	h.Set("RateLimit", strconv.Quote(tier.Name)+";r="+strconv.Itoa(remaining)+";t="+strconv.Itoa(res.ResetSeconds()))
 	h.Set("X-RateLimit-Limit", strconv.Itoa(capacity))
