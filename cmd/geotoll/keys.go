@@ -42,8 +42,8 @@ func (c *cli) keysCommand() *ffcli.Command {
 			}
 			return checkKeyOutput(c.stdout)
 		}
-		return c.withKeys(ctx, check, func(cfg Config, store *apikeys.Store) error {
-			return createAPIKey(ctx, cfg, store, name, tier, admin, c)
+		return c.withKeys(ctx, check, func(_ Config, store *apikeys.Store) error {
+			return createAPIKey(ctx, store, name, tier, admin, c)
 		})
 	}))
 	list := c.command("list", "every key, revoked ones too", "", nil, noArgs("keys list", func(ctx context.Context) error {
@@ -117,14 +117,10 @@ func checkKeyCreate(cfg Config, name, tier string) error {
 
 // createAPIKey creates the key and prints it, alone, to c.stdout: the
 // only time it is shown. A key that could not be printed is lost to its
-// owner and works all the same: it is revoked, and the command fails.
-func createAPIKey(ctx context.Context, cfg Config, store *apikeys.Store, name, tier string, admin bool, c *cli) error {
-	if err := checkKeyCreate(cfg, name, tier); err != nil {
-		return err
-	}
-	if err := checkKeyOutput(c.stdout); err != nil {
-		return err
-	}
+// owner and works all the same: it is revoked, and the command fails. Its
+// flags and output were checked before connecting (checkKeyCreate,
+// checkKeyOutput).
+func createAPIKey(ctx context.Context, store *apikeys.Store, name, tier string, admin bool, c *cli) error {
 	// A pipe whose reader is gone fails the write (EPIPE), which revokes
 	// the key, instead of killing the process before it can: SIGPIPE is
 	// caught (not ignored, which processes started later would inherit)
