@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -97,10 +98,11 @@ func (h *Handler) writable(w http.ResponseWriter, r *http.Request) (Writer, bool
 // priced, so they have no preview, and a caller who meant to try one must
 // not have it made.
 func noDryRun(r *http.Request) error {
-	if _, err := parseQuery(r, writeParams); err != nil {
+	qs, err := parseQuery(r, writeParams)
+	if err != nil {
 		return err
 	}
-	if dry, err := dryrun.Parse(r); err != nil || !dry {
+	if dry, err := dryrun.Values(url.Values(qs)); err != nil || !dry {
 		return err
 	}
 	return problem.Malformed("dry_run", "fence writes have no dry run (they are not priced): nothing was written; send the write without dry_run")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -279,7 +280,7 @@ func (h *Handler) Check(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err == nil {
-		_, err = dryrun.Parse(r)
+		_, err = dryrun.Values(url.Values(qs))
 	}
 	if err == nil {
 		err = jsonBody(w, r)

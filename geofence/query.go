@@ -18,19 +18,23 @@ type query url.Values
 // The query parameters each request reads: the ones of its own, the
 // dry_run of a priced request and the ?key= the toll reads on it.
 var (
-	withinParams   = []string{"layer", "lng", "lat", "radius", "limit", "dry_run", "key"}
-	bboxParams     = []string{"layer", "bbox", "limit", "dry_run", "key"}
-	containsParams = []string{"layer", "lng", "lat", "limit", "dry_run", "key"}
-	checkParams    = []string{"layer", "dry_run", "key"}
+	withinParams   = priced("layer", "lng", "lat", "radius", "limit")
+	bboxParams     = priced("layer", "bbox", "limit")
+	containsParams = priced("layer", "lng", "lat", "limit")
+	checkParams    = priced("layer")
 	listParams     = []string{"limit", "after"}
 	writeParams    = []string{"dry_run"} // refused unless 0 or false: noDryRun
 )
+
+// priced is the parameters of a priced request: its own, dry_run and key.
+func priced(own ...string) []string { return append(own, "dry_run", "key") }
 
 // parseQuery parses r's query string, in which a parameter the request
 // does not read (reads) is a 400 naming it: a misspelt optional one
 // (layr=, limt=, dryrun=) would otherwise leave its default in place — a
 // contains answered from the fences instead of the layer asked for, a
-// fence deleted by a caller who meant to try it.
+// fence deleted by a caller who meant to try it. The first such name, in
+// order, is the one named.
 func parseQuery(r *http.Request, reads []string) (query, error) {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
@@ -38,35 +42,33 @@ func parseQuery(r *http.Request, reads []string) (query, error) {
 	}
 	for name := range v {
 		if !slices.Contains(reads, name) {
-			return nil, unread(slices.Sorted(maps.Keys(v)), reads)
+			names := slices.Sorted(maps.Keys(v))
+			first := names[slices.IndexFunc(names, func(n string) bool { return !slices.Contains(reads, n) })]
+			return nil, unread(first, reads)
 		}
 	}
 	return query(v), nil
 }
 
-// unread is the 400 for the first of names a request does not read. The
-// name is shown as valid UTF-8, cut to maxShownParam bytes at a
-// character's start, the same in the problem's param and detail, and an
-// API key sent as a name (a URL template filled with the key alone) not
-// at all.
-func unread(names, reads []string) error {
-	i := slices.IndexFunc(names, func(n string) bool { return !slices.Contains(reads, n) })
-	shown := strings.ToValidUTF8(names[i], "\ufffd")
-	if len(shown) > maxShownParam {
-		n := maxShownParam
-		for n > 0 && !utf8.RuneStart(shown[n]) {
-			n--
-		}
-		shown = shown[:n] + "…"
-	}
+// unread is the 400 for a name the request does not read, shown as
+// truncate shows text (valid UTF-8, cut to maxShownParam bytes at most), the same
+// in the problem's param and detail; an API key sent as a name (a URL
+// template filled with the key alone) is not shown at all.
+func unread(name string, reads []string) error {
 	what := "reads no query parameter"
 	if len(reads) > 0 {
 		what = "reads " + strings.Join(reads, ", ")
 	}
-	if apikeys.Marked(names[i]) {
+	if apikeys.Marked(name) {
 		return problem.Malformed("", "a parameter named with an API key is not a parameter of this request, which %s", what)
 	}
-	// The same text in param and detail (JSON escapes both alike).
+	// Cut at a character's start, so that no half of one shows as U+FFFD;
+	// the same text in param and detail (JSON escapes both alike).
+	n := maxShownParam
+	for n > 0 && n < len(name) && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	shown := truncate(name, n)
 	return problem.Malformed(shown, "\"%s\" is not a parameter of this request, which %s", shown, what)
 }
 

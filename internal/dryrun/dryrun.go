@@ -20,6 +20,11 @@ func Parse(r *http.Request) (bool, error) {
 	if err != nil {
 		return false, problem.Malformed("", "the query string is malformed")
 	}
+	return Values(q)
+}
+
+// Values is Parse of a query string already parsed.
+func Values(q url.Values) (bool, error) {
 	vs := q["dry_run"]
 	switch {
 	case len(vs) == 0:
