@@ -189,12 +189,11 @@ func BenchmarkCeiling(b *testing.B) {
 		if i == 0 {
 			n = max(n, 8)
 		}
-		for _, c := range []*loadtest.Client{client, floor} {
-			if n == 0 {
-				break
-			}
-			if _, err := c.LoopCount(ctx, layer.Name, list.Tiles, load, n*load, false); err != nil {
-				b.Fatal(err)
+		if n > 0 {
+			for _, c := range []*loadtest.Client{client, floor} {
+				if _, err := c.LoopCount(ctx, layer.Name, list.Tiles, load, n*load, false); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 		script, err := loadtest.PgbenchScript(layer, list.Tiles)
