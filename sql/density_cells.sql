@@ -36,7 +36,10 @@
 --   $8, $9  the south pole's, alike
 --
 -- Coordinates are normalised Web Mercator, clamped into [0, 1]: x is 0 at
--- 180°W and 1 at 180°E, y is 0 at 85.0511°S and 1 at 85.0511°N.
+-- 180°W and 1 at 180°E, y is 0 at 85.0511°S and 1 at 85.0511°N. A
+-- latitude within 1e-9° of the equator is taken as on it (y 0.5): radians()
+-- of a subnormal one (1e-323) underflows to 0, which PostgreSQL raises as
+-- an error, and one such feature would stop every build of the model.
 -- One row per class and cell: heavy; fit level f; column i and row j at
 -- level f; the
 -- weighted feature count and vertex sum; the weighted sums of box widths
@@ -62,8 +65,10 @@ FROM (
 {{- if .LonLat}}
         SELECT greatest(0::float8, least(1::float8, ({{if .Transform}}west{{else}}ST_XMin(b){{end}} + 180) / 360)) AS x0,
                greatest(0::float8, least(1::float8, ({{if .Transform}}east{{else}}ST_XMax(b){{end}} + 180) / 360)) AS x1,
-               0.5 + asinh(tan(radians(greatest(-85.05112877980659::float8, least(85.05112877980659::float8, {{if .Transform}}south{{else}}ST_YMin(b){{end}}))))) / (2 * pi()) AS y0,
-               0.5 + asinh(tan(radians(greatest(-85.05112877980659::float8, least(85.05112877980659::float8, {{if .Transform}}north{{else}}ST_YMax(b){{end}}))))) / (2 * pi()) AS y1,
+               CASE WHEN abs({{if .Transform}}south{{else}}ST_YMin(b){{end}}) < 1e-9 THEN 0.5::float8
+                    ELSE 0.5 + asinh(tan(radians(greatest(-85.05112877980659::float8, least(85.05112877980659::float8, {{if .Transform}}south{{else}}ST_YMin(b){{end}}))))) / (2 * pi()) END AS y0,
+               CASE WHEN abs({{if .Transform}}north{{else}}ST_YMax(b){{end}}) < 1e-9 THEN 0.5::float8
+                    ELSE 0.5 + asinh(tan(radians(greatest(-85.05112877980659::float8, least(85.05112877980659::float8, {{if .Transform}}north{{else}}ST_YMax(b){{end}}))))) / (2 * pi()) END AS y1,
                w, np, heavy{{if .Transform}}, tally{{end}}
 {{- else}}
         SELECT greatest(0::float8, least(1::float8, ({{if .Transform}}west{{else}}ST_XMin(b){{end}} + 20037508.342789244) / 40075016.68557849)) AS x0,
