@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -708,34 +709,43 @@ func TestAPIFenceConcurrentReplacesWithOneIfMatch(t *testing.T) {
 // A fence is answered as stored, to the last digit that tells its
 // coordinates apart: written back with PUT as it was read, it is the same
 // fence. Rounded to nine decimals, a small fence came back with its
-// vertices merged, and that answer written back was a 422.
+// vertices merged, and that answer written back was a 422; rounded to 15,
+// so did one whose vertices were 1 ulp apart (2 and 2.0000000000000004),
+// or whose coordinates needed their 17th digit.
 func TestFenceReadBackWritesTheSameFence(t *testing.T) {
 	api := liveAPI(t, true)
 	admin := []string{"X-API-Key", testAdminKey}
-	body := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":[[[1,1],[1.000000000001,1],[1.000000000001,1.000000000001],[1,1]]]},` +
-		`"properties":{"name":"fine ` + randomSuffix() + `"}}`
-	w := serve(api, http.MethodPost, FencesPath, body, admin...)
-	if w.Code != http.StatusCreated {
-		t.Fatalf("POST: %d %s, want 201", w.Code, w.Body)
-	}
-	at := w.Header().Get("Location")
-	defer serve(api, http.MethodDelete, at, "", admin...)
-	got := serve(api, http.MethodGet, at, "", admin...)
-	var f struct {
-		Geometry struct {
-			Coordinates [][][][2]float64 `json:"coordinates"` // stored as a MultiPolygon
-		} `json:"geometry"`
-		Properties map[string]any `json:"properties"`
-	}
-	if err := json.Unmarshal(got.Body.Bytes(), &f); err != nil || len(f.Geometry.Coordinates) != 1 || len(f.Geometry.Coordinates[0]) != 1 {
-		t.Fatalf("GET: %d %s (%v)", got.Code, got.Body, err)
-	}
-	if ring := f.Geometry.Coordinates[0][0]; len(ring) != 4 || ring[1][0] != 1.000000000001 || ring[2][1] != 1.000000000001 {
-		t.Errorf("GET: ring %v, want the vertices as written", ring)
-	}
-	back, _ := json.Marshal(map[string]any{"type": "Feature", "geometry": map[string]any{"type": "MultiPolygon", "coordinates": f.Geometry.Coordinates},
-		"properties": map[string]any{"name": f.Properties["name"]}})
-	if w := serve(api, http.MethodPut, at, string(back), admin...); w.Code != http.StatusOK {
-		t.Errorf("PUT of the fence as read: %d %s, want 200", w.Code, w.Body)
+	for _, ring := range [][][2]float64{
+		{{1, 1}, {1.000000000001, 1}, {1.000000000001, 1.000000000001}, {1, 1}},
+		{{2, 1}, {2.0000000000000004, 1}, {2.0000000000000004, 1.0000000000000002}, {2, 1}},
+		{{0.000001234567890123456, 1.2345678901234567e-9}, {123.45678901234567, 1.2345678901234567e-9}, {123.45678901234567, 45.678901234567891}, {0.000001234567890123456, 1.2345678901234567e-9}},
+	} {
+		coords, _ := json.Marshal([][][2]float64{ring})
+		body := `{"type":"Feature","geometry":{"type":"Polygon","coordinates":` + string(coords) + `},` +
+			`"properties":{"name":"fine ` + randomSuffix() + `"}}`
+		w := serve(api, http.MethodPost, FencesPath, body, admin...)
+		if w.Code != http.StatusCreated {
+			t.Fatalf("POST %s: %d %s, want 201", coords, w.Code, w.Body)
+		}
+		at := w.Header().Get("Location")
+		defer serve(api, http.MethodDelete, at, "", admin...)
+		got := serve(api, http.MethodGet, at, "", admin...)
+		var f struct {
+			Geometry struct {
+				Coordinates [][][][2]float64 `json:"coordinates"` // stored as a MultiPolygon
+			} `json:"geometry"`
+			Properties map[string]any `json:"properties"`
+		}
+		if err := json.Unmarshal(got.Body.Bytes(), &f); err != nil || len(f.Geometry.Coordinates) != 1 || len(f.Geometry.Coordinates[0]) != 1 {
+			t.Fatalf("GET: %d %s (%v)", got.Code, got.Body, err)
+		}
+		if read := f.Geometry.Coordinates[0][0]; !slices.Equal(read, ring) {
+			t.Errorf("GET: ring %v, want the vertices as written, %v", read, ring)
+		}
+		back, _ := json.Marshal(map[string]any{"type": "Feature", "geometry": map[string]any{"type": "MultiPolygon", "coordinates": f.Geometry.Coordinates},
+			"properties": map[string]any{"name": f.Properties["name"]}})
+		if w := serve(api, http.MethodPut, at, string(back), admin...); w.Code != http.StatusOK {
+			t.Errorf("PUT of the fence %s as read: %d %s, want 200", coords, w.Code, w.Body)
+		}
 	}
 }

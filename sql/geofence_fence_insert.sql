@@ -7,7 +7,7 @@
 INSERT INTO geotoll.geofences (name, kind, geom)
 VALUES ($1::text, $2::text, ST_Multi(ST_ForcePolygonCCW(ST_GeomFromWKB($3::bytea, 4326))))
 RETURNING id,
-          ST_AsGeoJSON(geom, 15) AS geometry,
+          ST_AsGeoJSON(geom, 30) AS geometry,
           jsonb_build_object('name', name, 'kind', kind,
                              'created_at', created_at, 'updated_at', updated_at,
                              'revision', revision) AS properties,

@@ -33,7 +33,7 @@ WITH RECURSIVE walk (id, n, total, take) AS (
     WHERE w.take AND w.n < $2::int
 )
 SELECT f.id,
-       CASE WHEN w.take THEN ST_AsGeoJSON(f.geom, 15) END AS geometry,
+       CASE WHEN w.take THEN ST_AsGeoJSON(f.geom, 30) END AS geometry,
        jsonb_build_object('name', f.name, 'kind', f.kind,
                           'created_at', f.created_at, 'updated_at', f.updated_at,
                           'revision', f.revision) AS properties,

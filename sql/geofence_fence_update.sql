@@ -10,7 +10,7 @@ SET name = $2::text,
     updated_at = now()
 WHERE id = $1::bigint
 RETURNING id,
-          ST_AsGeoJSON(geom, 15) AS geometry,
+          ST_AsGeoJSON(geom, 30) AS geometry,
           jsonb_build_object('name', name, 'kind', kind,
                              'created_at', created_at, 'updated_at', updated_at,
                              'revision', revision) AS properties,
