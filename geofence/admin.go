@@ -1,6 +1,7 @@
 package geofence
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -286,13 +287,32 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 // its Content-Type, if it has one (see jsonBody), and come without a
 // content coding and within MaxFenceBytes (see requestBody). Each is
 // checked from the request's head, in that order, before a byte of the
-// body is read.
+// body is read. The body is then read whole, before the write waits for
+// a turn: an upload that is slow to arrive (or stalls until the server's
+// read timeout) holds none, and the turns bound what they are for, the
+// decoding, some 30 times the body's bytes.
 func (h *Handler) fenceBody(w http.ResponseWriter, r *http.Request) (io.Reader, error) {
 	if err := jsonBody(w, r); err != nil {
 		return nil, err
 	}
-	return requestBody(w, r, h.limits.MaxFenceBytes)
+	body, err := requestBody(w, r, h.limits.MaxFenceBytes)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		// What arrived, then the error, as ParseFence would have read
+		// them: a syntax error before it is answered as such, a body cut
+		// short as one that ends before its JSON does, a 413 or 408 as it.
+		return io.MultiReader(bytes.NewReader(raw), failedReader{err}), nil
+	}
+	return bytes.NewReader(raw), nil
 }
+
+// failedReader fails every read with err.
+type failedReader struct{ err error }
+
+func (f failedReader) Read([]byte) (int, error) { return 0, f.err }
 
 // ReplaceFence serves PUT /geofence/fences/{id}: the fence's name, kind and
 // geometry are replaced, and the answer carries its new ETag; 404 when it

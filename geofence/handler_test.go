@@ -654,6 +654,51 @@ func TestFenceWritesTakeTurns(t *testing.T) {
 	}
 }
 
+// A fence write whose body is slow to arrive holds no turn while it
+// arrives: with MaxFenceWrites uploads stalled mid-body, another write is
+// served at once. Taken before the body was read, the turns went to the
+// stalled uploads, and every other write waited for the server's read
+// timeout to end them. A stalled upload cut off is a 400, as before.
+func TestStalledUploadsHoldNoTurn(t *testing.T) {
+	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, okWriter{})
+	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	var (
+		stalled sync.WaitGroup
+		pipes   []*io.PipeWriter
+	)
+	defer func() {
+		for _, pw := range pipes {
+			pw.CloseWithError(io.ErrUnexpectedEOF)
+		}
+		stalled.Wait()
+	}()
+	for range MaxFenceWrites {
+		pr, pw := io.Pipe()
+		pipes = append(pipes, pw)
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/geofences", pr)
+		r.Header.Set("X-API-Key", testAdminKey)
+		stalled.Go(func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if rec.Code != http.StatusBadRequest || rec.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("an upload cut off mid-body: %d %s, want a 400 problem", rec.Code, rec.Body)
+			}
+		})
+		if _, err := pw.Write([]byte(fence[:20])); err != nil { // returns once the handler read it
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/geofences", strings.NewReader(fence))
+	r.Header.Set("X-API-Key", testAdminKey)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusCreated {
+		t.Errorf("a write beside %d stalled uploads: %d %s, want 201", MaxFenceWrites, rec.Code, rec.Body)
+	}
+}
+
 // What a fence write's head settles does not wait for a turn: with every
 // turn taken, a body over max_fence_bytes by its Content-Length is a 413,
 // one in a content coding a 415, a malformed If-Match or a query parameter
