@@ -396,3 +396,60 @@ func TestBatchOfPointsInNoFencePaysPerPoint(t *testing.T) {
 		t.Errorf("1,000 points in Berlin cost %v, as many ocean points %v: want more", city, price[1000])
 	}
 }
+
+// within reads a line's or polygon's vertices on the spheroid, twice: on
+// a polygon layer its estimate counts GeographyVertices for each vertex
+// the circle's model reads, and its features as they are; bbox on the same
+// layer, and within on a point layer, count vertices once. Counted once,
+// a within beside a fence of 300,000 vertices was priced at 3 tokens, cut
+// at the deadline those paid for (its work took some 280 ms), and charged
+// 28 — every time it was asked again.
+func TestWithinOnPolygonsCountsGeographyVertices(t *testing.T) {
+	pool, _ := tracedReadPool(t)
+	models := pricing.NewModels(pool, density.Options{})
+	fences := density.Relation{Table: pgx.Identifier{"geotoll", "geofences"}, GeometryColumn: "geom", SRID: 4326, Kind: density.Polygon}
+	points := density.Relation{Table: pgx.Identifier{"geotoll", "places"}, GeometryColumn: "geom", SRID: 4326, Kind: density.Point}
+	e, err := pricing.NewEstimator(models, nil, nil, map[string]density.Relation{"fences": fences, "places": points}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := models.Build(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var at orb.Point
+	if err := pool.QueryRow(ctx, `SELECT ST_X(p), ST_Y(p) FROM (SELECT ST_PointOnSurface(geom) AS p FROM geotoll.geofences ORDER BY id LIMIT 1) AS s`).Scan(&at[0], &at[1]); err != nil {
+		t.Fatal(err)
+	}
+	model := func(rel density.Relation) *density.Model {
+		r, err := models.Track(rel) // the estimator's own refresher
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Model()
+	}
+	const radius = 5000
+	box := orb.Bound{Min: orb.Point{at[0] - 0.5, at[1] - 0.5}, Max: orb.Point{at[0] + 0.5, at[1] + 0.5}}
+	for _, tc := range []struct {
+		layer  string
+		rel    density.Relation
+		factor float64
+	}{
+		{"fences", fences, pricing.GeographyVertices},
+		{"places", points, 1},
+	} {
+		raw := model(tc.rel).Circle(at, radius)
+		if tc.layer == "fences" && raw.Vertices == 0 {
+			t.Fatalf("the model reads no fence vertex around %v", at)
+		}
+		within, ok := e.Geofence(geofence.Demand{Kind: geofence.KindWithin, Layer: tc.layer, At: []orb.Point{at}, RadiusM: radius, Limit: 100})
+		if !ok || within.Features != raw.Features || within.Vertices != tc.factor*raw.Vertices {
+			t.Errorf("within on %s: %+v (%v), want %g features and %g × %g vertices", tc.layer, within, ok, raw.Features, tc.factor, raw.Vertices)
+		}
+		bbox, ok := e.Geofence(geofence.Demand{Kind: geofence.KindBBox, Layer: tc.layer, Bound: box, Limit: 100})
+		if want := model(tc.rel).BBox(box); !ok || bbox != want {
+			t.Errorf("bbox on %s: %+v (%v), want %+v", tc.layer, bbox, ok, want)
+		}
+	}
+}
