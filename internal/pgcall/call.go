@@ -60,6 +60,13 @@ func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, e
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return Timing{}, db.cancelled(err)
 		}
+		if m := meterOf(ctx); m != nil && busy(err) {
+			// A 503 of a busy pool or share is charged the request's
+			// estimate (its database time is 0, under SettleFloor): asked
+			// again at once, it must not be free. An outage costs the
+			// base.
+			m.used.Store(true)
+		}
 		return Timing{}, db.unavailable(err)
 	}
 	c := &call{db: db, ctx: ctx, conn: conn, share: share, cancel: cancellerOf(conn.Conn()),

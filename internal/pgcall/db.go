@@ -290,6 +290,12 @@ func (db *DB) acquire(ctx context.Context, share *Share) (*pgxpool.Conn, error) 
 
 var errBusy = errors.New("every connection of the pool is busy")
 
+// busy reports whether an acquire failed for want of a free connection of
+// a live database: the pool's, or a share's.
+func busy(err error) bool {
+	return errors.Is(err, errBusy) || errors.Is(err, errShareBusy) || errors.Is(err, errOwnShareBusy)
+}
+
 func (db *DB) observe(o string) {
 	if db.Calls != nil {
 		db.Calls.Call(o)

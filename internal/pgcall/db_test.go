@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -250,8 +251,11 @@ func TestWriteLockedRow(t *testing.T) {
 
 // A pool whose every connection is in use answers, after AcquireTimeout,
 // a 503 that says the database is busy — it is alive and working, perhaps
-// for statements that ignore cancellation; one that cannot connect says
-// the database is unavailable.
+// for statements that ignore cancellation; so does a share whose every
+// slot is taken; one that cannot connect says the database is
+// unavailable. A busy 503 marks its request's meter used, so that it is
+// charged its estimate (asked again at once, it must not be free: it was
+// charged the base before); an outage leaves the meter unused.
 func TestReadWithoutConnection(t *testing.T) {
 	t.Parallel()
 	busy, _ := testenv.BusyPool(t) // its only connection is held
@@ -264,27 +268,64 @@ func TestReadWithoutConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(down.Close)
+	full := pgcall.NewShare(1)
 	for _, tc := range []struct {
 		name    string
 		pool    *pgxpool.Pool
+		share   *pgcall.Share
 		detail  string
 		outcome string
+		used    bool
 	}{
-		{"busy", busy, "every database connection is busy; try again later", pgcall.Busy},
-		{"down", down, "the database is unavailable", pgcall.Unavailable},
+		{"busy", busy, nil, "every database connection is busy; try again later", pgcall.Busy, true},
+		{"share", testenv.ReadPool(t), full, "the database connections shared by callers without an API key are all busy; try again later, or use an API key", pgcall.Busy, true},
+		{"down", down, nil, "the database is unavailable", pgcall.Unavailable, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obs := &observer{}
 			db := &pgcall.DB{Pool: tc.pool, AcquireTimeout: 200 * time.Millisecond, RetryAfter: 2, Calls: obs}
-			_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second})
+			ctx, meter := pgcall.WithMeter(t.Context())
+			if tc.share != nil {
+				var b *pgcall.Budget
+				ctx, b = pgcall.WithBudget(ctx)
+				b.Join(tc.share)
+				release := holdShare(t, db, tc.share)
+				defer release()
+			}
+			_, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second})
 			if p := problem.From(err); p.Code != problem.Unavailable || p.RetryAfter != 2 || p.Detail != tc.detail {
 				t.Errorf("Read: %q %q Retry-After %d (%v); want %q, %q, 2", p.Code, p.Detail, p.RetryAfter, err, problem.Unavailable, tc.detail)
 			}
 			if n, _ := obs.get(tc.outcome); n != 1 {
 				t.Errorf("%d calls observed %s, want 1 (a busy pool is no outage)", n, tc.outcome)
 			}
+			if meter.Used() != tc.used || meter.DB() != 0 {
+				t.Errorf("the request's meter: used %v, %s of database time; want used %v, none", meter.Used(), meter.DB(), tc.used)
+			}
 		})
 	}
+}
+
+// holdShare takes s's every slot with calls of db that wait until
+// release is called.
+func holdShare(t *testing.T, db *pgcall.DB, s *pgcall.Share) (release func()) {
+	t.Helper()
+	stop := make(chan struct{})
+	var held sync.WaitGroup
+	for range s.Size() {
+		ctx, b := pgcall.WithBudget(t.Context())
+		b.Join(s)
+		held.Go(func() {
+			_, _ = db.Read(ctx, pgcall.Statement{SQL: `SELECT 1`, Timeout: 5 * time.Second, Scan: func(pgx.Rows) error {
+				<-stop
+				return nil
+			}})
+		})
+	}
+	for s.InUse() < s.Size() {
+		time.Sleep(time.Millisecond)
+	}
+	return func() { close(stop); held.Wait() }
 }
 
 // A request's Budget caps its statements: one that paid for 300 ms is cut

@@ -30,9 +30,11 @@ func (m *Meter) DB() time.Duration { return time.Duration(m.ns.Load()) }
 
 // Used reports whether the database worked for the meter's request: a
 // call was made under its context (from the moment it is sent, so that a
-// call still running counts), or work was added with AddTo. A request
-// that only waited for a render another request paid for, or found its
-// tile cached after all, used none.
+// call still running counts), or work was added with AddTo — or whether a
+// call under it found every connection it may use busy (a 503 that is
+// charged, as a call that ran is). A request that only waited for a
+// render another request paid for, or found its tile cached after all,
+// used none.
 func (m *Meter) Used() bool { return m.used.Load() }
 
 func (m *Meter) add(d time.Duration) {
