@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -151,16 +152,19 @@ func newRouter(base string, rs []route) *mux.Router {
 // gorilla/mux would, but with 308 for a method other than GET and HEAD: a
 // client that follows a 301 may send a POST, PUT or DELETE again as a GET,
 // without its body. A trailing slash stays (and is not a route). A path
-// with an encoded slash (%2F) in a segment is not found: it is not the
-// path with a slash there (RFC 3986 §6.2.2.2), and no route has a slash
-// inside a segment — served as that path, one tile would have several
+// with an encoded reserved character (%2F, %2C…) is not found: it is not
+// the path with that character there (RFC 3986 §2.2, §6.2.2.2) — an
+// encoded slash ends no segment, an encoded comma separates no composite's
+// layers — and served as that path, one tile would have several
 // addresses, each a cache entry of its own and a rule of a CDN's or
-// firewall's to get round. Below a base path, the base itself ("/maps")
+// firewall's to get round. Any other encoding but the canonical one (an
+// encoded letter, digit or dot; lower-case hex) is redirected to it, as
+// the same path (§6.2.2.1, §6.2.2.2). Below a base path, the base itself ("/maps")
 // is redirected to its root ("/maps/", the preview page), as a user types
 // it.
 func cleanPath(base string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.RawPath != "" && strings.Contains(strings.ToUpper(r.URL.RawPath), "%2F") {
+		if encodesReserved(r.URL.RawPath) {
 			notFound(w, r)
 			return
 		}
@@ -169,7 +173,9 @@ func cleanPath(base string, next http.Handler) http.Handler {
 		if (strings.HasSuffix(p, "/") && clean != "/") || (base != "" && clean == base) {
 			clean += "/"
 		}
-		if clean == p {
+		// RawPath is set only when the path was sent encoded otherwise
+		// than Go encodes it: the redirect's Location is that encoding.
+		if clean == p && r.URL.RawPath == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -181,6 +187,20 @@ func cleanPath(base string, next http.Handler) http.Handler {
 			w.WriteHeader(http.StatusPermanentRedirect)
 		}
 	})
+}
+
+// encodesReserved reports whether the encoded path raw has a reserved
+// character percent-encoded (RFC 3986 §2.2).
+func encodesReserved(raw string) bool {
+	for i := 0; i+2 < len(raw); i++ {
+		if raw[i] != '%' {
+			continue
+		}
+		if b, err := strconv.ParseUint(raw[i+1:i+3], 16, 8); err == nil && strings.IndexByte(":/?#[]@!$&'()*+,;=", byte(b)) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // routeName is the name of the route r matched: its path below the base

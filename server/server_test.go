@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/mux"
 
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
@@ -243,19 +246,43 @@ func TestCleanPathRedirectKeepsQueryAndMethod(t *testing.T) {
 	}
 }
 
-// An encoded slash is not a slash: a path with %2F in a segment is not
-// found, never redirected nor served as the path with a slash there.
+// An encoded slash is not a slash, an encoded comma not a comma (RFC 3986
+// §2.2): a path with a reserved character percent-encoded is not found,
+// never redirected nor served as the path with that character there —
+// places%2Cdistricts was served as the composite places,districts, one
+// tile under two addresses. Any other encoding but the canonical one is
+// redirected to it, query kept: an encoded dot segment is a dot segment,
+// an encoded letter, digit or dot the letter, digit or dot (they were
+// served as they were, each address a cache entry of its own).
 func TestEncodedSlashIsNotFound(t *testing.T) {
 	t.Parallel()
-	h := New(Options{Logger: quietLogger()})
-	for _, target := range []string{"/%2Fhealthz", "/x/..%2fhealthz", "/x/..%2F..%2Fhealthz?key=k"} {
+	// The preview's assets route takes any path below /web/: it would
+	// serve whatever the router is handed.
+	web := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, mux.Vars(r)["path"]) })
+	h := New(Options{Logger: quietLogger(), Web: web})
+	for _, target := range []string{"/%2Fhealthz", "/x/..%2fhealthz", "/x/..%2F..%2Fhealthz?key=k",
+		"/web/places%2Cdistricts/5/17/10.mvt", "/web/places%2cdistricts", "/web/0.mvt%3Bx", "/web/a%2Fb"} {
 		w := serve(h, http.MethodGet, target)
 		if w.Code != http.StatusNotFound || w.Header().Get("Location") != "" || w.Header().Get("Content-Type") != "application/problem+json" {
-			t.Errorf("GET %s: %d Location %q Content-Type %q, want a 404 problem", target, w.Code, w.Header().Get("Location"), w.Header().Get("Content-Type"))
+			t.Errorf("GET %s: %d Location %q Content-Type %q %q, want a 404 problem", target, w.Code, w.Header().Get("Location"), w.Header().Get("Content-Type"), w.Body)
 		}
 	}
-	if w := serve(h, http.MethodGet, "/x/%2E%2E/healthz"); w.Code != http.StatusMovedPermanently || w.Header().Get("Location") != "/healthz" {
-		t.Errorf("an encoded dot segment (the same as a dot segment): %d Location %q, want 301 /healthz", w.Code, w.Header().Get("Location"))
+	for target, want := range map[string]string{
+		"/x/%2E%2E/healthz":             "/healthz",
+		"/web/pl%61ces/0/0/0.mvt":       "/web/places/0/0/0.mvt",
+		"/web/places/%30/0/0.mvt?key=k": "/web/places/0/0/0.mvt?key=k",
+		"/web/places/0/0/0%2Emvt":       "/web/places/0/0/0.mvt",
+		"/web/places/0%2emvt?dry_run=1": "/web/places/0.mvt?dry_run=1",
+		"/web/caf%c3%a9":                "/web/caf%C3%A9",
+	} {
+		if w := serve(h, http.MethodGet, target); w.Code != http.StatusMovedPermanently || w.Header().Get("Location") != want {
+			t.Errorf("GET %s: %d Location %q, want 301 %s", target, w.Code, w.Header().Get("Location"), want)
+		}
+	}
+	for _, target := range []string{"/web/places,districts/5/17/10.mvt", "/web/caf%C3%A9"} {
+		if w := serve(h, http.MethodGet, target); w.Code != http.StatusOK {
+			t.Errorf("GET %s (canonical): %d %q, want 200", target, w.Code, w.Body)
+		}
 	}
 }
 
