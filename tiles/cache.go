@@ -104,17 +104,27 @@ func NewCache(o CacheOptions) (*Cache, error) {
 	return c, nil
 }
 
-// renderExpiry keeps a tile for the TTL from its render: a new render that
-// replaces an entry (a no-cache request's) starts a whole TTL, while adding
-// an entry's gzip form — the same entry, re-weighed — leaves its expiry
-// as it was, and so does a read.
+// renderExpiry keeps a tile for the TTL from its render (or its layers'
+// max_age, when less: entry.life): a new render that replaces an entry (a
+// no-cache request's) starts a whole TTL, while adding an entry's gzip
+// form — the same entry, re-weighed — leaves its expiry as it was, and so
+// does a read.
 type renderExpiry struct{ ttl time.Duration }
 
-func (x renderExpiry) ExpireAfterCreate(otter.Entry[cacheKey, *entry]) time.Duration { return x.ttl }
+func (x renderExpiry) of(e *entry) time.Duration {
+	if e.life > 0 && e.life < x.ttl {
+		return e.life
+	}
+	return x.ttl
+}
+
+func (x renderExpiry) ExpireAfterCreate(e otter.Entry[cacheKey, *entry]) time.Duration {
+	return x.of(e.Value)
+}
 
 func (x renderExpiry) ExpireAfterUpdate(e otter.Entry[cacheKey, *entry], old *entry) time.Duration {
 	if e.Value != old {
-		return x.ttl
+		return x.of(e.Value)
 	}
 	return e.ExpiresAfter()
 }
@@ -175,7 +185,8 @@ func (c *Cache) get(k cacheKey) (*entry, bool) {
 }
 
 // load renders the tile of k through render, coalescing concurrent calls
-// (see flights), and stores the result. shared reports that another
+// (see flights), and stores the result, for life if that is less than the
+// TTL. shared reports that another
 // request's render was joined. Unless fresh, a tile cached meanwhile is
 // taken instead of rendered.
 //
@@ -183,7 +194,7 @@ func (c *Cache) get(k cacheKey) (*entry, bool) {
 // tile: it is stored only when no call came since the render began, and
 // dropped again when one came while it was being stored (a call after
 // that finds it in its walk).
-func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
+func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, life time.Duration, render func(context.Context) (Rendered, error)) (e *entry, shared bool, err error) {
 	epoch := c.epoch.Load()
 	return c.flights.do(ctx, flightKey{k, pgcall.ShareOf(ctx), epoch, fresh}, func(ctx context.Context) (*entry, error) {
 		if e, ok := c.get(k); ok && !fresh { // filled while this request was being priced
@@ -195,7 +206,7 @@ func (c *Cache) load(ctx context.Context, k cacheKey, fresh bool, render func(co
 			return nil, err
 		}
 		e := newEntry(tile)
-		e.began = began
+		e.began, e.life = began, life
 		if c.store != nil && c.epoch.Load() == epoch {
 			// A render that began later (a no-cache request's, which
 			// shares no flight with this one) and is stored already is
@@ -238,6 +249,10 @@ type entry struct {
 	// reduced is the X-Tile-Reduced header, "" when no layer was reduced.
 	reduced string
 	made    time.Time // when the render ended: a hit's Age counts from it
+	// life, when positive and under the cache's TTL, is how long the cache
+	// keeps it: its layers' smallest max_age, so that no hit goes out
+	// stale (an Age past its Cache-Control max-age).
+	life time.Duration
 
 	gzipOnce sync.Once
 	gz       atomic.Pointer[[]byte] // the gzip form, once made, if smaller

@@ -152,7 +152,7 @@ func TestCacheBoundedInBytes(t *testing.T) {
 	}
 	for i := range 500 {
 		k := cacheKey{layers: "places", tile: maptile.New(uint32(i), 0, 14)}
-		if _, _, err := c.load(context.Background(), k, false, func(context.Context) (Rendered, error) { return Rendered{MVT: tile}, nil }); err != nil {
+		if _, _, err := c.load(context.Background(), k, false, 0, func(context.Context) (Rendered, error) { return Rendered{MVT: tile}, nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -298,7 +298,7 @@ func TestCacheFreshRequestNeverJoinsAFlightThatMayUseTheCache(t *testing.T) {
 	hold, started := make(chan struct{}), make(chan struct{})
 	first := make(chan []byte, 1)
 	go func() {
-		e, _, err := c.load(context.Background(), k, false, func(context.Context) (Rendered, error) {
+		e, _, err := c.load(context.Background(), k, false, 0, func(context.Context) (Rendered, error) {
 			close(started)
 			<-hold
 			return Rendered{MVT: []byte("a render that may use the cache")}, nil
@@ -313,7 +313,7 @@ func TestCacheFreshRequestNeverJoinsAFlightThatMayUseTheCache(t *testing.T) {
 	var renders atomic.Int32
 	done := make(chan []byte, 1)
 	go func() {
-		e, shared, err := c.load(context.Background(), k, true, func(context.Context) (Rendered, error) {
+		e, shared, err := c.load(context.Background(), k, true, 0, func(context.Context) (Rendered, error) {
 			renders.Add(1)
 			return Rendered{MVT: []byte("fresh")}, nil
 		})

@@ -615,6 +615,35 @@ func TestCacheExpires(t *testing.T) {
 	waitUntil(t, "the tile to expire", func() bool { return c.get(z14).Header().Get("X-Cache") == "MISS" })
 }
 
+// A layer whose max_age is under the cache's TTL keeps its tiles in the
+// cache no longer than its max_age: no hit goes out stale, with an Age at
+// or past its Cache-Control max-age. Kept for the TTL, a tile of a layer
+// of max_age 10 s went out at Age 17.
+func TestCacheKeepsATileNoLongerThanItsMaxAge(t *testing.T) {
+	t.Parallel()
+	layers := demoLayers()
+	for i := range layers {
+		layers[i].MaxAge = time.Second
+	}
+	c := &cachedHandler{rend: &countingRenderer{}, gate: &pricingGate{}, obs: &countingObserver{}}
+	c.h = tileRouter(&tiles.Handler{
+		Catalog: newCatalog(t, layers...), Store: c.rend, Gate: c.gate, Logger: discardLogger(),
+		Cache: newCache(t, tiles.CacheOptions{MaxBytes: 1 << 20, TTL: time.Hour}), Observer: c.obs,
+	})
+	if w := c.get(z14); w.Header().Get("X-Cache") != "MISS" || w.Header().Get("Cache-Control") != "public, max-age=1" {
+		t.Fatalf("first: X-Cache %q Cache-Control %q, want MISS and max-age=1", w.Header().Get("X-Cache"), w.Header().Get("Cache-Control"))
+	}
+	// Poll, up to 5 s: every hit meanwhile is younger than a second (no
+	// Age), and the tile is rendered again after about one.
+	waitUntil(t, "the tile to leave the cache", func() bool {
+		w := c.get(z14)
+		if age := w.Header().Get("Age"); age != "" {
+			t.Fatalf("a hit with Age %s, max-age=1", age)
+		}
+		return w.Header().Get("X-Cache") == "MISS"
+	})
+}
+
 // A tile rendered afresh (no-cache) is kept for the whole TTL from that
 // render, not until the tile it replaced would have expired; adding a
 // tile's gzip form does not make it younger.

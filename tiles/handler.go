@@ -243,7 +243,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	deadline, hasDeadline := r.Context().Deadline()
-	e, shared, err := h.Cache.load(r.Context(), key, fresh, func(ctx context.Context) (Rendered, error) {
+	e, shared, err := h.Cache.load(r.Context(), key, fresh, maxAge(req.Layers), func(ctx context.Context) (Rendered, error) {
 		// The render outlives the request that started it while others
 		// wait for it (see flights), so it needs a bound of its own: the
 		// statement timeout, plus time to get a connection — and the
@@ -366,16 +366,22 @@ func gzipTile(tile []byte) []byte {
 	return buf.Bytes()
 }
 
-// cacheControl is the Cache-Control of a tile of layers: public, for the
-// smallest of their MaxAge.
+// cacheControl is the Cache-Control of a tile of layers: public, for
+// maxAge.
 func cacheControl(layers []*Layer) string {
+	return "public, max-age=" + strconv.FormatInt(int64(maxAge(layers)/time.Second), 10)
+}
+
+// maxAge is the smallest of the layers' MaxAge: how long a client may
+// keep their tile, and the cache too.
+func maxAge(layers []*Layer) time.Duration {
 	var age time.Duration
 	for i, l := range layers {
 		if i == 0 || l.MaxAge < age {
 			age = l.MaxAge
 		}
 	}
-	return "public, max-age=" + strconv.FormatInt(int64(age/time.Second), 10)
+	return age
 }
 
 func (h *Handler) observe(result string) {
