@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,6 +54,11 @@ const keyPrefix = "gt_"
 // Marked reports whether s begins as every geotoll key does ("gt_"): a
 // secret, wherever it is found (a log redacts it).
 func Marked(s string) bool { return len(s) >= len(keyPrefix) && s[:len(keyPrefix)] == keyPrefix }
+
+// HoldsMark reports whether s has the mark of a geotoll key anywhere in
+// it: a key sent after a space, or glued to another word, is a secret
+// too. A log hides such text whole.
+func HoldsMark(s string) bool { return strings.Contains(s, keyPrefix) }
 
 // MaxKeyLength bounds what a client may present as a key; longer strings
 // are malformed before they are hashed.

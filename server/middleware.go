@@ -57,11 +57,12 @@ func RequestID(ctx context.Context) string {
 var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // withRequestID takes a sane X-Request-ID from the client or makes one, and
-// echoes it on the response.
+// echoes it on the response. One with the mark of an API key is not
+// taken: it would be written in every log line of the request.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-ID")
-		if !validRequestID.MatchString(id) {
+		if !validRequestID.MatchString(id) || apikeys.HoldsMark(id) {
 			id = newID()
 		}
 		w.Header().Set("X-Request-ID", id)
@@ -138,10 +139,11 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 // RedactQuery hides the values of secret query parameters: key (the one
 // geotoll takes), parameters other services take keys in (api_key, apikey,
 // access_token, token), each in any case, and any parameter one of whose
-// values has the mark of a geotoll key — a key sent under a misspelt name
-// is not taken, but it is still a secret. A parameter whose name has the
-// mark (a bare key, "?gt_…", as a URL template filled with the key alone
-// sends it) is logged as REDACTED, name and value.
+// values holds the mark of a geotoll key anywhere — a key sent under a
+// misspelt name, or after a space, is not taken, but it is still a
+// secret. A parameter whose name holds the mark (a bare key, "?gt_…", as
+// a URL template filled with the key alone sends it; "key%3Dgt_…", its
+// equals sign encoded) is logged as REDACTED, name and value.
 func RedactQuery(raw string) string {
 	if raw == "" {
 		return ""
@@ -152,10 +154,10 @@ func RedactQuery(raw string) string {
 	}
 	for k, vs := range q {
 		switch {
-		case apikeys.Marked(k):
+		case apikeys.HoldsMark(k):
 			delete(q, k)
 			q["REDACTED"] = []string{"REDACTED"}
-		case secretParam(k) || slices.ContainsFunc(vs, apikeys.Marked):
+		case secretParam(k) || slices.ContainsFunc(vs, apikeys.HoldsMark):
 			q[k] = []string{"REDACTED"}
 		}
 	}

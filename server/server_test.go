@@ -41,8 +41,15 @@ func TestRedactQueryHidesAKeyUnderAnyName(t *testing.T) {
 			t.Errorf("RedactQuery(%q) = %q: the secret is logged", raw, got)
 		}
 	}
-	// A bare key is a parameter's name, with no value.
-	for _, raw := range []string{key, "lng=1&" + key, key + "=1&lng=2"} {
+	// The mark anywhere in a value: a key after a space (it was logged).
+	for _, raw := range []string{"x=%20" + key, "x=+" + key, "lng=1&x=my" + key} {
+		if got := RedactQuery(raw); strings.Contains(got, key) {
+			t.Errorf("RedactQuery(%q) = %q: the key is logged", raw, got)
+		}
+	}
+	// A bare key is a parameter's name, with no value — or holds it, its
+	// equals sign encoded (key%3Dgt_…: it was logged).
+	for _, raw := range []string{key, "lng=1&" + key, key + "=1&lng=2", "key%3D" + key, "lng=1&key%3D" + key} {
 		if got := RedactQuery(raw); strings.Contains(got, key) || !strings.Contains(got, "REDACTED") {
 			t.Errorf("RedactQuery(%q) = %q: the bare key is logged", raw, got)
 		}
@@ -98,6 +105,13 @@ func TestRoutesAndMiddleware(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"request_id":"abc-123"`) {
 		t.Error("access log lacks the request id")
+	}
+	// An id that holds an API key is not taken: it would be logged in every
+	// line of the request (it was, and echoed).
+	key := "gt_" + strings.Repeat("x7", 21) + "Q"
+	logs.Reset()
+	if w := get("/healthz", "X-Request-ID", key); strings.Contains(w.Header().Get("X-Request-ID"), key) || strings.Contains(logs.String(), key) {
+		t.Errorf("a request id that is a key: echoed %q, logged %q", w.Header().Get("X-Request-ID"), logs.String())
 	}
 }
 
