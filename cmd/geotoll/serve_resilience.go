@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -137,6 +139,11 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 		return nil, err
 	}
 	m.Redis = rdb
+	// go-redis logs on its own (a pool that fails to dial, every second
+	// while Redis is down), to stderr as plain text: through the server's
+	// logger, its lines are as every other (JSON with log_format json).
+	// The logger is go-redis's one, for the whole process.
+	redis.SetLogger(redisLog{m.Logger})
 	if err := traceRedis(m.Tracing, rdb); err != nil {
 		return nil, fmt.Errorf("redis tracing: %w", err)
 	}
@@ -156,4 +163,11 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient) error {
 		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
 	}
 	return rdb.Ping(ctx).Err()
+}
+
+// redisLog writes go-redis's log lines as warnings of l.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.Log(ctx, slog.LevelWarn, strings.TrimSuffix(fmt.Sprintf(format, v...), "\n"), slog.String("component", "redis"))
 }
