@@ -38,21 +38,59 @@ func (h HTTPConfig) validateReadiness() []error {
 }
 
 // validateListeners: listen is required, and it and metrics_listen (when
-// set) are host:port. An empty listen would bind a random port on every
-// interface.
+// set) are host:port, the port a number from 0 to 65535 or a service name
+// of the system's (no network is asked), and not one address twice. An
+// empty listen would bind a random port on every interface; the others
+// passed config check and failed serve, after its start-up.
 func (c Config) validateListeners() []error {
 	var errs []error
 	if c.Listen == "" {
 		errs = append(errs, errors.New(`listen must be set: an address such as ":8080" or "127.0.0.1:8080" (empty would listen on a random port of every interface)`))
-	} else if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		errs = append(errs, fmt.Errorf(`listen %q must be host:port, such as ":8080" or "127.0.0.1:8080"`, c.Listen))
+	} else if err := listenAddr(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf(`listen %q must be host:port, such as ":8080" or "127.0.0.1:8080": %w`, c.Listen, err))
 	}
 	if c.MetricsListen != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
-			errs = append(errs, fmt.Errorf(`metrics_listen %q must be host:port, such as "127.0.0.1:9090" (or empty: none)`, c.MetricsListen))
+		if err := listenAddr(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf(`metrics_listen %q must be host:port, such as "127.0.0.1:9090" (or empty: none): %w`, c.MetricsListen, err))
+		} else if sameListener(c.Listen, c.MetricsListen) {
+			errs = append(errs, fmt.Errorf(`metrics_listen %q and listen %q are one address: give the operators' endpoints a port of their own (or leave metrics_listen empty: they are served on listen)`, c.MetricsListen, c.Listen))
 		}
 	}
 	return errs
+}
+
+// listenAddr checks a listen address as net.Listen will read it, without
+// a lookup of its host.
+func listenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		if n < 0 || n > 65535 {
+			return fmt.Errorf("port %d is not within 0..65535", n)
+		}
+		return nil
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("port %q is neither a number nor a known service", port)
+	}
+	return nil
+}
+
+// sameListener reports whether two valid listen addresses would bind one
+// socket: the same port (not 0, a random one), on the same host or on
+// every interface.
+func sameListener(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	na, _ := net.LookupPort("tcp", pa)
+	nb, _ := net.LookupPort("tcp", pb)
+	if na == 0 || na != nb {
+		return false
+	}
+	every := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || every(ha) || every(hb)
 }
 
 // validateTierCosts refuses a tier's max_cost that no request can meet:

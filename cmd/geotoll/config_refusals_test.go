@@ -191,12 +191,23 @@ func TestConfigTierMaxCostIsMeetable(t *testing.T) {
 }
 
 // TestConfigListenIsAnAddress: listen "" passed config check and served
-// on a random port of every interface.
+// on a random port of every interface; a port out of range, or listen and
+// metrics_listen on one address, passed config check and failed serve
+// after its start-up.
 func TestConfigListenIsAnAddress(t *testing.T) {
 	refuses(t, "listen empty", func(c *Config) { c.Listen = "" }, "listen must be set")
 	refuses(t, "listen without a port", func(c *Config) { c.Listen = "8080" }, "listen")
 	refuses(t, "metrics_listen without a port", func(c *Config) { c.MetricsListen = "localhost" }, "metrics_listen")
+	refuses(t, "listen past port 65535", func(c *Config) { c.Listen = "127.0.0.1:99999" }, "port 99999 is not within 0..65535")
+	refuses(t, "listen on a negative port", func(c *Config) { c.Listen = ":-1" }, "listen")
+	refuses(t, "metrics_listen past port 65535", func(c *Config) { c.MetricsListen = ":70000" }, "metrics_listen")
+	refuses(t, "listen on an unknown service", func(c *Config) { c.Listen = ":no-such-service" }, "neither a number nor a known service")
+	refuses(t, "one address twice", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:8080", "127.0.0.1:8080" }, "one address")
+	refuses(t, "a port of every interface and of one", func(c *Config) { c.Listen, c.MetricsListen = ":8080", "127.0.0.1:8080" }, "one address")
 	accepts(t, "listeners", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:0", ":9090" })
+	accepts(t, "two random ports", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:0", "127.0.0.1:0" })
+	accepts(t, "one port on two hosts", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:8080", "127.0.0.2:8080" })
+	accepts(t, "port 65535", func(c *Config) { c.Listen = "127.0.0.1:65535" })
 	code, out, errOut := cliRun(t, "config", "check", "-listen", "")
 	if code != exitError || !strings.Contains(errOut, "listen must be set") {
 		t.Errorf("config check -listen '': exit %d:\n%s%s", code, out, errOut)
