@@ -77,11 +77,22 @@ func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(w, opts)), nil
 }
 
+// adminPool opens the admin role's pool of keys, migrate and seed, each
+// connection opened within database.connect_timeout (unless the URL sets
+// its own): a database that accepts TCP and never answers is an error
+// after it, not after the ping's 10 s.
 func adminPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if cfg.Database.AdminURL == "" {
 		return nil, errors.New("no database: set DATABASE_URL or GEOTOLL_ADMIN_DATABASE_URL")
 	}
-	pool, err := pgxpool.New(ctx, cfg.Database.AdminURL)
+	pcfg, err := pgxpool.ParseConfig(cfg.Database.AdminURL)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", redactURLError(err))
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = cfg.Database.ConnectTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
