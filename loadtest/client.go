@@ -35,10 +35,23 @@ type Client struct {
 // default policy.
 const maxRedirects = 10
 
+// parseBase parses a base URL the instruments append paths to:
+// http(s)://host[:port], a base path allowed, no user, query or fragment
+// (each request's path would land in the query: ?x=1/healthz asked for
+// the preview page).
+func parseBase(base string) (*url.URL, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(base, "#") {
+		return nil, fmt.Errorf("url %q must be http(s)://host[:port][/base path], without user, query or fragment", base)
+	}
+	return u, nil
+}
+
 func (c *Client) check() error {
-	u, err := url.Parse(c.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("url %q must be http(s)://host[:port]", c.BaseURL)
+	u, err := parseBase(c.BaseURL)
+	if err != nil {
+		return err
 	}
 	if !c.AllowRemote && !isLoopback(u.Hostname()) {
 		return fmt.Errorf("url host %q is not loopback; pass -allow-remote to measure another machine", u.Hostname())

@@ -64,3 +64,36 @@ func TestClientFollowsRedirectsOnlyToLoopback(t *testing.T) {
 		t.Errorf("with AllowRemote a redirect to %s is refused: %v", remote, err)
 	}
 }
+
+// A base URL the instruments append paths to takes no user, query or
+// fragment: "http://127.0.0.1:8080?x=1" made every request's path part of
+// the query (x=1/healthz), and the run measured the preview page. A base
+// path is a base URL's own. The load generator (Options), the Client and
+// the connections of the ceiling's and the crawl's runs check alike.
+func TestBaseURLTakesNoQuery(t *testing.T) {
+	for _, base := range []string{"http://127.0.0.1:8080?x=1", "http://127.0.0.1:8080?", "http://127.0.0.1:8080/#top",
+		"http://u:p@127.0.0.1:8080", "ftp://127.0.0.1", "127.0.0.1:8080", "http://"} {
+		if _, err := parseBase(base); err == nil {
+			t.Errorf("parseBase(%q) took it", base)
+		}
+		if err := (&Client{BaseURL: base}).check(); err == nil {
+			t.Errorf("Client %q: checked", base)
+		}
+		if _, err := newConn(base); err == nil {
+			t.Errorf("newConn(%q) took it", base)
+		}
+		o := Options{BaseURL: base, Rate: 1, Duration: time.Second}
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "-url") {
+			t.Errorf("Options -url %q: %v, want an error naming -url", base, err)
+		}
+	}
+	for _, base := range []string{"http://127.0.0.1:8080", "https://localhost", "http://127.0.0.1:8080/maps"} {
+		if _, err := parseBase(base); err != nil {
+			t.Errorf("parseBase(%q): %v", base, err)
+		}
+		o := Options{BaseURL: base, Rate: 1, Duration: time.Second}
+		if err := o.Validate(); err != nil {
+			t.Errorf("Options -url %q: %v", base, err)
+		}
+	}
+}

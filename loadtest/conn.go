@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -56,9 +55,9 @@ const maxProblem = 16 << 10
 // newConn prepares a connection to base (http or https); header lines
 // ("Name: value") are sent with every request. It dials on first use.
 func newConn(base string, header ...string) (*conn, error) {
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("url %q must be http(s)://host[:port]", base)
+	u, err := parseBase(base)
+	if err != nil {
+		return nil, err
 	}
 	c := &conn{host: u.Host, addr: u.Host}
 	if u.Port() == "" {

@@ -35,7 +35,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -112,9 +111,9 @@ func (o *Options) validate() error {
 	if o.Duration < time.Second || o.Duration > MaxDuration {
 		errs = append(errs, fmt.Errorf("-duration %s must be within 1s..%s", o.Duration, MaxDuration))
 	}
-	u, err := url.Parse(o.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("-url %q must be http(s)://host[:port]", o.BaseURL))
+	u, err := parseBase(o.BaseURL)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("-%w", err))
 	} else if !o.AllowRemote && !isLoopback(u.Hostname()) {
 		errs = append(errs, fmt.Errorf("-url host %q is not loopback; pass -allow-remote to load test another machine", u.Hostname()))
 	}
