@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/geotoll/geotoll/geofence"
@@ -109,7 +110,16 @@ type Toll struct {
 	// Tracer, when set, makes every charge a span ("toll.charge"), the
 	// parent of the budget store's call.
 	Tracer trace.Tracer
+
+	// unknownTiers holds, by key name, when a key naming an unconfigured
+	// tier was last logged (see tier).
+	unknownTiers sync.Map
 }
+
+// unknownTierLogEvery is how often a key that names an unconfigured tier
+// is logged: each of its requests is refused, free of charge, and one log
+// line per request would let its holder flood the log.
+const unknownTierLogEvery = time.Minute
 
 // DefaultGeofenceWork and DefaultFenceWork are the work models of geofence
 // queries that no calibration replaced, fitted as throttle.DefaultWeights'
@@ -337,12 +347,17 @@ func (t *Toll) share(tier Tier, own throttle.Bucket) *pgcall.Share {
 }
 
 // tier is the caller's tier; a key naming a tier that is not configured
-// is answered 403 (nothing charged) and logged, and known is false.
+// is answered 403 (nothing charged) and logged — once a minute per key —,
+// and known is false.
 func (t *Toll) tier(w http.ResponseWriter, r *http.Request, caller Caller) (tier Tier, known bool) {
 	tier, known = t.Tiers[caller.Tier]
 	if !known {
-		t.logger().LogAttrs(r.Context(), slog.LevelError, "API key names an unconfigured tier",
-			slog.String("key", caller.KeyName), slog.String("tier", caller.Tier))
+		now := time.Now()
+		if last, seen := t.unknownTiers.Load(caller.KeyName); !seen || now.Sub(last.(time.Time)) >= unknownTierLogEvery {
+			t.unknownTiers.Store(caller.KeyName, now)
+			t.logger().LogAttrs(r.Context(), slog.LevelError, "API key names an unconfigured tier (logged once a minute per key)",
+				slog.String("key", caller.KeyName), slog.String("tier", caller.Tier))
+		}
 		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
 	}
 	return tier, known

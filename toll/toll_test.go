@@ -1,6 +1,7 @@
 package toll
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -492,9 +493,18 @@ func TestTollTierRules(t *testing.T) {
 		t.Fatal("non-shadow layer admitted with an empty budget")
 	}
 
-	// A key whose tier is not configured: 403, nothing charged.
-	if w, ok := admit(t, toll, "lost", z2); ok || w.Code != http.StatusForbidden {
-		t.Fatalf("unconfigured tier: %v %d", ok, w.Code)
+	// A key whose tier is not configured: 403, nothing charged — logged
+	// once, however often it asks (each request was logged: a free flood
+	// of the log).
+	var logs bytes.Buffer
+	toll.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	for range 3 {
+		if w, ok := admit(t, toll, "lost", z2); ok || w.Code != http.StatusForbidden {
+			t.Fatalf("unconfigured tier: %v %d", ok, w.Code)
+		}
+	}
+	if n := strings.Count(logs.String(), "unconfigured tier"); n != 1 {
+		t.Errorf("three requests of a key naming an unconfigured tier logged %d lines, want 1:\n%s", n, logs.String())
 	}
 }
 
