@@ -105,7 +105,8 @@ func (g *flights[K, V]) run(ctx context.Context, key K, f *flight[V], load func(
 // statements have stopped. A load whose statements still run (err wraps a
 // pgcall.Stopping) is billed once they have stopped: the error returned
 // then ends (WaitStopped) only after that. A load that made no call bills
-// nobody. Called under flights.mu, as the load ends.
+// nobody, but for one that found the database busy. Called under
+// flights.mu, as the load ends.
 func (f *flight[V]) bill(err error) error {
 	payer := f.left
 	if len(f.callers) > 0 {
@@ -113,8 +114,19 @@ func (f *flight[V]) bill(err error) error {
 	}
 	var s *pgcall.Stopping
 	if !errors.As(err, &s) {
-		if f.meter.Used() { // else the load made no call: nothing to bill
+		// A load that made no call bills nobody; one that found every
+		// connection busy is a busy 503 to each request it answers, each
+		// charged as one (pgcall.Meter.Busy).
+		switch {
+		case f.meter.Used():
 			pgcall.AddTo(payer.ctx, f.meter.DB())
+		case f.meter.Busy():
+			for _, c := range f.callers {
+				pgcall.MarkBusy(c.ctx)
+			}
+			if f.left != nil {
+				pgcall.MarkBusy(f.left.ctx)
+			}
 		}
 		return err
 	}

@@ -329,6 +329,41 @@ func TestFlightsBillTheCallerThatStayed(t *testing.T) {
 	}
 }
 
+// A load that found every connection busy is a busy 503 to each caller it
+// answers: each caller's meter is marked busy (each is charged its
+// estimate), none is billed database time. The joiners were charged
+// their base: one of N retries of a tile into a full share paid.
+func TestFlightsMarkEveryCallerOfABusyLoad(t *testing.T) {
+	t.Parallel()
+	var g flights[string, string]
+	started, release := make(chan struct{}), make(chan struct{})
+	errBusy := errors.New("busy")
+	load := func(ctx context.Context) (string, error) {
+		close(started)
+		<-release
+		pgcall.MarkBusy(ctx) // as a call of a busy pool does
+		return "", errBusy
+	}
+	first, firstMeter := pgcall.WithMeter(context.Background())
+	second, secondMeter := pgcall.WithMeter(context.Background())
+	errs := make(chan error, 2)
+	go func() { _, _, err := g.do(first, "k", load); errs <- err }()
+	<-started
+	go func() { _, _, err := g.do(second, "k", load); errs <- err }()
+	waitFor(t, "two callers waiting", func() bool { return g.waiting("k") == 2 })
+	close(release)
+	for range 2 {
+		if err := <-errs; !errors.Is(err, errBusy) {
+			t.Fatalf("a caller: %v, want the load's error", err)
+		}
+	}
+	for name, m := range map[string]*pgcall.Meter{"starter": firstMeter, "joiner": secondMeter} {
+		if !m.Busy() || m.Used() || m.DB() != 0 {
+			t.Errorf("the %s's meter: busy %v, used %v, %s; want busy, unused, none", name, m.Busy(), m.Used(), m.DB())
+		}
+	}
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1

@@ -14,8 +14,11 @@ import (
 // middleware, settles it when the handler returns: at the database time
 // the request really took (see Toll.Charged); at its base price when the
 // database did no work for it (it waited for a render another request paid
-// for, or found its tile cached after all); or — a cache hit, a request
-// admitted without a ticket — at the price it paid. A shadow admission is
+// for, or found its tile cached after all); at its estimate when it was
+// answered a busy 503 (pgcall.Meter.Busy: asked again at once, it must not
+// be free), the global budget at its base (the database did no work); or
+// — a cache hit, a request admitted without a ticket — at the price it
+// paid. A shadow admission is
 // cut at the time it paid for and settles the global budget at what it
 // took, as every admission does; its own bucket, which did not pay, is
 // left alone.
@@ -45,14 +48,17 @@ func (p *Pass) Price() float64 {
 // bucket (and the global budget) get the difference back, or pay it — the
 // bucket down to one maximum price below zero. Only the first Settle (or
 // Finish's) counts.
-func (p *Pass) Settle(cost float64) {
+func (p *Pass) Settle(cost float64) { p.settle(cost, cost) }
+
+// settle settles the caller's bucket at cost and the global budget at ran.
+func (p *Pass) settle(cost, ran float64) {
 	if p == nil {
 		return
 	}
 	p.once.Do(func() {
 		p.ticket.Settle(cost)
 		if p.global > 0 && p.toll.Global != nil {
-			p.toll.Global.Give(p.global - max(cost, 0))
+			p.toll.Global.Give(p.global - max(ran, 0))
 		}
 		p.toll.settled(p, cost)
 	})
@@ -63,10 +69,21 @@ func (p *Pass) cost(m *pgcall.Meter) float64 {
 	switch {
 	case p.fixed:
 		return p.price.Cost
+	case !m.Used() && m.Busy():
+		return p.price.Cost
 	case !m.Used():
 		return p.price.Base
 	}
 	return p.toll.Charged(p.price.Cost, m.DB(), p.price.Base, p.most)
+}
+
+// ran is what the request's database work costs the global budget: its
+// cost, but the base for a busy 503, which the database did no work for.
+func (p *Pass) ran(m *pgcall.Meter, cost float64) float64 {
+	if !p.fixed && !m.Used() && m.Busy() {
+		return p.price.Base
+	}
+	return cost
 }
 
 // passes carries, from Charge to Finish, the passes a request was given,
@@ -114,7 +131,8 @@ func Finish(next http.Handler) http.Handler {
 			list := held.list
 			held.mu.Unlock()
 			for _, p := range list {
-				p.Settle(p.cost(meter))
+				cost := p.cost(meter)
+				p.settle(cost, p.ran(meter, cost))
 			}
 		}()
 		next.ServeHTTP(&settling{ResponseWriter: w, held: held}, r.WithContext(context.WithValue(ctx, passesKey{}, held)))

@@ -60,12 +60,8 @@ func (db *DB) call(ctx context.Context, budget time.Duration, w work) (Timing, e
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return Timing{}, db.cancelled(err)
 		}
-		if m := meterOf(ctx); m != nil && busy(err) {
-			// A 503 of a busy pool or share is charged the request's
-			// estimate (its database time is 0, under SettleFloor): asked
-			// again at once, it must not be free. An outage costs the
-			// base.
-			m.used.Store(true)
+		if busy(err) {
+			MarkBusy(ctx) // charged its estimate (Meter.Busy); an outage costs the base
 		}
 		return Timing{}, db.unavailable(err)
 	}

@@ -253,9 +253,9 @@ func TestWriteLockedRow(t *testing.T) {
 // a 503 that says the database is busy — it is alive and working, perhaps
 // for statements that ignore cancellation; so does a share whose every
 // slot is taken; one that cannot connect says the database is
-// unavailable. A busy 503 marks its request's meter used, so that it is
+// unavailable. A busy 503 marks its request's meter busy, so that it is
 // charged its estimate (asked again at once, it must not be free: it was
-// charged the base before); an outage leaves the meter unused.
+// charged the base before); an outage leaves the meter as it was.
 func TestReadWithoutConnection(t *testing.T) {
 	t.Parallel()
 	busy, _ := testenv.BusyPool(t) // its only connection is held
@@ -275,7 +275,7 @@ func TestReadWithoutConnection(t *testing.T) {
 		share   *pgcall.Share
 		detail  string
 		outcome string
-		used    bool
+		busy    bool
 	}{
 		{"busy", busy, nil, "every database connection is busy; try again later", pgcall.Busy, true},
 		{"share", testenv.ReadPool(t), full, "the database connections shared by callers without an API key are all busy; try again later, or use an API key", pgcall.Busy, true},
@@ -299,8 +299,8 @@ func TestReadWithoutConnection(t *testing.T) {
 			if n, _ := obs.get(tc.outcome); n != 1 {
 				t.Errorf("%d calls observed %s, want 1 (a busy pool is no outage)", n, tc.outcome)
 			}
-			if meter.Used() != tc.used || meter.DB() != 0 {
-				t.Errorf("the request's meter: used %v, %s of database time; want used %v, none", meter.Used(), meter.DB(), tc.used)
+			if meter.Busy() != tc.busy || meter.Used() || meter.DB() != 0 {
+				t.Errorf("the request's meter: busy %v, used %v, %s of database time; want busy %v, unused, none", meter.Busy(), meter.Used(), meter.DB(), tc.busy)
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 type Meter struct {
 	ns   atomic.Int64
 	used atomic.Bool
+	busy atomic.Bool
 }
 
 type meterKey struct{}
@@ -30,12 +31,29 @@ func (m *Meter) DB() time.Duration { return time.Duration(m.ns.Load()) }
 
 // Used reports whether the database worked for the meter's request: a
 // call was made under its context (from the moment it is sent, so that a
-// call still running counts), or work was added with AddTo — or whether a
-// call under it found every connection it may use busy (a 503 that is
-// charged, as a call that ran is). A request that only waited for a
-// render another request paid for, or found its tile cached after all,
-// used none.
+// call still running counts), or work was added with AddTo. A request
+// that only waited for a render another request paid for, or found its
+// tile cached after all, used none.
 func (m *Meter) Used() bool { return m.used.Load() }
+
+// Busy reports whether a call under the meter's context found every
+// connection it may use busy (a 503: see IsBusy), or MarkBusy said a
+// render it waited for did. The database did no work for it; toll
+// charges the request its estimate all the same — asked again at once, it
+// must not be free — and the global database budget nothing.
+func (m *Meter) Busy() bool { return m.busy.Load() }
+
+// MarkBusy records on the Meter of ctx, if it carries one, that its
+// request was answered a busy 503.
+func MarkBusy(ctx context.Context) {
+	if m := meterOf(ctx); m != nil {
+		m.busy.Store(true)
+	}
+}
+
+// IsBusy reports whether err is a 503 of a busy pool or share: the
+// database is alive, every connection the call could use was in use.
+func IsBusy(err error) bool { return busy(err) }
 
 func (m *Meter) add(d time.Duration) {
 	m.used.Store(true)
