@@ -27,8 +27,10 @@ type CacheOptions struct {
 	// coalesced, and tiles are sent as rendered (never gzipped).
 	MaxBytes int64
 	// TTL is how long a tile is served from memory after it was rendered
-	// (default 1 min). Tiles are never refreshed in place: the first
-	// request after expiry renders it again, at full price.
+	// (default 1 min) — a second less than its layers' smallest max_age,
+	// when that is shorter (see renderExpiry). Tiles are never refreshed
+	// in place: the first request after expiry renders it again, at full
+	// price.
 	TTL time.Duration
 }
 
@@ -112,8 +114,11 @@ func NewCache(o CacheOptions) (*Cache, error) {
 type renderExpiry struct{ ttl time.Duration }
 
 func (x renderExpiry) of(e *entry) time.Duration {
-	if e.life > 0 && e.life < x.ttl {
-		return e.life
+	// A hit goes out after its admission (a Redis call) with an Age in
+	// whole seconds: kept until a second before its max_age (half of it,
+	// if shorter), its Age stays under its max-age.
+	if life := e.life - min(time.Second, e.life/2); e.life > 0 && life < x.ttl {
+		return life
 	}
 	return x.ttl
 }
@@ -249,9 +254,9 @@ type entry struct {
 	// reduced is the X-Tile-Reduced header, "" when no layer was reduced.
 	reduced string
 	made    time.Time // when the render ended: a hit's Age counts from it
-	// life, when positive and under the cache's TTL, is how long the cache
-	// keeps it: its layers' smallest max_age, so that no hit goes out
-	// stale (an Age past its Cache-Control max-age).
+	// life is its layers' smallest max_age: under the cache's TTL, it
+	// bounds how long the cache keeps it (renderExpiry), so that no hit
+	// goes out stale (an Age at its Cache-Control max-age or past it).
 	life time.Duration
 
 	gzipOnce sync.Once
