@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/geotoll/geotoll/problem"
@@ -26,6 +27,7 @@ import (
 type conn struct {
 	addr   string // host:port
 	host   string // the Host header
+	base   string // the base URL's path, ahead of every request's ("" or "/maps")
 	tls    *tls.Config
 	header string   // extra request header lines, each ending in \r\n
 	local  net.Addr // the source address to dial from; nil: the system's choice
@@ -59,7 +61,7 @@ func newConn(base string, header ...string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{host: u.Host, addr: u.Host}
+	c := &conn{host: u.Host, addr: u.Host, base: strings.TrimSuffix(u.EscapedPath(), "/")}
 	if u.Port() == "" {
 		c.addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
 	}
@@ -72,7 +74,7 @@ func newConn(base string, header ...string) (*conn, error) {
 	return c, nil
 }
 
-// get sends GET path and reads the response. want names the response
+// get sends GET path (below the base URL's path) and reads the response. want names the response
 // headers to return (canonical names, e.g. "X-Request-Cost"). A failed
 // request closes the connection; the next one dials again. With an error,
 // the response holds what was read before it — a status whose body was
@@ -90,6 +92,7 @@ func (c *conn) get(ctx context.Context, path string, want ...string) (response, 
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	c.req = append(c.req[:0], "GET "...)
+	c.req = append(c.req, c.base...)
 	c.req = append(c.req, path...)
 	c.req = append(c.req, " HTTP/1.1\r\nHost: "...)
 	c.req = append(c.req, c.host...)

@@ -78,3 +78,32 @@ func TestNewConnRefusesBadURLs(t *testing.T) {
 		}
 	}
 }
+
+// A base URL's path is the start of every request's: the raw connections
+// of the flood, the ceiling and the crawl asked for /tiles/… where the
+// Client asked for /maps/tiles/…, and got 404s from a server under a base
+// path.
+func TestConnSendsBelowTheBasePath(t *testing.T) {
+	got := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Path
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	for _, base := range []string{srv.URL + "/maps", srv.URL + "/maps/"} {
+		c, err := newConn(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := c.get(ctx, "/tiles/places/0/0/0.mvt")
+		cancel()
+		c.Close()
+		if err != nil || r.status != http.StatusNoContent {
+			t.Fatalf("%s: %+v, %v", base, r, err)
+		}
+		if p := <-got; p != "/maps/tiles/places/0/0/0.mvt" {
+			t.Errorf("base %s: the server was asked for %s, want /maps/tiles/places/0/0/0.mvt", base, p)
+		}
+	}
+}
