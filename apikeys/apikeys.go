@@ -60,6 +60,22 @@ func Marked(s string) bool { return len(s) >= len(keyPrefix) && s[:len(keyPrefix
 // too. A log hides such text whole.
 func HoldsMark(s string) bool { return strings.Contains(s, keyPrefix) }
 
+// RedactPath is a URL path for a log: each segment that holds the mark of
+// a key is REDACTED (a URL template that puts "&key=" where "?key=" goes
+// sends the key in the path).
+func RedactPath(p string) string {
+	if !HoldsMark(p) {
+		return p
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if HoldsMark(s) {
+			segs[i] = "REDACTED"
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
 // MaxKeyLength bounds what a client may present as a key; longer strings
 // are malformed before they are hashed.
 const MaxKeyLength = 128

@@ -291,3 +291,20 @@ func TestRingAgeCountsFromTheLoadsStart(t *testing.T) {
 		t.Errorf("Age %s right after a load of 300 ms: want at least its duration", age)
 	}
 }
+
+// RedactPath hides each path segment that holds a key's mark, and only
+// those.
+func TestRedactPath(t *testing.T) {
+	key := "gt_" + strings.Repeat("x7", 21) + "Q"
+	for in, want := range map[string]string{
+		"/tiles/places/0/0/0.mvt":                   "/tiles/places/0/0/0.mvt",
+		"/tiles/places/0/0/0.mvt&key=" + key:        "/tiles/places/0/0/REDACTED",
+		"/" + key + "/tiles/places/0/0/0.mvt":       "/REDACTED/tiles/places/0/0/0.mvt",
+		"/maps/tiles/places/0/0/0.mvt?" + key + "/": "/maps/tiles/places/0/0/REDACTED/",
+		"": "",
+	} {
+		if got := apikeys.RedactPath(in); got != want {
+			t.Errorf("RedactPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

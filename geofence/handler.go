@@ -12,6 +12,7 @@ import (
 
 	"github.com/paulmach/orb"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/dryrun"
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
@@ -386,7 +387,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var stopping *pgcall.Stopping
 	h.log.LogAttrs(r.Context(), level, "geofence request failed",
-		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err),
+		slog.String("path", apikeys.RedactPath(r.URL.Path)), slog.String("code", string(p.Code)), slog.Any("err", err),
 		slog.Bool("db_still_running", errors.As(err, &stopping)))
 	// A statement still running behind err is waited for after the
 	// answer is sent, so the request — and its in-flight slot — lasts as

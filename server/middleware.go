@@ -119,7 +119,7 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 			attrs := make([]slog.Attr, 0, 12)
 			attrs = append(attrs,
 				slog.String("method", r.Method),
-				slog.String("path", r.URL.Path),
+				slog.String("path", apikeys.RedactPath(r.URL.Path)),
 				slog.String("query", RedactQuery(r.URL.RawQuery)),
 				slog.Int("status", status),
 				slog.Int64("bytes", rec.bytes),

@@ -113,6 +113,13 @@ func TestRoutesAndMiddleware(t *testing.T) {
 	if w := get("/healthz", "X-Request-ID", key); strings.Contains(w.Header().Get("X-Request-ID"), key) || strings.Contains(logs.String(), key) {
 		t.Errorf("a request id that is a key: echoed %q, logged %q", w.Header().Get("X-Request-ID"), logs.String())
 	}
+	// A key in the path (a URL template with "&key=" for "?key=") is not
+	// logged either (it was).
+	logs.Reset()
+	get("/tiles/places/0/0/0.mvt&key=" + key)
+	if strings.Contains(logs.String(), key) || !strings.Contains(logs.String(), "REDACTED") {
+		t.Errorf("a key in the path: logged %q", logs.String())
+	}
 }
 
 func TestPanicBecomes500(t *testing.T) {

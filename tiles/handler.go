@@ -15,6 +15,7 @@ import (
 	"github.com/paulmach/orb/maptile"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/internal/negotiate"
 	"github.com/geotoll/geotoll/internal/pgcall"
@@ -412,7 +413,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var stopping *pgcall.Stopping
 	h.logger().LogAttrs(r.Context(), level, "tile failed",
-		slog.String("path", r.URL.Path), slog.String("code", string(p.Code)), slog.Any("err", err),
+		slog.String("path", apikeys.RedactPath(r.URL.Path)), slog.String("code", string(p.Code)), slog.Any("err", err),
 		slog.Bool("db_still_running", errors.As(err, &stopping)))
 	pgcall.Respond(w, err, func() { problem.Write(w, r, p) })
 }
