@@ -152,16 +152,17 @@ func newRouter(base string, rs []route) *mux.Router {
 // gorilla/mux would, but with 308 for a method other than GET and HEAD: a
 // client that follows a 301 may send a POST, PUT or DELETE again as a GET,
 // without its body. A trailing slash stays (and is not a route). A path
-// with an encoded reserved character (%2F, %2C…) is not found: it is not
-// the path with that character there (RFC 3986 §2.2, §6.2.2.2) — an
-// encoded slash ends no segment, an encoded comma separates no composite's
-// layers — and served as that path, one tile would have several
-// addresses, each a cache entry of its own and a rule of a CDN's or
-// firewall's to get round. Any other encoding but the canonical one (an
-// encoded letter, digit or dot; lower-case hex) is redirected to it, as
-// the same path (§6.2.2.1, §6.2.2.2). Below a base path, the base itself ("/maps")
-// is redirected to its root ("/maps/", the preview page), as a user types
-// it.
+// with an encoded reserved character (%2F, %2C…; but for ! ' ( ) * [ ],
+// which Go's canonical form encodes itself, and no route has) is not
+// found: it is not the path with that character there (RFC 3986 §2.2,
+// §6.2.2.2) — an encoded slash ends no segment, an encoded comma
+// separates no composite's layers — and served as that path, one tile
+// would have several addresses, each a cache entry of its own and a rule
+// of a CDN's or firewall's to get round. Any other encoding but the
+// canonical one (an encoded letter, digit or dot; lower-case hex) is
+// redirected to it, as the same path (§6.2.2.1, §6.2.2.2). Below a base
+// path, the base itself ("/maps") is redirected to its root ("/maps/",
+// the preview page), as a user types it.
 func cleanPath(base string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if encodesReserved(r.URL.RawPath) {
