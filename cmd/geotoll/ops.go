@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/server"
 )
@@ -53,6 +54,11 @@ func (m *Main) traced(h http.Handler, proxies *forwarded.Trusted) http.Handler {
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 			if addr := proxies.ClientAddr(r); addr.IsValid() {
 				span.SetAttributes(attribute.String("client.address", addr.String()))
+			}
+			// otelhttp records the path as sent: a key in it (a URL
+			// template with &key= for ?key=) is hidden, as in the log.
+			if p := apikeys.RedactPath(r.URL.Path); p != r.URL.Path {
+				span.SetAttributes(attribute.String("url.path", p))
 			}
 		}
 		h.ServeHTTP(w, r)

@@ -157,3 +157,33 @@ func TestEndToEndSpanClientAddressIsTheOneCharged(t *testing.T) {
 		})
 	}
 }
+
+// A key in a request's path (a URL template with &key= for ?key=) is not
+// exported with its span: otelhttp records url.path as sent (it was).
+func TestEndToEndSpanHidesAKeyInThePath(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	m := startMainWith(t, nil, func(m *Main) { m.Tracing = tp })
+	key := "gt_" + strings.Repeat("x7", 21) + "Q"
+	resp, _ := send(t, http.MethodGet, "http://"+m.Addr()+"/tiles/places/0/0/0.mvt&key="+key, "")
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("the path with a key: %d, want 404", resp.StatusCode)
+	}
+	var path string
+	for deadline := time.Now().Add(10 * time.Second); path == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, s := range rec.Ended() {
+			for _, kv := range s.Attributes() {
+				if strings.Contains(kv.Value.Emit(), "gt_") {
+					t.Fatalf("span %q exports %s = %q", s.Name(), kv.Key, kv.Value.Emit())
+				}
+				if kv.Key == "url.path" {
+					path = kv.Value.AsString()
+				}
+			}
+		}
+	}
+	if path != "/tiles/places/0/0/REDACTED" {
+		t.Errorf("url.path %q, want /tiles/places/0/0/REDACTED", path)
+	}
+}
