@@ -117,10 +117,10 @@ func (f *flight[V]) bill(err error) error {
 		// A load that made no call bills nobody; one that found every
 		// connection busy is a busy 503 to each request it answers, each
 		// charged as one (pgcall.Meter.Busy).
-		switch {
-		case f.meter.Used():
+		if f.meter.Used() {
 			pgcall.AddTo(payer.ctx, f.meter.DB())
-		case f.meter.Busy():
+		}
+		if f.meter.Busy() {
 			for _, c := range f.callers {
 				pgcall.MarkBusy(c.ctx)
 			}

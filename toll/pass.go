@@ -69,8 +69,8 @@ func (p *Pass) cost(m *pgcall.Meter) float64 {
 	switch {
 	case p.fixed:
 		return p.price.Cost
-	case !m.Used() && m.Busy():
-		return p.price.Cost
+	case m.Busy(): // at least its estimate, whatever ran before (see pgcall.Meter.Busy)
+		return max(p.price.Cost, p.toll.Charged(p.price.Cost, m.DB(), p.price.Base, p.most))
 	case !m.Used():
 		return p.price.Base
 	}
@@ -78,12 +78,15 @@ func (p *Pass) cost(m *pgcall.Meter) float64 {
 }
 
 // ran is what the request's database work costs the global budget: its
-// cost, but the base for a busy 503, which the database did no work for.
+// cost, but for a busy 503 what ran (the base when nothing did).
 func (p *Pass) ran(m *pgcall.Meter, cost float64) float64 {
-	if !p.fixed && !m.Used() && m.Busy() {
-		return p.price.Base
+	switch {
+	case p.fixed || !m.Busy():
+		return cost
+	case m.Used():
+		return p.toll.Charged(p.price.Cost, m.DB(), p.price.Base, p.most)
 	}
-	return cost
+	return p.price.Base
 }
 
 // passes carries, from Charge to Finish, the passes a request was given,

@@ -291,40 +291,58 @@ func TestRequestThatRanNoQuerySettlesAtItsBase(t *testing.T) {
 
 // A request answered a busy 503 (every connection it may use in use) is
 // charged its estimate — asked again at once, it must not be free: it
-// paid its base before — while the global database budget, which the
-// database did no work for, gets all but the base back.
-func TestBusyAnswerPaysItsEstimateAndTheGlobalBudgetItsBase(t *testing.T) {
+// paid its base before — while the global database budget is charged
+// what ran: its base when nothing did (it was charged the estimate); a
+// request that ran a call before the busy one pays at least its estimate
+// too, the global budget that call's time.
+func TestBusyAnswerPaysItsEstimateAndTheGlobalBudgetWhatRan(t *testing.T) {
 	t.Parallel()
-	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
-	toll := testToll(store)
-	free := toll.Tiers["free"]
-	free.Limit.Rate = 0.001
-	toll.Tiers["free"] = free
-	global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}
-	toll.Global = &throttle.Global{Store: store, Bucket: global, Chunk: 1}
-	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if toll.Charge(w, r, Price{Cost: 30, Route: "x", Zoom: -1, Base: 1}) == nil {
-			return
-		}
-		pgcall.MarkBusy(r.Context()) // what a call of a busy pool does
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	w := settleRequest(h)
-	if w.Code != http.StatusServiceUnavailable {
-		t.Fatalf("%d %s", w.Code, w.Body)
-	}
-	if cost, estimate := header(t, w, "X-Request-Cost"), header(t, w, "X-Request-Cost-Estimate"); cost != 30 || estimate != 30 {
-		t.Errorf("X-Request-Cost %v, X-Request-Cost-Estimate %v: want 30 (the estimate) and 30", cost, estimate)
-	}
-	if left := mustPeek(t, store, "free", "k:1"); left < 70-0.01 || left > 70+0.01 {
-		t.Errorf("the bucket holds %v, want 100 - 30", left)
-	}
-	toll.Global.Close()
-	g, err := store.Peek(t.Context(), global)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.Remaining < 999-0.01 || g.Remaining > 999+0.01 {
-		t.Errorf("the global budget holds %v, want 1000 - 1 (the base)", g.Remaining)
+	for _, tc := range []struct {
+		name         string
+		ran          time.Duration // metered before the busy call
+		cost, global float64
+	}{
+		{"nothing ran", 0, 30, 1},
+		{"a call ran 60 ms first", 60 * time.Millisecond, 30, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+			toll := testToll(store)
+			toll.MsPerToken = 10
+			free := toll.Tiers["free"]
+			free.Limit.Rate = 0.001
+			toll.Tiers["free"] = free
+			global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}
+			toll.Global = &throttle.Global{Store: store, Bucket: global, Chunk: 1}
+			h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if toll.Charge(w, r, Price{Cost: 30, Route: "x", Zoom: -1, Base: 1}) == nil {
+					return
+				}
+				if tc.ran > 0 {
+					pgcall.AddTo(r.Context(), tc.ran) // as a call records its time
+				}
+				pgcall.MarkBusy(r.Context()) // what a call of a busy pool does
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}))
+			w := settleRequest(h)
+			if w.Code != http.StatusServiceUnavailable {
+				t.Fatalf("%d %s", w.Code, w.Body)
+			}
+			if cost, estimate := header(t, w, "X-Request-Cost"), header(t, w, "X-Request-Cost-Estimate"); cost != tc.cost || estimate != 30 {
+				t.Errorf("X-Request-Cost %v, X-Request-Cost-Estimate %v: want %v and 30", cost, estimate, tc.cost)
+			}
+			if left := mustPeek(t, store, "free", "k:1"); math.Abs(left-(100-tc.cost)) > 0.01 {
+				t.Errorf("the bucket holds %v, want 100 - %v", left, tc.cost)
+			}
+			toll.Global.Close()
+			g, err := store.Peek(t.Context(), global)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(g.Remaining-(1000-tc.global)) > 0.01 {
+				t.Errorf("the global budget holds %v, want 1000 - %v", g.Remaining, tc.global)
+			}
+		})
 	}
 }

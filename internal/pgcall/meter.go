@@ -37,10 +37,10 @@ func (m *Meter) DB() time.Duration { return time.Duration(m.ns.Load()) }
 func (m *Meter) Used() bool { return m.used.Load() }
 
 // Busy reports whether a call under the meter's context found every
-// connection it may use busy (a 503: see IsBusy), or MarkBusy said a
-// render it waited for did. The database did no work for it; toll
-// charges the request its estimate all the same — asked again at once, it
-// must not be free — and the global database budget nothing.
+// connection it may use busy (a 503), or MarkBusy said a render it waited
+// for did. The database did no work for it; toll charges the request its
+// estimate all the same — asked again at once, it must not be free — and
+// the global database budget its base.
 func (m *Meter) Busy() bool { return m.busy.Load() }
 
 // MarkBusy records on the Meter of ctx, if it carries one, that its
@@ -50,10 +50,6 @@ func MarkBusy(ctx context.Context) {
 		m.busy.Store(true)
 	}
 }
-
-// IsBusy reports whether err is a 503 of a busy pool or share: the
-// database is alive, every connection the call could use was in use.
-func IsBusy(err error) bool { return busy(err) }
 
 func (m *Meter) add(d time.Duration) {
 	m.used.Store(true)
