@@ -27,8 +27,8 @@ type CacheOptions struct {
 	// coalesced, and tiles are sent as rendered (never gzipped).
 	MaxBytes int64
 	// TTL is how long a tile is served from memory after it was rendered
-	// (default 1 min) — a second less than its layers' smallest max_age,
-	// when that is shorter (see renderExpiry). Tiles are never refreshed
+	// (default 1 min) — a second less than its layers' smallest max_age
+	// (half of it under 2 s), when that is shorter (see renderExpiry). Tiles are never refreshed
 	// in place: the first request after expiry renders it again, at full
 	// price.
 	TTL time.Duration

@@ -244,7 +244,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	deadline, hasDeadline := r.Context().Deadline()
-	e, shared, err := h.Cache.load(r.Context(), key, fresh, maxAge(req.Layers), func(ctx context.Context) (Rendered, error) {
+	// Kept by the max-age the answers say: whole seconds.
+	e, shared, err := h.Cache.load(r.Context(), key, fresh, maxAge(req.Layers).Truncate(time.Second), func(ctx context.Context) (Rendered, error) {
 		// The render outlives the request that started it while others
 		// wait for it (see flights), so it needs a bound of its own: the
 		// statement timeout, plus time to get a connection — and the
