@@ -154,11 +154,20 @@ func keyRepeated(w http.ResponseWriter, r *http.Request, query bool) bool {
 	return true
 }
 
+// exhausted is the 429 of a bucket that could not pay res.Cost. A refusal
+// a tarpit held may leave when the bucket has refilled to the price: its
+// detail then says that the bucket held less when it was refused, not
+// that it holds less now.
 func exhausted(policy string, res throttle.Result) *problem.Error {
+	detail := fmt.Sprintf("this request costs %s tokens; %s remain. Retry in %d s.",
+		fmtFloat(micro(res.Cost)), fmtFloat(micro(res.Remaining)), res.RetryAfterSeconds())
+	if micro(res.Remaining) >= micro(res.Cost) {
+		detail = fmt.Sprintf("this request costs %s tokens, more than the bucket held when it was refused; %s remain now. Retry in %d s.",
+			fmtFloat(micro(res.Cost)), fmtFloat(micro(res.Remaining)), res.RetryAfterSeconds())
+	}
 	return &problem.Error{
-		Code: problem.Exhausted,
-		Detail: fmt.Sprintf("this request costs %s tokens; %s remain. Retry in %d s.",
-			fmtFloat(micro(res.Cost)), fmtFloat(micro(res.Remaining)), res.RetryAfterSeconds()),
+		Code:       problem.Exhausted,
+		Detail:     detail,
 		RetryAfter: res.RetryAfterSeconds(),
 		Extra: map[string]any{
 			"cost":              micro(res.Cost),

@@ -172,6 +172,8 @@ var priced = []struct {
 	{regexp.MustCompile(`(?i)^(X-Request-Cost|X-Request-Cost-Estimate|Ratelimit|X-Ratelimit-Remaining|X-Ratelimit-Reset|Retry-After|Content-Length): .*$`), "$1: #"},
 	{regexp.MustCompile(`"(cost|remaining|retry_after|reset_after)":([0-9.]+|…)`), `"$1":#`},
 	{regexp.MustCompile(`costs ([0-9.]+|…) tokens; ([0-9.]+|…) remain\. Retry in ([0-9.]+|…) s`), "costs # tokens; # remain. Retry in # s"},
+	// A refusal a tarpit held until the bucket refilled to the price says so.
+	{regexp.MustCompile(`costs ([0-9.]+|…) tokens, more than the bucket held when it was refused; ([0-9.]+|…) remain now\. Retry in ([0-9.]+|…) s`), "costs # tokens; # remain. Retry in # s"},
 	{regexp.MustCompile(`\b(cost|estimate|retry-after)=([0-9.]+|…)`), "$1=#"},
 }
 
