@@ -301,11 +301,7 @@ func TestFlightsBillTheCallerThatStayed(t *testing.T) {
 			defer leaveFirst()
 			first, firstMeter := pgcall.WithMeter(first)
 			second, secondMeter := pgcall.WithMeter(context.Background())
-			errs := make(chan error, 2)
-			go func() { _, _, err := g.do(first, "k", load); errs <- err }()
-			<-started
-			go func() { _, _, err := g.do(second, "k", load); errs <- err }()
-			waitFor(t, "two callers waiting", func() bool { return g.waiting("k") == 2 })
+			errs := startTwo(t, &g, first, second, started, load)
 			if starterLeaves {
 				leaveFirst()
 				if err := <-errs; !errors.Is(err, context.Canceled) {
@@ -346,11 +342,7 @@ func TestFlightsMarkEveryCallerOfABusyLoad(t *testing.T) {
 	}
 	first, firstMeter := pgcall.WithMeter(context.Background())
 	second, secondMeter := pgcall.WithMeter(context.Background())
-	errs := make(chan error, 2)
-	go func() { _, _, err := g.do(first, "k", load); errs <- err }()
-	<-started
-	go func() { _, _, err := g.do(second, "k", load); errs <- err }()
-	waitFor(t, "two callers waiting", func() bool { return g.waiting("k") == 2 })
+	errs := startTwo(t, &g, first, second, started, load)
 	close(release)
 	for range 2 {
 		if err := <-errs; !errors.Is(err, errBusy) {
@@ -362,6 +354,19 @@ func TestFlightsMarkEveryCallerOfABusyLoad(t *testing.T) {
 			t.Errorf("the %s's meter: busy %v, used %v, %s; want busy, unused, none", name, m.Busy(), m.Used(), m.DB())
 		}
 	}
+}
+
+// startTwo starts load of "k" for first and, once it runs (started),
+// joins it with second; errs gets each caller's error.
+func startTwo(t *testing.T, g *flights[string, string], first, second context.Context, started <-chan struct{},
+	load func(context.Context) (string, error)) (errs chan error) {
+	t.Helper()
+	errs = make(chan error, 2)
+	go func() { _, _, err := g.do(first, "k", load); errs <- err }()
+	<-started
+	go func() { _, _, err := g.do(second, "k", load); errs <- err }()
+	waitFor(t, "two callers waiting", func() bool { return g.waiting("k") == 2 })
+	return errs
 }
 
 func btoi(b bool) int {
