@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -152,6 +153,10 @@ type keyLease struct {
 	running float64 // the price of the request that holds it, in micro-tokens
 	done    bool    // admits no more: given back as soon as it is idle
 	timer   *time.Timer
+	// back is its latest hand-back (give-back or move), once it handed
+	// back: an admit queued beside it before that learns from where it
+	// stands whether Redis applied the admit first (handedBehind).
+	back *pending
 }
 
 // leaseSize is the tokens a lease for a request of cost takes (in
@@ -549,7 +554,7 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 		delta = 0
 	}
 	ls.spends = nil
-	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
+	ls.handed, ls.gen, ls.back = max(ls.left, 0), ls.gen+1, p
 	p.op = op{kind: kind, id: ls.id, amount: delta}
 	return p
 }
@@ -559,6 +564,26 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 // after FinishDelay.
 func (s *RedisStore) giveBackLocked(ls *keyLease) {
 	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, s.takeBackLocked(ls))
+}
+
+// handedBehind is what the lease the admit p was queued beside handed
+// back since, in micro-tokens, when that hand-back reaches Redis after p
+// (p is batch[i], answered now): p's reply, as a reply does, lacks what the
+// lease held — which it then no longer holds (heldLeft). The hand-back is
+// behind p when it is still queued or later in p's batch; one sent ahead
+// of p (a give-back put before everything queued: grantLocked) is in p's
+// reply. Of two hand-backs since p, the latest is looked at: the reading
+// may then lack the first (a move's) tokens, as it did before. Under
+// RedisStore.mu.
+func handedBehind(p *pending, batch []*pending, i int) float64 {
+	ls := p.leaseAt
+	if ls == nil || ls.gen == p.leaseGen || ls.back == nil {
+		return 0
+	}
+	if h := ls.back; !h.sent || slices.Contains(batch[i+1:], h) {
+		return ls.handed
+	}
+	return 0
 }
 
 // heldLeft is what the lease held stays holding, in micro-tokens, when it

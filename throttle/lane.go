@@ -44,6 +44,10 @@ type pending struct {
 	leaseAt  *keyLease
 	leaseGen int
 	leaseRan int
+	// handedBehind is what the caller's lease handed back behind this
+	// admit (handedBehind): its reply lacks it (set with the reply, under
+	// RedisStore.mu).
+	handedBehind float64
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
 	span trace.SpanContext
@@ -405,6 +409,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		}
 		r := results[i]
 		p.refusedBeside = s.besideLocked(l.key, r, p)
+		p.handedBehind = handedBehind(p, batch, i)
 		if p.abandoned && admitted(r.status) {
 			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}, agg: p.agg, sh: p.sh})
 			continue

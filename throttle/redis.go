@@ -246,7 +246,7 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape, aga
 	}
 	select {
 	case r := <-p.done:
-		if left := s.heldLeft(held); left > 0 { // Redis does not count what the lease holds
+		if left := s.heldLeft(held) + p.handedBehind; left > 0 { // Redis does not count what the lease holds, or held
 			capacity := sh.capacity
 			if r.status == stAggregate {
 				capacity = sh.aggCap
