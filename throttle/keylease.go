@@ -153,10 +153,11 @@ type keyLease struct {
 	running float64 // the price of the request that holds it, in micro-tokens
 	done    bool    // admits no more: given back as soon as it is idle
 	timer   *time.Timer
-	// back is its latest hand-back (give-back or move), once it handed
-	// back: an admit queued beside it before that learns from where it
-	// stands whether Redis applied the admit first (handedBehind).
-	back *pending
+	// backs are its hand-backs (give-backs and moves), one per gen, each
+	// with what it handed back (pending.handed): an admit queued beside it
+	// before one learns from where it stands whether Redis applied the
+	// admit first (leaseLacking).
+	backs []*pending
 }
 
 // leaseSize is the tokens a lease for a request of cost takes (in
@@ -554,7 +555,9 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 		delta = 0
 	}
 	ls.spends = nil
-	ls.handed, ls.gen, ls.back = max(ls.left, 0), ls.gen+1, p
+	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
+	p.handed = ls.handed
+	ls.backs = append(ls.backs, p)
 	p.op = op{kind: kind, id: ls.id, amount: delta}
 	return p
 }
@@ -566,36 +569,32 @@ func (s *RedisStore) giveBackLocked(ls *keyLease) {
 	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, s.takeBackLocked(ls))
 }
 
-// handedBehind is what the lease the admit p was queued beside handed
-// back since, in micro-tokens, when that hand-back reaches Redis after p
-// (p is batch[i], answered now): p's reply, as a reply does, lacks what the
-// lease held — which it then no longer holds (heldLeft). The hand-back is
-// behind p when it is still queued or later in p's batch; one sent ahead
-// of p (a give-back put before everything queued: grantLocked) is in p's
-// reply. Of two hand-backs since p, the latest is looked at: the reading
-// may then lack the first (a move's) tokens, as it did before. Under
-// RedisStore.mu.
-func handedBehind(p *pending, batch []*pending, i int) float64 {
+// leaseLacking is what the reply to the admit p (batch[i], answered now)
+// lacks of the caller's lease p was queued beside and that stayed (its
+// slot ran a request: pending.besideHeld), in micro-tokens — Redis counts
+// what a lease took as spent. It is taken as the reply is, under
+// RedisStore.mu, where the batch's order is known: a request of the
+// caller refused beside the same reply may give the lease back at once
+// (retire), and what the lease holds after that is not what the reply
+// lacks. A lease that has not handed back since p was queued lacks what it
+// holds. One that has lacks what each hand-back since handed back, when
+// that hand-back reaches Redis after p — still queued, or later in p's
+// batch — and nothing of one that went ahead of p (a give-back put before
+// everything queued: grantLocked); after a hand-back a lease holds
+// nothing more (its left stays at most 0, or it is forgotten).
+func leaseLacking(p *pending, batch []*pending, i int) float64 {
 	ls := p.leaseAt
-	if ls == nil || ls.gen == p.leaseGen || ls.back == nil {
+	switch {
+	case ls == nil || !p.besideHeld || !ls.granted:
 		return 0
+	case ls.gen == p.leaseGen:
+		return ls.left
 	}
-	if h := ls.back; !h.sent || slices.Contains(batch[i+1:], h) {
-		return ls.handed
+	var sum float64
+	for _, h := range ls.backs[min(p.leaseGen, len(ls.backs)):] {
+		if !h.sent || slices.Contains(batch[i+1:], h) {
+			sum += h.handed
+		}
 	}
-	return 0
-}
-
-// heldLeft is what the lease held stays holding, in micro-tokens, when it
-// is still the caller's: a reply from Redis does not count it.
-func (s *RedisStore) heldLeft(held *keyLease) float64 {
-	if held == nil {
-		return 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.leases[held.key] != held || !held.granted {
-		return 0
-	}
-	return held.left
+	return sum
 }

@@ -44,10 +44,13 @@ type pending struct {
 	leaseAt  *keyLease
 	leaseGen int
 	leaseRan int
-	// handedBehind is what the caller's lease handed back behind this
-	// admit (handedBehind): its reply lacks it (set with the reply, under
-	// RedisStore.mu).
-	handedBehind float64
+	// besideHeld: leaseAt is the caller's lease that stayed when this
+	// admit was queued (its slot ran a request). lacking is what the reply
+	// lacks of it (leaseLacking; set with the reply, under RedisStore.mu).
+	besideHeld bool
+	lacking    float64
+	// handed is what a lease's hand-back hands back (keyLease.handed then).
+	handed float64
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
 	span trace.SpanContext
@@ -409,7 +412,7 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		}
 		r := results[i]
 		p.refusedBeside = s.besideLocked(l.key, r, p)
-		p.handedBehind = handedBehind(p, batch, i)
+		p.lacking = leaseLacking(p, batch, i)
 		if p.abandoned && admitted(r.status) {
 			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}, agg: p.agg, sh: p.sh})
 			continue

@@ -235,7 +235,7 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape, aga
 	}
 	p := &pending{op: op{kind: kind, id: newID(), amount: toMicro(req.Cost)}, agg: req.Aggregate, sh: sh,
 		done: make(chan opResult, 1), failed: make(chan error, 1), span: trace.SpanContextFromContext(ctx)}
-	l, mine, held, err := s.enqueueAdmit(req, sh, p, again)
+	l, mine, err := s.enqueueAdmit(req, sh, p, again)
 	if err != nil {
 		return Admission{}, nil, err
 	}
@@ -246,7 +246,7 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape, aga
 	}
 	select {
 	case r := <-p.done:
-		if left := s.heldLeft(held) + p.handedBehind; left > 0 { // Redis does not count what the lease holds, or held
+		if left := p.lacking; left > 0 { // Redis does not count what the lease holds
 			capacity := sh.capacity
 			if r.status == stAggregate {
 				capacity = sh.aggCap
@@ -283,12 +283,13 @@ func (s *RedisStore) admitRemote(ctx context.Context, req Request, sh shape, aga
 
 // enqueueAdmit queues the admit p on its caller's lane, with what the
 // caller's lease needs (leaseOpsLocked), in one step: nothing of the lease
-// can change between the decision and the queue. held is the caller's
-// lease that stays (its slot runs a request). An admit asked again
+// can change between the decision and the queue. p records the caller's
+// lease beside it, and whether it stays (its slot runs a request:
+// pending.besideHeld). An admit asked again
 // (again) also goes without a lease of its caller still asked for
 // (forgoAskLocked), which would otherwise take tokens and a slot ahead of
 // it once more.
-func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending, again bool) (l *lane, mine bool, held *keyLease, err error) {
+func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending, again bool) (l *lane, mine bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ops := []*pending{p}
@@ -296,10 +297,10 @@ func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending, again bool)
 		if again {
 			s.forgoAskLocked(req.Key)
 		}
-		var back, ask *pending
-		back, ask, held = s.leaseOpsLocked(req, sh)
+		back, ask, held := s.leaseOpsLocked(req, sh)
 		if ls := s.leases[req.Key]; ls != nil {
 			p.queueBeside(ls)
+			p.besideHeld = ls == held
 		}
 		if back != nil {
 			ops = append([]*pending{back}, ops...)
@@ -321,7 +322,7 @@ func (s *RedisStore) enqueueAdmit(req Request, sh shape, p *pending, again bool)
 		q.queue = append(q.queue, back)
 		s.kickLocked(q, false, false)
 	}
-	return l, mine, held, err
+	return l, mine, err
 }
 
 // abandon gives up on an admit and reports whether it was never sent.
