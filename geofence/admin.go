@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -301,18 +302,26 @@ func (h *Handler) fenceBody(w http.ResponseWriter, r *http.Request) (io.Reader, 
 	}
 	raw, err := io.ReadAll(body)
 	if err != nil {
-		// What arrived, then the error, as ParseFence would have read
-		// them: a syntax error before it is answered as such, a body cut
-		// short as one that ends before its JSON does, a 413 or 408 as it.
-		return io.MultiReader(bytes.NewReader(raw), failedReader{err}), nil
+		return nil, unreadBody(raw, err)
 	}
 	return bytes.NewReader(raw), nil
 }
 
-// failedReader fails every read with err.
-type failedReader struct{ err error }
-
-func (f failedReader) Read([]byte) (int, error) { return 0, f.err }
+// unreadBody is the problem of a fence body whose reading failed with err
+// after raw arrived, answered at once, without a turn, as ParseFence would
+// have answered it reading as it went: a syntax error in what arrived as
+// such, a body cut short as one that ends before its JSON does, else the
+// reading's own (a 413, a 408). The request's context ends with its
+// connection: waiting for a turn then could end in a 503 instead.
+func unreadBody(raw []byte, err error) error {
+	if at, msg, ok := syntaxErrorAt(raw); ok && !strings.Contains(msg, "unexpected end of JSON input") {
+		return problem.Malformed("body", "malformed JSON at byte %d: %s", at, msg)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return problem.Malformed("body", "malformed JSON at byte %d: the body ends before its JSON does", len(raw))
+	}
+	return bodyError(err)
+}
 
 // ReplaceFence serves PUT /geofence/fences/{id}: the fence's name, kind and
 // geometry are replaced, and the answer carries its new ETag; 404 when it

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/paulmach/orb"
@@ -696,6 +697,67 @@ func TestStalledUploadsHoldNoTurn(t *testing.T) {
 	h.ServeHTTP(rec, r)
 	if rec.Code != http.StatusCreated {
 		t.Errorf("a write beside %d stalled uploads: %d %s, want 201", MaxFenceWrites, rec.Code, rec.Body)
+	}
+}
+
+// timeoutReader yields its bytes, then the error of a read past the
+// server's read timeout.
+type timeoutReader struct{ r io.Reader }
+
+func (t *timeoutReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err == io.EOF {
+		return n, timeoutErr{}
+	}
+	return n, err
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// A fence body whose reading failed is answered at once, without a turn:
+// with every turn taken, a body that timed out is a 408 and one cut short a
+// 400 — not a 503 after waiting for a turn its ended request could not
+// get (TestEndToEndBodyNotSentInTimeIs408 got one now and then: the
+// request's context ends with its connection, and the wait for a turn
+// took either).
+func TestUnreadFenceBodyNeedsNoTurn(t *testing.T) {
+	w := heldWriter{started: make(chan struct{}, MaxFenceWrites), release: make(chan struct{}), mu: &sync.Mutex{}, now: new(int), most: new(int)}
+	h := newTestHandler(t, &fakeReader{}, &fakeGate{budget: 100}, w)
+	fence := `{"type":"Feature","properties":{"name":"f","kind":"zone"},"geometry":{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}`
+	var held sync.WaitGroup
+	defer held.Wait()
+	defer close(w.release)
+	for range MaxFenceWrites {
+		held.Go(func() {
+			r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/geofences", strings.NewReader(fence))
+			r.Header.Set("X-API-Key", testAdminKey)
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		})
+		<-w.started
+	}
+	for _, tc := range []struct {
+		name   string
+		body   io.Reader
+		status int
+		detail string
+	}{
+		{"timed out", &timeoutReader{strings.NewReader(fence[:30])}, http.StatusRequestTimeout, "did not arrive in time"},
+		{"cut short", io.MultiReader(strings.NewReader(fence[:30]), iotest.ErrReader(io.ErrUnexpectedEOF)), http.StatusBadRequest, "malformed JSON at byte 30: the body ends before its JSON does"},
+		{"a syntax error, then cut", io.MultiReader(strings.NewReader(`{"type":]`), iotest.ErrReader(io.ErrUnexpectedEOF)), http.StatusBadRequest, "malformed JSON at byte 9"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/geofences", tc.body)
+		r.Header.Set("X-API-Key", testAdminKey)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		cancel()
+		if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.detail) {
+			t.Errorf("%s: %d %s, want %d with %q", tc.name, rec.Code, rec.Body, tc.status, tc.detail)
+		}
 	}
 }
 
