@@ -142,22 +142,29 @@ type keyLease struct {
 	count   int
 	grantAt time.Time // when the call that took it was sent
 
-	ask *pending // its admit, until answered
-	// gen counts the times it handed its tokens back (given back, or
-	// keeping only its running request's slot); handed is what it handed
-	// back the last time.
-	gen     int
-	handed  float64
-	granted bool    // Redis admitted it; until then it is only asked for
-	busy    bool    // a request holds its slot
-	running float64 // the price of the request that holds it, in micro-tokens
-	done    bool    // admits no more: given back as soon as it is idle
+	ask     *pending // its admit, until answered
+	granted bool     // Redis admitted it; until then it is only asked for
+	busy    bool     // a request holds its slot
+	running float64  // the price of the request that holds it, in micro-tokens
+	done    bool     // admits no more: given back as soon as it is idle
 	timer   *time.Timer
-	// backs are its hand-backs (give-backs and moves), one per gen, each
+	// backs are its hand-backs (give-backs and moves), in order, each
 	// with what it handed back (pending.handed): an admit queued beside it
 	// before one learns from where it stands whether Redis applied the
 	// admit first (leaseLacking).
 	backs []*pending
+}
+
+// gen counts the times the lease handed its tokens back (given back, or
+// keeping only its running request's slot).
+func (ls *keyLease) gen() int { return len(ls.backs) }
+
+// handed is what the lease handed back the last time (0 before any).
+func (ls *keyLease) handed() float64 {
+	if n := len(ls.backs); n > 0 {
+		return ls.backs[n-1].handed
+	}
+	return 0
 }
 
 // leaseSize is the tokens a lease for a request of cost takes (in
@@ -458,7 +465,7 @@ func (s *RedisStore) expire(ls *keyLease) {
 	switch {
 	case !ls.busy:
 		s.giveBackLocked(ls)
-	case ls.gen == 0: // not moved yet
+	case ls.gen() == 0: // not moved yet
 		s.queueMoveLocked(ls)
 	}
 }
@@ -472,7 +479,7 @@ func (s *RedisStore) expire(ls *keyLease) {
 // expired, which refunds nothing and nets its record: a debit would go
 // uncharged against tokens the bucket's refill had given back.
 func (s *RedisStore) moveOverdueLocked(ls *keyLease, now time.Time) {
-	if ls.gen != 0 || !ls.busy || !ls.granted || s.leases[ls.key] != ls || now.Sub(ls.grantAt) <= s.leaseHold(ls.sh) {
+	if ls.gen() != 0 || !ls.busy || !ls.granted || s.leases[ls.key] != ls || now.Sub(ls.grantAt) <= s.leaseHold(ls.sh) {
 		return
 	}
 	ls.done = true
@@ -499,7 +506,7 @@ func (s *RedisStore) retire(ls *keyLease) {
 		s.giveBackLocked(ls)
 		return
 	}
-	if ls.left <= 0 && len(ls.spends) == 0 && ls.gen > 0 {
+	if ls.left <= 0 && len(ls.spends) == 0 && ls.gen() > 0 {
 		return // nothing to hand back: its slot runs its request
 	}
 	// A lease that carries tokens moves once even with none left: Redis
@@ -534,7 +541,8 @@ func (s *RedisStore) takeBackLocked(ls *keyLease) *pending {
 // handBack stops the lease's hold and returns the operation of kind (a
 // finish or a move of its id) that settles what it holds with its bucket:
 // a refund of what is left, or a debit of what its requests overspent. It
-// counts as a hand-back (handed, gen) for the refusals queued beside it.
+// counts as a hand-back (backs: gen, handed) for the refusals queued
+// beside it.
 // Under RedisStore.mu.
 func (ls *keyLease) handBack(kind opKind) *pending {
 	if ls.timer != nil {
@@ -555,8 +563,7 @@ func (ls *keyLease) handBack(kind opKind) *pending {
 		delta = 0
 	}
 	ls.spends = nil
-	ls.handed, ls.gen = max(ls.left, 0), ls.gen+1
-	p.handed = ls.handed
+	p.handed = max(ls.left, 0)
 	ls.backs = append(ls.backs, p)
 	p.op = op{kind: kind, id: ls.id, amount: delta}
 	return p
@@ -587,11 +594,11 @@ func leaseLacking(p *pending, batch []*pending, i int) float64 {
 	switch {
 	case ls == nil || !p.besideHeld || !ls.granted:
 		return 0
-	case ls.gen == p.leaseGen:
+	case ls.gen() == p.leaseGen:
 		return ls.left
 	}
 	var sum float64
-	for _, h := range ls.backs[min(p.leaseGen, len(ls.backs)):] {
+	for _, h := range ls.backs[p.leaseGen:] { // each since p was queued
 		if !h.sent || slices.Contains(batch[i+1:], h) {
 			sum += h.handed
 		}

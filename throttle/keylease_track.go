@@ -51,18 +51,18 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 		ls = nil
 	}
 	then := p.leaseAt
-	if then != nil && then.gen == p.leaseGen {
+	if then != nil && then.gen() == p.leaseGen {
 		then = nil // it handed nothing back since
 	}
 	switch r.status {
 	case stRefused, stShadow:
 		if ls != nil {
-			if back := backed(r.tokens, ls.left, ls.size, ls.sh.capacity, ls.gen == 0); back > 0 && r.tokens+back >= cost {
+			if back := backed(r.tokens, ls.left, ls.size, ls.sh.capacity, ls.gen() == 0); back > 0 && r.tokens+back >= cost {
 				return ls
 			}
 		}
 		if then != nil { // its first hand-back among them when p came before any
-			if back := backed(r.tokens, then.handed, then.size, then.sh.capacity, p.leaseGen == 0); back > 0 && r.tokens+back >= cost {
+			if back := backed(r.tokens, then.handed(), then.size, then.sh.capacity, p.leaseGen == 0); back > 0 && r.tokens+back >= cost {
 				return then
 			}
 		}
@@ -78,7 +78,7 @@ func (s *RedisStore) besideLocked(key string, r opResult, p *pending) *keyLease 
 // queueBeside records on the admit p, as it is queued, the caller's lease
 // ls: its gen, and its count if a request runs on it (see ranThrough).
 func (p *pending) queueBeside(ls *keyLease) {
-	p.leaseAt, p.leaseGen, p.leaseRan = ls, ls.gen, 0
+	p.leaseAt, p.leaseGen, p.leaseRan = ls, ls.gen(), 0
 	if ls.granted && ls.busy {
 		p.leaseRan = ls.count
 	}
@@ -142,7 +142,7 @@ func (s *RedisStore) beforeFinishLocked(ls *keyLease, p *pending, delta float64)
 		// Its record is full: it hands its tokens back now (one move),
 		// and this debit, and those after it, go to Redis after that.
 		ls.done = true
-		if ls.gen == 0 {
+		if ls.gen() == 0 {
 			s.queueMoveLocked(ls)
 		}
 	case delta > 0 && ls.busy:

@@ -49,7 +49,8 @@ type pending struct {
 	// lacks of it (leaseLacking; set with the reply, under RedisStore.mu).
 	besideHeld bool
 	lacking    float64
-	// handed is what a lease's hand-back hands back (keyLease.handed then).
+	// handed is what a lease's hand-back hands back: what the lease held
+	// then, at least 0.
 	handed float64
 	// span is the admit's caller's span, if any: the batch's call is traced
 	// below the first one of the batch that has one.
