@@ -64,29 +64,23 @@ func (p *Pass) settle(cost, ran float64) {
 	})
 }
 
-// cost is what the request costs, as m metered it.
-func (p *Pass) cost(m *pgcall.Meter) float64 {
-	switch {
-	case p.fixed:
-		return p.price.Cost
-	case m.Busy(): // at least its estimate, whatever ran before (see pgcall.Meter.Busy)
-		return max(p.price.Cost, p.toll.Charged(p.price.Cost, m.DB(), p.price.Base, p.most))
-	case !m.Used():
-		return p.price.Base
+// costs is what the request costs, as m metered it, and ran what its
+// database work costs the global budget: the time it ran (Toll.Charged),
+// its base when the database did no work for it; a request answered a busy
+// 503 costs at least its estimate (see pgcall.Meter.Busy), its work
+// still what ran.
+func (p *Pass) costs(m *pgcall.Meter) (cost, ran float64) {
+	if p.fixed {
+		return p.price.Cost, p.price.Cost
 	}
-	return p.toll.Charged(p.price.Cost, m.DB(), p.price.Base, p.most)
-}
-
-// ran is what the request's database work costs the global budget: its
-// cost, but for a busy 503 what ran (the base when nothing did).
-func (p *Pass) ran(m *pgcall.Meter, cost float64) float64 {
-	switch {
-	case p.fixed || !m.Busy():
-		return cost
-	case m.Used():
-		return p.toll.Charged(p.price.Cost, m.DB(), p.price.Base, p.most)
+	ran = p.price.Base
+	if m.Used() {
+		ran = p.toll.Charged(p.price.Cost, m.DB(), p.price.Base, p.most)
 	}
-	return p.price.Base
+	if m.Busy() {
+		return max(p.price.Cost, ran), ran
+	}
+	return ran, ran
 }
 
 // passes carries, from Charge to Finish, the passes a request was given,
@@ -134,8 +128,7 @@ func Finish(next http.Handler) http.Handler {
 			list := held.list
 			held.mu.Unlock()
 			for _, p := range list {
-				cost := p.cost(meter)
-				p.settle(cost, p.ran(meter, cost))
+				p.settle(p.costs(meter))
 			}
 		}()
 		next.ServeHTTP(&settling{ResponseWriter: w, held: held}, r.WithContext(context.WithValue(ctx, passesKey{}, held)))
@@ -171,7 +164,7 @@ func (held *passes) headers(h http.Header) {
 		if p.fixed || p.shadow {
 			continue // its bucket paid its price, or nothing
 		}
-		cost := p.cost(held.meter)
+		cost, _ := p.costs(held.meter)
 		res := p.res
 		res.Cost = cost
 		res.Remaining -= cost - p.price.Cost
