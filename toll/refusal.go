@@ -159,15 +159,13 @@ func keyRepeated(w http.ResponseWriter, r *http.Request, query bool) bool {
 // detail then says that the bucket held less when it was refused, not
 // that it holds less now.
 func exhausted(policy string, res throttle.Result) *problem.Error {
-	detail := fmt.Sprintf("this request costs %s tokens; %s remain. Retry in %d s.",
-		fmtFloat(micro(res.Cost)), fmtFloat(micro(res.Remaining)), res.RetryAfterSeconds())
+	format := "this request costs %s tokens; %s remain. Retry in %d s."
 	if micro(res.Remaining) >= micro(res.Cost) {
-		detail = fmt.Sprintf("this request costs %s tokens, more than the bucket held when it was refused; %s remain now. Retry in %d s.",
-			fmtFloat(micro(res.Cost)), fmtFloat(micro(res.Remaining)), res.RetryAfterSeconds())
+		format = "this request costs %s tokens, more than the bucket held when it was refused; %s remain now. Retry in %d s."
 	}
 	return &problem.Error{
 		Code:       problem.Exhausted,
-		Detail:     detail,
+		Detail:     fmt.Sprintf(format, fmtFloat(micro(res.Cost)), fmtFloat(micro(res.Remaining)), res.RetryAfterSeconds()),
 		RetryAfter: res.RetryAfterSeconds(),
 		Extra: map[string]any{
 			"cost":              micro(res.Cost),
