@@ -42,7 +42,7 @@ const maxRedirects = 10
 func parseBase(base string) (*url.URL, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(base, "#") {
+		u.User != nil || u.RawQuery != "" || u.ForceQuery || strings.Contains(base, "#") {
 		return nil, fmt.Errorf("url %q must be http(s)://host[:port][/base path], without user, query or fragment", base)
 	}
 	return u, nil
