@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/geotoll/geotoll/loadtest"
@@ -94,7 +93,7 @@ func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) erro
 		return usageError{"loadtest " + err.Error()}
 	}
 	if cfg.Database.URL != "" {
-		pool, err := pgxpool.New(ctx, cfg.Database.URL)
+		pool, err := openPool(ctx, cfg.Database.URL, cfg)
 		if err != nil {
 			return fmt.Errorf("loadtest crawl: %w", err)
 		}

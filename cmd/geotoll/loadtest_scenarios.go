@@ -322,7 +322,7 @@ func (s *scenario) timer(ctx context.Context, cfg Config, pool *pgxpool.Pool) (l
 	case "sql":
 		return loadtest.TileTimer{Pool: pool, Runs: 3, Timeout: s.timeout, Quiesce: s.quiesce}, func() {}, nil
 	case "server":
-		stats, err := pgxpool.New(ctx, cfg.Database.AdminURL)
+		stats, err := openPool(ctx, cfg.Database.AdminURL, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -351,7 +351,7 @@ func scenarioSetup(ctx context.Context, cfg Config, name string) (*tiles.Layer, 
 	if cfg.Database.URL == "" {
 		return nil, nil, errors.New("loadtest: set DATABASE_URL (the read role) to time the queries")
 	}
-	pool, err := pgxpool.New(ctx, cfg.Database.URL)
+	pool, err := openPool(ctx, cfg.Database.URL, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

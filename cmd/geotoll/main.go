@@ -85,14 +85,7 @@ func adminPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if cfg.Database.AdminURL == "" {
 		return nil, errors.New("no database: set DATABASE_URL or GEOTOLL_ADMIN_DATABASE_URL")
 	}
-	pcfg, err := pgxpool.ParseConfig(cfg.Database.AdminURL)
-	if err != nil {
-		return nil, fmt.Errorf("database: %w", redactURLError(err))
-	}
-	if pcfg.ConnConfig.ConnectTimeout == 0 {
-		pcfg.ConnConfig.ConnectTimeout = cfg.Database.ConnectTimeout
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	pool, err := openPool(ctx, cfg.Database.AdminURL, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
@@ -103,6 +96,22 @@ func adminPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("database: %w", err)
 	}
 	return pool, nil
+}
+
+// openPool is a pool of url whose connections are each opened within
+// database.connect_timeout (unless url sets its own connect_timeout): a
+// database that accepts TCP and never answers (paused, or behind a
+// half-open proxy) fails the command instead of hanging it. It connects
+// when first used.
+func openPool(ctx context.Context, url string, cfg Config) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, redactURLError(err)
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = cfg.Database.ConnectTimeout
+	}
+	return pgxpool.NewWithConfig(ctx, pcfg)
 }
 
 func migrate(ctx context.Context, cfg Config, log *slog.Logger) error {

@@ -126,7 +126,7 @@ func prepareDiscover(ctx context.Context, cfg Config, admin *pgxpool.Pool) ([]ti
 	}
 	q := admin
 	if cfg.Database.URL != "" && cfg.Database.URL != cfg.Database.AdminURL {
-		reader, err := pgxpool.New(ctx, cfg.Database.URL)
+		reader, err := openPool(ctx, cfg.Database.URL, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("database: %w", err)
 		}
