@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"reflect"
 	"regexp"
@@ -80,7 +81,9 @@ func listenAddr(addr string) error {
 
 // sameListener reports whether two valid listen addresses would bind one
 // socket: the same port (not 0, a random one), on the same host or on
-// every interface.
+// every interface. Hosts are compared as the addresses net.Listen binds:
+// "localhost" is its IPv4 loopback (Listen takes a name's IPv4 address
+// first), and an IPv4-mapped IPv6 address is its IPv4 one.
 func sameListener(a, b string) bool {
 	ha, pa, _ := net.SplitHostPort(a)
 	hb, pb, _ := net.SplitHostPort(b)
@@ -89,8 +92,22 @@ func sameListener(a, b string) bool {
 	if na == 0 || na != nb {
 		return false
 	}
+	ha, hb = listenHost(ha), listenHost(hb)
 	every := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 	return ha == hb || every(ha) || every(hb)
+}
+
+// listenHost is a listen address's host in one spelling: an IP literal
+// as netip prints it (IPv4-mapped ones unmapped), "localhost" as
+// 127.0.0.1, another name lower-cased.
+func listenHost(h string) string {
+	if strings.EqualFold(h, "localhost") {
+		return "127.0.0.1"
+	}
+	if ip, err := netip.ParseAddr(h); err == nil {
+		return ip.Unmap().String()
+	}
+	return strings.ToLower(h)
 }
 
 // validateTierCosts refuses a tier's max_cost that no request can meet:

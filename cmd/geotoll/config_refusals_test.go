@@ -192,8 +192,8 @@ func TestConfigTierMaxCostIsMeetable(t *testing.T) {
 
 // TestConfigListenIsAnAddress: listen "" passed config check and served
 // on a random port of every interface; a port out of range, or listen and
-// metrics_listen on one address, passed config check and failed serve
-// after its start-up.
+// metrics_listen on one address (also spelled as localhost and
+// 127.0.0.1), passed config check and failed serve after its start-up.
 func TestConfigListenIsAnAddress(t *testing.T) {
 	refuses(t, "listen empty", func(c *Config) { c.Listen = "" }, "listen must be set")
 	refuses(t, "listen without a port", func(c *Config) { c.Listen = "8080" }, "listen")
@@ -204,6 +204,10 @@ func TestConfigListenIsAnAddress(t *testing.T) {
 	refuses(t, "listen on an unknown service", func(c *Config) { c.Listen = ":no-such-service" }, "neither a number nor a known service")
 	refuses(t, "one address twice", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:8080", "127.0.0.1:8080" }, "one address")
 	refuses(t, "a port of every interface and of one", func(c *Config) { c.Listen, c.MetricsListen = ":8080", "127.0.0.1:8080" }, "one address")
+	refuses(t, "localhost and its loopback", func(c *Config) { c.Listen, c.MetricsListen = "localhost:8080", "127.0.0.1:8080" }, "one address")
+	refuses(t, "an IPv4-mapped address and its IPv4 one", func(c *Config) { c.Listen, c.MetricsListen = "[::ffff:127.0.0.1]:8080", "127.0.0.1:8080" }, "one address")
+	refuses(t, "every interface spelled in full", func(c *Config) { c.Listen, c.MetricsListen = "[0:0:0:0:0:0:0:0]:8080", "127.0.0.1:8080" }, "one address")
+	refuses(t, "a host name in capitals", func(c *Config) { c.Listen, c.MetricsListen = "LocalHost:8080", "localhost:8080" }, "one address")
 	accepts(t, "listeners", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:0", ":9090" })
 	accepts(t, "two random ports", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:0", "127.0.0.1:0" })
 	accepts(t, "one port on two hosts", func(c *Config) { c.Listen, c.MetricsListen = "127.0.0.1:8080", "127.0.0.2:8080" })
