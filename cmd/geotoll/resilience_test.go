@@ -47,6 +47,9 @@ func TestRedisDeployments(t *testing.T) {
 		{"long peek reuse", `redis: {url: "redis://x:1", peek_reuse: 11s}`, nil},
 		{"leases of 64 requests", `redis: {url: "redis://x:1", lease_requests: 64}`, &redis.Client{}},
 		{"leases of 65 requests: their replays grow long", `redis: {url: "redis://x:1", lease_requests: 65}`, nil},
+		{"a password in the URL and in redis.password", `redis: {url: "redis://:a@x:1", password: b}`, nil},
+		{"a user in the URL and in redis.username", `redis: {url: "redis://u@x:1", username: v}`, nil},
+		{"a unix socket's password in both", `redis: {url: "unix://:a@/tmp/r.sock", password: b}`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := loadResilienceYAML(t, tc.yaml)
@@ -75,6 +78,36 @@ func TestRedisDeployments(t *testing.T) {
 	if d.Redis.Timeout != 50*time.Millisecond || d.Redis.ProbeInterval > time.Second || d.Database.AcquireTimeout != time.Second ||
 		d.Redis.PeekReuse != throttle.DefaultPeekReuse {
 		t.Fatalf("defaults: %+v %+v", d.Redis, d.Database)
+	}
+}
+
+// redis.username and redis.password (GEOTOLL_REDIS_PASSWORD_FILE) reach
+// a server given by redis.url whose URL carries no credentials: they were
+// dropped, config check passed, and serve ran on local buckets (NOAUTH).
+func TestRedisURLTakesTheConfiguredCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, user, password string
+	}{
+		{"tcp", `redis: {url: "redis://127.0.0.1:6379/2", username: geotoll, password: s3cret}`, "geotoll", "s3cret"},
+		{"unix socket", `redis: {url: "unix:///tmp/r.sock", password: s3cret}`, "", "s3cret"},
+		{"the URL's own", `redis: {url: "redis://u:p@127.0.0.1:6379"}`, "u", "p"},
+		{"the URL's user, the configured password", `redis: {url: "redis://u@127.0.0.1:6379", password: s3cret}`, "u", "s3cret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := loadResilienceYAML(t, tc.yaml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb, err := cfg.Redis.client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			opt := rdb.(*redis.Client).Options()
+			if opt.Username != tc.user || opt.Password != tc.password {
+				t.Errorf("user %q, password %q; want %q, %q", opt.Username, opt.Password, tc.user, tc.password)
+			}
+		})
 	}
 }
 

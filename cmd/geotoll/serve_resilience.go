@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
@@ -60,6 +61,14 @@ func (c Config) validateResilience() []error {
 	case len(r.Addrs) > 0 && !r.Cluster && r.MasterName == "":
 		errs = append(errs, errors.New("redis: addrs name a cluster (cluster: true) or sentinels (master_name); for one server use url"))
 	}
+	if u, err := url.Parse(r.URL); err == nil && r.URL != "" && u.User != nil {
+		if _, set := u.User.Password(); set && r.Password != "" {
+			errs = append(errs, errors.New("redis: the password is set twice, in redis.url and in redis.password: keep one"))
+		}
+		if u.User.Username() != "" && r.Username != "" {
+			errs = append(errs, errors.New("redis: the user name is set twice, in redis.url and in redis.username: keep one"))
+		}
+	}
 	return errs
 }
 
@@ -81,7 +90,15 @@ func (c RedisConfig) client() (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redis url: %w", redactURLError(err))
 		}
 		opt.ContextTimeoutEnabled = true
-		// What the URL's query does not set.
+		// What the URL does not set: its credentials (a password kept in
+		// a secret's file, GEOTOLL_REDIS_PASSWORD_FILE), its query's
+		// timeouts.
+		if opt.Username == "" {
+			opt.Username = c.Username
+		}
+		if opt.Password == "" {
+			opt.Password = c.Password
+		}
 		if opt.DialTimeout == 0 {
 			opt.DialTimeout = c.DialTimeout
 		}
