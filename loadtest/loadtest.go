@@ -35,6 +35,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +112,9 @@ func (o *Options) validate() error {
 	if o.Duration < time.Second || o.Duration > MaxDuration {
 		errs = append(errs, fmt.Errorf("-duration %s must be within 1s..%s", o.Duration, MaxDuration))
 	}
+	if _, err := Paths(o.Profile, o.Layer); err != nil {
+		errs = append(errs, fmt.Errorf("-profile %q, -layer %q: %w", o.Profile, o.Layer, err))
+	}
 	u, err := parseBase(o.BaseURL)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("-%w", err))
@@ -128,8 +132,17 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Paths returns the request paths of a profile, in a fixed order.
+// layerList is a layer's name as the server's routes take it, or a
+// composite: names joined by commas.
+var layerList = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(,[A-Za-z0-9_-]{1,64})*$`)
+
+// Paths returns the request paths of a profile, in a fixed order, for
+// layer: a layer's name or a composite of them (a text of any other kind
+// would be sent as part of the path).
 func Paths(profile, layer string) ([]string, error) {
+	if !layerList.MatchString(layer) {
+		return nil, fmt.Errorf("layer %q is not a layer's name (letters, digits, _ and -, up to 64) nor a comma-separated list of them", layer)
+	}
 	tile := func(t maptile.Tile) string {
 		return fmt.Sprintf("/tiles/%s/%d/%d/%d.mvt", layer, t.Z, t.X, t.Y)
 	}

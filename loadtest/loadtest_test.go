@@ -42,6 +42,14 @@ func TestPaths(t *testing.T) {
 	if _, err := Paths("z99", "places"); err == nil {
 		t.Fatal("unknown profile accepted")
 	}
+	if p, err := Paths("z0-3", "places,districts"); err != nil || p[0] != "/tiles/places,districts/0/0/0.mvt" {
+		t.Fatalf("a composite: %v, %v", p[:min(len(p), 1)], err)
+	}
+	for _, layer := range []string{"", "places/0/0/0.mvt?x=", "%zz", "places,", ",places", "a b", strings.Repeat("x", 65)} {
+		if _, err := Paths("z14", layer); err == nil {
+			t.Errorf("layer %q accepted", layer)
+		}
+	}
 }
 
 func TestOptionsRefuseRemoteAndUnbounded(t *testing.T) {

@@ -45,7 +45,9 @@ func TestFlagsVersionBeforeACommand(t *testing.T) {
 
 // TestFlagsUsageErrorsExit2: a flag out of its bounds is a wrong command
 // line, exit 2, as an unknown flag is, and the error names the flag
-// (loadtest crawl -rate 0 printed a summary of its options instead).
+// (loadtest crawl -rate 0 printed a summary of its options instead;
+// loadtest -profile bogus exited 1 after its start, and a -layer holding
+// a path's text was sent as part of every request's path).
 func TestFlagsUsageErrorsExit2(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -55,6 +57,10 @@ func TestFlagsUsageErrorsExit2(t *testing.T) {
 		{[]string{"prepare", "-retain", "1s"}, "prepare: -retain 1s"},
 		{[]string{"loadtest", "-rate", "0"}, "loadtest: -rate 0 must be within 1..5000"},
 		{[]string{"loadtest", "-duration", "0s"}, "loadtest: -duration 0s must be within"},
+		{[]string{"loadtest", "-profile", "bogus"}, `unknown profile "bogus"`},
+		{[]string{"loadtest", "-layer", "places/0/0/0.mvt?x="}, `layer "places/0/0/0.mvt?x=" is not a layer's name`},
+		{[]string{"loadtest", "-layer", "%zz"}, `layer "%zz" is not a layer's name`},
+		{[]string{"loadtest", "crawl", "-crawl-layer", "a b"}, `loadtest crawl: -crawl-profile: layer "a b" is not`},
 		{[]string{"loadtest", "crawl", "-rate", "0"}, "loadtest crawl: -rate 0 must be within 1..5000"},
 		{[]string{"loadtest", "crawl", "-crawlers", "0"}, "loadtest crawl: -crawlers 0 must be within 1..250"},
 		{[]string{"loadtest", "crawl", "-duration", "10ms"}, "-duration 10ms"},
