@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"regexp"
@@ -87,6 +88,9 @@ func mergeByName[T any](list []T, node *yaml.Node, key string, name func(*T) str
 	out := append([]T(nil), list...)
 	seen := map[string]int{} // index in node by name
 	for i, item := range node.Content {
+		if item.Kind == yaml.ScalarNode && item.Tag == "!!null" {
+			return out, fmt.Errorf("%s[%d] (line %d): an empty entry: give its name and fields, or remove its dash", key, i, item.Line)
+		}
 		var probe struct {
 			Name string `yaml:"name"`
 		}
@@ -127,7 +131,9 @@ func strictDecode(node *yaml.Node, out any) error {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
-	if err := dec.Decode(out); err != nil {
+	if err := dec.Decode(out); errors.Is(err, io.EOF) {
+		return nil // an entry left empty (every field commented out) sets nothing
+	} else if err != nil {
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
 			msgs := make([]string, len(te.Errors))

@@ -120,6 +120,14 @@ func TestConfigMerge(t *testing.T) {
 			}
 			return ""
 		}},
+		// So does a tier left empty (its fields commented out): it
+		// keeps the tier's defaults ("throttle.tiers.pro (line 3): EOF").
+		{"an empty tier", "throttle:\n  tiers:\n    pro:\n      # rate: 50\n", func(c Config) string {
+			if c.Throttle.Tiers["pro"] != DefaultConfig().Throttle.Tiers["pro"] {
+				return "the empty pro tier is not the default one"
+			}
+			return ""
+		}},
 		{"demo_layers after layers", "layers: [{name: roads, table: osm.roads, geometry_column: geom}]\ndemo_layers: false\n", func(c Config) string {
 			if len(c.Layers) != 1 {
 				return "demo layers kept"
@@ -143,6 +151,14 @@ func TestConfigMerge(t *testing.T) {
 	for _, bad := range []string{"throttle: {tiers: {free: {shadw: true}}}\n", "layers: [{name: places, max_feature: 1}]\n", "layers: {name: x}\n"} {
 		if _, _, err := LoadConfig([]string{"-config", writeFile(t, "bad.yaml", bad)}); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+	// An entry of a list left empty is named as such (it was "layers[0]
+	// (line 2): EOF").
+	for _, bad := range []string{"layers:\n  -\n", "geofence:\n  layers:\n    - ~\n"} {
+		_, _, err := LoadConfig([]string{"-config", writeFile(t, "bad.yaml", bad)})
+		if err == nil || !strings.Contains(err.Error(), "[0] (line ") || !strings.Contains(err.Error(), "an empty entry") {
+			t.Errorf("%q: %v, want an empty entry named", bad, err)
 		}
 	}
 }
