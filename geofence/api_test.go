@@ -290,29 +290,40 @@ func TestContainsResponseIsBounded(t *testing.T) {
 // A fence too large for a contains answer is left out alone: a small fence
 // after it, in id order, that fits the answer is answered (the answer says
 // it was cut), where the positions counted used to include the fence left
-// out, and every fence after it was dropped too.
+// out, and every fence after it was dropped too. Nor does it take a place
+// among the limit's: with limit=1 the answer was empty.
 func TestContainsAnswersAFenceThatFitsAfterOneThatDoesNot(t *testing.T) {
 	writer := NewStore(writerPool(t))
 	const lng, lat = -30.0, -52.0 // South Atlantic: no demo fence
 	big := fence(t, writer, "contains big "+randomSuffix(), circle(lng, lat, 25000))
 	small := fence(t, writer, "contains small "+randomSuffix(), circle(lng, lat, 5))
+	second := fence(t, writer, "contains second "+randomSuffix(), circle(lng, lat, 6))
 	h, err := NewHandler(Options{Layers: demoLayers(), Limits: DefaultLimits(), Reader: NewStore(testenv.ReadPool(t)), Gate: &recordingGate{}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := httptest.NewRecorder()
-	testRouter(h).ServeHTTP(w, httptest.NewRequest(http.MethodGet, fmt.Sprintf("/geofence/contains?lng=%g&lat=%g", lng, lat), nil))
-	fc := collectionOf(t, w)
-	var members map[string]any
-	if err := json.Unmarshal(w.Body.Bytes(), &members); err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	for _, f := range fc.Features {
-		ids = append(ids, f.ID)
-	}
-	if len(ids) != 1 || ids[0] != small.ID || members["truncated"] != true {
-		t.Fatalf("fences %v, truncated %v; want only the small fence %d (the big %d left out), truncated", ids, members["truncated"], small.ID, big.ID)
+	for _, tc := range []struct {
+		limit string
+		want  []int64
+	}{
+		{"", []int64{small.ID, second.ID}},
+		{"&limit=1", []int64{small.ID}},
+		{"&limit=2", []int64{small.ID, second.ID}},
+	} {
+		w := httptest.NewRecorder()
+		testRouter(h).ServeHTTP(w, httptest.NewRequest(http.MethodGet, fmt.Sprintf("/geofence/contains?lng=%g&lat=%g%s", lng, lat, tc.limit), nil))
+		fc := collectionOf(t, w)
+		var members map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &members); err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, f := range fc.Features {
+			ids = append(ids, f.ID)
+		}
+		if !slices.Equal(ids, tc.want) || members["truncated"] != true {
+			t.Errorf("%q: fences %v, truncated %v; want %v (the big %d left out), truncated", tc.limit, ids, members["truncated"], tc.want, big.ID)
+		}
 	}
 }
 

@@ -2,15 +2,19 @@
 --   $1 longitude, $2 latitude (degrees, EPSG:4326)
 --   $3 cap on fences (LIMIT)   $4 cap on positions in the whole answer
 --
--- Rows come in id order, at most $3 + 1 of them. A row's geometry is NULL
--- when it is past the caps: the $3 + 1st row, or a fence whose positions
--- (ST_NPoints) would take the answer beyond $4 with the fences before it
--- that the answer carries — a fence left out adds nothing, so a small
--- fence after one too large for the answer is still answered (pick: in id
--- order, each fence that fits what is left). The caller drops a NULL
--- geometry's row and reports the answer as truncated. Geometries past the
--- caps are never rendered as GeoJSON, so an answer costs at most $4
--- positions of work and bytes whatever the fences hold.
+-- Rows come in id order, at most 2 × $3 + 1 of them. A row's geometry is
+-- NULL when it is past the caps: a fence after $3 fences were answered,
+-- or one whose positions (ST_NPoints) would take the answer beyond $4
+-- with the fences before it that the answer carries. A fence left out
+-- adds nothing, neither positions nor a place among the $3: a small
+-- fence after one too large for the answer is still answered (pick: in
+-- id order, each fence that fits what is left, until $3 are). Reading
+-- at most 2 × $3 + 1 fences bounds the work; a read that stops there has
+-- left out at least $3 + 1 of them, so its answer is truncated too. The
+-- caller drops a NULL geometry's row and reports the answer as
+-- truncated. Geometries past the caps are never rendered as GeoJSON, so
+-- an answer costs at most $4 positions of work and bytes whatever the
+-- fences hold.
 --
 -- Boundary semantics: ST_Covers, so a point on a fence's boundary is
 -- inside it. The batch check (geofence_check.sql) uses the same test, on
@@ -28,15 +32,14 @@ WITH RECURSIVE found AS (
     FROM geotoll.geofences AS f
     JOIN found USING (id)
     ORDER BY f.id
-    LIMIT $3::int + 1
-), pick (n, total, take) AS (
-    SELECT 0::bigint, 0::bigint, false
+    LIMIT 2 * $3::int + 1
+), pick (n, total, taken, take) AS (
+    SELECT 0::bigint, 0::bigint, 0, false
     UNION ALL
-    SELECT h.n,
-           p.total + CASE WHEN h.n <= $3::int AND p.total + h.np <= $4::int THEN h.np ELSE 0 END,
-           h.n <= $3::int AND p.total + h.np <= $4::int
+    SELECT h.n, p.total + CASE WHEN t.take THEN h.np ELSE 0 END, p.taken + t.take::int, t.take
     FROM pick AS p
     JOIN hits AS h ON h.n = p.n + 1
+    CROSS JOIN LATERAL (SELECT p.taken < $3::int AND p.total + h.np <= $4::int AS take) AS t
 )
 SELECT h.id,
        CASE WHEN p.take THEN ST_AsGeoJSON(f.geom) END AS geometry,
