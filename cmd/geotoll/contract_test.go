@@ -28,6 +28,7 @@ import (
 	lowv3 "github.com/pb33f/libopenapi/datamodel/low/v3"
 	"github.com/pb33f/libopenapi/orderedmap"
 
+	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/server"
 )
 
@@ -848,6 +849,37 @@ func TestEndToEndEveryPathAnswersAsDocumented(t *testing.T) {
 		if etag := resp.Header.Get("ETag"); etag != "" {
 			send(t, http.MethodGet, url, "", "X-API-Key", key, "If-None-Match", etag)
 			send(t, http.MethodHead, url, "", "If-None-Match", etag)
+		}
+	}
+}
+
+// The document's CheckRequest refuses the bodies the server refuses and
+// takes the ones it takes (geofence.ParseCheck, with the default batch
+// limit): it took bodies with members of no meaning, no points, empty
+// ids and out-of-range coordinates, all answered 400 or 422.
+func TestCheckRequestSchemaIsWhatTheServerTakes(t *testing.T) {
+	v := buildShared(t, "")
+	long := strings.Repeat("x", geofence.MaxPointIDLen)
+	for _, body := range []string{
+		`{"points":[{"id":"a","lng":13.4,"lat":52.5}]}`,
+		`{"points":[{"id":"a","lng":13.4,"lat":52.5},{"id":"a","lng":-180,"lat":90}],"layer":"districts"}`,
+		`{"points":[{"id":"` + long + `","lng":180,"lat":-90}]}`,
+		`{"points":[{"id":"a","lng":13.4,"lat":52.5}],"extra":1}`,
+		`{"points":[{"id":"a","lng":13.4,"lat":52.5,"alt":3}]}`,
+		`{"points":[]}`,
+		`{"points":[{"id":"","lng":13.4,"lat":52.5}]}`,
+		`{"points":[{"id":"` + long + `x","lng":13.4,"lat":52.5}]}`,
+		`{"points":[{"id":"a","lng":181,"lat":52.5}]}`,
+		`{"points":[{"id":"a","lng":13.4,"lat":-90.5}]}`,
+		`{"points":[{"id":"a","lng":13.4}]}`,
+		`{"layer":"districts"}`,
+	} {
+		_, err := geofence.ParseCheck(strings.NewReader(body), geofence.DefaultLimits().MaxBatch)
+		r := httptest.NewRequest(http.MethodPost, "/geofence/check", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		ok, errs := v.v.ValidateHttpRequest(r)
+		if ok != (err == nil) {
+			t.Errorf("%s: the document takes it %v (%s), the server %v (%v)", body, ok, describe(errs), err == nil, err)
 		}
 	}
 }
