@@ -74,14 +74,18 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := map[string]any{
-		"tier":          tier.Name,
-		"capacity":      tier.Limit.Capacity,
-		"rate":          tier.Limit.Rate,
-		"remaining":     micro(res.Remaining),
-		"reset_after":   res.ResetSeconds(),
-		"shadow":        tier.Shadow,
-		"max_cost":      t.MaxCost(),
-		"authenticated": caller.KeyName != "",
+		"tier":        tier.Name,
+		"capacity":    tier.Limit.Capacity,
+		"rate":        tier.Limit.Rate,
+		"remaining":   micro(res.Remaining),
+		"reset_after": res.ResetSeconds(),
+		"shadow":      tier.Shadow,
+		"max_cost":    t.MaxCost(),
+		// What a dearer request is refused for (422): the tier's
+		// max_cost, or less when its capacity (or a global or aggregate
+		// budget's) is — a composite tile prices each layer up to max_cost.
+		"max_request_cost": round3(t.mostPerRequest(tier)),
+		"authenticated":    caller.KeyName != "",
 	}
 	if tier.MaxCost > 0 {
 		body["max_cost"] = math.Min(tier.MaxCost, t.MaxCost())

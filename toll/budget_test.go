@@ -273,3 +273,38 @@ func TestDryRunInLocalModeOfAPriceAboveTheShare(t *testing.T) {
 		t.Errorf("the request itself, 8 s later: %d %s, want admitted", w.Code, w.Body)
 	}
 }
+
+// A composite dearer than the tier's bucket is a 422 whose
+// max_request_cost is /budget's: both said max_cost, /budget the most a
+// layer is priced (60), the 422 the most a request may cost (the
+// capacity, 100), one name for two limits.
+func TestBudgetSaysWhatATooDearCompositeIsRefusedFor(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	serve := func(h func(http.ResponseWriter, *http.Request), target string) map[string]any {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		r.RemoteAddr = "192.0.2.7:5555"
+		r.Header.Set("X-API-Key", "k1")
+		w := httptest.NewRecorder()
+		h(w, r)
+		var body map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: %d %s", target, w.Code, w.Body)
+		}
+		return body
+	}
+	budget := serve(toll.ServeBudget, "/budget")
+	refused := serve(func(w http.ResponseWriter, r *http.Request) {
+		toll.AdmitTile(w, r, tileDemand(0, "places", "districts"))
+	}, "/tiles/places,districts/0/0/0.mvt")
+	if refused["status"] != float64(http.StatusUnprocessableEntity) || refused["cost"].(float64) <= 100 {
+		t.Fatalf("the composite at z0: %v, want a 422 of a price above the capacity", refused)
+	}
+	if budget["max_request_cost"] != float64(100) || refused["max_request_cost"] != budget["max_request_cost"] {
+		t.Errorf("/budget max_request_cost %v, the 422's %v; want both the capacity, 100 (/budget max_cost %v)",
+			budget["max_request_cost"], refused["max_request_cost"], budget["max_cost"])
+	}
+	if _, ok := refused["max_cost"]; ok {
+		t.Errorf("the 422 still names its limit max_cost: %v", refused)
+	}
+}

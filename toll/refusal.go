@@ -74,7 +74,9 @@ func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, 
 
 // tooExpensive answers a price no bucket of the tier could ever pay (a
 // composite of many layers, or above the tier's max_cost): 422, nothing
-// spent, with the budget headers.
+// spent, with the budget headers. Its max_request_cost is most, the most
+// one request of the tier may cost (Toll.mostPerRequest), as /budget
+// reports it — not /budget's max_cost, the most one layer's price is.
 func (t *Toll) tooExpensive(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price, most float64) {
 	t.observe(tier.Name, p, TooExpensive)
 	if res, err := t.Store.Peek(r.Context(), own); err == nil {
@@ -84,7 +86,7 @@ func (t *Toll) tooExpensive(w http.ResponseWriter, r *http.Request, tier Tier, p
 	problem.Write(w, r, &problem.Error{Code: problem.OutOfRange,
 		Detail: fmt.Sprintf("this request costs %s tokens; tier %q allows at most %s per request: zoom in, narrow it or ask for fewer layers",
 			fmtTokens(p.Cost), tier.Name, fmtTokens(most)),
-		Extra: map[string]any{"cost": round3(p.Cost), "max_cost": round3(most)}})
+		Extra: map[string]any{"cost": round3(p.Cost), "max_request_cost": round3(most)}})
 }
 
 // limiterFailed answers a request whose budget could not be decided: 503.

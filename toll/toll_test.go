@@ -512,7 +512,7 @@ func TestTollTierMaxCost(t *testing.T) {
 	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
 	toll.Keys = fakeKeys{"s": {ID: 7, Name: "s", Tier: "small"}}
 	w, ok := admit(t, toll, "s", tileDemand(2, "places"))
-	if ok || w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), "max_cost") {
+	if ok || w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), `"max_request_cost"`) {
 		t.Fatalf("above tier max cost: %v %d %s", ok, w.Code, w.Body)
 	}
 	if _, ok := admit(t, toll, "s", tileDemand(14, "places")); !ok {

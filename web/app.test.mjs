@@ -247,7 +247,7 @@ test('spent: tiles admitted are counted, a 422 and 429s and a shadow-mode answer
         case '1': return admitted(90, 0.5);
         case '2': return answer(204, { policy: POLICY, limit: '"anonymous";r=89;t=11', cost: 0.25 });
         case '3': return answer(422, { policy: POLICY, limit: '"anonymous";r=89;t=11', cost: 900 },
-          { type: 'urn:geotoll:problem:out-of-range', cost: 900, max_cost: 100 });
+          { type: 'urn:geotoll:problem:out-of-range', cost: 900, max_request_cost: 100 });
         case '4': return answer(429, { policy: POLICY, limit: '"anonymous";r=0;t=100', cost: 3, retryAfter: 120 },
           { type: IANA + 'quota-exceeded', cost: 3, remaining: 0, retry_after: 120, 'violated-policies': ['anonymous'] });
         case '5': return answer(429, { policy: POLICY, limit: '"anonymous-concurrency";r=0;t=1', cost: 0.7, retryAfter: 1 },

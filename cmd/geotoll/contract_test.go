@@ -397,7 +397,7 @@ var budgetNames = []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit",
 // every budget header, any other none of them; X-Request-Cost-Estimate and
 // X-RateLimit-Shadow come only beside them; and a 422 carries them only
 // as the refusal of a price above the tier's, whose problem names its
-// cost and max_cost — a parameter out of range is refused before any
+// cost and max_request_cost — a parameter out of range is refused before any
 // price. Which other answers are never priced (400, 403, 404…), the
 // document says by listing no budget header for them.
 func budgetApart(status int, rec *recording) []*errors.ValidationError {
@@ -423,12 +423,12 @@ func budgetApart(status int, rec *recording) []*errors.ValidationError {
 	}
 	var price struct {
 		Cost    *float64 `json:"cost"`
-		MaxCost *float64 `json:"max_cost"`
+		MaxCost *float64 `json:"max_request_cost"`
 	}
 	if status == http.StatusUnprocessableEntity && len(sent) > 0 && rec.body.Len() > 0 &&
 		(json.Unmarshal(rec.body.Bytes(), &price) != nil || price.Cost == nil || price.MaxCost == nil) {
 		errs = append(errs, &errors.ValidationError{Message: "Budget headers on a 422 not priced",
-			Reason: "a 422 carries the budget headers only as the refusal of a price above the tier's, whose problem names cost and max_cost"})
+			Reason: "a 422 carries the budget headers only as the refusal of a price above the tier's, whose problem names cost and max_request_cost"})
 	}
 	return errs
 }
@@ -664,7 +664,7 @@ func budgetHeaders(edit map[string]string) map[string]string {
 // unlike the document's NotFound or Redirect) and passes the ones it does.
 // A header value with a newline is sent as a field line each.
 func TestContractCatchesMismatches(t *testing.T) {
-	budget := `{"tier":"free","capacity":1000,"rate":10,"remaining":990,"reset_after":1,"shadow":false,"max_cost":500,"authenticated":true}`
+	budget := `{"tier":"free","capacity":1000,"rate":10,"remaining":990,"reset_after":1,"shadow":false,"max_cost":500,"max_request_cost":1000,"authenticated":true}`
 	problem := func(status int, detail string) string {
 		return fmt.Sprintf(`{"type":"urn:geotoll:problem:x","title":"x","status":%d,"detail":%q}`, status, detail)
 	}
@@ -725,7 +725,7 @@ func TestContractCatchesMismatches(t *testing.T) {
 		{"a tile's X-Request-Cost-Estimate without the budget headers", "GET", "/tiles/places/14/8802/5373.mvt", 503, "application/problem+json", problem(503, "down"),
 			map[string]string{"X-Request-ID": "abc", "Cache-Control": "no-store", "X-Request-Cost-Estimate": "0.01"}, false},
 		{"a 422 above the tier's max cost, with the budget headers", "GET", "/tiles/places/14/8802/5373.mvt", 422, "application/problem+json",
-			`{"type":"urn:geotoll:problem:out-of-range","title":"x","status":422,"detail":"dear","cost":600,"max_cost":500}`, budgetHeaders(map[string]string{"Cache-Control": "no-store"}), true},
+			`{"type":"urn:geotoll:problem:out-of-range","title":"x","status":422,"detail":"dear","cost":600,"max_request_cost":500}`, budgetHeaders(map[string]string{"Cache-Control": "no-store"}), true},
 		{"a 422 for a zoom out of range, with budget headers", "GET", "/tiles/places/30/8802/5373.mvt", 422, "application/problem+json",
 			`{"type":"urn:geotoll:problem:out-of-range","title":"x","status":422,"detail":"zoom","param":"z"}`, budgetHeaders(map[string]string{"Cache-Control": "no-store"}), false},
 		{"a tile with every header it may carry", "GET", "/tiles/places/14/8802/5373.mvt", 200, "application/vnd.mapbox-vector-tile", "tile", tileHeaders(nil), true},
