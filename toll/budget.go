@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
@@ -17,6 +18,7 @@ import (
 // when its tier or every layer it asks for is in shadow.
 func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, agg *throttle.Bucket, p Price) {
 	res, err := peekFor(r.Context(), t.Store, own, p.Cost)
+	res = atFloor(res, t.mostPerRequest(tier), own.Limit)
 	var ares throttle.Result
 	if err == nil && agg != nil {
 		ares, err = peekFor(r.Context(), t.Store, *agg, p.Cost)
@@ -73,6 +75,7 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 		return
 	}
+	res = atFloor(res, t.mostPerRequest(tier), tier.Limit)
 	body := map[string]any{
 		"tier":        tier.Name,
 		"capacity":    tier.Limit.Capacity,
@@ -95,6 +98,26 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, body)
+}
+
+// atFloor is res, a peek of a caller's own bucket of limit l, as the
+// caller's next admission reads it: a bucket deeper in debt than floor,
+// the most one request of its tier may cost (the tier's max_cost lowered
+// since that debt was run up, or a lease's process that died holding
+// tokens: see throttle.Store.Peek), is lifted to it by that admission
+// (admit.lua), so /budget, a preview and the budget headers say so
+// instead of a wait many times as long as the refusal's Retry-After.
+func atFloor(res throttle.Result, floor float64, l throttle.Limit) throttle.Result {
+	if !(res.Remaining < -floor) {
+		return res
+	}
+	capacity := l.Capacity
+	if res.Limit.Capacity > 0 {
+		capacity = res.Limit.Capacity
+	}
+	res.Remaining = -floor
+	res.ResetAfter = time.Duration(math.Ceil((capacity+floor)/rateOf(res, l)*1000)) * time.Millisecond
+	return res
 }
 
 // peekFor reads b as an admission of cost would find it, where the store

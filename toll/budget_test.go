@@ -308,3 +308,48 @@ func TestBudgetSaysWhatATooDearCompositeIsRefusedFor(t *testing.T) {
 		t.Errorf("the 422 still names its limit max_cost: %v", refused)
 	}
 }
+
+// A bucket deeper in debt than its tier's floor now lets it be (the
+// tier's max_cost lowered since the debt was run up) is lifted to that
+// floor by the next admission; /budget, a preview and the budget headers
+// read it so. They read it as stored: -80 and a wait of 5 s where the
+// request was refused for a wait of 0.55 s.
+func TestBudgetReadsADebtBelowTheFloorAsTheAdmissionWill(t *testing.T) {
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	free := toll.Tiers["free"] // rate 20, capacity 100
+	own := throttle.Bucket{Key: Caller{Tier: "free", Identity: "k:1"}.bucketKey(toll.Prefix), Limit: free.Limit}
+	a, err := store.Admit(t.Context(), throttle.Request{Bucket: own, Cost: 100, Debt: 100, TTL: time.Minute})
+	if err != nil || !a.Allowed {
+		t.Fatalf("admit: %+v %v", a, err)
+	}
+	a.Ticket.Settle(180) // 100 - 180: -80
+	free.MaxCost = 1     // the tier's floor is now -1
+	toll.Tiers["free"] = free
+
+	serve := func(target string, h func(http.ResponseWriter, *http.Request)) (map[string]any, http.Header) {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		r.Header.Set("X-API-Key", "k1")
+		w := httptest.NewRecorder()
+		h(w, r)
+		var body map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: %d %s", target, w.Code, w.Body)
+		}
+		return body, w.Header()
+	}
+	budget, _ := serve("/budget", toll.ServeBudget)
+	if r := budget["remaining"].(float64); r < -1 || r > -0.5 {
+		t.Errorf("/budget remaining %v, want about -1 (the floor, refilling), not -80", r)
+	}
+	tile := func(w http.ResponseWriter, r *http.Request) { toll.AdmitTile(w, r, tileDemand(14, "places")) }
+	preview, _ := serve("/tiles/places/14/8802/5373.mvt?dry_run=1", tile)
+	if got := preview["retry_after"].(float64); preview["would_allow"] != false || got > 1 {
+		t.Errorf("preview: would_allow %v, retry_after %v; want false, 1 (as the refusal says)", preview["would_allow"], got)
+	}
+	refused, h := serve("/tiles/places/14/8802/5373.mvt", tile)
+	if refused["status"] != float64(http.StatusTooManyRequests) || h.Get("Retry-After") != "1" {
+		t.Fatalf("the request: %v, Retry-After %q; want a 429 of 1 s", refused, h.Get("Retry-After"))
+	}
+}

@@ -64,6 +64,7 @@ func maxInFlight(tier Tier) int {
 func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price, g throttle.Result) {
 	t.observe(tier.Name, p, GlobalRefused)
 	if res, err := t.Store.Peek(r.Context(), own); err == nil {
+		res = atFloor(res, t.mostPerRequest(tier), own.Limit)
 		res.Cost = p.Cost
 		setBudgetHeaders(w.Header(), pol, tier, res)
 	}
@@ -80,6 +81,7 @@ func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, 
 func (t *Toll) tooExpensive(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price, most float64) {
 	t.observe(tier.Name, p, TooExpensive)
 	if res, err := t.Store.Peek(r.Context(), own); err == nil {
+		res = atFloor(res, t.mostPerRequest(tier), own.Limit)
 		res.Cost = p.Cost
 		setBudgetHeaders(w.Header(), pol, tier, res)
 	}
