@@ -54,7 +54,7 @@ var Profiles = []string{"z14", "z8-10", "z0-3", "within", "healthz"}
 // Options bound one run.
 type Options struct {
 	BaseURL  string        // e.g. http://127.0.0.1:8080
-	Profile  string        // one of Profiles
+	Profile  string        // one of Profiles, default "z14"
 	Layer    string        // tile layer, default "places"
 	Rate     int           // requests per second, 1..5000
 	Duration time.Duration // 1s..10m
@@ -99,6 +99,9 @@ func rateShortfall(asked int, sent float64, requests uint64) bool {
 func (o Options) Validate() error { return o.validate() }
 
 func (o *Options) validate() error {
+	if o.Profile == "" {
+		o.Profile = "z14"
+	}
 	if o.Layer == "" {
 		o.Layer = "places"
 	}
