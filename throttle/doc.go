@@ -120,7 +120,10 @@
 // free: a caller Redis refused is refused in process until its bucket
 // could pay again, with no call; and it answers a peek from what it
 // learnt of the bucket within PeekReuse of the primary's last answer,
-// refilled, with no call either.
+// refilled, with no call either. A [FloorPeeker] (each store here) reads
+// a bucket as a request's admission will load it: lifted to the
+// request's debt floor, less what is leased — what /budget and a price
+// preview report.
 // [Global] is a budget shared by every caller, spent by each replica
 // through leases of a chunk of tokens.
 //

@@ -242,7 +242,38 @@ func (f *Failover) seedLocal(b, local Bucket, now time.Time) {
 // call; peeks of one caller that miss it at once share one call. While
 // the primary fails, every peek follows the fail mode, as admissions do.
 func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
+	return f.peek(ctx, b, -1)
+}
+
+// PeekFloor implements FloorPeeker: Peek with the request's debt floor
+// (what an admission taught, and a read within PeekReuse, answer it as
+// they answer Peek: an admission's answer is lifted to its floor). While
+// the primary fails with fail_mode local, the replica's share of b is
+// read as an admission of cost would find it — its capacity never below
+// cost (see localLimit) — so that a dry run of a price above the share
+// says what the admission would do.
+func (f *Failover) PeekFloor(ctx context.Context, b Bucket, debt, cost float64) (Result, error) {
+	if f.Mode != FailLocal || !f.lim.health().Degraded || cost <= 0 {
+		return f.peek(ctx, b, debt)
+	}
 	if err := b.Limit.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkDebt(debt); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	return f.peekLocal(ctx, b, cost, debt)
+}
+
+// peek is Peek (debt < 0) or PeekFloor with the debt floor debt.
+func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, error) {
+	if err := b.Limit.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkDebt(debt); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -250,9 +281,9 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 	}
 	reuse := f.peekReuse()
 	if reuse <= 0 || f.lim.health().Degraded {
-		return f.peekPrimary(ctx, b, false)
+		return f.peekPrimary(ctx, b, false, debt)
 	}
-	if res, ok := f.known.peek(b, time.Now(), reuse); ok {
+	if res, ok := f.known.peek(b, time.Now(), reuse, debt); ok {
 		f.freePeeks.Add(1)
 		return res, nil
 	}
@@ -260,7 +291,8 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 	// failover's Timeout bounds it. Only the first asker's function runs,
 	// and it ends before any asker receives.
 	called := false
-	ch := f.peeks.DoChan(b.Key+"\x00"+strconv.FormatFloat(b.Limit.Rate, 'g', -1, 64)+"\x00"+strconv.FormatFloat(b.Limit.Capacity, 'g', -1, 64), func() (v any, err error) {
+	ch := f.peeks.DoChan(b.Key+"\x00"+strconv.FormatFloat(b.Limit.Rate, 'g', -1, 64)+"\x00"+strconv.FormatFloat(b.Limit.Capacity, 'g', -1, 64)+
+		"\x00"+strconv.FormatFloat(debt, 'g', -1, 64), func() (v any, err error) {
 		// A panic here would end the process (singleflight re-panics on
 		// a goroutine of its own), not only this request.
 		defer func() {
@@ -269,11 +301,11 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 			}
 		}()
 		// A call that ended since this peek missed may have answered it.
-		if res, ok := f.known.peek(b, time.Now(), reuse); ok {
+		if res, ok := f.known.peek(b, time.Now(), reuse, debt); ok {
 			return res, nil
 		}
 		called = true
-		return f.peekPrimary(context.WithoutCancel(ctx), b, true)
+		return f.peekPrimary(context.WithoutCancel(ctx), b, true, debt)
 	})
 	select {
 	case <-ctx.Done():
@@ -287,48 +319,40 @@ func (f *Failover) Peek(ctx context.Context, b Bucket) (Result, error) {
 	}
 }
 
-// PeekCost is Peek for a request of cost: while the primary fails with
-// fail_mode local, the replica's share of b is read as an admission of
-// cost would find it — its capacity never below cost (see localLimit) —
-// so that a dry run of a price above the share says what the admission
-// would do. Otherwise it is Peek.
-func (f *Failover) PeekCost(ctx context.Context, b Bucket, cost float64) (Result, error) {
-	if f.Mode != FailLocal || !f.lim.health().Degraded || cost <= 0 {
-		return f.Peek(ctx, b)
-	}
-	if err := b.Limit.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-	return f.peekLocal(ctx, b, cost)
-}
-
 // peekLocal reads this replica's share of b, as an admission of cost
-// (0: any) would start from it while the primary fails.
-func (f *Failover) peekLocal(ctx context.Context, b Bucket, cost float64) (Result, error) {
+// (0: any) with the debt floor debt (< 0: none) would start from it while
+// the primary fails.
+func (f *Failover) peekLocal(ctx context.Context, b Bucket, cost, debt float64) (Result, error) {
 	local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit, cost)}
 	f.seedLocal(b, local, time.Now())
-	return f.Local.Peek(ctx, local)
+	return peekWith(ctx, f.Local, local, debt)
 }
 
-// peekPrimary asks the primary (or the fail mode), noting its answer for
-// later peeks when note is set.
-func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result, error) {
+// peekWith reads b from s, with the debt floor debt where s can (a
+// FloorPeeker) and debt is one (>= 0), else as Peek does.
+func peekWith(ctx context.Context, s Store, b Bucket, debt float64) (Result, error) {
+	if fp, ok := s.(FloorPeeker); ok && debt >= 0 {
+		return fp.PeekFloor(ctx, b, debt, 0)
+	}
+	return s.Peek(ctx, b)
+}
+
+// peekPrimary asks the primary (or the fail mode), with the debt floor
+// debt (< 0: none), noting its answer for later peeks when note is set.
+func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool, debt float64) (Result, error) {
 	var res Result
 	sent := time.Now()
 	// A read waits for the caller's call on its way and for a finish's
 	// call (a read rides with no other operation) before its own: half as
 	// long again as an admission may.
 	fallback, err := f.onPrimary(ctx, f.timeout()*3/2, func(ctx context.Context) (called bool, err error) {
-		res, err = f.Primary.Peek(ctx, b)
+		res, err = peekWith(ctx, f.Primary, b, debt)
 		return true, err
 	})
 	if !fallback {
 		if err == nil {
 			if note {
-				f.known.notePeek(b, res, sent, time.Now(), f.remember())
+				f.known.notePeek(b, res, sent, time.Now(), f.remember(), debt)
 			}
 			f.reconcile(b, nil)
 		}
@@ -338,7 +362,7 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool) (Result
 	case FailOpen:
 		return Result{Allowed: true, Remaining: b.Limit.Capacity, Limit: b.Limit}, nil
 	case FailLocal: // the bucket the caller's next admission would start from
-		return f.peekLocal(ctx, b, 0)
+		return f.peekLocal(ctx, b, 0, debt)
 	}
 	return Result{}, f.errDown()
 }
@@ -625,6 +649,11 @@ type knownBudget struct {
 	remaining float64
 	limit     Limit
 	refused   bool
+	// debt is the debt floor it was read under: an admission's
+	// (Request.Debt), a read's (PeekFloor; -1 for Peek, as stored). A
+	// read under a floor is answered only from what was read or admitted
+	// under that floor (see known.peek).
+	debt float64
 	// last is known.settles when a settlement of the caller was last
 	// counted here (0: none). A call that saw another value when it was
 	// sent raced a settlement of the caller.
@@ -654,7 +683,7 @@ func (k *known) note(req Request, a Admission, from uint64, now time.Time, size 
 	if a.Refusal == RefusedAggregate {
 		return // its Result is the aggregate's, not the caller's bucket
 	}
-	kb := knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket}
+	kb := knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: req.Limit, refused: a.Refusal == RefusedBucket, debt: req.Debt}
 	if cur, ok := k.m[req.Key]; ok && cur.limit == req.Limit {
 		kb.last = cur.last
 	}
@@ -714,10 +743,11 @@ func settle(tokens, d, capacity, debt float64) float64 {
 	return tokens
 }
 
-// notePeek records the answer of a peek sent at sent, unless something
-// was learnt of the caller since (a later read, an admission or a
-// settlement of this replica, which the answer may lack).
-func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int) {
+// notePeek records the answer of a peek sent at sent under the debt
+// floor debt (-1: as stored), unless something was learnt of the caller
+// since (a later read, an admission or a settlement of this replica,
+// which the answer may lack).
+func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int, debt float64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if kb, ok := k.read[b.Key]; ok && kb.at.After(sent) {
@@ -726,7 +756,7 @@ func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int) {
 	if kb, ok := k.m[b.Key]; ok && kb.limit == b.Limit && kb.at.After(sent) {
 		return // an admission or a settlement since: the read lacks it
 	}
-	k.read = remember(k.read, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit}, size)
+	k.read = remember(k.read, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit, debt: debt}, size)
 }
 
 // latest is what is known of a caller's bucket key under limit (see
@@ -764,13 +794,16 @@ func remember(m map[string]knownBudget, key string, kb knownBudget, size int) ma
 	return m
 }
 
-// peek answers a peek of b from what is known of it, if the primary
-// answered of it within reuse, under b's limit: its tokens refilled to now.
-func (k *known) peek(b Bucket, now time.Time, reuse time.Duration) (Result, bool) {
+// peek answers a peek of b under the debt floor debt (-1: as stored)
+// from what is known of it, if the primary answered of it within reuse,
+// under b's limit and, for a read under a floor, under that floor (a
+// bucket read or admitted under another may lie deeper than this one
+// lifts it, or be lifted higher): its tokens refilled to now.
+func (k *known) peek(b Bucket, now time.Time, reuse time.Duration, debt float64) (Result, bool) {
 	k.mu.Lock()
 	kb, ok := k.latest(b.Key, b.Limit)
 	k.mu.Unlock()
-	if age := now.Sub(kb.asked); !ok || age < 0 || age > reuse {
+	if age := now.Sub(kb.asked); !ok || age < 0 || age > reuse || (debt >= 0 && kb.debt != debt) {
 		return Result{}, false
 	}
 	est := kb.estimate(now)

@@ -111,13 +111,21 @@ func (s *MemoryStore) finish(t *Ticket, delta float64) {
 
 // Peek implements Store.
 func (s *MemoryStore) Peek(ctx context.Context, b Bucket) (Result, error) {
+	return s.PeekFloor(ctx, b, -1, 0)
+}
+
+// PeekFloor implements FloorPeeker.
+func (s *MemoryStore) PeekFloor(ctx context.Context, b Bucket, debt, _ float64) (Result, error) {
 	if err := b.Limit.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkDebt(debt); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	sh := peekShape(b)
+	sh := peekShape(b, debt)
 	r := s.apply(b.Key, nil, sh, op{kind: opPeek})
 	return Result{Allowed: true, Remaining: fromMicro(r.tokens), Limit: b.Limit,
 		ResetAfter: millis(resetMS(r.tokens, sh.rate, sh.capacity))}, nil

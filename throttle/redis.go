@@ -383,10 +383,19 @@ func (s *RedisStore) finish(t *Ticket, delta float64) {
 // the caller's call on its way, each call bounded by Timeout; ctx bounds
 // the whole.
 func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
+	return s.PeekFloor(ctx, b, -1, 0)
+}
+
+// PeekFloor implements FloorPeeker: Peek, the script loading the bucket
+// with the request's debt floor.
+func (s *RedisStore) PeekFloor(ctx context.Context, b Bucket, debt, _ float64) (Result, error) {
 	if err := b.Limit.Validate(); err != nil {
 		return Result{}, err
 	}
-	sh := peekShape(b)
+	if err := checkDebt(debt); err != nil {
+		return Result{}, err
+	}
+	sh := peekShape(b, debt)
 	p := &pending{op: op{kind: opPeek}, sh: sh, done: make(chan opResult, 1), failed: make(chan error, 1),
 		span: trace.SpanContextFromContext(ctx)}
 	s.mu.Lock()

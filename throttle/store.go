@@ -93,7 +93,8 @@ type Store interface {
 	// request's debt floor: a bucket a lease left below that floor (the
 	// floor less what the lease held, where its process died with it) is
 	// reported as deep until the caller's next write lifts it to the
-	// floor, after the lease stopped counting too.
+	// floor, after the lease stopped counting too (a FloorPeeker reads
+	// it as that write will find it).
 	Peek(ctx context.Context, b Bucket) (Result, error)
 }
 
@@ -206,13 +207,40 @@ func shapeOf(req Request) shape {
 	return sh
 }
 
-// peekShape is the batch shape of a peek: it reports the bucket as stored,
-// in debt or not (below a request's debt floor too, where a lease that no
-// longer counts left it: see Store.Peek).
-func peekShape(b Bucket) shape {
-	sh := shapeOf(Request{Bucket: b})
-	sh.floor = maxMicro
-	return sh
+// peekShape is the batch shape of a peek: as an admission whose debt
+// floor is debt tokens loads the bucket (lifted to that floor, less what
+// is leased, as of its last write, then refilled; see FloorPeeker), or,
+// for debt < 0, as stored, in debt or not (below a request's debt floor
+// too, where a lease that no longer counts left it: see Store.Peek).
+func peekShape(b Bucket, debt float64) shape {
+	if debt < 0 {
+		sh := shapeOf(Request{Bucket: b})
+		sh.floor = maxMicro
+		return sh
+	}
+	return shapeOf(Request{Bucket: b, Debt: debt})
+}
+
+// FloorPeeker is a Store that reads a bucket as the admission of a request
+// would find it: PeekFloor is Peek, with the bucket lifted to the
+// request's debt floor (Request.Debt) as the admission lifts it — as of
+// the bucket's last write, less what is leased while leases count — so
+// that a bucket run deeper in debt under a deeper floor (a tier's
+// max_cost lowered since), or left there by a lease's process that died,
+// reads as the admission will find it. cost is the request's price, for a
+// store whose bucket depends on it (Failover: a replica's share under
+// fail_mode local). A negative debt reads as Peek does.
+type FloorPeeker interface {
+	PeekFloor(ctx context.Context, b Bucket, debt, cost float64) (Result, error)
+}
+
+// checkDebt checks a peek's debt floor as Request.validate checks a
+// request's (a negative one reads as stored).
+func checkDebt(debt float64) error {
+	if debt != debt || toMicro(debt) > maxMicro {
+		return fmt.Errorf("throttle: debt %v must be within 0..9e9 tokens", debt)
+	}
+	return nil
 }
 
 // ticketShape is the batch shape of a ticket's finish.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
-	"time"
 
 	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/throttle"
@@ -17,11 +16,11 @@ import (
 // its network's aggregate (agg, else nil) — neither of which refuses it
 // when its tier or every layer it asks for is in shadow.
 func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, agg *throttle.Bucket, p Price) {
-	res, err := peekFor(r.Context(), t.Store, own, p.Cost)
-	res = atFloor(res, t.mostPerRequest(tier), own.Limit)
+	debt := t.mostPerRequest(tier)
+	res, err := peekFor(r.Context(), t.Store, own, debt, p.Cost)
 	var ares throttle.Result
 	if err == nil && agg != nil {
-		ares, err = peekFor(r.Context(), t.Store, *agg, p.Cost)
+		ares, err = peekFor(r.Context(), t.Store, *agg, debt, p.Cost)
 	}
 	if err != nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
@@ -70,12 +69,11 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
 		return
 	}
-	res, err := t.Store.Peek(r.Context(), throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit})
+	res, err := peekFor(r.Context(), t.Store, throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}, t.mostPerRequest(tier), 0)
 	if err != nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 		return
 	}
-	res = atFloor(res, t.mostPerRequest(tier), tier.Limit)
 	body := map[string]any{
 		"tier":        tier.Name,
 		"capacity":    tier.Limit.Capacity,
@@ -100,34 +98,17 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// atFloor is res, a peek of a caller's own bucket of limit l, as the
-// caller's next admission reads it: a bucket deeper in debt than floor,
-// the most one request of its tier may cost (the tier's max_cost lowered
-// since that debt was run up, or a lease's process that died holding
-// tokens: see throttle.Store.Peek), is lifted to it by that admission
-// (admit.lua), so /budget, a preview and the budget headers say so
-// instead of a wait many times as long as the refusal's Retry-After.
-func atFloor(res throttle.Result, floor float64, l throttle.Limit) throttle.Result {
-	if !(res.Remaining < -floor) {
-		return res
-	}
-	capacity := l.Capacity
-	if res.Limit.Capacity > 0 {
-		capacity = res.Limit.Capacity
-	}
-	res.Remaining = -floor
-	res.ResetAfter = time.Duration(math.Ceil((capacity+floor)/rateOf(res, l)*1000)) * time.Millisecond
-	return res
-}
-
-// peekFor reads b as an admission of cost would find it, where the store
-// can tell (throttle.Failover.PeekCost: a replica's share under fail_mode
-// local holds at least the price), else as Peek does.
-func peekFor(ctx context.Context, s throttle.Store, b throttle.Bucket, cost float64) (throttle.Result, error) {
-	if c, ok := s.(interface {
-		PeekCost(context.Context, throttle.Bucket, float64) (throttle.Result, error)
-	}); ok {
-		return c.PeekCost(ctx, b, cost)
+// peekFor reads b as the admission of a request of cost (0: any) with the
+// debt floor debt would find it, where the store can tell
+// (throttle.FloorPeeker: a bucket deeper in debt than the floor is lifted
+// to it, as the admission lifts it; a replica's share under fail_mode
+// local holds at least the price), else as Peek does: /budget, a preview
+// and the budget headers so say what the admission will do, not a wait
+// many times as long (a tier's max_cost lowered since its debt was run
+// up).
+func peekFor(ctx context.Context, s throttle.Store, b throttle.Bucket, debt, cost float64) (throttle.Result, error) {
+	if fp, ok := s.(throttle.FloorPeeker); ok {
+		return fp.PeekFloor(ctx, b, debt, cost)
 	}
 	return s.Peek(ctx, b)
 }

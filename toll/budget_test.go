@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,11 +313,16 @@ func TestBudgetSaysWhatATooDearCompositeIsRefusedFor(t *testing.T) {
 
 // A bucket deeper in debt than its tier's floor now lets it be (the
 // tier's max_cost lowered since the debt was run up) is lifted to that
-// floor by the next admission; /budget, a preview and the budget headers
-// read it so. They read it as stored: -80 and a wait of 5 s where the
-// request was refused for a wait of 0.55 s.
+// floor by the next admission, as of its last write; /budget, a preview
+// and the budget headers read it so — they read it as stored: -80 and a
+// wait of 5 s where the request was refused for 1 s, and 2 s later a
+// refusal of a request the bucket admitted — and so does a preview of
+// an anonymous IPv6 caller's /48 aggregate.
 func TestBudgetReadsADebtBelowTheFloorAsTheAdmissionWill(t *testing.T) {
-	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{Now: clock})
 	toll := testToll(store)
 	free := toll.Tiers["free"] // rate 20, capacity 100
 	own := throttle.Bucket{Key: Caller{Tier: "free", Identity: "k:1"}.bucketKey(toll.Prefix), Limit: free.Limit}
@@ -327,29 +334,73 @@ func TestBudgetReadsADebtBelowTheFloorAsTheAdmissionWill(t *testing.T) {
 	free.MaxCost = 1     // the tier's floor is now -1
 	toll.Tiers["free"] = free
 
-	serve := func(target string, h func(http.ResponseWriter, *http.Request)) (map[string]any, http.Header) {
+	serve := func(target, remote, key string, h func(http.ResponseWriter, *http.Request)) (map[string]any, http.Header) {
 		t.Helper()
 		r := httptest.NewRequest(http.MethodGet, target, nil)
-		r.Header.Set("X-API-Key", "k1")
+		r.RemoteAddr = remote
+		if key != "" {
+			r.Header.Set("X-API-Key", key)
+		}
 		w := httptest.NewRecorder()
 		h(w, r)
-		var body map[string]any
-		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
-			t.Fatalf("%s: %d %s", target, w.Code, w.Body)
+		body := map[string]any{"status": float64(w.Code)}
+		if w.Code != http.StatusOK || strings.Contains(w.Header().Get("Content-Type"), "json") {
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatalf("%s: %d %s", target, w.Code, w.Body)
+			}
 		}
 		return body, w.Header()
 	}
-	budget, _ := serve("/budget", toll.ServeBudget)
-	if r := budget["remaining"].(float64); r < -1 || r > -0.5 {
-		t.Errorf("/budget remaining %v, want about -1 (the floor, refilling), not -80", r)
-	}
 	tile := func(w http.ResponseWriter, r *http.Request) { toll.AdmitTile(w, r, tileDemand(14, "places")) }
-	preview, _ := serve("/tiles/places/14/8802/5373.mvt?dry_run=1", tile)
-	if got := preview["retry_after"].(float64); preview["would_allow"] != false || got > 1 {
+	const at = "192.0.2.7:5555"
+	budget, _ := serve("/budget", at, "k1", toll.ServeBudget)
+	if r := budget["remaining"].(float64); r != -1 {
+		t.Errorf("/budget remaining %v, want -1 (the floor), not -80", r)
+	}
+	preview, _ := serve("/tiles/places/14/8802/5373.mvt?dry_run=1", at, "k1", tile)
+	if got := preview["retry_after"].(float64); preview["would_allow"] != false || got != 1 {
 		t.Errorf("preview: would_allow %v, retry_after %v; want false, 1 (as the refusal says)", preview["would_allow"], got)
 	}
-	refused, h := serve("/tiles/places/14/8802/5373.mvt", tile)
+	refused, h := serve("/tiles/places/14/8802/5373.mvt", at, "k1", tile)
 	if refused["status"] != float64(http.StatusTooManyRequests) || h.Get("Retry-After") != "1" {
 		t.Fatalf("the request: %v, Retry-After %q; want a 429 of 1 s", refused, h.Get("Retry-After"))
+	}
+
+	mu.Lock()
+	now = now.Add(2 * time.Second) // -1 + 2 × 20: 39
+	mu.Unlock()
+	budget, _ = serve("/budget", at, "k1", toll.ServeBudget)
+	if r := budget["remaining"].(float64); r != 39 {
+		t.Errorf("2 s later: /budget remaining %v, want 39 (the floor, refilled since the bucket's last write)", r)
+	}
+	preview, _ = serve("/tiles/places/14/8802/5373.mvt?dry_run=1", at, "k1", tile)
+	if preview["would_allow"] != true {
+		t.Errorf("2 s later: preview %v, want would_allow", preview)
+	}
+	if admitted, _ := serve("/tiles/places/14/8802/5373.mvt", at, "k1", tile); admitted["status"] != float64(http.StatusOK) {
+		t.Errorf("2 s later: the request %v, want it admitted", admitted)
+	}
+
+	// An anonymous IPv6 caller's /48 aggregate, run to -80 under a floor
+	// of 80, previewed from another /64 of it once the floor is 1.
+	toll.IPv6Aggregate = IPv6Aggregate{Bits: 48, Limit: throttle.Limit{Rate: 1, Capacity: 100}}
+	anon := toll.Tiers[AnonymousTier]
+	agg := &throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, AnonymousTier, "ip:2001:db8:1::/48"), Limit: toll.IPv6Aggregate.Limit}
+	one := throttle.Bucket{Key: Caller{Tier: AnonymousTier, Identity: "ip:2001:db8:1:1::/64", Network: "ip:2001:db8:1::/48"}.bucketKey(toll.Prefix), Limit: anon.Limit}
+	a, err = store.Admit(t.Context(), throttle.Request{Bucket: one, Aggregate: agg, Cost: 60, Debt: 80, TTL: time.Minute})
+	if err != nil || !a.Allowed {
+		t.Fatalf("admit: %+v %v", a, err)
+	}
+	a.Ticket.Settle(300) // the aggregate: 100 - 300, at most 80 deep
+	anon.MaxCost = 1
+	toll.Tiers[AnonymousTier] = anon
+	const other = "[2001:db8:1:2::1]:443"
+	preview, _ = serve("/tiles/places/14/8802/5373.mvt?dry_run=1", other, "", tile)
+	refused, h = serve("/tiles/places/14/8802/5373.mvt", other, "", tile)
+	if refused["status"] != float64(http.StatusTooManyRequests) {
+		t.Fatalf("the /48's request: %v, want a 429", refused)
+	}
+	if got := strconv.FormatFloat(preview["retry_after"].(float64), 'f', -1, 64); preview["would_allow"] != false || got != h.Get("Retry-After") {
+		t.Errorf("the /48's preview: would_allow %v, retry_after %s; the refusal's Retry-After %s", preview["would_allow"], got, h.Get("Retry-After"))
 	}
 }
