@@ -36,6 +36,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/geotoll/geotoll/internal/demo"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 // Profiles name the target lists.
@@ -145,6 +147,15 @@ var layerList = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(,[A-Za-z0-9_-]{1,64})*$
 func Paths(profile, layer string) ([]string, error) {
 	if !layerList.MatchString(layer) {
 		return nil, fmt.Errorf("layer %q is not a layer's name (letters, digits, _ and -, up to 64) nor a comma-separated list of them", layer)
+	}
+	names := strings.Split(layer, ",")
+	if len(names) > tiles.MaxComposite {
+		return nil, fmt.Errorf("layer %q names %d layers: a composite holds at most %d", layer, len(names), tiles.MaxComposite)
+	}
+	for i, name := range names {
+		if slices.Contains(names[:i], name) {
+			return nil, fmt.Errorf("layer %q names %q twice", layer, name)
+		}
 	}
 	tile := func(t maptile.Tile) string {
 		return fmt.Sprintf("/tiles/%s/%d/%d/%d.mvt", layer, t.Z, t.X, t.Y)

@@ -60,7 +60,7 @@ func TestFlagsUsageErrorsExit2(t *testing.T) {
 		{[]string{"loadtest", "-profile", "bogus"}, `unknown profile "bogus"`},
 		{[]string{"loadtest", "-layer", "places/0/0/0.mvt?x="}, `layer "places/0/0/0.mvt?x=" is not a layer's name`},
 		{[]string{"loadtest", "-layer", "%zz"}, `layer "%zz" is not a layer's name`},
-		{[]string{"loadtest", "crawl", "-crawl-layer", "a b"}, `loadtest crawl: -crawl-profile: layer "a b" is not`},
+		{[]string{"loadtest", "crawl", "-crawl-layer", "a b"}, `loadtest crawl: -crawl-profile, -crawl-layer: layer "a b" is not`},
 		{[]string{"loadtest", "crawl", "-rate", "0"}, "loadtest crawl: -rate 0 must be within 1..5000"},
 		{[]string{"loadtest", "crawl", "-crawlers", "0"}, "loadtest crawl: -crawlers 0 must be within 1..250"},
 		{[]string{"loadtest", "crawl", "-duration", "10ms"}, "-duration 10ms"},

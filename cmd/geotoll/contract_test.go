@@ -853,10 +853,13 @@ func TestEndToEndEveryPathAnswersAsDocumented(t *testing.T) {
 	}
 }
 
-// The document's CheckRequest refuses the bodies the server refuses and
-// takes the ones it takes (geofence.ParseCheck, with the default batch
+// The document's CheckRequest refuses these bodies the server refuses and
+// takes these it takes (geofence.ParseCheck, with the default batch
 // limit): it took bodies with members of no meaning, no points, empty
-// ids and out-of-range coordinates, all answered 400 or 422.
+// ids and out-of-range coordinates, all answered 400 or 422. What JSON
+// Schema cannot say is in its descriptions instead: an id's 64 are bytes
+// of UTF-8 (maxLength counts characters), and a number is at most 32
+// characters as written.
 func TestCheckRequestSchemaIsWhatTheServerTakes(t *testing.T) {
 	v := buildShared(t, "")
 	long := strings.Repeat("x", geofence.MaxPointIDLen)

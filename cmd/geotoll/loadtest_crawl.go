@@ -84,10 +84,10 @@ func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) erro
 	}
 	o := loadtest.CrawlOptions{Client: &f.client, Rate: f.rate, Crawlers: f.crawlers, From: from, Polite: f.polite, Phase: f.duration}
 	if o.Honest, err = loadtest.Paths(f.profile, f.layer); err != nil {
-		return usageError{"loadtest crawl: -profile: " + err.Error()}
+		return usageError{"loadtest crawl: -profile, -layer: " + err.Error()}
 	}
 	if o.Crawl, err = loadtest.Paths(f.crawlProfile, f.crawlLayer); err != nil {
-		return usageError{"loadtest crawl: -crawl-profile: " + err.Error()}
+		return usageError{"loadtest crawl: -crawl-profile, -crawl-layer: " + err.Error()}
 	}
 	if err := o.Validate(); err != nil {
 		return usageError{"loadtest " + err.Error()}
