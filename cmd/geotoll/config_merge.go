@@ -88,7 +88,7 @@ func mergeByName[T any](list []T, node *yaml.Node, key string, name func(*T) str
 	out := append([]T(nil), list...)
 	seen := map[string]int{} // index in node by name
 	for i, item := range node.Content {
-		if item.Kind == yaml.ScalarNode && item.Tag == "!!null" {
+		if v := unalias(item, 0); v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
 			return out, fmt.Errorf("%s[%d] (line %d): an empty entry: give its name and fields, or remove its dash", key, i, item.Line)
 		}
 		var probe struct {

@@ -155,7 +155,7 @@ func TestConfigMerge(t *testing.T) {
 	}
 	// An entry of a list left empty is named as such (it was "layers[0]
 	// (line 2): EOF").
-	for _, bad := range []string{"layers:\n  -\n", "geofence:\n  layers:\n    - ~\n"} {
+	for _, bad := range []string{"layers:\n  -\n", "geofence:\n  layers:\n    - ~\n", "throttle:\n  tiers:\n    pro: &n\nlayers:\n  - *n\n"} {
 		_, _, err := LoadConfig([]string{"-config", writeFile(t, "bad.yaml", bad)})
 		if err == nil || !strings.Contains(err.Error(), "[0] (line ") || !strings.Contains(err.Error(), "an empty entry") {
 			t.Errorf("%q: %v, want an empty entry named", bad, err)
