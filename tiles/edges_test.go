@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/paulmach/orb/encoding/mvt"
+	"github.com/paulmach/orb/encoding/wkt"
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -376,5 +377,54 @@ func TestStoreTileNumericPropertiesAreNumbers(t *testing.T) {
 	_, decoded := renderTile(t, store, resolve(t, late, "late"), tile)
 	if len(decoded) != 1 || len(decoded[0].Features) != 1 || decoded[0].Features[0].Properties["pop"] != 1000.0 {
 		t.Errorf("a table created after a refresh: %+v, want pop the number 1000", decoded)
+	}
+}
+
+// A polygon reduced to its tile's byte budget stays a valid polygon, its
+// rings wound as MVT says: the simplifier of the reduction levels left a
+// hole outside its shell (a disc with holes near its rim, simplified at
+// 128 units of the tile), which a map draws as a stray patch. The tile is
+// decoded as a map reads it and its polygons checked by PostGIS.
+func TestStoreTileReducedPolygonsStayValid(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(548, 335, 10)
+	env := tiles.Envelope(tile)
+	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
+	f.exec(t, `CREATE TABLE {s}.holed (id bigint PRIMARY KEY, geom geometry(Polygon, 3857) NOT NULL)`)
+	// In the tile's units (0..4096), placed on the tile: 1, a disc of
+	// about 1,500 less twelve small discs, some of them near its rim; 2, a
+	// disc of 800 vertices in a corner (over the budget until simplified).
+	f.exec(t, `INSERT INTO {s}.holed
+		SELECT id, ST_SetSRID(ST_Affine(g, $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857)
+		FROM (VALUES (1, ST_Difference(
+		                  ST_Buffer(ST_MakePoint(2048, 2048), 1500 + 300 * sin(142), 3 + 142 % 7),
+		                  ST_Union(ARRAY(SELECT ST_Buffer(ST_MakePoint(2048 + 1400 * cos(142 * k), 2048 + 1400 * sin(142 * k * 1.3)), 40 + (k * 142 % 90), 2)
+		                                 FROM generate_series(1, 12) AS k)))),
+		             (2, ST_Buffer(ST_MakePoint(250, 3800), 150, 200))) AS v (id, g)`, env.Min[0], env.Min[1], w, h)
+	f.exec(t, `GRANT SELECT ON {s}.holed TO geotoll_reader`)
+	// Level 1 simplifies at 8 px, 64 units of the tile, twice that at a
+	// generalised zoom.
+	layer := func(name string, budget int) tiles.Layer {
+		return tiles.Layer{Name: name, Table: f.table("holed"), GeometryColumn: "geom", SRID: 3857,
+			GeometryKind: tiles.KindPolygon, MaxTileBytes: budget, Generalize: tiles.Generalize{TolerancePixels: 8}}
+	}
+	cat := newCatalog(t, layer("holed", 0), layer("holed_reduced", 1024))
+	store, reader := tiles.NewStore(testenv.ReadPool(t)), testenv.ReadPool(t)
+	for _, name := range []string{"holed", "holed_reduced"} {
+		r, decoded := renderTile(t, store, resolve(t, cat, name), tile)
+		if reduced := len(r.Reduced) > 0; reduced != (name == "holed_reduced") {
+			t.Fatalf("%s: reductions %v", name, r.Reduced)
+		}
+		if ids := featureIDs(decoded); !slices.Equal(ids, []string{"1", "2"}) {
+			t.Fatalf("%s: features %v, want the two discs", name, ids)
+		}
+		var reason string
+		if err := reader.QueryRow(t.Context(), `SELECT ST_IsValidReason(ST_GeomFromText($1))`, wkt.MarshalString(decoded[0].Features[0].Geometry)).Scan(&reason); err != nil {
+			t.Fatal(err)
+		}
+		if reason != "Valid Geometry" {
+			t.Errorf("%s (reductions %v): the disc is %s", name, r.Reduced, reason)
+		}
 	}
 }
