@@ -109,6 +109,10 @@ type shape struct {
 	max                   int
 	ttlMS                 int64
 	notAfterMS            int64 // 0: none
+	// read marks a peek's shape: reads go in batches of their own, so
+	// that no read is answered beside an admit that asks for a lease —
+	// the read, ahead of it, would lack the lease its reply then adds.
+	read bool
 }
 
 // bucketVal is one stored bucket (admit.lua's KEYS[1] value).

@@ -352,7 +352,11 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool, debt fl
 	if !fallback {
 		if err == nil {
 			if note {
-				f.known.notePeek(b, res, sent, time.Now(), f.remember(), debt)
+				read := debt
+				if _, ok := f.Primary.(FloorPeeker); !ok {
+					read = -1 // read as stored (peekWith)
+				}
+				f.known.notePeek(b, res, sent, time.Now(), f.remember(), read)
 			}
 			f.reconcile(b, nil)
 		}
@@ -706,6 +710,11 @@ func (k *known) note(req Request, a Admission, from uint64, now time.Time, size 
 // (the caller's bucket refused, a shadow admission that spent nothing)
 // say nothing of b's tokens and change nothing. Called with k.mu held.
 func (k *known) noteAggregate(b Bucket, a Admission, cost float64, now time.Time, size int) {
+	if a.Allowed && !a.Shadow {
+		// A read of b lacks what this admission spent: the next read of
+		// b asks the primary (what is known of b seeds the fallback only).
+		defer delete(k.read, b.Key)
+	}
 	switch {
 	case a.Refusal == RefusedAggregate:
 		k.agg = remember(k.agg, b.Key, knownBudget{at: now, asked: now, remaining: a.Result.Remaining, limit: b.Limit}, size)
@@ -836,6 +845,7 @@ func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 			kb.remaining, kb.at = settle(kb.estimate(now), d, t.agg.Limit.Capacity, t.debt), now
 			k.agg[t.agg.Key] = kb
 		}
+		delete(k.read, t.agg.Key) // a read of the aggregate lacks the settlement
 	}
 }
 

@@ -436,6 +436,13 @@ func (s *RedisStore) PeekFloor(ctx context.Context, b Bucket, debt, _ float64) (
 	s.mu.Lock()
 	if ls := s.leases[b.Key]; ls != nil && ls.granted { // what this replica holds of it counts
 		tokens = math.Min(tokens+ls.left, sh.capacity)
+		if debt >= 0 {
+			// Given back ahead of the caller's next admission (or, busy,
+			// on its refusal), the lease stops counting, and the bucket
+			// is no deeper than the floor: Redis's reply lies as deep as
+			// the floor less what the lease took.
+			tokens = math.Max(tokens, -sh.floor)
+		}
 	}
 	s.mu.Unlock()
 	return Result{Allowed: true, Remaining: fromMicro(tokens), Limit: b.Limit,

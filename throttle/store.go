@@ -213,12 +213,12 @@ func shapeOf(req Request) shape {
 // for debt < 0, as stored, in debt or not (below a request's debt floor
 // too, where a lease that no longer counts left it: see Store.Peek).
 func peekShape(b Bucket, debt float64) shape {
+	sh := shapeOf(Request{Bucket: b, Debt: max(debt, 0)})
 	if debt < 0 {
-		sh := shapeOf(Request{Bucket: b})
 		sh.floor = maxMicro
-		return sh
 	}
-	return shapeOf(Request{Bucket: b, Debt: debt})
+	sh.read = true
+	return sh
 }
 
 // FloorPeeker is a Store that reads a bucket as the admission of a request
