@@ -26,7 +26,9 @@ import (
 //     (cells halve exactly), so the build reads the table once.
 //   - Lines, polygons (and mixed): every feature at least the zoom's
 //     smallest size (min_size_px) and, of the smaller ones, the first in
-//     order_by of each cluster cell (so a tile with data is never empty),
+//     order_by of each cluster cell (so a tile with data is never empty,
+//     but where a feature's only part on it is one its simplification
+//     drops: an island under a pixel beside a larger mainland),
 //     simplified to the zoom's tolerance (tolerance_px) with ST_Simplify
 //     (not repaired: tiles are drawn through ST_AsMVTGeom, which returns
 //     valid polygons); each zoom above is simplified from the one below.

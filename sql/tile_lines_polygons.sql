@@ -47,7 +47,7 @@
 -- tile's grid (its polygon clipping, wagyu, returns valid polygons); over
 -- an overview, a feature that leaves nothing on the grid (smaller than a
 -- unit of it, or collapsed by the snap) is drawn as a point, so a tile
--- with data is never empty. Simplifying or sizing a
+-- holding a feature of the overview is never empty. Simplifying or sizing a
 -- whole stored feature here would cost more than clipping it (a country
 -- border: hundreds of thousands of vertices, read again for each): the
 -- overviews hold features simplified and thinned for their zoom. Level

@@ -77,7 +77,9 @@
 //     with ST_AsMVTGeom, whose polygon clipping (wagyu) returns valid
 //     polygons; over an overview it draws a feature that leaves nothing on
 //     the grid (smaller than a unit of it, or collapsed by the snap) as a
-//     point, so a tile with data is never empty. Zooms beyond the overviews
+//     point, so a tile holding a feature of the overview is never empty
+//     (a part under a pixel of a feature with larger parts is not in it).
+//     Zooms beyond the overviews
 //     are not simplified further (doing it per tile would read each whole
 //     feature again).
 //
