@@ -256,13 +256,7 @@ func (f *Failover) PeekFloor(ctx context.Context, b Bucket, debt, cost float64) 
 	if f.Mode != FailLocal || !f.lim.health().Degraded || cost <= 0 {
 		return f.peek(ctx, b, debt)
 	}
-	if err := b.Limit.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := checkDebt(debt); err != nil {
-		return Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkPeek(ctx, b, debt); err != nil {
 		return Result{}, err
 	}
 	return f.peekLocal(ctx, b, cost, debt)
@@ -270,13 +264,7 @@ func (f *Failover) PeekFloor(ctx context.Context, b Bucket, debt, cost float64) 
 
 // peek is Peek (debt < 0) or PeekFloor with the debt floor debt.
 func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, error) {
-	if err := b.Limit.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := checkDebt(debt); err != nil {
-		return Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkPeek(ctx, b, debt); err != nil {
 		return Result{}, err
 	}
 	reuse := f.peekReuse()

@@ -116,13 +116,7 @@ func (s *MemoryStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 
 // PeekFloor implements FloorPeeker.
 func (s *MemoryStore) PeekFloor(ctx context.Context, b Bucket, debt, _ float64) (Result, error) {
-	if err := b.Limit.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := checkDebt(debt); err != nil {
-		return Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkPeek(ctx, b, debt); err != nil {
 		return Result{}, err
 	}
 	sh := peekShape(b, debt)

@@ -389,10 +389,7 @@ func (s *RedisStore) Peek(ctx context.Context, b Bucket) (Result, error) {
 // PeekFloor implements FloorPeeker: Peek, the script loading the bucket
 // with the request's debt floor.
 func (s *RedisStore) PeekFloor(ctx context.Context, b Bucket, debt, _ float64) (Result, error) {
-	if err := b.Limit.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := checkDebt(debt); err != nil {
+	if err := checkPeekArgs(b, debt); err != nil {
 		return Result{}, err
 	}
 	sh := peekShape(b, debt)

@@ -234,9 +234,21 @@ type FloorPeeker interface {
 	PeekFloor(ctx context.Context, b Bucket, debt, cost float64) (Result, error)
 }
 
-// checkDebt checks a peek's debt floor as Request.validate checks a
-// request's (a negative one reads as stored).
-func checkDebt(debt float64) error {
+// checkPeek checks a peek of b under the debt floor debt (a negative one
+// reads as stored), as Request.validate checks a request, and that ctx
+// has not ended.
+func checkPeek(ctx context.Context, b Bucket, debt float64) error {
+	if err := checkPeekArgs(b, debt); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// checkPeekArgs is checkPeek but for ctx.
+func checkPeekArgs(b Bucket, debt float64) error {
+	if err := b.Limit.Validate(); err != nil {
+		return err
+	}
 	if debt != debt || toMicro(debt) > maxMicro {
 		return fmt.Errorf("throttle: debt %v must be within 0..9e9 tokens", debt)
 	}

@@ -62,11 +62,7 @@ func TestRedisDeployments(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rdb, err := cfg.Redis.client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rdb.Close()
+			rdb := redisClientOf(t, cfg.Redis)
 			if got, want := typeName(rdb), typeName(tc.client); got != want {
 				t.Fatalf("client %s, want %s", got, want)
 			}
@@ -98,17 +94,23 @@ func TestRedisURLTakesTheConfiguredCredentials(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rdb, err := cfg.Redis.client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rdb.Close()
-			opt := rdb.(*redis.Client).Options()
+			opt := redisClientOf(t, cfg.Redis).(*redis.Client).Options()
 			if opt.Username != tc.user || opt.Password != tc.password {
 				t.Errorf("user %q, password %q; want %q, %q", opt.Username, opt.Password, tc.user, tc.password)
 			}
 		})
 	}
+}
+
+// redisClientOf is the client c opens, closed with the test.
+func redisClientOf(t *testing.T, c RedisConfig) redis.UniversalClient {
+	t.Helper()
+	rdb, err := c.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
 
 func typeName(v any) string {
