@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -630,6 +631,10 @@ type known struct {
 	// agg is what admissions taught of aggregate buckets, by the
 	// aggregate's key, for fallback seeding only (see noteAggregate).
 	agg map[string]knownBudget
+	// spent is when this replica last spent through an aggregate bucket
+	// (an admission or a settlement through it), by its key: a read of
+	// the aggregate sent before then lacks it, and is not kept (notePeek).
+	spent map[string]time.Time
 	// settles counts the settlements counted in m, every caller's: each
 	// entry records the count at its caller's last (knownBudget.last).
 	settles uint64
@@ -699,9 +704,10 @@ func (k *known) note(req Request, a Admission, from uint64, now time.Time, size 
 // say nothing of b's tokens and change nothing. Called with k.mu held.
 func (k *known) noteAggregate(b Bucket, a Admission, cost float64, now time.Time, size int) {
 	if a.Allowed && !a.Shadow {
-		// A read of b lacks what this admission spent: the next read of
-		// b asks the primary (what is known of b seeds the fallback only).
-		defer delete(k.read, b.Key)
+		// A read of b lacks what this admission spent, and so does one on
+		// its way: the next read of b asks the primary (what is known of b
+		// seeds the fallback only).
+		defer k.spentThrough(b.Key, now, size)
 	}
 	switch {
 	case a.Refusal == RefusedAggregate:
@@ -753,6 +759,9 @@ func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int, de
 	if kb, ok := k.m[b.Key]; ok && kb.limit == b.Limit && kb.at.After(sent) {
 		return // an admission or a settlement since: the read lacks it
 	}
+	if at, ok := k.spent[b.Key]; ok && !at.Before(sent) {
+		return // spent through as an aggregate since: the read lacks it
+	}
 	k.read = remember(k.read, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit, debt: debt}, size)
 }
 
@@ -775,9 +784,9 @@ func (k *known) latestIn(m map[string]knownBudget, key string, limit Limit) (kno
 
 // remember sets m[key] = kb, forgetting about half of m first when it
 // holds size callers; it makes m when nil.
-func remember(m map[string]knownBudget, key string, kb knownBudget, size int) map[string]knownBudget {
+func remember[V any](m map[string]V, key string, kb V, size int) map[string]V {
 	if m == nil {
-		m = make(map[string]knownBudget)
+		m = make(map[string]V)
 	}
 	if _, ok := m[key]; !ok && len(m) >= size {
 		n := 0
@@ -833,8 +842,20 @@ func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 			kb.remaining, kb.at = settle(kb.estimate(now), d, t.agg.Limit.Capacity, t.debt), now
 			k.agg[t.agg.Key] = kb
 		}
-		delete(k.read, t.agg.Key) // a read of the aggregate lacks the settlement
+		k.spentThrough(t.agg.Key, now, 0) // a read of the aggregate lacks the settlement
 	}
+}
+
+// spentThrough records that this replica spent through the aggregate
+// bucket key at now: a read of it kept, or on its way, lacks that. size
+// bounds the callers remembered as remember does (0: a settlement's,
+// whose admission made room). Called with k.mu held.
+func (k *known) spentThrough(key string, now time.Time, size int) {
+	delete(k.read, key)
+	if size == 0 {
+		size = math.MaxInt
+	}
+	k.spent = remember(k.spent, key, now, size)
 }
 
 // refuse answers a request of a caller the primary refused, when its

@@ -576,6 +576,29 @@ func (s *RedisStore) giveBackLocked(ls *keyLease) {
 	_, _, _ = s.enqueueLocked(ls.key, nil, ls.sh, false, s.takeBackLocked(ls))
 }
 
+// peekReadingLocked is the reply to the peek p (tokens, micro-tokens) as
+// this replica reads its caller's bucket, taken as the reply is, where
+// the lane's order is known: with what the reply lacks of the caller's
+// lease (leaseLacking; its reading then does not depend on when the
+// reader wakes: a lease granted, or handed back, after the reply is not
+// counted), and, for a read under a debt floor (PeekFloor), no deeper
+// than that floor when the caller had a lease and none of its leases
+// runs a request now — its next admission gives the lease back first,
+// and the bucket stops at the floor, or spends on the lease in process,
+// whose reading stops there too. Beside a lease whose slot runs a
+// request, the next admission goes to Redis beside it and finds the
+// bucket as deep as the reply says (less the floor less what is leased).
+func (s *RedisStore) peekReadingLocked(key string, p *pending, tokens float64) float64 {
+	tokens = math.Min(tokens+p.lacking, p.sh.capacity)
+	if p.sh.floor == maxMicro || p.leaseAt == nil {
+		return tokens
+	}
+	if ls := s.leases[key]; ls != nil && ls.granted && ls.busy {
+		return tokens
+	}
+	return math.Max(tokens, -p.sh.floor)
+}
+
 // leaseLacking is what the reply to the admit p (batch[i], answered now)
 // lacks of the caller's lease p was queued beside and that stayed (its
 // slot ran a request: pending.besideHeld), in micro-tokens — Redis counts

@@ -414,6 +414,9 @@ func (s *RedisStore) send(l *lane, batch []*pending) {
 		r := results[i]
 		p.refusedBeside = s.besideLocked(l.key, r, p)
 		p.lacking = leaseLacking(p, batch, i)
+		if p.op.kind == opPeek {
+			r.tokens = s.peekReadingLocked(l.key, p, r.tokens)
+		}
 		if p.abandoned && admitted(r.status) {
 			voids = append(voids, &pending{op: op{kind: opVoid, id: p.op.id}, agg: p.agg, sh: p.sh})
 			continue

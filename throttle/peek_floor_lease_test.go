@@ -3,6 +3,8 @@ package throttle
 import (
 	"context"
 	"log/slog"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +123,139 @@ func TestFailoverAggregateReadCountsOwnSpending(t *testing.T) {
 	same("admitted")
 	a.Ticket.Settle(200)
 	same("settled")
+}
+
+// A read answered before a lease of its caller is granted does not count
+// that lease, whenever its reader wakes: the read's batch goes first, the
+// admit that asks for the lease right after it, and a reader that took
+// the lease into account when it woke (after the lease's grant, often)
+// read 58 where the bucket held 50.
+func TestPeekReadsNoLeaseGrantedAfterIt(t *testing.T) {
+	fx := newRedisFixture(t, testenv.Redis(t))
+	var stop atomic.Bool
+	defer stop.Store(true)
+	for range 3 { // busy CPUs: readers wake late
+		go func() {
+			for !stop.Load() {
+			}
+		}()
+	}
+	for i := range 30 {
+		b := Bucket{Key: fx.key("granted-after-" + strconv.Itoa(i)), Limit: Limit{Rate: 0.001, Capacity: 100}}
+		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: 5 * time.Second, ClockSkew: 10 * time.Second, LeaseHold: testLeaseHold})
+		a := mustAdmit(t, s, Request{Bucket: b, Cost: 50})
+		a.Ticket.Settle(50) // the bucket at 50
+		flushWithin(t, s)
+		s.mu.Lock()
+		l := s.laneLocked(b.Key)
+		l.busy = true // the read, the admit and its lease's ask queue up
+		s.mu.Unlock()
+		read := make(chan Result, 1)
+		go func() { r, _ := s.PeekFloor(context.Background(), b, 0, 0); read <- r }()
+		queued(t, s, b.Key, 1)
+		adm := make(chan Admission, 1)
+		go func() { adm <- mustAdmit(t, s, Request{Bucket: b, Cost: 1}) }()
+		queued(t, s, b.Key, 3)
+		s.mu.Lock()
+		l.busy = false
+		s.kickLocked(l, true, false)
+		s.mu.Unlock()
+		r, ad := <-read, <-adm
+		ad.Ticket.Release()
+		if r.Remaining > 50.01 {
+			t.Fatalf("round %d: the read says %v; the bucket held 50 before the admission (%v after it)", i, r.Remaining, ad.Result.Remaining)
+		}
+		flushWithin(t, s)
+	}
+}
+
+// Beside a lease whose slot runs a request, a floored read says what the
+// caller's next admission finds: that admission goes to Redis beside the
+// lease, which it does not give back for a refusal the lease could not
+// pay, and finds the bucket at the floor less what is leased (-18); the
+// read said the floor (-10).
+func TestPeekFloorBesideABusyLease(t *testing.T) {
+	f := newRedisFixture(t, testenv.Redis(t))
+	s := f.store
+	b := Bucket{Key: f.key("busy"), Limit: Limit{Rate: 0.001, Capacity: 100}}
+	const debt = 10
+	req := Request{Bucket: b, Cost: 1, Debt: debt}
+	mustAdmit(t, s, req).Ticket.Release() // seen
+	mustAdmit(t, s, req).Ticket.Release() // asks for a lease
+	for range 6 {                         // spent on it
+		a := mustAdmit(t, s, req)
+		if !a.inProcess {
+			t.Fatalf("not admitted on the lease: %+v", a)
+		}
+		a.Ticket.Release()
+	}
+	running := mustAdmit(t, s, req) // holds the lease's slot
+	if !running.inProcess {
+		t.Fatalf("not admitted on the lease: %+v", running)
+	}
+	defer running.Ticket.Release()
+	beside := mustAdmit(t, s, req) // to Redis, beside the busy lease
+	if beside.inProcess || !beside.Allowed {
+		t.Fatalf("beside the busy lease: %+v", beside)
+	}
+	beside.Ticket.Settle(500) // far over its price
+	got, err := s.PeekFloor(t.Context(), b, debt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := mustAdmit(t, s, req)
+	if next.Ticket != nil {
+		defer next.Ticket.Release()
+	}
+	if d := got.Remaining - next.Result.Remaining; d < -0.01 || d > 0.01 || next.Allowed {
+		t.Errorf("PeekFloor read %v; the next admission found %v (allowed %v)", got.Remaining, next.Result.Remaining, next.Allowed)
+	}
+}
+
+// heldReads is a primary whose reads are answered as of when they are
+// asked and returned only when released: a read on its way while an
+// admission lands.
+type heldReads struct {
+	*MemoryStore
+	asked, release chan struct{}
+}
+
+func (s *heldReads) PeekFloor(ctx context.Context, b Bucket, debt, cost float64) (Result, error) {
+	r, err := s.MemoryStore.PeekFloor(ctx, b, debt, cost)
+	s.asked <- struct{}{}
+	<-s.release
+	return r, err
+}
+
+// A read of an aggregate sent before this replica spent through the
+// aggregate is not kept: answered after that admission, it was, and the
+// reads after it said 100 where the store held 40.
+func TestFailoverKeepsNoAggregateReadSentBeforeASpend(t *testing.T) {
+	mem := NewMemoryStore(MemoryOptions{})
+	p := &heldReads{MemoryStore: mem, asked: make(chan struct{}, 1), release: make(chan struct{})}
+	f := &Failover{Primary: p, Mode: FailClosed, ProbeInterval: time.Hour, PeekReuse: 10 * time.Second,
+		Timeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+	agg := Bucket{Key: "{n}:agg", Limit: Limit{Rate: 0.001, Capacity: 100}}
+	own := Bucket{Key: "{n}:agg:one", Limit: Limit{Rate: 0.001, Capacity: 100}}
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { _, err := f.PeekFloor(ctx, agg, 80, 1); done <- err }()
+	<-p.asked // answered by the store (100), not yet returned
+	a := mustAdmit(t, f, Request{Bucket: own, Aggregate: &agg, Cost: 60, Debt: 80})
+	if !a.Allowed {
+		t.Fatalf("%+v", a)
+	}
+	close(p.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-p.asked }() // the next read's
+	r, err := f.PeekFloor(ctx, agg, 80, 1)
+	m, _ := mem.PeekFloor(ctx, agg, 80, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Remaining - m.Remaining; d < -0.1 || d > 0.1 {
+		t.Errorf("after the admission the /48 reads %v through the Failover, %v in the store", r.Remaining, m.Remaining)
+	}
 }

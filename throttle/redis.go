@@ -401,6 +401,10 @@ func (s *RedisStore) PeekFloor(ctx context.Context, b Bucket, debt, _ float64) (
 			q.notBefore = time.Time{}
 		}
 	}
+	if ls := s.leases[b.Key]; ls != nil { // what the reply lacks of it counts (peekReadingLocked)
+		p.queueBeside(ls)
+		p.besideHeld = true
+	}
 	l, mine, err := s.enqueueLocked(b.Key, nil, sh, true, p)
 	s.mu.Unlock()
 	if err != nil {
@@ -430,18 +434,6 @@ func (s *RedisStore) PeekFloor(ctx context.Context, b Bucket, debt, _ float64) (
 		}
 		return Result{}, fmt.Errorf("throttle: peek %q: %w", b.Key, ctx.Err())
 	}
-	s.mu.Lock()
-	if ls := s.leases[b.Key]; ls != nil && ls.granted { // what this replica holds of it counts
-		tokens = math.Min(tokens+ls.left, sh.capacity)
-		if debt >= 0 {
-			// Given back ahead of the caller's next admission (or, busy,
-			// on its refusal), the lease stops counting, and the bucket
-			// is no deeper than the floor: Redis's reply lies as deep as
-			// the floor less what the lease took.
-			tokens = math.Max(tokens, -sh.floor)
-		}
-	}
-	s.mu.Unlock()
 	return Result{Allowed: true, Remaining: fromMicro(tokens), Limit: b.Limit,
 		ResetAfter: millis(resetMS(tokens, sh.rate, sh.capacity))}, nil
 }
