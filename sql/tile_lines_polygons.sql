@@ -53,8 +53,9 @@
 -- overviews hold features simplified and thinned for their zoom. Level
 -- L > 0 simplifies the clipped features with ST_SimplifyPreserveTopology
 -- at the tolerance scaled by 2^(L − 1 + $11) — and draws them again with
--- ST_AsMVTGeom, so that they stay valid polygons, each ring wound as MVT
--- says (a feature that collapses is no longer drawn) — and keeps the first
+-- ST_AsMVTGeom, so that each ring is wound as MVT says; a feature whose
+-- simplification is not valid, or vanishes in that redraw, is drawn as
+-- level 0 drew it — and keeps the first
 -- min(cap / 2^L, n / 2^(L − 1)) features in order_by (at least one), n the
 -- features the tile draws at level 0: level 1 simplifies them (and halves
 -- the cap), each level after it halves what the tile draws, so that the
@@ -174,18 +175,25 @@ fit (level, mvt) AS (
               FROM feats AS f,
                    LATERAL (SELECT CASE WHEN fit.level > 0
                                         -- Drawn again as level 0 is (its
-                                        -- y axis turned back first): the
-                                        -- simplifier can leave a hole
-                                        -- outside its shell, or a ring
-                                        -- wound the other way, which MVT
-                                        -- readers take for another part.
-                                        THEN ST_AsMVTGeom(ST_Scale(ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f), 1, -1),
-                                                          ST_MakeEnvelope(0, -env.extent, env.extent, 0), env.extent, env.buffer, true)
+                                        -- y axis turned back first), so
+                                        -- that each ring is wound as MVT
+                                        -- says. A simplification that is
+                                        -- not valid (a hole outside its
+                                        -- shell, which the redraw would
+                                        -- fill) or that the redraw drops
+                                        -- leaves the feature as level 0
+                                        -- drew it.
+                                        THEN coalesce((SELECT r.g
+                                                       FROM (SELECT ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f) AS g) AS x,
+                                                            LATERAL (SELECT ST_AsMVTGeom(ST_Scale(x.g, 1, -1), ST_MakeEnvelope(0, -env.extent, env.extent, 0),
+                                                                                         env.extent, env.buffer, true) AS g) AS r
+                                                       WHERE (ST_IsValidDetail(x.g)).valid AND r.g IS NOT NULL AND NOT ST_IsEmpty(r.g)),
+                                                      f.geom)
                                         ELSE f.geom END AS geom) AS g
               WHERE f.geom IS NOT NULL
                 AND f.prio <= greatest(1, least(env.cap >> fit.level, (SELECT count(*) FROM feats) >> greatest(fit.level - 1, 0)))) AS s,
              LATERAL (SELECT s.geom{{if .ID}}, s.{{.ID}} AS id{{end}}{{range .Props}}, {{.Value "s"}} AS {{.Column}}{{end}}) AS q
-        WHERE s.geom IS NOT NULL AND NOT ST_IsEmpty(s.geom))
+        WHERE NOT ST_IsEmpty(s.geom))
     FROM fit, env,
          LATERAL (SELECT 2 ^ (fit.level - 1 + env.generalised) AS f) AS k
     WHERE fit.level = 0 OR (length(fit.mvt) > env.budget AND fit.level <= env.last_level)

@@ -381,10 +381,12 @@ func TestStoreTileNumericPropertiesAreNumbers(t *testing.T) {
 }
 
 // A polygon reduced to its tile's byte budget stays a valid polygon, its
-// rings wound as MVT says: the simplifier of the reduction levels left a
-// hole outside its shell (a disc with holes near its rim, simplified at
-// 128 units of the tile), which a map draws as a stray patch. The tile is
-// decoded as a map reads it and its polygons checked by PostGIS.
+// rings wound as MVT says, drawn where level 0 drew it: the simplifier
+// of the reduction levels left a hole outside its shell (a disc with
+// holes near its rim, simplified at 128 units of the tile), which a map
+// draws as a stray patch — and so did ST_AsMVTGeom drawing that result
+// again, as a part of its own. The tiles are decoded as a map reads them
+// and checked by PostGIS.
 func TestStoreTileReducedPolygonsStayValid(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -411,6 +413,7 @@ func TestStoreTileReducedPolygonsStayValid(t *testing.T) {
 	}
 	cat := newCatalog(t, layer("holed", 0), layer("holed_reduced", 1024))
 	store, reader := tiles.NewStore(testenv.ReadPool(t)), testenv.ReadPool(t)
+	var level0 string // the disc as level 0 draws it
 	for _, name := range []string{"holed", "holed_reduced"} {
 		r, decoded := renderTile(t, store, resolve(t, cat, name), tile)
 		if reduced := len(r.Reduced) > 0; reduced != (name == "holed_reduced") {
@@ -419,12 +422,52 @@ func TestStoreTileReducedPolygonsStayValid(t *testing.T) {
 		if ids := featureIDs(decoded); !slices.Equal(ids, []string{"1", "2"}) {
 			t.Fatalf("%s: features %v, want the two discs", name, ids)
 		}
+		disc := wkt.MarshalString(decoded[0].Features[0].Geometry)
+		if level0 == "" {
+			level0 = disc
+		}
 		var reason string
-		if err := reader.QueryRow(t.Context(), `SELECT ST_IsValidReason(ST_GeomFromText($1))`, wkt.MarshalString(decoded[0].Features[0].Geometry)).Scan(&reason); err != nil {
+		var stray int // the disc's parts mostly where level 0 drew nothing
+		if err := reader.QueryRow(t.Context(), `SELECT ST_IsValidReason(g),
+			(SELECT count(*) FROM ST_Dump(ST_MakeValid(g)) AS p WHERE ST_Area(ST_Intersection(p.geom, ST_GeomFromText($2))) < ST_Area(p.geom) / 2)
+			FROM (SELECT ST_GeomFromText($1) AS g) AS d`, disc, level0).Scan(&reason, &stray); err != nil {
 			t.Fatal(err)
 		}
-		if reason != "Valid Geometry" {
-			t.Errorf("%s (reductions %v): the disc is %s", name, r.Reduced, reason)
+		if reason != "Valid Geometry" || stray > 0 {
+			t.Errorf("%s (reductions %v): the disc is %s, with %d parts where level 0 drew nothing", name, r.Reduced, reason, stray)
 		}
+	}
+}
+
+// A feature level 0 draws is drawn at every reduction level that keeps
+// it: a polygon of a few units, first in order_by, vanished when drawn
+// again after its simplification, and the tile of the level that kept it
+// alone was empty.
+func TestStoreTileReducedKeepsTheFeaturesItDraws(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(548, 335, 10)
+	env := tiles.Envelope(tile)
+	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
+	f.exec(t, `CREATE TABLE {s}.small (id bigint PRIMARY KEY, geom geometry(MultiPolygon, 3857) NOT NULL)`)
+	// 1, a pentagon of 3 units; 2, 500 boxes (over the budget at level 1).
+	f.exec(t, `INSERT INTO {s}.small
+		SELECT id, ST_Multi(ST_SetSRID(ST_Affine(g, $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857))
+		FROM (VALUES (1, 'POLYGON((1002.7 1000,1001.2 1003.2,1001.7 1003.3,1003.6 1001.2,1003.5 1000.1,1002.7 1000))'::geometry),
+		             (2, ST_Collect(ARRAY(SELECT ST_MakeEnvelope(100 + 150 * (k % 25), 1200 + 110 * (k / 25), 200 + 150 * (k % 25), 1260 + 110 * (k / 25))
+		                                  FROM generate_series(0, 499) AS k)))) AS v (id, g)`, env.Min[0], env.Min[1], w, h)
+	f.exec(t, `GRANT SELECT ON {s}.small TO geotoll_reader`)
+	layer := func(name string, budget int) tiles.Layer {
+		return tiles.Layer{Name: name, Table: f.table("small"), GeometryColumn: "geom", SRID: 3857,
+			GeometryKind: tiles.KindPolygon, MaxTileBytes: budget, Generalize: tiles.Generalize{TolerancePixels: 8}}
+	}
+	cat := newCatalog(t, layer("small", 0), layer("small_reduced", 1024))
+	store := tiles.NewStore(testenv.ReadPool(t))
+	if _, decoded := renderTile(t, store, resolve(t, cat, "small"), tile); !slices.Equal(featureIDs(decoded), []string{"1", "2"}) {
+		t.Fatalf("level 0 draws %v, want both features", featureIDs(decoded))
+	}
+	r, decoded := renderTile(t, store, resolve(t, cat, "small_reduced"), tile)
+	if len(r.Reduced) != 1 || r.Reduced[0].Level < 2 || !slices.Equal(featureIDs(decoded), []string{"1"}) {
+		t.Errorf("reduced (%v, %d bytes): features %v, want the first one, 1, at level 2 or more", r.Reduced, len(r.MVT), featureIDs(decoded))
 	}
 }
