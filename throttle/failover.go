@@ -633,7 +633,7 @@ type known struct {
 	agg map[string]knownBudget
 	// spent is when this replica last spent through an aggregate bucket
 	// (an admission or a settlement through it), by its key: a read of
-	// the aggregate sent before then lacks it, and is not kept (notePeek).
+	// such an aggregate may lack it, and is not kept (notePeek).
 	spent map[string]time.Time
 	// settles counts the settlements counted in m, every caller's: each
 	// entry records the count at its caller's last (knownBudget.last).
@@ -759,8 +759,11 @@ func (k *known) notePeek(b Bucket, res Result, sent, now time.Time, size int, de
 	if kb, ok := k.m[b.Key]; ok && kb.limit == b.Limit && kb.at.After(sent) {
 		return // an admission or a settlement since: the read lacks it
 	}
-	if at, ok := k.spent[b.Key]; ok && !at.Before(sent) {
-		return // spent through as an aggregate since: the read lacks it
+	if _, ok := k.spent[b.Key]; ok {
+		// An aggregate this replica spends through: a settlement through
+		// it goes to the primary on its caller's lane, after FinishDelay
+		// or its retries, in no order with the read, which may lack it.
+		return
 	}
 	k.read = remember(k.read, b.Key, knownBudget{at: now, asked: sent, remaining: res.Remaining, limit: b.Limit, debt: debt}, size)
 }

@@ -528,6 +528,13 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, sh shape) {
 		s.stats.dropped.Add(1)
 	}
 	l.queue = append(again, l.queue...)
+	// A read queued meanwhile is answered after them, as one queued after
+	// their failure is (RedisStore.Peek): they go now.
+	if slices.ContainsFunc(l.queue[len(again):], func(q *pending) bool { return q.op.kind == opPeek }) {
+		for _, q := range again {
+			q.notBefore = time.Time{}
+		}
+	}
 }
 
 // retryWait is how long what a lane's call carried waits to be sent again

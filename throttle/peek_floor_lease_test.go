@@ -2,11 +2,15 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/geotoll/geotoll/internal/testenv"
 )
@@ -257,5 +261,96 @@ func TestFailoverKeepsNoAggregateReadSentBeforeASpend(t *testing.T) {
 	}
 	if d := r.Remaining - m.Remaining; d < -0.1 || d > 0.1 {
 		t.Errorf("after the admission the /48 reads %v through the Failover, %v in the store", r.Remaining, m.Remaining)
+	}
+}
+
+// failsOnce fails the first call of its key once armed, after holding it
+// until released.
+type failsOnce struct {
+	redis.Scripter
+	key            string
+	armed, release chan struct{}
+	entered        chan struct{}
+	once           sync.Once
+}
+
+func (g *failsOnce) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	select {
+	case <-g.armed:
+		if len(keys) > 0 && keys[0] == g.key {
+			failed := false
+			g.once.Do(func() {
+				failed = true
+				g.entered <- struct{}{}
+				<-g.release
+			})
+			if failed {
+				c := redis.NewCmd(ctx)
+				c.SetErr(errors.New("an injected failure"))
+				return c
+			}
+		}
+	default:
+	}
+	return g.Scripter.EvalSha(ctx, sha1, keys, args...)
+}
+
+// A read queued while its caller's finish is on its way, in a call that
+// then fails, is answered after that finish's retry, as one queued after
+// the failure is: it went ahead of it and read 50 where the next
+// admission found the refund (90).
+func TestPeekAfterAFinishWhoseCallFailed(t *testing.T) {
+	fx := newRedisFixture(t, testenv.Redis(t))
+	b := Bucket{Key: fx.key("retried"), Limit: Limit{Rate: 0.001, Capacity: 100}}
+	g := &failsOnce{Scripter: fx.rdb, key: b.Key, armed: make(chan struct{}), release: make(chan struct{}), entered: make(chan struct{}, 1)}
+	s := NewRedisStore(g, RedisOptions{Timeout: 5 * time.Second, RetryInterval: 3 * time.Second, MaxRetryInterval: 3 * time.Second, LeaseRequests: -1})
+	a := mustAdmit(t, s, Request{Bucket: b, Cost: 50}) // the bucket at 50
+	close(g.armed)
+	a.Ticket.Settle(10) // a refund of 40, whose call fails
+	<-g.entered
+	read := make(chan Result, 1)
+	go func() { r, _ := s.PeekFloor(context.Background(), b, 0, 0); read <- r }()
+	queued(t, s, b.Key, 1)
+	close(g.release)
+	r := <-read
+	next := mustAdmit(t, s, Request{Bucket: b, Cost: 1})
+	defer next.Ticket.Release()
+	if r.Remaining < next.Result.Remaining+1-0.01 {
+		t.Errorf("the read says %v; the next admission, after it, found %v before its cost", r.Remaining, next.Result.Remaining+1)
+	}
+	flushWithin(t, s)
+}
+
+// A read of an aggregate sent after a settlement through it, before the
+// settlement's finish reached Redis (after FinishDelay, on its caller's
+// lane), is not kept: kept, the reads after it said 40 where Redis held
+// -80.
+func TestFailoverKeepsNoAggregateReadBeforeAFinishLands(t *testing.T) {
+	fx := newRedisFixture(t, testenv.Redis(t))
+	rs := NewRedisStore(fx.rdb, RedisOptions{Timeout: 5 * time.Second, FinishDelay: time.Second, LeaseHold: testLeaseHold})
+	f := &Failover{Primary: rs, Mode: FailClosed, ProbeInterval: time.Hour, PeekReuse: time.Minute,
+		Logger: slog.New(slog.DiscardHandler)}
+	agg := Bucket{Key: fx.key("agg"), Limit: Limit{Rate: 0.001, Capacity: 100}}
+	own := Bucket{Key: fx.key("own"), Limit: Limit{Rate: 0.001, Capacity: 100}}
+	ctx := context.Background()
+	a := mustAdmit(t, f, Request{Bucket: own, Aggregate: &agg, Cost: 60, Debt: 80})
+	if !a.Allowed {
+		t.Fatalf("%+v", a)
+	}
+	a.Ticket.Settle(200)
+	if _, err := f.PeekFloor(ctx, agg, 80, 1); err != nil { // before the finish is sent
+		t.Fatal(err)
+	}
+	flushWithin(t, rs) // the finish lands
+	r, err := f.PeekFloor(ctx, agg, 80, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rs.PeekFloor(ctx, agg, 80, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Remaining - m.Remaining; d < -0.1 || d > 0.1 {
+		t.Errorf("the /48 reads %v through the Failover, %v in Redis", r.Remaining, m.Remaining)
 	}
 }
