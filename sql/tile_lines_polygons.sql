@@ -63,7 +63,9 @@
 -- of a tile that had fewer than it, which no level then dropped. The cap and the levels count the
 -- features drawn: a row whose clipped shape is NULL is none of them.
 -- Result: one row (mvt bytea, level int): the first level whose tile fits
--- the budget, or the last level. Features are written in order_by order,
+-- the budget, or else the smallest of the levels (a level may draw more
+-- than the one before it, where a feature's simplification is not valid
+-- and it is drawn as at level 0). Features are written in order_by order,
 -- so the same rows give the same bytes.
 WITH RECURSIVE env AS NOT MATERIALIZED (
     SELECT ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 3857) AS geom,
@@ -183,10 +185,11 @@ fit (level, mvt) AS (
                                         -- fill) or that the redraw drops
                                         -- leaves the feature as level 0
                                         -- drew it.
+                                        -- (OFFSET 0: each step once.)
                                         THEN coalesce((SELECT r.g
-                                                       FROM (SELECT ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f) AS g) AS x,
+                                                       FROM (SELECT ST_SimplifyPreserveTopology(f.geom, env.tolerance * k.f) AS g OFFSET 0) AS x,
                                                             LATERAL (SELECT ST_AsMVTGeom(ST_Scale(x.g, 1, -1), ST_MakeEnvelope(0, -env.extent, env.extent, 0),
-                                                                                         env.extent, env.buffer, true) AS g) AS r
+                                                                                         env.extent, env.buffer, true) AS g OFFSET 0) AS r
                                                        WHERE (ST_IsValidDetail(x.g)).valid AND r.g IS NOT NULL AND NOT ST_IsEmpty(r.g)),
                                                       f.geom)
                                         ELSE f.geom END AS geom) AS g
@@ -201,5 +204,5 @@ fit (level, mvt) AS (
 SELECT fit.mvt, fit.level - 1
 FROM fit
 WHERE fit.level > 0
-ORDER BY fit.level DESC
+ORDER BY coalesce(length(fit.mvt), 0) <= (SELECT budget FROM env) DESC, coalesce(length(fit.mvt), 0), fit.level
 LIMIT 1

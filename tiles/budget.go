@@ -5,8 +5,8 @@ import "math/bits"
 // Budget is how a tile that exceeds its layer's byte budget is reduced.
 // Level 0 is the tile as generalised; each further level halves the
 // detail again, deterministically, until the tile fits or the last level
-// is reached (which is served whatever its size: a tile is never cut
-// mid-feature):
+// is reached (then the smallest level is served, whatever its size: a
+// tile is never cut mid-feature):
 //
 //   - points: the clusters are merged into cells twice as wide per level
 //     (counts summed, the first in order_by kept as the representative);
@@ -14,7 +14,9 @@ import "math/bits"
 //     zoom's own cell;
 //   - lines and polygons: the simplification tolerance doubles per level
 //     and the feature cap halves (the first features in order_by kept, at
-//     least one: a reduced tile is never empty).
+//     least one: a reduced tile is never empty); a feature whose
+//     simplification is not valid, or that its redraw drops, is drawn as
+//     at level 0, so a level may be larger than the one before it.
 type Budget struct {
 	Bytes     int // the budget, uncompressed MVT bytes
 	LastLevel int

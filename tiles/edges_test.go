@@ -471,3 +471,39 @@ func TestStoreTileReducedKeepsTheFeaturesItDraws(t *testing.T) {
 		t.Errorf("reduced (%v, %d bytes): features %v, want the first one, 1, at level 2 or more", r.Reduced, len(r.MVT), featureIDs(decoded))
 	}
 }
+
+// A tile no level fits is served at its smallest level, not its last: a
+// feature whose simplification is not valid at the last levels is drawn
+// there as at level 0, and the last level (8) was the whole unreduced
+// tile (12,986 bytes) where levels 1..3 drew 7.1 KB. The disc: 3,000
+// vertices, 625 small square holes and a few near its rim.
+func TestStoreTileNoLevelFitsServesTheSmallest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(548, 335, 10)
+	env := tiles.Envelope(tile)
+	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
+	f.exec(t, `CREATE TABLE {s}.holey (id bigint PRIMARY KEY, geom geometry(MultiPolygon, 3857) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.holey
+		SELECT 1, ST_Multi(ST_SetSRID(ST_Affine(ST_Difference(
+		           ST_MakePolygon(ST_AddPoint(ST_MakeLine(ARRAY(
+		               SELECT ST_MakePoint(2048 + (1500 + 6 * sin(k * 1.7)) * cos(2 * pi() * k / 3000), 2048 + (1500 + 6 * sin(k * 1.7)) * sin(2 * pi() * k / 3000))
+		               FROM generate_series(0, 2999) AS k)), ST_MakePoint(2048 + 1500, 2048))),
+		           ST_Union(ARRAY(
+		               SELECT ST_Buffer(ST_MakePoint(2048 + 1400 * cos(142 * k), 2048 + 1400 * sin(142 * k * 1.3)), 40 + (k * 142 % 90), 2) FROM generate_series(1, 12) AS k
+		               UNION ALL
+		               SELECT ST_MakeEnvelope(1200 + 60 * (k % 25), 1200 + 60 * (k / 25), 1220 + 60 * (k % 25), 1220 + 60 * (k / 25)) FROM generate_series(0, 624) AS k))),
+		       $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857))`, env.Min[0], env.Min[1], w, h)
+	f.exec(t, `GRANT SELECT ON {s}.holey TO geotoll_reader`)
+	layer := func(name string, budget int) tiles.Layer {
+		return tiles.Layer{Name: name, Table: f.table("holey"), GeometryColumn: "geom", SRID: 3857,
+			GeometryKind: tiles.KindPolygon, MaxTileBytes: budget, Generalize: tiles.Generalize{TolerancePixels: 8}}
+	}
+	cat := newCatalog(t, layer("holey", 0), layer("holey_reduced", 5000))
+	store := tiles.NewStore(testenv.ReadPool(t))
+	full, _ := renderTile(t, store, resolve(t, cat, "holey"), tile)
+	r, decoded := renderTile(t, store, resolve(t, cat, "holey_reduced"), tile)
+	if len(r.Reduced) != 1 || len(r.MVT) >= len(full.MVT) || !slices.Equal(featureIDs(decoded), []string{"1"}) {
+		t.Errorf("reduced %v: %d bytes (features %v), the unreduced tile %d: want a smaller level served", r.Reduced, len(r.MVT), featureIDs(decoded), len(full.MVT))
+	}
+}
