@@ -527,14 +527,17 @@ func (s *RedisStore) failed(l *lane, batch []*pending, err error, sh shape) {
 		again = slices.Delete(again, i, i+1)
 		s.stats.dropped.Add(1)
 	}
-	l.queue = append(again, l.queue...)
-	// A read queued meanwhile is answered after them, as one queued after
-	// their failure is (RedisStore.Peek): they go now.
-	if slices.ContainsFunc(l.queue[len(again):], func(q *pending) bool { return q.op.kind == opPeek }) {
-		for _, q := range again {
-			q.notBefore = time.Time{}
+	// A read queued meanwhile would be answered ahead of them, lacking
+	// what they carry (a read goes after what was queued before it:
+	// RedisStore.Peek): it gets the call's error, as the batch's reads do.
+	l.queue = slices.DeleteFunc(l.queue, func(q *pending) bool {
+		if q.op.kind != opPeek || q.sent {
+			return false
 		}
-	}
+		q.failed <- err
+		return true
+	})
+	l.queue = append(again, l.queue...)
 }
 
 // retryWait is how long what a lane's call carried waits to be sent again

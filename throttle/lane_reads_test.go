@@ -74,7 +74,10 @@ func TestFailedAdmitIsVoidedDespiteQueuedReads(t *testing.T) {
 			t.Fatal("an admit whose reply was lost answered")
 		}
 		for range 2 {
-			if err := <-reads; err != nil && !errors.Is(err, ErrBusy) { // answered or given way: either is fine
+			// Answered, given way, or answered the call's error (queued
+			// while the failed call was on its way, a read would go ahead
+			// of the void put back): any is fine.
+			if err := <-reads; err != nil && !errors.Is(err, ErrBusy) && !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("a read: %v", err)
 			}
 		}

@@ -296,9 +296,9 @@ func (g *failsOnce) EvalSha(ctx context.Context, sha1 string, keys []string, arg
 }
 
 // A read queued while its caller's finish is on its way, in a call that
-// then fails, is answered after that finish's retry, as one queued after
-// the failure is: it went ahead of it and read 50 where the next
-// admission found the refund (90).
+// then fails, is not answered ahead of that finish's retry: it went ahead
+// of it and read 50 where the next admission found the refund (90). It
+// gets the call's error, as the failed batch's reads do.
 func TestPeekAfterAFinishWhoseCallFailed(t *testing.T) {
 	fx := newRedisFixture(t, testenv.Redis(t))
 	b := Bucket{Key: fx.key("retried"), Limit: Limit{Rate: 0.001, Capacity: 100}}
@@ -308,15 +308,19 @@ func TestPeekAfterAFinishWhoseCallFailed(t *testing.T) {
 	close(g.armed)
 	a.Ticket.Settle(10) // a refund of 40, whose call fails
 	<-g.entered
-	read := make(chan Result, 1)
-	go func() { r, _ := s.PeekFloor(context.Background(), b, 0, 0); read <- r }()
+	type reading struct {
+		r   Result
+		err error
+	}
+	read := make(chan reading, 1)
+	go func() { r, err := s.PeekFloor(context.Background(), b, 0, 0); read <- reading{r, err} }()
 	queued(t, s, b.Key, 1)
 	close(g.release)
-	r := <-read
+	got := <-read
 	next := mustAdmit(t, s, Request{Bucket: b, Cost: 1})
 	defer next.Ticket.Release()
-	if r.Remaining < next.Result.Remaining+1-0.01 {
-		t.Errorf("the read says %v; the next admission, after it, found %v before its cost", r.Remaining, next.Result.Remaining+1)
+	if got.err == nil && got.r.Remaining < next.Result.Remaining+1-0.01 {
+		t.Errorf("the read says %v; the next admission, after it, found %v before its cost", got.r.Remaining, next.Result.Remaining+1)
 	}
 	flushWithin(t, s)
 }
@@ -353,4 +357,50 @@ func TestFailoverKeepsNoAggregateReadBeforeAFinishLands(t *testing.T) {
 	if d := r.Remaining - m.Remaining; d < -0.1 || d > 0.1 {
 		t.Errorf("the /48 reads %v through the Failover, %v in Redis", r.Remaining, m.Remaining)
 	}
+}
+
+// failsAll fails every call at once while down is set, counting them.
+type failsAll struct {
+	redis.Scripter
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+func (g *failsAll) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	if g.down.Load() {
+		g.calls.Add(1)
+		c := redis.NewCmd(ctx)
+		c.SetErr(errors.New("connection refused (injected)"))
+		return c
+	}
+	return g.Scripter.EvalSha(ctx, sha1, keys, args...)
+}
+
+// A read while Redis fails, its caller's finish waiting for its retry,
+// costs a call or two and is answered: the finish's retry, put ahead of
+// the read each time it failed, was sent again at once, and the read's
+// lane called Redis in a loop (1,334 calls in 1.5 s), past the read's
+// deadline.
+func TestPeekBehindAFinishWhileRedisFails(t *testing.T) {
+	fx := newRedisFixture(t, testenv.Redis(t))
+	b := Bucket{Key: fx.key("spin"), Limit: Limit{Rate: 1, Capacity: 100}}
+	g := &failsAll{Scripter: fx.rdb}
+	s := NewRedisStore(g, RedisOptions{Timeout: time.Second, FinishDelay: 5 * time.Millisecond,
+		RetryInterval: 2 * time.Second, MaxRetryInterval: 2 * time.Second, LeaseRequests: -1})
+	a := mustAdmit(t, s, Request{Bucket: b, Cost: 50})
+	g.down.Store(true)
+	a.Ticket.Settle(10) // its finish's call fails, and waits for its retry
+	for g.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	queued(t, s, b.Key, 1)
+	before := g.calls.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.PeekFloor(ctx, b, 0, 0)
+	if calls := g.calls.Load() - before; err == nil || ctx.Err() != nil || calls > 2 {
+		t.Errorf("the read: %v (its context: %v) after %d calls to Redis; want the call's error after one or two", err, ctx.Err(), calls)
+	}
+	g.down.Store(false)
+	flushWithin(t, s)
 }
