@@ -63,9 +63,9 @@
 -- of a tile that had fewer than it, which no level then dropped. The cap and the levels count the
 -- features drawn: a row whose clipped shape is NULL is none of them.
 -- Result: one row (mvt bytea, level int): the first level whose tile fits
--- the budget, or else the smallest of the levels (a level may draw more
--- than the one before it, where a feature's simplification is not valid
--- and it is drawn as at level 0). Features are written in order_by order,
+-- the budget, or else the smallest of the levels, the last of those as
+-- small (a level may draw more than the one before it, where a feature's
+-- simplification is not valid and it is drawn as at level 0). Features are written in order_by order,
 -- so the same rows give the same bytes.
 WITH RECURSIVE env AS NOT MATERIALIZED (
     SELECT ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 3857) AS geom,
@@ -204,5 +204,5 @@ fit (level, mvt) AS (
 SELECT fit.mvt, fit.level - 1
 FROM fit
 WHERE fit.level > 0
-ORDER BY coalesce(length(fit.mvt), 0) <= (SELECT budget FROM env) DESC, coalesce(length(fit.mvt), 0), fit.level
+ORDER BY coalesce(length(fit.mvt), 0) <= (SELECT budget FROM env) DESC, coalesce(length(fit.mvt), 0), fit.level DESC
 LIMIT 1

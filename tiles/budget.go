@@ -5,8 +5,9 @@ import "math/bits"
 // Budget is how a tile that exceeds its layer's byte budget is reduced.
 // Level 0 is the tile as generalised; each further level halves the
 // detail again, deterministically, until the tile fits or the last level
-// is reached (then the smallest level is served, whatever its size: a
-// tile is never cut mid-feature):
+// is reached (then that level is served — for lines and polygons, the
+// smallest level, the last of those as small — whatever its size: a tile
+// is never cut mid-feature):
 //
 //   - points: the clusters are merged into cells twice as wide per level
 //     (counts summed, the first in order_by kept as the representative);

@@ -507,3 +507,28 @@ func TestStoreTileNoLevelFitsServesTheSmallest(t *testing.T) {
 		t.Errorf("reduced %v: %d bytes (features %v), the unreduced tile %d: want a smaller level served", r.Reduced, len(r.MVT), featureIDs(decoded), len(full.MVT))
 	}
 }
+
+// A tile over its budget that no level shrinks (one feature of 4,000
+// two-point segments) is served at its last level, and says so: the
+// smallest level chosen among equals was level 0, which named no
+// reduction.
+func TestStoreTileNoLevelShrinksSaysReduced(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tile := maptile.New(548, 335, 10)
+	env := tiles.Envelope(tile)
+	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
+	f.exec(t, `CREATE TABLE {s}.segs (id bigint PRIMARY KEY, geom geometry(MultiLineString, 3857) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.segs
+		SELECT 1, ST_SetSRID(ST_Affine(ST_Collect(ARRAY(
+		    SELECT ST_MakeLine(ST_MakePoint(100 + 37 * (k % 100), 100 + 97 * (k / 100)), ST_MakePoint(100 + 37 * (k % 100) + 13, 100 + 97 * (k / 100) + 50))
+		    FROM generate_series(0, 3999) AS k)),
+		  $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857)`, env.Min[0], env.Min[1], w, h)
+	f.exec(t, `GRANT SELECT ON {s}.segs TO geotoll_reader`)
+	cat := newCatalog(t, tiles.Layer{Name: "segs", Table: f.table("segs"), GeometryColumn: "geom", SRID: 3857,
+		GeometryKind: tiles.KindLine, MaxTileBytes: 1024})
+	r, _ := renderTile(t, tiles.NewStore(testenv.ReadPool(t)), resolve(t, cat, "segs"), tile)
+	if len(r.MVT) <= 1024 || len(r.Reduced) != 1 || r.Reduced[0].Level != 8 {
+		t.Errorf("%d bytes, reductions %v: want the tile over its budget of 1024 served at its last level, 8, and named reduced", len(r.MVT), r.Reduced)
+	}
+}
