@@ -85,7 +85,7 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 		// What a dearer request is refused for (422): the tier's
 		// max_cost, or less when its capacity (or a global or aggregate
 		// budget's) is — a composite tile prices each layer up to max_cost.
-		"max_request_cost": round3(t.mostPerRequest(tier)),
+		"max_request_cost": micro(t.mostPerRequest(tier)),
 		"authenticated":    caller.KeyName != "",
 	}
 	if tier.MaxCost > 0 {
