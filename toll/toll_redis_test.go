@@ -295,7 +295,7 @@ func TestRemainingHeadersRoundDown(t *testing.T) {
 		}
 		// A dry run that would be allowed never shows less remaining than
 		// its cost, and quotes the cost its X-Request-Cost does, to the
-		// thousandth.
+		// micro-token.
 		r = httptest.NewRequest(http.MethodGet, "/tiles/x/0/0/0.mvt?dry_run=1", nil)
 		r.RemoteAddr = "192.0.2.77:5555"
 		dry = httptest.NewRecorder()
@@ -303,8 +303,8 @@ func TestRemainingHeadersRoundDown(t *testing.T) {
 		if err := json.Unmarshal(dry.Body.Bytes(), &preview); err != nil {
 			t.Fatalf("dry run: %v %s", err, dry.Body)
 		}
-		if !preview.WouldAllow || preview.Remaining < preview.Cost || dry.Header().Get("X-Request-Cost") != "43" {
-			t.Errorf("dry run of 42.99996: %+v, X-Request-Cost %q; want allowed, remaining at least the cost, header 43", preview, dry.Header().Get("X-Request-Cost"))
+		if !preview.WouldAllow || preview.Remaining < preview.Cost || dry.Header().Get("X-Request-Cost") != "42.99996" {
+			t.Errorf("dry run of 42.99996: %+v, X-Request-Cost %q; want allowed, remaining at least the cost, header 42.99996", preview, dry.Header().Get("X-Request-Cost"))
 		}
 	})
 }
