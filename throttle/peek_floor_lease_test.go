@@ -107,26 +107,28 @@ func TestFailoverAggregateReadCountsOwnSpending(t *testing.T) {
 		Logger: slog.New(slog.DiscardHandler)}
 	agg := Bucket{Key: "{n}:agg", Limit: Limit{Rate: 0.001, Capacity: 100}}
 	own := Bucket{Key: "{n}:agg:one", Limit: Limit{Rate: 0.001, Capacity: 100}}
-	ctx := context.Background()
-	same := func(when string) {
-		t.Helper()
-		r, err1 := f.PeekFloor(ctx, agg, 80, 1)
-		m, err2 := mem.PeekFloor(ctx, agg, 80, 1)
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
-		}
-		if d := r.Remaining - m.Remaining; d < -0.1 || d > 0.1 {
-			t.Errorf("%s: the /48 reads %v through the Failover, %v in the store", when, r.Remaining, m.Remaining)
-		}
-	}
-	same("before")
+	readsAlike(t, "before", f, mem, agg)
 	a := mustAdmit(t, f, Request{Bucket: own, Aggregate: &agg, Cost: 60, Debt: 80})
 	if !a.Allowed {
 		t.Fatalf("%+v", a)
 	}
-	same("admitted")
+	readsAlike(t, "admitted", f, mem, agg)
 	a.Ticket.Settle(200)
-	same("settled")
+	readsAlike(t, "settled", f, mem, agg)
+}
+
+// readsAlike checks that the Failover f reads the aggregate bucket agg (a
+// /48's, under a floor of 80) as its primary, store, holds it.
+func readsAlike(t *testing.T, when string, f *Failover, store FloorPeeker, agg Bucket) {
+	t.Helper()
+	r, err1 := f.PeekFloor(t.Context(), agg, 80, 1)
+	m, err2 := store.PeekFloor(t.Context(), agg, 80, 1)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if d := r.Remaining - m.Remaining; d < -0.1 || d > 0.1 {
+		t.Errorf("%s: the /48 reads %v through the Failover, %v in its primary", when, r.Remaining, m.Remaining)
+	}
 }
 
 // A read answered before a lease of its caller is granted does not count
@@ -254,14 +256,7 @@ func TestFailoverKeepsNoAggregateReadSentBeforeASpend(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { <-p.asked }() // the next read's
-	r, err := f.PeekFloor(ctx, agg, 80, 1)
-	m, _ := mem.PeekFloor(ctx, agg, 80, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := r.Remaining - m.Remaining; d < -0.1 || d > 0.1 {
-		t.Errorf("after the admission the /48 reads %v through the Failover, %v in the store", r.Remaining, m.Remaining)
-	}
+	readsAlike(t, "after the admission", f, mem, agg)
 }
 
 // failsOnce fails the first call of its key once armed, after holding it
@@ -346,17 +341,7 @@ func TestFailoverKeepsNoAggregateReadBeforeAFinishLands(t *testing.T) {
 		t.Fatal(err)
 	}
 	flushWithin(t, rs) // the finish lands
-	r, err := f.PeekFloor(ctx, agg, 80, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := rs.PeekFloor(ctx, agg, 80, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := r.Remaining - m.Remaining; d < -0.1 || d > 0.1 {
-		t.Errorf("the /48 reads %v through the Failover, %v in Redis", r.Remaining, m.Remaining)
-	}
+	readsAlike(t, "after the finish", f, rs, agg)
 }
 
 // failsAll fails every call at once while down is set, counting them.

@@ -380,6 +380,30 @@ func TestStoreTileNumericPropertiesAreNumbers(t *testing.T) {
 	}
 }
 
+// tileUnitsTable creates table name (id bigint, geom of type kind in
+// EPSG:3857) in f's schema, readable by the read role, from rows (a query
+// of id and g): each g in the units of tile (0..4096 each way, y up),
+// placed on the tile. It returns a layer of it reduced to the byte budget
+// budget (0: the default), level 1 simplifying at 8 px.
+func tileUnitsTable(t *testing.T, f *fixture, tile maptile.Tile, name, kind, rows string) func(layer string, budget int) tiles.Layer {
+	t.Helper()
+	env := tiles.Envelope(tile)
+	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
+	f.exec(t, fmt.Sprintf(`CREATE TABLE {s}.%s (id bigint PRIMARY KEY, geom geometry(%s, 3857) NOT NULL)`, name, kind))
+	f.exec(t, fmt.Sprintf(`INSERT INTO {s}.%s
+		SELECT id, ST_SetSRID(ST_Affine(g, $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857)
+		FROM (%s) AS v (id, g)`, name, rows), env.Min[0], env.Min[1], w, h)
+	f.exec(t, fmt.Sprintf(`GRANT SELECT ON {s}.%s TO geotoll_reader`, name))
+	k := tiles.KindPolygon
+	if strings.Contains(kind, "LineString") {
+		k = tiles.KindLine
+	}
+	return func(layer string, budget int) tiles.Layer {
+		return tiles.Layer{Name: layer, Table: f.table(name), GeometryColumn: "geom", SRID: 3857,
+			GeometryKind: k, MaxTileBytes: budget, Generalize: tiles.Generalize{TolerancePixels: 8}}
+	}
+}
+
 // A polygon reduced to its tile's byte budget stays a valid polygon, its
 // rings wound as MVT says, drawn where level 0 drew it: the simplifier
 // of the reduction levels left a hole outside its shell (a disc with
@@ -391,26 +415,15 @@ func TestStoreTileReducedPolygonsStayValid(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tile := maptile.New(548, 335, 10)
-	env := tiles.Envelope(tile)
-	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
-	f.exec(t, `CREATE TABLE {s}.holed (id bigint PRIMARY KEY, geom geometry(Polygon, 3857) NOT NULL)`)
-	// In the tile's units (0..4096), placed on the tile: 1, a disc of
-	// about 1,500 less twelve small discs, some of them near its rim; 2, a
-	// disc of 800 vertices in a corner (over the budget until simplified).
-	f.exec(t, `INSERT INTO {s}.holed
-		SELECT id, ST_SetSRID(ST_Affine(g, $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857)
-		FROM (VALUES (1, ST_Difference(
-		                  ST_Buffer(ST_MakePoint(2048, 2048), 1500 + 300 * sin(142), 3 + 142 % 7),
-		                  ST_Union(ARRAY(SELECT ST_Buffer(ST_MakePoint(2048 + 1400 * cos(142 * k), 2048 + 1400 * sin(142 * k * 1.3)), 40 + (k * 142 % 90), 2)
-		                                 FROM generate_series(1, 12) AS k)))),
-		             (2, ST_Buffer(ST_MakePoint(250, 3800), 150, 200))) AS v (id, g)`, env.Min[0], env.Min[1], w, h)
-	f.exec(t, `GRANT SELECT ON {s}.holed TO geotoll_reader`)
-	// Level 1 simplifies at 8 px, 64 units of the tile, twice that at a
-	// generalised zoom.
-	layer := func(name string, budget int) tiles.Layer {
-		return tiles.Layer{Name: name, Table: f.table("holed"), GeometryColumn: "geom", SRID: 3857,
-			GeometryKind: tiles.KindPolygon, MaxTileBytes: budget, Generalize: tiles.Generalize{TolerancePixels: 8}}
-	}
+	// 1, a disc of about 1,500 less twelve small discs, some of them near
+	// its rim; 2, a disc of 800 vertices in a corner (over the budget until
+	// simplified). Level 1 simplifies at 64 units of the tile, twice that
+	// at a generalised zoom.
+	layer := tileUnitsTable(t, f, tile, "holed", "Polygon", `VALUES (1, ST_Difference(
+		    ST_Buffer(ST_MakePoint(2048, 2048), 1500 + 300 * sin(142), 3 + 142 % 7),
+		    ST_Union(ARRAY(SELECT ST_Buffer(ST_MakePoint(2048 + 1400 * cos(142 * k), 2048 + 1400 * sin(142 * k * 1.3)), 40 + (k * 142 % 90), 2)
+		                   FROM generate_series(1, 12) AS k)))),
+		(2, ST_Buffer(ST_MakePoint(250, 3800), 150, 200))`)
 	cat := newCatalog(t, layer("holed", 0), layer("holed_reduced", 1024))
 	store, reader := tiles.NewStore(testenv.ReadPool(t)), testenv.ReadPool(t)
 	var level0 string // the disc as level 0 draws it
@@ -447,20 +460,11 @@ func TestStoreTileReducedKeepsTheFeaturesItDraws(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tile := maptile.New(548, 335, 10)
-	env := tiles.Envelope(tile)
-	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
-	f.exec(t, `CREATE TABLE {s}.small (id bigint PRIMARY KEY, geom geometry(MultiPolygon, 3857) NOT NULL)`)
 	// 1, a pentagon of 3 units; 2, 500 boxes (over the budget at level 1).
-	f.exec(t, `INSERT INTO {s}.small
-		SELECT id, ST_Multi(ST_SetSRID(ST_Affine(g, $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857))
-		FROM (VALUES (1, 'POLYGON((1002.7 1000,1001.2 1003.2,1001.7 1003.3,1003.6 1001.2,1003.5 1000.1,1002.7 1000))'::geometry),
-		             (2, ST_Collect(ARRAY(SELECT ST_MakeEnvelope(100 + 150 * (k % 25), 1200 + 110 * (k / 25), 200 + 150 * (k % 25), 1260 + 110 * (k / 25))
-		                                  FROM generate_series(0, 499) AS k)))) AS v (id, g)`, env.Min[0], env.Min[1], w, h)
-	f.exec(t, `GRANT SELECT ON {s}.small TO geotoll_reader`)
-	layer := func(name string, budget int) tiles.Layer {
-		return tiles.Layer{Name: name, Table: f.table("small"), GeometryColumn: "geom", SRID: 3857,
-			GeometryKind: tiles.KindPolygon, MaxTileBytes: budget, Generalize: tiles.Generalize{TolerancePixels: 8}}
-	}
+	layer := tileUnitsTable(t, f, tile, "small", "MultiPolygon", `VALUES
+		(1, ST_Multi('POLYGON((1002.7 1000,1001.2 1003.2,1001.7 1003.3,1003.6 1001.2,1003.5 1000.1,1002.7 1000))'::geometry)),
+		(2, ST_Collect(ARRAY(SELECT ST_MakeEnvelope(100 + 150 * (k % 25), 1200 + 110 * (k / 25), 200 + 150 * (k % 25), 1260 + 110 * (k / 25))
+		                     FROM generate_series(0, 499) AS k)))`)
 	cat := newCatalog(t, layer("small", 0), layer("small_reduced", 1024))
 	store := tiles.NewStore(testenv.ReadPool(t))
 	if _, decoded := renderTile(t, store, resolve(t, cat, "small"), tile); !slices.Equal(featureIDs(decoded), []string{"1", "2"}) {
@@ -481,24 +485,14 @@ func TestStoreTileNoLevelFitsServesTheSmallest(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tile := maptile.New(548, 335, 10)
-	env := tiles.Envelope(tile)
-	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
-	f.exec(t, `CREATE TABLE {s}.holey (id bigint PRIMARY KEY, geom geometry(MultiPolygon, 3857) NOT NULL)`)
-	f.exec(t, `INSERT INTO {s}.holey
-		SELECT 1, ST_Multi(ST_SetSRID(ST_Affine(ST_Difference(
-		           ST_MakePolygon(ST_AddPoint(ST_MakeLine(ARRAY(
-		               SELECT ST_MakePoint(2048 + (1500 + 6 * sin(k * 1.7)) * cos(2 * pi() * k / 3000), 2048 + (1500 + 6 * sin(k * 1.7)) * sin(2 * pi() * k / 3000))
-		               FROM generate_series(0, 2999) AS k)), ST_MakePoint(2048 + 1500, 2048))),
-		           ST_Union(ARRAY(
-		               SELECT ST_Buffer(ST_MakePoint(2048 + 1400 * cos(142 * k), 2048 + 1400 * sin(142 * k * 1.3)), 40 + (k * 142 % 90), 2) FROM generate_series(1, 12) AS k
-		               UNION ALL
-		               SELECT ST_MakeEnvelope(1200 + 60 * (k % 25), 1200 + 60 * (k / 25), 1220 + 60 * (k % 25), 1220 + 60 * (k / 25)) FROM generate_series(0, 624) AS k))),
-		       $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857))`, env.Min[0], env.Min[1], w, h)
-	f.exec(t, `GRANT SELECT ON {s}.holey TO geotoll_reader`)
-	layer := func(name string, budget int) tiles.Layer {
-		return tiles.Layer{Name: name, Table: f.table("holey"), GeometryColumn: "geom", SRID: 3857,
-			GeometryKind: tiles.KindPolygon, MaxTileBytes: budget, Generalize: tiles.Generalize{TolerancePixels: 8}}
-	}
+	layer := tileUnitsTable(t, f, tile, "holey", "MultiPolygon", `SELECT 1, ST_Multi(ST_Difference(
+		    ST_MakePolygon(ST_AddPoint(ST_MakeLine(ARRAY(
+		        SELECT ST_MakePoint(2048 + (1500 + 6 * sin(k * 1.7)) * cos(2 * pi() * k / 3000), 2048 + (1500 + 6 * sin(k * 1.7)) * sin(2 * pi() * k / 3000))
+		        FROM generate_series(0, 2999) AS k)), ST_MakePoint(2048 + 1500, 2048))),
+		    ST_Union(ARRAY(
+		        SELECT ST_Buffer(ST_MakePoint(2048 + 1400 * cos(142 * k), 2048 + 1400 * sin(142 * k * 1.3)), 40 + (k * 142 % 90), 2) FROM generate_series(1, 12) AS k
+		        UNION ALL
+		        SELECT ST_MakeEnvelope(1200 + 60 * (k % 25), 1200 + 60 * (k / 25), 1220 + 60 * (k % 25), 1220 + 60 * (k / 25)) FROM generate_series(0, 624) AS k))))`)
 	cat := newCatalog(t, layer("holey", 0), layer("holey_reduced", 5000))
 	store := tiles.NewStore(testenv.ReadPool(t))
 	full, _ := renderTile(t, store, resolve(t, cat, "holey"), tile)
@@ -516,17 +510,10 @@ func TestStoreTileNoLevelShrinksSaysReduced(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tile := maptile.New(548, 335, 10)
-	env := tiles.Envelope(tile)
-	w, h := env.Max[0]-env.Min[0], env.Max[1]-env.Min[1]
-	f.exec(t, `CREATE TABLE {s}.segs (id bigint PRIMARY KEY, geom geometry(MultiLineString, 3857) NOT NULL)`)
-	f.exec(t, `INSERT INTO {s}.segs
-		SELECT 1, ST_SetSRID(ST_Affine(ST_Collect(ARRAY(
+	layer := tileUnitsTable(t, f, tile, "segs", "MultiLineString", `SELECT 1, ST_Collect(ARRAY(
 		    SELECT ST_MakeLine(ST_MakePoint(100 + 37 * (k % 100), 100 + 97 * (k / 100)), ST_MakePoint(100 + 37 * (k % 100) + 13, 100 + 97 * (k / 100) + 50))
-		    FROM generate_series(0, 3999) AS k)),
-		  $3::float8 / 4096, 0, 0, $4::float8 / 4096, $1::float8, $2::float8), 3857)`, env.Min[0], env.Min[1], w, h)
-	f.exec(t, `GRANT SELECT ON {s}.segs TO geotoll_reader`)
-	cat := newCatalog(t, tiles.Layer{Name: "segs", Table: f.table("segs"), GeometryColumn: "geom", SRID: 3857,
-		GeometryKind: tiles.KindLine, MaxTileBytes: 1024})
+		    FROM generate_series(0, 3999) AS k))`)
+	cat := newCatalog(t, layer("segs", 1024))
 	r, _ := renderTile(t, tiles.NewStore(testenv.ReadPool(t)), resolve(t, cat, "segs"), tile)
 	if len(r.MVT) <= 1024 || len(r.Reduced) != 1 || r.Reduced[0].Level != 8 {
 		t.Errorf("%d bytes, reductions %v: want the tile over its budget of 1024 served at its last level, 8, and named reduced", len(r.MVT), r.Reduced)
