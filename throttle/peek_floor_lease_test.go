@@ -26,15 +26,7 @@ func TestPeekFloorOfTheLeaseHolder(t *testing.T) {
 		b := Bucket{Key: f.key("holder"), Limit: Limit{Rate: 0.001, Capacity: 100}}
 		const debt = 10
 		req := Request{Bucket: b, Cost: 1, Debt: debt}
-		mustAdmit(t, s, req).Ticket.Release() // seen
-		mustAdmit(t, s, req).Ticket.Release() // asks for a lease
-		for range 6 {                         // spent on it
-			a := mustAdmit(t, s, req)
-			if !a.inProcess {
-				t.Fatalf("not admitted on the lease: %+v", a)
-			}
-			a.Ticket.Release()
-		}
+		leaseSpent(t, s, req, 6)
 		// Another replica's request, settled far above its price.
 		sh := shapeOf(req)
 		f.run(b.Key, sh, []op{{kind: opAdmit, id: "other", amount: micro}})
@@ -50,6 +42,21 @@ func TestPeekFloorOfTheLeaseHolder(t *testing.T) {
 		}
 		flushWithin(t, s)
 	})
+}
+
+// leaseSpent has s lease req's bucket (its second request asks for the
+// lease) and admit n requests on the lease, each released at once.
+func leaseSpent(t *testing.T, s *RedisStore, req Request, n int) {
+	t.Helper()
+	mustAdmit(t, s, req).Ticket.Release() // seen
+	mustAdmit(t, s, req).Ticket.Release() // asks for a lease
+	for range n {
+		a := mustAdmit(t, s, req)
+		if !a.inProcess {
+			t.Fatalf("not admitted on the lease: %+v", a)
+		}
+		a.Ticket.Release()
+	}
 }
 
 // A read queued before an admit that asks for a lease is answered in a
@@ -186,15 +193,7 @@ func TestPeekFloorBesideABusyLease(t *testing.T) {
 	b := Bucket{Key: f.key("busy"), Limit: Limit{Rate: 0.001, Capacity: 100}}
 	const debt = 10
 	req := Request{Bucket: b, Cost: 1, Debt: debt}
-	mustAdmit(t, s, req).Ticket.Release() // seen
-	mustAdmit(t, s, req).Ticket.Release() // asks for a lease
-	for range 6 {                         // spent on it
-		a := mustAdmit(t, s, req)
-		if !a.inProcess {
-			t.Fatalf("not admitted on the lease: %+v", a)
-		}
-		a.Ticket.Release()
-	}
+	leaseSpent(t, s, req, 6)
 	running := mustAdmit(t, s, req) // holds the lease's slot
 	if !running.inProcess {
 		t.Fatalf("not admitted on the lease: %+v", running)
