@@ -314,37 +314,40 @@ func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, er
 func (f *Failover) peekLocal(ctx context.Context, b Bucket, cost, debt float64) (Result, error) {
 	local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit, cost)}
 	f.seedLocal(b, local, time.Now())
-	return peekWith(ctx, f.Local, local, debt)
+	res, _, err := peekWith(ctx, f.Local, local, debt)
+	return res, err
 }
 
 // peekWith reads b from s, with the debt floor debt where s can (a
-// FloorPeeker) and debt is one (>= 0), else as Peek does.
-func peekWith(ctx context.Context, s Store, b Bucket, debt float64) (Result, error) {
+// FloorPeeker) and debt is one (>= 0), else as Peek does; read is the
+// floor it read under (-1: as stored).
+func peekWith(ctx context.Context, s Store, b Bucket, debt float64) (res Result, read float64, err error) {
 	if fp, ok := s.(FloorPeeker); ok && debt >= 0 {
-		return fp.PeekFloor(ctx, b, debt, 0)
+		res, err = fp.PeekFloor(ctx, b, debt, 0)
+		return res, debt, err
 	}
-	return s.Peek(ctx, b)
+	res, err = s.Peek(ctx, b)
+	return res, -1, err
 }
 
 // peekPrimary asks the primary (or the fail mode), with the debt floor
 // debt (< 0: none), noting its answer for later peeks when note is set.
 func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool, debt float64) (Result, error) {
-	var res Result
+	var (
+		res  Result
+		read float64 // the floor res was read under
+	)
 	sent := time.Now()
 	// A read waits for the caller's call on its way and for a finish's
 	// call (a read rides with no other operation) before its own: half as
 	// long again as an admission may.
 	fallback, err := f.onPrimary(ctx, f.timeout()*3/2, func(ctx context.Context) (called bool, err error) {
-		res, err = peekWith(ctx, f.Primary, b, debt)
+		res, read, err = peekWith(ctx, f.Primary, b, debt)
 		return true, err
 	})
 	if !fallback {
 		if err == nil {
 			if note {
-				read := debt
-				if _, ok := f.Primary.(FloorPeeker); !ok {
-					read = -1 // read as stored (peekWith)
-				}
 				f.known.notePeek(b, res, sent, time.Now(), f.remember(), read)
 			}
 			f.reconcile(b, nil)
@@ -631,10 +634,10 @@ type known struct {
 	// agg is what admissions taught of aggregate buckets, by the
 	// aggregate's key, for fallback seeding only (see noteAggregate).
 	agg map[string]knownBudget
-	// spent is when this replica last spent through an aggregate bucket
-	// (an admission or a settlement through it), by its key: a read of
-	// such an aggregate may lack it, and is not kept (notePeek).
-	spent map[string]time.Time
+	// spent holds the keys of the aggregate buckets this replica spends
+	// through (an admission or a settlement through it): a read of such an
+	// aggregate may lack it, and is not kept (notePeek).
+	spent map[string]struct{}
 	// settles counts the settlements counted in m, every caller's: each
 	// entry records the count at its caller's last (knownBudget.last).
 	settles uint64
@@ -707,7 +710,7 @@ func (k *known) noteAggregate(b Bucket, a Admission, cost float64, now time.Time
 		// A read of b lacks what this admission spent, and so does one on
 		// its way: the next read of b asks the primary (what is known of b
 		// seeds the fallback only).
-		defer k.spentThrough(b.Key, now, size)
+		defer k.spentThrough(b.Key, size)
 	}
 	switch {
 	case a.Refusal == RefusedAggregate:
@@ -845,20 +848,20 @@ func (k *known) settled(t *Ticket, delta float64, now time.Time) {
 			kb.remaining, kb.at = settle(kb.estimate(now), d, t.agg.Limit.Capacity, t.debt), now
 			k.agg[t.agg.Key] = kb
 		}
-		k.spentThrough(t.agg.Key, now, 0) // a read of the aggregate lacks the settlement
+		k.spentThrough(t.agg.Key, 0) // a read of the aggregate lacks the settlement
 	}
 }
 
 // spentThrough records that this replica spent through the aggregate
-// bucket key at now: a read of it kept, or on its way, lacks that. size
-// bounds the callers remembered as remember does (0: a settlement's,
-// whose admission made room). Called with k.mu held.
-func (k *known) spentThrough(key string, now time.Time, size int) {
+// bucket key: a read of it kept, or on its way, lacks that. size bounds
+// the keys remembered as remember does (0: a settlement's, whose
+// admission made room). Called with k.mu held.
+func (k *known) spentThrough(key string, size int) {
 	delete(k.read, key)
 	if size == 0 {
 		size = math.MaxInt
 	}
-	k.spent = remember(k.spent, key, now, size)
+	k.spent = remember(k.spent, key, struct{}{}, size)
 }
 
 // refuse answers a request of a caller the primary refused, when its
