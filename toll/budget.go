@@ -16,11 +16,10 @@ import (
 // its network's aggregate (agg, else nil) — neither of which refuses it
 // when its tier or every layer it asks for is in shadow.
 func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, agg *throttle.Bucket, p Price) {
-	debt := t.mostPerRequest(tier)
-	res, err := peekFor(r.Context(), t.Store, own, debt, p.Cost)
+	res, err := t.read(r.Context(), tier, own, p.Cost)
 	var ares throttle.Result
 	if err == nil && agg != nil {
-		ares, err = peekFor(r.Context(), t.Store, *agg, debt, p.Cost)
+		ares, err = t.read(r.Context(), tier, *agg, p.Cost)
 	}
 	if err != nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
@@ -69,7 +68,7 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this key's tier is not configured"})
 		return
 	}
-	res, err := peekFor(r.Context(), t.Store, throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}, t.mostPerRequest(tier), 0)
+	res, err := t.read(r.Context(), tier, throttle.Bucket{Key: caller.bucketKey(t.Prefix), Limit: tier.Limit}, 0)
 	if err != nil {
 		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
 		return
@@ -98,19 +97,19 @@ func (t *Toll) ServeBudget(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// peekFor reads b as the admission of a request of cost (0: any) with the
-// debt floor debt would find it, where the store can tell
-// (throttle.FloorPeeker: a bucket deeper in debt than the floor is lifted
-// to it, as the admission lifts it; a replica's share under fail_mode
-// local holds at least the price), else as Peek does: /budget, a preview
-// and the budget headers so say what the admission will do, not a wait
-// many times as long (a tier's max_cost lowered since its debt was run
-// up).
-func peekFor(ctx context.Context, s throttle.Store, b throttle.Bucket, debt, cost float64) (throttle.Result, error) {
-	if fp, ok := s.(throttle.FloorPeeker); ok {
-		return fp.PeekFloor(ctx, b, debt, cost)
+// read reads b, a bucket of a caller of tier (its own, or its network's
+// aggregate), as the admission of a request of cost (0: any) would find
+// it, where the store can tell (throttle.FloorPeeker: a bucket deeper in
+// debt than the tier's debt floor is lifted to it, as the admission lifts
+// it; a replica's share under fail_mode local holds at least the price),
+// else as Peek does: /budget, a preview and the budget headers so say
+// what the admission will do, not a wait many times as long (a tier's
+// max_cost lowered since its debt was run up).
+func (t *Toll) read(ctx context.Context, tier Tier, b throttle.Bucket, cost float64) (throttle.Result, error) {
+	if fp, ok := t.Store.(throttle.FloorPeeker); ok {
+		return fp.PeekFloor(ctx, b, t.mostPerRequest(tier), cost)
 	}
-	return s.Peek(ctx, b)
+	return t.Store.Peek(ctx, b)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

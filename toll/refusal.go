@@ -63,7 +63,7 @@ func maxInFlight(tier Tier) int {
 // 503, the caller's own budget untouched.
 func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price, g throttle.Result) {
 	t.observe(tier.Name, p, GlobalRefused)
-	if res, err := peekFor(r.Context(), t.Store, own, t.mostPerRequest(tier), 0); err == nil {
+	if res, err := t.read(r.Context(), tier, own, 0); err == nil {
 		res.Cost = p.Cost
 		setBudgetHeaders(w.Header(), pol, tier, res)
 	}
@@ -79,7 +79,7 @@ func (t *Toll) globalRefused(w http.ResponseWriter, r *http.Request, tier Tier, 
 // reports it — not /budget's max_cost, the most one layer's price is.
 func (t *Toll) tooExpensive(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, p Price, most float64) {
 	t.observe(tier.Name, p, TooExpensive)
-	if res, err := peekFor(r.Context(), t.Store, own, t.mostPerRequest(tier), 0); err == nil {
+	if res, err := t.read(r.Context(), tier, own, 0); err == nil {
 		res.Cost = p.Cost
 		setBudgetHeaders(w.Header(), pol, tier, res)
 	}
