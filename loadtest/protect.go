@@ -230,17 +230,26 @@ func honest(ctx context.Context, c *Client, paths []string, rate int, timeout ti
 	timeout = cmp.Or(timeout, DefaultHonestTimeout)
 	every := time.Second / time.Duration(rate)
 	start := time.Now()
+	end, bounded := ctx.Deadline()
 	for i := 0; ; i++ {
 		// On schedule, not by a ticker (which drops ticks when this
 		// goroutine is late on a loaded machine): a late request goes at
-		// once.
-		wait := time.NewTimer(time.Until(start.Add(time.Duration(i) * every)))
+		// once — but none scheduled at or after the phase's end, nor once
+		// it ended (a late goroutine found the timer and the end ready at
+		// once, and select picked either: 52 requests of a phase of 50).
+		at := start.Add(time.Duration(i) * every)
+		if bounded && !at.Before(end) {
+			<-ctx.Done()
+		}
+		wait := time.NewTimer(time.Until(at))
 		select {
 		case <-ctx.Done():
+		case <-wait.C:
+		}
+		if ctx.Err() != nil {
 			wait.Stop()
 			wg.Wait()
 			return samples, status
-		case <-wait.C:
 		}
 		path := paths[i%len(paths)]
 		wg.Go(func() {
