@@ -19,9 +19,20 @@ var _ staleRing = (*apikeys.Ring)(nil)
 
 // AllowAdmin implements geofence.Authorizer: the request carries, in a
 // header (never ?key=, which ends up in logs), an active API key marked
-// admin.
+// admin. A key the ring does not hold is rechecked (a reload of the keys)
+// only while its client's failed-auth bucket does not refuse it already,
+// as on the priced routes: a refused guesser's guesses cost no reload.
 func (t *Toll) AllowAdmin(r *http.Request) bool {
+	if t.Keys == nil {
+		return false
+	}
 	key, _ := apikeys.Presented(r, false)
+	if k, ok := t.Keys.Lookup(key); ok {
+		return k.Admin
+	}
+	if t.refusedFree(t.failedAuthCaller(r)) {
+		return false
+	}
 	k, ok := t.lookup(r.Context(), key)
 	return ok && k.Admin
 }
