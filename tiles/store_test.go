@@ -568,6 +568,25 @@ func TestStoreHostileTableIsOneIdentifier(t *testing.T) {
 	}
 }
 
+// A geometry column that declares no SRID passes the layer checks (they
+// read no rows) and may hold a row in no SRID or another than the
+// layer's: its tile answers 503 naming the layer, as any statement that
+// does not fit the database does, where PostGIS's refusal (internal_error)
+// was a 500.
+func TestStoreRowInAnotherSRIDIsAMisfit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, `CREATE TABLE {s}.nosrid (id bigint PRIMARY KEY, geom geometry)`)
+	f.exec(t, `INSERT INTO {s}.nosrid VALUES (1, ST_MakePoint(1, 1)), (2, ST_SetSRID(ST_MakePoint(2, 2), 4326))`)
+	f.exec(t, `GRANT SELECT ON {s}.nosrid TO geotoll_reader`)
+	cat := newCatalog(t, tiles.Layer{Name: "nosrid", Table: f.table("nosrid"), GeometryColumn: "geom", SRID: 4326,
+		GeometryKind: tiles.KindPoint, Overviews: tiles.Overviews{Off: true}})
+	_, err := tiles.NewStore(testenv.ReadPool(t)).Tile(t.Context(), resolve(t, cat, "nosrid"), maptile.New(0, 0, 0))
+	if p := problem.From(err); p.Code != problem.Unavailable || !strings.HasPrefix(p.Detail, `layer "nosrid" does not match the database: ST_Transform: Input geometry has unknown (0) SRID`) {
+		t.Errorf("Tile: %v (code %q, detail %q); want %q naming the layer and the SRID", err, p.Code, p.Detail, problem.Unavailable)
+	}
+}
+
 func TestStoreNoLayers(t *testing.T) {
 	t.Parallel()
 	_, err := tiles.NewStore(nil).Tile(context.Background(), nil, maptile.New(0, 0, 0))

@@ -325,7 +325,7 @@ func (db *DB) classify(ctx context.Context, err error, lost bool) error {
 		db.observe(Failed)
 		return &problem.Error{Code: problem.Unavailable, Detail: "another write holds the same data; try again",
 			RetryAfter: db.RetryAfter, Err: err}
-	case pgErr != nil && mismatchCodes[pgErr.Code]:
+	case pgErr != nil && misfits(pgErr):
 		db.observe(Failed)
 		return &problem.Error{Code: problem.Unavailable, Detail: "the database does not match the configuration: " + pgErr.Message,
 			RetryAfter: db.RetryAfter, Err: err}

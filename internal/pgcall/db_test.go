@@ -179,6 +179,12 @@ func TestReadMismatch(t *testing.T) {
 		{`SELECT 1 FROM nowhere_schema.t`, `relation "nowhere_schema.t" does not exist`},
 		{`SELECT count(*) FROM pg_catalog.pg_authid`, `permission denied for table pg_authid`},
 		{`SELECT ST_Transform(id, 3857) FROM geotoll.places`, `function st_transform(bigint, integer) does not exist`},
+		// A row of a column that declares no SRID, in none or another than
+		// the layer's, and a point outside its projection's domain: PostGIS
+		// says so as internal_error (XX000), which was a 500.
+		{`SELECT ST_Transform(ST_MakePoint(1, 1), 3857)`, `ST_Transform: Input geometry has unknown (0) SRID`},
+		{`SELECT ST_Intersects(ST_MakePoint(1, 1), ST_SetSRID(ST_MakePoint(1, 1), 3857))`, `ST_Intersects: Operation on mixed SRID geometries (Point, 0) != (Point, 3857)`},
+		{`SELECT ST_Transform(ST_SetSRID(ST_MakePoint(1e15, 1e15), 3035), 3857)`, `transform: Point outside of projection domain (2050)`},
 	} {
 		_, err := db.Read(t.Context(), pgcall.Statement{SQL: tc.sql, Timeout: time.Second})
 		p := problem.From(err)
@@ -189,6 +195,11 @@ func TestReadMismatch(t *testing.T) {
 		if p.Code != problem.Unavailable || p.RetryAfter != 3 || p.Detail != `layer "x" does not match the database: `+tc.reason {
 			t.Errorf("%s: Misfit gave %v", tc.sql, p)
 		}
+	}
+	// Any other internal_error of PostGIS is the statement's fault: a 500.
+	_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT ST_GeomFromText('nonsense')`, Timeout: time.Second})
+	if p := problem.From(err); p.Code != problem.Internal {
+		t.Errorf("a geometry PostGIS cannot parse: %v (code %s), want internal", err, p.Code)
 	}
 	other := problem.Malformed("z", "bad")
 	if got := pgcall.Misfit(other, "layer"); got != error(other) {

@@ -2,6 +2,7 @@ package pgcall
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -23,6 +24,21 @@ var mismatchCodes = map[string]bool{
 	"42501": true, // insufficient_privilege
 }
 
+// misfits reports whether pgErr is a statement's that does not fit the
+// database (mismatchCodes), or PostGIS's refusal of a row whose SRID the
+// layer's srid does not take: a geometry column that declares no SRID
+// holds a row in another (ST_Transform of an unknown SRID 0, mixed SRIDs
+// in one operation) or a point outside its projection's domain
+// ("transform: …"). PostGIS raises these as internal_error (XX000); no
+// retry cures them either, and the layer checks cannot see them, as they
+// read no rows.
+func misfits(pgErr *pgconn.PgError) bool {
+	if mismatchCodes[pgErr.Code] {
+		return true
+	}
+	return pgErr.Code == "XX000" && (strings.Contains(pgErr.Message, "SRID") || strings.HasPrefix(pgErr.Message, "transform:"))
+}
+
 // Misfit names subject (`layer "places"`) in the answer to a call that
 // failed because its statement does not fit the database; any other err
 // is returned as it is.
@@ -31,7 +47,7 @@ func Misfit(err error, subject string) error {
 		p     *problem.Error
 		pgErr *pgconn.PgError
 	)
-	if !errors.As(err, &pgErr) || !mismatchCodes[pgErr.Code] || !errors.As(err, &p) || p.Code != problem.Unavailable {
+	if !errors.As(err, &pgErr) || !misfits(pgErr) || !errors.As(err, &p) || p.Code != problem.Unavailable {
 		return err
 	}
 	return &problem.Error{Code: problem.Unavailable, Detail: subject + " does not match the database: " + pgErr.Message,
