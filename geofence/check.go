@@ -24,6 +24,7 @@ func (c *Catalog) Checks() []layercheck.Spec {
 		out = append(out, layercheck.Spec{
 			Layer: "geofence " + l.subject(), Table: pgx.Identifier(strings.Split(l.Table, ".")),
 			Geometry: l.GeometryColumn, SRID: 4326, ID: l.IDColumn, Properties: l.Properties,
+			Verdict: l.verdict,
 		})
 	}
 	return append(out, layercheck.Spec{

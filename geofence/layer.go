@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/geotoll/geotoll/internal/catalog"
+	"github.com/geotoll/geotoll/internal/layercheck"
 	"github.com/geotoll/geotoll/problem"
 	queries "github.com/geotoll/geotoll/sql"
 )
@@ -34,6 +35,9 @@ type Layer struct {
 	StatementTimeout time.Duration `yaml:"statement_timeout"`
 
 	withinSQL, bboxSQL string // rendered once by NewCatalog
+	// verdict is the layer checks' last word on the layer (Catalog.Checks):
+	// a layer that does not match its table answers 503, from its pieces too.
+	verdict *layercheck.Verdict
 }
 
 // DefaultStatementTimeout is the statement_timeout of a layer that sets none,
@@ -179,6 +183,7 @@ func (l *Layer) Key() string { return l.Name }
 // validates and renders the layer's queries.
 func (l *Layer) Prepare() error {
 	l.Properties = append([]string(nil), l.Properties...)
+	l.verdict = &layercheck.Verdict{}
 	l.withDefaults()
 	if err := l.validate(); err != nil {
 		return err
@@ -188,7 +193,9 @@ func (l *Layer) Prepare() error {
 
 // Resolve returns the layer named by a ?layer= value: 400 when empty (sent
 // as ?layer=: the parameter left out is another matter), 404
-// when unknown.
+// when unknown, 503 while the last layer check found it not to match its
+// table (a table dropped, a grant revoked: the pieces contains and check
+// read outlive both).
 func (c *Catalog) Resolve(name string) (*Layer, error) {
 	if name == "" {
 		return nil, problem.Malformed("layer", "layer is empty; expected the name of a layer")
@@ -197,8 +204,16 @@ func (c *Catalog) Resolve(name string) (*Layer, error) {
 	if l == nil {
 		return nil, problem.Missing("layer", "unknown layer %q", truncate(name, 64))
 	}
+	if reason := l.verdict.Misfit(); reason != "" {
+		return nil, &problem.Error{Code: problem.Unavailable, RetryAfter: misfitRetryAfter,
+			Detail: l.subject() + " does not match the database: " + reason}
+	}
 	return l, nil
 }
+
+// misfitRetryAfter is the Retry-After of a layer that does not match its
+// table: the layer checks run again with the readiness checks.
+const misfitRetryAfter = 5
 
 // Limits bound every request parameter. A parameter beyond its limit is a
 // 422, before anything is priced or queried.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/geotoll/geotoll/internal/layercheck"
+	"github.com/geotoll/geotoll/problem"
 )
 
 // Checks are what the catalog's layers need of their tables, for the
@@ -20,6 +21,7 @@ func (c *Catalog) Checks() []layercheck.Spec {
 		s := layercheck.Spec{
 			Layer: "tile layer " + strconv.Quote(l.Name), Table: l.tableIdent(),
 			Geometry: l.GeometryColumn, SRID: l.SRID, Properties: l.Properties,
+			Verdict: &l.state.verdict,
 		}
 		if !l.WithoutID {
 			s.ID = l.IDColumn
@@ -33,6 +35,24 @@ func (c *Catalog) Checks() []layercheck.Spec {
 	}
 	return out
 }
+
+// misfit is the 503 of a tile that names a layer the last layer check
+// found not to match its table (a table dropped or renamed, a grant
+// revoked), nil when none does: such a layer answers so at every zoom,
+// from its storage too, which outlives the table's grant and the table.
+func misfit(layers []*Layer) error {
+	for _, l := range layers {
+		if reason := l.state.verdict.Misfit(); reason != "" {
+			return &problem.Error{Code: problem.Unavailable, RetryAfter: misfitRetryAfter,
+				Detail: subject([]*Layer{l}) + " does not match the database: " + reason}
+		}
+	}
+	return nil
+}
+
+// misfitRetryAfter is the Retry-After of a layer that does not match its
+// table: the layer checks run again with the readiness checks.
+const misfitRetryAfter = 5
 
 // subject names the layers of a tile in an answer about them.
 func subject(layers []*Layer) string {

@@ -197,6 +197,9 @@ var emptyTile = newEntry(Rendered{})
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	vars := mux.Vars(r)
 	req, err := h.Catalog.ParseRequest(vars[VarLayer], vars[VarZ], vars[VarX], vars[VarY])
+	if err == nil {
+		err = misfit(req.Named)
+	}
 	if err != nil {
 		problem.Write(w, r, err)
 		return

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/paulmach/orb/maptile"
+
+	"github.com/geotoll/geotoll/internal/layercheck"
 )
 
 // layerState is the part of a Layer that changes while it is served: its
@@ -30,6 +32,8 @@ type layerState struct {
 	swap   sync.Mutex
 	// maxVertices is the vertices of the largest rows (Layer.CheckHeavy).
 	maxVertices atomic.Int64
+	// verdict is the layer checks' last word on the layer (Misfit).
+	verdict layercheck.Verdict
 }
 
 // plan is what a tile of a layer runs at each zoom: its query text and the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/testenv"
+	"github.com/geotoll/geotoll/serving"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -132,8 +133,10 @@ func TestDroppedLayerTable(t *testing.T) {
 		resp, body := get(t, u, "")
 		var doc struct{ Detail string }
 		_ = json.Unmarshal(body, &doc)
+		// The database's reason, or the layer check's once it has run.
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
-			!strings.Contains(doc.Detail, `layer "vanishing" does not match the database: relation "`+s+`.pts" does not exist`) {
+			!strings.Contains(doc.Detail, `layer "vanishing" does not match the database: relation "`+s+`.pts" does not exist`) &&
+				!strings.Contains(doc.Detail, `layer "vanishing" does not match the database: table "`+s+`"."pts" does not exist`) {
 			t.Errorf("%s after the drop: %d (Retry-After %q) %s", u, resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
 	}
@@ -219,4 +222,69 @@ func TestRecheckNeverReadsASlowLayer(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// A layer whose table's grant is revoked while the server runs answers 503
+// at every zoom, its overviews too: they are geotoll's own tables, which
+// the read role may still read, and served the table's rows until the
+// next prepare retired them. Granted again, the layer serves again. The
+// answer gives the layer check's reason.
+func TestRevokedGrantStopsTheLayersStorage(t *testing.T) {
+	t.Parallel()
+	s := layerSchema(t)
+	owner := testenv.Pool(t)
+	name := "revoked_" + strings.TrimPrefix(testenv.Prefix(t), "geotoll-test-")
+	testenv.ForgetStorage(t, owner, name)
+	layer := LayerConfig{Layer: tiles.Layer{Name: name, Table: s + ".pts", GeometryColumn: "geom_3857", SRID: 3857,
+		GeometryKind: tiles.KindPoint, Properties: []string{"name"}, Overviews: tiles.Overviews{MaxZoom: 2}}}
+	cat, err := tiles.NewCatalog([]tiles.Layer{layer.Layer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range serving.Prepare(t.Context(), owner, []*tiles.Layer{cat.Layer(name)}, serving.Options{Builders: []serving.Builder{serving.Overview{}}}) {
+		if r.Layer == name && r.Status != serving.Built {
+			t.Fatalf("prepare: %+v", r)
+		}
+	}
+	m := startMain(t, func(c *Config) {
+		c.Tiles.Cache.MaxBytes = 0
+		c.HTTP.ReadyInterval = 200 * time.Millisecond
+		c.Layers = append(c.Layers, layer)
+	})
+	base := "http://" + m.Addr()
+	overview := base + "/tiles/" + name + "/0/0/0.mvt" // read from the overview
+	status := func() (int, string, string) {
+		resp, body := get(t, overview, "")
+		var doc struct{ Detail string }
+		_ = json.Unmarshal(body, &doc)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), doc.Detail
+	}
+	// until waits for the tile to answer want.
+	until := func(want int, why string) (string, string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second) // the checks run every 200 ms
+		for {
+			code, retry, detail := status()
+			if code == want {
+				return retry, detail
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the overview tile still answers %d (%s) after 10 s", why, code, detail)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	until(http.StatusOK, "before the revoke")
+	if _, err := owner.Exec(t.Context(), "REVOKE SELECT ON "+s+".pts FROM geotoll_reader"); err != nil {
+		t.Fatal(err)
+	}
+	retry, detail := until(http.StatusServiceUnavailable, "revoked")
+	if retry == "" || !strings.HasPrefix(detail, `layer "`+name+`" does not match the database: role`) ||
+		!strings.Contains(detail, "may not SELECT") {
+		t.Errorf("revoked: Retry-After %q, detail %q", retry, detail)
+	}
+	if _, err := owner.Exec(t.Context(), "GRANT SELECT ON "+s+".pts TO geotoll_reader"); err != nil {
+		t.Fatal(err)
+	}
+	until(http.StatusOK, "granted again")
 }

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,38 @@ type Spec struct {
 	// Order are the columns the layer's features are ordered by (a tile
 	// layer's order_by).
 	Order []string
+	// Verdict, when set, receives each check's word on the layer (see
+	// Verdict).
+	Verdict *Verdict
+}
+
+// Verdict is the last word of a check that reached the database on one
+// layer: why it does not match its table, or "" while it does (its zero
+// value). A check that could not ask the database leaves it as it was.
+// The layer's requests read it: storage `geotoll prepare` built from a
+// table (overviews, pieces) does not fail when the table is dropped or
+// its grant revoked, and must not go on showing the read role what the
+// table now hides.
+type Verdict struct{ reason atomic.Pointer[string] }
+
+// Misfit returns why the layer does not match its table, "" when it does
+// (or v is nil: a layer never checked).
+func (v *Verdict) Misfit() string {
+	if v == nil {
+		return ""
+	}
+	if r := v.reason.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
+
+func (v *Verdict) set(reason string) {
+	if reason == "" {
+		v.reason.Store(nil)
+		return
+	}
+	v.reason.Store(&reason)
 }
 
 // Querier is what a check needs of a connection or pool: a transaction
@@ -132,11 +165,30 @@ func (c *Checker) Check(ctx context.Context, q Querier) error {
 	c.inflight = f
 	c.mu.Unlock()
 	f.err = c.checkAll(ctx, q)
+	c.record(f.err)
 	c.mu.Lock()
 	c.inflight = nil
 	c.mu.Unlock()
 	close(f.done)
 	return f.err
+}
+
+// record gives each spec's Verdict the word of a check that reached the
+// database (err nil or Mismatches); any other error leaves them.
+func (c *Checker) record(err error) {
+	var ms Mismatches
+	if err != nil && !errors.As(err, &ms) {
+		return
+	}
+	reasons := make(map[string]string, len(ms))
+	for _, m := range ms {
+		reasons[m.Layer] = strings.Join(m.Reasons, "; ")
+	}
+	for _, s := range c.specs {
+		if s.Verdict != nil {
+			s.Verdict.set(reasons[s.Layer])
+		}
+	}
 }
 
 // checkAll checks every layer in one read-only transaction whose

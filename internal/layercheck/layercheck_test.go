@@ -301,3 +301,42 @@ func terminate(t *testing.T, owner *pgxpool.Pool, schema string) {
 		t.Errorf("terminate: %v", err)
 	}
 }
+
+// Each spec's Verdict holds the last check that reached the database: the
+// reasons of a layer that does not match, "" for one that does; a check
+// that could not ask leaves them as they were.
+func TestCheckRecordsVerdicts(t *testing.T) {
+	t.Parallel()
+	s, _ := fixture(t)
+	var good, broken layercheck.Verdict
+	specs := []layercheck.Spec{
+		{Layer: "a", Table: pgx.Identifier{s, "good"}, Geometry: "geom", SRID: 3857, ID: "id", Verdict: &good},
+		{Layer: "c", Table: pgx.Identifier{s, "good"}, Geometry: "geom", SRID: 4326, ID: "gid", Verdict: &broken},
+	}
+	if err := layercheck.New(specs...).Check(t.Context(), testenv.ReadPool(t)); !layercheck.IsMismatch(err) {
+		t.Fatalf("check: %v, want a mismatch", err)
+	}
+	if good.Misfit() != "" || !strings.Contains(broken.Misfit(), "4326") || !strings.Contains(broken.Misfit(), "; ") {
+		t.Fatalf("verdicts %q and %q: want none, then both of c's faults", good.Misfit(), broken.Misfit())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := layercheck.New(specs...).Check(ctx, testenv.ReadPool(t)); err == nil || layercheck.IsMismatch(err) {
+		t.Fatalf("a cancelled check: %v", err)
+	}
+	if broken.Misfit() == "" {
+		t.Error("a check that could not ask the database cleared a verdict")
+	}
+	specs[1].SRID = 3857
+	specs[1].ID = "id"
+	if err := layercheck.New(specs...).Check(t.Context(), testenv.ReadPool(t)); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	if broken.Misfit() != "" {
+		t.Errorf("a layer that matches again keeps %q", broken.Misfit())
+	}
+	var never *layercheck.Verdict
+	if never.Misfit() != "" {
+		t.Error("a nil Verdict (a layer never checked) misfits")
+	}
+}
