@@ -37,6 +37,7 @@ var scenarios = []scenario{
 	{"redis slow replies (default timeout)", redisSlowReplies},
 	{"redis SCRIPT FLUSH", redisScriptFlush},
 	{"redis out of memory", redisOOM},
+	{"redis out of memory, fail_mode closed", redisOOMClosed},
 	{"cancelled request, redis hung", redisHungCancelled},
 	{"redis cluster", redisCluster},
 	{"redis sentinel failover", redisSentinel},

@@ -352,6 +352,57 @@ func redisOOM(s *sc) {
 		"back after %v; Redis holds %.4f (want %g: 979 less %g spent locally)", back.Round(time.Millisecond), tok, 979-spent, spent)
 }
 
+// Redis out of memory with fail_mode closed: Redis answers PING but
+// refuses every bucket write, so the instance is not ready until memory is
+// freed — /readyz 503 at every look, not only until the next PING passed
+// (the background check's PING ended degraded mode and said ready, while
+// every priced request was refused) — and ready again once it is.
+func redisOOMClosed(s *sc) {
+	start := time.Now()
+	r := startRedis(s.t)
+	g := startGeotoll(s.t, s.env.bin, redisConfig(s, r, "closed"))
+	rdb := r.client()
+	defer rdb.Close()
+	c := newClient(4)
+	n, _, _ := spend(s, c, g, 5)
+	before, _ := tokens(rdb, clientKey, 1000) // 995, or less by a lease still out (given back once memory is freed)
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	downNow := func(status int, checks map[string]string) bool {
+		return status == 503 && strings.HasPrefix(checks["redis"], "down: refusing with 503") && strings.Contains(checks["redis"], "OOM")
+	}
+	refused, looks, down := 0, 0, 0
+	_, _, first := g.readyz(func(status int, checks map[string]string) bool {
+		if rep := get(c, g.tile("places")); rep.status == 503 {
+			refused++
+		}
+		return downNow(status, checks)
+	})
+	for end := time.Now().Add(2 * time.Second); first && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if rep := get(c, g.tile("places")); rep.status == 503 {
+			refused++
+		}
+		looks++
+		if status, checks, _ := g.readyz(func(int, map[string]string) bool { return true }); downNow(status, checks) { // one look
+			down++
+		}
+	}
+	tok, _ := tokens(rdb, clientKey, 1000)
+	s.check(`OOM, closed: /readyz 503 "down: refusing with 503 (… OOM …)" at every look for 2 s; Redis bucket untouched`,
+		n == 5 && first && looks >= 10 && down == looks && exact(tok, before, start),
+		"down at first within 5 s: %v; then down at %d of %d looks; %d requests refused; Redis holds %.4f (want %.4f, as before)", first, down, looks, refused, tok, before)
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	status, detail, ok := readyDetail(g, func(status int, detail string) bool { return status == 200 && detail == "ok" })
+	m, _, _ := spend(s, c, g, 5)
+	tok, err := tokens(rdb, clientKey, 1000)
+	s.check("memory freed: /readyz 200 and charged on Redis again", ok && m == 5 && err == nil && exact(tok, 1000-10, start),
+		"%d %q; %d/5 2xx; Redis holds %.4f (want 990)", status, clip(detail, 60), m, tok)
+}
+
 // A client that hangs up while Redis hangs is denied: its request is not
 // failed over to a local bucket (nor counted as a Redis failure), and the
 // spend it left in Redis's buffer is not charged when Redis resumes.

@@ -24,7 +24,9 @@ type ReadyNote struct{ Detail string }
 func (n *ReadyNote) Error() string { return "ok: " + n.Detail }
 
 // LimiterCheck is the readiness check of the budget store: ping is a round
-// trip to it. With fail_mode local or open a failing store leaves the
+// trip to it that fails where a spend would (geotoll serve's runs a script
+// that may write: Redis out of memory or paused for writes refuses it
+// where it answers PING). With fail_mode local or open a failing store leaves the
 // process ready (200, "degraded: using local buckets …"); with closed it is
 // not ready. It runs in the background (Readiness), never on behalf of a
 // /readyz caller.
@@ -36,10 +38,9 @@ func LimiterCheck(f *throttle.Failover, ping Check) Check {
 			// The store answers pings again. With fail_mode closed this
 			// instance is unready, so its load balancer sends it no request
 			// that could probe the store: end degraded mode here — in the
-			// background checker, at most once per ready interval. (With
-			// local or open, requests keep coming and probe the store for
-			// real — a PING passes where a spend can still fail, e.g. when
-			// Redis is out of memory.)
+			// background checker, at most once per ready interval, on a
+			// ping that fails where a spend would. (With local or open,
+			// requests keep coming and probe the store for real.)
 			f.Recovered(ctx)
 			return nil
 		}

@@ -76,7 +76,7 @@ func configDocs() []configDoc {
 		{Key: "http.cors.origins", Meaning: `origins allowed to call the API ("scheme://host[:port]" or "*"); none sends no CORS headers`},
 		{Key: "http.cors.credentials", Meaning: `allow cookies and HTTP auth across origins; "*" with credentials refuses to start`},
 		{Key: "http.cors.max_age", Meaning: "how long a browser may reuse a preflight (Access-Control-Max-Age); 0s means the default, 10m, not 0"},
-		{Key: "http.ready_interval", Meaning: "the readiness checks (a database ping, a Redis ping) run in the background, each round this long after the last one ended; /readyz serves their latest results (503 when older than two intervals and a timeout). 100ms..1m"},
+		{Key: "http.ready_interval", Meaning: "the readiness checks (a database ping, a Redis probe that fails where a budget write would) run in the background, each round this long after the last one ended; /readyz serves their latest results (503 when older than two intervals and a timeout). 100ms..1m"},
 		{Key: "http.ready_timeout", Meaning: "bound of one round of readiness checks (100ms..1m)"},
 		{Key: "tracing.endpoint", Default: "none: off", Meaning: "OpenTelemetry OTLP/HTTP collector: an http or https URL with a host, such as http://127.0.0.1:4318 (without a path, spans go to its /v1/traces); tracing is also on when OTEL_EXPORTER_OTLP_ENDPOINT is set"},
 		{Key: "tracing.service_name", Meaning: "the service.name of the spans (left at geotoll, OTEL_SERVICE_NAME or a service.name in OTEL_RESOURCE_ATTRIBUTES names them when set; OTEL_RESOURCE_ATTRIBUTES adds its other attributes)"},

@@ -171,15 +171,24 @@ func (m *Main) openRedis(t *toll.Toll, local *throttle.MemoryStore) (server.Chec
 		return nil, fmt.Errorf("redis: %w", err)
 	}
 	t.Store = m.failover
-	return server.LimiterCheck(m.failover, func(ctx context.Context) error { return pingRedis(ctx, rdb) }), nil
+	return server.LimiterCheck(m.failover, func(ctx context.Context) error { return probeRedis(ctx, rdb) }), nil
 }
 
-// pingRedis pings one server, or every master of a cluster.
-func pingRedis(ctx context.Context, rdb redis.UniversalClient) error {
+// writeProbe is a script that may write and writes nothing: Redis runs it
+// only where it would run the budget script — not out of memory
+// (maxmemory, noeviction: "OOM command not allowed"), not on a replica
+// (READONLY), and not while writes are paused (CLIENT PAUSE WRITE: it waits)
+// — where a PING passes. Its shebang (Redis 7) declares it so; a script
+// without one is let run out of memory until it writes.
+const writeProbe = "#!lua\nreturn 1"
+
+// probeRedis asks one server, or every master of a cluster, whether it
+// would take a budget write now (writeProbe), keys untouched.
+func probeRedis(ctx context.Context, rdb redis.UniversalClient) error {
 	if c, ok := rdb.(*redis.ClusterClient); ok {
-		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Eval(ctx, writeProbe, nil).Err() })
 	}
-	return rdb.Ping(ctx).Err()
+	return rdb.Eval(ctx, writeProbe, nil).Err()
 }
 
 // redisLog writes go-redis's log lines as warnings of l.
