@@ -84,9 +84,10 @@ var ErrStoreDown = errors.New("throttle: the budget store is failing (fail_mode 
 // primary admits the caller again, what it spent from its fallback bucket
 // beyond what that bucket refilled to is settled in the primary's with
 // that request (see reconcile): the primary, which saw none of it, would
-// otherwise hand the caller a second bucket after each outage. (A request
-// admitted locally and still running then is charged there at its price:
-// its own settlement, later, goes with the local bucket and is dropped.)
+// otherwise hand the caller a second bucket after each outage. A request
+// admitted locally and still running then settles, when it ends, with the
+// caller's next admission by the primary (localFinisher): its local bucket
+// is gone.
 type Failover struct {
 	Primary Store
 	Local   *MemoryStore // FailLocal's buckets; may be nil for the other modes
@@ -127,6 +128,7 @@ type Failover struct {
 	free      atomic.Uint64
 	freePeeks atomic.Uint64
 	carried   atomic.Uint64 // micro-tokens (see reconcile)
+	late      lateSettlements
 }
 
 // DefaultPeekReuse is Failover.PeekReuse when left 0.
@@ -209,7 +211,69 @@ func (f *Failover) admitLocal(ctx context.Context, req Request) (Admission, erro
 		local.Aggregate = &Bucket{Key: a.Key, Limit: f.localLimit(a.Limit, req.Cost)}
 		f.seedLocal(*a, *local.Aggregate, now)
 	}
-	return f.Local.Admit(ctx, local)
+	a, err := f.Local.Admit(ctx, local)
+	if a.Ticket != nil {
+		a.Ticket.owner = localFinisher{f}
+	}
+	return a, err
+}
+
+// localFinisher settles a request the fail mode admitted locally: in its
+// local bucket while that holds it open; else — the bucket ended when
+// the primary answered for the caller again (reconcile), or it expired —
+// as a debt (or refund) of the caller's that the primary's next
+// admission of it carries, where it was dropped: a request that ran long
+// across a recovery cost only its price at the door, though its
+// X-Request-Cost said what it ran. An aggregate's share of it is not
+// carried (the next admission's settlement debits its aggregate too).
+type localFinisher struct{ f *Failover }
+
+func (l localFinisher) finish(t *Ticket, delta float64) {
+	if !l.f.Local.finishOpen(t, delta) && !t.shadow {
+		l.f.late.owe(t.key, delta)
+	}
+}
+
+// lateSettlements are the settlements localFinisher could not make
+// locally, by bucket key (micro-tokens), until the primary's next
+// admission of each caller carries them (reconcile). At most
+// maxLateSettlements callers are kept; beyond them a settlement is dropped,
+// as all were before.
+type lateSettlements struct {
+	n  atomic.Int64 // len(by), read without mu on every admission
+	mu sync.Mutex
+	by map[string]float64
+}
+
+const maxLateSettlements = 1 << 16
+
+func (l *lateSettlements) owe(key string, delta float64) {
+	if delta == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by = make(map[string]float64)
+	}
+	if _, ok := l.by[key]; !ok && len(l.by) >= maxLateSettlements {
+		return
+	}
+	l.by[key] += delta
+	l.n.Store(int64(len(l.by)))
+}
+
+// take returns and forgets what key owes.
+func (l *lateSettlements) take(key string) float64 {
+	if l.n.Load() == 0 {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.by[key]
+	delete(l.by, key)
+	l.n.Store(int64(len(l.by)))
+	return d
 }
 
 // seedLocal starts the local bucket local of the shared bucket b, unless
@@ -551,10 +615,18 @@ func (f *Failover) reconcile(b Bucket, t *Ticket) {
 		return
 	}
 	carry := t != nil && !t.shadow && t.owner != nil
-	if owed := f.Local.settleOwed(b.Key, f.localLimit(b.Limit, 0), carry); owed > 0 && carry {
-		t.carry = toMicro(owed)
-		f.carried.Add(uint64(t.carry))
+	owed := f.Local.settleOwed(b.Key, f.localLimit(b.Limit, 0), carry)
+	if !carry {
+		return
 	}
+	late := f.late.take(b.Key)
+	if owed > 0 {
+		f.carried.Add(uint64(toMicro(owed)))
+	}
+	if late > 0 {
+		f.carried.Add(uint64(late))
+	}
+	t.carry = toMicro(owed) + late
 }
 
 // breaker is the Failover's view of its primary: after a failure, calls go

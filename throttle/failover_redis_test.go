@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -455,6 +456,49 @@ func TestFailoverLocalSpendingIsChargedToRedisAfterwards(t *testing.T) {
 				flushWithin(t, s)
 				if got := mustPeek(t, s, b).Remaining; got < 35.9 || got > 36.1 {
 					t.Errorf("Redis holds %.3f after the outage, want 36: 99, less 3 admitted since and the 60 spent locally", got)
+				}
+			})
+		})
+	}
+}
+
+// A request admitted locally while Redis failed, and still running when
+// Redis admits its caller again, settles with the caller's next admission
+// by Redis: its local bucket ended with that first admission, and its
+// settlement was dropped — a request that ran long across a recovery cost
+// only its price at the door, though its X-Request-Cost said what it ran.
+// A refund travels the same way.
+func TestFailoverLocalRequestRunningAtRecoverySettlesInRedis(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		cost, want float64 // what the local request cost; Redis afterwards
+	}{
+		{"debit", 30, 100 - 1 - 30 - 2}, // its price (10) carried with the first admission, 20 more with the second
+		{"refund", 4, 100 - 1 - 4 - 2},  // 6 of its 10 given back with the second
+		{"at its price", 10, 100 - 1 - 10 - 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+				s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
+				fl := &flakyStore{Store: s}
+				f := localFailover(fl, 1)
+				b := Bucket{Key: fx.key("late"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
+				mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 99
+				flushWithin(t, s)
+				fl.set(true)
+				running := mustAdmit(t, f, Request{Bucket: b, Cost: 10}) // locally; still running at the recovery
+				if !running.Allowed || !f.Health().Degraded {
+					t.Fatalf("locally: allowed %v, degraded %v", running.Allowed, f.Health().Degraded)
+				}
+				fl.set(false)
+				f.Recovered(context.Background())
+				mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // carries the 10 spent locally
+				running.Ticket.Settle(tc.cost)                                // its local bucket is gone
+				mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // carries its settlement
+				flushWithin(t, s)
+				if got := mustPeek(t, s, b).Remaining; math.Abs(got-tc.want) > 0.1 {
+					t.Errorf("Redis holds %.3f, want %g: 99, less the local request's %g and the 2 admitted since", got, tc.want, tc.cost)
 				}
 			})
 		})

@@ -105,8 +105,12 @@ func (s *MemoryStore) Admit(ctx context.Context, req Request) (Admission, error)
 }
 
 // finish implements finisher.
-func (s *MemoryStore) finish(t *Ticket, delta float64) {
-	s.apply(t.key, t.agg, t.shape(), op{kind: opFinish, id: t.id, amount: delta})
+func (s *MemoryStore) finish(t *Ticket, delta float64) { s.finishOpen(t, delta) }
+
+// finishOpen finishes t and reports whether its bucket still held it open
+// (else nothing was settled: the bucket was dropped, or t expired).
+func (s *MemoryStore) finishOpen(t *Ticket, delta float64) bool {
+	return s.apply(t.key, t.agg, t.shape(), op{kind: opFinish, id: t.id, amount: delta}).status == stAdmitted
 }
 
 // Peek implements Store.
