@@ -177,7 +177,9 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 				a.Ticket.known = &f.known // its settlement counts in what is known
 			}
 			if !a.inProcess { // a lease's answer says nothing of Redis now
-				f.reconcile(req.Bucket, a.Ticket)
+				// What it spent locally goes with this request's
+				// settlement: its answer says so already.
+				a.Result.Remaining = owing(a.Result.Remaining, f.reconcile(req.Bucket, a.Ticket), req.Debt)
 				if req.Aggregate != nil {
 					f.forgetLocal(req.Aggregate.Key)
 				}
@@ -261,6 +263,16 @@ func (l *lateSettlements) owe(key string, delta float64) {
 	}
 	l.by[key] += delta
 	l.n.Store(int64(len(l.by)))
+}
+
+// peek returns what key owes, keeping it.
+func (l *lateSettlements) peek(key string) float64 {
+	if l.n.Load() == 0 {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.by[key]
 }
 
 // take returns and forgets what key owes.
@@ -414,7 +426,7 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool, debt fl
 			if note {
 				f.known.notePeek(b, res, sent, time.Now(), f.remember(), read)
 			}
-			f.reconcile(b, nil)
+			res.Remaining = owing(res.Remaining, f.reconcile(b, nil), debt)
 		}
 		return res, err
 	}
@@ -610,14 +622,18 @@ func (f *Failover) forgetLocal(keys ...string) {
 // bucket that owes is kept for the next answer; one that owes nothing is
 // dropped. A caller the primary never admits again keeps its local bucket
 // until the bucket is full again, when it owes nothing and expires.
-func (f *Failover) reconcile(b Bucket, t *Ticket) {
+//
+// It returns what the caller owes the primary, in tokens, beyond what the
+// primary's answer says: carried by t, or still owed (without t), so that
+// the answer's remaining tokens can say what the caller has.
+func (f *Failover) reconcile(b Bucket, t *Ticket) (owes float64) {
 	if f.Mode != FailLocal || f.Local == nil {
-		return
+		return 0
 	}
 	carry := t != nil && !t.shadow && t.owner != nil
 	owed := f.Local.settleOwed(b.Key, f.localLimit(b.Limit, 0), carry)
 	if !carry {
-		return
+		return owed + fromMicro(f.late.peek(b.Key))
 	}
 	late := f.late.take(b.Key)
 	if owed > 0 {
@@ -627,6 +643,20 @@ func (f *Failover) reconcile(b Bucket, t *Ticket) {
 		f.carried.Add(uint64(late))
 	}
 	t.carry = toMicro(owed) + late
+	return fromMicro(t.carry)
+}
+
+// owing lowers the tokens a primary's answer reports of a caller by what
+// it owes (reconcile), down to the debt floor debt (none when negative).
+func owing(remaining, owes, debt float64) float64 {
+	if owes == 0 {
+		return remaining
+	}
+	remaining -= owes
+	if debt >= 0 {
+		remaining = max(remaining, -debt)
+	}
+	return remaining
 }
 
 // breaker is the Failover's view of its primary: after a failure, calls go

@@ -504,3 +504,40 @@ func TestFailoverLocalRequestRunningAtRecoverySettlesInRedis(t *testing.T) {
 		})
 	}
 }
+
+// After an outage, what a caller spent locally shows in what the budget
+// says of it at once — a read before its first admission by Redis, and
+// that admission's remaining tokens, whose settlement charges it — not
+// only after that settlement reached Redis: the first answer said 98 of a
+// bucket the caller had spent down to 38.
+func TestFailoverAnswerAfterAnOutageCountsLocalSpending(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
+		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
+		fl := &flakyStore{Store: s}
+		f := localFailover(fl, 1)
+		f.PeekReuse = -1 // every read asks Redis
+		b := Bucket{Key: fx.key("owing"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 99
+		flushWithin(t, s)
+		fl.set(true)
+		for range 6 { // locally: 99 - 60
+			mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release()
+		}
+		fl.set(false)
+		f.Recovered(context.Background())
+		res, err := f.Peek(context.Background(), b)
+		if err != nil || math.Abs(res.Remaining-39) > 0.1 {
+			t.Errorf("read after the outage: %.3f (%v), want 39: 99 less the 60 spent locally", res.Remaining, err)
+		}
+		a := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
+		if math.Abs(a.Result.Remaining-38) > 0.1 {
+			t.Errorf("first admission after the outage says %.3f left, want 38: 99 less 1, less the 60 its settlement charges", a.Result.Remaining)
+		}
+		a.Ticket.Release()
+		flushWithin(t, s)
+		if got := mustPeek(t, s, b).Remaining; math.Abs(got-38) > 0.1 {
+			t.Errorf("Redis holds %.3f, want 38", got)
+		}
+	})
+}
