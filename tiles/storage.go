@@ -386,7 +386,12 @@ func layerTables(ctx context.Context, q Querier, layers []*Layer) ([]int64, erro
 // from its geometry column; the rest is reported in other.
 func (l *Layer) builtFrom(table int64, storage []Storage) (own []Storage, other []error) {
 	for _, s := range storage {
-		if table == 0 || s.sourceOID != table || s.SourceGeometryColumn != l.GeometryColumn {
+		if table == 0 {
+			other = append(other, fmt.Errorf("layer %q: storage %s was built from %s, and the layer's table %s does not exist now (dropped or renamed); it is not read",
+				l.Name, s.Relation, s.SourceTable, l.tableIdent().Sanitize()))
+			continue
+		}
+		if s.sourceOID != table || s.SourceGeometryColumn != l.GeometryColumn {
 			other = append(other, fmt.Errorf("layer %q: storage %s was built from %s (column %q), not from the layer's %s (column %q); run geotoll prepare",
 				l.Name, s.Relation, s.SourceTable, s.SourceGeometryColumn, l.tableIdent().Sanitize(), l.GeometryColumn))
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -163,5 +164,37 @@ func TestWarningLogIncompleteCheckClearsNothing(t *testing.T) {
 	}
 	if !slices.Equal(warned, []string{"a", "b", "c"}) || !slices.Equal(cleared, []string{"a"}) {
 		t.Errorf("warned %q, cleared %q; want a, b, c warned once each and a cleared", warned, cleared)
+	}
+}
+
+// A layer whose table is gone (renamed, dropped) while storage built from
+// it is registered is warned of as such: the warning named the table as it
+// was built from and as the layer names it — the same name twice.
+func TestStorageWarningOfAMissingTableSaysSo(t *testing.T) {
+	t.Parallel()
+	prepareDemo(t)
+	logs := &capture{}
+	m := &Main{Background: testenv.ReadPool(t), Logger: slog.New(logs)}
+	var places tiles.Layer
+	for _, lc := range DefaultConfig().Layers {
+		if lc.Name == "places" {
+			places = lc.Layer
+		}
+	}
+	places.Table = "geotoll.places_renamed_away"
+	cat, err := tiles.NewCatalog([]tiles.Layer{places})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.refreshStorage(t.Context(), cat, nil)
+	recs := logs.take("tile layer storage")
+	found := false
+	for _, r := range recs {
+		if strings.Contains(r.err, `the layer's table "geotoll"."places_renamed_away" does not exist now`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("warnings %+v: want one saying the layer's table does not exist", recs)
 	}
 }
