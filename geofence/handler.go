@@ -2,6 +2,7 @@ package geofence
 
 import (
 	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -379,10 +380,15 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, status int, 
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p := problem.From(err)
 	level := slog.LevelWarn
-	switch p.Code {
-	case problem.Internal:
+	switch {
+	case errors.Is(r.Context().Err(), context.Canceled):
+		// The client hung up: not a server fault, and nobody reads this
+		// response (recorded as 499, server.ClientClosed).
+		p = &problem.Error{Code: problem.Unavailable, Detail: "request cancelled", Err: err}
+		level = slog.LevelInfo
+	case p.Code == problem.Internal:
 		level = slog.LevelError
-	case problem.NotFound, problem.OutOfRange:
+	case p.Code == problem.NotFound, p.Code == problem.OutOfRange:
 		level = slog.LevelInfo
 	}
 	var stopping *pgcall.Stopping

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -57,7 +58,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		gatherer: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_http_requests_total",
-			Help: "HTTP requests by route (its path below the base path, as in /openapi.json), method and status (\"aborted\": cut short by a panic after its head was sent).",
+			Help: "HTTP requests by route (its path below the base path, as in /openapi.json), method and status (\"aborted\": cut short by a panic after its head was sent; 499: its connection closed before the handler was done, the client gone).",
 		}, []string{"route", "method", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "geotoll_http_request_duration_seconds",
@@ -194,15 +195,33 @@ func (m *Metrics) wrap(next http.Handler) http.Handler {
 			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		}()
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), routeKey{}, &route)))
-		code := rec.status
-		if code == 0 {
-			code = http.StatusOK
-		}
+		code := answered(rec, r)
 		if code == http.StatusNoContent && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			route = "preflight"
 		}
 		status = strconv.Itoa(code)
 	})
+}
+
+// ClientClosed is the status recorded (metrics, access log) for a request
+// whose connection closed before its handler was done — nginx's 499: the
+// client hung up (a map panned away), or the shutdown grace ran out. What
+// the handler wrote then (a 503 "request cancelled") reached nobody, and
+// is no fault of the server's: counted as a 5xx, a map's cancelled tiles
+// fired the error-rate alert.
+const ClientClosed = 499
+
+// answered is the status of a finished request as recorded: the one its
+// handler wrote (200 when none), or ClientClosed when its client went away
+// before the handler was done.
+func answered(rec *recorder, r *http.Request) int {
+	if errors.Is(r.Context().Err(), context.Canceled) {
+		return ClientClosed
+	}
+	if rec.status == 0 {
+		return http.StatusOK
+	}
+	return rec.status
 }
 
 // methodLabel is the method label of a request: one of the standard

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -256,5 +257,43 @@ func TestMetricsCountAnAbortedRequest(t *testing.T) {
 	}()
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "aborted")); got != 1 {
 		t.Errorf("aborted requests counted: %v, want 1", got)
+	}
+}
+
+// A request whose client hangs up before its handler is done is recorded
+// as 499 (ClientClosed), in the metrics and the access log, whatever the
+// handler then wrote — the 503 "request cancelled" no one reads — so that
+// a map's cancelled tiles do not count as the server's errors (the
+// error-rate alert reads 5xx). A request answered before its client left
+// keeps its status.
+func TestMetricsClientGoneIs499(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	h := m.wrap(withAccessLog(slog.New(slog.NewJSONHandler(&logs, nil)), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/wait" {
+			<-r.Context().Done() // the client hangs up
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})))
+	for _, path := range []string{"/wait", "/now"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := httptest.NewRequest(http.MethodGet, path, nil).WithContext(ctx)
+		if path == "/wait" {
+			cancel()
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		cancel()
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "499")); got != 1 {
+		t.Errorf("requests whose client hung up counted as 499: %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "503")); got != 1 {
+		t.Errorf("503s answered: %v, want 1 (the one whose client stayed)", got)
+	}
+	if !strings.Contains(logs.String(), `"path":"/wait","query":"","status":499`) || !strings.Contains(logs.String(), `"path":"/now","query":"","status":503`) {
+		t.Errorf("access log: %s", logs.String())
 	}
 }

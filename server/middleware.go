@@ -103,10 +103,7 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 					aborted = true
 				}
 			}
-			status := rec.status
-			if status == 0 {
-				status = http.StatusOK
-			}
+			status := answered(rec, r)
 			defer func() {
 				if aborted {
 					panic(http.ErrAbortHandler)
