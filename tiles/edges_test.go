@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/encoding/mvt"
 	"github.com/paulmach/orb/encoding/wkt"
 	"github.com/paulmach/orb/maptile"
@@ -517,5 +518,39 @@ func TestStoreTileNoLevelShrinksSaysReduced(t *testing.T) {
 	r, _ := renderTile(t, tiles.NewStore(testenv.ReadPool(t)), resolve(t, cat, "segs"), tile)
 	if len(r.MVT) <= 1024 || len(r.Reduced) != 1 || r.Reduced[0].Level != 8 {
 		t.Errorf("%d bytes, reductions %v: want the tile over its budget of 1024 served at its last level, 8, and named reduced", len(r.MVT), r.Reduced)
+	}
+}
+
+// A tile whose envelope lies outside the projection of a layer's relation
+// (a British National Grid layer, EPSG:27700, asked for a tile of the
+// Atlantic whose corner lies on the equator 88° west of the grid's
+// meridian: PostGIS cannot transform it) holds nothing of that
+// layer — it was a 500, then a 503 saying the layer does not match the
+// database. Near Britain the layer draws its rows; in a composite, the
+// other layer is drawn alone.
+func TestStoreTileOutsideALayersProjectionIsEmptyOfIt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, `CREATE TABLE {s}.bng (id bigint PRIMARY KEY, geom geometry(Point, 27700))`)
+	f.exec(t, `INSERT INTO {s}.bng VALUES (1, ST_SetSRID(ST_MakePoint(530000, 180000), 27700))`) // London
+	f.exec(t, `CREATE TABLE {s}.merc (id bigint PRIMARY KEY, geom geometry(Point, 3857))`)
+	f.exec(t, `INSERT INTO {s}.merc VALUES (7, ST_Transform(ST_SetSRID(ST_MakePoint(-70, 20), 4326), 3857))`)
+	f.exec(t, `GRANT SELECT ON {s}.bng, {s}.merc TO geotoll_reader`)
+	cat := newCatalog(t,
+		tiles.Layer{Name: "bng", Table: f.table("bng"), GeometryColumn: "geom", SRID: 27700,
+			GeometryKind: tiles.KindPoint, Overviews: tiles.Overviews{Off: true}},
+		tiles.Layer{Name: "merc", Table: f.table("merc"), GeometryColumn: "geom", SRID: 3857,
+			GeometryKind: tiles.KindPoint, Overviews: tiles.Overviews{Off: true}})
+	store := tiles.NewStore(testenv.ReadPool(t))
+	atlantic := maptile.New(2, 3, 3) // 90°W–45°W, 0°–41°N
+	if r, err := store.Render(t.Context(), resolve(t, cat, "bng"), atlantic); err != nil || len(r.MVT) != 0 {
+		t.Errorf("bng west of its domain: %d bytes, %v; want an empty tile", len(r.MVT), err)
+	}
+	if _, decoded := renderTile(t, store, resolve(t, cat, "bng,merc"), atlantic); len(decoded) != 1 || decoded[0].Name != "merc" ||
+		!slices.Equal(featureIDs(decoded), []string{"7"}) {
+		t.Errorf("bng,merc west of bng's domain: %v, want merc's feature 7 alone", featureIDs(decoded))
+	}
+	if _, decoded := renderTile(t, store, resolve(t, cat, "bng"), maptile.At(orb.Point{-0.12, 51.5}, 10)); !slices.Equal(featureIDs(decoded), []string{"1"}) {
+		t.Errorf("bng over London: %v, want feature 1", featureIDs(decoded))
 	}
 }

@@ -233,7 +233,8 @@ var worldClampedEnvelope = "ST_MakeEnvelope(greatest(ST_XMin(env.geom) - env.buf
 // the transform would fit the curve closer, but more of its points may
 // lie outside the projection's domain (a transverse Mercator some 80° from
 // its meridian), and the transform then fails the tile; a tile whose
-// corners lie there fails as before. Rows in the margin are read and
+// corners lie there holds nothing of the layer (Store.Render drops it from
+// the tile). Rows in the margin are read and
 // clipped away. It is a scalar subquery over env, so that it runs once
 // per query (an InitPlan), not once per row a sequential scan filters.
 func transformedEnvelope(srid int) string {

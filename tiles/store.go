@@ -3,9 +3,12 @@ package tiles
 import (
 	"bytes"
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 
@@ -88,6 +91,19 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 		stmts[i] = pgcall.Statement{SQL: sql, Args: args, Timeout: l.StatementTimeout, Scan: pgcall.One(&parts[i], &levels[i])}
 	}
 	timing, err := s.db().Read(ctx, stmts...)
+	if err != nil && transformFailed(err) {
+		// A layer whose filter box, the tile's envelope transformed into
+		// its relation's SRID, lies outside that projection's domain has
+		// nothing in the tile: the tile is drawn without it. A transform
+		// that failed on a row is the layer's misfit (below).
+		if out, perr := s.outsideProjection(ctx, layers, t); perr == nil && len(out) > 0 {
+			rest := slices.DeleteFunc(slices.Clone(layers), func(l *Layer) bool { return slices.Contains(out, l) })
+			if len(rest) == 0 {
+				return Rendered{}, nil
+			}
+			return s.Render(ctx, rest, t)
+		}
+	}
 	if err != nil {
 		if missing := pgcall.MissingRelation(err); missing != "" {
 			for _, l := range layers {
@@ -115,4 +131,39 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 		}
 	}
 	return tile, nil
+}
+
+// transformFailed reports whether err is PostGIS's refusal to transform a
+// point outside a projection's domain.
+func transformFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "XX000" && strings.HasPrefix(pgErr.Message, "transform:")
+}
+
+// outsideProjection returns the layers whose relation at t's zoom is in
+// another SRID than 3857 and whose filter box for t — the tile's envelope,
+// widened by its buffer, transformed into that SRID, as the tile's query
+// computes it — PostGIS cannot transform: the tile lies outside the
+// projection's domain (a national grid's layer, far from its country).
+func (s *Store) outsideProjection(ctx context.Context, layers []*Layer, t maptile.Tile) ([]*Layer, error) {
+	env := Envelope(t)
+	var out []*Layer
+	for _, l := range layers {
+		src := l.plan().zoom(t.Z).source
+		if src.SRID == 3857 {
+			continue
+		}
+		probe := `WITH env AS (SELECT ST_MakeEnvelope($1::float8, $2::float8, $3::float8, $4::float8, 3857) AS geom, $5::float8 AS buffer_m) SELECT ` +
+			transformedEnvelope(src.SRID) + ` IS NOT NULL`
+		_, err := s.db().Read(ctx, pgcall.Statement{SQL: probe, Timeout: l.StatementTimeout,
+			Args: []any{env.Min[0], env.Min[1], env.Max[0], env.Max[1], l.bufferMetres(src, t)}})
+		switch {
+		case err == nil:
+		case transformFailed(err):
+			out = append(out, l)
+		default:
+			return nil, err
+		}
+	}
+	return out, nil
 }
