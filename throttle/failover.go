@@ -179,7 +179,10 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 			if !a.inProcess { // a lease's answer says nothing of Redis now
 				// What it spent locally goes with this request's
 				// settlement: its answer says so already.
-				a.Result.Remaining = owing(a.Result.Remaining, f.reconcile(req.Bucket, a.Ticket), req.Debt)
+				owes := f.reconcile(req.Bucket, a.Ticket)
+				if a.Refusal != RefusedAggregate { // else the result is the aggregate's
+					a.Result.Remaining = owing(a.Result.Remaining, owes, req.Debt, req.Limit.Capacity)
+				}
 				if req.Aggregate != nil {
 					f.forgetLocal(req.Aggregate.Key)
 				}
@@ -350,6 +353,7 @@ func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, er
 	}
 	if res, ok := f.known.peek(b, time.Now(), reuse, debt); ok {
 		f.freePeeks.Add(1)
+		res.Remaining = owing(res.Remaining, f.reconcile(b, nil), debt, b.Limit.Capacity)
 		return res, nil
 	}
 	// The shared call is not cut short by the first asker hanging up; the
@@ -367,6 +371,7 @@ func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, er
 		}()
 		// A call that ended since this peek missed may have answered it.
 		if res, ok := f.known.peek(b, time.Now(), reuse, debt); ok {
+			res.Remaining = owing(res.Remaining, f.reconcile(b, nil), debt, b.Limit.Capacity)
 			return res, nil
 		}
 		called = true
@@ -426,7 +431,7 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool, debt fl
 			if note {
 				f.known.notePeek(b, res, sent, time.Now(), f.remember(), read)
 			}
-			res.Remaining = owing(res.Remaining, f.reconcile(b, nil), debt)
+			res.Remaining = owing(res.Remaining, f.reconcile(b, nil), debt, b.Limit.Capacity)
 		}
 		return res, err
 	}
@@ -647,12 +652,14 @@ func (f *Failover) reconcile(b Bucket, t *Ticket) (owes float64) {
 }
 
 // owing lowers the tokens a primary's answer reports of a caller by what
-// it owes (reconcile), down to the debt floor debt (none when negative).
-func owing(remaining, owes, debt float64) float64 {
+// it owes (reconcile), down to the debt floor debt (none when negative) —
+// or, for what it is owed (a refund of a request admitted locally), raises
+// them up to capacity, as its settlement will.
+func owing(remaining, owes, debt, capacity float64) float64 {
 	if owes == 0 {
 		return remaining
 	}
-	remaining -= owes
+	remaining = min(remaining-owes, max(remaining, capacity))
 	if debt >= 0 {
 		remaining = max(remaining, -debt)
 	}

@@ -883,3 +883,49 @@ func TestFailoverLocalSpendingIsChargedToThePrimaryAfterwards(t *testing.T) {
 		})
 	}
 }
+
+// What a caller's answers after an outage report of what it spent locally
+// stays within its bucket: a refund still owed (a request admitted
+// locally that settled for less after its bucket ended) does not lift
+// them above the capacity, as its settlement cannot (they said 149 of
+// 100); and a refusal by the IPv6 aggregate reports the aggregate, not it
+// less the caller's own debt (-16 for the aggregate's 4).
+func TestFailoverOwingStaysWithinTheBucket(t *testing.T) {
+	t.Run("refund owed", func(t *testing.T) {
+		f, p := newFailover(FailLocal, 1)
+		b := Bucket{Key: "k", Limit: Limit{Rate: 1000, Capacity: 100}} // full again within 0.1 s
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
+		p.set(true)
+		running := mustAdmit(t, f, Request{Bucket: b, Cost: 50}) // locally
+		p.set(false)
+		f.Recovered(context.Background())
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // carries the 50
+		running.Ticket.Settle(0)                                       // a refund of 50, owed
+		time.Sleep(150 * time.Millisecond)                             // the primary full
+		res := mustPeek(t, f, b)
+		a := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
+		if res.Remaining > b.Limit.Capacity || a.Result.Remaining > b.Limit.Capacity {
+			t.Errorf("read %.3f, admission %.3f: above the capacity %g", res.Remaining, a.Result.Remaining, b.Limit.Capacity)
+		}
+		a.Ticket.Release()
+	})
+	t.Run("aggregate refusal", func(t *testing.T) {
+		f, p := newFailover(FailLocal, 1)
+		own := Bucket{Key: "own", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+		other := Bucket{Key: "other", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+		agg := &Bucket{Key: "agg", Limit: Limit{Rate: 1e-3, Capacity: 30}}
+		mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 1, Debt: 50}).Ticket.Release() // own 99, agg 29
+		p.set(true)
+		mustAdmit(t, f, Request{Bucket: own, Cost: 20, Debt: 50}).Ticket.Release() // locally: owes 20
+		p.set(false)
+		f.Recovered(context.Background())
+		mustAdmit(t, p.Store, Request{Bucket: other, Aggregate: agg, Cost: 25}).Ticket.Release() // agg: 4
+		a := mustAdmit(t, f, Request{Bucket: own, Aggregate: agg, Cost: 10, Debt: 50})
+		if a.Allowed || a.Refusal != RefusedAggregate {
+			t.Fatalf("%+v, want refused by the aggregate", a)
+		}
+		if math.Abs(a.Result.Remaining-4) > 0.01 {
+			t.Errorf("the aggregate's refusal reports %.3f, want its 4", a.Result.Remaining)
+		}
+	})
+}
