@@ -900,8 +900,8 @@ func TestFailoverOwingStaysWithinTheBucket(t *testing.T) {
 		p.set(false)
 		f.Recovered(context.Background())
 		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // carries the 50
-		running.Ticket.Settle(0)                                       // a refund of 50, owed
-		time.Sleep(150 * time.Millisecond)                             // the primary full
+		running.Ticket.Settle(0)                                      // a refund of 50, owed
+		time.Sleep(150 * time.Millisecond)                            // the primary full
 		res := mustPeek(t, f, b)
 		a := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
 		if res.Remaining > b.Limit.Capacity || a.Result.Remaining > b.Limit.Capacity {
