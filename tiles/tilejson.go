@@ -388,6 +388,9 @@ func metaOf(l *Layer, now time.Time) layerMeta {
 func (h *Handler) TileJSON() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		layers, err := h.Catalog.Resolve(mux.Vars(r)[VarLayer])
+		if err == nil {
+			err = misfit(layers) // its bounds and fields are its table's too
+		}
 		if err != nil {
 			problem.Write(w, r, err)
 			return

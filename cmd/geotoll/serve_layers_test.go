@@ -283,6 +283,11 @@ func TestRevokedGrantStopsTheLayersStorage(t *testing.T) {
 		!strings.Contains(detail, "may not SELECT") {
 		t.Errorf("revoked: Retry-After %q, detail %q", retry, detail)
 	}
+	// Its TileJSON too: its bounds and fields are the table's (read from
+	// its statistics, which a revoke leaves readable).
+	if resp, body := get(t, base+"/tiles/"+name+".json", ""); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("TileJSON of the revoked layer: %d %s", resp.StatusCode, short(body))
+	}
 	if _, err := owner.Exec(t.Context(), "GRANT SELECT ON "+s+".pts TO geotoll_reader"); err != nil {
 		t.Fatal(err)
 	}
