@@ -185,7 +185,7 @@ func (m *Metrics) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		route := "unmatched"
-		rec := &recorder{ResponseWriter: w}
+		rec := &recorder{ResponseWriter: w, ctx: r.Context()}
 		// A handler cut short by a panic after its head was sent (the
 		// access log re-panics with http.ErrAbortHandler) is counted with
 		// status "aborted", and the panic goes on.
@@ -204,21 +204,23 @@ func (m *Metrics) wrap(next http.Handler) http.Handler {
 }
 
 // ClientClosed is the status recorded (metrics, access log) for a request
-// whose connection closed before its handler was done — nginx's 499: the
-// client hung up (a map panned away), or the shutdown grace ran out. What
-// the handler wrote then (a 503 "request cancelled") reached nobody, and
-// is no fault of the server's: counted as a 5xx, a map's cancelled tiles
-// fired the error-rate alert.
+// whose connection closed before its answer's head was written — nginx's
+// 499: the client hung up (a map panned away), or the shutdown grace ran
+// out. What the handler wrote then (a 503 "request cancelled") reached
+// nobody, and is no fault of the server's: counted as a 5xx, a map's
+// cancelled tiles fired the error-rate alert. An answer written before
+// its client left keeps its status, even while its handler goes on (a
+// 503 that waits for its statement to stop: pgcall.Respond).
 const ClientClosed = 499
 
 // answered is the status of a finished request as recorded: the one its
 // handler wrote (200 when none), or ClientClosed when its client went away
-// before the handler was done.
+// before the head was written.
 func answered(rec *recorder, r *http.Request) int {
-	if errors.Is(r.Context().Err(), context.Canceled) {
+	switch {
+	case rec.gone, rec.status == 0 && errors.Is(r.Context().Err(), context.Canceled):
 		return ClientClosed
-	}
-	if rec.status == 0 {
+	case rec.status == 0:
 		return http.StatusOK
 	}
 	return rec.status

@@ -260,40 +260,51 @@ func TestMetricsCountAnAbortedRequest(t *testing.T) {
 	}
 }
 
-// A request whose client hangs up before its handler is done is recorded
-// as 499 (ClientClosed), in the metrics and the access log, whatever the
-// handler then wrote — the 503 "request cancelled" no one reads — so that
-// a map's cancelled tiles do not count as the server's errors (the
-// error-rate alert reads 5xx). A request answered before its client left
-// keeps its status.
+// A request whose client hangs up before its answer's head is written is
+// recorded as 499 (ClientClosed), in the metrics and the access log,
+// whatever the handler then wrote — the 503 "request cancelled" no one
+// reads — so that a map's cancelled tiles do not count as the server's
+// errors (the error-rate alert reads 5xx). A request answered before its
+// client left keeps its status, though its handler goes on after.
 func TestMetricsClientGoneIs499(t *testing.T) {
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
+	var hangUp context.CancelFunc
 	h := m.wrap(withAccessLog(slog.New(slog.NewJSONHandler(&logs, nil)), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/wait" {
-			<-r.Context().Done() // the client hangs up
+		switch r.URL.Path {
+		case "/wait":
+			hangUp()
+			<-r.Context().Done() // the client hangs up, then the answer is written
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/late":
+			// Answered whole, then the handler goes on (a 503 waiting for
+			// its statement to stop, pgcall.Respond) while the client,
+			// which read it, closes the connection.
+			w.WriteHeader(http.StatusServiceUnavailable)
+			hangUp()
+			<-r.Context().Done()
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		w.WriteHeader(http.StatusServiceUnavailable)
 	})))
-	for _, path := range []string{"/wait", "/now"} {
+	for _, path := range []string{"/wait", "/now", "/late"} {
 		ctx, cancel := context.WithCancel(context.Background())
-		r := httptest.NewRequest(http.MethodGet, path, nil).WithContext(ctx)
-		if path == "/wait" {
-			cancel()
-		}
-		h.ServeHTTP(httptest.NewRecorder(), r)
+		hangUp = cancel
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil).WithContext(ctx))
 		cancel()
 	}
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "499")); got != 1 {
 		t.Errorf("requests whose client hung up counted as 499: %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "503")); got != 1 {
-		t.Errorf("503s answered: %v, want 1 (the one whose client stayed)", got)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "503")); got != 2 {
+		t.Errorf("503s answered: %v, want 2 (those written before their client left)", got)
 	}
-	if !strings.Contains(logs.String(), `"path":"/wait","query":"","status":499`) || !strings.Contains(logs.String(), `"path":"/now","query":"","status":503`) {
-		t.Errorf("access log: %s", logs.String())
+	for _, want := range []string{`"path":"/wait","query":"","status":499`, `"path":"/now","query":"","status":503`, `"path":"/late","query":"","status":503`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("access log without %s: %s", want, logs.String())
+		}
 	}
 }

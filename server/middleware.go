@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
@@ -24,18 +25,27 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// ctx is the request's; gone records that its client had hung up
+	// when the head was written (see answered).
+	ctx  context.Context
+	gone bool
 }
 
 func (rec *recorder) WriteHeader(code int) {
 	if rec.status == 0 {
-		rec.status = code
+		rec.head(code)
 	}
 	rec.ResponseWriter.WriteHeader(code)
 }
 
+func (rec *recorder) head(code int) {
+	rec.status = code
+	rec.gone = rec.ctx != nil && errors.Is(rec.ctx.Err(), context.Canceled)
+}
+
 func (rec *recorder) Write(b []byte) (int, error) {
 	if rec.status == 0 {
-		rec.status = http.StatusOK
+		rec.head(http.StatusOK)
 	}
 	n, err := rec.ResponseWriter.Write(b)
 	rec.bytes += int64(n)
@@ -82,7 +92,7 @@ func newID() string {
 func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
+		rec := &recorder{ResponseWriter: w, ctx: r.Context()}
 		var charged toll.CallerNote
 		r = r.WithContext(toll.WithCallerNote(r.Context(), &charged))
 		defer func() {
