@@ -180,6 +180,9 @@ func (f *Failover) Admit(ctx context.Context, req Request) (Admission, error) {
 				// What it spent locally goes with this request's
 				// settlement: its answer says so already.
 				owes := f.reconcile(req.Bucket, a.Ticket)
+				if !a.Allowed {
+					owes = max(owes, 0) // a refund owed travels only with an admission
+				}
 				if a.Refusal != RefusedAggregate { // else the result is the aggregate's
 					a.Result.Remaining = owing(a.Result.Remaining, owes, req.Debt, req.Limit.Capacity)
 				}
@@ -241,41 +244,61 @@ func (l localFinisher) finish(t *Ticket, delta float64) {
 
 // lateSettlements are the settlements localFinisher could not make
 // locally, by bucket key (micro-tokens), until the primary's next
-// admission of each caller carries them (reconcile). At most
-// maxLateSettlements callers are kept; beyond them a settlement is dropped,
-// as all were before.
+// admission of each caller carries them (reconcile); and what the tickets
+// the primary admitted carry of those and of local spending, until each
+// settles (so that an answer meanwhile counts it: the primary has not
+// seen it yet). At most maxLateSettlements callers are kept of each;
+// beyond them a settlement is dropped, as all were before, and a carry
+// not counted in answers.
 type lateSettlements struct {
-	n  atomic.Int64 // len(by), read without mu on every admission
-	mu sync.Mutex
-	by map[string]float64
+	n        atomic.Int64 // len(by) + len(carrying), read without mu on every admission
+	mu       sync.Mutex
+	by       map[string]float64
+	carrying map[string]float64
 }
 
 const maxLateSettlements = 1 << 16
 
 func (l *lateSettlements) owe(key string, delta float64) {
-	if delta == 0 {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.by == nil {
-		l.by = make(map[string]float64)
-	}
-	if _, ok := l.by[key]; !ok && len(l.by) >= maxLateSettlements {
-		return
-	}
-	l.by[key] += delta
-	l.n.Store(int64(len(l.by)))
+	l.add(&l.by, key, delta)
 }
 
-// peek returns what key owes, keeping it.
-func (l *lateSettlements) peek(key string) float64 {
-	if l.n.Load() == 0 {
-		return 0
+// carry adds d to what key's admitted tickets carry (a settled one's
+// carry, negated, takes it away).
+func (l *lateSettlements) carry(key string, d float64) {
+	l.add(&l.carrying, key, d)
+}
+
+func (l *lateSettlements) add(m *map[string]float64, key string, d float64) {
+	if d == 0 {
+		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.by[key]
+	if *m == nil {
+		*m = make(map[string]float64)
+	}
+	v, ok := (*m)[key]
+	if !ok && len(*m) >= maxLateSettlements {
+		return
+	}
+	if v += d; math.Abs(v) < 0.5 { // micro-tokens: nothing left
+		delete(*m, key)
+	} else {
+		(*m)[key] = v
+	}
+	l.n.Store(int64(len(l.by) + len(l.carrying)))
+}
+
+// peek returns what key owes and what its admitted tickets carry, keeping
+// both.
+func (l *lateSettlements) peek(key string) (owed, carrying float64) {
+	if l.n.Load() == 0 {
+		return 0, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.by[key], l.carrying[key]
 }
 
 // take returns and forgets what key owes.
@@ -287,7 +310,7 @@ func (l *lateSettlements) take(key string) float64 {
 	defer l.mu.Unlock()
 	d := l.by[key]
 	delete(l.by, key)
-	l.n.Store(int64(len(l.by)))
+	l.n.Store(int64(len(l.by) + len(l.carrying)))
 	return d
 }
 
@@ -353,7 +376,7 @@ func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, er
 	}
 	if res, ok := f.known.peek(b, time.Now(), reuse, debt); ok {
 		f.freePeeks.Add(1)
-		res.Remaining = owing(res.Remaining, f.reconcile(b, nil), debt, b.Limit.Capacity)
+		res.Remaining = owing(res.Remaining, max(f.reconcile(b, nil), 0), debt, b.Limit.Capacity)
 		return res, nil
 	}
 	// The shared call is not cut short by the first asker hanging up; the
@@ -371,7 +394,7 @@ func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, er
 		}()
 		// A call that ended since this peek missed may have answered it.
 		if res, ok := f.known.peek(b, time.Now(), reuse, debt); ok {
-			res.Remaining = owing(res.Remaining, f.reconcile(b, nil), debt, b.Limit.Capacity)
+			res.Remaining = owing(res.Remaining, max(f.reconcile(b, nil), 0), debt, b.Limit.Capacity)
 			return res, nil
 		}
 		called = true
@@ -431,7 +454,7 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool, debt fl
 			if note {
 				f.known.notePeek(b, res, sent, time.Now(), f.remember(), read)
 			}
-			res.Remaining = owing(res.Remaining, f.reconcile(b, nil), debt, b.Limit.Capacity)
+			res.Remaining = owing(res.Remaining, max(f.reconcile(b, nil), 0), debt, b.Limit.Capacity)
 		}
 		return res, err
 	}
@@ -637,10 +660,11 @@ func (f *Failover) reconcile(b Bucket, t *Ticket) (owes float64) {
 	}
 	carry := t != nil && !t.shadow && t.owner != nil
 	owed := f.Local.settleOwed(b.Key, f.localLimit(b.Limit, 0), carry)
+	late, carrying := f.late.peek(b.Key) // what earlier admissions carry, not yet settled: the primary has not seen it
 	if !carry {
-		return owed + fromMicro(f.late.peek(b.Key))
+		return owed + fromMicro(late+carrying)
 	}
-	late := f.late.take(b.Key)
+	late = f.late.take(b.Key)
 	if owed > 0 {
 		f.carried.Add(uint64(toMicro(owed)))
 	}
@@ -648,13 +672,19 @@ func (f *Failover) reconcile(b Bucket, t *Ticket) (owes float64) {
 		f.carried.Add(uint64(late))
 	}
 	t.carry = toMicro(owed) + late
-	return fromMicro(t.carry)
+	if t.carry != 0 {
+		f.late.carry(b.Key, t.carry)
+		t.carrier = &f.late
+	}
+	return fromMicro(t.carry + carrying)
 }
 
 // owing lowers the tokens a primary's answer reports of a caller by what
 // it owes (reconcile), down to the debt floor debt (none when negative) —
 // or, for what it is owed (a refund of a request admitted locally), raises
-// them up to capacity, as its settlement will.
+// them up to capacity, as its settlement will: an admission's answer only,
+// whose ticket carries it (a read or a refusal counts debts alone, as a
+// refund owed reaches the bucket only with the caller's next admission).
 func owing(remaining, owes, debt, capacity float64) float64 {
 	if owes == 0 {
 		return remaining

@@ -929,3 +929,54 @@ func TestFailoverOwingStaysWithinTheBucket(t *testing.T) {
 		}
 	})
 }
+
+// While the first admission after an outage runs, carrying what its caller
+// spent locally to the primary, a read says what that admission said (the
+// primary, which has not seen the carry yet, said 98 where the caller had
+// 38); and a refusal does not count a refund the caller is owed, which
+// reaches its bucket only with an admission (it reported 98 tokens to a
+// request of 60 it refused).
+func TestFailoverAnswersCountWhatIsCarried(t *testing.T) {
+	for _, reuse := range []time.Duration{0, -1} {
+		f, p := newFailover(FailLocal, 1)
+		f.PeekReuse = reuse
+		b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // 99
+		p.set(true)
+		for range 6 {
+			mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release() // locally: 39
+		}
+		p.set(false)
+		f.Recovered(context.Background())
+		a := mustAdmit(t, f, Request{Bucket: b, Cost: 1}) // carries the 60
+		during := mustPeek(t, f, b).Remaining
+		second := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
+		second.Ticket.Release()
+		a.Ticket.Release()
+		after := mustPeek(t, f, b).Remaining
+		if math.Abs(a.Result.Remaining-38) > 0.01 || math.Abs(during-38) > 0.01 || math.Abs(second.Result.Remaining-37) > 0.01 || math.Abs(after-37) > 0.01 {
+			t.Errorf("PeekReuse %v: the carrying admission said %.3f, a read during it %.3f, an admission beside it %.3f, a read after %.3f; want 38, 38, 37, 37",
+				reuse, a.Result.Remaining, during, second.Result.Remaining, after)
+		}
+	}
+	f, p := newFailover(FailLocal, 1)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // 99
+	p.set(true)
+	running := mustAdmit(t, f, Request{Bucket: b, Cost: 50}) // locally
+	p.set(false)
+	f.Recovered(context.Background())
+	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // carries the 50: 48
+	running.Ticket.Settle(0)                                       // a refund of 50 owed
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 60}); a.Allowed || a.Result.Remaining > 48.01 {
+		t.Errorf("a request of 60: allowed %v, %.3f left; want refused with the 48 the bucket holds", a.Allowed, a.Result.Remaining)
+	}
+	if res := mustPeek(t, f, b); res.Remaining > 48.01 {
+		t.Errorf("a read says %.3f, want the 48 the bucket holds until an admission carries the refund", res.Remaining)
+	}
+	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 1}); !a.Allowed || math.Abs(a.Result.Remaining-97) > 0.01 {
+		t.Errorf("the admission that carries the refund: allowed %v, %.3f left; want 97", a.Allowed, a.Result.Remaining)
+	} else {
+		a.Ticket.Release()
+	}
+}

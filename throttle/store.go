@@ -123,6 +123,9 @@ type Ticket struct {
 	// the primary failed, beyond what that bucket refilled to (micro-tokens):
 	// the settlement debits it too.
 	carry float64
+	// carrier, when carry is not 0, counts it until the ticket settles
+	// (lateSettlements.carrying).
+	carrier *lateSettlements
 	// known, when a Failover's primary admitted the request, is that
 	// Failover's memory of the caller's bucket: the settlement changes it
 	// too, so that a refund ends a free refusal it makes payable.
@@ -161,6 +164,9 @@ func (t *Ticket) Settle(cost float64) {
 	}
 	if t.known != nil && delta != 0 {
 		t.known.settled(t, delta, time.Now())
+	}
+	if t.carrier != nil {
+		t.carrier.carry(t.key, -t.carry)
 	}
 	t.owner.finish(t, delta)
 }
