@@ -967,7 +967,7 @@ func TestFailoverAnswersCountWhatIsCarried(t *testing.T) {
 	p.set(false)
 	f.Recovered(context.Background())
 	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // carries the 50: 48
-	running.Ticket.Settle(0)                                       // a refund of 50 owed
+	running.Ticket.Settle(0)                                      // a refund of 50 owed
 	if a := mustAdmit(t, f, Request{Bucket: b, Cost: 60}); a.Allowed || a.Result.Remaining > 48.01 {
 		t.Errorf("a request of 60: allowed %v, %.3f left; want refused with the 48 the bucket holds", a.Allowed, a.Result.Remaining)
 	}
