@@ -182,9 +182,7 @@ func TestFailoverOneCallersFullQueueIsNoStoreFailure(t *testing.T) {
 func TestFailoverLocalStartsFromTheLastKnownBudgetAfterARecovery(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
-		fl := &flakyStore{Store: s}
-		f := localFailover(fl, 1)
+		s, fl, f := flakyLocalFailover(fx, -1, 1)
 		b := Bucket{Key: fx.key("reseed"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 9
 		fl.set(true)                                                  // first outage
@@ -392,9 +390,7 @@ func queueBehindItsCaller(t *testing.T, fx *redisFixture, key string, ask func(*
 func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
-		fl := &flakyStore{Store: s}
-		f := localFailover(fl, 4)
+		s, fl, f := flakyLocalFailover(fx, -1, 4)
 		agg := &Bucket{Key: fx.key("slash48"), Limit: Limit{Rate: 1e-3, Capacity: 10}}
 		own := Bucket{Key: agg.Key + ":a", Limit: Limit{Rate: 1e-3, Capacity: 100}}
 		t.Cleanup(func() { fx.rdb.Del(context.Background(), own.Key, OpenKey(own.Key), VoidKey(own.Key)) })
@@ -416,6 +412,15 @@ func TestFailoverLocalAggregateStartsFromWhatRedisReported(t *testing.T) {
 // localFailover is a fail_mode local Failover over primary for replicas
 // replicas, whose calls never time out in a test and whose probes wait an
 // hour: the test says when the primary fails.
+// flakyLocalFailover is a fail_mode local Failover of replicas over a
+// RedisStore of fx (with leases: RedisOptions.LeaseRequests) that fails
+// while its flakyStore is set down.
+func flakyLocalFailover(fx *redisFixture, leases, replicas int) (*RedisStore, *flakyStore, *Failover) {
+	s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: leases})
+	fl := &flakyStore{Store: s}
+	return s, fl, localFailover(fl, replicas)
+}
+
 func localFailover(primary Store, replicas int) *Failover {
 	return &Failover{Primary: primary, Local: NewMemoryStore(MemoryOptions{}), Mode: FailLocal, Replicas: replicas,
 		Timeout: 10 * time.Second, ProbeInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}
@@ -430,9 +435,7 @@ func TestFailoverLocalSpendingIsChargedToRedisAfterwards(t *testing.T) {
 	for _, leases := range []int{-1, DefaultLeaseRequests} {
 		t.Run(fmt.Sprintf("leases %d", leases), func(t *testing.T) {
 			forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-				s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: leases})
-				fl := &flakyStore{Store: s}
-				f := localFailover(fl, 1)
+				s, fl, f := flakyLocalFailover(fx, leases, 1)
 				b := Bucket{Key: fx.key("reconcile"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
 				mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 99
 				flushWithin(t, s)
@@ -480,9 +483,7 @@ func TestFailoverLocalRequestRunningAtRecoverySettlesInRedis(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-				s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
-				fl := &flakyStore{Store: s}
-				f := localFailover(fl, 1)
+				s, fl, f := flakyLocalFailover(fx, -1, 1)
 				b := Bucket{Key: fx.key("late"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
 				mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 99
 				flushWithin(t, s)
@@ -513,9 +514,7 @@ func TestFailoverLocalRequestRunningAtRecoverySettlesInRedis(t *testing.T) {
 func TestFailoverAnswerAfterAnOutageCountsLocalSpending(t *testing.T) {
 	t.Parallel()
 	forEachRedis(t, func(t *testing.T, fx *redisFixture) {
-		s := NewRedisStore(fx.rdb, RedisOptions{Timeout: testCallTimeout, LeaseRequests: -1})
-		fl := &flakyStore{Store: s}
-		f := localFailover(fl, 1)
+		s, fl, f := flakyLocalFailover(fx, -1, 1)
 		f.PeekReuse = -1 // every read asks Redis
 		b := Bucket{Key: fx.key("owing"), Limit: Limit{Rate: 1e-3, Capacity: 100}}
 		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // Redis: 99

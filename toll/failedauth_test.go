@@ -58,50 +58,45 @@ func (c *countedRecheck) Recheck(context.Context, string) (apikeys.Key, bool) {
 // A client whose failed-auth bucket refuses it (429) is refused again
 // without a recheck: each new guessed key asked the server to reload every
 // key from the database, 429 or not. Until its bucket is dry, a guess
-// is rechecked as before (a key created a moment ago is found so).
+// is rechecked as before (a key created a moment ago is found so). The
+// fence admin routes keep the same promise (AllowAdmin rechecked every
+// guess, each 429 waiting for a reload of the key table).
 func TestRefusedGuesserAsksNoReload(t *testing.T) {
-	primary := throttle.NewMemoryStore(throttle.MemoryOptions{})
-	toll := testToll(&throttle.Failover{Primary: primary, Mode: throttle.FailClosed, Logger: slog.New(slog.DiscardHandler)})
-	keys := &countedRecheck{}
-	toll.Keys = keys
-	var codes []int
-	for i := range 10 { // the failed-auth bucket holds 3
-		w, _ := admit(t, toll, "gt_guess"+strconv.Itoa(i), tileDemand(2, "places"))
-		codes = append(codes, w.Code)
-	}
-	if codes[2] != http.StatusUnauthorized || codes[3] != http.StatusTooManyRequests || codes[9] != http.StatusTooManyRequests {
-		t.Fatalf("answers %v, want 3 × 401 then 429", codes)
-	}
-	if keys.rechecks != 4 {
-		t.Errorf("%d rechecks for 10 guesses, want 4: the three 401s and the guess whose 429 the store decided", keys.rechecks)
-	}
-}
-
-// The fence admin routes keep the same promise: once a guesser's
-// failed-auth bucket refuses it, AllowAdmin asks for no reload of the keys
-// either (it rechecked every guess, 429 or not, each waiting for a reload
-// of the key table).
-func TestRefusedGuesserAsksNoReloadOnAdmin(t *testing.T) {
-	primary := throttle.NewMemoryStore(throttle.MemoryOptions{})
-	toll := testToll(&throttle.Failover{Primary: primary, Mode: throttle.FailClosed, Logger: slog.New(slog.DiscardHandler)})
-	keys := &countedRecheck{}
-	toll.Keys = keys
-	var codes []int
-	for i := range 10 { // the failed-auth bucket holds 3
-		r := httptest.NewRequest(http.MethodGet, "/geofence/fences", nil)
-		r.RemoteAddr = "192.0.2.47:1000"
-		r.Header.Set("X-API-Key", "gt_guess"+strconv.Itoa(i))
-		w := httptest.NewRecorder()
-		if toll.AllowAdmin(r) {
-			t.Fatalf("guess %d allowed", i)
-		}
-		toll.RefuseAdmin(w, r)
-		codes = append(codes, w.Code)
-	}
-	if codes[2] != http.StatusUnauthorized || codes[3] != http.StatusTooManyRequests || codes[9] != http.StatusTooManyRequests {
-		t.Fatalf("answers %v, want 3 × 401 then 429", codes)
-	}
-	if keys.rechecks != 4 {
-		t.Errorf("%d rechecks for 10 guesses, want 4: the three 401s and the guess whose 429 the store decided", keys.rechecks)
+	for _, tc := range []struct {
+		name  string
+		guess func(t *testing.T, toll *Toll, key string) int
+	}{
+		{"priced route", func(t *testing.T, toll *Toll, key string) int {
+			w, _ := admit(t, toll, key, tileDemand(2, "places"))
+			return w.Code
+		}},
+		{"fence admin", func(t *testing.T, toll *Toll, key string) int {
+			r := httptest.NewRequest(http.MethodGet, "/geofence/fences", nil)
+			r.RemoteAddr = "192.0.2.47:1000"
+			r.Header.Set("X-API-Key", key)
+			w := httptest.NewRecorder()
+			if toll.AllowAdmin(r) {
+				t.Fatalf("guess %s allowed", key)
+			}
+			toll.RefuseAdmin(w, r)
+			return w.Code
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			primary := throttle.NewMemoryStore(throttle.MemoryOptions{})
+			toll := testToll(&throttle.Failover{Primary: primary, Mode: throttle.FailClosed, Logger: slog.New(slog.DiscardHandler)})
+			keys := &countedRecheck{}
+			toll.Keys = keys
+			var codes []int
+			for i := range 10 { // the failed-auth bucket holds 3
+				codes = append(codes, tc.guess(t, toll, "gt_guess"+strconv.Itoa(i)))
+			}
+			if codes[2] != http.StatusUnauthorized || codes[3] != http.StatusTooManyRequests || codes[9] != http.StatusTooManyRequests {
+				t.Fatalf("answers %v, want 3 × 401 then 429", codes)
+			}
+			if keys.rechecks != 4 {
+				t.Errorf("%d rechecks for 10 guesses, want 4: the three 401s and the guess whose 429 the store decided", keys.rechecks)
+			}
+		})
 	}
 }
