@@ -264,14 +264,14 @@ func (l *lateSettlements) owe(key string, delta float64) {
 }
 
 // carry adds d to what key's admitted tickets carry (a settled one's
-// carry, negated, takes it away).
-func (l *lateSettlements) carry(key string, d float64) {
-	l.add(&l.carrying, key, d)
+// carry, negated, takes it away), and reports whether it was counted.
+func (l *lateSettlements) carry(key string, d float64) bool {
+	return l.add(&l.carrying, key, d)
 }
 
-func (l *lateSettlements) add(m *map[string]float64, key string, d float64) {
+func (l *lateSettlements) add(m *map[string]float64, key string, d float64) bool {
 	if d == 0 {
-		return
+		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -280,7 +280,7 @@ func (l *lateSettlements) add(m *map[string]float64, key string, d float64) {
 	}
 	v, ok := (*m)[key]
 	if !ok && len(*m) >= maxLateSettlements {
-		return
+		return false
 	}
 	if v += d; math.Abs(v) < 0.5 { // micro-tokens: nothing left
 		delete(*m, key)
@@ -288,6 +288,7 @@ func (l *lateSettlements) add(m *map[string]float64, key string, d float64) {
 		(*m)[key] = v
 	}
 	l.n.Store(int64(len(l.by) + len(l.carrying)))
+	return true
 }
 
 // peek returns what key owes and what its admitted tickets carry, keeping
@@ -672,8 +673,7 @@ func (f *Failover) reconcile(b Bucket, t *Ticket) (owes float64) {
 		f.carried.Add(uint64(late))
 	}
 	t.carry = toMicro(owed) + late
-	if t.carry != 0 {
-		f.late.carry(b.Key, t.carry)
+	if f.late.carry(b.Key, t.carry) { // counted in answers until it settles
 		t.carrier = &f.late
 	}
 	return fromMicro(t.carry + carrying)
