@@ -112,9 +112,18 @@ func (c *Client) DryRun(ctx context.Context, layer string, t maptile.Tile) (floa
 		Cost       *float64 `json:"cost"`
 		WouldAllow *bool    `json:"would_allow"`
 		RetryAfter int      `json:"retry_after"`
+		Detail     string   `json:"detail"` // a refusal's problem document
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&body); err != nil || resp.StatusCode != http.StatusOK || body.Cost == nil {
-		return 0, fmt.Errorf("dry run %s: status %d, %v", TilePath(layer, t), resp.StatusCode, err)
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&body)
+	switch {
+	case resp.StatusCode != http.StatusOK && body.Detail != "":
+		return 0, fmt.Errorf("dry run %s: status %d: %s", TilePath(layer, t), resp.StatusCode, body.Detail)
+	case resp.StatusCode != http.StatusOK:
+		return 0, fmt.Errorf("dry run %s: status %d", TilePath(layer, t), resp.StatusCode)
+	case err != nil:
+		return 0, fmt.Errorf("dry run %s: %w", TilePath(layer, t), err)
+	case body.Cost == nil:
+		return 0, fmt.Errorf("dry run %s: no cost in the answer", TilePath(layer, t))
 	}
 	if body.WouldAllow != nil && !*body.WouldAllow {
 		return *body.Cost, fmt.Errorf("dry run %s: the key's budget would refuse it (would_allow false, retry after %d s): use a key of a tier that never refuses",

@@ -97,3 +97,22 @@ func TestBaseURLTakesNoQuery(t *testing.T) {
 		}
 	}
 }
+
+// A dry run the server refuses says why, from its problem document: it
+// said "status 401, <nil>".
+func TestDryRunRefusedSaysWhy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"status":401,"detail":"unknown or revoked API key"}`))
+	}))
+	defer srv.Close()
+	c := &Client{BaseURL: srv.URL}
+	if err := c.check(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.DryRun(t.Context(), "l", maptile.New(0, 0, 0))
+	if err == nil || !strings.HasSuffix(err.Error(), "status 401: unknown or revoked API key") {
+		t.Errorf("a refused dry run: %v, want the status and the problem's detail", err)
+	}
+}
