@@ -324,11 +324,22 @@ func (l *lateSettlements) take(key string) float64 {
 // start — and kept until it would hold b's whole capacity, so that a
 // request its share gives a larger capacity (see localLimit) finds it
 // as it left it.
+//
+// What admissions still running carry to the primary from the last
+// outage (lateSettlements.carrying), which the primary has not seen, is
+// taken off first: a second outage while the first admission after the
+// last one runs would otherwise start from a bucket that never paid it.
 func (f *Failover) seedLocal(b, local Bucket, now time.Time) {
+	_, carrying := f.late.peek(b.Key)
+	owed := fromMicro(max(carrying, 0))
 	n := f.Replicas
 	if n <= 1 {
-		if tokens, ok := f.known.tokens(b.Key, now); ok {
-			f.Local.seed(b.Key, local, tokens, 0, 0)
+		tokens, ok := f.known.tokens(b.Key, now)
+		if !ok && owed > 0 {
+			tokens, ok = b.Limit.Capacity, true // a missing bucket is a full one
+		}
+		if ok {
+			f.Local.seed(b.Key, local, tokens-owed, 0, 0)
 		}
 		return
 	}
@@ -338,7 +349,7 @@ func (f *Failover) seedLocal(b, local Bucket, now time.Time) {
 	} else if h := f.lim.health(); h.Degraded && h.Since.Before(now) {
 		at = h.Since
 	}
-	f.Local.seed(b.Key, local, tokens/float64(n), now.Sub(at), b.Limit.Capacity)
+	f.Local.seed(b.Key, local, (tokens-owed)/float64(n), now.Sub(at), b.Limit.Capacity)
 }
 
 // Peek implements Store, with the same fallback as Admit. What the

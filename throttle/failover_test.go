@@ -980,3 +980,31 @@ func TestFailoverAnswersCountWhatIsCarried(t *testing.T) {
 		a.Ticket.Release()
 	}
 }
+
+// A second outage while the first admission after the last one still runs
+// starts the caller's local bucket from what that admission said (38),
+// less than the primary's bucket, which has not seen its carry yet (98):
+// it admitted a request of 50 from a bucket the caller had spent down to
+// 38.
+func TestFailoverSecondOutageSeedsLessWhatIsCarried(t *testing.T) {
+	f, p := newFailover(FailLocal, 1)
+	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 100}}
+	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // 99
+	p.set(true)
+	for range 6 {
+		mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release() // locally: 39
+	}
+	p.set(false)
+	f.Recovered(context.Background())
+	a := mustAdmit(t, f, Request{Bucket: b, Cost: 1}) // 38, carrying the 60, still running
+	p.set(true)
+	if l := mustAdmit(t, f, Request{Bucket: b, Cost: 50}); l.Allowed {
+		t.Errorf("the second outage admitted 50 tokens (%.3f left) from a bucket of 38", l.Result.Remaining)
+	}
+	if l := mustAdmit(t, f, Request{Bucket: b, Cost: 30}); !l.Allowed || math.Abs(l.Result.Remaining-8) > 0.01 {
+		t.Errorf("the second outage: a request of 30 allowed %v, %.3f left; want admitted, 8 left", l.Allowed, l.Result.Remaining)
+	} else {
+		l.Ticket.Release()
+	}
+	a.Ticket.Release()
+}
