@@ -941,13 +941,7 @@ func TestFailoverAnswersCountWhatIsCarried(t *testing.T) {
 		f, p := newFailover(FailLocal, 1)
 		f.PeekReuse = reuse
 		b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 100}}
-		mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // 99
-		p.set(true)
-		for range 6 {
-			mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release() // locally: 39
-		}
-		p.set(false)
-		f.Recovered(context.Background())
+		spendInAnOutage(t, f, p, b)
 		a := mustAdmit(t, f, Request{Bucket: b, Cost: 1}) // carries the 60
 		during := mustPeek(t, f, b).Remaining
 		second := mustAdmit(t, f, Request{Bucket: b, Cost: 1})
@@ -989,13 +983,7 @@ func TestFailoverAnswersCountWhatIsCarried(t *testing.T) {
 func TestFailoverSecondOutageSeedsLessWhatIsCarried(t *testing.T) {
 	f, p := newFailover(FailLocal, 1)
 	b := Bucket{Key: "k", Limit: Limit{Rate: 1e-3, Capacity: 100}}
-	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release() // 99
-	p.set(true)
-	for range 6 {
-		mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release() // locally: 39
-	}
-	p.set(false)
-	f.Recovered(context.Background())
+	spendInAnOutage(t, f, p, b)
 	a := mustAdmit(t, f, Request{Bucket: b, Cost: 1}) // 38, carrying the 60, still running
 	p.set(true)
 	if l := mustAdmit(t, f, Request{Bucket: b, Cost: 50}); l.Allowed {
@@ -1007,4 +995,18 @@ func TestFailoverSecondOutageSeedsLessWhatIsCarried(t *testing.T) {
 		l.Ticket.Release()
 	}
 	a.Ticket.Release()
+}
+
+// spendInAnOutage has b's caller spend 1 token on the primary (99 left),
+// then 60 locally while it fails (39), and ends the outage: the primary
+// still says 99.
+func spendInAnOutage(t *testing.T, f *Failover, p *flakyStore, b Bucket) {
+	t.Helper()
+	mustAdmit(t, f, Request{Bucket: b, Cost: 1}).Ticket.Release()
+	p.set(true)
+	for range 6 {
+		mustAdmit(t, f, Request{Bucket: b, Cost: 10}).Ticket.Release()
+	}
+	p.set(false)
+	f.Recovered(context.Background())
 }
