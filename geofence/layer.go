@@ -204,16 +204,11 @@ func (c *Catalog) Resolve(name string) (*Layer, error) {
 	if l == nil {
 		return nil, problem.Missing("layer", "unknown layer %q", truncate(name, 64))
 	}
-	if reason := l.verdict.Misfit(); reason != "" {
-		return nil, &problem.Error{Code: problem.Unavailable, RetryAfter: misfitRetryAfter,
-			Detail: l.subject() + " does not match the database: " + reason}
+	if err := l.verdict.Err(l.subject()); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
-
-// misfitRetryAfter is the Retry-After of a layer that does not match its
-// table: the layer checks run again with the readiness checks.
-const misfitRetryAfter = 5
 
 // Limits bound every request parameter. A parameter beyond its limit is a
 // 422, before anything is priced or queried.

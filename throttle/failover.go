@@ -388,8 +388,7 @@ func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, er
 	}
 	if res, ok := f.known.peek(b, time.Now(), reuse, debt); ok {
 		f.freePeeks.Add(1)
-		res.Remaining = owing(res.Remaining, max(f.reconcile(b, nil), 0), debt, b.Limit.Capacity)
-		return res, nil
+		return f.owingRead(res, b, debt), nil
 	}
 	// The shared call is not cut short by the first asker hanging up; the
 	// failover's Timeout bounds it. Only the first asker's function runs,
@@ -406,8 +405,7 @@ func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, er
 		}()
 		// A call that ended since this peek missed may have answered it.
 		if res, ok := f.known.peek(b, time.Now(), reuse, debt); ok {
-			res.Remaining = owing(res.Remaining, max(f.reconcile(b, nil), 0), debt, b.Limit.Capacity)
-			return res, nil
+			return f.owingRead(res, b, debt), nil
 		}
 		called = true
 		return f.peekPrimary(context.WithoutCancel(ctx), b, true, debt)
@@ -466,7 +464,7 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool, debt fl
 			if note {
 				f.known.notePeek(b, res, sent, time.Now(), f.remember(), read)
 			}
-			res.Remaining = owing(res.Remaining, max(f.reconcile(b, nil), 0), debt, b.Limit.Capacity)
+			res = f.owingRead(res, b, debt)
 		}
 		return res, err
 	}
@@ -688,6 +686,14 @@ func (f *Failover) reconcile(b Bucket, t *Ticket) (owes float64) {
 		t.carrier = &f.late
 	}
 	return fromMicro(t.carry + carrying)
+}
+
+// owingRead is res, a read of b under the debt floor debt (< 0: none),
+// less what its caller owes the primary beyond it (reconcile): debts
+// alone, as a refund owed reaches the bucket only with an admission.
+func (f *Failover) owingRead(res Result, b Bucket, debt float64) Result {
+	res.Remaining = owing(res.Remaining, max(f.reconcile(b, nil), 0), debt, b.Limit.Capacity)
+	return res
 }
 
 // owing lowers the tokens a primary's answer reports of a caller by what

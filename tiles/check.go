@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/geotoll/geotoll/internal/layercheck"
-	"github.com/geotoll/geotoll/problem"
 )
 
 // Checks are what the catalog's layers need of their tables, for the
@@ -42,17 +41,12 @@ func (c *Catalog) Checks() []layercheck.Spec {
 // from its storage too, which outlives the table's grant and the table.
 func misfit(layers []*Layer) error {
 	for _, l := range layers {
-		if reason := l.state.verdict.Misfit(); reason != "" {
-			return &problem.Error{Code: problem.Unavailable, RetryAfter: misfitRetryAfter,
-				Detail: subject([]*Layer{l}) + " does not match the database: " + reason}
+		if err := l.state.verdict.Err(subject([]*Layer{l})); err != nil {
+			return err
 		}
 	}
 	return nil
 }
-
-// misfitRetryAfter is the Retry-After of a layer that does not match its
-// table: the layer checks run again with the readiness checks.
-const misfitRetryAfter = 5
 
 // subject names the layers of a tile in an answer about them.
 func subject(layers []*Layer) string {

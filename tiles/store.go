@@ -3,12 +3,10 @@ package tiles
 import (
 	"bytes"
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb/maptile"
 
@@ -91,7 +89,7 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 		stmts[i] = pgcall.Statement{SQL: sql, Args: args, Timeout: l.StatementTimeout, Scan: pgcall.One(&parts[i], &levels[i])}
 	}
 	timing, err := s.db().Read(ctx, stmts...)
-	if err != nil && transformFailed(err) {
+	if err != nil && pgcall.TransformFailed(err) {
 		// A layer whose filter box, the tile's envelope transformed into
 		// its relation's SRID, lies outside that projection's domain has
 		// nothing in the tile: the tile is drawn without it. A transform
@@ -133,13 +131,6 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 	return tile, nil
 }
 
-// transformFailed reports whether err is PostGIS's refusal to transform a
-// point outside a projection's domain.
-func transformFailed(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "XX000" && strings.HasPrefix(pgErr.Message, "transform:")
-}
-
 // outsideProjection returns the layers whose relation at t's zoom is in
 // another SRID than 3857 and whose filter box for t — the tile's envelope,
 // widened by its buffer, transformed into that SRID, as the tile's query
@@ -159,7 +150,7 @@ func (s *Store) outsideProjection(ctx context.Context, layers []*Layer, t maptil
 			Args: []any{env.Min[0], env.Min[1], env.Max[0], env.Max[1], l.bufferMetres(src, t)}})
 		switch {
 		case err == nil:
-		case transformFailed(err):
+		case pgcall.TransformFailed(err):
 			out = append(out, l)
 		default:
 			return nil, err

@@ -28,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/problem"
 	queries "github.com/geotoll/geotoll/sql"
 )
 
@@ -73,6 +74,22 @@ func (v *Verdict) Misfit() string {
 		return *r
 	}
 	return ""
+}
+
+// RetryAfter is the Retry-After of a layer that does not match its
+// table: the layer checks run again with the readiness checks.
+const RetryAfter = 5
+
+// Err is the answer to a request of the layer, named subject (`layer
+// "places"`), while it does not match its table — a 503 with the reason —
+// or nil while it does.
+func (v *Verdict) Err(subject string) error {
+	reason := v.Misfit()
+	if reason == "" {
+		return nil
+	}
+	return &problem.Error{Code: problem.Unavailable, RetryAfter: RetryAfter,
+		Detail: subject + " does not match the database: " + reason}
 }
 
 func (v *Verdict) set(reason string) {

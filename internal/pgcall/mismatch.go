@@ -36,7 +36,18 @@ func misfits(pgErr *pgconn.PgError) bool {
 	if mismatchCodes[pgErr.Code] {
 		return true
 	}
-	return pgErr.Code == "XX000" && (strings.Contains(pgErr.Message, "SRID") || strings.HasPrefix(pgErr.Message, "transform:"))
+	return pgErr.Code == "XX000" && strings.Contains(pgErr.Message, "SRID") || transformFailed(pgErr)
+}
+
+// TransformFailed reports whether err is PostGIS's refusal to transform a
+// point outside a projection's domain ("transform: …").
+func TransformFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && transformFailed(pgErr)
+}
+
+func transformFailed(pgErr *pgconn.PgError) bool {
+	return pgErr.Code == "XX000" && strings.HasPrefix(pgErr.Message, "transform:")
 }
 
 // Misfit names subject (`layer "places"`) in the answer to a call that
