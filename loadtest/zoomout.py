@@ -4,9 +4,13 @@
 # layers, six at a time as a browser fetches them, then an optional pause.
 # Prints per zoom the time to fill, the statuses and the tokens charged
 # (X-Request-Cost). Usage: zoomout.py BASE_URL API_KEY [PAUSE_SECONDS]
-import math, time, sys, concurrent.futures, urllib.request
+# LAYERS (comma-separated, e.g. countries for the open data) and CENTER
+# (lon,lat, e.g. -74.0,40.7 for New York) in the environment change the
+# layers and the place.
+import math, os, time, sys, concurrent.futures, urllib.request
 base, key = sys.argv[1], sys.argv[2]
-lon, lat = 13.40, 52.52
+lon, lat = (float(v) for v in os.environ.get("CENTER", "13.40,52.52").split(","))
+layers = os.environ.get("LAYERS", "places,districts,geofences").split(",")
 def tile(z, lo, la):
     n = 2**z
     x = (lo+180)/360*n
@@ -24,7 +28,7 @@ for z in range(16, 1, -1):
     cx, cy = tile(z, lon, lat)
     # a 1920x1080 viewport of 512-px tiles: 3.75 x 2.1 tiles, plus the partial ones
     xs = range(int(cx-1.9), int(cx+1.9)+1); ys = range(int(cy-1.1), int(cy+1.1)+1)
-    urls = [f"{base}/tiles/{l}/{z}/{x % 2**z}/{y}.mvt" for l in ("places","districts","geofences") for x in xs for y in ys if 0 <= y < 2**z]
+    urls = [f"{base}/tiles/{l}/{z}/{x % 2**z}/{y}.mvt" for l in layers for x in xs for y in ys if 0 <= y < 2**z]
     t0=time.time()
     with concurrent.futures.ThreadPoolExecutor(6) as ex:
         res=list(ex.map(get, urls))

@@ -76,6 +76,10 @@ type Job struct {
 	// Repaired counts the source rows the job's builds repaired (made
 	// valid): reported in Result.Repaired.
 	Repaired int64
+	// whole maps an overview stored in pieces to the temporary table of
+	// the whole features it was cut from, which the zoom above is
+	// simplified from (see Overview).
+	whole map[string]pgx.Identifier
 }
 
 // RelationName is the stable name of a layer's relation with the given

@@ -1,9 +1,9 @@
 // Package serving builds the serving storage of tile layers: relations
 // derived from a layer's table that its tiles read instead of it. `geotoll
 // prepare` runs [Prepare] with every [Builder] of [Builders]: [Overview]
-// (per-zoom overview tables of the layer's low zooms) and [Subdivide] (a
-// line or polygon layer's rows cut into pieces of few vertices, for the
-// zooms above). Package tiles reads what was built (tiles.LoadStorage,
+// (per-zoom overview tables of the layer's low zooms; a line or polygon
+// layer's stored in pieces) and [Subdivide] (a line or polygon layer's
+// rows cut into pieces of few vertices, for the zooms above). Package tiles reads what was built (tiles.LoadStorage,
 // tiles.Catalog.Refresh).
 //
 // # Schema and registry (the contract)
@@ -63,7 +63,9 @@
 // same index), an overview's params record the
 // generalisation the layer's settings ask for now at its zoom
 // (tiles.Layer.OverviewParams: cluster_px, tolerance_px, min_size_px and
-// order_by, whatever the builder's version), and it was built from the
+// order_by, whatever the builder's version; max_vertices, the size of the
+// pieces it is stored in, is not compared: it is read as recorded), and
+// it was built from the
 // layer's table and geometry column as
 // configured now (to_regclass(source_table) is the relation the layer's
 // table names under the read role's search_path, source_geometry_column

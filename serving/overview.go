@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/paulmach/orb/maptile"
 
 	queries "github.com/geotoll/geotoll/sql"
 	"github.com/geotoll/geotoll/tiles"
@@ -32,6 +34,21 @@ import (
 //     simplified to the zoom's tolerance (tolerance_px) with ST_Simplify
 //     (not repaired: tiles are drawn through ST_AsMVTGeom, which returns
 //     valid polygons); each zoom above is simplified from the one below.
+//     Unless the layer's subdivide is off, each zoom's features are then
+//     stored in pieces of at most subdivide.max_vertices vertices (see
+//     sql/serving_overview_pieces.sql: cut ring by ring), each with
+//     its feature's columns, its number in the overview
+//     (tiles.PiecesKey: the pieces of a feature share it, whatever the
+//     layer's ids) and its whole box (tiles.PiecesBox), with a btree on
+//     the number: a tile reads the pieces near it and joins them back
+//     per feature (tiles.Storage.InPieces). Whole, a detailed border
+//     keeps most of its vertices at z5–z7 (Natural Earth's 10 m Russia:
+//     950,963 at z7), and every tile its box meets reads and clips all
+//     of them: a border that crosses the antimeridian meets every tile
+//     of its latitudes. A feature the cut leaves nothing of is stored
+//     whole, as one piece. The whole features are kept in a
+//     temporary table until the build commits, for the zoom above to be
+//     simplified from.
 //
 // Every overview is in EPSG:3857 and two dimensions (geometry column
 // "geom", a GiST index; a table's Z and M are dropped, as tiles drop them)
@@ -51,14 +68,17 @@ import (
 type Overview struct{}
 
 // overviewVersion is recorded in each overview's params: a change to what
-// the builder writes bumps it, and every overview is rebuilt. Version 3
-// stores the layer's columns under names of its own and lists those in
-// the registry's columns (version 1 stored them by theirs, and failed on
-// a column called cx, cy, point_count or geom; version 2 listed the
-// layer's names in columns, which a server reading them by those names
-// took for columns the overview has), so the next run rebuilds every
-// overview once.
-const overviewVersion = 3
+// the builder writes bumps it, and every overview is rebuilt. Version 4
+// stores line and polygon overviews in pieces (version 3 stored their
+// features whole; it stored the layer's columns under names of its own
+// and listed those in the registry's columns, where version 1 stored
+// them by theirs, and failed on a column called cx, cy, point_count or
+// geom, and version 2 listed the layer's names in columns, which a server
+// reading them by those names took for columns the overview has), so the
+// next run rebuilds every overview once. A server that predates pieces
+// finds an overview's params (max_vertices) not its layer's and reads the
+// layer's table at that zoom: slower, not wrong.
+const overviewVersion = 4
 
 // Name is tiles.BuilderOverview.
 func (Overview) Name() string { return tiles.BuilderOverview }
@@ -89,6 +109,7 @@ var (
 	createTemplate = parse("serving_overview_create.sql")
 	pointsTemplate = parse("serving_overview_points.sql")
 	linesTemplate  = parse("serving_overview_lines.sql")
+	piecesTemplate = parse("serving_overview_pieces.sql")
 )
 
 func parse(name string) *template.Template {
@@ -99,7 +120,7 @@ func parse(name string) *template.Template {
 type overviewData struct {
 	Next, Source, From, Geom, GeomExpr, Order string
 	Cols                                      []overviewColumn
-	Points, FromSource                        bool
+	Points, FromSource, Pieces, Temp          bool
 }
 
 // overviewColumn is one of the layer's columns an overview stores, each
@@ -125,7 +146,11 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		d.Cols = append(d.Cols, overviewColumn{Column: col, Read: col, As: as})
 	}
 	below := RelationName(l.Name, "ov_z"+strconv.Itoa(t.ZoomMin+1))
-	if from, ok := job.Next[below]; ok {
+	from, ok := job.whole[below]
+	if !ok {
+		from, ok = job.Next[below]
+	}
+	if ok {
 		d.From, d.Geom, d.GeomExpr = from.Sanitize(), `"geom"`, `t."geom"`
 		for i := range d.Cols {
 			d.Cols[i].Read = d.Cols[i].As // the overview below stores them as this one does
@@ -139,8 +164,18 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 			d.GeomExpr = "ST_Transform(" + d.GeomExpr + ", 3857)"
 		}
 	}
+	pieces := !d.Points && t.Params.MaxVertices > 0
+	if pieces {
+		// The whole features first, into a table of the build's own.
+		d.Next, d.Temp = wholeIdent(job, t).Sanitize(), true
+	}
 	if err := exec(ctx, job.Tx, createTemplate, d); err != nil {
 		return 0, err
+	}
+	if pieces {
+		if _, err := job.Tx.Exec(ctx, "ALTER TABLE "+d.Next+" ADD COLUMN "+pgx.Identifier{tiles.PiecesKey}.Sanitize()+" bigint GENERATED ALWAYS AS IDENTITY"); err != nil {
+			return 0, fmt.Errorf("number %s: %w", t.Relation, err)
+		}
 	}
 	if d.Order == "" {
 		d.Order = "c.geom" // no id, no order_by: the geometry is the only key
@@ -158,10 +193,81 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fill %s: %w", t.Relation, err)
 	}
-	if _, err := job.Tx.Exec(ctx, "CREATE INDEX "+job.Index(t, "gist").Sanitize()+" ON "+d.Next+" USING gist (geom)"); err != nil {
+	rows := tag.RowsAffected()
+	if pieces {
+		if rows, err = inPieces(ctx, job, t, d); err != nil {
+			return 0, err
+		}
+	}
+	next := job.Next[t.Relation].Sanitize()
+	if _, err := job.Tx.Exec(ctx, "CREATE INDEX "+job.Index(t, "gist").Sanitize()+" ON "+next+" USING gist (geom)"); err != nil {
 		return 0, fmt.Errorf("index %s: %w", t.Relation, err)
 	}
-	return tag.RowsAffected(), nil
+	if pieces {
+		key := pgx.Identifier{tiles.PiecesKey}.Sanitize()
+		if _, err := job.Tx.Exec(ctx, "CREATE INDEX "+job.Index(t, "fid").Sanitize()+" ON "+next+" USING btree ("+key+")"); err != nil {
+			return 0, fmt.Errorf("index %s: %w", t.Relation, err)
+		}
+	}
+	return rows, nil
+}
+
+// overviewPiecesData fills sql/serving_overview_pieces.sql (see its
+// header).
+type overviewPiecesData struct {
+	Next, From string
+	Cols       []string
+	Lines      bool
+}
+
+// wholeMissingSQL stores whole, as one piece, each feature of an
+// overview the cut left nothing of (a ring the repair leaves empty).
+// Template: the pieces' table, the whole features', the carried columns
+// as listed and as read from the whole features (w).
+const wholeMissingSQL = `INSERT INTO %[1]s (geom%[3]s, fid, box)
+SELECT w.geom%[4]s, w.fid, Box2D(w.geom)
+FROM %[2]s AS w
+WHERE NOT ST_IsEmpty(w.geom) AND NOT EXISTS (SELECT FROM %[1]s AS p WHERE p.fid = w.fid)`
+
+// inPieces creates and fills the overview of target t, stored in pieces,
+// from the whole features the temporary table d.Next holds (kept in
+// job.whole for the zoom above), and returns the pieces it holds.
+func inPieces(ctx context.Context, job *Job, t Target, d overviewData) (int64, error) {
+	whole := d.Next
+	if job.whole == nil {
+		job.whole = map[string]pgx.Identifier{}
+	}
+	job.whole[t.Relation] = wholeIdent(job, t)
+	d.Next, d.Temp, d.Pieces = job.Next[t.Relation].Sanitize(), false, true
+	if err := exec(ctx, job.Tx, createTemplate, d); err != nil {
+		return 0, err
+	}
+	p := overviewPiecesData{Next: d.Next, From: whole, Lines: t.Kind == tiles.KindLine}
+	var cols, read strings.Builder
+	for _, c := range d.Cols {
+		p.Cols = append(p.Cols, c.As)
+		cols.WriteString(", " + c.As)
+		read.WriteString(", w." + c.As)
+	}
+	sql, err := render(piecesTemplate, p)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := job.Tx.Exec(ctx, sql, t.Params.MaxVertices, tiles.TileWidth(0)/2, tiles.TileWidth(maptile.Zoom(t.ZoomMin))) //nolint:gosec // G115: zooms are 0..tiles.MaxZoom
+	if err != nil {
+		return 0, fmt.Errorf("cut %s: %w", t.Relation, err)
+	}
+	pieces := tag.RowsAffected()
+	if tag, err = job.Tx.Exec(ctx, fmt.Sprintf(wholeMissingSQL, d.Next, whole, cols.String(), read.String())); err != nil {
+		return 0, fmt.Errorf("fill %s: %w", t.Relation, err)
+	}
+	return pieces + tag.RowsAffected(), nil
+}
+
+// wholeIdent is the temporary table of the whole features of target t, an
+// overview stored in pieces.
+func wholeIdent(job *Job, t Target) pgx.Identifier {
+	return pgx.Identifier{"pg_temp", job.Next[t.Relation][1] + "_whole"}
 }
 
 func render(t *template.Template, data any) (string, error) {

@@ -8,7 +8,9 @@
 --                  own table, one of its overviews (.Overview: simplified
 --                  to the pixel and thinned of sub-pixel features when built)
 --                  or its pieces (.Pieces: rows cut into pieces of few
---                  vertices, joined back per id; .LineMerge: lines)
+--                  vertices, joined back per .Key; .LineMerge: lines); a
+--                  line or polygon overview is stored in pieces too
+--                  (.Overview and .Pieces)
 --   .Transform     the relation is not in EPSG:3857: transform it
 --   .FilterExpr    the buffered envelope in the relation's SRID (for
 --                  another SRID than 3857, its x range cut at the world's
@@ -24,9 +26,14 @@
 --                  query's own (c0, c1…): the steps carry g, geom and
 --                  prio too, and a column by one of those names would be
 --                  ambiguous
---   .ID            the carried id (empty: features carry no id);
---                  .IDColumn the id column as read, which pieces join
---                  back on
+--   .ID            the carried id (empty: features carry no id)
+--   .Key           with .Pieces, the column the pieces join back on,
+--                  carried as fid: the id column (the layer's pieces),
+--                  or an overview's own feature number, fid (an overview
+--                  stored in pieces, whose layer's ids may repeat or be
+--                  absent); .Box with it: the column holding each piece's
+--                  whole feature's box (box2d), for the point a feature
+--                  that collapses on the grid is drawn as
 --   .Props         the properties, in order: carried as .As, and named
 --                  .Column again only in the row ST_AsMVT encodes (q,
 --                  passed as q.*, so that a property called q is not
@@ -90,16 +97,24 @@ near AS (
     -- whose polygon clipping (wagyu) fills the collection's rings as one
     -- area: the cut edges the pieces share vanish, no seam is left inside
     -- an outline. .LineMerge joins a line's pieces at their shared ends.
-    -- Pieces are built only from a table whose ids are unique and never
-    -- NULL (package serving), so each id is one row of the table.
-    -- Each id is drawn once, inside its LATERAL: OFFSET 0 keeps the
+    -- The layer's pieces are built only from a table whose ids are unique
+    -- and never NULL (package serving), so each id is one row of the
+    -- table; an overview's pieces join on its own feature number.
+    -- Each feature is drawn once, inside its LATERAL: OFFSET 0 keeps the
     -- planner from pulling the snap into the scan's filter and pushing
     -- the outer "IS NOT NULL" into the aggregate's, which evaluated the
     -- snap and ST_AsMVTGeom (most of a z8 tile's time) twice.
-    SELECT t.g{{range .Cols}}, t.{{.As}}{{end}}
-    FROM (SELECT m.g{{range .Cols}}, k.{{.As}}{{end}}
-          FROM (SELECT {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c.As}}{{end}}
-                FROM (SELECT DISTINCT ON (t.{{.IDColumn}}) {{range $i, $c := .Cols}}{{if $i}}, {{end}}t.{{$c.Column}} AS {{$c.As}}{{end}}
+    {{- if .Overview}}
+    -- Over an overview, a feature whose pieces near the tile leave
+    -- nothing on its grid is drawn as a point, as from a whole overview
+    -- (below): at the centre of its whole box (k.box) when that box is
+    -- under a unit of the grid, else of that box's part on the tile when
+    -- its pieces near the tile meet the tile (read again only then).
+    {{- end}}
+    SELECT t.g, t.fid{{range .Cols}}, t.{{.As}}{{end}}
+    FROM (SELECT {{if .Overview}}d.g{{else}}m.g{{end}}, k.fid{{range .Cols}}, k.{{.As}}{{end}}
+          FROM (SELECT t.fid{{if .Box}}, t.box{{end}}{{range .Cols}}, t.{{.As}}{{end}}
+                FROM (SELECT DISTINCT ON (t.{{.Key}}) t.{{.Key}} AS fid{{if .Box}}, t.{{.Box}} AS box{{end}}{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
                       FROM {{.Table}} AS t, env
                       WHERE t.{{.Geom}} && {{.FilterExpr}}) AS t
                 ORDER BY {{.Order}}
@@ -111,11 +126,23 @@ near AS (
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g
                               FROM {{.Table}} AS t
-                              WHERE t.{{.IDColumn}} = k.{{.ID}}
+                              WHERE t.{{.Key}} = k.fid
                                 AND t.{{.Geom}} && {{.FilterExpr}}
                               OFFSET 0) AS c
                         WHERE NOT ST_IsEmpty(c.g)
-                        OFFSET 0) AS m) AS t
+                        OFFSET 0) AS m
+               {{- if .Overview}},
+               LATERAL (SELECT coalesce(m.g, (SELECT CASE WHEN ST_XMax(k.box) - ST_XMin(k.box) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
+                                                           AND ST_YMax(k.box) - ST_YMin(k.box) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
+                                                          THEN ST_AsMVTGeom(ST_Centroid(ST_SetSRID(k.box::geometry, 3857)), env.geom, env.extent, env.buffer, true)
+                                                          WHEN bool_or(ST_Intersects(t.{{.Geom}}, env.geom))
+                                                          THEN ST_AsMVTGeom(ST_Centroid(ST_Intersection(ST_SetSRID(k.box::geometry, 3857), env.geom)),
+                                                                            env.geom, env.extent, env.buffer, true) END
+                                                     FROM {{.Table}} AS t
+                                                     WHERE t.{{.Key}} = k.fid
+                                                       AND t.{{.Geom}} && {{.FilterExpr}})) AS g
+                        OFFSET 0) AS d
+               {{- end}}) AS t
     WHERE t.g IS NOT NULL
     {{- else}}
     -- The first rows near the tile in order_by that leave something on

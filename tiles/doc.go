@@ -143,7 +143,12 @@
 // ST_AsMVTGeom, whose polygon clipping (wagyu) fills the collection as one
 // area, so no seam is left where pieces meet (lines are merged at their
 // shared ends by ST_LineMerge). A tile reads the pieces near it instead
-// of whole rows.
+// of whole rows. A line or polygon overview is stored in pieces too
+// ([Storage.InPieces], unless subdivide is off), joined back on the
+// overview's own feature number ([PiecesKey]), so that a low-zoom tile
+// reads the parts of a detailed border near it, not the whole border
+// wherever its box meets the tile; a layer reads an overview whole or in
+// pieces as the registry records it.
 // [Layer.Heavy] reports a layer whose largest rows exceed that size while
 // it reads no pieces.
 //

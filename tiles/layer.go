@@ -152,15 +152,20 @@ func (l *Layer) OverviewZooms(kind Kind) (lo, hi int, ok bool) {
 // OverviewParams is how the layer's configuration asks the overview of
 // zoom z (a zoom of OverviewZooms) of geometry kind to be built: the
 // zoom's cluster grid (cluster_px), for lines and polygons its
-// simplification (tolerance_px, min_size_px), and the order_by that chose
-// each cell's feature. The overview builder records them (with its
-// Version) in the registry, and a layer reads only the overviews whose
-// params are these (see Catalog.Refresh).
+// simplification (tolerance_px, min_size_px), the order_by that chose
+// each cell's feature, and for lines and polygons the size of the pieces
+// the overview is stored in (subdivide.max_vertices; none when subdivide
+// is off: features stored whole). The overview builder records them (with
+// its Version) in the registry, and a layer reads only the overviews whose
+// params are these, but for their pieces (see Catalog.Refresh).
 func (l *Layer) OverviewParams(kind Kind, z int) StorageParams {
 	g := l.Generalize.At(maptile.Zoom(z), l.Extent) //nolint:gosec // G115: zooms are 0..MaxZoom, validated with the configuration
 	p := StorageParams{Zoom: z, CellsPerTile: g.CellsPerTile, CellMetres: g.CellMetres, OrderBy: l.CanonicalOrderBy(l.OrderBy)}
 	if kind != KindPoint {
 		p.ToleranceMetres, p.MinSizeMetres = g.ToleranceMetres, g.MinSizeMetres
+	}
+	if (kind == KindLine || kind == KindPolygon) && !l.Subdivide.Off {
+		p.MaxVertices = l.Subdivide.MaxVertices // stored in pieces (Storage.InPieces)
 	}
 	return p
 }

@@ -120,6 +120,7 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 				Relation: rel.ident, GeometryColumn: rel.geom, SRID: rel.srid, Kind: kind,
 				Builder: s.Builder, Rows: s.Rows, SourceRows: s.SourceRows, BuiltAt: s.BuiltAt,
 				Generalization: g, Clustered: kind == KindPoint,
+				Pieces: s.Builder == BuilderSubdivide || s.InPieces(),
 			}}
 		}
 	}
@@ -259,9 +260,12 @@ func sridText(srid int) string { return strconv.Itoa(srid) }
 // queryData fills the tile query templates (see their headers).
 type queryData struct {
 	Table, Geom, GeomExpr, FilterExpr string
-	// ID is the carried name of the id column ("" without ids), IDColumn
-	// the column itself, which the pieces join back on.
-	ID, IDColumn string
+	// ID is the carried name of the id column ("" without ids). Key is
+	// the column pieces join back on: the id column (the layer's
+	// pieces), or an overview's own feature number (PiecesKey); Box,
+	// an overview's pieces' column holding their whole feature's box
+	// (PiecesBox), else empty.
+	ID, Key, Box string
 	// Order is the layer's order over the carried names (alias t),
 	// TableOrder the same order over the relation's columns that hold
 	// them (alias t), for the scan that reads it, so that an index on
@@ -275,8 +279,8 @@ type queryData struct {
 	Props, Cols                  []carried
 	Overview, Cluster, Transform bool
 	// Pieces: the relation holds pieces of the layer's rows (a
-	// BuilderSubdivide storage), joined back per id; LineMerge: they are
-	// lines, merged at their shared ends.
+	// BuilderSubdivide storage, or an overview in pieces), joined back per
+	// Key; LineMerge: they are lines, merged at their shared ends.
 	Pieces, LineMerge bool
 }
 
@@ -368,12 +372,22 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 	d := queryData{
 		Table: rel.ident.Sanitize(), Geom: geom,
 		Overview: rel.storage != nil && rel.storage.Builder == BuilderOverview, Cluster: clustered,
-		Pieces:     rel.storage != nil && rel.storage.Builder == BuilderSubdivide,
+		Pieces:     rel.storage != nil && (rel.storage.Builder == BuilderSubdivide || rel.storage.InPieces()),
 		Order:      orderSQLBy("t", l.order, as),
 		TableOrder: orderSQLBy("t", l.order, stored),
 	}
 	if !l.WithoutID {
-		d.ID, d.IDColumn = as(l.IDColumn), stored(l.IDColumn)
+		d.ID, d.Key = as(l.IDColumn), stored(l.IDColumn)
+	}
+	if d.Overview && d.Pieces {
+		// Joined on the overview's own feature number, which also ends
+		// the order: ids may repeat, or be absent.
+		d.Key, d.Box = column(PiecesKey), column(PiecesBox)
+		if d.Order == "" {
+			d.Order = "t.fid"
+		} else {
+			d.Order += ", t.fid"
+		}
 	}
 	var numeric []string
 	if l.state != nil { // nil until the catalog serves the layer
@@ -420,7 +434,12 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 // layer's configuration asks for its zoom (OverviewParams): the same build,
 // its order_by compared in canonical form, so that the same order spelt
 // otherwise ("rank ASC", "rank", "rank, id") is the same build.
+//
+// Whether it is stored in pieces, and of what size, is not compared:
+// the query reads what the storage records (Storage.InPieces), and either
+// draws the same tile.
 func (l *Layer) builtAs(got StorageParams, kind Kind) bool {
-	got.OrderBy = l.CanonicalOrderBy(got.OrderBy)
-	return got.sameBuild(l.OverviewParams(kind, got.Zoom))
+	want := l.OverviewParams(kind, got.Zoom)
+	got.OrderBy, got.MaxVertices = l.CanonicalOrderBy(got.OrderBy), want.MaxVertices
+	return got.sameBuild(want)
 }

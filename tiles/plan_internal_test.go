@@ -143,6 +143,48 @@ func TestPlanChoosesStorage(t *testing.T) {
 	}
 }
 
+// A layer reads its line and polygon overviews as they were stored:
+// whole (no max_vertices: older builds, or subdivide off) or in pieces,
+// joined back on the overview's feature number, whatever its own
+// subdivide setting asks the next build for; both bind the same
+// arguments.
+func TestPlanReadsOverviewsWholeOrInPieces(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []Kind{KindLine, KindPolygon} {
+		for _, off := range []bool{false, true} {
+			l := prepared(t, Layer{Name: "l", Table: "s.t", GeometryColumn: "g", GeometryKind: kind,
+				Properties: []string{"name"}, Subdivide: Subdivide{Off: off}})
+			if want := map[bool]int{false: DefaultSubdivideMaxVertices, true: 0}[off]; l.OverviewParams(kind, 5).MaxVertices != want {
+				t.Errorf("%s, subdivide off %v: a build is asked for pieces of %d vertices, want %d", kind, off, l.OverviewParams(kind, 5).MaxVertices, want)
+			}
+			rows := overviewRows(l, kind, 0, 7)
+			for i := 4; i <= 7; i++ {
+				rows[i].Params.MaxVertices = 256
+			}
+			p, skipped, err := l.newPlan(kind, rows)
+			if err != nil || len(skipped) != 0 {
+				t.Fatalf("%s: %v %v", kind, err, skipped)
+			}
+			l.state.plan.Store(p)
+			for z := maptile.Zoom(0); z <= 7; z++ {
+				src, sql := l.Source(z), l.SQL(z)
+				inPieces := z >= 4
+				if src.Builder != BuilderOverview || src.Pieces != inPieces ||
+					strings.Contains(sql, `t."fid" = k.fid`) != inPieces || strings.Contains(sql, `t."box" AS box`) != inPieces {
+					t.Errorf("%s, subdivide off %v, z%d: reads %+v, pieces joined on fid %v, want %v",
+						kind, off, z, src, strings.Contains(sql, `t."fid" = k.fid`), inPieces)
+				}
+				if got := strings.Contains(sql, "ST_LineMerge"); got != (inPieces && kind == KindLine) {
+					t.Errorf("%s z%d: lines merged %v", kind, z, got)
+				}
+				if _, args := l.Query(maptile.New(0, 0, z)); maxParam(sql) != len(args) {
+					t.Errorf("%s z%d: the query binds $%d, args has %d", kind, z, maxParam(sql), len(args))
+				}
+			}
+		}
+	}
+}
+
 // A tile query reads an overview's columns by the names the registry
 // lists in its columns, each holding the layer's column
 // StorageParams.SourceColumns names at the same index, whatever their

@@ -34,6 +34,10 @@ type Source struct {
 	// Clustered is true when the tile's point features are clusters:
 	// read from an overview, or clustered by the query itself.
 	Clustered bool
+	// Pieces is true when Relation holds features cut into pieces, joined
+	// back per feature: the layer's pieces, or an overview stored in
+	// pieces (Storage.InPieces).
+	Pieces bool
 }
 
 // Source returns what a tile of the layer at zoom z reads (see Source).

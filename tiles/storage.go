@@ -63,6 +63,24 @@ type Storage struct {
 	CheckedAt time.Time
 }
 
+// PiecesKey and PiecesBox are the columns of an overview stored in
+// pieces (Storage.InPieces) besides the geometry and the layer's
+// columns: each piece's feature's number in the overview (bigint: the
+// pieces of a feature share it, whatever the layer's ids) and that whole
+// feature's box (box2d), from which a feature too small for a tile's grid
+// is drawn as a point.
+const (
+	PiecesKey = "fid"
+	PiecesBox = "box"
+)
+
+// InPieces reports whether s is an overview stored in pieces: each of its
+// features cut into pieces of at most Params.MaxVertices vertices, which
+// share the feature's PiecesKey, so that a tile reads the pieces near it,
+// not whole features (a border that crosses the antimeridian meets every
+// tile of its latitudes).
+func (s *Storage) InPieces() bool { return s.Builder == BuilderOverview && s.Params.MaxVertices > 0 }
+
 // Ident is the storage's relation, schema-qualified.
 func (s *Storage) Ident() pgx.Identifier { return pgx.Identifier{ServingSchema, s.Relation} }
 
@@ -92,7 +110,9 @@ type StorageParams struct {
 	// simplification.
 	ToleranceMetres float64 `json:"tolerance_m,omitempty"`
 	MinSizeMetres   float64 `json:"min_size_m,omitempty"`
-	// MaxVertices is the most vertices of a piece (BuilderSubdivide).
+	// MaxVertices is the most vertices of a piece: of the layer's pieces
+	// (BuilderSubdivide), or of a line or polygon overview's when it is
+	// stored in pieces (Storage.InPieces).
 	MaxVertices int `json:"max_vertices,omitempty"`
 	// OrderBy is the order that chose each cluster's representative.
 	OrderBy []string `json:"order_by,omitempty"`

@@ -117,7 +117,10 @@ func TileRelation(l *tiles.Layer, z maptile.Zoom) (density.Relation, bool) {
 		kind = density.Line
 	}
 	rel := density.Relation{Table: src.Relation, GeometryColumn: src.GeometryColumn, SRID: src.SRID, Kind: kind}
-	if src.Builder == tiles.BuilderSubdivide && src.SourceRows > 0 && src.Rows > src.SourceRows {
+	// Pieces per row of the layer's table: of an overview, which holds
+	// fewer features than the table (the small ones thinned), fewer than
+	// per feature, so the cap counts more features than the tile reads.
+	if src.Pieces && src.SourceRows > 0 && src.Rows > src.SourceRows {
 		rel.PiecesPerRow = float64(src.Rows) / float64(src.SourceRows)
 	}
 	return rel, true
