@@ -22,8 +22,11 @@ func TestOpenDataConfig(t *testing.T) {
 	for _, l := range cat.Layers() {
 		names = append(names, l.Name+"="+l.Table)
 	}
-	if got := strings.Join(names, " "); got != "points=opendata.points countries=opendata.countries countries_simple=opendata.countries_simple" {
+	if got := strings.Join(names, " "); got != "points=opendata.points countries=opendata.countries countries_simple=opendata.countries_simple countries_whole=opendata.countries" {
 		t.Errorf("tile layers: %s", got)
+	}
+	if l := cat.Layer("countries_whole"); l == nil || !l.Subdivide.Off {
+		t.Errorf("countries_whole must store its overviews whole (subdivide off): the baseline of BenchmarkCountriesOverviewPieces")
 	}
 	if len(cfg.Geofence.Layers) != 3 || cfg.Geofence.Layers[1].Table != "opendata.countries" {
 		t.Errorf("geofence layers: %+v", cfg.Geofence.Layers)
