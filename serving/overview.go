@@ -46,9 +46,10 @@ import (
 //     950,963 at z7), and every tile its box meets reads and clips all
 //     of them: a border that crosses the antimeridian meets every tile
 //     of its latitudes. A feature the cut leaves nothing of is stored
-//     whole, as one piece. The whole features are kept in a
-//     temporary table until the build commits, for the zoom above to be
-//     simplified from.
+//     whole, as one piece. The whole features are kept in a table of the
+//     build's own (unlogged, in geotoll_serving, dropped before the build
+//     commits: never seen outside it) for the zoom above to be simplified
+//     from.
 //
 // Every overview is in EPSG:3857 and two dimensions (geometry column
 // "geom", a GiST index; a table's Z and M are dropped, as tiles drop them)
@@ -77,7 +78,8 @@ type Overview struct{}
 // reading them by those names took for columns the overview has), so the
 // next run rebuilds every overview once. A server that predates pieces
 // finds an overview's params (max_vertices) not its layer's and reads the
-// layer's table at that zoom: slower, not wrong.
+// layer's table at that zoom: not wrong, but slow on a large table, whose
+// low-zoom tiles may then pass their statement timeout.
 const overviewVersion = 4
 
 // Name is tiles.BuilderOverview.
@@ -120,7 +122,7 @@ func parse(name string) *template.Template {
 type overviewData struct {
 	Next, Source, From, Geom, GeomExpr, Order string
 	Cols                                      []overviewColumn
-	Points, FromSource, Pieces, Temp          bool
+	Points, FromSource, Pieces, Scratch       bool
 }
 
 // overviewColumn is one of the layer's columns an overview stores, each
@@ -167,7 +169,7 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 	pieces := !d.Points && t.Params.MaxVertices > 0
 	if pieces {
 		// The whole features first, into a table of the build's own.
-		d.Next, d.Temp = wholeIdent(job, t).Sanitize(), true
+		d.Next, d.Scratch = wholeIdent(job, t).Sanitize(), true
 	}
 	if err := exec(ctx, job.Tx, createTemplate, d); err != nil {
 		return 0, err
@@ -230,15 +232,16 @@ FROM %[2]s AS w
 WHERE NOT ST_IsEmpty(w.geom) AND NOT EXISTS (SELECT FROM %[1]s AS p WHERE p.fid = w.fid)`
 
 // inPieces creates and fills the overview of target t, stored in pieces,
-// from the whole features the temporary table d.Next holds (kept in
-// job.whole for the zoom above), and returns the pieces it holds.
+// from the whole features the scratch table d.Next holds (kept in
+// job.whole for the zoom above, and dropped once that is built, or now at
+// the band's last zoom), and returns the pieces it holds.
 func inPieces(ctx context.Context, job *Job, t Target, d overviewData) (int64, error) {
 	whole := d.Next
 	if job.whole == nil {
 		job.whole = map[string]pgx.Identifier{}
 	}
 	job.whole[t.Relation] = wholeIdent(job, t)
-	d.Next, d.Temp, d.Pieces = job.Next[t.Relation].Sanitize(), false, true
+	d.Next, d.Scratch, d.Pieces = job.Next[t.Relation].Sanitize(), false, true
 	if err := exec(ctx, job.Tx, createTemplate, d); err != nil {
 		return 0, err
 	}
@@ -261,13 +264,39 @@ func inPieces(ctx context.Context, job *Job, t Target, d overviewData) (int64, e
 	if tag, err = job.Tx.Exec(ctx, fmt.Sprintf(wholeMissingSQL, d.Next, whole, cols.String(), read.String())); err != nil {
 		return 0, fmt.Errorf("fill %s: %w", t.Relation, err)
 	}
+	// The zoom below was simplified from; the band's last zoom has no
+	// zoom above it to be.
+	if err := dropWhole(ctx, job, RelationName(job.Layer.Name, "ov_z"+strconv.Itoa(t.ZoomMin+1))); err != nil {
+		return 0, err
+	}
+	if lo, _, _ := job.Layer.OverviewZooms(job.Kind); t.ZoomMin <= lo {
+		if err := dropWhole(ctx, job, t.Relation); err != nil {
+			return 0, err
+		}
+	}
 	return pieces + tag.RowsAffected(), nil
 }
 
-// wholeIdent is the temporary table of the whole features of target t, an
-// overview stored in pieces.
+// wholeIdent is the scratch table of the whole features of target t, an
+// overview stored in pieces: in the serving schema, which the builder
+// owns (a temporary table would need the database's TEMPORARY right,
+// which a hardened database takes from PUBLIC).
 func wholeIdent(job *Job, t Target) pgx.Identifier {
-	return pgx.Identifier{"pg_temp", job.Next[t.Relation][1] + "_whole"}
+	return pgx.Identifier{tiles.ServingSchema, job.Next[t.Relation][1] + "_whole"}
+}
+
+// dropWhole drops the scratch table of whole features kept for relation
+// rel, if any.
+func dropWhole(ctx context.Context, job *Job, rel string) error {
+	w, ok := job.whole[rel]
+	if !ok {
+		return nil
+	}
+	delete(job.whole, rel)
+	if _, err := job.Tx.Exec(ctx, "DROP TABLE "+w.Sanitize()); err != nil {
+		return fmt.Errorf("drop %s: %w", w.Sanitize(), err)
+	}
+	return nil
 }
 
 func render(t *template.Template, data any) (string, error) {

@@ -11,11 +11,11 @@
 --   .Points   add the cluster columns cx, cy (cell indices) and point_count
 --   .Pieces   add the columns of an overview stored in pieces: fid, the
 --             piece's feature's number, and box, that feature's box
---   .Temp     a temporary table, dropped when the build commits: the
+--   .Scratch  an unlogged table the build drops before it commits: the
 --             whole features of a zoom an overview in pieces is cut from
 --             (and the next zoom up simplified from)
 -- No parameters (a utility statement takes none).
-CREATE {{if .Temp}}TEMP {{end}}TABLE {{.Next}}{{if .Temp}} ON COMMIT DROP{{end}} AS
+CREATE {{if .Scratch}}UNLOGGED {{end}}TABLE {{.Next}} AS
 SELECT {{if .Points}}0::bigint AS cx, 0::bigint AS cy, 0::bigint AS point_count, {{end -}}
        NULL::geometry(Geometry, 3857) AS geom{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end -}}
        {{if .Pieces}}, 0::bigint AS fid, NULL::box2d AS box{{end}}

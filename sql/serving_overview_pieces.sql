@@ -4,8 +4,8 @@
 --
 -- Template fields (double braces), quoted with pgx.Identifier:
 --   .Next     the pieces' table (created empty just before), filled here
---   .From     the zoom's whole features (a temporary table: geom, the
---             carried columns, fid)
+--   .From     the zoom's whole features (a scratch table of the build:
+--             geom, the carried columns, fid)
 --   .Cols     the carried columns (c0, c1…)
 --   .Lines    the overview holds lines
 -- Bound:
@@ -18,7 +18,10 @@
 -- a line with ST_Subdivide, a ring into quarters of its box with
 -- ST_ClipByBox2D until each has at most $1 (a ring that is not valid
 -- alone, one crossing itself, is first repaired with ST_MakeValid
--- method=structure: rectangle clipping is right on valid input only).
+-- method=linework, which keeps what the ring encloses an odd number of
+-- times, as even-odd filling does: rectangle clipping is right on valid
+-- input only; method=structure would fill what a ring winds around
+-- twice).
 -- The smaller elements (islands, lakes) are gathered per feature and
 -- per cell of the zoom's tiles that holds their box's centre into pieces
 -- of at most 2 × $1 vertices (ST_Collect; in order of their box's
@@ -29,7 +32,7 @@
 -- shell's the area is empty, as it is when the whole polygon is drawn —
 -- so a feature drawn from its pieces covers what it covers drawn whole,
 -- valid or not (a hole outside its shell is filled either way), and
--- nothing is repaired but single rings. A whole polygon's holes are what
+-- nothing is repaired but single rings that cross themselves. A whole polygon's holes are what
 -- made cutting it slow (Natural Earth's 10 m Russia keeps 157,313 rings
 -- at z7: assigning each to the pieces of its shell, or subtracting them,
 -- took minutes); a ring alone is cut in linear time. The fid and box
@@ -48,7 +51,7 @@ elements (fid, g, n) AS MATERIALIZED (
              LATERAL ST_Dump(w.geom) AS d
         {{- else}}
         SELECT w.fid, CASE WHEN ST_NPoints(r.geom) <= $1::int OR ST_IsValid(r.geom) THEN r.geom
-                           ELSE ST_CollectionExtract(ST_MakeValid(r.geom, 'method=structure'), 3) END
+                           ELSE ST_CollectionExtract(ST_MakeValid(r.geom, 'method=linework'), 3) END
         FROM {{.From}} AS w,
              LATERAL ST_Dump(w.geom) AS d,
              LATERAL ST_DumpRings(d.geom) AS r
@@ -77,7 +80,12 @@ quarters (fid, g, n, depth) AS (
                          (ST_MakeBox2D(ST_Point((b.x0 + b.x1) / 2, b.y0), ST_Point(b.x1, (b.y0 + b.y1) / 2))),
                          (ST_MakeBox2D(ST_Point(b.x0, (b.y0 + b.y1) / 2), ST_Point((b.x0 + b.x1) / 2, b.y1))),
                          (ST_MakeBox2D(ST_Point((b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2), ST_Point(b.x1, b.y1)))) AS k(box),
-         LATERAL (SELECT ST_ClipByBox2D(q.g, k.box) AS g) AS c
+         -- ST_ClipByBox2D returns NULL where GEOS's rectangle clipping
+         -- fails (seen on the valid repair of a ring crossing itself):
+         -- that quarter is cut by an overlay instead, on the chunk made
+         -- valid, not lost.
+         LATERAL (SELECT coalesce(ST_ClipByBox2D(q.g, k.box),
+                                  ST_CollectionExtract(ST_Intersection(ST_MakeValid(q.g), ST_SetSRID(k.box::geometry, ST_SRID(q.g))), 3)) AS g) AS c
     WHERE q.n > $1::int AND q.depth < 24 AND NOT ST_IsEmpty(c.g)
 ),
 large (fid, g) AS (

@@ -40,8 +40,12 @@
 --                  taken for it)
 --   .Order         the layer's order_by over alias t and the carried
 --                  names, a total order when the layer has ids (the id is
---                  its last key); without either, the geometry (g);
---                  .TableOrder the same over the relation's columns as
+--                  its last key); without either, the geometry (g).
+--                  Over an overview in pieces it ends with the
+--                  overview's feature number (fid), which is the whole
+--                  order without either (deterministic for a build, not
+--                  the geometry's). .TableOrder the same over the
+--                  relation's columns as
 --                  read (.Column), for the scan that reads it
 -- Everything else is bound (every parameter is named once in env):
 --   $1..$4  tile envelope in EPSG:3857 (xmin, ymin, xmax, ymax)
