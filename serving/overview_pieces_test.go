@@ -187,3 +187,34 @@ func TestOverviewInPiecesKeepsRepeatedIDsApart(t *testing.T) {
 		}
 	}
 }
+
+// A line layer's row that is a polygon is drawn from the pieces as from the
+// table: ST_LineMerge, which joins a line's pieces, made it an empty
+// collection, and the tile held nothing of it.
+func TestLinePiecesDrawAPolygonRow(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "ovpline_")
+	f.exec(t, `CREATE TABLE {s}.shapes (id int PRIMARY KEY, name text, geom geometry(Geometry, 3857))`)
+	f.exec(t, `INSERT INTO {s}.shapes VALUES
+		(1, 'line', ST_MakeLine(ST_Point(0, 0, 3857), ST_Point(300000, 300000, 3857))),
+		(2, 'polygon', ST_MakeEnvelope(100000, -300000, 300000, -100000, 3857))`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes TO geotoll_reader`)
+	layer := shapesLayer(name, f.schema)
+	layer.GeometryKind = tiles.KindLine
+	cat := catalog(t, layer)
+	l := cat.Layer(name)
+	if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	reader := testenv.ReadPool(t)
+	if _, err := cat.Refresh(t.Context(), reader); err != nil {
+		t.Fatal(err)
+	}
+	tile := maptile.At(orb.Point{1.5, 0}, 5)
+	if !l.Source(tile.Z).Pieces {
+		t.Fatalf("z%d reads %+v, want the overview in pieces", tile.Z, l.Source(tile.Z))
+	}
+	if got := tileNames(t, tiles.NewStore(reader), l, tile); !slices.Equal(got, []string{"line", "polygon"}) {
+		t.Errorf("%v: features %v, want the line and the polygon", tile, got)
+	}
+}

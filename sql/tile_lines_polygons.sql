@@ -100,7 +100,9 @@ near AS (
     -- changes nothing), collected per id and drawn once by ST_AsMVTGeom,
     -- whose polygon clipping (wagyu) fills the collection's rings as one
     -- area: the cut edges the pieces share vanish, no seam is left inside
-    -- an outline. .LineMerge joins a line's pieces at their shared ends.
+    -- an outline. .LineMerge joins a line's pieces at their shared ends
+    -- (a line layer's polygon is drawn as it is: ST_LineMerge would
+    -- leave nothing of it).
     -- The layer's pieces are built only from a table whose ids are unique
     -- and never NULL (package serving), so each id is one row of the
     -- table; an overview's pieces join on its own feature number.
@@ -124,8 +126,8 @@ near AS (
                 ORDER BY {{.Order}}
                 LIMIT 2 * $8::int) AS k,
                env,
-               LATERAL (SELECT {{if .LineMerge}}ST_LineMerge(ST_AsMVTGeom(ST_Collect(c.g), env.geom, env.extent, env.buffer, true))
-                               {{- else}}ST_AsMVTGeom(ST_Collect(c.g), env.geom, env.extent, env.buffer, true){{end}} AS g
+               LATERAL (SELECT {{if .LineMerge}}CASE WHEN ST_Dimension(a.g) = 1 THEN ST_LineMerge(a.g) ELSE a.g END{{else}}a.g{{end}} AS g
+                        FROM (SELECT ST_AsMVTGeom(ST_Collect(c.g), env.geom, env.extent, env.buffer, true) AS g
                         FROM (SELECT ST_RemoveRepeatedPoints(ST_SnapToGrid({{.GeomExpr}}, ST_XMin(env.geom), ST_YMin(env.geom),
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
                                      (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g
@@ -134,7 +136,7 @@ near AS (
                                 AND t.{{.Geom}} && {{.FilterExpr}}
                               OFFSET 0) AS c
                         WHERE NOT ST_IsEmpty(c.g)
-                        OFFSET 0) AS m
+                        OFFSET 0) AS a) AS m
                {{- if .Overview}},
                LATERAL (SELECT coalesce(m.g, (SELECT CASE WHEN ST_XMax(k.box) - ST_XMin(k.box) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
                                                            AND ST_YMax(k.box) - ST_YMin(k.box) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
