@@ -50,27 +50,7 @@ func BenchmarkCountriesPieces(b *testing.B) {
 			for b.Loop() {
 				for _, p := range coastPoints {
 					t := maptile.At(p, z)
-					var ms [2]float64
-					var area [2]float64
-					var ids map[any]int
-					for i, c := range []*tiles.Catalog{served, table} {
-						l := c.Layer("countries")
-						tt, err := timer.Time(b.Context(), l, t)
-						if err != nil || tt.Censored {
-							b.Fatalf("%v from %s: %v (censored %v)", t, l.Source(z).Relation.Sanitize(), err, tt.Censored)
-						}
-						ms[i] = tt.MS
-						got, a, _ := tileArea(b, store, l, t)
-						if i == 0 {
-							ids = got
-						}
-						area[i] = a
-					}
-					for id, n := range ids {
-						if n > 1 {
-							b.Errorf("%v: id %v drawn as %d features", t, id, n)
-						}
-					}
+					ms, area, ids := timeBoth(b, timer, store, [2]*tiles.Layer{served.Layer("countries"), table.Layer("countries")}, t)
 					if d := math.Abs(area[0] - area[1]); d > 0.01*area[1] {
 						b.Errorf("%v: served covers %.0f units², the table %.0f", t, area[0], area[1])
 					}
@@ -137,25 +117,7 @@ func BenchmarkCountriesOverviewPieces(b *testing.B) {
 			for b.Loop() {
 				piecesMS, wholeMS, worst = nil, nil, 0
 				for _, t := range around(places, z) {
-					var ms, area [2]float64
-					var ids map[any]int
-					for i, l := range []*tiles.Layer{pieces, whole} {
-						tt, err := timer.Time(b.Context(), l, t)
-						if err != nil || tt.Censored {
-							b.Fatalf("%v from %s: %v (censored %v)", t, l.Source(z).Relation.Sanitize(), err, tt.Censored)
-						}
-						ms[i] = tt.MS
-						got, a, _ := tileArea(b, store, l, t)
-						if i == 0 {
-							ids = got
-						}
-						area[i] = a
-					}
-					for id, n := range ids {
-						if n > 1 {
-							b.Errorf("%v: id %v drawn as %d features", t, id, n)
-						}
-					}
+					ms, area, ids := timeBoth(b, timer, store, [2]*tiles.Layer{pieces, whole}, t)
 					d := math.Abs(area[0] - area[1])
 					if d > 0.01*area[1]+1 {
 						b.Errorf("%v: the pieces cover %.0f units², the whole overview %.0f", t, area[0], area[1])
@@ -208,4 +170,30 @@ func around(points []orb.Point, z maptile.Zoom) []maptile.Tile {
 		}
 	}
 	return out
+}
+
+// timeBoth times tile t of each of layers (the median of the timer's runs;
+// a failed or censored run fails b) and returns the times, the area each
+// covers, and the features per id of the first, failing b when one id is
+// drawn as two features.
+func timeBoth(b *testing.B, timer loadtest.TileTimer, store *tiles.Store, layers [2]*tiles.Layer, t maptile.Tile) (ms, area [2]float64, ids map[any]int) {
+	b.Helper()
+	for i, l := range layers {
+		tt, err := timer.Time(b.Context(), l, t)
+		if err != nil || tt.Censored {
+			b.Fatalf("%v from %s: %v (censored %v)", t, l.Source(t.Z).Relation.Sanitize(), err, tt.Censored)
+		}
+		ms[i] = tt.MS
+		got, a, _ := tileArea(b, store, l, t)
+		if i == 0 {
+			ids = got
+		}
+		area[i] = a
+	}
+	for id, n := range ids {
+		if n > 1 {
+			b.Errorf("%v: id %v drawn as %d features", t, id, n)
+		}
+	}
+	return ms, area, ids
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
 
@@ -169,20 +170,8 @@ func TestOverviewInPiecesKeepsRepeatedIDsApart(t *testing.T) {
 			layer.Name, layer.WithoutID = name+"_noid", true
 			testenv.ForgetStorage(t, owner, layer.Name)
 		}
-		cat := catalog(t, layer)
-		l := cat.Layer(layer.Name)
-		if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
-			t.Fatalf("prepare: %+v", r)
-		}
-		reader := testenv.ReadPool(t)
-		if _, err := cat.Refresh(t.Context(), reader); err != nil {
-			t.Fatal(err)
-		}
 		tile := maptile.At(orb.Point{1.3, 0}, 5)
-		if !l.Source(tile.Z).Pieces {
-			t.Fatalf("z%d reads %+v, want the overview in pieces", tile.Z, l.Source(tile.Z))
-		}
-		if got := tileNames(t, tiles.NewStore(reader), l, tile); !slices.Equal(got, []string{"a", "b"}) {
+		if got := piecesTileNames(t, owner, layer, tile); !slices.Equal(got, []string{"a", "b"}) {
 			t.Errorf("without id %v: %v: features %v, want a and b", withoutID, tile, got)
 		}
 	}
@@ -201,8 +190,19 @@ func TestLinePiecesDrawAPolygonRow(t *testing.T) {
 	f.exec(t, `GRANT SELECT ON {s}.shapes TO geotoll_reader`)
 	layer := shapesLayer(name, f.schema)
 	layer.GeometryKind = tiles.KindLine
+	tile := maptile.At(orb.Point{1.5, 0}, 5)
+	if got := piecesTileNames(t, owner, layer, tile); !slices.Equal(got, []string{"line", "polygon"}) {
+		t.Errorf("%v: features %v, want the line and the polygon", tile, got)
+	}
+}
+
+// piecesTileNames builds layer's overviews, has a catalog of it read them,
+// and returns the names of tile's features, which must be read from an
+// overview in pieces.
+func piecesTileNames(t *testing.T, owner *pgxpool.Pool, layer tiles.Layer, tile maptile.Tile) []string {
+	t.Helper()
 	cat := catalog(t, layer)
-	l := cat.Layer(name)
+	l := cat.Layer(layer.Name)
 	if r := one(t, owner, l, serving.Options{}); r.Status != serving.Built {
 		t.Fatalf("prepare: %+v", r)
 	}
@@ -210,11 +210,8 @@ func TestLinePiecesDrawAPolygonRow(t *testing.T) {
 	if _, err := cat.Refresh(t.Context(), reader); err != nil {
 		t.Fatal(err)
 	}
-	tile := maptile.At(orb.Point{1.5, 0}, 5)
 	if !l.Source(tile.Z).Pieces {
 		t.Fatalf("z%d reads %+v, want the overview in pieces", tile.Z, l.Source(tile.Z))
 	}
-	if got := tileNames(t, tiles.NewStore(reader), l, tile); !slices.Equal(got, []string{"line", "polygon"}) {
-		t.Errorf("%v: features %v, want the line and the polygon", tile, got)
-	}
+	return tileNames(t, tiles.NewStore(reader), l, tile)
 }
