@@ -3,14 +3,17 @@ package serving
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/pgcall"
 	queries "github.com/geotoll/geotoll/sql"
 	"github.com/geotoll/geotoll/tiles"
 )
@@ -125,6 +128,41 @@ type overviewData struct {
 	Points, FromSource, Pieces, Scratch       bool
 }
 
+// fillFrom runs the fill template fill with d and args. A fill from a
+// table in another SRID than 3857 runs in a savepoint: should
+// ST_Transform fail on a row (a vertex past a pole), it runs again with
+// geotoll.tile_transform, which keeps the part of such a row Web Mercator
+// shows (in EPSG:4326) or leaves the row out, as the tiles above the
+// overviews draw it — at a subtransaction per row, so only then.
+func fillFrom(ctx context.Context, tx pgx.Tx, fill *template.Template, d overviewData, args []any) (pgconn.CommandTag, error) {
+	sql, err := render(fill, d)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if !strings.HasPrefix(d.GeomExpr, "ST_Transform(") {
+		return tx.Exec(ctx, sql, args...)
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := sp.Exec(ctx, sql, args...)
+	if err == nil {
+		return tag, sp.Commit(ctx)
+	}
+	if !pgcall.TransformFailed(err) {
+		return tag, err
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil {
+		return tag, errors.Join(err, rerr)
+	}
+	d.GeomExpr = "geotoll.tile_transform(" + strings.TrimPrefix(d.GeomExpr, "ST_Transform(")
+	if sql, err = render(fill, d); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return tx.Exec(ctx, sql, args...)
+}
+
 // overviewColumn is one of the layer's columns an overview stores, each
 // name quoted: Column in the layer's table, Read in the relation a fill
 // reads (the table, or the overview of the zoom below), As in the
@@ -187,11 +225,7 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		fill = linesTemplate
 		args = []any{t.Params.ToleranceMetres, t.Params.MinSizeMetres, tiles.TileWidth(0) / 2, t.Params.CellMetres}
 	}
-	sql, err := render(fill, d)
-	if err != nil {
-		return 0, err
-	}
-	tag, err := job.Tx.Exec(ctx, sql, args...)
+	tag, err := fillFrom(ctx, job.Tx, fill, d, args)
 	if err != nil {
 		return 0, fmt.Errorf("fill %s: %w", t.Relation, err)
 	}

@@ -9,7 +9,10 @@
 --                  just built for the zoom below (finer, so simplifying it
 --                  again at this zoom's tolerance costs a fraction)
 --   .Geom          .From's geometry column; .GeomExpr it in EPSG:3857,
---                  in two dimensions (ST_Force2D: a table's Z and M go)
+--                  in two dimensions (ST_Force2D: a table's Z and M go),
+--                  by ST_Transform, or, when that failed on a row outside
+--                  the projection's domain, geotoll.tile_transform (NULL
+--                  for a row it cannot draw: left out)
 --   .Cols          the layer's columns carried (id, properties, order_by),
 --                  each read as .Read from .From (its name in the table,
 --                  the stored one in an overview) and carried and stored

@@ -8,7 +8,10 @@
 --   .From          the relation read: the layer's table (.FromSource), or
 --                  the overview just built for the zoom above
 --   .Geom          .From's geometry column; .GeomExpr it in EPSG:3857,
---                  in two dimensions (ST_Force2D: a table's Z and M go)
+--                  in two dimensions (ST_Force2D: a table's Z and M go),
+--                  by ST_Transform, or, when that failed on a row outside
+--                  the projection's domain, geotoll.tile_transform (NULL
+--                  for a row it cannot draw: left out)
 --   .Cols          the layer's columns carried (id, properties, order_by),
 --                  each read as .Read from .From (its name in the table,
 --                  the stored one in an overview) and carried and stored
@@ -34,6 +37,7 @@ FROM (
     FROM (SELECT {{.GeomExpr}} AS geom{{range .Cols}}, t.{{.Read}} AS {{.As}}{{end}}
           FROM {{.From}} AS t
           WHERE t.{{.Geom}} IS NOT NULL AND NOT ST_IsEmpty(t.{{.Geom}})) AS p
+    WHERE p.geom IS NOT NULL -- a row outside the projection (geotoll.tile_transform)
 {{- else}}
     SELECT o.cx >> 1 AS cx, o.cy >> 1 AS cy, o.geom, o.point_count{{range .Cols}}, o.{{.Read}}{{end}}
     FROM {{.From}} AS o

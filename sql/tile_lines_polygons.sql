@@ -11,7 +11,11 @@
 --                  vertices, joined back per .Key; .LineMerge: lines); a
 --                  line or polygon overview is stored in pieces too
 --                  (.Overview and .Pieces)
---   .Transform     the relation is not in EPSG:3857: transform it
+--   .Transform     the relation is not in EPSG:3857: the function that
+--                  transforms it (ST_Transform, or geotoll.tile_transform,
+--                  which draws what it can of a row outside the
+--                  projection's domain; package tiles retries a tile with
+--                  it when ST_Transform failed)
 --   .FilterExpr    the buffered envelope in the relation's SRID (for
 --                  another SRID than 3857, its x range cut at the world's
 --                  edges first: the transform would wrap an overhang past
@@ -184,7 +188,7 @@ near AS (
                                        WHEN ST_Intersects(m.g, env.geom)
                                        THEN ST_AsMVTGeom(ST_Centroid(ST_Intersection(b.e, env.geom)), env.geom, env.extent, env.buffer, true) END)
                          {{- else}}ST_AsMVTGeom(m.g, env.geom, env.extent, env.buffer, true){{end}} AS geom
-                  FROM (SELECT {{if .Transform}}ST_Transform(t.g, 3857){{else}}t.g{{end}} AS g OFFSET 0) AS m{{if .Overview}},
+                  FROM (SELECT {{if .Transform}}{{.Transform}}(t.g, 3857){{else}}t.g{{end}} AS g OFFSET 0) AS m{{if .Overview}},
                        LATERAL (SELECT ST_Envelope(m.g) AS e) AS b{{end}}
                   OFFSET 0) AS c
     WHERE c.geom IS NOT NULL

@@ -50,7 +50,11 @@ type plan struct {
 
 // zoomQuery is the query of one zoom.
 type zoomQuery struct {
-	sql    string
+	sql string
+	// safe is sql drawing what it can of rows the transform into
+	// EPSG:3857 fails on (geotoll.tile_transform; see Store.Render), ""
+	// for a relation in EPSG:3857.
+	safe   string
 	source Source
 }
 
@@ -77,18 +81,18 @@ type relation struct {
 func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error, err error) {
 	p = &plan{kind: kind}
 	own := relation{ident: l.tableIdent(), geom: l.GeometryColumn, srid: l.SRID}
-	rendered := map[bool]string{} // the own table's query, clustered or not
+	rendered := map[bool]zoomQuery{} // the own table's queries, clustered or not
 	for z := range p.zooms {
 		g := l.Generalize.At(maptile.Zoom(z), l.Extent)
 		clustered := kind == KindPoint && g.On
-		sql, ok := rendered[clustered]
+		q, ok := rendered[clustered]
 		if !ok {
-			if sql, err = l.renderQuery(kind, own, clustered); err != nil {
+			if q, err = l.renderQueries(kind, own, clustered); err != nil {
 				return nil, nil, err
 			}
-			rendered[clustered] = sql
+			rendered[clustered] = q
 		}
-		p.zooms[z] = zoomQuery{sql: sql, source: Source{
+		p.zooms[z] = zoomQuery{sql: q.sql, safe: q.safe, source: Source{
 			Relation: own.ident, GeometryColumn: own.geom, SRID: own.srid, Kind: kind,
 			Generalization: g, Clustered: clustered,
 		}}
@@ -101,7 +105,7 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 			continue
 		}
 		rel := relation{ident: s.Ident(), geom: s.GeometryColumn, srid: s.SRID, storage: s}
-		sql, err := l.renderQuery(kind, rel, false)
+		q, err := l.renderQueries(kind, rel, false)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -116,7 +120,7 @@ func (l *Layer) newPlan(kind Kind, storage []Storage) (p *plan, skipped []error,
 			if s.Builder == BuilderSubdivide {
 				g = l.Generalize.At(maptile.Zoom(z), l.Extent) //nolint:gosec // G115: as above
 			}
-			p.zooms[z] = zoomQuery{sql: sql, source: Source{
+			p.zooms[z] = zoomQuery{sql: q.sql, safe: q.safe, source: Source{
 				Relation: rel.ident, GeometryColumn: rel.geom, SRID: rel.srid, Kind: kind,
 				Builder: s.Builder, Rows: s.Rows, SourceRows: s.SourceRows, BuiltAt: s.BuiltAt,
 				Generalization: g, Clustered: kind == KindPoint,
@@ -198,14 +202,27 @@ func (l *Layer) Columns() []string {
 // features) and the byte budget's reduction level (int, 0 when the tile
 // fit).
 func (l *Layer) Query(t maptile.Tile) (string, []any) {
+	return l.query(t, false)
+}
+
+// query is Query, or with safe its query that draws what it can of rows
+// the transform into EPSG:3857 fails on ("" when the relation at t's zoom
+// is in EPSG:3857).
+func (l *Layer) query(t maptile.Tile, safe bool) (string, []any) {
 	q := l.plan().zoom(t.Z)
+	sql := q.sql
+	if safe {
+		if sql = q.safe; sql == "" {
+			return "", nil
+		}
+	}
 	env := Envelope(t)
 	args := []any{env.Min[0], env.Min[1], env.Max[0], env.Max[1], l.Extent, l.Buffer,
 		l.bufferMetres(q.source, t), l.MaxFeatures, l.Name}
 	if q.source.Kind == KindPoint {
-		return q.sql, l.pointArgs(args, q.source, t)
+		return sql, l.pointArgs(args, q.source, t)
 	}
-	return q.sql, l.lineArgs(args, q.source)
+	return sql, l.lineArgs(args, q.source)
 }
 
 // worldClampedEnvelope is the tile's envelope widened by its buffer, its x
@@ -276,8 +293,12 @@ type queryData struct {
 	// an overview stored it under) and its carried name (As); Props the
 	// properties, each by the carried name of its column (As) and its own
 	// name (Column), which its features carry.
-	Props, Cols                  []carried
-	Overview, Cluster, Transform bool
+	Props, Cols       []carried
+	Overview, Cluster bool
+	// Transform is the function that transforms the relation's
+	// geometries into EPSG:3857 (ST_Transform, or transformSafe), "" for
+	// a relation in EPSG:3857.
+	Transform string
 	// Pieces: the relation holds pieces of the layer's rows (a
 	// BuilderSubdivide storage, or an overview in pieces), joined back per
 	// Key; LineMerge: they are lines, merged at their shared ends.
@@ -362,11 +383,26 @@ func storedAs(rel relation) func(name string) string {
 	}
 }
 
+// transformSafe is the transform into EPSG:3857 that draws what it can of
+// a row ST_Transform fails on (migrations/00013_tile_transform.sql).
+const transformSafe = "geotoll.tile_transform"
+
+// renderQueries renders the tile query of kind over rel (renderQuery) and,
+// for a relation in another SRID than 3857, its safe form (transformSafe).
+func (l *Layer) renderQueries(kind Kind, rel relation, clustered bool) (zoomQuery, error) {
+	sql, err := l.renderQuery(kind, rel, clustered, "ST_Transform")
+	if err != nil || rel.srid == 3857 {
+		return zoomQuery{sql: sql}, err
+	}
+	safe, err := l.renderQuery(kind, rel, clustered, transformSafe)
+	return zoomQuery{sql: sql, safe: safe}, err
+}
+
 // renderQuery renders the tile query of kind over rel: sql/tile_points.sql
 // for points (clustering the layer's own rows when clustered), else
 // sql/tile_lines_polygons.sql. Every identifier is quoted with
 // pgx.Identifier; the SRID is an int.
-func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, error) {
+func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool, transform string) (string, error) {
 	geom := column(rel.geom)
 	as, stored := l.carriedAs(), storedAs(rel)
 	d := queryData{
@@ -407,8 +443,8 @@ func (l *Layer) renderQuery(kind Kind, rel relation, clustered bool) (string, er
 		d.GeomExpr = "t." + geom
 		d.FilterExpr = "ST_Expand(env.geom, env.buffer_m)"
 	} else {
-		d.Transform = true
-		d.GeomExpr = "ST_Transform(t." + geom + ", 3857)"
+		d.Transform = transform
+		d.GeomExpr = transform + "(t." + geom + ", 3857)"
 		d.FilterExpr = transformedEnvelope(rel.srid)
 	}
 	d.LineMerge = d.Pieces && kind == KindLine

@@ -70,7 +70,10 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 // A statement timeout is a problem.Timeout (503 with Retry-After); an
 // unreachable database is problem.Unavailable, and so is a layer whose
 // table no longer fits its configuration (the problem names the layer and
-// the reason; see Catalog.Checks). A layer whose serving storage is gone
+// the reason; see Catalog.Checks). A row PostGIS cannot transform into
+// EPSG:3857 (a vertex past a pole) does not fail the tile: it is drawn
+// again with the part of that row Web Mercator shows, or without the row
+// (geotoll.tile_transform). A layer whose serving storage is gone
 // (dropped by a `geotoll prepare` that retired it while this server could
 // not re-read the registry) fails so once: it reads its table from then
 // on, until a Refresh reads the registry (see Layer.storageGone). Either
@@ -78,6 +81,12 @@ func (s *Store) Tile(ctx context.Context, layers []*Layer, t maptile.Tile) ([]by
 // pgcall.Stopping when the query had not stopped by the time it was
 // answered.
 func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Rendered, error) {
+	return s.render(ctx, layers, t, false)
+}
+
+// render is Render; with safe, each layer not in EPSG:3857 is read through
+// its query that draws what it can of rows the transform fails on.
+func (s *Store) render(ctx context.Context, layers []*Layer, t maptile.Tile, safe bool) (Rendered, error) {
 	if len(layers) == 0 {
 		return Rendered{}, problem.Malformed("layer", "no layer")
 	}
@@ -85,21 +94,33 @@ func (s *Store) Render(ctx context.Context, layers []*Layer, t maptile.Tile) (Re
 	levels := make([]int, len(layers))
 	stmts := make([]pgcall.Statement, len(layers))
 	for i, l := range layers {
-		sql, args := l.Query(t)
+		sql, args := l.query(t, safe)
+		if sql == "" {
+			sql, args = l.Query(t)
+		}
 		stmts[i] = pgcall.Statement{SQL: sql, Args: args, Timeout: l.StatementTimeout, Scan: pgcall.One(&parts[i], &levels[i])}
 	}
 	timing, err := s.db().Read(ctx, stmts...)
 	if err != nil && pgcall.TransformFailed(err) {
 		// A layer whose filter box, the tile's envelope transformed into
 		// its relation's SRID, lies outside that projection's domain has
-		// nothing in the tile: the tile is drawn without it. A transform
-		// that failed on a row is the layer's misfit (below).
+		// nothing in the tile: the tile is drawn without it.
 		if out, perr := s.outsideProjection(ctx, layers, t); perr == nil && len(out) > 0 {
 			rest := slices.DeleteFunc(slices.Clone(layers), func(l *Layer) bool { return slices.Contains(out, l) })
 			if len(rest) == 0 {
 				return Rendered{}, nil
 			}
-			return s.Render(ctx, rest, t)
+			return s.render(ctx, rest, t, safe)
+		}
+		// A transform that failed on a row (a vertex past a pole): the
+		// tile again, each row transformed by geotoll.tile_transform,
+		// which draws the part of such a row Web Mercator can show (in
+		// EPSG:4326), or leaves the row out. A call of it costs a
+		// subtransaction, so only such tiles pay it. Failing again (the
+		// migration not run, or the read role without its right), the
+		// layer's misfit (below).
+		if !safe && ctx.Err() == nil {
+			return s.render(ctx, layers, t, true)
 		}
 	}
 	if err != nil {
