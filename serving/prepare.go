@@ -451,20 +451,10 @@ func revokeDefault(ctx context.Context, pool *pgxpool.Pool, rows []tiles.Storage
 	return revokeSelect(ctx, pool, rels, DefaultReaderRole)
 }
 
-// buildSettingsSQL sets a build transaction's own settings: jit off.
-const buildSettingsSQL = `SELECT set_config('jit', 'off', true)`
-
 // buildTx is build's transaction, run holding the layer's lock: unless
 // the storage is current in its snapshot (and not Force), it builds the
 // targets and records them in place of the old storage, filling r.
 func buildTx(ctx context.Context, tx pgx.Tx, l *tiles.Layer, kind tiles.Kind, b Builder, targets []Target, src *source, cols []string, o Options, r *Result) error {
-	// JIT compiles each statement the planner prices high — a build's
-	// are, whatever the table's size — for about a second, and buys
-	// nothing here: the work is in PostGIS's functions, which it does not
-	// compile (a layer of a few rows took 7–18 s to build with it).
-	if _, err := tx.Exec(ctx, buildSettingsSQL); err != nil {
-		return err
-	}
 	if refused, err := recheck(ctx, tx, l, b, src, cols, o, r); refused || err != nil {
 		return err
 	}
@@ -568,6 +558,9 @@ func lockSource(ctx context.Context, tx pgx.Tx, l *tiles.Layer, relkind string) 
 	return sp.Commit(ctx)
 }
 
+// buildSettingsSQL sets a build transaction's own settings, $1 its work_mem.
+const buildSettingsSQL = `SELECT set_config('work_mem', $1, true), set_config('jit', 'off', true)`
+
 // recheck begins build's transaction: it locks the layer's table (a
 // view's, its tables) before the snapshot is taken and checks again, in
 // the snapshot, what Prepare checked before the lock. A layer refused now
@@ -583,7 +576,13 @@ func recheck(ctx context.Context, tx pgx.Tx, l *tiles.Layer, b Builder, src *sou
 			return false, err
 		}
 	}
-	if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', $1, true)`, o.WorkMem); err != nil {
+	// The build's settings, once the lock is held: a SELECT takes the
+	// snapshot. JIT compiles each statement the planner prices high — a
+	// build's are, whatever the table's size — for about a second, and
+	// buys nothing here: the work is in PostGIS's functions, which it
+	// does not compile (a layer of a few rows took 7–18 s to build with
+	// it).
+	if _, err := tx.Exec(ctx, buildSettingsSQL, o.WorkMem); err != nil {
 		return false, err
 	}
 	// The check before the lock, again, in the build's snapshot: the
