@@ -14,8 +14,9 @@ import (
 // TestRowPastThePoleIsDrawnWhereMercatorShowsIt: in a layer stored in
 // EPSG:4326, a row with vertices past a pole (latitude 91), which
 // ST_Transform refuses, fails no tile: a tile that meets it draws the
-// part of it Web Mercator shows (within ±85.0511°) — as a layer in
-// EPSG:3857 holding that part draws it — beside the other rows; a point
+// part of it Web Mercator shows (within ±85.0511°; of a self-crossing
+// row, of the row made valid) — as a layer in EPSG:3857 holding that part
+// draws it — beside the other rows; a point
 // past the pole is not drawn. It failed before: every tile meeting the
 // row was a 503 ("does not match the database: transform: Invalid
 // coordinate").
@@ -29,8 +30,10 @@ func TestRowPastThePoleIsDrawnWhereMercatorShowsIt(t *testing.T) {
 		VALUES (1, ST_MakeEnvelope(10, 10, 20, 20, 4326)),
 		       (2, ST_GeomFromText('POLYGON((0 80, 10 80, 10 91, 0 91, 0 80))', 4326)),
 		       (3, ST_GeomFromText('LINESTRING(-30 70, -30 95)', 4326)),
-		       (4, ST_MakeEnvelope(-20, -20, -10, -10, 4326))`)
-	f.exec(t, `UPDATE {s}.polar SET geom_3857 = ST_Transform(ST_ClipByBox2D(geom,
+		       (4, ST_MakeEnvelope(-20, -20, -10, -10, 4326)),
+		       (5, ST_GeomFromText('POLYGON((30 70, 40 95, 40 70, 30 95, 30 70))', 4326))`)
+	// Row 5 crosses itself: what shows of it is cut from it made valid.
+	f.exec(t, `UPDATE {s}.polar SET geom_3857 = ST_Transform(ST_ClipByBox2D(CASE WHEN id = 5 THEN ST_MakeValid(geom) ELSE geom END,
 		ST_MakeEnvelope(-180, -85.0511287798066, 180, 85.0511287798066, 4326)), 3857)`)
 	f.exec(t, `CREATE TABLE {s}.polar_pts (id bigint PRIMARY KEY, geom geometry(Point, 4326) NOT NULL)`)
 	f.exec(t, `INSERT INTO {s}.polar_pts VALUES (1, ST_Point(5, 50, 4326)), (2, ST_Point(5, 95, 4326)), (3, ST_Point(-5, 84, 4326))`)
@@ -67,8 +70,8 @@ func TestRowPastThePoleIsDrawnWhereMercatorShowsIt(t *testing.T) {
 			t.Errorf("tile %v: the EPSG:4326 layer draws %v, want what the EPSG:3857 one holding the shown parts draws, %v", tile, wgs, merc)
 		}
 	}
-	if got := features("merc", maptile.New(0, 0, 0)); len(got) != 4 {
-		t.Fatalf("z0 of the EPSG:3857 layer draws %d features, want 4: the fixture does not test it", len(got))
+	if got := features("merc", maptile.New(0, 0, 0)); len(got) != 5 {
+		t.Fatalf("z0 of the EPSG:3857 layer draws %d features, want 5: the fixture does not test it", len(got))
 	}
 	var ids []string
 	_, decoded := render(t, store, resolve(t, cat, "pts"), maptile.New(0, 0, 0))

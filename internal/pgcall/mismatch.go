@@ -30,8 +30,10 @@ var mismatchCodes = map[string]bool{
 // holds a row in another (ST_Transform of an unknown SRID 0, mixed SRIDs
 // in one operation) or a point outside its projection's domain
 // ("transform: …"). PostGIS raises these as internal_error (XX000); no
-// retry cures them either, and the layer checks cannot see them, as they
-// read no rows.
+// retry by the client cures them either, and the layer checks cannot see
+// them, as they read no rows. (The tile store draws a tile whose
+// transform failed again with a transform that leaves such rows out —
+// tiles.Store.Render — and answers this only when that fails too.)
 func misfits(pgErr *pgconn.PgError) bool {
 	if mismatchCodes[pgErr.Code] {
 		return true
