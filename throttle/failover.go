@@ -489,6 +489,28 @@ func (f *Failover) RefusesFree(b Bucket, cost float64) (Result, bool) {
 	return a.Result, refused
 }
 
+// KnownSince is b's bucket as this replica learnt of it after since —
+// from the primary's answers to the admissions and budget reads of its
+// caller, with the settlements of the caller's requests it admitted —
+// refilled to now, and what a request of cost would wait for it; ok is
+// false when nothing was learnt of it since (under b's limit). It asks
+// nothing: a refusal held before it is answered (toll's tarpit) so shows
+// what the caller's requests admitted meanwhile spent.
+func (f *Failover) KnownSince(b Bucket, since time.Time, cost float64) (res Result, ok bool) {
+	f.known.mu.Lock()
+	kb, ok := f.known.latest(b.Key, b.Limit)
+	f.known.mu.Unlock()
+	if !ok || !kb.at.After(since) {
+		return Result{}, false
+	}
+	est := kb.estimate(time.Now())
+	res = Result{Cost: cost, Remaining: est, Limit: b.Limit, ResetAfter: millis(resetMS(est, b.Limit.Rate, b.Limit.Capacity))}
+	if est < cost {
+		res.RetryAfter = millis(retryMS(cost, est, b.Limit.Rate))
+	}
+	return res, true
+}
+
 // LocalSpendingCarried is the tokens reconcile has handed to requests the
 // primary admitted after an outage, for their settlements to charge
 // there (no lower than the debt floor, as any settlement): what callers

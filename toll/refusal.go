@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/geotoll/geotoll/apikeys"
 	"github.com/geotoll/geotoll/problem"
@@ -19,11 +20,21 @@ import (
 func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol string, key string, p Price, a throttle.Admission) {
 	t.observe(tier.Name, p, Refused)
 	if t.Tarpit != nil && a.Refusal != throttle.RefusedInFlight {
+		refusedAt := time.Now()
 		held := t.Tarpit.hold(r.Context(), key, a.Result.RetryAfter)
 		// Every budget header describes the bucket when the answer leaves —
 		// but no later than when it could pay this request: held longer,
 		// behind the bucket's other refusals, those come first.
 		a.Result = a.Result.After(min(held, a.Result.RetryAfter))
+		// The caller's other requests admitted or settled while it was
+		// held changed the bucket: what the store learnt of it since,
+		// refilled to now, is the bucket as the answer leaves, and the
+		// wait it names is the one this request has left.
+		if k, ok := t.Store.(knower); ok && held > 0 {
+			if res, ok := k.KnownSince(throttle.Bucket{Key: key, Limit: a.Result.Limit}, refusedAt, a.Result.Cost); ok {
+				a.Result = res
+			}
+		}
 	}
 	switch a.Refusal {
 	case throttle.RefusedAggregate:
@@ -41,6 +52,12 @@ func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol st
 		setBudgetHeaders(w.Header(), pol, tier, a.Result)
 		problem.Write(w, r, exhausted(tier.Name, a.Result))
 	}
+}
+
+// knower is a store that knows, without asking, what its caller's
+// requests taught it of a bucket since a moment (throttle.Failover).
+type knower interface {
+	KnownSince(b throttle.Bucket, since time.Time, cost float64) (throttle.Result, bool)
 }
 
 // refusing is the key of the bucket that refused a: the caller's own, or

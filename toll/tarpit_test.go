@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -204,5 +205,45 @@ func TestTarpitQueuesPerCaller(t *testing.T) {
 	}
 	if got := second.Header().Get("RateLimit"); !strings.Contains(got, "r=60") {
 		t.Errorf("a refusal held 1 s behind another: RateLimit %q, want r=60 (the bucket when it could pay it)", got)
+	}
+}
+
+// A refusal held by the tarpit is answered with the bucket as the
+// caller's request admitted while it was held left it — not the refused
+// reading refilled for the hold — and with the wait that bucket needs:
+// answered the latter, a client that honours Retry-After was refused
+// again.
+func TestHeldRefusalShowsWhatTheCallerSpentMeanwhile(t *testing.T) {
+	store := &throttle.Failover{Primary: throttle.NewMemoryStore(throttle.MemoryOptions{}), Mode: throttle.FailClosed, Logger: discard()}
+	toll := testToll(store)
+	// 0.01 token a second: the test's own time refills nothing to speak of.
+	toll.Tiers[AnonymousTier] = Tier{Name: AnonymousTier, Limit: throttle.Limit{Rate: 0.01, Capacity: 70}}
+	var during *httptest.ResponseRecorder
+	toll.Tarpit = &Tarpit{MaxHold: 2 * time.Second, MaxHeld: 4, sleep: func(context.Context, time.Duration) {
+		w, ok := admit(t, toll, "", tileDemand(14, "places"))
+		if !ok {
+			t.Errorf("the z14 tile during the hold was refused: %d %s", w.Code, w.Body)
+		}
+		during = w
+	}}
+	if w, ok := admit(t, toll, "", tileDemand(0, "places")); !ok {
+		t.Fatalf("the first tile was refused: %d %s", w.Code, w.Body)
+	}
+	w, ok := admit(t, toll, "", tileDemand(0, "places"))
+	if ok || w.Code != http.StatusTooManyRequests || during == nil {
+		t.Fatalf("the second tile: %d, want 429 held (held: %v)", w.Code, during != nil)
+	}
+	cost, err := strconv.ParseFloat(during.Header().Get("X-Request-Cost"), 64)
+	if err != nil || cost <= 0 {
+		t.Fatalf("the z14 tile's cost %q: %v", during.Header().Get("X-Request-Cost"), err)
+	}
+	if got, want := w.Header().Get("X-RateLimit-Remaining"), during.Header().Get("X-RateLimit-Remaining"); got != want {
+		t.Errorf("the held refusal says %s remain, want %s: what the z14 tile admitted meanwhile left", got, want)
+	}
+	// The bucket held 10 tokens after the first tile, cost less after the
+	// second: the refused tile (60) waits (60 - (10 - cost)) / 0.01 s.
+	retry, err := strconv.Atoi(w.Header().Get("Retry-After"))
+	if least := int((60 - (10 - cost) - 0.1) / 0.01); err != nil || retry < least {
+		t.Errorf("Retry-After %q, want at least %d s (the bucket after the z14 tile's %v tokens)", w.Header().Get("Retry-After"), least, cost)
 	}
 }
