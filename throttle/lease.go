@@ -82,6 +82,30 @@ func (g *Global) Take(ctx context.Context, cost float64) (res Result, ok bool, e
 	return Result{Allowed: true, Cost: cost, Remaining: g.have, Limit: g.Bucket.Limit}, true, nil
 }
 
+// Peek reports whether Take(cost) would be paid now, spending nothing:
+// by the tokens in hand, or else by a lease of what they lack, as a read
+// of the shared bucket shows it (a budget read: one store call). When it
+// would not, res is the shared bucket as read, with the wait a lease of
+// what is lacking would have (RetryAfter).
+func (g *Global) Peek(ctx context.Context, cost float64) (res Result, ok bool, err error) {
+	g.mu.Lock()
+	have := g.have
+	g.mu.Unlock()
+	if have >= cost {
+		return Result{Allowed: true, Remaining: have, Limit: g.Bucket.Limit}, true, nil
+	}
+	if res, err = g.Store.Peek(ctx, g.Bucket); err != nil {
+		return Result{}, false, err
+	}
+	need := min(cost-have, g.Bucket.Limit.Capacity)
+	if res.Remaining >= need {
+		return res, true, nil
+	}
+	res.Allowed, res.Cost = false, need
+	res.RetryAfter = secondsToDuration((need - res.Remaining) / g.Bucket.Limit.Rate)
+	return res, false, nil
+}
+
 // awaitLocked waits, with g.mu released, until the store call on its way
 // ends or ctx does (then it returns ctx's error).
 func (g *Global) awaitLocked(ctx context.Context) error {

@@ -12,9 +12,11 @@ import (
 
 // dryRun answers ?dry_run=1: the price and the budget, nothing charged and
 // nothing queried. would_allow and retry_after answer as the request
-// would be answered: by its own bucket and, for an anonymous IPv6 caller,
-// its network's aggregate (agg, else nil) — neither of which refuses it
-// when its tier or every layer it asks for is in shadow.
+// would be answered: by the global database budget when one is set (its
+// 503, unless the request is a cache hit, which it does not pay), its own
+// bucket and, for an anonymous IPv6 caller, its network's aggregate (agg,
+// else nil) — neither of the last two refuses it when its tier or every
+// layer it asks for is in shadow.
 func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol string, own throttle.Bucket, agg *throttle.Bucket, p Price) {
 	res, err := t.read(r.Context(), tier, own, p.Cost)
 	var ares throttle.Result
@@ -39,6 +41,17 @@ func (t *Toll) dryRun(w http.ResponseWriter, r *http.Request, tier Tier, pol str
 		wait(res.Remaining, rateOf(res, tier.Limit))
 		if agg != nil {
 			wait(ares.Remaining, rateOf(ares, agg.Limit))
+		}
+	}
+	if t.Global != nil && !p.CacheHit { // shadow or not: the global budget refuses (Toll.Admit)
+		g, ok, err := t.Global.Peek(r.Context(), p.Cost)
+		if err != nil {
+			problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: "the rate limiter is unavailable", RetryAfter: 1, Err: err})
+			return
+		}
+		if !ok {
+			allowed = false
+			retry = max(retry, g.RetryAfterSeconds())
 		}
 	}
 	w.Header().Set("Cache-Control", "no-store") // one caller's budget, at one moment

@@ -427,3 +427,52 @@ func TestRequestCostHeaderToTheMicroToken(t *testing.T) {
 		}
 	}
 }
+
+// TestDryRunAnswersAsTheGlobalBudgetWould: a preview says would_allow
+// false, with the global budget's wait, when the global budget cannot pay
+// the request, which is then refused with its 503 — though the caller's
+// own bucket could pay it. It said true before: the preview read the
+// caller's buckets only.
+func TestDryRunAnswersAsTheGlobalBudgetWould(t *testing.T) {
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	toll.Tiers["free"] = Tier{Name: "free", Limit: throttle.Limit{Rate: 20, Capacity: 1000}}
+	// 70 tokens for everyone, refilled at 2 a second; a z2 tile costs 60.
+	global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 2, Capacity: 70}}
+	toll.Global = &throttle.Global{Store: store, Bucket: global, Chunk: 1}
+	t.Cleanup(toll.Global.Close)
+	do := func(target string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		r.Header.Set("X-API-Key", "k1")
+		w := httptest.NewRecorder()
+		toll.AdmitTile(w, r, tileDemand(2, "places"))
+		return w
+	}
+	preview := func() (allowed bool, retry int) {
+		t.Helper()
+		w := do("/tiles/places/2/0/0.mvt?dry_run=1")
+		var body struct {
+			WouldAllow bool `json:"would_allow"`
+			RetryAfter int  `json:"retry_after"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusOK {
+			t.Fatalf("preview: %d %s", w.Code, w.Body)
+		}
+		return body.WouldAllow, body.RetryAfter
+	}
+	if ok, _ := preview(); !ok {
+		t.Fatal("the first preview says the global budget's 70 cannot pay 60")
+	}
+	if w := do("/tiles/places/2/0/0.mvt"); w.Code != http.StatusOK {
+		t.Fatalf("the first tile: %d %s", w.Code, w.Body)
+	}
+	ok, retry := preview()
+	// The global budget holds about 10 (and the lease's remainder): the
+	// next 60 wait about 25 s.
+	if ok || retry < 20 {
+		t.Errorf("the second preview says would_allow %v, retry_after %d; want false, about 25 s (the global budget's wait)", ok, retry)
+	}
+	if w := do("/tiles/places/2/0/0.mvt"); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("the second tile: %d, want the global budget's 503", w.Code)
+	}
+}
