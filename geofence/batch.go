@@ -67,7 +67,10 @@ func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
 // results come back in request order.
 //
 // The body is read as a token stream, so a batch over maxPoints is refused
-// at its first extra point, without decoding the rest.
+// at its first extra point, without decoding the rest. Any other value out
+// of range (no points, a coordinate) is answered once the whole body has
+// parsed, so that a body both malformed and out of range is a 400
+// whatever the order of its members.
 //
 // Errors are problems: 413 when r is an http.MaxBytesReader over its limit;
 // 408 when reading r timed out (the server's read timeout);
@@ -81,6 +84,7 @@ func ParseCheck(r io.Reader, maxPoints int) (CheckBody, error) {
 		return b, err
 	}
 	seen := false
+	var late error // the first value out of range, answered once the body parsed
 	for dec.More() {
 		name, err := memberName(dec)
 		if err != nil {
@@ -96,8 +100,12 @@ func ParseCheck(r io.Reader, maxPoints int) (CheckBody, error) {
 			}
 		case name == "points":
 			seen = true
-			if b.Points, err = parsePoints(dec, maxPoints); err != nil {
+			var out error
+			if b.Points, out, err = parsePoints(dec, maxPoints); err != nil {
 				return b, err
+			}
+			if late == nil {
+				late = out
 			}
 		default:
 			return b, problem.Malformed("body", "unknown member %q", truncate(name, 32))
@@ -112,7 +120,7 @@ func ParseCheck(r io.Reader, maxPoints int) (CheckBody, error) {
 	if !seen {
 		return b, problem.Malformed("points", "points is required")
 	}
-	return b, nil
+	return b, late
 }
 
 // decodeString reads a JSON string member into dst: a string of UTF-8
@@ -131,26 +139,26 @@ func decodeString(dec bodyDecoder, dst *string, param string) error {
 	return nil
 }
 
-// parsePoints reads the points array.
-func parsePoints(dec bodyDecoder, maxPoints int) ([]Point, error) {
+// parsePoints reads the points array: its points, and the first value it
+// holds out of range (out: a coordinate, or no point at all) or err, which
+// ends the read (malformed, or more than maxPoints points).
+func parsePoints(dec bodyDecoder, maxPoints int) (points []Point, out, err error) {
 	if err := expectDelim(dec, '[', "points", "points must be an array of points"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var points []Point
-	for dec.More() {
-		if len(points) == maxPoints {
-			return nil, problem.Range("points", "a batch holds 1..%d points, got more", maxPoints)
+	for i := 0; dec.More(); i++ {
+		if i == maxPoints {
+			return nil, nil, problem.Range("points", "a batch holds 1..%d points, got more", maxPoints)
 		}
-		i := len(points)
 		name := func(member string) string { return "points[" + strconv.Itoa(i) + "]" + member }
 		if err := expectDelim(dec, '{', name(""), name("")+" must be an object"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var rp rawPoint
 		for dec.More() {
 			member, err := memberName(dec)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			var dst *json.RawMessage
 			switch member {
@@ -161,31 +169,41 @@ func parsePoints(dec bodyDecoder, maxPoints int) ([]Point, error) {
 			case "lat":
 				dst = &rp.Lat
 			default:
-				return nil, problem.Malformed(name(""), "%s has an unknown member %q", name(""), truncate(member, 32))
+				return nil, nil, problem.Malformed(name(""), "%s has an unknown member %q", name(""), truncate(member, 32))
 			}
 			if *dst != nil {
-				return nil, problem.Malformed(name("."+member), "%s is given twice", name("."+member))
+				return nil, nil, problem.Malformed(name("."+member), "%s is given twice", name("."+member))
 			}
 			if err := dec.Decode(dst); err != nil {
-				return nil, dec.fail(err)
+				return nil, nil, dec.fail(err)
 			}
 		}
 		if err := expectDelim(dec, '}', name(""), "malformed JSON"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p, err := rp.parse(i)
-		if err != nil {
-			return nil, err
+		var pe *problem.Error
+		switch {
+		case err == nil:
+			points = append(points, p)
+		case errors.As(err, &pe) && pe.Code == problem.OutOfRange:
+			if out == nil {
+				out = err
+			}
+		default:
+			return nil, nil, err
 		}
-		points = append(points, p)
 	}
 	if err := expectDelim(dec, ']', "points", "malformed JSON"); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if out != nil {
+		return nil, out, nil
 	}
 	if len(points) == 0 {
-		return nil, problem.Range("points", "a batch holds 1..%d points, got 0", maxPoints)
+		return nil, problem.Range("points", "a batch holds 1..%d points, got 0", maxPoints), nil
 	}
-	return points, nil
+	return points, nil, nil
 }
 
 // expectDelim reads the next token, which must be the delimiter want.

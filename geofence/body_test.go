@@ -62,6 +62,13 @@ func TestParseBatch(t *testing.T) {
 		{name: "lng out of range", body: `{"points":[{"id":"v","lng":0,"lat":0},{"id":"w","lng":180.5,"lat":0}]}`, code: problem.OutOfRange, param: "points[1].lng"},
 		{name: "lat out of range", body: `{"points":[{"id":"v","lng":0,"lat":-91}]}`, code: problem.OutOfRange, param: "points[0].lat"},
 		{name: "overflow", body: `{"points":[{"id":"v","lng":1e999,"lat":0}]}`, code: problem.OutOfRange, param: "points[0].lng"},
+		// Malformed and out of range: a 400 whatever the order (the range
+		// is answered once the body has parsed), the first range error named.
+		{name: "zero points, then points", body: `{"points":[],"points":[{"id":"v1","lng":0,"lat":0}]}`, code: problem.Invalid, param: "points"},
+		{name: "out of range, then unknown member", body: `{"points":[{"id":"v","lng":500,"lat":0}],"when":1}`, code: problem.Invalid, param: "body"},
+		{name: "out of range, then numeric id", body: `{"points":[{"id":"v","lng":500,"lat":0},{"id":7,"lng":0,"lat":0}]}`, code: problem.Invalid, param: "points[1].id"},
+		{name: "out of range, then trailing garbage", body: `{"points":[{"id":"","lng":0,"lat":0}]}x`, code: problem.Invalid, param: "body"},
+		{name: "first range error named", body: `{"points":[{"id":"v","lng":0,"lat":0},{"id":"v","lng":500,"lat":0},{"id":"w","lng":0,"lat":95}]}`, code: problem.OutOfRange, param: "points[1].lng"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
