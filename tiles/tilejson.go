@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -483,9 +482,8 @@ func (h *Handler) Index() http.Handler {
 // it is set: then nothing the client sends chooses it. Otherwise it is
 // the scheme and host the client used (forwarded.Trusted.HostProto:
 // forwarded ones only from trusted proxies, and only when they are valid)
-// followed by BasePath; a request without a Host (HTTP/1.0) gets the
-// address it reached this server at (the connection's local address),
-// or "localhost" when that is unknown.
+// followed by BasePath; a request without a Host (HTTP/1.0) gets
+// "localhost".
 //
 // A request Host that is not a valid host[:port] — "example.com:abc", a
 // port of 0 or above 65535 — is a 400 problem rather than a "localhost"
@@ -515,9 +513,6 @@ func (h *Handler) urls(r *http.Request) (base, query string, err error) {
 	switch {
 	case host == "":
 		host = "localhost"
-		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && forwarded.ValidHost(a.String()) {
-			host = a.String()
-		}
 	case !forwarded.ValidHost(host):
 		return "", "", &problem.Error{Code: problem.Invalid, Param: "Host",
 			Detail: "the Host header is not a valid host[:port] (a name or an IP address, and a port from 1 to 65535): this document's URLs are written from it"}
