@@ -94,15 +94,27 @@ func (g *Global) Peek(ctx context.Context, cost float64) (res Result, ok bool, e
 	if have >= cost {
 		return Result{Allowed: true, Remaining: have, Limit: g.Bucket.Limit}, true, nil
 	}
-	if res, err = g.Store.Peek(ctx, g.Bucket); err != nil {
+	need := min(cost-have, g.Bucket.Limit.Capacity)
+	// Read as a lease of need would be admitted: under its debt floor,
+	// and — while Redis is out, with fail_mode local — by this replica's
+	// share of the bucket, lifted to need (Failover.localLimit).
+	if fp, ok := g.Store.(FloorPeeker); ok {
+		res, err = fp.PeekFloor(ctx, g.Bucket, g.Bucket.Limit.Capacity, need)
+	} else {
+		res, err = g.Store.Peek(ctx, g.Bucket)
+	}
+	if err != nil {
 		return Result{}, false, err
 	}
-	need := min(cost-have, g.Bucket.Limit.Capacity)
 	if res.Remaining >= need {
 		return res, true, nil
 	}
+	rate := g.Bucket.Limit.Rate
+	if res.Limit.Rate > 0 { // the share's, while Redis is out
+		rate = res.Limit.Rate
+	}
 	res.Allowed, res.Cost = false, need
-	res.RetryAfter = secondsToDuration((need - res.Remaining) / g.Bucket.Limit.Rate)
+	res.RetryAfter = secondsToDuration((need - res.Remaining) / rate)
 	return res, false, nil
 }
 

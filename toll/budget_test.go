@@ -476,3 +476,45 @@ func TestDryRunAnswersAsTheGlobalBudgetWould(t *testing.T) {
 		t.Errorf("the second tile: %d, want the global budget's 503", w.Code)
 	}
 }
+
+// TestDryRunReadsTheGlobalShareWhileRedisIsOut: with Redis out and
+// fail_mode local, the global budget is this replica's share of it (a
+// quarter here, refilled at a quarter of the rate): a preview waits as a
+// lease from that share would, as the request's own 503 says.
+func TestDryRunReadsTheGlobalShareWhileRedisIsOut(t *testing.T) {
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{}))
+	toll.Tiers["free"] = Tier{Name: "free", Limit: throttle.Limit{Rate: 20, Capacity: 1000}}
+	global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 100, Capacity: 1000}}
+	toll.Global = &throttle.Global{Store: &throttle.Failover{Primary: downStore{}, Local: throttle.NewMemoryStore(throttle.MemoryOptions{}),
+		Mode: throttle.FailLocal, Replicas: 4, ProbeInterval: time.Hour, Logger: discard()}, Bucket: global, Chunk: 1}
+	t.Cleanup(toll.Global.Close)
+	do := func(target string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		r.Header.Set("X-API-Key", "k1")
+		w := httptest.NewRecorder()
+		toll.AdmitTile(w, r, tileDemand(2, "places"))
+		return w
+	}
+	// The share holds 250 and refills 25 a second: four z2 tiles (60
+	// each) leave about 10.
+	for i := range 4 {
+		if w := do("/tiles/places/2/0/0.mvt"); w.Code != http.StatusOK {
+			t.Fatalf("tile %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	w := do("/tiles/places/2/0/0.mvt?dry_run=1")
+	var body struct {
+		WouldAllow bool `json:"would_allow"`
+		RetryAfter int  `json:"retry_after"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("preview: %d %s", w.Code, w.Body)
+	}
+	// 50 lacking at 25 a second: 2 s (at the whole bucket's 100, 1).
+	if body.WouldAllow || body.RetryAfter < 2 {
+		t.Errorf("preview: would_allow %v, retry_after %d; want false, 2 s (the share refills 25 a second)", body.WouldAllow, body.RetryAfter)
+	}
+	if w := do("/tiles/places/2/0/0.mvt"); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != strconv.Itoa(body.RetryAfter) {
+		t.Errorf("the tile: %d, Retry-After %q; want 503 and the preview's %d", w.Code, w.Header().Get("Retry-After"), body.RetryAfter)
+	}
+}

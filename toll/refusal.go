@@ -27,11 +27,15 @@ func (t *Toll) refused(w http.ResponseWriter, r *http.Request, tier Tier, pol st
 		// behind the bucket's other refusals, those come first.
 		a.Result = a.Result.After(min(held, a.Result.RetryAfter))
 		// The caller's other requests admitted or settled while it was
-		// held changed the bucket: what the store learnt of it since,
-		// refilled to now, is the bucket as the answer leaves, and the
-		// wait it names is the one this request has left.
+		// held spent from the bucket: what the store learnt of it since,
+		// refilled to now, when it holds less, is the bucket as the answer
+		// leaves, and its wait the one this request has left. Never more:
+		// what a replica learns may lack what it spent in its own buckets
+		// while Redis was out, and a refusal queued behind others shows
+		// the bucket no later than when it could pay (above).
 		if k, ok := t.Store.(knower); ok && held > 0 {
-			if res, ok := k.KnownSince(throttle.Bucket{Key: key, Limit: a.Result.Limit}, refusedAt, a.Result.Cost); ok {
+			if res, ok := k.KnownSince(throttle.Bucket{Key: key, Limit: a.Result.Limit}, refusedAt, a.Result.Cost); ok &&
+				res.Remaining < a.Result.Remaining {
 				a.Result = res
 			}
 		}

@@ -247,3 +247,39 @@ func TestHeldRefusalShowsWhatTheCallerSpentMeanwhile(t *testing.T) {
 		t.Errorf("Retry-After %q, want at least %d s (the bucket after the z14 tile's %v tokens)", w.Header().Get("Retry-After"), least, cost)
 	}
 }
+
+// While Redis is out (fail_mode local), a held refusal never shows more
+// than the refusal's own reading, refilled: what the replica learnt of
+// the shared bucket before the outage — moved on by the settlement of a
+// request Redis admitted — knows nothing of what the caller spent in its
+// local bucket since. Answered from it, the 429 said 66 tokens remained and
+// Retry-After 1, and the next request was refused again for 5,500 s.
+func TestHeldRefusalNeverShowsMoreThanItsReading(t *testing.T) {
+	primary := &switchStore{Store: throttle.NewMemoryStore(throttle.MemoryOptions{})}
+	store := &throttle.Failover{Primary: primary, Local: throttle.NewMemoryStore(throttle.MemoryOptions{}),
+		Mode: throttle.FailLocal, Replicas: 1, Logger: discard()}
+	toll := testToll(store)
+	limit := throttle.Limit{Rate: 0.01, Capacity: 70}
+	toll.Tiers[AnonymousTier] = Tier{Name: AnonymousTier, Limit: limit}
+	own := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, AnonymousTier, "ip:192.0.2.7"), Limit: limit}
+	// A request Redis admits (5 tokens), still running when it goes out.
+	a, err := store.Admit(t.Context(), throttle.Request{Bucket: own, Cost: 5, Debt: 60, MaxInFlight: 100, TTL: time.Minute})
+	if err != nil || !a.Allowed {
+		t.Fatalf("the first request: %+v, %v", a, err)
+	}
+	primary.down.Store(true)
+	if w, ok := admit(t, toll, "", tileDemand(0, "places")); !ok {
+		t.Fatalf("the z0 tile, from the local bucket: %d %s", w.Code, w.Body)
+	}
+	toll.Tarpit = &Tarpit{MaxHold: 2 * time.Second, MaxHeld: 4, sleep: func(context.Context, time.Duration) {
+		a.Ticket.Settle(4) // it cost 4: a refund of 1, counted in what is known of the bucket
+	}}
+	w, ok := admit(t, toll, "", tileDemand(0, "places"))
+	if ok || w.Code != http.StatusTooManyRequests {
+		t.Fatalf("the second z0 tile: %d, want 429", w.Code)
+	}
+	retry, err := strconv.Atoi(w.Header().Get("Retry-After"))
+	if remaining := w.Header().Get("X-RateLimit-Remaining"); err != nil || retry < 5000 || remaining != "5" {
+		t.Errorf("the held refusal: Retry-After %q, %s remain; want about 5,500 s and 5 (the local bucket after 5 and 60)", w.Header().Get("Retry-After"), remaining)
+	}
+}
