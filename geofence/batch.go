@@ -43,11 +43,13 @@ type CheckBody struct {
 // that names a layer.
 func ParseBatch(r io.Reader, maxPoints int) ([]Point, error) {
 	b, err := ParseCheck(r, maxPoints)
+	var pe *problem.Error
+	if (err == nil || errors.As(err, &pe) && pe.Code == problem.OutOfRange) && b.HasLayer {
+		// Malformed before out of range, as in ParseCheck.
+		return nil, problem.Malformed("layer", "this body may not name a layer")
+	}
 	if err != nil {
 		return nil, err
-	}
-	if b.HasLayer {
-		return nil, problem.Malformed("layer", "this body may not name a layer")
 	}
 	return b.Points, nil
 }
@@ -248,17 +250,30 @@ func (rp rawPoint) parse(i int) (Point, error) {
 	if !isText(rp.ID) {
 		return p, problem.Malformed(name("id"), "%s is not UTF-8 text (invalid bytes, or half of a surrogate pair)", name("id"))
 	}
+	// A member out of range is answered once the others' types are
+	// checked: a point both malformed and out of range is a 400.
+	var out error
+	keep := func(err error) error {
+		var pe *problem.Error
+		if errors.As(err, &pe) && pe.Code == problem.OutOfRange {
+			if out == nil {
+				out = err
+			}
+			return nil
+		}
+		return err
+	}
 	if p.ID == "" || len(p.ID) > MaxPointIDLen {
-		return p, problem.Range(name("id"), "%s must be 1..%d bytes of UTF-8", name("id"), MaxPointIDLen)
+		out = problem.Range(name("id"), "%s must be 1..%d bytes of UTF-8", name("id"), MaxPointIDLen)
 	}
 	var err error
-	if p.Lng, err = ParseLng(name("lng"), string(bytes.TrimSpace(rp.Lng))); err != nil {
+	if p.Lng, err = ParseLng(name("lng"), string(bytes.TrimSpace(rp.Lng))); keep(err) != nil {
 		return p, err
 	}
-	if p.Lat, err = ParseLat(name("lat"), string(bytes.TrimSpace(rp.Lat))); err != nil {
+	if p.Lat, err = ParseLat(name("lat"), string(bytes.TrimSpace(rp.Lat))); keep(err) != nil {
 		return p, err
 	}
-	return p, nil
+	return p, out
 }
 
 // bodyDecoder decodes a request body and keeps the bytes it has read, so

@@ -68,6 +68,9 @@ func TestParseBatch(t *testing.T) {
 		{name: "out of range, then unknown member", body: `{"points":[{"id":"v","lng":500,"lat":0}],"when":1}`, code: problem.Invalid, param: "body"},
 		{name: "out of range, then numeric id", body: `{"points":[{"id":"v","lng":500,"lat":0},{"id":7,"lng":0,"lat":0}]}`, code: problem.Invalid, param: "points[1].id"},
 		{name: "out of range, then trailing garbage", body: `{"points":[{"id":"","lng":0,"lat":0}]}x`, code: problem.Invalid, param: "body"},
+		{name: "empty id, string lng", body: `{"points":[{"id":"","lng":"x","lat":0}]}`, code: problem.Invalid, param: "points[0].lng"},
+		{name: "lng out of range, null lat", body: `{"points":[{"id":"v","lng":500,"lat":null}]}`, code: problem.Invalid, param: "points[0].lat"},
+		{name: "out of range, and a layer", body: `{"points":[{"id":"v","lng":500,"lat":0}],"layer":"x"}`, code: problem.Invalid, param: "layer"},
 		{name: "first range error named", body: `{"points":[{"id":"v","lng":0,"lat":0},{"id":"v","lng":500,"lat":0},{"id":"w","lng":0,"lat":95}]}`, code: problem.OutOfRange, param: "points[1].lng"},
 	}
 	for _, tt := range tests {
