@@ -99,9 +99,15 @@ near AS (
     -- outer ORDER BY finds them already in its order, so its LIMIT stops
     -- the drawing: no sort draws every candidate first); no tile draws
     -- more than 2 × cap ids.
-    -- Only a candidate's pieces near the tile are drawn: snapped to the
-    -- tile's grid (in the relation's units, so ST_AsMVTGeom's own snap
-    -- changes nothing), collected per id and drawn once by ST_AsMVTGeom,
+    -- Only the pieces near the tile are drawn, all read in the one scan
+    -- that picks the candidates (a lookup per candidate went through the
+    -- geometry's index, the planner knowing no better, and read every
+    -- piece near the tile for each: a tile of thousands of small features
+    -- took seconds; a join of the two was planned as a loop as well):
+    -- snapped to the tile's grid (in the relation's units, so
+    -- ST_AsMVTGeom's own snap changes nothing), collected per id (a window
+    -- over the id, beside the id's columns) and drawn once each by
+    -- ST_AsMVTGeom,
     -- whose polygon clipping (wagyu) fills the collection's rings as one
     -- area: the cut edges the pieces share vanish, no seam is left inside
     -- an outline. .LineMerge joins a line's pieces at their shared ends
@@ -111,9 +117,9 @@ near AS (
     -- and never NULL (package serving), so each id is one row of the
     -- table; an overview's pieces join on its own feature number.
     -- Each feature is drawn once, inside its LATERAL: OFFSET 0 keeps the
-    -- planner from pulling the snap into the scan's filter and pushing
-    -- the outer "IS NOT NULL" into the aggregate's, which evaluated the
-    -- snap and ST_AsMVTGeom (most of a z8 tile's time) twice.
+    -- planner from pulling the snap into the scan's filter and the
+    -- outer "IS NOT NULL" into the drawing, which evaluated the snap and
+    -- ST_AsMVTGeom (most of a z8 tile's time) twice.
     {{- if .Overview}}
     -- Over an overview, a feature whose pieces near the tile leave
     -- nothing on its grid is drawn as a point, as from a whole overview
@@ -123,24 +129,23 @@ near AS (
     {{- end}}
     SELECT t.g, t.fid{{range .Cols}}, t.{{.As}}{{end}}
     FROM (SELECT {{if .Overview}}d.g{{else}}m.g{{end}}, k.fid{{range .Cols}}, k.{{.As}}{{end}}
-          FROM (SELECT t.fid{{if .Box}}, t.box{{end}}{{range .Cols}}, t.{{.As}}{{end}}
-                FROM (SELECT DISTINCT ON (t.{{.Key}}) t.{{.Key}} AS fid{{if .Box}}, t.{{.Box}} AS box{{end}}{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
-                      FROM {{.Table}} AS t, env
-                      WHERE t.{{.Geom}} && {{.FilterExpr}}) AS t
+          FROM (SELECT t.fid{{if .Box}}, t.box{{end}}, t.g{{range .Cols}}, t.{{.As}}{{end}}
+                FROM (SELECT DISTINCT ON (c.fid) c.fid{{if .Box}}, c.box{{end}},
+                             ST_Collect(c.g) FILTER (WHERE NOT ST_IsEmpty(c.g)) OVER (PARTITION BY c.fid) AS g{{range .Cols}}, c.{{.As}}{{end}}
+                      FROM (SELECT t.{{.Key}} AS fid{{if .Box}}, t.{{.Box}} AS box{{end}},
+                                   ST_RemoveRepeatedPoints(ST_SnapToGrid({{.GeomExpr}}, ST_XMin(env.geom), ST_YMin(env.geom),
+                                       (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
+                                       (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
+                            FROM {{.Table}} AS t, env
+                            WHERE t.{{.Geom}} && {{.FilterExpr}}
+                            OFFSET 0) AS c
+                      ORDER BY c.fid) AS t
                 ORDER BY {{.Order}}
                 LIMIT 2 * $8::int) AS k,
                env,
                LATERAL (SELECT {{if .LineMerge}}CASE WHEN ST_Dimension(a.g) = 1 THEN ST_LineMerge(a.g) ELSE a.g END{{else}}a.g{{end}} AS g
-                        FROM (SELECT ST_AsMVTGeom(ST_Collect(c.g), env.geom, env.extent, env.buffer, true) AS g
-                        FROM (SELECT ST_RemoveRepeatedPoints(ST_SnapToGrid({{.GeomExpr}}, ST_XMin(env.geom), ST_YMin(env.geom),
-                                     (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
-                                     (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g
-                              FROM {{.Table}} AS t
-                              WHERE t.{{.Key}} = k.fid
-                                AND t.{{.Geom}} && {{.FilterExpr}}
-                              OFFSET 0) AS c
-                        WHERE NOT ST_IsEmpty(c.g)
-                        OFFSET 0) AS a) AS m
+                        FROM (SELECT ST_AsMVTGeom(k.g, env.geom, env.extent, env.buffer, true) AS g
+                              OFFSET 0) AS a) AS m
                {{- if .Overview}},
                LATERAL (SELECT coalesce(m.g, (SELECT CASE WHEN ST_XMax(k.box) - ST_XMin(k.box) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
                                                            AND ST_YMax(k.box) - ST_YMin(k.box) < (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent
