@@ -34,11 +34,27 @@ var mismatchCodes = map[string]bool{
 // them, as they read no rows. (The tile store draws a tile whose
 // transform failed again with a transform that leaves such rows out —
 // tiles.Store.Render — and answers this only when that fails too.)
+//
+// So is PostGIS's refusal of a geometry type an operation does not take —
+// a curve (CIRCULARSTRING, CURVEPOLYGON, COMPOUNDCURVE…) met by the tile
+// query's clip or snap, or an overview's simplification: "unsupported
+// geometry type", "lwgeom_get_basic_type: Invalid type (N)" — which a row
+// of the layer's table holds: a 503 naming the layer, never a 500.
 func misfits(pgErr *pgconn.PgError) bool {
 	if mismatchCodes[pgErr.Code] {
 		return true
 	}
-	return pgErr.Code == "XX000" && strings.Contains(pgErr.Message, "SRID") || transformFailed(pgErr)
+	if pgErr.Code != "XX000" {
+		return false
+	}
+	return strings.Contains(pgErr.Message, "SRID") || transformFailed(pgErr) || unsupportedType(pgErr.Message)
+}
+
+// unsupportedType reports whether msg is PostGIS's refusal of a geometry
+// type (see misfits).
+func unsupportedType(msg string) bool {
+	return strings.Contains(strings.ToLower(msg), "unsupported geometry type") ||
+		strings.HasPrefix(msg, "lwgeom_get_basic_type: Invalid type")
 }
 
 // TransformFailed reports whether err is PostGIS's refusal to transform a
