@@ -341,3 +341,40 @@ func (n planNode) count(match func(string) bool) int {
 	}
 	return total
 }
+
+// TestSubdivideLinesThatRetraceThemselves: a line that runs the same loop
+// thirty times (a bus route's laps: 6,001 vertices) is cut into runs of
+// consecutive vertices — ceil(6,000 / 63) pieces of at most 64 vertices,
+// as long in all as the row — where ST_Subdivide, cutting by boxes that
+// each hold more than 64 vertices of the laps down to the smallest, made
+// thousands (114,427 of a like track at 256 vertices).
+func TestSubdivideLinesThatRetraceThemselves(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "sublap_")
+	f.exec(t, `CREATE TABLE {s}.laps (id int PRIMARY KEY, name text, geom geometry(Geometry, 3857))`)
+	f.exec(t, `INSERT INTO {s}.laps
+		SELECT 1, 'route', ST_MakeLine(array_agg(ST_Point(2000 * cos(2 * pi() * i / 200) + sin(i * 1.7),
+		                                                   1500 * sin(2 * pi() * i / 200) + cos(i * 2.3), 3857) ORDER BY i))
+		FROM generate_series(0, 6000) AS i`)
+	f.exec(t, `GRANT SELECT ON {s}.laps TO geotoll_reader`)
+	layer := shapesLayer(name, f.schema)
+	layer.Table, layer.GeometryKind = "laps", tiles.KindLine
+	r := one(t, owner, catalog(t, layer).Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}})
+	if r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	pieces := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "sub"))}.Sanitize()
+	var n, most int
+	var length, source float64
+	err := owner.QueryRow(t.Context(), `SELECT count(*), max(ST_NPoints(p.geom)), sum(ST_Length(p.geom)),
+		(SELECT ST_Length(geom) FROM `+pgx.Identifier{f.schema, "laps"}.Sanitize()+`) FROM `+pieces+` AS p`).Scan(&n, &most, &length, &source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (6000 + 62) / 63; n != want || most > 64 {
+		t.Errorf("%d pieces of at most %d vertices, want %d of at most 64", n, most, want)
+	}
+	if math.Abs(length-source) > 1e-9*source {
+		t.Errorf("the pieces are %.3f m long, the row %.3f m", length, source)
+	}
+}
