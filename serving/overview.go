@@ -200,6 +200,13 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		// column (two dimensions, as tiles draw them) refuses.
 		d.FromSource, d.From, d.Geom = true, d.Source, pgx.Identifier{l.GeometryColumn}.Sanitize()
 		d.GeomExpr = "ST_Force2D(t." + d.Geom + ")"
+		if l.SRID == 4326 {
+			// A part past ±180° is moved by 360° first: transformed, a
+			// polygon from 179° to 181° became a band round the world
+			// (PROJ wraps 181° to -179°), drawn on every tile of its
+			// latitudes.
+			d.GeomExpr = "ST_WrapX(ST_WrapX(" + d.GeomExpr + ", 180, -360), -180, 360)"
+		}
 		if l.SRID != 3857 {
 			d.GeomExpr = "ST_Transform(" + d.GeomExpr + ", 3857)"
 		}

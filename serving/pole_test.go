@@ -94,3 +94,31 @@ func TestOverviewOfRowsPastThePole(t *testing.T) {
 		t.Errorf("z0 from the overview draws ids %v, want %v", ids, want)
 	}
 }
+
+// TestOverviewOfARowPastTheAntimeridian: in EPSG:4326, a polygon from
+// 179° to 181° of longitude is stored in its overviews as the 2° it
+// covers, its part past 180° moved to -180°..-179°: transformed as it
+// was, PROJ wrapped 181° to -179° and the polygon became a band round the
+// world, 179 times its area, drawn on every tile of its latitudes.
+func TestOverviewOfARowPastTheAntimeridian(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "antim_")
+	f.exec(t, `CREATE TABLE {s}.over (id int PRIMARY KEY, geom geometry(Polygon, 4326) NOT NULL)`)
+	f.exec(t, `INSERT INTO {s}.over VALUES (1, ST_GeomFromText('POLYGON((179 10, 181 10, 181 12, 179 12, 179 10))', 4326))`)
+	f.exec(t, `CREATE INDEX ON {s}.over USING gist (geom)`)
+	f.exec(t, `GRANT SELECT ON {s}.over TO geotoll_reader`)
+	cat := catalog(t, tiles.Layer{Name: name, Schema: f.schema, Table: "over", GeometryColumn: "geom", SRID: 4326, IDColumn: "id",
+		GeometryKind: tiles.KindPolygon, StatementTimeout: 30 * time.Second, Subdivide: tiles.Subdivide{MaxVertices: 64}})
+	if r := one(t, owner, cat.Layer(name), serving.Options{}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	z7 := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "ov_z7"))}.Sanitize()
+	var area, want float64
+	if err := owner.QueryRow(t.Context(), `SELECT sum(ST_Area(geom)),
+		ST_Area(ST_Transform(ST_MakeEnvelope(179, 10, 180, 12, 4326), 3857)) * 2 FROM `+z7).Scan(&area, &want); err != nil {
+		t.Fatal(err)
+	}
+	if area < 0.9*want || area > 1.1*want {
+		t.Errorf("the z7 overview's area is %.4g m², want about %.4g (2° by 2°)", area, want)
+	}
+}
