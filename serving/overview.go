@@ -163,6 +163,31 @@ func fillFrom(ctx context.Context, tx pgx.Tx, fill *template.Template, d overvie
 	return tx.Exec(ctx, sql, args...)
 }
 
+// isGeographic reports whether srid is a geographic SRID (longitude and
+// latitude: EPSG:4326, 4269, 4258…), as PostGIS's spatial_ref_sys says.
+func isGeographic(ctx context.Context, tx pgx.Tx, srid int) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM spatial_ref_sys WHERE srid = $1 AND proj4text LIKE '%+proj=longlat%')`, srid).Scan(&ok)
+	return ok, err
+}
+
+// wrapped is the two-dimensional geometry of geom (a quoted column over
+// alias t) in a geographic SRID, its parts past ±180° of longitude moved
+// by 360°: transformed as it is, PROJ wraps 181° to -179°, and a polygon
+// from 179° to 181° became a band round the world, drawn on every tile of
+// its latitudes. Only a row whose box goes past ±180° is cut, by
+// rectangle clipping (ST_WrapX cuts with GEOS, which throws on an invalid
+// row and so failed the whole build).
+func wrapped(geom string) string {
+	g := "ST_Force2D(t." + geom + ")"
+	return "CASE WHEN ST_XMin(t." + geom + ") >= -180 AND ST_XMax(t." + geom + ") <= 180 THEN " + g +
+		" ELSE (SELECT ST_Collect(w.g) FROM unnest(ARRAY[" +
+		"ST_ClipByBox2D(" + g + ", ST_MakeEnvelope(-180, -1e9, 180, 1e9)::box2d), " +
+		"ST_Translate(ST_ClipByBox2D(" + g + ", ST_MakeEnvelope(180, -1e9, 540, 1e9)::box2d), -360, 0), " +
+		"ST_Translate(ST_ClipByBox2D(" + g + ", ST_MakeEnvelope(-540, -1e9, -180, 1e9)::box2d), 360, 0)]) AS w(g) " +
+		"WHERE NOT ST_IsEmpty(w.g)) END"
+}
+
 // overviewColumn is one of the layer's columns an overview stores, each
 // name quoted: Column in the layer's table, Read in the relation a fill
 // reads (the table, or the overview of the zoom below), As in the
@@ -200,14 +225,14 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		// column (two dimensions, as tiles draw them) refuses.
 		d.FromSource, d.From, d.Geom = true, d.Source, pgx.Identifier{l.GeometryColumn}.Sanitize()
 		d.GeomExpr = "ST_Force2D(t." + d.Geom + ")"
-		if l.SRID == 4326 {
-			// A part past ±180° is moved by 360° first: transformed, a
-			// polygon from 179° to 181° became a band round the world
-			// (PROJ wraps 181° to -179°), drawn on every tile of its
-			// latitudes.
-			d.GeomExpr = "ST_WrapX(ST_WrapX(" + d.GeomExpr + ", 180, -360), -180, 360)"
-		}
 		if l.SRID != 3857 {
+			geographic, err := isGeographic(ctx, job.Tx, l.SRID)
+			if err != nil {
+				return 0, err
+			}
+			if geographic {
+				d.GeomExpr = wrapped(d.Geom)
+			}
 			d.GeomExpr = "ST_Transform(" + d.GeomExpr + ", 3857)"
 		}
 	}
