@@ -378,3 +378,50 @@ func TestSubdivideLinesThatRetraceThemselves(t *testing.T) {
 		t.Errorf("the pieces are %.3f m long, the row %.3f m", length, source)
 	}
 }
+
+// TestSubdivideLineLayerKeepsItsOtherRows: in a line layer, a row that
+// holds a polygon (with a hole) or a point is cut as before, not into
+// runs of vertices: runs strung the polygon's rings into one line and made
+// the point a line of one point.
+func TestSubdivideLineLayerKeepsItsOtherRows(t *testing.T) {
+	t.Parallel()
+	owner, f, name := setup(t, true, "sublmix_")
+	f.exec(t, `CREATE TABLE {s}.mixed (id int PRIMARY KEY, name text, geom geometry(Geometry, 3857))`)
+	f.exec(t, `INSERT INTO {s}.mixed VALUES
+		(1, 'polygon', ST_Difference(ST_Buffer(ST_Point(0, 0, 3857), 100000, 'quad_segs=16'), ST_Buffer(ST_Point(0, 0, 3857), 20000, 'quad_segs=4'))),
+		(2, 'point', ST_Point(300000, 0, 3857)),
+		(3, 'line', (SELECT ST_MakeLine(array_agg(ST_Point(i * 1000, 200000, 3857) ORDER BY i)) FROM generate_series(0, 100) AS i))`)
+	f.exec(t, `GRANT SELECT ON {s}.mixed TO geotoll_reader`)
+	layer := shapesLayer(name, f.schema)
+	layer.Table, layer.GeometryKind, layer.Subdivide.MaxVertices = "mixed", tiles.KindLine, 8
+	if r := one(t, owner, catalog(t, layer).Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
+		t.Fatalf("prepare: %+v", r)
+	}
+	pieces := pgx.Identifier{tiles.ServingSchema, served(t, owner, name, serving.RelationName(name, "sub"))}.Sanitize()
+	rows, err := owner.Query(t.Context(), `
+		SELECT t.id, string_agg(DISTINCT GeometryType(p.geom), ','), coalesce(sum(ST_Area(p.geom)), 0), ST_Area(t.geom),
+		       coalesce(sum(ST_Length(p.geom)), 0), ST_Length(t.geom)
+		FROM `+pgx.Identifier{f.schema, "mixed"}.Sanitize()+` AS t JOIN `+pieces+` AS p ON p.id = t.id
+		GROUP BY t.id, t.geom ORDER BY t.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		ID                         int
+		Types                      string
+		Area, SourceArea, Len, Src float64
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[got])
+	if err != nil || len(all) != 3 {
+		t.Fatalf("%+v, %v", all, err)
+	}
+	if g := all[0]; g.Types != "POLYGON" || math.Abs(g.Area-g.SourceArea) > 1e-6*g.SourceArea {
+		t.Errorf("the polygon's pieces: %s, %.0f m² of %.0f", g.Types, g.Area, g.SourceArea)
+	}
+	if g := all[1]; g.Types != "POINT" {
+		t.Errorf("the point's pieces: %s", g.Types)
+	}
+	if g := all[2]; g.Types != "LINESTRING" || math.Abs(g.Len-g.Src) > 1e-9*g.Src {
+		t.Errorf("the line's pieces: %s, %.3f m of %.3f", g.Types, g.Len, g.Src)
+	}
+}

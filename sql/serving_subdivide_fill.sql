@@ -123,8 +123,15 @@ written AS (
                        LATERAL (SELECT x.run - 1 WHERE x.joint
                                 UNION ALL
                                 SELECT x.run WHERE NOT (x.joint AND x.last)) AS r(run)
-                  WHERE NOT $4::bool
-                  GROUP BY l.path, r.run) AS s(g)
+                  WHERE NOT $4::bool AND GeometryType(l.geom) = 'LINESTRING'
+                  GROUP BY l.path, r.run
+                  UNION ALL
+                  -- Anything else a line layer's row holds (a polygon, a
+                  -- point, a curve) is cut as before.
+                  SELECT s.g
+                  FROM ST_Dump(d.g) AS l,
+                       LATERAL ST_Subdivide(l.geom, $1::int) AS s(g)
+                  WHERE NOT $4::bool AND GeometryType(l.geom) <> 'LINESTRING') AS s(g)
     WHERE NOT ST_IsEmpty(d.g)
     RETURNING 1
 )
