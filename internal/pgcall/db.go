@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -328,6 +329,14 @@ func (db *DB) classify(ctx context.Context, err error, lost bool) error {
 	case pgErr != nil && misfits(pgErr):
 		db.observe(Failed)
 		return &problem.Error{Code: problem.Unavailable, Detail: "the database does not match the configuration: " + pgErr.Message,
+			RetryAfter: db.RetryAfter, Err: err}
+	case pgErr != nil && pgErr.Code == "XX000" && strings.Contains(pgErr.Message, "GEOS"):
+		// PostGIS's geometry engine failed on a row (a TopologyException
+		// on an invalid geometry), or threw when the statement's time
+		// limit interrupted it ("GEOS isvaliddetail() threw an
+		// exception!"): the data's or the time's, not geotoll's.
+		db.observe(Failed)
+		return &problem.Error{Code: problem.Unavailable, Detail: "the database's geometry engine (GEOS) failed on this data, or was stopped at the time limit: " + pgErr.Message,
 			RetryAfter: db.RetryAfter, Err: err}
 	case pgErr != nil:
 		db.observe(Failed)

@@ -185,6 +185,11 @@ func TestReadMismatch(t *testing.T) {
 		{`SELECT ST_Transform(ST_MakePoint(1, 1), 3857)`, `ST_Transform: Input geometry has unknown (0) SRID`},
 		{`SELECT ST_Intersects(ST_MakePoint(1, 1), ST_SetSRID(ST_MakePoint(1, 1), 3857))`, `ST_Intersects: Operation on mixed SRID geometries (Point, 0) != (Point, 3857)`},
 		{`SELECT ST_Transform(ST_SetSRID(ST_MakePoint(1e15, 1e15), 3035), 3857)`, `transform: Point outside of projection domain (2050)`},
+		// A curve, which a tile's clip, a GeoJSON answer or a geography
+		// does not take (the last is invalid_parameter_value, 22023).
+		{`SELECT ST_AsMVTGeom(ST_GeomFromText('CURVEPOLYGON(CIRCULARSTRING(0 0, 4 0, 4 4, 0 4, 0 0))', 3857), ST_MakeEnvelope(-10, -10, 10, 10)::box2d)`, `lwgeom_get_basic_type: Invalid type (10)`},
+		{`SELECT ST_AsGeoJSON(ST_GeomFromText('CURVEPOLYGON(CIRCULARSTRING(0 0, 4 0, 4 4, 0 4, 0 0))', 4326))`, `lwgeom_to_geojson: 'CurvePolygon' geometry type not supported`},
+		{`SELECT ST_GeomFromText('CURVEPOLYGON(CIRCULARSTRING(0 0, 4 0, 4 4, 0 4, 0 0))', 4326)::geography`, `Geography type does not support CurvePolygon`},
 	} {
 		_, err := db.Read(t.Context(), pgcall.Statement{SQL: tc.sql, Timeout: time.Second})
 		p := problem.From(err)
@@ -196,8 +201,14 @@ func TestReadMismatch(t *testing.T) {
 			t.Errorf("%s: Misfit gave %v", tc.sql, p)
 		}
 	}
+	// GEOS failing on a row (or stopped by the time limit, which it
+	// reports as an exception it threw) is the data's or the time's: a 503.
+	_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT ST_Intersection('POLYGON((0 0, 10 10, 10 0, 0 10, 0 0))'::geometry, 'POLYGON((0 0, 1 0, 1 1, 0 1, 0 0))'::geometry)`, Timeout: time.Second})
+	if p := problem.From(err); p.Code != problem.Unavailable || p.RetryAfter != 3 || !strings.Contains(p.Detail, "GEOS") {
+		t.Errorf("GEOS's TopologyException: %v (code %s), want a 503 naming GEOS", err, p.Code)
+	}
 	// Any other internal_error of PostGIS is the statement's fault: a 500.
-	_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT ST_GeomFromText('nonsense')`, Timeout: time.Second})
+	_, err = db.Read(t.Context(), pgcall.Statement{SQL: `SELECT ST_GeomFromText('nonsense')`, Timeout: time.Second})
 	if p := problem.From(err); p.Code != problem.Internal {
 		t.Errorf("a geometry PostGIS cannot parse: %v (code %s), want internal", err, p.Code)
 	}

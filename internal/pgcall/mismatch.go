@@ -37,24 +37,31 @@ var mismatchCodes = map[string]bool{
 //
 // So is PostGIS's refusal of a geometry type an operation does not take —
 // a curve (CIRCULARSTRING, CURVEPOLYGON, COMPOUNDCURVE…) met by the tile
-// query's clip or snap, or an overview's simplification: "unsupported
-// geometry type", "lwgeom_get_basic_type: Invalid type (N)" — which a row
-// of the layer's table holds: a 503 naming the layer, never a 500.
+// query's clip or snap, an overview's simplification, a GeoJSON answer or
+// a geography: "unsupported geometry type", "lwgeom_get_basic_type:
+// Invalid type (N)", "geometry type not supported", "Geography type does
+// not support" (the last invalid_parameter_value, 22023) — which a row of
+// the layer's table holds: a 503 naming the layer, never a 500.
 func misfits(pgErr *pgconn.PgError) bool {
 	if mismatchCodes[pgErr.Code] {
 		return true
 	}
-	if pgErr.Code != "XX000" {
-		return false
+	switch pgErr.Code {
+	case "XX000":
+		return strings.Contains(pgErr.Message, "SRID") || transformFailed(pgErr) || unsupportedType(pgErr.Message)
+	case "22023": // invalid_parameter_value: "Geography type does not support CurvePolygon"
+		return unsupportedType(pgErr.Message)
 	}
-	return strings.Contains(pgErr.Message, "SRID") || transformFailed(pgErr) || unsupportedType(pgErr.Message)
+	return false
 }
 
 // unsupportedType reports whether msg is PostGIS's refusal of a geometry
-// type (see misfits).
+// type (see misfits): a clip's, a simplification's, a GeoJSON answer's, a
+// geography's.
 func unsupportedType(msg string) bool {
-	return strings.Contains(strings.ToLower(msg), "unsupported geometry type") ||
-		strings.HasPrefix(msg, "lwgeom_get_basic_type: Invalid type")
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "unsupported geometry type") || strings.Contains(m, "geometry type not supported") ||
+		strings.HasPrefix(msg, "lwgeom_get_basic_type: Invalid type") || strings.HasPrefix(msg, "Geography type does not support")
 }
 
 // TransformFailed reports whether err is PostGIS's refusal to transform a
