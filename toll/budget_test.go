@@ -441,32 +441,14 @@ func TestDryRunAnswersAsTheGlobalBudgetWould(t *testing.T) {
 	global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 2, Capacity: 70}}
 	toll.Global = &throttle.Global{Store: store, Bucket: global, Chunk: 1}
 	t.Cleanup(toll.Global.Close)
-	do := func(target string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodGet, target, nil)
-		r.Header.Set("X-API-Key", "k1")
-		w := httptest.NewRecorder()
-		toll.AdmitTile(w, r, tileDemand(2, "places"))
-		return w
-	}
-	preview := func() (allowed bool, retry int) {
-		t.Helper()
-		w := do("/tiles/places/2/0/0.mvt?dry_run=1")
-		var body struct {
-			WouldAllow bool `json:"would_allow"`
-			RetryAfter int  `json:"retry_after"`
-		}
-		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusOK {
-			t.Fatalf("preview: %d %s", w.Code, w.Body)
-		}
-		return body.WouldAllow, body.RetryAfter
-	}
-	if ok, _ := preview(); !ok {
+	do := func(target string) *httptest.ResponseRecorder { return keyedZ2(toll, target) }
+	if ok, _ := preview(t, toll); !ok {
 		t.Fatal("the first preview says the global budget's 70 cannot pay 60")
 	}
 	if w := do("/tiles/places/2/0/0.mvt"); w.Code != http.StatusOK {
 		t.Fatalf("the first tile: %d %s", w.Code, w.Body)
 	}
-	ok, retry := preview()
+	ok, retry := preview(t, toll)
 	// The global budget holds about 10 (and the lease's remainder): the
 	// next 60 wait about 25 s.
 	if ok || retry < 20 {
@@ -488,13 +470,7 @@ func TestDryRunReadsTheGlobalShareWhileRedisIsOut(t *testing.T) {
 	toll.Global = &throttle.Global{Store: &throttle.Failover{Primary: downStore{}, Local: throttle.NewMemoryStore(throttle.MemoryOptions{}),
 		Mode: throttle.FailLocal, Replicas: 4, ProbeInterval: time.Hour, Logger: discard()}, Bucket: global, Chunk: 1}
 	t.Cleanup(toll.Global.Close)
-	do := func(target string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodGet, target, nil)
-		r.Header.Set("X-API-Key", "k1")
-		w := httptest.NewRecorder()
-		toll.AdmitTile(w, r, tileDemand(2, "places"))
-		return w
-	}
+	do := func(target string) *httptest.ResponseRecorder { return keyedZ2(toll, target) }
 	// The share holds 250 and refills 25 a second: four z2 tiles (60
 	// each) leave about 10.
 	for i := range 4 {
@@ -502,7 +478,30 @@ func TestDryRunReadsTheGlobalShareWhileRedisIsOut(t *testing.T) {
 			t.Fatalf("tile %d: %d %s", i, w.Code, w.Body)
 		}
 	}
-	w := do("/tiles/places/2/0/0.mvt?dry_run=1")
+	ok, retry := preview(t, toll)
+	// 50 lacking at 25 a second: 2 s (at the whole bucket's 100, 1).
+	if ok || retry < 2 {
+		t.Errorf("preview: would_allow %v, retry_after %d; want false, 2 s (the share refills 25 a second)", ok, retry)
+	}
+	if w := do("/tiles/places/2/0/0.mvt"); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != strconv.Itoa(retry) {
+		t.Errorf("the tile: %d, Retry-After %q; want 503 and the preview's %d", w.Code, w.Header().Get("Retry-After"), retry)
+	}
+}
+
+// keyedZ2 asks toll for a z2 tile of places at target, with key k1.
+func keyedZ2(toll *Toll, target string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, target, nil)
+	r.Header.Set("X-API-Key", "k1")
+	w := httptest.NewRecorder()
+	toll.AdmitTile(w, r, tileDemand(2, "places"))
+	return w
+}
+
+// preview asks toll for a dry run of that tile and returns its
+// would_allow and retry_after.
+func preview(t *testing.T, toll *Toll) (allowed bool, retry int) {
+	t.Helper()
+	w := keyedZ2(toll, "/tiles/places/2/0/0.mvt?dry_run=1")
 	var body struct {
 		WouldAllow bool `json:"would_allow"`
 		RetryAfter int  `json:"retry_after"`
@@ -510,11 +509,5 @@ func TestDryRunReadsTheGlobalShareWhileRedisIsOut(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusOK {
 		t.Fatalf("preview: %d %s", w.Code, w.Body)
 	}
-	// 50 lacking at 25 a second: 2 s (at the whole bucket's 100, 1).
-	if body.WouldAllow || body.RetryAfter < 2 {
-		t.Errorf("preview: would_allow %v, retry_after %d; want false, 2 s (the share refills 25 a second)", body.WouldAllow, body.RetryAfter)
-	}
-	if w := do("/tiles/places/2/0/0.mvt"); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != strconv.Itoa(body.RetryAfter) {
-		t.Errorf("the tile: %d, Retry-After %q; want 503 and the preview's %d", w.Code, w.Header().Get("Retry-After"), body.RetryAfter)
-	}
+	return body.WouldAllow, body.RetryAfter
 }
