@@ -52,8 +52,8 @@ type plan struct {
 type zoomQuery struct {
 	sql string
 	// safe is sql drawing what it can of rows the transform into
-	// EPSG:3857 fails on (geotoll.tile_transform; see Store.Render), ""
-	// for a relation in EPSG:3857.
+	// EPSG:3857 fails on (TransformSafe; see Store.Render): sql itself
+	// for a relation in EPSG:3857, which it does not transform.
 	safe   string
 	source Source
 }
@@ -206,15 +206,12 @@ func (l *Layer) Query(t maptile.Tile) (string, []any) {
 }
 
 // query is Query, or with safe its query that draws what it can of rows
-// the transform into EPSG:3857 fails on ("" when the relation at t's zoom
-// is in EPSG:3857).
+// the transform into EPSG:3857 fails on.
 func (l *Layer) query(t maptile.Tile, safe bool) (string, []any) {
 	q := l.plan().zoom(t.Z)
 	sql := q.sql
 	if safe {
-		if sql = q.safe; sql == "" {
-			return "", nil
-		}
+		sql = q.safe
 	}
 	env := Envelope(t)
 	args := []any{env.Min[0], env.Min[1], env.Max[0], env.Max[1], l.Extent, l.Buffer,
@@ -296,7 +293,7 @@ type queryData struct {
 	Props, Cols       []carried
 	Overview, Cluster bool
 	// Transform is the function that transforms the relation's
-	// geometries into EPSG:3857 (ST_Transform, or transformSafe), "" for
+	// geometries into EPSG:3857 (ST_Transform, or TransformSafe), "" for
 	// a relation in EPSG:3857.
 	Transform string
 	// Pieces: the relation holds pieces of the layer's rows (a
@@ -383,18 +380,20 @@ func storedAs(rel relation) func(name string) string {
 	}
 }
 
-// transformSafe is the transform into EPSG:3857 that draws what it can of
-// a row ST_Transform fails on (migrations/00013_tile_transform.sql).
-const transformSafe = "geotoll.tile_transform"
+// TransformSafe is the transform into EPSG:3857 that draws what it can of
+// a row ST_Transform fails on (migrations/00013_tile_transform.sql),
+// called as ST_Transform is: TransformSafe(geom, 3857).
+const TransformSafe = "geotoll.tile_transform"
 
-// renderQueries renders the tile query of kind over rel (renderQuery) and,
-// for a relation in another SRID than 3857, its safe form (transformSafe).
+// renderQueries renders the tile query of kind over rel (renderQuery) and
+// its safe form (TransformSafe; the same query for a relation in
+// EPSG:3857).
 func (l *Layer) renderQueries(kind Kind, rel relation, clustered bool) (zoomQuery, error) {
 	sql, err := l.renderQuery(kind, rel, clustered, "ST_Transform")
 	if err != nil || rel.srid == 3857 {
-		return zoomQuery{sql: sql}, err
+		return zoomQuery{sql: sql, safe: sql}, err
 	}
-	safe, err := l.renderQuery(kind, rel, clustered, transformSafe)
+	safe, err := l.renderQuery(kind, rel, clustered, TransformSafe)
 	return zoomQuery{sql: sql, safe: safe}, err
 }
 

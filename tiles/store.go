@@ -95,9 +95,6 @@ func (s *Store) render(ctx context.Context, layers []*Layer, t maptile.Tile, saf
 	stmts := make([]pgcall.Statement, len(layers))
 	for i, l := range layers {
 		sql, args := l.query(t, safe)
-		if sql == "" {
-			sql, args = l.Query(t)
-		}
 		stmts[i] = pgcall.Statement{SQL: sql, Args: args, Timeout: l.StatementTimeout, Scan: pgcall.One(&parts[i], &levels[i])}
 	}
 	timing, err := s.db().Read(ctx, stmts...)
