@@ -128,18 +128,19 @@ type overviewData struct {
 	Points, FromSource, Pieces, Scratch       bool
 }
 
-// fillFrom runs the fill template fill with d and args. A fill from a
-// table in another SRID than 3857 runs in a savepoint: should
-// ST_Transform fail on a row (a vertex past a pole), it runs again with
-// geotoll.tile_transform, which keeps the part of such a row Web Mercator
-// shows (in EPSG:4326) or leaves the row out, as the tiles above the
-// overviews draw it — at a subtransaction per row, so only then.
-func fillFrom(ctx context.Context, tx pgx.Tx, fill *template.Template, d overviewData, args []any) (pgconn.CommandTag, error) {
+// fillFrom runs the fill template fill with d and args. When safe is
+// set (d.GeomExpr transforms a table in another SRID than 3857), it runs
+// in a savepoint: should ST_Transform fail on a row (a vertex past a
+// pole), it runs again with safe as the geometry, through
+// tiles.TransformSafe, which keeps the part of such a row Web Mercator
+// shows or leaves the row out, as the tiles above the overviews draw it —
+// at a subtransaction per row, so only then.
+func fillFrom(ctx context.Context, tx pgx.Tx, fill *template.Template, d overviewData, safe string, args []any) (pgconn.CommandTag, error) {
 	sql, err := render(fill, d)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if !strings.HasPrefix(d.GeomExpr, "ST_Transform(") {
+	if safe == "" {
 		return tx.Exec(ctx, sql, args...)
 	}
 	sp, err := tx.Begin(ctx)
@@ -156,7 +157,7 @@ func fillFrom(ctx context.Context, tx pgx.Tx, fill *template.Template, d overvie
 	if rerr := sp.Rollback(ctx); rerr != nil {
 		return tag, errors.Join(err, rerr)
 	}
-	d.GeomExpr = "geotoll.tile_transform(" + strings.TrimPrefix(d.GeomExpr, "ST_Transform(")
+	d.GeomExpr = safe
 	if sql, err = render(fill, d); err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -210,6 +211,7 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		col, as := pgx.Identifier{c}.Sanitize(), pgx.Identifier{t.Columns[i]}.Sanitize()
 		d.Cols = append(d.Cols, overviewColumn{Column: col, Read: col, As: as})
 	}
+	var safe string // the fill's geometry through tiles.TransformSafe, when it transforms
 	below := RelationName(l.Name, "ov_z"+strconv.Itoa(t.ZoomMin+1))
 	from, ok := job.whole[below]
 	if !ok {
@@ -233,6 +235,7 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 			if geographic {
 				d.GeomExpr = wrapped(d.Geom)
 			}
+			safe = tiles.TransformSafe + "(" + d.GeomExpr + ", 3857)"
 			d.GeomExpr = "ST_Transform(" + d.GeomExpr + ", 3857)"
 		}
 	}
@@ -257,7 +260,7 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		fill = linesTemplate
 		args = []any{t.Params.ToleranceMetres, t.Params.MinSizeMetres, tiles.TileWidth(0) / 2, t.Params.CellMetres}
 	}
-	tag, err := fillFrom(ctx, job.Tx, fill, d, args)
+	tag, err := fillFrom(ctx, job.Tx, fill, d, safe, args)
 	if err != nil {
 		return 0, fmt.Errorf("fill %s: %w", t.Relation, err)
 	}
