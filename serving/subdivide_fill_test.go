@@ -208,18 +208,8 @@ func TestTilesFromPiecesCapped(t *testing.T) {
 // candidates.)
 func TestTilesFromPiecesDrawCapped(t *testing.T) {
 	t.Parallel()
-	owner, f, name := setup(t, true, "subdraw_")
-	shapes(t, f)
-	layer := shapesLayer(name, f.schema)
-	layer.MaxFeatures = 1
-	cat := catalog(t, layer)
-	reader := servePieces(t, owner, cat, name)
-	sql, args := cat.Layer(name).Query(maptile.At(orb.Point{0.5, 0.2}, 8))
-	var doc []struct{ Plan planNode }
-	if err := reader.QueryRow(t.Context(), "EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) "+sql, args...).Scan(&doc); err != nil || len(doc) != 1 {
-		t.Fatalf("explain: %v", err)
-	}
-	if n := doc[0].Plan.drawn(); n != 1 {
+	plan, _, _ := piecesTilePlan(t, "subdraw_", 1, "ANALYZE, VERBOSE")
+	if n := plan.drawn(); n != 1 {
 		t.Errorf("the tile's query drew %.0f ids' pieces, want 1 (the cap)", n)
 	}
 }
@@ -232,16 +222,8 @@ func TestTilesFromPiecesDrawCapped(t *testing.T) {
 // (drawing a z8 tile's pieces is most of its time).
 func TestTilesFromPiecesDrawOnce(t *testing.T) {
 	t.Parallel()
-	owner, f, name := setup(t, true, "subonce_")
-	shapes(t, f)
-	cat := catalog(t, shapesLayer(name, f.schema))
-	reader := servePieces(t, owner, cat, name)
-	sql, args := cat.Layer(name).Query(maptile.At(orb.Point{0.5, 0.2}, 8))
-	var doc []struct{ Plan planNode }
-	if err := reader.QueryRow(t.Context(), "EXPLAIN (VERBOSE, FORMAT JSON) "+sql, args...).Scan(&doc); err != nil || len(doc) != 1 {
-		t.Fatalf("explain: %v", err)
-	}
-	draws := doc[0].Plan.count(isDraw)
+	plan, _, _ := piecesTilePlan(t, "subonce_", 0, "VERBOSE")
+	draws := plan.count(isDraw)
 	if draws != 1 {
 		t.Errorf("the tile's query draws the collected pieces in %d expressions, want 1", draws)
 	}
@@ -255,19 +237,33 @@ func TestTilesFromPiecesDrawOnce(t *testing.T) {
 // 2.7 s of the database.
 func TestTilesFromPiecesReadThemOnce(t *testing.T) {
 	t.Parallel()
-	owner, f, name := setup(t, true, "subonce_")
-	shapes(t, f)
-	cat := catalog(t, shapesLayer(name, f.schema))
-	reader := servePieces(t, owner, cat, name)
-	sql, args := cat.Layer(name).Query(maptile.At(orb.Point{0.5, 0.2}, 8)) // the disc (id 1) and its twin (id 4)
-	var doc []struct{ Plan planNode }
-	if err := reader.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&doc); err != nil || len(doc) != 1 {
-		t.Fatalf("explain: %v", err)
-	}
-	scans := doc[0].Plan.scans(served(t, owner, name, serving.RelationName(name, "sub")))
+	plan, owner, name := piecesTilePlan(t, "subread_", 0, "ANALYZE")
+	scans := plan.scans(served(t, owner, name, serving.RelationName(name, "sub")))
 	if len(scans) == 0 || slices.ContainsFunc(scans, func(loops float64) bool { return loops > 1 }) {
 		t.Errorf("the tile's query scans the pieces %v times per scan, want each scan once", scans)
 	}
+}
+
+// piecesTilePlan builds the pieces of the shapes fixture's layer (with
+// maxFeatures as its cap, unless 0) and returns the plan of its tile near
+// the disc (id 1) and its twin (id 4), EXPLAIN (options, FORMAT JSON), the
+// owner's pool and the layer's name.
+func piecesTilePlan(t *testing.T, prefix string, maxFeatures int, options string) (planNode, *pgxpool.Pool, string) {
+	t.Helper()
+	owner, f, name := setup(t, true, prefix)
+	shapes(t, f)
+	layer := shapesLayer(name, f.schema)
+	if maxFeatures > 0 {
+		layer.MaxFeatures = maxFeatures
+	}
+	cat := catalog(t, layer)
+	reader := servePieces(t, owner, cat, name)
+	sql, args := cat.Layer(name).Query(maptile.At(orb.Point{0.5, 0.2}, 8))
+	var doc []struct{ Plan planNode }
+	if err := reader.QueryRow(t.Context(), "EXPLAIN ("+options+", FORMAT JSON) "+sql, args...).Scan(&doc); err != nil || len(doc) != 1 {
+		t.Fatalf("explain: %v", err)
+	}
+	return doc[0].Plan, owner, name
 }
 
 // servePieces builds the pieces of cat's layer name and refreshes cat so
