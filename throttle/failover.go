@@ -428,16 +428,16 @@ func (f *Failover) peek(ctx context.Context, b Bucket, debt float64) (Result, er
 func (f *Failover) peekLocal(ctx context.Context, b Bucket, cost, debt float64) (Result, error) {
 	local := Bucket{Key: b.Key, Limit: f.localLimit(b.Limit, cost)}
 	f.seedLocal(b, local, time.Now())
-	res, _, err := peekWith(ctx, f.Local, local, debt)
+	res, _, err := peekWith(ctx, f.Local, local, debt, 0)
 	return res, err
 }
 
 // peekWith reads b from s, with the debt floor debt where s can (a
-// FloorPeeker) and debt is one (>= 0), else as Peek does; read is the
-// floor it read under (-1: as stored).
-func peekWith(ctx context.Context, s Store, b Bucket, debt float64) (res Result, read float64, err error) {
+// FloorPeeker) and debt is one (>= 0), for an admission of cost (0: any),
+// else as Peek does; read is the floor it read under (-1: as stored).
+func peekWith(ctx context.Context, s Store, b Bucket, debt, cost float64) (res Result, read float64, err error) {
 	if fp, ok := s.(FloorPeeker); ok && debt >= 0 {
-		res, err = fp.PeekFloor(ctx, b, debt, 0)
+		res, err = fp.PeekFloor(ctx, b, debt, cost)
 		return res, debt, err
 	}
 	res, err = s.Peek(ctx, b)
@@ -456,7 +456,7 @@ func (f *Failover) peekPrimary(ctx context.Context, b Bucket, note bool, debt fl
 	// call (a read rides with no other operation) before its own: half as
 	// long again as an admission may.
 	fallback, err := f.onPrimary(ctx, f.timeout()*3/2, func(ctx context.Context) (called bool, err error) {
-		res, read, err = peekWith(ctx, f.Primary, b, debt)
+		res, read, err = peekWith(ctx, f.Primary, b, debt, 0)
 		return true, err
 	})
 	if !fallback {

@@ -98,12 +98,7 @@ func (g *Global) Peek(ctx context.Context, cost float64) (res Result, ok bool, e
 	// Read as a lease of need would be admitted: under its debt floor,
 	// and — while Redis is out, with fail_mode local — by this replica's
 	// share of the bucket, lifted to need (Failover.localLimit).
-	if fp, ok := g.Store.(FloorPeeker); ok {
-		res, err = fp.PeekFloor(ctx, g.Bucket, g.Bucket.Limit.Capacity, need)
-	} else {
-		res, err = g.Store.Peek(ctx, g.Bucket)
-	}
-	if err != nil {
+	if res, _, err = peekWith(ctx, g.Store, g.Bucket, g.Bucket.Limit.Capacity, need); err != nil {
 		return Result{}, false, err
 	}
 	if res.Remaining >= need {
