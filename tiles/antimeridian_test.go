@@ -1,7 +1,6 @@
 package tiles_test
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 
@@ -39,15 +38,7 @@ func TestStoreTileTransformedLayerAtTheWorldsEdges(t *testing.T) {
 	store := tiles.NewStore(testenv.ReadPool(t))
 	ids := func(name string, tile maptile.Tile) []string {
 		t.Helper()
-		_, decoded := render(t, store, resolve(t, cat, name), tile)
-		var out []string
-		for _, l := range decoded {
-			for _, feat := range l.Features {
-				out = append(out, fmt.Sprint(feat.ID))
-			}
-		}
-		slices.Sort(out)
-		return out
+		return drawn(t, store, resolve(t, cat, name), tile, featureID)
 	}
 	for _, tile := range []maptile.Tile{
 		maptile.New(0, 0, 0),

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/paulmach/orb/geojson"
 	"github.com/paulmach/orb/maptile"
 
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -51,15 +52,9 @@ func TestRowPastThePoleIsDrawnWhereMercatorShowsIt(t *testing.T) {
 	store := tiles.NewStore(testenv.ReadPool(t))
 	features := func(name string, tile maptile.Tile) []string {
 		t.Helper()
-		_, decoded := render(t, store, resolve(t, cat, name), tile)
-		var out []string
-		for _, l := range decoded {
-			for _, feat := range l.Features {
-				out = append(out, fmt.Sprintf("%v %s %v", feat.ID, feat.Geometry.GeoJSONType(), feat.Geometry))
-			}
-		}
-		slices.Sort(out)
-		return out
+		return drawn(t, store, resolve(t, cat, name), tile, func(f *geojson.Feature) string {
+			return fmt.Sprintf("%v %s %v", f.ID, f.Geometry.GeoJSONType(), f.Geometry)
+		})
 	}
 	for _, tile := range []maptile.Tile{
 		maptile.New(0, 0, 0), maptile.New(1, 0, 1), maptile.New(0, 0, 1),
@@ -73,15 +68,26 @@ func TestRowPastThePoleIsDrawnWhereMercatorShowsIt(t *testing.T) {
 	if got := features("merc", maptile.New(0, 0, 0)); len(got) != 5 {
 		t.Fatalf("z0 of the EPSG:3857 layer draws %d features, want 5: the fixture does not test it", len(got))
 	}
-	var ids []string
-	_, decoded := render(t, store, resolve(t, cat, "pts"), maptile.New(0, 0, 0))
-	for _, l := range decoded {
-		for _, feat := range l.Features {
-			ids = append(ids, fmt.Sprint(feat.ID))
-		}
-	}
-	slices.Sort(ids)
+	ids := drawn(t, store, resolve(t, cat, "pts"), maptile.New(0, 0, 0), featureID)
 	if want := []string{"1", "3"}; !slices.Equal(ids, want) {
 		t.Errorf("z0 of the point layer draws ids %v, want %v (the point past the pole left out)", ids, want)
 	}
 }
+
+// drawn renders tile of layers and describes each feature it draws with
+// describe, sorted.
+func drawn(t *testing.T, store *tiles.Store, layers []*tiles.Layer, tile maptile.Tile, describe func(*geojson.Feature) string) []string {
+	t.Helper()
+	_, decoded := render(t, store, layers, tile)
+	var out []string
+	for _, l := range decoded {
+		for _, feat := range l.Features {
+			out = append(out, describe(feat))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// featureID describes a feature by its id.
+func featureID(f *geojson.Feature) string { return fmt.Sprint(f.ID) }
