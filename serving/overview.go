@@ -164,6 +164,26 @@ func fillFrom(ctx context.Context, tx pgx.Tx, fill *template.Template, d overvie
 	return tx.Exec(ctx, sql, args...)
 }
 
+// sourceGeometry is the expression of the geometry column geom (quoted,
+// over alias t) of a layer's table in srid as an overview stores it: two
+// dimensions, in EPSG:3857 (a geographic SRID's parts past ±180° moved
+// first: wrapped) — and, for a table in another SRID than 3857, the same
+// through tiles.TransformSafe (safe), else "".
+func sourceGeometry(ctx context.Context, tx pgx.Tx, geom string, srid int) (expr, safe string, err error) {
+	expr = "ST_Force2D(t." + geom + ")"
+	if srid == 3857 {
+		return expr, "", nil
+	}
+	geographic, err := isGeographic(ctx, tx, srid)
+	if err != nil {
+		return "", "", err
+	}
+	if geographic {
+		expr = wrapped(geom)
+	}
+	return "ST_Transform(" + expr + ", 3857)", tiles.TransformSafe + "(" + expr + ", 3857)", nil
+}
+
 // isGeographic reports whether srid is a geographic SRID (longitude and
 // latitude: EPSG:4326, 4269, 4258…), as PostGIS's spatial_ref_sys says.
 func isGeographic(ctx context.Context, tx pgx.Tx, srid int) (bool, error) {
@@ -212,6 +232,7 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		d.Cols = append(d.Cols, overviewColumn{Column: col, Read: col, As: as})
 	}
 	var safe string // the fill's geometry through tiles.TransformSafe, when it transforms
+	var err error
 	below := RelationName(l.Name, "ov_z"+strconv.Itoa(t.ZoomMin+1))
 	from, ok := job.whole[below]
 	if !ok {
@@ -226,17 +247,8 @@ func (Overview) Build(ctx context.Context, job *Job, t Target) (int64, error) {
 		// The table's geometries may have Z or M, which the overview's
 		// column (two dimensions, as tiles draw them) refuses.
 		d.FromSource, d.From, d.Geom = true, d.Source, pgx.Identifier{l.GeometryColumn}.Sanitize()
-		d.GeomExpr = "ST_Force2D(t." + d.Geom + ")"
-		if l.SRID != 3857 {
-			geographic, err := isGeographic(ctx, job.Tx, l.SRID)
-			if err != nil {
-				return 0, err
-			}
-			if geographic {
-				d.GeomExpr = wrapped(d.Geom)
-			}
-			safe = tiles.TransformSafe + "(" + d.GeomExpr + ", 3857)"
-			d.GeomExpr = "ST_Transform(" + d.GeomExpr + ", 3857)"
+		if d.GeomExpr, safe, err = sourceGeometry(ctx, job.Tx, d.Geom, l.SRID); err != nil {
+			return 0, err
 		}
 	}
 	pieces := !d.Points && t.Params.MaxVertices > 0
