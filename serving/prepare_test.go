@@ -26,7 +26,7 @@ func unique(prefix string) string {
 }
 
 // catalog builds a catalog of layers.
-func catalog(t *testing.T, layers ...tiles.Layer) *tiles.Catalog {
+func catalog(t testing.TB, layers ...tiles.Layer) *tiles.Catalog {
 	t.Helper()
 	c, err := tiles.NewCatalog(layers)
 	if err != nil {
@@ -55,7 +55,7 @@ type fixture struct {
 	schema string
 }
 
-func newFixture(t *testing.T, owner *pgxpool.Pool, grant bool) *fixture {
+func newFixture(t testing.TB, owner *pgxpool.Pool, grant bool) *fixture {
 	t.Helper()
 	f := &fixture{owner: owner, schema: unique("serving_test_")}
 	f.exec(t, `CREATE SCHEMA {s}`)
@@ -82,7 +82,7 @@ func newFixture(t *testing.T, owner *pgxpool.Pool, grant bool) *fixture {
 // setup gives a test the owner's pool, a fixture (readable by the read role
 // when grant) and a layer name of its own whose storage is dropped at the
 // end.
-func setup(t *testing.T, grant bool, prefix string) (*pgxpool.Pool, *fixture, string) {
+func setup(t testing.TB, grant bool, prefix string) (*pgxpool.Pool, *fixture, string) {
 	t.Helper()
 	owner := testenv.Pool(t)
 	f := newFixture(t, owner, grant)
@@ -91,7 +91,7 @@ func setup(t *testing.T, grant bool, prefix string) (*pgxpool.Pool, *fixture, st
 	return owner, f, name
 }
 
-func (f *fixture) exec(t *testing.T, sql string, args ...any) {
+func (f *fixture) exec(t testing.TB, sql string, args ...any) {
 	t.Helper()
 	sql = strings.ReplaceAll(sql, "{s}", pgx.Identifier{f.schema}.Sanitize())
 	if _, err := f.owner.Exec(t.Context(), sql, args...); err != nil {
@@ -101,7 +101,7 @@ func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 
 // one runs Prepare with one builder (Overview unless o names another) and
 // returns its result.
-func one(t *testing.T, pool *pgxpool.Pool, l *tiles.Layer, o serving.Options) serving.Result {
+func one(t testing.TB, pool *pgxpool.Pool, l *tiles.Layer, o serving.Options) serving.Result {
 	t.Helper()
 	if o.Builders == nil {
 		o.Builders = []serving.Builder{serving.Overview{}}
@@ -115,7 +115,7 @@ func one(t *testing.T, pool *pgxpool.Pool, l *tiles.Layer, o serving.Options) se
 
 // prepareResults runs Prepare on layers and returns its results but the
 // drop of retired storage (other tests' old storage).
-func prepareResults(t *testing.T, pool *pgxpool.Pool, layers []*tiles.Layer, o serving.Options) []serving.Result {
+func prepareResults(t testing.TB, pool *pgxpool.Pool, layers []*tiles.Layer, o serving.Options) []serving.Result {
 	t.Helper()
 	return slices.DeleteFunc(serving.Prepare(t.Context(), pool, layers, o),
 		func(r serving.Result) bool { return r.Builder == serving.Retired })

@@ -203,12 +203,11 @@ func TestTilesFromPiecesCapped(t *testing.T) {
 // TestTilesFromPiecesDrawCapped: a tile read from the pieces draws
 // (ST_AsMVTGeom) the collected pieces of the capped ids only: with a cap
 // of 1 and two ids near the tile, the plan (EXPLAIN ANALYZE VERBOSE of
-// the tile's query) draws one id, not both. (Every id near the tile has
-// its pieces snapped and collected, in the one scan that picks the
-// candidates.)
+// the tile's query) draws one id, not both. (Both are candidates, the
+// first 2 × cap ids, whose pieces are snapped and collected.)
 func TestTilesFromPiecesDrawCapped(t *testing.T) {
 	t.Parallel()
-	plan, _, _ := piecesTilePlan(t, "subdraw_", 1, "ANALYZE, VERBOSE")
+	plan, _, _ := piecesTilePlan(t, "subdraw_", shapes, 1, "ANALYZE, VERBOSE")
 	if n := plan.drawn(); n != 1 {
 		t.Errorf("the tile's query drew %.0f ids' pieces, want 1 (the cap)", n)
 	}
@@ -222,7 +221,7 @@ func TestTilesFromPiecesDrawCapped(t *testing.T) {
 // (drawing a z8 tile's pieces is most of its time).
 func TestTilesFromPiecesDrawOnce(t *testing.T) {
 	t.Parallel()
-	plan, _, _ := piecesTilePlan(t, "subonce_", 0, "VERBOSE")
+	plan, _, _ := piecesTilePlan(t, "subonce_", shapes, 0, "VERBOSE")
 	draws := plan.count(isDraw)
 	if draws != 1 {
 		t.Errorf("the tile's query draws the collected pieces in %d expressions, want 1", draws)
@@ -237,21 +236,56 @@ func TestTilesFromPiecesDrawOnce(t *testing.T) {
 // 2.7 s of the database.
 func TestTilesFromPiecesReadThemOnce(t *testing.T) {
 	t.Parallel()
-	plan, owner, name := piecesTilePlan(t, "subread_", 0, "ANALYZE")
+	plan, owner, name := piecesTilePlan(t, "subread_", shapes, 0, "ANALYZE")
 	scans := plan.scans(served(t, owner, name, serving.RelationName(name, "sub")))
 	if len(scans) == 0 || slices.ContainsFunc(scans, func(loops float64) bool { return loops > 1 }) {
 		t.Errorf("the tile's query scans the pieces %v times per scan, want each scan once", scans)
 	}
 }
 
-// piecesTilePlan builds the pieces of the shapes fixture's layer (with
-// maxFeatures as its cap, unless 0) and returns the plan of its tile near
-// the disc (id 1) and its twin (id 4), EXPLAIN (options, FORMAT JSON), the
-// owner's pool and the layer's name.
-func piecesTilePlan(t *testing.T, prefix string, maxFeatures int, options string) (planNode, *pgxpool.Pool, string) {
+// TestTilesFromPiecesSnapOnlyTheirCandidates: a tile read from the
+// pieces snaps to its grid the pieces of its candidates only (the first
+// 2 × cap ids in order_by), not every piece near the tile: with twelve
+// one-piece parcels on the tile and a cap of 2, the plan (EXPLAIN
+// ANALYZE VERBOSE) snaps four pieces. Snapping all of them made a capped
+// tile of 20,000 small features two to three times slower than the
+// lookups before the one scan.
+func TestTilesFromPiecesSnapOnlyTheirCandidates(t *testing.T) {
+	t.Parallel()
+	plan, _, _ := piecesTilePlan(t, "subsnap_", parcels, 2, "ANALYZE, VERBOSE")
+	if n := plan.computed(isSnap); n != 4 {
+		t.Errorf("the tile's query snapped %.0f pieces, want 4 (2 × cap ids, one piece each)", n)
+	}
+}
+
+// parcels fills the table shapes with twelve squares of 5 km, one piece
+// each, in a row across tile 8/128/127 (near the disc and twin of the
+// shapes fixture).
+func parcels(t *testing.T, f *fixture) {
+	t.Helper()
+	f.exec(t, `CREATE TABLE {s}.shapes (id int PRIMARY KEY, name text, geom geometry(Geometry, 3857))`)
+	f.exec(t, `INSERT INTO {s}.shapes
+		SELECT i, 'parcel ' || i, ST_MakeEnvelope(10000 + i * 12000, 50000, 15000 + i * 12000, 55000, 3857)
+		FROM generate_series(0, 11) AS i`)
+	f.exec(t, `ANALYZE {s}.shapes`)
+	f.exec(t, `GRANT SELECT ON {s}.shapes TO geotoll_reader`)
+}
+
+// isSnap reports whether a plan's expression snaps a piece to the tile's
+// grid.
+func isSnap(e string) bool {
+	return strings.Contains(e, "st_snaptogrid(")
+}
+
+// piecesTilePlan builds the pieces of the layer over the table shapes,
+// filled by fill (the shapes or parcels fixture), with maxFeatures as its
+// cap unless 0, and returns the plan of its tile near the disc (id 1) and
+// its twin (id 4), EXPLAIN (options, FORMAT JSON), the owner's pool and the
+// layer's name.
+func piecesTilePlan(t *testing.T, prefix string, fill func(*testing.T, *fixture), maxFeatures int, options string) (planNode, *pgxpool.Pool, string) {
 	t.Helper()
 	owner, f, name := setup(t, true, prefix)
-	shapes(t, f)
+	fill(t, f)
 	layer := shapesLayer(name, f.schema)
 	if maxFeatures > 0 {
 		layer.MaxFeatures = maxFeatures
@@ -268,7 +302,7 @@ func piecesTilePlan(t *testing.T, prefix string, maxFeatures int, options string
 
 // servePieces builds the pieces of cat's layer name and refreshes cat so
 // that it reads them; it returns the read pool.
-func servePieces(t *testing.T, owner *pgxpool.Pool, cat *tiles.Catalog, name string) *pgxpool.Pool {
+func servePieces(t testing.TB, owner *pgxpool.Pool, cat *tiles.Catalog, name string) *pgxpool.Pool {
 	t.Helper()
 	if r := one(t, owner, cat.Layer(name), serving.Options{Builders: []serving.Builder{serving.Subdivide{}}}); r.Status != serving.Built {
 		t.Fatalf("prepare: %+v", r)
@@ -319,6 +353,24 @@ func (n planNode) drawn() float64 {
 	}
 	for _, c := range n.Plans {
 		total += c.drawn()
+	}
+	return total
+}
+
+// computed returns the rows of the nodes under n that compute an output
+// expression that matches: those whose output matches while none of their
+// children's does (the nodes above one pass its result on, named by the
+// same expression).
+func (n planNode) computed(match func(string) bool) float64 {
+	total, below := 0.0, false
+	for _, c := range n.Plans {
+		if slices.ContainsFunc(c.Output, match) {
+			below = true
+		}
+		total += c.computed(match)
+	}
+	if !below && slices.ContainsFunc(n.Output, match) {
+		total += n.ActualRows * n.ActualLoops
 	}
 	return total
 }

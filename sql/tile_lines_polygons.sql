@@ -104,10 +104,12 @@ near AS (
     -- geometry's index, the planner knowing no better, and read every
     -- piece near the tile for each: a tile of thousands of small features
     -- took seconds; a join of the two was planned as a loop as well):
-    -- snapped to the tile's grid (in the relation's units, so
-    -- ST_AsMVTGeom's own snap changes nothing), collected per id (a window
-    -- over the id, beside the id's columns) and drawn once each by
-    -- ST_AsMVTGeom,
+    -- ranked by their id's place in order_by (dense_rank: an id's pieces
+    -- carry its columns, so they share a rank, and the order ends with the
+    -- id), those of the candidates' ranks snapped to the tile's grid (in
+    -- EPSG:3857, so ST_AsMVTGeom's own snap changes nothing; no other
+    -- piece is snapped), collected per id (a window over the id, beside
+    -- the id's columns) and drawn once each by ST_AsMVTGeom,
     -- whose polygon clipping (wagyu) fills the collection's rings as one
     -- area: the cut edges the pieces share vanish, no seam is left inside
     -- an outline. .LineMerge joins a line's pieces at their shared ends
@@ -132,12 +134,19 @@ near AS (
           FROM (SELECT t.fid{{if .Box}}, t.box{{end}}, t.g{{range .Cols}}, t.{{.As}}{{end}}
                 FROM (SELECT DISTINCT ON (c.fid) c.fid{{if .Box}}, c.box{{end}},
                              ST_Collect(c.g) FILTER (WHERE NOT ST_IsEmpty(c.g)) OVER (PARTITION BY c.fid) AS g{{range .Cols}}, c.{{.As}}{{end}}
-                      FROM (SELECT t.{{.Key}} AS fid{{if .Box}}, t.{{.Box}} AS box{{end}},
-                                   ST_RemoveRepeatedPoints(ST_SnapToGrid({{.GeomExpr}}, ST_XMin(env.geom), ST_YMin(env.geom),
+                      FROM (SELECT t.fid{{if .Box}}, t.box{{end}},
+                                   ST_RemoveRepeatedPoints(ST_SnapToGrid({{if .Transform}}{{.Transform}}(t.g, 3857){{else}}t.g{{end}},
+                                       ST_XMin(env.geom), ST_YMin(env.geom),
                                        (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent,
-                                       (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
-                            FROM {{.Table}} AS t, env
-                            WHERE t.{{.Geom}} && {{.FilterExpr}}
+                                       (ST_XMax(env.geom) - ST_XMin(env.geom)) / env.extent)) AS g{{range .Cols}}, t.{{.As}}{{end}}
+                            FROM (SELECT t.fid{{if .Box}}, t.box{{end}}, t.g{{range .Cols}}, t.{{.As}}{{end}},
+                                         dense_rank() OVER (ORDER BY {{.Order}}) AS rank
+                                  FROM (SELECT t.{{.Key}} AS fid{{if .Box}}, t.{{.Box}} AS box{{end}}, t.{{.Geom}} AS g{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
+                                        FROM {{.Table}} AS t, env
+                                        WHERE t.{{.Geom}} && {{.FilterExpr}}
+                                        OFFSET 0) AS t) AS t,
+                                 env
+                            WHERE t.rank <= 2 * $8::int
                             OFFSET 0) AS c
                       ORDER BY c.fid) AS t
                 ORDER BY {{.Order}}
