@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -306,5 +309,50 @@ func TestMetricsClientGoneIs499(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("access log without %s: %s", want, logs.String())
 		}
+	}
+}
+
+// A request whose body does not arrive by the server's read deadline is
+// answered 408 on a connection its client keeps open, and recorded as
+// 408, in the metrics and the access log: net/http cancels a request's
+// context on any read error of its connection, the deadline's too, which
+// recorded it as 499 (a client that hung up).
+func TestMetricsBodyTimeoutIs408(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer // read once srv.Close has waited for the handler
+	srv := httptest.NewUnstartedServer(m.wrap(withAccessLog(slog.New(slog.NewJSONHandler(&logs, nil)),
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.ReadAll(r.Body); err != nil {
+				w.WriteHeader(http.StatusRequestTimeout)
+			}
+		}))))
+	srv.Config.ReadTimeout = 200 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"points\":[")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("answered %d, want 408", resp.StatusCode)
+	}
+	srv.Close() // the handler has returned: its line is logged
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "POST", "408")); got != 1 {
+		t.Errorf("408s counted: %v, want 1 (499: %v)", got, testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "POST", "499")))
+	}
+	if want := `"path":"/slow","query":"","status":408`; !strings.Contains(logs.String(), want) {
+		t.Errorf("access log without %s: %s", want, logs.String())
 	}
 }

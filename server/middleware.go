@@ -38,9 +38,14 @@ func (rec *recorder) WriteHeader(code int) {
 	rec.ResponseWriter.WriteHeader(code)
 }
 
+// head records the answer's status, and whether its client had gone. A
+// 408 answers a body that did not arrive by the read deadline: net/http
+// cancels a request's context on any read error of its connection, the
+// deadline's too, so there the cancel says nothing of the client, which
+// is most often still waiting for the answer.
 func (rec *recorder) head(code int) {
 	rec.status = code
-	rec.gone = rec.ctx != nil && errors.Is(rec.ctx.Err(), context.Canceled)
+	rec.gone = code != http.StatusRequestTimeout && rec.ctx != nil && errors.Is(rec.ctx.Err(), context.Canceled)
 }
 
 func (rec *recorder) Write(b []byte) (int, error) {
