@@ -92,6 +92,16 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// cost is what the access log says a request cost: its settled charge
+// (the charge of a statement that outlived the answer included), else
+// the X-Request-Cost it was answered with (a refusal's price, a dry run's).
+func cost(rec *recorder, charged *toll.CallerNote) string {
+	if c := charged.Charged(); c != "" {
+		return c
+	}
+	return rec.Header().Get("X-Request-Cost")
+}
+
 // withAccessLog logs one line per request, with secrets in the query
 // (?key=) redacted, and recovers panics into a 500 problem.
 func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
@@ -136,7 +146,7 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 				slog.Int("status", status),
 				slog.Int64("bytes", rec.bytes),
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-				slog.String("cost", rec.Header().Get("X-Request-Cost")),
+				slog.String("cost", cost(rec, &charged)),
 				slog.String("remote", r.RemoteAddr),
 			)
 			if caller, tier := charged.Read(); caller != "" {

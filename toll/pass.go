@@ -128,7 +128,11 @@ func Finish(next http.Handler) http.Handler {
 			list := held.list
 			held.mu.Unlock()
 			for _, p := range list {
-				p.settle(p.costs(meter))
+				cost, ran := p.costs(meter)
+				p.settle(cost, ran)
+				if !p.fixed && !p.shadow { // the pass whose cost headers shows
+					noteCharged(r.Context(), cost)
+				}
 			}
 		}()
 		next.ServeHTTP(&settling{ResponseWriter: w, held: held}, r.WithContext(context.WithValue(ctx, passesKey{}, held)))

@@ -346,3 +346,41 @@ func TestBusyAnswerPaysItsEstimateAndTheGlobalBudgetWhatRan(t *testing.T) {
 		})
 	}
 }
+
+// A request answered before its statement stopped (a client that hung up,
+// a 503 whose statement ignored its cancel) shows the cost so far in
+// X-Request-Cost, and is charged what ran once the statement stops: the
+// caller's note, which the access log reads once the request is settled,
+// holds that charge, as the bucket paid it, not the header's estimate.
+func TestCallerNoteHoldsTheSettledCharge(t *testing.T) {
+	t.Parallel()
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	toll.Default.Base = 1
+	free := toll.Tiers["free"]
+	free.Limit.Rate = 0.001 // nothing refills while the test runs
+	toll.Tiers["free"] = free
+	db := &pgcall.DB{Pool: testenv.ReadPool(t), RetryAfter: 2}
+	h := Finish(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if toll.Charge(w, r, Price{Cost: 0.5, Route: "x", Zoom: -1, Base: 1}) == nil {
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable) // answered first
+		if _, err := db.Read(r.Context(), pgcall.Statement{SQL: "SELECT pg_sleep(0.03)", Timeout: 10 * time.Second}); err != nil {
+			t.Error(err)
+		}
+	}))
+	var note CallerNote
+	r := httptest.NewRequest(http.MethodGet, "/x", nil)
+	r.Header.Set("X-API-Key", "k1")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r.WithContext(WithCallerNote(r.Context(), &note)))
+	if sent := header(t, w, "X-Request-Cost"); sent != 1 {
+		t.Fatalf("X-Request-Cost %v, want the base, 1 (sent before the statement ran)", sent)
+	}
+	charged, err := strconv.ParseFloat(note.Charged(), 64)
+	paid := 100 - mustPeek(t, store, "free", "k:1")
+	if err != nil || charged < 3 || math.Abs(charged-paid) > 0.001 { // as X-Request-Cost writes it
+		t.Errorf("noted charge %q (%v), the bucket paid %v: want what it paid, at least 3 (30 ms)", note.Charged(), err, paid)
+	}
+}

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/paulmach/orb"
 	"github.com/paulmach/orb/maptile"
@@ -165,6 +167,80 @@ func TestEndToEndCutQueryAnswers503(t *testing.T) {
 		!containsAll(failed[1], []string{"code=timeout", "statement timeout", "db_still_running=true"}) ||
 		strings.Contains(logs.String(), "unavailable") {
 		t.Errorf("log of the two cut tiles:\n%s\nwant a timeout with SQLSTATE 57014, then a statement timeout still running; never unavailable", logs)
+	}
+}
+
+// A client that hangs up after 100 ms on a tile whose statement waits for
+// a lock: its request is charged what the statement ran until its cancel
+// stopped it, and its access log line, written then, says that charge —
+// not the X-Request-Cost of its answer (which no one read), written
+// while the statement still ran.
+func TestEndToEndAccessLogSaysWhatAHungUpRequestWasCharged(t *testing.T) {
+	t.Parallel()
+	schema, exec := fixtureSchema(t)
+	exec(`CREATE TABLE {s}.locked AS SELECT 1::bigint AS id, ST_SetSRID(ST_MakePoint(1, 1), 3857) AS geom`)
+	exec(`GRANT SELECT ON {s}.locked TO geotoll_reader`)
+	logs := &logBuffer{}
+	m := startLogging(t, func(c *Config) {
+		stuckPrices(c)
+		c.Layers = append(c.Layers, LayerConfig{Layer: layerFor(schema+".locked", 10*time.Second)})
+	}, slog.New(slog.NewTextHandler(logs, nil)))
+	tx, err := testenv.Pool(t).Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), "LOCK TABLE "+pgx.Identifier{schema, "locked"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	tile := maptile.At(orb.Point{0.00001, 0.00001}, 14) // priced under a token
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tileURL("http://"+m.Addr(), "locked", tile), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the locked tile answered %d within 100 ms", resp.StatusCode)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// It ran at least the 100 ms before its client hung up (its cancel,
+	// which interrupts the lock's wait, comes after): 10 tokens at 10 ms
+	// a token.
+	if logged := loggedCost(t, logs, fmt.Sprintf("/tiles/locked/%d/%d/%d.mvt", tile.Z, tile.X, tile.Y)); logged < 10 {
+		t.Errorf("the access log says the request whose client hung up cost %v, want at least 10, what it was charged", logged)
+	}
+}
+
+// loggedCost waits for the access log line of a request for path and
+// returns the cost it gives.
+func loggedCost(t *testing.T, logs *logBuffer, path string) float64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for line := range strings.Lines(logs.String()) {
+			if !strings.Contains(line, "msg=request ") || !strings.Contains(line, " path="+path+" ") {
+				continue
+			}
+			for f := range strings.FieldsSeq(line) {
+				if v, ok := strings.CutPrefix(f, "cost="); ok {
+					c, err := strconv.ParseFloat(v, 64)
+					if err != nil {
+						t.Fatalf("cost %q in %s", v, line)
+					}
+					return c
+				}
+			}
+			t.Fatalf("no cost in %s", line)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no access log line of %s:\n%s", path, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
