@@ -293,6 +293,9 @@ func (o *overrides) load() (Config, error) {
 		if err := singleDocument(raw); err != nil {
 			return cfg, fmt.Errorf("config %s: %w", o.config, err)
 		}
+		if err := refuseAliasBombs(&doc); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", o.config, err)
+		}
 		if err := refuseFractions(&doc, reflect.TypeFor[Config](), ""); err != nil {
 			return cfg, fmt.Errorf("config %s: %w", o.config, err)
 		}

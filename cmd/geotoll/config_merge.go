@@ -177,6 +177,48 @@ func unalias(n *yaml.Node, depth int) *yaml.Node {
 // maxAliasDepth bounds unalias: far deeper than any configuration.
 const maxAliasDepth = 64
 
+// maxExpandedNodes bounds the nodes of a configuration file with its
+// aliases expanded: a hundred times a large configuration's, and a tiny
+// part of what a few lines of aliases can name (each merge of ten aliases
+// of the entry before multiplies the layers by ten). yaml.v3 bounds its
+// own decoding so, but unalias copies what aliases name to decode a layer
+// or tier on its own, and refuseFractions follows them.
+const maxExpandedNodes = 100_000
+
+// refuseAliasBombs returns an error when doc, its aliases expanded,
+// holds more than maxExpandedNodes nodes. Each node's expanded size is
+// counted once (an alias is the size of what it names), so the count
+// costs the file's own nodes, whatever they expand to.
+func refuseAliasBombs(doc *yaml.Node) error {
+	sizes := map[*yaml.Node]int{}
+	var size func(n *yaml.Node, depth int) int
+	size = func(n *yaml.Node, depth int) int {
+		if n == nil {
+			return 0
+		}
+		if s, ok := sizes[n]; ok {
+			return s
+		}
+		s := 1
+		switch {
+		case depth > maxAliasDepth:
+			s = maxExpandedNodes + 1
+		case n.Kind == yaml.AliasNode:
+			s = size(n.Alias, depth+1)
+		default:
+			for _, c := range n.Content {
+				s = min(s+size(c, depth+1), maxExpandedNodes+1)
+			}
+		}
+		sizes[n] = s
+		return s
+	}
+	if size(doc, 0) > maxExpandedNodes {
+		return fmt.Errorf("its aliases expand to more than %d YAML nodes: write the entries out, or name fewer aliases", maxExpandedNodes)
+	}
+	return nil
+}
+
 // keepWhereEmpty undoes what yaml.v3 does to a merged collection (layers,
 // geofence.layers, throttle.tiers) whose key is left empty, as when its
 // entries are commented out: it sets the collection to nil without asking
@@ -224,6 +266,9 @@ func isNull(doc *yaml.Node, path ...string) bool {
 func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
+	}
+	for depth := 0; n.Kind == yaml.AliasNode && n.Alias != nil && depth <= maxAliasDepth; depth++ {
+		n = n.Alias // what it names, checked where it is used
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -369,5 +370,41 @@ func TestConfigEmptyListFromTheEnvironment(t *testing.T) {
 	cfg, _, err = loadConfig(nil, true)
 	if err != nil || len(cfg.HTTP.CORS.Origins) != 0 {
 		t.Errorf("GEOTOLL_HTTP_CORS_ORIGINS=,: %v, origins %q; want none", err, cfg.HTTP.CORS.Origins)
+	}
+}
+
+// A file whose aliases expand to more than any configuration holds (each
+// merge of ten aliases of the entry before multiplies it by ten: 455
+// bytes, a million layers) is refused at once, naming the aliases: the
+// copies made of a layer's aliases before decoding it took every byte of
+// memory and died with a stack trace.
+func TestConfigRefusesAliasesThatExpandWithoutBound(t *testing.T) {
+	clearConfigEnv(t)
+	var b strings.Builder
+	b.WriteString("layers:\n  - &m0 {name: a0, table: x.y, geometry_column: g}\n")
+	for i := 1; i <= 6; i++ {
+		fmt.Fprintf(&b, "  - &m%d {<<: [%s], name: a%d}\n", i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*m%d,", i-1), 10), ","), i)
+	}
+	start := time.Now()
+	_, _, err := LoadConfig([]string{"-config", writeFile(t, "bomb.yaml", b.String())})
+	if err == nil || !strings.Contains(err.Error(), "aliases") {
+		t.Errorf("a file of %d bytes whose aliases expand to a million layers: %v, want an error naming the aliases", b.Len(), err)
+	}
+	t.Logf("refused after %v", time.Since(start))
+}
+
+// A whole-number setting given a fraction through an alias is refused as
+// one given it directly: the alias hid the 0.5 from the check, and the
+// server started with max_in_flight 0 (the store's own cap, 256).
+func TestConfigRefusesAFractionThroughAnAlias(t *testing.T) {
+	clearConfigEnv(t)
+	for name, body := range map[string]string{
+		"tier":      "throttle:\n  tiers:\n    anonymous: {max_cost: &h 0.5, max_in_flight: *h}\n",
+		"top level": "throttle:\n  tiers:\n    anonymous: {max_cost: &h 0.5}\nhttp:\n  max_header_bytes: *h\n",
+	} {
+		_, _, err := LoadConfig([]string{"-config", writeFile(t, "alias.yaml", body)})
+		if err == nil || !strings.Contains(err.Error(), "is not a whole number") {
+			t.Errorf("%s: a fraction through an alias: %v, want it refused as not a whole number", name, err)
+		}
 	}
 }
