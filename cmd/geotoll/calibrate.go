@@ -150,7 +150,7 @@ func runCalibrate(ctx context.Context, cfg Config, f calibrateFlags, stdout, std
 		for _, name := range strings.Split(f.layers, ",") {
 			l := catalog.Layer(strings.TrimSpace(name))
 			if l == nil {
-				return fmt.Errorf("calibrate: unknown layer %q", name)
+				return usageError{fmt.Sprintf("calibrate: -layers: unknown layer %q", name)}
 			}
 			tileLayers = append(tileLayers, l)
 		}

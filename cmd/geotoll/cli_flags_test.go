@@ -66,6 +66,13 @@ func TestFlagsUsageErrorsExit2(t *testing.T) {
 		{[]string{"loadtest", "crawl", "-duration", "10ms"}, "-duration 10ms"},
 		{[]string{"loadtest", "fidelity", "-db-time", "bogus"}, `loadtest fidelity: -db-time "bogus" must be sql or server`},
 		{[]string{"loadtest", "zooms", "-per-zoom", "0"}, "loadtest zooms: -per-zoom 0"},
+		// 0 was read as the default: 240,000 points and 300 fences, a
+		// million open points, a tolerance of 0.01°.
+		{[]string{"seed", "-points", "0"}, "seed: -points 0 and -fences 300 must be at least 1"},
+		{[]string{"seed", "-fences", "0"}, "seed: -points 240000 and -fences 0 must be at least 1"},
+		{[]string{"opendata", "-points", "0"}, "opendata: -points 0 must be at least 1"},
+		{[]string{"opendata", "-simplify", "0"}, "opendata: -simplify 0"},
+		{[]string{"calibrate", "-layers", "nosuch"}, `calibrate: -layers: unknown layer "nosuch"`},
 	} {
 		code, out, errOut := cliRun(t, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {

@@ -153,8 +153,8 @@ func (c *cli) seedCommand() *ffcli.Command {
 		if err != nil {
 			return err
 		}
-		if points < 0 || fences < 0 { // before connecting
-			return usageError{fmt.Sprintf("seed: -points %d and -fences %d must not be negative", points, fences)}
+		if points < 1 || fences < 1 { // before connecting; 0 would be demo.Options's default
+			return usageError{fmt.Sprintf("seed: -points %d and -fences %d must be at least 1", points, fences)}
 		}
 		return seed(ctx, cfg, log, demo.Options{Seed: seedN, Points: points, Fences: fences}, ifEmpty)
 	}))

@@ -34,7 +34,16 @@ func (c *cli) openDataCommand() *ffcli.Command {
 		if err != nil {
 			return err
 		}
-		if _, err := opendata.NewLoader(nil, o); err != nil { // the flags, checked before connecting
+		// The flags, checked before connecting. A zero Options field is its
+		// default: a -points or -simplify of 0 asked for is refused, not
+		// read as the default.
+		switch {
+		case o.Points == 0:
+			return usageError{"opendata: -points 0 must be at least 1"}
+		case o.Simplify == 0:
+			return usageError{"opendata: -simplify 0: give a tolerance above 0, or a negative one for no simplified copy"}
+		}
+		if _, err := opendata.NewLoader(nil, o); err != nil {
 			return usageError{err.Error()}
 		}
 		return openData(ctx, cfg, o, &cache, c.stdout)
