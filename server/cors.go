@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/geotoll/geotoll/internal/redact"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -72,7 +73,7 @@ func (c CORS) Validate() error {
 		u, err := url.Parse(o)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 			u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || strings.HasSuffix(o, "/") {
-			errs = append(errs, fmt.Errorf("cors: origin %q must be scheme://host[:port] (no path) or \"*\"", o))
+			errs = append(errs, fmt.Errorf("cors: origin %q must be scheme://host[:port] (no path) or \"*\"", redact.URL(o)))
 		}
 	}
 	if c.MaxAge < 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/geotoll/geotoll/geofence"
 	"github.com/geotoll/geotoll/internal/calibrate"
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/redact"
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/tiles"
@@ -459,7 +460,8 @@ func validatePublicURL(public, base string) error {
 		return nil
 	}
 	bad := func(why string) error {
-		return fmt.Errorf("http.public_url %q must be an absolute http or https URL such as \"https://tiles.example.com\": %s", public, why)
+		return fmt.Errorf("http.public_url %q must be an absolute http or https URL such as \"https://tiles.example.com\": %s",
+			redact.URL(public), redact.URL(why))
 	}
 	u, err := url.Parse(public)
 	switch {

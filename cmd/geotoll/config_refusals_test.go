@@ -408,3 +408,20 @@ func TestConfigRefusesAFractionThroughAnAlias(t *testing.T) {
 		}
 	}
 }
+
+// A URL refused for its form is shown without its password: http.public_url
+// (which may hold no user information) and a CORS origin showed it whole,
+// and pgx hides a database URL's password only up to its first "@".
+func TestConfigURLErrorsHideTheirPasswords(t *testing.T) {
+	clearConfigEnv(t)
+	for name, body := range map[string]string{
+		"public_url":   "http:\n  public_url: http://u:SUPERSECRET11@tiles.example.com\n",
+		"cors origin":  "http:\n  cors:\n    origins: ['http://u:SUPERSECRET11@maps.example.com']\n",
+		"database url": "database:\n  url: 'postgres://u:p@SUPERSECRET11@host:abc/db'\n",
+	} {
+		_, _, err := LoadConfig([]string{"-config", writeFile(t, "urls.yaml", body)})
+		if err == nil || strings.Contains(err.Error(), "SUPERSECRET") {
+			t.Errorf("%s: %v, want an error without the password", name, err)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/geotoll/geotoll/internal/pgcall"
+	"github.com/geotoll/geotoll/internal/redact"
 )
 
 // DatabaseConfig names the PostGIS connections.
@@ -119,7 +120,8 @@ func (c Config) validateURLs() []error {
 			continue
 		}
 		if _, err := pgxpool.ParseConfig(u.url); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", u.name, err))
+			// pgx hides a password up to its first "@" only.
+			errs = append(errs, fmt.Errorf("%s: %s", u.name, redact.URL(err.Error())))
 		}
 	}
 	if c.Redis.URL != "" {
