@@ -78,7 +78,7 @@ func configDocs() []configDoc {
 		{Key: "http.cors.max_age", Meaning: "how long a browser may reuse a preflight (Access-Control-Max-Age); 0s means the default, 10m, not 0"},
 		{Key: "http.ready_interval", Meaning: "the readiness checks (a database ping, a Redis probe that fails where a budget write would) run in the background, each round this long after the last one ended; /readyz serves their latest results (503 when older than two intervals and a timeout). 100ms..1m"},
 		{Key: "http.ready_timeout", Meaning: "bound of one round of readiness checks (100ms..1m)"},
-		{Key: "tracing.endpoint", Default: "none: off", Meaning: "OpenTelemetry OTLP/HTTP collector: an http or https URL with a host, such as http://127.0.0.1:4318 (without a path, spans go to its /v1/traces); tracing is also on when OTEL_EXPORTER_OTLP_ENDPOINT is set"},
+		{Key: "tracing.endpoint", Default: "none: off", Meaning: "OpenTelemetry OTLP/HTTP collector: an http or https URL with a host, such as http://127.0.0.1:4318 (without a path, spans go to its /v1/traces); tracing is also on when OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, and that URL is checked the same way"},
 		{Key: "tracing.service_name", Meaning: "the service.name of the spans (left at geotoll, OTEL_SERVICE_NAME or a service.name in OTEL_RESOURCE_ATTRIBUTES names them when set; OTEL_RESOURCE_ATTRIBUTES adds its other attributes)"},
 		{Key: "tracing.sample_ratio", Meaning: "share of new traces sampled (0..1); a caller's sampled traceparent is always followed"},
 	}

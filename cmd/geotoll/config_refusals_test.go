@@ -425,3 +425,24 @@ func TestConfigURLErrorsHideTheirPasswords(t *testing.T) {
 		}
 	}
 }
+
+// An OTLP endpoint given by OTEL_EXPORTER_OTLP_ENDPOINT (or its traces'
+// variable), which turns tracing on, is checked as tracing.endpoint is:
+// "ftp://…" was posted to as https, "not a url" to a URL without a host,
+// and config check said ok.
+func TestConfigTracingEndpointFromTheEnvironmentIsAURL(t *testing.T) {
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		for _, e := range []string{"ftp://u:hunter2@127.0.0.1:1", "not a url", "127.0.0.1:4318"} {
+			t.Setenv(v, e)
+			err := DefaultConfig().validate()
+			if err == nil || !strings.Contains(err.Error(), v) || strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("%s=%q: %v, want it refused, named, its password hidden", v, e, err)
+			}
+		}
+		t.Setenv(v, "http://127.0.0.1:4318")
+		if err := DefaultConfig().validate(); err != nil {
+			t.Errorf("%s=http://127.0.0.1:4318: %v", v, err)
+		}
+		t.Setenv(v, "")
+	}
+}

@@ -44,7 +44,7 @@ const defaultServiceName = "geotoll"
 
 // enabled reports whether tracing is on.
 func (c TracingConfig) enabled() bool {
-	return c.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	return c.Endpoint != "" || os.Getenv(otelEndpointVars[0]) != "" || os.Getenv(otelEndpointVars[1]) != ""
 }
 
 // validate refuses a sample ratio outside 0..1 and an endpoint that is
@@ -56,23 +56,38 @@ func (c TracingConfig) validate() error {
 		errs = append(errs, fmt.Errorf("tracing.sample_ratio %g must be within 0..1", c.SampleRatio))
 	}
 	if c.Endpoint != "" {
-		if err := validateEndpoint(c.Endpoint); err != nil {
+		if err := validateEndpoint("tracing.endpoint", c.Endpoint); err != nil {
 			errs = append(errs, err)
+		}
+	} else {
+		// The exporter reads these itself, and took "ftp://…" or "not a
+		// url" for an https URL, or a URL without a host.
+		for _, v := range otelEndpointVars {
+			if e := os.Getenv(v); e != "" {
+				if err := validateEndpoint(v, e); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// validateEndpoint: tracing.endpoint is an absolute http or https URL
-// whose host is a valid host[:port]. The errors show the URL without its
-// password.
-func validateEndpoint(endpoint string) error {
+// otelEndpointVars are the variables that name the OTLP collector, and
+// turn tracing on, when tracing.endpoint is not set: in the exporter's
+// order, the traces' own first.
+var otelEndpointVars = []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"}
+
+// validateEndpoint: an endpoint (of the setting or variable name) is an
+// absolute http or https URL whose host is a valid host[:port]. The
+// errors show the URL without its password.
+func validateEndpoint(name, endpoint string) error {
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return errors.New(`tracing.endpoint is not a URL: it must be an http or https URL such as "http://127.0.0.1:4318"`)
+		return fmt.Errorf(`%s is not a URL: it must be an http or https URL such as "http://127.0.0.1:4318"`, name)
 	}
 	bad := func(why string) error {
-		return fmt.Errorf("tracing.endpoint %q must be an http or https URL such as \"http://127.0.0.1:4318\": %s", u.Redacted(), why)
+		return fmt.Errorf("%s %q must be an http or https URL such as \"http://127.0.0.1:4318\": %s", name, u.Redacted(), why)
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
@@ -140,7 +155,13 @@ func (m *Main) openTracing(ctx context.Context) error {
 		return err
 	}
 	m.Tracing, m.stopTracing = tp, tp.Shutdown
-	m.Logger.Info("tracing on", "endpoint", redactedEndpoint(m.Config.Tracing.Endpoint), "sample_ratio", m.Config.Tracing.SampleRatio)
+	endpoint := m.Config.Tracing.Endpoint
+	for _, v := range otelEndpointVars {
+		if e := os.Getenv(v); endpoint == "" && e != "" {
+			endpoint = e // the log names where spans go, from whichever names it
+		}
+	}
+	m.Logger.Info("tracing on", "endpoint", redactedEndpoint(endpoint), "sample_ratio", m.Config.Tracing.SampleRatio)
 	return nil
 }
 
