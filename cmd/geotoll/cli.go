@@ -123,6 +123,11 @@ func (c *cli) configAndLog() (Config, *slog.Logger, error) {
 		return cfg, nil, err
 	}
 	log, err := newLogger(cfg, c.stderr)
+	if err == nil && c.preset == nil {
+		for _, s := range c.o.strayEnv(environ()) {
+			log.Warn(strayNote(s))
+		}
+	}
 	return cfg, log, err
 }
 

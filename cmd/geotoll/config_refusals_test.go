@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -444,5 +445,37 @@ func TestConfigTracingEndpointFromTheEnvironmentIsAURL(t *testing.T) {
 			t.Errorf("%s=http://127.0.0.1:4318: %v", v, err)
 		}
 		t.Setenv(v, "")
+	}
+}
+
+// A GEOTOLL_ variable that sets nothing — a misspelt setting's
+// (GEOTOLL_REDIS_TIMEOUTT), a non-secret's _FILE — is named in a warning,
+// with the setting it likely misspells; the settings' own, their secrets'
+// _FILE, the aliases and the scripts' and tests' variables are not. It was
+// ignored without a word.
+func TestConfigWarnsOfStrayEnvironmentVariables(t *testing.T) {
+	o := newOverrides()
+	got := o.strayEnv([]string{
+		"GEOTOLL_REDIS_TIMEOUTT=1s", "GEOTOLL_LISTEN_FILE=/x", "GEOTOLL_NOTHING_LIKE_IT=1",
+		"GEOTOLL_REDIS_TIMEOUT=1s", "GEOTOLL_REDIS_URL_FILE=/x", "GEOTOLL_WRITER_DATABASE_URL=x", "GEOTOLL_CONFIG=x",
+		"GEOTOLL_TEST_DATABASE_URL=x", "GEOTOLL_READ_DATABASE_URL=x", "GEOTOLL_THROTTLE_TIERS_FREE_RATE=1",
+		"GEOTOLL_EMPTY=", "LISTEN=:1", "HOME=/root",
+	})
+	want := [][2]string{
+		{"GEOTOLL_REDIS_TIMEOUTT", "GEOTOLL_REDIS_TIMEOUT"},
+		{"GEOTOLL_LISTEN_FILE", ""},
+		{"GEOTOLL_NOTHING_LIKE_IT", ""},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("stray variables %q, want %q", got, want)
+	}
+	if n := strayNote(got[0]); !strings.Contains(n, "did you mean GEOTOLL_REDIS_TIMEOUT?") {
+		t.Errorf("note %q", n)
+	}
+	// config check says so, on stderr, and still passes.
+	t.Setenv("GEOTOLL_REDIS_TIMEOUTT", "1s")
+	code, out, errOut := cliRun(t, "config", "check")
+	if code != exitOK || !strings.Contains(out, "ok") || !strings.Contains(errOut, "GEOTOLL_REDIS_TIMEOUTT sets nothing") {
+		t.Errorf("config check with GEOTOLL_REDIS_TIMEOUTT: exit %d\n%s%s", code, out, errOut)
 	}
 }
