@@ -44,9 +44,11 @@ func note(ctx context.Context, c Caller) {
 	}
 }
 
-// Charged returns what the request was charged once settled, as
-// X-Request-Cost writes it, or "" when it was not settled (a refusal, a
-// request the toll did not price, or a bucket in shadow mode).
+// Charged returns what the request's bucket was asked to pay once it was
+// settled, as X-Request-Cost writes it — 0 for a shadow admission or one
+// without a ticket (fail_mode open), which its bucket does not pay; what
+// a bucket at its debt floor takes of it may be less — or "" when it was
+// not settled (a refusal, a dry run, a request the toll did not price).
 func (n *CallerNote) Charged() string {
 	if v := n.charged.Load(); v != nil {
 		return *v

@@ -44,6 +44,16 @@ func (p *Pass) Price() float64 {
 	return p.price.Cost
 }
 
+// charged is what the caller's bucket is asked to pay of cost at
+// settlement: nothing for a shadow admission (its bucket paid nothing)
+// or one without a ticket (fail_mode open).
+func (p *Pass) charged(cost float64) float64 {
+	if p.shadow || p.ticket == nil {
+		return 0
+	}
+	return cost
+}
+
 // Settle ends the request at what it really cost, in tokens: the caller's
 // bucket (and the global budget) get the difference back, or pay it — the
 // bucket down to one maximum price below zero. Only the first Settle (or
@@ -130,9 +140,7 @@ func Finish(next http.Handler) http.Handler {
 			for _, p := range list {
 				cost, ran := p.costs(meter)
 				p.settle(cost, ran)
-				if !p.fixed && !p.shadow { // the pass whose cost headers shows
-					noteCharged(r.Context(), cost)
-				}
+				noteCharged(r.Context(), p.charged(cost))
 			}
 		}()
 		next.ServeHTTP(&settling{ResponseWriter: w, held: held}, r.WithContext(context.WithValue(ctx, passesKey{}, held)))

@@ -384,3 +384,35 @@ func TestCallerNoteHoldsTheSettledCharge(t *testing.T) {
 		t.Errorf("noted charge %q (%v), the bucket paid %v: want what it paid, at least 3 (30 ms)", note.Charged(), err, paid)
 	}
 }
+
+// A request no bucket pays — admitted by shadow mode (would-refuse), or
+// with fail_mode open (no ticket) — is noted for the access log at 0,
+// not at the X-Request-Cost price it was answered with.
+func TestCallerNoteIsZeroWhenNoBucketPays(t *testing.T) {
+	t.Parallel()
+	noted := func(h http.Handler, key string) (*httptest.ResponseRecorder, string) {
+		var note CallerNote
+		r := httptest.NewRequest(http.MethodGet, "/x", nil)
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r.WithContext(WithCallerNote(r.Context(), &note)))
+		return w, note.Charged()
+	}
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	sh := toll.Tiers["shadow"]
+	sh.Limit.Rate = 0.001
+	toll.Tiers["shadow"] = sh
+	if _, charged := noted(settleServer(t, toll, Price{Cost: 60, Route: "x", Zoom: -1, Base: 1}, "SELECT 1"), "shadowy"); charged != "60" {
+		t.Errorf("the shadow caller's paid request noted %q, want 60", charged)
+	}
+	w, charged := noted(settleServer(t, toll, Price{Cost: 20, Route: "x", Zoom: -1, Base: 1}, "SELECT 1"), "shadowy")
+	if w.Header().Get("X-RateLimit-Shadow") != "would-refuse" || charged != "0" {
+		t.Errorf("a shadow admission (%q) noted %q, want 0", w.Header().Get("X-RateLimit-Shadow"), charged)
+	}
+	open := testToll(&throttle.Failover{Primary: downStore{}, Local: throttle.NewMemoryStore(throttle.MemoryOptions{}),
+		Mode: throttle.FailOpen, Logger: discard()})
+	if w, charged := noted(settleServer(t, open, Price{Cost: 20, Route: "x", Zoom: -1, Base: 1}, "SELECT 1"), "k1"); w.Code != http.StatusNoContent || charged != "0" {
+		t.Errorf("with fail_mode open: %d, noted %q, want 0", w.Code, charged)
+	}
+}
