@@ -177,3 +177,26 @@ func freeAddr(t *testing.T) string {
 	l.Close()
 	return addr
 }
+
+// A SIGINT or SIGTERM during serve's start-up (its context ended) stops it
+// without serving, exit 0, and without warnings that lay at the
+// database's door what the signal did: the process started on, logged
+// "API keys not loaded yet", "layers not checked: the database does not
+// answer" and "run geotoll prepare", then "serving", then shut down.
+func TestServeStoppedDuringStartUp(t *testing.T) {
+	clearConfigEnv(t)
+	t.Setenv("GEOTOLL_DATABASE_URL", testenv.ReadDatabaseURL(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the signal, as main turns it into the context's end
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"serve", "-listen", "127.0.0.1:0", "-log-format", "text"}, &out, &errOut)
+	logs := errOut.String()
+	if code != exitOK || !strings.Contains(logs, "stopped by a signal during start-up") {
+		t.Errorf("exit %d, want 0 and the stop logged:\n%s", code, logs)
+	}
+	for _, blame := range []string{"msg=serving", "does not answer", "API keys not loaded", "has no overviews", "registry not read"} {
+		if strings.Contains(logs, blame) {
+			t.Errorf("the log says %q:\n%s", blame, logs)
+		}
+	}
+}

@@ -97,7 +97,17 @@ func (c *cli) serve(ctx context.Context) error {
 		return err
 	}
 	m := &Main{Config: cfg, Logger: log}
-	if err := m.Open(ctx); err != nil {
+	err = m.Open(ctx)
+	if ctx.Err() != nil {
+		// A signal during start-up: what failed then failed for it, not
+		// for the database; nothing is served.
+		if err == nil {
+			m.Close()
+		}
+		log.Info("stopped by a signal during start-up: not serving")
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	return m.Serve(ctx)

@@ -33,7 +33,7 @@ func (m *Main) checkLayers(ctx context.Context, tc *tiles.Catalog, gc *geofence.
 	switch {
 	case layercheck.IsMismatch(err):
 		return nil, fmt.Errorf("configured layers do not match the database:\n%w", err)
-	case err != nil:
+	case err != nil && ctx.Err() == nil: // not a signal's doing
 		m.Logger.Warn("layers not checked: the database does not answer; /readyz reports them once it does", "err", err)
 	}
 	return func(ctx context.Context) error {

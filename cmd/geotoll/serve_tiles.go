@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -74,9 +75,12 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	// database that does not answer now leaves the layers reading their
 	// tables (as KindMixed when the kind is unknown) until a refresh works.
 	rctx, cancel := context.WithTimeout(ctx, discoverTimeout)
-	m.refreshStorage(rctx, catalog, nil)
+	read := m.refreshStorage(rctx, catalog, nil)
 	cancel()
 	for _, l := range catalog.Layers() {
+		if !read {
+			break // storage not known: no layer is said to lack it
+		}
 		if lo, hi, ok := l.OverviewZooms(l.Kind()); ok && !slices.ContainsFunc(l.StorageSummary(), func(s tiles.StorageSummary) bool {
 			return s.Builder == tiles.BuilderOverview
 		}) {
@@ -133,10 +137,11 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 // refreshStorage re-reads the serving registry and the unknown geometry
 // kinds into catalog (see tiles.Catalog.Refresh), drops the cached tiles
 // of layers whose storage changed, and logs what it found: each storage
-// warning once, when it appears, and when it clears (m.tileWarnings).
-func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache *tiles.Cache) {
+// warning once, when it appears, and when it clears (m.tileWarnings). It
+// reports whether it read the registry.
+func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache *tiles.Cache) (read bool) {
 	res, err := catalog.Refresh(ctx, m.Background)
-	if err != nil {
+	if err != nil && !errors.Is(ctx.Err(), context.Canceled) { // not a signal's doing
 		m.Logger.Warn("serving registry not read; tiles read what they read before (at start-up, the layers' tables) until it is", "err", err)
 	}
 	warnings := make([]string, len(res.Warnings))
@@ -156,6 +161,7 @@ func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache
 		l := catalog.Layer(name)
 		m.Logger.Info("tile layer storage changed", "layer", name, "kind", l.Kind(), "storage", len(l.Storage()), "cached_tiles_dropped", dropped)
 	}
+	return err == nil
 }
 
 // refreshTiles calls refreshStorage and refreshContainment every
