@@ -193,26 +193,65 @@ func TestEndToEndAccessLogSaysWhatAHungUpRequestWasCharged(t *testing.T) {
 	if _, err := tx.Exec(t.Context(), "LOCK TABLE "+pgx.Identifier{schema, "locked"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	// The client hangs up once the tile's statement has waited for the
+	// lock 150 ms (seen in pg_locks: on a loaded machine, a client's
+	// own timeout could end the request before its statement began).
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	tile := maptile.At(orb.Point{0.00001, 0.00001}, 14) // priced under a token
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tileURL("http://"+m.Addr(), "locked", tile), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		resp.Body.Close()
-		t.Fatalf("the locked tile answered %d within 100 ms", resp.StatusCode)
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("the locked tile answered %d", resp.StatusCode)
+		} else {
+			err = nil
+		}
+		answered <- err
+	}()
+	waitForLockWaiter(t, schema)
+	time.Sleep(150 * time.Millisecond)
+	cancel()
+	if err := testenv.Receive(t, answered, "the client's end"); err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// The lock is held until the server's cancel has stopped the statement
+	// (released first, the statement would run on and finish).
+	owner := testenv.Pool(t)
+	for deadline := time.Now().Add(10 * time.Second); requestsRunningIn(t, owner, schema) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tile's statement still waits 10 s after its client hung up")
+		}
+	}
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	// It ran at least the 100 ms before its client hung up (its cancel,
-	// which interrupts the lock's wait, comes after): 10 tokens at 10 ms
-	// a token.
+	// It waited at least the 150 ms before its client hung up (its
+	// cancel, which interrupts the lock's wait, comes after): 15 tokens
+	// at 10 ms a token; its answer's X-Request-Cost, written while it
+	// waited, said 0.02.
 	if logged := loggedCost(t, logs, fmt.Sprintf("/tiles/locked/%d/%d/%d.mvt", tile.Z, tile.X, tile.Y)); logged < 10 {
 		t.Errorf("the access log says the request whose client hung up cost %v, want at least 10, what it was charged", logged)
+	}
+}
+
+// waitForLockWaiter waits until a request's statement (the requests'
+// pool, not the server's own checks and refreshes) waits for a lock on a
+// relation of schema.
+func waitForLockWaiter(t *testing.T, schema string) {
+	t.Helper()
+	owner := testenv.Pool(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for requestsRunningIn(t, owner, schema) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no request's statement waits for a lock in %s after 10 s", schema)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
