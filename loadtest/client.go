@@ -15,6 +15,7 @@ import (
 	"github.com/paulmach/orb/encoding/mvt"
 	"github.com/paulmach/orb/maptile"
 
+	"github.com/geotoll/geotoll/internal/redact"
 	"github.com/geotoll/geotoll/problem"
 )
 
@@ -43,7 +44,7 @@ func parseBase(base string) (*url.URL, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 		u.User != nil || u.RawQuery != "" || u.ForceQuery || strings.Contains(base, "#") {
-		return nil, fmt.Errorf("url %q must be http(s)://host[:port][/base path], without user, query or fragment", base)
+		return nil, fmt.Errorf("url %q must be http(s)://host[:port][/base path], without user, query or fragment", redact.URL(base))
 	}
 	return u, nil
 }

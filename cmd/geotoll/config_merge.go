@@ -214,7 +214,7 @@ func refuseAliasBombs(doc *yaml.Node) error {
 		return s
 	}
 	if size(doc, 0) > maxExpandedNodes {
-		return fmt.Errorf("its aliases expand to more than %d YAML nodes: write the entries out, or name fewer aliases", maxExpandedNodes)
+		return fmt.Errorf("it holds more than %d YAML nodes, its aliases expanded, or nests deeper than %d: far more than a configuration needs", maxExpandedNodes, maxAliasDepth)
 	}
 	return nil
 }
@@ -276,6 +276,9 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	switch {
 	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
 		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := refuseMergedFractions(n.Content[i], n.Content[i+1], t, path); err != nil {
+				return err
+			}
 			if f, ok := structFieldByYAML(t, n.Content[i].Value); ok {
 				if err := refuseFractions(n.Content[i+1], f.Type, join(path, n.Content[i].Value)); err != nil {
 					return err
@@ -284,6 +287,12 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 		}
 	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Map:
 		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Tag == "!!merge" {
+				if err := refuseMergedFractions(n.Content[i], n.Content[i+1], t, path); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := refuseFractions(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)); err != nil {
 				return err
 			}
@@ -297,6 +306,28 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && t != durationType && wholeNumber(t.Kind()):
 		if v, err := strconv.ParseFloat(n.Value, 64); err == nil && v != math.Trunc(v) {
 			return fmt.Errorf("line %d: %s: %s is not a whole number", n.Line, path, n.Value)
+		}
+	}
+	return nil
+}
+
+// refuseMergedFractions checks, for a merge key ("<<") of a mapping of
+// type t, the mapping or mappings it merges as the mapping itself: their
+// keys are its own.
+func refuseMergedFractions(key, value *yaml.Node, t reflect.Type, path string) error {
+	if key.Tag != "!!merge" {
+		return nil
+	}
+	for depth := 0; value.Kind == yaml.AliasNode && value.Alias != nil && depth <= maxAliasDepth; depth++ {
+		value = value.Alias
+	}
+	merged := []*yaml.Node{value}
+	if value.Kind == yaml.SequenceNode {
+		merged = value.Content
+	}
+	for _, m := range merged {
+		if err := refuseFractions(m, t, path); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -400,8 +400,11 @@ func TestConfigRefusesAliasesThatExpandWithoutBound(t *testing.T) {
 func TestConfigRefusesAFractionThroughAnAlias(t *testing.T) {
 	clearConfigEnv(t)
 	for name, body := range map[string]string{
-		"tier":      "throttle:\n  tiers:\n    anonymous: {max_cost: &h 0.5, max_in_flight: *h}\n",
-		"top level": "throttle:\n  tiers:\n    anonymous: {max_cost: &h 0.5}\nhttp:\n  max_header_bytes: *h\n",
+		"tier":       "throttle:\n  tiers:\n    anonymous: {max_cost: &h 0.5, max_in_flight: *h}\n",
+		"top level":  "throttle:\n  tiers:\n    anonymous: {max_cost: &h 0.5}\nhttp:\n  max_header_bytes: *h\n",
+		"merge key":  "throttle: {tiers: {anonymous: {<<: {max_in_flight: 0.5}}}}\n",
+		"merge list": "throttle: {tiers: {anonymous: {<<: [{max_in_flight: 0.5}]}}}\n",
+		"merged map": "http: {<<: {max_header_bytes: 1000.5}}\n",
 	} {
 		_, _, err := LoadConfig([]string{"-config", writeFile(t, "alias.yaml", body)})
 		if err == nil || !strings.Contains(err.Error(), "is not a whole number") {
@@ -419,11 +422,16 @@ func TestConfigURLErrorsHideTheirPasswords(t *testing.T) {
 		"public_url":   "http:\n  public_url: http://u:SUPERSECRET11@tiles.example.com\n",
 		"cors origin":  "http:\n  cors:\n    origins: ['http://u:SUPERSECRET11@maps.example.com']\n",
 		"database url": "database:\n  url: 'postgres://u:p@SUPERSECRET11@host:abc/db'\n",
+		"a / in it":    "http:\n  public_url: http://u:pa/SUPERSECRET11@tiles.example.com\n",
+		"redis addrs":  "redis:\n  cluster: true\n  addrs: ['redis://u:SUPERSECRET11@127.0.0.1:6379']\n",
 	} {
 		_, _, err := LoadConfig([]string{"-config", writeFile(t, "urls.yaml", body)})
 		if err == nil || strings.Contains(err.Error(), "SUPERSECRET") {
 			t.Errorf("%s: %v, want an error without the password", name, err)
 		}
+	}
+	if code, _, errOut := cliRun(t, "loadtest", "-url", "http://u:SUPERSECRET11@127.0.0.1:8080"); code != exitUsage || strings.Contains(errOut, "SUPERSECRET") {
+		t.Errorf("loadtest -url with a password: exit %d, %s", code, errOut)
 	}
 }
 
@@ -440,11 +448,18 @@ func TestConfigTracingEndpointFromTheEnvironmentIsAURL(t *testing.T) {
 				t.Errorf("%s=%q: %v, want it refused, named, its password hidden", v, e, err)
 			}
 		}
-		t.Setenv(v, "http://127.0.0.1:4318")
+		t.Setenv(v, " http://127.0.0.1:4318 ") // the exporter trims it
 		if err := DefaultConfig().validate(); err != nil {
 			t.Errorf("%s=http://127.0.0.1:4318: %v", v, err)
 		}
 		t.Setenv(v, "")
+	}
+	// The traces' own variable wins, as in the exporter: the general one,
+	// unused then, is not checked.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://collector:4318/v1/traces")
+	if err := DefaultConfig().validate(); err != nil {
+		t.Errorf("both variables, the traces' a URL: %v", err)
 	}
 }
 

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/redact"
 	"github.com/geotoll/geotoll/server"
 	"github.com/geotoll/geotoll/throttle"
 	"github.com/geotoll/geotoll/toll"
@@ -60,6 +63,13 @@ func (c Config) validateResilience() []error {
 		errs = append(errs, errors.New("redis: cluster and master_name need addrs"))
 	case len(r.Addrs) > 0 && !r.Cluster && r.MasterName == "":
 		errs = append(errs, errors.New("redis: addrs name a cluster (cluster: true) or sentinels (master_name); for one server use url"))
+	}
+	for _, a := range r.Addrs {
+		// host:port only: a URL here (redis://u:pw@h:6379) reached the
+		// client, whose errors and logs showed it, password and all.
+		if _, _, err := net.SplitHostPort(a); err != nil || !forwarded.ValidHost(a) {
+			errs = append(errs, fmt.Errorf("redis.addrs entry %q must be host:port (user and password go in redis.username and redis.password)", redact.URL(a)))
+		}
 	}
 	if u, err := url.Parse(r.URL); err == nil && r.URL != "" && u.User != nil {
 		if _, set := u.User.Password(); set && r.Password != "" {

@@ -44,7 +44,8 @@ const defaultServiceName = "geotoll"
 
 // enabled reports whether tracing is on.
 func (c TracingConfig) enabled() bool {
-	return c.Endpoint != "" || os.Getenv(otelEndpointVars[0]) != "" || os.Getenv(otelEndpointVars[1]) != ""
+	_, e := otelEndpoint()
+	return c.Endpoint != "" || e != ""
 }
 
 // validate refuses a sample ratio outside 0..1 and an endpoint that is
@@ -59,18 +60,26 @@ func (c TracingConfig) validate() error {
 		if err := validateEndpoint("tracing.endpoint", c.Endpoint); err != nil {
 			errs = append(errs, err)
 		}
-	} else {
-		// The exporter reads these itself, and took "ftp://…" or "not a
-		// url" for an https URL, or a URL without a host.
-		for _, v := range otelEndpointVars {
-			if e := os.Getenv(v); e != "" {
-				if err := validateEndpoint(v, e); err != nil {
-					errs = append(errs, err)
-				}
-			}
+	} else if v, e := otelEndpoint(); e != "" {
+		// The exporter reads it itself, and took "ftp://…" or "not a url"
+		// for an https URL, or a URL without a host.
+		if err := validateEndpoint(v, e); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// otelEndpoint returns the variable that names the collector as the
+// exporter reads them, and its value (trimmed, as the exporter trims
+// it): the traces' own when set, else the general one; "" for neither.
+func otelEndpoint() (name, value string) {
+	for _, v := range otelEndpointVars {
+		if e := strings.TrimSpace(os.Getenv(v)); e != "" {
+			return v, e
+		}
+	}
+	return "", ""
 }
 
 // otelEndpointVars are the variables that name the OTLP collector, and
@@ -156,10 +165,8 @@ func (m *Main) openTracing(ctx context.Context) error {
 	}
 	m.Tracing, m.stopTracing = tp, tp.Shutdown
 	endpoint := m.Config.Tracing.Endpoint
-	for _, v := range otelEndpointVars {
-		if e := os.Getenv(v); endpoint == "" && e != "" {
-			endpoint = e // the log names where spans go, from whichever names it
-		}
+	if endpoint == "" {
+		_, endpoint = otelEndpoint() // the log names where spans go
 	}
 	m.Logger.Info("tracing on", "endpoint", redactedEndpoint(endpoint), "sample_ratio", m.Config.Tracing.SampleRatio)
 	return nil
