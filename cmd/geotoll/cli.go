@@ -29,6 +29,9 @@ type cli struct {
 	// showVersion is -version (before the command): print the version and
 	// exit, whatever command follows.
 	showVersion bool
+	// strayTold: the GEOTOLL_ variables that set nothing were warned of
+	// (once a process).
+	strayTold bool
 }
 
 // usageError is a command line that cannot run: exit status 2.
@@ -113,20 +116,37 @@ func (c *cli) config() (Config, error) {
 	if err := c.o.readEnv(); err != nil {
 		return Config{}, err
 	}
-	return c.o.load()
+	cfg, err := c.o.load()
+	if err == nil {
+		c.warnStray(func(note string) { fmt.Fprintf(c.stderr, "geotoll: warning: %s\n", note) })
+	}
+	return cfg, err
+}
+
+// warnStray tells, through say, of each GEOTOLL_ variable that sets
+// nothing, once a process.
+func (c *cli) warnStray(say func(string)) {
+	if c.strayTold || c.o == nil {
+		return
+	}
+	c.strayTold = true
+	for _, s := range c.o.strayEnv(environ()) {
+		say(strayNote(s))
+	}
 }
 
 // configAndLog loads the configuration and makes the logger it asks for.
 func (c *cli) configAndLog() (Config, *slog.Logger, error) {
+	told := c.strayTold
+	c.strayTold = true // in the log, below, not as a line of its own
 	cfg, err := c.config()
+	c.strayTold = told
 	if err != nil {
 		return cfg, nil, err
 	}
 	log, err := newLogger(cfg, c.stderr)
 	if err == nil && c.preset == nil {
-		for _, s := range c.o.strayEnv(environ()) {
-			log.Warn(strayNote(s))
-		}
+		c.warnStray(func(note string) { log.Warn(note) })
 	}
 	return cfg, log, err
 }

@@ -34,9 +34,6 @@ func (c *cli) configCommand() *ffcli.Command {
 			}
 			fmt.Fprintf(c.stdout, "%s: ok (%d tile layers, %d geofence layers, tiers %s)\n", where, len(cfg.Layers), len(cfg.Geofence.Layers),
 				strings.Join(tierNames(cfg), ", "))
-			for _, s := range c.o.strayEnv(environ()) {
-				fmt.Fprintf(c.stderr, "geotoll: warning: %s\n", strayNote(s))
-			}
 			return nil
 		}))
 	example := c.command("example", "print config/geotoll.example.yaml: every key at its default", "", nil,
