@@ -194,7 +194,7 @@ func TestServeStoppedDuringStartUp(t *testing.T) {
 	if code != exitOK || !strings.Contains(logs, "stopped by a signal during start-up") {
 		t.Errorf("exit %d, want 0 and the stop logged:\n%s", code, logs)
 	}
-	for _, blame := range []string{"msg=serving", "does not answer", "API keys not loaded", "has no overviews", "registry not read"} {
+	for _, blame := range []string{"msg=serving", "does not answer", "API keys not loaded", "has no overviews", "registry not read", "context canceled"} {
 		if strings.Contains(logs, blame) {
 			t.Errorf("the log says %q:\n%s", blame, logs)
 		}

@@ -307,7 +307,7 @@ func (m *Main) openKeys(ctx context.Context) map[string]server.Check {
 	m.keys.MaxAge, m.keys.Connect = t.KeyMaxAge, keyStore.Connect
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := m.keys.Refresh(kctx); err != nil && ctx.Err() == nil { // not a signal's doing
+	if err := m.keys.Refresh(kctx); err != nil && !signalled(ctx) {
 		m.Logger.Warn("API keys not loaded yet; keyed callers get 401 until the database answers", "err", err)
 	}
 	m.dbCheck = &server.ConnCheck{Connect: keyStore.Connect}

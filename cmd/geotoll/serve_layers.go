@@ -33,7 +33,7 @@ func (m *Main) checkLayers(ctx context.Context, tc *tiles.Catalog, gc *geofence.
 	switch {
 	case layercheck.IsMismatch(err):
 		return nil, fmt.Errorf("configured layers do not match the database:\n%w", err)
-	case err != nil && ctx.Err() == nil: // not a signal's doing
+	case err != nil && !signalled(ctx):
 		m.Logger.Warn("layers not checked: the database does not answer; /readyz reports them once it does", "err", err)
 	}
 	return func(ctx context.Context) error {
@@ -64,6 +64,9 @@ func (m *Main) refreshContainment(ctx context.Context) {
 		return
 	}
 	warnings, err := m.fenceLayers.LoadContainment(ctx, m.Background)
+	if signalled(ctx) {
+		return
+	}
 	if err != nil {
 		m.Logger.Warn("geofence layers' storage not read; contains and check on a layer keep what was read before", "err", err)
 	}

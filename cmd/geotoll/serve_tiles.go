@@ -123,6 +123,9 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 		hctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 		err := l.CheckHeavy(hctx, m.Background)
 		cancel()
+		if signalled(ctx) {
+			return
+		}
 		if err != nil {
 			m.Logger.Warn("tile layer: largest rows not read", "layer", l.Name, "err", err)
 			continue
@@ -141,7 +144,10 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 // reports whether it read the registry.
 func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache *tiles.Cache) (read bool) {
 	res, err := catalog.Refresh(ctx, m.Background)
-	if err != nil && !errors.Is(ctx.Err(), context.Canceled) { // not a signal's doing
+	if signalled(ctx) {
+		return false // what failed, failed for the signal
+	}
+	if err != nil {
 		m.Logger.Warn("serving registry not read; tiles read what they read before (at start-up, the layers' tables) until it is", "err", err)
 	}
 	warnings := make([]string, len(res.Warnings))
@@ -224,3 +230,8 @@ func (m *Main) fencesWritten() {
 		m.pricing.storageChanged() // price what the tiles read now
 	}
 }
+
+// signalled reports whether ctx ended by a cancel (a signal at start-up,
+// the server's end for its background loops), not by a deadline: what
+// failed then failed for it, and is no news of the database.
+func signalled(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
