@@ -224,7 +224,10 @@ func TestShadowAdmissionIsCutAtWhatItPaidFor(t *testing.T) {
 	toll.Tiers["shadow"] = sh
 	global := throttle.Bucket{Key: throttle.BucketKey(toll.Prefix, "global", "database"), Limit: throttle.Limit{Rate: 0.001, Capacity: 1000}}
 	toll.Global = &throttle.Global{Store: store, Bucket: global, Chunk: 1}
-	fast := settleServer(t, toll, Price{Cost: 60, Route: "x", Zoom: -1, Base: 1}, "SELECT 1")
+	// A base of 60: it settles at 60 however long its SELECT 1 takes (on a
+	// loaded machine, past the settle floor: settled at its few
+	// milliseconds, it left the bucket able to pay the second request).
+	fast := settleServer(t, toll, Price{Cost: 60, Route: "x", Zoom: -1, Base: 60}, "SELECT 1")
 	slow := settleServer(t, toll, Price{Cost: 20, Route: "x", Zoom: -1, Base: 1}, "SELECT pg_sleep(3)")
 	do := func(h http.Handler) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodGet, "/x", nil)
