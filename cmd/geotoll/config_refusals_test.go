@@ -394,22 +394,32 @@ func TestConfigRefusesAliasesThatExpandWithoutBound(t *testing.T) {
 	t.Logf("refused after %v", time.Since(start))
 }
 
-// A whole-number setting given a fraction through an alias is refused as
-// one given it directly: the alias hid the 0.5 from the check, and the
-// server started with max_in_flight 0 (the store's own cap, 256).
+// A whole-number setting given a fraction through an alias or a merge key
+// (<<) is refused as one given it directly: the alias hid the 0.5 from
+// the check, and the server started with max_in_flight 0 (the store's own
+// cap, 256).
 func TestConfigRefusesAFractionThroughAnAlias(t *testing.T) {
-	clearConfigEnv(t)
-	for name, body := range map[string]string{
+	loadEach(t, map[string]string{
 		"tier":       "throttle:\n  tiers:\n    anonymous: {max_cost: &h 0.5, max_in_flight: *h}\n",
 		"top level":  "throttle:\n  tiers:\n    anonymous: {max_cost: &h 0.5}\nhttp:\n  max_header_bytes: *h\n",
 		"merge key":  "throttle: {tiers: {anonymous: {<<: {max_in_flight: 0.5}}}}\n",
 		"merge list": "throttle: {tiers: {anonymous: {<<: [{max_in_flight: 0.5}]}}}\n",
 		"merged map": "http: {<<: {max_header_bytes: 1000.5}}\n",
-	} {
-		_, _, err := LoadConfig([]string{"-config", writeFile(t, "alias.yaml", body)})
+	}, func(name string, err error) {
 		if err == nil || !strings.Contains(err.Error(), "is not a whole number") {
 			t.Errorf("%s: a fraction through an alias: %v, want it refused as not a whole number", name, err)
 		}
+	})
+}
+
+// loadEach loads each configuration file of bodies (by name) and hands
+// check the error.
+func loadEach(t *testing.T, bodies map[string]string, check func(name string, err error)) {
+	t.Helper()
+	clearConfigEnv(t)
+	for name, body := range bodies {
+		_, _, err := LoadConfig([]string{"-config", writeFile(t, "config.yaml", body)})
+		check(name, err)
 	}
 }
 
@@ -417,19 +427,17 @@ func TestConfigRefusesAFractionThroughAnAlias(t *testing.T) {
 // (which may hold no user information) and a CORS origin showed it whole,
 // and pgx hides a database URL's password only up to its first "@".
 func TestConfigURLErrorsHideTheirPasswords(t *testing.T) {
-	clearConfigEnv(t)
-	for name, body := range map[string]string{
+	loadEach(t, map[string]string{
 		"public_url":   "http:\n  public_url: http://u:SUPERSECRET11@tiles.example.com\n",
 		"cors origin":  "http:\n  cors:\n    origins: ['http://u:SUPERSECRET11@maps.example.com']\n",
 		"database url": "database:\n  url: 'postgres://u:p@SUPERSECRET11@host:abc/db'\n",
 		"a / in it":    "http:\n  public_url: http://u:pa/SUPERSECRET11@tiles.example.com\n",
 		"redis addrs":  "redis:\n  cluster: true\n  addrs: ['redis://u:SUPERSECRET11@127.0.0.1:6379']\n",
-	} {
-		_, _, err := LoadConfig([]string{"-config", writeFile(t, "urls.yaml", body)})
+	}, func(name string, err error) {
 		if err == nil || strings.Contains(err.Error(), "SUPERSECRET") {
 			t.Errorf("%s: %v, want an error without the password", name, err)
 		}
-	}
+	})
 	if code, _, errOut := cliRun(t, "loadtest", "-url", "http://u:SUPERSECRET11@127.0.0.1:8080"); code != exitUsage || strings.Contains(errOut, "SUPERSECRET") {
 		t.Errorf("loadtest -url with a password: exit %d, %s", code, errOut)
 	}
