@@ -110,23 +110,29 @@ func (c *cli) command(name, short, help string, flags func(*flag.FlagSet), exec 
 // config loads the configuration: defaults, the file, the environment,
 // the flags.
 func (c *cli) config() (Config, error) {
-	if c.preset != nil {
-		return *c.preset, nil
-	}
-	if err := c.o.readEnv(); err != nil {
-		return Config{}, err
-	}
-	cfg, err := c.o.load()
+	cfg, err := c.load()
 	if err == nil {
 		c.warnStray(func(note string) { fmt.Fprintf(c.stderr, "geotoll: warning: %s\n", note) })
 	}
 	return cfg, err
 }
 
+// load reads the environment and builds the configuration (the preset,
+// when there is one).
+func (c *cli) load() (Config, error) {
+	if c.preset != nil {
+		return *c.preset, nil
+	}
+	if err := c.o.readEnv(); err != nil {
+		return Config{}, err
+	}
+	return c.o.load()
+}
+
 // warnStray tells, through say, of each GEOTOLL_ variable that sets
 // nothing, once a process.
 func (c *cli) warnStray(say func(string)) {
-	if c.strayTold || c.o == nil {
+	if c.strayTold || c.o == nil || c.preset != nil {
 		return
 	}
 	c.strayTold = true
@@ -137,15 +143,12 @@ func (c *cli) warnStray(say func(string)) {
 
 // configAndLog loads the configuration and makes the logger it asks for.
 func (c *cli) configAndLog() (Config, *slog.Logger, error) {
-	told := c.strayTold
-	c.strayTold = true // in the log, below, not as a line of its own
-	cfg, err := c.config()
-	c.strayTold = told
+	cfg, err := c.load()
 	if err != nil {
 		return cfg, nil, err
 	}
 	log, err := newLogger(cfg, c.stderr)
-	if err == nil && c.preset == nil {
+	if err == nil {
 		c.warnStray(func(note string) { log.Warn(note) })
 	}
 	return cfg, log, err
