@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/geotoll/geotoll/internal/forwarded"
+	"github.com/geotoll/geotoll/internal/redact"
 )
 
 // TracingConfig turns on OpenTelemetry tracing, exported over OTLP/HTTP:
@@ -109,16 +110,6 @@ func validateEndpoint(name, endpoint string) error {
 	return nil
 }
 
-// redactedEndpoint is endpoint as the log shows it: its password, if
-// any, replaced.
-func redactedEndpoint(endpoint string) string {
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return "(not a URL)"
-	}
-	return u.Redacted()
-}
-
 // provider makes the tracer provider that exports to the collector.
 func (c TracingConfig) provider(ctx context.Context) (*sdktrace.TracerProvider, error) {
 	var opts []otlptracehttp.Option
@@ -168,7 +159,7 @@ func (m *Main) openTracing(ctx context.Context) error {
 	if endpoint == "" {
 		_, endpoint = otelEndpoint() // the log names where spans go
 	}
-	m.Logger.Info("tracing on", "endpoint", redactedEndpoint(endpoint), "sample_ratio", m.Config.Tracing.SampleRatio)
+	m.Logger.Info("tracing on", "endpoint", redact.URL(endpoint), "sample_ratio", m.Config.Tracing.SampleRatio)
 	return nil
 }
 
