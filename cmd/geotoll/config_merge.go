@@ -267,17 +267,18 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}
-	for depth := 0; n.Kind == yaml.AliasNode && n.Alias != nil && depth <= maxAliasDepth; depth++ {
-		n = n.Alias // what it names, checked where it is used
-	}
+	n = named(n) // what an alias names, checked where it is used
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	switch {
 	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if err := refuseMergedFractions(n.Content[i], n.Content[i+1], t, path); err != nil {
-				return err
+			if n.Content[i].Tag == "!!merge" {
+				if err := refuseMergedFractions(n.Content[i+1], t, path); err != nil {
+					return err
+				}
+				continue
 			}
 			if f, ok := structFieldByYAML(t, n.Content[i].Value); ok {
 				if err := refuseFractions(n.Content[i+1], f.Type, join(path, n.Content[i].Value)); err != nil {
@@ -288,7 +289,7 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Map:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if n.Content[i].Tag == "!!merge" {
-				if err := refuseMergedFractions(n.Content[i], n.Content[i+1], t, path); err != nil {
+				if err := refuseMergedFractions(n.Content[i+1], t, path); err != nil {
 					return err
 				}
 				continue
@@ -311,16 +312,11 @@ func refuseFractions(n *yaml.Node, t reflect.Type, path string) error {
 	return nil
 }
 
-// refuseMergedFractions checks, for a merge key ("<<") of a mapping of
-// type t, the mapping or mappings it merges as the mapping itself: their
-// keys are its own.
-func refuseMergedFractions(key, value *yaml.Node, t reflect.Type, path string) error {
-	if key.Tag != "!!merge" {
-		return nil
-	}
-	for depth := 0; value.Kind == yaml.AliasNode && value.Alias != nil && depth <= maxAliasDepth; depth++ {
-		value = value.Alias
-	}
+// refuseMergedFractions checks the value of a merge key ("<<") of a
+// mapping of type t — the mapping or mappings it merges — as the mapping
+// itself: their keys are its own.
+func refuseMergedFractions(value *yaml.Node, t reflect.Type, path string) error {
+	value = named(value)
 	merged := []*yaml.Node{value}
 	if value.Kind == yaml.SequenceNode {
 		merged = value.Content
@@ -331,6 +327,15 @@ func refuseMergedFractions(key, value *yaml.Node, t reflect.Type, path string) e
 		}
 	}
 	return nil
+}
+
+// named is n, or the node n names when it is an alias (as deep as
+// maxAliasDepth).
+func named(n *yaml.Node) *yaml.Node {
+	for depth := 0; n.Kind == yaml.AliasNode && n.Alias != nil && depth <= maxAliasDepth; depth++ {
+		n = n.Alias
+	}
+	return n
 }
 
 func join(path, key string) string {
