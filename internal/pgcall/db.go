@@ -151,9 +151,10 @@ func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 	}
 	budget := capped(ctx, sum) // the whole read runs under at most what was paid for
 	return db.call(ctx, budget, func(ctx context.Context, conn *pgx.Conn, cut time.Time, t *Timing) error {
+		limits := readLimits{each: make([]time.Duration, len(stmts))}
 		var read any // what the whole read may take, when less than its statements' timeouts
 		if r := clip(budget, cut); r < sum {
-			read = r.Milliseconds()
+			read, limits.read = r.Milliseconds(), r.Truncate(time.Millisecond)
 		}
 		settings := jitOffSQL
 		if db.ReadSettings != "" {
@@ -162,19 +163,50 @@ func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 		batch := &pgx.Batch{}
 		batch.Queue(`BEGIN READ ONLY`)
 		batch.Queue(settings)
-		for _, s := range stmts {
-			batch.Queue(timeoutSQL, clip(s.Timeout, cut).Milliseconds(), read)
+		for i, s := range stmts {
+			limits.each[i] = clip(s.Timeout, cut).Truncate(time.Millisecond)
+			batch.Queue(timeoutSQL, limits.each[i].Milliseconds(), read)
 			batch.Queue(s.SQL, s.Args...)
 		}
 		batch.Queue(serverSQL)
 		batch.Queue(`COMMIT`)
-		return readBatch(ctx, conn, batch, stmts, t)
+		return readBatch(ctx, conn, batch, stmts, limits, t)
 	})
 }
 
-func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []Statement, t *Timing) error {
+// readLimits are the time limits a read's batch sets, as timeoutSQL
+// computes them: each statement's own, and the whole read's (0: none but
+// theirs).
+type readLimits struct {
+	each []time.Duration
+	read time.Duration
+}
+
+// errTimeLimit marks the error of a statement that ended once its
+// statement_timeout had run out. PostGIS reports a GEOS call that the
+// timeout interrupts as an exception GEOS threw (internal_error, "GEOS
+// isvaliddetail() threw an exception!"), not as a cancel (57014): only
+// the time tells the two apart.
+var errTimeLimit = errors.New("ended at its statement_timeout")
+
+// atLimit marks err with errTimeLimit when statement i, which began (as
+// far as the client can tell: the result before it arrived) at began, ran
+// for its limit, or all but a twentieth of it. The batch started at start.
+func (l readLimits) atLimit(err error, i int, start, began time.Time) error {
+	limit := l.each[i]
+	if l.read > 0 {
+		limit = min(limit, l.read-began.Sub(start))
+	}
+	if time.Since(began) < limit-limit/20 {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, errTimeLimit)
+}
+
+func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []Statement, limits readLimits, t *Timing) error {
 	t.Statements = make([]time.Duration, len(stmts))
-	last := time.Now()
+	start := time.Now()
+	last := start
 	br := conn.SendBatch(ctx, batch)
 	defer br.Close()
 	for range 2 { // BEGIN, jit
@@ -188,7 +220,7 @@ func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []St
 		}
 		rows, err := br.Query()
 		if err != nil {
-			return err
+			return limits.atLimit(err, i, start, last)
 		}
 		if s.Scan != nil {
 			err = s.Scan(rows)
@@ -198,7 +230,7 @@ func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []St
 			err = rows.Err()
 		}
 		if err != nil {
-			return err
+			return limits.atLimit(err, i, start, last)
 		}
 		// PostgreSQL runs the batch's statements one after another, so the
 		// time between two results is (close to) the later one's.
@@ -330,11 +362,13 @@ func (db *DB) classify(ctx context.Context, err error, lost bool) error {
 		db.observe(Failed)
 		return &problem.Error{Code: problem.Unavailable, Detail: "the database does not match the configuration: " + pgErr.Message,
 			RetryAfter: db.RetryAfter, Err: err}
+	case pgErr != nil && pgErr.Code == "XX000" && strings.Contains(pgErr.Message, "GEOS") && errors.Is(err, errTimeLimit):
+		// GEOS threw when the statement's time limit interrupted it.
+		return db.timeout(err)
 	case pgErr != nil && pgErr.Code == "XX000" && strings.Contains(pgErr.Message, "GEOS"):
 		// PostGIS's geometry engine failed on a row (a TopologyException
-		// on an invalid geometry), or threw when the statement's time
-		// limit interrupted it ("GEOS isvaliddetail() threw an
-		// exception!"): the data's or the time's, not geotoll's.
+		// on an invalid geometry), or threw when interrupted by a limit
+		// the call could not see (a write's): the data's, not geotoll's.
 		db.observe(Failed)
 		return &problem.Error{Code: problem.Unavailable, Detail: "the database's geometry engine (GEOS) failed on this data, or was stopped at the time limit: " + pgErr.Message,
 			RetryAfter: db.RetryAfter, Err: err}

@@ -78,6 +78,38 @@ func TestReadStatementTimeout(t *testing.T) {
 	}
 }
 
+// PostGIS reports a GEOS call that statement_timeout interrupts as an
+// exception GEOS threw (internal_error, XX000), not as a cancel (57014):
+// ST_IsValidDetail of a large polygon stopped at its time limit is a
+// timeout all the same, observed as one, while a GEOS failure well within
+// the limit stays one of the data's (TestReadMismatch).
+func TestReadGEOSStoppedAtItsTimeLimitIsATimeout(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.hugePolygon(t, 200_000)
+	obs := &observer{}
+	db := &pgcall.DB{Pool: readPool(t, 1), RetryAfter: 7, TimeoutDetail: "too slow", Calls: obs}
+	var valid bool
+	// Unbounded, the check takes a few hundred ms; the first few ms of it
+	// read the row, so a 60 ms limit stops GEOS itself.
+	_, err := db.Read(t.Context(), pgcall.Statement{SQL: f.sql(`SELECT (ST_IsValidDetail(g)).valid FROM {s}.huge`),
+		Timeout: 60 * time.Millisecond, Scan: pgcall.One(&valid)})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		t.Fatalf("ST_IsValidDetail past its time limit: %v (valid %t); want an error of the database", err, valid)
+	}
+	if p := problem.From(err); p.Code != problem.Timeout || p.RetryAfter != 7 || p.Detail != "too slow" {
+		t.Errorf("ST_IsValidDetail stopped at its time limit (SQLSTATE %s, %q): %v (code %s); want a timeout",
+			pgErr.Code, pgErr.Message, p, p.Code)
+	}
+	if n, _ := obs.get(pgcall.StatementTimeout); n != 1 {
+		t.Errorf("%d statement timeouts observed, want 1", n)
+	}
+	if n, _ := obs.get(pgcall.Failed); n != 0 {
+		t.Errorf("%d failures observed, want 0", n)
+	}
+}
+
 // A Scan that panics fails its call, not the process (it runs on the
 // connection's goroutine, where nothing else would recover it), and its
 // connection, left holding a result half read, is closed: the pool's one

@@ -13,7 +13,10 @@
 // description, every geofence read and the API key loads all go through
 // it. [DB.Write] is its read-write twin for the fence admin. Every error is
 // a problem (package problem): a statement cut by its timeout is a
-// problem.Timeout, a database that cannot be reached problem.Unavailable,
+// problem.Timeout — so is one whose GEOS call the timeout interrupted,
+// which PostGIS reports as an exception GEOS threw (XX000), told apart
+// from GEOS failing on the data by the statement having run its limit
+// out —, a database that cannot be reached problem.Unavailable,
 // and so is a statement that does not fit the database — a table, column
 // or right it names is gone — with the database's reason; [Misfit] names
 // the layer it was for.
