@@ -68,7 +68,10 @@ type Timing struct {
 	// Server is a Read's time as PostgreSQL saw it, from BEGIN to the end
 	// of its last statement (clock_timestamp() − now(), read in the same
 	// batch): the database's own time, without the round trip and the
-	// scheduling of either side. Zero when the read did not get that far.
+	// scheduling of either side; plus, on a connection's first use of a
+	// statement, the round trip that prepares it before BEGIN (where it
+	// waits for a table another transaction locks). Zero when the read did
+	// not get that far.
 	Server time.Duration
 	// Statements are a Read's times per statement, in order: each from the
 	// previous statement's last result (the first from sending the batch)
@@ -209,6 +212,11 @@ func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []St
 	last := start
 	br := conn.SendBatch(ctx, batch)
 	defer br.Close()
+	// SendBatch returns once the batch is written, after preparing first
+	// the statements the connection has not prepared yet: a round trip of
+	// the database's, before the transaction (and now()) began, that
+	// waits for the statements' tables as they would.
+	prepared := time.Since(start)
 	for range 2 { // BEGIN, jit
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -241,7 +249,9 @@ func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []St
 	if err := br.QueryRow().Scan(&us); err != nil { // serverSQL
 		return err
 	}
-	t.Server = time.Duration(max(us, 1)) * time.Microsecond
+	// The batch's transaction may have begun before SendBatch returned:
+	// never more than the client saw pass.
+	t.Server = min(time.Duration(max(us, 1))*time.Microsecond+prepared, time.Since(start))
 	if _, err := br.Exec(); err != nil { // COMMIT
 		return err
 	}

@@ -431,6 +431,49 @@ func TestReadMetersTheDatabasesOwnTime(t *testing.T) {
 	}
 }
 
+// A connection's first use of a statement prepares it, a round trip
+// before the batch's transaction begins, in which PostgreSQL waits for
+// the statement's tables as it would in the transaction: a table under an
+// ACCESS EXCLUSIVE lock keeps the prepare waiting. That wait is the
+// database's time spent on the call, and the Meter charges it.
+func TestReadMetersAPreparesWaitForALock(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, `CREATE TABLE {s}.t (n int)`)
+	f.exec(t, `GRANT SELECT ON {s}.t TO geotoll_reader`)
+	db := &pgcall.DB{Pool: readPool(t, 1)}
+	tx, err := f.owner.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; the rollback is for a failure
+	if _, err := tx.Exec(t.Context(), f.sql(`LOCK TABLE {s}.t IN ACCESS EXCLUSIVE MODE`)); err != nil {
+		t.Fatal(err)
+	}
+	const held = 300 * time.Millisecond
+	go func() {
+		time.Sleep(held)
+		tx.Commit(context.Background()) //nolint:errcheck // a failed commit ends the lock too
+	}()
+	ctx, meter := pgcall.WithMeter(t.Context())
+	var n int
+	timing, err := db.Read(ctx, pgcall.Statement{SQL: f.sql(`SELECT count(*) FROM {s}.t`), Timeout: 5 * time.Second, Scan: pgcall.One(&n)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The read began a little after the lock: it waited most of held.
+	waited := held * 2 / 3
+	if timing.DB < waited {
+		t.Fatalf("the read took %v, less than %v of the %v the lock was held: it did not wait", timing.DB, waited, held)
+	}
+	if timing.Server < waited || timing.Server > timing.DB {
+		t.Errorf("timing %+v: want the server's time to hold the %v (at least) the prepare waited, within the call's %v", timing, waited, timing.DB)
+	}
+	if meter.DB() != timing.Server {
+		t.Errorf("metered %v, want the server's %v", meter.DB(), timing.Server)
+	}
+}
+
 // goroutineID is the current goroutine's number, as its stack trace
 // names it ("goroutine 42 [running]:").
 func goroutineID(t *testing.T) int {

@@ -64,7 +64,9 @@
 // network round trip (for a cancelled call, until the backend answered).
 // Timing.Server is PostgreSQL's: a read ends its batch with
 // clock_timestamp() − now(), the transaction's own time, without the round
-// trip or either side's scheduling. A [Meter] in the context adds up the
+// trip or either side's scheduling — with, on a connection's first use of
+// a statement, the round trip preparing it before the transaction, which
+// waits for a locked table as the statement would. A [Meter] in the context adds up the
 // database time of every call made under it — Timing.Server when the call
 // read it, else Timing.DB (a call cut short, a write) — including the part
 // of a call that outlives its answer.
