@@ -53,9 +53,8 @@ const DefaultCORSMaxAge = 10 * time.Minute
 // authenticate (WWW-Authenticate). TestCORSExposesEveryHeaderTheServerSets
 // fails when a header set by name is missing here.
 const (
-	corsMethods = "GET, HEAD, POST, PUT, DELETE"
-	corsAllow   = "Authorization, Cache-Control, Content-Type, If-Match, If-None-Match, Pragma, traceparent, tracestate, X-API-Key, X-Request-ID"
-	corsExpose  = "Allow, ETag, Location, Retry-After, RateLimit, RateLimit-Policy, WWW-Authenticate, X-Cache, " +
+	corsAllow  = "Authorization, Cache-Control, Content-Type, If-Match, If-None-Match, Pragma, traceparent, tracestate, X-API-Key, X-Request-ID"
+	corsExpose = "Allow, ETag, Location, Retry-After, RateLimit, RateLimit-Policy, WWW-Authenticate, X-Cache, " +
 		"X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, X-RateLimit-Shadow, X-Request-Cost, " +
 		"X-Request-Cost-Estimate, X-Request-ID, X-Tile-Reduced"
 )
@@ -83,8 +82,11 @@ func (c CORS) Validate() error {
 }
 
 // wrap adds the CORS headers and answers preflight requests (OPTIONS with
-// Access-Control-Request-Method) itself, before routing: 204 for an
-// allowed origin, 403 for another.
+// Origin and Access-Control-Request-Method: an OPTIONS without Origin is
+// none, whatever else it carries) itself: 403 for an origin not allowed,
+// 404 for a path no route answers, else 204 naming in Allow and
+// Access-Control-Allow-Methods what methods reports the path's routes
+// take.
 // anyOriginValue and exposeValue are the header values a wildcard answer
 // carries on every response, made once: len and cap 1, so that an Add to
 // a response's header copies them instead of writing into them.
@@ -93,7 +95,7 @@ var (
 	exposeValue    = []string{corsExpose}
 )
 
-func (c CORS) wrap(next http.Handler) http.Handler {
+func (c CORS) wrap(next http.Handler, methods func(*http.Request) []string) http.Handler {
 	if len(c.Origins) == 0 {
 		return next
 	}
@@ -112,7 +114,7 @@ func (c CORS) wrap(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")
-		preflight := r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != ""
+		preflight := r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != ""
 		h := w.Header()
 		if !wildcard {
 			h.Add("Vary", "Origin")
@@ -144,7 +146,13 @@ func (c CORS) wrap(next http.Handler) http.Handler {
 			problem.Write(w, r, &problem.Error{Code: problem.Forbidden, Detail: "this origin may not call the API"})
 			return
 		}
-		h.Set("Access-Control-Allow-Methods", corsMethods)
+		allowed := methods(r)
+		if len(allowed) == 0 {
+			notFound(w, r)
+			return
+		}
+		h.Set("Allow", strings.Join(append(allowed, http.MethodOptions), ", "))
+		h.Set("Access-Control-Allow-Methods", strings.Join(allowed, ", "))
 		h.Set("Access-Control-Allow-Headers", corsAllow)
 		h.Set("Access-Control-Max-Age", strconv.Itoa(int(maxAge/time.Second)))
 		w.WriteHeader(http.StatusNoContent)

@@ -120,6 +120,31 @@ func TestCORSListedOriginsWithCredentials(t *testing.T) {
 	}
 }
 
+// A preflight names the methods the path's routes take (Allow and
+// Access-Control-Allow-Methods alike): a browser told it may POST to a
+// tile would send one and get a 405. A preflight of a path no route
+// answers is a 404, as any OPTIONS there is; an OPTIONS without Origin is
+// no preflight, whatever else it carries: the router answers it.
+func TestCORSPreflightNamesThePathsMethods(t *testing.T) {
+	t.Parallel()
+	h := corsHandler(CORS{Origins: []string{"https://maps.example.com"}})
+	pre := serve(h, http.MethodOptions, "/healthz", "Origin", "https://maps.example.com", "Access-Control-Request-Method", "GET")
+	if pre.Code != http.StatusNoContent || pre.Header().Get("Access-Control-Allow-Methods") != "GET, HEAD" ||
+		pre.Header().Get("Allow") != "GET, HEAD, OPTIONS" || pre.Header().Get("Access-Control-Allow-Origin") != "https://maps.example.com" {
+		t.Errorf("preflight of /healthz: %d %v; want 204, Allow-Methods \"GET, HEAD\", Allow \"GET, HEAD, OPTIONS\"", pre.Code, pre.Header())
+	}
+	nowhere := serve(h, http.MethodOptions, "/no/such/route", "Origin", "https://maps.example.com", "Access-Control-Request-Method", "GET")
+	if nowhere.Code != http.StatusNotFound || nowhere.Header().Get("Access-Control-Allow-Methods") != "" ||
+		nowhere.Header().Get("Content-Type") != "application/problem+json" {
+		t.Errorf("preflight of an unknown path: %d %v; want a 404 problem without Allow-Methods", nowhere.Code, nowhere.Header())
+	}
+	plain := serve(h, http.MethodOptions, "/healthz", "Access-Control-Request-Method", "GET")
+	if plain.Code != http.StatusNoContent || plain.Header().Get("Allow") != "GET, HEAD, OPTIONS" ||
+		plain.Header().Get("Access-Control-Allow-Methods") != "" || plain.Header().Get("Access-Control-Max-Age") != "" {
+		t.Errorf("OPTIONS without Origin: %d %v; want the router's 204 with Allow, no preflight headers", plain.Code, plain.Header())
+	}
+}
+
 func TestCORSOff(t *testing.T) {
 	t.Parallel()
 	w := corsRequest(corsHandler(CORS{}), http.MethodGet, "https://a.example")

@@ -64,7 +64,8 @@ func New(o Options) http.Handler {
 	r.Use(nameRoute)
 	// toll.Finish is innermost: the requests the toll admitted are ended
 	// (settled, their slots freed) when their handler returns or panics.
-	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(toll.Finish(cleanPath(base, r)))))
+	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(toll.Finish(cleanPath(base, r))),
+		func(req *http.Request) []string { return routeMethods(r, req) }))
 	if o.Metrics != nil {
 		h = o.Metrics.wrap(h)
 	}
@@ -109,18 +110,26 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 	problem.Write(w, r, problem.Missing("", "no such route"))
 }
 
+// routeMethods lists the methods some route of router answers at r's path
+// (none: no route there), and names r after the first such route for the
+// metrics, which count it under the route whose path it asked.
+func routeMethods(router *mux.Router, r *http.Request) []string {
+	allowed, route := allowedMethods(router, r)
+	if p, ok := r.Context().Value(routeKey{}).(*string); ok && route != "" {
+		*p = route
+	}
+	return allowed
+}
+
 // notAllowed answers a method no route of router takes at r's path: 405
 // with Allow naming those it takes — OPTIONS among them, for OPTIONS
 // itself is answered at every route's path: 204 with that Allow (RFC 9110
 // §9.3.7). A CORS preflight never gets here when CORS is on (CORS.wrap
-// answers it); when it is off, the preflight gets the same 204, without an
-// Access-Control-* header, and the browser refuses the cross-origin call.
+// answers it, with the same methods); when it is off, the preflight gets
+// the same 204, without an Access-Control-* header, and the browser
+// refuses the cross-origin call.
 func notAllowed(router *mux.Router, w http.ResponseWriter, r *http.Request) {
-	allowed, route := allowedMethods(router, r)
-	if p, ok := r.Context().Value(routeKey{}).(*string); ok && route != "" {
-		*p = route // the metrics count it under the route whose path it asked
-	}
-	w.Header().Set("Allow", strings.Join(append(allowed, http.MethodOptions), ", "))
+	w.Header().Set("Allow", strings.Join(append(routeMethods(router, r), http.MethodOptions), ", "))
 	if r.Method == http.MethodOptions {
 		w.WriteHeader(http.StatusNoContent)
 		return
