@@ -125,12 +125,13 @@ func TestKeyGivenTwiceIsMalformed(t *testing.T) {
 		serve   serve
 		target  string
 		headers [][2]string
+		param   string // the problem's param: the parameter or header at fault
 	}{
-		{"tile, ?key= twice", tile, "/tiles/places/2/0/0.mvt?key=&key=k1", nil},
-		{"tile, ?key= twice, both valid", tile, "/tiles/places/2/0/0.mvt?key=k1&key=k1", nil},
-		{"budget, X-API-Key twice", toll.ServeBudget, "/budget", [][2]string{{"X-API-Key", "k1"}, {"X-API-Key", "nope"}}},
-		{"budget, Authorization twice", toll.ServeBudget, "/budget", [][2]string{{"Authorization", "Bearer k1"}, {"Authorization", "Bearer nope"}}},
-		{"admin, X-API-Key twice", admin, "/geofence/fences", [][2]string{{"X-API-Key", "boss"}, {"X-API-Key", "k1"}}},
+		{"tile, ?key= twice", tile, "/tiles/places/2/0/0.mvt?key=&key=k1", nil, "key"},
+		{"tile, ?key= twice, both valid", tile, "/tiles/places/2/0/0.mvt?key=k1&key=k1", nil, "key"},
+		{"budget, X-API-Key twice", toll.ServeBudget, "/budget", [][2]string{{"X-API-Key", "k1"}, {"X-API-Key", "nope"}}, "X-API-Key"},
+		{"budget, Authorization twice", toll.ServeBudget, "/budget", [][2]string{{"Authorization", "Bearer k1"}, {"Authorization", "Bearer nope"}}, "Authorization"},
+		{"admin, X-API-Key twice", admin, "/geofence/fences", [][2]string{{"X-API-Key", "boss"}, {"X-API-Key", "k1"}}, "X-API-Key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, tc.target, nil)
@@ -142,6 +143,9 @@ func TestKeyGivenTwiceIsMalformed(t *testing.T) {
 			tc.serve(w, r)
 			if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "given more than once") {
 				t.Errorf("%d %s, want a 400 saying the key is given more than once", w.Code, w.Body)
+			}
+			if !strings.Contains(w.Body.String(), `"param":"`+tc.param+`"`) {
+				t.Errorf("%s, want param %q", w.Body, tc.param)
 			}
 			if rl := w.Header().Get("RateLimit"); rl != "" {
 				t.Errorf("RateLimit %q on a 400 that charges nothing", rl)

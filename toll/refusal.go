@@ -169,11 +169,9 @@ func keyRepeated(w http.ResponseWriter, r *http.Request, query bool) bool {
 	if name == "" {
 		return false
 	}
-	param := name
-	if name != "key" {
-		param = "" // a header, not a parameter
-	}
-	problem.Write(w, r, problem.Malformed(param, "%s is given more than once: send one key", name))
+	// param names the query parameter or the header at fault, as the
+	// other header problems do (If-Match, Content-Type).
+	problem.Write(w, r, problem.Malformed(name, "%s is given more than once: send one key", name))
 	return true
 }
 
