@@ -234,32 +234,6 @@ func TestCacheNoCacheRendersAfresh(t *testing.T) {
 	}
 }
 
-// A request's Cache-Control: max-age=N asks for no cached answer older
-// than N seconds (RFC 9111 §5.2.1.1): a tile kept longer is rendered
-// afresh and priced in full, like no-cache; one kept less is a hit.
-func TestCacheMaxAgeAskedRendersAnOlderTileAfresh(t *testing.T) {
-	t.Parallel()
-	c := newCachedHandler(t, &countingRenderer{}, tiles.CacheOptions{})
-	c.get(z14)
-	young := c.get(z14, "Cache-Control", "max-age=3600")
-	time.Sleep(20 * time.Millisecond) // the tile is older than 0 s now, whatever the clock's grain
-	for _, v := range []string{"max-age=0", `no-transform, MAX-AGE="0"`} {
-		if w := c.get(z14, "Cache-Control", v); w.Code != http.StatusOK || w.Header().Get("X-Cache") != "MISS" || w.Header().Get("Age") != "" {
-			t.Errorf("Cache-Control %s: %d, X-Cache %q, Age %q; want 200 MISS without Age", v, w.Code, w.Header().Get("X-Cache"), w.Header().Get("Age"))
-		}
-	}
-	ignored := c.get(z14, "Cache-Control", "max-age=soon")
-	if young.Header().Get("X-Cache") != "HIT" || ignored.Header().Get("X-Cache") != "HIT" {
-		t.Errorf("max-age=3600: X-Cache %q; max-age=soon: %q; want HIT for both", young.Header().Get("X-Cache"), ignored.Header().Get("X-Cache"))
-	}
-	if n := c.rend.calls.Load(); n != 3 {
-		t.Errorf("rendered %d times, want 3", n)
-	}
-	if got := c.gate.hits(); !slices.Equal(got, []bool{false, true, false, false, true}) {
-		t.Errorf("gate priced CacheHit %v, want [false true false false true]: a fresh render is paid in full", got)
-	}
-}
-
 // The key is the layer list and the tile: another tile, another layer or
 // another order of a composite is another entry.
 func TestCacheKey(t *testing.T) {

@@ -194,27 +194,6 @@ func (c *Catalog) ParseRequest(layer, z, x, yext string) (Request, error) {
 // serves: nothing to read, nothing to cache.
 var emptyTile = newEntry(Rendered{})
 
-// cached is the cache's tile for key, or nil, and whether r asks for a
-// fresh render instead (wantsFresh).
-func (h *Handler) cached(r *http.Request, key cacheKey) (e *entry, fresh bool) {
-	e, ok := h.Cache.get(key)
-	if !ok {
-		e = nil
-	}
-	return e, wantsFresh(r.Header, e)
-}
-
-// wantsFresh reports whether a request with header hdr asks not to be
-// answered with the cached tile e (nil: none is cached): Cache-Control
-// no-cache, or a max-age e is older than.
-func wantsFresh(hdr http.Header, e *entry) bool {
-	if noCache(hdr) {
-		return true
-	}
-	limit, asked := maxAgeAsked(hdr)
-	return asked && e != nil && time.Since(e.made) > limit
-}
-
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	vars := mux.Vars(r)
 	req, err := h.Catalog.ParseRequest(vars[VarLayer], vars[VarZ], vars[VarX], vars[VarY])
@@ -253,15 +232,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// The cache is asked before the gate, so that a hit is priced as one —
-	// unless the request asks for a fresh render (Cache-Control: no-cache,
-	// or a max-age the cached tile is older than), which it pays in full.
-	cached, fresh := h.cached(r, key)
-	if cached != nil && !fresh {
+	// unless the request asks for a fresh render (Cache-Control: no-cache),
+	// which it pays in full.
+	fresh := noCache(r.Header)
+	if e, ok := h.Cache.get(key); ok && !fresh {
 		if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile, CacheHit: true}) {
 			return
 		}
 		h.observe("hit")
-		h.write(w, r, req.Layers, key, cached, "HIT")
+		h.write(w, r, req.Layers, key, e, "HIT")
 		return
 	}
 	if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {

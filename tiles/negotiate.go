@@ -2,9 +2,7 @@ package tiles
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/geotoll/geotoll/internal/negotiate"
 )
@@ -112,37 +110,4 @@ func noCache(h http.Header) bool {
 		}
 	}
 	return false
-}
-
-// maxAgeAsked is the max-age a request's Cache-Control asks of a cached
-// answer (RFC 9111 §5.2.1.1: the client does not want one older than that;
-// delta-seconds, quoted or not, as §5.2 asks a recipient to accept), and
-// whether it asks one. A value that is no number asks none; of several,
-// the least counts.
-func maxAgeAsked(h http.Header) (time.Duration, bool) {
-	var (
-		least time.Duration
-		asked bool
-		n     int
-	)
-	for _, v := range h.Values("Cache-Control") {
-		for item := range strings.SplitSeq(v, ",") {
-			if n++; n > maxHeaderItems {
-				return least, asked
-			}
-			name, value, ok := strings.Cut(strings.TrimSpace(item), "=")
-			if !ok || !strings.EqualFold(strings.TrimSpace(name), "max-age") {
-				continue
-			}
-			value = strings.Trim(strings.TrimSpace(value), `"`)
-			secs, err := strconv.ParseUint(value, 10, 32)
-			if err != nil || value == "" || value[0] == '+' {
-				continue
-			}
-			if d := time.Duration(secs) * time.Second; !asked || d < least {
-				least, asked = d, true
-			}
-		}
-	}
-	return least, asked
 }
