@@ -137,7 +137,7 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) (done func(), ok 
 // it commits, so a fence may commit behind a page already read: the pages
 // are a listing, not a change feed (README says so). If-Match and If-None-Match are evaluated
 // against the collection, which has no ETag (see
-// Preconditions.failedOnCollection): 412 for an If-Match other than *,
+// failedOnCollection): 412 for an If-Match other than *,
 // 304 for If-None-Match *.
 func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 	qs, err := parseQuery(r, listParams)
@@ -169,7 +169,7 @@ func (h *Handler) ListFences(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	switch header := cond.failedOnCollection(); header {
+	switch header := failedOnCollection(cond); header {
 	case "If-Match":
 		problem.Write(w, r, collectionPreconditionFailed(header, false))
 		return
@@ -213,7 +213,7 @@ func (h *Handler) GetFence(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	switch cond.failed(fenceETag(f.Revision)) {
+	switch cond.Failed(fenceETag(f.Revision)) {
 	case "If-Match":
 		problem.Write(w, r, preconditionFailed(id, "If-Match", false))
 		return
@@ -238,7 +238,7 @@ func (h *Handler) writeFence(w http.ResponseWriter, r *http.Request, status int,
 // CreateFence serves POST /geofence/fences with a GeoJSON Feature (see
 // ParseFence): 201 with the stored fence and its Location; 412 when
 // If-Match or If-None-Match cannot hold for the collection (see
-// Preconditions.failedOnCollection).
+// failedOnCollection).
 //
 // What the request's head settles — a malformed If-Match or
 // If-None-Match (400), a media type other than JSON or a content coding
@@ -270,7 +270,7 @@ func (h *Handler) CreateFence(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, err)
 		return
 	}
-	if header := cond.failedOnCollection(); header != "" {
+	if header := failedOnCollection(cond); header != "" {
 		problem.Write(w, r, collectionPreconditionFailed(header, true))
 		return
 	}

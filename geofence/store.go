@@ -427,7 +427,7 @@ func (s *Store) DeleteFence(ctx context.Context, id int64, cond Preconditions) e
 // is no such fence, 412 when cond does not hold. Without conditions it
 // does nothing (the write's own statement finds a missing fence).
 func lockFence(ctx context.Context, tx pgx.Tx, id int64, cond Preconditions) error {
-	if cond.none() {
+	if cond.None() {
 		return nil
 	}
 	var revision int64
@@ -438,7 +438,7 @@ func lockFence(ctx context.Context, tx pgx.Tx, id int64, cond Preconditions) err
 	if err != nil {
 		return err
 	}
-	if header := cond.failed(fenceETag(revision)); header != "" {
+	if header := cond.Failed(fenceETag(revision)); header != "" {
 		return preconditionFailed(id, header, true)
 	}
 	return nil

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"strconv"
+
+	"github.com/geotoll/geotoll/internal/etag"
 )
 
 // openAPI is the description of the whole HTTP API (OpenAPI 3.1). The
@@ -35,14 +38,17 @@ func OpenAPIDocument(base string) []byte {
 }
 
 // OpenAPI serves GET /openapi.json: the description, its server the base
-// path.
+// path, under Cache-Control: no-cache and a strong ETag (a hash of its
+// bytes), so that a client revalidates it with If-None-Match and gets a 304
+// until the binary or the base path changes.
 func OpenAPI(base string) http.Handler {
 	body := OpenAPIDocument(base)
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	sum := sha256.Sum256(body)
+	tag := `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Type", "application/json")
 		h.Set("Cache-Control", "no-cache")
-		h.Set("Content-Length", strconv.Itoa(len(body)))
-		_, _ = w.Write(body)
+		etag.Serve(w, r, body, tag, "the OpenAPI document")
 	})
 }

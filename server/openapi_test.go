@@ -2,6 +2,8 @@ package server
 
 import (
 	"encoding/json"
+	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +54,28 @@ func TestOpenAPIDescribesRedirects(t *testing.T) {
 	}
 	if operations == 0 {
 		t.Fatal("no operations in openapi.json")
+	}
+}
+
+// /openapi.json is no-cache, so a client revalidates it before each reuse:
+// it carries a strong ETag, a GET naming it is a 304 without a body, and
+// another base path (another document) has another.
+func TestOpenAPIRevalidates(t *testing.T) {
+	t.Parallel()
+	h := OpenAPI("")
+	first := serve(h, http.MethodGet, "/openapi.json")
+	tag := first.Header().Get("ETag")
+	if first.Code != http.StatusOK || !strings.HasPrefix(tag, `"`) || first.Header().Get("Cache-Control") != "no-cache" {
+		t.Fatalf("GET: %d, ETag %q, Cache-Control %q; want 200 with a strong ETag, no-cache", first.Code, tag, first.Header().Get("Cache-Control"))
+	}
+	again := serve(h, http.MethodGet, "/openapi.json", "If-None-Match", `"old", `+tag)
+	if again.Code != http.StatusNotModified || again.Body.Len() != 0 || again.Header().Get("ETag") != tag {
+		t.Errorf("GET naming the ETag: %d, %d bytes, ETag %q; want a bodiless 304 with it", again.Code, again.Body.Len(), again.Header().Get("ETag"))
+	}
+	if bad := serve(h, http.MethodGet, "/openapi.json", "If-None-Match", tag+" x"); bad.Code != http.StatusBadRequest {
+		t.Errorf("an If-None-Match that does not parse: %d, want 400", bad.Code)
+	}
+	if other := serve(OpenAPI("/maps"), http.MethodGet, "/openapi.json").Header().Get("ETag"); other == tag || other == "" {
+		t.Errorf("the document below /maps has ETag %q, the root's %q: want another", other, tag)
 	}
 }

@@ -279,22 +279,16 @@ func (e *entry) weight() int {
 // version's) is sent the new ones, not a 304.
 func (e *entry) gzipETag() string { return e.etag[:len(e.etag)-1] + `-gz4"` }
 
-// etagFor returns the ETag of the representation sent with or without gzip.
+// etagFor returns the ETag of the representation sent with or without gzip
+// (gz), which If-Match and If-None-Match are compared with (RFC 9110
+// §13.1.2: the tag of the selected representation). The other coding's
+// tag names other bytes: a 304 for it would validate bytes the client
+// cannot decode, or does not hold.
 func (e *entry) etagFor(gz bool) string {
 	if gz {
 		return e.gzipETag()
 	}
 	return e.etag
-}
-
-// matches reports whether an If-None-Match entity tag names this tile in
-// the coding the response is sent in (gz: gzip), by weak comparison (RFC
-// 9110 §13.1.2: the tag of the selected representation). The other
-// coding's tag names other bytes: a 304 for it would validate bytes the
-// client cannot decode, or does not hold.
-func (e *entry) matches(gz bool) func(tag string) bool {
-	own := e.etagFor(gz)
-	return func(tag string) bool { return strings.TrimPrefix(tag, "W/") == own }
 }
 
 // tileETag is a strong validator derived from the tile's bytes alone, so

@@ -234,6 +234,36 @@ func TestCacheNoCacheRendersAfresh(t *testing.T) {
 	}
 }
 
+// An If-Match or If-None-Match that does not parse (RFC 9110 §13.1.1–2:
+// "*" alone, or entity tags separated by commas; at most 64) is a 400
+// naming it, before the tile is priced or drawn — as on the fence routes.
+// It was read leniently: "*" among tags, or tags without commas, gave a
+// 304, and a 65th tag naming the tile a 412.
+func TestConditionalHeadersThatDoNotParse(t *testing.T) {
+	t.Parallel()
+	c := newCachedHandler(t, &countingRenderer{}, tiles.CacheOptions{})
+	tag := c.get(z14).Header().Get("ETag")
+	many := strings.Repeat(`"x", `, 64) + tag
+	for _, tc := range []struct{ header, value string }{
+		{"If-None-Match", `*, "x"`},
+		{"If-None-Match", tag + ` "x"`},
+		{"If-None-Match", "nonsense, " + tag},
+		{"If-Match", many},
+		{"If-Match", `w/` + tag},
+	} {
+		w := c.get(z14, tc.header, tc.value)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"param":"`+tc.header+`"`) {
+			t.Errorf("%s: %s: %d %s, want a 400 naming %s", tc.header, tc.value, w.Code, w.Body, tc.header)
+		}
+	}
+	if n := len(c.gate.hits()); n != 1 {
+		t.Errorf("%d requests priced, want 1 (the first): a 400 is priced nothing", n)
+	}
+	if w := c.get(z14, "If-None-Match", `"x", `+tag); w.Code != http.StatusNotModified {
+		t.Errorf("If-None-Match naming the tile among others: %d, want 304", w.Code)
+	}
+}
+
 // The key is the layer list and the tile: another tile, another layer or
 // another order of a composite is another entry.
 func TestCacheKey(t *testing.T) {

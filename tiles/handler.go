@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/geotoll/geotoll/apikeys"
+	"github.com/geotoll/geotoll/internal/etag"
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/internal/negotiate"
 	"github.com/geotoll/geotoll/internal/pgcall"
@@ -194,12 +195,24 @@ func (c *Catalog) ParseRequest(layer, z, x, yext string) (Request, error) {
 // serves: nothing to read, nothing to cache.
 var emptyTile = newEntry(Rendered{})
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// parse reads what a tile request asks — the tile and its layers, and its
+// conditional headers — before anything is priced: an error is the
+// request's 4xx (or a layer's mismatch with the database).
+func (h *Handler) parse(r *http.Request) (Request, etag.Conditions, error) {
 	vars := mux.Vars(r)
 	req, err := h.Catalog.ParseRequest(vars[VarLayer], vars[VarZ], vars[VarX], vars[VarY])
 	if err == nil {
 		err = misfit(req.Named)
 	}
+	if err != nil {
+		return Request{}, etag.Conditions{}, err
+	}
+	conds, err := etag.ParseConditions(r.Header)
+	return req, conds, err
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	req, conds, err := h.parse(r)
 	if err != nil {
 		problem.Write(w, r, err)
 		return
@@ -213,7 +226,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.observe("empty")
-		h.write(w, r, req.Named, cacheKey{}, emptyTile, "")
+		h.write(w, r, conds, req.Named, cacheKey{}, emptyTile, "")
 		return
 	}
 	key := keyOf(req.Layers, req.Tile)
@@ -227,7 +240,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.observe("miss")
-		h.write(w, r, req.Layers, key, newEntry(tile), "MISS")
+		h.write(w, r, conds, req.Layers, key, newEntry(tile), "MISS")
 		return
 	}
 
@@ -240,7 +253,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.observe("hit")
-		h.write(w, r, req.Layers, key, e, "HIT")
+		h.write(w, r, conds, req.Layers, key, e, "HIT")
 		return
 	}
 	if !h.Gate.AdmitTile(w, r, Demand{Layers: req.Layers, Tile: req.Tile}) {
@@ -271,7 +284,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		h.observe("miss")
 	}
-	h.write(w, r, req.Layers, key, e, "MISS")
+	h.write(w, r, conds, req.Layers, key, e, "MISS")
 }
 
 // renderGrace is what a shared render may take beyond its statement
@@ -306,7 +319,7 @@ var preconditionFailed = &problem.Error{Code: problem.PreconditionFailed, Param:
 // "": a tile neither cached nor rendered), X-Tile-Reduced when a layer
 // was reduced to fit its byte budget, and Age on a hit drawn a second or
 // more before.
-func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer, key cacheKey, e *entry, cache string) {
+func (h *Handler) write(w http.ResponseWriter, r *http.Request, conds etag.Conditions, layers []*Layer, key cacheKey, e *entry, cache string) {
 	hdr := w.Header()
 	body, gz := e.data, false
 	codings := negotiate.Accepted(r.Header.Values("Accept-Encoding"))
@@ -319,7 +332,7 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 		body, gz = gzipTile(e.data), true
 	}
 	// Before the tile's own headers: a problem carries none of them.
-	if matchFails(r.Header.Values("If-Match"), e.etagFor(gz)) {
+	if conds.MatchFails(e.etagFor(gz)) {
 		problem.Write(w, r, preconditionFailed)
 		return
 	}
@@ -340,7 +353,7 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, layers []*Layer,
 	if e.reduced != "" {
 		hdr.Set(HeaderReduced, e.reduced)
 	}
-	if noneMatch(r.Header.Values("If-None-Match"), e.matches(gz)) {
+	if conds.NoneMatchFails(e.etagFor(gz)) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/geotoll/geotoll/internal/etag"
 	"github.com/geotoll/geotoll/internal/forwarded"
 	"github.com/geotoll/geotoll/internal/pgcall"
 	"github.com/geotoll/geotoll/problem"
@@ -391,6 +392,10 @@ func (h *Handler) TileJSON() http.Handler {
 		if err == nil {
 			err = misfit(layers) // its bounds and fields are its table's too
 		}
+		var conds etag.Conditions
+		if err == nil {
+			conds, err = etag.ParseConditions(r.Header)
+		}
 		if err != nil {
 			problem.Write(w, r, err)
 			return
@@ -431,7 +436,7 @@ func (h *Handler) TileJSON() http.Handler {
 		doc.Name = list
 		doc.Tiles = []string{base + "/tiles/" + list + "/{z}/{x}/{y}.mvt" + query}
 		doc.Center = center(doc.Bounds, doc.MinZoom, doc.MaxZoom)
-		h.writeMeta(w, r, scope, doc)
+		h.writeMeta(w, r, conds, scope, doc)
 	})
 }
 
@@ -452,6 +457,11 @@ type catalogEntry struct {
 // never touches the database. Its URLs are written as TileJSON's are.
 func (h *Handler) Index() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conds, err := etag.ParseConditions(r.Header)
+		if err != nil {
+			problem.Write(w, r, err)
+			return
+		}
 		base, query, err := h.urls(r)
 		if err != nil {
 			problem.Write(w, r, err)
@@ -473,7 +483,7 @@ func (h *Handler) Index() http.Handler {
 		if query != "" {
 			scope = metaPrivate
 		}
-		h.writeMeta(w, r, scope, out)
+		h.writeMeta(w, r, conds, scope, out)
 	})
 }
 
@@ -549,7 +559,7 @@ const (
 // stored to revalidate). Any If-Match but "*" is answered 412: the weak
 // ETag never matches under If-Match's strong comparison (RFC 9110
 // §13.1.1), and the others have none.
-func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaScope, doc any) {
+func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, conds etag.Conditions, scope metaScope, doc any) {
 	body, err := json.Marshal(doc)
 	if err != nil { // plain structs of strings and numbers: unreachable
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -557,11 +567,11 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaSc
 	}
 	body = append(body, '\n')
 	hdr := w.Header()
-	var etag string
+	var tag string
 	if scope == metaPublic {
-		etag = metaETag(body)
+		tag = metaETag(body)
 	}
-	if matchFails(r.Header.Values("If-Match"), etag) {
+	if conds.MatchFails(tag) {
 		problem.Write(w, r, preconditionFailed)
 		return
 	}
@@ -575,8 +585,8 @@ func (h *Handler) writeMeta(w http.ResponseWriter, r *http.Request, scope metaSc
 		hdr.Set("Cache-Control", "no-store")
 	default:
 		hdr.Set("Cache-Control", "public, max-age=60")
-		hdr.Set("ETag", etag)
-		if noneMatch(r.Header.Values("If-None-Match"), func(tag string) bool { return strings.TrimPrefix(tag, "W/") == etag[2:] }) {
+		hdr.Set("ETag", tag)
+		if conds.NoneMatchFails(tag) {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}

@@ -202,7 +202,15 @@ func TestTileJSONETag(t *testing.T) {
 			if w := httptest.NewRecorder(); func() int { h.ServeHTTP(w, r); return w.Code }() != http.StatusNotModified {
 				t.Errorf("If-None-Match over two lines: %d, want 304", w.Code)
 			}
-			for _, inm := range []string{`"nope"`, `W/"nope", "other"`, etag[:len(etag)-1] + `x"`, strings.Trim(opaque, `"`)} {
+			// An unquoted tag is no entity tag: the header does not parse,
+			// a 400 naming it (package etag), as on every route.
+			unquoted := httptest.NewRequest(http.MethodGet, "http://maps.example.org"+path, nil)
+			unquoted.Header.Set("If-None-Match", strings.Trim(opaque, `"`))
+			if w := httptest.NewRecorder(); func() int { h.ServeHTTP(w, unquoted); return w.Code }() != http.StatusBadRequest ||
+				!strings.Contains(w.Body.String(), `"param":"If-None-Match"`) {
+				t.Errorf("an unquoted If-None-Match: %d %s, want a 400 naming it", w.Code, w.Body)
+			}
+			for _, inm := range []string{`"nope"`, `W/"nope", "other"`, etag[:len(etag)-1] + `x"`} {
 				r := httptest.NewRequest(http.MethodGet, "http://maps.example.org"+path, nil)
 				r.Header.Set("If-None-Match", inm)
 				w := httptest.NewRecorder()

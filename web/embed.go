@@ -37,9 +37,9 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
-	"strconv"
 	"strings"
 
+	"github.com/geotoll/geotoll/internal/etag"
 	"github.com/geotoll/geotoll/internal/negotiate"
 	"github.com/geotoll/geotoll/problem"
 )
@@ -170,91 +170,18 @@ func HandlerAt(base string) http.Handler {
 			h.Set("Cache-Control", "no-cache")
 		}
 		h.Set("X-Content-Type-Options", "nosniff")
-		body, etag := a.body, a.etag
+		body, tag := a.body, a.etag
 		if a.gz != nil {
 			h.Add("Vary", "Accept-Encoding")
 			if negotiate.AcceptsGzip(r.Header.Values("Accept-Encoding")) {
-				body, etag = a.gz, a.gzETag
+				body, tag = a.gz, a.gzETag
 				h.Set("Content-Encoding", "gzip")
 			}
 		}
-		h.Set("ETag", etag)
 		if name == "index.html" {
 			h.Set("Content-Security-Policy", contentSecurityPolicy)
 			h.Set("Referrer-Policy", "no-referrer")
 		}
-		serveAsset(w, r, body, etag)
+		etag.Serve(w, r, body, tag, "this file")
 	})
-}
-
-// serveAsset answers a GET or HEAD of an asset whose headers are set, with
-// the conditions of RFC 9110 §13.2.2 evaluated here rather than by
-// http.ServeContent, which answers a failed If-Match with a bare 412 (no
-// problem document, and Content-Encoding: gzip left on an empty body) and
-// a Range it cannot satisfy with a plain-text 416:
-//
-//   - If-Match not naming etag (strong comparison) is a 412 problem;
-//   - If-None-Match naming it (weak comparison) is a 304;
-//   - If-Unmodified-Since and If-Modified-Since are ignored: an asset has
-//     no modification date (§13.1.3, §13.1.4), its ETag is its validator;
-//   - Range is ignored (§14.2 lets a server): the assets are small, sent
-//     whole and often gzipped, so a 200 with the whole asset answers
-//     every request, and no Accept-Ranges invites one.
-func serveAsset(w http.ResponseWriter, r *http.Request, body []byte, etag string) {
-	h := w.Header()
-	if im := r.Header.Values("If-Match"); len(im) > 0 && !etagsName(im, etag, false) {
-		problem.Write(w, r, &problem.Error{Code: problem.PreconditionFailed, Param: "If-Match",
-			Detail: "If-Match does not name this file's current ETag " + etag})
-		return
-	}
-	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 && etagsName(inm, etag, true) {
-		// A 304 carries no representation metadata but its validator
-		// (RFC 9110 §15.4.5).
-		h.Del("Content-Type")
-		h.Del("Content-Encoding")
-		w.WriteHeader(http.StatusNotModified)
-		return
-	}
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(body)
-	}
-}
-
-// etagsName reports whether the If-Match or If-None-Match values name
-// etag: "*" names any, and a list of entity tags names it when one is it —
-// compared weakly (W/ ignored) for If-None-Match, strongly (a weak tag
-// never matches) for If-Match (RFC 9110 §8.8.3.2). An element that is no
-// entity tag ends the reading: what came before it counts, the rest names
-// nothing.
-func etagsName(values []string, etag string, weak bool) bool {
-	for _, v := range values {
-		for {
-			v = strings.TrimLeft(v, " \t,")
-			if v == "" {
-				break
-			}
-			if v[0] == '*' {
-				return true
-			}
-			isWeak := strings.HasPrefix(v, "W/")
-			if isWeak {
-				v = v[2:]
-			}
-			end := -1
-			if len(v) > 1 && v[0] == '"' {
-				end = strings.IndexByte(v[1:], '"')
-			}
-			if end < 0 {
-				break
-			}
-			tag := v[:end+2]
-			v = v[end+2:]
-			if tag == etag && (weak || !isWeak) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package geofence
+package etag
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"github.com/geotoll/geotoll/problem"
 )
 
-func TestParseETags(t *testing.T) {
+func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		values []string
@@ -44,22 +44,22 @@ func TestParseETags(t *testing.T) {
 		{name: "any on another line", values: []string{`"1"`, `*`}, bad: true},
 		{name: "any twice", values: []string{`*, *`}, bad: true},
 		{name: "weak any", values: []string{`W/*`}, bad: true},
-		{name: "too many", values: []string{strings.Repeat(`"x",`, maxETags+1)}, bad: true},
-		{name: "as many as allowed", values: []string{strings.Repeat(`"x",`, maxETags)}, tags: slices.Repeat([]string{`"x"`}, maxETags)},
+		{name: "too many", values: []string{strings.Repeat(`"x",`, MaxTags+1)}, bad: true},
+		{name: "as many as allowed", values: []string{strings.Repeat(`"x",`, MaxTags)}, tags: slices.Repeat([]string{`"x"`}, MaxTags)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := parseETags(tc.values)
+			l, err := Parse(tc.values)
 			if tc.bad {
 				if err == nil {
-					t.Fatalf("parseETags(%q) = %+v, want an error", tc.values, l)
+					t.Fatalf("Parse(%q) = %+v, want an error", tc.values, l)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseETags(%q): %v", tc.values, err)
+				t.Fatalf("Parse(%q): %v", tc.values, err)
 			}
-			if l.any != tc.any || !slices.Equal(l.tags, tc.tags) {
-				t.Errorf("parseETags(%q) = any %v tags %q, want any %v tags %q", tc.values, l.any, l.tags, tc.any, tc.tags)
+			if l.Any != tc.any || !slices.Equal(l.tags, tc.tags) {
+				t.Errorf("Parse(%q) = any %v tags %q, want any %v tags %q", tc.values, l.Any, l.tags, tc.any, tc.tags)
 			}
 		})
 	}
@@ -83,20 +83,20 @@ func TestETagComparison(t *testing.T) {
 		{`"77"`, false, false},
 		{``, false, false},
 	} {
-		l, err := parseETags([]string{tc.value})
+		l, err := Parse([]string{tc.value})
 		if err != nil {
-			t.Fatalf("parseETags(%q): %v", tc.value, err)
+			t.Fatalf("Parse(%q): %v", tc.value, err)
 		}
-		if got := l.matchStrong(current); got != tc.strong {
+		if got := l.MatchStrong(current); got != tc.strong {
 			t.Errorf("%q strongly matches %s: %v, want %v", tc.value, current, got, tc.strong)
 		}
-		if got := l.matchWeak(current); got != tc.weak {
+		if got := l.MatchWeak(current); got != tc.weak {
 			t.Errorf("%q weakly matches %s: %v, want %v", tc.value, current, got, tc.weak)
 		}
 	}
 }
 
-func TestParsePreconditions(t *testing.T) {
+func TestParseConditions(t *testing.T) {
 	const current = `"7"`
 	for _, tc := range []struct {
 		name   string
@@ -119,63 +119,63 @@ func TestParsePreconditions(t *testing.T) {
 		{name: "if-none-match malformed", header: http.Header{"If-None-Match": {`"7`}}, param: "If-None-Match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParsePreconditions(tc.header)
+			p, err := ParseConditions(tc.header)
 			if tc.param != "" {
 				var e *problem.Error
 				if !errors.As(err, &e) || e.Code != problem.Invalid || e.Param != tc.param {
-					t.Fatalf("ParsePreconditions: %v, want a 400 naming %s", err, tc.param)
+					t.Fatalf("ParseConditions: %v, want a 400 naming %s", err, tc.param)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := p.failed(current); got != tc.failed {
-				t.Errorf("failed(%s) = %q, want %q", current, got, tc.failed)
+			if got := p.Failed(current); got != tc.failed {
+				t.Errorf("Failed(%s) = %q, want %q", current, got, tc.failed)
 			}
-			if p.none() != (len(tc.header) == 0) {
-				t.Errorf("none() = %v with %v", p.none(), tc.header)
+			if p.None() != (len(tc.header) == 0) {
+				t.Errorf("None() = %v with %v", p.None(), tc.header)
 			}
 		})
 	}
 }
 
-// FuzzParseETags: any header value parses or is refused without
+// FuzzParse: any header value parses or is refused without
 // panicking; what parses is "*" alone or entity tags, each as sent in the
 // value, which parse again as themselves; a strong match is of a strong tag
 // the value holds.
-func FuzzParseETags(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{`"7"`, `W/"7"`, `*`, `"1", W/"2" ,"3"`, `"7`, `,,`, `W/`, `"a,b"`, `*, "1"`, "\"\xff\"", `""`, " \t"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		l, err := parseETags([]string{v})
+		l, err := Parse([]string{v})
 		if err != nil {
 			return
 		}
-		if l.any && len(l.tags) > 0 {
-			t.Fatalf("parseETags(%q): * with tags %q", v, l.tags)
+		if l.Any && len(l.tags) > 0 {
+			t.Fatalf("Parse(%q): * with tags %q", v, l.tags)
 		}
-		if len(l.tags) > maxETags {
-			t.Fatalf("parseETags(%q): %d tags, more than %d", v, len(l.tags), maxETags)
+		if len(l.tags) > MaxTags {
+			t.Fatalf("Parse(%q): %d tags, more than %d", v, len(l.tags), MaxTags)
 		}
 		for _, tag := range l.tags {
 			if !strings.Contains(v, tag) || !strings.HasSuffix(tag, `"`) || !strings.HasPrefix(strings.TrimPrefix(tag, "W/"), `"`) || len(strings.TrimPrefix(tag, "W/")) < 2 {
-				t.Fatalf("parseETags(%q) gave %q, not an entity tag of the value", v, tag)
+				t.Fatalf("Parse(%q) gave %q, not an entity tag of the value", v, tag)
 			}
-			again, err := parseETags([]string{tag})
-			if err != nil || again.any || !slices.Equal(again.tags, []string{tag}) {
+			again, err := Parse([]string{tag})
+			if err != nil || again.Any || !slices.Equal(again.tags, []string{tag}) {
 				t.Fatalf("the tag %q of %q parses as %+v, %v", tag, v, again, err)
 			}
 			if strings.HasPrefix(tag, "W/") {
-				if l2 := (etagList{tags: []string{tag}}); l2.matchStrong(tag) || l2.matchStrong(strings.TrimPrefix(tag, "W/")) {
+				if l2 := (List{tags: []string{tag}}); l2.MatchStrong(tag) || l2.MatchStrong(strings.TrimPrefix(tag, "W/")) {
 					t.Fatalf("the weak tag %q matches strongly", tag)
 				}
-			} else if !l.matchStrong(tag) || !l.matchWeak("W/"+tag) {
+			} else if !l.MatchStrong(tag) || !l.MatchWeak("W/"+tag) {
 				t.Fatalf("%q does not match its own tag %q", v, tag)
 			}
 		}
-		if !l.any && l.matchStrong(`"fuzz"`) && !strings.Contains(v, `"fuzz"`) {
+		if !l.Any && l.MatchStrong(`"fuzz"`) && !strings.Contains(v, `"fuzz"`) {
 			t.Fatalf("%q strongly matches a tag it does not hold", v)
 		}
 	})
