@@ -34,13 +34,15 @@ func LimiterCheck(f *throttle.Failover, ping Check) Check {
 	return func(ctx context.Context) error {
 		perr := ping(ctx)
 		h := f.Health()
-		if perr == nil && h.Degraded && h.Mode == throttle.FailClosed {
-			// The store answers pings again. With fail_mode closed this
-			// instance is unready, so its load balancer sends it no request
-			// that could probe the store: end degraded mode here — in the
-			// background checker, at most once per ready interval, on a
-			// ping that fails where a spend would. (With local or open,
-			// requests keep coming and probe the store for real.)
+		if perr == nil && h.Degraded {
+			// The store answers pings again: end degraded mode here — in
+			// the background checker, at most once per ready interval, on
+			// a ping that fails where a spend would (every master of a
+			// cluster) — without waiting for a request to probe it. With
+			// fail_mode closed this instance is unready, so its load
+			// balancer sends it none; with local or open an idle replica
+			// gets none either, and its geotoll_limiter_degraded would say
+			// 1, firing the alerts, on a healthy store.
 			f.Recovered(ctx)
 			return nil
 		}

@@ -142,22 +142,72 @@ geotoll_limiter_store_errors_total 1
 
 // With fail_mode closed a degraded instance is drained by its load balancer,
 // so no request comes to probe the store: a successful readiness ping must
-// bring it back by itself.
+// bring it back by itself. So must it with local or open on a replica
+// that gets no request: its geotoll_limiter_degraded stayed 1 (the alerts
+// firing) for as long as it stayed idle after the store came back.
 func TestReadyzRecoversWithoutTraffic(t *testing.T) {
-	store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{}), down: true}
-	f := failover(store, throttle.FailClosed)
-	if _, err := f.Admit(context.Background(), oneToken); err == nil {
-		t.Fatal("admitted while the store is down (closed)")
+	for _, mode := range []throttle.FailMode{throttle.FailClosed, throttle.FailLocal, throttle.FailOpen} {
+		t.Run(string(mode), func(t *testing.T) {
+			store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{}), down: true}
+			f := failover(store, mode)
+			reg := prometheus.NewRegistry()
+			if err := WatchLimiter(reg, f); err != nil {
+				t.Fatal(err)
+			}
+			a, err := f.Admit(context.Background(), oneToken)
+			if mode == throttle.FailClosed && err == nil {
+				t.Fatal("admitted while the store is down (closed)")
+			}
+			if err == nil {
+				a.Ticket.Release()
+			}
+			degraded := func() float64 {
+				return gathered(t, reg, "geotoll_limiter_degraded")
+			}
+			if degraded() != 1 {
+				t.Fatal("geotoll_limiter_degraded is not 1 after a failed call")
+			}
+			check := LimiterCheck(f, func(context.Context) error { return store.hit() })
+			if err := check(context.Background()); err == nil {
+				t.Fatal("the check passed plainly while the store is down")
+			}
+			store.set(false)
+			if err := check(context.Background()); err != nil {
+				t.Fatalf("still degraded or not ready after the store answers: %v", err)
+			}
+			if degraded() != 0 {
+				t.Error("geotoll_limiter_degraded is still 1 after readiness saw the store recover")
+			}
+			calls := store.calls
+			if a, err := f.Admit(context.Background(), oneToken); err != nil || !a.Allowed {
+				t.Fatalf("requests still refused after readiness saw the store recover: %+v %v", a, err)
+			} else {
+				a.Ticket.Release()
+			}
+			if store.calls == calls {
+				t.Error("the next request was decided by the fail mode, not the store")
+			}
+		})
 	}
-	check := LimiterCheck(f, func(context.Context) error { return store.hit() })
-	if err := check(context.Background()); err == nil {
-		t.Fatal("ready while the store is down with fail_mode closed")
+}
+
+// gathered is the value of reg's metric name (a gauge or counter of one
+// series).
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
 	}
-	store.set(false)
-	if err := check(context.Background()); err != nil {
-		t.Fatalf("still not ready after the store answers: %v", err)
+	for _, mf := range families {
+		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
+			continue
+		}
+		if g := mf.GetMetric()[0].GetGauge(); g != nil {
+			return g.GetValue()
+		}
+		return mf.GetMetric()[0].GetCounter().GetValue()
 	}
-	if a, err := f.Admit(context.Background(), oneToken); err != nil || !a.Allowed {
-		t.Fatalf("requests still refused after readiness saw the store recover: %+v %v", a, err)
-	}
+	t.Fatalf("no metric %s of one series", name)
+	return 0
 }
