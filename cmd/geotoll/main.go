@@ -44,10 +44,14 @@ import (
 var version = "dev"
 
 func main() {
-	// The first SIGINT or SIGTERM ends ctx; the ones after it stay for
-	// serve, whose shutdown delay a second one ends (laterSignals).
+	// The first SIGINT, SIGTERM or SIGHUP ends ctx; the ones after it stay
+	// for serve, whose shutdown delay a second one ends (laterSignals).
+	// SIGHUP — a closed terminal's, or a supervisor's reload — stops as
+	// SIGTERM does: geotoll reloads nothing (restart it to read a changed
+	// configuration), and Go's default for it, dying at once, would lose
+	// the requests in flight, their settlements and their leases.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals...)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-sigs
@@ -60,7 +64,10 @@ func main() {
 	os.Exit(code)
 }
 
-// laterSignals receives the SIGINTs and SIGTERMs after the first, which
+// stopSignals end a command, serve gracefully.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// laterSignals receives the stop signals after the first, which
 // ended the command's context (main); nil where main did not start the
 // command (tests), where drain listens for them itself.
 var laterSignals <-chan os.Signal

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -379,14 +378,14 @@ func (m *Main) drain(listenerFailed bool) {
 	if d <= 0 || listenerFailed {
 		return
 	}
-	// A second SIGINT or SIGTERM ends the delay: the first one's context
+	// A second stop signal (SIGINT, SIGTERM, SIGHUP) ends the delay: the first one's context
 	// has ended, and an operator pressing Ctrl-C again means now. main
 	// keeps the signals after the first from the start (one sent a moment
 	// after the first is not lost).
 	again := laterSignals
 	if again == nil {
 		own := make(chan os.Signal, 1)
-		signal.Notify(own, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(own, stopSignals...)
 		defer signal.Stop(own)
 		again = own
 	}
