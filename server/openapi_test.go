@@ -5,6 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/gorilla/mux"
+
+	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/tiles"
 )
 
 // Every operation of the document describes the redirect cleanPath sends
@@ -77,5 +82,33 @@ func TestOpenAPIRevalidates(t *testing.T) {
 	}
 	if other := serve(OpenAPI("/maps"), http.MethodGet, "/openapi.json").Header().Get("ETag"); other == tag || other == "" {
 		t.Errorf("the document below /maps has ETag %q, the root's %q: want another", other, tag)
+	}
+}
+
+// Every route's name — the route label of the metrics and the spans — is
+// a path of /openapi.json, as the metrics' help says: the fence route and
+// the preview's files were named by their mux patterns
+// ("/geofence/fences/{id:[0-9]+}", "/web/{path:.*}"), which the document
+// does not name.
+func TestRouteNamesAreTheDocumentsPaths(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Paths map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Tiles: &tiles.Handler{}, Geofence: &geofence.Handler{}, Web: http.NotFoundHandler(),
+		OpenAPI: http.NotFoundHandler(), Budget: http.NotFoundHandler()}
+	names := 0
+	err := newRouter("/maps", o.routes()).Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		names++
+		if _, ok := doc.Paths[route.GetName()]; !ok {
+			t.Errorf("route %q is not a path of openapi.json", route.GetName())
+		}
+		return nil
+	})
+	if err != nil || names < 20 {
+		t.Fatalf("walked %d routes (%v): the walk is broken", names, err)
 	}
 }

@@ -141,9 +141,34 @@ func newRouter(base string, rs []route) *mux.Router {
 		if rt.aliasOf != "" {
 			name = rt.aliasOf
 		}
-		r.Handle(base+rt.path, rt.handler).Methods(rt.methods...).Name(name)
+		r.Handle(base+rt.path, rt.handler).Methods(rt.methods...).Name(documentedPath(name))
 	}
 	return r
+}
+
+// documentedPath is a route's path template as /openapi.json names it, the
+// name its metrics and spans carry: without the patterns its variables
+// match ("/geofence/fences/{id:[0-9]+}" is "/geofence/fences/{id}").
+func documentedPath(template string) string {
+	var b strings.Builder
+	for {
+		open := strings.IndexByte(template, '{')
+		if open < 0 {
+			b.WriteString(template)
+			return b.String()
+		}
+		end := strings.IndexByte(template[open:], '}')
+		if end < 0 {
+			b.WriteString(template)
+			return b.String()
+		}
+		v := template[open : open+end]
+		if colon := strings.IndexByte(v, ':'); colon >= 0 {
+			v = v[:colon]
+		}
+		b.WriteString(template[:open] + v + "}")
+		template = template[open+end+1:]
+	}
 }
 
 // cleanPath redirects a request whose path is not in canonical form — a
