@@ -44,6 +44,7 @@ var scenarios = []scenario{
 	{"two replicas, one budget", twoReplicas},
 	{"postgres stopped", func(s *sc) { postgresDown(s, false) }},
 	{"postgres paused (SIGSTOP)", func(s *sc) { postgresDown(s, true) }},
+	{"postgres down at start-up", postgresDownAtStart},
 	{"pool exhausted", poolExhausted},
 	{"graceful shutdown", gracefulShutdown},
 	{"http hardening", httpHardening},

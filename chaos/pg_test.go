@@ -114,6 +114,44 @@ func postgresDown(s *sc, pause bool) {
 		err == nil && exact(tok, 1000-float64(sent), start), "Redis holds %.4f, %d requests sent", tok, sent)
 }
 
+// PostgreSQL down when the server starts: it starts and answers (503s),
+// and once the database is back the storage its reads failed on at
+// start-up — a polygon layer's pieces, which contains reads, and the
+// serving registry — is read within seconds, retried from 1 s on, not a
+// tiles.storage_refresh (30 s) later: contains answered 503 "has not been
+// read from the database yet" for half a minute while /readyz said ready.
+func postgresDownAtStart(s *sc) {
+	pg := s.env.pg
+	pg.stop()
+	s.t.Cleanup(func() {
+		if len(pg.pids()) == 0 {
+			pg.start() // whatever happens, the next scenarios get their database
+		}
+	})
+	r := startRedis(s.t)
+	cfg := redisConfig(s, r, "local").set("geofence", map[string]any{"layers": []any{map[string]any{
+		"name": "districts", "table": "geotoll.districts", "geometry_column": "geom", "id_column": "id",
+		"properties": []string{"name"}, "statement_timeout": "2s"}}})
+	g := startGeotoll(s.t, s.env.bin, cfg)
+	c := newClient(2)
+	contains := g.base + "/geofence/contains?layer=districts&lng=13.4&lat=52.5"
+	down := get(c, contains)
+	s.check("started with postgres down: contains 503 + Retry-After", down.status == 503 && down.header.Get("Retry-After") != "",
+		"%s", clip(down.String(), 70))
+	pg.start()
+	back := time.Now()
+	var last reply
+	ok := waitFor(10*time.Second, func() bool {
+		last = get(c, contains)
+		if last.status != 200 {
+			time.Sleep(150 * time.Millisecond)
+		}
+		return last.status == 200
+	})
+	s.check("postgres back: contains on a polygon layer answers within 10 s (storage_refresh: 30 s)", ok,
+		"%s, %v after it returned", clip(last.String(), 70), time.Since(back).Round(time.Millisecond))
+}
+
 // Every pooled connection busy with a slow query: the next requests get 503
 // after database.acquire_timeout, never a hang, while /readyz stays 200 (a
 // busy database is not a dead one); the pool recovers.

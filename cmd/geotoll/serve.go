@@ -85,6 +85,9 @@ type Main struct {
 	// tileWarnings and fenceWarnings are the storage warnings standing
 	// since a refresh logged them (see warningLog).
 	tileWarnings, fenceWarnings warningLog
+	// storageUnread: a read of the serving registry or of the geofence
+	// layers' storage failed at start-up; refreshTiles retries it soon.
+	storageUnread bool
 }
 
 // Open connects to PostgreSQL and Redis (lazily: a database that is down at
@@ -361,7 +364,9 @@ func (m *Main) openGeofence(ctx context.Context, gate *toll.Toll, metrics *serve
 	}
 	m.fenceLayers = h.Catalog()
 	rctx, cancel := context.WithTimeout(ctx, discoverTimeout)
-	m.refreshContainment(rctx)
+	if !m.refreshContainment(rctx) {
+		m.storageUnread = true
+	}
 	cancel()
 	return h, nil
 }

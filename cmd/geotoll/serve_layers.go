@@ -56,19 +56,21 @@ func (m *Main) checkLayers(ctx context.Context, tc *tiles.Catalog, gc *geofence.
 
 // refreshContainment re-reads what contains and check read on each
 // geofence layer: its geometry type and its pieces in the serving registry
-// (geofence.Catalog.LoadContainment). A database that does not answer
+// (geofence.Catalog.LoadContainment), and reports whether it read it. A
+// database that does not answer
 // leaves the last storage read (at start-up: contains and check on a layer
 // answer 503 until a refresh works).
-func (m *Main) refreshContainment(ctx context.Context) {
+func (m *Main) refreshContainment(ctx context.Context) (read bool) {
 	if m.fenceLayers == nil {
-		return
+		return true
 	}
 	warnings, err := m.fenceLayers.LoadContainment(ctx, m.Background)
 	if signalled(ctx) {
-		return
+		return false
 	}
 	if err != nil {
 		m.Logger.Warn("geofence layers' storage not read; contains and check on a layer keep what was read before", "err", err)
 	}
 	m.fenceWarnings.report(ctx, m.Logger, "geofence layer storage", warnings, err == nil)
+	return err == nil
 }

@@ -77,6 +77,9 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	rctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 	read := m.refreshStorage(rctx, catalog, nil)
 	cancel()
+	if !read {
+		m.storageUnread = true
+	}
 	for _, l := range catalog.Layers() {
 		if !read {
 			break // storage not known: no layer is said to lack it
@@ -170,10 +173,25 @@ func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache
 	return err == nil
 }
 
+// storageRetry is how soon refreshTiles reads the storage again after a
+// read failed, doubling with each failure up to tiles.storage_refresh.
+const storageRetry = time.Second
+
 // refreshTiles calls refreshStorage and refreshContainment every
-// tiles.storage_refresh until ctx ends.
+// tiles.storage_refresh until ctx ends — sooner after a read failed (at
+// start-up too): storageRetry, doubling up to the refresh interval. A
+// server started while the database was down serves the layers' storage
+// (overviews, pieces; a geofence layer's contains and check, which answer
+// 503 until it is read) within seconds of the database answering, not a
+// whole interval later.
 func (m *Main) refreshTiles(ctx context.Context) {
-	t := time.NewTicker(m.Config.Tiles.StorageRefresh)
+	every := m.Config.Tiles.StorageRefresh
+	retry := min(storageRetry, every)
+	wait := every
+	if m.storageUnread {
+		wait = retry
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
@@ -181,9 +199,15 @@ func (m *Main) refreshTiles(ctx context.Context) {
 			return
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, discoverTimeout)
-			m.refreshStorage(rctx, m.TileCatalog, m.TileCache)
-			m.refreshContainment(rctx)
+			tiles := m.refreshStorage(rctx, m.TileCatalog, m.TileCache)
+			fences := m.refreshContainment(rctx)
 			cancel()
+			if tiles && fences {
+				wait, retry = every, min(storageRetry, every)
+			} else {
+				wait, retry = retry, min(2*retry, every)
+			}
+			t.Reset(wait)
 		}
 	}
 }
