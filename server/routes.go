@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/geotoll/geotoll/geofence"
+	"github.com/geotoll/geotoll/problem"
 	"github.com/geotoll/geotoll/tiles"
 )
 
@@ -190,6 +191,12 @@ func documentedPath(template string) string {
 // the preview page), as a user types it.
 func cleanPath(base string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/") {
+			// The asterisk form ("GET *"): a request of the server as a
+			// whole, which only OPTIONS makes (net/http answers it).
+			problem.Write(w, r, problem.Malformed("", "the request target %q names no resource: send a path", r.RequestURI))
+			return
+		}
 		if encodesReserved(r.URL.RawPath) {
 			notFound(w, r)
 			return
@@ -205,7 +212,7 @@ func cleanPath(base string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		u := url.URL{Path: clean, RawQuery: r.URL.RawQuery}
+		u := url.URL{Path: clean, RawQuery: escapeQuery(r.URL.RawQuery)}
 		w.Header().Set("Location", u.String())
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			w.WriteHeader(http.StatusMovedPermanently)
@@ -213,6 +220,32 @@ func cleanPath(base string, next http.Handler) http.Handler {
 			w.WriteHeader(http.StatusPermanentRedirect)
 		}
 	})
+}
+
+// escapeQuery percent-encodes the bytes of a query as sent that a URI may
+// not hold (RFC 3986 §3.4: non-ASCII bytes, controls, space and "<>\^`{|}),
+// so that a redirect's Location is a URI reference; what a URI may hold,
+// its percent-encodings included, stays as sent.
+func escapeQuery(raw string) string {
+	const hex = "0123456789ABCDEF"
+	var out []byte // nil while nothing needed escaping
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c > ' ' && c < 0x7f && strings.IndexByte(`"<>\^`+"`{|}", c) < 0 {
+			if out != nil {
+				out = append(out, c)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(raw)+8), raw[:i]...)
+		}
+		out = append(out, '%', hex[c>>4], hex[c&15])
+	}
+	if out == nil {
+		return raw
+	}
+	return string(out)
 }
 
 // encodesReserved reports whether the encoded path raw has a reserved

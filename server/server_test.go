@@ -253,6 +253,9 @@ func TestCleanPathRedirectKeepsQueryAndMethod(t *testing.T) {
 		// The base path as typed, without its slash: its root, the preview.
 		{"the base path itself", "/maps", http.MethodGet, "/maps?key=k", http.StatusMovedPermanently, "/maps/?key=k"},
 		{"the base path's dot segment", "/maps", http.MethodGet, "/maps/x/..", http.StatusMovedPermanently, "/maps/"},
+		// A query's bytes a URI may not hold are escaped in Location (it
+		// was sent with raw UTF-8, no URI reference); its escapes stay.
+		{"a query in UTF-8", "", http.MethodGet, "//tiles/places.json?z=caf\xc3\xa9&k=a%20b|c", http.StatusMovedPermanently, "/tiles/places.json?z=caf%C3%A9&k=a%20b%7Cc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := New(Options{Logger: quietLogger(), BasePath: tc.base})
@@ -264,6 +267,21 @@ func TestCleanPathRedirectKeepsQueryAndMethod(t *testing.T) {
 				t.Fatalf("%d Location %q, want %d %q", w.Code, w.Header().Get("Location"), tc.status, tc.location)
 			}
 		})
+	}
+}
+
+// "GET *" (the asterisk form, a request of the server as a whole that only
+// OPTIONS makes) names no resource: a 400 problem. It was redirected to
+// /%2A.
+func TestAsteriskTargetIsMalformed(t *testing.T) {
+	t.Parallel()
+	h := New(Options{Logger: quietLogger()})
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.URL.Path, r.RequestURI = "*", "*"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusBadRequest || w.Header().Get("Location") != "" || w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Errorf("GET *: %d Location %q %q, want a 400 problem", w.Code, w.Header().Get("Location"), w.Body)
 	}
 }
 
