@@ -58,7 +58,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		gatherer: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_http_requests_total",
-			Help: "HTTP requests by route (its path below the base path, as in /openapi.json), method and status (\"aborted\": cut short by a panic after its head was sent; 499: its client hung up before the answer's head was written).",
+			Help: "HTTP requests by route (its path below the base path, as in /openapi.json), method and status (\"aborted\": cut short by a panic after its head was sent; 499: its client hung up before the answer's head was written, or the shutdown grace ran out first and closed its connection).",
 		}, []string{"route", "method", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "geotoll_http_request_duration_seconds",
