@@ -24,11 +24,11 @@ type route struct {
 	aliasOf string
 }
 
-// The methods of routes: reads answer HEAD too (the fence admin's
-// included), except the priced reads of the geofence API.
-func methods() (get, query, post, put, del []string) {
-	return []string{http.MethodGet, http.MethodHead}, []string{http.MethodGet}, []string{http.MethodPost},
-		[]string{http.MethodPut}, []string{http.MethodDelete}
+// The methods of routes: every read answers HEAD too (RFC 9110 §9.1), the
+// priced geofence queries included — a HEAD is priced and run as its GET
+// is, its body left out.
+func methods() (get, post, put, del []string) {
+	return []string{http.MethodGet, http.MethodHead}, []string{http.MethodPost}, []string{http.MethodPut}, []string{http.MethodDelete}
 }
 
 // Paths of the API, below the base path, as its metrics name them.
@@ -53,7 +53,7 @@ const (
 // Options leaves nil has no routes. /tiles/{layer}.json has one segment
 // after /tiles/ and the tile route four: neither can shadow the other.
 func (o Options) routes() []route {
-	get, query, post, put, del := methods()
+	get, post, put, del := methods()
 	var rs []route
 	// The tile route first: mux tries routes in order and tiles are the
 	// hot path (no route here matches another's paths, so order changes
@@ -84,9 +84,9 @@ func (o Options) routes() []route {
 		list, create := g.Admin(g.ListFences), g.Admin(g.CreateFence)
 		one, replace, remove := g.Admin(g.GetFence), g.Admin(g.ReplaceFence), g.Admin(g.DeleteFence)
 		rs = append(rs,
-			route{query, PathWithin, http.HandlerFunc(g.Within), ""},
-			route{query, PathBBox, http.HandlerFunc(g.BBox), ""},
-			route{query, PathContains, http.HandlerFunc(g.Contains), ""},
+			route{get, PathWithin, http.HandlerFunc(g.Within), ""},
+			route{get, PathBBox, http.HandlerFunc(g.BBox), ""},
+			route{get, PathContains, http.HandlerFunc(g.Contains), ""},
 			route{post, PathCheck, http.HandlerFunc(g.Check), ""},
 			route{get, PathFences, list, ""},
 			route{post, PathFences, create, ""},
@@ -109,7 +109,7 @@ func (o Options) routes() []route {
 
 // opsRoutes are the routes of the operators' listener (metrics_listen).
 func (o Options) opsRoutes() []route {
-	get, _, _, _, _ := methods()
+	get, _, _, _ := methods()
 	rs := []route{
 		{get, PathHealth, http.HandlerFunc(healthz), ""},
 		{get, PathReady, o.ready(), ""},

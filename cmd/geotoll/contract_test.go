@@ -689,7 +689,7 @@ func TestContractCatchesMismatches(t *testing.T) {
 		{"the router's 404 not a problem", "GET", "/no/such/route", 404, "text/plain", "404 page not found", nil, false},
 		{"the router's 405 with Allow", "POST", "/tiles", 405, "application/problem+json", problem(405, "method POST is not allowed here"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store"}, true},
 		{"a 405 whose Allow is not the document's operations", "POST", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD", "Cache-Control": "no-store"}, false},
-		{"a HEAD refused where the document has no HEAD", "HEAD", "/geofence/within", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, OPTIONS", "Cache-Control": "no-store"}, true},
+		{"a HEAD refused where the document has no HEAD", "HEAD", "/geofence/check", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "POST, OPTIONS", "Cache-Control": "no-store"}, true},
 		{"a 405 for an operation the document has", "GET", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store"}, false},
 		{"a 405 at a path the document lacks", "POST", "/no/such/route", 405, "application/problem+json", problem(405, "no"), map[string]string{"X-Request-ID": "abc", "Allow": "GET, OPTIONS", "Cache-Control": "no-store"}, false},
 		{"a 405 without its request id", "POST", "/tiles", 405, "application/problem+json", problem(405, "no"), map[string]string{"Allow": "GET, HEAD, OPTIONS", "Cache-Control": "no-store"}, false},

@@ -459,3 +459,27 @@ func TestEndToEndFenceWriteShowsInItsTiles(t *testing.T) {
 	other.refreshStorage(t.Context(), other.TileCatalog, other.TileCache)
 	want(otherBase, "on another replica, after delete and its storage refresh", id)
 }
+
+// A priced geofence query answers HEAD as its GET (RFC 9110 §9.1: a
+// general-purpose server supports GET and HEAD): the same status and
+// headers — its price (X-Request-Cost) and budget among them — and no
+// body. It was a 405.
+func TestEndToEndGeofenceQueryAnswersHEAD(t *testing.T) {
+	t.Parallel()
+	key := createKey(t, "free")
+	base, _ := startServer(t, sizePrices)
+	url := base + "/geofence/within?layer=places&lng=13.4&lat=52.5&radius=10"
+	getResp, _ := get(t, url, key)
+	head, body := send(t, http.MethodHead, url, "", "X-API-Key", key)
+	if head.StatusCode != http.StatusOK || len(body) != 0 {
+		t.Fatalf("HEAD within: %d, %d bytes; want 200 without a body", head.StatusCode, len(body))
+	}
+	for _, h := range []string{"Content-Type", "X-Request-Cost", "RateLimit-Policy", "Cache-Control"} {
+		if head.Header.Get(h) != getResp.Header.Get(h) || head.Header.Get(h) == "" {
+			t.Errorf("HEAD's %s %q, the GET's %q: want the same", h, head.Header.Get(h), getResp.Header.Get(h))
+		}
+	}
+	if head.Header.Get("RateLimit") == "" {
+		t.Error("the HEAD carries no RateLimit: it was not admitted through the budget")
+	}
+}
