@@ -192,15 +192,19 @@ type readLimits struct {
 // the time tells the two apart.
 var errTimeLimit = errors.New("ended at its statement_timeout")
 
-// atLimit marks err with errTimeLimit when statement i, which began (as
-// far as the client can tell: the result before it arrived) at began, ran
-// for its limit, or all but a twentieth of it. The batch started at start.
-func (l readLimits) atLimit(err error, i int, start, began time.Time) error {
+// atLimit marks err with errTimeLimit when statement i ran for its limit:
+// when at least that long passed since began, what the client knows of
+// its start (the batch's sending for the first, the result before it for
+// the others) — a statement the server cut at its limit has run at least
+// that long since then, while one that failed within it may look longer
+// only by the round trip. sent is when the batch was sent (its prepare
+// done), from which the whole read's limit counts.
+func (l readLimits) atLimit(err error, i int, sent, began time.Time) error {
 	limit := l.each[i]
 	if l.read > 0 {
-		limit = min(limit, l.read-began.Sub(start))
+		limit = min(limit, l.read-began.Sub(sent))
 	}
-	if time.Since(began) < limit-limit/20 {
+	if time.Since(began) < limit {
 		return err
 	}
 	return fmt.Errorf("%w (%w)", err, errTimeLimit)
@@ -215,8 +219,10 @@ func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []St
 	// SendBatch returns once the batch is written, after preparing first
 	// the statements the connection has not prepared yet: a round trip of
 	// the database's, before the transaction (and now()) began, that
-	// waits for the statements' tables as they would.
-	prepared := time.Since(start)
+	// waits for the statements' tables as they would. No statement_timeout
+	// runs during it: the statements' limits count from sent.
+	sent := time.Now()
+	prepared, began := sent.Sub(start), sent
 	for range 2 { // BEGIN, jit
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -228,7 +234,7 @@ func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []St
 		}
 		rows, err := br.Query()
 		if err != nil {
-			return limits.atLimit(err, i, start, last)
+			return limits.atLimit(err, i, sent, began)
 		}
 		if s.Scan != nil {
 			err = s.Scan(rows)
@@ -238,12 +244,12 @@ func readBatch(ctx context.Context, conn *pgx.Conn, batch *pgx.Batch, stmts []St
 			err = rows.Err()
 		}
 		if err != nil {
-			return limits.atLimit(err, i, start, last)
+			return limits.atLimit(err, i, sent, began)
 		}
 		// PostgreSQL runs the batch's statements one after another, so the
 		// time between two results is (close to) the later one's.
 		now := time.Now()
-		t.Statements[i], last = now.Sub(last), now
+		t.Statements[i], last, began = now.Sub(last), now, now
 	}
 	var us int64
 	if err := br.QueryRow().Scan(&us); err != nil { // serverSQL

@@ -442,6 +442,7 @@ func TestReadMetersAPreparesWaitForALock(t *testing.T) {
 	f.exec(t, `CREATE TABLE {s}.t (n int)`)
 	f.exec(t, `GRANT SELECT ON {s}.t TO geotoll_reader`)
 	db := &pgcall.DB{Pool: readPool(t, 1)}
+	warm(t, db) // the connection's opening is not part of what is timed
 	tx, err := f.owner.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -471,6 +472,54 @@ func TestReadMetersAPreparesWaitForALock(t *testing.T) {
 	}
 	if meter.DB() != timing.Server {
 		t.Errorf("metered %v, want the server's %v", meter.DB(), timing.Server)
+	}
+}
+
+// A GEOS failure on the data, well within the statement's own limit, stays
+// the data's (503 unavailable, outcome error) however long the prepare
+// before the batch's transaction waited for a lock: no statement_timeout
+// runs during it. Counted from before the prepare, it was taken for a
+// statement stopped at its limit.
+func TestReadGEOSFailureAfterAPrepareWaitIsNotATimeout(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, `CREATE TABLE {s}.bow AS SELECT 'POLYGON((0 0, 10 10, 10 0, 0 10, 0 0))'::geometry AS g`)
+	f.exec(t, `GRANT SELECT ON {s}.bow TO geotoll_reader`)
+	obs := &observer{}
+	db := &pgcall.DB{Pool: readPool(t, 1), RetryAfter: 3, Calls: obs}
+	warm(t, db)
+	tx, err := f.owner.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; the rollback is for a failure
+	if _, err := tx.Exec(t.Context(), f.sql(`LOCK TABLE {s}.bow IN ACCESS EXCLUSIVE MODE`)); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		tx.Commit(context.Background()) //nolint:errcheck // a failed commit ends the lock too
+	}()
+	timing, err := db.Read(t.Context(), pgcall.Statement{
+		SQL: f.sql(`SELECT ST_Intersection(g, 'POLYGON((0 0, 1 0, 1 1, 0 1, 0 0))'::geometry) FROM {s}.bow`), Timeout: 300 * time.Millisecond})
+	if timing.DB < 300*time.Millisecond {
+		t.Fatalf("the read took %v: it did not wait for the lock past the statement's limit", timing.DB)
+	}
+	if p := problem.From(err); p.Code != problem.Unavailable || !strings.Contains(p.Detail, "GEOS") {
+		t.Errorf("a TopologyException on the data after a 400 ms prepare wait: %v (code %s), want the data's 503 naming GEOS", err, p.Code)
+	}
+	if n, _ := obs.get(pgcall.StatementTimeout); n != 0 {
+		t.Errorf("%d statement timeouts observed, want 0", n)
+	}
+}
+
+// warm opens db's connections' first one and uses it, so that a test's
+// timing does not hold the connection's opening.
+func warm(t *testing.T, db *pgcall.DB) {
+	t.Helper()
+	var one int
+	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: 5 * time.Second, Scan: pgcall.One(&one)}); err != nil {
+		t.Fatal(err)
 	}
 }
 
