@@ -44,14 +44,10 @@ import (
 var version = "dev"
 
 func main() {
-	// The first SIGINT, SIGTERM or SIGHUP ends ctx; the ones after it stay
-	// for serve, whose shutdown delay a second one ends (laterSignals).
-	// SIGHUP — a closed terminal's, or a supervisor's reload — stops as
-	// SIGTERM does: geotoll reloads nothing (restart it to read a changed
-	// configuration), and Go's default for it, dying at once, would lose
-	// the requests in flight, their settlements and their leases.
+	// The first stop signal ends ctx; the ones after it stay for serve,
+	// whose shutdown delay a second one ends (laterSignals).
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, stopSignals...)
+	signal.Notify(sigs, stopSignals()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-sigs
@@ -64,8 +60,19 @@ func main() {
 	os.Exit(code)
 }
 
-// stopSignals end a command, serve gracefully.
-var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+// stopSignals are the signals that end a command, serve gracefully:
+// SIGINT, SIGTERM and SIGHUP. SIGHUP — a closed terminal's, or a
+// supervisor's reload — stops as SIGTERM does: geotoll reloads nothing
+// (restart it to read a changed configuration), and Go's default for it,
+// dying at once, would lose the requests in flight, their settlements and
+// their leases. Unless it was started ignoring SIGHUP (nohup): asking for
+// it would undo that, and the closed terminal would stop it.
+func stopSignals() []os.Signal {
+	if signal.Ignored(syscall.SIGHUP) {
+		return []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	}
+	return []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+}
 
 // laterSignals receives the stop signals after the first, which
 // ended the command's context (main); nil where main did not start the

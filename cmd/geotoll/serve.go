@@ -390,7 +390,7 @@ func (m *Main) drain(listenerFailed bool) {
 	again := laterSignals
 	if again == nil {
 		own := make(chan os.Signal, 1)
-		signal.Notify(own, stopSignals...)
+		signal.Notify(own, stopSignals()...)
 		defer signal.Stop(own)
 		again = own
 	}

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bufio"
-	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -21,7 +21,61 @@ import (
 // Redis until its TTL. The test binary runs as the geotoll binary
 // (runAsMain), so that main's own signal handling is what is tested.
 func TestServeStopsOnSIGHUP(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "serve", "-listen", "127.0.0.1:0", "-log-format", "text")
+	s := startServe(t, "")
+	s.wait("msg=serving")
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.wait("shutting down")
+	if err := s.exit(); err != nil {
+		t.Fatalf("serve after SIGHUP: %v, want exit status 0:\n%s", err, s.logs.String())
+	}
+}
+
+// A serve started ignoring SIGHUP (nohup) keeps ignoring it: asking for
+// SIGHUP undid the ignore, so the terminal closing stopped it.
+func TestServeUnderNohupIgnoresSIGHUP(t *testing.T) {
+	s := startServe(t, `trap "" HUP; exec "$0" "$@"`)
+	_, addr, _ := strings.Cut(s.wait("msg=serving"), "addr=")
+	addr, _, _ = strings.Cut(addr, " ")
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // long enough for a shutdown to close the listener
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("serve under nohup after SIGHUP: %v, want it serving:\n%s", err, s.logs.String())
+	}
+	_ = resp.Body.Close()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.wait("shutting down")
+	if err := s.exit(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v, want exit status 0:\n%s", err, s.logs.String())
+	}
+}
+
+// served is a geotoll serve run as a process of its own: the test binary
+// as the geotoll binary (runAsMain), so that main's own signal handling is
+// what is tested, its log read line by line.
+type served struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	lines chan string
+	logs  strings.Builder
+}
+
+// startServe starts serve; with shell, through sh -c shell (the binary
+// and its arguments its $0 and $@).
+func startServe(t *testing.T, shell string) *served {
+	t.Helper()
+	args := []string{"serve", "-listen", "127.0.0.1:0", "-log-format", "text"}
+	cmd := exec.Command(os.Args[0], args...)
+	if shell != "" {
+		cmd = exec.Command("sh", append([]string{"-c", shell, os.Args[0]}, args...)...)
+	}
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), runAsMain + "=1",
 		"GEOTOLL_DATABASE_URL=" + testenv.ReadDatabaseURL(t), "GEOTOLL_REDIS_URL=" + testenv.RedisURL(t),
 		"GEOTOLL_THROTTLE_PREFIX=" + testenv.Prefix(t)}
@@ -33,44 +87,42 @@ func TestServeStopsOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	lines := make(chan string, 256)
+	s := &served{t: t, cmd: cmd, lines: make(chan string, 256)}
 	go func() {
-		defer close(lines)
+		defer close(s.lines)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			lines <- sc.Text()
+			s.lines <- sc.Text()
 		}
 	}()
-	var logs strings.Builder
-	wait := func(what string) {
-		t.Helper()
-		deadline := time.After(30 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("serve's log ended before %q:\n%s", what, logs.String())
-				}
-				logs.WriteString(l + "\n")
-				if strings.Contains(l, what) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("no %q within 30 s:\n%s", what, logs.String())
+	return s
+}
+
+// wait reads the log until a line holds what, and returns that line.
+func (s *served) wait(what string) string {
+	s.t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-s.lines:
+			if !ok {
+				s.t.Fatalf("serve's log ended before %q:\n%s", what, s.logs.String())
 			}
+			s.logs.WriteString(l + "\n")
+			if strings.Contains(l, what) {
+				return l
+			}
+		case <-deadline:
+			s.t.Fatalf("no %q within 30 s:\n%s", what, s.logs.String())
 		}
 	}
-	wait("msg=serving")
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
+}
+
+// exit reads the rest of the log and waits for the process: nil when it
+// exited 0.
+func (s *served) exit() error {
+	for l := range s.lines {
+		s.logs.WriteString(l + "\n")
 	}
-	wait("shutting down")
-	for l := range lines {
-		logs.WriteString(l + "\n")
-	}
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) || err != nil {
-		t.Fatalf("serve after SIGHUP: %v, want exit status 0:\n%s", err, logs.String())
-	}
+	return s.cmd.Wait()
 }
