@@ -114,12 +114,15 @@ func postgresDown(s *sc, pause bool) {
 		err == nil && exact(tok, 1000-float64(sent), start), "Redis holds %.4f, %d requests sent", tok, sent)
 }
 
-// PostgreSQL down when the server starts: it starts and answers (503s),
-// and once the database is back the storage its reads failed on at
-// start-up — a polygon layer's pieces, which contains reads, and the
-// serving registry — is read within seconds, retried from 1 s on, not a
+// PostgreSQL down when the server starts, for 16 s: it starts and answers
+// (503s), and once the database is back the storage its reads failed on
+// at start-up — a polygon layer's pieces, which contains reads, and the
+// serving registry — is read within seconds, retried from 1 s on,
+// doubling up to 5 s (its tries: 1, 3, 7, 12, 17 s…), not a
 // tiles.storage_refresh (30 s) later: contains answered 503 "has not been
-// read from the database yet" for half a minute while /readyz said ready.
+// read from the database yet" for half a minute while /readyz said ready
+// (and, with the retries doubling up to the refresh interval, 15 s after
+// an outage of 16: 1, 3, 7, 15, 31 s).
 func postgresDownAtStart(s *sc) {
 	pg := s.env.pg
 	pg.stop()
@@ -132,12 +135,14 @@ func postgresDownAtStart(s *sc) {
 	cfg := redisConfig(s, r, "local").set("geofence", map[string]any{"layers": []any{map[string]any{
 		"name": "districts", "table": "geotoll.districts", "geometry_column": "geom", "id_column": "id",
 		"properties": []string{"name"}, "statement_timeout": "2s"}}})
+	started := time.Now()
 	g := startGeotoll(s.t, s.env.bin, cfg)
 	c := newClient(2)
 	contains := g.base + "/geofence/contains?layer=districts&lng=13.4&lat=52.5"
 	down := get(c, contains)
 	s.check("started with postgres down: contains 503 + Retry-After", down.status == 503 && down.header.Get("Retry-After") != "",
 		"%s", clip(down.String(), 70))
+	time.Sleep(16*time.Second - time.Since(started))
 	pg.start()
 	back := time.Now()
 	var last reply
@@ -148,7 +153,7 @@ func postgresDownAtStart(s *sc) {
 		}
 		return last.status == 200
 	})
-	s.check("postgres back: contains on a polygon layer answers within 10 s (storage_refresh: 30 s)", ok,
+	s.check("postgres back after 16 s: contains on a polygon layer answers within 10 s (storage_refresh: 30 s)", ok,
 		"%s, %v after it returned", clip(last.String(), 70), time.Since(back).Round(time.Millisecond))
 }
 

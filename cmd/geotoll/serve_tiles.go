@@ -174,16 +174,20 @@ func (m *Main) refreshStorage(ctx context.Context, catalog *tiles.Catalog, cache
 }
 
 // storageRetry is how soon refreshTiles reads the storage again after a
-// read failed, doubling with each failure up to tiles.storage_refresh.
-const storageRetry = time.Second
+// read failed, doubling with each failure up to storageRetryMax (or
+// tiles.storage_refresh, when less).
+const (
+	storageRetry    = time.Second
+	storageRetryMax = 5 * time.Second
+)
 
 // refreshTiles calls refreshStorage and refreshContainment every
 // tiles.storage_refresh until ctx ends — sooner after a read failed (at
-// start-up too): storageRetry, doubling up to the refresh interval. A
-// server started while the database was down serves the layers' storage
+// start-up too): storageRetry, doubling up to storageRetryMax. A server
+// started while the database was down serves the layers' storage
 // (overviews, pieces; a geofence layer's contains and check, which answer
-// 503 until it is read) within seconds of the database answering, not a
-// whole interval later.
+// 503 until it is read) within seconds of the database answering, however
+// long it was down, not a whole interval later.
 func (m *Main) refreshTiles(ctx context.Context) {
 	every := m.Config.Tiles.StorageRefresh
 	retry := min(storageRetry, every)
@@ -205,7 +209,7 @@ func (m *Main) refreshTiles(ctx context.Context) {
 			if tiles && fences {
 				wait, retry = every, min(storageRetry, every)
 			} else {
-				wait, retry = retry, min(2*retry, every)
+				wait, retry = retry, min(2*retry, storageRetryMax, every)
 			}
 			t.Reset(wait)
 		}

@@ -443,19 +443,8 @@ func TestReadMetersAPreparesWaitForALock(t *testing.T) {
 	f.exec(t, `GRANT SELECT ON {s}.t TO geotoll_reader`)
 	db := &pgcall.DB{Pool: readPool(t, 1)}
 	warm(t, db) // the connection's opening is not part of what is timed
-	tx, err := f.owner.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; the rollback is for a failure
-	if _, err := tx.Exec(t.Context(), f.sql(`LOCK TABLE {s}.t IN ACCESS EXCLUSIVE MODE`)); err != nil {
-		t.Fatal(err)
-	}
 	const held = 300 * time.Millisecond
-	go func() {
-		time.Sleep(held)
-		tx.Commit(context.Background()) //nolint:errcheck // a failed commit ends the lock too
-	}()
+	f.lockFor(t, "t", held)
 	ctx, meter := pgcall.WithMeter(t.Context())
 	var n int
 	timing, err := db.Read(ctx, pgcall.Statement{SQL: f.sql(`SELECT count(*) FROM {s}.t`), Timeout: 5 * time.Second, Scan: pgcall.One(&n)})
@@ -488,18 +477,7 @@ func TestReadGEOSFailureAfterAPrepareWaitIsNotATimeout(t *testing.T) {
 	obs := &observer{}
 	db := &pgcall.DB{Pool: readPool(t, 1), RetryAfter: 3, Calls: obs}
 	warm(t, db)
-	tx, err := f.owner.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; the rollback is for a failure
-	if _, err := tx.Exec(t.Context(), f.sql(`LOCK TABLE {s}.bow IN ACCESS EXCLUSIVE MODE`)); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		time.Sleep(400 * time.Millisecond)
-		tx.Commit(context.Background()) //nolint:errcheck // a failed commit ends the lock too
-	}()
+	f.lockFor(t, "bow", 400*time.Millisecond)
 	timing, err := db.Read(t.Context(), pgcall.Statement{
 		SQL: f.sql(`SELECT ST_Intersection(g, 'POLYGON((0 0, 1 0, 1 1, 0 1, 0 0))'::geometry) FROM {s}.bow`), Timeout: 300 * time.Millisecond})
 	if timing.DB < 300*time.Millisecond {

@@ -66,6 +66,28 @@ func (f *fixture) hugePolygon(t *testing.T, n int) {
 	f.exec(t, `GRANT SELECT ON {s}.huge TO geotoll_reader`)
 }
 
+// lockFor takes an ACCESS EXCLUSIVE lock on {s}.table and releases it
+// held later, its transaction committed by a goroutine of its own, which
+// the test waits for before it ends (and before the fixture is dropped).
+func (f *fixture) lockFor(t *testing.T, table string, held time.Duration) {
+	t.Helper()
+	tx, err := f.owner.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), f.sql(`LOCK TABLE {s}.`+table+` IN ACCESS EXCLUSIVE MODE`)); err != nil {
+		_ = tx.Rollback(context.Background())
+		t.Fatal(err)
+	}
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		time.Sleep(held)
+		_ = tx.Commit(context.Background()) // a failed commit ends the lock too
+	}()
+	t.Cleanup(func() { <-released })
+}
+
 // stuckSQL cuts the huge polygon into pieces of at most 256 vertices. The
 // first cut of a 150,000-vertex polygon runs for seconds without looking at
 // interrupts: neither statement_timeout nor a cancel request stops it
