@@ -133,6 +133,15 @@ func TestCORSPreflightNamesThePathsMethods(t *testing.T) {
 		pre.Header().Get("Allow") != "GET, HEAD, OPTIONS" || pre.Header().Get("Access-Control-Allow-Origin") != "https://maps.example.com" {
 		t.Errorf("preflight of /healthz: %d %v; want 204, Allow-Methods \"GET, HEAD\", Allow \"GET, HEAD, OPTIONS\"", pre.Code, pre.Header())
 	}
+	// A path not in canonical form (a base URL ending in /) is redirected,
+	// and the browser's request follows: its preflight names the methods
+	// of the canonical path.
+	for _, path := range []string{"//healthz", "/x/../healthz"} {
+		pre := serve(h, http.MethodOptions, path, "Origin", "https://maps.example.com", "Access-Control-Request-Method", "GET")
+		if pre.Code != http.StatusNoContent || pre.Header().Get("Access-Control-Allow-Methods") != "GET, HEAD" {
+			t.Errorf("preflight of %s: %d %v; want 204, Allow-Methods \"GET, HEAD\"", path, pre.Code, pre.Header())
+		}
+	}
 	nowhere := serve(h, http.MethodOptions, "/no/such/route", "Origin", "https://maps.example.com", "Access-Control-Request-Method", "GET")
 	if nowhere.Code != http.StatusNotFound || nowhere.Header().Get("Access-Control-Allow-Methods") != "" ||
 		nowhere.Header().Get("Content-Type") != "application/problem+json" {

@@ -191,7 +191,7 @@ func documentedPath(template string) string {
 // the preview page), as a user types it.
 func cleanPath(base string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.URL.Path, "/") {
+		if r.RequestURI == "*" {
 			// The asterisk form ("GET *"): a request of the server as a
 			// whole, which only OPTIONS makes (net/http answers it).
 			problem.Write(w, r, problem.Malformed("", "the request target %q names no resource: send a path", r.RequestURI))
@@ -202,10 +202,7 @@ func cleanPath(base string, next http.Handler) http.Handler {
 			return
 		}
 		p := r.URL.Path
-		clean := path.Clean("/" + p)
-		if (strings.HasSuffix(p, "/") && clean != "/") || (base != "" && clean == base) {
-			clean += "/"
-		}
+		clean := canonicalPath(base, p)
 		// RawPath is set only when the path was sent encoded otherwise
 		// than Go encodes it: the redirect's Location is that encoding.
 		if clean == p && r.URL.RawPath == "" {
@@ -222,16 +219,29 @@ func cleanPath(base string, next http.Handler) http.Handler {
 	})
 }
 
-// escapeQuery percent-encodes the bytes of a query as sent that a URI may
-// not hold (RFC 3986 §3.4: non-ASCII bytes, controls, space and "<>\^`{|}),
-// so that a redirect's Location is a URI reference; what a URI may hold,
-// its percent-encodings included, stays as sent.
+// canonicalPath is p in canonical form, as cleanPath redirects to it: dot
+// segments and double slashes gone, a trailing slash kept, and the base
+// path itself ("/maps") its root ("/maps/").
+func canonicalPath(base, p string) string {
+	clean := path.Clean("/" + p)
+	if (strings.HasSuffix(p, "/") && clean != "/") || (base != "" && clean == base) {
+		clean += "/"
+	}
+	return clean
+}
+
+// escapeQuery percent-encodes the bytes of a query as sent that a URI's
+// query may not hold (RFC 3986 §3.4: non-ASCII bytes, controls, space,
+// "#<>[\]^`{|}, and a % that begins no percent-encoding), so that a
+// redirect's Location is a URI reference whose query is the one sent (a
+// raw # would end it there); what a query may hold, its
+// percent-encodings included, stays as sent.
 func escapeQuery(raw string) string {
 	const hex = "0123456789ABCDEF"
 	var out []byte // nil while nothing needed escaping
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
-		if c > ' ' && c < 0x7f && strings.IndexByte(`"<>\^`+"`{|}", c) < 0 {
+		if c > ' ' && c < 0x7f && strings.IndexByte(`"#<>[\]^`+"`{|}", c) < 0 && (c != '%' || escaped(raw[i+1:])) {
 			if out != nil {
 				out = append(out, c)
 			}
@@ -247,6 +257,14 @@ func escapeQuery(raw string) string {
 	}
 	return string(out)
 }
+
+// escaped reports whether s begins with two hex digits: a % before it is a
+// percent-encoding.
+func escaped(s string) bool {
+	return len(s) >= 2 && isHex(s[0]) && isHex(s[1])
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
 // encodesReserved reports whether the encoded path raw has a reserved
 // character percent-encoded (RFC 3986 §2.2).

@@ -65,7 +65,7 @@ func New(o Options) http.Handler {
 	// toll.Finish is innermost: the requests the toll admitted are ended
 	// (settled, their slots freed) when their handler returns or panics.
 	h := withAccessLog(o.Logger, o.CORS.wrap(withKeyedPrivate(toll.Finish(cleanPath(base, r))),
-		func(req *http.Request) []string { return routeMethods(r, req) }))
+		func(req *http.Request) []string { return preflightMethods(r, base, req) }))
 	if o.Metrics != nil {
 		h = o.Metrics.wrap(h)
 	}
@@ -108,6 +108,17 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 
 func notFound(w http.ResponseWriter, r *http.Request) {
 	problem.Write(w, r, problem.Missing("", "no such route"))
+}
+
+// preflightMethods are the methods a CORS preflight's path takes: those of
+// its canonical form, where a path that is not (a double slash from a base
+// URL ending in /) is redirected, and the browser's request follows.
+func preflightMethods(router *mux.Router, base string, r *http.Request) []string {
+	if clean := canonicalPath(base, r.URL.Path); clean != r.URL.Path {
+		r = r.Clone(r.Context())
+		r.URL.Path, r.URL.RawPath = clean, ""
+	}
+	return routeMethods(router, r)
 }
 
 // routeMethods lists the methods some route of router answers at r's path

@@ -283,6 +283,37 @@ func TestAsteriskTargetIsMalformed(t *testing.T) {
 	if w.Code != http.StatusBadRequest || w.Header().Get("Location") != "" || w.Header().Get("Content-Type") != "application/problem+json" {
 		t.Errorf("GET *: %d Location %q %q, want a 400 problem", w.Code, w.Header().Get("Location"), w.Body)
 	}
+	// The absolute form with no path means "/" (RFC 9112 §3.2.2): it is
+	// redirected there, query kept.
+	abs := httptest.NewRequest(http.MethodGet, "http://maps.example.com?key=k", nil)
+	abs.RequestURI = "http://maps.example.com?key=k"
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, abs)
+	if w.Code != http.StatusMovedPermanently || w.Header().Get("Location") != "/?key=k" {
+		t.Errorf("GET http://maps.example.com?key=k: %d Location %q, want 301 /?key=k", w.Code, w.Header().Get("Location"))
+	}
+}
+
+// escapeQuery leaves a query a URI may hold as sent and escapes the rest:
+// a raw # would end the query there for the client following the
+// redirect, a % that begins no escape would be read as one.
+func TestEscapeQuery(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"key=k&dry_run=1":    "key=k&dry_run=1",
+		"key=k%26y&a=%C3%a9": "key=k%26y&a=%C3%a9",
+		"z=caf\xc3\xa9":      "z=caf%C3%A9",
+		"key=k#frag":         "key=k%23frag",
+		"q=100%":             "q=100%25",
+		"q=%zz&r=%4":         "q=%25zz&r=%254",
+		"a=[1]&b={2}|c":      "a=%5B1%5D&b=%7B2%7D%7Cc",
+		"s=a b\t\"q\"":       "s=a%20b%09%22q%22",
+		"ok=/?:@!$'()*+,;=":  "ok=/?:@!$'()*+,;=",
+	} {
+		if got := escapeQuery(raw); got != want {
+			t.Errorf("escapeQuery(%q) = %q, want %q", raw, got, want)
+		}
+	}
 }
 
 // An encoded slash is not a slash, an encoded comma not a comma (RFC 3986

@@ -648,9 +648,11 @@ func (f *Failover) Health() Health {
 func (f *Failover) Doing() string { return f.Mode.doing() }
 
 // Recovered ends degraded mode after a successful out-of-band check of the
-// primary (a readiness probe of a fail_mode closed instance that gets no
-// traffic to probe with). It must come from the process itself, never a
-// caller's request.
+// primary (the background readiness probe, in every fail mode: a drained
+// fail_mode closed instance, or an idle replica, gets no request to probe
+// with). It must come from the process itself, never a caller's request.
+// It only lets calls reach the primary again: a caller's local bucket is
+// reconciled when the primary next answers for that caller.
 func (f *Failover) Recovered(ctx context.Context) { f.succeeded(ctx) }
 
 // succeeded records a call of the primary that worked.
