@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,7 +84,15 @@ func startServe(t *testing.T, shell string) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	// The tests may run ignoring SIGHUP (under nohup, as CI may be
+	// started): an ignored signal stays ignored across exec, a caught one
+	// is reset to its default. Caught while the process starts, SIGHUP
+	// comes to it at its default, whatever the tests' own disposition.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	err = cmd.Start()
+	signal.Stop(hup)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
