@@ -1,9 +1,7 @@
 package server
 
 import (
-	"crypto/sha256"
 	_ "embed"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 
@@ -43,8 +41,7 @@ func OpenAPIDocument(base string) []byte {
 // until the binary or the base path changes.
 func OpenAPI(base string) http.Handler {
 	body := OpenAPIDocument(base)
-	sum := sha256.Sum256(body)
-	tag := `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`
+	tag := etag.Of(body)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Type", "application/json")

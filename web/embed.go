@@ -30,9 +30,7 @@ package web
 import (
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
 	"embed"
-	"encoding/base64"
 	"html"
 	"io/fs"
 	"net/http"
@@ -126,10 +124,9 @@ func HandlerAt(base string) http.Handler {
 		if name == "index.html" {
 			body = atBase(body, base)
 		}
-		sum := sha256.Sum256(body)
 		a := asset{
 			body:        body,
-			etag:        `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`,
+			etag:        etag.Of(body),
 			contentType: contentType(name),
 			gz:          gzipped(body),
 		}

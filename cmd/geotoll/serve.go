@@ -383,10 +383,10 @@ func (m *Main) drain(listenerFailed bool) {
 	if d <= 0 || listenerFailed {
 		return
 	}
-	// A second stop signal (SIGINT, SIGTERM, SIGHUP) ends the delay: the first one's context
-	// has ended, and an operator pressing Ctrl-C again means now. main
-	// keeps the signals after the first from the start (one sent a moment
-	// after the first is not lost).
+	// A second stop signal (SIGINT, SIGTERM, SIGHUP) ends the delay: the
+	// first one's context has ended, and an operator pressing Ctrl-C again
+	// means now. main keeps the signals after the first from the start
+	// (one sent a moment after the first is not lost).
 	again := laterSignals
 	if again == nil {
 		own := make(chan os.Signal, 1)

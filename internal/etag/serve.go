@@ -1,11 +1,20 @@
 package etag
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"net/http"
 	"strconv"
 
 	"github.com/geotoll/geotoll/problem"
 )
+
+// Of is the strong entity tag of a fixed body that Serve answers with: a
+// hash of its bytes, quoted, the same in every process that serves them.
+func Of(body []byte) string {
+	sum := sha256.Sum256(body)
+	return `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`
+}
 
 // Serve answers a GET or HEAD of a fixed body whose ETag is tag (strong;
 // Serve sets it) and whose other headers are set, with the conditions of RFC 9110
