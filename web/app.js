@@ -851,6 +851,10 @@
     map.on('moveend', showView);
     map.on('click', inspect);
     map.on('error', function (e) {
+      // MapLibre asks for no frame when a tile ends in an error, and fires
+      // 'load' and 'idle' only from a frame: were that tile the last one
+      // pending, the map would never say it is done. A frame now does.
+      if (e && e.tile) map.triggerRepaint();
       var err = e && e.error;
       if (err && (err.status === 429 || err.name === 'AbortError')) return; // shown on the map and in the meter
       console.warn('geotoll preview:', err && err.message ? err.message : e);
