@@ -148,7 +148,7 @@ func Finish(next http.Handler) http.Handler {
 }
 
 // hold gives a pass to the request's Finish and caps the request's
-// database time at what it paid for. Without the middleware (a handler
+// database time at what it paid for (StatementBudget). Without the middleware (a handler
 // used on its own) nothing would end it: it is released at its price.
 func hold(r *http.Request, p *Pass) {
 	held, _ := r.Context().Value(passesKey{}).(*passes)
@@ -160,7 +160,7 @@ func hold(r *http.Request, p *Pass) {
 	held.list = append(held.list, p)
 	held.mu.Unlock()
 	if !p.fixed {
-		held.budget.Set(p.toll.StatementBudget(p.price.Cost))
+		held.budget.Set(p.toll.StatementBudget(p.price.Cost, p.most))
 	}
 	if p.share != nil {
 		held.budget.Join(p.share)

@@ -46,23 +46,28 @@ func TestSettledAndStatementBudget(t *testing.T) {
 		t.Errorf("at 2 ms a token, 10 ms settles at %v, want 5", got)
 	}
 	for _, tc := range []struct {
-		price float64
-		want  time.Duration
+		price, most float64
+		want        time.Duration
 	}{
-		{1, DefaultTimeoutFloor},        // 2 ms paid (at 2 ms a token) × 4 is under the floor
-		{50, 400 * time.Millisecond},    // 100 ms paid × 4
-		{500, 4000 * time.Millisecond},  //
-		{0, DefaultTimeoutFloor},        //
-		{31.25, 250 * time.Millisecond}, // exactly the floor
+		{1, 60, DefaultTimeoutFloor},          // 2 ms paid (at 2 ms a token) × 4 is under the floor
+		{50, 1000, 400 * time.Millisecond},    // 100 ms paid × 4
+		{500, 1e6, 4000 * time.Millisecond},   //
+		{0, 60, DefaultTimeoutFloor},          //
+		{31.25, 1000, 250 * time.Millisecond}, // exactly the floor
+		{200, 300, 600 * time.Millisecond},    // 4 × 200 is past the 300 it may be charged: cut at 300's time
+		{150, 150, 300 * time.Millisecond},    // priced at the most it may be charged: cut there
+		{200, 1000, 1600 * time.Millisecond},  // 4 × 200 is within it
+		{60, 10, DefaultTimeoutFloor},         // never under the floor, even where the most pays less
+		{62.5, 1000, 500 * time.Millisecond},  //
 	} {
-		if got := toll.StatementBudget(tc.price); got != tc.want {
-			t.Errorf("StatementBudget(%v) = %v, want %v", tc.price, got, tc.want)
+		if got := toll.StatementBudget(tc.price, tc.most); got != tc.want {
+			t.Errorf("StatementBudget(%v, %v) = %v, want %v", tc.price, tc.most, got, tc.want)
 		}
 	}
 	// A budget past the longest Duration is the longest, not a wrapped
 	// negative that the floor would then replace.
 	toll.TimeoutFactor = 1e13
-	if got := toll.StatementBudget(60); got != time.Duration(math.MaxInt64) {
+	if got := toll.StatementBudget(60, math.Inf(1)); got != time.Duration(math.MaxInt64) {
 		t.Errorf("StatementBudget(60) at a timeout factor of 1e13 = %v, want the longest Duration", got)
 	}
 }
@@ -177,6 +182,26 @@ func TestCutAtWhatWasPaid(t *testing.T) {
 	}
 	// It ran at least 250 ms, which at 1 ms a token is more than the 60
 	// one request may cost: it is charged 60.
+	if left := mustPeek(t, store, "free", "k:1"); left < 40-0.01 || left > 40+0.01 {
+		t.Fatalf("the bucket holds %v: want 100 - 60", left)
+	}
+}
+
+// A request priced at the most one request may be charged (60 tokens, 600
+// ms at the default 10 ms a token) is cut there, not at timeout_factor ×
+// its price (2.4 s): past 600 ms it would run on uncharged. The 1.5 s
+// statement, which a cut at 2.4 s let finish (a 204, charged 60), answers
+// a 503 and is charged 60.
+func TestCutAtWhatItMayBeCharged(t *testing.T) {
+	t.Parallel()
+	store := throttle.NewMemoryStore(throttle.MemoryOptions{})
+	toll := testToll(store)
+	toll.Default.MaxCost = 60
+	h := settleServer(t, toll, Price{Cost: 60, Route: "x", Zoom: -1, Base: 1}, "SELECT pg_sleep(1.5)")
+	w := settleRequest(h)
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("%d %s: want a 503 with Retry-After (cut at the 600 ms it may be charged)", w.Code, w.Body)
+	}
 	if left := mustPeek(t, store, "free", "k:1"); left < 40-0.01 || left > 40+0.01 {
 		t.Fatalf("the bucket holds %v: want 100 - 60", left)
 	}

@@ -91,9 +91,10 @@ type Toll struct {
 	SettleFloor time.Duration
 	// TimeoutFactor and TimeoutFloor (defaults 4 and 250 ms): a request's
 	// statements, all together, run under at most max(TimeoutFloor,
-	// TimeoutFactor × the database time it paid for) — each within its
-	// layer's statement_timeout —
-	// so one whose price was far too low is cut near what it paid for.
+	// TimeoutFactor × the database time it paid for, but no more than the
+	// time the most it may be charged pays for) — each within its layer's
+	// statement_timeout — so one whose price was far too low is cut near
+	// what it paid for, and none runs on past what it can be charged.
 	TimeoutFactor float64
 	TimeoutFloor  time.Duration
 	// AnonymousShare, when set, is the share of the database pool the
@@ -403,9 +404,11 @@ func (t *Toll) Charged(estimate float64, db time.Duration, base, most float64) f
 	return t.Settled(db, base, most)
 }
 
-// StatementBudget is the database time a request of price may take: the
-// time it paid for, times TimeoutFactor, at least TimeoutFloor.
-func (t *Toll) StatementBudget(price float64) time.Duration {
+// StatementBudget is the database time a request of price, which may be
+// charged at most most tokens, may take: the time it paid for, times
+// TimeoutFactor, but no more than the time most pays for — past it the
+// request would run uncharged — and at least TimeoutFloor.
+func (t *Toll) StatementBudget(price, most float64) time.Duration {
 	factor, floor := t.TimeoutFactor, t.TimeoutFloor
 	if factor <= 0 {
 		factor = DefaultTimeoutFactor
@@ -413,7 +416,7 @@ func (t *Toll) StatementBudget(price float64) time.Duration {
 	if floor <= 0 {
 		floor = DefaultTimeoutFloor
 	}
-	ns := price * t.msPerToken() * factor * float64(time.Millisecond)
+	ns := min(price*factor, most) * t.msPerToken() * float64(time.Millisecond)
 	if ns >= math.MaxInt64 { // a conversion past it would wrap
 		return time.Duration(math.MaxInt64)
 	}

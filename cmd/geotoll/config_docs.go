@@ -100,7 +100,7 @@ func budgetDocs() []configDoc {
 		{Key: "throttle.pricing", Default: "density", Meaning: "density: a request costs the database work its density models estimate it reads; size: by its area, radius and points alone (also while a model is being built)"},
 		{Key: "throttle.ms_per_token", Default: "10", Meaning: "the unit of every price: one token is this many milliseconds of database time"},
 		{Key: "throttle.settle_floor", Default: "5ms", Meaning: "a request whose database time stays under this keeps its estimate; above, it is charged the time it took (refund or debit)"},
-		{Key: "throttle.timeout_factor", Default: "4", Meaning: "a request's statements run, together, under at most max(timeout_floor, timeout_factor × the database time it paid for), each within its layer's statement_timeout"},
+		{Key: "throttle.timeout_factor", Default: "4", Meaning: "a request's statements run, together, under at most max(timeout_floor, min(timeout_factor × the database time it paid for, the time of the most it may be charged: max_cost, or its tier's)), each within its layer's statement_timeout"},
 		{Key: "throttle.timeout_floor", Default: "250ms", Meaning: "see timeout_factor"},
 		{Key: "throttle.weights_file", Default: "none", Meaning: "the work models `geotoll calibrate` fitted (YAML): they replace the defaults of the layers they name; a layer's own weights still win"},
 		{Key: "throttle.weights.base", Meaning: "the price of the cheapest request (a cache hit)"},
