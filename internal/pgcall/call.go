@@ -109,21 +109,23 @@ func (c *call) run(ctx context.Context, cancel context.CancelFunc, w work) {
 	}
 }
 
-// release gives conn back to its pool, or — when it cannot be reused: not
-// reuse (its work panicked), the database closed it, a failed statement left its transaction open, or a
-// cancel request of it went out unacknowledged and may still arrive —
-// closes it, after the pool's BeforeClose hook, and takes it out of the
-// pool, before it returns: the pool's slot is free for the next call at
-// once, and never while the connection is still open, so the pool holds
-// at most MaxConns connections. (pgxpool's own Release of such a
-// connection does the same on a goroutine of its own, so the slot comes
-// free some time after the call has returned.) Closing sends Terminate
-// and closes the socket; it waits for nothing from the server. A pool
-// with MinConns opens the replacement at its next health check.
+// release gives conn back to its pool — after a ROLLBACK when a failed
+// statement (cut by its statement_timeout, or cancelled) left its
+// transaction open — or, when it cannot be reused: not reuse (its work
+// panicked), the database closed it, the ROLLBACK failed, or a cancel
+// request of it went out unacknowledged and may still arrive, closes it,
+// after the pool's BeforeClose hook, and takes it out of the pool, before
+// it returns: the pool's slot is free for the next call at once, and never
+// while the connection is still open, so the pool holds at most MaxConns
+// connections. (pgxpool's own Release of such a connection does the same
+// on a goroutine of its own, so the slot comes free some time after the
+// call has returned.) Closing sends Terminate and closes the socket; it
+// waits for nothing from the server. A pool with MinConns opens the
+// replacement at its next health check.
 func release(pool *pgxpool.Pool, conn *pgxpool.Conn, reuse bool) {
 	raw := conn.Conn()
 	pc := raw.PgConn()
-	if reuse && !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' && usable(raw) {
+	if reuse && !pc.IsClosed() && !pc.IsBusy() && usable(raw) && (pc.TxStatus() == 'I' || rolledBack(raw)) {
 		conn.Release()
 		return
 	}
@@ -134,6 +136,19 @@ func release(pool *pgxpool.Pool, conn *pgxpool.Conn, reuse bool) {
 	_ = raw.Close(ctx)
 	cancel()
 	conn.Hijack()
+}
+
+// rolledBack ends the transaction a failed statement left open on conn
+// (one round trip, the simple protocol's) and reports whether conn is
+// idle and usable again. A pool that closed such connections instead
+// opened a backend, and loaded PostGIS in it, for every statement cut at
+// its time.
+func rolledBack(conn *pgx.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackWait)
+	defer cancel()
+	pc := conn.PgConn()
+	_, err := pc.Exec(ctx, "ROLLBACK").ReadAll()
+	return err == nil && !pc.IsClosed() && !pc.IsBusy() && pc.TxStatus() == 'I' && usable(conn)
 }
 
 // guard runs work and returns its error, or — when it panics (a Scan
@@ -150,8 +165,12 @@ func guard(work func() error) (whole bool, err error) {
 }
 
 // closeWait bounds the close of a connection taken out of its pool, as
-// pgxpool bounds its own.
-const closeWait = 15 * time.Second
+// pgxpool bounds its own; rollbackWait the ROLLBACK of a failed
+// statement's transaction, past which the connection is closed instead.
+const (
+	closeWait    = 15 * time.Second
+	rollbackWait = time.Second
+)
 
 // await returns the call's result once its work is done, or — when the
 // call was cut (or its caller went away) and the backend has not stopped

@@ -78,6 +78,41 @@ func TestReadStatementTimeout(t *testing.T) {
 	}
 }
 
+// A statement cut by its statement_timeout leaves its connection's
+// transaction failed, not the connection: it is rolled back and the
+// connection kept. Closed instead, a flood of requests cut at their time
+// made the pool open a backend (and warm PostGIS in it) for each, and
+// calls that waited for those were taken for an outage. (A call whose
+// caller left is cancelled by a cancel request, and its connection closed
+// unless that request was acknowledged before the statement ended: it
+// could still cancel the next one.)
+func TestCutStatementKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	pool := readPool(t, 1)
+	db := &pgcall.DB{Pool: pool, RetryAfter: 2}
+	pid := func() int32 {
+		t.Helper()
+		var p int32
+		if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_backend_pid()`, Timeout: time.Second, Scan: pgcall.One(&p)}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := pid()
+	for i := range 3 {
+		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 50 * time.Millisecond})
+		if problem.From(err).Code != problem.Timeout {
+			t.Fatalf("call %d: %v, want a statement timeout", i, err)
+		}
+	}
+	if now := pid(); now != first {
+		t.Errorf("backend %d after the cut statements, want %d: their connection was closed", now, first)
+	}
+	if n := pool.Stat().NewConnsCount(); n != 1 {
+		t.Errorf("the pool opened %d connections, want 1", n)
+	}
+}
+
 // PostGIS reports a GEOS call that statement_timeout interrupts as an
 // exception GEOS threw (internal_error, XX000), not as a cancel (57014):
 // ST_IsValidDetail of a large polygon stopped at its time limit is a
@@ -611,8 +646,8 @@ func TestReadStatementsShareTheBudget(t *testing.T) {
 	}
 }
 
-// A connection a call cannot give back for reuse — a statement timeout left
-// its transaction failed — is closed and out of the pool when the call
+// A connection a call cannot give back for reuse — its Scan panicked, and
+// what it holds is unknown — is closed and out of the pool when the call
 // returns, not some time later: the pool's only slot is free for the next
 // call at once, and the pool never counts more connections than its
 // MaxConns. The pool's BeforeClose hook, slowed here, shows which comes
@@ -636,9 +671,10 @@ func TestDiscardedConnectionFreesItsSlotBeforeTheCallReturns(t *testing.T) {
 	db := &pgcall.DB{Pool: pool, AcquireTimeout: time.Second, RetryAfter: 2}
 
 	for i := range 3 {
-		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 50 * time.Millisecond})
-		if problem.From(err).Code != problem.Timeout {
-			t.Fatalf("call %d: %v, want a statement timeout", i, err)
+		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT 1`, Timeout: time.Second,
+			Scan: func(pgx.Rows) error { panic("a scanner's bug") }})
+		if err == nil || !strings.Contains(err.Error(), "a scanner's bug") {
+			t.Fatalf("call %d: %v, want the Scan's panic", i, err)
 		}
 		if s := pool.Stat(); s.AcquiredConns() != 0 || s.TotalConns() != 0 || closed.Load() != int32(i+1) {
 			t.Fatalf("call %d returned with %d connections acquired, %d in the pool, %d closed; want 0, 0 and %d",
