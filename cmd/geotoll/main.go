@@ -88,7 +88,18 @@ func newLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
 	if cfg.LogFormat == "text" {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
+	opts.ReplaceAttr = durationText
 	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}
+
+// durationText writes a duration as the text format does ("1.5s"), not as
+// the JSON handler's nanoseconds. (The access log's duration_ms is a
+// number of its own, for dashboards.)
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // adminPool opens the admin role's pool of keys, migrate and seed, each
