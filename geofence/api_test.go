@@ -287,6 +287,49 @@ func TestContainsResponseIsBounded(t *testing.T) {
 	}
 }
 
+// /geofence/within and /geofence/bbox are bounded in positions as contains
+// is: twelve fences of 4,000 positions lie within the radius and the box,
+// but an answer carries at most max_response_vertices positions (20,000):
+// the nearest (within) or the first by id (bbox) that fit, and says it
+// was cut. They answered all 48,000 positions, the geometries of a layer
+// of large polygons rendered whole whatever their size.
+func TestWithinAndBBoxResponsesAreBounded(t *testing.T) {
+	writer := NewStore(writerPool(t))
+	const lng, lat = -40.0, -54.0 // South Atlantic: no demo fence
+	var ids []int64
+	for i := range 12 {
+		f := fence(t, writer, fmt.Sprintf("bounded within %d %s", i, randomSuffix()), circle(lng+0.01*float64(i), lat, 4000))
+		ids = append(ids, f.ID)
+	}
+	h, err := NewHandler(Options{Layers: demoLayers(), Limits: DefaultLimits(), Reader: NewStore(testenv.ReadPool(t)), Gate: &recordingGate{}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		query string
+		want  []int64
+	}{
+		// Nearest first: the fences' centres step east of the point.
+		{fmt.Sprintf("within?layer=geofences&lng=%g&lat=%g&radius=50000", lng-0.6, lat), ids[:5]},
+		{fmt.Sprintf("bbox?layer=geofences&bbox=%g,%g,%g,%g", lng-1, lat-1, lng+1, lat+1), ids[:5]},
+	} {
+		w := httptest.NewRecorder()
+		testRouter(h).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/geofence/"+tc.query, nil))
+		fc := collectionOf(t, w)
+		var members map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &members); err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, f := range fc.Features {
+			got = append(got, f.ID)
+		}
+		if !slices.Equal(got, tc.want) || members["truncated"] != true {
+			t.Errorf("%s: features %v, truncated %v; want %v (20,000 positions), truncated", tc.query, got, members["truncated"], tc.want)
+		}
+	}
+}
+
 // A fence too large for a contains answer is left out alone: a small fence
 // after it, in id order, that fits the answer is answered (the answer says
 // it was cut), where the positions counted used to include the fence left

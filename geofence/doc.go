@@ -114,6 +114,11 @@
 //     positions in all: fences past either cap are left out (geometries
 //     past them are never rendered) and the collection says
 //     "truncated": true.
+//   - a within or bbox answer holds at most limit features, and of them
+//     the nearest (within) or the first by id (bbox) whose positions stay
+//     within MaxResponseVertices in all: it ends before the first feature
+//     that would take it past them (never rendered), and says
+//     "truncated": true.
 //   - limit and fence ids are digits without sign or leading zeros; any
 //     number of digits is well formed: a limit past MaxLimit is a 422, a
 //     fence id past int64 names no fence (404), an after past it is a 422.

@@ -202,12 +202,12 @@ func (h *Handler) Within(w http.ResponseWriter, r *http.Request) {
 	if !h.gate.AdmitGeofence(w, r, d) {
 		return
 	}
-	fs, err := h.reader.Within(r.Context(), q)
+	fs, truncated, err := h.reader.Within(r.Context(), q)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeCollection(w, r, http.StatusOK, fs, nil)
+	h.writeCollection(w, r, http.StatusOK, fs, func(c *collection) { c.Truncated = truncated })
 }
 
 // BBox serves GET /geofence/bbox?layer&bbox=minx,miny,maxx,maxy[&limit]:
@@ -223,12 +223,12 @@ func (h *Handler) BBox(w http.ResponseWriter, r *http.Request) {
 	if !h.gate.AdmitGeofence(w, r, d) {
 		return
 	}
-	fs, err := h.reader.BBox(r.Context(), q)
+	fs, truncated, err := h.reader.BBox(r.Context(), q)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.writeCollection(w, r, http.StatusOK, fs, nil)
+	h.writeCollection(w, r, http.StatusOK, fs, func(c *collection) { c.Truncated = truncated })
 }
 
 // Contains serves GET /geofence/contains?lng&lat[&limit]: the fences that

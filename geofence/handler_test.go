@@ -40,16 +40,16 @@ func (f *fakeReader) record(call string) {
 
 var cannedFeature = Feature{ID: 7, Geometry: json.RawMessage(`{"type":"Point","coordinates":[1,2]}`), Properties: json.RawMessage(`{"name":"x"}`)}
 
-func (f *fakeReader) Within(_ context.Context, q WithinQuery) ([]Feature, error) {
+func (f *fakeReader) Within(_ context.Context, q WithinQuery) ([]Feature, bool, error) {
 	f.record("within")
 	f.within = append(f.within, q)
-	return []Feature{cannedFeature}, nil
+	return []Feature{cannedFeature}, false, nil
 }
 
-func (f *fakeReader) BBox(_ context.Context, q BBoxQuery) ([]Feature, error) {
+func (f *fakeReader) BBox(_ context.Context, q BBoxQuery) ([]Feature, bool, error) {
 	f.record("bbox")
 	f.bbox = append(f.bbox, q)
-	return nil, nil
+	return nil, false, nil
 }
 
 func (f *fakeReader) Contains(context.Context, ContainsQuery) ([]Feature, bool, error) {

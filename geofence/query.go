@@ -152,7 +152,7 @@ func (h *Handler) parseWithin(r *http.Request) (WithinQuery, error) {
 	if err != nil {
 		return WithinQuery{}, err
 	}
-	var q WithinQuery
+	q := WithinQuery{MaxVertices: h.limits.MaxResponseVertices}
 	if q.Layer, err = qs.layer(h.catalog); err != nil {
 		return q, err
 	}
@@ -177,7 +177,7 @@ func (h *Handler) parseBBox(r *http.Request) (BBoxQuery, error) {
 	if err != nil {
 		return BBoxQuery{}, err
 	}
-	var q BBoxQuery
+	q := BBoxQuery{MaxVertices: h.limits.MaxResponseVertices}
 	if q.Layer, err = qs.layer(h.catalog); err != nil {
 		return q, err
 	}

@@ -3,12 +3,14 @@ package geofence
 import "context"
 
 // WithinQuery asks for the features of Layer within Radius metres of
-// (Lng, Lat), nearest first, at most Limit of them.
+// (Lng, Lat), nearest first: at most Limit of them, and the nearest whose
+// positions stay within MaxVertices in all (0: no such cap).
 type WithinQuery struct {
-	Layer    *Layer
-	Lng, Lat float64
-	Radius   float64
-	Limit    int
+	Layer       *Layer
+	Lng, Lat    float64
+	Radius      float64
+	Limit       int
+	MaxVertices int
 }
 
 // ContainsQuery asks for the fences that contain (Lng, Lat), in id order:
@@ -39,21 +41,23 @@ type FencesQuery struct {
 	MaxVertices int
 }
 
-// BBoxQuery asks for the features of Layer that intersect Box, in id order,
-// at most Limit of them.
+// BBoxQuery asks for the features of Layer that intersect Box, in id order:
+// at most Limit of them, and the first whose positions stay within
+// MaxVertices in all (0: no such cap).
 type BBoxQuery struct {
-	Layer *Layer
-	Box   BBox
-	Limit int
+	Layer       *Layer
+	Box         BBox
+	Limit       int
+	MaxVertices int
 }
 
 // Reader runs the read queries; *Store is the production one. Handler tests
 // substitute their own.
 type Reader interface {
-	Within(ctx context.Context, q WithinQuery) ([]Feature, error)
-	BBox(ctx context.Context, q BBoxQuery) ([]Feature, error)
-	// Contains reports truncated when fences that contain the point were
-	// left out by q's caps.
+	// Within, BBox and Contains report truncated when features were left
+	// out by q's caps of positions (and, for Contains, of fences).
+	Within(ctx context.Context, q WithinQuery) (fs []Feature, truncated bool, err error)
+	BBox(ctx context.Context, q BBoxQuery) (fs []Feature, truncated bool, err error)
 	Contains(ctx context.Context, q ContainsQuery) (fs []Feature, truncated bool, err error)
 	// Check returns, for each point in order, the ids of the fences (or
 	// the layer's features) that contain it (never nil; empty when none),

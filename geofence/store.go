@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -107,23 +108,32 @@ var (
 )
 
 // Within implements Reader.
-func (s *Store) Within(ctx context.Context, q WithinQuery) ([]Feature, error) {
-	fs, err := s.features(ctx, q.Layer.StatementTimeout, q.Layer.withinSQL, q.Lng, q.Lat, q.Radius, q.Limit)
-	return fs, pgcall.Misfit(err, q.Layer.subject())
+func (s *Store) Within(ctx context.Context, q WithinQuery) ([]Feature, bool, error) {
+	fs, truncated, err := s.features(ctx, q.Layer.StatementTimeout, q.Layer.withinSQL, q.Lng, q.Lat, q.Radius, q.Limit, positionCap(q.MaxVertices))
+	return fs, truncated, pgcall.Misfit(err, q.Layer.subject())
 }
 
 // BBox implements Reader. A box that crosses the antimeridian is queried as
 // its two parts in one statement.
-func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, error) {
+func (s *Store) BBox(ctx context.Context, q BBoxQuery) ([]Feature, bool, error) {
 	parts := q.Box.Parts()
 	a := parts[0]
 	var west2, east2 *float64
 	if len(parts) == 2 {
 		west2, east2 = &parts[1].Min[0], &parts[1].Max[0]
 	}
-	fs, err := s.features(ctx, q.Layer.StatementTimeout, q.Layer.bboxSQL,
-		a.Min[0], a.Min[1], a.Max[0], a.Max[1], west2, east2, q.Limit)
-	return fs, pgcall.Misfit(err, q.Layer.subject())
+	fs, truncated, err := s.features(ctx, q.Layer.StatementTimeout, q.Layer.bboxSQL,
+		a.Min[0], a.Min[1], a.Max[0], a.Max[1], west2, east2, q.Limit, positionCap(q.MaxVertices))
+	return fs, truncated, pgcall.Misfit(err, q.Layer.subject())
+}
+
+// positionCap is a query's cap of positions as the layers' within and bbox
+// statements take it: max, or none (the most a bigint holds).
+func positionCap(max int) int64 {
+	if max <= 0 {
+		return math.MaxInt64
+	}
+	return int64(max)
 }
 
 // Contains implements Reader. Fence rows past the caps come without a
@@ -287,31 +297,23 @@ func (s *Store) Check(ctx context.Context, q CheckQuery) ([][]int64, error) {
 }
 
 // features runs a query whose rows are (id, geometry, properties).
-func (s *Store) features(ctx context.Context, timeout time.Duration, sql string, args ...any) ([]Feature, error) {
-	var out []Feature
+// features runs a layer's within or bbox statement: its rows past the
+// cap of positions come without a geometry, each left out and making the
+// answer truncated (scanCapped).
+func (s *Store) features(ctx context.Context, timeout time.Duration, sql string, args ...any) ([]Feature, bool, error) {
+	var (
+		out       []Feature
+		truncated bool
+	)
 	_, err := s.db().Read(ctx, pgcall.Statement{SQL: sql, Args: args, Timeout: timeout,
-		Scan: func(rows pgx.Rows) error {
-			var err error
-			out, err = scanFeatures(rows)
+		Scan: func(rows pgx.Rows) (err error) {
+			out, truncated, err = scanCapped(rows, false)
 			return err
 		}})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return out, nil
-}
-
-func scanFeatures(rows pgx.Rows) ([]Feature, error) {
-	out := []Feature{}
-	var f Feature
-	var geom string
-	_, err := pgx.ForEachRow(rows, []any{&f.ID, &geom, &f.Properties}, func() error {
-		f.Geometry = json.RawMessage(geom)
-		out = append(out, f)
-		f = Feature{}
-		return nil
-	})
-	return out, err
+	return out, truncated, nil
 }
 
 // scanFences reads fence rows: (id, geometry, properties, revision).

@@ -200,7 +200,7 @@ func TestWithinIsGeographyCorrect(t *testing.T) {
 	for ci, c := range []string{"equator", "north70"} {
 		t.Run(c, func(t *testing.T) {
 			xy := centres[c]
-			fs, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("geotest"), Lng: xy[0], Lat: xy[1], Radius: 5000, Limit: 1000})
+			fs, _, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("geotest"), Lng: xy[0], Lat: xy[1], Radius: 5000, Limit: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,7 +261,7 @@ func TestWithinMatchesSTDistanceOnSeedData(t *testing.T) {
 		lng, lat float64
 	}{{"quito, near the equator", -78.4678, -0.1807}, {"tromsø, 69.65°N", 18.9553, 69.6492}} {
 		t.Run(c.name, func(t *testing.T) {
-			fs, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("places"), Lng: c.lng, Lat: c.lat, Radius: 5000, Limit: 1000})
+			fs, _, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("places"), Lng: c.lng, Lat: c.lat, Radius: 5000, Limit: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -347,16 +347,16 @@ func TestQueriesUseTheIndexes(t *testing.T) {
 		index string
 		table string
 	}{
-		{"within 5 km", places.WithinSQL(), []any{13.4, 52.5, 5000.0, 100}, "places_geom_geog_gist", "places"},
-		{"within 50 km", places.WithinSQL(), []any{13.4, 52.5, 50000.0, 1000}, "places_geom_geog_gist", "places"},
-		{"within on districts", cat.Layer("districts").WithinSQL(), []any{13.4, 52.5, 5000.0, 100}, "districts_geom_geog_gist", "districts"},
-		{"bbox", places.BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100}, "places_geom_gist", "places"},
-		{"bbox across the antimeridian", places.BBoxSQL(), []any{175.0, -20.0, 180.0, -15.0, -180.0, -175.0, 100}, "places_geom_gist", "places"},
-		{"bbox on districts", cat.Layer("districts").BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100}, "districts_geom_gist", "districts"},
+		{"within 5 km", places.WithinSQL(), []any{13.4, 52.5, 5000.0, 100, 20000}, "places_geom_geog_gist", "places"},
+		{"within 50 km", places.WithinSQL(), []any{13.4, 52.5, 50000.0, 1000, 20000}, "places_geom_geog_gist", "places"},
+		{"within on districts", cat.Layer("districts").WithinSQL(), []any{13.4, 52.5, 5000.0, 100, 20000}, "districts_geom_geog_gist", "districts"},
+		{"bbox", places.BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100, 20000}, "places_geom_gist", "places"},
+		{"bbox across the antimeridian", places.BBoxSQL(), []any{175.0, -20.0, 180.0, -15.0, -180.0, -175.0, 100, 20000}, "places_geom_gist", "places"},
+		{"bbox on districts", cat.Layer("districts").BBoxSQL(), []any{13.0, 52.0, 14.0, 53.0, nil, nil, 100, 20000}, "districts_geom_gist", "districts"},
 		// A long, thin box holding few places, with a limit of 1: walking the
 		// id index and filtering row after row until one is in the box read
 		// tens of thousands of rows where the price counted the box's few.
-		{"bbox of a sparse band, limit 1", places.BBoxSQL(), []any{20.0, 52.4, 120.0, 52.6, nil, nil, 1}, "places_geom_gist", "places"},
+		{"bbox of a sparse band, limit 1", places.BBoxSQL(), []any{20.0, 52.4, 120.0, 52.6, nil, nil, 1, 20000}, "places_geom_gist", "places"},
 		{"check", checkSQL, []any{[]float64{13.4, 2.35}, []float64{52.5, 48.85}}, "geofence_pieces_geom_gist", "geofence_pieces"},
 		{"contains", containsSQL, []any{13.4, 52.5, 1000, 20000}, "geofence_pieces_geom_gist", "geofence_pieces"},
 	}
@@ -380,7 +380,7 @@ func TestBBoxAcrossTheAntimeridian(t *testing.T) {
 	ctx := ctxT(t)
 	ids := func(b BBox, l *Layer) []int64 {
 		t.Helper()
-		fs, err := store.BBox(ctx, BBoxQuery{Layer: l, Box: b, Limit: 1000})
+		fs, _, err := store.BBox(ctx, BBoxQuery{Layer: l, Box: b, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -737,7 +737,7 @@ func TestStatementTimeoutIs503(t *testing.T) {
 	}
 	store := NewStore(testenv.ReadPool(t))
 	store.RetryAfter = 4
-	_, err = store.Within(ctxT(t), WithinQuery{Layer: c.Layer("slow"), Lng: 13.4, Lat: 52.5, Radius: 50000, Limit: 1000})
+	_, _, err = store.Within(ctxT(t), WithinQuery{Layer: c.Layer("slow"), Lng: 13.4, Lat: 52.5, Radius: 50000, Limit: 1000})
 	wantProblem(t, err, problem.Timeout, "")
 	if p := problem.From(err); p.RetryAfter != 4 || problem.Status(p.Code) != 503 {
 		t.Errorf("timeout problem %+v", p)
@@ -809,7 +809,7 @@ func TestCancelledRequestCancelsTheQuery(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("slow"), Lng: 0, Lat: 0, Radius: 50000, Limit: 10})
+		_, _, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("slow"), Lng: 0, Lat: 0, Radius: 50000, Limit: 10})
 		errc <- err
 	}()
 	waitRunning("the query started", 1)
@@ -847,7 +847,7 @@ func TestBBoxOfNoWidthOrHeightIsALineOrAPoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fs, err := store.BBox(ctx, BBoxQuery{Layer: cat.Layer(layer), Box: tc.box, Limit: 1000})
+			fs, _, err := store.BBox(ctx, BBoxQuery{Layer: cat.Layer(layer), Box: tc.box, Limit: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -885,7 +885,7 @@ func TestWithinRadiusZeroWhereLongitudesMeet(t *testing.T) {
 		lng, lat float64
 		want     int64
 	}{{-180, 0.25, 3}, {180, 0.25, 3}, {179, 90, 5}, {-20, 90, 5}} {
-		fs, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("geotest"), Lng: tc.lng, Lat: tc.lat, Radius: 0, Limit: 10})
+		fs, _, err := store.Within(ctx, WithinQuery{Layer: cat.Layer("geotest"), Lng: tc.lng, Lat: tc.lat, Radius: 0, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

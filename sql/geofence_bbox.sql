@@ -7,7 +7,7 @@
 --   $5 west, $6 east of the second part of a box that crosses the
 --      antimeridian, split at it; both NULL otherwise (and the second test
 --      is NULL: it matches nothing)
---   $7 feature cap (LIMIT)
+--   $7 feature cap (LIMIT)   $8 cap on positions in the whole answer
 --
 -- The box is planar in lon/lat: its edges are meridians and parallels, as a
 -- map draws them. A box of no width or no height is the line (or point) it
@@ -20,21 +20,35 @@
 -- enough are in the box — tens of thousands of rows for a sparse box, where
 -- the price counts the features in the box. So the box's features are read
 -- through the GiST index and the first by id kept (a top-N sort).
+--
+-- The answer carries the first rows by id whose positions (ST_NPoints),
+-- with those of the rows before them, stay within $8: the rows after the
+-- first that would pass it are not returned, and that one comes without
+-- its geometry or properties, which the caller drops, reporting the
+-- answer as truncated. Geometries past the cap are never rendered.
 SELECT n.id,
-       ST_AsGeoJSON(n.geom) AS geometry,
-       (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p) AS properties
+       CASE WHEN n.total <= $8::bigint THEN ST_AsGeoJSON(n.geom) END AS geometry,
+       CASE WHEN n.total <= $8::bigint THEN
+           (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p) END AS properties
 FROM (
-    SELECT b.*
+  SELECT c.*, sum(c.np) OVER (ORDER BY c.id ROWS UNBOUNDED PRECEDING)::bigint AS total
+  FROM (
+    SELECT l.*, ST_NPoints(l.geom) AS np
     FROM (
-        SELECT t.{{.ID}} AS id,
-               t.{{.Geom}} AS geom{{range .Props}},
-               t.{{.Col}} AS {{.Alias}}{{end}}
-        FROM {{.Table}} AS t
-        WHERE ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($1::float8, $2::float8), ST_Point($3::float8, $4::float8))::geometry, 4326))
-           OR ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($5::float8, $2::float8), ST_Point($6::float8, $4::float8))::geometry, 4326))
-        OFFSET 0
-    ) AS b
-    ORDER BY b.id
-    LIMIT $7::int
+      SELECT b.*
+      FROM (
+          SELECT t.{{.ID}} AS id,
+                 t.{{.Geom}} AS geom{{range .Props}},
+                 t.{{.Col}} AS {{.Alias}}{{end}}
+          FROM {{.Table}} AS t
+          WHERE ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($1::float8, $2::float8), ST_Point($3::float8, $4::float8))::geometry, 4326))
+             OR ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($5::float8, $2::float8), ST_Point($6::float8, $4::float8))::geometry, 4326))
+          OFFSET 0
+      ) AS b
+      ORDER BY b.id
+      LIMIT $7::int
+    ) AS l
+  ) AS c
 ) AS n
+WHERE n.total - n.np <= $8::bigint
 ORDER BY n.id

@@ -6,6 +6,7 @@
 -- is bound:
 --   $1 longitude, $2 latitude (degrees, EPSG:4326)
 --   $3 radius in metres on the ground   $4 feature cap (LIMIT)
+--   $5 cap on positions in the whole answer
 --
 -- Geography-correct: ST_DWithin and ST_Distance on geography measure metres
 -- on the WGS 84 spheroid, so 5 km is 5 km at the equator and at 70°N. The
@@ -16,18 +17,34 @@
 -- The filter's radius is at least 1 mm: the index's test of a radius of 0
 -- misses what touches the point where longitudes meet (at ±180°, at a
 -- pole), which ST_DWithin on the row itself finds.
+--
+-- The answer carries the nearest rows whose positions (ST_NPoints), with
+-- those of the rows before them, stay within $5: the rows after the first
+-- that would pass it are not returned, and that one comes without its
+-- geometry or properties, which the caller drops, reporting the answer as
+-- truncated. Geometries past the cap are never rendered as GeoJSON, so
+-- an answer costs at most $5 positions of rendering and bytes, whatever
+-- the rows hold.
 SELECT n.id,
-       ST_AsGeoJSON(n.geom) AS geometry,
-       (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p)
-           || jsonb_build_object('distance_m', n.distance_m) AS properties
+       CASE WHEN n.total <= $5::bigint THEN ST_AsGeoJSON(n.geom) END AS geometry,
+       CASE WHEN n.total <= $5::bigint THEN
+           (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p)
+           || jsonb_build_object('distance_m', n.distance_m) END AS properties
 FROM (
-    SELECT t.{{.ID}} AS id,
-           t.{{.Geom}} AS geom,
-           ST_Distance(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography) AS distance_m{{range .Props}},
-           t.{{.Col}} AS {{.Alias}}{{end}}
-    FROM {{.Table}} AS t
-    WHERE ST_DWithin(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography, greatest($3::float8, 0.001))
-    ORDER BY distance_m, id
-    LIMIT $4::int
+  SELECT s.*, sum(s.np) OVER (ORDER BY s.distance_m, s.id ROWS UNBOUNDED PRECEDING)::bigint AS total
+  FROM (
+    SELECT l.*, ST_NPoints(l.geom) AS np
+    FROM (
+      SELECT t.{{.ID}} AS id,
+             t.{{.Geom}} AS geom,
+             ST_Distance(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography) AS distance_m{{range .Props}},
+             t.{{.Col}} AS {{.Alias}}{{end}}
+      FROM {{.Table}} AS t
+      WHERE ST_DWithin(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography, greatest($3::float8, 0.001))
+      ORDER BY distance_m, id
+      LIMIT $4::int
+    ) AS l
+  ) AS s
 ) AS n
+WHERE n.total - n.np <= $5::bigint
 ORDER BY n.distance_m, n.id

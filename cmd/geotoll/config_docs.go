@@ -142,7 +142,7 @@ func budgetDocs() []configDoc {
 		{Key: "geofence.max_body_bytes", Meaning: "query body limit: the batch check (beyond: 413)"},
 		{Key: "geofence.max_fence_bytes", Meaning: "fence body limit of the admin routes (beyond: 413): a detailed coastline is several MB of GeoJSON"},
 		{Key: "geofence.max_vertices", Meaning: "positions per fence written (fences are stored cut into pieces of 256 vertices)"},
-		{Key: "geofence.max_response_vertices", Meaning: "the most positions one contains answer on the fences carries (fences past it are left out: truncated), and one page of the fence list (a page ends before the fence that would pass it, with next; a larger fence is alone on its page)"},
+		{Key: "geofence.max_response_vertices", Meaning: "the most positions one within, bbox or contains answer carries (within and bbox end before the first feature past it, contains leaves out the fences past it: truncated), and one page of the fence list (a page ends before the fence that would pass it, with next; a larger fence is alone on its page)"},
 		{Key: "geofence.statement_timeout", Meaning: "geofence queries' statement timeout"},
 		{Key: "geofence.fence_write_timeout", Meaning: "the statement timeout of each statement of a fence write (cutting a fence of several hundred thousand positions into pieces takes seconds); less than http.request_timeout"},
 		{Key: "geofence.layers", Default: "places, districts, geofences", Meaning: "searchable layers (YAML only), merged by name into the demo layers: name, table, geometry_column (SRID 4326), id_column, properties, statement_timeout; polygon layers also answer contains and check with ?layer= (from their pieces when geotoll prepare built them)"},

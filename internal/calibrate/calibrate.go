@@ -222,14 +222,15 @@ func (rep *Report) demand(ctx context.Context, o Options, group string, l *geofe
 		var err error
 		switch d.Kind {
 		case geofence.KindWithin:
-			_, err = o.Geofence.Within(ctx, geofence.WithinQuery{Layer: l, Lng: d.At[0][0], Lat: d.At[0][1], Radius: d.RadiusM, Limit: d.Limit})
+			_, _, err = o.Geofence.Within(ctx, geofence.WithinQuery{Layer: l, Lng: d.At[0][0], Lat: d.At[0][1], Radius: d.RadiusM, Limit: d.Limit,
+				MaxVertices: o.Limits.MaxResponseVertices})
 		case geofence.KindBBox:
 			east := d.Bound.Max[0]
 			if east > 180 {
 				east -= 360
 			}
 			box := geofence.BBox{West: d.Bound.Min[0], South: d.Bound.Min[1], East: east, North: d.Bound.Max[1]}
-			_, err = o.Geofence.BBox(ctx, geofence.BBoxQuery{Layer: l, Box: box, Limit: d.Limit})
+			_, _, err = o.Geofence.BBox(ctx, geofence.BBoxQuery{Layer: l, Box: box, Limit: d.Limit, MaxVertices: o.Limits.MaxResponseVertices})
 		case geofence.KindContains:
 			_, _, err = o.Geofence.Contains(ctx, geofence.ContainsQuery{Layer: ct, Lng: d.At[0][0], Lat: d.At[0][1], Limit: d.Limit,
 				MaxVertices: o.Limits.MaxResponseVertices})
