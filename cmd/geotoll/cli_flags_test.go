@@ -72,6 +72,9 @@ func TestFlagsUsageErrorsExit2(t *testing.T) {
 		{[]string{"seed", "-fences", "0"}, "seed: -points 240000 and -fences 0 must be at least 1"},
 		{[]string{"opendata", "-points", "0"}, "opendata: -points 0 must be at least 1"},
 		{[]string{"opendata", "-simplify", "0"}, "opendata: -simplify 0"},
+		{[]string{"opendata", "-seed", "0"}, "opendata: -seed 0 must be at least 1"},
+		{[]string{"opendata", "-schema", ""}, "opendata: -schema and -reader must not be empty"},
+		{[]string{"opendata", "-reader", ""}, "opendata: -schema and -reader must not be empty"},
 		{[]string{"calibrate", "-layers", "nosuch"}, `calibrate: -layers: unknown layer "nosuch"`},
 	} {
 		code, out, errOut := cliRun(t, tc.args...)

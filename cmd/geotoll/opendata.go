@@ -35,11 +35,15 @@ func (c *cli) openDataCommand() *ffcli.Command {
 			return err
 		}
 		// The flags, checked before connecting. A zero Options field is its
-		// default: a -points or -simplify of 0 asked for is refused, not
-		// read as the default.
+		// default: a -points, -seed or -simplify of 0, or an empty -schema
+		// or -reader, asked for is refused, not read as the default.
 		switch {
 		case o.Points == 0:
 			return usageError{"opendata: -points 0 must be at least 1"}
+		case o.Seed == 0:
+			return usageError{"opendata: -seed 0 must be at least 1"}
+		case o.Schema == "" || o.Reader == "":
+			return usageError{"opendata: -schema and -reader must not be empty"}
 		case o.Simplify == 0:
 			return usageError{"opendata: -simplify 0: give a tolerance above 0, or a negative one for no simplified copy"}
 		}
