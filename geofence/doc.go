@@ -116,8 +116,9 @@
 //     "truncated": true.
 //   - a within or bbox answer holds at most limit features, and of them
 //     the nearest (within) or the first by id (bbox) whose positions stay
-//     within MaxResponseVertices in all: it ends before the first feature
-//     that would take it past them (never rendered), and says
+//     within MaxResponseVertices in all: a feature larger than the cap is
+//     left out alone, and the answer ends before the first other that
+//     would take it past the cap (neither rendered); it then says
 //     "truncated": true.
 //   - limit and fence ids are digits without sign or leading zeros; any
 //     number of digits is well formed: a limit past MaxLimit is a 422, a

@@ -345,7 +345,7 @@ type collection struct {
 	Type     string    `json:"type"`
 	Features []Feature `json:"features"`
 	Next     string    `json:"next,omitempty"` // fence list: the next page
-	// Truncated: contains left fences out (see Handler.Contains).
+	// Truncated: within, bbox or contains left features out (their caps).
 	Truncated bool `json:"truncated,omitempty"`
 }
 

@@ -227,13 +227,16 @@ type Limits struct {
 	// 1,000,000 (fences are stored cut into pieces, so their size does
 	// not slow contains and check).
 	MaxVertices int `yaml:"max_vertices"`
-	// MaxResponseVertices caps the positions of one contains answer and
-	// of one page of the fence list (their bytes); default 20000. Fences
-	// past it are left out of a contains answer, which says "truncated":
-	// true: a fence larger than the cap is answered by check (its id) and
-	// drawn by GET /geofence/fences/{id}. A list page ends before the fence
-	// that would pass it and gives the next page, but always carries its
-	// first fence, so a larger fence is listed alone on its page.
+	// MaxResponseVertices caps the positions of one within, bbox or
+	// contains answer and of one page of the fence list (their bytes);
+	// default 20000. Fences past it are left out of a contains answer,
+	// which says "truncated": true; within and bbox answers leave out a
+	// feature larger than the cap alone and end before the first other
+	// that would pass it (truncated too). A fence larger than the cap is
+	// answered by check (its id) and drawn by GET /geofence/fences/{id}. A
+	// list page ends before the fence that would pass it and gives the
+	// next page, but always carries its first fence, so a larger fence is
+	// listed alone on its page.
 	MaxResponseVertices int `yaml:"max_response_vertices"`
 	// StatementTimeout bounds contains, check and fence admin reads.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`

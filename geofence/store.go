@@ -296,10 +296,9 @@ func (s *Store) Check(ctx context.Context, q CheckQuery) ([][]int64, error) {
 	return out, nil
 }
 
-// features runs a query whose rows are (id, geometry, properties).
-// features runs a layer's within or bbox statement: its rows past the
-// cap of positions come without a geometry, each left out and making the
-// answer truncated (scanCapped).
+// features runs a layer's within or bbox statement: its rows left out by
+// the cap of positions come without a geometry, each dropped and making
+// the answer truncated (scanCapped).
 func (s *Store) features(ctx context.Context, timeout time.Duration, sql string, args ...any) ([]Feature, bool, error) {
 	var (
 		out       []Feature

@@ -21,17 +21,20 @@
 -- the price counts the features in the box. So the box's features are read
 -- through the GiST index and the first by id kept (a top-N sort).
 --
--- The answer carries the first rows by id whose positions (ST_NPoints),
--- with those of the rows before them, stay within $8: the rows after the
--- first that would pass it are not returned, and that one comes without
--- its geometry or properties, which the caller drops, reporting the
--- answer as truncated. Geometries past the cap are never rendered.
+-- The answer carries, in id order, the rows whose positions (ST_NPoints),
+-- with those of the rows answered before them, stay within $8: a row
+-- whose own positions pass $8 is left out alone, and the answer ends
+-- before the first other row that would take it past $8. Rows left out
+-- come without their geometry or properties, which the caller drops,
+-- reporting the answer as truncated. Geometries left out are never
+-- rendered.
 SELECT n.id,
-       CASE WHEN n.total <= $8::bigint THEN ST_AsGeoJSON(n.geom) END AS geometry,
-       CASE WHEN n.total <= $8::bigint THEN
+       CASE WHEN n.np <= $8::bigint AND n.total <= $8::bigint THEN ST_AsGeoJSON(n.geom) END AS geometry,
+       CASE WHEN n.np <= $8::bigint AND n.total <= $8::bigint THEN
            (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p) END AS properties
 FROM (
-  SELECT c.*, sum(c.np) OVER (ORDER BY c.id ROWS UNBOUNDED PRECEDING)::bigint AS total
+  SELECT c.*, sum(CASE WHEN c.np <= $8::bigint THEN c.np ELSE 0 END)
+                  OVER (ORDER BY c.id ROWS UNBOUNDED PRECEDING)::bigint AS total
   FROM (
     SELECT l.*, ST_NPoints(l.geom) AS np
     FROM (
@@ -50,5 +53,4 @@ FROM (
     ) AS l
   ) AS c
 ) AS n
-WHERE n.total - n.np <= $8::bigint
 ORDER BY n.id

@@ -18,20 +18,22 @@
 -- misses what touches the point where longitudes meet (at ±180°, at a
 -- pole), which ST_DWithin on the row itself finds.
 --
--- The answer carries the nearest rows whose positions (ST_NPoints), with
--- those of the rows before them, stay within $5: the rows after the first
--- that would pass it are not returned, and that one comes without its
--- geometry or properties, which the caller drops, reporting the answer as
--- truncated. Geometries past the cap are never rendered as GeoJSON, so
--- an answer costs at most $5 positions of rendering and bytes, whatever
--- the rows hold.
+-- The answer carries, nearest first, the rows whose positions
+-- (ST_NPoints), with those of the rows answered before them, stay within
+-- $5: a row whose own positions pass $5 is left out alone, and the answer
+-- ends before the first other row that would take it past $5. Rows left
+-- out come without their geometry or properties, which the caller drops,
+-- reporting the answer as truncated. Geometries left out are never
+-- rendered as GeoJSON, so an answer costs at most $5 positions of
+-- rendering and bytes, whatever the rows hold.
 SELECT n.id,
-       CASE WHEN n.total <= $5::bigint THEN ST_AsGeoJSON(n.geom) END AS geometry,
-       CASE WHEN n.total <= $5::bigint THEN
+       CASE WHEN n.np <= $5::bigint AND n.total <= $5::bigint THEN ST_AsGeoJSON(n.geom) END AS geometry,
+       CASE WHEN n.np <= $5::bigint AND n.total <= $5::bigint THEN
            (SELECT to_jsonb(p) FROM (SELECT {{range $i, $p := .Props}}{{if $i}}, {{end}}n.{{$p.Alias}} AS {{$p.Col}}{{end}}) AS p)
            || jsonb_build_object('distance_m', n.distance_m) END AS properties
 FROM (
-  SELECT s.*, sum(s.np) OVER (ORDER BY s.distance_m, s.id ROWS UNBOUNDED PRECEDING)::bigint AS total
+  SELECT s.*, sum(CASE WHEN s.np <= $5::bigint THEN s.np ELSE 0 END)
+                  OVER (ORDER BY s.distance_m, s.id ROWS UNBOUNDED PRECEDING)::bigint AS total
   FROM (
     SELECT l.*, ST_NPoints(l.geom) AS np
     FROM (
@@ -46,5 +48,4 @@ FROM (
     ) AS l
   ) AS s
 ) AS n
-WHERE n.total - n.np <= $5::bigint
 ORDER BY n.distance_m, n.id

@@ -89,12 +89,13 @@ type Toll struct {
 	// "Cost fidelity"). What this leaves unsettled is under 0.5 token a
 	// request.
 	SettleFloor time.Duration
-	// TimeoutFactor and TimeoutFloor (defaults 4 and 250 ms): a request's
-	// statements, all together, run under at most max(TimeoutFloor,
-	// TimeoutFactor × the database time it paid for, but no more than the
-	// time the most it may be charged pays for) — each within its layer's
-	// statement_timeout — so one whose price was far too low is cut near
-	// what it paid for, and none runs on past what it can be charged.
+	// TimeoutFactor and TimeoutFloor (defaults 4 and 250 ms): the
+	// statements of each of a request's calls, all together, run under at
+	// most max(TimeoutFloor, min(TimeoutFactor × the database time it paid
+	// for, the time the most it may be charged pays for)) — each within
+	// its layer's statement_timeout — so one whose price was far too low
+	// is cut near what it paid for, and none is given more time than it
+	// can be charged for but TimeoutFloor.
 	TimeoutFactor float64
 	TimeoutFloor  time.Duration
 	// AnonymousShare, when set, is the share of the database pool the

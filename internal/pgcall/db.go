@@ -141,9 +141,10 @@ const (
 // statements' timeouts, or the context's Budget if that is less; each
 // statement runs under a SET LOCAL statement_timeout of its own Timeout or
 // what the statements before it left of the read's, whichever is less.
-// If a statement fails, PostgreSQL skips the rest of the batch and the
-// connection, left in a failed transaction, is discarded rather than
-// reused.
+// If a statement fails, PostgreSQL skips the rest of the batch; the
+// connection, left in a failed transaction, is rolled back and reused
+// (release), or closed when that fails or a cancel request of it may
+// still arrive.
 func (db *DB) Read(ctx context.Context, stmts ...Statement) (Timing, error) {
 	if len(stmts) == 0 {
 		return Timing{}, problem.Wrap(errors.New("pgcall: a read without statements"))
