@@ -143,7 +143,25 @@ type TileResponse struct {
 	// Problem is the type of the problem document (RFC 9457) an error
 	// answer carried, e.g. "urn:geotoll:problem:timeout"; "" otherwise.
 	Problem string
-	Took    time.Duration
+	// CacheHit reports that the server answered from its tile cache
+	// (X-Cache: HIT): no query ran, and the price was a hit's.
+	CacheHit bool
+	Took     time.Duration
+}
+
+// CacheHitError is the error of an instrument that measures the server's
+// rendering — a tile's price against its database time, tiles per second
+// against the database's — when the server answered a tile from its tile
+// cache (X-Cache: HIT): no query ran and the price was a hit's, so what
+// it measured was the cache.
+type CacheHitError struct {
+	Path string // the tile's, e.g. /tiles/places/14/8802/5373.mvt
+}
+
+func (e *CacheHitError) Error() string {
+	return fmt.Sprintf("%s was answered from the server's tile cache (X-Cache: HIT): a cached tile measures the cache, "+
+		"not the tile's price or its rendering; run the server with its tile cache off (tiles.cache.max_bytes 0, "+
+		"or GEOTOLL_TILES_CACHE_MAX_BYTES=0)", e.Path)
 }
 
 // Drawn reports whether the server drew the tile: a 200 or a 204.
@@ -182,7 +200,7 @@ func (c *Client) Tile(ctx context.Context, layer string, t maptile.Tile) (TileRe
 		return TileResponse{}, err
 	}
 	r := TileResponse{
-		Status: resp.StatusCode, Bytes: len(body), Took: time.Since(start),
+		Status: resp.StatusCode, Bytes: len(body), Took: time.Since(start), CacheHit: resp.Header.Get("X-Cache") == "HIT",
 		Cost: headerFloat(resp.Header, "X-Request-Cost"), Estimate: headerFloat(resp.Header, "X-Request-Cost-Estimate"),
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), problem.ContentType) {

@@ -49,6 +49,8 @@ type response struct {
 	// carried, read only when the connection asks for it (conn.problems)
 	// and the document is at most maxProblem bytes long; "" otherwise.
 	problem string
+	// cacheHit: the server answered from its tile cache (X-Cache: HIT).
+	cacheHit bool
 }
 
 // maxProblem bounds the problem documents a conn reads the type of.
@@ -176,6 +178,8 @@ func (c *conn) read(want []string) (r response, keep bool, err error) {
 			chunked = bytes.EqualFold(value, []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Connection")):
 			keep = !bytes.EqualFold(value, []byte("close"))
+		case bytes.EqualFold(name, []byte("X-Cache")):
+			r.cacheHit = bytes.EqualFold(value, []byte("HIT"))
 		case bytes.EqualFold(name, []byte("Content-Type")):
 			mt, _, _ := bytes.Cut(value, []byte(";"))
 			isProblem = bytes.EqualFold(bytes.TrimSpace(mt), []byte(problem.ContentType))

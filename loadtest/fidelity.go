@@ -88,7 +88,8 @@ func noZoom(l *tiles.Layer, minZ, maxZ int) error {
 // dry-run price, requests it for real (the server must run with its tile
 // cache off, and the key's tier must never refuse), and times the layer's
 // query in PostgreSQL. It stops with an error at the first tile the server
-// would refuse or did not draw (see measure), and when it sampled no tile.
+// would refuse, did not draw or answered from its tile cache (see
+// measure), and when it sampled no tile.
 func RunFidelity(ctx context.Context, o FidelityOptions) (FidelityReport, error) {
 	if err := o.defaults(); err != nil {
 		return FidelityReport{}, err
@@ -125,7 +126,8 @@ func RunFidelity(ctx context.Context, o FidelityOptions) (FidelityReport, error)
 // own timeout (a 503 of problem type timeout: its database time is what
 // ranks it); anything else — a refusal, a 503 of the rate limiter or of
 // the global budget — is an error, since its X-Request-Cost is not a
-// charge for the tile.
+// charge for the tile, and so is an answer from the server's tile cache
+// (a *CacheHitError).
 func measure(ctx context.Context, o FidelityOptions, t maptile.Tile) (FidelitySample, error) {
 	s := FidelitySample{Tile: t, Z: int(t.Z), X: t.X, Y: t.Y}
 	var err error
@@ -135,6 +137,9 @@ func measure(ctx context.Context, o FidelityOptions, t maptile.Tile) (FidelitySa
 	r, err := o.Client.Tile(ctx, o.Layer.Name, t)
 	if err != nil {
 		return s, err
+	}
+	if r.CacheHit {
+		return s, &CacheHitError{Path: TilePath(o.Layer.Name, t)}
 	}
 	if !r.Drawn() && !r.TimedOut() {
 		return s, fmt.Errorf("tile %s was answered %s, not drawn: fidelity needs a key of a tier that never refuses, and a server that answers",

@@ -34,7 +34,9 @@ type LoopResult struct {
 // database's ceiling by doing less. gzip sends Accept-Encoding: gzip and
 // reads the compressed body as is; otherwise the client asks for no
 // encoding at all. Each worker is one keep-alive HTTP/1.1 connection of
-// its own (see conn), not net/http's client.
+// its own (see conn), not net/http's client. The loop measures the
+// server's rendering: it ends at the first answer from the server's tile
+// cache (X-Cache: HIT), with a *CacheHitError and what it counted so far.
 func (c *Client) Loop(ctx context.Context, layer string, ts []maptile.Tile, workers int, d time.Duration, gzip bool) (LoopResult, error) {
 	if d <= 0 {
 		return LoopResult{}, fmt.Errorf("loop: duration %s", d)
@@ -50,7 +52,8 @@ func (c *Client) LoopCount(ctx context.Context, layer string, ts []maptile.Tile,
 	return c.loop(ctx, layer, ts, workers, gzip, func() bool { return sent.Add(1) <= int64(n) })
 }
 
-// loop runs the workers while ctx lasts and more says a request is left.
+// loop runs the workers while ctx lasts and more says a request is left,
+// and no answer came from the server's tile cache.
 func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, workers int, gzip bool, more func() bool) (LoopResult, error) {
 	if err := c.check(); err != nil {
 		return LoopResult{}, err
@@ -58,17 +61,15 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 	if len(ts) == 0 || workers < 1 {
 		return LoopResult{}, fmt.Errorf("loop: %d tiles, %d workers", len(ts), workers)
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var hit atomic.Pointer[string] // the path of the first tile answered from the cache
 	header := []string{}
 	if c.Key != "" {
 		header = append(header, "X-API-Key: "+c.Key)
 	}
 	if gzip {
 		header = append(header, "Accept-Encoding: gzip")
-	}
-	type workerResult struct {
-		status map[int]int
-		lat    []time.Duration
-		bytes  int64
 	}
 	results := make([]workerResult, workers)
 	conns := make([]*conn, workers)
@@ -108,12 +109,32 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 				r.status[resp.status]++
 				r.lat = append(r.lat, time.Since(t0))
 				r.bytes += resp.bytes
+				if resp.cacheHit {
+					hit.CompareAndSwap(nil, &paths[i%len(paths)])
+					stop()
+				}
 			}
 			results[w] = r
 		})
 	}
 	wg.Wait()
-	out := LoopResult{Encoding: map[bool]string{true: "gzip", false: "identity"}[gzip], Status: map[int]int{}, Duration: time.Since(start)}
+	out := loopResult(results, gzip, time.Since(start))
+	if p := hit.Load(); p != nil {
+		return out, &CacheHitError{Path: *p}
+	}
+	return out, nil
+}
+
+// workerResult is what one worker of a loop counted.
+type workerResult struct {
+	status map[int]int
+	lat    []time.Duration
+	bytes  int64
+}
+
+// loopResult adds up the workers' counts over a loop of duration d.
+func loopResult(results []workerResult, gzip bool, d time.Duration) LoopResult {
+	out := LoopResult{Encoding: map[bool]string{true: "gzip", false: "identity"}[gzip], Status: map[int]int{}, Duration: d}
 	var lat []time.Duration
 	for _, r := range results {
 		for code, n := range r.status {
@@ -131,7 +152,7 @@ func (c *Client) loop(ctx context.Context, layer string, ts []maptile.Tile, work
 		out.P50, out.P99 = percentile(lat, 50), percentile(lat, 99)
 	}
 	out.TilesPerSec = float64(out.OK) / out.Duration.Seconds()
-	return out, nil
+	return out
 }
 
 // errorPause is how long a worker (of Loop, a flood, a crawl) waits after

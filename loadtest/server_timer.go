@@ -20,7 +20,8 @@ import (
 // PostgreSQL records a statement when it ends, and never one that failed:
 // a tile the server cut off at its statement timeout (a 503 of problem type
 // timeout) counts as timed out, at the time the request took; one it
-// refused or failed otherwise is an error.
+// refused or failed otherwise is an error, and so is one it answered from
+// its tile cache (a *CacheHitError: no statement ran).
 type ServerTimer struct {
 	Client *Client
 	// Stats reads pg_stat_statements of every role (a member of
@@ -63,6 +64,8 @@ func (st ServerTimer) Time(ctx context.Context, l *tiles.Layer, t maptile.Tile) 
 			return out, err
 		}
 		switch {
+		case r.CacheHit:
+			return out, &CacheHitError{Path: TilePath(l.Name, t)}
 		case r.TimedOut(): // the server gave up at its statement timeout: at least that long
 			return Timing{MS: float64(r.Took.Microseconds()) / 1000, Censored: true}, nil
 		case !r.Drawn(): // refused, or failed: no database time to read

@@ -430,3 +430,31 @@ func TestServerTimerTimesTheReadRolesStatements(t *testing.T) {
 		t.Errorf("timer %#v, want a ServerTimer of role tiles_ro", timer)
 	}
 }
+
+// Against a server with its tile cache on (its default), fidelity and
+// ceiling fail at the first tile the cache answered, naming the setting
+// that turns it off: a second fidelity run priced every tile at a hit's
+// base price and printed ρ NaN, and ceiling reported many times the
+// database's ceiling, both exiting 0.
+func TestLoadtestScenariosRefuseACachingServer(t *testing.T) {
+	key := createKey(t, "bench")
+	base, cfg := startServer(t, func(c *Config) {
+		c.Throttle.Tiers["bench"] = TierConfig{Rate: 1e9, Capacity: 1e9}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fidelity := []string{"fidelity", "-tiles", "6", "-minzoom", "9", "-maxzoom", "12", "-url", base, "-key", key, "-layer", "places"}
+	if err := runLoadtest(ctx, cfg, fidelity, io.Discard, io.Discard); err != nil {
+		t.Fatalf("first fidelity run, every tile rendered: %v", err)
+	}
+	for _, args := range [][]string{
+		fidelity,
+		{"ceiling", "-duration", "1s", "-clients", "2", "-threads", "1", "-warm", "3", "-url", base, "-key", key, "-layer", "places"},
+	} {
+		var out bytes.Buffer
+		err := runLoadtest(ctx, cfg, args, &out, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "X-Cache: HIT") || !strings.Contains(err.Error(), "tiles.cache.max_bytes 0") {
+			t.Errorf("loadtest %s against a caching server: error %v, want one naming the cache hit and tiles.cache.max_bytes 0 (output:\n%s)", args[0], err, out.String())
+		}
+	}
+}
