@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -113,15 +114,18 @@ func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) erro
 			loadtest.WriteCrawlers(stdout, p.Crawl)
 		}
 	}
-	if sent, unanswered := crawlAnswers(phases); sent > 0 && unanswered == sent {
-		return fmt.Errorf("loadtest crawl: none of %d requests was answered by %s", sent, f.client.BaseURL)
-	}
-	return nil
+	return crawlOutcome(phases, f.client.BaseURL)
 }
 
-// crawlAnswers counts the requests of every phase, the honest caller's
-// and the crawlers', and those that got no answer (status 0).
-func crawlAnswers(phases []loadtest.CrawlPhase) (sent, unanswered int) {
+// crawlOutcome fails a crawl, with what its requests got, when none of
+// them was answered; when the honest caller got no tile (200, 204) in a
+// phase, whose latencies are then those of failures — a key or layer the
+// server does not have, or, beside the crawlers, a server that served it
+// nothing; or when the crawlers got neither a tile nor a refusal (429, a
+// 503 before admission) in one — a layer the server does not have, say —
+// so that no crawl was put to the server.
+func crawlOutcome(phases []loadtest.CrawlPhase, url string) error {
+	sent, unanswered := 0, 0
 	for _, p := range phases {
 		for _, status := range []map[int]int{p.Status, p.Crawl.Status} {
 			for code, n := range status {
@@ -132,7 +136,34 @@ func crawlAnswers(phases []loadtest.CrawlPhase) (sent, unanswered int) {
 			}
 		}
 	}
-	return sent, unanswered
+	if sent > 0 && unanswered == sent {
+		return fmt.Errorf("loadtest crawl: none of %d requests was answered by %s", sent, url)
+	}
+	var errs []error
+	for i, p := range phases {
+		if n := p.Honest.N; n > 0 && p.Failed() == n {
+			errs = append(errs, fmt.Errorf("phase %q: the honest caller got no tile (200, 204) of %d requests: %s",
+				p.Name, n, crawlStatusText(p.Status)))
+		}
+		c := p.Crawl
+		if i > 0 && c.Requests > 0 && c.Status[200]+c.Status[204]+c.Refused == 0 {
+			errs = append(errs, fmt.Errorf("phase %q: the crawlers got neither a tile (200, 204) nor a refusal (429, 503) of %d requests: %s",
+				p.Name, c.Requests, crawlStatusText(c.Status)))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("loadtest crawl: %w\n(a key or a layer the server does not have is answered so: see -key, -layer, -crawl-layer)", errors.Join(errs...))
+	}
+	return nil
+}
+
+// crawlStatusText prints status counts as loadtest.StatusText does, and
+// what status 0 stands for when there is one.
+func crawlStatusText(m map[int]int) string {
+	if m[0] > 0 {
+		return loadtest.StatusText(m) + " (0: no answer)"
+	}
+	return loadtest.StatusText(m)
 }
 
 // loadAverage is the first three fields of /proc/loadavg, or "unknown".

@@ -58,3 +58,41 @@ func TestLoadtestFailsWhenNothingSucceeds(t *testing.T) {
 		t.Errorf("a load test with a success (304): %v (stdout %q)", err, out)
 	}
 }
+
+// loadtest crawl fails after its report when a phase measured nothing:
+// the honest caller got no tile (200, 204) in it, or the crawlers got
+// neither a tile nor a refusal — with layers the server does not have,
+// every request was a 404 and the crawl exited 0. The error says what
+// the requests got.
+func TestLoadtestCrawlFailsWhenAPhaseMeasuresNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		honest, crawl int    // the status of every honest request, and of every crawler's
+		want          string // "" for a run
+		status        int    // the status the error must count
+	}{
+		{"no layer exists", http.StatusNotFound, http.StatusNotFound, "honest caller", http.StatusNotFound},
+		{"the crawlers' layer does not exist", http.StatusNoContent, http.StatusNotFound, "crawlers", http.StatusNotFound},
+		{"honest refused", http.StatusUnauthorized, http.StatusTooManyRequests, "honest caller", http.StatusUnauthorized},
+		{"crawlers refused", http.StatusNoContent, http.StatusTooManyRequests, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, "/tiles/points/") {
+					w.WriteHeader(tc.honest)
+					return
+				}
+				w.WriteHeader(tc.crawl)
+			}))
+			defer srv.Close()
+			out, err := runCommand(context.Background(), "loadtest", "crawl", "-url", srv.URL, "-duration", "1s", "-rate", "20", "-crawlers", "2")
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("honest %d, crawlers %d: %v (stdout %q)", tc.honest, tc.crawl, err, out)
+			case tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), "exit 1:") || !strings.Contains(err.Error(), tc.want) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("%d×", tc.status))):
+				t.Errorf("honest %d, crawlers %d: error %v, want exit 1 naming the %s, with the statuses (stdout %q)", tc.honest, tc.crawl, err, tc.want, out)
+			}
+		})
+	}
+}
