@@ -38,6 +38,7 @@ const (
 	maxPerZoom        = 256              // zooms -per-zoom
 	maxCeilingClients = 256              // ceiling -clients (pgbench's connections, and geotoll's)
 	maxWarm           = 1000             // ceiling -warm: tiles a connection serves before it counts
+	defaultThreads    = 2                // ceiling -threads, when -clients is as many or more
 	maxZoom           = 22               // -minzoom, -maxzoom
 	maxDBTimeout      = 10 * time.Minute // -db-timeout: one timed query
 	maxQuiesce        = 30 * time.Minute // -quiesce: the wait before each timed tile
@@ -79,6 +80,8 @@ type scenarioFlags struct {
 	jsonOut, merge                     string
 	verbose                            bool
 	d, warmTimeout                     time.Duration
+	// threadsSet: -threads was given; unset, it is at most -clients.
+	threadsSet bool
 }
 
 func (f *scenarioFlags) flags(fs *flag.FlagSet) {
@@ -89,7 +92,7 @@ func (f *scenarioFlags) flags(fs *flag.FlagSet) {
 	fs.IntVar(&f.perZoom, "per-zoom", 8, fmt.Sprintf("zooms: tiles per zoom (1..%d)", maxPerZoom))
 	fs.DurationVar(&f.d, "duration", 10*time.Second, fmt.Sprintf("ceiling: each run's length, whole seconds (pgbench -T), 1s..%s", loadtest.MaxDuration))
 	fs.IntVar(&f.clients, "clients", 16, fmt.Sprintf("ceiling: connections (pgbench -c and geotoll's), 1..%d", maxCeilingClients))
-	fs.IntVar(&f.threads, "threads", 2, "ceiling: pgbench -j (1..-clients)")
+	fs.IntVar(&f.threads, "threads", defaultThreads, "ceiling: pgbench -j (1..-clients; unset, at most -clients)")
 	fs.IntVar(&f.warm, "warm", 20, fmt.Sprintf("ceiling: tiles a connection serves before it counts (0..%d): pgbench's rates leave out each of its fresh connections' first ones, and geotoll serves this many times -clients tiles of each list before it is timed (0: pgbench's own rates, no warm-up)", maxWarm))
 	fs.DurationVar(&f.warmTimeout, "warm-timeout", loadtest.DefaultWarmTimeout, fmt.Sprintf("ceiling: geotoll's warm-up of a list must end within this (1s..%s), or the run fails", loadtest.MaxDuration))
 	fs.StringVar(&f.merge, "report", "", "fidelity: print the report of these -json files (comma-separated), ranked together; measures nothing")
@@ -143,6 +146,7 @@ func (c *cli) scenarioCommand(name, short string) *ffcli.Command {
 		if err := unreadFlags(name, fs); err != nil {
 			return usageError{fmt.Sprintf("loadtest %s: %v", name, err)}
 		}
+		fs.Visit(func(fl *flag.Flag) { f.threadsSet = f.threadsSet || fl.Name == "threads" })
 		cfg, err := c.config()
 		if err != nil {
 			return err
@@ -244,6 +248,9 @@ func (f *scenarioFlags) validate(name string) error {
 	case "ceiling":
 		if f.d < time.Second || f.d > loadtest.MaxDuration || f.d%time.Second != 0 {
 			errs = append(errs, fmt.Errorf("-duration %s must be whole seconds within 1s..%s (pgbench -T counts seconds)", f.d, loadtest.MaxDuration))
+		}
+		if !f.threadsSet {
+			f.threads = min(defaultThreads, max(f.clients, 1))
 		}
 		if f.clients < 1 || f.clients > maxCeilingClients {
 			errs = append(errs, fmt.Errorf("-clients %d must be within 1..%d", f.clients, maxCeilingClients))

@@ -261,6 +261,8 @@ func TestLoadtestScenarioFlagsAreBounded(t *testing.T) {
 		{[]string{"ceiling", "-clients", "0"}, "-clients"},
 		{[]string{"ceiling", "-clients", "257"}, "-clients"},
 		{[]string{"ceiling", "-clients", "2", "-threads", "3"}, "-threads"},
+		{[]string{"ceiling", "-clients", "1", "-threads", "2"}, "-threads"}, // set: refused, not lowered
+		{[]string{"ceiling", "-threads", "0"}, "-threads"},
 		{[]string{"ceiling", "-warm", "-1"}, "-warm"},
 		{[]string{"ceiling", "-warm", "1001"}, "-warm"},
 		{[]string{"ceiling", "-warm-timeout", "900ms"}, "-warm-timeout"},
@@ -279,6 +281,7 @@ func TestLoadtestScenarioFlagsAreBounded(t *testing.T) {
 		{[]string{"fidelity", "-quiesce", "31m"}, "-quiesce"},
 		// Within bounds: on to the layer, which this configuration lacks.
 		{[]string{"ceiling", "-duration", "1s", "-clients", "256", "-threads", "256", "-warm", "1000", "-warm-timeout", "10m"}, `layer "nope"`},
+		{[]string{"ceiling", "-clients", "1"}, `layer "nope"`}, // -threads unset: 1, not its default 2
 		{[]string{"fidelity", "-tiles", "2000", "-maxzoom", "0"}, `layer "nope"`},
 		{[]string{"zooms", "-per-zoom", "256", "-minzoom", "22", "-maxzoom", "22"}, `layer "nope"`},
 	} {
