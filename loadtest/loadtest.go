@@ -142,8 +142,10 @@ func isLoopback(host string) bool {
 var layerList = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}(,[A-Za-z0-9_-]{1,64})*$`)
 
 // Paths returns the request paths of a profile, in a fixed order, for
-// layer: a layer's name or a composite of them (a text of any other kind
-// would be sent as part of the path).
+// layer: a layer's name or, with a tile profile, a composite of them (a
+// text of any other kind would be sent as part of the path; a composite
+// of anything but tiles, which alone have them, asked for a 404 each
+// time).
 func Paths(profile, layer string) ([]string, error) {
 	if !layerList.MatchString(layer) {
 		return nil, fmt.Errorf("layer %q is not a layer's name (letters, digits, _ and -, up to 64) nor a comma-separated list of them", layer)
@@ -156,6 +158,9 @@ func Paths(profile, layer string) ([]string, error) {
 		if slices.Contains(names[:i], name) {
 			return nil, fmt.Errorf("layer %q names %q twice", layer, name)
 		}
+	}
+	if len(names) > 1 && (profile == "within" || profile == "healthz") {
+		return nil, fmt.Errorf("layer %q is a composite, which only tiles have: profile %s asks for no tile (the tile profiles are z14, z8-10 and z0-3)", layer, profile)
 	}
 	tile := func(t maptile.Tile) string {
 		return fmt.Sprintf("/tiles/%s/%d/%d/%d.mvt", layer, t.Z, t.X, t.Y)

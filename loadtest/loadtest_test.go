@@ -45,6 +45,13 @@ func TestPaths(t *testing.T) {
 	if p, err := Paths("z0-3", "places,districts"); err != nil || p[0] != "/tiles/places,districts/0/0/0.mvt" {
 		t.Fatalf("a composite: %v, %v", p[:min(len(p), 1)], err)
 	}
+	// Only tiles have composites: a geofence search of one was a 404 for
+	// every request of the run.
+	for _, profile := range []string{"within", "healthz"} {
+		if _, err := Paths(profile, "places,districts"); err == nil || !strings.Contains(err.Error(), "composite") {
+			t.Errorf("profile %s of a composite: error %v, want one saying only tiles have composites", profile, err)
+		}
+	}
 	for _, layer := range []string{"", "places/0/0/0.mvt?x=", "%zz", "places,", ",places", "a b", strings.Repeat("x", 65),
 		"places,places", "a,b,c,d,e,f,g,h,i"} { // the server refuses a name twice, and more than 8
 		if _, err := Paths("z14", layer); err == nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A load test none of whose requests was answered (nothing listens at
@@ -94,5 +95,20 @@ func TestLoadtestCrawlFailsWhenAPhaseMeasuresNothing(t *testing.T) {
 				t.Errorf("honest %d, crawlers %d: error %v, want exit 1 naming the %s, with the statuses (stdout %q)", tc.honest, tc.crawl, err, tc.want, out)
 			}
 		})
+	}
+}
+
+// A composite -layer with a profile that asks for no tile is a usage
+// error (exit 2) before the run: the load test of -profile within sent
+// nothing but 404s for its whole -duration, then exited 1.
+func TestLoadtestRefusesACompositeOutsideTiles(t *testing.T) {
+	addr := freeAddr(t)
+	start := time.Now()
+	out, err := runCommand(context.Background(), "loadtest", "-url", "http://"+addr, "-profile", "within", "-layer", "places,districts", "-duration", "5s")
+	if err == nil || !strings.HasPrefix(err.Error(), "exit 2:") || !strings.Contains(err.Error(), "composite") {
+		t.Errorf("loadtest -profile within -layer places,districts: error %v, want exit 2 saying only tiles have composites (stdout %q)", err, out)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the usage error came after %s: the run was made", took)
 	}
 }
