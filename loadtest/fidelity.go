@@ -257,7 +257,9 @@ func (r FidelityReport) writeOffenders(w io.Writer, n int) {
 }
 
 // ReadFidelity merges fidelity reports written as JSON (-json) into one,
-// so that several layers, or runs, are ranked together.
+// so that several layers, or runs, are ranked together. A file with no
+// sampled tile is an error: RunFidelity writes none such, and its ρ
+// would be NaN.
 func ReadFidelity(paths ...string) (FidelityReport, error) {
 	var out FidelityReport
 	var names []string
@@ -269,6 +271,9 @@ func ReadFidelity(paths ...string) (FidelityReport, error) {
 		var r FidelityReport
 		if err := json.Unmarshal(raw, &r); err != nil {
 			return out, fmt.Errorf("%s: %w", p, err)
+		}
+		if len(r.Samples) == 0 {
+			return out, fmt.Errorf("%s: no sampled tile: not a report fidelity -json wrote", p)
 		}
 		for _, s := range r.Samples {
 			s.Tile = maptile.New(s.X, s.Y, maptile.Zoom(s.Z)) //nolint:gosec // G115: z read back from a report this package wrote, 0..tiles.MaxZoom

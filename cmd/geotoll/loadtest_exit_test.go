@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -110,5 +112,28 @@ func TestLoadtestRefusesACompositeOutsideTiles(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("the usage error came after %s: the run was made", took)
+	}
+}
+
+// fidelity -report of a file with no sampled tile — `{}`, or a JSON file
+// that is not a fidelity report — fails (exit 1) naming the file, instead
+// of printing a table of NaNs and exiting 0.
+func TestLoadtestFidelityReportRefusesAReportWithoutSamples(t *testing.T) {
+	dir := t.TempDir()
+	good, empty := filepath.Join(dir, "good.json"), filepath.Join(dir, "empty.json")
+	if err := os.WriteFile(good, []byte(`{"layer":"a","seed":1,"samples":[{"z":3,"x":1,"y":2,"price":1,"cost":1,"status":200,"db_ms":1}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, []byte(`{}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, report := range []string{empty, good + "," + empty} {
+		out, err := runCommand(context.Background(), "loadtest", "fidelity", "-report", report)
+		if err == nil || !strings.HasPrefix(err.Error(), "exit 1:") || !strings.Contains(err.Error(), "empty.json") || !strings.Contains(err.Error(), "no sampled tile") {
+			t.Errorf("fidelity -report %s: error %v, want exit 1 saying empty.json holds no sampled tile (stdout %q)", report, err, out)
+		}
+	}
+	if out, err := runCommand(context.Background(), "loadtest", "fidelity", "-report", good); err != nil {
+		t.Errorf("fidelity -report of a sample: %v (stdout %q)", err, out)
 	}
 }
