@@ -158,7 +158,8 @@ func (o *CrawlOptions) validate() error {
 // RunCrawl runs the honest caller alone, then beside crawlers that ask
 // again at once after a refusal, then (Polite) beside crawlers that wait
 // out Retry-After, each phase for Phase, after the honest caller's
-// warm-up (Warmup), whose requests count nowhere.
+// warm-up (Warmup), whose requests count nowhere. When ctx ends it
+// returns the phases that ran, the last cut short: none, in the warm-up.
 func RunCrawl(ctx context.Context, o CrawlOptions) ([]CrawlPhase, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -174,6 +175,9 @@ func RunCrawl(ctx context.Context, o CrawlOptions) ([]CrawlPhase, error) {
 	}
 	var out []CrawlPhase
 	for _, ph := range phases {
+		if ctx.Err() != nil { // cancelled: the phases that ran, the last cut short
+			break
+		}
 		p, err := o.phase(ctx, ph.name, ph.crawl, ph.polite)
 		if err != nil {
 			return out, fmt.Errorf("crawl: %s: %w", ph.name, err)

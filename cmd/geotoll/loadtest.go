@@ -45,6 +45,10 @@ func (c *cli) loadtestCommand() *ffcli.Command {
 				return fmt.Errorf("loadtest: %w", err)
 			}
 			rep.WriteText(c.stdout)
+			if ctx.Err() != nil { // a signal (main): the run is not the one asked for
+				fmt.Fprintf(c.stdout, "interrupted  after %s of %s: this report is of the part that ran\n", rep.Duration.Round(time.Millisecond), o.Duration)
+				return fmt.Errorf("loadtest: interrupted after %s of %s", rep.Duration.Round(time.Millisecond), o.Duration)
+			}
 			if rep.Requests > 0 && uint64(max(rep.StatusCodes["0"], 0)) == rep.Requests { // status 0: no answer
 				first := ""
 				if len(rep.Errors) > 0 {

@@ -109,10 +109,14 @@ func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) erro
 	fmt.Fprintf(stdout, "load average after: %s\n\n", loadAverage())
 	loadtest.WriteCrawlTable(stdout, phases)
 	if f.verbose {
-		for _, p := range phases[1:] {
+		for _, p := range phases[min(1, len(phases)):] { // interrupted, there may be none
 			fmt.Fprintf(stdout, "\n%s:\n", p.Name)
 			loadtest.WriteCrawlers(stdout, p.Crawl)
 		}
+	}
+	if ctx.Err() != nil { // a signal (main): the phases from it on are cut short or empty
+		fmt.Fprintln(stdout, "\ninterrupted: the last phase in the table was cut short, and the ones after it did not run")
+		return errors.New("loadtest crawl: interrupted: the table is of the part that ran")
 	}
 	return crawlOutcome(phases, f.client.BaseURL)
 }

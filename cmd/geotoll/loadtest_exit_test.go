@@ -137,3 +137,30 @@ func TestLoadtestFidelityReportRefusesAReportWithoutSamples(t *testing.T) {
 		t.Errorf("fidelity -report of a sample: %v (stdout %q)", err, out)
 	}
 }
+
+// A load test or a crawl that a signal interrupted (its context ended)
+// says so, in its report and its error, and fails (exit 1): it printed
+// its partial report and exited 0, as if the run had been whole.
+func TestLoadtestInterruptedFails(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args  []string
+		after time.Duration // the signal, after the crawl's 2 s warm-up
+	}{
+		{[]string{"loadtest", "-url", srv.URL, "-duration", "20s", "-rate", "20"}, time.Second},
+		{[]string{"loadtest", "crawl", "-url", srv.URL, "-duration", "20s", "-rate", "20", "-crawlers", "2"}, 3 * time.Second},
+		{[]string{"loadtest", "crawl", "-url", srv.URL, "-duration", "20s", "-rate", "20", "-crawlers", "2", "-v"}, time.Second}, // in the warm-up: no phase
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), tc.after)
+		start := time.Now()
+		out, err := runCommand(ctx, tc.args...)
+		cancel()
+		if err == nil || !strings.HasPrefix(err.Error(), "exit 1:") || !strings.Contains(err.Error(), "interrupted") || !strings.Contains(out, "interrupted") {
+			t.Errorf("%s interrupted after %s: error %v, want exit 1 saying it was interrupted, as its report does (stdout %q)", strings.Join(tc.args[:2], " "), tc.after, err, out)
+		}
+		if took := time.Since(start); took > tc.after+5*time.Second {
+			t.Errorf("%s interrupted after %s ended after %s", strings.Join(tc.args[:2], " "), tc.after, took)
+		}
+	}
+}
