@@ -213,6 +213,25 @@ func TestAPIFenceAdmin(t *testing.T) {
 	}
 }
 
+// idsOf GETs target from h and answers its collection's feature ids, in
+// order, and whether it says it was truncated.
+func idsOf(t *testing.T, h *Handler, target string) (ids []int64, truncated bool) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	testRouter(h).ServeHTTP(w, httptest.NewRequest(http.MethodGet, target, nil))
+	fc := collectionOf(t, w)
+	var members struct {
+		Truncated bool `json:"truncated"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &members); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fc.Features {
+		ids = append(ids, f.ID)
+	}
+	return ids, members.Truncated
+}
+
 // recordingGate admits everything and records the demands it priced.
 type recordingGate struct{ demands []Demand }
 
@@ -319,19 +338,9 @@ func TestWithinAndBBoxResponsesAreBounded(t *testing.T) {
 		{fmt.Sprintf("within?layer=geofences&lng=%g&lat=%g&radius=50000", lng-0.6, lat), nearest},
 		{fmt.Sprintf("bbox?layer=geofences&bbox=%g,%g,%g,%g", lng-1, lat-1, lng+1, lat+1), ids[:5]},
 	} {
-		w := httptest.NewRecorder()
-		testRouter(h).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/geofence/"+tc.query, nil))
-		fc := collectionOf(t, w)
-		var members map[string]any
-		if err := json.Unmarshal(w.Body.Bytes(), &members); err != nil {
-			t.Fatal(err)
-		}
-		var got []int64
-		for _, f := range fc.Features {
-			got = append(got, f.ID)
-		}
-		if !slices.Equal(got, tc.want) || members["truncated"] != true {
-			t.Errorf("%s: features %v, truncated %v; want %v (20,000 positions, the giant left out), truncated", tc.query, got, members["truncated"], tc.want)
+		got, truncated := idsOf(t, h, "/geofence/"+tc.query)
+		if !slices.Equal(got, tc.want) || !truncated {
+			t.Errorf("%s: features %v, truncated %v; want %v (20,000 positions, the giant left out), truncated", tc.query, got, truncated, tc.want)
 		}
 	}
 }
@@ -359,19 +368,9 @@ func TestContainsAnswersAFenceThatFitsAfterOneThatDoesNot(t *testing.T) {
 		{"&limit=1", []int64{small.ID}},
 		{"&limit=2", []int64{small.ID, second.ID}},
 	} {
-		w := httptest.NewRecorder()
-		testRouter(h).ServeHTTP(w, httptest.NewRequest(http.MethodGet, fmt.Sprintf("/geofence/contains?lng=%g&lat=%g%s", lng, lat, tc.limit), nil))
-		fc := collectionOf(t, w)
-		var members map[string]any
-		if err := json.Unmarshal(w.Body.Bytes(), &members); err != nil {
-			t.Fatal(err)
-		}
-		var ids []int64
-		for _, f := range fc.Features {
-			ids = append(ids, f.ID)
-		}
-		if !slices.Equal(ids, tc.want) || members["truncated"] != true {
-			t.Errorf("%q: fences %v, truncated %v; want %v (the big %d left out), truncated", tc.limit, ids, members["truncated"], tc.want, big.ID)
+		ids, truncated := idsOf(t, h, fmt.Sprintf("/geofence/contains?lng=%g&lat=%g%s", lng, lat, tc.limit))
+		if !slices.Equal(ids, tc.want) || !truncated {
+			t.Errorf("%q: fences %v, truncated %v; want %v (the big %d left out), truncated", tc.limit, ids, truncated, tc.want, big.ID)
 		}
 	}
 }
