@@ -115,7 +115,11 @@ func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) erro
 		}
 	}
 	if ctx.Err() != nil { // a signal (main): the phases from it on are cut short or empty
-		fmt.Fprintln(stdout, "\ninterrupted: the last phase in the table was cut short, and the ones after it did not run")
+		if len(phases) > 0 {
+			fmt.Fprintln(stdout, "\ninterrupted: the table holds the phases that ran, the last of them perhaps cut short")
+		} else {
+			fmt.Fprintln(stdout, "\ninterrupted before the first phase")
+		}
 		return errors.New("loadtest crawl: interrupted: the table is of the part that ran")
 	}
 	return crawlOutcome(phases, f.client.BaseURL)
@@ -125,9 +129,10 @@ func (f *crawlFlags) run(ctx context.Context, cfg Config, stdout io.Writer) erro
 // them was answered; when the honest caller got no tile (200, 204) in a
 // phase, whose latencies are then those of failures — a key or layer the
 // server does not have, or, beside the crawlers, a server that served it
-// nothing; or when the crawlers got neither a tile nor a refusal (429, a
-// 503 before admission) in one — a layer the server does not have, say —
-// so that no crawl was put to the server.
+// nothing; or when the crawlers got neither a tile, nor a refusal (429, a
+// 503 before admission), nor an admission (a query cut at its deadline)
+// in one — a layer the server does not have, say — so that no crawl was
+// put to the server.
 func crawlOutcome(phases []loadtest.CrawlPhase, url string) error {
 	sent, unanswered := 0, 0
 	for _, p := range phases {
@@ -150,8 +155,8 @@ func crawlOutcome(phases []loadtest.CrawlPhase, url string) error {
 				p.Name, n, crawlStatusText(p.Status)))
 		}
 		c := p.Crawl
-		if i > 0 && c.Requests > 0 && c.Status[200]+c.Status[204]+c.Refused == 0 {
-			errs = append(errs, fmt.Errorf("phase %q: the crawlers got neither a tile (200, 204) nor a refusal (429, 503) of %d requests: %s",
+		if i > 0 && c.Requests > 0 && c.Status[200]+c.Status[204]+c.Refused+c.Admitted == 0 {
+			errs = append(errs, fmt.Errorf("phase %q: the crawlers got no tile (200, 204), no refusal (429, 503) and no admission of %d requests: %s",
 				p.Name, c.Requests, crawlStatusText(c.Status)))
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/geotoll/geotoll/problem"
 )
 
 // A load test none of whose requests was answered (nothing listens at
@@ -78,11 +80,22 @@ func TestLoadtestCrawlFailsWhenAPhaseMeasuresNothing(t *testing.T) {
 		{"the crawlers' layer does not exist", http.StatusNoContent, http.StatusNotFound, "crawlers", http.StatusNotFound},
 		{"honest refused", http.StatusUnauthorized, http.StatusTooManyRequests, "honest caller", http.StatusUnauthorized},
 		{"crawlers refused", http.StatusNoContent, http.StatusTooManyRequests, "", 0},
+		// Admitted, charged and cut at their deadline: the crawl reached
+		// the database, which is what it measures (it failed, as one that
+		// measured nothing).
+		{"crawlers admitted and cut", http.StatusNoContent, http.StatusServiceUnavailable, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if strings.HasPrefix(r.URL.Path, "/tiles/points/") {
 					w.WriteHeader(tc.honest)
+					return
+				}
+				if tc.crawl == http.StatusServiceUnavailable { // a query cut at its deadline, charged
+					w.Header().Set("Content-Type", problem.ContentType)
+					w.Header().Set("X-Request-Cost", "2")
+					w.WriteHeader(tc.crawl)
+					fmt.Fprintf(w, `{"type":%q,"status":503}`, problem.Type(problem.Timeout))
 					return
 				}
 				w.WriteHeader(tc.crawl)

@@ -21,8 +21,9 @@ import (
 
 const scenarioUsage = `Measuring instruments against a running geotoll (any build), with the layers
 of FILE as that server is configured, and the database as the read role
-(DATABASE_URL). The server must run with tiles.cache.max_bytes 0 (fidelity
-and ceiling fail at the first tile it answers from its cache) and the key's
+(DATABASE_URL). The server must run with tiles.cache.max_bytes 0 (fidelity,
+ceiling and zooms -db-time server fail at the first tile it answers from
+its cache) and the key's
 tier must never refuse (loadtest/opendata.yaml does both).
 
 scenarios:
