@@ -319,11 +319,13 @@ loop:
 	}
 	m.Close()
 	rep.Requests = m.Requests
-	rep.Duration = m.Duration
-	rep.Rate = m.Rate
-	if span := (m.Duration + m.Wait).Seconds(); span > 0 {
-		rep.Throughput = float64(rep.Succeeded) / span
-	}
+	// The time the requests were sent over, one interval a request:
+	// vegeta's Duration runs from the first to the last, n − 1 intervals,
+	// which made a short run's rates look high (one request at 1/s: "in
+	// 0s", 135/s succeeded).
+	rep.Duration = m.Duration + time.Second/time.Duration(o.Rate)
+	rep.Rate = float64(m.Requests) / rep.Duration.Seconds()
+	rep.Throughput = float64(rep.Succeeded) / (rep.Duration + m.Wait).Seconds()
 	rep.StatusCodes = m.StatusCodes
 	s := summarize(&succ, rep.Succeeded)
 	rep.P50, rep.P95, rep.P99, rep.Max = s.P50, s.P95, s.P99, s.Max

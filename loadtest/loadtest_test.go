@@ -110,6 +110,28 @@ func TestRunCountsCostsAndCodes(t *testing.T) {
 	}
 }
 
+// A short run's rates are of the time its requests were sent over, one
+// interval a request: vegeta's duration runs from the first request to the
+// last, n − 1 intervals, and a run of one request at 1/s reported "1 in
+// 0s (1.0/s sent, 135.2/s succeeded)", one of two at 2/s "2 in 501ms
+// (4.0/s sent…)".
+func TestRunRatesCountAnIntervalARequest(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	for _, rate := range []int{1, 2, 5} {
+		rep, err := Run(context.Background(), Options{BaseURL: srv.URL, Profile: "healthz", Rate: rate, Duration: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(rep.Requests) != rate || rep.Duration < 900*time.Millisecond || rep.Rate > 1.1*float64(rate) || rep.Throughput > 1.1*float64(rate) {
+			t.Errorf("%d/s for 1s: %d requests in %s, %.1f/s sent, %.1f/s succeeded; want %d in about 1s, at most %d/s",
+				rate, rep.Requests, rep.Duration, rep.Rate, rep.Throughput, rate, rate)
+		}
+	}
+}
+
 // The latency percentiles are of the successes (2xx, 304): refusals
 // answered at once must not make a run look fast. Every request's are
 // apart, labelled as such, and the tokens are per charged request.
