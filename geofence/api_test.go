@@ -40,6 +40,17 @@ func liveAPI(t testing.TB, withWriter bool) http.Handler {
 	return testRouter(h)
 }
 
+// readAPI is the geofence API's handler over the real read store, its
+// demands priced by gate: reads alone.
+func readAPI(t *testing.T, gate Gate) *Handler {
+	t.Helper()
+	h, err := NewHandler(Options{Layers: demoLayers(), Limits: DefaultLimits(), Reader: NewStore(testenv.ReadPool(t)), Gate: gate, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 type featureCollection struct {
 	Type     string `json:"type"`
 	Features []struct {
@@ -262,10 +273,7 @@ func TestContainsResponseIsBounded(t *testing.T) {
 		fence(t, writer, fmt.Sprintf("bounded contains %d %s", i, randomSuffix()), circle(lng, lat, 4000))
 	}
 	gate := &recordingGate{}
-	h, err := NewHandler(Options{Layers: demoLayers(), Limits: DefaultLimits(), Reader: NewStore(testenv.ReadPool(t)), Gate: gate, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := readAPI(t, gate)
 	r := testRouter(h)
 	get := func(query string) (featureCollection, map[string]any) {
 		w := httptest.NewRecorder()
@@ -327,10 +335,7 @@ func TestWithinAndBBoxResponsesAreBounded(t *testing.T) {
 	}
 	nearest := slices.Clone(ids[7:])
 	slices.Reverse(nearest)
-	h, err := NewHandler(Options{Layers: demoLayers(), Limits: DefaultLimits(), Reader: NewStore(testenv.ReadPool(t)), Gate: &recordingGate{}, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := readAPI(t, &recordingGate{})
 	for _, tc := range []struct {
 		query string
 		want  []int64
@@ -356,10 +361,7 @@ func TestContainsAnswersAFenceThatFitsAfterOneThatDoesNot(t *testing.T) {
 	big := fence(t, writer, "contains big "+randomSuffix(), circle(lng, lat, 25000))
 	small := fence(t, writer, "contains small "+randomSuffix(), circle(lng, lat, 5))
 	second := fence(t, writer, "contains second "+randomSuffix(), circle(lng, lat, 6))
-	h, err := NewHandler(Options{Layers: demoLayers(), Limits: DefaultLimits(), Reader: NewStore(testenv.ReadPool(t)), Gate: &recordingGate{}, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := readAPI(t, &recordingGate{})
 	for _, tc := range []struct {
 		limit string
 		want  []int64
