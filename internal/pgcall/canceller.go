@@ -161,15 +161,22 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		actx, cancel := context.WithTimeout(sctx, AckWait)
+		// Once sent, the request is waited for even when the statement
+		// ends meanwhile, as the request itself most often makes it end: the
+		// server signals the backend and then closes the request's
+		// connection, and the backend's answer can come first. A request
+		// acknowledged has reached the backend, which ignores it when idle;
+		// one still unanswered after AckWait (or the connection's wait)
+		// reached no live server, or may still reach it: the connection is
+		// given up.
+		ackBy := time.Now().Add(AckWait)
+		if deadline.Before(ackBy) {
+			ackBy = deadline
+		}
+		actx, cancel := context.WithDeadline(context.WithoutCancel(sctx), ackBy)
 		err := h.conn.CancelRequest(actx)
 		ran := actx.Err() // before cancel
 		cancel()
-		// The server closes the request's connection once it has signalled
-		// the backend; a request still unanswered after AckWait reached no
-		// live server: give up on the connection now. One abandoned because
-		// the statement ended (HandleUnwatchAfterCancel) tells nothing of
-		// the server — but may still reach it.
 		state := cancelSilent
 		switch {
 		case err == nil && ran == nil:

@@ -90,27 +90,57 @@ func TestCutStatementKeepsItsConnection(t *testing.T) {
 	t.Parallel()
 	pool := readPool(t, 1)
 	db := &pgcall.DB{Pool: pool, RetryAfter: 2}
-	pid := func() int32 {
-		t.Helper()
-		var p int32
-		if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_backend_pid()`, Timeout: time.Second, Scan: pgcall.One(&p)}); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	first := pid()
+	first := backendPID(t, db)
 	for i := range 3 {
 		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 50 * time.Millisecond})
 		if problem.From(err).Code != problem.Timeout {
 			t.Fatalf("call %d: %v, want a statement timeout", i, err)
 		}
 	}
-	if now := pid(); now != first {
+	if now := backendPID(t, db); now != first {
 		t.Errorf("backend %d after the cut statements, want %d: their connection was closed", now, first)
 	}
 	if n := pool.Stat().NewConnsCount(); n != 1 {
 		t.Errorf("the pool opened %d connections, want 1", n)
 	}
+}
+
+// A statement whose caller went away (a map panned off its tile) is
+// cancelled, and its connection then serves the next call: the server
+// acknowledges the cancel request as it signals the backend, and the
+// backend's answer to the cancel can come first. Closing the connection
+// whenever the answer won that race opened a backend, and loaded PostGIS
+// in it, for most tiles a map abandoned.
+func TestHungUpCallKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	pool := readPool(t, 1)
+	db := &pgcall.DB{Pool: pool, RetryAfter: 2}
+	first := backendPID(t, db)
+	for i := range 5 {
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		_, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 10 * time.Second})
+		if p := problem.From(err); p.Detail != "request cancelled" {
+			t.Fatalf("call %d whose caller left: %v, want \"request cancelled\"", i, err)
+		}
+		pgcall.WaitStopped(err)
+	}
+	if now := backendPID(t, db); now != first {
+		t.Errorf("backend %d after the abandoned statements, want %d: their connection was closed", now, first)
+	}
+	if n := pool.Stat().NewConnsCount(); n != 1 {
+		t.Errorf("the pool opened %d connections, want 1", n)
+	}
+}
+
+// backendPID is the process id of the backend that answers db's next call.
+func backendPID(t *testing.T, db *pgcall.DB) int32 {
+	t.Helper()
+	var p int32
+	if _, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_backend_pid()`, Timeout: time.Second, Scan: pgcall.One(&p)}); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // PostGIS reports a GEOS call that statement_timeout interrupts as an
