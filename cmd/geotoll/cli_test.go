@@ -85,6 +85,7 @@ func TestCLI(t *testing.T) {
 		row{[]string{"config", "check", "-config", good}, exitError, "tiers_are_not_here"},
 		row{[]string{"config", "check", "-config", filepath.Join(dir, "missing.yaml")}, exitError, "no such file"},
 		row{[]string{"config", "check", "-redis-timeout", "soon"}, exitUsage, `redis.timeout: "soon" is not a duration`},
+		row{[]string{"config", "check", "-redis-timeout", "2s"}, exitOK, "the defaults with flag -redis-timeout: ok"},
 		row{[]string{"keys", "create", "-name", "x", "-tier", "free", "-database-admin-url", "postgres://127.0.0.1:9/none?connect_timeout=1"}, exitError, "127.0.0.1"},
 		row{[]string{"-admin-database-url", "postgres://127.0.0.1:9/none?connect_timeout=1", "keys", "list"}, exitError, "127.0.0.1"},
 	)
@@ -152,6 +153,21 @@ func TestCLIServeFlags(t *testing.T) {
 // clearConfigEnv clears the variables that configure geotoll in the
 // test's environment (make test exports some: GEOTOLL_ADMIN_DATABASE_URL,
 // GEOTOLL_REDIS_URL…). Tests that call it do not run in parallel.
+// TestConfigCheckNamesWhatItChecked: config check under environment
+// variables names them; it said "the defaults: ok" of a configuration
+// they had changed.
+func TestConfigCheckNamesWhatItChecked(t *testing.T) {
+	clearConfigEnv(t)
+	t.Setenv("GEOTOLL_LISTEN", "127.0.0.1:9")
+	t.Setenv("DATABASE_URL", "postgres://127.0.0.1:9/none")
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), []string{"config", "check", "-redis-timeout", "2s"}, &out, &errOut)
+	want := "the defaults with DATABASE_URL, GEOTOLL_LISTEN, flag -redis-timeout: ok"
+	if code != exitOK || !strings.HasPrefix(out.String(), want) {
+		t.Fatalf("config check: exit %d, %q%s; want %q", code, out.String(), errOut.String(), want)
+	}
+}
+
 func clearConfigEnv(t *testing.T) {
 	t.Helper()
 	vars := []string{"GEOTOLL_CONFIG", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}

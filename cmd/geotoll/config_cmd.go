@@ -28,11 +28,7 @@ func (c *cli) configCommand() *ffcli.Command {
 			if err := checkConfig(cfg); err != nil {
 				return err
 			}
-			where := "the defaults"
-			if c.o.config != "" {
-				where = c.o.config
-			}
-			fmt.Fprintf(c.stdout, "%s: ok (%d tile layers, %d geofence layers, tiers %s)\n", where, len(cfg.Layers), len(cfg.Geofence.Layers),
+			fmt.Fprintf(c.stdout, "%s: ok (%d tile layers, %d geofence layers, tiers %s)\n", c.o.checked(), len(cfg.Layers), len(cfg.Geofence.Layers),
 				strings.Join(tierNames(cfg), ", "))
 			return nil
 		}))
@@ -45,6 +41,24 @@ func (c *cli) configCommand() *ffcli.Command {
 		s.ShortUsage = "geotoll config " + s.Name + " [flags]"
 	}
 	return group
+}
+
+// checked names what config check validated: the file (else the
+// defaults) and each flag and environment variable that set a key.
+func (o *overrides) checked() string {
+	where := "the defaults"
+	if o.config != "" {
+		where = o.config
+	}
+	if len(o.from) == 0 {
+		return where
+	}
+	from := make([]string, 0, len(o.from))
+	for _, src := range o.from {
+		from = append(from, src)
+	}
+	sort.Strings(from)
+	return where + " with " + strings.Join(from, ", ")
 }
 
 // checkConfig validates what serve would build from cfg without a
