@@ -23,7 +23,8 @@ type ReadyNote struct{ Detail string }
 
 func (n *ReadyNote) Error() string { return "ok: " + n.Detail }
 
-// LimiterCheck is the readiness check of the budget store: ping is a round
+// LimiterCheck is the readiness check of the budget store, which begins
+// and ends degraded mode when no request does: ping is a round
 // trip to it that fails where a spend would (geotoll serve's runs a script
 // that may write: Redis out of memory or paused for writes refuses it
 // where it answers PING). With fail_mode local or open a failing store leaves the
@@ -48,6 +49,14 @@ func LimiterCheck(f *throttle.Failover, ping Check) Check {
 		}
 		if perr == nil && !h.Degraded {
 			return nil
+		}
+		if perr != nil && !h.Degraded && ctx.Err() == nil {
+			// The store fails with no request to find it out (down as the
+			// process starts, or while none comes): degraded mode begins
+			// here, as at a request's failed call, so that
+			// geotoll_limiter_degraded and its alerts say so.
+			f.Unreachable(ctx, perr)
+			h = f.Health()
 		}
 		cause := h.Err
 		if perr != nil {

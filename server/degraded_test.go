@@ -191,6 +191,53 @@ func TestReadyzRecoversWithoutTraffic(t *testing.T) {
 	}
 }
 
+// A store that is down from the start (Redis unreachable as the process
+// starts, or failing while no request comes) degrades the instance at the
+// background check's first failed ping, as a request's failed call would:
+// geotoll_limiter_degraded said 0, the alerts silent, until a request came.
+func TestReadyzDegradesWithoutTraffic(t *testing.T) {
+	for _, mode := range []throttle.FailMode{throttle.FailClosed, throttle.FailLocal, throttle.FailOpen} {
+		t.Run(string(mode), func(t *testing.T) {
+			store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{}), down: true}
+			f := failover(store, mode)
+			reg := prometheus.NewRegistry()
+			if err := WatchLimiter(reg, f); err != nil {
+				t.Fatal(err)
+			}
+			check := LimiterCheck(f, func(context.Context) error { return store.hit() })
+			err := check(context.Background())
+			var degraded *DegradedError
+			if mode == throttle.FailClosed && (err == nil || errors.As(err, &degraded)) {
+				t.Fatalf("check with the store down (closed): %v, want not ready", err)
+			}
+			if mode != throttle.FailClosed && !errors.As(err, &degraded) {
+				t.Fatalf("check with the store down (%s): %v, want degraded", mode, err)
+			}
+			if got := gathered(t, reg, "geotoll_limiter_degraded"); got != 1 {
+				t.Errorf("geotoll_limiter_degraded %v after a failed readiness ping, want 1", got)
+			}
+			if got := gathered(t, reg, "geotoll_limiter_store_errors_total"); got != 1 {
+				t.Errorf("geotoll_limiter_store_errors_total %v, want 1", got)
+			}
+			calls := store.calls
+			if a, err := f.Admit(context.Background(), oneToken); err == nil {
+				a.Ticket.Release()
+			}
+			if store.calls != calls {
+				t.Error("the next request went to the store the check found down, not to the fail mode")
+			}
+			// Back: the next check ends it.
+			store.set(false)
+			if err := check(context.Background()); err != nil {
+				t.Fatalf("check after the store came back: %v", err)
+			}
+			if got := gathered(t, reg, "geotoll_limiter_degraded"); got != 0 {
+				t.Errorf("geotoll_limiter_degraded %v after the store came back, want 0", got)
+			}
+		})
+	}
+}
+
 // gathered is the value of reg's metric name (a gauge or counter of one
 // series).
 func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {

@@ -655,6 +655,16 @@ func (f *Failover) Doing() string { return f.Mode.doing() }
 // reconciled when the primary next answers for that caller.
 func (f *Failover) Recovered(ctx context.Context) { f.succeeded(ctx) }
 
+// Unreachable begins degraded mode after a failed out-of-band check of the
+// primary (the background readiness probe: a store down as the process
+// starts, or while no request comes, is found by no request), as a
+// request's failed call does: calls follow the fail mode, and one probes
+// the primary after the probe interval. Like Recovered, it must come
+// from the process itself, never a caller's request.
+func (f *Failover) Unreachable(ctx context.Context, err error) {
+	f.lim.failed(ctx, f.logger(), time.Now(), f.probeInterval(), err, f.Mode)
+}
+
 // succeeded records a call of the primary that worked.
 func (f *Failover) succeeded(ctx context.Context) {
 	f.lim.succeeded(ctx, f.logger(), time.Now())
