@@ -127,7 +127,9 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close() // the tracer, and a pool opened before the one that failed
 		return err
 	}
-	checks := m.openKeys(ctx)
+	sctx, endStartup := m.startupContext(ctx)
+	defer endStartup()
+	checks := m.openKeys(sctx)
 	gate.Keys = m.keys
 
 	local := throttle.NewMemoryStore(throttle.MemoryOptions{})
@@ -145,10 +147,11 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close()
 		return fmt.Errorf("throttle: %w", err)
 	}
-	if err := m.openHandler(ctx, gate, checks); err != nil {
+	if err := m.openHandler(sctx, gate, checks); err != nil {
 		m.Close()
 		return err
 	}
+	m.ready.Check(ctx) // the first /readyz answers from real results
 	m.Server = m.httpServer(m.counted(m.Handler))
 	if m.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
 		m.Close()
@@ -210,7 +213,6 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 		}
 	}
 	m.ready = server.NewReadiness(checks, m.Config.HTTP.ReadyInterval, m.Config.HTTP.ReadyTimeout)
-	m.ready.Check(ctx) // the first /readyz answers from real results
 	m.options = server.Options{
 		Logger:      m.Logger,
 		Tiles:       tileHandler,
@@ -226,6 +228,47 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 	}
 	m.Handler = m.traced(withRequestDeadline(server.New(m.options), m.Config.HTTP.RequestTimeout), gate.Proxies)
 	return nil
+}
+
+// startupContext is ctx for start-up's reads of the database (the API
+// keys, the layers' discovery and storage, the geofence layers' storage,
+// the layers' check). When the database does not answer a ping within a
+// connection's connect timeout and a second, it is cancelled, its cause
+// saying so: each read then gives up at once, warning of nothing, where
+// each waited out its own bound (about 25 s in all before the server
+// listened, its /healthz unanswered), and one warning says what serving
+// without the database means. The background refreshes read it all once
+// the database answers.
+func (m *Main) startupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	wait := m.Background.Config().ConnConfig.ConnectTimeout
+	if wait <= 0 {
+		wait = DefaultConfig().Database.ConnectTimeout
+	}
+	wait += time.Second
+	pctx, stop := context.WithTimeout(ctx, wait)
+	err := m.Background.Ping(pctx)
+	stop()
+	if err != nil && !signalled(ctx) {
+		err = fmt.Errorf("%w within %s at start-up: %w", errDatabaseDown, wait, err)
+		m.Logger.Warn("serving without the database until it answers: keyed callers get 401, layers read their tables, "+
+			"contains and check answer 503, layers are checked by /readyz", "err", err)
+		cancel(err)
+	}
+	return sctx, func() { cancel(nil) }
+}
+
+// errDatabaseDown is the cause of a start-up context cancelled because
+// the database did not answer.
+var errDatabaseDown = errors.New("the database did not answer")
+
+// startupCause is err, or — when ctx was cancelled because the database
+// did not answer at start-up — that cause.
+func startupCause(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); errors.Is(c, errDatabaseDown) {
+		return c
+	}
+	return err
 }
 
 // openPool opens the read pools: the requests' and the background's. The

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/geotoll/geotoll/internal/testenv"
@@ -54,5 +57,59 @@ func TestBackgroundSessionsAreReadOnlyAndBounded(t *testing.T) {
 	}
 	if _, err := m.Background.Exec(context.Background(), "CREATE TEMP TABLE background_write (x int)"); err == nil {
 		t.Error("a background session wrote")
+	}
+}
+
+// A database that accepts connections and answers nothing (partitioned,
+// paused) at start-up: Open pings it once, then serves without it. Each of
+// start-up's reads waited out its own bound before (about 25 s in all, the
+// listener not yet bound, /healthz unanswered) and warned of its own
+// failure; now one warning says the database does not answer, and the
+// background refreshes read the rest once it does.
+func TestOpenServesWhenTheDatabaseDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Database.URL = "postgres://nobody@" + ln.Addr().String() + "/none?sslmode=disable"
+	var logs logBuffer
+	m := &Main{Config: cfg, Logger: slog.New(slog.NewJSONHandler(&logs, nil)), ModelShelf: testShelf}
+	if err := m.Open(t.Context()); err != nil {
+		t.Fatalf("Open with a database that does not answer: %v; want it to serve without it", err)
+	}
+	defer m.Close()
+	out := logs.String()
+	if n := strings.Count(out, "serving without the database until it answers"); n != 1 {
+		t.Errorf("%d warnings that the database does not answer, want 1:\n%s", n, out)
+	}
+	for _, step := range []string{"API keys not loaded yet", "serving registry not read", "largest rows not read",
+		"geofence layers' storage not read", "layers not checked"} {
+		if strings.Contains(out, step) {
+			t.Errorf("start-up waited on the database for a step (%q):\n%s", step, out)
+		}
 	}
 }

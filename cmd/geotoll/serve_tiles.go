@@ -56,7 +56,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	discovered, err := cfg.discoverLayers(dctx, m.Background)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("tiles.discover: %w", err)
+		return nil, fmt.Errorf("tiles.discover: %w", startupCause(ctx, err))
 	}
 	for _, l := range discovered {
 		m.Logger.Info("discovered tile layer", "layer", l.Name, "schema", l.Schema, "table", l.Table,
