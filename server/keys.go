@@ -23,7 +23,7 @@ var _ KeyRing = (*apikeys.Ring)(nil)
 
 // KeysCheck is the readiness check of the key ring. Fresh keys pass with
 // their count and age ("ok: 12 keys, loaded 3s ago"). Keys never loaded,
-// or stale, leave the process ready but degraded: keyed callers get 401
+// or stale, leave the process ready but degraded: keyed callers get 503
 // (never loaded) or admin keys are refused (stale), while everything else
 // is served — pulling the replica would not bring the keys back.
 func KeysCheck(ring KeyRing) Check {
@@ -31,7 +31,7 @@ func KeysCheck(ring KeyRing) Check {
 		age := ring.Age()
 		switch {
 		case age < 0:
-			return &DegradedError{Detail: "API keys not loaded yet: keyed callers get 401"}
+			return &DegradedError{Detail: "API keys not loaded yet: keyed callers get 503"}
 		case ring.Stale():
 			return &DegradedError{Detail: fmt.Sprintf("API keys last loaded %s ago, more than %s: admin keys refused until they reload",
 				age.Round(time.Second), ring.StaleAfter())}

@@ -50,7 +50,7 @@ func TestKeyRingReadinessAndMetrics(t *testing.T) {
 	}{
 		{"fresh", fresh, "ok: 2 keys, loaded "},
 		{"stale", stale, "degraded: API keys last loaded "},
-		{"never loaded", never, "degraded: API keys not loaded yet: keyed callers get 401"},
+		{"never loaded", never, "degraded: API keys not loaded yet: keyed callers get 503"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := New(Options{Logger: discard(), Ready: checkedNow(t, map[string]Check{"api_keys": KeysCheck(tc.ring)})})

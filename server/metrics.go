@@ -67,7 +67,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}, []string{"route"}),
 		priced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_priced_requests_total",
-			Help: "Priced requests by tier, route (as in geotoll_http_requests_total; the fence admin's refused callers, whatever its path, under /geofence/fences) and outcome (admitted, refused, shadow-refused, unauthorized, dry-run, too-expensive, limiter-failure, global-refused).",
+			Help: "Priced requests by tier, route (as in geotoll_http_requests_total; the fence admin's refused callers, whatever its path, under /geofence/fences) and outcome (admitted, refused, shadow-refused, unauthorized, keys-unread, dry-run, too-expensive, limiter-failure, global-refused).",
 		}, []string{"tier", "route", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geotoll_tokens_charged_total",

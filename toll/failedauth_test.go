@@ -2,10 +2,14 @@ package toll
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,5 +102,57 @@ func TestRefusedGuesserAsksNoReload(t *testing.T) {
 				t.Errorf("%d rechecks for 10 guesses, want 4: the three 401s and the guess whose 429 the store decided", keys.rechecks)
 			}
 		})
+	}
+}
+
+// A key presented before the server ever read its API keys (the database
+// down since start-up, or the keys' table unreadable) may well be valid:
+// it is answered 503 with a Retry-After — try again — not a 401 telling
+// its client the key is wrong. It is still charged to its address's
+// failed-auth bucket (429 once dry), and a string that cannot be a key
+// is still a 401. Once the keys are read, an unknown key is a 401 again.
+func TestKeyPresentedBeforeTheKeysWereReadIsUnavailable(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}))
+	down := errors.New("the database does not answer")
+	var fail atomic.Bool
+	fail.Store(true)
+	ring := apikeys.NewRing(func(context.Context) (map[apikeys.Hash]apikeys.Key, error) {
+		if fail.Load() {
+			return nil, down
+		}
+		return map[apikeys.Hash]apikeys.Key{}, nil
+	}, time.Minute, slog.New(slog.DiscardHandler))
+	if err := ring.Refresh(t.Context()); !errors.Is(err, down) {
+		t.Fatalf("Refresh: %v, want %v", err, down)
+	}
+	toll.Keys = ring
+	obs := &outcomeObserver{}
+	toll.Observer = obs
+	key := "gt_" + strings.Repeat("a", 43)
+	var codes []int
+	for range 4 { // the failed-auth bucket holds 3
+		w, _ := admit(t, toll, key, tileDemand(14, "places"))
+		codes = append(codes, w.Code)
+		if w.Code == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+			t.Error("a 503 without Retry-After")
+		}
+	}
+	if want := []int{503, 503, 503, 429}; !slices.Equal(codes, want) {
+		t.Errorf("a plausible key before the keys were read: %v, want %v", codes, want)
+	}
+	if want := "failed-auth:keys-unread"; len(obs.seen) == 0 || obs.seen[0] != want {
+		t.Errorf("observed %v, want %s first", obs.seen, want)
+	}
+	c.t = c.t.Add(time.Hour) // the failed-auth bucket refilled
+	if w, _ := admit(t, toll, "not-a-key", tileDemand(14, "places")); w.Code != http.StatusUnauthorized {
+		t.Errorf("a string that cannot be a key: %d, want 401", w.Code)
+	}
+	fail.Store(false)
+	if err := ring.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := admit(t, toll, key, tileDemand(14, "places")); w.Code != http.StatusUnauthorized {
+		t.Errorf("an unknown key once the keys were read: %d, want 401", w.Code)
 	}
 }

@@ -132,6 +132,27 @@ func (t *Toll) limiterFailed(w http.ResponseWriter, r *http.Request, tier Tier, 
 // unknownKey is the detail of the 401 of an unknown or revoked key.
 const unknownKey = "unknown or revoked API key"
 
+// keysUnreadDetail is the detail of the 503 of a key presented before
+// the API keys were ever read.
+const keysUnreadDetail = "the API keys have not been read yet (the database has not answered since this server started): try again"
+
+// keysRead is a KeyLookup that says when it last read its keys
+// (apikeys.Ring): a negative age, never.
+type keysRead interface{ Age() time.Duration }
+
+// keysUnread reports whether r presents what may be a valid key (one with
+// the keys' mark) to a server that has never read its keys, which can
+// then tell neither way: a 503 to try again, not a 401 telling a client
+// with a valid key that it is wrong.
+func (t *Toll) keysUnread(r *http.Request) bool {
+	k, ok := t.Keys.(keysRead)
+	if !ok || k.Age() >= 0 {
+		return false
+	}
+	key, _ := APIKey(r)
+	return apikeys.Marked(key)
+}
+
 // refuseKey answers an unknown or revoked key (or, on a fence admin route,
 // a request without a key): 401 with detail, charged 1 token to the caller
 // address's failed-auth bucket; 429 once that bucket is dry. That charge
@@ -147,14 +168,22 @@ func (t *Toll) refuseKey(w http.ResponseWriter, r *http.Request, caller Caller, 
 		t.limiterFailed(w, r, tier, p, err)
 		return
 	}
+	unread := detail == unknownKey && t.keysUnread(r)
 	outcome := Unauthorized
-	if !res.Allowed {
+	switch {
+	case !res.Allowed:
 		outcome = Refused // a 429, counted with the others (geotoll_throttled_total)
+	case unread:
+		outcome = KeysUnread
 	}
 	t.observe(FailedAuthTier, p, outcome)
 	setBudgetHeaders(w.Header(), tokenPolicy(tier.Name, tier.Limit), tier, res)
 	if !res.Allowed {
 		problem.Write(w, r, exhausted(tier.Name, res))
+		return
+	}
+	if unread {
+		problem.Write(w, r, &problem.Error{Code: problem.Unavailable, Detail: keysUnreadDetail, RetryAfter: 1})
 		return
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="geotoll"`)

@@ -158,6 +158,7 @@ const (
 	Refused        Outcome = "refused"         // 429
 	ShadowRefused  Outcome = "shadow-refused"  // would have been 429; admitted in shadow mode
 	Unauthorized   Outcome = "unauthorized"    // unknown key: 401 (once its IP's failed-auth bucket is dry, its 429 is Refused)
+	KeysUnread     Outcome = "keys-unread"     // a key presented before the API keys were ever read: 503 (charged as an unknown key)
 	DryRun         Outcome = "dry-run"         // priced, not charged
 	TooExpensive   Outcome = "too-expensive"   // above the tier's max cost: 422
 	LimiterFailure Outcome = "limiter-failure" // the store failed and the fail mode refused

@@ -251,7 +251,7 @@ func (m *Main) startupContext(ctx context.Context) (context.Context, context.Can
 	stop()
 	if err != nil && !signalled(ctx) {
 		err = fmt.Errorf("%w within %s at start-up: %w", errDatabaseDown, wait, err)
-		m.Logger.Warn("serving without the database until it answers: keyed callers get 401, layers read their tables, "+
+		m.Logger.Warn("serving without the database until it answers: keyed callers get 503, layers read their tables, "+
 			"contains and check answer 503, layers are checked by /readyz", "err", err)
 		cancel(err)
 	}
@@ -340,7 +340,7 @@ func backgroundSessions(pcfg *pgxpool.Config) {
 }
 
 // openKeys makes the API key ring and loads it now (a database that is
-// down only delays keyed callers, who get 401 until the first load); Serve
+// down only delays keyed callers, who get 503 until the first load); Serve
 // reloads it whenever the database announces a change, and every
 // key_refresh. It returns the readiness checks of PostgreSQL — pinged on a
 // connection of its own, since a busy pool is not a dead database — and of
@@ -353,7 +353,7 @@ func (m *Main) openKeys(ctx context.Context) map[string]server.Check {
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := m.keys.Refresh(kctx); err != nil && !signalled(ctx) {
-		m.Logger.Warn("API keys not loaded yet; keyed callers get 401 until the database answers", "err", err)
+		m.Logger.Warn("API keys not loaded yet; keyed callers get 503 until the database answers", "err", err)
 	}
 	m.dbCheck = &server.ConnCheck{Connect: keyStore.Connect}
 	return map[string]server.Check{"postgres": m.dbCheck.Check, "api_keys": server.KeysCheck(m.keys)}
