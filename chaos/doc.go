@@ -1,8 +1,11 @@
 // Package chaos is geotoll's fault-injection suite. Its only code is the
-// test TestChaos: each scenario starts its own processes on free loopback
-// ports — a throwaway PostgreSQL/PostGIS cluster (initdb, migrated, seeded
-// with a small demo data set), Redis servers and a 3-master Redis Cluster,
-// and the geotoll binary itself (go build) — breaks one of them, and checks
+// test TestChaos, which starts its own processes on free loopback ports: one
+// throwaway PostgreSQL/PostGIS cluster for the whole suite (initdb,
+// migrated, seeded with a small demo data set; the scenarios that stop or
+// pause it start it again), and, per scenario, Redis servers, a 3-master
+// Redis Cluster or Sentinels, and geotoll processes of one binary (built
+// once with go build, or GEOTOLL_CHAOS_BIN, as make chaos builds it). Each
+// scenario breaks one of them, and checks
 // what callers see: Redis killed, paused (SIGSTOP), script cache flushed,
 // out of memory, with each fail_mode (and the local buckets' share of
 // 1/replicas); a cancelled request during a Redis

@@ -40,8 +40,8 @@ const (
 	// RequestTimeout is a 408: the request body did not arrive within the
 	// server's read timeout.
 	RequestTimeout Code = "request-timeout"
-	// UnsupportedMediaType is a 415: a body in a content coding (gzip…)
-	// the route does not read.
+	// UnsupportedMediaType is a 415: a body with a Content-Type other than
+	// JSON, or in a content coding (gzip…), that the route does not read.
 	UnsupportedMediaType Code = "unsupported-media-type"
 	OutOfRange           Code = "out-of-range"   // 422: well formed, but outside its bounds
 	Exhausted            Code = "quota-exceeded" // 429: the caller's budget cannot pay the price
