@@ -12,10 +12,14 @@
 //
 // # Cost model
 //
-// [Weights] prices a request with pure functions of its parameters, computed
-// before any I/O (an estimate that needed a query of its own would add the
-// load it is meant to prevent):
+// [Weights] prices a request with pure functions computed before any I/O
+// (an estimate that needed a query of its own would add the load it is
+// meant to prevent): [Weights.Read] from the features and vertices a
+// density model estimates the request reads (internal/density; what toll
+// prices with by default), or by the request's size alone:
 //
+//	read    Work.MS(features, vertices) / msPerToken, where Work.MS is
+//	        QueryMS + features × FeatureMS + vertices × VertexMS
 //	tile    Base + area of the tile's lon/lat bound (square degrees) × AreaWeight
 //	bbox    Base + area × AreaWeight + limit × FeatureWeight
 //	radius  Base + radius_km × RadiusWeight + limit × FeatureWeight
