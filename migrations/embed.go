@@ -6,8 +6,11 @@
 // read role (README, "PostgreSQL-side enforcement"), the fence writer role,
 // the API keys and the trigger that announces their changes, the fences'
 // pieces and the trigger that cuts them, the serving schema that
-// `geotoll prepare` builds into, and the fences' revisions (the fence
-// admin's ETags) and the trigger that draws them.
+// `geotoll prepare` builds into (its registry, its list of retired
+// storage, and the read role's grants on it), the fences' revisions (the
+// fence admin's ETags) and the trigger that draws them, and the
+// functions geotoll.density_transform and geotoll.tile_transform, with
+// which price-model builds and tiles take rows a projection cannot.
 package migrations
 
 import (
