@@ -214,6 +214,44 @@ func TestOneScriptCallPerAdmittedRequest(t *testing.T) {
 	})
 }
 
+// A settlement rides on its caller's next call to Redis: with FinishDelay
+// longer than the test, every call sent before the last flush carries an
+// admission, however many requests settled meanwhile (1,024 of one
+// client of a key, the price of each charged after its request). A
+// settlement sent on a call of its own would double a caller's calls.
+func TestSettlementsRideOnLaterCalls(t *testing.T) {
+	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		toll, calls, flush := countedTollWith(t, rdb, &throttle.RedisOptions{Timeout: redisTimeout, FinishDelay: time.Hour})
+		toll.Tiers["bulk"] = Tier{Name: "bulk", Limit: throttle.Limit{Rate: 1e6, Capacity: 1e9}, MaxInFlight: 64}
+		toll.Keys.(fakeKeys)["bulk"] = apikeys.Key{ID: 63, Name: "bulk", Tier: "bulk"}
+		h := serveTile(toll)
+		serve := func() int {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, tileRequest("bulk", "192.0.2.12"))
+			return w.Code
+		}
+		if code := serve(); code != http.StatusOK { // the script loaded
+			t.Fatalf("first request: %d", code)
+		}
+		flush()
+		calls.reset()
+		const n = 1024
+		for i := range n {
+			if code := serve(); code != http.StatusOK {
+				t.Fatalf("request %d: status %d", i, code)
+			}
+		}
+		onPath, scripts := calls.admitting.Load(), calls.scripts.Load()
+		flush()
+		if onPath == 0 || scripts != onPath {
+			t.Fatalf("%d requests: %d script calls, %d of them carrying admits: want every call to carry one", n, scripts, onPath)
+		}
+		if after := calls.scripts.Load(); after > scripts+1 {
+			t.Errorf("the last flush sent %d calls, want 1", after-scripts)
+		}
+	})
+}
+
 // A key refused with Retry-After t is refused in process, without a
 // Redis command, until t (the 429 carries the same budget headers); the
 // first request after t goes to Redis once and is admitted. The bucket is
