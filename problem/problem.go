@@ -32,7 +32,6 @@ const (
 	Forbidden    Code = "forbidden"    // 403
 	NotFound     Code = "not-found"    // 404: unknown layer, unknown route
 	NotAllowed   Code = "not-allowed"  // 405
-	Conflict     Code = "conflict"     // 409
 	// PreconditionFailed is a 412: an If-Match or If-None-Match named the
 	// target's current state falsely, and nothing was written.
 	PreconditionFailed Code = "precondition-failed"
@@ -59,7 +58,6 @@ var statuses = map[Code]int{
 	Forbidden:            http.StatusForbidden,
 	NotFound:             http.StatusNotFound,
 	NotAllowed:           http.StatusMethodNotAllowed,
-	Conflict:             http.StatusConflict,
 	PreconditionFailed:   http.StatusPreconditionFailed,
 	TooLarge:             http.StatusRequestEntityTooLarge,
 	RequestTimeout:       http.StatusRequestTimeout,
