@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -433,13 +434,16 @@ func TestScriptRefusalWritesNothing(t *testing.T) {
 		key := f.key("refusal")
 		sh := shape{rate: 1, capacity: 10 * micro, max: 1, ttlMS: 60000}
 		f.run(key, sh, []op{{kind: opAdmit, id: "a", amount: 9 * micro}})
-		raw, _ := f.rdb.Get(context.Background(), key).Result()
-		ttl, _ := f.rdb.PTTL(context.Background(), key).Result()
+		before := f.written(t, key)
 		f.run(key, sh, []op{{kind: opAdmit, id: "b", amount: 2 * micro}, {kind: opAdmit, id: "c", amount: micro}, {kind: opPeek}, {kind: opFinish, id: "zz"}})
-		raw2, _ := f.rdb.Get(context.Background(), key).Result()
-		ttl2, _ := f.rdb.PTTL(context.Background(), key).Result()
-		if raw2 != raw || ttl2 > ttl {
-			t.Fatalf("refusals wrote: %q (ttl %v) -> %q (ttl %v)", raw, ttl, raw2, ttl2)
+		after := f.written(t, key)
+		for k, b := range before {
+			if a := after[k]; a.value != b.value || a.ttl > b.ttl {
+				t.Errorf("refusals wrote %s: %q (ttl %v) -> %q (ttl %v)", k, b.value, b.ttl, a.value, a.ttl)
+			}
+		}
+		if before[OpenKey(key)].value == "" {
+			t.Fatal("the admitted request is not open: the refusals were not tested against an open request")
 		}
 		fresh := f.key("never")
 		f.run(fresh, sh, []op{{kind: opAdmit, id: "a", amount: 11 * micro}, {kind: opPeek}, {kind: opVoid, id: "a"}})
@@ -447,6 +451,46 @@ func TestScriptRefusalWritesNothing(t *testing.T) {
 			t.Fatalf("an invalid admit, a peek and a void created %d keys", n)
 		}
 	})
+}
+
+// stored is one Redis key's value as written (a hash's fields, sorted)
+// and its time to live.
+type stored struct {
+	value string
+	ttl   time.Duration
+}
+
+// written is what Redis holds of a bucket: the bucket, its open requests
+// and its tombstones.
+func (f *redisFixture) written(t *testing.T, key string) map[string]stored {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]stored{}
+	for _, k := range []string{key, OpenKey(key), VoidKey(key)} {
+		var value string
+		switch typ, err := f.rdb.Type(ctx, k).Result(); {
+		case err != nil:
+			t.Fatal(err)
+		case typ == "hash":
+			m, err := f.rdb.HGetAll(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fields := make([]string, 0, len(m))
+			for name, v := range m {
+				fields = append(fields, name+"="+v)
+			}
+			sort.Strings(fields)
+			value = strings.Join(fields, ",")
+		case typ == "string":
+			value, _ = f.rdb.Get(ctx, k).Result()
+		case typ != "none":
+			value = "a " + typ
+		}
+		ttl, _ := f.rdb.PTTL(ctx, k).Result()
+		out[k] = stored{value: value, ttl: ttl}
+	}
+	return out
 }
 
 func TestScriptReplacesAnOlderVersionsBucket(t *testing.T) {
