@@ -122,7 +122,7 @@ const (
 	cancelPending              // its request is out (or about to go), unanswered
 	cancelAcked                // the server acknowledged it: a live server
 	cancelSilent               // not acknowledged within AckWait: the connection is given up
-	cancelDropped              // not sent, or abandoned: the statement ended first
+	cancelDropped              // not sent, or abandoned: the statement ended first (for a caller gone, and AckWait passed)
 )
 
 func (cn *cancellation) status() int32 { return cn.state.Load() }
@@ -140,9 +140,9 @@ func cancellerOf(conn *pgx.Conn) *canceller {
 func (h *canceller) HandleCancel(ctx context.Context) {
 	deadline := time.Now().Add(h.wait)
 	_ = h.conn.Conn().SetDeadline(deadline) // the last resort
-	delay := hangUpDelay
+	delay, gone := hangUpDelay, true
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		delay = 0
+		delay, gone = 0, false
 	}
 	// Not the operation's context (it has ended): the cancellation's own,
 	// ended by HandleUnwatchAfterCancel or the deadline.
@@ -161,22 +161,34 @@ func (h *canceller) HandleCancel(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		// Once sent, the request is waited for even when the statement
-		// ends meanwhile, as the request itself most often makes it end: the
-		// server signals the backend and then closes the request's
-		// connection, and the backend's answer can come first. A request
-		// acknowledged has reached the backend, which ignores it when idle;
-		// one still unanswered after AckWait (or the connection's wait)
-		// reached no live server, or may still reach it: the connection is
-		// given up.
-		ackBy := time.Now().Add(AckWait)
-		if deadline.Before(ackBy) {
-			ackBy = deadline
+		// A caller cut by its deadline may still be waiting for the
+		// statement's answer, which no acknowledgement may delay: its
+		// request is abandoned when the statement ends (below). Nobody
+		// waits for the answer of a caller that went away: its request,
+		// once sent, is waited for to its acknowledgement even when the
+		// statement ends meanwhile — as the request itself most often makes
+		// it end: the server signals the backend and then closes the
+		// request's connection, and the backend's answer can come first.
+		// Acknowledged, it has reached the backend, which ignores it once
+		// idle, and the connection serves on: a map panning off its tiles
+		// closed a connection (and the pool opened a backend and loaded
+		// PostGIS) for most tiles it abandoned.
+		parent, ackBy := sctx, time.Now().Add(AckWait)
+		if gone {
+			parent = context.WithoutCancel(sctx)
+			if deadline.Before(ackBy) {
+				ackBy = deadline
+			}
 		}
-		actx, cancel := context.WithDeadline(context.WithoutCancel(sctx), ackBy)
+		actx, cancel := context.WithDeadline(parent, ackBy)
 		err := h.conn.CancelRequest(actx)
 		ran := actx.Err() // before cancel
 		cancel()
+		// The server closes the request's connection once it has signalled
+		// the backend; a request still unanswered after AckWait reached no
+		// live server: give up on the connection now. One abandoned because
+		// the statement ended (HandleUnwatchAfterCancel) tells nothing of
+		// the server — but may still reach it.
 		state := cancelSilent
 		switch {
 		case err == nil && ran == nil:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -250,8 +251,9 @@ func heldUntilItStops(t *testing.T, f *fixture, pool *pgxpool.Pool, stopping *pg
 // (here its statement_timeout error, held back as a CPU-starved server
 // holds it, released after StopWait and before the acknowledgement): the
 // call answers with the statement's own result, not as one still running
-// on a server that answers nothing. The request is dropped when the
-// statement ends, which tells nothing about the server.
+// on a server that answers nothing. The request of a call cut by its
+// deadline is dropped when the statement ends, which tells nothing about
+// the server.
 func TestStatementEndingBeforeALateAcknowledgementAnswersItsResult(t *testing.T) {
 	t.Parallel()
 	proxy, pool := proxiedPool(t, time.Minute)
@@ -309,19 +311,40 @@ func TestDeadlineBeforeALateAcknowledgementIsATimeout(t *testing.T) {
 	heldUntilItStops(t, f, pool, stopping)
 }
 
-// A cancel request that went out and was abandoned unacknowledged (its
-// statement ended first) may still reach the server: a busy postmaster
-// reads it late and signals the backend, whatever it then runs. The
-// connection is never used again, so it cancels nothing else.
+// A cancel request that went out and was abandoned unacknowledged may
+// still reach the server: a busy postmaster reads it late and signals the
+// backend, whatever it then runs. The connection is never used again, so
+// it cancels nothing else. A caller cut by its deadline abandons its
+// request when the statement ends (the answer waits for no
+// acknowledgement); one that went away, when no acknowledgement came
+// within AckWait.
 func TestAbandonedCancelRequestCancelsNothingLater(t *testing.T) {
 	t.Parallel()
-	proxy, pool := proxiedPool(t, time.Minute)
-	proxy.slowNew(600 * time.Millisecond) // the cancel request reaches the server at about 750 ms
-	ctx, cancel := context.WithCancel(t.Context())
-	time.AfterFunc(100*time.Millisecond, cancel)  // the caller goes; the request goes out 50 ms later
-	_, _ = pool.Exec(ctx, `SELECT pg_sleep(0.4)`) // ends at 400 ms, its cancel request still on its way
-	if _, err := pool.Exec(t.Context(), `SELECT pg_sleep(1)`); err != nil {
-		t.Fatalf("the next statement on the pool: %v; want it to run undisturbed", err)
+	for _, tc := range []struct {
+		name string
+		slow time.Duration // how late the cancel request reaches the server
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"the caller's deadline", 600 * time.Millisecond, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(t.Context(), 100*time.Millisecond) // the request goes out at once
+		}},
+		{"the caller gone", pgcall.AckWait + 300*time.Millisecond, func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(100*time.Millisecond, cancel) // the request goes out 50 ms later
+			return ctx, cancel
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			proxy, pool := proxiedPool(t, time.Minute)
+			proxy.slowNew(tc.slow)
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			_, _ = pool.Exec(ctx, `SELECT pg_sleep(0.4)`) // ends at 400 ms, its cancel request still on its way
+			if _, err := pool.Exec(t.Context(), `SELECT pg_sleep(`+strconv.FormatFloat(tc.slow.Seconds()+0.5, 'f', 1, 64)+`)`); err != nil {
+				t.Fatalf("the next statement on the pool: %v; want it to run undisturbed", err)
+			}
+		})
 	}
 }
 
