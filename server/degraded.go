@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,11 +51,14 @@ func LimiterCheck(f *throttle.Failover, ping Check) Check {
 		if perr == nil && !h.Degraded {
 			return nil
 		}
-		if perr != nil && !h.Degraded && ctx.Err() == nil {
+		if perr != nil && !h.Degraded && !errors.Is(ctx.Err(), context.Canceled) {
 			// The store fails with no request to find it out (down as the
 			// process starts, or while none comes): degraded mode begins
 			// here, as at a request's failed call, so that
-			// geotoll_limiter_degraded and its alerts say so.
+			// geotoll_limiter_degraded and its alerts say so — a probe cut
+			// by the round's deadline (a store that answers nothing)
+			// included; a check cancelled (the process stopping) says
+			// nothing of the store.
 			f.Unreachable(ctx, perr)
 			h = f.Health()
 		}
@@ -93,7 +97,7 @@ func WatchLimiter(reg prometheus.Registerer, f *throttle.Failover) error {
 		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "geotoll_limiter_store_errors_total",
-			Help: "Budget store calls that failed (error or timeout) and were decided by fail_mode.",
+			Help: "Budget store calls that failed (error or timeout) and were decided by fail_mode, and background probes of the store that failed while it was not yet degraded.",
 		}, func() float64 { return float64(f.Health().StoreErrors) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "geotoll_limiter_fallbacks_total", ConstLabels: mode,

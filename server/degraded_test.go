@@ -131,7 +131,7 @@ geotoll_limiter_free_refusals_total 0
 # HELP geotoll_limiter_fallbacks_total Budget decisions made without the store, by fail_mode (local, open or closed).
 # TYPE geotoll_limiter_fallbacks_total counter
 geotoll_limiter_fallbacks_total{fail_mode="local"} 3
-# HELP geotoll_limiter_store_errors_total Budget store calls that failed (error or timeout) and were decided by fail_mode.
+# HELP geotoll_limiter_store_errors_total Budget store calls that failed (error or timeout) and were decided by fail_mode, and background probes of the store that failed while it was not yet degraded.
 # TYPE geotoll_limiter_store_errors_total counter
 geotoll_limiter_store_errors_total 1
 `
@@ -235,6 +235,28 @@ func TestReadyzDegradesWithoutTraffic(t *testing.T) {
 				t.Errorf("geotoll_limiter_degraded %v after the store came back, want 0", got)
 			}
 		})
+	}
+}
+
+// A store that answers nothing (paused, partitioned) fails the probe at
+// the round's own deadline, which is the probe's failure, not the end of
+// the check: degraded mode begins there too. Only a check cancelled (the
+// process stopping) says nothing of the store.
+func TestReadinessDegradesOnAStoreThatAnswersNothing(t *testing.T) {
+	store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{})}
+	f := failover(store, throttle.FailLocal)
+	hung := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	rd := NewReadiness(map[string]Check{"redis": LimiterCheck(f, hung)}, time.Hour, 100*time.Millisecond)
+	rd.Check(context.Background())
+	if h := f.Health(); !h.Degraded || h.StoreErrors != 1 {
+		t.Errorf("after a probe that timed out: degraded %v, %d store errors; want degraded, 1", h.Degraded, h.StoreErrors)
+	}
+	g := failover(store, throttle.FailLocal)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = LimiterCheck(g, hung)(ctx)
+	if h := g.Health(); h.Degraded || h.StoreErrors != 0 {
+		t.Errorf("after a cancelled check: degraded %v, %d store errors; want neither", h.Degraded, h.StoreErrors)
 	}
 }
 
