@@ -150,9 +150,6 @@ func TestCLIServeFlags(t *testing.T) {
 	}
 }
 
-// clearConfigEnv clears the variables that configure geotoll in the
-// test's environment (make test exports some: GEOTOLL_ADMIN_DATABASE_URL,
-// GEOTOLL_REDIS_URL…). Tests that call it do not run in parallel.
 // TestConfigCheckNamesWhatItChecked: config check under environment
 // variables names them; it said "the defaults: ok" of a configuration
 // they had changed.
@@ -168,6 +165,9 @@ func TestConfigCheckNamesWhatItChecked(t *testing.T) {
 	}
 }
 
+// clearConfigEnv clears the variables that configure geotoll in the
+// test's environment (make test exports some: GEOTOLL_ADMIN_DATABASE_URL,
+// GEOTOLL_REDIS_URL…). Tests that call it do not run in parallel.
 func clearConfigEnv(t *testing.T) {
 	t.Helper()
 	vars := []string{"GEOTOLL_CONFIG", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}

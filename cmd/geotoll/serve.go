@@ -88,6 +88,10 @@ type Main struct {
 	// storageUnread: a read of the serving registry or of the geofence
 	// layers' storage failed at start-up; refreshTiles retries it soon.
 	storageUnread bool
+	// layersUnchecked: start-up did not read every layer's largest rows
+	// (nor say which layers lack overviews); refreshTiles does once it
+	// reads the storage.
+	layersUnchecked bool
 }
 
 // Open connects to PostgreSQL and Redis (lazily: a database that is down at
@@ -127,8 +131,12 @@ func (m *Main) Open(ctx context.Context) error {
 		m.Close() // the tracer, and a pool opened before the one that failed
 		return err
 	}
-	sctx, endStartup := m.startupContext(ctx)
+	sctx, endStartup, err := m.startupContext(ctx)
 	defer endStartup()
+	if err != nil {
+		m.Close()
+		return err
+	}
 	checks := m.openKeys(sctx)
 	gate.Keys = m.keys
 
@@ -231,45 +239,42 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 }
 
 // startupContext is ctx for start-up's reads of the database (the API
-// keys, the layers' discovery and storage, the geofence layers' storage,
-// the layers' check). When the database does not answer a ping within a
-// connection's connect timeout and a second, it is cancelled, its cause
-// saying so: each read then gives up at once, warning of nothing, where
-// each waited out its own bound (about 25 s in all before the server
-// listened, its /healthz unanswered), and one warning says what serving
-// without the database means. The background refreshes read it all once
-// the database answers.
-func (m *Main) startupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// keys, the layers' storage and largest rows, the geofence layers'
+// storage, the layers' check). When the database does not answer a ping
+// within startupPing (or a connection's connect timeout and a second, if
+// longer), it is cancelled, its cause saying so: each read then gives up
+// at once, warning of nothing, where each waited out its own bound (about
+// 22 s in all before the server listened, its /healthz unanswered), and
+// one warning says what serving without the database means. What they
+// would have read is read once the database answers: the keys by the key
+// ring, the storage and the largest rows by refreshTiles, the layers'
+// check by /readyz (a layer that does not match the database is then
+// reported there, degraded, instead of refusing the start). A
+// configuration that discovers its tile layers (tiles.discover) cannot
+// start without them: it fails here.
+func (m *Main) startupContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
-	wait := m.Background.Config().ConnConfig.ConnectTimeout
-	if wait <= 0 {
-		wait = DefaultConfig().Database.ConnectTimeout
-	}
-	wait += time.Second
+	wait := max(startupPing, m.Background.Config().ConnConfig.ConnectTimeout+time.Second)
 	pctx, stop := context.WithTimeout(ctx, wait)
 	err := m.Background.Ping(pctx)
 	stop()
-	if err != nil && !signalled(ctx) {
-		err = fmt.Errorf("%w within %s at start-up: %w", errDatabaseDown, wait, err)
-		m.Logger.Warn("serving without the database until it answers: keyed callers get 503, layers read their tables, "+
-			"contains and check answer 503, layers are checked by /readyz", "err", err)
-		cancel(err)
+	if err == nil || signalled(ctx) {
+		return sctx, func() { cancel(nil) }, nil
 	}
-	return sctx, func() { cancel(nil) }
+	err = fmt.Errorf("the database did not answer within %s at start-up: %w", wait, err)
+	cancel(err)
+	if len(m.Config.Tiles.Discover.Schemas) > 0 {
+		return sctx, func() {}, fmt.Errorf("tiles.discover: %w", err)
+	}
+	m.Logger.Warn("serving without the database until it answers: keyed callers get 503, layers read their tables, "+
+		"contains and check answer 503, layers are checked by /readyz", "err", err)
+	return sctx, func() {}, nil
 }
 
-// errDatabaseDown is the cause of a start-up context cancelled because
-// the database did not answer.
-var errDatabaseDown = errors.New("the database did not answer")
-
-// startupCause is err, or — when ctx was cancelled because the database
-// did not answer at start-up — that cause.
-func startupCause(ctx context.Context, err error) error {
-	if c := context.Cause(ctx); errors.Is(c, errDatabaseDown) {
-		return c
-	}
-	return err
-}
+// startupPing is how long start-up waits for the database to answer a
+// ping before it serves without it: as long as its first read (the API
+// keys) waited before.
+const startupPing = 5 * time.Second
 
 // openPool opens the read pools: the requests' and the background's. The
 // requests' pool opens all its connections at once, in the background,

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/geotoll/geotoll/internal/testenv"
 )
@@ -62,46 +65,33 @@ func TestBackgroundSessionsAreReadOnlyAndBounded(t *testing.T) {
 
 // A database that accepts connections and answers nothing (partitioned,
 // paused) at start-up: Open pings it once, then serves without it. Each of
-// start-up's reads waited out its own bound before (about 25 s in all, the
+// start-up's reads waited out its own bound before (about 22 s in all, the
 // listener not yet bound, /healthz unanswered) and warned of its own
-// failure; now one warning says the database does not answer, and the
-// background refreshes read the rest once it does.
+// failure; now one warning says the database does not answer. Once it
+// answers, what start-up could not read is read: the keys, the layers'
+// storage and their largest rows (a layer made heavy here, whose Heavy
+// only that read can tell).
 func TestOpenServesWhenTheDatabaseDoesNotAnswer(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := url.Parse(testenv.ReadDatabaseURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var held []net.Conn
-	var mu sync.Mutex
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
+	gate := newHeldProxy(t, u.Host)
+	u.Host = gate.addr
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
-	cfg.Database.URL = "postgres://nobody@" + ln.Addr().String() + "/none?sslmode=disable"
+	cfg.Database.URL = u.String()
+	for i := range cfg.Layers {
+		if cfg.Layers[i].Name == "geofences" { // rows of up to 25 vertices, read whole
+			cfg.Layers[i].Subdivide.Off, cfg.Layers[i].Subdivide.MaxVertices = true, 8
+		}
+	}
 	var logs logBuffer
 	m := &Main{Config: cfg, Logger: slog.New(slog.NewJSONHandler(&logs, nil)), ModelShelf: testShelf}
 	if err := m.Open(t.Context()); err != nil {
 		t.Fatalf("Open with a database that does not answer: %v; want it to serve without it", err)
 	}
-	defer m.Close()
 	out := logs.String()
 	if n := strings.Count(out, "serving without the database until it answers"); n != 1 {
 		t.Errorf("%d warnings that the database does not answer, want 1:\n%s", n, out)
@@ -111,5 +101,107 @@ func TestOpenServesWhenTheDatabaseDoesNotAnswer(t *testing.T) {
 		if strings.Contains(out, step) {
 			t.Errorf("start-up waited on the database for a step (%q):\n%s", step, out)
 		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	gate.release()
+	layer := m.TileCatalog.Layer("geofences")
+	deadline := time.Now().Add(30 * time.Second)
+	for layer.Heavy() == nil || m.keys.Age() < 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the database answered: heavy %+v, keys' age %v; want the largest rows and the keys read", layer.Heavy(), m.keys.Age())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// heldProxy passes TCP connections on to target once released: until
+// then it accepts them and answers nothing, as a database that is paused
+// or partitioned away.
+type heldProxy struct {
+	addr     string
+	released chan struct{}
+	once     sync.Once
+}
+
+func newHeldProxy(t *testing.T, target string) *heldProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &heldProxy{addr: ln.Addr().String(), released: make(chan struct{})}
+	var mu sync.Mutex
+	var conns []net.Conn
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		ln.Close()
+		p.release()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c)
+			go func() {
+				<-p.released
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					c.Close()
+					return
+				}
+				track(s)
+				go func() { _, _ = io.Copy(s, c); s.Close() }()
+				_, _ = io.Copy(c, s)
+				c.Close()
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *heldProxy) release() { p.once.Do(func() { close(p.released) }) }
+
+// A configuration that discovers its tile layers cannot start without the
+// database: Open fails, naming discovery and the database, without first
+// saying it serves without it.
+func TestOpenWithDiscoveryFailsWhenTheDatabaseDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testenv.ReadDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = newHeldProxy(t, u.Host).addr
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Database.URL = u.String()
+	cfg.Tiles.Discover.Schemas = []string{"public"}
+	var logs logBuffer
+	m := &Main{Config: cfg, Logger: slog.New(slog.NewJSONHandler(&logs, nil)), ModelShelf: testShelf}
+	err = m.Open(t.Context())
+	defer m.Close()
+	if err == nil || !strings.Contains(err.Error(), "tiles.discover: the database did not answer") {
+		t.Fatalf("Open: %v; want tiles.discover's failure for want of the database", err)
+	}
+	if strings.Contains(logs.String(), "serving without the database") {
+		t.Errorf("said it serves without the database, then failed:\n%s", logs.String())
 	}
 }

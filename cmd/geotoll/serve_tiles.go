@@ -56,7 +56,7 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	discovered, err := cfg.discoverLayers(dctx, m.Background)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("tiles.discover: %w", startupCause(ctx, err))
+		return nil, fmt.Errorf("tiles.discover: %w", err)
 	}
 	for _, l := range discovered {
 		m.Logger.Info("discovered tile layer", "layer", l.Name, "schema", l.Schema, "table", l.Table,
@@ -80,18 +80,9 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	if !read {
 		m.storageUnread = true
 	}
-	for _, l := range catalog.Layers() {
-		if !read {
-			break // storage not known: no layer is said to lack it
-		}
-		if lo, hi, ok := l.OverviewZooms(l.Kind()); ok && !slices.ContainsFunc(l.StorageSummary(), func(s tiles.StorageSummary) bool {
-			return s.Builder == tiles.BuilderOverview
-		}) {
-			m.Logger.Warn("tile layer has no overviews: its low zooms read the whole table; run `geotoll prepare`",
-				"layer", l.Name, "overview_zooms", fmt.Sprintf("%d-%d", lo, hi))
-		}
-	}
-	m.checkHeavy(ctx, catalog)
+	// Storage not known: no layer is said to lack it; the first refresh
+	// that reads it says so.
+	m.layersUnchecked = !read || !m.checkLayerStorage(ctx, catalog)
 	if err := server.WatchTileStorage(m.Registry, catalog, time.Now); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -117,20 +108,39 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	}, nil
 }
 
+// checkLayerStorage warns of each layer without the overviews its low
+// zooms would read, then of its heavy rows (checkHeavy), once the layers'
+// storage is known, and reports whether it read every layer's largest
+// rows.
+func (m *Main) checkLayerStorage(ctx context.Context, catalog *tiles.Catalog) (read bool) {
+	for _, l := range catalog.Layers() {
+		if lo, hi, ok := l.OverviewZooms(l.Kind()); ok && !slices.ContainsFunc(l.StorageSummary(), func(s tiles.StorageSummary) bool {
+			return s.Builder == tiles.BuilderOverview
+		}) {
+			m.Logger.Warn("tile layer has no overviews: its low zooms read the whole table; run `geotoll prepare`",
+				"layer", l.Name, "overview_zooms", fmt.Sprintf("%d-%d", lo, hi))
+		}
+	}
+	return m.checkHeavy(ctx, catalog)
+}
+
 // checkHeavy reads the largest rows of every line and polygon layer
 // (tiles.Layer.CheckHeavy) and warns of the heavy ones: their tiles above
 // the overview band read those rows whole until they read pieces (the
-// warning says what would give them pieces, tiles.Heavy.Fix).
-func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
+// warning says what would give them pieces, tiles.Heavy.Fix). It reports
+// whether it read every layer's.
+func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) (read bool) {
+	read = true
 	for _, l := range catalog.Layers() {
 		hctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 		err := l.CheckHeavy(hctx, m.Background)
 		cancel()
 		if signalled(ctx) {
-			return
+			return false
 		}
 		if err != nil {
 			m.Logger.Warn("tile layer: largest rows not read", "layer", l.Name, "err", err)
+			read = false
 			continue
 		}
 		if h := l.Heavy(); h != nil {
@@ -138,6 +148,7 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) {
 				"layer", l.Name, "max_vertices", h.MaxVertices, "subdivide_max_vertices", h.Limit, "fix", h.Fix)
 		}
 	}
+	return read
 }
 
 // refreshStorage re-reads the serving registry and the unknown geometry
@@ -187,12 +198,13 @@ const (
 // started while the database was down serves the layers' storage
 // (overviews, pieces; a geofence layer's contains and check, which answer
 // 503 until it is read) within seconds of the database answering, however
-// long it was down, not a whole interval later.
+// long it was down, not a whole interval later — and then reads what
+// start-up could not of the layers' largest rows (checkLayerStorage).
 func (m *Main) refreshTiles(ctx context.Context) {
 	every := m.Config.Tiles.StorageRefresh
 	retry := min(storageRetry, every)
 	wait := every
-	if m.storageUnread {
+	if m.storageUnread || m.layersUnchecked {
 		wait = retry
 	}
 	t := time.NewTimer(wait)
@@ -206,6 +218,9 @@ func (m *Main) refreshTiles(ctx context.Context) {
 			tiles := m.refreshStorage(rctx, m.TileCatalog, m.TileCache)
 			fences := m.refreshContainment(rctx)
 			cancel()
+			if tiles && m.layersUnchecked { // start-up could not
+				m.layersUnchecked = !m.checkLayerStorage(ctx, m.TileCatalog)
+			}
 			if tiles && fences {
 				wait, retry = every, min(storageRetry, every)
 			} else {
