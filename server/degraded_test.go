@@ -89,12 +89,7 @@ func TestReadyzDegraded(t *testing.T) {
 }
 
 func TestWatchLimiter(t *testing.T) {
-	store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{}), down: true}
-	f := failover(store, throttle.FailLocal)
-	reg := prometheus.NewRegistry()
-	if err := WatchLimiter(reg, f); err != nil {
-		t.Fatal(err)
-	}
+	store, f, reg := watchedDown(t, throttle.FailLocal)
 	// A refill too slow to show over the test: what was spent locally is
 	// what is handed back.
 	slow := oneToken
@@ -140,6 +135,19 @@ geotoll_limiter_store_errors_total 1
 	}
 }
 
+// watchedDown is a store that is down, a Failover over it in mode, and a
+// registry of its WatchLimiter metrics.
+func watchedDown(t *testing.T, mode throttle.FailMode) (*flakyStore, *throttle.Failover, *prometheus.Registry) {
+	t.Helper()
+	store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{}), down: true}
+	f := failover(store, mode)
+	reg := prometheus.NewRegistry()
+	if err := WatchLimiter(reg, f); err != nil {
+		t.Fatal(err)
+	}
+	return store, f, reg
+}
+
 // With fail_mode closed a degraded instance is drained by its load balancer,
 // so no request comes to probe the store: a successful readiness ping must
 // bring it back by itself. So must it with local or open on a replica
@@ -148,12 +156,7 @@ geotoll_limiter_store_errors_total 1
 func TestReadyzRecoversWithoutTraffic(t *testing.T) {
 	for _, mode := range []throttle.FailMode{throttle.FailClosed, throttle.FailLocal, throttle.FailOpen} {
 		t.Run(string(mode), func(t *testing.T) {
-			store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{}), down: true}
-			f := failover(store, mode)
-			reg := prometheus.NewRegistry()
-			if err := WatchLimiter(reg, f); err != nil {
-				t.Fatal(err)
-			}
+			store, f, reg := watchedDown(t, mode)
 			a, err := f.Admit(context.Background(), oneToken)
 			if mode == throttle.FailClosed && err == nil {
 				t.Fatal("admitted while the store is down (closed)")
@@ -198,12 +201,7 @@ func TestReadyzRecoversWithoutTraffic(t *testing.T) {
 func TestReadyzDegradesWithoutTraffic(t *testing.T) {
 	for _, mode := range []throttle.FailMode{throttle.FailClosed, throttle.FailLocal, throttle.FailOpen} {
 		t.Run(string(mode), func(t *testing.T) {
-			store := &flakyStore{MemoryStore: throttle.NewMemoryStore(throttle.MemoryOptions{}), down: true}
-			f := failover(store, mode)
-			reg := prometheus.NewRegistry()
-			if err := WatchLimiter(reg, f); err != nil {
-				t.Fatal(err)
-			}
+			store, f, reg := watchedDown(t, mode)
 			check := LimiterCheck(f, func(context.Context) error { return store.hit() })
 			err := check(context.Background())
 			var degraded *DegradedError

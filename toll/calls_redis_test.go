@@ -221,33 +221,12 @@ func TestOneScriptCallPerAdmittedRequest(t *testing.T) {
 // settlement sent on a call of its own would double a caller's calls.
 func TestSettlementsRideOnLaterCalls(t *testing.T) {
 	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
-		toll, calls, flush := countedTollWith(t, rdb, &throttle.RedisOptions{Timeout: redisTimeout, FinishDelay: time.Hour})
-		toll.Tiers["bulk"] = Tier{Name: "bulk", Limit: throttle.Limit{Rate: 1e6, Capacity: 1e9}, MaxInFlight: 64}
-		toll.Keys.(fakeKeys)["bulk"] = apikeys.Key{ID: 63, Name: "bulk", Tier: "bulk"}
-		h := serveTile(toll)
-		serve := func() int {
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, tileRequest("bulk", "192.0.2.12"))
-			return w.Code
+		r := serveOneClient(t, rdb, throttle.RedisOptions{Timeout: redisTimeout, FinishDelay: time.Hour}, 63, "192.0.2.12")
+		if r.onPath == 0 || r.scripts != r.onPath {
+			t.Fatalf("%d requests: %d script calls, %d of them carrying admits: want every call to carry one", oneClientRequests, r.scripts, r.onPath)
 		}
-		if code := serve(); code != http.StatusOK { // the script loaded
-			t.Fatalf("first request: %d", code)
-		}
-		flush()
-		calls.reset()
-		const n = 1024
-		for i := range n {
-			if code := serve(); code != http.StatusOK {
-				t.Fatalf("request %d: status %d", i, code)
-			}
-		}
-		onPath, scripts := calls.admitting.Load(), calls.scripts.Load()
-		flush()
-		if onPath == 0 || scripts != onPath {
-			t.Fatalf("%d requests: %d script calls, %d of them carrying admits: want every call to carry one", n, scripts, onPath)
-		}
-		if after := calls.scripts.Load(); after > scripts+1 {
-			t.Errorf("the last flush sent %d calls, want 1", after-scripts)
+		if r.flushed > 1 {
+			t.Errorf("the last flush sent %d calls, want 1", r.flushed)
 		}
 	})
 }
@@ -440,32 +419,56 @@ func budgetReadsWithinASecond(t *testing.T, toll *Toll, calls *callCounter, key 
 // admitted requests.
 func TestOneScriptCallPerAdmittedRequestOfAFullBucket(t *testing.T) {
 	eachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
-		toll, calls, flush := countedTollWith(t, rdb, &throttle.RedisOptions{Timeout: redisTimeout})
-		toll.Tiers["bulk"] = Tier{Name: "bulk", Limit: throttle.Limit{Rate: 1e6, Capacity: 1e9}, MaxInFlight: 64}
-		toll.Keys.(fakeKeys)["bulk"] = apikeys.Key{ID: 62, Name: "bulk", Tier: "bulk"}
-		h := serveTile(toll)
-		serve := func() int {
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, tileRequest("bulk", "192.0.2.11"))
-			return w.Code
-		}
-		if code := serve(); code != http.StatusOK { // the script loaded
-			t.Fatalf("first request: %d", code)
-		}
-		flush()
-		calls.reset()
-		const n = 1024
-		for i := range n {
-			if code := serve(); code != http.StatusOK {
-				t.Fatalf("request %d: status %d", i, code)
-			}
-		}
-		onPath := calls.admitting.Load()
-		flush()
-		if float64(onPath) > 0.25*n || calls.commands.Load() != calls.scripts.Load() {
+		r := serveOneClient(t, rdb, throttle.RedisOptions{Timeout: redisTimeout}, 62, "192.0.2.11")
+		const n = oneClientRequests
+		if float64(r.onPath) > 0.25*n || r.commands != r.scripts+r.flushed {
 			t.Fatalf("%d requests: %d calls carrying admits (want ≤ 0.25 per request), %d commands in all, others %q",
-				n, onPath, calls.commands.Load(), calls.others)
+				n, r.onPath, r.commands, r.others)
 		}
-		t.Logf("%d admitted requests: %d calls on their path (%.3f per request), %d script calls in all", n, onPath, float64(onPath)/n, calls.scripts.Load())
+		t.Logf("%d admitted requests: %d calls on their path (%.3f per request), %d script calls in all", n, r.onPath, float64(r.onPath)/n, r.scripts+r.flushed)
 	})
+}
+
+// oneClientRequests is how many requests serveOneClient sends.
+const oneClientRequests = 1024
+
+// oneClient is what Redis was sent for serveOneClient's requests: the
+// script calls that carried admits and all script calls before the last
+// flush, the calls that flush sent, the commands in all, and any that
+// were not the script.
+type oneClient struct {
+	onPath, scripts, flushed, commands int64
+	others                             []string
+}
+
+// serveOneClient sends oneClientRequests tile requests, one after the
+// other, of a key (id) of a tier with a bucket too large to refuse, from
+// addr, through a toll on a store with opts, once the script is loaded,
+// and counts what Redis was sent for them.
+func serveOneClient(t *testing.T, rdb redis.UniversalClient, opts throttle.RedisOptions, id int64, addr string) oneClient {
+	t.Helper()
+	toll, calls, flush := countedTollWith(t, rdb, &opts)
+	toll.Tiers["bulk"] = Tier{Name: "bulk", Limit: throttle.Limit{Rate: 1e6, Capacity: 1e9}, MaxInFlight: 64}
+	toll.Keys.(fakeKeys)["bulk"] = apikeys.Key{ID: id, Name: "bulk", Tier: "bulk"}
+	h := serveTile(toll)
+	serve := func() int {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, tileRequest("bulk", addr))
+		return w.Code
+	}
+	if code := serve(); code != http.StatusOK { // the script loaded
+		t.Fatalf("first request: %d", code)
+	}
+	flush()
+	calls.reset()
+	for i := range oneClientRequests {
+		if code := serve(); code != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, code)
+		}
+	}
+	r := oneClient{onPath: calls.admitting.Load(), scripts: calls.scripts.Load()}
+	flush()
+	r.flushed = calls.scripts.Load() - r.scripts
+	r.commands, r.others = calls.commands.Load(), calls.others
+	return r
 }

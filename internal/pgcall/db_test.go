@@ -83,9 +83,8 @@ func TestReadStatementTimeout(t *testing.T) {
 // connection kept. Closed instead, a flood of requests cut at their time
 // made the pool open a backend (and warm PostGIS in it) for each, and
 // calls that waited for those were taken for an outage. (A call whose
-// caller left is cancelled by a cancel request, and its connection closed
-// unless that request was acknowledged before the statement ended: it
-// could still cancel the next one.)
+// caller left is cancelled by a cancel request, and keeps its connection
+// once the server acknowledged that request: TestHungUpCallKeepsItsConnection.)
 func TestCutStatementKeepsItsConnection(t *testing.T) {
 	t.Parallel()
 	pool := readPool(t, 1)
