@@ -208,9 +208,12 @@ func TestDryRunInShadow(t *testing.T) {
 // While Redis is out with fail_mode local, a dry run's retry_after waits
 // for the replica's share of the bucket, which refills at rate / replicas,
 // as the admission it previews does: 40 tokens short at the free tier's
-// 20 a second split over 2 replicas is 4 s, not 2.
+// 20 a second split over 2 replicas is 4 s, not 2. The share's clock stands
+// still between the spend and the dry run: on the wall clock, the refill
+// of the moment between them (10 tokens a second) showed as more than 20.
 func TestDryRunInLocalModeWaitsAtTheSharesRate(t *testing.T) {
-	toll := testToll(&throttle.Failover{Primary: downStore{}, Local: throttle.NewMemoryStore(throttle.MemoryOptions{}),
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	toll := testToll(&throttle.Failover{Primary: downStore{}, Local: throttle.NewMemoryStore(throttle.MemoryOptions{Now: c.now}),
 		Mode: throttle.FailLocal, Replicas: 2, Logger: discard()})
 	// Key k (id 4, free: 100 tokens, 20 a second) spends 30 of its
 	// replica's share of 50.
