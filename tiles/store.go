@@ -3,6 +3,7 @@ package tiles
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -101,8 +102,15 @@ func (s *Store) render(ctx context.Context, layers []*Layer, t maptile.Tile, saf
 	if err != nil && pgcall.TransformFailed(err) {
 		// A layer whose filter box, the tile's envelope transformed into
 		// its relation's SRID, lies outside that projection's domain has
-		// nothing in the tile: the tile is drawn without it.
-		if out, perr := s.outsideProjection(ctx, layers, t); perr == nil && len(out) > 0 {
+		// nothing in the tile: the tile is drawn without it. A probe whose
+		// statement had not stopped when it answered is the answer: the
+		// request waits for it (pgcall.Respond) as for its own statements.
+		out, perr := s.outsideProjection(ctx, layers, t)
+		var stopping *pgcall.Stopping
+		if errors.As(perr, &stopping) {
+			return Rendered{}, perr
+		}
+		if perr == nil && len(out) > 0 {
 			rest := slices.DeleteFunc(slices.Clone(layers), func(l *Layer) bool { return slices.Contains(out, l) })
 			if len(rest) == 0 {
 				return Rendered{}, nil
