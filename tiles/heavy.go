@@ -22,7 +22,8 @@ const HeavyFixSubdivideOff = "turn on layers[].subdivide (drop subdivide.off), t
 // CheckHeavy reads through q (the read role) how many vertices the
 // largest rows of a line or polygon layer have (sql/layer_heavy.sql), for
 // Heavy; other kinds, and a layer that reads pieces, are not read. serve
-// calls it at start-up.
+// calls it at start-up (or, when the database did not answer then, once
+// it has read the layers' storage).
 func (l *Layer) CheckHeavy(ctx context.Context, q Querier) error {
 	if p := l.plan(); (p.kind != KindLine && p.kind != KindPolygon) || p.readsPieces() {
 		return nil

@@ -88,10 +88,12 @@ type Main struct {
 	// storageUnread: a read of the serving registry or of the geofence
 	// layers' storage failed at start-up; refreshTiles retries it soon.
 	storageUnread bool
-	// layersUnchecked: start-up did not read every layer's largest rows
-	// (nor say which layers lack overviews); refreshTiles does once it
-	// reads the storage.
-	layersUnchecked bool
+	// overviewsUnchecked: start-up did not read the storage, so did not
+	// say which layers lack overviews; heavyUnread: the layers whose
+	// largest rows start-up did not try to read (the database did not
+	// answer). refreshTiles does both once it reads the storage.
+	overviewsUnchecked bool
+	heavyUnread        []*tiles.Layer
 }
 
 // Open connects to PostgreSQL and Redis (lazily: a database that is down at
@@ -241,20 +243,20 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 // startupContext is ctx for start-up's reads of the database (the API
 // keys, the layers' storage and largest rows, the geofence layers'
 // storage, the layers' check). When the database does not answer a ping
-// within startupPing (or a connection's connect timeout and a second, if
-// longer), it is cancelled, its cause saying so: each read then gives up
-// at once, warning of nothing, where each waited out its own bound (about
-// 22 s in all before the server listened, its /healthz unanswered), and
-// one warning says what serving without the database means. What they
-// would have read is read once the database answers: the keys by the key
-// ring, the storage and the largest rows by refreshTiles, the layers'
-// check by /readyz (a layer that does not match the database is then
-// reported there, degraded, instead of refusing the start). A
-// configuration that discovers its tile layers (tiles.discover) cannot
-// start without them: it fails here.
+// — one connection, bounded by database.connect_timeout as every
+// connection is, and a second more — it is cancelled: each read then
+// gives up at once, warning of nothing, where each waited out its own
+// bound (about 22 s in all before the server listened, its /healthz
+// unanswered), and one warning says what serving without the database
+// means. What they would have read is read once the database answers:
+// the keys by the key ring, the storage and the largest rows by
+// refreshTiles, the layers' check by /readyz (a layer that does not match
+// the database is then reported there, degraded, instead of refusing the
+// start). A configuration that discovers its tile layers (tiles.discover)
+// cannot start without them: it fails here.
 func (m *Main) startupContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
-	wait := max(startupPing, m.Background.Config().ConnConfig.ConnectTimeout+time.Second)
+	wait := m.Background.Config().ConnConfig.ConnectTimeout + time.Second
 	pctx, stop := context.WithTimeout(ctx, wait)
 	err := m.Background.Ping(pctx)
 	stop()
@@ -270,11 +272,6 @@ func (m *Main) startupContext(ctx context.Context) (context.Context, context.Can
 		"contains and check answer 503, layers are checked by /readyz", "err", err)
 	return sctx, func() {}, nil
 }
-
-// startupPing is how long start-up waits for the database to answer a
-// ping before it serves without it: as long as its first read (the API
-// keys) waited before.
-const startupPing = 5 * time.Second
 
 // openPool opens the read pools: the requests' and the background's. The
 // requests' pool opens all its connections at once, in the background,

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/geotoll/geotoll/internal/testenv"
 )
 
@@ -203,5 +205,36 @@ func TestOpenWithDiscoveryFailsWhenTheDatabaseDoesNotAnswer(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "serving without the database") {
 		t.Errorf("said it serves without the database, then failed:\n%s", logs.String())
+	}
+}
+
+// checkHeavy tries each layer's largest rows once: a read that fails is
+// warned of and not returned for another try (each try scans the
+// layer's table), while the layers a cancelled start-up did not try are
+// returned, for refreshTiles to read once the database answers.
+func TestCheckHeavyReturnsOnlyTheLayersItDidNotTry(t *testing.T) {
+	cfg := DefaultConfig()
+	catalog, err := cfg.tileCatalog(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	var logs logBuffer
+	m := &Main{Config: cfg, Background: down, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
+	layers := catalog.Layers()
+	if untried := m.checkHeavy(t.Context(), layers); len(untried) != 0 {
+		t.Errorf("a database that refuses: %d layers returned to try again, want none", len(untried))
+	}
+	if n := strings.Count(logs.String(), "largest rows not read"); n == 0 {
+		t.Errorf("no warning of the reads that failed:\n%s", logs.String())
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if untried := m.checkHeavy(ctx, layers); len(untried) != len(layers) {
+		t.Errorf("a cancelled start-up: %d layers returned to try again, want all %d", len(untried), len(layers))
 	}
 }

@@ -82,7 +82,10 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	}
 	// Storage not known: no layer is said to lack it; the first refresh
 	// that reads it says so.
-	m.layersUnchecked = !read || !m.checkLayerStorage(ctx, catalog)
+	if m.overviewsUnchecked = !read; read {
+		m.warnNoOverviews(catalog)
+	}
+	m.heavyUnread = m.checkHeavy(ctx, catalog.Layers())
 	if err := server.WatchTileStorage(m.Registry, catalog, time.Now); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -108,11 +111,9 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	}, nil
 }
 
-// checkLayerStorage warns of each layer without the overviews its low
-// zooms would read, then of its heavy rows (checkHeavy), once the layers'
-// storage is known, and reports whether it read every layer's largest
-// rows.
-func (m *Main) checkLayerStorage(ctx context.Context, catalog *tiles.Catalog) (read bool) {
+// warnNoOverviews warns of each layer without the overviews its low zooms
+// would read, once the layers' storage is known.
+func (m *Main) warnNoOverviews(catalog *tiles.Catalog) {
 	for _, l := range catalog.Layers() {
 		if lo, hi, ok := l.OverviewZooms(l.Kind()); ok && !slices.ContainsFunc(l.StorageSummary(), func(s tiles.StorageSummary) bool {
 			return s.Builder == tiles.BuilderOverview
@@ -121,26 +122,25 @@ func (m *Main) checkLayerStorage(ctx context.Context, catalog *tiles.Catalog) (r
 				"layer", l.Name, "overview_zooms", fmt.Sprintf("%d-%d", lo, hi))
 		}
 	}
-	return m.checkHeavy(ctx, catalog)
 }
 
 // checkHeavy reads the largest rows of every line and polygon layer
 // (tiles.Layer.CheckHeavy) and warns of the heavy ones: their tiles above
 // the overview band read those rows whole until they read pieces (the
-// warning says what would give them pieces, tiles.Heavy.Fix). It reports
-// whether it read every layer's.
-func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) (read bool) {
-	read = true
-	for _, l := range catalog.Layers() {
+// warning says what would give them pieces, tiles.Heavy.Fix; a read that
+// fails is warned of once, not tried again). It returns the layers it did
+// not try, ctx having ended (a signal, or start-up's database that does
+// not answer).
+func (m *Main) checkHeavy(ctx context.Context, layers []*tiles.Layer) (untried []*tiles.Layer) {
+	for i, l := range layers {
 		hctx, cancel := context.WithTimeout(ctx, discoverTimeout)
 		err := l.CheckHeavy(hctx, m.Background)
 		cancel()
 		if signalled(ctx) {
-			return false
+			return layers[i:]
 		}
 		if err != nil {
 			m.Logger.Warn("tile layer: largest rows not read", "layer", l.Name, "err", err)
-			read = false
 			continue
 		}
 		if h := l.Heavy(); h != nil {
@@ -148,7 +148,7 @@ func (m *Main) checkHeavy(ctx context.Context, catalog *tiles.Catalog) (read boo
 				"layer", l.Name, "max_vertices", h.MaxVertices, "subdivide_max_vertices", h.Limit, "fix", h.Fix)
 		}
 	}
-	return read
+	return nil
 }
 
 // refreshStorage re-reads the serving registry and the unknown geometry
@@ -198,13 +198,13 @@ const (
 // started while the database was down serves the layers' storage
 // (overviews, pieces; a geofence layer's contains and check, which answer
 // 503 until it is read) within seconds of the database answering, however
-// long it was down, not a whole interval later — and then reads what
-// start-up could not of the layers' largest rows (checkLayerStorage).
+// long it was down, not a whole interval later — and then says what
+// start-up could not: which layers lack overviews, which are heavy.
 func (m *Main) refreshTiles(ctx context.Context) {
 	every := m.Config.Tiles.StorageRefresh
 	retry := min(storageRetry, every)
 	wait := every
-	if m.storageUnread || m.layersUnchecked {
+	if m.storageUnread {
 		wait = retry
 	}
 	t := time.NewTimer(wait)
@@ -218,8 +218,12 @@ func (m *Main) refreshTiles(ctx context.Context) {
 			tiles := m.refreshStorage(rctx, m.TileCatalog, m.TileCache)
 			fences := m.refreshContainment(rctx)
 			cancel()
-			if tiles && m.layersUnchecked { // start-up could not
-				m.layersUnchecked = !m.checkLayerStorage(ctx, m.TileCatalog)
+			if tiles { // what start-up could not say
+				if m.overviewsUnchecked {
+					m.warnNoOverviews(m.TileCatalog)
+					m.overviewsUnchecked = false
+				}
+				m.heavyUnread = m.checkHeavy(ctx, m.heavyUnread)
 			}
 			if tiles && fences {
 				wait, retry = every, min(storageRetry, every)
