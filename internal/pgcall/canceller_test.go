@@ -33,6 +33,7 @@ type freezer struct {
 	all     *valve       // every byte, and new connections
 	answers *valve       // the server's bytes
 	slow    atomic.Int64 // how long a new connection waits before it is passed on
+	passed  atomic.Int64 // the connections passed on to the server
 }
 
 // slowNew makes every connection opened from now on wait d before the
@@ -110,6 +111,7 @@ func (p *freezer) serve() {
 				c.Close()
 				return
 			}
+			p.passed.Add(1)
 			go p.pipe(s, c, nil)
 			p.pipe(c, s, p.answers)
 		}()
@@ -251,9 +253,10 @@ func heldUntilItStops(t *testing.T, f *fixture, pool *pgxpool.Pool, stopping *pg
 // (here its statement_timeout error, held back as a CPU-starved server
 // holds it, released after StopWait and before the acknowledgement): the
 // call answers with the statement's own result, not as one still running
-// on a server that answers nothing. The request of a call cut by its
-// deadline is dropped when the statement ends, which tells nothing about
-// the server.
+// on a server that answers nothing — and answers it then, before the
+// cancel request has even reached the server: the request of a call cut
+// by its deadline is dropped when the statement ends (which tells nothing
+// about the server), never waited for.
 func TestStatementEndingBeforeALateAcknowledgementAnswersItsResult(t *testing.T) {
 	t.Parallel()
 	proxy, pool := proxiedPool(t, time.Minute)
@@ -274,8 +277,17 @@ func TestStatementEndingBeforeALateAcknowledgementAnswersItsResult(t *testing.T)
 			time.Sleep(1100 * time.Millisecond)
 			proxy.thaw() // the cut is at 700 ms: released past StopWait, before the acknowledgement
 		}()
+		passed := proxy.passed.Load()
 		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 200 * time.Millisecond})
+		if n := proxy.passed.Load() - passed; n != 0 {
+			t.Errorf("run %d: answered after its cancel request reached the server (%d connections passed on): it waited for the acknowledgement", i, n)
+		}
 		<-held
+		// The request reaches the server at about 1.6 s: not during the
+		// next run's call.
+		for by := time.Now().Add(5 * time.Second); proxy.passed.Load() == passed && time.Now().Before(by); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		proxy.slowNew(0)
 		var stopping *pgcall.Stopping
 		if errors.As(err, &stopping) || problem.From(err).Code != problem.Timeout {
