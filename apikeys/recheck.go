@@ -50,7 +50,7 @@ const maxMissed = 4096
 // once per RecheckSpacing, whatever it presents, and a key that is not
 // there makes it reload once.
 func (r *Ring) Recheck(ctx context.Context, key string) (Key, bool) {
-	if !generated(key) {
+	if !Generated(key) {
 		return Key{}, false
 	}
 	h := HashOf(key)
@@ -96,8 +96,9 @@ func (r *Ring) missedKey(h Hash) {
 	re.missed[h] = struct{}{}
 }
 
-// generated reports whether key has the shape of a key Generate makes.
-func generated(key string) bool {
+// Generated reports whether key has the shape of a key Generate makes:
+// one that may be a key, whether or not it is one.
+func Generated(key string) bool {
 	return len(key) == len(keyPrefix)+43 && key[:len(keyPrefix)] == keyPrefix
 }
 

@@ -145,10 +145,13 @@ func TestKeyPresentedBeforeTheKeysWereReadIsUnavailable(t *testing.T) {
 		t.Errorf("observed %v, want %s first", obs.seen, want)
 	}
 	c.t = c.t.Add(time.Hour) // the failed-auth bucket refilled
-	if w, _ := admit(t, toll, "not-a-key", tileDemand(14, "places")); w.Code != http.StatusUnauthorized {
-		t.Errorf("a string that cannot be a key: %d, want 401", w.Code)
+	for _, notAKey := range []string{"not-a-key", "gt_", "gt_x"} {
+		if w, _ := admit(t, toll, notAKey, tileDemand(14, "places")); w.Code != http.StatusUnauthorized {
+			t.Errorf("%q, which cannot be a key: %d, want 401", notAKey, w.Code)
+		}
 	}
 	fail.Store(false)
+	c.t = c.t.Add(time.Hour)
 	if err := ring.Refresh(t.Context()); err != nil {
 		t.Fatal(err)
 	}

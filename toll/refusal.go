@@ -140,8 +140,8 @@ const keysUnreadDetail = "the API keys have not been read yet (the database has 
 // (apikeys.Ring): a negative age, never.
 type keysRead interface{ Age() time.Duration }
 
-// keysUnread reports whether r presents what may be a valid key (one with
-// the keys' mark) to a server that has never read its keys, which can
+// keysUnread reports whether r presents what may be a valid key (one of
+// the keys' shape) to a server that has never read its keys, which can
 // then tell neither way: a 503 to try again, not a 401 telling a client
 // with a valid key that it is wrong.
 func (t *Toll) keysUnread(r *http.Request) bool {
@@ -150,7 +150,7 @@ func (t *Toll) keysUnread(r *http.Request) bool {
 		return false
 	}
 	key, _ := APIKey(r)
-	return apikeys.Marked(key)
+	return apikeys.Generated(key)
 }
 
 // refuseKey answers an unknown or revoked key (or, on a fence admin route,

@@ -51,7 +51,11 @@
 // answers — with an error that wraps [Stopping] — and its connection
 // returns to the pool only once the backend has stopped (and not at all
 // when its cancel request went out unacknowledged: that request may still
-// arrive, late, and cancel whatever the connection ran next). [Respond] lets
+// arrive, late, and cancel whatever the connection ran next). A call whose
+// caller went away, and whose answer nobody waits for, waits for that
+// acknowledgement after its backend answered (at most AckWait), so that
+// its connection serves on; the request holds what it holds that much
+// longer. [Respond] lets
 // an HTTP handler send that answer and then wait for the backend, so that
 // whatever the request holds until its handler returns (its in-flight
 // slot) is held as long as the database works for it. Running statements
