@@ -15,8 +15,8 @@
 //     by /64, with an aggregate bucket per /48; 6to4 and Teredo count as
 //     the IPv4 client they carry). An unknown key is a 401 charged to the
 //     client address's failed-auth bucket (a 503 to try again, charged
-//     alike, while the server has never read its keys); no bucket is ever
-//     made for the key itself.
+//     alike, for a string of a key's shape while the server has never
+//     read its keys); no bucket is ever made for the key itself.
 //  2. The price (computed by the caller from the request's parameters,
 //     never a database call) is checked against the tier: a price no
 //     bucket of the tier could ever pay is a 422; ?dry_run=1 (or true)

@@ -90,8 +90,10 @@ type Main struct {
 	storageUnread bool
 	// overviewsUnchecked: start-up did not read the storage, so did not
 	// say which layers lack overviews; heavyUnread: the layers whose
-	// largest rows start-up did not try to read (the database did not
-	// answer). refreshTiles does both once it reads the storage.
+	// largest rows start-up did not try to read (the storage unread, or
+	// the database not answering: a layer's plan, which decides whether
+	// it is read, follows its storage). refreshTiles does both once it
+	// reads the storage.
 	overviewsUnchecked bool
 	heavyUnread        []*tiles.Layer
 }

@@ -84,6 +84,7 @@ func TestOpenServesWhenTheDatabaseDoesNotAnswer(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Database.URL = u.String()
+	cfg.Tiles.StorageRefresh = time.Second
 	for i := range cfg.Layers {
 		if cfg.Layers[i].Name == "geofences" { // rows of up to 25 vertices, read whole
 			cfg.Layers[i].Subdivide.Off, cfg.Layers[i].Subdivide.MaxVertices = true, 8
@@ -121,6 +122,10 @@ func TestOpenServesWhenTheDatabaseDoesNotAnswer(t *testing.T) {
 			t.Fatalf("30 s after the database answered: heavy %+v, keys' age %v; want the largest rows and the keys read", layer.Heavy(), m.keys.Age())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2500 * time.Millisecond) // two more refreshes of the storage
+	if n := strings.Count(logs.String(), "tile layer is heavy"); n != 1 {
+		t.Errorf("%d warnings that the layer is heavy over three refreshes, want 1:\n%s", n, logs.String())
 	}
 }
 

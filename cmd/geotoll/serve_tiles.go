@@ -82,10 +82,10 @@ func (m *Main) openTiles(ctx context.Context, gate tiles.Gate, proxies *forwarde
 	}
 	// Storage not known: no layer is said to lack it; the first refresh
 	// that reads it says so.
-	if m.overviewsUnchecked = !read; read {
+	if m.overviewsUnchecked, m.heavyUnread = !read, catalog.Layers(); read {
 		m.warnNoOverviews(catalog)
+		m.heavyUnread = m.checkHeavy(ctx, m.heavyUnread)
 	}
-	m.heavyUnread = m.checkHeavy(ctx, catalog.Layers())
 	if err := server.WatchTileStorage(m.Registry, catalog, time.Now); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
