@@ -246,7 +246,8 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 // keys, the layers' storage and largest rows, the geofence layers'
 // storage, the layers' check). When the database does not answer a ping
 // — one connection, bounded by database.connect_timeout as every
-// connection is, and a second more — it is cancelled: each read then
+// connection is (for each address tried), and a second more — it is
+// cancelled: each read then
 // gives up at once, warning of nothing, where each waited out its own
 // bound (about 22 s in all before the server listened, its /healthz
 // unanswered), and one warning says what serving without the database
