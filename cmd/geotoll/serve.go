@@ -247,11 +247,10 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 // storage, the layers' check). When the database does not answer a ping
 // — one connection, bounded by database.connect_timeout as every
 // connection is (for each address tried), and a second more — it is
-// cancelled: each read then
-// gives up at once, warning of nothing, where each waited out its own
-// bound (about 22 s in all before the server listened, its /healthz
-// unanswered), and one warning says what serving without the database
-// means. What they would have read is read once the database answers:
+// cancelled: each read then gives up at once, warning of nothing, where
+// each waited out its own bound (about 22 s in all before the server
+// listened, its /healthz unanswered), and one warning says what serving
+// without the database means. What they would have read is read once the database answers:
 // the keys by the key ring, the storage and the largest rows by
 // refreshTiles, the layers' check by /readyz (a layer that does not match
 // the database is then reported there, degraded, instead of refusing the
