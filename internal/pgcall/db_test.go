@@ -87,21 +87,12 @@ func TestReadStatementTimeout(t *testing.T) {
 // once the server acknowledged that request: TestHungUpCallKeepsItsConnection.)
 func TestCutStatementKeepsItsConnection(t *testing.T) {
 	t.Parallel()
-	pool := readPool(t, 1)
-	db := &pgcall.DB{Pool: pool, RetryAfter: 2}
-	first := backendPID(t, db)
-	for i := range 3 {
+	keepsItsConnection(t, "cut statements", 3, func(db *pgcall.DB, i int) {
 		_, err := db.Read(t.Context(), pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 50 * time.Millisecond})
 		if problem.From(err).Code != problem.Timeout {
 			t.Fatalf("call %d: %v, want a statement timeout", i, err)
 		}
-	}
-	if now := backendPID(t, db); now != first {
-		t.Errorf("backend %d after the cut statements, want %d: their connection was closed", now, first)
-	}
-	if n := pool.Stat().NewConnsCount(); n != 1 {
-		t.Errorf("the pool opened %d connections, want 1", n)
-	}
+	})
 }
 
 // A statement whose caller went away (a map panned off its tile) is
@@ -112,10 +103,7 @@ func TestCutStatementKeepsItsConnection(t *testing.T) {
 // in it, for most tiles a map abandoned.
 func TestHungUpCallKeepsItsConnection(t *testing.T) {
 	t.Parallel()
-	pool := readPool(t, 1)
-	db := &pgcall.DB{Pool: pool, RetryAfter: 2}
-	first := backendPID(t, db)
-	for i := range 5 {
+	keepsItsConnection(t, "abandoned statements", 5, func(db *pgcall.DB, i int) {
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(100*time.Millisecond, cancel)
 		_, err := db.Read(ctx, pgcall.Statement{SQL: `SELECT pg_sleep(5)`, Timeout: 10 * time.Second})
@@ -123,9 +111,22 @@ func TestHungUpCallKeepsItsConnection(t *testing.T) {
 			t.Fatalf("call %d whose caller left: %v, want \"request cancelled\"", i, err)
 		}
 		pgcall.WaitStopped(err)
+	})
+}
+
+// keepsItsConnection makes n calls (call) through a pool of one
+// connection and checks that the connection served them all and the next
+// one: the same backend answers after them, and the pool opened no other.
+func keepsItsConnection(t *testing.T, what string, n int, call func(db *pgcall.DB, i int)) {
+	t.Helper()
+	pool := readPool(t, 1)
+	db := &pgcall.DB{Pool: pool, RetryAfter: 2}
+	first := backendPID(t, db)
+	for i := range n {
+		call(db, i)
 	}
 	if now := backendPID(t, db); now != first {
-		t.Errorf("backend %d after the abandoned statements, want %d: their connection was closed", now, first)
+		t.Errorf("backend %d after the %s, want %d: their connection was closed", now, what, first)
 	}
 	if n := pool.Stat().NewConnsCount(); n != 1 {
 		t.Errorf("the pool opened %d connections, want 1", n)
