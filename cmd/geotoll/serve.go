@@ -257,22 +257,22 @@ func (m *Main) openHandler(ctx context.Context, gate *toll.Toll, checks map[stri
 // start). A configuration that discovers its tile layers (tiles.discover)
 // cannot start without them: it fails here.
 func (m *Main) startupContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	sctx, cancel := context.WithCancelCause(ctx)
+	sctx, cancel := context.WithCancel(ctx)
 	wait := m.Background.Config().ConnConfig.ConnectTimeout + time.Second
 	pctx, stop := context.WithTimeout(ctx, wait)
 	err := m.Background.Ping(pctx)
 	stop()
 	if err == nil || signalled(ctx) {
-		return sctx, func() { cancel(nil) }, nil
+		return sctx, cancel, nil
 	}
 	err = fmt.Errorf("the database did not answer within %s at start-up: %w", wait, err)
-	cancel(err)
+	cancel()
 	if len(m.Config.Tiles.Discover.Schemas) > 0 {
-		return sctx, func() {}, fmt.Errorf("tiles.discover: %w", err)
+		return sctx, cancel, fmt.Errorf("tiles.discover: %w", err)
 	}
 	m.Logger.Warn("serving without the database until it answers: keyed callers get 503, layers read their tables, "+
 		"contains and check answer 503, layers are checked by /readyz", "err", err)
-	return sctx, func() {}, nil
+	return sctx, cancel, nil
 }
 
 // openPool opens the read pools: the requests' and the background's. The
