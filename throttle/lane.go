@@ -184,7 +184,7 @@ func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
 	if l.timer != nil {
 		return
 	}
-	l.timer = time.AfterFunc(d, func() {
+	l.timer = s.after(d, func() {
 		s.mu.Lock()
 		l.timer = nil
 		mine := s.kickLocked(l, true, true)
@@ -193,6 +193,14 @@ func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
 			s.drain(l)
 		}
 	})
+}
+
+// after runs f on a goroutine of its own after d (afterFunc).
+func (s *RedisStore) after(d time.Duration, f func()) *time.Timer {
+	if s.afterFunc != nil {
+		return s.afterFunc(d, f)
+	}
+	return time.AfterFunc(d, f)
 }
 
 // drain sends l's batches until nothing is ready, then lets the lane go.

@@ -39,6 +39,9 @@ type Global struct {
 	// leasing is closed when the store call on its way (a lease, or
 	// Close's charge of an overuse) ends; nil when none is.
 	leasing chan struct{}
+	// afterFunc makes the hold's timer: time.AfterFunc when nil (a test's
+	// timer, that it fires itself, otherwise).
+	afterFunc func(time.Duration, func()) *time.Timer
 }
 
 // Take spends cost from the global budget: from the tokens this replica
@@ -162,13 +165,21 @@ func (g *Global) keepLocked(t *Ticket) {
 	g.leases = append(g.leases, t)
 	g.have += t.Paid()
 	if g.returns == nil {
-		g.returns = time.AfterFunc(g.hold(), func() {
+		g.returns = g.after(g.hold(), func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			g.returns = nil
 			g.returnLocked()
 		})
 	}
+}
+
+// after runs f on a goroutine of its own after d (afterFunc).
+func (g *Global) after(d time.Duration, f func()) *time.Timer {
+	if g.afterFunc != nil {
+		return g.afterFunc(d, f)
+	}
+	return time.AfterFunc(d, f)
 }
 
 func (g *Global) lease(ctx context.Context, n float64) (Admission, error) {

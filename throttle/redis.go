@@ -55,6 +55,10 @@ type RedisStore struct {
 	seenAt int                   // len(seen) at which stale entries are swept
 
 	stats redisStats
+
+	// afterFunc makes the lanes' timers: time.AfterFunc when nil (a
+	// test's timers, that it fires itself, otherwise).
+	afterFunc func(time.Duration, func()) *time.Timer
 }
 
 // RedisOptions tune a RedisStore. The zero value is ready to use.
