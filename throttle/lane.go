@@ -67,7 +67,8 @@ type lane struct {
 	key, open string
 	busy      bool
 	queue     []*pending
-	timer     *time.Timer
+	// timer is the lane's one timer set to kick it (timerLocked), if any.
+	timer *time.Timer
 	// fails counts its calls that failed in a row (under RedisStore.mu):
 	// what they leave to send again waits longer after each (retryWait).
 	fails int
@@ -179,13 +180,21 @@ func (s *RedisStore) kickLocked(l *lane, now, own bool) bool {
 // own goroutine sends the batch. So a finish queued while the lane waits
 // out its retry after a failed call waits with it — the lane backs off
 // from a Redis that fails — unless an admit's call, which goes at once,
-// carries it first.
+// carries it first. A timer that a kick stopped too late (it had fired,
+// its func waiting for the lock) does nothing when its func runs: the
+// kick sent what was ready, and the timer the lane may have set since
+// (l.timer) stays its only one.
 func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
 	if l.timer != nil {
 		return
 	}
-	l.timer = s.after(d, func() {
+	var t *time.Timer
+	t = s.after(d, func() {
 		s.mu.Lock()
+		if l.timer != t { // stopped by a kick after it fired
+			s.mu.Unlock()
+			return
+		}
 		l.timer = nil
 		mine := s.kickLocked(l, true, true)
 		s.mu.Unlock()
@@ -193,6 +202,7 @@ func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
 			s.drain(l)
 		}
 	})
+	l.timer = t
 }
 
 // after runs f on a goroutine of its own after d (afterFunc).
