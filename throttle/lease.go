@@ -160,17 +160,25 @@ func (g *Global) callingLocked() (end func()) {
 }
 
 // keepLocked adds a lease's tokens to those in hand, and starts the hold
-// after which what is left of the period's leases goes back.
+// after which what is left of the period's leases goes back. A hold's
+// timer that Close stopped too late (it had fired, its func waiting for
+// g.mu) does nothing when its func runs: Close returned its leases, and
+// those taken since are held by a timer of their own.
 func (g *Global) keepLocked(t *Ticket) {
 	g.leases = append(g.leases, t)
 	g.have += t.Paid()
 	if g.returns == nil {
-		g.returns = g.after(g.hold(), func() {
+		var hold *time.Timer
+		hold = g.after(g.hold(), func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
+			if g.returns != hold { // stopped by Close after it fired
+				return
+			}
 			g.returns = nil
 			g.returnLocked()
 		})
+		g.returns = hold
 	}
 }
 

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -267,4 +268,43 @@ func TestGlobalConcurrentTakesAccountEveryToken(t *testing.T) {
 	if r := mustPeek(t, mem, g.Bucket); r.Remaining < want || r.Remaining > want+0.1 {
 		t.Fatalf("the shared bucket holds %.3f after 1,600 requests of 1 (%v kept in hand), want %v", r.Remaining, kept, want)
 	}
+}
+
+// TestGlobalReturnThatFiredBeforeCloseKeepsLaterLeases: the hold's timer
+// fires as Close begins, and Close gets the lock first: it stops the
+// timer (too late: its func is waiting for the lock) and returns the
+// leases itself. A request that takes from the budget after Close (a
+// handler still running when shutdown's wait for them ended) takes a new
+// lease, held for Hold by a timer of its own. When the old timer's func
+// gets the lock at last, it must not return that lease: its hold has just
+// begun.
+func TestGlobalReturnThatFiredBeforeCloseKeepsLaterLeases(t *testing.T) {
+	t.Parallel()
+	timers := &manualTimers{}
+	store := NewMemoryStore(MemoryOptions{})
+	g := &Global{Store: store, Bucket: Bucket{Key: "global", Limit: Limit{Rate: 1e-6, Capacity: 100}}, Chunk: 10,
+		Hold: time.Hour, afterFunc: timers.afterFunc}
+	ctx := context.Background()
+	if _, ok, err := g.Take(ctx, 1); !ok || err != nil {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	g.Close() // the hold's timer fired, but Close got the lock first
+	if r := mustPeek(t, store, g.Bucket); math.Abs(r.Remaining-99) > 0.01 {
+		t.Fatalf("the shared bucket holds %.3f after Close, want 99", r.Remaining)
+	}
+	if _, ok, err := g.Take(ctx, 1); !ok || err != nil { // after Close: a new lease, a new hold
+		t.Fatalf("take after Close: %v %v", ok, err)
+	}
+	if n := timers.n(); n != 2 {
+		t.Fatalf("%d hold timers made, want 2", n)
+	}
+	timers.fire(0) // the first hold's func gets the lock at last
+	if r := mustPeek(t, store, g.Bucket); math.Abs(r.Remaining-89) > 0.01 {
+		t.Fatalf("the shared bucket holds %.3f once the first hold's timer ran, want 89: the lease taken after Close went back before its hold", r.Remaining)
+	}
+	timers.fire(1) // the second hold ends: its lease goes back
+	if r := mustPeek(t, store, g.Bucket); math.Abs(r.Remaining-98) > 0.01 {
+		t.Fatalf("the shared bucket holds %.3f after the second hold, want 98", r.Remaining)
+	}
+	timers.stopAll()
 }
