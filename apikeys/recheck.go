@@ -20,7 +20,7 @@ const (
 type rechecks struct {
 	mu      sync.Mutex
 	running bool          // Run is reloading keys
-	poke    chan struct{} // made by Run: a caller wants a reload
+	poke    chan struct{} // made by Run (under mu): a caller wants a reload
 	wanted  chan struct{} // closed when the next reload to start has ended; nil while nobody waits
 	last    time.Time     // when the last reload started
 	// missed holds the keys (by hash) that a reload asked for them found
@@ -67,8 +67,9 @@ func (r *Ring) Recheck(ctx context.Context, key string) (Key, bool) {
 	// Before the reload is asked for: the reload that ends the wait
 	// begins after this. On the ring's clock, as loadedFrom is.
 	asked := r.now()
+	poke := re.poke // Run makes it anew each time it starts
 	re.mu.Unlock()
-	signal(re.poke)
+	signal(poke)
 
 	t := time.NewTimer(RecheckWait)
 	defer t.Stop()
