@@ -38,6 +38,11 @@ FROM (
           FROM {{.From}} AS t
           WHERE t.{{.Geom}} IS NOT NULL AND NOT ST_IsEmpty(t.{{.Geom}})) AS p
     WHERE p.geom IS NOT NULL -- a row outside the projection (geotoll.tile_transform)
+      -- A point no tile meets is left out: a coordinate that is NaN (which
+      -- PostgreSQL orders above every number) or infinite, or beyond twice
+      -- π·R, whose cell would not fit a bigint (floor(NaN)::bigint fails).
+      AND abs(ST_X(ST_GeometryN(p.geom, 1))) <= 2 * $1::float8
+      AND abs(ST_Y(ST_GeometryN(p.geom, 1))) <= 2 * $1::float8
 {{- else}}
     SELECT o.cx >> 1 AS cx, o.cy >> 1 AS cy, o.geom, o.point_count{{range .Cols}}, o.{{.Read}}{{end}}
     FROM {{.From}} AS o
