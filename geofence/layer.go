@@ -27,9 +27,11 @@ type Layer struct {
 	Table string `yaml:"table"` // schema.table (or table)
 	// GeometryColumn must be a geometry with SRID 4326 (lon/lat). within
 	// needs a GiST index on (column::geography), bbox one on the column.
-	GeometryColumn string   `yaml:"geometry_column"`
-	IDColumn       string   `yaml:"id_column"`  // integer feature id
-	Properties     []string `yaml:"properties"` // allowlisted attribute columns
+	GeometryColumn string `yaml:"geometry_column"`
+	// IDColumn is the integer feature id, which names the features of an
+	// answer: a row whose id is NULL is in none.
+	IDColumn   string   `yaml:"id_column"`
+	Properties []string `yaml:"properties"` // allowlisted attribute columns
 	// StatementTimeout bounds each query of this layer (SET LOCAL
 	// statement_timeout); it should be tighter than the read role's own.
 	StatementTimeout time.Duration `yaml:"statement_timeout"`

@@ -44,8 +44,9 @@ FROM (
                  t.{{.Geom}} AS geom{{range .Props}},
                  t.{{.Col}} AS {{.Alias}}{{end}}
           FROM {{.Table}} AS t
-          WHERE ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($1::float8, $2::float8), ST_Point($3::float8, $4::float8))::geometry, 4326))
-             OR ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($5::float8, $2::float8), ST_Point($6::float8, $4::float8))::geometry, 4326))
+          WHERE (ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($1::float8, $2::float8), ST_Point($3::float8, $4::float8))::geometry, 4326))
+                 OR ST_Intersects(t.{{.Geom}}, ST_SetSRID(ST_MakeBox2D(ST_Point($5::float8, $2::float8), ST_Point($6::float8, $4::float8))::geometry, 4326)))
+            AND t.{{.ID}} IS NOT NULL -- an answer names its features by id
           OFFSET 0
       ) AS b
       ORDER BY b.id

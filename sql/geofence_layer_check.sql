@@ -18,4 +18,5 @@ SELECT DISTINCT p.ord, t.{{.ID}}::bigint AS id
 FROM unnest($1::float8[], $2::float8[]) WITH ORDINALITY AS p(lng, lat, ord)
 JOIN {{.Table}} AS t
   ON ST_Covers(t.{{.Geom}}, {{if .Mercator}}ST_Transform({{end}}ST_SetSRID(ST_MakePoint(p.lng, p.lat), 4326){{if .Mercator}}, 3857){{end}})
+ AND t.{{.ID}} IS NOT NULL -- an answer names its features by id
 ORDER BY p.ord, id

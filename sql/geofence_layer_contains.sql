@@ -21,6 +21,7 @@ FROM (
            t.{{.Col}} AS {{.Alias}}{{end}}
     FROM {{.Table}} AS t
     WHERE ST_Covers(t.{{.Geom}}, {{if .Mercator}}ST_Transform({{end}}ST_SetSRID(ST_MakePoint($1::float8, $2::float8), 4326){{if .Mercator}}, 3857){{end}})
+      AND t.{{.ID}} IS NOT NULL -- an answer names its features by id
     ORDER BY t.{{.ID}}
 ) AS n
 ORDER BY n.id

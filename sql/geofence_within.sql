@@ -43,6 +43,7 @@ FROM (
              t.{{.Col}} AS {{.Alias}}{{end}}
       FROM {{.Table}} AS t
       WHERE ST_DWithin(t.{{.Geom}}::geography, ST_MakePoint($1::float8, $2::float8)::geography, greatest($3::float8, 0.001))
+        AND t.{{.ID}} IS NOT NULL -- an answer names its features by id
       ORDER BY distance_m, id
       LIMIT $4::int
     ) AS l
