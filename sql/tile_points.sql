@@ -68,8 +68,14 @@ near AS (
           FROM {{.Table}} AS t, env
           WHERE t.{{.Geom}} && {{.FilterExpr}}) AS p,
          env,
-         LATERAL (SELECT floor((ST_X(ST_GeometryN(p.g, 1)) + env.origin) / env.cell)::bigint AS cx,
-                         floor((ST_Y(ST_GeometryN(p.g, 1)) + env.origin) / env.cell)::bigint AS cy) AS c
+         -- A point no tile meets, its coordinate NaN (which PostgreSQL
+         -- orders above every number), infinite or beyond twice π·R, has no
+         -- cell (NULL: left out): floor(NaN)::bigint fails, and PostgreSQL
+         -- may compute the cell of a row before the envelope's filter.
+         LATERAL (SELECT CASE WHEN abs(ST_X(ST_GeometryN(p.g, 1))) <= 2 * env.origin
+                              THEN floor((ST_X(ST_GeometryN(p.g, 1)) + env.origin) / env.cell)::bigint END AS cx,
+                         CASE WHEN abs(ST_Y(ST_GeometryN(p.g, 1))) <= 2 * env.origin
+                              THEN floor((ST_Y(ST_GeometryN(p.g, 1)) + env.origin) / env.cell)::bigint END AS cy) AS c
     WHERE c.cx BETWEEN env.cx0 AND env.cx1 AND c.cy BETWEEN env.cy0 AND env.cy1
 {{- end}}
 ),
