@@ -267,6 +267,14 @@ func TestEndToEndPrepareWhileServing(t *testing.T) {
 		c.Tiles.Cache.MaxBytes = 0
 		c.Tiles.StorageRefresh = time.Second
 		c.Layers = append(c.Layers, layer)
+		// What is tested is the switch to the new storage, not the
+		// statement budget: four clients and the rebuild share the CPUs,
+		// and an overview tile priced at tens of milliseconds was cut at
+		// timeout_floor (250 ms, a 503 timeout) on a loaded machine. Its
+		// statements run under the layer's statement_timeout instead.
+		// That a rebuild locks nothing a tile query reads is
+		// serving's TestRebuildBesideAReader.
+		c.Throttle.TimeoutFloor = 10 * time.Second
 		roomy(c)
 	}, slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	base := "http://" + m.Addr()
