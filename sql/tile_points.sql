@@ -63,20 +63,20 @@ near AS (
     WHERE t.{{.Geom}} && {{.FilterExpr}}
       AND t.cx BETWEEN env.cx0 AND env.cx1 AND t.cy BETWEEN env.cy0 AND env.cy1
 {{- else}}
-    SELECT p.g, c.cx, c.cy, 1::bigint AS point_count{{range .Cols}}, p.{{.As}}{{end}}
+    -- The cell is compared as a float8 and made a bigint only for the
+    -- rows kept: a point whose coordinate is NaN (which PostgreSQL orders
+    -- above every number), infinite or far past the world is in no cell
+    -- kept, and floor(NaN)::bigint would fail the tile, however far the
+    -- row, since PostgreSQL may compute a row's cell before the
+    -- envelope's filter leaves the row out.
+    SELECT p.g, c.fx::bigint AS cx, c.fy::bigint AS cy, 1::bigint AS point_count{{range .Cols}}, p.{{.As}}{{end}}
     FROM (SELECT {{.GeomExpr}} AS g{{range .Cols}}, t.{{.Column}} AS {{.As}}{{end}}
           FROM {{.Table}} AS t, env
           WHERE t.{{.Geom}} && {{.FilterExpr}}) AS p,
          env,
-         -- A point no tile meets, its coordinate NaN (which PostgreSQL
-         -- orders above every number), infinite or beyond twice π·R, has no
-         -- cell (NULL: left out): floor(NaN)::bigint fails, and PostgreSQL
-         -- may compute the cell of a row before the envelope's filter.
-         LATERAL (SELECT CASE WHEN abs(ST_X(ST_GeometryN(p.g, 1))) <= 2 * env.origin
-                              THEN floor((ST_X(ST_GeometryN(p.g, 1)) + env.origin) / env.cell)::bigint END AS cx,
-                         CASE WHEN abs(ST_Y(ST_GeometryN(p.g, 1))) <= 2 * env.origin
-                              THEN floor((ST_Y(ST_GeometryN(p.g, 1)) + env.origin) / env.cell)::bigint END AS cy) AS c
-    WHERE c.cx BETWEEN env.cx0 AND env.cx1 AND c.cy BETWEEN env.cy0 AND env.cy1
+         LATERAL (SELECT floor((ST_X(ST_GeometryN(p.g, 1)) + env.origin) / env.cell) AS fx,
+                         floor((ST_Y(ST_GeometryN(p.g, 1)) + env.origin) / env.cell) AS fy) AS c
+    WHERE c.fx BETWEEN env.cx0 AND env.cx1 AND c.fy BETWEEN env.cy0 AND env.cy1
 {{- end}}
 ),
 cells AS (
