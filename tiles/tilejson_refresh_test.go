@@ -236,3 +236,34 @@ func TestDescribeFollowedLayerReadsItsExtent(t *testing.T) {
 		t.Errorf("plain layer: bounds %v, want the statistics' (about [0.01 0.01 0.5 0.5])", b)
 	}
 }
+
+// A layer's bounds read from its table's extent (a followed layer, or one
+// whose table has no statistics yet) cover its rows beside one whose
+// coordinate is NaN. ST_Extent over such a row lost the other
+// rows' sides: the bounds were a sliver at the one row west of the rest,
+// and a map asks for no tile outside them.
+func TestDescribeExtentBesideANonFiniteRow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.exec(t, `CREATE TABLE {s}.pts (id int PRIMARY KEY, geom geometry(Point, 4326))`)
+	// In this order: ST_Extent's box, once NaN, took the next row's sides.
+	f.exec(t, `INSERT INTO {s}.pts SELECT g, ST_SetSRID(ST_MakePoint(10 + g % 50, 40 + g % 10), 4326) FROM generate_series(1, 200) g`)
+	f.exec(t, `INSERT INTO {s}.pts VALUES (-2, ST_SetSRID(ST_MakePoint('NaN'::float8, 45), 4326))`)
+	f.exec(t, `INSERT INTO {s}.pts VALUES (-1, ST_SetSRID(ST_MakePoint(-170, 45), 4326))`)
+	f.exec(t, `GRANT SELECT ON {s}.pts TO geotoll_reader`)
+	layer := func(name string) tiles.Layer {
+		return tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", SRID: 4326, IDColumn: "id", GeometryKind: tiles.KindPoint}
+	}
+	cat := newCatalog(t, layer("followed"), layer("unanalyzed"))
+	cat.Follow("followed")
+	store := tiles.NewStore(testenv.ReadPool(t))
+	for _, name := range []string{"followed", "unanalyzed"} {
+		info, err := store.Describe(t.Context(), cat.Layer(name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b := info.Bounds; b[0] > -170 || b[1] > 40 || b[2] < 59 || b[3] < 49 {
+			t.Errorf("%s: bounds %v, want at least [-170 40 59 49]", name, b)
+		}
+	}
+}
