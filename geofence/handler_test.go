@@ -1106,3 +1106,16 @@ func TestFenceWriteWithAnotherParameterWritesNothing(t *testing.T) {
 		t.Errorf("DELETE with dry_run=0: %d, %d writes; want 204 and one", w.Code, *writes)
 	}
 }
+
+// A table written as in SQL, its parts in double quotes, is refused when
+// the configuration is read: the quotes would be sought as part of the
+// name. A quote inside a name is the name's own.
+func TestLayerTableSQLQuotedIsRefused(t *testing.T) {
+	_, err := NewCatalog([]Layer{{Name: "zones", Table: `public."Zones"`, GeometryColumn: "geom"}})
+	if err == nil || !strings.Contains(err.Error(), "without SQL quotes") {
+		t.Fatalf("NewCatalog: %v, want a refusal naming SQL quotes", err)
+	}
+	if _, err := NewCatalog([]Layer{{Name: "zones", Table: `public.we"ird`, GeometryColumn: "geom"}}); err != nil {
+		t.Fatalf("NewCatalog of a table with a quote in its name: %v", err)
+	}
+}

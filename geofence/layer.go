@@ -69,6 +69,9 @@ func (l *Layer) validate() error {
 	if l.Table == "" || l.GeometryColumn == "" {
 		bad("table and geometry_column are required")
 	}
+	if catalog.SQLQuoted(l.Table) {
+		bad("table %q: names are written without SQL quotes, each spelt as in the database, case and all", l.Table)
+	}
 	seen := map[string]bool{}
 	for _, p := range l.Properties {
 		switch {

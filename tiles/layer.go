@@ -214,6 +214,10 @@ func (l *Layer) validate() error {
 	if l.Table == "" || l.GeometryColumn == "" {
 		bad("table and geometry_column are required")
 	}
+	if l.Schema == "" && catalog.SQLQuoted(l.Table) { // with Schema, Table is one name as it is (as Discover gives it)
+		bad("table %q: names are written without SQL quotes, each spelt as in the database, case and all "+
+			"(schema: the schema of a table whose name has dots)", l.Table)
+	}
 	if l.SRID <= 0 {
 		bad("srid %d must be positive", l.SRID)
 	}

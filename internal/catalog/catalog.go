@@ -5,6 +5,7 @@ package catalog
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Layer is what a configured layer does to join a catalog.
@@ -56,4 +57,17 @@ func Build[L any, P interface {
 		return Set[L]{}, err
 	}
 	return s, nil
+}
+
+// SQLQuoted reports whether a part of a dotted name is written as an SQL
+// quoted identifier ("MyTable", as in a query): a configured name is
+// taken as it is spelt in the database, so such quotes would be part of
+// the name sought, and no table of a sane schema has them.
+func SQLQuoted(name string) bool {
+	for part := range strings.SplitSeq(name, ".") {
+		if len(part) >= 2 && part[0] == '"' && part[len(part)-1] == '"' {
+			return true
+		}
+	}
+	return false
 }

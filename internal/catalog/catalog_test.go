@@ -39,3 +39,23 @@ func TestBuild(t *testing.T) {
 		t.Fatalf("errors not all reported: %v", err)
 	}
 }
+
+func TestSQLQuoted(t *testing.T) {
+	for name, want := range map[string]bool{
+		`"MyTable"`:        true,
+		`public."MyTable"`: true,
+		`"GIS".places`:     true,
+		`"my.schema"."t"`:  true,
+		`""`:               true,
+		`public.places`:    false,
+		`we"ird`:           false,
+		`"half`:            false,
+		`a."b`:             false,
+		`"`:                false,
+		``:                 false,
+	} {
+		if got := SQLQuoted(name); got != want {
+			t.Errorf("SQLQuoted(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
