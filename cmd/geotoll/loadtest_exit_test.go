@@ -70,6 +70,7 @@ func TestLoadtestFailsWhenNothingSucceeds(t *testing.T) {
 // every request was a 404 and the crawl exited 0. The error says what
 // the requests got.
 func TestLoadtestCrawlFailsWhenAPhaseMeasuresNothing(t *testing.T) {
+	t.Parallel() // each case a server of its own, a few requests a second
 	for _, tc := range []struct {
 		name          string
 		honest, crawl int    // the status of every honest request, and of every crawler's
@@ -86,6 +87,7 @@ func TestLoadtestCrawlFailsWhenAPhaseMeasuresNothing(t *testing.T) {
 		{"crawlers admitted and cut", http.StatusNoContent, http.StatusServiceUnavailable, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if strings.HasPrefix(r.URL.Path, "/tiles/points/") {
 					w.WriteHeader(tc.honest)
