@@ -8,14 +8,14 @@
 -- $1 is the geometry column's SRID.
 SELECT ST_XMin(b), ST_YMin(b), ST_XMax(b), ST_YMax(b)
 FROM (
-    SELECT ST_Transform(ST_SetSRID(ST_Extent(t.{{.Geom}})::geometry, $1::int), 4326) AS b
-    FROM {{.Table}} AS t
+    SELECT ST_Transform(ST_SetSRID(ST_Extent(e.box)::geometry, $1::int), 4326) AS b
+    FROM (SELECT t.{{.Geom}}::box2d AS box FROM {{.Table}} AS t OFFSET 0) AS e -- each row's box made once
     -- A row whose box is not finite (a NaN or infinite coordinate; NaN
     -- sorts above every number) is left out: ST_Extent over it loses the
     -- other rows' sides (one NaN point among points 10° to 59° east gave
     -- the box of a single point at 170° west), and a map asks for no tile
     -- outside the bounds.
-    WHERE ST_XMin(t.{{.Geom}}) > '-Infinity'::float8 AND ST_XMax(t.{{.Geom}}) < 'Infinity'::float8
-      AND ST_YMin(t.{{.Geom}}) > '-Infinity'::float8 AND ST_YMax(t.{{.Geom}}) < 'Infinity'::float8
+    WHERE ST_XMin(e.box) > '-Infinity'::float8 AND ST_XMax(e.box) < 'Infinity'::float8
+      AND ST_YMin(e.box) > '-Infinity'::float8 AND ST_YMax(e.box) < 'Infinity'::float8
 ) e
 WHERE b IS NOT NULL
