@@ -214,9 +214,11 @@ func (l *Layer) validate() error {
 	if l.Table == "" || l.GeometryColumn == "" {
 		bad("table and geometry_column are required")
 	}
-	if l.Schema == "" && catalog.SQLQuoted(l.Table) { // with Schema, Table is one name as it is (as Discover gives it)
-		bad("table %q: names are written without SQL quotes, each spelt as in the database, case and all "+
-			"(schema: the schema of a table whose name has dots)", l.Table)
+	// With Schema, Table is one name as it is, dots and quotes and all (as
+	// Discover gives it).
+	if catalog.SQLQuoted(l.Schema) || (l.Schema == "" && catalog.SQLQuoted(l.Table)) {
+		bad("table %q (schema %q): names are written without SQL quotes, each spelt as in the database, case and all "+
+			"(schema: the schema of a table whose name has dots)", l.Table, l.Schema)
 	}
 	if l.SRID <= 0 {
 		bad("srid %d must be positive", l.SRID)

@@ -139,6 +139,8 @@ func TestNewCatalogValidation(t *testing.T) {
 		{name: "no geometry column", layers: []tiles.Layer{base(func(l *tiles.Layer) { l.GeometryColumn = "" })}, want: "table and geometry_column are required"},
 		{name: "table SQL-quoted", layers: []tiles.Layer{base(func(l *tiles.Layer) { l.Table = `geotoll."Places"` })}, want: "without SQL quotes"},
 		{name: "valid table of a schema, quotes and all", layers: []tiles.Layer{base(func(l *tiles.Layer) { l.Schema, l.Table = "gis", `"Places"` })}},
+		{name: "schema SQL-quoted", layers: []tiles.Layer{base(func(l *tiles.Layer) { l.Schema, l.Table = `"GIS"`, "places" })}, want: "without SQL quotes"},
+		{name: "dotted table SQL-quoted", layers: []tiles.Layer{base(func(l *tiles.Layer) { l.Table = `public."a.b"` })}, want: "without SQL quotes"},
 		{name: "valid table with a quote inside", layers: []tiles.Layer{base(func(l *tiles.Layer) { l.Table = `geotoll.we"ird` })}},
 		{name: "negative srid", layers: []tiles.Layer{base(func(l *tiles.Layer) { l.SRID = -4326 })}, want: "srid"},
 		{name: "negative minzoom", layers: []tiles.Layer{base(func(l *tiles.Layer) { l.MinZoom = -1 })}, want: "zoom range"},

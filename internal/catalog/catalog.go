@@ -60,14 +60,25 @@ func Build[L any, P interface {
 }
 
 // SQLQuoted reports whether a part of a dotted name is written as an SQL
-// quoted identifier ("MyTable", as in a query): a configured name is
-// taken as it is spelt in the database, so such quotes would be part of
-// the name sought, and no table of a sane schema has them.
+// quoted identifier ("MyTable", or "my.schema", as in a query): a part
+// that opens with a double quote and closes with one at a dot or at the
+// end. A configured name is taken as it is spelt in the database, so such
+// quotes would be part of the name sought, and no table of a sane schema
+// has them.
 func SQLQuoted(name string) bool {
-	for part := range strings.SplitSeq(name, ".") {
-		if len(part) >= 2 && part[0] == '"' && part[len(part)-1] == '"' {
-			return true
+	for start := 0; start < len(name); {
+		if name[start] == '"' {
+			for i := start + 1; i < len(name); i++ {
+				if name[i] == '"' && (i+1 == len(name) || name[i+1] == '.') {
+					return true
+				}
+			}
 		}
+		dot := strings.IndexByte(name[start:], '.')
+		if dot < 0 {
+			return false
+		}
+		start += dot + 1
 	}
 	return false
 }
