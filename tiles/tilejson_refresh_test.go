@@ -215,22 +215,9 @@ func TestDescribeFollowedLayerReadsItsExtent(t *testing.T) {
 	f.exec(t, `ANALYZE {s}.fences`)
 	f.exec(t, `INSERT INTO {s}.fences VALUES (99, ST_Transform(ST_SetSRID(ST_MakePoint(40, 30), 4326), 3857))`)
 	f.exec(t, `GRANT SELECT ON {s}.fences TO geotoll_reader`)
-	layer := func(name string) tiles.Layer {
-		return tiles.Layer{Name: name, Table: f.schema + ".fences", GeometryColumn: "geom", SRID: 3857, IDColumn: "id", GeometryKind: tiles.KindPoint}
-	}
-	cat := newCatalog(t, layer("followed"), layer("plain"))
-	cat.Follow("followed")
-	store := tiles.NewStore(testenv.ReadPool(t))
-	followed, err := store.Describe(t.Context(), cat.Layer("followed"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	followed, plain := describeFollowedAndPlain(t, f.schema+".fences", 3857)
 	if b := followed.Bounds; b[2] < 39.99 || b[3] < 29.99 || b[0] > 0.0101 || b[1] > 0.0101 {
 		t.Errorf("followed layer: bounds %v, want about [0.01 0.01 40 30]: the row written after ANALYZE is outside", b)
-	}
-	plain, err := store.Describe(t.Context(), cat.Layer("plain"))
-	if err != nil {
-		t.Fatal(err)
 	}
 	if b := plain.Bounds; b[2] > 1 || b[3] > 1 {
 		t.Errorf("plain layer: bounds %v, want the statistics' (about [0.01 0.01 0.5 0.5])", b)
@@ -253,19 +240,31 @@ func TestDescribeExtentBesideANonFiniteRow(t *testing.T) {
 	f.exec(t, `INSERT INTO {s}.pts VALUES (-2, ST_SetSRID(ST_MakePoint('NaN'::float8, 45), 4326))`)
 	f.exec(t, `INSERT INTO {s}.pts VALUES (-1, ST_SetSRID(ST_MakePoint(-170, 45), 4326))`)
 	f.exec(t, `GRANT SELECT ON {s}.pts TO geotoll_reader`)
-	layer := func(name string) tiles.Layer {
-		return tiles.Layer{Name: name, Table: f.schema + ".pts", GeometryColumn: "geom", SRID: 4326, IDColumn: "id", GeometryKind: tiles.KindPoint}
-	}
-	cat := newCatalog(t, layer("followed"), layer("unanalyzed"))
-	cat.Follow("followed")
-	store := tiles.NewStore(testenv.ReadPool(t))
-	for _, name := range []string{"followed", "unanalyzed"} {
-		info, err := store.Describe(t.Context(), cat.Layer(name))
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	followed, unanalyzed := describeFollowedAndPlain(t, f.schema+".pts", 4326)
+	for name, info := range map[string]tiles.LayerInfo{"followed": followed, "unanalyzed": unanalyzed} {
 		if b := info.Bounds; b[0] > -170 || b[1] > 40 || b[2] < 59 || b[3] < 49 {
 			t.Errorf("%s: bounds %v, want at least [-170 40 59 49]", name, b)
 		}
 	}
+}
+
+// describeFollowedAndPlain describes two point layers of table (in srid):
+// one followed (Catalog.Follow), whose bounds are the table's extent, and
+// one not, whose bounds are its statistics' (or the extent, without them).
+func describeFollowedAndPlain(t *testing.T, table string, srid int) (followed, plain tiles.LayerInfo) {
+	t.Helper()
+	layer := func(name string) tiles.Layer {
+		return tiles.Layer{Name: name, Table: table, GeometryColumn: "geom", SRID: srid, IDColumn: "id", GeometryKind: tiles.KindPoint}
+	}
+	cat := newCatalog(t, layer("followed"), layer("plain"))
+	cat.Follow("followed")
+	store := tiles.NewStore(testenv.ReadPool(t))
+	var err error
+	if followed, err = store.Describe(t.Context(), cat.Layer("followed")); err != nil {
+		t.Fatalf("followed: %v", err)
+	}
+	if plain, err = store.Describe(t.Context(), cat.Layer("plain")); err != nil {
+		t.Fatalf("plain: %v", err)
+	}
+	return followed, plain
 }
