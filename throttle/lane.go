@@ -189,7 +189,7 @@ func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
 		return
 	}
 	var t *time.Timer
-	t = s.after(d, func() {
+	t = afterFunc(s.afterFunc, d, func() {
 		s.mu.Lock()
 		if l.timer != t { // stopped by a kick after it fired
 			s.mu.Unlock()
@@ -205,10 +205,11 @@ func (s *RedisStore) timerLocked(l *lane, d time.Duration) {
 	l.timer = t
 }
 
-// after runs f on a goroutine of its own after d (afterFunc).
-func (s *RedisStore) after(d time.Duration, f func()) *time.Timer {
-	if s.afterFunc != nil {
-		return s.afterFunc(d, f)
+// afterFunc is time.AfterFunc, or made, a test's timer that it fires
+// itself (RedisStore.afterFunc, Global.afterFunc).
+func afterFunc(made func(time.Duration, func()) *time.Timer, d time.Duration, f func()) *time.Timer {
+	if made != nil {
+		return made(d, f)
 	}
 	return time.AfterFunc(d, f)
 }

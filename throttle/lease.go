@@ -169,7 +169,7 @@ func (g *Global) keepLocked(t *Ticket) {
 	g.have += t.Paid()
 	if g.returns == nil {
 		var hold *time.Timer
-		hold = g.after(g.hold(), func() {
+		hold = afterFunc(g.afterFunc, g.hold(), func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			if g.returns != hold { // stopped by Close after it fired
@@ -180,14 +180,6 @@ func (g *Global) keepLocked(t *Ticket) {
 		})
 		g.returns = hold
 	}
-}
-
-// after runs f on a goroutine of its own after d (afterFunc).
-func (g *Global) after(d time.Duration, f func()) *time.Timer {
-	if g.afterFunc != nil {
-		return g.afterFunc(d, f)
-	}
-	return time.AfterFunc(d, f)
 }
 
 func (g *Global) lease(ctx context.Context, n float64) (Admission, error) {
